@@ -1,0 +1,187 @@
+"""The concrete, immutable array that eager execution produces, and the devices it lives on."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from funcgrad import dtypes
+from funcgrad.core import ShapedArray, short_dtype_name
+
+
+class Device:
+    """A place where arrays live. The NumPy reference backend has one: the host CPU."""
+
+    __slots__ = ("platform", "id")
+
+    def __init__(self, platform: str, id: int):
+        self.platform = platform
+        self.id = id
+
+    @property
+    def device_kind(self) -> str:
+        return self.platform
+
+    def __repr__(self) -> str:
+        return f"{self.platform.capitalize()}Device(id={self.id})"
+
+
+CPU = Device("cpu", 0)
+
+
+def devices(backend: str | None = None) -> list[Device]:
+    if backend not in (None, "cpu"):
+        raise RuntimeError(f"backend {backend!r} is not available; available: cpu")
+    return [CPU]
+
+
+class Array:
+    """An immutable array holding a NumPy value on the host.
+
+    `_value` is a NumPy ndarray or NumPy scalar that funcgrad owns and never exposes writable;
+    `weak_type` marks values born from Python scalars, which promote like the scalars did.
+    Operators and NumPy-style methods are installed by `funcgrad.numpy`.
+    """
+
+    __slots__ = ("_value", "weak_type")
+    __array_priority__ = 100
+
+    def __init__(self, value, weak_type: bool = False):
+        self._value = value
+        self.weak_type = weak_type
+
+    @property
+    def aval(self) -> ShapedArray:
+        return ShapedArray(self._value.shape, self._value.dtype, self.weak_type)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._value.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._value.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self._value.ndim
+
+    @property
+    def size(self) -> int:
+        return self._value.size
+
+    @property
+    def nbytes(self) -> int:
+        return self._value.nbytes
+
+    @property
+    def itemsize(self) -> int:
+        return self._value.itemsize
+
+    @property
+    def device(self) -> Device:
+        return CPU
+
+    def devices(self) -> set[Device]:
+        return {CPU}
+
+    def block_until_ready(self) -> Array:
+        return self
+
+    def is_fully_replicated(self) -> bool:
+        return True
+
+    # Conversions out of funcgrad: always read-only views, so the array stays immutable.
+    def __array__(self, dtype=None, copy=None):
+        if copy:
+            return np.array(self._value, dtype=dtype, copy=True)
+        view = np.asarray(self._value, dtype=dtype)
+        if view is self._value or view.base is not None:
+            view = view.view()
+            view.flags.writeable = False
+        return view
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        value = np.ascontiguousarray(self._value)
+        if max_version is None:
+            return value.__dlpack__(stream=stream)
+        return value.__dlpack__(stream=stream, max_version=max_version, copy=copy)
+
+    def __dlpack_device__(self):
+        return np.asarray(self._value).__dlpack_device__()
+
+    def __setitem__(self, index, value):
+        raise TypeError(
+            "funcgrad arrays are immutable: item assignment is not supported. "
+            "Use x = x.at[index].set(value) to get an updated copy."
+        )
+
+    def __hash__(self):
+        raise TypeError("unhashable type: funcgrad Array")
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+    def __int__(self) -> int:
+        return int(self._value)
+
+    def __float__(self) -> float:
+        return float(self._value)
+
+    def __complex__(self) -> complex:
+        return complex(self._value)
+
+    def __index__(self) -> int:
+        if not dtypes.is_int(self.dtype) and not dtypes.is_bool(self.dtype):
+            raise TypeError(f"only integer arrays can be used as an index, got {self.dtype}")
+        return int(self._value)
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of unsized object (a 0-d array)")
+        return self.shape[0]
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d array")
+        return (Array(row, self.weak_type) for row in np.asarray(self._value))
+
+    def __reduce__(self):
+        return (Array, (np.asarray(self._value), self.weak_type))
+
+    def __format__(self, spec: str) -> str:
+        if self.ndim == 0:
+            return format(self._value.item(), spec)
+        return format(np.asarray(self._value), spec)
+
+    def item(self, *index):
+        return np.asarray(self._value).item(*index)
+
+    def tolist(self):
+        return np.asarray(self._value).tolist()
+
+    def copy(self) -> Array:
+        return self
+
+    def __copy__(self) -> Array:
+        return self
+
+    def __deepcopy__(self, memo) -> Array:
+        return self
+
+    def __repr__(self) -> str:
+        value = np.asarray(self._value)
+        prefix = "Array("
+        body = np.array2string(value, separator=", ", prefix=prefix)
+        default_dtype = value.dtype in (dtypes.float32, dtypes.int32, dtypes.bool_) and (
+            value.size > 0
+        )
+        suffix = "" if default_dtype else f", dtype={value.dtype.name}"
+        if self.weak_type:
+            suffix += ", weak_type=True"
+        return f"{prefix}{body}{suffix})"
+
+    def __str__(self) -> str:
+        return str(np.asarray(self._value))
+
+    def str_short(self) -> str:
+        return f"{short_dtype_name(self.dtype)}{list(self.shape)}"

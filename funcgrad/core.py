@@ -1,0 +1,358 @@
+"""The tracing core: abstract values, primitives, traces and tracers.
+
+Every operation is a `Primitive` applied with `bind`, which hands it to the *current trace*.
+A transformation makes a child trace whose parent is the trace that was current, makes it
+current while the user's function runs, and runs its rules with the parent current again. So a
+tracer of an outer trace is simply a constant to an inner one, and no global level counter is
+needed. The current trace lives in a thread-local context; at the bottom is the eval trace,
+which runs each primitive's NumPy implementation.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from funcgrad import dtypes
+from funcgrad.errors import (
+    ConcretizationTypeError,
+    TracerArrayConversionError,
+    TracerBoolConversionError,
+    TracerIntegerConversionError,
+    UnexpectedTracerError,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Abstract values
+
+
+_SHORT_DTYPE_NAMES = {
+    "bool": "bool",
+    "int8": "i8",
+    "int16": "i16",
+    "int32": "i32",
+    "int64": "i64",
+    "uint8": "u8",
+    "uint16": "u16",
+    "uint32": "u32",
+    "uint64": "u64",
+    "bfloat16": "bf16",
+    "float16": "f16",
+    "float32": "f32",
+    "float64": "f64",
+}
+
+
+def short_dtype_name(dtype: np.dtype) -> str:
+    return _SHORT_DTYPE_NAMES.get(dtype.name, dtype.name)
+
+
+class ShapedArray:
+    """What tracing knows of an array: its shape, dtype and whether its type is weak."""
+
+    __slots__ = ("shape", "dtype", "weak_type")
+    array_abstraction_level = 1
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, weak_type: bool = False):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.weak_type = weak_type
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def update(self, shape=None, dtype=None, weak_type=None) -> ShapedArray:
+        return ShapedArray(
+            self.shape if shape is None else shape,
+            self.dtype if dtype is None else dtype,
+            self.weak_type if weak_type is None else weak_type,
+        )
+
+    def str_short(self) -> str:
+        return f"{short_dtype_name(self.dtype)}[{','.join(map(str, self.shape))}]"
+
+    def __eq__(self, other) -> bool:
+        return (
+            type(other) is ShapedArray
+            and self.shape == other.shape
+            and self.dtype == other.dtype
+            and self.weak_type == other.weak_type
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype, self.weak_type))
+
+    def __repr__(self) -> str:
+        weak = ", weak_type=True" if self.weak_type else ""
+        return f"ShapedArray({self.str_short()}{weak})"
+
+
+def get_aval(x) -> ShapedArray:
+    """The abstract value of anything that can be a primitive operand."""
+    aval = getattr(x, "aval", None)
+    if aval is not None:
+        return aval
+    if isinstance(x, (bool, int, float, complex)):
+        dtype, weak = dtypes.scalar_dtype(x)
+        return ShapedArray((), dtype, weak)
+    if isinstance(x, (np.ndarray, np.generic)):
+        return ShapedArray(x.shape, dtypes.check_supported(x.dtype), False)
+    raise TypeError(f"{type(x).__name__} {x!r} is not a valid funcgrad array type")
+
+
+# ---------------------------------------------------------------------------------------------
+# Primitives
+
+
+def _all_operands_weak(weak_flags: Sequence[bool], **params) -> bool:
+    return bool(weak_flags) and all(weak_flags)
+
+
+class Primitive:
+    """A named operation with one rule table per interpretation.
+
+    Rules are registered beside the primitive's declaration (see `funcgrad.lax`):
+    `abstract_eval` maps input avals to output shapes and dtypes, `impl` is the NumPy
+    reference, `jvp`, `transpose` and `batch` serve the transformations, and `lowerings`
+    holds one entry per compiled backend. Weakness of the output type is decided by one
+    `weak_type_rule` for both eager execution and tracing, so the two cannot disagree.
+    """
+
+    RULES = ("abstract_eval", "impl", "jvp", "transpose", "batch")
+
+    def __init__(self, name: str, *, multiple_results: bool = False):
+        if name in PRIMITIVES:
+            raise ValueError(f"a primitive named {name!r} is already declared")
+        self.name = name
+        self.multiple_results = multiple_results
+        self.abstract_eval_rule: Callable | None = None
+        self.impl: Callable | None = None
+        self.jvp: Callable | None = None
+        self.transpose: Callable | None = None
+        self.batch: Callable | None = None
+        self.lowerings: dict[str, Callable] = {}
+        self.weak_type_rule: Callable = _all_operands_weak
+        # Rules that do not apply to this primitive, each with the reason (see the coverage tool).
+        self.not_applicable: dict[str, str] = {}
+        PRIMITIVES[name] = self
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def bind(self, *args, **params):
+        return _context.trace.process_primitive(self, args, params)
+
+    def abstract_eval(self, *avals: ShapedArray, **params):
+        """Output aval(s): shape and dtype from the rule, weakness from `weak_type_rule`."""
+        out = self.abstract_eval_rule(*avals, **params)
+        weak = self.weak_type_rule([a.weak_type for a in avals], **params)
+        if self.multiple_results:
+            if isinstance(weak, bool):
+                weak = [weak] * len(out)
+            return [a.update(weak_type=w) for a, w in zip(out, weak)]
+        return out.update(weak_type=weak)
+
+    def has_rule(self, rule: str) -> bool:
+        if rule == "abstract_eval":
+            return self.abstract_eval_rule is not None
+        if rule in self.RULES:
+            return getattr(self, rule) is not None
+        return rule in self.lowerings
+
+    # Decorators that fill the tables.
+    def def_abstract_eval(self, rule: Callable) -> Callable:
+        self.abstract_eval_rule = rule
+        return rule
+
+    def def_impl(self, rule: Callable) -> Callable:
+        self.impl = rule
+        return rule
+
+    def def_jvp(self, rule: Callable) -> Callable:
+        self.jvp = rule
+        return rule
+
+    def def_transpose(self, rule: Callable) -> Callable:
+        self.transpose = rule
+        return rule
+
+    def def_batch(self, rule: Callable) -> Callable:
+        self.batch = rule
+        return rule
+
+    def def_weak_type(self, rule: Callable) -> Callable:
+        self.weak_type_rule = rule
+        return rule
+
+    def def_lowering(self, backend: str) -> Callable:
+        def register(rule: Callable) -> Callable:
+            self.lowerings[backend] = rule
+            return rule
+
+        return register
+
+
+PRIMITIVES: dict[str, Primitive] = {}
+
+
+def never_weak(weak_flags: Sequence[bool], **params) -> bool:
+    """The weak-type rule of primitives whose output dtype does not come from their inputs."""
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Traces and the current-trace context
+
+
+class Trace:
+    """One interpretation of primitives. Subclasses implement `process_primitive`.
+
+    `parent` is the trace that was current when this one was made; rules run with it current.
+    `debug_info` names the transformation and the user's function, for error messages.
+    """
+
+    def __init__(self, parent: Trace | None, debug_info: str | None = None):
+        self.parent = parent
+        self.debug_info = debug_info
+        self.alive = True
+
+    def process_primitive(self, primitive: Primitive, args: Sequence[Any], params: dict):
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.debug_info or ''})"
+
+
+class _TraceContext(threading.local):
+    def __init__(self):
+        self.trace = _eval_trace
+
+
+_eval_trace: Trace | None = None
+_context: _TraceContext
+
+
+def install_eval_trace(trace: Trace) -> None:
+    """Make `trace` the bottom trace of every thread (done once by the eval interpreter)."""
+    global _eval_trace, _context
+    _eval_trace = trace
+    _context = _TraceContext()
+
+
+def current_trace() -> Trace:
+    return _context.trace
+
+
+def eval_trace() -> Trace:
+    return _eval_trace
+
+
+class set_current_trace:
+    """Context manager: make `trace` current for the duration of the block."""
+
+    __slots__ = ("trace", "previous")
+
+    def __init__(self, trace: Trace):
+        self.trace = trace
+
+    def __enter__(self):
+        self.previous = _context.trace
+        _context.trace = self.trace
+
+    def __exit__(self, *exc_info):
+        _context.trace = self.previous
+
+
+def bind(primitive: Primitive, *args, **params):
+    return _context.trace.process_primitive(primitive, args, params)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tracers
+
+
+class Tracer:
+    """A value under a transformation. Subclasses hold their interpretation's data.
+
+    Array methods and operators (`+`, `.sum()`, `.at[...]`, ...) are installed by
+    `funcgrad.numpy` on both `Tracer` and the concrete `Array`, so they behave the same.
+    """
+
+    __slots__ = ("_trace",)
+    __array_priority__ = 1000
+
+    @property
+    def aval(self) -> ShapedArray:
+        raise NotImplementedError
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.aval.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.aval.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.aval.ndim
+
+    @property
+    def size(self) -> int:
+        return self.aval.size
+
+    @property
+    def weak_type(self) -> bool:
+        return self.aval.weak_type
+
+    def to_concrete_value(self):
+        """The concrete value behind this tracer, where the interpretation knows one."""
+        raise ConcretizationTypeError(self)
+
+    def _concrete(self, error_type):
+        try:
+            return self.to_concrete_value()
+        except ConcretizationTypeError:
+            raise error_type(self) from None
+
+    def __bool__(self):
+        return bool(self._concrete(TracerBoolConversionError))
+
+    def __int__(self):
+        return int(self._concrete(TracerIntegerConversionError))
+
+    def __float__(self):
+        return float(self._concrete(TracerIntegerConversionError))
+
+    def __index__(self):
+        return self._concrete(TracerIntegerConversionError).__index__()
+
+    def __array__(self, dtype=None, copy=None):
+        raise TracerArrayConversionError(self)
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of unsized object (a 0-d array)")
+        return self.shape[0]
+
+    def __hash__(self):
+        raise TypeError(f"unhashable type: traced array {self.aval.str_short()}")
+
+    def __repr__(self) -> str:
+        return f"Traced<{self.aval.str_short()}>with<{type(self._trace).__name__}>"
+
+    def check_alive(self) -> None:
+        if not self._trace.alive:
+            raise UnexpectedTracerError(self)
+
+
+def is_tracer_of(x, trace: Trace) -> bool:
+    return isinstance(x, Tracer) and x._trace is trace

@@ -1,0 +1,198 @@
+"""Dtypes and type promotion.
+
+funcgrad promotes like JAX: a lattice in which Python scalars are *weakly typed* (they take the
+dtype of the array they meet), float32 is the default float and int32 the default int, and
+float64 given by the user is kept, never silently downcast.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+
+import ml_dtypes
+import numpy as np
+
+bool_ = np.dtype(np.bool_)
+int8 = np.dtype(np.int8)
+int16 = np.dtype(np.int16)
+int32 = np.dtype(np.int32)
+int64 = np.dtype(np.int64)
+uint8 = np.dtype(np.uint8)
+uint16 = np.dtype(np.uint16)
+uint32 = np.dtype(np.uint32)
+uint64 = np.dtype(np.uint64)
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float16 = np.dtype(np.float16)
+float32 = np.dtype(np.float32)
+float64 = np.dtype(np.float64)
+
+float_ = float32
+int_ = int32
+default_float = float32
+default_int = int32
+
+bool_dtypes = (bool_,)
+signed_dtypes = (int8, int16, int32, int64)
+unsigned_dtypes = (uint8, uint16, uint32, uint64)
+int_dtypes = signed_dtypes + unsigned_dtypes
+float_dtypes = (bfloat16, float16, float32, float64)
+supported_dtypes = frozenset(bool_dtypes + int_dtypes + float_dtypes)
+
+# The promotion lattice: each node lists the nodes directly above it. `i*` and `f*` are the
+# weak int and float of Python scalars, which sit below every array type of their kind.
+_WEAK_INT = "i*"
+_WEAK_FLOAT = "f*"
+_LATTICE_UP: dict = {
+    bool_: [_WEAK_INT],
+    _WEAK_INT: [uint8, int8],
+    uint8: [int16, uint16],
+    uint16: [int32, uint32],
+    uint32: [int64, uint64],
+    uint64: [_WEAK_FLOAT],
+    int8: [int16],
+    int16: [int32],
+    int32: [int64],
+    int64: [_WEAK_FLOAT],
+    _WEAK_FLOAT: [bfloat16, float16],
+    bfloat16: [float32],
+    float16: [float32],
+    float32: [float64],
+    float64: [],
+}
+
+
+def _upper_bounds(node) -> frozenset:
+    seen = {node}
+    stack = [node]
+    while stack:
+        for above in _LATTICE_UP[stack.pop()]:
+            if above not in seen:
+                seen.add(above)
+                stack.append(above)
+    return frozenset(seen)
+
+
+_UPPER = {node: _upper_bounds(node) for node in _LATTICE_UP}
+
+
+@functools.cache
+def _join(a, b):
+    common = _UPPER[a] & _UPPER[b]
+    # The least upper bound is the common bound that every other common bound lies above.
+    for candidate in common:
+        if common <= _UPPER[candidate]:
+            return candidate
+    raise TypeError(f"no common type for {a} and {b}")  # unreachable: the lattice is complete
+
+
+def _node(dtype: np.dtype, weak_type: bool):
+    if weak_type and dtype.kind in "iu":
+        return _WEAK_INT
+    if weak_type and dtype.kind == "f":
+        return _WEAK_FLOAT
+    return dtype
+
+
+def is_float(dtype) -> bool:
+    return np.dtype(dtype).kind == "f" or np.dtype(dtype) == bfloat16
+
+
+def is_int(dtype) -> bool:
+    return np.dtype(dtype).kind in "iu"
+
+
+def is_unsigned(dtype) -> bool:
+    return np.dtype(dtype).kind == "u"
+
+
+def is_bool(dtype) -> bool:
+    return np.dtype(dtype) == bool_
+
+
+def check_supported(dtype) -> np.dtype:
+    """Return `dtype` as a NumPy dtype, or raise naming it when funcgrad does not support it."""
+    try:
+        dtype = np.dtype(dtype)
+    except TypeError as err:
+        raise TypeError(f"{dtype!r} is not a dtype") from err
+    if dtype not in supported_dtypes:
+        raise TypeError(
+            f"funcgrad does not support dtype {dtype}; supported: "
+            + ", ".join(sorted(d.name for d in supported_dtypes))
+        )
+    return dtype
+
+
+def canonicalize(dtype) -> np.dtype:
+    """Map NumPy's platform defaults for *requested* dtypes to funcgrad's supported set.
+
+    Python's `float`/`int`/`bool` used as a dtype mean the defaults (float32, int32), as in JAX.
+    """
+    if dtype is builtins.float:
+        return float32
+    if dtype is builtins.int:
+        return int32
+    if dtype is builtins.bool:
+        return bool_
+    return check_supported(dtype)
+
+
+def scalar_dtype(x) -> tuple[np.dtype, bool]:
+    """The (dtype, weak_type) funcgrad gives a Python scalar."""
+    if isinstance(x, builtins.bool):
+        return bool_, False
+    if isinstance(x, builtins.int):
+        return int32, True
+    if isinstance(x, builtins.float):
+        return float32, True
+    if isinstance(x, complex):
+        raise TypeError("funcgrad does not support complex numbers")
+    raise TypeError(f"{type(x).__name__} is not a scalar")
+
+
+def promote_types(a, b) -> np.dtype:
+    """Promote two (strong) dtypes along funcgrad's lattice."""
+    return _join(check_supported(a), check_supported(b))
+
+
+def result_type_of(dtypes_and_weak: list[tuple[np.dtype, bool]]) -> tuple[np.dtype, bool]:
+    """The promoted (dtype, weak_type) of operands given as (dtype, weak_type) pairs.
+
+    The result is weak only when every operand is weak: `weak_f32 * f16_array` is f16.
+    """
+    node = None
+    for dtype, weak in dtypes_and_weak:
+        here = _node(dtype, weak)
+        node = here if node is None else _join(node, here)
+    if node == _WEAK_INT:
+        weak_dtype = _widest_weak(dtypes_and_weak, "iu", int32)
+        return weak_dtype, True
+    if node == _WEAK_FLOAT:
+        weak_dtype = _widest_weak(dtypes_and_weak, "f", float32)
+        return weak_dtype, True
+    return node, False
+
+
+def _widest_weak(dtypes_and_weak, kinds: str, default: np.dtype) -> np.dtype:
+    # A weak value keeps its own width (a weak float64 from a traced computation stays float64
+    # until it meets a strong float); among several weak values the widest wins.
+    best = None
+    for dtype, weak in dtypes_and_weak:
+        if weak and dtype.kind in kinds and (best is None or dtype.itemsize > best.itemsize):
+            best = dtype
+    return default if best is None else best
+
+
+def finfo(dtype) -> ml_dtypes.finfo:
+    return ml_dtypes.finfo(check_supported(dtype))
+
+
+def iinfo(dtype) -> np.iinfo:
+    return np.iinfo(check_supported(dtype))
+
+
+def issubdtype(a, b) -> bool:
+    if np.dtype(a) == bfloat16:
+        return b in (bfloat16, np.floating, np.inexact, np.number, np.generic)
+    return np.issubdtype(a, b)

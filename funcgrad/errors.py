@@ -1,0 +1,59 @@
+"""Errors that teach: each names the abstract value, the transformation and what to do instead."""
+
+from __future__ import annotations
+
+
+class FuncgradTypeError(TypeError):
+    """Base of the errors raised when a traced value is used where a concrete one is needed."""
+
+
+class ConcretizationTypeError(FuncgradTypeError):
+    def __init__(self, tracer, context: str = ""):
+        where = _trace_description(tracer)
+        super().__init__(
+            f"Abstract tracer value encountered where a concrete value is expected: {tracer}.\n"
+            f"{context}\n"
+            f"The value was created {where}; while a function is traced, its array arguments "
+            "are abstract: only their shape and dtype are known, not their values.\n"
+            "Pass the argument as static (jit's static_argnums / static_argnames) if its value "
+            "decides the program's structure, or use lax.cond / lax.while_loop / fnp.where "
+            "to decide on traced values."
+        )
+
+
+class TracerBoolConversionError(ConcretizationTypeError):
+    def __init__(self, tracer):
+        super().__init__(
+            tracer,
+            "Python's `if`, `while`, `and`, `or`, `not` and bool() need a concrete truth value.",
+        )
+
+
+class TracerIntegerConversionError(ConcretizationTypeError):
+    def __init__(self, tracer):
+        super().__init__(tracer, "int(), float() and use as an index need a concrete value.")
+
+
+class TracerArrayConversionError(FuncgradTypeError):
+    def __init__(self, tracer):
+        super().__init__(
+            f"The traced value {tracer} cannot be converted to a NumPy array: it is abstract "
+            f"while the function is traced ({_trace_description(tracer)}). Use funcgrad.numpy "
+            "functions on it instead of numpy ones, or funcgrad.debug.callback to reach host code."
+        )
+
+
+class UnexpectedTracerError(FuncgradTypeError):
+    def __init__(self, tracer):
+        super().__init__(
+            f"Encountered an escaped tracer {tracer}: it was created {_trace_description(tracer)}, "
+            "and that transformation has already returned. This happens when a traced value is "
+            "stored outside the function (a global, a list, an attribute of self) and used later. "
+            "Return the value from the transformed function instead."
+        )
+
+
+def _trace_description(tracer) -> str:
+    trace = getattr(tracer, "_trace", None)
+    info = getattr(trace, "debug_info", None)
+    return f"while tracing {info}" if info else "under a transformation"

@@ -1,0 +1,139 @@
+"""The staging trace: records primitives into a jaxpr instead of running them.
+
+Every input is *unknown* (only its aval is known), so each primitive becomes an equation whose
+output avals come from the primitive's abstract evaluation. Values that are not this trace's
+tracers — concrete arrays, or tracers of an enclosing transformation — become constvars of the
+jaxpr (scalars are written inline as literals).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from funcgrad import core, tree_util
+from funcgrad.array import Array
+from funcgrad.core import ShapedArray
+from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, SourceInfo, Var
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def user_source_info() -> SourceInfo | None:
+    """The innermost frame of the caller's code outside funcgrad."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not filename.startswith(_PACKAGE_DIR):
+            return SourceInfo(filename, frame.f_lineno, frame.f_code.co_name)
+        frame = frame.f_back
+    return None
+
+
+class StagingTracer(core.Tracer):
+    __slots__ = ("_aval", "var")
+
+    def __init__(self, trace: StagingTrace, aval: ShapedArray, var: Var):
+        self._trace = trace
+        self._aval = aval
+        self.var = var
+
+    @property
+    def aval(self) -> ShapedArray:
+        return self._aval
+
+
+class StagingTrace(core.Trace):
+    def __init__(self, parent: core.Trace, debug_info: str | None = None):
+        super().__init__(parent, debug_info)
+        self.eqns: list[JaxprEqn] = []
+        self.invars: list[Var] = []
+        self.constvars: list[Var] = []
+        self.consts: list[Any] = []
+        self._constvar_of_id: dict[int, Var] = {}
+
+    def new_arg(self, aval: ShapedArray) -> StagingTracer:
+        var = Var(aval)
+        self.invars.append(var)
+        return StagingTracer(self, aval, var)
+
+    def var_of(self, x) -> Var | Literal:
+        if isinstance(x, StagingTracer) and x._trace is self:
+            return x.var
+        if isinstance(x, core.Tracer):
+            x.check_alive()
+        elif type(x) is Array and x.ndim == 0:
+            return Literal(x._value, x.aval)
+        elif not isinstance(x, Array):
+            raise TypeError(
+                f"cannot stage a value of type {type(x).__name__}: primitive operands are "
+                "funcgrad arrays"
+            )
+        var = self._constvar_of_id.get(id(x))
+        if var is None:
+            var = self._constvar_of_id[id(x)] = Var(core.get_aval(x))
+            self.constvars.append(var)
+            self.consts.append(x)
+        return var
+
+    def process_primitive(self, primitive, args, params):
+        invars = [self.var_of(a) for a in args]
+        out_avals = primitive.abstract_eval(*(v.aval for v in invars), **params)
+        if not primitive.multiple_results:
+            out_avals = [out_avals]
+        outvars = [Var(aval) for aval in out_avals]
+        self.eqns.append(JaxprEqn(primitive, invars, outvars, params, user_source_info()))
+        out = [StagingTracer(self, v.aval, v) for v in outvars]
+        return out if primitive.multiple_results else out[0]
+
+    def to_closed_jaxpr(self, outs: Sequence[Any]) -> ClosedJaxpr:
+        outvars = [self.var_of(x) for x in outs]
+        jaxpr = Jaxpr(self.constvars, self.invars, outvars, self.eqns)
+        return ClosedJaxpr(jaxpr, self.consts)
+
+
+def abstractify(x) -> ShapedArray:
+    """The aval a staged function sees for argument `x`."""
+    if isinstance(x, (np.ndarray, np.generic, Array, core.Tracer, bool, int, float)):
+        return core.get_aval(x)
+    raise TypeError(
+        f"argument of type {type(x).__name__} is not a valid funcgrad type: arguments of "
+        "transformed functions are arrays, scalars, or pytrees of them"
+    )
+
+
+def trace_to_jaxpr(
+    fun: Callable, in_avals: Sequence[ShapedArray], debug_info: str | None = None
+) -> tuple[ClosedJaxpr, Any]:
+    """Stage `fun(*args)` (flat arguments, pytree output) into a ClosedJaxpr.
+
+    Returns the jaxpr, whose outputs are the flattened output leaves, and the output treedef.
+    """
+    trace = StagingTrace(core.current_trace(), debug_info)
+    args = [trace.new_arg(aval) for aval in in_avals]
+    try:
+        with core.set_current_trace(trace):
+            out = fun(*args)
+        out_leaves, out_tree = tree_util.tree_flatten(out)
+        out_leaves = [_as_operand(x) for x in out_leaves]
+        return trace.to_closed_jaxpr(out_leaves), out_tree
+    finally:
+        trace.alive = False
+
+
+def _as_operand(x):
+    if isinstance(x, (Array, core.Tracer)):
+        return x
+    from funcgrad.lax import asarray
+
+    try:
+        return asarray(x)
+    except TypeError:
+        raise TypeError(
+            f"a transformed function returned a value of type {type(x).__name__}; outputs of "
+            "transformed functions are arrays, scalars, or pytrees of them"
+        ) from None

@@ -1,0 +1,257 @@
+"""The jaxpr: funcgrad's typed, first-order IR, its pretty-printer and its evaluator.
+
+A jaxpr is a list of equations `outvars = primitive[params] invars` over typed variables. It is
+the contract between tracing and compilation: transformations produce it, passes rewrite it,
+backends lower it. `eval_jaxpr` binds each equation's primitive, so evaluating a jaxpr under
+any trace applies that trace's interpretation to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from funcgrad import core
+from funcgrad.core import ShapedArray
+
+
+class Var:
+    """A jaxpr variable. Names are given when printing, so variables never need renaming."""
+
+    __slots__ = ("aval",)
+
+    def __init__(self, aval: ShapedArray):
+        self.aval = aval
+
+    def __repr__(self) -> str:
+        return f"Var({self.aval.str_short()})"
+
+
+class Literal:
+    """A scalar constant written inline in the program text."""
+
+    __slots__ = ("val", "aval")
+
+    def __init__(self, val: np.generic, aval: ShapedArray):
+        self.val = val
+        self.aval = aval
+
+    def __repr__(self) -> str:
+        return f"Literal({self.val})"
+
+
+class SourceInfo(NamedTuple):
+    """Where in the user's code an equation was traced."""
+
+    file: str
+    line: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line} ({self.function})"
+
+
+class JaxprEqn:
+    __slots__ = ("primitive", "invars", "outvars", "params", "source_info")
+
+    def __init__(
+        self,
+        primitive: core.Primitive,
+        invars: list[Var | Literal],
+        outvars: list[Var],
+        params: dict[str, Any],
+        source_info: SourceInfo | None = None,
+    ):
+        self.primitive = primitive
+        self.invars = invars
+        self.outvars = outvars
+        self.params = params
+        self.source_info = source_info
+
+    def __repr__(self) -> str:
+        return pp_eqn(self, _Namer())
+
+
+class Jaxpr:
+    __slots__ = ("constvars", "invars", "outvars", "eqns")
+
+    def __init__(
+        self,
+        constvars: list[Var],
+        invars: list[Var],
+        outvars: list[Var | Literal],
+        eqns: list[JaxprEqn],
+    ):
+        self.constvars = constvars
+        self.invars = invars
+        self.outvars = outvars
+        self.eqns = eqns
+
+    @property
+    def in_avals(self) -> list[ShapedArray]:
+        return [v.aval for v in self.invars]
+
+    @property
+    def out_avals(self) -> list[ShapedArray]:
+        return [v.aval for v in self.outvars]
+
+    def pretty_print(self, source_info: bool = False) -> str:
+        return pp_jaxpr(self, source_info=source_info)
+
+    def __str__(self) -> str:
+        return pp_jaxpr(self)
+
+    __repr__ = __str__
+
+
+class ClosedJaxpr:
+    """A jaxpr with values for its constvars."""
+
+    __slots__ = ("jaxpr", "consts")
+
+    def __init__(self, jaxpr: Jaxpr, consts: Sequence[Any]):
+        if len(consts) != len(jaxpr.constvars):
+            raise ValueError(
+                f"ClosedJaxpr got {len(consts)} consts for {len(jaxpr.constvars)} constvars"
+            )
+        self.jaxpr = jaxpr
+        self.consts = list(consts)
+
+    @property
+    def in_avals(self) -> list[ShapedArray]:
+        return self.jaxpr.in_avals
+
+    @property
+    def out_avals(self) -> list[ShapedArray]:
+        return self.jaxpr.out_avals
+
+    @property
+    def eqns(self) -> list[JaxprEqn]:
+        return self.jaxpr.eqns
+
+    def pretty_print(self, source_info: bool = False) -> str:
+        return pp_jaxpr(self.jaxpr, source_info=source_info)
+
+    def __str__(self) -> str:
+        return pp_jaxpr(self.jaxpr)
+
+    __repr__ = __str__
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluation
+
+
+def eval_jaxpr(jaxpr: Jaxpr, consts: Sequence[Any], *args) -> list[Any]:
+    """Evaluate `jaxpr` by binding each equation under the current trace."""
+    if len(args) != len(jaxpr.invars):
+        raise TypeError(f"jaxpr takes {len(jaxpr.invars)} arguments, got {len(args)}")
+    env: dict[Var, Any] = {}
+
+    def read(v):
+        return literal_value(v) if type(v) is Literal else env[v]
+
+    env.update(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+    for eqn in jaxpr.eqns:
+        outs = eqn.primitive.bind(*map(read, eqn.invars), **eqn.params)
+        if eqn.primitive.multiple_results:
+            env.update(zip(eqn.outvars, outs))
+        else:
+            env[eqn.outvars[0]] = outs
+    return [read(v) for v in jaxpr.outvars]
+
+
+def literal_value(literal: Literal):
+    from funcgrad.array import Array
+
+    return Array(literal.val, literal.aval.weak_type)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pretty-printing
+
+
+class _Namer:
+    """Names variables a, b, ..., z, ba, bb, ... in order of first appearance."""
+
+    def __init__(self):
+        self.names: dict[Var, str] = {}
+
+    def __call__(self, v: Var | Literal) -> str:
+        if type(v) is Literal:
+            return f"{_literal_text(v.val)}:{v.aval.str_short()}"
+        name = self.names.get(v)
+        if name is None:
+            name = self.names[v] = _nth_name(len(self.names))
+        return name
+
+    def binder(self, v: Var) -> str:
+        return f"{self(v)}:{v.aval.str_short()}"
+
+
+def _nth_name(n: int) -> str:
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    name = letters[n % 26]
+    n //= 26
+    while n:
+        name = letters[n % 26] + name
+        n //= 26
+    return name
+
+
+def _literal_text(val) -> str:
+    value = np.asarray(val).item()
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def _param_text(value, namer: _Namer, indent: int) -> str:
+    if isinstance(value, ClosedJaxpr):
+        value = value.jaxpr
+    if isinstance(value, Jaxpr):
+        inner = _pp_jaxpr_lines(value, _Namer(), indent + 2, source_info=False)
+        return "\n" + "\n".join(inner)
+    if isinstance(value, np.dtype):
+        return value.name
+    if callable(value) and hasattr(value, "__name__"):
+        return value.__name__
+    return str(value)
+
+
+def pp_eqn(eqn: JaxprEqn, namer: _Namer, indent: int = 0, source_info: bool = False) -> str:
+    lhs = " ".join(namer.binder(v) for v in eqn.outvars) or "_"
+    params = ""
+    if eqn.params:
+        params = (
+            "["
+            + " ".join(
+                f"{k}={_param_text(v, namer, indent)}" for k, v in sorted(eqn.params.items())
+            )
+            + "]"
+        )
+    args = " ".join(namer(v) for v in eqn.invars)
+    text = f"{lhs} = {eqn.primitive.name}{params} {args}".rstrip()
+    if source_info and eqn.source_info is not None:
+        text += f"    # {eqn.source_info}"
+    return text
+
+
+def _pp_jaxpr_lines(jaxpr: Jaxpr, namer: _Namer, indent: int, source_info: bool) -> list[str]:
+    pad = " " * indent
+    consts = " ".join(namer.binder(v) for v in jaxpr.constvars)
+    args = " ".join(namer.binder(v) for v in jaxpr.invars)
+    lines = [f"{pad}{{ lambda {consts}; {args}. let"]
+    for eqn in jaxpr.eqns:
+        lines.append(f"{pad}    {pp_eqn(eqn, namer, indent + 4, source_info)}")
+    outs = ", ".join(namer(v) for v in jaxpr.outvars)
+    outs = f"({outs},)" if len(jaxpr.outvars) == 1 else f"({outs})"
+    lines.append(f"{pad}  in {outs} }}")
+    return lines
+
+
+def pp_jaxpr(jaxpr: Jaxpr, source_info: bool = False) -> str:
+    return "\n".join(_pp_jaxpr_lines(jaxpr, _Namer(), 0, source_info))

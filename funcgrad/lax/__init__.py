@@ -1,0 +1,15 @@
+"""funcgrad.lax: the primitives and their public wrappers, with JAX's signatures.
+
+Each family module declares its primitives with all their rules and lists its public wrappers
+in `__all__`.
+"""
+
+import warnings
+
+from funcgrad.lax.base import asarray
+from funcgrad.lax.elementwise import *
+from funcgrad.lax.shapes import *
+
+# The NumPy reference implementations produce IEEE results (inf, nan) for out-of-domain inputs
+# exactly as compiled code does; NumPy's warnings about them are noise to a funcgrad user.
+warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"funcgrad\.lax(\.|$)")

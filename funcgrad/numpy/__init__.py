@@ -1,0 +1,33 @@
+"""funcgrad.numpy: NumPy's API over funcgrad arrays, written only in terms of funcgrad.lax."""
+
+import numpy as _np
+
+from funcgrad import dtypes as _dtypes
+from funcgrad.array import Array as ndarray
+from funcgrad.numpy import array_methods as _array_methods
+from funcgrad.numpy._promotion import broadcast_shapes, result_type
+from funcgrad.numpy.creation import *  # noqa: F403
+from funcgrad.numpy.ufuncs import *  # noqa: F403
+
+bool_ = _dtypes.bool_.type
+int8, int16, int32, int64 = (d.type for d in _dtypes.signed_dtypes)
+uint8, uint16, uint32, uint64 = (d.type for d in _dtypes.unsigned_dtypes)
+bfloat16, float16, float32, float64 = (d.type for d in _dtypes.float_dtypes)
+float_ = float32
+int_ = int32
+dtype = _np.dtype
+promote_types = _dtypes.promote_types
+finfo = _dtypes.finfo
+iinfo = _dtypes.iinfo
+issubdtype = _dtypes.issubdtype
+floating, integer, signedinteger, unsignedinteger = (
+    _np.floating,
+    _np.integer,
+    _np.signedinteger,
+    _np.unsignedinteger,
+)
+inexact, number, generic = _np.inexact, _np.number, _np.generic
+pi, e, inf, nan, euler_gamma = _np.pi, _np.e, _np.inf, _np.nan, _np.euler_gamma
+newaxis = None
+
+_array_methods.install()

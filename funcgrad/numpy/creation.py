@@ -1,0 +1,140 @@
+"""Array creation with NumPy's names: array, asarray, zeros, ones, full and their *_like forms."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from funcgrad import core, dtypes, lax
+from funcgrad.array import Array
+from funcgrad.numpy._promotion import convert, result_type_and_weak
+
+__all__ = [
+    "array",
+    "asarray",
+    "empty",
+    "empty_like",
+    "full",
+    "full_like",
+    "ones",
+    "ones_like",
+    "zeros",
+    "zeros_like",
+]
+
+
+def _shape_tuple(shape) -> tuple[int, ...]:
+    if isinstance(shape, (int, np.integer)):
+        return (int(shape),)
+    try:
+        return tuple(int(d) for d in shape)
+    except TypeError:
+        raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
+
+
+def array(object, dtype=None, copy: bool = True, ndmin: int = 0):
+    """A funcgrad array from an array, a scalar, or nested lists/tuples of them.
+
+    Python floats become float32 and ints int32 (funcgrad's defaults); NumPy arrays keep their
+    dtype, so float64 data stays float64.
+    """
+    out = _array(object, dtype)
+    if out.ndim < ndmin:
+        out = lax.broadcast_to_rank(out, ndmin)
+    return out
+
+
+def _array(object, dtype):
+    if dtype is not None:
+        dtype = dtypes.canonicalize(dtype)
+    if isinstance(object, (Array, core.Tracer)):
+        return object if dtype is None else convert(object, dtype)
+    if isinstance(object, (bool, int, float)):
+        value_dtype = dtype or dtypes.scalar_dtype(object)[0]
+        return lax.asarray(np.array(object, value_dtype)[()])
+    if isinstance(object, (list, tuple)):
+        leaves = _nested_leaves(object)
+        if any(isinstance(x, core.Tracer) for x in leaves):
+            from funcgrad.numpy.shape_ops import stack
+
+            return stack([_array(x, dtype) for x in object])
+        if dtype is None:
+            dtype, _ = result_type_and_weak(*leaves) if leaves else (dtypes.float32, False)
+        values = [np.asarray(x) if isinstance(x, Array) else x for x in leaves]
+        nested = _rebuild(object, iter(values))
+        return lax.asarray(np.array(nested, dtype=dtype))
+    if isinstance(object, (np.ndarray, np.generic)):
+        return lax.asarray(object, dtype)
+    if hasattr(object, "__array__"):
+        return lax.asarray(np.asarray(object), dtype)
+    raise TypeError(f"cannot make a funcgrad array from {type(object).__name__} {object!r}")
+
+
+def _nested_leaves(seq) -> list:
+    leaves = []
+    for x in seq:
+        if isinstance(x, (list, tuple)):
+            leaves.extend(_nested_leaves(x))
+        else:
+            leaves.append(x)
+    return leaves
+
+
+def _rebuild(seq, leaves):
+    return [_rebuild(x, leaves) if isinstance(x, (list, tuple)) else next(leaves) for x in seq]
+
+
+def asarray(a, dtype=None, copy=None):
+    return _array(a, dtype)
+
+
+def full(shape, fill_value, dtype=None):
+    shape = _shape_tuple(shape)
+    if dtype is None:
+        fill = array(fill_value)
+    else:
+        fill = array(fill_value, dtype)
+    if fill.ndim:
+        from funcgrad.numpy._promotion import broadcast_to
+
+        return broadcast_to(fill, shape)
+    return lax.broadcast_in_dim(fill, shape, ())
+
+
+def zeros(shape, dtype=None):
+    return lax.full(_shape_tuple(shape), 0, dtypes.canonicalize(dtype or dtypes.float32))
+
+
+def ones(shape, dtype=None):
+    return lax.full(_shape_tuple(shape), 1, dtypes.canonicalize(dtype or dtypes.float32))
+
+
+def empty(shape, dtype=None):
+    return zeros(shape, dtype)
+
+
+def _like(a, dtype, shape):
+    a_dtype = a.dtype if hasattr(a, "dtype") else array(a).dtype
+    a_shape = np.shape(a) if not hasattr(a, "shape") else a.shape
+    return (
+        dtypes.canonicalize(dtype) if dtype is not None else a_dtype,
+        a_shape if shape is None else _shape_tuple(shape),
+    )
+
+
+def zeros_like(a, dtype=None, shape=None):
+    dtype, shape = _like(a, dtype, shape)
+    return lax.full(shape, 0, dtype)
+
+
+def ones_like(a, dtype=None, shape=None):
+    dtype, shape = _like(a, dtype, shape)
+    return lax.full(shape, 1, dtype)
+
+
+def empty_like(a, dtype=None, shape=None):
+    return zeros_like(a, dtype, shape)
+
+
+def full_like(a, fill_value, dtype=None, shape=None):
+    dtype, shape = _like(a, dtype, shape)
+    return full(shape, fill_value, dtype)

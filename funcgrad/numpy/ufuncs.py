@@ -1,0 +1,488 @@
+"""NumPy's elementwise functions, written in terms of funcgrad.lax."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from funcgrad import dtypes, lax
+from funcgrad.lax import elementwise as ew
+from funcgrad.numpy._promotion import (
+    promote_args,
+    promote_args_inexact,
+    promote_args_numeric,
+    to_array,
+)
+
+__all__ = [
+    "abs",
+    "absolute",
+    "acos",
+    "acosh",
+    "add",
+    "arccos",
+    "arccosh",
+    "arcsin",
+    "arcsinh",
+    "arctan",
+    "arctan2",
+    "arctanh",
+    "around",
+    "asin",
+    "asinh",
+    "atan",
+    "atan2",
+    "atanh",
+    "bitwise_and",
+    "bitwise_count",
+    "bitwise_not",
+    "bitwise_or",
+    "bitwise_xor",
+    "cbrt",
+    "ceil",
+    "conj",
+    "conjugate",
+    "copysign",
+    "cos",
+    "cosh",
+    "deg2rad",
+    "degrees",
+    "divide",
+    "divmod",
+    "equal",
+    "exp",
+    "exp2",
+    "expm1",
+    "fix",
+    "float_power",
+    "floor",
+    "floor_divide",
+    "fmax",
+    "fmin",
+    "fmod",
+    "greater",
+    "greater_equal",
+    "heaviside",
+    "hypot",
+    "invert",
+    "isfinite",
+    "isinf",
+    "isnan",
+    "isneginf",
+    "isposinf",
+    "left_shift",
+    "less",
+    "less_equal",
+    "log",
+    "log10",
+    "log1p",
+    "log2",
+    "logaddexp",
+    "logaddexp2",
+    "logical_and",
+    "logical_not",
+    "logical_or",
+    "logical_xor",
+    "maximum",
+    "minimum",
+    "mod",
+    "multiply",
+    "negative",
+    "nextafter",
+    "not_equal",
+    "positive",
+    "pow",
+    "power",
+    "rad2deg",
+    "radians",
+    "real",
+    "reciprocal",
+    "remainder",
+    "right_shift",
+    "rint",
+    "round",
+    "sign",
+    "signbit",
+    "sin",
+    "sinc",
+    "sinh",
+    "sqrt",
+    "square",
+    "subtract",
+    "tan",
+    "tanh",
+    "true_divide",
+    "trunc",
+]
+
+
+def _binary(prim, name: str, promote=promote_args):
+    def op(x, y, /):
+        return prim.bind(*promote(name, x, y))
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"NumPy's `{name}`: elementwise, with NumPy's broadcasting and type promotion."
+    return op
+
+
+def _unary(prim, name: str, promote=promote_args):
+    def op(x, /):
+        return prim.bind(*promote(name, x))
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"NumPy's `{name}`, elementwise."
+    return op
+
+
+add = _binary(ew.add_p, "add")
+subtract = _binary(ew.sub_p, "subtract")
+multiply = _binary(ew.mul_p, "multiply")
+true_divide = _binary(ew.div_p, "true_divide", promote_args_inexact)
+divide = true_divide
+_float_power = _binary(ew.pow_p, "float_power", promote_args_inexact)
+arctan2 = _binary(ew.atan2_p, "arctan2", promote_args_inexact)
+nextafter = _binary(ew.nextafter_p, "nextafter", promote_args_inexact)
+maximum = _binary(ew.max_p, "maximum")
+minimum = _binary(ew.min_p, "minimum")
+equal = _binary(ew.eq_p, "equal")
+not_equal = _binary(ew.ne_p, "not_equal")
+less = _binary(ew.lt_p, "less")
+less_equal = _binary(ew.le_p, "less_equal")
+greater = _binary(ew.gt_p, "greater")
+greater_equal = _binary(ew.ge_p, "greater_equal")
+bitwise_and = _binary(ew.and_p, "bitwise_and")
+bitwise_or = _binary(ew.or_p, "bitwise_or")
+bitwise_xor = _binary(ew.xor_p, "bitwise_xor")
+left_shift = _binary(ew.shift_left_p, "left_shift")
+
+negative = _unary(ew.neg_p, "negative", promote_args_numeric)
+sign = _unary(ew.sign_p, "sign", promote_args_numeric)
+exp = _unary(ew.exp_p, "exp", promote_args_inexact)
+exp2 = _unary(ew.exp2_p, "exp2", promote_args_inexact)
+expm1 = _unary(ew.expm1_p, "expm1", promote_args_inexact)
+log = _unary(ew.log_p, "log", promote_args_inexact)
+log1p = _unary(ew.log1p_p, "log1p", promote_args_inexact)
+sqrt = _unary(ew.sqrt_p, "sqrt", promote_args_inexact)
+cbrt = _unary(ew.cbrt_p, "cbrt", promote_args_inexact)
+sin = _unary(ew.sin_p, "sin", promote_args_inexact)
+cos = _unary(ew.cos_p, "cos", promote_args_inexact)
+tan = _unary(ew.tan_p, "tan", promote_args_inexact)
+arcsin = _unary(ew.asin_p, "arcsin", promote_args_inexact)
+arccos = _unary(ew.acos_p, "arccos", promote_args_inexact)
+arctan = _unary(ew.atan_p, "arctan", promote_args_inexact)
+sinh = _unary(ew.sinh_p, "sinh", promote_args_inexact)
+cosh = _unary(ew.cosh_p, "cosh", promote_args_inexact)
+tanh = _unary(ew.tanh_p, "tanh", promote_args_inexact)
+arcsinh = _unary(ew.asinh_p, "arcsinh", promote_args_inexact)
+arccosh = _unary(ew.acosh_p, "arccosh", promote_args_inexact)
+arctanh = _unary(ew.atanh_p, "arctanh", promote_args_inexact)
+isfinite = _unary(ew.is_finite_p, "isfinite", promote_args_inexact)
+
+asin, acos, atan, atan2 = arcsin, arccos, arctan, arctan2
+asinh, acosh, atanh = arcsinh, arccosh, arctanh
+
+
+def positive(x, /):
+    return to_array(x)
+
+
+def absolute(x, /):
+    (x,) = promote_args("absolute", x)
+    return x if dtypes.is_bool(x.dtype) or dtypes.is_unsigned(x.dtype) else lax.abs(x)
+
+
+abs = absolute
+
+
+def floor(x, /):
+    (x,) = promote_args("floor", x)
+    return lax.floor(x) if dtypes.is_float(x.dtype) else x
+
+
+def ceil(x, /):
+    (x,) = promote_args("ceil", x)
+    return lax.ceil(x) if dtypes.is_float(x.dtype) else x
+
+
+def trunc(x, /):
+    (x,) = promote_args("trunc", x)
+    if not dtypes.is_float(x.dtype):
+        return x
+    return lax.select(lax.lt(x, _zero(x)), lax.ceil(x), lax.floor(x))
+
+
+fix = trunc
+
+
+def rint(x, /):
+    (x,) = promote_args_inexact("rint", x)
+    return lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN)
+
+
+def round(a, decimals: int = 0, out=None):
+    """Round half to even, as NumPy does, at `decimals` decimal places."""
+    if out is not None:
+        raise NotImplementedError("funcgrad arrays are immutable: the out argument is unsupported")
+    (a,) = promote_args("round", a)
+    if not dtypes.is_float(a.dtype):
+        if decimals >= 0:
+            return a
+        factor = _full_like_scalar(a, 10**-decimals)
+        return multiply(floor_divide(add(a, floor_divide(factor, 2)), factor), factor)
+    if decimals == 0:
+        return lax.round(a, lax.RoundingMethod.TO_NEAREST_EVEN)
+    factor = _full_like_scalar(a, 10.0**decimals)
+    return true_divide(lax.round(multiply(a, factor), lax.RoundingMethod.TO_NEAREST_EVEN), factor)
+
+
+around = round
+
+
+def square(x, /):
+    (x,) = promote_args_numeric("square", x)
+    return lax.integer_pow(x, 2)
+
+
+def reciprocal(x, /):
+    (x,) = promote_args_inexact("reciprocal", x)
+    return lax.integer_pow(x, -1)
+
+
+def log2(x, /):
+    (x,) = promote_args_inexact("log2", x)
+    return lax.div(lax.log(x), lax.log(_full_like_scalar(x, 2.0)))
+
+
+def log10(x, /):
+    (x,) = promote_args_inexact("log10", x)
+    return lax.div(lax.log(x), lax.log(_full_like_scalar(x, 10.0)))
+
+
+def power(x1, x2, /):
+    """NumPy's power: integer exponents of integer bases stay integers."""
+    if isinstance(x2, int) and not isinstance(x2, bool):
+        (x1,) = promote_args_numeric("power", x1)
+        if x2 >= 0 or dtypes.is_float(x1.dtype):
+            return lax.integer_pow(x1, x2)
+    x1, x2 = promote_args_numeric("power", x1, x2)
+    if dtypes.is_int(x1.dtype):
+        return _integer_power(x1, x2)
+    return lax.pow(x1, x2)
+
+
+def _integer_power(base, exponent):
+    # Square-and-multiply over the exponent's bits; negative exponents give 0 as in NumPy's
+    # integer semantics except for bases 1 and -1.
+    bits = base.dtype.itemsize * 8
+    result = lax.full_like(base, 1)
+    acc = base
+    e = exponent
+    for _ in range(bits):
+        odd = lax.ne(lax.bitwise_and(e, _full_like_scalar(e, 1)), _zero(e))
+        result = lax.select(odd, lax.mul(result, acc), result)
+        acc = lax.mul(acc, acc)
+        e = lax.shift_right_logical(e, _full_like_scalar(e, 1))
+    return result
+
+
+pow = power
+float_power = _float_power
+
+
+def floor_divide(x1, x2, /):
+    x1, x2 = promote_args_numeric("floor_divide", x1, x2)
+    if dtypes.is_int(x1.dtype):
+        quotient = lax.div(x1, x2)
+        remainder = lax.rem(x1, x2)
+        zero = _zero(x1)
+        adjust = lax.bitwise_and(
+            lax.ne(remainder, zero), lax.ne(lax.lt(remainder, zero), lax.lt(x2, zero))
+        )
+        return lax.select(adjust, lax.sub(quotient, _full_like_scalar(quotient, 1)), quotient)
+    return lax.floor(lax.div(x1, x2))
+
+
+def remainder(x1, x2, /):
+    """Remainder with the sign of the divisor, as NumPy's `%`."""
+    x1, x2 = promote_args_numeric("remainder", x1, x2)
+    r = lax.rem(x1, x2)
+    zero = _zero(r)
+    fix_sign = lax.bitwise_and(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(x2, zero)))
+    return lax.select(fix_sign, lax.add(r, x2), r)
+
+
+mod = remainder
+
+
+def fmod(x1, x2, /):
+    x1, x2 = promote_args_numeric("fmod", x1, x2)
+    return lax.rem(x1, x2)
+
+
+def divmod(x1, x2, /):
+    return floor_divide(x1, x2), remainder(x1, x2)
+
+
+def right_shift(x1, x2, /):
+    x1, x2 = promote_args("right_shift", x1, x2)
+    if dtypes.is_unsigned(x1.dtype):
+        return lax.shift_right_logical(x1, x2)
+    return lax.shift_right_arithmetic(x1, x2)
+
+
+def bitwise_not(x, /):
+    (x,) = promote_args("bitwise_not", x)
+    return lax.bitwise_not(x)
+
+
+invert = bitwise_not
+
+
+def bitwise_count(x, /):
+    (x,) = promote_args("bitwise_count", x)
+    return lax.convert_element_type(lax.population_count(lax.abs(x)), np.uint8)
+
+
+def _as_bool(name, x):
+    (x,) = promote_args(name, x)
+    return x if dtypes.is_bool(x.dtype) else lax.ne(x, _zero(x))
+
+
+def logical_not(x, /):
+    return lax.bitwise_not(_as_bool("logical_not", x))
+
+
+def logical_and(x1, x2, /):
+    return lax.bitwise_and(*promote_args("", _as_bool("logical_and", x1), _as_bool("", x2)))
+
+
+def logical_or(x1, x2, /):
+    return lax.bitwise_or(*promote_args("", _as_bool("logical_or", x1), _as_bool("", x2)))
+
+
+def logical_xor(x1, x2, /):
+    return lax.bitwise_xor(*promote_args("", _as_bool("logical_xor", x1), _as_bool("", x2)))
+
+
+def isnan(x, /):
+    (x,) = promote_args("isnan", x)
+    if not dtypes.is_float(x.dtype):
+        return lax.full_like(x, False, dtypes.bool_)
+    return lax.ne(x, x)
+
+
+def isinf(x, /):
+    (x,) = promote_args("isinf", x)
+    if not dtypes.is_float(x.dtype):
+        return lax.full_like(x, False, dtypes.bool_)
+    return lax.eq(lax.abs(x), _full_like_scalar(x, np.inf))
+
+
+def isposinf(x, /):
+    (x,) = promote_args_inexact("isposinf", x)
+    return lax.eq(x, _full_like_scalar(x, np.inf))
+
+
+def isneginf(x, /):
+    (x,) = promote_args_inexact("isneginf", x)
+    return lax.eq(x, _full_like_scalar(x, -np.inf))
+
+
+def signbit(x, /):
+    (x,) = promote_args("signbit", x)
+    if dtypes.is_unsigned(x.dtype) or dtypes.is_bool(x.dtype):
+        return lax.full_like(x, False, dtypes.bool_)
+    if dtypes.is_int(x.dtype):
+        return lax.lt(x, _zero(x))
+    int_dtype = np.dtype(f"i{x.dtype.itemsize}")
+    return lax.lt(lax.bitcast_convert_type(x, int_dtype), lax.asarray(int_dtype.type(0)))
+
+
+def copysign(x1, x2, /):
+    x1, x2 = promote_args_inexact("copysign", x1, x2)
+    return lax.select(signbit(x2), lax.neg(lax.abs(x1)), lax.abs(x1))
+
+
+def hypot(x1, x2, /):
+    x1, x2 = promote_args_inexact("hypot", x1, x2)
+    a, b = lax.abs(x1), lax.abs(x2)
+    big, small = lax.max(a, b), lax.min(a, b)
+    # Scale by the larger magnitude so the squares neither overflow nor underflow.
+    safe_big = lax.select(lax.eq(big, _zero(big)), _full_like_scalar(big, 1.0), big)
+    ratio = lax.div(small, safe_big)
+    return lax.mul(big, lax.sqrt(lax.add(_full_like_scalar(ratio, 1.0), lax.mul(ratio, ratio))))
+
+
+def fmax(x1, x2, /):
+    """Maximum that ignores NaNs (returns the other operand)."""
+    x1, x2 = promote_args("fmax", x1, x2)
+    return lax.select(isnan(x2), x1, lax.select(isnan(x1), x2, lax.max(x1, x2)))
+
+
+def fmin(x1, x2, /):
+    x1, x2 = promote_args("fmin", x1, x2)
+    return lax.select(isnan(x2), x1, lax.select(isnan(x1), x2, lax.min(x1, x2)))
+
+
+def heaviside(x1, x2, /):
+    x1, x2 = promote_args_inexact("heaviside", x1, x2)
+    zero = _zero(x1)
+    return lax.select(
+        lax.lt(x1, zero), zero, lax.select(lax.gt(x1, zero), _full_like_scalar(x1, 1.0), x2)
+    )
+
+
+def deg2rad(x, /):
+    (x,) = promote_args_inexact("deg2rad", x)
+    return lax.mul(x, _full_like_scalar(x, np.pi / 180))
+
+
+def rad2deg(x, /):
+    (x,) = promote_args_inexact("rad2deg", x)
+    return lax.mul(x, _full_like_scalar(x, 180 / np.pi))
+
+
+radians, degrees = deg2rad, rad2deg
+
+
+def logaddexp(x1, x2, /):
+    x1, x2 = promote_args_inexact("logaddexp", x1, x2)
+    hi = lax.max(x1, x2)
+    delta = lax.sub(x1, x2)
+    # log(e^a + e^b) = max + log1p(e^-|a-b|); when both are equal infinities delta is nan.
+    finite_delta = lax.select(isnan(delta), _zero(delta), delta)
+    out = lax.add(hi, lax.log1p(lax.exp(lax.neg(lax.abs(finite_delta)))))
+    return lax.select(isnan(delta), lax.add(x1, x2), out)
+
+
+def logaddexp2(x1, x2, /):
+    x1, x2 = promote_args_inexact("logaddexp2", x1, x2)
+    ln2 = _full_like_scalar(x1, np.log(2))
+    return lax.div(logaddexp(lax.mul(x1, ln2), lax.mul(x2, ln2)), ln2)
+
+
+def sinc(x, /):
+    (x,) = promote_args_inexact("sinc", x)
+    pi_x = lax.mul(x, _full_like_scalar(x, np.pi))
+    is_zero = lax.eq(x, _zero(x))
+    safe = lax.select(is_zero, _full_like_scalar(x, 1.0), pi_x)
+    return lax.select(is_zero, _full_like_scalar(x, 1.0), lax.div(lax.sin(safe), safe))
+
+
+def conjugate(x, /):
+    return to_array(x)
+
+
+conj = conjugate
+
+
+def real(x, /):
+    return to_array(x)
+
+
+def _zero(x):
+    return _full_like_scalar(x, 0)
+
+
+def _full_like_scalar(x, value):
+    """A rank-0 array of `x`'s dtype (elementwise primitives broadcast rank-0 operands)."""
+    return lax.asarray(np.array(value, x.dtype)[()])

@@ -1,0 +1,464 @@
+"""Pytrees: nested containers split into a flat list of leaves and a hashable structure.
+
+Transformations key their caches on the structure (``PyTreeDef``): it is immutable, hashed once.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import operator
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import Any, NamedTuple
+
+__all__ = [
+    "Partial",
+    "PyTreeDef",
+    "all_leaves",
+    "register_dataclass",
+    "register_pytree_node",
+    "register_pytree_node_class",
+    "tree_all",
+    "tree_flatten",
+    "tree_leaves",
+    "tree_map",
+    "tree_reduce",
+    "tree_structure",
+    "tree_transpose",
+    "tree_unflatten",
+    "treedef_children",
+    "treedef_is_leaf",
+]
+
+IsLeaf = Callable[[Any], bool]
+
+
+class _NodeKind(NamedTuple):
+    """How one container type is taken apart, rebuilt and printed.
+
+    ``unflatten`` and ``describe`` receive the node's exact type so that one kind can serve
+    every namedtuple class.
+    """
+
+    flatten: Callable[[Any], tuple[Iterable[Any], Any]]
+    unflatten: Callable[[type, Any, list[Any]], Any]
+    describe: Callable[[type, Any, list[str]], str]
+
+
+# Exact type -> kind. Subclasses are leaves unless registered themselves (namedtuples excepted),
+# which keeps the per-node test on the hot path a single dict lookup.
+_NODE_KINDS: dict[type, _NodeKind] = {}
+
+
+class PyTreeDef:
+    """The container structure of a pytree, with the leaves taken out.
+
+    Built by ``tree_flatten``; not meant to be constructed directly. The hash is computed at
+    construction from the children's hashes so that using a treedef as a cache key costs O(1)
+    beyond the flatten that produced it. It is None when some auxiliary data is unhashable;
+    such a treedef still compares, but cannot be hashed.
+    """
+
+    __slots__ = ("_type", "_kind", "_aux", "_children", "_num_leaves", "_num_nodes", "_hash")
+
+    def __init__(
+        self,
+        node_type: type | None,
+        kind: _NodeKind | None,
+        aux: Any,
+        children: tuple[PyTreeDef, ...],
+    ) -> None:
+        self._type = node_type
+        self._kind = kind
+        self._aux = aux
+        self._children = children
+        # One plain loop: this runs for every node of every flatten, ahead of each jit cache lookup.
+        num_leaves = 1 if kind is None else 0
+        num_nodes = 1
+        child_hashes = []
+        for c in children:
+            num_leaves += c._num_leaves
+            num_nodes += c._num_nodes
+            child_hashes.append(c._hash)
+        self._num_leaves = num_leaves
+        self._num_nodes = num_nodes
+        try:
+            self._hash = None if None in child_hashes else hash((node_type, aux, *child_hashes))
+        except TypeError:
+            self._hash = None
+
+    @property
+    def num_leaves(self) -> int:
+        return self._num_leaves
+
+    @property
+    def num_nodes(self) -> int:
+        return self._num_nodes
+
+    def children(self) -> list[PyTreeDef]:
+        """The treedefs of the immediate subtrees (empty for a leaf)."""
+        return list(self._children)
+
+    def unflatten(self, leaves: Iterable[Any]) -> Any:
+        """Rebuild a pytree of this structure from its leaves, in ``tree_leaves`` order."""
+        leaves = list(leaves)
+        if len(leaves) != self._num_leaves:
+            raise ValueError(
+                f"{self!r} has {self._num_leaves} leaves, but {len(leaves)} leaves were given"
+            )
+        return self._build(iter(leaves))
+
+    def _build(self, leaves: Iterator[Any]) -> Any:
+        if self._kind is None:
+            return next(leaves)
+        return self._kind.unflatten(
+            self._type, self._aux, [c._build(leaves) for c in self._children]
+        )
+
+    def compose(self, inner: PyTreeDef) -> PyTreeDef:
+        """The structure obtained by replacing every leaf of ``self`` with ``inner``."""
+        if self._kind is None:
+            return inner
+        children = tuple(c.compose(inner) for c in self._children)
+        return PyTreeDef(self._type, self._kind, self._aux, children)
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, PyTreeDef):
+            return NotImplemented
+        return (
+            self._hash == other._hash
+            and self._type is other._type
+            and self._num_leaves == other._num_leaves
+            and self._aux == other._aux
+            and self._children == other._children
+        )
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            raise TypeError(f"{self!r} has unhashable auxiliary data")
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"PyTreeDef({self._describe()})"
+
+    def _describe(self) -> str:
+        if self._kind is None:
+            return "*"
+        return self._kind.describe(self._type, self._aux, [c._describe() for c in self._children])
+
+
+_LEAF = PyTreeDef(None, None, None, ())
+
+
+def _flatten(tree: Any, leaves: list[Any], is_leaf: IsLeaf | None) -> PyTreeDef:
+    """Append the leaves of ``tree`` to ``leaves`` and return its structure."""
+    if is_leaf is not None and is_leaf(tree):
+        leaves.append(tree)
+        return _LEAF
+    node_type = type(tree)
+    kind = _NODE_KINDS.get(node_type)
+    if kind is None:
+        if not (isinstance(tree, tuple) and hasattr(node_type, "_fields")):
+            leaves.append(tree)
+            return _LEAF
+        kind = _NAMEDTUPLE
+    children, aux = kind.flatten(tree)
+    subtrees = tuple([_flatten(c, leaves, is_leaf) for c in children])
+    return PyTreeDef(node_type, kind, aux, subtrees)
+
+
+def tree_flatten(tree: Any, is_leaf: IsLeaf | None = None) -> tuple[list[Any], PyTreeDef]:
+    """Split ``tree`` into its leaves (depth first, dict keys sorted) and its structure."""
+    leaves: list[Any] = []
+    treedef = _flatten(tree, leaves, is_leaf)
+    return leaves, treedef
+
+
+def tree_unflatten(treedef: PyTreeDef, leaves: Iterable[Any]) -> Any:
+    """Inverse of ``tree_flatten``: rebuild a pytree from a structure and its leaves."""
+    return treedef.unflatten(leaves)
+
+
+def tree_leaves(tree: Any, is_leaf: IsLeaf | None = None) -> list[Any]:
+    """The leaves of ``tree``, in flatten order."""
+    return tree_flatten(tree, is_leaf)[0]
+
+
+def tree_structure(tree: Any, is_leaf: IsLeaf | None = None) -> PyTreeDef:
+    """The structure of ``tree``, without its leaves."""
+    return tree_flatten(tree, is_leaf)[1]
+
+
+def tree_map(f: Callable[..., Any], tree: Any, *rest: Any, is_leaf: IsLeaf | None = None) -> Any:
+    """Apply ``f`` leafwise across ``tree`` and ``rest``, which must all have the same structure."""
+    leaves, treedef = tree_flatten(tree, is_leaf)
+    leaf_lists = [leaves]
+    for other in rest:
+        other_leaves, other_treedef = tree_flatten(other, is_leaf)
+        if other_treedef != treedef:
+            raise ValueError(
+                f"tree_map: trees must have the same structure, got {treedef} and {other_treedef}"
+            )
+        leaf_lists.append(other_leaves)
+    return treedef.unflatten([f(*xs) for xs in zip(*leaf_lists)])
+
+
+def tree_all(tree: Any, *, is_leaf: IsLeaf | None = None) -> bool:
+    """True when every leaf of ``tree`` is truthy."""
+    return all(tree_leaves(tree, is_leaf))
+
+
+_MISSING = object()
+
+
+def tree_reduce(
+    function: Callable[[Any, Any], Any],
+    tree: Any,
+    initializer: Any = _MISSING,
+    is_leaf: IsLeaf | None = None,
+) -> Any:
+    """``functools.reduce`` over the leaves of ``tree``."""
+    leaves = tree_leaves(tree, is_leaf)
+    if initializer is _MISSING:
+        return functools.reduce(function, leaves)
+    return functools.reduce(function, leaves, initializer)
+
+
+def tree_transpose(
+    outer_treedef: PyTreeDef, inner_treedef: PyTreeDef, pytree_to_transpose: Any
+) -> Any:
+    """Turn an outer tree of inner trees into an inner tree of outer trees.
+
+    For example a list of ``(a, b)`` pairs becomes a pair of lists.
+    """
+    leaves, treedef = tree_flatten(pytree_to_transpose)
+    expected = outer_treedef.compose(inner_treedef)
+    if treedef != expected:
+        raise TypeError(f"tree_transpose: expected structure {expected}, got {treedef}")
+    # Leaves come grouped by outer leaf, n inner leaves per group; stride n picks one inner slot.
+    n = inner_treedef.num_leaves
+    return inner_treedef.unflatten([outer_treedef.unflatten(leaves[j::n]) for j in range(n)])
+
+
+def treedef_children(treedef: PyTreeDef) -> list[PyTreeDef]:
+    """The treedefs of the immediate subtrees of ``treedef``."""
+    return treedef.children()
+
+
+def treedef_is_leaf(treedef: PyTreeDef) -> bool:
+    """True for a single node: a leaf, or (as in JAX) a childless node like ``None`` or ``()``."""
+    return treedef.num_nodes == 1
+
+
+def all_leaves(iterable: Iterable[Any], is_leaf: IsLeaf | None = None) -> bool:
+    """True when no element of ``iterable`` is a pytree node (``None`` counts as a node)."""
+    return all(tree_structure(x, is_leaf) == _LEAF for x in iterable)
+
+
+# --- registration -------------------------------------------------------------------------------
+
+
+def _describe_custom(node_type: type, aux: Any, strs: list[str]) -> str:
+    return f"CustomNode({node_type.__name__}[{aux!r}], [{', '.join(strs)}])"
+
+
+def _register(node_type: type, kind: _NodeKind) -> None:
+    if node_type in _NODE_KINDS:
+        raise ValueError(f"{node_type!r} is already registered as a pytree node type")
+    _NODE_KINDS[node_type] = kind
+
+
+def register_pytree_node(
+    nodetype: type,
+    flatten_func: Callable[[Any], tuple[Iterable[Any], Hashable]],
+    unflatten_func: Callable[[Any, tuple[Any, ...]], Any],
+) -> None:
+    """Make ``nodetype`` a pytree node.
+
+    ``flatten_func(x)`` returns ``(children, aux_data)``; ``unflatten_func(aux_data, children)``
+    rebuilds the node. ``aux_data`` is static: it is part of the treedef and so must be hashable
+    and comparable for the treedef to be usable as a cache key.
+    """
+    _register(
+        nodetype,
+        _NodeKind(
+            flatten_func,
+            lambda _type, aux, children: unflatten_func(aux, tuple(children)),
+            _describe_custom,
+        ),
+    )
+
+
+def register_pytree_node_class(cls: type) -> type:
+    """Class decorator registering ``cls`` through its ``tree_flatten`` / ``tree_unflatten``.
+
+    ``obj.tree_flatten()`` returns ``(children, aux_data)``; the classmethod
+    ``cls.tree_unflatten(aux_data, children)`` rebuilds an instance.
+    """
+    register_pytree_node(cls, operator.methodcaller("tree_flatten"), cls.tree_unflatten)
+    return cls
+
+
+def register_dataclass(
+    nodetype: type,
+    data_fields: Iterable[str] | None = None,
+    meta_fields: Iterable[str] | None = None,
+) -> type:
+    """Register a dataclass-like type whose ``data_fields`` are children and ``meta_fields`` aux.
+
+    With neither list given, ``nodetype`` must be a dataclass: fields declared with
+    ``metadata=dict(static=True)`` are meta, the other ``init`` fields are data. Returns
+    ``nodetype`` so it also works as a class decorator.
+    """
+    if data_fields is None and meta_fields is None:
+        if not dataclasses.is_dataclass(nodetype):
+            raise TypeError(
+                f"register_dataclass: {nodetype!r} is not a dataclass; "
+                "pass data_fields and meta_fields explicitly"
+            )
+        fields = [f for f in dataclasses.fields(nodetype) if f.init]
+        data_fields = [f.name for f in fields if not f.metadata.get("static", False)]
+        meta_fields = [f.name for f in fields if f.metadata.get("static", False)]
+    elif data_fields is None or meta_fields is None:
+        raise TypeError("register_dataclass: pass both data_fields and meta_fields, or neither")
+    data = tuple(data_fields)
+    meta = tuple(meta_fields)
+    if dataclasses.is_dataclass(nodetype):
+        # A missing init field would make unflatten fail much later, far from the mistake.
+        init_fields = {f.name for f in dataclasses.fields(nodetype) if f.init}
+        if set(data) | set(meta) != init_fields:
+            raise ValueError(
+                f"register_dataclass: data_fields {data} and meta_fields {meta} must together "
+                f"name exactly the init fields of {nodetype.__name__}: {sorted(init_fields)}"
+            )
+
+    def flatten(x: Any) -> tuple[list[Any], tuple[Any, ...]]:
+        return [getattr(x, name) for name in data], tuple(getattr(x, name) for name in meta)
+
+    def unflatten(aux: tuple[Any, ...], children: tuple[Any, ...]) -> Any:
+        return nodetype(**dict(zip(meta, aux)), **dict(zip(data, children)))
+
+    register_pytree_node(nodetype, flatten, unflatten)
+    return nodetype
+
+
+class _StaticCallable:
+    """Wraps a functools.partial so that ``Partial`` keeps its bound arguments static.
+
+    ``functools.partial.__new__`` merges a partial's arguments into the new one, which would turn
+    them into leaves.
+    """
+
+    __slots__ = ("wrapped",)
+
+    def __init__(self, wrapped: Callable[..., Any]) -> None:
+        self.wrapped = wrapped
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.wrapped(*args, **kwargs)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _StaticCallable) and self.wrapped == other.wrapped
+
+    def __hash__(self) -> int:
+        return hash(self.wrapped)
+
+    def __repr__(self) -> str:
+        return repr(self.wrapped)
+
+
+class Partial(functools.partial):
+    """A ``functools.partial`` that is a pytree: bound arguments are leaves, the function is aux.
+
+    This lets a partially applied function be passed through a transformation with its bound
+    arrays treated as data rather than baked into the traced function.
+    """
+
+    def __new__(cls, func: Callable[..., Any], /, *args: Any, **keywords: Any) -> Partial:
+        if isinstance(func, functools.partial):
+            func = _StaticCallable(func)
+        return super().__new__(cls, func, *args, **keywords)
+
+
+# --- built-in node kinds ------------------------------------------------------------------------
+
+
+def _describe_tuple(_type: type, _aux: None, strs: list[str]) -> str:
+    return f"({', '.join(strs)}{',' if len(strs) == 1 else ''})"
+
+
+def _describe_list(_type: type, _aux: None, strs: list[str]) -> str:
+    return f"[{', '.join(strs)}]"
+
+
+def _describe_items(keys: Iterable[Any], strs: list[str]) -> str:
+    return "{" + ", ".join(f"{k!r}: {s}" for k, s in zip(keys, strs)) + "}"
+
+
+def _flatten_dict(d: dict[Any, Any]) -> tuple[list[Any], tuple[Any, ...]]:
+    keys = sorted(d)
+    return [d[k] for k in keys], tuple(keys)
+
+
+def _flatten_ordered_dict(d: collections.OrderedDict[Any, Any]) -> tuple[Any, tuple[Any, ...]]:
+    return d.values(), tuple(d)
+
+
+def _flatten_defaultdict(d: collections.defaultdict[Any, Any]) -> tuple[list[Any], Any]:
+    keys = sorted(d)
+    return [d[k] for k in keys], (d.default_factory, tuple(keys))
+
+
+def _describe_defaultdict(_type: type, aux: Any, strs: list[str]) -> str:
+    factory, keys = aux
+    return f"defaultdict({getattr(factory, '__name__', factory)}, {_describe_items(keys, strs)})"
+
+
+def _describe_namedtuple(node_type: type, _aux: None, strs: list[str]) -> str:
+    fields = ", ".join(f"{name}={s}" for name, s in zip(node_type._fields, strs))
+    return f"{node_type.__name__}({fields})"
+
+
+_NAMEDTUPLE = _NodeKind(
+    lambda t: (t, None),
+    lambda node_type, _aux, children: node_type(*children),
+    _describe_namedtuple,
+)
+
+_NODE_KINDS.update(
+    {
+        tuple: _NodeKind(
+            lambda t: (t, None), lambda _type, _aux, children: tuple(children), _describe_tuple
+        ),
+        list: _NodeKind(
+            lambda l: (l, None), lambda _type, _aux, children: children, _describe_list
+        ),
+        dict: _NodeKind(
+            _flatten_dict,
+            lambda _type, keys, children: dict(zip(keys, children)),
+            lambda _type, keys, strs: _describe_items(keys, strs),
+        ),
+        type(None): _NodeKind(
+            lambda _: ((), None), lambda _type, _aux, _children: None, lambda *_: "None"
+        ),
+        collections.OrderedDict: _NodeKind(
+            _flatten_ordered_dict,
+            lambda _type, keys, children: collections.OrderedDict(zip(keys, children)),
+            lambda _type, keys, strs: f"OrderedDict({_describe_items(keys, strs)})",
+        ),
+        collections.defaultdict: _NodeKind(
+            _flatten_defaultdict,
+            lambda _type, aux, children: collections.defaultdict(aux[0], zip(aux[1], children)),
+            _describe_defaultdict,
+        ),
+    }
+)
+
+register_pytree_node(
+    Partial,
+    lambda p: ((p.args, p.keywords), p.func),
+    lambda func, children: Partial(func, *children[0], **children[1]),
+)

@@ -1,0 +1,319 @@
+import collections
+import dataclasses
+import functools
+import operator
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import funcgrad.tree_util as tu
+
+Point = collections.namedtuple("Point", ["x", "y"])
+
+scalars = st.integers(-1000, 1000) | st.floats(allow_nan=False, allow_infinity=False)
+trees = st.recursive(
+    st.none() | scalars,
+    lambda children: st.one_of(
+        st.lists(children, max_size=3),
+        st.lists(children, max_size=3).map(tuple),
+        st.dictionaries(st.text("abc", max_size=2), children, max_size=3),
+        st.builds(Point, children, children),
+    ),
+    max_leaves=10,
+)
+
+
+# --- hand-written references ------------------------------------------------------------------
+
+
+def ref_map(f, tree, *rest):
+    """Recursive tree_map over the node types the strategy generates."""
+    if tree is None:
+        return None
+    if isinstance(tree, dict):
+        return {k: ref_map(f, tree[k], *(r[k] for r in rest)) for k in sorted(tree)}
+    if isinstance(tree, Point):
+        return Point(*(ref_map(f, *xs) for xs in zip(tree, *rest)))
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(ref_map(f, *xs) for xs in zip(tree, *rest))
+    return f(tree, *rest)
+
+
+def pair(a, b):
+    return (a, b)
+
+
+def shape(tree):
+    """Container shape with types and keys kept and leaves erased."""
+    if tree is None:
+        return ("None",)
+    if isinstance(tree, dict):
+        return (dict, tuple((k, shape(tree[k])) for k in sorted(tree)))
+    if isinstance(tree, (list, tuple)):
+        return (type(tree), tuple(shape(c) for c in tree))
+    return "*"
+
+
+def assert_identical(actual, expected):
+    """Same container types, dict keys in sorted order, and the very same leaf objects."""
+    assert type(actual) is type(expected)
+    if isinstance(expected, dict):
+        assert list(actual) == sorted(expected)
+        for k in expected:
+            assert_identical(actual[k], expected[k])
+    elif isinstance(expected, (list, tuple)):
+        assert len(actual) == len(expected)
+        for a, e in zip(actual, expected):
+            assert_identical(a, e)
+    else:
+        assert actual is expected
+
+
+# --- properties ---------------------------------------------------------------------------------
+
+
+@given(trees)
+def test_flatten_unflatten_round_trip(tree):
+    leaves, treedef = tu.tree_flatten(tree)
+    assert leaves == tu.tree_leaves(tree)
+    assert treedef.num_leaves == len(leaves)
+    assert_identical(tu.tree_unflatten(treedef, leaves), tree)
+
+
+@given(trees, st.data())
+def test_tree_map_two_trees_matches_reference(tree, data):
+    other = ref_map(lambda _: data.draw(scalars), tree)
+    assert tu.tree_map(pair, tree, other) == ref_map(pair, tree, other)
+
+
+@given(trees, trees)
+def test_structure_equal_iff_same_shape(a, b):
+    assert (tu.tree_structure(a) == tu.tree_structure(b)) == (shape(a) == shape(b))
+
+
+@given(trees, st.data())
+def test_same_shape_gives_equal_hashes(tree, data):
+    other = ref_map(lambda _: data.draw(scalars), tree)
+    td, other_td = tu.tree_structure(tree), tu.tree_structure(other)
+    assert td == other_td
+    assert hash(td) == hash(other_td)
+    assert len({td, other_td}) == 1
+
+
+@given(trees)
+def test_structure_queries(tree):
+    treedef = tu.tree_structure(tree)
+    children = tu.treedef_children(treedef)
+    assert treedef.num_nodes == 1 + sum(c.num_nodes for c in children)
+    assert tu.treedef_is_leaf(treedef) == (treedef.num_nodes == 1)
+    assert tu.tree_unflatten(treedef, [0] * treedef.num_leaves) == ref_map(lambda _: 0, tree)
+
+
+# --- node types ---------------------------------------------------------------------------------
+
+
+def test_none_is_an_empty_node_not_a_leaf():
+    assert tu.tree_leaves([None, 1]) == [1]
+    assert tu.tree_structure(None).num_leaves == 0
+    assert not tu.all_leaves([None])
+    assert tu.all_leaves([1, "a", 2.0])
+    assert not tu.all_leaves([1, (2,)])
+
+
+def test_repr():
+    treedef = tu.tree_structure((1, {"b": [2, 3], "a": 4}))
+    assert repr(treedef) == "PyTreeDef((*, {'a': *, 'b': [*, *]}))"
+    assert repr(tu.tree_structure((1,))) == "PyTreeDef((*,))"
+    assert repr(tu.tree_structure(Point(1, None))) == "PyTreeDef(Point(x=*, y=None))"
+
+
+def test_dict_children_sorted_and_rebuilt_sorted():
+    leaves, treedef = tu.tree_flatten({"b": 1, "a": 2})
+    assert leaves == [2, 1]
+    assert list(tu.tree_unflatten(treedef, leaves)) == ["a", "b"]
+
+
+def test_ordered_dict_keeps_insertion_order():
+    tree = collections.OrderedDict([("b", 1), ("a", 2)])
+    leaves, treedef = tu.tree_flatten(tree)
+    assert leaves == [1, 2]
+    rebuilt = tu.tree_unflatten(treedef, leaves)
+    assert type(rebuilt) is collections.OrderedDict and list(rebuilt) == ["b", "a"]
+    assert treedef != tu.tree_structure(collections.OrderedDict([("a", 1), ("b", 2)]))
+    assert treedef != tu.tree_structure({"b": 1, "a": 2})
+
+
+def test_defaultdict_keeps_default_factory():
+    tree = collections.defaultdict(list, {"b": 1, "a": 2})
+    leaves, treedef = tu.tree_flatten(tree)
+    assert leaves == [2, 1]
+    rebuilt = tu.tree_map(lambda x: x * 10, tree)
+    assert type(rebuilt) is collections.defaultdict and rebuilt.default_factory is list
+    assert dict(rebuilt) == {"a": 20, "b": 10}
+    assert treedef != tu.tree_structure(collections.defaultdict(set, {"b": 1, "a": 2}))
+
+
+def test_subclasses_of_containers_are_leaves():
+    class MyDict(dict):
+        pass
+
+    assert tu.tree_leaves([MyDict(a=1)]) == [MyDict(a=1)]
+
+
+class Box:
+    def __init__(self, value, label):
+        self.value = value
+        self.label = label
+
+
+tu.register_pytree_node(
+    Box, lambda b: ((b.value,), b.label), lambda label, children: Box(children[0], label)
+)
+
+
+def test_registered_custom_node():
+    leaves, treedef = tu.tree_flatten([Box((1, 2), "x")])
+    assert leaves == [1, 2]
+    rebuilt = tu.tree_unflatten(treedef, [3, 4])[0]
+    assert isinstance(rebuilt, Box) and rebuilt.value == (3, 4) and rebuilt.label == "x"
+    assert treedef != tu.tree_structure([Box((1, 2), "y")])
+    assert "CustomNode(Box['x'], [(*, *)])" in repr(treedef)
+
+
+@tu.register_pytree_node_class
+class Pair:
+    def __init__(self, first, second, name):
+        self.first, self.second, self.name = first, second, name
+
+    def tree_flatten(self):
+        return (self.first, self.second), self.name
+
+    @classmethod
+    def tree_unflatten(cls, aux, children):
+        return cls(*children, aux)
+
+
+def test_register_pytree_node_class():
+    out = tu.tree_map(operator.add, Pair(1, 2, "p"), Pair(10, 20, "p"))
+    assert isinstance(out, Pair) and (out.first, out.second, out.name) == (11, 22, "p")
+
+
+@tu.register_dataclass
+@dataclasses.dataclass
+class Params:
+    weight: float
+    bias: float
+    name: str = dataclasses.field(default="layer", metadata=dict(static=True))
+
+
+@dataclasses.dataclass
+class Explicit:
+    a: int
+    b: int
+    tag: str
+
+
+tu.register_dataclass(Explicit, data_fields=["a", "b"], meta_fields=["tag"])
+
+
+def test_register_dataclass_decorator_form():
+    leaves, treedef = tu.tree_flatten(Params(1.0, 2.0, "dense"))
+    assert leaves == [1.0, 2.0]
+    assert tu.tree_unflatten(treedef, [3.0, 4.0]) == Params(3.0, 4.0, "dense")
+    assert treedef != tu.tree_structure(Params(1.0, 2.0, "other"))
+
+
+def test_register_dataclass_explicit_fields():
+    assert tu.tree_map(lambda x: -x, Explicit(1, 2, "t")) == Explicit(-1, -2, "t")
+
+
+def test_register_dataclass_rejects_incomplete_fields():
+    @dataclasses.dataclass
+    class Partly:
+        a: int
+        b: int
+
+    with pytest.raises(ValueError, match="init fields"):
+        tu.register_dataclass(Partly, data_fields=["a"], meta_fields=[])
+
+
+def test_partial_is_a_pytree_with_static_func():
+    def f(a, b, *, c):
+        return a + b + c
+
+    p = tu.Partial(f, 1, c=100)
+    leaves, treedef = tu.tree_flatten(p)
+    assert leaves == [1, 100]
+    doubled = tu.tree_map(lambda x: x * 2, p)
+    assert isinstance(doubled, tu.Partial) and doubled.func is f
+    assert doubled(5) == 2 + 5 + 200
+    assert treedef == tu.tree_structure(tu.Partial(f, 7, c=8))
+
+
+def test_partial_keeps_wrapped_partial_arguments_static():
+    inner = functools.partial(lambda a, b, c: (a, b, c), "static")
+    p = tu.Partial(inner, 1)
+    assert tu.tree_leaves(p) == [1]
+    assert p(2) == ("static", 1, 2)
+
+
+def test_is_leaf_stops_descent():
+    tree = [(1, 2), {"a": (3, 4)}]
+    leaves = tu.tree_leaves(tree, is_leaf=lambda x: isinstance(x, tuple))
+    assert leaves == [(1, 2), (3, 4)]
+    out = tu.tree_map(len, tree, is_leaf=lambda x: isinstance(x, tuple))
+    assert out == [2, {"a": 2}]
+
+
+def test_tree_transpose():
+    tree = [(1, "a"), (2, "b"), (3, "c")]
+    outer = tu.tree_structure([0, 0, 0])
+    inner = tu.tree_structure((0, 0))
+    assert tu.tree_transpose(outer, inner, tree) == ([1, 2, 3], ["a", "b", "c"])
+    with pytest.raises(TypeError, match="expected structure"):
+        tu.tree_transpose(outer, inner, [(1, 2), (3, 4)])
+
+
+def test_reductions():
+    tree = {"a": [1, 2], "b": (3, None)}
+    assert tu.tree_reduce(operator.add, tree) == 6
+    assert tu.tree_reduce(operator.add, tree, 10) == 16
+    assert tu.tree_all([True, (1, None)])
+    assert not tu.tree_all([True, (0,)])
+
+
+def test_unhashable_aux_compares_but_does_not_hash():
+    class Holder:
+        pass
+
+    tu.register_pytree_node(Holder, lambda h: ((), ["unhashable"]), lambda aux, ch: Holder())
+    treedef = tu.tree_structure([Holder()])
+    assert treedef == tu.tree_structure([Holder()])
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(treedef)
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+def test_unflatten_wrong_leaf_count_names_both_counts():
+    treedef = tu.tree_structure((1, 2, 3))
+    with pytest.raises(ValueError, match=r"has 3 leaves, but 2 leaves were given"):
+        tu.tree_unflatten(treedef, [1, 2])
+
+
+def test_tree_map_structure_mismatch_names_both_structures():
+    with pytest.raises(ValueError, match=r"PyTreeDef\(\[\*, \*\]\) and PyTreeDef\(\(\*, \*\)\)"):
+        tu.tree_map(operator.add, [1, 2], (1, 2))
+
+
+def test_registering_twice_raises():
+    class Twice:
+        pass
+
+    tu.register_pytree_node(Twice, lambda t: ((), None), lambda aux, ch: Twice())
+    with pytest.raises(ValueError, match="already registered"):
+        tu.register_pytree_node(Twice, lambda t: ((), None), lambda aux, ch: Twice())
+    with pytest.raises(ValueError, match="already registered"):
+        tu.register_pytree_node(tuple, lambda t: (t, None), lambda aux, ch: tuple(ch))
