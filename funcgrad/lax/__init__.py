@@ -8,7 +8,12 @@ import warnings
 
 from funcgrad.lax.base import asarray
 from funcgrad.lax.elementwise import *
+from funcgrad.lax.indexing import *
+from funcgrad.lax.linalg import *
+from funcgrad.lax.random_bits import *
+from funcgrad.lax.reductions import *
 from funcgrad.lax.shapes import *
+from funcgrad.lax.sorting import *
 
 # The NumPy reference implementations produce IEEE results (inf, nan) for out-of-domain inputs
 # exactly as compiled code does; NumPy's warnings about them are noise to a funcgrad user.

@@ -99,7 +99,6 @@ __all__ = [
 ]
 
 
-
 def unary_primitive(name: str, impl, accepted=NUMERIC, result_dtype=None) -> Primitive:
     """Declare a one-operand elementwise primitive; `result_dtype` fixes the output dtype."""
     prim = Primitive(name)

@@ -5,9 +5,16 @@ import numpy as _np
 from funcgrad import dtypes as _dtypes
 from funcgrad.array import Array as ndarray
 from funcgrad.numpy import array_methods as _array_methods
+from funcgrad.numpy import linalg
 from funcgrad.numpy._promotion import broadcast_shapes, result_type
-from funcgrad.numpy.creation import *  # noqa: F403
-from funcgrad.numpy.ufuncs import *  # noqa: F403
+from funcgrad.numpy.creation import *
+from funcgrad.numpy.indexing import *
+from funcgrad.numpy.linalg_ops import *
+from funcgrad.numpy.misc import *
+from funcgrad.numpy.reductions import *
+from funcgrad.numpy.shape_ops import *
+from funcgrad.numpy.sorting_ops import *
+from funcgrad.numpy.ufuncs import *
 
 bool_ = _dtypes.bool_.type
 int8, int16, int32, int64 = (d.type for d in _dtypes.signed_dtypes)
