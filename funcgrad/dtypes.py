@@ -153,7 +153,7 @@ def scalar_dtype(x) -> tuple[np.dtype, bool]:
 
 def promote_types(a, b) -> np.dtype:
     """Promote two (strong) dtypes along funcgrad's lattice."""
-    return _join(check_supported(a), check_supported(b))
+    return result_type_of([(check_supported(a), False), (check_supported(b), False)])[0]
 
 
 def result_type_of(dtypes_and_weak: list[tuple[np.dtype, bool]]) -> tuple[np.dtype, bool]:

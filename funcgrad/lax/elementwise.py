@@ -93,6 +93,7 @@ __all__ = [
     "sinh",
     "sqrt",
     "square",
+    "stop_gradient",
     "sub",
     "tan",
     "tanh",
@@ -532,6 +533,26 @@ def square(x):
 
 def reciprocal(x):
     return integer_pow(x, -1)
+
+
+stop_gradient_p = Primitive("stop_gradient")
+
+
+@stop_gradient_p.def_abstract_eval
+def _stop_gradient_abstract_eval(x: ShapedArray) -> ShapedArray:
+    return x
+
+
+@stop_gradient_p.def_impl
+def _stop_gradient_impl(x):
+    return x
+
+
+def stop_gradient(x):
+    """The identity, whose derivative is zero: differentiation treats `x` as a constant."""
+    from funcgrad import tree_util
+
+    return tree_util.tree_map(lambda leaf: stop_gradient_p.bind(asarray(leaf)), x)
 
 
 def integer_pow(x, y: int):

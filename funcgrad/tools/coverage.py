@@ -1,0 +1,84 @@
+"""Rule coverage: which rule tables each primitive fills, and the reason for each gap.
+
+    python -m funcgrad.tools.coverage            # the matrix
+    python -m funcgrad.tools.coverage --gaps     # only the missing entries
+
+A cell is `+` when the rule exists, `n/a` when the primitive declares why the rule does not
+apply (`Primitive.not_applicable`), and `-` when it is missing. `REQUIRED` lists the columns
+whose gaps are defects today; the tests fail on any of them. Later work adds columns to it as
+it fills them (jvp and transpose with autodiff, batch with vmap, llvm and cuda with backends).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import funcgrad  # noqa: F401  (declares every primitive)
+from funcgrad.core import PRIMITIVES, Primitive
+
+COLUMNS = ("abstract_eval", "impl", "jvp", "transpose", "batch", "llvm", "cuda")
+REQUIRED = ("abstract_eval", "impl")
+
+
+def cell(primitive: Primitive, rule: str) -> str:
+    if primitive.has_rule(rule):
+        return "+"
+    if rule in primitive.not_applicable:
+        return "n/a"
+    return "-"
+
+
+def missing(columns=REQUIRED) -> list[tuple[str, str]]:
+    """(primitive, rule) pairs with neither a rule nor a written reason."""
+    return [
+        (name, rule)
+        for name, primitive in sorted(PRIMITIVES.items())
+        for rule in columns
+        if cell(primitive, rule) == "-"
+    ]
+
+
+def matrix_text() -> str:
+    name_width = max(len(name) for name in PRIMITIVES)
+    header = "primitive".ljust(name_width) + "  " + "  ".join(COLUMNS)
+    lines = [header, "-" * len(header)]
+    for name, primitive in sorted(PRIMITIVES.items()):
+        cells = "  ".join(cell(primitive, rule).center(len(rule)) for rule in COLUMNS)
+        lines.append(name.ljust(name_width) + "  " + cells)
+    filled = {rule: sum(p.has_rule(rule) for p in PRIMITIVES.values()) for rule in COLUMNS}
+    lines.append("-" * len(header))
+    totals = "  ".join(f"{filled[rule]}".center(len(rule)) for rule in COLUMNS)
+    lines.append(f"{len(PRIMITIVES)} primitives".ljust(name_width) + "  " + totals)
+    return "\n".join(lines)
+
+
+def reasons_text() -> str:
+    lines = []
+    for name, primitive in sorted(PRIMITIVES.items()):
+        for rule, reason in sorted(primitive.not_applicable.items()):
+            lines.append(f"{name}.{rule}: {reason}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gaps", action="store_true", help="list only missing entries")
+    args = parser.parse_args(argv)
+    if args.gaps:
+        for name, rule in missing(COLUMNS):
+            print(f"{name}: {rule}")
+    else:
+        print(matrix_text())
+        reasons = reasons_text()
+        if reasons:
+            print("\nwritten reasons for n/a entries:\n" + reasons)
+    required_gaps = missing()
+    if required_gaps:
+        print(f"\n{len(required_gaps)} required entries missing (columns {', '.join(REQUIRED)})")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

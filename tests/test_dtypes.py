@@ -1,0 +1,75 @@
+"""The promotion lattice: algebraic properties and the weak-type rules."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from funcgrad import dtypes
+
+NODES = [(d, False) for d in dtypes.supported_dtypes] + [
+    (dtypes.int32, True),
+    (dtypes.float32, True),
+]
+nodes = st.sampled_from(NODES)
+
+
+@given(nodes, nodes)
+def test_promotion_is_commutative(a, b):
+    assert dtypes.result_type_of([a, b]) == dtypes.result_type_of([b, a])
+
+
+@given(nodes, nodes, nodes)
+def test_promotion_is_associative(a, b, c):
+    ab = dtypes.result_type_of([a, b])
+    bc = dtypes.result_type_of([b, c])
+    assert dtypes.result_type_of([ab, c]) == dtypes.result_type_of([a, bc])
+
+
+@given(nodes)
+def test_promotion_is_idempotent(a):
+    assert dtypes.result_type_of([a, a]) == a
+
+
+@given(nodes, nodes)
+def test_result_is_an_upper_bound(a, b):
+    joined = dtypes.result_type_of([a, b])
+    assert dtypes.result_type_of([joined, a]) == joined
+
+
+def test_python_scalars_are_weak_and_take_the_arrays_dtype():
+    assert dtypes.result_type_of([(dtypes.float16, False), (dtypes.float32, True)]) == (
+        dtypes.float16,
+        False,
+    )
+    assert dtypes.result_type_of([(dtypes.int8, False), (dtypes.int32, True)]) == (
+        dtypes.int8,
+        False,
+    )
+    # A weak float meeting an integer array gives the default float, still weak.
+    assert dtypes.result_type_of([(dtypes.int32, False), (dtypes.float32, True)]) == (
+        dtypes.float32,
+        True,
+    )
+
+
+def test_float64_is_never_downcast():
+    assert dtypes.promote_types(dtypes.float64, dtypes.float32) == dtypes.float64
+    assert dtypes.result_type_of([(dtypes.float64, False), (dtypes.float32, True)]) == (
+        dtypes.float64,
+        False,
+    )
+
+
+def test_mixed_kinds():
+    assert dtypes.promote_types(dtypes.bfloat16, dtypes.float16) == dtypes.float32
+    assert dtypes.promote_types(dtypes.uint8, dtypes.int8) == dtypes.int16
+    assert dtypes.promote_types(dtypes.int64, dtypes.uint64) == dtypes.float32
+    assert dtypes.promote_types(dtypes.bool_, dtypes.uint32) == dtypes.uint32
+
+
+def test_unsupported_dtypes_are_named():
+    with pytest.raises(TypeError, match="complex64"):
+        dtypes.check_supported(np.complex64)
+    assert dtypes.canonicalize(float) == dtypes.float32
+    assert dtypes.canonicalize(int) == dtypes.int32
