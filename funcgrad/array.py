@@ -34,6 +34,16 @@ def devices(backend: str | None = None) -> list[Device]:
     return [CPU]
 
 
+def device_put(x, device: Device | None = None):
+    """Place a pytree of arrays on `device` (the host CPU is the only device of this backend)."""
+    from funcgrad import tree_util
+    from funcgrad.lax.base import asarray
+
+    if device is not None and device is not CPU:
+        raise ValueError(f"unknown device {device!r}; available: {devices()}")
+    return tree_util.tree_map(asarray, x)
+
+
 class Array:
     """An immutable array holding a NumPy value on the host.
 

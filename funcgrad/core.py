@@ -95,6 +95,41 @@ class ShapedArray:
         return f"ShapedArray({self.str_short()}{weak})"
 
 
+class ShapeDtypeStruct:
+    """A shape and dtype standing in for an array (as returned by eval_shape)."""
+
+    __slots__ = ("shape", "dtype", "weak_type")
+
+    def __init__(self, shape, dtype, weak_type: bool = False):
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.weak_type = weak_type
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        size = 1
+        for d in self.shape:
+            size *= d
+        return size
+
+    def __eq__(self, other) -> bool:
+        return (
+            isinstance(other, ShapeDtypeStruct)
+            and self.shape == other.shape
+            and self.dtype == other.dtype
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.shape, self.dtype))
+
+    def __repr__(self) -> str:
+        return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name})"
+
+
 def get_aval(x) -> ShapedArray:
     """The abstract value of anything that can be a primitive operand."""
     aval = getattr(x, "aval", None)
@@ -105,6 +140,8 @@ def get_aval(x) -> ShapedArray:
         return ShapedArray((), dtype, weak)
     if isinstance(x, (np.ndarray, np.generic)):
         return ShapedArray(x.shape, dtypes.check_supported(x.dtype), False)
+    if isinstance(x, ShapeDtypeStruct):
+        return ShapedArray(x.shape, dtypes.check_supported(x.dtype), x.weak_type)
     raise TypeError(f"{type(x).__name__} {x!r} is not a valid funcgrad array type")
 
 

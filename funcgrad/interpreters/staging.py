@@ -98,7 +98,9 @@ class StagingTrace(core.Trace):
 
 def abstractify(x) -> ShapedArray:
     """The aval a staged function sees for argument `x`."""
-    if isinstance(x, (np.ndarray, np.generic, Array, core.Tracer, bool, int, float)):
+    if isinstance(
+        x, (np.ndarray, np.generic, Array, core.Tracer, core.ShapeDtypeStruct, bool, int, float)
+    ):
         return core.get_aval(x)
     raise TypeError(
         f"argument of type {type(x).__name__} is not a valid funcgrad type: arguments of "

@@ -9,6 +9,7 @@ import numpy as np
 from funcgrad import core, dtypes
 from funcgrad.array import Array
 from funcgrad.core import ShapedArray
+from funcgrad.interpreters import eval as _eval  # noqa: F401  (the bottom trace must exist)
 
 
 def asarray(x, dtype=None):

@@ -5,9 +5,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
-import numpy as np
-
 from funcgrad import tree_util
+from funcgrad.core import ShapeDtypeStruct
 from funcgrad.interpreters.staging import abstractify, trace_to_jaxpr
 from funcgrad.ir import ClosedJaxpr
 
@@ -45,43 +44,16 @@ def make_jaxpr(
             flat_fun, in_avals, f"make_jaxpr({function_name(fun)})"
         )
         if return_shape:
-            shapes = [ShapeDtypeStruct(a.shape, a.dtype) for a in closed_jaxpr.out_avals]
+            shapes = [
+                ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in closed_jaxpr.out_avals
+            ]
             return closed_jaxpr, tree_util.tree_unflatten(out_tree, shapes)
         return closed_jaxpr
 
     return make_jaxpr_fun
 
 
-class ShapeDtypeStruct:
-    """A shape and dtype standing in for an array (as returned by eval_shape)."""
-
-    __slots__ = ("shape", "dtype", "weak_type")
-
-    def __init__(self, shape, dtype, weak_type: bool = False):
-        self.shape = tuple(shape)
-        self.dtype = np.dtype(dtype)
-        self.weak_type = weak_type
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        size = 1
-        for d in self.shape:
-            size *= d
-        return size
-
-    def __eq__(self, other) -> bool:
-        return (
-            isinstance(other, ShapeDtypeStruct)
-            and self.shape == other.shape
-            and self.dtype == other.dtype
-        )
-
-    def __hash__(self) -> int:
-        return hash((self.shape, self.dtype))
-
-    def __repr__(self) -> str:
-        return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name})"
+def eval_shape(fun: Callable, *args, **kwargs):
+    """The output shapes and dtypes of `fun(*args, **kwargs)`, found by tracing, not running."""
+    _, shapes = make_jaxpr(fun, return_shape=True)(*args, **kwargs)
+    return shapes
