@@ -135,11 +135,11 @@ def get_aval(x) -> ShapedArray:
     aval = getattr(x, "aval", None)
     if aval is not None:
         return aval
+    if isinstance(x, (np.ndarray, np.generic)):
+        return ShapedArray(x.shape, dtypes.check_supported(x.dtype), False)
     if isinstance(x, (bool, int, float, complex)):
         dtype, weak = dtypes.scalar_dtype(x)
         return ShapedArray((), dtype, weak)
-    if isinstance(x, (np.ndarray, np.generic)):
-        return ShapedArray(x.shape, dtypes.check_supported(x.dtype), False)
     if isinstance(x, ShapeDtypeStruct):
         return ShapedArray(x.shape, dtypes.check_supported(x.dtype), x.weak_type)
     raise TypeError(f"{type(x).__name__} {x!r} is not a valid funcgrad array type")

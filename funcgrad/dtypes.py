@@ -138,6 +138,14 @@ def canonicalize(dtype) -> np.dtype:
     return check_supported(dtype)
 
 
+def is_python_scalar(x) -> bool:
+    """True for Python's bool, int and float, which are weakly typed; NumPy scalars are not
+    (np.float64 subclasses float but has a definite dtype)."""
+    return isinstance(x, (builtins.bool, builtins.int, builtins.float)) and not isinstance(
+        x, np.generic
+    )
+
+
 def scalar_dtype(x) -> tuple[np.dtype, bool]:
     """The (dtype, weak_type) funcgrad gives a Python scalar."""
     if isinstance(x, builtins.bool):

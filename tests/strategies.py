@@ -36,9 +36,9 @@ def arrays(dtype, shape, *, min_value=None, max_value=None, allow_nan: bool = Fa
         if dtype.kind == "f":
             lo = -10.0 if min_value is None else min_value
             hi = 10.0 if max_value is None else max_value
-            elements = st.floats(
-                lo, hi, allow_nan=allow_nan, allow_infinity=False, width=min(dtype.itemsize * 8, 64)
-            )
+            elements = st.floats(lo, hi, allow_infinity=False, width=min(dtype.itemsize * 8, 64))
+            if allow_nan:
+                elements = elements | st.just(float("nan"))
         elif dtype.kind in "iu":
             info = np.iinfo(dtype)
             lo = info.min if min_value is None else max(int(min_value), info.min)

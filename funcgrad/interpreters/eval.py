@@ -1,7 +1,10 @@
 """The eval trace: outside any transformation a primitive runs its NumPy implementation.
 
-This is the hot path of eager execution, so it does the least work it can: unwrap, call,
-wrap. Weak types follow the primitive's `weak_type_rule`, checked only when an operand is weak.
+This is the hot path of eager execution, so it does the least work it can: unwrap, check,
+call, wrap. The check is the primitive's abstract evaluation, so eager execution rejects
+exactly what tracing rejects (NumPy would often broadcast or promote silently instead); it runs
+once per signature of shapes, dtypes and params, and later calls only look the signature up.
+Weak types follow the primitive's `weak_type_rule`, consulted only when an operand is weak.
 """
 
 from __future__ import annotations
@@ -10,23 +13,29 @@ from funcgrad import core
 from funcgrad.array import Array
 from funcgrad.errors import UnexpectedTracerError
 
+_MAX_CHECKED_SIGNATURES = 8192
+
 
 class EvalTrace(core.Trace):
+    def __init__(self, parent, debug_info=None):
+        super().__init__(parent, debug_info)
+        self.checked_signatures: set = set()
+
     def process_primitive(self, primitive, args, params):
         values = []
+        signature = [primitive]
         any_weak = False
         for arg in args:
-            if type(arg) is Array:
-                values.append(arg._value)
-                any_weak = any_weak or arg.weak_type
-            elif isinstance(arg, core.Tracer):
-                raise UnexpectedTracerError(arg)
-            else:
-                raise TypeError(
-                    f"primitive {primitive.name} got an operand of type {type(arg).__name__}; "
-                    "primitive operands are funcgrad arrays (funcgrad.lax wrappers convert "
-                    "Python scalars and NumPy arrays)"
-                )
+            if type(arg) is not Array:
+                raise _bad_operand(primitive, arg)
+            value = arg._value
+            values.append(value)
+            signature.append(value.shape)
+            signature.append(value.dtype)
+            any_weak = any_weak or arg.weak_type
+        if params:
+            signature.extend(params.items())
+        self.check(primitive, args, params, tuple(signature))
         out = primitive.impl(*values, **params)
         if any_weak or primitive.weak_type_rule is not core._all_operands_weak:
             weak = primitive.weak_type_rule([a.weak_type for a in args], **params)
@@ -37,6 +46,28 @@ class EvalTrace(core.Trace):
                 return [Array(value, weak) for value in out]
             return [Array(value, w) for value, w in zip(out, weak)]
         return Array(out, weak)
+
+    def check(self, primitive, args, params, signature: tuple) -> None:
+        try:
+            if signature in self.checked_signatures:
+                return
+        except TypeError:  # an unhashable param: check every time
+            primitive.abstract_eval(*(a.aval for a in args), **params)
+            return
+        primitive.abstract_eval(*(a.aval for a in args), **params)
+        if len(self.checked_signatures) >= _MAX_CHECKED_SIGNATURES:
+            self.checked_signatures.clear()
+        self.checked_signatures.add(signature)
+
+
+def _bad_operand(primitive, arg) -> Exception:
+    if isinstance(arg, core.Tracer):
+        return UnexpectedTracerError(arg)
+    return TypeError(
+        f"primitive {primitive.name} got an operand of type {type(arg).__name__}; "
+        "primitive operands are funcgrad arrays (funcgrad.lax wrappers convert "
+        "Python scalars and NumPy arrays)"
+    )
 
 
 core.install_eval_trace(EvalTrace(None, "eager execution"))

@@ -21,7 +21,7 @@ def asarray(x, dtype=None):
     """
     if type(x) is Array or isinstance(x, core.Tracer):
         return x
-    if isinstance(x, (bool, int, float)):
+    if dtypes.is_python_scalar(x):
         scalar_dtype, weak = dtypes.scalar_dtype(x)
         if dtype is not None:
             return Array(np.array(x, dtypes.canonicalize(dtype))[()], False)

@@ -1,5 +1,152 @@
-"""Sorting primitives: multi-operand stable sort and top_k."""
+"""Sorting primitives: multi-operand stable sort and top_k.
+
+Floats are ordered as JAX orders them: -0.0 and 0.0 compare equal (a stable sort keeps their
+order) and every NaN, whatever its sign, sorts after +inf.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from collections.abc import Sequence
+
+import numpy as np
+
+from funcgrad import dtypes
+from funcgrad.core import Primitive, ShapedArray
+from funcgrad.lax.base import asarray, shape_text
+
+__all__ = ["sort", "sort_key_val", "top_k"]
+
+
+def _sort_key(x: np.ndarray) -> np.ndarray:
+    # NumPy sorts float32/float64 with NaNs last and -0.0 == 0.0, but compares ml_dtypes'
+    # bfloat16 without regard to NaN; float32 holds every float16 and bfloat16 value exactly.
+    if x.dtype == dtypes.float16 or x.dtype == dtypes.bfloat16:
+        return x.astype(dtypes.float32)
+    return x
+
+
+def _normalize_dimension(name: str, dimension: int, shape: tuple[int, ...]) -> int:
+    dimension = int(dimension)
+    if not -len(shape) <= dimension < len(shape):
+        raise ValueError(
+            f"{name}: dimension {dimension} is out of bounds for operand shape {shape}"
+        )
+    return dimension % len(shape)
+
+
+# ---------------------------------------------------------------------------------------------
+# sort
+
+sort_p = Primitive("sort", multiple_results=True)
+
+
+@sort_p.def_abstract_eval
+def _sort_abstract_eval(
+    *operands: ShapedArray, dimension: int, is_stable: bool, num_keys: int
+) -> list[ShapedArray]:
+    if not operands:
+        raise TypeError("sort needs at least one operand")
+    shape = operands[0].shape
+    if any(op.shape != shape for op in operands):
+        raise TypeError(
+            "sort: operands must have the same shape, got "
+            + shape_text([op.shape for op in operands])
+        )
+    if not 0 <= dimension < len(shape):
+        raise ValueError(f"sort: dimension {dimension} is out of bounds for operand shape {shape}")
+    if not 1 <= num_keys <= len(operands):
+        raise ValueError(
+            f"sort: num_keys={num_keys} must be between 1 and the number of operands, "
+            f"{len(operands)} (operand shapes {shape_text([op.shape for op in operands])})"
+        )
+    return [ShapedArray(op.shape, op.dtype) for op in operands]
+
+
+@sort_p.def_impl
+def _sort_impl(*operands, dimension, is_stable, num_keys):
+    """Permute every operand by the lexicographic order of the first `num_keys` ones.
+
+    The order is always stable (np.lexsort is), which satisfies `is_stable` either way.
+    """
+    operands = [np.asarray(op) for op in operands]
+    keys = [_sort_key(op) for op in operands[:num_keys]]
+    order = np.lexsort(keys[::-1], axis=dimension)  # lexsort's primary key is its last
+    return [np.take_along_axis(op, order, axis=dimension) for op in operands]
+
+
+@sort_p.def_weak_type
+def _sort_weak_type(weak_flags, **params) -> list[bool]:
+    return list(weak_flags)
+
+
+def sort(operand, dimension: int = -1, is_stable: bool = True, num_keys: int = 1):
+    """Sort along `dimension`; a sequence of operands is sorted by its first `num_keys` ones.
+
+    A single array gives a single array; a sequence gives a tuple of the permuted operands.
+    """
+    single = not isinstance(operand, Sequence)
+    operands = [asarray(operand)] if single else [asarray(op) for op in operand]
+    if not operands:
+        raise TypeError("sort needs at least one operand")
+    out = sort_p.bind(
+        *operands,
+        dimension=_normalize_dimension("sort", dimension, operands[0].shape),
+        is_stable=bool(is_stable),
+        num_keys=int(num_keys),
+    )
+    return out[0] if single else tuple(out)
+
+
+def sort_key_val(keys, values, dimension: int = -1, is_stable: bool = True):
+    """Sort `keys` along `dimension` and permute `values` the same way."""
+    sorted_keys, sorted_values = sort((keys, values), dimension, is_stable, num_keys=1)
+    return sorted_keys, sorted_values
+
+
+# ---------------------------------------------------------------------------------------------
+# top_k
+
+top_k_p = Primitive("top_k", multiple_results=True)
+
+
+@top_k_p.def_abstract_eval
+def _top_k_abstract_eval(operand: ShapedArray, *, k: int) -> list[ShapedArray]:
+    if operand.ndim == 0:
+        raise TypeError("top_k needs an operand of rank at least 1, got shape ()")
+    size = operand.shape[-1]
+    if not 0 <= k <= size:
+        raise ValueError(
+            f"top_k: k={k} must be between 0 and the size {size} of the last axis of operand "
+            f"shape {operand.shape}"
+        )
+    shape = operand.shape[:-1] + (k,)
+    return [ShapedArray(shape, operand.dtype), ShapedArray(shape, dtypes.int32)]
+
+
+@top_k_p.def_impl
+def _top_k_impl(operand, *, k):
+    """The k largest along the last axis, descending; NaN counts as the largest value.
+
+    Equal values (-0.0 and 0.0 included) keep their index order.
+    """
+    operand = np.asarray(operand)
+    if dtypes.is_float(operand.dtype):
+        key = _sort_key(operand)
+        # NaN-ness is the primary key (NaNs first), the negated value the secondary one.
+        order = np.lexsort((np.negative(key), ~np.isnan(key)), axis=-1)
+    else:
+        # ~x reverses the order of integers and booleans, without -x's overflow at the minimum.
+        order = np.argsort(np.invert(operand), axis=-1, kind="stable")
+    indices = order[..., :k]
+    return [np.take_along_axis(operand, indices, axis=-1), indices.astype(dtypes.int32)]
+
+
+@top_k_p.def_weak_type
+def _top_k_weak_type(weak_flags, **params) -> list[bool]:
+    return [weak_flags[0], False]
+
+
+def top_k(operand, k: int):
+    """The `k` largest elements along the last axis, and their indices (int32)."""
+    values, indices = top_k_p.bind(asarray(operand), k=int(k))
+    return values, indices
