@@ -16,5 +16,8 @@ from funcgrad.lax.shapes import *
 from funcgrad.lax.sorting import *
 
 # The NumPy reference implementations produce IEEE results (inf, nan) for out-of-domain inputs
-# exactly as compiled code does; NumPy's warnings about them are noise to a funcgrad user.
-warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"funcgrad\.lax(\.|$)")
+# exactly as compiled code does; NumPy's warnings about them are noise to a funcgrad user. They
+# are raised from the impl's module, or from the eval trace when the impl is a NumPy ufunc.
+warnings.filterwarnings(
+    "ignore", category=RuntimeWarning, module=r"funcgrad\.(lax|interpreters\.eval)(\.|$)"
+)

@@ -1,0 +1,124 @@
+"""funcgrad.scipy.special against scipy.special: values, dtype promotion and edge values."""
+
+import numpy as np
+import pytest
+import scipy.special as sc
+import strategies as fst
+from checks import assert_close, check_staging, tolerance
+from hypothesis import given
+from hypothesis import strategies as st
+
+import funcgrad as fg
+from funcgrad import dtypes
+
+special = fg.scipy.special
+
+# Bounds of the open interval (0, 1) that every float width represents exactly.
+TINY = 2.0**-10
+
+
+def _away_from_poles(x):
+    """Moves values off the poles of gamma and digamma at the non-positive integers, near which
+    any rounding of x is amplified without bound."""
+    nearest = np.round(x)
+    near_pole = (nearest <= 0) & (np.abs(x - nearest) < 0.1)
+    return np.where(near_pole, x + 0.25, x).astype(x.dtype)
+
+
+# name -> (funcgrad function, SciPy function, (low, high) of the drawn values, input transform)
+UNARY = {
+    "erf": (special.erf, sc.erf, (-5, 5), None),
+    "erfc": (special.erfc, sc.erfc, (-5, 5), None),
+    "erfinv": (special.erfinv, sc.erfinv, (TINY - 1, 1 - TINY), None),
+    "expit": (special.expit, sc.expit, (-30, 30), None),
+    "logit": (special.logit, sc.logit, (TINY, 1 - TINY), None),
+    "gammaln": (special.gammaln, sc.gammaln, (-8, 20), _away_from_poles),
+    "digamma": (special.digamma, sc.digamma, (-8, 20), _away_from_poles),
+    "ndtr": (special.ndtr, sc.ndtr, (-12, 8), None),
+    "ndtri": (special.ndtri, sc.ndtri, (TINY, 1 - TINY), None),
+    "entr": (special.entr, sc.entr, (-2, 10), None),
+}
+
+
+def _loose(dtype) -> dict:
+    """A few roundings in `dtype`, amplified by the condition number of these functions."""
+    return {k: 16 * v for k, v in tolerance(dtype).items()}
+
+
+@pytest.mark.parametrize("name", UNARY)
+@given(dtype=fst.float_dtypes, shape=fst.shapes(max_dims=2), data=st.data())
+def test_unary_matches_scipy(name, dtype, shape, data):
+    fn, reference, (lo, hi), transform = UNARY[name]
+    x = data.draw(fst.arrays(dtype, shape, min_value=lo, max_value=hi))
+    if transform is not None:
+        x = transform(x)
+    expected = reference(x.astype(np.float64))
+    assert_close(fn(x), expected, dtype, **_loose(dtype))
+
+
+@pytest.mark.parametrize(
+    "fn, reference, y_range",
+    [(special.xlogy, sc.xlogy, (0, 10)), (special.xlog1py, sc.xlog1py, (-1, 10))],
+)
+@given(dtype=fst.float_dtypes, shape=fst.shapes(max_dims=2), data=st.data())
+def test_xlogy_family(fn, reference, y_range, dtype, shape, data):
+    x = data.draw(fst.arrays(dtype, shape, min_value=-3, max_value=3))
+    x = np.where(np.abs(x) < 0.5, 0, x).astype(dtype)  # plenty of exact zeros
+    y = data.draw(fst.arrays(dtype, shape, min_value=y_range[0], max_value=y_range[1]))
+    expected = reference(x.astype(np.float64), y.astype(np.float64))
+    assert_close(fn(x, y), expected, dtype, **_loose(dtype))
+
+
+@given(fst.arrays(fst.float_dtypes, fst.shapes(min_dims=1, max_dims=3, min_side=1)))
+def test_softmax_defaults_to_all_axes(x):
+    x64 = x.astype(np.float64)
+    assert_close(special.softmax(x), sc.softmax(x64), x.dtype, **_loose(x.dtype))
+    assert_close(special.log_softmax(x), sc.log_softmax(x64), x.dtype, **_loose(x.dtype))
+    assert_close(special.softmax(x, axis=0), sc.softmax(x64, axis=0), **_loose(x.dtype))
+
+
+def test_logsumexp_is_shared_with_nn():
+    assert special.logsumexp is fg.nn.logsumexp
+    a = np.float32([[0.0, -np.inf], [-np.inf, -np.inf]])
+    assert_close(special.logsumexp(a, axis=1), sc.logsumexp(a.astype(np.float64), axis=1))
+
+
+@pytest.mark.parametrize("name", UNARY)
+def test_integer_inputs_compute_in_float32(name):
+    fn, reference, _, _ = UNARY[name]
+    x = np.array([0, 1, 3], np.int32)
+    out = fn(x)
+    assert out.dtype == dtypes.float32
+    assert_close(out, reference(x.astype(np.float64)), **_loose(dtypes.float32))
+
+
+def test_binary_integer_inputs_compute_in_float32():
+    assert special.xlogy(np.int32(2), np.int8(3)).dtype == dtypes.float32
+    assert special.xlog1py(2, np.float16(3)).dtype == dtypes.float16
+
+
+def test_edge_values():
+    zero_one = np.float32([0.0, 1.0, -0.5, 1.5])
+    assert_close(special.logit(zero_one), sc.logit(zero_one))
+    assert_close(special.ndtri(zero_one), sc.ndtri(zero_one))
+    assert_close(special.entr(np.float32([0.0, -1.0, 1.0])), [0.0, -np.inf, 0.0])
+    # x = 0 makes the product 0 even where log(y) is -inf.
+    assert_close(special.xlogy(np.float32([0.0, 0.0]), np.float32([0.0, 2.0])), [0.0, 0.0])
+    assert_close(special.xlog1py(np.float32(0.0), np.float32(-1.0)), 0.0)
+    # The lower tail of ndtr keeps its relative precision.
+    assert_close(special.ndtr(np.float32(-10.0)), sc.ndtr(-10.0), rtol=1e-5)
+
+
+def test_low_precision_dtypes_are_kept():
+    for dtype in (dtypes.float16, dtypes.bfloat16):
+        x = np.linspace(0.05, 0.95, 19).astype(dtype)
+        for fn in (special.erf, special.expit, special.logit, special.ndtr, special.entr):
+            assert fn(x).dtype == dtype
+        assert_close(special.ndtri(x), sc.ndtri(x.astype(np.float64)), rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize(
+    "fn", [special.ndtr, special.entr, lambda x: special.xlogy(x, x * x), special.softmax]
+)
+def test_stages_under_make_jaxpr(fn):
+    check_staging(fn, np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3))
