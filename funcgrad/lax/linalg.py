@@ -1,5 +1,607 @@
-"""Linear algebra primitives: dot_general and conv_general_dilated."""
+"""Linear algebra primitives: dot_general and conv_general_dilated.
+
+Both contract operands of one dtype (or of any dtypes, given `preferred_element_type`) and
+accumulate as XLA does: integers wrap around in the result type, bool contracts with or/and,
+and 16-bit floats accumulate in float32 before rounding to the result type.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import enum
+import functools
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from funcgrad import dtypes
+from funcgrad.core import Primitive, ShapedArray
+from funcgrad.lax.base import asarray
+from funcgrad.lax.reductions import padtype_to_pads
+
+__all__ = [
+    "ConvDimensionNumbers",
+    "Precision",
+    "batch_matmul",
+    "conv",
+    "conv_dimension_numbers",
+    "conv_general_dilated",
+    "conv_with_general_padding",
+    "dot",
+    "dot_general",
+]
+
+
+class Precision(enum.Enum):
+    """Requested accuracy of a contraction. The NumPy backend always computes at full accuracy."""
+
+    DEFAULT = 0
+    HIGH = 1
+    HIGHEST = 2
+
+
+_PRECISION_NAMES = {
+    "default": Precision.DEFAULT,
+    "fastest": Precision.DEFAULT,
+    "bfloat16": Precision.DEFAULT,
+    "high": Precision.HIGH,
+    "tensorfloat32": Precision.HIGH,
+    "bfloat16_3x": Precision.HIGH,
+    "highest": Precision.HIGHEST,
+    "float32": Precision.HIGHEST,
+}
+
+
+def _canonical_precision(precision):
+    """None, one Precision, or a (lhs, rhs) pair of them; names are accepted as in JAX."""
+    if precision is None or isinstance(precision, Precision):
+        return precision
+    if isinstance(precision, str) and precision.lower() in _PRECISION_NAMES:
+        return _PRECISION_NAMES[precision.lower()]
+    if isinstance(precision, (tuple, list)) and len(precision) == 2:
+        return tuple(_canonical_precision(p) for p in precision)
+    raise TypeError(
+        f"precision must be None, a Precision, one of {sorted(_PRECISION_NAMES)}, or a pair of "
+        f"them, got {precision!r}"
+    )
+
+
+def _canonical_preferred(preferred_element_type):
+    if preferred_element_type is None:
+        return None
+    return dtypes.canonicalize(preferred_element_type)
+
+
+# ---------------------------------------------------------------------------------------------
+# Result and accumulation dtypes, shared by dot_general and conv_general_dilated
+
+# Kinds in the order a preferred_element_type may widen them: bool -> integer -> float.
+_KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2, "V": 2}  # "V": ml_dtypes' bfloat16
+
+
+def _result_dtype(name: str, lhs: np.dtype, rhs: np.dtype, preferred: np.dtype | None):
+    if preferred is None:
+        if lhs != rhs:
+            raise TypeError(
+                f"{name} requires operands of one dtype, got {lhs.name} and {rhs.name} "
+                "(pass preferred_element_type to contract operands of different dtypes)"
+            )
+        return lhs
+    for operand in (lhs, rhs):
+        narrower_int = (
+            dtypes.is_int(operand)
+            and dtypes.is_int(preferred)
+            and preferred.itemsize < operand.itemsize
+        )
+        if _KIND_RANK[preferred.kind] < _KIND_RANK[operand.kind] or narrower_int:
+            raise TypeError(
+                f"{name}: preferred_element_type {preferred.name} cannot hold the result of "
+                f"contracting {lhs.name} and {rhs.name} operands"
+            )
+    return preferred
+
+
+def _accumulation_dtype(out: np.dtype, lhs: np.dtype, rhs: np.dtype) -> np.dtype:
+    """Integers and bools contract in the result type; floats in at least float32."""
+    if not dtypes.is_float(out):
+        return out
+    return dtypes.float64 if dtypes.float64 in (out, lhs, rhs) else dtypes.float32
+
+
+def _finish(out: np.ndarray, dtype: np.dtype):
+    out = out.astype(dtype, copy=False)
+    return out[()] if out.ndim == 0 else out
+
+
+# ---------------------------------------------------------------------------------------------
+# dot_general
+
+dot_general_p = Primitive("dot_general")
+
+
+def _check_dot_dims(side: str, shape: tuple[int, ...], contracting, batch) -> None:
+    for kind, dims in (("contracting", contracting), ("batch", batch)):
+        for d in dims:
+            if not 0 <= d < len(shape):
+                raise TypeError(
+                    f"dot_general: {side} {kind} dimension {d} is out of range for {side} shape "
+                    f"{shape}"
+                )
+    if len(set(contracting) | set(batch)) != len(contracting) + len(batch):
+        raise TypeError(
+            f"dot_general: {side} dimensions must each be used at most once, got contracting "
+            f"dims {contracting} and batch dims {batch} for {side} shape {shape}"
+        )
+
+
+class _MatmulPlan(NamedTuple):
+    """dot_general as one matmul: permute each operand (None: already in order), reshape it to
+    (batch, rows, columns) (no batch dimension when there are no batch dims), multiply, and
+    reshape the product to `out_shape`."""
+
+    lhs_perm: tuple[int, ...] | None
+    rhs_perm: tuple[int, ...] | None
+    lhs_matrix: tuple[int, ...]
+    rhs_matrix: tuple[int, ...]
+    out_shape: tuple[int, ...]
+
+
+# Eager MLPs call dot_general with the same shapes over and over: validate and plan once.
+@functools.lru_cache(maxsize=4096)
+def _matmul_plan(lhs_shape, rhs_shape, dimension_numbers) -> _MatmulPlan:
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+    _check_dot_dims("lhs", lhs_shape, lhs_contract, lhs_batch)
+    _check_dot_dims("rhs", rhs_shape, rhs_contract, rhs_batch)
+    for kind, lhs_dims, rhs_dims in (
+        ("contracting", lhs_contract, rhs_contract),
+        ("batch", lhs_batch, rhs_batch),
+    ):
+        if tuple(lhs_shape[d] for d in lhs_dims) != tuple(rhs_shape[d] for d in rhs_dims):
+            raise TypeError(
+                f"dot_general: {kind} dimension sizes must match, got lhs shape {lhs_shape} and "
+                f"rhs shape {rhs_shape} with {kind} dims ({lhs_dims}, {rhs_dims})"
+            )
+    lhs_free = _free_dims(len(lhs_shape), lhs_contract, lhs_batch)
+    rhs_free = _free_dims(len(rhs_shape), rhs_contract, rhs_batch)
+    batch_shape = tuple(lhs_shape[d] for d in lhs_batch)
+    lhs_free_shape = tuple(lhs_shape[d] for d in lhs_free)
+    rhs_free_shape = tuple(rhs_shape[d] for d in rhs_free)
+    lead = (math.prod(batch_shape),) if lhs_batch else ()
+    k = math.prod(lhs_shape[d] for d in lhs_contract)
+    lhs_perm = lhs_batch + lhs_free + lhs_contract
+    rhs_perm = rhs_batch + rhs_contract + rhs_free
+    return _MatmulPlan(
+        None if lhs_perm == tuple(range(len(lhs_shape))) else lhs_perm,
+        None if rhs_perm == tuple(range(len(rhs_shape))) else rhs_perm,
+        lead + (math.prod(lhs_free_shape), k),
+        lead + (k, math.prod(rhs_free_shape)),
+        batch_shape + lhs_free_shape + rhs_free_shape,
+    )
+
+
+def _free_dims(ndim: int, contracting, batch) -> tuple[int, ...]:
+    return tuple(d for d in range(ndim) if d not in contracting and d not in batch)
+
+
+@dot_general_p.def_abstract_eval
+def _dot_general_abstract_eval(
+    lhs: ShapedArray, rhs: ShapedArray, *, dimension_numbers, precision, preferred_element_type
+) -> ShapedArray:
+    plan = _matmul_plan(lhs.shape, rhs.shape, dimension_numbers)
+    dtype = _result_dtype("dot_general", lhs.dtype, rhs.dtype, preferred_element_type)
+    return ShapedArray(plan.out_shape, dtype)
+
+
+@dot_general_p.def_impl
+def _dot_general_impl(lhs, rhs, *, dimension_numbers, precision, preferred_element_type):
+    lhs, rhs = np.asarray(lhs), np.asarray(rhs)
+    plan = _matmul_plan(lhs.shape, rhs.shape, dimension_numbers)
+    out_dtype = preferred_element_type or lhs.dtype
+    compute = _accumulation_dtype(out_dtype, lhs.dtype, rhs.dtype)
+    lhs, rhs = lhs.astype(compute, copy=False), rhs.astype(compute, copy=False)
+    if plan.lhs_perm is not None:
+        lhs = lhs.transpose(plan.lhs_perm)
+    if plan.rhs_perm is not None:
+        rhs = rhs.transpose(plan.rhs_perm)
+    out = np.matmul(lhs.reshape(plan.lhs_matrix), rhs.reshape(plan.rhs_matrix))
+    return _finish(out.reshape(plan.out_shape), out_dtype)
+
+
+def _canonical_dot_dimension_numbers(dimension_numbers):
+    try:
+        (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+        return (
+            (tuple(int(d) for d in lhs_contract), tuple(int(d) for d in rhs_contract)),
+            (tuple(int(d) for d in lhs_batch), tuple(int(d) for d in rhs_batch)),
+        )
+    except (TypeError, ValueError):
+        raise TypeError(
+            "dot_general: dimension_numbers must be ((lhs_contracting_dims, "
+            f"rhs_contracting_dims), (lhs_batch_dims, rhs_batch_dims)), got {dimension_numbers!r}"
+        ) from None
+
+
+def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+    """Contract `dimension_numbers[0]` and pair up `dimension_numbers[1]` of two arrays.
+
+    The result's dimensions are the batch dimensions, then lhs's free dimensions, then rhs's.
+    """
+    return dot_general_p.bind(
+        asarray(lhs),
+        asarray(rhs),
+        dimension_numbers=_canonical_dot_dimension_numbers(dimension_numbers),
+        precision=_canonical_precision(precision),
+        preferred_element_type=_canonical_preferred(preferred_element_type),
+    )
+
+
+def dot(lhs, rhs, precision=None, preferred_element_type=None):
+    """Vector/matrix products: the last dimension of `lhs` against the first of `rhs`."""
+    lhs, rhs = asarray(lhs), asarray(rhs)
+    if lhs.ndim not in (1, 2) or rhs.ndim not in (1, 2):
+        raise TypeError(
+            f"dot takes vectors and matrices, got shapes {lhs.shape} and {rhs.shape} "
+            "(use dot_general for higher ranks)"
+        )
+    dimension_numbers = (((lhs.ndim - 1,), (0,)), ((), ()))
+    return dot_general(lhs, rhs, dimension_numbers, precision, preferred_element_type)
+
+
+def batch_matmul(lhs, rhs, precision=None):
+    """Matrix products over the last two dimensions, pairing up all leading dimensions."""
+    lhs, rhs = asarray(lhs), asarray(rhs)
+    if lhs.ndim < 2 or lhs.ndim != rhs.ndim:
+        raise ValueError(
+            "batch_matmul needs operands of one rank, at least 2, got shapes "
+            f"{lhs.shape} and {rhs.shape}"
+        )
+    batch = tuple(range(lhs.ndim - 2))
+    dimension_numbers = (((lhs.ndim - 1,), (rhs.ndim - 2,)), (batch, batch))
+    return dot_general(lhs, rhs, dimension_numbers, precision)
+
+
+# ---------------------------------------------------------------------------------------------
+# conv_general_dilated
+
+
+class ConvDimensionNumbers(NamedTuple):
+    """Where each role lives in the operands of a convolution.
+
+    `lhs_spec` is (batch dim, feature dim, spatial dims...), `rhs_spec` is (output feature dim,
+    input feature dim, spatial dims...), `out_spec` is (batch dim, feature dim, spatial dims...).
+    """
+
+    lhs_spec: tuple[int, ...]
+    rhs_spec: tuple[int, ...]
+    out_spec: tuple[int, ...]
+
+
+def conv_dimension_numbers(
+    lhs_shape: Sequence[int], rhs_shape: Sequence[int], dimension_numbers
+) -> ConvDimensionNumbers:
+    """Canonical ConvDimensionNumbers from None (NCHW, OIHW, NCHW), layout strings or specs."""
+    ndim = len(lhs_shape)
+    if len(rhs_shape) != ndim:
+        raise TypeError(
+            "convolution operands must have the same rank, got lhs shape "
+            f"{tuple(lhs_shape)} and rhs shape {tuple(rhs_shape)}"
+        )
+    if dimension_numbers is None:
+        default = tuple(range(ndim))
+        return ConvDimensionNumbers(default, default, default)
+    if isinstance(dimension_numbers, ConvDimensionNumbers):
+        specs = dimension_numbers
+    elif (
+        isinstance(dimension_numbers, (tuple, list))
+        and len(dimension_numbers) == 3
+        and all(isinstance(s, str) for s in dimension_numbers)
+    ):
+        specs = _specs_from_layouts(ndim, *dimension_numbers)
+    else:
+        raise TypeError(
+            "dimension_numbers must be None, a ConvDimensionNumbers or a tuple of three layout "
+            f"strings such as ('NHWC', 'HWIO', 'NHWC'), got {dimension_numbers!r}"
+        )
+    specs = ConvDimensionNumbers(*(tuple(int(d) for d in spec) for spec in specs))
+    for spec in specs:
+        if sorted(spec) != list(range(ndim)):
+            raise TypeError(
+                f"convolution dimension numbers {tuple(specs)} must each be a permutation of the "
+                f"dimensions of operands of rank {ndim}"
+            )
+    return specs
+
+
+def _specs_from_layouts(ndim: int, lhs: str, rhs: str, out: str) -> ConvDimensionNumbers:
+    """Spatial dimensions are ordered as they appear in the kernel's layout string."""
+    for layout, roles in ((lhs, "NC"), (rhs, "OI"), (out, "NC")):
+        if len(layout) != ndim or len(set(layout)) != ndim or not set(roles) <= set(layout):
+            raise TypeError(
+                f"convolution layout {layout!r} must name each of the {ndim} dimensions once, "
+                f"including {roles[0]!r} and {roles[1]!r}"
+            )
+    spatial = [c for c in rhs if c not in "OI"]
+    if not set(lhs) - set("NC") == set(spatial) == set(out) - set("NC"):
+        raise TypeError(
+            f"convolution layouts {(lhs, rhs, out)} must share the same spatial dimension names"
+        )
+
+    def spec(layout: str, roles: str) -> tuple[int, ...]:
+        return tuple(layout.index(c) for c in roles) + tuple(layout.index(c) for c in spatial)
+
+    return ConvDimensionNumbers(spec(lhs, "NC"), spec(rhs, "OI"), spec(out, "NC"))
+
+
+def _dilate_dim(size: int, dilation: int) -> int:
+    """The extent of `size` elements spread `dilation` apart."""
+    return 0 if size == 0 else 1 + dilation * (size - 1)
+
+
+conv_general_dilated_p = Primitive("conv_general_dilated")
+
+
+def _check_conv_params(ndim, window_strides, padding, lhs_dilation, rhs_dilation) -> None:
+    spatial = ndim - 2
+    for name, value in (
+        ("window_strides", window_strides),
+        ("padding", padding),
+        ("lhs_dilation", lhs_dilation),
+        ("rhs_dilation", rhs_dilation),
+    ):
+        if len(value) != spatial:
+            raise TypeError(
+                f"conv_general_dilated: {name} {value} must have one entry per spatial dimension "
+                f"({spatial} for operands of rank {ndim})"
+            )
+    for name, value in (
+        ("window_strides", window_strides),
+        ("lhs_dilation", lhs_dilation),
+        ("rhs_dilation", rhs_dilation),
+    ):
+        if any(v < 1 for v in value):
+            raise TypeError(f"conv_general_dilated: {name} must be positive, got {value}")
+
+
+def _check_conv_groups(lhs_shape, rhs_shape, batch, feature, out_feature, in_feature, groups):
+    feature_groups, batch_groups = groups
+    if feature_groups < 1 or batch_groups < 1 or (feature_groups > 1 and batch_groups > 1):
+        raise TypeError(
+            "conv_general_dilated: feature_group_count and batch_group_count must be positive "
+            f"and at most one of them above 1, got {feature_groups} and {batch_groups}"
+        )
+    shapes = f"lhs shape {lhs_shape} and rhs shape {rhs_shape}"
+    if feature % feature_groups or feature // feature_groups != in_feature:
+        raise TypeError(
+            f"conv_general_dilated: the lhs feature size ({feature}) must be feature_group_count "
+            f"({feature_groups}) times the rhs input feature size ({in_feature}), got {shapes}"
+        )
+    for count, name in (
+        (feature_groups, "feature_group_count"),
+        (batch_groups, "batch_group_count"),
+    ):
+        if out_feature % count:
+            raise TypeError(
+                f"conv_general_dilated: the rhs output feature size ({out_feature}) must be a "
+                f"multiple of {name} ({count}), got {shapes}"
+            )
+    if batch % batch_groups:
+        raise TypeError(
+            f"conv_general_dilated: the lhs batch size ({batch}) must be a multiple of "
+            f"batch_group_count ({batch_groups}), got {shapes}"
+        )
+
+
+@conv_general_dilated_p.def_abstract_eval
+def _conv_general_dilated_abstract_eval(
+    lhs: ShapedArray,
+    rhs: ShapedArray,
+    *,
+    window_strides,
+    padding,
+    lhs_dilation,
+    rhs_dilation,
+    dimension_numbers,
+    feature_group_count,
+    batch_group_count,
+    precision,
+    preferred_element_type,
+) -> ShapedArray:
+    if lhs.ndim != rhs.ndim or lhs.ndim < 2:
+        raise TypeError(
+            "conv_general_dilated: operands must have one rank, at least 2, got lhs shape "
+            f"{lhs.shape} and rhs shape {rhs.shape}"
+        )
+    lhs_spec, rhs_spec, out_spec = dimension_numbers
+    _check_conv_params(lhs.ndim, window_strides, padding, lhs_dilation, rhs_dilation)
+    batch, feature = (lhs.shape[d] for d in lhs_spec[:2])
+    out_feature, in_feature = (rhs.shape[d] for d in rhs_spec[:2])
+    groups = (feature_group_count, batch_group_count)
+    _check_conv_groups(lhs.shape, rhs.shape, batch, feature, out_feature, in_feature, groups)
+    out_spatial = []
+    for i, (lhs_dim, rhs_dim) in enumerate(zip(lhs_spec[2:], rhs_spec[2:])):
+        low, high = padding[i]
+        padded = _dilate_dim(lhs.shape[lhs_dim], lhs_dilation[i]) + low + high
+        if padded < 0:
+            raise TypeError(
+                f"conv_general_dilated: negative padding {padding[i]} removes more than the "
+                f"(dilated) size of lhs dimension {lhs_dim}, lhs shape {lhs.shape}"
+            )
+        window = _dilate_dim(rhs.shape[rhs_dim], rhs_dilation[i])
+        out_spatial.append(max(0, (padded - window) // window_strides[i] + 1))
+    canonical = (batch // batch_group_count, out_feature, *out_spatial)
+    shape = [0] * lhs.ndim
+    for role, dim in enumerate(out_spec):
+        shape[dim] = canonical[role]
+    dtype = _result_dtype("conv_general_dilated", lhs.dtype, rhs.dtype, preferred_element_type)
+    return ShapedArray(tuple(shape), dtype)
+
+
+def _dilate_and_pad(x: np.ndarray, dilation, padding) -> np.ndarray:
+    """Spread the spatial elements of an (N, C, spatial...) array apart, then pad or crop."""
+    if any(d > 1 for d in dilation):
+        spread = np.zeros(
+            x.shape[:2] + tuple(_dilate_dim(s, d) for s, d in zip(x.shape[2:], dilation)), x.dtype
+        )
+        spread[(Ellipsis, *(slice(None, None, d) for d in dilation))] = x
+        x = spread
+    grow = [(0, 0), (0, 0)] + [(max(low, 0), max(high, 0)) for low, high in padding]
+    if any(g != (0, 0) for g in grow):
+        x = np.pad(x, grow)
+    crop = tuple(
+        slice(max(-low, 0), size - max(-high, 0)) for size, (low, high) in zip(x.shape[2:], padding)
+    )
+    return x[(slice(None), slice(None), *crop)]
+
+
+@conv_general_dilated_p.def_impl
+def _conv_general_dilated_impl(lhs, rhs, **params):
+    # A cross-correlation (the kernel is not flipped), computed as one batched matmul over
+    # groups of im2col patches.
+    lhs, rhs = np.asarray(lhs), np.asarray(rhs)
+    out_aval = _conv_general_dilated_abstract_eval(
+        ShapedArray(lhs.shape, lhs.dtype), ShapedArray(rhs.shape, rhs.dtype), **params
+    )
+    if out_aval.size == 0 or rhs.size == 0:
+        return _finish(np.zeros(out_aval.shape), out_aval.dtype)
+    lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
+    strides, rhs_dilation = params["window_strides"], params["rhs_dilation"]
+    compute = _accumulation_dtype(out_aval.dtype, lhs.dtype, rhs.dtype)
+    x = lhs.astype(compute, copy=False).transpose(lhs_spec)
+    x = _dilate_and_pad(x, params["lhs_dilation"], params["padding"])
+    w = rhs.astype(compute, copy=False).transpose(rhs_spec)
+    extent = tuple(_dilate_dim(k, d) for k, d in zip(w.shape[2:], rhs_dilation))
+    windows = sliding_window_view(x, extent, axis=tuple(range(2, x.ndim)))
+    # windows: (N, C, positions..., offsets...); keep every stride-th position and every
+    # dilation-th offset.
+    patches = windows[
+        (slice(None), slice(None))
+        + tuple(slice(None, None, s) for s in strides)
+        + tuple(slice(None, None, d) for d in rhs_dilation)
+    ]
+    out = _grouped_contraction(
+        patches, w, params["feature_group_count"], params["batch_group_count"]
+    )
+    return _finish(out.transpose(np.argsort(out_spec)), out_aval.dtype)
+
+
+def _grouped_contraction(patches, w, feature_groups: int, batch_groups: int) -> np.ndarray:
+    """Contract (N, C, out..., k...) patches with an (O, C / feature_groups, k...) kernel.
+
+    Group g takes its slice of lhs features (feature groups) or lhs batch (batch groups) and
+    produces the g-th block of output features. Returns (N / batch_groups, O, out...).
+    """
+    batch, feature = patches.shape[:2]
+    spatial = len(w.shape) - 2
+    out_sizes = patches.shape[2 : 2 + spatial]
+    groups = feature_groups * batch_groups
+    group_batch, group_feature = batch // batch_groups, feature // feature_groups
+    positions, window = math.prod(out_sizes), math.prod(w.shape[1:])
+    grouped = patches.reshape(
+        (batch_groups, group_batch, feature_groups, group_feature) + patches.shape[2:]
+    )
+    # -> (batch groups, feature groups, batch, out..., feature, k...), then im2col matrices.
+    order = (
+        (0, 2, 1) + tuple(range(4, 4 + spatial)) + (3,) + tuple(range(4 + spatial, grouped.ndim))
+    )
+    columns = grouped.transpose(order).reshape(groups, group_batch * positions, window)
+    kernels = w.reshape(groups, w.shape[0] // groups, window).transpose(0, 2, 1)
+    out = np.matmul(columns, kernels)  # (groups, group batch * positions, group out features)
+    out = out.reshape((groups, group_batch) + out_sizes + (w.shape[0] // groups,))
+    # -> (batch, groups, group out features, out...) and merge the feature blocks.
+    out = out.transpose((1, 0, 2 + spatial) + tuple(range(2, 2 + spatial)))
+    return out.reshape((group_batch, w.shape[0]) + out_sizes)
+
+
+def _int_tuple(values) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
+
+
+def conv_general_dilated(
+    lhs,
+    rhs,
+    window_strides: Sequence[int],
+    padding: str | Sequence[tuple[int, int]],
+    lhs_dilation: Sequence[int] | None = None,
+    rhs_dilation: Sequence[int] | None = None,
+    dimension_numbers=None,
+    feature_group_count: int = 1,
+    batch_group_count: int = 1,
+    precision=None,
+    preferred_element_type=None,
+):
+    """N-d convolution (XLA's cross-correlation) with strides, padding, dilations and groups.
+
+    `lhs_dilation` spreads the input apart (transposed convolution); `rhs_dilation` spreads the
+    kernel (atrous convolution). String padding is computed from the undilated input and the
+    dilated kernel.
+    """
+    lhs, rhs = asarray(lhs), asarray(rhs)
+    dnums = conv_dimension_numbers(lhs.shape, rhs.shape, dimension_numbers)
+    spatial = lhs.ndim - 2
+    window_strides = _int_tuple(window_strides)
+    lhs_dilation = (1,) * spatial if lhs_dilation is None else _int_tuple(lhs_dilation)
+    rhs_dilation = (1,) * spatial if rhs_dilation is None else _int_tuple(rhs_dilation)
+    if isinstance(padding, str):
+        if any(s < 1 for s in window_strides):
+            raise TypeError(
+                f"conv_general_dilated: window_strides must be positive, got {window_strides}"
+            )
+        in_shape = [lhs.shape[d] for d in dnums.lhs_spec[2:]]
+        window = [_dilate_dim(rhs.shape[d], r) for d, r in zip(dnums.rhs_spec[2:], rhs_dilation)]
+        padding = padtype_to_pads(in_shape, window, window_strides, padding)
+    try:
+        padding = tuple((int(low), int(high)) for low, high in padding)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"conv_general_dilated: padding must be a string or (low, high) pairs, got {padding!r}"
+        ) from None
+    return conv_general_dilated_p.bind(
+        lhs,
+        rhs,
+        window_strides=window_strides,
+        padding=padding,
+        lhs_dilation=lhs_dilation,
+        rhs_dilation=rhs_dilation,
+        dimension_numbers=dnums,
+        feature_group_count=int(feature_group_count),
+        batch_group_count=int(batch_group_count),
+        precision=_canonical_precision(precision),
+        preferred_element_type=_canonical_preferred(preferred_element_type),
+    )
+
+
+def conv(lhs, rhs, window_strides, padding, precision=None, preferred_element_type=None):
+    """Convolution of NCHW-style inputs with OIHW-style kernels, without dilation."""
+    return conv_general_dilated(
+        lhs,
+        rhs,
+        window_strides,
+        padding,
+        precision=precision,
+        preferred_element_type=preferred_element_type,
+    )
+
+
+def conv_with_general_padding(
+    lhs,
+    rhs,
+    window_strides,
+    padding,
+    lhs_dilation,
+    rhs_dilation,
+    precision=None,
+    preferred_element_type=None,
+):
+    """Convolution of NCHW-style inputs with OIHW-style kernels and both dilations."""
+    return conv_general_dilated(
+        lhs,
+        rhs,
+        window_strides,
+        padding,
+        lhs_dilation,
+        rhs_dilation,
+        precision=precision,
+        preferred_element_type=preferred_element_type,
+    )

@@ -1,5 +1,73 @@
-"""The threefry2x32 counter-based random bit generator, as a primitive."""
+"""The threefry2x32 counter-based random bit generator, as a primitive.
+
+Threefry-2x32 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011) is a
+block cipher: it maps a 64-bit key and a 64-bit counter to 64 random-looking bits. Random
+numbers are the encryptions of consecutive counters, so any block of them can be computed
+independently, in any order, on any device. `funcgrad.random` builds its keys and streams on it.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import numpy as np
+
+from funcgrad import dtypes
+from funcgrad.core import Primitive, ShapedArray, never_weak
+from funcgrad.lax.base import asarray, elementwise_shape
+
+__all__ = ["threefry2x32"]
+
+# Rotation distances of the 20 rounds, cycling with period 8 (Random123's R_32x2 constants).
+_ROTATIONS = (13, 15, 26, 6, 17, 29, 16, 24)
+# Makes the third key-schedule word the parity of the other two and this constant.
+_KEY_PARITY = 0x1BD11BDA
+_ROUNDS = 20
+
+threefry2x32_p = Primitive("threefry2x32", multiple_results=True)
+
+
+@threefry2x32_p.def_abstract_eval
+def _threefry2x32_abstract_eval(key1, key2, x1, x2) -> list[ShapedArray]:
+    avals = (key1, key2, x1, x2)
+    for name, aval in zip(("key1", "key2", "x1", "x2"), avals):
+        if aval.dtype != dtypes.uint32:
+            raise TypeError(f"threefry2x32 takes uint32 operands, got {name} of dtype {aval.dtype}")
+    shape = elementwise_shape("threefry2x32", avals)
+    return [ShapedArray(shape, dtypes.uint32), ShapedArray(shape, dtypes.uint32)]
+
+
+threefry2x32_p.def_weak_type(never_weak)
+
+
+def _rotate_left(x: np.ndarray, distance: int) -> np.ndarray:
+    return (x << np.uint32(distance)) | (x >> np.uint32(32 - distance))
+
+
+@threefry2x32_p.def_impl
+def _threefry2x32_impl(key1, key2, x1, x2):
+    shape = np.broadcast_shapes(*(np.shape(v) for v in (key1, key2, x1, x2)))
+    # Work on 1-d arrays: NumPy warns about wrapping arithmetic on scalars, not on arrays.
+    key1, key2, x1, x2 = (np.broadcast_to(v, shape).reshape(-1) for v in (key1, key2, x1, x2))
+    schedule = (key1, key2, key1 ^ key2 ^ np.uint32(_KEY_PARITY))
+    x1, x2 = x1 + schedule[0], x2 + schedule[1]
+    for i in range(_ROUNDS):
+        x1 = x1 + x2
+        x2 = _rotate_left(x2, _ROTATIONS[i % 8]) ^ x1
+        if i % 4 == 3:
+            # Key injection s: words s and s + 1 of the schedule, plus s on the second word.
+            s = i // 4 + 1
+            x1 = x1 + schedule[s % 3]
+            x2 = x2 + schedule[(s + 1) % 3] + np.uint32(s)
+    out1, out2 = x1.reshape(shape), x2.reshape(shape)
+    return [out1[()], out2[()]] if shape == () else [out1, out2]
+
+
+def threefry2x32(key1, key2, x1, x2) -> list:
+    """Encrypt the counter words (x1, x2) under the key (key1, key2): two uint32 arrays.
+
+    Python ints are taken as uint32; arrays must already be uint32.
+    """
+    operands = [
+        asarray(v, dtypes.uint32) if isinstance(v, int) else asarray(v)
+        for v in (key1, key2, x1, x2)
+    ]
+    return threefry2x32_p.bind(*operands)
