@@ -1,10 +1,9 @@
 """funcgrad: composable transformations (grad, vmap, jit) of pure functions over arrays."""
 
-from funcgrad import dtypes, lax, numpy, tree_util
-from funcgrad.array import Array, Device, devices
-from funcgrad.core import ShapedArray
-from funcgrad.interpreters import eval as _eval  # noqa: F401  (installs the eval trace)
-from funcgrad.transforms.make_jaxpr import ShapeDtypeStruct, make_jaxpr
+from funcgrad import dtypes, lax, nn, numpy, random, scipy, tree_util
+from funcgrad.array import Array, Device, device_put, devices
+from funcgrad.core import ShapedArray, ShapeDtypeStruct
+from funcgrad.transforms.make_jaxpr import eval_shape, make_jaxpr
 
 __version__ = "0.1.0"
 
@@ -13,10 +12,15 @@ __all__ = [
     "Device",
     "ShapeDtypeStruct",
     "ShapedArray",
+    "device_put",
     "devices",
     "dtypes",
+    "eval_shape",
     "lax",
     "make_jaxpr",
+    "nn",
     "numpy",
+    "random",
+    "scipy",
     "tree_util",
 ]
