@@ -1,8 +1,18 @@
 """funcgrad: composable transformations (grad, vmap, jit) of pure functions over arrays."""
 
-from funcgrad import dtypes, lax, nn, numpy, random, scipy, tree_util
+from funcgrad import dtypes, lax, nn, numpy, random, scipy, test_util, tree_util
 from funcgrad.array import Array, Device, device_put, devices
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
+from funcgrad.transforms.autodiff import (
+    grad,
+    hessian,
+    jacfwd,
+    jacrev,
+    jvp,
+    linearize,
+    value_and_grad,
+    vjp,
+)
 from funcgrad.transforms.make_jaxpr import eval_shape, make_jaxpr
 
 __version__ = "0.1.0"
@@ -16,11 +26,20 @@ __all__ = [
     "devices",
     "dtypes",
     "eval_shape",
+    "grad",
+    "hessian",
+    "jacfwd",
+    "jacrev",
+    "jvp",
+    "linearize",
     "lax",
     "make_jaxpr",
     "nn",
     "numpy",
     "random",
     "scipy",
+    "test_util",
     "tree_util",
+    "value_and_grad",
+    "vjp",
 ]

@@ -27,6 +27,9 @@ float16 = np.dtype(np.float16)
 float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
 
+# The dtype of tangents of integer and boolean values: they carry no information.
+float0 = np.dtype([("float0", np.void, 0)])
+
 float_ = float32
 int_ = int32
 default_float = float32

@@ -1,0 +1,157 @@
+"""Derivative checks that users (and funcgrad's own suites) call from their tests.
+
+`check_grads` checks forward mode against central finite differences and reverse mode against
+forward mode through the adjoint identity <u, J v> = <J^T u, v>, recursively up to `order`.
+Run it on float64 inputs: finite differences in float32 are too noisy to check anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from funcgrad import tree_util
+from funcgrad.interpreters.ad import float0
+
+_DEFAULT_EPS = {np.dtype(np.float64): 1e-5, np.dtype(np.float32): 1e-2}
+_DEFAULT_TOL = {np.dtype(np.float64): 1e-5, np.dtype(np.float32): 2e-2}
+
+
+def _leaves_np(tree) -> list[np.ndarray]:
+    return [np.asarray(x) for x in tree_util.tree_leaves(tree)]
+
+
+def _inner(xs, ys) -> float:
+    total = 0.0
+    for x, y in zip(_leaves_np(xs), _leaves_np(ys)):
+        if x.dtype == float0 or y.dtype == float0:
+            continue
+        total += float(np.sum(x.astype(np.float64) * y.astype(np.float64)))
+    return total
+
+
+def _random_like(tree, rng: np.random.Generator):
+    def draw(x):
+        x = np.asarray(x)
+        if x.dtype.kind != "f" and x.dtype.name != "bfloat16":
+            return np.zeros(x.shape, float0)
+        return rng.standard_normal(x.shape).astype(x.dtype)
+
+    return tree_util.tree_map(draw, tree)
+
+
+def _axpy(a: float, xs, ys):
+    def combine(x, y):
+        x = np.asarray(x)
+        if x.dtype == float0:
+            return np.asarray(y)
+        return (np.asarray(y) + a * x.astype(np.float64)).astype(np.asarray(y).dtype)
+
+    return tree_util.tree_map(combine, xs, ys)
+
+
+def _assert_close(actual, expected, atol: float, rtol: float, what: str) -> None:
+    for a, e in zip(_leaves_np(actual), _leaves_np(expected)):
+        if a.dtype == float0:
+            continue
+        np.testing.assert_allclose(
+            a.astype(np.float64), e.astype(np.float64), atol=atol, rtol=rtol, err_msg=what
+        )
+
+
+def _tolerance(args, given: float | None, table: dict) -> float:
+    if given is not None:
+        return given
+    dtypes = [np.asarray(x).dtype for x in tree_util.tree_leaves(args)]
+    return max((table.get(d, table[np.dtype(np.float32)]) for d in dtypes), default=1e-5)
+
+
+def check_jvp(f: Callable, args: Sequence, atol=None, rtol=None, eps=None, seed: int = 0) -> None:
+    """The jvp of f at args along a random tangent equals a central finite difference."""
+    from funcgrad.transforms.autodiff import jvp
+
+    rng = np.random.default_rng(seed)
+    eps = _tolerance(args, eps, _DEFAULT_EPS)
+    atol = _tolerance(args, atol, _DEFAULT_TOL)
+    rtol = _tolerance(args, rtol, _DEFAULT_TOL)
+    tangent = _random_like(tuple(args), rng)
+    _, tangent_out = jvp(f, tuple(args), tangent)
+    plus = f(*_axpy(eps, tangent, tuple(args)))
+    minus = f(*_axpy(-eps, tangent, tuple(args)))
+    difference = tree_util.tree_map(
+        lambda p, m: (np.asarray(p, np.float64) - np.asarray(m, np.float64)) / (2 * eps),
+        plus,
+        minus,
+    )
+    _assert_close(tangent_out, difference, atol, rtol, "jvp vs central finite difference")
+
+
+def check_vjp(f: Callable, args: Sequence, atol=None, rtol=None, seed: int = 0) -> None:
+    """The vjp of f is the adjoint of its jvp: <u, jvp(v)> == <vjp(u), v>."""
+    from funcgrad.transforms.autodiff import jvp, vjp
+
+    rng = np.random.default_rng(seed + 1)
+    atol = _tolerance(args, atol, _DEFAULT_TOL)
+    rtol = _tolerance(args, rtol, _DEFAULT_TOL)
+    tangent = _random_like(tuple(args), rng)
+    out, tangent_out = jvp(f, tuple(args), tangent)
+    out_again, pullback = vjp(f, *args)
+    _assert_close(out_again, out, atol, rtol, "vjp primal output vs jvp primal output")
+    cotangent = _random_like(out, rng)
+    cotangent_in = pullback(tree_util.tree_map(_as_array, cotangent))
+    lhs = _inner(cotangent, tangent_out)
+    rhs = _inner(cotangent_in, tangent)
+    scale = max(1.0, abs(lhs), abs(rhs))
+    np.testing.assert_allclose(
+        lhs / scale, rhs / scale, atol=atol, rtol=rtol, err_msg="<u, J v> vs <J^T u, v>"
+    )
+
+
+def _as_array(x):
+    from funcgrad.lax.base import asarray
+
+    return x if np.asarray(x).dtype == float0 else asarray(x)
+
+
+def check_grads(
+    f: Callable,
+    args: Sequence,
+    order: int,
+    modes: Sequence[str] = ("fwd", "rev"),
+    atol: float | None = None,
+    rtol: float | None = None,
+    eps: float | None = None,
+) -> None:
+    """Check derivatives of `f` at `args` up to `order`, in forward and/or reverse mode.
+
+    Higher orders check the derivative functions themselves: the jvp of the jvp, the vjp of
+    the vjp, so a wrong second derivative is caught even where the first is right.
+    """
+    from funcgrad.transforms.autodiff import jvp, vjp
+
+    args = tuple(args)
+    for mode in modes:
+        if mode not in ("fwd", "rev"):
+            raise ValueError(f"unknown mode {mode!r}; use 'fwd' and/or 'rev'")
+    if "fwd" in modes:
+        check_jvp(f, args, atol, rtol, eps)
+        if order > 1:
+            tangent = _random_like(args, np.random.default_rng(order))
+
+            def f_jvp(*primals):
+                return jvp(f, primals, tangent)[1]
+
+            check_grads(f_jvp, args, order - 1, ("fwd",), atol, rtol, eps)
+    if "rev" in modes:
+        check_vjp(f, args, atol, rtol)
+        if order > 1:
+            out = f(*args)
+            cotangent = tree_util.tree_map(
+                _as_array, _random_like(out, np.random.default_rng(order + 7))
+            )
+
+            def f_vjp(*primals):
+                return vjp(f, *primals)[1](cotangent)
+
+            check_grads(f_vjp, args, order - 1, ("rev",), atol, rtol, eps)

@@ -1,0 +1,449 @@
+"""Differentiation transforms: jvp, linearize, vjp, grad, value_and_grad, jacfwd, jacrev, hessian.
+
+Reverse mode is linearize + transpose: `linearize` stages the tangent part of the JVP into a
+linear jaxpr (its residuals are the constvars), and `vjp` transposes that jaxpr. Everything is
+built from the JVP trace, so there is one derivative rule per primitive.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from funcgrad import core, dtypes, tree_util
+from funcgrad.interpreters.ad import (
+    JVPTrace,
+    JVPTracer,
+    UndefinedPrimal,
+    Zero,
+    backward_pass,
+    float0,
+    instantiate,
+    tangent_aval,
+)
+from funcgrad.interpreters.staging import PartialEvalTrace
+from funcgrad.ir import ClosedJaxpr, eval_jaxpr
+from funcgrad.lax.base import asarray
+from funcgrad.transforms.make_jaxpr import function_name
+
+
+def _as_primal(x):
+    try:
+        return asarray(x)
+    except TypeError:
+        raise TypeError(
+            f"differentiated functions take arrays, scalars or pytrees of them; got a value of "
+            f"type {type(x).__name__}"
+        ) from None
+
+
+def _output_leaves(out, what: str) -> tuple[list, Any]:
+    leaves, tree = tree_util.tree_flatten(out)
+    for leaf in leaves:
+        if not isinstance(leaf, (core.Tracer, np.ndarray, np.generic, bool, int, float)) and (
+            type(leaf).__name__ != "Array"
+        ):
+            raise TypeError(
+                f"{what} needs the function to return arrays (or pytrees of them); it returned a "
+                f"value of type {type(leaf).__name__}: {leaf!r}"
+            )
+    return [_as_primal(x) for x in leaves], tree
+
+
+def _materialize(tangent, aval):
+    """A user-facing tangent: float0 zeros for integer values, real zeros for symbolic ones."""
+    if aval.dtype == float0 or tangent_aval(aval).dtype == float0:
+        return np.zeros(aval.shape, float0)
+    return instantiate(tangent)
+
+
+# ---------------------------------------------------------------------------------------------
+# Forward mode
+
+
+def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = False):
+    """(fun(*primals), the directional derivative of fun at primals along tangents)."""
+    if not isinstance(primals, (tuple, list)) or not isinstance(tangents, (tuple, list)):
+        raise TypeError(
+            "jvp takes primals and tangents as tuples or lists with one entry per argument, got "
+            f"{type(primals).__name__} and {type(tangents).__name__}"
+        )
+    primal_leaves, in_tree = tree_util.tree_flatten(tuple(primals))
+    tangent_leaves, tangent_tree = tree_util.tree_flatten(tuple(tangents))
+    if in_tree != tangent_tree:
+        raise TypeError(
+            f"primal and tangent arguments to jvp must have the same tree structure; got "
+            f"{in_tree} and {tangent_tree}"
+        )
+    primal_leaves = [_as_primal(p) for p in primal_leaves]
+    trace = JVPTrace(core.current_trace(), f"jvp({function_name(fun)})")
+    in_values = []
+    for primal, tangent in zip(primal_leaves, tangent_leaves):
+        expected = tangent_aval(primal.aval)
+        tangent = _check_tangent(tangent, expected)
+        in_values.append(primal if type(tangent) is Zero else JVPTracer(trace, primal, tangent))
+    try:
+        with core.set_current_trace(trace):
+            out = fun(*tree_util.tree_unflatten(in_tree, in_values))
+        if has_aux:
+            out, aux = _split_aux(out, "jvp")
+        out_leaves, out_tree = _output_leaves(out, "jvp")
+        pairs = [trace.primal_and_tangent(x) for x in out_leaves]
+    finally:
+        trace.alive = False
+    primals_out = [p for p, _ in pairs]
+    tangents_out = [_materialize(t, core.get_aval(p)) for p, t in pairs]
+    result = (
+        tree_util.tree_unflatten(out_tree, primals_out),
+        tree_util.tree_unflatten(out_tree, tangents_out),
+    )
+    return (*result, aux) if has_aux else result
+
+
+def _check_tangent(tangent, expected: core.ShapedArray):
+    if expected.dtype == float0:
+        if getattr(tangent, "dtype", None) != float0:
+            got = getattr(tangent, "dtype", type(tangent).__name__)
+            raise TypeError(
+                "the tangent of an integer or boolean primal must have dtype float0 (as "
+                f"np.zeros(shape, funcgrad.dtypes.float0)), got {got}"
+            )
+        return Zero(expected)
+    tangent = _as_primal(tangent)
+    if tangent.shape != expected.shape or tangent.dtype != expected.dtype:
+        raise TypeError(
+            f"primal and tangent must have the same shape and dtype: the primal is "
+            f"{expected.str_short()}, the tangent {tangent.aval.str_short()}"
+        )
+    return tangent
+
+
+def _split_aux(out, who: str):
+    if not (isinstance(out, (tuple, list)) and len(out) == 2):
+        raise TypeError(f"{who} with has_aux=True needs the function to return a pair (out, aux)")
+    return out[0], out[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# Linearization and reverse mode
+
+
+class _Linearized:
+    """The result of linearizing a flat function: primal outputs and the linear tangent map."""
+
+    def __init__(self, primals_out, linear_jaxpr: ClosedJaxpr, out_is_zero, in_avals, aux):
+        self.primals_out = primals_out
+        self.linear_jaxpr = linear_jaxpr
+        self.out_is_zero = out_is_zero
+        self.in_avals = in_avals
+        self.aux = aux
+
+
+def _linearize_flat(fun: Callable, primal_leaves: list, name: str, has_aux: bool) -> tuple:
+    pe_trace = PartialEvalTrace(core.current_trace(), f"{name}({function_name(fun)})")
+    jvp_trace = JVPTrace(pe_trace, f"{name}({function_name(fun)})")
+    in_avals = [p.aval for p in primal_leaves]
+    in_values = []
+    for primal, aval in zip(primal_leaves, in_avals):
+        tangent = pe_trace.new_arg(tangent_aval(aval))
+        is_float = tangent.aval.dtype != float0
+        in_values.append(JVPTracer(jvp_trace, primal, tangent) if is_float else primal)
+    aux = None
+    try:
+        with core.set_current_trace(jvp_trace):
+            out = fun(*in_values)
+        if has_aux:
+            out, aux = _split_aux(out, name)
+        out_leaves, out_tree = _output_leaves(out, name)
+        pairs = [jvp_trace.primal_and_tangent(x) for x in out_leaves]
+        jvp_trace.alive = False
+        out_is_zero = [type(t) is Zero for _, t in pairs]
+        linear_jaxpr = pe_trace.to_closed_jaxpr([t for _, t in pairs if type(t) is not Zero])
+    finally:
+        jvp_trace.alive = False
+        pe_trace.alive = False
+    primals_out = [p for p, _ in pairs]
+    return _Linearized(primals_out, linear_jaxpr, out_is_zero, in_avals, aux), out_tree
+
+
+def linearize(fun: Callable, *primals, has_aux: bool = False):
+    """(fun(*primals), f_jvp) where f_jvp evaluates the linear map of tangents, with the
+    primal computation already done (its residuals are kept, not recomputed)."""
+    primal_leaves, in_tree = tree_util.tree_flatten(primals)
+    primal_leaves = [_as_primal(p) for p in primal_leaves]
+    flat_fun = _flatten_fun(fun, in_tree)
+    lin, out_tree = _linearize_flat(flat_fun, primal_leaves, "linearize", has_aux)
+
+    def f_jvp(*tangents):
+        tangent_leaves, tangent_tree = tree_util.tree_flatten(tangents)
+        if tangent_tree != in_tree:
+            raise TypeError(f"f_jvp expects tangents with structure {in_tree}, got {tangent_tree}")
+        checked = [_check_tangent(t, tangent_aval(a)) for t, a in zip(tangent_leaves, lin.in_avals)]
+        jaxpr = lin.linear_jaxpr
+        nonzero = iter(eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *map(_jaxpr_arg, checked)))
+        outs = [
+            _materialize(Zero(tangent_aval(p.aval)), p.aval) if zero else next(nonzero)
+            for p, zero in zip(lin.primals_out, lin.out_is_zero)
+        ]
+        return tree_util.tree_unflatten(out_tree, outs)
+
+    primals_out = tree_util.tree_unflatten(out_tree, lin.primals_out)
+    return (primals_out, f_jvp, lin.aux) if has_aux else (primals_out, f_jvp)
+
+
+def _jaxpr_arg(tangent):
+    # float0 tangent inputs of the linear jaxpr are never read; any placeholder will do.
+    return np.zeros((), np.float32) if type(tangent) is Zero else tangent
+
+
+def _flatten_fun(fun: Callable, in_tree) -> Callable:
+    def flat_fun(*leaves):
+        return fun(*tree_util.tree_unflatten(in_tree, leaves))
+
+    return flat_fun
+
+
+def vjp(fun: Callable, *primals, has_aux: bool = False):
+    """(fun(*primals), vjp_fn) where vjp_fn maps an output cotangent to input cotangents."""
+    primal_leaves, in_tree = tree_util.tree_flatten(primals)
+    primal_leaves = [_as_primal(p) for p in primal_leaves]
+    lin, out_tree = _linearize_flat(_flatten_fun(fun, in_tree), primal_leaves, "vjp", has_aux)
+    out_avals = [p.aval for p in lin.primals_out]
+
+    def vjp_fn(cotangents):
+        ct_leaves, ct_tree = tree_util.tree_flatten(cotangents)
+        if ct_tree != out_tree:
+            raise TypeError(
+                f"the cotangent must have the structure of the function's output {out_tree}, "
+                f"got {ct_tree}"
+            )
+        cts = []
+        for ct, aval, zero in zip(ct_leaves, out_avals, lin.out_is_zero):
+            if not zero:
+                cts.append(_check_tangent(ct, tangent_aval(aval)))
+        jaxpr = lin.linear_jaxpr
+        args = [UndefinedPrimal(v.aval) for v in jaxpr.jaxpr.invars]
+        cts_in = backward_pass(jaxpr.jaxpr, jaxpr.consts, args, cts)
+        cts_in = [_materialize(ct, aval) for ct, aval in zip(cts_in, lin.in_avals)]
+        return tree_util.tree_unflatten(in_tree, cts_in)
+
+    primals_out = tree_util.tree_unflatten(out_tree, lin.primals_out)
+    return (primals_out, vjp_fn, lin.aux) if has_aux else (primals_out, vjp_fn)
+
+
+# ---------------------------------------------------------------------------------------------
+# grad and friends
+
+
+def _argnums_tuple(argnums, num_args: int, who: str) -> tuple[int, ...]:
+    nums = (argnums,) if isinstance(argnums, int) else tuple(argnums)
+    for n in nums:
+        if not -num_args <= n < num_args:
+            raise ValueError(
+                f"{who}: argnums {argnums} out of range for a function called with {num_args} "
+                "positional arguments"
+            )
+    return tuple(n % num_args for n in nums)
+
+
+def _check_grad_inputs(args, who: str, allow_int: bool, holomorphic: bool) -> None:
+    if holomorphic:
+        raise TypeError(f"{who} with holomorphic=True needs complex inputs; funcgrad has none")
+    for leaf in tree_util.tree_leaves(args):
+        dtype = core.get_aval(_as_primal(leaf)).dtype
+        if not dtypes.is_float(dtype) and not allow_int:
+            raise TypeError(
+                f"{who} requires floating-point inputs, got an input of dtype {dtype.name}. "
+                "Differentiate with respect to float arguments only (argnums), or pass "
+                "allow_int=True to get float0 zero gradients for integer inputs."
+            )
+
+
+def value_and_grad(
+    fun: Callable,
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
+) -> Callable:
+    """A function returning (fun(*args), the gradient of fun with respect to args[argnums])."""
+    name = f"value_and_grad({function_name(fun)})"
+
+    @functools.wraps(fun)
+    def value_and_grad_fun(*args, **kwargs):
+        nums = _argnums_tuple(argnums, len(args), name)
+        diff_args = tuple(args[i] for i in nums)
+        _check_grad_inputs(diff_args, name, allow_int, holomorphic)
+
+        def partial_fun(*diff):
+            full = list(args)
+            for i, value in zip(nums, diff):
+                full[i] = value
+            return fun(*full, **kwargs)
+
+        result = vjp(partial_fun, *diff_args, has_aux=has_aux)
+        out, pullback = result[0], result[1]
+        _check_scalar_output(out, name)
+        grads = pullback(_one_like(out))
+        grads = grads[0] if isinstance(argnums, int) else grads
+        return ((out, result[2]), grads) if has_aux else (out, grads)
+
+    return value_and_grad_fun
+
+
+def grad(
+    fun: Callable,
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+    allow_int: bool = False,
+) -> Callable:
+    """The gradient of a scalar-valued `fun` with respect to its argument(s) `argnums`."""
+    value_and_grad_fun = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
+
+    @functools.wraps(fun)
+    def grad_fun(*args, **kwargs):
+        (_, aux), grads = (
+            value_and_grad_fun(*args, **kwargs)
+            if has_aux
+            else ((None, None), value_and_grad_fun(*args, **kwargs)[1])
+        )
+        return (grads, aux) if has_aux else grads
+
+    return grad_fun
+
+
+def _check_scalar_output(out, who: str) -> None:
+    if not isinstance(out, (core.Tracer,)) and type(out).__name__ != "Array":
+        raise TypeError(
+            f"{who}: the function must return a scalar array, got a value of type "
+            f"{type(out).__name__}"
+        )
+    aval = core.get_aval(out)
+    if aval.shape != ():
+        raise TypeError(
+            f"{who}: gradients are only defined for scalar-output functions; the output had "
+            f"shape {aval.shape}. Use jacrev/jacfwd or vjp for non-scalar outputs."
+        )
+    if not dtypes.is_float(aval.dtype):
+        raise TypeError(
+            f"{who}: the output must be floating-point to be differentiated, got {aval.dtype.name}"
+        )
+
+
+def _one_like(out):
+    from funcgrad.lax.shapes import full
+
+    return full((), 1, out.dtype)
+
+
+def _jacobian_tree(out_tree, in_tree, blocks: dict, num_out: int, num_in: int, single: bool):
+    """Blocks[(j, i)] = d out_leaf_j / d in_leaf_i, arranged as JAX does: the output's
+    structure outside, the differentiated arguments' structure inside."""
+    per_output = []
+    for j in range(num_out):
+        args = tree_util.tree_unflatten(in_tree, [blocks[(j, i)] for i in range(num_in)])
+        per_output.append(args[0] if single else tuple(args))
+    return tree_util.tree_unflatten(out_tree, per_output)
+
+
+def _basis(leaf, index: int):
+    """The `index`-th standard basis vector with `leaf`'s shape and dtype."""
+    from funcgrad import numpy as fnp
+
+    return fnp.zeros(leaf.size, leaf.dtype).at[index].set(1).reshape(leaf.shape)
+
+
+def _partial_in(fun: Callable, args: tuple, nums: tuple[int, ...]) -> Callable:
+    def partial_fun(*diff):
+        full = list(args)
+        for i, value in zip(nums, diff):
+            full[i] = value
+        return fun(*full)
+
+    return partial_fun
+
+
+def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """The Jacobian by forward mode: one jvp per input basis vector."""
+    from funcgrad import numpy as fnp
+
+    @functools.wraps(fun)
+    def jacfwd_fun(*args):
+        nums = _argnums_tuple(argnums, len(args), "jacfwd")
+        diff_args = tuple(tree_util.tree_map(_as_primal, args[i]) for i in nums)
+        in_leaves, in_tree = tree_util.tree_flatten(diff_args)
+        partial_fun = _partial_in(fun, args, nums)
+
+        def flat_fun(*leaves):
+            return partial_fun(*tree_util.tree_unflatten(in_tree, leaves))
+
+        zeros = [fnp.zeros_like(x) for x in in_leaves]
+        result = jvp(flat_fun, in_leaves, zeros, has_aux=has_aux)
+        out_leaves, out_tree = tree_util.tree_flatten(result[0])
+        columns = []  # columns[i]: per flat index of input leaf i, the output tangent leaves
+        for i, leaf in enumerate(in_leaves):
+            tangents = zeros[:i] + [None] + zeros[i + 1 :]
+            per_index = []
+            for k in range(leaf.size):
+                tangents[i] = _basis(leaf, k)
+                per_index.append(tree_util.tree_leaves(jvp(flat_fun, in_leaves, tangents)[1]))
+            columns.append(per_index)
+        blocks = {}
+        for j, out_leaf in enumerate(out_leaves):
+            for i, leaf in enumerate(in_leaves):
+                shape = tuple(out_leaf.shape) + tuple(leaf.shape)
+                if columns[i]:
+                    stacked = fnp.stack([col[j] for col in columns[i]], axis=-1)
+                else:
+                    stacked = fnp.zeros(shape, out_leaf.dtype)
+                blocks[(j, i)] = stacked.reshape(shape)
+        jac = _jacobian_tree(
+            out_tree, in_tree, blocks, len(out_leaves), len(in_leaves), isinstance(argnums, int)
+        )
+        return (jac, result[2]) if has_aux else jac
+
+    return jacfwd_fun
+
+
+def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """The Jacobian by reverse mode: one vjp per output basis vector."""
+    from funcgrad import numpy as fnp
+
+    @functools.wraps(fun)
+    def jacrev_fun(*args):
+        nums = _argnums_tuple(argnums, len(args), "jacrev")
+        diff_args = tuple(tree_util.tree_map(_as_primal, args[i]) for i in nums)
+        result = vjp(_partial_in(fun, args, nums), *diff_args, has_aux=has_aux)
+        pullback = result[1]
+        out_leaves, out_tree = tree_util.tree_flatten(result[0])
+        in_leaves, in_tree = tree_util.tree_flatten(diff_args)
+        blocks = {}
+        for j, out_leaf in enumerate(out_leaves):
+            rows = []  # per flat index of output leaf j, the cotangent of every input leaf
+            for m in range(out_leaf.size):
+                basis = [fnp.zeros_like(o) for o in out_leaves]
+                basis[j] = _basis(out_leaf, m)
+                rows.append(
+                    tree_util.tree_leaves(pullback(tree_util.tree_unflatten(out_tree, basis)))
+                )
+            for i, leaf in enumerate(in_leaves):
+                shape = tuple(out_leaf.shape) + tuple(leaf.shape)
+                if rows:
+                    blocks[(j, i)] = fnp.stack([row[i] for row in rows]).reshape(shape)
+                else:
+                    blocks[(j, i)] = fnp.zeros(shape, leaf.dtype)
+        jac = _jacobian_tree(
+            out_tree, in_tree, blocks, len(out_leaves), len(in_leaves), isinstance(argnums, int)
+        )
+        return (jac, result[2]) if has_aux else jac
+
+    return jacrev_fun
+
+
+def hessian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+    """The Hessian of a scalar function: forward-over-reverse, jacfwd(jacrev(fun))."""
+    return jacfwd(jacrev(fun, argnums, has_aux=has_aux), argnums, has_aux=has_aux)
