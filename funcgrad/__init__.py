@@ -13,6 +13,8 @@ from funcgrad.transforms.autodiff import (
     value_and_grad,
     vjp,
 )
+from funcgrad.transforms.checkpoint import checkpoint, checkpoint_policies, remat
+from funcgrad.transforms.custom_derivatives import custom_jvp, custom_vjp
 from funcgrad.transforms.make_jaxpr import eval_shape, make_jaxpr
 
 __version__ = "0.1.0"
@@ -22,6 +24,10 @@ __all__ = [
     "Device",
     "ShapeDtypeStruct",
     "ShapedArray",
+    "checkpoint",
+    "checkpoint_policies",
+    "custom_jvp",
+    "custom_vjp",
     "device_put",
     "devices",
     "dtypes",
@@ -37,6 +43,7 @@ __all__ = [
     "nn",
     "numpy",
     "random",
+    "remat",
     "scipy",
     "test_util",
     "tree_util",

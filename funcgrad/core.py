@@ -165,11 +165,14 @@ class Primitive:
 
     RULES = ("abstract_eval", "impl", "jvp", "transpose", "batch")
 
-    def __init__(self, name: str, *, multiple_results: bool = False):
+    def __init__(self, name: str, *, multiple_results: bool = False, higher_order: bool = False):
         if name in PRIMITIVES:
             raise ValueError(f"a primitive named {name!r} is already declared")
         self.name = name
         self.multiple_results = multiple_results
+        # A higher-order primitive's params hold programs (jaxprs, functions); its impl runs
+        # them on funcgrad arrays by binding their primitives, instead of calling NumPy.
+        self.higher_order = higher_order
         self.abstract_eval_rule: Callable | None = None
         self.impl: Callable | None = None
         self.jvp: Callable | None = None

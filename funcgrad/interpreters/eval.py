@@ -22,6 +22,11 @@ class EvalTrace(core.Trace):
         self.checked_signatures: set = set()
 
     def process_primitive(self, primitive, args, params):
+        if primitive.higher_order:
+            for arg in args:
+                if type(arg) is not Array:
+                    raise _bad_operand(primitive, arg)
+            return primitive.impl(*args, **params)
         values = []
         signature = [primitive]
         any_weak = False

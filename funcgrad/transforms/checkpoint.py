@@ -1,0 +1,245 @@
+"""checkpoint (remat): recompute a function's intermediates in the backward pass.
+
+`checkpoint(f)` stages f into a jaxpr bound as the `checkpoint` primitive. Its jvp rule splits
+the jvp of that jaxpr in two with a *policy*: a known part that computes the primal outputs and
+the residuals the policy lets it save, and an unknown part that takes those residuals and the
+tangents and recomputes everything else. Under linearize only the unknown part is staged into
+the linear program, so the backward pass stores the inputs (and the saved values) instead of
+every intermediate.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+from funcgrad import core, tree_util
+from funcgrad.core import Primitive
+from funcgrad.interpreters.ad import (
+    JVPTrace,
+    JVPTracer,
+    Zero,
+    backward_pass,
+    is_undefined,
+    tangent_aval,
+)
+from funcgrad.interpreters.staging import trace_to_jaxpr
+from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var, eval_jaxpr
+from funcgrad.lax.base import asarray
+from funcgrad.transforms.make_jaxpr import function_name
+
+# ---------------------------------------------------------------------------------------------
+# Policies: which primal values may be saved for the backward pass instead of recomputed
+
+
+def nothing_saveable(primitive: Primitive, *avals, **params) -> bool:
+    return False
+
+
+def everything_saveable(primitive: Primitive, *avals, **params) -> bool:
+    return True
+
+
+def dots_saveable(primitive: Primitive, *avals, **params) -> bool:
+    return primitive.name in ("dot_general", "conv_general_dilated")
+
+
+def dots_with_no_batch_dims_saveable(primitive: Primitive, *avals, **params) -> bool:
+    if primitive.name != "dot_general":
+        return False
+    (_, _), (lhs_batch, rhs_batch) = params["dimension_numbers"]
+    return not lhs_batch and not rhs_batch
+
+
+class checkpoint_policies:
+    """The policies, under the names JAX uses."""
+
+    nothing_saveable = staticmethod(nothing_saveable)
+    everything_saveable = staticmethod(everything_saveable)
+    dots_saveable = staticmethod(dots_saveable)
+    checkpoint_dots = staticmethod(dots_saveable)
+    dots_with_no_batch_dims_saveable = staticmethod(dots_with_no_batch_dims_saveable)
+
+
+# ---------------------------------------------------------------------------------------------
+# The primitive
+
+checkpoint_p = Primitive("checkpoint", multiple_results=True, higher_order=True)
+
+
+@checkpoint_p.def_impl
+def _checkpoint_impl(*args, jaxpr: ClosedJaxpr, policy, prevent_cse: bool):
+    return eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *args)
+
+
+@checkpoint_p.def_abstract_eval
+def _checkpoint_abstract_eval(*avals, jaxpr: ClosedJaxpr, policy, prevent_cse: bool):
+    return jaxpr.out_avals
+
+
+@checkpoint_p.def_weak_type
+def _checkpoint_weak_type(weak_flags, *, jaxpr: ClosedJaxpr, policy, prevent_cse) -> list[bool]:
+    return [a.weak_type for a in jaxpr.out_avals]
+
+
+@checkpoint_p.def_jvp
+def _checkpoint_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, policy, prevent_cse: bool):
+    nonzero = [type(t) is not Zero for t in tangents]
+    jvp_closed, out_nonzero = _jvp_jaxpr(jaxpr, nonzero)
+    num_primal_out = len(jaxpr.out_avals)
+    unknowns = [False] * len(primals) + [True] * sum(nonzero)
+    known, unknown, num_res = _partial_eval_jaxpr(jvp_closed, unknowns, policy or nothing_saveable)
+    params = dict(policy=policy, prevent_cse=prevent_cse)
+    known_outs = checkpoint_p.bind(*primals, jaxpr=known, **params)
+    primal_outs, residuals = known_outs[:num_primal_out], known_outs[num_primal_out:]
+    nonzero_tangents = [t for t in tangents if type(t) is not Zero]
+    tangent_outs = iter(checkpoint_p.bind(*residuals, *nonzero_tangents, jaxpr=unknown, **params))
+    return primal_outs, [
+        next(tangent_outs) if nz else Zero(tangent_aval(aval))
+        for nz, aval in zip(out_nonzero, jaxpr.out_avals)
+    ]
+
+
+def _checkpoint_transpose(cotangents, *operands, jaxpr: ClosedJaxpr, policy, prevent_cse):
+    """Transpose the linear part: backward_pass re-runs the residual computations first."""
+    cts_in = backward_pass(jaxpr.jaxpr, jaxpr.consts, operands, list(cotangents))
+    return [ct if is_undefined(op) else None for ct, op in zip(cts_in, operands)]
+
+
+checkpoint_p.def_transpose(_checkpoint_transpose)
+
+
+def _jvp_jaxpr(closed: ClosedJaxpr, nonzero: Sequence[bool]) -> tuple[ClosedJaxpr, list[bool]]:
+    """A jaxpr (primals, nonzero tangents) -> (primal outs, nonzero tangent outs)."""
+    in_avals = closed.in_avals
+    out_nonzero: list[bool] = []
+
+    def jvp_fun(*args):
+        primals, tangents = args[: len(in_avals)], iter(args[len(in_avals) :])
+        trace = JVPTrace(core.current_trace(), "checkpoint")
+        inputs = [
+            JVPTracer(trace, p, next(tangents)) if nz else p for p, nz in zip(primals, nonzero)
+        ]
+        with core.set_current_trace(trace):
+            outs = eval_jaxpr(closed.jaxpr, closed.consts, *inputs)
+        pairs = [trace.primal_and_tangent(o) for o in outs]
+        trace.alive = False
+        out_nonzero.extend(type(t) is not Zero for _, t in pairs)
+        return [p for p, _ in pairs] + [t for _, t in pairs if type(t) is not Zero]
+
+    tangent_avals = [tangent_aval(a) for a, nz in zip(in_avals, nonzero) if nz]
+    jvp_closed, _ = trace_to_jaxpr(jvp_fun, list(in_avals) + tangent_avals, "checkpoint jvp")
+    return jvp_closed, out_nonzero
+
+
+def _partial_eval_jaxpr(
+    closed: ClosedJaxpr, unknowns: Sequence[bool], saveable: Callable
+) -> tuple[ClosedJaxpr, ClosedJaxpr, int]:
+    """Split a jaxpr into a known part and an unknown part that recomputes what is not saved.
+
+    known:   known inputs -> (known outputs, residuals)
+    unknown: (residuals, unknown inputs) -> unknown outputs
+    Residuals are known inputs and outputs of saveable equations that the unknown part reads.
+    Outputs are split by whether they depend on an unknown input.
+    """
+    jaxpr = closed.jaxpr
+    unknown_vars = {v for v, u in zip(jaxpr.invars, unknowns) if u}
+    producer: dict[Var, JaxprEqn] = {}
+    unknown_eqns = []
+    for eqn in jaxpr.eqns:
+        if any(type(v) is not Literal and v in unknown_vars for v in eqn.invars):
+            unknown_eqns.append(eqn)
+            unknown_vars.update(eqn.outvars)
+        else:
+            for v in eqn.outvars:
+                producer[v] = eqn
+    out_unknown = [type(v) is not Literal and v in unknown_vars for v in jaxpr.outvars]
+
+    # Walk back from the unknown side's needs: saved values become residuals, the rest is
+    # recomputed on the unknown side.
+    residuals: list[Var] = []
+    recomputed: set[int] = set()
+    pending = [v for e in unknown_eqns for v in e.invars if type(v) is not Literal]
+    seen: set[Var] = set(jaxpr.constvars)  # consts are closed over by both sides
+    while pending:
+        v = pending.pop()
+        if v in seen or v in unknown_vars:
+            continue
+        seen.add(v)
+        eqn = producer.get(v)
+        if eqn is None or saveable(eqn.primitive, *(x.aval for x in eqn.invars), **eqn.params):
+            residuals.append(v)
+        elif id(eqn) not in recomputed:
+            recomputed.add(id(eqn))
+            pending.extend(x for x in eqn.invars if type(x) is not Literal)
+    # Outputs on the known side are the primal outputs; the unknown side returns the rest.
+    known_outvars = [v for v, u in zip(jaxpr.outvars, out_unknown) if not u]
+    known_jaxpr = Jaxpr(
+        jaxpr.constvars,
+        [v for v, u in zip(jaxpr.invars, unknowns) if not u],
+        known_outvars + residuals,
+        [e for e in jaxpr.eqns if all(v not in unknown_vars for v in e.outvars)],
+    )
+    unknown_jaxpr = Jaxpr(
+        jaxpr.constvars,
+        residuals + [v for v, u in zip(jaxpr.invars, unknowns) if u],
+        [v for v, u in zip(jaxpr.outvars, out_unknown) if u],
+        [e for e in jaxpr.eqns if id(e) in recomputed or e in unknown_eqns],
+    )
+    return (
+        ClosedJaxpr(known_jaxpr, closed.consts),
+        ClosedJaxpr(unknown_jaxpr, closed.consts),
+        len(residuals),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The public transform
+
+
+def checkpoint(
+    fun: Callable,
+    *,
+    prevent_cse: bool = True,
+    policy: Callable | None = None,
+    static_argnums: int | Sequence[int] = (),
+) -> Callable:
+    """`fun`, differentiated by recomputing its intermediates instead of storing them.
+
+    `policy(primitive, *avals, **params) -> bool` names the values that may be saved anyway,
+    e.g. `checkpoint_policies.dots_saveable`; by default only the inputs are saved.
+    """
+    static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+
+    @functools.wraps(fun)
+    def checkpointed(*args):
+        static_values = {i: args[i] for i in static}
+        dynamic = [a for i, a in enumerate(args) if i not in static]
+        leaves, in_tree = tree_util.tree_flatten(dynamic)
+        leaves = [asarray(x) for x in leaves]
+
+        def flat_fun(*flat):
+            dynamic_args = iter(tree_util.tree_unflatten(in_tree, flat))
+            full = [
+                static_values[i] if i in static else next(dynamic_args) for i in range(len(args))
+            ]
+            return fun(*full)
+
+        closed, out_tree = trace_to_jaxpr(
+            flat_fun, [x.aval for x in leaves], f"checkpoint({function_name(fun)})"
+        )
+        jaxpr = closed.jaxpr
+        hoisted = Jaxpr([], jaxpr.constvars + jaxpr.invars, jaxpr.outvars, jaxpr.eqns)
+        outs = checkpoint_p.bind(
+            *closed.consts,
+            *leaves,
+            jaxpr=ClosedJaxpr(hoisted, []),
+            policy=policy,
+            prevent_cse=prevent_cse,
+        )
+        return tree_util.tree_unflatten(out_tree, outs)
+
+    return checkpointed
+
+
+remat = checkpoint

@@ -1,0 +1,378 @@
+"""custom_jvp and custom_vjp: derivative rules that users write for their own functions.
+
+A decorated function is staged into a jaxpr and bound as a higher-order primitive carrying the
+user's rule, so the rule survives any transformation that stages the function first. Values the
+function closes over are hoisted into explicit operands; differentiating through them is an
+error that says so, since the user's rule cannot know about them.
+
+custom_vjp follows JAX: under the JVP trace, `fwd` runs on the primals and the tangent becomes a
+`custom_lin` equation over the residuals, linear in the tangents, whose transpose calls `bwd`.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+
+from funcgrad import core, tree_util
+from funcgrad.core import Primitive
+from funcgrad.interpreters.ad import Zero, instantiate, tangent_aval
+from funcgrad.interpreters.staging import trace_to_jaxpr
+from funcgrad.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
+from funcgrad.lax.base import asarray
+from funcgrad.transforms.make_jaxpr import function_name
+
+
+def _resolve_args(fun: Callable, args: tuple, kwargs: dict) -> tuple:
+    """Keyword arguments become positional, so rules see one argument order."""
+    if not kwargs:
+        return args
+    bound = inspect.signature(fun).bind(*args, **kwargs)
+    bound.apply_defaults()
+    return bound.args
+
+
+def _stage(fun: Callable, leaves: list, name: str) -> tuple[ClosedJaxpr, list, object]:
+    """Stage fun on `leaves`; consts are hoisted to leading invars and returned separately."""
+    closed, out_tree = trace_to_jaxpr(fun, [x.aval for x in leaves], name)
+    jaxpr = closed.jaxpr
+    hoisted = Jaxpr([], jaxpr.constvars + jaxpr.invars, jaxpr.outvars, jaxpr.eqns)
+    return ClosedJaxpr(hoisted, []), closed.consts, out_tree
+
+
+def _split_static(args: tuple, nondiff_argnums: tuple[int, ...]) -> tuple[list, list]:
+    static = [args[i] for i in nondiff_argnums]
+    dynamic = [a for i, a in enumerate(args) if i not in nondiff_argnums]
+    return static, dynamic
+
+
+def _merge_static(static: list, dynamic: Sequence, nondiff_argnums: tuple[int, ...]) -> list:
+    static_iter, dynamic_iter = iter(static), iter(dynamic)
+    total = len(static) + len(dynamic)
+    return [next(static_iter) if i in nondiff_argnums else next(dynamic_iter) for i in range(total)]
+
+
+def _check_no_closed_over_tangents(name: str, const_tangents: Sequence) -> None:
+    if any(type(t) is not Zero for t in const_tangents):
+        raise TypeError(
+            f"{name} closes over a value that is being differentiated; a custom derivative rule "
+            "cannot see such values. Pass the value to the function as an argument instead."
+        )
+
+
+def _call_impl(*args, call_jaxpr: ClosedJaxpr, **params):
+    return eval_jaxpr(call_jaxpr.jaxpr, call_jaxpr.consts, *args)
+
+
+def _call_abstract_eval(*avals, call_jaxpr: ClosedJaxpr, **params):
+    return call_jaxpr.out_avals
+
+
+def _call_weak_type(weak_flags, *, call_jaxpr: ClosedJaxpr, **params) -> list[bool]:
+    return [a.weak_type for a in call_jaxpr.out_avals]
+
+
+def _declare_call(name: str) -> Primitive:
+    prim = Primitive(name, multiple_results=True, higher_order=True)
+    prim.def_impl(_call_impl)
+    prim.def_abstract_eval(_call_abstract_eval)
+    prim.def_weak_type(_call_weak_type)
+    prim.not_applicable["transpose"] = "not linear: it calls a user's function"
+    return prim
+
+
+# ---------------------------------------------------------------------------------------------
+# custom_jvp
+
+custom_jvp_call_p = _declare_call("custom_jvp_call")
+
+
+class _FlatJVPRule:
+    """The user's jvp rule on flat lists of leaves, checked against the function's outputs."""
+
+    def __init__(self, rule, static, nondiff_argnums, in_tree, out_tree, out_avals, name):
+        self.rule = rule
+        self.static = static
+        self.nondiff_argnums = nondiff_argnums
+        self.in_tree = in_tree
+        self.out_tree = out_tree
+        self.out_avals = out_avals
+        self.__name__ = name
+
+    def __call__(self, primals: list, tangents: list) -> tuple[list, list]:
+        primal_args = tree_util.tree_unflatten(self.in_tree, primals)
+        tangent_args = tree_util.tree_unflatten(self.in_tree, tangents)
+        out = self.rule(*self.static, tuple(primal_args), tuple(tangent_args))
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            raise TypeError(
+                f"the jvp rule of {self.__name__} must return a pair (primal_out, tangent_out)"
+            )
+        primal_leaves, primal_tree = tree_util.tree_flatten(out[0])
+        tangent_leaves, tangent_tree = tree_util.tree_flatten(out[1])
+        if primal_tree != self.out_tree or tangent_tree != self.out_tree:
+            raise TypeError(
+                f"the jvp rule of {self.__name__} must return primal and tangent outputs with "
+                f"the function's output structure {self.out_tree}; got {primal_tree} and "
+                f"{tangent_tree}"
+            )
+        tangent_leaves = [asarray(t) for t in tangent_leaves]
+        for aval, tangent in zip(self.out_avals, tangent_leaves):
+            expected = tangent_aval(aval)
+            if tangent.shape != expected.shape or tangent.dtype != expected.dtype:
+                raise TypeError(
+                    f"the jvp rule of {self.__name__} returned a tangent of type "
+                    f"{tangent.aval.str_short()} for an output of type {aval.str_short()}"
+                )
+        return [asarray(p) for p in primal_leaves], tangent_leaves
+
+
+@custom_jvp_call_p.def_jvp
+def _custom_jvp_call_jvp(primals, tangents, *, call_jaxpr, jvp, num_consts):
+    _check_no_closed_over_tangents(jvp.__name__, tangents[:num_consts])
+    args = primals[num_consts:]
+    return jvp(args, [instantiate(t) for t in tangents[num_consts:]])
+
+
+class custom_jvp:
+    """A function with a user-defined forward-mode derivative (and so reverse mode too).
+
+    @custom_jvp
+    def f(x): ...
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        return f(x), ...
+    """
+
+    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self.nondiff_argnums = tuple(nondiff_argnums)
+        self.jvp: Callable | None = None
+
+    def defjvp(self, jvp: Callable, symbolic_zeros: bool = False) -> Callable:
+        if symbolic_zeros:
+            raise NotImplementedError("custom_jvp with symbolic_zeros=True is not supported yet")
+        self.jvp = jvp
+        return jvp
+
+    def defjvps(self, *tangent_rules: Callable | None) -> None:
+        """One rule per argument: `rule(tangent, primal_out, *primals)` is its contribution."""
+
+        def jvp(primals, tangents):
+            primal_out = self(*primals)
+            tangent_out = None
+            for rule, tangent in zip(tangent_rules, tangents):
+                if rule is None:
+                    continue
+                contribution = rule(tangent, primal_out, *primals)
+                tangent_out = (
+                    contribution
+                    if tangent_out is None
+                    else tree_util.tree_map(lambda a, b: a + b, tangent_out, contribution)
+                )
+            if tangent_out is None:
+                from funcgrad import numpy as fnp
+
+                tangent_out = tree_util.tree_map(fnp.zeros_like, primal_out)
+            return primal_out, tangent_out
+
+        self.defjvp(jvp)
+
+    def __call__(self, *args, **kwargs):
+        name = function_name(self.fun)
+        if self.jvp is None:
+            raise AttributeError(
+                f"no jvp rule is defined for custom_jvp function {name}; use defjvp"
+            )
+        args = _resolve_args(self.fun, args, kwargs)
+        if core.current_trace() is core.eval_trace():
+            return self.fun(*args)
+        static, dynamic = _split_static(args, self.nondiff_argnums)
+        leaves, in_tree = tree_util.tree_flatten(dynamic)
+        leaves = [asarray(x) for x in leaves]
+
+        def flat_fun(*flat):
+            dynamic_args = tree_util.tree_unflatten(in_tree, flat)
+            return self.fun(*_merge_static(static, dynamic_args, self.nondiff_argnums))
+
+        call_jaxpr, consts, out_tree = _stage(flat_fun, leaves, f"custom_jvp({name})")
+        rule = _FlatJVPRule(
+            self.jvp,
+            static,
+            self.nondiff_argnums,
+            in_tree,
+            out_tree,
+            call_jaxpr.out_avals,
+            name,
+        )
+        outs = custom_jvp_call_p.bind(
+            *consts, *leaves, call_jaxpr=call_jaxpr, jvp=rule, num_consts=len(consts)
+        )
+        return tree_util.tree_unflatten(out_tree, outs)
+
+
+# ---------------------------------------------------------------------------------------------
+# custom_vjp
+
+custom_vjp_call_p = _declare_call("custom_vjp_call")
+
+
+class _FlatVJPRules:
+    """The user's fwd and bwd on flat lists of leaves."""
+
+    def __init__(self, fwd, bwd, static, nondiff_argnums, in_tree, out_tree, in_avals, name):
+        self.fwd = fwd
+        self.bwd = bwd
+        self.static = static
+        self.nondiff_argnums = nondiff_argnums
+        self.in_tree = in_tree
+        self.out_tree = out_tree
+        self.in_avals = in_avals
+        self.__name__ = name
+        self.residual_tree = None
+
+    def forward(self, primals: list) -> tuple[list, list]:
+        args = _merge_static(
+            self.static, tree_util.tree_unflatten(self.in_tree, primals), self.nondiff_argnums
+        )
+        out = self.fwd(*args)
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            raise TypeError(f"the fwd rule of {self.__name__} must return a pair (out, residuals)")
+        out_leaves, out_tree = tree_util.tree_flatten(out[0])
+        if out_tree != self.out_tree:
+            raise TypeError(
+                f"the fwd rule of {self.__name__} returned output structure {out_tree}, but the "
+                f"function returns {self.out_tree}"
+            )
+        residual_leaves, self.residual_tree = tree_util.tree_flatten(out[1])
+        return [asarray(x) for x in out_leaves], [asarray(x) for x in residual_leaves]
+
+    def backward(self, residuals: list, cotangents: list) -> list:
+        res = tree_util.tree_unflatten(self.residual_tree, residuals)
+        ct = tree_util.tree_unflatten(self.out_tree, cotangents)
+        cts_in = self.bwd(*self.static, res, ct)
+        if not isinstance(cts_in, (tuple, list)):
+            raise TypeError(
+                f"the bwd rule of {self.__name__} must return a tuple with one cotangent per "
+                f"differentiable argument, got {type(cts_in).__name__}"
+            )
+        leaves, tree = tree_util.tree_flatten(list(cts_in), is_leaf=lambda x: x is None)
+        if tree != self.in_tree:
+            raise TypeError(
+                f"the bwd rule of {self.__name__} returned cotangents with structure {tree}; "
+                f"the differentiable arguments have structure {self.in_tree} (None may stand "
+                "for a zero cotangent)"
+            )
+        return [
+            Zero(tangent_aval(aval)) if ct is None else asarray(ct)
+            for ct, aval in zip(leaves, self.in_avals)
+        ]
+
+
+@custom_vjp_call_p.def_jvp
+def _custom_vjp_call_jvp(primals, tangents, *, call_jaxpr, rules, num_consts):
+    _check_no_closed_over_tangents(rules.__name__, tangents[:num_consts])
+    primal_outs, residuals = rules.forward(primals[num_consts:])
+    arg_tangents = [instantiate(t) for t in tangents[num_consts:]]
+    tangent_outs = custom_lin_p.bind(
+        *residuals,
+        *arg_tangents,
+        num_residuals=len(residuals),
+        rules=rules,
+        out_avals=tuple(tangent_aval(core.get_aval(p)) for p in primal_outs),
+    )
+    return primal_outs, tangent_outs
+
+
+custom_lin_p = Primitive("custom_lin", multiple_results=True)
+
+
+@custom_lin_p.def_abstract_eval
+def _custom_lin_abstract_eval(*avals, num_residuals, rules, out_avals):
+    return list(out_avals)
+
+
+@custom_lin_p.def_weak_type
+def _custom_lin_weak_type(weak_flags, *, num_residuals, rules, out_avals) -> list[bool]:
+    return [a.weak_type for a in out_avals]
+
+
+@custom_lin_p.def_impl
+def _custom_lin_impl(*args, num_residuals, rules, out_avals):
+    raise TypeError(
+        f"cannot apply forward-mode differentiation (jvp) to custom_vjp function "
+        f"{rules.__name__}: it only defines a reverse-mode rule. Use grad/vjp, or define the "
+        "function with custom_jvp instead."
+    )
+
+
+@custom_lin_p.def_transpose
+def _custom_lin_transpose(cotangents, *operands, num_residuals, rules, out_avals):
+    residuals = list(operands[:num_residuals])
+    cts = [instantiate(ct) for ct in cotangents]
+    return [None] * num_residuals + rules.backward(residuals, cts)
+
+
+custom_lin_p.def_jvp(lambda primals, tangents, **params: _custom_lin_impl(**params))
+
+
+class custom_vjp:
+    """A function with a user-defined reverse-mode derivative.
+
+    @custom_vjp
+    def f(x): ...
+
+    def f_fwd(x): return f(x), residuals
+    def f_bwd(residuals, g): return (cotangent_of_x,)
+
+    f.defvjp(f_fwd, f_bwd)
+    """
+
+    def __init__(self, fun: Callable, nondiff_argnums: Sequence[int] = ()):
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self.nondiff_argnums = tuple(nondiff_argnums)
+        self.fwd: Callable | None = None
+        self.bwd: Callable | None = None
+
+    def defvjp(self, fwd: Callable, bwd: Callable, symbolic_zeros: bool = False) -> None:
+        if symbolic_zeros:
+            raise NotImplementedError("custom_vjp with symbolic_zeros=True is not supported yet")
+        self.fwd = fwd
+        self.bwd = bwd
+
+    def __call__(self, *args, **kwargs):
+        name = function_name(self.fun)
+        if self.fwd is None:
+            raise AttributeError(
+                f"no vjp rule is defined for custom_vjp function {name}; use defvjp"
+            )
+        args = _resolve_args(self.fun, args, kwargs)
+        if core.current_trace() is core.eval_trace():
+            return self.fun(*args)
+        static, dynamic = _split_static(args, self.nondiff_argnums)
+        leaves, in_tree = tree_util.tree_flatten(dynamic)
+        leaves = [asarray(x) for x in leaves]
+
+        def flat_fun(*flat):
+            dynamic_args = tree_util.tree_unflatten(in_tree, flat)
+            return self.fun(*_merge_static(static, dynamic_args, self.nondiff_argnums))
+
+        call_jaxpr, consts, out_tree = _stage(flat_fun, leaves, f"custom_vjp({name})")
+        rules = _FlatVJPRules(
+            self.fwd,
+            self.bwd,
+            static,
+            self.nondiff_argnums,
+            in_tree,
+            out_tree,
+            [x.aval for x in leaves],
+            name,
+        )
+        outs = custom_vjp_call_p.bind(
+            *consts, *leaves, call_jaxpr=call_jaxpr, rules=rules, num_consts=len(consts)
+        )
+        return tree_util.tree_unflatten(out_tree, outs)
