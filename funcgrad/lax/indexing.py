@@ -1,5 +1,744 @@
-"""Indexing primitives: dynamic slices, gather and scatter."""
+"""Indexing primitives: dynamic slices, gather and scatter.
+
+Start indices are data, not parameters, so they may be traced. As in XLA, a start index that
+would put a dynamic slice out of bounds is clamped; gather and scatter choose what happens to
+out-of-bounds windows with a `GatherScatterMode`.
+
+Gather and scatter follow XLA's dimension-number semantics, with JAX's convention that the
+index vector is the last dimension of the indices.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import enum
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from funcgrad import dtypes
+from funcgrad.core import Primitive, ShapedArray
+from funcgrad.lax.base import asarray, canonical_axes, check_same_dtypes
+from funcgrad.lax.elementwise import add, binary_operands, lt, select
+from funcgrad.lax.shapes import expand_dims, index_in_dim, scalar_if_0d, squeeze
+
+__all__ = [
+    "GatherDimensionNumbers",
+    "GatherScatterMode",
+    "ScatterDimensionNumbers",
+    "dynamic_index_in_dim",
+    "dynamic_slice",
+    "dynamic_slice_in_dim",
+    "dynamic_update_index_in_dim",
+    "dynamic_update_slice",
+    "dynamic_update_slice_in_dim",
+    "gather",
+    "scatter",
+    "scatter_add",
+    "scatter_max",
+    "scatter_min",
+    "scatter_mul",
+]
+
+
+def _first_operand_weak(weak_flags: Sequence[bool], **params) -> bool:
+    """The result holds the first operand's values; the index operands do not type it."""
+    return weak_flags[0]
+
+
+def _operand_and_update_weak(weak_flags: Sequence[bool], **params) -> bool:
+    return weak_flags[0] and weak_flags[1]
+
+
+def _check_start_indices(name: str, operand: ShapedArray, indices: Sequence[ShapedArray]):
+    if len(indices) != operand.ndim:
+        raise TypeError(
+            f"{name}: got {len(indices)} start indices for the operand of shape {operand.shape}; "
+            "it needs one per dimension"
+        )
+    if any(i.ndim != 0 for i in indices):
+        raise TypeError(
+            f"{name}: start indices must be scalars, got shapes "
+            + ", ".join(str(i.shape) for i in indices)
+        )
+    if any(not dtypes.is_int(i.dtype) or i.dtype != indices[0].dtype for i in indices):
+        raise TypeError(
+            f"{name}: start indices must be integers of one dtype, got "
+            + ", ".join(i.dtype.name for i in indices)
+        )
+
+
+def _start_index_operands(name: str, operand, start_indices) -> list:
+    """Scalar index operands; a negative start index counts from the end of its dimension.
+
+    `start_indices` is a sequence of scalars or one 1-d array. The wrapping of negative
+    indices happens here, in the wrapper (as in JAX): the primitive itself only clamps. Python
+    ints take the dtype of the array indices, if any.
+    """
+    if not isinstance(start_indices, Sequence):
+        vector = asarray(start_indices)
+        if vector.ndim != 1:
+            raise TypeError(
+                f"{name}: start_indices must be a sequence of scalars or a 1-d array, got an "
+                f"array of shape {vector.shape}"
+            )
+        start_indices = [index_in_dim(vector, k, keepdims=False) for k in range(vector.shape[0])]
+    if len(start_indices) != operand.ndim:
+        raise TypeError(
+            f"{name}: got {len(start_indices)} start indices for the operand of shape "
+            f"{operand.shape}; it needs one per dimension"
+        )
+    index_dtype = next(
+        (asarray(i).dtype for i in start_indices if not isinstance(i, int)), dtypes.default_int
+    )
+    operands = []
+    for index, size in zip(start_indices, operand.shape):
+        if isinstance(index, int):
+            index = index + size if index < 0 else index
+            operands.append(asarray(np.array(index, index_dtype)[()]))
+            continue
+        index = asarray(index)
+        if index.ndim == 0 and dtypes.is_int(index.dtype) and not dtypes.is_unsigned(index.dtype):
+            # The size wraps modulo the index dtype, as a conversion would in compiled code.
+            size = asarray(np.array(size).astype(index.dtype)[()])
+            index = select(lt(index, 0), add(index, size), index)
+        operands.append(index)
+    return operands
+
+
+# ---------------------------------------------------------------------------------------------
+# Dynamic slices
+
+dynamic_slice_p = Primitive("dynamic_slice")
+
+
+@dynamic_slice_p.def_abstract_eval
+def _dynamic_slice_abstract_eval(
+    operand: ShapedArray, *start_indices: ShapedArray, slice_sizes: tuple[int, ...]
+) -> ShapedArray:
+    _check_start_indices("dynamic_slice", operand, start_indices)
+    if len(slice_sizes) != operand.ndim or not all(
+        0 <= s <= n for s, n in zip(slice_sizes, operand.shape)
+    ):
+        raise TypeError(
+            f"dynamic_slice: slice_sizes {slice_sizes} must give a size between 0 and the "
+            f"dimension's size for each dimension of the operand of shape {operand.shape}"
+        )
+    return ShapedArray(slice_sizes, operand.dtype)
+
+
+def _clamped_window(start_indices, window_shape, operand_shape) -> tuple:
+    """Slices of `window_shape` at the starts, each clamped so the window stays in bounds."""
+    windows = []
+    for start, size, n in zip(start_indices, window_shape, operand_shape):
+        start = min(max(int(start), 0), n - size)
+        windows.append(slice(start, start + size))
+    return tuple(windows)
+
+
+@dynamic_slice_p.def_impl
+def _dynamic_slice_impl(operand, *start_indices, slice_sizes):
+    window = _clamped_window(start_indices, slice_sizes, np.shape(operand))
+    return scalar_if_0d(operand[window])
+
+
+dynamic_slice_p.def_weak_type(_first_operand_weak)
+
+
+def dynamic_slice(operand, start_indices: Sequence, slice_sizes: Sequence[int]):
+    """The block of `slice_sizes` at `start_indices` (traceable scalars).
+
+    Negative start indices count from the end; then each start is clamped so that the block
+    lies inside the operand.
+    """
+    operand = asarray(operand)
+    indices = _start_index_operands("dynamic_slice", operand, start_indices)
+    sizes = tuple(int(s) for s in slice_sizes)
+    return dynamic_slice_p.bind(operand, *indices, slice_sizes=sizes)
+
+
+def _canonical_axis(axis: int, operand, name: str) -> int:
+    return canonical_axes((axis,), operand.ndim, name)[0]
+
+
+def _one_axis_indices(operand, index, axis: int) -> list:
+    """Start indices that are `index` along `axis` and 0 elsewhere, in `index`'s dtype."""
+    if isinstance(index, int):
+        zero = 0
+    else:
+        index = asarray(index)
+        zero = asarray(np.zeros((), index.dtype)[()])
+    indices = [zero] * operand.ndim
+    indices[axis] = index
+    return indices
+
+
+def dynamic_slice_in_dim(operand, start_index, slice_size: int = 1, axis: int = 0):
+    """`dynamic_slice` along one axis, taking the whole of every other axis."""
+    operand = asarray(operand)
+    axis = _canonical_axis(axis, operand, "dynamic_slice_in_dim")
+    sizes = list(operand.shape)
+    sizes[axis] = int(slice_size)
+    return dynamic_slice(operand, _one_axis_indices(operand, start_index, axis), sizes)
+
+
+def dynamic_index_in_dim(operand, index, axis: int = 0, keepdims: bool = True):
+    """Element `index` (traceable) along `axis`, keeping the axis if asked."""
+    operand = asarray(operand)
+    axis = _canonical_axis(axis, operand, "dynamic_index_in_dim")
+    result = dynamic_slice_in_dim(operand, index, 1, axis)
+    return result if keepdims else squeeze(result, (axis,))
+
+
+dynamic_update_slice_p = Primitive("dynamic_update_slice")
+
+
+@dynamic_update_slice_p.def_abstract_eval
+def _dynamic_update_slice_abstract_eval(
+    operand: ShapedArray, update: ShapedArray, *start_indices: ShapedArray
+) -> ShapedArray:
+    dtype = check_same_dtypes("dynamic_update_slice", [operand, update])
+    _check_start_indices("dynamic_update_slice", operand, start_indices)
+    if update.ndim != operand.ndim or not all(u <= n for u, n in zip(update.shape, operand.shape)):
+        raise TypeError(
+            f"dynamic_update_slice: the update of shape {update.shape} must have the operand's "
+            f"rank and fit inside the operand of shape {operand.shape}"
+        )
+    return ShapedArray(operand.shape, dtype)
+
+
+@dynamic_update_slice_p.def_impl
+def _dynamic_update_slice_impl(operand, update, *start_indices):
+    out = np.array(operand, copy=True)
+    out[_clamped_window(start_indices, np.shape(update), np.shape(operand))] = update
+    return scalar_if_0d(out)
+
+
+dynamic_update_slice_p.def_weak_type(_operand_and_update_weak)
+
+
+def dynamic_update_slice(operand, update, start_indices: Sequence):
+    """`operand` with `update` written at `start_indices`, wrapped and clamped as in
+    `dynamic_slice`, so that the whole update is written."""
+    operand, update = binary_operands(operand, update)
+    indices = _start_index_operands("dynamic_update_slice", operand, start_indices)
+    return dynamic_update_slice_p.bind(operand, update, *indices)
+
+
+def dynamic_update_slice_in_dim(operand, update, start_index, axis: int):
+    operand = asarray(operand)
+    axis = _canonical_axis(axis, operand, "dynamic_update_slice_in_dim")
+    indices = _one_axis_indices(operand, start_index, axis)
+    return dynamic_update_slice(operand, update, indices)
+
+
+def dynamic_update_index_in_dim(operand, update, index, axis: int):
+    """Write `update` at position `index` of `axis`; `update` may lack that axis."""
+    operand, update = binary_operands(operand, update)
+    axis = _canonical_axis(axis, operand, "dynamic_update_index_in_dim")
+    if update.ndim == operand.ndim - 1:
+        update = expand_dims(update, (axis,))
+    return dynamic_update_slice_in_dim(operand, update, index, axis)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gather and scatter: dimension numbers and modes
+
+
+class GatherDimensionNumbers(NamedTuple):
+    """How the operand, the indices and the output of a gather relate (XLA's definition).
+
+    Every dimension of the indices but the last is a batch dimension of the output; the last
+    holds index vectors, whose entries are starts in the operand dimensions `start_index_map`.
+    Each start selects a window of `slice_sizes` from the operand. The window's dimensions
+    appear in the output at `offset_dims`, except `collapsed_slice_dims` (size 1, dropped)
+    and `operand_batching_dims` (size 1, dropped): the window's start in
+    `operand_batching_dims[k]` is the output's position in indices dimension
+    `start_indices_batching_dims[k]`, which is how vmap batches a gather.
+    """
+
+    offset_dims: tuple[int, ...]
+    collapsed_slice_dims: tuple[int, ...]
+    start_index_map: tuple[int, ...]
+    operand_batching_dims: tuple[int, ...] = ()
+    start_indices_batching_dims: tuple[int, ...] = ()
+
+
+class ScatterDimensionNumbers(NamedTuple):
+    """How the operand, the indices and the updates of a scatter relate (XLA's definition).
+
+    The mirror of `GatherDimensionNumbers`: `update_window_dims` are the window dimensions of
+    the updates, `inserted_window_dims` the size-1 operand dimensions they lack, and
+    `scatter_dims_to_operand_dims` maps the entries of each index vector to operand dimensions.
+    """
+
+    update_window_dims: tuple[int, ...]
+    inserted_window_dims: tuple[int, ...]
+    scatter_dims_to_operand_dims: tuple[int, ...]
+    operand_batching_dims: tuple[int, ...] = ()
+    scatter_indices_batching_dims: tuple[int, ...] = ()
+
+
+class GatherScatterMode(enum.Enum):
+    """What happens to a window that reaches outside the operand.
+
+    CLIP clamps its start so that it lies inside. FILL_OR_DROP gives a gathered window that is
+    wholly `fill_value` and drops a scattered window entirely. PROMISE_IN_BOUNDS trusts the
+    caller; out-of-bounds windows then behave as XLA's do: gathers clamp, scatters drop.
+    """
+
+    CLIP = enum.auto()
+    FILL_OR_DROP = enum.auto()
+    PROMISE_IN_BOUNDS = enum.auto()
+
+    @staticmethod
+    def from_any(s: str | GatherScatterMode | None) -> GatherScatterMode:
+        """The mode named by `s`: a mode, 'clip', 'fill' or 'drop', 'promise_in_bounds', or
+        None (FILL_OR_DROP)."""
+        if isinstance(s, GatherScatterMode):
+            return s
+        names = {
+            None: GatherScatterMode.FILL_OR_DROP,
+            "clip": GatherScatterMode.CLIP,
+            "fill": GatherScatterMode.FILL_OR_DROP,
+            "drop": GatherScatterMode.FILL_OR_DROP,
+            "promise_in_bounds": GatherScatterMode.PROMISE_IN_BOUNDS,
+        }
+        if s not in names:
+            raise ValueError(
+                f"unknown gather/scatter mode {s!r}: expected 'clip', 'fill', 'drop', "
+                "'promise_in_bounds', None or a GatherScatterMode"
+            )
+        return names[s]
+
+
+def _check_dim_set(name: str, what: str, dims: tuple[int, ...], rank: int, ordered: bool):
+    if any(not 0 <= d < rank for d in dims) or len(set(dims)) != len(dims):
+        raise TypeError(f"{name}: {what} {dims} must be distinct dimensions in [0, {rank})")
+    if ordered and list(dims) != sorted(dims):
+        raise TypeError(f"{name}: {what} {dims} must be sorted")
+
+
+def _check_disjoint(name: str, what: str, a: tuple[int, ...], b: tuple[int, ...]) -> None:
+    if set(a) & set(b):
+        raise TypeError(f"{name}: {what} must not share dimensions, got {a} and {b}")
+
+
+def _check_indices(name: str, indices: ShapedArray, index_map: tuple[int, ...], map_name: str):
+    if not dtypes.is_int(indices.dtype):
+        raise TypeError(f"{name}: indices must be integers, got {indices.dtype.name}")
+    if indices.ndim == 0 or indices.shape[-1] != len(index_map):
+        raise TypeError(
+            f"{name}: the last dimension of the indices (shape {indices.shape}) holds the index "
+            f"vectors and must have size len({map_name}) = {len(index_map)}"
+        )
+
+
+def _check_batching(
+    name: str,
+    operand: ShapedArray,
+    indices: ShapedArray,
+    operand_dims: tuple[int, ...],
+    indices_dims: tuple[int, ...],
+    indices_dims_name: str,
+) -> None:
+    """Operand batching dims pair, in order, with batch dims of the indices of equal sizes."""
+    _check_dim_set(name, indices_dims_name, indices_dims, indices.ndim - 1, ordered=False)
+    operand_sizes = tuple(operand.shape[d] for d in operand_dims)
+    indices_sizes = tuple(indices.shape[d] for d in indices_dims)
+    if operand_sizes != indices_sizes:
+        raise TypeError(
+            f"{name}: operand_batching_dims {operand_dims} of the operand of shape "
+            f"{operand.shape} and {indices_dims_name} {indices_dims} of the indices of shape "
+            f"{indices.shape} must pair up dimensions of equal sizes"
+        )
+
+
+def _window_operand_dims(rank: int, *excluded: tuple[int, ...]) -> tuple[int, ...]:
+    """The operand dimensions that a window keeps (those not collapsed/inserted or batched)."""
+    dropped = {d for dims in excluded for d in dims}
+    return tuple(d for d in range(rank) if d not in dropped)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gather
+
+gather_p = Primitive("gather")
+
+
+@gather_p.def_abstract_eval
+def _gather_abstract_eval(
+    operand: ShapedArray,
+    indices: ShapedArray,
+    *,
+    dimension_numbers: GatherDimensionNumbers,
+    slice_sizes: tuple[int, ...],
+    indices_are_sorted: bool,
+    unique_indices: bool,
+    mode: GatherScatterMode,
+    fill_value,
+) -> ShapedArray:
+    dn = dimension_numbers
+    _check_indices("gather", indices, dn.start_index_map, "start_index_map")
+    batch_shape = indices.shape[:-1]
+    out_rank = len(batch_shape) + len(dn.offset_dims)
+    _check_dim_set("gather", "offset_dims", dn.offset_dims, out_rank, ordered=True)
+    rank = operand.ndim
+    _check_dim_set("gather", "collapsed_slice_dims", dn.collapsed_slice_dims, rank, True)
+    _check_dim_set("gather", "operand_batching_dims", dn.operand_batching_dims, rank, True)
+    _check_dim_set("gather", "start_index_map", dn.start_index_map, rank, ordered=False)
+    _check_disjoint(
+        "gather",
+        "collapsed_slice_dims and operand_batching_dims",
+        dn.collapsed_slice_dims,
+        dn.operand_batching_dims,
+    )
+    _check_disjoint(
+        "gather",
+        "start_index_map and operand_batching_dims",
+        dn.start_index_map,
+        dn.operand_batching_dims,
+    )
+    _check_batching(
+        "gather",
+        operand,
+        indices,
+        dn.operand_batching_dims,
+        dn.start_indices_batching_dims,
+        "start_indices_batching_dims",
+    )
+    if len(slice_sizes) != rank or not all(0 <= s <= n for s, n in zip(slice_sizes, operand.shape)):
+        raise TypeError(
+            f"gather: slice_sizes {slice_sizes} must give a size between 0 and the dimension's "
+            f"size for each dimension of the operand of shape {operand.shape}"
+        )
+    for d in dn.collapsed_slice_dims + dn.operand_batching_dims:
+        if slice_sizes[d] != 1:
+            raise TypeError(
+                f"gather: slice_sizes {slice_sizes} must be 1 in collapsed_slice_dims "
+                f"{dn.collapsed_slice_dims} and operand_batching_dims {dn.operand_batching_dims}"
+            )
+    window_dims = _window_operand_dims(rank, dn.collapsed_slice_dims, dn.operand_batching_dims)
+    if len(window_dims) != len(dn.offset_dims):
+        raise TypeError(
+            f"gather: each of the {rank} dimensions of the operand of shape {operand.shape} must "
+            f"be an offset, collapsed or batching dimension; got offset_dims {dn.offset_dims}, "
+            f"collapsed_slice_dims {dn.collapsed_slice_dims} and operand_batching_dims "
+            f"{dn.operand_batching_dims}"
+        )
+    offset_sizes = iter(slice_sizes[d] for d in window_dims)
+    batch_sizes = iter(batch_shape)
+    shape = tuple(
+        next(offset_sizes) if d in dn.offset_dims else next(batch_sizes) for d in range(out_rank)
+    )
+    return ShapedArray(shape, operand.dtype)
+
+
+def _as_int64(indices: np.ndarray) -> np.ndarray:
+    """Indices as int64; uint64 values beyond its range saturate (they are out of bounds)."""
+    if indices.dtype == np.uint64:
+        indices = np.minimum(indices, np.iinfo(np.int64).max)
+    return indices.astype(np.int64)
+
+
+def _window_starts(indices, index_map, operand_batching_dims, indices_batching_dims, rank):
+    """The start of every window in every operand dimension: batch_shape + (rank,)."""
+    batch_shape = indices.shape[:-1]
+    starts = np.zeros(batch_shape + (rank,), np.int64)
+    starts[..., list(index_map)] = _as_int64(indices)
+    for operand_dim, indices_dim in zip(operand_batching_dims, indices_batching_dims):
+        position = np.arange(batch_shape[indices_dim])
+        line_shape = [1] * len(batch_shape)
+        line_shape[indices_dim] = -1
+        starts[..., operand_dim] = position.reshape(line_shape)
+    return starts
+
+
+def _flat_positions(starts: np.ndarray, window_shape, operand_shape) -> np.ndarray:
+    """Row-major positions in the operand of each element of each window.
+
+    Shape batch_shape + window_shape, where `starts` is batch_shape + (rank,).
+    """
+    rank = len(operand_shape)
+    strides = np.ones(rank, np.int64)
+    for d in range(rank - 2, -1, -1):
+        strides[d] = strides[d + 1] * operand_shape[d + 1]
+    offsets = np.zeros(window_shape, np.int64)
+    for d in range(rank):
+        line_shape = [1] * rank
+        line_shape[d] = -1
+        offsets = offsets + (np.arange(window_shape[d]) * strides[d]).reshape(line_shape)
+    base = starts @ strides
+    return np.reshape(base, np.shape(base) + (1,) * rank) + offsets
+
+
+def _window_bounds(starts, window_shape, operand_shape, clamp: bool):
+    """Starts (clamped if asked) and which windows lie wholly inside the operand."""
+    limits = np.array(operand_shape, np.int64) - np.array(window_shape, np.int64)
+    in_bounds = np.all((starts >= 0) & (starts <= limits), axis=-1)
+    if clamp:
+        starts = np.clip(starts, 0, limits)
+    return starts, in_bounds
+
+
+@gather_p.def_impl
+def _gather_impl(
+    operand,
+    indices,
+    *,
+    dimension_numbers,
+    slice_sizes,
+    indices_are_sorted,
+    unique_indices,
+    mode,
+    fill_value,
+):
+    dn = dimension_numbers
+    operand, indices = np.asarray(operand), np.asarray(indices)
+    rank, batch_rank = operand.ndim, indices.ndim - 1
+    starts = _window_starts(
+        indices, dn.start_index_map, dn.operand_batching_dims, dn.start_indices_batching_dims, rank
+    )
+    starts, in_bounds = _window_bounds(starts, slice_sizes, operand.shape, clamp=True)
+    values = operand.reshape(-1)[_flat_positions(starts, slice_sizes, operand.shape)]
+    if mode == GatherScatterMode.FILL_OR_DROP:
+        mask = in_bounds.reshape(in_bounds.shape + (1,) * rank)
+        values = np.where(mask, values, np.array(fill_value, operand.dtype))
+    window_dims = _window_operand_dims(rank, dn.collapsed_slice_dims, dn.operand_batching_dims)
+    values = values.reshape(indices.shape[:-1] + tuple(slice_sizes[d] for d in window_dims))
+    window_axes = range(batch_rank, batch_rank + len(window_dims))
+    return scalar_if_0d(np.moveaxis(values, window_axes, dn.offset_dims))
+
+
+gather_p.def_weak_type(_first_operand_weak)
+
+
+def _default_fill_value(dtype: np.dtype):
+    """JAX's fill for out-of-bounds gathers: a value that stands out in results."""
+    if dtypes.is_float(dtype):
+        return np.nan
+    if dtypes.is_unsigned(dtype):
+        return int(np.iinfo(dtype).max)
+    if dtypes.is_int(dtype):
+        return int(np.iinfo(dtype).min)
+    return True
+
+
+def _canonical_dimension_numbers(dimension_numbers, cls):
+    return cls(*(tuple(int(d) for d in dims) for dims in dimension_numbers))
+
+
+def gather(
+    operand,
+    start_indices,
+    dimension_numbers: GatherDimensionNumbers,
+    slice_sizes: Sequence[int],
+    *,
+    unique_indices: bool = False,
+    indices_are_sorted: bool = False,
+    mode: str | GatherScatterMode | None = None,
+    fill_value=None,
+):
+    """XLA's gather: one window of `slice_sizes` per index vector in `start_indices`.
+
+    With `mode=None` the caller promises in-bounds indices (out-of-bounds windows are clamped,
+    as XLA does); 'fill' returns `fill_value` (default: NaN, the dtype's minimum for signed
+    and maximum for unsigned integers, True for bool) for windows that reach outside.
+    """
+    operand, start_indices = asarray(operand), asarray(start_indices)
+    parsed_mode = GatherScatterMode.from_any(
+        GatherScatterMode.PROMISE_IN_BOUNDS if mode is None else mode
+    )
+    if parsed_mode != GatherScatterMode.FILL_OR_DROP:
+        fill_value = None
+    elif fill_value is None:
+        fill_value = _default_fill_value(operand.dtype)
+    elif not isinstance(fill_value, (bool, int, float)):
+        fill_value = np.asarray(fill_value).item()  # params must be hashable
+    return gather_p.bind(
+        operand,
+        start_indices,
+        dimension_numbers=_canonical_dimension_numbers(dimension_numbers, GatherDimensionNumbers),
+        slice_sizes=tuple(int(s) for s in slice_sizes),
+        indices_are_sorted=bool(indices_are_sorted),
+        unique_indices=bool(unique_indices),
+        mode=parsed_mode,
+        fill_value=fill_value,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Scatter: one shape rule and one impl, parametrized by how an update combines with the operand
+
+
+def _scatter_abstract_eval(
+    name: str,
+    operand: ShapedArray,
+    indices: ShapedArray,
+    updates: ShapedArray,
+    *,
+    dimension_numbers: ScatterDimensionNumbers,
+    indices_are_sorted: bool,
+    unique_indices: bool,
+    mode: GatherScatterMode,
+) -> ShapedArray:
+    dn = dimension_numbers
+    dtype = check_same_dtypes(name, [operand, updates])
+    _check_indices(name, indices, dn.scatter_dims_to_operand_dims, "scatter_dims_to_operand_dims")
+    rank = operand.ndim
+    _check_dim_set(name, "update_window_dims", dn.update_window_dims, updates.ndim, True)
+    _check_dim_set(name, "inserted_window_dims", dn.inserted_window_dims, rank, True)
+    _check_dim_set(name, "operand_batching_dims", dn.operand_batching_dims, rank, True)
+    _check_dim_set(
+        name, "scatter_dims_to_operand_dims", dn.scatter_dims_to_operand_dims, rank, False
+    )
+    _check_disjoint(
+        name,
+        "inserted_window_dims and operand_batching_dims",
+        dn.inserted_window_dims,
+        dn.operand_batching_dims,
+    )
+    _check_disjoint(
+        name,
+        "scatter_dims_to_operand_dims and operand_batching_dims",
+        dn.scatter_dims_to_operand_dims,
+        dn.operand_batching_dims,
+    )
+    _check_batching(
+        name,
+        operand,
+        indices,
+        dn.operand_batching_dims,
+        dn.scatter_indices_batching_dims,
+        "scatter_indices_batching_dims",
+    )
+    window_dims = _window_operand_dims(rank, dn.inserted_window_dims, dn.operand_batching_dims)
+    if len(window_dims) != len(dn.update_window_dims):
+        raise TypeError(
+            f"{name}: each of the {rank} dimensions of the operand of shape {operand.shape} "
+            f"must be a window, inserted or batching dimension; got update_window_dims "
+            f"{dn.update_window_dims}, inserted_window_dims {dn.inserted_window_dims} and "
+            f"operand_batching_dims {dn.operand_batching_dims}"
+        )
+    scatter_shape = tuple(n for d, n in enumerate(updates.shape) if d not in dn.update_window_dims)
+    window_shape = tuple(updates.shape[d] for d in dn.update_window_dims)
+    if scatter_shape != indices.shape[:-1] or not all(
+        w <= operand.shape[d] for w, d in zip(window_shape, window_dims)
+    ):
+        raise TypeError(
+            f"{name}: updates of shape {updates.shape} do not match indices of shape "
+            f"{indices.shape} and the operand of shape {operand.shape}: the updates need the "
+            f"indices' batch shape {indices.shape[:-1]} outside update_window_dims "
+            f"{dn.update_window_dims}, and windows no larger than operand dimensions {window_dims}"
+        )
+    return ShapedArray(operand.shape, dtype)
+
+
+def _scatter_impl(
+    combine: Callable,
+    operand,
+    indices,
+    updates,
+    *,
+    dimension_numbers,
+    indices_are_sorted,
+    unique_indices,
+    mode,
+):
+    dn = dimension_numbers
+    operand, indices, updates = np.asarray(operand), np.asarray(indices), np.asarray(updates)
+    rank, batch_rank = operand.ndim, indices.ndim - 1
+    window_dims = _window_operand_dims(rank, dn.inserted_window_dims, dn.operand_batching_dims)
+    window_sizes = dict(zip(window_dims, (updates.shape[d] for d in dn.update_window_dims)))
+    window_shape = tuple(window_sizes.get(d, 1) for d in range(rank))
+    window_axes = range(batch_rank, updates.ndim)
+    updates = np.moveaxis(updates, dn.update_window_dims, window_axes)
+    updates = updates.reshape(indices.shape[:-1] + window_shape)
+    starts = _window_starts(
+        indices,
+        dn.scatter_dims_to_operand_dims,
+        dn.operand_batching_dims,
+        dn.scatter_indices_batching_dims,
+        rank,
+    )
+    clamp = mode == GatherScatterMode.CLIP
+    starts, in_bounds = _window_bounds(starts, window_shape, operand.shape, clamp)
+    positions = _flat_positions(starts, window_shape, operand.shape)
+    if not clamp:  # the other modes drop every window that reaches outside the operand
+        positions, updates = positions[in_bounds], updates[in_bounds]
+    out = np.array(operand, copy=True).reshape(-1)
+    combine(out, positions.reshape(-1), updates.reshape(-1))
+    return scalar_if_0d(out.reshape(operand.shape))
+
+
+def _assign(out: np.ndarray, positions: np.ndarray, values: np.ndarray) -> None:
+    # Where windows overlap, XLA leaves the winner unspecified; NumPy keeps the last write.
+    out[positions] = values
+
+
+def _scatter_primitive(name: str, combine: Callable) -> Primitive:
+    prim = Primitive(name)
+
+    def abstract_eval(operand, indices, updates, **params):
+        return _scatter_abstract_eval(name, operand, indices, updates, **params)
+
+    def impl(operand, indices, updates, **params):
+        return _scatter_impl(combine, operand, indices, updates, **params)
+
+    prim.def_abstract_eval(abstract_eval)
+    prim.def_impl(impl)
+    prim.def_weak_type(_scatter_weak_type)
+    return prim
+
+
+def _scatter_weak_type(weak_flags: Sequence[bool], **params) -> bool:
+    """The result mixes operand and update values; the indices do not type it."""
+    return weak_flags[0] and weak_flags[2]
+
+
+scatter_p = _scatter_primitive("scatter", _assign)
+scatter_add_p = _scatter_primitive("scatter_add", np.add.at)
+scatter_mul_p = _scatter_primitive("scatter_mul", np.multiply.at)
+scatter_min_p = _scatter_primitive("scatter_min", np.minimum.at)
+scatter_max_p = _scatter_primitive("scatter_max", np.maximum.at)
+
+
+def _scatter_wrapper(prim: Primitive, doc: str):
+    def wrapper(
+        operand,
+        scatter_indices,
+        updates,
+        dimension_numbers: ScatterDimensionNumbers,
+        *,
+        indices_are_sorted: bool = False,
+        unique_indices: bool = False,
+        mode: str | GatherScatterMode | None = None,
+    ):
+        operand, updates = binary_operands(operand, updates)
+        return prim.bind(
+            operand,
+            asarray(scatter_indices),
+            updates,
+            dimension_numbers=_canonical_dimension_numbers(
+                dimension_numbers, ScatterDimensionNumbers
+            ),
+            indices_are_sorted=bool(indices_are_sorted),
+            unique_indices=bool(unique_indices),
+            mode=GatherScatterMode.from_any(mode),
+        )
+
+    wrapper.__name__ = wrapper.__qualname__ = prim.name
+    wrapper.__doc__ = doc
+    return wrapper
+
+
+_SCATTER_DOC = (
+    "XLA's scatter: {what} each window of `updates` at its index vector in `scatter_indices`.\n\n"
+    "With `mode=None` (as 'fill' or 'drop') a window that reaches outside the operand is "
+    "dropped; 'clip' clamps its start instead."
+)
+scatter = _scatter_wrapper(scatter_p, _SCATTER_DOC.format(what="write"))
+scatter_add = _scatter_wrapper(scatter_add_p, _SCATTER_DOC.format(what="add"))
+scatter_mul = _scatter_wrapper(scatter_mul_p, _SCATTER_DOC.format(what="multiply by"))
+scatter_min = _scatter_wrapper(scatter_min_p, _SCATTER_DOC.format(what="take the minimum with"))
+scatter_max = _scatter_wrapper(scatter_max_p, _SCATTER_DOC.format(what="take the maximum with"))

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
 
 from funcgrad import dtypes
 from funcgrad.core import Primitive, ShapedArray, never_weak
-from funcgrad.lax.base import asarray
+from funcgrad.lax.base import asarray, canonical_axes, check_same_dtypes
+from funcgrad.lax.elementwise import binary_operands
+
+# The builtin, which this module's `slice` wrapper shadows.
+_py_slice = slice
 
 __all__ = [
     "broadcast_in_dim",
@@ -18,7 +23,40 @@ __all__ = [
     "full_like",
     "iota",
     "broadcasted_iota",
+    "reshape",
+    "transpose",
+    "squeeze",
+    "expand_dims",
+    "rev",
+    "slice",
+    "slice_in_dim",
+    "index_in_dim",
+    "pad",
+    "concatenate",
+    "collapse",
 ]
+
+
+def scalar_if_0d(x):
+    """NumPy results of rank 0 as NumPy scalars, the form funcgrad keeps rank-0 values in."""
+    return x[()] if np.ndim(x) == 0 else x
+
+
+def _int_tuple(values: Sequence[int]) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
+
+
+def _check_dims(name: str, what: str, dims: Sequence[int], shape: tuple[int, ...]) -> None:
+    """`dims` must be distinct axes of an array of `shape`."""
+    if any(not 0 <= d < len(shape) for d in dims) or len(set(dims)) != len(dims):
+        raise ValueError(
+            f"{name}: {what} {tuple(dims)} must be distinct axes in [0, {len(shape)}) of the "
+            f"operand of shape {shape}"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Broadcasting
 
 broadcast_in_dim_p = Primitive("broadcast_in_dim")
 
@@ -55,13 +93,13 @@ def _broadcast_in_dim_impl(x, *, shape, broadcast_dimensions):
     expanded_shape = [1] * len(shape)
     for operand_dim, out_dim in enumerate(broadcast_dimensions):
         expanded_shape[out_dim] = np.shape(x)[operand_dim]
-    return np.broadcast_to(np.reshape(x, expanded_shape), shape)
+    return scalar_if_0d(np.broadcast_to(np.reshape(x, expanded_shape), shape))
 
 
 def broadcast_in_dim(operand, shape: Sequence[int], broadcast_dimensions: Sequence[int]):
     operand = asarray(operand)
-    shape = tuple(int(d) for d in shape)
-    broadcast_dimensions = tuple(int(d) for d in broadcast_dimensions)
+    shape = _int_tuple(shape)
+    broadcast_dimensions = _int_tuple(broadcast_dimensions)
     if operand.shape == shape and broadcast_dimensions == tuple(range(len(shape))):
         return operand
     return broadcast_in_dim_p.bind(operand, shape=shape, broadcast_dimensions=broadcast_dimensions)
@@ -82,7 +120,7 @@ def broadcast_to_rank(x, rank: int):
 
 def full(shape: Sequence[int], fill_value, dtype=None):
     """An array of `shape` filled with `fill_value` (a broadcast of one scalar)."""
-    shape = tuple(int(d) for d in shape)
+    shape = _int_tuple(shape)
     fill = asarray(fill_value, dtype)
     if fill.ndim != 0:
         raise TypeError(f"full: fill_value must be a scalar, got shape {fill.shape}")
@@ -95,6 +133,21 @@ def full_like(x, fill_value, dtype=None, shape=None):
         x.shape if shape is None else shape, fill_value, x.dtype if dtype is None else dtype
     )
 
+
+def expand_dims(array, dimensions: Sequence[int]):
+    """Insert axes of size 1 at `dimensions` (axes of the result); a broadcast, not a primitive."""
+    array = asarray(array)
+    out_ndim = array.ndim + len(dimensions)
+    new_dims = canonical_axes(dimensions, out_ndim, "expand_dims")
+    shape = list(array.shape)
+    for d in sorted(new_dims):
+        shape.insert(d, 1)
+    kept = tuple(d for d in range(out_ndim) if d not in new_dims)
+    return broadcast_in_dim(array, shape, kept)
+
+
+# ---------------------------------------------------------------------------------------------
+# Iota
 
 iota_p = Primitive("iota")
 
@@ -126,5 +179,344 @@ def iota(dtype, size: int):
 
 def broadcasted_iota(dtype, shape: Sequence[int], dimension: int):
     """An array of `shape` whose values count along `dimension`."""
-    shape = tuple(int(d) for d in shape)
+    shape = _int_tuple(shape)
     return iota_p.bind(dtype=dtypes.canonicalize(dtype), shape=shape, dimension=int(dimension))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reshape, transpose, squeeze, rev
+
+reshape_p = Primitive("reshape")
+
+
+@reshape_p.def_abstract_eval
+def _reshape_abstract_eval(
+    x: ShapedArray, *, new_sizes: tuple[int, ...], dimensions: tuple[int, ...] | None
+) -> ShapedArray:
+    if any(d < 0 for d in new_sizes):
+        raise TypeError(
+            f"reshape: new_sizes {new_sizes} must be non-negative (lax.reshape infers no -1 "
+            "dimension; funcgrad.numpy.reshape does)"
+        )
+    if dimensions is not None and sorted(dimensions) != list(range(x.ndim)):
+        raise TypeError(
+            f"reshape: dimensions {dimensions} must be a permutation of the axes of the operand "
+            f"of shape {x.shape}"
+        )
+    if math.prod(new_sizes) != x.size:
+        raise TypeError(
+            f"reshape: cannot reshape an operand of shape {x.shape} ({x.size} elements) to "
+            f"new_sizes {new_sizes} ({math.prod(new_sizes)} elements)"
+        )
+    return ShapedArray(new_sizes, x.dtype)
+
+
+@reshape_p.def_impl
+def _reshape_impl(x, *, new_sizes, dimensions):
+    if dimensions is not None:
+        x = np.transpose(x, dimensions)
+    return scalar_if_0d(np.reshape(x, new_sizes))
+
+
+def reshape(operand, new_sizes: Sequence[int], dimensions: Sequence[int] | None = None):
+    """Reshape in row-major order, after transposing by `dimensions` when it is given."""
+    operand = asarray(operand)
+    new_sizes = _int_tuple(new_sizes)
+    dims = None if dimensions is None else _int_tuple(dimensions)
+    if dims == tuple(range(operand.ndim)):
+        dims = None
+    if dims is None and new_sizes == operand.shape:
+        return operand
+    return reshape_p.bind(operand, new_sizes=new_sizes, dimensions=dims)
+
+
+def collapse(operand, start_dimension: int, stop_dimension: int | None = None):
+    """Merge the dimensions [start_dimension, stop_dimension) into one (Python slice rules)."""
+    operand = asarray(operand)
+    shape = operand.shape
+    lo, hi = start_dimension, stop_dimension
+    new_sizes = shape[:lo] + (math.prod(shape[lo:hi]),) + (shape[hi:] if hi is not None else ())
+    return reshape(operand, new_sizes)
+
+
+transpose_p = Primitive("transpose")
+
+
+@transpose_p.def_abstract_eval
+def _transpose_abstract_eval(x: ShapedArray, *, permutation: tuple[int, ...]) -> ShapedArray:
+    if sorted(permutation) != list(range(x.ndim)):
+        raise ValueError(
+            f"transpose: permutation {permutation} is not a permutation of the axes of the "
+            f"operand of shape {x.shape}"
+        )
+    return ShapedArray(tuple(x.shape[d] for d in permutation), x.dtype)
+
+
+@transpose_p.def_impl
+def _transpose_impl(x, *, permutation):
+    return np.transpose(x, permutation)
+
+
+def transpose(operand, permutation: Sequence[int]):
+    operand = asarray(operand)
+    permutation = _int_tuple(permutation)
+    if permutation == tuple(range(operand.ndim)):
+        return operand
+    return transpose_p.bind(operand, permutation=permutation)
+
+
+squeeze_p = Primitive("squeeze")
+
+
+@squeeze_p.def_abstract_eval
+def _squeeze_abstract_eval(x: ShapedArray, *, dimensions: tuple[int, ...]) -> ShapedArray:
+    _check_dims("squeeze", "dimensions", dimensions, x.shape)
+    for d in dimensions:
+        if x.shape[d] != 1:
+            raise ValueError(
+                f"squeeze: cannot remove dimension {d} of the operand of shape {x.shape}: its "
+                f"size is {x.shape[d]}, not 1"
+            )
+    return ShapedArray(tuple(s for d, s in enumerate(x.shape) if d not in dimensions), x.dtype)
+
+
+@squeeze_p.def_impl
+def _squeeze_impl(x, *, dimensions):
+    return scalar_if_0d(np.squeeze(x, axis=dimensions))
+
+
+def squeeze(array, dimensions: Sequence[int]):
+    """Remove the given dimensions, each of size 1 (negative dimensions count from the end)."""
+    array = asarray(array)
+    dims = tuple(sorted(canonical_axes(dimensions, array.ndim, "squeeze")))
+    if not dims:
+        return array
+    return squeeze_p.bind(array, dimensions=dims)
+
+
+rev_p = Primitive("rev")
+
+
+@rev_p.def_abstract_eval
+def _rev_abstract_eval(x: ShapedArray, *, dimensions: tuple[int, ...]) -> ShapedArray:
+    _check_dims("rev", "dimensions", dimensions, x.shape)
+    return ShapedArray(x.shape, x.dtype)
+
+
+@rev_p.def_impl
+def _rev_impl(x, *, dimensions):
+    return np.flip(x, dimensions)
+
+
+def rev(operand, dimensions: Sequence[int]):
+    """Reverse the order of elements along each of `dimensions`."""
+    operand = asarray(operand)
+    dimensions = _int_tuple(dimensions)
+    if not dimensions:
+        return operand
+    return rev_p.bind(operand, dimensions=dimensions)
+
+
+# ---------------------------------------------------------------------------------------------
+# Static slicing
+
+slice_p = Primitive("slice")
+
+
+@slice_p.def_abstract_eval
+def _slice_abstract_eval(
+    x: ShapedArray,
+    *,
+    start_indices: tuple[int, ...],
+    limit_indices: tuple[int, ...],
+    strides: tuple[int, ...] | None,
+) -> ShapedArray:
+    strides = (1,) * x.ndim if strides is None else strides
+    if not len(start_indices) == len(limit_indices) == len(strides) == x.ndim:
+        raise TypeError(
+            f"slice: start_indices {start_indices}, limit_indices {limit_indices} and strides "
+            f"{strides} must each have one entry per dimension of the operand of shape {x.shape}"
+        )
+    if any(s < 1 for s in strides):
+        raise ValueError(f"slice: strides {strides} must be positive")
+    if not all(0 <= lo <= hi <= n for lo, hi, n in zip(start_indices, limit_indices, x.shape)):
+        raise TypeError(
+            f"slice: start_indices {start_indices} and limit_indices {limit_indices} do not fit "
+            f"the operand of shape {x.shape}: each dimension needs 0 <= start <= limit <= size"
+        )
+    shape = tuple(
+        -(-(hi - lo) // step) for lo, hi, step in zip(start_indices, limit_indices, strides)
+    )
+    return ShapedArray(shape, x.dtype)
+
+
+@slice_p.def_impl
+def _slice_impl(x, *, start_indices, limit_indices, strides):
+    strides = (1,) * len(start_indices) if strides is None else strides
+    return x[tuple(map(_py_slice, start_indices, limit_indices, strides))]
+
+
+def slice(
+    operand,
+    start_indices: Sequence[int],
+    limit_indices: Sequence[int],
+    strides: Sequence[int] | None = None,
+):
+    """The elements from `start_indices` up to (not including) `limit_indices`, every `strides`."""
+    operand = asarray(operand)
+    start_indices = _int_tuple(start_indices)
+    limit_indices = _int_tuple(limit_indices)
+    strides = None if strides is None else _int_tuple(strides)
+    if strides is not None and all(s == 1 for s in strides):
+        strides = None
+    if strides is None and start_indices == (0,) * operand.ndim and limit_indices == operand.shape:
+        return operand
+    return slice_p.bind(
+        operand,
+        start_indices=start_indices,
+        limit_indices=limit_indices,
+        strides=strides,
+    )
+
+
+def slice_in_dim(
+    operand, start_index: int | None, limit_index: int | None, stride: int = 1, axis: int = 0
+):
+    """`slice` along one axis; negative indices count from the end, None means the end."""
+    operand = asarray(operand)
+    (axis,) = canonical_axes((axis,), operand.ndim, "slice_in_dim")
+    size = operand.shape[axis]
+    start = 0 if start_index is None else int(start_index)
+    limit = size if limit_index is None else int(limit_index)
+    start_indices = [0] * operand.ndim
+    limit_indices = list(operand.shape)
+    strides = [1] * operand.ndim
+    start_indices[axis] = start + size if start < 0 else start
+    limit_indices[axis] = limit + size if limit < 0 else limit
+    strides[axis] = int(stride)
+    return slice(operand, start_indices, limit_indices, strides)
+
+
+def index_in_dim(operand, index: int, axis: int = 0, keepdims: bool = True):
+    """Element `index` along `axis` (negative counts from the end), keeping the axis if asked."""
+    operand = asarray(operand)
+    (axis,) = canonical_axes((axis,), operand.ndim, "index_in_dim")
+    size = operand.shape[axis]
+    index = int(index)
+    if not -size <= index < size:
+        raise IndexError(
+            f"index_in_dim: index {index} is out of bounds for axis {axis} of size {size} "
+            f"(operand shape {operand.shape})"
+        )
+    index = index + size if index < 0 else index
+    result = slice_in_dim(operand, index, index + 1, 1, axis)
+    return result if keepdims else squeeze(result, (axis,))
+
+
+# ---------------------------------------------------------------------------------------------
+# Padding
+
+pad_p = Primitive("pad")
+
+
+def _padded_size(size: int, lo: int, hi: int, interior: int) -> int:
+    return lo + hi + size + max(size - 1, 0) * interior
+
+
+@pad_p.def_abstract_eval
+def _pad_abstract_eval(
+    x: ShapedArray, padding_value: ShapedArray, *, padding_config: tuple[tuple[int, int, int], ...]
+) -> ShapedArray:
+    dtype = check_same_dtypes("pad", [x, padding_value])
+    if padding_value.ndim != 0:
+        raise TypeError(f"pad: padding_value must be a scalar, got shape {padding_value.shape}")
+    if len(padding_config) != x.ndim:
+        raise TypeError(
+            f"pad: padding_config {padding_config} must have one (low, high, interior) entry per "
+            f"dimension of the operand of shape {x.shape}"
+        )
+    if any(len(entry) != 3 for entry in padding_config):
+        raise TypeError(
+            f"pad: each padding_config entry is (low, high, interior), got {padding_config}"
+        )
+    if any(interior < 0 for _, _, interior in padding_config):
+        raise ValueError(f"pad: interior padding must be non-negative, got {padding_config}")
+    shape = tuple(_padded_size(n, *config) for n, config in zip(x.shape, padding_config))
+    if any(n < 0 for n in shape):
+        raise ValueError(
+            f"pad: padding_config {padding_config} gives the operand of shape {x.shape} the "
+            f"negative size {shape}"
+        )
+    return ShapedArray(shape, dtype)
+
+
+@pad_p.def_impl
+def _pad_impl(x, padding_value, *, padding_config):
+    # Pad with the non-negative part of each low/high amount, then crop the negative part.
+    grown = tuple(
+        _padded_size(n, max(lo, 0), max(hi, 0), i)
+        for n, (lo, hi, i) in zip(np.shape(x), padding_config)
+    )
+    out = np.full(grown, padding_value, dtype=x.dtype)
+    placed = tuple(
+        _py_slice(max(lo, 0), max(lo, 0) + _padded_size(n, 0, 0, i), i + 1)
+        for n, (lo, _, i) in zip(np.shape(x), padding_config)
+    )
+    out[placed] = x
+    cropped = tuple(
+        _py_slice(max(-lo, 0), max(-lo, 0) + _padded_size(n, lo, hi, i))
+        for n, (lo, hi, i) in zip(np.shape(x), padding_config)
+    )
+    return scalar_if_0d(out[cropped])
+
+
+def pad(operand, padding_value, padding_config: Sequence[tuple[int, int, int]]):
+    """Pad each dimension by (low, high, interior) elements of `padding_value`.
+
+    Low and high may be negative, which crops; interior padding goes between elements.
+    """
+    operand, padding_value = binary_operands(operand, padding_value)
+    config = tuple(_int_tuple(entry) for entry in padding_config)
+    return pad_p.bind(operand, padding_value, padding_config=config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Concatenation
+
+concatenate_p = Primitive("concatenate")
+
+
+@concatenate_p.def_abstract_eval
+def _concatenate_abstract_eval(*xs: ShapedArray, dimension: int) -> ShapedArray:
+    if not xs:
+        raise TypeError("concatenate needs at least one operand")
+    dtype = check_same_dtypes("concatenate", xs)
+    first = xs[0].shape
+    if not 0 <= dimension < len(first):
+        raise ValueError(
+            f"concatenate: dimension {dimension} is out of range for operands of shapes "
+            + ", ".join(str(x.shape) for x in xs)
+        )
+    for x in xs:
+        if len(x.shape) != len(first) or any(
+            a != b for d, (a, b) in enumerate(zip(x.shape, first)) if d != dimension
+        ):
+            raise TypeError(
+                f"concatenate: operands must have equal shapes except along dimension "
+                f"{dimension}, got " + ", ".join(str(x.shape) for x in xs)
+            )
+    size = sum(x.shape[dimension] for x in xs)
+    return ShapedArray(first[:dimension] + (size,) + first[dimension + 1 :], dtype)
+
+
+@concatenate_p.def_impl
+def _concatenate_impl(*xs, dimension):
+    return np.concatenate(xs, axis=dimension)
+
+
+def concatenate(operands: Sequence, dimension: int):
+    """Join arrays of one dtype along `dimension`."""
+    operands = [asarray(x) for x in operands]
+    if len(operands) == 1:
+        return operands[0]
+    return concatenate_p.bind(*operands, dimension=int(dimension))
