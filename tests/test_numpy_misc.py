@@ -1,0 +1,327 @@
+"""funcgrad.numpy ranges, matrices, grids, selection and comparisons against NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad.errors import ConcretizationTypeError
+from tests import strategies as fst
+from tests.checks import assert_close, check_staging
+
+
+def assert_same(actual, expected) -> None:
+    expected = np.asarray(expected)
+    actual = np.asarray(actual)
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    np.testing.assert_array_equal(actual, expected, strict=True)
+
+
+def small_arrays(dtype=fst.any_dtypes, min_dims=0, max_dims=3, min_side=0, max_side=4, **bounds):
+    return fst.arrays(dtype, fst.shapes(min_dims, max_dims, min_side, max_side), **bounds)
+
+
+# ---------------------------------------------------------------------------------------------
+# Ranges
+
+
+@given(
+    st.integers(-5, 5),
+    st.none() | st.integers(-5, 8),
+    st.none() | st.integers(-3, 3).filter(bool),
+)
+def test_arange_of_ints_is_int32(start, stop, step):
+    args = (start,) if stop is None else (start, stop) if step is None else (start, stop, step)
+    if stop is None and step is not None:
+        return
+    assert_same(fnp.arange(*args), np.arange(*args, dtype=np.int32))
+
+
+@given(st.floats(-5, 5), st.floats(-5, 5), st.sampled_from([0.5, -0.75, 1.0, 0.3]))
+def test_arange_of_floats_is_float32(start, stop, step):
+    expected = np.arange(start, stop, step)
+    assert_close(fnp.arange(start, stop, step), expected.astype(np.float32), np.float32)
+
+
+def test_arange_dtypes_and_tracing():
+    assert_same(fnp.arange(4.0), np.arange(4, dtype=np.float32))
+    assert_same(fnp.arange(np.float64(3)), np.arange(3, dtype=np.float64))
+    assert_same(fnp.arange(2, 5, dtype=np.uint8), np.arange(2, 5, dtype=np.uint8))
+    names = [e.primitive.name for e in fg.make_jaxpr(lambda: fnp.arange(5))().jaxpr.eqns]
+    assert names == ["iota"]
+    with pytest.raises(ConcretizationTypeError, match="arange"):
+        fg.make_jaxpr(lambda n: fnp.arange(n))(3)
+
+
+@given(
+    st.floats(-10, 10),
+    st.floats(-10, 10),
+    st.integers(0, 9),
+    st.booleans(),
+    st.sampled_from([None, np.float32, np.float64, np.int32]),
+)
+def test_linspace_matches_numpy(start, stop, num, endpoint, dtype):
+    actual, step = fnp.linspace(start, stop, num, endpoint, retstep=True, dtype=dtype)
+    expected, expected_step = np.linspace(start, stop, num, endpoint, retstep=True, dtype=dtype)
+    out_dtype = np.float32 if dtype is None else dtype
+    if np.dtype(out_dtype).kind == "i":
+        # Flooring makes a rounding error of one unit possible right at an integer.
+        assert np.abs(np.asarray(actual) - expected).max(initial=0) <= 1
+        assert np.asarray(actual).dtype == out_dtype
+    else:
+        assert_close(actual, expected.astype(out_dtype), out_dtype, rtol=1e-5, atol=1e-5)
+    assert_close(step, np.float32(expected_step), rtol=1e-5, atol=1e-6)
+
+
+def test_linspace_of_arrays_along_an_axis():
+    start, stop = np.array([0.0, 1.0]), np.array([[2.0], [5.0], [-1.0]])
+    for axis in (0, 1, -1, 2):
+        expected = np.linspace(start, stop, 4, axis=axis)
+        assert_close(fnp.linspace(start, stop, 4, axis=axis), expected, np.float64)
+    check_staging(lambda a, b: fnp.linspace(a, b, 5, axis=-1), start, stop)
+    with pytest.raises(ValueError, match="non-negative, got -1"):
+        fnp.linspace(0, 1, -1)
+
+
+@given(
+    st.floats(-3, 3),
+    st.floats(-3, 3),
+    st.integers(0, 7),
+    st.booleans(),
+    st.sampled_from([2.0, 10.0]),
+)
+def test_logspace_matches_numpy(start, stop, num, endpoint, base):
+    expected = np.logspace(start, stop, num, endpoint, base).astype(np.float32)
+    assert_close(fnp.logspace(start, stop, num, endpoint, base), expected, np.float32, rtol=1e-5)
+
+
+@given(st.floats(0.1, 1e3), st.floats(0.1, 1e3), st.integers(0, 7), st.booleans(), st.booleans())
+def test_geomspace_matches_numpy(start, stop, num, endpoint, negative):
+    if negative:
+        start, stop = -start, -stop
+    expected = np.geomspace(start, stop, num, endpoint).astype(np.float32)
+    actual = fnp.geomspace(start, stop, num, endpoint)
+    assert_close(actual, expected, np.float32, rtol=1e-5)
+    if num:
+        assert np.asarray(actual)[0] == np.float32(start)
+
+
+# ---------------------------------------------------------------------------------------------
+# Matrices
+
+
+@given(
+    st.integers(0, 4),
+    st.none() | st.integers(0, 4),
+    st.integers(-5, 5),
+    st.sampled_from([None, np.int8, np.float64, np.bool_]),
+)
+def test_eye_tri_identity_match_numpy(n, m, k, dtype):
+    expected_dtype = np.float32 if dtype is None else dtype
+    assert_same(fnp.eye(n, m, k, dtype), np.eye(n, m, k, expected_dtype))
+    assert_same(fnp.tri(n, m, k, dtype), np.tri(n, m, k, expected_dtype))
+    assert_same(fnp.identity(n, dtype), np.identity(n, expected_dtype))
+
+
+@given(small_arrays(min_dims=2, max_dims=4), st.integers(-4, 4))
+def test_tril_triu_match_numpy(x, k):
+    assert_same(fnp.tril(x, k), np.tril(x, k))
+    assert_same(fnp.triu(x, k), np.triu(x, k))
+
+
+@given(small_arrays(min_dims=1, max_dims=2), st.integers(-4, 4))
+def test_diag_and_diagflat_match_numpy(v, k):
+    assert_same(fnp.diag(v, k), np.diag(v, k))
+    assert_same(fnp.diagflat(v, k), np.diagflat(v, k))
+
+
+@given(small_arrays(min_dims=2, max_dims=4), st.integers(-5, 5), st.data())
+def test_diagonal_and_trace_match_numpy(x, offset, data):
+    axes = data.draw(
+        st.lists(
+            st.integers(-x.ndim, x.ndim - 1), min_size=2, max_size=2, unique_by=lambda a: a % x.ndim
+        )
+    )
+    assert_same(fnp.diagonal(x, offset, *axes), np.diagonal(x, offset, *axes))
+    assert_same(fnp.asarray(x).diagonal(offset, *axes), np.diagonal(x, offset, *axes))
+    if x.dtype != np.bool_:
+        expected = np.trace(
+            x, offset, *axes, dtype=fnp.sum(np.diagonal(x, offset, *axes), -1).dtype
+        )
+        assert_close(fnp.trace(x, offset, *axes), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_matrix_errors():
+    with pytest.raises(ValueError, match=r"1-d or 2-d, got shape \(2, 2, 2\)"):
+        fnp.diag(np.zeros((2, 2, 2)))
+    with pytest.raises(ValueError, match=r"at least 2-d, got shape \(3,\)"):
+        fnp.tril(np.zeros(3))
+    with pytest.raises(ValueError, match="axis1 and axis2 must differ"):
+        fnp.diagonal(np.zeros((2, 2)), 0, 1, -1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Grids
+
+
+@given(
+    st.lists(small_arrays(min_dims=1, max_dims=1), max_size=4),
+    st.sampled_from(["xy", "ij"]),
+    st.booleans(),
+)
+def test_meshgrid_matches_numpy(xs, indexing, sparse):
+    ours = fnp.meshgrid(*xs, indexing=indexing, sparse=sparse)
+    theirs = np.meshgrid(*xs, indexing=indexing, sparse=sparse)
+    assert isinstance(ours, list) and len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        assert_same(a, b)
+
+
+@given(fst.shapes(max_dims=3), st.booleans())
+def test_indices_match_numpy(dims, sparse):
+    ours, theirs = fnp.indices(dims, sparse=sparse), np.indices(dims, dtype=np.int32, sparse=sparse)
+    if sparse:
+        for a, b in zip(ours, theirs):
+            assert_same(a, b)
+    else:
+        assert_same(ours, theirs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Selection
+
+
+@given(st.data())
+def test_where_matches_numpy_with_promotion_and_broadcasting(data):
+    shape = data.draw(fst.shapes(max_dims=3, max_side=3))
+    cond = data.draw(fst.arrays(fst.any_dtypes, shape[data.draw(st.integers(0, len(shape))) :]))
+    x = data.draw(fst.arrays(fst.any_dtypes, shape))
+    y = data.draw(st.sampled_from([2, 1.5, True]) | fst.arrays(fst.any_dtypes, shape[1:]))
+    dtype = fnp.result_type(x, y)
+    expected = np.where(cond, x.astype(dtype), np.asarray(y).astype(dtype))
+    assert_same(fnp.where(cond, x, y), expected)
+
+
+def test_where_stages_and_rejects_half_the_arguments():
+    x = np.arange(6.0).reshape(2, 3)
+    check_staging(lambda x: fnp.where(x > 2, x, 0.0), x)
+    assert fnp.where(np.array([True]), 1.0, 2.0).dtype == np.float32
+    with pytest.raises(ValueError, match="both x and y"):
+        fnp.where(x > 2, x)
+
+
+@given(small_arrays(min_dims=1, max_dims=3), st.integers(0, 6), st.data())
+def test_nonzero_family_matches_numpy(x, size, data):
+    for ours, theirs in zip(fnp.nonzero(x), np.nonzero(x)):
+        assert_same(ours, theirs.astype(np.int32))
+    assert_same(fnp.asarray(x).nonzero()[0], np.nonzero(x)[0].astype(np.int32))
+    assert_same(fnp.argwhere(x), np.argwhere(x).astype(np.int32))
+    assert_same(fnp.flatnonzero(x), np.flatnonzero(x).astype(np.int32))
+    assert_same(fnp.where(x)[-1], np.nonzero(x)[-1].astype(np.int32))
+    # With a static size: the first `size` indices, padded with fill_value.
+    fill = data.draw(st.none() | st.integers(-3, -1))
+    for ours, theirs in zip(fnp.nonzero(x, size=size, fill_value=fill), np.nonzero(x)):
+        padded = np.full(size, 0 if fill is None else fill, np.int32)
+        count = min(size, len(theirs))
+        padded[:count] = theirs[:count]
+        assert_same(ours, padded)
+
+
+def test_nonzero_under_tracing_needs_a_static_size():
+    x = np.array([[0.0, 1.5], [2.0, 0.0], [0.0, 3.0]])
+    check_staging(lambda x: fnp.nonzero(x, size=4, fill_value=(-1, -2)), x)
+    check_staging(lambda x: fnp.argwhere(x, size=2), x)
+    assert_same(fnp.argwhere(np.float32(3)), np.argwhere(np.float32(3)).astype(np.int32))
+    assert_same(fnp.argwhere(np.float32(0), size=2), np.zeros((2, 0), np.int32))
+    with pytest.raises(ConcretizationTypeError, match="nonzero.*size=N"):
+        fg.make_jaxpr(fnp.nonzero)(x)
+    with pytest.raises(ValueError, match="0-d"):
+        fnp.nonzero(np.float32(1))
+
+
+@given(st.data())
+def test_select_matches_numpy(data):
+    shape = data.draw(fst.shapes(max_dims=2, max_side=3))
+    count = data.draw(st.integers(1, 3))
+    conds = [data.draw(fst.arrays(np.bool_, shape)) for _ in range(count)]
+    choices = [data.draw(fst.arrays(fst.numeric_dtypes, shape[1:])) for _ in range(count)]
+    dtype = fnp.result_type(*choices, 0)
+    expected = np.select(conds, [c.astype(dtype) for c in choices], 0)
+    assert_same(fnp.select(conds, choices), expected.astype(dtype))
+
+
+def test_select_errors():
+    with pytest.raises(ValueError, match="same length, got 2 and 1"):
+        fnp.select([np.array(True), np.array(False)], [1])
+    with pytest.raises(TypeError, match="entry 0 must be boolean, got dtype int32"):
+        fnp.select([np.array([1], np.int32)], [np.array([1])])
+
+
+@given(small_arrays(fst.numeric_dtypes, min_value=-20, max_value=20), st.data())
+def test_clip_matches_numpy(x, data):
+    lo = data.draw(st.none() | st.integers(-10 if x.dtype.kind == "i" else 0, 5))
+    hi = data.draw(st.none() | st.integers(0, 10))
+    dtype = fnp.result_type(x, *(b for b in (lo, hi) if b is not None))
+    expected = np.clip(x.astype(dtype), lo, hi) if (lo, hi) != (None, None) else x
+    assert_same(fnp.clip(x, lo, hi), expected)
+    assert_same(fnp.clip(x, a_min=lo, a_max=hi), expected)
+    assert_same(fnp.asarray(x).clip(lo, hi), expected)
+
+
+@given(small_arrays(fst.all_float_dtypes | fst.int_dtypes, allow_nan=True), st.data())
+def test_nan_to_num_matches_numpy(x, data):
+    if x.dtype.kind == "f" and x.size:
+        specials = data.draw(fst.arrays(np.int8, x.shape, min_value=0, max_value=3))
+        x = np.select([specials == 1, specials == 2], [np.inf, -np.inf], x).astype(x.dtype)
+    kwargs = data.draw(
+        st.fixed_dictionaries(
+            {}, optional={"nan": st.just(1.0), "posinf": st.just(9.0), "neginf": st.just(-9.0)}
+        )
+    )
+    expected = np.nan_to_num(x.astype(np.float64) if x.dtype.name == "bfloat16" else x, **kwargs)
+    assert_close(fnp.nan_to_num(x, **kwargs), expected.astype(x.dtype), x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparisons
+
+
+@given(small_arrays(fst.float_dtypes, allow_nan=True), st.data())
+def test_isclose_allclose_match_numpy(a, data):
+    b = a + data.draw(fst.arrays(a.dtype, a.shape, min_value=-(2.0**-13), max_value=2.0**-13))
+    b = np.where(data.draw(fst.arrays(np.bool_, a.shape)), b, np.inf).astype(a.dtype)
+    equal_nan = data.draw(st.booleans())
+    for ours, theirs in [(fnp.isclose, np.isclose), (fnp.allclose, np.allclose)]:
+        assert_same(ours(a, b, equal_nan=equal_nan), theirs(a, b, equal_nan=equal_nan))
+        assert_same(ours(a, b, 0.0, 1e-5), theirs(a, b, 0.0, 1e-5))
+
+
+def test_isclose_of_integers_is_equality_as_in_jax():
+    assert_same(fnp.isclose(np.arange(3), [0, 1, 3]), np.array([True, True, False]))
+
+
+@given(small_arrays(allow_nan=True), st.data())
+def test_array_equal_and_equiv_match_numpy(a, data):
+    b = data.draw(st.sampled_from([a, a.reshape(-1)[:1], np.flip(a), np.zeros((2, 1), a.dtype)]))
+    equal_nan = data.draw(st.booleans()) and a.dtype.kind == "f"
+    assert_same(fnp.array_equal(a, b, equal_nan=equal_nan), np.array_equal(a, b, equal_nan))
+    assert_same(fnp.array_equiv(a, b), np.array_equiv(a, b))
+
+
+def test_small_predicates_and_copy():
+    assert fnp.isscalar(1.0) and fnp.isscalar(np.int8(3)) and fnp.isscalar(fnp.asarray(2))
+    assert not fnp.isscalar([1]) and not fnp.isscalar(np.zeros(2))
+    assert fnp.iscomplexobj(fnp.ones(2)) is False
+    assert_same(fnp.copy([1, 2]), np.array([1, 2], np.int32))
+
+
+def test_misc_functions_stage_like_eager():
+    x = np.arange(12.0).reshape(3, 4)
+    check_staging(lambda x: (fnp.tril(x, 1), fnp.triu(x), fnp.diag(x[0], -1), fnp.trace(x)), x)
+    check_staging(lambda x: (fnp.clip(x, 2.0, 5), fnp.nan_to_num(x / 0.0), fnp.isclose(x, 3.0)), x)
+    check_staging(lambda x: fnp.select([x > 3, x < 1], [x, -x], 0.5), x)
+    check_staging(lambda x: fnp.meshgrid(x[0], x[:, 0]), x)
