@@ -13,6 +13,7 @@ import numpy as np
 from funcgrad import dtypes
 from funcgrad.array import Array
 from funcgrad.core import Primitive, ShapedArray, never_weak
+from funcgrad.interpreters import ad
 from funcgrad.lax import _special
 from funcgrad.lax.base import (
     ANY,
@@ -133,10 +134,10 @@ def binary_primitive(name: str, impl, accepted=NUMERIC, result_dtype=None) -> Pr
 
 def binary_operands(x, y):
     """Operands for a binary lax function: a Python scalar takes the other operand's dtype."""
-    if isinstance(x, (bool, int, float)) and not isinstance(y, (bool, int, float)):
+    if dtypes.is_python_scalar(x) and not dtypes.is_python_scalar(y):
         y = asarray(y)
         return _weak_scalar(x, y.dtype), y
-    if isinstance(y, (bool, int, float)) and not isinstance(x, (bool, int, float)):
+    if dtypes.is_python_scalar(y) and not dtypes.is_python_scalar(x):
         x = asarray(x)
         return x, _weak_scalar(y, x.dtype)
     return asarray(x), asarray(y)
@@ -163,6 +164,9 @@ def _rsqrt(x):
 
 
 def _sign(x):
+    if dtypes.is_float(x.dtype):
+        # XLA keeps the sign of zero (sign(-0.0) is -0.0); NumPy's sign gives +0.0.
+        return np.copysign(np.sign(x), x)
     return np.sign(x)
 
 
@@ -171,7 +175,9 @@ def _not(x):
 
 
 def _population_count(x):
-    return np.bitwise_count(x).astype(x.dtype)
+    # Count the bits of the two's complement pattern; NumPy's bitwise_count counts those of |x|.
+    unsigned = np.asarray(x).view(np.dtype(f"u{x.dtype.itemsize}"))
+    return np.bitwise_count(unsigned).astype(x.dtype)
 
 
 neg_p = unary_primitive("neg", np.negative)
@@ -227,7 +233,12 @@ round_p = unary_primitive("round", _round, FLOAT)
 
 
 def _integer_pow(x, *, y):
-    return np.power(x, x.dtype.type(y))
+    # The exponent must not be cast to the operand's dtype: int8 cannot hold 300, and
+    # bfloat16 rounds 257 to 256 (flipping the sign of (-1) ** 257).
+    if dtypes.is_int(x.dtype):
+        # uint64 arithmetic wraps like every narrower integer type, so truncating is exact.
+        return np.power(x.astype(np.uint64), np.uint64(y)).astype(x.dtype)
+    return np.power(x, np.float64(y)).astype(x.dtype)
 
 
 integer_pow_p = Primitive("integer_pow")
@@ -270,8 +281,10 @@ def _shift_left(x, y):
 def _shift_right_arithmetic(x, y):
     bits = x.dtype.itemsize * 8
     signed = x.view(np.dtype(f"i{x.dtype.itemsize}")) if x.dtype.kind == "u" else x
-    clipped = np.clip(y, 0, bits - 1).astype(signed.dtype)
-    shifted = np.right_shift(signed, clipped)
+    # Amounts out of range (negative, or at least the bit width) fill with the sign bit.
+    in_range = (y >= 0) & (y < bits)
+    amount = np.where(in_range, y, bits - 1).astype(signed.dtype)
+    shifted = np.right_shift(signed, amount)
     return np.asarray(shifted).view(x.dtype) if x.dtype.kind == "u" else shifted
 
 
@@ -400,9 +413,13 @@ def _convert_abstract_eval(x: ShapedArray, *, new_dtype: np.dtype, weak_type: bo
 def _convert_impl(x, *, new_dtype, weak_type):
     if dtypes.is_float(x.dtype) and dtypes.is_int(new_dtype):
         # Float to int truncates toward zero, maps NaN to 0 and saturates out-of-range values.
+        # The range is checked in float64, where the maximum of a 64-bit type rounds up to
+        # 2**63 or 2**64: values at or above it saturate instead of overflowing the cast.
         info = np.iinfo(new_dtype)
-        wide = np.nan_to_num(np.asarray(x, np.float64), nan=0.0)
-        out = np.clip(np.trunc(wide), info.min, info.max).astype(new_dtype)
+        wide = np.trunc(np.nan_to_num(np.asarray(x, np.float64), nan=0.0))
+        too_low, too_high = wide <= info.min, wide >= info.max
+        inside = np.where(too_low | too_high, 0, wide).astype(new_dtype)
+        out = np.where(too_low, info.min, np.where(too_high, info.max, inside)).astype(new_dtype)
         return out[()] if out.ndim == 0 else out
     return np.asarray(x).astype(new_dtype)[()] if np.ndim(x) == 0 else x.astype(new_dtype)
 
@@ -433,7 +450,7 @@ def _bitcast_abstract_eval(x: ShapedArray, *, new_dtype: np.dtype) -> ShapedArra
 
 @bitcast_convert_type_p.def_impl
 def _bitcast_impl(x, *, new_dtype):
-    x = np.ascontiguousarray(x)
+    x = np.asarray(x, order="C")  # not ascontiguousarray, which makes 0-d arrays 1-d
     old_size, new_size = x.dtype.itemsize, np.dtype(new_dtype).itemsize
     if old_size == new_size:
         out = x.view(new_dtype)
@@ -589,3 +606,286 @@ def convert_element_type(operand, new_dtype):
 
 def bitcast_convert_type(operand, new_dtype):
     return bitcast_convert_type_p.bind(asarray(operand), new_dtype=dtypes.canonicalize(new_dtype))
+
+
+# ---------------------------------------------------------------------------------------------
+# Differentiation rules. They are written with the wrappers above, so every rule is itself
+# differentiable and higher derivatives come by composition.
+
+
+def _const(x, value) -> Array:
+    """A rank-0 constant of x's dtype (elementwise primitives broadcast rank-0 operands)."""
+    return Array(np.array(value, x.dtype)[()], False)
+
+
+def _unbroadcast(cotangent, aval: ShapedArray):
+    """A rank-0 operand was broadcast against the others: its cotangent is the total."""
+    if aval.shape == () and cotangent.shape != ():
+        from funcgrad.lax.reductions import reduce_sum
+
+        return reduce_sum(cotangent, tuple(range(cotangent.ndim)))
+    return cotangent
+
+
+def _broadcast(x, shape: tuple[int, ...]):
+    if x.shape == shape:
+        return x
+    from funcgrad.lax.shapes import broadcast_in_dim
+
+    return broadcast_in_dim(x, shape, ())
+
+
+def _trigamma(x):
+    """ψ'(x), the derivative of digamma: reflection below 1/2, the recurrence
+    ψ'(x) = ψ'(x + 1) + 1/x² up to x + 10, then the asymptotic series in 1/x."""
+    reflect = lt(x, _const(x, 0.5))
+    y = select(reflect, sub(_const(x, 1.0), x), x)
+    total = integer_pow(y, -2)
+    for k in range(1, 10):
+        total = add(total, integer_pow(add(y, _const(x, k)), -2))
+    inv = integer_pow(add(y, _const(x, 10.0)), -1)
+    inv2 = mul(inv, inv)
+    # 1/z + 1/(2z²) + 1/(6z³) - 1/(30z⁵) + 1/(42z⁷) - 1/(30z⁹), evaluated by Horner's rule.
+    tail = _const(x, -1 / 30)
+    for coefficient in (1 / 42, -1 / 30, 1 / 6):
+        tail = add(_const(x, coefficient), mul(inv2, tail))
+    series = mul(inv, add(_const(x, 1.0), mul(inv, add(_const(x, 0.5), mul(inv, tail)))))
+    direct = add(total, series)
+    pi = _const(x, np.pi)
+    reflected = sub(integer_pow(div(pi, sin(mul(pi, x))), 2), direct)
+    return select(reflect, reflected, direct)
+
+
+def _full(x, value, shape: tuple[int, ...]):
+    return _broadcast(_const(x, value), shape)
+
+
+def _balanced_eq(x, z, y):
+    """1 where x is the extremum z, halved where y ties with it (max/min split ties evenly)."""
+    one, half, zero = (_full(z, v, z.shape) for v in (1.0, 0.5, 0.0))
+    return select(eq(x, z), select(eq(y, z), half, one), zero)
+
+
+ad.deflinear(neg_p, lambda ct, x: [neg(ct)])
+for _prim in (sign_p, floor_p, ceil_p, round_p, is_finite_p, not_p, population_count_p):
+    ad.defjvp_zero(_prim)
+ad.defjvp_with_output(exp_p, lambda t, ans, x: mul(t, ans))
+ad.defjvp_with_output(exp2_p, lambda t, ans, x: mul(t, mul(ans, _const(x, np.log(2)))))
+ad.defjvp(log_p, lambda t, x: div(t, x))
+ad.defjvp(log1p_p, lambda t, x: div(t, add(x, _const(x, 1.0))))
+ad.defjvp_with_output(expm1_p, lambda t, ans, x: mul(t, add(ans, _const(x, 1.0))))
+ad.defjvp_with_output(tanh_p, lambda t, ans, x: mul(t, sub(_const(x, 1.0), mul(ans, ans))))
+ad.defjvp_with_output(logistic_p, lambda t, ans, x: mul(t, mul(ans, sub(_const(x, 1.0), ans))))
+ad.defjvp(sin_p, lambda t, x: mul(t, cos(x)))
+ad.defjvp(cos_p, lambda t, x: neg(mul(t, sin(x))))
+ad.defjvp_with_output(tan_p, lambda t, ans, x: mul(t, add(_const(x, 1.0), mul(ans, ans))))
+ad.defjvp(asin_p, lambda t, x: mul(t, rsqrt(sub(_const(x, 1.0), mul(x, x)))))
+ad.defjvp(acos_p, lambda t, x: neg(mul(t, rsqrt(sub(_const(x, 1.0), mul(x, x))))))
+ad.defjvp(atan_p, lambda t, x: div(t, add(_const(x, 1.0), mul(x, x))))
+ad.defjvp(sinh_p, lambda t, x: mul(t, cosh(x)))
+ad.defjvp(cosh_p, lambda t, x: mul(t, sinh(x)))
+ad.defjvp(asinh_p, lambda t, x: mul(t, rsqrt(add(mul(x, x), _const(x, 1.0)))))
+ad.defjvp(
+    acosh_p,
+    lambda t, x: mul(t, rsqrt(mul(sub(x, _const(x, 1.0)), add(x, _const(x, 1.0))))),
+)
+ad.defjvp(atanh_p, lambda t, x: div(t, sub(_const(x, 1.0), mul(x, x))))
+ad.defjvp_with_output(sqrt_p, lambda t, ans, x: div(t, mul(_const(x, 2.0), ans)))
+ad.defjvp_with_output(rsqrt_p, lambda t, ans, x: mul(t, mul(_const(x, -0.5), div(ans, x))))
+ad.defjvp_with_output(cbrt_p, lambda t, ans, x: mul(t, mul(_const(x, 1 / 3), integer_pow(ans, -2))))
+ad.defjvp(abs_p, lambda t, x: mul(t, sign(x)))
+ad.defjvp(erf_p, lambda t, x: mul(t, mul(_const(x, 2 / np.sqrt(np.pi)), exp(neg(mul(x, x))))))
+ad.defjvp(erfc_p, lambda t, x: mul(t, mul(_const(x, -2 / np.sqrt(np.pi)), exp(neg(mul(x, x))))))
+ad.defjvp_with_output(
+    erf_inv_p, lambda t, ans, x: mul(t, mul(_const(x, np.sqrt(np.pi) / 2), exp(mul(ans, ans))))
+)
+ad.defjvp(lgamma_p, lambda t, x: mul(t, digamma(x)))
+ad.defjvp(digamma_p, lambda t, x: mul(t, _trigamma(x)))
+
+
+def _integer_pow_tangent(t, x, *, y):
+    if y == 0:
+        return ad.Zero.like(x)
+    if y == 1:
+        return t
+    return mul(t, mul(_const(x, y), integer_pow(x, y - 1)))
+
+
+ad.defjvp(integer_pow_p, _integer_pow_tangent)
+
+
+def _add_transpose(ct, x, y):
+    return [_unbroadcast(ct, x.aval), _unbroadcast(ct, y.aval)]
+
+
+def _sub_transpose(ct, x, y):
+    return [_unbroadcast(ct, x.aval), _unbroadcast(neg(ct), y.aval)]
+
+
+def _linear_binary_jvp(prim, combine_zero_first):
+    def jvp(primals, tangents):
+        x, y = primals
+        tx, ty = tangents
+        primal_out = prim.bind(x, y)
+        shape = primal_out.shape
+        if type(tx) is ad.Zero:
+            return primal_out, _broadcast(combine_zero_first(ty), shape)
+        if type(ty) is ad.Zero:
+            return primal_out, _broadcast(tx, shape)
+        return primal_out, prim.bind(tx, ty)
+
+    return jvp
+
+
+add_p.def_jvp(_linear_binary_jvp(add_p, lambda ty: ty))
+add_p.def_transpose(_add_transpose)
+sub_p.def_jvp(_linear_binary_jvp(sub_p, neg))
+sub_p.def_transpose(_sub_transpose)
+ad.defjvp(mul_p, lambda t, x, y: mul(t, y), lambda t, x, y: mul(x, t))
+
+
+def _mul_transpose(ct, x, y):
+    if ad.is_undefined(x) and ad.is_undefined(y):
+        raise TypeError("mul is not linear in both operands at once; cannot transpose it")
+    if ad.is_undefined(x):
+        return [_unbroadcast(mul(ct, y), x.aval), None]
+    return [None, _unbroadcast(mul(x, ct), y.aval)]
+
+
+mul_p.def_transpose(_mul_transpose)
+ad.defjvp(
+    div_p,
+    lambda t, x, y: div(t, y),
+    lambda t, x, y: div(mul(neg(t), x), integer_pow(y, 2)),
+)
+
+
+def _div_transpose(ct, x, y):
+    if ad.is_undefined(y):
+        raise TypeError("div is linear only in its numerator; cannot transpose it in the divisor")
+    return [_unbroadcast(div(ct, y), x.aval), None]
+
+
+div_p.def_transpose(_div_transpose)
+ad.defjvp(
+    rem_p,
+    lambda t, x, y: _broadcast(t, np.broadcast_shapes(x.shape, y.shape)),
+    lambda t, x, y: neg(mul(t, mul(sign(div(x, y)), floor(abs(div(x, y)))))),
+)
+
+
+def _pow_base_tangent(t, x, y):
+    # d/dx x**y = y * x**(y-1), taken as 0 where y == 0 (so 0**0 has a finite derivative).
+    shape = np.broadcast_shapes(x.shape, y.shape)
+    y = _broadcast(y, shape)
+    slope = mul(y, pow(_broadcast(x, shape), sub(y, _const(y, 1.0))))
+    return mul(t, select(eq(y, _const(y, 0.0)), _full(y, 0.0, shape), slope))
+
+
+def _pow_exponent_tangent(t, x, y):
+    # d/dy x**y = log(x) * x**y, taken as 0 where x == 0 (the limit from y > 0).
+    shape = np.broadcast_shapes(x.shape, y.shape)
+    x = _broadcast(x, shape)
+    safe_x = select(eq(x, _const(x, 0.0)), _full(x, 1.0, shape), x)
+    return mul(t, mul(log(safe_x), pow(x, y)))
+
+
+ad.defjvp(pow_p, _pow_base_tangent, _pow_exponent_tangent)
+ad.defjvp_with_output(
+    max_p,
+    lambda t, ans, x, y: mul(t, _balanced_eq(x, ans, y)),
+    lambda t, ans, x, y: mul(t, _balanced_eq(y, ans, x)),
+)
+ad.defjvp_with_output(
+    min_p,
+    lambda t, ans, x, y: mul(t, _balanced_eq(x, ans, y)),
+    lambda t, ans, x, y: mul(t, _balanced_eq(y, ans, x)),
+)
+ad.defjvp(
+    atan2_p,
+    lambda t, x, y: mul(t, div(y, add(mul(x, x), mul(y, y)))),
+    lambda t, x, y: mul(t, div(neg(x), add(mul(x, x), mul(y, y)))),
+)
+ad.defjvp(nextafter_p, lambda t, x, y: _broadcast(t, np.broadcast_shapes(x.shape, y.shape)), None)
+for _prim in (
+    eq_p,
+    ne_p,
+    lt_p,
+    le_p,
+    gt_p,
+    ge_p,
+    and_p,
+    or_p,
+    xor_p,
+    shift_left_p,
+    shift_right_logical_p,
+    shift_right_arithmetic_p,
+    bitcast_convert_type_p,
+):
+    ad.defjvp_zero(_prim)
+
+
+def _select_n_jvp(primals, tangents):
+    which, *cases = primals
+    primal_out = select_n_p.bind(which, *cases)
+    case_tangents = tangents[1:]
+    if all(type(t) is ad.Zero for t in case_tangents):
+        return primal_out, ad.Zero.like(primal_out)
+    return primal_out, select_n_p.bind(which, *map(ad.instantiate, case_tangents))
+
+
+def _select_n_transpose(ct, which, *cases):
+    if ad.is_undefined(which):
+        raise TypeError("select_n is not linear in its selector")
+    zeros = ad.zeros_like_aval(ShapedArray(ct.shape, ct.dtype))
+    return [None] + [
+        select_n_p.bind(which, *[ct if j == i else zeros for j in range(len(cases))])
+        if ad.is_undefined(case)
+        else None
+        for i, case in enumerate(cases)
+    ]
+
+
+select_n_p.def_jvp(_select_n_jvp)
+select_n_p.def_transpose(_select_n_transpose)
+
+
+def _clamp_operand_tangent(t, lo, x, hi):
+    inside = bitwise_and(gt(x, lo), lt(x, hi))
+    return select(inside, t, ad.zeros_like_aval(ShapedArray(x.shape, x.dtype)))
+
+
+def _clamp_bound_tangent(beyond):
+    def tangent(t, lo, x, hi):
+        zeros = ad.zeros_like_aval(ShapedArray(x.shape, x.dtype))
+        return select(beyond(lo, x, hi), _broadcast(t, x.shape), zeros)
+
+    return tangent
+
+
+ad.defjvp(
+    clamp_p,
+    _clamp_bound_tangent(lambda lo, x, hi: gt(lo, x)),
+    _clamp_operand_tangent,
+    _clamp_bound_tangent(lambda lo, x, hi: lt(hi, x)),
+)
+
+
+def _convert_jvp(primals, tangents, *, new_dtype, weak_type):
+    (x,), (t,) = primals, tangents
+    primal_out = convert_element_type_p.bind(x, new_dtype=new_dtype, weak_type=weak_type)
+    if type(t) is ad.Zero or not dtypes.is_float(new_dtype):
+        return primal_out, ad.Zero.like(primal_out)
+    return primal_out, convert_element_type_p.bind(t, new_dtype=new_dtype, weak_type=weak_type)
+
+
+def _convert_transpose(ct, x, *, new_dtype, weak_type):
+    return [convert_element_type_p.bind(ct, new_dtype=x.aval.dtype, weak_type=x.aval.weak_type)]
+
+
+convert_element_type_p.def_jvp(_convert_jvp)
+convert_element_type_p.def_transpose(_convert_transpose)
+ad.defjvp_zero(stop_gradient_p)
+for _prim in [value for value in list(globals().values()) if isinstance(value, Primitive)]:
+    if _prim.transpose is None:
+        _prim.not_applicable["transpose"] = "not linear"

@@ -127,7 +127,7 @@ _OPERATORS = {
 
 # Methods that forward to the funcgrad.numpy function of the same name, with `self` first.
 _FORWARDED = (
-    "all any argmax argmin argsort clip conj conjugate cumprod cumsum diagonal dot flatten max "
+    "all any argmax argmin argsort clip conj conjugate cumprod cumsum diagonal dot max "
     "mean min nonzero prod ptp ravel repeat reshape round searchsorted sort squeeze std sum "
     "swapaxes take trace transpose var"
 ).split()
@@ -159,6 +159,12 @@ def _transpose(self, *axes):
     return fnp.transpose(self, axes or None)
 
 
+def _flatten(self, order="C"):
+    from funcgrad import numpy as fnp
+
+    return fnp.ravel(self, order=order)
+
+
 def install() -> None:
     for cls in (Array, core.Tracer):
         for name, method in _OPERATORS.items():
@@ -167,4 +173,5 @@ def install() -> None:
             setattr(cls, name, _forward(name))
         cls.reshape = _reshape
         cls.transpose = _transpose
+        cls.flatten = _flatten
     core.Tracer.__iter__ = _tracer_iter

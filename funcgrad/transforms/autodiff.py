@@ -90,6 +90,7 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
             out = fun(*tree_util.tree_unflatten(in_tree, in_values))
         if has_aux:
             out, aux = _split_aux(out, "jvp")
+            aux = _strip_tangents(aux, trace)
         out_leaves, out_tree = _output_leaves(out, "jvp")
         pairs = [trace.primal_and_tangent(x) for x in out_leaves]
     finally:
@@ -121,6 +122,11 @@ def _check_tangent(tangent, expected: core.ShapedArray):
     return tangent
 
 
+def _strip_tangents(tree, trace: JVPTrace):
+    """Auxiliary outputs are not differentiated: keep only their primal values."""
+    return tree_util.tree_map(lambda x: trace.primal_and_tangent(x)[0], tree)
+
+
 def _split_aux(out, who: str):
     if not (isinstance(out, (tuple, list)) and len(out) == 2):
         raise TypeError(f"{who} with has_aux=True needs the function to return a pair (out, aux)")
@@ -142,9 +148,12 @@ class _Linearized:
         self.aux = aux
 
 
-def _linearize_flat(fun: Callable, primal_leaves: list, name: str, has_aux: bool) -> tuple:
-    pe_trace = PartialEvalTrace(core.current_trace(), f"{name}({function_name(fun)})")
-    jvp_trace = JVPTrace(pe_trace, f"{name}({function_name(fun)})")
+def _linearize_flat(
+    fun: Callable, primal_leaves: list, name: str, has_aux: bool, user_fun: Callable
+) -> tuple:
+    debug_info = f"{name}({function_name(user_fun)})"
+    pe_trace = PartialEvalTrace(core.current_trace(), debug_info)
+    jvp_trace = JVPTrace(pe_trace, debug_info)
     in_avals = [p.aval for p in primal_leaves]
     in_values = []
     for primal, aval in zip(primal_leaves, in_avals):
@@ -157,6 +166,7 @@ def _linearize_flat(fun: Callable, primal_leaves: list, name: str, has_aux: bool
             out = fun(*in_values)
         if has_aux:
             out, aux = _split_aux(out, name)
+            aux = _strip_tangents(aux, jvp_trace)
         out_leaves, out_tree = _output_leaves(out, name)
         pairs = [jvp_trace.primal_and_tangent(x) for x in out_leaves]
         jvp_trace.alive = False
@@ -175,7 +185,7 @@ def linearize(fun: Callable, *primals, has_aux: bool = False):
     primal_leaves, in_tree = tree_util.tree_flatten(primals)
     primal_leaves = [_as_primal(p) for p in primal_leaves]
     flat_fun = _flatten_fun(fun, in_tree)
-    lin, out_tree = _linearize_flat(flat_fun, primal_leaves, "linearize", has_aux)
+    lin, out_tree = _linearize_flat(flat_fun, primal_leaves, "linearize", has_aux, fun)
 
     def f_jvp(*tangents):
         tangent_leaves, tangent_tree = tree_util.tree_flatten(tangents)
@@ -210,7 +220,8 @@ def vjp(fun: Callable, *primals, has_aux: bool = False):
     """(fun(*primals), vjp_fn) where vjp_fn maps an output cotangent to input cotangents."""
     primal_leaves, in_tree = tree_util.tree_flatten(primals)
     primal_leaves = [_as_primal(p) for p in primal_leaves]
-    lin, out_tree = _linearize_flat(_flatten_fun(fun, in_tree), primal_leaves, "vjp", has_aux)
+    flat_fun = _flatten_fun(fun, in_tree)
+    lin, out_tree = _linearize_flat(flat_fun, primal_leaves, "vjp", has_aux, fun)
     out_avals = [p.aval for p in lin.primals_out]
 
     def vjp_fn(cotangents):
@@ -278,6 +289,7 @@ def value_and_grad(
         diff_args = tuple(args[i] for i in nums)
         _check_grad_inputs(diff_args, name, allow_int, holomorphic)
 
+        @functools.wraps(fun)
         def partial_fun(*diff):
             full = list(args)
             for i, value in zip(nums, diff):
@@ -358,6 +370,7 @@ def _basis(leaf, index: int):
 
 
 def _partial_in(fun: Callable, args: tuple, nums: tuple[int, ...]) -> Callable:
+    @functools.wraps(fun)
     def partial_fun(*diff):
         full = list(args)
         for i, value in zip(nums, diff):

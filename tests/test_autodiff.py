@@ -1,0 +1,156 @@
+"""The differentiation transforms: their API, pytrees, errors, and composition.
+
+Per-primitive rules are checked in tests/test_ad_<family>.py; here the transforms themselves are
+checked against definitions that need no transform (finite differences, hand derivatives).
+"""
+
+import numpy as np
+import pytest
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad.test_util import check_grads
+
+
+def f_scalar(x):
+    return fnp.sum(fnp.sin(x) * x)
+
+
+def df_scalar(x):
+    return np.cos(x) * x + np.sin(x)
+
+
+X = np.array([0.1, 0.5, -2.0, 3.0])
+
+
+def test_grad_matches_the_hand_derivative():
+    np.testing.assert_allclose(np.asarray(fg.grad(f_scalar)(X)), df_scalar(X), rtol=1e-12)
+
+
+def test_value_and_grad_returns_both():
+    value, gradient = fg.value_and_grad(f_scalar)(X)
+    np.testing.assert_allclose(np.asarray(value), np.sum(np.sin(X) * X), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(gradient), df_scalar(X), rtol=1e-12)
+
+
+def test_grad_with_argnums_and_pytrees():
+    def loss(params, x):
+        return fnp.sum(fnp.tanh(params["w"] * x + params["b"]))
+
+    params = {"b": np.array([0.1, 0.2]), "w": np.array([1.5, -0.5])}
+    x = np.array([0.3, 0.7])
+    grads = fg.grad(loss)(params, x)
+    assert set(grads) == {"b", "w"}
+    pre = params["w"] * x + params["b"]
+    dpre = 1 - np.tanh(pre) ** 2
+    np.testing.assert_allclose(np.asarray(grads["b"]), dpre, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(grads["w"]), dpre * x, rtol=1e-12)
+    g_params, g_x = fg.grad(loss, argnums=(0, 1))(params, x)
+    np.testing.assert_allclose(np.asarray(g_x), dpre * params["w"], rtol=1e-12)
+
+
+def test_has_aux():
+    def f(x):
+        return fnp.sum(x * x), {"norm": fnp.sqrt(fnp.sum(x * x))}
+
+    gradient, aux = fg.grad(f, has_aux=True)(X)
+    np.testing.assert_allclose(np.asarray(gradient), 2 * X)
+    np.testing.assert_allclose(np.asarray(aux["norm"]), np.linalg.norm(X))
+    (value, aux), gradient = fg.value_and_grad(f, has_aux=True)(X)
+    np.testing.assert_allclose(np.asarray(value), np.sum(X * X))
+
+
+def test_jvp_and_linearize_agree():
+    tangent = np.array([1.0, -1.0, 0.5, 2.0])
+    out, tangent_out = fg.jvp(lambda x: fnp.sin(x) * x, (X,), (tangent,))
+    np.testing.assert_allclose(np.asarray(tangent_out), df_scalar(X) * tangent, rtol=1e-12)
+    out2, f_jvp = fg.linearize(lambda x: fnp.sin(x) * x, X)
+    np.testing.assert_allclose(np.asarray(out2), np.asarray(out))
+    np.testing.assert_allclose(np.asarray(f_jvp(tangent)), np.asarray(tangent_out), rtol=1e-12)
+
+
+def test_vjp_is_the_adjoint_of_jvp():
+    check_grads(lambda x, y: fnp.sin(x) * y + fnp.exp(y), (X, X[::-1].copy()), order=2)
+
+
+def test_vjp_pullback_is_traceable():
+    _, pullback = fg.vjp(lambda x: fnp.sin(x) * x, X)
+    jaxpr = fg.make_jaxpr(pullback)(np.ones(4))
+    assert "mul" in str(jaxpr)
+    (ct,) = pullback(np.ones(4))
+    np.testing.assert_allclose(np.asarray(ct), df_scalar(X), rtol=1e-12)
+
+
+def test_grad_of_grad_and_hessian():
+    second = fg.grad(fg.grad(lambda x: fnp.sin(x) * x))(0.5)
+    np.testing.assert_allclose(float(second), 2 * np.cos(0.5) - 0.5 * np.sin(0.5), rtol=1e-6)
+    hess = fg.hessian(f_scalar)(X)
+    expected = np.diag(2 * np.cos(X) - X * np.sin(X))
+    np.testing.assert_allclose(np.asarray(hess), expected, atol=1e-12)
+
+
+def test_jacobians_have_the_output_structure_outside():
+    def f(x, y):
+        return {"a": x * y, "b": fnp.sin(x)}
+
+    x, y = np.array([1.0, 2.0]), np.array([3.0, 4.0, 5.0])[:2]
+    for jac_fn in (fg.jacfwd, fg.jacrev):
+        jac = jac_fn(f, argnums=(0, 1))(x, y)
+        assert set(jac) == {"a", "b"}
+        assert isinstance(jac["a"], tuple) and len(jac["a"]) == 2
+        np.testing.assert_allclose(np.asarray(jac["a"][0]), np.diag(y))
+        np.testing.assert_allclose(np.asarray(jac["a"][1]), np.diag(x))
+        np.testing.assert_allclose(np.asarray(jac["b"][0]), np.diag(np.cos(x)))
+        np.testing.assert_allclose(np.asarray(jac["b"][1]), np.zeros((2, 2)))
+
+
+def test_jvp_of_vjp_composes():
+    def f(x):
+        return fnp.sin(x) * x
+
+    def pulled(x):
+        return fg.vjp(f, x)[1](np.ones(4))[0]
+
+    _, tangent_out = fg.jvp(pulled, (X,), (np.ones(4),))
+    np.testing.assert_allclose(
+        np.asarray(tangent_out), 2 * np.cos(X) - X * np.sin(X), rtol=1e-12
+    )
+
+
+def test_integer_inputs_get_float0_zero_tangents():
+    def f(x, n):
+        return fnp.sum(x * n)
+
+    grads = fg.grad(f, argnums=(0, 1), allow_int=True)(X, np.arange(4))
+    assert np.asarray(grads[1]).dtype == fg.dtypes.float0
+    np.testing.assert_allclose(np.asarray(grads[0]), np.arange(4))
+    _, tangent = fg.jvp(lambda n: n * 2, (np.arange(3),), (np.zeros(3, fg.dtypes.float0),))
+    assert tangent.dtype == fg.dtypes.float0
+
+
+def test_symbolic_zero_tangents_cost_nothing():
+    # Differentiating w.r.t. x only: y's computation stays a constant, not part of the
+    # linear program.
+    _, f_jvp = fg.linearize(lambda x: x * fnp.exp(fnp.asarray(2.0, np.float64)), X)
+    assert str(fg.make_jaxpr(f_jvp)(X)).count("exp") == 0
+
+
+def test_grad_errors_name_the_cause():
+    with pytest.raises(TypeError, match="scalar-output.*shape \\(4,\\)"):
+        fg.grad(lambda x: x * 2.0)(X)
+    with pytest.raises(TypeError, match="floating-point inputs.*int"):
+        fg.grad(lambda n: fnp.sum(n * 2.0))(np.arange(3))
+    with pytest.raises(TypeError, match="type str"):
+        fg.grad(lambda x: "not an array")(X)
+    with pytest.raises(TypeError, match="complex"):
+        fg.grad(f_scalar, holomorphic=True)(X)
+    with pytest.raises(TypeError, match="same shape and dtype"):
+        fg.jvp(fnp.sin, (X,), (np.ones(3),))
+    with pytest.raises(ValueError, match="argnums"):
+        fg.grad(f_scalar, argnums=3)(X)
+
+
+def test_grad_under_make_jaxpr_stages_the_backward_pass():
+    jaxpr = fg.make_jaxpr(fg.grad(f_scalar))(X)
+    names = [e.primitive.name for e in jaxpr.eqns]
+    assert "cos" in names and "sin" in names
