@@ -69,6 +69,11 @@ def matmul(a, b, *, precision=None, preferred_element_type=None):
             f"({b.shape[b_contract]})"
         )
     a_batch, b_batch = a.shape[: max(a.ndim - 2, 0)], b.shape[: max(b.ndim - 2, 0)]
+    if a_batch == b_batch and a.ndim > 1:
+        # The common case (plain matrices, or equal batch axes) is one dot_general as it stands.
+        batch = tuple(range(len(a_batch)))
+        contracting = ((a.ndim - 1,), (b_contract,))
+        return _dot_general(a, b, contracting, (batch, batch), precision, preferred_element_type)
     try:
         rank = len(broadcast_shapes(a_batch, b_batch))
     except ValueError:
