@@ -1,15 +1,18 @@
-"""A first look at funcgrad: NumPy-style arrays, and the program funcgrad stages from Python."""
+"""A first look at funcgrad: NumPy-style arrays, gradients, and the program funcgrad stages."""
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
 
 
-def predict(w, x):
-    return fnp.tanh(x * w[0] + w[1])
+def loss(w, x, y):
+    prediction = fnp.tanh(x * w[0] + w[1])
+    return fnp.mean((prediction - y) ** 2)
 
 
 w = fnp.array([0.5, -0.25])
-x = fnp.linspace(-1.0, 1.0, 5) if hasattr(fnp, "linspace") else fnp.array([-1.0, 0.0, 1.0])
-print("predict(w, x) =", predict(w, x))
-print("the staged program:")
-print(fg.make_jaxpr(predict)(w, x))
+x = fnp.linspace(-1.0, 1.0, 5)
+y = fnp.sin(x)
+print("loss(w)      =", loss(w, x, y))
+print("grad(loss)(w) =", fg.grad(loss)(w, x, y))
+print("the staged program of the gradient:")
+print(fg.make_jaxpr(fg.grad(loss))(w, x, y))

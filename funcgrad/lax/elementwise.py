@@ -708,7 +708,8 @@ def _integer_pow_tangent(t, x, *, y):
         return ad.Zero.like(x)
     if y == 1:
         return t
-    return mul(t, mul(_const(x, y), integer_pow(x, y - 1)))
+    power = x if y == 2 else integer_pow(x, y - 1)
+    return mul(t, mul(_const(x, y), power))
 
 
 ad.defjvp(integer_pow_p, _integer_pow_tangent)
