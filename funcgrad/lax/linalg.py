@@ -16,10 +16,13 @@ from typing import NamedTuple
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from funcgrad import dtypes
+from funcgrad import core, dtypes
 from funcgrad.core import Primitive, ShapedArray
+from funcgrad.interpreters.ad import Zero, defjvp, is_undefined, tangent_aval
 from funcgrad.lax.base import asarray
+from funcgrad.lax.elementwise import convert_element_type
 from funcgrad.lax.reductions import padtype_to_pads
+from funcgrad.lax.shapes import reshape, rev, transpose
 
 __all__ = [
     "ConvDimensionNumbers",
@@ -207,6 +210,60 @@ def _dot_general_impl(lhs, rhs, *, dimension_numbers, precision, preferred_eleme
         rhs = rhs.transpose(plan.rhs_perm)
     out = np.matmul(lhs.reshape(plan.lhs_matrix), rhs.reshape(plan.rhs_matrix))
     return _finish(out.reshape(plan.out_shape), out_dtype)
+
+
+# dot_general is bilinear: the tangent is the sum of the products with one tangent each.
+defjvp(
+    dot_general_p,
+    lambda t, lhs, rhs, **params: dot_general_p.bind(t, rhs, **params),
+    lambda t, lhs, rhs, **params: dot_general_p.bind(lhs, t, **params),
+)
+
+
+def _dot_operand_cotangent(ct, other, aval, own_dims, other_dims, other_free_in_ct, params):
+    """The cotangent of one dot_general operand, given the other one.
+
+    Writing the product as out[b, f, g] = sum_c own[b, f, c] * other[b, c, g], the cotangent
+    own_ct[b, f, c] = sum_g ct[b, f, g] * other[b, c, g] is itself a dot_general of the output
+    cotangent with the other operand: it contracts the other operand's free dims (at
+    `other_free_in_ct` in ct) and pairs up the batch dims, which lead ct. Its result holds the
+    batch dims, then own free dims, then own contracting dims in the order of the other
+    operand's contracting dims; a transpose puts them back into the operand's layout.
+    """
+    (own_contract, own_batch), (other_contract, other_batch) = own_dims, other_dims
+    other_ndim = core.get_aval(other).ndim
+    other_free = _free_dims(other_ndim, other_contract, other_batch)
+    ct_batch = tuple(range(len(own_batch)))
+    dimension_numbers = ((other_free_in_ct, other_free), (ct_batch, other_batch))
+    product = dot_general_p.bind(ct, other, dimension_numbers=dimension_numbers, **params)
+    # The other operand's remaining dims are its contracting dims, in increasing order.
+    own_contract_in_product = [own_contract[i] for i in np.argsort(other_contract)]
+    own_free = _free_dims(aval.ndim, own_contract, own_batch)
+    held = own_batch + own_free + tuple(own_contract_in_product)
+    product = transpose(product, tuple(int(i) for i in np.argsort(held)))
+    return convert_element_type(product, aval.dtype)
+
+
+def _dot_general_transpose(ct, lhs, rhs, *, dimension_numbers, **params):
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+    lhs_dims, rhs_dims = (lhs_contract, lhs_batch), (rhs_contract, rhs_batch)
+    lhs_aval, rhs_aval = core.get_aval(lhs), core.get_aval(rhs)
+    n_batch = len(lhs_batch)
+    n_lhs_free = lhs_aval.ndim - len(lhs_contract) - n_batch
+    n_rhs_free = rhs_aval.ndim - len(rhs_contract) - n_batch
+    # ct's dims: batch, then lhs free, then rhs free.
+    lhs_free_in_ct = tuple(range(n_batch, n_batch + n_lhs_free))
+    rhs_free_in_ct = tuple(range(n_batch + n_lhs_free, n_batch + n_lhs_free + n_rhs_free))
+    if is_undefined(lhs):
+        ct_lhs = _dot_operand_cotangent(
+            ct, rhs, lhs_aval, lhs_dims, rhs_dims, rhs_free_in_ct, params
+        )
+        return [ct_lhs, None]
+    ct_rhs = _dot_operand_cotangent(ct, lhs, rhs_aval, rhs_dims, lhs_dims, lhs_free_in_ct, params)
+    return [None, ct_rhs]
+
+
+dot_general_p.def_transpose(_dot_general_transpose)
 
 
 def _canonical_dot_dimension_numbers(dimension_numbers):
@@ -512,6 +569,139 @@ def _grouped_contraction(patches, w, feature_groups: int, batch_groups: int) -> 
     # -> (batch, groups, group out features, out...) and merge the feature blocks.
     out = out.transpose((1, 0, 2 + spatial) + tuple(range(2, 2 + spatial)))
     return out.reshape((group_batch, w.shape[0]) + out_sizes)
+
+
+# Convolution is bilinear too.
+defjvp(
+    conv_general_dilated_p,
+    lambda t, lhs, rhs, **params: conv_general_dilated_p.bind(t, rhs, **params),
+    lambda t, lhs, rhs, **params: conv_general_dilated_p.bind(lhs, t, **params),
+)
+
+
+# In one spatial dimension, with input size Q, kernel size K, output size P, stride s, padding
+# low, lhs dilation ld and rhs dilation rd, the convolution is
+#     out[p] = sum over (k, q) with p*s + k*rd - low == q*ld of  w[k] * x[q].
+# Both transposes keep this index relation and make it a convolution again.
+#
+# lhs: x_ct[q] = sum of ct[p] * w[k]. With the kernel reversed (k' = K - 1 - k), this is a
+# convolution of ct spread out by s (lhs_dilation s), stride ld, rhs dilation rd, low padding
+# (K - 1)*rd - low, and high padding making the output exactly Q long.
+#
+# rhs: w_ct[k] = sum of x[q] * ct[p]: a convolution of x (lhs dilation ld, low padding low)
+# with ct as the kernel (rhs dilation s), stride rd, and high padding making the output
+# exactly K long. Batch is contracted here, so it plays the feature role, and features the
+# batch role: feature groups become batch groups and the other way round.
+
+
+def _conv_lhs_padding(q, k, p, stride, low, lhs_dilation, rhs_dilation) -> tuple[int, int]:
+    window = _dilate_dim(k, rhs_dilation)
+    new_low = window - 1 - low
+    padded = (q - 1) * lhs_dilation + window
+    return new_low, padded - _dilate_dim(p, stride) - new_low
+
+
+def _conv_rhs_padding(q, k, p, stride, low, lhs_dilation, rhs_dilation) -> tuple[int, int]:
+    padded = (k - 1) * rhs_dilation + _dilate_dim(p, stride)
+    return low, padded - _dilate_dim(q, lhs_dilation) - low
+
+
+def _conv_spatial_padding(padding_rule, lhs_shape, rhs_shape, out_shape, params):
+    lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
+    return tuple(
+        padding_rule(
+            lhs_shape[lhs_spec[2 + i]],
+            rhs_shape[rhs_spec[2 + i]],
+            out_shape[out_spec[2 + i]],
+            params["window_strides"][i],
+            params["padding"][i][0],
+            params["lhs_dilation"][i],
+            params["rhs_dilation"][i],
+        )
+        for i in range(len(lhs_spec) - 2)
+    )
+
+
+def _conv_lhs_cotangent(ct, rhs, lhs_aval: ShapedArray, params):
+    lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
+    batch_groups = params["batch_group_count"]
+    groups = params["feature_group_count"] * batch_groups
+    padding = _conv_spatial_padding(
+        _conv_lhs_padding, lhs_aval.shape, core.get_aval(rhs).shape, core.get_aval(ct).shape, params
+    )
+    # The transposed kernel maps each group's output features back to its input features:
+    # (O, I, window...) becomes (groups * I, O / groups, window...), reversed in space.
+    kernel = transpose(rhs, rhs_spec)
+    out_features, in_features, *window = kernel.shape
+    kernel = reshape(kernel, (groups, out_features // groups, in_features, *window))
+    kernel = transpose(kernel, (0, 2, 1, *range(3, kernel.ndim)))
+    kernel = reshape(kernel, (groups * in_features, out_features // groups, *window))
+    kernel = rev(kernel, tuple(range(2, kernel.ndim)))
+    canonical = tuple(range(lhs_aval.ndim))
+    x_ct = conv_general_dilated_p.bind(
+        ct,
+        kernel,
+        window_strides=params["lhs_dilation"],
+        padding=padding,
+        lhs_dilation=params["window_strides"],
+        rhs_dilation=params["rhs_dilation"],
+        dimension_numbers=ConvDimensionNumbers(out_spec, canonical, canonical),
+        feature_group_count=groups,
+        batch_group_count=1,
+        precision=params["precision"],
+        preferred_element_type=params["preferred_element_type"],
+    )
+    if batch_groups > 1:
+        # (batch, groups * features, ...): group g's features belong to the g-th batch block.
+        batch, _, *spatial = x_ct.shape
+        x_ct = reshape(x_ct, (batch, batch_groups, in_features, *spatial))
+        x_ct = transpose(x_ct, (1, 0, *range(2, x_ct.ndim)))
+        x_ct = reshape(x_ct, (batch_groups * batch, in_features, *spatial))
+    x_ct = transpose(x_ct, tuple(int(d) for d in np.argsort(lhs_spec)))
+    return convert_element_type(x_ct, lhs_aval.dtype)
+
+
+def _swap_roles(spec: tuple[int, ...]) -> tuple[int, ...]:
+    return (spec[1], spec[0], *spec[2:])
+
+
+def _conv_rhs_cotangent(ct, lhs, rhs_aval: ShapedArray, params):
+    lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
+    padding = _conv_spatial_padding(
+        _conv_rhs_padding, core.get_aval(lhs).shape, rhs_aval.shape, core.get_aval(ct).shape, params
+    )
+    w_ct = conv_general_dilated_p.bind(
+        lhs,
+        ct,
+        window_strides=params["rhs_dilation"],
+        padding=padding,
+        lhs_dilation=params["lhs_dilation"],
+        rhs_dilation=params["window_strides"],
+        dimension_numbers=ConvDimensionNumbers(
+            _swap_roles(lhs_spec), _swap_roles(out_spec), _swap_roles(rhs_spec)
+        ),
+        feature_group_count=params["batch_group_count"],
+        batch_group_count=params["feature_group_count"],
+        precision=params["precision"],
+        preferred_element_type=params["preferred_element_type"],
+    )
+    return convert_element_type(w_ct, rhs_aval.dtype)
+
+
+def _conv_general_dilated_transpose(ct, lhs, rhs, **params):
+    # With an empty operand or output the convolution is the zero map (and the padding
+    # formulas, which assume non-empty sizes, do not apply).
+    avals = [core.get_aval(x) for x in (ct, lhs, rhs)]
+    if is_undefined(lhs):
+        if any(aval.size == 0 for aval in avals):
+            return [Zero(tangent_aval(avals[1])), None]
+        return [_conv_lhs_cotangent(ct, rhs, avals[1], params), None]
+    if any(aval.size == 0 for aval in avals):
+        return [None, Zero(tangent_aval(avals[2]))]
+    return [None, _conv_rhs_cotangent(ct, lhs, avals[2], params)]
+
+
+conv_general_dilated_p.def_transpose(_conv_general_dilated_transpose)
 
 
 def _int_tuple(values) -> tuple[int, ...]:

@@ -12,6 +12,7 @@ import numpy as np
 
 from funcgrad import dtypes
 from funcgrad.core import Primitive, ShapedArray, never_weak
+from funcgrad.interpreters.ad import defjvp_zero
 from funcgrad.lax.base import asarray, elementwise_shape
 
 __all__ = ["threefry2x32"]
@@ -59,6 +60,10 @@ def _threefry2x32_impl(key1, key2, x1, x2):
             x2 = x2 + schedule[(s + 1) % 3] + np.uint32(s)
     out1, out2 = x1.reshape(shape), x2.reshape(shape)
     return [out1[()], out2[()]] if shape == () else [out1, out2]
+
+
+defjvp_zero(threefry2x32_p)
+threefry2x32_p.not_applicable["transpose"] = "not linear (integer bits)"
 
 
 def threefry2x32(key1, key2, x1, x2) -> list:
