@@ -6,6 +6,7 @@ and reducing over no elements gives the identity of the operation (0, 1, -inf, T
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -13,7 +14,8 @@ import numpy as np
 from funcgrad import core, dtypes
 from funcgrad.core import Primitive, ShapedArray, never_weak
 from funcgrad.errors import ConcretizationTypeError
-from funcgrad.lax import elementwise
+from funcgrad.interpreters.ad import defjvp, defjvp_zero, deflinear
+from funcgrad.lax import elementwise, shapes
 from funcgrad.lax.base import (
     ANY,
     FLOAT,
@@ -108,6 +110,13 @@ def _reduced_shape(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, 
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
+def _pad_along(x, padding_value, axis: int, config: tuple[int, int, int]):
+    """`shapes.pad` with (low, high, interior) `config` along `axis` only."""
+    padding_config = [(0, 0, 0)] * x.ndim
+    padding_config[axis] = config
+    return shapes.pad(x, padding_value, padding_config)
+
+
 # ---------------------------------------------------------------------------------------------
 # Reductions over axes
 
@@ -183,6 +192,72 @@ reduce_min = _reduction_wrapper(reduce_min_p)
 reduce_and = _reduction_wrapper(reduce_and_p)
 reduce_or = _reduction_wrapper(reduce_or_p)
 
+
+# Derivatives. reduce_sum is linear; max and min follow the elements that attain the extreme;
+# the rest are integer or boolean valued.
+
+
+def _kept_dims(ndim: int, axes: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(d for d in range(ndim) if d not in axes)
+
+
+def _broadcast_back(reduced, shape: tuple[int, ...], axes: tuple[int, ...]):
+    """`reduced`, the reduction of an operand of `shape` over `axes`, broadcast to `shape`."""
+    return shapes.broadcast_in_dim(reduced, shape, _kept_dims(len(shape), axes))
+
+
+def _reduce_sum_transpose(ct, x, *, axes):
+    return [_broadcast_back(ct, x.aval.shape, axes)]
+
+
+deflinear(reduce_sum_p, _reduce_sum_transpose)
+
+
+def _chooser_jvp(prim: Primitive) -> None:
+    """reduce_max/min: the tangent at the extreme; ties share it equally (JAX's choice), so
+    the tangent is the mean of the tangents at the elements that attain the extreme. Where
+    none does (an empty reduction, or a NaN result) the tangent is 0."""
+
+    def jvp(primals, tangents, *, axes):
+        (x,), (t,) = primals, tangents
+        ans = prim.bind(x, axes=axes)
+        attains = elementwise.eq(x, _broadcast_back(ans, x.shape, axes))
+        attains = elementwise.convert_element_type(attains, x.dtype)
+        count = reduce_sum_p.bind(attains, axes=axes)
+        total = reduce_sum_p.bind(elementwise.mul(t, attains), axes=axes)
+        return ans, elementwise.div(total, elementwise.max(count, 1))
+
+    prim.def_jvp(jvp)
+    prim.not_applicable["transpose"] = "not linear"
+
+
+_chooser_jvp(reduce_max_p)
+_chooser_jvp(reduce_min_p)
+
+
+@reduce_prod_p.def_jvp
+def _reduce_prod_jvp(primals, tangents, *, axes):
+    # d prod(x) = sum_i t_i * prod_{j != i} x_j. The product of all but x_i is the product of
+    # the elements before i times that of those after i, with no division: zeros are exact.
+    (x,), (t,) = primals, tangents
+    ans = reduce_prod_p.bind(x, axes=axes)
+    kept = _kept_dims(x.ndim, axes)
+    lines = tuple(x.shape[d] for d in kept) + (math.prod(x.shape[a] for a in axes),)
+    x_lines = shapes.reshape(x, lines, kept + axes)
+    t_lines = shapes.reshape(t, lines, kept + axes)
+    last = len(lines) - 1
+    before = _pad_along(cumprod(x_lines, last), 1, last, (1, -1, 0))
+    after = _pad_along(cumprod(x_lines, last, reverse=True), 1, last, (-1, 1, 0))
+    others = elementwise.mul(before, after)
+    return ans, reduce_sum_p.bind(elementwise.mul(t_lines, others), axes=(last,))
+
+
+reduce_prod_p.not_applicable["transpose"] = "not linear"
+
+for _prim in (reduce_and_p, reduce_or_p):
+    defjvp_zero(_prim)
+    _prim.not_applicable["transpose"] = "not linear"
+
 # ---------------------------------------------------------------------------------------------
 # argmax and argmin
 
@@ -228,6 +303,10 @@ def _index_reduction_primitive(name: str, np_search: Callable) -> Primitive:
 
 argmax_p = _index_reduction_primitive("argmax", np.argmax)
 argmin_p = _index_reduction_primitive("argmin", np.argmin)
+
+for _prim in (argmax_p, argmin_p):
+    defjvp_zero(_prim)
+    _prim.not_applicable["transpose"] = "not linear"
 
 
 def argmax(operand, axis: int, index_dtype):
@@ -319,6 +398,118 @@ cumprod = _cumulative_wrapper(cumprod_p)
 cummax = _cumulative_wrapper(cummax_p)
 cummin = _cumulative_wrapper(cummin_p)
 cumlogsumexp = _cumulative_wrapper(cumlogsumexp_p)
+
+
+# Derivatives. cumsum is linear. The others differentiate their sequential definition
+# y[i] = f(y[i - 1], x[i]): the tangent obeys the linear recurrence
+# dy[i] = a[i] * dy[i - 1] + w[i] * t[i], where a and w are the partial derivatives of f,
+# solved in log depth by `_linear_recurrence`.
+
+
+def _cumsum_transpose(ct, x, *, axis, reverse):
+    return [cumsum_p.bind(ct, axis=axis, reverse=not reverse)]
+
+
+deflinear(cumsum_p, _cumsum_transpose)
+
+
+def _linear_recurrence(a, b, axis: int):
+    """h with h[i] = a[i] * h[i - 1] + b[i] along `axis`, where h[-1] = 0 (so a[0] is unused).
+
+    A parallel prefix scan: neighbouring steps compose into one step (h -> a1 a0 h + a1 b0
+    + b1), the recurrence at the odd positions is solved recursively at half the length, and
+    each even position takes one step from the odd position before it. log2(n) levels of
+    vectorized operations, linear in `b`.
+    """
+    n = b.shape[axis]
+    if n < 2:
+        return b
+    half = n // 2
+
+    def part(x, start, limit=None, stride=2):
+        return shapes.slice_in_dim(x, start, limit, stride, axis)
+
+    a_even, b_even = part(a, 0), part(b, 0)
+    a_odd, b_odd = part(a, 1), part(b, 1)
+    a_pair, b_pair = part(a_even, 0, half, 1), part(b_even, 0, half, 1)
+    h_odd = _linear_recurrence(
+        elementwise.mul(a_odd, a_pair),
+        elementwise.add(elementwise.mul(a_odd, b_pair), b_odd),
+        axis,
+    )
+    stepped = elementwise.add(
+        elementwise.mul(part(a_even, 1, None, 1), part(h_odd, 0, n - half - 1, 1)),
+        part(b_even, 1, None, 1),
+    )
+    h_even = shapes.concatenate([part(b_even, 0, 1, 1), stepped], axis)
+    # Interleave: spread each half out with holes and let the other fill them.
+    return elementwise.add(
+        _pad_along(h_even, 0, axis, (0, 2 * half - n + 1, 1)),
+        _pad_along(h_odd, 0, axis, (1, n - 2 * half, 1)),
+    )
+
+
+def _shifted(y, fill, axis: int):
+    """y[i - 1] along `axis`, with `fill` at i = 0."""
+    return _pad_along(y, fill, axis, (1, -1, 0))
+
+
+def _cumprod_coefficients(x, y, axis):
+    return x, _shifted(y, 1, axis)
+
+
+def _tie_share(x, z, y):
+    """The share of x's tangent in z = max(x, y) (or min): 1 if only x attains z, 1/2 if both
+    do (JAX's rule for max and min), 0 if x does not."""
+    x_attains = elementwise.convert_element_type(elementwise.eq(x, z), x.dtype)
+    y_attains = elementwise.convert_element_type(elementwise.eq(y, z), x.dtype)
+    return elementwise.mul(x_attains, elementwise.sub(1, elementwise.mul(0.5, y_attains)))
+
+
+def _cumulative_chooser_coefficients(x, y, axis):
+    # NaN before the first element: it equals nothing, so the first element gets its own tangent.
+    previous = _shifted(y, np.nan, axis)
+    return _tie_share(previous, y, x), _tie_share(x, y, previous)
+
+
+def _cumlogsumexp_coefficients(x, y, axis):
+    # f(u, v) = log(exp(u) + exp(v)) has partials exp(u - f) and exp(v - f). Where the running
+    # value is infinite no finite change of an input moves it: both partials are 0 there, and
+    # the differences are replaced before exp so that no NaN reaches a derivative.
+    previous = _shifted(y, -np.inf, axis)
+    finite = elementwise.is_finite(y)
+    never = shapes.full_like(y, -np.inf)
+
+    def partial(u):
+        return elementwise.exp(elementwise.select(finite, elementwise.sub(u, y), never))
+
+    return partial(previous), partial(x)
+
+
+def _cumulative_jvp(prim: Primitive, coefficients: Callable) -> None:
+    """Declare prim's jvp from `coefficients(x, y, axis) -> (a, w)` of the forward scan."""
+
+    def jvp(primals, tangents, *, axis, reverse):
+        (x,), (t,) = primals, tangents
+        y = prim.bind(x, axis=axis, reverse=reverse)
+        if x.shape[axis] < 2:
+            return y, t  # y is x itself
+        if not reverse:
+            a, w = coefficients(x, y, axis)
+            return y, _linear_recurrence(a, elementwise.mul(w, t), axis)
+        # A reverse scan is the forward scan of the reversed operand, reversed.
+        x_r, t_r, y_r = (shapes.rev(v, (axis,)) for v in (x, t, y))
+        a, w = coefficients(x_r, y_r, axis)
+        return y, shapes.rev(_linear_recurrence(a, elementwise.mul(w, t_r), axis), (axis,))
+
+    prim.def_jvp(jvp)
+    prim.not_applicable["transpose"] = "not linear"
+
+
+_cumulative_jvp(cumprod_p, _cumprod_coefficients)
+_cumulative_jvp(cummax_p, _cumulative_chooser_coefficients)
+_cumulative_jvp(cummin_p, _cumulative_chooser_coefficients)
+_cumulative_jvp(cumlogsumexp_p, _cumlogsumexp_coefficients)
 
 # ---------------------------------------------------------------------------------------------
 # Windowed reductions (pooling) and the gradient of max pooling
@@ -427,6 +618,107 @@ def _window_primitive(name: str, accepted, identity: Callable, np_reduce: np.ufu
 reduce_window_sum_p = _window_primitive("reduce_window_sum", NUMERIC, _zero, np.add)
 reduce_window_max_p = _window_primitive("reduce_window_max", ANY, _lowest, np.maximum)
 reduce_window_min_p = _window_primitive("reduce_window_min", ANY, _highest, np.minimum)
+
+
+# Derivatives. Sum pooling is linear; max and min pooling pass on the tangent of the element
+# each window selects, the element select_and_scatter_add (their transpose) scatters to.
+
+
+def _reduce_window_sum_transpose(
+    ct, x, *, window_dimensions, window_strides, padding, base_dilation, window_dilation
+):
+    # Output o sums the dilated, padded operand at o * stride + k * window_dilation. Spread
+    # the cotangent out by the strides and pad it so that a window-dilated sum pooling with
+    # strides base_dilation lands exactly on the operand's elements (negative pads crop the
+    # cotangents that only reached padding).
+    shape = x.aval.shape
+    if 0 in shape:
+        return [shapes.full(shape, 0, ct.dtype)]
+    config = []
+    for n, w, s, (lo, _), b, d, m in zip(
+        shape, window_dimensions, window_strides, padding, base_dilation, window_dilation, ct.shape
+    ):
+        low = (w - 1) * d - lo
+        length = (n - 1) * b + _dilate(w, d)
+        config.append((low, length - low - _dilate(m, s), s - 1))
+    ones = (1,) * len(shape)
+    return [
+        reduce_window_sum_p.bind(
+            shapes.pad(ct, 0, config),
+            window_dimensions=window_dimensions,
+            window_strides=base_dilation,
+            padding=((0, 0),) * len(shape),
+            base_dilation=ones,
+            window_dilation=window_dilation,
+        )
+    ]
+
+
+deflinear(reduce_window_sum_p, _reduce_window_sum_transpose)
+
+
+def _select_and_gather(
+    tangent,
+    operand,
+    select_prim: Primitive,
+    window_dimensions,
+    window_strides,
+    padding,
+    base_dilation,
+    window_dilation,
+):
+    """Per window, `tangent` at the element of `operand` that the window selects.
+
+    The selection is select_and_scatter_add's (XLA's SelectAndScatter): walk the window's
+    elements in row-major order, never choosing padding or dilation holes, and move to a
+    candidate unless `select_prim(selected, candidate)` holds. One strided slice per window
+    offset vectorizes the walk over all windows; the result is linear in `tangent`, and its
+    transpose is select_and_scatter_add.
+    """
+    out_shape = _window_output_shape(
+        "select_and_gather",
+        operand.shape,
+        window_dimensions,
+        window_strides,
+        padding,
+        base_dilation,
+        window_dilation,
+    )
+    if 0 in out_shape:
+        return shapes.full(out_shape, 0, tangent.dtype)
+    config = [(lo, hi, b - 1) for (lo, hi), b in zip(padding, base_dilation)]
+    values = shapes.pad(operand, 0, config)
+    tangents = shapes.pad(tangent, 0, config)
+    in_operand = shapes.pad(shapes.full(operand.shape, True, dtypes.bool_), False, config)
+    keeps = elementwise.ge if select_prim is elementwise.ge_p else elementwise.le
+    chosen = shapes.full(out_shape, False, dtypes.bool_)
+    chosen_value = shapes.full(out_shape, 0, operand.dtype)
+    chosen_tangent = shapes.full(out_shape, 0, tangent.dtype)
+    for offset in np.ndindex(*window_dimensions):
+        start = [k * d for k, d in zip(offset, window_dilation)]
+        limit = [i + (m - 1) * s + 1 for i, m, s in zip(start, out_shape, window_strides)]
+        value, tangent_here, valid = (
+            shapes.slice(v, start, limit, window_strides) for v in (values, tangents, in_operand)
+        )
+        kept = elementwise.bitwise_and(chosen, keeps(chosen_value, value))
+        move = elementwise.bitwise_and(valid, elementwise.bitwise_not(kept))
+        chosen = elementwise.bitwise_or(chosen, valid)
+        chosen_value = elementwise.select(move, value, chosen_value)
+        chosen_tangent = elementwise.select(move, tangent_here, chosen_tangent)
+    return chosen_tangent
+
+
+def _window_chooser_jvp(prim: Primitive, select_prim: Primitive) -> None:
+    def jvp(primals, tangents, **window):
+        (x,), (t,) = primals, tangents
+        return prim.bind(x, **window), _select_and_gather(t, x, select_prim, **window)
+
+    prim.def_jvp(jvp)
+    prim.not_applicable["transpose"] = "not linear"
+
+
+_window_chooser_jvp(reduce_window_max_p, elementwise.ge_p)
+_window_chooser_jvp(reduce_window_min_p, elementwise.le_p)
 
 # The computations reduce_window accepts: each has a primitive and an identity init_value.
 _WINDOW_REDUCTIONS = {
@@ -613,6 +905,25 @@ def _select_and_scatter_add_impl(
 @select_and_scatter_add_p.def_weak_type
 def _select_and_scatter_add_weak_type(weak_flags, **params) -> bool:
     return weak_flags[0]  # the values come from source; operand only chooses where they go
+
+
+def _select_and_scatter_add_tangent(t, source, operand, **params):
+    return select_and_scatter_add_p.bind(t, operand, **params)
+
+
+# Linear in source; the operand only decides where values go (piecewise constant).
+defjvp(select_and_scatter_add_p, _select_and_scatter_add_tangent, None)
+
+
+@select_and_scatter_add_p.def_transpose
+def _select_and_scatter_add_transpose(
+    ct, source, operand, *, select_prim, window_dimensions, window_strides, padding
+):
+    ones = (1,) * len(window_dimensions)
+    ct_source = _select_and_gather(
+        ct, operand, select_prim, window_dimensions, window_strides, padding, ones, ones
+    )
+    return [ct_source, None]
 
 
 def select_and_scatter_add(

@@ -12,7 +12,10 @@ import numpy as np
 
 from funcgrad import dtypes
 from funcgrad.core import Primitive, ShapedArray
+from funcgrad.interpreters.ad import Zero
+from funcgrad.lax import shapes
 from funcgrad.lax.base import asarray, shape_text
+from funcgrad.lax.indexing import GatherDimensionNumbers, gather
 
 __all__ = ["sort", "sort_key_val", "top_k"]
 
@@ -32,6 +35,23 @@ def _normalize_dimension(name: str, dimension: int, shape: tuple[int, ...]) -> i
             f"{name}: dimension {dimension} is out of bounds for operand shape {shape}"
         )
     return dimension % len(shape)
+
+
+def _take_along_axis(x, indices, axis: int):
+    """x[..., indices[..., j, ...], ...] along `axis`, for in-bounds, per-line distinct
+    `indices` whose other dimensions match x's: one gather, batched over those dimensions."""
+    if x.size == 0:  # then there are no indices either
+        return shapes.full(indices.shape, 0, x.dtype)
+    others = tuple(d for d in range(x.ndim) if d != axis)
+    dimension_numbers = GatherDimensionNumbers(
+        offset_dims=(),
+        collapsed_slice_dims=(axis,),
+        start_index_map=(axis,),
+        operand_batching_dims=others,
+        start_indices_batching_dims=others,
+    )
+    index_vectors = shapes.expand_dims(indices, (indices.ndim,))
+    return gather(x, index_vectors, dimension_numbers, (1,) * x.ndim, unique_indices=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -77,6 +97,25 @@ def _sort_impl(*operands, dimension, is_stable, num_keys):
 @sort_p.def_weak_type
 def _sort_weak_type(weak_flags, **params) -> list[bool]:
     return list(weak_flags)
+
+
+@sort_p.def_jvp
+def _sort_jvp(primals, tangents, *, dimension, is_stable, num_keys):
+    # Sorting an iota along with the operands (never as a key) records the permutation, which
+    # then moves each tangent as it moved its operand.
+    shape = primals[0].shape
+    index_dtype = dtypes.int32 if shape[dimension] <= np.iinfo(np.int32).max else dtypes.int64
+    iota = shapes.broadcasted_iota(index_dtype, shape, dimension)
+    *sorted_primals, permutation = sort_p.bind(
+        *primals, iota, dimension=dimension, is_stable=is_stable, num_keys=num_keys
+    )
+    sorted_tangents = [
+        t if type(t) is Zero else _take_along_axis(t, permutation, dimension) for t in tangents
+    ]
+    return sorted_primals, sorted_tangents
+
+
+sort_p.not_applicable["transpose"] = "not linear"
 
 
 def sort(operand, dimension: int = -1, is_stable: bool = True, num_keys: int = 1):
@@ -144,6 +183,16 @@ def _top_k_impl(operand, *, k):
 @top_k_p.def_weak_type
 def _top_k_weak_type(weak_flags, **params) -> list[bool]:
     return [weak_flags[0], False]
+
+
+@top_k_p.def_jvp
+def _top_k_jvp(primals, tangents, *, k):
+    (operand,), (t,) = primals, tangents
+    values, indices = top_k_p.bind(operand, k=k)
+    return [values, indices], [_take_along_axis(t, indices, operand.ndim - 1), Zero.like(indices)]
+
+
+top_k_p.not_applicable["transpose"] = "not linear"
 
 
 def top_k(operand, k: int):
