@@ -19,7 +19,7 @@ _PY_SCALARS = (bool, int, float)
 def dtype_and_weak(x) -> tuple[np.dtype, bool]:
     if isinstance(x, (Array, core.Tracer)):
         return x.dtype, x.weak_type
-    if isinstance(x, _PY_SCALARS):
+    if dtypes.is_python_scalar(x):
         return dtypes.scalar_dtype(x)
     if isinstance(x, (np.ndarray, np.generic)):
         return dtypes.check_supported(x.dtype), False
@@ -38,7 +38,10 @@ def result_type(*args) -> np.dtype:
 def result_type_and_weak(*args) -> tuple[np.dtype, bool]:
     pairs = []
     for a in args:
-        if isinstance(a, (np.dtype, type)) or (isinstance(a, str) and a):
+        if a is int or a is float:
+            # Python's number types stand for their weakly typed scalars, as in JAX.
+            pairs.append(dtypes.scalar_dtype(a(0)))
+        elif isinstance(a, (np.dtype, type)) or (isinstance(a, str) and a):
             pairs.append((dtypes.canonicalize(a), False))
         else:
             pairs.append(dtype_and_weak(a))
@@ -47,12 +50,12 @@ def result_type_and_weak(*args) -> tuple[np.dtype, bool]:
 
 def convert(x, dtype: np.dtype, weak_type: bool = False):
     """`x` as a funcgrad array of `dtype`, keeping weak typing where the promotion kept it."""
-    if isinstance(x, _PY_SCALARS):
+    if dtypes.is_python_scalar(x):
         return Array(np.array(x, dtype)[()], weak_type)
     x = to_array(x)
-    # Dropping weakness needs no conversion: the primitive's output is strong anyway, because
-    # a strong result type means some other operand is strong.
-    if x.dtype == dtype and (x.weak_type == weak_type or not weak_type):
+    # Weakness is dropped explicitly too, as in JAX: functions like copysign build their result
+    # from some operands only, so a weak one must not leave its weakness to the strong ones.
+    if x.dtype == dtype and x.weak_type == weak_type:
         return x
     return convert_element_type_p.bind(x, new_dtype=dtype, weak_type=weak_type)
 
@@ -103,33 +106,112 @@ def broadcast_to(x, shape: tuple[int, ...]):
 
 def _broadcast_operands(args: list) -> list:
     """Broadcast to one shape; rank-0 operands are left for the primitive to broadcast."""
-    shapes = [a.shape for a in args]
-    first = shapes[0]
-    if all(s == first or s == () for s in shapes):
+    first = args[0].shape
+    if len(args) == 1 or all(a.shape == first or a.shape == () for a in args):
         return args
-    shape = broadcast_shapes(*shapes)
+    shape = broadcast_shapes(*(a.shape for a in args))
     return [a if a.shape in ((), shape) else broadcast_to(a, shape) for a in args]
+
+
+def _common_strong_dtype(args) -> np.dtype | None:
+    """The dtype of the common case: strong arrays of one dtype, and Python scalars that fit it.
+
+    Then promotion is the identity and the scalars just take that dtype; anything else (mixed
+    dtypes, weak arrays, NumPy values, lists) returns None and takes the general path.
+    """
+    dtype = None
+    for a in args:
+        if type(a) is Array or isinstance(a, core.Tracer):
+            if a.weak_type:
+                return None
+            if dtype is None:
+                dtype = a.dtype
+            elif a.dtype != dtype:
+                return None
+    if dtype is None:
+        return None
+    for a in args:
+        kind = type(a)
+        if kind is float:
+            if dtype not in _FLOAT_DTYPES:
+                return None
+        elif kind is int:
+            if dtype == dtypes.bool_:
+                return None
+        elif kind is not bool and kind is not Array and not isinstance(a, core.Tracer):
+            return None
+    return dtype
+
+
+_FLOAT_DTYPES = frozenset(dtypes.float_dtypes)
+
+
+_NUMERIC_DTYPES = frozenset(dtypes.float_dtypes + dtypes.int_dtypes)
+# For each Python scalar type, the strong dtypes it joins without changing them.
+_SCALAR_FITS = {
+    float: _FLOAT_DTYPES,
+    int: _NUMERIC_DTYPES,
+    bool: frozenset(dtypes.supported_dtypes),
+}
+
+
+def _promote_pair(x, y):
+    """The eager hot path of `x + y`: two strong concrete arrays of one dtype and compatible
+    shapes, or a strong concrete array and a Python scalar that fits its dtype. Anything else
+    returns None and takes the general path."""
+    if type(x) is Array and not x.weak_type:
+        value = x._value
+        if type(y) is Array:
+            other = y._value
+            if y.weak_type or other.dtype != value.dtype:
+                return None
+            if other.shape == value.shape or not other.shape or not value.shape:
+                return (x, y)
+            return None
+        fits = _SCALAR_FITS.get(type(y))
+        if fits is not None and value.dtype in fits:
+            return (x, Array(value.dtype.type(y), False))
+        return None
+    if type(y) is Array and not y.weak_type:
+        fits = _SCALAR_FITS.get(type(x))
+        if fits is not None and y._value.dtype in fits:
+            return (Array(y._value.dtype.type(x), False), y)
+    return None
 
 
 def promote_args(name: str, *args) -> list:
     """Operands of one dtype (NumPy-style promotion with weak types) and broadcast shapes."""
-    first = args[0]
-    if type(first) is Array or isinstance(first, core.Tracer):
-        dtype, weak = first.dtype, first.weak_type
-        fast = True
-        for a in args[1:]:
-            if not (type(a) is Array or isinstance(a, core.Tracer)) or a.dtype != dtype:
-                fast = False
-                break
-            weak = weak and a.weak_type
-        if fast and not weak:
-            return _broadcast_operands(list(args))
-    dtype, weak = result_type_and_weak(*args)
-    return _broadcast_operands([convert(a, dtype, weak) for a in args])
+    if len(args) == 2:
+        pair = _promote_pair(*args)
+        if pair is not None:
+            return pair
+    dtype = _common_strong_dtype(args)
+    if dtype is None:
+        dtype, weak = result_type_and_weak(*args)
+        return _broadcast_operands([convert(a, dtype, weak) for a in args])
+    return _broadcast_operands([_scalar_as(a, dtype) for a in args])
+
+
+def _scalar_as(a, dtype: np.dtype):
+    return Array(dtype.type(a), False) if type(a) in _PY_SCALAR_TYPES else a
+
+
+_PY_SCALAR_TYPES = frozenset(_PY_SCALARS)
 
 
 def promote_args_inexact(name: str, *args) -> list:
     """Like `promote_args`, but integer and boolean results become the default float."""
+    if len(args) == 1:
+        (x,) = args
+        if type(x) is Array and not x.weak_type and x._value.dtype in _FLOAT_DTYPES:
+            return args
+    elif len(args) == 2:
+        pair = _promote_pair(*args)
+        if pair is not None and pair[0]._value.dtype in _FLOAT_DTYPES:
+            return pair
+    dtype = _common_strong_dtype(args)
+    if dtype in _FLOAT_DTYPES:
+        return _broadcast_operands([_scalar_as(a, dtype) for a in args])
     dtype, weak = result_type_and_weak(*args)
     if not dtypes.is_float(dtype):
         dtype = dtypes.default_float
@@ -139,7 +221,7 @@ def promote_args_inexact(name: str, *args) -> list:
 def promote_args_numeric(name: str, *args) -> list:
     """Like `promote_args`, with booleans computed as int32 where arithmetic needs numbers."""
     promoted = promote_args(name, *args)
-    if dtypes.is_bool(promoted[0].dtype):
+    if promoted[0].dtype == dtypes.bool_:
         return [convert(a, dtypes.int32, False) for a in promoted]
     return promoted
 

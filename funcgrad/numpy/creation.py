@@ -6,7 +6,7 @@ import numpy as np
 
 from funcgrad import core, dtypes, lax
 from funcgrad.array import Array
-from funcgrad.numpy._promotion import convert, result_type_and_weak
+from funcgrad.numpy._promotion import convert, dtype_and_weak, result_type_and_weak
 
 __all__ = [
     "array",
@@ -49,8 +49,8 @@ def _array(object, dtype):
     if isinstance(object, (Array, core.Tracer)):
         return object if dtype is None else convert(object, dtype)
     if isinstance(object, (bool, int, float)):
-        value_dtype = dtype or dtypes.scalar_dtype(object)[0]
-        return lax.asarray(np.array(object, value_dtype)[()])
+        # Without a dtype a Python scalar stays weakly typed, as in JAX.
+        return lax.asarray(object, dtype)
     if isinstance(object, (list, tuple)):
         leaves = _nested_leaves(object)
         if any(isinstance(x, core.Tracer) for x in leaves):
@@ -121,14 +121,19 @@ def _like(a, dtype, shape):
     )
 
 
-def zeros_like(a, dtype=None, shape=None):
+def _scalar_like(a, value, dtype, shape):
+    """`value` broadcast like `a`: weakly typed when `a` is and no dtype is given, as in JAX."""
+    weak = dtype is None and dtype_and_weak(a)[1]
     dtype, shape = _like(a, dtype, shape)
-    return lax.full(shape, 0, dtype)
+    return lax.broadcast_in_dim(convert(value, dtype, weak), shape, ())
+
+
+def zeros_like(a, dtype=None, shape=None):
+    return _scalar_like(a, 0, dtype, shape)
 
 
 def ones_like(a, dtype=None, shape=None):
-    dtype, shape = _like(a, dtype, shape)
-    return lax.full(shape, 1, dtype)
+    return _scalar_like(a, 1, dtype, shape)
 
 
 def empty_like(a, dtype=None, shape=None):
@@ -136,5 +141,7 @@ def empty_like(a, dtype=None, shape=None):
 
 
 def full_like(a, fill_value, dtype=None, shape=None):
+    if isinstance(fill_value, (bool, int, float)):
+        return _scalar_like(a, fill_value, dtype, shape)
     dtype, shape = _like(a, dtype, shape)
     return full(shape, fill_value, dtype)

@@ -7,6 +7,8 @@ import numpy as np
 from funcgrad import dtypes, lax
 from funcgrad.lax import elementwise as ew
 from funcgrad.numpy._promotion import (
+    broadcast_shapes,
+    broadcast_to,
     promote_args,
     promote_args_inexact,
     promote_args_numeric,
@@ -133,9 +135,7 @@ def _unary(prim, name: str, promote=promote_args):
     return op
 
 
-add = _binary(ew.add_p, "add")
 subtract = _binary(ew.sub_p, "subtract")
-multiply = _binary(ew.mul_p, "multiply")
 true_divide = _binary(ew.div_p, "true_divide", promote_args_inexact)
 divide = true_divide
 _float_power = _binary(ew.pow_p, "float_power", promote_args_inexact)
@@ -181,6 +181,18 @@ asin, acos, atan, atan2 = arcsin, arccos, arctan, arctan2
 asinh, acosh, atanh = arcsinh, arccosh, arctanh
 
 
+def add(x1, x2, /):
+    """NumPy's `add`; on booleans it is logical or, as in NumPy and JAX."""
+    x1, x2 = promote_args("add", x1, x2)
+    return (ew.or_p if x1.dtype == dtypes.bool_ else ew.add_p).bind(x1, x2)
+
+
+def multiply(x1, x2, /):
+    """NumPy's `multiply`; on booleans it is logical and, as in NumPy and JAX."""
+    x1, x2 = promote_args("multiply", x1, x2)
+    return (ew.and_p if x1.dtype == dtypes.bool_ else ew.mul_p).bind(x1, x2)
+
+
 def positive(x, /):
     return to_array(x)
 
@@ -207,7 +219,7 @@ def trunc(x, /):
     (x,) = promote_args("trunc", x)
     if not dtypes.is_float(x.dtype):
         return x
-    return lax.select(lax.lt(x, _zero(x)), lax.ceil(x), lax.floor(x))
+    return _select(lax.lt(x, _zero(x)), lax.ceil(x), lax.floor(x))
 
 
 fix = trunc
@@ -224,17 +236,31 @@ def round(a, decimals: int = 0, out=None):
         raise NotImplementedError("funcgrad arrays are immutable: the out argument is unsupported")
     (a,) = promote_args("round", a)
     if not dtypes.is_float(a.dtype):
-        if decimals >= 0:
-            return a
-        factor = _full_like_scalar(a, 10**-decimals)
-        return multiply(floor_divide(add(a, floor_divide(factor, 2)), factor), factor)
+        return a if decimals >= 0 else _round_int(a, 10**-decimals)
+    even = lax.RoundingMethod.TO_NEAREST_EVEN
     if decimals == 0:
-        return lax.round(a, lax.RoundingMethod.TO_NEAREST_EVEN)
+        return lax.round(a, even)
+    if decimals < 0:
+        # Divide by the exact 10 ** -decimals, as NumPy does, not multiply by an inexact 0.1.
+        factor = _full_like_scalar(a, 10.0**-decimals)
+        return multiply(lax.round(true_divide(a, factor), even), factor)
     factor = _full_like_scalar(a, 10.0**decimals)
-    return true_divide(lax.round(multiply(a, factor), lax.RoundingMethod.TO_NEAREST_EVEN), factor)
+    return true_divide(lax.round(multiply(a, factor), even), factor)
 
 
 around = round
+
+
+def _round_int(a, factor: int):
+    """The nearest multiple of `factor`, halves to the even multiple (as NumPy rounds ints)."""
+    factor = _full_like_scalar(a, factor)
+    quotient = floor_divide(a, factor)
+    rest = lax.sub(a, lax.mul(quotient, factor))
+    # rest against factor - rest rather than 2 * rest against factor, which could overflow.
+    other = lax.sub(factor, rest)
+    odd = lax.ne(lax.bitwise_and(quotient, _full_like_scalar(a, 1)), _zero(a))
+    up = lax.bitwise_or(lax.gt(rest, other), lax.bitwise_and(lax.eq(rest, other), odd))
+    return lax.mul(_select(up, lax.add(quotient, _full_like_scalar(a, 1)), quotient), factor)
 
 
 def square(x, /):
@@ -270,18 +296,23 @@ def power(x1, x2, /):
 
 
 def _integer_power(base, exponent):
-    # Square-and-multiply over the exponent's bits; negative exponents give 0 as in NumPy's
-    # integer semantics except for bases 1 and -1.
+    # Square-and-multiply over the exponent's bits; negative exponents give the integer part
+    # of 1 / base ** -exponent: 0 except for bases 1 and -1.
     bits = base.dtype.itemsize * 8
     result = lax.full_like(base, 1)
     acc = base
     e = exponent
     for _ in range(bits):
         odd = lax.ne(lax.bitwise_and(e, _full_like_scalar(e, 1)), _zero(e))
-        result = lax.select(odd, lax.mul(result, acc), result)
+        result = _select(odd, lax.mul(result, acc), result)
         acc = lax.mul(acc, acc)
         e = lax.shift_right_logical(e, _full_like_scalar(e, 1))
-    return result
+    if dtypes.is_unsigned(exponent.dtype):
+        return result
+    # The loop already gets bases 1 and -1 right: wrapping keeps the exponent's parity.
+    one = _full_like_scalar(base, 1)
+    vanishes = lax.bitwise_and(lax.lt(exponent, _zero(exponent)), lax.ne(lax.abs(base), one))
+    return _select(vanishes, _zero(result), result)
 
 
 pow = power
@@ -297,8 +328,17 @@ def floor_divide(x1, x2, /):
         adjust = lax.bitwise_and(
             lax.ne(remainder, zero), lax.ne(lax.lt(remainder, zero), lax.lt(x2, zero))
         )
-        return lax.select(adjust, lax.sub(quotient, _full_like_scalar(quotient, 1)), quotient)
-    return lax.floor(lax.div(x1, x2))
+        return _select(adjust, lax.sub(quotient, _full_like_scalar(quotient, 1)), quotient)
+    # As NumPy: x1 - fmod(x1, x2) is an exact multiple of x2, so dividing it cannot round up
+    # across an integer the way floor(x1 / x2) can (1.0 // 0.1 is 9, but 1.0 / 0.1 is 10).
+    mod = lax.rem(x1, x2)
+    quotient = lax.div(lax.sub(x1, mod), x2)
+    zero = _zero(x1)
+    adjust = lax.bitwise_and(lax.ne(mod, zero), lax.ne(lax.lt(mod, zero), lax.lt(x2, zero)))
+    quotient = _select(adjust, lax.sub(quotient, _full_like_scalar(quotient, 1)), quotient)
+    floored = lax.round(quotient, lax.RoundingMethod.TO_NEAREST_EVEN)
+    # Division by zero gives inf or nan like true division (fmod by zero is nan).
+    return _select(lax.eq(x2, zero), lax.div(x1, x2), floored)
 
 
 def remainder(x1, x2, /):
@@ -307,7 +347,7 @@ def remainder(x1, x2, /):
     r = lax.rem(x1, x2)
     zero = _zero(r)
     fix_sign = lax.bitwise_and(lax.ne(r, zero), lax.ne(lax.lt(r, zero), lax.lt(x2, zero)))
-    return lax.select(fix_sign, lax.add(r, x2), r)
+    return _select(fix_sign, lax.add(r, x2), r)
 
 
 mod = remainder
@@ -399,7 +439,7 @@ def signbit(x, /):
 
 def copysign(x1, x2, /):
     x1, x2 = promote_args_inexact("copysign", x1, x2)
-    return lax.select(signbit(x2), lax.neg(lax.abs(x1)), lax.abs(x1))
+    return _select(signbit(x2), lax.neg(lax.abs(x1)), lax.abs(x1))
 
 
 def hypot(x1, x2, /):
@@ -407,27 +447,30 @@ def hypot(x1, x2, /):
     a, b = lax.abs(x1), lax.abs(x2)
     big, small = lax.max(a, b), lax.min(a, b)
     # Scale by the larger magnitude so the squares neither overflow nor underflow.
-    safe_big = lax.select(lax.eq(big, _zero(big)), _full_like_scalar(big, 1.0), big)
+    safe_big = _select(lax.eq(big, _zero(big)), _full_like_scalar(big, 1.0), big)
     ratio = lax.div(small, safe_big)
-    return lax.mul(big, lax.sqrt(lax.add(_full_like_scalar(ratio, 1.0), lax.mul(ratio, ratio))))
+    out = lax.mul(big, lax.sqrt(lax.add(_full_like_scalar(ratio, 1.0), lax.mul(ratio, ratio))))
+    # An infinite side gives inf even beside inf or nan (where the ratio above is nan).
+    either_inf = lax.bitwise_or(isinf(x1), isinf(x2))
+    return _select(either_inf, _full_like_scalar(out, np.inf), out)
 
 
 def fmax(x1, x2, /):
     """Maximum that ignores NaNs (returns the other operand)."""
     x1, x2 = promote_args("fmax", x1, x2)
-    return lax.select(isnan(x2), x1, lax.select(isnan(x1), x2, lax.max(x1, x2)))
+    return _select(isnan(x2), x1, _select(isnan(x1), x2, lax.max(x1, x2)))
 
 
 def fmin(x1, x2, /):
     x1, x2 = promote_args("fmin", x1, x2)
-    return lax.select(isnan(x2), x1, lax.select(isnan(x1), x2, lax.min(x1, x2)))
+    return _select(isnan(x2), x1, _select(isnan(x1), x2, lax.min(x1, x2)))
 
 
 def heaviside(x1, x2, /):
     x1, x2 = promote_args_inexact("heaviside", x1, x2)
     zero = _zero(x1)
-    return lax.select(
-        lax.lt(x1, zero), zero, lax.select(lax.gt(x1, zero), _full_like_scalar(x1, 1.0), x2)
+    return _select(
+        lax.lt(x1, zero), zero, _select(lax.gt(x1, zero), _full_like_scalar(x1, 1.0), x2)
     )
 
 
@@ -449,9 +492,9 @@ def logaddexp(x1, x2, /):
     hi = lax.max(x1, x2)
     delta = lax.sub(x1, x2)
     # log(e^a + e^b) = max + log1p(e^-|a-b|); when both are equal infinities delta is nan.
-    finite_delta = lax.select(isnan(delta), _zero(delta), delta)
+    finite_delta = _select(isnan(delta), _zero(delta), delta)
     out = lax.add(hi, lax.log1p(lax.exp(lax.neg(lax.abs(finite_delta)))))
-    return lax.select(isnan(delta), lax.add(x1, x2), out)
+    return _select(isnan(delta), lax.add(x1, x2), out)
 
 
 def logaddexp2(x1, x2, /):
@@ -464,8 +507,8 @@ def sinc(x, /):
     (x,) = promote_args_inexact("sinc", x)
     pi_x = lax.mul(x, _full_like_scalar(x, np.pi))
     is_zero = lax.eq(x, _zero(x))
-    safe = lax.select(is_zero, _full_like_scalar(x, 1.0), pi_x)
-    return lax.select(is_zero, _full_like_scalar(x, 1.0), lax.div(lax.sin(safe), safe))
+    safe = _select(is_zero, _full_like_scalar(x, 1.0), pi_x)
+    return _select(is_zero, _full_like_scalar(x, 1.0), lax.div(lax.sin(safe), safe))
 
 
 def conjugate(x, /):
@@ -477,6 +520,13 @@ conj = conjugate
 
 def real(x, /):
     return to_array(x)
+
+
+def _select(pred, on_true, on_false):
+    """`lax.select` with NumPy broadcasting (select_n wants cases of one shape, and
+    `promote_args` leaves rank-0 operands unbroadcast)."""
+    shape = broadcast_shapes(pred.shape, on_true.shape, on_false.shape)
+    return lax.select(*(broadcast_to(a, shape) for a in (pred, on_true, on_false)))
 
 
 def _zero(x):
