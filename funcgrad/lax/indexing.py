@@ -11,16 +11,37 @@ index vector is the last dimension of the indices.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
-from funcgrad import dtypes
+from funcgrad import core, dtypes
 from funcgrad.core import Primitive, ShapedArray
+from funcgrad.interpreters.ad import defjvp, instantiate, is_undefined
 from funcgrad.lax.base import asarray, canonical_axes, check_same_dtypes
-from funcgrad.lax.elementwise import add, binary_operands, lt, select
-from funcgrad.lax.shapes import expand_dims, index_in_dim, scalar_if_0d, squeeze
+from funcgrad.lax.elementwise import (
+    add,
+    binary_operands,
+    bitwise_or,
+    convert_element_type,
+    div,
+    eq,
+    lt,
+    mul,
+    select,
+)
+from funcgrad.lax.shapes import (
+    broadcast_in_dim,
+    expand_dims,
+    full,
+    index_in_dim,
+    iota,
+    reshape,
+    scalar_if_0d,
+    squeeze,
+)
 
 __all__ = [
     "GatherDimensionNumbers",
@@ -145,6 +166,23 @@ def _dynamic_slice_impl(operand, *start_indices, slice_sizes):
 dynamic_slice_p.def_weak_type(_first_operand_weak)
 
 
+def _dynamic_slice_tangent(t, operand, *start_indices, slice_sizes):
+    return dynamic_slice_p.bind(t, *start_indices, slice_sizes=slice_sizes)
+
+
+# Linear in the operand; the integer start indices have no tangent.
+defjvp(dynamic_slice_p, _dynamic_slice_tangent)
+
+
+@dynamic_slice_p.def_transpose
+def _dynamic_slice_transpose(ct, operand, *start_indices, slice_sizes):
+    # The primitive clamps the same start indices the same way, so the block lands where it
+    # was read.
+    zeros = full(operand.aval.shape, 0, ct.dtype)
+    ct_operand = dynamic_update_slice_p.bind(zeros, ct, *start_indices)
+    return [ct_operand] + [None] * len(start_indices)
+
+
 def dynamic_slice(operand, start_indices: Sequence, slice_sizes: Sequence[int]):
     """The block of `slice_sizes` at `start_indices` (traceable scalars).
 
@@ -215,6 +253,26 @@ def _dynamic_update_slice_impl(operand, update, *start_indices):
 
 
 dynamic_update_slice_p.def_weak_type(_operand_and_update_weak)
+
+
+@dynamic_update_slice_p.def_jvp
+def _dynamic_update_slice_jvp(primals, tangents):
+    operand, update, *start_indices = primals
+    t_operand, t_update = map(instantiate, tangents[:2])
+    out = dynamic_update_slice_p.bind(operand, update, *start_indices)
+    return out, dynamic_update_slice_p.bind(t_operand, t_update, *start_indices)
+
+
+@dynamic_update_slice_p.def_transpose
+def _dynamic_update_slice_transpose(ct, operand, update, *start_indices):
+    update_shape = core.get_aval(update).shape
+    ct_operand = ct_update = None
+    if is_undefined(operand):
+        zeros = full(update_shape, 0, ct.dtype)
+        ct_operand = dynamic_update_slice_p.bind(ct, zeros, *start_indices)
+    if is_undefined(update):
+        ct_update = dynamic_slice_p.bind(ct, *start_indices, slice_sizes=update_shape)
+    return [ct_operand, ct_update] + [None] * len(start_indices)
 
 
 def dynamic_update_slice(operand, update, start_indices: Sequence):
@@ -513,6 +571,55 @@ def _gather_impl(
 gather_p.def_weak_type(_first_operand_weak)
 
 
+def _gather_tangent(t, operand, indices, *, mode, fill_value, **params):
+    # A window of the constant fill value has a zero tangent.
+    fill = 0 if mode == GatherScatterMode.FILL_OR_DROP else None
+    return gather_p.bind(t, indices, mode=mode, fill_value=fill, **params)
+
+
+defjvp(gather_p, _gather_tangent, None)
+
+
+@gather_p.def_transpose
+def _gather_transpose(
+    ct,
+    operand,
+    indices,
+    *,
+    dimension_numbers,
+    slice_sizes,
+    indices_are_sorted,
+    unique_indices,
+    mode,
+    fill_value,
+):
+    """Add each window of the cotangent back where the gather read it (the mirrored scatter).
+
+    Gathers clamp an out-of-bounds window unless they fill it, while a PROMISE_IN_BOUNDS
+    scatter would drop it: the scatter clips, so the adjoint is exact even when the promise
+    is broken.
+    """
+    dn = dimension_numbers
+    scatter_dn = ScatterDimensionNumbers(
+        update_window_dims=dn.offset_dims,
+        inserted_window_dims=dn.collapsed_slice_dims,
+        scatter_dims_to_operand_dims=dn.start_index_map,
+        operand_batching_dims=dn.operand_batching_dims,
+        scatter_indices_batching_dims=dn.start_indices_batching_dims,
+    )
+    fills = mode == GatherScatterMode.FILL_OR_DROP
+    ct_operand = scatter_add_p.bind(
+        full(operand.aval.shape, 0, ct.dtype),
+        indices,
+        ct,
+        dimension_numbers=scatter_dn,
+        indices_are_sorted=indices_are_sorted,
+        unique_indices=unique_indices,
+        mode=mode if fills else GatherScatterMode.CLIP,
+    )
+    return [ct_operand, None]
+
+
 def _default_fill_value(dtype: np.dtype):
     """JAX's fill for out-of-bounds gathers: a value that stands out in results."""
     if dtypes.is_float(dtype):
@@ -701,6 +808,176 @@ scatter_add_p = _scatter_primitive("scatter_add", np.add.at)
 scatter_mul_p = _scatter_primitive("scatter_mul", np.multiply.at)
 scatter_min_p = _scatter_primitive("scatter_min", np.minimum.at)
 scatter_max_p = _scatter_primitive("scatter_max", np.maximum.at)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scatter: derivatives
+
+
+def _scattered_values(x, indices, updates_shape, *, dimension_numbers, mode, **params):
+    """For each element of a scatter's updates, the element of the operand-shaped `x` that it
+    lands on (the mirrored gather); 0 for the windows that the scatter drops."""
+    dn = dimension_numbers
+    gather_dn = GatherDimensionNumbers(
+        offset_dims=dn.update_window_dims,
+        collapsed_slice_dims=dn.inserted_window_dims,
+        start_index_map=dn.scatter_dims_to_operand_dims,
+        operand_batching_dims=dn.operand_batching_dims,
+        start_indices_batching_dims=dn.scatter_indices_batching_dims,
+    )
+    window_sizes = iter(updates_shape[d] for d in dn.update_window_dims)
+    dropped = set(dn.inserted_window_dims) | set(dn.operand_batching_dims)
+    rank = core.get_aval(x).ndim
+    slice_sizes = tuple(1 if d in dropped else next(window_sizes) for d in range(rank))
+    clips = mode == GatherScatterMode.CLIP
+    return gather_p.bind(
+        x,
+        indices,
+        dimension_numbers=gather_dn,
+        slice_sizes=slice_sizes,
+        mode=mode if clips else GatherScatterMode.FILL_OR_DROP,
+        fill_value=None if clips else 0,
+        **params,
+    )
+
+
+def _where(pred, x):
+    """`x` where `pred`, else 0."""
+    return select(pred, x, full(core.get_aval(x).shape, 0, core.get_aval(x).dtype))
+
+
+def _scatter_linear_jvp(prim: Primitive) -> Callable:
+    """The jvp of a scatter that is linear in (operand, updates) jointly: itself on tangents."""
+
+    def jvp(primals, tangents, **params):
+        operand, indices, updates = primals
+        out = prim.bind(operand, indices, updates, **params)
+        t_out = prim.bind(instantiate(tangents[0]), indices, instantiate(tangents[2]), **params)
+        return out, t_out
+
+    return jvp
+
+
+scatter_add_p.def_jvp(_scatter_linear_jvp(scatter_add_p))
+_scatter_unique_jvp = _scatter_linear_jvp(scatter_p)
+
+
+@scatter_add_p.def_transpose
+def _scatter_add_transpose(ct, operand, indices, updates, **params):
+    ct_operand = ct if is_undefined(operand) else None
+    ct_updates = None
+    if is_undefined(updates):
+        ct_updates = _scattered_values(ct, indices, updates.aval.shape, **params)
+    return [ct_operand, None, ct_updates]
+
+
+@scatter_p.def_jvp
+def _scatter_jvp(primals, tangents, **params):
+    """With unique indices a scatter is linear in (operand, updates). Otherwise which of the
+    colliding updates wins is unspecified: scattering each window's id finds the winners, and
+    both the primal and the tangent are then summed from winners only, so they agree on any
+    backend (JAX's approach)."""
+    if params["unique_indices"]:
+        return _scatter_unique_jvp(primals, tangents, **params)
+    operand, indices, updates = primals
+    updates_aval = core.get_aval(updates)
+    window_dims = params["dimension_numbers"].update_window_dims
+    batch_dims = tuple(d for d in range(updates_aval.ndim) if d not in window_dims)
+    batch_shape = tuple(updates_aval.shape[d] for d in batch_dims)
+    count = math.prod(batch_shape)
+    id_dtype = np.int32 if count < np.iinfo(np.int32).max else np.int64
+    window_ids = reshape(add(iota(id_dtype, count), 1), batch_shape)
+    update_ids = broadcast_in_dim(window_ids, updates_aval.shape, batch_dims)
+    no_ids = full(core.get_aval(operand).shape, 0, id_dtype)  # id 0: the operand's own value
+    winner_ids = scatter_p.bind(no_ids, indices, update_ids, **params)
+    operand_kept = eq(winner_ids, 0)
+    at_updates = _scattered_values(winner_ids, indices, updates_aval.shape, **params)
+    update_won = eq(at_updates, update_ids)
+
+    def from_winners(x, u):
+        return scatter_add_p.bind(_where(operand_kept, x), indices, _where(update_won, u), **params)
+
+    t_operand, t_updates = instantiate(tangents[0]), instantiate(tangents[2])
+    return from_winners(operand, updates), from_winners(t_operand, t_updates)
+
+
+@scatter_p.def_transpose
+def _scatter_transpose(ct, operand, indices, updates, **params):
+    if not params["unique_indices"]:
+        raise NotImplementedError(
+            "scatter: the transpose needs unique_indices=True; with colliding indices a scatter "
+            "is not linear in its updates (differentiate it with jvp/grad, whose rule handles "
+            "collisions)"
+        )
+    updates_shape = core.get_aval(updates).shape
+    ct_operand = ct_updates = None
+    if is_undefined(operand):
+        zeros = full(updates_shape, 0, ct.dtype)
+        ct_operand = scatter_p.bind(ct, indices, zeros, **params)
+    if is_undefined(updates):
+        ct_updates = _scattered_values(ct, indices, updates_shape, **params)
+    return [ct_operand, None, ct_updates]
+
+
+def _scatter_mul_operand_tangent(t, operand, indices, updates, **params):
+    return scatter_mul_p.bind(t, indices, updates, **params)
+
+
+def _scatter_mul_updates_tangent(t, operand, indices, updates, **params):
+    if not params["unique_indices"]:
+        raise NotImplementedError(
+            "scatter_mul: derivatives with respect to the updates are implemented only for "
+            "unique_indices=True (as in JAX); with colliding indices each update's derivative "
+            "is the product of all the others"
+        )
+    # Each operand element is multiplied by at most one update, so the update's tangent is
+    # scaled by the operand element it lands on (gathered, so that an infinite operand
+    # element elsewhere does not turn 0 * inf into NaN).
+    at_updates = _scattered_values(operand, indices, core.get_aval(updates).shape, **params)
+    zeros = full(core.get_aval(operand).shape, 0, t.dtype)
+    return scatter_add_p.bind(zeros, indices, mul(at_updates, t), **params)
+
+
+defjvp(scatter_mul_p, _scatter_mul_operand_tangent, None, _scatter_mul_updates_tangent)
+
+
+@scatter_mul_p.def_transpose
+def _scatter_mul_transpose(ct, operand, indices, updates, **params):
+    # Its jvp emits scatter_mul only with a linear operand: a diagonal map, its own transpose.
+    if is_undefined(updates):
+        raise NotImplementedError("scatter_mul: transposed only with respect to its operand")
+    return [scatter_mul_p.bind(ct, indices, updates, **params), None, None]
+
+
+def _scatter_extremum_jvp(prim: Primitive) -> Callable:
+    """Every value equal to the result at a position, the operand's and each update's, shares
+    the tangent there equally (JAX's tie rule for max and min). Where no update equals the
+    result (a NaN among them), the operand's tangent passes."""
+
+    def jvp(primals, tangents, **params):
+        operand, indices, updates = primals
+        out = prim.bind(operand, indices, updates, **params)
+        dtype = core.get_aval(out).dtype
+        at_updates = _scattered_values(out, indices, core.get_aval(updates).shape, **params)
+        update_won = eq(updates, at_updates)
+        zeros = full(core.get_aval(out).shape, 0, dtype)
+        update_wins = scatter_add_p.bind(
+            zeros, indices, convert_element_type(update_won, dtype), **params
+        )
+        operand_won = bitwise_or(eq(operand, out), eq(update_wins, 0))
+        winners = add(update_wins, convert_element_type(operand_won, dtype))
+        t_operand, t_updates = instantiate(tangents[0]), instantiate(tangents[2])
+        t_sum = scatter_add_p.bind(
+            _where(operand_won, t_operand), indices, _where(update_won, t_updates), **params
+        )
+        return out, div(t_sum, winners)
+
+    return jvp
+
+
+for _prim in (scatter_min_p, scatter_max_p):
+    _prim.def_jvp(_scatter_extremum_jvp(_prim))
+    _prim.not_applicable["transpose"] = "not linear"
 
 
 def _scatter_wrapper(prim: Primitive, doc: str):

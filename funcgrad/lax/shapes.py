@@ -7,10 +7,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from funcgrad import dtypes
+from funcgrad import core, dtypes
 from funcgrad.core import Primitive, ShapedArray, never_weak
+from funcgrad.interpreters.ad import defjvp_zero, deflinear, is_undefined
 from funcgrad.lax.base import asarray, canonical_axes, check_same_dtypes
-from funcgrad.lax.elementwise import binary_operands
+from funcgrad.lax.elementwise import binary_operands, sub
 
 # The builtin, which this module's `slice` wrapper shadows.
 _py_slice = slice
@@ -96,6 +97,23 @@ def _broadcast_in_dim_impl(x, *, shape, broadcast_dimensions):
     return scalar_if_0d(np.broadcast_to(np.reshape(x, expanded_shape), shape))
 
 
+def _broadcast_in_dim_transpose(ct, x, *, shape, broadcast_dimensions):
+    """Sum the cotangent over every dimension the broadcast created or stretched from size 1."""
+    from funcgrad.lax.reductions import reduce_sum  # reductions imports this module
+
+    operand_shape = x.aval.shape
+    stretched = {
+        out_dim
+        for operand_dim, out_dim in enumerate(broadcast_dimensions)
+        if operand_shape[operand_dim] != shape[out_dim]
+    }
+    summed = tuple(d for d in range(len(shape)) if d not in broadcast_dimensions or d in stretched)
+    return [reshape(reduce_sum(ct, summed) if summed else ct, operand_shape)]
+
+
+deflinear(broadcast_in_dim_p, _broadcast_in_dim_transpose)
+
+
 def broadcast_in_dim(operand, shape: Sequence[int], broadcast_dimensions: Sequence[int]):
     operand = asarray(operand)
     shape = _int_tuple(shape)
@@ -170,6 +188,8 @@ def _iota_impl(*, dtype, shape, dimension):
 
 
 iota_p.def_weak_type(never_weak)
+defjvp_zero(iota_p)
+iota_p.not_applicable["transpose"] = "no operands"
 
 
 def iota(dtype, size: int):
@@ -218,6 +238,16 @@ def _reshape_impl(x, *, new_sizes, dimensions):
     return scalar_if_0d(np.reshape(x, new_sizes))
 
 
+def _reshape_transpose(ct, x, *, new_sizes, dimensions):
+    if dimensions is None:
+        return [reshape(ct, x.aval.shape)]
+    permuted_shape = tuple(x.aval.shape[d] for d in dimensions)
+    return [transpose(reshape(ct, permuted_shape), np.argsort(dimensions))]
+
+
+deflinear(reshape_p, _reshape_transpose)
+
+
 def reshape(operand, new_sizes: Sequence[int], dimensions: Sequence[int] | None = None):
     """Reshape in row-major order, after transposing by `dimensions` when it is given."""
     operand = asarray(operand)
@@ -257,6 +287,13 @@ def _transpose_impl(x, *, permutation):
     return np.transpose(x, permutation)
 
 
+def _transpose_transpose(ct, x, *, permutation):
+    return [transpose(ct, np.argsort(permutation))]
+
+
+deflinear(transpose_p, _transpose_transpose)
+
+
 def transpose(operand, permutation: Sequence[int]):
     operand = asarray(operand)
     permutation = _int_tuple(permutation)
@@ -285,6 +322,13 @@ def _squeeze_impl(x, *, dimensions):
     return scalar_if_0d(np.squeeze(x, axis=dimensions))
 
 
+def _squeeze_transpose(ct, x, *, dimensions):
+    return [reshape(ct, x.aval.shape)]
+
+
+deflinear(squeeze_p, _squeeze_transpose)
+
+
 def squeeze(array, dimensions: Sequence[int]):
     """Remove the given dimensions, each of size 1 (negative dimensions count from the end)."""
     array = asarray(array)
@@ -306,6 +350,13 @@ def _rev_abstract_eval(x: ShapedArray, *, dimensions: tuple[int, ...]) -> Shaped
 @rev_p.def_impl
 def _rev_impl(x, *, dimensions):
     return np.flip(x, dimensions)
+
+
+def _rev_transpose(ct, x, *, dimensions):
+    return [rev(ct, dimensions)]
+
+
+deflinear(rev_p, _rev_transpose)
 
 
 def rev(operand, dimensions: Sequence[int]):
@@ -354,6 +405,19 @@ def _slice_abstract_eval(
 def _slice_impl(x, *, start_indices, limit_indices, strides):
     strides = (1,) * len(start_indices) if strides is None else strides
     return x[tuple(map(_py_slice, start_indices, limit_indices, strides))]
+
+
+def _slice_transpose(ct, x, *, start_indices, limit_indices, strides):
+    """Put the cotangent back where the slice read it: zeros around and between its elements."""
+    strides = (1,) * len(start_indices) if strides is None else strides
+    config = []
+    for start, size, n, step in zip(start_indices, ct.shape, x.aval.shape, strides):
+        last = start + (size - 1) * step + 1 if size else start  # one past the last element read
+        config.append((start, n - last, step - 1))
+    return [pad(ct, 0, config)]
+
+
+deflinear(slice_p, _slice_transpose)
 
 
 def slice(
@@ -470,6 +534,28 @@ def _pad_impl(x, padding_value, *, padding_config):
     return scalar_if_0d(out[cropped])
 
 
+def _pad_transpose(ct, x, padding_value, *, padding_config):
+    """The operand's cotangent is read off the interior; the padding value's is the rest.
+
+    Padding the cotangent by the negated low/high amounts removes the edges (and gives zeros
+    for operand elements that negative padding cropped away); a strided slice then drops the
+    interior padding.
+    """
+    from funcgrad.lax.reductions import reduce_sum  # reductions imports this module
+
+    unpadded = pad(ct, 0, [(-lo, -hi, 0) for lo, hi, _ in padding_config])
+    strides = [interior + 1 for _, _, interior in padding_config]
+    ct_x = slice(unpadded, (0,) * ct.ndim, unpadded.shape, strides)
+    ct_padding_value = None
+    if is_undefined(padding_value):
+        every_dim = tuple(range(ct.ndim))
+        ct_padding_value = sub(reduce_sum(ct, every_dim), reduce_sum(ct_x, every_dim))
+    return [ct_x if is_undefined(x) else None, ct_padding_value]
+
+
+deflinear(pad_p, _pad_transpose)
+
+
 def pad(operand, padding_value, padding_config: Sequence[tuple[int, int, int]]):
     """Pad each dimension by (low, high, interior) elements of `padding_value`.
 
@@ -512,6 +598,18 @@ def _concatenate_abstract_eval(*xs: ShapedArray, dimension: int) -> ShapedArray:
 @concatenate_p.def_impl
 def _concatenate_impl(*xs, dimension):
     return np.concatenate(xs, axis=dimension)
+
+
+def _concatenate_transpose(ct, *xs, dimension):
+    cts, start = [], 0
+    for x in xs:
+        limit = start + core.get_aval(x).shape[dimension]
+        cts.append(slice_in_dim(ct, start, limit, axis=dimension) if is_undefined(x) else None)
+        start = limit
+    return cts
+
+
+deflinear(concatenate_p, _concatenate_transpose)
 
 
 def concatenate(operands: Sequence, dimension: int):
