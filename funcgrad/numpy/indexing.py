@@ -29,6 +29,7 @@ from funcgrad.lax.indexing import (
     GatherScatterMode,
     ScatterDimensionNumbers,
 )
+from funcgrad.lax.shapes import slice_p, squeeze_p
 from funcgrad.numpy import ufuncs
 from funcgrad.numpy._promotion import broadcast_shapes, broadcast_to, convert, to_array
 from funcgrad.numpy.shape_ops import canonicalize_axis, ravel
@@ -260,7 +261,22 @@ def _as_int32(value, size: int):
 
 def getitem(x, index):
     """`x[index]` with NumPy's semantics, except that out-of-bounds positions are clamped."""
+    if type(index) is int and type(x) is Array and x._value.ndim and x._value.shape[0]:
+        return _leading_int_index(x, index)
     return _getitem(to_array(x), index)
+
+
+def _leading_int_index(x: Array, index: int):
+    """The eager hot path `x[i]`: the slice and squeeze the general path stages, bound directly."""
+    shape = x._value.shape
+    start = min(max(index + shape[0] if index < 0 else index, 0), shape[0] - 1)
+    row = slice_p.bind(
+        x,
+        start_indices=(start,) + (0,) * (len(shape) - 1),
+        limit_indices=(start + 1,) + shape[1:],
+        strides=None,
+    )
+    return squeeze_p.bind(row, dimensions=(0,))
 
 
 def _getitem(

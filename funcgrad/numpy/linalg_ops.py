@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 
 from funcgrad import dtypes, lax
+from funcgrad.array import Array
+from funcgrad.lax.linalg import dot_general_p
 from funcgrad.numpy._promotion import (
     broadcast_shapes,
     convert,
@@ -36,6 +38,11 @@ __all__ = [
 
 def _promote_dtypes(*args) -> list:
     """The operands as arrays of their common dtype, shapes untouched."""
+    first = args[0]
+    if type(first) is Array and not first.weak_type:
+        dtype = first._value.dtype
+        if all(type(a) is Array and not a.weak_type and a._value.dtype == dtype for a in args):
+            return list(args)
     dtype, weak = result_type_and_weak(*args)
     return [convert(to_array(a), dtype, weak) for a in args]
 
@@ -48,12 +55,41 @@ def _dot_general(lhs, rhs, contracting, batch=((), ()), precision=None, preferre
 # matmul, dot and friends
 
 
+def _eager_matmul(a, b):
+    """The eager hot path: strong concrete matrices (or stacks with equal batch axes) of one
+    dtype whose shapes fit, bound as the dot_general that the general path would produce."""
+    if type(a) is not Array or type(b) is not Array or a.weak_type or b.weak_type:
+        return None
+    a_shape, b_shape = a._value.shape, b._value.shape
+    ndim = len(a_shape)
+    if (
+        ndim < 2
+        or len(b_shape) != ndim
+        or a_shape[:-2] != b_shape[:-2]
+        or a_shape[-1] != b_shape[-2]
+        or a._value.dtype != b._value.dtype
+    ):
+        return None
+    batch = tuple(range(ndim - 2))
+    return dot_general_p.bind(
+        a,
+        b,
+        dimension_numbers=(((ndim - 1,), (ndim - 2,)), (batch, batch)),
+        precision=None,
+        preferred_element_type=None,
+    )
+
+
 def matmul(a, b, *, precision=None, preferred_element_type=None):
     """NumPy's matmul: matrix products over the last two axes, broadcasting the rest.
 
     A 1-d operand is a vector: it is treated as a row (for `a`) or a column (for `b`) and that
     axis is dropped from the result.
     """
+    if precision is None and preferred_element_type is None:
+        fast = _eager_matmul(a, b)
+        if fast is not None:
+            return fast
     a, b = _promote_dtypes(a, b)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(

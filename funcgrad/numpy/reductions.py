@@ -13,6 +13,8 @@ from typing import NamedTuple
 import numpy as np
 
 from funcgrad import dtypes, lax
+from funcgrad.array import Array
+from funcgrad.lax.reductions import reduce_sum_p
 from funcgrad.numpy._promotion import broadcast_to, convert, result_type, to_array
 from funcgrad.numpy.shape_ops import canonicalize_axes, canonicalize_axis
 from funcgrad.numpy.ufuncs import isnan, multiply, sqrt, subtract
@@ -211,10 +213,25 @@ def sum(
     where=None,
     promote_integers: bool = True,
 ):
+    if (
+        type(a) is Array
+        and axis is None
+        and dtype is None
+        and not keepdims
+        and initial is None
+        and where is None
+        and not a.weak_type
+        and a._value.dtype in _SUMMED_IN_PLACE
+    ):
+        # The eager hot path: a full sum of a float32/float64 array is one reduce_sum.
+        return reduce_sum_p.bind(a, axes=tuple(range(a._value.ndim)))
     check_no_out("sum", out)
     a = to_array(a)
     dtype = _accumulating_dtype(a.dtype, dtype, promote_integers)
     return _reduce(_SUM, a, axis, dtype, keepdims, initial, where)
+
+
+_SUMMED_IN_PLACE = frozenset([dtypes.float32, dtypes.float64])
 
 
 def prod(
