@@ -197,8 +197,21 @@ def _dot_general_abstract_eval(
     return ShapedArray(plan.out_shape, dtype)
 
 
+_MATRIX_PRODUCT = (((1,), (0,)), ((), ()))
+_NATIVE_MATMUL_DTYPES = frozenset([dtypes.float32, dtypes.float64])
+
+
 @dot_general_p.def_impl
 def _dot_general_impl(lhs, rhs, *, dimension_numbers, precision, preferred_element_type):
+    if (
+        dimension_numbers == _MATRIX_PRODUCT
+        and lhs.ndim == 2
+        and rhs.ndim == 2
+        and preferred_element_type is None
+        and lhs.dtype == rhs.dtype
+        and lhs.dtype in _NATIVE_MATMUL_DTYPES
+    ):
+        return np.matmul(lhs, rhs)  # a plain matrix product: NumPy's own layout and dtype
     lhs, rhs = np.asarray(lhs), np.asarray(rhs)
     plan = _matmul_plan(lhs.shape, rhs.shape, dimension_numbers)
     out_dtype = preferred_element_type or lhs.dtype

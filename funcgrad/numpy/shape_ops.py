@@ -15,6 +15,7 @@ import numpy as np
 from funcgrad import core, dtypes, lax
 from funcgrad.array import Array
 from funcgrad.errors import ConcretizationTypeError
+from funcgrad.lax.shapes import reshape_p
 from funcgrad.numpy import _promotion
 from funcgrad.numpy._promotion import broadcast_shapes, convert, result_type, to_array
 
@@ -147,6 +148,11 @@ def reshape(a, shape, order: str = "C"):
 
     order='F' reads and writes the elements in column-major order.
     """
+    if type(a) is Array and type(shape) is tuple and order == "C":
+        value = a._value
+        if shape != value.shape and -1 not in shape and math.prod(shape) == value.size:
+            # The eager hot path: the reshape the general path stages, bound directly.
+            return reshape_p.bind(a, new_sizes=tuple(map(operator.index, shape)), dimensions=None)
     a = to_array(a)
     new_shape = _resolve_shape(a.shape, _shape_arg(shape))
     if order == "C":
