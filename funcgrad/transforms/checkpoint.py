@@ -88,7 +88,9 @@ def _checkpoint_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, policy, prevent_cs
     jvp_closed, out_nonzero = _jvp_jaxpr(jaxpr, nonzero)
     num_primal_out = len(jaxpr.out_avals)
     unknowns = [False] * len(primals) + [True] * sum(nonzero)
-    known, unknown, num_res = _partial_eval_jaxpr(jvp_closed, unknowns, policy or nothing_saveable)
+    known, unknown, num_res = _partial_eval_jaxpr(
+        jvp_closed, unknowns, num_primal_out, policy or nothing_saveable
+    )
     params = dict(policy=policy, prevent_cse=prevent_cse)
     known_outs = checkpoint_p.bind(*primals, jaxpr=known, **params)
     primal_outs, residuals = known_outs[:num_primal_out], known_outs[num_primal_out:]
@@ -133,14 +135,15 @@ def _jvp_jaxpr(closed: ClosedJaxpr, nonzero: Sequence[bool]) -> tuple[ClosedJaxp
 
 
 def _partial_eval_jaxpr(
-    closed: ClosedJaxpr, unknowns: Sequence[bool], saveable: Callable
+    closed: ClosedJaxpr, unknowns: Sequence[bool], num_known_out: int, saveable: Callable
 ) -> tuple[ClosedJaxpr, ClosedJaxpr, int]:
     """Split a jaxpr into a known part and an unknown part that recomputes what is not saved.
 
     known:   known inputs -> (known outputs, residuals)
     unknown: (residuals, unknown inputs) -> unknown outputs
     Residuals are known inputs and outputs of saveable equations that the unknown part reads.
-    Outputs are split by whether they depend on an unknown input.
+    The first `num_known_out` outputs (the primal outputs) are known, the rest unknown, even
+    those that depend on no unknown input (a jvp rule may return a tangent it knows is zero).
     """
     jaxpr = closed.jaxpr
     unknown_vars = {v for v, u in zip(jaxpr.invars, unknowns) if u}
@@ -153,13 +156,15 @@ def _partial_eval_jaxpr(
         else:
             for v in eqn.outvars:
                 producer[v] = eqn
-    out_unknown = [type(v) is not Literal and v in unknown_vars for v in jaxpr.outvars]
+    out_unknown = [i >= num_known_out for i in range(len(jaxpr.outvars))]
 
     # Walk back from the unknown side's needs: saved values become residuals, the rest is
     # recomputed on the unknown side.
     residuals: list[Var] = []
     recomputed: set[int] = set()
-    pending = [v for e in unknown_eqns for v in e.invars if type(v) is not Literal]
+    unknown_outvars = [v for v, u in zip(jaxpr.outvars, out_unknown) if u]
+    needed = [v for e in unknown_eqns for v in e.invars] + unknown_outvars
+    pending = [v for v in needed if type(v) is not Literal]
     seen: set[Var] = set(jaxpr.constvars)  # consts are closed over by both sides
     while pending:
         v = pending.pop()
@@ -183,7 +188,7 @@ def _partial_eval_jaxpr(
     unknown_jaxpr = Jaxpr(
         jaxpr.constvars,
         residuals + [v for v, u in zip(jaxpr.invars, unknowns) if u],
-        [v for v, u in zip(jaxpr.outvars, out_unknown) if u],
+        unknown_outvars,
         [e for e in jaxpr.eqns if id(e) in recomputed or e in unknown_eqns],
     )
     return (

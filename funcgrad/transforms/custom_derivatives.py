@@ -17,10 +17,11 @@ from collections.abc import Callable, Sequence
 
 from funcgrad import core, tree_util
 from funcgrad.core import Primitive
-from funcgrad.interpreters.ad import Zero, instantiate, tangent_aval
+from funcgrad.interpreters.ad import Zero, float0, instantiate, tangent_aval
 from funcgrad.interpreters.staging import trace_to_jaxpr
 from funcgrad.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from funcgrad.lax.base import asarray
+from funcgrad.lax.elementwise import convert_element_type
 from funcgrad.transforms.make_jaxpr import function_name
 
 
@@ -116,15 +117,33 @@ class _FlatJVPRule:
                 f"the function's output structure {self.out_tree}; got {primal_tree} and "
                 f"{tangent_tree}"
             )
-        tangent_leaves = [asarray(t) for t in tangent_leaves]
-        for aval, tangent in zip(self.out_avals, tangent_leaves):
-            expected = tangent_aval(aval)
-            if tangent.shape != expected.shape or tangent.dtype != expected.dtype:
+        primal_leaves = [asarray(p) for p in primal_leaves]
+        for aval, primal in zip(self.out_avals, primal_leaves):
+            if primal.shape != aval.shape or primal.dtype != aval.dtype:
                 raise TypeError(
-                    f"the jvp rule of {self.__name__} returned a tangent of type "
-                    f"{tangent.aval.str_short()} for an output of type {aval.str_short()}"
+                    f"the jvp rule of {self.__name__} returned a primal output of type "
+                    f"{primal.aval.str_short()} for an output of type {aval.str_short()}"
                 )
-        return [asarray(p) for p in primal_leaves], tangent_leaves
+        return primal_leaves, [
+            self._checked_tangent(t, aval) for t, aval in zip(tangent_leaves, self.out_avals)
+        ]
+
+    def _checked_tangent(self, tangent, aval):
+        expected = tangent_aval(aval)
+        if expected.dtype == float0:
+            if getattr(tangent, "dtype", None) != float0 or tangent.shape != expected.shape:
+                raise TypeError(
+                    f"the jvp rule of {self.__name__} must return float0 zeros of shape "
+                    f"{expected.shape} as the tangent of its {aval.str_short()} output"
+                )
+            return Zero(expected)
+        tangent = asarray(tangent)
+        if tangent.shape != expected.shape or tangent.dtype != expected.dtype:
+            raise TypeError(
+                f"the jvp rule of {self.__name__} returned a tangent of type "
+                f"{tangent.aval.str_short()} for an output of type {aval.str_short()}"
+            )
+        return tangent
 
 
 @custom_jvp_call_p.def_jvp
@@ -259,17 +278,51 @@ class _FlatVJPRules:
                 f"the bwd rule of {self.__name__} must return a tuple with one cotangent per "
                 f"differentiable argument, got {type(cts_in).__name__}"
             )
-        leaves, tree = tree_util.tree_flatten(list(cts_in), is_leaf=lambda x: x is None)
-        if tree != self.in_tree:
+        leaves = self._cotangent_leaves(cts_in)
+        return [self._checked_cotangent(ct, aval) for ct, aval in zip(leaves, self.in_avals)]
+
+    def _cotangent_leaves(self, cts_in: Sequence) -> list:
+        """bwd's cotangents as leaves; None stands for zeros of a whole argument or a leaf."""
+        arg_trees = self.in_tree.children()
+        trees = [tree_util.tree_structure(ct, is_leaf=_is_none) for ct in cts_in]
+        if len(cts_in) != len(arg_trees) or any(
+            ct is not None and tree != arg_tree
+            for ct, tree, arg_tree in zip(cts_in, trees, arg_trees)
+        ):
+            tree = tree_util.tree_structure(list(cts_in), is_leaf=_is_none)
             raise TypeError(
                 f"the bwd rule of {self.__name__} returned cotangents with structure {tree}; "
                 f"the differentiable arguments have structure {self.in_tree} (None may stand "
                 "for a zero cotangent)"
             )
-        return [
-            Zero(tangent_aval(aval)) if ct is None else asarray(ct)
-            for ct, aval in zip(leaves, self.in_avals)
-        ]
+        leaves = []
+        for ct, arg_tree in zip(cts_in, arg_trees):
+            if ct is None:
+                leaves.extend([None] * arg_tree.num_leaves)
+            else:
+                leaves.extend(tree_util.tree_leaves(ct, is_leaf=_is_none))
+        return leaves
+
+    def _checked_cotangent(self, ct, aval):
+        expected = tangent_aval(aval)
+        if ct is None or expected.dtype == float0:
+            return Zero(expected)
+        ct = asarray(ct)
+        # A Python scalar argument is weakly typed: its cotangent may come in any float dtype.
+        dtype_ok = ct.dtype == expected.dtype or aval.weak_type
+        if ct.shape != expected.shape or not dtype_ok:
+            raise ValueError(
+                f"the bwd rule of {self.__name__} returned a cotangent of type "
+                f"{ct.aval.str_short()} for an argument of type {aval.str_short()}"
+            )
+        return ct if ct.dtype == expected.dtype else convert_element_type(ct, expected.dtype)
+
+    def __repr__(self) -> str:
+        return self.__name__
+
+
+def _is_none(x) -> bool:
+    return x is None
 
 
 @custom_vjp_call_p.def_jvp
