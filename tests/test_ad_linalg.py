@@ -1,7 +1,7 @@
 """Derivatives of dot_general, conv_general_dilated and threefry2x32.
 
 The contractions are bilinear, so forward mode is checked against central finite differences
-and reverse mode against forward mode through the adjoint identity <u, J v> = <J^T u, v>, in
+and reverse mode through the adjoint identity <u, J v> = <J^T u, v> (J v by finite differences), in
 float64, over drawn dimension numbers and convolution configurations. A few small cases are
 compared with gradients worked out by hand.
 """
