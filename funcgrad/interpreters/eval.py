@@ -37,10 +37,17 @@ class EvalTrace(core.Trace):
             values.append(value)
             signature.append(value.shape)
             signature.append(value.dtype)
-            any_weak = any_weak or arg.weak_type
+            if arg.weak_type:
+                any_weak = True
         if params:
             signature.extend(params.items())
-        self.check(primitive, args, params, tuple(signature))
+        signature = tuple(signature)
+        try:
+            checked = signature in self.checked_signatures
+        except TypeError:  # an unhashable param: check every time
+            checked = False
+        if not checked:
+            self.check(primitive, args, params, signature)
         out = primitive.impl(*values, **params)
         if any_weak or primitive.weak_type_rule is not core._all_operands_weak:
             weak = primitive.weak_type_rule([a.weak_type for a in args], **params)
@@ -53,16 +60,13 @@ class EvalTrace(core.Trace):
         return Array(out, weak)
 
     def check(self, primitive, args, params, signature: tuple) -> None:
-        try:
-            if signature in self.checked_signatures:
-                return
-        except TypeError:  # an unhashable param: check every time
-            primitive.abstract_eval(*(a.aval for a in args), **params)
-            return
         primitive.abstract_eval(*(a.aval for a in args), **params)
         if len(self.checked_signatures) >= _MAX_CHECKED_SIGNATURES:
             self.checked_signatures.clear()
-        self.checked_signatures.add(signature)
+        try:
+            self.checked_signatures.add(signature)
+        except TypeError:
+            pass  # unhashable params are checked on every call
 
 
 def _bad_operand(primitive, arg) -> Exception:

@@ -35,18 +35,6 @@ def _reflected(fn):
     return method
 
 
-def _matmul(x, y):
-    from funcgrad import numpy as fnp
-
-    return fnp.matmul(x, y)
-
-
-def _getitem(self, index):
-    from funcgrad.numpy.indexing import getitem
-
-    return getitem(self, index)
-
-
 def _at(self):
     from funcgrad.numpy.indexing import IndexUpdateHelper
 
@@ -95,8 +83,6 @@ _OPERATORS = {
     "__rdivmod__": _reflected(ufuncs.divmod),
     "__pow__": _operator(ufuncs.power),
     "__rpow__": _reflected(ufuncs.power),
-    "__matmul__": _operator(_matmul),
-    "__rmatmul__": _reflected(_matmul),
     "__and__": _operator(ufuncs.bitwise_and),
     "__rand__": _reflected(ufuncs.bitwise_and),
     "__or__": _operator(ufuncs.bitwise_or),
@@ -118,7 +104,6 @@ _OPERATORS = {
     "__abs__": ufuncs.absolute,
     "__invert__": ufuncs.bitwise_not,
     "__round__": lambda self, ndigits=None: ufuncs.round(self, ndigits or 0),
-    "__getitem__": _getitem,
     "at": property(_at),
     "T": property(_transpose_property),
     "mT": property(_matrix_transpose_property),
@@ -166,6 +151,13 @@ def _flatten(self, order="C"):
 
 
 def install() -> None:
+    # Imported here, once: these modules import this one's package, so not at module level.
+    from funcgrad.numpy.indexing import getitem
+    from funcgrad.numpy.linalg_ops import matmul
+
+    _OPERATORS["__matmul__"] = _operator(matmul)
+    _OPERATORS["__rmatmul__"] = _reflected(matmul)
+    _OPERATORS["__getitem__"] = getitem
     for cls in (Array, core.Tracer):
         for name, method in _OPERATORS.items():
             setattr(cls, name, method)

@@ -70,6 +70,8 @@ def _eager_matmul(a, b):
         or a._value.dtype != b._value.dtype
     ):
         return None
+    if ndim == 2:
+        return dot_general_p.bind(a, b, **_MATRIX_PRODUCT_PARAMS)
     batch = tuple(range(ndim - 2))
     return dot_general_p.bind(
         a,
@@ -78,6 +80,11 @@ def _eager_matmul(a, b):
         precision=None,
         preferred_element_type=None,
     )
+
+
+_MATRIX_PRODUCT_PARAMS = dict(
+    dimension_numbers=(((1,), (0,)), ((), ())), precision=None, preferred_element_type=None
+)
 
 
 def matmul(a, b, *, precision=None, preferred_element_type=None):
