@@ -112,9 +112,7 @@ def test_jvp_of_vjp_composes():
         return fg.vjp(f, x)[1](np.ones(4))[0]
 
     _, tangent_out = fg.jvp(pulled, (X,), (np.ones(4),))
-    np.testing.assert_allclose(
-        np.asarray(tangent_out), 2 * np.cos(X) - X * np.sin(X), rtol=1e-12
-    )
+    np.testing.assert_allclose(np.asarray(tangent_out), 2 * np.cos(X) - X * np.sin(X), rtol=1e-12)
 
 
 def test_integer_inputs_get_float0_zero_tangents():

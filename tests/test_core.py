@@ -40,8 +40,10 @@ def test_make_jaxpr_of_pytrees_flattens_inputs_and_outputs():
         "    e:f32[2] = add d a\n"
         "  in (c, e) }"
     )
-    assert shapes == {"x": fg.ShapeDtypeStruct((2,), np.float32), "y": fg.ShapeDtypeStruct(
-        (2,), np.float32)}
+    assert shapes == {
+        "x": fg.ShapeDtypeStruct((2,), np.float32),
+        "y": fg.ShapeDtypeStruct((2,), np.float32),
+    }
 
 
 def test_closed_over_arrays_become_constvars_and_scalars_literals():
