@@ -16,6 +16,7 @@ from funcgrad.transforms.autodiff import (
 from funcgrad.transforms.checkpoint import checkpoint, checkpoint_policies, remat
 from funcgrad.transforms.custom_derivatives import custom_jvp, custom_vjp
 from funcgrad.transforms.make_jaxpr import eval_shape, make_jaxpr
+from funcgrad.transforms.vmap import vmap
 
 __version__ = "0.1.0"
 
@@ -48,5 +49,6 @@ __all__ = [
     "test_util",
     "tree_util",
     "value_and_grad",
+    "vmap",
     "vjp",
 ]

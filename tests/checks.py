@@ -59,3 +59,34 @@ def _comparable(x) -> np.ndarray:
     # NumPy's testing helpers do not recognise bfloat16 NaNs; float32 holds bfloat16 exactly.
     value = np.asarray(x)
     return value.astype(np.float32) if value.dtype.name == "bfloat16" else value
+
+
+def check_batching(fun, args, in_axes, out_axes=0, **tol) -> None:
+    """vmap(fun) equals stacking fun's results over a Python loop of the lanes.
+
+    `args` are arrays, `in_axes` one int or None per argument, `out_axes` one int for every
+    output leaf. Outputs must match in shape and dtype exactly and in value up to `tol`.
+    """
+    args = [np.asarray(a) if not isinstance(a, (int, float)) else a for a in args]
+    sizes = {np.shape(a)[ax] for a, ax in zip(args, in_axes) if ax is not None}
+    assert len(sizes) == 1, f"mapped axes disagree: {sizes}"
+    (size,) = sizes
+    batched = fg.vmap(fun, in_axes=tuple(in_axes), out_axes=out_axes)(*args)
+    lanes = [
+        fun(*[a if ax is None else np.take(a, i, axis=ax) for a, ax in zip(args, in_axes)])
+        for i in range(size)
+    ]
+    batched_leaves, batched_tree = tree_util.tree_flatten(batched)
+    lane_leaves = [tree_util.tree_leaves(lane) for lane in lanes]
+    assert tree_util.tree_structure(lanes[0]) == batched_tree
+    for j, leaf in enumerate(batched_leaves):
+        expected = np.stack([_comparable(lane[j]) for lane in lane_leaves], axis=out_axes)
+        actual = np.asarray(leaf)
+        assert actual.dtype == np.asarray(lane_leaves[0][j]).dtype, (actual.dtype, j)
+        assert actual.shape == expected.shape, (actual.shape, expected.shape)
+        np.testing.assert_allclose(
+            _comparable(actual).astype(np.float64) if actual.dtype.kind == "f" else actual,
+            expected.astype(np.float64) if expected.dtype.kind == "f" else expected,
+            equal_nan=True,
+            **(tol or tolerance(actual.dtype)),
+        )

@@ -13,7 +13,7 @@ import numpy as np
 from funcgrad import dtypes
 from funcgrad.array import Array
 from funcgrad.core import Primitive, ShapedArray, never_weak
-from funcgrad.interpreters import ad
+from funcgrad.interpreters import ad, batching
 from funcgrad.lax import _special
 from funcgrad.lax.base import (
     ANY,
@@ -113,6 +113,7 @@ def unary_primitive(name: str, impl, accepted=NUMERIC, result_dtype=None) -> Pri
     prim.def_impl(impl)
     if result_dtype is not None:
         prim.def_weak_type(never_weak)
+    batching.defvectorized(prim)
     return prim
 
 
@@ -129,6 +130,7 @@ def binary_primitive(name: str, impl, accepted=NUMERIC, result_dtype=None) -> Pr
     prim.def_impl(impl)
     if result_dtype is not None:
         prim.def_weak_type(never_weak)
+    batching.defbroadcasting(prim)
     return prim
 
 
@@ -890,3 +892,24 @@ ad.defjvp_zero(stop_gradient_p)
 for _prim in [value for value in list(globals().values()) if isinstance(value, Primitive)]:
     if _prim.transpose is None:
         _prim.not_applicable["transpose"] = "not linear"
+
+
+# ---------------------------------------------------------------------------------------------
+# Batching rules: elementwise primitives apply lane by lane, so batching only has to line up
+# the operands' batch axes (see batching.defbroadcasting).
+
+
+def _bitcast_batch(values, dims, *, new_dtype):
+    (x,), (dim,) = values, dims
+    # A size-changing bitcast adds or removes the last axis, which must not be the batch axis.
+    if dim == x.ndim - 1:
+        x, dim = batching.moveaxis(x, dim, 0), 0
+    return bitcast_convert_type_p.bind(x, new_dtype=new_dtype), dim
+
+
+batching.defvectorized(integer_pow_p)
+batching.defvectorized(convert_element_type_p)
+batching.defvectorized(stop_gradient_p)
+batching.defbroadcasting(select_n_p)
+batching.defbroadcasting(clamp_p)
+bitcast_convert_type_p.def_batch(_bitcast_batch)

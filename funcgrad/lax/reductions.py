@@ -14,6 +14,7 @@ import numpy as np
 from funcgrad import core, dtypes
 from funcgrad.core import Primitive, ShapedArray, never_weak
 from funcgrad.errors import ConcretizationTypeError
+from funcgrad.interpreters import batching
 from funcgrad.interpreters.ad import defjvp, defjvp_zero, deflinear
 from funcgrad.lax import elementwise, shapes
 from funcgrad.lax.base import (
@@ -258,6 +259,35 @@ for _prim in (reduce_and_p, reduce_or_p):
     defjvp_zero(_prim)
     _prim.not_applicable["transpose"] = "not linear"
 
+
+# Batching. The batch axis is one more axis the reduction keeps: the reduced axes shift past
+# it, and it lands where it was, less the reduced axes before it.
+
+
+def _axes_past(axes: tuple[int, ...], dim: int) -> tuple[int, ...]:
+    """Lane `axes` as axes of the batched operand, whose batch axis is `dim` (still sorted)."""
+    return tuple(a + (a >= dim) for a in axes)
+
+
+def _axes_reduction_batch(prim: Primitive) -> None:
+    def rule(values, dims, *, axes, **params):
+        (x,), (dim,) = values, dims
+        out_dim = dim - sum(a < dim for a in axes)
+        return prim.bind(x, axes=_axes_past(axes, dim), **params), out_dim
+
+    prim.def_batch(rule)
+
+
+for _prim in (
+    reduce_sum_p,
+    reduce_prod_p,
+    reduce_max_p,
+    reduce_min_p,
+    reduce_and_p,
+    reduce_or_p,
+):
+    _axes_reduction_batch(_prim)
+
 # ---------------------------------------------------------------------------------------------
 # argmax and argmin
 
@@ -307,6 +337,7 @@ argmin_p = _index_reduction_primitive("argmin", np.argmin)
 for _prim in (argmax_p, argmin_p):
     defjvp_zero(_prim)
     _prim.not_applicable["transpose"] = "not linear"
+    _axes_reduction_batch(_prim)
 
 
 def argmax(operand, axis: int, index_dtype):
@@ -510,6 +541,20 @@ _cumulative_jvp(cumprod_p, _cumprod_coefficients)
 _cumulative_jvp(cummax_p, _cumulative_chooser_coefficients)
 _cumulative_jvp(cummin_p, _cumulative_chooser_coefficients)
 _cumulative_jvp(cumlogsumexp_p, _cumlogsumexp_coefficients)
+
+
+def _cumulative_batch(prim: Primitive) -> None:
+    """The scan runs along the same lane axis, which shifts past the batch axis."""
+
+    def rule(values, dims, *, axis, reverse):
+        (x,), (dim,) = values, dims
+        return prim.bind(x, axis=axis + (axis >= dim), reverse=reverse), dim
+
+    prim.def_batch(rule)
+
+
+for _prim in (cumsum_p, cumprod_p, cummax_p, cummin_p, cumlogsumexp_p):
+    _cumulative_batch(_prim)
 
 # ---------------------------------------------------------------------------------------------
 # Windowed reductions (pooling) and the gradient of max pooling
@@ -720,6 +765,27 @@ def _window_chooser_jvp(prim: Primitive, select_prim: Primitive) -> None:
 _window_chooser_jvp(reduce_window_max_p, elementwise.ge_p)
 _window_chooser_jvp(reduce_window_min_p, elementwise.le_p)
 
+
+def _with_batch_window(window: dict, dim: int) -> dict:
+    """Windowing params with a trivial window along a batch axis inserted at `dim`: size 1,
+    stride 1, no padding, no dilation, so each lane is windowed on its own."""
+    trivial = dict(
+        window_dimensions=1, window_strides=1, padding=(0, 0), base_dilation=1, window_dilation=1
+    )
+    return {param: value[:dim] + (trivial[param],) + value[dim:] for param, value in window.items()}
+
+
+def _window_batch(prim: Primitive) -> None:
+    def rule(values, dims, **window):
+        (x,), (dim,) = values, dims
+        return prim.bind(x, **_with_batch_window(window, dim)), dim
+
+    prim.def_batch(rule)
+
+
+for _prim in (reduce_window_sum_p, reduce_window_max_p, reduce_window_min_p):
+    _window_batch(_prim)
+
 # The computations reduce_window accepts: each has a primitive and an identity init_value.
 _WINDOW_REDUCTIONS = {
     elementwise.add: (reduce_window_sum_p, _zero),
@@ -924,6 +990,26 @@ def _select_and_scatter_add_transpose(
         ct, operand, select_prim, window_dimensions, window_strides, padding, ones, ones
     )
     return [ct_source, None]
+
+
+@select_and_scatter_add_p.def_batch
+def _select_and_scatter_add_batch(values, dims, *, select_prim, **window):
+    # Both operands need the batch axis at the same place, each lane selecting in its own
+    # operand and scattering its own source: an unbatched one is broadcast, as no lane shares
+    # its result with another.
+    (source, operand), (source_dim, operand_dim) = values, dims
+    size = batching.batch_size(values, dims)
+    dim = operand_dim if operand_dim is not batching.not_mapped else source_dim
+    if source_dim is batching.not_mapped:
+        source = batching.broadcast_batch(source, size, dim)
+    else:
+        source = batching.moveaxis(source, source_dim, dim)
+    if operand_dim is batching.not_mapped:
+        operand = batching.broadcast_batch(operand, size, dim)
+    out = select_and_scatter_add_p.bind(
+        source, operand, select_prim=select_prim, **_with_batch_window(window, dim)
+    )
+    return out, dim
 
 
 def select_and_scatter_add(

@@ -12,6 +12,7 @@ import numpy as np
 
 from funcgrad import dtypes
 from funcgrad.core import Primitive, ShapedArray
+from funcgrad.interpreters import batching
 from funcgrad.interpreters.ad import Zero
 from funcgrad.lax import shapes
 from funcgrad.lax.base import asarray, shape_text
@@ -118,6 +119,24 @@ def _sort_jvp(primals, tangents, *, dimension, is_stable, num_keys):
 sort_p.not_applicable["transpose"] = "not linear"
 
 
+@sort_p.def_batch
+def _sort_batch(values, dims, *, dimension, is_stable, num_keys):
+    # Each lane has its own permutation, which moves every operand: an unbatched operand is
+    # broadcast, since its lanes end up in different orders.
+    dim = next(d for d in dims if d is not batching.not_mapped)
+    size = batching.batch_size(values, dims)
+    aligned = [
+        batching.broadcast_batch(x, size, dim)
+        if d is batching.not_mapped
+        else batching.moveaxis(x, d, dim)
+        for x, d in zip(values, dims)
+    ]
+    out = sort_p.bind(
+        *aligned, dimension=dimension + (dimension >= dim), is_stable=is_stable, num_keys=num_keys
+    )
+    return out, [dim] * len(out)
+
+
 def sort(operand, dimension: int = -1, is_stable: bool = True, num_keys: int = 1):
     """Sort along `dimension`; a sequence of operands is sorted by its first `num_keys` ones.
 
@@ -193,6 +212,15 @@ def _top_k_jvp(primals, tangents, *, k):
 
 
 top_k_p.not_applicable["transpose"] = "not linear"
+
+
+@top_k_p.def_batch
+def _top_k_batch(values, dims, *, k):
+    # top_k works along the last axis, which must stay the lane's last axis.
+    (x,), (dim,) = values, dims
+    if dim == x.ndim - 1:
+        x, dim = batching.moveaxis(x, dim, 0), 0
+    return top_k_p.bind(x, k=k), [dim, dim]
 
 
 def top_k(operand, k: int):

@@ -362,11 +362,21 @@ def _jacobian_tree(out_tree, in_tree, blocks: dict, num_out: int, num_in: int, s
     return tree_util.tree_unflatten(out_tree, per_output)
 
 
-def _basis(leaf, index: int):
-    """The `index`-th standard basis vector with `leaf`'s shape and dtype."""
+def _standard_basis(leaves: list) -> tuple[list, list[int]]:
+    """Rows of the identity over all leaves' elements, cut per leaf and shaped like it.
+
+    Returns, per leaf, an array of shape (total,) + leaf.shape, and each leaf's offset.
+    """
     from funcgrad import numpy as fnp
 
-    return fnp.zeros(leaf.size, leaf.dtype).at[index].set(1).reshape(leaf.shape)
+    sizes = [leaf.size for leaf in leaves]
+    offsets = list(np.cumsum([0] + sizes[:-1]))
+    total = sum(sizes)
+    basis = []
+    for leaf, offset, size in zip(leaves, offsets, sizes):
+        rows = fnp.eye(total, size, k=-int(offset), dtype=leaf.dtype)
+        basis.append(rows.reshape((total,) + tuple(leaf.shape)))
+    return basis, [int(o) for o in offsets]
 
 
 def _partial_in(fun: Callable, args: tuple, nums: tuple[int, ...]) -> Callable:
@@ -381,8 +391,9 @@ def _partial_in(fun: Callable, args: tuple, nums: tuple[int, ...]) -> Callable:
 
 
 def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
-    """The Jacobian by forward mode: one jvp per input basis vector."""
+    """The Jacobian by forward mode: the jvp vmapped over the input basis vectors."""
     from funcgrad import numpy as fnp
+    from funcgrad.transforms.vmap import vmap
 
     @functools.wraps(fun)
     def jacfwd_fun(*args):
@@ -394,26 +405,20 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
         def flat_fun(*leaves):
             return partial_fun(*tree_util.tree_unflatten(in_tree, leaves))
 
-        zeros = [fnp.zeros_like(x) for x in in_leaves]
-        result = jvp(flat_fun, in_leaves, zeros, has_aux=has_aux)
-        out_leaves, out_tree = tree_util.tree_flatten(result[0])
-        columns = []  # columns[i]: per flat index of input leaf i, the output tangent leaves
-        for i, leaf in enumerate(in_leaves):
-            tangents = zeros[:i] + [None] + zeros[i + 1 :]
-            per_index = []
-            for k in range(leaf.size):
-                tangents[i] = _basis(leaf, k)
-                per_index.append(tree_util.tree_leaves(jvp(flat_fun, in_leaves, tangents)[1]))
-            columns.append(per_index)
+        def pushforward(*tangents):
+            return jvp(flat_fun, in_leaves, list(tangents), has_aux=has_aux)
+
+        basis, offsets = _standard_basis(in_leaves)
+        result = vmap(pushforward, out_axes=(None, 0, None) if has_aux else (None, 0))(*basis)
+        out, tangents = result[0], result[1]
+        out_leaves, out_tree = tree_util.tree_flatten(out)
+        tangent_leaves = tree_util.tree_leaves(tangents)
         blocks = {}
-        for j, out_leaf in enumerate(out_leaves):
-            for i, leaf in enumerate(in_leaves):
-                shape = tuple(out_leaf.shape) + tuple(leaf.shape)
-                if columns[i]:
-                    stacked = fnp.stack([col[j] for col in columns[i]], axis=-1)
-                else:
-                    stacked = fnp.zeros(shape, out_leaf.dtype)
-                blocks[(j, i)] = stacked.reshape(shape)
+        for j, (out_leaf, tangent) in enumerate(zip(out_leaves, tangent_leaves)):
+            for i, (leaf, offset) in enumerate(zip(in_leaves, offsets)):
+                rows = tangent[offset : offset + leaf.size]
+                columns = fnp.moveaxis(rows, 0, -1)
+                blocks[(j, i)] = columns.reshape(tuple(out_leaf.shape) + tuple(leaf.shape))
         jac = _jacobian_tree(
             out_tree, in_tree, blocks, len(out_leaves), len(in_leaves), isinstance(argnums, int)
         )
@@ -423,8 +428,8 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
 
 
 def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
-    """The Jacobian by reverse mode: one vjp per output basis vector."""
-    from funcgrad import numpy as fnp
+    """The Jacobian by reverse mode: the pullback vmapped over the output basis vectors."""
+    from funcgrad.transforms.vmap import vmap
 
     @functools.wraps(fun)
     def jacrev_fun(*args):
@@ -434,21 +439,19 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
         pullback = result[1]
         out_leaves, out_tree = tree_util.tree_flatten(result[0])
         in_leaves, in_tree = tree_util.tree_flatten(diff_args)
+        basis, offsets = _standard_basis(out_leaves)
+
+        def pull(*cotangent_leaves):
+            return tree_util.tree_leaves(
+                pullback(tree_util.tree_unflatten(out_tree, cotangent_leaves))
+            )
+
+        cotangents = vmap(pull)(*basis)
         blocks = {}
-        for j, out_leaf in enumerate(out_leaves):
-            rows = []  # per flat index of output leaf j, the cotangent of every input leaf
-            for m in range(out_leaf.size):
-                basis = [fnp.zeros_like(o) for o in out_leaves]
-                basis[j] = _basis(out_leaf, m)
-                rows.append(
-                    tree_util.tree_leaves(pullback(tree_util.tree_unflatten(out_tree, basis)))
-                )
-            for i, leaf in enumerate(in_leaves):
-                shape = tuple(out_leaf.shape) + tuple(leaf.shape)
-                if rows:
-                    blocks[(j, i)] = fnp.stack([row[i] for row in rows]).reshape(shape)
-                else:
-                    blocks[(j, i)] = fnp.zeros(shape, leaf.dtype)
+        for j, (out_leaf, offset) in enumerate(zip(out_leaves, offsets)):
+            for i, (leaf, ct) in enumerate(zip(in_leaves, cotangents)):
+                rows = ct[offset : offset + out_leaf.size]
+                blocks[(j, i)] = rows.reshape(tuple(out_leaf.shape) + tuple(leaf.shape))
         jac = _jacobian_tree(
             out_tree, in_tree, blocks, len(out_leaves), len(in_leaves), isinstance(argnums, int)
         )

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from funcgrad import core, tree_util
 from funcgrad.core import Primitive
+from funcgrad.interpreters import batching
 from funcgrad.interpreters.ad import (
     JVPTrace,
     JVPTracer,
@@ -109,6 +110,16 @@ def _checkpoint_transpose(cotangents, *operands, jaxpr: ClosedJaxpr, policy, pre
 
 
 checkpoint_p.def_transpose(_checkpoint_transpose)
+
+
+@checkpoint_p.def_batch
+def _checkpoint_batch(values, dims, *, jaxpr: ClosedJaxpr, policy, prevent_cse: bool):
+    size = batching.batch_size(values, dims)
+    in_batched = [d is not None for d in dims]
+    values = [v if d is None else batching.moveaxis(v, d, 0) for v, d in zip(values, dims)]
+    batched = batching.batch_jaxpr(jaxpr, in_batched, size)
+    outs = checkpoint_p.bind(*values, jaxpr=batched, policy=policy, prevent_cse=prevent_cse)
+    return outs, [0] * len(outs)
 
 
 def _jvp_jaxpr(closed: ClosedJaxpr, nonzero: Sequence[bool]) -> tuple[ClosedJaxpr, list[bool]]:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 from funcgrad import core, tree_util
 from funcgrad.core import Primitive
+from funcgrad.interpreters import batching
 from funcgrad.interpreters.ad import Zero, float0, instantiate, tangent_aval
 from funcgrad.interpreters.staging import trace_to_jaxpr
 from funcgrad.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
@@ -429,3 +430,102 @@ class custom_vjp:
             *consts, *leaves, call_jaxpr=call_jaxpr, rules=rules, num_consts=len(consts)
         )
         return tree_util.tree_unflatten(out_tree, outs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Batching: the staged function is batched as a jaxpr, and the user's rules are vmapped.
+
+
+def _batched_operands(values, dims):
+    size = batching.batch_size(values, dims)
+    in_batched = [d is not None for d in dims]
+    moved = [v if d is None else batching.moveaxis(v, d, 0) for v, d in zip(values, dims)]
+    return moved, in_batched, size
+
+
+class _BatchedJVPRule:
+    """A custom_jvp rule applied lane by lane (vmapped over the batched arguments)."""
+
+    def __init__(self, rule, in_batched: Sequence[bool]):
+        self.rule = rule
+        self.in_axes = [0 if b else None for b in in_batched]
+        self.__name__ = rule.__name__
+
+    def __call__(self, primals: list, tangents: list) -> tuple[list, list]:
+        from funcgrad.transforms.vmap import vmap
+
+        return vmap(self.rule, in_axes=(self.in_axes, self.in_axes))(primals, tangents)
+
+    def __repr__(self) -> str:
+        return self.__name__
+
+
+@custom_jvp_call_p.def_batch
+def _custom_jvp_call_batch(values, dims, *, call_jaxpr, jvp, num_consts):
+    values, in_batched, size = _batched_operands(values, dims)
+    outs = custom_jvp_call_p.bind(
+        *values,
+        call_jaxpr=batching.batch_jaxpr(call_jaxpr, in_batched, size),
+        jvp=_BatchedJVPRule(jvp, in_batched[num_consts:]),
+        num_consts=num_consts,
+    )
+    return outs, [0] * len(outs)
+
+
+class _BatchedVJPRules:
+    """A custom_vjp function's fwd and bwd applied lane by lane.
+
+    Residuals and output cotangents are batched at axis 0; the cotangent of an argument that
+    was not batched is the sum over the lanes.
+    """
+
+    def __init__(self, rules, in_batched: Sequence[bool]):
+        self.rules = rules
+        self.in_batched = list(in_batched)
+        self.__name__ = rules.__name__
+
+    def forward(self, primals: list) -> tuple[list, list]:
+        from funcgrad.transforms.vmap import vmap
+
+        in_axes = [0 if b else None for b in self.in_batched]
+        return vmap(self.rules.forward, in_axes=(in_axes,))(primals)
+
+    def backward(self, residuals: list, cotangents: list) -> list:
+        from funcgrad.lax.reductions import reduce_sum
+        from funcgrad.transforms.vmap import vmap
+
+        is_zero = [tangent_aval(a).dtype == float0 for a in self.rules.in_avals]
+
+        def nonzero_backward(res, cts):
+            cts_in = self.rules.backward(res, cts)
+            return [instantiate(ct) for ct, zero in zip(cts_in, is_zero) if not zero]
+
+        lanes = iter(vmap(nonzero_backward)(residuals, cotangents))
+        cts_in = []
+        for aval, zero, batched in zip(self.rules.in_avals, is_zero, self.in_batched):
+            if zero:
+                cts_in.append(Zero(tangent_aval(aval)))
+            else:
+                ct = next(lanes)
+                cts_in.append(ct if batched else reduce_sum(ct, (0,)))
+        return cts_in
+
+    def __repr__(self) -> str:
+        return self.__name__
+
+
+@custom_vjp_call_p.def_batch
+def _custom_vjp_call_batch(values, dims, *, call_jaxpr, rules, num_consts):
+    values, in_batched, size = _batched_operands(values, dims)
+    outs = custom_vjp_call_p.bind(
+        *values,
+        call_jaxpr=batching.batch_jaxpr(call_jaxpr, in_batched, size),
+        rules=_BatchedVJPRules(rules, in_batched[num_consts:]),
+        num_consts=num_consts,
+    )
+    return outs, [0] * len(outs)
+
+
+custom_lin_p.not_applicable["batch"] = (
+    "custom_lin is only ever transposed; evaluating it forwards is already an error"
+)
