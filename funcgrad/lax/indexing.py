@@ -20,6 +20,7 @@ import numpy as np
 from funcgrad import core, dtypes
 from funcgrad.core import Primitive, ShapedArray
 from funcgrad.interpreters.ad import defjvp, instantiate, is_undefined
+from funcgrad.interpreters.batching import batch_size, broadcast_batch, moveaxis, not_mapped
 from funcgrad.lax.base import asarray, canonical_axes, check_same_dtypes
 from funcgrad.lax.elementwise import (
     add,
@@ -33,7 +34,10 @@ from funcgrad.lax.elementwise import (
     select,
 )
 from funcgrad.lax.shapes import (
+    _insert,
+    _lane_axes,
     broadcast_in_dim,
+    concatenate,
     expand_dims,
     full,
     index_in_dim,
@@ -127,6 +131,20 @@ def _start_index_operands(name: str, operand, start_indices) -> list:
     return operands
 
 
+def _at_batch_dim(x, dim, size: int, target: int):
+    """`x` with its batch axis at `target`, broadcast there if `x` is not batched."""
+    return broadcast_batch(x, size, target) if dim is not_mapped else moveaxis(x, dim, target)
+
+
+def _index_vectors(start_indices, dims, size: int):
+    """Scalar start indices, some batched, as one (size, n) array: each lane's index vector."""
+    columns = [
+        broadcast_in_dim(i, (size, 1), () if d is not_mapped else (0,))
+        for i, d in zip(start_indices, dims)
+    ]
+    return concatenate(columns, 1)
+
+
 # ---------------------------------------------------------------------------------------------
 # Dynamic slices
 
@@ -181,6 +199,39 @@ def _dynamic_slice_transpose(ct, operand, *start_indices, slice_sizes):
     zeros = full(operand.aval.shape, 0, ct.dtype)
     ct_operand = dynamic_update_slice_p.bind(zeros, ct, *start_indices)
     return [ct_operand] + [None] * len(start_indices)
+
+
+@dynamic_slice_p.def_batch
+def _dynamic_slice_batch(values, dims, *, slice_sizes):
+    """With one start per lane the slice is a gather of one clamped window per lane, reading
+    the lane's own slice of a batched operand through a batching dimension."""
+    (operand, *starts), (operand_dim, *start_dims) = values, dims
+    size = batch_size(values, dims)
+    if all(d is not_mapped for d in start_dims):
+        zero = np.zeros((), core.get_aval(starts[0]).dtype if starts else np.int32)[()]
+        starts = _insert(starts, operand_dim, asarray(zero))
+        sizes = _insert(slice_sizes, operand_dim, size)
+        return dynamic_slice_p.bind(operand, *starts, slice_sizes=sizes), operand_dim
+    rank = len(slice_sizes)
+    batching = () if operand_dim is not_mapped else (operand_dim,)
+    dn = GatherDimensionNumbers(
+        offset_dims=tuple(range(1, rank + 1)),
+        collapsed_slice_dims=(),
+        start_index_map=_lane_axes(range(rank), operand_dim) if batching else tuple(range(rank)),
+        operand_batching_dims=batching,
+        start_indices_batching_dims=(0,) if batching else (),
+    )
+    out = gather_p.bind(
+        operand,
+        _index_vectors(starts, start_dims, size),
+        dimension_numbers=dn,
+        slice_sizes=_insert(slice_sizes, operand_dim, 1) if batching else slice_sizes,
+        indices_are_sorted=False,
+        unique_indices=bool(batching),  # lanes share the window only of a shared operand
+        mode=GatherScatterMode.CLIP,
+        fill_value=None,
+    )
+    return out, 0
 
 
 def dynamic_slice(operand, start_indices: Sequence, slice_sizes: Sequence[int]):
@@ -273,6 +324,41 @@ def _dynamic_update_slice_transpose(ct, operand, update, *start_indices):
     if is_undefined(update):
         ct_update = dynamic_slice_p.bind(ct, *start_indices, slice_sizes=update_shape)
     return [ct_operand, ct_update] + [None] * len(start_indices)
+
+
+@dynamic_update_slice_p.def_batch
+def _dynamic_update_slice_batch(values, dims):
+    """The operand and the update get a common batch axis (each lane writes its own copy);
+    with one start per lane the update becomes a scatter of one clamped window per lane."""
+    (operand, update, *starts), (operand_dim, update_dim, *start_dims) = values, dims
+    size = batch_size(values, dims)
+    dim = next((d for d in (operand_dim, update_dim) if d is not not_mapped), 0)
+    operand = _at_batch_dim(operand, operand_dim, size, dim)
+    if all(d is not_mapped for d in start_dims):
+        update = _at_batch_dim(update, update_dim, size, dim)
+        zero = np.zeros((), core.get_aval(starts[0]).dtype if starts else np.int32)[()]
+        starts = _insert(starts, dim, asarray(zero))
+        return dynamic_update_slice_p.bind(operand, update, *starts), dim
+    if update_dim is not_mapped:
+        update, update_dim = broadcast_batch(update, size, 0), 0
+    rank = len(starts)
+    dn = ScatterDimensionNumbers(
+        update_window_dims=tuple(d for d in range(rank + 1) if d != update_dim),
+        inserted_window_dims=(),
+        scatter_dims_to_operand_dims=_lane_axes(range(rank), dim),
+        operand_batching_dims=(dim,),
+        scatter_indices_batching_dims=(0,),
+    )
+    out = scatter_p.bind(
+        operand,
+        _index_vectors(starts, start_dims, size),
+        update,
+        dimension_numbers=dn,
+        indices_are_sorted=False,
+        unique_indices=True,  # one window per lane, each in its own lane
+        mode=GatherScatterMode.CLIP,
+    )
+    return out, dim
 
 
 def dynamic_update_slice(operand, update, start_indices: Sequence):
@@ -618,6 +704,96 @@ def _gather_transpose(
         mode=mode if fills else GatherScatterMode.CLIP,
     )
     return [ct_operand, None]
+
+
+def _indices_batch_dim(indices, dim: int) -> tuple:
+    """Batched indices whose batch axis is not the last, which holds the index vectors."""
+    last = core.get_aval(indices).ndim - 1
+    return (moveaxis(indices, dim, last - 1), last - 1) if dim == last else (indices, dim)
+
+
+def _new_batch_position(window_dims: Sequence[int], rank: int, k: int) -> tuple[int, int]:
+    """Where an axis may be inserted into an array of `rank` axes so that exactly `k` of the
+    axes that are not in `window_dims` precede it: the range (lowest, highest)."""
+    others = [d for d in range(rank) if d not in window_dims]
+    lowest = others[k - 1] + 1 if k > 0 else 0
+    return lowest, others[k] if k < len(others) else rank
+
+
+def _window_position(window_dims: Sequence[int], rank: int, k: int) -> tuple[int, int]:
+    """Where an axis may be inserted into an array of `rank` axes so that it comes right
+    after the first `k` of `window_dims`: the range (lowest, highest)."""
+    lowest = window_dims[k - 1] + 1 if k > 0 else 0
+    return lowest, window_dims[k] if k < len(window_dims) else rank
+
+
+def _add_batching_pair(operand_dims, indices_dims, operand_dim: int, indices_dim: int) -> tuple:
+    """The batching pairs with (operand_dim, indices_dim) added, keeping operand dims sorted."""
+    k = sum(d < operand_dim for d in operand_dims)
+    return _insert(operand_dims, k, operand_dim), _insert(indices_dims, k, indices_dim)
+
+
+@gather_p.def_batch
+def _gather_batch(
+    values,
+    dims,
+    *,
+    dimension_numbers,
+    slice_sizes,
+    indices_are_sorted,
+    unique_indices,
+    mode,
+    fill_value,
+):
+    """One gather for all lanes. A batched operand's batch axis is read whole, as one more
+    window dimension, when the indices are shared; with batched indices it pairs with their
+    batch axis as a batching dimension, and an unbatched operand is read by every lane as it
+    is (never broadcast)."""
+    (operand, indices), (operand_dim, indices_dim) = values, dims
+    dn = dimension_numbers
+    lane_index_rank = core.get_aval(indices).ndim - (indices_dim is not not_mapped)
+    out_rank = lane_index_rank - 1 + len(dn.offset_dims)  # of one lane's output
+    offset_dims, sizes = dn.offset_dims, slice_sizes
+    collapsed, index_map = dn.collapsed_slice_dims, dn.start_index_map
+    operand_batching, indices_batching = dn.operand_batching_dims, dn.start_indices_batching_dims
+    if operand_dim is not not_mapped:
+        collapsed = _lane_axes(collapsed, operand_dim)
+        index_map = _lane_axes(index_map, operand_dim)
+        operand_batching = _lane_axes(operand_batching, operand_dim)
+    if indices_dim is not_mapped:
+        windows = _window_operand_dims(
+            len(slice_sizes), dn.collapsed_slice_dims, dn.operand_batching_dims
+        )
+        k = sum(d < operand_dim for d in windows)
+        out_dim = _window_position(offset_dims, out_rank, k)[0]
+        offset_dims = _insert(_lane_axes(offset_dims, out_dim), k, out_dim)
+        sizes = _insert(slice_sizes, operand_dim, core.get_aval(operand).shape[operand_dim])
+    else:
+        indices, indices_dim = _indices_batch_dim(indices, indices_dim)
+        out_dim = _new_batch_position(offset_dims, out_rank, indices_dim)[0]
+        offset_dims = _lane_axes(offset_dims, out_dim)
+        indices_batching = _lane_axes(indices_batching, indices_dim)
+        if operand_dim is not not_mapped:
+            operand_batching, indices_batching = _add_batching_pair(
+                operand_batching, indices_batching, operand_dim, indices_dim
+            )
+            sizes = _insert(slice_sizes, operand_dim, 1)
+        else:
+            unique_indices = False  # lanes may read the same window
+        indices_are_sorted = False
+    out = gather_p.bind(
+        operand,
+        indices,
+        dimension_numbers=GatherDimensionNumbers(
+            offset_dims, collapsed, index_map, operand_batching, indices_batching
+        ),
+        slice_sizes=sizes,
+        indices_are_sorted=indices_are_sorted,
+        unique_indices=unique_indices,
+        mode=mode,
+        fill_value=fill_value,
+    )
+    return out, out_dim
 
 
 def _default_fill_value(dtype: np.dtype):
@@ -978,6 +1154,71 @@ def _scatter_extremum_jvp(prim: Primitive) -> Callable:
 for _prim in (scatter_min_p, scatter_max_p):
     _prim.def_jvp(_scatter_extremum_jvp(_prim))
     _prim.not_applicable["transpose"] = "not linear"
+
+
+def _scatter_batch(prim: Primitive) -> Callable:
+    """One scatter for all lanes, into an operand with a batch axis (each lane writes its own
+    copy; an unbatched operand is broadcast, as the result differs by lane). With shared
+    indices the operand's batch axis is one more window dimension, updated whole; with
+    batched indices it pairs with their batch axis as a batching dimension. The updates'
+    batch axis stays where it is when it already sits where the scatter needs it."""
+
+    def rule(values, dims, *, dimension_numbers, indices_are_sorted, unique_indices, mode):
+        (operand, indices, updates), (operand_dim, indices_dim, updates_dim) = values, dims
+        dn = dimension_numbers
+        size = batch_size(values, dims)
+        if operand_dim is not_mapped:
+            operand, operand_dim = broadcast_batch(operand, size, 0), 0
+        updates_rank = core.get_aval(updates).ndim - (updates_dim is not not_mapped)
+        window_dims = dn.update_window_dims
+        inserted = _lane_axes(dn.inserted_window_dims, operand_dim)
+        index_map = _lane_axes(dn.scatter_dims_to_operand_dims, operand_dim)
+        operand_batching = _lane_axes(dn.operand_batching_dims, operand_dim)
+        indices_batching = dn.scatter_indices_batching_dims
+        if indices_dim is not_mapped:
+            lane_rank = core.get_aval(operand).ndim - 1
+            windows = _window_operand_dims(
+                lane_rank, dn.inserted_window_dims, dn.operand_batching_dims
+            )
+            k = sum(d < operand_dim for d in windows)
+            lowest, highest = _window_position(window_dims, updates_rank, k)
+            updates_at = _preferred(updates_dim, lowest, highest)
+            window_dims = _insert(_lane_axes(window_dims, updates_at), k, updates_at)
+        else:
+            indices, indices_dim = _indices_batch_dim(indices, indices_dim)
+            lowest, highest = _new_batch_position(window_dims, updates_rank, indices_dim)
+            updates_at = _preferred(updates_dim, lowest, highest)
+            window_dims = _lane_axes(window_dims, updates_at)
+            operand_batching, indices_batching = _add_batching_pair(
+                operand_batching,
+                _lane_axes(indices_batching, indices_dim),
+                operand_dim,
+                indices_dim,
+            )
+            indices_are_sorted = False
+        out = prim.bind(
+            operand,
+            indices,
+            _at_batch_dim(updates, updates_dim, size, updates_at),
+            dimension_numbers=ScatterDimensionNumbers(
+                window_dims, inserted, index_map, operand_batching, indices_batching
+            ),
+            indices_are_sorted=indices_are_sorted,
+            unique_indices=unique_indices,
+            mode=mode,
+        )
+        return out, operand_dim
+
+    return rule
+
+
+def _preferred(dim, lowest: int, highest: int) -> int:
+    """`dim` if it lies in [lowest, highest], else lowest."""
+    return dim if dim is not not_mapped and lowest <= dim <= highest else lowest
+
+
+for _prim in (scatter_p, scatter_add_p, scatter_mul_p, scatter_min_p, scatter_max_p):
+    _prim.def_batch(_scatter_batch(_prim))
 
 
 def _scatter_wrapper(prim: Primitive, doc: str):

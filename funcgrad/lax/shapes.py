@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Sequence
 
@@ -10,8 +11,9 @@ import numpy as np
 from funcgrad import core, dtypes
 from funcgrad.core import Primitive, ShapedArray, never_weak
 from funcgrad.interpreters.ad import defjvp_zero, deflinear, is_undefined
+from funcgrad.interpreters.batching import broadcast_batch, moveaxis, not_mapped
 from funcgrad.lax.base import asarray, canonical_axes, check_same_dtypes
-from funcgrad.lax.elementwise import binary_operands, sub
+from funcgrad.lax.elementwise import binary_operands, select, sub
 
 # The builtin, which this module's `slice` wrapper shadows.
 _py_slice = slice
@@ -54,6 +56,15 @@ def _check_dims(name: str, what: str, dims: Sequence[int], shape: tuple[int, ...
             f"{name}: {what} {tuple(dims)} must be distinct axes in [0, {len(shape)}) of the "
             f"operand of shape {shape}"
         )
+
+
+def _lane_axes(axes: Sequence[int], batch_dim: int) -> tuple[int, ...]:
+    """Axes of one lane renumbered as axes of the batched array, whose batch axis is batch_dim."""
+    return tuple(a + (a >= batch_dim) for a in axes)
+
+
+def _insert(items: Sequence, index: int, item) -> tuple:
+    return tuple(items[:index]) + (item,) + tuple(items[index:])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -112,6 +123,20 @@ def _broadcast_in_dim_transpose(ct, x, *, shape, broadcast_dimensions):
 
 
 deflinear(broadcast_in_dim_p, _broadcast_in_dim_transpose)
+
+
+@broadcast_in_dim_p.def_batch
+def _broadcast_in_dim_batch(values, dims, *, shape, broadcast_dimensions):
+    """The batch axis goes to the output just before the output axis of the operand's next
+    axis, so that broadcast_dimensions stay increasing without a transpose."""
+    (x,), (dim,) = values, dims
+    size = core.get_aval(x).shape[dim]
+    out_dim = broadcast_dimensions[dim] if dim < len(broadcast_dimensions) else len(shape)
+    out_dims = _insert(_lane_axes(broadcast_dimensions, out_dim), dim, out_dim)
+    out = broadcast_in_dim_p.bind(
+        x, shape=_insert(shape, out_dim, size), broadcast_dimensions=out_dims
+    )
+    return out, out_dim
 
 
 def broadcast_in_dim(operand, shape: Sequence[int], broadcast_dimensions: Sequence[int]):
@@ -190,6 +215,7 @@ def _iota_impl(*, dtype, shape, dimension):
 iota_p.def_weak_type(never_weak)
 defjvp_zero(iota_p)
 iota_p.not_applicable["transpose"] = "no operands"
+iota_p.not_applicable["batch"] = "no operands: never batched"
 
 
 def iota(dtype, size: int):
@@ -248,6 +274,23 @@ def _reshape_transpose(ct, x, *, new_sizes, dimensions):
 deflinear(reshape_p, _reshape_transpose)
 
 
+@reshape_p.def_batch
+def _reshape_batch(values, dims, *, new_sizes, dimensions):
+    """Row-major order keeps the batch axis in place when the lane axes before it hold as
+    many elements as a prefix of new_sizes; otherwise the reshape's own transpose (its
+    dimensions) brings the batch axis to the front."""
+    (x,), (dim,) = values, dims
+    shape = core.get_aval(x).shape
+    size = shape[dim]
+    if dimensions is None:
+        leading = math.prod(shape[:dim])
+        for k in range(len(new_sizes) + 1):
+            if math.prod(new_sizes[:k]) == leading:
+                return reshape(x, _insert(new_sizes, k, size)), k
+    lane_order = range(len(shape) - 1) if dimensions is None else dimensions
+    return reshape(x, (size,) + new_sizes, (dim,) + _lane_axes(lane_order, dim)), 0
+
+
 def reshape(operand, new_sizes: Sequence[int], dimensions: Sequence[int] | None = None):
     """Reshape in row-major order, after transposing by `dimensions` when it is given."""
     operand = asarray(operand)
@@ -294,6 +337,12 @@ def _transpose_transpose(ct, x, *, permutation):
 deflinear(transpose_p, _transpose_transpose)
 
 
+@transpose_p.def_batch
+def _transpose_batch(values, dims, *, permutation):
+    (x,), (dim,) = values, dims
+    return transpose(x, _insert(_lane_axes(permutation, dim), dim, dim)), dim
+
+
 def transpose(operand, permutation: Sequence[int]):
     operand = asarray(operand)
     permutation = _int_tuple(permutation)
@@ -329,6 +378,13 @@ def _squeeze_transpose(ct, x, *, dimensions):
 deflinear(squeeze_p, _squeeze_transpose)
 
 
+@squeeze_p.def_batch
+def _squeeze_batch(values, dims, *, dimensions):
+    (x,), (dim,) = values, dims
+    out_dim = dim - sum(d < dim for d in dimensions)
+    return squeeze(x, _lane_axes(dimensions, dim)), out_dim
+
+
 def squeeze(array, dimensions: Sequence[int]):
     """Remove the given dimensions, each of size 1 (negative dimensions count from the end)."""
     array = asarray(array)
@@ -357,6 +413,12 @@ def _rev_transpose(ct, x, *, dimensions):
 
 
 deflinear(rev_p, _rev_transpose)
+
+
+@rev_p.def_batch
+def _rev_batch(values, dims, *, dimensions):
+    (x,), (dim,) = values, dims
+    return rev(x, _lane_axes(dimensions, dim)), dim
 
 
 def rev(operand, dimensions: Sequence[int]):
@@ -418,6 +480,19 @@ def _slice_transpose(ct, x, *, start_indices, limit_indices, strides):
 
 
 deflinear(slice_p, _slice_transpose)
+
+
+@slice_p.def_batch
+def _slice_batch(values, dims, *, start_indices, limit_indices, strides):
+    (x,), (dim,) = values, dims
+    size = core.get_aval(x).shape[dim]
+    out = slice(
+        x,
+        _insert(start_indices, dim, 0),
+        _insert(limit_indices, dim, size),
+        None if strides is None else _insert(strides, dim, 1),
+    )
+    return out, dim
 
 
 def slice(
@@ -556,6 +631,30 @@ def _pad_transpose(ct, x, padding_value, *, padding_config):
 deflinear(pad_p, _pad_transpose)
 
 
+@pad_p.def_batch
+def _pad_batch(values, dims, *, padding_config):
+    """A padding value per lane cannot be a pad's scalar: the operand is padded with 0, and a
+    select puts each lane's value wherever a padded mask says no operand element landed."""
+    (x, padding_value), (x_dim, value_dim) = values, dims
+    x_shape = core.get_aval(x).shape
+    if x_dim is not_mapped:
+        out_dim, lane_shape = 0, x_shape
+        size = core.get_aval(padding_value).shape[0]
+        padded = broadcast_batch(pad(x, 0, padding_config), size, out_dim)
+    else:
+        out_dim, lane_shape = x_dim, x_shape[:x_dim] + x_shape[x_dim + 1 :]
+        config = _insert(padding_config, x_dim, (0, 0, 0))
+        if value_dim is not_mapped:
+            return pad(x, padding_value, config), out_dim
+        padded = pad(x, 0, config)
+    out_shape = core.get_aval(padded).shape
+    lane_axes = tuple(d for d in range(len(out_shape)) if d != out_dim)
+    from_x = pad(full(lane_shape, True), False, padding_config)
+    from_x = broadcast_in_dim(from_x, out_shape, lane_axes)
+    lane_values = broadcast_in_dim(padding_value, out_shape, (out_dim,))
+    return select(from_x, padded, lane_values), out_dim
+
+
 def pad(operand, padding_value, padding_config: Sequence[tuple[int, int, int]]):
     """Pad each dimension by (low, high, interior) elements of `padding_value`.
 
@@ -610,6 +709,20 @@ def _concatenate_transpose(ct, *xs, dimension):
 
 
 deflinear(concatenate_p, _concatenate_transpose)
+
+
+@concatenate_p.def_batch
+def _concatenate_batch(values, dims, *, dimension):
+    """Operands meet at the batch axis most of them already have; unbatched operands are
+    broadcast there, as each lane of the result holds a copy of them."""
+    batched = [(core.get_aval(x).shape[d], d) for x, d in zip(values, dims) if d is not not_mapped]
+    size = batched[0][0]
+    out_dim = collections.Counter(d for _, d in batched).most_common(1)[0][0]
+    operands = [
+        broadcast_batch(x, size, out_dim) if d is not_mapped else moveaxis(x, d, out_dim)
+        for x, d in zip(values, dims)
+    ]
+    return concatenate(operands, dimension + (dimension >= out_dim)), out_dim
 
 
 def concatenate(operands: Sequence, dimension: int):

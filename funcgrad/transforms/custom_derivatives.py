@@ -526,6 +526,6 @@ def _custom_vjp_call_batch(values, dims, *, call_jaxpr, rules, num_consts):
     return outs, [0] * len(outs)
 
 
-custom_lin_p.not_applicable["batch"] = (
-    "custom_lin is only ever transposed; evaluating it forwards is already an error"
-)
+# custom_lin is only ever transposed: evaluating it forwards, batched or not, is the
+# forward-mode error (reached e.g. by jacfwd, which vmaps a jvp).
+custom_lin_p.def_batch(lambda values, dims, **params: _custom_lin_impl(**params))
