@@ -19,10 +19,11 @@ from numpy.lib.stride_tricks import sliding_window_view
 from funcgrad import core, dtypes
 from funcgrad.core import Primitive, ShapedArray
 from funcgrad.interpreters.ad import Zero, defjvp, is_undefined, tangent_aval
+from funcgrad.interpreters.batching import batch_size, moveaxis
 from funcgrad.lax.base import asarray
 from funcgrad.lax.elementwise import convert_element_type
 from funcgrad.lax.reductions import padtype_to_pads
-from funcgrad.lax.shapes import reshape, rev, transpose
+from funcgrad.lax.shapes import full, reshape, rev, transpose
 
 __all__ = [
     "ConvDimensionNumbers",
@@ -277,6 +278,41 @@ def _dot_general_transpose(ct, lhs, rhs, *, dimension_numbers, **params):
 
 
 dot_general_p.def_transpose(_dot_general_transpose)
+
+
+def _with_batch_axis(contract, batch, batch_dim: int | None):
+    """An operand's contracting and batch dims, renumbered for the operand with a vmap axis at
+    `batch_dim` (None: no vmap axis)."""
+    if batch_dim is None:
+        return contract, batch
+    return tuple(d + (d >= batch_dim) for d in contract), tuple(d + (d >= batch_dim) for d in batch)
+
+
+def _dot_general_batch(values, dims, *, dimension_numbers, **params):
+    """Both operands batched: the vmap axes pair up as the first batch dimension. One operand
+    batched: its vmap axis is one more free dimension, so the other operand is not broadcast."""
+    (lhs, rhs), (lhs_dim, rhs_dim) = values, dims
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+    lhs_contract, lhs_batch = _with_batch_axis(lhs_contract, lhs_batch, lhs_dim)
+    rhs_contract, rhs_batch = _with_batch_axis(rhs_contract, rhs_batch, rhs_dim)
+    lhs_ndim, rhs_ndim = core.get_aval(lhs).ndim, core.get_aval(rhs).ndim
+    # The output holds the batch dims, then lhs's free dims in order, then rhs's.
+    if lhs_dim is not None and rhs_dim is not None:
+        lhs_batch, rhs_batch = (lhs_dim, *lhs_batch), (rhs_dim, *rhs_batch)
+        out_dim = 0
+    elif lhs_dim is not None:
+        lhs_free = _free_dims(lhs_ndim, lhs_contract, lhs_batch)
+        out_dim = len(lhs_batch) + lhs_free.index(lhs_dim)
+    else:
+        n_lhs_free = lhs_ndim - len(lhs_contract) - len(lhs_batch)
+        rhs_free = _free_dims(rhs_ndim, rhs_contract, rhs_batch)
+        out_dim = len(rhs_batch) + n_lhs_free + rhs_free.index(rhs_dim)
+    dimension_numbers = ((lhs_contract, rhs_contract), (lhs_batch, rhs_batch))
+    out = dot_general_p.bind(lhs, rhs, dimension_numbers=dimension_numbers, **params)
+    return out, out_dim
+
+
+dot_general_p.def_batch(_dot_general_batch)
 
 
 def _canonical_dot_dimension_numbers(dimension_numbers):
@@ -715,6 +751,71 @@ def _conv_general_dilated_transpose(ct, lhs, rhs, **params):
 
 
 conv_general_dilated_p.def_transpose(_conv_general_dilated_transpose)
+
+
+def _merge_axis(x, src: int, dst: int, groups: int = 1):
+    """`x` with its axis `src` merged into axis `dst` (numbered as if `src` were gone).
+
+    `dst` is seen as `groups` equal blocks, and within each block the merged axis is the major
+    part: block g of the result holds block g of every lane, so a grouped convolution keeps
+    its groups.
+    """
+    x = moveaxis(x, src, dst)
+    shape = core.get_aval(x).shape
+    size, target = shape[dst], shape[dst + 1]
+    if groups > 1:
+        x = reshape(x, (*shape[:dst], size, groups, target // groups, *shape[dst + 2 :]))
+        x = moveaxis(x, dst + 1, dst)
+    return reshape(x, (*shape[:dst], size * target, *shape[dst + 2 :]))
+
+
+def _split_axis(x, dim: int, size: int, lane: int, groups: int = 1):
+    """The inverse of `_merge_axis`: axis `dim` of `x`, holding `size` lanes of `lane` elements
+    in `groups` blocks, becomes a lane axis at `dim` followed by the lane's own axis."""
+    shape = core.get_aval(x).shape
+    if groups > 1:
+        x = reshape(x, (*shape[:dim], groups, size, lane // groups, *shape[dim + 1 :]))
+        x = moveaxis(x, dim + 1, dim)
+    return reshape(x, (*shape[:dim], size, lane, *shape[dim + 1 :]))
+
+
+def _conv_general_dilated_batch(values, dims, **params):
+    """One convolution for all lanes: a batched lhs folds its lanes into the lhs batch, a batched
+    kernel folds them into the output features, and when both are batched each lane becomes
+    its own feature group (or batch group, if the convolution already has batch groups)."""
+    (lhs, rhs), (lhs_dim, rhs_dim) = values, dims
+    lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
+    feature_groups, batch_groups = params["feature_group_count"], params["batch_group_count"]
+    size = batch_size(values, dims)
+    if lhs_dim is not None and rhs_dim is not None and size == 0:
+        # No lanes: any one kernel gives the (empty) result, and groups of zero do not exist.
+        rhs_aval = core.get_aval(rhs)
+        lane_shape = rhs_aval.shape[:rhs_dim] + rhs_aval.shape[rhs_dim + 1 :]
+        rhs, rhs_dim = full(lane_shape, 0, rhs_aval.dtype), None
+    if rhs_dim is None:
+        batch = core.get_aval(lhs).shape[lhs_spec[0] + (lhs_dim <= lhs_spec[0])]
+        lhs = _merge_axis(lhs, lhs_dim, lhs_spec[0], batch_groups)
+        out = conv_general_dilated_p.bind(lhs, rhs, **params)
+        return _split_axis(out, out_spec[0], size, batch // batch_groups), out_spec[0]
+    out_features = core.get_aval(rhs).shape[rhs_spec[0] + (rhs_dim <= rhs_spec[0])]
+    if lhs_dim is None:
+        groups = feature_groups * batch_groups
+        rhs = _merge_axis(rhs, rhs_dim, rhs_spec[0], groups)
+        out = conv_general_dilated_p.bind(lhs, rhs, **params)
+        return _split_axis(out, out_spec[1], size, out_features, groups), out_spec[1]
+    # Lane b's kernel block, output features b*O to (b+1)*O, sees only lane b's inputs.
+    rhs = _merge_axis(rhs, rhs_dim, rhs_spec[0])
+    if batch_groups > 1:
+        lhs = _merge_axis(lhs, lhs_dim, lhs_spec[0])
+        params = dict(params, batch_group_count=size * batch_groups)
+    else:
+        lhs = _merge_axis(lhs, lhs_dim, lhs_spec[1])
+        params = dict(params, feature_group_count=size * feature_groups)
+    out = conv_general_dilated_p.bind(lhs, rhs, **params)
+    return _split_axis(out, out_spec[1], size, out_features), out_spec[1]
+
+
+conv_general_dilated_p.def_batch(_conv_general_dilated_batch)
 
 
 def _int_tuple(values) -> tuple[int, ...]:

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from funcgrad import dtypes
+from funcgrad import core, dtypes
 from funcgrad.core import Primitive, ShapedArray, never_weak
 from funcgrad.interpreters.ad import defjvp_zero
+from funcgrad.interpreters.batching import batch_size, broadcast_batch, moveaxis, not_mapped
 from funcgrad.lax.base import asarray, elementwise_shape
+from funcgrad.lax.shapes import broadcast_in_dim
 
 __all__ = ["threefry2x32"]
 
@@ -64,6 +66,33 @@ def _threefry2x32_impl(key1, key2, x1, x2):
 
 defjvp_zero(threefry2x32_p)
 threefry2x32_p.not_applicable["transpose"] = "not linear (integer bits)"
+
+
+def _threefry2x32_batch(values, dims):
+    """Elementwise over four operands (rank-0 ones broadcast), with both outputs on one batch
+    axis. Operands already lined up go through as they are; otherwise every operand that is
+    not a shared scalar gets the full (batch, lane...) shape, batch axis first."""
+    avals = [core.get_aval(v) for v in values]
+    batched = [(a.shape, d) for a, d in zip(avals, dims) if d is not not_mapped]
+    lined_up = all(b == batched[0] for b in batched)
+    if lined_up and all(a.ndim == 0 for a, d in zip(avals, dims) if d is not_mapped):
+        return threefry2x32_p.bind(*values), [batched[0][1]] * 2
+    size = batch_size(values, dims)
+    lane_shapes = [
+        a.shape if d is not_mapped else a.shape[:d] + a.shape[d + 1 :] for a, d in zip(avals, dims)
+    ]
+    full_shape = (size, *max(lane_shapes, key=len))
+    operands = []
+    for value, aval, dim in zip(values, avals, dims):
+        if dim is not not_mapped:
+            value = broadcast_in_dim(moveaxis(value, dim, 0), full_shape, tuple(range(aval.ndim)))
+        elif aval.ndim:
+            value = broadcast_batch(value, size, 0)
+        operands.append(value)
+    return threefry2x32_p.bind(*operands), [0, 0]
+
+
+threefry2x32_p.def_batch(_threefry2x32_batch)
 
 
 def threefry2x32(key1, key2, x1, x2) -> list:
