@@ -23,9 +23,9 @@ ROUNDS = 7
 
 def init(rng):
     return {
-        "w1": rng.standard_normal((D_IN, HIDDEN)).astype(np.float32) / np.sqrt(D_IN),
+        "w1": (rng.standard_normal((D_IN, HIDDEN)) / np.sqrt(D_IN)).astype(np.float32),
         "b1": np.zeros(HIDDEN, np.float32),
-        "w2": rng.standard_normal((HIDDEN, D_OUT)).astype(np.float32) / np.sqrt(HIDDEN),
+        "w2": (rng.standard_normal((HIDDEN, D_OUT)) / np.sqrt(HIDDEN)).astype(np.float32),
         "b2": np.zeros(D_OUT, np.float32),
     }
 

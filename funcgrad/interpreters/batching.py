@@ -145,34 +145,42 @@ def defvectorized(primitive: core.Primitive) -> None:
     primitive.def_batch(rule)
 
 
-def defbroadcasting(primitive: core.Primitive) -> None:
-    """Elementwise primitives of several operands (rank-0 operands broadcast).
+def defbroadcasting(primitive: core.Primitive, scalar_operands: Sequence[int] | None = None):
+    """Elementwise primitives of several operands, where rank-0 operands broadcast.
 
-    When the batched operands have one shape and batch axis, and every unbatched operand is
-    rank-0, the primitive applies as it is. Otherwise batched operands move their axis to the
-    front, per-lane scalars are broadcast to the lane shape, and full-rank unbatched operands
-    are broadcast along the batch axis, as the computation needs.
+    `scalar_operands` lists the operands that may be rank-0 (select_n's selector, clamp's
+    bounds); by default any may. When the batched operands share one shape and batch axis and
+    every unbatched operand may stay rank-0, the primitive applies as it is. Otherwise batched
+    operands move their axis to the front, per-lane scalars are broadcast to the lane shape,
+    and unbatched operands are broadcast along the batch axis, as the computation needs.
     """
+
+    def may_be_scalar(i: int) -> bool:
+        return scalar_operands is None or i in scalar_operands
 
     def rule(values, dims, **params):
         avals = [core.get_aval(v) for v in values]
         batched = [(a, d) for a, d in zip(avals, dims) if d is not not_mapped]
         first_aval, first_dim = batched[0]
         if all(a.shape == first_aval.shape and d == first_dim for a, d in batched) and all(
-            a.ndim == 0 for a, d in zip(avals, dims) if d is not_mapped
+            a.ndim == 0 and may_be_scalar(i)
+            for i, (a, d) in enumerate(zip(avals, dims))
+            if d is not_mapped
         ):
             return primitive.bind(*values, **params), first_dim
         size = first_aval.shape[first_dim]
         lane_shape = _lane_shape(avals, dims)
         full_shape = (size,) + lane_shape
         moved = []
-        for value, aval, dim in zip(values, avals, dims):
+        for i, (value, aval, dim) in enumerate(zip(values, avals, dims)):
             if dim is not not_mapped:
                 value = moveaxis(value, dim, 0)
                 if aval.ndim == 1 and lane_shape:
                     value = _broadcast_in_dim(value, full_shape, (0,))
             elif aval.ndim:
                 value = broadcast_batch(value, size, 0)
+            elif not may_be_scalar(i):
+                value = _broadcast_in_dim(value, full_shape, ())
             moved.append(value)
         return primitive.bind(*moved, **params), 0
 

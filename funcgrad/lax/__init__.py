@@ -10,6 +10,7 @@ from funcgrad.lax.base import asarray
 from funcgrad.lax.elementwise import *
 from funcgrad.lax.indexing import *
 from funcgrad.lax.linalg import *
+from funcgrad.lax.parallel import *
 from funcgrad.lax.random_bits import *
 from funcgrad.lax.reductions import *
 from funcgrad.lax.shapes import *

@@ -910,6 +910,6 @@ def _bitcast_batch(values, dims, *, new_dtype):
 batching.defvectorized(integer_pow_p)
 batching.defvectorized(convert_element_type_p)
 batching.defvectorized(stop_gradient_p)
-batching.defbroadcasting(select_n_p)
-batching.defbroadcasting(clamp_p)
+batching.defbroadcasting(select_n_p, scalar_operands=(0,))
+batching.defbroadcasting(clamp_p, scalar_operands=(0, 2))
 bitcast_convert_type_p.def_batch(_bitcast_batch)

@@ -6,7 +6,7 @@
 A cell is `+` when the rule exists, `n/a` when the primitive declares why the rule does not
 apply (`Primitive.not_applicable`), and `-` when it is missing. `REQUIRED` lists the columns
 whose gaps are defects today; the tests fail on any of them. Later work adds columns to it as
-it fills them (batch with vmap, llvm and cuda with the compiled backends).
+it fills them (llvm and cuda with the compiled backends).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import funcgrad  # noqa: F401  (declares every primitive)
 from funcgrad.core import PRIMITIVES, Primitive
 
 COLUMNS = ("abstract_eval", "impl", "jvp", "transpose", "batch", "llvm", "cuda")
-REQUIRED = ("abstract_eval", "impl", "jvp", "transpose")
+REQUIRED = ("abstract_eval", "impl", "jvp", "transpose", "batch")
 
 
 def cell(primitive: Primitive, rule: str) -> str:
