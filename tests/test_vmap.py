@@ -161,3 +161,18 @@ def test_vmap_of_custom_derivatives_and_checkpoint():
     block = fg.checkpoint(lambda x: fnp.sin(x) * x)
     grads = fg.vmap(fg.grad(block))(xs)
     np.testing.assert_allclose(np.asarray(grads), np.cos(xs) * xs + np.sin(xs), rtol=1e-12)
+
+
+def test_per_example_gradients_through_max_and_softmax():
+    # The derivative of max selects with constants against batched values: the select's
+    # unbatched rank-0 cases must be broadcast to the lanes' shape.
+    w = RNG.standard_normal((3, 4))
+    xs = RNG.standard_normal((5, 3))
+    labels = np.eye(4)[[0, 1, 2, 3, 0]]
+
+    def loss(w, x, y):
+        return -fnp.sum(fg.nn.log_softmax(x @ w) * y)
+
+    per_example = fg.vmap(fg.grad(loss), in_axes=(None, 0, 0))(w, xs, labels)
+    expected = np.stack([np.asarray(fg.grad(loss)(w, x, y)) for x, y in zip(xs, labels)])
+    np.testing.assert_allclose(np.asarray(per_example), expected, rtol=1e-10)
