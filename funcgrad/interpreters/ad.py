@@ -19,7 +19,7 @@ import numpy as np
 
 from funcgrad import core, dtypes
 from funcgrad.core import ShapedArray
-from funcgrad.ir import Jaxpr, Literal, literal_value
+from funcgrad.ir import ClosedJaxpr, Jaxpr, Literal, eval_jaxpr, literal_value
 
 float0 = dtypes.float0
 
@@ -263,3 +263,38 @@ def backward_pass(
         cotangents.get(var, Zero(tangent_aval(var.aval))) if is_undefined(arg) else None
         for var, arg in zip(jaxpr.invars, args)
     ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Differentiating programs
+
+
+def jvp_jaxpr(closed: ClosedJaxpr, nonzero: Sequence[bool]) -> tuple[ClosedJaxpr, list[bool]]:
+    """A jaxpr (primals, nonzero tangents) -> (primal outs, nonzero tangent outs), and which
+    outputs have nonzero tangents. Higher-order primitives differentiate their programs with it.
+    """
+    in_avals = closed.in_avals
+    out_nonzero: list[bool] = []
+
+    def jvp_fun(*args):
+        primals, tangents = args[: len(in_avals)], iter(args[len(in_avals) :])
+        trace = JVPTrace(core.current_trace(), "jvp of a jaxpr")
+        inputs = [
+            JVPTracer(trace, p, next(tangents)) if nz else p for p, nz in zip(primals, nonzero)
+        ]
+        with core.set_current_trace(trace):
+            outs = eval_jaxpr(closed.jaxpr, closed.consts, *inputs)
+        pairs = [trace.primal_and_tangent(o) for o in outs]
+        trace.alive = False
+        out_nonzero.extend(type(t) is not Zero for _, t in pairs)
+        return [p for p, _ in pairs] + [t for _, t in pairs if type(t) is not Zero]
+
+    tangent_avals = [tangent_aval(a) for a, nz in zip(in_avals, nonzero) if nz]
+    jvp_closed, _ = _trace_to_jaxpr(jvp_fun, list(in_avals) + tangent_avals, "jvp of a jaxpr")
+    return jvp_closed, out_nonzero
+
+
+def _trace_to_jaxpr(fun, avals, name):
+    from funcgrad.interpreters.staging import trace_to_jaxpr
+
+    return trace_to_jaxpr(fun, avals, name)

@@ -96,23 +96,6 @@ class StagingTrace(core.Trace):
         return ClosedJaxpr(jaxpr, self.consts)
 
 
-class PartialEvalTrace(StagingTrace):
-    """Staging that splits known from unknown: a primitive none of whose operands is this
-    trace's tracer is computed by the parent right away, and only the rest is staged.
-
-    Under it, the JVP trace's primal computations run (they are known) while its tangent
-    computations, which depend on the unknown tangent inputs, become a linear jaxpr whose
-    constvars are the residuals.
-    """
-
-    def process_primitive(self, primitive, args, params):
-        for a in args:
-            if isinstance(a, StagingTracer) and a._trace is self:
-                return super().process_primitive(primitive, args, params)
-        with core.set_current_trace(self.parent):
-            return primitive.bind(*args, **params)
-
-
 def abstractify(x) -> ShapedArray:
     """The aval a staged function sees for argument `x`."""
     if isinstance(

@@ -24,7 +24,7 @@ from funcgrad.interpreters.ad import (
     instantiate,
     tangent_aval,
 )
-from funcgrad.interpreters.staging import PartialEvalTrace
+from funcgrad.interpreters.partial_eval import PartialEvalTrace
 from funcgrad.ir import ClosedJaxpr, eval_jaxpr
 from funcgrad.lax.base import asarray
 from funcgrad.transforms.make_jaxpr import function_name

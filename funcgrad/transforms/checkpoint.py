@@ -13,19 +13,19 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
-from funcgrad import core, tree_util
+from funcgrad import tree_util
 from funcgrad.core import Primitive
 from funcgrad.interpreters import batching
 from funcgrad.interpreters.ad import (
-    JVPTrace,
-    JVPTracer,
     Zero,
     backward_pass,
     is_undefined,
+    jvp_jaxpr,
     tangent_aval,
 )
+from funcgrad.interpreters.partial_eval import partial_eval_jaxpr
 from funcgrad.interpreters.staging import trace_to_jaxpr
-from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var, eval_jaxpr
+from funcgrad.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from funcgrad.lax.base import asarray
 from funcgrad.transforms.make_jaxpr import function_name
 
@@ -86,11 +86,12 @@ def _checkpoint_weak_type(weak_flags, *, jaxpr: ClosedJaxpr, policy, prevent_cse
 @checkpoint_p.def_jvp
 def _checkpoint_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, policy, prevent_cse: bool):
     nonzero = [type(t) is not Zero for t in tangents]
-    jvp_closed, out_nonzero = _jvp_jaxpr(jaxpr, nonzero)
+    jvp_closed, out_nonzero = jvp_jaxpr(jaxpr, nonzero)
     num_primal_out = len(jaxpr.out_avals)
     unknowns = [False] * len(primals) + [True] * sum(nonzero)
-    known, unknown, num_res = _partial_eval_jaxpr(
-        jvp_closed, unknowns, num_primal_out, policy or nothing_saveable
+    out_unknown = [i >= num_primal_out for i in range(len(jvp_closed.out_avals))]
+    known, unknown, _ = partial_eval_jaxpr(
+        jvp_closed, unknowns, out_unknown, policy or nothing_saveable
     )
     params = dict(policy=policy, prevent_cse=prevent_cse)
     known_outs = checkpoint_p.bind(*primals, jaxpr=known, **params)
@@ -120,93 +121,6 @@ def _checkpoint_batch(values, dims, *, jaxpr: ClosedJaxpr, policy, prevent_cse: 
     batched = batching.batch_jaxpr(jaxpr, in_batched, size)
     outs = checkpoint_p.bind(*values, jaxpr=batched, policy=policy, prevent_cse=prevent_cse)
     return outs, [0] * len(outs)
-
-
-def _jvp_jaxpr(closed: ClosedJaxpr, nonzero: Sequence[bool]) -> tuple[ClosedJaxpr, list[bool]]:
-    """A jaxpr (primals, nonzero tangents) -> (primal outs, nonzero tangent outs)."""
-    in_avals = closed.in_avals
-    out_nonzero: list[bool] = []
-
-    def jvp_fun(*args):
-        primals, tangents = args[: len(in_avals)], iter(args[len(in_avals) :])
-        trace = JVPTrace(core.current_trace(), "checkpoint")
-        inputs = [
-            JVPTracer(trace, p, next(tangents)) if nz else p for p, nz in zip(primals, nonzero)
-        ]
-        with core.set_current_trace(trace):
-            outs = eval_jaxpr(closed.jaxpr, closed.consts, *inputs)
-        pairs = [trace.primal_and_tangent(o) for o in outs]
-        trace.alive = False
-        out_nonzero.extend(type(t) is not Zero for _, t in pairs)
-        return [p for p, _ in pairs] + [t for _, t in pairs if type(t) is not Zero]
-
-    tangent_avals = [tangent_aval(a) for a, nz in zip(in_avals, nonzero) if nz]
-    jvp_closed, _ = trace_to_jaxpr(jvp_fun, list(in_avals) + tangent_avals, "checkpoint jvp")
-    return jvp_closed, out_nonzero
-
-
-def _partial_eval_jaxpr(
-    closed: ClosedJaxpr, unknowns: Sequence[bool], num_known_out: int, saveable: Callable
-) -> tuple[ClosedJaxpr, ClosedJaxpr, int]:
-    """Split a jaxpr into a known part and an unknown part that recomputes what is not saved.
-
-    known:   known inputs -> (known outputs, residuals)
-    unknown: (residuals, unknown inputs) -> unknown outputs
-    Residuals are known inputs and outputs of saveable equations that the unknown part reads.
-    The first `num_known_out` outputs (the primal outputs) are known, the rest unknown, even
-    those that depend on no unknown input (a jvp rule may return a tangent it knows is zero).
-    """
-    jaxpr = closed.jaxpr
-    unknown_vars = {v for v, u in zip(jaxpr.invars, unknowns) if u}
-    producer: dict[Var, JaxprEqn] = {}
-    unknown_eqns = []
-    for eqn in jaxpr.eqns:
-        if any(type(v) is not Literal and v in unknown_vars for v in eqn.invars):
-            unknown_eqns.append(eqn)
-            unknown_vars.update(eqn.outvars)
-        else:
-            for v in eqn.outvars:
-                producer[v] = eqn
-    out_unknown = [i >= num_known_out for i in range(len(jaxpr.outvars))]
-
-    # Walk back from the unknown side's needs: saved values become residuals, the rest is
-    # recomputed on the unknown side.
-    residuals: list[Var] = []
-    recomputed: set[int] = set()
-    unknown_outvars = [v for v, u in zip(jaxpr.outvars, out_unknown) if u]
-    needed = [v for e in unknown_eqns for v in e.invars] + unknown_outvars
-    pending = [v for v in needed if type(v) is not Literal]
-    seen: set[Var] = set(jaxpr.constvars)  # consts are closed over by both sides
-    while pending:
-        v = pending.pop()
-        if v in seen or v in unknown_vars:
-            continue
-        seen.add(v)
-        eqn = producer.get(v)
-        if eqn is None or saveable(eqn.primitive, *(x.aval for x in eqn.invars), **eqn.params):
-            residuals.append(v)
-        elif id(eqn) not in recomputed:
-            recomputed.add(id(eqn))
-            pending.extend(x for x in eqn.invars if type(x) is not Literal)
-    # Outputs on the known side are the primal outputs; the unknown side returns the rest.
-    known_outvars = [v for v, u in zip(jaxpr.outvars, out_unknown) if not u]
-    known_jaxpr = Jaxpr(
-        jaxpr.constvars,
-        [v for v, u in zip(jaxpr.invars, unknowns) if not u],
-        known_outvars + residuals,
-        [e for e in jaxpr.eqns if all(v not in unknown_vars for v in e.outvars)],
-    )
-    unknown_jaxpr = Jaxpr(
-        jaxpr.constvars,
-        residuals + [v for v, u in zip(jaxpr.invars, unknowns) if u],
-        unknown_outvars,
-        [e for e in jaxpr.eqns if id(e) in recomputed or e in unknown_eqns],
-    )
-    return (
-        ClosedJaxpr(known_jaxpr, closed.consts),
-        ClosedJaxpr(unknown_jaxpr, closed.consts),
-        len(residuals),
-    )
 
 
 # ---------------------------------------------------------------------------------------------
