@@ -2,6 +2,7 @@
 
 from funcgrad import dtypes, lax, nn, numpy, random, scipy, test_util, tree_util
 from funcgrad.array import Array, Device, device_put, devices
+from funcgrad.config import config, disable_jit
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
 from funcgrad.transforms.autodiff import (
     grad,
@@ -15,6 +16,7 @@ from funcgrad.transforms.autodiff import (
 )
 from funcgrad.transforms.checkpoint import checkpoint, checkpoint_policies, remat
 from funcgrad.transforms.custom_derivatives import custom_jvp, custom_vjp
+from funcgrad.transforms.jit import jit
 from funcgrad.transforms.make_jaxpr import eval_shape, make_jaxpr
 from funcgrad.transforms.vmap import vmap
 
@@ -26,17 +28,20 @@ __all__ = [
     "ShapeDtypeStruct",
     "ShapedArray",
     "checkpoint",
+    "config",
     "checkpoint_policies",
     "custom_jvp",
     "custom_vjp",
     "device_put",
     "devices",
+    "disable_jit",
     "dtypes",
     "eval_shape",
     "grad",
     "hessian",
     "jacfwd",
     "jacrev",
+    "jit",
     "jvp",
     "linearize",
     "lax",

@@ -179,6 +179,9 @@ class Primitive:
         self.transpose: Callable | None = None
         self.batch: Callable | None = None
         self.lowerings: dict[str, Callable] = {}
+        # How partial evaluation splits it when some operands are known (higher-order
+        # primitives); others are staged whole once any operand is unknown.
+        self.partial_eval: Callable | None = None
         self.weak_type_rule: Callable = _all_operands_weak
         # Rules that do not apply to this primitive, each with the reason (see the coverage tool).
         self.not_applicable: dict[str, str] = {}

@@ -25,12 +25,26 @@ class PartialEvalTrace(StagingTrace):
     constvars are the residuals.
     """
 
+    def is_unknown(self, x) -> bool:
+        return isinstance(x, StagingTracer) and x._trace is self
+
     def process_primitive(self, primitive, args, params):
-        for a in args:
-            if isinstance(a, StagingTracer) and a._trace is self:
-                return super().process_primitive(primitive, args, params)
-        with core.set_current_trace(self.parent):
-            return primitive.bind(*args, **params)
+        if not any(self.is_unknown(a) for a in args):
+            with core.set_current_trace(self.parent):
+                return primitive.bind(*args, **params)
+        rule = primitive.partial_eval
+        if rule is not None and not all(self.is_unknown(a) for a in args):
+            return rule(self, args, params)
+        return super().process_primitive(primitive, args, params)
+
+
+def unknown_outputs(jaxpr: Jaxpr, unknowns: Sequence[bool]) -> list[bool]:
+    """Which outputs of `jaxpr` depend on the inputs marked unknown."""
+    unknown_vars = {v for v, u in zip(jaxpr.invars, unknowns) if u}
+    for eqn in jaxpr.eqns:
+        if any(type(v) is not Literal and v in unknown_vars for v in eqn.invars):
+            unknown_vars.update(eqn.outvars)
+    return [type(v) is not Literal and v in unknown_vars for v in jaxpr.outvars]
 
 
 def partial_eval_jaxpr(

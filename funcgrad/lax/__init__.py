@@ -7,6 +7,7 @@ in `__all__`.
 import warnings
 
 from funcgrad.lax.base import asarray
+from funcgrad.lax.control_flow import *
 from funcgrad.lax.elementwise import *
 from funcgrad.lax.indexing import *
 from funcgrad.lax.linalg import *

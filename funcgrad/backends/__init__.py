@@ -1,0 +1,1 @@
+"""Backends: where compiled programs run. The NumPy backend is the reference."""

@@ -1,0 +1,360 @@
+"""jit: stage a function once per signature, then run the staged program.
+
+A call looks its signature up in a cache (pytree structure, shapes, dtypes, weak types, static
+values); on a miss the function is traced into a jaxpr. The call then binds one `jit`
+primitive carrying that jaxpr, so every transformation of a jitted function is a rule of that
+primitive (jvp of a jit is a jit of the jvp, vmap of a jit is a jit of the batched program, and
+partial evaluation splits it in two jits) and the user's function is not traced again. Run
+eagerly, the program executes on the backend (today the NumPy reference backend).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+from funcgrad import core, tree_util
+from funcgrad.array import Array
+from funcgrad.backends.numpy.executor import NumpyExecutable
+from funcgrad.config import config
+from funcgrad.core import Primitive
+from funcgrad.interpreters import batching
+from funcgrad.interpreters.ad import (
+    Zero,
+    backward_pass,
+    is_undefined,
+    jvp_jaxpr,
+    tangent_aval,
+)
+from funcgrad.interpreters.partial_eval import (
+    PartialEvalTrace,
+    partial_eval_jaxpr,
+    unknown_outputs,
+)
+from funcgrad.interpreters.staging import StagingTrace, trace_to_jaxpr
+from funcgrad.ir import ClosedJaxpr, Jaxpr
+from funcgrad.lax.base import asarray
+from funcgrad.transforms.make_jaxpr import function_name
+
+# ---------------------------------------------------------------------------------------------
+# The call primitive
+
+jit_p = Primitive("jit", multiple_results=True, higher_order=True)
+
+
+@functools.lru_cache(maxsize=4096)
+def compile_jaxpr(jaxpr: ClosedJaxpr) -> NumpyExecutable:
+    """The backend program for a jaxpr (cached by the jaxpr object, which jit's cache keeps)."""
+    return NumpyExecutable(jaxpr)
+
+
+@jit_p.def_impl
+def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str):
+    return compile_jaxpr(jaxpr)(*args)
+
+
+@jit_p.def_abstract_eval
+def _jit_abstract_eval(*avals, jaxpr: ClosedJaxpr, name: str):
+    return jaxpr.out_avals
+
+
+@jit_p.def_weak_type
+def _jit_weak_type(weak_flags, *, jaxpr: ClosedJaxpr, name: str) -> list[bool]:
+    return [a.weak_type for a in jaxpr.out_avals]
+
+
+@jit_p.def_jvp
+def _jit_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, name: str):
+    nonzero = [type(t) is not Zero for t in tangents]
+    jvp_closed, out_nonzero = jvp_jaxpr(jaxpr, nonzero)
+    nonzero_tangents = [t for t in tangents if type(t) is not Zero]
+    outs = jit_p.bind(*primals, *nonzero_tangents, jaxpr=jvp_closed, name=f"jvp({name})")
+    num_out = len(jaxpr.out_avals)
+    tangent_outs = iter(outs[num_out:])
+    return outs[:num_out], [
+        next(tangent_outs) if nz else Zero(tangent_aval(aval))
+        for nz, aval in zip(out_nonzero, jaxpr.out_avals)
+    ]
+
+
+@jit_p.def_transpose
+def _jit_transpose(cotangents, *operands, jaxpr: ClosedJaxpr, name: str):
+    cts_in = backward_pass(jaxpr.jaxpr, jaxpr.consts, operands, list(cotangents))
+    return [ct if is_undefined(op) else None for ct, op in zip(cts_in, operands)]
+
+
+@jit_p.def_batch
+def _jit_batch(values, dims, *, jaxpr: ClosedJaxpr, name: str):
+    size = batching.batch_size(values, dims)
+    in_batched = [d is not None for d in dims]
+    values = [v if d is None else batching.moveaxis(v, d, 0) for v, d in zip(values, dims)]
+    batched = batching.batch_jaxpr(jaxpr, in_batched, size)
+    outs = jit_p.bind(*values, jaxpr=batched, name=f"vmap({name})")
+    return outs, [0] * len(outs)
+
+
+def _jit_partial_eval(trace: PartialEvalTrace, args: Sequence, params: dict) -> list:
+    """Split a jit whose operands are partly known: the known part runs now, the rest is
+    staged, with the known values it needs passed as residuals (nothing is recomputed)."""
+    jaxpr, name = params["jaxpr"], params["name"]
+    unknowns = [trace.is_unknown(a) for a in args]
+    out_unknown = unknown_outputs(jaxpr.jaxpr, unknowns)
+    known, unknown, num_residuals = partial_eval_jaxpr(
+        jaxpr, unknowns, out_unknown, lambda *_, **__: True
+    )
+    known_args = [a for a, u in zip(args, unknowns) if not u]
+    with core.set_current_trace(trace.parent):
+        known_outs = jit_p.bind(*known_args, jaxpr=known, name=name)
+    num_known_out = len(known_outs) - num_residuals
+    residuals = known_outs[num_known_out:]
+    unknown_args = residuals + [a for a, u in zip(args, unknowns) if u]
+    staged = StagingTrace.process_primitive(
+        trace, jit_p, unknown_args, dict(jaxpr=unknown, name=name)
+    )
+    known_iter, staged_iter = iter(known_outs[:num_known_out]), iter(staged)
+    return [next(staged_iter) if u else next(known_iter) for u in out_unknown]
+
+
+jit_p.partial_eval = _jit_partial_eval
+
+
+# ---------------------------------------------------------------------------------------------
+# The transform
+
+
+def _static_tuple(argnums, what: str) -> tuple:
+    if argnums is None:
+        return ()
+    if isinstance(argnums, (int, str)):
+        return (argnums,)
+    return tuple(argnums)
+
+
+def _aval_key(x):
+    if type(x) is Array:
+        value = x._value
+        return (value.shape, value.dtype, x.weak_type)
+    aval = core.get_aval(x)
+    return (aval.shape, aval.dtype, aval.weak_type)
+
+
+class _Entry:
+    """A traced signature: the program, its output structure and the values it closes over."""
+
+    __slots__ = ("jaxpr", "out_tree", "consts", "single_output", "_executable")
+
+    def __init__(self, jaxpr: ClosedJaxpr, out_tree, consts: list):
+        self.jaxpr = jaxpr
+        self.out_tree = out_tree
+        self.consts = consts
+        self.single_output = out_tree == tree_util.tree_structure(0)
+        self._executable = None
+
+    @property
+    def executable(self) -> NumpyExecutable:
+        if self._executable is None:
+            self._executable = compile_jaxpr(self.jaxpr)
+        return self._executable
+
+    def outputs(self, outs: list):
+        return outs[0] if self.single_output else tree_util.tree_unflatten(self.out_tree, outs)
+
+
+def _array_signature(args: tuple):
+    """The cache key of a call whose arguments are all funcgrad arrays (the common case),
+    computed without flattening a pytree; None for any other call."""
+    key = []
+    for a in args:
+        if type(a) is not Array:
+            return None
+        value = a._value
+        key.append((value.shape, value.dtype, a.weak_type))
+    return tuple(key)
+
+
+class Jitted:
+    """A jit-compiled function: call it, or `lower(*args)` it to see the staged program."""
+
+    def __init__(
+        self,
+        fun: Callable,
+        static_argnums=(),
+        static_argnames=(),
+        donate_argnums=(),
+    ):
+        functools.update_wrapper(self, fun)
+        self.fun = fun
+        self.name = function_name(fun)
+        self.static_argnums = _static_tuple(static_argnums, "static_argnums")
+        self.static_argnames = _static_tuple(static_argnames, "static_argnames")
+        # Buffers are not reused by the NumPy backend, so donation is accepted and ignored.
+        self.donate_argnums = _static_tuple(donate_argnums, "donate_argnums")
+        self._cache: dict = {}
+        self._array_cache: dict = {}  # by _array_signature, for calls without static values
+
+    def _split(self, args: tuple, kwargs: dict):
+        num_args = len(args)
+        static_positions = set()
+        for i in self.static_argnums:
+            if not -num_args <= i < num_args:
+                raise ValueError(
+                    f"jit({self.name}): static_argnums {self.static_argnums} out of range for a "
+                    f"call with {num_args} positional arguments"
+                )
+            static_positions.add(i % num_args)
+        static = tuple((i, args[i]) for i in sorted(static_positions))
+        static += tuple(sorted((k, v) for k, v in kwargs.items() if k in self.static_argnames))
+        for where, value in static:
+            try:
+                hash(value)
+            except TypeError:
+                raise ValueError(
+                    f"jit({self.name}): static argument {where!r} must be hashable, since the "
+                    f"compiled program is cached by its value; got {type(value).__name__} "
+                    f"{value!r}. Pass a tuple instead of a list, or make the argument dynamic."
+                ) from None
+        dynamic_args = [a for i, a in enumerate(args) if i not in static_positions]
+        dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
+        return static, static_positions, dynamic_args, dynamic_kwargs
+
+    def _entry(self, args: tuple, kwargs: dict):
+        static, static_positions, dynamic_args, dynamic_kwargs = self._split(args, kwargs)
+        leaves, in_tree = tree_util.tree_flatten((dynamic_args, dynamic_kwargs))
+        leaves = [_operand(x, self.name) for x in leaves]
+        key = (in_tree, tuple(map(_aval_key, leaves)), static)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._trace(args, kwargs, static_positions, in_tree, leaves)
+            # A program closing over a transformation's tracers belongs to that one trace.
+            if not any(isinstance(c, core.Tracer) for c in entry.consts):
+                self._cache[key] = entry
+        return entry, leaves
+
+    def _trace(self, args, kwargs, static_positions, in_tree, leaves) -> _Entry:
+        def flat_fun(*flat):
+            dynamic_args, dynamic_kwargs = tree_util.tree_unflatten(in_tree, flat)
+            dynamic_iter = iter(dynamic_args)
+            full = [
+                args[i] if i in static_positions else next(dynamic_iter) for i in range(len(args))
+            ]
+            static_kwargs = {k: v for k, v in kwargs.items() if k in self.static_argnames}
+            return self.fun(*full, **static_kwargs, **dynamic_kwargs)
+
+        closed, out_tree = trace_to_jaxpr(
+            flat_fun, [core.get_aval(x) for x in leaves], f"jit({self.name})"
+        )
+        jaxpr = closed.jaxpr
+        hoisted = Jaxpr([], jaxpr.constvars + jaxpr.invars, jaxpr.outvars, jaxpr.eqns)
+        return _Entry(ClosedJaxpr(hoisted, []), out_tree, closed.consts)
+
+    def __call__(self, *args, **kwargs):
+        if config.disable_jit:
+            return self.fun(*args, **kwargs)
+        eager = core.current_trace() is core.eval_trace()
+        signature = None if kwargs or self.static_argnums else _array_signature(args)
+        entry = self._array_cache.get(signature) if signature is not None else None
+        if entry is None:
+            entry, leaves = self._entry(args, kwargs)
+            cacheable = not any(isinstance(c, core.Tracer) for c in entry.consts)
+            if signature is not None and cacheable:
+                self._array_cache[signature] = entry
+        else:
+            leaves = args
+        if eager:
+            outs = entry.executable(*entry.consts, *leaves)
+        else:
+            outs = jit_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr, name=self.name)
+        return entry.outputs(outs)
+
+    def lower(self, *args, **kwargs) -> Lowered:
+        entry, _ = self._entry(args, kwargs)
+        return Lowered(self, entry)
+
+    def eval_shape(self, *args, **kwargs):
+        entry, _ = self._entry(args, kwargs)
+        shapes = [
+            core.ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in entry.jaxpr.out_avals
+        ]
+        return tree_util.tree_unflatten(entry.out_tree, shapes)
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+        self._array_cache.clear()
+
+    def __repr__(self) -> str:
+        return f"<jit-compiled function {self.name}>"
+
+
+def _operand(x, name: str):
+    if type(x) is Array or isinstance(x, core.Tracer):
+        return x
+    try:
+        return asarray(x)
+    except TypeError:
+        raise TypeError(
+            f"jit({name}) got an argument of type {type(x).__name__}: {x!r}. Arguments of jitted "
+            "functions are arrays, scalars or pytrees of them; pass other values as static "
+            "(static_argnums / static_argnames)."
+        ) from None
+
+
+class Lowered:
+    """A traced jit signature: its program as text, and the way to compile it."""
+
+    def __init__(self, jitted: Jitted, entry: _Entry):
+        self._jitted = jitted
+        self._entry = entry
+
+    @property
+    def jaxpr(self) -> ClosedJaxpr:
+        entry = self._entry
+        jaxpr = entry.jaxpr.jaxpr
+        num_consts = len(entry.consts)
+        unhoisted = Jaxpr(
+            jaxpr.invars[:num_consts], jaxpr.invars[num_consts:], jaxpr.outvars, jaxpr.eqns
+        )
+        return ClosedJaxpr(unhoisted, entry.consts)
+
+    def as_text(self, optimized: bool = False, source_info: bool = False) -> str:
+        jaxpr = self.jaxpr
+        if optimized:
+            from funcgrad.compiler.passes import optimize
+
+            jaxpr = optimize(jaxpr)
+        return jaxpr.pretty_print(source_info=source_info)
+
+    def compile(self) -> Compiled:
+        return Compiled(self._jitted, self._entry)
+
+
+class Compiled:
+    """A compiled jit signature: call it with arguments of that signature."""
+
+    def __init__(self, jitted: Jitted, entry: _Entry):
+        self._jitted = jitted
+        self._entry = entry
+        self.executable = entry.executable
+
+    def as_text(self) -> str:
+        return self.executable.as_text()
+
+    def __call__(self, *args, **kwargs):
+        entry, leaves = self._jitted._entry(args, kwargs)
+        if entry is not self._entry:
+            raise TypeError(
+                f"this compiled jit({self._jitted.name}) was lowered for other argument shapes, "
+                "dtypes or static values; lower and compile again for these arguments"
+            )
+        return entry.outputs(self.executable(*entry.consts, *leaves))
+
+
+def jit(
+    fun: Callable,
+    static_argnums: int | Sequence[int] = (),
+    static_argnames: str | Sequence[str] = (),
+    donate_argnums: int | Sequence[int] = (),
+) -> Jitted:
+    """Compile `fun`: trace it once per signature and run the staged program thereafter."""
+    if not callable(fun):
+        raise TypeError(f"jit expects a callable, got {type(fun).__name__}")
+    return Jitted(fun, static_argnums, static_argnames, donate_argnums)
