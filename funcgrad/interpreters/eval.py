@@ -9,8 +9,11 @@ Weak types follow the primitive's `weak_type_rule`, consulted only when an opera
 
 from __future__ import annotations
 
-from funcgrad import core
+import numpy as np
+
+from funcgrad import core, dtypes
 from funcgrad.array import Array
+from funcgrad.config import config
 from funcgrad.errors import UnexpectedTracerError
 
 _MAX_CHECKED_SIGNATURES = 8192
@@ -49,6 +52,8 @@ class EvalTrace(core.Trace):
         if not checked:
             self.check(primitive, args, params, signature)
         out = primitive.impl(*values, **params)
+        if config.debug_nans:
+            _check_nans(primitive, out)
         if any_weak or primitive.weak_type_rule is not core._all_operands_weak:
             weak = primitive.weak_type_rule([a.weak_type for a in args], **params)
         else:
@@ -67,6 +72,20 @@ class EvalTrace(core.Trace):
             self.checked_signatures.add(signature)
         except TypeError:
             pass  # unhashable params are checked on every call
+
+
+def _check_nans(primitive, out) -> None:
+    from funcgrad.interpreters.staging import user_source_info
+
+    for value in out if primitive.multiple_results else [out]:
+        value = np.asarray(value)
+        if dtypes.is_float(value.dtype) and np.isnan(value.astype(np.float64)).any():
+            where = user_source_info()
+            raise FloatingPointError(
+                f"invalid value (nan) encountered in {primitive.name}"
+                + (f" at {where}" if where is not None else "")
+                + " (reported because debug_nans is on)"
+            )
 
 
 def _bad_operand(primitive, arg) -> Exception:

@@ -19,7 +19,10 @@ from funcgrad.lax.sorting import *
 
 # The NumPy reference implementations produce IEEE results (inf, nan) for out-of-domain inputs
 # exactly as compiled code does; NumPy's warnings about them are noise to a funcgrad user. They
-# are raised from the impl's module, or from the eval trace when the impl is a NumPy ufunc.
+# are raised from the impl's module, or from what calls a NumPy ufunc impl directly: the eval
+# trace and the backend executor.
 warnings.filterwarnings(
-    "ignore", category=RuntimeWarning, module=r"funcgrad\.(lax|interpreters\.eval)(\.|$)"
+    "ignore",
+    category=RuntimeWarning,
+    module=r"funcgrad\.(lax|interpreters\.eval|backends\.numpy\.executor)(\.|$)",
 )
