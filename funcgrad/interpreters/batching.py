@@ -201,6 +201,19 @@ def batch_jaxpr(closed, in_batched: Sequence[bool], axis_size: int, axis_name: A
 
     Higher-order primitives batch the programs they carry with it.
     """
+    batched, _ = batch_jaxpr_outputs(closed, in_batched, axis_size, axis_name, instantiate=True)
+    return batched
+
+
+def batch_jaxpr_outputs(
+    closed,
+    in_batched: Sequence[bool],
+    axis_size: int,
+    axis_name: Any = None,
+    instantiate: bool = False,
+):
+    """Like `batch_jaxpr`, but outputs that do not depend on batched inputs stay unbatched
+    (unless `instantiate`); returns the jaxpr and which outputs are batched (at axis 0)."""
     from funcgrad.interpreters.staging import trace_to_jaxpr
     from funcgrad.ir import eval_jaxpr
 
@@ -208,6 +221,7 @@ def batch_jaxpr(closed, in_batched: Sequence[bool], axis_size: int, axis_name: A
         ShapedArray((axis_size,) + a.shape, a.dtype, a.weak_type) if batched else a
         for a, batched in zip(closed.in_avals, in_batched)
     ]
+    out_batched: list[bool] = []
 
     def batched_fun(*args):
         trace = BatchTrace(core.current_trace(), axis_size, axis_name, "vmap of a jaxpr")
@@ -218,7 +232,11 @@ def batch_jaxpr(closed, in_batched: Sequence[bool], axis_size: int, axis_name: A
             pairs = [trace.value_and_dim(o) for o in outs]
         finally:
             trace.alive = False
-        return [bdim_at_front(value, dim, axis_size) for value, dim in pairs]
+        out_batched.extend(instantiate or dim is not not_mapped for _, dim in pairs)
+        return [
+            bdim_at_front(value, dim, axis_size) if batched else value
+            for (value, dim), batched in zip(pairs, out_batched)
+        ]
 
     batched, _ = trace_to_jaxpr(batched_fun, in_avals, "vmap of a jaxpr")
-    return batched
+    return batched, out_batched

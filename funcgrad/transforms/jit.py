@@ -88,9 +88,9 @@ def _jit_batch(values, dims, *, jaxpr: ClosedJaxpr, name: str):
     size = batching.batch_size(values, dims)
     in_batched = [d is not None for d in dims]
     values = [v if d is None else batching.moveaxis(v, d, 0) for v, d in zip(values, dims)]
-    batched = batching.batch_jaxpr(jaxpr, in_batched, size)
+    batched, out_batched = batching.batch_jaxpr_outputs(jaxpr, in_batched, size)
     outs = jit_p.bind(*values, jaxpr=batched, name=f"vmap({name})")
-    return outs, [0] * len(outs)
+    return outs, [0 if b else None for b in out_batched]
 
 
 def _jit_partial_eval(trace: PartialEvalTrace, args: Sequence, params: dict) -> list:
