@@ -252,8 +252,10 @@ def backward_pass(
             for v in eqn.invars
         ]
         if eqn.primitive.transpose is None:
+            reason = eqn.primitive.not_applicable.get("transpose", "it is not implemented")
             raise NotImplementedError(
-                f"transpose rule for primitive '{eqn.primitive.name}' is not implemented"
+                f"cannot transpose primitive '{eqn.primitive.name}' (reverse-mode "
+                f"differentiation): {reason}"
             )
         ct_arg = cts_out if eqn.primitive.multiple_results else cts_out[0]
         cts_in = eqn.primitive.transpose(ct_arg, *operands, **eqn.params)
