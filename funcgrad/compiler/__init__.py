@@ -1,0 +1,1 @@
+"""Backend-independent compilation: jaxpr optimization passes."""
