@@ -1,6 +1,6 @@
 """funcgrad: composable transformations (grad, vmap, jit) of pure functions over arrays."""
 
-from funcgrad import dtypes, lax, nn, numpy, random, scipy, test_util, tree_util
+from funcgrad import debug, dtypes, lax, nn, numpy, random, scipy, test_util, tree_util
 from funcgrad.array import Array, Device, device_put, devices
 from funcgrad.config import config, disable_jit
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
@@ -32,6 +32,7 @@ __all__ = [
     "checkpoint_policies",
     "custom_jvp",
     "custom_vjp",
+    "debug",
     "device_put",
     "devices",
     "disable_jit",

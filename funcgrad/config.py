@@ -1,4 +1,5 @@
-"""Global switches, with JAX's names: `funcgrad.config.update("debug_nans", True)`."""
+"""Global switches, with JAX's names: `funcgrad.config.update("jax_debug_nans", True)` (the
+`jax_` prefix may be left out: `update("debug_nans", True)`)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ class Config:
         self.disable_jit = False
 
     def update(self, name: str, value) -> None:
+        name = name.removeprefix("jax_")
         if not hasattr(self, name) or name.startswith("_"):
             known = ", ".join(sorted(k for k in vars(self) if not k.startswith("_")))
             raise AttributeError(f"unknown configuration option {name!r}; options: {known}")

@@ -215,6 +215,18 @@ def _param_text(value, namer: _Namer, indent: int) -> str:
     if isinstance(value, Jaxpr):
         inner = _pp_jaxpr_lines(value, _Namer(), indent + 2, source_info=False)
         return "\n" + "\n".join(inner)
+    if (
+        isinstance(value, tuple)
+        and value
+        and all(isinstance(v, (Jaxpr, ClosedJaxpr)) for v in value)
+    ):
+        return (
+            "("
+            + "".join(_param_text(v, namer, indent) for v in value)
+            + "\n"
+            + " " * (indent + 2)
+            + ")"
+        )
     if isinstance(value, np.dtype):
         return value.name
     if callable(value) and hasattr(value, "__name__"):

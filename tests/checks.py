@@ -38,7 +38,8 @@ def assert_close(actual, expected, dtype=None, **tol) -> None:
 
 
 def check_staging(fun, *args) -> None:
-    """Eager outputs have exactly the avals (shape, dtype, weak type) that tracing predicts."""
+    """Eager outputs have exactly the avals (shape, dtype, weak type) that tracing predicts, and
+    the staged program, evaluated or compiled by jit, gives exactly the eager outputs."""
     args = tree_util.tree_map(
         lambda x: fg.numpy.asarray(x) if isinstance(x, np.ndarray) else x, args
     )
@@ -52,6 +53,12 @@ def check_staging(fun, *args) -> None:
     flat_args = [fg.lax.asarray(x) for x in tree_util.tree_leaves(args)]
     staged = eval_jaxpr(closed.jaxpr, closed.consts, *flat_args)
     for leaf, value in zip(eager_leaves, staged):
+        np.testing.assert_array_equal(_comparable(leaf), _comparable(value))
+    # The compiled program gives the eager outputs exactly: avals and values.
+    jitted_leaves = tree_util.tree_leaves(fg.jit(fun)(*args))
+    assert len(jitted_leaves) == len(eager_leaves)
+    for leaf, value in zip(eager_leaves, jitted_leaves):
+        assert value.aval == leaf.aval, f"eager {leaf.aval} vs jit {value.aval}"
         np.testing.assert_array_equal(_comparable(leaf), _comparable(value))
 
 

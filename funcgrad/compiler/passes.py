@@ -29,7 +29,6 @@ from funcgrad.lax.elementwise import (
     sub_p,
 )
 from funcgrad.lax.shapes import broadcast_in_dim_p, reshape_p, transpose_p
-from funcgrad.transforms.jit import jit_p
 
 Atom = Var | Literal
 
@@ -110,11 +109,16 @@ class _Rewriter:
 # Inlining
 
 
+# Call primitives (params: `jaxpr`, a ClosedJaxpr run on the operands as they are), registered
+# by the modules that declare them; `jit` is one.
+inlinable_calls: set[Primitive] = set()
+
+
 def inline_calls(closed: ClosedJaxpr) -> ClosedJaxpr:
-    """Replace every `jit` equation by the equations of its program, so that later passes see
-    across call boundaries. Inner variables are renamed (one program may be called twice);
-    inner consts become consts of the outer program, each distinct value once."""
-    if not any(eqn.primitive is jit_p for eqn in closed.eqns):
+    """Replace every call equation (`jit`) by the equations of its program, so that later
+    passes see across call boundaries. Inner variables are renamed (one program may be called
+    twice); inner consts become consts of the outer program, each distinct value once."""
+    if not any(eqn.primitive in inlinable_calls for eqn in closed.eqns):
         return closed
     constvars, consts = list(closed.jaxpr.constvars), list(closed.consts)
     constvar_of_id = {id(c): v for c, v in zip(consts, constvars)}
@@ -149,7 +153,7 @@ def inline_calls(closed: ClosedJaxpr) -> ClosedJaxpr:
             rewriter.substitute(outvar, rename(inner_out))
 
     for eqn in closed.eqns:
-        if eqn.primitive is jit_p:
+        if eqn.primitive in inlinable_calls:
             splice(eqn)
         else:
             rewriter.emit(rewriter.with_inputs_read(eqn))
@@ -234,14 +238,15 @@ def dead_code_elimination(closed: ClosedJaxpr) -> ClosedJaxpr:
     return ClosedJaxpr(pruned, [c for c, used in zip(closed.consts, used_consts) if used])
 
 
-def _jit_dce(eqn: JaxprEqn, used_outputs: list[bool]) -> tuple[JaxprEqn | None, list[bool]]:
+def dce_call(eqn: JaxprEqn, used_outputs: list[bool]) -> tuple[JaxprEqn | None, list[bool]]:
+    """The DCE rule of a call primitive: prune its program's unused outputs and inputs."""
     inner, used_inputs = dce_closed_jaxpr(eqn.params["jaxpr"], used_outputs)
     if not any(used_outputs) and not jaxpr_has_effects(inner.jaxpr):
         return None, [False] * len(eqn.invars)
     if inner is eqn.params["jaxpr"]:
         return eqn, used_inputs
     new_eqn = JaxprEqn(
-        jit_p,
+        eqn.primitive,
         [v for v, used in zip(eqn.invars, used_inputs) if used],
         [v for v, used in zip(eqn.outvars, used_outputs) if used],
         dict(eqn.params, jaxpr=inner),
@@ -249,8 +254,6 @@ def _jit_dce(eqn: JaxprEqn, used_outputs: list[bool]) -> tuple[JaxprEqn | None, 
     )
     return new_eqn, used_inputs
 
-
-dce_rules[jit_p] = _jit_dce
 
 # ---------------------------------------------------------------------------------------------
 # Common subexpression elimination

@@ -3,36 +3,37 @@
 A call looks its signature up in a cache (pytree structure, shapes, dtypes, weak types, static
 values); on a miss the function is traced into a jaxpr. The call then binds one `jit`
 primitive carrying that jaxpr, so every transformation of a jitted function is a rule of that
-primitive (jvp of a jit is a jit of the jvp, vmap of a jit is a jit of the batched program, and
-partial evaluation splits it in two jits) and the user's function is not traced again. Run
+primitive (jvp of a jit is a jit of the jvp, vmap of a jit is a jit of the batched program, the
+transpose of a jit is a jit of the transposed program, and partial evaluation splits it in two
+jits) and the user's function is not traced again. Run
 eagerly, the program executes on the backend (today the NumPy reference backend).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Sequence
 
 from funcgrad import core, tree_util
 from funcgrad.array import Array
 from funcgrad.backends.numpy.executor import NumpyExecutable
+from funcgrad.compiler import passes
 from funcgrad.config import config
 from funcgrad.core import Primitive
 from funcgrad.interpreters import batching
 from funcgrad.interpreters.ad import (
+    UndefinedPrimal,
     Zero,
     backward_pass,
+    instantiate,
     is_undefined,
     jvp_jaxpr,
     tangent_aval,
 )
-from funcgrad.interpreters.partial_eval import (
-    PartialEvalTrace,
-    partial_eval_jaxpr,
-    unknown_outputs,
-)
+from funcgrad.interpreters.partial_eval import PartialEvalTrace
 from funcgrad.interpreters.staging import StagingTrace, trace_to_jaxpr
-from funcgrad.ir import ClosedJaxpr, Jaxpr
+from funcgrad.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from funcgrad.lax.base import asarray
 from funcgrad.transforms.make_jaxpr import function_name
 
@@ -63,10 +64,21 @@ def _jit_weak_type(weak_flags, *, jaxpr: ClosedJaxpr, name: str) -> list[bool]:
     return [a.weak_type for a in jaxpr.out_avals]
 
 
+# Each transformation of a jit rewrites its program once: the rewritten programs are cached by
+# the program they come from (which jit's signature cache keeps alive) and the transformation,
+# so repeated calls of grad(jit(f)) or vmap(jit(f)) reuse both them and their compiled form.
+
+
+@functools.lru_cache(maxsize=1024)
+def _jvp_program(jaxpr: ClosedJaxpr, nonzero: tuple[bool, ...]):
+    jvp_closed, out_nonzero = jvp_jaxpr(jaxpr, nonzero)
+    return jvp_closed, tuple(out_nonzero)
+
+
 @jit_p.def_jvp
 def _jit_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, name: str):
-    nonzero = [type(t) is not Zero for t in tangents]
-    jvp_closed, out_nonzero = jvp_jaxpr(jaxpr, nonzero)
+    nonzero = tuple(type(t) is not Zero for t in tangents)
+    jvp_closed, out_nonzero = _jvp_program(jaxpr, nonzero)
     nonzero_tangents = [t for t in tangents if type(t) is not Zero]
     outs = jit_p.bind(*primals, *nonzero_tangents, jaxpr=jvp_closed, name=f"jvp({name})")
     num_out = len(jaxpr.out_avals)
@@ -77,35 +89,106 @@ def _jit_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, name: str):
     ]
 
 
+@functools.lru_cache(maxsize=1024)
+def _transpose_program(
+    jaxpr: ClosedJaxpr, undefined: tuple[bool, ...], ct_nonzero: tuple[bool, ...]
+) -> ClosedJaxpr:
+    """(defined operands, nonzero cotangents) -> cotangents of the undefined operands."""
+    in_avals, out_avals = jaxpr.in_avals, jaxpr.out_avals
+    defined_avals = [a for a, u in zip(in_avals, undefined) if not u]
+    ct_avals = [tangent_aval(a) for a, nz in zip(out_avals, ct_nonzero) if nz]
+
+    def transposed(*args):
+        defined, cts = iter(args[: len(defined_avals)]), iter(args[len(defined_avals) :])
+        operands = [UndefinedPrimal(a) if u else next(defined) for a, u in zip(in_avals, undefined)]
+        cts_out = [
+            next(cts) if nz else Zero(tangent_aval(a)) for a, nz in zip(out_avals, ct_nonzero)
+        ]
+        cts_in = backward_pass(jaxpr.jaxpr, jaxpr.consts, operands, cts_out)
+        return [instantiate(ct) for ct, u in zip(cts_in, undefined) if u]
+
+    closed, _ = trace_to_jaxpr(transposed, defined_avals + ct_avals, "transpose of a jit")
+    return closed
+
+
 @jit_p.def_transpose
 def _jit_transpose(cotangents, *operands, jaxpr: ClosedJaxpr, name: str):
-    cts_in = backward_pass(jaxpr.jaxpr, jaxpr.consts, operands, list(cotangents))
-    return [ct if is_undefined(op) else None for ct, op in zip(cts_in, operands)]
+    undefined = tuple(is_undefined(op) for op in operands)
+    ct_nonzero = tuple(type(ct) is not Zero for ct in cotangents)
+    transposed = _transpose_program(jaxpr, undefined, ct_nonzero)
+    defined = [op for op in operands if not is_undefined(op)]
+    nonzero_cts = [ct for ct in cotangents if type(ct) is not Zero]
+    cts = iter(jit_p.bind(*defined, *nonzero_cts, jaxpr=transposed, name=f"transpose({name})"))
+    return [next(cts) if u else None for u in undefined]
+
+
+@functools.lru_cache(maxsize=1024)
+def _batched_program(jaxpr: ClosedJaxpr, in_batched: tuple[bool, ...], size: int):
+    batched, out_batched = batching.batch_jaxpr_outputs(jaxpr, in_batched, size)
+    return batched, tuple(out_batched)
 
 
 @jit_p.def_batch
 def _jit_batch(values, dims, *, jaxpr: ClosedJaxpr, name: str):
     size = batching.batch_size(values, dims)
-    in_batched = [d is not None for d in dims]
+    in_batched = tuple(d is not None for d in dims)
     values = [v if d is None else batching.moveaxis(v, d, 0) for v, d in zip(values, dims)]
-    batched, out_batched = batching.batch_jaxpr_outputs(jaxpr, in_batched, size)
+    batched, out_batched = _batched_program(jaxpr, in_batched, size)
     outs = jit_p.bind(*values, jaxpr=batched, name=f"vmap({name})")
     return outs, [0 if b else None for b in out_batched]
+
+
+def _hoisted(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """The same program with its constants turned into leading inputs."""
+    jaxpr = closed.jaxpr
+    return ClosedJaxpr(Jaxpr([], jaxpr.constvars + jaxpr.invars, jaxpr.outvars, jaxpr.eqns), [])
+
+
+@functools.lru_cache(maxsize=1024)
+def _split_program(jaxpr: ClosedJaxpr, unknowns: tuple[bool, ...]):
+    """Split a program into a known part, known inputs -> (known outputs, residuals), and an
+    unknown part, (residuals, unknown inputs) -> unknown outputs.
+
+    The split is found by evaluating the program under a partial-evaluation trace, rather than
+    by a pass over its equations, so that the jits (and other higher-order primitives) nested in
+    it are split by their own rules instead of being staged whole on the unknown side.
+    Returns (known, unknown or None when it has nothing to do, which outputs are unknown).
+    """
+    in_avals = jaxpr.in_avals
+    known_avals = [a for a, u in zip(in_avals, unknowns) if not u]
+    found: dict = {}
+
+    def known_fun(*known_args):
+        inner = PartialEvalTrace(core.current_trace(), "partial evaluation of a jit")
+        known_iter = iter(known_args)
+        inputs = [inner.new_arg(a) if u else next(known_iter) for a, u in zip(in_avals, unknowns)]
+        try:
+            with core.set_current_trace(inner):
+                outs = eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *inputs)
+            out_unknown = [inner.is_unknown(o) for o in outs]
+            staged = inner.to_closed_jaxpr([o for o, u in zip(outs, out_unknown) if u])
+        finally:
+            inner.alive = False
+        found["out_unknown"] = tuple(out_unknown)
+        found["unknown"] = _hoisted(staged) if staged.jaxpr.eqns or any(out_unknown) else None
+        return [o for o, u in zip(outs, out_unknown) if not u] + staged.consts
+
+    known, _ = trace_to_jaxpr(known_fun, known_avals, "partial evaluation of a jit")
+    return known, found["unknown"], found["out_unknown"]
 
 
 def _jit_partial_eval(trace: PartialEvalTrace, args: Sequence, params: dict) -> list:
     """Split a jit whose operands are partly known: the known part runs now, the rest is
     staged, with the known values it needs passed as residuals (nothing is recomputed)."""
     jaxpr, name = params["jaxpr"], params["name"]
-    unknowns = [trace.is_unknown(a) for a in args]
-    out_unknown = unknown_outputs(jaxpr.jaxpr, unknowns)
-    known, unknown, num_residuals = partial_eval_jaxpr(
-        jaxpr, unknowns, out_unknown, lambda *_, **__: True
-    )
+    unknowns = tuple(trace.is_unknown(a) for a in args)
+    known, unknown, out_unknown = _split_program(jaxpr, unknowns)
     known_args = [a for a, u in zip(args, unknowns) if not u]
     with core.set_current_trace(trace.parent):
         known_outs = jit_p.bind(*known_args, jaxpr=known, name=name)
-    num_known_out = len(known_outs) - num_residuals
+    num_known_out = out_unknown.count(False)
+    if unknown is None:
+        return known_outs
     residuals = known_outs[num_known_out:]
     unknown_args = residuals + [a for a, u in zip(args, unknowns) if u]
     staged = StagingTrace.process_primitive(
@@ -116,18 +199,46 @@ def _jit_partial_eval(trace: PartialEvalTrace, args: Sequence, params: dict) -> 
 
 
 jit_p.partial_eval = _jit_partial_eval
+passes.inlinable_calls.add(jit_p)
+passes.dce_rules[jit_p] = passes.dce_call
 
 
 # ---------------------------------------------------------------------------------------------
 # The transform
 
 
-def _static_tuple(argnums, what: str) -> tuple:
+def _static_tuple(argnums) -> tuple:
     if argnums is None:
         return ()
     if isinstance(argnums, (int, str)):
         return (argnums,)
     return tuple(argnums)
+
+
+def _static_argnums_and_names(fun: Callable, name: str, argnums: tuple, argnames: tuple):
+    """Complete each of static_argnums and static_argnames from the other through `fun`'s
+    signature, as JAX does: a parameter declared static by name is static when passed by
+    position too, and the reverse. Positions the signature cannot have are an error."""
+    try:
+        parameters = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):  # no signature (some builtins): take them as given
+        return argnums, argnames
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if not any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        for i in argnums:
+            if not -len(positional) <= i < len(positional):
+                raise ValueError(
+                    f"jit({name}): static_argnums {argnums} out of range: the function takes "
+                    f"{len(positional)} positional argument(s)"
+                )
+    nums, names = list(argnums), list(argnames)
+    for i, p in enumerate(positional):
+        if p.name in argnames and i not in nums:
+            nums.append(i)
+        if (i in argnums or i - len(positional) in argnums) and p.kind is p.POSITIONAL_OR_KEYWORD:
+            if p.name not in names:
+                names.append(p.name)
+    return tuple(nums), tuple(names)
 
 
 def _aval_key(x):
@@ -185,23 +296,20 @@ class Jitted:
         functools.update_wrapper(self, fun)
         self.fun = fun
         self.name = function_name(fun)
-        self.static_argnums = _static_tuple(static_argnums, "static_argnums")
-        self.static_argnames = _static_tuple(static_argnames, "static_argnames")
+        self.static_argnums, self.static_argnames = _static_argnums_and_names(
+            fun, self.name, _static_tuple(static_argnums), _static_tuple(static_argnames)
+        )
         # Buffers are not reused by the NumPy backend, so donation is accepted and ignored.
-        self.donate_argnums = _static_tuple(donate_argnums, "donate_argnums")
+        self.donate_argnums = _static_tuple(donate_argnums)
         self._cache: dict = {}
         self._array_cache: dict = {}  # by _array_signature, for calls without static values
 
     def _split(self, args: tuple, kwargs: dict):
+        if not self.static_argnums and not self.static_argnames:
+            return (), (), list(args), kwargs
+        # A static argument left to its default (or passed by name) is not among `args`.
         num_args = len(args)
-        static_positions = set()
-        for i in self.static_argnums:
-            if not -num_args <= i < num_args:
-                raise ValueError(
-                    f"jit({self.name}): static_argnums {self.static_argnums} out of range for a "
-                    f"call with {num_args} positional arguments"
-                )
-            static_positions.add(i % num_args)
+        static_positions = {i % num_args for i in self.static_argnums if -num_args <= i < num_args}
         static = tuple((i, args[i]) for i in sorted(static_positions))
         static += tuple(sorted((k, v) for k, v in kwargs.items() if k in self.static_argnames))
         for where, value in static:
@@ -217,10 +325,15 @@ class Jitted:
         dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
         return static, static_positions, dynamic_args, dynamic_kwargs
 
-    def _entry(self, args: tuple, kwargs: dict):
+    def _entry(self, args: tuple, kwargs: dict, abstract: bool = False):
+        """The traced signature of a call; `abstract` lets ShapeDtypeStructs stand for arrays
+        (to lower or eval_shape without data)."""
         static, static_positions, dynamic_args, dynamic_kwargs = self._split(args, kwargs)
         leaves, in_tree = tree_util.tree_flatten((dynamic_args, dynamic_kwargs))
-        leaves = [_operand(x, self.name) for x in leaves]
+        leaves = [
+            x if abstract and isinstance(x, core.ShapeDtypeStruct) else _operand(x, self.name)
+            for x in leaves
+        ]
         key = (in_tree, tuple(map(_aval_key, leaves)), static)
         entry = self._cache.get(key)
         if entry is None:
@@ -243,9 +356,7 @@ class Jitted:
         closed, out_tree = trace_to_jaxpr(
             flat_fun, [core.get_aval(x) for x in leaves], f"jit({self.name})"
         )
-        jaxpr = closed.jaxpr
-        hoisted = Jaxpr([], jaxpr.constvars + jaxpr.invars, jaxpr.outvars, jaxpr.eqns)
-        return _Entry(ClosedJaxpr(hoisted, []), out_tree, closed.consts)
+        return _Entry(_hoisted(closed), out_tree, closed.consts)
 
     def __call__(self, *args, **kwargs):
         if config.disable_jit:
@@ -267,11 +378,11 @@ class Jitted:
         return entry.outputs(outs)
 
     def lower(self, *args, **kwargs) -> Lowered:
-        entry, _ = self._entry(args, kwargs)
+        entry, _ = self._entry(args, kwargs, abstract=True)
         return Lowered(self, entry)
 
     def eval_shape(self, *args, **kwargs):
-        entry, _ = self._entry(args, kwargs)
+        entry, _ = self._entry(args, kwargs, abstract=True)
         shapes = [
             core.ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in entry.jaxpr.out_avals
         ]

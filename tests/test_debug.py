@@ -1,0 +1,296 @@
+"""Debugging: debug.print / debug.callback under every transform, debug_nans, disable_jit,
+source locations in staged programs, and the errors that explain tracing to a user."""
+
+import inspect
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import arrays, float_dtypes, shapes
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad.errors import ConcretizationTypeError, UnexpectedTracerError
+
+THIS_FILE = __file__
+
+
+def lines(capsys) -> list[str]:
+    return capsys.readouterr().out.splitlines()
+
+
+def line_of(fun, text: str) -> int:
+    """The line number, in this file, of the first line of `fun` containing `text`."""
+    source, start = inspect.getsourcelines(fun)
+    return start + next(i for i, line in enumerate(source) if text in line)
+
+
+@pytest.fixture
+def debug_nans():
+    fg.config.update("debug_nans", True)
+    yield
+    fg.config.update("debug_nans", False)
+
+
+# ---------------------------------------------------------------------------------------------
+# debug.print and debug.callback
+
+
+def test_print_formats_positional_and_keyword_arguments_eagerly(capsys):
+    fg.debug.print("x={} y={y} s={}", fnp.asarray(2.0), "static", y=np.arange(3))
+    assert lines(capsys) == ["x=2.0 y=[0 1 2] s=static"]
+
+
+def test_print_inside_jit_prints_on_every_call_not_at_trace_time(capsys):
+    @fg.jit
+    def f(x):
+        fg.debug.print("x: {}", x)
+        y = fnp.sin(x)
+        fg.debug.print("y: {y:.3f}", y=y)
+        return y
+
+    f.lower(1.0)  # tracing alone runs nothing
+    assert lines(capsys) == []
+    f(0.0)
+    f(2.0)
+    assert lines(capsys) == ["x: 0.0", "y: 0.000", "x: 2.0", f"y: {np.sin(2.0):.3f}"]
+
+
+def test_print_inside_vmap_prints_each_lane_in_order(capsys):
+    def f(x, scale):
+        fg.debug.print("x: {} scale: {}", x, scale)
+        y = fnp.sin(x) * scale
+        fg.debug.print("y: {}", y)
+        return y
+
+    xs = np.arange(3.0, dtype=np.float32)
+    fg.vmap(f, in_axes=(0, None))(xs, np.float32(2.0))
+    ys = np.sin(xs) * np.float32(2.0)
+    expected = [f"x: {x} scale: 2.0" for x in xs] + [f"y: {y}" for y in ys]
+    assert lines(capsys) == expected
+    # Staged under jit, the lanes print when the program runs, in the same order.
+    fg.jit(fg.vmap(f, in_axes=(0, None)))(xs, np.float32(2.0))
+    assert lines(capsys) == expected
+
+
+def test_print_inside_nested_vmap_follows_jax_lane_order(capsys):
+    # JAX unrolls the inner vmap's lanes first: lane (i, j) prints in the order of (j, i).
+    def f(x):
+        fg.debug.print("{}", x)
+        return x
+
+    xs = np.arange(6.0).reshape(2, 3)
+    fg.vmap(fg.vmap(f))(xs)
+    assert lines(capsys) == [str(v) for v in xs.T.reshape(-1)]
+
+
+@given(arrays(float_dtypes, shapes(min_dims=1, max_dims=3, min_side=1, max_side=3)), st.data())
+def test_callback_under_vmap_gets_every_lane_along_any_axis(x, data):
+    axis = data.draw(st.integers(-x.ndim, x.ndim - 1))
+    seen = []
+    fg.vmap(lambda lane: fg.debug.callback(seen.append, lane), in_axes=axis)(x)
+    assert len(seen) == x.shape[axis]
+    for i, lane in enumerate(seen):
+        assert lane.dtype == x.dtype
+        np.testing.assert_array_equal(lane, np.take(x, i, axis=axis))
+
+
+def test_print_inside_grad_prints_the_primal_once(capsys):
+    def f(x):
+        fg.debug.print("x: {}", x)
+        return fnp.sin(x) * x
+
+    g = fg.grad(f)(1.5)
+    assert lines(capsys) == ["x: 1.5"]
+    np.testing.assert_allclose(g, np.cos(1.5) * 1.5 + np.sin(1.5), rtol=1e-6)
+    fg.grad(fg.jit(f))(0.5)
+    fg.jit(fg.grad(f))(0.25)
+    fg.jvp(f, (2.0,), (1.0,))
+    assert lines(capsys) == ["x: 0.5", "x: 0.25", "x: 2.0"]
+
+
+def test_prints_and_callbacks_run_in_program_order_under_jit(capsys):
+    events = []
+
+    @fg.jit
+    def f(x):
+        fg.debug.callback(lambda v: events.append(("first", float(v))), x)
+        fg.debug.print("middle {}", x + 1)
+        fg.debug.callback(lambda v: events.append(("last", float(v))), x * 10)
+        return x
+
+    f(1.0)
+    f(2.0)
+    assert events == [("first", 1.0), ("last", 10.0), ("first", 2.0), ("last", 20.0)]
+    assert lines(capsys) == ["middle 2.0", "middle 3.0"]
+
+
+def test_callback_receives_read_only_numpy_arrays_and_static_leaves():
+    received = []
+
+    def record(*args, **kwargs):
+        received.append((args, kwargs))
+
+    @fg.jit
+    def f(x, tree):
+        assert fg.debug.callback(record, x, "label", tree, n=3) is None
+        return x
+
+    x = np.arange(4.0)
+    f(x, {"a": np.ones(2, np.int32), "b": (np.float32(1.5),)})
+    ((args, kwargs),) = received
+    value, label, tree = args
+    assert type(value) is np.ndarray and value.dtype == np.float64
+    np.testing.assert_array_equal(value, x)
+    assert label == "label"
+    assert tree["a"].dtype == np.int32 and tree["b"][0].shape == ()
+    assert kwargs["n"] == 3 and type(kwargs["n"]) is np.ndarray
+    with pytest.raises(ValueError, match="read-only"):
+        value[0] = 1.0
+
+
+def test_debug_callback_is_one_effectful_equation_with_no_outputs():
+    def f(x):
+        fg.debug.print("{}", x)
+        return x * 2
+
+    jaxpr = fg.make_jaxpr(f)(1.0)
+    (eqn, _) = jaxpr.eqns
+    assert eqn.primitive.name == "debug_callback" and eqn.outvars == []
+    assert eqn.primitive.has_effects
+    assert "print('{}')" in str(jaxpr)
+
+
+def test_print_checks_its_format_fields_at_trace_time():
+    with pytest.raises(IndexError, match=r"positional argument 1, but 1"):
+        fg.make_jaxpr(lambda x: fg.debug.print("{} {}", x))(1.0)
+    with pytest.raises(KeyError, match=r"keyword argument 'y'"):
+        fg.make_jaxpr(lambda x: fg.debug.print("{y}", x))(1.0)
+    with pytest.raises(TypeError, match="expects a callable"):
+        fg.debug.callback("not callable", 1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# debug_nans
+
+
+def nan_producer(x):
+    y = fnp.log(x)
+    return y * 2
+
+
+def test_debug_nans_names_the_primitive_and_the_line_eagerly(debug_nans):
+    line = line_of(nan_producer, "fnp.log")
+    with pytest.raises(FloatingPointError, match=rf"nan.* in log at .*test_debug.py:{line}"):
+        nan_producer(fnp.asarray(-1.0))
+    nan_producer(fnp.asarray(1.0))  # finite values pass
+
+
+def test_debug_nans_names_the_primitive_and_the_line_inside_jit(debug_nans):
+    line = line_of(nan_producer, "fnp.log")
+    f = fg.jit(nan_producer)
+    f(fnp.asarray(1.0))
+    with pytest.raises(FloatingPointError, match=rf"nan.* in log at .*test_debug.py:{line}"):
+        f(fnp.asarray(-1.0))
+
+
+def test_config_takes_jax_option_names():
+    fg.config.update("jax_debug_nans", True)
+    try:
+        assert fg.config.debug_nans
+        with pytest.raises(FloatingPointError):
+            fg.jit(nan_producer)(-1.0)
+    finally:
+        fg.config.update("jax_debug_nans", False)
+    with pytest.raises(AttributeError, match="unknown configuration option 'no_such'"):
+        fg.config.update("jax_no_such", True)
+
+
+def test_nans_pass_silently_without_debug_nans():
+    assert np.isnan(fg.jit(nan_producer)(-1.0))
+    assert np.isnan(nan_producer(fnp.asarray(-1.0)))
+
+
+# ---------------------------------------------------------------------------------------------
+# disable_jit
+
+
+def test_disable_jit_runs_the_python_function_every_call_on_concrete_values(capsys):
+    seen_types = []
+
+    @fg.jit
+    def f(x):
+        print("python print")
+        seen_types.append(type(x))
+        if x > 0:  # a concrete value can steer Python control flow
+            return x * 2
+        return -x
+
+    with fg.disable_jit():
+        assert float(f(fnp.asarray(3.0))) == 6.0
+        assert float(f(fnp.asarray(-1.0))) == 1.0
+    assert lines(capsys) == ["python print", "python print"]
+    assert seen_types == [fg.Array, fg.Array]
+    assert not fg.config.disable_jit
+
+
+# ---------------------------------------------------------------------------------------------
+# Source locations and errors
+
+
+def located(x):
+    y = fnp.sin(x)
+    return fnp.exp(y)
+
+
+def test_equations_record_the_users_source_line():
+    sin_line, exp_line = line_of(located, "fnp.sin"), line_of(located, "fnp.exp")
+    texts = [
+        fg.make_jaxpr(located)(1.0).pretty_print(source_info=True),
+        fg.jit(located).lower(1.0).as_text(source_info=True),
+    ]
+    for text in texts:
+        sin_text, exp_text = text.splitlines()[1:3]
+        assert sin_text.startswith("    b:f32[] = sin a")
+        assert sin_text.endswith(f"# {THIS_FILE}:{sin_line} (located)")
+        assert exp_text.endswith(f"# {THIS_FILE}:{exp_line} (located)")
+    assert "#" not in fg.jit(located).lower(1.0).as_text()
+
+
+def test_concretization_error_inside_jit_names_the_function_and_the_remedies():
+    def branchy(x):
+        if x > 0:
+            return x
+        return -x
+
+    with pytest.raises(ConcretizationTypeError) as info:
+        fg.jit(branchy)(1.0)
+    message = str(info.value)
+    assert "jit(" in message and "branchy" in message
+    assert "static_argnums" in message and "lax.cond" in message
+
+
+def test_escaped_tracer_names_the_jit_that_made_it():
+    leaked = []
+
+    def leaky(x):
+        leaked.append(x)
+        return x + 1
+
+    fg.jit(leaky)(1.0)
+    with pytest.raises(UnexpectedTracerError, match=r"jit\(.*leaky\)"):
+        fnp.sin(leaked[0])
+    with pytest.raises(UnexpectedTracerError, match=r"jit\(.*leaky\)"):
+        fg.jit(lambda y: y * leaked[0])(2.0)
+
+
+def test_optimized_program_keeps_every_print():
+    def f(x):
+        fg.debug.print("{}", x)
+        fg.debug.print("{}", x)  # the same print twice is two effects, not one
+        fnp.sin(x)  # unused: removed
+        return x
+
+    text = fg.jit(f).lower(1.0).as_text(optimized=True)
+    assert text.count("debug_callback") == 2 and "sin" not in text
