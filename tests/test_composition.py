@@ -66,3 +66,31 @@ def test_hessian_of_a_jitted_function_equals_the_plain_one():
     np.testing.assert_allclose(
         np.asarray(fg.hessian(fg.jit(f))(XS)), np.asarray(fg.hessian(f)(XS)), rtol=1e-12
     )
+
+
+def test_collectives_reach_inside_higher_order_primitives_under_vmap():
+    x = np.arange(4.0)
+    total = np.full(4, x.sum())
+    psum_i = lambda v: fg.lax.psum(v, "i")  # noqa: E731
+    np.testing.assert_allclose(np.asarray(fg.vmap(fg.jit(psum_i), axis_name="i")(x)), total)
+    np.testing.assert_allclose(np.asarray(fg.vmap(fg.checkpoint(psum_i), axis_name="i")(x)), total)
+
+    def scanned(v):
+        return fg.lax.scan(lambda c, _: (c + psum_i(v), None), 0.0, None, length=2)[0]
+
+    np.testing.assert_allclose(np.asarray(fg.vmap(scanned, axis_name="i")(x)), 2 * total)
+    nested = fg.vmap(fg.vmap(fg.jit(psum_i), axis_name="j"), axis_name="i")(np.ones((2, 3)))
+    np.testing.assert_allclose(np.asarray(nested), np.full((2, 3), 2.0))
+
+
+def test_grad_of_checkpoint_around_nested_control_flow_and_jit():
+    x = 0.3
+    expected = np.cos(np.sin(x)) * np.cos(x)
+    twice = lambda c: fg.lax.scan(lambda c, _: (fnp.sin(c), None), c, None, length=2)[0]  # noqa: E731
+    np.testing.assert_allclose(float(fg.grad(fg.checkpoint(twice))(x)), expected, rtol=1e-6)
+    nested_jit = fg.checkpoint(fg.jit(lambda v: fnp.sin(fnp.sin(v))))
+    np.testing.assert_allclose(
+        float(fg.grad(nested_jit)(1.0)), np.cos(np.sin(1.0)) * np.cos(1.0), rtol=1e-6
+    )
+    branchy = fg.checkpoint(lambda v: fg.lax.cond(v > 0, fnp.sin, fnp.cos, v))
+    np.testing.assert_allclose(float(fg.grad(branchy)(x)), np.cos(x), rtol=1e-6)

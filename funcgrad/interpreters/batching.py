@@ -12,6 +12,7 @@ inside vmap reduce over that axis; collectives over another axis name pass the b
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -71,8 +72,12 @@ class BatchTrace(core.Trace):
             raise NotImplementedError(
                 f"batching rule for primitive '{primitive.name}' is not implemented"
             )
-        with core.set_current_trace(self.parent):
-            out, out_dim = primitive.batch(list(values), list(dims), **params)
+        previous, _rule_context.trace = _rule_context.trace, self
+        try:
+            with core.set_current_trace(self.parent):
+                out, out_dim = primitive.batch(list(values), list(dims), **params)
+        finally:
+            _rule_context.trace = previous
         return self.wrap(out, out_dim, primitive.multiple_results)
 
     def wrap(self, out, out_dim, multiple_results: bool):
@@ -84,10 +89,29 @@ class BatchTrace(core.Trace):
         return value if dim is not_mapped else BatchTracer(self, value, dim)
 
 
+class _RuleContext(threading.local):
+    trace: BatchTrace | None = None
+
+
+_rule_context = _RuleContext()
+
+
+def current_axis_name() -> Any:
+    """The axis name of the vmap whose batching rule is running (None outside one).
+
+    Higher-order primitives batch the programs they carry under this name, so collectives
+    inside a jit, checkpoint, cond or loop body reduce over the vmap's axis.
+    """
+    trace = _rule_context.trace
+    return None if trace is None else trace.axis_name
+
+
 def _axis_names(params: dict) -> tuple:
     names = params["axis_name"]
     return names if isinstance(names, tuple) else (names,)
 
+
+_CURRENT = object()  # default axis name: the running rule's vmap's
 
 # Rules that reduce a collective over the trace's own axis: rule(trace, values, dims, **params).
 collective_axis_rules: dict[core.Primitive, Callable] = {}
@@ -196,7 +220,7 @@ def _lane_shape(avals, dims) -> tuple[int, ...]:
     return ()
 
 
-def batch_jaxpr(closed, in_batched: Sequence[bool], axis_size: int, axis_name: Any = None):
+def batch_jaxpr(closed, in_batched: Sequence[bool], axis_size: int, axis_name: Any = _CURRENT):
     """`closed` vmapped over axis 0 of the inputs marked batched; every output batched at 0.
 
     Higher-order primitives batch the programs they carry with it.
@@ -209,11 +233,15 @@ def batch_jaxpr_outputs(
     closed,
     in_batched: Sequence[bool],
     axis_size: int,
-    axis_name: Any = None,
+    axis_name: Any = _CURRENT,
     instantiate: bool = False,
 ):
     """Like `batch_jaxpr`, but outputs that do not depend on batched inputs stay unbatched
-    (unless `instantiate`); returns the jaxpr and which outputs are batched (at axis 0)."""
+    (unless `instantiate`); returns the jaxpr and which outputs are batched (at axis 0).
+
+    The axis name defaults to that of the vmap whose rule is running."""
+    if axis_name is _CURRENT:
+        axis_name = current_axis_name()
     from funcgrad.interpreters.staging import trace_to_jaxpr
     from funcgrad.ir import eval_jaxpr
 

@@ -13,17 +13,23 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
-from funcgrad import tree_util
+from funcgrad import core, tree_util
+from funcgrad.compiler.passes import inline_calls
 from funcgrad.core import Primitive
 from funcgrad.interpreters import batching
 from funcgrad.interpreters.ad import (
+    UndefinedPrimal,
     Zero,
     backward_pass,
     is_undefined,
     jvp_jaxpr,
     tangent_aval,
 )
-from funcgrad.interpreters.partial_eval import partial_eval_jaxpr
+from funcgrad.interpreters.partial_eval import (
+    PartialEvalTrace,
+    partial_eval_jaxpr,
+    unknown_outputs,
+)
 from funcgrad.interpreters.staging import trace_to_jaxpr
 from funcgrad.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
 from funcgrad.lax.base import asarray
@@ -87,27 +93,56 @@ def _checkpoint_weak_type(weak_flags, *, jaxpr: ClosedJaxpr, policy, prevent_cse
 def _checkpoint_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, policy, prevent_cse: bool):
     nonzero = [type(t) is not Zero for t in tangents]
     jvp_closed, out_nonzero = jvp_jaxpr(jaxpr, nonzero)
+    # Calls are inlined so that the policy sees (and may save) the equations inside them.
+    jvp_closed = inline_calls(jvp_closed)
     num_primal_out = len(jaxpr.out_avals)
     unknowns = [False] * len(primals) + [True] * sum(nonzero)
-    out_unknown = [i >= num_primal_out for i in range(len(jvp_closed.out_avals))]
-    known, unknown, _ = partial_eval_jaxpr(
-        jvp_closed, unknowns, out_unknown, policy or nothing_saveable
-    )
     params = dict(policy=policy, prevent_cse=prevent_cse)
-    known_outs = checkpoint_p.bind(*primals, jaxpr=known, **params)
-    primal_outs, residuals = known_outs[:num_primal_out], known_outs[num_primal_out:]
     nonzero_tangents = [t for t in tangents if type(t) is not Zero]
-    tangent_outs = iter(checkpoint_p.bind(*residuals, *nonzero_tangents, jaxpr=unknown, **params))
+    if any(unknown_outputs(jvp_closed.jaxpr, unknowns)[:num_primal_out]):
+        # A higher-order equation (cond, scan, ...) computes primal and tangent values
+        # together, so the policy cannot split it: save only the inputs and recompute all.
+        primal_outs = checkpoint_p.bind(*primals, jaxpr=jaxpr, **params)
+        tangent_jaxpr = _outputs_from(jvp_closed, num_primal_out)
+        tangent_outs = checkpoint_p.bind(*primals, *nonzero_tangents, jaxpr=tangent_jaxpr, **params)
+    else:
+        out_unknown = [i >= num_primal_out for i in range(len(jvp_closed.out_avals))]
+        known, unknown, _ = partial_eval_jaxpr(
+            jvp_closed, unknowns, out_unknown, policy or nothing_saveable
+        )
+        known_outs = checkpoint_p.bind(*primals, jaxpr=known, **params)
+        primal_outs, residuals = known_outs[:num_primal_out], known_outs[num_primal_out:]
+        tangent_outs = checkpoint_p.bind(*residuals, *nonzero_tangents, jaxpr=unknown, **params)
+    tangent_iter = iter(tangent_outs)
     return primal_outs, [
-        next(tangent_outs) if nz else Zero(tangent_aval(aval))
+        next(tangent_iter) if nz else Zero(tangent_aval(aval))
         for nz, aval in zip(out_nonzero, jaxpr.out_avals)
     ]
 
 
+def _outputs_from(closed: ClosedJaxpr, start: int) -> ClosedJaxpr:
+    jaxpr = closed.jaxpr
+    kept = Jaxpr(jaxpr.constvars, jaxpr.invars, jaxpr.outvars[start:], jaxpr.eqns)
+    return ClosedJaxpr(kept, closed.consts)
+
+
 def _checkpoint_transpose(cotangents, *operands, jaxpr: ClosedJaxpr, policy, prevent_cse):
-    """Transpose the linear part: backward_pass re-runs the residual computations first."""
-    cts_in = backward_pass(jaxpr.jaxpr, jaxpr.consts, operands, list(cotangents))
-    return [ct if is_undefined(op) else None for ct, op in zip(cts_in, operands)]
+    """Transpose the linear part by rematerializing: re-run the program with its defined
+    operands known (recomputing what was not saved), stage what depends on the undefined ones
+    into a linear program, and run that backwards. Partial evaluation (rather than transposing
+    the equations as they are) lets nested scans and conds split themselves."""
+    trace = PartialEvalTrace(core.current_trace(), "transpose of checkpoint")
+    inputs = [trace.new_arg(op.aval) if is_undefined(op) else op for op in operands]
+    try:
+        with core.set_current_trace(trace):
+            outs = eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *inputs)
+        linear_outs = [(o, ct) for o, ct in zip(outs, cotangents) if trace.is_unknown(o)]
+        linear = trace.to_closed_jaxpr([o for o, _ in linear_outs])
+    finally:
+        trace.alive = False
+    args = [UndefinedPrimal(v.aval) for v in linear.jaxpr.invars]
+    cts_in = iter(backward_pass(linear.jaxpr, linear.consts, args, [ct for _, ct in linear_outs]))
+    return [next(cts_in) if is_undefined(op) else None for op in operands]
 
 
 checkpoint_p.def_transpose(_checkpoint_transpose)

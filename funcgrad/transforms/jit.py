@@ -123,8 +123,8 @@ def _jit_transpose(cotangents, *operands, jaxpr: ClosedJaxpr, name: str):
 
 
 @functools.lru_cache(maxsize=1024)
-def _batched_program(jaxpr: ClosedJaxpr, in_batched: tuple[bool, ...], size: int):
-    batched, out_batched = batching.batch_jaxpr_outputs(jaxpr, in_batched, size)
+def _batched_program(jaxpr: ClosedJaxpr, in_batched: tuple[bool, ...], size: int, axis_name):
+    batched, out_batched = batching.batch_jaxpr_outputs(jaxpr, in_batched, size, axis_name)
     return batched, tuple(out_batched)
 
 
@@ -133,7 +133,7 @@ def _jit_batch(values, dims, *, jaxpr: ClosedJaxpr, name: str):
     size = batching.batch_size(values, dims)
     in_batched = tuple(d is not None for d in dims)
     values = [v if d is None else batching.moveaxis(v, d, 0) for v, d in zip(values, dims)]
-    batched, out_batched = _batched_program(jaxpr, in_batched, size)
+    batched, out_batched = _batched_program(jaxpr, in_batched, size, batching.current_axis_name())
     outs = jit_p.bind(*values, jaxpr=batched, name=f"vmap({name})")
     return outs, [0 if b else None for b in out_batched]
 

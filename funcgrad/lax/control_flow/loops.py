@@ -234,7 +234,9 @@ def _batch_program(closed: ClosedJaxpr, in_batched: list, size: int, out_batched
     ]
 
     def batched_fun(*args):
-        trace = batching.BatchTrace(core.current_trace(), size, None, "vmap of a while_loop")
+        trace = batching.BatchTrace(
+            core.current_trace(), size, batching.current_axis_name(), "vmap of a while_loop"
+        )
         inputs = [batching.BatchTracer(trace, x, 0) if b else x for x, b in zip(args, in_batched)]
         try:
             with core.set_current_trace(trace):

@@ -555,7 +555,9 @@ def _batch_body(closed: ClosedJaxpr, in_batched, size: int, force_batched):
     out_batched: list[bool] = []
 
     def batched_fun(*args):
-        trace = batching.BatchTrace(core.current_trace(), size, None, "vmap of a scan body")
+        trace = batching.BatchTrace(
+            core.current_trace(), size, batching.current_axis_name(), "vmap of a scan body"
+        )
         inputs = [batching.BatchTracer(trace, x, 0) if b else x for x, b in zip(args, in_batched)]
         try:
             with core.set_current_trace(trace):
