@@ -221,6 +221,24 @@ def dce_closed_jaxpr(
     return ClosedJaxpr(pruned, consts), used_inputs
 
 
+def prune_jaxpr(
+    closed: ClosedJaxpr, used_outputs: Sequence[bool], kept_inputs: Sequence[bool]
+) -> ClosedJaxpr:
+    """Keep the used outputs and what they need, and exactly the inputs marked kept (read or
+    not): rules use it when several programs must keep one signature (a cond's branches)."""
+    jaxpr = closed.jaxpr
+    outvars = [v for v, used in zip(jaxpr.outvars, used_outputs) if used]
+    eqns, live = _live_eqns(jaxpr.eqns, outvars)
+    used_consts = [v in live for v in jaxpr.constvars]
+    pruned = Jaxpr(
+        [v for v, used in zip(jaxpr.constvars, used_consts) if used],
+        [v for v, kept in zip(jaxpr.invars, kept_inputs) if kept],
+        outvars,
+        eqns,
+    )
+    return ClosedJaxpr(pruned, [c for c, used in zip(closed.consts, used_consts) if used])
+
+
 def dead_code_elimination(closed: ClosedJaxpr) -> ClosedJaxpr:
     """Drop equations whose outputs are unused (unless they have effects) and unused consts.
     The program's inputs stay, since they are its signature."""

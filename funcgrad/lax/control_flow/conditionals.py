@@ -16,6 +16,7 @@ import numpy as np
 
 from funcgrad import core, dtypes, tree_util
 from funcgrad.array import Array
+from funcgrad.compiler import passes
 from funcgrad.config import config
 from funcgrad.core import Primitive, ShapedArray
 from funcgrad.interpreters import batching
@@ -32,7 +33,7 @@ from funcgrad.interpreters.ad import (
 )
 from funcgrad.interpreters.partial_eval import PartialEvalTrace
 from funcgrad.interpreters.staging import StagingTrace, trace_to_jaxpr
-from funcgrad.ir import ClosedJaxpr, Jaxpr, Var, eval_jaxpr
+from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Var, eval_jaxpr
 from funcgrad.lax.base import asarray
 from funcgrad.lax.control_flow.common import avals_of, check_same_types, stage
 from funcgrad.lax.elementwise import clamp, convert_element_type, ne, select_n
@@ -527,3 +528,28 @@ def _share_consts(staged: Sequence[tuple[ClosedJaxpr, list]]) -> tuple[list, lis
             ClosedJaxpr(Jaxpr(jaxpr.constvars, invars, jaxpr.outvars, jaxpr.eqns), closed.consts)
         )
     return consts, branches
+
+
+def _cond_dce(eqn, used_outputs: list[bool]):
+    """Drop the outputs nobody reads from every branch, and the operands no branch reads."""
+    branches = eqn.params["branches"]
+    if not any(used_outputs) and not any(passes.jaxpr_has_effects(b.jaxpr) for b in branches):
+        return None, [False] * len(eqn.invars)
+    read = [False] * (len(eqn.invars) - 1)
+    for branch in branches:
+        _, branch_read = passes.dce_closed_jaxpr(branch, used_outputs)
+        read = [a or b for a, b in zip(read, branch_read)]
+    if all(used_outputs) and all(read):
+        return eqn, [True] * len(eqn.invars)
+    pruned = tuple(passes.prune_jaxpr(b, used_outputs, read) for b in branches)
+    new_eqn = JaxprEqn(
+        cond_p,
+        [eqn.invars[0]] + [v for v, r in zip(eqn.invars[1:], read) if r],
+        [v for v, used in zip(eqn.outvars, used_outputs) if used],
+        dict(eqn.params, branches=pruned),
+        eqn.source_info,
+    )
+    return new_eqn, [True] + read
+
+
+passes.dce_rules[cond_p] = _cond_dce

@@ -15,13 +15,14 @@ from collections.abc import Callable, Sequence
 
 from funcgrad import core, dtypes, tree_util
 from funcgrad.array import Array
+from funcgrad.compiler import passes
 from funcgrad.config import config
 from funcgrad.core import Primitive, ShapedArray
 from funcgrad.interpreters import batching
 from funcgrad.interpreters.ad import Zero, instantiate, jvp_jaxpr, tangent_aval, zeros_like_aval
 from funcgrad.interpreters.partial_eval import PartialEvalTrace, unknown_outputs
 from funcgrad.interpreters.staging import StagingTrace, trace_to_jaxpr
-from funcgrad.ir import ClosedJaxpr, eval_jaxpr
+from funcgrad.ir import ClosedJaxpr, JaxprEqn, eval_jaxpr
 from funcgrad.lax.base import asarray
 from funcgrad.lax.control_flow.common import avals_of, check_same_types, stage
 from funcgrad.lax.elementwise import convert_element_type, select_n
@@ -383,3 +384,42 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
         body_nconsts=len(body_consts),
     )
     return tree_util.tree_unflatten(carry_tree, outs)
+
+
+def _while_dce(eqn: JaxprEqn, used_outputs: list[bool]):
+    """Drop carries that neither the predicate nor a used output needs (a fixed point, since
+    a carry may feed another through the loop). The loop itself stays: it may not terminate,
+    and its trip count depends on the carries the predicate reads."""
+    params = eqn.params
+    cond, body = params["cond_jaxpr"], params["body_jaxpr"]
+    cond_nconsts, body_nconsts = params["cond_nconsts"], params["body_nconsts"]
+    _, cond_read = passes.dce_closed_jaxpr(cond, [True])
+    used_carry = [u or r for u, r in zip(used_outputs, cond_read[cond_nconsts:])]
+    while True:
+        _, body_read = passes.dce_closed_jaxpr(body, used_carry)
+        needed = [u or r for u, r in zip(used_carry, body_read[body_nconsts:])]
+        if needed == used_carry:
+            break
+        used_carry = needed
+    if all(used_carry):
+        return eqn, [True] * len(eqn.invars)
+    cond_kept = cond_read[:cond_nconsts] + used_carry
+    body_kept = body_read[:body_nconsts] + used_carry
+    kept = cond_read[:cond_nconsts] + body_read[:body_nconsts] + used_carry
+    new_eqn = JaxprEqn(
+        while_p,
+        [v for v, k in zip(eqn.invars, kept) if k],
+        [v for v, u in zip(eqn.outvars, used_carry) if u],
+        dict(
+            params,
+            cond_jaxpr=passes.prune_jaxpr(cond, [True], cond_kept),
+            body_jaxpr=passes.prune_jaxpr(body, used_carry, body_kept),
+            cond_nconsts=sum(cond_read[:cond_nconsts]),
+            body_nconsts=sum(body_read[:body_nconsts]),
+        ),
+        eqn.source_info,
+    )
+    return new_eqn, kept
+
+
+passes.dce_rules[while_p] = _while_dce

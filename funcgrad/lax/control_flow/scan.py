@@ -19,6 +19,7 @@ import numpy as np
 
 from funcgrad import core, dtypes, tree_util
 from funcgrad.array import Array
+from funcgrad.compiler import passes
 from funcgrad.config import config
 from funcgrad.core import Primitive, ShapedArray
 from funcgrad.interpreters import batching
@@ -886,3 +887,40 @@ def _interleave(even, odd, axis: int):
     shape[axis] *= 2
     merged = reshape(pair, shape)
     return slice_in_dim(merged, 0, shape[axis] - extra, 1, axis) if extra else merged
+
+
+def _scan_dce(eqn: JaxprEqn, used_outputs: list[bool]):
+    """Drop unused ys, and carries that neither reach a used output nor feed one (found by
+    iterating to a fixed point, since a carry may feed another through the loop)."""
+    params = eqn.params
+    body, num_consts, num_carry = params["jaxpr"], params["num_consts"], params["num_carry"]
+    has_effects = passes.jaxpr_has_effects(body.jaxpr)
+    if not any(used_outputs) and not has_effects:
+        return None, [False] * len(eqn.invars)
+    used_carry, used_ys = list(used_outputs[:num_carry]), list(used_outputs[num_carry:])
+    while True:
+        _, read = passes.dce_closed_jaxpr(body, used_carry + used_ys)
+        needed = [u or r for u, r in zip(used_carry, read[num_consts : num_consts + num_carry])]
+        if needed == used_carry:
+            break
+        used_carry = needed
+    kept = read[:num_consts] + used_carry + read[num_consts + num_carry :]
+    if all(kept) and all(used_carry + used_ys):
+        return eqn, kept
+    pruned = passes.prune_jaxpr(body, used_carry + used_ys, kept)
+    new_eqn = JaxprEqn(
+        scan_p,
+        [v for v, k in zip(eqn.invars, kept) if k],
+        [v for v, k in zip(eqn.outvars, used_carry + used_ys) if k],
+        dict(
+            params,
+            jaxpr=pruned,
+            num_consts=sum(read[:num_consts]),
+            num_carry=sum(used_carry),
+        ),
+        eqn.source_info,
+    )
+    return new_eqn, kept
+
+
+passes.dce_rules[scan_p] = _scan_dce
