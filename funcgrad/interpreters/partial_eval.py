@@ -10,10 +10,11 @@ the programs they carry.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from funcgrad import core
-from funcgrad.interpreters.staging import StagingTrace, StagingTracer
-from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
+from funcgrad.interpreters.staging import StagingTrace, StagingTracer, trace_to_jaxpr
+from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var, eval_jaxpr
 
 
 class PartialEvalTrace(StagingTrace):
@@ -112,3 +113,59 @@ def partial_eval_jaxpr(
         ClosedJaxpr(unknown_jaxpr, closed.consts),
         len(residuals),
     )
+
+
+class SplitJaxpr(NamedTuple):
+    """A program split in two by `split_jaxpr`.
+
+    known:   known inputs -> (known outputs, residuals)
+    unknown: (residuals, unknown inputs) -> unknown outputs
+    """
+
+    known: ClosedJaxpr
+    unknown: ClosedJaxpr
+    num_residuals: int
+    out_unknown: list[bool]
+
+
+def split_jaxpr(
+    closed: ClosedJaxpr,
+    unknowns: Sequence[bool],
+    force_unknown: Sequence[bool] | None = None,
+    what: str = "a program",
+) -> SplitJaxpr:
+    """Split a program by evaluating it under a partial-evaluation trace.
+
+    Unlike `partial_eval_jaxpr`, a pass over the equations, this lets the higher-order
+    primitives nested in the program (jit, cond, scan) split themselves with their own rules,
+    so the unknown part keeps only their unknown parts. Every known value the unknown part
+    reads is a residual (nothing is recomputed). Outputs marked in `force_unknown` are returned
+    by the unknown part even when they are known.
+    """
+    in_avals = closed.in_avals
+    force = force_unknown if force_unknown is not None else [False] * len(closed.out_avals)
+    found: dict = {}
+
+    def known_fun(*known_args):
+        trace = PartialEvalTrace(core.current_trace(), f"partial evaluation of {what}")
+        known_iter = iter(known_args)
+        inputs = [trace.new_arg(a) if u else next(known_iter) for a, u in zip(in_avals, unknowns)]
+        try:
+            with core.set_current_trace(trace):
+                outs = eval_jaxpr(closed.jaxpr, closed.consts, *inputs)
+            out_unknown = [trace.is_unknown(o) or f for o, f in zip(outs, force)]
+            staged = trace.to_closed_jaxpr([o for o, u in zip(outs, out_unknown) if u])
+        finally:
+            trace.alive = False
+        jaxpr = staged.jaxpr
+        hoisted = Jaxpr([], jaxpr.constvars + jaxpr.invars, jaxpr.outvars, jaxpr.eqns)
+        found.update(
+            unknown=ClosedJaxpr(hoisted, []),
+            num_residuals=len(staged.consts),
+            out_unknown=out_unknown,
+        )
+        return [o for o, u in zip(outs, out_unknown) if not u] + staged.consts
+
+    known_avals = [a for a, u in zip(in_avals, unknowns) if not u]
+    known, _ = trace_to_jaxpr(known_fun, known_avals, f"partial evaluation of {what}")
+    return SplitJaxpr(known, found["unknown"], found["num_residuals"], found["out_unknown"])

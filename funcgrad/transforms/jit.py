@@ -31,9 +31,9 @@ from funcgrad.interpreters.ad import (
     jvp_jaxpr,
     tangent_aval,
 )
-from funcgrad.interpreters.partial_eval import PartialEvalTrace
+from funcgrad.interpreters.partial_eval import PartialEvalTrace, SplitJaxpr, split_jaxpr
 from funcgrad.interpreters.staging import StagingTrace, trace_to_jaxpr
-from funcgrad.ir import ClosedJaxpr, Jaxpr, eval_jaxpr
+from funcgrad.ir import ClosedJaxpr, Jaxpr
 from funcgrad.lax.base import asarray
 from funcgrad.transforms.make_jaxpr import function_name
 
@@ -145,36 +145,8 @@ def _hoisted(closed: ClosedJaxpr) -> ClosedJaxpr:
 
 
 @functools.lru_cache(maxsize=1024)
-def _split_program(jaxpr: ClosedJaxpr, unknowns: tuple[bool, ...]):
-    """Split a program into a known part, known inputs -> (known outputs, residuals), and an
-    unknown part, (residuals, unknown inputs) -> unknown outputs.
-
-    The split is found by evaluating the program under a partial-evaluation trace, rather than
-    by a pass over its equations, so that the jits (and other higher-order primitives) nested in
-    it are split by their own rules instead of being staged whole on the unknown side.
-    Returns (known, unknown or None when it has nothing to do, which outputs are unknown).
-    """
-    in_avals = jaxpr.in_avals
-    known_avals = [a for a, u in zip(in_avals, unknowns) if not u]
-    found: dict = {}
-
-    def known_fun(*known_args):
-        inner = PartialEvalTrace(core.current_trace(), "partial evaluation of a jit")
-        known_iter = iter(known_args)
-        inputs = [inner.new_arg(a) if u else next(known_iter) for a, u in zip(in_avals, unknowns)]
-        try:
-            with core.set_current_trace(inner):
-                outs = eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *inputs)
-            out_unknown = [inner.is_unknown(o) for o in outs]
-            staged = inner.to_closed_jaxpr([o for o, u in zip(outs, out_unknown) if u])
-        finally:
-            inner.alive = False
-        found["out_unknown"] = tuple(out_unknown)
-        found["unknown"] = _hoisted(staged) if staged.jaxpr.eqns or any(out_unknown) else None
-        return [o for o, u in zip(outs, out_unknown) if not u] + staged.consts
-
-    known, _ = trace_to_jaxpr(known_fun, known_avals, "partial evaluation of a jit")
-    return known, found["unknown"], found["out_unknown"]
+def _split_program(jaxpr: ClosedJaxpr, unknowns: tuple[bool, ...]) -> SplitJaxpr:
+    return split_jaxpr(jaxpr, unknowns, what="a jit")
 
 
 def _jit_partial_eval(trace: PartialEvalTrace, args: Sequence, params: dict) -> list:
@@ -182,12 +154,12 @@ def _jit_partial_eval(trace: PartialEvalTrace, args: Sequence, params: dict) -> 
     staged, with the known values it needs passed as residuals (nothing is recomputed)."""
     jaxpr, name = params["jaxpr"], params["name"]
     unknowns = tuple(trace.is_unknown(a) for a in args)
-    known, unknown, out_unknown = _split_program(jaxpr, unknowns)
+    known, unknown, _, out_unknown = _split_program(jaxpr, unknowns)
     known_args = [a for a, u in zip(args, unknowns) if not u]
     with core.set_current_trace(trace.parent):
         known_outs = jit_p.bind(*known_args, jaxpr=known, name=name)
     num_known_out = out_unknown.count(False)
-    if unknown is None:
+    if not unknown.eqns and not any(out_unknown):
         return known_outs
     residuals = known_outs[num_known_out:]
     unknown_args = residuals + [a for a, u in zip(args, unknowns) if u]

@@ -31,7 +31,7 @@ from funcgrad.interpreters.ad import (
     tangent_aval,
     zeros_like_aval,
 )
-from funcgrad.interpreters.partial_eval import PartialEvalTrace
+from funcgrad.interpreters.partial_eval import PartialEvalTrace, split_jaxpr
 from funcgrad.interpreters.staging import StagingTrace, trace_to_jaxpr
 from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Var, eval_jaxpr
 from funcgrad.lax.base import asarray
@@ -254,33 +254,10 @@ cond_p.partial_eval = _cond_partial_eval
 def _split_branch(
     closed: ClosedJaxpr, unknowns: Sequence[bool]
 ) -> tuple[ClosedJaxpr, ClosedJaxpr, list[bool]]:
-    """Split one branch by evaluating it under a partial-evaluation trace, so that the
-    higher-order primitives inside it (a nested cond, a jit) are split by their own rules.
-
-    Returns known: known inputs -> (the outputs known here, residuals), unknown: (residuals,
-    unknown inputs) -> the other outputs, and which outputs are unknown here.
-    """
-    in_avals = closed.in_avals
-    found: dict = {}
-
-    def known_fun(*known_args):
-        inner = PartialEvalTrace(core.current_trace(), "partial evaluation of a cond branch")
-        known_iter = iter(known_args)
-        inputs = [inner.new_arg(a) if u else next(known_iter) for a, u in zip(in_avals, unknowns)]
-        try:
-            with core.set_current_trace(inner):
-                outs = eval_jaxpr(closed.jaxpr, closed.consts, *inputs)
-            out_unknown = [inner.is_unknown(o) for o in outs]
-            staged = inner.to_closed_jaxpr([o for o, u in zip(outs, out_unknown) if u])
-        finally:
-            inner.alive = False
-        found.update(out_unknown=out_unknown, staged=staged.jaxpr)
-        return [o for o, u in zip(outs, out_unknown) if not u] + staged.consts
-
-    known = _new_branch(known_fun, [a for a, u in zip(in_avals, unknowns) if not u])
-    staged = found["staged"]
-    unknown = Jaxpr([], staged.constvars + staged.invars, staged.outvars, staged.eqns)
-    return known, ClosedJaxpr(unknown, []), found["out_unknown"]
+    """Split one branch: known inputs -> (the outputs known here, residuals), and (residuals,
+    unknown inputs) -> the other outputs; also which outputs are unknown here."""
+    known, unknown, _, out_unknown = split_jaxpr(closed, unknowns, what="a cond branch")
+    return known, unknown, out_unknown
 
 
 def _residual_avals(

@@ -37,6 +37,7 @@ from funcgrad.interpreters.ad import (
 from funcgrad.interpreters.partial_eval import (
     PartialEvalTrace,
     partial_eval_jaxpr,
+    split_jaxpr,
     unknown_outputs,
 )
 from funcgrad.interpreters.staging import StagingTrace, trace_to_jaxpr
@@ -248,7 +249,7 @@ def _scan_partial_eval(trace: PartialEvalTrace, args: Sequence, params: dict) ->
     known_xs = [x for x, u in zip(xs, xs_uk) if not u]
     num_known_carry = num_carry - sum(carry_uk)
     known = _arrange_known_body(
-        _forward_call_inputs(body.known), body.num_res, len(known_consts), num_known_carry
+        _forward_call_inputs(body.known), body.num_residuals, len(known_consts), num_known_carry
     )
     with core.set_current_trace(trace.parent):
         hoisted = eval_jaxpr(known.hoisted.jaxpr, known.hoisted.consts, *known_consts)
@@ -293,44 +294,10 @@ def _scan_partial_eval(trace: PartialEvalTrace, args: Sequence, params: dict) ->
 scan_p.partial_eval = _scan_partial_eval
 
 
-class _BodySplit(NamedTuple):
-    """known: known inputs -> (known outputs, residuals); unknown: (residuals, unknown
-    inputs) -> unknown outputs."""
-
-    known: ClosedJaxpr
-    unknown: ClosedJaxpr
-    num_res: int
-    out_unknown: list[bool]
-
-
 def _split_body(closed: ClosedJaxpr, unknowns: Sequence[bool], force: Sequence[bool]):
-    """Split the body by evaluating it under a partial-evaluation trace, so that the scans,
-    jits and conds nested in it are split by their own rules (the unknown side keeps only
-    their unknown part). Outputs marked in `force` go to the unknown side even if known."""
-    in_avals = closed.in_avals
-    found: dict = {}
-
-    def known_fun(*known_args):
-        inner = PartialEvalTrace(core.current_trace(), "partial evaluation of a scan body")
-        known_iter = iter(known_args)
-        inputs = [inner.new_arg(a) if u else next(known_iter) for a, u in zip(in_avals, unknowns)]
-        try:
-            with core.set_current_trace(inner):
-                outs = eval_jaxpr(closed.jaxpr, closed.consts, *inputs)
-            out_unknown = [inner.is_unknown(o) or f for o, f in zip(outs, force)]
-            staged = inner.to_closed_jaxpr([o for o, u in zip(outs, out_unknown) if u])
-        finally:
-            inner.alive = False
-        jaxpr = staged.jaxpr
-        hoisted = Jaxpr([], jaxpr.constvars + jaxpr.invars, jaxpr.outvars, jaxpr.eqns)
-        found["unknown"] = ClosedJaxpr(hoisted, [])
-        found["num_res"] = len(staged.consts)
-        found["out_unknown"] = out_unknown
-        return [o for o, u in zip(outs, out_unknown) if not u] + staged.consts
-
-    known_avals = [a for a, u in zip(in_avals, unknowns) if not u]
-    known, _ = trace_to_jaxpr(known_fun, known_avals, "partial evaluation of a scan body")
-    return _BodySplit(known, found["unknown"], found["num_res"], found["out_unknown"])
+    """Split the body so that the scans, jits and conds nested in it split themselves; outputs
+    marked in `force` go to the unknown side even if known."""
+    return split_jaxpr(closed, unknowns, force, what="a scan body")
 
 
 # Primitives whose operands are their program's inputs, one to one.
