@@ -43,6 +43,22 @@ def _stage(fun: Callable, leaves: list, name: str) -> tuple[ClosedJaxpr, list, o
     return ClosedJaxpr(hoisted, []), closed.consts, out_tree
 
 
+class _StagedCall:
+    """A custom-derivative function staged on one call's arguments: its non-differentiable
+    arguments (static), the flattened differentiable ones, and the staged program."""
+
+    def __init__(self, fun: Callable, args: tuple, nondiff_argnums: tuple[int, ...], what: str):
+        self.static, dynamic = _split_static(args, nondiff_argnums)
+        leaves, self.in_tree = tree_util.tree_flatten(dynamic)
+        self.leaves = [asarray(x) for x in leaves]
+
+        def flat_fun(*flat):
+            dynamic_args = tree_util.tree_unflatten(self.in_tree, flat)
+            return fun(*_merge_static(self.static, dynamic_args, nondiff_argnums))
+
+        self.jaxpr, self.consts, self.out_tree = _stage(flat_fun, self.leaves, what)
+
+
 def _split_static(args: tuple, nondiff_argnums: tuple[int, ...]) -> tuple[list, list]:
     static = [args[i] for i in nondiff_argnums]
     dynamic = [a for i, a in enumerate(args) if i not in nondiff_argnums]
@@ -210,15 +226,9 @@ class custom_jvp:
         args = _resolve_args(self.fun, args, kwargs)
         if core.current_trace() is core.eval_trace():
             return self.fun(*args)
-        static, dynamic = _split_static(args, self.nondiff_argnums)
-        leaves, in_tree = tree_util.tree_flatten(dynamic)
-        leaves = [asarray(x) for x in leaves]
-
-        def flat_fun(*flat):
-            dynamic_args = tree_util.tree_unflatten(in_tree, flat)
-            return self.fun(*_merge_static(static, dynamic_args, self.nondiff_argnums))
-
-        call_jaxpr, consts, out_tree = _stage(flat_fun, leaves, f"custom_jvp({name})")
+        staged = _StagedCall(self.fun, args, self.nondiff_argnums, f"custom_jvp({name})")
+        static, leaves, in_tree = staged.static, staged.leaves, staged.in_tree
+        call_jaxpr, consts, out_tree = staged.jaxpr, staged.consts, staged.out_tree
         rule = _FlatJVPRule(
             self.jvp,
             static,
@@ -407,15 +417,9 @@ class custom_vjp:
         args = _resolve_args(self.fun, args, kwargs)
         if core.current_trace() is core.eval_trace():
             return self.fun(*args)
-        static, dynamic = _split_static(args, self.nondiff_argnums)
-        leaves, in_tree = tree_util.tree_flatten(dynamic)
-        leaves = [asarray(x) for x in leaves]
-
-        def flat_fun(*flat):
-            dynamic_args = tree_util.tree_unflatten(in_tree, flat)
-            return self.fun(*_merge_static(static, dynamic_args, self.nondiff_argnums))
-
-        call_jaxpr, consts, out_tree = _stage(flat_fun, leaves, f"custom_vjp({name})")
+        staged = _StagedCall(self.fun, args, self.nondiff_argnums, f"custom_vjp({name})")
+        static, leaves, in_tree = staged.static, staged.leaves, staged.in_tree
+        call_jaxpr, consts, out_tree = staged.jaxpr, staged.consts, staged.out_tree
         rules = _FlatVJPRules(
             self.fwd,
             self.bwd,
