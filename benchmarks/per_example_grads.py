@@ -3,8 +3,9 @@
     python benchmarks/per_example_grads.py
 
 funcgrad and JAX are shown both eagerly and jitted (funcgrad's jit runs on the NumPy
-reference backend until the compiled backends land), torch.func's vmap(grad) eagerly. Each variant is timed in alternating rounds; the table gives
-medians in milliseconds and ratios against funcgrad's vmap(grad).
+reference backend until the compiled backends land), torch.func's vmap(grad) eagerly. Each
+variant is timed in alternating rounds; the table gives medians in milliseconds and ratios
+against funcgrad's vmap(grad).
 """
 
 from __future__ import annotations
