@@ -105,13 +105,16 @@ class Array:
         if copy:
             return np.array(self._value, dtype=dtype, copy=True)
         view = np.asarray(self._value, dtype=dtype)
-        if view is self._value or view.base is not None:
+        if view is self._value or view.base is not None or not isinstance(self._value, np.ndarray):
             view = view.view()
             view.flags.writeable = False
         return view
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
-        value = np.ascontiguousarray(self._value)
+        # np.ascontiguousarray would make a 0-d value 1-d; asarray keeps the shape.
+        value = np.asarray(self._value)
+        if not value.flags.c_contiguous:
+            value = np.ascontiguousarray(value)
         if max_version is None:
             return value.__dlpack__(stream=stream)
         return value.__dlpack__(stream=stream, max_version=max_version, copy=copy)
