@@ -17,9 +17,15 @@ from funcgrad.array import Array
 from funcgrad.config import config
 from funcgrad.ir import ClosedJaxpr, JaxprEqn, Literal
 
+_SINGLE, _MULTIPLE, _HIGHER_ORDER = range(3)
+
 
 class NumpyExecutable:
-    """A ClosedJaxpr ready to run: call it with funcgrad arrays, get funcgrad arrays back."""
+    """A ClosedJaxpr ready to run: call it with funcgrad arrays, get funcgrad arrays back.
+
+    Each step is (kind, impl, params, input slots, output slot(s), equation), worked out once
+    here so that a call does no more than index lists and call implementations.
+    """
 
     def __init__(self, closed: ClosedJaxpr):
         self.closed = closed
@@ -36,34 +42,43 @@ class NumpyExecutable:
                 self.initial_slots.append(None)
             return slot_of[var]
 
-        self.const_slots = [slot(v) for v in jaxpr.constvars]
-        self.const_values = [_unwrap(c) for c in closed.consts]
+        for var, value in zip(jaxpr.constvars, closed.consts):
+            self.initial_slots[slot(var)] = _unwrap(value)
         self.arg_slots = [slot(v) for v in jaxpr.invars]
         self.steps = []
         for eqn in jaxpr.eqns:
+            primitive = eqn.primitive
             ins = [slot(v) for v in eqn.invars]
             outs = [slot(v) for v in eqn.outvars]
-            self.steps.append((eqn, ins, outs))
+            if primitive.higher_order:
+                kind, target = _HIGHER_ORDER, outs
+            elif primitive.multiple_results:
+                kind, target = _MULTIPLE, outs
+            else:
+                kind, target = _SINGLE, outs[0]
+            self.steps.append((kind, primitive.impl, eqn.params, ins, target, eqn))
         self.out_slots = [slot(v) for v in jaxpr.outvars]
         self.out_weak = [v.aval.weak_type for v in jaxpr.outvars]
 
     def __call__(self, *args) -> list[Array]:
-        values = list(self.initial_slots)
-        for i, value in zip(self.const_slots, self.const_values):
-            values[i] = value
+        values = self.initial_slots.copy()
         for i, arg in zip(self.arg_slots, args):
             values[i] = arg._value
-        for eqn, ins, outs in self.steps:
-            primitive = eqn.primitive
-            if primitive.higher_order:
-                operands = [Array(values[i], v.aval.weak_type) for i, v in zip(ins, eqn.invars)]
-                results = [r._value for r in _as_list(primitive.impl(*operands, **eqn.params))]
+        check_nans = config.debug_nans
+        for kind, impl, params, ins, target, eqn in self.steps:
+            if kind == _SINGLE:
+                values[target] = impl(*[values[i] for i in ins], **params)
+                results = (values[target],)
+            elif kind == _MULTIPLE:
+                results = impl(*[values[i] for i in ins], **params)
+                for i, value in zip(target, results):
+                    values[i] = value
             else:
-                result = primitive.impl(*[values[i] for i in ins], **eqn.params)
-                results = result if primitive.multiple_results else (result,)
-            for i, value in zip(outs, results):
-                values[i] = value
-            if config.debug_nans:
+                operands = [Array(values[i], v.aval.weak_type) for i, v in zip(ins, eqn.invars)]
+                results = [r._value for r in _as_list(impl(*operands, **params))]
+                for i, value in zip(target, results):
+                    values[i] = value
+            if check_nans:
                 _check_nans(eqn, results)
         return [Array(values[i], weak) for i, weak in zip(self.out_slots, self.out_weak)]
 
