@@ -1,7 +1,7 @@
 """funcgrad: composable transformations (grad, vmap, jit) of pure functions over arrays."""
 
 from funcgrad import debug, dtypes, lax, nn, numpy, random, scipy, test_util, tree_util
-from funcgrad.array import Array, Device, device_put, devices
+from funcgrad.array import Array, Device, block_until_ready, device_put, devices
 from funcgrad.config import config, disable_jit
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
 from funcgrad.transforms.autodiff import (
@@ -27,6 +27,7 @@ __all__ = [
     "Device",
     "ShapeDtypeStruct",
     "ShapedArray",
+    "block_until_ready",
     "checkpoint",
     "config",
     "checkpoint_policies",

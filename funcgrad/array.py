@@ -44,6 +44,16 @@ def device_put(x, device: Device | None = None):
     return tree_util.tree_map(asarray, x)
 
 
+def block_until_ready(x):
+    """Wait for every array in the pytree `x` to be computed, and return `x`."""
+    from funcgrad import tree_util
+
+    for leaf in tree_util.tree_leaves(x):
+        if hasattr(leaf, "block_until_ready"):
+            leaf.block_until_ready()
+    return x
+
+
 class Array:
     """An immutable array holding a NumPy value on the host.
 
