@@ -195,10 +195,7 @@ class Array:
         value = np.asarray(self._value)
         prefix = "Array("
         body = np.array2string(value, separator=", ", prefix=prefix)
-        default_dtype = value.dtype in (dtypes.float32, dtypes.int32, dtypes.bool_) and (
-            value.size > 0
-        )
-        suffix = "" if default_dtype else f", dtype={value.dtype.name}"
+        suffix = f", dtype={value.dtype.name}"
         if self.weak_type:
             suffix += ", weak_type=True"
         return f"{prefix}{body}{suffix})"

@@ -213,13 +213,13 @@ def test_0d_exports_are_read_only():
 
 
 def test_repr():
-    assert repr(fnp.array([1.0, 2.0])) == "Array([1., 2.])"
+    assert repr(fnp.array([1.0, 2.0])) == "Array([1., 2.], dtype=float32)"
     assert repr(fnp.array(np.array([1.0, 2.0]))) == "Array([1., 2.], dtype=float64)"
     assert repr(fnp.array(np.array([1, 2], np.int8))) == "Array([1, 2], dtype=int8)"
-    assert repr(fnp.array([[1, 2], [3, 4]])) == "Array([[1, 2],\n       [3, 4]])"
-    assert repr(fnp.asarray(3.0)) == "Array(3., weak_type=True)"
+    assert repr(fnp.array([[1, 2], [3, 4]])) == "Array([[1, 2],\n       [3, 4]], dtype=int32)"
+    assert repr(fnp.asarray(3.0)) == "Array(3., dtype=float32, weak_type=True)"
     assert repr(fnp.zeros((0,))) == "Array([], dtype=float32)"
-    assert repr(fnp.array([True, False])) == "Array([ True, False])"
+    assert repr(fnp.array([True, False])) == "Array([ True, False], dtype=bool)"
     assert repr(fnp.array(np.array([1.5, 2], ml_dtypes.bfloat16))) == (
         "Array([1.5, 2], dtype=bfloat16)"
     )
