@@ -21,21 +21,47 @@ from funcgrad.array import Array
 
 __all__ = [
     "PRNGKey",
+    "ball",
     "bernoulli",
+    "beta",
     "bits",
     "categorical",
+    "cauchy",
+    "chisquare",
     "choice",
+    "clone",
+    "dirichlet",
+    "double_sided_maxwell",
     "exponential",
+    "f",
     "fold_in",
+    "gamma",
+    "generalized_normal",
+    "geometric",
     "gumbel",
     "key",
     "key_data",
+    "laplace",
+    "loggamma",
+    "logistic",
+    "lognormal",
+    "maxwell",
+    "multivariate_normal",
     "normal",
+    "orthogonal",
+    "pareto",
     "permutation",
+    "poisson",
+    "rademacher",
     "randint",
+    "rayleigh",
     "split",
+    "t",
+    "triangular",
     "truncated_normal",
     "uniform",
+    "wald",
+    "weibull_min",
     "wrap_key_data",
 ]
 
@@ -506,3 +532,405 @@ def _weighted_indices(key, p, n_inputs: int, n_draws: int, replace: bool):
     # Without replacement: the k largest of log(p) + Gumbel noise (the Gumbel-top-k trick).
     noise = gumbel(key, (n_inputs,), p.dtype)
     return lax.top_k(lax.add(noise, lax.log(p)), n_draws)[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# More distributions: location-scale families, gamma and its relatives, Poisson, matrices
+#
+# Arrays of one float dtype combine with Python numbers in that dtype (weak typing), so the
+# formulas below use operators.
+
+
+def _draw_dtype(name: str, dtype) -> np.dtype:
+    return _float_dtype(name, float if dtype is None else dtype)
+
+
+def _params(name: str, shape, dtype: np.dtype, *params) -> tuple:
+    """The draw's shape (by default the parameters' broadcast shape), and the parameters as
+    arrays of dtype broadcast to it."""
+    params = [_as_dtype(p, dtype) for p in params]
+    if shape is None:
+        shape = np.broadcast_shapes(*(p.shape for p in params))
+    shape = _canonical_shape(name, shape)
+    return shape, [fnp.broadcast_to(p, shape) for p in params]
+
+
+def _split_n(key, n: int) -> list:
+    keys = split(key, n)
+    return [lax.index_in_dim(keys, i, keepdims=False) for i in range(n)]
+
+
+def _all(mask):
+    return lax.reduce_and(mask, tuple(range(mask.ndim)))
+
+
+def laplace(key, shape: Sequence[int] = (), dtype=None) -> Array:
+    """Standard Laplace floats (density exp(-|x|) / 2), by inverting the CDF."""
+    key = _check_key("laplace", key)
+    dtype = _draw_dtype("laplace", dtype)
+    low = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
+    u = _uniform("laplace", key, _canonical_shape("laplace", shape), dtype, low, 1.0)
+    return -lax.sign(u) * lax.log1p(-lax.abs(u))
+
+
+def logistic(key, shape: Sequence[int] = (), dtype=None) -> Array:
+    """Standard logistic floats, log(u / (1 - u)) for u uniform in (0, 1)."""
+    key = _check_key("logistic", key)
+    dtype = _draw_dtype("logistic", dtype)
+    u = _open_unit("logistic", key, _canonical_shape("logistic", shape), dtype)
+    return lax.log(u) - lax.log1p(-u)
+
+
+def cauchy(key, shape: Sequence[int] = (), dtype=None) -> Array:
+    """Standard Cauchy floats, tan(pi (u - 1/2)) for u uniform in (0, 1)."""
+    key = _check_key("cauchy", key)
+    dtype = _draw_dtype("cauchy", dtype)
+    u = _open_unit("cauchy", key, _canonical_shape("cauchy", shape), dtype)
+    return lax.tan(np.pi * (u - 0.5))
+
+
+def rademacher(key, shape: Sequence[int] = (), dtype=None) -> Array:
+    """-1 or 1 with equal probability (int32 unless `dtype` says otherwise)."""
+    key = _check_key("rademacher", key)
+    dtype = dtypes.int32 if dtype is None else dtypes.canonicalize(dtype)
+    coin = bernoulli(key, 0.5, _canonical_shape("rademacher", shape))
+    return lax.convert_element_type(coin, dtype) * 2 - 1
+
+
+def maxwell(key, shape: Sequence[int] = (), dtype=None) -> Array:
+    """Maxwell-Boltzmann floats of scale 1: the length of a standard normal 3-vector."""
+    key = _check_key("maxwell", key)
+    dtype = _draw_dtype("maxwell", dtype)
+    shape = _canonical_shape("maxwell", shape)
+    z = _normal(key, (*shape, 3), dtype)
+    return lax.sqrt(lax.reduce_sum(z * z, (len(shape),)))
+
+
+def double_sided_maxwell(key, loc, scale, shape: Sequence[int] = (), dtype=None) -> Array:
+    """Maxwell magnitudes with random signs, scaled by `scale` and shifted by `loc`."""
+    key = _check_key("double_sided_maxwell", key)
+    dtype = _draw_dtype("double_sided_maxwell", dtype)
+    shape, (loc, scale) = _params("double_sided_maxwell", shape, dtype, loc, scale)
+    magnitude_key, sign_key = _split2(key)
+    magnitude = maxwell(magnitude_key, shape, dtype)
+    return magnitude * rademacher(sign_key, shape, dtype) * scale + loc
+
+
+def lognormal(key, sigma=1.0, shape=None, dtype=None) -> Array:
+    """exp(sigma * z) for standard normal z."""
+    key = _check_key("lognormal", key)
+    dtype = _draw_dtype("lognormal", dtype)
+    shape, (sigma,) = _params("lognormal", shape, dtype, sigma)
+    return lax.exp(_normal(key, shape, dtype) * sigma)
+
+
+def pareto(key, b, shape=None, dtype=None) -> Array:
+    """Pareto floats of shape b and scale 1 (at least 1): exp(E / b) for exponential E."""
+    key = _check_key("pareto", key)
+    dtype = _draw_dtype("pareto", dtype)
+    shape, (b,) = _params("pareto", shape, dtype, b)
+    return lax.exp(exponential(key, shape, dtype) / b)
+
+
+def weibull_min(key, scale, concentration, shape: Sequence[int] = (), dtype=None) -> Array:
+    """Weibull floats: scale * E**(1 / concentration) for exponential E."""
+    key = _check_key("weibull_min", key)
+    dtype = _draw_dtype("weibull_min", dtype)
+    shape, (scale, concentration) = _params("weibull_min", shape, dtype, scale, concentration)
+    return scale * exponential(key, shape, dtype) ** (1 / concentration)
+
+
+def rayleigh(key, scale, shape=None, dtype=None) -> Array:
+    """Rayleigh floats: scale * sqrt(2 E) for exponential E."""
+    key = _check_key("rayleigh", key)
+    dtype = _draw_dtype("rayleigh", dtype)
+    shape, (scale,) = _params("rayleigh", shape, dtype, scale)
+    return scale * lax.sqrt(2 * exponential(key, shape, dtype))
+
+
+def triangular(key, left, mode, right, shape=None, dtype=None) -> Array:
+    """Triangular floats on [left, right] peaking at mode, by inverting the CDF."""
+    key = _check_key("triangular", key)
+    dtype = _draw_dtype("triangular", dtype)
+    shape, (left, mode, right) = _params("triangular", shape, dtype, left, mode, right)
+    u = _uniform("triangular", key, shape, dtype, 0.0, 1.0)
+    width = right - left
+    rising = left + lax.sqrt(u * width * (mode - left))
+    falling = right - lax.sqrt((1 - u) * width * (right - mode))
+    return lax.select(u < (mode - left) / width, rising, falling)
+
+
+def wald(key, mean, shape=None, dtype=None) -> Array:
+    """Inverse Gaussian (Wald) floats of the given mean and shape parameter 1, by the
+    transformation of Michael, Schucany and Haas (one normal and one uniform draw)."""
+    key = _check_key("wald", key)
+    dtype = _draw_dtype("wald", dtype)
+    shape, (mean,) = _params("wald", shape, dtype, mean)
+    normal_key, uniform_key = _split2(key)
+    z = _normal(normal_key, shape, dtype)
+    mean_y = mean * z * z
+    x = mean + mean / 2 * (mean_y - lax.sqrt(4 * mean_y + mean_y * mean_y))
+    u = _uniform("wald", uniform_key, shape, dtype, 0.0, 1.0)
+    return lax.select(u <= mean / (mean + x), x, mean * mean / x)
+
+
+def geometric(key, p, shape=None, dtype=None) -> Array:
+    """The number of Bernoulli(p) trials up to and including the first success (int32)."""
+    key = _check_key("geometric", key)
+    int_dtype = dtypes.int32 if dtype is None else dtypes.canonicalize(dtype)
+    p = lax.asarray(p)
+    float_dtype = p.dtype if dtypes.is_float(p.dtype) else dtypes.float32
+    shape, (p,) = _params("geometric", shape, float_dtype, p)
+    u = _uniform("geometric", key, shape, float_dtype, 0.0, 1.0)
+    trials = lax.floor(lax.log1p(-u) / lax.log1p(-p)) + 1
+    return lax.convert_element_type(trials, int_dtype)
+
+
+def _log_gamma_sample(key, a):
+    """log of Gamma(a, 1) samples for an array a: Marsaglia and Tsang's rejection method for
+    a + 1, then the boost by u**(1/a) to shape a, in log space so that tiny a stay finite.
+
+    With d = a + 1 - 1/3 and c = 1/sqrt(9 d), a normal x gives v = (1 + c x)**3, accepted
+    when v > 0 and log u < x**2 / 2 + d - d v + d log v; the sample is d v. Every element
+    draws until accepted, so the loop runs until the last element is done.
+    """
+    usable = (a >= 0) & lax.is_finite(a)
+    d = a + (1 - 1 / 3)
+    c = lax.rsqrt(9 * d)
+
+    def attempt(carry):
+        key, log_sample, accepted = carry
+        key, normal_key, uniform_key = _split_n(key, 3)
+        x = _normal(normal_key, a.shape, a.dtype)
+        u = _open_unit("gamma", uniform_key, a.shape, a.dtype)
+        v = (1 + c * x) ** 3
+        positive = v > 0
+        log_v = lax.log(lax.select(positive, v, lax.full_like(v, 1)))
+        accept = positive & (lax.log(u) < x * x / 2 + d * (1 - v + log_v))
+        accept = accept | ~usable  # other parameters are done at once
+        log_sample = lax.select(accept & ~accepted, lax.log(d) + log_v, log_sample)
+        return key, log_sample, accepted | accept
+
+    main_key, boost_key = _split2(key)
+    init = (main_key, lax.full_like(a, 0), lax.full(a.shape, False, dtypes.bool_))
+    _, log_sample, _ = lax.while_loop(lambda carry: ~_all(carry[2]), attempt, init)
+    log_sample = log_sample + lax.log(_open_unit("gamma", boost_key, a.shape, a.dtype)) / a
+    log_sample = lax.select(a == np.inf, a, log_sample)
+    return lax.select(a >= 0, log_sample, lax.full_like(a, np.nan))
+
+
+def loggamma(key, a, shape=None, dtype=None) -> Array:
+    """log of Gamma(a, 1) floats, accurate also where the samples underflow (small a)."""
+    key = _check_key("loggamma", key)
+    dtype = _draw_dtype("loggamma", dtype)
+    _, (a,) = _params("loggamma", shape, dtype, a)
+    return _log_gamma_sample(key, a)
+
+
+def gamma(key, a, shape=None, dtype=None) -> Array:
+    """Gamma(a, 1) floats (divide by a rate for other rates), by Marsaglia and Tsang's method.
+
+    Forward-mode derivatives with respect to `a` follow the accepted draws; reverse mode is
+    not available, since the sampler is a while loop.
+    """
+    key = _check_key("gamma", key)
+    dtype = _draw_dtype("gamma", dtype)
+    _, (a,) = _params("gamma", shape, dtype, a)
+    return lax.exp(_log_gamma_sample(key, a))
+
+
+def chisquare(key, df, shape=None, dtype=None) -> Array:
+    """Chi-square floats with df degrees of freedom: 2 Gamma(df / 2)."""
+    key = _check_key("chisquare", key)
+    dtype = _draw_dtype("chisquare", dtype)
+    _, (df,) = _params("chisquare", shape, dtype, df)
+    return 2 * lax.exp(_log_gamma_sample(key, df / 2))
+
+
+def t(key, df, shape=None, dtype=None) -> Array:
+    """Student's t floats: z / sqrt(chi2(df) / df)."""
+    key = _check_key("t", key)
+    dtype = _draw_dtype("t", dtype)
+    shape, (df,) = _params("t", shape, dtype, df)
+    normal_key, gamma_key = _split2(key)
+    z = _normal(normal_key, shape, dtype)
+    half_chi2 = lax.exp(_log_gamma_sample(gamma_key, df / 2))
+    return z * lax.sqrt(df / 2 / half_chi2)
+
+
+def f(key, dfnum, dfden, shape=None, dtype=None) -> Array:
+    """F floats: (chi2(dfnum) / dfnum) / (chi2(dfden) / dfden)."""
+    key = _check_key("f", key)
+    dtype = _draw_dtype("f", dtype)
+    shape, (dfnum, dfden) = _params("f", shape, dtype, dfnum, dfden)
+    num_key, den_key = _split2(key)
+    num = chisquare(num_key, dfnum, shape, dtype)
+    den = chisquare(den_key, dfden, shape, dtype)
+    return num / dfnum / (den / dfden)
+
+
+def beta(key, a, b, shape=None, dtype=None) -> Array:
+    """Beta(a, b) floats: Ga / (Ga + Gb) for gamma draws, scaled in log space first."""
+    key = _check_key("beta", key)
+    dtype = _draw_dtype("beta", dtype)
+    shape, (a, b) = _params("beta", shape, dtype, a, b)
+    key_a, key_b = _split2(key)
+    log_a, log_b = _log_gamma_sample(key_a, a), _log_gamma_sample(key_b, b)
+    log_max = lax.max(log_a, log_b)
+    ga, gb = lax.exp(log_a - log_max), lax.exp(log_b - log_max)
+    return ga / (ga + gb)
+
+
+def dirichlet(key, alpha, shape=None, dtype=None) -> Array:
+    """Dirichlet(alpha) floats along the last axis: normalized gamma draws, scaled in log
+    space first; `shape` is the batch shape (alpha's leading axes by default)."""
+    key = _check_key("dirichlet", key)
+    dtype = _draw_dtype("dirichlet", dtype)
+    alpha = _as_dtype(alpha, dtype)
+    if alpha.ndim < 1:
+        raise ValueError(f"dirichlet: alpha must have at least one axis, got shape {alpha.shape}")
+    batch = alpha.shape[:-1] if shape is None else _canonical_shape("dirichlet", shape)
+    alpha = _broadcast_to("dirichlet", alpha, (*batch, alpha.shape[-1]))
+    log_g = _log_gamma_sample(key, alpha)
+    g = lax.exp(log_g - fnp.max(log_g, axis=-1, keepdims=True))
+    return g / fnp.sum(g, axis=-1, keepdims=True)
+
+
+def poisson(key, lam, shape=None, dtype=None) -> Array:
+    """Poisson(lam) integers (int32): Knuth's multiplication method for lam < 10, Hormann's
+    transformed rejection with squeeze (PTRS) from 10 on; -1 for a negative, infinite or
+    NaN lam."""
+    key = _check_key("poisson", key)
+    int_dtype = dtypes.int32 if dtype is None else dtypes.canonicalize(dtype)
+    lam = lax.asarray(lam)
+    float_dtype = lam.dtype if dtypes.is_float(lam.dtype) else dtypes.float32
+    shape, (lam,) = _params("poisson", shape, float_dtype, lam)
+    small_key, large_key = _split2(key)
+    valid = (lam >= 0) & lax.is_finite(lam)
+    small = lam < 10
+    # Each method gets a harmless stand-in where the other one applies, or lam is invalid.
+    counts = lax.select(
+        small,
+        _poisson_knuth(small_key, lax.select(small & valid, lam, lax.full_like(lam, 0))),
+        _poisson_rejection(large_key, lax.select(~small & valid, lam, lax.full_like(lam, 10))),
+    )
+    counts = lax.select(valid, counts, lax.full_like(lam, -1))
+    return lax.convert_element_type(counts, int_dtype)
+
+
+def _poisson_knuth(key, lam):
+    """Count the uniforms multiplied (as summed logs) before the product drops below
+    exp(-lam)."""
+
+    def step(carry):
+        key, count, log_product, done = carry
+        key, subkey = _split2(key)
+        log_product = log_product + lax.log(_open_unit("poisson", subkey, lam.shape, lam.dtype))
+        now_done = done | (log_product < -lam)
+        return key, lax.select(now_done, count, count + 1), log_product, now_done
+
+    zero = lax.full_like(lam, 0)
+    init = (key, zero, zero, lax.full(lam.shape, False, dtypes.bool_))
+    return lax.while_loop(lambda carry: ~_all(carry[3]), step, init)[1]
+
+
+def _poisson_rejection(key, lam):
+    """Algorithm PTRS of Hormann, 'The transformed rejection method for generating Poisson
+    random variables' (1993), for lam >= 10."""
+    log_lam = lax.log(lam)
+    b = 0.931 + 2.53 * lax.sqrt(lam)
+    a = -0.059 + 0.02483 * b
+    inv_alpha = 1.1239 + 1.1328 / (b - 3.4)
+    v_r = 0.9277 - 3.6224 / (b - 2)
+
+    def step(carry):
+        key, count, accepted = carry
+        key, u_key, v_key = _split_n(key, 3)
+        u = _uniform("poisson", u_key, lam.shape, lam.dtype, -0.5, 0.5)
+        v = _uniform("poisson", v_key, lam.shape, lam.dtype, 0.0, 1.0)
+        us = 0.5 - lax.abs(u)
+        k = lax.floor((2 * a / us + b) * u + lam + 0.43)
+        squeeze = (us >= 0.07) & (v <= v_r)
+        reject = (k < 0) | ((us < 0.013) & (v > us))
+        log_ratio = lax.log(v * inv_alpha / (a / (us * us) + b))
+        log_target = k * log_lam - lam - lax.lgamma(k + 1)
+        accept = squeeze | (~reject & (log_ratio <= log_target))
+        return key, lax.select(accept & ~accepted, k, count), accepted | accept
+
+    init = (key, lax.full_like(lam, 0), lax.full(lam.shape, False, dtypes.bool_))
+    return lax.while_loop(lambda carry: ~_all(carry[2]), step, init)[1]
+
+
+def generalized_normal(key, p: float, shape: Sequence[int] = (), dtype=None) -> Array:
+    """Floats of density proportional to exp(-|x|**p): random signs on Gamma(1/p)**(1/p)."""
+    key = _check_key("generalized_normal", key)
+    dtype = _draw_dtype("generalized_normal", dtype)
+    shape = _canonical_shape("generalized_normal", shape)
+    gamma_key, sign_key = _split2(key)
+    inverse_p = lax.full(shape, 1 / p, dtype)
+    magnitude = lax.exp(_log_gamma_sample(gamma_key, inverse_p) * inverse_p)
+    return magnitude * rademacher(sign_key, shape, dtype)
+
+
+def ball(key, d: int, p: float = 2, shape: Sequence[int] = (), dtype=None) -> Array:
+    """Points uniform in the d-dimensional unit p-ball (of shape shape + (d,)): generalized
+    normal coordinates divided by the p-norm of themselves and one exponential draw
+    (Barthe, Guedon, Mendelson and Naor)."""
+    key = _check_key("ball", key)
+    dtype = _draw_dtype("ball", dtype)
+    shape = _canonical_shape("ball", shape)
+    point_key, radius_key = _split2(key)
+    g = generalized_normal(point_key, p, (*shape, operator.index(d)), dtype)
+    e = exponential(radius_key, shape, dtype)
+    norm = (fnp.sum(lax.abs(g) ** p, axis=-1) + e) ** (1 / p)
+    return g / norm[..., None]
+
+
+def multivariate_normal(key, mean, cov, shape=None, dtype=None, method: str = "cholesky") -> Array:
+    """Normal vectors of mean (..., n) and covariance (..., n, n): mean + A z with
+    A A^T = cov from a Cholesky ('cholesky'), eigen ('eigh') or singular value ('svd')
+    decomposition. `shape` (the batch shape) defaults to that of mean and cov broadcast."""
+    key = _check_key("multivariate_normal", key)
+    dtype = _draw_dtype("multivariate_normal", dtype)
+    mean, cov = _as_dtype(mean, dtype), _as_dtype(cov, dtype)
+    if mean.ndim < 1 or cov.ndim < 2 or cov.shape[-2:] != (mean.shape[-1],) * 2:
+        raise ValueError(
+            f"multivariate_normal: mean (..., n) and cov (..., n, n) do not fit: shapes "
+            f"{mean.shape} and {cov.shape}"
+        )
+    if method == "cholesky":
+        factor = fnp.linalg.cholesky(cov)
+    elif method == "eigh":
+        w, v = fnp.linalg.eigh(cov)
+        factor = v * fnp.sqrt(fnp.maximum(w, 0))[..., None, :]
+    elif method == "svd":
+        u, s, _ = fnp.linalg.svd(cov)
+        factor = u * fnp.sqrt(s)[..., None, :]
+    else:
+        raise ValueError(
+            f"multivariate_normal: method must be 'cholesky', 'eigh' or 'svd', got {method!r}"
+        )
+    if shape is None:
+        shape = np.broadcast_shapes(mean.shape[:-1], cov.shape[:-2])
+    shape = _canonical_shape("multivariate_normal", shape)
+    z = _normal(key, (*shape, mean.shape[-1]), dtype)
+    return mean + fnp.matmul(factor, z[..., None])[..., 0]
+
+
+def orthogonal(key, n: int, shape: Sequence[int] = (), dtype=None, m: int | None = None) -> Array:
+    """Random (n, m) matrices with orthonormal columns (rows if n < m), Haar-distributed: the
+    Q of a QR decomposition of a normal matrix, its column signs fixed by R's diagonal."""
+    key = _check_key("orthogonal", key)
+    dtype = _draw_dtype("orthogonal", dtype)
+    shape = _canonical_shape("orthogonal", shape)
+    n = operator.index(n)
+    m = n if m is None else operator.index(m)
+    z = _normal(key, (*shape, max(n, m), min(n, m)), dtype)
+    q, r = lax.qr(z, full_matrices=False)
+    q = q * fnp.sign(fnp.diagonal(r, 0, -2, -1))[..., None, :]
+    return q if n >= m else fnp.matrix_transpose(q)
+
+
+def clone(key) -> Array:
+    """The key itself: funcgrad keys are values, never consumed, so a copy is the same key."""
+    return _check_key_words("clone", key)

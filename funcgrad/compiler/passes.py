@@ -176,6 +176,7 @@ def _live_eqns(eqns: Sequence[JaxprEqn], outvars: Sequence[Atom]) -> tuple[list,
     live = {v for v in outvars if type(v) is Var}
     kept = []
     for eqn in reversed(eqns):
+        invars = eqn.invars  # `used_inputs` flags these, not a pruned equation's operands
         used_outputs = [v in live for v in eqn.outvars]
         rule = dce_rules.get(eqn.primitive)
         if rule is not None:
@@ -186,7 +187,7 @@ def _live_eqns(eqns: Sequence[JaxprEqn], outvars: Sequence[Atom]) -> tuple[list,
             eqn = None
         if eqn is not None:
             kept.append(eqn)
-            live.update(v for v, used in zip(eqn.invars, used_inputs) if used and type(v) is Var)
+            live.update(v for v, used in zip(invars, used_inputs) if used and type(v) is Var)
     kept.reverse()
     return kept, live
 

@@ -100,7 +100,7 @@ def partial_eval_jaxpr(
         jaxpr.constvars,
         [v for v, u in zip(jaxpr.invars, unknowns) if not u],
         known_outvars + residuals,
-        [e for e in jaxpr.eqns if all(v not in unknown_vars for v in e.outvars)],
+        [e for e in jaxpr.eqns if e not in unknown_eqns],  # by what they read: some have no outputs
     )
     unknown_jaxpr = Jaxpr(
         jaxpr.constvars,

@@ -9,8 +9,10 @@ import warnings
 from funcgrad.lax.base import asarray
 from funcgrad.lax.control_flow import *
 from funcgrad.lax.elementwise import *
+from funcgrad.lax.extra import *
 from funcgrad.lax.indexing import *
 from funcgrad.lax.linalg import *
+from funcgrad.lax.linalg_decomp import *
 from funcgrad.lax.parallel import *
 from funcgrad.lax.random_bits import *
 from funcgrad.lax.reductions import *

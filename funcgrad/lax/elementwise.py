@@ -889,6 +889,9 @@ def _convert_transpose(ct, x, *, new_dtype, weak_type):
 convert_element_type_p.def_jvp(_convert_jvp)
 convert_element_type_p.def_transpose(_convert_transpose)
 ad.defjvp_zero(stop_gradient_p)
+# A linear program holds stop_gradient only where a rule applied it to a tangent (a custom_jvp
+# rule, a batched cond's lane mask), as the identity on values: its transpose is that too.
+stop_gradient_p.def_transpose(lambda ct, x: [stop_gradient_p.bind(ct)])
 for _prim in [value for value in list(globals().values()) if isinstance(value, Primitive)]:
     if _prim.transpose is None:
         _prim.not_applicable["transpose"] = "not linear"

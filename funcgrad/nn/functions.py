@@ -16,6 +16,7 @@ from funcgrad.numpy._promotion import promote_args_inexact
 
 __all__ = [
     "celu",
+    "dot_product_attention",
     "elu",
     "gelu",
     "glu",
@@ -23,10 +24,14 @@ __all__ = [
     "hard_silu",
     "hard_swish",
     "hard_tanh",
+    "identity",
     "leaky_relu",
+    "log1mexp",
     "log_sigmoid",
     "log_softmax",
+    "logmeanexp",
     "logsumexp",
+    "mish",
     "one_hot",
     "relu",
     "relu6",
@@ -36,8 +41,12 @@ __all__ = [
     "soft_sign",
     "softmax",
     "softplus",
+    "sparse_plus",
+    "sparse_sigmoid",
+    "squareplus",
     "standardize",
     "swish",
+    "tanh",
 ]
 
 # Anything funcgrad.numpy accepts as an array: funcgrad arrays, tracers, NumPy values, scalars.
@@ -280,3 +289,172 @@ def one_hot(x: ArrayLike, num_classes: int, *, dtype: Any = dtypes.float32, axis
     # int32 classes, compared after promotion with the labels: a uint8 iota would wrap at 256.
     classes = lax.broadcasted_iota(dtypes.int32, classes_shape, axis)
     return (fnp.expand_dims(x, axis) == classes).astype(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# More activations and log-space helpers
+
+
+def identity(x: ArrayLike):
+    return fnp.asarray(x)
+
+
+def tanh(x: ArrayLike, /):
+    return fnp.tanh(x)
+
+
+def mish(x: ArrayLike):
+    """x * tanh(softplus(x))."""
+    x = _inexact("mish", x)
+    return x * fnp.tanh(softplus(x))
+
+
+def squareplus(x: ArrayLike, b: ArrayLike = 4):
+    """(x + sqrt(x**2 + b)) / 2, a softplus made of algebraic operations."""
+    x = _inexact("squareplus", x)
+    return (x + fnp.sqrt(x * x + b)) / 2
+
+
+def sparse_plus(x: ArrayLike):
+    """0 below -1, x above 1, and the parabola (x + 1)**2 / 4 joining them smoothly."""
+    x = _inexact("sparse_plus", x)
+    return fnp.where(x <= -1, 0, fnp.where(x >= 1, x, (x + 1) ** 2 / 4))
+
+
+def sparse_sigmoid(x: ArrayLike):
+    """The derivative of sparse_plus: (x + 1) / 2 clipped to [0, 1]."""
+    x = _inexact("sparse_sigmoid", x)
+    return fnp.clip((x + 1) / 2, 0, 1)
+
+
+def log1mexp(x: ArrayLike):
+    """log(1 - exp(-x)) for x > 0, from expm1 for small x and from log1p for large x, so
+    that neither 1 - exp(-x) nor its log loses digits (Maechler's recipe)."""
+    x = _inexact("log1mexp", x)
+    return fnp.where(x < math.log(2), fnp.log(-fnp.expm1(-x)), fnp.log1p(-fnp.exp(-x)))
+
+
+def logmeanexp(
+    x: ArrayLike, axis: Axis = None, where: ArrayLike | None = None, keepdims: bool = False
+):
+    """log(mean(exp(x))) over `axis` (of the entries `where` selects), without overflow."""
+    x = _inexact("logmeanexp", x)
+    total = logsumexp(x, axis=axis, keepdims=keepdims, where=where)
+    ones = fnp.ones_like(x) if where is None else fnp.asarray(where).astype(x.dtype)
+    count = fnp.sum(fnp.broadcast_to(ones, x.shape), axis=axis, keepdims=keepdims)
+    return total - fnp.log(count)
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention
+
+
+def dot_product_attention(
+    query: ArrayLike,
+    key: ArrayLike,
+    value: ArrayLike,
+    bias: ArrayLike | None = None,
+    mask: ArrayLike | None = None,
+    *,
+    scale: float | None = None,
+    is_causal: bool = False,
+    query_seq_lengths: ArrayLike | None = None,
+    key_value_seq_lengths: ArrayLike | None = None,
+    local_window_size: int | tuple[int, int] | None = None,
+    implementation: str | None = None,
+    return_residual: bool = False,
+):
+    """Scaled dot-product attention, softmax(q k^T * scale + bias) v, as a reference
+    implementation. Shapes are (batch, length, heads, head_dim), the batch axis optional;
+    key and value may have fewer heads than query, each shared by a group of query heads.
+
+    `mask` (True where attention is allowed), `is_causal`, the sequence lengths and
+    `local_window_size` (left, right) all remove logits; a query with nothing to attend to
+    gets the mean of the values, as the removed logits are a large negative number rather
+    than -inf. `return_residual` also returns the logsumexp of the logits, (batch, length,
+    heads). Softmax statistics are computed in float32 for 16-bit inputs.
+    """
+    if implementation not in (None, "xla"):
+        raise NotImplementedError(f"dot_product_attention: implementation {implementation!r}")
+    query, key, value = (fnp.asarray(x) for x in (query, key, value))
+    unbatched = query.ndim == 3
+    if unbatched:
+        query, key, value = query[None], key[None], value[None]
+    if query.ndim != 4 or key.shape != value.shape or key.ndim != 4:
+        raise ValueError(
+            "dot_product_attention: query, key and value must be (B, T, N, H), (B, S, K, H) "
+            f"and (B, S, K, H), got {query.shape}, {key.shape} and {value.shape}"
+        )
+    batch, q_len, heads, head_dim = query.shape
+    kv_len, kv_heads = key.shape[1], key.shape[2]
+    if heads % kv_heads or key.shape[3] != head_dim or key.shape[0] != batch:
+        raise ValueError(
+            f"dot_product_attention: key/value shape {key.shape} does not fit query shape "
+            f"{query.shape}: batch and head_dim must match and the query's heads must be a "
+            "multiple of the key's"
+        )
+    scale = 1 / math.sqrt(head_dim) if scale is None else scale
+    group = heads // kv_heads
+    # Query heads are grouped as (kv_heads, group) so each group shares one key head.
+    grouped = fnp.reshape(query, (batch, q_len, kv_heads, group, head_dim))
+    logits = fnp.einsum("btkgh,bskh->bkgts", grouped, key)
+    logits = fnp.reshape(logits, (batch, heads, q_len, kv_len))
+    compute_dtype = fnp.promote_types(logits.dtype, fnp.float32)
+    logits = logits.astype(compute_dtype) * scale
+    if bias is not None:
+        bias = fnp.asarray(bias)
+        logits = logits + (bias[None] if unbatched and bias.ndim == 4 else bias).astype(
+            compute_dtype
+        )
+    allowed = _attention_mask(
+        mask,
+        unbatched,
+        is_causal,
+        query_seq_lengths,
+        key_value_seq_lengths,
+        local_window_size,
+        batch,
+        q_len,
+        kv_len,
+    )
+    if allowed is not None:
+        large_negative = 0.7 * float(fnp.finfo(compute_dtype).min)
+        logits = fnp.where(allowed, logits, large_negative)
+    weights = softmax(logits, axis=-1).astype(value.dtype)
+    weights = fnp.reshape(weights, (batch, kv_heads, group, q_len, kv_len))
+    out = fnp.einsum("bkgts,bskh->btkgh", weights, value)
+    out = fnp.reshape(out, (batch, q_len, heads, head_dim))
+    if unbatched:
+        out = out[0]
+    if not return_residual:
+        return out
+    residual = fnp.transpose(logsumexp(logits, axis=-1), (0, 2, 1))
+    return out, residual[0] if unbatched else residual
+
+
+def _attention_mask(
+    mask, unbatched, is_causal, query_seq_lengths, key_value_seq_lengths, window, batch, t, s
+):
+    """Where each query may attend to each key, (B, N or 1, T, S), or None for everywhere."""
+    allowed = None
+
+    def both(condition):
+        return condition if allowed is None else allowed & condition
+
+    if mask is not None:
+        mask = fnp.asarray(mask).astype(bool)
+        allowed = both(mask[None] if unbatched and mask.ndim == 4 else mask)
+    query_index = lax.broadcasted_iota(dtypes.int32, (t, s), 0)
+    key_index = lax.broadcasted_iota(dtypes.int32, (t, s), 1)
+    if is_causal:
+        allowed = both(key_index <= query_index)
+    if window is not None:
+        left, right = (window, window) if isinstance(window, int) else window
+        allowed = both((key_index >= query_index - left) & (key_index <= query_index + right))
+    if query_seq_lengths is not None:
+        lengths = fnp.asarray(query_seq_lengths).reshape(batch, 1, 1, 1)
+        allowed = both(query_index[None, None] < lengths)
+    if key_value_seq_lengths is not None:
+        lengths = fnp.asarray(key_value_seq_lengths).reshape(batch, 1, 1, 1)
+        allowed = both(key_index[None, None] < lengths)
+    return allowed

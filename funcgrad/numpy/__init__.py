@@ -8,6 +8,7 @@ from funcgrad.numpy import array_methods as _array_methods
 from funcgrad.numpy import linalg
 from funcgrad.numpy._promotion import broadcast_shapes, result_type
 from funcgrad.numpy.creation import *
+from funcgrad.numpy.extra import *
 from funcgrad.numpy.indexing import *
 from funcgrad.numpy.linalg_ops import *
 from funcgrad.numpy.misc import *

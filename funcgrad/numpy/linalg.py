@@ -1,29 +1,66 @@
-"""funcgrad.numpy.linalg: norms, and the products NumPy also lists here.
+"""funcgrad.numpy.linalg: norms, decompositions, solves, and the products NumPy also lists here.
 
-Norms that need singular values (ord=2, -2 and 'nuc' of a matrix) wait for an SVD.
+Decompositions come from the primitives in `funcgrad.lax.linalg_decomp`; solves, inverses and
+determinants are written with an LU decomposition, so every transformation applies to them.
 """
 
 from __future__ import annotations
 
+import builtins
+import math
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from funcgrad import dtypes, lax
-from funcgrad.numpy._promotion import convert, to_array
+from funcgrad.array import Array
+from funcgrad.numpy import misc
+from funcgrad.numpy._promotion import (
+    broadcast_shapes,
+    broadcast_to,
+    convert,
+    result_type,
+    to_array,
+)
 from funcgrad.numpy.linalg_ops import cross, matmul, matrix_transpose, outer, tensordot, vecdot
-from funcgrad.numpy.reductions import count_nonzero, max, min, reduction_axes, scalar, sum
-from funcgrad.numpy.shape_ops import canonicalize_axes
-from funcgrad.numpy.ufuncs import absolute, power, sqrt
+from funcgrad.numpy.reductions import count_nonzero, max, min, prod, reduction_axes, scalar, sum
+from funcgrad.numpy.shape_ops import canonicalize_axes, moveaxis, reshape
+from funcgrad.numpy.ufuncs import absolute, isnan, log, power, sign, sqrt
+from funcgrad.transforms.custom_derivatives import custom_jvp
 
 __all__ = [
+    "EighResult",
+    "QRResult",
+    "SVDResult",
+    "SlogdetResult",
+    "cholesky",
+    "cond",
     "cross",
+    "det",
+    "diagonal",
+    "eigh",
+    "eigvalsh",
+    "inv",
+    "lstsq",
     "matmul",
     "matrix_norm",
+    "matrix_power",
+    "matrix_rank",
     "matrix_transpose",
+    "multi_dot",
     "norm",
     "outer",
+    "pinv",
+    "qr",
+    "slogdet",
+    "solve",
+    "svd",
+    "svdvals",
     "tensordot",
+    "tensorinv",
+    "tensorsolve",
+    "trace",
     "vecdot",
     "vector_norm",
 ]
@@ -96,9 +133,12 @@ def _matrix_norm(x, ord, axes: tuple[int, ...], keepdims: bool):
     if ord in ("fro", "f"):
         return sqrt(sum(lax.mul(x, x), axes, keepdims=keepdims))
     if ord in (2, -2, "nuc"):
-        raise NotImplementedError(
-            f"norm: the matrix norm ord={ord!r} needs singular values, and funcgrad has no SVD yet"
-        )
+        singular_values = svdvals(moveaxis(x, (rows, columns), (-2, -1)))
+        reduce = {2: max, -2: min, "nuc": sum}[ord]
+        result = reduce(singular_values, -1)
+        if keepdims:
+            return lax.expand_dims(result, sorted(axes))
+        return result
     if ord in (1, -1):
         # The largest (smallest) column sum: sum over the rows, then over the columns.
         summed, over = rows, columns
@@ -112,3 +152,415 @@ def _matrix_norm(x, ord, axes: tuple[int, ...], keepdims: bool):
     if keepdims:
         return result
     return lax.reshape(result, tuple(d for i, d in enumerate(x.shape) if i not in axes))
+
+
+# ---------------------------------------------------------------------------------------------
+# Decompositions
+
+
+class EighResult(NamedTuple):
+    eigenvalues: Array
+    eigenvectors: Array
+
+
+class QRResult(NamedTuple):
+    Q: Array
+    R: Array
+
+
+class SlogdetResult(NamedTuple):
+    sign: Array
+    logabsdet: Array
+
+
+class SVDResult(NamedTuple):
+    U: Array
+    S: Array
+    Vh: Array
+
+
+def _matrices(name: str, a, square: bool = False):
+    a = _inexact(a)
+    if a.ndim < 2:
+        raise ValueError(f"{name}: needs an array of rank at least 2, got shape {a.shape}")
+    if square and a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"{name}: needs square matrices in the last two axes, got {a.shape}")
+    return a
+
+
+def cholesky(a, *, upper: bool = False, symmetrize_input: bool = True):
+    """The Cholesky factor of symmetric positive definite matrices: L with a = L @ L.T, or U
+    with a = U.T @ U if `upper`. NaNs where a matrix is not positive definite."""
+    factor = lax.cholesky(_matrices("cholesky", a, True), symmetrize_input=symmetrize_input)
+    return matrix_transpose(factor) if upper else factor
+
+
+def eigh(a, UPLO: str | None = None, symmetrize_input: bool = True) -> EighResult:
+    """Ascending eigenvalues and eigenvectors (columns) of symmetric matrices."""
+    v, w = lax.eigh(
+        _matrices("eigh", a, True), lower=_lower("eigh", UPLO), symmetrize_input=symmetrize_input
+    )
+    return EighResult(w, v)
+
+
+def eigvalsh(a, UPLO: str | None = "L", *, symmetrize_input: bool = True):
+    return eigh(a, UPLO, symmetrize_input).eigenvalues
+
+
+def _lower(name: str, UPLO: str | None) -> bool:
+    if UPLO not in (None, "L", "U"):
+        raise ValueError(f"{name}: UPLO must be 'L' or 'U', got {UPLO!r}")
+    return UPLO != "U"
+
+
+def qr(a, mode: str = "reduced"):
+    """QR decomposition; mode 'reduced' or 'complete' gives (Q, R), mode 'r' only R."""
+    if mode not in ("reduced", "complete", "r"):
+        raise ValueError(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}")
+    q, r = lax.qr(_matrices("qr", a), full_matrices=mode == "complete")
+    return r if mode == "r" else QRResult(q, r)
+
+
+def svd(
+    a,
+    full_matrices: bool = True,
+    compute_uv: bool = True,
+    hermitian: bool = False,
+    subset_by_index: tuple[int, int] | None = None,
+):
+    """Singular value decomposition a = U @ diag(S) @ Vh, singular values descending.
+
+    `hermitian` (symmetric) matrices are decomposed through their eigendecomposition.
+    """
+    a = _matrices("svd", a)
+    if hermitian:
+        return _symmetric_svd(a, compute_uv, subset_by_index)
+    out = lax.svd(
+        a, full_matrices=full_matrices, compute_uv=compute_uv, subset_by_index=subset_by_index
+    )
+    return SVDResult(*out) if compute_uv else out
+
+
+def _symmetric_svd(a, compute_uv: bool, subset_by_index):
+    """Singular values are |eigenvalues|, U the eigenvectors, Vh the eigenvectors with the
+    signs of the eigenvalues, all sorted by descending |eigenvalue|."""
+    if a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"svd: hermitian=True needs square matrices, got shape {a.shape}")
+    from funcgrad.numpy.indexing import take_along_axis
+    from funcgrad.numpy.sorting_ops import argsort
+
+    w, v = eigh(a)
+    order = argsort(-absolute(w), axis=-1)
+    if subset_by_index is not None:
+        order = order[..., subset_by_index[0] : subset_by_index[1]]
+    s = take_along_axis(absolute(w), order, axis=-1)
+    if not compute_uv:
+        return s
+    columns = broadcast_to(order[..., None, :], v.shape[:-1] + order.shape[-1:])
+    u = take_along_axis(v, columns, axis=-1)
+    signs = take_along_axis(sign(w), order, axis=-1)
+    return SVDResult(u, s, matrix_transpose(u * signs[..., None, :]))
+
+
+def svdvals(x, /):
+    return svd(x, compute_uv=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# Solves, inverses and determinants through LU
+
+
+def _permute_rows(b, permutation):
+    """b[..., permutation, :] for b of shape (..., m, k) and permutation (..., m)."""
+    from funcgrad.numpy.indexing import take_along_axis
+
+    indices = broadcast_to(permutation[..., None], b.shape)
+    return take_along_axis(b, indices, axis=-2, mode="promise_in_bounds")
+
+
+def _lu_solve(lu, permutation, b):
+    """Solve a @ x = b given a's LU factors: L U x = P b, one triangular solve for each."""
+    y = lax.triangular_solve(
+        lu, _permute_rows(b, permutation), left_side=True, lower=True, unit_diagonal=True
+    )
+    return lax.triangular_solve(lu, y, left_side=True, lower=False)
+
+
+def _inexact_pair(a, b):
+    dtype = result_type(a, b)
+    if not dtypes.is_float(dtype):
+        dtype = dtypes.default_float
+    return convert(to_array(a), dtype), convert(to_array(b), dtype)
+
+
+def solve(a, b):
+    """x with a @ x = b. b is a vector when 1-d, else a stack of matrices (..., m, k); the
+    leading axes of a and b broadcast."""
+    a, b = _inexact_pair(a, b)
+    a = _matrices("solve", a, True)
+    vector = b.ndim == 1
+    if vector:
+        b = b[:, None]
+    if b.shape[-2] != a.shape[-1]:
+        raise ValueError(
+            f"solve: b of shape {b.shape} does not fit a of shape {a.shape}: b needs "
+            f"{a.shape[-1]} rows"
+        )
+    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    a = broadcast_to(a, batch + a.shape[-2:])
+    b = broadcast_to(b, batch + b.shape[-2:])
+    lu, _, permutation = lax.lu(a)
+    x = _lu_solve(lu, permutation, b)
+    return x[..., 0] if vector else x
+
+
+def inv(a):
+    a = _matrices("inv", a, True)
+    identity = broadcast_to(misc.eye(a.shape[-1], dtype=a.dtype), a.shape)
+    return solve(a, identity)
+
+
+def _lu_sign_and_diagonal(a):
+    """The sign of the row permutation of a's LU decomposition, and U's diagonal."""
+    lu, pivots, _ = lax.lu(a)
+    unmoved = lax.broadcasted_iota(pivots.dtype, pivots.shape, pivots.ndim - 1)
+    swaps = count_nonzero(pivots != unmoved, axis=-1)
+    parity_sign = 1 - 2 * convert(swaps % 2, a.dtype)
+    return parity_sign, misc.diagonal(lu, 0, -2, -1)
+
+
+def det(a):
+    """The determinant, as the signed product of U's diagonal in an LU decomposition."""
+    a = _matrices("det", a, True)
+    parity_sign, diagonal = _lu_sign_and_diagonal(a)
+    return parity_sign * prod(diagonal, axis=-1)
+
+
+def slogdet(a, *, method: str | None = None) -> SlogdetResult:
+    """The sign and log |determinant|: (0, -inf) for singular matrices."""
+    if method not in (None, "lu"):
+        raise ValueError(f"slogdet: method must be 'lu', got {method!r}")
+    a = _matrices("slogdet", a, True)
+    parity_sign, diagonal = _lu_sign_and_diagonal(a)
+    return SlogdetResult(
+        parity_sign * prod(sign(diagonal), axis=-1), sum(log(absolute(diagonal)), axis=-1)
+    )
+
+
+def matrix_power(a, n: int):
+    """a multiplied by itself n times (by repeated squaring); inv(a) to the -n for n < 0."""
+    a = to_array(a)
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(f"matrix_power: needs square matrices, got shape {a.shape}")
+    n = int(n)
+    if n == 0:
+        return broadcast_to(misc.eye(a.shape[-1], dtype=a.dtype), a.shape)
+    if n < 0:
+        a, n = inv(a), -n
+    result = None
+    while n:
+        if n & 1:
+            result = a if result is None else matmul(result, a)
+        n >>= 1
+        if n:
+            a = matmul(a, a)
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Through the SVD
+
+
+def matrix_rank(M, rtol=None, *, hermitian: bool = False, tol=None):
+    """The number of singular values above tol (default: max(s) * rtol, with rtol defaulting
+    to max(m, n) times the dtype's epsilon)."""
+    M = _inexact(M)
+    if M.ndim < 2:
+        return convert(count_nonzero(M) > 0, dtypes.int32)
+    s = svdvals(M)
+    if tol is None:
+        if rtol is None:
+            rtol = builtins.max(M.shape[-2:]) * dtypes.finfo(M.dtype).eps
+        tol = max(s, axis=-1, keepdims=True) * rtol
+    elif np.ndim(tol) > 0:
+        tol = to_array(tol)[..., None]
+    return convert(count_nonzero(s > tol, axis=-1), dtypes.int32)
+
+
+def pinv(a, rtol=None, hermitian: bool = False, *, rcond=None):
+    """The Moore-Penrose pseudo-inverse, dropping singular values at or below rtol * max(s)
+    (rtol defaults to 10 * max(m, n) * epsilon)."""
+    a = _matrices("pinv", a)
+    if rcond is not None:
+        rtol = rcond
+    if rtol is None:
+        rtol = 10 * builtins.max(a.shape[-2:]) * dtypes.finfo(a.dtype).eps
+    return _pinv(a, convert(rtol if dtypes.is_python_scalar(rtol) else to_array(rtol), a.dtype))
+
+
+@custom_jvp
+def _pinv(a, rtol):
+    u, s, vh = svd(a, full_matrices=False)
+    cutoff = max(s, axis=-1, keepdims=True, initial=0.0) * rtol[..., None]
+    s_inverse = misc.where(s > cutoff, 1 / misc.where(s > cutoff, s, 1), 0)
+    return matmul(matrix_transpose(vh) * s_inverse[..., None, :], matrix_transpose(u))
+
+
+@_pinv.defjvp
+def _pinv_jvp(primals, tangents):
+    """The derivative of the pseudo-inverse P of A on the set of matrices of A's rank:
+    dP = -P dA P + P P^T dA^T (I - A P) + (I - P A) dA^T P^T P. The SVD's derivative would
+    be undefined at repeated singular values, which this formula does not mind."""
+    a, rtol = primals
+    a_dot, _ = tangents
+    p = _pinv(a, rtol)
+    p_t, a_dot_t = matrix_transpose(p), matrix_transpose(a_dot)
+    rows_eye = misc.eye(a.shape[-2], dtype=a.dtype)
+    columns_eye = misc.eye(a.shape[-1], dtype=a.dtype)
+    p_dot = (
+        -(p @ a_dot @ p)
+        + p @ p_t @ a_dot_t @ (rows_eye - a @ p)
+        + (columns_eye - p @ a) @ a_dot_t @ p_t @ p
+    )
+    return p, p_dot
+
+
+def lstsq(a, b, rcond=None, *, numpy_resid: bool = False):
+    """The least-squares solution x of a @ x = b (a 2-d), through the SVD: (x, residuals,
+    rank, singular values). Residuals are |b - a @ x|^2 per column; with `numpy_resid` they
+    are empty, as NumPy returns them, unless a has full column rank and more rows."""
+    a, b = _inexact_pair(a, b)
+    if a.ndim != 2 or b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
+        raise ValueError(
+            f"lstsq: needs a 2-d a and a 1-d or 2-d b with as many rows, got shapes {a.shape} "
+            f"and {b.shape}"
+        )
+    m, n = a.shape
+    vector = b.ndim == 1
+    if vector:
+        b = b[:, None]
+    u, s, vh = svd(a, full_matrices=False)
+    if rcond is None:
+        rcond = dtypes.finfo(a.dtype).eps * builtins.max(m, n)
+    kept = s > max(s, initial=0.0) * rcond
+    rank = convert(count_nonzero(kept), dtypes.int32)
+    s_inverse = misc.where(kept, 1 / misc.where(kept, s, 1), 0)
+    x = matrix_transpose(vh) @ (s_inverse[:, None] * (matrix_transpose(u) @ b))
+    residuals = sum((b - a @ x) ** 2, axis=0)
+    if numpy_resid and (m <= n or int(rank) < n):
+        residuals = residuals[:0]
+    if vector:
+        x = x[:, 0]
+    return x, residuals, rank, s
+
+
+def cond(x, p=None):
+    """The condition number in norm p: s_max / s_min for p in (None, 2), the reverse for -2,
+    else norm(x, p) * norm(inv(x), p). Singular matrices give inf."""
+    x = _matrices("cond", x)
+    if p in (None, 2, -2):
+        s = svdvals(x)
+        largest, smallest = s[..., 0], s[..., -1]
+        result = largest / smallest if p != -2 else smallest / largest
+    else:
+        if x.shape[-1] != x.shape[-2]:
+            raise ValueError(f"cond: p={p!r} needs square matrices, got shape {x.shape}")
+        result = norm(x, p, axis=(-2, -1)) * norm(inv(x), p, axis=(-2, -1))
+    # A singular matrix makes 0 / 0 or inf * 0; its condition number is infinite.
+    finite_input = ~isnan(x).any(axis=(-2, -1))
+    return misc.where(isnan(result) & finite_input, np.inf, result)
+
+
+# ---------------------------------------------------------------------------------------------
+# Products, tensors, and the array-API aliases
+
+
+def multi_dot(arrays: Sequence, *, precision=None):
+    """The product of a chain of matrices, in the order that needs the fewest multiplications.
+
+    A 1-d first (last) array is a row (column) vector, and that axis is dropped.
+    """
+    arrays = [to_array(x) for x in arrays]
+    if len(arrays) < 2:
+        raise ValueError(f"multi_dot: needs at least two arrays, got {len(arrays)}")
+    first_vector, last_vector = arrays[0].ndim == 1, arrays[-1].ndim == 1
+    if first_vector:
+        arrays[0] = arrays[0][None, :]
+    if last_vector:
+        arrays[-1] = arrays[-1][:, None]
+    if any(x.ndim != 2 for x in arrays):
+        raise ValueError(
+            "multi_dot: arrays must be 2-d (the first and last may be 1-d), got shapes "
+            + ", ".join(str(x.shape) for x in arrays)
+        )
+    sizes = [x.shape[0] for x in arrays] + [arrays[-1].shape[1]]
+    split = _chain_order(sizes)
+
+    def product(i: int, j: int):
+        if i == j:
+            return arrays[i]
+        k = split[i][j]
+        return matmul(product(i, k), product(k + 1, j), precision=precision)
+
+    result = product(0, len(arrays) - 1)
+    if first_vector:
+        result = result[0]
+    if last_vector:
+        result = result[..., 0]
+    return result
+
+
+def _chain_order(sizes: list[int]) -> list[list[int]]:
+    """The classic dynamic program: split[i][j] is where the product of matrices i..j is best
+    cut, matrix k having shape (sizes[k], sizes[k + 1])."""
+    n = len(sizes) - 1
+    cost = [[0] * n for _ in range(n)]
+    split = [[0] * n for _ in range(n)]
+    for length in range(1, n):
+        for i in range(n - length):
+            j = i + length
+            cost[i][j] = math.inf
+            for k in range(i, j):
+                c = cost[i][k] + cost[k + 1][j] + sizes[i] * sizes[k + 1] * sizes[j + 1]
+                if c < cost[i][j]:
+                    cost[i][j], split[i][j] = c, k
+    return split
+
+
+def tensorinv(a, ind: int = 2):
+    """The inverse of a seen as a matrix from its first `ind` axes to the rest."""
+    a = to_array(a)
+    rows, columns = a.shape[:ind], a.shape[ind:]
+    if ind <= 0 or math.prod(rows) != math.prod(columns):
+        raise ValueError(
+            f"tensorinv: the first {ind} axes of shape {a.shape} must hold as many elements as "
+            "the rest"
+        )
+    inverse = inv(reshape(a, (math.prod(rows), math.prod(columns))))
+    return reshape(inverse, columns + rows)
+
+
+def tensorsolve(a, b, axes: tuple[int, ...] | None = None):
+    """x with tensordot(a, x, x.ndim) = b; `axes` of a are moved to the end first."""
+    a, b = to_array(a), to_array(b)
+    if axes is not None:
+        axes = canonicalize_axes(axes, a.ndim, "tensorsolve")
+        a = moveaxis(a, axes, tuple(range(a.ndim - len(axes), a.ndim)))
+    x_shape = a.shape[b.ndim :]
+    if a.shape[: b.ndim] != b.shape or math.prod(x_shape) != b.size:
+        raise ValueError(
+            f"tensorsolve: a of shape {a.shape} does not fit b of shape {b.shape}: a must begin "
+            "with b's shape and its remaining axes hold as many elements"
+        )
+    x = solve(reshape(a, (b.size, b.size)), reshape(b, (b.size,)))
+    return reshape(x, x_shape)
+
+
+def trace(x, /, *, offset: int = 0, dtype=None):
+    """The sum of the diagonal of the last two axes."""
+    return misc.trace(x, offset, -2, -1, dtype)
+
+
+def diagonal(x, /, *, offset: int = 0):
+    """The diagonal of the last two axes."""
+    return misc.diagonal(x, offset, -2, -1)

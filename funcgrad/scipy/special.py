@@ -14,18 +14,27 @@ from funcgrad.nn.functions import ArrayLike, Axis, logsumexp
 from funcgrad.numpy._promotion import promote_args_inexact
 
 __all__ = [
+    "beta",
+    "betaln",
     "digamma",
     "entr",
     "erf",
     "erfc",
     "erfinv",
     "expit",
+    "factorial",
+    "gamma",
     "gammaln",
+    "kl_div",
     "log_softmax",
+    "loggamma",
     "logit",
     "logsumexp",
+    "multigammaln",
     "ndtr",
     "ndtri",
+    "poch",
+    "rel_entr",
     "softmax",
     "xlog1py",
     "xlogy",
@@ -115,3 +124,68 @@ def softmax(x: ArrayLike, axis: Axis = None):
 def log_softmax(x: ArrayLike, axis: Axis = None):
     """SciPy's log_softmax, which normalizes over all axes unless given one."""
     return nn.log_softmax(x, axis=axis)
+
+
+def gamma(x: ArrayLike):
+    """Gamma(x) as sign * exp(log|Gamma(x)|): negative between -2k - 1 and -2k."""
+    x = _inexact("gamma", x)
+    negative = (x < 0) & (fnp.remainder(fnp.floor(x), 2) != 0)
+    return fnp.where(negative, -1, 1) * fnp.exp(lax.lgamma(x))
+
+
+def loggamma(x: ArrayLike):
+    """log Gamma(x) for real x > 0 (NaN for x < 0, where Gamma can be negative)."""
+    x = _inexact("loggamma", x)
+    return fnp.where(x < 0, fnp.nan, lax.lgamma(x))
+
+
+def betaln(a: ArrayLike, b: ArrayLike):
+    """log|B(a, b)| = log|Gamma(a)| + log|Gamma(b)| - log|Gamma(a + b)|."""
+    a, b = promote_args_inexact("betaln", a, b)
+    return lax.lgamma(a) + lax.lgamma(b) - lax.lgamma(a + b)
+
+
+def beta(a: ArrayLike, b: ArrayLike):
+    """B(a, b) = Gamma(a) Gamma(b) / Gamma(a + b), with its sign."""
+    a, b = promote_args_inexact("beta", a, b)
+    return gamma(a) * gamma(b) / gamma(a + b)
+
+
+def factorial(n: ArrayLike, exact: bool = False):
+    """n! as Gamma(n + 1) for n >= 0, and 0 for negative n."""
+    if exact:
+        raise ValueError("factorial: exact=True needs Python integers; funcgrad computes floats")
+    n = _inexact("factorial", n)
+    return fnp.where(n < 0, 0, fnp.exp(lax.lgamma(n + 1)))
+
+
+def poch(z: ArrayLike, m: ArrayLike):
+    """The rising factorial Gamma(z + m) / Gamma(z)."""
+    z, m = promote_args_inexact("poch", z, m)
+    return gamma(z + m) / gamma(z)
+
+
+def multigammaln(a: ArrayLike, d: int):
+    """The log of the multivariate gamma function of dimension d."""
+    a = _inexact("multigammaln", a)
+    d = int(d)
+    terms = fnp.stack([lax.lgamma(a - 0.5 * j) for j in range(d)])
+    return d * (d - 1) / 4 * math.log(math.pi) + fnp.sum(terms, axis=0)
+
+
+def rel_entr(x: ArrayLike, y: ArrayLike):
+    """x log(x / y) for x, y > 0; 0 where x = 0 <= y; inf otherwise."""
+    x, y = promote_args_inexact("rel_entr", x, y)
+    both_positive = (x > 0) & (y > 0)
+    safe_x, safe_y = fnp.where(both_positive, x, 1), fnp.where(both_positive, y, 1)
+    value = safe_x * fnp.log(safe_x / safe_y)
+    return fnp.where(both_positive, value, fnp.where((x == 0) & (y >= 0), 0, fnp.inf))
+
+
+def kl_div(x: ArrayLike, y: ArrayLike):
+    """x log(x / y) - x + y for x, y > 0; y where x = 0 <= y; inf otherwise."""
+    x, y = promote_args_inexact("kl_div", x, y)
+    both_positive = (x > 0) & (y > 0)
+    safe_x, safe_y = fnp.where(both_positive, x, 1), fnp.where(both_positive, y, 1)
+    value = safe_x * fnp.log(safe_x / safe_y) - safe_x + safe_y
+    return fnp.where(both_positive, value, fnp.where((x == 0) & (y >= 0), y, fnp.inf))

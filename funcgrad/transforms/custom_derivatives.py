@@ -15,6 +15,8 @@ import functools
 import inspect
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from funcgrad import core, tree_util
 from funcgrad.core import Primitive
 from funcgrad.interpreters import batching
@@ -340,7 +342,8 @@ def _is_none(x) -> bool:
 def _custom_vjp_call_jvp(primals, tangents, *, call_jaxpr, rules, num_consts):
     _check_no_closed_over_tangents(rules.__name__, tangents[:num_consts])
     primal_outs, residuals = rules.forward(primals[num_consts:])
-    arg_tangents = [instantiate(t) for t in tangents[num_consts:]]
+    # Integer arguments have float0 tangents, which are no operands: custom_lin skips them.
+    arg_tangents = [instantiate(t) for t in tangents[num_consts:] if t.aval.dtype != float0]
     tangent_outs = custom_lin_p.bind(
         *residuals,
         *arg_tangents,
@@ -377,7 +380,10 @@ def _custom_lin_impl(*args, num_residuals, rules, out_avals):
 def _custom_lin_transpose(cotangents, *operands, num_residuals, rules, out_avals):
     residuals = list(operands[:num_residuals])
     cts = [instantiate(ct) for ct in cotangents]
-    return [None] * num_residuals + rules.backward(residuals, cts)
+    cts_in = rules.backward(residuals, cts)
+    return [None] * num_residuals + [
+        ct for ct, aval in zip(cts_in, rules.in_avals) if tangent_aval(aval).dtype != float0
+    ]
 
 
 custom_lin_p.def_jvp(lambda primals, tangents, **params: _custom_lin_impl(**params))
@@ -458,7 +464,29 @@ class _BatchedJVPRule:
     def __call__(self, primals: list, tangents: list) -> tuple[list, list]:
         from funcgrad.transforms.vmap import vmap
 
-        return vmap(self.rule, in_axes=(self.in_axes, self.in_axes))(primals, tangents)
+        # The float0 tangents of integer arguments are no arrays to map: each lane gets zeros.
+        lane_zeros = [
+            np.zeros(t.shape[1:] if axis == 0 else t.shape, float0) if t.dtype == float0 else None
+            for t, axis in zip(tangents, self.in_axes)
+        ]
+        mapped = [t for t, zeros in zip(tangents, lane_zeros) if zeros is None]
+        mapped_axes = [axis for axis, zeros in zip(self.in_axes, lane_zeros) if zeros is None]
+
+        zero_outs: list[bool] = []  # likewise the symbolic zero tangents of integer outputs
+
+        def lane_rule(lane_primals, lane_tangents):
+            lane_iter = iter(lane_tangents)
+            full = [next(lane_iter) if zeros is None else zeros for zeros in lane_zeros]
+            primal_outs, tangent_outs = self.rule(lane_primals, full)
+            zero_outs.extend(type(t) is Zero for t in tangent_outs)
+            return primal_outs, [t for t in tangent_outs if type(t) is not Zero]
+
+        vmapped = vmap(lane_rule, in_axes=(self.in_axes, mapped_axes))
+        primal_outs, nonzero = vmapped(primals, mapped)
+        nonzero = iter(nonzero)
+        return primal_outs, [
+            Zero.like(p) if zero else next(nonzero) for p, zero in zip(primal_outs, zero_outs)
+        ]
 
     def __repr__(self) -> str:
         return self.__name__
@@ -483,9 +511,14 @@ class _BatchedVJPRules:
     was not batched is the sum over the lanes.
     """
 
-    def __init__(self, rules, in_batched: Sequence[bool]):
+    def __init__(self, rules, in_batched: Sequence[bool], size: int):
         self.rules = rules
         self.in_batched = list(in_batched)
+        # The arguments' avals at this level, so that an outer vmap can wrap these rules again.
+        self.in_avals = [
+            core.ShapedArray((size, *a.shape), a.dtype, a.weak_type) if b else a
+            for a, b in zip(rules.in_avals, in_batched)
+        ]
         self.__name__ = rules.__name__
 
     def forward(self, primals: list) -> tuple[list, list]:
@@ -499,14 +532,21 @@ class _BatchedVJPRules:
         from funcgrad.transforms.vmap import vmap
 
         is_zero = [tangent_aval(a).dtype == float0 for a in self.rules.in_avals]
+        # The float0 cotangents of integer outputs are no arrays to map: each lane gets zeros.
+        lane_zeros = [
+            np.zeros(ct.shape[1:], float0) if ct.dtype == float0 else None for ct in cotangents
+        ]
 
-        def nonzero_backward(res, cts):
+        def nonzero_backward(res, mapped_cts):
+            mapped_iter = iter(mapped_cts)
+            cts = [next(mapped_iter) if zeros is None else zeros for zeros in lane_zeros]
             cts_in = self.rules.backward(res, cts)
             return [instantiate(ct) for ct, zero in zip(cts_in, is_zero) if not zero]
 
-        lanes = iter(vmap(nonzero_backward)(residuals, cotangents))
+        mapped = [ct for ct, zeros in zip(cotangents, lane_zeros) if zeros is None]
+        lanes = iter(vmap(nonzero_backward)(residuals, mapped))
         cts_in = []
-        for aval, zero, batched in zip(self.rules.in_avals, is_zero, self.in_batched):
+        for aval, zero, batched in zip(self.in_avals, is_zero, self.in_batched):
             if zero:
                 cts_in.append(Zero(tangent_aval(aval)))
             else:
@@ -524,7 +564,7 @@ def _custom_vjp_call_batch(values, dims, *, call_jaxpr, rules, num_consts):
     outs = custom_vjp_call_p.bind(
         *values,
         call_jaxpr=batching.batch_jaxpr(call_jaxpr, in_batched, size),
-        rules=_BatchedVJPRules(rules, in_batched[num_consts:]),
+        rules=_BatchedVJPRules(rules, in_batched[num_consts:], size),
         num_consts=num_consts,
     )
     return outs, [0] * len(outs)

@@ -36,7 +36,14 @@ from funcgrad.interpreters.staging import StagingTrace, trace_to_jaxpr
 from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Var, eval_jaxpr
 from funcgrad.lax.base import asarray
 from funcgrad.lax.control_flow.common import avals_of, check_same_types, stage
-from funcgrad.lax.elementwise import clamp, convert_element_type, ne, select_n
+from funcgrad.lax.elementwise import (
+    clamp,
+    convert_element_type,
+    eq,
+    ne,
+    select_n,
+    stop_gradient,
+)
 from funcgrad.lax.shapes import broadcast_in_dim
 
 __all__ = ["cond", "switch"]
@@ -381,12 +388,32 @@ def _cond_batch(values, dims, *, branches):
     index = batching.moveaxis(index, index_dim, 0)
     index = clamp(np.int32(0), index, np.int32(len(branches) - 1))
     batched = [batching.batch_jaxpr(b, in_batched, size) for b in branches]
-    branch_outs = [eval_jaxpr(b.jaxpr, b.consts, *operands) for b in batched]
+    branch_outs = [
+        eval_jaxpr(b.jaxpr, b.consts, *_lanes_taking(k, index, operands, in_batched))
+        for k, b in enumerate(batched)
+    ]
     outs = [
         select_n(broadcast_in_dim(index, core.get_aval(cases[0]).shape, (0,)), *cases)
         for cases in zip(*branch_outs)
     ]
     return outs, [0] * len(outs)
+
+
+def _lanes_taking(k: int, index, operands: Sequence, in_batched: Sequence[bool]) -> list:
+    """Branch k's operands, differentiable only in the lanes that take branch k.
+
+    The other lanes run branch k on values it was never meant for (the zeros that pad another
+    branch's residuals, say), where its derivatives may be infinite; a zero cotangent times an
+    infinite derivative is NaN, which would reach the shared operands' cotangents."""
+    taken = eq(index, np.int32(k))
+    masked = []
+    for op, batched in zip(operands, in_batched):
+        aval = core.get_aval(op)
+        if batched and dtypes.is_float(aval.dtype):
+            lanes = broadcast_in_dim(taken, aval.shape, (0,))
+            op = select_n(lanes, stop_gradient(op), op)
+        masked.append(op)
+    return masked
 
 
 def _batch_outputs(

@@ -1,0 +1,577 @@
+"""funcgrad.numpy's statistics, histograms, polynomials, set operations, differences,
+floating-point decomposition and functional in-place forms, against NumPy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad.errors import ConcretizationTypeError
+from funcgrad.test_util import check_grads
+from tests import strategies as fst
+from tests.checks import assert_close, check_batching, check_staging
+
+GRAD_TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+def assert_same(actual, expected) -> None:
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    np.testing.assert_array_equal(actual, expected)
+
+
+def float_arrays(min_dims=1, max_dims=3, min_side=1, max_side=5, **bounds):
+    return fst.arrays(
+        fst.float_dtypes, fst.shapes(min_dims, max_dims, min_side, max_side), **bounds
+    )
+
+
+def rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# Quantiles
+
+
+@given(
+    float_arrays(allow_nan=True),
+    st.sampled_from(["linear", "lower", "higher", "midpoint", "nearest"]),
+    st.lists(st.floats(0, 1), min_size=1, max_size=3),
+    st.data(),
+)
+def test_quantiles_match_numpy(x, method, q, data):
+    axis = data.draw(st.none() | st.integers(-x.ndim, x.ndim - 1))
+    keepdims = data.draw(st.booleans())
+    q = np.array(q, x.dtype)
+    with np.errstate(all="ignore"):
+        expected = np.quantile(x, q, axis=axis, method=method, keepdims=keepdims)
+        expected_nan = np.nanquantile(x, q[0], axis=axis, method=method, keepdims=keepdims)
+    actual = fnp.quantile(x, q, axis=axis, method=method, keepdims=keepdims)
+    assert_close(actual, expected.astype(x.dtype), x.dtype)
+    actual_nan = fnp.nanquantile(x, q[0], axis=axis, method=method, keepdims=keepdims)
+    assert_close(actual_nan, np.asarray(expected_nan).astype(x.dtype), x.dtype)
+
+
+def test_percentile_median_and_dtypes():
+    x = rng().normal(size=(4, 6))
+    x[1, 2] = np.nan
+    assert_close(fnp.percentile(x, [10, 95], axis=1), np.percentile(x, [10, 95], axis=1))
+    assert_close(fnp.nanpercentile(x, 30.0), np.nanpercentile(x, 30.0))
+    assert_close(fnp.nanmedian(x, axis=1, keepdims=True), np.nanmedian(x, axis=1, keepdims=True))
+    assert fnp.quantile(np.arange(5), 0.3).dtype == np.float32
+    assert float(fnp.quantile(np.arange(5), 0.3)) == pytest.approx(1.2)
+    check_staging(lambda x: fnp.nanquantile(x, 0.25, axis=0), x)
+    check_grads(
+        lambda x: fnp.quantile(x, np.array([0.2, 0.7]), axis=1), (x[[0, 2, 3]],), 2, **GRAD_TOL
+    )
+    with pytest.raises(ValueError, match="method"):
+        fnp.quantile(x, 0.5, method="cubic")
+
+
+# ---------------------------------------------------------------------------------------------
+# Covariance and histograms
+
+
+@given(
+    float_arrays(min_dims=2, max_dims=2, min_side=2), st.booleans(), st.integers(0, 1), st.data()
+)
+def test_cov_and_corrcoef_match_numpy(x, rowvar, ddof, data):
+    x = np.round(x * 4) / 4  # no variances that underflow
+    n = x.shape[1] if rowvar else x.shape[0]
+    fweights = data.draw(st.none() | st.just(np.arange(1, n + 1)))
+    aweights = data.draw(st.none() | st.just(np.linspace(0.5, 1.5, n)))
+    tol = dict(rtol=1e-3, atol=1e-3) if x.dtype == np.float32 else dict(rtol=1e-9, atol=1e-9)
+    with np.errstate(all="ignore"):
+        expected = np.cov(x, rowvar=rowvar, ddof=ddof, fweights=fweights, aweights=aweights)
+    actual = fnp.cov(x, rowvar=rowvar, ddof=ddof, fweights=fweights, aweights=aweights)
+    assert_close(actual, expected.astype(x.dtype), x.dtype, **tol)
+    with np.errstate(all="ignore"):
+        expected = np.corrcoef(x, rowvar=rowvar)
+    assert_close(fnp.corrcoef(x, rowvar=rowvar), expected.astype(x.dtype), x.dtype, **tol)
+
+
+def test_cov_of_two_variables_and_gradient():
+    x, y = rng().normal(size=5), rng(1).normal(size=5)
+    assert_close(fnp.cov(x, y), np.cov(x, y))
+    assert fnp.cov(np.arange(3)).dtype == np.float32
+    check_grads(lambda x: fnp.cov(x, bias=True), (rng().normal(size=(2, 4)),), 2, **GRAD_TOL)
+
+
+@given(
+    fst.arrays(np.float64, fst.shapes(1, 2, 1, 20)), st.integers(1, 6), st.booleans(), st.booleans()
+)
+def test_histogram_matches_numpy(a, bins, weighted, density):
+    weights = np.linspace(0, 1, a.size).reshape(a.shape) if weighted else None
+    with np.errstate(all="ignore"):
+        expected_hist, expected_edges = np.histogram(a, bins, weights=weights, density=density)
+    hist, edges = fnp.histogram(a, bins, weights=weights, density=density)
+    assert_close(edges, expected_edges, rtol=1e-12, atol=1e-12)
+    assert_close(hist, expected_hist.astype(np.float64), rtol=1e-9, atol=1e-9)
+
+
+def test_histogram_edges_ranges_and_more_dimensions():
+    a = rng().normal(size=40)
+    edges = np.array([-1.0, 0.0, 0.5, 2.0])
+    assert_close(fnp.histogram(a, edges)[0], np.histogram(a, edges)[0].astype(np.float64))
+    assert_close(
+        fnp.histogram(a, 4, range=(-1, 1))[0],
+        np.histogram(a, 4, range=(-1, 1))[0].astype(np.float64),
+    )
+    assert_close(fnp.histogram_bin_edges(a, 3), np.histogram_bin_edges(a, 3))
+    assert fnp.histogram(np.array([1, 2, 3]))[0].dtype == np.float32
+    b = rng(1).normal(size=40)
+    for actual, expected in zip(
+        fnp.histogram2d(a, b, bins=(3, 4)), np.histogram2d(a, b, bins=(3, 4))
+    ):
+        assert_close(actual, expected, rtol=1e-12, atol=1e-12)
+    sample = np.stack([a, b, a * b], axis=1)
+    hist, edges = fnp.histogramdd(sample, bins=3, density=True)
+    expected_hist, expected_edges = np.histogramdd(sample, bins=3, density=True)
+    assert_close(hist, expected_hist, rtol=1e-9, atol=1e-9)
+    for actual, expected in zip(edges, expected_edges):
+        assert_close(actual, expected, rtol=1e-12, atol=1e-12)
+    check_staging(lambda a: fnp.histogram(a, 5, range=(-2.0, 2.0)), a)
+    with pytest.raises(NotImplementedError, match="auto"):
+        fnp.histogram(a, "auto")
+
+
+# ---------------------------------------------------------------------------------------------
+# Interpolation, integration and differences
+
+
+@given(st.integers(1, 6), st.integers(0, 8), st.sampled_from([None, 1.5]), st.integers(0, 99))
+def test_interp_matches_numpy(n, m, period, seed):
+    r = rng(seed)
+    xp, fp, x = np.sort(r.normal(size=n)), r.normal(size=n), 2 * r.normal(size=m)
+    assert_close(fnp.interp(x, xp, fp, period=period), np.interp(x, xp, fp, period=period))
+    if period is None:
+        assert_close(fnp.interp(x, xp, fp, -5.0, 7.0), np.interp(x, xp, fp, -5.0, 7.0))
+
+
+def test_interp_extrapolates_and_differentiates():
+    xp, fp = np.array([0.0, 1.0, 2.0]), np.array([0.0, 10.0, 5.0])
+    assert_close(
+        fnp.interp(np.array([-1.0, 3.0]), xp, fp, "extrapolate", "extrapolate"), [-10.0, 0.0]
+    )
+    check_grads(lambda x, fp: fnp.interp(x, xp, fp), (np.array([0.3, 1.7]), fp), 2, **GRAD_TOL)
+
+
+@given(float_arrays(min_side=2), st.data())
+def test_trapezoid_diff_and_gradient_match_numpy(y, data):
+    axis = data.draw(st.integers(-y.ndim, y.ndim - 1))
+    n = data.draw(st.integers(0, 2))
+    x = np.cumsum(np.linspace(0.5, 1.5, y.shape[axis]))
+    tol = dict(rtol=1e-4, atol=1e-4) if y.dtype == np.float32 else dict(rtol=1e-9, atol=1e-9)
+    assert_close(
+        fnp.trapezoid(y, axis=axis, dx=0.5), np.trapezoid(y, axis=axis, dx=0.5), y.dtype, **tol
+    )
+    assert_close(fnp.trapezoid(y, x=x, axis=axis), np.trapezoid(y, x=x, axis=axis), **tol)
+    assert_close(
+        fnp.diff(y, n, axis=axis, prepend=1.0), np.diff(y, n, axis=axis, prepend=1.0), y.dtype
+    )
+    edge_order = data.draw(st.sampled_from([1, 2])) if y.shape[axis] > 2 else 1
+    expected = np.gradient(y, x, axis=axis, edge_order=edge_order)
+    assert_close(fnp.gradient(y, x, axis=axis, edge_order=edge_order), expected, **tol)
+
+
+def test_differences_of_other_kinds():
+    assert_same(fnp.diff(np.array([True, False, False])), np.array([True, False]))
+    assert_same(
+        fnp.diff(np.array([1, 4, 9]), append=np.array([20])), np.diff([1, 4, 9], append=[20])
+    )
+    assert_same(
+        fnp.ediff1d(np.array([[1, 3], [6, 10]]), to_begin=[-1], to_end=99),
+        np.ediff1d([[1, 3], [6, 10]], to_begin=[-1], to_end=99),
+    )
+    f = rng().normal(size=(4, 5))
+    for actual, expected in zip(fnp.gradient(f, 2.0), np.gradient(f, 2.0)):
+        assert_close(actual, expected)
+    phases = np.cumsum(rng().normal(size=30) * 3)
+    assert_close(fnp.unwrap(phases), np.unwrap(phases))
+    assert_close(fnp.unwrap(phases, period=4.0), np.unwrap(phases, period=4.0))
+    check_grads(lambda y: fnp.gradient(y, edge_order=2), (f,), 1, **GRAD_TOL)
+    with pytest.raises(ValueError, match="at least 3 samples"):
+        fnp.gradient(np.ones(2), edge_order=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Convolution and polynomials
+
+
+@given(
+    st.integers(1, 7),
+    st.integers(1, 7),
+    st.sampled_from(["full", "same", "valid"]),
+    st.integers(0, 99),
+)
+def test_convolve_and_correlate_match_numpy(n, m, mode, seed):
+    a, v = rng(seed).normal(size=n), rng(seed + 1).normal(size=m)
+    assert_close(fnp.convolve(a, v, mode), np.convolve(a, v, mode), rtol=1e-12, atol=1e-12)
+    assert_close(fnp.correlate(a, v, mode), np.correlate(a, v, mode), rtol=1e-12, atol=1e-12)
+
+
+def test_convolution_dtypes_derivatives_and_errors():
+    assert_same(fnp.convolve(np.array([1, 2, 3]), np.array([1, 1])), np.convolve([1, 2, 3], [1, 1]))
+    a, v = rng().normal(size=6), rng(1).normal(size=3)
+    check_grads(lambda a, v: fnp.convolve(a, v, "same"), (a, v), 2, **GRAD_TOL)
+    check_batching(lambda a: fnp.correlate(a, v, "full"), [rng().normal(size=(3, 6))], (0,))
+    with pytest.raises(ValueError, match=r"1-d arrays, got shapes \(2, 2\) and \(3,\)"):
+        fnp.convolve(np.ones((2, 2)), np.ones(3))
+
+
+def test_polynomials_match_numpy():
+    r = rng()
+    p, q, x = r.normal(size=4), r.normal(size=2), r.normal(size=(2, 3))
+    assert_close(fnp.polyval(p, x), np.polyval(p, x))
+    long = r.normal(size=30)
+    assert_close(fnp.polyval(long, 0.7), np.polyval(long, 0.7), rtol=1e-9, atol=1e-9)
+    assert_close(fnp.polyadd(p, q), np.polyadd(p, q))
+    assert_close(fnp.polysub(q, p), np.polysub(q, p))
+    assert_close(fnp.polymul(p, q), np.polymul(p, q))
+    assert_close(
+        fnp.polymul(np.array([0.0, 1.0, 2.0]), q, trim_leading_zeros=True),
+        np.polymul([1.0, 2.0], q),
+    )
+    quotient, remainder = fnp.polydiv(p, q)
+    expected_quotient, expected_remainder = np.polydiv(p, q)
+    assert_close(quotient, expected_quotient)
+    assert_close(
+        np.asarray(remainder)[-len(expected_remainder) :], expected_remainder, rtol=1e-9, atol=1e-9
+    )
+    assert_close(fnp.polyder(p, 2), np.polyder(p, 2))
+    assert_close(fnp.polyint(p, 2, k=[1.0, 2.0]), np.polyint(p, 2, k=[1.0, 2.0]))
+    assert_same(
+        fnp.vander(np.array([1, 2, 3]), 4, increasing=True),
+        np.vander([1, 2, 3], 4, increasing=True),
+    )
+    check_grads(fnp.polyval, (p, x), 2, **GRAD_TOL)
+
+
+def test_polyfit_matches_numpy():
+    x = np.linspace(0, 1, 12)
+    y = np.stack([3 * x**2 - x, np.cos(3 * x)], axis=1)
+    assert_close(fnp.polyfit(x, y, 2), np.polyfit(x, y, 2), rtol=1e-9, atol=1e-9)
+    for actual, expected in zip(
+        fnp.polyfit(x, y[:, 1], 3, full=True)[:4], np.polyfit(x, y[:, 1], 3, full=True)[:4]
+    ):
+        assert_close(actual, np.asarray(expected), rtol=1e-7, atol=1e-9)
+    for actual, expected in zip(
+        fnp.polyfit(x, y[:, 1], 2, w=x + 1, cov=True), np.polyfit(x, y[:, 1], 2, w=x + 1, cov=True)
+    ):
+        assert_close(actual, expected, rtol=1e-7, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# Set operations
+
+
+ints = fst.arrays(np.int32, fst.shapes(1, 2, 0, 6), min_value=-3, max_value=5)
+
+
+@given(ints, ints, st.sampled_from(["auto", "sort"]))
+def test_set_operations_match_numpy(a, b, method):
+    assert_same(fnp.isin(a, b, method=method), np.isin(a, b))
+    assert_same(fnp.isin(a, b, invert=True), np.isin(a, b, invert=True))
+    assert_same(fnp.setdiff1d(a, b), np.setdiff1d(a, b))
+    assert_same(fnp.union1d(a, b), np.union1d(a, b))
+    assert_same(fnp.setxor1d(a, b), np.setxor1d(a, b))
+    for actual, expected in zip(
+        fnp.intersect1d(a, b, return_indices=True), np.intersect1d(a, b, return_indices=True)
+    ):
+        np.testing.assert_array_equal(actual, expected)
+
+
+def test_set_operations_with_a_static_size_under_jit():
+    a, b = np.array([3, 1, 2, 5, 1]), np.array([2, 3, 7])
+    assert_same(fg.jit(lambda a, b: fnp.setdiff1d(a, b, size=4))(a, b), np.array([1, 5, 0, 0]))
+    assert_same(
+        fg.jit(lambda a, b: fnp.union1d(a, b, size=7, fill_value=-1))(a, b),
+        np.array([1, 2, 3, 5, 7, -1, -1]),
+    )
+    assert_same(fg.jit(lambda a, b: fnp.setxor1d(a, b, size=4))(a, b), np.array([1, 5, 7, 1]))
+    values, first_a, first_b = fg.jit(
+        lambda a, b: fnp.intersect1d(a, b, size=3, return_indices=True)
+    )(a, b)
+    assert_same(values, np.array([2, 3, 2]))
+    assert_same(first_a, np.array([2, 0, 5], np.int32))
+    assert_same(first_b, np.array([0, 1, 3], np.int32))
+    with pytest.raises(ConcretizationTypeError, match="size="):
+        fg.jit(fnp.union1d)(a, b)
+
+
+def test_unique_variants():
+    x = np.array([[3, 1], [3, 0]])
+    values, indices, inverse, counts = fnp.unique_all(x)
+    expected = np.unique_all(x)
+    assert_same(values, expected.values)
+    np.testing.assert_array_equal(indices, expected.indices)
+    np.testing.assert_array_equal(inverse, expected.inverse_indices)
+    np.testing.assert_array_equal(counts, expected.counts)
+    np.testing.assert_array_equal(fnp.unique_counts(x).counts, [1, 1, 2])
+    assert fnp.unique_inverse(x).inverse_indices.shape == (2, 2)
+    assert_same(fnp.unique_values(x), np.unique_values(x))
+
+
+# ---------------------------------------------------------------------------------------------
+# Floating-point decomposition and integer arithmetic
+
+SPECIAL = [0.0, -0.0, 3.0, -1e-40, 1e-310, 5e-324, 1.5, -7.25e300, np.inf, -np.inf, np.nan, 6e-5]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_frexp_ldexp_modf_spacing_on_special_values(dtype):
+    with np.errstate(over="ignore"):
+        x = np.array(SPECIAL, np.float64).astype(dtype)
+    mantissa, exponent = fnp.frexp(x)
+    expected_mantissa, expected_exponent = np.frexp(x)
+    assert_same(mantissa, expected_mantissa)
+    assert_same(exponent, expected_exponent.astype(np.int32))
+    assert_same(fnp.ldexp(mantissa, exponent), x)
+    for actual, expected in zip(fnp.modf(x), np.modf(x)):
+        assert_same(actual, expected)
+        np.testing.assert_array_equal(np.signbit(actual), np.signbit(expected))
+    assert_same(fnp.spacing(x), np.spacing(x))
+
+
+@given(
+    fst.arrays(np.float64, (6,), min_value=-1e3, max_value=1e3),
+    fst.arrays(np.int32, (6,), min_value=-1100, max_value=1100),
+)
+def test_ldexp_matches_numpy(x, e):
+    assert_same(fnp.ldexp(x, e), np.ldexp(x, e))
+    assert_same(fnp.ldexp(x.astype(np.float32), e), np.ldexp(x.astype(np.float32), e))
+
+
+@given(
+    fst.arrays(fst.signed_int_dtypes, (8,), min_value=-100, max_value=100),
+    fst.arrays(np.int8, (8,), min_value=-100, max_value=100),
+)
+def test_gcd_lcm_match_numpy(a, b):
+    assert_same(fnp.gcd(a, b), np.gcd(a, b))
+    assert_same(fnp.lcm(a.astype(np.int64), b), np.lcm(a.astype(np.int64), b))
+
+
+def test_gcd_under_vmap_and_errors():
+    a, b = np.array([[12, 7], [0, 9]]), np.array([18, 21])
+    check_batching(fnp.gcd, [a, b], (0, None))
+    with pytest.raises(TypeError, match="integer"):
+        fnp.gcd(1.5, 2.0)
+    with pytest.raises(TypeError, match="x2 must be integers"):
+        fnp.ldexp(1.0, 2.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Functional forms of in-place functions, building and selecting
+
+
+def numpy_in_place(function, a, *args, **kwargs):
+    a = np.array(a)
+    function(a, *args, **kwargs)
+    return a
+
+
+def test_in_place_functions_return_copies():
+    assert_same(
+        fnp.fill_diagonal(np.zeros((5, 3)), np.array([1.0, 2.0]), wrap=True, inplace=False),
+        numpy_in_place(np.fill_diagonal, np.zeros((5, 3)), [1.0, 2.0], wrap=True),
+    )
+    assert_same(
+        fnp.fill_diagonal(np.zeros((3, 3, 3)), 5.0, inplace=False),
+        numpy_in_place(np.fill_diagonal, np.zeros((3, 3, 3)), 5.0),
+    )
+    assert_same(
+        fnp.put(np.arange(5), np.array([1, 7]), np.array([10, 20]), inplace=False),
+        np.array([0, 10, 2, 3, 20]),
+    )
+    assert_same(
+        fnp.put(np.arange(5), np.array([1, 7]), np.array([10, 20]), mode="wrap", inplace=False),
+        numpy_in_place(np.put, np.arange(5), [1, 7], [10, 20], mode="wrap"),
+    )
+    x = rng().normal(size=(3, 4))
+    index = np.argsort(x, axis=1)[:, :2]
+    assert_same(
+        fnp.put_along_axis(x, index, 0.0, axis=1, inplace=False),
+        numpy_in_place(np.put_along_axis, x, index, 0.0, axis=1),
+    )
+    with pytest.raises(ValueError, match="inplace=False"):
+        fnp.fill_diagonal(np.zeros((2, 2)), 1.0)
+
+
+@pytest.mark.parametrize(
+    "obj, values, axis",
+    [
+        (1, [7, 8], 1),
+        ([1, 1, 3], [7, 8, 9], 1),
+        (slice(0, 4, 2), 0, None),
+        (-1, 5, 0),
+        ([0, 2], [[1], [2]], 1),
+    ],
+)
+def test_insert_and_delete_match_numpy(obj, values, axis):
+    a = np.arange(6).reshape(2, 3)
+    assert_same(
+        fnp.insert(a, obj, np.asarray(values), axis=axis), np.insert(a, obj, values, axis=axis)
+    )
+    if not isinstance(obj, int) or axis is not None:
+        delete_obj = obj if isinstance(obj, slice) else np.unique(np.asarray(obj) % 3)
+        assert_same(fnp.delete(a, delete_obj, axis=1), np.delete(a, delete_obj, axis=1))
+
+
+def test_building_and_reshaping_match_numpy():
+    blocks = [[np.eye(2), np.zeros((2, 1))], [np.ones((1, 2)), np.array([[5.0]])]]
+    assert_same(fnp.block(blocks), np.block(blocks))
+    assert_same(fnp.block([1, 2, np.array([3, 4])]), np.block([1, 2, np.array([3, 4])]))
+    a = np.arange(6).reshape(2, 3)
+    assert_same(fnp.append(a, [[1, 2, 3]], axis=0), np.append(a, [[1, 2, 3]], axis=0))
+    assert_same(fnp.append(a, 7), np.append(a, 7))
+    assert (
+        fnp.rollaxis(np.zeros((2, 3, 4, 5)), 3, 1).shape
+        == np.rollaxis(np.zeros((2, 3, 4, 5)), 3, 1).shape
+    )
+    assert_same(fnp.resize(np.arange(3), (2, 4)), np.resize(np.arange(3), (2, 4)))
+    assert_same(fnp.trim_zeros(np.array([0, 0, 1, 2, 0])), np.trim_zeros(np.array([0, 0, 1, 2, 0])))
+    assert [u.shape for u in fnp.unstack(a, axis=1)] == [(2,)] * 3
+    assert_same(fnp.concat([a, a], axis=None), np.concatenate([a, a], axis=None))
+    assert fnp.permute_dims(np.zeros((2, 3, 4)), (2, 0, 1)).shape == (4, 2, 3)
+    with pytest.raises(ValueError, match="depths are mismatched"):
+        fnp.block([[1, 2], 3])
+
+
+def test_selection_matches_numpy():
+    a = np.arange(6).reshape(2, 3)
+    condition = np.array([True, False, True])
+    assert_same(fnp.compress(condition, a, axis=1), np.compress(condition, a, axis=1))
+    compressed = fg.jit(lambda c, a: fnp.compress(c, a, axis=1, size=3, fill_value=-1))(
+        condition, a
+    )
+    assert_same(compressed, np.array([[0, 2, -1], [3, 5, -1]]))
+    assert_same(fnp.extract(a % 2 == 0, a), np.extract(a % 2 == 0, a))
+    choices = [np.arange(3), 10 + np.arange(3)]
+    assert_same(fnp.choose(np.array([0, 1, 1]), choices), np.choose([0, 1, 1], choices))
+    assert_same(
+        fnp.choose(np.array([0, 3, -1]), choices, mode="clip"),
+        np.choose([0, 3, -1], choices, mode="clip"),
+    )
+    with pytest.raises(ValueError, match="out of range"):
+        fnp.choose(np.array([0, 3]), choices)
+    x = np.linspace(-2, 2, 9)
+    functions = [lambda v: -v, lambda v: v**2, 0.5]
+    assert_same(
+        fnp.piecewise(x, [x < 0, x > 1], functions), np.piecewise(x, [x < 0, x > 1], functions)
+    )
+    multi = (np.array([1, 2]), np.array([3, 0]))
+    assert_same(
+        fnp.ravel_multi_index(multi, (4, 5)), np.ravel_multi_index(multi, (4, 5)).astype(np.int32)
+    )
+    assert_same(
+        fnp.ravel_multi_index(multi, (4, 5), order="F"),
+        np.ravel_multi_index(multi, (4, 5), order="F").astype(np.int32),
+    )
+    for actual, expected in zip(fnp.mask_indices(3, fnp.triu, 1), np.mask_indices(3, np.triu, 1)):
+        np.testing.assert_array_equal(actual, expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mapping, grids, products, windows, bits, dtype queries
+
+
+def test_mapping_helpers_match_numpy():
+    x = rng().normal(size=(3, 4, 2))
+    assert_close(
+        fnp.apply_along_axis(lambda v: v[:2] * v.sum(), 1, x),
+        np.apply_along_axis(lambda v: v[:2] * v.sum(), 1, x),
+    )
+    assert_close(fnp.apply_along_axis(fnp.sum, 0, x), np.apply_along_axis(np.sum, 0, x))
+    assert_close(fnp.apply_over_axes(fnp.sum, x, [0, 2]), np.apply_over_axes(np.sum, x, [0, 2]))
+    assert_close(
+        fnp.fromfunction(lambda i, j: i + 2 * j, (3, 4)),
+        np.fromfunction(lambda i, j: i + 2 * j, (3, 4)).astype(np.float32),
+    )
+    matvec = fnp.vectorize(lambda m, v: m @ v, signature="(m,n),(n)->(m)")
+    v = np.arange(2.0)
+    assert_close(matvec(x, v), x @ v)
+    assert_close(fnp.vectorize(lambda a, b: a * 2 + b)(x, v), x * 2 + v)
+    assert_close(fnp.vectorize(lambda a, k: a * k, excluded={1})(x, 3.0), x * 3)
+    with pytest.raises(ValueError, match="core dimension 'n'"):
+        matvec(x, np.arange(3.0))
+
+
+def test_grids_and_products_match_numpy():
+    assert_same(fnp.mgrid[0:3, 0:4:2], np.mgrid[0:3, 0:4:2].astype(np.int32))
+    assert_close(fnp.mgrid[0:1:5j], np.mgrid[0:1:5j].astype(np.float32))
+    assert_same(fnp.ogrid[0:3, 0:2][1], np.ogrid[0:3, 0:2][1].astype(np.int32))
+    assert_same(fnp.r_[1:4, 7, np.array([8, 9])], np.r_[1:4, 7, np.array([8, 9])])
+    assert_same(fnp.c_[np.arange(3), np.arange(3)], np.c_[np.arange(3), np.arange(3)])
+    a, b = rng().normal(size=(2, 3, 4)), np.arange(4.0)
+    assert_close(fnp.matvec(a, b), a @ b)
+    assert_close(fnp.vecmat(np.arange(3.0), a), np.arange(3.0) @ a)
+    assert_close(
+        fnp.angle(np.array([-1.0, 0.0, -0.0, 2.0]), deg=True),
+        np.angle(np.array([-1.0, 0.0, -0.0, 2.0]), deg=True),
+    )
+    assert fnp.fabs(np.array([-1])).dtype == np.float32
+    assert_same(fnp.imag(np.array([1.5])), np.array([0.0]))
+    assert_same(fnp.isreal(np.ones(2)), np.array([True, True]))
+
+
+@pytest.mark.parametrize("name", ["bartlett", "hanning", "hamming", "blackman"])
+@pytest.mark.parametrize("M", [0, 1, 2, 7])
+def test_windows_match_numpy(name, M):
+    assert_close(
+        getattr(fnp, name)(M),
+        getattr(np, name)(M).astype(np.float32),
+        np.float32,
+        rtol=1e-6,
+        atol=1e-6,
+    )
+
+
+@given(fst.arrays(np.bool_, fst.shapes(1, 3, 0, 11)), st.sampled_from(["big", "little"]), st.data())
+def test_packbits_unpackbits_match_numpy(bits, bitorder, data):
+    axis = data.draw(st.none() | st.integers(-bits.ndim, bits.ndim - 1))
+    packed = fnp.packbits(bits, axis=axis, bitorder=bitorder)
+    assert_same(packed, np.packbits(bits, axis=axis, bitorder=bitorder))
+    count = data.draw(st.none() | st.integers(-3, 20))
+    assert_same(
+        fnp.unpackbits(np.asarray(packed), axis=axis, count=count, bitorder=bitorder),
+        np.unpackbits(np.asarray(packed), axis=axis, count=count, bitorder=bitorder),
+    )
+
+
+def test_dtype_queries_and_aliases():
+    assert fnp.isdtype(fnp.float32, "real floating") and fnp.isdtype(fnp.bfloat16, "real floating")
+    assert fnp.isdtype(fnp.uint8, ("bool", "unsigned integer")) and not fnp.isdtype(
+        fnp.int8, "unsigned integer"
+    )
+    assert fnp.can_cast(fnp.int8, fnp.float32) and not fnp.can_cast(fnp.float64, fnp.int32)
+    assert fnp.astype(np.arange(3), fnp.float16).dtype == np.float16
+    assert fnp.bool is np.bool_ and fnp.double is np.float64 and fnp.single is np.float32
+    assert fnp.iterable([1]) and not fnp.iterable(1)
+    assert_same(
+        fnp.frombuffer(np.arange(3, dtype=np.int32).tobytes(), np.int32),
+        np.arange(3, dtype=np.int32),
+    )
+
+
+@settings(max_examples=5)
+@given(float_arrays(min_dims=2, max_dims=2, min_side=2))
+def test_staging_of_composites(x):
+    check_staging(
+        lambda x: (fnp.cov(x), fnp.diff(x, axis=0), fnp.trapezoid(x), fnp.gradient(x, axis=1)), x
+    )
+
+
+def test_place_and_poly_match_numpy():
+    a = np.arange(6).reshape(2, 3)
+    mask = a % 2 == 1
+    assert_same(
+        fnp.place(a, mask, [10, 20], inplace=False), numpy_in_place(np.place, a, mask, [10, 20])
+    )
+    roots = np.array([1.0, 2.0, -3.0])
+    assert_close(fnp.poly(roots), np.poly(roots))
+    check_grads(fnp.poly, (roots,), 2, **GRAD_TOL)

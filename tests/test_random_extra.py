@@ -1,0 +1,155 @@
+"""funcgrad.random's further distributions: each against its scipy.stats distribution by a
+Kolmogorov-Smirnov or chi-square test on draws from fixed keys (deterministic), plus special
+parameter values, shapes, dtypes and transformations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.stats as stats
+
+import funcgrad as fg
+from funcgrad import random as fr
+
+N = 4000
+KEY = fr.PRNGKey(7)
+# Fixed keys make these deterministic; a correct sampler fails one only with this probability.
+P_MIN = 1e-4
+
+
+def assert_distributed_as(draws, cdf, *args) -> None:
+    draws = np.asarray(draws, np.float64).ravel()
+    assert stats.kstest(draws, cdf, args=args).pvalue > P_MIN
+
+
+@pytest.mark.parametrize(
+    "name, draw, cdf, args",
+    [
+        ("gamma small a", lambda k: fr.gamma(k, 0.3, (N,)), "gamma", (0.3,)),
+        ("gamma large a", lambda k: fr.gamma(k, 7.5, (N,), dtype=np.float64), "gamma", (7.5,)),
+        ("loggamma", lambda k: np.exp(fr.loggamma(k, 2.5, (N,))), "gamma", (2.5,)),
+        ("beta", lambda k: fr.beta(k, 0.5, 2.0, (N,)), "beta", (0.5, 2.0)),
+        ("chisquare", lambda k: fr.chisquare(k, 3.0, (N,)), "chi2", (3.0,)),
+        ("t", lambda k: fr.t(k, 4.0, (N,)), "t", (4.0,)),
+        ("f", lambda k: fr.f(k, 3.0, 7.0, (N,)), "f", (3.0, 7.0)),
+        ("laplace", lambda k: fr.laplace(k, (N,)), "laplace", ()),
+        ("logistic", lambda k: fr.logistic(k, (N,)), "logistic", ()),
+        ("cauchy", lambda k: fr.cauchy(k, (N,)), "cauchy", ()),
+        ("maxwell", lambda k: fr.maxwell(k, (N,)), "maxwell", ()),
+        ("lognormal", lambda k: fr.lognormal(k, 0.5, (N,)), "lognorm", (0.5,)),
+        ("pareto", lambda k: fr.pareto(k, 3.0, (N,)), "pareto", (3.0,)),
+        ("weibull_min", lambda k: fr.weibull_min(k, 2.0, 1.5, (N,)), "weibull_min", (1.5, 0, 2.0)),
+        ("rayleigh", lambda k: fr.rayleigh(k, 2.0, (N,)), "rayleigh", (0, 2.0)),
+        ("triangular", lambda k: fr.triangular(k, 1.0, 2.0, 4.0, (N,)), "triang", (1 / 3, 1, 3)),
+        ("wald", lambda k: fr.wald(k, 1.5, (N,)), "invgauss", (1.5,)),
+        ("generalized_normal", lambda k: fr.generalized_normal(k, 1.5, (N,)), "gennorm", (1.5,)),
+        (
+            "double_sided_maxwell",
+            lambda k: (np.asarray(fr.double_sided_maxwell(k, 1.0, 2.0, (N,))) - 1) / 2,
+            lambda x: 0.5 + 0.5 * np.sign(x) * stats.maxwell.cdf(np.abs(x)),
+            (),
+        ),
+        (
+            "dirichlet marginal",
+            lambda k: fr.dirichlet(k, np.array([0.5, 1.0, 2.0]), (N,))[:, 0],
+            "beta",
+            (0.5, 3.0),
+        ),
+        (
+            "ball radius",
+            lambda k: np.linalg.norm(fr.ball(k, 3, 2, (N,)), axis=-1) ** 3,
+            "uniform",
+            (),
+        ),
+    ],
+)
+def test_continuous_distributions(name, draw, cdf, args):
+    assert_distributed_as(draw(KEY), cdf, *args)
+
+
+@pytest.mark.parametrize("lam", [0.5, 4.0, 12.0, 150.0])
+def test_poisson_frequencies(lam):
+    draws = np.asarray(fr.poisson(KEY, lam, (N,)))
+    assert draws.dtype == np.int32
+    # Chi-square over the bins holding all but the outer tails, which are merged.
+    low, high = (int(v) for v in stats.poisson.ppf([0.005, 0.995], lam))
+    counts = np.bincount(np.clip(draws, low, high) - low, minlength=high - low + 1)
+    edges = np.arange(low, high + 1)
+    expected = stats.poisson.pmf(edges, lam)
+    expected[0] = stats.poisson.cdf(low, lam)
+    expected[-1] = stats.poisson.sf(high - 1, lam)
+    assert stats.chisquare(counts, expected * N / expected.sum()).pvalue > P_MIN
+
+
+def test_geometric_and_rademacher():
+    g = np.asarray(fr.geometric(KEY, 0.3, (N,)))
+    assert g.dtype == np.int32 and g.min() >= 1
+    assert abs(g.mean() - 1 / 0.3) < 5 * np.sqrt(0.7 / 0.09 / N)
+    r = np.asarray(fr.rademacher(KEY, (N,)))
+    assert r.dtype == np.int32 and set(np.unique(r)) == {-1, 1}
+    assert abs(r.mean()) < 5 / np.sqrt(N)
+
+
+def test_special_parameters_give_nan_or_minus_one():
+    a = np.array([0.0, -1.0, np.nan, np.inf, 2.0])
+    g = np.asarray(fr.gamma(KEY, a))
+    assert g[0] == 0 and np.isnan(g[1]) and np.isnan(g[2]) and g[3] == np.inf and g[4] > 0
+    p = np.asarray(fr.poisson(KEY, np.array([-1.0, 0.0, np.nan, np.inf, 1e6])))
+    np.testing.assert_array_equal(p[:4], [-1, 0, -1, -1])
+    assert abs(p[4] - 1e6) < 5e3
+
+
+def test_geometry_of_vector_and_matrix_draws():
+    assert np.all(np.abs(np.asarray(fr.ball(KEY, 2, 1, (500,)))).sum(-1) <= 1)
+    d = np.asarray(fr.dirichlet(KEY, np.array([[0.1, 1.0], [2.0, 3.0]]), (5, 2)))
+    assert d.shape == (5, 2, 2)
+    np.testing.assert_allclose(d.sum(-1), 1, rtol=1e-6)
+    for n, m in [(4, 4), (4, 2), (2, 4)]:
+        q = np.asarray(fr.orthogonal(KEY, n, (3,), m=m))
+        assert q.shape == (3, n, m)
+        gram = q @ np.swapaxes(q, -1, -2) if n <= m else np.swapaxes(q, -1, -2) @ q
+        np.testing.assert_allclose(gram, np.broadcast_to(np.eye(min(n, m)), gram.shape), atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["cholesky", "eigh", "svd"])
+def test_multivariate_normal_moments(method):
+    mean, cov = np.array([1.0, -1.0]), np.array([[2.0, 0.5], [0.5, 1.0]])
+    draws = np.asarray(fr.multivariate_normal(KEY, mean, cov, (20000,), method=method))
+    np.testing.assert_allclose(draws.mean(0), mean, atol=0.05)
+    np.testing.assert_allclose(np.cov(draws.T), cov, atol=0.08)
+    with pytest.raises(ValueError, match=r"shapes \(3,\) and \(2, 2\)"):
+        fr.multivariate_normal(KEY, np.zeros(3), cov)
+
+
+def test_shapes_and_dtypes():
+    assert fr.gamma(KEY, np.ones((2, 3))).shape == (2, 3)
+    assert fr.beta(KEY, 1.0, np.ones(3), (4, 3)).shape == (4, 3)
+    assert fr.laplace(KEY, (2,), np.float16).dtype == np.float16
+    assert fr.t(KEY, 3.0).dtype == np.float32
+    assert fr.pareto(KEY, np.array(2.0)).dtype == np.float32
+    assert fr.pareto(KEY, 2.0, dtype=np.float64).dtype == np.float64
+    np.testing.assert_array_equal(fr.clone(KEY), KEY)
+    with pytest.raises(TypeError, match="floating-point"):
+        fr.cauchy(KEY, (2,), np.int32)
+
+
+def test_transformations():
+    keys = fr.split(KEY, 4)
+    a = np.array([0.5, 1.0, 2.0, 3.0])
+    batched = fg.vmap(lambda k, a: fr.gamma(k, a, (3,)))(keys, a)
+    lanes = np.stack([np.asarray(fr.gamma(k, x, (3,))) for k, x in zip(keys, a)])
+    np.testing.assert_allclose(batched, lanes, rtol=1e-6)
+    jitted = fg.jit(lambda k: fr.poisson(k, np.array([2.0, 30.0])))(KEY)
+    np.testing.assert_array_equal(jitted, fr.poisson(KEY, np.array([2.0, 30.0])))
+    # Forward mode differentiates the accepted draw with respect to the shape parameter.
+    a = np.array([0.7, 2.0, 9.0])
+
+    def draw(a):
+        return fr.gamma(KEY, a, dtype=np.float64)
+
+    _, tangent = fg.jvp(draw, (a,), (np.ones(3),))
+    h = 1e-6
+    difference = (np.asarray(draw(a + h)) - np.asarray(draw(a - h))) / (2 * h)
+    np.testing.assert_allclose(tangent, difference, rtol=1e-4)
+    grads = fg.grad(lambda loc: fr.double_sided_maxwell(KEY, loc, 1.0, (5,)).sum())(0.0)
+    assert float(grads) == 5.0
