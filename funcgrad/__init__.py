@@ -20,6 +20,9 @@ from funcgrad.transforms.jit import jit
 from funcgrad.transforms.make_jaxpr import eval_shape, make_jaxpr
 from funcgrad.transforms.vmap import vmap
 
+jacobian = jacrev
+float0 = dtypes.float0
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -39,9 +42,11 @@ __all__ = [
     "disable_jit",
     "dtypes",
     "eval_shape",
+    "float0",
     "grad",
     "hessian",
     "jacfwd",
+    "jacobian",
     "jacrev",
     "jit",
     "jvp",
