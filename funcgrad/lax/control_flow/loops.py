@@ -207,8 +207,8 @@ while_p.partial_eval = _while_partial_eval
 
 
 def _dependency_fixed_point(cond_jaxpr, body_jaxpr, cond_marked, const_marked, carry_marked):
-    """Which carries depend on the marked operands (unknown, or batched) over any number of
-    iterations, and whether the predicate does. A marked predicate marks every carry: which
+    """Which carries depend on the marked (unknown) operands over any number of iterations,
+    and whether the predicate does. A marked predicate marks every carry: which
     iteration a carry stops at then depends on the marked values."""
     while True:
         (pred_marked,) = unknown_outputs(cond_jaxpr.jaxpr, cond_marked + carry_marked)
@@ -282,6 +282,23 @@ def _masked_body(batched_cond, batched_body, cond_nconsts: int) -> ClosedJaxpr:
     return trace_to_jaxpr(body, avals, "vmap of a while body")[0]
 
 
+def _batched_fixed_point(cond_jaxpr, body_jaxpr, cond_batched, const_batched, carry_batched, size):
+    """Which carries come out batched over any number of iterations, and whether the predicate
+    does (then every carry is). Unlike a dependency pass over the equations, batching the
+    programs lets nested loops and conds say which of their outputs are batched."""
+    while True:
+        in_batched = cond_batched + carry_batched
+        _, (pred_batched,) = batching.batch_jaxpr_outputs(cond_jaxpr, in_batched, size)
+        if pred_batched:
+            return [True] * len(carry_batched), True
+        in_batched = const_batched + carry_batched
+        _, out_batched = batching.batch_jaxpr_outputs(body_jaxpr, in_batched, size)
+        grown = [c or o for c, o in zip(carry_batched, out_batched)]
+        if grown == carry_batched:
+            return carry_batched, False
+        carry_batched = grown
+
+
 @while_p.def_batch
 def _while_batch(values, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
     size = batching.batch_size(values, dims)
@@ -290,8 +307,8 @@ def _while_batch(values, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nco
     cond_batched, const_batched, carry_given = _split(
         [d is not None for d in dims], cond_nconsts, body_nconsts
     )
-    carry_batched, pred_batched = _dependency_fixed_point(
-        cond_jaxpr, body_jaxpr, cond_batched, const_batched, carry_given
+    carry_batched, pred_batched = _batched_fixed_point(
+        cond_jaxpr, body_jaxpr, cond_batched, const_batched, carry_given, size
     )
     carry = [
         batching.broadcast_batch(c, size, 0) if want and not given else c
