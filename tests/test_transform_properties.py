@@ -275,7 +275,7 @@ def _window(draw, shape, y_len, depth, feats):
         def fn(h, y):
             return lax.conv_general_dilated(
                 fnp.reshape(h, lhs_shape),
-                kernel / np.sqrt(kernel[0].size),
+                lax.convert_element_type(kernel / np.sqrt(kernel[0].size), h.dtype),
                 strides,
                 padding,
                 lhs_dilation=lhs_dil,
@@ -473,13 +473,17 @@ def _matmul(draw, shape, y_len, depth, feats):
     rng = _rng(draw)
     if kind == "einsum_vec":
         w = rng.standard_normal(n)
-        return Op("einsum(...i,i)", lambda h, y: fnp.einsum("...i,i->...", h, w)), shape[:-1]
+
+        def fn(h, y):
+            return fnp.einsum("...i,i->...", h, w.astype(h.dtype))
+
+        return Op("einsum(...i,i)", fn), shape[:-1]
     k = draw(st.integers(1, 3))
     new_shape = shape[:-1] + (k,)
     if _size(new_shape) > MAX_SIZE:
         return None
     w = rng.standard_normal((n, k)) / np.sqrt(n)
-    return Op(f"h@W{w.shape}", lambda h, y: h @ w), new_shape
+    return Op(f"h@W{w.shape}", lambda h, y: h @ w.astype(h.dtype)), new_shape
 
 
 def _broadcast(draw, shape, y_len, depth, feats):
@@ -729,14 +733,22 @@ class Case(NamedTuple):
 
 
 @st.composite
-def cases(draw, feats: Features = DEFAULT_FEATURES):
+def cases(draw, feats: Features = DEFAULT_FEATURES, dtypes=(np.float64,)):
     x_shape = tuple(draw(st.integers(1, 4)) for _ in range(draw(st.integers(0, 3))))
     y_len = draw(st.integers(1, 4))
+    dtype = draw(st.sampled_from(dtypes))
     ops, out_shape = _chain(draw, x_shape, y_len, 0, feats)
     rng = _rng(draw)
-    case = Case(ops, rng.standard_normal(x_shape), rng.standard_normal(y_len), out_shape)
-    note(f"program {list(ops)} on x{x_shape}, y({y_len},) -> {out_shape}")
-    return case
+    x, y = rng.standard_normal(x_shape).astype(dtype), rng.standard_normal(y_len).astype(dtype)
+    note(f"program {list(ops)} on x{x_shape}, y({y_len},) of {np.dtype(dtype)} -> {out_shape}")
+    return Case(ops, x, y, out_shape)
+
+
+BOTH_FLOATS = (np.float64, np.float32)
+
+
+def tolerance(case) -> dict:
+    return TOL if case.x.dtype == np.float64 else dict(rtol=2e-4, atol=2e-4)
 
 
 def assert_trees_close(actual, expected, **tol):
@@ -753,12 +765,16 @@ def assert_trees_close(actual, expected, **tol):
 # The properties
 
 
-@given(cases(Features(forward=False, reverse=False)))
+@given(cases(Features(forward=False, reverse=False), BOTH_FLOATS))
 def test_jit_equals_eager(case):
     expected = case.f(case.x, case.y)
     assert np.asarray(expected).shape == case.out_shape
-    assert_trees_close(fg.jit(case.f)(case.x, case.y), expected)
-    assert_trees_close(fg.jit(fg.jit(case.f))(case.x, case.y), expected)
+    jitted = fg.jit(case.f)
+    assert_trees_close(jitted(case.x, case.y), expected, **tolerance(case))
+    assert_trees_close(fg.jit(jitted)(case.x, case.y), expected, **tolerance(case))
+    lowered = jitted.lower(case.x, case.y)
+    assert lowered.as_text(optimized=True, source_info=True)
+    assert_trees_close(lowered.compile()(case.x, case.y), expected, **tolerance(case))
 
 
 def _derived(case, kind: str) -> Callable:
@@ -836,34 +852,35 @@ def test_linearize_equals_jvp(case):
 
 
 @st.composite
-def batched_cases(draw, feats: Features = DEFAULT_FEATURES):
-    """A case, its inputs given a batch axis (`x` always, `y` sometimes), and the out axis."""
-    case = draw(cases(feats))
+def batched_cases(draw, feats: Features = DEFAULT_FEATURES, dtypes=(np.float64,)):
+    """A case, its inputs given a batch axis (`x`, `y` or both), and the out axis."""
+    case = draw(cases(feats, dtypes))
     size = draw(st.integers(1, 3))
+    batched = draw(st.sampled_from([(True, True), (True, False), (False, True)]))
     rng = _rng(draw)
     args, in_axes = [], []
-    for i, value in enumerate((case.x, case.y)):
-        if i == 1 and draw(st.booleans()):
+    for value, is_batched in zip((case.x, case.y), batched):
+        if not is_batched:
             args.append(value)
             in_axes.append(None)
             continue
         axis = draw(st.integers(0, value.ndim))
         shape = list(value.shape)
         shape.insert(axis, size)
-        args.append(rng.standard_normal(shape))
+        args.append(rng.standard_normal(shape).astype(value.dtype))
         in_axes.append(axis - (value.ndim + 1) if draw(st.booleans()) else axis)
     out_ndim = len(case.out_shape)
     out_axis = draw(st.integers(-out_ndim - 1, out_ndim))
     return case, args, in_axes, out_axis
 
 
-@given(batched_cases(Features(forward=False, reverse=False)))
+@given(batched_cases(Features(forward=False, reverse=False), BOTH_FLOATS))
 def test_vmap_equals_a_loop_of_lanes(batched):
     case, args, in_axes, out_axis = batched
-    check_batching(case.f, args, in_axes, out_axis, **TOL)
-    check_batching(fg.jit(case.f), args, in_axes, out_axis, **TOL)
+    check_batching(case.f, args, in_axes, out_axis, **tolerance(case))
+    check_batching(fg.jit(case.f), args, in_axes, out_axis, **tolerance(case))
     vmapped = fg.vmap(case.f, in_axes=tuple(in_axes), out_axes=out_axis)
-    assert_trees_close(fg.jit(vmapped)(*args), vmapped(*args))
+    assert_trees_close(fg.jit(vmapped)(*args), vmapped(*args), **tolerance(case))
 
 
 @given(batched_cases(Features(forward=False)))
@@ -871,21 +888,20 @@ def test_vmap_of_grad_is_per_example_gradients(batched):
     case, args, in_axes, _ = batched
     grad = fg.grad(case.loss, argnums=(0, 1))
     check_batching(grad, args, in_axes, 0, **TOL)
-    # The gradient of a sum over lanes is the sum of the lanes' gradients.
-    x, y = args
+    # The gradient of a sum over lanes stacks the lanes' gradients of batched arguments and
+    # sums those of unbatched ones.
+    size = {np.shape(a)[ax] for a, ax in zip(args, in_axes) if ax is not None}.pop()
     lanes = [
         grad(*[a if ax is None else np.take(a, i, axis=ax) for a, ax in zip(args, in_axes)])
-        for i in range(np.shape(x)[in_axes[0]])
+        for i in range(size)
     ]
     total = fg.grad(
         lambda x, y: fnp.sum(fg.vmap(case.loss, in_axes=tuple(in_axes))(x, y)), argnums=(0, 1)
-    )(x, y)
-    expected_x = np.stack([np.asarray(g[0]) for g in lanes], axis=in_axes[0])
-    np.testing.assert_allclose(np.asarray(total[0]), expected_x, **TOL)
-    expected_y = sum(np.asarray(g[1]) for g in lanes)
-    if in_axes[1] is not None:
-        expected_y = np.stack([np.asarray(g[1]) for g in lanes], axis=in_axes[1])
-    np.testing.assert_allclose(np.asarray(total[1]), expected_y, **TOL)
+    )(*args)
+    for i, axis in enumerate(in_axes):
+        per_lane = [np.asarray(g[i]) for g in lanes]
+        expected = sum(per_lane) if axis is None else np.stack(per_lane, axis=axis)
+        np.testing.assert_allclose(np.asarray(total[i]), expected, **TOL)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -976,7 +992,10 @@ def test_random_transformation_stacks_agree_with_their_definitions(stack):
     for stage, axis in stages:
         transform, reference = _stage_fns(stage, axis)
         g, g_ref = transform(g), reference(g_ref)
-    assert_trees_close(g(x, y), g_ref(x, y), rtol=1e-9, atol=1e-9)
+    out = g(x, y)
+    assert_trees_close(out, g_ref(x, y), rtol=1e-9, atol=1e-9)
+    shape = fg.eval_shape(g, x, y)
+    assert (shape.shape, shape.dtype) == (out.shape, out.dtype)
 
 
 # ---------------------------------------------------------------------------------------------
