@@ -4,7 +4,9 @@ Hypothesis builds programs from a menu of funcgrad.numpy, lax and nn functions, 
 (cond, switch, scan, fori_loop, while_loop), checkpoint, nested jit and custom_jvp/custom_vjp
 pieces, and every transformation is checked against a definition that needs none: jit against
 eager, derivatives against finite differences and against each other, vmap against a loop of
-the lanes, staged programs (optimized or not) against the function.
+the lanes, staged programs (optimized or not) against the function. Random stacks of up to four
+transformations are checked against the same stack with jit and checkpoint left out and vmap
+replaced by a loop. The regressions at the end are the minimal forms of what these found.
 
 A program is `f(x, y)`: `x` of a random small shape, `y` a short vector; each op maps the running
 value `h` (and `y`) to a new value, so shapes change along the way. Values come from a seeded
@@ -429,8 +431,41 @@ def _scatter(draw, shape, y_len, depth, feats):
     if draw(st.booleans()):
         idx = rng.integers(-n, n, size=draw(st.integers(1, 3)))
         return Op(f"at[{idx.tolist()}].add", lambda h, y: h.at[idx].add(fnp.sin(h[idx]))), shape
-    idx = rng.permutation(n)[: draw(st.integers(1, n))]
-    return Op(f"at[{idx.tolist()}].set", lambda h, y: h.at[idx].set(fnp.square(h[idx]))), shape
+    # Unique indices (in a random place among slices) for the updates that are not sums.
+    axis = draw(st.integers(0, len(shape) - 1))
+    unique = rng.permutation(shape[axis])[: draw(st.integers(1, shape[axis]))]
+    index = (slice(None),) * axis + (unique,)
+    if draw(st.booleans()):
+        index = (Ellipsis, *index[axis:]) if axis == len(shape) - 1 else index
+    method = draw(st.sampled_from(["set", "multiply", "min", "max", "add"]))
+
+    def fn(h, y):
+        return getattr(h.at[index], method)(fnp.cos(h[index]), unique_indices=True)
+
+    return Op(f"at[{index}].{method}(cos)", fn), shape
+
+
+def _fancy_index(draw, shape, y_len, depth, feats):
+    """NumPy indexing with several advanced indices, None and strides mixed in."""
+    if len(shape) < 2:
+        return None
+    rng = _rng(draw)
+    k = draw(st.integers(1, 3))
+    first = rng.integers(-shape[0], shape[0], size=k)
+    last = rng.integers(-shape[-1], shape[-1], size=k)
+    kind = draw(st.sampled_from(["separated", "adjacent", "newaxis_stride", "2d"]))
+    if kind == "separated":  # advanced indices apart: their axis goes first
+        index = (first, *(slice(None),) * (len(shape) - 2), last)
+    elif kind == "adjacent":
+        index = (slice(None, None, -1), rng.integers(0, shape[1], size=(k, 2)))
+    elif kind == "newaxis_stride":
+        index = (None, slice(None, None, 2), Ellipsis, None)
+    else:
+        index = (rng.integers(0, shape[0], size=(2, k)),)
+    new_shape = _shape_of(lambda h, y: h[index], shape, y_len)
+    if new_shape is None or not 0 < _size(new_shape) <= MAX_SIZE:
+        return None
+    return Op(f"h[{index}]", lambda h, y: h[index]), new_shape
 
 
 def _concatenate(draw, shape, y_len, depth, feats):
@@ -688,6 +723,7 @@ SIMPLE = [
     _transpose,
     _int_index,
     _gather,
+    _fancy_index,
     _dynamic_slice,
     _scatter,
     _window,
@@ -1102,3 +1138,12 @@ def test_jacfwd_through_nested_while_loops():
     x = np.array([0.3, -0.4])
     expected = np.diag([float(fg.jvp(f, (v,), (np.float64(1.0),))[1]) for v in x])
     np.testing.assert_allclose(np.asarray(fg.jacfwd(f)(x)), expected, rtol=1e-12)
+
+
+def test_vmap_passes_unmapped_arguments_through_as_they_are():
+    # As in JAX, so a Python int can reach a jitted function's static argument.
+    power_sum = fg.jit(lambda x, k: fnp.sum(x**k), static_argnums=(1,))
+    xs = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_allclose(np.asarray(fg.vmap(power_sum, (0, None))(xs, 2)), [5.0, 50.0])
+    per_example = fg.vmap(fg.grad(power_sum), (0, None))(xs, 3)
+    np.testing.assert_allclose(np.asarray(per_example), 3 * xs**2)

@@ -94,7 +94,12 @@ def vmap(
                 "arguments; give one entry per argument"
             )
         axes = _flat_axes(in_axes, tuple(args), "in_axes")
-        leaves = [asarray(x) for x in leaves]
+        # Unmapped Python scalars reach `fun` as they are, as in JAX: one may be a jitted
+        # function's static argument, or a loop bound.
+        leaves = [
+            x if axis is None and type(x) in (bool, int, float) else asarray(x)
+            for x, axis in zip(leaves, axes)
+        ]
         size = _mapped_size(leaves, axes, name)
         if size is None:
             if axis_size is None:

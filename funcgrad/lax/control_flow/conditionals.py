@@ -4,8 +4,8 @@
 branch takes the same operands: the values any branch closes over, then the user's operands,
 and ignores those it does not use. Eagerly, and in the NumPy backend, only the chosen branch
 runs. Under vmap with a batched index every branch runs and a select picks each lane's result
-(as in JAX); reverse mode stores only the chosen branch's residuals, padded to one layout that
-all branches share.
+(as in JAX), and a branch's operands carry derivatives only in the lanes that take it; reverse
+mode stores only the chosen branch's residuals, padded to one layout that all branches share.
 """
 
 from __future__ import annotations
