@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
+
+JIT_BACKENDS = ("llvm", "numpy")
 
 
 class Config:
@@ -13,13 +16,27 @@ class Config:
     def __init__(self):
         self.debug_nans = False
         self.disable_jit = False
+        # Where jitted programs run: "llvm" compiles them to native code, "numpy" runs them on
+        # the reference backend. FUNCGRAD_JIT_BACKEND sets it for a whole process.
+        self.jit_backend = _checked_backend(os.environ.get("FUNCGRAD_JIT_BACKEND", "numpy"))
 
     def update(self, name: str, value) -> None:
         name = name.removeprefix("jax_")
         if not hasattr(self, name) or name.startswith("_"):
             known = ", ".join(sorted(k for k in vars(self) if not k.startswith("_")))
             raise AttributeError(f"unknown configuration option {name!r}; options: {known}")
+        if name == "jit_backend":
+            value = _checked_backend(value)
         setattr(self, name, value)
+
+
+def _checked_backend(name: str) -> str:
+    if name not in JIT_BACKENDS:
+        raise ValueError(
+            f"unknown jit backend {name!r}; choose one of {', '.join(JIT_BACKENDS)} "
+            "(config.update('jit_backend', ...) or FUNCGRAD_JIT_BACKEND)"
+        )
+    return name
 
 
 config = Config()

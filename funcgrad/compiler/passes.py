@@ -114,11 +114,17 @@ class _Rewriter:
 inlinable_calls: set[Primitive] = set()
 
 
-def inline_calls(closed: ClosedJaxpr) -> ClosedJaxpr:
+def inline_calls(closed: ClosedJaxpr, calls: dict[Primitive, str] | None = None) -> ClosedJaxpr:
     """Replace every call equation (`jit`) by the equations of its program, so that later
     passes see across call boundaries. Inner variables are renamed (one program may be called
-    twice); inner consts become consts of the outer program, each distinct value once."""
-    if not any(eqn.primitive in inlinable_calls for eqn in closed.eqns):
+    twice); inner consts become consts of the outer program, each distinct value once.
+
+    `calls` maps the call primitives to inline to the param holding their program (default:
+    `inlinable_calls`, whose program is `jaxpr`); the compiler also inlines custom-derivative
+    and checkpoint calls, whose rules matter only to transformations."""
+    if calls is None:
+        calls = dict.fromkeys(inlinable_calls, "jaxpr")
+    if not any(eqn.primitive in calls for eqn in closed.eqns):
         return closed
     constvars, consts = list(closed.jaxpr.constvars), list(closed.consts)
     constvar_of_id = {id(c): v for c, v in zip(consts, constvars)}
@@ -134,7 +140,7 @@ def inline_calls(closed: ClosedJaxpr) -> ClosedJaxpr:
     rewriter.changed = True
 
     def splice(eqn: JaxprEqn) -> None:
-        inner = inline_calls(eqn.params["jaxpr"])
+        inner = inline_calls(eqn.params[calls[eqn.primitive]], calls)
         renamed: dict[Var, Atom] = {}
 
         def rename(atom: Atom) -> Atom:
@@ -153,7 +159,7 @@ def inline_calls(closed: ClosedJaxpr) -> ClosedJaxpr:
             rewriter.substitute(outvar, rename(inner_out))
 
     for eqn in closed.eqns:
-        if eqn.primitive in inlinable_calls:
+        if eqn.primitive in calls:
             splice(eqn)
         else:
             rewriter.emit(rewriter.with_inputs_read(eqn))

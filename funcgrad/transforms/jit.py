@@ -43,9 +43,18 @@ from funcgrad.transforms.make_jaxpr import function_name
 jit_p = Primitive("jit", multiple_results=True, higher_order=True)
 
 
+def compile_jaxpr(jaxpr: ClosedJaxpr):
+    """The program for a jaxpr on the configured backend (cached by the jaxpr object, which
+    jit's cache keeps, and the backend)."""
+    return _compile(jaxpr, config.jit_backend)
+
+
 @functools.lru_cache(maxsize=4096)
-def compile_jaxpr(jaxpr: ClosedJaxpr) -> NumpyExecutable:
-    """The backend program for a jaxpr (cached by the jaxpr object, which jit's cache keeps)."""
+def _compile(jaxpr: ClosedJaxpr, backend: str):
+    if backend == "llvm":
+        from funcgrad.backends.llvm.executable import LlvmExecutable
+
+        return LlvmExecutable(jaxpr)
     return NumpyExecutable(jaxpr)
 
 
@@ -224,19 +233,21 @@ def _aval_key(x):
 class _Entry:
     """A traced signature: the program, its output structure and the values it closes over."""
 
-    __slots__ = ("jaxpr", "out_tree", "consts", "single_output", "_executable")
+    __slots__ = ("jaxpr", "out_tree", "consts", "single_output", "_backend", "_executable")
 
     def __init__(self, jaxpr: ClosedJaxpr, out_tree, consts: list):
         self.jaxpr = jaxpr
         self.out_tree = out_tree
         self.consts = consts
         self.single_output = out_tree == tree_util.tree_structure(0)
+        self._backend = None
         self._executable = None
 
     @property
-    def executable(self) -> NumpyExecutable:
-        if self._executable is None:
+    def executable(self):
+        if self._backend is not config.jit_backend:
             self._executable = compile_jaxpr(self.jaxpr)
+            self._backend = config.jit_backend
         return self._executable
 
     def outputs(self, outs: list):

@@ -1,0 +1,1 @@
+"""The CPU backend: programs compiled to native code through LLVM (llvmlite)."""

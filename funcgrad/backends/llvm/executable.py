@@ -1,0 +1,122 @@
+"""A jaxpr compiled to one native entry point.
+
+optimize (jaxpr passes) -> schedule (fused kernels, control-flow regions) -> memory plan ->
+render (LLVM IR) -> machine code. A call allocates the outputs and the arena, hands their
+addresses and the inputs' to `entry`, and wraps the outputs. The GIL is released while native
+code runs, and every call has its own arena, so one executable serves several threads at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+
+from funcgrad.array import Array
+from funcgrad.backends.llvm.engine import Compiled
+from funcgrad.backends.llvm.render import ModuleRenderer
+from funcgrad.backends.numpy.executor import NumpyExecutable
+from funcgrad.compiler import passes
+from funcgrad.compiler.memory import MemoryPlan, plan_memory
+from funcgrad.compiler.schedule import (
+    CallbackStep,
+    CondStep,
+    Program,
+    ScanStep,
+    WhileStep,
+    schedule,
+)
+from funcgrad.config import config
+from funcgrad.ir import ClosedJaxpr
+
+_ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p))
+
+
+class LlvmExecutable:
+    """Call it with funcgrad arrays, get funcgrad arrays back (as `NumpyExecutable`)."""
+
+    def __init__(self, closed: ClosedJaxpr):
+        self.closed = closed
+        self.optimized = passes.optimize(closed)
+        self.program: Program = schedule(self.optimized)
+        self.memory: MemoryPlan = plan_memory(self.program)
+        self._callbacks = {step: _callback(step) for step in _callback_steps(self.program)}
+        addresses = {
+            step: ctypes.cast(fn, ctypes.c_void_p).value for step, fn in self._callbacks.items()
+        }
+        self.ir = ModuleRenderer(self.program, self.memory, addresses).render()
+        self.machine_code = Compiled(self.ir)
+        self._entry = _ENTRY(self.machine_code.entry_address)
+        out_avals = closed.out_avals
+        self._out_shapes = [(a.shape, a.dtype) for a in out_avals]
+        self._out_weak = [a.weak_type for a in out_avals]
+        self._in_dtypes = [a.dtype for a in closed.in_avals]
+        self._reference = None
+
+    def __call__(self, *args) -> list[Array]:
+        inputs = [
+            np.asarray(a._value if type(a) is Array else a, dtype, order="C")
+            for a, dtype in zip(args, self._in_dtypes)
+        ]
+        outputs = [np.empty(shape, dtype) for shape, dtype in self._out_shapes]
+        arena = np.empty(self.memory.arena_bytes, np.uint8)
+        pointers = [x.ctypes.data for x in inputs] + [x.ctypes.data for x in outputs]
+        pointers.append(arena.ctypes.data)
+        self._entry((ctypes.c_void_p * len(pointers))(*pointers))
+        if config.debug_nans:
+            self._check_nans(args, outputs)
+        return [
+            Array(out[()] if out.ndim == 0 else out, weak)
+            for out, weak in zip(outputs, self._out_weak)
+        ]
+
+    def _check_nans(self, args, outputs) -> None:
+        """Re-run on the reference backend, which names the first primitive making a NaN."""
+        if self._reference is None:
+            self._reference = NumpyExecutable(self.closed)
+        self._reference(*args)
+
+    def as_text(self) -> str:
+        """The LLVM IR of the program, before LLVM's own optimizations."""
+        return self.ir
+
+    def fusion_plan(self) -> str:
+        return self.program.as_text()
+
+    def memory_analysis(self) -> MemoryPlan:
+        return self.memory
+
+
+def _callback_steps(program: Program) -> list[CallbackStep]:
+    found = []
+    for step in program.steps:
+        if isinstance(step, CallbackStep):
+            found.append(step)
+        inner = []
+        if isinstance(step, CondStep):
+            inner = step.branches
+        elif isinstance(step, WhileStep):
+            inner = [step.cond, step.body]
+        elif isinstance(step, ScanStep):
+            inner = [step.body]
+        for program_inside in inner:
+            found += _callback_steps(program_inside)
+    return found
+
+
+def _callback(step: CallbackStep):
+    """A C-callable function running the step's primitive on copies of its operands."""
+    eqn = step.eqn
+    avals = [v.aval for v in eqn.invars]
+
+    def run(table) -> None:
+        values = []
+        for k, aval in enumerate(avals):
+            count = aval.size * aval.dtype.itemsize
+            raw = ctypes.string_at(table[k], count) if count else b""
+            value = np.frombuffer(raw, aval.dtype).reshape(aval.shape).copy()
+            values.append(value[()] if value.ndim == 0 else value)
+        eqn.primitive.impl(*values, **eqn.params)
+
+    return _CALLBACK(run)

@@ -1,0 +1,674 @@
+"""Render a scheduled program as one LLVM IR module (text).
+
+Each kernel becomes a function looping over its buffers; `entry(ptr args)` runs the program's
+steps: it calls the kernels, and runs cond, while and scan regions as branches and loops of
+its own, so one call of `entry` runs the whole program. `args` holds the input pointers, the
+output pointers and the arena's pointer, in that order.
+
+Expressions are rendered once per statement (a DAG node used twice is one SSA value); LLVM's
+optimizer then hoists loop invariants, merges repeated loads and vectorizes inner loops.
+Transcendental functions are expanded into arithmetic by `funcgrad.compiler.mathlib` where it
+has them, so that loops using them still vectorize; otherwise they call the C library.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+
+import numpy as np
+
+from funcgrad import dtypes
+from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler.fusion import CompileError
+from funcgrad.compiler.memory import MemoryPlan, constants, nbytes
+from funcgrad.compiler.schedule import (
+    CallbackStep,
+    CondStep,
+    KernelStep,
+    Program,
+    ScanStep,
+    WhileStep,
+)
+
+try:
+    from funcgrad.compiler import mathlib
+except ImportError:  # the expansions land separately; until then the C library serves
+    mathlib = None
+
+BF16 = dtypes.bfloat16
+F16 = dtypes.float16
+F32 = np.dtype(np.float32)
+
+
+def value_type(dtype: np.dtype) -> str:
+    """The LLVM type of a value of `dtype` in registers."""
+    if dtype == K.BOOL:
+        return "i1"
+    if dtype == BF16:
+        return "i16"  # bfloat16 is carried as its bits and converted through float32
+    if dtype == F16:
+        return "half"
+    if dtype.kind == "f":
+        return {4: "float", 8: "double"}[dtype.itemsize]
+    return f"i{dtype.itemsize * 8}"
+
+
+def memory_type(dtype: np.dtype) -> str:
+    return "i8" if dtype == K.BOOL else value_type(dtype)
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    return dtype.kind == "f" and dtype != BF16
+
+
+def constant_text(value, dtype: np.dtype) -> str:
+    if dtype == K.BOOL:
+        return "true" if value else "false"
+    if dtype == BF16:
+        return str(int(np.array(value, BF16).view(np.int16)))
+    if dtype == F16:
+        return f"0xH{int(np.array(value, F16).view(np.uint16)):04X}"
+    if dtype.kind == "f":
+        # LLVM writes float constants as the double with the same value, in hex.
+        as_double = float(np.array(value, dtype).astype(np.float64))
+        return "0x{:016X}".format(struct.unpack("<Q", struct.pack("<d", as_double))[0])
+    if dtype.kind == "u":
+        return str(int(np.array(value, dtype).astype(dtype).view(f"i{dtype.itemsize}")))
+    return str(int(value))
+
+
+_LIBM = {
+    "exp": "exp",
+    "exp2": "exp2",
+    "expm1": "expm1",
+    "log": "log",
+    "log1p": "log1p",
+    "sin": "sin",
+    "cos": "cos",
+    "tan": "tan",
+    "asin": "asin",
+    "acos": "acos",
+    "atan": "atan",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "tanh": "tanh",
+    "asinh": "asinh",
+    "acosh": "acosh",
+    "atanh": "atanh",
+    "cbrt": "cbrt",
+    "erf": "erf",
+    "erfc": "erfc",
+    "lgamma": "lgamma",
+    "pow": "pow",
+    "atan2": "atan2",
+    "nextafter": "nextafter",
+    "rem": "fmod",
+}
+_INTRINSIC_UNARY = {
+    "floor": "floor",
+    "ceil": "ceil",
+    "round_even": "roundeven",
+    "sqrt": "sqrt",
+    "abs": "fabs",
+}
+_FLOAT_COMPARE = {"eq": "oeq", "ne": "une", "lt": "olt", "le": "ole", "gt": "ogt", "ge": "oge"}
+_SIGNED_COMPARE = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge"}
+_UNSIGNED_COMPARE = {"eq": "eq", "ne": "ne", "lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge"}
+_INT_ARITH = {"add": "add", "sub": "sub", "mul": "mul", "and": "and", "or": "or", "xor": "xor"}
+_FLOAT_ARITH = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
+
+
+class _Function:
+    """Emits the instructions of one LLVM function."""
+
+    def __init__(self, module: ModuleRenderer):
+        self.module = module
+        self.lines: list[str] = []
+        self.names = itertools.count()
+        self.block = "entry"
+        self.memo: dict = {}
+        self.acc_slots: dict = {}
+        self.prologue: list[str] = []  # allocas, which belong in the entry block
+
+    def fresh(self, hint: str = "v") -> str:
+        return f"%{hint}{next(self.names)}"
+
+    def emit(self, text: str) -> None:
+        self.lines.append("  " + text)
+
+    def assign(self, text: str, hint: str = "v") -> str:
+        name = self.fresh(hint)
+        self.emit(f"{name} = {text}")
+        return name
+
+    def label(self, name: str) -> None:
+        self.lines.append(f"{name}:")
+        self.block = name
+
+    def new_label(self, hint: str) -> str:
+        return f"{hint}{next(self.names)}"
+
+    # -- expressions ------------------------------------------------------------------------
+
+    def value(self, e: K.Expr) -> str:
+        if isinstance(e, K.Const):
+            return constant_text(e.value, e.dtype)
+        key = id(e)
+        hit = self.memo.get(key)
+        if hit is not None:
+            return hit[1]
+        name = self._render(e)
+        self.memo[key] = (e, name)
+        return name
+
+    def _render(self, e: K.Expr) -> str:
+        if isinstance(e, K.Index):
+            return f"%{e.name}"
+        if isinstance(e, _Raw):
+            return e.name
+        if isinstance(e, K.Load):
+            pointer = self.element_pointer(e.buffer, e.offset)
+            loaded = self.assign(f"load {memory_type(e.dtype)}, ptr {pointer}")
+            if e.dtype == K.BOOL:
+                return self.assign(f"icmp ne i8 {loaded}, 0")
+            return loaded
+        if isinstance(e, K.AccRead):
+            return self.assign(f"load {value_type(e.dtype)}, ptr {self.acc_slots[e.acc]}")
+        if isinstance(e, K.Select):
+            t = value_type(e.dtype)
+            p, a, b = self.value(e.pred), self.value(e.on_true), self.value(e.on_false)
+            return self.assign(f"select i1 {p}, {t} {a}, {t} {b}")
+        if isinstance(e, K.Cast):
+            return self.cast(self.value(e.x), e.x.dtype, e.dtype)
+        if isinstance(e, K.Bitcast):
+            src, dst = value_type(e.x.dtype), value_type(e.dtype)
+            x = self.value(e.x)
+            return x if src == dst else self.assign(f"bitcast {src} {x} to {dst}")
+        if isinstance(e, K.Unary):
+            return self.unary(e)
+        if isinstance(e, K.Binary):
+            return self.binary(e)
+        raise TypeError(f"cannot render {e!r}")
+
+    def element_pointer(self, buffer: K.Buffer, offset: K.Expr) -> str:
+        base = self.module.pointer(self, buffer)
+        return self.assign(
+            f"getelementptr inbounds {memory_type(buffer.dtype)}, ptr {base}, i64 "
+            f"{self.value(offset)}",
+            "p",
+        )
+
+    def call(self, result_type: str, name: str, args: list[tuple[str, str]]) -> str:
+        self.module.declare(name, result_type, [t for t, _ in args])
+        arguments = ", ".join(f"{t} {v}" for t, v in args)
+        return self.assign(f"call {result_type} @{name}({arguments})")
+
+    def intrinsic(self, name: str, dtype: np.dtype, *xs: str) -> str:
+        t = value_type(dtype)
+        suffix = {"float": "f32", "double": "f64", "half": "f16"}.get(t, t)
+        return self.call(t, f"llvm.{name}.{suffix}", [(t, x) for x in xs])
+
+    def libm(self, op: str, dtype: np.dtype, *xs: str) -> str:
+        if not _is_float(dtype) or dtype == F16 or op not in _LIBM:
+            raise CompileError(f"the compiler has no {op} for {dtype.name}")
+        t = value_type(dtype)
+        name = _LIBM[op] + ("f" if dtype == F32 else "")
+        return self.call(t, name, [(t, x) for x in xs])
+
+    def unary(self, e: K.Unary) -> str:
+        op, dtype = e.op, e.x.dtype
+        t = value_type(dtype)
+        if mathlib is not None and _is_float(dtype) and mathlib.handles(op, dtype):
+            return self.value(mathlib.expand(op, e.x))
+        x = self.value(e.x)
+        if op == "neg":
+            return (
+                self.assign(f"fneg {t} {x}") if _is_float(dtype) else self.assign(f"sub {t} 0, {x}")
+            )
+        if op == "not":
+            return self.assign(f"xor {t} {x}, {'true' if dtype == K.BOOL else -1}")
+        if op == "popcount":
+            return self.intrinsic("ctpop", dtype, x)
+        if op == "abs" and not _is_float(dtype):
+            if dtype.kind == "u":
+                return x
+            negative = self.assign(f"icmp slt {t} {x}, 0")
+            negated = self.assign(f"sub {t} 0, {x}")
+            return self.assign(f"select i1 {negative}, {t} {negated}, {t} {x}")
+        if op == "sign":
+            return self.sign(x, dtype)
+        if not _is_float(dtype):
+            raise CompileError(f"the compiler has no {op} for {dtype.name}")
+        if op in _INTRINSIC_UNARY:
+            return self.intrinsic(_INTRINSIC_UNARY[op], dtype, x)
+        if op == "is_finite":
+            magnitude = self.intrinsic("fabs", dtype, x)
+            return self.assign(f"fcmp olt {t} {magnitude}, {constant_text(np.inf, dtype)}")
+        if op == "rsqrt":
+            root = self.intrinsic("sqrt", dtype, x)
+            return self.assign(f"fdiv {t} {constant_text(1, dtype)}, {root}")
+        if op == "round_away":
+            whole = self.intrinsic("trunc", dtype, x)
+            fraction = self.intrinsic("fabs", dtype, self.assign(f"fsub {t} {x}, {whole}"))
+            half_or_more = self.assign(f"fcmp oge {t} {fraction}, {constant_text(0.5, dtype)}")
+            one = self.intrinsic("copysign", dtype, constant_text(1, dtype), x)
+            away = self.assign(f"fadd {t} {whole}, {one}")
+            return self.assign(f"select i1 {half_or_more}, {t} {away}, {t} {whole}")
+        if op == "logistic":
+            half = constant_text(0.5, dtype)
+            scaled = self.assign(f"fmul {t} {x}, {half}")
+            tanh = self.value(K.Unary("tanh", _Raw(scaled, dtype)))
+            return self.assign(f"fadd {t} {self.assign(f'fmul {t} {tanh}, {half}')}, {half}")
+        return self.libm(op, dtype, x)
+
+    def sign(self, x: str, dtype: np.dtype) -> str:
+        t = value_type(dtype)
+        if _is_float(dtype):
+            zero, one, minus = (constant_text(v, dtype) for v in (0, 1, -1))
+            positive = self.assign(f"fcmp ogt {t} {x}, {zero}")
+            negative = self.assign(f"fcmp olt {t} {x}, {zero}")
+            low = self.assign(f"select i1 {negative}, {t} {minus}, {t} {x}")
+            return self.assign(f"select i1 {positive}, {t} {one}, {t} {low}")
+        if dtype == K.BOOL or dtype.kind == "u":
+            nonzero = self.assign(f"icmp ne {t} {x}, 0")
+            return self.assign(f"zext i1 {nonzero} to {t}") if t != "i1" else nonzero
+        positive = self.assign(f"icmp sgt {t} {x}, 0")
+        negative = self.assign(f"icmp slt {t} {x}, 0")
+        low = self.assign(f"select i1 {negative}, {t} -1, {t} 0")
+        return self.assign(f"select i1 {positive}, {t} 1, {t} {low}")
+
+    def binary(self, e: K.Binary, flags: str = "") -> str:
+        op, dtype = e.op, e.a.dtype
+        t = value_type(dtype)
+        if mathlib is not None and _is_float(dtype) and mathlib.handles(op, dtype):
+            return self.value(mathlib.expand_binary(op, e.a, e.b))
+        a, b = self.value(e.a), self.value(e.b)
+        if op in K.COMPARISONS:
+            if _is_float(dtype):
+                return self.assign(f"fcmp {_FLOAT_COMPARE[op]} {t} {a}, {b}")
+            table = _SIGNED_COMPARE if dtype.kind == "i" else _UNSIGNED_COMPARE
+            return self.assign(f"icmp {table[op]} {t} {a}, {b}")
+        if _is_float(dtype):
+            if op in _FLOAT_ARITH:
+                return self.assign(f"{_FLOAT_ARITH[op]} {flags}{t} {a}, {b}")
+            if op in ("max", "min"):
+                # NaN wins; otherwise the larger (smaller) one, the first on ties.
+                keep_a = self.assign(f"fcmp {'oge' if op == 'max' else 'ole'} {t} {a}, {b}")
+                a_nan = self.assign(f"fcmp uno {t} {a}, {a}")
+                pick_a = self.assign(f"or i1 {keep_a}, {a_nan}")
+                return self.assign(f"select i1 {pick_a}, {t} {a}, {t} {b}")
+            return self.libm(op, dtype, a, b)
+        if dtype == K.BOOL and op in ("max", "min", "add", "mul"):
+            op = {"max": "or", "min": "and", "add": "or", "mul": "and"}[op]
+        if op in _INT_ARITH:
+            return self.assign(f"{_INT_ARITH[op]} {t} {a}, {b}")
+        signed = dtype.kind == "i"
+        if op in ("max", "min"):
+            pred = ("s" if signed else "u") + ("ge" if op == "max" else "le")
+            keep_a = self.assign(f"icmp {pred} {t} {a}, {b}")
+            return self.assign(f"select i1 {keep_a}, {t} {a}, {t} {b}")
+        if op in ("div", "rem"):
+            return self.integer_division(op, e.b, a, b, dtype)
+        bits = dtype.itemsize * 8
+        in_range = self.assign(f"icmp ult {t} {b}, {bits}")
+        if op == "shl":
+            amount = self.assign(f"select i1 {in_range}, {t} {b}, {t} 0")
+            shifted = self.assign(f"shl {t} {a}, {amount}")
+            return self.assign(f"select i1 {in_range}, {t} {shifted}, {t} 0")
+        if op == "shr_logical":
+            amount = self.assign(f"select i1 {in_range}, {t} {b}, {t} 0")
+            shifted = self.assign(f"lshr {t} {a}, {amount}")
+            return self.assign(f"select i1 {in_range}, {t} {shifted}, {t} 0")
+        if op == "shr_arith":
+            amount = self.assign(f"select i1 {in_range}, {t} {b}, {t} {bits - 1}")
+            return self.assign(f"ashr {t} {a}, {amount}")
+        raise CompileError(f"the compiler has no {op} for {dtype.name}")
+
+    def integer_division(self, op: str, divisor: K.Expr, a: str, b: str, dtype: np.dtype) -> str:
+        """C division and remainder, with the reference backend's x / 0 = x % 0 = 0 and
+        MIN / -1 = MIN (no trap)."""
+        t = value_type(dtype)
+        signed = dtype.kind == "i"
+        instruction = ("s" if signed else "u") + op
+        if isinstance(divisor, K.Const) and divisor.value not in (0, -1):
+            return self.assign(f"{instruction} {t} {a}, {b}")
+        zero = self.assign(f"icmp eq {t} {b}, 0")
+        unsafe = zero
+        if signed:
+            minus_one = self.assign(f"icmp eq {t} {b}, -1")
+            unsafe = self.assign(f"or i1 {zero}, {minus_one}")
+        safe_b = self.assign(f"select i1 {unsafe}, {t} 1, {t} {b}")
+        result = self.assign(f"{instruction} {t} {a}, {safe_b}")
+        if signed:
+            # x / -1 is -x (wrapping), x % -1 is 0.
+            special = self.assign(f"sub {t} 0, {a}") if op == "div" else "0"
+            result = self.assign(f"select i1 {minus_one}, {t} {special}, {t} {result}")
+        return self.assign(f"select i1 {zero}, {t} 0, {t} {result}")
+
+    def cast(self, x: str, src: np.dtype, dst: np.dtype) -> str:
+        if src == dst:
+            return x
+        if src == BF16:
+            return self.cast(self.bf16_to_f32(x), F32, dst)
+        if dst == BF16:
+            return self.f32_to_bf16(self.cast(x, src, F32) if src != F32 else x)
+        s, d = value_type(src), value_type(dst)
+        if dst == K.BOOL:
+            if _is_float(src):
+                return self.assign(f"fcmp une {s} {x}, {constant_text(0, src)}")
+            return self.assign(f"icmp ne {s} {x}, 0")
+        if src == K.BOOL:
+            return (
+                self.assign(f"uitofp i1 {x} to {d}")
+                if _is_float(dst)
+                else self.assign(f"zext i1 {x} to {d}")
+            )
+        if _is_float(src) and _is_float(dst):
+            grow = src.itemsize < dst.itemsize
+            return self.assign(f"{'fpext' if grow else 'fptrunc'} {s} {x} to {d}")
+        if _is_float(src):
+            if src == F16:
+                x, s = self.assign(f"fpext half {x} to float"), "float"
+            sat = "fptosi" if dst.kind == "i" else "fptoui"
+            return self.call(d, f"llvm.{sat}.sat.{d}.{_short(s)}", [(s, x)])
+        if _is_float(dst):
+            instruction = "sitofp" if src.kind == "i" else "uitofp"
+            if dst == F16:
+                wide = self.assign(f"{instruction} {s} {x} to float")
+                return self.assign(f"fptrunc float {wide} to half")
+            return self.assign(f"{instruction} {s} {x} to {d}")
+        if src.itemsize == dst.itemsize:
+            return x
+        if src.itemsize > dst.itemsize:
+            return self.assign(f"trunc {s} {x} to {d}")
+        return self.assign(f"{'sext' if src.kind == 'i' else 'zext'} {s} {x} to {d}")
+
+    def bf16_to_f32(self, x: str) -> str:
+        wide = self.assign(f"zext i16 {x} to i32")
+        shifted = self.assign(f"shl i32 {wide}, 16")
+        return self.assign(f"bitcast i32 {shifted} to float")
+
+    def f32_to_bf16(self, x: str) -> str:
+        """Round to nearest even; NaN stays a (quiet) NaN."""
+        bits = self.assign(f"bitcast float {x} to i32")
+        lsb = self.assign(f"and i32 {self.assign(f'lshr i32 {bits}, 16')}, 1")
+        bias = self.assign(f"add i32 {lsb}, 32767")
+        rounded = self.assign(f"lshr i32 {self.assign(f'add i32 {bits}, {bias}')}, 16")
+        is_nan = self.assign(f"fcmp uno float {x}, {x}")
+        quiet = self.assign(f"or i32 {self.assign(f'lshr i32 {bits}, 16')}, 64")
+        chosen = self.assign(f"select i1 {is_nan}, i32 {quiet}, i32 {rounded}")
+        return self.assign(f"trunc i32 {chosen} to i16")
+
+    # -- statements ---------------------------------------------------------------------------
+
+    def statements(self, body: list) -> None:
+        for stmt in body:
+            self.memo = {}
+            if isinstance(stmt, K.Loop):
+                self.loop(
+                    stmt.index.name, stmt.start, stmt.stop, lambda s=stmt: self.statements(s.body)
+                )
+            elif isinstance(stmt, K.Store):
+                pointer = self.element_pointer(stmt.buffer, stmt.offset)
+                value = self.value(stmt.value)
+                if stmt.buffer.dtype == K.BOOL:
+                    value = self.assign(f"zext i1 {value} to i8")
+                self.emit(f"store {memory_type(stmt.buffer.dtype)} {value}, ptr {pointer}")
+            elif isinstance(stmt, K.SetAcc):
+                value = self.accumulate(stmt)
+                slot = self.acc_slots[stmt.acc]
+                self.emit(f"store {value_type(stmt.acc.dtype)} {value}, ptr {slot}")
+            else:
+                raise TypeError(f"cannot render {stmt!r}")
+
+    def accumulate(self, stmt: K.SetAcc) -> str:
+        """A running sum or product may be reassociated (so that it vectorizes)."""
+        e = stmt.value
+        if (
+            isinstance(e, K.Binary)
+            and e.op in ("add", "mul")
+            and _is_float(e.dtype)
+            and isinstance(e.a, K.AccRead)
+            and e.a.acc is stmt.acc
+        ):
+            return self.binary(e, flags="reassoc nsz ")
+        return self.value(e)
+
+    def loop(self, index: str, start: int, stop: int, body) -> None:
+        header, inner, latch, done = (self.new_label(h) for h in ("head", "body", "latch", "done"))
+        before = self.block
+        self.emit(f"br label %{header}")
+        self.label(header)
+        self.emit(f"%{index} = phi i64 [{start}, %{before}], [%{index}.next, %{latch}]")
+        more = self.assign(f"icmp slt i64 %{index}, {stop}")
+        self.emit(f"br i1 {more}, label %{inner}, label %{done}")
+        self.label(inner)
+        body()
+        self.emit(f"br label %{latch}")
+        self.label(latch)
+        self.emit(f"%{index}.next = add nuw nsw i64 %{index}, 1")
+        self.emit(f"br label %{header}")
+        self.label(done)
+
+
+class _Raw(K.Expr):
+    """An already-rendered SSA value standing in an expression."""
+
+    def __init__(self, name: str, dtype: np.dtype):
+        self.name = name
+        self.dtype = dtype
+
+
+def _short(llvm_type: str) -> str:
+    return {"float": "f32", "double": "f64", "half": "f16"}.get(llvm_type, llvm_type)
+
+
+class ModuleRenderer:
+    """Renders a program and its kernels into one module whose entry point is `entry`."""
+
+    def __init__(self, program: Program, plan: MemoryPlan, callbacks: dict):
+        self.program = program
+        self.plan = plan
+        self.callbacks = callbacks  # CallbackStep -> address of the Python callback
+        self.declarations: dict[str, str] = {}
+        self.globals: list[str] = []
+        self.functions: list[str] = []
+        self.const_names = {}
+        for k, (buffer, data) in enumerate(constants(program).items()):
+            name = f"@const{k}"
+            self.const_names[buffer] = name
+            self.globals.append(_global_array(name, data, buffer.dtype))
+        self.pointers: dict = {}
+
+    def declare(self, name: str, result: str, args: list[str]) -> None:
+        self.declarations.setdefault(name, f"declare {result} @{name}({', '.join(args)})")
+
+    def pointer(self, function: _Function, buffer: K.Buffer) -> str:
+        if function is not self.entry and buffer in function.params:
+            return function.params[buffer]
+        if buffer in self.const_names:
+            return self.const_names[buffer]
+        return self.pointers[buffer]
+
+    def render(self) -> str:
+        self.entry = _Function(self)
+        self.entry.params = {}
+        entry = self.entry
+        arguments = [*self.program.inputs, *self.program.outputs]
+        for k, buffer in enumerate(arguments):
+            slot = entry.assign(f"getelementptr ptr, ptr %args, i64 {k}", "slot")
+            self.pointers[buffer] = entry.assign(f"load ptr, ptr {slot}", "arg")
+        slot = entry.assign(f"getelementptr ptr, ptr %args, i64 {len(arguments)}", "slot")
+        arena = entry.assign(f"load ptr, ptr {slot}", "arena")
+        for buffer, offset in self.plan.offsets.items():
+            self.pointers[buffer] = entry.assign(
+                f"getelementptr i8, ptr {arena}, i64 {offset}", "t"
+            )
+        self.steps(self.program.steps)
+        entry.emit("ret void")
+        text = [
+            "define void @entry(ptr noalias %args) #0 {",
+            "entry:",
+            *entry.prologue,
+            *entry.lines,
+            "}",
+        ]
+        return "\n".join(
+            [*self.globals, *self.declarations.values(), *self.functions, *text]
+            + ['attributes #0 = { nounwind "frame-pointer"="none" }']
+        )
+
+    # -- steps (rendered into `entry`) ------------------------------------------------------------
+
+    def steps(self, steps: list) -> None:
+        for step in steps:
+            if isinstance(step, KernelStep):
+                self.kernel_call(step.kernel)
+            elif isinstance(step, CondStep):
+                self.cond(step)
+            elif isinstance(step, WhileStep):
+                self.while_loop(step)
+            elif isinstance(step, ScanStep):
+                self.scan(step)
+            elif isinstance(step, CallbackStep):
+                self.callback(step)
+            else:
+                raise TypeError(f"cannot render step {step!r}")
+
+    def kernel_call(self, kernel: K.Kernel) -> None:
+        function = _Function(self)
+        function.params = {b: f"%b{k}" for k, b in enumerate(kernel.buffers)}
+        accs = _accumulators(kernel.body)
+        for acc in accs:
+            function.acc_slots[acc] = function.assign(f"alloca {value_type(acc.dtype)}", "acc")
+        function.statements(kernel.body)
+        function.emit("ret void")
+        params = ", ".join(f"ptr noalias %b{k}" for k in range(len(kernel.buffers)))
+        self.functions.append(
+            "\n".join(
+                [f"define internal void @{kernel.name}({params}) #0 {{", "entry:"]
+                + function.lines
+                + ["}"]
+            )
+        )
+        args = ", ".join(f"ptr {self.pointer(self.entry, b)}" for b in kernel.buffers)
+        self.entry.emit(f"call void @{kernel.name}({args})")
+
+    def copy(self, destination: str, source: str, size: int) -> None:
+        self.declare("llvm.memcpy.p0.p0.i64", "void", ["ptr", "ptr", "i64", "i1"])
+        self.entry.emit(
+            f"call void @llvm.memcpy.p0.p0.i64(ptr {destination}, ptr {source}, i64 {size}, "
+            "i1 false)"
+        )
+
+    def bind(self, program: Program, sources: list) -> None:
+        for buffer, pointer in zip(program.inputs, sources):
+            self.pointers[buffer] = pointer
+
+    def ptrs(self, buffers: list) -> list[str]:
+        return [self.pointer(self.entry, b) for b in buffers]
+
+    def copy_all(self, destinations: list[K.Buffer], sources: list[K.Buffer]) -> None:
+        for d, s in zip(destinations, sources):
+            self.copy(self.pointer(self.entry, d), self.pointer(self.entry, s), nbytes(d))
+
+    def cond(self, step: CondStep) -> None:
+        f = self.entry
+        index = f.assign(f"load i32, ptr {self.pointer(f, step.index)}")
+        last = len(step.branches) - 1
+        low = f.assign(f"select i1 {f.assign(f'icmp slt i32 {index}, 0')}, i32 0, i32 {index}")
+        clamped = f.assign(
+            f"select i1 {f.assign(f'icmp sgt i32 {low}, {last}')}, i32 {last}, i32 {low}"
+        )
+        labels = [f.new_label("branch") for _ in step.branches]
+        join = f.new_label("join")
+        cases = " ".join(f"i32 {k}, label %{label}" for k, label in enumerate(labels) if k)
+        f.emit(f"switch i32 {clamped}, label %{labels[0]} [{cases}]")
+        for branch, label in zip(step.branches, labels):
+            f.label(label)
+            self.bind(branch, self.ptrs(step.operands))
+            self.steps(branch.steps)
+            self.copy_all(step.outputs, branch.outputs)
+            f.emit(f"br label %{join}")
+        f.label(join)
+
+    def while_loop(self, step: WhileStep) -> None:
+        f = self.entry
+        self.copy_all(step.carry, step.init)
+        test, body, done = (
+            f.new_label("while_test"),
+            f.new_label("while_body"),
+            f.new_label("while_done"),
+        )
+        f.emit(f"br label %{test}")
+        f.label(test)
+        self.bind(step.cond, self.ptrs(step.cond_consts + step.carry))
+        self.steps(step.cond.steps)
+        flag = f.assign(f"load i8, ptr {self.pointer(f, step.cond.outputs[0])}")
+        going = f.assign(f"icmp ne i8 {flag}, 0")
+        f.emit(f"br i1 {going}, label %{body}, label %{done}")
+        f.label(body)
+        self.bind(step.body, self.ptrs(step.body_consts + step.carry))
+        self.steps(step.body.steps)
+        self.copy_all(step.carry, step.body.outputs)
+        f.emit(f"br label %{test}")
+        f.label(done)
+
+    def scan(self, step: ScanStep) -> None:
+        f = self.entry
+        self.copy_all(step.carry, step.init)
+        index = f.new_label("scan_i")
+
+        def body():
+            position = f"%{index}"
+            if step.reverse:
+                position = f.assign(f"sub i64 {step.length - 1}, %{index}")
+            x_slices = []
+            for xs, inner in zip(step.xs, step.body.inputs[len(step.consts) + len(step.init) :]):
+                offset = f.assign(f"mul i64 {position}, {nbytes(inner)}")
+                x_slices.append(
+                    f.assign(f"getelementptr i8, ptr {self.pointer(f, xs)}, i64 {offset}")
+                )
+            self.bind(step.body, self.ptrs(step.consts + step.carry) + x_slices)
+            self.steps(step.body.steps)
+            num_carry = len(step.carry)
+            self.copy_all(step.carry, step.body.outputs[:num_carry])
+            for ys, inner in zip(step.ys, step.body.outputs[num_carry:]):
+                offset = f.assign(f"mul i64 {position}, {nbytes(inner)}")
+                slot = f.assign(f"getelementptr i8, ptr {self.pointer(f, ys)}, i64 {offset}")
+                self.copy(slot, self.pointer(f, inner), nbytes(inner))
+
+        f.loop(index, 0, step.length, body)
+
+    def callback(self, step: CallbackStep) -> None:
+        f = self.entry
+        count = max(len(step.operands), 1)
+        table = f.fresh("table")
+        f.prologue.append(f"  {table} = alloca [{count} x ptr]")
+        for k, buffer in enumerate(step.operands):
+            slot = f.assign(f"getelementptr ptr, ptr {table}, i64 {k}")
+            f.emit(f"store ptr {self.pointer(f, buffer)}, ptr {slot}")
+        target = f.assign(f"inttoptr i64 {self.callbacks[step]} to ptr")
+        f.emit(f"call void {target}(ptr {table})")
+
+
+def _accumulators(body: list) -> list:
+    found: list = []
+    for stmt in body:
+        if isinstance(stmt, K.Loop):
+            for acc in _accumulators(stmt.body):
+                if acc not in found:
+                    found.append(acc)
+        elif isinstance(stmt, K.SetAcc) and stmt.acc not in found:
+            found.append(stmt.acc)
+    return found
+
+
+def _global_array(name: str, data: np.ndarray, dtype: np.dtype) -> str:
+    data = np.ascontiguousarray(data).reshape(-1)
+    if data.size == 0:
+        return f"{name} = private constant [1 x i8] zeroinitializer, align 64"
+    raw = data.astype(np.uint8) if dtype == K.BOOL else data
+    body = "".join(f"\\{byte:02X}" for byte in raw.tobytes())
+    return f'{name} = private constant [{raw.nbytes} x i8] c"{body}", align 64'

@@ -1,0 +1,754 @@
+"""Lowering jaxpr equations into kernel IR, fusing producers into their consumers.
+
+A fused kernel computes its roots one element at a time. `KernelBuilder.element(var, index)`
+gives the kernel-IR expression of `var` at a multi-dimensional `index`: a load when `var` lives
+in a buffer, otherwise the expression its producing equation computes there, found by that
+primitive's *element rule* from the elements of its own operands. So an elementwise chain, a
+broadcast, a transpose or a gather inlines into whatever reads it, and nothing is written to
+memory between them.
+
+Equations whose outputs cannot be computed one element at a time from their operands
+(reductions, cumulative ops, scatters, windows, contractions) have a *root rule* instead: it
+writes a whole loop nest for the equation's output, reading its operands through `element`,
+so their elementwise producers fuse in as well.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from funcgrad import dtypes
+from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler.kernel_ir import INDEX, Expr
+from funcgrad.core import PRIMITIVES, Primitive
+from funcgrad.ir import JaxprEqn, Literal, Var
+
+ElementRule = Callable[["KernelBuilder", JaxprEqn, list], "Expr | list[Expr]"]
+RootRule = Callable[["KernelBuilder", JaxprEqn, list], list]
+
+element_rules: dict[Primitive, ElementRule] = {}
+root_rules: dict[Primitive, RootRule] = {}
+
+
+class CompileError(NotImplementedError):
+    """The compiler has no lowering for an equation (names the primitive and its operands)."""
+
+
+def describe(eqn: JaxprEqn) -> str:
+    operands = ", ".join(v.aval.str_short() for v in eqn.invars)
+    where = f" at {eqn.source_info}" if eqn.source_info is not None else ""
+    return f"{eqn.primitive.name}({operands}){where}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The builder
+
+
+class Delinearized(list):
+    """Indices that came from splitting one flat offset over `shape`; flattening them over the
+    same shape gives the offset back without the divisions (a reshape between buffers of one
+    layout costs nothing)."""
+
+    def __init__(self, indices, linear: Expr, shape: tuple[int, ...]):
+        super().__init__(indices)
+        self.linear = linear
+        self.shape = shape
+
+
+def flat_offset(index: list, shape: tuple[int, ...]) -> Expr:
+    if isinstance(index, Delinearized) and index.shape == tuple(shape):
+        return index.linear
+    return K.row_major_offset(list(index), shape)
+
+
+def split_offset(linear: Expr, shape: tuple[int, ...]) -> list:
+    indices = []
+    remaining = linear
+    for d in reversed(range(len(shape))):
+        size = shape[d]
+        if d == 0:
+            indices.append(remaining)
+        elif size == 1:
+            indices.append(K.const(0, INDEX))
+        else:
+            indices.append(K.binary("rem", remaining, K.const(size, INDEX)))
+            remaining = K.binary("div", remaining, K.const(size, INDEX))
+    return Delinearized(reversed(indices), linear, tuple(shape))
+
+
+class KernelBuilder:
+    """Builds one kernel. `producer` maps each fused variable to its equation; `buffer_of`
+    maps each variable that lives in memory to its buffer."""
+
+    def __init__(self, producer: dict, buffer_of: dict):
+        self.producer = producer
+        self.buffer_of = buffer_of
+        self.inputs: list[K.Buffer] = []
+        self._memo: dict = {}
+
+    def input(self, var: Var) -> K.Buffer:
+        buffer = self.buffer_of[var]
+        if buffer not in self.inputs:
+            self.inputs.append(buffer)
+        return buffer
+
+    def compute(self, eqn: JaxprEqn, index: list) -> Expr | list[Expr]:
+        """The value(s) `eqn` computes at `index` (for the kernel that stores them)."""
+        return element_rules[eqn.primitive](self, eqn, index)
+
+    def element(self, atom, index: list) -> Expr:
+        if type(atom) is Literal:
+            return K.const(atom.val, atom.aval.dtype)
+        if atom in self.buffer_of:
+            shape = atom.aval.shape
+            return K.Load(self.input(atom), flat_offset(index, shape))
+        eqn = self.producer[atom]
+        key = (id(eqn), tuple(map(id, index)))
+        hit = self._memo.get(key)
+        if hit is None:
+            rule = element_rules.get(eqn.primitive)
+            if rule is None:
+                raise CompileError(f"the compiler cannot fuse {describe(eqn)}")
+            hit = (index, rule(self, eqn, index))  # the index is kept alive with its ids
+            self._memo[key] = hit
+        value = hit[1]
+        return value[eqn.outvars.index(atom)] if isinstance(value, list) else value
+
+
+def loop_nest(shape: tuple[int, ...], body: Callable[[list], list]) -> list:
+    """Statements looping over every index of `shape`, innermost dimension last."""
+    indices = [K.fresh_index() for _ in shape]
+    statements = body(list(indices))
+    for index, size in reversed(list(zip(indices, shape))):
+        statements = [K.Loop(index, 0, size, statements)]
+    return statements
+
+
+def map_kernel(builder: KernelBuilder, roots: list, outputs: list[K.Buffer]) -> list:
+    """Store every root (all of one shape) at every index."""
+    shape = roots[0].aval.shape
+    return loop_nest(
+        shape,
+        lambda index: [
+            K.Store(out, flat_offset(index, shape), builder.element(root, index))
+            for root, out in zip(roots, outputs)
+        ],
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Elementwise rules
+
+
+def compute_dtype(dtype: np.dtype) -> np.dtype:
+    """Half-precision values are computed in float32 and rounded after each operation."""
+    return dtypes.float32 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype
+
+
+def _operand(builder: KernelBuilder, atom, index: list) -> Expr:
+    # Rank-0 operands broadcast against the others.
+    value = builder.element(atom, index if atom.aval.ndim else [])
+    return K.cast(value, compute_dtype(value.dtype))
+
+
+def _elementwise(compute: Callable[..., Expr]) -> ElementRule:
+    def rule(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+        operands = [_operand(builder, v, index) for v in eqn.invars]
+        return K.cast(compute(*operands, **eqn.params), eqn.outvars[0].aval.dtype)
+
+    return rule
+
+
+_UNARY = {
+    "neg": "neg",
+    "sign": "sign",
+    "floor": "floor",
+    "ceil": "ceil",
+    "is_finite": "is_finite",
+    "exp": "exp",
+    "exp2": "exp2",
+    "log": "log",
+    "log1p": "log1p",
+    "expm1": "expm1",
+    "tanh": "tanh",
+    "logistic": "logistic",
+    "sin": "sin",
+    "cos": "cos",
+    "tan": "tan",
+    "asin": "asin",
+    "acos": "acos",
+    "atan": "atan",
+    "sinh": "sinh",
+    "cosh": "cosh",
+    "asinh": "asinh",
+    "acosh": "acosh",
+    "atanh": "atanh",
+    "sqrt": "sqrt",
+    "rsqrt": "rsqrt",
+    "cbrt": "cbrt",
+    "abs": "abs",
+    "erf": "erf",
+    "erfc": "erfc",
+    "erf_inv": "erf_inv",
+    "lgamma": "lgamma",
+    "digamma": "digamma",
+    "not": "not",
+    "population_count": "popcount",
+}
+_BINARY = {
+    "add": "add",
+    "sub": "sub",
+    "mul": "mul",
+    "div": "div",
+    "rem": "rem",
+    "pow": "pow",
+    "max": "max",
+    "min": "min",
+    "atan2": "atan2",
+    "nextafter": "nextafter",
+    "eq": "eq",
+    "ne": "ne",
+    "lt": "lt",
+    "le": "le",
+    "gt": "gt",
+    "ge": "ge",
+    "and": "and",
+    "or": "or",
+    "xor": "xor",
+    "shift_left": "shl",
+    "shift_right_logical": "shr_logical",
+    "shift_right_arithmetic": "shr_arith",
+}
+
+for _name, _op in _UNARY.items():
+    element_rules[PRIMITIVES[_name]] = _elementwise(lambda x, _op=_op: K.unary(_op, x))
+for _name, _op in _BINARY.items():
+    element_rules[PRIMITIVES[_name]] = _elementwise(lambda a, b, _op=_op: K.binary(_op, a, b))
+
+
+def _round(x: Expr, *, rounding_method) -> Expr:
+    return K.unary("round_even" if int(rounding_method) == 1 else "round_away", x)
+
+
+def _integer_pow(x: Expr, *, y: int) -> Expr:
+    """x ** y by repeated squaring (negative y: the reciprocal, for floats)."""
+    result: Expr | None = None
+    power, n = x, abs(y)
+    while n:
+        if n & 1:
+            result = power if result is None else result * power
+        n >>= 1
+        if n:
+            power = power * power
+    if result is None:
+        return K.const(1, x.dtype)
+    return K.binary("div", K.const(1, x.dtype), result) if y < 0 else result
+
+
+def _select_n(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    which, *cases = eqn.invars
+    selector = builder.element(which, index if which.aval.ndim else [])
+    values = [builder.element(c, index) for c in cases]
+    if len(values) == 1:
+        return values[0]
+    if selector.dtype == K.BOOL:
+        return K.select(selector, values[1], values[0])
+    # An int32 selector picks case k; out-of-range selectors clamp as in the reference.
+    result = values[-1]
+    for k in reversed(range(len(values) - 1)):
+        result = K.select(K.binary("le", selector, K.const(k, selector.dtype)), values[k], result)
+    return result
+
+
+def _clamp(lo: Expr, x: Expr, hi: Expr) -> Expr:
+    return K.binary("min", K.binary("max", x, lo), hi)
+
+
+def _convert(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    return K.cast(builder.element(eqn.invars[0], index), eqn.params["new_dtype"])
+
+
+def _bitcast(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    (x,) = eqn.invars
+    new_dtype = np.dtype(eqn.params["new_dtype"])
+    if x.aval.dtype.itemsize != new_dtype.itemsize:
+        raise CompileError(f"the compiler cannot yet bitcast between widths: {describe(eqn)}")
+    return K.Bitcast(builder.element(x, index), new_dtype)
+
+
+def _identity(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    return builder.element(eqn.invars[0], index)
+
+
+element_rules[PRIMITIVES["round"]] = _elementwise(_round)
+element_rules[PRIMITIVES["integer_pow"]] = _elementwise(_integer_pow)
+element_rules[PRIMITIVES["select_n"]] = _select_n
+element_rules[PRIMITIVES["clamp"]] = _elementwise(_clamp)
+element_rules[PRIMITIVES["convert_element_type"]] = _convert
+element_rules[PRIMITIVES["bitcast_convert_type"]] = _bitcast
+element_rules[PRIMITIVES["stop_gradient"]] = _identity
+
+# ---------------------------------------------------------------------------------------------
+# Shape rules: each maps the output index to the operand index it reads.
+
+
+def _index_const(value: int) -> Expr:
+    return K.const(value, INDEX)
+
+
+def _broadcast_in_dim(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    (x,) = eqn.invars
+    dims = eqn.params["broadcast_dimensions"]
+    operand_index = [
+        _index_const(0) if size == 1 and eqn.params["shape"][d] != 1 else index[d]
+        for d, size in zip(dims, x.aval.shape)
+    ]
+    return builder.element(x, operand_index)
+
+
+def _reshape(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    (x,) = eqn.invars
+    dims = eqn.params["dimensions"]
+    shape = x.aval.shape
+    linear = flat_offset(index, eqn.outvars[0].aval.shape)
+    if dims is None:
+        return builder.element(x, split_offset(linear, shape))
+    permuted = split_offset(linear, tuple(shape[d] for d in dims))
+    operand_index = [None] * len(shape)
+    for position, d in enumerate(dims):
+        operand_index[d] = permuted[position]
+    return builder.element(x, operand_index)
+
+
+def _transpose(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    (x,) = eqn.invars
+    operand_index = [None] * x.aval.ndim
+    for position, d in enumerate(eqn.params["permutation"]):
+        operand_index[d] = index[position]
+    return builder.element(x, operand_index)
+
+
+def _squeeze(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    (x,) = eqn.invars
+    squeezed = set(eqn.params["dimensions"])
+    rest = iter(index)
+    return builder.element(
+        x, [_index_const(0) if d in squeezed else next(rest) for d in range(x.aval.ndim)]
+    )
+
+
+def _rev(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    (x,) = eqn.invars
+    reversed_dims = set(eqn.params["dimensions"])
+    shape = x.aval.shape
+    return builder.element(
+        x,
+        [
+            K.binary("sub", _index_const(shape[d] - 1), i) if d in reversed_dims else i
+            for d, i in enumerate(index)
+        ],
+    )
+
+
+def _slice(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    (x,) = eqn.invars
+    starts = eqn.params["start_indices"]
+    strides = eqn.params["strides"] or (1,) * len(starts)
+    return builder.element(
+        x,
+        [
+            K.binary("add", K.binary("mul", i, _index_const(step)), _index_const(start))
+            for i, start, step in zip(index, starts, strides)
+        ],
+    )
+
+
+def _iota(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    return K.cast(index[eqn.params["dimension"]], eqn.params["dtype"])
+
+
+def _in_range(i: Expr, lo: int, hi: int) -> Expr:
+    """lo <= i < hi."""
+    return K.binary("and", K.binary("ge", i, _index_const(lo)), K.binary("lt", i, _index_const(hi)))
+
+
+def _pad(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    x, padding_value = eqn.invars
+    inside: Expr | None = None
+    operand_index = []
+    for i, size, (lo, _, interior) in zip(index, x.aval.shape, eqn.params["padding_config"]):
+        # Output position i holds operand element (i - lo) / (interior + 1) when that divides.
+        shifted = K.binary("sub", i, _index_const(lo))
+        step = interior + 1
+        source = K.binary("div", shifted, _index_const(step)) if step > 1 else shifted
+        ok = _in_range(shifted, 0, (size - 1) * step + 1 if size else 0)
+        if step > 1:
+            remainder = K.binary("rem", shifted, _index_const(step))
+            ok = K.binary("and", ok, K.binary("eq", remainder, _index_const(0)))
+        inside = ok if inside is None else K.binary("and", inside, ok)
+        # Keep the index in bounds where the element is not read.
+        operand_index.append(K.select(ok, source, _index_const(0)))
+    fill = builder.element(padding_value, [])
+    if inside is None:
+        return builder.element(x, operand_index)
+    return K.select(inside, builder.element(x, operand_index), fill)
+
+
+def _concatenate(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    axis = eqn.params["dimension"]
+    pieces = []
+    start = 0
+    for x in eqn.invars:
+        size = x.aval.shape[axis]
+        if size:
+            pieces.append((x, start, size))
+        start += size
+    x, start, size = pieces[-1]
+    result = builder.element(x, _shifted(index, axis, start))
+    for x, start, size in reversed(pieces[:-1]):
+        # Each earlier piece's index is clamped so that it stays in bounds when not taken.
+        here = K.binary("lt", index[axis], _index_const(start + size))
+        piece_index = _shifted(index, axis, start)
+        piece_index[axis] = K.binary("min", piece_index[axis], _index_const(size - 1))
+        result = K.select(here, builder.element(x, piece_index), result)
+    return result
+
+
+def _shifted(index: list, axis: int, start: int) -> list:
+    shifted = list(index)
+    shifted[axis] = K.binary("sub", index[axis], _index_const(start))
+    return shifted
+
+
+def _scalar_index(builder: KernelBuilder, atom) -> Expr:
+    return K.cast(builder.element(atom, []), INDEX)
+
+
+def _clamp_index(i: Expr, hi: int) -> Expr:
+    return K.binary("min", K.binary("max", i, _index_const(0)), _index_const(max(hi, 0)))
+
+
+def _dynamic_slice(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    x, *starts = eqn.invars
+    sizes = eqn.params["slice_sizes"]
+    operand_index = [
+        K.binary("add", i, _clamp_index(_scalar_index(builder, s), dim - size))
+        for i, s, dim, size in zip(index, starts, x.aval.shape, sizes)
+    ]
+    return builder.element(x, operand_index)
+
+
+def _dynamic_update_slice(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    x, update, *starts = eqn.invars
+    inside: Expr | None = None
+    update_index = []
+    for i, s, dim, size in zip(index, starts, x.aval.shape, update.aval.shape):
+        start = _clamp_index(_scalar_index(builder, s), dim - size)
+        offset = K.binary("sub", i, start)
+        ok = _in_range(offset, 0, size)
+        inside = ok if inside is None else K.binary("and", inside, ok)
+        update_index.append(K.select(ok, offset, _index_const(0)))
+    if inside is None:
+        return builder.element(update, [])
+    return K.select(inside, builder.element(update, update_index), builder.element(x, index))
+
+
+def _gather(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    from funcgrad.lax.indexing import GatherScatterMode
+
+    operand, indices = eqn.invars
+    dn = eqn.params["dimension_numbers"]
+    slice_sizes = eqn.params["slice_sizes"]
+    rank = operand.aval.ndim
+    out_rank = eqn.outvars[0].aval.ndim
+    batch_positions = [d for d in range(out_rank) if d not in dn.offset_dims]
+    batch_index = [index[d] for d in batch_positions]
+    window_dims = [
+        d
+        for d in range(rank)
+        if d not in dn.collapsed_slice_dims and d not in dn.operand_batching_dims
+    ]
+    window_index = dict(zip(window_dims, (index[d] for d in dn.offset_dims)))
+    starts: list[Expr] = [_index_const(0)] * rank
+    for k, d in enumerate(dn.start_index_map):
+        starts[d] = K.cast(builder.element(indices, batch_index + [_index_const(k)]), INDEX)
+    for operand_dim, indices_dim in zip(dn.operand_batching_dims, dn.start_indices_batching_dims):
+        starts[operand_dim] = batch_index[indices_dim]
+    in_bounds: Expr | None = None
+    operand_index = []
+    for d in range(rank):
+        limit = operand.aval.shape[d] - slice_sizes[d]
+        if eqn.params["mode"] == GatherScatterMode.FILL_OR_DROP:
+            ok = _in_range(starts[d], 0, limit + 1)
+            in_bounds = ok if in_bounds is None else K.binary("and", in_bounds, ok)
+        start = _clamp_index(starts[d], limit)
+        operand_index.append(K.binary("add", start, window_index.get(d, _index_const(0))))
+    value = builder.element(operand, operand_index)
+    if in_bounds is None:
+        return value
+    fill = eqn.params["fill_value"]
+    return K.select(in_bounds, value, K.const(0 if fill is None else fill, value.dtype))
+
+
+element_rules[PRIMITIVES["broadcast_in_dim"]] = _broadcast_in_dim
+element_rules[PRIMITIVES["reshape"]] = _reshape
+element_rules[PRIMITIVES["transpose"]] = _transpose
+element_rules[PRIMITIVES["squeeze"]] = _squeeze
+element_rules[PRIMITIVES["rev"]] = _rev
+element_rules[PRIMITIVES["slice"]] = _slice
+element_rules[PRIMITIVES["iota"]] = _iota
+element_rules[PRIMITIVES["pad"]] = _pad
+element_rules[PRIMITIVES["concatenate"]] = _concatenate
+element_rules[PRIMITIVES["dynamic_slice"]] = _dynamic_slice
+element_rules[PRIMITIVES["dynamic_update_slice"]] = _dynamic_update_slice
+element_rules[PRIMITIVES["gather"]] = _gather
+
+# ---------------------------------------------------------------------------------------------
+# Root rules: reductions
+
+
+def _lowest(dtype: np.dtype):
+    if dtype.kind == "f":
+        return -np.inf
+    if dtype == K.BOOL:
+        return False
+    return np.iinfo(dtype).min
+
+
+def _highest(dtype: np.dtype):
+    if dtype.kind == "f":
+        return np.inf
+    if dtype == K.BOOL:
+        return True
+    return np.iinfo(dtype).max
+
+
+# name -> (combining op, initial value of the accumulator for a dtype)
+_REDUCTIONS = {
+    "reduce_sum": ("add", lambda dtype: 0),
+    "reduce_prod": ("mul", lambda dtype: 1),
+    "reduce_max": ("max", _lowest),
+    "reduce_min": ("min", _highest),
+    "reduce_and": ("and", lambda dtype: True if dtype == K.BOOL else -1),
+    "reduce_or": ("or", lambda dtype: 0),
+}
+
+
+def _reduce(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
+    """out[kept] = combine over the reduced axes of x[kept, reduced]. When the innermost axis is
+    kept, the running values live in the output (so the inner loop walks memory in order);
+    otherwise in one accumulator per output element."""
+    (x,) = eqn.invars
+    (out,) = outputs
+    combine, initial = _REDUCTIONS[eqn.primitive.name]
+    axes = eqn.params["axes"]
+    shape = x.aval.shape
+    acc_dtype = compute_dtype(x.aval.dtype)
+    out_dtype = eqn.outvars[0].aval.dtype
+    out_shape = eqn.outvars[0].aval.shape
+    init = K.const(initial(acc_dtype), acc_dtype)
+
+    def kept(index: list) -> list:
+        return [i for d, i in enumerate(index) if d not in axes]
+
+    def operand(index: list) -> Expr:
+        return K.cast(builder.element(x, index), acc_dtype)
+
+    if shape and (shape[-1] > 1 and (len(shape) - 1) not in axes) and acc_dtype == out_dtype:
+        initialize = loop_nest(
+            out_shape, lambda index: [K.Store(out, flat_offset(index, out_shape), init)]
+        )
+
+        def accumulate(index: list) -> list:
+            offset = flat_offset(kept(index), out_shape)
+            running = K.Load(out, offset)
+            return [K.Store(out, offset, K.binary(combine, running, operand(index)))]
+
+        return initialize + loop_nest(shape, accumulate)
+
+    def per_output(out_index: list) -> list:
+        acc = K.fresh_acc(acc_dtype)
+        reduced_shape = tuple(shape[d] for d in axes)
+
+        def inner(reduced_index: list) -> list:
+            full, kept_iter, reduced_iter = [], iter(out_index), iter(reduced_index)
+            for d in range(len(shape)):
+                full.append(next(reduced_iter) if d in axes else next(kept_iter))
+            return [K.SetAcc(acc, K.binary(combine, acc.read(), operand(full)))]
+
+        result = K.cast(acc.read(), out_dtype)
+        return (
+            [K.SetAcc(acc, init)]
+            + loop_nest(reduced_shape, inner)
+            + [K.Store(out, flat_offset(out_index, out_shape), result)]
+        )
+
+    return loop_nest(out_shape, per_output)
+
+
+for _name in _REDUCTIONS:
+    root_rules[PRIMITIVES[_name]] = _reduce
+
+
+def _argreduce(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
+    """The first index of the extreme value; a NaN counts as the extreme (the first NaN)."""
+    (x,) = eqn.invars
+    (out,) = outputs
+    (axis,) = eqn.params["axes"]
+    shape = x.aval.shape
+    value_dtype = compute_dtype(x.aval.dtype)
+    out_shape = eqn.outvars[0].aval.shape
+    better = "gt" if eqn.primitive.name == "argmax" else "lt"
+
+    def per_output(out_index: list) -> list:
+        best = K.fresh_acc(value_dtype, "best")
+        best_at = K.fresh_acc(INDEX, "best_at")
+        i = K.fresh_index()
+        full = list(out_index)
+        full.insert(axis, i)
+        value = K.cast(builder.element(x, full), value_dtype)
+        wins = K.binary(better, value, best.read())
+        if value_dtype.kind == "f":
+            value_nan = K.binary("ne", value, value)
+            best_nan = K.binary("ne", best.read(), best.read())
+            wins = K.binary("and", K.unary("not", best_nan), K.binary("or", wins, value_nan))
+        first = K.binary("eq", i, _index_const(0))
+        take = K.binary("or", first, wins)
+        return [
+            K.SetAcc(best, K.const(0, value_dtype)),
+            K.SetAcc(best_at, _index_const(0)),
+            K.Loop(
+                i,
+                0,
+                shape[axis],
+                [
+                    K.SetAcc(best_at, K.select(take, i, best_at.read())),
+                    K.SetAcc(best, K.select(take, value, best.read())),
+                ],
+            ),
+            K.Store(
+                out,
+                flat_offset(out_index, out_shape),
+                K.cast(best_at.read(), eqn.params["index_dtype"]),
+            ),
+        ]
+
+    return loop_nest(out_shape, per_output)
+
+
+root_rules[PRIMITIVES["argmax"]] = _argreduce
+root_rules[PRIMITIVES["argmin"]] = _argreduce
+
+_CUMULATIVE = {"cumsum": "add", "cumprod": "mul", "cummax": "max", "cummin": "min"}
+
+
+def _cumulative(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
+    (x,) = eqn.invars
+    (out,) = outputs
+    axis, reverse = eqn.params["axis"], eqn.params["reverse"]
+    shape = x.aval.shape
+    dtype = x.aval.dtype
+    acc_dtype = compute_dtype(dtype)
+    outer_shape = tuple(s for d, s in enumerate(shape) if d != axis)
+
+    def per_line(outer_index: list) -> list:
+        acc = K.fresh_acc(acc_dtype)
+        i = K.fresh_index()
+        position = K.binary("sub", _index_const(shape[axis] - 1), i) if reverse else i
+        full = list(outer_index)
+        full.insert(axis, position)
+        value = K.cast(builder.element(x, full), acc_dtype)
+        if eqn.primitive.name == "cumlogsumexp":
+            updated = _logaddexp(acc.read(), value)
+        else:
+            # Like the reference, each step rounds to the operand's dtype.
+            combined = K.binary(_CUMULATIVE[eqn.primitive.name], acc.read(), value)
+            updated = K.cast(K.cast(combined, dtype), acc_dtype)
+        first = K.binary("eq", i, _index_const(0))
+        return [
+            K.SetAcc(acc, K.const(0, acc_dtype)),
+            K.Loop(
+                i,
+                0,
+                shape[axis],
+                [
+                    K.SetAcc(acc, K.select(first, value, updated)),
+                    K.Store(out, flat_offset(full, shape), K.cast(acc.read(), dtype)),
+                ],
+            ),
+        ]
+
+    return loop_nest(outer_shape, per_line)
+
+
+def _logaddexp(a: Expr, b: Expr) -> Expr:
+    """log(exp(a) + exp(b)) without overflow; where both are equal (infinities included) it is
+    a + log(2)."""
+    hi = K.binary("max", a, b)
+    lo = K.binary("min", a, b)
+    summed = hi + K.unary("log1p", K.unary("exp", lo - hi))
+    return K.select(K.binary("eq", lo, hi), hi + K.const(np.log(2), hi.dtype), summed)
+
+
+for _name in ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"):
+    root_rules[PRIMITIVES[_name]] = _cumulative
+
+
+def _dot_general(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
+    """out[batch, lhs_free, rhs_free] = sum over the contracting dims of lhs * rhs, as loops
+    (library GEMMs take the float cases that are large enough)."""
+    lhs, rhs = eqn.invars
+    (out,) = outputs
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
+    out_aval = eqn.outvars[0].aval
+    acc_dtype = compute_dtype(out_aval.dtype)
+    lhs_free = [d for d in range(lhs.aval.ndim) if d not in lhs_contract and d not in lhs_batch]
+    rhs_free = [d for d in range(rhs.aval.ndim) if d not in rhs_contract and d not in rhs_batch]
+    contract_shape = tuple(lhs.aval.shape[d] for d in lhs_contract)
+
+    def per_output(out_index: list) -> list:
+        batch_index = out_index[: len(lhs_batch)]
+        lhs_free_index = out_index[len(lhs_batch) : len(lhs_batch) + len(lhs_free)]
+        rhs_free_index = out_index[len(lhs_batch) + len(lhs_free) :]
+        acc = K.fresh_acc(acc_dtype)
+
+        def inner(contract_index: list) -> list:
+            lhs_index = [None] * lhs.aval.ndim
+            rhs_index = [None] * rhs.aval.ndim
+            for dims, index in ((lhs_batch, batch_index), (lhs_contract, contract_index)):
+                for d, i in zip(dims, index):
+                    lhs_index[d] = i
+            for d, i in zip(lhs_free, lhs_free_index):
+                lhs_index[d] = i
+            for dims, index in ((rhs_batch, batch_index), (rhs_contract, contract_index)):
+                for d, i in zip(dims, index):
+                    rhs_index[d] = i
+            for d, i in zip(rhs_free, rhs_free_index):
+                rhs_index[d] = i
+            a = K.cast(builder.element(lhs, lhs_index), acc_dtype)
+            b = K.cast(builder.element(rhs, rhs_index), acc_dtype)
+            return [K.SetAcc(acc, K.binary("add", acc.read(), K.binary("mul", a, b)))]
+
+        return (
+            [K.SetAcc(acc, K.const(0, acc_dtype))]
+            + loop_nest(contract_shape, inner)
+            + [
+                K.Store(
+                    out,
+                    flat_offset(out_index, out_aval.shape),
+                    K.cast(acc.read(), out_aval.dtype),
+                )
+            ]
+        )
+
+    return loop_nest(out_aval.shape, per_output)
+
+
+root_rules[PRIMITIVES["dot_general"]] = _dot_general
+
+
+def size_of(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)

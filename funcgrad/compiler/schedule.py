@@ -1,0 +1,393 @@
+"""Scheduling: an optimized jaxpr becomes a `Program`, a list of steps over buffers.
+
+A step is a fused kernel (kernel IR), a control-flow region (cond, while, scan) holding
+programs of its own, or a host callback. Which variables get a buffer decides the fusion:
+everything else is recomputed inside the kernels that read it (see `fusion.py`). A variable
+lives in memory when
+
+- it is a program input, constant or output, or an operand or result of a step that is not a
+  fused kernel (control flow, callbacks);
+- a root rule (reduction, cumulative op, contraction, ...) produces it;
+- it would otherwise be computed more than once per element: read by several kernels or
+  several times by one (a broadcast that expands it, a contraction), unless its equation is a
+  cheap index shuffle such as a reshape or a broadcast, which is always recomputed.
+
+The scheduler is backend-independent: renderers take the program as it is.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler import passes
+from funcgrad.compiler.fusion import (
+    CompileError,
+    KernelBuilder,
+    describe,
+    element_rules,
+    loop_nest,
+    root_rules,
+)
+from funcgrad.compiler.fusion import (
+    flat_offset as _flat_offset,
+)
+from funcgrad.core import PRIMITIVES
+from funcgrad.ir import ClosedJaxpr, JaxprEqn, Literal, Var
+
+# ---------------------------------------------------------------------------------------------
+# Steps and programs
+
+
+@dataclass(eq=False)
+class KernelStep:
+    kernel: K.Kernel
+    eqns: list[JaxprEqn]  # the equations it computes, for the printed plan
+
+
+@dataclass(eq=False)
+class CondStep:
+    index: K.Buffer
+    branches: list[Program]
+    operands: list[K.Buffer]
+    outputs: list[K.Buffer]
+
+
+@dataclass(eq=False)
+class WhileStep:
+    cond: Program
+    body: Program
+    cond_consts: list[K.Buffer]
+    body_consts: list[K.Buffer]
+    init: list[K.Buffer]
+    carry: list[K.Buffer]  # the loop's outputs, updated in place each iteration
+
+
+@dataclass(eq=False)
+class ScanStep:
+    body: Program
+    consts: list[K.Buffer]
+    init: list[K.Buffer]
+    xs: list[K.Buffer]
+    carry: list[K.Buffer]
+    ys: list[K.Buffer]
+    length: int
+    reverse: bool
+
+
+@dataclass(eq=False)
+class CallbackStep:
+    """Native code calls back into Python (debug.print, debug.callback) in program order."""
+
+    eqn: JaxprEqn
+    operands: list[K.Buffer]
+
+
+@dataclass(eq=False)
+class Program:
+    """Steps over buffers: `inputs` are bound by the caller, `outputs` are written by the
+    steps (each output has a buffer of its own), `consts` hold baked-in data."""
+
+    inputs: list[K.Buffer]
+    outputs: list[K.Buffer]
+    steps: list
+    consts: dict = field(default_factory=dict)
+
+    def as_text(self, indent: str = "") -> str:
+        lines = [
+            f"{indent}program({', '.join(map(repr, self.inputs))}) -> "
+            f"({', '.join(map(repr, self.outputs))})"
+        ]
+        for step in self.steps:
+            lines += _step_text(step, indent + "  ")
+        return "\n".join(lines)
+
+
+def _step_text(step, indent: str) -> list[str]:
+    if isinstance(step, KernelStep):
+        kernel = step.kernel
+        fused = ", ".join(e.primitive.name for e in step.eqns)
+        ins = ", ".join(b.name for b in kernel.inputs)
+        outs = ", ".join(b.name for b in kernel.outputs)
+        return [f"{indent}{outs} = {kernel.name}({ins})  # fuses: {fused}"]
+    if isinstance(step, CondStep):
+        lines = [
+            f"{indent}{', '.join(b.name for b in step.outputs)} = cond[{step.index.name}]"
+            f"({', '.join(b.name for b in step.operands)})"
+        ]
+        for k, branch in enumerate(step.branches):
+            lines += [f"{indent}  branch {k}:", branch.as_text(indent + "    ")]
+        return lines
+    if isinstance(step, WhileStep):
+        return [
+            f"{indent}{', '.join(b.name for b in step.carry)} = while"
+            f"({', '.join(b.name for b in step.init)})",
+            f"{indent}  cond:",
+            step.cond.as_text(indent + "    "),
+            f"{indent}  body:",
+            step.body.as_text(indent + "    "),
+        ]
+    if isinstance(step, ScanStep):
+        return [
+            f"{indent}{', '.join(b.name for b in step.carry + step.ys)} = scan[length="
+            f"{step.length}{', reverse' if step.reverse else ''}]"
+            f"({', '.join(b.name for b in step.consts + step.init + step.xs)})",
+            step.body.as_text(indent + "  "),
+        ]
+    return [
+        f"{indent}callback {step.eqn.primitive.name}({', '.join(b.name for b in step.operands)})"
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Materialization
+
+
+# Index shuffles: recomputing them where they are read costs less than a pass over memory.
+_CHEAP = {
+    PRIMITIVES[name]
+    for name in (
+        "broadcast_in_dim",
+        "reshape",
+        "squeeze",
+        "transpose",
+        "rev",
+        "slice",
+        "iota",
+        "convert_element_type",
+        "bitcast_convert_type",
+        "stop_gradient",
+        "dynamic_slice",
+    )
+}
+
+# Primitives that read (some of) their operands' elements many times each.
+_REREAD_ALL = {PRIMITIVES[n] for n in ("dot_general", "conv_general_dilated")} | {
+    p
+    for name, p in PRIMITIVES.items()
+    if name.startswith("reduce_window") or name == "select_and_scatter_add"
+}
+
+
+def _rereads(eqn: JaxprEqn, position: int) -> bool:
+    primitive = eqn.primitive
+    if primitive in _REREAD_ALL:
+        return True
+    if primitive is PRIMITIVES["gather"]:
+        return position == 0
+    if primitive is PRIMITIVES["broadcast_in_dim"]:
+        return eqn.outvars[0].aval.size > eqn.invars[0].aval.size
+    return False
+
+
+def _materialized(eqns: list[JaxprEqn], outvars: list, produced: set) -> set:
+    """The variables that get a buffer (see the module's docstring)."""
+    keep = {v for v in outvars if type(v) is Var and v in produced}
+    demand: Counter = Counter(v for v in outvars if type(v) is Var)
+    for eqn in reversed(eqns):
+        primitive = eqn.primitive
+        fused = primitive in element_rules
+        if not fused:
+            keep.update(eqn.outvars)
+        else:
+            for v in eqn.outvars:
+                if demand[v] > 1 and primitive not in _CHEAP:
+                    keep.add(v)
+        inlined_here = fused and not any(v in keep for v in eqn.outvars)
+        weight = max(demand[v] for v in eqn.outvars) if inlined_here else 1
+        for position, v in enumerate(eqn.invars):
+            if type(v) is not Var:
+                continue
+            if not fused and primitive not in root_rules:
+                keep.add(v)  # control flow and callbacks read buffers
+            demand[v] += 2 if _rereads(eqn, position) else weight
+    return {v for v in keep if v in produced}
+
+
+# ---------------------------------------------------------------------------------------------
+# Scheduling
+
+# Call primitives whose programs the compiler inlines, and the param holding the program.
+_CALLS = {
+    PRIMITIVES[name]: param
+    for name, param in (
+        ("jit", "jaxpr"),
+        ("checkpoint", "jaxpr"),
+        ("custom_jvp_call", "call_jaxpr"),
+        ("custom_vjp_call", "call_jaxpr"),
+    )
+    if name in PRIMITIVES
+}
+
+_counter = itertools.count()
+
+
+def _buffer(prefix: str, aval) -> K.Buffer:
+    return K.Buffer(f"{prefix}{next(_counter)}", np.dtype(aval.dtype), aval.size)
+
+
+def _unwrap(value) -> np.ndarray:
+    return np.ascontiguousarray(getattr(value, "_value", value))
+
+
+def schedule(closed: ClosedJaxpr) -> Program:
+    """The program computing `closed`; its inputs are the jaxpr's invars in order."""
+    return _Scheduler(passes.inline_calls(closed, _CALLS)).program
+
+
+class _Scheduler:
+    def __init__(self, closed: ClosedJaxpr):
+        jaxpr = closed.jaxpr
+        self.consts: dict = {}
+        self.buffer_of: dict = {}
+        for var, value in zip(jaxpr.constvars, closed.consts):
+            self.buffer_of[var] = self._const_buffer(_unwrap(value), var.aval)
+        inputs = [_buffer("in", v.aval) for v in jaxpr.invars]
+        self.buffer_of.update(zip(jaxpr.invars, inputs))
+        self.producer = {v: eqn for eqn in jaxpr.eqns for v in eqn.outvars}
+        keep = _materialized(jaxpr.eqns, jaxpr.outvars, set(self.producer))
+        outputs = [_buffer("out", a.aval) for a in jaxpr.outvars]
+        copies = []  # outputs that are inputs, constants, literals or repeated
+        for atom, buffer in zip(jaxpr.outvars, outputs):
+            if type(atom) is Var and atom in keep and atom not in self.buffer_of:
+                self.buffer_of[atom] = buffer
+            else:
+                copies.append((atom, buffer))
+        for eqn in jaxpr.eqns:
+            for v in eqn.outvars:
+                if v in keep and v not in self.buffer_of:
+                    self.buffer_of[v] = _buffer("t", v.aval)
+        self.steps: list = []
+        for eqn in jaxpr.eqns:
+            self._schedule(eqn)
+        for atom, buffer in copies:
+            self._copy(atom, buffer)
+        self.program = Program(inputs, outputs, self.steps, self.consts)
+
+    def _copy(self, atom, buffer: K.Buffer) -> None:
+        """A kernel writing `atom` (an input, constant, literal or repeated output) to `buffer`."""
+        builder = KernelBuilder(self.producer, self.buffer_of)
+        shape = atom.aval.shape
+        body = loop_nest(
+            shape,
+            lambda index: [
+                K.Store(buffer, _flat_offset(index, shape), builder.element(atom, index))
+            ],
+        )
+        self._kernel(builder, [buffer], body, [])
+
+    def _const_buffer(self, value: np.ndarray, aval) -> K.Buffer:
+        buffer = _buffer("c", aval)
+        self.consts[buffer] = np.asarray(value, aval.dtype).reshape(-1)
+        return buffer
+
+    def _source(self, atom) -> K.Buffer:
+        if type(atom) is Literal:
+            return self._const_buffer(np.asarray(atom.val), atom.aval)
+        return self.buffer_of[atom]
+
+    def _kernel(self, builder: KernelBuilder, outputs: list, body: list, eqns: list) -> None:
+        name = f"k{next(_counter)}_" + (eqns[-1].primitive.name if eqns else "copy")
+        kernel = K.Kernel(name, list(builder.inputs), outputs, body)
+        self.steps.append(KernelStep(kernel, eqns))
+
+    def _fused_eqns(self, roots: list) -> list[JaxprEqn]:
+        """The equations a kernel computes: its roots' and the fused ones they read."""
+        seen, order = set(), []
+
+        def visit(var):
+            if type(var) is not Var or var in self.buffer_of or var in seen:
+                return
+            seen.add(var)
+            eqn = self.producer[var]
+            for v in eqn.invars:
+                visit(v)
+            if eqn not in order:
+                order.append(eqn)
+
+        for eqn in roots:
+            for v in eqn.invars:
+                visit(v)
+        return order + [e for e in roots if e not in order]
+
+    def _schedule(self, eqn: JaxprEqn) -> None:
+        primitive = eqn.primitive
+        kept = [v for v in eqn.outvars if v in self.buffer_of]
+        if primitive in element_rules:
+            if not kept:
+                return  # fused into its readers
+            builder = KernelBuilder(self.producer, self.buffer_of)
+            outputs = [self.buffer_of[v] for v in kept]
+            shape = kept[0].aval.shape
+
+            def body(index):
+                values = builder.compute(eqn, index)
+                if not isinstance(values, list):
+                    values = [values]
+                by_var = dict(zip(eqn.outvars, values))
+                offset = _flat_offset(index, shape)
+                return [K.Store(self.buffer_of[v], offset, by_var[v]) for v in kept]
+
+            self._kernel(builder, outputs, loop_nest(shape, body), self._fused_eqns([eqn]))
+        elif primitive in root_rules:
+            builder = KernelBuilder(self.producer, self.buffer_of)
+            outputs = [self.buffer_of[v] for v in eqn.outvars]
+            body = root_rules[primitive](builder, eqn, outputs)
+            self._kernel(builder, outputs, body, self._fused_eqns([eqn]))
+        elif primitive.name == "cond":
+            self._cond(eqn)
+        elif primitive.name == "while":
+            self._while(eqn)
+        elif primitive.name == "scan":
+            self._scan(eqn)
+        elif primitive.name == "debug_callback":
+            self.steps.append(CallbackStep(eqn, [self._source(v) for v in eqn.invars]))
+        else:
+            raise CompileError(f"the compiler has no lowering for {describe(eqn)}")
+
+    def _outputs(self, eqn: JaxprEqn) -> list[K.Buffer]:
+        return [self.buffer_of[v] for v in eqn.outvars]
+
+    def _cond(self, eqn: JaxprEqn) -> None:
+        index, *operands = map(self._source, eqn.invars)
+        branches = [schedule(b) for b in eqn.params["branches"]]
+        self.steps.append(CondStep(index, branches, operands, self._outputs(eqn)))
+
+    def _while(self, eqn: JaxprEqn) -> None:
+        p = eqn.params
+        sources = list(map(self._source, eqn.invars))
+        cond_consts = sources[: p["cond_nconsts"]]
+        body_consts = sources[p["cond_nconsts"] : p["cond_nconsts"] + p["body_nconsts"]]
+        init = sources[p["cond_nconsts"] + p["body_nconsts"] :]
+        self.steps.append(
+            WhileStep(
+                schedule(p["cond_jaxpr"]),
+                schedule(p["body_jaxpr"]),
+                cond_consts,
+                body_consts,
+                init,
+                self._outputs(eqn),
+            )
+        )
+
+    def _scan(self, eqn: JaxprEqn) -> None:
+        p = eqn.params
+        sources = list(map(self._source, eqn.invars))
+        num_consts, num_carry = p["num_consts"], p["num_carry"]
+        outputs = self._outputs(eqn)
+        self.steps.append(
+            ScanStep(
+                schedule(p["jaxpr"]),
+                sources[:num_consts],
+                sources[num_consts : num_consts + num_carry],
+                sources[num_consts + num_carry :],
+                outputs[:num_carry],
+                outputs[num_carry:],
+                p["length"],
+                p["reverse"],
+            )
+        )
