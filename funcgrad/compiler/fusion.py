@@ -752,3 +752,78 @@ root_rules[PRIMITIVES["dot_general"]] = _dot_general
 
 def size_of(shape: tuple[int, ...]) -> int:
     return math.prod(shape)
+
+
+_SCATTER_COMBINE = {
+    "scatter": None,
+    "scatter_add": "add",
+    "scatter_mul": "mul",
+    "scatter_min": "min",
+    "scatter_max": "max",
+}
+
+
+def _scatter(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
+    """Copy the operand, then combine each update into its place, in order (the last of
+    several writes to one place wins, as in the reference). Windows that reach outside the
+    operand are clamped (CLIP) or dropped (the other modes)."""
+    from funcgrad.lax.indexing import GatherScatterMode
+
+    operand, indices, updates = eqn.invars
+    (out,) = outputs
+    dn = eqn.params["dimension_numbers"]
+    shape = operand.aval.shape
+    rank = len(shape)
+    combine = _SCATTER_COMBINE[eqn.primitive.name]
+    dtype = operand.aval.dtype
+    window_dims = [
+        d
+        for d in range(rank)
+        if d not in dn.inserted_window_dims and d not in dn.operand_batching_dims
+    ]
+    window_size = {d: updates.aval.shape[u] for d, u in zip(window_dims, dn.update_window_dims)}
+    copy = loop_nest(
+        shape,
+        lambda index: [K.Store(out, flat_offset(index, shape), builder.element(operand, index))],
+    )
+
+    def update(u_index: list) -> list:
+        batch_index = [i for d, i in enumerate(u_index) if d not in dn.update_window_dims]
+        window_index = {d: u_index[u] for d, u in zip(window_dims, dn.update_window_dims)}
+        starts: list[Expr] = [_index_const(0)] * rank
+        for k, d in enumerate(dn.scatter_dims_to_operand_dims):
+            starts[d] = K.cast(builder.element(indices, batch_index + [_index_const(k)]), INDEX)
+        for operand_dim, indices_dim in zip(
+            dn.operand_batching_dims, dn.scatter_indices_batching_dims
+        ):
+            starts[operand_dim] = batch_index[indices_dim]
+        in_bounds: Expr | None = None
+        position = []
+        for d in range(rank):
+            limit = shape[d] - window_size.get(d, 1)
+            if eqn.params["mode"] == GatherScatterMode.CLIP:
+                start = _clamp_index(starts[d], limit)
+            else:
+                start = starts[d]
+                ok = _in_range(start, 0, limit + 1)
+                in_bounds = ok if in_bounds is None else K.binary("and", in_bounds, ok)
+            position.append(K.binary("add", start, window_index.get(d, _index_const(0))))
+        offset = flat_offset(position, shape)
+        if in_bounds is not None:
+            offset = K.select(in_bounds, offset, _index_const(0))
+        old = K.Load(out, offset)
+        value = builder.element(updates, u_index)
+        if combine is not None:
+            computed = K.binary(
+                combine, K.cast(old, compute_dtype(dtype)), K.cast(value, compute_dtype(dtype))
+            )
+            value = K.cast(computed, dtype)
+        if in_bounds is not None:
+            value = K.select(in_bounds, value, old)  # a dropped window rewrites what is there
+        return [K.Store(out, offset, value)]
+
+    return copy + loop_nest(updates.aval.shape, update)
+
+
+for _name in _SCATTER_COMBINE:
+    root_rules[PRIMITIVES[_name]] = _scatter

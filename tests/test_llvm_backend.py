@@ -1,0 +1,381 @@
+"""The LLVM backend against the NumPy reference backend: values, fusion, vectorization,
+control flow, memory plans and errors."""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad import lax
+from funcgrad.config import config
+from funcgrad.transforms.jit import compile_jaxpr
+
+
+@contextlib.contextmanager
+def backend(name: str):
+    previous = config.jit_backend
+    config.update("jit_backend", name)
+    try:
+        yield
+    finally:
+        config.update("jit_backend", previous)
+
+
+def assert_same_as_reference(f, *args, rtol=2e-6, atol=1e-6):
+    """jit(f) on LLVM equals jit(f) on the NumPy backend (dtypes exact, values close)."""
+    with backend("numpy"):
+        expected = fg.jit(f)(*args)
+    with backend("llvm"):
+        got = fg.jit(f)(*args)
+    for e, g in zip(fg.tree_util.tree_leaves(expected), fg.tree_util.tree_leaves(got)):
+        e, g = np.asarray(e), np.asarray(g)
+        assert g.dtype == e.dtype and g.shape == e.shape
+        if e.dtype.kind == "f" or e.dtype == fnp.bfloat16:
+            np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), rtol, atol)
+        else:
+            np.testing.assert_array_equal(g, e)
+
+
+def compiled(f, *args):
+    with backend("llvm"):
+        return fg.jit(f).lower(*args).compile().executable
+
+
+rng = np.random.default_rng(0)
+x32 = rng.standard_normal((5, 7)).astype(np.float32)
+y32 = rng.standard_normal((5, 7)).astype(np.float32)
+
+
+# -- values ------------------------------------------------------------------------------------
+
+UNARY = [
+    fnp.exp,
+    fnp.tanh,
+    fnp.sin,
+    fnp.cos,
+    fnp.log1p,
+    fnp.expm1,
+    fnp.sqrt,
+    fnp.abs,
+    fnp.floor,
+    fnp.ceil,
+    fnp.round,
+    fnp.sign,
+    fnp.negative,
+    lambda x: fg.nn.sigmoid(x),
+    fnp.arctan,
+    fnp.sinh,
+    fnp.cbrt,
+    lambda x: lax.rsqrt(x),
+    fnp.isfinite,
+]
+
+
+@pytest.mark.parametrize("f", UNARY)
+def test_unary_float32(f):
+    x = np.abs(x32) if f in (fnp.sqrt, fnp.log1p) else x32
+    assert_same_as_reference(f, x, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "f",
+    [
+        fnp.add,
+        fnp.subtract,
+        fnp.multiply,
+        fnp.divide,
+        fnp.maximum,
+        fnp.minimum,
+        fnp.less,
+        fnp.greater_equal,
+        fnp.equal,
+        fnp.arctan2,
+        fnp.power,
+        fnp.fmod,
+    ],
+)
+def test_binary_float32(f):
+    y = np.abs(y32) + 0.5 if f is fnp.power else y32
+    x = np.abs(x32) if f is fnp.power else x32
+    assert_same_as_reference(f, x, y, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8", "uint32"])
+def test_integer_arithmetic_matches_reference_including_division_by_zero(dtype):
+    info = np.iinfo(dtype)
+    if info.min < 0:
+        x = np.array([7, -7, 0, info.max, info.min, 3, -1, 5], dtype)
+        y = np.array([2, 2, 0, -1, -1, 0, 3, 7], dtype)
+    else:
+        x = np.array([7, 250, 0, info.max, 1, 3, 9, 5], dtype)
+        y = np.array([2, 3, 0, 1, 9, 0, 3, 7], dtype)
+
+    def f(a, b):
+        return (
+            a + b,
+            a - b,
+            a * b,
+            lax.div(a, b),
+            lax.rem(a, b),
+            fnp.maximum(a, b),
+            a & b,
+            a ^ b,
+            lax.shift_left(a, b),
+            lax.shift_right_logical(a, b),
+            lax.shift_right_arithmetic(a, b),
+            lax.population_count(a),
+            a < b,
+        )
+
+    assert_same_as_reference(f, x, y)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float64", "int16", "uint16", "bool"])
+def test_conversions_between_dtypes(dtype):
+    values = np.array([0.0, -1.5, 2.5, 1e4, -7.25, np.nan, np.inf, -3e9], np.float32)
+
+    def f(x):
+        converted = lax.convert_element_type(x, dtype)
+        return converted, lax.convert_element_type(converted, "float32")
+
+    assert_same_as_reference(f, values)
+
+
+def test_half_precision_arithmetic_rounds_each_operation():
+    x = (x32 * 100).astype(fg.numpy.bfloat16)
+    assert_same_as_reference(lambda a: a * a + a, x, rtol=1e-2)
+    h = (x32 * 100).astype(np.float16)
+    assert_same_as_reference(lambda a: (a * a - a) / 3, h, rtol=1e-3)
+
+
+def test_nan_semantics_of_max_min_and_argmax():
+    x = np.array([[1.0, np.nan, 3.0], [2.0, 5.0, -1.0], [np.nan, np.nan, 0.0]], np.float32)
+
+    def f(a):
+        return (
+            fnp.max(a, axis=1),
+            fnp.min(a, axis=0),
+            fnp.argmax(a, axis=1),
+            fnp.argmin(a, axis=0),
+            fnp.maximum(a, 0.0),
+        )
+
+    assert_same_as_reference(f, x)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1, (0, 2), 2])
+def test_reductions(axis):
+    x = rng.standard_normal((4, 5, 6)).astype(np.float32)
+
+    def f(a):
+        return fnp.sum(a * 2, axis=axis), fnp.max(a, axis=axis), fnp.prod(a, axis=axis)
+
+    assert_same_as_reference(f, x, rtol=1e-5, atol=1e-5)
+
+
+def test_shape_ops_fuse_and_match():
+    x = rng.standard_normal((4, 6)).astype(np.float32)
+
+    def f(a):
+        b = fnp.transpose(a)[::2, 1:]
+        c = fnp.pad(a, ((1, 2), (0, 3)), constant_values=9.0)
+        d = fnp.concatenate([a, a * 2], axis=1).reshape(8, 6)
+        e = fnp.flip(a, 0) + fnp.arange(6.0)
+        return (
+            b,
+            c,
+            d,
+            e,
+            fnp.cumsum(a, axis=1),
+            fnp.cumsum(a, axis=0, reverse=True) if False else a,
+        )
+
+    assert_same_as_reference(f, x)
+
+
+def test_indexing_gather_and_dynamic_slices():
+    x = rng.standard_normal((6, 5)).astype(np.float32)
+    idx = np.array([0, 5, 2, 7, -1], np.int32)
+
+    def f(a, i):
+        return a[i], a[:, 1], lax.dynamic_slice(a, (i[1], 1), (3, 2)), a.at[2].set(1.0)
+
+    assert_same_as_reference(f, x, idx)
+
+
+def test_dot_general_layouts():
+    a = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    b = rng.standard_normal((3, 5, 2)).astype(np.float32)
+    assert_same_as_reference(lambda p, q: p @ q, a, b, rtol=1e-5)
+    assert_same_as_reference(lambda p, q: fnp.einsum("bij,bjk->ik", p, q), a, b, rtol=1e-5)
+    ints = np.arange(12, dtype=np.int32).reshape(3, 4)
+    assert_same_as_reference(lambda p: p @ p.T, ints)
+
+
+# -- control flow --------------------------------------------------------------------------------
+
+
+def test_cond_while_and_scan_run_natively():
+    def f(x, n):
+        y = lax.cond(n > 2, lambda v: v * 2, lambda v: v - 1, x)
+        count, total = lax.while_loop(lambda c: c[0] < n, lambda c: (c[0] + 1, c[1] + c[0]), (0, 0))
+
+        def step(carry, row):
+            new = fnp.tanh(carry * 0.5 + row)
+            return new, new.sum()
+
+        final, sums = lax.scan(step, fnp.zeros(7, np.float32), x)
+        back, _ = lax.scan(step, fnp.zeros(7, np.float32), x, reverse=True)
+        return y, count, total, final, sums, back
+
+    for n in (0, 5):
+        assert_same_as_reference(f, x32, np.int32(n), rtol=1e-5)
+
+
+def test_nested_control_flow():
+    def f(x):
+        def outer(carry, _):
+            inner = lax.fori_loop(0, 3, lambda i, c: c * 0.9 + i, carry)
+            return lax.cond(inner.sum() > 0, lambda v: v, lambda v: -v, inner), inner[0]
+
+        return lax.scan(outer, x, None, length=4)
+
+    assert_same_as_reference(f, x32[0], rtol=1e-5)
+
+
+def test_grad_of_jit_runs_compiled():
+    def loss(w, x):
+        return fnp.mean(fnp.tanh(x @ w) ** 2)
+
+    w = rng.standard_normal((7, 3)).astype(np.float32)
+    assert_same_as_reference(fg.grad(loss), w, x32, rtol=1e-5)
+    assert_same_as_reference(fg.vmap(fg.grad(loss), in_axes=(None, 0)), w, x32[:, None], rtol=1e-5)
+
+
+@given(
+    st.lists(
+        st.sampled_from(["exp", "tanh", "mul", "add", "sub", "max", "sum0", "sum1", "T"]),
+        min_size=1,
+        max_size=8,
+    ),
+    st.integers(1, 5),
+    st.integers(1, 5),
+)
+def test_random_programs_match_reference(ops, rows, cols):
+    """Random chains of elementwise ops, reductions and transposes."""
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+
+    def f(a):
+        value = a
+        for op in ops:
+            if op == "exp":
+                value = fnp.exp(fnp.clip(value, -5, 5))
+            elif op == "tanh":
+                value = fnp.tanh(value)
+            elif op == "mul":
+                value = value * a if value.shape == a.shape else value * 2
+            elif op == "add":
+                value = value + 1.5
+            elif op == "sub":
+                value = value - fnp.mean(value)
+            elif op == "max":
+                value = fnp.maximum(value, 0.25)
+            elif op == "sum0" and value.ndim == 2:
+                value = value.sum(0, keepdims=True) + value
+            elif op == "sum1" and value.ndim == 2:
+                value = value / (1 + fnp.abs(value).sum(1, keepdims=True))
+            elif op == "T" and value.ndim == 2:
+                value = value.T
+        return value
+
+    assert_same_as_reference(f, x, rtol=1e-5, atol=1e-5)
+
+
+# -- fusion, vectorization, memory ---------------------------------------------------------------
+
+
+def test_elementwise_chain_is_one_vectorized_kernel():
+    def chain(x):
+        return 0.5 * x * (1 + fnp.maximum(0.7978845608 * (x + 0.044715 * x**3), -x) / 3)
+
+    executable = compiled(chain, np.ones(4096, np.float32))
+    plan = executable.fusion_plan()
+    assert plan.count(" = k") == 1, plan
+    assert "<16 x float>" in executable.machine_code.optimized_ir or (
+        "<8 x float>" in executable.machine_code.optimized_ir
+    )
+
+
+def test_softmax_reads_few_buffers_and_plan_is_printable():
+    def softmax(x):
+        e = fnp.exp(x - x.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    executable = compiled(softmax, np.ones((64, 128), np.float32))
+    assert executable.fusion_plan().count(" = k") <= 4
+    memory = executable.memory_analysis()
+    assert memory.output_bytes == 64 * 128 * 4 and memory.argument_bytes == 64 * 128 * 4
+    assert memory.arena_bytes >= 64 * 128 * 4  # the exponentials are kept once
+    assert "arena" in memory.as_text()
+    assert (
+        "define void @entry"
+        in fg.jit(softmax).lower(np.ones((2, 2), np.float32)).compile().as_text()
+        or config.jit_backend == "numpy"
+    )
+
+
+def test_intermediates_share_the_arena():
+    def f(x):
+        for _ in range(6):
+            x = fnp.exp(x).sum(axis=0, keepdims=True) * x
+        return x
+
+    executable = compiled(f, np.ones((256, 64), np.float32))
+    # Six intermediates of 64 KiB each, but at most a few are live at once.
+    assert executable.memory_analysis().arena_bytes <= 3 * 256 * 64 * 4
+
+
+def test_compiled_program_called_from_threads():
+    import concurrent.futures
+
+    f = fg.jit(lambda a: fnp.tanh(a) @ a.T)
+    with backend("llvm"):
+        expected = np.asarray(f(x32))
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda _: np.asarray(f(x32)), range(16)))
+    for r in results:
+        np.testing.assert_array_equal(r, expected)
+
+
+def test_debug_callbacks_run_in_program_order(capsys):
+    def f(x):
+        fg.debug.print("first {}", x[0])
+        y = lax.fori_loop(0, 2, lambda i, v: v + 1.0, x)
+        fg.debug.print("then {}", y[0])
+        return y
+
+    with backend("llvm"):
+        fg.jit(f)(np.zeros(3, np.float32))
+    assert capsys.readouterr().out.split("\n")[:2] == ["first 0.0", "then 2.0"]
+
+
+# -- configuration and errors --------------------------------------------------------------------
+
+
+def test_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="unknown jit backend 'tpu'"):
+        config.update("jit_backend", "tpu")
+
+
+def test_backend_choice_selects_the_executable():
+    jaxpr = fg.make_jaxpr(lambda a: a + 1)(x32)
+    with backend("numpy"):
+        assert type(compile_jaxpr(jaxpr)).__name__ == "NumpyExecutable"
+    with backend("llvm"):
+        assert type(compile_jaxpr(jaxpr)).__name__ == "LlvmExecutable"
