@@ -379,3 +379,29 @@ def test_backend_choice_selects_the_executable():
         assert type(compile_jaxpr(jaxpr)).__name__ == "NumpyExecutable"
     with backend("llvm"):
         assert type(compile_jaxpr(jaxpr)).__name__ == "LlvmExecutable"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "bij,bjk->bik",
+        "ij,kj->ik",
+        "ji,jk->ik",
+        "bij,jbk->bik",
+        "ijb,bjk->bik",
+        "abij,abjk->abik",
+        "ijk,jkl->il",
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_library_gemm_for_every_layout(spec, dtype):
+    sizes = {"a": 2, "b": 3, "i": 16, "j": 24, "k": 20, "l": 8}
+    lhs_spec, rhs_spec = spec.split("->")[0].split(",")
+    lhs = rng.standard_normal([sizes[c] for c in lhs_spec]).astype(dtype)
+    rhs = rng.standard_normal([sizes[c] for c in rhs_spec]).astype(dtype)
+
+    def f(p, q):
+        return fnp.einsum(spec, p, q), fnp.einsum(spec, p * 2, q) + 1
+
+    assert_same_as_reference(f, lhs, rhs, rtol=1e-4, atol=1e-4)
+    assert "gemm[" in compiled(f, lhs, rhs).fusion_plan()

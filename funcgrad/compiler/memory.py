@@ -14,6 +14,7 @@ from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.schedule import (
     CallbackStep,
     CondStep,
+    GemmStep,
     KernelStep,
     Program,
     ScanStep,
@@ -51,6 +52,8 @@ def step_buffers(step) -> list[K.Buffer]:
         return step.kernel.buffers
     if isinstance(step, CallbackStep):
         return list(step.operands)
+    if isinstance(step, GemmStep):
+        return [step.lhs, step.rhs, step.out]
     if isinstance(step, CondStep):
         own = [step.index, *step.operands, *step.outputs]
         return own + [b for branch in step.branches for b in program_buffers(branch)]

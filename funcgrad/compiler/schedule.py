@@ -18,6 +18,7 @@ The scheduler is backend-independent: renderers take the program as it is.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -80,6 +81,23 @@ class ScanStep:
 
 
 @dataclass(eq=False)
+class GemmStep:
+    """out[b] = op(lhs[b]) @ op(rhs[b]) for b < batch, row-major, by a library GEMM; op
+    transposes when the flag says the operand is stored (k, m) or (n, k)."""
+
+    lhs: K.Buffer
+    rhs: K.Buffer
+    out: K.Buffer
+    batch: int
+    m: int
+    n: int
+    k: int
+    transpose_lhs: bool
+    transpose_rhs: bool
+    eqn: JaxprEqn
+
+
+@dataclass(eq=False)
 class CallbackStep:
     """Native code calls back into Python (debug.print, debug.callback) in program order."""
 
@@ -137,6 +155,16 @@ def _step_text(step, indent: str) -> list[str]:
             f"{step.length}{', reverse' if step.reverse else ''}]"
             f"({', '.join(b.name for b in step.consts + step.init + step.xs)})",
             step.body.as_text(indent + "  "),
+        ]
+    if isinstance(step, GemmStep):
+        flags = "".join(
+            f", transpose_{name}"
+            for name, flag in (("lhs", step.transpose_lhs), ("rhs", step.transpose_rhs))
+            if flag
+        )
+        return [
+            f"{indent}{step.out.name} = gemm[batch={step.batch}, m={step.m}, n={step.n}, "
+            f"k={step.k}{flags}]({step.lhs.name}, {step.rhs.name})"
         ]
     return [
         f"{indent}callback {step.eqn.primitive.name}({', '.join(b.name for b in step.operands)})"
@@ -206,6 +234,34 @@ def _materialized(eqns: list[JaxprEqn], outvars: list, produced: set) -> set:
                 keep.add(v)  # control flow and callbacks read buffers
             demand[v] += 2 if _rereads(eqn, position) else weight
     return {v for v in keep if v in produced}
+
+
+# ---------------------------------------------------------------------------------------------
+# Library calls
+
+GEMM_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+GEMM_MIN_FLOPS = 4096  # below this, a fused loop beats the call
+
+
+def _gemm_shape(eqn: JaxprEqn):
+    """(batch, m, n, k) when a dot_general suits a library GEMM: float32/float64 throughout,
+    enough work, and batch dimensions leading on both sides."""
+    lhs, rhs = eqn.invars
+    out = eqn.outvars[0].aval
+    if not all(a.aval.dtype == out.dtype for a in (lhs, rhs)) or out.dtype not in GEMM_DTYPES:
+        return None
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
+    batch = math.prod(lhs.aval.shape[d] for d in lhs_batch)
+    k = math.prod(lhs.aval.shape[d] for d in lhs_contract)
+    m = math.prod(
+        s for d, s in enumerate(lhs.aval.shape) if d not in lhs_contract and d not in lhs_batch
+    )
+    n = math.prod(
+        s for d, s in enumerate(rhs.aval.shape) if d not in rhs_contract and d not in rhs_batch
+    )
+    if batch * m * n * k < GEMM_MIN_FLOPS:
+        return None
+    return batch, m, n, k
 
 
 # ---------------------------------------------------------------------------------------------
@@ -333,6 +389,8 @@ class _Scheduler:
                 return [K.Store(self.buffer_of[v], offset, by_var[v]) for v in kept]
 
             self._kernel(builder, outputs, loop_nest(shape, body), self._fused_eqns([eqn]))
+        elif primitive.name == "dot_general" and _gemm_shape(eqn) is not None:
+            self._gemm(eqn)
         elif primitive in root_rules:
             builder = KernelBuilder(self.producer, self.buffer_of)
             outputs = [self.buffer_of[v] for v in eqn.outvars]
@@ -348,6 +406,66 @@ class _Scheduler:
             self.steps.append(CallbackStep(eqn, [self._source(v) for v in eqn.invars]))
         else:
             raise CompileError(f"the compiler has no lowering for {describe(eqn)}")
+
+    def _gemm(self, eqn: JaxprEqn) -> None:
+        batch, m, n, k = _gemm_shape(eqn)
+        lhs, rhs = eqn.invars
+        (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
+        lhs_buffer, transpose_lhs = self._gemm_operand(lhs, lhs_batch, lhs_contract, (batch, m, k))
+        rhs_buffer, transpose_rhs = self._gemm_operand(
+            rhs, rhs_batch, rhs_contract, (batch, k, n), contract_first=True
+        )
+        out = self.buffer_of[eqn.outvars[0]]
+        self.steps.append(
+            GemmStep(lhs_buffer, rhs_buffer, out, batch, m, n, k, transpose_lhs, transpose_rhs, eqn)
+        )
+
+    def _gemm_operand(self, var, batch_dims, contract_dims, canonical, contract_first=False):
+        """A buffer holding `var` as row-major matrices (batch, rows, cols) and whether it is
+        stored transposed. A buffer already laid out so is used as it is; anything else is
+        copied into that layout by a fused kernel."""
+        ndim = var.aval.ndim
+        free = [d for d in range(ndim) if d not in batch_dims and d not in contract_dims]
+        contract = list(contract_dims)
+        base, dims_in_base = self._through_transposes(var)
+        if base in self.buffer_of:
+            placed = [dims_in_base[d] for d in batch_dims]
+            if placed == list(range(len(batch_dims))):
+                rest = list(range(len(batch_dims), ndim))
+                free_in_base = [dims_in_base[d] for d in free]
+                contract_in_base = [dims_in_base[d] for d in contract]
+                straight = free_in_base + contract_in_base
+                flipped = contract_in_base + free_in_base
+                if contract_first:
+                    straight, flipped = flipped, straight
+                if rest == straight:
+                    return self.buffer_of[base], False
+                if rest == flipped:
+                    return self.buffer_of[base], True
+        order = list(batch_dims) + (contract + free if contract_first else free + contract)
+        shape = tuple(var.aval.shape[d] for d in order)
+        buffer = K.Buffer(f"t{next(_counter)}", np.dtype(var.aval.dtype), var.aval.size)
+        builder = KernelBuilder(self.producer, self.buffer_of)
+
+        def body(index):
+            source = [None] * ndim
+            for position, d in enumerate(order):
+                source[d] = index[position]
+            return [K.Store(buffer, _flat_offset(index, shape), builder.element(var, source))]
+
+        self._kernel(builder, [buffer], loop_nest(shape, body), [])
+        return buffer, False
+
+    def _through_transposes(self, var):
+        """The variable a chain of fused transposes reads, and where each of `var`'s
+        dimensions lies in it."""
+        dims = list(range(var.aval.ndim))
+        while var not in self.buffer_of and self.producer[var].primitive.name == "transpose":
+            eqn = self.producer[var]
+            permutation = eqn.params["permutation"]
+            dims = [permutation[d] for d in dims]
+            var = eqn.invars[0]
+        return var, dims
 
     def _outputs(self, eqn: JaxprEqn) -> list[K.Buffer]:
         return [self.buffer_of[v] for v in eqn.outvars]

@@ -13,6 +13,7 @@ import ctypes
 import numpy as np
 
 from funcgrad.array import Array
+from funcgrad.backends.llvm import blas
 from funcgrad.backends.llvm.engine import Compiled
 from funcgrad.backends.llvm.render import ModuleRenderer
 from funcgrad.backends.numpy.executor import NumpyExecutable
@@ -45,6 +46,7 @@ class LlvmExecutable:
         addresses = {
             step: ctypes.cast(fn, ctypes.c_void_p).value for step, fn in self._callbacks.items()
         }
+        blas.library()
         self.ir = ModuleRenderer(self.program, self.memory, addresses).render()
         self.machine_code = Compiled(self.ir)
         self._entry = _ENTRY(self.machine_code.entry_address)

@@ -19,12 +19,14 @@ import struct
 import numpy as np
 
 from funcgrad import dtypes
+from funcgrad.backends.llvm import blas
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import CompileError
 from funcgrad.compiler.memory import MemoryPlan, constants, nbytes
 from funcgrad.compiler.schedule import (
     CallbackStep,
     CondStep,
+    GemmStep,
     KernelStep,
     Program,
     ScanStep,
@@ -533,6 +535,8 @@ class ModuleRenderer:
                 self.scan(step)
             elif isinstance(step, CallbackStep):
                 self.callback(step)
+            elif isinstance(step, GemmStep):
+                self.gemm(step)
             else:
                 raise TypeError(f"cannot render step {step!r}")
 
@@ -640,6 +644,55 @@ class ModuleRenderer:
                 self.copy(slot, self.pointer(f, inner), nbytes(inner))
 
         f.loop(index, 0, step.length, body)
+
+    def gemm(self, step: GemmStep) -> None:
+        """One library GEMM per batch element, each on row-major matrices."""
+        f = self.entry
+        dtype = step.out.dtype
+        name = blas.SGEMM if dtype == F32 else blas.DGEMM
+        t = value_type(dtype)
+        self.declare(
+            name,
+            "void",
+            [
+                "i32",
+                "i32",
+                "i32",
+                "i64",
+                "i64",
+                "i64",
+                t,
+                "ptr",
+                "i64",
+                "ptr",
+                "i64",
+                t,
+                "ptr",
+                "i64",
+            ],
+        )
+        m, n, k = step.m, step.n, step.k
+        lda = max(m if step.transpose_lhs else k, 1)
+        ldb = max(k if step.transpose_rhs else n, 1)
+        trans_a = blas.TRANS if step.transpose_lhs else blas.NO_TRANS
+        trans_b = blas.TRANS if step.transpose_rhs else blas.NO_TRANS
+        size = dtype.itemsize
+        lhs, rhs, out = (self.pointer(f, b) for b in (step.lhs, step.rhs, step.out))
+        index = f.new_label("gemm_b")
+
+        def one_matrix():
+            def at(base: str, elements: int) -> str:
+                offset = f.assign(f"mul i64 %{index}, {elements * size}")
+                return f.assign(f"getelementptr i8, ptr {base}, i64 {offset}")
+
+            a, b, c = at(lhs, m * k), at(rhs, k * n), at(out, m * n)
+            f.emit(
+                f"call void @{name}(i32 {blas.ROW_MAJOR}, i32 {trans_a}, i32 {trans_b}, "
+                f"i64 {m}, i64 {n}, i64 {k}, {t} {constant_text(1, dtype)}, ptr {a}, i64 {lda}, "
+                f"ptr {b}, i64 {ldb}, {t} {constant_text(0, dtype)}, ptr {c}, i64 {max(n, 1)})"
+            )
+
+        f.loop(index, 0, step.batch, one_matrix)
 
     def callback(self, step: CallbackStep) -> None:
         f = self.entry
