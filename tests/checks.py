@@ -54,12 +54,17 @@ def check_staging(fun, *args) -> None:
     staged = eval_jaxpr(closed.jaxpr, closed.consts, *flat_args)
     for leaf, value in zip(eager_leaves, staged):
         np.testing.assert_array_equal(_comparable(leaf), _comparable(value))
-    # The compiled program gives the eager outputs exactly: avals and values.
+    # The compiled program gives the eager outputs: the same avals, and the same values
+    # exactly on the reference backend; compiled backends have their own implementations of
+    # transcendental functions, so their floats agree to within a few ulp.
     jitted_leaves = tree_util.tree_leaves(fg.jit(fun)(*args))
     assert len(jitted_leaves) == len(eager_leaves)
     for leaf, value in zip(eager_leaves, jitted_leaves):
         assert value.aval == leaf.aval, f"eager {leaf.aval} vs jit {value.aval}"
-        np.testing.assert_array_equal(_comparable(leaf), _comparable(value))
+        if fg.config.jit_backend == "numpy":
+            np.testing.assert_array_equal(_comparable(leaf), _comparable(value))
+        else:
+            assert_close(value, _comparable(leaf))
 
 
 def _comparable(x) -> np.ndarray:

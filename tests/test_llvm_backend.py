@@ -405,3 +405,17 @@ def test_library_gemm_for_every_layout(spec, dtype):
 
     assert_same_as_reference(f, lhs, rhs, rtol=1e-4, atol=1e-4)
     assert "gemm[" in compiled(f, lhs, rhs).fusion_plan()
+
+
+def test_random_bits_and_reduce_precision():
+    key = fg.random.PRNGKey(42)
+
+    def f(k, x):
+        return (
+            fg.random.bits(k, (5, 3)),
+            fg.random.uniform(k, (4,)),
+            lax.reduce_precision(x, exponent_bits=5, mantissa_bits=10),
+            lax.reduce_precision(x * 1e30, exponent_bits=8, mantissa_bits=7),
+        )
+
+    assert_same_as_reference(f, key, x32, rtol=1e-5)

@@ -827,3 +827,75 @@ def _scatter(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
 
 for _name in _SCATTER_COMBINE:
     root_rules[PRIMITIVES[_name]] = _scatter
+
+
+def _threefry2x32(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> list[Expr]:
+    """Both output words of the Threefry-2x32 block cipher (20 rounds), as in the reference."""
+    from funcgrad.lax import random_bits
+
+    key1, key2, x1, x2 = (builder.element(v, index if v.aval.ndim else []) for v in eqn.invars)
+    u32 = key1.dtype
+
+    def word(value: int) -> Expr:
+        return K.const(value, u32)
+
+    def rotate_left(v: Expr, distance: int) -> Expr:
+        high = K.binary("shl", v, word(distance))
+        return K.binary("or", high, K.binary("shr_logical", v, word(32 - distance)))
+
+    schedule = (
+        key1,
+        key2,
+        K.binary("xor", K.binary("xor", key1, key2), word(random_bits._KEY_PARITY)),
+    )
+    x1, x2 = x1 + schedule[0], x2 + schedule[1]
+    for i in range(random_bits._ROUNDS):
+        x1 = x1 + x2
+        x2 = K.binary("xor", rotate_left(x2, random_bits._ROTATIONS[i % 8]), x1)
+        if i % 4 == 3:
+            s = i // 4 + 1
+            x1 = x1 + schedule[s % 3]
+            x2 = x2 + schedule[(s + 1) % 3] + word(s)
+    return [x1, x2]
+
+
+def _reduce_precision(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    """Round the mantissa to nearest even, then flush exponents outside the narrower range
+    (to infinity above, to signed zero below), on the bits; NaN stays NaN."""
+    from funcgrad import dtypes as fg_dtypes
+
+    (x,) = eqn.invars
+    value = builder.element(x, index)
+    info = fg_dtypes.finfo(x.aval.dtype)
+    unsigned = np.dtype(f"uint{info.bits}")
+    exponent_bits, mantissa_bits = eqn.params["exponent_bits"], eqn.params["mantissa_bits"]
+
+    def u(v: int) -> Expr:
+        return K.const(v, unsigned)
+
+    bits = K.Bitcast(value, unsigned)
+    if mantissa_bits < info.nmant:
+        dropped = info.nmant - mantissa_bits
+        last_kept = K.binary("and", K.binary("shr_logical", bits, u(dropped)), u(1))
+        rounded = bits + u((1 << (dropped - 1)) - 1) + last_kept
+        bits = K.binary("and", rounded, u(~((1 << dropped) - 1) & ((1 << info.bits) - 1)))
+    if exponent_bits < info.nexp:
+        source_bias = (1 << (info.nexp - 1)) - 1
+        target_bias = (1 << (exponent_bits - 1)) - 1
+        exponent = K.binary(
+            "and", K.binary("shr_logical", bits, u(info.nmant)), u((1 << info.nexp) - 1)
+        )
+        sign = K.binary("and", bits, u(1 << (info.bits - 1)))
+        infinity = K.binary("or", sign, u(((1 << info.nexp) - 1) << info.nmant))
+        bits = K.select(K.binary("gt", exponent, u(source_bias + target_bias)), infinity, bits)
+        bits = K.select(K.binary("le", exponent, u(source_bias - target_bias)), sign, bits)
+    is_nan = (
+        K.binary("ne", value, value)
+        if value.dtype != fg_dtypes.bfloat16
+        else K.binary("ne", K.cast(value, np.float32), K.cast(value, np.float32))
+    )
+    return K.select(is_nan, value, K.Bitcast(bits, x.aval.dtype))
+
+
+element_rules[PRIMITIVES["threefry2x32"]] = _threefry2x32
+element_rules[PRIMITIVES["reduce_precision"]] = _reduce_precision
