@@ -419,3 +419,45 @@ def test_random_bits_and_reduce_precision():
         )
 
     assert_same_as_reference(f, key, x32, rtol=1e-5)
+
+
+def test_convolutions_pooling_and_their_gradients():
+    images = rng.standard_normal((2, 6, 7, 3)).astype(np.float32)
+    kernel = rng.standard_normal((3, 3, 3, 4)).astype(np.float32)
+
+    def conv(x, w):
+        return lax.conv_general_dilated(
+            x,
+            w,
+            (1, 2),
+            ((1, 1), (0, 2)),
+            rhs_dilation=(1, 2),
+            dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        )
+
+    def pooled_loss(x, w):
+        y = conv(x, w)
+        pooled = lax.reduce_window(y, -np.inf, lax.max, (1, 2, 2, 1), (1, 2, 1, 1), "SAME")
+        return fnp.sum(pooled**2) + fnp.sum(
+            lax.reduce_window(y, 0.0, lax.add, (1, 2, 2, 1), (1, 1, 1, 1), "VALID")
+        )
+
+    assert_same_as_reference(conv, images, kernel, rtol=1e-5, atol=1e-5)
+    assert_same_as_reference(
+        fg.grad(pooled_loss, argnums=(0, 1)), images, kernel, rtol=1e-4, atol=1e-4
+    )
+    grouped = rng.standard_normal((3, 3, 1, 6)).astype(np.float32)
+
+    def depthwise(x, w):
+        return lax.conv_general_dilated(
+            x, w, (1, 1), "SAME", feature_group_count=3, dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
+
+    assert_same_as_reference(depthwise, images, grouped, rtol=1e-5, atol=1e-5)
+    assert_same_as_reference(
+        fg.grad(lambda x, w: depthwise(x, w).sum(), argnums=1),
+        images,
+        grouped,
+        rtol=1e-4,
+        atol=1e-4,
+    )

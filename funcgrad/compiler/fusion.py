@@ -899,3 +899,220 @@ def _reduce_precision(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Exp
 
 element_rules[PRIMITIVES["threefry2x32"]] = _threefry2x32
 element_rules[PRIMITIVES["reduce_precision"]] = _reduce_precision
+
+
+def _window_position(o: Expr, k: Expr, stride: int, dilation: int, low: int, base: int, size: int):
+    """Where window element `k` of output `o` falls in an operand of `size` elements spread
+    `base` apart and padded by `low`: (operand index, whether an element is there)."""
+    p = K.binary(
+        "sub",
+        K.binary("add", o * _index_const(stride), k * _index_const(dilation)),
+        _index_const(low),
+    )
+    ok = _in_range(p, 0, (size - 1) * base + 1 if size else 0)
+    if base > 1:
+        ok = K.binary(
+            "and", ok, K.binary("eq", K.binary("rem", p, _index_const(base)), _index_const(0))
+        )
+        p = K.binary("div", p, _index_const(base))
+    return K.select(ok, p, _index_const(0)), ok
+
+
+def _all(conditions: list) -> Expr | None:
+    result = None
+    for c in conditions:
+        result = c if result is None else K.binary("and", result, c)
+    return result
+
+
+_WINDOW_REDUCTIONS = {
+    "reduce_window_sum": ("add", lambda dtype: 0),
+    "reduce_window_max": ("max", _lowest),
+    "reduce_window_min": ("min", _highest),
+}
+
+
+def _reduce_window(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
+    (x,) = eqn.invars
+    (out,) = outputs
+    p = eqn.params
+    combine, identity = _WINDOW_REDUCTIONS[eqn.primitive.name]
+    dtype = x.aval.dtype
+    acc_dtype = compute_dtype(dtype) if combine == "add" else dtype
+    out_shape = eqn.outvars[0].aval.shape
+
+    def per_output(o_index: list) -> list:
+        acc = K.fresh_acc(acc_dtype)
+
+        def inner(k_index: list) -> list:
+            positions, inside = [], []
+            for d, (o, k) in enumerate(zip(o_index, k_index)):
+                position, ok = _window_position(
+                    o,
+                    k,
+                    p["window_strides"][d],
+                    p["window_dilation"][d],
+                    p["padding"][d][0],
+                    p["base_dilation"][d],
+                    x.aval.shape[d],
+                )
+                positions.append(position)
+                inside.append(ok)
+            value = K.cast(builder.element(x, positions), acc_dtype)
+            ok = _all(inside)
+            if ok is not None:
+                value = K.select(ok, value, K.const(identity(acc_dtype), acc_dtype))
+            return [K.SetAcc(acc, K.binary(combine, acc.read(), value))]
+
+        return (
+            [K.SetAcc(acc, K.const(identity(acc_dtype), acc_dtype))]
+            + loop_nest(tuple(p["window_dimensions"]), inner)
+            + [K.Store(out, flat_offset(o_index, out_shape), K.cast(acc.read(), dtype))]
+        )
+
+    return loop_nest(out_shape, per_output)
+
+
+for _name in _WINDOW_REDUCTIONS:
+    root_rules[PRIMITIVES[_name]] = _reduce_window
+
+
+def _select_and_scatter_add(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
+    """Each window's source value is added where the window selects (the first element that
+    `select_prim` keeps against every later one; padding is never selected)."""
+    source, operand = eqn.invars
+    (out,) = outputs
+    p = eqn.params
+    shape = operand.aval.shape
+    dtype = source.aval.dtype
+    keep = "ge" if p["select_prim"].name == "ge" else "le"
+    value_dtype = compute_dtype(operand.aval.dtype)
+    zero = loop_nest(
+        shape, lambda index: [K.Store(out, flat_offset(index, shape), K.const(0, dtype))]
+    )
+
+    def per_window(o_index: list) -> list:
+        best = K.fresh_acc(value_dtype, "best")
+        best_at = K.fresh_acc(INDEX, "best_at")
+
+        def inner(k_index: list) -> list:
+            positions, inside = [], []
+            for d, (o, k) in enumerate(zip(o_index, k_index)):
+                position, ok = _window_position(
+                    o, k, p["window_strides"][d], 1, p["padding"][d][0], 1, shape[d]
+                )
+                positions.append(position)
+                inside.append(ok)
+            value = K.cast(builder.element(operand, positions), value_dtype)
+            none_yet = K.binary("lt", best_at.read(), _index_const(0))
+            kept = K.binary(keep, best.read(), value)
+            move = K.binary("or", none_yet, K.unary("not", kept))
+            ok = _all(inside)
+            if ok is not None:
+                move = K.binary("and", ok, move)
+            offset = flat_offset(positions, shape)
+            return [
+                K.SetAcc(best, K.select(move, value, best.read())),
+                K.SetAcc(best_at, K.select(move, offset, best_at.read())),
+            ]
+
+        found = K.binary("ge", best_at.read(), _index_const(0))
+        at = K.select(found, best_at.read(), _index_const(0))
+        old = K.Load(out, at)
+        added = K.cast(
+            K.binary(
+                "add",
+                K.cast(old, compute_dtype(dtype)),
+                K.cast(builder.element(source, o_index), compute_dtype(dtype)),
+            ),
+            dtype,
+        )
+        return (
+            [K.SetAcc(best, K.const(0, value_dtype)), K.SetAcc(best_at, _index_const(-1))]
+            + loop_nest(tuple(p["window_dimensions"]), inner)
+            + [K.Store(out, at, K.select(found, added, old))]
+        )
+
+    return zero + loop_nest(source.aval.shape, per_window)
+
+
+root_rules[PRIMITIVES["select_and_scatter_add"]] = _select_and_scatter_add
+
+
+def _conv_general_dilated(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
+    """A direct convolution (cross-correlation, as the reference): every output element sums
+    its window of input features times kernel weights."""
+    lhs, rhs = eqn.invars
+    (out,) = outputs
+    p = eqn.params
+    lhs_spec, rhs_spec, out_spec = p["dimension_numbers"]
+    out_aval = eqn.outvars[0].aval
+    acc_dtype = compute_dtype(out_aval.dtype)
+    batch = lhs.aval.shape[lhs_spec[0]]
+    out_features = rhs.aval.shape[rhs_spec[0]]
+    in_features = rhs.aval.shape[rhs_spec[1]]
+    feature_groups, batch_groups = p["feature_group_count"], p["batch_group_count"]
+    kernel_spatial = tuple(rhs.aval.shape[d] for d in rhs_spec[2:])
+    spatial = len(kernel_spatial)
+
+    def per_output(out_index: list) -> list:
+        roles = [out_index[d] for d in out_spec]  # batch, feature, spatial...
+        n, o, positions = roles[0], roles[1], roles[2:]
+        acc = K.fresh_acc(acc_dtype)
+        if feature_groups > 1:
+            group = K.binary("div", o, _index_const(out_features // feature_groups))
+            channel_base = group * _index_const(in_features)
+            batch_index = n
+        elif batch_groups > 1:
+            group = K.binary("div", o, _index_const(out_features // batch_groups))
+            channel_base = _index_const(0)
+            batch_index = K.binary("add", group * _index_const(batch // batch_groups), n)
+        else:
+            channel_base, batch_index = _index_const(0), n
+
+        def inner(index: list) -> list:
+            c, k_index = index[0], index[1:]
+            lhs_index = [None] * lhs.aval.ndim
+            rhs_index = [None] * rhs.aval.ndim
+            lhs_index[lhs_spec[0]] = batch_index
+            lhs_index[lhs_spec[1]] = K.binary("add", channel_base, c)
+            rhs_index[rhs_spec[0]] = o
+            rhs_index[rhs_spec[1]] = c
+            inside = []
+            for d in range(spatial):
+                position, ok = _window_position(
+                    positions[d],
+                    k_index[d],
+                    p["window_strides"][d],
+                    p["rhs_dilation"][d],
+                    p["padding"][d][0],
+                    p["lhs_dilation"][d],
+                    lhs.aval.shape[lhs_spec[2 + d]],
+                )
+                lhs_index[lhs_spec[2 + d]] = position
+                rhs_index[rhs_spec[2 + d]] = k_index[d]
+                inside.append(ok)
+            product = K.binary(
+                "mul",
+                K.cast(builder.element(lhs, lhs_index), acc_dtype),
+                K.cast(builder.element(rhs, rhs_index), acc_dtype),
+            )
+            ok = _all(inside)
+            if ok is not None:
+                product = K.select(ok, product, K.const(0, acc_dtype))
+            return [K.SetAcc(acc, K.binary("add", acc.read(), product))]
+
+        return (
+            [K.SetAcc(acc, K.const(0, acc_dtype))]
+            + loop_nest((in_features, *kernel_spatial), inner)
+            + [
+                K.Store(
+                    out, flat_offset(out_index, out_aval.shape), K.cast(acc.read(), out_aval.dtype)
+                )
+            ]
+        )
+
+    return loop_nest(out_aval.shape, per_output)
+
+
+root_rules[PRIMITIVES["conv_general_dilated"]] = _conv_general_dilated
