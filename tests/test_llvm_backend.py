@@ -461,3 +461,25 @@ def test_convolutions_pooling_and_their_gradients():
         rtol=1e-4,
         atol=1e-4,
     )
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 16, 33])
+def test_sort_and_top_k(n):
+    values = rng.standard_normal((3, n)).astype(np.float32)
+    values[0, ::3] = np.nan
+    values[1, ::2] = 0.5
+    values[2, 1::4] = -0.0
+    ints = rng.integers(-3, 3, (3, n)).astype(np.int32)
+
+    def f(x, i):
+        return (
+            fnp.sort(x, axis=1),
+            fnp.sort(x, axis=0),
+            fnp.argsort(x, axis=1),
+            lax.sort((i, x), num_keys=1),
+            lax.top_k(x, min(n, 3)),
+            lax.top_k(i, 1),
+            fnp.sort(x.astype(fnp.bfloat16), axis=1),
+        )
+
+    assert_same_as_reference(f, values, ints)

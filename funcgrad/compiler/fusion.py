@@ -87,7 +87,13 @@ class KernelBuilder:
         self.producer = producer
         self.buffer_of = buffer_of
         self.inputs: list[K.Buffer] = []
+        self.scratch: list[K.Buffer] = []  # working memory of the kernel, in the arena
         self._memo: dict = {}
+
+    def scratch_buffer(self, dtype, size: int) -> K.Buffer:
+        buffer = K.Buffer(f"scratch{len(self.scratch)}_{id(self)}", np.dtype(dtype), size)
+        self.scratch.append(buffer)
+        return buffer
 
     def input(self, var: Var) -> K.Buffer:
         buffer = self.buffer_of[var]
@@ -1011,9 +1017,12 @@ def _select_and_scatter_add(builder: KernelBuilder, eqn: JaxprEqn, outputs: list
             if ok is not None:
                 move = K.binary("and", ok, move)
             offset = flat_offset(positions, shape)
+            # The decision is held in an accumulator: the updates below change what it reads.
+            moves = K.fresh_acc(K.BOOL, "move")
             return [
-                K.SetAcc(best, K.select(move, value, best.read())),
-                K.SetAcc(best_at, K.select(move, offset, best_at.read())),
+                K.SetAcc(moves, move),
+                K.SetAcc(best, K.select(moves.read(), value, best.read())),
+                K.SetAcc(best_at, K.select(moves.read(), offset, best_at.read())),
             ]
 
         found = K.binary("ge", best_at.read(), _index_const(0))
@@ -1116,3 +1125,165 @@ def _conv_general_dilated(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) 
 
 
 root_rules[PRIMITIVES["conv_general_dilated"]] = _conv_general_dilated
+
+
+# ---------------------------------------------------------------------------------------------
+# Sorting: a bottom-up merge sort of index permutations, one line at a time
+
+
+def _merge_sort(builder: KernelBuilder, lines: int, n: int, before) -> tuple[list, K.Buffer]:
+    """Statements leaving, for each of `lines` lines of `n` elements, the stable order of the
+    positions 0..n-1 under `before(line, p, q)` ("position p goes before position q"), and the
+    buffer holding it (row-major: line, rank). Each pass merges runs of width w into runs of
+    2w; positions past a line's end write to a spare last slot."""
+    size = lines * n + 1
+    source, target = builder.scratch_buffer(INDEX, size), builder.scratch_buffer(INDEX, size)
+    line, i = K.fresh_index(), K.fresh_index()
+    statements = [
+        K.Loop(line, 0, lines, [K.Loop(i, 0, n, [K.Store(source, line * _index_const(n) + i, i)])])
+    ]
+    width = 1
+    while width < n:
+        line, pair, k = K.fresh_index(), K.fresh_index(), K.fresh_index()
+        base = line * _index_const(n)
+        lo = pair * _index_const(2 * width)
+        mid = K.binary("min", lo + _index_const(width), _index_const(n))
+        hi = K.binary("min", lo + _index_const(2 * width), _index_const(n))
+        left, right = K.fresh_acc(INDEX, "left"), K.fresh_acc(INDEX, "right")
+        valid = K.binary("lt", lo + k, hi)
+        left_pos = K.Load(source, base + K.binary("min", left.read(), _index_const(n - 1)))
+        right_pos = K.Load(source, base + K.binary("min", right.read(), _index_const(n - 1)))
+        left_open = K.binary("lt", left.read(), mid)
+        right_done = K.binary("ge", right.read(), hi)
+        take_left = K.binary(
+            "and",
+            left_open,
+            K.binary("or", right_done, K.unary("not", before(line, right_pos, left_pos))),
+        )
+        # The decision is held in an accumulator: the updates below change what it reads.
+        take = K.fresh_acc(K.BOOL, "take_left")
+        taken = take.read()
+        chosen = K.select(taken, left_pos, right_pos)
+        slot = K.select(valid, base + lo + k, _index_const(size - 1))
+        one, zero = _index_const(1), _index_const(0)
+        step_left = K.select(K.binary("and", valid, taken), one, zero)
+        step_right = K.select(K.binary("and", valid, K.unary("not", taken)), one, zero)
+        merge = [
+            K.SetAcc(left, lo),
+            K.SetAcc(right, mid),
+            K.Loop(
+                k,
+                0,
+                2 * width,
+                [
+                    K.SetAcc(take, take_left),
+                    K.Store(target, slot, chosen),
+                    K.SetAcc(left, left.read() + step_left),
+                    K.SetAcc(right, right.read() + step_right),
+                ],
+            ),
+        ]
+        pairs = -(-n // (2 * width))
+        statements.append(K.Loop(line, 0, lines, [K.Loop(pair, 0, pairs, merge)]))
+        source, target = target, source
+        width *= 2
+    return statements, source
+
+
+def _sort_value(value: Expr) -> Expr:
+    return (
+        K.cast(value, compute_dtype(value.dtype))
+        if value.dtype.kind == "f" or (value.dtype == dtypes.bfloat16)
+        else value
+    )
+
+
+def _is_nan(x: Expr) -> Expr:
+    return K.binary("ne", x, x) if x.dtype.kind == "f" else K.const(False, K.BOOL)
+
+
+def _line_index(outer: list, dimension: int, position: Expr) -> list:
+    index = list(outer)
+    index.insert(dimension, position)
+    return index
+
+
+def _outer_indices(line: Expr, outer_shape: tuple[int, ...]) -> list:
+    return list(split_offset(line, outer_shape)) if outer_shape else []
+
+
+def _sort(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
+    """Stable lexicographic sort by the first `num_keys` operands (NaNs last, -0.0 == 0.0);
+    every operand moves with the keys."""
+    dimension, num_keys = eqn.params["dimension"], eqn.params["num_keys"]
+    shape = eqn.invars[0].aval.shape
+    n = shape[dimension]
+    outer_shape = tuple(s for d, s in enumerate(shape) if d != dimension)
+    lines = size_of(outer_shape)
+
+    def before(line: Expr, p: Expr, q: Expr) -> Expr:
+        outer = _outer_indices(line, outer_shape)
+        result: Expr = K.const(False, K.BOOL)
+        for key in reversed(eqn.invars[:num_keys]):
+            a = _sort_value(builder.element(key, _line_index(outer, dimension, p)))
+            b = _sort_value(builder.element(key, _line_index(outer, dimension, q)))
+            a_nan, b_nan = _is_nan(a), _is_nan(b)
+            less = K.binary(
+                "or", K.binary("lt", a, b), K.binary("and", K.unary("not", a_nan), b_nan)
+            )
+            equal = K.binary("or", K.binary("eq", a, b), K.binary("and", a_nan, b_nan))
+            result = K.binary("or", less, K.binary("and", equal, result))
+        return result
+
+    statements, order = _merge_sort(builder, lines, n, before)
+
+    def gather(index: list) -> list:
+        outer = [i for d, i in enumerate(index) if d != dimension]
+        line = flat_offset(outer, outer_shape) if outer_shape else _index_const(0)
+        position = K.Load(order, line * _index_const(n) + index[dimension])
+        source_index = _line_index(outer, dimension, position)
+        return [
+            K.Store(out, flat_offset(index, shape), builder.element(operand, source_index))
+            for operand, out in zip(eqn.invars, outputs)
+        ]
+
+    return statements + loop_nest(shape, gather)
+
+
+def _top_k(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
+    """The k largest along the last axis, largest first (NaN counts as the largest); equal
+    values keep their index order."""
+    (operand,) = eqn.invars
+    values_out, indices_out = outputs
+    shape = operand.aval.shape
+    n = shape[-1]
+    outer_shape = shape[:-1]
+    lines = size_of(outer_shape)
+    k = eqn.params["k"]
+
+    def before(line: Expr, p: Expr, q: Expr) -> Expr:
+        outer = _outer_indices(line, outer_shape)
+        a = _sort_value(builder.element(operand, outer + [p]))
+        b = _sort_value(builder.element(operand, outer + [q]))
+        return K.binary(
+            "or", K.binary("gt", a, b), K.binary("and", _is_nan(a), K.unary("not", _is_nan(b)))
+        )
+
+    statements, order = _merge_sort(builder, lines, n, before)
+    out_shape = outer_shape + (k,)
+
+    def gather(index: list) -> list:
+        outer = index[:-1]
+        line = flat_offset(outer, outer_shape) if outer_shape else _index_const(0)
+        position = K.Load(order, line * _index_const(n) + index[-1])
+        offset = flat_offset(index, out_shape)
+        return [
+            K.Store(values_out, offset, builder.element(operand, outer + [position])),
+            K.Store(indices_out, offset, K.cast(position, indices_out.dtype)),
+        ]
+
+    return statements + loop_nest(out_shape, gather)
+
+
+root_rules[PRIMITIVES["sort"]] = _sort
+root_rules[PRIMITIVES["top_k"]] = _top_k

@@ -194,7 +194,7 @@ _CHEAP = {
 }
 
 # Primitives that read (some of) their operands' elements many times each.
-_REREAD_ALL = {PRIMITIVES[n] for n in ("dot_general", "conv_general_dilated")} | {
+_REREAD_ALL = {PRIMITIVES[n] for n in ("dot_general", "conv_general_dilated", "sort", "top_k")} | {
     p
     for name, p in PRIMITIVES.items()
     if name.startswith("reduce_window") or name == "select_and_scatter_add"
@@ -348,7 +348,7 @@ class _Scheduler:
 
     def _kernel(self, builder: KernelBuilder, outputs: list, body: list, eqns: list) -> None:
         name = f"k{next(_counter)}_" + (eqns[-1].primitive.name if eqns else "copy")
-        kernel = K.Kernel(name, list(builder.inputs), outputs, body)
+        kernel = K.Kernel(name, list(builder.inputs), outputs + builder.scratch, body)
         self.steps.append(KernelStep(kernel, eqns))
 
     def _fused_eqns(self, roots: list) -> list[JaxprEqn]:
