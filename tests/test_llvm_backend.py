@@ -483,3 +483,16 @@ def test_sort_and_top_k(n):
         )
 
     assert_same_as_reference(f, values, ints)
+
+
+def test_programs_compile_after_others_are_freed():
+    """Each native engine owns its target machine; freeing one must not break the next."""
+    import gc
+
+    from funcgrad.backends.llvm.executable import LlvmExecutable
+
+    for scale in range(4):
+        executable = LlvmExecutable(fg.make_jaxpr(lambda a, s=scale: a * s)(x32))
+        np.testing.assert_array_equal(np.asarray(executable(fnp.asarray(x32))[0]), x32 * scale)
+        del executable
+        gc.collect()

@@ -16,9 +16,15 @@ _lock = threading.Lock()  # LLVM's JIT state is not thread-safe
 
 
 @functools.cache
-def target_machine():
+def _initialized() -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
+
+
+def target_machine():
+    """A target machine for this CPU. Each engine takes ownership of (and later frees) the
+    machine it is given, so every engine gets a new one."""
+    _initialized()
     target = llvm.Target.from_default_triple()
     return target.create_target_machine(
         cpu=llvm.get_host_cpu_name(),
@@ -28,8 +34,7 @@ def target_machine():
     )
 
 
-def optimize(module: llvm.ModuleRef) -> None:
-    machine = target_machine()
+def optimize(module: llvm.ModuleRef, machine) -> None:
     tuning = llvm.create_pipeline_tuning_options(speed_level=3)
     tuning.loop_vectorization = True
     tuning.slp_vectorization = True
@@ -48,11 +53,12 @@ class Compiled:
             module.triple = machine.triple
             module.data_layout = str(machine.target_data)
             module.verify()
-            optimize(module)
+            optimize(module, machine)
             self.optimized_ir = str(module)
             self.engine = llvm.create_mcjit_compiler(module, machine)
             self.engine.finalize_object()
             self.entry_address = self.engine.get_function_address("entry")
 
     def assembly(self) -> str:
-        return target_machine().emit_assembly(llvm.parse_assembly(self.optimized_ir))
+        with _lock:
+            return target_machine().emit_assembly(llvm.parse_assembly(self.optimized_ir))

@@ -1,0 +1,359 @@
+"""Compiled programs side by side: funcgrad's LLVM backend, its NumPy reference backend, plain
+NumPy and, when installed, JAX's jit and PyTorch.
+
+    python benchmarks/compiler.py            # every case
+    python benchmarks/compiler.py gelu mlp   # the cases whose names contain these words
+
+Each case runs its frameworks in alternating rounds (this machine is shared and noisy) and
+reports medians; the ratio column is the framework's time over funcgrad-llvm's (above 1:
+slower than funcgrad). Memory-bound cases also print GB/s and the fraction of this machine's
+copy bandwidth, measured here with NumPy.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+
+import numpy as np
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad import lax
+
+ROUNDS = 7
+
+
+def _timed(run, repeat: int) -> float:
+    start = time.perf_counter()
+    for _ in range(repeat):
+        run()
+    return (time.perf_counter() - start) / repeat
+
+
+def _jax():
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    jax.config.update("jax_platforms", "cpu")
+    return jax, jnp
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+def _funcgrad(backend: str, fun, *args):
+    jitted = fg.jit(fun)
+
+    def run():
+        previous = fg.config.jit_backend
+        fg.config.update("jit_backend", backend)
+        try:
+            return jitted(*args)
+        finally:
+            fg.config.update("jit_backend", previous)
+
+    return run
+
+
+def copy_bandwidth() -> float:
+    """GB/s of a 64 MiB float32 copy (read + write), NumPy's memcpy."""
+    a = np.ones(16 * 2**20, np.float32)
+    b = np.empty_like(a)
+    seconds = min(_timed(lambda: np.copyto(b, a), 5) for _ in range(5))
+    return 2 * a.nbytes / seconds / 1e9
+
+
+# -- cases: name -> (frameworks {label: run}, bytes moved or None, repeat) ----------------------
+
+
+def gelu_case():
+    x = np.random.default_rng(0).standard_normal(16 * 2**20).astype(np.float32)
+
+    def gelu(xp):
+        return lambda v: 0.5 * v * (1 + xp.tanh(0.7978845608 * (v + 0.044715 * v**3)))
+
+    runs = {
+        "funcgrad-llvm": _funcgrad("llvm", gelu(fnp), x),
+        "funcgrad-numpy": _funcgrad("numpy", gelu(fnp), x),
+        "numpy": lambda: gelu(np)(x),
+    }
+    jax = _jax()
+    if jax:
+        f, xj = jax[0].jit(gelu(jax[1])), jax[1].asarray(x)
+        runs["jax-jit"] = lambda: f(xj).block_until_ready()
+    torch = _torch()
+    if torch:
+        xt = torch.from_numpy(x)
+        runs["torch"] = lambda: gelu(torch)(xt)
+    return runs, 2 * x.nbytes, 3
+
+
+def _softmax(xp):
+    def softmax(v):
+        e = xp.exp(v - v.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    return softmax
+
+
+def _layernorm(xp):
+    def layernorm(v):
+        mean = v.mean(axis=1, keepdims=True)
+        centered = v - mean
+        variance = (centered * centered).mean(axis=1, keepdims=True)
+        return centered / xp.sqrt(variance + 1e-5)
+
+    return layernorm
+
+
+def _row_case(make):
+    x = np.random.default_rng(1).standard_normal((4096, 1024)).astype(np.float32)
+    runs = {
+        "funcgrad-llvm": _funcgrad("llvm", make(fnp), x),
+        "funcgrad-numpy": _funcgrad("numpy", make(fnp), x),
+        "numpy": lambda: make(np)(x),
+    }
+    jax = _jax()
+    if jax:
+        f, xj = jax[0].jit(make(jax[1])), jax[1].asarray(x)
+        runs["jax-jit"] = lambda: f(xj).block_until_ready()
+    return runs, 2 * x.nbytes, 5
+
+
+def softmax_case():
+    return _row_case(_softmax)
+
+
+def layernorm_case():
+    return _row_case(_layernorm)
+
+
+def _matmul_case(n: int):
+    rng = np.random.default_rng(2)
+    a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    runs = {
+        "funcgrad-llvm": _funcgrad("llvm", lambda p, q: p @ q, a, b),
+        "numpy": lambda: a @ b,
+    }
+    jax = _jax()
+    if jax:
+        f = jax[0].jit(lambda p, q: p @ q)
+        aj, bj = jax[1].asarray(a), jax[1].asarray(b)
+        runs["jax-jit"] = lambda: f(aj, bj).block_until_ready()
+    return runs, None, 3
+
+
+def matmul_1024_case():
+    return _matmul_case(1024)
+
+
+def matmul_2048_case():
+    return _matmul_case(2048)
+
+
+def _mlp_params(rng, sizes):
+    return [
+        (rng.standard_normal((m, n)).astype(np.float32) / np.sqrt(m), np.zeros(n, np.float32))
+        for m, n in zip(sizes[:-1], sizes[1:])
+    ]
+
+
+def _mlp_step(xp, grad):
+    def loss(params, x, y):
+        h = x
+        for w, b in params[:-1]:
+            h = xp.tanh(h @ w + b)
+        w, b = params[-1]
+        logits = h @ w + b
+        logits = logits - logits.max(axis=1, keepdims=True)
+        log_probs = logits - xp.log(xp.exp(logits).sum(axis=1, keepdims=True))
+        return -(log_probs * y).sum() / x.shape[0]
+
+    def step(params, x, y):
+        grads = grad(loss)(params, x, y)
+        return [(w - 0.01 * gw, b - 0.01 * gb) for (w, b), (gw, gb) in zip(params, grads)]
+
+    return step
+
+
+def mlp_case():
+    rng = np.random.default_rng(3)
+    params = _mlp_params(rng, [784, 1024, 1024, 10])
+    x = rng.standard_normal((256, 784)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+    step = _mlp_step(fnp, fg.grad)
+    runs = {
+        "funcgrad-llvm": _funcgrad("llvm", step, params, x, y),
+        "funcgrad-numpy": _funcgrad("numpy", step, params, x, y),
+    }
+    jax = _jax()
+    if jax:
+        f = jax[0].jit(_mlp_step(jax[1], jax[0].grad))
+        pj = [(jax[1].asarray(w), jax[1].asarray(b)) for w, b in params]
+        runs["jax-jit"] = lambda: jax[0].block_until_ready(f(pj, x, y))
+    return runs, None, 3
+
+
+def _rnn(xp, scan):
+    def forward(w, xs):
+        def cell(h, x):
+            h = xp.tanh(h @ w + x)
+            return h, h.sum()
+
+        h, sums = scan(cell, xp.zeros(w.shape[0], np.float32), xs)
+        return h.sum() + sums.sum()
+
+    return forward
+
+
+def _rnn_inputs():
+    rng = np.random.default_rng(4)
+    w = (rng.standard_normal((32, 32)) / 6).astype(np.float32)
+    xs = rng.standard_normal((1000, 32)).astype(np.float32)
+    return w, xs
+
+
+def rnn_forward_case():
+    w, xs = _rnn_inputs()
+    forward = _rnn(fnp, lax.scan)
+    runs = {
+        "funcgrad-llvm": _funcgrad("llvm", forward, w, xs),
+        "funcgrad-numpy": _funcgrad("numpy", forward, w, xs),
+    }
+    jax = _jax()
+    if jax:
+        f = jax[0].jit(_rnn(jax[1], jax[0].lax.scan))
+        runs["jax-jit"] = lambda: f(w, xs).block_until_ready()
+    return runs, None, 5
+
+
+def rnn_backward_case():
+    w, xs = _rnn_inputs()
+    backward = fg.grad(_rnn(fnp, lax.scan))
+    runs = {
+        "funcgrad-llvm": _funcgrad("llvm", backward, w, xs),
+        "funcgrad-numpy": _funcgrad("numpy", backward, w, xs),
+    }
+    jax = _jax()
+    if jax:
+        f = jax[0].jit(jax[0].grad(_rnn(jax[1], jax[0].lax.scan)))
+        runs["jax-jit"] = lambda: f(w, xs).block_until_ready()
+    return runs, None, 5
+
+
+def per_example_grads_case():
+    rng = np.random.default_rng(5)
+    params = _mlp_params(rng, [32, 64, 10])
+    x = rng.standard_normal((256, 32)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+
+    def loss(params, x, y):
+        (w1, b1), (w2, b2) = params
+        logits = fnp.tanh(x @ w1 + b1) @ w2 + b2
+        return ((logits - y) ** 2).sum()
+
+    per_example = fg.vmap(fg.grad(loss), in_axes=(None, 0, 0))
+    runs = {
+        "funcgrad-llvm": _funcgrad("llvm", per_example, params, x, y),
+        "funcgrad-numpy": _funcgrad("numpy", per_example, params, x, y),
+    }
+    jax = _jax()
+    if jax:
+        jnp = jax[1]
+
+        def jloss(params, x, y):
+            (w1, b1), (w2, b2) = params
+            logits = jnp.tanh(x @ w1 + b1) @ w2 + b2
+            return ((logits - y) ** 2).sum()
+
+        f = jax[0].jit(jax[0].vmap(jax[0].grad(jloss), in_axes=(None, 0, 0)))
+        runs["jax-jit"] = lambda: jax[0].block_until_ready(f(params, x, y))
+    return runs, None, 20
+
+
+def call_overhead_case():
+    x = np.ones(16, np.float32)
+    runs = {
+        "funcgrad-llvm": _funcgrad("llvm", lambda a: a * 2.0 + 1.0, x),
+        "funcgrad-numpy": _funcgrad("numpy", lambda a: a * 2.0 + 1.0, x),
+    }
+    jax = _jax()
+    if jax:
+        f, xj = jax[0].jit(lambda a: a * 2.0 + 1.0), jax[1].asarray(x)
+        runs["jax-jit"] = lambda: f(xj).block_until_ready()
+    return runs, None, 2000
+
+
+CASES = {
+    "gelu 16M f32": gelu_case,
+    "softmax 4096x1024": softmax_case,
+    "layernorm 4096x1024": layernorm_case,
+    "matmul 1024^3": matmul_1024_case,
+    "matmul 2048^3": matmul_2048_case,
+    "mlp 784-1024-1024-10 step": mlp_case,
+    "rnn scan 1000 fwd": rnn_forward_case,
+    "rnn scan 1000 bwd": rnn_backward_case,
+    "per-example grads": per_example_grads_case,
+    "jit call x*2+1": call_overhead_case,
+}
+
+
+def compile_time() -> list[tuple[str, float]]:
+    """Seconds from first call to result for the MLP step (trace + compile + run)."""
+    rng = np.random.default_rng(3)
+    params = _mlp_params(rng, [784, 1024, 1024, 10])
+    x = rng.standard_normal((256, 784)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+    rows = []
+    for backend in ("llvm", "numpy"):
+        run = _funcgrad(backend, _mlp_step(fnp, fg.grad), params, x, y)
+        rows.append((f"funcgrad-{backend}", _timed(run, 1)))
+    jax = _jax()
+    if jax:
+        f = jax[0].jit(_mlp_step(jax[1], jax[0].grad))
+        rows.append(("jax-jit", _timed(lambda: jax[0].block_until_ready(f(params, x, y)), 1)))
+    return rows
+
+
+def main(selected: list[str]) -> None:
+    bandwidth = copy_bandwidth()
+    print(f"copy bandwidth (NumPy, 64 MiB): {bandwidth:.1f} GB/s\n")
+    header = (
+        f"{'case':28} {'framework':16} {'median ms':>10} {'x vs llvm':>10} {'GB/s':>7} "
+        f"{'of copy':>8}"
+    )
+    print(header)
+    print("-" * len(header))
+    for name, make in CASES.items():
+        if selected and not any(word in name for word in selected):
+            continue
+        runs, moved, repeat = make()
+        for run in runs.values():
+            run()  # compile and warm up
+        samples: dict = {label: [] for label in runs}
+        for _ in range(ROUNDS):
+            for label, run in runs.items():
+                samples[label].append(_timed(run, repeat))
+        base = statistics.median(samples["funcgrad-llvm"])
+        for label, times in samples.items():
+            median = statistics.median(times)
+            rate = f"{moved / median / 1e9:7.1f}" if moved else " " * 7
+            share = f"{moved / median / 1e9 / bandwidth:8.0%}" if moved else " " * 8
+            print(f"{name:28} {label:16} {median * 1e3:10.3f} {median / base:10.2f} {rate} {share}")
+        print()
+    if not selected or any("compile" in word for word in selected):
+        for label, seconds in compile_time():
+            print(f"{'compile mlp step (cold)':28} {label:16} {seconds * 1e3:10.1f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
