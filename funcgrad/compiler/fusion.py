@@ -229,6 +229,9 @@ _BINARY = {
     "shift_right_arithmetic": "shr_arith",
 }
 
+# primitive name -> the kernel-IR operation it becomes
+KERNEL_OPS = {**_UNARY, **_BINARY}
+
 for _name, _op in _UNARY.items():
     element_rules[PRIMITIVES[_name]] = _elementwise(lambda x, _op=_op: K.unary(_op, x))
 for _name, _op in _BINARY.items():

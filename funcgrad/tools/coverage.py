@@ -15,6 +15,7 @@ import argparse
 import sys
 
 import funcgrad  # noqa: F401  (declares every primitive)
+import funcgrad.backends.llvm.lowerings  # noqa: F401  (fills the llvm column)
 from funcgrad.core import PRIMITIVES, Primitive
 
 COLUMNS = ("abstract_eval", "impl", "jvp", "transpose", "batch", "llvm", "cuda")

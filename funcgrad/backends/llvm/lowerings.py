@@ -1,0 +1,50 @@
+"""Which primitives the LLVM backend compiles, recorded in each primitive's `lowerings["llvm"]`
+(the coverage matrix's llvm column), and why the others need no lowering.
+
+The lowering itself is shared with every compiled backend: an element or root rule of
+`funcgrad.compiler.fusion`, a step of `funcgrad.compiler.schedule`, or inlining of a call.
+"""
+
+from __future__ import annotations
+
+from funcgrad.backends.llvm import render
+from funcgrad.compiler import fusion, schedule
+from funcgrad.core import PRIMITIVES
+
+# Kernel-IR operations the renderer has no implementation of yet.
+_MISSING_OPS = {op for op in ("erf_inv", "digamma") if not render.renders_unary(op)}
+
+for primitive, rule in {**fusion.element_rules, **fusion.root_rules}.items():
+    if fusion.KERNEL_OPS.get(primitive.name) not in _MISSING_OPS:
+        primitive.lowerings["llvm"] = rule
+
+for name in (
+    "cond",
+    "while",
+    "scan",
+    "debug_callback",
+    "jit",
+    "checkpoint",
+    "custom_jvp_call",
+    "custom_vjp_call",
+):
+    PRIMITIVES[name].lowerings["llvm"] = schedule.schedule
+
+_COLLECTIVE_REASON = (
+    "a collective: vmap rewrites it into array operations before anything is compiled, and "
+    "pmap runs it in its communicator between compiled programs"
+)
+for name in (
+    "psum",
+    "pmax",
+    "pmin",
+    "all_gather",
+    "psum_scatter",
+    "ppermute",
+    "all_to_all",
+    "axis_index",
+):
+    PRIMITIVES[name].not_applicable.setdefault("llvm", _COLLECTIVE_REASON)
+PRIMITIVES["custom_lin"].not_applicable.setdefault(
+    "llvm", "appears only in linear programs, which are transposed before they run"
+)
