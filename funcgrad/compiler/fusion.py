@@ -281,11 +281,27 @@ def _convert(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
 
 
 def _bitcast(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    """Same width: reinterpret. Narrower: the last output axis picks one piece of the operand's
+    bits (little-endian, as the reference's memory view). Wider: the operand's last axis holds
+    the pieces of one result."""
     (x,) = eqn.invars
     new_dtype = np.dtype(eqn.params["new_dtype"])
-    if x.aval.dtype.itemsize != new_dtype.itemsize:
-        raise CompileError(f"the compiler cannot yet bitcast between widths: {describe(eqn)}")
-    return K.Bitcast(builder.element(x, index), new_dtype)
+    old_size, new_size = x.aval.dtype.itemsize, new_dtype.itemsize
+    if old_size == new_size:
+        return K.Bitcast(builder.element(x, index), new_dtype)
+    if old_size > new_size:
+        wide = np.dtype(f"uint{old_size * 8}")
+        bits = K.Bitcast(builder.element(x, index[:-1]), wide)
+        shift = K.cast(index[-1], wide) * K.const(new_size * 8, wide)
+        piece = K.cast(K.binary("shr_logical", bits, shift), np.dtype(f"uint{new_size * 8}"))
+        return K.Bitcast(piece, new_dtype)
+    wide = np.dtype(f"uint{new_size * 8}")
+    narrow = np.dtype(f"uint{old_size * 8}")
+    result: Expr = K.const(0, wide)
+    for k in range(new_size // old_size):
+        piece = K.cast(K.Bitcast(builder.element(x, [*index, _index_const(k)]), narrow), wide)
+        result = K.binary("or", result, K.binary("shl", piece, K.const(k * old_size * 8, wide)))
+    return K.Bitcast(result, new_dtype)
 
 
 def _identity(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
@@ -947,7 +963,7 @@ def _reduce_window(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list
     p = eqn.params
     combine, identity = _WINDOW_REDUCTIONS[eqn.primitive.name]
     dtype = x.aval.dtype
-    acc_dtype = compute_dtype(dtype) if combine == "add" else dtype
+    acc_dtype = compute_dtype(dtype)
     out_shape = eqn.outvars[0].aval.shape
 
     def per_output(o_index: list) -> list:
