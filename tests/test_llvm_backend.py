@@ -496,3 +496,31 @@ def test_programs_compile_after_others_are_freed():
         np.testing.assert_array_equal(np.asarray(executable(fnp.asarray(x32))[0]), x32 * scale)
         del executable
         gc.collect()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_triangular_solve_cholesky_and_lu(dtype):
+    a = rng.standard_normal((2, 5, 5)).astype(dtype)
+    spd = a @ np.swapaxes(a, -1, -2) + 5 * np.eye(5, dtype=dtype)
+    b = rng.standard_normal((2, 5, 3)).astype(dtype)
+
+    def f(m, s, r):
+        solves = [
+            lax.triangular_solve(
+                m,
+                r if left else np.swapaxes(r, -1, -2),
+                left_side=left,
+                lower=lower,
+                transpose_a=transpose,
+            )
+            for left in (True, False)
+            for lower in (True, False)
+            for transpose in (True, False)
+        ]
+        return solves, lax.cholesky(s), lax.lu(m), fnp.linalg.det(m)
+
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    assert_same_as_reference(f, a + 4 * np.eye(5, dtype=dtype), spd, b, rtol=tol, atol=tol)
+    not_positive = -spd
+    with backend("llvm"):
+        assert np.isnan(np.asarray(fg.jit(lax.cholesky)(not_positive))).all()

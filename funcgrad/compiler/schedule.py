@@ -25,7 +25,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from funcgrad.compiler import kernel_ir as K
-from funcgrad.compiler import passes
+from funcgrad.compiler import (
+    linalg_kernels,  # noqa: F401  (registers their root rules)
+    passes,
+)
 from funcgrad.compiler.fusion import (
     CompileError,
     KernelBuilder,
@@ -194,7 +197,18 @@ _CHEAP = {
 }
 
 # Primitives that read (some of) their operands' elements many times each.
-_REREAD_ALL = {PRIMITIVES[n] for n in ("dot_general", "conv_general_dilated", "sort", "top_k")} | {
+_REREAD_ALL = {
+    PRIMITIVES[n]
+    for n in (
+        "dot_general",
+        "conv_general_dilated",
+        "sort",
+        "top_k",
+        "triangular_solve",
+        "cholesky",
+        "lu",
+    )
+} | {
     p
     for name, p in PRIMITIVES.items()
     if name.startswith("reduce_window") or name == "select_and_scatter_add"
