@@ -524,3 +524,25 @@ def test_triangular_solve_cholesky_and_lu(dtype):
     not_positive = -spd
     with backend("llvm"):
         assert np.isnan(np.asarray(fg.jit(lax.cholesky)(not_positive))).all()
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (2, 5, 3), (3, 6)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_lapack_decompositions(shape, dtype):
+    a = rng.standard_normal(shape).astype(dtype)
+    square = a[..., : min(shape[-2:]), : min(shape[-2:])]
+    symmetric = square + np.swapaxes(square, -1, -2)
+
+    def f(m, s):
+        return (
+            lax.qr(m, full_matrices=False),
+            lax.qr(m, full_matrices=True),
+            lax.eigh(s),
+            lax.svd(m, full_matrices=False),
+            lax.svd(m, full_matrices=True),
+            lax.svd(m, compute_uv=False),
+        )
+
+    tol = 2e-4 if dtype == np.float32 else 1e-10
+    assert_same_as_reference(f, a, symmetric, rtol=tol, atol=tol)
+    assert "lapack geqrf" in compiled(f, a, symmetric).fusion_plan()

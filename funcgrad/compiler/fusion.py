@@ -96,7 +96,10 @@ class KernelBuilder:
         return buffer
 
     def input(self, var: Var) -> K.Buffer:
-        buffer = self.buffer_of[var]
+        return self.reads(self.buffer_of[var])
+
+    def reads(self, buffer: K.Buffer) -> K.Buffer:
+        """Make `buffer` an input of the kernel (for loads that no variable stands behind)."""
         if buffer not in self.inputs:
             self.inputs.append(buffer)
         return buffer

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.schedule import (
     CallbackStep,
     CondStep,
@@ -54,6 +55,8 @@ def step_buffers(step) -> list[K.Buffer]:
         return list(step.operands)
     if isinstance(step, GemmStep):
         return [step.lhs, step.rhs, step.out]
+    if isinstance(step, FortranCall):
+        return [a[0] for a in step.args if isinstance(a, tuple)]
     if isinstance(step, CondStep):
         own = [step.index, *step.operands, *step.outputs]
         return own + [b for branch in step.branches for b in program_buffers(branch)]

@@ -26,6 +26,7 @@ import numpy as np
 
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler import (
+    lapack,
     linalg_kernels,  # noqa: F401  (registers their root rules)
     passes,
 )
@@ -159,6 +160,9 @@ def _step_text(step, indent: str) -> list[str]:
             f"({', '.join(b.name for b in step.consts + step.init + step.xs)})",
             step.body.as_text(indent + "  "),
         ]
+    if isinstance(step, lapack.FortranCall):
+        args = ", ".join(a[0].name if isinstance(a, tuple) else repr(a) for a in step.args)
+        return [f"{indent}lapack {step.routine}[batch={step.batch}]({args})"]
     if isinstance(step, GemmStep):
         flags = "".join(
             f", transpose_{name}"
@@ -410,6 +414,8 @@ class _Scheduler:
             outputs = [self.buffer_of[v] for v in eqn.outvars]
             body = root_rules[primitive](builder, eqn, outputs)
             self._kernel(builder, outputs, body, self._fused_eqns([eqn]))
+        elif primitive.name in lapack.DECOMPOSITIONS:
+            lapack.DECOMPOSITIONS[primitive.name](self, eqn)
         elif primitive.name == "cond":
             self._cond(eqn)
         elif primitive.name == "while":

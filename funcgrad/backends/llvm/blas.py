@@ -1,5 +1,5 @@
-"""The BLAS that NumPy's wheel ships (OpenBLAS, ILP64 symbols), made callable from generated
-code: its functions' addresses are handed to LLVM, so a GEMM costs no Python."""
+"""The BLAS and LAPACK that NumPy's wheel ships (OpenBLAS, ILP64 symbols), made callable from
+generated code: their addresses are handed to LLVM, so a library call costs no Python."""
 
 from __future__ import annotations
 
@@ -30,3 +30,11 @@ def library() -> ctypes.CDLL:
     for name in (SGEMM, DGEMM):
         llvm.add_symbol(name, ctypes.cast(getattr(lib, name), ctypes.c_void_p).value)
     return lib
+
+
+@functools.cache
+def lapack_symbol(routine: str, dtype: np.dtype) -> str:
+    """The library's symbol for a LAPACK routine at a dtype, made known to LLVM."""
+    name = f"scipy_{'s' if dtype == np.float32 else 'd'}{routine}_64_"
+    llvm.add_symbol(name, ctypes.cast(getattr(library(), name), ctypes.c_void_p).value)
+    return name

@@ -22,6 +22,7 @@ from funcgrad import dtypes
 from funcgrad.backends.llvm import blas
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import CompileError
+from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.memory import MemoryPlan, constants, nbytes
 from funcgrad.compiler.schedule import (
     CallbackStep,
@@ -556,6 +557,8 @@ class ModuleRenderer:
                 self.callback(step)
             elif isinstance(step, GemmStep):
                 self.gemm(step)
+            elif isinstance(step, FortranCall):
+                self.fortran_call(step)
             else:
                 raise TypeError(f"cannot render step {step!r}")
 
@@ -710,6 +713,41 @@ class ModuleRenderer:
                 f"i64 {m}, i64 {n}, i64 {k}, {t} {constant_text(1, dtype)}, ptr {a}, i64 {lda}, "
                 f"ptr {b}, i64 {ldb}, {t} {constant_text(0, dtype)}, ptr {c}, i64 {max(n, 1)})"
             )
+
+        f.loop(index, 0, step.batch, one_matrix)
+
+    def fortran_call(self, step: FortranCall) -> None:
+        """One call per matrix; every argument by reference, then one hidden length per
+        character argument (gfortran's convention)."""
+        f = self.entry
+        name = blas.lapack_symbol(step.routine, step.dtype)
+        scalars = []
+        for arg in step.args:
+            if isinstance(arg, tuple):
+                continue
+            slot = f.fresh("arg")
+            if isinstance(arg, str):
+                f.prologue += [f"  {slot} = alloca i8", f"  store i8 {ord(arg)}, ptr {slot}"]
+            else:
+                f.prologue += [f"  {slot} = alloca i64", f"  store i64 {int(arg)}, ptr {slot}"]
+            scalars.append(slot)
+        lengths = ["i64 1"] * sum(isinstance(a, str) for a in step.args)
+        self.declare(name, "void", ["ptr"] * len(step.args) + ["i64"] * len(lengths))
+        index = f.new_label("matrix")
+
+        def one_matrix():
+            values, scalar = [], iter(scalars)
+            for arg in step.args:
+                if not isinstance(arg, tuple):
+                    values.append(f"ptr {next(scalar)}")
+                    continue
+                buffer, stride = arg
+                base = self.pointer(f, buffer)
+                if stride:
+                    offset = f.assign(f"mul i64 %{index}, {stride * buffer.dtype.itemsize}")
+                    base = f.assign(f"getelementptr i8, ptr {base}, i64 {offset}")
+                values.append(f"ptr {base}")
+            f.emit(f"call void @{name}({', '.join(values + lengths)})")
 
         f.loop(index, 0, step.batch, one_matrix)
 

@@ -1,0 +1,187 @@
+"""QR, symmetric eigendecomposition and SVD through LAPACK, as the reference backend computes
+them (NumPy calls the same routines: geqrf + orgqr, syevd, gesdd).
+
+Each decomposition becomes: a fused kernel copying the operand into column-major scratch (the
+order LAPACK reads), one `FortranCall` step per routine (looping over the stack of matrices),
+and kernels copying the results back to row-major outputs. A matrix for which a routine
+reports failure (info != 0) gets NaN results, as the reference gives.
+
+Workspaces are sized generously from the routines' documented minimums plus room for their
+blocked algorithms, so no size query runs at compile time.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler.fusion import KernelBuilder, flat_offset, loop_nest
+from funcgrad.compiler.kernel_ir import INDEX
+from funcgrad.ir import JaxprEqn
+
+_BLOCK_ROOM = 128  # columns of workspace per matrix dimension, for blocked algorithms
+_names = itertools.count()
+
+
+@dataclass(eq=False)
+class FortranCall:
+    """`routine` (without its type letter) called once per matrix of a stack of `batch`.
+    Each argument is passed by reference, as Fortran expects: a (buffer, stride) pair is that
+    buffer advanced by `stride` elements per matrix, an int is an integer, a one-letter str is
+    a character."""
+
+    routine: str
+    dtype: np.dtype
+    args: list
+    batch: int
+    eqn: JaxprEqn
+
+
+def _scratch(dtype, size: int) -> K.Buffer:
+    return K.Buffer(f"lapack{next(_names)}", np.dtype(dtype), max(size, 1))
+
+
+def _i(value: int) -> K.Expr:
+    return K.const(value, INDEX)
+
+
+def _to_column_major(scheduler, var, rows: int, cols: int, columns: int) -> K.Buffer:
+    """A scratch copy of `var`'s matrices, each column-major with `columns` columns of
+    `rows` (those beyond `cols` left for the routine to fill)."""
+    *batch_shape, _, _ = var.aval.shape
+    batch = math.prod(batch_shape)
+    buffer = _scratch(var.aval.dtype, batch * rows * columns)
+    builder = KernelBuilder(scheduler.producer, scheduler.buffer_of)
+
+    def body(index: list) -> list:
+        b = flat_offset(index[:-2], tuple(batch_shape)) if batch_shape else _i(0)
+        i, j = index[-2], index[-1]
+        offset = (b * _i(columns) + j) * _i(rows) + i
+        return [K.Store(buffer, offset, builder.element(var, index))]
+
+    scheduler._kernel(builder, [buffer], loop_nest(var.aval.shape, body), [])
+    return buffer
+
+
+def _from_column_major(
+    scheduler, source: K.Buffer, ld: int, per_matrix: int, out: K.Buffer, shape, info, upper=False
+) -> None:
+    """out[b, i, j] = source[b * per_matrix + j * ld + i] (zero below the diagonal when
+    `upper`); NaN for the matrices whose `info` is nonzero. Vectors (shape (..., n)) copy
+    element by element."""
+    builder = KernelBuilder(scheduler.producer, scheduler.buffer_of)
+    builder.reads(source)
+    if info is not None:
+        builder.reads(info)
+    matrix = len(shape) >= 2 and ld > 0
+    batch_shape = tuple(shape[:-2] if matrix else shape[:-1])
+
+    def body(index: list) -> list:
+        b = flat_offset(index[: len(batch_shape)], batch_shape) if batch_shape else _i(0)
+        if matrix:
+            i, j = index[-2], index[-1]
+            value = K.Load(source, b * _i(per_matrix) + j * _i(ld) + i)
+            if upper:
+                value = K.select(K.binary("ge", j, i), value, K.const(0, out.dtype))
+        else:
+            value = K.Load(source, b * _i(per_matrix) + index[-1])
+        if info is not None:
+            failed = K.binary("ne", K.Load(info, b), K.const(0, info.dtype))
+            value = K.select(failed, K.const(np.nan, out.dtype), value)
+        return [K.Store(out, flat_offset(index, tuple(shape)), value)]
+
+    scheduler._kernel(builder, [out], loop_nest(tuple(shape), body), [])
+
+
+def _call(scheduler, routine: str, eqn: JaxprEqn, batch: int, args: list) -> None:
+    dtype = np.dtype(eqn.invars[0].aval.dtype)
+    scheduler.steps.append(FortranCall(routine, dtype, args, batch, eqn))
+
+
+def qr(scheduler, eqn: JaxprEqn) -> None:
+    (a,) = eqn.invars
+    q_out, r_out = (scheduler.buffer_of[v] for v in eqn.outvars)
+    *batch_shape, m, n = a.aval.shape
+    batch = math.prod(batch_shape)
+    k = min(m, n)
+    q_cols = eqn.outvars[0].aval.shape[-1]
+    columns = max(n, q_cols)
+    matrices = _to_column_major(scheduler, a, m, n, columns)
+    tau = _scratch(a.aval.dtype, batch * k)
+    work_size = max(columns, 1) * _BLOCK_ROOM
+    work = _scratch(a.aval.dtype, work_size)
+    info = _scratch(np.int64, batch)
+    ld = max(m, 1)
+    per = m * columns
+    _call(
+        scheduler, "geqrf", eqn, batch,
+        [m, n, (matrices, per), ld, (tau, k), (work, 0), work_size, (info, 1)],
+    )  # fmt: skip
+    _from_column_major(scheduler, matrices, m, per, r_out, eqn.outvars[1].aval.shape, None, True)
+    _call(
+        scheduler, "orgqr", eqn, batch,
+        [m, q_cols, k, (matrices, per), ld, (tau, k), (work, 0), work_size, (info, 1)],
+    )  # fmt: skip
+    _from_column_major(scheduler, matrices, m, per, q_out, eqn.outvars[0].aval.shape, None)
+
+
+def eigh(scheduler, eqn: JaxprEqn) -> None:
+    (a,) = eqn.invars
+    v_out, w_out = (scheduler.buffer_of[v] for v in eqn.outvars)
+    *batch_shape, n, _ = a.aval.shape
+    batch = math.prod(batch_shape)
+    matrices = _to_column_major(scheduler, a, n, n, n)
+    eigenvalues = _scratch(a.aval.dtype, batch * n)
+    work_size = 1 + 6 * n + 2 * n * n + n * _BLOCK_ROOM
+    iwork_size = 3 + 5 * n
+    work, iwork = _scratch(a.aval.dtype, work_size), _scratch(np.int64, iwork_size)
+    info = _scratch(np.int64, batch)
+    uplo = "L" if eqn.params["lower"] else "U"
+    _call(
+        scheduler, "syevd", eqn, batch,
+        ["V", uplo, n, (matrices, n * n), max(n, 1), (eigenvalues, n), (work, 0), work_size,
+         (iwork, 0), iwork_size, (info, 1)],
+    )  # fmt: skip
+    _from_column_major(scheduler, matrices, n, n * n, v_out, eqn.outvars[0].aval.shape, info)
+    _from_column_major(scheduler, eigenvalues, 0, n, w_out, eqn.outvars[1].aval.shape, info)
+
+
+def svd(scheduler, eqn: JaxprEqn) -> None:
+    (a,) = eqn.invars
+    outs = [scheduler.buffer_of[v] for v in eqn.outvars]
+    *batch_shape, m, n = a.aval.shape
+    batch = math.prod(batch_shape)
+    k, big = min(m, n), max(m, n)
+    compute_uv, full = eqn.params["compute_uv"], eqn.params["full_matrices"]
+    job = "N" if not compute_uv else ("A" if full else "S")
+    u_cols = m if full else k
+    vt_rows = n if full else k
+    matrices = _to_column_major(scheduler, a, m, n, n)
+    singular = _scratch(a.aval.dtype, batch * k)
+    u = _scratch(a.aval.dtype, batch * m * u_cols if compute_uv else 1)
+    vt = _scratch(a.aval.dtype, batch * vt_rows * n if compute_uv else 1)
+    work_size = 4 * k * k + 7 * k + big + (m + n) * _BLOCK_ROOM
+    work, iwork = _scratch(a.aval.dtype, work_size), _scratch(np.int64, 8 * max(k, 1))
+    info = _scratch(np.int64, batch)
+    ldu = max(m, 1) if compute_uv else 1
+    ldvt = max(vt_rows, 1) if compute_uv else 1
+    _call(
+        scheduler, "gesdd", eqn, batch,
+        [job, m, n, (matrices, m * n), max(m, 1), (singular, k),
+         (u, m * u_cols if compute_uv else 0), ldu, (vt, vt_rows * n if compute_uv else 0), ldvt,
+         (work, 0), work_size, (iwork, 0), (info, 1)],
+    )  # fmt: skip
+    shapes = [v.aval.shape for v in eqn.outvars]
+    if not compute_uv:
+        _from_column_major(scheduler, singular, 0, k, outs[0], shapes[0], info)
+        return
+    _from_column_major(scheduler, u, m, m * u_cols, outs[0], shapes[0], info)
+    _from_column_major(scheduler, singular, 0, k, outs[1], shapes[1], info)
+    _from_column_major(scheduler, vt, vt_rows, vt_rows * n, outs[2], shapes[2], info)
+
+
+DECOMPOSITIONS = {"qr": qr, "eigh": eigh, "svd": svd}
