@@ -2,13 +2,14 @@
 (the coverage matrix's llvm column), and why the others need no lowering.
 
 The lowering itself is shared with every compiled backend: an element or root rule of
-`funcgrad.compiler.fusion`, a step of `funcgrad.compiler.schedule`, or inlining of a call.
+`funcgrad.compiler.fusion` (or `linalg_kernels`), a LAPACK plan of `funcgrad.compiler.lapack`,
+a step of `funcgrad.compiler.schedule`, or inlining of a call.
 """
 
 from __future__ import annotations
 
 from funcgrad.backends.llvm import render
-from funcgrad.compiler import fusion, schedule
+from funcgrad.compiler import fusion, lapack, schedule
 from funcgrad.core import PRIMITIVES
 
 # Kernel-IR operations the renderer has no implementation of yet.
@@ -17,6 +18,9 @@ _MISSING_OPS = {op for op in ("erf_inv", "digamma") if not render.renders_unary(
 for primitive, rule in {**fusion.element_rules, **fusion.root_rules}.items():
     if fusion.KERNEL_OPS.get(primitive.name) not in _MISSING_OPS:
         primitive.lowerings["llvm"] = rule
+
+for name, lower in lapack.DECOMPOSITIONS.items():
+    PRIMITIVES[name].lowerings["llvm"] = lower
 
 for name in (
     "cond",
