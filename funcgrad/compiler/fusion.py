@@ -88,10 +88,13 @@ class KernelBuilder:
         self.buffer_of = buffer_of
         self.inputs: list[K.Buffer] = []
         self.scratch: list[K.Buffer] = []  # working memory of the kernel, in the arena
+        # Variables that live in scratch for one iteration of a shared outer loop: var ->
+        # (scratch buffer, number of outer dimensions its index drops).
+        self.local: dict = {}
         self._memo: dict = {}
 
     def scratch_buffer(self, dtype, size: int) -> K.Buffer:
-        buffer = K.Buffer(f"scratch{len(self.scratch)}_{id(self)}", np.dtype(dtype), size)
+        buffer = K.Buffer(f"s{next(K._names)}", np.dtype(dtype), size)
         self.scratch.append(buffer)
         return buffer
 
@@ -111,6 +114,9 @@ class KernelBuilder:
     def element(self, atom, index: list) -> Expr:
         if type(atom) is Literal:
             return K.const(atom.val, atom.aval.dtype)
+        if atom in self.local:
+            buffer, outer = self.local[atom]
+            return K.Load(buffer, flat_offset(index[outer:], atom.aval.shape[outer:]))
         if atom in self.buffer_of:
             shape = atom.aval.shape
             return K.Load(self.input(atom), flat_offset(index, shape))
@@ -597,25 +603,40 @@ def _reduce(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
 
         return initialize + loop_nest(shape, accumulate)
 
-    def per_output(out_index: list) -> list:
-        acc = K.fresh_acc(acc_dtype)
-        reduced_shape = tuple(shape[d] for d in axes)
+    return loop_nest(
+        out_shape,
+        lambda index: reduce_one(
+            builder, eqn, index, lambda value: K.Store(out, flat_offset(index, out_shape), value)
+        ),
+    )
 
-        def inner(reduced_index: list) -> list:
-            full, kept_iter, reduced_iter = [], iter(out_index), iter(reduced_index)
-            for d in range(len(shape)):
-                full.append(next(reduced_iter) if d in axes else next(kept_iter))
-            return [K.SetAcc(acc, K.binary(combine, acc.read(), operand(full)))]
 
-        result = K.cast(acc.read(), out_dtype)
-        return (
-            [K.SetAcc(acc, init)]
-            + loop_nest(reduced_shape, inner)
-            + [K.Store(out, flat_offset(out_index, out_shape), result)]
-        )
+def reduce_one(builder: KernelBuilder, eqn: JaxprEqn, out_index: list, store) -> list:
+    """Statements reducing the elements of one output position of a reduction into an
+    accumulator, then `store(result)`."""
+    (x,) = eqn.invars
+    combine, initial = _REDUCTIONS[eqn.primitive.name]
+    axes = eqn.params["axes"]
+    shape = x.aval.shape
+    acc_dtype = compute_dtype(x.aval.dtype)
+    acc = K.fresh_acc(acc_dtype)
+    reduced_shape = tuple(shape[d] for d in axes)
 
-    return loop_nest(out_shape, per_output)
+    def inner(reduced_index: list) -> list:
+        full, kept_iter, reduced_iter = [], iter(out_index), iter(reduced_index)
+        for d in range(len(shape)):
+            full.append(next(reduced_iter) if d in axes else next(kept_iter))
+        value = K.cast(builder.element(x, full), acc_dtype)
+        return [K.SetAcc(acc, K.binary(combine, acc.read(), value))]
 
+    return (
+        [K.SetAcc(acc, K.const(initial(acc_dtype), acc_dtype))]
+        + loop_nest(reduced_shape, inner)
+        + [store(K.cast(acc.read(), eqn.outvars[0].aval.dtype))]
+    )
+
+
+REDUCTIONS = frozenset(PRIMITIVES[name] for name in _REDUCTIONS)
 
 for _name in _REDUCTIONS:
     root_rules[PRIMITIVES[_name]] = _reduce

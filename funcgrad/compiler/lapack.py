@@ -6,8 +6,10 @@ order LAPACK reads), one `FortranCall` step per routine (looping over the stack 
 and kernels copying the results back to row-major outputs. A matrix for which a routine
 reports failure (info != 0) gets NaN results, as the reference gives.
 
-Workspaces are sized generously from the routines' documented minimums plus room for their
-blocked algorithms, so no size query runs at compile time.
+Workspaces are sized as NumPy sizes them, by asking the library (`workspace_query`, set by
+the backend that calls it): some routines choose their algorithm by the workspace they are
+given, so another size could give other (equally valid) signs of singular vectors. Without a
+query the documented minimum sizes serve.
 """
 
 from __future__ import annotations
@@ -23,8 +25,14 @@ from funcgrad.compiler.fusion import KernelBuilder, flat_offset, loop_nest
 from funcgrad.compiler.kernel_ir import INDEX
 from funcgrad.ir import JaxprEqn
 
-_BLOCK_ROOM = 128  # columns of workspace per matrix dimension, for blocked algorithms
 _names = itertools.count()
+
+# Placeholders in a call's arguments for its workspaces and their sizes.
+WORK, LWORK, IWORK, LIWORK = "<work>", "<lwork>", "<iwork>", "<liwork>"
+
+# (routine, dtype, arguments with the placeholders above) -> {LWORK: size, LIWORK: size}: the
+# optimal sizes the library reports. Set by the backend that calls the library.
+workspace_query = None
 
 
 @dataclass(eq=False)
@@ -97,9 +105,18 @@ def _from_column_major(
     scheduler._kernel(builder, [out], loop_nest(tuple(shape), body), [])
 
 
-def _call(scheduler, routine: str, eqn: JaxprEqn, batch: int, args: list) -> None:
+def _call(scheduler, routine: str, eqn: JaxprEqn, batch: int, args: list, minimum: dict):
+    """Append the call, with workspaces sized by the query (or `minimum`) in place of the
+    placeholders."""
     dtype = np.dtype(eqn.invars[0].aval.dtype)
-    scheduler.steps.append(FortranCall(routine, dtype, args, batch, eqn))
+    sizes = dict(minimum)
+    if workspace_query is not None:
+        sizes = {key: max(int(v), 1) for key, v in workspace_query(routine, dtype, args).items()}
+    work = {WORK: (_scratch(dtype, sizes[LWORK]), 0)}
+    if LIWORK in sizes:
+        work[IWORK] = (_scratch(np.int64, sizes[LIWORK]), 0)
+    resolved = [work[a] if a in work else sizes[a] if a in sizes else a for a in args]
+    scheduler.steps.append(FortranCall(routine, dtype, resolved, batch, eqn))
 
 
 def qr(scheduler, eqn: JaxprEqn) -> None:
@@ -112,19 +129,19 @@ def qr(scheduler, eqn: JaxprEqn) -> None:
     columns = max(n, q_cols)
     matrices = _to_column_major(scheduler, a, m, n, columns)
     tau = _scratch(a.aval.dtype, batch * k)
-    work_size = max(columns, 1) * _BLOCK_ROOM
-    work = _scratch(a.aval.dtype, work_size)
     info = _scratch(np.int64, batch)
     ld = max(m, 1)
     per = m * columns
     _call(
         scheduler, "geqrf", eqn, batch,
-        [m, n, (matrices, per), ld, (tau, k), (work, 0), work_size, (info, 1)],
+        [m, n, (matrices, per), ld, (tau, k), WORK, LWORK, (info, 1)],
+        {LWORK: max(n, 1)},
     )  # fmt: skip
     _from_column_major(scheduler, matrices, m, per, r_out, eqn.outvars[1].aval.shape, None, True)
     _call(
         scheduler, "orgqr", eqn, batch,
-        [m, q_cols, k, (matrices, per), ld, (tau, k), (work, 0), work_size, (info, 1)],
+        [m, q_cols, k, (matrices, per), ld, (tau, k), WORK, LWORK, (info, 1)],
+        {LWORK: max(q_cols, 1)},
     )  # fmt: skip
     _from_column_major(scheduler, matrices, m, per, q_out, eqn.outvars[0].aval.shape, None)
 
@@ -136,15 +153,13 @@ def eigh(scheduler, eqn: JaxprEqn) -> None:
     batch = math.prod(batch_shape)
     matrices = _to_column_major(scheduler, a, n, n, n)
     eigenvalues = _scratch(a.aval.dtype, batch * n)
-    work_size = 1 + 6 * n + 2 * n * n + n * _BLOCK_ROOM
-    iwork_size = 3 + 5 * n
-    work, iwork = _scratch(a.aval.dtype, work_size), _scratch(np.int64, iwork_size)
     info = _scratch(np.int64, batch)
     uplo = "L" if eqn.params["lower"] else "U"
     _call(
         scheduler, "syevd", eqn, batch,
-        ["V", uplo, n, (matrices, n * n), max(n, 1), (eigenvalues, n), (work, 0), work_size,
-         (iwork, 0), iwork_size, (info, 1)],
+        ["V", uplo, n, (matrices, n * n), max(n, 1), (eigenvalues, n), WORK, LWORK, IWORK,
+         LIWORK, (info, 1)],
+        {LWORK: 1 + 6 * n + 2 * n * n, LIWORK: 3 + 5 * n},
     )  # fmt: skip
     _from_column_major(scheduler, matrices, n, n * n, v_out, eqn.outvars[0].aval.shape, info)
     _from_column_major(scheduler, eigenvalues, 0, n, w_out, eqn.outvars[1].aval.shape, info)
@@ -164,16 +179,16 @@ def svd(scheduler, eqn: JaxprEqn) -> None:
     singular = _scratch(a.aval.dtype, batch * k)
     u = _scratch(a.aval.dtype, batch * m * u_cols if compute_uv else 1)
     vt = _scratch(a.aval.dtype, batch * vt_rows * n if compute_uv else 1)
-    work_size = 4 * k * k + 7 * k + big + (m + n) * _BLOCK_ROOM
-    work, iwork = _scratch(a.aval.dtype, work_size), _scratch(np.int64, 8 * max(k, 1))
     info = _scratch(np.int64, batch)
+    iwork = _scratch(np.int64, 8 * max(k, 1))
     ldu = max(m, 1) if compute_uv else 1
     ldvt = max(vt_rows, 1) if compute_uv else 1
     _call(
         scheduler, "gesdd", eqn, batch,
         [job, m, n, (matrices, m * n), max(m, 1), (singular, k),
          (u, m * u_cols if compute_uv else 0), ldu, (vt, vt_rows * n if compute_uv else 0), ldvt,
-         (work, 0), work_size, (iwork, 0), (info, 1)],
+         WORK, LWORK, (iwork, 0), (info, 1)],
+        {LWORK: 4 * k * k + 7 * k + big},
     )  # fmt: skip
     shapes = [v.aval.shape for v in eqn.outvars]
     if not compute_uv:

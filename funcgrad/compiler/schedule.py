@@ -29,6 +29,7 @@ from funcgrad.compiler import (
     lapack,
     linalg_kernels,  # noqa: F401  (registers their root rules)
     passes,
+    rows,
 )
 from funcgrad.compiler.fusion import (
     CompileError,
@@ -336,8 +337,16 @@ class _Scheduler:
                 if v in keep and v not in self.buffer_of:
                     self.buffer_of[v] = _buffer("t", v.aval)
         self.steps: list = []
+        self.pending: list[rows.Member] = []  # kernels that may share a loop over rows
+        self.consumers: dict = {}
+        for eqn in jaxpr.eqns:
+            for v in eqn.invars:
+                if type(v) is Var:
+                    self.consumers.setdefault(v, []).append(eqn)
+        self.program_outputs = {v for v in jaxpr.outvars if type(v) is Var}
         for eqn in jaxpr.eqns:
             self._schedule(eqn)
+        self._flush()
         for atom, buffer in copies:
             self._copy(atom, buffer)
         self.program = Program(inputs, outputs, self.steps, self.consts)
@@ -391,23 +400,13 @@ class _Scheduler:
     def _schedule(self, eqn: JaxprEqn) -> None:
         primitive = eqn.primitive
         kept = [v for v in eqn.outvars if v in self.buffer_of]
-        if primitive in element_rules:
-            if not kept:
-                return  # fused into its readers
-            builder = KernelBuilder(self.producer, self.buffer_of)
-            outputs = [self.buffer_of[v] for v in kept]
-            shape = kept[0].aval.shape
-
-            def body(index):
-                values = builder.compute(eqn, index)
-                if not isinstance(values, list):
-                    values = [values]
-                by_var = dict(zip(eqn.outvars, values))
-                offset = _flat_offset(index, shape)
-                return [K.Store(self.buffer_of[v], offset, by_var[v]) for v in kept]
-
-            self._kernel(builder, outputs, loop_nest(shape, body), self._fused_eqns([eqn]))
-        elif primitive.name == "dot_general" and _gemm_shape(eqn) is not None:
+        if primitive in element_rules and not kept:
+            return  # fused into its readers
+        if rows.is_member(eqn):
+            self.pending.append(rows.Member(eqn, kept))
+            return
+        self._flush()
+        if primitive.name == "dot_general" and _gemm_shape(eqn) is not None:
             self._gemm(eqn)
         elif primitive in root_rules:
             builder = KernelBuilder(self.producer, self.buffer_of)
@@ -426,6 +425,57 @@ class _Scheduler:
             self.steps.append(CallbackStep(eqn, [self._source(v) for v in eqn.invars]))
         else:
             raise CompileError(f"the compiler has no lowering for {describe(eqn)}")
+
+    def _flush(self) -> None:
+        """Build the pending kernels, those that can share a loop over rows together."""
+        for members, outer in rows.group(self.pending, self.producer, self.buffer_of):
+            if len(members) == 1:
+                self._single(members[0])
+                continue
+            builder = KernelBuilder(self.producer, self.buffer_of)
+            local = {v for m in members for v in m.stored if self._read_only_by(v, members)}
+            body = rows.build(builder, members, outer, local)
+            outputs = [self.buffer_of[v] for m in members for v in m.stored if v not in local]
+            self._kernel(builder, outputs, body, self._fused_eqns([m.eqn for m in members]))
+        self.pending = []
+
+    def _single(self, member: rows.Member) -> None:
+        eqn, kept = member.eqn, member.stored
+        builder = KernelBuilder(self.producer, self.buffer_of)
+        if eqn.primitive in root_rules:
+            outputs = [self.buffer_of[v] for v in eqn.outvars]
+            body = root_rules[eqn.primitive](builder, eqn, outputs)
+            self._kernel(builder, outputs, body, self._fused_eqns([eqn]))
+            return
+        shape = kept[0].aval.shape
+
+        def body(index):
+            values = builder.compute(eqn, index)
+            values = values if isinstance(values, list) else [values]
+            by_var = dict(zip(eqn.outvars, values))
+            offset = _flat_offset(index, shape)
+            return [K.Store(self.buffer_of[v], offset, by_var[v]) for v in kept]
+
+        outputs = [self.buffer_of[v] for v in kept]
+        self._kernel(builder, outputs, loop_nest(shape, body), self._fused_eqns([eqn]))
+
+    def _read_only_by(self, var, members: list) -> bool:
+        """Whether every kernel reading `var` is one of `members` (and no output is it)."""
+        if var in self.program_outputs:
+            return False
+        roots = {id(m.eqn) for m in members}
+        stack = [var]
+        while stack:
+            for eqn in self.consumers.get(stack.pop(), []):
+                if id(eqn) in roots:
+                    continue
+                fused_away = eqn.primitive in element_rules and not any(
+                    v in self.buffer_of for v in eqn.outvars
+                )
+                if not fused_away:
+                    return False
+                stack.extend(eqn.outvars)
+        return True
 
     def _gemm(self, eqn: JaxprEqn) -> None:
         batch, m, n, k = _gemm_shape(eqn)

@@ -38,3 +38,46 @@ def lapack_symbol(routine: str, dtype: np.dtype) -> str:
     name = f"scipy_{'s' if dtype == np.float32 else 'd'}{routine}_64_"
     llvm.add_symbol(name, ctypes.cast(getattr(library(), name), ctypes.c_void_p).value)
     return name
+
+
+def workspace_query(routine: str, dtype: np.dtype, args: list) -> dict:
+    """The optimal workspace sizes of a LAPACK call (a call with LWORK = -1), as NumPy asks
+    for them. `args` are the call's, with `funcgrad.compiler.lapack`'s placeholders."""
+    from funcgrad.compiler import lapack
+
+    routine_function = getattr(library(), lapack_symbol(routine, dtype))
+    keep, values, answers = [], [], {}
+    for arg in args:
+        if arg in (lapack.WORK, lapack.IWORK):
+            answer = np.zeros(1, dtype if arg == lapack.WORK else np.int64)
+            answers[lapack.LWORK if arg == lapack.WORK else lapack.LIWORK] = answer
+            keep.append(answer)
+            values.append(ctypes.c_void_p(answer.ctypes.data))
+        elif isinstance(arg, tuple):
+            dummy = np.zeros(1, arg[0].dtype)
+            keep.append(dummy)
+            values.append(ctypes.c_void_p(dummy.ctypes.data))
+        elif isinstance(arg, str) and arg.startswith("<"):
+            scalar = ctypes.c_int64(-1)
+            keep.append(scalar)
+            values.append(ctypes.byref(scalar))
+        elif isinstance(arg, str):
+            letter = ctypes.c_char(arg.encode())
+            keep.append(letter)
+            values.append(ctypes.byref(letter))
+        else:
+            scalar = ctypes.c_int64(arg)
+            keep.append(scalar)
+            values.append(ctypes.byref(scalar))
+    lengths = [ctypes.c_int64(1)] * sum(isinstance(a, str) and not a.startswith("<") for a in args)
+    routine_function(*values, *lengths)
+    return {key: int(answer[0]) for key, answer in answers.items()}
+
+
+def _install() -> None:
+    from funcgrad.compiler import lapack
+
+    lapack.workspace_query = workspace_query
+
+
+_install()

@@ -1,0 +1,174 @@
+"""Row fusion: consecutive kernels that walk the same leading index space share one outer loop.
+
+A row softmax is four kernels when each root gets its own loop nest (the row maxima, the
+exponentials, their sums, the quotients), each a pass over memory. Here kernels whose outputs
+all start with the same leading shape `outer` (the rows) and that read one another only at the
+same row become one kernel: for each row, every member runs in turn. Values that only members
+of the group read (the row's maximum, its exponentials, their sum) then live in scratch the
+size of one row, in cache, instead of in memory: the softmax reads its input twice from the
+same cache-resident row and writes its output once.
+
+Members are map kernels (a root stored at every index) and reductions over trailing axes (one
+accumulator per row).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler.fusion import (
+    REDUCTIONS,
+    KernelBuilder,
+    element_rules,
+    flat_offset,
+    loop_nest,
+    reduce_one,
+)
+from funcgrad.core import PRIMITIVES
+from funcgrad.ir import JaxprEqn, Var
+
+
+@dataclass(eq=False)
+class Member:
+    """A kernel waiting to be grouped: the equation of its root and the outputs it stores."""
+
+    eqn: JaxprEqn
+    stored: list  # outvars that get stored
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.eqn.primitive in REDUCTIONS
+
+    def outer_shapes(self) -> list[tuple[int, ...]]:
+        """The leading shapes this member can share a loop over, longest first."""
+        shape = self.stored[0].aval.shape
+        if self.is_reduction:
+            x = self.eqn.invars[0]
+            trailing = tuple(range(len(shape), x.aval.ndim))
+            return [shape] if shape and tuple(self.eqn.params["axes"]) == trailing else []
+        return [shape[:k] for k in range(len(shape), 0, -1)]
+
+
+def is_member(eqn: JaxprEqn) -> bool:
+    return eqn.primitive in element_rules or eqn.primitive in REDUCTIONS
+
+
+# Equations through which an index keeps its leading dimensions: the element an output
+# position reads from each operand lies in the same row.
+_SAME_SHAPE = {PRIMITIVES[name] for name in ("convert_element_type", "stop_gradient")}
+
+
+def _row_preserving(eqn: JaxprEqn, operand, rank: int) -> bool:
+    out = eqn.outvars[0].aval
+    if operand.aval.ndim == 0:
+        return True
+    if eqn.primitive.name == "broadcast_in_dim":
+        dims = eqn.params["broadcast_dimensions"]
+        return all(k < len(dims) and dims[k] == k for k in range(rank)) and (
+            operand.aval.shape[:rank] == out.shape[:rank]
+        )
+    if eqn.primitive.name == "reshape":
+        return eqn.params["dimensions"] is None and operand.aval.shape[:rank] == out.shape[:rank]
+    if eqn.primitive in REDUCTIONS:
+        return operand.aval.shape[:rank] == out.shape[:rank]
+    if eqn.primitive in _SAME_SHAPE or _elementwise(eqn):
+        return operand.aval.shape == out.shape
+    return False
+
+
+def _elementwise(eqn: JaxprEqn) -> bool:
+    from funcgrad.compiler.fusion import KERNEL_OPS
+
+    return eqn.primitive.name in KERNEL_OPS or eqn.primitive.name in (
+        "select_n",
+        "clamp",
+        "integer_pow",
+        "round",
+    )
+
+
+def reads_rows_only(member: Member, produced: set, producer: dict, buffer_of: dict, rank: int):
+    """Whether `member` reads the variables in `produced` (the group's) only in its own row."""
+
+    def visit(var, in_row: bool) -> bool:
+        if type(var) is not Var:
+            return True
+        if var in produced:
+            return in_row
+        if var in buffer_of:
+            return True
+        eqn = producer[var]
+        return all(visit(v, in_row and _row_preserving(eqn, v, rank)) for v in eqn.invars)
+
+    eqn = member.eqn
+    return all(visit(v, _row_preserving(eqn, v, rank)) for v in eqn.invars)
+
+
+def group(members: list[Member], producer: dict, buffer_of: dict) -> list[tuple[list, tuple]]:
+    """Consecutive members in groups, each with the outer shape its members share (an empty
+    shape for a member on its own)."""
+    groups: list[tuple[list, tuple]] = []
+    for member in members:
+        if groups:
+            current, outer = groups[-1]
+            candidates = [outer] if len(current) > 1 else current[0].outer_shapes()
+            for shape in candidates:
+                if shape in member.outer_shapes() and math.prod(shape) > 1:
+                    produced = {v for m in current for v in m.stored}
+                    if reads_rows_only(member, produced, producer, buffer_of, len(shape)):
+                        groups[-1] = (current + [member], shape)
+                        break
+            else:
+                groups.append(([member], ()))
+            continue
+        groups.append(([member], ()))
+    return groups
+
+
+def build(builder: KernelBuilder, members: list[Member], outer: tuple, local: set) -> list:
+    """The statements of one kernel running every member for each index of `outer`. Variables
+    in `local` live in row-sized scratch."""
+    rank = len(outer)
+    for var in local:
+        size = math.prod(var.aval.shape[rank:])
+        builder.local[var] = (builder.scratch_buffer(var.aval.dtype, size), rank)
+
+    def target(var, index: list):
+        if var in builder.local:
+            buffer, _ = builder.local[var]
+            return buffer, flat_offset(index[rank:], var.aval.shape[rank:])
+        return builder.buffer_of[var], flat_offset(index, var.aval.shape)
+
+    def row(outer_index: list) -> list:
+        statements = []
+        for member in members:
+            eqn = member.eqn
+            if member.is_reduction:
+                (var,) = member.stored
+                buffer, offset = target(var, outer_index)
+                statements += reduce_one(
+                    builder,
+                    eqn,
+                    outer_index,
+                    lambda value, b=buffer, o=offset: K.Store(b, o, value),
+                )
+                continue
+            shape = member.stored[0].aval.shape
+
+            def body(inner_index: list, eqn=eqn, member=member) -> list:
+                index = outer_index + inner_index
+                values = builder.compute(eqn, index)
+                values = values if isinstance(values, list) else [values]
+                by_var = dict(zip(eqn.outvars, values))
+                stores = []
+                for var in member.stored:
+                    buffer, offset = target(var, index)
+                    stores.append(K.Store(buffer, offset, by_var[var]))
+                return stores
+
+            statements += loop_nest(shape[rank:], body)
+        return statements
+
+    return loop_nest(outer, row)
