@@ -576,3 +576,18 @@ def test_lapack_decompositions(shape, dtype):
             np.testing.assert_allclose(rebuilt, a, rtol=10 * tol, atol=10 * tol)
         plan = compiled(values, a, symmetric).fusion_plan()
     assert "lapack geqrf" in plan and "lapack syevd" in plan and "lapack gesdd" in plan
+
+
+def test_siblings_reading_one_input_share_a_loop_and_plans_are_public():
+    x = rng.standard_normal((64, 32)).astype(np.float32)
+
+    def f(a):
+        return fnp.sin(a) * 2, fnp.cos(a) + 1, a * a
+
+    with backend("llvm"):
+        compiled_f = fg.jit(f).lower(x).compile()
+        assert compiled_f.fusion_plan().count(" = k") == 1, compiled_f.fusion_plan()
+        assert compiled_f.memory_analysis().output_bytes == 3 * x.nbytes
+    assert_same_as_reference(f, x, rtol=1e-5)
+    with backend("numpy"), pytest.raises(AttributeError, match="describes a compiled program"):
+        fg.jit(f).lower(x).compile().memory_analysis()

@@ -430,7 +430,27 @@ class Compiled:
         self.executable = entry.executable
 
     def as_text(self) -> str:
+        """The compiled program: LLVM IR on the llvm backend, the jaxpr on the numpy one."""
         return self.executable.as_text()
+
+    def fusion_plan(self) -> str:
+        """Which kernels, library calls and regions the program became (compiled backends)."""
+        return self._compiled_only("fusion_plan")()
+
+    def memory_analysis(self):
+        """The memory plan: arena, argument, output and constant bytes, and each buffer's
+        place in the arena (compiled backends)."""
+        return self._compiled_only("memory_analysis")()
+
+    def _compiled_only(self, name: str):
+        method = getattr(self.executable, name, None)
+        if method is None:
+            raise AttributeError(
+                f"{name} describes a compiled program, and this one runs on the "
+                f"{config.jit_backend!r} backend; select one with "
+                "config.update('jit_backend', 'llvm')"
+            )
+        return method
 
     def __call__(self, *args, **kwargs):
         entry, leaves = self._jitted._entry(args, kwargs)
