@@ -20,6 +20,21 @@ def test_readme_example_runs(capsys):
     assert "dot_general" in capsys.readouterr().out
 
 
+def test_readme_compiler_example_runs(capsys):
+    import funcgrad as fg
+
+    readme = (ROOT / "README.md").read_text()
+    code = readme.split("```python", 2)[2].split("```", 1)[0]
+    previous = fg.config.jit_backend
+    namespace: dict = {"fg": fg, "fnp": fg.numpy}
+    try:
+        exec(compile(code, "README.md", "exec"), namespace)
+    finally:
+        fg.config.update("jit_backend", previous)
+    out = capsys.readouterr().out
+    assert "reduce_sum" in out and "arena" in out and "define void @entry" in out
+
+
 def test_demo_runs(capsys):
     runpy.run_path(str(ROOT / "examples" / "demo.py"), run_name="__main__")
     out = capsys.readouterr().out

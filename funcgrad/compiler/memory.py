@@ -37,6 +37,9 @@ class MemoryPlan:
     output_bytes: int
     constant_bytes: int
 
+    def __str__(self) -> str:
+        return self.as_text()
+
     def as_text(self) -> str:
         lines = [
             f"arena {self.arena_bytes} bytes, arguments {self.argument_bytes}, outputs "
