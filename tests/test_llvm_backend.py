@@ -591,3 +591,15 @@ def test_siblings_reading_one_input_share_a_loop_and_plans_are_public():
     assert_same_as_reference(f, x, rtol=1e-5)
     with backend("numpy"), pytest.raises(AttributeError, match="describes a compiled program"):
         fg.jit(f).lower(x).compile().memory_analysis()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_erf_inv_and_digamma_compositions(dtype):
+    y = np.concatenate([np.linspace(-1, 1, 401), [0.0, -0.0, 1.5, np.nan, 1e-30, 0.9999]])
+    x = np.concatenate([np.linspace(-12.3, 12.3, 401), [0.0, -0.0, -3.0, 1e-7, np.inf, -np.inf]])
+    tol = dict(rtol=2e-6, atol=2e-6) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-13)
+    assert_same_as_reference(
+        lambda a, b: (lax.erf_inv(a), lax.digamma(b)), y.astype(dtype), x.astype(dtype), **tol
+    )
+    key = fg.random.PRNGKey(3)
+    assert_same_as_reference(lambda k: fg.random.normal(k, (64,)), key, rtol=1e-5, atol=1e-5)

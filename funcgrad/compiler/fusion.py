@@ -207,9 +207,7 @@ _UNARY = {
     "abs": "abs",
     "erf": "erf",
     "erfc": "erfc",
-    "erf_inv": "erf_inv",
     "lgamma": "lgamma",
-    "digamma": "digamma",
     "not": "not",
     "population_count": "popcount",
 }

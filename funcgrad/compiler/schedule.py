@@ -30,6 +30,7 @@ from funcgrad.compiler import (
     linalg_kernels,  # noqa: F401  (registers their root rules)
     passes,
     rows,
+    special,  # noqa: F401  (registers erf_inv and digamma)
 )
 from funcgrad.compiler.fusion import (
     CompileError,

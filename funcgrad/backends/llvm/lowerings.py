@@ -8,16 +8,11 @@ a step of `funcgrad.compiler.schedule`, or inlining of a call.
 
 from __future__ import annotations
 
-from funcgrad.backends.llvm import render
 from funcgrad.compiler import fusion, lapack, schedule
 from funcgrad.core import PRIMITIVES
 
-# Kernel-IR operations the renderer has no implementation of yet.
-_MISSING_OPS = {op for op in ("erf_inv", "digamma") if not render.renders_unary(op)}
-
 for primitive, rule in {**fusion.element_rules, **fusion.root_rules}.items():
-    if fusion.KERNEL_OPS.get(primitive.name) not in _MISSING_OPS:
-        primitive.lowerings["llvm"] = rule
+    primitive.lowerings["llvm"] = rule
 
 for name, lower in lapack.DECOMPOSITIONS.items():
     PRIMITIVES[name].lowerings["llvm"] = lower

@@ -122,25 +122,6 @@ _INT_ARITH = {"add": "add", "sub": "sub", "mul": "mul", "and": "and", "or": "or"
 _FLOAT_ARITH = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
 
 
-def renders_unary(op: str) -> bool:
-    """Whether float32 `op` has an implementation (native, expanded, or the C library)."""
-    native = {
-        "neg",
-        "abs",
-        "sign",
-        "floor",
-        "ceil",
-        "round_even",
-        "round_away",
-        "is_finite",
-        "sqrt",
-        "rsqrt",
-        "logistic",
-    }
-    expanded = mathlib is not None and mathlib.handles(op, F32)
-    return op in native or op in _LIBM or expanded
-
-
 class _Function:
     """Emits the instructions of one LLVM function."""
 
