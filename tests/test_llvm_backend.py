@@ -302,8 +302,8 @@ def test_random_programs_match_reference(ops, rows, cols):
 
 
 def test_elementwise_chain_is_one_vectorized_kernel():
-    def chain(x):
-        return 0.5 * x * (1 + fnp.maximum(0.7978845608 * (x + 0.044715 * x**3), -x) / 3)
+    def chain(x):  # GELU: tanh expands into arithmetic, so the loop still vectorizes
+        return 0.5 * x * (1 + fnp.tanh(0.7978845608 * (x + 0.044715 * x**3)))
 
     executable = compiled(chain, np.ones(4096, np.float32))
     plan = executable.fusion_plan()
