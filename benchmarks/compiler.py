@@ -162,7 +162,7 @@ def matmul_2048_case():
 
 def _mlp_params(rng, sizes):
     return [
-        (rng.standard_normal((m, n)).astype(np.float32) / np.sqrt(m), np.zeros(n, np.float32))
+        ((rng.standard_normal((m, n)) / np.sqrt(m)).astype(np.float32), np.zeros(n, np.float32))
         for m, n in zip(sizes[:-1], sizes[1:])
     ]
 

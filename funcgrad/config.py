@@ -18,7 +18,7 @@ class Config:
         self.disable_jit = False
         # Where jitted programs run: "llvm" compiles them to native code, "numpy" runs them on
         # the reference backend. FUNCGRAD_JIT_BACKEND sets it for a whole process.
-        self.jit_backend = _checked_backend(os.environ.get("FUNCGRAD_JIT_BACKEND", "numpy"))
+        self.jit_backend = _checked_backend(os.environ.get("FUNCGRAD_JIT_BACKEND", "llvm"))
 
     def update(self, name: str, value) -> None:
         name = name.removeprefix("jax_")
