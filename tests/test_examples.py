@@ -26,6 +26,7 @@ def test_readme_compiler_example_runs(capsys):
     readme = (ROOT / "README.md").read_text()
     code = readme.split("```python", 2)[2].split("```", 1)[0]
     previous = fg.config.jit_backend
+    fg.config.update("jit_backend", "llvm")  # the default, which the example describes
     namespace: dict = {"fg": fg, "fnp": fg.numpy}
     try:
         exec(compile(code, "README.md", "exec"), namespace)
