@@ -51,7 +51,9 @@ def _torch():
 
 
 def _funcgrad(backend: str, fun, *args):
+    """A call of jit(fun) on funcgrad arrays (converted once, as the peers' inputs are)."""
     jitted = fg.jit(fun)
+    args = fg.tree_util.tree_map(fnp.asarray, args)
 
     def run():
         previous = fg.config.jit_backend

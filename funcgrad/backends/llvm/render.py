@@ -296,11 +296,9 @@ class _Function:
             if op in _FLOAT_ARITH:
                 return self.assign(f"{_FLOAT_ARITH[op]} {flags}{t} {a}, {b}")
             if op in ("max", "min"):
-                # NaN wins; otherwise the larger (smaller) one, the first on ties.
-                keep_a = self.assign(f"fcmp {'oge' if op == 'max' else 'ole'} {t} {a}, {b}")
-                a_nan = self.assign(f"fcmp uno {t} {a}, {a}")
-                pick_a = self.assign(f"or i1 {keep_a}, {a_nan}")
-                return self.assign(f"select i1 {pick_a}, {t} {a}, {t} {b}")
+                # IEEE maximum/minimum: NaN wins (as in the reference), -0 < +0; they
+                # vectorize, reductions included.
+                return self.intrinsic("maximum" if op == "max" else "minimum", dtype, a, b)
             return self.libm(op, dtype, a, b)
         if dtype == K.BOOL and op in ("max", "min", "add", "mul"):
             op = {"max": "or", "min": "and", "add": "or", "mul": "and"}[op]
