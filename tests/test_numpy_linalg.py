@@ -10,6 +10,7 @@ from hypothesis.extra import numpy as hnp
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
+from funcgrad.test_util import check_grads
 from tests import strategies as fst
 from tests.checks import assert_close, check_staging
 
@@ -300,3 +301,27 @@ def test_norm_errors():
 def test_linalg_reexports_products():
     assert fnp.linalg.matmul is fnp.matmul
     assert fnp.linalg.outer is fnp.outer
+
+
+def test_det_gradient_at_a_singular_matrix_is_the_adjugate_transposed():
+    singular = np.array([[1.0, 2.0], [2.0, 4.0]])
+    gradient = fg.grad(fnp.linalg.det)(singular)
+    # d det / dA = adj(A)^T; adj([[a, b], [c, d]]) = [[d, -b], [-c, a]].
+    np.testing.assert_allclose(np.asarray(gradient), [[4.0, -2.0], [-2.0, 1.0]], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "matrix",
+    [
+        np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [0.5, -1.0, 2.0]]),  # rank 2
+        np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [-1.0, -2.0, -3.0]]),  # rank 1
+        np.random.default_rng(0).standard_normal((2, 3, 3)),
+    ],
+)
+def test_det_derivatives_at_singular_and_regular_matrices(matrix):
+    check_grads(fnp.linalg.det, (matrix,), order=2, atol=1e-5, rtol=1e-5)
+
+
+def test_det_of_empty_matrices_is_one():
+    np.testing.assert_array_equal(np.asarray(fnp.linalg.det(fnp.ones((0, 0)))), 1.0)
+    np.testing.assert_array_equal(np.asarray(fnp.linalg.det(fnp.ones((2, 0, 0)))), [1.0, 1.0])
