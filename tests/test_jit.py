@@ -386,3 +386,17 @@ def test_escaped_tracer_is_detected():
     store(1.0)
     with pytest.raises(UnexpectedTracerError, match=r"jit\(.*store\)"):
         leaked[0] + 1
+
+
+def test_static_arguments_that_compare_equal_but_differ_in_type_are_traced_apart():
+    f = fg.jit(lambda x, v: fnp.full(2, v), static_argnums=1)
+    assert f(0.0, 1).dtype == np.int32
+    assert f(0.0, 1.0).dtype == np.float32
+    assert f(0.0, True).dtype == np.bool_
+    assert f(0.0, 1).dtype == np.int32
+    g = fg.jit(
+        lambda x, shape_and_fill: fnp.full(shape_and_fill[0], shape_and_fill[1]),
+        static_argnames="shape_and_fill",
+    )
+    assert g(0.0, shape_and_fill=(2, 1)).dtype == np.int32
+    assert g(0.0, shape_and_fill=(2, 1.0)).dtype == np.float32
