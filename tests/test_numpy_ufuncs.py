@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import dtypes, lax
 
@@ -603,3 +604,22 @@ def test_round_examples():
     ints = np.array([15, 25, -15, -25, 14, 16], np.int32)
     np.testing.assert_array_equal(fnp.round(ints, -1), [20, 20, -20, -20, 10, 20])
     np.testing.assert_array_equal(fnp.round(np.array([25.0, 35.0]), -1), [20.0, 40.0])
+
+
+@pytest.mark.parametrize(
+    "combine",
+    [
+        lambda x: x == [0, 1, 5],
+        lambda x: [0, 1, 5] == x,
+        lambda x: x != (0, 1, 5),
+        lambda x: x < [1, 2, 3],
+        lambda x: x + [1, 2, 3],
+        lambda x: (1, 2, 3) * x,
+    ],
+)
+def test_operators_refuse_python_containers(combine):
+    with pytest.raises(TypeError, match=r"fnp\.asarray"):
+        combine(fnp.arange(3))
+    # Traced values too, where a silent False would be a wrong branch taken.
+    with pytest.raises(TypeError, match=r"fnp\.asarray"):
+        fg.jit(combine)(fnp.arange(3))
