@@ -590,3 +590,13 @@ def test_set_operations_on_large_inputs_sort_instead_of_comparing_all_pairs(name
     jaxpr = fg.make_jaxpr(lambda x, y: fn(x, y, **kwargs))(a, b).jaxpr
     largest = max(int(np.prod(v.aval.shape)) for eqn in jaxpr.eqns for v in eqn.outvars)
     assert largest <= 4 * n
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_diff_of_order_past_the_length_is_empty_as_in_numpy(n):
+    x = np.arange(6.0).reshape(3, 2)
+    for axis in (0, 1):
+        out = fnp.diff(x, n=n, axis=axis)
+        expected = np.diff(x, n=n, axis=axis)
+        assert out.shape == expected.shape
+        np.testing.assert_array_equal(np.asarray(out), expected)

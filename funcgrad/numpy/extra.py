@@ -573,7 +573,8 @@ def diff(a, n: int = 1, axis: int = -1, prepend=None, append=None):
         a = shape_ops.concatenate(parts, axis=axis)
     for _ in builtins.range(n):
         size = a.shape[axis]
-        later, earlier = _slice(a, 1, size, axis), _slice(a, 0, max(size - 1, 0), axis)
+        # An axis already empty stays empty (NumPy's diff of order n >= size is empty).
+        later, earlier = _slice(a, min(1, size), size, axis), _slice(a, 0, max(size - 1, 0), axis)
         if a.dtype == dtypes.bool_:
             a = ufuncs.not_equal(later, earlier)
         else:
