@@ -400,3 +400,11 @@ def test_static_arguments_that_compare_equal_but_differ_in_type_are_traced_apart
     )
     assert g(0.0, shape_and_fill=(2, 1)).dtype == np.int32
     assert g(0.0, shape_and_fill=(2, 1.0)).dtype == np.float32
+
+
+@pytest.mark.parametrize("convert", [lambda x: x.tolist(), lambda x: x[0].item()])
+def test_tolist_and_item_of_a_traced_value_name_the_concretization(convert):
+    with pytest.raises(fg.errors.ConcretizationTypeError):
+        fg.jit(convert)(fnp.arange(2.0))
+    # Where a transformation knows the value (grad's primal), it is returned.
+    assert fg.grad(lambda x: x * float(np.max(convert(fnp.stack([x, x])))))(3.0) == 3.0
