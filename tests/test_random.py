@@ -1,10 +1,10 @@
 """The threefry2x32 primitive and funcgrad.random.
 
 The cipher is checked against Random123's published known-answer vectors and a plain-Python
-implementation; key derivation and raw bits against JAX's two counter schemes written out by hand (and
-values from JAX's documentation);
-distributions by their moments and frequencies on 20000 draws from fixed keys (so the tests are
-deterministic), with bounds of several standard errors.
+implementation; key derivation and raw bits against JAX's two counter schemes written out by
+hand (and values from JAX's documentation); distributions by their moments and frequencies
+on 20000 draws from fixed keys (so the tests are deterministic), with bounds of several
+standard errors.
 """
 
 import math
