@@ -600,3 +600,14 @@ def test_diff_of_order_past_the_length_is_empty_as_in_numpy(n):
         expected = np.diff(x, n=n, axis=axis)
         assert out.shape == expected.shape
         np.testing.assert_array_equal(np.asarray(out), expected)
+
+
+def test_quantiles_out_of_range_raise_when_known_and_are_nan_when_traced():
+    x = np.arange(5.0)
+    for bad in (1.5, -0.1, [0.5, 2.0]):
+        with pytest.raises(ValueError, match=r"q must lie in \[0, 1\]"):
+            fnp.quantile(x, bad)
+    with pytest.raises(ValueError, match=r"q must lie in \[0, 100\]"):
+        fnp.percentile(x, 150)
+    assert np.isnan(np.asarray(fg.jit(fnp.quantile)(x, 1.5)))
+    assert float(fnp.percentile(x, 100)) == 4.0

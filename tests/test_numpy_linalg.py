@@ -136,9 +136,20 @@ def test_cross_matches_numpy(batch, data):
     assert_close(fnp.cross(a_last, b, axisb=axis, axisc=0), expected, np.float32, **TOL)
 
 
-def test_cross_needs_three_components():
-    with pytest.raises(ValueError, match=r"\(2, 2\)"):
-        fnp.cross(np.ones((2, 2)), np.ones((2, 3)))
+def test_cross_needs_two_or_three_components():
+    with pytest.raises(ValueError, match=r"2 or 3 components.*\(2, 4\)"):
+        fnp.cross(np.ones((2, 4)), np.ones((2, 3)))
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((2,), (2,)), ((4, 2), (2,)), ((3,), (5, 2))])
+@pytest.mark.filterwarnings("ignore:.*2-dimensional vectors:DeprecationWarning")
+def test_cross_of_two_vectors_matches_numpy(a_shape, b_shape):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(a_shape), rng.standard_normal(b_shape)
+    out = fnp.cross(a, b)
+    expected = np.cross(a, b)
+    assert out.shape == expected.shape
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-12)
 
 
 @given(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=3), st.data())

@@ -195,7 +195,8 @@ def quantile(
 ):
     """The q-th quantiles (q in [0, 1]) over `axis`; the shape of q leads the result's.
 
-    A slice containing NaN has NaN quantiles, as in NumPy.
+    A slice containing NaN has NaN quantiles, as in NumPy. A q outside [0, 1] raises a
+    ValueError as in NumPy, or, when q is traced, gives NaN (JAX would clamp it to 0 or 1).
     """
     return _quantile("quantile", a, q, axis, out, method, keepdims, weights, ignore_nan=False)
 
@@ -260,6 +261,11 @@ def _quantile(name, a, q, axis, out, method, keepdims, weights, ignore_nan: bool
         raise ValueError(f"{name}: method must be one of {_QUANTILE_METHODS}, got {method!r}")
     a = _inexact(a)
     q = _to_dtype(q, a.dtype)
+    if not isinstance(q, core.Tracer):
+        # As NumPy. A traced q out of range gives NaN there (never a clamped quantile).
+        top = 100 if percent else 1
+        if not np.all((np.asarray(q) >= 0) & (np.asarray(q) <= top)):
+            raise ValueError(f"{name}: q must lie in [0, {top}], got {np.asarray(q).tolist()}")
     if percent:
         q = q / 100
     axes = reduction_axes(name, axis, a.ndim)

@@ -154,7 +154,18 @@ bitwise_or = _binary(ew.or_p, "bitwise_or")
 bitwise_xor = _binary(ew.xor_p, "bitwise_xor")
 left_shift = _binary(ew.shift_left_p, "left_shift")
 
-negative = _unary(ew.neg_p, "negative", promote_args_numeric)
+
+def negative(x, /):
+    """NumPy's `negative`; booleans are refused, as NumPy and JAX do."""
+    if dtypes.is_bool(to_array(x).dtype):
+        raise TypeError(
+            "negative: the `-` operator is not supported for booleans; use `~` or "
+            "fnp.logical_not instead"
+        )
+    (x,) = promote_args_numeric("negative", x)
+    return lax.neg(x)
+
+
 sign = _unary(ew.sign_p, "sign", promote_args_numeric)
 exp = _unary(ew.exp_p, "exp", promote_args_inexact)
 exp2 = _unary(ew.exp2_p, "exp2", promote_args_inexact)
@@ -289,6 +300,11 @@ def power(x1, x2, /):
         (x1,) = promote_args_numeric("power", x1)
         if x2 >= 0 or dtypes.is_float(x1.dtype):
             return lax.integer_pow(x1, x2)
+        # As NumPy and JAX: the result would be a fraction, which an integer cannot hold.
+        raise ValueError(
+            f"power: integers cannot be raised to negative powers, got {x1.dtype.name} ** "
+            f"{x2}; convert the base to a float first"
+        )
     x1, x2 = promote_args_numeric("power", x1, x2)
     if dtypes.is_int(x1.dtype):
         return _integer_power(x1, x2)
@@ -472,10 +488,14 @@ def fmin(x1, x2, /):
 
 
 def heaviside(x1, x2, /):
+    """0 below 0, 1 above, x2 at 0, and NaN where x1 is NaN."""
     x1, x2 = promote_args_inexact("heaviside", x1, x2)
     zero = _zero(x1)
+    at_zero_or_nan = _select(lax.eq(x1, zero), x2, x1)
     return _select(
-        lax.lt(x1, zero), zero, _select(lax.gt(x1, zero), _full_like_scalar(x1, 1.0), x2)
+        lax.lt(x1, zero),
+        zero,
+        _select(lax.gt(x1, zero), _full_like_scalar(x1, 1.0), at_zero_or_nan),
     )
 
 
