@@ -52,6 +52,25 @@ SMOOTH_AT_SPECIAL_POINTS = [
     ("factorial at an integer", special.factorial, f64(2.0)),
     ("copysign", fnp.copysign, f64(0.8, 1.0)),
     ("heaviside away from 0", lambda x: fnp.heaviside(x, 0.5) * x, f64(1.0)),
+    ("remainder with a sign fix", fnp.remainder, f64(-2.5, 1.5)),
+    ("floor_divide times divisor", lambda a, b: fnp.floor_divide(a, b) * b, f64(-2.5, 1.5)),
+    ("nan_to_num of finite values", fnp.nan_to_num, f64([0.5, -2.0])),
+    ("median of an even count", fnp.median, f64([3.0, 1.0, 4.0, 1.5])),
+    ("norm ord 1", lambda x: fnp.linalg.norm(x, 1), f64([0.5, -2.0, 1.0])),
+    ("norm ord inf", lambda x: fnp.linalg.norm(x, np.inf), f64([0.5, -2.0, 1.0])),
+    ("nuclear norm", lambda x: fnp.linalg.norm(x, "nuc"), f64([[2.0, 0.5], [0.3, -1.0]])),
+    ("slogdet", lambda x: fnp.linalg.slogdet(x)[1], f64([[2.0, 0.5], [0.3, -1.0]])),
+    ("pinv", fnp.linalg.pinv, f64([[2.0, 0.5], [0.3, -1.0], [1.0, 1.0]])),
+    ("beta at integers", special.beta, f64(2.0, 3.0)),
+    ("entr", special.entr, f64(0.7)),
+    ("rel_entr", special.rel_entr, f64(0.7, 0.4)),
+    ("kl_div", special.kl_div, f64(0.7, 0.4)),
+    ("celu above 0", nn.celu, f64(0.5)),
+    (
+        "log_softmax with where",
+        lambda x: nn.log_softmax(x, where=np.array([True, False, True]))[0],
+        f64([0.4, 9.0, 0.4]),
+    ),
 ]
 
 
