@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from funcgrad import dtypes, lax
@@ -534,7 +536,7 @@ def logaddexp2(x1, x2, /):
 
 
 # Taylor coefficients of sin(t) / t in t**2: (-1)**k / (2k + 1)!.
-_SINC_SERIES = [(-1) ** k / float(np.prod(np.arange(1, 2 * k + 2))) for k in range(8)]
+_SINC_SERIES = [(-1) ** k / math.factorial(2 * k + 1) for k in range(8)]
 
 
 def sinc(x, /):
