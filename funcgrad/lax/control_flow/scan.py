@@ -711,12 +711,14 @@ def map(f: Callable, xs, *, batch_size: int | None = None):
 def _static_int(x) -> int | None:
     """The value of a loop bound known while tracing (a float one truncated, as int() does),
     or None for a traced bound."""
-    if isinstance(x, core.Tracer):
-        return None
     try:
         return operator.index(x)
     except TypeError:
+        pass
+    try:
         return int(x)
+    except TypeError:  # a ConcretizationTypeError: the bound is traced
+        return None
 
 
 def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll: int | bool | None = None):
