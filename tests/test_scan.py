@@ -502,6 +502,8 @@ def test_fori_loop_with_float_bounds_counts_as_jax_does():
     assert int(total) == sum(range(0, 3)) and np.asarray(total).dtype == np.int32
     powers = fg.grad(lambda x: lax.fori_loop(0.0, 3.0, lambda i, v: v * x, 1.0))(2.0)
     assert float(powers) == 3 * 2.0**2
+    # A bound whose value grad knows is static: a scan, so reverse mode works.
+    assert float(fg.grad(lambda x: lax.fori_loop(0.0, x, lambda i, v: v * 2.0, x))(3.0)) == 8.0
     # A traced float bound runs a while loop over a float index.
     traced = fg.jit(lambda upper: lax.fori_loop(0.0, upper, lambda i, v: v + i, 0.0))
     assert float(traced(3.0)) == 0.0 + 1.0 + 2.0
