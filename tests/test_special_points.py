@@ -2,9 +2,11 @@
 
 A `select` between a formula and a constant (or `abs`, whose derivative at 0 is taken as 0)
 silently cuts a function's dependence on its input at one point, so first derivatives can be
-right while second or third ones are 0. Every function of funcgrad.numpy, funcgrad.nn and
-funcgrad.scipy.special built that way is checked here, at the points where it is smooth but
-its formula switches (0, ties, integers), to third order against float64 finite differences.
+right while second or third ones are 0. The functions of funcgrad.numpy, funcgrad.nn and
+funcgrad.scipy.special written with select/where/abs (found by searching their sources) are
+checked here, at the points where they are smooth but their formula switches (0, ties,
+integers), to third order against float64 finite differences. Points where a function itself
+has a kink or a jump (relu at 0, elu's second derivative at 0, floor) are not in the list.
 """
 
 from __future__ import annotations
@@ -66,6 +68,16 @@ SMOOTH_AT_SPECIAL_POINTS = [
     ("rel_entr", special.rel_entr, f64(0.7, 0.4)),
     ("kl_div", special.kl_div, f64(0.7, 0.4)),
     ("celu above 0", nn.celu, f64(0.5)),
+    ("poch at integers", special.poch, f64(2.0, 3.0)),
+    ("loggamma at an integer", special.loggamma, f64(2.0)),
+    ("logmeanexp tie", lambda x: nn.logmeanexp(x), f64([0.3, 0.3, -0.2])),
+    ("standardize", lambda x: nn.standardize(x)[0], f64([0.3, 1.3, -0.2])),
+    ("std", fnp.std, f64([0.3, 1.3, -0.2])),
+    (
+        "signed logsumexp",
+        lambda a, b: nn.logsumexp(a, b=b, return_sign=True)[0],
+        f64([0.5, 0.1], [2.0, -1.0]),
+    ),
     (
         "log_softmax with where",
         lambda x: nn.log_softmax(x, where=np.array([True, False, True]))[0],
