@@ -327,6 +327,8 @@ def test_det_gradient_at_a_singular_matrix_is_the_adjugate_transposed():
         np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [0.5, -1.0, 2.0]]),  # rank 2
         np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [-1.0, -2.0, -3.0]]),  # rank 1
         np.random.default_rng(0).standard_normal((2, 3, 3)),
+        np.eye(3),  # repeated singular values
+        np.stack([np.eye(2), [[1.0, 2.0], [2.0, 4.0]]]),  # one regular, one singular
     ],
 )
 def test_det_derivatives_at_singular_and_regular_matrices(matrix):

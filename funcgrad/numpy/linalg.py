@@ -363,6 +363,24 @@ def _det_jvp(primals, tangents):
 
 
 def _adjugate(a):
+    """adj(A), through det(A) inv(A) for well-conditioned matrices and through the SVD for
+    (nearly) singular ones. Each formula gets a harmless stand-in where the other one is used,
+    so neither produces an inf or NaN whose derivative could leak through the select: the
+    inverse's derivatives blow up at singular matrices, the SVD's at repeated singular values
+    (the identity among them)."""
+    n = a.shape[-1]
+    s = lax.stop_gradient(svdvals(a))
+    cutoff = s[..., :1] * math.sqrt(dtypes.finfo(a.dtype).eps)
+    near_singular = (s[..., -1:] <= cutoff)[..., None]
+    identity = misc.eye(n, dtype=a.dtype)
+    distinct_singular_values = misc.diag(misc.arange(1, n + 1, dtype=a.dtype))
+    regular = misc.where(near_singular, identity, a)
+    singular = misc.where(near_singular, a, distinct_singular_values)
+    by_inverse = _det(regular)[..., None, None] * inv(regular)
+    return misc.where(near_singular, _adjugate_from_svd(singular), by_inverse)
+
+
+def _adjugate_from_svd(a):
     """adj(A) from the SVD A = U S Vh: adj(A) = det(U) det(Vh) Vh^T diag(prod_{j != i} s_j) U^T.
     Each product leaves out one singular value by multiplying prefix and suffix products, so
     nothing is divided by a singular value that may be 0."""
