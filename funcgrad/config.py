@@ -19,6 +19,9 @@ class Config:
         # Where jitted programs run: "llvm" compiles them to native code, "numpy" runs them on
         # the reference backend. FUNCGRAD_JIT_BACKEND sets it for a whole process.
         self.jit_backend = _checked_backend(os.environ.get("FUNCGRAD_JIT_BACKEND", "llvm"))
+        # Random keys and bits as JAX derives them by default (see funcgrad.random); False
+        # gives JAX's earlier scheme.
+        self.threefry_partitionable = True
 
     def update(self, name: str, value) -> None:
         name = name.removeprefix("jax_")

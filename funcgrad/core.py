@@ -378,6 +378,12 @@ class Tracer:
     def __index__(self):
         return self._concrete(TracerIntegerConversionError).__index__()
 
+    def item(self, *index):
+        return np.asarray(self.to_concrete_value()).item(*index)
+
+    def tolist(self):
+        return np.asarray(self.to_concrete_value()).tolist()
+
     def __array__(self, dtype=None, copy=None):
         raise TracerArrayConversionError(self)
 

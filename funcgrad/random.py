@@ -5,6 +5,13 @@ always gives the same numbers, and `split` and `fold_in` derive keys whose strea
 independent of their parent's and of each other. The numbers are Threefry-2x32 encryptions of
 counters (the `threefry2x32` primitive), derived as JAX derives them, and everything is written
 with funcgrad.lax and funcgrad.numpy, so it works under every transformation.
+
+Two derivations exist, chosen by `config.threefry_partitionable` as in JAX. The default (True,
+JAX's default) encrypts, for element i of the result, the block (high word of i, low word of i):
+element i depends on i alone, so any slice of a draw can be computed on its own. False gives
+JAX's earlier scheme: the counters 0 .. 2n-1 are cut in halves that form the blocks, and bits
+of several widths are packed into and out of 32-bit words. `fold_in` and `PRNGKey` are the
+same in both.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import numpy as np
 from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
+from funcgrad.config import config
 
 __all__ = [
     "PRNGKey",
@@ -118,9 +126,23 @@ def _broadcast_to(name: str, x, shape: tuple[int, ...]):
 # Keys and raw bits
 
 
+def _encrypt_positions(key, shape: tuple[int, ...]):
+    """The two cipher words for each position of `shape`: the encryption of the block (high,
+    low word of the position's flat index). Positions stop at 2**32, far beyond any array that
+    fits in memory, so the high word is 0."""
+    size = math.prod(shape)
+    if size > np.iinfo(np.uint32).max:
+        raise ValueError(f"cannot draw {size} random values from one key")
+    high = lax.full(shape, 0, dtypes.uint32)
+    low = lax.reshape(lax.iota(dtypes.uint32, size), shape)
+    key1, key2 = (lax.index_in_dim(key, i, keepdims=False) for i in (0, 1))
+    return lax.threefry2x32(key1, key2, high, low)
+
+
 def _threefry_2x32(key, count):
-    """Encrypt uint32 counters as JAX does: the counters, flattened and padded with a zero to
-    even length, are cut in two halves that give the two words of each cipher block."""
+    """Encrypt uint32 counters as JAX's earlier scheme does: the counters, flattened and padded
+    with a zero to even length, are cut in two halves that give the two words of each cipher
+    block."""
     size = math.prod(count.shape)
     flat = lax.reshape(count, (size,))
     odd = size % 2
@@ -184,6 +206,9 @@ def split(key, num: int | Sequence[int] = 2) -> Array:
         shape = _canonical_shape("split", num)
     else:
         shape = (operator.index(num),)
+    if config.threefry_partitionable:
+        words = _encrypt_positions(key, shape)
+        return lax.concatenate([lax.expand_dims(w, (len(shape),)) for w in words], len(shape))
     count = lax.iota(dtypes.uint32, 2 * math.prod(shape))
     return lax.reshape(_threefry_2x32(key, count), (*shape, 2))
 
@@ -225,11 +250,19 @@ def _check_key_words(name: str, keys):
 
 def _random_bits(key, bit_width: int, shape: tuple[int, ...]):
     """Unsigned integers of `bit_width` bits: the encryptions of counters 0, 1, 2, ..."""
+    dtype = np.dtype(f"uint{bit_width}")
+    if config.threefry_partitionable:
+        # One cipher block per value: 64 bits are its two words, narrower values the low
+        # bits of the words' xor.
+        first, second = _encrypt_positions(key, shape)
+        if bit_width == 64:
+            first, second = (lax.convert_element_type(w, dtype) for w in (first, second))
+            return lax.bitwise_or(lax.shift_left(first, lax.full((), 32, dtype)), second)
+        return lax.convert_element_type(lax.bitwise_xor(first, second), dtype)
     size = math.prod(shape)
     words = -(-bit_width * size // 32)
     if words > np.iinfo(np.uint32).max:
         raise ValueError(f"cannot draw {size} random values of {bit_width} bits from one key")
-    dtype = np.dtype(f"uint{bit_width}")
     bits = _threefry_2x32(key, lax.iota(dtypes.uint32, words))
     if bit_width == 64:
         # The first half of the words are the high halves, the second half the low ones.

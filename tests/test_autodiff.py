@@ -152,3 +152,13 @@ def test_grad_under_make_jaxpr_stages_the_backward_pass():
     jaxpr = fg.make_jaxpr(fg.grad(f_scalar))(X)
     names = [e.primitive.name for e in jaxpr.eqns]
     assert "cos" in names and "sin" in names
+
+
+def test_jacfwd_of_integer_outputs_is_zeros_of_their_dtype():
+    def f(x):
+        return (x > 0).astype(np.int32), 2 * x
+
+    labels, scaled = fg.jacfwd(f)(fnp.array([-1.0, 0.5, 2.0]))
+    assert labels.dtype == np.int32 and labels.shape == (3, 3)
+    np.testing.assert_array_equal(np.asarray(labels), np.zeros((3, 3)))
+    np.testing.assert_allclose(np.asarray(scaled), 2 * np.eye(3))

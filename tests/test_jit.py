@@ -386,3 +386,25 @@ def test_escaped_tracer_is_detected():
     store(1.0)
     with pytest.raises(UnexpectedTracerError, match=r"jit\(.*store\)"):
         leaked[0] + 1
+
+
+def test_static_arguments_that_compare_equal_but_differ_in_type_are_traced_apart():
+    f = fg.jit(lambda x, v: fnp.full(2, v), static_argnums=1)
+    assert f(0.0, 1).dtype == np.int32
+    assert f(0.0, 1.0).dtype == np.float32
+    assert f(0.0, True).dtype == np.bool_
+    assert f(0.0, 1).dtype == np.int32
+    g = fg.jit(
+        lambda x, shape_and_fill: fnp.full(shape_and_fill[0], shape_and_fill[1]),
+        static_argnames="shape_and_fill",
+    )
+    assert g(0.0, shape_and_fill=(2, 1)).dtype == np.int32
+    assert g(0.0, shape_and_fill=(2, 1.0)).dtype == np.float32
+
+
+@pytest.mark.parametrize("convert", [lambda x: x.tolist(), lambda x: x[0].item()])
+def test_tolist_and_item_of_a_traced_value_name_the_concretization(convert):
+    with pytest.raises(fg.errors.ConcretizationTypeError):
+        fg.jit(convert)(fnp.arange(2.0))
+    # Where a transformation knows the value (grad's primal), it is returned.
+    assert fg.grad(lambda x: x * float(np.max(convert(fnp.stack([x, x])))))(3.0) == 3.0

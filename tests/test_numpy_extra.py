@@ -575,3 +575,39 @@ def test_place_and_poly_match_numpy():
     roots = np.array([1.0, 2.0, -3.0])
     assert_close(fnp.poly(roots), np.poly(roots))
     check_grads(fnp.poly, (roots,), 2, **GRAD_TOL)
+
+
+@pytest.mark.parametrize("name", ["intersect1d", "union1d", "setdiff1d", "setxor1d", "isin"])
+def test_set_operations_on_large_inputs_sort_instead_of_comparing_all_pairs(name):
+    rng = np.random.default_rng(0)
+    n = 3000  # 9e6 pairs: far past what comparing all pairs may allocate
+    a = rng.integers(0, n, n).astype(np.int32)
+    b = rng.integers(0, n, n + 1).astype(np.int32)
+    fn = getattr(fnp, name)
+    np.testing.assert_array_equal(np.asarray(fn(a, b)), getattr(np, name)(a, b))
+    # No intermediate grows with the product of the sizes: time O(n log n), memory O(n).
+    kwargs = {} if name == "isin" else {"size": 3 * n}
+    jaxpr = fg.make_jaxpr(lambda x, y: fn(x, y, **kwargs))(a, b).jaxpr
+    largest = max(int(np.prod(v.aval.shape)) for eqn in jaxpr.eqns for v in eqn.outvars)
+    assert largest <= 4 * n
+
+
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_diff_of_order_past_the_length_is_empty_as_in_numpy(n):
+    x = np.arange(6.0).reshape(3, 2)
+    for axis in (0, 1):
+        out = fnp.diff(x, n=n, axis=axis)
+        expected = np.diff(x, n=n, axis=axis)
+        assert out.shape == expected.shape
+        np.testing.assert_array_equal(np.asarray(out), expected)
+
+
+def test_quantiles_out_of_range_raise_when_known_and_are_nan_when_traced():
+    x = np.arange(5.0)
+    for bad in (1.5, -0.1, [0.5, 2.0]):
+        with pytest.raises(ValueError, match=r"q must lie in \[0, 1\]"):
+            fnp.quantile(x, bad)
+    with pytest.raises(ValueError, match=r"q must lie in \[0, 100\]"):
+        fnp.percentile(x, 150)
+    assert np.isnan(np.asarray(fg.jit(fnp.quantile)(x, 1.5)))
+    assert float(fnp.percentile(x, 100)) == 4.0

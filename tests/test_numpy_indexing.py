@@ -358,3 +358,25 @@ def test_unravel_index_matches_numpy_in_bounds(data):
 def test_unravel_index_wraps_negatives_and_clamps_like_jax():
     coords = fnp.unravel_index(np.array([-1, 7, 100, -100]), (2, 3))
     assert_same(np.stack([np.asarray(c) for c in coords]), np.array([[1, 1, 1, 0], [2, 2, 2, 0]]))
+
+
+@pytest.mark.parametrize(
+    "index", [0, -1, (slice(1, None),), np.array([0, 2]), (np.array([1, 0]), slice(None))]
+)
+def test_derivatives_of_multiply_updates_at_known_unique_indices(index):
+    from funcgrad.test_util import check_grads
+
+    x = np.arange(1.0, 7.0).reshape(3, 2)
+    values = np.full(np.shape(x[index]), 1.5)
+
+    def update(x, values):
+        return fnp.asarray(x).at[index].multiply(values)
+
+    np.testing.assert_allclose(np.asarray(update(x, values)), _multiplied(x, index, values))
+    check_grads(update, (x, values), order=2)
+
+
+def _multiplied(x, index, values):
+    out = x.copy()
+    out[index] *= values
+    return out

@@ -10,6 +10,7 @@ from hypothesis.extra import numpy as hnp
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
+from funcgrad.test_util import check_grads
 from tests import strategies as fst
 from tests.checks import assert_close, check_staging
 
@@ -135,9 +136,20 @@ def test_cross_matches_numpy(batch, data):
     assert_close(fnp.cross(a_last, b, axisb=axis, axisc=0), expected, np.float32, **TOL)
 
 
-def test_cross_needs_three_components():
-    with pytest.raises(ValueError, match=r"\(2, 2\)"):
-        fnp.cross(np.ones((2, 2)), np.ones((2, 3)))
+def test_cross_needs_two_or_three_components():
+    with pytest.raises(ValueError, match=r"2 or 3 components.*\(2, 4\)"):
+        fnp.cross(np.ones((2, 4)), np.ones((2, 3)))
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((2,), (2,)), ((4, 2), (2,)), ((3,), (5, 2))])
+@pytest.mark.filterwarnings("ignore:.*2-dimensional vectors:DeprecationWarning")
+def test_cross_of_two_vectors_matches_numpy(a_shape, b_shape):
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(a_shape), rng.standard_normal(b_shape)
+    out = fnp.cross(a, b)
+    expected = np.cross(a, b)
+    assert out.shape == expected.shape
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-12)
 
 
 @given(hnp.mutually_broadcastable_shapes(num_shapes=2, max_dims=3, max_side=3), st.data())
@@ -300,3 +312,29 @@ def test_norm_errors():
 def test_linalg_reexports_products():
     assert fnp.linalg.matmul is fnp.matmul
     assert fnp.linalg.outer is fnp.outer
+
+
+def test_det_gradient_at_a_singular_matrix_is_the_adjugate_transposed():
+    singular = np.array([[1.0, 2.0], [2.0, 4.0]])
+    gradient = fg.grad(fnp.linalg.det)(singular)
+    # d det / dA = adj(A)^T; adj([[a, b], [c, d]]) = [[d, -b], [-c, a]].
+    np.testing.assert_allclose(np.asarray(gradient), [[4.0, -2.0], [-2.0, 1.0]], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "matrix",
+    [
+        np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [0.5, -1.0, 2.0]]),  # rank 2
+        np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [-1.0, -2.0, -3.0]]),  # rank 1
+        np.random.default_rng(0).standard_normal((2, 3, 3)),
+        np.eye(3),  # repeated singular values
+        np.stack([np.eye(2), [[1.0, 2.0], [2.0, 4.0]]]),  # one regular, one singular
+    ],
+)
+def test_det_derivatives_at_singular_and_regular_matrices(matrix):
+    check_grads(fnp.linalg.det, (matrix,), order=2, atol=1e-5, rtol=1e-5)
+
+
+def test_det_of_empty_matrices_is_one():
+    np.testing.assert_array_equal(np.asarray(fnp.linalg.det(fnp.ones((0, 0)))), 1.0)
+    np.testing.assert_array_equal(np.asarray(fnp.linalg.det(fnp.ones((2, 0, 0)))), [1.0, 1.0])

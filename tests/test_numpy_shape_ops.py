@@ -339,8 +339,38 @@ def test_pad_errors():
         fnp.pad(np.zeros(3), (-1, 2))
     with pytest.raises(ValueError, match=r"axis 0 of an array of shape \(0, 2\)"):
         fnp.pad(np.zeros((0, 2)), 1, mode="reflect")
-    with pytest.raises(NotImplementedError, match="'median'"):
-        fnp.pad(np.zeros(3), 1, mode="median")
+    with pytest.raises(NotImplementedError, match="'empty'"):
+        fnp.pad(np.zeros(3), 1, mode="empty")
+    with pytest.raises(ValueError, match="reflect_type"):
+        fnp.pad(np.zeros(3), 1, mode="reflect", reflect_type="even-odd")
+
+
+@pytest.mark.parametrize(
+    "mode, options",
+    [
+        ("maximum", {}),
+        ("minimum", {"stat_length": 1}),
+        ("mean", {}),
+        ("mean", {"stat_length": 2}),
+        ("median", {}),
+        ("median", {"stat_length": ((1, 2), (3, 1))}),
+        ("linear_ramp", {}),
+        ("linear_ramp", {"end_values": ((1, 2), (-30, 4))}),
+        ("reflect", {"reflect_type": "odd"}),
+        ("symmetric", {"reflect_type": "odd"}),
+    ],
+)
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+@pytest.mark.parametrize("pad_width", [1, ((0, 5), (7, 2)), ((9, 1), (1, 11))])
+def test_pad_statistic_ramp_and_odd_modes_match_numpy(mode, options, dtype, pad_width):
+    x = (np.random.default_rng(0).standard_normal((3, 4)) * 10).astype(dtype)
+    expected = np.pad(x, pad_width, mode, **options)
+    out = fnp.pad(x, pad_width, mode, **options)
+    assert out.dtype == expected.dtype and out.shape == expected.shape
+    # Wide odd reflections sum several terms, in another order than NumPy's.
+    np.testing.assert_allclose(
+        np.asarray(out), expected, rtol=0, atol=1e-6 * np.abs(expected).max()
+    )
 
 
 # ---------------------------------------------------------------------------------------------

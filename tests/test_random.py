@@ -1,9 +1,10 @@
 """The threefry2x32 primitive and funcgrad.random.
 
 The cipher is checked against Random123's published known-answer vectors and a plain-Python
-implementation; key derivation and raw bits against JAX's counter scheme written out by hand;
-distributions by their moments and frequencies on 20000 draws from fixed keys (so the tests are
-deterministic), with bounds of several standard errors.
+implementation; key derivation and raw bits against JAX's two counter schemes written out by
+hand (and values from JAX's documentation); distributions by their moments and frequencies
+on 20000 draws from fixed keys (so the tests are deterministic), with bounds of several
+standard errors.
 """
 
 import math
@@ -138,7 +139,66 @@ def test_prng_key_errors():
         fr.PRNGKey(2**64)
 
 
-def test_split_follows_the_counter_scheme():
+def position_words(key, count: int) -> list[tuple[int, int]]:
+    """JAX's default (partitionable) scheme: position i of a draw is the encryption of the
+    block (high word of i, low word of i)."""
+    key = tuple(int(k) for k in np.asarray(key))
+    return [threefry_reference(key, (i >> 32, i & MASK)) for i in range(count)]
+
+
+@pytest.fixture
+def legacy_scheme():
+    """JAX's earlier key derivation, behind the config name JAX gives it."""
+    fg.config.update("jax_threefry_partitionable", False)
+    yield
+    fg.config.update("jax_threefry_partitionable", True)
+
+
+def test_split_encrypts_each_keys_position():
+    key = fr.PRNGKey(1234)
+    for num in (1, 2, 3):
+        keys = fr.split(key, num)
+        assert keys.shape == (num, 2) and keys.dtype == np.uint32
+        assert [tuple(k) for k in np.asarray(keys).tolist()] == position_words(key, num)
+    assert fr.split(key, (2, 3)).shape == (2, 3, 2)
+    np.testing.assert_array_equal(fr.split(key, (2, 3)).reshape(6, 2), fr.split(key, 6))
+    # So the i-th of any split is fold_in(key, i), and a prefix of a split does not depend on
+    # how many keys are split off.
+    np.testing.assert_array_equal(fr.split(key, 5)[3], fr.fold_in(key, 3))
+    np.testing.assert_array_equal(fr.split(key, 5)[:2], fr.split(key, 2))
+
+
+def test_uniform_draws_of_key_zero_are_jaxs_documented_values():
+    # The jax.random module's documentation: uniform(key(0)) and, after
+    # `key, subkey = split(key)`, uniform(subkey), printed to 8 decimals.
+    key = fr.PRNGKey(0)
+    assert abs(float(fr.uniform(key)) - 0.947667) <= 5e-9
+    _, subkey = fr.split(key)
+    assert abs(float(fr.uniform(subkey)) - 0.00729382) <= 5e-9
+    # The keys those values come from, by the scheme above.
+    expected = [[1797259609, 2579123966], [928981903, 3453687069]]
+    np.testing.assert_array_equal(fr.split(fr.PRNGKey(0)), expected)
+
+
+def test_bits_xor_the_two_words_of_each_positions_block():
+    key = fr.PRNGKey(99)
+    blocks = position_words(key, 7)
+    words = fr.bits(key, (7,))
+    assert words.dtype == np.uint32
+    assert as_list(words) == [a ^ b for a, b in blocks]
+    # Narrower types keep the low bits of the xor; uint64 is the two words, first one high.
+    bytes_ = np.asarray(fr.bits(key, (7,), np.uint8))
+    np.testing.assert_array_equal(bytes_, [(a ^ b) & 0xFF for a, b in blocks])
+    shorts = np.asarray(fr.bits(key, (3,), np.uint16))
+    np.testing.assert_array_equal(shorts, [(a ^ b) & 0xFFFF for a, b in blocks[:3]])
+    longs = as_list(fr.bits(key, (3,), np.uint64))
+    assert longs == [(a << 32) | b for a, b in blocks[:3]]
+    assert fr.bits(key, (2, 0, 3)).shape == (2, 0, 3)
+    # A shape's positions are its flat indices.
+    np.testing.assert_array_equal(fr.bits(key, (2, 3)).reshape(6), fr.bits(key, (6,)))
+
+
+def test_legacy_split_follows_the_counter_scheme(legacy_scheme):
     key = fr.PRNGKey(1234)
     for num in (1, 2, 3):
         keys = fr.split(key, num)
@@ -148,9 +208,13 @@ def test_split_follows_the_counter_scheme():
     np.testing.assert_array_equal(fr.split(key, (2, 3)).reshape(6, 2), fr.split(key, 6))
 
 
-def test_split_of_key_zero_gives_jaxs_documented_keys():
+def test_legacy_split_of_key_zero_gives_jaxs_documented_keys(legacy_scheme):
     expected = [[4146024105, 967050713], [2718843009, 1272950319]]
     np.testing.assert_array_equal(fr.split(fr.PRNGKey(0)), expected)
+    # The values the jax.random documentation showed under this scheme.
+    key = fr.PRNGKey(0)
+    assert abs(float(fr.uniform(key)) - 0.41845703) <= 5e-9
+    assert abs(float(fr.uniform(fr.split(key)[1])) - 0.10536897) <= 5e-9
 
 
 def test_fold_in_encrypts_the_data_as_a_seed():
@@ -162,7 +226,7 @@ def test_fold_in_encrypts_the_data_as_a_seed():
     assert len(folded) == 20 and tuple(as_list(key)) not in folded
 
 
-def test_bits_follow_the_counter_scheme():
+def test_legacy_bits_follow_the_counter_scheme(legacy_scheme):
     key = fr.PRNGKey(99)
     words = fr.bits(key, (7,))
     assert words.dtype == np.uint32
@@ -239,7 +303,8 @@ def test_same_key_same_numbers_other_key_other_numbers(name):
 
 
 def test_split_and_fold_in_give_independent_streams():
-    keys = list(fr.split(KEY, 3)) + [fr.fold_in(KEY, 0), fr.fold_in(KEY, 1), KEY]
+    # fold_in(KEY, i) is the i-th key of a split: fold in other data than the split's indices.
+    keys = list(fr.split(KEY, 3)) + [fr.fold_in(KEY, 7), fr.fold_in(KEY, 2**31), KEY]
     streams = np.stack([np.asarray(fr.uniform(k, (N,))) for k in keys])
     correlations = np.corrcoef(streams)
     off_diagonal = correlations[~np.eye(len(keys), dtype=bool)]

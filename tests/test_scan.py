@@ -437,8 +437,6 @@ def test_fori_loop_with_traced_bounds_is_a_while_loop():
 
     assert_close(fg.jit(f)(4, np.float64(1.0)), np.float64(((1 * 2 + 0) * 2 + 1) * 2 + 2) * 2 + 3)
     assert "while" in [e.primitive.name for e in fg.make_jaxpr(f)(4, 1.0).eqns]
-    with pytest.raises(TypeError, match="lower must be an integer scalar"):
-        lax.fori_loop(0.0, 3, lambda i, c: c, 1.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -495,3 +493,19 @@ def test_associative_scan_pytrees_and_errors():
     check_grads(lambda a, b: lax.associative_scan(compose, (a, b))[1], (a, b), order=1)
     with pytest.raises(ValueError, match=r"equal sizes along axis 0, got shapes \(3,\), \(4,\)"):
         lax.associative_scan(compose, (np.ones(3), np.ones(4)))
+
+
+def test_fori_loop_with_float_bounds_counts_as_jax_does():
+    # Known float bounds are truncated and the index is an integer, as in a Python loop over
+    # range(int(lower), int(upper)).
+    total = lax.fori_loop(0.5, 3.7, lambda i, v: v + i, 0)
+    assert int(total) == sum(range(0, 3)) and np.asarray(total).dtype == np.int32
+    powers = fg.grad(lambda x: lax.fori_loop(0.0, 3.0, lambda i, v: v * x, 1.0))(2.0)
+    assert float(powers) == 3 * 2.0**2
+    # A bound whose value grad knows is static: a scan, so reverse mode works.
+    assert float(fg.grad(lambda x: lax.fori_loop(0.0, x, lambda i, v: v * 2.0, x))(3.0)) == 8.0
+    # A traced float bound runs a while loop over a float index.
+    traced = fg.jit(lambda upper: lax.fori_loop(0.0, upper, lambda i, v: v + i, 0.0))
+    assert float(traced(3.0)) == 0.0 + 1.0 + 2.0
+    with pytest.raises(TypeError, match="numeric scalar"):
+        lax.fori_loop(np.zeros(2), 3, lambda i, v: v, 0)

@@ -176,3 +176,11 @@ def test_per_example_gradients_through_max_and_softmax():
     per_example = fg.vmap(fg.grad(loss), in_axes=(None, 0, 0))(w, xs, labels)
     expected = np.stack([np.asarray(fg.grad(loss)(w, x, y)) for x, y in zip(xs, labels)])
     np.testing.assert_allclose(np.asarray(per_example), expected, rtol=1e-10)
+
+
+@pytest.mark.parametrize("axes", [0.5, (0, "a"), [0, 1.0], True])
+def test_axes_that_are_not_ints_or_none_are_a_type_error_naming_them(axes):
+    with pytest.raises(TypeError, match="vmap out_axes must be an int, None"):
+        fg.vmap(lambda x: (x, x), out_axes=axes)(fnp.arange(3.0))
+    with pytest.raises(TypeError, match="vmap in_axes must be an int, None"):
+        fg.vmap(lambda x, y: x, in_axes=axes)(fnp.arange(3.0), fnp.arange(3.0))

@@ -778,11 +778,14 @@ ad.defjvp(
 
 
 def _pow_base_tangent(t, x, y):
-    # d/dx x**y = y * x**(y-1), taken as 0 where y == 0 (so 0**0 has a finite derivative).
+    # d/dx x**y = y * x**(y-1). Only where both are 0 is x**(y-1) infinite; the factor is
+    # taken as 0 there (so 0**0 has a finite derivative). The slope keeps its product with y
+    # everywhere, so its own derivative in y (x**(y-1) at y == 0) is not cut off.
     shape = np.broadcast_shapes(x.shape, y.shape)
-    y = _broadcast(y, shape)
-    slope = mul(y, pow(_broadcast(x, shape), sub(y, _const(y, 1.0))))
-    return mul(t, select(eq(y, _const(y, 0.0)), _full(y, 0.0, shape), slope))
+    x, y = _broadcast(x, shape), _broadcast(y, shape)
+    both_zero = bitwise_and(eq(x, _const(x, 0.0)), eq(y, _const(y, 0.0)))
+    power = select(both_zero, _full(y, 0.0, shape), pow(x, sub(y, _const(y, 1.0))))
+    return mul(t, mul(y, power))
 
 
 def _pow_exponent_tangent(t, x, y):

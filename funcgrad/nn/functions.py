@@ -227,14 +227,20 @@ def logsumexp(
         a = _inexact("logsumexp", a)
     else:
         a, b = promote_args_inexact("logsumexp", a, b)
-        # A zero weight removes its term even where exp(a) is inf.
-        a = fnp.where(b != 0, a, -fnp.inf)
+        a, b = fnp.broadcast_arrays(a, b)
     if where is not None:
         a = fnp.where(where, a, -fnp.inf)
-    shift = _shift(a, axis)
-    terms = fnp.exp(a - shift)
-    if b is not None:
-        terms = terms * b
+    if b is None:
+        shift = _shift(a, axis)
+        terms = fnp.exp(a - shift)
+    else:
+        # Terms of weight 0 count for nothing, not even in the shift. They keep their
+        # exponent, so the derivative in a zero weight is exp(a) / sum rather than 0; it is
+        # only capped where exp would overflow (or is inf, where 0 * inf would be nan).
+        shift = _shift(fnp.where(b != 0, a, -fnp.inf), axis)
+        exponent = a - shift
+        cap = math.log(dtypes.finfo(exponent.dtype).max) / 2
+        terms = b * fnp.exp(fnp.where(b != 0, exponent, fnp.minimum(exponent, cap)))
     total = fnp.sum(terms, axis=axis, keepdims=keepdims)
     out = fnp.log(fnp.abs(total)) + fnp.reshape(shift, total.shape)
     sign = fnp.sign(total)

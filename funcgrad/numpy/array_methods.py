@@ -15,9 +15,24 @@ from funcgrad.numpy import ufuncs
 _OPERAND_TYPES = (Array, core.Tracer, np.ndarray, np.generic, bool, int, float)
 
 
+# Python containers are refused rather than deferred to: deferring makes `x == [0, 1]` fall
+# back to identity and silently give False.
+_REFUSED_OPERAND_TYPES = (list, tuple, set, frozenset, dict)
+
+
+def _refuse_container(fn, other) -> None:
+    if isinstance(other, _REFUSED_OPERAND_TYPES):
+        raise TypeError(
+            f"{fn.__name__}: an operator between an array and a Python "
+            f"{type(other).__name__} is not supported; convert the {type(other).__name__} "
+            "with fnp.asarray(...) first"
+        )
+
+
 def _operator(fn):
     def method(self, other):
         if not isinstance(other, _OPERAND_TYPES):
+            _refuse_container(fn, other)
             return NotImplemented
         return fn(self, other)
 
@@ -28,6 +43,7 @@ def _operator(fn):
 def _reflected(fn):
     def method(self, other):
         if not isinstance(other, _OPERAND_TYPES):
+            _refuse_container(fn, other)
             return NotImplemented
         return fn(other, self)
 

@@ -195,7 +195,8 @@ def quantile(
 ):
     """The q-th quantiles (q in [0, 1]) over `axis`; the shape of q leads the result's.
 
-    A slice containing NaN has NaN quantiles, as in NumPy.
+    A slice containing NaN has NaN quantiles, as in NumPy. A q outside [0, 1] raises a
+    ValueError as in NumPy, or, when q is traced, gives NaN (JAX would clamp it to 0 or 1).
     """
     return _quantile("quantile", a, q, axis, out, method, keepdims, weights, ignore_nan=False)
 
@@ -260,6 +261,11 @@ def _quantile(name, a, q, axis, out, method, keepdims, weights, ignore_nan: bool
         raise ValueError(f"{name}: method must be one of {_QUANTILE_METHODS}, got {method!r}")
     a = _inexact(a)
     q = _to_dtype(q, a.dtype)
+    if not isinstance(q, core.Tracer):
+        # As NumPy. A traced q out of range gives NaN there (never a clamped quantile).
+        top = 100 if percent else 1
+        if not np.all((np.asarray(q) >= 0) & (np.asarray(q) <= top)):
+            raise ValueError(f"{name}: q must lie in [0, {top}], got {np.asarray(q).tolist()}")
     if percent:
         q = q / 100
     axes = reduction_axes(name, axis, a.ndim)
@@ -573,7 +579,8 @@ def diff(a, n: int = 1, axis: int = -1, prepend=None, append=None):
         a = shape_ops.concatenate(parts, axis=axis)
     for _ in builtins.range(n):
         size = a.shape[axis]
-        later, earlier = _slice(a, 1, size, axis), _slice(a, 0, max(size - 1, 0), axis)
+        # An axis already empty stays empty (NumPy's diff of order n >= size is empty).
+        later, earlier = _slice(a, min(1, size), size, axis), _slice(a, 0, max(size - 1, 0), axis)
         if a.dtype == dtypes.bool_:
             a = ufuncs.not_equal(later, earlier)
         else:
@@ -910,14 +917,23 @@ def polyfit(x, y, deg: int, rcond=None, full: bool = False, w=None, cov: bool = 
 # Set operations
 
 
+# Up to this many pairs one vectorized comparison beats sorting (and stays small in memory).
+_COMPARE_ALL_PAIRS = 1 << 16
+
+
 def isin(
     element, test_elements, assume_unique: bool = False, invert: bool = False, *, method="auto"
 ):
-    """Whether each element occurs in test_elements (flattened); `method` 'compare_all' (the
-    'auto' choice) compares every pair, 'sort' and 'binary_search' search a sorted copy."""
+    """Whether each element occurs in test_elements (flattened); `method` 'compare_all'
+    compares every pair (time and memory len(element) * len(test_elements)), 'sort' and
+    'binary_search' search a sorted copy (time O(n log n), memory O(n)); 'auto' compares all
+    pairs only while there are at most _COMPARE_ALL_PAIRS of them."""
     element, test_elements = _promote(element, test_elements)
     test_elements = shape_ops.ravel(test_elements)
-    if method in ("auto", "compare_all"):
+    if method == "auto":
+        few_pairs = element.size * test_elements.size <= _COMPARE_ALL_PAIRS
+        method = "compare_all" if few_pairs else "sort"
+    if method == "compare_all":
         equal = ufuncs.equal(element[..., None], test_elements)
         found = reductions.any(equal, axis=-1)
     elif method in ("sort", "binary_search"):
@@ -972,7 +988,7 @@ def setdiff1d(ar1, ar2, assume_unique: bool = False, *, size=None, fill_value=No
     """The sorted distinct values of ar1 that are not in ar2 (padded with 0 given `size`)."""
     ar1, ar2 = _promote(ar1, ar2)
     values, real = _unique_padded(ar1)
-    keep = real & isin(values, ar2, invert=True)
+    keep = real & isin(values, ar2, invert=True, method="sort")
     return _select("setdiff1d", values, keep, size, fill_value, lambda moved: 0)
 
 
@@ -987,7 +1003,7 @@ def setxor1d(ar1, ar2, assume_unique: bool = False, *, size=None, fill_value=Non
     """The sorted distinct values in exactly one of the arrays."""
     ar1, ar2 = _promote(ar1, ar2)
     values, real = _unique_padded(shape_ops.concatenate([ar1.ravel(), ar2.ravel()]))
-    keep = real & (isin(values, ar1) != isin(values, ar2))
+    keep = real & (isin(values, ar1, method="sort") != isin(values, ar2, method="sort"))
     return _select("setxor1d", values, keep, size, fill_value, _smallest)
 
 
@@ -1006,7 +1022,7 @@ def intersect1d(
     ar1, ar2 = ar1.ravel(), ar2.ravel()
     if not return_indices:
         values, real = _unique_padded(ar1)
-        keep = real & isin(values, ar2)
+        keep = real & isin(values, ar2, method="sort")
         return _select("intersect1d", values, keep, size, fill_value, _smallest)
     values1, index1, counts1 = sorting_ops.unique(
         ar1, return_index=True, return_counts=True, size=ar1.size

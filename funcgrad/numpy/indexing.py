@@ -525,10 +525,25 @@ def _update(x, index, values, kind: str, mode, indices_are_sorted: bool, unique_
             values,
             dimension_numbers,
             indices_are_sorted=indices_are_sorted,
-            unique_indices=unique_indices,
+            unique_indices=unique_indices or _known_unique(plan, y.shape),
             mode=mode,
         )
     return lax.reshape(out, x.shape) if new_axes else out
+
+
+def _known_unique(plan: _Plan, shape: tuple[int, ...]) -> bool:
+    """Whether the plan's index vectors are known to pick distinct elements: a single vector
+    (`x.at[0]`), or static in-bounds vectors that differ. The scatters' derivatives (mul's in
+    particular) need to know it."""
+    indices = plan.indices
+    if math.prod(indices.shape[:-1]) <= 1:
+        return True
+    if isinstance(indices, core.Tracer):
+        return False
+    rows = np.asarray(indices).reshape(-1, indices.shape[-1])
+    sizes = np.array([shape[d] for d in plan.start_index_map])
+    in_bounds = bool(np.all((rows >= 0) & (rows < sizes)))
+    return in_bounds and len(np.unique(rows, axis=0)) == len(rows)
 
 
 def _fit_values(values, shape: tuple[int, ...]):

@@ -23,9 +23,19 @@ from funcgrad.numpy._promotion import (
     result_type,
     to_array,
 )
+from funcgrad.numpy.creation import ones
 from funcgrad.numpy.linalg_ops import cross, matmul, matrix_transpose, outer, tensordot, vecdot
-from funcgrad.numpy.reductions import count_nonzero, max, min, prod, reduction_axes, scalar, sum
-from funcgrad.numpy.shape_ops import canonicalize_axes, moveaxis, reshape
+from funcgrad.numpy.reductions import (
+    count_nonzero,
+    cumprod,
+    max,
+    min,
+    prod,
+    reduction_axes,
+    scalar,
+    sum,
+)
+from funcgrad.numpy.shape_ops import canonicalize_axes, concatenate, flip, moveaxis, reshape
 from funcgrad.numpy.ufuncs import absolute, isnan, log, power, sign, sqrt
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
@@ -330,10 +340,57 @@ def _lu_sign_and_diagonal(a):
 
 
 def det(a):
-    """The determinant, as the signed product of U's diagonal in an LU decomposition."""
+    """The determinant, as the signed product of U's diagonal in an LU decomposition (1 for
+    0 x 0 matrices, the empty product)."""
     a = _matrices("det", a, True)
+    if a.shape[-1] == 0:
+        return ones(a.shape[:-2], a.dtype)
+    return _det(a)
+
+
+@custom_jvp
+def _det(a):
     parity_sign, diagonal = _lu_sign_and_diagonal(a)
     return parity_sign * prod(diagonal, axis=-1)
+
+
+@_det.defjvp
+def _det_jvp(primals, tangents):
+    """d det(A) = trace(adj(A) dA). The adjugate is finite at singular matrices, where
+    differentiating the LU factors (or det(A) * inv(A)) would divide by a zero pivot."""
+    (a,), (a_dot,) = primals, tangents
+    return _det(a), sum(matrix_transpose(_adjugate(a)) * a_dot, axis=(-2, -1))
+
+
+def _adjugate(a):
+    """adj(A), through det(A) inv(A) for well-conditioned matrices and through the SVD for
+    (nearly) singular ones. Each formula gets a harmless stand-in where the other one is used,
+    so neither produces an inf or NaN whose derivative could leak through the select: the
+    inverse's derivatives blow up at singular matrices, the SVD's at repeated singular values
+    (the identity among them)."""
+    n = a.shape[-1]
+    s = lax.stop_gradient(svdvals(a))
+    cutoff = s[..., :1] * math.sqrt(dtypes.finfo(a.dtype).eps)
+    near_singular = (s[..., -1:] <= cutoff)[..., None]
+    identity = misc.eye(n, dtype=a.dtype)
+    distinct_singular_values = misc.diag(misc.arange(1, n + 1, dtype=a.dtype))
+    regular = misc.where(near_singular, identity, a)
+    singular = misc.where(near_singular, a, distinct_singular_values)
+    by_inverse = _det(regular)[..., None, None] * inv(regular)
+    return misc.where(near_singular, _adjugate_from_svd(singular), by_inverse)
+
+
+def _adjugate_from_svd(a):
+    """adj(A) from the SVD A = U S Vh: adj(A) = det(U) det(Vh) Vh^T diag(prod_{j != i} s_j) U^T.
+    Each product leaves out one singular value by multiplying prefix and suffix products, so
+    nothing is divided by a singular value that may be 0."""
+    u, s, vh = svd(a, full_matrices=False)
+    empty_product = ones(s.shape[:-1] + (1,), s.dtype)
+    before = concatenate([empty_product, cumprod(s[..., :-1], axis=-1)], axis=-1)
+    after = flip(concatenate([empty_product, cumprod(flip(s[..., 1:], -1), axis=-1)], axis=-1), -1)
+    orientation = lax.stop_gradient(_det(u) * _det(vh))
+    others = before * after * orientation[..., None]
+    return matrix_transpose(vh) @ (others[..., :, None] * matrix_transpose(u))
 
 
 def slogdet(a, *, method: str | None = None) -> SlogdetResult:

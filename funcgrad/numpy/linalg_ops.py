@@ -259,18 +259,22 @@ def kron(a, b):
 
 
 def cross(a, b, axisa: int = -1, axisb: int = -1, axisc: int = -1, axis: int | None = None):
-    """Cross products of 3-vectors along `axisa` of `a` and `axisb` of `b`."""
+    """Cross products of 2- or 3-vectors along `axisa` of `a` and `axisb` of `b`, as NumPy: a
+    2-vector has a third component 0, and the product of two 2-vectors is the (scalar) third
+    component of theirs."""
     if axis is not None:
         axisa = axisb = axisc = axis
     a, b = _promote_dtypes(a, b)
     axisa = canonicalize_axis(axisa, a.ndim, "cross")
     axisb = canonicalize_axis(axisb, b.ndim, "cross")
-    if a.shape[axisa] != 3 or b.shape[axisb] != 3:
+    if a.shape[axisa] not in (2, 3) or b.shape[axisb] not in (2, 3):
         raise ValueError(
-            f"cross: vectors must have 3 components, got shapes {a.shape} (axis {axisa}) and "
-            f"{b.shape} (axis {axisb})"
+            f"cross: vectors must have 2 or 3 components, got shapes {a.shape} (axis {axisa}) "
+            f"and {b.shape} (axis {axisb})"
         )
+    both_planar = a.shape[axisa] == b.shape[axisb] == 2
     a, b = _move_axis_last(a, axisa), _move_axis_last(b, axisb)
+    a, b = _as_3_vectors(a), _as_3_vectors(b)
     a0, a1, a2 = (lax.index_in_dim(a, i, a.ndim - 1, keepdims=False) for i in range(3))
     b0, b1, b2 = (lax.index_in_dim(b, i, b.ndim - 1, keepdims=False) for i in range(3))
     components = [
@@ -278,9 +282,18 @@ def cross(a, b, axisa: int = -1, axisb: int = -1, axisc: int = -1, axis: int | N
         subtract(multiply(a2, b0), multiply(a0, b2)),
         subtract(multiply(a0, b1), multiply(a1, b0)),
     ]
+    if both_planar:
+        return components[2]
     axisc = canonicalize_axis(axisc, components[0].ndim + 1, "cross")
     pieces = [lax.expand_dims(c, (axisc,)) for c in components]
     return lax.concatenate(pieces, axisc)
+
+
+def _as_3_vectors(x):
+    """Vectors along the last axis with a zero third component appended to 2-vectors."""
+    if x.shape[-1] == 3:
+        return x
+    return lax.pad(x, lax.full((), 0, x.dtype), [(0, 0, 0)] * (x.ndim - 1) + [(0, 1, 0)])
 
 
 def matrix_transpose(x, /):

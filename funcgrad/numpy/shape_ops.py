@@ -527,13 +527,36 @@ def rot90(m, k: int = 1, axes: tuple[int, int] = (0, 1)):
 # ---------------------------------------------------------------------------------------------
 # Padding
 
-_PAD_MODES = ("constant", "edge", "reflect", "symmetric", "wrap")
+_PAD_MODES = (
+    "constant",
+    "edge",
+    "linear_ramp",
+    "maximum",
+    "mean",
+    "median",
+    "minimum",
+    "reflect",
+    "symmetric",
+    "wrap",
+)
+_STAT_MODES = ("maximum", "mean", "median", "minimum")
 
 
-def pad(array, pad_width, mode: str = "constant", constant_values=0):
-    """NumPy's pad for the modes constant, edge, reflect, symmetric and wrap (any width).
+def pad(
+    array,
+    pad_width,
+    mode: str = "constant",
+    constant_values=0,
+    *,
+    end_values=0,
+    stat_length=None,
+    reflect_type: str = "even",
+):
+    """NumPy's pad, all modes but callables (any width).
 
     Axes are padded one after the other, as NumPy does, so corners come from the last axis.
+    `stat_length` limits the statistic modes to that many elements at each end; `end_values`
+    are where linear ramps start; reflect_type="odd" reflects through the edge values.
     """
     array = to_array(array)
     widths = _pad_widths(pad_width, array.ndim)
@@ -543,8 +566,25 @@ def pad(array, pad_width, mode: str = "constant", constant_values=0):
         raise NotImplementedError(
             f"pad: mode {mode!r} is not supported; supported modes: " + ", ".join(_PAD_MODES)
         )
+    if reflect_type not in ("even", "odd"):
+        raise ValueError(f"pad: reflect_type must be 'even' or 'odd', got {reflect_type!r}")
+    if mode in _STAT_MODES:
+        if stat_length is None:
+            lengths = [(n, n) for n in array.shape]
+        else:
+            lengths = _pad_widths(stat_length, array.ndim)
+    if mode == "linear_ramp":
+        ends = np.broadcast_to(static_value(end_values, "pad", "end_values"), (array.ndim, 2))
     for axis, (lo, hi) in enumerate(widths):
-        if lo or hi:
+        if not (lo or hi):
+            continue
+        if mode in _STAT_MODES:
+            array = _pad_with_statistic(array, axis, lo, hi, mode, lengths[axis])
+        elif mode == "linear_ramp":
+            array = _pad_with_ramps(array, axis, lo, hi, ends[axis])
+        elif reflect_type == "odd" and mode in ("reflect", "symmetric"):
+            array = _pad_odd_reflection(array, axis, lo, hi, mode)
+        else:
             array = _pad_by_copying(array, axis, lo, hi, mode)
     return array
 
@@ -579,6 +619,87 @@ def _pad_constant(array, widths, constant_values):
                 config[axis] = (width, 0, 0) if side == 0 else (0, width, 0)
                 array = lax.pad(array, value, config)
     return array
+
+
+def _check_nonempty_axis(array, axis: int, mode: str) -> None:
+    if array.shape[axis] == 0:
+        raise ValueError(
+            f"pad: cannot pad axis {axis} of an array of shape {array.shape} with mode {mode!r}: "
+            "the axis is empty, so there is nothing to copy"
+        )
+
+
+def _pad_with_statistic(array, axis: int, lo: int, hi: int, mode: str, lengths):
+    """Pad each end with a statistic of the `lengths` elements nearest to it (NumPy rounds
+    means and medians of integers to the nearest, ties to even)."""
+    _check_nonempty_axis(array, axis, mode)
+    n = array.shape[axis]
+    pieces = []
+    for width, length, at_start in ((lo, lengths[0], True), (hi, lengths[1], False)):
+        length = min(max(length, 1), n)
+        region = lax.slice_in_dim(
+            array, 0 if at_start else n - length, length if at_start else n, 1, axis
+        )
+        value = _statistic(region, axis, mode, array.dtype)
+        shape = array.shape[:axis] + (width,) + array.shape[axis + 1 :]
+        pieces.append(lax.broadcast_in_dim(value, shape, tuple(range(array.ndim))))
+    return lax.concatenate([pieces[0], array, pieces[1]], axis)
+
+
+def _statistic(region, axis: int, mode: str, dtype):
+    """The statistic of `region` along `axis`, kept as an axis of size 1, in `dtype`."""
+    if mode in ("maximum", "minimum"):
+        reduce = lax.reduce_max if mode == "maximum" else lax.reduce_min
+        return lax.expand_dims(reduce(region, (axis,)), (axis,))
+    n = region.shape[axis]
+    exact = dtypes.is_float(dtype)
+    # Integers average in float64, as NumPy's mean does.
+    work = region if exact else convert(region, dtypes.float64)
+    if mode == "mean":
+        total = lax.expand_dims(lax.reduce_sum(work, (axis,)), (axis,))
+        value = lax.div(total, lax.full((), n, work.dtype))
+    else:
+        ordered = lax.sort(work, axis)
+        low = lax.slice_in_dim(ordered, (n - 1) // 2, (n - 1) // 2 + 1, 1, axis)
+        high = lax.slice_in_dim(ordered, n // 2, n // 2 + 1, 1, axis)
+        value = lax.div(lax.add(low, high), lax.full((), 2, work.dtype))
+    if exact:
+        return value
+    return convert(lax.round(value, lax.RoundingMethod.TO_NEAREST_EVEN), dtype)
+
+
+def _pad_with_ramps(array, axis: int, lo: int, hi: int, ends):
+    """Pad each end with a linear ramp from its end value to (not including) the edge value,
+    as NumPy's linspace(end, edge, width, endpoint=False); integers round down as it does."""
+    _check_nonempty_axis(array, axis, "linear_ramp")
+    n = array.shape[axis]
+    exact = dtypes.is_float(array.dtype)
+    work = array if exact else convert(array, dtypes.float64)
+    pieces = []
+    for width, end_value, at_start in ((lo, ends[0], True), (hi, ends[1], False)):
+        edge = lax.slice_in_dim(work, 0 if at_start else n - 1, 1 if at_start else n, 1, axis)
+        steps = np.arange(width) if at_start else np.arange(width)[::-1]
+        fraction = np.array(steps / max(width, 1), work.dtype)
+        shape = array.shape[:axis] + (width,) + array.shape[axis + 1 :]
+        end = lax.full((), float(end_value), work.dtype)
+        rise = lax.broadcast_in_dim(lax.sub(edge, end), shape, tuple(range(array.ndim)))
+        position = lax.broadcast_in_dim(lax.asarray(fraction), shape, (axis,))
+        ramp = lax.add(lax.mul(rise, position), end)
+        pieces.append(ramp if exact else convert(lax.floor(ramp), array.dtype))
+    return lax.concatenate([pieces[0], array, pieces[1]], axis)
+
+
+def _pad_odd_reflection(array, axis: int, lo: int, hi: int, mode: str):
+    """Odd reflection is linear in the axis' elements (2 * edge - mirror image, repeated for
+    wide pads): NumPy's own pad of an identity matrix gives its matrix, applied as one dot."""
+    _check_nonempty_axis(array, axis, mode)
+    n = array.shape[axis]
+    # Integer coefficients (2, -1, ...), so integers stay integers (wrapping as NumPy's do).
+    matrix = np.pad(np.eye(n, dtype=array.dtype), [(lo, hi), (0, 0)], mode=mode, reflect_type="odd")
+    mixed = lax.dot_general(lax.asarray(matrix), array, (((1,), (axis,)), ((), ())))
+    # dot_general puts the padded axis first.
+    order = list(range(1, axis + 1)) + [0] + list(range(axis + 1, array.ndim))
+    return lax.transpose(mixed, order)
 
 
 def _pad_by_copying(array, axis: int, lo: int, hi: int, mode: str):

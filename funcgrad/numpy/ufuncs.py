@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from funcgrad import dtypes, lax
@@ -154,7 +156,18 @@ bitwise_or = _binary(ew.or_p, "bitwise_or")
 bitwise_xor = _binary(ew.xor_p, "bitwise_xor")
 left_shift = _binary(ew.shift_left_p, "left_shift")
 
-negative = _unary(ew.neg_p, "negative", promote_args_numeric)
+
+def negative(x, /):
+    """NumPy's `negative`; booleans are refused, as NumPy and JAX do."""
+    if dtypes.is_bool(to_array(x).dtype):
+        raise TypeError(
+            "negative: the `-` operator is not supported for booleans; use `~` or "
+            "fnp.logical_not instead"
+        )
+    (x,) = promote_args_numeric("negative", x)
+    return lax.neg(x)
+
+
 sign = _unary(ew.sign_p, "sign", promote_args_numeric)
 exp = _unary(ew.exp_p, "exp", promote_args_inexact)
 exp2 = _unary(ew.exp2_p, "exp2", promote_args_inexact)
@@ -289,6 +302,11 @@ def power(x1, x2, /):
         (x1,) = promote_args_numeric("power", x1)
         if x2 >= 0 or dtypes.is_float(x1.dtype):
             return lax.integer_pow(x1, x2)
+        # As NumPy and JAX: the result would be a fraction, which an integer cannot hold.
+        raise ValueError(
+            f"power: integers cannot be raised to negative powers, got {x1.dtype.name} ** "
+            f"{x2}; convert the base to a float first"
+        )
     x1, x2 = promote_args_numeric("power", x1, x2)
     if dtypes.is_int(x1.dtype):
         return _integer_power(x1, x2)
@@ -444,12 +462,17 @@ def copysign(x1, x2, /):
 
 def hypot(x1, x2, /):
     x1, x2 = promote_args_inexact("hypot", x1, x2)
-    a, b = lax.abs(x1), lax.abs(x2)
-    big, small = lax.max(a, b), lax.min(a, b)
-    # Scale by the larger magnitude so the squares neither overflow nor underflow.
+    # |big| * sqrt(1 + (small / big)**2), scaled by the larger magnitude so the squares neither
+    # overflow nor underflow. The sides are chosen by select, not taken through abs/max/min,
+    # so the formula holds near the point in both operands and its higher derivatives are
+    # right where a side is 0 or the sides tie.
+    first_smaller = lax.le(lax.abs(x1), lax.abs(x2))
+    big = _select(first_smaller, x2, x1)
+    small = _select(first_smaller, x1, x2)
     safe_big = _select(lax.eq(big, _zero(big)), _full_like_scalar(big, 1.0), big)
     ratio = lax.div(small, safe_big)
-    out = lax.mul(big, lax.sqrt(lax.add(_full_like_scalar(ratio, 1.0), lax.mul(ratio, ratio))))
+    scale = lax.sqrt(lax.add(_full_like_scalar(ratio, 1.0), lax.mul(ratio, ratio)))
+    out = lax.mul(lax.abs(big), scale)
     # An infinite side gives inf even beside inf or nan (where the ratio above is nan).
     either_inf = lax.bitwise_or(isinf(x1), isinf(x2))
     return _select(either_inf, _full_like_scalar(out, np.inf), out)
@@ -467,10 +490,14 @@ def fmin(x1, x2, /):
 
 
 def heaviside(x1, x2, /):
+    """0 below 0, 1 above, x2 at 0, and NaN where x1 is NaN."""
     x1, x2 = promote_args_inexact("heaviside", x1, x2)
     zero = _zero(x1)
+    at_zero_or_nan = _select(lax.eq(x1, zero), x2, x1)
     return _select(
-        lax.lt(x1, zero), zero, _select(lax.gt(x1, zero), _full_like_scalar(x1, 1.0), x2)
+        lax.lt(x1, zero),
+        zero,
+        _select(lax.gt(x1, zero), _full_like_scalar(x1, 1.0), at_zero_or_nan),
     )
 
 
@@ -489,11 +516,16 @@ radians, degrees = deg2rad, rad2deg
 
 def logaddexp(x1, x2, /):
     x1, x2 = promote_args_inexact("logaddexp", x1, x2)
-    hi = lax.max(x1, x2)
-    delta = lax.sub(x1, x2)
-    # log(e^a + e^b) = max + log1p(e^-|a-b|); when both are equal infinities delta is nan.
+    # log(e^a + e^b) = hi + log1p(e^(lo - hi)). hi and lo are picked by select (not max and
+    # abs), so at a tie the formula is still a + log1p(e^(b - a)), smooth in both operands, and
+    # every derivative is right there.
+    first_larger = lax.ge(x1, x2)
+    hi = _select(first_larger, x1, x2)
+    lo = _select(first_larger, x2, x1)
+    delta = lax.sub(lo, hi)
+    # When both are equal infinities delta is nan; the sum is then the answer.
     finite_delta = _select(isnan(delta), _zero(delta), delta)
-    out = lax.add(hi, lax.log1p(lax.exp(lax.neg(lax.abs(finite_delta)))))
+    out = lax.add(hi, lax.log1p(lax.exp(finite_delta)))
     return _select(isnan(delta), lax.add(x1, x2), out)
 
 
@@ -503,12 +535,22 @@ def logaddexp2(x1, x2, /):
     return lax.div(logaddexp(lax.mul(x1, ln2), lax.mul(x2, ln2)), ln2)
 
 
+# Taylor coefficients of sin(t) / t in t**2: (-1)**k / (2k + 1)!.
+_SINC_SERIES = [(-1) ** k / math.factorial(2 * k + 1) for k in range(8)]
+
+
 def sinc(x, /):
+    """sin(pi x) / (pi x). At 0 its Taylor polynomial (through degree 14) stands in for the
+    constant 1, so derivatives through order 15 are right there rather than 0."""
     (x,) = promote_args_inexact("sinc", x)
     pi_x = lax.mul(x, _full_like_scalar(x, np.pi))
     is_zero = lax.eq(x, _zero(x))
     safe = _select(is_zero, _full_like_scalar(x, 1.0), pi_x)
-    return _select(is_zero, _full_like_scalar(x, 1.0), lax.div(lax.sin(safe), safe))
+    pi_x_squared = lax.mul(pi_x, pi_x)
+    series = _full_like_scalar(x, _SINC_SERIES[-1])
+    for coefficient in reversed(_SINC_SERIES[:-1]):
+        series = lax.add(lax.mul(series, pi_x_squared), _full_like_scalar(x, coefficient))
+    return _select(is_zero, series, lax.div(lax.sin(safe), safe))
 
 
 def conjugate(x, /):

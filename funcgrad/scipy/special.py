@@ -101,13 +101,22 @@ def ndtri(p: ArrayLike):
 def xlogy(x: ArrayLike, y: ArrayLike):
     """x * log(y), defined as 0 where x is 0 (whatever y is, as in JAX)."""
     x, y = promote_args_inexact("xlogy", x, y)
-    return fnp.where(x == 0, 0, x * fnp.log(y))
+    return _times_log_where_finite(x, y, fnp.log, 1)
 
 
 def xlog1py(x: ArrayLike, y: ArrayLike):
     """x * log1p(y), defined as 0 where x is 0 (whatever y is, as in JAX)."""
     x, y = promote_args_inexact("xlog1py", x, y)
-    return fnp.where(x == 0, 0, x * fnp.log1p(y))
+    return _times_log_where_finite(x, y, fnp.log1p, 0)
+
+
+def _times_log_where_finite(x, y, log, log_root):
+    """x * log(y), 0 where x is 0. Where log(y) is finite the product itself is returned (it
+    is 0 at x == 0), so the derivative in x at 0 is log(y), not the 0 of a constant branch;
+    elsewhere at x == 0 y is replaced by `log_root` (log(log_root) == 0), so that
+    0 * log(y) cannot be nan."""
+    replace = (x == 0) & ~fnp.isfinite(log(y))
+    return x * log(fnp.where(replace, log_root, y))
 
 
 def entr(x: ArrayLike):

@@ -406,7 +406,11 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
             return partial_fun(*tree_util.tree_unflatten(in_tree, leaves))
 
         def pushforward(*tangents):
-            return jvp(flat_fun, in_leaves, list(tangents), has_aux=has_aux)
+            result = jvp(flat_fun, in_leaves, list(tangents), has_aux=has_aux)
+            # An integer output's tangent is float0, which cannot be stacked; its Jacobian is
+            # zeros of the output's own dtype.
+            tangents_out = tree_util.tree_map(_zeros_for_float0, result[0], result[1])
+            return (result[0], tangents_out, *result[2:])
 
         basis, offsets = _standard_basis(in_leaves)
         result = vmap(pushforward, out_axes=(None, 0, None) if has_aux else (None, 0))(*basis)
@@ -425,6 +429,14 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
         return (jac, result[2]) if has_aux else jac
 
     return jacfwd_fun
+
+
+def _zeros_for_float0(primal, tangent):
+    from funcgrad import numpy as fnp
+
+    if np.dtype(tangent.dtype) == float0:
+        return fnp.zeros(np.shape(primal), fnp.asarray(primal).dtype)
+    return tangent
 
 
 def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:

@@ -188,6 +188,15 @@ passes.dce_rules[jit_p] = passes.dce_call
 # The transform
 
 
+def _typed_static_key(value):
+    """A static value with its type (and its items' types, for tuples): 1, 1.0 and True are
+    equal and hash alike, but a program traced with one would give the others the wrong
+    dtypes."""
+    if isinstance(value, tuple):
+        return type(value), tuple(_typed_static_key(item) for item in value)
+    return type(value), value
+
+
 def _static_tuple(argnums) -> tuple:
     if argnums is None:
         return ()
@@ -317,7 +326,8 @@ class Jitted:
             x if abstract and isinstance(x, core.ShapeDtypeStruct) else _operand(x, self.name)
             for x in leaves
         ]
-        key = (in_tree, tuple(map(_aval_key, leaves)), static)
+        typed_static = tuple((where, _typed_static_key(value)) for where, value in static)
+        key = (in_tree, tuple(map(_aval_key, leaves)), typed_static)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._trace(args, kwargs, static_positions, in_tree, leaves)

@@ -20,6 +20,12 @@ from funcgrad.transforms.make_jaxpr import function_name
 
 def _flat_axes(axes, tree, what: str) -> list:
     """One axis per leaf of `tree`, from `axes`: an int, None, or a tree prefix of `tree`."""
+    for axis in tree_util.tree_leaves(axes):
+        if not isinstance(axis, int) or isinstance(axis, bool):
+            raise TypeError(
+                f"vmap {what} must be an int, None, or a pytree of ints and Nones; got "
+                f"{axis!r} of type {type(axis).__name__} in {what}={axes!r}"
+            )
     try:
         return _expand_prefix(axes, tree)
     except ValueError:

@@ -709,10 +709,15 @@ def map(f: Callable, xs, *, batch_size: int | None = None):
 
 
 def _static_int(x) -> int | None:
-    """The value of a loop bound known while tracing, or None for a traced bound."""
+    """The value of a loop bound known while tracing (a float one truncated, as int() does),
+    or None for a traced bound."""
     try:
         return operator.index(x)
     except TypeError:
+        pass
+    try:
+        return int(x)
+    except TypeError:  # a ConcretizationTypeError: the bound is traced
         return None
 
 
@@ -724,15 +729,18 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll: int | bool 
     """
     lower_arr, upper_arr = asarray(lower), asarray(upper)
     for name, bound in (("lower", lower_arr), ("upper", upper_arr)):
-        if not dtypes.is_int(bound.dtype) or bound.ndim != 0:
+        if dtypes.is_bool(bound.dtype) or bound.ndim != 0:
             raise TypeError(
-                f"fori_loop: {name} must be an integer scalar, got {bound.aval.str_short()}"
+                f"fori_loop: {name} must be a numeric scalar, got {bound.aval.str_short()}"
             )
     # The index has the bounds' promoted type, weak when both are Python ints.
     dtype, weak = dtypes.result_type_of(
         [(lower_arr.dtype, lower_arr.weak_type), (upper_arr.dtype, upper_arr.weak_type)]
     )
     start, stop = _static_int(lower), _static_int(upper)
+    if not dtypes.is_int(dtype) and start is not None and stop is not None:
+        # Known float bounds count as JAX counts them: truncated, with a Python int index.
+        dtype, weak = dtypes.int32, True
     if start is None or stop is None:
         if unroll is not None:
             raise ValueError("fori_loop: unroll needs bounds known while tracing")
