@@ -328,6 +328,9 @@ def test_det_gradient_at_a_singular_matrix_is_the_adjugate_transposed():
         np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [-1.0, -2.0, -3.0]]),  # rank 1
         np.random.default_rng(0).standard_normal((2, 3, 3)),
         np.eye(3),  # repeated singular values
+        np.zeros((3, 3)),  # singular values all 0
+        np.diag([2.0, 0.0, 0.0, 0.0]),  # rank n - 3: the Hessian of det is 0, not NaN
+        np.diag([2.0, 3.0, 0.0, 0.0]),  # rank n - 2: a nonzero Hessian
         np.stack([np.eye(2), [[1.0, 2.0], [2.0, 4.0]]]),  # one regular, one singular
     ],
 )

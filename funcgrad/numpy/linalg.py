@@ -364,10 +364,11 @@ def _det_jvp(primals, tangents):
 
 def _adjugate(a):
     """adj(A), through det(A) inv(A) for well-conditioned matrices and through the SVD for
-    (nearly) singular ones. Each formula gets a harmless stand-in where the other one is used,
-    so neither produces an inf or NaN whose derivative could leak through the select: the
-    inverse's derivatives blow up at singular matrices, the SVD's at repeated singular values
-    (the identity among them)."""
+    (nearly) singular ones. The inverse's derivatives blow up at singular matrices; the SVD's
+    adjugate has a jvp of its own, but differentiating that again differentiates the SVD,
+    which blows up at repeated singular values (the identity among them). Each formula gets a
+    harmless stand-in where the other one is used, so no inf or NaN can leak through the
+    select into a derivative."""
     n = a.shape[-1]
     s = lax.stop_gradient(svdvals(a))
     cutoff = s[..., :1] * math.sqrt(dtypes.finfo(a.dtype).eps)
@@ -380,17 +381,49 @@ def _adjugate(a):
     return misc.where(near_singular, _adjugate_from_svd(singular), by_inverse)
 
 
+@custom_jvp
 def _adjugate_from_svd(a):
-    """adj(A) from the SVD A = U S Vh: adj(A) = det(U) det(Vh) Vh^T diag(prod_{j != i} s_j) U^T.
-    Each product leaves out one singular value by multiplying prefix and suffix products, so
-    nothing is divided by a singular value that may be 0."""
+    """adj(A) from the SVD A = U S Vh: adj(A) = det(U) det(Vh) Vh^T adj(S) U^T, where adj(S) is
+    diagonal with the products of all singular values but one. Its jvp uses the SVD's values
+    only, so it holds at repeated singular values, where the SVD's own derivative does not."""
     u, s, vh = svd(a, full_matrices=False)
+    others = _products_leaving_out_one(s) * _orientation(u, vh)[..., None]
+    return matrix_transpose(vh) @ (others[..., :, None] * matrix_transpose(u))
+
+
+@_adjugate_from_svd.defjvp
+def _adjugate_from_svd_jvp(primals, tangents):
+    """With A + tE = U (S + tM) Vh for M = U^T E Vh^T, d adj(A) = det(U) det(Vh) Vh^T
+    d adj(S)[M] U^T, and at the diagonal S: d adj(S)[M]_ij = -M_ij prod_{k != i, j} s_k off
+    the diagonal, sum_{k != i} M_kk prod_{l != i, k} s_l on it."""
+    (a,), (a_dot,) = primals, tangents
+    u, s, vh = (lax.stop_gradient(x) for x in svd(a, full_matrices=False))
+    m = matrix_transpose(u) @ a_dot @ matrix_transpose(vh)
+    n = s.shape[-1]
+    # leave_two[..., i, j] (i != j): the product of the singular values but the i-th and j-th,
+    # as row i's products leaving out one, where row i is s with s_i replaced by 1.
+    eye = misc.eye(n, dtype=bool)
+    leave_two = _products_leaving_out_one(misc.where(eye, 1, s[..., None, :]))
+    m_diagonal = misc.diagonal(m, 0, -2, -1)
+    on_diagonal = sum(misc.where(eye, 0, leave_two) * m_diagonal[..., None, :], axis=-1)
+    inner = misc.where(eye, on_diagonal[..., :, None], -m * leave_two)
+    orientation = _orientation(u, vh)[..., None, None]
+    tangent = orientation * (matrix_transpose(vh) @ inner @ matrix_transpose(u))
+    return _adjugate_from_svd(a), tangent
+
+
+def _products_leaving_out_one(s):
+    """prod_{j != i} s_j for each i, from prefix and suffix products (no division by an s_i
+    that may be 0)."""
     empty_product = ones(s.shape[:-1] + (1,), s.dtype)
     before = concatenate([empty_product, cumprod(s[..., :-1], axis=-1)], axis=-1)
     after = flip(concatenate([empty_product, cumprod(flip(s[..., 1:], -1), axis=-1)], axis=-1), -1)
-    orientation = lax.stop_gradient(_det(u) * _det(vh))
-    others = before * after * orientation[..., None]
-    return matrix_transpose(vh) @ (others[..., :, None] * matrix_transpose(u))
+    return before * after
+
+
+def _orientation(u, vh):
+    """det(U) det(Vh), +-1: constant where the SVD is differentiable, so no gradient."""
+    return lax.stop_gradient(_det(u) * _det(vh))
 
 
 def slogdet(a, *, method: str | None = None) -> SlogdetResult:
