@@ -603,3 +603,17 @@ def test_erf_inv_and_digamma_compositions(dtype):
     )
     key = fg.random.PRNGKey(3)
     assert_same_as_reference(lambda k: fg.random.normal(k, (64,)), key, rtol=1e-5, atol=1e-5)
+
+
+def test_short_contractions_fuse_into_their_readers():
+    a = rng.standard_normal((32,)).astype(np.float32)
+    b = rng.standard_normal((16,)).astype(np.float32)
+    acc = rng.standard_normal((32, 16)).astype(np.float32)
+
+    def f(x, y, total):
+        return total + fnp.outer(x, y) * 2, fnp.einsum("i,j->ij", x[:3], y[:3]).sum()
+
+    executable = compiled(f, a, b, acc)
+    assert "dot_general" not in executable.fusion_plan().split("# fuses")[0]
+    assert executable.fusion_plan().count(" = k") <= 2, executable.fusion_plan()
+    assert_same_as_reference(f, a, b, acc, rtol=1e-5, atol=1e-5)

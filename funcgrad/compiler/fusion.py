@@ -31,6 +31,15 @@ RootRule = Callable[["KernelBuilder", JaxprEqn, list], list]
 
 element_rules: dict[Primitive, ElementRule] = {}
 root_rules: dict[Primitive, RootRule] = {}
+# Primitives whose element rule applies only to some of their equations (the others take the
+# root rule): primitive -> predicate on the equation.
+element_rule_applies: dict[Primitive, Callable[[JaxprEqn], bool]] = {}
+
+
+def fusible(eqn: JaxprEqn) -> bool:
+    """Whether `eqn` can be computed one output element at a time inside its readers."""
+    rule_applies = element_rule_applies.get(eqn.primitive)
+    return eqn.primitive in element_rules and (rule_applies is None or rule_applies(eqn))
 
 
 class CompileError(NotImplementedError):
@@ -124,9 +133,9 @@ class KernelBuilder:
         key = (id(eqn), tuple(map(id, index)))
         hit = self._memo.get(key)
         if hit is None:
-            rule = element_rules.get(eqn.primitive)
-            if rule is None:
+            if not fusible(eqn):
                 raise CompileError(f"the compiler cannot fuse {describe(eqn)}")
+            rule = element_rules[eqn.primitive]
             hit = (index, rule(self, eqn, index))  # the index is kept alive with its ids
             self._memo[key] = hit
         value = hit[1]
@@ -795,6 +804,57 @@ def _dot_general(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
 
 
 root_rules[PRIMITIVES["dot_general"]] = _dot_general
+
+# Contractions this short (outer products, per-example products) are a few multiply-adds per
+# output element: they fuse into their readers like elementwise ops.
+SHORT_CONTRACTION = 8
+
+
+def _contraction_size(eqn: JaxprEqn) -> int:
+    (lhs_contract, _), _ = eqn.params["dimension_numbers"]
+    return math.prod(eqn.invars[0].aval.shape[d] for d in lhs_contract)
+
+
+def _short_dot_general(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    lhs, rhs = eqn.invars
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
+    out = eqn.outvars[0].aval
+    acc_dtype = compute_dtype(out.dtype)
+    lhs_free = [d for d in range(lhs.aval.ndim) if d not in lhs_contract and d not in lhs_batch]
+    rhs_free = [d for d in range(rhs.aval.ndim) if d not in rhs_contract and d not in rhs_batch]
+    batch_index = index[: len(lhs_batch)]
+    lhs_free_index = index[len(lhs_batch) : len(lhs_batch) + len(lhs_free)]
+    rhs_free_index = index[len(lhs_batch) + len(lhs_free) :]
+    total: Expr = K.const(0, acc_dtype)
+    contract_shape = tuple(lhs.aval.shape[d] for d in lhs_contract)
+    for flat in range(math.prod(contract_shape)):
+        contract_index = [_index_const(i) for i in np.unravel_index(flat, contract_shape)]
+        lhs_index = [None] * lhs.aval.ndim
+        rhs_index = [None] * rhs.aval.ndim
+        for dims, values in (
+            (lhs_batch, batch_index),
+            (lhs_contract, contract_index),
+            (lhs_free, lhs_free_index),
+        ):
+            for d, i in zip(dims, values):
+                lhs_index[d] = i
+        for dims, values in (
+            (rhs_batch, batch_index),
+            (rhs_contract, contract_index),
+            (rhs_free, rhs_free_index),
+        ):
+            for d, i in zip(dims, values):
+                rhs_index[d] = i
+        a = K.cast(builder.element(lhs, lhs_index), acc_dtype)
+        b = K.cast(builder.element(rhs, rhs_index), acc_dtype)
+        total = K.binary("add", total, K.binary("mul", a, b))
+    return K.cast(total, out.dtype)
+
+
+element_rules[PRIMITIVES["dot_general"]] = _short_dot_general
+element_rule_applies[PRIMITIVES["dot_general"]] = lambda eqn: (
+    _contraction_size(eqn) <= SHORT_CONTRACTION
+)
 
 
 def size_of(shape: tuple[int, ...]) -> int:

@@ -21,8 +21,8 @@ from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import (
     REDUCTIONS,
     KernelBuilder,
-    element_rules,
     flat_offset,
+    fusible,
     loop_nest,
     reduce_one,
 )
@@ -52,7 +52,7 @@ class Member:
 
 
 def is_member(eqn: JaxprEqn) -> bool:
-    return eqn.primitive in element_rules or eqn.primitive in REDUCTIONS
+    return fusible(eqn) or eqn.primitive in REDUCTIONS
 
 
 # Equations through which an index keeps its leading dimensions: the element an output

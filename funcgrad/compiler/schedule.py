@@ -36,7 +36,7 @@ from funcgrad.compiler.fusion import (
     CompileError,
     KernelBuilder,
     describe,
-    element_rules,
+    fusible,
     loop_nest,
     root_rules,
 )
@@ -238,7 +238,7 @@ def _materialized(eqns: list[JaxprEqn], outvars: list, produced: set) -> set:
     demand: Counter = Counter(v for v in outvars if type(v) is Var)
     for eqn in reversed(eqns):
         primitive = eqn.primitive
-        fused = primitive in element_rules
+        fused = fusible(eqn)
         if not fused:
             keep.update(eqn.outvars)
         else:
@@ -401,7 +401,7 @@ class _Scheduler:
     def _schedule(self, eqn: JaxprEqn) -> None:
         primitive = eqn.primitive
         kept = [v for v in eqn.outvars if v in self.buffer_of]
-        if primitive in element_rules and not kept:
+        if fusible(eqn) and not kept:
             return  # fused into its readers
         if rows.is_member(eqn):
             self.pending.append(rows.Member(eqn, kept))
@@ -443,7 +443,7 @@ class _Scheduler:
     def _single(self, member: rows.Member) -> None:
         eqn, kept = member.eqn, member.stored
         builder = KernelBuilder(self.producer, self.buffer_of)
-        if eqn.primitive in root_rules:
+        if not fusible(eqn):
             outputs = [self.buffer_of[v] for v in eqn.outvars]
             body = root_rules[eqn.primitive](builder, eqn, outputs)
             self._kernel(builder, outputs, body, self._fused_eqns([eqn]))
@@ -470,9 +470,7 @@ class _Scheduler:
             for eqn in self.consumers.get(stack.pop(), []):
                 if id(eqn) in roots:
                     continue
-                fused_away = eqn.primitive in element_rules and not any(
-                    v in self.buffer_of for v in eqn.outvars
-                )
+                fused_away = fusible(eqn) and not any(v in self.buffer_of for v in eqn.outvars)
                 if not fused_away:
                     return False
                 stack.extend(eqn.outvars)
