@@ -617,3 +617,27 @@ def test_short_contractions_fuse_into_their_readers():
     assert "dot_general" not in executable.fusion_plan().split("# fuses")[0]
     assert executable.fusion_plan().count(" = k") <= 2, executable.fusion_plan()
     assert_same_as_reference(f, a, b, acc, rtol=1e-5, atol=1e-5)
+
+
+def test_a_program_the_compiler_cannot_lower_names_the_primitive_and_line():
+    from funcgrad.compiler.fusion import CompileError
+    from funcgrad.core import PRIMITIVES, Primitive, ShapedArray
+
+    unlowered = Primitive("test_unlowered")
+    try:
+        unlowered.def_impl(lambda x: x)
+        unlowered.def_abstract_eval(lambda x: ShapedArray(x.shape, x.dtype))
+
+        def f(x):
+            return unlowered.bind(fnp.sin(x))  # the line the error must name
+
+        jitted = fg.jit(f)
+        where = r"test_unlowered\(f32\[5,7\]\) at .*test_llvm_backend\.py"
+        with backend("llvm"):
+            for _ in range(2):  # a failed compilation leaves nothing cached
+                with pytest.raises(CompileError, match=where):
+                    jitted(x32)
+        with backend("numpy"):
+            np.testing.assert_allclose(np.asarray(jitted(x32)), np.sin(x32), rtol=1e-6)
+    finally:
+        del PRIMITIVES["test_unlowered"]  # the registry holds only real primitives
