@@ -641,3 +641,15 @@ def test_a_program_the_compiler_cannot_lower_names_the_primitive_and_line():
             np.testing.assert_allclose(np.asarray(jitted(x32)), np.sin(x32), rtol=1e-6)
     finally:
         del PRIMITIVES["test_unlowered"]  # the registry holds only real primitives
+
+
+def test_a_reduction_shares_the_loop_of_what_it_reads_only_elementwise():
+    x = rng.standard_normal((6, 10)).astype(np.float32)
+
+    def f(a):
+        centered = a - a.mean(axis=1, keepdims=True)
+        same = (centered * centered).sum(axis=1, keepdims=True)
+        flipped = (centered * fnp.flip(centered, axis=1)).sum(axis=1, keepdims=True)
+        return centered / (same + 1) + flipped
+
+    assert_same_as_reference(f, x, rtol=1e-5, atol=1e-5)

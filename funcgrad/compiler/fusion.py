@@ -618,28 +618,40 @@ def _reduce(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     )
 
 
+class Accumulation:
+    """One output position of a reduction, in three parts, so that its loop can be shared with
+    another kernel's: `start` statements, `add(reduced_index)` statements per reduced element,
+    and `finish(store)` statements."""
+
+    def __init__(self, builder: KernelBuilder, eqn: JaxprEqn, out_index: list):
+        (self.x,) = eqn.invars
+        self.builder, self.eqn, self.out_index = builder, eqn, out_index
+        self.combine, initial = _REDUCTIONS[eqn.primitive.name]
+        self.axes = eqn.params["axes"]
+        self.dtype = compute_dtype(self.x.aval.dtype)
+        self.acc = K.fresh_acc(self.dtype)
+        self.start = [K.SetAcc(self.acc, K.const(initial(self.dtype), self.dtype))]
+        self.reduced_shape = tuple(self.x.aval.shape[d] for d in self.axes)
+
+    def add(self, reduced_index: list) -> list:
+        full, kept, reduced = [], iter(self.out_index), iter(reduced_index)
+        for d in range(self.x.aval.ndim):
+            full.append(next(reduced) if d in self.axes else next(kept))
+        value = K.cast(self.builder.element(self.x, full), self.dtype)
+        return [K.SetAcc(self.acc, K.binary(self.combine, self.acc.read(), value))]
+
+    def finish(self, store) -> list:
+        return [store(K.cast(self.acc.read(), self.eqn.outvars[0].aval.dtype))]
+
+
 def reduce_one(builder: KernelBuilder, eqn: JaxprEqn, out_index: list, store) -> list:
     """Statements reducing the elements of one output position of a reduction into an
     accumulator, then `store(result)`."""
-    (x,) = eqn.invars
-    combine, initial = _REDUCTIONS[eqn.primitive.name]
-    axes = eqn.params["axes"]
-    shape = x.aval.shape
-    acc_dtype = compute_dtype(x.aval.dtype)
-    acc = K.fresh_acc(acc_dtype)
-    reduced_shape = tuple(shape[d] for d in axes)
-
-    def inner(reduced_index: list) -> list:
-        full, kept_iter, reduced_iter = [], iter(out_index), iter(reduced_index)
-        for d in range(len(shape)):
-            full.append(next(reduced_iter) if d in axes else next(kept_iter))
-        value = K.cast(builder.element(x, full), acc_dtype)
-        return [K.SetAcc(acc, K.binary(combine, acc.read(), value))]
-
+    accumulation = Accumulation(builder, eqn, out_index)
     return (
-        [K.SetAcc(acc, K.const(initial(acc_dtype), acc_dtype))]
-        + loop_nest(reduced_shape, inner)
-        + [store(K.cast(acc.read(), eqn.outvars[0].aval.dtype))]
+        accumulation.start
+        + loop_nest(accumulation.reduced_shape, accumulation.add)
+        + accumulation.finish(store)
     )
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import (
     REDUCTIONS,
+    Accumulation,
     KernelBuilder,
     flat_offset,
     fusible,
@@ -127,6 +128,34 @@ def group(members: list[Member], producer: dict, buffer_of: dict) -> list[tuple[
     return groups
 
 
+def _reads_same_element(var, stored: set, builder: KernelBuilder) -> bool:
+    """Whether the element of `var` at an index reads the variables in `stored` (being written
+    in the same loop) only at that same index: through elementwise operations alone."""
+    if type(var) is not Var or var in stored:
+        return True
+    if var in builder.buffer_of or var in builder.local:
+        return True
+    eqn = builder.producer[var]
+    if not _elementwise(eqn) or eqn.primitive in REDUCTIONS:
+        return not _reads_any(var, stored, builder)
+    shape = eqn.outvars[0].aval.shape
+    return all(
+        v.aval.ndim == 0 or (v.aval.shape == shape and _reads_same_element(v, stored, builder))
+        for v in eqn.invars
+        if type(v) is Var
+    )
+
+
+def _reads_any(var, stored: set, builder: KernelBuilder) -> bool:
+    if type(var) is not Var:
+        return False
+    if var in stored:
+        return True
+    if var in builder.buffer_of or var in builder.local:
+        return False
+    return any(_reads_any(v, stored, builder) for v in builder.producer[var].invars)
+
+
 def build(builder: KernelBuilder, members: list[Member], outer: tuple, local: set) -> list:
     """The statements of one kernel running every member for each index of `outer`. Variables
     in `local` live in row-sized scratch."""
@@ -141,34 +170,55 @@ def build(builder: KernelBuilder, members: list[Member], outer: tuple, local: se
             return buffer, flat_offset(index[rank:], var.aval.shape[rank:])
         return builder.buffer_of[var], flat_offset(index, var.aval.shape)
 
+    def map_stores(member: Member, index: list) -> list:
+        values = builder.compute(member.eqn, index)
+        values = values if isinstance(values, list) else [values]
+        by_var = dict(zip(member.eqn.outvars, values))
+        stores = []
+        for var in member.stored:
+            buffer, offset = target(var, index)
+            stores.append(K.Store(buffer, offset, by_var[var]))
+        return stores
+
     def row(outer_index: list) -> list:
         statements = []
-        for member in members:
-            eqn = member.eqn
+        position = 0
+        while position < len(members):
+            member = members[position]
+            position += 1
             if member.is_reduction:
                 (var,) = member.stored
                 buffer, offset = target(var, outer_index)
                 statements += reduce_one(
-                    builder,
-                    eqn,
-                    outer_index,
-                    lambda value, b=buffer, o=offset: K.Store(b, o, value),
+                    builder, member.eqn, outer_index, lambda v, b=buffer, o=offset: K.Store(b, o, v)
                 )
                 continue
-            shape = member.stored[0].aval.shape
-
-            def body(inner_index: list, eqn=eqn, member=member) -> list:
-                index = outer_index + inner_index
-                values = builder.compute(eqn, index)
-                values = values if isinstance(values, list) else [values]
-                by_var = dict(zip(eqn.outvars, values))
-                stores = []
-                for var in member.stored:
-                    buffer, offset = target(var, index)
-                    stores.append(K.Store(buffer, offset, by_var[var]))
-                return stores
-
-            statements += loop_nest(shape[rank:], body)
+            inner_shape = member.stored[0].aval.shape[rank:]
+            # Reductions right after it over the same inner elements share its loop: each
+            # element is reduced as soon as it is stored.
+            sharing = []
+            while position < len(members) and members[position].is_reduction:
+                accumulation = Accumulation(builder, members[position].eqn, outer_index)
+                same_element = _reads_same_element(
+                    members[position].eqn.invars[0], set(member.stored), builder
+                )
+                if accumulation.reduced_shape != inner_shape or not same_element:
+                    break
+                sharing.append((members[position], accumulation))
+                position += 1
+            for _, accumulation in sharing:
+                statements += accumulation.start
+            statements += loop_nest(
+                inner_shape,
+                lambda inner, member=member, sharing=sharing: (
+                    map_stores(member, outer_index + inner)
+                    + [s for _, a in sharing for s in a.add(inner)]
+                ),
+            )
+            for reduction, accumulation in sharing:
+                (var,) = reduction.stored
+                buffer, offset = target(var, outer_index)
+                statements += accumulation.finish(lambda v, b=buffer, o=offset: K.Store(b, o, v))
         return statements
 
     return loop_nest(outer, row)
