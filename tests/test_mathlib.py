@@ -20,8 +20,18 @@ BOUNDS = {
     ("tanh", np.float32): 1.8,
     ("exp", np.float64): 1.5,
     ("log", np.float64): 2.5,
+    ("log1p", np.float32): 4.5,
+    ("log1p", np.float64): 3.5,
+    ("expm1", np.float32): 4.5,
+    ("expm1", np.float64): 3.5,
 }
-FUNCTIONS = {"exp": (fnp.exp, np.exp), "log": (fnp.log, np.log), "tanh": (fnp.tanh, np.tanh)}
+FUNCTIONS = {
+    "exp": (fnp.exp, np.exp),
+    "log": (fnp.log, np.log),
+    "tanh": (fnp.tanh, np.tanh),
+    "log1p": (fnp.log1p, np.log1p),
+    "expm1": (fnp.expm1, np.expm1),
+}
 
 
 def arguments(dtype) -> np.ndarray:
@@ -79,5 +89,5 @@ def test_error_in_ulp_and_special_values(name, dtype):
     )
     error = np.abs(got[finite].astype(np.float64) - exact[finite]) / spacing
     assert error.max() <= BOUNDS[name, dtype], (x[finite][error.argmax()], error.max())
-    expected_zero = {"exp": 1.0, "log": -np.inf, "tanh": -0.0}[name]
+    expected_zero = {"exp": 1.0, "log": -np.inf, "tanh": -0.0, "log1p": -0.0, "expm1": -0.0}[name]
     assert negative_zero == expected_zero and np.signbit(negative_zero) == np.signbit(expected_zero)
