@@ -765,51 +765,55 @@ for _name in ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"):
     root_rules[PRIMITIVES[_name]] = _cumulative
 
 
+def _dot_product(builder: KernelBuilder, eqn: JaxprEqn, out_index: list, contract_index: list):
+    """lhs * rhs (in the accumulation dtype) at one output position and one position of the
+    contracting dimensions."""
+    lhs, rhs = eqn.invars
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
+    acc_dtype = compute_dtype(eqn.outvars[0].aval.dtype)
+    batch_index = out_index[: len(lhs_batch)]
+    free_index = iter(out_index[len(lhs_batch) :])
+    factors = []
+    for operand, contract, batch in (
+        (lhs, lhs_contract, lhs_batch),
+        (rhs, rhs_contract, rhs_batch),
+    ):
+        index = [None] * operand.aval.ndim
+        for d, i in zip(batch, batch_index):
+            index[d] = i
+        for d, i in zip(contract, contract_index):
+            index[d] = i
+        for d in range(operand.aval.ndim):  # free dimensions, lhs's then rhs's, in order
+            if index[d] is None:
+                index[d] = next(free_index)
+        factors.append(K.cast(builder.element(operand, index), acc_dtype))
+    return K.binary("mul", *factors)
+
+
+def _contract_shape(eqn: JaxprEqn) -> tuple[int, ...]:
+    (lhs_contract, _), _ = eqn.params["dimension_numbers"]
+    return tuple(eqn.invars[0].aval.shape[d] for d in lhs_contract)
+
+
 def _dot_general(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     """out[batch, lhs_free, rhs_free] = sum over the contracting dims of lhs * rhs, as loops
     (library GEMMs take the float cases that are large enough)."""
-    lhs, rhs = eqn.invars
     (out,) = outputs
-    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
     out_aval = eqn.outvars[0].aval
     acc_dtype = compute_dtype(out_aval.dtype)
-    lhs_free = [d for d in range(lhs.aval.ndim) if d not in lhs_contract and d not in lhs_batch]
-    rhs_free = [d for d in range(rhs.aval.ndim) if d not in rhs_contract and d not in rhs_batch]
-    contract_shape = tuple(lhs.aval.shape[d] for d in lhs_contract)
 
     def per_output(out_index: list) -> list:
-        batch_index = out_index[: len(lhs_batch)]
-        lhs_free_index = out_index[len(lhs_batch) : len(lhs_batch) + len(lhs_free)]
-        rhs_free_index = out_index[len(lhs_batch) + len(lhs_free) :]
         acc = K.fresh_acc(acc_dtype)
 
         def inner(contract_index: list) -> list:
-            lhs_index = [None] * lhs.aval.ndim
-            rhs_index = [None] * rhs.aval.ndim
-            for dims, index in ((lhs_batch, batch_index), (lhs_contract, contract_index)):
-                for d, i in zip(dims, index):
-                    lhs_index[d] = i
-            for d, i in zip(lhs_free, lhs_free_index):
-                lhs_index[d] = i
-            for dims, index in ((rhs_batch, batch_index), (rhs_contract, contract_index)):
-                for d, i in zip(dims, index):
-                    rhs_index[d] = i
-            for d, i in zip(rhs_free, rhs_free_index):
-                rhs_index[d] = i
-            a = K.cast(builder.element(lhs, lhs_index), acc_dtype)
-            b = K.cast(builder.element(rhs, rhs_index), acc_dtype)
-            return [K.SetAcc(acc, K.binary("add", acc.read(), K.binary("mul", a, b)))]
+            product = _dot_product(builder, eqn, out_index, contract_index)
+            return [K.SetAcc(acc, K.binary("add", acc.read(), product))]
 
+        result = K.cast(acc.read(), out_aval.dtype)
         return (
             [K.SetAcc(acc, K.const(0, acc_dtype))]
-            + loop_nest(contract_shape, inner)
-            + [
-                K.Store(
-                    out,
-                    flat_offset(out_index, out_aval.shape),
-                    K.cast(acc.read(), out_aval.dtype),
-                )
-            ]
+            + loop_nest(_contract_shape(eqn), inner)
+            + [K.Store(out, flat_offset(out_index, out_aval.shape), result)]
         )
 
     return loop_nest(out_aval.shape, per_output)
@@ -822,50 +826,19 @@ root_rules[PRIMITIVES["dot_general"]] = _dot_general
 SHORT_CONTRACTION = 8
 
 
-def _contraction_size(eqn: JaxprEqn) -> int:
-    (lhs_contract, _), _ = eqn.params["dimension_numbers"]
-    return math.prod(eqn.invars[0].aval.shape[d] for d in lhs_contract)
-
-
 def _short_dot_general(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
-    lhs, rhs = eqn.invars
-    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
-    out = eqn.outvars[0].aval
-    acc_dtype = compute_dtype(out.dtype)
-    lhs_free = [d for d in range(lhs.aval.ndim) if d not in lhs_contract and d not in lhs_batch]
-    rhs_free = [d for d in range(rhs.aval.ndim) if d not in rhs_contract and d not in rhs_batch]
-    batch_index = index[: len(lhs_batch)]
-    lhs_free_index = index[len(lhs_batch) : len(lhs_batch) + len(lhs_free)]
-    rhs_free_index = index[len(lhs_batch) + len(lhs_free) :]
-    total: Expr = K.const(0, acc_dtype)
-    contract_shape = tuple(lhs.aval.shape[d] for d in lhs_contract)
-    for flat in range(math.prod(contract_shape)):
-        contract_index = [_index_const(i) for i in np.unravel_index(flat, contract_shape)]
-        lhs_index = [None] * lhs.aval.ndim
-        rhs_index = [None] * rhs.aval.ndim
-        for dims, values in (
-            (lhs_batch, batch_index),
-            (lhs_contract, contract_index),
-            (lhs_free, lhs_free_index),
-        ):
-            for d, i in zip(dims, values):
-                lhs_index[d] = i
-        for dims, values in (
-            (rhs_batch, batch_index),
-            (rhs_contract, contract_index),
-            (rhs_free, rhs_free_index),
-        ):
-            for d, i in zip(dims, values):
-                rhs_index[d] = i
-        a = K.cast(builder.element(lhs, lhs_index), acc_dtype)
-        b = K.cast(builder.element(rhs, rhs_index), acc_dtype)
-        total = K.binary("add", total, K.binary("mul", a, b))
-    return K.cast(total, out.dtype)
+    out_dtype = eqn.outvars[0].aval.dtype
+    total: Expr = K.const(0, compute_dtype(out_dtype))
+    shape = _contract_shape(eqn)
+    for flat in range(math.prod(shape)):
+        contract_index = [_index_const(int(i)) for i in np.unravel_index(flat, shape)]
+        total = K.binary("add", total, _dot_product(builder, eqn, index, contract_index))
+    return K.cast(total, out_dtype)
 
 
 element_rules[PRIMITIVES["dot_general"]] = _short_dot_general
 element_rule_applies[PRIMITIVES["dot_general"]] = lambda eqn: (
-    _contraction_size(eqn) <= SHORT_CONTRACTION
+    math.prod(_contract_shape(eqn)) <= SHORT_CONTRACTION
 )
 
 
