@@ -22,6 +22,10 @@ class Config:
         # Random keys and bits as JAX derives them by default (see funcgrad.random); False
         # gives JAX's earlier scheme.
         self.threefry_partitionable = True
+        # Virtual CPU devices per process (pmap runs one thread per device).
+        self.num_cpu_devices = int(os.environ.get("FUNCGRAD_NUM_CPU_DEVICES", "1"))
+        # Seconds a collective waits for the other devices or processes before it fails.
+        self.collective_timeout = float(os.environ.get("FUNCGRAD_COLLECTIVE_TIMEOUT", "300"))
 
     def update(self, name: str, value) -> None:
         name = name.removeprefix("jax_")
