@@ -140,15 +140,9 @@ def apply_collective(primitive: core.Primitive, values: Sequence, params: dict):
     return shard_rules[primitive](frame, *values, **params)
 
 
-_pools: dict[int, ThreadPoolExecutor] = {}
-
-
-def _pool(num_threads: int) -> ThreadPoolExecutor:
-    pool = _pools.get(num_threads)
-    if pool is None:
-        pool = ThreadPoolExecutor(num_threads, thread_name_prefix="funcgrad-device")
-        _pools[num_threads] = pool
-    return pool
+# The device threads. Threads are made only as calls need them; the bound is far above what
+# the pmap calls running at once can hold (each holds one thread per device until it ends).
+_pool = ThreadPoolExecutor(256, thread_name_prefix="funcgrad-device")
 
 
 def run_on_devices(
@@ -176,7 +170,7 @@ def run_on_devices(
 
     if num_local == 1:
         return [run_device(0)]
-    futures = [_pool(num_local).submit(run_device, i) for i in range(num_local)]
+    futures = [_pool.submit(run_device, i) for i in range(num_local)]
     results, errors = [], []
     for future in futures:
         try:

@@ -353,6 +353,7 @@ class Pmapped:
         ]
         avals = [_leaf_aval(x) for x in leaves]
         size = self._mapped_size(avals, axes)
+        axes = [a if a is None else a % aval.ndim for a, aval in zip(axes, avals)]
         devices = self._devices_for(size)
         axis_size = size * distributed.process_count()
         leaves = [x if a in (None, 0) else batching.moveaxis(x, a, 0) for x, a in zip(leaves, axes)]
@@ -379,7 +380,10 @@ class Pmapped:
             out_mapped=tuple(a is not None for a in out_axes),
             name=self.name,
         )
-        outs = [o if a in (None, 0) else batching.moveaxis(o, 0, a) for o, a in zip(outs, out_axes)]
+        outs = [
+            o if a in (None, 0) else batching.moveaxis(o, 0, a % core.get_aval(o).ndim)
+            for o, a in zip(outs, out_axes)
+        ]
         return tree_util.tree_unflatten(out_tree, outs)
 
     def _mapped_size(self, avals: list, axes: list) -> int:
