@@ -59,10 +59,9 @@ class Shard(NamedTuple):
 
 
 def sharded(buffers: list, devices: list[Device], weak_type: bool = False) -> Array:
-    """An array whose leading axis is split over `devices`, one NumPy buffer each."""
-    array = Array.__new__(Array)
-    array.weak_type = weak_type
-    array._shards = tuple(zip(devices, buffers))
+    """An array whose leading axis is split over `devices`, one buffer each."""
+    array = Array(np.stack(buffers), weak_type)
+    array._shards = tuple(zip(devices, array._value))
     return array
 
 
@@ -73,10 +72,10 @@ class Array:
     `weak_type` marks values born from Python scalars, which promote like the scalars did.
     Operators and NumPy-style methods are installed by `funcgrad.numpy`.
 
-    A sharded array (made by `sharded`, e.g. as pmap's result) holds instead one buffer per
-    device in `_shards`, the slices of its leading axis; pmap hands each device its own buffer,
-    and only a use of the whole array (an eager operation, printing, `np.asarray`) stacks them
-    into `_value`, once.
+    A sharded array (made by `sharded`, e.g. as pmap's result) also holds `_shards`: the
+    devices of its leading axis and the slice each holds, which pmap hands back to each device
+    as it is. On virtual CPU devices the slices are views of `_value`; the slot is left unset
+    on other arrays, so they pay nothing for it.
     """
 
     __slots__ = ("_value", "weak_type", "_shards")
@@ -85,17 +84,6 @@ class Array:
     def __init__(self, value, weak_type: bool = False):
         self._value = value
         self.weak_type = weak_type
-
-    def __getattr__(self, name: str):
-        # Reached only for an unset slot, so host arrays pay nothing for sharding.
-        if name == "_shards":
-            return None
-        shards = self._shards
-        if name == "_value" and shards is not None:
-            value = np.stack([buffer for _, buffer in shards])
-            self._value = value
-            return value
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def aval(self) -> ShapedArray:
@@ -127,17 +115,17 @@ class Array:
 
     @property
     def device(self) -> Device:
-        shards = self._shards
+        shards = getattr(self, "_shards", None)
         return CPU if shards is None else shards[0][0]
 
     def devices(self) -> set[Device]:
-        shards = self._shards
+        shards = getattr(self, "_shards", None)
         return {CPU} if shards is None else {device for device, _ in shards}
 
     @property
     def addressable_shards(self) -> list[Shard]:
         """The buffers of this array and the devices holding them (one, for a host array)."""
-        shards = self._shards
+        shards = getattr(self, "_shards", None)
         if shards is None:
             return [Shard(CPU, self)]
         return [Shard(device, Array(buffer, self.weak_type)) for device, buffer in shards]
@@ -146,7 +134,7 @@ class Array:
         return self
 
     def is_fully_replicated(self) -> bool:
-        return self._shards is None
+        return not hasattr(self, "_shards")
 
     # Conversions out of funcgrad: always read-only views, so the array stays immutable.
     def __array__(self, dtype=None, copy=None):

@@ -32,6 +32,7 @@ from funcgrad import lax
 from funcgrad.array import Array
 from funcgrad.distributed import CollectiveTimeoutError
 from funcgrad.test_util import check_grads
+from funcgrad.transforms.pmap import _device_slice
 
 NUM_DEVICES = 4
 
@@ -100,10 +101,10 @@ def test_sharded_results():
     assert [s.device for s in shards] == fg.devices()
     for i, shard in enumerate(shards):
         assert_close(shard.data, x[i] * 2)
-    # Fed back into pmap, each device takes its own buffer: the shards are never stacked.
+    # Fed back into pmap, each device takes its own buffer as it is (no copy, no gather).
+    for i, (_, buffer) in enumerate(y._shards):
+        assert _device_slice(y, i, NUM_DEVICES)._value is buffer
     z = fg.pmap(lambda v: v + 1)(y)
-    with pytest.raises(AttributeError):
-        Array._value.__get__(y)
     # Whole-array uses see the stacked value.
     assert_close(z, x * 2 + 1)
     assert_close(z[1], x[1] * 2 + 1)
@@ -407,3 +408,16 @@ def test_a_device_that_never_arrives_times_out():
             fg.pmap(f, "i")(np.zeros(NUM_DEVICES))
     finally:
         fg.config.update("collective_timeout", previous)
+
+
+def test_pmap_inside_pmap_is_refused():
+    inner = fg.pmap(lambda v: v + 1)
+    with pytest.raises(NotImplementedError, match="pmap inside pmap"):
+        fg.pmap(lambda v: inner(v[None]))(np.zeros(2))
+
+
+def test_in_axes_must_match_the_arguments():
+    with pytest.raises(ValueError, match="in_axes of length 1 for 2 positional arguments"):
+        fg.pmap(lambda a, b: a, in_axes=(0,))(np.zeros(2), np.zeros(2))
+    with pytest.raises(ValueError, match="maps no argument"):
+        fg.pmap(lambda a: a, in_axes=None)(np.zeros(2))

@@ -73,7 +73,7 @@ def _pmap_weak_type(weak_flags, *, jaxpr: ClosedJaxpr, **params) -> list[bool]:
 
 def _device_slice(x: Array, index: int, count: int) -> Array:
     """Device `index`'s slice of a mapped operand: its own buffer when `x` is sharded so."""
-    shards = x._shards
+    shards = getattr(x, "_shards", None)
     if shards is not None and len(shards) == count:
         return Array(shards[index][1], x.weak_type)
     return Array(x._value[index], x.weak_type)
@@ -257,15 +257,6 @@ def _static_tuple(argnums) -> tuple:
     return (argnums,) if isinstance(argnums, int) else tuple(argnums)
 
 
-def _leaf_aval(x) -> ShapedArray:
-    """The aval of an operand, read off the shards of a sharded array without stacking them."""
-    shards = getattr(x, "_shards", None) if type(x) is Array else None
-    if shards is None:
-        return core.get_aval(x)
-    buffer = shards[0][1]
-    return ShapedArray((len(shards),) + buffer.shape, buffer.dtype, x.weak_type)
-
-
 class Pmapped:
     """A function mapped over devices: call it with arguments whose mapped axes have one entry
     per device."""
@@ -351,7 +342,7 @@ class Pmapped:
         leaves = [
             x if type(x) is Array or isinstance(x, core.Tracer) else asarray(x) for x in leaves
         ]
-        avals = [_leaf_aval(x) for x in leaves]
+        avals = [core.get_aval(x) for x in leaves]
         size = self._mapped_size(avals, axes)
         axes = [a if a is None else a % aval.ndim for a, aval in zip(axes, avals)]
         devices = self._devices_for(size)
