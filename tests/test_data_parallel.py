@@ -8,6 +8,7 @@ OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are set, so these tests set them.
 """
 
 import importlib.util
+import json
 import os
 import pathlib
 import re
@@ -130,3 +131,54 @@ def test_initialize_checks_mpi_s_answer():
     )
     assert run.returncode != 0
     assert "num_processes=3" in run.stderr and "2" in run.stderr
+
+
+COLLECTIVES = """
+import json
+import numpy as np
+import funcgrad as fg
+from funcgrad import lax
+
+
+def collectives(v):
+    return {
+        "psum": lax.psum(v, "i"),
+        "pmax": lax.pmax(v, "i"),
+        "all_gather": lax.all_gather(v, "i"),
+        "psum_scatter": lax.psum_scatter(v, "i", scatter_dimension=0, tiled=True),
+        "ppermute": lax.ppermute(v, "i", [(0, 3), (3, 1), (1, 2)]),
+        "all_to_all": lax.all_to_all(v, "i", 0, 0, tiled=True),
+        "axis_index": lax.axis_index("i"),
+    }
+
+
+x = np.arange(4 * 8, dtype=np.float32).reshape(4, 8) ** 1.5
+if __name__ == "__main__":
+    fg.distributed.initialize()
+    local = fg.local_device_count()
+    mine = x[fg.process_index() * local : (fg.process_index() + 1) * local]
+    out = fg.pmap(collectives, "i")(mine)
+    print(json.dumps({k: np.asarray(v).tolist() for k, v in out.items()}))
+"""
+
+
+def test_collectives_across_processes_equal_one_process(tmp_path):
+    """Two processes of two devices each compute what one process of four devices does."""
+    script = tmp_path / "collectives.py"
+    script.write_text(COLLECTIVES)
+    run = _mpiexec(2, [str(script)], devices_per_process=2)
+    assert run.returncode == 0, run.stderr
+    namespace: dict = {}
+    exec(COLLECTIVES, namespace)
+    previous = fg.config.num_cpu_devices
+    fg.config.update("num_cpu_devices", 4)
+    try:
+        expected = fg.pmap(namespace["collectives"], "i")(namespace["x"])
+    finally:
+        fg.config.update("num_cpu_devices", previous)
+    halves = [json.loads(line) for line in run.stdout.strip().splitlines()]
+    assert len(halves) == 2  # one line per process, in either order
+    halves.sort(key=lambda half: half["axis_index"][0])
+    for name, value in expected.items():
+        joined = np.concatenate([np.asarray(half[name]) for half in halves])
+        np.testing.assert_allclose(joined, np.asarray(value), rtol=1e-6, err_msg=name)
