@@ -20,6 +20,9 @@ from typing import Any
 
 from funcgrad import core, distributed, tree_util
 from funcgrad.array import Array, Device, sharded
+from funcgrad.backends.numpy.executor import NumpyExecutable
+from funcgrad.compiler.fusion import CompileError
+from funcgrad.config import config
 from funcgrad.core import Primitive, ShapedArray
 from funcgrad.devices import local_devices
 from funcgrad.interpreters import batching, parallel
@@ -79,9 +82,19 @@ def _device_slice(x: Array, index: int, count: int) -> Array:
     return Array(x._value[index], x.weak_type)
 
 
+@functools.lru_cache(maxsize=1024)
+def _device_executable(jaxpr: ClosedJaxpr, backend: str):
+    """jit's executable for one device's program on the configured backend; the NumPy
+    reference runs the programs a compiled backend cannot lower yet (collectives)."""
+    try:
+        return compile_jaxpr(jaxpr)
+    except CompileError:
+        return NumpyExecutable(jaxpr)
+
+
 @pmap_p.def_impl
 def _pmap_impl(*args, jaxpr, axis_name, axis_size, devices, in_mapped, out_mapped, name):
-    executable = compile_jaxpr(jaxpr)
+    executable = _device_executable(jaxpr, config.jit_backend)
     count = len(devices)
     device_args = [
         [_device_slice(a, i, count) if m else a for a, m in zip(args, in_mapped)]
