@@ -32,7 +32,7 @@ from funcgrad import lax
 from funcgrad.array import Array
 from funcgrad.distributed import CollectiveTimeoutError
 from funcgrad.test_util import check_grads
-from funcgrad.transforms.pmap import _device_slice
+from funcgrad.transforms.pmap import _device_executable, _device_slice
 
 NUM_DEVICES = 4
 
@@ -425,15 +425,31 @@ def test_in_axes_must_match_the_arguments():
 
 @pytest.mark.parametrize("backend", ["numpy", "llvm"])
 def test_devices_run_jit_s_executable_on_the_configured_backend(backend):
-    """Programs the backend compiles run compiled; collectives, which the compiled backend
-    does not lower yet, run on the NumPy reference (same values either way)."""
+    """On the compiled backend, the stretches between collectives run compiled and the
+    collectives between them; values equal the reference's."""
     previous = fg.config.jit_backend
     fg.config.update("jit_backend", backend)
     try:
         x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(NUM_DEVICES, 2)
         plain = fg.pmap(lambda v: fnp.tanh(v) * 2)(x)
-        collective = fg.pmap(lambda v: fnp.tanh(v) * lax.psum(v, "i"), "i")(x)
+
+        def f(v):
+            total = lax.psum(fnp.tanh(v), "i")
+            return fnp.sin(total * v), lax.all_gather(total + 1.0, "i")
+
+        g = fg.pmap(f, "i")
+        sin_total, gathered = g(x)
+        ((program, _, _),) = g._cache.values()
+        executable = _device_executable(program, backend)
     finally:
         fg.config.update("jit_backend", previous)
     assert_close(plain, np.tanh(x) * 2, np.float32)
-    assert_close(collective, np.tanh(x) * x.sum(0), np.float32)
+    total = np.tanh(x).sum(0)
+    assert_close(sin_total, np.sin(total * x), np.float32)
+    assert_close(gathered, np.broadcast_to(total + 1, (NUM_DEVICES, NUM_DEVICES, 2)), np.float32)
+    if backend == "llvm":
+        kinds = [
+            type(s[0]).__name__ if isinstance(s, tuple) else s.primitive.name
+            for s in executable.steps
+        ]
+        assert kinds == ["LlvmExecutable", "psum", "LlvmExecutable", "all_gather"]

@@ -18,9 +18,12 @@ import functools
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+import numpy as np
+
 from funcgrad import core, distributed, tree_util
 from funcgrad.array import Array, Device, sharded
 from funcgrad.backends.numpy.executor import NumpyExecutable
+from funcgrad.compiler import passes
 from funcgrad.compiler.fusion import CompileError
 from funcgrad.config import config
 from funcgrad.core import Primitive, ShapedArray
@@ -36,7 +39,7 @@ from funcgrad.interpreters.ad import (
 )
 from funcgrad.interpreters.partial_eval import PartialEvalTrace
 from funcgrad.interpreters.staging import StagingTrace, trace_to_jaxpr
-from funcgrad.ir import ClosedJaxpr
+from funcgrad.ir import ClosedJaxpr, Jaxpr, Var
 from funcgrad.lax import elementwise
 from funcgrad.lax.base import asarray
 from funcgrad.lax.parallel import axis_index_p, psum_p
@@ -82,14 +85,82 @@ def _device_slice(x: Array, index: int, count: int) -> Array:
     return Array(x._value[index], x.weak_type)
 
 
-@functools.lru_cache(maxsize=1024)
-def _device_executable(jaxpr: ClosedJaxpr, backend: str):
-    """jit's executable for one device's program on the configured backend; the NumPy
-    reference runs the programs a compiled backend cannot lower yet (collectives)."""
+def _compiled_or_reference(jaxpr: ClosedJaxpr):
     try:
         return compile_jaxpr(jaxpr)
     except CompileError:
         return NumpyExecutable(jaxpr)
+
+
+class _SegmentedExecutable:
+    """One device's program split at its collectives, for a compiled backend, which does not
+    lower them: the stretches between collectives run as jit's compiled programs and the
+    collectives run between them, exchanging buffers through the communicator. (A collective
+    nested in control flow keeps its whole stretch on the NumPy reference.)"""
+
+    def __init__(self, closed: ClosedJaxpr):
+        closed = passes.inline_calls(closed)  # collectives inside jit calls become top level
+        jaxpr = closed.jaxpr
+        self.consts = dict(zip(jaxpr.constvars, closed.consts))
+        self.invars, self.outvars = jaxpr.invars, jaxpr.outvars
+        groups: list = []  # lists of equations between collectives, and collective equations
+        for eqn in jaxpr.eqns:
+            if eqn.primitive in parallel.shard_rules:
+                groups.append(eqn)
+            elif groups and isinstance(groups[-1], list):
+                groups[-1].append(eqn)
+            else:
+                groups.append([eqn])
+        # Backwards: a stretch returns what is read after it and reads what it does not define.
+        live = {v for v in jaxpr.outvars if type(v) is Var}
+        self.steps: list = []
+        for group in reversed(groups):
+            if not isinstance(group, list):
+                self.steps.append(group)
+                live.difference_update(group.outvars)
+                live.update(v for v in group.invars if type(v) is Var)
+                continue
+            defined = [v for eqn in group for v in eqn.outvars]
+            outs = [v for v in defined if v in live]
+            ins: list = []
+            for eqn in group:
+                for v in eqn.invars:
+                    if type(v) is Var and v not in ins and v not in defined:
+                        ins.append(v)
+            stretch = ClosedJaxpr(Jaxpr([], ins, outs, group), [])
+            self.steps.append((_compiled_or_reference(stretch), ins, outs))
+            live.difference_update(defined)
+            live.update(ins)
+        self.steps.reverse()
+
+    def __call__(self, *args) -> list[Array]:
+        env = dict(self.consts)
+        env.update(zip(self.invars, args))
+
+        def read(v):
+            if type(v) is Var:
+                return env[v]
+            return Array(np.asarray(v.val, v.aval.dtype), v.aval.weak_type)
+
+        for step in self.steps:
+            if isinstance(step, tuple):
+                executable, ins, outs = step
+                env.update(zip(outs, executable(*[env[v] for v in ins])))
+            else:
+                env.update(
+                    zip(step.outvars, [step.primitive.bind(*map(read, step.invars), **step.params)])
+                )
+        return [read(v) for v in self.outvars]
+
+
+@functools.lru_cache(maxsize=1024)
+def _device_executable(jaxpr: ClosedJaxpr, backend: str):
+    """jit's executable for one device's program on the configured backend, or, where the
+    backend cannot lower the collectives, the program split at them."""
+    try:
+        return compile_jaxpr(jaxpr)
+    except CompileError:
+        return _SegmentedExecutable(jaxpr)
 
 
 @pmap_p.def_impl
