@@ -110,6 +110,7 @@ def _collective_primitive(name: str) -> Primitive:
     buffers of all devices) and otherwise reports that its axis is unbound; under vmap, the
     axis rules compute it across the batch."""
     prim = Primitive(name)
+    prim.foldable = False  # its value depends on the device running it, even from constants
 
     @prim.def_impl
     def impl(*args, **params):
