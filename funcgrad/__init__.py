@@ -1,9 +1,17 @@
 """funcgrad: composable transformations (grad, vmap, jit) of pure functions over arrays."""
 
-from funcgrad import debug, dtypes, lax, nn, numpy, random, scipy, test_util, tree_util
-from funcgrad.array import Array, Device, block_until_ready, device_put, devices
+from funcgrad import debug, distributed, dtypes, lax, nn, numpy, random, scipy, test_util, tree_util
+from funcgrad.array import Array, Device, block_until_ready, device_put
 from funcgrad.config import config, disable_jit
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
+from funcgrad.devices import (
+    device_count,
+    devices,
+    local_device_count,
+    local_devices,
+    process_count,
+    process_index,
+)
 from funcgrad.transforms.autodiff import (
     grad,
     hessian,
@@ -18,6 +26,7 @@ from funcgrad.transforms.checkpoint import checkpoint, checkpoint_policies, rema
 from funcgrad.transforms.custom_derivatives import custom_jvp, custom_vjp
 from funcgrad.transforms.jit import jit
 from funcgrad.transforms.make_jaxpr import eval_shape, make_jaxpr
+from funcgrad.transforms.pmap import pmap
 from funcgrad.transforms.vmap import vmap
 
 jacobian = jacrev
@@ -37,9 +46,11 @@ __all__ = [
     "custom_jvp",
     "custom_vjp",
     "debug",
+    "device_count",
     "device_put",
     "devices",
     "disable_jit",
+    "distributed",
     "dtypes",
     "eval_shape",
     "float0",
@@ -51,10 +62,15 @@ __all__ = [
     "jit",
     "jvp",
     "linearize",
+    "local_device_count",
+    "local_devices",
     "lax",
     "make_jaxpr",
     "nn",
     "numpy",
+    "pmap",
+    "process_count",
+    "process_index",
     "random",
     "remat",
     "scipy",

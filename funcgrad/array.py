@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from funcgrad import dtypes
@@ -9,13 +11,15 @@ from funcgrad.core import ShapedArray, short_dtype_name
 
 
 class Device:
-    """A place where arrays live. The NumPy reference backend has one: the host CPU."""
+    """A place where arrays live: the host CPU, or one of its virtual devices
+    (`funcgrad.devices`), owned by the process `process_index`."""
 
-    __slots__ = ("platform", "id")
+    __slots__ = ("platform", "id", "process_index")
 
-    def __init__(self, platform: str, id: int):
+    def __init__(self, platform: str, id: int, process_index: int = 0):
         self.platform = platform
         self.id = id
+        self.process_index = process_index
 
     @property
     def device_kind(self) -> str:
@@ -28,18 +32,13 @@ class Device:
 CPU = Device("cpu", 0)
 
 
-def devices(backend: str | None = None) -> list[Device]:
-    if backend not in (None, "cpu"):
-        raise RuntimeError(f"backend {backend!r} is not available; available: cpu")
-    return [CPU]
-
-
 def device_put(x, device: Device | None = None):
     """Place a pytree of arrays on `device` (the host CPU is the only device of this backend)."""
     from funcgrad import tree_util
+    from funcgrad.devices import devices
     from funcgrad.lax.base import asarray
 
-    if device is not None and device is not CPU:
+    if device is not None and device not in devices():
         raise ValueError(f"unknown device {device!r}; available: {devices()}")
     return tree_util.tree_map(asarray, x)
 
@@ -54,15 +53,32 @@ def block_until_ready(x):
     return x
 
 
+class Shard(NamedTuple):
+    device: Device
+    data: Array
+
+
+def sharded(buffers: list, devices: list[Device], weak_type: bool = False) -> Array:
+    """An array whose leading axis is split over `devices`, one buffer each."""
+    array = Array(np.stack(buffers), weak_type)
+    array._shards = tuple(zip(devices, array._value))
+    return array
+
+
 class Array:
     """An immutable array holding a NumPy value on the host.
 
     `_value` is a NumPy ndarray or NumPy scalar that funcgrad owns and never exposes writable;
     `weak_type` marks values born from Python scalars, which promote like the scalars did.
     Operators and NumPy-style methods are installed by `funcgrad.numpy`.
+
+    A sharded array (made by `sharded`, e.g. as pmap's result) also holds `_shards`: the
+    devices of its leading axis and the slice each holds, which pmap hands back to each device
+    as it is. On virtual CPU devices the slices are views of `_value`; the slot is left unset
+    on other arrays, so they pay nothing for it.
     """
 
-    __slots__ = ("_value", "weak_type")
+    __slots__ = ("_value", "weak_type", "_shards")
     __array_priority__ = 100
 
     def __init__(self, value, weak_type: bool = False):
@@ -99,16 +115,26 @@ class Array:
 
     @property
     def device(self) -> Device:
-        return CPU
+        shards = getattr(self, "_shards", None)
+        return CPU if shards is None else shards[0][0]
 
     def devices(self) -> set[Device]:
-        return {CPU}
+        shards = getattr(self, "_shards", None)
+        return {CPU} if shards is None else {device for device, _ in shards}
+
+    @property
+    def addressable_shards(self) -> list[Shard]:
+        """The buffers of this array and the devices holding them (one, for a host array)."""
+        shards = getattr(self, "_shards", None)
+        if shards is None:
+            return [Shard(CPU, self)]
+        return [Shard(device, Array(buffer, self.weak_type)) for device, buffer in shards]
 
     def block_until_ready(self) -> Array:
         return self
 
     def is_fully_replicated(self) -> bool:
-        return True
+        return not hasattr(self, "_shards")
 
     # Conversions out of funcgrad: always read-only views, so the array stays immutable.
     def __array__(self, dtype=None, copy=None):

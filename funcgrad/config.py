@@ -10,6 +10,16 @@ from collections.abc import Iterator
 JIT_BACKENDS = ("llvm", "numpy")
 
 
+def _from_environment(variable: str, kind: type, default):
+    text = os.environ.get(variable)
+    if text is None:
+        return default
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{variable} must be {kind.__name__}, got {text!r}") from None
+
+
 class Config:
     """The settings; read them as attributes (`config.debug_nans`)."""
 
@@ -22,6 +32,10 @@ class Config:
         # Random keys and bits as JAX derives them by default (see funcgrad.random); False
         # gives JAX's earlier scheme.
         self.threefry_partitionable = True
+        # Virtual CPU devices per process (pmap runs one thread per device).
+        self.num_cpu_devices = _from_environment("FUNCGRAD_NUM_CPU_DEVICES", int, 1)
+        # Seconds a collective waits for the other devices or processes before it fails.
+        self.collective_timeout = _from_environment("FUNCGRAD_COLLECTIVE_TIMEOUT", float, 300.0)
 
     def update(self, name: str, value) -> None:
         name = name.removeprefix("jax_")

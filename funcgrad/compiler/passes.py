@@ -320,8 +320,10 @@ def common_subexpression_elimination(closed: ClosedJaxpr) -> ClosedJaxpr:
 
 
 def _foldable(eqn: JaxprEqn) -> bool:
+    # A primitive that is not `foldable` gives different values where it runs (collectives).
     return (
-        not eqn.primitive.higher_order
+        getattr(eqn.primitive, "foldable", True)
+        and not eqn.primitive.higher_order
         and eqn.primitive.impl is not None
         and all(type(v) is Literal for v in eqn.invars)
         and all(v.aval.ndim == 0 for v in eqn.outvars)

