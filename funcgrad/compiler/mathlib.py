@@ -94,6 +94,14 @@ class _Format:
         self.bias = 127 if dtype == F32 else 1023
         self.int = np.dtype(f"int{self.bits}")
 
+    def to_int(self, whole: Expr) -> Expr:
+        """A float holding a whole number (|n| < 2^(mantissa - 1)) as an integer, without a
+        conversion instruction: adding 1.5 * 2^mantissa puts n in the low mantissa bits."""
+        magic = 1.5 * 2.0**self.mantissa
+        magic_bits = int(np.array(magic, self.dtype).view(self.int))
+        shifted = K.Bitcast(whole + K.const(magic, self.dtype), self.int)
+        return shifted - K.const(magic_bits, self.int)
+
     def power_of_two(self, n: Expr) -> Expr:
         """2^n for an integer n (of the int dtype) in the normal exponent range."""
         biased = n + K.const(self.bias, self.int)
@@ -118,7 +126,8 @@ def exp(x: Expr) -> Expr:
     p = _horner(taylor, r)
     # Clamp n so that both halves stay normal powers of two; the limits below decide the rest.
     bound = _c(1100.0 if x.dtype == F64 else 160.0, x)
-    n = K.cast(K.binary("min", K.binary("max", n_float, K.unary("neg", bound)), bound), fmt.int)
+    clamped = K.binary("min", K.binary("max", n_float, K.unary("neg", bound)), bound)
+    n = fmt.to_int(clamped)
     half = K.binary("shr_arith", n, K.const(1, fmt.int))
     result = p * fmt.power_of_two(half) * fmt.power_of_two(n - half)
     high, low = _EXP_LIMITS[x.dtype]
@@ -231,7 +240,8 @@ def _trig(x: Expr, which: str) -> Expr:
     r2 = r * r
     sine = r * _horner([(-1) ** k / math.factorial(2 * k + 1) for k in range(7)], r2)
     cosine = _horner([(-1) ** k / math.factorial(2 * k) for k in range(8)], r2)
-    quadrant = K.binary("and", K.cast(j, np.dtype(np.int64)), K.const(3, np.dtype(np.int64)))
+    # j is whole and below 2^51 wherever r was reduced (elsewhere the quadrant does not matter).
+    quadrant = K.binary("and", _Format(F64).to_int(j), K.const(3, np.dtype(np.int64)))
 
     def pick(values: list) -> Expr:
         result = values[3]
