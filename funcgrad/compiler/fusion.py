@@ -151,16 +151,45 @@ def loop_nest(shape: tuple[int, ...], body: Callable[[list], list]) -> list:
     return statements
 
 
-def map_kernel(builder: KernelBuilder, roots: list, outputs: list[K.Buffer]) -> list:
-    """Store every root (all of one shape) at every index."""
-    shape = roots[0].aval.shape
-    return loop_nest(
-        shape,
-        lambda index: [
-            K.Store(out, flat_offset(index, shape), builder.element(root, index))
-            for root, out in zip(roots, outputs)
-        ],
-    )
+def map_loops(shape: tuple[int, ...], body: Callable[[list], list]) -> list:
+    """Statements running `body(index)` at every index of `shape`: one flat loop when the body
+    needs no index but the flat offset itself (an elementwise kernel over arrays of one
+    shape), which vectorizes whatever the shape; otherwise a loop nest."""
+    if len(shape) <= 1:
+        return loop_nest(shape, body)
+    linear = K.fresh_index()
+    index = split_offset(linear, shape)
+    statements = body(index)
+    components = {id(i) for i in index if i is not linear}
+    if not _mentions(statements, components):
+        return [K.Loop(linear, 0, math.prod(shape), statements)]
+    return loop_nest(shape, body)
+
+
+def _mentions(statements: list, nodes: set) -> bool:
+    """Whether any expression of `statements` contains one of `nodes` (by identity)."""
+    seen: set = set()
+    stack: list = []
+    for stmt in statements:
+        if isinstance(stmt, K.Store):
+            stack += [stmt.offset, stmt.value]
+        elif isinstance(stmt, K.SetAcc):
+            stack.append(stmt.value)
+        elif isinstance(stmt, K.Loop):
+            if _mentions(stmt.body, nodes):
+                return True
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        if id(e) in nodes:
+            return True
+        seen.add(id(e))
+        for child in ("offset", "x", "a", "b", "pred", "on_true", "on_false"):
+            value = getattr(e, child, None)
+            if isinstance(value, K.Expr):
+                stack.append(value)
+    return False
 
 
 # ---------------------------------------------------------------------------------------------
@@ -797,10 +826,34 @@ def _contract_shape(eqn: JaxprEqn) -> tuple[int, ...]:
 
 def _dot_general(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     """out[batch, lhs_free, rhs_free] = sum over the contracting dims of lhs * rhs, as loops
-    (library GEMMs take the float cases that are large enough)."""
+    (library GEMMs take the float cases that are large enough). When the output's last
+    dimension is the rhs's contiguous one, the running sums live in the output and the
+    innermost loop walks that dimension (the i-k-j order), so it vectorizes; otherwise one
+    accumulator per output element."""
     (out,) = outputs
     out_aval = eqn.outvars[0].aval
     acc_dtype = compute_dtype(out_aval.dtype)
+    rhs = eqn.invars[1]
+    (_, rhs_contract), (_, rhs_batch) = eqn.params["dimension_numbers"]
+    last = rhs.aval.ndim - 1
+    if acc_dtype == out_aval.dtype and out_aval.ndim and last not in (*rhs_contract, *rhs_batch):
+        width = out_aval.shape[-1]
+
+        def per_row(prefix: list) -> list:
+            start = K.fresh_index()
+            first = flat_offset([*prefix, start], out_aval.shape)
+            zero = K.Store(out, first, K.const(0, acc_dtype))
+
+            def inner(contract_index: list) -> list:
+                j = K.fresh_index()
+                offset = flat_offset([*prefix, j], out_aval.shape)
+                product = _dot_product(builder, eqn, [*prefix, j], contract_index)
+                running = K.binary("add", K.Load(out, offset), product)
+                return [K.Loop(j, 0, width, [K.Store(out, offset, running)])]
+
+            return [K.Loop(start, 0, width, [zero])] + loop_nest(_contract_shape(eqn), inner)
+
+        return loop_nest(out_aval.shape[:-1], per_row)
 
     def per_output(out_index: list) -> list:
         acc = K.fresh_acc(acc_dtype)

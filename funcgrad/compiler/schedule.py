@@ -38,6 +38,7 @@ from funcgrad.compiler.fusion import (
     describe,
     fusible,
     loop_nest,
+    map_loops,
     root_rules,
 )
 from funcgrad.compiler.fusion import (
@@ -356,7 +357,7 @@ class _Scheduler:
         """A kernel writing `atom` (an input, constant, literal or repeated output) to `buffer`."""
         builder = KernelBuilder(self.producer, self.buffer_of)
         shape = atom.aval.shape
-        body = loop_nest(
+        body = map_loops(
             shape,
             lambda index: [
                 K.Store(buffer, _flat_offset(index, shape), builder.element(atom, index))
@@ -458,7 +459,7 @@ class _Scheduler:
             return [K.Store(self.buffer_of[v], offset, by_var[v]) for v in kept]
 
         outputs = [self.buffer_of[v] for v in kept]
-        self._kernel(builder, outputs, loop_nest(shape, body), self._fused_eqns([eqn]))
+        self._kernel(builder, outputs, map_loops(shape, body), self._fused_eqns([eqn]))
 
     def _read_only_by(self, var, members: list) -> bool:
         """Whether every kernel reading `var` is one of `members` (and no output is it)."""

@@ -394,8 +394,13 @@ class _Function:
         for stmt in body:
             self.memo = {}
             if isinstance(stmt, K.Loop):
+                innermost = not any(isinstance(inner, K.Loop) for inner in stmt.body)
                 self.loop(
-                    stmt.index.name, stmt.start, stmt.stop, lambda s=stmt: self.statements(s.body)
+                    stmt.index.name,
+                    stmt.start,
+                    stmt.stop,
+                    lambda s=stmt: self.statements(s.body),
+                    keep_rolled=innermost,
                 )
             elif isinstance(stmt, K.Store):
                 pointer = self.element_pointer(stmt.buffer, stmt.offset)
@@ -423,7 +428,10 @@ class _Function:
             return self.binary(e, flags="reassoc nsz ")
         return self.value(e)
 
-    def loop(self, index: str, start: int, stop: int, body) -> None:
+    def loop(self, index: str, start: int, stop: int, body, keep_rolled: bool = False) -> None:
+        """for index in [start, stop): body(). An innermost kernel loop is kept from being
+        unrolled whole before vectorization (LLVM would then vectorize the loop around it,
+        across rows, with gathers); the vectorizer unrolls it itself."""
         header, inner, latch, done = (self.new_label(h) for h in ("head", "body", "latch", "done"))
         before = self.block
         self.emit(f"br label %{header}")
@@ -436,7 +444,8 @@ class _Function:
         self.emit(f"br label %{latch}")
         self.label(latch)
         self.emit(f"%{index}.next = add nuw nsw i64 %{index}, 1")
-        self.emit(f"br label %{header}")
+        hint = f", !llvm.loop {self.module.keep_rolled()}" if keep_rolled else ""
+        self.emit(f"br label %{header}{hint}")
         self.label(done)
 
 
@@ -468,6 +477,13 @@ class ModuleRenderer:
             self.const_names[buffer] = name
             self.globals.append(_global_array(name, data, buffer.dtype))
         self.pointers: dict = {}
+        self.metadata: list[str] = []
+
+    def keep_rolled(self) -> str:
+        """Metadata for one loop: no full unrolling (each loop needs its own distinct node)."""
+        node = f"!{len(self.metadata)}"
+        self.metadata.append(f'{node} = distinct !{{{node}, !{{!"llvm.loop.unroll.disable"}}}}')
+        return node
 
     def declare(self, name: str, result: str, args: list[str]) -> None:
         self.declarations.setdefault(name, f"declare {result} @{name}({', '.join(args)})")
@@ -505,6 +521,7 @@ class ModuleRenderer:
         return "\n".join(
             [*self.globals, *self.declarations.values(), *self.functions, *text]
             + ['attributes #0 = { nounwind "frame-pointer"="none" }']
+            + self.metadata
         )
 
     # -- steps (rendered into `entry`) ------------------------------------------------------------
