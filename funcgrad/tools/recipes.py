@@ -1345,6 +1345,18 @@ RECIPES["threefry2x32"] = Recipe(
 )
 
 
+RECIPES["iota"] = Recipe(
+    fun=lambda dtype, size: lax.iota(dtype, size),
+    reference=lambda dtype, size: np.arange(size, dtype=dtype),
+    case=st.builds(
+        lambda dtype, size: Case((), (), {"dtype": np.dtype(dtype), "size": size}),
+        st.sampled_from(FLOATS + INTS),
+        st.integers(2, 6),
+    ),
+    reasons={"jvp": "it has no operands, so nothing to differentiate"},
+)
+
+
 # ---------------------------------------------------------------------------------------------
 # Primitives the generic checks cannot run, each with the reason
 
@@ -1367,5 +1379,4 @@ WITHOUT_RECIPE = {
         "internal to reverse mode of custom_vjp functions: the custom_vjp_call recipe reaches it "
         "through vjp, and tests/test_custom_derivatives.py checks it"
     ),
-    "iota": "has no operands: nothing to differentiate or batch (tests/test_lax_shapes.py)",
 }
