@@ -276,37 +276,44 @@ def _inner(xs, ys) -> float:
 
 
 def check_batch(name: str, data) -> None:
+    """vmap against a loop over 2-3 lanes, for three placements of the batch axes: one drawn
+    per operand (any axis, or unbatched), all first, and all last."""
     recipe = RECIPES[name]
     case = _draw_case(data, recipe)
     lanes = data.draw(st.integers(2, 3), label="lanes")
-    in_axes = [
+    values = [
+        [data.draw(recipe.operand(case, i), label=f"operand {i} lane {k}") for k in range(lanes)]
+        for i in range(case.arity)
+    ]
+    drawn = [
         data.draw(st.sampled_from([None, *range(len(shape) + 1)]), label=f"in_axis {i}")
         for i, shape in enumerate(case.shapes)
     ]
-    assume(any(axis is not None for axis in in_axes))
-    operands = []
-    for i, axis in enumerate(in_axes):
-        if axis is None:
-            operands.append(data.draw(recipe.operand(case, i), label=f"operand {i}"))
-        else:
-            stack = [data.draw(recipe.operand(case, i), label=f"operand {i}") for _ in range(lanes)]
-            operands.append(np.stack(stack, axis=axis))
-    fun = _bound(recipe, case)
-    with watched(core.PRIMITIVES[name], "batch") as calls:
-        batched = _leaves(fg.vmap(fun, in_axes=tuple(in_axes))(*operands))
-    _reached(calls, name, "batch")
-    per_lane = [
-        _leaves(
-            fun(*[x if axis is None else np.take(x, i, axis) for x, axis in zip(operands, in_axes)])
-        )
-        for i in range(lanes)
+    placements = [
+        drawn,
+        [0] * case.arity,
+        [len(shape) for shape in case.shapes],
     ]
-    for j, actual in enumerate(batched):
-        expected = np.stack([lane[j] for lane in per_lane])
-        assert actual.dtype == expected.dtype, (
-            f"{name} output {j}: {actual.dtype} vs {expected.dtype}"
-        )
-        _assert_values(actual, expected, recipe.tolerance(actual.dtype), f"{name} output {j}")
+    fun = _bound(recipe, case)
+    for in_axes in placements:
+        if all(axis is None for axis in in_axes):
+            continue
+        operands = [
+            lane_values[0] if axis is None else np.stack(lane_values, axis=axis)
+            for lane_values, axis in zip(values, in_axes)
+        ]
+        with watched(core.PRIMITIVES[name], "batch") as calls:
+            batched = _leaves(fg.vmap(fun, in_axes=tuple(in_axes))(*operands))
+        _reached(calls, name, "batch")
+        per_lane = [
+            _leaves(fun(*[v[0] if axis is None else v[k] for v, axis in zip(values, in_axes)]))
+            for k in range(lanes)
+        ]
+        for j, actual in enumerate(batched):
+            expected = np.stack([lane[j] for lane in per_lane])
+            what = f"{name} output {j}, in_axes {in_axes}"
+            assert actual.dtype == expected.dtype, f"{what}: {actual.dtype} vs {expected.dtype}"
+            _assert_values(actual, expected, recipe.tolerance(actual.dtype), what)
 
 
 def check_jit(name: str, data, backend: str) -> None:
