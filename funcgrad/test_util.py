@@ -62,10 +62,20 @@ def _assert_close(actual, expected, atol: float, rtol: float, what: str) -> None
 
 
 def _tolerance(args, given: float | None, table: dict) -> float:
+    """The loosest default among the float arguments' dtypes (float16 and bfloat16 take
+    float32's). Integer and boolean arguments (a step count, an index) have no say: with them
+    float64 data keeps float64's tight settings."""
     if given is not None:
         return given
-    dtypes = [np.asarray(x).dtype for x in tree_util.tree_leaves(args)]
-    return max((table.get(d, table[np.dtype(np.float32)]) for d in dtypes), default=1e-5)
+    float_dtypes = [
+        dtype
+        for dtype in (np.asarray(x).dtype for x in tree_util.tree_leaves(args))
+        if dtype.kind == "f" or dtype.name == "bfloat16"
+    ]
+    return max(
+        (table.get(d, table[np.dtype(np.float32)]) for d in float_dtypes),
+        default=table[np.dtype(np.float64)],
+    )
 
 
 def check_jvp(f: Callable, args: Sequence, atol=None, rtol=None, eps=None, seed: int = 0) -> None:

@@ -1,17 +1,23 @@
 """Hypothesis profiles: `ci` is fast (CI's 2-core machine), `dev` explores more.
 
 Pick one with HYPOTHESIS_PROFILE=dev; CI sets CI=true and gets `ci`.
+
+The `ci` profile draws few examples, so it must not draw the same ones forever: its seed is
+the day's date (printed in the header), so each day's runs explore new inputs while any one
+failure stays reproducible with `--hypothesis-seed=<seed>` (or FUNCGRAD_TEST_SEED=<seed>).
 """
 
+import datetime
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "ci",
     max_examples=15,
     deadline=None,
-    derandomize=True,
+    database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.register_profile(
@@ -20,4 +26,19 @@ settings.register_profile(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
+settings.load_profile(PROFILE)
+
+
+def _rotating_seed() -> int:
+    return int(os.environ.get("FUNCGRAD_TEST_SEED") or datetime.date.today().strftime("%Y%m%d"))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    if PROFILE == "ci" and config.getoption("hypothesis_seed", None) is None:
+        config.option.hypothesis_seed = str(_rotating_seed())
+
+
+def pytest_report_header(config):
+    return f"hypothesis profile {PROFILE}, seed {config.getoption('hypothesis_seed', None)}"

@@ -1,60 +1,15 @@
-"""Hypothesis strategies shared by every suite, so all draw shapes, dtypes and values alike."""
+"""The suites' hypothesis strategies: one shared set (`funcgrad.tools.strategies`), which the
+rule recipes draw from too."""
 
-from __future__ import annotations
-
-import numpy as np
-from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
-
-from funcgrad import dtypes
-
-float_dtypes = st.sampled_from([dtypes.float32, dtypes.float64])
-all_float_dtypes = st.sampled_from(list(dtypes.float_dtypes))
-int_dtypes = st.sampled_from([dtypes.int8, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint32])
-signed_int_dtypes = st.sampled_from([dtypes.int8, dtypes.int32, dtypes.int64])
-numeric_dtypes = st.one_of(float_dtypes, int_dtypes)
-any_dtypes = st.one_of(numeric_dtypes, st.just(dtypes.bool_))
-
-
-def shapes(min_dims: int = 0, max_dims: int = 4, min_side: int = 0, max_side: int = 5):
-    return hnp.array_shapes(
-        min_dims=min_dims, max_dims=max_dims, min_side=min_side, max_side=max_side
-    )
-
-
-def arrays(dtype, shape, *, min_value=None, max_value=None, allow_nan: bool = False):
-    """NumPy arrays of `dtype` and `shape` (each may be a strategy) with bounded values.
-
-    Floats default to [-10, 10] so that math functions stay in their well-conditioned range;
-    bfloat16 is drawn as float32 and cast, since hypothesis has no bfloat16 support.
-    """
-
-    def build(dtype, shape):
-        dtype = np.dtype(dtype)
-        if dtype == dtypes.bfloat16:
-            return build(dtypes.float32, shape).map(lambda a: a.astype(dtypes.bfloat16))
-        if dtype.kind == "f":
-            lo = -10.0 if min_value is None else min_value
-            hi = 10.0 if max_value is None else max_value
-            elements = st.floats(lo, hi, allow_infinity=False, width=min(dtype.itemsize * 8, 64))
-            if allow_nan:
-                elements = elements | st.just(float("nan"))
-        elif dtype.kind in "iu":
-            info = np.iinfo(dtype)
-            lo = info.min if min_value is None else max(int(min_value), info.min)
-            hi = info.max if max_value is None else min(int(max_value), info.max)
-            elements = st.integers(lo, hi)
-        else:
-            elements = st.booleans()
-        return hnp.arrays(dtype, shape, elements=elements)
-
-    dtype_st = dtype if isinstance(dtype, st.SearchStrategy) else st.just(dtype)
-    shape_st = shape if isinstance(shape, st.SearchStrategy) else st.just(tuple(shape))
-    return st.tuples(dtype_st, shape_st).flatmap(lambda ds: build(*ds))
-
-
-@st.composite
-def axes(draw, ndim: int, min_size: int = 0):
-    """A sorted tuple of distinct axes of an array of rank `ndim`."""
-    chosen = draw(st.lists(st.integers(0, max(ndim - 1, 0)), min_size=min_size, unique=True))
-    return tuple(sorted(a for a in chosen if a < ndim))
+from funcgrad.tools.strategies import (  # noqa: F401
+    all_float_dtypes,
+    any_dtypes,
+    arrays,
+    axes,
+    edge_shapes,
+    float_dtypes,
+    int_dtypes,
+    numeric_dtypes,
+    shapes,
+    signed_int_dtypes,
+)

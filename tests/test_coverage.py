@@ -44,3 +44,11 @@ def test_command_exit_code_reports_required_gaps(capsys):
         assert "coverage_probe_without_rules: impl" in capsys.readouterr().out
     finally:
         del PRIMITIVES[probe.name]
+
+
+def test_matrix_marks_rules_the_generic_checks_exercise():
+    rows = {line.split()[0]: line.split()[1:] for line in coverage.matrix_text().splitlines()[2:]}
+    jvp = coverage.COLUMNS.index("jvp")
+    assert rows["sin"][jvp] == "+"  # checked against finite differences
+    assert rows["eq"][jvp] == "o"  # a boolean output: the recipe says why it is not checked
+    assert rows["psum"][coverage.COLUMNS.index("impl")] == "o"  # no recipe: a collective

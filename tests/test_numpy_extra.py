@@ -537,10 +537,15 @@ def test_packbits_unpackbits_match_numpy(bits, bitorder, data):
     packed = fnp.packbits(bits, axis=axis, bitorder=bitorder)
     assert_same(packed, np.packbits(bits, axis=axis, bitorder=bitorder))
     count = data.draw(st.none() | st.integers(-3, 20))
-    assert_same(
-        fnp.unpackbits(np.asarray(packed), axis=axis, count=count, bitorder=bitorder),
-        np.unpackbits(np.asarray(packed), axis=axis, count=count, bitorder=bitorder),
-    )
+    unpacked = fnp.unpackbits(np.asarray(packed), axis=axis, count=count, bitorder=bitorder)
+    expected = np.unpackbits(np.asarray(packed), axis=axis, count=count, bitorder=bitorder)
+    if np.asarray(packed).size == 0:
+        # NumPy leaves the padding past an empty input uninitialised: only the shape and
+        # dtype are defined there; funcgrad pads with zeros.
+        assert unpacked.shape == expected.shape and unpacked.dtype == expected.dtype
+        assert not np.any(np.asarray(unpacked))
+    else:
+        assert_same(unpacked, expected)
 
 
 def test_dtype_queries_and_aliases():

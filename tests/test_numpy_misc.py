@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import funcgrad as fg
@@ -36,8 +36,7 @@ def small_arrays(dtype=fst.any_dtypes, min_dims=0, max_dims=3, min_side=0, max_s
 )
 def test_arange_of_ints_is_int32(start, stop, step):
     args = (start,) if stop is None else (start, stop) if step is None else (start, stop, step)
-    if stop is None and step is not None:
-        return
+    assume(not (stop is None and step is not None))
     assert_same(fnp.arange(*args), np.arange(*args, dtype=np.int32))
 
 

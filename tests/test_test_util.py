@@ -117,6 +117,26 @@ def test_a_wrong_jvp_rule_fails_in_both_modes():
     assert cube_p.name not in core.PRIMITIVES
 
 
+def test_integer_arguments_leave_float64_tolerances_tight():
+    # A derivative 1% off passes float32's tolerances; an int argument beside float64 data
+    # must not loosen them to those.
+    with throwaway_primitive(lambda x: x**3) as cube_p:
+
+        def slightly_wrong_jvp(primals, tangents):
+            (x,), (t,) = primals, tangents
+            return cube_p.bind(x), lax.mul(lax.mul(x, x), t) * 3.03  # 3x^2 t, 1% off
+
+        cube_p.def_jvp(slightly_wrong_jvp)
+
+        def scaled_cube(x, n):
+            return cube_p.bind(lax.asarray(x)) * n
+
+        steps = np.array([2, 3, 4], np.int32)
+        with pytest.raises(AssertionError):
+            check_jvp(scaled_cube, (X, steps))
+        check_jvp(scaled_cube, (X.astype(np.float32), steps))  # float32 data: loose, as documented
+
+
 def test_a_wrong_second_derivative_fails_only_at_order_two():
     with (
         throwaway_primitive(lambda x: x**3) as cube_p,

@@ -3,8 +3,10 @@
     python -m funcgrad.tools.coverage            # the matrix
     python -m funcgrad.tools.coverage --gaps     # only the missing entries
 
-A cell is `+` when the rule exists, `n/a` when the primitive declares why the rule does not
-apply (`Primitive.not_applicable`), and `-` when it is missing. `REQUIRED` lists the columns
+A cell is `+` when the rule exists and the generic rule checks exercise it (`tests/test_rules.py`,
+driven by `funcgrad.tools.recipes`), `o` when it exists but no generic check reaches it (the
+recipe table says why), `n/a` when the primitive declares why the rule does not apply
+(`Primitive.not_applicable`), and `-` when it is missing. `REQUIRED` lists the columns
 whose gaps are defects today; the tests fail on any of them. Later work adds columns to it as
 it fills them (llvm is complete; cuda comes with its backend).
 """
@@ -22,8 +24,20 @@ COLUMNS = ("abstract_eval", "impl", "jvp", "transpose", "batch", "llvm", "cuda")
 REQUIRED = ("abstract_eval", "impl", "jvp", "transpose", "batch", "llvm")
 
 
-def cell(primitive: Primitive, rule: str) -> str:
+def generically_checked() -> dict[str, set[str]]:
+    """Per primitive, the rules the generic checks exercise (they need hypothesis and SciPy,
+    the test extras; without them every existing rule shows as `+`)."""
+    try:
+        from funcgrad.tools.rule_checks import checked_rules
+    except ImportError:
+        return {name: set(Primitive.RULES) for name in PRIMITIVES}
+    return {name: set(checked_rules(name)) for name in PRIMITIVES}
+
+
+def cell(primitive: Primitive, rule: str, checked: dict[str, set[str]] | None = None) -> str:
     if primitive.has_rule(rule):
+        if checked is not None and rule in Primitive.RULES and rule not in checked[primitive.name]:
+            return "o"
         return "+"
     if rule in primitive.not_applicable:
         return "n/a"
@@ -44,13 +58,17 @@ def matrix_text() -> str:
     name_width = max(len(name) for name in PRIMITIVES)
     header = "primitive".ljust(name_width) + "  " + "  ".join(COLUMNS)
     lines = [header, "-" * len(header)]
+    checked = generically_checked()
     for name, primitive in sorted(PRIMITIVES.items()):
-        cells = "  ".join(cell(primitive, rule).center(len(rule)) for rule in COLUMNS)
+        cells = "  ".join(cell(primitive, rule, checked).center(len(rule)) for rule in COLUMNS)
         lines.append(name.ljust(name_width) + "  " + cells)
     filled = {rule: sum(p.has_rule(rule) for p in PRIMITIVES.values()) for rule in COLUMNS}
     lines.append("-" * len(header))
     totals = "  ".join(f"{filled[rule]}".center(len(rule)) for rule in COLUMNS)
     lines.append(f"{len(PRIMITIVES)} primitives".ljust(name_width) + "  " + totals)
+    tested = {rule: sum(rule in checked[name] for name in PRIMITIVES) for rule in COLUMNS}
+    totals = "  ".join(f"{tested[rule]}".center(len(rule)) for rule in COLUMNS)
+    lines.append("generically checked".ljust(name_width) + "  " + totals)
     return "\n".join(lines)
 
 

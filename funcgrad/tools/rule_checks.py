@@ -1,0 +1,373 @@
+"""The generic rule checks: one per rule, run on any primitive that has a recipe.
+
+Each check draws one example from the primitive's recipe (`funcgrad.tools.recipes`) with a
+hypothesis `data` object and asserts one rule against an independent definition:
+
+    impl            the NumPy implementation against the recipe's reference (float64)
+    abstract_eval   the avals tracing predicts against those eager execution returns
+    jvp             forward derivatives against central finite differences in float64,
+                    to second order where the primitive is twice differentiable
+    transpose       the adjoint identity <ct, J t> = <J^T ct, t> of the linearized function
+    batch           vmap against a Python loop over lanes, for a drawn placement of the batch
+                    dimension of each operand (first, last, middle or unbatched), >= 2 lanes
+    jit             a jitted call on each compiled backend against eager execution
+
+Each check also asserts that the example reached the rule it checks, so a recipe that misses
+its primitive fails instead of passing vacuously. `watched` and `mutated` wrap one rule of one
+primitive for the duration of a block: the first counts calls, the second perturbs what the
+rule returns (the mutation self-check, `funcgrad.tools.mutate_rules`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+
+import numpy as np
+from hypothesis import assume
+from hypothesis import strategies as st
+
+import funcgrad as fg
+from funcgrad import core, tree_util
+from funcgrad.config import config
+from funcgrad.interpreters.ad import Zero, float0
+from funcgrad.ir import eval_jaxpr
+from funcgrad.lax.base import asarray
+from funcgrad.test_util import check_grads
+from funcgrad.tools.recipes import COMPILED_BACKENDS, RECIPES, Case, Recipe
+
+RULE_CHECKS = ("impl", "abstract_eval", "jvp", "transpose", "batch", "jit")
+
+
+# ---------------------------------------------------------------------------------------------
+# Watching and perturbing one rule
+
+
+_RULE_ATTRIBUTES = {"impl": "impl", "jvp": "jvp", "transpose": "transpose", "batch": "batch"}
+
+
+@contextlib.contextmanager
+def _wrapped_rule(primitive: core.Primitive, rule: str, wrap: Callable) -> Iterator[None]:
+    attribute = _RULE_ATTRIBUTES[rule]
+    original = getattr(primitive, attribute)
+    setattr(primitive, attribute, wrap(original))
+    try:
+        yield
+    finally:
+        setattr(primitive, attribute, original)
+
+
+@contextlib.contextmanager
+def watched(primitive: core.Primitive, rule: str) -> Iterator[list]:
+    """Count the calls of one rule: the yielded list gets one entry per call."""
+    calls: list = []
+
+    def wrap(original):
+        def counting(*args, **params):
+            calls.append(None)
+            return original(*args, **params)
+
+        return counting
+
+    with _wrapped_rule(primitive, rule, wrap):
+        yield calls
+
+
+def perturb(value):
+    """A wrong version of a rule's output: floats scaled by 1.25, integers with their lowest
+    bit flipped, booleans negated; symbolic zeros, float0 and missing values stay as they are."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(perturb(v) for v in value)
+    if value is None or type(value) is Zero or not hasattr(value, "dtype"):
+        return value
+    dtype = np.dtype(value.dtype)
+    if dtype == float0:
+        return value
+    if isinstance(value, (np.ndarray, np.generic)):
+        if dtype.kind == "b":
+            return np.logical_not(value)
+        if dtype.kind in "iu":
+            return value ^ dtype.type(1)
+        return (value * 1.25).astype(dtype)
+    if dtype.kind == "b":
+        return ~value
+    if dtype.kind in "iu":
+        return value ^ 1
+    return value * 1.25
+
+
+def _perturbing(rule: str):
+    def wrap(original):
+        def mutant(*args, **params):
+            out = original(*args, **params)
+            if rule == "jvp":
+                primal_out, tangent_out = out
+                return primal_out, perturb(tangent_out)
+            if rule == "batch":
+                values, batch_dims = out
+                return perturb(values), batch_dims
+            return perturb(out)
+
+        return mutant
+
+    return wrap
+
+
+@contextlib.contextmanager
+def mutated(primitive: core.Primitive, rule: str) -> Iterator[None]:
+    """Perturb what one rule returns for the duration of the block."""
+    with _wrapped_rule(primitive, rule, _perturbing(rule)):
+        yield
+
+
+# ---------------------------------------------------------------------------------------------
+# Drawing examples
+
+
+def _draw_case(data, recipe: Recipe, derivative: bool = False) -> Case:
+    case = data.draw(recipe.case, label="case")
+    return recipe.derivative_case(case) if derivative else case
+
+
+def _draw_operands(data, recipe: Recipe, case: Case) -> list[np.ndarray]:
+    return [data.draw(recipe.operand(case, i), label=f"operand {i}") for i in range(case.arity)]
+
+
+def _bound(recipe: Recipe, case: Case) -> Callable:
+    def fun(*operands):
+        return recipe.fun(*[asarray(x) for x in operands], **case.params)
+
+    return fun
+
+
+def _leaves(tree) -> list[np.ndarray]:
+    return [np.asarray(x) for x in tree_util.tree_leaves(tree)]
+
+
+def _as_float64(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64) if x.dtype.kind == "f" or x.dtype.name == "bfloat16" else x
+
+
+def _assert_values(actual, expected, tolerance: dict, what: str) -> None:
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape, f"{what}: shape {actual.shape} vs {expected.shape}"
+    if actual.dtype.kind in "biu" and expected.dtype.kind in "biu":
+        np.testing.assert_array_equal(actual, expected, err_msg=what)
+        return
+    np.testing.assert_allclose(
+        _as_float64(actual), _as_float64(expected), equal_nan=True, err_msg=what, **tolerance
+    )
+
+
+def _reached(calls: list, primitive: str, rule: str) -> None:
+    assert calls, f"the recipe for {primitive} never reached its {rule} rule"
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks
+
+
+def check_impl(name: str, data) -> None:
+    """Eager execution and the staged program, evaluated equation by equation (so the
+    primitive's impl runs even where eager execution takes another path, as for jit), both
+    against the reference."""
+    recipe = RECIPES[name]
+    case = _draw_case(data, recipe)
+    operands = _draw_operands(data, recipe, case)
+    fun = _bound(recipe, case)
+    eager = _leaves(fun(*operands))
+    closed = fg.make_jaxpr(fun)(*operands)
+    with watched(core.PRIMITIVES[name], "impl") as calls:
+        staged = _leaves(eval_jaxpr(closed.jaxpr, closed.consts, *map(asarray, operands)))
+    _reached(calls, name, "impl")
+    expected = _leaves(recipe.reference(*[_as_float64(x) for x in operands], **case.params))
+    assert len(eager) == len(expected), (
+        f"{len(eager)} outputs vs {len(expected)} from the reference"
+    )
+    for i, (actual, evaluated, reference) in enumerate(zip(eager, staged, expected)):
+        tolerance = recipe.tolerance(actual.dtype)
+        _assert_values(actual, reference, tolerance, f"{name} output {i} (eager)")
+        _assert_values(evaluated, reference, tolerance, f"{name} output {i} (staged)")
+
+
+def check_abstract_eval(name: str, data) -> None:
+    recipe = RECIPES[name]
+    case = _draw_case(data, recipe)
+    operands = _draw_operands(data, recipe, case)
+    fun = _bound(recipe, case)
+    eager = tree_util.tree_leaves(fun(*operands))
+    with watched(core.PRIMITIVES[name], "impl"):
+        closed = fg.make_jaxpr(fun)(*operands)
+    assert any(eqn.primitive.name == name for eqn in closed.jaxpr.eqns), (
+        f"the recipe for {name} does not bind it:\n{closed}"
+    )
+    staged = closed.out_avals
+    assert len(eager) == len(staged)
+    for leaf, aval in zip(eager, staged):
+        assert leaf.aval == aval, f"{name}: eager {leaf.aval} vs traced {aval}"
+
+
+def check_jvp(name: str, data, order: int | None = None) -> None:
+    recipe = RECIPES[name]
+    order = recipe.jvp_order if order is None else order
+    case = _draw_case(data, recipe, derivative=True)
+    operands = _draw_operands(data, recipe, case)
+    assume(_has_float(case.dtypes) and recipe.smooth(*operands, **case.params))
+    with watched(core.PRIMITIVES[name], "jvp") as calls:
+        check_grads(_float_outputs(_bound(recipe, case)), operands, order=order, modes=("fwd",))
+    _reached(calls, name, "jvp")
+
+
+def _has_float(operand_dtypes) -> bool:
+    return any(np.dtype(d).kind == "f" for d in operand_dtypes)
+
+
+def _float_outputs(fun: Callable) -> Callable:
+    """fun with its integer and boolean outputs dropped: they have no derivative to check."""
+
+    def differentiable(*operands):
+        return [x for x in tree_util.tree_leaves(fun(*operands)) if np.dtype(x.dtype).kind == "f"]
+
+    return differentiable
+
+
+def check_transpose(name: str, data) -> None:
+    recipe = RECIPES[name]
+    case = _draw_case(data, recipe, derivative=True)
+    operands = _draw_operands(data, recipe, case)
+    assume(_has_float(case.dtypes) and recipe.smooth(*operands, **case.params))
+    fun = _float_outputs(_bound(recipe, case))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1), label="seed"))
+    tangents = [_random_tangent(x, rng) for x in operands]
+    _, tangent_out = fg.jvp(fun, tuple(operands), tuple(tangents))
+    with watched(core.PRIMITIVES[name], "transpose") as calls:
+        out, pullback = fg.vjp(fun, *operands)
+        cotangent = tree_util.tree_map(lambda x: _random_tangent(np.asarray(x), rng), out)
+        cotangent_in = pullback(tree_util.tree_map(_cotangent_arg, cotangent))
+    _reached(calls, name, "transpose")
+    lhs = _inner(cotangent, tangent_out)
+    rhs = _inner(cotangent_in, tangents)
+    scale = max(1.0, abs(lhs), abs(rhs))
+    coarsest_eps = max(
+        np.finfo(x.dtype).eps for x in _leaves(out) + operands if x.dtype.kind == "f"
+    )
+    tolerance = 1e-9 if coarsest_eps < 1e-15 else 1e-5
+    np.testing.assert_allclose(
+        lhs / scale, rhs / scale, rtol=tolerance, atol=tolerance, err_msg=name
+    )
+
+
+def _random_tangent(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    if x.dtype.kind != "f":
+        return np.zeros(x.shape, float0)
+    return rng.standard_normal(x.shape).astype(x.dtype)
+
+
+def _cotangent_arg(x):
+    return x if x.dtype == float0 else asarray(x)
+
+
+def _inner(xs, ys) -> float:
+    total = 0.0
+    for x, y in zip(_leaves(xs), _leaves(ys)):
+        if x.dtype != float0 and y.dtype != float0:
+            total += float(np.sum(x.astype(np.float64) * y.astype(np.float64)))
+    return total
+
+
+def check_batch(name: str, data) -> None:
+    """vmap against a loop over 2-3 lanes, for three placements of the batch axes: one drawn
+    per operand (any axis, or unbatched), all first, and all last."""
+    recipe = RECIPES[name]
+    case = _draw_case(data, recipe)
+    lanes = data.draw(st.integers(2, 3), label="lanes")
+    values = [
+        [data.draw(recipe.operand(case, i), label=f"operand {i} lane {k}") for k in range(lanes)]
+        for i in range(case.arity)
+    ]
+    drawn = [
+        data.draw(st.sampled_from([None, *range(len(shape) + 1)]), label=f"in_axis {i}")
+        for i, shape in enumerate(case.shapes)
+    ]
+    placements = [
+        drawn,
+        [0] * case.arity,
+        [len(shape) for shape in case.shapes],
+    ]
+    fun = _bound(recipe, case)
+    for in_axes in placements:
+        if all(axis is None for axis in in_axes):
+            continue
+        operands = [
+            lane_values[0] if axis is None else np.stack(lane_values, axis=axis)
+            for lane_values, axis in zip(values, in_axes)
+        ]
+        with watched(core.PRIMITIVES[name], "batch") as calls:
+            batched = _leaves(fg.vmap(fun, in_axes=tuple(in_axes))(*operands))
+        _reached(calls, name, "batch")
+        per_lane = [
+            _leaves(fun(*[v[0] if axis is None else v[k] for v, axis in zip(values, in_axes)]))
+            for k in range(lanes)
+        ]
+        for j, actual in enumerate(batched):
+            expected = np.stack([lane[j] for lane in per_lane])
+            what = f"{name} output {j}, in_axes {in_axes}"
+            assert actual.dtype == expected.dtype, f"{what}: {actual.dtype} vs {expected.dtype}"
+            _assert_values(actual, expected, recipe.tolerance(actual.dtype), what)
+
+
+def check_jit(name: str, data, backend: str) -> None:
+    recipe = RECIPES[name]
+    case = _draw_case(data, recipe)
+    operands = _draw_operands(data, recipe, case)
+    fun = _bound(recipe, case)
+    eager = tree_util.tree_leaves(fun(*operands))
+    previous = config.jit_backend
+    config.update("jit_backend", backend)
+    try:
+        jitted = tree_util.tree_leaves(fg.jit(fun)(*operands))
+    finally:
+        config.update("jit_backend", previous)
+    assert len(jitted) == len(eager)
+    for j, (value, leaf) in enumerate(zip(jitted, eager)):
+        assert value.aval == leaf.aval, f"{name} output {j}: eager {leaf.aval} vs jit {value.aval}"
+        if backend == "numpy":
+            np.testing.assert_array_equal(
+                _as_float64(np.asarray(value)), _as_float64(np.asarray(leaf))
+            )
+        else:
+            _assert_values(
+                value, leaf, recipe.tolerance(value.dtype), f"{name} output {j} ({backend})"
+            )
+
+
+CHECKS: dict[str, Callable] = {
+    "impl": check_impl,
+    "abstract_eval": check_abstract_eval,
+    "jvp": check_jvp,
+    "transpose": check_transpose,
+    "batch": check_batch,
+}
+
+
+def checked_rules(name: str) -> list[str]:
+    """The rules of `name` that the generic checks exercise (jit counted once per backend)."""
+    recipe = RECIPES.get(name)
+    if recipe is None:
+        return []
+    primitive = core.PRIMITIVES[name]
+    rules = [
+        rule
+        for rule in CHECKS
+        if rule not in recipe.reasons and (rule == "abstract_eval" or primitive.has_rule(rule))
+    ]
+    return rules + [f"jit[{b}]" for b in COMPILED_BACKENDS if "jit" not in recipe.reasons]
+
+
+def run_check(name: str, rule: str, data, jvp_order: int | None = None) -> None:
+    if rule.startswith("jit["):
+        check_jit(name, data, rule[4:-1])
+    elif rule == "jvp":
+        check_jvp(name, data, jvp_order)
+    else:
+        CHECKS[rule](name, data)
