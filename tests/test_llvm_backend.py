@@ -654,3 +654,22 @@ def test_a_reduction_shares_the_loop_of_what_it_reads_only_elementwise():
         return centered / (same + 1) + flipped
 
     assert_same_as_reference(f, x, rtol=1e-5, atol=1e-5)
+
+
+def test_narrowing_float64_to_half_precision_rounds_as_the_reference():
+    """float64 to float16 is one correct rounding (through float32 rounded to odd); to
+    bfloat16 it goes through float32, as the reference does."""
+    halfway = [1 + 2**-11 + 2**-40 * k for k in range(-3, 4)] + [
+        1 + 2**-8 + 2**-35 * k for k in range(-3, 4)
+    ]
+    x = np.concatenate(
+        [
+            rng.standard_normal(2000) * 10.0 ** rng.integers(-8, 6, 2000),
+            halfway,
+            [np.nan, np.inf, -0.0, 65504.0, 65520.0, 1e39, 2**-25],
+        ]
+    )
+    for dtype in ("float16", "bfloat16"):
+        assert_same_as_reference(
+            lambda a, d=dtype: lax.convert_element_type(a, d), x, rtol=0, atol=0
+        )

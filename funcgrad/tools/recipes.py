@@ -1254,6 +1254,15 @@ def _flag_values(low, high):
     )
 
 
+def _device_case():
+    """A leading axis of one entry per device (pmap maps over the devices)."""
+    return st.builds(
+        lambda dtype, rest: Case(((fg.device_count(), *rest),), (dtype,)),
+        st.sampled_from(FLOATS),
+        shapes(0, 2, 1, 3),
+    )
+
+
 _custom_sin = fg.custom_jvp(lambda x: fnp.sin(x))
 _custom_sin.defjvp(
     lambda primals, tangents: (fnp.sin(primals[0]), fnp.cos(primals[0]) * tangents[0])
@@ -1295,6 +1304,15 @@ RECIPES.update(
             fun=lambda x: fg.checkpoint(lambda a: fnp.sin(a) * a)(x),
             reference=lambda x: np.sin(x) * x,
             case=_same_shape_case(1, FLOATS),
+        ),
+        "pmap": Recipe(
+            fun=lambda x: fg.pmap(lambda a: fnp.sin(a) * 2.0)(x),
+            reference=lambda x: np.sin(x) * 2.0,
+            case=_device_case(),
+            reasons={
+                "jit": "a jit containing a pmap does not compile on the llvm backend yet (the "
+                "compiler has no host step with outputs); pmap itself runs compiled programs"
+            },
         ),
         "custom_jvp_call": Recipe(
             fun=_custom_sin,

@@ -42,6 +42,7 @@ except ImportError:  # the expansions land separately; until then the C library 
 BF16 = dtypes.bfloat16
 F16 = dtypes.float16
 F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
 
 
 def value_type(dtype: np.dtype) -> str:
@@ -339,8 +340,14 @@ class _Function:
             return x
         if src == BF16:
             return self.cast(self.bf16_to_f32(x), F32, dst)
-        if dst == BF16:
+        if dst == BF16:  # through float32, as the reference (ml_dtypes) converts
             return self.f32_to_bf16(self.cast(x, src, F32) if src != F32 else x)
+        if {src, dst} == {F16, F64}:
+            # Through float32 (the direct conversions are library calls the JIT cannot link);
+            # rounding to odd first keeps the narrowing to half correctly rounded.
+            if src == F16:
+                return self.assign(f"fpext float {self.cast(x, F16, F32)} to double")
+            return self.assign(f"fptrunc float {self.f64_to_f32_odd(x)} to half")
         s, d = value_type(src), value_type(dst)
         if dst == K.BOOL:
             if _is_float(src):
@@ -371,6 +378,20 @@ class _Function:
         if src.itemsize > dst.itemsize:
             return self.assign(f"trunc {s} {x} to {d}")
         return self.assign(f"{'sext' if src.kind == 'i' else 'zext'} {s} {x} to {d}")
+
+    def f64_to_f32_odd(self, x: str) -> str:
+        """float64 to float32 rounding to odd: truncate toward zero, and set the last bit when
+        anything was dropped. A second rounding to a narrower type is then correct."""
+        nearest = self.assign(f"fptrunc double {x} to float")
+        back = self.assign(f"fpext float {nearest} to double")
+        wide = self.intrinsic("fabs", F64, back)
+        magnitude = self.intrinsic("fabs", F64, x)
+        overshot = self.assign(f"fcmp ogt double {wide}, {magnitude}")
+        bits = self.assign(f"bitcast float {nearest} to i32")
+        toward_zero = self.assign(f"sub i32 {bits}, {self.assign(f'zext i1 {overshot} to i32')}")
+        inexact = self.assign(f"fcmp one double {back}, {x}")
+        odd = self.assign(f"or i32 {toward_zero}, {self.assign(f'zext i1 {inexact} to i32')}")
+        return self.assign(f"bitcast i32 {odd} to float")
 
     def bf16_to_f32(self, x: str) -> str:
         wide = self.assign(f"zext i16 {x} to i32")
