@@ -16,11 +16,9 @@ from funcgrad.core import PRIMITIVES
 from funcgrad.tools.recipes import COMPILED_GAPS, RECIPES, WITHOUT_RECIPE
 from funcgrad.tools.rule_checks import checked_rules, run_check
 
-# Second derivatives known to be wrong, corrected by issue 15: their jvp rules are checked to
-# first order here, and to second order by an expected failure that notices the fix.
-SECOND_ORDER_WRONG = {
-    "pow": "issue 15: the mixed second derivative d2/dx dy of pow is wrong",
-}
+# Second derivatives known to be wrong: their jvp rules are checked to first order here, and
+# to second order by an expected failure that notices the fix (none today: pow's was fixed).
+SECOND_ORDER_WRONG: dict[str, str] = {}
 
 CASES = [(name, rule) for name in sorted(RECIPES) for rule in checked_rules(name)]
 
