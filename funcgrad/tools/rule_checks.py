@@ -321,10 +321,13 @@ def check_jit(name: str, data, backend: str) -> None:
     case = _draw_case(data, recipe)
     operands = _draw_operands(data, recipe, case)
     fun = _bound(recipe, case)
-    eager = tree_util.tree_leaves(fun(*operands))
     previous = config.jit_backend
-    config.update("jit_backend", backend)
     try:
+        # Eager is the reference: programs it runs (a jit inside `fun`) run on the reference
+        # backend too.
+        config.update("jit_backend", "numpy")
+        eager = tree_util.tree_leaves(fun(*operands))
+        config.update("jit_backend", backend)
         jitted = tree_util.tree_leaves(fg.jit(fun)(*operands))
     finally:
         config.update("jit_backend", previous)
