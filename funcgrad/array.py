@@ -65,6 +65,35 @@ def sharded(buffers: list, devices: list[Device], weak_type: bool = False) -> Ar
     return array
 
 
+class _Deleted:
+    """Stands for the value of a deleted array: it still has a shape and dtype (so the array
+    prints and traces its signature), and any use of its data raises."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype):
+        self.shape = shape
+        self.dtype = dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    def __array__(self, dtype=None, copy=None):
+        raise RuntimeError(
+            f"Array has been deleted with shape={short_dtype_name(self.dtype)}{list(self.shape)}: "
+            "it was donated to a jitted function (donate_argnums), whose outputs took over its "
+            "memory. Keep a copy, or stop donating it, to use it again."
+        )
+
+    def __getattr__(self, name: str):
+        self.__array__()
+
+
 class Array:
     """An immutable array holding a NumPy value on the host.
 
@@ -132,6 +161,14 @@ class Array:
 
     def block_until_ready(self) -> Array:
         return self
+
+    def delete(self) -> None:
+        """Give up this array's buffer (as donation to a jitted call does): any later use of
+        the array raises an error saying it was deleted."""
+        self._value = _Deleted(self._value.shape, self._value.dtype)
+
+    def is_deleted(self) -> bool:
+        return type(self._value) is _Deleted
 
     def is_fully_replicated(self) -> bool:
         return not hasattr(self, "_shards")
@@ -218,6 +255,8 @@ class Array:
         return self
 
     def __repr__(self) -> str:
+        if self.is_deleted():
+            return f"Array(<deleted>, shape={self.shape}, dtype={self.dtype.name})"
         value = np.asarray(self._value)
         prefix = "Array("
         body = np.array2string(value, separator=", ", prefix=prefix)

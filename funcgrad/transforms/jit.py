@@ -43,19 +43,19 @@ from funcgrad.transforms.make_jaxpr import function_name
 jit_p = Primitive("jit", multiple_results=True, higher_order=True)
 
 
-def compile_jaxpr(jaxpr: ClosedJaxpr):
+def compile_jaxpr(jaxpr: ClosedJaxpr, donated: tuple[int, ...] = ()):
     """The program for a jaxpr on the configured backend (cached by the jaxpr object, which
-    jit's cache keeps, and the backend)."""
-    return _compile(jaxpr, config.jit_backend)
+    jit's cache keeps, the backend and the inputs whose buffers the outputs may take over)."""
+    return _compile(jaxpr, config.jit_backend, donated)
 
 
 @functools.lru_cache(maxsize=4096)
-def _compile(jaxpr: ClosedJaxpr, backend: str):
+def _compile(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...]):
     if backend == "llvm":
         from funcgrad.backends.llvm.executable import LlvmExecutable
 
-        return LlvmExecutable(jaxpr)
-    return NumpyExecutable(jaxpr)
+        return LlvmExecutable(jaxpr, donated)
+    return NumpyExecutable(jaxpr, donated)
 
 
 @jit_p.def_impl
@@ -242,12 +242,21 @@ def _aval_key(x):
 class _Entry:
     """A traced signature: the program, its output structure and the values it closes over."""
 
-    __slots__ = ("jaxpr", "out_tree", "consts", "single_output", "_backend", "_executable")
+    __slots__ = (
+        "jaxpr",
+        "out_tree",
+        "consts",
+        "donated",
+        "single_output",
+        "_backend",
+        "_executable",
+    )
 
-    def __init__(self, jaxpr: ClosedJaxpr, out_tree, consts: list):
+    def __init__(self, jaxpr: ClosedJaxpr, out_tree, consts: list, donated: tuple[int, ...]):
         self.jaxpr = jaxpr
         self.out_tree = out_tree
         self.consts = consts
+        self.donated = donated  # the program's inputs (consts first) that the caller donates
         self.single_output = out_tree == tree_util.tree_structure(0)
         self._backend = None
         self._executable = None
@@ -255,7 +264,7 @@ class _Entry:
     @property
     def executable(self):
         if self._backend is not config.jit_backend:
-            self._executable = compile_jaxpr(self.jaxpr)
+            self._executable = compile_jaxpr(self.jaxpr, self.donated)
             self._backend = config.jit_backend
         return self._executable
 
@@ -291,8 +300,15 @@ class Jitted:
         self.static_argnums, self.static_argnames = _static_argnums_and_names(
             fun, self.name, _static_tuple(static_argnums), _static_tuple(static_argnames)
         )
-        # Buffers are not reused by the NumPy backend, so donation is accepted and ignored.
+        # Outputs may be written into donated arguments' buffers (the compiled backend does;
+        # the NumPy reference backend allocates every result).
         self.donate_argnums = _static_tuple(donate_argnums)
+        overlap = set(self.donate_argnums) & set(self.static_argnums)
+        if overlap:
+            raise ValueError(
+                f"jit({self.name}): arguments {sorted(overlap)} are both static and donated; "
+                "a static argument has no buffer to donate"
+            )
         self._cache: dict = {}
         self._array_cache: dict = {}  # by _array_signature, for calls without static values
 
@@ -349,7 +365,24 @@ class Jitted:
         closed, out_tree = trace_to_jaxpr(
             flat_fun, [core.get_aval(x) for x in leaves], f"jit({self.name})"
         )
-        return _Entry(_hoisted(closed), out_tree, closed.consts)
+        donated = self._donated_leaves(args, static_positions)
+        num_consts = len(closed.consts)
+        return _Entry(
+            _hoisted(closed), out_tree, closed.consts, tuple(num_consts + i for i in donated)
+        )
+
+    def _donated_leaves(self, args: tuple, static_positions: set) -> list[int]:
+        """The flat positions of the donated positional arguments' leaves."""
+        donated = {i % len(args) for i in self.donate_argnums if -len(args) <= i < len(args)}
+        positions, start = [], 0
+        for i, arg in enumerate(args):
+            if i in static_positions:
+                continue
+            count = len(tree_util.tree_leaves(arg))
+            if i in donated:
+                positions += range(start, start + count)
+            start += count
+        return positions
 
     def __call__(self, *args, **kwargs):
         if config.disable_jit:

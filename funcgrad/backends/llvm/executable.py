@@ -9,6 +9,9 @@ code runs, and every call has its own arena, so one executable serves several th
 from __future__ import annotations
 
 import ctypes
+import os
+import sys
+import warnings
 
 import numpy as np
 
@@ -18,6 +21,7 @@ from funcgrad.backends.llvm.engine import Compiled
 from funcgrad.backends.llvm.render import ModuleRenderer
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import passes
+from funcgrad.compiler.donation import donated_outputs
 from funcgrad.compiler.memory import MemoryPlan, plan_memory
 from funcgrad.compiler.schedule import (
     CallbackStep,
@@ -37,17 +41,19 @@ _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p))
 class LlvmExecutable:
     """Call it with funcgrad arrays, get funcgrad arrays back (as `NumpyExecutable`)."""
 
-    def __init__(self, closed: ClosedJaxpr):
+    def __init__(self, closed: ClosedJaxpr, donated: tuple[int, ...] = ()):
         self.closed = closed
         self.optimized = passes.optimize(closed)
         self.program: Program = schedule(self.optimized)
         self.memory: MemoryPlan = plan_memory(self.program)
+        self.donated = donated_outputs(self.program, donated)  # output -> input whose memory
+        _warn_unusable(closed, sorted(set(donated) - set(self.donated.values())))
         self._callbacks = {step: _callback(step) for step in _callback_steps(self.program)}
         addresses = {
             step: ctypes.cast(fn, ctypes.c_void_p).value for step, fn in self._callbacks.items()
         }
         blas.library()
-        self.ir = ModuleRenderer(self.program, self.memory, addresses).render()
+        self.ir = ModuleRenderer(self.program, self.memory, addresses, self.donated).render()
         self.machine_code = Compiled(self.ir)
         self._entry = _ENTRY(self.machine_code.entry_address)
         out_avals = closed.out_avals
@@ -57,6 +63,8 @@ class LlvmExecutable:
         self._reference = None
 
     def __call__(self, *args) -> list[Array]:
+        if self.donated:
+            return self._call_donating(args)
         inputs = []
         for a, dtype in zip(args, self._in_dtypes):
             value = a._value if type(a) is Array else a
@@ -82,6 +90,31 @@ class LlvmExecutable:
             for out, weak in zip(outputs, self._out_weak)
         ]
 
+    def _call_donating(self, args) -> list[Array]:
+        """A call whose outputs take over donated arguments' buffers. An argument's buffer is
+        taken only when nothing else holds it (no other array, view or caller); otherwise the
+        output goes into a copy. Either way the donated array is deleted, as promised."""
+        sole = {i: _sole_owner(args[i]) for i in self.donated.values()}
+        inputs = [
+            np.asarray(_value_of(a), dtype, order="C") for a, dtype in zip(args, self._in_dtypes)
+        ]
+        outputs = [np.empty(shape, dtype) for shape, dtype in self._out_shapes]
+        for k, i in self.donated.items():
+            if not sole[i] or any(x is inputs[i] for j, x in enumerate(inputs) if j != i):
+                inputs[i] = inputs[i].copy()
+            outputs[k] = inputs[i]
+        pointers = [_address(x) for x in inputs] + [_address(x) for x in outputs]
+        arena = np.empty(self.memory.arena_bytes, np.uint8) if self.memory.arena_bytes else None
+        pointers.append(None if arena is None else _address(arena))
+        self._entry((ctypes.c_void_p * len(pointers))(*pointers))
+        for i in self.donated.values():
+            if type(args[i]) is Array:
+                args[i].delete()
+        return [
+            Array(out[()] if out.ndim == 0 else out, weak)
+            for out, weak in zip(outputs, self._out_weak)
+        ]
+
     def _check_nans(self, args, outputs) -> None:
         """Re-run on the reference backend, which names the first primitive making a NaN."""
         if self._reference is None:
@@ -97,6 +130,42 @@ class LlvmExecutable:
 
     def memory_analysis(self) -> MemoryPlan:
         return self.memory
+
+
+def _value_of(argument):
+    return argument._value if type(argument) is Array else argument
+
+
+def _sole_owner(argument) -> bool:
+    """Whether the array `argument` is the only holder of its buffer: then the buffer may be
+    written over. (Three references: the array's own, `value` and getrefcount's argument.)"""
+    if type(argument) is not Array:
+        return False
+    value = argument._value
+    return (
+        type(value) is np.ndarray
+        and value.base is None
+        and value.flags.c_contiguous
+        and sys.getrefcount(value) == 3
+    )
+
+
+def _warn_unusable(closed: ClosedJaxpr, unusable: list[int]) -> None:
+    if not unusable:
+        return
+    avals = ", ".join(closed.in_avals[i].str_short() for i in unusable)
+    # Point the warning at the user's call, past funcgrad's own frames.
+    frame, level = sys._getframe(0), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(
+        f"some donated buffers were not usable: {avals} (no output of the same shape and "
+        "dtype is computed after, or elementwise with, the last read of them)",
+        stacklevel=level,
+    )
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _struct_address(array: np.ndarray) -> int:

@@ -485,10 +485,14 @@ def _short(llvm_type: str) -> str:
 class ModuleRenderer:
     """Renders a program and its kernels into one module whose entry point is `entry`."""
 
-    def __init__(self, program: Program, plan: MemoryPlan, callbacks: dict):
+    def __init__(
+        self, program: Program, plan: MemoryPlan, callbacks: dict, donated: dict | None = None
+    ):
         self.program = program
         self.plan = plan
         self.callbacks = callbacks  # CallbackStep -> address of the Python callback
+        # An output written into a donated input's memory (`compiler.donation`) -> that input.
+        self.storage = {program.outputs[k]: program.inputs[i] for k, i in (donated or {}).items()}
         self.declarations: dict[str, str] = {}
         self.globals: list[str] = []
         self.functions: list[str] = []
@@ -524,6 +528,8 @@ class ModuleRenderer:
         for k, buffer in enumerate(arguments):
             slot = entry.assign(f"getelementptr ptr, ptr %args, i64 {k}", "slot")
             self.pointers[buffer] = entry.assign(f"load ptr, ptr {slot}", "arg")
+        for output, source in self.storage.items():
+            self.pointers[output] = self.pointers[source]
         slot = entry.assign(f"getelementptr ptr, ptr %args, i64 {len(arguments)}", "slot")
         arena = entry.assign(f"load ptr, ptr {slot}", "arena")
         for buffer, offset in self.plan.offsets.items():
@@ -568,13 +574,17 @@ class ModuleRenderer:
 
     def kernel_call(self, kernel: K.Kernel) -> None:
         function = _Function(self)
-        function.params = {b: f"%b{k}" for k, b in enumerate(kernel.buffers)}
+        # A donated input and the output living in its memory are one parameter, so the
+        # kernel's code sees its in-place update (and `noalias` stays true).
+        storage = [self.storage.get(b, b) for b in kernel.buffers]
+        distinct = list(dict.fromkeys(storage))
+        function.params = {b: f"%b{distinct.index(s)}" for b, s in zip(kernel.buffers, storage)}
         accs = _accumulators(kernel.body)
         for acc in accs:
             function.acc_slots[acc] = function.assign(f"alloca {value_type(acc.dtype)}", "acc")
         function.statements(kernel.body)
         function.emit("ret void")
-        params = ", ".join(f"ptr noalias %b{k}" for k in range(len(kernel.buffers)))
+        params = ", ".join(f"ptr noalias %b{k}" for k in range(len(distinct)))
         self.functions.append(
             "\n".join(
                 [f"define internal void @{kernel.name}({params}) #0 {{", "entry:"]
@@ -582,7 +592,7 @@ class ModuleRenderer:
                 + ["}"]
             )
         )
-        args = ", ".join(f"ptr {self.pointer(self.entry, b)}" for b in kernel.buffers)
+        args = ", ".join(f"ptr {self.pointer(self.entry, b)}" for b in distinct)
         self.entry.emit(f"call void @{kernel.name}({args})")
 
     def copy(self, destination: str, source: str, size: int) -> None:

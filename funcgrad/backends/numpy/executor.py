@@ -27,7 +27,8 @@ class NumpyExecutable:
     here so that a call does no more than index lists and call implementations.
     """
 
-    def __init__(self, closed: ClosedJaxpr):
+    def __init__(self, closed: ClosedJaxpr, donated: tuple[int, ...] = ()):
+        # The reference backend allocates every result: donated buffers are not reused.
         self.closed = closed
         jaxpr = closed.jaxpr
         slot_of: dict = {}

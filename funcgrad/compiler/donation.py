@@ -1,0 +1,133 @@
+"""Donated inputs: which outputs of a program may be written into the memory of which inputs.
+
+`jit(f, donate_argnums=...)` promises that the caller will not use the donated arguments
+again, so an output of the same shape and dtype can take over an argument's buffer instead of
+a fresh one (an optimizer step then updates parameters in place). The program stays correct
+when the output is written where the input lives only if every read of the input happens
+before the element it reads is overwritten. Two cases are proven here, on the kernel IR:
+
+- every step reading the input comes before the first step writing the output, or
+- the step writing the output is a kernel that is also the input's last reader, and it is
+  pointwise for the pair: one store to the output, in the innermost loop of a nest whose every
+  index it depends on, and each load of the input in that same loop body at the store's very
+  offset, before the store. Each element is then read before it is written and never read
+  again.
+
+The output must be written only by kernels (control-flow regions and library calls keep their
+own buffers). Renderers give an aliased output the input's pointer, and pass one pointer for
+the pair to a kernel that touches both, so the code sees the in-place update it performs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler.memory import step_buffers
+from funcgrad.compiler.schedule import KernelStep, Program
+
+
+def donated_outputs(program: Program, donated: Sequence[int]) -> dict[int, int]:
+    """{output index: donated input index} for the outputs that can live in a donated input's
+    buffer; each input hosts at most one output."""
+    touching = [set(step_buffers(step)) for step in program.steps]
+    chosen: dict[int, int] = {}
+    free = [i for i in donated if i < len(program.inputs)]
+    for k, out in enumerate(program.outputs):
+        writers = [t for t, step in enumerate(program.steps) if _writes(step, out)]
+        if not writers or any(not isinstance(program.steps[t], KernelStep) for t in writers):
+            continue
+        for i in free:
+            source = program.inputs[i]
+            if source.dtype != out.dtype or source.size != out.size:
+                continue
+            readers = [t for t, buffers in enumerate(touching) if source in buffers]
+            first_write = writers[0]
+            if readers and readers[-1] > first_write:
+                continue
+            if readers and readers[-1] == first_write:
+                kernel = program.steps[first_write].kernel
+                if len(writers) > 1 or not _pointwise(kernel, source, out):
+                    continue
+            chosen[k] = i
+            free.remove(i)
+            break
+    return chosen
+
+
+def _writes(step, buffer: K.Buffer) -> bool:
+    if isinstance(step, KernelStep):
+        return buffer in step.kernel.outputs
+    return buffer in step_buffers(step)
+
+
+def _pointwise(kernel: K.Kernel, source: K.Buffer, out: K.Buffer) -> bool:
+    stores = [(loops, s) for loops, s in _statements(kernel.body, []) if _stores(s, out)]
+    if len(stores) != 1:
+        return False
+    loops, store = stores[0]
+    used = set(_indices(store.offset))
+    if not loops or any(loop.index not in used for loop in loops):
+        return False
+    body = loops[-1].body
+    if store not in body:
+        return False
+    position = body.index(store)
+    for _, statement in _statements(kernel.body, []):
+        for load in _loads(statement, source):
+            if statement not in body[: position + 1] or not _same(load.offset, store.offset):
+                return False
+        if isinstance(statement, K.Store) and statement.buffer is source:
+            return False
+    return True
+
+
+def _statements(body: list, loops: list):
+    """(enclosing loops, statement) for every store and accumulator update, in order."""
+    for statement in body:
+        if isinstance(statement, K.Loop):
+            yield from _statements(statement.body, [*loops, statement])
+        else:
+            yield loops, statement
+
+
+def _stores(statement, buffer: K.Buffer) -> bool:
+    return isinstance(statement, K.Store) and statement.buffer is buffer
+
+
+def _loads(statement, buffer: K.Buffer) -> list[K.Load]:
+    roots = [statement.value] + ([statement.offset] if isinstance(statement, K.Store) else [])
+    found = [e for root in roots for e in _walk(root)]
+    return [e for e in found if isinstance(e, K.Load) and e.buffer is buffer]
+
+
+def _indices(expr: K.Expr) -> list[K.Index]:
+    return [e for e in _walk(expr) if isinstance(e, K.Index)]
+
+
+def _walk(expr: K.Expr):
+    yield expr
+    for f in dataclasses.fields(expr):
+        child = getattr(expr, f.name)
+        if isinstance(child, K.Expr):
+            yield from _walk(child)
+
+
+def _same(a: K.Expr, b: K.Expr) -> bool:
+    """Structural equality of index expressions (indices and buffers by identity)."""
+    if a is b:
+        return True
+    if type(a) is not type(b) or isinstance(a, K.Index | K.AccRead):
+        return False
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, K.Expr):
+            if not _same(x, y):
+                return False
+        elif isinstance(x, K.Buffer):
+            if x is not y:
+                return False
+        elif x != y:
+            return False
+    return True
