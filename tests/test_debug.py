@@ -127,6 +127,21 @@ def test_prints_and_callbacks_run_in_program_order_under_jit(capsys):
     assert lines(capsys) == ["middle 2.0", "middle 3.0"]
 
 
+def test_an_exception_in_a_callback_reaches_the_caller_of_the_jitted_function():
+    def check(x):
+        if x.sum() > 2:
+            raise ValueError(f"sum too large: {x.sum()}")
+
+    @fg.jit
+    def f(x):
+        fg.debug.callback(check, x)
+        return x * 2
+
+    with pytest.raises(ValueError, match="sum too large: 3.0"):
+        f(fnp.ones(3))
+    np.testing.assert_array_equal(f(fnp.ones(1)), [2.0])  # the next call is clean
+
+
 def test_callback_receives_read_only_numpy_arrays_and_static_leaves():
     received = []
 

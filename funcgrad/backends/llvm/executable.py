@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
 import warnings
 
 import numpy as np
@@ -83,6 +84,8 @@ class LlvmExecutable:
         else:
             pointers.append(None)
         self._entry((ctypes.c_void_p * len(pointers))(*pointers))
+        if self._callbacks:
+            _raise_callback_errors()
         if config.debug_nans:
             self._check_nans(args, outputs)
         return [
@@ -107,6 +110,8 @@ class LlvmExecutable:
         arena = np.empty(self.memory.arena_bytes, np.uint8) if self.memory.arena_bytes else None
         pointers.append(None if arena is None else _address(arena))
         self._entry((ctypes.c_void_p * len(pointers))(*pointers))
+        if self._callbacks:
+            _raise_callback_errors()
         for i in self.donated.values():
             if type(args[i]) is Array:
                 args[i].delete()
@@ -211,12 +216,27 @@ def _callback(step: CallbackStep):
     avals = [v.aval for v in eqn.invars]
 
     def run(table) -> None:
-        values = []
-        for k, aval in enumerate(avals):
-            count = aval.size * aval.dtype.itemsize
-            raw = ctypes.string_at(table[k], count) if count else b""
-            value = np.frombuffer(raw, aval.dtype).reshape(aval.shape).copy()
-            values.append(value[()] if value.ndim == 0 else value)
-        eqn.primitive.impl(*values, **eqn.params)
+        try:
+            values = []
+            for k, aval in enumerate(avals):
+                count = aval.size * aval.dtype.itemsize
+                raw = ctypes.string_at(table[k], count) if count else b""
+                value = np.frombuffer(raw, aval.dtype).reshape(aval.shape).copy()
+                values.append(value[()] if value.ndim == 0 else value)
+            eqn.primitive.impl(*values, **eqn.params)
+        except BaseException as error:  # re-raised once native code returns
+            _callback_errors.__dict__.setdefault("raised", []).append(error)
 
     return _CALLBACK(run)
+
+
+# Exceptions raised by callbacks while this thread's native code ran: native code cannot
+# unwind, so the program runs to its end and the call then raises the first of them.
+_callback_errors = threading.local()
+
+
+def _raise_callback_errors() -> None:
+    raised = getattr(_callback_errors, "raised", None)
+    if raised:
+        _callback_errors.raised = []
+        raise raised[0]
