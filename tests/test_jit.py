@@ -411,3 +411,12 @@ def test_tolist_and_item_of_a_traced_value_name_the_concretization(convert):
         fg.jit(convert)(fnp.arange(2.0))
     # Where a transformation knows the value (grad's primal), it is returned.
     assert fg.grad(lambda x: x * float(np.max(convert(fnp.stack([x, x])))))(3.0) == 3.0
+
+
+def test_array_methods_work_on_traced_values():
+    # Every method of an array is also a method of a traced array inside jit (a tracer
+    # attribute once shadowed `x.var()`).
+    x = np.arange(12.0, dtype=np.float32).reshape(3, 4)
+    for name in ["var", "std", "mean", "sum", "max", "min", "prod", "argmax", "cumsum"]:
+        got = fg.jit(lambda v, name=name: getattr(v, name)(axis=1))(x)
+        np.testing.assert_allclose(got, getattr(x, name)(axis=1), rtol=1e-6, err_msg=name)

@@ -35,12 +35,12 @@ def user_source_info() -> SourceInfo | None:
 
 
 class StagingTracer(core.Tracer):
-    __slots__ = ("_aval", "var")
+    __slots__ = ("_aval", "_var")
 
     def __init__(self, trace: StagingTrace, aval: ShapedArray, var: Var):
         self._trace = trace
         self._aval = aval
-        self.var = var
+        self._var = var
 
     @property
     def aval(self) -> ShapedArray:
@@ -63,7 +63,7 @@ class StagingTrace(core.Trace):
 
     def var_of(self, x) -> Var | Literal:
         if isinstance(x, StagingTracer) and x._trace is self:
-            return x.var
+            return x._var
         if isinstance(x, core.Tracer):
             x.check_alive()
         elif type(x) is Array and x.ndim == 0:
