@@ -34,6 +34,9 @@ class Config:
         self.threefry_partitionable = True
         # Virtual CPU devices per process (pmap runs one thread per device).
         self.num_cpu_devices = _from_environment("FUNCGRAD_NUM_CPU_DEVICES", int, 1)
+        # Threads a compiled program may use for its large loops (FUNCGRAD_NUM_THREADS); by
+        # default the cores this process may run on.
+        self.num_threads = _from_environment("FUNCGRAD_NUM_THREADS", int, _usable_cores())
         # Seconds a collective waits for the other devices or processes before it fails.
         self.collective_timeout = _from_environment("FUNCGRAD_COLLECTIVE_TIMEOUT", float, 300.0)
 
@@ -45,6 +48,12 @@ class Config:
         if name == "jit_backend":
             value = _checked_backend(value)
         setattr(self, name, value)
+
+
+def _usable_cores() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _checked_backend(name: str) -> str:

@@ -107,11 +107,19 @@ def _indices(expr: K.Expr) -> list[K.Index]:
 
 
 def _walk(expr: K.Expr):
-    yield expr
-    for f in dataclasses.fields(expr):
-        child = getattr(expr, f.name)
-        if isinstance(child, K.Expr):
-            yield from _walk(child)
+    """Every distinct node of an expression DAG once (shared subexpressions are common: a
+    tree walk of threefry's rounds would be exponential)."""
+    seen, pending = set(), [expr]
+    while pending:
+        e = pending.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        for f in dataclasses.fields(e):
+            child = getattr(e, f.name)
+            if isinstance(child, K.Expr):
+                pending.append(child)
 
 
 def _same(a: K.Expr, b: K.Expr) -> bool:

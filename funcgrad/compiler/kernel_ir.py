@@ -265,6 +265,8 @@ class Kernel:
     inputs: list[Buffer]
     outputs: list[Buffer]
     body: list
+    # Outputs that only this kernel uses, as working memory (a row's intermediates).
+    scratch: list[Buffer] = field(default_factory=list)
 
     @property
     def buffers(self) -> list[Buffer]:

@@ -377,7 +377,9 @@ class _Scheduler:
 
     def _kernel(self, builder: KernelBuilder, outputs: list, body: list, eqns: list) -> None:
         name = f"k{next(_counter)}_" + (eqns[-1].primitive.name if eqns else "copy")
-        kernel = K.Kernel(name, list(builder.inputs), outputs + builder.scratch, body)
+        kernel = K.Kernel(
+            name, list(builder.inputs), outputs + builder.scratch, body, list(builder.scratch)
+        )
         self.steps.append(KernelStep(kernel, eqns))
 
     def _fused_eqns(self, roots: list) -> list[JaxprEqn]:

@@ -140,6 +140,12 @@ def apply_collective(primitive: core.Primitive, values: Sequence, params: dict):
     return shard_rules[primitive](frame, *values, **params)
 
 
+def local_devices_running() -> int:
+    """How many local devices run programs at once with this thread (1 outside pmap)."""
+    frame = _frames.frame
+    return 1 if frame is None else len(frame.communicator.slots)
+
+
 # The device threads. Threads are made only as calls need them; the bound is far above what
 # the pmap calls running at once can hold (each holds one thread per device until it ends).
 _pool = ThreadPoolExecutor(256, thread_name_prefix="funcgrad-device")

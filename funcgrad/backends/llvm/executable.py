@@ -33,6 +33,7 @@ from funcgrad.compiler.schedule import (
     schedule,
 )
 from funcgrad.config import config
+from funcgrad.interpreters import parallel
 from funcgrad.ir import ClosedJaxpr
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
@@ -83,6 +84,7 @@ class LlvmExecutable:
             pointers.append(_address(arena))
         else:
             pointers.append(None)
+        pointers.append(_native_threads())
         self._entry((ctypes.c_void_p * len(pointers))(*pointers))
         if self._callbacks:
             _raise_callback_errors()
@@ -109,6 +111,7 @@ class LlvmExecutable:
         pointers = [_address(x) for x in inputs] + [_address(x) for x in outputs]
         arena = np.empty(self.memory.arena_bytes, np.uint8) if self.memory.arena_bytes else None
         pointers.append(None if arena is None else _address(arena))
+        pointers.append(_native_threads())
         self._entry((ctypes.c_void_p * len(pointers))(*pointers))
         if self._callbacks:
             _raise_callback_errors()
@@ -135,6 +138,13 @@ class LlvmExecutable:
 
     def memory_analysis(self) -> MemoryPlan:
         return self.memory
+
+
+def _native_threads() -> int:
+    """Threads for this call's large loops: all of config.num_threads, shared among the
+    devices when pmap runs one program per virtual device at once (no oversubscription)."""
+    devices = parallel.local_devices_running()
+    return max(1, config.num_threads // devices)
 
 
 def _value_of(argument):

@@ -24,6 +24,7 @@ from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import CompileError
 from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.memory import MemoryPlan, constants, nbytes
+from funcgrad.compiler.parallel import parallel_loop, work
 from funcgrad.compiler.schedule import (
     CallbackStep,
     CondStep,
@@ -121,6 +122,7 @@ class _Function:
         self.memo: dict = {}
         self.acc_slots: dict = {}
         self.prologue: list[str] = []  # allocas, which belong in the entry block
+        self.bounds: dict = {}  # a loop split across threads -> its chunk's (start, stop)
 
     def fresh(self, hint: str = "v") -> str:
         return f"%{hint}{next(self.names)}"
@@ -416,10 +418,11 @@ class _Function:
             self.memo = {}
             if isinstance(stmt, K.Loop):
                 innermost = not any(isinstance(inner, K.Loop) for inner in stmt.body)
+                start, stop = self.bounds.get(stmt, (stmt.start, stmt.stop))
                 self.loop(
                     stmt.index.name,
-                    stmt.start,
-                    stmt.stop,
+                    start,
+                    stop,
                     lambda s=stmt: self.statements(s.body),
                     keep_rolled=innermost,
                 )
@@ -449,7 +452,7 @@ class _Function:
             return self.binary(e, flags="reassoc nsz ")
         return self.value(e)
 
-    def loop(self, index: str, start: int, stop: int, body, keep_rolled: bool = False) -> None:
+    def loop(self, index: str, start, stop, body, keep_rolled: bool = False) -> None:
         """for index in [start, stop): body(). An innermost kernel loop is kept from being
         unrolled whole before vectorization (LLVM would then vectorize the loop around it,
         across rows, with gathers); the vectorizer unrolls it itself."""
@@ -468,6 +471,110 @@ class _Function:
         hint = f", !llvm.loop {self.module.keep_rolled()}" if keep_rolled else ""
         self.emit(f"br label %{header}{hint}")
         self.label(done)
+
+
+# Kernels with fewer innermost iterations than this run on one thread: starting a thread costs
+# about as much as this much work.
+PARALLEL_WORK = 1 << 16
+
+
+def _chunk_function(name: str, num_buffers: int) -> str:
+    """`ptr name.chunk(ptr task)`, a thread's start routine: task = {buffer table, lo, hi}."""
+    lines = [f"define internal ptr @{name}.chunk(ptr %task) #0 {{", "entry:"]
+    lines.append("  %table = load ptr, ptr %task")
+    lines.append("  %lo.at = getelementptr i8, ptr %task, i64 8")
+    lines.append("  %lo = load i64, ptr %lo.at")
+    lines.append("  %hi.at = getelementptr i8, ptr %task, i64 16")
+    lines.append("  %hi = load i64, ptr %hi.at")
+    args = []
+    for k in range(num_buffers):
+        lines.append(f"  %b{k}.at = getelementptr ptr, ptr %table, i64 {k}")
+        lines.append(f"  %b{k} = load ptr, ptr %b{k}.at")
+        args.append(f"ptr %b{k}")
+    args += ["i64 %lo", "i64 %hi"]
+    lines.append(f"  call void @{name}({', '.join(args)})")
+    lines.append("  ret ptr null")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+# parallel_for(chunk, table, start, stop, threads): splits [start, stop) into `threads`
+# contiguous chunks (at most one per iteration), runs the first on this thread and the others
+# on new POSIX threads, and joins them. A thread that cannot be started runs its chunk here.
+_PARALLEL_FOR = """define internal void @parallel_for(
+    ptr %chunk, ptr %table, i64 %start, i64 %stop, i64 %threads) #0 {
+entry:
+  %count = sub i64 %stop, %start
+  %few = icmp slt i64 %threads, 1
+  %t = select i1 %few, i64 1, i64 %threads
+  %over = icmp sgt i64 %t, %count
+  %n = select i1 %over, i64 %count, i64 %t
+  %tasks = alloca { ptr, i64, i64 }, i64 %n
+  %handles = alloca i64, i64 %n
+  %started = alloca i8, i64 %n
+  br label %spawn.head
+spawn.head:
+  %i = phi i64 [ 1, %entry ], [ %i.next, %spawn.next ]
+  %more = icmp slt i64 %i, %n
+  br i1 %more, label %spawn.body, label %own
+spawn.body:
+  %task = getelementptr { ptr, i64, i64 }, ptr %tasks, i64 %i
+  call void @chunk_bounds(ptr %task, ptr %table, i64 %start, i64 %count, i64 %i, i64 %n)
+  %handle = getelementptr i64, ptr %handles, i64 %i
+  %rc = call i32 @pthread_create(ptr %handle, ptr null, ptr %chunk, ptr %task)
+  %ok = icmp eq i32 %rc, 0
+  %flag = getelementptr i8, ptr %started, i64 %i
+  %ok8 = zext i1 %ok to i8
+  store i8 %ok8, ptr %flag
+  br i1 %ok, label %spawn.next, label %spawn.inline
+spawn.inline:
+  %ignored = call ptr %chunk(ptr %task)
+  br label %spawn.next
+spawn.next:
+  %i.next = add i64 %i, 1
+  br label %spawn.head
+own:
+  %first = getelementptr { ptr, i64, i64 }, ptr %tasks, i64 0
+  call void @chunk_bounds(ptr %first, ptr %table, i64 %start, i64 %count, i64 0, i64 %n)
+  %ignored0 = call ptr %chunk(ptr %first)
+  br label %join.head
+join.head:
+  %j = phi i64 [ 1, %own ], [ %j.next, %join.next ]
+  %pending = icmp slt i64 %j, %n
+  br i1 %pending, label %join.body, label %done
+join.body:
+  %jflag = getelementptr i8, ptr %started, i64 %j
+  %was = load i8, ptr %jflag
+  %yes = icmp ne i8 %was, 0
+  br i1 %yes, label %join.wait, label %join.next
+join.wait:
+  %jhandle = getelementptr i64, ptr %handles, i64 %j
+  %h = load i64, ptr %jhandle
+  %joined = call i32 @pthread_join(i64 %h, ptr null)
+  br label %join.next
+join.next:
+  %j.next = add i64 %j, 1
+  br label %join.head
+done:
+  ret void
+}
+define internal void @chunk_bounds(
+    ptr %task, ptr %table, i64 %start, i64 %count, i64 %i, i64 %n) #0 {
+entry:
+  store ptr %table, ptr %task
+  %a = mul i64 %count, %i
+  %lo.rel = sdiv i64 %a, %n
+  %i1 = add i64 %i, 1
+  %b = mul i64 %count, %i1
+  %hi.rel = sdiv i64 %b, %n
+  %lo = add i64 %start, %lo.rel
+  %hi = add i64 %start, %hi.rel
+  %lo.at = getelementptr i8, ptr %task, i64 8
+  store i64 %lo, ptr %lo.at
+  %hi.at = getelementptr i8, ptr %task, i64 16
+  store i64 %hi, ptr %hi.at
+  ret void
+}"""
 
 
 class _Raw(K.Expr):
@@ -532,6 +639,8 @@ class ModuleRenderer:
             self.pointers[output] = self.pointers[source]
         slot = entry.assign(f"getelementptr ptr, ptr %args, i64 {len(arguments)}", "slot")
         arena = entry.assign(f"load ptr, ptr {slot}", "arena")
+        slot = entry.assign(f"getelementptr ptr, ptr %args, i64 {len(arguments) + 1}", "slot")
+        self.threads = entry.assign(f"load i64, ptr {slot}", "threads")
         for buffer, offset in self.plan.offsets.items():
             self.pointers[buffer] = entry.assign(
                 f"getelementptr i8, ptr {arena}, i64 {offset}", "t"
@@ -576,24 +685,58 @@ class ModuleRenderer:
         function = _Function(self)
         # A donated input and the output living in its memory are one parameter, so the
         # kernel's code sees its in-place update (and `noalias` stays true).
-        storage = [self.storage.get(b, b) for b in kernel.buffers]
+        split = parallel_loop(kernel) if work(kernel) >= PARALLEL_WORK else None
+        private = set(kernel.scratch) if split is not None else set()  # each thread's own
+        shared = [b for b in kernel.buffers if b not in private]
+        storage = [self.storage.get(b, b) for b in shared]
         distinct = list(dict.fromkeys(storage))
-        function.params = {b: f"%b{distinct.index(s)}" for b, s in zip(kernel.buffers, storage)}
+        function.params = {b: f"%b{distinct.index(s)}" for b, s in zip(shared, storage)}
+        for b in kernel.scratch:
+            if b in private:
+                elements = f"{memory_type(b.dtype)}, i64 {b.size}"
+                function.params[b] = function.assign(f"alloca {elements}, align 64", "scratch")
+        if split is not None:
+            function.bounds[split] = ("%lo", "%hi")
         accs = _accumulators(kernel.body)
         for acc in accs:
             function.acc_slots[acc] = function.assign(f"alloca {value_type(acc.dtype)}", "acc")
         function.statements(kernel.body)
         function.emit("ret void")
-        params = ", ".join(f"ptr noalias %b{k}" for k in range(len(distinct)))
+        params = [f"ptr noalias %b{k}" for k in range(len(distinct))]
+        if split is not None:
+            params += ["i64 %lo", "i64 %hi"]
         self.functions.append(
             "\n".join(
-                [f"define internal void @{kernel.name}({params}) #0 {{", "entry:"]
+                [f"define internal void @{kernel.name}({', '.join(params)}) #0 {{", "entry:"]
                 + function.lines
                 + ["}"]
             )
         )
-        args = ", ".join(f"ptr {self.pointer(self.entry, b)}" for b in distinct)
-        self.entry.emit(f"call void @{kernel.name}({args})")
+        pointers = [self.pointer(self.entry, b) for b in distinct]
+        if split is None:
+            args = ", ".join(f"ptr {p}" for p in pointers)
+            self.entry.emit(f"call void @{kernel.name}({args})")
+        else:
+            self.parallel_call(kernel.name, pointers, split)
+
+    def parallel_call(self, name: str, pointers: list[str], loop: K.Loop) -> None:
+        """Run kernel `name`'s outer loop in chunks on the program's threads: its buffers go
+        in a table that each chunk's task points to."""
+        self.functions.append(_chunk_function(name, len(pointers)))
+        if "parallel_for" not in self.declarations:
+            self.declare("pthread_create", "i32", ["ptr", "ptr", "ptr", "ptr"])
+            self.declare("pthread_join", "i32", ["i64", "ptr"])
+            self.declarations["parallel_for"] = _PARALLEL_FOR
+        f = self.entry
+        table = f.fresh("buffers")
+        f.prologue.append(f"  {table} = alloca [{len(pointers)} x ptr]")
+        for k, pointer in enumerate(pointers):
+            slot = f.assign(f"getelementptr ptr, ptr {table}, i64 {k}")
+            f.emit(f"store ptr {pointer}, ptr {slot}")
+        f.emit(
+            f"call void @parallel_for(ptr @{name}.chunk, ptr {table}, i64 {loop.start}, "
+            f"i64 {loop.stop}, i64 {self.threads})"
+        )
 
     def copy(self, destination: str, source: str, size: int) -> None:
         self.declare("llvm.memcpy.p0.p0.i64", "void", ["ptr", "ptr", "i64", "i1"])

@@ -1,0 +1,189 @@
+"""Which kernels may split their outermost loop across threads.
+
+A kernel is parallel over its outer loop when its iterations are independent:
+
+- the body is that one loop (nothing runs before or after it, so no value crosses iterations
+  outside it);
+- every accumulator is set afresh in each iteration before it is read;
+- no buffer is both read and written (a kernel reading back what it wrote, such as a sort,
+  orders its iterations), except the kernel's scratch, which each thread gets a copy of: every
+  iteration writes its scratch before reading it (a row's intermediates), and it is small;
+- every store writes a range of its buffer that no other iteration writes: its offset is
+  `c * i + rest` in the outer index `i`, with `c > 0` and `rest` spanning less than `c`
+  (row-major offsets with the outer index leading, and flat element loops, are of this form).
+
+Renderers split such a loop into contiguous chunks, one per thread (a CPU thread pool; a
+GPU's grid). `work` estimates the iterations of the innermost statements, to decide whether a
+kernel is large enough to pay for threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from funcgrad.compiler import kernel_ir as K
+
+
+def parallel_loop(kernel: K.Kernel) -> K.Loop | None:
+    """The kernel's outer loop if its iterations may run on different threads, else None."""
+    if len(kernel.body) != 1 or not isinstance(kernel.body[0], K.Loop):
+        return None
+    loop = kernel.body[0]
+    if loop.stop - loop.start < 2:
+        return None
+    statements = list(_statements(loop.body))
+    scratch = set(kernel.scratch)
+    if sum(b.size * b.dtype.itemsize for b in scratch) > SCRATCH_BYTES:
+        return None
+    stored = {s.buffer for s in statements if isinstance(s, K.Store)} - scratch
+    for statement in statements:
+        for e in _expressions(statement):
+            if isinstance(e, K.Load) and e.buffer in stored:
+                return None
+    if not _accumulators_are_private(loop.body) or not _written_first(statements, scratch):
+        return None
+    ranges = ranges_of(loop.body, {})
+    for statement in statements:
+        if isinstance(statement, K.Store) and statement.buffer not in scratch:
+            form = _linear(statement.offset, loop.index, ranges)
+            if form is None:
+                return None
+            coefficient, low, high = form
+            if coefficient <= 0 or high - low >= coefficient:
+                return None
+    return loop
+
+
+# Scratch each thread copies onto its stack: bounded well below a thread's stack size.
+SCRATCH_BYTES = 1 << 18
+
+
+def _written_first(statements: list, scratch: set) -> bool:
+    """Each scratch buffer is first touched, in an iteration, by a store not reading it."""
+    seen = set()
+    for statement in statements:
+        loads = {e.buffer for e in _expressions(statement) if isinstance(e, K.Load)}
+        if (loads & scratch) - seen:
+            return False
+        if isinstance(statement, K.Store) and statement.buffer in scratch:
+            seen.add(statement.buffer)
+    return True
+
+
+def work(kernel: K.Kernel) -> int:
+    """Iterations of the innermost statements, summed over the kernel's loop nests."""
+    return _work(kernel.body)
+
+
+def _work(body: list) -> int:
+    total = 0
+    for statement in body:
+        if isinstance(statement, K.Loop):
+            total += max(statement.stop - statement.start, 0) * max(_work(statement.body), 1)
+        else:
+            total += 1
+    return total
+
+
+def ranges_of(body: list, found: dict) -> dict:
+    """{loop index: (first, last)} of the loops nested in `body`."""
+    for statement in body:
+        if isinstance(statement, K.Loop):
+            found[statement.index] = (statement.start, statement.stop - 1)
+            ranges_of(statement.body, found)
+    return found
+
+
+def _statements(body: list):
+    for statement in body:
+        if isinstance(statement, K.Loop):
+            yield from _statements(statement.body)
+        else:
+            yield statement
+
+
+def _expressions(statement):
+    roots = [statement.value] + ([statement.offset] if isinstance(statement, K.Store) else [])
+    for root in roots:
+        yield from _walk(root)
+
+
+def _walk(expr: K.Expr):
+    """Every distinct node of an expression DAG once (shared subexpressions are common: a
+    tree walk of threefry's rounds would be exponential)."""
+    seen, pending = set(), [expr]
+    while pending:
+        e = pending.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        for f in dataclasses.fields(e):
+            child = getattr(e, f.name)
+            if isinstance(child, K.Expr):
+                pending.append(child)
+
+
+def _accumulators_are_private(body: list) -> bool:
+    """Each accumulator's first appearance in an iteration, in program order, is a SetAcc at
+    the top of the loop body that does not read it (so no value flows between iterations)."""
+    seen = set()
+    for statement in body:
+        inner = list(_statements([statement]))
+        for s in inner:
+            reads = {e.acc for e in _expressions(s) if isinstance(e, K.AccRead)}
+            if reads - seen:
+                return False
+            if isinstance(s, K.SetAcc) and s.acc not in seen:
+                if s is not statement:
+                    return False
+                seen.add(s.acc)
+    return True
+
+
+def _linear(expr: K.Expr, index: K.Index, ranges: dict, memo: dict | None = None):
+    """`expr` as (c, low, high): c * index + r with r in [low, high] for every value of the
+    other loop indices; None when it is not of that form (or not provably)."""
+    memo = {} if memo is None else memo
+    if id(expr) not in memo:
+        memo[id(expr)] = _linear_form(expr, index, ranges, memo)
+    return memo[id(expr)]
+
+
+def _linear_form(expr: K.Expr, index: K.Index, ranges: dict, memo: dict):
+    if expr is index:
+        return 1, 0, 0
+    if isinstance(expr, K.Index):
+        if expr not in ranges:
+            return None
+        first, last = ranges[expr]
+        return 0, first, last
+    if isinstance(expr, K.Const):
+        value = int(expr.value)
+        return 0, value, value
+    if isinstance(expr, K.Cast) and expr.x.dtype.kind in "iu":
+        return _linear(expr.x, index, ranges, memo)
+    if not isinstance(expr, K.Binary):
+        return None
+    a, b = _linear(expr.a, index, ranges, memo), _linear(expr.b, index, ranges, memo)
+    if a is None or b is None:
+        return None
+    if expr.op == "add":
+        return a[0] + b[0], a[1] + b[1], a[2] + b[2]
+    if expr.op == "sub":
+        return a[0] - b[0], a[1] - b[2], a[2] - b[1]
+    if expr.op == "mul":
+        for (c, low, high), (c2, k, k2) in ((a, b), (b, a)):
+            if c2 == 0 and k == k2:  # times a constant
+                bounds = (low * k, high * k)
+                return c * k, min(bounds), max(bounds)
+        if a[0] == 0 and b[0] == 0:
+            products = [x * y for x in a[1:] for y in b[1:]]
+            return 0, min(products), max(products)
+        return None
+    if a[0] == 0 and b[0] == 0 and b[1] == b[2] and b[1] > 0 and a[1] >= 0:
+        if expr.op == "div":
+            return 0, a[1] // b[1], a[2] // b[1]
+        if expr.op == "rem":
+            return 0, 0, min(a[2], b[1] - 1)
+    return None

@@ -1,0 +1,136 @@
+"""Threads in compiled programs: which kernels split their outer loop, and that programs give
+the reference backend's results whatever the thread count."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad import lax
+from funcgrad.backends.llvm import render
+from funcgrad.compiler.parallel import parallel_loop
+from funcgrad.compiler.schedule import KernelStep
+from funcgrad.config import config
+
+
+@contextlib.contextmanager
+def settings(backend: str = "llvm", threads: int | None = None, split_all: bool = False):
+    """Run on `backend` with `threads` threads; `split_all` splits even tiny kernels."""
+    saved = config.jit_backend, config.num_threads, render.PARALLEL_WORK
+    config.update("jit_backend", backend)
+    if threads is not None:
+        config.update("num_threads", threads)
+    if split_all:
+        render.PARALLEL_WORK = 1
+    try:
+        yield
+    finally:
+        config.update("jit_backend", saved[0])
+        config.update("num_threads", saved[1])
+        render.PARALLEL_WORK = saved[2]
+
+
+def kernels(f, *args) -> list:
+    with settings():
+        program = fg.jit(f).lower(*args).compile().executable.program
+    return [step.kernel for step in program.steps if isinstance(step, KernelStep)]
+
+
+def splits(f, *args) -> list[bool]:
+    return [parallel_loop(k) is not None for k in kernels(f, *args)]
+
+
+X = np.random.default_rng(0).standard_normal((64, 48)).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    "f, expected",
+    [
+        (lambda x: fnp.tanh(x) * 2.0 + 1.0, True),  # one flat elementwise loop
+        (lambda x: x.T + 1.0, True),  # each output row written by one iteration
+        (lambda x: fg.nn.softmax(x, axis=1), True),  # rows, with per-row scratch
+        (lambda x: x.sum(1), True),  # a reduction per output element
+        (lambda x: x.sum(), False),  # one accumulator over everything
+        (lambda x: fnp.sort(x, axis=1), False),  # reads back what it writes
+    ],
+)
+def test_which_kernels_split_their_outer_loop(f, expected):
+    assert any(splits(f, X)) == expected
+
+
+def test_large_elementwise_kernels_run_on_threads():
+    x = np.ones(1 << 20, np.float32)
+    with settings():
+        ir = fg.jit(lambda v: fnp.exp(v) + 1.0).lower(x).compile().as_text()
+    assert "@parallel_for" in ir and "pthread_create" in ir
+    with settings():
+        small = fg.jit(lambda v: fnp.exp(v) + 1.0).lower(x[:1000]).compile().as_text()
+    assert "pthread_create" not in small
+
+
+PROGRAMS = {
+    "elementwise": lambda x, y: fnp.exp(-x * x) * y + fnp.tanh(y),
+    "broadcast": lambda x, y: x - x.mean(0) + y[:1],
+    "transpose": lambda x, y: (x.T @ y) + x.T.sum(1, keepdims=True),
+    "softmax": lambda x, y: fg.nn.softmax(x, axis=1) * y,
+    "layernorm": lambda x, y: (x - x.mean(1, keepdims=True)) / fnp.sqrt(x.var(1, keepdims=True)),
+    "column sums": lambda x, y: (x * y).sum(0),
+    "argmax": lambda x, y: fnp.argmax(x + y, axis=1),
+    "cumsum": lambda x, y: fnp.cumsum(x, axis=1) - fnp.cumsum(y, axis=0),
+    "gather": lambda x, y: x[fnp.argsort(y[:, 0])],
+    "scan": lambda x, y: lax.scan(lambda c, r: (fnp.tanh(c + r), c.sum()), x[0], y)[1],
+    "cond": lambda x, y: lax.cond(x.sum() > 0, lambda: x * y, lambda: x - y),
+    "int": lambda x, y: (x * 100).astype(fnp.int32) // 7 + (y > 0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+@given(
+    rows=st.integers(1, 37),
+    cols=st.integers(1, 19),
+    threads=st.integers(2, 5),
+    seed=st.integers(0, 2**16),
+)
+def test_split_kernels_match_the_reference(name, rows, cols, threads, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    y = rng.standard_normal((rows, cols)).astype(np.float32)
+    f = PROGRAMS[name]
+    with settings("numpy"):
+        expected = fg.jit(f)(x, y)
+    with settings("llvm", threads=threads, split_all=True):
+        got = fg.jit(f)(x, y)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=2e-5, atol=2e-5)
+
+
+def test_one_thread_and_many_give_identical_bits():
+    x = np.random.default_rng(1).standard_normal((512, 300)).astype(np.float32)
+    f = lambda v: fg.nn.softmax(fnp.tanh(v) * 3.0, axis=1)  # noqa: E731
+    with settings("llvm", threads=1):
+        one = np.asarray(fg.jit(f)(x))
+    with settings("llvm", threads=4, split_all=True):
+        many = np.asarray(fg.jit(f)(x))
+    np.testing.assert_array_equal(one, many)
+
+
+def test_thread_count_comes_from_the_environment():
+    code = "import funcgrad as fg; print(fg.config.num_threads)"
+    env = dict(os.environ, FUNCGRAD_NUM_THREADS="3")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "3", out.stderr
+    default = subprocess.run(
+        [sys.executable, "-c", code],
+        env={k: v for k, v in os.environ.items() if k != "FUNCGRAD_NUM_THREADS"},
+        capture_output=True,
+        text=True,
+    )
+    assert int(default.stdout) == len(os.sched_getaffinity(0))
