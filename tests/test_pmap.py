@@ -150,11 +150,15 @@ def test_pmap_of_jit():
 
 
 def test_jit_of_pmap():
-    if fg.config.jit_backend == "llvm":
-        pytest.xfail("the compiler does not lower a pmap inside a jitted program yet")
     x = np.arange(8.0).reshape(4, 2)
     inner = lambda v: lax.psum(v, "i") * v  # noqa: E731
     assert_close(fg.jit(fg.pmap(inner, "i"))(x), x.sum(0) * x)
+    # Inside a larger compiled program, and differentiated: the pmap runs on the devices'
+    # threads between the program's own kernels.
+    outer = fg.jit(lambda v: fg.pmap(inner, "i")(v * 2.0) + 1.0)
+    assert_close(outer(x), (2 * x).sum(0) * (2 * x) + 1.0)
+    loss = fg.jit(fg.grad(lambda v: fg.pmap(inner, "i")(v).sum()))
+    assert_close(loss(x), np.broadcast_to(2 * x.sum(0), x.shape))  # d(sum_j S_j^2)/dv = 2S
 
 
 # ---------------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ def step_buffers(step) -> list[K.Buffer]:
     if isinstance(step, KernelStep):
         return step.kernel.buffers
     if isinstance(step, CallbackStep):
-        return list(step.operands)
+        return [*step.operands, *step.results]
     if isinstance(step, GemmStep):
         return [step.lhs, step.rhs, step.out]
     if isinstance(step, FortranCall):

@@ -106,10 +106,13 @@ class GemmStep:
 
 @dataclass(eq=False)
 class CallbackStep:
-    """Native code calls back into Python (debug.print, debug.callback) in program order."""
+    """Native code calls back into Python, in program order: debug.print and debug.callback,
+    and primitives that run on machinery of their own (pmap's devices), whose results the
+    callback writes into `results`."""
 
     eqn: JaxprEqn
     operands: list[K.Buffer]
+    results: list[K.Buffer] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -176,9 +179,9 @@ def _step_text(step, indent: str) -> list[str]:
             f"{indent}{step.out.name} = gemm[batch={step.batch}, m={step.m}, n={step.n}, "
             f"k={step.k}{flags}]({step.lhs.name}, {step.rhs.name})"
         ]
-    return [
-        f"{indent}callback {step.eqn.primitive.name}({', '.join(b.name for b in step.operands)})"
-    ]
+    results = ", ".join(b.name for b in step.results)
+    call = f"callback {step.eqn.primitive.name}({', '.join(b.name for b in step.operands)})"
+    return [f"{indent}{results} = {call}" if results else f"{indent}{call}"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -287,6 +290,10 @@ def _gemm_shape(eqn: JaxprEqn):
 
 # ---------------------------------------------------------------------------------------------
 # Scheduling
+
+# Primitives the compiled program hands back to Python: callbacks, and pmap, whose shards run
+# on the devices' threads (each compiling its per-device program itself).
+_HOST_CALLS = ("debug_callback", "pmap")
 
 # Call primitives whose programs the compiler inlines, and the param holding the program.
 _CALLS = {
@@ -425,8 +432,10 @@ class _Scheduler:
             self._while(eqn)
         elif primitive.name == "scan":
             self._scan(eqn)
-        elif primitive.name == "debug_callback":
-            self.steps.append(CallbackStep(eqn, [self._source(v) for v in eqn.invars]))
+        elif primitive.name in _HOST_CALLS:
+            operands = [self._source(v) for v in eqn.invars]
+            results = [self.buffer_of[v] for v in eqn.outvars]
+            self.steps.append(CallbackStep(eqn, operands, results))
         else:
             raise CompileError(f"the compiler has no lowering for {describe(eqn)}")
 

@@ -318,11 +318,6 @@ def _pmap_partial_eval(trace: PartialEvalTrace, args: Sequence, params: dict) ->
 
 
 pmap_p.partial_eval = _pmap_partial_eval
-pmap_p.not_applicable["llvm"] = (
-    "runs each device's program through jit's executable (compiled between collectives), but "
-    "is not compiled into an enclosing program: a jit containing a pmap needs a host step "
-    "with outputs in the compiler"
-)
 
 
 # ---------------------------------------------------------------------------------------------

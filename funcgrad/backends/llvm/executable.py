@@ -221,9 +221,12 @@ def _callback_steps(program: Program) -> list[CallbackStep]:
 
 
 def _callback(step: CallbackStep):
-    """A C-callable function running the step's primitive on copies of its operands."""
+    """A C-callable function running the step's primitive on copies of its operands and
+    writing its results (if any) into the step's result buffers."""
     eqn = step.eqn
     avals = [v.aval for v in eqn.invars]
+    out_avals = [v.aval for v in eqn.outvars] if step.results else []
+    as_arrays = eqn.primitive.higher_order  # which take arrays, as the reference passes them
 
     def run(table) -> None:
         try:
@@ -232,8 +235,14 @@ def _callback(step: CallbackStep):
                 count = aval.size * aval.dtype.itemsize
                 raw = ctypes.string_at(table[k], count) if count else b""
                 value = np.frombuffer(raw, aval.dtype).reshape(aval.shape).copy()
-                values.append(value[()] if value.ndim == 0 else value)
-            eqn.primitive.impl(*values, **eqn.params)
+                value = value[()] if value.ndim == 0 else value
+                values.append(Array(value, aval.weak_type) if as_arrays else value)
+            outs = eqn.primitive.impl(*values, **eqn.params)
+            if not isinstance(outs, list | tuple):
+                outs = [outs]
+            for k, aval in enumerate(out_avals):
+                result = np.ascontiguousarray(np.asarray(outs[k]), aval.dtype)
+                ctypes.memmove(table[len(avals) + k], result.ctypes.data, result.nbytes)
         except BaseException as error:  # re-raised once native code returns
             _callback_errors.__dict__.setdefault("raised", []).append(error)
 

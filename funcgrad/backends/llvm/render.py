@@ -910,10 +910,10 @@ class ModuleRenderer:
 
     def callback(self, step: CallbackStep) -> None:
         f = self.entry
-        count = max(len(step.operands), 1)
+        buffers = [*step.operands, *step.results]
         table = f.fresh("table")
-        f.prologue.append(f"  {table} = alloca [{count} x ptr]")
-        for k, buffer in enumerate(step.operands):
+        f.prologue.append(f"  {table} = alloca [{max(len(buffers), 1)} x ptr]")
+        for k, buffer in enumerate(buffers):
             slot = f.assign(f"getelementptr ptr, ptr {table}, i64 {k}")
             f.emit(f"store ptr {self.pointer(f, buffer)}, ptr {slot}")
         target = f.assign(f"inttoptr i64 {self.callbacks[step]} to ptr")
