@@ -10,7 +10,9 @@ lives in memory when
 - a root rule (reduction, cumulative op, contraction, ...) produces it;
 - it would otherwise be computed more than once per element: read by several kernels or
   several times by one (a broadcast that expands it, a contraction), unless its equation is a
-  cheap index shuffle such as a reshape or a broadcast, which is always recomputed.
+  cheap index shuffle such as a reshape or a broadcast, which is always recomputed;
+- it ends a chain of MAX_FUSION_DEPTH fused equations (a kernel per 64 links of a very long
+  elementwise chain).
 
 The scheduler is backend-independent: renderers take the program as it is.
 """
@@ -257,7 +259,28 @@ def _materialized(eqns: list[JaxprEqn], outvars: list, produced: set) -> set:
             if not fused and primitive not in root_rules:
                 keep.add(v)  # control flow and callbacks read buffers
             demand[v] += 2 if _rereads(eqn, position) else weight
+    _bound_depth(eqns, keep)
     return {v for v in keep if v in produced}
+
+
+# The longest chain of equations one kernel computes per element: a longer chain is cut by
+# giving a value a buffer (building and rendering its expression recurse once per link, and
+# a chain this long is compute-bound anyway, so the extra pass costs little).
+MAX_FUSION_DEPTH = 64
+
+
+def _bound_depth(eqns: list[JaxprEqn], keep: set) -> None:
+    depth: dict = {}
+    for eqn in eqns:
+        if not fusible(eqn):
+            continue
+        links = [depth.get(v, 0) for v in eqn.invars if type(v) is Var and v not in keep]
+        d = 1 + max(links, default=0)
+        if d > MAX_FUSION_DEPTH:
+            keep.update(eqn.outvars)
+            d = 0
+        for v in eqn.outvars:
+            depth[v] = 0 if v in keep else d
 
 
 # ---------------------------------------------------------------------------------------------
