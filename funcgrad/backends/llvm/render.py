@@ -120,6 +120,9 @@ class _Function:
         self.block = "entry"
         self.memo: dict = {}
         self.acc_slots: dict = {}
+        # Loop indices get this function's names, not the kernel IR's process-wide ones, so
+        # that a program's text is the same in every process (the disk cache's key).
+        self.index_names: dict[K.Index, str] = {}
         self.prologue: list[str] = []  # allocas, which belong in the entry block
 
     def fresh(self, hint: str = "v") -> str:
@@ -155,7 +158,7 @@ class _Function:
 
     def _render(self, e: K.Expr) -> str:
         if isinstance(e, K.Index):
-            return f"%{e.name}"
+            return f"%{self.index_names[e]}"
         if isinstance(e, _Raw):
             return e.name
         if isinstance(e, K.Load):
@@ -416,8 +419,9 @@ class _Function:
             self.memo = {}
             if isinstance(stmt, K.Loop):
                 innermost = not any(isinstance(inner, K.Loop) for inner in stmt.body)
+                self.index_names[stmt.index] = self.new_label("i")
                 self.loop(
-                    stmt.index.name,
+                    self.index_names[stmt.index],
                     stmt.start,
                     stmt.stop,
                     lambda s=stmt: self.statements(s.body),
@@ -575,15 +579,16 @@ class ModuleRenderer:
         function.statements(kernel.body)
         function.emit("ret void")
         params = ", ".join(f"ptr noalias %b{k}" for k in range(len(kernel.buffers)))
+        # Named by place in the module, not by the scheduler's process-wide count, so that a
+        # program's text does not depend on what was compiled before it (the disk cache's key).
+        name = f"k{len(self.functions)}_{kernel.name.partition('_')[2]}"
         self.functions.append(
             "\n".join(
-                [f"define internal void @{kernel.name}({params}) #0 {{", "entry:"]
-                + function.lines
-                + ["}"]
+                [f"define internal void @{name}({params}) #0 {{", "entry:"] + function.lines + ["}"]
             )
         )
         args = ", ".join(f"ptr {self.pointer(self.entry, b)}" for b in kernel.buffers)
-        self.entry.emit(f"call void @{kernel.name}({args})")
+        self.entry.emit(f"call void @{name}({args})")
 
     def copy(self, destination: str, source: str, size: int) -> None:
         self.declare("llvm.memcpy.p0.p0.i64", "void", ["ptr", "ptr", "i64", "i1"])
