@@ -44,6 +44,11 @@ F16 = dtypes.float16
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
 
+# The global array of the Python callbacks' addresses, which the executable fills after loading
+# the machine code: addresses of this process never appear in the module, so its machine code
+# can be cached on disk and loaded by another process.
+CALLBACK_TABLE = "funcgrad_callbacks"
+
 
 def value_type(dtype: np.dtype) -> str:
     """The LLVM type of a value of `dtype` in registers."""
@@ -489,10 +494,10 @@ def _short(llvm_type: str) -> str:
 class ModuleRenderer:
     """Renders a program and its kernels into one module whose entry point is `entry`."""
 
-    def __init__(self, program: Program, plan: MemoryPlan, callbacks: dict):
+    def __init__(self, program: Program, plan: MemoryPlan, callbacks: list[CallbackStep]):
         self.program = program
         self.plan = plan
-        self.callbacks = callbacks  # CallbackStep -> address of the Python callback
+        self.callbacks = {step: k for k, step in enumerate(callbacks)}  # -> place in the table
         self.declarations: dict[str, str] = {}
         self.globals: list[str] = []
         self.functions: list[str] = []
@@ -536,6 +541,10 @@ class ModuleRenderer:
             )
         self.steps(self.program.steps)
         entry.emit("ret void")
+        if self.callbacks:
+            self.globals.append(
+                f"@{CALLBACK_TABLE} = global [{len(self.callbacks)} x ptr] zeroinitializer"
+            )
         text = [
             "define void @entry(ptr noalias %args) #0 {",
             "entry:",
@@ -768,7 +777,8 @@ class ModuleRenderer:
         for k, buffer in enumerate(step.operands):
             slot = f.assign(f"getelementptr ptr, ptr {table}, i64 {k}")
             f.emit(f"store ptr {self.pointer(f, buffer)}, ptr {slot}")
-        target = f.assign(f"inttoptr i64 {self.callbacks[step]} to ptr")
+        slot = f.assign(f"getelementptr ptr, ptr @{CALLBACK_TABLE}, i64 {self.callbacks[step]}")
+        target = f.assign(f"load ptr, ptr {slot}")
         f.emit(f"call void {target}(ptr {table})")
 
 
