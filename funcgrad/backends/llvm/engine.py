@@ -23,7 +23,8 @@ from funcgrad.compiler import cache
 
 _lock = threading.Lock()  # LLVM's JIT state is not thread-safe
 
-# The -O3 pipeline's settings; part of the cache key, so changing them recompiles.
+# Code generation and -O3 pipeline settings; part of the cache key, so changing them recompiles.
+_CODEGEN = {"opt": 3, "codemodel": "jitdefault"}
 _PIPELINE = {
     "speed_level": 3,
     "loop_vectorization": True,
@@ -46,8 +47,7 @@ def target_machine():
     return target.create_target_machine(
         cpu=llvm.get_host_cpu_name(),
         features=llvm.get_host_cpu_features().flatten(),
-        opt=3,
-        codemodel="jitdefault",
+        **_CODEGEN,
     )
 
 
@@ -77,6 +77,7 @@ def _cache_key(ir_text: str, machine) -> bytes:
         machine.triple,
         llvm.get_host_cpu_name(),
         llvm.get_host_cpu_features().flatten(),
+        repr(sorted(_CODEGEN.items())),
         repr(sorted(_PIPELINE.items())),
         f"llvmlite {llvmlite.__version__}, LLVM {llvm.llvm_version_info}",
         f"funcgrad {funcgrad.__version__}",
