@@ -39,16 +39,19 @@ def _initialized() -> None:
     llvm.initialize_native_asmprinter()
 
 
+@functools.cache
+def _host() -> tuple[str, str]:
+    """This CPU's name and features (asking LLVM costs a quarter millisecond)."""
+    _initialized()
+    return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
+
+
 def target_machine():
     """A target machine for this CPU. Each engine takes ownership of (and later frees) the
     machine it is given, so every engine gets a new one."""
-    _initialized()
+    cpu, features = _host()
     target = llvm.Target.from_default_triple()
-    return target.create_target_machine(
-        cpu=llvm.get_host_cpu_name(),
-        features=llvm.get_host_cpu_features().flatten(),
-        **_CODEGEN,
-    )
+    return target.create_target_machine(cpu=cpu, features=features, **_CODEGEN)
 
 
 def optimize(module: llvm.ModuleRef, machine) -> None:
@@ -75,8 +78,7 @@ def _cache_key(ir_text: str, machine) -> bytes:
     return cache.digest(
         ir_text,
         machine.triple,
-        llvm.get_host_cpu_name(),
-        llvm.get_host_cpu_features().flatten(),
+        *_host(),
         repr(sorted(_CODEGEN.items())),
         repr(sorted(_PIPELINE.items())),
         f"llvmlite {llvmlite.__version__}, LLVM {llvm.llvm_version_info}",
