@@ -89,10 +89,21 @@ def _damaged_entries():
     def wrong_magic(data, other):
         return b"X" + data[1:]
 
+    def other_format(data, other):
+        return data[:16] + (cache.FORMAT + 1).to_bytes(4, "little") + data[20:]
+
     def foreign_key(data, other):
         return other
 
-    return [truncated, short_header, flipped_payload_byte, wrong_length, wrong_magic, foreign_key]
+    return [
+        truncated,
+        short_header,
+        flipped_payload_byte,
+        wrong_length,
+        wrong_magic,
+        other_format,
+        foreign_key,
+    ]
 
 
 @pytest.mark.parametrize("damage", _damaged_entries(), ids=lambda d: d.__name__)

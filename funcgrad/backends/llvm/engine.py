@@ -19,6 +19,7 @@ import threading
 import llvmlite
 import llvmlite.binding as llvm
 
+import funcgrad
 from funcgrad.compiler import cache
 
 _lock = threading.Lock()  # LLVM's JIT state is not thread-safe
@@ -73,8 +74,6 @@ def _optimized_module(ir_text: str, machine) -> llvm.ModuleRef:
 
 
 def _cache_key(ir_text: str, machine) -> bytes:
-    import funcgrad
-
     return cache.digest(
         ir_text,
         machine.triple,
