@@ -20,6 +20,22 @@ def _from_environment(variable: str, kind: type, default):
         raise ValueError(f"{variable} must be {kind.__name__}, got {text!r}") from None
 
 
+def _flag_from_environment(variable: str, default: bool) -> bool:
+    text = os.environ.get(variable)
+    if text is None:
+        return default
+    if text.strip().lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.strip().lower() in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"{variable} must be 0 or 1 (or true/false, yes/no, on/off), got {text!r}")
+
+
+def _default_cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.environ.get("FUNCGRAD_CACHE_DIR") or os.path.join(base, "funcgrad")
+
+
 class Config:
     """The settings; read them as attributes (`config.debug_nans`)."""
 
@@ -39,6 +55,12 @@ class Config:
         self.num_threads = _from_environment("FUNCGRAD_NUM_THREADS", int, _usable_cores())
         # Seconds a collective waits for the other devices or processes before it fails.
         self.collective_timeout = _from_environment("FUNCGRAD_COLLECTIVE_TIMEOUT", float, 300.0)
+        # Compiled machine code is kept on disk, so a later process loads a program it has
+        # compiled before instead of compiling it again. FUNCGRAD_COMPILATION_CACHE=0 turns it
+        # off; FUNCGRAD_CACHE_DIR moves it (default: $XDG_CACHE_HOME/funcgrad or
+        # ~/.cache/funcgrad).
+        self.enable_compilation_cache = _flag_from_environment("FUNCGRAD_COMPILATION_CACHE", True)
+        self.compilation_cache_dir = _default_cache_dir()
 
     def update(self, name: str, value) -> None:
         name = name.removeprefix("jax_")
@@ -47,6 +69,14 @@ class Config:
             raise AttributeError(f"unknown configuration option {name!r}; options: {known}")
         if name == "jit_backend":
             value = _checked_backend(value)
+        elif name == "enable_compilation_cache" and not isinstance(value, bool):
+            raise TypeError(f"enable_compilation_cache must be True or False, got {value!r}")
+        elif name == "compilation_cache_dir":
+            if not isinstance(value, (str, os.PathLike)):
+                raise TypeError(
+                    f"compilation_cache_dir must be a path (str or os.PathLike), got {value!r}"
+                )
+            value = os.fspath(value)
         setattr(self, name, value)
 
 

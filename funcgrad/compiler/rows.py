@@ -160,7 +160,9 @@ def build(builder: KernelBuilder, members: list[Member], outer: tuple, local: se
     """The statements of one kernel running every member for each index of `outer`. Variables
     in `local` live in row-sized scratch."""
     rank = len(outer)
-    for var in local:
+    # In the members' order, not the set's: a program renders to the same text in every
+    # process, which the on-disk compilation cache depends on.
+    for var in [v for m in members for v in m.stored if v in local]:
         size = math.prod(var.aval.shape[rank:])
         builder.local[var] = (builder.scratch_buffer(var.aval.dtype, size), rank)
 

@@ -19,7 +19,7 @@ import numpy as np
 from funcgrad.array import Array
 from funcgrad.backends.llvm import blas
 from funcgrad.backends.llvm.engine import Compiled
-from funcgrad.backends.llvm.render import ModuleRenderer
+from funcgrad.backends.llvm.render import CALLBACK_TABLE, ModuleRenderer
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import passes
 from funcgrad.compiler.donation import donated_outputs
@@ -50,13 +50,14 @@ class LlvmExecutable:
         self.memory: MemoryPlan = plan_memory(self.program)
         self.donated = donated_outputs(self.program, donated)  # output -> input whose memory
         _warn_unusable(closed, sorted(set(donated) - set(self.donated.values())))
-        self._callbacks = {step: _callback(step) for step in _callback_steps(self.program)}
-        addresses = {
-            step: ctypes.cast(fn, ctypes.c_void_p).value for step, fn in self._callbacks.items()
-        }
+        callback_steps = _callback_steps(self.program)
+        self._callbacks = [_callback(step) for step in callback_steps]
         blas.library()
-        self.ir = ModuleRenderer(self.program, self.memory, addresses, self.donated).render()
+        self.ir = ModuleRenderer(self.program, self.memory, callback_steps, self.donated).render()
         self.machine_code = Compiled(self.ir)
+        if self._callbacks:
+            addresses = [ctypes.cast(fn, ctypes.c_void_p).value for fn in self._callbacks]
+            self.machine_code.fill_table(CALLBACK_TABLE, addresses)
         self._entry = _ENTRY(self.machine_code.entry_address)
         out_avals = closed.out_avals
         self._out_shapes = [(a.shape, a.dtype) for a in out_avals]

@@ -45,6 +45,11 @@ F16 = dtypes.float16
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
 
+# The global array of the Python callbacks' addresses, which the executable fills after loading
+# the machine code: addresses of this process never appear in the module, so its machine code
+# can be cached on disk and loaded by another process.
+CALLBACK_TABLE = "funcgrad_callbacks"
+
 
 def value_type(dtype: np.dtype) -> str:
     """The LLVM type of a value of `dtype` in registers."""
@@ -121,6 +126,9 @@ class _Function:
         self.block = "entry"
         self.memo: dict = {}
         self.acc_slots: dict = {}
+        # Loop indices get this function's names, not the kernel IR's process-wide ones, so
+        # that a program's text is the same in every process (the disk cache's key).
+        self.index_names: dict[K.Index, str] = {}
         self.prologue: list[str] = []  # allocas, which belong in the entry block
         self.bounds: dict = {}  # a loop split across threads -> its chunk's (start, stop)
 
@@ -157,7 +165,7 @@ class _Function:
 
     def _render(self, e: K.Expr) -> str:
         if isinstance(e, K.Index):
-            return f"%{e.name}"
+            return f"%{self.index_names[e]}"
         if isinstance(e, _Raw):
             return e.name
         if isinstance(e, K.Load):
@@ -419,8 +427,9 @@ class _Function:
             if isinstance(stmt, K.Loop):
                 innermost = not any(isinstance(inner, K.Loop) for inner in stmt.body)
                 start, stop = self.bounds.get(stmt, (stmt.start, stmt.stop))
+                self.index_names[stmt.index] = self.new_label("i")
                 self.loop(
-                    stmt.index.name,
+                    self.index_names[stmt.index],
                     start,
                     stop,
                     lambda s=stmt: self.statements(s.body),
@@ -593,11 +602,15 @@ class ModuleRenderer:
     """Renders a program and its kernels into one module whose entry point is `entry`."""
 
     def __init__(
-        self, program: Program, plan: MemoryPlan, callbacks: dict, donated: dict | None = None
+        self,
+        program: Program,
+        plan: MemoryPlan,
+        callbacks: list[CallbackStep],
+        donated: dict | None = None,
     ):
         self.program = program
         self.plan = plan
-        self.callbacks = callbacks  # CallbackStep -> address of the Python callback
+        self.callbacks = {step: k for k, step in enumerate(callbacks)}  # -> place in the table
         # An output written into a donated input's memory (`compiler.donation`) -> that input.
         self.storage = {program.outputs[k]: program.inputs[i] for k, i in (donated or {}).items()}
         self.declarations: dict[str, str] = {}
@@ -647,6 +660,10 @@ class ModuleRenderer:
             )
         self.steps(self.program.steps)
         entry.emit("ret void")
+        if self.callbacks:
+            self.globals.append(
+                f"@{CALLBACK_TABLE} = global [{len(self.callbacks)} x ptr] zeroinitializer"
+            )
         text = [
             "define void @entry(ptr noalias %args) #0 {",
             "entry:",
@@ -705,9 +722,12 @@ class ModuleRenderer:
         params = [f"ptr noalias %b{k}" for k in range(len(distinct))]
         if split is not None:
             params += ["i64 %lo", "i64 %hi"]
+        # Named by place in the module, not by the scheduler's process-wide count, so that a
+        # program's text does not depend on what was compiled before it (the disk cache's key).
+        name = f"k{len(self.functions)}_{kernel.name.partition('_')[2]}"
         self.functions.append(
             "\n".join(
-                [f"define internal void @{kernel.name}({', '.join(params)}) #0 {{", "entry:"]
+                [f"define internal void @{name}({', '.join(params)}) #0 {{", "entry:"]
                 + function.lines
                 + ["}"]
             )
@@ -715,9 +735,9 @@ class ModuleRenderer:
         pointers = [self.pointer(self.entry, b) for b in distinct]
         if split is None:
             args = ", ".join(f"ptr {p}" for p in pointers)
-            self.entry.emit(f"call void @{kernel.name}({args})")
+            self.entry.emit(f"call void @{name}({args})")
         else:
-            self.parallel_call(kernel.name, pointers, split)
+            self.parallel_call(name, pointers, split)
 
     def parallel_call(self, name: str, pointers: list[str], loop: K.Loop) -> None:
         """Run kernel `name`'s outer loop in chunks on the program's threads: its buffers go
@@ -916,7 +936,8 @@ class ModuleRenderer:
         for k, buffer in enumerate(buffers):
             slot = f.assign(f"getelementptr ptr, ptr {table}, i64 {k}")
             f.emit(f"store ptr {self.pointer(f, buffer)}, ptr {slot}")
-        target = f.assign(f"inttoptr i64 {self.callbacks[step]} to ptr")
+        slot = f.assign(f"getelementptr ptr, ptr @{CALLBACK_TABLE}, i64 {self.callbacks[step]}")
+        target = f.assign(f"load ptr, ptr {slot}")
         f.emit(f"call void {target}(ptr {table})")
 
 

@@ -1,0 +1,263 @@
+"""The on-disk compilation cache of the LLVM backend: a program compiled once is loaded by later
+compilations and processes and runs as the freshly compiled one does; a damaged or foreign
+entry is compiled again, never loaded; the cache never fails a compilation."""
+
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad.backends.llvm import engine
+from funcgrad.compiler import cache
+from funcgrad.config import Config, config
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    """A fresh, enabled cache folder for one test, on the LLVM backend."""
+    saved = (config.jit_backend, config.enable_compilation_cache, config.compilation_cache_dir)
+    folder = tmp_path / "cache"
+    config.update("jit_backend", "llvm")
+    config.update("enable_compilation_cache", True)
+    config.update("compilation_cache_dir", folder)
+    yield folder
+    config.jit_backend, config.enable_compilation_cache, config.compilation_cache_dir = saved
+
+
+def _program(x):
+    y = fnp.tanh(x @ x.T) * 2.0 + 1.0
+    return y.sum(axis=1), fnp.exp(-x).max()
+
+
+def _compile(fun, *args):
+    """A new compilation (fresh trace, no in-memory cache) of `fun` at `args`."""
+    return fg.jit(lambda *a: fun(*a)).lower(*args).compile()
+
+
+def _entries(folder) -> list[str]:
+    where = folder / "llvm"
+    return sorted(os.listdir(where)) if where.exists() else []
+
+
+def _x():
+    return np.linspace(-1, 1, 24, dtype=np.float32).reshape(4, 6)
+
+
+def _expected(x):
+    y = np.tanh(x.astype(np.float64) @ x.T) * 2 + 1
+    return y.sum(axis=1), np.exp(-x.astype(np.float64)).max()
+
+
+def test_second_compilation_loads_from_disk_and_agrees(cache_dir):
+    x = _x()
+    cold = _compile(_program, x)
+    assert not cold.executable.machine_code.from_cache
+    assert len(_entries(cache_dir)) == 1
+    _compile(lambda a: fnp.sin(a) + 1.0, x)  # compiled in between: names must not shift
+    warm = _compile(_program, x)
+    assert warm.executable.machine_code.from_cache
+    assert warm.as_text() == cold.as_text()
+    for c, w, e in zip(cold(x), warm(x), _expected(x)):
+        np.testing.assert_array_equal(np.asarray(w), np.asarray(c))
+        np.testing.assert_allclose(np.asarray(w), e, rtol=1e-5)
+    assert "define void @entry" in warm.executable.machine_code.optimized_ir  # shown on a hit
+
+
+def _damaged_entries():
+    def truncated(data, other):
+        return data[: len(data) // 2]
+
+    def short_header(data, other):
+        return data[:10]
+
+    def flipped_payload_byte(data, other):
+        return data[:-7] + bytes([data[-7] ^ 0x40]) + data[-6:]
+
+    def wrong_length(data, other):
+        return data + b"\0"
+
+    def wrong_magic(data, other):
+        return b"X" + data[1:]
+
+    def other_format(data, other):
+        return data[:16] + (cache.FORMAT + 1).to_bytes(4, "little") + data[20:]
+
+    def foreign_key(data, other):
+        return other
+
+    return [
+        truncated,
+        short_header,
+        flipped_payload_byte,
+        wrong_length,
+        wrong_magic,
+        other_format,
+        foreign_key,
+    ]
+
+
+@pytest.mark.parametrize("damage", _damaged_entries(), ids=lambda d: d.__name__)
+def test_damaged_entry_is_compiled_again_never_loaded(cache_dir, caplog, damage):
+    x = _x()
+    _compile(lambda a: fnp.cos(a).sum(), x)
+    (other,) = _entries(cache_dir)
+    _compile(_program, x)
+    (path,) = [cache_dir / "llvm" / n for n in _entries(cache_dir) if n != other]
+    path.write_bytes(damage(path.read_bytes(), (cache_dir / "llvm" / other).read_bytes()))
+    with caplog.at_level(logging.DEBUG, logger="funcgrad.compilation_cache"):
+        again = _compile(_program, x)
+    assert not again.executable.machine_code.from_cache
+    assert any(r.message.startswith(f"rejected {path}") for r in caplog.records)
+    for got, expected in zip(again(x), _expected(x)):
+        np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5)
+    assert _compile(_program, x).executable.machine_code.from_cache  # the entry was rewritten
+
+
+def test_entry_of_another_funcgrad_version_is_not_used(cache_dir, monkeypatch):
+    x = _x()
+    _compile(_program, x)
+    monkeypatch.setattr(fg, "__version__", fg.__version__ + ".post1")
+    assert not _compile(_program, x).executable.machine_code.from_cache
+    assert len(_entries(cache_dir)) == 2
+
+
+def test_cache_off_writes_nothing(cache_dir):
+    config.update("enable_compilation_cache", False)
+    x = _x()
+    first, second = _compile(_program, x), _compile(_program, x)
+    assert not first.executable.machine_code.from_cache
+    assert not second.executable.machine_code.from_cache
+    assert not cache_dir.exists()
+
+
+def test_unwritable_folder_warns_once_and_compiles(tmp_path, cache_dir):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    config.update("compilation_cache_dir", blocker / "cache")  # a folder inside a file
+    x = _x()
+    with pytest.warns(RuntimeWarning, match="cannot write its compilation cache in .*a_file"):
+        compiled = _compile(_program, x)
+    for got, expected in zip(compiled(x), _expected(x)):
+        np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once is enough
+        _compile(lambda a: fnp.sin(a) * 3.0, x)
+
+
+def test_compilation_error_leaves_no_entry(cache_dir):
+    with pytest.raises(RuntimeError):
+        engine.Compiled("define void @entry(ptr %args) {\n  ret i32 0\n}")
+    assert _entries(cache_dir) == []
+
+
+def test_concurrent_writers_of_one_key_never_show_a_partial_entry(cache_dir):
+    key = cache.digest("one key")
+    payloads = [bytes([k]) * 200_000 for k in range(1, 5)]
+    seen, stop = [], threading.Event()
+
+    def read():
+        while not stop.is_set():
+            seen.append(cache.load("llvm", key))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    writers = [
+        threading.Thread(target=lambda p=p: [cache.store("llvm", key, p) for _ in range(20)])
+        for p in payloads
+    ]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    stop.set()
+    reader.join()
+    assert all(s is None or s in payloads for s in seen)
+    assert cache.load("llvm", key) in payloads
+    assert _entries(cache_dir) == [key.hex()]  # no temporary file left behind
+
+
+_NEW_PROCESS = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import funcgrad as fg
+    import funcgrad.numpy as fnp
+
+    fg.config.update("compilation_cache_dir", sys.argv[1])
+
+    def f(a):
+        fg.debug.callback(lambda s: print("callback", float(s)), a.sum())
+        q, r = fnp.linalg.qr(a)
+        return q, r, a @ a.T
+
+    a = np.arange(1.0, 17.0, dtype=np.float32).reshape(4, 4) + 4 * np.eye(4, dtype=np.float32)
+    compiled = fg.jit(f).lower(a).compile()
+    q, r, product = (np.asarray(o) for o in compiled(a))
+    print("from_cache", compiled.executable.machine_code.from_cache)
+    np.save(sys.argv[2], np.concatenate([q.ravel(), r.ravel(), product.ravel()]))
+    """
+)
+
+
+def _start(folder, output):
+    env = dict(os.environ, PYTHONPATH=REPO, FUNCGRAD_JIT_BACKEND="llvm")
+    env.pop("FUNCGRAD_COMPILATION_CACHE", None)
+    return subprocess.Popen(
+        [sys.executable, "-c", _NEW_PROCESS, str(folder), str(output)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_new_processes_share_callbacks_blas_and_lapack_code(cache_dir, tmp_path):
+    """Two processes compile at once (both cold), then a third loads their entry."""
+    racing = [_start(cache_dir, tmp_path / f"out{k}.npy") for k in range(2)]
+    results = [p.communicate(timeout=120) for p in racing]
+    for process, (out, err) in zip(racing, results):
+        assert process.returncode == 0, err
+        assert "callback 152.0" in out
+    out, err = _start(cache_dir, tmp_path / "warm.npy").communicate(timeout=120)
+    assert "from_cache True" in out, err
+    assert "callback 152.0" in out
+    assert len(_entries(cache_dir)) == 1
+    a = np.arange(1.0, 17.0).reshape(4, 4) + 4 * np.eye(4)
+    cold = np.load(tmp_path / "out0.npy")
+    warm = np.load(tmp_path / "warm.npy")
+    np.testing.assert_array_equal(warm, cold)
+    q, r, product = warm[:16].reshape(4, 4), warm[16:32].reshape(4, 4), warm[32:].reshape(4, 4)
+    np.testing.assert_allclose(q @ r, a, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.triu(r), r)
+    np.testing.assert_allclose(product, a @ a.T, rtol=1e-6)
+
+
+def test_environment_switches(monkeypatch):
+    monkeypatch.setenv("FUNCGRAD_COMPILATION_CACHE", "0")
+    monkeypatch.setenv("FUNCGRAD_CACHE_DIR", "/some/where")
+    settings = Config()
+    assert settings.enable_compilation_cache is False
+    assert settings.compilation_cache_dir == "/some/where"
+    monkeypatch.delenv("FUNCGRAD_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", "/xdg")
+    assert Config().compilation_cache_dir == os.path.join("/xdg", "funcgrad")
+    monkeypatch.setenv("FUNCGRAD_COMPILATION_CACHE", "maybe")
+    with pytest.raises(ValueError, match="FUNCGRAD_COMPILATION_CACHE"):
+        Config()
+
+
+def test_bad_settings_name_the_option(cache_dir):
+    with pytest.raises(TypeError, match="compilation_cache_dir"):
+        config.update("compilation_cache_dir", 3)
+    with pytest.raises(TypeError, match="enable_compilation_cache"):
+        config.update("jax_enable_compilation_cache", "no")
