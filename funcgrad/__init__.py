@@ -1,6 +1,18 @@
 """funcgrad: composable transformations (grad, vmap, jit) of pure functions over arrays."""
 
-from funcgrad import debug, distributed, dtypes, lax, nn, numpy, random, scipy, test_util, tree_util
+from funcgrad import (
+    checkpoints,
+    debug,
+    distributed,
+    dtypes,
+    lax,
+    nn,
+    numpy,
+    random,
+    scipy,
+    test_util,
+    tree_util,
+)
 from funcgrad.array import Array, Device, block_until_ready, device_put
 from funcgrad.config import config, disable_jit
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
