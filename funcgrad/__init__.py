@@ -2,6 +2,7 @@
 
 from funcgrad import (
     checkpoints,
+    data,
     debug,
     distributed,
     dtypes,
