@@ -13,6 +13,7 @@ from funcgrad import (
     scipy,
     test_util,
     tree_util,
+    viz,
 )
 from funcgrad.array import Array, Device, block_until_ready, device_put
 from funcgrad.config import config, disable_jit
