@@ -160,18 +160,18 @@ def jaxpr_html(jaxpr: ir.Jaxpr | ir.ClosedJaxpr) -> str:
 class _Node:
     id: str
     lines: list[str]
-    kind: str  # "input", "eqn" or "output"
+    kind: str  # "input", "eqn", "output", or "bend": a point a long edge passes through
     layer: int = 0
     x: float = 0.0
     y: float = 0.0
 
     @property
     def width(self) -> float:
-        return 7.2 * max(len(line) for line in self.lines) + 16
+        return 8.0 if self.kind == "bend" else 7.2 * max(len(line) for line in self.lines) + 16
 
     @property
     def height(self) -> float:
-        return 16 * len(self.lines) + 10
+        return 0.0 if self.kind == "bend" else 16 * len(self.lines) + 10
 
 
 @dataclass
@@ -183,6 +183,7 @@ class _Program:
     nodes: list[_Node] = field(default_factory=list)
     edges: list[tuple[str, str]] = field(default_factory=list)
     clusters: list[tuple[str, _Program]] = field(default_factory=list)  # (owner node id, program)
+    bends: list[list[_Node]] = field(default_factory=list)  # per edge, the points it passes
     x0: float = 0.0  # top-left corner of the laid-out program
     y0: float = 0.0
     width: float = 0.0
@@ -243,13 +244,15 @@ _GAP_X, _GAP_Y, _PAD, _CLUSTER_HEAD = 24.0, 44.0, 12.0, 22.0
 
 def _layout(program: _Program) -> None:
     """Place nodes in layers (longest path from the inputs), order each layer by a barycenter
-    sweep down and up to reduce crossings, then place nested programs to the right."""
+    sweep down and up to reduce crossings, then place nested programs to the right.
+
+    An edge across several layers passes one bend point per layer in between; the bends are
+    ordered and spaced like nodes, so the edge goes around the nodes, not through them.
+    """
     nodes = {n.id: n for n in program.nodes}
     preds: dict[str, list[str]] = {n.id: [] for n in program.nodes}
-    succs: dict[str, list[str]] = {n.id: [] for n in program.nodes}
     for src, dst in program.edges:
         preds[dst].append(src)
-        succs[src].append(dst)
     for node in program.nodes:  # nodes come in program order, so predecessors are placed first
         if node.kind == "eqn":
             node.layer = 1 + max((nodes[p].layer for p in preds[node.id]), default=0)
@@ -257,7 +260,23 @@ def _layout(program: _Program) -> None:
     for node in program.nodes:
         if node.kind == "output":
             node.layer = last
-    layers = [[n for n in program.nodes if n.layer == i] for i in range(last + 1)]
+    layers: list[list[_Node]] = [[] for _ in range(last + 1)]
+    for node in program.nodes:
+        layers[node.layer].append(node)
+    above: dict[str, list[str]] = {n.id: [] for n in program.nodes}
+    below: dict[str, list[str]] = {n.id: [] for n in program.nodes}
+    program.bends = []
+    for number, (src, dst) in enumerate(program.edges):
+        start, end = nodes[src].layer, nodes[dst].layer
+        bends = [_Node(f"{program.id}_e{number}_{i}", [], "bend", i) for i in range(start + 1, end)]
+        for bend in bends:
+            layers[bend.layer].append(bend)
+            above[bend.id], below[bend.id] = [], []
+        chain = [src, *(b.id for b in bends), dst]
+        for upper, lower in zip(chain, chain[1:]):
+            below[upper].append(lower)
+            above[lower].append(upper)
+        program.bends.append(bends)
 
     position = {n.id: float(i) for layer in layers for i, n in enumerate(layer)}
 
@@ -272,8 +291,8 @@ def _layout(program: _Program) -> None:
             for i, n in enumerate(layer):
                 position[n.id] = float(i)
 
-    sweep(layers, preds)
-    sweep(layers[::-1], succs)
+    sweep(layers, above)
+    sweep(layers[::-1], below)
 
     widths = [sum(n.width for n in layer) + _GAP_X * (len(layer) - 1) for layer in layers]
     graph_width = max(widths, default=0.0)
@@ -282,7 +301,7 @@ def _layout(program: _Program) -> None:
         x = _PAD + (graph_width - width) / 2
         row_height = max((n.height for n in layer), default=0.0)
         for n in layer:
-            n.x, n.y = x, y
+            n.x, n.y = x, y + row_height / 2 if n.kind == "bend" else y
             x += n.width + _GAP_X
         y += row_height + _GAP_Y
     program.width = graph_width + 2 * _PAD
@@ -301,7 +320,7 @@ def _layout(program: _Program) -> None:
 
 
 def _offset(program: _Program, dx: float, dy: float) -> None:
-    for n in program.nodes:
+    for n in [*program.nodes, *(b for bends in program.bends for b in bends)]:
         n.x += dx
         n.y += dy
     for _, inner in program.clusters:
@@ -349,13 +368,15 @@ def _svg_program(program: _Program, out: list[str], nodes: dict[str, _Node]) -> 
             f'height="{node.height:.1f}" rx="4" fill="{_NODE_FILL[node.kind]}" '
             f'stroke="#57606a"/>{text}</g>'
         )
-    for src_id, dst_id in program.edges:
+    for (src_id, dst_id), bends in zip(program.edges, program.bends):
         src, dst = nodes[src_id], nodes[dst_id]
-        x1, y1 = src.x + src.width / 2, src.y + src.height
         x2, y2 = dst.x + dst.width / 2, dst.y
+        points = [(src.x + src.width / 2, src.y + src.height)]
+        points += [(b.x + b.width / 2, b.y) for b in bends] + [(x2, y2 - 6)]
+        line = " L".join(f"{x:.1f},{y:.1f}" for x, y in points)
         out.append(
             f'<g class="edge"><title>{src_id}-&gt;{dst_id}</title>'
-            f'<path d="M{x1:.1f},{y1:.1f} L{x2:.1f},{y2 - 6:.1f}" stroke="#57606a" fill="none"/>'
+            f'<path d="M{line}" stroke="#57606a" fill="none"/>'
             f'<polygon points="{x2 - 4:.1f},{y2 - 7:.1f} {x2 + 4:.1f},{y2 - 7:.1f} '
             f'{x2:.1f},{y2:.1f}" fill="#57606a"/></g>'
         )
