@@ -253,6 +253,8 @@ def save(path: str | os.PathLike, tree: Any) -> None:
     renamed over ``path``: a crash or an error mid-write leaves the old checkpoint whole.
     """
     path = Path(path)
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"checkpoints.save: the folder {path.parent} does not exist")
     leaves: list[tuple[tuple, Any]] = []
     spec = _structure(tree, (), leaves)
     values = [_leaf_value(p, leaf) for p, leaf in leaves]

@@ -41,9 +41,11 @@ def array_html(array: Any) -> str:
     value = np.asarray(array)
     type_text = f"{value.dtype.name}[{','.join(map(str, value.shape))}]"
     weak = " weak_type" if getattr(array, "weak_type", False) else ""
+    devices = array.devices()
+    where = repr(array.device) if len(devices) == 1 else f"{len(devices)} devices"
     head = (
         f"<b>Array</b> <code>{html.escape(type_text)}</code>{weak} "
-        f"on <code>{html.escape(repr(array.device))}</code>"
+        f"on <code>{html.escape(where)}</code>"
     )
     if value.size <= _FULL_VALUES_LIMIT:
         body = np.array2string(value, separator=", ")

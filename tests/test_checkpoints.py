@@ -211,6 +211,11 @@ def test_bad_leaves_are_refused_before_anything_is_written(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_saving_into_a_missing_folder_names_the_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match=f"the folder {tmp_path / 'missing'} does not"):
+        checkpoints.save(tmp_path / "missing" / "ckpt.safetensors", {"w": np.ones(2)})
+
+
 def test_saving_a_traced_value_is_refused(tmp_path):
     def save_inside(x):
         checkpoints.save(tmp_path / "x.safetensors", {"x": x})

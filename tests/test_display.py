@@ -11,6 +11,7 @@ import pytest
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import dtypes, ir, lax, viz
+from funcgrad.array import sharded
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -66,6 +67,12 @@ def test_large_arrays_of_other_dtypes_are_summarised(value, expected):
     text = _text(fnp.asarray(value)._repr_html_())
     for word in expected:
         assert word in text
+
+
+def test_sharded_array_names_its_device_count():
+    shards = [np.zeros(3, np.float32), np.ones(3, np.float32)]
+    y = sharded(shards, [fg.Device("cpu", 0), fg.Device("cpu", 1)])
+    assert "float32[2,3] on 2 devices" in _text(y._repr_html_())
 
 
 def test_repr_is_unchanged():
