@@ -112,9 +112,8 @@ def _structure(tree: Any, path: tuple, leaves: list[tuple[tuple, Any]]) -> Any:
         # Any other registered node: its children one level down, in its own flatten order.
         children, _ = tree_util.tree_flatten(tree, is_leaf=lambda child: child is not tree)
         spec = {"kind": "custom", "type": _type_name(node_type)}
-    spec["children"] = [None] * len(children)
-    for i, (entry, child) in enumerate(zip(_child_entries(spec), children)):
-        spec["children"][i] = _structure(child, (*path, entry), leaves)
+    entries = _child_entries({**spec, "children": children})
+    spec["children"] = [_structure(c, (*path, e), leaves) for e, c in zip(entries, children)]
     return spec
 
 
