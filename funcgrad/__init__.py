@@ -1,6 +1,20 @@
 """funcgrad: composable transformations (grad, vmap, jit) of pure functions over arrays."""
 
-from funcgrad import debug, distributed, dtypes, lax, nn, numpy, random, scipy, test_util, tree_util
+from funcgrad import (
+    checkpoints,
+    data,
+    debug,
+    distributed,
+    dtypes,
+    lax,
+    nn,
+    numpy,
+    random,
+    scipy,
+    test_util,
+    tree_util,
+    viz,
+)
 from funcgrad.array import Array, Device, block_until_ready, device_put
 from funcgrad.config import config, disable_jit
 from funcgrad.core import ShapedArray, ShapeDtypeStruct

@@ -268,5 +268,10 @@ class Array:
     def __str__(self) -> str:
         return str(np.asarray(self._value))
 
+    def _repr_html_(self) -> str:
+        from funcgrad.viz import array_html
+
+        return array_html(self)
+
     def str_short(self) -> str:
         return f"{short_dtype_name(self.dtype)}{list(self.shape)}"

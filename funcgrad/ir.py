@@ -105,6 +105,11 @@ class Jaxpr:
 
     __repr__ = __str__
 
+    def _repr_html_(self) -> str:
+        from funcgrad.viz import jaxpr_html
+
+        return jaxpr_html(self)
+
 
 class ClosedJaxpr:
     """A jaxpr with values for its constvars."""
@@ -138,6 +143,11 @@ class ClosedJaxpr:
         return pp_jaxpr(self.jaxpr)
 
     __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        from funcgrad.viz import jaxpr_html
+
+        return jaxpr_html(self)
 
 
 # ---------------------------------------------------------------------------------------------
