@@ -673,3 +673,16 @@ def test_narrowing_float64_to_half_precision_rounds_as_the_reference():
         assert_same_as_reference(
             lambda a, d=dtype: lax.convert_element_type(a, d), x, rtol=0, atol=0
         )
+
+
+def test_a_very_long_elementwise_chain_compiles_in_several_kernels():
+    # 3,000 links: building and rendering one expression that deep would exhaust Python's
+    # recursion; the scheduler cuts the chain, and each kernel stays of a size LLVM handles.
+    def chain(v):
+        for i in range(1500):
+            v = v * 1.0001 + 0.001 if i % 2 else fnp.maximum(v, -0.5)
+        return v
+
+    x = np.linspace(-1, 1, 10).astype(np.float32)
+    assert_same_as_reference(chain, x, rtol=1e-4)  # 750 fused multiply-adds drift apart
+    assert compiled(chain, x).fusion_plan().count("fuses:") > 10

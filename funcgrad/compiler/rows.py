@@ -107,12 +107,18 @@ def reads_rows_only(member: Member, produced: set, producer: dict, buffer_of: di
     return all(visit(v, _row_preserving(eqn, v, rank)) for v in eqn.invars)
 
 
+# Members per shared loop: a longer run (a very long elementwise program, which the scheduler
+# cuts into chains) becomes several kernels, since LLVM's time grows faster than linearly in
+# the size of one function.
+MAX_GROUP = 8
+
+
 def group(members: list[Member], producer: dict, buffer_of: dict) -> list[tuple[list, tuple]]:
     """Consecutive members in groups, each with the outer shape its members share (an empty
     shape for a member on its own)."""
     groups: list[tuple[list, tuple]] = []
     for member in members:
-        if groups:
+        if groups and len(groups[-1][0]) < MAX_GROUP:
             current, outer = groups[-1]
             candidates = [outer] if len(current) > 1 else current[0].outer_shapes()
             for shape in candidates:

@@ -11,7 +11,7 @@ lives in memory when
 - it would otherwise be computed more than once per element: read by several kernels or
   several times by one (a broadcast that expands it, a contraction), unless its equation is a
   cheap index shuffle such as a reshape or a broadcast, which is always recomputed;
-- it ends a chain of MAX_FUSION_DEPTH fused equations (a kernel per 64 links of a very long
+- it ends a chain of MAX_FUSION_DEPTH fused equations (a kernel per 32 links of a very long
   elementwise chain).
 
 The scheduler is backend-independent: renderers take the program as it is.
@@ -266,7 +266,7 @@ def _materialized(eqns: list[JaxprEqn], outvars: list, produced: set) -> set:
 # The longest chain of equations one kernel computes per element: a longer chain is cut by
 # giving a value a buffer (building and rendering its expression recurse once per link, and
 # a chain this long is compute-bound anyway, so the extra pass costs little).
-MAX_FUSION_DEPTH = 64
+MAX_FUSION_DEPTH = 32
 
 
 def _bound_depth(eqns: list[JaxprEqn], keep: set) -> None:
