@@ -685,4 +685,4 @@ def test_a_very_long_elementwise_chain_compiles_in_several_kernels():
 
     x = np.linspace(-1, 1, 10).astype(np.float32)
     assert_same_as_reference(chain, x, rtol=1e-4)  # 750 fused multiply-adds drift apart
-    assert compiled(chain, x).fusion_plan().count("fuses:") > 10
+    assert compiled(chain, x).fusion_plan().count("fuses:") > 5
