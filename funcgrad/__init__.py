@@ -9,6 +9,7 @@ from funcgrad import (
     lax,
     nn,
     numpy,
+    optim,
     random,
     scipy,
     test_util,

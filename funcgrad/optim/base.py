@@ -1,0 +1,135 @@
+"""Gradient transformations: the pair (init, update) every optimizer is built from.
+
+`init(params)` makes the state (a pytree of arrays, so it passes through jit and vmap), and
+`update(updates, state, params=None)` returns transformed updates and the next state.
+Optimizers are chains of small transformations (`chain`), and `apply_updates` adds the result
+to the parameters. The names and signatures are Optax's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+import funcgrad.numpy as fnp
+from funcgrad import tree_util
+
+
+class GradientTransformation(NamedTuple):
+    init: Callable[[Any], Any]
+    update: Callable[..., tuple[Any, Any]]
+
+
+class EmptyState(NamedTuple):
+    """The state of a transformation that keeps none."""
+
+
+def identity() -> GradientTransformation:
+    def update(updates, state, params=None):
+        return updates, state
+
+    return GradientTransformation(lambda params: EmptyState(), update)
+
+
+def chain(*transforms: GradientTransformation) -> GradientTransformation:
+    """Apply `transforms` in order; the state is the tuple of their states."""
+
+    def init(params):
+        return tuple(t.init(params) for t in transforms)
+
+    def update(updates, state, params=None):
+        if len(state) != len(transforms):
+            raise ValueError(
+                f"chain of {len(transforms)} transformations given a state of {len(state)}"
+            )
+        new_state = []
+        for t, s in zip(transforms, state):
+            updates, s = t.update(updates, s, params)
+            new_state.append(s)
+        return updates, tuple(new_state)
+
+    return GradientTransformation(init, update)
+
+
+def apply_updates(params, updates):
+    """params + updates, leaf by leaf, each result in its parameter's dtype."""
+    check_matches(updates, params, "updates", "parameters")
+    return tree_util.tree_map(
+        lambda p, u: fnp.asarray(p + fnp.asarray(u).astype(fnp.asarray(p).dtype)).astype(
+            fnp.asarray(p).dtype
+        ),
+        params,
+        updates,
+    )
+
+
+def global_norm(updates) -> Any:
+    """The l2 norm of all leaves together."""
+    leaves = tree_util.tree_leaves(updates)
+    return fnp.sqrt(sum(fnp.sum(fnp.square(fnp.asarray(x))) for x in leaves))
+
+
+def zeros_like_tree(params):
+    return tree_util.tree_map(lambda p: fnp.zeros_like(fnp.asarray(p)), params)
+
+
+def check_matches(tree, reference, what: str, expected: str) -> None:
+    """Raise naming the first path where `tree` (e.g. gradients) differs from `reference`
+    (e.g. the optimizer state it was made for) in structure or leaf shape."""
+    leaves, treedef = tree_util.tree_flatten(tree)
+    ref_leaves, ref_treedef = tree_util.tree_flatten(reference)
+    if treedef != ref_treedef:
+        path, (found, wanted) = _first_difference(treedef, ref_treedef, "")
+        raise ValueError(
+            f"{what} do not match the {expected} at {path or 'the root'}: structure {found} "
+            f"where {wanted} is expected"
+        )
+    paths = _leaf_paths(treedef, "")
+    for path, x, ref in zip(paths, leaves, ref_leaves):
+        shape, ref_shape = np.shape(x), np.shape(ref)
+        if shape != ref_shape:
+            raise ValueError(
+                f"{what} do not match the {expected} at {path or 'the root'}: shape {shape} "
+                f"where {ref_shape} is expected"
+            )
+
+
+def _child_keys(treedef) -> list[str]:
+    """How each child of a node is reached: `['key']` in a dict, `.name` in a namedtuple,
+    `[i]` in a sequence or another container."""
+    count = len(treedef.children())
+    node_type, aux = treedef._type, treedef._aux
+    if isinstance(node_type, type) and issubclass(node_type, dict):
+        keys = aux if isinstance(aux, tuple) and len(aux) == count else aux[-1]
+        return [f"[{k!r}]" for k in keys]
+    if hasattr(node_type, "_fields"):
+        return [f".{name}" for name in node_type._fields]
+    return [f"[{i}]" for i in range(count)]
+
+
+def _leaf_paths(treedef, prefix: str) -> list[str]:
+    children = treedef.children()
+    if not children:
+        return [prefix] if treedef.num_leaves == 1 else []
+    paths = []
+    for key, child in zip(_child_keys(treedef), children):
+        paths += _leaf_paths(child, prefix + key)
+    return paths
+
+
+def _first_difference(a, b, prefix: str):
+    a_children, b_children = a.children(), b.children()
+    same_node = a._type is b._type and a._aux == b._aux and len(a_children) == len(b_children)
+    if not same_node:
+        return prefix, (_describe(a), _describe(b))
+    for key, x, y in zip(_child_keys(a), a_children, b_children):
+        if x != y:
+            return _first_difference(x, y, prefix + key)
+    return prefix, (_describe(a), _describe(b))
+
+
+def _describe(treedef) -> str:
+    text = repr(treedef).removeprefix("PyTreeDef(").removesuffix(")")
+    return text if len(text) <= 60 else text[:57] + "..."

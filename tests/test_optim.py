@@ -1,0 +1,259 @@
+"""funcgrad.optim against the published update equations, written out here in NumPy float64."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad import optim
+
+STEPS = 6
+
+
+def params_and_grads(seed: int):
+    """A pytree of parameters and a sequence of gradients for it (several leaves, shapes)."""
+    rng = np.random.default_rng(seed)
+    params = {
+        "w": rng.standard_normal((3, 4)),
+        "b": rng.standard_normal(4),
+        "s": rng.standard_normal(()),
+    }
+    grads = [
+        {k: rng.standard_normal(np.shape(v)) * rng.uniform(0.1, 3) for k, v in params.items()}
+        for _ in range(STEPS)
+    ]
+    return params, grads
+
+
+def run(opt, params, grads, jit=False):
+    """Parameters after each step of `opt` (float32), as float64 NumPy dicts."""
+    p = {k: fnp.asarray(v, fnp.float32) for k, v in params.items()}
+    state = opt.init(p)
+
+    def step(p, state, g):
+        updates, state = opt.update(g, state, p)
+        return optim.apply_updates(p, updates), state
+
+    step = fg.jit(step) if jit else step
+    history = []
+    for g in grads:
+        p, state = step(p, state, {k: fnp.asarray(v, fnp.float32) for k, v in g.items()})
+        history.append({k: np.asarray(v, np.float64) for k, v in p.items()})
+    return history
+
+
+def reference(update, params, grads):
+    """Apply `update(g, p, t, memory) -> new p` leaf by leaf; `memory` is per-leaf state."""
+    p = {k: np.array(v, np.float64) for k, v in params.items()}
+    memory = {k: {} for k in p}
+    history = []
+    for t, g in enumerate(grads, start=1):
+        p = {k: update(g[k], p[k], t, memory[k]) for k in p}
+        history.append(p)
+    return history
+
+
+def assert_history(got, expected, rtol=2e-5, atol=2e-6):
+    for step, (a, b) in enumerate(zip(got, expected)):
+        for k in b:
+            np.testing.assert_allclose(
+                a[k], b[k], rtol=rtol, atol=atol, err_msg=f"step {step}, {k}"
+            )
+
+
+def sgd_ref(lr, momentum=None, nesterov=False):
+    def update(g, p, t, m):
+        if momentum is None:
+            return p - lr * g
+        m["trace"] = g + momentum * m.get("trace", 0.0)
+        direction = g + momentum * m["trace"] if nesterov else m["trace"]
+        return p - lr * direction
+
+    return update
+
+
+def adam_ref(lr, b1=0.9, b2=0.999, eps=1e-8, eps_root=0.0, weight_decay=0.0):
+    def update(g, p, t, m):
+        m["mu"] = b1 * m.get("mu", 0.0) + (1 - b1) * g
+        m["nu"] = b2 * m.get("nu", 0.0) + (1 - b2) * g * g
+        mu_hat, nu_hat = m["mu"] / (1 - b1**t), m["nu"] / (1 - b2**t)
+        direction = mu_hat / (np.sqrt(nu_hat + eps_root) + eps) + weight_decay * p
+        return p - lr * direction
+
+    return update
+
+
+def rmsprop_ref(lr, decay=0.9, eps=1e-8, initial_scale=0.0, centered=False):
+    def update(g, p, t, m):
+        m["nu"] = decay * m.get("nu", initial_scale) + (1 - decay) * g * g
+        m["mu"] = decay * m.get("mu", 0.0) + (1 - decay) * g
+        denominator = m["nu"] - m["mu"] ** 2 if centered else m["nu"]
+        return p - lr * g / np.sqrt(denominator + eps)
+
+    return update
+
+
+def adagrad_ref(lr, initial=0.1, eps=1e-7):
+    def update(g, p, t, m):
+        m["sum"] = m.get("sum", initial) + g * g
+        return p - lr * g / np.sqrt(m["sum"] + eps)
+
+    return update
+
+
+def lion_ref(lr, b1=0.9, b2=0.99, weight_decay=1e-3):
+    def update(g, p, t, m):
+        mu = m.get("mu", 0.0)
+        direction = np.sign(b1 * mu + (1 - b1) * g) + weight_decay * p
+        m["mu"] = b2 * mu + (1 - b2) * g
+        return p - lr * direction
+
+    return update
+
+
+CASES = {
+    "sgd": (optim.sgd(0.1), sgd_ref(0.1)),
+    "sgd momentum": (optim.sgd(0.05, momentum=0.9), sgd_ref(0.05, 0.9)),
+    "sgd nesterov": (optim.sgd(0.05, momentum=0.8, nesterov=True), sgd_ref(0.05, 0.8, True)),
+    "adam": (optim.adam(1e-2), adam_ref(1e-2)),
+    "adam eps_root": (optim.adam(1e-2, b1=0.8, eps_root=1e-6), adam_ref(1e-2, 0.8, eps_root=1e-6)),
+    "adamw": (optim.adamw(1e-2, weight_decay=0.1), adam_ref(1e-2, weight_decay=0.1)),
+    "rmsprop": (optim.rmsprop(1e-2), rmsprop_ref(1e-2)),
+    "rmsprop centered": (
+        optim.rmsprop(1e-2, centered=True, initial_scale=1.0),
+        rmsprop_ref(1e-2, centered=True, initial_scale=1.0),
+    ),
+    "adagrad": (optim.adagrad(0.1), adagrad_ref(0.1)),
+    "lion": (optim.lion(1e-3), lion_ref(1e-3)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@given(seed=st.integers(0, 2**16))
+def test_updates_follow_the_published_equations(name, seed):
+    opt, update = CASES[name]
+    params, grads = params_and_grads(seed)
+    assert_history(run(opt, params, grads), reference(update, params, grads))
+
+
+@pytest.mark.parametrize("name", ["adam", "lion", "sgd momentum"])
+def test_jitted_updates_equal_eager(name):
+    opt, _ = CASES[name]
+    params, grads = params_and_grads(0)
+    assert_history(run(opt, params, grads, jit=True), run(opt, params, grads), rtol=1e-6)
+
+
+def test_a_schedule_as_learning_rate_counts_steps_inside_jit():
+    schedule = optim.linear_schedule(0.1, 0.0, transition_steps=4)
+    params, grads = params_and_grads(1)
+    got = run(optim.sgd(schedule), params, grads, jit=True)
+    lrs = [0.1 * (1 - min(t, 4) / 4) for t in range(STEPS)]
+    expected = reference(lambda g, p, t, m: p - lrs[t - 1] * g, params, grads)
+    assert_history(got, expected)
+
+
+def test_chain_with_clipping_and_masked_weight_decay():
+    opt = optim.chain(
+        optim.clip_by_global_norm(1.0),
+        optim.add_decayed_weights(0.5, mask={"w": True, "b": False, "s": False}),
+        optim.scale(-0.1),
+    )
+    params, grads = params_and_grads(2)
+    p = {k: fnp.asarray(v, fnp.float32) for k, v in params.items()}
+    g = {k: fnp.asarray(v, fnp.float32) for k, v in grads[0].items()}
+    updates, _ = opt.update(g, opt.init(p), p)
+    norm = math.sqrt(sum(float(np.sum(np.square(v))) for v in grads[0].values()))
+    scale = min(1.0, 1.0 / norm)
+    for k in params:
+        decay = 0.5 * params[k] if k == "w" else 0.0
+        np.testing.assert_allclose(updates[k], -0.1 * (grads[0][k] * scale + decay), rtol=1e-5)
+
+
+def test_clip_and_global_norm():
+    tree = {"a": fnp.asarray([3.0, -4.0]), "b": fnp.asarray([[12.0]])}
+    np.testing.assert_allclose(optim.global_norm(tree), 13.0)
+    clipped, _ = optim.clip(2.5).update(tree, optim.clip(2.5).init(tree))
+    np.testing.assert_array_equal(clipped["a"], [2.5, -2.5])
+    unchanged, _ = optim.clip_by_global_norm(20.0).update(tree, ())
+    np.testing.assert_array_equal(unchanged["b"], [[12.0]])
+
+
+@pytest.mark.parametrize(
+    "schedule, closed_form",
+    [
+        (optim.constant_schedule(0.3), lambda t: 0.3),
+        (
+            optim.linear_schedule(1.0, 0.2, transition_steps=10, transition_begin=5),
+            lambda t: 1.0 + (0.2 - 1.0) * min(max(t - 5, 0), 10) / 10,
+        ),
+        (
+            optim.cosine_decay_schedule(2.0, decay_steps=20, alpha=0.1),
+            lambda t: 2.0 * (0.9 * 0.5 * (1 + math.cos(math.pi * min(t, 20) / 20)) + 0.1),
+        ),
+        (
+            optim.warmup_cosine_decay_schedule(
+                0.0, 1.0, warmup_steps=5, decay_steps=25, end_value=0.1
+            ),
+            lambda t: (
+                t / 5
+                if t < 5
+                else 1.0 * (0.9 * 0.5 * (1 + math.cos(math.pi * min(t - 5, 20) / 20)) + 0.1)
+            ),
+        ),
+        (
+            optim.piecewise_constant_schedule(1.0, {10: 0.5, 20: 0.1}),
+            lambda t: 1.0 * (0.5 if t > 10 else 1) * (0.1 if t > 20 else 1),
+        ),
+        (
+            optim.exponential_decay(1.0, transition_steps=4, decay_rate=0.5, staircase=True),
+            lambda t: 0.5 ** (t // 4),
+        ),
+    ],
+)
+def test_schedules_follow_their_closed_forms(schedule, closed_form):
+    for t in range(0, 40, 3):
+        np.testing.assert_allclose(float(schedule(t)), closed_form(t), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(
+            float(fg.jit(schedule)(fnp.asarray(t, fnp.int32))), closed_form(t), rtol=1e-5, atol=1e-7
+        )
+
+
+def test_mismatched_gradients_name_the_first_differing_path():
+    params = {"layers": [{"w": fnp.ones((4, 3))}, {"w": fnp.ones(3)}]}
+    opt = optim.adam(1e-3)
+    state = opt.init(params)
+    bad_shape = {"layers": [{"w": fnp.ones((3, 4))}, {"w": fnp.ones(3)}]}
+    with pytest.raises(
+        ValueError, match=r"\['layers'\]\[0\]\['w'\]: shape \(3, 4\) where \(4, 3\)"
+    ):
+        opt.update(bad_shape, state, params)
+    missing = {"layers": [{"w": fnp.ones((4, 3))}]}
+    with pytest.raises(ValueError, match=r"at \['layers'\]: structure"):
+        opt.update(missing, state, params)
+
+
+def test_adam_minimises_a_quadratic_under_jit():
+    target = fnp.asarray([1.0, -2.0, 3.0])
+
+    def loss(p):
+        return fnp.sum((p - target) ** 2)
+
+    opt = optim.adam(0.1)
+    p = fnp.zeros(3)
+    state = opt.init(p)
+
+    @fg.jit
+    def step(p, state):
+        updates, state = opt.update(fg.grad(loss)(p), state, p)
+        return optim.apply_updates(p, updates), state
+
+    for _ in range(300):
+        p, state = step(p, state)
+    np.testing.assert_allclose(p, target, atol=1e-2)
+    assert int(state[0].count) == 300
