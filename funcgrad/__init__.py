@@ -23,7 +23,7 @@ from funcgrad.transforms.autodiff import (
     vjp,
 )
 from funcgrad.transforms.checkpoint import checkpoint, checkpoint_policies, remat
-from funcgrad.transforms.custom_derivatives import custom_jvp, custom_vjp
+from funcgrad.transforms.custom_derivatives import custom_gradient, custom_jvp, custom_vjp
 from funcgrad.transforms.jit import jit
 from funcgrad.transforms.make_jaxpr import eval_shape, make_jaxpr
 from funcgrad.transforms.pmap import pmap
@@ -43,6 +43,7 @@ __all__ = [
     "checkpoint",
     "config",
     "checkpoint_policies",
+    "custom_gradient",
     "custom_jvp",
     "custom_vjp",
     "debug",
