@@ -2,6 +2,7 @@
 
 from funcgrad import debug, distributed, dtypes, lax, nn, numpy, random, scipy, test_util, tree_util
 from funcgrad.array import Array, Device, block_until_ready, device_put
+from funcgrad.callbacks import pure_callback
 from funcgrad.config import config, disable_jit
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
 from funcgrad.devices import (
@@ -72,6 +73,7 @@ __all__ = [
     "pmap",
     "process_count",
     "process_index",
+    "pure_callback",
     "random",
     "remat",
     "scipy",

@@ -106,10 +106,13 @@ class GemmStep:
 
 @dataclass(eq=False)
 class CallbackStep:
-    """Native code calls back into Python (debug.print, debug.callback) in program order."""
+    """Native code calls back into Python (debug.print, debug.callback, pure_callback) in
+    program order. `operands` are the buffers whose addresses it passes: the equation's
+    inputs, then the `num_results` buffers the callback writes its results into."""
 
     eqn: JaxprEqn
     operands: list[K.Buffer]
+    num_results: int = 0
 
 
 @dataclass(eq=False)
@@ -176,8 +179,11 @@ def _step_text(step, indent: str) -> list[str]:
             f"{indent}{step.out.name} = gemm[batch={step.batch}, m={step.m}, n={step.n}, "
             f"k={step.k}{flags}]({step.lhs.name}, {step.rhs.name})"
         ]
+    inputs = step.operands[: len(step.operands) - step.num_results]
+    results = step.operands[len(inputs) :]
+    written = f" -> {', '.join(b.name for b in results)}" if results else ""
     return [
-        f"{indent}callback {step.eqn.primitive.name}({', '.join(b.name for b in step.operands)})"
+        f"{indent}callback {step.eqn.primitive.name}({', '.join(b.name for b in inputs)}){written}"
     ]
 
 
@@ -425,6 +431,9 @@ class _Scheduler:
             self._scan(eqn)
         elif primitive.name == "debug_callback":
             self.steps.append(CallbackStep(eqn, [self._source(v) for v in eqn.invars]))
+        elif primitive.name == "pure_callback":
+            operands = [self._source(v) for v in eqn.invars] + self._outputs(eqn)
+            self.steps.append(CallbackStep(eqn, operands, len(eqn.outvars)))
         else:
             raise CompileError(f"the compiler has no lowering for {describe(eqn)}")
 

@@ -42,7 +42,12 @@ class LlvmExecutable:
         self.optimized = passes.optimize(closed)
         self.program: Program = schedule(self.optimized)
         self.memory: MemoryPlan = plan_memory(self.program)
-        self._callbacks = {step: _callback(step) for step in _callback_steps(self.program)}
+        # An exception inside a callback cannot cross native code: it is kept here and raised
+        # once the program returns.
+        self._callback_errors: list[BaseException] = []
+        self._callbacks = {
+            step: _callback(step, self._callback_errors) for step in _callback_steps(self.program)
+        }
         addresses = {
             step: ctypes.cast(fn, ctypes.c_void_p).value for step, fn in self._callbacks.items()
         }
@@ -75,6 +80,10 @@ class LlvmExecutable:
         else:
             pointers.append(None)
         self._entry((ctypes.c_void_p * len(pointers))(*pointers))
+        if self._callback_errors:
+            error = self._callback_errors[0]
+            self._callback_errors.clear()
+            raise error
         if config.debug_nans:
             self._check_nans(args, outputs)
         return [
@@ -136,9 +145,11 @@ def _callback_steps(program: Program) -> list[CallbackStep]:
     return found
 
 
-def _callback(step: CallbackStep):
-    """A C-callable function running the step's primitive on copies of its operands."""
+def _callback(step: CallbackStep, errors: list[BaseException]):
+    """A C-callable function running the step's primitive on copies of its operands and
+    copying its results, if any, into the result buffers."""
     eqn = step.eqn
+    num_inputs = len(step.operands) - step.num_results
     avals = [v.aval for v in eqn.invars]
 
     def run(table) -> None:
@@ -148,6 +159,14 @@ def _callback(step: CallbackStep):
             raw = ctypes.string_at(table[k], count) if count else b""
             value = np.frombuffer(raw, aval.dtype).reshape(aval.shape).copy()
             values.append(value[()] if value.ndim == 0 else value)
-        eqn.primitive.impl(*values, **eqn.params)
+        try:
+            results = eqn.primitive.impl(*values, **eqn.params)
+        except Exception as error:
+            errors.append(error)
+            return
+        for k, result in enumerate(results[: step.num_results]):
+            result = np.ascontiguousarray(result)
+            if result.nbytes:
+                ctypes.memmove(table[num_inputs + k], result.ctypes.data, result.nbytes)
 
     return _CALLBACK(run)

@@ -22,6 +22,7 @@ for name in (
     "while",
     "scan",
     "debug_callback",
+    "pure_callback",
     "jit",
     "checkpoint",
     "custom_jvp_call",
