@@ -50,6 +50,12 @@ SCALAR_KINKS = [
     # clip = minimum(maximum(x, lo), hi)
     ("clip at lo", lambda x: fnp.clip(x, 0.0, 1.0), 0.0, 0.5),
     ("clip at hi", lambda x: fnp.clip(x, 0.0, 1.0), 1.0, 0.5),
+    # clamp's jvp passes the operand's tangent only strictly inside (lo, hi)
+    ("clamp at lo", lambda x: lax.clamp(0.0, x, 1.0), 0.0, 0.0),
+    ("clamp at hi", lambda x: lax.clamp(0.0, x, 1.0), 1.0, 0.0),
+    # ... and the bounds' tangents only strictly outside
+    ("clamp, lo at tie", lambda lo: lax.clamp(lo, lo * 0, lo * 0 + 1), 0.0, 0.0),
+    ("clamp, hi at tie", lambda hi: lax.clamp(hi * 0, hi * 0 + 1, hi), 1.0, 0.0),
     # fmax = where((x1 > x2) | isnan(x2), x1, x2): a tie picks x2
     ("fmax tie, first", lambda x: fnp.fmax(x, 0.0), 0.0, 0.0),
     ("fmax tie, second", lambda x: fnp.fmax(0.0, x), 0.0, 1.0),
