@@ -17,6 +17,7 @@ from funcgrad import (
     viz,
 )
 from funcgrad.array import Array, Device, block_until_ready, device_put
+from funcgrad.callbacks import pure_callback
 from funcgrad.config import config, disable_jit
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
 from funcgrad.devices import (
@@ -38,7 +39,7 @@ from funcgrad.transforms.autodiff import (
     vjp,
 )
 from funcgrad.transforms.checkpoint import checkpoint, checkpoint_policies, remat
-from funcgrad.transforms.custom_derivatives import custom_jvp, custom_vjp
+from funcgrad.transforms.custom_derivatives import custom_gradient, custom_jvp, custom_vjp
 from funcgrad.transforms.jit import jit
 from funcgrad.transforms.make_jaxpr import eval_shape, make_jaxpr
 from funcgrad.transforms.pmap import pmap
@@ -58,6 +59,7 @@ __all__ = [
     "checkpoint",
     "config",
     "checkpoint_policies",
+    "custom_gradient",
     "custom_jvp",
     "custom_vjp",
     "debug",
@@ -86,6 +88,7 @@ __all__ = [
     "pmap",
     "process_count",
     "process_index",
+    "pure_callback",
     "random",
     "remat",
     "scipy",

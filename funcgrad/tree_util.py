@@ -13,16 +13,26 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any, NamedTuple
 
 __all__ = [
+    "DictKey",
+    "FlattenedIndexKey",
+    "GetAttrKey",
     "Partial",
     "PyTreeDef",
+    "SequenceKey",
     "all_leaves",
+    "keystr",
     "register_dataclass",
     "register_pytree_node",
     "register_pytree_node_class",
+    "register_pytree_with_keys",
+    "register_pytree_with_keys_class",
     "tree_all",
     "tree_flatten",
+    "tree_flatten_with_path",
     "tree_leaves",
+    "tree_leaves_with_path",
     "tree_map",
+    "tree_map_with_path",
     "tree_reduce",
     "tree_structure",
     "tree_transpose",
@@ -44,6 +54,8 @@ class _NodeKind(NamedTuple):
     flatten: Callable[[Any], tuple[Iterable[Any], Any]]
     unflatten: Callable[[type, Any, list[Any]], Any]
     describe: Callable[[type, Any, list[str]], str]
+    # Returns ``((key, child) pairs, aux)``; None numbers the children with FlattenedIndexKey.
+    flatten_with_keys: Callable[[Any], tuple[Iterable[tuple[Any, Any]], Any]] | None = None
 
 
 # Exact type -> kind. Subclasses are leaves unless registered themselves (namedtuples excepted),
@@ -258,6 +270,128 @@ def all_leaves(iterable: Iterable[Any], is_leaf: IsLeaf | None = None) -> bool:
     return all(tree_structure(x, is_leaf) == _LEAF for x in iterable)
 
 
+# --- key paths ----------------------------------------------------------------------------------
+# A leaf's path is the tuple of keys that lead from the root to it, one per node passed through.
+
+
+@dataclasses.dataclass(frozen=True)
+class SequenceKey:
+    """The position of a child in a tuple or list."""
+
+    idx: int
+
+    def __str__(self) -> str:
+        return f"[{self.idx!r}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class DictKey:
+    """The key of a child in a dict."""
+
+    key: Hashable
+
+    def __str__(self) -> str:
+        return f"[{self.key!r}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class GetAttrKey:
+    """The attribute name of a child: a namedtuple field or a dataclass data field."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return f".{self.name}"
+
+
+@dataclasses.dataclass(frozen=True)
+class FlattenedIndexKey:
+    """The position of a child among the children of a node registered without keys."""
+
+    key: int
+
+    def __str__(self) -> str:
+        return f"[<flat index {self.key}>]"
+
+
+# Keys are the four classes above, or whatever a custom node's flatten_with_keys gives.
+KeyPath = tuple[Any, ...]
+
+
+def _simple_str(key: Any) -> str:
+    for cls, field in ((SequenceKey, "idx"), (DictKey, "key"), (FlattenedIndexKey, "key")):
+        if isinstance(key, cls):
+            return str(getattr(key, field))
+    if isinstance(key, GetAttrKey):
+        return key.name
+    return str(key)
+
+
+def keystr(keys: KeyPath, *, simple: bool = False, separator: str = "") -> str:
+    """A path as text, e.g. ``['params'][0].w``; with ``simple``, just the bare keys
+    (``params/0/w`` with ``separator="/"``), for names of checkpoint entries or log lines."""
+    return separator.join(_simple_str(k) if simple else str(k) for k in keys)
+
+
+def _node_keyed_children(tree: Any, kind: _NodeKind) -> tuple[list[tuple[Any, Any]], Any]:
+    if kind.flatten_with_keys is not None:
+        pairs, aux = kind.flatten_with_keys(tree)
+        return list(pairs), aux
+    children, aux = kind.flatten(tree)
+    return [(FlattenedIndexKey(i), c) for i, c in enumerate(children)], aux
+
+
+def _flatten_with_path(
+    tree: Any, path: KeyPath, out: list[tuple[KeyPath, Any]], is_leaf: IsLeaf | None
+) -> PyTreeDef:
+    """``_flatten``, with each leaf appended beside its path."""
+    if is_leaf is not None and is_leaf(tree):
+        out.append((path, tree))
+        return _LEAF
+    node_type = type(tree)
+    kind = _NODE_KINDS.get(node_type)
+    if kind is None:
+        if not (isinstance(tree, tuple) and hasattr(node_type, "_fields")):
+            out.append((path, tree))
+            return _LEAF
+        kind = _NAMEDTUPLE
+    pairs, aux = _node_keyed_children(tree, kind)
+    subtrees = tuple([_flatten_with_path(c, (*path, k), out, is_leaf) for k, c in pairs])
+    return PyTreeDef(node_type, kind, aux, subtrees)
+
+
+def tree_flatten_with_path(
+    tree: Any, is_leaf: IsLeaf | None = None
+) -> tuple[list[tuple[KeyPath, Any]], PyTreeDef]:
+    """``tree_flatten``, with each leaf paired with its key path."""
+    out: list[tuple[KeyPath, Any]] = []
+    treedef = _flatten_with_path(tree, (), out, is_leaf)
+    return out, treedef
+
+
+def tree_leaves_with_path(tree: Any, is_leaf: IsLeaf | None = None) -> list[tuple[KeyPath, Any]]:
+    """The ``(path, leaf)`` pairs of ``tree``, in flatten order."""
+    return tree_flatten_with_path(tree, is_leaf)[0]
+
+
+def tree_map_with_path(
+    f: Callable[..., Any], tree: Any, *rest: Any, is_leaf: IsLeaf | None = None
+) -> Any:
+    """``tree_map`` whose ``f`` also receives each leaf's path: ``f(path, leaf, *others)``."""
+    pairs, treedef = tree_flatten_with_path(tree, is_leaf)
+    leaf_lists = [[leaf for _, leaf in pairs]]
+    for other in rest:
+        other_leaves, other_treedef = tree_flatten(other, is_leaf)
+        if other_treedef != treedef:
+            raise ValueError(
+                "tree_map_with_path: trees must have the same structure, got "
+                f"{treedef} and {other_treedef}"
+            )
+        leaf_lists.append(other_leaves)
+    paths = [path for path, _ in pairs]
+    return treedef.unflatten([f(p, *xs) for p, *xs in zip(paths, *leaf_lists)])
+
+
 # --- registration -------------------------------------------------------------------------------
 
 
@@ -302,6 +436,43 @@ def register_pytree_node_class(cls: type) -> type:
     return cls
 
 
+def register_pytree_with_keys(
+    nodetype: type,
+    flatten_with_keys: Callable[[Any], tuple[Iterable[tuple[Any, Any]], Hashable]],
+    unflatten_func: Callable[[Any, tuple[Any, ...]], Any],
+    flatten_func: Callable[[Any], tuple[Iterable[Any], Hashable]] | None = None,
+) -> None:
+    """``register_pytree_node`` for a node whose children have keys for key paths.
+
+    ``flatten_with_keys(x)`` returns ``(((key, child), ...), aux_data)``; ``flatten_func``, the
+    faster keyless form used by ``tree_flatten``, is derived from it when not given.
+    """
+
+    def keyless_flatten(x: Any) -> tuple[list[Any], Hashable]:
+        pairs, aux = flatten_with_keys(x)
+        return [child for _, child in pairs], aux
+
+    _register(
+        nodetype,
+        _NodeKind(
+            flatten_func or keyless_flatten,
+            lambda _type, aux, children: unflatten_func(aux, tuple(children)),
+            _describe_custom,
+            flatten_with_keys,
+        ),
+    )
+
+
+def register_pytree_with_keys_class(cls: type) -> type:
+    """Class decorator: ``register_pytree_with_keys`` through ``cls.tree_flatten_with_keys``,
+    ``cls.tree_unflatten`` and, where defined, ``cls.tree_flatten``."""
+    flatten = operator.methodcaller("tree_flatten") if hasattr(cls, "tree_flatten") else None
+    register_pytree_with_keys(
+        cls, operator.methodcaller("tree_flatten_with_keys"), cls.tree_unflatten, flatten
+    )
+    return cls
+
+
 def register_dataclass(
     nodetype: type,
     data_fields: Iterable[str] | None = None,
@@ -341,7 +512,11 @@ def register_dataclass(
     def unflatten(aux: tuple[Any, ...], children: tuple[Any, ...]) -> Any:
         return nodetype(**dict(zip(meta, aux)), **dict(zip(data, children)))
 
-    register_pytree_node(nodetype, flatten, unflatten)
+    def flatten_with_keys(x: Any) -> tuple[list[tuple[GetAttrKey, Any]], tuple[Any, ...]]:
+        children, aux = flatten(x)
+        return [(GetAttrKey(name), c) for name, c in zip(data, children)], aux
+
+    register_pytree_with_keys(nodetype, flatten_with_keys, unflatten, flatten)
     return nodetype
 
 
@@ -422,24 +597,42 @@ def _describe_namedtuple(node_type: type, _aux: None, strs: list[str]) -> str:
     return f"{node_type.__name__}({fields})"
 
 
+def _sequence_with_keys(seq: tuple[Any, ...] | list[Any]) -> tuple[list[tuple[Any, Any]], None]:
+    return [(SequenceKey(i), c) for i, c in enumerate(seq)], None
+
+
+def _dict_with_keys(d: dict[Any, Any]) -> tuple[list[tuple[Any, Any]], Any]:
+    children, aux = _NODE_KINDS[type(d)].flatten(d)
+    keys = aux[1] if isinstance(d, collections.defaultdict) else aux
+    return [(DictKey(k), c) for k, c in zip(keys, children)], aux
+
+
 _NAMEDTUPLE = _NodeKind(
     lambda t: (t, None),
     lambda node_type, _aux, children: node_type(*children),
     _describe_namedtuple,
+    lambda t: ([(GetAttrKey(name), c) for name, c in zip(type(t)._fields, t)], None),
 )
 
 _NODE_KINDS.update(
     {
         tuple: _NodeKind(
-            lambda t: (t, None), lambda _type, _aux, children: tuple(children), _describe_tuple
+            lambda t: (t, None),
+            lambda _type, _aux, children: tuple(children),
+            _describe_tuple,
+            _sequence_with_keys,
         ),
         list: _NodeKind(
-            lambda l: (l, None), lambda _type, _aux, children: children, _describe_list
+            lambda l: (l, None),
+            lambda _type, _aux, children: children,
+            _describe_list,
+            _sequence_with_keys,
         ),
         dict: _NodeKind(
             _flatten_dict,
             lambda _type, keys, children: dict(zip(keys, children)),
             lambda _type, keys, strs: _describe_items(keys, strs),
+            _dict_with_keys,
         ),
         type(None): _NodeKind(
             lambda _: ((), None), lambda _type, _aux, _children: None, lambda *_: "None"
@@ -448,11 +641,13 @@ _NODE_KINDS.update(
             _flatten_ordered_dict,
             lambda _type, keys, children: collections.OrderedDict(zip(keys, children)),
             lambda _type, keys, strs: f"OrderedDict({_describe_items(keys, strs)})",
+            _dict_with_keys,
         ),
         collections.defaultdict: _NodeKind(
             _flatten_defaultdict,
             lambda _type, aux, children: collections.defaultdict(aux[0], zip(aux[1], children)),
             _describe_defaultdict,
+            _dict_with_keys,
         ),
     }
 )

@@ -407,8 +407,6 @@ def test_map():
         assert_close(out[0], np.stack([np.asarray(e[0]) for e in expected]))
         assert_close(out[1], np.stack([np.asarray(e[1]) for e in expected]))
     check_grads(lambda a: lax.map(fnp.sin, a), (np.arange(3.0),), order=2)
-    with pytest.raises(NotImplementedError, match="batch_size"):
-        lax.map(f, xs, batch_size=2)
 
 
 def test_fori_loop_with_static_bounds_is_a_scan():

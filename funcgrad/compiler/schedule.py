@@ -109,8 +109,8 @@ class GemmStep:
 @dataclass(eq=False)
 class CallbackStep:
     """Native code calls back into Python, in program order: debug.print and debug.callback,
-    and primitives that run on machinery of their own (pmap's devices), whose results the
-    callback writes into `results`."""
+    pure_callback, and primitives that run on machinery of their own (pmap's devices), whose
+    results the callback writes into `results`."""
 
     eqn: JaxprEqn
     operands: list[K.Buffer]
@@ -316,7 +316,7 @@ def _gemm_shape(eqn: JaxprEqn):
 
 # Primitives the compiled program hands back to Python: callbacks, and pmap, whose shards run
 # on the devices' threads (each compiling its per-device program itself).
-_HOST_CALLS = ("debug_callback", "pmap")
+_HOST_CALLS = ("debug_callback", "pure_callback", "pmap")
 
 # Call primitives whose programs the compiler inlines, and the param holding the program.
 _CALLS = {

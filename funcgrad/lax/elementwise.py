@@ -695,7 +695,8 @@ ad.defjvp(atanh_p, lambda t, x: div(t, sub(_const(x, 1.0), mul(x, x))))
 ad.defjvp_with_output(sqrt_p, lambda t, ans, x: div(t, mul(_const(x, 2.0), ans)))
 ad.defjvp_with_output(rsqrt_p, lambda t, ans, x: mul(t, mul(_const(x, -0.5), div(ans, x))))
 ad.defjvp_with_output(cbrt_p, lambda t, ans, x: mul(t, mul(_const(x, 1 / 3), integer_pow(ans, -2))))
-ad.defjvp(abs_p, lambda t, x: mul(t, sign(x)))
+# At 0 the derivative is taken from the right (+1), so grad(abs)(0.) is 1, not sign(0) = 0.
+ad.defjvp(abs_p, lambda t, x: select(ge(x, _const(x, 0.0)), t, neg(t)))
 ad.defjvp(erf_p, lambda t, x: mul(t, mul(_const(x, 2 / np.sqrt(np.pi)), exp(neg(mul(x, x))))))
 ad.defjvp(erfc_p, lambda t, x: mul(t, mul(_const(x, -2 / np.sqrt(np.pi)), exp(neg(mul(x, x))))))
 ad.defjvp_with_output(

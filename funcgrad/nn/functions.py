@@ -13,6 +13,7 @@ from typing import Any
 from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
 from funcgrad.numpy._promotion import promote_args_inexact
+from funcgrad.transforms.custom_derivatives import custom_jvp
 
 __all__ = [
     "celu",
@@ -69,13 +70,23 @@ def _inexact(name: str, x: ArrayLike):
 # Piecewise-linear activations
 
 
+@custom_jvp
 def relu(x: ArrayLike):
-    """max(x, 0); integer inputs stay integer."""
+    """max(x, 0); integer inputs stay integer. Its derivative at 0 is 0 (a tie in max would
+    give 1/2): a unit at rest passes no gradient."""
     return fnp.maximum(x, 0)
 
 
+relu.defjvps(lambda t, ans, x: fnp.where(x > 0, t, fnp.zeros_like(t)))
+
+
+@custom_jvp
 def relu6(x: ArrayLike):
+    """min(max(x, 0), 6), with derivative 0 at both corners, as relu at 0."""
     return fnp.minimum(fnp.maximum(x, 0), 6)
+
+
+relu6.defjvps(lambda t, ans, x: fnp.where((x > 0) & (x < 6), t, fnp.zeros_like(t)))
 
 
 def hard_tanh(x: ArrayLike):

@@ -479,14 +479,17 @@ def hypot(x1, x2, /):
 
 
 def fmax(x1, x2, /):
-    """Maximum that ignores NaNs (returns the other operand)."""
+    """Maximum that ignores NaNs (returns the other operand).
+
+    A choice rather than lax.max, so a tie sends the whole derivative to x2.
+    """
     x1, x2 = promote_args("fmax", x1, x2)
-    return _select(isnan(x2), x1, _select(isnan(x1), x2, lax.max(x1, x2)))
+    return _select(lax.bitwise_or(lax.gt(x1, x2), isnan(x2)), x1, x2)
 
 
 def fmin(x1, x2, /):
     x1, x2 = promote_args("fmin", x1, x2)
-    return _select(isnan(x2), x1, _select(isnan(x1), x2, lax.min(x1, x2)))
+    return _select(lax.bitwise_or(lax.lt(x1, x2), isnan(x2)), x1, x2)
 
 
 def heaviside(x1, x2, /):

@@ -1397,6 +1397,10 @@ WITHOUT_RECIPE = {
     "psum": _COLLECTIVE,
     "psum_scatter": _COLLECTIVE,
     "debug_callback": "effect-only: it returns nothing to compare (tests/test_debug.py)",
+    "pure_callback": (
+        "runs an arbitrary Python function, so there is no operand domain or reference to draw "
+        "(tests/test_parity_callback.py checks it on each backend and vmap method)"
+    ),
     "custom_lin": (
         "internal to reverse mode of custom_vjp functions: the custom_vjp_call recipe reaches it "
         "through vjp, and tests/test_custom_derivatives.py checks it"

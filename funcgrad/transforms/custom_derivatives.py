@@ -573,3 +573,82 @@ def _custom_vjp_call_batch(values, dims, *, call_jaxpr, rules, num_consts):
 # custom_lin is only ever transposed: evaluating it forwards, batched or not, is the
 # forward-mode error (reached e.g. by jacfwd, which vmaps a jvp).
 custom_lin_p.def_batch(lambda values, dims, **params: _custom_lin_impl(**params))
+
+
+# ---------------------------------------------------------------------------------------------
+# custom_gradient: the function returns its value and its own vjp function, built on custom_vjp.
+# The vjp function closes over values of the forward pass; it is staged into a jaxpr so those
+# values become the residuals that custom_vjp carries from fwd to bwd.
+
+
+class _VJPProgram:
+    """The staged vjp function: static (compared by identity) in the residuals' structure."""
+
+    __slots__ = ("jaxpr", "cotangent_tree")
+
+    def __init__(self, jaxpr: Jaxpr, cotangent_tree) -> None:
+        self.jaxpr = jaxpr
+        self.cotangent_tree = cotangent_tree
+
+
+class _StagedVJP:
+    """The residuals of custom_gradient: the staged vjp function and the values it closes over."""
+
+    def __init__(self, program: _VJPProgram, consts: list) -> None:
+        self.program = program
+        self.consts = consts
+
+
+tree_util.register_pytree_node(
+    _StagedVJP,
+    lambda r: (r.consts, r.program),
+    lambda program, consts: _StagedVJP(program, list(consts)),
+)
+
+
+def custom_gradient(fun: Callable) -> Callable:
+    """Give `fun` a reverse-mode derivative written inside it: `fun(*args)` returns
+    `(value, vjp_fn)`, and `vjp_fn(cotangent_of_value)` returns one cotangent per positional
+    argument (a tuple; a single cotangent may come bare).
+
+    Forward mode is not available for such a function, as for custom_vjp.
+    """
+    name = function_name(fun)
+
+    @functools.wraps(fun)
+    def value_only(*args):
+        return _split_pair(fun(*args), name)[0]
+
+    def fwd(*args):
+        value, vjp_fn = _split_pair(fun(*args), name)
+        value_leaves, value_tree = tree_util.tree_flatten(value)
+        cotangent_avals = [tangent_aval(asarray(x).aval) for x in value_leaves]
+
+        def flat_vjp(*cotangents):
+            return vjp_fn(tree_util.tree_unflatten(value_tree, cotangents))
+
+        closed, cotangent_tree = trace_to_jaxpr(
+            flat_vjp, cotangent_avals, f"custom_gradient({name}) vjp"
+        )
+        return value, _StagedVJP(_VJPProgram(closed.jaxpr, cotangent_tree), closed.consts)
+
+    def bwd(residuals: _StagedVJP, cotangent):
+        program = residuals.program
+        outs = eval_jaxpr(program.jaxpr, residuals.consts, *tree_util.tree_leaves(cotangent))
+        cotangents = tree_util.tree_unflatten(program.cotangent_tree, outs)
+        if tree_util.treedef_is_leaf(program.cotangent_tree):
+            return (cotangents,)
+        return cotangents
+
+    wrapped = custom_vjp(value_only)
+    wrapped.defvjp(fwd, bwd)
+    return wrapped
+
+
+def _split_pair(out, name: str) -> tuple:
+    if not (isinstance(out, tuple) and len(out) == 2 and callable(out[1])):
+        raise TypeError(
+            f"custom_gradient function {name} must return a pair (value, vjp_fn), got "
+            f"{type(out).__name__}"
+        )
+    return out

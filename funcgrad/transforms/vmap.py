@@ -82,8 +82,9 @@ def vmap(
     """Vectorize `fun` over the axes `in_axes` of its arguments, stacking results at `out_axes`.
 
     Axes are ints (negative ones count from the end), None (not mapped), or pytree prefixes of
-    the arguments. `axis_name` names the axis for collectives (psum, ...); `axis_size` gives
-    the size when no argument is mapped.
+    the positional arguments; keyword arguments are always mapped along axis 0. `axis_name`
+    names the axis for collectives (psum, ...); `axis_size` gives the size when no argument is
+    mapped.
     """
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)
@@ -91,15 +92,17 @@ def vmap(
 
     @functools.wraps(fun)
     def vmapped(*args, **kwargs):
-        if kwargs:
-            raise TypeError(f"vmap({name}) takes positional arguments only; got {sorted(kwargs)}")
-        leaves, in_tree = tree_util.tree_flatten(args)
+        leaves, in_tree = tree_util.tree_flatten((args, kwargs))
         if isinstance(in_axes, tuple) and len(in_axes) != len(args):
             raise ValueError(
                 f"vmap({name}) got in_axes of length {len(in_axes)} for {len(args)} positional "
                 "arguments; give one entry per argument"
             )
-        axes = _flat_axes(in_axes, tuple(args), "in_axes")
+        # in_axes covers the positional arguments; keyword arguments are always mapped
+        # along their leading axis.
+        axes = _flat_axes(in_axes, tuple(args), "in_axes") + [0] * len(
+            tree_util.tree_leaves(kwargs)
+        )
         # Unmapped Python scalars reach `fun` as they are, as in JAX: one may be a jitted
         # function's static argument, or a loop bound.
         leaves = [
@@ -124,7 +127,8 @@ def vmap(
         ]
         try:
             with core.set_current_trace(trace):
-                out = fun(*tree_util.tree_unflatten(in_tree, in_values))
+                in_args, in_kwargs = tree_util.tree_unflatten(in_tree, in_values)
+                out = fun(*in_args, **in_kwargs)
             out_leaves, out_tree = tree_util.tree_flatten(out)
             pairs = [trace.value_and_dim(asarray(x)) for x in out_leaves]
         finally:

@@ -23,6 +23,7 @@ for name in (
     "scan",
     "debug_callback",
     "pmap",
+    "pure_callback",
     "jit",
     "checkpoint",
     "custom_jvp_call",

@@ -20,9 +20,13 @@ from funcgrad.config import config
 from funcgrad.core import Primitive, ShapedArray
 from funcgrad.interpreters import batching
 from funcgrad.interpreters.ad import Zero, instantiate, jvp_jaxpr, tangent_aval, zeros_like_aval
-from funcgrad.interpreters.partial_eval import PartialEvalTrace, unknown_outputs
+from funcgrad.interpreters.partial_eval import (
+    PartialEvalTrace,
+    partial_eval_jaxpr,
+    unknown_outputs,
+)
 from funcgrad.interpreters.staging import StagingTrace, trace_to_jaxpr
-from funcgrad.ir import ClosedJaxpr, JaxprEqn, eval_jaxpr
+from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, eval_jaxpr
 from funcgrad.lax.base import asarray
 from funcgrad.lax.control_flow.common import avals_of, check_same_types, stage
 from funcgrad.lax.elementwise import convert_element_type, select_n
@@ -189,18 +193,54 @@ while_p.not_applicable["transpose"] = _NO_REVERSE_MODE
 
 
 def _while_partial_eval(trace: PartialEvalTrace, args: Sequence, params: dict) -> list:
-    """Some operands are known, some not. A carry or a predicate that depends on an unknown
-    operand is what reverse mode would need to transpose, which cannot be done; otherwise
-    the unknown operands are ones the loop never reads into its carry, and it is staged whole."""
+    """Some operands are known, some not (linearize: the primals are known, the tangents not).
+
+    When the predicate depends only on known values, the known carries are computed now by a
+    loop over them alone, and the unknown carries by staging the whole loop, which recomputes
+    the known carries beside them: no iteration's values need storing, so linearize works, while
+    transposing the staged loop (reverse mode) still meets while_loop's missing transpose.
+    """
     cond_nconsts, body_nconsts = params["cond_nconsts"], params["body_nconsts"]
     unknowns = [trace.is_unknown(a) for a in args]
     cond_unknown, const_unknown, carry_unknown = _split(unknowns, cond_nconsts, body_nconsts)
     carry_unknown, pred_unknown = _dependency_fixed_point(
         params["cond_jaxpr"], params["body_jaxpr"], cond_unknown, const_unknown, carry_unknown
     )
-    if pred_unknown or any(carry_unknown):
-        raise ValueError(_NO_REVERSE_MODE)
-    return StagingTrace.process_primitive(trace, while_p, args, params)
+    staged = StagingTrace.process_primitive(trace, while_p, args, params)
+    if pred_unknown or all(carry_unknown):
+        return staged
+    cond_consts, body_consts, carry = _split(args, cond_nconsts, body_nconsts)
+    known = [not u for u in carry_unknown]
+    cond_jaxpr = _known_part(params["cond_jaxpr"], cond_unknown + carry_unknown, [True])
+    body_jaxpr = _known_part(params["body_jaxpr"], const_unknown + carry_unknown, known)
+    known_cond_consts = [c for c, u in zip(cond_consts, cond_unknown) if not u]
+    known_body_consts = [c for c, u in zip(body_consts, const_unknown) if not u]
+    with core.set_current_trace(trace.parent):
+        known_outs = iter(
+            while_p.bind(
+                *known_cond_consts,
+                *known_body_consts,
+                *[c for c, k in zip(carry, known) if k],
+                cond_jaxpr=cond_jaxpr,
+                body_jaxpr=body_jaxpr,
+                cond_nconsts=len(known_cond_consts),
+                body_nconsts=len(known_body_consts),
+            )
+        )
+    return [next(known_outs) if k else out for out, k in zip(staged, known)]
+
+
+def _known_part(closed: ClosedJaxpr, unknowns: list, outputs: list) -> ClosedJaxpr:
+    """`closed` on its known inputs alone, returning the `outputs` marked (which depend on no
+    unknown input)."""
+    out_unknown = [not keep for keep in outputs]
+    known, _, _ = partial_eval_jaxpr(closed, unknowns, out_unknown, lambda *_, **__: True)
+    jaxpr = known.jaxpr
+    num_outputs = sum(outputs)
+    return ClosedJaxpr(
+        Jaxpr(jaxpr.constvars, jaxpr.invars, jaxpr.outvars[:num_outputs], jaxpr.eqns),
+        known.consts,
+    )
 
 
 while_p.partial_eval = _while_partial_eval

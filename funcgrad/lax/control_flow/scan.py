@@ -698,14 +698,51 @@ def _python_scan(f: Callable, init, xs_leaves: list, xs_tree, length: int, rever
 
 def map(f: Callable, xs, *, batch_size: int | None = None):
     """`f` applied to each slice of `xs` along the leading axis, results stacked: a scan
-    without a carry, so one slice is live at a time."""
-    if batch_size is not None:
-        raise NotImplementedError(
-            "funcgrad.lax.map: batch_size is not supported; map over a reshaped xs and vmap f "
-            "yourself"
-        )
-    _, ys = scan(lambda carry, x: (carry, f(x)), (), xs)
+    without a carry, so one slice is live at a time.
+
+    With `batch_size`, each scan step maps `f` over `batch_size` slices at once with vmap,
+    trading memory for fewer, wider steps; the slices left over after the last whole batch
+    are mapped by one more vmap outside the scan.
+    """
+    if batch_size is None:
+        _, ys = scan(lambda carry, x: (carry, f(x)), (), xs)
+        return ys
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"funcgrad.lax.map: batch_size must be a positive int, got {batch_size!r}")
+    from funcgrad.transforms.vmap import vmap  # lax is imported by the transforms
+
+    leaves, tree = tree_util.tree_flatten(xs)
+    if not leaves:
+        raise ValueError("funcgrad.lax.map: xs has no arrays to map over")
+    leaves = [asarray(x) for x in leaves]
+    length = _mapped_length(leaves)
+    num_batches, remainder = divmod(length, batch_size)
+    whole = num_batches * batch_size
+    batched_xs = tree_util.tree_unflatten(
+        tree,
+        [
+            reshape(slice_in_dim(x, 0, whole, 1, 0), (num_batches, batch_size, *x.shape[1:]))
+            for x in leaves
+        ],
+    )
+    _, batched_ys = scan(lambda carry, x: (carry, vmap(f)(x)), (), batched_xs)
+    ys = tree_util.tree_map(lambda y: reshape(y, (whole, *y.shape[2:])), batched_ys)
+    if remainder:
+        rest = [slice_in_dim(x, whole, length, 1, 0) for x in leaves]
+        rest_ys = vmap(f)(tree_util.tree_unflatten(tree, rest))
+        ys = tree_util.tree_map(lambda a, b: concatenate([a, b], 0), ys, rest_ys)
     return ys
+
+
+def _mapped_length(leaves: list) -> int:
+    lengths = {x.shape[0] if x.ndim else None for x in leaves}
+    if None in lengths or len(lengths) != 1:
+        shapes = [x.shape for x in leaves]
+        raise ValueError(
+            "funcgrad.lax.map: every array in xs needs the same leading axis length; got "
+            f"shapes {shapes}"
+        )
+    return lengths.pop()
 
 
 def _static_int(x) -> int | None:
