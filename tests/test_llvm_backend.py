@@ -686,3 +686,46 @@ def test_a_very_long_elementwise_chain_compiles_in_several_kernels():
     x = np.linspace(-1, 1, 10).astype(np.float32)
     assert_same_as_reference(chain, x, rtol=1e-4)  # 750 fused multiply-adds drift apart
     assert compiled(chain, x).fusion_plan().count("fuses:") > 5
+
+
+@given(
+    layout=st.sampled_from(
+        [("NHWC", "HWIO", "NHWC"), ("NCHW", "OIHW", "NCHW"), ("NHWC", "OIHW", "NCHW")]
+    ),
+    stride=st.sampled_from([(1, 1), (2, 1), (2, 2)]),
+    rhs_dilation=st.sampled_from([(1, 1), (1, 2)]),
+    lhs_dilation=st.sampled_from([(1, 1), (2, 1)]),
+    padding=st.sampled_from(["SAME", "VALID", [(1, 0), (2, 1)]]),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+def test_convolutions_as_gemm_match_the_reference(
+    layout, stride, rhs_dilation, lhs_dilation, padding, dtype
+):
+    lhs_spec, rhs_spec, _ = layout
+    lhs_shape = {"N": 4, "H": 9, "W": 8, "C": 4}
+    rhs_shape = {"H": 3, "W": 2, "I": 4, "O": 6}
+    lhs = rng.standard_normal([lhs_shape[c] for c in lhs_spec]).astype(dtype)
+    rhs = rng.standard_normal([rhs_shape[c] for c in rhs_spec]).astype(dtype)
+    if padding == "SAME" and lhs_dilation != (1, 1):
+        padding = "VALID"  # string padding is not defined with input dilation
+
+    def f(x, w):
+        return lax.conv_general_dilated(
+            x,
+            w,
+            stride,
+            padding,
+            lhs_dilation=lhs_dilation,
+            rhs_dilation=rhs_dilation,
+            dimension_numbers=layout,
+        )
+
+    def loss(x, w):
+        return (f(x, w) ** 2).sum()
+
+    tolerance = 1e-4 if dtype == np.float32 else 1e-10
+    assert_same_as_reference(f, lhs, rhs, rtol=tolerance, atol=tolerance)
+    assert_same_as_reference(
+        fg.grad(loss, argnums=(0, 1)), lhs, rhs, rtol=tolerance, atol=tolerance
+    )
+    assert "gemm[" in compiled(f, lhs, rhs).fusion_plan()

@@ -1046,7 +1046,7 @@ element_rules[PRIMITIVES["threefry2x32"]] = _threefry2x32
 element_rules[PRIMITIVES["reduce_precision"]] = _reduce_precision
 
 
-def _window_position(o: Expr, k: Expr, stride: int, dilation: int, low: int, base: int, size: int):
+def window_position(o: Expr, k: Expr, stride: int, dilation: int, low: int, base: int, size: int):
     """Where window element `k` of output `o` falls in an operand of `size` elements spread
     `base` apart and padded by `low`: (operand index, whether an element is there)."""
     p = K.binary(
@@ -1092,7 +1092,7 @@ def _reduce_window(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list
         def inner(k_index: list) -> list:
             positions, inside = [], []
             for d, (o, k) in enumerate(zip(o_index, k_index)):
-                position, ok = _window_position(
+                position, ok = window_position(
                     o,
                     k,
                     p["window_strides"][d],
@@ -1143,7 +1143,7 @@ def _select_and_scatter_add(builder: KernelBuilder, eqn: JaxprEqn, outputs: list
         def inner(k_index: list) -> list:
             positions, inside = [], []
             for d, (o, k) in enumerate(zip(o_index, k_index)):
-                position, ok = _window_position(
+                position, ok = window_position(
                     o, k, p["window_strides"][d], 1, p["padding"][d][0], 1, shape[d]
                 )
                 positions.append(position)
@@ -1228,7 +1228,7 @@ def _conv_general_dilated(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) 
             rhs_index[rhs_spec[1]] = c
             inside = []
             for d in range(spatial):
-                position, ok = _window_position(
+                position, ok = window_position(
                     positions[d],
                     k_index[d],
                     p["window_strides"][d],

@@ -42,6 +42,7 @@ from funcgrad.compiler.fusion import (
     loop_nest,
     map_loops,
     root_rules,
+    window_position,
 )
 from funcgrad.compiler.fusion import (
     flat_offset as _flat_offset,
@@ -311,6 +312,20 @@ def _gemm_shape(eqn: JaxprEqn):
     return batch, m, n, k
 
 
+def _conv_as_gemm(eqn: JaxprEqn) -> bool:
+    """Whether a convolution runs as a GEMM over gathered windows: one feature group and one
+    batch group (the forms a convolution's gradients take too), float32/float64 throughout,
+    and enough work."""
+    p = eqn.params
+    lhs, rhs = eqn.invars
+    out = eqn.outvars[0].aval
+    if p["feature_group_count"] != 1 or p["batch_group_count"] != 1:
+        return False
+    if out.dtype not in GEMM_DTYPES or not lhs.aval.dtype == rhs.aval.dtype == out.dtype:
+        return False
+    return out.size * math.prod(rhs.aval.shape[1:]) // 1 >= GEMM_MIN_FLOPS
+
+
 # ---------------------------------------------------------------------------------------------
 # Scheduling
 
@@ -442,6 +457,8 @@ class _Scheduler:
         self._flush()
         if primitive.name == "dot_general" and _gemm_shape(eqn) is not None:
             self._gemm(eqn)
+        elif primitive.name == "conv_general_dilated" and _conv_as_gemm(eqn):
+            self._conv_gemm(eqn)
         elif primitive in root_rules:
             builder = KernelBuilder(self.producer, self.buffer_of)
             outputs = [self.buffer_of[v] for v in eqn.outvars]
@@ -523,6 +540,70 @@ class _Scheduler:
         self.steps.append(
             GemmStep(lhs_buffer, rhs_buffer, out, batch, m, n, k, transpose_lhs, transpose_rhs, eqn)
         )
+
+    def _conv_gemm(self, eqn: JaxprEqn) -> None:
+        """A convolution as one GEMM: a fused kernel gathers each output position's input
+        window into a row of `patches` (zeros where the window leaves the padded input), the
+        weights are read as a (window x input features, output features) matrix, and the
+        product is the output with its features last (copied into the output's layout when
+        that differs)."""
+        lhs, rhs = eqn.invars
+        p = eqn.params
+        lhs_spec, rhs_spec, out_spec = p["dimension_numbers"]
+        out_var = eqn.outvars[0]
+        out_shape = out_var.aval.shape
+        dtype = np.dtype(out_var.aval.dtype)
+        spatial = len(rhs_spec) - 2
+        window = tuple(rhs.aval.shape[d] for d in rhs_spec[2:])
+        in_features, out_features = rhs.aval.shape[rhs_spec[1]], rhs.aval.shape[rhs_spec[0]]
+        positions = tuple(out_shape[d] for d in out_spec[2:])
+        patch_shape = (out_shape[out_spec[0]], *positions, *window, in_features)
+        rows = math.prod(patch_shape[: 1 + spatial])
+        depth = math.prod(window) * in_features
+
+        patches = K.Buffer(f"t{next(_counter)}", dtype, rows * depth)
+        builder = KernelBuilder(self.producer, self.buffer_of)
+
+        def gather(index):
+            n, at, offsets, c = index[0], index[1 : 1 + spatial], index[1 + spatial : -1], index[-1]
+            lhs_index = [None] * lhs.aval.ndim
+            lhs_index[lhs_spec[0]], lhs_index[lhs_spec[1]] = n, c
+            inside = []
+            for d in range(spatial):
+                lhs_index[lhs_spec[2 + d]], ok = window_position(
+                    at[d],
+                    offsets[d],
+                    p["window_strides"][d],
+                    p["rhs_dilation"][d],
+                    p["padding"][d][0],
+                    p["lhs_dilation"][d],
+                    lhs.aval.shape[lhs_spec[2 + d]],
+                )
+                inside.append(ok)
+            value = builder.element(lhs, lhs_index)
+            for ok in inside:
+                value = K.select(ok, value, K.const(0, dtype))
+            return [K.Store(patches, _flat_offset(index, patch_shape), value)]
+
+        self._kernel(builder, [patches], loop_nest(patch_shape, gather), self._fused_eqns([eqn]))
+        weights, transposed = self._gemm_operand(
+            rhs, [], [*rhs_spec[2:], rhs_spec[1]], (1, depth, out_features), contract_first=True
+        )
+        out = self.buffer_of[out_var]
+        features_last = (out_spec[0], *out_spec[2:], out_spec[1]) == tuple(range(len(out_shape)))
+        product = out if features_last else K.Buffer(f"t{next(_counter)}", dtype, out.size)
+        gemm = (patches, weights, product, 1, rows, out_features, depth, False, transposed, eqn)
+        self.steps.append(GemmStep(*gemm))
+        if not features_last:
+            product_shape = (*patch_shape[: 1 + spatial], out_features)
+            copier = KernelBuilder(self.producer, self.buffer_of)
+
+            def relayout(index):
+                source = [index[out_spec[0]], *(index[d] for d in out_spec[2:]), index[out_spec[1]]]
+                value = K.Load(copier.reads(product), _flat_offset(source, product_shape))
+                return [K.Store(out, _flat_offset(index, out_shape), value)]
+
+            self._kernel(copier, [out], loop_nest(out_shape, relayout), [])
 
     def _gemm_operand(self, var, batch_dims, contract_dims, canonical, contract_first=False):
         """A buffer holding `var` as row-major matrices (batch, rows, cols) and whether it is
