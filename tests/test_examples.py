@@ -1,4 +1,4 @@
-"""The README's example and examples/demo.py run as written (documentation stays true)."""
+"""The README's example and examples/first_look.py run as written (documentation stays true)."""
 
 import pathlib
 import runpy
@@ -36,7 +36,7 @@ def test_readme_compiler_example_runs(capsys):
     assert "reduce_sum" in out and "arena" in out and "define void @entry" in out
 
 
-def test_demo_runs(capsys):
-    runpy.run_path(str(ROOT / "examples" / "demo.py"), run_name="__main__")
+def test_first_look_runs(capsys):
+    runpy.run_path(str(ROOT / "examples" / "first_look.py"), run_name="__main__")
     out = capsys.readouterr().out
     assert "grad(loss)(w) =" in out and "lambda" in out
