@@ -13,6 +13,7 @@ from funcgrad import (
     random,
     scipy,
     test_util,
+    testing,
     tree_util,
     viz,
 )
