@@ -18,6 +18,8 @@ EXPECTED = {
     "01_quickstart.ipynb": [r"max error: \S+", r"running with 2\.0", "TracerBoolConversionError"],
     "02_under_the_hood.ipynb": [r"fuses: ", r"define void @entry", "compiled and reference agree"],
     "03_per_example_gradients.ipynb": [r"DP-SGD test accuracy: 0\.[789]\d\d"],
+    "04_training_a_cnn.ipynb": [r"final test accuracy: 0\.9[6-9]\d", r"restored test accuracy"],
+    "05_transformer_language_model.ipynb": [r"loss \d\.\d+ nats/char, unigram entropy 3\.07"],
 }
 
 
