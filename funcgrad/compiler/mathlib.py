@@ -39,15 +39,13 @@ from funcgrad.compiler.kernel_ir import Expr
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 
+_BOTH = (F32, F64)
 _EXPANDED = {
-    "exp": (F32, F64),
-    "log": (F32, F64),
-    "tanh": (F32,),
-    "log1p": (F32, F64),
-    "expm1": (F32, F64),
-    "sin": (F32,),
-    "cos": (F32,),
-    "tan": (F32,),
+    op: _BOTH
+    for op in (
+        "exp exp2 log log1p expm1 tanh sin cos tan atan asin acos sinh cosh asinh acosh atanh "
+        "cbrt atan2"
+    ).split()
 }
 
 
@@ -56,20 +54,13 @@ def handles(op: str, dtype: np.dtype) -> bool:
 
 
 def expand(op: str, x: Expr) -> Expr:
-    return {
-        "exp": exp,
-        "log": log,
-        "tanh": tanh,
-        "log1p": log1p,
-        "expm1": expm1,
-        "sin": lambda v: _trig(v, "sin"),
-        "cos": lambda v: _trig(v, "cos"),
-        "tan": lambda v: _trig(v, "tan"),
-    }[op](x)
+    if op in ("sin", "cos", "tan"):
+        return _trig(x, op)
+    return globals()[op](x)
 
 
 def expand_binary(op: str, a: Expr, b: Expr) -> Expr:
-    raise KeyError(f"no expansion of {op}")
+    return globals()[op](a, b)
 
 
 def _c(value, like: Expr) -> Expr:
@@ -117,23 +108,40 @@ _EXP_DEGREE = {F32: 7, F64: 13}
 _EXP_LIMITS = {F32: (88.72284, -103.97208), F64: (709.782712893384, -745.1332191019412)}
 
 
-def exp(x: Expr) -> Expr:
-    fmt = _Format(x.dtype)
-    ln2_hi, ln2_lo = _LN2[x.dtype]
-    n_float = K.unary("round_even", x * _c(1 / math.log(2), x))
-    r = (x - n_float * _c(ln2_hi, x)) - n_float * _c(ln2_lo, x)
-    taylor = [1 / math.factorial(k) for k in range(_EXP_DEGREE[x.dtype] + 1)]
-    p = _horner(taylor, r)
-    # Clamp n so that both halves stay normal powers of two; the limits below decide the rest.
-    bound = _c(1100.0 if x.dtype == F64 else 160.0, x)
+def _scaled(p: Expr, n_float: Expr) -> Expr:
+    """p 2^n for a whole float n, applied in two halves through the exponent bits (so results
+    that overflow or fall into subnormals come out right, rounded once)."""
+    fmt = _Format(p.dtype)
+    # Clamp n so that both halves stay normal powers of two; overflow and underflow still do.
+    bound = _c(1100.0 if p.dtype == F64 else 160.0, p)
     clamped = K.binary("min", K.binary("max", n_float, K.unary("neg", bound)), bound)
     n = fmt.to_int(clamped)
     half = K.binary("shr_arith", n, K.const(1, fmt.int))
-    result = p * fmt.power_of_two(half) * fmt.power_of_two(n - half)
+    return p * fmt.power_of_two(half) * fmt.power_of_two(n - half)
+
+
+def _exp_taylor(r: Expr) -> Expr:
+    return _horner([1 / math.factorial(k) for k in range(_EXP_DEGREE[r.dtype] + 1)], r)
+
+
+def exp(x: Expr) -> Expr:
+    ln2_hi, ln2_lo = _LN2[x.dtype]
+    n_float = K.unary("round_even", x * _c(1 / math.log(2), x))
+    r = (x - n_float * _c(ln2_hi, x)) - n_float * _c(ln2_lo, x)
+    result = _scaled(_exp_taylor(r), n_float)
     high, low = _EXP_LIMITS[x.dtype]
     result = K.select(K.binary("gt", x, _c(high, x)), _c(np.inf, x), result)
     result = K.select(K.binary("lt", x, _c(low, x)), _c(0.0, x), result)
     return K.select(K.binary("ne", x, x), x, result)
+
+
+def exp2(x: Expr) -> Expr:
+    """2^n e^(r ln 2) with n = round(x) and r = x - n exact; r ln 2 is rounded, but that error
+    is relative to |r ln 2| <= 0.35, a sixth of an ulp of the result at most."""
+    n_float = K.unary("round_even", x)
+    result = _scaled(_exp_taylor((x - n_float) * _c(math.log(2), x)), n_float)
+    result = K.select(K.binary("eq", x, _c(np.inf, x)), x, result)
+    return K.select(K.binary("eq", x, _c(-np.inf, x)), _c(0.0, x), result)
 
 
 _LOG_TERMS = {F32: 6, F64: 12}
@@ -266,3 +274,217 @@ def _trig(x: Expr, which: str) -> Expr:
     if which == "cos":
         return value
     return K.select(K.binary("eq", x, _c(0, x)), x, value)  # odd: sin(-0) = -0
+
+
+# -- helpers for the functions below ----------------------------------------------------------
+
+
+def _in_float64(f):
+    """f computed in float64 for a float32 argument: the float64 expansions below leave errors
+    far under a float32 ulp, so the float32 result is correctly rounded but for rare ties."""
+
+    def wrapped(*xs: Expr) -> Expr:
+        if xs[0].dtype == F64:
+            return f(*xs)
+        return K.cast(f(*(K.cast(x, F64) for x in xs)), xs[0].dtype)
+
+    return wrapped
+
+
+def _sign_bit(x: Expr) -> Expr:
+    """x's sign bit (set for -0 and negative NaNs), as a bool."""
+    fmt = _Format(x.dtype)
+    return K.binary("lt", K.Bitcast(x, fmt.int), K.const(0, fmt.int))
+
+
+def _copysign(magnitude: Expr, sign: Expr) -> Expr:
+    fmt = _Format(magnitude.dtype)
+    low_bits = K.const(np.iinfo(fmt.int).max, fmt.int)
+    sign_bit = K.const(np.iinfo(fmt.int).min, fmt.int)
+    bits = K.binary(
+        "or",
+        K.binary("and", K.Bitcast(magnitude, fmt.int), low_bits),
+        K.binary("and", K.Bitcast(sign, fmt.int), sign_bit),
+    )
+    return K.Bitcast(bits, magnitude.dtype)
+
+
+def _div(a: Expr, b: Expr) -> Expr:
+    return K.binary("div", a, b)
+
+
+def _lt(a: Expr, b) -> Expr:
+    return K.binary("lt", a, b if isinstance(b, Expr) else _c(b, a))
+
+
+def _gt(a: Expr, b) -> Expr:
+    return K.binary("gt", a, b if isinstance(b, Expr) else _c(b, a))
+
+
+def _eq(a: Expr, b) -> Expr:
+    return K.binary("eq", a, b if isinstance(b, Expr) else _c(b, a))
+
+
+def _split(value: str) -> tuple[float, float]:
+    """A constant given to 60 digits as the float64 nearest it plus the float64 nearest the
+    rest: adding the rest last carries the constant to about 107 bits."""
+    from decimal import Decimal, getcontext
+
+    getcontext().prec = 70
+    exact = Decimal(value)
+    high = float(exact)
+    return high, float(exact - Decimal(high))
+
+
+_PI = "3.14159265358979323846264338327950288419716939937510582097494459"
+_PI_HI, _PI_LO = _split(_PI)
+_HALF_PI_SPLIT = (_PI_HI / 2, _PI_LO / 2)  # halving is exact
+_QUARTER_PI_SPLIT = (_PI_HI / 4, _PI_LO / 4)
+
+
+# -- inverse trigonometric functions ----------------------------------------------------------
+
+# atan's Taylor series (odd powers x^3, x^5, ...: (-1)^k / (2k + 1)). The argument is reduced
+# to |u| <= tan(pi/8) = 0.414, where the 20 terms after u leave a tail under 2^-56 relative.
+_ATAN_TAIL = [(-1) ** k / (2 * k + 1) for k in range(1, 22)]
+_TAN_PI_8, _TAN_3PI_8 = math.sqrt(2) - 1, math.sqrt(2) + 1
+
+
+def _atan_nonnegative(t: Expr) -> Expr:
+    """atan(t) for t >= 0, inf or NaN (float64). Above tan(3pi/8), atan t = pi/2 + atan(-1/t);
+    above tan(pi/8), atan t = pi/4 + atan((t - 1)/(t + 1)); the offsets are added in two parts."""
+    big, mid = _gt(t, _TAN_3PI_8), _gt(t, _TAN_PI_8)
+    one = _c(1, t)
+    u = K.select(big, _div(_c(-1, t), t), K.select(mid, _div(t - one, t + one), t))
+    zero = _c(0.0, t)
+    offset_hi, offset_lo = (
+        K.select(big, _c(h, t), K.select(mid, _c(q, t), zero))
+        for h, q in zip(_HALF_PI_SPLIT, _QUARTER_PI_SPLIT)
+    )
+    u2 = u * u
+    return offset_hi + (offset_lo + (u + u * u2 * _horner(_ATAN_TAIL, u2)))
+
+
+@_in_float64
+def atan(x: Expr) -> Expr:
+    return _copysign(_atan_nonnegative(K.unary("abs", x)), x)
+
+
+@_in_float64
+def asin(x: Expr) -> Expr:
+    """asin x = atan(x / sqrt((1 - x)(1 + x))): 1 - x is exact near 1, so the argument stays
+    accurate to the domain's edges (+-1 give +-inf, hence +-pi/2; beyond, the root is NaN)."""
+    one = _c(1, x)
+    return atan(_div(x, K.unary("sqrt", (one - x) * (one + x))))
+
+
+@_in_float64
+def acos(x: Expr) -> Expr:
+    """acos x = 2 atan(sqrt((1 - x)/(1 + x))), whose subtractions are exact near +-1."""
+    one = _c(1, x)
+    half_angle = _atan_nonnegative(K.unary("sqrt", _div(one - x, one + x)))
+    return half_angle + half_angle
+
+
+@_in_float64
+def atan2(y: Expr, x: Expr) -> Expr:
+    """atan of min(|x|, |y|) / max(|x|, |y|) (in [0, 1]), reflected into the octant of (x, y):
+    pi/2 - a when |y| > |x|, pi - a when x is negative (or -0), then given y's sign. Both zero
+    give a ratio of 0 and both infinite a ratio of 1, so the signed zeros and infinities land
+    on the multiples of pi/4 that IEEE 754 gives them."""
+    ax, ay = K.unary("abs", x), K.unary("abs", y)
+    low, high = K.binary("min", ax, ay), K.binary("max", ax, ay)
+    ratio = K.select(_eq(high, 0.0), _c(0.0, x), _div(low, high))
+    ratio = K.select(_eq(low, np.inf), _c(1.0, x), ratio)
+    angle = _atan_nonnegative(ratio)
+    half_pi_hi, half_pi_lo = _HALF_PI_SPLIT
+    angle = K.select(_gt(ay, ax), (_c(half_pi_hi, x) - angle) + _c(half_pi_lo, x), angle)
+    angle = K.select(_sign_bit(x), (_c(_PI_HI, x) - angle) + _c(_PI_LO, x), angle)
+    return _copysign(angle, y)
+
+
+# -- hyperbolic functions and their inverses --------------------------------------------------
+
+# sinh's Taylor series x, x^3/3!, ... through x^19/19!: under 2^-60 relative for |x| < 1.
+_SINH_SERIES = [1 / math.factorial(2 * k + 1) for k in range(10)]
+# Past this, e^|x| overflows: e^(|x|/2) squared (with the half taken first) still reaches the
+# float64 range's end.
+_EXP_SQUARED_FROM = 709.0
+
+
+def _half_exp(a: Expr) -> Expr:
+    """e^a / 2 for a >= 0, finite up to a = 710.47."""
+    half = _c(0.5, a)
+    root = exp(a * half)
+    return K.select(_gt(a, _EXP_SQUARED_FROM), (half * root) * root, half * exp(a))
+
+
+@_in_float64
+def sinh(x: Expr) -> Expr:
+    """Taylor series below |x| = 1, (e^a - e^-a)/2 above (cancelling less than a bit)."""
+    a = K.unary("abs", x)
+    half_e = _half_exp(a)
+    large = half_e - _div(_c(0.25, x), half_e)
+    small = x * _horner(_SINH_SERIES, x * x)
+    return K.select(_lt(a, 1.0), small, _copysign(large, x))
+
+
+@_in_float64
+def cosh(x: Expr) -> Expr:
+    half_e = _half_exp(K.unary("abs", x))
+    return half_e + _div(_c(0.25, x), half_e)
+
+
+@_in_float64
+def asinh(x: Expr) -> Expr:
+    """log(a + sqrt(a^2 + 1)) for a = |x|, rearranged so that nothing cancels: as
+    log1p(a + a^2 / (1 + sqrt(1 + a^2))) below 2, log(2a + 1 / (a + sqrt(a^2 + 1))) above,
+    log(a) + ln 2 past 2^28 (where a^2 + 1 = a^2), with x's sign."""
+    a = K.unary("abs", x)
+    one = _c(1, x)
+    square = a * a
+    small = log1p(a + _div(square, one + K.unary("sqrt", one + square)))
+    large = log(a + a + _div(one, a + K.unary("sqrt", square + one)))
+    huge = log(a) + _c(math.log(2), x)
+    result = K.select(_gt(a, 2.0**28), huge, K.select(_gt(a, 2.0), large, small))
+    return _copysign(result, x)
+
+
+@_in_float64
+def acosh(x: Expr) -> Expr:
+    """log(x + sqrt(x^2 - 1)) without cancellation: log1p(t + sqrt(2t + t^2)) with t = x - 1
+    (exact) up to 2, log(2x - 1 / (x + sqrt(x^2 - 1))) above, log(x) + ln 2 past 2^28."""
+    one = _c(1, x)
+    t = x - one
+    small = log1p(t + K.unary("sqrt", t + t + t * t))
+    large = log(x + x - _div(one, x + K.unary("sqrt", x * x - one)))
+    huge = log(x) + _c(math.log(2), x)
+    result = K.select(_gt(x, 2.0**28), huge, K.select(_gt(x, 2.0), large, small))
+    return K.select(_lt(x, 1.0), _c(np.nan, x), result)
+
+
+@_in_float64
+def atanh(x: Expr) -> Expr:
+    """log((1 + a)/(1 - a)) / 2 = log1p(2a / (1 - a)) / 2 for a = |x|, written below 1/2 as
+    log1p(2a + 2a^2 / (1 - a)) / 2 so that the small terms keep their precision; with x's sign.
+    a = 1 gives log1p(inf); a > 1 the log of a negative number, NaN."""
+    a = K.unary("abs", x)
+    one, twice = _c(1, x), a + a
+    small = log1p(twice + _div(twice * a, one - a))
+    large = log1p(_div(twice, one - a))
+    return _copysign(_c(0.5, x) * K.select(_lt(a, 0.5), small, large), x)
+
+
+# -- roots and powers -------------------------------------------------------------------------
+
+
+@_in_float64
+def cbrt(x: Expr) -> Expr:
+    """e^(log(a)/3) for a = |x| (relative error ~1e-13), then one Newton step on y^3 = a,
+    written y - (y - a / y^2) / 3 so that y^3 never underflows; with x's sign. Zero and inf
+    are their own cube roots."""
+    a = K.unary("abs", x)
+    guess = exp(log(a) * _c(1 / 3, x))
+    root = guess - (guess - _div(a, guess * guess)) * _c(1 / 3, x)
+    root = K.select(K.binary("or", _eq(a, 0.0), _eq(a, np.inf)), a, root)
+    return _copysign(root, x)
