@@ -180,25 +180,28 @@ def log(x: Expr) -> Expr:
     return K.select(K.unary("not", K.binary("ge", x, _c(0.0, x))), _c(np.nan, x), result)
 
 
-# tanh's Taylor coefficients (odd powers x, x^3, ...): 2^2n (2^2n - 1) B_2n / (2n)!.
-_TANH_SERIES = (
-    1,
-    -1 / 3,
-    2 / 15,
-    -17 / 315,
-    62 / 2835,
-    -1382 / 155925,
-    21844 / 6081075,
-    -929569 / 638512875,
-    6404582 / 10854718875,
-    -443861162 / 1856156927625,
-    18888466084 / 194896477400625,
-)
+def _tanh_series(terms: int) -> list[float]:
+    """tanh's Taylor coefficients of x, x^3, ...: 2^2n (2^2n - 1) B_2n / (2n)!, with the
+    Bernoulli numbers B_2n from their recurrence in exact fractions."""
+    from fractions import Fraction
+
+    bernoulli = [Fraction(1)]
+    for m in range(1, 2 * terms + 1):
+        bernoulli.append(-sum(math.comb(m + 1, k) * bernoulli[k] for k in range(m)) / (m + 1))
+    return [
+        float(4**n * (4**n - 1) * bernoulli[2 * n] / math.factorial(2 * n))
+        for n in range(1, terms + 1)
+    ]
+
+
+# On |x| < 0.625 the series' terms shrink by (0.625 * 2/pi)^2 = 0.16 each: 11 reach 2^-28,
+# 22 reach 2^-58.
+_TANH_SERIES = {F32: _tanh_series(11), F64: _tanh_series(22)}
 
 
 def tanh(x: Expr) -> Expr:
     a = K.unary("abs", x)
-    small = x * _horner(list(_TANH_SERIES), x * x)  # odd: keeps the sign of zero
+    small = x * _horner(_TANH_SERIES[x.dtype], x * x)  # odd: keeps the sign of zero
     large = _c(1, x) - K.binary("div", _c(2, x), exp(a + a) + _c(1, x))
     large = K.select(K.binary("lt", x, _c(0.0, x)), K.unary("neg", large), large)
     result = K.select(K.binary("lt", a, _c(0.625, x)), small, large)
@@ -221,59 +224,6 @@ def expm1(x: Expr) -> Expr:
     result = K.select(K.binary("gt", K.unary("abs", x), _c(1, x)), spread, corrected)
     result = K.select(K.binary("eq", u, _c(1, x)), x, result)  # x tiny: expm1(x) = x
     return K.select(K.binary("ne", x, x), x, result)
-
-
-def _split_half_pi() -> tuple[float, float]:
-    """pi/2 as a float64 with its last 27 mantissa bits zero (so j times it is exact for
-    |j| < 2^27, which covers |x| < 2e8) plus the float64 nearest the rest."""
-    from decimal import Decimal, getcontext
-
-    getcontext().prec = 60
-    half_pi = Decimal("1.57079632679489661923132169163975144209858469968755291048747")
-    bits = np.array(float(half_pi)).view(np.uint64) & ~np.uint64((1 << 27) - 1)
-    high = float(bits.view(np.float64))
-    return high, float(half_pi - Decimal(high))
-
-
-_HALF_PI_HI, _HALF_PI_LO = _split_half_pi()
-
-
-def _trig(x: Expr, which: str) -> Expr:
-    wide = K.cast(x, F64)
-    j = K.unary("round_even", wide * K.const(2 / math.pi, F64))
-    r = (wide - j * K.const(_HALF_PI_HI, F64)) - j * K.const(_HALF_PI_LO, F64)
-    # Arguments past 2^53 are not reduced at all: give them some value in range (NaN and inf
-    # stay NaN through the comparison).
-    r = K.select(K.binary("gt", K.unary("abs", r), K.const(1.0, F64)), K.const(0.0, F64), r)
-    r2 = r * r
-    sine = r * _horner([(-1) ** k / math.factorial(2 * k + 1) for k in range(7)], r2)
-    cosine = _horner([(-1) ** k / math.factorial(2 * k) for k in range(8)], r2)
-    # j is whole and below 2^51 wherever r was reduced (elsewhere the quadrant does not matter).
-    quadrant = K.binary("and", _Format(F64).to_int(j), K.const(3, np.dtype(np.int64)))
-
-    def pick(values: list) -> Expr:
-        result = values[3]
-        for q in (2, 1, 0):
-            here = K.binary("eq", quadrant, K.const(q, np.dtype(np.int64)))
-            result = K.select(here, values[q], result)
-        return result
-
-    neg_sine, neg_cosine = K.unary("neg", sine), K.unary("neg", cosine)
-    if which == "sin":
-        value = pick([sine, cosine, neg_sine, neg_cosine])
-    elif which == "cos":
-        value = pick([cosine, neg_sine, neg_cosine, sine])
-    else:
-        odd = K.binary(
-            "eq",
-            K.binary("and", quadrant, K.const(1, np.dtype(np.int64))),
-            K.const(1, np.dtype(np.int64)),
-        )
-        value = K.select(odd, K.binary("div", neg_cosine, sine), K.binary("div", sine, cosine))
-    value = K.cast(value, x.dtype)
-    if which == "cos":
-        return value
-    return K.select(K.binary("eq", x, _c(0, x)), x, value)  # odd: sin(-0) = -0
 
 
 # -- helpers for the functions below ----------------------------------------------------------
@@ -340,6 +290,73 @@ _PI = "3.14159265358979323846264338327950288419716939937510582097494459"
 _PI_HI, _PI_LO = _split(_PI)
 _HALF_PI_SPLIT = (_PI_HI / 2, _PI_LO / 2)  # halving is exact
 _QUARTER_PI_SPLIT = (_PI_HI / 4, _PI_LO / 4)
+
+
+def _half_pi_pieces() -> tuple[float, ...]:
+    """pi/2 as three float64s of 23 significant bits each (so j times each is exact for
+    |j| < 2^30) and the float64 nearest the rest: 122 bits of pi/2 in all."""
+    from decimal import Decimal, getcontext
+
+    getcontext().prec = 70
+    rest = Decimal(_PI) / 2
+    pieces = []
+    for last_bit in (22, 45, 68):
+        piece = Decimal(int(rest * 2**last_bit)) / 2**last_bit
+        pieces.append(float(piece))  # exact: 23 bits
+        rest -= piece
+    return (*pieces, float(rest))
+
+
+_HALF_PI_PIECES = _half_pi_pieces()
+_SIN_TERMS = {F32: 7, F64: 10}
+_COS_TERMS = {F32: 8, F64: 11}
+
+
+def _trig(x: Expr, which: str) -> Expr:
+    """The argument is reduced in float64 (for float32 too): r = x - j pi/2 with j the nearest
+    integer to x 2/pi, subtracting j times each piece of pi/2 in turn. Each product is exact
+    and the first subtractions cancel exactly, so r keeps its accuracy for |j| < 2^30
+    (|x| < 1.6e9) unless x lies within about 1e-12 of a multiple of pi/2. Beyond that range
+    the reduction loses accuracy gradually (results stay in range)."""
+    wide = K.cast(x, F64)
+    j = K.unary("round_even", wide * K.const(2 / math.pi, F64))
+    r = wide
+    for piece in _HALF_PI_PIECES:
+        r = r - j * K.const(piece, F64)
+    # Arguments past 2^53 are not reduced at all: give them some value in range (NaN and inf
+    # stay NaN through the comparison).
+    r = K.select(K.binary("gt", K.unary("abs", r), K.const(1.0, F64)), K.const(0.0, F64), r)
+    r2 = r * r
+    sine = r * _horner(
+        [(-1) ** k / math.factorial(2 * k + 1) for k in range(_SIN_TERMS[x.dtype])], r2
+    )
+    cosine = _horner([(-1) ** k / math.factorial(2 * k) for k in range(_COS_TERMS[x.dtype])], r2)
+    # j is whole and below 2^51 wherever r was reduced (elsewhere the quadrant does not matter).
+    quadrant = K.binary("and", _Format(F64).to_int(j), K.const(3, np.dtype(np.int64)))
+
+    def pick(values: list) -> Expr:
+        result = values[3]
+        for q in (2, 1, 0):
+            here = K.binary("eq", quadrant, K.const(q, np.dtype(np.int64)))
+            result = K.select(here, values[q], result)
+        return result
+
+    neg_sine, neg_cosine = K.unary("neg", sine), K.unary("neg", cosine)
+    if which == "sin":
+        value = pick([sine, cosine, neg_sine, neg_cosine])
+    elif which == "cos":
+        value = pick([cosine, neg_sine, neg_cosine, sine])
+    else:
+        odd = K.binary(
+            "eq",
+            K.binary("and", quadrant, K.const(1, np.dtype(np.int64))),
+            K.const(1, np.dtype(np.int64)),
+        )
+        value = K.select(odd, K.binary("div", neg_cosine, sine), K.binary("div", sine, cosine))
+    value = K.cast(value, x.dtype)
+    if which == "cos":
+        return value
+    return K.select(K.binary("eq", x, _c(0, x)), x, value)  # odd: sin(-0) = -0
 
 
 # -- inverse trigonometric functions ----------------------------------------------------------
