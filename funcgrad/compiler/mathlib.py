@@ -44,9 +44,9 @@ _EXPANDED = {
     op: _BOTH
     for op in (
         "exp exp2 log log1p expm1 tanh sin cos tan atan asin acos sinh cosh asinh acosh atanh "
-        "cbrt atan2"
+        "cbrt atan2 nextafter"
     ).split()
-}
+} | {"pow": (F32,)}
 
 
 def handles(op: str, dtype: np.dtype) -> bool:
@@ -505,3 +505,40 @@ def cbrt(x: Expr) -> Expr:
     root = guess - (guess - _div(a, guess * guess)) * _c(1 / 3, x)
     root = K.select(K.binary("or", _eq(a, 0.0), _eq(a, np.inf)), a, root)
     return _copysign(root, x)
+
+
+@_in_float64
+def pow(x: Expr, y: Expr) -> Expr:
+    """|x|^y = e^(y log |x|), which gives the zero and infinite bases and exponents their IEEE 754
+    values by itself; then the sign (negative bases to odd whole powers), NaN for negative
+    finite bases to fractional powers, and 1 for x^0, 1^y and (-1)^(+-inf). Only used for
+    float32: in float64, y log |x| would need more than float64 precision."""
+    a = K.unary("abs", x)
+    magnitude = exp(y * log(a))
+    half = y * _c(0.5, y)
+    whole = _eq(K.unary("floor", y), y)
+    odd = K.binary("and", whole, K.binary("ne", K.unary("floor", half), half))
+    result = K.select(K.binary("and", _sign_bit(x), odd), K.unary("neg", magnitude), magnitude)
+    fractional_of_negative = K.binary(
+        "and", K.binary("and", _lt(x, 0.0), _lt(a, np.inf)), K.unary("not", whole)
+    )
+    result = K.select(fractional_of_negative, _c(np.nan, x), result)
+    unit_base = K.binary(
+        "or", _eq(x, 1.0), K.binary("and", _eq(a, 1.0), _eq(K.unary("abs", y), np.inf))
+    )
+    return K.select(K.binary("or", _eq(y, 0.0), unit_base), _c(1.0, x), result)
+
+
+def nextafter(x: Expr, y: Expr) -> Expr:
+    """The neighbour of x toward y by stepping its bit pattern: sign and magnitude bits, so the
+    magnitude grows by one step when y lies beyond x away from zero. From zero the step is the
+    smallest subnormal with y's sign; x == y gives y, and NaN in either gives NaN."""
+    fmt = _Format(x.dtype)
+    bits = K.Bitcast(x, fmt.int)
+    away = K.binary("eq", _gt(y, x), _gt(x, 0.0))
+    step = K.select(away, K.const(1, fmt.int), K.const(-1, fmt.int))
+    result = K.Bitcast(bits + step, x.dtype)
+    tiniest = _c(float(np.finfo(x.dtype).smallest_subnormal), x)
+    result = K.select(_eq(x, 0.0), _copysign(tiniest, y), result)
+    result = K.select(_eq(x, y), y, result)
+    return K.select(K.binary("or", K.binary("ne", x, x), K.binary("ne", y, y)), x + y, result)
