@@ -9,6 +9,7 @@ its loop vectorized: vector types in the optimized IR and no call to the C libra
 from __future__ import annotations
 
 import contextlib
+import math
 
 import numpy as np
 import pytest
@@ -17,9 +18,17 @@ from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
+import funcgrad.scipy.special as fsp
 from funcgrad.compiler import mathlib
 
 rng = np.random.default_rng(0)
+
+
+def _from_math(f):
+    """A float64 NumPy function from the standard library's (math.erf and math.erfc)."""
+    elementwise = np.frompyfunc(f, 1, 1)
+    return lambda x: elementwise(x).astype(np.float64)
+
 
 # The measured maxima of funcgrad/compiler/mathlib.py's docstring, rounded up.
 UNARY = {
@@ -41,7 +50,10 @@ UNARY = {
     "acosh": (fnp.arccosh, np.arccosh, {np.float32: 0.51, np.float64: 4.0}),
     "atanh": (fnp.arctanh, np.arctanh, {np.float32: 0.51, np.float64: 4.0}),
     "cbrt": (fnp.cbrt, np.cbrt, {np.float32: 0.51, np.float64: 1.0}),
+    "erf": (fsp.erf, _from_math(math.erf), {np.float32: 0.51}),
+    "erfc": (fsp.erfc, _from_math(math.erfc), {np.float32: 0.51}),
 }
+UNARY_CASES = [(n, d) for n in sorted(UNARY) for d in sorted(UNARY[n][2], key=str)]
 TRIG = ("sin", "cos", "tan")
 # The argument reduction's documented range.
 TRIG_RANGE = 1.6e9
@@ -114,8 +126,7 @@ def arguments(dtype) -> np.ndarray:
     ).astype(dtype)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("name", sorted(UNARY))
+@pytest.mark.parametrize(("name", "dtype"), UNARY_CASES)
 def test_unary_error_in_ulp_and_special_values(name, dtype):
     assert mathlib.handles(name, np.dtype(dtype))
     ours, reference, _ = UNARY[name]
@@ -127,8 +138,7 @@ def test_unary_error_in_ulp_and_special_values(name, dtype):
     check(name, run(ours, x), exact(reference, dtype, x), dtype, x)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("name", sorted(UNARY))
+@pytest.mark.parametrize(("name", "dtype"), UNARY_CASES)
 @given(data=st.data())
 def test_unary_on_drawn_floats(name, dtype, data):
     ours, reference, _ = UNARY[name]
