@@ -588,11 +588,15 @@ def _erf_series(x: Expr) -> Expr:
 
 
 def _erfc_fraction(a: Expr) -> Expr:
-    """erfc(a) for a >= 2 (inf gives 0)."""
-    denominator = a
+    """erfc(a) for a >= 2. The fraction is evaluated from its last level up as a ratio of two
+    running values (one division in all); past a = 11, erfc is below float32's range and a is
+    clamped there, so those values stay finite."""
+    a = K.binary("min", a, _c(11.0, a))
+    numerator, denominator = a, _c(1, a)
     for level in range(_ERFC_LEVELS, 0, -1):
-        denominator = a + _div(_c(level / 2, a), denominator)
-    return _div(exp(K.unary("neg", a * a)) * _c(1 / math.sqrt(math.pi), a), denominator)
+        numerator, denominator = a * numerator + _c(level / 2, a) * denominator, numerator
+    weight = exp(K.unary("neg", a * a)) * _c(1 / math.sqrt(math.pi), a)
+    return weight * _div(denominator, numerator)
 
 
 @_in_float64
