@@ -56,6 +56,7 @@ from funcgrad.compiler.kernel_ir import Expr
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 
+# The dtypes each operation is expanded for (the rest stay C library calls).
 _BOTH = (F32, F64)
 _EXPANDED = {
     op: _BOTH
@@ -71,13 +72,11 @@ def handles(op: str, dtype: np.dtype) -> bool:
 
 
 def expand(op: str, x: Expr) -> Expr:
-    if op in ("sin", "cos", "tan"):
-        return _trig(x, op)
-    return globals()[op](x)
+    return _FUNCTIONS[op](x)
 
 
 def expand_binary(op: str, a: Expr, b: Expr) -> Expr:
-    return globals()[op](a, b)
+    return _FUNCTIONS[op](a, b)
 
 
 def _c(value, like: Expr) -> Expr:
@@ -616,3 +615,30 @@ def erfc(x: Expr) -> Expr:
     one = _c(1, x)
     positive = K.select(_lt(a, _ERF_SPLIT), one - _erf_series(a), _erfc_fraction(a))
     return K.select(_lt(x, 0.0), _c(2, x) - positive, positive)
+
+
+_FUNCTIONS = {
+    "exp": exp,
+    "exp2": exp2,
+    "log": log,
+    "log1p": log1p,
+    "expm1": expm1,
+    "tanh": tanh,
+    "sin": lambda x: _trig(x, "sin"),
+    "cos": lambda x: _trig(x, "cos"),
+    "tan": lambda x: _trig(x, "tan"),
+    "atan": atan,
+    "asin": asin,
+    "acos": acos,
+    "atan2": atan2,
+    "sinh": sinh,
+    "cosh": cosh,
+    "asinh": asinh,
+    "acosh": acosh,
+    "atanh": atanh,
+    "cbrt": cbrt,
+    "pow": pow,
+    "nextafter": nextafter,
+    "erf": erf,
+    "erfc": erfc,
+}
