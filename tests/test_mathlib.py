@@ -174,7 +174,7 @@ def test_domain_edges():
 
 BINARY = {
     "atan2": (fnp.arctan2, np.arctan2, {np.float32: 0.51, np.float64: 2.5}),
-    "pow": (fnp.power, np.power, {np.float32: 0.51}),
+    "pow": (fnp.power, np.power, {np.float32: 0.51, np.float64: 1.5}),
     "nextafter": (fnp.nextafter, np.nextafter, {np.float32: 0.0, np.float64: 0.0}),
 }
 SPECIAL = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 0.5, -0.5, 2.0, -2.0, 3.0, -3.0, 2.5]
@@ -185,9 +185,19 @@ def pairs(name, dtype):
     special = SPECIAL + [float(info.smallest_subnormal), float(info.max), -float(info.max)]
     x, y = (v.ravel() for v in np.meshgrid(special, special))
     n = 20000
-    if name == "pow":  # bases of all magnitudes, exponents from -30 to 30 (whole ones too)
-        base = np.concatenate([np.exp(rng.uniform(-80, 80, n)), -rng.integers(1, 20, n)])
-        power = np.concatenate([rng.uniform(-1.2, 1.2, n), rng.integers(-30, 30, n)])
+    if name == "pow":  # bases of all magnitudes; fractional and whole exponents, and exponents
+        # that take the result across the whole range
+        span = np.log(info.max) - 1
+        base = np.exp(rng.uniform(-span, span, n))
+        near_one = np.exp(rng.uniform(-1, 1, n))
+        base = np.concatenate([base, -rng.integers(1, 20, n), near_one])
+        power = np.concatenate(
+            [
+                rng.uniform(-1.2, 1.2, n),
+                rng.integers(-30, 30, n),
+                rng.uniform(-span, span, n) / np.abs(np.log(near_one)),
+            ]
+        )
     else:
         base = rng.standard_normal(2 * n) * np.exp(rng.uniform(-30, 30, 2 * n))
         power = rng.standard_normal(2 * n) * np.exp(rng.uniform(-30, 30, 2 * n))

@@ -27,14 +27,15 @@ the loop. Each follows the textbook construction:
 - sinh, cosh: Taylor series of sinh below |x| = 1, (e^a +- e^-a)/2 above, e^(a/2) squared past
   709 so they reach the end of the float64 range. asinh, acosh, atanh: their log and log1p
   forms rearranged so that nothing cancels, Taylor series of asinh and atanh below 1/8.
-- cbrt: e^(log|x| / 3) refined by one Newton step. pow: e^(y log|x|) with IEEE 754's special
-  cases. nextafter: one step of the bit pattern.
+- cbrt: e^(log|x| / 3) refined by one Newton step. nextafter: one step of the bit pattern.
+- pow: e^(y log|x|) with IEEE 754's special cases; in float64, log|x| and y log|x| are carried
+  as pairs of float64s (reduction by the nearest 2^(i/16), exact sums and products), since
+  an error of one part in 2^53 of y log|x| would cost up to 700 ulp.
 - erf, erfc (float32 only): the positive series e^(-x^2) sum 2^n x^(2n+1) / (2n+1)!! below
   |x| = 2, Laplace's continued fraction for erfc above (float64 would need both to more than
   float64 precision: it stays a library call).
 - In float32, the functions from atan on are computed in float64 and rounded once, so they
-  are correctly rounded but for rare ties; pow is expanded for float32 only (float64 needs
-  log |x| to more than float64 precision and stays a library call).
+  are correctly rounded but for rare ties.
 
 Measured over the dense sweeps, random arguments and special values of tests/test_mathlib.py,
 against NumPy in float64 (for float32) and in long double (for float64), in ulp:
@@ -42,7 +43,7 @@ against NumPy in float64 (for float32) and in long double (for float64), in ulp:
     float32: exp 1.2, log 2.2, log1p 3.7, expm1 2.9, tanh 1.3, exp2 0.9, everything else 0.5
     float64: exp 1.0, log 2.0, log1p 3.0, expm1 3.0, exp2 0.9, tanh 1.3, sin 2.3, cos 2.3,
              tan 3.3, atan 2.2, atan2 2.2, asin 2.9, acos 2.6, sinh 1.6, cosh 1.2, asinh 3.3,
-             acosh 3.1, atanh 2.7, cbrt 0.7; nextafter exact
+             acosh 3.1, atanh 2.7, cbrt 0.7, pow 1.3; nextafter exact
 """
 
 from __future__ import annotations
@@ -62,9 +63,9 @@ _EXPANDED = {
     op: _BOTH
     for op in (
         "exp exp2 log log1p expm1 tanh sin cos tan atan asin acos sinh cosh asinh acosh atanh "
-        "cbrt atan2 nextafter"
+        "cbrt atan2 nextafter pow"
     ).split()
-} | {op: (F32,) for op in ("pow", "erf", "erfc")}
+} | {op: (F32,) for op in ("erf", "erfc")}
 
 
 def handles(op: str, dtype: np.dtype) -> bool:
@@ -163,7 +164,9 @@ def exp2(x: Expr) -> Expr:
 _LOG_TERMS = {F32: 6, F64: 12}
 
 
-def log(x: Expr) -> Expr:
+def _exponent_and_mantissa(x: Expr) -> tuple[Expr, Expr]:
+    """e (as a float) and m in [sqrt(1/2), sqrt(2)) with x = m 2^e, for positive normal or
+    subnormal x."""
     fmt = _Format(x.dtype)
     smallest_normal = float(np.finfo(x.dtype).tiny)
     subnormal = K.binary("lt", x, _c(smallest_normal, x))
@@ -183,7 +186,11 @@ def log(x: Expr) -> Expr:
     mantissa = K.select(big, mantissa * _c(0.5, x), mantissa)
     exponent = exponent + K.select(big, K.const(1, fmt.int), K.const(0, fmt.int))
     exponent = exponent - K.select(subnormal, K.const(fmt.mantissa, fmt.int), K.const(0, fmt.int))
-    e = K.cast(exponent, x.dtype)
+    return K.cast(exponent, x.dtype), mantissa
+
+
+def log(x: Expr) -> Expr:
+    e, mantissa = _exponent_and_mantissa(x)
     f = mantissa - _c(1, x)
     s = K.binary("div", f, f + _c(2, x))
     s2 = s * s
@@ -533,14 +540,119 @@ def cbrt(x: Expr) -> Expr:
     return _copysign(root, x)
 
 
-@_in_float64
+def _high_half(v: Expr) -> Expr:
+    """v with its last 27 mantissa bits cleared (float64): a product of two such is exact."""
+    bits = K.binary(
+        "and", K.Bitcast(v, np.dtype(np.int64)), K.const(-(1 << 27), np.dtype(np.int64))
+    )
+    return K.Bitcast(bits, F64)
+
+
+def _two_sum(a: Expr, b: Expr) -> tuple[Expr, Expr]:
+    """a + b rounded, and its rounding error (Knuth's two-sum; exact)."""
+    total = a + b
+    b_part = total - a
+    return total, (a - (total - b_part)) + (b - b_part)
+
+
+def _two_product(a: Expr, b: Expr) -> tuple[Expr, Expr]:
+    """a b rounded, and its rounding error (Dekker's product; the halves' products are exact,
+    so fusing any of them into an add changes nothing)."""
+    product = a * b
+    a_high, b_high = _high_half(a), _high_half(b)
+    a_low, b_low = a - a_high, b - b_high
+    error = ((a_high * b_high - product) + a_high * b_low) + a_low * b_high
+    return product, error + a_low * b_low
+
+
+def _log_pivots() -> list[tuple[float, float, float, float]]:
+    """(c, log c as two float64s, the midpoint to the next c) for c = 2^(i/16), i = -8..8."""
+    from decimal import Decimal, getcontext
+
+    getcontext().prec = 60
+    pivots = []
+    for i in range(-8, 9):
+        c = 2.0 ** (i / 16)
+        log_c = Decimal(c).ln()
+        pivots.append(
+            (c, float(log_c), float(log_c - Decimal(float(log_c))), 2 ** ((i + 0.5) / 16))
+        )
+    return pivots
+
+
+_LOG_PIVOTS = _log_pivots()
+
+
+def _log_double(a: Expr) -> tuple[Expr, Expr]:
+    """log a as a pair of float64s (about 2^-90 relative) for positive finite a. With
+    a = m 2^e and c the nearest 2^(i/16) to m, log a = e ln 2 + log c + 2 atanh(s) for
+    s = (m - c)/(m + c), |s| < 0.011: m - c is exact, m + c is carried as a pair, s as a 26-bit
+    head plus the exactly computed rest of the division, and the large terms are summed
+    without error; the series' tail, under 2^-20 of the result, is computed plainly."""
+    e, m = _exponent_and_mantissa(a)
+    c, log_c_hi, log_c_lo = (
+        _c(_LOG_PIVOTS[-1][0], a),
+        _c(_LOG_PIVOTS[-1][1], a),
+        _c(_LOG_PIVOTS[-1][2], a),
+    )
+    for pivot, high, low, upper in reversed(_LOG_PIVOTS[:-1]):
+        below = _lt(m, upper)
+        c = K.select(below, _c(pivot, a), c)
+        log_c_hi = K.select(below, _c(high, a), log_c_hi)
+        log_c_lo = K.select(below, _c(low, a), log_c_lo)
+    f = m - c  # exact
+    u, u_error = _two_sum(m, c)
+    s_head = _high_half(_div(f, u))
+    u_high = _high_half(u)
+    rest = ((f - s_head * u_high) - s_head * (u - u_high)) - s_head * u_error
+    s_rest = _div(rest, u)
+    s = s_head + s_rest
+    s2 = s * s
+    two = _c(2, a)
+    tail = two * s * s2 * _horner([1 / (2 * k + 3) for k in range(4)], s2)
+    ln2_hi, ln2_lo = _LN2[F64]
+    high, error = _two_sum(e * _c(ln2_hi, a), log_c_hi)  # e ln2_hi is exact
+    high, error2 = _two_sum(high, two * s_head)
+    low = (error + error2) + (((e * _c(ln2_lo, a) + log_c_lo) + two * s_rest) + tail)
+    total = high + low
+    return total, low - (total - high)
+
+
+def _power_magnitude(a: Expr, y: Expr) -> Expr:
+    """|x|^y = e^(y log |x|) for a = |x| (float64): y log a takes log a as a pair and the
+    product's rounding error into account, e^(z + dz) = e^z (1 + dz). Where a is 0 or inf, or
+    the result overflows or underflows, the plain form gives the right 0, 1 or inf."""
+    plain = exp(y * log(a))
+    log_high, log_low = _log_double(a)
+    product, error = _two_product(y, log_high)
+    correction = error + y * log_low
+    exponent = product + correction
+    correction = correction - (exponent - product)
+    # exp's steps, with the correction applied before the power of two (one rounding even
+    # where the result is subnormal).
+    ln2_hi, ln2_lo = _LN2[F64]
+    n_float = K.unary("round_even", exponent * _c(1 / math.log(2), a))
+    r = (exponent - n_float * _c(ln2_hi, a)) - n_float * _c(ln2_lo, a)
+    p = _exp_taylor(r)
+    precise = _scaled(p + p * correction, n_float)
+    usable = K.binary("and", _gt(a, 0.0), _lt(a, np.inf))
+    usable = K.binary("and", usable, _lt(K.unary("abs", product), 746.0))
+    return K.select(usable, precise, plain)
+
+
 def pow(x: Expr, y: Expr) -> Expr:
-    """|x|^y = e^(y log |x|), which gives the zero and infinite bases and exponents their IEEE 754
-    values by itself; then the sign (negative bases to odd whole powers), NaN for negative
-    finite bases to fractional powers, and 1 for x^0, 1^y and (-1)^(+-inf). Only used for
-    float32: in float64, y log |x| would need more than float64 precision."""
+    if x.dtype == F32:  # float64's plain e^(y log |x|) is far within a float32 ulp
+        wide_x, wide_y = K.cast(x, F64), K.cast(y, F64)
+        return K.cast(_power(wide_x, wide_y, lambda a, b: exp(b * log(a))), F32)
+    return _power(x, y, _power_magnitude)
+
+
+def _power(x: Expr, y: Expr, magnitude_of) -> Expr:
+    """|x|^y, which gives the zero and infinite bases and exponents their IEEE 754 values by
+    itself; then the sign (negative bases to odd whole powers), NaN for negative finite bases
+    to fractional powers, and 1 for x^0, 1^y and (-1)^(+-inf)."""
     a = K.unary("abs", x)
-    magnitude = exp(y * log(a))
+    magnitude = magnitude_of(a, y)
     half = y * _c(0.5, y)
     whole = _eq(K.unary("floor", y), y)
     odd = K.binary("and", whole, K.binary("ne", K.unary("floor", half), half))
@@ -552,6 +664,7 @@ def pow(x: Expr, y: Expr) -> Expr:
     unit_base = K.binary(
         "or", _eq(x, 1.0), K.binary("and", _eq(a, 1.0), _eq(K.unary("abs", y), np.inf))
     )
+    result = K.select(_eq(y, 1.0), x, result)
     return K.select(K.binary("or", _eq(y, 0.0), unit_base), _c(1.0, x), result)
 
 
