@@ -50,6 +50,11 @@ UNARY = {
     "acosh": (fnp.arccosh, np.arccosh, {np.float32: 0.51, np.float64: 4.0}),
     "atanh": (fnp.arctanh, np.arctanh, {np.float32: 0.51, np.float64: 4.0}),
     "cbrt": (fnp.cbrt, np.cbrt, {np.float32: 0.51, np.float64: 1.0}),
+    "logistic": (
+        fg.nn.sigmoid,
+        lambda x: 1 / (1 + np.exp(-x)),
+        {np.float32: 0.51, np.float64: 2.5},
+    ),
     "erf": (fsp.erf, _from_math(math.erf), {np.float32: 0.51}),
     "erfc": (fsp.erfc, _from_math(math.erfc), {np.float32: 0.51}),
 }

@@ -28,6 +28,7 @@ the loop. Each follows the textbook construction:
   709 so they reach the end of the float64 range. asinh, acosh, atanh: their log and log1p
   forms rearranged so that nothing cancels, Taylor series of asinh and atanh below 1/8.
 - cbrt: e^(log|x| / 3) refined by one Newton step. nextafter: one step of the bit pattern.
+  logistic: 1 / (1 + e^-x) (e^x below -37), which keeps the precision of small results.
 - pow: e^(y log|x|) with IEEE 754's special cases; in float64, log|x| and y log|x| are carried
   as pairs of float64s (reduction by the nearest 2^(i/16), exact sums and products), since
   an error of one part in 2^53 of y log|x| would cost up to 700 ulp.
@@ -63,7 +64,7 @@ _EXPANDED = {
     op: _BOTH
     for op in (
         "exp exp2 log log1p expm1 tanh sin cos tan atan asin acos sinh cosh asinh acosh atanh "
-        "cbrt atan2 nextafter pow"
+        "cbrt atan2 nextafter pow logistic"
     ).split()
 } | {op: (F32,) for op in ("erf", "erfc")}
 
@@ -525,6 +526,14 @@ def atanh(x: Expr) -> Expr:
     return K.select(_lt(a, _SERIES_BELOW), series, result)
 
 
+@_in_float64
+def logistic(x: Expr) -> Expr:
+    """1 / (1 + e^-x): no subtraction, so small results keep their precision. Below x = -37,
+    1 + e^-x rounds to e^-x, and e^x itself is taken (it stays finite where e^-x overflows)."""
+    one = _c(1, x)
+    return K.select(_lt(x, -37.0), exp(x), _div(one, one + exp(K.unary("neg", x))))
+
+
 # -- roots and powers -------------------------------------------------------------------------
 
 
@@ -754,4 +763,5 @@ _FUNCTIONS = {
     "nextafter": nextafter,
     "erf": erf,
     "erfc": erfc,
+    "logistic": logistic,
 }
