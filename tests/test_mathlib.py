@@ -53,7 +53,7 @@ UNARY = {
     "logistic": (
         fg.nn.sigmoid,
         lambda x: 1 / (1 + np.exp(-x)),
-        {np.float32: 0.51, np.float64: 2.5},
+        {np.float32: 2.5, np.float64: 2.5},
     ),
     "erf": (fsp.erf, _from_math(math.erf), {np.float32: 0.51}),
     "erfc": (fsp.erfc, _from_math(math.erfc), {np.float32: 0.51}),

@@ -28,23 +28,25 @@ the loop. Each follows the textbook construction:
   709 so they reach the end of the float64 range. asinh, acosh, atanh: their log and log1p
   forms rearranged so that nothing cancels, Taylor series of asinh and atanh below 1/8.
 - cbrt: e^(log|x| / 3) refined by one Newton step. nextafter: one step of the bit pattern.
-  logistic: 1 / (1 + e^-x) (e^x below -37), which keeps the precision of small results.
+  logistic: 1 / (1 + e^-x) (e^x below -37, or -17 in float32), which keeps the precision of
+  small results.
 - pow: e^(y log|x|) with IEEE 754's special cases; in float64, log|x| and y log|x| are carried
   as pairs of float64s (reduction by the nearest 2^(i/16), exact sums and products), since
   an error of one part in 2^53 of y log|x| would cost up to 700 ulp.
 - erf, erfc (float32 only): the positive series e^(-x^2) sum 2^n x^(2n+1) / (2n+1)!! below
   |x| = 2, Laplace's continued fraction for erfc above (float64 would need both to more than
   float64 precision: it stays a library call).
-- In float32, the functions from atan on are computed in float64 and rounded once, so they
-  are correctly rounded but for rare ties.
+- In float32, the functions from atan on (logistic aside) are computed in float64 and
+  rounded once, so they are correctly rounded but for rare ties.
 
 Measured over the dense sweeps, random arguments and special values of tests/test_mathlib.py,
 against NumPy in float64 (for float32) and in long double (for float64), in ulp:
 
-    float32: exp 1.2, log 2.2, log1p 3.7, expm1 2.9, tanh 1.3, exp2 0.9, everything else 0.5
+    float32: exp 1.2, log 2.2, log1p 3.7, expm1 2.9, tanh 1.3, exp2 0.9, logistic 2.0,
+             everything else 0.5
     float64: exp 1.0, log 2.0, log1p 3.0, expm1 3.0, exp2 0.9, tanh 1.3, sin 2.3, cos 2.3,
              tan 3.3, atan 2.2, atan2 2.2, asin 2.9, acos 2.6, sinh 1.6, cosh 1.2, asinh 3.3,
-             acosh 3.1, atanh 2.7, cbrt 0.7, pow 1.3; nextafter exact
+             acosh 3.1, atanh 2.7, cbrt 0.7, pow 1.3, logistic 2.0; nextafter exact
 """
 
 from __future__ import annotations
@@ -526,12 +528,13 @@ def atanh(x: Expr) -> Expr:
     return K.select(_lt(a, _SERIES_BELOW), series, result)
 
 
-@_in_float64
 def logistic(x: Expr) -> Expr:
-    """1 / (1 + e^-x): no subtraction, so small results keep their precision. Below x = -37,
-    1 + e^-x rounds to e^-x, and e^x itself is taken (it stays finite where e^-x overflows)."""
+    """1 / (1 + e^-x): no subtraction, so small results keep their precision. Where 1 + e^-x
+    rounds to e^-x (past the dtype's 2^mantissa), e^x itself is taken: it stays finite
+    where e^-x overflows."""
     one = _c(1, x)
-    return K.select(_lt(x, -37.0), exp(x), _div(one, one + exp(K.unary("neg", x))))
+    past = -math.log(2.0 ** (_Format(x.dtype).mantissa + 2))
+    return K.select(_lt(x, past), exp(x), _div(one, one + exp(K.unary("neg", x))))
 
 
 # -- roots and powers -------------------------------------------------------------------------
