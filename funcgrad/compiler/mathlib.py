@@ -14,18 +14,39 @@ the loop. Each follows the textbook construction:
 - log1p and expm1: from log and exp with the classic corrections (Goldberg's for log1p: log(u)
   times x / (u - 1) with u = 1 + x rounded; Kahan's for expm1: (u - 1) x / log(u) with u = e^x
   rounded, for |x| <= 1), which cancel the rounding of u.
-- sin, cos, tan (float32): the argument is reduced in float64, r = x - j pi/2 with j the
-  nearest integer to x 2/pi and pi/2 split in two (exact for |x| below 1e8; beyond, results
-  stay in range and lose accuracy), then sin r and cos r by their Taylor polynomials on
-  |r| <= pi/4 in float64, picked and signed by the quadrant j mod 4.
-- tanh (float32): its Taylor series for |x| < 0.625, 1 - 2 / (e^(2|x|) + 1) above (the
-  subtraction loses less than a bit there), with the sign of x.
+- exp2: 2^n e^(r ln 2) with n = round(x), r = x - n exact, through exp's polynomial.
+- sin, cos, tan: the argument is reduced in float64, r = x - j pi/2 with j the nearest integer
+  to x 2/pi and pi/2 in four pieces (three of 23 bits, so j times each is exact for |j| < 2^30,
+  and the rest): accurate for |x| < 1.6e9 except within ~1e-12 of a multiple of pi/2; beyond,
+  results stay in range and lose accuracy gradually (no Payne-Hanek reduction). Then sin r and
+  cos r by their Taylor polynomials on |r| <= pi/4, picked and signed by j mod 4.
+- tanh: its Taylor series for |x| < 0.625 (coefficients from the Bernoulli numbers),
+  1 - 2 / (e^(2|x|) + 1) above (the subtraction loses less than a bit there), with x's sign.
+- atan: reduced to |u| <= tan(pi/8) by atan t = pi/4 + atan((t - 1)/(t + 1)) and
+  pi/2 + atan(-1/t), then its Taylor series; asin, acos and atan2 through it (see each).
+- sinh, cosh: Taylor series of sinh below |x| = 1, (e^a +- e^-a)/2 above, e^(a/2) squared past
+  709 so they reach the end of the float64 range. asinh, acosh, atanh: their log and log1p
+  forms rearranged so that nothing cancels, Taylor series of asinh and atanh below 1/8.
+- cbrt: e^(log|x| / 3) refined by one Newton step. nextafter: one step of the bit pattern.
+  logistic: 1 / (1 + e^-x) (e^x below -37, or -17 in float32), which keeps the precision of
+  small results.
+- pow: e^(y log|x|) with IEEE 754's special cases; in float64, log|x| and y log|x| are carried
+  as pairs of float64s (reduction by the nearest 2^(i/16), exact sums and products), since
+  an error of one part in 2^53 of y log|x| would cost up to 700 ulp.
+- erf, erfc (float32 only): the positive series e^(-x^2) sum 2^n x^(2n+1) / (2n+1)!! below
+  |x| = 2, Laplace's continued fraction for erfc above (float64 would need both to more than
+  float64 precision: it stays a library call).
+- In float32, the functions from atan on (logistic aside) are computed in float64 and
+  rounded once, so they are correctly rounded but for rare ties.
 
-Measured against float64 NumPy over dense sweeps and special values (tests/test_mathlib.py):
-float32 exp within 1.2 ulp, log within 2.2, tanh within 1.3, log1p within 3.7, expm1 within 2.9,
-sin, cos and tan within 0.5 (correctly rounded on the sweep, for |x| < 1e8);
-float64 exp within 1.0, log within 2.0, log1p and expm1 within 3.0 (of the float64 reference
-rounded to the dtype; the float64 figures include the reference's own half ulp).
+Measured over the dense sweeps, random arguments and special values of tests/test_mathlib.py,
+against NumPy in float64 (for float32) and in long double (for float64), in ulp:
+
+    float32: exp 1.2, log 2.2, log1p 3.7, expm1 2.9, tanh 1.3, exp2 0.9, logistic 2.0,
+             everything else 0.5
+    float64: exp 1.0, log 2.0, log1p 3.0, expm1 3.0, exp2 0.9, tanh 1.3, sin 2.3, cos 2.3,
+             tan 3.3, atan 2.2, atan2 2.2, asin 2.9, acos 2.6, sinh 1.6, cosh 1.2, asinh 3.3,
+             acosh 3.1, atanh 2.7, cbrt 0.7, pow 1.3, logistic 2.0; nextafter exact
 """
 
 from __future__ import annotations
@@ -39,16 +60,15 @@ from funcgrad.compiler.kernel_ir import Expr
 
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
 
+# The dtypes each operation is expanded for (the rest stay C library calls).
+_BOTH = (F32, F64)
 _EXPANDED = {
-    "exp": (F32, F64),
-    "log": (F32, F64),
-    "tanh": (F32,),
-    "log1p": (F32, F64),
-    "expm1": (F32, F64),
-    "sin": (F32,),
-    "cos": (F32,),
-    "tan": (F32,),
-}
+    op: _BOTH
+    for op in (
+        "exp exp2 log log1p expm1 tanh sin cos tan atan asin acos sinh cosh asinh acosh atanh "
+        "cbrt atan2 nextafter pow logistic"
+    ).split()
+} | {op: (F32,) for op in ("erf", "erfc")}
 
 
 def handles(op: str, dtype: np.dtype) -> bool:
@@ -56,20 +76,11 @@ def handles(op: str, dtype: np.dtype) -> bool:
 
 
 def expand(op: str, x: Expr) -> Expr:
-    return {
-        "exp": exp,
-        "log": log,
-        "tanh": tanh,
-        "log1p": log1p,
-        "expm1": expm1,
-        "sin": lambda v: _trig(v, "sin"),
-        "cos": lambda v: _trig(v, "cos"),
-        "tan": lambda v: _trig(v, "tan"),
-    }[op](x)
+    return _FUNCTIONS[op](x)
 
 
 def expand_binary(op: str, a: Expr, b: Expr) -> Expr:
-    raise KeyError(f"no expansion of {op}")
+    return _FUNCTIONS[op](a, b)
 
 
 def _c(value, like: Expr) -> Expr:
@@ -117,29 +128,48 @@ _EXP_DEGREE = {F32: 7, F64: 13}
 _EXP_LIMITS = {F32: (88.72284, -103.97208), F64: (709.782712893384, -745.1332191019412)}
 
 
-def exp(x: Expr) -> Expr:
-    fmt = _Format(x.dtype)
-    ln2_hi, ln2_lo = _LN2[x.dtype]
-    n_float = K.unary("round_even", x * _c(1 / math.log(2), x))
-    r = (x - n_float * _c(ln2_hi, x)) - n_float * _c(ln2_lo, x)
-    taylor = [1 / math.factorial(k) for k in range(_EXP_DEGREE[x.dtype] + 1)]
-    p = _horner(taylor, r)
-    # Clamp n so that both halves stay normal powers of two; the limits below decide the rest.
-    bound = _c(1100.0 if x.dtype == F64 else 160.0, x)
+def _scaled(p: Expr, n_float: Expr) -> Expr:
+    """p 2^n for a whole float n, applied in two halves through the exponent bits (so results
+    that overflow or fall into subnormals come out right, rounded once)."""
+    fmt = _Format(p.dtype)
+    # Clamp n so that both halves stay normal powers of two; overflow and underflow still do.
+    bound = _c(1100.0 if p.dtype == F64 else 160.0, p)
     clamped = K.binary("min", K.binary("max", n_float, K.unary("neg", bound)), bound)
     n = fmt.to_int(clamped)
     half = K.binary("shr_arith", n, K.const(1, fmt.int))
-    result = p * fmt.power_of_two(half) * fmt.power_of_two(n - half)
+    return p * fmt.power_of_two(half) * fmt.power_of_two(n - half)
+
+
+def _exp_taylor(r: Expr) -> Expr:
+    return _horner([1 / math.factorial(k) for k in range(_EXP_DEGREE[r.dtype] + 1)], r)
+
+
+def exp(x: Expr) -> Expr:
+    ln2_hi, ln2_lo = _LN2[x.dtype]
+    n_float = K.unary("round_even", x * _c(1 / math.log(2), x))
+    r = (x - n_float * _c(ln2_hi, x)) - n_float * _c(ln2_lo, x)
+    result = _scaled(_exp_taylor(r), n_float)
     high, low = _EXP_LIMITS[x.dtype]
     result = K.select(K.binary("gt", x, _c(high, x)), _c(np.inf, x), result)
     result = K.select(K.binary("lt", x, _c(low, x)), _c(0.0, x), result)
     return K.select(K.binary("ne", x, x), x, result)
 
 
+def exp2(x: Expr) -> Expr:
+    """2^n e^(r ln 2) with n = round(x) and r = x - n exact; r ln 2 is rounded, but that error
+    is relative to |r ln 2| <= 0.35, a sixth of an ulp of the result at most."""
+    n_float = K.unary("round_even", x)
+    result = _scaled(_exp_taylor((x - n_float) * _c(math.log(2), x)), n_float)
+    result = K.select(K.binary("eq", x, _c(np.inf, x)), x, result)
+    return K.select(K.binary("eq", x, _c(-np.inf, x)), _c(0.0, x), result)
+
+
 _LOG_TERMS = {F32: 6, F64: 12}
 
 
-def log(x: Expr) -> Expr:
+def _exponent_and_mantissa(x: Expr) -> tuple[Expr, Expr]:
+    """e (as a float) and m in [sqrt(1/2), sqrt(2)) with x = m 2^e, for positive normal or
+    subnormal x."""
     fmt = _Format(x.dtype)
     smallest_normal = float(np.finfo(x.dtype).tiny)
     subnormal = K.binary("lt", x, _c(smallest_normal, x))
@@ -159,7 +189,11 @@ def log(x: Expr) -> Expr:
     mantissa = K.select(big, mantissa * _c(0.5, x), mantissa)
     exponent = exponent + K.select(big, K.const(1, fmt.int), K.const(0, fmt.int))
     exponent = exponent - K.select(subnormal, K.const(fmt.mantissa, fmt.int), K.const(0, fmt.int))
-    e = K.cast(exponent, x.dtype)
+    return K.cast(exponent, x.dtype), mantissa
+
+
+def log(x: Expr) -> Expr:
+    e, mantissa = _exponent_and_mantissa(x)
     f = mantissa - _c(1, x)
     s = K.binary("div", f, f + _c(2, x))
     s2 = s * s
@@ -172,25 +206,28 @@ def log(x: Expr) -> Expr:
     return K.select(K.unary("not", K.binary("ge", x, _c(0.0, x))), _c(np.nan, x), result)
 
 
-# tanh's Taylor coefficients (odd powers x, x^3, ...): 2^2n (2^2n - 1) B_2n / (2n)!.
-_TANH_SERIES = (
-    1,
-    -1 / 3,
-    2 / 15,
-    -17 / 315,
-    62 / 2835,
-    -1382 / 155925,
-    21844 / 6081075,
-    -929569 / 638512875,
-    6404582 / 10854718875,
-    -443861162 / 1856156927625,
-    18888466084 / 194896477400625,
-)
+def _tanh_series(terms: int) -> list[float]:
+    """tanh's Taylor coefficients of x, x^3, ...: 2^2n (2^2n - 1) B_2n / (2n)!, with the
+    Bernoulli numbers B_2n from their recurrence in exact fractions."""
+    from fractions import Fraction
+
+    bernoulli = [Fraction(1)]
+    for m in range(1, 2 * terms + 1):
+        bernoulli.append(-sum(math.comb(m + 1, k) * bernoulli[k] for k in range(m)) / (m + 1))
+    return [
+        float(4**n * (4**n - 1) * bernoulli[2 * n] / math.factorial(2 * n))
+        for n in range(1, terms + 1)
+    ]
+
+
+# On |x| < 0.625 the series' terms shrink by (0.625 * 2/pi)^2 = 0.16 each: 11 reach 2^-28,
+# 22 reach 2^-58.
+_TANH_SERIES = {F32: _tanh_series(11), F64: _tanh_series(22)}
 
 
 def tanh(x: Expr) -> Expr:
     a = K.unary("abs", x)
-    small = x * _horner(list(_TANH_SERIES), x * x)  # odd: keeps the sign of zero
+    small = x * _horner(_TANH_SERIES[x.dtype], x * x)  # odd: keeps the sign of zero
     large = _c(1, x) - K.binary("div", _c(2, x), exp(a + a) + _c(1, x))
     large = K.select(K.binary("lt", x, _c(0.0, x)), K.unary("neg", large), large)
     result = K.select(K.binary("lt", a, _c(0.625, x)), small, large)
@@ -215,31 +252,111 @@ def expm1(x: Expr) -> Expr:
     return K.select(K.binary("ne", x, x), x, result)
 
 
-def _split_half_pi() -> tuple[float, float]:
-    """pi/2 as a float64 with its last 27 mantissa bits zero (so j times it is exact for
-    |j| < 2^27, which covers |x| < 2e8) plus the float64 nearest the rest."""
+# -- helpers for the functions below ----------------------------------------------------------
+
+
+def _in_float64(f):
+    """f computed in float64 for a float32 argument: the float64 expansions below leave errors
+    far under a float32 ulp, so the float32 result is correctly rounded but for rare ties."""
+
+    def wrapped(*xs: Expr) -> Expr:
+        if xs[0].dtype == F64:
+            return f(*xs)
+        return K.cast(f(*(K.cast(x, F64) for x in xs)), xs[0].dtype)
+
+    return wrapped
+
+
+def _sign_bit(x: Expr) -> Expr:
+    """x's sign bit (set for -0 and negative NaNs), as a bool."""
+    fmt = _Format(x.dtype)
+    return K.binary("lt", K.Bitcast(x, fmt.int), K.const(0, fmt.int))
+
+
+def _copysign(magnitude: Expr, sign: Expr) -> Expr:
+    fmt = _Format(magnitude.dtype)
+    low_bits = K.const(np.iinfo(fmt.int).max, fmt.int)
+    sign_bit = K.const(np.iinfo(fmt.int).min, fmt.int)
+    bits = K.binary(
+        "or",
+        K.binary("and", K.Bitcast(magnitude, fmt.int), low_bits),
+        K.binary("and", K.Bitcast(sign, fmt.int), sign_bit),
+    )
+    return K.Bitcast(bits, magnitude.dtype)
+
+
+def _div(a: Expr, b: Expr) -> Expr:
+    return K.binary("div", a, b)
+
+
+def _lt(a: Expr, b) -> Expr:
+    return K.binary("lt", a, b if isinstance(b, Expr) else _c(b, a))
+
+
+def _gt(a: Expr, b) -> Expr:
+    return K.binary("gt", a, b if isinstance(b, Expr) else _c(b, a))
+
+
+def _eq(a: Expr, b) -> Expr:
+    return K.binary("eq", a, b if isinstance(b, Expr) else _c(b, a))
+
+
+def _split(value: str) -> tuple[float, float]:
+    """A constant given to 60 digits as the float64 nearest it plus the float64 nearest the
+    rest: adding the rest last carries the constant to about 107 bits."""
     from decimal import Decimal, getcontext
 
-    getcontext().prec = 60
-    half_pi = Decimal("1.57079632679489661923132169163975144209858469968755291048747")
-    bits = np.array(float(half_pi)).view(np.uint64) & ~np.uint64((1 << 27) - 1)
-    high = float(bits.view(np.float64))
-    return high, float(half_pi - Decimal(high))
+    getcontext().prec = 70
+    exact = Decimal(value)
+    high = float(exact)
+    return high, float(exact - Decimal(high))
 
 
-_HALF_PI_HI, _HALF_PI_LO = _split_half_pi()
+_PI = "3.14159265358979323846264338327950288419716939937510582097494459"
+_PI_HI, _PI_LO = _split(_PI)
+_HALF_PI_SPLIT = (_PI_HI / 2, _PI_LO / 2)  # halving is exact
+_QUARTER_PI_SPLIT = (_PI_HI / 4, _PI_LO / 4)
+
+
+def _half_pi_pieces() -> tuple[float, ...]:
+    """pi/2 as three float64s of 23 significant bits each (so j times each is exact for
+    |j| < 2^30) and the float64 nearest the rest: 122 bits of pi/2 in all."""
+    from decimal import Decimal, getcontext
+
+    getcontext().prec = 70
+    rest = Decimal(_PI) / 2
+    pieces = []
+    for last_bit in (22, 45, 68):
+        piece = Decimal(int(rest * 2**last_bit)) / 2**last_bit
+        pieces.append(float(piece))  # exact: 23 bits
+        rest -= piece
+    return (*pieces, float(rest))
+
+
+_HALF_PI_PIECES = _half_pi_pieces()
+_SIN_TERMS = {F32: 7, F64: 10}
+_COS_TERMS = {F32: 8, F64: 11}
 
 
 def _trig(x: Expr, which: str) -> Expr:
+    """The argument is reduced in float64 (for float32 too): r = x - j pi/2 with j the nearest
+    integer to x 2/pi, subtracting j times each piece of pi/2 in turn. Each product is exact
+    and the first subtractions cancel exactly, so r keeps its accuracy for |j| < 2^30
+    (|x| < 1.6e9) unless x lies within about 1e-12 of a multiple of pi/2. Beyond that range
+    the reduction loses accuracy gradually (results stay in range)."""
     wide = K.cast(x, F64)
     j = K.unary("round_even", wide * K.const(2 / math.pi, F64))
-    r = (wide - j * K.const(_HALF_PI_HI, F64)) - j * K.const(_HALF_PI_LO, F64)
+    r = wide
+    for piece in _HALF_PI_PIECES:
+        r = r - j * K.const(piece, F64)
     # Arguments past 2^53 are not reduced at all: give them some value in range (NaN and inf
     # stay NaN through the comparison).
     r = K.select(K.binary("gt", K.unary("abs", r), K.const(1.0, F64)), K.const(0.0, F64), r)
     r2 = r * r
-    sine = r * _horner([(-1) ** k / math.factorial(2 * k + 1) for k in range(7)], r2)
-    cosine = _horner([(-1) ** k / math.factorial(2 * k) for k in range(8)], r2)
+    sine = r * _horner(
+        [(-1) ** k / math.factorial(2 * k + 1) for k in range(_SIN_TERMS[x.dtype])], r2
+    )
+    cosine = _horner([(-1) ** k / math.factorial(2 * k) for k in range(_COS_TERMS[x.dtype])], r2)
     # j is whole and below 2^51 wherever r was reduced (elsewhere the quadrant does not matter).
     quadrant = K.binary("and", _Format(F64).to_int(j), K.const(3, np.dtype(np.int64)))
 
@@ -266,3 +383,388 @@ def _trig(x: Expr, which: str) -> Expr:
     if which == "cos":
         return value
     return K.select(K.binary("eq", x, _c(0, x)), x, value)  # odd: sin(-0) = -0
+
+
+# -- inverse trigonometric functions ----------------------------------------------------------
+
+# atan's Taylor series (odd powers x^3, x^5, ...: (-1)^k / (2k + 1)). The argument is reduced
+# to |u| <= tan(pi/8) = 0.414, where the 20 terms after u leave a tail under 2^-56 relative.
+_ATAN_TAIL = [(-1) ** k / (2 * k + 1) for k in range(1, 22)]
+_TAN_PI_8, _TAN_3PI_8 = math.sqrt(2) - 1, math.sqrt(2) + 1
+
+
+def _atan_nonnegative(t: Expr) -> Expr:
+    """atan(t) for t >= 0, inf or NaN (float64). Above tan(3pi/8), atan t = pi/2 + atan(-1/t);
+    above tan(pi/8), atan t = pi/4 + atan((t - 1)/(t + 1)); the offsets are added in two parts."""
+    big, mid = _gt(t, _TAN_3PI_8), _gt(t, _TAN_PI_8)
+    one = _c(1, t)
+    u = K.select(big, _div(_c(-1, t), t), K.select(mid, _div(t - one, t + one), t))
+    zero = _c(0.0, t)
+    offset_hi, offset_lo = (
+        K.select(big, _c(h, t), K.select(mid, _c(q, t), zero))
+        for h, q in zip(_HALF_PI_SPLIT, _QUARTER_PI_SPLIT)
+    )
+    u2 = u * u
+    return offset_hi + (offset_lo + (u + u * u2 * _horner(_ATAN_TAIL, u2)))
+
+
+@_in_float64
+def atan(x: Expr) -> Expr:
+    return _copysign(_atan_nonnegative(K.unary("abs", x)), x)
+
+
+@_in_float64
+def asin(x: Expr) -> Expr:
+    """asin x = atan(x / sqrt((1 - x)(1 + x))): 1 - x is exact near 1, so the argument stays
+    accurate to the domain's edges (+-1 give +-inf, hence +-pi/2; beyond, the root is NaN)."""
+    one = _c(1, x)
+    return atan(_div(x, K.unary("sqrt", (one - x) * (one + x))))
+
+
+@_in_float64
+def acos(x: Expr) -> Expr:
+    """acos x = 2 atan(sqrt((1 - x)/(1 + x))), whose subtractions are exact near +-1."""
+    one = _c(1, x)
+    half_angle = _atan_nonnegative(K.unary("sqrt", _div(one - x, one + x)))
+    return half_angle + half_angle
+
+
+@_in_float64
+def atan2(y: Expr, x: Expr) -> Expr:
+    """atan of min(|x|, |y|) / max(|x|, |y|) (in [0, 1]), reflected into the octant of (x, y):
+    pi/2 - a when |y| > |x|, pi - a when x is negative (or -0), then given y's sign. Both zero
+    give a ratio of 0 and both infinite a ratio of 1, so the signed zeros and infinities land
+    on the multiples of pi/4 that IEEE 754 gives them."""
+    ax, ay = K.unary("abs", x), K.unary("abs", y)
+    low, high = K.binary("min", ax, ay), K.binary("max", ax, ay)
+    ratio = K.select(_eq(high, 0.0), _c(0.0, x), _div(low, high))
+    ratio = K.select(_eq(low, np.inf), _c(1.0, x), ratio)
+    angle = _atan_nonnegative(ratio)
+    half_pi_hi, half_pi_lo = _HALF_PI_SPLIT
+    angle = K.select(_gt(ay, ax), (_c(half_pi_hi, x) - angle) + _c(half_pi_lo, x), angle)
+    angle = K.select(_sign_bit(x), (_c(_PI_HI, x) - angle) + _c(_PI_LO, x), angle)
+    return _copysign(angle, y)
+
+
+# -- hyperbolic functions and their inverses --------------------------------------------------
+
+# sinh's Taylor series x, x^3/3!, ... through x^19/19!: under 2^-60 relative for |x| < 1.
+_SINH_SERIES = [1 / math.factorial(2 * k + 1) for k in range(10)]
+# Past this, e^|x| overflows: e^(|x|/2) squared (with the half taken first) still reaches the
+# float64 range's end.
+_EXP_SQUARED_FROM = 709.0
+
+
+def _half_exp(a: Expr) -> Expr:
+    """e^a / 2 for a >= 0, finite up to a = 710.47."""
+    half = _c(0.5, a)
+    root = exp(a * half)
+    return K.select(_gt(a, _EXP_SQUARED_FROM), (half * root) * root, half * exp(a))
+
+
+@_in_float64
+def sinh(x: Expr) -> Expr:
+    """Taylor series below |x| = 1, (e^a - e^-a)/2 above (cancelling less than a bit)."""
+    a = K.unary("abs", x)
+    half_e = _half_exp(a)
+    large = half_e - _div(_c(0.25, x), half_e)
+    small = x * _horner(_SINH_SERIES, x * x)
+    return K.select(_lt(a, 1.0), small, _copysign(large, x))
+
+
+@_in_float64
+def cosh(x: Expr) -> Expr:
+    half_e = _half_exp(K.unary("abs", x))
+    return half_e + _div(_c(0.25, x), half_e)
+
+
+# Taylor series of asinh and atanh (x, x^3, ...) used below |x| = 1/8, where log1p's error
+# would be a larger share of the result: 10 terms leave a tail under 2^-60 relative.
+_ASINH_SERIES = [(-1) ** n * math.comb(2 * n, n) / (4**n * (2 * n + 1)) for n in range(10)]
+_ATANH_SERIES = [1 / (2 * n + 1) for n in range(10)]
+_SERIES_BELOW = 0.125
+
+
+@_in_float64
+def asinh(x: Expr) -> Expr:
+    """log(a + sqrt(a^2 + 1)) for a = |x|, rearranged so that nothing cancels: as
+    log1p(a + a^2 / (1 + sqrt(1 + a^2))) below 2, log(2a + 1 / (a + sqrt(a^2 + 1))) above,
+    log(a) + ln 2 past 2^28 (where a^2 + 1 = a^2), with x's sign."""
+    a = K.unary("abs", x)
+    one = _c(1, x)
+    square = a * a
+    small = log1p(a + _div(square, one + K.unary("sqrt", one + square)))
+    large = log(a + a + _div(one, a + K.unary("sqrt", square + one)))
+    huge = log(a) + _c(math.log(2), x)
+    result = K.select(_gt(a, 2.0**28), huge, K.select(_gt(a, 2.0), large, small))
+    series = x * _horner(_ASINH_SERIES, x * x)
+    return K.select(_lt(a, _SERIES_BELOW), series, _copysign(result, x))
+
+
+@_in_float64
+def acosh(x: Expr) -> Expr:
+    """log(x + sqrt(x^2 - 1)) without cancellation: log1p(t + sqrt(2t + t^2)) with t = x - 1
+    (exact) up to 2, log(2x - 1 / (x + sqrt(x^2 - 1))) above, log(x) + ln 2 past 2^28."""
+    one = _c(1, x)
+    t = x - one
+    small = log1p(t + K.unary("sqrt", t + t + t * t))
+    large = log(x + x - _div(one, x + K.unary("sqrt", x * x - one)))
+    huge = log(x) + _c(math.log(2), x)
+    result = K.select(_gt(x, 2.0**28), huge, K.select(_gt(x, 2.0), large, small))
+    return K.select(_lt(x, 1.0), _c(np.nan, x), result)
+
+
+@_in_float64
+def atanh(x: Expr) -> Expr:
+    """log((1 + a)/(1 - a)) / 2 = log1p(2a / (1 - a)) / 2 for a = |x|, written below 1/2 as
+    log1p(2a + 2a^2 / (1 - a)) / 2 so that the small terms keep their precision; with x's sign.
+    a = 1 gives log1p(inf); a > 1 the log of a negative number, NaN."""
+    a = K.unary("abs", x)
+    one, twice = _c(1, x), a + a
+    small = log1p(twice + _div(twice * a, one - a))
+    large = log1p(_div(twice, one - a))
+    series = x * _horner(_ATANH_SERIES, x * x)
+    result = _copysign(_c(0.5, x) * K.select(_lt(a, 0.5), small, large), x)
+    return K.select(_lt(a, _SERIES_BELOW), series, result)
+
+
+def logistic(x: Expr) -> Expr:
+    """1 / (1 + e^-x): no subtraction, so small results keep their precision. Where 1 + e^-x
+    rounds to e^-x (past the dtype's 2^mantissa), e^x itself is taken: it stays finite
+    where e^-x overflows."""
+    one = _c(1, x)
+    past = -math.log(2.0 ** (_Format(x.dtype).mantissa + 2))
+    return K.select(_lt(x, past), exp(x), _div(one, one + exp(K.unary("neg", x))))
+
+
+# -- roots and powers -------------------------------------------------------------------------
+
+
+@_in_float64
+def cbrt(x: Expr) -> Expr:
+    """e^(log(a)/3) for a = |x| (relative error ~1e-13), then one Newton step on y^3 = a,
+    written y - (y - a / y^2) / 3 so that y^3 never underflows; with x's sign. Zero and inf
+    are their own cube roots."""
+    a = K.unary("abs", x)
+    guess = exp(log(a) * _c(1 / 3, x))
+    root = guess - (guess - _div(a, guess * guess)) * _c(1 / 3, x)
+    root = K.select(K.binary("or", _eq(a, 0.0), _eq(a, np.inf)), a, root)
+    return _copysign(root, x)
+
+
+def _high_half(v: Expr) -> Expr:
+    """v with its last 27 mantissa bits cleared (float64): a product of two such is exact."""
+    bits = K.binary(
+        "and", K.Bitcast(v, np.dtype(np.int64)), K.const(-(1 << 27), np.dtype(np.int64))
+    )
+    return K.Bitcast(bits, F64)
+
+
+def _two_sum(a: Expr, b: Expr) -> tuple[Expr, Expr]:
+    """a + b rounded, and its rounding error (Knuth's two-sum; exact)."""
+    total = a + b
+    b_part = total - a
+    return total, (a - (total - b_part)) + (b - b_part)
+
+
+def _two_product(a: Expr, b: Expr) -> tuple[Expr, Expr]:
+    """a b rounded, and its rounding error (Dekker's product; the halves' products are exact,
+    so fusing any of them into an add changes nothing)."""
+    product = a * b
+    a_high, b_high = _high_half(a), _high_half(b)
+    a_low, b_low = a - a_high, b - b_high
+    error = ((a_high * b_high - product) + a_high * b_low) + a_low * b_high
+    return product, error + a_low * b_low
+
+
+def _log_pivots() -> list[tuple[float, float, float, float]]:
+    """(c, log c as two float64s, the midpoint to the next c) for c = 2^(i/16), i = -8..8."""
+    from decimal import Decimal, getcontext
+
+    getcontext().prec = 60
+    pivots = []
+    for i in range(-8, 9):
+        c = 2.0 ** (i / 16)
+        log_c = Decimal(c).ln()
+        pivots.append(
+            (c, float(log_c), float(log_c - Decimal(float(log_c))), 2 ** ((i + 0.5) / 16))
+        )
+    return pivots
+
+
+_LOG_PIVOTS = _log_pivots()
+
+
+def _log_double(a: Expr) -> tuple[Expr, Expr]:
+    """log a as a pair of float64s (about 2^-90 relative) for positive finite a. With
+    a = m 2^e and c the nearest 2^(i/16) to m, log a = e ln 2 + log c + 2 atanh(s) for
+    s = (m - c)/(m + c), |s| < 0.011: m - c is exact, m + c is carried as a pair, s as a 26-bit
+    head plus the exactly computed rest of the division, and the large terms are summed
+    without error; the series' tail, under 2^-20 of the result, is computed plainly."""
+    e, m = _exponent_and_mantissa(a)
+    c, log_c_hi, log_c_lo = (
+        _c(_LOG_PIVOTS[-1][0], a),
+        _c(_LOG_PIVOTS[-1][1], a),
+        _c(_LOG_PIVOTS[-1][2], a),
+    )
+    for pivot, high, low, upper in reversed(_LOG_PIVOTS[:-1]):
+        below = _lt(m, upper)
+        c = K.select(below, _c(pivot, a), c)
+        log_c_hi = K.select(below, _c(high, a), log_c_hi)
+        log_c_lo = K.select(below, _c(low, a), log_c_lo)
+    f = m - c  # exact
+    u, u_error = _two_sum(m, c)
+    s_head = _high_half(_div(f, u))
+    u_high = _high_half(u)
+    rest = ((f - s_head * u_high) - s_head * (u - u_high)) - s_head * u_error
+    s_rest = _div(rest, u)
+    s = s_head + s_rest
+    s2 = s * s
+    two = _c(2, a)
+    tail = two * s * s2 * _horner([1 / (2 * k + 3) for k in range(4)], s2)
+    ln2_hi, ln2_lo = _LN2[F64]
+    high, error = _two_sum(e * _c(ln2_hi, a), log_c_hi)  # e ln2_hi is exact
+    high, error2 = _two_sum(high, two * s_head)
+    low = (error + error2) + (((e * _c(ln2_lo, a) + log_c_lo) + two * s_rest) + tail)
+    total = high + low
+    return total, low - (total - high)
+
+
+def _power_magnitude(a: Expr, y: Expr) -> Expr:
+    """|x|^y = e^(y log |x|) for a = |x| (float64): y log a takes log a as a pair and the
+    product's rounding error into account, e^(z + dz) = e^z (1 + dz). Where a is 0 or inf, or
+    the result overflows or underflows, the plain form gives the right 0, 1 or inf."""
+    plain = exp(y * log(a))
+    log_high, log_low = _log_double(a)
+    product, error = _two_product(y, log_high)
+    correction = error + y * log_low
+    exponent = product + correction
+    correction = correction - (exponent - product)
+    # exp's steps, with the correction applied before the power of two (one rounding even
+    # where the result is subnormal).
+    ln2_hi, ln2_lo = _LN2[F64]
+    n_float = K.unary("round_even", exponent * _c(1 / math.log(2), a))
+    r = (exponent - n_float * _c(ln2_hi, a)) - n_float * _c(ln2_lo, a)
+    p = _exp_taylor(r)
+    precise = _scaled(p + p * correction, n_float)
+    usable = K.binary("and", _gt(a, 0.0), _lt(a, np.inf))
+    usable = K.binary("and", usable, _lt(K.unary("abs", product), 746.0))
+    return K.select(usable, precise, plain)
+
+
+def pow(x: Expr, y: Expr) -> Expr:
+    if x.dtype == F32:  # float64's plain e^(y log |x|) is far within a float32 ulp
+        wide_x, wide_y = K.cast(x, F64), K.cast(y, F64)
+        return K.cast(_power(wide_x, wide_y, lambda a, b: exp(b * log(a))), F32)
+    return _power(x, y, _power_magnitude)
+
+
+def _power(x: Expr, y: Expr, magnitude_of) -> Expr:
+    """|x|^y, which gives the zero and infinite bases and exponents their IEEE 754 values by
+    itself; then the sign (negative bases to odd whole powers), NaN for negative finite bases
+    to fractional powers, and 1 for x^0, 1^y and (-1)^(+-inf)."""
+    a = K.unary("abs", x)
+    magnitude = magnitude_of(a, y)
+    half = y * _c(0.5, y)
+    whole = _eq(K.unary("floor", y), y)
+    odd = K.binary("and", whole, K.binary("ne", K.unary("floor", half), half))
+    result = K.select(K.binary("and", _sign_bit(x), odd), K.unary("neg", magnitude), magnitude)
+    fractional_of_negative = K.binary(
+        "and", K.binary("and", _lt(x, 0.0), _lt(a, np.inf)), K.unary("not", whole)
+    )
+    result = K.select(fractional_of_negative, _c(np.nan, x), result)
+    unit_base = K.binary(
+        "or", _eq(x, 1.0), K.binary("and", _eq(a, 1.0), _eq(K.unary("abs", y), np.inf))
+    )
+    result = K.select(_eq(y, 1.0), x, result)
+    return K.select(K.binary("or", _eq(y, 0.0), unit_base), _c(1.0, x), result)
+
+
+def nextafter(x: Expr, y: Expr) -> Expr:
+    """The neighbour of x toward y by stepping its bit pattern: sign and magnitude bits, so the
+    magnitude grows by one step when y lies beyond x away from zero. From zero the step is the
+    smallest subnormal with y's sign; x == y gives y, and NaN in either gives NaN."""
+    fmt = _Format(x.dtype)
+    bits = K.Bitcast(x, fmt.int)
+    away = K.binary("eq", _gt(y, x), _gt(x, 0.0))
+    step = K.select(away, K.const(1, fmt.int), K.const(-1, fmt.int))
+    result = K.Bitcast(bits + step, x.dtype)
+    tiniest = _c(float(np.finfo(x.dtype).smallest_subnormal), x)
+    result = K.select(_eq(x, 0.0), _copysign(tiniest, y), result)
+    result = K.select(_eq(x, y), y, result)
+    return K.select(K.binary("or", K.binary("ne", x, x), K.binary("ne", y, y)), x + y, result)
+
+
+# -- the error function (float32, computed in float64) ----------------------------------------
+
+# erf x = 2/sqrt(pi) e^(-x^2) sum_n 2^n x^(2n+1) / (1 3 5 ... (2n+1)): all terms positive, so
+# nothing cancels; 25 terms reach 1e-12 relative for |x| < 2.
+_ERF_SERIES = [2 / math.sqrt(math.pi) * 2**n / math.prod(range(1, 2 * n + 2, 2)) for n in range(25)]
+# erfc x = e^(-x^2) / sqrt(pi) / (x + (1/2) / (x + 1 / (x + (3/2) / (x + ...)))), Laplace's
+# continued fraction; 24 levels reach 1e-9 relative at x = 2, and better further out.
+_ERFC_LEVELS = 24
+_ERF_SPLIT = 2.0
+
+
+def _erf_series(x: Expr) -> Expr:
+    square = x * x
+    return x * exp(K.unary("neg", square)) * _horner(_ERF_SERIES, square)
+
+
+def _erfc_fraction(a: Expr) -> Expr:
+    """erfc(a) for a >= 2. The fraction is evaluated from its last level up as a ratio of two
+    running values (one division in all); past a = 11, erfc is below float32's range and a is
+    clamped there, so those values stay finite."""
+    a = K.binary("min", a, _c(11.0, a))
+    numerator, denominator = a, _c(1, a)
+    for level in range(_ERFC_LEVELS, 0, -1):
+        numerator, denominator = a * numerator + _c(level / 2, a) * denominator, numerator
+    weight = exp(K.unary("neg", a * a)) * _c(1 / math.sqrt(math.pi), a)
+    return weight * _div(denominator, numerator)
+
+
+@_in_float64
+def erf(x: Expr) -> Expr:
+    """The series below |x| = 2, 1 - erfc(|x|) above (with x's sign). Only for float32: the
+    products leave float64 results a few ulp short of the library's."""
+    a = K.unary("abs", x)
+    large = _copysign(_c(1, x) - _erfc_fraction(a), x)
+    return K.select(_lt(a, _ERF_SPLIT), _erf_series(x), large)
+
+
+@_in_float64
+def erfc(x: Expr) -> Expr:
+    """1 - erf(|x|) below |x| = 2 (erfc(2) = 0.005, so 8 of float64's bits cancel at most), the
+    continued fraction above, then erfc(-a) = 2 - erfc(a)."""
+    a = K.unary("abs", x)
+    one = _c(1, x)
+    positive = K.select(_lt(a, _ERF_SPLIT), one - _erf_series(a), _erfc_fraction(a))
+    return K.select(_lt(x, 0.0), _c(2, x) - positive, positive)
+
+
+_FUNCTIONS = {
+    "exp": exp,
+    "exp2": exp2,
+    "log": log,
+    "log1p": log1p,
+    "expm1": expm1,
+    "tanh": tanh,
+    "sin": lambda x: _trig(x, "sin"),
+    "cos": lambda x: _trig(x, "cos"),
+    "tan": lambda x: _trig(x, "tan"),
+    "atan": atan,
+    "asin": asin,
+    "acos": acos,
+    "atan2": atan2,
+    "sinh": sinh,
+    "cosh": cosh,
+    "asinh": asinh,
+    "acosh": acosh,
+    "atanh": atanh,
+    "cbrt": cbrt,
+    "pow": pow,
+    "nextafter": nextafter,
+    "erf": erf,
+    "erfc": erfc,
+    "logistic": logistic,
+}
