@@ -7,8 +7,8 @@ output pointers and the arena's pointer, in that order.
 
 Expressions are rendered once per statement (a DAG node used twice is one SSA value); LLVM's
 optimizer then hoists loop invariants, merges repeated loads and vectorizes inner loops.
-Transcendental functions are expanded into arithmetic by `funcgrad.compiler.mathlib` where it
-has them, so that loops using them still vectorize; otherwise they call the C library.
+Transcendental functions are expanded into arithmetic by `funcgrad.compiler.mathlib`, so that
+loops using them still vectorize; only lgamma, fmod and float64 erf/erfc call the C library.
 """
 
 from __future__ import annotations
@@ -256,11 +256,6 @@ class _Function:
             one = self.intrinsic("copysign", dtype, constant_text(1, dtype), x)
             away = self.assign(f"fadd {t} {whole}, {one}")
             return self.assign(f"select i1 {half_or_more}, {t} {away}, {t} {whole}")
-        if op == "logistic":
-            half = constant_text(0.5, dtype)
-            scaled = self.assign(f"fmul {t} {x}, {half}")
-            tanh = self.value(K.Unary("tanh", _Raw(scaled, dtype)))
-            return self.assign(f"fadd {t} {self.assign(f'fmul {t} {tanh}, {half}')}, {half}")
         return self.libm(op, dtype, x)
 
     def sign(self, x: str, dtype: np.dtype) -> str:
