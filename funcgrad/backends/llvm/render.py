@@ -166,8 +166,6 @@ class _Function:
     def _render(self, e: K.Expr) -> str:
         if isinstance(e, K.Index):
             return f"%{self.index_names[e]}"
-        if isinstance(e, _Raw):
-            return e.name
         if isinstance(e, K.Load):
             pointer = self.element_pointer(e.buffer, e.offset)
             loaded = self.assign(f"load {memory_type(e.dtype)}, ptr {pointer}")
@@ -579,14 +577,6 @@ entry:
   store i64 %hi, ptr %hi.at
   ret void
 }"""
-
-
-class _Raw(K.Expr):
-    """An already-rendered SSA value standing in an expression."""
-
-    def __init__(self, name: str, dtype: np.dtype):
-        self.name = name
-        self.dtype = dtype
 
 
 def _short(llvm_type: str) -> str:
