@@ -656,11 +656,23 @@ class ModuleRenderer:
             *entry.lines,
             "}",
         ]
+        if any(" half" in text for text in [*entry.lines, *self.functions]):
+            self.functions.append(self.half_narrowing())
         return "\n".join(
             [*self.globals, *self.declarations.values(), *self.functions, *text]
             + ['attributes #0 = { nounwind "frame-pointer"="none" }']
             + self.metadata
         )
+
+    def half_narrowing(self) -> str:
+        """float64 -> half, which code generation calls by its C runtime name when it merges a
+        float64 -> float32 -> half pair (as it does through copysign): the JIT links no C
+        runtime, so each module that holds halves brings its own, rounding to odd on the way
+        through float32 so that the result stays correctly rounded."""
+        function = _Function(self)
+        narrowed = function.assign(f"fptrunc float {function.f64_to_f32_odd('%x')} to half")
+        function.emit(f"ret half {narrowed}")
+        return "\n".join(["define half @__truncdfhf2(double %x) {", "entry:", *function.lines, "}"])
 
     # -- steps (rendered into `entry`) ------------------------------------------------------------
 
@@ -890,6 +902,10 @@ class ModuleRenderer:
             slot = f.fresh("arg")
             if isinstance(arg, str):
                 f.prologue += [f"  {slot} = alloca i8", f"  store i8 {ord(arg)}, ptr {slot}"]
+            elif isinstance(arg, float):
+                t = value_type(step.dtype)
+                value = constant_text(arg, step.dtype)
+                f.prologue += [f"  {slot} = alloca {t}", f"  store {t} {value}, ptr {slot}"]
             else:
                 f.prologue += [f"  {slot} = alloca i64", f"  store i64 {int(arg)}, ptr {slot}"]
             scalars.append(slot)
