@@ -155,6 +155,15 @@ def test_half_precision_arithmetic_rounds_each_operation():
     assert_same_as_reference(lambda a: (a * a - a) / 3, h, rtol=1e-3)
 
 
+@pytest.mark.parametrize("size", [1, 3, 17])
+def test_half_results_of_float64_math_link(size):
+    """atan2 on halves is computed in float64 and ends in copysign: code generation merges
+    its narrowings into one float64 -> half conversion, a C runtime call the module defines."""
+    y = np.linspace(-3, 3, size).astype(np.float16)
+    x = np.linspace(2, -3, size).astype(np.float16)
+    assert_same_as_reference(lax.atan2, y, x, rtol=1e-3)
+
+
 def test_nan_semantics_of_max_min_and_argmax():
     x = np.array([[1.0, np.nan, 3.0], [2.0, 5.0, -1.0], [np.nan, np.nan, 0.0]], np.float32)
 
@@ -543,6 +552,35 @@ def test_triangular_solve_cholesky_and_lu(dtype):
     not_positive = -spd
     with backend("llvm"):
         assert np.isnan(np.asarray(fg.jit(lax.cholesky)(not_positive))).all()
+    plan = compiled(f, a, spd, b).fusion_plan()
+    assert all(f"lapack {name}[" in plan for name in ("trsm", "potrf", "getrf"))
+
+
+@given(
+    batch=st.sampled_from([(), (3,), (2, 2)]),
+    m=st.integers(1, 7),
+    n=st.integers(1, 7),
+    flags=st.tuples(st.booleans(), st.booleans(), st.booleans(), st.booleans()),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+def test_library_factorizations_match_the_reference(batch, m, n, flags, dtype):
+    left, lower, transpose, unit = flags
+    k = m if left else n
+    t = (rng.standard_normal((*batch, k, k)) + 3 * np.eye(k)).astype(dtype)
+    b = rng.standard_normal((*batch, m, n)).astype(dtype)
+    rect = rng.standard_normal((*batch, m, n)).astype(dtype)
+    singular = rect.copy()
+    singular[..., :, 0] = 0  # a zero pivot: the column is left as it is
+    spd = t @ np.swapaxes(t, -1, -2)
+
+    def f(t, b, rect, singular, spd):
+        solve = lax.triangular_solve(
+            t, b, left_side=left, lower=lower, transpose_a=transpose, unit_diagonal=unit
+        )
+        return solve, lax.lu(rect), lax.lu(singular), lax.cholesky(spd)
+
+    tol = 2e-3 if dtype == np.float32 else 1e-9
+    assert_same_as_reference(f, t, b, rect, singular, spd, rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("shape", [(4, 4), (2, 5, 3), (3, 6)])

@@ -1,5 +1,6 @@
-"""QR, symmetric eigendecomposition and SVD through LAPACK, as the reference backend computes
-them (NumPy calls the same routines: geqrf + orgqr, syevd, gesdd).
+"""The dense decompositions through LAPACK (and BLAS's triangular solve), as the reference
+backend computes them: NumPy calls the same routines (potrf, getrf, geqrf + orgqr, syevd,
+gesdd); triangular solves are trsm.
 
 Each decomposition becomes: a fused kernel copying the operand into column-major scratch (the
 order LAPACK reads), one `FortranCall` step per routine (looping over the stack of matrices),
@@ -39,8 +40,8 @@ workspace_query = None
 class FortranCall:
     """`routine` (without its type letter) called once per matrix of a stack of `batch`.
     Each argument is passed by reference, as Fortran expects: a (buffer, stride) pair is that
-    buffer advanced by `stride` elements per matrix, an int is an integer, a one-letter str is
-    a character."""
+    buffer advanced by `stride` elements per matrix, an int is an integer, a float is a scalar
+    of the routine's dtype, a one-letter str is a character."""
 
     routine: str
     dtype: np.dtype
@@ -76,11 +77,19 @@ def _to_column_major(scheduler, var, rows: int, cols: int, columns: int) -> K.Bu
 
 
 def _from_column_major(
-    scheduler, source: K.Buffer, ld: int, per_matrix: int, out: K.Buffer, shape, info, upper=False
+    scheduler,
+    source: K.Buffer,
+    ld: int,
+    per_matrix: int,
+    out: K.Buffer,
+    shape,
+    info,
+    upper=False,
+    lower=False,
 ) -> None:
     """out[b, i, j] = source[b * per_matrix + j * ld + i] (zero below the diagonal when
-    `upper`); NaN for the matrices whose `info` is nonzero. Vectors (shape (..., n)) copy
-    element by element."""
+    `upper`, above it when `lower`); NaN for the matrices whose `info` is nonzero. Vectors
+    (shape (..., n)) copy element by element."""
     builder = KernelBuilder(scheduler.producer, scheduler.buffer_of)
     builder.reads(source)
     if info is not None:
@@ -93,8 +102,9 @@ def _from_column_major(
         if matrix:
             i, j = index[-2], index[-1]
             value = K.Load(source, b * _i(per_matrix) + j * _i(ld) + i)
-            if upper:
-                value = K.select(K.binary("ge", j, i), value, K.const(0, out.dtype))
+            if upper or lower:
+                kept = K.binary("ge", j, i) if upper else K.binary("le", j, i)
+                value = K.select(kept, value, K.const(0, out.dtype))
         else:
             value = K.Load(source, b * _i(per_matrix) + index[-1])
         if info is not None:
@@ -110,9 +120,9 @@ def _call(scheduler, routine: str, eqn: JaxprEqn, batch: int, args: list, minimu
     placeholders."""
     dtype = np.dtype(eqn.invars[0].aval.dtype)
     sizes = dict(minimum)
-    if workspace_query is not None:
+    if workspace_query is not None and WORK in args:
         sizes = {key: max(int(v), 1) for key, v in workspace_query(routine, dtype, args).items()}
-    work = {WORK: (_scratch(dtype, sizes[LWORK]), 0)}
+    work = {WORK: (_scratch(dtype, sizes[LWORK]), 0)} if LWORK in sizes else {}
     if LIWORK in sizes:
         work[IWORK] = (_scratch(np.int64, sizes[LIWORK]), 0)
     resolved = [work[a] if a in work else sizes[a] if a in sizes else a for a in args]
@@ -199,4 +209,98 @@ def svd(scheduler, eqn: JaxprEqn) -> None:
     _from_column_major(scheduler, vt, vt_rows, vt_rows * n, outs[2], shapes[2], info)
 
 
-DECOMPOSITIONS = {"qr": qr, "eigh": eigh, "svd": svd}
+def cholesky(scheduler, eqn: JaxprEqn) -> None:
+    """potrf on the lower triangle; the upper triangle of the factor is zero, and a matrix
+    that is not positive definite (info != 0) gets NaN everywhere, as the reference."""
+    (a,) = eqn.invars
+    (out,) = (scheduler.buffer_of[v] for v in eqn.outvars)
+    *batch_shape, n, _ = a.aval.shape
+    batch = math.prod(batch_shape)
+    matrices = _to_column_major(scheduler, a, n, n, n)
+    info = _scratch(np.int64, batch)
+    _call(scheduler, "potrf", eqn, batch, ["L", n, (matrices, n * n), max(n, 1), (info, 1)], {})
+    shape = eqn.outvars[0].aval.shape
+    _from_column_major(scheduler, matrices, n, n * n, out, shape, info, lower=True)
+
+
+def lu(scheduler, eqn: JaxprEqn) -> None:
+    """getrf (partial pivoting, the first largest pivot; a zero pivot leaves its column), then
+    its 1-based row interchanges as 0-based pivots and as the permutation they compose."""
+    (a,) = eqn.invars
+    lu_out, pivots_out, permutation_out = (scheduler.buffer_of[v] for v in eqn.outvars)
+    *batch_shape, m, n = a.aval.shape
+    batch = math.prod(batch_shape)
+    k = min(m, n)
+    matrices = _to_column_major(scheduler, a, m, n, n)
+    interchanges = _scratch(np.int64, batch * k)
+    info = _scratch(np.int64, batch)
+    _call(
+        scheduler, "getrf", eqn, batch,
+        [m, n, (matrices, m * n), max(m, 1), (interchanges, k), (info, 1)], {},
+    )  # fmt: skip
+    _from_column_major(scheduler, matrices, m, m * n, lu_out, eqn.outvars[0].aval.shape, None)
+    builder = KernelBuilder(scheduler.producer, scheduler.buffer_of)
+    builder.reads(interchanges)
+    b, j, r = K.fresh_index("batch"), K.fresh_index(), K.fresh_index()
+    pivot = K.cast(K.Load(interchanges, b * _i(k) + j), INDEX) - _i(1)
+    row = permutation_out.dtype
+    held = K.fresh_acc(row, "held")
+    body = [
+        K.Loop(r, 0, m, [K.Store(permutation_out, b * _i(m) + r, K.cast(r, row))]),
+        K.Loop(
+            j,
+            0,
+            k,
+            [
+                K.Store(pivots_out, b * _i(k) + j, K.cast(pivot, pivots_out.dtype)),
+                K.SetAcc(held, K.Load(permutation_out, b * _i(m) + j)),
+                K.Store(permutation_out, b * _i(m) + j, K.Load(permutation_out, b * _i(m) + pivot)),
+                K.Store(permutation_out, b * _i(m) + pivot, held.read()),
+            ],
+        ),
+    ]
+    scheduler._kernel(builder, [pivots_out, permutation_out], [K.Loop(b, 0, batch, body)], [])
+
+
+def triangular_solve(scheduler, eqn: JaxprEqn) -> None:
+    """trsm on the row-major buffers themselves: a row-major matrix read column-major is its
+    transpose, so op(a) x = b becomes x' op(a') = b' (the side and the triangle swap, the
+    transpose flag stays). b is copied into the output, which trsm overwrites with x."""
+    a, b = eqn.invars
+    p = eqn.params
+    (out,) = (scheduler.buffer_of[v] for v in eqn.outvars)
+    *batch_shape, m, n = b.aval.shape
+    batch = math.prod(batch_shape)
+    k = a.aval.shape[-1]
+    builder = KernelBuilder(scheduler.producer, scheduler.buffer_of)
+    shape = b.aval.shape
+
+    def copy(index: list) -> list:
+        return [K.Store(out, flat_offset(index, shape), builder.element(b, index))]
+
+    scheduler._kernel(builder, [out], loop_nest(shape, copy), scheduler._fused_eqns([eqn]))
+    matrices = scheduler._source(a)
+    args = [
+        "R" if p["left_side"] else "L",
+        "U" if p["lower"] else "L",
+        "T" if p["transpose_a"] else "N",
+        "U" if p["unit_diagonal"] else "N",
+        n,
+        m,
+        1.0,
+        (matrices, k * k if a.aval.ndim > 2 else 0),
+        max(k, 1),
+        (out, m * n),
+        max(n, 1),
+    ]
+    _call(scheduler, "trsm", eqn, batch, args, {})
+
+
+DECOMPOSITIONS = {
+    "cholesky": cholesky,
+    "lu": lu,
+    "triangular_solve": triangular_solve,
+    "qr": qr,
+    "eigh": eigh,
+    "svd": svd,
+}

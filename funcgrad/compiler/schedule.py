@@ -29,7 +29,6 @@ import numpy as np
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler import (
     lapack,
-    linalg_kernels,  # noqa: F401  (registers their root rules)
     passes,
     rows,
     special,  # noqa: F401  (registers erf_inv and digamma)

@@ -2,7 +2,7 @@
 (the coverage matrix's llvm column), and why the others need no lowering.
 
 The lowering itself is shared with every compiled backend: an element or root rule of
-`funcgrad.compiler.fusion` (or `linalg_kernels`), a LAPACK plan of `funcgrad.compiler.lapack`,
+`funcgrad.compiler.fusion`, a LAPACK plan of `funcgrad.compiler.lapack`,
 a step of `funcgrad.compiler.schedule`, or inlining of a call.
 """
 
