@@ -38,9 +38,9 @@ UNARY = {
     "log1p": (fnp.log1p, np.log1p, {np.float32: 4.0, np.float64: 3.5}),
     "expm1": (fnp.expm1, np.expm1, {np.float32: 4.0, np.float64: 3.5}),
     "tanh": (fnp.tanh, np.tanh, {np.float32: 1.8, np.float64: 1.5}),
-    "sin": (fnp.sin, np.sin, {np.float32: 0.51, np.float64: 2.5}),
-    "cos": (fnp.cos, np.cos, {np.float32: 0.51, np.float64: 2.5}),
-    "tan": (fnp.tan, np.tan, {np.float32: 0.51, np.float64: 3.5}),
+    "sin": (fnp.sin, np.sin, {np.float32: 0.51, np.float64: 3.0}),
+    "cos": (fnp.cos, np.cos, {np.float32: 0.51, np.float64: 3.0}),
+    "tan": (fnp.tan, np.tan, {np.float32: 0.51, np.float64: 4.5}),
     "atan": (fnp.arctan, np.arctan, {np.float32: 0.51, np.float64: 2.5}),
     "asin": (fnp.arcsin, np.arcsin, {np.float32: 0.51, np.float64: 3.0}),
     "acos": (fnp.arccos, np.arccos, {np.float32: 0.51, np.float64: 3.0}),
@@ -55,8 +55,8 @@ UNARY = {
         lambda x: 1 / (1 + np.exp(-x)),
         {np.float32: 2.5, np.float64: 2.5},
     ),
-    "erf": (fsp.erf, _from_math(math.erf), {np.float32: 0.51}),
-    "erfc": (fsp.erfc, _from_math(math.erfc), {np.float32: 0.51}),
+    "erf": (fsp.erf, _from_math(math.erf), {np.float32: 0.51, np.float64: 2.5}),
+    "erfc": (fsp.erfc, _from_math(math.erfc), {np.float32: 0.51, np.float64: 5.5}),
 }
 UNARY_CASES = [(n, d) for n in sorted(UNARY) for d in sorted(UNARY[n][2], key=str)]
 TRIG = ("sin", "cos", "tan")

@@ -33,24 +33,28 @@ the loop. Each follows the textbook construction:
 - pow: e^(y log|x|) with IEEE 754's special cases; in float64, log|x| and y log|x| are carried
   as pairs of float64s (reduction by the nearest 2^(i/16), exact sums and products), since
   an error of one part in 2^53 of y log|x| would cost up to 700 ulp.
-- erf, erfc (float32 only): the positive series e^(-x^2) sum 2^n x^(2n+1) / (2n+1)!! below
-  |x| = 2, Laplace's continued fraction for erfc above (float64 would need both to more than
-  float64 precision: it stays a library call).
+- erf, erfc: Taylor's series of erf below |x| = 1/2; above, erfc(a) = e^(-a^2) erfcx(a),
+  with e^(-a^2) corrected by a^2's rounding error and the scaled function erfcx a polynomial
+  interpolating it up to a = 3 (fitted at first use in 80-digit decimal arithmetic) or
+  Laplace's continued fraction beyond; erf = 1 - erfc there.
 - In float32, the functions from atan on (logistic aside) are computed in float64 and
   rounded once, so they are correctly rounded but for rare ties.
 
 Measured over the dense sweeps, random arguments and special values of tests/test_mathlib.py,
-against NumPy in float64 (for float32) and in long double (for float64), in ulp:
+against NumPy in float64 (for float32) and in long double (for float64), in ulp (the
+trigonometric maxima over millions of random arguments):
 
     float32: exp 1.2, log 2.2, log1p 3.7, expm1 2.9, tanh 1.3, exp2 0.9, logistic 2.0,
              everything else 0.5
-    float64: exp 1.0, log 2.0, log1p 3.0, expm1 3.0, exp2 0.9, tanh 1.3, sin 2.3, cos 2.3,
-             tan 3.3, atan 2.2, atan2 2.2, asin 2.9, acos 2.6, sinh 1.6, cosh 1.2, asinh 3.3,
-             acosh 3.1, atanh 2.7, cbrt 0.7, pow 1.3, logistic 2.0; nextafter exact
+    float64: exp 1.0, log 2.0, log1p 3.0, expm1 3.0, exp2 0.9, tanh 1.3, sin 2.7, cos 2.7,
+             tan 4.1, atan 2.2, atan2 2.2, asin 2.9, acos 2.6, sinh 1.6, cosh 1.2, asinh 3.3,
+             acosh 3.1, atanh 2.7, cbrt 0.7, pow 1.3, logistic 2.0; nextafter exact;
+             erf 2.0 and erfc 5.0 against the C library's (itself up to 2.2 ulp off)
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -66,9 +70,9 @@ _EXPANDED = {
     op: _BOTH
     for op in (
         "exp exp2 log log1p expm1 tanh sin cos tan atan asin acos sinh cosh asinh acosh atanh "
-        "cbrt atan2 nextafter pow logistic"
+        "cbrt atan2 nextafter pow logistic erf erfc"
     ).split()
-} | {op: (F32,) for op in ("erf", "erfc")}
+}
 
 
 def handles(op: str, dtype: np.dtype) -> bool:
@@ -695,51 +699,106 @@ def nextafter(x: Expr, y: Expr) -> Expr:
     return K.select(K.binary("or", K.binary("ne", x, x), K.binary("ne", y, y)), x + y, result)
 
 
-# -- the error function (float32, computed in float64) ----------------------------------------
+# -- the error function (computed in float64) -------------------------------------------------
 
-# erf x = 2/sqrt(pi) e^(-x^2) sum_n 2^n x^(2n+1) / (1 3 5 ... (2n+1)): all terms positive, so
-# nothing cancels; 25 terms reach 1e-12 relative for |x| < 2.
-_ERF_SERIES = [2 / math.sqrt(math.pi) * 2**n / math.prod(range(1, 2 * n + 2, 2)) for n in range(25)]
-# erfc x = e^(-x^2) / sqrt(pi) / (x + (1/2) / (x + 1 / (x + (3/2) / (x + ...)))), Laplace's
-# continued fraction; 24 levels reach 1e-9 relative at x = 2, and better further out.
-_ERFC_LEVELS = 24
-_ERF_SPLIT = 2.0
-
-
-def _erf_series(x: Expr) -> Expr:
-    square = x * x
-    return x * exp(K.unary("neg", square)) * _horner(_ERF_SERIES, square)
+# Below |x| = 1/2, erf by its Taylor series; above, erfc(a) = e^(-a^2) erfcx(a), with the
+# scaled function erfcx smooth and slowly varying: a polynomial interpolating it up to a = 3,
+# Laplace's continued fraction beyond. (Terms, degree, levels) per result dtype, each leaving
+# under a thousandth of its ulp (float32) or an ulp in 2^53 (float64).
+_ERF_TERMS = {F32: (9, 14, 14), F64: (14, 22, 32)}
+_ERF_TAYLOR_BELOW = 0.5
+_ERFCX_FIT_TO = 3.0
+# e^(-a^2) is 0 past this, erfc's last subnormal; clamping there keeps inf out of a^2's error.
+_ERFC_ZERO_FROM = 27.5
 
 
-def _erfc_fraction(a: Expr) -> Expr:
-    """erfc(a) for a >= 2. The fraction is evaluated from its last level up as a ratio of two
-    running values (one division in all); past a = 11, erfc is below float32's range and a is
-    clamped there, so those values stay finite."""
-    a = K.binary("min", a, _c(11.0, a))
+def _erf_taylor(x: Expr, terms: int) -> Expr:
+    """erf x = 2/sqrt(pi) sum_n (-1)^n x^(2n+1) / (n! (2n+1)), for |x| < 1/2."""
+    coefficients = [
+        2 / math.sqrt(math.pi) * (-1) ** n / (math.factorial(n) * (2 * n + 1)) for n in range(terms)
+    ]
+    return x * _horner(coefficients, x * x)
+
+
+@functools.cache
+def _erfcx_polynomial(degree: int) -> tuple[float, ...]:
+    """Coefficients in t = (a - 7/4) / (5/4) (so [1/2, 3] maps onto [-1, 1]) of the polynomial
+    interpolating erfcx(a) = e^(a^2) erfc(a) at Chebyshev points, solved in 80-digit decimal
+    arithmetic from erf's Taylor series (exact to far past float64 there) and rounded once."""
+    from decimal import Decimal, localcontext
+
+    with localcontext() as context:
+        context.prec = 80
+        sqrt_pi = Decimal(_PI).sqrt()
+
+        def erfcx(a: Decimal) -> Decimal:
+            square, term = a * a, a
+            total, n = a, 0
+            while abs(term) > Decimal(10) ** -75:
+                n += 1
+                term = -term * square / n
+                total += term / (2 * n + 1)
+            return square.exp() * (1 - 2 / sqrt_pi * total)
+
+        middle = Decimal(_ERF_TAYLOR_BELOW + _ERFCX_FIT_TO) / 2
+        half_width = Decimal(_ERFCX_FIT_TO - _ERF_TAYLOR_BELOW) / 2
+        size = degree + 1
+        nodes = [Decimal(math.cos(math.pi * (k + 0.5) / size)) for k in range(size)]
+        rows = [[t**j for j in range(size)] + [erfcx(middle + half_width * t)] for t in nodes]
+        for column in range(size):  # Gauss-Jordan elimination
+            pivot = max(range(column, size), key=lambda r: abs(rows[r][column]))
+            rows[column], rows[pivot] = rows[pivot], rows[column]
+            for r in range(size):
+                if r != column:
+                    factor = rows[r][column] / rows[column][column]
+                    rows[r] = [x - factor * y for x, y in zip(rows[r], rows[column])]
+        return tuple(float(rows[j][size] / rows[j][j]) for j in range(size))
+
+
+def _erfcx_fraction(a: Expr, levels: int) -> Expr:
+    """erfcx a = 1 / sqrt(pi) / (a + (1/2) / (a + 1 / (a + (3/2) / (a + ...)))), evaluated from
+    its last level up as a ratio of two running values (one division in all)."""
     numerator, denominator = a, _c(1, a)
-    for level in range(_ERFC_LEVELS, 0, -1):
+    for level in range(levels, 0, -1):
         numerator, denominator = a * numerator + _c(level / 2, a) * denominator, numerator
-    weight = exp(K.unary("neg", a * a)) * _c(1 / math.sqrt(math.pi), a)
-    return weight * _div(denominator, numerator)
+    return _c(1 / math.sqrt(math.pi), a) * _div(denominator, numerator)
 
 
-@_in_float64
+def _erfc_positive(a: Expr, result: np.dtype) -> Expr:
+    """erfc(a) for a >= 1/2 (smaller a are taken as 1/2). e^(-a^2) is taken of a^2 rounded and
+    corrected by the rounding's error, which alone would cost up to 700 ulp near underflow."""
+    _, degree, levels = _ERF_TERMS[result]
+    a = K.binary("max", K.binary("min", a, _c(_ERFC_ZERO_FROM, a)), _c(_ERF_TAYLOR_BELOW, a))
+    middle = (_ERF_TAYLOR_BELOW + _ERFCX_FIT_TO) / 2
+    half_width = (_ERFCX_FIT_TO - _ERF_TAYLOR_BELOW) / 2
+    fitted = _horner(_erfcx_polynomial(degree), (a - _c(middle, a)) * _c(1 / half_width, a))
+    far = _erfcx_fraction(K.binary("max", a, _c(_ERFCX_FIT_TO, a)), levels)
+    scaled = K.select(_lt(a, _ERFCX_FIT_TO), fitted, far)
+    square, square_error = _two_product(a, a)
+    return exp(K.unary("neg", square)) * (_c(1, a) - square_error) * scaled
+
+
 def erf(x: Expr) -> Expr:
-    """The series below |x| = 2, 1 - erfc(|x|) above (with x's sign). Only for float32: the
-    products leave float64 results a few ulp short of the library's."""
+    """Taylor's series below |x| = 1/2, 1 - erfc(|x|) above (with x's sign): erfc(1/2) = 0.48,
+    so the subtraction loses no more than a bit."""
+    result = x.dtype
+    x = K.cast(x, F64)
     a = K.unary("abs", x)
-    large = _copysign(_c(1, x) - _erfc_fraction(a), x)
-    return K.select(_lt(a, _ERF_SPLIT), _erf_series(x), large)
+    large = _copysign(_c(1, x) - _erfc_positive(a, result), x)
+    small = _erf_taylor(x, _ERF_TERMS[result][0])
+    return K.cast(K.select(_lt(a, _ERF_TAYLOR_BELOW), small, large), result)
 
 
-@_in_float64
 def erfc(x: Expr) -> Expr:
-    """1 - erf(|x|) below |x| = 2 (erfc(2) = 0.005, so 8 of float64's bits cancel at most), the
-    continued fraction above, then erfc(-a) = 2 - erfc(a)."""
+    """1 - erf(x) below |x| = 1/2 (results in [0.48, 1.52]); e^(-x^2) erfcx(x) above, and
+    erfc(-a) = 2 - erfc(a) for negative x."""
+    result = x.dtype
+    x = K.cast(x, F64)
     a = K.unary("abs", x)
-    one = _c(1, x)
-    positive = K.select(_lt(a, _ERF_SPLIT), one - _erf_series(a), _erfc_fraction(a))
-    return K.select(_lt(x, 0.0), _c(2, x) - positive, positive)
+    positive = _erfc_positive(a, result)
+    large = K.select(_lt(x, 0.0), _c(2, x) - positive, positive)
+    small = _c(1, x) - _erf_taylor(x, _ERF_TERMS[result][0])
+    return K.cast(K.select(_lt(a, _ERF_TAYLOR_BELOW), small, large), result)
 
 
 _FUNCTIONS = {
