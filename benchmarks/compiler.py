@@ -295,6 +295,105 @@ def call_overhead_case():
     return runs, None, 2000
 
 
+def _conv_step(xp, conv, grad):
+    """Two 3x3 convolutions (NHWC; the second with stride 2) and a dense layer, softmax
+    cross-entropy, one SGD step."""
+
+    def loss(params, x, y):
+        (k1, b1), (k2, b2), (w, b) = params
+        h = xp.maximum(conv(x, k1, (1, 1)) + b1, 0.0)
+        h = xp.maximum(conv(h, k2, (2, 2)) + b2, 0.0)
+        logits = h.reshape(h.shape[0], -1) @ w + b
+        logits = logits - logits.max(axis=1, keepdims=True)
+        log_probs = logits - xp.log(xp.exp(logits).sum(axis=1, keepdims=True))
+        return -(log_probs * y).sum() / x.shape[0]
+
+    def step(params, x, y):
+        grads = grad(loss)(params, x, y)
+        return [(w - 0.01 * gw, b - 0.01 * gb) for (w, b), (gw, gb) in zip(params, grads)]
+
+    return step
+
+
+def _conv(lax_module):
+    def conv(x, kernel, strides):
+        return lax_module.conv_general_dilated(
+            x, kernel, strides, "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
+
+    return conv
+
+
+def conv_step_case():
+    rng = np.random.default_rng(6)
+    shapes = [((3, 3, 1, 16), 16), ((3, 3, 16, 32), 32), ((14 * 14 * 32, 10), 10)]
+    params = [
+        (
+            (rng.standard_normal(k) / np.sqrt(np.prod(k[:-1]))).astype(np.float32),
+            np.zeros(n, np.float32),
+        )
+        for k, n in shapes
+    ]
+    x = rng.standard_normal((64, 28, 28, 1)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 64)]
+    step = _conv_step(fnp, _conv(lax), fg.grad)
+    runs = {
+        "funcgrad-llvm": _funcgrad("llvm", step, params, x, y),
+        "funcgrad-numpy": _funcgrad("numpy", step, params, x, y),
+    }
+    jax = _jax()
+    if jax:
+        f = jax[0].jit(_conv_step(jax[1], _conv(jax[0].lax), jax[0].grad))
+        pj = [(jax[1].asarray(w), jax[1].asarray(b)) for w, b in params]
+        runs["jax-jit"] = lambda: jax[0].block_until_ready(f(pj, x, y))
+    return runs, None, 3
+
+
+def _ten_ops(xp):
+    def f(a):
+        for _ in range(5):
+            a = xp.sin(a * 1.5 + 0.5)
+        return a
+
+    return f
+
+
+def call_overhead_ten_ops_case():
+    x = np.ones(16, np.float32)
+    runs = {"funcgrad-llvm": _funcgrad("llvm", _ten_ops(fnp), x)}
+    jax = _jax()
+    if jax:
+        f, xj = jax[0].jit(_ten_ops(jax[1])), jax[1].asarray(x)
+        runs["jax-jit"] = lambda: f(xj).block_until_ready()
+    return runs, None, 2000
+
+
+def _layer(xp):
+    def layer(params, x):
+        return xp.tanh(x @ params["w"] + params["b"]) * params["scale"] + params["shift"]
+
+    return layer
+
+
+def call_overhead_pytree_case():
+    rng = np.random.default_rng(7)
+    params = {
+        "w": rng.standard_normal((8, 8)).astype(np.float32),
+        "b": np.zeros(8, np.float32),
+        "scale": np.ones(8, np.float32),
+        "shift": np.zeros(8, np.float32),
+    }
+    x = np.ones((4, 8), np.float32)
+    runs = {"funcgrad-llvm": _funcgrad("llvm", _layer(fnp), params, x)}
+    jax = _jax()
+    if jax:
+        f = jax[0].jit(_layer(jax[1]))
+        pj = jax[0].tree_util.tree_map(jax[1].asarray, params)
+        xj = jax[1].asarray(x)
+        runs["jax-jit"] = lambda: f(pj, xj).block_until_ready()
+    return runs, None, 2000
+
+
 CASES = {
     "gelu 16M f32": gelu_case,
     "softmax 4096x1024": softmax_case,
@@ -305,24 +404,98 @@ CASES = {
     "rnn scan 1000 fwd": rnn_forward_case,
     "rnn scan 1000 bwd": rnn_backward_case,
     "per-example grads": per_example_grads_case,
+    "conv step (batch 64, 28x28)": conv_step_case,
     "jit call x*2+1": call_overhead_case,
+    "jit call 10 ops": call_overhead_ten_ops_case,
+    "jit call pytree layer": call_overhead_pytree_case,
 }
 
 
-def compile_time() -> list[tuple[str, float]]:
-    """Seconds from first call to result for the MLP step (trace + compile + run)."""
+_COMPILE_CHILD = """
+import sys, time
+import numpy as np
+sys.path.insert(0, {here!r})
+import compiler as bench
+import funcgrad as fg
+import funcgrad.numpy as fnp
+fg.config.update("compilation_cache_dir", {cache!r})
+rng = np.random.default_rng(3)
+params = bench._mlp_params(rng, [784, 1024, 1024, 10])
+x = rng.standard_normal((256, 784)).astype(np.float32)
+y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+run = bench._funcgrad("llvm", bench._mlp_step(fnp, fg.grad), params, x, y)
+start = time.perf_counter()
+run()
+print(time.perf_counter() - start)
+"""
+
+
+def _mlp_compile_in_new_process(cache: str) -> float:
+    """Seconds from first call to result of the MLP step in a fresh process using `cache`."""
+    import os
+    import subprocess
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = _COMPILE_CHILD.format(here=here, cache=cache)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(out.stdout.split()[-1])
+
+
+def _long_program_compile() -> float:
+    """Seconds to trace, compile and run a straight-line program of 5,000 elementwise ops."""
+
+    def chain(a):
+        for k in range(2500):
+            a = a * 1.0001 + (k % 7) * 1e-4
+        return a
+
+    start = time.perf_counter()
+    fg.block_until_ready(fg.jit(chain)(fnp.ones(1024, np.float32)))
+    return time.perf_counter() - start
+
+
+def compile_time() -> list[tuple[str, str, float]]:
+    """(what, framework, seconds) from first call to result: the MLP step cold (an empty disk
+    cache, a new process) and warm (a second process finding the first's entries), and the
+    5,000-op program."""
+    import tempfile
+
+    rows = []
+    with tempfile.TemporaryDirectory() as cache:
+        rows.append(
+            ("compile mlp step (cold)", "funcgrad-llvm", _mlp_compile_in_new_process(cache))
+        )
+        rows.append(
+            ("compile mlp step (warm)", "funcgrad-llvm", _mlp_compile_in_new_process(cache))
+        )
     rng = np.random.default_rng(3)
     params = _mlp_params(rng, [784, 1024, 1024, 10])
     x = rng.standard_normal((256, 784)).astype(np.float32)
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
-    rows = []
-    for backend in ("llvm", "numpy"):
-        run = _funcgrad(backend, _mlp_step(fnp, fg.grad), params, x, y)
-        rows.append((f"funcgrad-{backend}", _timed(run, 1)))
+    run = _funcgrad("numpy", _mlp_step(fnp, fg.grad), params, x, y)
+    rows.append(("compile mlp step (cold)", "funcgrad-numpy", _timed(run, 1)))
     jax = _jax()
     if jax:
         f = jax[0].jit(_mlp_step(jax[1], jax[0].grad))
-        rows.append(("jax-jit", _timed(lambda: jax[0].block_until_ready(f(params, x, y)), 1)))
+        seconds = _timed(lambda: jax[0].block_until_ready(f(params, x, y)), 1)
+        rows.append(("compile mlp step (cold)", "jax-jit", seconds))
+    with tempfile.TemporaryDirectory() as cache:
+        previous = fg.config.compilation_cache_dir
+        fg.config.update("compilation_cache_dir", cache)
+        try:
+            rows.append(("compile 5000-op program", "funcgrad-llvm", _long_program_compile()))
+        finally:
+            fg.config.update("compilation_cache_dir", previous)
+    if jax:
+
+        def chain(a):
+            for k in range(2500):
+                a = a * 1.0001 + (k % 7) * 1e-4
+            return a
+
+        start = time.perf_counter()
+        jax[0].jit(chain)(jax[1].ones(1024, np.float32)).block_until_ready()
+        rows.append(("compile 5000-op program", "jax-jit", time.perf_counter() - start))
     return rows
 
 
@@ -353,8 +526,8 @@ def main(selected: list[str]) -> None:
             print(f"{name:28} {label:16} {median * 1e3:10.3f} {median / base:10.2f} {rate} {share}")
         print()
     if not selected or any("compile" in word for word in selected):
-        for label, seconds in compile_time():
-            print(f"{'compile mlp step (cold)':28} {label:16} {seconds * 1e3:10.1f}")
+        for what, label, seconds in compile_time():
+            print(f"{what:28} {label:16} {seconds * 1e3:10.1f}")
 
 
 if __name__ == "__main__":
