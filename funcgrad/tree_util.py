@@ -189,6 +189,41 @@ def tree_flatten(tree: Any, is_leaf: IsLeaf | None = None) -> tuple[list[Any], P
     return leaves, treedef
 
 
+def keyed_leaves(tree: Any, leaf_key: Callable[[Any], Any]) -> tuple[Any, list[Any]] | None:
+    """The leaves of ``tree`` (in flatten order) and one hashable key of its structure and of
+    ``leaf_key`` of each leaf, built without a treedef: the hot path of a cached call looks
+    its program up by this. None when ``leaf_key`` gives None for a leaf or a node's
+    auxiliary data is unhashable (callers then flatten properly)."""
+    leaves: list[Any] = []
+    key = _keyed(tree, leaves, leaf_key)
+    if key is None:
+        return None
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key, leaves
+
+
+def _keyed(tree: Any, leaves: list[Any], leaf_key: Callable[[Any], Any]) -> Any:
+    node_type = type(tree)
+    kind = _NODE_KINDS.get(node_type)
+    if kind is None:
+        if isinstance(tree, tuple) and hasattr(node_type, "_fields"):
+            kind = _NAMEDTUPLE
+        else:
+            leaves.append(tree)
+            return leaf_key(tree)
+    children, aux = kind.flatten(tree)
+    parts = [node_type, aux]  # a type first: never equal to a leaf's key
+    for child in children:
+        part = _keyed(child, leaves, leaf_key)
+        if part is None:
+            return None
+        parts.append(part)
+    return tuple(parts)
+
+
 def tree_unflatten(treedef: PyTreeDef, leaves: Iterable[Any]) -> Any:
     """Inverse of ``tree_flatten``: rebuild a pytree from a structure and its leaves."""
     return treedef.unflatten(leaves)

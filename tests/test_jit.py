@@ -5,6 +5,7 @@ Every primitive suite also checks jit against eager for each of its cases, throu
 `checks.check_staging`.
 """
 
+import collections
 import functools
 
 import numpy as np
@@ -151,6 +152,34 @@ def test_retrace_on_new_static_value_and_new_pytree_structure():
     jf([a, a], 3)  # a list is another structure than a tuple
     assert f.calls == 5
     assert_same(jf({"b": a}, 3), a * 3)
+
+
+def test_cached_calls_on_pytrees_of_arrays_retrace_exactly_on_new_structure_or_types():
+    """Calls whose arguments are pytrees of funcgrad arrays find their program without a
+    treedef; the key still tells structures, dict keys, shapes and dtypes apart."""
+    Pair = collections.namedtuple("Pair", "first second")
+    f = Counted(
+        lambda tree: sum(leaf.sum() * k for k, leaf in enumerate(fg.tree_util.tree_leaves(tree), 1))
+    )
+    jf = fg.jit(f)
+    a, b = fnp.arange(3.0, dtype=np.float32), fnp.ones(2, np.float32)
+    calls = [
+        ({"w": a, "b": b}, 1),
+        ({"w": a, "b": b}, 1),  # cached
+        ({"w": b, "b": a}, 2),  # shapes swap
+        ({"v": a, "b": b}, 3),  # a key
+        ([a, b], 4),
+        ((a, b), 5),
+        (Pair(a, b), 6),
+        ([a, [b]], 7),
+        ([a.astype(np.float64), b], 8),
+        ([a, b], 8),  # cached
+    ]
+    for tree, expected_calls in calls:
+        leaves = fg.tree_util.tree_leaves(tree)
+        wanted = sum(np.asarray(x).sum() * k for k, x in enumerate(leaves, 1))
+        np.testing.assert_allclose(np.asarray(jf(tree)), wanted, rtol=1e-6)
+        assert f.calls == expected_calls
 
 
 def test_unhashable_static_argument_is_rejected_by_name():

@@ -92,6 +92,29 @@ def test_structure_equal_iff_same_shape(a, b):
     assert (tu.tree_structure(a) == tu.tree_structure(b)) == (shape(a) == shape(b))
 
 
+@given(trees, trees)
+def test_keyed_leaves_agree_with_flatten(a, b):
+    """Same leaves as tree_leaves, and keys equal exactly when structure and leaf keys are."""
+    key_a, leaves_a = tu.keyed_leaves(a, repr)
+    key_b, _ = tu.keyed_leaves(b, repr)
+    assert leaves_a == tu.tree_leaves(a)
+    same = tu.tree_structure(a) == tu.tree_structure(b) and list(
+        map(repr, tu.tree_leaves(a))
+    ) == list(map(repr, tu.tree_leaves(b)))
+    assert (key_a == key_b) == same
+
+
+def test_keyed_leaves_give_up_on_rejected_leaves_and_unhashable_aux():
+    assert tu.keyed_leaves([1, (2, 3)], lambda x: None if x == 3 else x) is None
+
+    class Box:
+        def __init__(self, value):
+            self.value = value
+
+    tu.register_pytree_node(Box, lambda b: ([b.value], ["unhashable"]), lambda aux, c: Box(*c))
+    assert tu.keyed_leaves({"box": Box(1)}, repr) is None
+
+
 @given(trees, st.data())
 def test_same_shape_gives_equal_hashes(tree, data):
     other = ref_map(lambda _: data.draw(scalars), tree)

@@ -272,16 +272,18 @@ class _Entry:
         return outs[0] if self.single_output else tree_util.tree_unflatten(self.out_tree, outs)
 
 
+def _array_key(leaf):
+    if type(leaf) is not Array:
+        return None
+    value = leaf._value
+    return (value.shape, value.dtype, leaf.weak_type)
+
+
 def _array_signature(args: tuple):
-    """The cache key of a call whose arguments are all funcgrad arrays (the common case),
-    computed without flattening a pytree; None for any other call."""
-    key = []
-    for a in args:
-        if type(a) is not Array:
-            return None
-        value = a._value
-        key.append((value.shape, value.dtype, a.weak_type))
-    return tuple(key)
+    """The cache key of a call whose positional arguments are pytrees of funcgrad arrays (the
+    common case) and their leaves, found without building a treedef; None for any other
+    call."""
+    return tree_util.keyed_leaves(args, _array_key)
 
 
 class Jitted:
@@ -388,15 +390,15 @@ class Jitted:
         if config.disable_jit:
             return self.fun(*args, **kwargs)
         eager = core.current_trace() is core.eval_trace()
-        signature = None if kwargs or self.static_argnums else _array_signature(args)
-        entry = self._array_cache.get(signature) if signature is not None else None
+        found = None if kwargs or self.static_argnums else _array_signature(args)
+        entry = self._array_cache.get(found[0]) if found is not None else None
         if entry is None:
             entry, leaves = self._entry(args, kwargs)
             cacheable = not any(isinstance(c, core.Tracer) for c in entry.consts)
-            if signature is not None and cacheable:
-                self._array_cache[signature] = entry
+            if found is not None and cacheable:
+                self._array_cache[found[0]] = entry
         else:
-            leaves = args
+            leaves = found[1]
         if eager:
             outs = entry.executable(*entry.consts, *leaves)
         else:
