@@ -325,6 +325,13 @@ def _conv_as_gemm(eqn: JaxprEqn) -> bool:
     return out.size * math.prod(rhs.aval.shape[1:]) // 1 >= GEMM_MIN_FLOPS
 
 
+def _spreads_input(eqn: JaxprEqn) -> bool:
+    """A convolution of an input spread apart (lhs_dilation > 1) with unit strides: a strided
+    convolution's input gradient, which `_dilated_conv_gemm` computes without the zeros."""
+    p = eqn.params
+    return max(p["lhs_dilation"]) > 1 and set(p["window_strides"]) == {1}
+
+
 # ---------------------------------------------------------------------------------------------
 # Scheduling
 
@@ -457,7 +464,10 @@ class _Scheduler:
         if primitive.name == "dot_general" and _gemm_shape(eqn) is not None:
             self._gemm(eqn)
         elif primitive.name == "conv_general_dilated" and _conv_as_gemm(eqn):
-            self._conv_gemm(eqn)
+            if _spreads_input(eqn):
+                self._dilated_conv_gemm(eqn)
+            else:
+                self._conv_gemm(eqn)
         elif primitive in root_rules:
             builder = KernelBuilder(self.producer, self.buffer_of)
             outputs = [self.buffer_of[v] for v in eqn.outvars]
@@ -603,6 +613,73 @@ class _Scheduler:
                 return [K.Store(out, _flat_offset(index, out_shape), value)]
 
             self._kernel(copier, [out], loop_nest(out_shape, relayout), [])
+
+    def _dilated_conv_gemm(self, eqn: JaxprEqn) -> None:
+        """A convolution of an input spread apart (lhs_dilation > 1, the form a strided
+        convolution's input gradient takes) as a GEMM over the input's actual elements, not
+        the zeros between them: products[(n, u), (w, o)] = sum_c lhs[n, c, u] rhs[o, c, w] for
+        every input position u and window element w, then each output element sums the
+        products whose input lands in its window (one load per window element, a fused
+        kernel). This does 1/prod(lhs_dilation) of the gathered-window GEMM's work."""
+        lhs, rhs = eqn.invars
+        p = eqn.params
+        lhs_spec, rhs_spec, out_spec = p["dimension_numbers"]
+        out_var = eqn.outvars[0]
+        out_shape = out_var.aval.shape
+        dtype = np.dtype(out_var.aval.dtype)
+        spatial = len(rhs_spec) - 2
+        in_features = lhs.aval.shape[lhs_spec[1]]
+        lhs_free = [d for d in range(lhs.aval.ndim) if d != lhs_spec[1]]
+        rhs_free = [d for d in range(rhs.aval.ndim) if d != rhs_spec[1]]
+        rows = math.prod(lhs.aval.shape[d] for d in lhs_free)
+        cols = math.prod(rhs.aval.shape[d] for d in rhs_free)
+        inputs, inputs_transposed = self._gemm_operand(lhs, [], [lhs_spec[1]], None)
+        weights, weights_transposed = self._gemm_operand(
+            rhs, [], [rhs_spec[1]], None, contract_first=True
+        )
+        products = K.Buffer(f"t{next(_counter)}", dtype, rows * cols)
+        gemm = (inputs, weights, products, 1, rows, cols, in_features)
+        self.steps.append(GemmStep(*gemm, inputs_transposed, weights_transposed, eqn))
+
+        builder = KernelBuilder(self.producer, self.buffer_of)
+        builder.reads(products)
+        out = self.buffer_of[out_var]
+        window = [rhs.aval.shape[d] for d in rhs_spec[2:]]
+
+        def gather(index):
+            at = [index[d] for d in out_spec[2:]]
+            total = K.const(0, dtype)
+            for offsets in itertools.product(*(range(w) for w in window)):
+                lhs_index = [None] * lhs.aval.ndim
+                rhs_index = [None] * rhs.aval.ndim
+                lhs_index[lhs_spec[0]] = index[out_spec[0]]
+                rhs_index[rhs_spec[0]] = index[out_spec[1]]
+                inside = []
+                for d in range(spatial):
+                    lhs_index[lhs_spec[2 + d]], ok = window_position(
+                        at[d],
+                        K.const(offsets[d], K.INDEX),
+                        1,
+                        p["rhs_dilation"][d],
+                        p["padding"][d][0],
+                        p["lhs_dilation"][d],
+                        lhs.aval.shape[lhs_spec[2 + d]],
+                    )
+                    rhs_index[rhs_spec[2 + d]] = K.const(offsets[d], K.INDEX)
+                    inside.append(ok)
+                row = _flat_offset(
+                    [lhs_index[d] for d in lhs_free], [lhs.aval.shape[d] for d in lhs_free]
+                )
+                col = _flat_offset(
+                    [rhs_index[d] for d in rhs_free], [rhs.aval.shape[d] for d in rhs_free]
+                )
+                value = K.Load(products, row * K.const(cols, K.INDEX) + col)
+                for ok in inside:
+                    value = K.select(ok, value, K.const(0, dtype))
+                total = total + value
+            return [K.Store(out, _flat_offset(index, out_shape), total)]
+
+        self._kernel(builder, [out], loop_nest(out_shape, gather), [eqn])
 
     def _gemm_operand(self, var, batch_dims, contract_dims, canonical, contract_first=False):
         """A buffer holding `var` as row-major matrices (batch, rows, cols) and whether it is
