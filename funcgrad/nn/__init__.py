@@ -1,5 +1,8 @@
-"""funcgrad.nn: activation functions and softmax-family helpers, with jax.nn's names."""
+"""funcgrad.nn: activation functions with jax.nn's names, and layers as pytree modules
+(`Module`, `Linear`, `Conv2d`, ...; see `funcgrad.nn.module`), initializers, pooling,
+losses (`nn.losses`) and parameter filtering (`partition`, `combine`, `tree_at`)."""
 
+from funcgrad.nn import initializers, losses
 from funcgrad.nn.functions import (
     celu,
     dot_product_attention,
@@ -34,8 +37,62 @@ from funcgrad.nn.functions import (
     swish,
     tanh,
 )
+from funcgrad.nn.layers import (
+    MLP,
+    AvgPool2d,
+    BatchNorm,
+    Conv1d,
+    Conv2d,
+    ConvTranspose2d,
+    Dropout,
+    Embedding,
+    Lambda,
+    LayerNorm,
+    Linear,
+    MaxPool2d,
+    MultiHeadAttention,
+    RMSNorm,
+    Sequential,
+    avg_pool,
+    max_pool,
+)
+from funcgrad.nn.module import (
+    Module,
+    combine,
+    field,
+    is_array,
+    is_inexact_array,
+    partition,
+    tree_at,
+)
 
 __all__ = [
+    "MLP",
+    "AvgPool2d",
+    "BatchNorm",
+    "Conv1d",
+    "Conv2d",
+    "ConvTranspose2d",
+    "Dropout",
+    "Embedding",
+    "Lambda",
+    "LayerNorm",
+    "Linear",
+    "MaxPool2d",
+    "Module",
+    "MultiHeadAttention",
+    "RMSNorm",
+    "Sequential",
+    "avg_pool",
+    "combine",
+    "field",
+    "initializers",
+    "is_array",
+    "is_inexact_array",
+    "losses",
+    "max_pool",
+    "partition",
+    "tree_at",
     "celu",
     "dot_product_attention",
     "elu",
