@@ -20,8 +20,11 @@ the loop. Each follows the textbook construction:
   and the rest): accurate for |x| < 1.6e9 except within ~1e-12 of a multiple of pi/2; beyond,
   results stay in range and lose accuracy gradually (no Payne-Hanek reduction). Then sin r and
   cos r by their Taylor polynomials on |r| <= pi/4, picked and signed by j mod 4.
-- tanh: its Taylor series for |x| < 0.625 (coefficients from the Bernoulli numbers),
+- tanh: float64, its Taylor series for |x| < 0.625 (coefficients from the Bernoulli numbers),
   1 - 2 / (e^(2|x|) + 1) above (the subtraction loses less than a bit there), with x's sign.
+  float32, E / (E + 2) with E = e^(2|x|) - 1 built from exp's reduction and polynomial
+  (accurate as |x| goes to 0), a six-term series below 0.35: one division, no second
+  exponential.
 - atan: reduced to |u| <= tan(pi/8) by atan t = pi/4 + atan((t - 1)/(t + 1)) and
   pi/2 + atan(-1/t), then its Taylor series; asin, acos and atan2 through it (see each).
 - sinh, cosh: Taylor series of sinh below |x| = 1, (e^a +- e^-a)/2 above, e^(a/2) squared past
@@ -49,7 +52,7 @@ Measured over the dense sweeps, random arguments and special values of tests/tes
 against NumPy in float64 (for float32) and in long double (for float64), in ulp (the
 trigonometric maxima over millions of random arguments):
 
-    float32: exp 1.2, log 2.2, log1p 3.7, expm1 2.9, tanh 1.3, exp2 0.9, logistic 2.0,
+    float32: exp 1.2, log 2.2, log1p 3.7, expm1 2.9, tanh 1.6, exp2 0.9, logistic 2.0,
              everything else 0.5
     float64: exp 1.0, log 2.0, log1p 3.0, expm1 3.0, exp2 0.9, tanh 1.3, sin 2.7, cos 2.7,
              tan 4.1, atan 2.2, atan2 2.2, asin 2.9, acos 2.6, sinh 1.6, cosh 1.2, asinh 3.3,
@@ -250,14 +253,42 @@ def _tanh_series(terms: int) -> list[float]:
     ]
 
 
-# On |x| < 0.625 the series' terms shrink by (0.625 * 2/pi)^2 = 0.16 each: 11 reach 2^-28,
-# 22 reach 2^-58.
-_TANH_SERIES = {F32: _tanh_series(11), F64: _tanh_series(22)}
+# On |x| < 0.625 the series' terms shrink by (0.625 * 2/pi)^2 = 0.16 each: 22 reach 2^-58.
+_TANH_SERIES_F64 = _tanh_series(22)
+
+
+# Past this |x|, float32 tanh rounds to +-1 (and e^(2|x|) stays far from overflow).
+_TANH_F32_SATURATES = 9.5
+# Below this |x|, tanh's series: its terms shrink by (0.35 * 2/pi)^2 = 0.05, six reach 2^-26.
+_TANH_F32_SERIES_BELOW = 0.35
+_TANH_SERIES_F32_SMALL = _tanh_series(6)
+
+
+def _tanh_float32(x: Expr) -> Expr:
+    """tanh a = E / (E + 2) with E = e^(2a) - 1 for a = |x|: E from exp's reduction,
+    2a = n ln 2 + r, as (2^n - 1) + 2^n r q(r) with q(r) = (e^r - 1) / r by its Taylor
+    polynomial (one division and one polynomial: GELU's inner loop), then x's sign; below
+    a = 0.35 a short odd series, where the quotient's roundings would add up to 3 ulp."""
+    a = K.binary("min", K.unary("abs", x), _c(_TANH_F32_SATURATES, x))
+    twice = a + a
+    ln2_hi, ln2_lo = _LN2[F32]
+    n_float = K.unary("round_even", twice * _c(1 / math.log(2), x))
+    r = (twice - n_float * _c(ln2_hi, x)) - n_float * _c(ln2_lo, x)
+    quotient = _horner([1 / math.factorial(k + 1) for k in range(_EXP_DEGREE[F32])], r)
+    fmt = _Format(F32)
+    scale = fmt.power_of_two(fmt.to_int(n_float))
+    excess = (scale - _c(1, x)) + scale * (r * quotient)
+    large = _copysign(_div(excess, excess + _c(2, x)), x)
+    # Below 0.35 the quotient's roundings would cost up to 3 ulp; the series costs 6 terms.
+    small = x * _horner(_TANH_SERIES_F32_SMALL, x * x)
+    return K.select(_lt(a, _TANH_F32_SERIES_BELOW), small, large)
 
 
 def tanh(x: Expr) -> Expr:
+    if x.dtype == F32:
+        return _tanh_float32(x)
     a = K.unary("abs", x)
-    small = x * _horner(_TANH_SERIES[x.dtype], x * x)  # odd: keeps the sign of zero
+    small = x * _horner(_TANH_SERIES_F64, x * x)  # odd: keeps the sign of zero
     large = _c(1, x) - K.binary("div", _c(2, x), exp(a + a) + _c(1, x))
     large = K.select(K.binary("lt", x, _c(0.0, x)), K.unary("neg", large), large)
     result = K.select(K.binary("lt", a, _c(0.625, x)), small, large)
