@@ -117,7 +117,7 @@ def _layernorm(xp):
     return layernorm
 
 
-def _row_case(make):
+def _row_case(make, torch_op):
     x = np.random.default_rng(1).standard_normal((4096, 1024)).astype(np.float32)
     runs = {
         "funcgrad-llvm": _funcgrad("llvm", make(fnp), x),
@@ -128,15 +128,21 @@ def _row_case(make):
     if jax:
         f, xj = jax[0].jit(make(jax[1])), jax[1].asarray(x)
         runs["jax-jit"] = lambda: f(xj).block_until_ready()
+    torch = _torch()
+    if torch:
+        xt = torch.from_numpy(x)
+        runs["torch"] = lambda: torch_op(torch, xt)
     return runs, 2 * x.nbytes, 5
 
 
 def softmax_case():
-    return _row_case(_softmax)
+    return _row_case(_softmax, lambda torch, x: torch.softmax(x, dim=1))
 
 
 def layernorm_case():
-    return _row_case(_layernorm)
+    return _row_case(
+        _layernorm, lambda torch, x: torch.nn.functional.layer_norm(x, (x.shape[1],), eps=1e-5)
+    )
 
 
 def _matmul_case(n: int):
