@@ -31,6 +31,7 @@ __all__ = [
     "PRNGKey",
     "ball",
     "bernoulli",
+    "binomial",
     "beta",
     "bits",
     "categorical",
@@ -54,6 +55,7 @@ __all__ = [
     "logistic",
     "lognormal",
     "maxwell",
+    "multinomial",
     "multivariate_normal",
     "normal",
     "orthogonal",
@@ -892,6 +894,148 @@ def _poisson_rejection(key, lam):
 
     init = (key, lax.full_like(lam, 0), lax.full(lam.shape, False, dtypes.bool_))
     return lax.while_loop(lambda carry: ~_all(carry[2]), step, init)[1]
+
+
+def binomial(key, n, p, shape=None, dtype=float) -> Array:
+    """Binomial(n, p) counts, as floats: drawn for the smaller of p and 1 - p (and mirrored),
+    by the waiting-time method (sums of geometric gaps) where n times that is below 10 and by
+    Hormann's transformed rejection with squeeze (BTRS) from 10 on; NaN where n is negative,
+    not whole or not finite, or p lies outside [0, 1]."""
+    key = _check_key("binomial", key)
+    dtype = _float_dtype("binomial", dtype)
+    shape, (n, p) = _params("binomial", shape, dtype, n, p)
+    valid = (n >= 0) & (lax.floor(n) == n) & lax.is_finite(n) & (p >= 0) & (p <= 1)
+    mirrored = p > 0.5
+    q = lax.select(mirrored, 1 - p, p)  # the success probability drawn, at most 1/2
+    small = n * q < 10
+    wait_key, rejection_key = _split2(key)
+    zero, standin = lax.full_like(n, 0), lax.full_like(n, 0.25)
+    counts = lax.select(
+        small,
+        _binomial_waiting(
+            wait_key, lax.select(small & valid, n, zero), lax.select(small & valid, q, standin)
+        ),
+        _binomial_rejection(
+            rejection_key,
+            lax.select(~small & valid, n, lax.full_like(n, 100)),
+            lax.select(~small & valid, q, standin),
+        ),
+    )
+    counts = lax.select(mirrored, n - counts, counts)
+    return lax.select(valid, counts, lax.full_like(n, np.nan))
+
+
+def _binomial_waiting(key, n, q):
+    """Count the successes before position n: gaps between successes are geometric,
+    floor(log u / log(1 - q)) + 1, so about n q + 1 rounds."""
+    log_failure = lax.log1p(-q)
+
+    def step(carry):
+        key, count, position, done = carry
+        key, subkey = _split2(key)
+        u = _open_unit("binomial", subkey, n.shape, n.dtype)
+        position = position + lax.floor(lax.log(u) / log_failure) + 1
+        now_done = done | (position > n)
+        return key, lax.select(now_done, count, count + 1), position, now_done
+
+    zero = lax.full_like(n, 0)
+    init = (key, zero, zero, lax.full(n.shape, False, dtypes.bool_))
+    return lax.while_loop(lambda carry: ~_all(carry[3]), step, init)[1]
+
+
+# log k! - ((k + 1/2) log(k + 1) - (k + 1) + log(2 pi) / 2): Stirling's remainder, exact for
+# k < 10 (from the factorials), by its series above.
+_STIRLING_TAIL = [
+    math.lgamma(k + 1) - ((k + 0.5) * math.log(k + 1) - (k + 1) + 0.5 * math.log(2 * math.pi))
+    for k in range(10)
+]
+
+
+def _stirling_tail(k):
+    """Stirling's remainder for whole k >= 0 (see _STIRLING_TAIL)."""
+    table = lax.asarray(np.array(_STIRLING_TAIL, k.dtype))
+    index = lax.convert_element_type(lax.clamp(0.0, k, 9.0), dtypes.int32)
+    exact = fnp.take(table, index)
+    inverse = 1 / (k + 1)
+    inverse2 = inverse * inverse
+    series = inverse * (1 / 12 - inverse2 * (1 / 360 - inverse2 / 1260))
+    return lax.select(k < 10, exact, series)
+
+
+def _binomial_rejection(key, n, q):
+    """Algorithm BTRS of Hormann, 'The generation of binomial random variates' (1993), for
+    n q >= 10 and q <= 1/2. The acceptance test compares log-probability ratios written as
+    log1p of small quotients plus Stirling remainders, so that no two large log-factorials
+    are subtracted (which float32 could not do for large n)."""
+    spq = lax.sqrt(n * q * (1 - q))
+    b = 1.15 + 2.53 * spq
+    a = -0.0873 + 0.0248 * b + 0.01 * q
+    c = n * q + 0.5
+    v_r = 0.92 - 4.2 / b
+    alpha = (2.83 + 5.1 / b) * spq
+    log_odds = lax.log(q / (1 - q))
+    mode = lax.floor((n + 1) * q)
+    mode_tails = _stirling_tail(mode) + _stirling_tail(n - mode)
+
+    def step(carry):
+        key, count, accepted = carry
+        key, u_key, v_key = _split_n(key, 3)
+        u = _uniform("binomial", u_key, n.shape, n.dtype, -0.5, 0.5)
+        v = _uniform("binomial", v_key, n.shape, n.dtype, 0.0, 1.0)
+        us = 0.5 - lax.abs(u)
+        k = lax.floor((2 * a / us + b) * u + c)
+        inside = (k >= 0) & (k <= n)
+        squeeze = (us >= 0.07) & (v <= v_r)
+        safe_k = lax.clamp(lax.full_like(n, 0), k, n)
+        # log(P(k) / P(mode)) from the mode's side
+        log_target = (
+            (mode + 0.5) * lax.log1p((mode - safe_k) / (safe_k + 1))
+            + (n - mode + 0.5) * lax.log1p((safe_k - mode) / (n - safe_k + 1))
+            + (safe_k - mode) * (lax.log((n - safe_k + 1) / (safe_k + 1)) + log_odds)
+            + mode_tails
+            - _stirling_tail(safe_k)
+            - _stirling_tail(n - safe_k)
+        )
+        log_v = lax.log(v * alpha / (a / (us * us) + b))
+        accept = inside & (squeeze | (log_v <= log_target))
+        return key, lax.select(accept & ~accepted, k, count), accepted | accept
+
+    init = (key, lax.full_like(n, 0), lax.full(n.shape, False, dtypes.bool_))
+    return lax.while_loop(lambda carry: ~_all(carry[2]), step, init)[1]
+
+
+def multinomial(key, n, p, *, shape=None, dtype=float, unroll=1) -> Array:
+    """Counts of n draws over the categories of p's last axis (probabilities summing to 1), as
+    floats of shape `shape` + (categories,) (`shape` defaults to n's and p's batch shape):
+    each category's count is binomial given the draws the earlier ones left. `unroll` is
+    accepted for compatibility; the categories are one scan."""
+    del unroll
+    key = _check_key("multinomial", key)
+    dtype = _float_dtype("multinomial", dtype)
+    p = _as_dtype(p, dtype)
+    if p.ndim < 1:
+        raise ValueError("multinomial: p needs a last axis of categories, got a scalar")
+    n = _as_dtype(n, dtype)
+    batch = np.broadcast_shapes(n.shape, p.shape[:-1]) if shape is None else shape
+    batch = _canonical_shape("multinomial", batch)
+    categories = p.shape[-1]
+    n = fnp.broadcast_to(n, batch)
+    p = fnp.broadcast_to(p, (*batch, categories))
+    remaining_probability = fnp.flip(fnp.cumsum(fnp.flip(p, -1), axis=-1), -1)
+
+    def category(left, inputs):
+        key, share, rest = inputs
+        conditional = lax.select(
+            rest > 0, lax.clamp(0.0, share / rest, 1.0), lax.full_like(rest, 0)
+        )
+        count = binomial(key, left, conditional, dtype=dtype)
+        return left - count, count
+
+    keys = split(key, categories)
+    shares = fnp.moveaxis(p, -1, 0)
+    rests = fnp.moveaxis(remaining_probability, -1, 0)
+    _, counts = lax.scan(category, n, (keys, shares, rests))
+    return fnp.moveaxis(counts, 0, -1)
 
 
 def generalized_normal(key, p: float, shape: Sequence[int] = (), dtype=None) -> Array:
