@@ -12,9 +12,21 @@ from funcgrad import numpy as fnp
 from funcgrad.nn import functions as nn
 from funcgrad.nn.functions import ArrayLike, Axis, logsumexp
 from funcgrad.numpy._promotion import promote_args_inexact
+from funcgrad.scipy.series import (
+    betainc,
+    gammainc,
+    gammaincc,
+    i0,
+    i0e,
+    i1,
+    i1e,
+    polygamma,
+    zeta,
+)
 
 __all__ = [
     "beta",
+    "betainc",
     "betaln",
     "digamma",
     "entr",
@@ -24,7 +36,13 @@ __all__ = [
     "expit",
     "factorial",
     "gamma",
+    "gammainc",
+    "gammaincc",
     "gammaln",
+    "i0",
+    "i0e",
+    "i1",
+    "i1e",
     "kl_div",
     "log_softmax",
     "loggamma",
@@ -34,10 +52,12 @@ __all__ = [
     "ndtr",
     "ndtri",
     "poch",
+    "polygamma",
     "rel_entr",
     "softmax",
     "xlog1py",
     "xlogy",
+    "zeta",
 ]
 
 _SQRT_2 = math.sqrt(2.0)

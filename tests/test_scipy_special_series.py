@@ -1,0 +1,108 @@
+"""i0e, i1e, i0, i1, zeta, polygamma, gammainc, gammaincc and betainc against SciPy in
+float64 (and float32), their derivatives against finite differences, and their special
+values."""
+
+import numpy as np
+import pytest
+import scipy.special as sc
+from hypothesis import given
+from hypothesis import strategies as st
+
+import funcgrad as fg
+import funcgrad.scipy.special as fs
+from funcgrad.test_util import check_grads
+
+positive = st.floats(0.05, 60.0)
+f64 = np.float64
+
+
+def relative_error(got, want):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return np.abs(got - want) / np.maximum(np.abs(want), 1e-300)
+
+
+@pytest.mark.parametrize("name", ["i0e", "i1e", "i0", "i1"])
+def test_bessel_functions_match_scipy(name):
+    x = np.concatenate([np.linspace(-60, 60, 2401), [0.0, 1e-9, 29.999, 30.0, 30.001, 600.0]])
+    if name in ("i0", "i1"):
+        x = x[np.abs(x) <= 60]  # within float32's range
+    want = getattr(sc, name)(x)
+    assert relative_error(getattr(fs, name)(x), want).max() < 1e-14
+    x32 = x.astype(np.float32)
+    got32 = np.asarray(getattr(fs, name)(x32))
+    assert got32.dtype == np.float32
+    want32 = getattr(sc, name)(x32.astype(np.float64)).astype(np.float32)
+    assert relative_error(got32, want32).max() < 2e-7
+
+
+@given(s=st.floats(1.01, 40.0), q=positive)
+def test_zeta_matches_scipy(s, q):
+    assert relative_error(fs.zeta(f64(s), f64(q)), sc.zeta(s, q)) < 1e-13
+
+
+def test_zeta_and_polygamma_special_values():
+    np.testing.assert_allclose(np.asarray(fs.zeta(f64(2.0))), np.pi**2 / 6, rtol=1e-15)
+    assert np.isinf(fs.zeta(1.0, 3.0)) and np.isnan(fs.zeta(0.5, 1.0))
+    assert np.isnan(fs.zeta(2.0, -1.0))
+    n = np.arange(6, dtype=np.float64)[:, None]
+    x = np.linspace(0.1, 12, 40)[None]
+    assert relative_error(fs.polygamma(n, x), sc.polygamma(n.astype(int), x)).max() < 1e-13
+    assert np.isnan(fs.polygamma(1.5, 2.0)) and np.isnan(fs.polygamma(-1.0, 2.0))
+
+
+@given(a=st.floats(0.01, 500.0), x=st.floats(0.0, 800.0))
+def test_incomplete_gamma_matches_scipy(a, x):
+    for name in ("gammainc", "gammaincc"):
+        want = getattr(sc, name)(a, x)
+        got = getattr(fs, name)(f64(a), f64(x))
+        if want > 1e-280:
+            assert relative_error(got, want) < 1e-11, name
+        else:
+            assert float(got) < 1e-270, name
+
+
+@given(a=st.floats(0.05, 80.0), b=st.floats(0.05, 80.0), x=st.floats(0.0, 1.0))
+def test_incomplete_beta_matches_scipy(a, b, x):
+    want = sc.betainc(a, b, x)
+    got = fs.betainc(f64(a), f64(b), f64(x))
+    if want > 1e-280:
+        assert relative_error(got, want) < 1e-11
+    else:
+        assert float(got) < 1e-270
+
+
+def test_incomplete_functions_edges_and_invalid_arguments():
+    np.testing.assert_array_equal(np.asarray(fs.gammainc(2.0, np.array([0.0, np.inf]))), [0.0, 1.0])
+    np.testing.assert_array_equal(
+        np.asarray(fs.gammaincc(2.0, np.array([0.0, np.inf]))), [1.0, 0.0]
+    )
+    assert np.isnan(
+        np.asarray(fs.gammainc(np.array([0.0, -1.0, 1.0]), np.array([1.0, 1.0, -1.0])))
+    ).all()
+    np.testing.assert_array_equal(
+        np.asarray(fs.betainc(2.0, 3.0, np.array([0.0, 1.0]))), [0.0, 1.0]
+    )
+    assert np.isnan(np.asarray(fs.betainc(np.array([-1.0, 1.0]), 2.0, np.array([0.5, 1.5])))).all()
+
+
+def test_derivatives_match_finite_differences():
+    check_grads(fs.gammainc, (f64(2.5), f64(1.7)), order=1)
+    check_grads(fs.gammaincc, (f64(0.7), f64(3.1)), order=1)
+    check_grads(fs.betainc, (f64(2.0), f64(3.5), f64(0.35)), order=1)
+    check_grads(fs.i0e, (f64(3.0),), order=2)
+    check_grads(fs.i1e, (f64(-45.0),), order=1)
+    check_grads(lambda q: fs.zeta(f64(3.0), q), (f64(2.5),), order=2)
+    # The x derivatives are the densities.
+    a, x = 3.0, 2.0
+    density = x ** (a - 1) * np.exp(-x) / sc.gamma(a)
+    np.testing.assert_allclose(fg.grad(fs.gammainc, argnums=1)(f64(a), f64(x)), density, rtol=1e-12)
+
+
+def test_jit_and_vmap_agree_with_eager():
+    a = np.array([0.5, 3.0, 40.0])
+    x = np.array([0.2, 5.0, 35.0])
+    eager = np.asarray(fs.gammainc(a, x))
+    np.testing.assert_allclose(np.asarray(fg.jit(fs.gammainc)(a, x)), eager, rtol=1e-14)
+    mapped = fg.vmap(fs.betainc)(a, a[::-1], np.array([0.1, 0.5, 0.9]))
+    looped = [fs.betainc(p, q, r) for p, q, r in zip(a, a[::-1], [0.1, 0.5, 0.9])]
+    np.testing.assert_allclose(np.asarray(mapped), np.asarray(looped), rtol=1e-14)
