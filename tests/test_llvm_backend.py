@@ -164,6 +164,17 @@ def test_half_results_of_float64_math_link(size):
     assert_same_as_reference(lax.atan2, y, x, rtol=1e-3)
 
 
+def test_a_row_reduction_reading_another_waits_for_it():
+    """sum(e + x - max(e)) per row: the sum reads the row's maximum, so it cannot share the
+    maximum's pass over the row (it read the maximum before it was computed)."""
+
+    def f(a):
+        e = fnp.exp(a)
+        return a * (e + (a - e.max(axis=1, keepdims=True))).sum(axis=1, keepdims=True)
+
+    assert_same_as_reference(f, rng.standard_normal((3, 5)).astype(np.float32), rtol=1e-5)
+
+
 def test_nan_semantics_of_max_min_and_argmax():
     x = np.array([[1.0, np.nan, 3.0], [2.0, 5.0, -1.0], [np.nan, np.nan, 0.0]], np.float32)
 

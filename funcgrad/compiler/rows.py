@@ -203,14 +203,20 @@ def build(builder: KernelBuilder, members: list[Member], outer: tuple, local: se
                 continue
             inner_shape = member.stored[0].aval.shape[rank:]
             # Reductions right after it over the same inner elements share its loop: each
-            # element is reduced as soon as it is stored.
+            # element is reduced as soon as it is stored. A reduction reading another one of
+            # the loop (a sum of x - max) needs that one finished first, so it starts a pass
+            # of its own.
             sharing = []
             while position < len(members) and members[position].is_reduction:
                 accumulation = Accumulation(builder, members[position].eqn, outer_index)
-                same_element = _reads_same_element(
-                    members[position].eqn.invars[0], set(member.stored), builder
-                )
-                if accumulation.reduced_shape != inner_shape or not same_element:
+                source = members[position].eqn.invars[0]
+                same_element = _reads_same_element(source, set(member.stored), builder)
+                earlier = {v for reduction, _ in sharing for v in reduction.stored}
+                if (
+                    accumulation.reduced_shape != inner_shape
+                    or not same_element
+                    or _reads_any(source, earlier, builder)
+                ):
                     break
                 sharing.append((members[position], accumulation))
                 position += 1
