@@ -121,6 +121,45 @@ def apply_step(step: str, pool: list, pick: list[int]):
         if is_float:
             return lax.fori_loop(0, 3, lambda i, v: fnp.tanh(v * 0.9 + b * 0.1), a)
         return lax.fori_loop(0, 3, lambda i, v: (v + b + i) % 50, a)
+    if step == "cumsum":
+        return fnp.cumsum(a, axis=1) + b if is_float else (fnp.cumsum(a, axis=0) + b) % 1000
+    if step == "sort_rows":
+        return fnp.sort(a, axis=1) - b
+    if step == "argmax_onehot":
+        return a + (fnp.arange(a.shape[1]) == fnp.argmax(b, axis=1)[:, None]).astype(a.dtype)
+    if step == "matmul":
+        return fnp.tanh(a @ b.T @ a * 0.3)
+    if step == "col_sum_broadcast":
+        return a - b.sum(axis=0) if is_float else a - b.max(axis=0)
+    if step == "pad_slice":
+        return fnp.pad(a, ((1, 0), (0, 2)))[:-1, 2:] + b
+    if step == "take_rows":
+        return fnp.take(a, fnp.array([a.shape[0] - 1] + [0] * (a.shape[0] - 1)), axis=0) * b
+    if step == "roll":
+        return fnp.roll(a, 1, axis=1) - b
+    if step == "while":
+
+        def body(carry):
+            i, v = carry
+            return i + 1, (fnp.tanh(v + b) if is_float else (v + b) % 97)
+
+        return lax.while_loop(lambda c: c[0] < 3, body, (0, a))[1]
+    if step == "erf":
+        return lax.erf(a * 0.7)
+    if step == "atan2":
+        return fnp.arctan2(a, b)
+    if step == "square":
+        return a * a
+    if step == "clamp":
+        return fnp.clip(a, -1, 1) if is_float else fnp.clip(a, -5, 5)
+    if step == "expm1":
+        return fnp.expm1(fnp.clip(a, -3, 3))
+    if step == "softmax_rows":
+        return fg.nn.softmax(a, axis=1) + b
+    if step == "bits":
+        return (a ^ (b << 2)) & 0x3F
+    if step == "compare_cast":
+        return (a >= b).astype(a.dtype) * 3 - (a == b).astype(a.dtype)
     raise AssertionError(step)
 
 
