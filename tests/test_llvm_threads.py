@@ -134,3 +134,26 @@ def test_thread_count_comes_from_the_environment():
         text=True,
     )
     assert int(default.stdout) == len(os.sched_getaffinity(0))
+
+
+def test_devices_running_at_once_share_openblas_threads():
+    """pmap's devices call GEMMs at once: while they run, OpenBLAS gets each one's share of
+    the threads, and its own count comes back after."""
+    from funcgrad.backends.llvm import blas
+    from funcgrad.interpreters import parallel
+
+    library = blas.library()
+    before = library.scipy_openblas_get_num_threads64_()
+    previous = config.num_threads
+    config.update("num_threads", 4)
+    try:
+        seen = parallel.run_on_devices(
+            lambda: library.scipy_openblas_get_num_threads64_(), [(), ()], "i", 2
+        )
+    finally:
+        config.update("num_threads", previous)
+    assert seen == [2, 2]
+    assert library.scipy_openblas_get_num_threads64_() == before
+    with blas.threads_limited_to(3), blas.threads_limited_to(1):
+        assert library.scipy_openblas_get_num_threads64_() == 1
+    assert library.scipy_openblas_get_num_threads64_() == before

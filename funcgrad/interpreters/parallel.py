@@ -176,13 +176,17 @@ def run_on_devices(
 
     if num_local == 1:
         return [run_device(0)]
-    futures = [_pool.submit(run_device, i) for i in range(num_local)]
+    from funcgrad.backends.llvm import blas  # the OpenBLAS both backends' GEMMs run on
+
     results, errors = [], []
-    for future in futures:
-        try:
-            results.append(future.result())
-        except BaseException as error:
-            errors.append(error)
+    # The devices share the cores: each device's GEMMs get its share of the threads.
+    with blas.threads_limited_to(config.num_threads // num_local):
+        futures = [_pool.submit(run_device, i) for i in range(num_local)]
+        for future in futures:
+            try:
+                results.append(future.result())
+            except BaseException as error:
+                errors.append(error)
     if errors:
         # The device that failed first, not the others that stopped because of it.
         raise communicator.failure[1] if communicator.failure is not None else errors[0]

@@ -3,10 +3,12 @@ generated code: their addresses are handed to LLVM, so a library call costs no P
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import glob
 import os
+import threading
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -38,6 +40,33 @@ def lapack_symbol(routine: str, dtype: np.dtype) -> str:
     name = f"scipy_{'s' if dtype == np.float32 else 'd'}{routine}_64_"
     llvm.add_symbol(name, ctypes.cast(getattr(library(), name), ctypes.c_void_p).value)
     return name
+
+
+_limit_lock = threading.Lock()
+_limits: list[int] = []  # the counts asked for by the limits in force, and the count before
+
+
+@contextlib.contextmanager
+def threads_limited_to(count: int):
+    """OpenBLAS's thread count lowered to `count` while the block runs (the smallest of the
+    limits in force wins; the library's own count returns with the last). pmap's devices each
+    call GEMMs at once: without this, each would start a thread per core."""
+    lib = library()
+    with _limit_lock:
+        if not _limits:
+            _limits.append(lib.scipy_openblas_get_num_threads64_())
+        _limits.append(max(1, count))
+        lib.scipy_openblas_set_num_threads64_(ctypes.c_int(min(_limits[1:])))
+    try:
+        yield
+    finally:
+        with _limit_lock:
+            _limits.remove(max(1, count))
+            lib.scipy_openblas_set_num_threads64_(
+                ctypes.c_int(min(_limits[1:]) if len(_limits) > 1 else _limits[0])
+            )
+            if len(_limits) == 1:
+                _limits.clear()
 
 
 def workspace_query(routine: str, dtype: np.dtype, args: list) -> dict:
