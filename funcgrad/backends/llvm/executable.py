@@ -64,11 +64,16 @@ class LlvmExecutable:
         self._out_weak = [a.weak_type for a in out_avals]
         self._in_dtypes = [a.dtype for a in closed.in_avals]
         self._reference = None
+        # The entry's argument array type, and whether any loop runs on threads (else the
+        # thread count is not worth looking up): both fixed per program.
+        self._arguments = ctypes.c_void_p * (len(self._in_dtypes) + len(out_avals) + 2)
+        self._threaded = "@parallel_for(" in self.ir
 
     def __call__(self, *args) -> list[Array]:
         if self.donated:
             return self._call_donating(args)
-        inputs = []
+        inputs = []  # holds converted copies alive through the call
+        pointers = []
         for a, dtype in zip(args, self._in_dtypes):
             value = a._value if type(a) is Array else a
             if (
@@ -77,16 +82,17 @@ class LlvmExecutable:
                 or not value.flags.c_contiguous
             ):
                 value = np.ascontiguousarray(value, dtype)
-            inputs.append(value)
+                inputs.append(value)
+            pointers.append(_address(value))
         outputs = [np.empty(shape, dtype) for shape, dtype in self._out_shapes]
-        pointers = [_address(x) for x in inputs] + [_address(x) for x in outputs]
+        pointers += [_address(x) for x in outputs]
         if self.memory.arena_bytes:
             arena = np.empty(self.memory.arena_bytes, np.uint8)
             pointers.append(_address(arena))
         else:
             pointers.append(None)
-        pointers.append(_native_threads())
-        self._entry((ctypes.c_void_p * len(pointers))(*pointers))
+        pointers.append(_native_threads() if self._threaded else 1)
+        self._entry(self._arguments(*pointers))
         if self._callbacks:
             _raise_callback_errors()
         if config.debug_nans:
@@ -112,8 +118,8 @@ class LlvmExecutable:
         pointers = [_address(x) for x in inputs] + [_address(x) for x in outputs]
         arena = np.empty(self.memory.arena_bytes, np.uint8) if self.memory.arena_bytes else None
         pointers.append(None if arena is None else _address(arena))
-        pointers.append(_native_threads())
-        self._entry((ctypes.c_void_p * len(pointers))(*pointers))
+        pointers.append(_native_threads() if self._threaded else 1)
+        self._entry(self._arguments(*pointers))
         if self._callbacks:
             _raise_callback_errors()
         for i in self.donated.values():
