@@ -419,3 +419,23 @@ def test_lstsq_cond_and_friends_match_numpy():
 @given(matrices(square=True))
 def test_linalg_under_jit(a):
     check_staging(lambda a: (fnp.linalg.inv(a), fnp.linalg.slogdet(a)), a)
+
+
+def test_compiled_float32_decompositions_pick_the_references_signs():
+    # float32 decompositions compute in float64, as the reference does: a float32 routine
+    # returned this matrix's second eigenvector with the opposite sign.
+    x = np.array(
+        [
+            [0.34558418, 0.82161814, 0.33043706, -1.3031572],
+            [0.9053559, 0.44637457, -0.5369532, 0.5811181],
+            [0.3645724, 0.2941325, 0.02842224, 0.546713],
+            [-0.73645407, -0.16290995, -0.48211932, 0.5988462],
+        ],
+        np.float32,
+    )
+    for decomposition in (lax.eigh, lax.svd, lax.qr):
+        eager = decomposition(x)
+        compiled = fg.jit(decomposition)(x)
+        for expected, actual in zip(eager, compiled):
+            assert np.asarray(actual).dtype == np.float32
+            np.testing.assert_allclose(np.asarray(actual), np.asarray(expected), atol=1e-6)

@@ -171,7 +171,7 @@ def programs(draw):
         st.lists(
             st.tuples(st.sampled_from(steps), st.integers(0, 9), st.integers(0, 9)),
             min_size=1,
-            max_size=7,
+            max_size=12,
         )
     )
     rows, cols = draw(st.integers(1, 4)), draw(st.integers(2, 6))

@@ -7,6 +7,11 @@ order LAPACK reads), one `FortranCall` step per routine (looping over the stack 
 and kernels copying the results back to row-major outputs. A matrix for which a routine
 reports failure (info != 0) gets NaN results, as the reference gives.
 
+NumPy computes these decompositions of float32 matrices in float64 and rounds the results;
+so do the compiled programs (`working_dtype`), or a float32 routine could pick other signs of
+eigenvectors or singular vectors than the reference. LU and triangular solves stay in the
+operand's dtype, as the reference computes them.
+
 Workspaces are sized as NumPy sizes them, by asking the library (`workspace_query`, set by
 the backend that calls it): some routines choose their algorithm by the workspace they are
 given, so another size could give other (equally valid) signs of singular vectors. Without a
@@ -58,19 +63,24 @@ def _i(value: int) -> K.Expr:
     return K.const(value, INDEX)
 
 
-def _to_column_major(scheduler, var, rows: int, cols: int, columns: int) -> K.Buffer:
-    """A scratch copy of `var`'s matrices, each column-major with `columns` columns of
-    `rows` (those beyond `cols` left for the routine to fill)."""
+def working_dtype(dtype) -> np.dtype:
+    """The dtype a decomposition routine computes in: float64 for float32 operands."""
+    return np.dtype(np.float64) if np.dtype(dtype) == np.float32 else np.dtype(dtype)
+
+
+def _to_column_major(scheduler, var, rows: int, cols: int, columns: int, dtype=None) -> K.Buffer:
+    """A scratch copy of `var`'s matrices in `dtype` (by default its own), each column-major
+    with `columns` columns of `rows` (those beyond `cols` left for the routine to fill)."""
     *batch_shape, _, _ = var.aval.shape
     batch = math.prod(batch_shape)
-    buffer = _scratch(var.aval.dtype, batch * rows * columns)
+    buffer = _scratch(dtype or var.aval.dtype, batch * rows * columns)
     builder = KernelBuilder(scheduler.producer, scheduler.buffer_of)
 
     def body(index: list) -> list:
         b = flat_offset(index[:-2], tuple(batch_shape)) if batch_shape else _i(0)
         i, j = index[-2], index[-1]
         offset = (b * _i(columns) + j) * _i(rows) + i
-        return [K.Store(buffer, offset, builder.element(var, index))]
+        return [K.Store(buffer, offset, K.cast(builder.element(var, index), buffer.dtype))]
 
     scheduler._kernel(builder, [buffer], loop_nest(var.aval.shape, body), [])
     return buffer
@@ -107,6 +117,7 @@ def _from_column_major(
                 value = K.select(kept, value, K.const(0, out.dtype))
         else:
             value = K.Load(source, b * _i(per_matrix) + index[-1])
+        value = K.cast(value, out.dtype)
         if info is not None:
             failed = K.binary("ne", K.Load(info, b), K.const(0, info.dtype))
             value = K.select(failed, K.const(np.nan, out.dtype), value)
@@ -115,10 +126,12 @@ def _from_column_major(
     scheduler._kernel(builder, [out], loop_nest(tuple(shape), body), [])
 
 
-def _call(scheduler, routine: str, eqn: JaxprEqn, batch: int, args: list, minimum: dict):
-    """Append the call, with workspaces sized by the query (or `minimum`) in place of the
-    placeholders."""
-    dtype = np.dtype(eqn.invars[0].aval.dtype)
+def _call(
+    scheduler, routine: str, eqn: JaxprEqn, batch: int, args: list, minimum: dict, dtype=None
+):
+    """Append the call of `routine` at `dtype` (by default the operand's), with workspaces
+    sized by the query (or `minimum`) in place of the placeholders."""
+    dtype = np.dtype(dtype or eqn.invars[0].aval.dtype)
     sizes = dict(minimum)
     if workspace_query is not None and WORK in args:
         sizes = {key: max(int(v), 1) for key, v in workspace_query(routine, dtype, args).items()}
@@ -137,21 +150,22 @@ def qr(scheduler, eqn: JaxprEqn) -> None:
     k = min(m, n)
     q_cols = eqn.outvars[0].aval.shape[-1]
     columns = max(n, q_cols)
-    matrices = _to_column_major(scheduler, a, m, n, columns)
-    tau = _scratch(a.aval.dtype, batch * k)
+    work = working_dtype(a.aval.dtype)
+    matrices = _to_column_major(scheduler, a, m, n, columns, work)
+    tau = _scratch(work, batch * k)
     info = _scratch(np.int64, batch)
     ld = max(m, 1)
     per = m * columns
     _call(
         scheduler, "geqrf", eqn, batch,
         [m, n, (matrices, per), ld, (tau, k), WORK, LWORK, (info, 1)],
-        {LWORK: max(n, 1)},
+        {LWORK: max(n, 1)}, work,
     )  # fmt: skip
     _from_column_major(scheduler, matrices, m, per, r_out, eqn.outvars[1].aval.shape, None, True)
     _call(
         scheduler, "orgqr", eqn, batch,
         [m, q_cols, k, (matrices, per), ld, (tau, k), WORK, LWORK, (info, 1)],
-        {LWORK: max(q_cols, 1)},
+        {LWORK: max(q_cols, 1)}, work,
     )  # fmt: skip
     _from_column_major(scheduler, matrices, m, per, q_out, eqn.outvars[0].aval.shape, None)
 
@@ -161,15 +175,16 @@ def eigh(scheduler, eqn: JaxprEqn) -> None:
     v_out, w_out = (scheduler.buffer_of[v] for v in eqn.outvars)
     *batch_shape, n, _ = a.aval.shape
     batch = math.prod(batch_shape)
-    matrices = _to_column_major(scheduler, a, n, n, n)
-    eigenvalues = _scratch(a.aval.dtype, batch * n)
+    work = working_dtype(a.aval.dtype)
+    matrices = _to_column_major(scheduler, a, n, n, n, work)
+    eigenvalues = _scratch(work, batch * n)
     info = _scratch(np.int64, batch)
     uplo = "L" if eqn.params["lower"] else "U"
     _call(
         scheduler, "syevd", eqn, batch,
         ["V", uplo, n, (matrices, n * n), max(n, 1), (eigenvalues, n), WORK, LWORK, IWORK,
          LIWORK, (info, 1)],
-        {LWORK: 1 + 6 * n + 2 * n * n, LIWORK: 3 + 5 * n},
+        {LWORK: 1 + 6 * n + 2 * n * n, LIWORK: 3 + 5 * n}, work,
     )  # fmt: skip
     _from_column_major(scheduler, matrices, n, n * n, v_out, eqn.outvars[0].aval.shape, info)
     _from_column_major(scheduler, eigenvalues, 0, n, w_out, eqn.outvars[1].aval.shape, info)
@@ -185,10 +200,11 @@ def svd(scheduler, eqn: JaxprEqn) -> None:
     job = "N" if not compute_uv else ("A" if full else "S")
     u_cols = m if full else k
     vt_rows = n if full else k
-    matrices = _to_column_major(scheduler, a, m, n, n)
-    singular = _scratch(a.aval.dtype, batch * k)
-    u = _scratch(a.aval.dtype, batch * m * u_cols if compute_uv else 1)
-    vt = _scratch(a.aval.dtype, batch * vt_rows * n if compute_uv else 1)
+    work = working_dtype(a.aval.dtype)
+    matrices = _to_column_major(scheduler, a, m, n, n, work)
+    singular = _scratch(work, batch * k)
+    u = _scratch(work, batch * m * u_cols if compute_uv else 1)
+    vt = _scratch(work, batch * vt_rows * n if compute_uv else 1)
     info = _scratch(np.int64, batch)
     iwork = _scratch(np.int64, 8 * max(k, 1))
     ldu = max(m, 1) if compute_uv else 1
@@ -198,7 +214,7 @@ def svd(scheduler, eqn: JaxprEqn) -> None:
         [job, m, n, (matrices, m * n), max(m, 1), (singular, k),
          (u, m * u_cols if compute_uv else 0), ldu, (vt, vt_rows * n if compute_uv else 0), ldvt,
          WORK, LWORK, (iwork, 0), (info, 1)],
-        {LWORK: 4 * k * k + 7 * k + big},
+        {LWORK: 4 * k * k + 7 * k + big}, work,
     )  # fmt: skip
     shapes = [v.aval.shape for v in eqn.outvars]
     if not compute_uv:
@@ -216,9 +232,12 @@ def cholesky(scheduler, eqn: JaxprEqn) -> None:
     (out,) = (scheduler.buffer_of[v] for v in eqn.outvars)
     *batch_shape, n, _ = a.aval.shape
     batch = math.prod(batch_shape)
-    matrices = _to_column_major(scheduler, a, n, n, n)
+    work = working_dtype(a.aval.dtype)
+    matrices = _to_column_major(scheduler, a, n, n, n, work)
     info = _scratch(np.int64, batch)
-    _call(scheduler, "potrf", eqn, batch, ["L", n, (matrices, n * n), max(n, 1), (info, 1)], {})
+    _call(
+        scheduler, "potrf", eqn, batch, ["L", n, (matrices, n * n), max(n, 1), (info, 1)], {}, work
+    )
     shape = eqn.outvars[0].aval.shape
     _from_column_major(scheduler, matrices, n, n * n, out, shape, info, lower=True)
 
