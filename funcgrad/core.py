@@ -375,6 +375,9 @@ class Tracer:
     def __float__(self):
         return float(self._concrete(TracerIntegerConversionError))
 
+    def __complex__(self):
+        return complex(self._concrete(TracerIntegerConversionError))
+
     def __index__(self):
         return self._concrete(TracerIntegerConversionError).__index__()
 

@@ -2,7 +2,9 @@
 
 funcgrad promotes like JAX: a lattice in which Python scalars are *weakly typed* (they take the
 dtype of the array they meet), float32 is the default float and int32 the default int, and
-float64 given by the user is kept, never silently downcast.
+float64 given by the user is kept, never silently downcast. Complex numbers sit above the
+floats: float32 meets complex64 in complex64, float64 meets it in complex128, and a Python
+complex scalar is a weak complex that takes the width of the floats it meets.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ bfloat16 = np.dtype(ml_dtypes.bfloat16)
 float16 = np.dtype(np.float16)
 float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
+complex64 = np.dtype(np.complex64)
+complex128 = np.dtype(np.complex128)
 
 # The dtype of tangents of integer and boolean values: they carry no information.
 float0 = np.dtype([("float0", np.void, 0)])
@@ -40,12 +44,14 @@ signed_dtypes = (int8, int16, int32, int64)
 unsigned_dtypes = (uint8, uint16, uint32, uint64)
 int_dtypes = signed_dtypes + unsigned_dtypes
 float_dtypes = (bfloat16, float16, float32, float64)
-supported_dtypes = frozenset(bool_dtypes + int_dtypes + float_dtypes)
+complex_dtypes = (complex64, complex128)
+supported_dtypes = frozenset(bool_dtypes + int_dtypes + float_dtypes + complex_dtypes)
 
 # The promotion lattice: each node lists the nodes directly above it. `i*` and `f*` are the
-# weak int and float of Python scalars, which sit below every array type of their kind.
+# weak int, float and complex of Python scalars, which sit below every array type of their kind.
 _WEAK_INT = "i*"
 _WEAK_FLOAT = "f*"
+_WEAK_COMPLEX = "c*"
 _LATTICE_UP: dict = {
     bool_: [_WEAK_INT],
     _WEAK_INT: [uint8, int8],
@@ -57,11 +63,14 @@ _LATTICE_UP: dict = {
     int16: [int32],
     int32: [int64],
     int64: [_WEAK_FLOAT],
-    _WEAK_FLOAT: [bfloat16, float16],
+    _WEAK_FLOAT: [bfloat16, float16, _WEAK_COMPLEX],
     bfloat16: [float32],
     float16: [float32],
-    float32: [float64],
-    float64: [],
+    float32: [float64, complex64],
+    float64: [complex128],
+    _WEAK_COMPLEX: [complex64],
+    complex64: [complex128],
+    complex128: [],
 }
 
 
@@ -94,11 +103,37 @@ def _node(dtype: np.dtype, weak_type: bool):
         return _WEAK_INT
     if weak_type and dtype.kind == "f":
         return _WEAK_FLOAT
+    if weak_type and dtype.kind == "c":
+        return _WEAK_COMPLEX
     return dtype
 
 
 def is_float(dtype) -> bool:
+    """True for the real floating-point dtypes (complex ones are not)."""
     return np.dtype(dtype).kind == "f" or np.dtype(dtype) == bfloat16
+
+
+def is_complex(dtype) -> bool:
+    return np.dtype(dtype).kind == "c"
+
+
+def is_inexact(dtype) -> bool:
+    """True for the dtypes that carry derivatives: real and complex floating point."""
+    return is_float(dtype) or is_complex(dtype)
+
+
+def real_dtype(dtype) -> np.dtype:
+    """The dtype of the real and imaginary parts of `dtype` (itself when it is real)."""
+    dtype = np.dtype(dtype)
+    return {complex64: float32, complex128: float64}.get(dtype, dtype)
+
+
+def complex_dtype(dtype) -> np.dtype:
+    """The complex dtype whose parts are `dtype` (half floats widen to complex64)."""
+    dtype = np.dtype(dtype)
+    if is_complex(dtype):
+        return dtype
+    return complex128 if dtype == float64 else complex64
 
 
 def is_int(dtype) -> bool:
@@ -138,15 +173,17 @@ def canonicalize(dtype) -> np.dtype:
         return int32
     if dtype is builtins.bool:
         return bool_
+    if dtype is builtins.complex:
+        return complex64
     return check_supported(dtype)
 
 
 def is_python_scalar(x) -> bool:
-    """True for Python's bool, int and float, which are weakly typed; NumPy scalars are not
-    (np.float64 subclasses float but has a definite dtype)."""
-    return isinstance(x, (builtins.bool, builtins.int, builtins.float)) and not isinstance(
-        x, np.generic
-    )
+    """True for Python's bool, int, float and complex, which are weakly typed; NumPy scalars
+    are not (np.float64 subclasses float but has a definite dtype)."""
+    return isinstance(
+        x, (builtins.bool, builtins.int, builtins.float, builtins.complex)
+    ) and not isinstance(x, np.generic)
 
 
 def scalar_dtype(x) -> tuple[np.dtype, bool]:
@@ -157,8 +194,8 @@ def scalar_dtype(x) -> tuple[np.dtype, bool]:
         return int32, True
     if isinstance(x, builtins.float):
         return float32, True
-    if isinstance(x, complex):
-        raise TypeError("funcgrad does not support complex numbers")
+    if isinstance(x, builtins.complex):
+        return complex64, True
     raise TypeError(f"{type(x).__name__} is not a scalar")
 
 
@@ -182,6 +219,9 @@ def result_type_of(dtypes_and_weak: list[tuple[np.dtype, bool]]) -> tuple[np.dty
     if node == _WEAK_FLOAT:
         weak_dtype = _widest_weak(dtypes_and_weak, "f", float32)
         return weak_dtype, True
+    if node == _WEAK_COMPLEX:
+        parts = [(real_dtype(dtype), weak) for dtype, weak in dtypes_and_weak]
+        return complex_dtype(_widest_weak(parts, "f", float32)), True
     return node, False
 
 
@@ -196,7 +236,8 @@ def _widest_weak(dtypes_and_weak, kinds: str, default: np.dtype) -> np.dtype:
 
 
 def finfo(dtype) -> ml_dtypes.finfo:
-    return ml_dtypes.finfo(check_supported(dtype))
+    """Machine limits of a float dtype; a complex dtype has those of its parts."""
+    return ml_dtypes.finfo(real_dtype(check_supported(dtype)))
 
 
 def iinfo(dtype) -> np.iinfo:

@@ -4,6 +4,10 @@
 the adjoint identity <u, J v> = <J^T u, v> with J v from the same finite differences, recursively
 up to `order`.
 Run it on float64 inputs: finite differences in float32 are too noisy to check anything.
+
+Complex values follow the convention of reverse mode: the pullback is the transpose of the
+derivative, not its adjoint, so the identity checked is Re<u, J v> = Re<conj(J^T conj(u)), v>
+with <x, y> = sum(conj(x) y); for real values it is the plain one.
 """
 
 from __future__ import annotations
@@ -17,6 +21,17 @@ from funcgrad.interpreters.ad import float0
 
 _DEFAULT_EPS = {np.dtype(np.float64): 1e-5, np.dtype(np.float32): 1e-2}
 _DEFAULT_TOL = {np.dtype(np.float64): 1e-5, np.dtype(np.float32): 2e-2}
+for _real, _complex in ((np.float64, np.complex128), (np.float32, np.complex64)):
+    _DEFAULT_EPS[np.dtype(_complex)] = _DEFAULT_EPS[np.dtype(_real)]
+    _DEFAULT_TOL[np.dtype(_complex)] = _DEFAULT_TOL[np.dtype(_real)]
+
+
+def _inexact(dtype) -> bool:
+    return dtype.kind in "fc" or dtype.name == "bfloat16"
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
 
 
 def _leaves_np(tree) -> list[np.ndarray]:
@@ -28,15 +43,22 @@ def _inner(xs, ys) -> float:
     for x, y in zip(_leaves_np(xs), _leaves_np(ys)):
         if x.dtype == float0 or y.dtype == float0:
             continue
-        total += float(np.sum(x.astype(np.float64) * y.astype(np.float64)))
+        total += float(np.real(np.sum(np.conj(_wide(x)) * _wide(y))))
     return total
+
+
+def _conj(tree):
+    return tree_util.tree_map(lambda x: np.conj(x) if np.asarray(x).dtype.kind == "c" else x, tree)
 
 
 def _random_like(tree, rng: np.random.Generator):
     def draw(x):
         x = np.asarray(x)
-        if x.dtype.kind != "f" and x.dtype.name != "bfloat16":
+        if not _inexact(x.dtype):
             return np.zeros(x.shape, float0)
+        if x.dtype.kind == "c":
+            parts = rng.standard_normal((2,) + x.shape)
+            return (parts[0] + 1j * parts[1]).astype(x.dtype)
         return rng.standard_normal(x.shape).astype(x.dtype)
 
     return tree_util.tree_map(draw, tree)
@@ -47,7 +69,7 @@ def _axpy(a: float, xs, ys):
         x = np.asarray(x)
         if x.dtype == float0:
             return np.asarray(y)
-        return (np.asarray(y) + a * x.astype(np.float64)).astype(np.asarray(y).dtype)
+        return (np.asarray(y) + a * _wide(x)).astype(np.asarray(y).dtype)
 
     return tree_util.tree_map(combine, xs, ys)
 
@@ -56,9 +78,7 @@ def _assert_close(actual, expected, atol: float, rtol: float, what: str) -> None
     for a, e in zip(_leaves_np(actual), _leaves_np(expected)):
         if a.dtype == float0:
             continue
-        np.testing.assert_allclose(
-            a.astype(np.float64), e.astype(np.float64), atol=atol, rtol=rtol, err_msg=what
-        )
+        np.testing.assert_allclose(_wide(a), _wide(e), atol=atol, rtol=rtol, err_msg=what)
 
 
 def _tolerance(args, given: float | None, table: dict) -> float:
@@ -70,7 +90,7 @@ def _tolerance(args, given: float | None, table: dict) -> float:
     float_dtypes = [
         dtype
         for dtype in (np.asarray(x).dtype for x in tree_util.tree_leaves(args))
-        if dtype.kind == "f" or dtype.name == "bfloat16"
+        if _inexact(dtype)
     ]
     return max(
         (table.get(d, table[np.dtype(np.float32)]) for d in float_dtypes),
@@ -98,7 +118,7 @@ def _numerical_jvp(f: Callable, args: tuple, tangent, eps: float):
     def difference(p, m):
         if np.asarray(p).dtype == float0:  # a cotangent of an integer input
             return np.asarray(p)
-        return (np.asarray(p, np.float64) - np.asarray(m, np.float64)) / (2 * eps)
+        return (_wide(np.asarray(p)) - _wide(np.asarray(m))) / (2 * eps)
 
     plus = f(*_axpy(eps, tangent, args))
     minus = f(*_axpy(-eps, tangent, args))
@@ -121,9 +141,9 @@ def check_vjp(f: Callable, args: Sequence, atol=None, rtol=None, eps=None, seed:
     out = f(*args)
     _assert_close(out_again, out, atol, rtol, "vjp primal output vs the function's output")
     cotangent = _random_like(out, rng)
-    cotangent_in = pullback(tree_util.tree_map(_as_array, cotangent))
-    lhs = _inner(cotangent, tangent_out)
-    rhs = _inner(cotangent_in, tangent)
+    cotangent_in = _conj(pullback(tree_util.tree_map(_as_array, _conj(cotangent))))
+    lhs = _inner(tangent_out, cotangent)
+    rhs = _inner(tangent, cotangent_in)
     scale = max(1.0, abs(lhs), abs(rhs))
     np.testing.assert_allclose(
         lhs / scale, rhs / scale, atol=atol, rtol=rtol, err_msg="<u, J v> vs <J^T u, v>"

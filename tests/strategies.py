@@ -6,6 +6,7 @@ from funcgrad.tools.strategies import (  # noqa: F401
     any_dtypes,
     arrays,
     axes,
+    complex_dtypes,
     edge_shapes,
     float_dtypes,
     int_dtypes,

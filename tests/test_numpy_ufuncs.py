@@ -20,26 +20,29 @@ import funcgrad.numpy as fnp
 from funcgrad import dtypes, lax
 
 # ---------------------------------------------------------------------------------------------
-# JAX's promotion table (complex types left out). i* and f* are weakly typed Python int and
-# float; a weak result takes funcgrad's default dtype of its kind and stays weak.
+# JAX's promotion table. i*, f* and c* are weakly typed Python int, float and complex; a weak
+# result takes funcgrad's default dtype of its kind and stays weak.
 
-CODES = "b1 u1 u2 u4 u8 i1 i2 i4 i8 bf f2 f4 f8 i* f*".split()
+CODES = "b1 u1 u2 u4 u8 i1 i2 i4 i8 bf f2 f4 f8 c4 c8 i* f* c*".split()
 TABLE = """
-b1: b1 u1 u2 u4 u8 i1 i2 i4 i8 bf f2 f4 f8 i* f*
-u1: u1 u1 u2 u4 u8 i2 i2 i4 i8 bf f2 f4 f8 u1 f*
-u2: u2 u2 u2 u4 u8 i4 i4 i4 i8 bf f2 f4 f8 u2 f*
-u4: u4 u4 u4 u4 u8 i8 i8 i8 i8 bf f2 f4 f8 u4 f*
-u8: u8 u8 u8 u8 u8 f* f* f* f* bf f2 f4 f8 u8 f*
-i1: i1 i2 i4 i8 f* i1 i2 i4 i8 bf f2 f4 f8 i1 f*
-i2: i2 i2 i4 i8 f* i2 i2 i4 i8 bf f2 f4 f8 i2 f*
-i4: i4 i4 i4 i8 f* i4 i4 i4 i8 bf f2 f4 f8 i4 f*
-i8: i8 i8 i8 i8 f* i8 i8 i8 i8 bf f2 f4 f8 i8 f*
-bf: bf bf bf bf bf bf bf bf bf bf f4 f4 f8 bf bf
-f2: f2 f2 f2 f2 f2 f2 f2 f2 f2 f4 f2 f4 f8 f2 f2
-f4: f4 f4 f4 f4 f4 f4 f4 f4 f4 f4 f4 f4 f8 f4 f4
-f8: f8 f8 f8 f8 f8 f8 f8 f8 f8 f8 f8 f8 f8 f8 f8
-i*: i* u1 u2 u4 u8 i1 i2 i4 i8 bf f2 f4 f8 i* f*
-f*: f* f* f* f* f* f* f* f* f* bf f2 f4 f8 f* f*
+b1: b1 u1 u2 u4 u8 i1 i2 i4 i8 bf f2 f4 f8 c4 c8 i* f* c*
+u1: u1 u1 u2 u4 u8 i2 i2 i4 i8 bf f2 f4 f8 c4 c8 u1 f* c*
+u2: u2 u2 u2 u4 u8 i4 i4 i4 i8 bf f2 f4 f8 c4 c8 u2 f* c*
+u4: u4 u4 u4 u4 u8 i8 i8 i8 i8 bf f2 f4 f8 c4 c8 u4 f* c*
+u8: u8 u8 u8 u8 u8 f* f* f* f* bf f2 f4 f8 c4 c8 u8 f* c*
+i1: i1 i2 i4 i8 f* i1 i2 i4 i8 bf f2 f4 f8 c4 c8 i1 f* c*
+i2: i2 i2 i4 i8 f* i2 i2 i4 i8 bf f2 f4 f8 c4 c8 i2 f* c*
+i4: i4 i4 i4 i8 f* i4 i4 i4 i8 bf f2 f4 f8 c4 c8 i4 f* c*
+i8: i8 i8 i8 i8 f* i8 i8 i8 i8 bf f2 f4 f8 c4 c8 i8 f* c*
+bf: bf bf bf bf bf bf bf bf bf bf f4 f4 f8 c4 c8 bf bf c4
+f2: f2 f2 f2 f2 f2 f2 f2 f2 f2 f4 f2 f4 f8 c4 c8 f2 f2 c4
+f4: f4 f4 f4 f4 f4 f4 f4 f4 f4 f4 f4 f4 f8 c4 c8 f4 f4 c4
+f8: f8 f8 f8 f8 f8 f8 f8 f8 f8 f8 f8 f8 f8 c8 c8 f8 f8 c8
+c4: c4 c4 c4 c4 c4 c4 c4 c4 c4 c4 c4 c4 c8 c4 c8 c4 c4 c4
+c8: c8 c8 c8 c8 c8 c8 c8 c8 c8 c8 c8 c8 c8 c8 c8 c8 c8 c8
+i*: i* u1 u2 u4 u8 i1 i2 i4 i8 bf f2 f4 f8 c4 c8 i* f* c*
+f*: f* f* f* f* f* f* f* f* f* bf f2 f4 f8 c4 c8 f* f* c*
+c*: c* c* c* c* c* c* c* c* c* c4 c4 c4 c8 c4 c8 c* c* c*
 """
 PROMOTION = {}
 for line in TABLE.strip().splitlines():
@@ -63,14 +66,17 @@ DTYPE_OF_CODE = {
     "f8": dtypes.float64,
     "i*": dtypes.int32,
     "f*": dtypes.float32,
+    "c4": dtypes.complex64,
+    "c8": dtypes.complex128,
+    "c*": dtypes.complex64,
 }
 CODE_OF_DTYPE = {d: c for c, d in DTYPE_OF_CODE.items() if "*" not in c}
-PYTHON_SCALAR = {"i*": 1, "f*": 1.0}
+PYTHON_SCALAR = {"i*": 1, "f*": 1.0, "c*": 1.0 + 1j}
 
 
 def code(x) -> str:
-    if isinstance(x, (int, float)) and not isinstance(x, bool):
-        return "i*" if isinstance(x, int) else "f*"
+    if isinstance(x, (int, float, complex)) and not isinstance(x, bool):
+        return {int: "i*", float: "f*", complex: "c*"}[type(x)]
     if isinstance(x, bool):
         return "b1"
     return CODE_OF_DTYPE[np.dtype(x.dtype)]

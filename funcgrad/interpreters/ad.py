@@ -26,7 +26,7 @@ float0 = dtypes.float0
 
 def tangent_aval(aval: ShapedArray) -> ShapedArray:
     """Tangents of floats share the primal's type; integers and bools have float0 tangents."""
-    if dtypes.is_float(aval.dtype):
+    if dtypes.is_inexact(aval.dtype):
         return ShapedArray(aval.shape, aval.dtype, aval.weak_type)
     return ShapedArray(aval.shape, float0)
 

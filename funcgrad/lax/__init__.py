@@ -10,6 +10,7 @@ from funcgrad.lax.base import asarray
 from funcgrad.lax.control_flow import *
 from funcgrad.lax.elementwise import *
 from funcgrad.lax.extra import *
+from funcgrad.lax.fft import *
 from funcgrad.lax.indexing import *
 from funcgrad.lax.linalg import *
 from funcgrad.lax.linalg_decomp import *

@@ -75,9 +75,13 @@ def elementwise_shape(name: str, avals: Sequence[ShapedArray]) -> tuple[int, ...
 
 
 # Dtype classes accepted by primitives, with the words used in their error messages.
-FLOAT = ("floating-point", dtypes.is_float)
+FLOAT = ("real floating-point", dtypes.is_float)
+INEXACT = ("floating-point or complex", dtypes.is_inexact)
+COMPLEX = ("complex", dtypes.is_complex)
 INT = ("integer", dtypes.is_int)
-NUMERIC = ("numeric", lambda d: dtypes.is_float(d) or dtypes.is_int(d))
+NUMERIC = ("numeric", lambda d: dtypes.is_inexact(d) or dtypes.is_int(d))
+REAL_NUMERIC = ("real numeric", lambda d: dtypes.is_float(d) or dtypes.is_int(d))
+REAL = ("real (not complex)", lambda d: not dtypes.is_complex(d))
 INT_OR_BOOL = ("integer or boolean", lambda d: dtypes.is_int(d) or dtypes.is_bool(d))
 ANY = ("any", lambda d: True)
 

@@ -6,6 +6,7 @@ Operands of an elementwise primitive have one shape, except that rank-0 operands
 
 from __future__ import annotations
 
+import builtins
 import enum
 
 import numpy as np
@@ -17,10 +18,14 @@ from funcgrad.interpreters import ad, batching
 from funcgrad.lax import _special
 from funcgrad.lax.base import (
     ANY,
+    COMPLEX,
     FLOAT,
+    INEXACT,
     INT,
     INT_OR_BOOL,
     NUMERIC,
+    REAL,
+    REAL_NUMERIC,
     asarray,
     check_dtype_class,
     check_same_dtypes,
@@ -49,6 +54,8 @@ __all__ = [
     "cbrt",
     "ceil",
     "clamp",
+    "complex",
+    "conj",
     "convert_element_type",
     "cos",
     "cosh",
@@ -63,6 +70,7 @@ __all__ = [
     "expm1",
     "floor",
     "ge",
+    "imag",
     "gt",
     "integer_pow",
     "is_finite",
@@ -80,6 +88,7 @@ __all__ = [
     "nextafter",
     "population_count",
     "pow",
+    "real",
     "reciprocal",
     "rem",
     "round",
@@ -146,7 +155,9 @@ def binary_operands(x, y):
 
 
 def _weak_scalar(value, dtype: np.dtype) -> Array:
-    if isinstance(value, float) and not dtypes.is_float(dtype):
+    if (isinstance(value, float) and not dtypes.is_inexact(dtype)) or (
+        isinstance(value, builtins.complex) and not dtypes.is_complex(dtype)
+    ):
         return asarray(value)  # let the primitive's dtype check name the mismatch
     return Array(np.array(value, dtype)[()], not isinstance(value, bool))
 
@@ -166,6 +177,14 @@ def _rsqrt(x):
 
 
 def _sign(x):
+    if dtypes.is_complex(x.dtype):
+        # z / |z|, and 0 at 0 (NumPy's complex sign is the sign of the real part before 2.0).
+        # Each part divides by the real modulus (a complex division by a subnormal modulus
+        # would lose the result).
+        magnitude = np.abs(x)
+        safe = np.where(magnitude == 0, 1, magnitude)
+        out = np.where(magnitude == 0, 0, np.real(x) / safe + 1j * (np.imag(x) / safe))
+        return out.astype(x.dtype)
     if dtypes.is_float(x.dtype):
         # XLA keeps the sign of zero (sign(-0.0) is -0.0); NumPy's sign gives +0.0.
         return np.copysign(np.sign(x), x)
@@ -187,28 +206,27 @@ sign_p = unary_primitive("sign", _sign)
 floor_p = unary_primitive("floor", np.floor, FLOAT)
 ceil_p = unary_primitive("ceil", np.ceil, FLOAT)
 is_finite_p = unary_primitive("is_finite", np.isfinite, FLOAT, result_dtype=dtypes.bool_)
-exp_p = unary_primitive("exp", np.exp, FLOAT)
-exp2_p = unary_primitive("exp2", np.exp2, FLOAT)
-log_p = unary_primitive("log", np.log, FLOAT)
-log1p_p = unary_primitive("log1p", np.log1p, FLOAT)
-expm1_p = unary_primitive("expm1", np.expm1, FLOAT)
-tanh_p = unary_primitive("tanh", np.tanh, FLOAT)
-logistic_p = unary_primitive("logistic", _logistic, FLOAT)
-sin_p = unary_primitive("sin", np.sin, FLOAT)
-cos_p = unary_primitive("cos", np.cos, FLOAT)
-tan_p = unary_primitive("tan", np.tan, FLOAT)
-asin_p = unary_primitive("asin", np.arcsin, FLOAT)
-acos_p = unary_primitive("acos", np.arccos, FLOAT)
-atan_p = unary_primitive("atan", np.arctan, FLOAT)
-sinh_p = unary_primitive("sinh", np.sinh, FLOAT)
-cosh_p = unary_primitive("cosh", np.cosh, FLOAT)
-asinh_p = unary_primitive("asinh", np.arcsinh, FLOAT)
-acosh_p = unary_primitive("acosh", np.arccosh, FLOAT)
-atanh_p = unary_primitive("atanh", np.arctanh, FLOAT)
-sqrt_p = unary_primitive("sqrt", np.sqrt, FLOAT)
-rsqrt_p = unary_primitive("rsqrt", _rsqrt, FLOAT)
+exp_p = unary_primitive("exp", np.exp, INEXACT)
+exp2_p = unary_primitive("exp2", np.exp2, INEXACT)
+log_p = unary_primitive("log", np.log, INEXACT)
+log1p_p = unary_primitive("log1p", np.log1p, INEXACT)
+expm1_p = unary_primitive("expm1", np.expm1, INEXACT)
+tanh_p = unary_primitive("tanh", np.tanh, INEXACT)
+logistic_p = unary_primitive("logistic", _logistic, INEXACT)
+sin_p = unary_primitive("sin", np.sin, INEXACT)
+cos_p = unary_primitive("cos", np.cos, INEXACT)
+tan_p = unary_primitive("tan", np.tan, INEXACT)
+asin_p = unary_primitive("asin", np.arcsin, INEXACT)
+acos_p = unary_primitive("acos", np.arccos, INEXACT)
+atan_p = unary_primitive("atan", np.arctan, INEXACT)
+sinh_p = unary_primitive("sinh", np.sinh, INEXACT)
+cosh_p = unary_primitive("cosh", np.cosh, INEXACT)
+asinh_p = unary_primitive("asinh", np.arcsinh, INEXACT)
+acosh_p = unary_primitive("acosh", np.arccosh, INEXACT)
+atanh_p = unary_primitive("atanh", np.arctanh, INEXACT)
+sqrt_p = unary_primitive("sqrt", np.sqrt, INEXACT)
+rsqrt_p = unary_primitive("rsqrt", _rsqrt, INEXACT)
 cbrt_p = unary_primitive("cbrt", np.cbrt, FLOAT)
-abs_p = unary_primitive("abs", np.abs)
 erf_p = unary_primitive("erf", _special.erf, FLOAT)
 erfc_p = unary_primitive("erfc", _special.erfc, FLOAT)
 erf_inv_p = unary_primitive("erf_inv", _special.erf_inv, FLOAT)
@@ -216,6 +234,50 @@ lgamma_p = unary_primitive("lgamma", _special.lgamma, FLOAT)
 digamma_p = unary_primitive("digamma", _special.digamma, FLOAT)
 not_p = unary_primitive("not", _not, INT_OR_BOOL)
 population_count_p = unary_primitive("population_count", _population_count, INT)
+
+# ---------------------------------------------------------------------------------------------
+# Complex numbers: their parts, and the primitives whose result is real for complex operands
+
+
+def part_primitive(name: str, impl, accepted) -> Primitive:
+    """A one-operand primitive whose result has the dtype of its operand's real parts."""
+    prim = Primitive(name)
+
+    @prim.def_abstract_eval
+    def abstract_eval(x: ShapedArray) -> ShapedArray:
+        check_dtype_class(name, x, accepted)
+        return ShapedArray(x.shape, dtypes.real_dtype(x.dtype))
+
+    prim.def_impl(impl)
+    batching.defvectorized(prim)
+    return prim
+
+
+abs_p = part_primitive("abs", np.abs, NUMERIC)
+real_p = part_primitive("real", np.real, COMPLEX)
+imag_p = part_primitive("imag", np.imag, COMPLEX)
+conj_p = unary_primitive("conj", np.conjugate, COMPLEX)
+complex_p = Primitive("complex")
+
+
+@complex_p.def_abstract_eval
+def _complex_abstract_eval(x: ShapedArray, y: ShapedArray) -> ShapedArray:
+    dtype = check_same_dtypes("complex", [x, y])
+    if dtype not in (dtypes.float32, dtypes.float64):
+        raise TypeError(
+            f"complex builds complex64 or complex128 from float32 or float64 parts, got "
+            f"{dtype.name}"
+        )
+    return ShapedArray(elementwise_shape("complex", [x, y]), dtypes.complex_dtype(dtype))
+
+
+@complex_p.def_impl
+def _complex_impl(x, y):
+    out = np.asarray(x) + np.asarray(y) * np.array(1j, dtypes.complex_dtype(np.asarray(x).dtype))
+    return out[()] if out.ndim == 0 else out
+
+
+batching.defbroadcasting(complex_p)
 
 
 class RoundingMethod(enum.IntEnum):
@@ -313,18 +375,18 @@ add_p = binary_primitive("add", np.add)
 sub_p = binary_primitive("sub", np.subtract)
 mul_p = binary_primitive("mul", np.multiply)
 div_p = binary_primitive("div", _div)
-rem_p = binary_primitive("rem", np.fmod)
-pow_p = binary_primitive("pow", _pow, FLOAT)
-max_p = binary_primitive("max", _max, ANY)
-min_p = binary_primitive("min", _min, ANY)
+rem_p = binary_primitive("rem", np.fmod, REAL_NUMERIC)
+pow_p = binary_primitive("pow", _pow, INEXACT)
+max_p = binary_primitive("max", _max, REAL)
+min_p = binary_primitive("min", _min, REAL)
 atan2_p = binary_primitive("atan2", np.arctan2, FLOAT)
 nextafter_p = binary_primitive("nextafter", np.nextafter, FLOAT)
 eq_p = binary_primitive("eq", np.equal, ANY, result_dtype=dtypes.bool_)
 ne_p = binary_primitive("ne", np.not_equal, ANY, result_dtype=dtypes.bool_)
-lt_p = binary_primitive("lt", np.less, ANY, result_dtype=dtypes.bool_)
-le_p = binary_primitive("le", np.less_equal, ANY, result_dtype=dtypes.bool_)
-gt_p = binary_primitive("gt", np.greater, ANY, result_dtype=dtypes.bool_)
-ge_p = binary_primitive("ge", np.greater_equal, ANY, result_dtype=dtypes.bool_)
+lt_p = binary_primitive("lt", np.less, REAL, result_dtype=dtypes.bool_)
+le_p = binary_primitive("le", np.less_equal, REAL, result_dtype=dtypes.bool_)
+gt_p = binary_primitive("gt", np.greater, REAL, result_dtype=dtypes.bool_)
+ge_p = binary_primitive("ge", np.greater_equal, REAL, result_dtype=dtypes.bool_)
 and_p = binary_primitive("and", np.bitwise_and, INT_OR_BOOL)
 or_p = binary_primitive("or", np.bitwise_or, INT_OR_BOOL)
 xor_p = binary_primitive("xor", np.bitwise_xor, INT_OR_BOOL)
@@ -381,6 +443,7 @@ clamp_p = Primitive("clamp")
 @clamp_p.def_abstract_eval
 def _clamp_abstract_eval(lo: ShapedArray, x: ShapedArray, hi: ShapedArray) -> ShapedArray:
     dtype = check_same_dtypes("clamp", [lo, x, hi])
+    check_dtype_class("clamp", x, REAL)
     for bound, which in ((lo, "min"), (hi, "max")):
         if bound.shape not in ((), x.shape):
             raise TypeError(
@@ -413,6 +476,8 @@ def _convert_abstract_eval(x: ShapedArray, *, new_dtype: np.dtype, weak_type: bo
 
 @convert_element_type_p.def_impl
 def _convert_impl(x, *, new_dtype, weak_type):
+    if dtypes.is_complex(x.dtype) and not dtypes.is_complex(new_dtype):
+        x = np.real(x)  # a complex value converts to a real dtype through its real part
     if dtypes.is_float(x.dtype) and dtypes.is_int(new_dtype):
         # Float to int truncates toward zero, maps NaN to 0 and saturates out-of-range values.
         # The range is checked in float64, where the maximum of a 64-bit type rounds up to
@@ -488,6 +553,9 @@ def _binary(prim: Primitive):
 
 
 neg = _unary(neg_p)
+real = _unary(real_p)
+imag = _unary(imag_p)
+conj = _unary(conj_p)
 sign = _unary(sign_p)
 floor = _unary(floor_p)
 ceil = _unary(ceil_p)
@@ -523,6 +591,7 @@ bitwise_not = _unary(not_p)
 population_count = _unary(population_count_p)
 
 add = _binary(add_p)
+complex = _binary(complex_p)
 sub = _binary(sub_p)
 mul = _binary(mul_p)
 div = _binary(div_p)
@@ -669,6 +738,15 @@ def _balanced_eq(x, z, y):
 
 
 ad.deflinear(neg_p, lambda ct, x: [neg(ct)])
+ad.deflinear(conj_p, lambda ct, x: [conj(ct)])
+# real and imag are linear over the reals; their transposes put the cotangent back into the
+# part it came from (imag's with a minus sign: the pairing is Re(ct * conj-free dz)).
+ad.deflinear(real_p, lambda ct, x: [complex(ct, _full(ct, 0.0, ct.shape))])
+ad.deflinear(imag_p, lambda ct, x: [complex(_full(ct, 0.0, ct.shape), neg(ct))])
+ad.deflinear(
+    complex_p,
+    lambda ct, x, y: [_unbroadcast(real(ct), x.aval), _unbroadcast(neg(imag(ct)), y.aval)],
+)
 for _prim in (sign_p, floor_p, ceil_p, round_p, is_finite_p, not_p, population_count_p):
     ad.defjvp_zero(_prim)
 ad.defjvp_with_output(exp_p, lambda t, ans, x: mul(t, ans))
@@ -695,8 +773,20 @@ ad.defjvp(atanh_p, lambda t, x: div(t, sub(_const(x, 1.0), mul(x, x))))
 ad.defjvp_with_output(sqrt_p, lambda t, ans, x: div(t, mul(_const(x, 2.0), ans)))
 ad.defjvp_with_output(rsqrt_p, lambda t, ans, x: mul(t, mul(_const(x, -0.5), div(ans, x))))
 ad.defjvp_with_output(cbrt_p, lambda t, ans, x: mul(t, mul(_const(x, 1 / 3), integer_pow(ans, -2))))
-# At 0 the derivative is taken from the right (+1), so grad(abs)(0.) is 1, not sign(0) = 0.
-ad.defjvp(abs_p, lambda t, x: select(ge(x, _const(x, 0.0)), t, neg(t)))
+
+
+def _abs_tangent(t, x):
+    if not dtypes.is_complex(x.dtype):
+        # At 0 the derivative is taken from the right (+1): grad(abs)(0.) is 1, not sign(0).
+        return select(ge(x, _const(x, 0.0)), t, neg(t))
+    # d|z| = Re(conj(z) dz) / |z|, taken as 0 at z = 0.
+    magnitude = abs(x)
+    at_zero = eq(magnitude, _const(magnitude, 0.0))
+    safe = select(at_zero, _full(magnitude, 1.0, magnitude.shape), magnitude)
+    return real(mul(div(conj(x), complex(safe, _full(safe, 0.0, safe.shape))), t))
+
+
+ad.defjvp(abs_p, _abs_tangent)
 ad.defjvp(erf_p, lambda t, x: mul(t, mul(_const(x, 2 / np.sqrt(np.pi)), exp(neg(mul(x, x))))))
 ad.defjvp(erfc_p, lambda t, x: mul(t, mul(_const(x, -2 / np.sqrt(np.pi)), exp(neg(mul(x, x))))))
 ad.defjvp_with_output(
@@ -881,7 +971,7 @@ ad.defjvp(
 def _convert_jvp(primals, tangents, *, new_dtype, weak_type):
     (x,), (t,) = primals, tangents
     primal_out = convert_element_type_p.bind(x, new_dtype=new_dtype, weak_type=weak_type)
-    if type(t) is ad.Zero or not dtypes.is_float(new_dtype):
+    if type(t) is ad.Zero or not dtypes.is_inexact(new_dtype):
         return primal_out, ad.Zero.like(primal_out)
     return primal_out, convert_element_type_p.bind(t, new_dtype=new_dtype, weak_type=weak_type)
 

@@ -81,8 +81,9 @@ def _canonical_preferred(preferred_element_type):
 # ---------------------------------------------------------------------------------------------
 # Result and accumulation dtypes, shared by dot_general and conv_general_dilated
 
-# Kinds in the order a preferred_element_type may widen them: bool -> integer -> float.
-_KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2, "V": 2}  # "V": ml_dtypes' bfloat16
+# Kinds in the order a preferred_element_type may widen them: bool -> integer -> float ->
+# complex.
+_KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2, "V": 2, "c": 3}  # "V": bfloat16
 
 
 def _result_dtype(name: str, lhs: np.dtype, rhs: np.dtype, preferred: np.dtype | None):

@@ -18,10 +18,11 @@ from funcgrad.interpreters import batching
 from funcgrad.interpreters.ad import defjvp, defjvp_zero, deflinear
 from funcgrad.lax import elementwise, shapes
 from funcgrad.lax.base import (
-    ANY,
     FLOAT,
     INT_OR_BOOL,
     NUMERIC,
+    REAL,
+    REAL_NUMERIC,
     asarray,
     check_dtype_class,
     check_same_dtypes,
@@ -170,8 +171,8 @@ def _reduce_or(x, *, axes):
 
 reduce_sum_p = _reduction_primitive("reduce_sum", NUMERIC, _reduce_sum)
 reduce_prod_p = _reduction_primitive("reduce_prod", NUMERIC, _reduce_prod)
-reduce_max_p = _reduction_primitive("reduce_max", ANY, _reduce_max)
-reduce_min_p = _reduction_primitive("reduce_min", ANY, _reduce_min)
+reduce_max_p = _reduction_primitive("reduce_max", REAL, _reduce_max)
+reduce_min_p = _reduction_primitive("reduce_min", REAL, _reduce_min)
 reduce_and_p = _reduction_primitive("reduce_and", INT_OR_BOOL, _reduce_and)
 reduce_or_p = _reduction_primitive("reduce_or", INT_OR_BOOL, _reduce_or)
 
@@ -306,6 +307,7 @@ def _index_reduction_primitive(name: str, np_search: Callable) -> Primitive:
 
     @prim.def_abstract_eval
     def abstract_eval(x: ShapedArray, *, axes: tuple[int, ...], index_dtype: np.dtype):
+        check_dtype_class(name, x, REAL)
         _check_axes(name, axes, x.shape)
         if len(axes) != 1:
             raise ValueError(
@@ -405,8 +407,8 @@ def _cumlogsumexp(x, axis):
 
 cumsum_p = _cumulative_primitive("cumsum", NUMERIC, _cumsum)
 cumprod_p = _cumulative_primitive("cumprod", NUMERIC, _cumprod)
-cummax_p = _cumulative_primitive("cummax", NUMERIC, _cummax)
-cummin_p = _cumulative_primitive("cummin", NUMERIC, _cummin)
+cummax_p = _cumulative_primitive("cummax", REAL_NUMERIC, _cummax)
+cummin_p = _cumulative_primitive("cummin", REAL_NUMERIC, _cummin)
 cumlogsumexp_p = _cumulative_primitive("cumlogsumexp", FLOAT, _cumlogsumexp)
 
 
@@ -661,8 +663,8 @@ def _window_primitive(name: str, accepted, identity: Callable, np_reduce: np.ufu
 
 
 reduce_window_sum_p = _window_primitive("reduce_window_sum", NUMERIC, _zero, np.add)
-reduce_window_max_p = _window_primitive("reduce_window_max", ANY, _lowest, np.maximum)
-reduce_window_min_p = _window_primitive("reduce_window_min", ANY, _highest, np.minimum)
+reduce_window_max_p = _window_primitive("reduce_window_max", REAL, _lowest, np.maximum)
+reduce_window_min_p = _window_primitive("reduce_window_min", REAL, _highest, np.minimum)
 
 
 # Derivatives. Sum pooling is linear; max and min pooling pass on the tangent of the element

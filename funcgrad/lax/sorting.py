@@ -67,6 +67,12 @@ def _sort_abstract_eval(
 ) -> list[ShapedArray]:
     if not operands:
         raise TypeError("sort needs at least one operand")
+    for key in operands[:num_keys]:
+        if dtypes.is_complex(key.dtype):
+            raise TypeError(
+                f"sort does not accept complex keys (dtype {key.dtype.name}): complex numbers "
+                "have no order; sort by their real parts or moduli instead"
+            )
     shape = operands[0].shape
     if any(op.shape != shape for op in operands):
         raise TypeError(
@@ -171,6 +177,8 @@ top_k_p = Primitive("top_k", multiple_results=True)
 def _top_k_abstract_eval(operand: ShapedArray, *, k: int) -> list[ShapedArray]:
     if operand.ndim == 0:
         raise TypeError("top_k needs an operand of rank at least 1, got shape ()")
+    if dtypes.is_complex(operand.dtype):
+        raise TypeError(f"top_k does not accept dtype {operand.dtype.name}: it has no order")
     size = operand.shape[-1]
     if not 0 <= k <= size:
         raise ValueError(

@@ -5,7 +5,7 @@ import numpy as _np
 from funcgrad import dtypes as _dtypes
 from funcgrad.array import Array as ndarray
 from funcgrad.numpy import array_methods as _array_methods
-from funcgrad.numpy import linalg
+from funcgrad.numpy import fft, linalg
 from funcgrad.numpy._promotion import broadcast_shapes, result_type
 from funcgrad.numpy.creation import *
 from funcgrad.numpy.extra import *
@@ -21,7 +21,9 @@ bool_ = _dtypes.bool_.type
 int8, int16, int32, int64 = (d.type for d in _dtypes.signed_dtypes)
 uint8, uint16, uint32, uint64 = (d.type for d in _dtypes.unsigned_dtypes)
 bfloat16, float16, float32, float64 = (d.type for d in _dtypes.float_dtypes)
+complex64, complex128 = (d.type for d in _dtypes.complex_dtypes)
 float_ = float32
+complex_ = complex64
 int_ = int32
 dtype = _np.dtype
 promote_types = _dtypes.promote_types
@@ -35,6 +37,7 @@ floating, integer, signedinteger, unsignedinteger = (
     _np.unsignedinteger,
 )
 inexact, number, generic = _np.inexact, _np.number, _np.generic
+complexfloating = _np.complexfloating
 pi, e, inf, nan, euler_gamma = _np.pi, _np.e, _np.inf, _np.nan, _np.euler_gamma
 newaxis = None
 

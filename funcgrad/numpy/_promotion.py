@@ -13,7 +13,7 @@ from funcgrad import core, dtypes, lax
 from funcgrad.array import Array
 from funcgrad.lax.elementwise import convert_element_type_p
 
-_PY_SCALARS = (bool, int, float)
+_PY_SCALARS = (bool, int, float, complex)
 
 
 def dtype_and_weak(x) -> tuple[np.dtype, bool]:
@@ -38,7 +38,7 @@ def result_type(*args) -> np.dtype:
 def result_type_and_weak(*args) -> tuple[np.dtype, bool]:
     pairs = []
     for a in args:
-        if a is int or a is float:
+        if a is int or a is float or a is complex:
             # Python's number types stand for their weakly typed scalars, as in JAX.
             pairs.append(dtypes.scalar_dtype(a(0)))
         elif isinstance(a, (np.dtype, type)) or (isinstance(a, str) and a):
@@ -133,7 +133,10 @@ def _common_strong_dtype(args) -> np.dtype | None:
     for a in args:
         kind = type(a)
         if kind is float:
-            if dtype not in _FLOAT_DTYPES:
+            if dtype not in _INEXACT_DTYPES:
+                return None
+        elif kind is complex:
+            if dtype not in _COMPLEX_DTYPES:
                 return None
         elif kind is int:
             if dtype == dtypes.bool_:
@@ -144,12 +147,13 @@ def _common_strong_dtype(args) -> np.dtype | None:
 
 
 _FLOAT_DTYPES = frozenset(dtypes.float_dtypes)
-
-
-_NUMERIC_DTYPES = frozenset(dtypes.float_dtypes + dtypes.int_dtypes)
+_COMPLEX_DTYPES = frozenset(dtypes.complex_dtypes)
+_INEXACT_DTYPES = _FLOAT_DTYPES | _COMPLEX_DTYPES
+_NUMERIC_DTYPES = _INEXACT_DTYPES | frozenset(dtypes.int_dtypes)
 # For each Python scalar type, the strong dtypes it joins without changing them.
 _SCALAR_FITS = {
-    float: _FLOAT_DTYPES,
+    complex: _COMPLEX_DTYPES,
+    float: _INEXACT_DTYPES,
     int: _NUMERIC_DTYPES,
     bool: frozenset(dtypes.supported_dtypes),
 }
@@ -203,17 +207,17 @@ def promote_args_inexact(name: str, *args) -> list:
     """Like `promote_args`, but integer and boolean results become the default float."""
     if len(args) == 1:
         (x,) = args
-        if type(x) is Array and not x.weak_type and x._value.dtype in _FLOAT_DTYPES:
+        if type(x) is Array and not x.weak_type and x._value.dtype in _INEXACT_DTYPES:
             return args
     elif len(args) == 2:
         pair = _promote_pair(*args)
-        if pair is not None and pair[0]._value.dtype in _FLOAT_DTYPES:
+        if pair is not None and pair[0]._value.dtype in _INEXACT_DTYPES:
             return pair
     dtype = _common_strong_dtype(args)
-    if dtype in _FLOAT_DTYPES:
+    if dtype in _INEXACT_DTYPES:
         return _broadcast_operands([_scalar_as(a, dtype) for a in args])
     dtype, weak = result_type_and_weak(*args)
-    if not dtypes.is_float(dtype):
+    if not dtypes.is_inexact(dtype):
         dtype = dtypes.default_float
     return _broadcast_operands([convert(a, dtype, weak) for a in args])
 

@@ -12,7 +12,7 @@ from funcgrad import core
 from funcgrad.array import Array
 from funcgrad.numpy import ufuncs
 
-_OPERAND_TYPES = (Array, core.Tracer, np.ndarray, np.generic, bool, int, float)
+_OPERAND_TYPES = (Array, core.Tracer, np.ndarray, np.generic, bool, int, float, complex)
 
 
 # Python containers are refused rather than deferred to: deferring makes `x == [0, 1]` fall
@@ -55,6 +55,16 @@ def _at(self):
     from funcgrad.numpy.indexing import IndexUpdateHelper
 
     return IndexUpdateHelper(self)
+
+
+def _real_property(self):
+    return ufuncs.real(self)
+
+
+def _imag_property(self):
+    from funcgrad import numpy as fnp
+
+    return fnp.imag(self)
 
 
 def _transpose_property(self):
@@ -122,6 +132,8 @@ _OPERATORS = {
     "__round__": lambda self, ndigits=None: ufuncs.round(self, ndigits or 0),
     "at": property(_at),
     "T": property(_transpose_property),
+    "real": property(_real_property),
+    "imag": property(_imag_property),
     "mT": property(_matrix_transpose_property),
     "astype": _astype,
 }

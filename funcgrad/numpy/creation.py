@@ -48,7 +48,7 @@ def _array(object, dtype):
         dtype = dtypes.canonicalize(dtype)
     if isinstance(object, (Array, core.Tracer)):
         return object if dtype is None else convert(object, dtype)
-    if isinstance(object, (bool, int, float)):
+    if isinstance(object, (bool, int, float, complex)):
         # Without a dtype a Python scalar stays weakly typed, as in JAX.
         return lax.asarray(object, dtype)
     if isinstance(object, (list, tuple)):

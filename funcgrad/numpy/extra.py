@@ -159,7 +159,7 @@ __all__ = [
 
 def _inexact(x):
     x = to_array(x)
-    return x if dtypes.is_float(x.dtype) else convert(x, dtypes.default_float)
+    return x if dtypes.is_inexact(x.dtype) else convert(x, dtypes.default_float)
 
 
 def _to_dtype(x, dtype):
@@ -1677,30 +1677,44 @@ def astype(x, dtype, /, *, copy: bool = False, device=None):
 
 
 def angle(z, deg: bool = False):
-    """The argument of real numbers: pi for negative ones (and -0.0), else 0."""
+    """The argument atan2(imag, real); of real numbers pi for negative ones (and -0.0), else 0."""
     (z,) = promote_args_inexact("angle", z)
-    result = ufuncs.arctan2(lax.full(z.shape, 0, z.dtype), z)
+    if dtypes.is_complex(z.dtype):
+        result = lax.atan2(lax.imag(z), lax.real(z))
+    else:
+        result = ufuncs.arctan2(lax.full(z.shape, 0, z.dtype), z)
     return ufuncs.degrees(result) if deg else result
 
 
 def imag(val, /):
-    """The imaginary part of real numbers: zeros."""
+    """The imaginary part (zeros for real arrays)."""
     val = to_array(val)
+    if dtypes.is_complex(val.dtype):
+        return lax.imag(val)
     return lax.full(val.shape, 0, val.dtype)
 
 
 def isreal(x):
+    """Elementwise: is the imaginary part zero."""
     x = to_array(x)
+    if dtypes.is_complex(x.dtype):
+        return lax.eq(lax.imag(x), lax.full((), 0, dtypes.real_dtype(x.dtype)))
     return lax.full(x.shape, True, dtypes.bool_)
 
 
 def iscomplex(x):
+    """Elementwise: is the imaginary part nonzero."""
     x = to_array(x)
+    if dtypes.is_complex(x.dtype):
+        return lax.ne(lax.imag(x), lax.full((), 0, dtypes.real_dtype(x.dtype)))
     return lax.full(x.shape, False, dtypes.bool_)
 
 
 def isrealobj(x) -> bool:
-    return True
+    """True when `x`'s dtype is not complex (whatever its values)."""
+    from funcgrad.numpy.misc import iscomplexobj
+
+    return not iscomplexobj(x)
 
 
 def iterable(y) -> bool:
@@ -1720,8 +1734,8 @@ _DTYPE_KINDS = {
     "unsigned integer": dtypes.is_unsigned,
     "integral": dtypes.is_int,
     "real floating": dtypes.is_float,
-    "complex floating": lambda d: False,
-    "numeric": lambda d: dtypes.is_int(d) or dtypes.is_float(d),
+    "complex floating": dtypes.is_complex,
+    "numeric": lambda d: dtypes.is_int(d) or dtypes.is_inexact(d),
 }
 
 

@@ -78,7 +78,7 @@ __all__ = [
 
 def _inexact(x):
     x = to_array(x)
-    return x if dtypes.is_float(x.dtype) else convert(x, dtypes.default_float)
+    return x if dtypes.is_inexact(x.dtype) else convert(x, dtypes.default_float)
 
 
 def norm(x, ord=None, axis: int | Sequence[int] | None = None, keepdims: bool = False):
@@ -118,6 +118,13 @@ def matrix_norm(x, /, *, keepdims: bool = False, ord="fro"):
     return _matrix_norm(x, ord, (x.ndim - 2, x.ndim - 1), keepdims)
 
 
+def _squared_modulus(x):
+    """|x|², real for complex x."""
+    if dtypes.is_complex(x.dtype):
+        return lax.real(lax.mul(x, lax.conj(x)))
+    return lax.mul(x, x)
+
+
 def _vector_norm(x, ord, axes: tuple[int, ...], keepdims: bool):
     magnitude = absolute(x)
     if ord == np.inf:
@@ -125,15 +132,15 @@ def _vector_norm(x, ord, axes: tuple[int, ...], keepdims: bool):
     if ord == -np.inf:
         return min(magnitude, axes, keepdims=keepdims)
     if ord == 0:
-        return convert(count_nonzero(x, axes, keepdims=keepdims), x.dtype)
+        return convert(count_nonzero(x, axes, keepdims=keepdims), magnitude.dtype)
     if ord == 1:
         return sum(magnitude, axes, keepdims=keepdims)
     if ord == 2:
-        return sqrt(sum(lax.mul(x, x), axes, keepdims=keepdims))
+        return sqrt(sum(_squared_modulus(x), axes, keepdims=keepdims))
     if isinstance(ord, str):
         raise ValueError(f"norm: ord={ord!r} is not a vector norm")
-    total = sum(power(magnitude, scalar(ord, x.dtype)), axes, keepdims=keepdims)
-    return power(total, scalar(1 / ord, x.dtype))
+    total = sum(power(magnitude, scalar(ord, magnitude.dtype)), axes, keepdims=keepdims)
+    return power(total, scalar(1 / ord, magnitude.dtype))
 
 
 def _matrix_norm(x, ord, axes: tuple[int, ...], keepdims: bool):
@@ -141,7 +148,7 @@ def _matrix_norm(x, ord, axes: tuple[int, ...], keepdims: bool):
     if rows == columns:
         raise ValueError(f"norm: a matrix norm needs two different axes, got {axes}")
     if ord in ("fro", "f"):
-        return sqrt(sum(lax.mul(x, x), axes, keepdims=keepdims))
+        return sqrt(sum(_squared_modulus(x), axes, keepdims=keepdims))
     if ord in (2, -2, "nuc"):
         singular_values = svdvals(moveaxis(x, (rows, columns), (-2, -1)))
         reduce = {2: max, -2: min, "nuc": sum}[ord]
@@ -298,7 +305,7 @@ def _lu_solve(lu, permutation, b):
 
 def _inexact_pair(a, b):
     dtype = result_type(a, b)
-    if not dtypes.is_float(dtype):
+    if not dtypes.is_inexact(dtype):
         dtype = dtypes.default_float
     return convert(to_array(a), dtype), convert(to_array(b), dtype)
 

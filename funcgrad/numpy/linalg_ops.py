@@ -154,8 +154,10 @@ def dot(a, b, *, precision=None, preferred_element_type=None):
 
 
 def vdot(a, b, *, precision=None, preferred_element_type=None):
-    """The dot product of the flattened operands."""
+    """The dot product of the flattened operands, the first conjugated."""
     a, b = _promote_dtypes(a, b)
+    if dtypes.is_complex(a.dtype):
+        a = lax.conj(a)
     if a.size != b.size:
         raise ValueError(f"vdot: operands of shapes {a.shape} and {b.shape} differ in size")
     a, b = lax.reshape(a, (a.size,)), lax.reshape(b, (b.size,))
@@ -163,8 +165,10 @@ def vdot(a, b, *, precision=None, preferred_element_type=None):
 
 
 def vecdot(x1, x2, /, *, axis: int = -1, precision=None, preferred_element_type=None):
-    """Dot products of vectors along `axis`, broadcasting the other axes."""
+    """Dot products of vectors along `axis` (the first conjugated), broadcasting the rest."""
     x1, x2 = _promote_dtypes(x1, x2)
+    if dtypes.is_complex(x1.dtype):
+        x1 = lax.conj(x1)
     axis1 = canonicalize_axis(axis, x1.ndim, "vecdot")
     axis2 = canonicalize_axis(axis, x2.ndim, "vecdot")
     if x1.shape[axis1] != x2.shape[axis2]:

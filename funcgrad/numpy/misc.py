@@ -473,6 +473,9 @@ def argwhere(a, *, size: int | None = None, fill_value=None):
 def nan_to_num(x, copy: bool = True, nan: float = 0.0, posinf=None, neginf=None):
     """NaN → `nan`, +inf → `posinf` and -inf → `neginf` (default: the dtype's extremes)."""
     x = to_array(x)
+    if dtypes.is_complex(x.dtype):
+        parts = (lax.real(x), lax.imag(x))
+        return lax.complex(*(nan_to_num(p, copy, nan, posinf, neginf) for p in parts))
     if not dtypes.is_float(x.dtype):
         return x
     info = dtypes.finfo(x.dtype)
@@ -543,8 +546,10 @@ def copy(a, order=None):
 
 
 def iscomplexobj(x) -> bool:
-    """Always False: funcgrad has no complex dtypes."""
-    return False
+    """True when `x`'s dtype is complex (whatever its values)."""
+    from funcgrad.numpy._promotion import dtype_and_weak
+
+    return dtypes.is_complex(dtype_and_weak(x)[0])
 
 
 def isscalar(element) -> bool:

@@ -106,7 +106,7 @@ def _inexact_dtype(a, dtype) -> np.dtype:
     """The result dtype of mean-like reductions: the requested one, else a float."""
     if dtype is not None:
         return dtypes.canonicalize(dtype)
-    return a.dtype if dtypes.is_float(a.dtype) else dtypes.default_float
+    return a.dtype if dtypes.is_inexact(a.dtype) else dtypes.default_float
 
 
 def _where_mask(name: str, where, shape: tuple[int, ...]):
@@ -326,12 +326,19 @@ def var(
     check_no_out("var", out)
     ddof = _ddof("var", ddof, correction)
     a = to_array(a)
-    result_dtype = _inexact_dtype(a, dtype)
+    # The variance of complex numbers is the mean of |x - mean|², a real number.
+    result_dtype = dtypes.real_dtype(_inexact_dtype(a, dtype))
     compute_dtype = accumulation_dtype(result_dtype)
     axes = reduction_axes("var", axis, a.ndim)
-    x = convert(a, compute_dtype)
+    x = convert(
+        a, compute_dtype if dtype is not None or not dtypes.is_complex(a.dtype) else a.dtype
+    )
     centered = subtract(x, mean(x, axes, keepdims=True, where=where))
-    total = sum(multiply(centered, centered), axes, keepdims=keepdims, where=where)
+    if dtypes.is_complex(centered.dtype):
+        squares = lax.real(multiply(centered, lax.conj(centered)))
+    else:
+        squares = multiply(centered, centered)
+    total = sum(squares, axes, keepdims=keepdims, where=where)
     count = _reduced_count("var", a.shape, axes, where, keepdims, compute_dtype)
     # As NumPy: fewer elements than ddof divide by zero (inf, or nan for a zero sum).
     dof = lax.max(lax.sub(count, scalar(ddof, compute_dtype)), scalar(0, compute_dtype))

@@ -188,7 +188,16 @@ tanh = _unary(ew.tanh_p, "tanh", promote_args_inexact)
 arcsinh = _unary(ew.asinh_p, "arcsinh", promote_args_inexact)
 arccosh = _unary(ew.acosh_p, "arccosh", promote_args_inexact)
 arctanh = _unary(ew.atanh_p, "arctanh", promote_args_inexact)
-isfinite = _unary(ew.is_finite_p, "isfinite", promote_args_inexact)
+_real_isfinite = _unary(ew.is_finite_p, "isfinite", promote_args_inexact)
+
+
+def isfinite(x, /):
+    """Finite values; a complex number is finite when both of its parts are."""
+    x = to_array(x)
+    if dtypes.is_complex(x.dtype):
+        return lax.bitwise_and(_real_isfinite(lax.real(x)), _real_isfinite(lax.imag(x)))
+    return _real_isfinite(x)
+
 
 asin, acos, atan, atan2 = arcsin, arccos, arctan, arctan2
 asinh, acosh, atanh = arcsinh, arccosh, arctanh
@@ -211,6 +220,7 @@ def positive(x, /):
 
 
 def absolute(x, /):
+    """|x|; the modulus of complex numbers, a real array."""
     (x,) = promote_args("absolute", x)
     return x if dtypes.is_bool(x.dtype) or dtypes.is_unsigned(x.dtype) else lax.abs(x)
 
@@ -218,18 +228,26 @@ def absolute(x, /):
 abs = absolute
 
 
+def _check_real(name: str, x) -> None:
+    if dtypes.is_complex(x.dtype):
+        raise TypeError(f"{name} does not accept complex values (dtype {x.dtype.name})")
+
+
 def floor(x, /):
     (x,) = promote_args("floor", x)
+    _check_real("floor", x)
     return lax.floor(x) if dtypes.is_float(x.dtype) else x
 
 
 def ceil(x, /):
     (x,) = promote_args("ceil", x)
+    _check_real("ceil", x)
     return lax.ceil(x) if dtypes.is_float(x.dtype) else x
 
 
 def trunc(x, /):
     (x,) = promote_args("trunc", x)
+    _check_real("trunc", x)
     if not dtypes.is_float(x.dtype):
         return x
     return _select(lax.lt(x, _zero(x)), lax.ceil(x), lax.floor(x))
@@ -248,6 +266,9 @@ def round(a, decimals: int = 0, out=None):
     if out is not None:
         raise NotImplementedError("funcgrad arrays are immutable: the out argument is unsupported")
     (a,) = promote_args("round", a)
+    if dtypes.is_complex(a.dtype):
+        # Each part rounds on its own, as in NumPy.
+        return lax.complex(round(lax.real(a), decimals), round(lax.imag(a), decimals))
     if not dtypes.is_float(a.dtype):
         return a if decimals >= 0 else _round_int(a, 10**-decimals)
     even = lax.RoundingMethod.TO_NEAREST_EVEN
@@ -300,7 +321,7 @@ def power(x1, x2, /):
     """NumPy's power: integer exponents of integer bases stay integers."""
     if isinstance(x2, int) and not isinstance(x2, bool):
         (x1,) = promote_args_numeric("power", x1)
-        if x2 >= 0 or dtypes.is_float(x1.dtype):
+        if x2 >= 0 or dtypes.is_inexact(x1.dtype):
             return lax.integer_pow(x1, x2)
         # As NumPy and JAX: the result would be a fraction, which an integer cannot hold.
         raise ValueError(
@@ -423,6 +444,8 @@ def logical_xor(x1, x2, /):
 
 def isnan(x, /):
     (x,) = promote_args("isnan", x)
+    if dtypes.is_complex(x.dtype):
+        return lax.bitwise_or(isnan(lax.real(x)), isnan(lax.imag(x)))
     if not dtypes.is_float(x.dtype):
         return lax.full_like(x, False, dtypes.bool_)
     return lax.ne(x, x)
@@ -430,6 +453,8 @@ def isnan(x, /):
 
 def isinf(x, /):
     (x,) = promote_args("isinf", x)
+    if dtypes.is_complex(x.dtype):
+        return lax.bitwise_or(isinf(lax.real(x)), isinf(lax.imag(x)))
     if not dtypes.is_float(x.dtype):
         return lax.full_like(x, False, dtypes.bool_)
     return lax.eq(lax.abs(x), _full_like_scalar(x, np.inf))
@@ -557,14 +582,16 @@ def sinc(x, /):
 
 
 def conjugate(x, /):
-    return to_array(x)
+    x = to_array(x)
+    return lax.conj(x) if dtypes.is_complex(x.dtype) else x
 
 
 conj = conjugate
 
 
 def real(x, /):
-    return to_array(x)
+    x = to_array(x)
+    return lax.real(x) if dtypes.is_complex(x.dtype) else x
 
 
 def _select(pred, on_true, on_false):

@@ -37,6 +37,7 @@ COMPILED_BACKENDS = ["numpy", "llvm"]
 COMPILED_GAPS: dict[tuple[str, str], str] = {}
 
 FLOATS = (dtypes.float32, dtypes.float64)
+COMPLEXES = (dtypes.complex64, dtypes.complex128)
 INTS = (dtypes.int8, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint32)
 SIGNED_INTS = (dtypes.int8, dtypes.int32, dtypes.int64)
 
@@ -45,6 +46,8 @@ _TOLERANCE = {
     "float32": dict(rtol=1e-5, atol=1e-6),
     "float16": dict(rtol=2e-3, atol=2e-3),
     "bfloat16": dict(rtol=2e-2, atol=2e-2),
+    "complex128": dict(rtol=1e-10, atol=1e-12),
+    "complex64": dict(rtol=2e-5, atol=2e-6),
 }
 
 
@@ -63,7 +66,11 @@ class Case:
     def in_float64(self) -> Case:
         """The same example with float operands in float64, for finite differences."""
         widened = tuple(
-            np.dtype(dtypes.float64) if np.dtype(d).kind == "f" or d == dtypes.bfloat16 else d
+            np.dtype(dtypes.float64)
+            if np.dtype(d).kind == "f" or d == dtypes.bfloat16
+            else np.dtype(dtypes.complex128)
+            if np.dtype(d).kind == "c"
+            else d
             for d in self.dtypes
         )
         return dataclasses.replace(self, dtypes=widened)
@@ -219,7 +226,7 @@ def _unique_floats(case, i, bound=10.0):
 _UNARY = {
     # name: (lax function, reference, domain, options)
     "neg": (lax.neg, np.negative, (-10, 10), {}),
-    "abs": (lax.abs, np.abs, (-10, 10), dict(smooth_at=_away_from(np.zeros_like))),
+    "abs": (lax.abs, np.abs, (-10, 10), dict(smooth_at=_away_from(np.zeros_like, 0.1))),
     "sin": (lax.sin, np.sin, (-10, 10), {}),
     "cos": (lax.cos, np.cos, (-10, 10), {}),
     "tan": (lax.tan, np.tan, (-1.4, 1.4), {}),
@@ -261,11 +268,19 @@ _ZERO_DERIVATIVE_MUTATION = {"mutate jvp": ZERO_DERIVATIVE}
 
 RECIPES: dict[str, Recipe] = {}
 
+# Unary primitives checked on complex operands too (both parts drawn from the domain, which
+# keeps them off the branch cuts of log, sqrt and their kin, and off the poles of tan); abs
+# of a complex number is its modulus.
+_ALSO_COMPLEX = set("neg abs sin cos tan sinh cosh exp exp2 expm1 log log1p sqrt rsqrt".split())
+
 for _name, (_fun, _reference, _domain, _options) in _UNARY.items():
     _options = dict(_options)
     if _name in ("sign", "floor", "ceil", "round"):
         _options["reasons"] = _ZERO_DERIVATIVE_MUTATION
-    RECIPES[_name] = elementwise(_fun, _reference, domains=(_domain,), **_options)
+    _choices = FLOATS + COMPLEXES if _name in _ALSO_COMPLEX else FLOATS
+    RECIPES[_name] = elementwise(
+        _fun, _reference, domains=(_domain,), dtype_choices=_choices, **_options
+    )
 
 _BINARY_FLOAT = {
     "add": (lax.add, np.add, ((-10, 10),), {}),
@@ -305,7 +320,18 @@ _BINARY_FLOAT = {
 }
 
 for _name, (_fun, _reference, _domains, _options) in _BINARY_FLOAT.items():
-    RECIPES[_name] = elementwise(_fun, _reference, arity=2, domains=_domains, **_options)
+    _choices = FLOATS + COMPLEXES if _name in ("add", "sub", "mul", "div", "pow") else FLOATS
+    RECIPES[_name] = elementwise(
+        _fun, _reference, arity=2, domains=_domains, dtype_choices=_choices, **_options
+    )
+
+# The parts of complex numbers. abs of a complex number is its modulus, smooth away from 0.
+RECIPES["real"] = elementwise(lax.real, np.real, dtype_choices=COMPLEXES)
+RECIPES["imag"] = elementwise(lax.imag, np.imag, dtype_choices=COMPLEXES)
+RECIPES["conj"] = elementwise(lax.conj, np.conj, dtype_choices=COMPLEXES)
+RECIPES["complex"] = elementwise(
+    lax.complex, lambda x, y: x + 1j * y, arity=2, dtype_choices=FLOATS
+)
 
 for _name, _fun, _reference in [
     ("eq", lax.eq, np.equal),
@@ -914,6 +940,37 @@ def _dot_general_reference(lhs, rhs, dimension_numbers):
     rhs_free = [c for i, c in enumerate(rhs_letters) if i not in rhs_contract + rhs_batch]
     spec = f"{''.join(lhs_letters)},{''.join(rhs_letters)}->{''.join(batch + lhs_free + rhs_free)}"
     return np.einsum(spec, lhs, rhs)
+
+
+@st.composite
+def _fft_case(draw):
+    from funcgrad.lax.fft import FftType
+
+    fft_type = draw(st.sampled_from(list(FftType)))
+    lengths = tuple(draw(st.lists(st.integers(1, 6), min_size=1, max_size=2)))
+    lead = tuple(draw(st.lists(st.integers(1, 2), max_size=1)))
+    if fft_type == FftType.IRFFT:
+        shape = lead + lengths[:-1] + (lengths[-1] // 2 + 1,)
+    else:
+        shape = lead + lengths
+    choices = FLOATS if fft_type == FftType.RFFT else COMPLEXES
+    dtype = np.dtype(draw(st.sampled_from(choices)))
+    return Case((shape,), (dtype,), {"fft_type": fft_type, "fft_lengths": lengths})
+
+
+def _fft_reference(x, fft_type, fft_lengths):
+    axes = tuple(range(-len(fft_lengths), 0))
+    transform = [np.fft.fftn, np.fft.ifftn, np.fft.rfftn, np.fft.irfftn][int(fft_type)]
+    return transform(x, fft_lengths, axes)
+
+
+RECIPES["fft"] = Recipe(
+    fun=lambda x, fft_type, fft_lengths: lax.fft(x, fft_type, fft_lengths),
+    reference=_fft_reference,
+    case=_fft_case(),
+    domains=((-3.0, 3.0),),
+    rtol_scale=10,
+)
 
 
 RECIPES["dot_general"] = Recipe(

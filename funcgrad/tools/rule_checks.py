@@ -145,6 +145,8 @@ def _leaves(tree) -> list[np.ndarray]:
 
 
 def _as_float64(x: np.ndarray) -> np.ndarray:
+    if x.dtype.kind == "c":
+        return x.astype(np.complex128)
     return x.astype(np.float64) if x.dtype.kind == "f" or x.dtype.name == "bfloat16" else x
 
 
@@ -219,14 +221,15 @@ def check_jvp(name: str, data, order: int | None = None) -> None:
 
 
 def _has_float(operand_dtypes) -> bool:
-    return any(np.dtype(d).kind == "f" for d in operand_dtypes)
+    return any(np.dtype(d).kind in "fc" for d in operand_dtypes)
 
 
 def _float_outputs(fun: Callable) -> Callable:
     """fun with its integer and boolean outputs dropped: they have no derivative to check."""
 
     def differentiable(*operands):
-        return [x for x in tree_util.tree_leaves(fun(*operands)) if np.dtype(x.dtype).kind == "f"]
+        leaves = tree_util.tree_leaves(fun(*operands))
+        return [x for x in leaves if np.dtype(x.dtype).kind in "fc"]
 
     return differentiable
 
@@ -243,13 +246,14 @@ def check_transpose(name: str, data) -> None:
     with watched(core.PRIMITIVES[name], "transpose") as calls:
         out, pullback = fg.vjp(fun, *operands)
         cotangent = tree_util.tree_map(lambda x: _random_tangent(np.asarray(x), rng), out)
-        cotangent_in = pullback(tree_util.tree_map(_cotangent_arg, cotangent))
+        # The transpose of a complex derivative pairs with conjugates (see funcgrad.test_util).
+        cotangent_in = _conj(pullback(tree_util.tree_map(_cotangent_arg, _conj(cotangent))))
     _reached(calls, name, "transpose")
-    lhs = _inner(cotangent, tangent_out)
-    rhs = _inner(cotangent_in, tangents)
+    lhs = _inner(tangent_out, cotangent)
+    rhs = _inner(tangents, cotangent_in)
     scale = max(1.0, abs(lhs), abs(rhs))
     coarsest_eps = max(
-        np.finfo(x.dtype).eps for x in _leaves(out) + operands if x.dtype.kind == "f"
+        np.finfo(x.dtype).eps for x in _leaves(out) + operands if x.dtype.kind in "fc"
     )
     tolerance = 1e-9 if coarsest_eps < 1e-15 else 1e-5
     np.testing.assert_allclose(
@@ -258,8 +262,11 @@ def check_transpose(name: str, data) -> None:
 
 
 def _random_tangent(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    if x.dtype.kind != "f":
+    if x.dtype.kind not in "fc":
         return np.zeros(x.shape, float0)
+    if x.dtype.kind == "c":
+        parts = rng.standard_normal((2,) + x.shape)
+        return (parts[0] + 1j * parts[1]).astype(x.dtype)
     return rng.standard_normal(x.shape).astype(x.dtype)
 
 
@@ -267,12 +274,21 @@ def _cotangent_arg(x):
     return x if x.dtype == float0 else asarray(x)
 
 
+def _conj(tree):
+    return tree_util.tree_map(lambda x: np.conj(x) if np.asarray(x).dtype.kind == "c" else x, tree)
+
+
 def _inner(xs, ys) -> float:
+    """Re sum(conj(x) y) over the leaves, in double precision."""
     total = 0.0
     for x, y in zip(_leaves(xs), _leaves(ys)):
         if x.dtype != float0 and y.dtype != float0:
-            total += float(np.sum(x.astype(np.float64) * y.astype(np.float64)))
+            total += float(np.real(np.sum(np.conj(_wide(x)) * _wide(y))))
     return total
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
 
 
 def check_batch(name: str, data) -> None:

@@ -18,6 +18,7 @@ from hypothesis.extra import numpy as hnp
 from funcgrad import dtypes
 
 float_dtypes = st.sampled_from([dtypes.float32, dtypes.float64])
+complex_dtypes = st.sampled_from([dtypes.complex64, dtypes.complex128])
 all_float_dtypes = st.sampled_from(list(dtypes.float_dtypes))
 int_dtypes = st.sampled_from([dtypes.int8, dtypes.int32, dtypes.int64, dtypes.uint8, dtypes.uint32])
 signed_int_dtypes = st.sampled_from([dtypes.int8, dtypes.int32, dtypes.int64])
@@ -43,7 +44,8 @@ def edge_shapes(max_dims: int = 3):
 def arrays(dtype, shape, *, min_value=None, max_value=None, allow_nan: bool = False):
     """NumPy arrays of `dtype` and `shape` (each may be a strategy) with bounded values.
 
-    Floats default to [-10, 10] so that math functions stay in their well-conditioned range;
+    Floats default to [-10, 10] so that math functions stay in their well-conditioned range
+    (complex numbers: both parts);
     bfloat16 is drawn as float32 and cast, since hypothesis has no bfloat16 support.
     """
 
@@ -63,6 +65,11 @@ def arrays(dtype, shape, *, min_value=None, max_value=None, allow_nan: bool = Fa
             lo = info.min if min_value is None else max(int(min_value), info.min)
             hi = info.max if max_value is None else min(int(max_value), info.max)
             elements = st.integers(lo, hi)
+        elif dtype.kind == "c":
+            part = dtypes.real_dtype(dtype)
+            return st.tuples(build(part, shape), build(part, shape)).map(
+                lambda parts: (parts[0] + 1j * parts[1]).astype(dtype)
+            )
         else:
             elements = st.booleans()
         return hnp.arrays(dtype, shape, elements=elements)

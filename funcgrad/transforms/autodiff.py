@@ -260,17 +260,49 @@ def _argnums_tuple(argnums, num_args: int, who: str) -> tuple[int, ...]:
     return tuple(n % num_args for n in nums)
 
 
-def _check_grad_inputs(args, who: str, allow_int: bool, holomorphic: bool) -> None:
-    if holomorphic:
-        raise TypeError(f"{who} with holomorphic=True needs complex inputs; funcgrad has none")
+def _check_grad_inputs(
+    args, who: str, allow_int: bool, holomorphic: bool, complex_allowed: bool = True
+) -> None:
+    """Inputs are float or complex (complex only when `holomorphic`, where they must be)."""
     for leaf in tree_util.tree_leaves(args):
         dtype = core.get_aval(_as_primal(leaf)).dtype
-        if not dtypes.is_float(dtype) and not allow_int:
+        if holomorphic and not dtypes.is_complex(dtype):
+            raise TypeError(
+                f"{who} with holomorphic=True requires complex inputs, got an input of dtype "
+                f"{dtype.name}"
+            )
+        if dtypes.is_complex(dtype) and not (holomorphic or complex_allowed):
+            raise TypeError(
+                f"{who} requires real inputs, got an input of dtype {dtype.name}. For a "
+                "holomorphic function pass holomorphic=True; for a non-holomorphic function of "
+                "complex inputs use jvp directly."
+            )
+        if not dtypes.is_inexact(dtype) and not allow_int:
             raise TypeError(
                 f"{who} requires floating-point inputs, got an input of dtype {dtype.name}. "
                 "Differentiate with respect to float arguments only (argnums), or pass "
                 "allow_int=True to get float0 zero gradients for integer inputs."
             )
+
+
+def _check_output_dtype(aval, who: str, holomorphic: bool) -> None:
+    """Reverse mode needs real outputs, or complex ones of a function declared holomorphic:
+    the cotangent seeded at a complex output would otherwise not be a gradient."""
+    if holomorphic and not dtypes.is_complex(aval.dtype):
+        raise TypeError(
+            f"{who} with holomorphic=True requires complex outputs, got {aval.dtype.name}"
+        )
+    if not holomorphic and not dtypes.is_float(aval.dtype):
+        hint = (
+            " For a holomorphic function pass holomorphic=True; for a non-holomorphic function "
+            "with complex outputs use vjp directly."
+            if dtypes.is_complex(aval.dtype)
+            else ""
+        )
+        raise TypeError(
+            f"{who}: the output must be real floating-point to be differentiated, got "
+            f"{aval.dtype.name}.{hint}"
+        )
 
 
 def value_and_grad(
@@ -298,7 +330,7 @@ def value_and_grad(
 
         result = vjp(partial_fun, *diff_args, has_aux=has_aux)
         out, pullback = result[0], result[1]
-        _check_scalar_output(out, name)
+        _check_scalar_output(out, name, holomorphic)
         grads = pullback(_one_like(out))
         grads = grads[0] if isinstance(argnums, int) else grads
         return ((out, result[2]), grads) if has_aux else (out, grads)
@@ -328,7 +360,7 @@ def grad(
     return grad_fun
 
 
-def _check_scalar_output(out, who: str) -> None:
+def _check_scalar_output(out, who: str, holomorphic: bool) -> None:
     if not isinstance(out, (core.Tracer,)) and type(out).__name__ != "Array":
         raise TypeError(
             f"{who}: the function must return a scalar array, got a value of type "
@@ -340,10 +372,7 @@ def _check_scalar_output(out, who: str) -> None:
             f"{who}: gradients are only defined for scalar-output functions; the output had "
             f"shape {aval.shape}. Use jacrev/jacfwd or vjp for non-scalar outputs."
         )
-    if not dtypes.is_float(aval.dtype):
-        raise TypeError(
-            f"{who}: the output must be floating-point to be differentiated, got {aval.dtype.name}"
-        )
+    _check_output_dtype(aval, who, holomorphic)
 
 
 def _one_like(out):
@@ -390,7 +419,12 @@ def _partial_in(fun: Callable, args: tuple, nums: tuple[int, ...]) -> Callable:
     return partial_fun
 
 
-def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+def jacfwd(
+    fun: Callable,
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+) -> Callable:
     """The Jacobian by forward mode: the jvp vmapped over the input basis vectors."""
     from funcgrad import numpy as fnp
     from funcgrad.transforms.vmap import vmap
@@ -399,6 +433,7 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     def jacfwd_fun(*args):
         nums = _argnums_tuple(argnums, len(args), "jacfwd")
         diff_args = tuple(tree_util.tree_map(_as_primal, args[i]) for i in nums)
+        _check_grad_inputs(diff_args, "jacfwd", True, holomorphic, complex_allowed=False)
         in_leaves, in_tree = tree_util.tree_flatten(diff_args)
         partial_fun = _partial_in(fun, args, nums)
 
@@ -416,6 +451,9 @@ def jacfwd(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
         result = vmap(pushforward, out_axes=(None, 0, None) if has_aux else (None, 0))(*basis)
         out, tangents = result[0], result[1]
         out_leaves, out_tree = tree_util.tree_flatten(out)
+        if holomorphic:
+            for leaf in out_leaves:
+                _check_output_dtype(core.get_aval(leaf), "jacfwd", True)
         tangent_leaves = tree_util.tree_leaves(tangents)
         blocks = {}
         for j, (out_leaf, tangent) in enumerate(zip(out_leaves, tangent_leaves)):
@@ -439,7 +477,12 @@ def _zeros_for_float0(primal, tangent):
     return tangent
 
 
-def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+def jacrev(
+    fun: Callable,
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+) -> Callable:
     """The Jacobian by reverse mode: the pullback vmapped over the output basis vectors."""
     from funcgrad.transforms.vmap import vmap
 
@@ -447,9 +490,13 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     def jacrev_fun(*args):
         nums = _argnums_tuple(argnums, len(args), "jacrev")
         diff_args = tuple(tree_util.tree_map(_as_primal, args[i]) for i in nums)
+        _check_grad_inputs(diff_args, "jacrev", True, holomorphic)
         result = vjp(_partial_in(fun, args, nums), *diff_args, has_aux=has_aux)
         pullback = result[1]
         out_leaves, out_tree = tree_util.tree_flatten(result[0])
+        for leaf in out_leaves:
+            if dtypes.is_inexact(core.get_aval(leaf).dtype):
+                _check_output_dtype(core.get_aval(leaf), "jacrev", holomorphic)
         in_leaves, in_tree = tree_util.tree_flatten(diff_args)
         basis, offsets = _standard_basis(out_leaves)
 
@@ -472,6 +519,12 @@ def jacrev(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = Fals
     return jacrev_fun
 
 
-def hessian(fun: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
+def hessian(
+    fun: Callable,
+    argnums: int | Sequence[int] = 0,
+    has_aux: bool = False,
+    holomorphic: bool = False,
+) -> Callable:
     """The Hessian of a scalar function: forward-over-reverse, jacfwd(jacrev(fun))."""
-    return jacfwd(jacrev(fun, argnums, has_aux=has_aux), argnums, has_aux=has_aux)
+    inner = jacrev(fun, argnums, has_aux=has_aux, holomorphic=holomorphic)
+    return jacfwd(inner, argnums, has_aux=has_aux, holomorphic=holomorphic)

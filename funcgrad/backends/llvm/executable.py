@@ -1,9 +1,10 @@
 """A jaxpr compiled to one native entry point.
 
-optimize (jaxpr passes) -> schedule (fused kernels, control-flow regions) -> memory plan ->
-render (LLVM IR) -> machine code. A call allocates the outputs and the arena, hands their
-addresses and the inputs' to `entry`, and wraps the outputs. The GIL is released while native
-code runs, and every call has its own arena, so one executable serves several threads at once.
+optimize (jaxpr passes; complex values become pairs of reals) -> schedule (fused kernels,
+control-flow regions) -> memory plan -> render (LLVM IR) -> machine code. A call allocates the
+outputs and the arena, hands their addresses and the inputs' to `entry`, and wraps the
+outputs. The GIL is released while native code runs, and every call has its own arena, so one
+executable serves several threads at once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from funcgrad.backends.llvm.engine import Compiled
 from funcgrad.backends.llvm.render import CALLBACK_TABLE, ModuleRenderer
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import passes
+from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
 from funcgrad.compiler.donation import donated_outputs
 from funcgrad.compiler.memory import MemoryPlan, plan_memory
 from funcgrad.compiler.schedule import (
@@ -46,6 +48,9 @@ class LlvmExecutable:
     def __init__(self, closed: ClosedJaxpr, donated: tuple[int, ...] = ()):
         self.closed = closed
         self.optimized = passes.optimize(closed)
+        if mentions_complex(self.optimized.jaxpr):
+            # Complex values compute as pairs of reals, laid out as the caller's buffers are.
+            self.optimized = passes.optimize(lower_complex(self.optimized))
         self.program: Program = schedule(self.optimized)
         self.memory: MemoryPlan = plan_memory(self.program)
         self.donated = donated_outputs(self.program, donated)  # output -> input whose memory

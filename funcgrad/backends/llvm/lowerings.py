@@ -1,18 +1,24 @@
 """Which primitives the LLVM backend compiles, recorded in each primitive's `lowerings["llvm"]`
 (the coverage matrix's llvm column), and why the others need no lowering.
 
-The lowering itself is shared with every compiled backend: an element or root rule of
+The lowering itself is shared with every compiled backend: the rewrite of complex values
+into pairs of reals (`funcgrad.compiler.complex_lowering`), an element or root rule of
 `funcgrad.compiler.fusion`, a LAPACK plan of `funcgrad.compiler.lapack`,
 a step of `funcgrad.compiler.schedule`, or inlining of a call.
 """
 
 from __future__ import annotations
 
-from funcgrad.compiler import fusion, lapack, schedule
+from funcgrad.compiler import complex_lowering, fusion, lapack, schedule
 from funcgrad.core import PRIMITIVES
 
 for primitive, rule in {**fusion.element_rules, **fusion.root_rules}.items():
     primitive.lowerings["llvm"] = rule
+
+# The parts of complex numbers, and Fourier transforms (matrix products with twiddle factors),
+# exist only before `complex_lowering` rewrites them into real arithmetic.
+for name in ("complex", "real", "imag", "conj", "fft"):
+    PRIMITIVES[name].lowerings["llvm"] = complex_lowering.lower_complex
 
 for name, lower in lapack.DECOMPOSITIONS.items():
     PRIMITIVES[name].lowerings["llvm"] = lower

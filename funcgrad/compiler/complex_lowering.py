@@ -1,0 +1,771 @@
+"""Complex numbers as pairs of real numbers: the compiler's kernels compute on real values only.
+
+`lower_complex` rewrites a program with complex values into one without: each complex value
+becomes a `Pair` of real arrays (its real and imaginary parts) and each primitive on complex
+operands becomes real arithmetic on the parts, written here with `funcgrad.lax` and staged
+again. A complex input or output of shape S is a real one of shape S + (2,) holding the parts
+interleaved, which is exactly how NumPy lays out a complex array in memory: the compiled
+program reads and writes the caller's complex buffers as they are. Every later stage (fusion,
+the kernel IR, the renderers) sees real arithmetic, which it already compiles and vectorizes.
+
+The formulas keep the reference's accuracy where it is cheap to do so: |z| and log|z| scale
+by the larger part (no overflow of a² + b²), division is Smith's algorithm, log1p and expm1
+keep their small-argument accuracy, and tanh stays finite for large real parts.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from funcgrad import dtypes, lax, tree_util
+from funcgrad.array import Array
+from funcgrad.compiler.passes import _param_jaxprs
+from funcgrad.core import ShapedArray
+from funcgrad.interpreters.staging import trace_to_jaxpr
+from funcgrad.ir import ClosedJaxpr, Jaxpr, Literal, literal_value
+from funcgrad.lax.sorting import sort_p
+
+
+class Pair:
+    """A complex value as its real and imaginary parts (real arrays of one shape and dtype)."""
+
+    __slots__ = ("re", "im")
+
+    def __init__(self, re, im):
+        self.re, self.im = re, im
+
+
+tree_util.register_pytree_node(Pair, lambda p: ((p.re, p.im), None), lambda _, c: Pair(*c))
+
+
+# ---------------------------------------------------------------------------------------------
+# The rewrite
+
+
+def mentions_complex(jaxpr: Jaxpr) -> bool:
+    """Whether any value of `jaxpr` or of the programs it carries is complex."""
+    return _mentions_complex(jaxpr)
+
+
+@functools.lru_cache(maxsize=256)
+def _mentions_complex(jaxpr: Jaxpr) -> bool:
+    atoms = [*jaxpr.constvars, *jaxpr.invars, *jaxpr.outvars]
+    for eqn in jaxpr.eqns:
+        atoms += [*eqn.invars, *eqn.outvars]
+        if any(_mentions_complex(inner) for inner in _param_jaxprs(eqn.params)):
+            return True
+    return any(dtypes.is_complex(atom.aval.dtype) for atom in atoms)
+
+
+def real_aval(aval: ShapedArray) -> ShapedArray:
+    """The aval a value of `aval` has in the lowered program (complex: interleaved parts)."""
+    if not dtypes.is_complex(aval.dtype):
+        return aval
+    return ShapedArray(aval.shape + (2,), dtypes.real_dtype(aval.dtype))
+
+
+def lower_complex(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """`closed` without complex values (itself when it has none); see the module docstring."""
+    if not mentions_complex(closed.jaxpr):
+        return closed
+    in_avals = closed.in_avals
+
+    def lowered(*args):
+        values = [_split(x) if dtypes.is_complex(a.dtype) else x for x, a in zip(args, in_avals)]
+        consts = [_constant(c) for c in closed.consts]
+        outs = evaluate(closed.jaxpr, consts, values)
+        return [_interleave(v) if isinstance(v, Pair) else v for v in outs]
+
+    program, _ = trace_to_jaxpr(lowered, [real_aval(a) for a in in_avals], "complex lowering")
+    return program
+
+
+def _split(x) -> Pair:
+    last = x.ndim - 1
+    return Pair(lax.index_in_dim(x, 0, last, False), lax.index_in_dim(x, 1, last, False))
+
+
+def _interleave(z: Pair):
+    last = z.re.ndim
+    return lax.concatenate([lax.expand_dims(z.re, (last,)), lax.expand_dims(z.im, (last,))], last)
+
+
+def _constant(value):
+    array = np.asarray(getattr(value, "_value", value))
+    if not dtypes.is_complex(array.dtype):
+        return value
+    return Pair(Array(np.array(array.real)[()]), Array(np.array(array.imag)[()]))
+
+
+def evaluate(jaxpr: Jaxpr, consts: list, args: list) -> list:
+    """Run `jaxpr` on values that are real arrays or `Pair`s, under the current trace."""
+    env: dict = {}
+
+    def read(atom):
+        if type(atom) is Literal:
+            return _constant(literal_value(atom))
+        return env[atom]
+
+    env.update(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+    for eqn in jaxpr.eqns:
+        invals = [read(v) for v in eqn.invars]
+        prim = eqn.primitive
+        involved = [*eqn.invars, *eqn.outvars]
+        if not any(dtypes.is_complex(v.aval.dtype) for v in involved) and not any(
+            _mentions_complex(inner) for inner in _param_jaxprs(eqn.params)
+        ):
+            outs = prim.bind(*invals, **eqn.params)
+        else:
+            rule = rules.get(prim.name)
+            if rule is None:
+                raise NotImplementedError(
+                    f"the compiler cannot compile {prim.name} on complex values yet; run this "
+                    "program with jit_backend='numpy'"
+                )
+            outs = rule([v.aval for v in eqn.outvars], *invals, **eqn.params)
+        if not prim.multiple_results:
+            outs = [outs]
+        env.update(zip(eqn.outvars, outs))
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _evaluate_closed(closed: ClosedJaxpr, args) -> list:
+    return evaluate(closed.jaxpr, [_constant(c) for c in closed.consts], list(args))
+
+
+# ---------------------------------------------------------------------------------------------
+# Complex arithmetic on pairs
+
+rules: dict[str, Callable] = {}
+
+
+def _c(x, value):
+    """A rank-0 constant of the dtype of real array `x`."""
+    return Array(np.array(value, x.dtype)[()], False)
+
+
+def _parts(value):
+    """`value` as a Pair (a real value gets a zero imaginary part shaped like it)."""
+    if isinstance(value, Pair):
+        return value
+    return Pair(value, lax.full_like(value, 0))
+
+
+def add(x: Pair, y: Pair) -> Pair:
+    return Pair(lax.add(x.re, y.re), lax.add(x.im, y.im))
+
+
+def sub(x: Pair, y: Pair) -> Pair:
+    return Pair(lax.sub(x.re, y.re), lax.sub(x.im, y.im))
+
+
+def mul(x: Pair, y: Pair) -> Pair:
+    re = lax.sub(lax.mul(x.re, y.re), lax.mul(x.im, y.im))
+    return Pair(re, lax.add(lax.mul(x.re, y.im), lax.mul(x.im, y.re)))
+
+
+def scale(x: Pair, factor) -> Pair:
+    """x times a real `factor`."""
+    return Pair(lax.mul(x.re, factor), lax.mul(x.im, factor))
+
+
+def div(x: Pair, y: Pair) -> Pair:
+    """Smith's algorithm: divide through by the larger part of y, so nothing overflows."""
+    c, d = y.re, y.im
+    real_larger = lax.ge(lax.abs(c), lax.abs(d))
+    big = lax.select(real_larger, c, d)
+    small = lax.select(real_larger, d, c)
+    ratio = lax.div(small, big)
+    denominator = lax.add(big, lax.mul(small, ratio))
+    # With r = small / big: the real-larger case gives ((a + b r) + i (b - a r)) / (c + d r),
+    # the other ((a r + b) + i (b r - a)) / (c r + d).
+    a, b = x.re, x.im
+    re = lax.select(real_larger, lax.add(a, lax.mul(b, ratio)), lax.add(lax.mul(a, ratio), b))
+    im = lax.select(real_larger, lax.sub(b, lax.mul(a, ratio)), lax.sub(lax.mul(b, ratio), a))
+    return Pair(lax.div(re, denominator), lax.div(im, denominator))
+
+
+def times_i(x: Pair) -> Pair:
+    return Pair(lax.neg(x.im), x.re)
+
+
+def times_minus_i(x: Pair) -> Pair:
+    return Pair(x.im, lax.neg(x.re))
+
+
+def _subnormal_scale(m):
+    """2^60 where `m` is below the smallest normal number, else 1: an exact rescaling that
+    keeps subnormal values away from division (which compiled code may flush to zero)."""
+    tiny = lax.lt(m, _c(m, dtypes.finfo(m.dtype).tiny))
+    return lax.select(tiny, lax.full_like(m, 2.0**60), lax.full_like(m, 1))
+
+
+def modulus(x: Pair):
+    """|x| = m sqrt(1 + (n/m)²) with m, n the larger and smaller part magnitudes."""
+    a, b = lax.abs(x.re), lax.abs(x.im)
+    m = lax.max(a, b)
+    factor = _subnormal_scale(m)
+    m, n = lax.mul(m, factor), lax.mul(lax.min(a, b), factor)
+    safe = lax.select(lax.eq(m, _c(m, 0)), lax.full_like(m, 1), m)
+    r = lax.div(n, safe)
+    result = lax.div(lax.mul(m, lax.sqrt(lax.add(_c(m, 1), lax.mul(r, r)))), factor)
+    return lax.select(lax.eq(m, _c(m, np.inf)), m, result)
+
+
+def exp(x: Pair) -> Pair:
+    scale_ = lax.exp(x.re)
+    # exp(a + 0i) is real even where e^a is infinite (inf * sin(0) would be NaN).
+    im = lax.select(lax.eq(x.im, _c(x.im, 0)), x.im, lax.mul(scale_, lax.sin(x.im)))
+    return Pair(lax.mul(scale_, lax.cos(x.im)), im)
+
+
+def log(x: Pair) -> Pair:
+    return Pair(lax.log(modulus(x)), lax.atan2(x.im, x.re))
+
+
+def log1p(x: Pair) -> Pair:
+    """log(1 + z). log|1 + z| = log1p(2a + a² + b²) / 2 keeps the accuracy of small z; where
+    that argument is far from 0 (1 + z far from the unit circle) log|1 + z| is taken
+    directly, which avoids the cancellation of log1p near -1."""
+    a, b = x.re, x.im
+    shifted = Pair(lax.add(a, _c(a, 1)), b)
+    square = lax.add(lax.mul(a, lax.add(a, _c(a, 2))), lax.mul(b, b))
+    near = lax.lt(lax.abs(square), _c(a, 0.5))
+    safe_square = lax.select(near, square, lax.full_like(square, 0))
+    re = lax.select(near, lax.mul(lax.log1p(safe_square), _c(a, 0.5)), lax.log(modulus(shifted)))
+    return Pair(re, lax.atan2(b, shifted.re))
+
+
+def expm1(x: Pair) -> Pair:
+    # Re(e^z - 1) = expm1(a) cos b - 2 sin²(b/2), without the cancellation of e^a cos b - 1.
+    a, b = x.re, x.im
+    half_sin = lax.sin(lax.mul(b, _c(b, 0.5)))
+    re = lax.sub(lax.mul(lax.expm1(a), lax.cos(b)), lax.mul(_c(b, 2), lax.mul(half_sin, half_sin)))
+    im = lax.select(lax.eq(b, _c(b, 0)), b, lax.mul(lax.exp(a), lax.sin(b)))
+    return Pair(re, im)
+
+
+def sqrt(x: Pair) -> Pair:
+    """The principal root: t = sqrt((|z| + |a|) / 2) and b / 2t, placed by the sign of a."""
+    a, b = x.re, x.im
+    t = lax.sqrt(lax.mul(lax.add(modulus(x), lax.abs(a)), _c(a, 0.5)))
+    safe_t = lax.select(lax.eq(t, _c(t, 0)), lax.full_like(t, 1), t)
+    other = lax.div(b, lax.mul(_c(t, 2), safe_t))
+    other = lax.select(lax.eq(t, _c(t, 0)), lax.full_like(t, 0), other)
+    non_negative = lax.ge(a, _c(a, 0))
+    re = lax.select(non_negative, t, lax.abs(other))
+    im = lax.select(non_negative, other, lax.select(lax.lt(b, _c(b, 0)), lax.neg(t), t))
+    return Pair(re, im)
+
+
+def sin(x: Pair) -> Pair:
+    a, b = x.re, x.im
+    return Pair(lax.mul(lax.sin(a), lax.cosh(b)), lax.mul(lax.cos(a), lax.sinh(b)))
+
+
+def cos(x: Pair) -> Pair:
+    a, b = x.re, x.im
+    return Pair(lax.mul(lax.cos(a), lax.cosh(b)), lax.neg(lax.mul(lax.sin(a), lax.sinh(b))))
+
+
+def sinh(x: Pair) -> Pair:
+    a, b = x.re, x.im
+    return Pair(lax.mul(lax.sinh(a), lax.cos(b)), lax.mul(lax.cosh(a), lax.sin(b)))
+
+
+def cosh(x: Pair) -> Pair:
+    a, b = x.re, x.im
+    return Pair(lax.mul(lax.cosh(a), lax.cos(b)), lax.mul(lax.sinh(a), lax.sin(b)))
+
+
+def tanh(x: Pair) -> Pair:
+    """(sinh a cosh a + i sin b cos b) / (sinh² a + cos² b): the usual (sinh 2a + i sin 2b) /
+    (cosh 2a + cos 2b) with the denominator's cancellation near the poles written away. For
+    |a| > 20 that is sign(a) to working precision, with the imaginary part
+    4 sin(b) cos(b) e^(-2|a|), which cannot overflow."""
+    a, b = x.re, x.im
+    sinh_a, cos_b, sin_b = lax.sinh(a), lax.cos(b), lax.sin(b)
+    large = lax.gt(lax.abs(a), _c(a, 20))
+    safe_sinh = lax.select(large, lax.full_like(a, 0), sinh_a)
+    denominator = lax.add(lax.mul(safe_sinh, safe_sinh), lax.mul(cos_b, cos_b))
+    re = lax.select(large, lax.sign(a), lax.div(lax.mul(safe_sinh, lax.cosh(a)), denominator))
+    sin_cos = lax.mul(sin_b, cos_b)
+    tail = lax.mul(lax.mul(_c(b, 4), sin_cos), lax.exp(lax.mul(lax.abs(a), _c(a, -2))))
+    im = lax.select(large, tail, lax.div(sin_cos, denominator))
+    return Pair(re, im)
+
+
+def tan(x: Pair) -> Pair:
+    return times_minus_i(tanh(times_i(x)))
+
+
+def one_like(x: Pair) -> Pair:
+    return Pair(lax.full_like(x.re, 1), lax.full_like(x.im, 0))
+
+
+def asinh(x: Pair) -> Pair:
+    """log(z + sqrt(z² + 1)), computed for Re(z) >= 0 and mirrored (asinh is odd), which
+    avoids the cancellation of z + sqrt(z² + 1) for large negative z."""
+    flip = lax.lt(x.re, _c(x.re, 0))
+    z = Pair(lax.abs(x.re), lax.select(flip, lax.neg(x.im), x.im))
+    w = log(add(z, sqrt(add(mul(z, z), one_like(z)))))
+    return Pair(lax.select(flip, lax.neg(w.re), w.re), lax.select(flip, lax.neg(w.im), w.im))
+
+
+def acosh(x: Pair) -> Pair:
+    one = one_like(x)
+    return log(add(x, mul(sqrt(add(x, one)), sqrt(sub(x, one)))))
+
+
+def atanh(x: Pair) -> Pair:
+    negated = Pair(lax.neg(x.re), lax.neg(x.im))
+    return scale(sub(log1p(x), log1p(negated)), _c(x.re, 0.5))
+
+
+def asin(x: Pair) -> Pair:
+    return times_minus_i(asinh(times_i(x)))
+
+
+def acos(x: Pair) -> Pair:
+    w = asin(x)
+    return Pair(lax.sub(_c(w.re, np.pi / 2), w.re), lax.neg(w.im))
+
+
+def atan(x: Pair) -> Pair:
+    return times_minus_i(atanh(times_i(x)))
+
+
+def power(x: Pair, y: Pair) -> Pair:
+    """exp(y log x); 0 ** y is 1 for y = 0 and 0 otherwise."""
+    result = exp(mul(y, log(x)))
+    base_zero = lax.bitwise_and(lax.eq(x.re, _c(x.re, 0)), lax.eq(x.im, _c(x.im, 0)))
+    exponent_zero = lax.bitwise_and(lax.eq(y.re, _c(y.re, 0)), lax.eq(y.im, _c(y.im, 0)))
+    at_zero = lax.select(exponent_zero, lax.full_like(result.re, 1), lax.full_like(result.re, 0))
+    return Pair(
+        lax.select(base_zero, at_zero, result.re),
+        lax.select(base_zero, lax.full_like(result.im, 0), result.im),
+    )
+
+
+def integer_power(x: Pair, n: int) -> Pair:
+    """Repeated squaring, as the reference's multiplication does it exactly for small n."""
+    result, base, k = None, x, abs(n)
+    while k:
+        if k & 1:
+            result = base if result is None else mul(result, base)
+        k >>= 1
+        if k:
+            base = mul(base, base)
+    if result is None:
+        result = one_like(x)
+    return div(one_like(x), result) if n < 0 else result
+
+
+def sign(x: Pair) -> Pair:
+    """z / |z| (0 at 0), with subnormal z rescaled first (see `_subnormal_scale`)."""
+    x = scale(x, _subnormal_scale(lax.max(lax.abs(x.re), lax.abs(x.im))))
+    m = modulus(x)
+    zero = lax.eq(m, _c(m, 0))
+    safe = lax.select(zero, lax.full_like(m, 1), m)
+    return Pair(lax.div(x.re, safe), lax.div(x.im, safe))
+
+
+def _unary(fn: Callable) -> Callable:
+    return lambda out_avals, x, **params: fn(x)
+
+
+def _broadcast_to(value, shape):
+    return value if value.shape == tuple(shape) else lax.broadcast_in_dim(value, shape, ())
+
+
+def _binary(fn: Callable) -> Callable:
+    def rule(out_avals, x, y):
+        shape = out_avals[0].shape
+        x, y = (Pair(_broadcast_to(v.re, shape), _broadcast_to(v.im, shape)) for v in (x, y))
+        return fn(x, y)
+
+    return rule
+
+
+for _name, _fn in {
+    "neg": lambda x: Pair(lax.neg(x.re), lax.neg(x.im)),
+    "conj": lambda x: Pair(x.re, lax.neg(x.im)),
+    "real": lambda x: x.re,
+    "imag": lambda x: x.im,
+    "abs": modulus,
+    "sign": sign,
+    "exp": exp,
+    "exp2": lambda x: exp(scale(x, _c(x.re, np.log(2)))),
+    "log": log,
+    "log1p": log1p,
+    "expm1": expm1,
+    "sqrt": sqrt,
+    "rsqrt": lambda x: div(one_like(x), sqrt(x)),
+    "sin": sin,
+    "cos": cos,
+    "tan": tan,
+    "sinh": sinh,
+    "cosh": cosh,
+    "tanh": tanh,
+    "asin": asin,
+    "acos": acos,
+    "atan": atan,
+    "asinh": asinh,
+    "acosh": acosh,
+    "atanh": atanh,
+    "logistic": lambda x: div(
+        one_like(x), add(one_like(x), exp(Pair(lax.neg(x.re), lax.neg(x.im))))
+    ),
+    "stop_gradient": lambda x: x,
+}.items():
+    rules[_name] = _unary(_fn)
+
+for _name, _fn in {
+    "add": add,
+    "sub": sub,
+    "mul": mul,
+    "div": div,
+    "pow": power,
+    "eq": lambda x, y: lax.bitwise_and(lax.eq(x.re, y.re), lax.eq(x.im, y.im)),
+    "ne": lambda x, y: lax.bitwise_or(lax.ne(x.re, y.re), lax.ne(x.im, y.im)),
+}.items():
+    rules[_name] = _binary(_fn)
+
+
+def _complex_rule(out_avals, x, y):
+    shape = out_avals[0].shape
+    return Pair(_broadcast_to(x, shape), _broadcast_to(y, shape))
+
+
+rules["complex"] = _complex_rule
+rules["integer_pow"] = lambda out_avals, x, *, y: integer_power(x, y)
+
+
+def _convert_rule(out_avals, x, *, new_dtype, weak_type):
+    if dtypes.is_complex(new_dtype):
+        part = dtypes.real_dtype(new_dtype)
+        x = _parts(x)
+        return Pair(lax.convert_element_type(x.re, part), lax.convert_element_type(x.im, part))
+    # A complex value converts to a real dtype through its real part.
+    return lax.convert_element_type(x.re, new_dtype)
+
+
+rules["convert_element_type"] = _convert_rule
+
+
+def _bitcast_rule(out_avals, x, *, new_dtype):
+    """Reinterpret the interleaved parts' bytes (a complex result: as its parts' dtype)."""
+    source = _interleave(x) if isinstance(x, Pair) else x
+    target = dtypes.real_dtype(new_dtype)
+    shape = out_avals[0].shape + ((2,) if dtypes.is_complex(new_dtype) else ())
+    if source.dtype.itemsize < target.itemsize:
+        ratio = target.itemsize // source.dtype.itemsize
+        source = lax.reshape(source, (source.size // ratio, ratio))
+    out = lax.reshape(lax.bitcast_convert_type(source, target), shape)
+    return _split(out) if dtypes.is_complex(new_dtype) else out
+
+
+rules["bitcast_convert_type"] = _bitcast_rule
+
+
+# ---------------------------------------------------------------------------------------------
+# Primitives that act on the parts separately: data movement and sums. Real operands (indices,
+# selectors) are shared by both parts.
+
+_PARTWISE = (
+    "broadcast_in_dim reshape transpose squeeze rev slice dynamic_slice "
+    "dynamic_update_slice concatenate pad gather scatter scatter_add select_n reduce_sum "
+    "cumsum reduce_window_sum"
+).split()
+
+
+def _partwise(name: str) -> Callable:
+    from funcgrad.core import PRIMITIVES
+
+    prim = PRIMITIVES[name]
+
+    def rule(out_avals, *operands, **params):
+        def part(which):
+            return [getattr(v, which) if isinstance(v, Pair) else v for v in operands]
+
+        re, im = prim.bind(*part("re"), **params), prim.bind(*part("im"), **params)
+        if prim.multiple_results:
+            return [Pair(r, i) for r, i in zip(re, im)]
+        return Pair(re, im)
+
+    return rule
+
+
+def _bilinear(name: str) -> Callable:
+    """dot_general and convolutions: (a + bi)(c + di) as four real products (fewer when an
+    operand is real)."""
+    from funcgrad.core import PRIMITIVES
+
+    prim = PRIMITIVES[name]
+
+    def rule(out_avals, x, y, *, preferred_element_type, **params):
+        preferred = preferred_element_type and dtypes.real_dtype(preferred_element_type)
+
+        def product(u, v):
+            if u is None or v is None:
+                return None
+            return prim.bind(u, v, preferred_element_type=preferred, **params)
+
+        def total(terms, signs):
+            out = None
+            for term, sign_ in zip(terms, signs):
+                if term is None:
+                    continue
+                if out is None:
+                    out = term if sign_ > 0 else lax.neg(term)
+                else:
+                    out = lax.add(out, term) if sign_ > 0 else lax.sub(out, term)
+            return out
+
+        a, b = (x.re, x.im) if isinstance(x, Pair) else (x, None)
+        c, d = (y.re, y.im) if isinstance(y, Pair) else (y, None)
+        re = total([product(a, c), product(b, d)], [1, -1])
+        im = total([product(a, d), product(b, c)], [1, 1])
+        return Pair(re, lax.full_like(re, 0) if im is None else im)
+
+    return rule
+
+
+def _sort_rule(out_avals, *operands, num_keys, **params):
+    """Complex operands (never keys) travel as their two parts."""
+    flat = []
+    for v in operands:
+        flat += [v.re, v.im] if isinstance(v, Pair) else [v]
+    results = iter(sort_p.bind(*flat, num_keys=num_keys, **params))
+    return [
+        Pair(next(results), next(results)) if isinstance(v, Pair) else next(results)
+        for v in operands
+    ]
+
+
+def _moved(x, axes):
+    """`x` with `axes` first, flattened into one leading axis."""
+    rest = [d for d in range(x.ndim) if d not in axes]
+    moved = lax.transpose(x, tuple(axes) + tuple(rest))
+    size = int(np.prod([x.shape[d] for d in axes], dtype=np.int64))
+    return lax.reshape(moved, (size,) + tuple(x.shape[d] for d in rest))
+
+
+def _reduce_prod_rule(out_avals, x, *, axes):
+    """A product tree: pair up the factors, multiply the halves, until one remains."""
+    z = Pair(_moved(x.re, axes), _moved(x.im, axes))
+    while z.re.shape[0] > 1:
+        n = z.re.shape[0]
+        if n % 2:
+            config = [(0, 1, 0)] + [(0, 0, 0)] * (z.re.ndim - 1)
+            z = Pair(lax.pad(z.re, _c(z.re, 1), config), lax.pad(z.im, _c(z.im, 0), config))
+            n += 1
+        even = Pair(*(lax.slice_in_dim(p, 0, n, 2, 0) for p in (z.re, z.im)))
+        odd = Pair(*(lax.slice_in_dim(p, 1, n, 2, 0) for p in (z.re, z.im)))
+        z = mul(even, odd)
+    if z.re.shape[0] == 0:
+        shape = out_avals[0].shape
+        return Pair(lax.full(shape, 1, z.re.dtype), lax.full(shape, 0, z.im.dtype))
+    return Pair(*(lax.index_in_dim(p, 0, 0, False) for p in (z.re, z.im)))
+
+
+def _shifted(p, fill, shift: int, axis: int, reverse: bool):
+    """`p` moved `shift` places along `axis` (back when `reverse`), `fill` in the gap."""
+    n = p.shape[axis]
+    config = [(0, 0, 0)] * p.ndim
+    config[axis] = (0, shift, 0) if reverse else (shift, 0, 0)
+    start = shift if reverse else 0
+    kept = lax.slice_in_dim(p, start, start + n - shift, 1, axis)
+    return lax.pad(kept, _c(p, fill), config)
+
+
+def _cumprod_rule(out_avals, x, *, axis, reverse):
+    """Prefix products by doubling: after step k each element holds the product of the 2^k
+    elements ending at it."""
+    z, shift = x, 1
+    while shift < x.re.shape[axis]:
+        earlier = Pair(
+            _shifted(z.re, 1, shift, axis, reverse), _shifted(z.im, 0, shift, axis, reverse)
+        )
+        z = mul(z, earlier)
+        shift *= 2
+    return z
+
+
+for _name in _PARTWISE:
+    rules[_name] = _partwise(_name)
+rules["dot_general"] = _bilinear("dot_general")
+rules["conv_general_dilated"] = _bilinear("conv_general_dilated")
+rules["sort"] = _sort_rule
+rules["reduce_prod"] = _reduce_prod_rule
+rules["cumprod"] = _cumprod_rule
+
+
+# ---------------------------------------------------------------------------------------------
+# Fourier transforms: matrix products with the DFT's twiddle factors, split by Cooley and
+# Tukey's four-step method once an axis is long enough that its matrix would cost more than
+# two smaller ones and a twiddle multiplication.
+
+_DIRECT_DFT = 64  # the longest axis transformed by its whole DFT matrix
+
+
+def _twiddles(rows, columns, n: int, inverse: bool, dtype) -> Pair:
+    """exp(∓2πi r c / n) for the outer product of `rows` and `columns` (reduced mod n first,
+    so the angle is exact to rounding for any n)."""
+    angle = 2 * np.pi * (np.multiply.outer(rows, columns) % n) / n
+    sign = 1.0 if inverse else -1.0
+    parts = np.cos(angle).astype(dtype), (sign * np.sin(angle)).astype(dtype)
+    return Pair(*(Array(np.ascontiguousarray(p)) for p in parts))
+
+
+def _contract_last(z: Pair, matrix: Pair) -> Pair:
+    """z's last axis contracted with the first of `matrix` (complex matrix product)."""
+    numbers = (((z.re.ndim - 1,), (0,)), ((), ()))
+
+    def dot(u, v):
+        return lax.dot_general(u, v, numbers)
+
+    re = lax.sub(dot(z.re, matrix.re), dot(z.im, matrix.im))
+    return Pair(re, lax.add(dot(z.re, matrix.im), dot(z.im, matrix.re)))
+
+
+def _swap_last(z: Pair) -> Pair:
+    order = tuple(range(z.re.ndim - 2)) + (z.re.ndim - 1, z.re.ndim - 2)
+    return Pair(lax.transpose(z.re, order), lax.transpose(z.im, order))
+
+
+def _reshape(z: Pair, shape) -> Pair:
+    return Pair(lax.reshape(z.re, tuple(shape)), lax.reshape(z.im, tuple(shape)))
+
+
+def _dft_last(z: Pair, inverse: bool) -> Pair:
+    """The unscaled DFT (the inverse's sign when `inverse`) along the last axis."""
+    n = z.re.shape[-1]
+    dtype = z.re.dtype
+    split = max((d for d in range(2, math.isqrt(n) + 1) if n % d == 0), default=1)
+    if n <= _DIRECT_DFT or split == 1:
+        index = np.arange(n)
+        return _contract_last(z, _twiddles(index, index, n, inverse, dtype))
+    n1, n2 = split, n // split
+    lead = z.re.shape[:-1]
+    # x[j1 n2 + j2]: transform along j1 for each j2, twiddle by ω^(j2 k1), transform along j2,
+    # and read the result at k1 + n1 k2.
+    y = _dft_last(_swap_last(_reshape(z, lead + (n1, n2))), inverse)  # (.., j2, k1)
+    factors = _twiddles(np.arange(n2), np.arange(n1), n, inverse, dtype)
+    dims = (len(lead), len(lead) + 1)
+    y = mul(y, Pair(*(lax.broadcast_in_dim(f, y.re.shape, dims) for f in (factors.re, factors.im))))
+    y = _dft_last(_swap_last(y), inverse)  # (.., k1, k2)
+    return _reshape(_swap_last(y), lead + (n,))
+
+
+def _dft_axis(z: Pair, axis: int, inverse: bool) -> Pair:
+    last = z.re.ndim - 1
+    if axis == last:
+        return _dft_last(z, inverse)
+    order = list(range(z.re.ndim))
+    order[axis], order[last] = last, axis
+    moved = Pair(lax.transpose(z.re, tuple(order)), lax.transpose(z.im, tuple(order)))
+    out = _dft_last(moved, inverse)
+    return Pair(lax.transpose(out.re, tuple(order)), lax.transpose(out.im, tuple(order)))
+
+
+def _fft_rule(out_avals, x, *, fft_type, fft_lengths):
+    from funcgrad.lax.fft import FftType
+
+    k = len(fft_lengths)
+    inverse = fft_type in (FftType.IFFT, FftType.IRFFT)
+    z = _parts(x)
+    ndim = z.re.ndim
+    axes = list(range(ndim - k, ndim))
+    if fft_type == FftType.IRFFT:
+        # The stored halves of a Hermitian spectrum: the rest is their mirror image's
+        # conjugate; the imaginary parts of the real frequencies (0 and n / 2) do not count.
+        n, stored = fft_lengths[-1], z.re.shape[-1]
+        for axis in axes[:-1]:
+            z = _dft_axis(z, axis, True)
+        last = ndim - 1
+        real_bins = np.zeros(stored, bool)
+        real_bins[0] = True
+        real_bins[-1] = n % 2 == 0
+        keep = lax.broadcast_in_dim(Array(~real_bins), z.im.shape, (last,))
+        z = Pair(z.re, lax.select(keep, z.im, lax.full_like(z.im, 0)))
+        mirrored = Pair(
+            *(
+                lax.rev(lax.slice_in_dim(p, 1, n - stored + 1, 1, last), (last,))
+                for p in (z.re, z.im)
+            )
+        )
+        full = Pair(
+            lax.concatenate([z.re, mirrored.re], last),
+            lax.concatenate([z.im, lax.neg(mirrored.im)], last),
+        )
+        out = _dft_axis(full, last, True).re
+        return lax.mul(out, _c(out, 1 / math.prod(fft_lengths)))
+    for axis in reversed(axes):
+        z = _dft_axis(z, axis, inverse)
+        if fft_type == FftType.RFFT and axis == ndim - 1:
+            stored = fft_lengths[-1] // 2 + 1
+            z = Pair(*(lax.slice_in_dim(p, 0, stored, 1, axis) for p in (z.re, z.im)))
+    if inverse:
+        z = scale(z, _c(z.re, 1 / math.prod(fft_lengths)))
+    return z
+
+
+rules["fft"] = _fft_rule
+
+
+# ---------------------------------------------------------------------------------------------
+# Control flow and calls: their programs are lowered as they are staged again through the
+# public loop and branch functions, with Pairs traveling as pytrees.
+
+
+def _cond_rule(out_avals, index, *operands, branches):
+    functions = [lambda *ops, b=b: _evaluate_closed(b, ops) for b in branches]
+    return list(lax.switch(index, functions, *operands))
+
+
+def _while_rule(out_avals, *operands, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts):
+    cond_consts = list(operands[:cond_nconsts])
+    body_consts = list(operands[cond_nconsts : cond_nconsts + body_nconsts])
+    carry = list(operands[cond_nconsts + body_nconsts :])
+    return list(
+        lax.while_loop(
+            lambda c: _evaluate_closed(cond_jaxpr, cond_consts + list(c))[0],
+            lambda c: _evaluate_closed(body_jaxpr, body_consts + list(c)),
+            carry,
+        )
+    )
+
+
+def _scan_rule(out_avals, *operands, jaxpr, num_consts, num_carry, length, reverse, unroll):
+    consts = list(operands[:num_consts])
+    init = list(operands[num_consts : num_consts + num_carry])
+    xs = list(operands[num_consts + num_carry :])
+
+    def body(carry, x):
+        outs = _evaluate_closed(jaxpr, consts + list(carry) + list(x))
+        return outs[:num_carry], outs[num_carry:]
+
+    carry, ys = lax.scan(body, init, xs, length=length, reverse=reverse, unroll=unroll)
+    return list(carry) + list(ys)
+
+
+def _call_rule(param: str) -> Callable:
+    return lambda out_avals, *operands, **params: _evaluate_closed(params[param], operands)
+
+
+rules["cond"] = _cond_rule
+rules["while"] = _while_rule
+rules["scan"] = _scan_rule
+for _name, _param in (
+    ("jit", "jaxpr"),
+    ("checkpoint", "jaxpr"),
+    ("custom_jvp_call", "call_jaxpr"),
+    ("custom_vjp_call", "call_jaxpr"),
+):
+    rules[_name] = _call_rule(_param)

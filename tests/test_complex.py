@@ -1,0 +1,333 @@
+"""Complex numbers: values against NumPy, derivatives against finite differences in the
+conjugate convention, and the compiled backend against the reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad import lax
+from tests import strategies as fst
+
+TOLERANCE = {
+    np.dtype(np.complex64): dict(rtol=2e-5, atol=2e-5),
+    np.dtype(np.complex128): dict(rtol=1e-12, atol=1e-12),
+}
+
+
+def complex_arrays(low=-3.0, high=3.0, shape=None):
+    return fst.arrays(fst.complex_dtypes, shape or fst.shapes(1, 3), min_value=low, max_value=high)
+
+
+def assert_matches(actual, expected):
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.shape == expected.shape
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    wide = np.dtype(np.complex64 if actual.dtype.itemsize <= 8 else np.complex128)
+    tol = TOLERANCE.get(actual.dtype, TOLERANCE.get(wide, TOLERANCE[np.dtype(np.complex64)]))
+    np.testing.assert_allclose(actual, expected, **tol)
+
+
+# ---------------------------------------------------------------------------------------------
+# Values, eager and compiled
+
+UNARY = {
+    "exp": (fnp.exp, np.exp),
+    "log": (fnp.log, np.log),
+    "log1p": (fnp.log1p, np.log1p),
+    "expm1": (fnp.expm1, np.expm1),
+    "sqrt": (fnp.sqrt, np.sqrt),
+    "sin": (fnp.sin, np.sin),
+    "cos": (fnp.cos, np.cos),
+    "tan": (fnp.tan, np.tan),
+    "sinh": (fnp.sinh, np.sinh),
+    "cosh": (fnp.cosh, np.cosh),
+    "tanh": (fnp.tanh, np.tanh),
+    "arcsinh": (fnp.arcsinh, np.arcsinh),
+    "arccosh": (fnp.arccosh, np.arccosh),
+    "arctanh": (fnp.arctanh, np.arctanh),
+    "arcsin": (fnp.arcsin, np.arcsin),
+    "arccos": (fnp.arccos, np.arccos),
+    "arctan": (fnp.arctan, np.arctan),
+    "abs": (fnp.abs, np.abs),
+    "angle": (fnp.angle, np.angle),
+    "real": (fnp.real, np.real),
+    "imag": (fnp.imag, np.imag),
+    "conj": (fnp.conj, np.conj),
+    "square": (fnp.square, np.square),
+    "reciprocal": (fnp.reciprocal, np.reciprocal),
+    "sign": (fnp.sign, lambda z: _sign(z)),
+}
+
+
+def _sign(z):
+    magnitude = np.abs(z)
+    safe = np.where(magnitude == 0, 1, magnitude)
+    return np.where(magnitude == 0, 0, z.real / safe + 1j * (z.imag / safe))
+
+
+def _off_the_cuts(name, z):
+    """Inverse functions have branch cuts on the axes; keep away from them (the reference and
+    the compiled formulas may take either side of a cut)."""
+    if name in ("arcsinh", "arccosh", "arctanh", "arcsin", "arccos", "arctan", "log", "sqrt"):
+        return np.all(np.abs(z.real) > 1e-2) and np.all(np.abs(z.imag) > 1e-2)
+    return True
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+@given(z=complex_arrays())
+def test_unary_functions_match_numpy_eager_and_compiled(name, z):
+    ours, reference = UNARY[name]
+    if not _off_the_cuts(name, z):
+        return
+    tiny = np.finfo(z.real.dtype).tiny
+    if name == "reciprocal" and np.any(np.abs(z) < 1 / np.finfo(z.real.dtype).max + tiny):
+        return  # 1/z overflows: where each part lands between inf and huge is not specified
+    expected = reference(z.astype(np.complex128))
+    expected = expected.astype(z.dtype if np.iscomplexobj(expected) else z.real.dtype)
+    eager = ours(z)
+    assert_matches(eager, expected)
+    assert_matches(fg.jit(ours)(z), expected)
+
+
+BINARY = {
+    "add": (fnp.add, np.add),
+    "subtract": (fnp.subtract, np.subtract),
+    "multiply": (fnp.multiply, np.multiply),
+    "divide": (fnp.divide, np.divide),
+    "power": (fnp.power, np.power),
+    "equal": (fnp.equal, np.equal),
+    "not_equal": (fnp.not_equal, np.not_equal),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@given(data=st.data())
+def test_binary_functions_match_numpy_eager_and_compiled(name, data):
+    dtype = data.draw(fst.complex_dtypes)
+    shape = data.draw(fst.shapes(1, 3))
+    z = data.draw(fst.arrays(dtype, shape, min_value=0.2, max_value=3.0))
+    w = data.draw(fst.arrays(dtype, shape, min_value=-2.0, max_value=2.0))
+    if name == "divide":
+        z, w = w, z  # divisors away from zero (dividing by 0 + 0j has no agreed answer)
+    if name == "equal":
+        w = np.where(np.arange(w.size).reshape(shape) % 2 == 0, z, w).astype(dtype)
+    ours, reference = BINARY[name]
+    expected = reference(z.astype(np.complex128), w.astype(np.complex128))
+    if expected.dtype != np.bool_:
+        expected = expected.astype(dtype)
+    assert_matches(ours(z, w), expected)
+    assert_matches(fg.jit(ours)(z, w), expected)
+
+
+@given(z=complex_arrays(shape=fst.shapes(2, 3)), data=st.data())
+def test_reductions_and_products_match_numpy(z, data):
+    axis = data.draw(st.integers(0, z.ndim - 1))
+    wide = z.astype(np.complex128)
+    cases = [
+        (lambda x: fnp.sum(x, axis), np.sum(wide, axis)),
+        (lambda x: fnp.prod(x, axis), np.prod(wide, axis)),
+        (lambda x: fnp.cumsum(x, axis), np.cumsum(wide, axis)),
+        (lambda x: fnp.cumprod(x, axis), np.cumprod(wide, axis)),
+        (lambda x: fnp.mean(x, axis), np.mean(wide, axis)),
+    ]
+    for fun, expected in cases:
+        expected = expected.astype(z.dtype)
+        assert_matches(fun(z), expected)
+        assert_matches(fg.jit(fun)(z), expected)
+    variance = np.var(wide, axis).astype(z.real.dtype)
+    np.testing.assert_allclose(fnp.var(z, axis), variance, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(fg.jit(lambda x: fnp.var(x, axis))(z), variance, rtol=1e-4, atol=1e-4)
+
+
+@given(data=st.data())
+def test_matmul_of_complex_and_mixed_operands(data):
+    dtype = data.draw(fst.complex_dtypes)
+    a = data.draw(fst.arrays(dtype, (3, 4)))
+    b = data.draw(fst.arrays(dtype, (4, 2)))
+    real = data.draw(fst.arrays(np.dtype(dtype).type(0).real.dtype, (4, 2)))
+    for x, y in ((a, b), (a, real)):
+        expected = (x.astype(np.complex128) @ y.astype(np.complex128)).astype(dtype)
+        assert_matches(fnp.matmul(x, y), expected)
+        assert_matches(fg.jit(fnp.matmul)(x, y), expected)
+    expected = np.vdot(a.astype(np.complex128), a.astype(np.complex128)).astype(dtype)
+    assert_matches(fg.jit(fnp.vdot)(a, a), expected)
+
+
+def test_compiled_control_flow_carries_complex_values():
+    z = (np.arange(6) + 1j * np.arange(6, 0, -1)).astype(np.complex64) / 4
+
+    def program(z):
+        total, partial = lax.scan(lambda c, x: (c * x + 1j, c), 1 + 0j * z[0], z)
+        looped = lax.fori_loop(0, 3, lambda i, c: c * z[i] - c.conj(), z)
+        chosen = lax.cond(total.real > 0, lambda x: x * 2, lambda x: x * 1j, looped)
+        return total, partial, chosen
+
+    eager = program(fnp.asarray(z))
+    compiled = fg.jit(program)(z)
+    for actual, expected in zip(compiled, eager):
+        assert_matches(actual, np.asarray(expected))
+
+
+def test_compiled_programs_take_complex_views_and_scalars():
+    z = (np.arange(12).reshape(3, 4) * (1 - 2j)).astype(np.complex128)
+    fun = fg.jit(lambda x, s: x * s + fnp.exp(1j * x.real))
+    expected = z.T * (2 + 1j) + np.exp(1j * z.T.real)
+    assert_matches(fun(z.T, 2 + 1j), expected)
+    scalar = fg.jit(lambda x: x * x)(np.complex64(1 + 1j))
+    assert scalar.shape == () and complex(scalar) == 2j
+
+
+def test_bitcast_of_complex_values_compiles():
+    z = np.array([1 + 2j, -3.5 + 0.25j], np.complex64)
+    for dtype in (np.uint64, np.float32, np.uint8):
+        expected = z.view(dtype).reshape(lax.bitcast_convert_type(z, dtype).shape)
+        np.testing.assert_array_equal(
+            fg.jit(lambda x, d=dtype: lax.bitcast_convert_type(x, d))(z), expected
+        )
+    bits = z.view(np.uint64)
+    np.testing.assert_array_equal(
+        fg.jit(lambda b: lax.bitcast_convert_type(b, np.complex64))(bits), z
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Derivatives
+
+
+def _partials(f, z: complex, h: float = 1e-6) -> complex:
+    """∂f/∂x - i ∂f/∂y of a real function by central differences: JAX's (and funcgrad's)
+    gradient of a real-valued function of a complex variable."""
+    dx = (f(z + h) - f(z - h)) / (2 * h)
+    dy = (f(z + 1j * h) - f(z - 1j * h)) / (2 * h)
+    return dx - 1j * dy
+
+
+@given(
+    z=st.complex_numbers(
+        min_magnitude=0.2, max_magnitude=3.0, allow_nan=False, allow_infinity=False
+    )
+)
+def test_grad_of_real_functions_of_complex_inputs_is_conjugate_convention(z):
+    functions = [
+        (lambda x: fnp.abs(x) ** 2, lambda x: abs(x) ** 2),
+        (lambda x: fnp.real(fnp.exp(x) * x), lambda x: (np.exp(x) * x).real),
+        (lambda x: fnp.imag(fnp.sin(x)) + fnp.abs(x), lambda x: np.sin(x).imag + abs(x)),
+        (lambda x: fnp.angle(x), lambda x: np.angle(x)),
+    ]
+    point = np.complex128(z)
+    if point.real < 0 and abs(point.imag) < 1e-2:
+        functions.pop()  # angle jumps by 2π across the negative real axis
+    for ours, reference in functions:
+        expected = _partials(reference, complex(point))
+        np.testing.assert_allclose(complex(fg.grad(ours)(point)), expected, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(
+            complex(fg.jit(fg.grad(ours))(point)), expected, rtol=1e-6, atol=1e-6
+        )
+
+
+def test_grad_of_squared_modulus_is_twice_the_conjugate():
+    assert complex(fg.grad(lambda z: fnp.abs(z) ** 2)(np.complex64(3 + 4j))) == 6 - 8j
+
+
+@given(
+    z=st.complex_numbers(
+        min_magnitude=0.2, max_magnitude=2.0, allow_nan=False, allow_infinity=False
+    )
+)
+def test_holomorphic_grad_is_the_complex_derivative(z):
+    point, h = np.complex128(z), 1e-6
+
+    def f(x):
+        return fnp.sin(x) * fnp.exp(x) + x**3 / (x + 3)
+
+    def reference(x):
+        return np.sin(x) * np.exp(x) + x**3 / (x + 3)
+
+    expected = (reference(point + h) - reference(point - h)) / (2 * h)
+    np.testing.assert_allclose(complex(fg.grad(f, holomorphic=True)(point)), expected, rtol=1e-6)
+    np.testing.assert_allclose(complex(fg.jacfwd(f, holomorphic=True)(point)), expected, rtol=1e-6)
+    np.testing.assert_allclose(complex(fg.jacrev(f, holomorphic=True)(point)), expected, rtol=1e-6)
+
+
+@given(z=complex_arrays(0.3, 2.0, shape=(3,)))
+def test_jvp_and_vjp_of_complex_programs_pass_the_derivative_checks(z):
+    from funcgrad.test_util import check_grads
+
+    z = z.astype(np.complex128)
+
+    def f(x):
+        return fnp.sum(fnp.sin(x) * fnp.conj(x)) + fnp.real(x[0] * x[1]) + fnp.abs(x[2])
+
+    check_grads(f, (z,), order=2)
+    check_grads(lambda x: fnp.cumprod(fnp.exp(x) / x), (z,), order=1)
+
+
+def test_vmap_of_complex_functions_is_the_loop():
+    z = (np.linspace(0.1, 1, 8).reshape(4, 2) * (1 + 2j)).astype(np.complex64)
+
+    def f(x):
+        return fnp.sum(fnp.exp(x) * fnp.conj(x))
+
+    np.testing.assert_allclose(
+        fg.vmap(f)(z), np.stack([np.asarray(f(row)) for row in z]), rtol=1e-6
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Promotion, the NumPy layer and errors
+
+
+def test_promotion_and_weak_complex_scalars():
+    x32 = fnp.ones(2, fnp.float32)
+    x64 = fnp.ones(2, fnp.float64)
+    assert (x32 * 1j).dtype == np.complex64
+    assert (x64 * 1j).dtype == np.complex128
+    assert (fnp.ones(2, fnp.complex64) * x64).dtype == np.complex128
+    assert (fnp.ones(2, fnp.int32) + 1j).dtype == np.complex64
+    assert fnp.result_type(fnp.float32, fnp.complex64) == np.complex64
+    assert fnp.asarray(1j).weak_type
+
+
+def test_numpy_layer_parts_and_predicates():
+    z = fnp.array([3 + 4j, -1.0, 2j])
+    np.testing.assert_array_equal(z.real, [3, -1, 0])
+    np.testing.assert_array_equal(z.imag, [4, 0, 2])
+    np.testing.assert_array_equal(fnp.conj(z), np.conj(np.asarray(z)))
+    np.testing.assert_array_equal(fnp.isreal(z), [False, True, False])
+    np.testing.assert_array_equal(fnp.iscomplex(z), [True, False, True])
+    assert fnp.iscomplexobj(z) and not fnp.isrealobj(z) and fnp.isrealobj(fnp.ones(2))
+    assert fnp.abs(z).dtype == np.float32
+    assert fnp.isdtype(fnp.complex64, "complex floating")
+    assert complex(z[0]) == 3 + 4j
+
+
+@pytest.mark.parametrize(
+    "fun, name",
+    [
+        (lambda z: z < z, "lt"),
+        (lambda z: fnp.maximum(z, z), "max"),
+        (lambda z: fnp.max(z), "reduce_max"),
+        (lambda z: fnp.argmax(z), "argmax"),
+        (lambda z: fnp.sort(z), "sort"),
+        (lambda z: fnp.floor(z), "floor"),
+        (lambda z: lax.erf(z), "erf"),
+    ],
+)
+def test_complex_values_where_real_ones_are_required_raise(fun, name):
+    z = fnp.array([1 + 1j, 2.0])
+    with pytest.raises(TypeError, match=f"{name}.*complex64|complex64.*{name}"):
+        fun(z)
+
+
+def test_grad_of_complex_outputs_needs_holomorphic():
+    with pytest.raises(TypeError, match="holomorphic=True"):
+        fg.grad(lambda z: z * z)(np.complex64(1j))
+    with pytest.raises(TypeError, match="complex inputs"):
+        fg.grad(lambda x: x * x, holomorphic=True)(np.float32(1.0))
+    with pytest.raises(TypeError, match="real inputs"):
+        fg.jacfwd(lambda z: fnp.abs(z))(np.complex64(1j))

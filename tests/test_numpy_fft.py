@@ -1,0 +1,134 @@
+"""funcgrad.numpy.fft against NumPy's, eager and compiled, and derivatives through it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad.test_util import check_grads
+from tests import strategies as fst
+
+NORMS = st.sampled_from([None, "backward", "ortho", "forward"])
+
+
+def assert_matches(actual, expected, single: bool):
+    actual = np.asarray(actual)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    tol = dict(rtol=2e-4, atol=2e-4) if single else dict(rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(actual, expected, **tol)
+
+
+def both_ways(fun, *args):
+    """fun eager and compiled."""
+    return fun(*args), fg.jit(fun)(*args)
+
+
+@given(data=st.data(), norm=NORMS)
+def test_one_axis_transforms_match_numpy(data, norm):
+    single = data.draw(st.booleans())
+    shape = data.draw(fst.shapes(1, 3, 1, 6))
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    n = data.draw(st.one_of(st.none(), st.integers(1, 9)))
+    real_dtype = np.float32 if single else np.float64
+    x = data.draw(fst.arrays(real_dtype, shape))
+    z = data.draw(fst.arrays(np.complex64 if single else np.complex128, shape))
+    cases = [
+        (fnp.fft.fft, np.fft.fft, z),
+        (fnp.fft.ifft, np.fft.ifft, z),
+        (fnp.fft.rfft, np.fft.rfft, x),
+        (fnp.fft.ihfft, np.fft.ihfft, x),
+    ]
+    if shape[axis] > 1 or n is not None:
+        cases += [(fnp.fft.irfft, np.fft.irfft, z), (fnp.fft.hfft, np.fft.hfft, z)]
+    for ours, reference, value in cases:
+        expected = reference(
+            value.astype(np.complex128 if value.dtype.kind == "c" else np.float64), n, axis, norm
+        )
+        for result in both_ways(lambda v, ours=ours: ours(v, n, axis, norm), value):
+            assert_matches(result, expected, single)
+            assert np.asarray(result).dtype.itemsize in ((4, 8) if single else (8, 16)), np.asarray(
+                result
+            ).dtype
+
+
+@given(data=st.data(), norm=NORMS)
+def test_many_axis_transforms_match_numpy(data, norm):
+    shape = data.draw(fst.shapes(2, 3, 1, 5))
+    axes = tuple(
+        data.draw(st.permutations(range(len(shape))))[: data.draw(st.integers(1, len(shape)))]
+    )
+    s = data.draw(
+        st.one_of(st.none(), st.lists(st.integers(2, 6), min_size=len(axes), max_size=len(axes)))
+    )
+    x = data.draw(fst.arrays(np.float64, shape))
+    z = data.draw(fst.arrays(np.complex128, shape))
+    for ours, reference, value in [
+        (fnp.fft.fftn, np.fft.fftn, z),
+        (fnp.fft.ifftn, np.fft.ifftn, z),
+        (fnp.fft.rfftn, np.fft.rfftn, x),
+        (fnp.fft.irfftn, np.fft.irfftn, z),
+    ]:
+        if reference is np.fft.irfftn and s is None and value.shape[axes[-1]] < 2:
+            continue
+        expected = reference(value, s, axes, norm)
+        for result in both_ways(lambda v, ours=ours: ours(v, s, axes, norm), value):
+            assert_matches(result, expected, False)
+
+
+def test_two_dimensional_shorthands_and_helpers():
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(3, 4, 6)) + 1j * rng.normal(size=(3, 4, 6))
+    x = z.real
+    np.testing.assert_allclose(fnp.fft.fft2(z), np.fft.fft2(z), atol=1e-12)
+    np.testing.assert_allclose(fnp.fft.ifft2(z), np.fft.ifft2(z), atol=1e-12)
+    np.testing.assert_allclose(fnp.fft.rfft2(x), np.fft.rfft2(x), atol=1e-12)
+    np.testing.assert_allclose(fnp.fft.irfft2(z), np.fft.irfft2(z), atol=1e-12)
+    np.testing.assert_allclose(fnp.fft.fftfreq(7, 0.5), np.fft.fftfreq(7, 0.5), rtol=1e-6)
+    np.testing.assert_allclose(fnp.fft.rfftfreq(8), np.fft.rfftfreq(8), rtol=1e-6)
+    np.testing.assert_array_equal(fnp.fft.fftshift(x), np.fft.fftshift(x))
+    np.testing.assert_array_equal(fnp.fft.ifftshift(x, axes=1), np.fft.ifftshift(x, axes=1))
+
+
+@pytest.mark.parametrize("n", [1, 6, 7, 64, 100, 1024, 3 * 97])
+def test_compiled_transforms_of_many_lengths(n):
+    # Long axes are split into smaller transforms (four-step); primes stay whole.
+    rng = np.random.default_rng(n)
+    z = (rng.normal(size=(2, n)) + 1j * rng.normal(size=(2, n))).astype(np.complex64)
+    np.testing.assert_allclose(
+        fg.jit(fnp.fft.fft)(z),
+        np.fft.fft(z.astype(np.complex128)),
+        rtol=1e-4,
+        atol=1e-4 * np.sqrt(n),
+    )
+    x = z.real.astype(np.float64)
+    spectrum = fg.jit(fnp.fft.rfft)(x)
+    np.testing.assert_allclose(fg.jit(lambda v: fnp.fft.irfft(v, n))(spectrum), x, atol=1e-12)
+
+
+def test_gradients_through_spectral_code():
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(2, 8))
+    z = x + 1j * rng.normal(size=(2, 8))
+    # Parseval: sum |fft(x)|² = N sum x², so its gradient is 2 N x.
+    energy = fg.grad(lambda v: fnp.sum(fnp.abs(fnp.fft.fft(v)) ** 2))(x)
+    np.testing.assert_allclose(energy, 16 * x, rtol=1e-10)
+    check_grads(lambda v: fnp.fft.irfft(fnp.fft.rfft(v) * fnp.arange(5.0), 8), (x,), order=2)
+    check_grads(lambda v: fnp.fft.ifft2(fnp.sin(fnp.fft.fft2(v, norm="ortho"))), (z,), order=1)
+    check_grads(lambda v: fnp.fft.hfft(v, 9), (z,), order=1)
+    lanes = fg.vmap(lambda v: fnp.fft.rfft(v, 6))(x)
+    np.testing.assert_allclose(lanes, np.fft.rfft(x, 6), atol=1e-12)
+
+
+def test_bad_lengths_and_empty_axes_are_named():
+    with pytest.raises(ValueError, match="at least 1"):
+        fnp.fft.fft(np.ones(4), 0)
+    with pytest.raises(ValueError, match="axis 0 has length 0"):
+        fnp.fft.fft(np.ones(0))
+    with pytest.raises(ValueError, match="norm"):
+        fnp.fft.fft(np.ones(4), norm="sideways")
+    with pytest.raises(TypeError, match="real input"):
+        fnp.fft.rfft(np.ones(4) * 1j)
