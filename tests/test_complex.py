@@ -141,7 +141,9 @@ def test_reductions_and_products_match_numpy(z, data):
         assert_matches(fg.jit(fun)(z), expected)
     variance = np.var(wide, axis).astype(z.real.dtype)
     np.testing.assert_allclose(fnp.var(z, axis), variance, rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(fg.jit(lambda x: fnp.var(x, axis))(z), variance, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        fg.jit(lambda x: fnp.var(x, axis))(z), variance, rtol=1e-4, atol=1e-4
+    )
 
 
 @given(data=st.data())
@@ -331,3 +333,30 @@ def test_grad_of_complex_outputs_needs_holomorphic():
         fg.grad(lambda x: x * x, holomorphic=True)(np.float32(1.0))
     with pytest.raises(TypeError, match="real inputs"):
         fg.jacfwd(lambda z: fnp.abs(z))(np.complex64(1j))
+
+
+def test_loops_carry_complex_tangents():
+    # A complex carry's tangent must flow through while loops (forward and reverse).
+    def cube(x):
+        return fnp.real(lax.fori_loop(0, 3, lambda i, c: c * x, 1 + 0j * x))
+
+    def counted(x):
+        _, power = lax.while_loop(
+            lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * x), (0, 1 + 0j * x)
+        )
+        return fnp.real(power)
+
+    z = np.complex128(1 + 1j)
+    assert complex(fg.grad(cube)(z)) == pytest.approx(6j)
+    _, tangent = fg.jvp(counted, (z,), (np.complex128(1.0),))
+    assert float(tangent) == pytest.approx((3 * z**2).real)
+
+
+def test_nan_aware_statistics_and_closeness_of_complex_values():
+    z = np.array([1 + 2j, np.nan, 3 - 1j, 2j])
+    for name in ("nansum", "nanmean", "nanvar", "nanstd", "nanprod"):
+        np.testing.assert_allclose(getattr(fnp, name)(z), getattr(np, name)(z), rtol=1e-12)
+    np.testing.assert_array_equal(fnp.isclose(z, z + 1e-9j), np.isclose(z, z + 1e-9j))
+    np.testing.assert_array_equal(fnp.isnan(z), np.isnan(z))
+    np.testing.assert_array_equal(fnp.isfinite(z * np.inf), np.isfinite(z * np.inf))
+    np.testing.assert_allclose(fnp.round(z * 1.26, 1), np.round(z * 1.26, 1))

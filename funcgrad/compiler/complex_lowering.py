@@ -719,6 +719,36 @@ def _fft_rule(out_avals, x, *, fft_type, fft_lengths):
 rules["fft"] = _fft_rule
 
 
+def _eig_rule(out_avals, a, *, compute_right_eigenvectors):
+    """geev's packed outputs unpacked: column j of a complex pair (imaginary part > 0) is
+    v_j + i v_(j+1), its partner's the conjugate; a real eigenvalue's column is real."""
+    from funcgrad.lax.eig import eig_parts_p
+
+    if isinstance(a, Pair):
+        raise NotImplementedError(
+            "the compiler cannot compile eig of complex matrices yet; run this program with "
+            "jit_backend='numpy'"
+        )
+    real, imaginary, packed = eig_parts_p.bind(a)
+    values = Pair(real, imaginary)
+    if not compute_right_eigenvectors:
+        return [values]
+    last = packed.ndim - 1
+    shape = packed.shape
+    rows = tuple(range(last - 1)) + (last,)
+    imaginary = lax.broadcast_in_dim(imaginary, shape, rows)
+    first, second = lax.gt(imaginary, _c(imaginary, 0)), lax.lt(imaginary, _c(imaginary, 0))
+    previous = _shifted(packed, 0, 1, last, False)  # column j holds column j - 1
+    following = _shifted(packed, 0, 1, last, True)  # column j holds column j + 1
+    zero = lax.full_like(packed, 0)
+    re = lax.select(second, previous, packed)
+    im = lax.select(first, following, lax.select(second, lax.neg(packed), zero))
+    return [values, Pair(re, im)]
+
+
+rules["eig"] = _eig_rule
+
+
 # ---------------------------------------------------------------------------------------------
 # Control flow and calls: their programs are lowered as they are staged again through the
 # public loop and branch functions, with Pairs traveling as pytrees.

@@ -1,6 +1,6 @@
 """The dense decompositions through LAPACK (and BLAS's triangular solve), as the reference
 backend computes them: NumPy calls the same routines (potrf, getrf, geqrf + orgqr, syevd,
-gesdd); triangular solves are trsm.
+geev, gesdd); triangular solves are trsm.
 
 Each decomposition becomes: a fused kernel copying the operand into column-major scratch (the
 order LAPACK reads), one `FortranCall` step per routine (looping over the stack of matrices),
@@ -190,6 +190,30 @@ def eigh(scheduler, eqn: JaxprEqn) -> None:
     _from_column_major(scheduler, eigenvalues, 0, n, w_out, eqn.outvars[1].aval.shape, info)
 
 
+def eig_parts(scheduler, eqn: JaxprEqn) -> None:
+    """geev with right eigenvectors only: eigenvalues as real and imaginary parts, and the
+    eigenvectors packed as geev packs them (see `funcgrad.lax.eig`)."""
+    (a,) = eqn.invars
+    outs = [scheduler.buffer_of[v] for v in eqn.outvars]
+    *batch_shape, n, _ = a.aval.shape
+    batch = math.prod(batch_shape)
+    work = working_dtype(a.aval.dtype)
+    matrices = _to_column_major(scheduler, a, n, n, n, work)
+    real, imaginary = _scratch(work, batch * n), _scratch(work, batch * n)
+    vectors, unused = _scratch(work, batch * n * n), _scratch(work, 1)
+    info = _scratch(np.int64, batch)
+    _call(
+        scheduler, "geev", eqn, batch,
+        ["N", "V", n, (matrices, n * n), max(n, 1), (real, n), (imaginary, n), (unused, 0), 1,
+         (vectors, n * n), max(n, 1), WORK, LWORK, (info, 1)],
+        {LWORK: max(4 * n, 1)}, work,
+    )  # fmt: skip
+    shapes = [v.aval.shape for v in eqn.outvars]
+    _from_column_major(scheduler, real, 0, n, outs[0], shapes[0], info)
+    _from_column_major(scheduler, imaginary, 0, n, outs[1], shapes[1], info)
+    _from_column_major(scheduler, vectors, n, n * n, outs[2], shapes[2], info)
+
+
 def svd(scheduler, eqn: JaxprEqn) -> None:
     (a,) = eqn.invars
     outs = [scheduler.buffer_of[v] for v in eqn.outvars]
@@ -321,5 +345,6 @@ DECOMPOSITIONS = {
     "triangular_solve": triangular_solve,
     "qr": qr,
     "eigh": eigh,
+    "eig_parts": eig_parts,
     "svd": svd,
 }

@@ -388,6 +388,8 @@ def _is_additive_identity(atom: Atom, *, subtracted: bool) -> bool:
     x - (+0.0) are x exactly, but (-0.0) + (+0.0) is +0.0, so x + 0.0 is not x."""
     if not _literal_equal(atom, 0):
         return False
+    if dtypes.is_complex(atom.aval.dtype):
+        return False  # (-0 + 0j) + 0j has a +0 real part: not worth the bookkeeping
     if not dtypes.is_float(atom.aval.dtype):
         return True
     negative = math.copysign(1.0, float(atom.val)) < 0

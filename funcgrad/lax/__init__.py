@@ -8,6 +8,7 @@ import warnings
 
 from funcgrad.lax.base import asarray
 from funcgrad.lax.control_flow import *
+from funcgrad.lax.eig import *
 from funcgrad.lax.elementwise import *
 from funcgrad.lax.extra import *
 from funcgrad.lax.fft import *

@@ -798,7 +798,7 @@ def _gather_batch(
 
 def _default_fill_value(dtype: np.dtype):
     """JAX's fill for out-of-bounds gathers: a value that stands out in results."""
-    if dtypes.is_float(dtype):
+    if dtypes.is_inexact(dtype):
         return np.nan
     if dtypes.is_unsigned(dtype):
         return int(np.iinfo(dtype).max)

@@ -277,7 +277,7 @@ def pmean(x: Any, axis_name: Hashable, *, axis_index_groups=None) -> Any:
 
     def mean(leaf):
         total = psum_p.bind(asarray(leaf), axis_name=axis_name)
-        if not dtypes.is_float(total.dtype):
+        if not dtypes.is_inexact(total.dtype):
             total = elementwise.convert_element_type(total, dtypes.default_float)
         return elementwise.div(total, size)
 

@@ -40,6 +40,7 @@ from funcgrad.numpy.ufuncs import absolute, isnan, log, power, sign, sqrt
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
 __all__ = [
+    "EigResult",
     "EighResult",
     "QRResult",
     "SVDResult",
@@ -49,7 +50,9 @@ __all__ = [
     "cross",
     "det",
     "diagonal",
+    "eig",
     "eigh",
+    "eigvals",
     "eigvalsh",
     "inv",
     "lstsq",
@@ -175,6 +178,11 @@ def _matrix_norm(x, ord, axes: tuple[int, ...], keepdims: bool):
 # Decompositions
 
 
+class EigResult(NamedTuple):
+    eigenvalues: Array
+    eigenvectors: Array
+
+
 class EighResult(NamedTuple):
     eigenvalues: Array
     eigenvectors: Array
@@ -210,6 +218,19 @@ def cholesky(a, *, upper: bool = False, symmetrize_input: bool = True):
     with a = U.T @ U if `upper`. NaNs where a matrix is not positive definite."""
     factor = lax.cholesky(_matrices("cholesky", a, True), symmetrize_input=symmetrize_input)
     return matrix_transpose(factor) if upper else factor
+
+
+def eig(a) -> EigResult:
+    """Eigenvalues and right eigenvectors (unit columns) of general square matrices; both are
+    complex. Only the eigenvalues are differentiable."""
+    w, v = lax.eig(_matrices("eig", a, True))
+    return EigResult(w, v)
+
+
+def eigvals(a):
+    """The (complex) eigenvalues of general square matrices, differentiable."""
+    (w,) = lax.eig(_matrices("eigvals", a, True), compute_right_eigenvectors=False)
+    return w
 
 
 def eigh(a, UPLO: str | None = None, symmetrize_input: bool = True) -> EighResult:

@@ -499,7 +499,7 @@ def isclose(a, b, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = Fa
     As in JAX, integer and boolean arrays are compared for equality.
     """
     a, b = promote_args("isclose", a, b)
-    if not dtypes.is_float(a.dtype):
+    if not dtypes.is_inexact(a.dtype):
         return ufuncs.equal(a, b)
     tolerance = ufuncs.add(atol, ufuncs.multiply(rtol, lax.abs(b)))
     close = ufuncs.logical_and(

@@ -378,7 +378,7 @@ def average(a, axis: Axis = None, weights=None, returned: bool = False, keepdims
     else:
         weights = to_array(weights)
         dtype = result_type(a, weights)
-        if not dtypes.is_float(dtype):
+        if not dtypes.is_inexact(dtype):
             dtype = dtypes.default_float
         a, weights = convert(a, dtype), convert(weights, dtype)
         if weights.shape != a.shape:
@@ -492,7 +492,7 @@ def nanargmin(a, axis: int | None = None, out=None, keepdims: bool | None = None
 
 def _replace_nan(a, fill: Callable):
     a = to_array(a)
-    if not dtypes.is_float(a.dtype):
+    if not dtypes.is_inexact(a.dtype):
         return a
     return lax.select(isnan(a), lax.full(a.shape, fill(a.dtype), a.dtype), a)
 
@@ -548,7 +548,7 @@ def _nan_extremum(reduction: Callable, identity: Callable, a, axis, keepdims, in
 def nanmean(a, axis: Axis = None, dtype=None, out=None, keepdims: bool = False, *, where=None):
     check_no_out("nanmean", out)
     a = to_array(a)
-    if not dtypes.is_float(a.dtype):
+    if not dtypes.is_inexact(a.dtype):
         return mean(a, axis, dtype, keepdims=keepdims, where=where)
     result_dtype = _inexact_dtype(a, dtype)
     compute_dtype = accumulation_dtype(result_dtype)
@@ -572,19 +572,21 @@ def nanvar(
 ):
     check_no_out("nanvar", out)
     a = to_array(a)
-    if not dtypes.is_float(a.dtype):
+    if not dtypes.is_inexact(a.dtype):
         return var(a, axis, dtype, None, ddof, keepdims, where=where, correction=correction)
     ddof = _ddof("nanvar", ddof, correction)
-    result_dtype = _inexact_dtype(a, dtype)
+    result_dtype = dtypes.real_dtype(_inexact_dtype(a, dtype))
     compute_dtype = accumulation_dtype(result_dtype)
     axes = reduction_axes("nanvar", axis, a.ndim)
-    x = convert(a, compute_dtype)
+    x = convert(a, compute_dtype if not dtypes.is_complex(a.dtype) else a.dtype)
     valid = _valid_mask(x, where)
     centered = subtract(x, nanmean(x, axes, keepdims=True, where=where))
-    total = sum(multiply(centered, centered), axes, keepdims=keepdims, where=valid)
-    dof = lax.sub(
-        sum(valid, axes, dtype=compute_dtype, keepdims=keepdims), scalar(ddof, total.dtype)
-    )
+    if dtypes.is_complex(centered.dtype):
+        squares = lax.real(multiply(centered, lax.conj(centered)))
+    else:
+        squares = multiply(centered, centered)
+    total = sum(squares, axes, keepdims=keepdims, where=valid)
+    dof = lax.sub(sum(valid, axes, dtype=total.dtype, keepdims=keepdims), scalar(ddof, total.dtype))
     # As NumPy's nanvar: no degrees of freedom left gives NaN.
     result = lax.select(
         lax.le(dof, scalar(0, dof.dtype)), lax.full_like(total, np.nan), lax.div(total, dof)

@@ -652,7 +652,7 @@ def _statistic(region, axis: int, mode: str, dtype):
         reduce = lax.reduce_max if mode == "maximum" else lax.reduce_min
         return lax.expand_dims(reduce(region, (axis,)), (axis,))
     n = region.shape[axis]
-    exact = dtypes.is_float(dtype)
+    exact = dtypes.is_inexact(dtype)
     # Integers average in float64, as NumPy's mean does.
     work = region if exact else convert(region, dtypes.float64)
     if mode == "mean":
@@ -673,7 +673,7 @@ def _pad_with_ramps(array, axis: int, lo: int, hi: int, ends):
     as NumPy's linspace(end, edge, width, endpoint=False); integers round down as it does."""
     _check_nonempty_axis(array, axis, "linear_ramp")
     n = array.shape[axis]
-    exact = dtypes.is_float(array.dtype)
+    exact = dtypes.is_inexact(array.dtype)
     work = array if exact else convert(array, dtypes.float64)
     pieces = []
     for width, end_value, at_start in ((lo, ends[0], True), (hi, ends[1], False)):

@@ -340,7 +340,7 @@ def _run_starts(columns: list, n: int, equal_nan: bool):
         current = lax.slice(column, (1,), (n,))
         previous = lax.slice(column, (0,), (n - 1,))
         different = lax.ne(current, previous)
-        if equal_nan and dtypes.is_float(column.dtype):
+        if equal_nan and dtypes.is_inexact(column.dtype):
             both_nan = lax.bitwise_and(isnan(current), isnan(previous))
             different = lax.bitwise_and(different, lax.bitwise_not(both_nan))
         differs = lax.bitwise_or(differs, different)

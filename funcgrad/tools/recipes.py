@@ -1211,6 +1211,45 @@ RECIPES["eigh"] = Recipe(
 )
 
 
+def _eigenvalues_apart(a, **params) -> bool:
+    """The eigenvalues of a general matrix stay at least 0.1 apart: where two meet, their
+    derivatives do not exist (and finite differences swing)."""
+    w = np.linalg.eigvals(a).reshape(-1, a.shape[-1])
+    gaps = np.abs(w[:, :, None] - w[:, None, :]) + np.eye(a.shape[-1]) * 1e9
+    return bool(np.all(gaps > 0.1))
+
+
+def _eig_fun(a, compute_right_eigenvectors):
+    """The power sums sum(w**k), k = 1..n, of the eigenvalues (they determine them, and do not
+    depend on the order LAPACK returns them in, which a perturbation may change), and with
+    `compute_right_eigenvectors` the eigenvalues and eigenvectors as they are."""
+    outs = lax.eig(a, compute_right_eigenvectors=compute_right_eigenvectors)
+    w = outs[0]
+    sums = fnp.stack([fnp.sum(w**k, axis=-1) for k in range(1, a.shape[-1] + 1)], -1)
+    return [sums] + (list(outs) if compute_right_eigenvectors else [])
+
+
+def _eig_reference(a, compute_right_eigenvectors):
+    w, v = np.linalg.eig(a)
+    sums = np.stack([np.sum(w**k, axis=-1) for k in range(1, a.shape[-1] + 1)], -1)
+    return [sums] + ([w, v] if compute_right_eigenvectors else [])
+
+
+RECIPES["eig"] = Recipe(
+    fun=_eig_fun,
+    reference=_eig_reference,
+    case=_matrix_case(extra=st.fixed_dictionaries({"compute_right_eigenvectors": st.booleans()})),
+    # Only eigenvalues have derivatives (eigenvectors' normalization has none).
+    derivative_case=lambda c: dataclasses.replace(
+        Case.in_float64(c), params={"compute_right_eigenvectors": False}
+    ),
+    values=_well_conditioned,
+    smooth_at=_eigenvalues_apart,
+    jvp_order=1,
+    rtol_scale=1000,
+)
+
+
 @st.composite
 def _triangular_solve_case(draw):
     n, k = draw(st.integers(2, 4)), draw(st.integers(1, 3))
@@ -1457,6 +1496,10 @@ WITHOUT_RECIPE = {
     "pure_callback": (
         "runs an arbitrary Python function, so there is no operand domain or reference to draw "
         "(tests/test_parity_callback.py checks it on each backend and vmap method)"
+    ),
+    "eig_parts": (
+        "the compiler's form of eig (LAPACK geev's packed outputs), made by the complex "
+        "lowering: the eig recipe's compiled checks reach it"
     ),
     "custom_lin": (
         "internal to reverse mode of custom_vjp functions: the custom_vjp_call recipe reaches it "

@@ -409,7 +409,7 @@ def _lanes_taking(k: int, index, operands: Sequence, in_batched: Sequence[bool])
     masked = []
     for op, batched in zip(operands, in_batched):
         aval = core.get_aval(op)
-        if batched and dtypes.is_float(aval.dtype):
+        if batched and dtypes.is_inexact(aval.dtype):
             lanes = broadcast_in_dim(taken, aval.shape, (0,))
             op = select_n(lanes, stop_gradient(op), op)
         masked.append(op)
@@ -447,7 +447,7 @@ def cond(pred, true_fun: Callable, false_fun: Callable, *operands):
     if pred.ndim != 0:
         raise TypeError(f"cond: pred must be a scalar, got an array of shape {pred.shape}")
     if pred.dtype != dtypes.bool_:
-        if not (dtypes.is_float(pred.dtype) or dtypes.is_int(pred.dtype)):
+        if not (dtypes.is_inexact(pred.dtype) or dtypes.is_int(pred.dtype)):
             raise TypeError(f"cond: pred must be a boolean or a number, got {pred.dtype.name}")
         pred = ne(pred, asarray(np.zeros((), pred.dtype)))
     if config.disable_jit and type(pred) is Array:

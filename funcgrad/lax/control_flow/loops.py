@@ -142,7 +142,7 @@ def _while_jvp(primals, tangents, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_
         body_nconsts=body_nconsts,
     )
     nonzero = [
-        type(t) is not Zero and dtypes.is_float(core.get_aval(p).dtype)
+        type(t) is not Zero and dtypes.is_inexact(core.get_aval(p).dtype)
         for p, t in zip(primals, tangents)
     ]
     cond_consts, body_consts, carry = _split(primals, cond_nconsts, body_nconsts)

@@ -1,0 +1,91 @@
+"""eig and eigvals of general matrices: values against NumPy (eager and compiled), the
+eigen-equation, and derivatives of eigenvalues against finite differences."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad.test_util import check_grads
+from tests import strategies as fst
+
+
+def matrices(dtype_strategy):
+    return st.integers(1, 5).flatmap(
+        lambda n: fst.arrays(
+            dtype_strategy, st.sampled_from([(n, n), (2, n, n)]), min_value=-2, max_value=2
+        )
+    )
+
+
+@given(a=matrices(fst.float_dtypes))
+def test_real_matrices_match_numpy_eager_and_compiled(a):
+    w, v = np.linalg.eig(a.astype(np.float64))
+    complex_dtype = np.complex64 if a.dtype == np.float32 else np.complex128
+    for result in (fnp.linalg.eig(a), fg.jit(fnp.linalg.eig)(a)):
+        assert result.eigenvalues.dtype == complex_dtype
+        np.testing.assert_allclose(
+            result.eigenvalues, w.astype(complex_dtype), rtol=1e-5, atol=1e-5
+        )
+        np.testing.assert_allclose(
+            result.eigenvectors, v.astype(complex_dtype), rtol=1e-5, atol=1e-5
+        )
+    np.testing.assert_allclose(
+        fg.jit(fnp.linalg.eigvals)(a), w.astype(complex_dtype), rtol=1e-5, atol=1e-5
+    )
+
+
+@given(a=matrices(fst.complex_dtypes))
+def test_complex_matrices_satisfy_the_eigen_equation(a):
+    w, v = fnp.linalg.eig(a)
+    np.testing.assert_allclose(
+        np.sort_complex(np.asarray(w).ravel()),
+        np.sort_complex(np.linalg.eigvals(a).ravel()),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+    residual = np.asarray(a) @ np.asarray(v) - np.asarray(v) * np.asarray(w)[..., None, :]
+    np.testing.assert_allclose(residual, 0, atol=1e-4)
+
+
+def test_vmap_of_eigvals_is_the_loop():
+    a = np.random.default_rng(0).normal(size=(3, 4, 4))
+    np.testing.assert_allclose(fg.vmap(fnp.linalg.eigvals)(a), np.linalg.eigvals(a), atol=1e-12)
+
+
+def _power_sums(a):
+    w = fnp.linalg.eigvals(a)
+    return fnp.stack([fnp.sum(w**k) for k in range(1, a.shape[-1] + 1)])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_eigenvalue_derivatives_pass_the_checks(seed):
+    a = np.random.default_rng(seed).normal(size=(4, 4))
+    check_grads(_power_sums, (a,), order=1)
+    # The derivative of a simple eigenvalue is u^T dA v / u^T v (left and right vectors):
+    # for a symmetric matrix that is v v^T.
+    s = a + a.T
+    w, v = np.linalg.eigh(s)
+    largest = fg.grad(lambda m: fnp.max(fnp.real(fnp.linalg.eigvals(m))))(s)
+    np.testing.assert_allclose(largest, np.outer(v[:, -1], v[:, -1]), atol=1e-8)
+    np.testing.assert_allclose(
+        fg.jit(fg.grad(lambda m: fnp.sum(_power_sums(m).real)))(a),
+        fg.grad(lambda m: fnp.sum(_power_sums(m).real))(a),
+        atol=1e-10,
+    )
+
+
+def test_eigenvector_derivatives_and_compiled_complex_eig_are_named_gaps():
+    a = np.eye(3) + np.diag([1.0, 2.0], 1)
+    with pytest.raises(NotImplementedError, match="eigenvectors"):
+        fg.jvp(lambda m: fnp.linalg.eig(m).eigenvectors, (a,), (a,))
+    with pytest.raises(NotImplementedError, match="eig of complex matrices"):
+        fg.jit(fnp.linalg.eig)(a * (1 + 1j))
+    with pytest.raises(ValueError, match="square"):
+        fnp.linalg.eig(np.ones((2, 3)))
+    with pytest.raises(TypeError, match="eig"):
+        fg.lax.eig(np.ones((2, 2), np.int32))
