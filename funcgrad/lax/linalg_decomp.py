@@ -36,15 +36,22 @@ from funcgrad.lax.reductions import reduce_sum
 __all__ = ["cholesky", "eigh", "lu", "qr", "svd", "triangular_solve"]
 
 _LAPACK_DTYPES = (dtypes.float32, dtypes.float64)
+_COMPLEX_DTYPES = (dtypes.complex64, dtypes.complex128)
 
 
 # ---------------------------------------------------------------------------------------------
 # Shared checks and matrix helpers (in lax, for the derivative rules)
 
 
-def _check_matrix(name: str, x: ShapedArray, square: bool = False) -> None:
-    if x.dtype not in _LAPACK_DTYPES:
-        raise TypeError(f"{name} does not accept dtype {x.dtype.name}; it takes float32 or float64")
+def _check_matrix(
+    name: str, x: ShapedArray, square: bool = False, complex_ok: bool = False
+) -> None:
+    accepted = _LAPACK_DTYPES + (_COMPLEX_DTYPES if complex_ok else ())
+    if x.dtype not in accepted:
+        raise TypeError(
+            f"{name} does not accept dtype {x.dtype.name}; it takes "
+            + " or ".join(d.name for d in accepted)
+        )
     if x.ndim < 2:
         raise ValueError(f"{name} needs an array of rank at least 2, got shape {x.shape}")
     if square and x.shape[-1] != x.shape[-2]:
@@ -167,7 +174,7 @@ def _triangular_solve_abstract_eval(
     a: ShapedArray, b: ShapedArray, *, left_side: bool, lower: bool, transpose_a: bool,
     unit_diagonal: bool,
 ) -> ShapedArray:  # fmt: skip
-    _check_matrix("triangular_solve", a, square=True)
+    _check_matrix("triangular_solve", a, square=True, complex_ok=True)
     if b.dtype != a.dtype:
         raise TypeError(
             f"triangular_solve requires a and b of one dtype, got {a.dtype.name} and {b.dtype.name}"
@@ -283,7 +290,7 @@ lu_p = Primitive("lu", multiple_results=True)
 
 @lu_p.def_abstract_eval
 def _lu_abstract_eval(a: ShapedArray) -> list[ShapedArray]:
-    _check_matrix("lu", a)
+    _check_matrix("lu", a, complex_ok=True)
     *batch, m, n = a.shape
     return [
         ShapedArray(a.shape, a.dtype),
@@ -305,7 +312,9 @@ def _lu_impl(a):
     pivots = np.zeros((len(lu), k), np.int32)
     permutation = np.tile(np.arange(m, dtype=np.int32), (len(lu), 1))
     for j in range(k):
-        p = j + np.argmax(np.abs(lu[:, j:, j]), axis=1)
+        # The pivot is the largest |re| + |im| (|x| for real x), as LAPACK's getrf picks it.
+        column = lu[:, j:, j]
+        p = j + np.argmax(np.abs(column.real) + np.abs(column.imag), axis=1)
         pivots[:, j] = p
         lu[stack, j], lu[stack, p] = lu[stack, p], lu[stack, j].copy()
         permutation[stack, j], permutation[stack, p] = permutation[stack, p], permutation[stack, j]

@@ -387,7 +387,13 @@ def _det_jvp(primals, tangents):
     """d det(A) = trace(adj(A) dA). The adjugate is finite at singular matrices, where
     differentiating the LU factors (or det(A) * inv(A)) would divide by a zero pivot."""
     (a,), (a_dot,) = primals, tangents
-    return _det(a), sum(matrix_transpose(_adjugate(a)) * a_dot, axis=(-2, -1))
+    if dtypes.is_complex(a.dtype):
+        # Complex matrices take det(A) inv(A) everywhere (the SVD path is real-only), so
+        # their determinant's derivative is not defined at singular matrices.
+        adjugate = _det(a)[..., None, None] * inv(a)
+    else:
+        adjugate = _adjugate(a)
+    return _det(a), sum(matrix_transpose(adjugate) * a_dot, axis=(-2, -1))
 
 
 def _adjugate(a):
