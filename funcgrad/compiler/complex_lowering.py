@@ -749,6 +749,23 @@ def _eig_rule(out_avals, a, *, compute_right_eigenvectors):
 rules["eig"] = _eig_rule
 
 
+def _lu_rule(out_avals, a):
+    from funcgrad.lax.complex_pairs import lu_pairs_p
+
+    factors, pivots, permutation = lu_pairs_p.bind(_interleave(a))
+    return [_split(factors), pivots, permutation]
+
+
+def _triangular_solve_rule(out_avals, a, b, **params):
+    from funcgrad.lax.complex_pairs import triangular_solve_pairs_p
+
+    return _split(triangular_solve_pairs_p.bind(_interleave(a), _interleave(b), **params))
+
+
+rules["lu"] = _lu_rule
+rules["triangular_solve"] = _triangular_solve_rule
+
+
 # ---------------------------------------------------------------------------------------------
 # Control flow and calls: their programs are lowered as they are staged again through the
 # public loop and branch functions, with Pairs traveling as pytrees.

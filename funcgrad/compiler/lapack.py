@@ -29,6 +29,7 @@ import numpy as np
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import KernelBuilder, flat_offset, loop_nest
 from funcgrad.compiler.kernel_ir import INDEX
+from funcgrad.core import ShapedArray
 from funcgrad.ir import JaxprEqn
 
 _names = itertools.count()
@@ -68,18 +69,26 @@ def working_dtype(dtype) -> np.dtype:
     return np.dtype(np.float64) if np.dtype(dtype) == np.float32 else np.dtype(dtype)
 
 
-def _to_column_major(scheduler, var, rows: int, cols: int, columns: int, dtype=None) -> K.Buffer:
+def _to_column_major(
+    scheduler, var, rows: int, cols: int, columns: int, dtype=None, pairs: bool = False
+) -> K.Buffer:
     """A scratch copy of `var`'s matrices in `dtype` (by default its own), each column-major
-    with `columns` columns of `rows` (those beyond `cols` left for the routine to fill)."""
-    *batch_shape, _, _ = var.aval.shape
+    with `columns` columns of `rows` (those beyond `cols` left for the routine to fill).
+    With `pairs`, `var` holds complex matrices as interleaved parts (a trailing axis of 2),
+    and so does the copy."""
+    parts = 2 if pairs else 1
+    batch_shape = var.aval.shape[: -2 - (parts - 1)]
     batch = math.prod(batch_shape)
-    buffer = _scratch(dtype or var.aval.dtype, batch * rows * columns)
+    buffer = _scratch(dtype or var.aval.dtype, batch * rows * columns * parts)
     builder = KernelBuilder(scheduler.producer, scheduler.buffer_of)
 
     def body(index: list) -> list:
-        b = flat_offset(index[:-2], tuple(batch_shape)) if batch_shape else _i(0)
-        i, j = index[-2], index[-1]
+        matrix_index = index[:-1] if pairs else index
+        b = flat_offset(matrix_index[:-2], tuple(batch_shape)) if batch_shape else _i(0)
+        i, j = matrix_index[-2], matrix_index[-1]
         offset = (b * _i(columns) + j) * _i(rows) + i
+        if pairs:
+            offset = offset * _i(2) + index[-1]
         return [K.Store(buffer, offset, K.cast(builder.element(var, index), buffer.dtype))]
 
     scheduler._kernel(builder, [buffer], loop_nest(var.aval.shape, body), [])
@@ -96,22 +105,27 @@ def _from_column_major(
     info,
     upper=False,
     lower=False,
+    pairs=False,
 ) -> None:
     """out[b, i, j] = source[b * per_matrix + j * ld + i] (zero below the diagonal when
     `upper`, above it when `lower`); NaN for the matrices whose `info` is nonzero. Vectors
-    (shape (..., n)) copy element by element."""
+    (shape (..., n)) copy element by element. With `pairs` both hold complex matrices as
+    interleaved parts (`out` with a trailing axis of 2; offsets count complex elements)."""
     builder = KernelBuilder(scheduler.producer, scheduler.buffer_of)
     builder.reads(source)
     if info is not None:
         builder.reads(info)
-    matrix = len(shape) >= 2 and ld > 0
-    batch_shape = tuple(shape[:-2] if matrix else shape[:-1])
+    matrix_shape = tuple(shape[:-1] if pairs else shape)
+    matrix = len(matrix_shape) >= 2 and ld > 0
+    batch_shape = tuple(matrix_shape[:-2] if matrix else matrix_shape[:-1])
 
     def body(index: list) -> list:
         b = flat_offset(index[: len(batch_shape)], batch_shape) if batch_shape else _i(0)
+        matrix_index = index[:-1] if pairs else index
         if matrix:
-            i, j = index[-2], index[-1]
-            value = K.Load(source, b * _i(per_matrix) + j * _i(ld) + i)
+            i, j = matrix_index[-2], matrix_index[-1]
+            offset = b * _i(per_matrix) + j * _i(ld) + i
+            value = K.Load(source, offset * _i(2) + index[-1] if pairs else offset)
             if upper or lower:
                 kept = K.binary("ge", j, i) if upper else K.binary("le", j, i)
                 value = K.select(kept, value, K.const(0, out.dtype))
@@ -268,20 +282,26 @@ def cholesky(scheduler, eqn: JaxprEqn) -> None:
 
 def lu(scheduler, eqn: JaxprEqn) -> None:
     """getrf (partial pivoting, the first largest pivot; a zero pivot leaves its column), then
-    its 1-based row interchanges as 0-based pivots and as the permutation they compose."""
+    its 1-based row interchanges as 0-based pivots and as the permutation they compose.
+    `lu_pairs` is the same on complex matrices held as interleaved parts (zgetrf/cgetrf)."""
     (a,) = eqn.invars
+    pairs = eqn.primitive.name == "lu_pairs"
     lu_out, pivots_out, permutation_out = (scheduler.buffer_of[v] for v in eqn.outvars)
-    *batch_shape, m, n = a.aval.shape
+    *batch_shape, m, n = a.aval.shape[:-1] if pairs else a.aval.shape
     batch = math.prod(batch_shape)
     k = min(m, n)
-    matrices = _to_column_major(scheduler, a, m, n, n)
+    parts = 2 if pairs else 1
+    matrices = _to_column_major(scheduler, a, m, n, n, pairs=pairs)
     interchanges = _scratch(np.int64, batch * k)
     info = _scratch(np.int64, batch)
+    routine_dtype = _complex_of(a.aval.dtype) if pairs else None
     _call(
         scheduler, "getrf", eqn, batch,
-        [m, n, (matrices, m * n), max(m, 1), (interchanges, k), (info, 1)], {},
+        [m, n, (matrices, m * n * parts), max(m, 1), (interchanges, k), (info, 1)], {},
+        routine_dtype,
     )  # fmt: skip
-    _from_column_major(scheduler, matrices, m, m * n, lu_out, eqn.outvars[0].aval.shape, None)
+    shape = eqn.outvars[0].aval.shape
+    _from_column_major(scheduler, matrices, m, m * n, lu_out, shape, None, pairs=pairs)
     builder = KernelBuilder(scheduler.producer, scheduler.buffer_of)
     builder.reads(interchanges)
     b, j, r = K.fresh_index("batch"), K.fresh_index(), K.fresh_index()
@@ -308,13 +328,17 @@ def lu(scheduler, eqn: JaxprEqn) -> None:
 def triangular_solve(scheduler, eqn: JaxprEqn) -> None:
     """trsm on the row-major buffers themselves: a row-major matrix read column-major is its
     transpose, so op(a) x = b becomes x' op(a') = b' (the side and the triangle swap, the
-    transpose flag stays). b is copied into the output, which trsm overwrites with x."""
+    transpose flag stays). b is copied into the output, which trsm overwrites with x.
+    `triangular_solve_pairs` is the same on complex matrices held as interleaved parts
+    (ztrsm/ctrsm, whose alpha is a complex one in a constant buffer)."""
     a, b = eqn.invars
     p = eqn.params
+    pairs = eqn.primitive.name == "triangular_solve_pairs"
+    parts = 2 if pairs else 1
     (out,) = (scheduler.buffer_of[v] for v in eqn.outvars)
-    *batch_shape, m, n = b.aval.shape
+    *batch_shape, m, n = b.aval.shape[:-1] if pairs else b.aval.shape
     batch = math.prod(batch_shape)
-    k = a.aval.shape[-1]
+    k = a.aval.shape[-2] if pairs else a.aval.shape[-1]
     builder = KernelBuilder(scheduler.producer, scheduler.buffer_of)
     shape = b.aval.shape
 
@@ -330,19 +354,30 @@ def triangular_solve(scheduler, eqn: JaxprEqn) -> None:
         "U" if p["unit_diagonal"] else "N",
         n,
         m,
-        1.0,
-        (matrices, k * k if a.aval.ndim > 2 else 0),
+        (_complex_one(scheduler, a.aval.dtype), 0) if pairs else 1.0,
+        (matrices, k * k * parts if a.aval.ndim > 2 + (parts - 1) else 0),
         max(k, 1),
-        (out, m * n),
+        (out, m * n * parts),
         max(n, 1),
     ]
-    _call(scheduler, "trsm", eqn, batch, args, {})
+    _call(scheduler, "trsm", eqn, batch, args, {}, _complex_of(a.aval.dtype) if pairs else None)
+
+
+def _complex_of(dtype) -> np.dtype:
+    return np.dtype(np.complex128 if np.dtype(dtype) == np.float64 else np.complex64)
+
+
+def _complex_one(scheduler, dtype) -> K.Buffer:
+    """A buffer holding the complex number 1 as its two parts."""
+    return scheduler._const_buffer(np.array([1.0, 0.0], dtype), ShapedArray((2,), dtype))
 
 
 DECOMPOSITIONS = {
     "cholesky": cholesky,
     "lu": lu,
     "triangular_solve": triangular_solve,
+    "triangular_solve_pairs": triangular_solve,
+    "lu_pairs": lu,
     "qr": qr,
     "eigh": eigh,
     "eig_parts": eig_parts,

@@ -6,6 +6,7 @@ in `__all__`.
 
 import warnings
 
+from funcgrad.lax import complex_pairs  # noqa: F401  (the compiler's complex decompositions)
 from funcgrad.lax.base import asarray
 from funcgrad.lax.control_flow import *
 from funcgrad.lax.eig import *

@@ -1098,18 +1098,29 @@ RECIPES["select_and_scatter_add"] = Recipe(
 
 
 @st.composite
-def _matrix_case(draw, rows_at_least_columns: bool = False, extra=None):
+def _matrix_case(draw, rows_at_least_columns: bool = False, extra=None, dtype_choices=FLOATS):
     batch = draw(st.lists(st.integers(1, 2), max_size=1))
     n = draw(st.integers(2, 4))
     m = draw(st.integers(n, 5)) if rows_at_least_columns else n
-    dtype = np.dtype(draw(st.sampled_from(FLOATS)))
+    dtype = np.dtype(draw(st.sampled_from(dtype_choices)))
     params = draw(extra) if extra is not None else {}
     return Case((tuple(batch) + (m, n),), (dtype,), params)
 
 
 def _well_conditioned(case, i):
-    """Distinct entries (no ties between pivots) of a matrix far from singular."""
-    return _unique_floats(case, i, 2.0).filter(lambda a: np.all(np.linalg.cond(a) < 100))
+    """Distinct entries (no ties between pivots) of a matrix far from singular; a complex
+    matrix has distinct real parts."""
+    dtype = np.dtype(case.dtypes[i])
+    if dtype.kind == "c":
+        part = dataclasses.replace(case, dtypes=(dtypes.real_dtype(dtype),) * case.arity)
+        drawn = st.tuples(
+            _unique_floats(part, i, 2.0),
+            arrays(part.dtypes[i], case.shapes[i], min_value=-2, max_value=2),
+        )
+        drawn = drawn.map(lambda pair: (pair[0] + 1j * pair[1]).astype(dtype))
+    else:
+        drawn = _unique_floats(case, i, 2.0)
+    return drawn.filter(lambda a: np.all(np.linalg.cond(a) < 100))
 
 
 def _spd(a):
@@ -1153,7 +1164,7 @@ def _lu_reference(a):
 RECIPES["lu"] = Recipe(
     fun=lambda a: lax.lu(a),
     reference=_lu_reference,
-    case=_matrix_case(),
+    case=_matrix_case(dtype_choices=FLOATS + COMPLEXES),
     values=_well_conditioned,
     jvp_order=1,
     rtol_scale=100,
@@ -1259,7 +1270,7 @@ def _triangular_solve_case(draw):
         "transpose_a": draw(st.booleans()),
     }
     b_shape = (n, k) if params["left_side"] else (k, n)
-    dtype = np.dtype(draw(st.sampled_from(FLOATS)))
+    dtype = np.dtype(draw(st.sampled_from(FLOATS + COMPLEXES)))
     return Case(((n, n), b_shape), (dtype, dtype), params)
 
 
@@ -1496,6 +1507,14 @@ WITHOUT_RECIPE = {
     "pure_callback": (
         "runs an arbitrary Python function, so there is no operand domain or reference to draw "
         "(tests/test_parity_callback.py checks it on each backend and vmap method)"
+    ),
+    "lu_pairs": (
+        "the compiler's form of lu on complex matrices (interleaved parts for zgetrf), made "
+        "by the complex lowering: the lu recipe's compiled checks reach it"
+    ),
+    "triangular_solve_pairs": (
+        "the compiler's form of triangular_solve on complex matrices (ztrsm), made by the "
+        "complex lowering: the triangular_solve recipe's compiled checks reach it"
     ),
     "eig_parts": (
         "the compiler's form of eig (LAPACK geev's packed outputs), made by the complex "

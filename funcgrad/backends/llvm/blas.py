@@ -37,7 +37,8 @@ def library() -> ctypes.CDLL:
 @functools.cache
 def lapack_symbol(routine: str, dtype: np.dtype) -> str:
     """The library's symbol for a LAPACK routine at a dtype, made known to LLVM."""
-    name = f"scipy_{'s' if dtype == np.float32 else 'd'}{routine}_64_"
+    letter = {"float32": "s", "float64": "d", "complex64": "c", "complex128": "z"}
+    name = f"scipy_{letter[np.dtype(dtype).name]}{routine}_64_"
     llvm.add_symbol(name, ctypes.cast(getattr(library(), name), ctypes.c_void_p).value)
     return name
 
