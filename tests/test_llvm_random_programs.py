@@ -1,7 +1,7 @@
 """Random programs, compiled: hypothesis draws programs from elementwise math, broadcasting,
 reductions, slices and concatenation, selects, casts, cond, scan and fori_loop, over float32,
-float64 and int32, then applies jit, grad or vmap on top; the LLVM backend must agree with the
-NumPy reference backend on every one."""
+float64, int32, complex64 and complex128, then applies jit, grad or vmap on top; the LLVM
+backend must agree with the NumPy reference backend on every one."""
 
 from __future__ import annotations
 
@@ -40,6 +40,40 @@ FLOAT_STEPS = [
     "scan_rows",
     "fori",
 ]
+# Complex values: math kept away from poles and branch cuts, the parts, and control flow
+# deciding on real parts.
+COMPLEX_STEPS = [
+    "exp_scaled",
+    "tanh_scaled",
+    "sin",
+    "sqrt_abs",
+    "log_shifted",
+    "neg",
+    "conj",
+    "real_imag",
+    "abs",
+    "add",
+    "mul",
+    "sub",
+    "div",
+    "complex_div",
+    "row_broadcast",
+    "col_broadcast",
+    "where_real",
+    "slice_concat",
+    "reverse",
+    "cond_real",
+    "scan_complex",
+    "fori_complex",
+    "cumsum",
+    "cumprod",
+    "matmul_complex",
+    "pad_slice",
+    "take_rows",
+    "roll",
+    "square",
+    "fft_rows",
+]
 INT_STEPS = [
     "add",
     "mul",
@@ -61,7 +95,7 @@ INT_STEPS = [
 def apply_step(step: str, pool: list, pick: list[int]):
     """One step on values of one shape (rows, cols); `pick` chooses operands from the pool."""
     a, b = pool[pick[0] % len(pool)], pool[pick[1] % len(pool)]
-    is_float = fnp.issubdtype(a.dtype, fnp.floating)
+    is_float = fnp.issubdtype(a.dtype, fnp.inexact)
     if step == "exp":
         return fnp.exp(fnp.clip(a, -4, 4))
     if step == "tanh":
@@ -160,13 +194,51 @@ def apply_step(step: str, pool: list, pick: list[int]):
         return (a ^ (b << 2)) & 0x3F
     if step == "compare_cast":
         return (a >= b).astype(a.dtype) * 3 - (a == b).astype(a.dtype)
+    if step == "exp_scaled":
+        return fnp.exp(a * 0.3)
+    if step == "tanh_scaled":
+        return fnp.tanh(a * 0.3)
+    if step == "log_shifted":
+        return fnp.log(a + 3.0)
+    if step == "conj":
+        return fnp.conj(a) * b
+    if step == "real_imag":
+        return lax.complex(fnp.real(a) * 2, fnp.imag(b)) if fnp.iscomplexobj(a + b) else a + b
+    if step == "abs":
+        return fnp.abs(a) + b
+    if step == "complex_div":
+        return a / (b * b + 1.5)
+    if step == "where_real":
+        return fnp.where(fnp.real(a) > fnp.real(b), a, b * 2)
+    if step == "cond_real":
+        return lax.cond(
+            fnp.real(fnp.sum(a)) > 0, lambda u, v: u * 2 - v, lambda u, v: u * 1j + v, a, b
+        )
+    if step == "scan_complex":
+
+        def complex_row(carry, row):
+            new = fnp.tanh((carry + row) * 0.3)
+            return new, new * 2
+
+        _, rows = lax.scan(complex_row, b[0], a)
+        return rows
+    if step == "fori_complex":
+        return lax.fori_loop(0, 3, lambda i, v: fnp.tanh((v * 0.9 + b * 0.1) * 0.3), a)
+    if step == "cumprod":
+        return fnp.cumprod(fnp.tanh(a * 0.3) + 1, axis=1) - b
+    if step == "matmul_complex":
+        return fnp.tanh((a @ b.T @ a) * 0.1)
+    if step == "fft_rows":
+        return fnp.fft.ifft(fnp.fft.fft(a, axis=1) * fnp.arange(1.0, a.shape[1] + 1), axis=1) + b
     raise AssertionError(step)
 
 
 @st.composite
 def programs(draw):
-    dtype = draw(st.sampled_from([np.float32, np.float64, np.int32]))
-    steps = FLOAT_STEPS if dtype != np.int32 else INT_STEPS
+    dtype = draw(st.sampled_from([np.float32, np.float64, np.int32, np.complex64, np.complex128]))
+    steps = {np.int32: INT_STEPS, np.complex64: COMPLEX_STEPS, np.complex128: COMPLEX_STEPS}.get(
+        dtype, FLOAT_STEPS
+    )
     program = draw(
         st.lists(
             st.tuples(st.sampled_from(steps), st.integers(0, 9), st.integers(0, 9)),
@@ -207,11 +279,16 @@ def test_random_programs_compile_to_what_the_reference_computes(case, seed):
     rng = np.random.default_rng(seed)
     if dtype == np.int32:
         x, y = (rng.integers(-20, 20, shape).astype(dtype) for _ in range(2))
+    elif np.dtype(dtype).kind == "c":
+        x, y = (
+            (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+            for _ in range(2)
+        )
     else:
         x, y = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
     f = make_function(program)
     if transform == "grad":
-        fun = fg.grad(lambda u, v: fnp.sum(fnp.tanh(f(u, v))), argnums=(0, 1))
+        fun = fg.grad(lambda u, v: fnp.sum(fnp.real(fnp.tanh(f(u, v) * 0.3))), argnums=(0, 1))
     elif transform == "vmap":
         fun = fg.vmap(f, in_axes=(0, None))
         x = np.stack([x, x * 2 if dtype != np.int32 else x + 1, -x])
@@ -223,5 +300,5 @@ def test_random_programs_compile_to_what_the_reference_computes(case, seed):
     if dtype == np.int32:
         np.testing.assert_array_equal(got, expected)
     else:
-        tolerance = 2e-4 if dtype == np.float32 else 1e-10
+        tolerance = 2e-4 if dtype in (np.float32, np.complex64) else 1e-10
         np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
