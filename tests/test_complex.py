@@ -388,3 +388,42 @@ def test_complex_linear_algebra_derivatives_pass_the_checks():
     np.testing.assert_allclose(fg.jit(fnp.linalg.det)(a), np.linalg.det(a), rtol=1e-12)
     gradient = fg.grad(lambda m: fnp.abs(fnp.linalg.det(m)))
     np.testing.assert_allclose(fg.jit(gradient)(a), gradient(a), rtol=1e-10)
+
+
+@given(data=st.data())
+def test_hermitian_eigh_matches_numpy_eager_and_compiled(data):
+    dtype = data.draw(fst.complex_dtypes)
+    n = data.draw(st.integers(1, 4))
+    a = data.draw(fst.arrays(dtype, (2, n, n)))
+    hermitian = (a + np.swapaxes(a.conj(), -1, -2)).astype(dtype)
+    expected_w, expected_v = np.linalg.eigh(hermitian)
+    eager = fnp.linalg.eigh(hermitian)
+    compiled = fg.jit(fnp.linalg.eigh)(hermitian)
+    assert eager.eigenvalues.dtype == hermitian.real.dtype
+    for result in (eager, compiled):
+        np.testing.assert_allclose(result.eigenvalues, expected_w, rtol=1e-4, atol=1e-4)
+        # Eigenvectors are unique up to a phase: compare the projections v v^H.
+        v = np.asarray(result.eigenvectors)
+        np.testing.assert_allclose(
+            v[..., :, None, :] * v[..., None, :, :].conj(),
+            expected_v[..., :, None, :] * expected_v[..., None, :, :].conj(),
+            atol=1e-3,
+        )
+    np.testing.assert_array_equal(compiled.eigenvectors, eager.eigenvectors)
+
+
+def test_hermitian_eigh_derivatives_pass_the_checks():
+    from funcgrad.test_util import check_grads
+
+    rng = np.random.default_rng(1)
+    a = rng.normal(size=(4, 4)) + 1j * rng.normal(size=(4, 4))
+    hermitian = a + a.conj().T
+    check_grads(fnp.linalg.eigvalsh, (hermitian,), order=2)
+    check_grads(lambda m: fnp.abs(fnp.linalg.eigh(m).eigenvectors) ** 2, (hermitian,), order=1)
+    gradient = fg.grad(lambda m: fnp.linalg.eigvalsh(m)[-1])
+    w, v = np.linalg.eigh(hermitian)
+    # d λ_max = v^H dA v: the gradient, in the conjugate convention, is conj(v v^H).
+    np.testing.assert_allclose(
+        gradient(hermitian), np.outer(v[:, -1], v[:, -1].conj()).conj(), atol=1e-12
+    )
+    np.testing.assert_allclose(fg.jit(gradient)(hermitian), gradient(hermitian), atol=1e-12)

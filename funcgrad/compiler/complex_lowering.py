@@ -762,6 +762,14 @@ def _triangular_solve_rule(out_avals, a, b, **params):
     return _split(triangular_solve_pairs_p.bind(_interleave(a), _interleave(b), **params))
 
 
+def _eigh_rule(out_avals, a, *, lower):
+    from funcgrad.lax.complex_pairs import eigh_pairs_p
+
+    vectors, values = eigh_pairs_p.bind(_interleave(a), lower=lower)
+    return [_split(vectors), values]
+
+
+rules["eigh"] = _eigh_rule
 rules["lu"] = _lu_rule
 rules["triangular_solve"] = _triangular_solve_rule
 

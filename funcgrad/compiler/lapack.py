@@ -36,6 +36,7 @@ _names = itertools.count()
 
 # Placeholders in a call's arguments for its workspaces and their sizes.
 WORK, LWORK, IWORK, LIWORK = "<work>", "<lwork>", "<iwork>", "<liwork>"
+RWORK, LRWORK = "<rwork>", "<lrwork>"  # the real workspace of complex routines
 
 # (routine, dtype, arguments with the placeholders above) -> {LWORK: size, LIWORK: size}: the
 # optimal sizes the library reports. Set by the backend that calls the library.
@@ -149,9 +150,14 @@ def _call(
     sizes = dict(minimum)
     if workspace_query is not None and WORK in args:
         sizes = {key: max(int(v), 1) for key, v in workspace_query(routine, dtype, args).items()}
-    work = {WORK: (_scratch(dtype, sizes[LWORK]), 0)} if LWORK in sizes else {}
+    # Workspaces are real scratch: a complex one holds twice as many real parts.
+    part = {np.complex64: np.float32, np.complex128: np.float64}.get(dtype.type, dtype)
+    parts = 2 if dtype.kind == "c" else 1
+    work = {WORK: (_scratch(part, parts * sizes[LWORK]), 0)} if LWORK in sizes else {}
     if LIWORK in sizes:
         work[IWORK] = (_scratch(np.int64, sizes[LIWORK]), 0)
+    if LRWORK in sizes:
+        work[RWORK] = (_scratch(part, sizes[LRWORK]), 0)
     resolved = [work[a] if a in work else sizes[a] if a in sizes else a for a in args]
     scheduler.steps.append(FortranCall(routine, dtype, resolved, batch, eqn))
 
@@ -185,22 +191,34 @@ def qr(scheduler, eqn: JaxprEqn) -> None:
 
 
 def eigh(scheduler, eqn: JaxprEqn) -> None:
+    """syevd; `eigh_pairs` (Hermitian matrices held as interleaved parts) calls heevd, in
+    complex128 as NumPy computes complex64 matrices."""
     (a,) = eqn.invars
+    pairs = eqn.primitive.name == "eigh_pairs"
     v_out, w_out = (scheduler.buffer_of[v] for v in eqn.outvars)
-    *batch_shape, n, _ = a.aval.shape
+    *batch_shape, n, _ = a.aval.shape[:-1] if pairs else a.aval.shape
     batch = math.prod(batch_shape)
     work = working_dtype(a.aval.dtype)
-    matrices = _to_column_major(scheduler, a, n, n, n, work)
+    parts = 2 if pairs else 1
+    matrices = _to_column_major(scheduler, a, n, n, n, work, pairs=pairs)
     eigenvalues = _scratch(work, batch * n)
     info = _scratch(np.int64, batch)
     uplo = "L" if eqn.params["lower"] else "U"
-    _call(
-        scheduler, "syevd", eqn, batch,
-        ["V", uplo, n, (matrices, n * n), max(n, 1), (eigenvalues, n), WORK, LWORK, IWORK,
-         LIWORK, (info, 1)],
-        {LWORK: 1 + 6 * n + 2 * n * n, LIWORK: 3 + 5 * n}, work,
-    )  # fmt: skip
-    _from_column_major(scheduler, matrices, n, n * n, v_out, eqn.outvars[0].aval.shape, info)
+    head = ["V", uplo, n, (matrices, n * n * parts), max(n, 1), (eigenvalues, n), WORK, LWORK]
+    if pairs:
+        _call(
+            scheduler, "heevd", eqn, batch,
+            head + [RWORK, LRWORK, IWORK, LIWORK, (info, 1)],
+            {LWORK: 2 * n + n * n, LRWORK: 1 + 5 * n + 2 * n * n, LIWORK: 3 + 5 * n},
+            _complex_of(work),
+        )  # fmt: skip
+    else:
+        _call(
+            scheduler, "syevd", eqn, batch, head + [IWORK, LIWORK, (info, 1)],
+            {LWORK: 1 + 6 * n + 2 * n * n, LIWORK: 3 + 5 * n}, work,
+        )  # fmt: skip
+    v_shape = eqn.outvars[0].aval.shape
+    _from_column_major(scheduler, matrices, n, n * n, v_out, v_shape, info, pairs=pairs)
     _from_column_major(scheduler, eigenvalues, 0, n, w_out, eqn.outvars[1].aval.shape, info)
 
 
@@ -380,6 +398,7 @@ DECOMPOSITIONS = {
     "lu_pairs": lu,
     "qr": qr,
     "eigh": eigh,
+    "eigh_pairs": eigh,
     "eig_parts": eig_parts,
     "svd": svd,
 }

@@ -3,7 +3,7 @@ trailing axis of 2 (real and imaginary parts interleaved, NumPy's layout), so th
 complex lowering LAPACK's complex routines can work on them in place.
 
 These primitives exist only inside compiled programs, made by `compiler.complex_lowering`
-from `lu` and `triangular_solve` on complex operands; their impls view the parts as complex
+from `lu`, `triangular_solve` and `eigh` on complex operands; their impls view the parts as complex
 numbers and run the reference's own decomposition, so both backends agree.
 """
 
@@ -68,7 +68,22 @@ def _triangular_solve_pairs_impl(a, b, **params):
     return _as_pairs(np.asarray(out))
 
 
+eigh_pairs_p = Primitive("eigh_pairs", multiple_results=True)
+
+
+@eigh_pairs_p.def_abstract_eval
+def _eigh_pairs_abstract_eval(x: ShapedArray, *, lower: bool):
+    vectors, values = linalg_decomp.eigh_p.abstract_eval(_complex_aval(x), lower=lower)
+    return [_pairs_aval(vectors), values]
+
+
+@eigh_pairs_p.def_impl
+def _eigh_pairs_impl(x, *, lower):
+    vectors, values = linalg_decomp.eigh_p.impl(_as_complex(x), lower=lower)
+    return [_as_pairs(np.asarray(vectors)), values]
+
+
 _COMPILER_ONLY = "exists only inside compiled programs, after every transformation has run"
-for _primitive in (lu_pairs_p, triangular_solve_pairs_p):
+for _primitive in (lu_pairs_p, triangular_solve_pairs_p, eigh_pairs_p):
     for _rule in ("jvp", "transpose", "batch"):
         _primitive.not_applicable[_rule] = _COMPILER_ONLY

@@ -21,12 +21,14 @@ from funcgrad.lax import shapes
 from funcgrad.lax.base import asarray
 from funcgrad.lax.elementwise import (
     add,
+    conj,
     convert_element_type,
     div,
     eq,
     ge,
     mul,
     neg,
+    real,
     select,
     sub,
 )
@@ -111,11 +113,18 @@ def _diagonal(x):
     return reduce_sum(mul(x, _eye_like(x)), (core.get_aval(x).ndim - 1,))
 
 
+def _adjoint(x):
+    """The conjugate transpose of the last two axes (the transpose of real matrices)."""
+    if dtypes.is_complex(core.get_aval(x).dtype):
+        return _swap_last(conj(x))
+    return _swap_last(x)
+
+
 def _symmetric_from(x, lower: bool):
-    """The symmetric matrix that the triangle `lower` of x describes."""
+    """The symmetric (Hermitian) matrix that the triangle `lower` of x describes."""
     if lower:
-        return add(_tril(x), _swap_last(_tril(x, -1)))
-    return add(_triu(x), _swap_last(_triu(x, 1)))
+        return add(_tril(x), _adjoint(_tril(x, -1)))
+    return add(_triu(x), _adjoint(_triu(x, 1)))
 
 
 def _row(v, rows: int | None = None):
@@ -423,11 +432,11 @@ def cholesky(x, *, symmetrize_input: bool = True):
 
 
 def _symmetrized(x):
-    """(x + x.T) / 2; anything but a stack of square matrices is left for the primitive's
+    """(x + x^H) / 2; anything but a stack of square matrices is left for the primitive's
     shape check to report."""
     if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
         return x
-    return mul(add(x, _swap_last(x)), 0.5)
+    return mul(add(x, _adjoint(x)), 0.5)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -494,8 +503,8 @@ eigh_p = Primitive("eigh", multiple_results=True)
 
 @eigh_p.def_abstract_eval
 def _eigh_abstract_eval(a: ShapedArray, *, lower: bool) -> list[ShapedArray]:
-    _check_matrix("eigh", a, square=True)
-    return [ShapedArray(a.shape, a.dtype), ShapedArray(a.shape[:-1], a.dtype)]
+    _check_matrix("eigh", a, square=True, complex_ok=True)
+    return [ShapedArray(a.shape, a.dtype), ShapedArray(a.shape[:-1], dtypes.real_dtype(a.dtype))]
 
 
 @eigh_p.def_impl
@@ -506,14 +515,19 @@ def _eigh_impl(a, *, lower):
 
 @eigh_p.def_jvp
 def _eigh_jvp(primals, tangents, *, lower):
-    """With S = V^T da V: dw = diag(S) and dV = V (F * S), F[i, j] = 1 / (w[j] - w[i]) off the
-    diagonal and 0 on it (infinite for repeated eigenvalues, whose eigenvectors are not unique)."""
+    """With S = V^H da V: dw = Re diag(S) and dV = V (F * S), F[i, j] = 1 / (w[j] - w[i]) off
+    the diagonal and 0 on it (infinite for repeated eigenvalues, whose eigenvectors are not
+    unique; a complex eigenvector's phase is a convention, so its tangent is one choice)."""
     (a,), (a_dot,) = primals, tangents
     v, w = eigh_p.bind(a, lower=lower)
-    s = batch_matmul(_swap_last(v), batch_matmul(_symmetric_from(a_dot, lower), v))
+    s = batch_matmul(_adjoint(v), batch_matmul(_symmetric_from(a_dot, lower), v))
     eye = _eye_like(a)
-    f = sub(div(1.0, add(eye, sub(_row(w), _column(w)))), eye)
-    return [v, w], [batch_matmul(v, mul(f, s)), _diagonal(s)]
+    values = convert_element_type(w, a.dtype)
+    f = sub(div(1.0, add(eye, sub(_row(values), _column(values)))), eye)
+    diagonal = _diagonal(s)
+    if dtypes.is_complex(a.dtype):
+        diagonal = real(diagonal)
+    return [v, w], [batch_matmul(v, mul(f, s)), diagonal]
 
 
 eigh_p.not_applicable["transpose"] = "not linear"

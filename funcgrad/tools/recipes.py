@@ -1516,6 +1516,10 @@ WITHOUT_RECIPE = {
         "the compiler's form of triangular_solve on complex matrices (ztrsm), made by the "
         "complex lowering: the triangular_solve recipe's compiled checks reach it"
     ),
+    "eigh_pairs": (
+        "the compiler's form of eigh on Hermitian matrices (heevd), made by the complex "
+        "lowering: tests/test_complex.py compiles complex eigh against the reference"
+    ),
     "eig_parts": (
         "the compiler's form of eig (LAPACK geev's packed outputs), made by the complex "
         "lowering: the eig recipe's compiled checks reach it"

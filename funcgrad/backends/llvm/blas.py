@@ -78,9 +78,11 @@ def workspace_query(routine: str, dtype: np.dtype, args: list) -> dict:
     routine_function = getattr(library(), lapack_symbol(routine, dtype))
     keep, values, answers = [], [], {}
     for arg in args:
-        if arg in (lapack.WORK, lapack.IWORK):
-            answer = np.zeros(1, dtype if arg == lapack.WORK else np.int64)
-            answers[lapack.LWORK if arg == lapack.WORK else lapack.LIWORK] = answer
+        if arg in (lapack.WORK, lapack.IWORK, lapack.RWORK):
+            kind = {lapack.WORK: dtype, lapack.IWORK: np.int64, lapack.RWORK: np.float64}[arg]
+            answer = np.zeros(1, kind)
+            size = {lapack.WORK: lapack.LWORK, lapack.IWORK: lapack.LIWORK}
+            answers[size.get(arg, lapack.LRWORK)] = answer
             keep.append(answer)
             values.append(ctypes.c_void_p(answer.ctypes.data))
         elif isinstance(arg, tuple):
@@ -101,7 +103,7 @@ def workspace_query(routine: str, dtype: np.dtype, args: list) -> dict:
             values.append(ctypes.byref(scalar))
     lengths = [ctypes.c_int64(1)] * sum(isinstance(a, str) and not a.startswith("<") for a in args)
     routine_function(*values, *lengths)
-    return {key: int(answer[0]) for key, answer in answers.items()}
+    return {key: int(answer[0].real) for key, answer in answers.items()}
 
 
 def _install() -> None:
