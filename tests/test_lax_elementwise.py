@@ -31,9 +31,11 @@ INT_DTYPES = [d for d in ALL_DTYPES if dtypes.is_int(d)]
 
 
 def to_python(x):
-    """A NumPy scalar as a Python bool, int or float (exactly)."""
+    """A NumPy scalar as a Python bool, int, float or complex (exactly)."""
     if x.dtype == dtypes.bool_:
         return bool(x)
+    if dtypes.is_complex(x.dtype):
+        return complex(x)
     return int(x) if dtypes.is_int(x.dtype) else float(x)
 
 
@@ -49,6 +51,8 @@ def from_python(values, shape, dtype) -> np.ndarray:
         return np.array([wrap(int(v), dtype) for v in values], dtype).reshape(shape)
     if dtype == dtypes.bool_:
         return np.array(values, dtype).reshape(shape)
+    if dtypes.is_complex(dtype):
+        return np.array(values, np.complex128).astype(dtype).reshape(shape)
     return np.array(values, np.float64).astype(dtype).reshape(shape)
 
 
@@ -471,6 +475,10 @@ def convert_ref(dtype):
     def convert(v):
         if dtype == dtypes.bool_:
             return v != 0
+        if dtypes.is_complex(dtype):
+            return complex(v)
+        if isinstance(v, complex):  # to a real dtype through the real part
+            v = v.real
         if not dtypes.is_int(dtype):
             return float(v)
         if isinstance(v, float):  # truncate toward zero, NaN to 0, saturate

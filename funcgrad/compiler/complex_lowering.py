@@ -451,6 +451,8 @@ def _convert_rule(out_avals, x, *, new_dtype, weak_type):
         part = dtypes.real_dtype(new_dtype)
         x = _parts(x)
         return Pair(lax.convert_element_type(x.re, part), lax.convert_element_type(x.im, part))
+    if new_dtype == dtypes.bool_:
+        return lax.bitwise_or(lax.ne(x.re, _c(x.re, 0)), lax.ne(x.im, _c(x.im, 0)))
     # A complex value converts to a real dtype through its real part.
     return lax.convert_element_type(x.re, new_dtype)
 

@@ -476,6 +476,8 @@ def _convert_abstract_eval(x: ShapedArray, *, new_dtype: np.dtype, weak_type: bo
 
 @convert_element_type_p.def_impl
 def _convert_impl(x, *, new_dtype, weak_type):
+    if dtypes.is_complex(x.dtype) and new_dtype == dtypes.bool_:
+        return np.asarray(x != 0)[()]  # true for any nonzero part
     if dtypes.is_complex(x.dtype) and not dtypes.is_complex(new_dtype):
         x = np.real(x)  # a complex value converts to a real dtype through its real part
     if dtypes.is_float(x.dtype) and dtypes.is_int(new_dtype):
