@@ -65,6 +65,7 @@ UNARY = {
 
 
 def _sign(z):
+    z = np.where(np.abs(z) < 1e-300, z * 2.0**600, z)  # exact rescaling of subnormal values
     magnitude = np.abs(z)
     safe = np.where(magnitude == 0, 1, magnitude)
     return np.where(magnitude == 0, 0, z.real / safe + 1j * (z.imag / safe))

@@ -723,14 +723,15 @@ rules["fft"] = _fft_rule
 
 def _eig_rule(out_avals, a, *, compute_right_eigenvectors):
     """geev's packed outputs unpacked: column j of a complex pair (imaginary part > 0) is
-    v_j + i v_(j+1), its partner's the conjugate; a real eigenvalue's column is real."""
+    v_j + i v_(j+1), its partner's the conjugate; a real eigenvalue's column is real.
+    Complex matrices go to zgeev as interleaved parts (`eig_pairs`)."""
     from funcgrad.lax.eig import eig_parts_p
 
     if isinstance(a, Pair):
-        raise NotImplementedError(
-            "the compiler cannot compile eig of complex matrices yet; run this program with "
-            "jit_backend='numpy'"
-        )
+        from funcgrad.lax.complex_pairs import eig_pairs_p
+
+        values, vectors = eig_pairs_p.bind(_interleave(a))
+        return [_split(values), _split(vectors)] if compute_right_eigenvectors else [_split(values)]
     real, imaginary, packed = eig_parts_p.bind(a)
     values = Pair(real, imaginary)
     if not compute_right_eigenvectors:

@@ -3,8 +3,8 @@ trailing axis of 2 (real and imaginary parts interleaved, NumPy's layout), so th
 complex lowering LAPACK's complex routines can work on them in place.
 
 These primitives exist only inside compiled programs, made by `compiler.complex_lowering`
-from `lu`, `triangular_solve` and `eigh` on complex operands; their impls view the parts as complex
-numbers and run the reference's own decomposition, so both backends agree.
+from `lu`, `triangular_solve`, `eigh` and `eig` on complex operands; their impls view the
+parts as complex numbers and run the reference's own decomposition, so both backends agree.
 """
 
 from __future__ import annotations
@@ -83,7 +83,26 @@ def _eigh_pairs_impl(x, *, lower):
     return [_as_pairs(np.asarray(vectors)), values]
 
 
+eig_pairs_p = Primitive("eig_pairs", multiple_results=True)
+
+
+@eig_pairs_p.def_abstract_eval
+def _eig_pairs_abstract_eval(x: ShapedArray):
+    from funcgrad.lax.eig import eig_p
+
+    values, vectors = eig_p.abstract_eval(_complex_aval(x), compute_right_eigenvectors=True)
+    return [_pairs_aval(values), _pairs_aval(vectors)]
+
+
+@eig_pairs_p.def_impl
+def _eig_pairs_impl(x):
+    from funcgrad.lax.eig import eig_p
+
+    values, vectors = eig_p.impl(_as_complex(x), compute_right_eigenvectors=True)
+    return [_as_pairs(np.asarray(values)), _as_pairs(np.asarray(vectors))]
+
+
 _COMPILER_ONLY = "exists only inside compiled programs, after every transformation has run"
-for _primitive in (lu_pairs_p, triangular_solve_pairs_p, eigh_pairs_p):
+for _primitive in (lu_pairs_p, triangular_solve_pairs_p, eigh_pairs_p, eig_pairs_p):
     for _rule in ("jvp", "transpose", "batch"):
         _primitive.not_applicable[_rule] = _COMPILER_ONLY

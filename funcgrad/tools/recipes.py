@@ -1161,11 +1161,27 @@ def _lu_reference(a):
     )
 
 
+def _pivots_decided(a, **params) -> bool:
+    """At every step of the elimination the pivot wins by a margin (|re| + |im|, as getrf
+    compares): a near tie would let a perturbation pick the other row, a jump."""
+    for matrix in np.asarray(a, np.complex128).reshape((-1,) + a.shape[-2:]):
+        work = matrix.copy()
+        for j in range(min(work.shape)):
+            sizes = np.sort(np.abs(work[j:, j].real) + np.abs(work[j:, j].imag))
+            if len(sizes) > 1 and sizes[-1] - sizes[-2] < 1e-2:
+                return False
+            p = j + np.argmax(np.abs(work[j:, j].real) + np.abs(work[j:, j].imag))
+            work[[j, p]] = work[[p, j]]
+            work[j + 1 :] -= np.outer(work[j + 1 :, j] / work[j, j], work[j])
+    return True
+
+
 RECIPES["lu"] = Recipe(
     fun=lambda a: lax.lu(a),
     reference=_lu_reference,
     case=_matrix_case(dtype_choices=FLOATS + COMPLEXES),
     values=_well_conditioned,
+    smooth_at=_pivots_decided,
     jvp_order=1,
     rtol_scale=100,
 )
@@ -1519,6 +1535,10 @@ WITHOUT_RECIPE = {
     "eigh_pairs": (
         "the compiler's form of eigh on Hermitian matrices (heevd), made by the complex "
         "lowering: tests/test_complex.py compiles complex eigh against the reference"
+    ),
+    "eig_pairs": (
+        "the compiler's form of eig on complex matrices (zgeev), made by the complex "
+        "lowering: tests/test_linalg_eig.py compiles complex eig against the reference"
     ),
     "eig_parts": (
         "the compiler's form of eig (LAPACK geev's packed outputs), made by the complex "
