@@ -428,3 +428,66 @@ def test_hermitian_eigh_derivatives_pass_the_checks():
         gradient(hermitian), np.outer(v[:, -1], v[:, -1].conj()).conj(), atol=1e-12
     )
     np.testing.assert_allclose(fg.jit(gradient)(hermitian), gradient(hermitian), atol=1e-12)
+
+
+@given(data=st.data())
+def test_complex_cholesky_and_qr_match_numpy_eager_and_compiled(data):
+    dtype = data.draw(fst.complex_dtypes)
+    n = data.draw(st.integers(1, 4))
+    a = data.draw(fst.arrays(dtype, (2, n, n)))
+    positive = (a @ np.swapaxes(a.conj(), -1, -2) + n * np.eye(n)).astype(dtype)
+    expected = np.linalg.cholesky(positive.astype(np.complex128))
+    factor = fnp.linalg.cholesky(positive)
+    np.testing.assert_allclose(factor, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(fg.jit(fnp.linalg.cholesky)(positive), factor)
+    rows = data.draw(st.integers(n, 5))
+    b = data.draw(fst.arrays(dtype, (rows, n)))
+    q, r = fnp.linalg.qr(b)
+    np.testing.assert_allclose(np.asarray(q) @ np.asarray(r), b, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        np.abs(np.diagonal(np.asarray(r))),
+        np.abs(np.diagonal(np.linalg.qr(b)[1])),
+        rtol=1e-4,
+        atol=1e-4,
+    )
+    for compiled, eager in zip(fg.jit(fnp.linalg.qr)(b), (q, r)):
+        np.testing.assert_array_equal(compiled, eager)
+
+
+def test_complex_cholesky_and_qr_derivatives_pass_the_checks():
+    from funcgrad.test_util import check_grads
+
+    rng = np.random.default_rng(2)
+    a = rng.normal(size=(3, 3)) + 1j * rng.normal(size=(3, 3))
+    positive = a @ a.conj().T + 3 * np.eye(3)
+    check_grads(fnp.linalg.cholesky, (positive,), order=2)
+    tall = rng.normal(size=(4, 3)) + 1j * rng.normal(size=(4, 3))
+    check_grads(fnp.linalg.qr, (tall,), order=1)
+    check_grads(fnp.linalg.qr, (a,), order=1)
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (3, 4), (3, 3)])
+def test_complex_svd_pinv_and_lstsq(shape):
+    from funcgrad.test_util import check_grads
+
+    rng = np.random.default_rng(sum(shape))
+    a = rng.normal(size=shape) + 1j * rng.normal(size=shape)
+    u, s, vh = fnp.linalg.svd(a, full_matrices=False)
+    np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), rtol=1e-12)
+    assert s.dtype == np.float64
+    np.testing.assert_allclose((np.asarray(u) * np.asarray(s)) @ np.asarray(vh), a, atol=1e-12)
+    for compiled, eager in zip(fg.jit(fnp.linalg.svd)(a), fnp.linalg.svd(a)):
+        np.testing.assert_array_equal(compiled, eager)
+    check_grads(lambda m: fnp.linalg.svd(m, compute_uv=False), (a,), order=2)
+    # Phase-independent functions of the singular vectors, and the reconstruction.
+    check_grads(lambda m: fnp.abs(fnp.linalg.svd(m, full_matrices=False)[0]) ** 2, (a,), order=1)
+    check_grads(lambda m: (lambda u, s, vh: (u * s) @ vh)(*fnp.linalg.svd(m, False)), (a,), order=1)
+    np.testing.assert_allclose(fg.jit(fnp.linalg.pinv)(a), np.linalg.pinv(a), atol=1e-12)
+    check_grads(fnp.linalg.pinv, (a,), order=1)
+    b = rng.normal(size=(shape[0], 2)) + 1j * rng.normal(size=(shape[0], 2))
+    x, residuals, rank, _ = fnp.linalg.lstsq(a, b)
+    expected_x, expected_residuals, expected_rank, _ = np.linalg.lstsq(a, b)
+    np.testing.assert_allclose(x, expected_x, atol=1e-12)
+    assert int(rank) == expected_rank
+    if expected_residuals.size:
+        np.testing.assert_allclose(residuals, expected_residuals, atol=1e-12)

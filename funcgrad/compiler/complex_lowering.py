@@ -773,6 +773,32 @@ def _eigh_rule(out_avals, a, *, lower):
 
 
 rules["eigh"] = _eigh_rule
+
+
+def _cholesky_rule(out_avals, a):
+    from funcgrad.lax.complex_pairs import cholesky_pairs_p
+
+    return _split(cholesky_pairs_p.bind(_interleave(a)))
+
+
+def _qr_rule(out_avals, a, *, full_matrices):
+    from funcgrad.lax.complex_pairs import qr_pairs_p
+
+    return [_split(out) for out in qr_pairs_p.bind(_interleave(a), full_matrices=full_matrices)]
+
+
+def _svd_rule(out_avals, a, *, full_matrices, compute_uv):
+    from funcgrad.lax.complex_pairs import svd_pairs_p
+
+    outs = svd_pairs_p.bind(_interleave(a), full_matrices=full_matrices, compute_uv=compute_uv)
+    return [
+        _split(out) if dtypes.is_complex(aval.dtype) else out for out, aval in zip(outs, out_avals)
+    ]
+
+
+rules["svd"] = _svd_rule
+rules["cholesky"] = _cholesky_rule
+rules["qr"] = _qr_rule
 rules["lu"] = _lu_rule
 rules["triangular_solve"] = _triangular_solve_rule
 

@@ -169,31 +169,38 @@ def _call(
 
 
 def qr(scheduler, eqn: JaxprEqn) -> None:
+    """geqrf, then orgqr builds Q; `qr_pairs` (complex matrices as interleaved parts) calls
+    zgeqrf and zungqr."""
     (a,) = eqn.invars
+    pairs = eqn.primitive.name == "qr_pairs"
+    parts = 2 if pairs else 1
     q_out, r_out = (scheduler.buffer_of[v] for v in eqn.outvars)
-    *batch_shape, m, n = a.aval.shape
+    *batch_shape, m, n = a.aval.shape[:-1] if pairs else a.aval.shape
     batch = math.prod(batch_shape)
     k = min(m, n)
-    q_cols = eqn.outvars[0].aval.shape[-1]
+    q_cols = eqn.outvars[0].aval.shape[-1 - (parts - 1)]
     columns = max(n, q_cols)
     work = working_dtype(a.aval.dtype)
-    matrices = _to_column_major(scheduler, a, m, n, columns, work)
-    tau = _scratch(work, batch * k)
+    routine_dtype = _complex_of(work) if pairs else work
+    matrices = _to_column_major(scheduler, a, m, n, columns, work, pairs=pairs)
+    tau = _scratch(work, batch * k * parts)
     info = _scratch(np.int64, batch)
     ld = max(m, 1)
     per = m * columns
     _call(
         scheduler, "geqrf", eqn, batch,
-        [m, n, (matrices, per), ld, (tau, k), WORK, LWORK, (info, 1)],
-        {LWORK: max(n, 1)}, work,
+        [m, n, (matrices, per * parts), ld, (tau, k * parts), WORK, LWORK, (info, 1)],
+        {LWORK: max(n, 1)}, routine_dtype,
     )  # fmt: skip
-    _from_column_major(scheduler, matrices, m, per, r_out, eqn.outvars[1].aval.shape, None, True)
+    r_shape = eqn.outvars[1].aval.shape
+    _from_column_major(scheduler, matrices, m, per, r_out, r_shape, None, True, pairs=pairs)
     _call(
-        scheduler, "orgqr", eqn, batch,
-        [m, q_cols, k, (matrices, per), ld, (tau, k), WORK, LWORK, (info, 1)],
-        {LWORK: max(q_cols, 1)}, work,
+        scheduler, "ungqr" if pairs else "orgqr", eqn, batch,
+        [m, q_cols, k, (matrices, per * parts), ld, (tau, k * parts), WORK, LWORK, (info, 1)],
+        {LWORK: max(q_cols, 1)}, routine_dtype,
     )  # fmt: skip
-    _from_column_major(scheduler, matrices, m, per, q_out, eqn.outvars[0].aval.shape, None)
+    q_shape = eqn.outvars[0].aval.shape
+    _from_column_major(scheduler, matrices, m, per, q_out, q_shape, None, pairs=pairs)
 
 
 def eigh(scheduler, eqn: JaxprEqn) -> None:
@@ -275,9 +282,13 @@ def eig_parts(scheduler, eqn: JaxprEqn) -> None:
 
 
 def svd(scheduler, eqn: JaxprEqn) -> None:
+    """gesdd; `svd_pairs` (complex matrices as interleaved parts) calls zgesdd, whose real
+    workspace has its documented size."""
     (a,) = eqn.invars
+    pairs = eqn.primitive.name == "svd_pairs"
+    parts = 2 if pairs else 1
     outs = [scheduler.buffer_of[v] for v in eqn.outvars]
-    *batch_shape, m, n = a.aval.shape
+    *batch_shape, m, n = a.aval.shape[:-1] if pairs else a.aval.shape
     batch = math.prod(batch_shape)
     k, big = min(m, n), max(m, n)
     compute_uv, full = eqn.params["compute_uv"], eqn.params["full_matrices"]
@@ -285,45 +296,56 @@ def svd(scheduler, eqn: JaxprEqn) -> None:
     u_cols = m if full else k
     vt_rows = n if full else k
     work = working_dtype(a.aval.dtype)
-    matrices = _to_column_major(scheduler, a, m, n, n, work)
+    matrices = _to_column_major(scheduler, a, m, n, n, work, pairs=pairs)
     singular = _scratch(work, batch * k)
-    u = _scratch(work, batch * m * u_cols if compute_uv else 1)
-    vt = _scratch(work, batch * vt_rows * n if compute_uv else 1)
+    u = _scratch(work, batch * m * u_cols * parts if compute_uv else 1)
+    vt = _scratch(work, batch * vt_rows * n * parts if compute_uv else 1)
     info = _scratch(np.int64, batch)
     iwork = _scratch(np.int64, 8 * max(k, 1))
     ldu = max(m, 1) if compute_uv else 1
     ldvt = max(vt_rows, 1) if compute_uv else 1
-    _call(
-        scheduler, "gesdd", eqn, batch,
-        [job, m, n, (matrices, m * n), max(m, 1), (singular, k),
-         (u, m * u_cols if compute_uv else 0), ldu, (vt, vt_rows * n if compute_uv else 0), ldvt,
-         WORK, LWORK, (iwork, 0), (info, 1)],
-        {LWORK: 4 * k * k + 7 * k + big}, work,
-    )  # fmt: skip
+    head = [job, m, n, (matrices, m * n * parts), max(m, 1), (singular, k),
+            (u, m * u_cols * parts if compute_uv else 0), ldu,
+            (vt, vt_rows * n * parts if compute_uv else 0), ldvt, WORK, LWORK]  # fmt: skip
+    if pairs:
+        real_work = 7 * k if not compute_uv else k * max(5 * k + 7, 2 * big + 2 * k + 1)
+        _call(
+            scheduler, "gesdd", eqn, batch, head + [RWORK, (iwork, 0), (info, 1)],
+            {LWORK: k * k + 2 * k + big, LRWORK: max(real_work, 1)}, _complex_of(work),
+        )  # fmt: skip
+    else:
+        _call(
+            scheduler, "gesdd", eqn, batch, head + [(iwork, 0), (info, 1)],
+            {LWORK: 4 * k * k + 7 * k + big}, work,
+        )  # fmt: skip
     shapes = [v.aval.shape for v in eqn.outvars]
     if not compute_uv:
         _from_column_major(scheduler, singular, 0, k, outs[0], shapes[0], info)
         return
-    _from_column_major(scheduler, u, m, m * u_cols, outs[0], shapes[0], info)
+    _from_column_major(scheduler, u, m, m * u_cols, outs[0], shapes[0], info, pairs=pairs)
     _from_column_major(scheduler, singular, 0, k, outs[1], shapes[1], info)
-    _from_column_major(scheduler, vt, vt_rows, vt_rows * n, outs[2], shapes[2], info)
+    _from_column_major(scheduler, vt, vt_rows, vt_rows * n, outs[2], shapes[2], info, pairs=pairs)
 
 
 def cholesky(scheduler, eqn: JaxprEqn) -> None:
     """potrf on the lower triangle; the upper triangle of the factor is zero, and a matrix
     that is not positive definite (info != 0) gets NaN everywhere, as the reference."""
     (a,) = eqn.invars
+    pairs = eqn.primitive.name == "cholesky_pairs"
+    parts = 2 if pairs else 1
     (out,) = (scheduler.buffer_of[v] for v in eqn.outvars)
-    *batch_shape, n, _ = a.aval.shape
+    *batch_shape, n, _ = a.aval.shape[:-1] if pairs else a.aval.shape
     batch = math.prod(batch_shape)
     work = working_dtype(a.aval.dtype)
-    matrices = _to_column_major(scheduler, a, n, n, n, work)
+    matrices = _to_column_major(scheduler, a, n, n, n, work, pairs=pairs)
     info = _scratch(np.int64, batch)
     _call(
-        scheduler, "potrf", eqn, batch, ["L", n, (matrices, n * n), max(n, 1), (info, 1)], {}, work
-    )
+        scheduler, "potrf", eqn, batch,
+        ["L", n, (matrices, n * n * parts), max(n, 1), (info, 1)], {},
+        _complex_of(work) if pairs else work,
+    )  # fmt: skip
     shape = eqn.outvars[0].aval.shape
-    _from_column_major(scheduler, matrices, n, n * n, out, shape, info, lower=True)
+    _from_column_major(scheduler, matrices, n, n * n, out, shape, info, lower=True, pairs=pairs)
 
 
 def lu(scheduler, eqn: JaxprEqn) -> None:
@@ -427,6 +449,9 @@ DECOMPOSITIONS = {
     "qr": qr,
     "eigh": eigh,
     "eigh_pairs": eigh,
+    "cholesky_pairs": cholesky,
+    "qr_pairs": qr,
+    "svd_pairs": svd,
     "eig_parts": eig_parts,
     "eig_pairs": eig_pairs,
     "svd": svd,

@@ -3,7 +3,7 @@ trailing axis of 2 (real and imaginary parts interleaved, NumPy's layout), so th
 complex lowering LAPACK's complex routines can work on them in place.
 
 These primitives exist only inside compiled programs, made by `compiler.complex_lowering`
-from `lu`, `triangular_solve`, `eigh` and `eig` on complex operands; their impls view the
+from the decompositions of complex matrices; their impls view the
 parts as complex numbers and run the reference's own decomposition, so both backends agree.
 """
 
@@ -102,7 +102,62 @@ def _eig_pairs_impl(x):
     return [_as_pairs(np.asarray(values)), _as_pairs(np.asarray(vectors))]
 
 
+cholesky_pairs_p = Primitive("cholesky_pairs")
+
+
+@cholesky_pairs_p.def_abstract_eval
+def _cholesky_pairs_abstract_eval(x: ShapedArray):
+    return _pairs_aval(linalg_decomp.cholesky_p.abstract_eval(_complex_aval(x)))
+
+
+@cholesky_pairs_p.def_impl
+def _cholesky_pairs_impl(x):
+    return _as_pairs(np.asarray(linalg_decomp.cholesky_p.impl(_as_complex(x))))
+
+
+qr_pairs_p = Primitive("qr_pairs", multiple_results=True)
+
+
+@qr_pairs_p.def_abstract_eval
+def _qr_pairs_abstract_eval(x: ShapedArray, *, full_matrices: bool):
+    outs = linalg_decomp.qr_p.abstract_eval(_complex_aval(x), full_matrices=full_matrices)
+    return [_pairs_aval(out) for out in outs]
+
+
+@qr_pairs_p.def_impl
+def _qr_pairs_impl(x, *, full_matrices):
+    outs = linalg_decomp.qr_p.impl(_as_complex(x), full_matrices=full_matrices)
+    return [_as_pairs(np.asarray(out)) for out in outs]
+
+
+svd_pairs_p = Primitive("svd_pairs", multiple_results=True)
+
+
+@svd_pairs_p.def_abstract_eval
+def _svd_pairs_abstract_eval(x: ShapedArray, *, full_matrices: bool, compute_uv: bool):
+    outs = linalg_decomp.svd_p.abstract_eval(
+        _complex_aval(x), full_matrices=full_matrices, compute_uv=compute_uv
+    )
+    return [_pairs_aval(out) if dtypes.is_complex(out.dtype) else out for out in outs]
+
+
+@svd_pairs_p.def_impl
+def _svd_pairs_impl(x, *, full_matrices, compute_uv):
+    outs = linalg_decomp.svd_p.impl(
+        _as_complex(x), full_matrices=full_matrices, compute_uv=compute_uv
+    )
+    return [_as_pairs(np.asarray(out)) if np.iscomplexobj(out) else np.asarray(out) for out in outs]
+
+
 _COMPILER_ONLY = "exists only inside compiled programs, after every transformation has run"
-for _primitive in (lu_pairs_p, triangular_solve_pairs_p, eigh_pairs_p, eig_pairs_p):
+for _primitive in (
+    lu_pairs_p,
+    triangular_solve_pairs_p,
+    eigh_pairs_p,
+    eig_pairs_p,
+    cholesky_pairs_p,
+    qr_pairs_p,
+    svd_pairs_p,
+):
     for _rule in ("jvp", "transpose", "batch"):
         _primitive.not_applicable[_rule] = _COMPILER_ONLY

@@ -127,6 +127,11 @@ def _symmetric_from(x, lower: bool):
     return add(_triu(x), _adjoint(_triu(x, 1)))
 
 
+def _zeros_like(x):
+    aval = core.get_aval(x)
+    return shapes.full(aval.shape, 0, aval.dtype)
+
+
 def _row(v, rows: int | None = None):
     """A vector over the last axis repeated as the rows of a matrix: out[..., i, j] = v[..., j]."""
     shape = core.get_aval(v).shape
@@ -391,7 +396,7 @@ cholesky_p = Primitive("cholesky")
 
 @cholesky_p.def_abstract_eval
 def _cholesky_abstract_eval(a: ShapedArray) -> ShapedArray:
-    _check_matrix("cholesky", a, square=True)
+    _check_matrix("cholesky", a, square=True, complex_ok=True)
     return ShapedArray(a.shape, a.dtype)
 
 
@@ -404,12 +409,14 @@ def _cholesky_impl(a):
 
 @cholesky_p.def_jvp
 def _cholesky_jvp(primals, tangents):
-    """a = L L^T gives dL = L phi(L^-1 da L^-T), phi taking the lower triangle with its
-    diagonal halved; da is the symmetric tangent that da's lower triangle describes."""
+    """a = L L^H gives dL = L phi(L^-1 da L^-H), phi taking the lower triangle with its
+    diagonal halved; da is the symmetric (Hermitian) tangent that da's lower triangle
+    describes."""
     (a,), (a_dot,) = primals, tangents
     factor = cholesky_p.bind(a)
     sigma_dot = _symmetric_from(a_dot, lower=True)
-    right = triangular_solve(factor, sigma_dot, left_side=False, lower=True, transpose_a=True)
+    conjugate = conj(factor) if dtypes.is_complex(a.dtype) else factor
+    right = triangular_solve(conjugate, sigma_dot, left_side=False, lower=True, transpose_a=True)
     inner = triangular_solve(factor, right, left_side=True, lower=True)
     phi = add(_tril(inner, -1), mul(mul(inner, _eye_like(inner)), 0.5))
     return factor, batch_matmul(factor, phi)
@@ -447,7 +454,7 @@ qr_p = Primitive("qr", multiple_results=True)
 
 @qr_p.def_abstract_eval
 def _qr_abstract_eval(a: ShapedArray, *, full_matrices: bool) -> list[ShapedArray]:
-    _check_matrix("qr", a)
+    _check_matrix("qr", a, complex_ok=True)
     *batch, m, n = a.shape
     k = m if full_matrices else min(m, n)
     return [ShapedArray((*batch, m, k), a.dtype), ShapedArray((*batch, k, n), a.dtype)]
@@ -461,8 +468,9 @@ def _qr_impl(a, *, full_matrices):
 
 @qr_p.def_jvp
 def _qr_jvp(primals, tangents, *, full_matrices):
-    """For m >= n: dQ = Q (dO - C) + da R^-1 and dR = (C - dO) R, where C = Q^T da R^-1 and
-    dO is the skew-symmetric matrix that C's strictly lower triangle makes."""
+    """For m >= n: dQ = Q (dO - C) + da R^-1 and dR = (C - dO) R, where C = Q^H da R^-1 and
+    dO is the skew-Hermitian matrix that C's strictly lower triangle makes, plus (complex
+    matrices) the imaginary part of C's diagonal, which keeps R's diagonal real."""
     (a,), (a_dot,) = primals, tangents
     *_, m, n = a.shape
     if m < n or (full_matrices and m != n):
@@ -472,9 +480,12 @@ def _qr_jvp(primals, tangents, *, full_matrices):
         )
     q, r = qr_p.bind(a, full_matrices=full_matrices)
     a_dot_r_inv = triangular_solve(r, a_dot, left_side=False, lower=False)
-    c = batch_matmul(_swap_last(q), a_dot_r_inv)
+    c = batch_matmul(_adjoint(q), a_dot_r_inv)
     lower = _tril(c, -1)
-    skew = sub(lower, _swap_last(lower))
+    skew = sub(lower, _adjoint(lower))
+    if dtypes.is_complex(a.dtype):
+        imaginary = sub(c, convert_element_type(real(c), c.dtype))
+        skew = add(skew, mul(_eye_like(skew), imaginary))
     q_dot = add(batch_matmul(q, sub(skew, c)), a_dot_r_inv)
     r_dot = batch_matmul(sub(c, skew), r)
     return [q, r], [q_dot, r_dot]
@@ -568,10 +579,10 @@ svd_p = Primitive("svd", multiple_results=True)
 
 @svd_p.def_abstract_eval
 def _svd_abstract_eval(a: ShapedArray, *, full_matrices: bool, compute_uv: bool):
-    _check_matrix("svd", a)
+    _check_matrix("svd", a, complex_ok=True)
     *batch, m, n = a.shape
     k = min(m, n)
-    s = ShapedArray((*batch, k), a.dtype)
+    s = ShapedArray((*batch, k), dtypes.real_dtype(a.dtype))
     if not compute_uv:
         return [s]
     u_columns, vh_rows = (m, n) if full_matrices else (k, k)
@@ -604,30 +615,41 @@ def _svd_jvp(primals, tangents, *, full_matrices, compute_uv):
             f"matrices only, got shape {a.shape}; use full_matrices=False"
         )
     u, s, vh = svd_p.bind(a, full_matrices=False, compute_uv=True)
-    v = _swap_last(vh)
-    ds_matrix = batch_matmul(_swap_last(u), batch_matmul(a_dot, v))
-    s_dot = _diagonal(ds_matrix)
+    v = _adjoint(vh)
+    ds_matrix = batch_matmul(_adjoint(u), batch_matmul(a_dot, v))
+    is_complex = dtypes.is_complex(a.dtype)
+    s_dot = real(_diagonal(ds_matrix)) if is_complex else _diagonal(ds_matrix)
     if not compute_uv:
         return [s], [s_dot]
-    s_row, s_column = _row(s), _column(s)
+    values = convert_element_type(s, a.dtype)
+    s_row, s_column = _row(values), _column(values)
     eye = _eye_like(ds_matrix)
     f = sub(div(1.0, add(mul(add(s_row, s_column), sub(s_row, s_column)), eye)), eye)
     ds_s = mul(ds_matrix, s_row)
     s_ds = mul(s_column, ds_matrix)
-    u_dot = batch_matmul(u, mul(f, add(ds_s, _swap_last(ds_s))))
-    v_dot = batch_matmul(v, mul(f, add(s_ds, _swap_last(s_ds))))
+    u_inner = mul(f, add(ds_s, _adjoint(ds_s)))
+    if is_complex:
+        # The phases of a complex singular pair are free together: the part of dS's
+        # diagonal that is imaginary turns u's phase, divided by s (0 where s is 0).
+        safe = select(eq(values, _zeros_like(values)), add(values, 1.0), values)
+        inverse = select(eq(values, _zeros_like(values)), _zeros_like(values), div(1.0, safe))
+        skew = mul(sub(ds_matrix, _adjoint(ds_matrix)), 0.5)
+        u_inner = add(u_inner, mul(mul(skew, eye), _row(inverse)))
+    u_dot = batch_matmul(u, u_inner)
+    v_dot = batch_matmul(v, mul(f, add(s_ds, _adjoint(s_ds))))
     if m > n:
         a_dot_v = batch_matmul(a_dot, v)
         u_dot = add(
             u_dot,
-            div(sub(a_dot_v, batch_matmul(u, batch_matmul(_swap_last(u), a_dot_v))), _row(s, m)),
+            div(sub(a_dot_v, batch_matmul(u, batch_matmul(_adjoint(u), a_dot_v))), _row(values, m)),
         )
     if n > m:
-        a_dot_t_u = batch_matmul(_swap_last(a_dot), u)
+        a_dot_h_u = batch_matmul(_adjoint(a_dot), u)
         v_dot = add(
-            v_dot, div(sub(a_dot_t_u, batch_matmul(v, batch_matmul(vh, a_dot_t_u))), _row(s, n))
+            v_dot,
+            div(sub(a_dot_h_u, batch_matmul(v, batch_matmul(vh, a_dot_h_u))), _row(values, n)),
         )
-    return [u, s, vh], [u_dot, s_dot, _swap_last(v_dot)]
+    return [u, s, vh], [u_dot, s_dot, _adjoint(v_dot)]
 
 
 svd_p.not_applicable["transpose"] = "not linear"

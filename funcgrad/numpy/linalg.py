@@ -121,6 +121,12 @@ def matrix_norm(x, /, *, keepdims: bool = False, ord="fro"):
     return _matrix_norm(x, ord, (x.ndim - 2, x.ndim - 1), keepdims)
 
 
+def _adjoint(x):
+    """The conjugate transpose of the last two axes."""
+    x = matrix_transpose(x)
+    return lax.conj(x) if dtypes.is_complex(x.dtype) else x
+
+
 def _squared_modulus(x):
     """|x|², real for complex x."""
     if dtypes.is_complex(x.dtype):
@@ -519,7 +525,8 @@ def pinv(a, rtol=None, hermitian: bool = False, *, rcond=None):
         rtol = rcond
     if rtol is None:
         rtol = 10 * builtins.max(a.shape[-2:]) * dtypes.finfo(a.dtype).eps
-    return _pinv(a, convert(rtol if dtypes.is_python_scalar(rtol) else to_array(rtol), a.dtype))
+    rtol = rtol if dtypes.is_python_scalar(rtol) else to_array(rtol)
+    return _pinv(a, convert(rtol, dtypes.real_dtype(a.dtype)))
 
 
 @custom_jvp
@@ -527,18 +534,18 @@ def _pinv(a, rtol):
     u, s, vh = svd(a, full_matrices=False)
     cutoff = max(s, axis=-1, keepdims=True, initial=0.0) * rtol[..., None]
     s_inverse = misc.where(s > cutoff, 1 / misc.where(s > cutoff, s, 1), 0)
-    return matmul(matrix_transpose(vh) * s_inverse[..., None, :], matrix_transpose(u))
+    return matmul(_adjoint(vh) * s_inverse[..., None, :], _adjoint(u))
 
 
 @_pinv.defjvp
 def _pinv_jvp(primals, tangents):
     """The derivative of the pseudo-inverse P of A on the set of matrices of A's rank:
-    dP = -P dA P + P P^T dA^T (I - A P) + (I - P A) dA^T P^T P. The SVD's derivative would
+    dP = -P dA P + P P^H dA^H (I - A P) + (I - P A) dA^H P^H P. The SVD's derivative would
     be undefined at repeated singular values, which this formula does not mind."""
     a, rtol = primals
     a_dot, _ = tangents
     p = _pinv(a, rtol)
-    p_t, a_dot_t = matrix_transpose(p), matrix_transpose(a_dot)
+    p_t, a_dot_t = _adjoint(p), _adjoint(a_dot)
     rows_eye = misc.eye(a.shape[-2], dtype=a.dtype)
     columns_eye = misc.eye(a.shape[-1], dtype=a.dtype)
     p_dot = (
@@ -569,8 +576,8 @@ def lstsq(a, b, rcond=None, *, numpy_resid: bool = False):
     kept = s > max(s, initial=0.0) * rcond
     rank = convert(count_nonzero(kept), dtypes.int32)
     s_inverse = misc.where(kept, 1 / misc.where(kept, s, 1), 0)
-    x = matrix_transpose(vh) @ (s_inverse[:, None] * (matrix_transpose(u) @ b))
-    residuals = sum((b - a @ x) ** 2, axis=0)
+    x = _adjoint(vh) @ (s_inverse[:, None] * (_adjoint(u) @ b))
+    residuals = sum(_squared_modulus(b - a @ x), axis=0)
     if numpy_resid and (m <= n or int(rank) < n):
         residuals = residuals[:0]
     if vector:

@@ -1536,6 +1536,18 @@ WITHOUT_RECIPE = {
         "the compiler's form of eigh on Hermitian matrices (heevd), made by the complex "
         "lowering: tests/test_complex.py compiles complex eigh against the reference"
     ),
+    "cholesky_pairs": (
+        "the compiler's form of cholesky on complex matrices (zpotrf), made by the complex "
+        "lowering: tests/test_complex.py compiles complex cholesky against the reference"
+    ),
+    "qr_pairs": (
+        "the compiler's form of qr on complex matrices (zgeqrf, zungqr), made by the complex "
+        "lowering: tests/test_complex.py compiles complex qr against the reference"
+    ),
+    "svd_pairs": (
+        "the compiler's form of svd on complex matrices (zgesdd), made by the complex "
+        "lowering: tests/test_complex.py compiles complex svd against the reference"
+    ),
     "eig_pairs": (
         "the compiler's form of eig on complex matrices (zgeev), made by the complex "
         "lowering: tests/test_linalg_eig.py compiles complex eig against the reference"
