@@ -330,9 +330,17 @@ def _normal(key, shape, dtype):
 
 
 def normal(key, shape: Sequence[int] = (), dtype=float) -> Array:
-    """Standard normal floats."""
+    """Standard normal floats; for a complex dtype, standard complex normal numbers (real and
+    imaginary parts independent, each of variance 1/2, as in JAX)."""
     key = _check_key("normal", key)
-    return _normal(key, _canonical_shape("normal", shape), _float_dtype("normal", dtype))
+    shape = _canonical_shape("normal", shape)
+    if dtypes.is_complex(dtypes.canonicalize(dtype)):
+        part = dtypes.real_dtype(dtypes.canonicalize(dtype))
+        real_key, imaginary_key = _split2(key)
+        scale = np.array(np.sqrt(0.5), part)[()]
+        parts = (lax.mul(_normal(k, shape, part), scale) for k in (real_key, imaginary_key))
+        return lax.complex(*parts)
+    return _normal(key, shape, _float_dtype("normal", dtype))
 
 
 def truncated_normal(key, lower, upper, shape=None, dtype=float) -> Array:

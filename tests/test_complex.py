@@ -491,3 +491,15 @@ def test_complex_svd_pinv_and_lstsq(shape):
     assert int(rank) == expected_rank
     if expected_residuals.size:
         np.testing.assert_allclose(residuals, expected_residuals, atol=1e-12)
+
+
+def test_complex_normal_samples_have_unit_variance_split_between_parts():
+    z = np.asarray(fg.random.normal(fg.random.key(3), (200_000,), fnp.complex64))
+    assert z.dtype == np.complex64
+    # E|z|² = 1 and each part has variance 1/2 (tolerances: 5 standard errors).
+    assert abs(np.mean(np.abs(z) ** 2) - 1) < 5 * np.sqrt(1 / 200_000)
+    assert abs(np.var(z.real) - 0.5) < 5 * np.sqrt(0.5 / 200_000)
+    assert abs(np.mean(z.real * z.imag)) < 5 * np.sqrt(0.25 / 200_000)
+    compiled = fg.jit(lambda k: fg.random.normal(k, (4,), fnp.complex64))(fg.random.key(3))
+    eager = fg.random.normal(fg.random.key(3), (4,), fnp.complex64)
+    np.testing.assert_array_equal(compiled, eager)
