@@ -503,3 +503,20 @@ def test_complex_normal_samples_have_unit_variance_split_between_parts():
     compiled = fg.jit(lambda k: fg.random.normal(k, (4,), fnp.complex64))(fg.random.key(3))
     eager = fg.random.normal(fg.random.key(3), (4,), fnp.complex64)
     np.testing.assert_array_equal(compiled, eager)
+
+
+def test_compiled_scatters_of_complex_updates():
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=5) + 1j * rng.normal(size=5)
+    u = rng.normal(size=4) + 1j * rng.normal(size=4)
+    u[2] = 0
+    index = np.array([1, 3, 1, 0])
+    for method, combine in (("multiply", np.multiply), ("add", np.add)):
+        expected = x.copy()
+        combine.at(expected, index, u)
+
+        def scatter(values, updates, method=method):
+            return getattr(values.at[index], method)(updates)
+
+        np.testing.assert_allclose(fg.jit(scatter)(x, u), expected, atol=1e-12)
+        np.testing.assert_allclose(scatter(fnp.asarray(x), u), expected, atol=1e-12)

@@ -503,6 +503,23 @@ def _partwise(name: str) -> Callable:
     return rule
 
 
+def _scatter_mul_rule(out_avals, operand, indices, updates, **params):
+    """Products of complex updates in polar form: the moduli multiply (a real scatter_mul)
+    and the arguments add (a scatter_add); the operand is then multiplied by the result."""
+    from funcgrad.core import PRIMITIVES
+
+    updates = _parts(updates)
+    moduli = modulus(updates)
+    angles = lax.atan2(updates.im, updates.re)
+    operand = _parts(operand)
+    ones = lax.full_like(operand.re, 1)
+    zeros = lax.full_like(operand.re, 0)
+    scale = PRIMITIVES["scatter_mul"].bind(ones, indices, moduli, **params)
+    turn = PRIMITIVES["scatter_add"].bind(zeros, indices, angles, **params)
+    factor = Pair(lax.mul(scale, lax.cos(turn)), lax.mul(scale, lax.sin(turn)))
+    return mul(operand, factor)
+
+
 def _bilinear(name: str) -> Callable:
     """dot_general and convolutions: (a + bi)(c + di) as four real products (fewer when an
     operand is real)."""
@@ -601,6 +618,7 @@ def _cumprod_rule(out_avals, x, *, axis, reverse):
 
 for _name in _PARTWISE:
     rules[_name] = _partwise(_name)
+rules["scatter_mul"] = _scatter_mul_rule
 rules["dot_general"] = _bilinear("dot_general")
 rules["conv_general_dilated"] = _bilinear("conv_general_dilated")
 rules["sort"] = _sort_rule
