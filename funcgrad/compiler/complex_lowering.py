@@ -200,7 +200,7 @@ def times_minus_i(x: Pair) -> Pair:
 
 def _subnormal_scale(m):
     """2^60 where `m` is below the smallest normal number, else 1: an exact rescaling that
-    keeps subnormal values away from division (which compiled code may flush to zero)."""
+    gives subnormal values their full precision before they are divided and squared."""
     tiny = lax.lt(m, _c(m, dtypes.finfo(m.dtype).tiny))
     return lax.select(tiny, lax.full_like(m, 2.0**60), lax.full_like(m, 1))
 
