@@ -24,9 +24,12 @@ import numpy as np
 from funcgrad import dtypes, lax, tree_util
 from funcgrad.array import Array
 from funcgrad.compiler.passes import _param_jaxprs
-from funcgrad.core import ShapedArray
+from funcgrad.core import PRIMITIVES, ShapedArray
 from funcgrad.interpreters.staging import trace_to_jaxpr
 from funcgrad.ir import ClosedJaxpr, Jaxpr, Literal, literal_value
+from funcgrad.lax.complex_pairs import PAIRS
+from funcgrad.lax.eig import eig_parts_p
+from funcgrad.lax.fft import FftType
 from funcgrad.lax.sorting import sort_p
 
 
@@ -46,17 +49,13 @@ tree_util.register_pytree_node(Pair, lambda p: ((p.re, p.im), None), lambda _, c
 # The rewrite
 
 
+@functools.lru_cache(maxsize=256)
 def mentions_complex(jaxpr: Jaxpr) -> bool:
     """Whether any value of `jaxpr` or of the programs it carries is complex."""
-    return _mentions_complex(jaxpr)
-
-
-@functools.lru_cache(maxsize=256)
-def _mentions_complex(jaxpr: Jaxpr) -> bool:
     atoms = [*jaxpr.constvars, *jaxpr.invars, *jaxpr.outvars]
     for eqn in jaxpr.eqns:
         atoms += [*eqn.invars, *eqn.outvars]
-        if any(_mentions_complex(inner) for inner in _param_jaxprs(eqn.params)):
+        if any(mentions_complex(inner) for inner in _param_jaxprs(eqn.params)):
             return True
     return any(dtypes.is_complex(atom.aval.dtype) for atom in atoms)
 
@@ -117,7 +116,7 @@ def evaluate(jaxpr: Jaxpr, consts: list, args: list) -> list:
         prim = eqn.primitive
         involved = [*eqn.invars, *eqn.outvars]
         if not any(dtypes.is_complex(v.aval.dtype) for v in involved) and not any(
-            _mentions_complex(inner) for inner in _param_jaxprs(eqn.params)
+            mentions_complex(inner) for inner in _param_jaxprs(eqn.params)
         ):
             outs = prim.bind(*invals, **eqn.params)
         else:
@@ -147,6 +146,11 @@ rules: dict[str, Callable] = {}
 def _c(x, value):
     """A rank-0 constant of the dtype of real array `x`."""
     return Array(np.array(value, x.dtype)[()], False)
+
+
+def each_part(fn: Callable, z: Pair) -> Pair:
+    """`fn` applied to the real and to the imaginary part."""
+    return Pair(fn(z.re), fn(z.im))
 
 
 def _parts(value):
@@ -188,6 +192,10 @@ def div(x: Pair, y: Pair) -> Pair:
     re = lax.select(real_larger, lax.add(a, lax.mul(b, ratio)), lax.add(lax.mul(a, ratio), b))
     im = lax.select(real_larger, lax.sub(b, lax.mul(a, ratio)), lax.sub(lax.mul(b, ratio), a))
     return Pair(lax.div(re, denominator), lax.div(im, denominator))
+
+
+def neg(x: Pair) -> Pair:
+    return each_part(lax.neg, x)
 
 
 def times_i(x: Pair) -> Pair:
@@ -323,8 +331,7 @@ def acosh(x: Pair) -> Pair:
 
 
 def atanh(x: Pair) -> Pair:
-    negated = Pair(lax.neg(x.re), lax.neg(x.im))
-    return scale(sub(log1p(x), log1p(negated)), _c(x.re, 0.5))
+    return scale(sub(log1p(x), log1p(neg(x))), _c(x.re, 0.5))
 
 
 def asin(x: Pair) -> Pair:
@@ -386,14 +393,14 @@ def _broadcast_to(value, shape):
 def _binary(fn: Callable) -> Callable:
     def rule(out_avals, x, y):
         shape = out_avals[0].shape
-        x, y = (Pair(_broadcast_to(v.re, shape), _broadcast_to(v.im, shape)) for v in (x, y))
+        x, y = (each_part(lambda p: _broadcast_to(p, shape), v) for v in (x, y))
         return fn(x, y)
 
     return rule
 
 
 for _name, _fn in {
-    "neg": lambda x: Pair(lax.neg(x.re), lax.neg(x.im)),
+    "neg": neg,
     "conj": lambda x: Pair(x.re, lax.neg(x.im)),
     "real": lambda x: x.re,
     "imag": lambda x: x.im,
@@ -418,9 +425,7 @@ for _name, _fn in {
     "asinh": asinh,
     "acosh": acosh,
     "atanh": atanh,
-    "logistic": lambda x: div(
-        one_like(x), add(one_like(x), exp(Pair(lax.neg(x.re), lax.neg(x.im))))
-    ),
+    "logistic": lambda x: div(one_like(x), add(one_like(x), exp(neg(x)))),
     "stop_gradient": lambda x: x,
 }.items():
     rules[_name] = _unary(_fn)
@@ -487,8 +492,6 @@ _PARTWISE = (
 
 
 def _partwise(name: str) -> Callable:
-    from funcgrad.core import PRIMITIVES
-
     prim = PRIMITIVES[name]
 
     def rule(out_avals, *operands, **params):
@@ -506,25 +509,21 @@ def _partwise(name: str) -> Callable:
 def _scatter_mul_rule(out_avals, operand, indices, updates, **params):
     """Products of complex updates in polar form: the moduli multiply (a real scatter_mul)
     and the arguments add (a scatter_add); the operand is then multiplied by the result."""
-    from funcgrad.core import PRIMITIVES
-
     updates = _parts(updates)
     moduli = modulus(updates)
     angles = lax.atan2(updates.im, updates.re)
     operand = _parts(operand)
     ones = lax.full_like(operand.re, 1)
     zeros = lax.full_like(operand.re, 0)
-    scale = PRIMITIVES["scatter_mul"].bind(ones, indices, moduli, **params)
+    magnitude = PRIMITIVES["scatter_mul"].bind(ones, indices, moduli, **params)
     turn = PRIMITIVES["scatter_add"].bind(zeros, indices, angles, **params)
-    factor = Pair(lax.mul(scale, lax.cos(turn)), lax.mul(scale, lax.sin(turn)))
+    factor = Pair(lax.mul(magnitude, lax.cos(turn)), lax.mul(magnitude, lax.sin(turn)))
     return mul(operand, factor)
 
 
 def _bilinear(name: str) -> Callable:
     """dot_general and convolutions: (a + bi)(c + di) as four real products (fewer when an
     operand is real)."""
-    from funcgrad.core import PRIMITIVES
-
     prim = PRIMITIVES[name]
 
     def rule(out_avals, x, y, *, preferred_element_type, **params):
@@ -577,20 +576,20 @@ def _moved(x, axes):
 
 def _reduce_prod_rule(out_avals, x, *, axes):
     """A product tree: pair up the factors, multiply the halves, until one remains."""
-    z = Pair(_moved(x.re, axes), _moved(x.im, axes))
+    z = each_part(lambda p: _moved(p, axes), x)
     while z.re.shape[0] > 1:
         n = z.re.shape[0]
         if n % 2:
             config = [(0, 1, 0)] + [(0, 0, 0)] * (z.re.ndim - 1)
             z = Pair(lax.pad(z.re, _c(z.re, 1), config), lax.pad(z.im, _c(z.im, 0), config))
             n += 1
-        even = Pair(*(lax.slice_in_dim(p, 0, n, 2, 0) for p in (z.re, z.im)))
-        odd = Pair(*(lax.slice_in_dim(p, 1, n, 2, 0) for p in (z.re, z.im)))
+        even = each_part(lambda p, n=n: lax.slice_in_dim(p, 0, n, 2, 0), z)
+        odd = each_part(lambda p, n=n: lax.slice_in_dim(p, 1, n, 2, 0), z)
         z = mul(even, odd)
     if z.re.shape[0] == 0:
         shape = out_avals[0].shape
         return Pair(lax.full(shape, 1, z.re.dtype), lax.full(shape, 0, z.im.dtype))
-    return Pair(*(lax.index_in_dim(p, 0, 0, False) for p in (z.re, z.im)))
+    return each_part(lambda p: lax.index_in_dim(p, 0, 0, False), z)
 
 
 def _shifted(p, fill, shift: int, axis: int, reverse: bool):
@@ -656,11 +655,11 @@ def _contract_last(z: Pair, matrix: Pair) -> Pair:
 
 def _swap_last(z: Pair) -> Pair:
     order = tuple(range(z.re.ndim - 2)) + (z.re.ndim - 1, z.re.ndim - 2)
-    return Pair(lax.transpose(z.re, order), lax.transpose(z.im, order))
+    return each_part(lambda p: lax.transpose(p, order), z)
 
 
 def _reshape(z: Pair, shape) -> Pair:
-    return Pair(lax.reshape(z.re, tuple(shape)), lax.reshape(z.im, tuple(shape)))
+    return each_part(lambda p: lax.reshape(p, tuple(shape)), z)
 
 
 def _dft_last(z: Pair, inverse: bool) -> Pair:
@@ -678,7 +677,7 @@ def _dft_last(z: Pair, inverse: bool) -> Pair:
     y = _dft_last(_swap_last(_reshape(z, lead + (n1, n2))), inverse)  # (.., j2, k1)
     factors = _twiddles(np.arange(n2), np.arange(n1), n, inverse, dtype)
     dims = (len(lead), len(lead) + 1)
-    y = mul(y, Pair(*(lax.broadcast_in_dim(f, y.re.shape, dims) for f in (factors.re, factors.im))))
+    y = mul(y, each_part(lambda f: lax.broadcast_in_dim(f, y.re.shape, dims), factors))
     y = _dft_last(_swap_last(y), inverse)  # (.., k1, k2)
     return _reshape(_swap_last(y), lead + (n,))
 
@@ -689,14 +688,14 @@ def _dft_axis(z: Pair, axis: int, inverse: bool) -> Pair:
         return _dft_last(z, inverse)
     order = list(range(z.re.ndim))
     order[axis], order[last] = last, axis
-    moved = Pair(lax.transpose(z.re, tuple(order)), lax.transpose(z.im, tuple(order)))
-    out = _dft_last(moved, inverse)
-    return Pair(lax.transpose(out.re, tuple(order)), lax.transpose(out.im, tuple(order)))
+
+    def swapped(p):
+        return lax.transpose(p, tuple(order))
+
+    return each_part(swapped, _dft_last(each_part(swapped, z), inverse))
 
 
 def _fft_rule(out_avals, x, *, fft_type, fft_lengths):
-    from funcgrad.lax.fft import FftType
-
     k = len(fft_lengths)
     inverse = fft_type in (FftType.IFFT, FftType.IRFFT)
     z = _parts(x)
@@ -714,11 +713,8 @@ def _fft_rule(out_avals, x, *, fft_type, fft_lengths):
         real_bins[-1] = n % 2 == 0
         keep = lax.broadcast_in_dim(Array(~real_bins), z.im.shape, (last,))
         z = Pair(z.re, lax.select(keep, z.im, lax.full_like(z.im, 0)))
-        mirrored = Pair(
-            *(
-                lax.rev(lax.slice_in_dim(p, 1, n - stored + 1, 1, last), (last,))
-                for p in (z.re, z.im)
-            )
+        mirrored = each_part(
+            lambda p: lax.rev(lax.slice_in_dim(p, 1, n - stored + 1, 1, last), (last,)), z
         )
         full = Pair(
             lax.concatenate([z.re, mirrored.re], last),
@@ -730,7 +726,7 @@ def _fft_rule(out_avals, x, *, fft_type, fft_lengths):
         z = _dft_axis(z, axis, inverse)
         if fft_type == FftType.RFFT and axis == ndim - 1:
             stored = fft_lengths[-1] // 2 + 1
-            z = Pair(*(lax.slice_in_dim(p, 0, stored, 1, axis) for p in (z.re, z.im)))
+            z = each_part(lambda p, end=stored: lax.slice_in_dim(p, 0, end, 1, ndim - 1), z)
     if inverse:
         z = scale(z, _c(z.re, 1 / math.prod(fft_lengths)))
     return z
@@ -739,20 +735,29 @@ def _fft_rule(out_avals, x, *, fft_type, fft_lengths):
 rules["fft"] = _fft_rule
 
 
-def _eig_rule(out_avals, a, *, compute_right_eigenvectors):
-    """geev's packed outputs unpacked: column j of a complex pair (imaginary part > 0) is
-    v_j + i v_(j+1), its partner's the conjugate; a real eigenvalue's column is real.
-    Complex matrices go to zgeev as interleaved parts (`eig_pairs`)."""
-    from funcgrad.lax.eig import eig_parts_p
+def _through_pairs(name: str) -> Callable:
+    """A decomposition of complex matrices as its `_pairs` form (LAPACK's complex routines on
+    the interleaved parts), its complex results split into parts again."""
+    prim = PAIRS[name]
 
+    def rule(out_avals, *operands, **params):
+        outs = prim.bind(*(_interleave(_parts(v)) for v in operands), **params)
+        outs = outs if prim.multiple_results else [outs]
+        parts = [_split(o) if dtypes.is_complex(a.dtype) else o for o, a in zip(outs, out_avals)]
+        return parts if prim.multiple_results else parts[0]
+
+    return rule
+
+
+def _eig_rule(out_avals, a, **params):
+    """Complex matrices go to zgeev as interleaved parts; a real matrix's geev returns its
+    vectors packed: column j of a complex pair (imaginary part > 0) is v_j + i v_(j+1), its
+    partner's the conjugate, and a real eigenvalue's column is real."""
     if isinstance(a, Pair):
-        from funcgrad.lax.complex_pairs import eig_pairs_p
-
-        values, vectors = eig_pairs_p.bind(_interleave(a))
-        return [_split(values), _split(vectors)] if compute_right_eigenvectors else [_split(values)]
+        return _through_pairs("eig")(out_avals, a, **params)
     real, imaginary, packed = eig_parts_p.bind(a)
     values = Pair(real, imaginary)
-    if not compute_right_eigenvectors:
+    if not params["compute_right_eigenvectors"]:
         return [values]
     last = packed.ndim - 1
     shape = packed.shape
@@ -768,57 +773,8 @@ def _eig_rule(out_avals, a, *, compute_right_eigenvectors):
 
 
 rules["eig"] = _eig_rule
-
-
-def _lu_rule(out_avals, a):
-    from funcgrad.lax.complex_pairs import lu_pairs_p
-
-    factors, pivots, permutation = lu_pairs_p.bind(_interleave(a))
-    return [_split(factors), pivots, permutation]
-
-
-def _triangular_solve_rule(out_avals, a, b, **params):
-    from funcgrad.lax.complex_pairs import triangular_solve_pairs_p
-
-    return _split(triangular_solve_pairs_p.bind(_interleave(a), _interleave(b), **params))
-
-
-def _eigh_rule(out_avals, a, *, lower):
-    from funcgrad.lax.complex_pairs import eigh_pairs_p
-
-    vectors, values = eigh_pairs_p.bind(_interleave(a), lower=lower)
-    return [_split(vectors), values]
-
-
-rules["eigh"] = _eigh_rule
-
-
-def _cholesky_rule(out_avals, a):
-    from funcgrad.lax.complex_pairs import cholesky_pairs_p
-
-    return _split(cholesky_pairs_p.bind(_interleave(a)))
-
-
-def _qr_rule(out_avals, a, *, full_matrices):
-    from funcgrad.lax.complex_pairs import qr_pairs_p
-
-    return [_split(out) for out in qr_pairs_p.bind(_interleave(a), full_matrices=full_matrices)]
-
-
-def _svd_rule(out_avals, a, *, full_matrices, compute_uv):
-    from funcgrad.lax.complex_pairs import svd_pairs_p
-
-    outs = svd_pairs_p.bind(_interleave(a), full_matrices=full_matrices, compute_uv=compute_uv)
-    return [
-        _split(out) if dtypes.is_complex(aval.dtype) else out for out, aval in zip(outs, out_avals)
-    ]
-
-
-rules["svd"] = _svd_rule
-rules["cholesky"] = _cholesky_rule
-rules["qr"] = _qr_rule
-rules["lu"] = _lu_rule
-rules["triangular_solve"] = _triangular_solve_rule
+for _name in ("lu", "triangular_solve", "cholesky", "qr", "eigh", "svd"):
+    rules[_name] = _through_pairs(_name)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -142,6 +142,16 @@ def _from_column_major(
     scheduler._kernel(builder, [out], loop_nest(tuple(shape), body), [])
 
 
+def _parts(eqn: JaxprEqn) -> int:
+    """2 for the `_pairs` forms (complex matrices held as interleaved parts), else 1."""
+    return 2 if eqn.primitive.name.endswith("_pairs") else 1
+
+
+def _matrices_shape(var, parts: int) -> tuple:
+    """`var`'s shape as matrices: without the parts' axis when it holds complex parts."""
+    return var.aval.shape[:-1] if parts == 2 else var.aval.shape
+
+
 def _call(
     scheduler, routine: str, eqn: JaxprEqn, batch: int, args: list, minimum: dict, dtype=None
 ):
@@ -172,10 +182,10 @@ def qr(scheduler, eqn: JaxprEqn) -> None:
     """geqrf, then orgqr builds Q; `qr_pairs` (complex matrices as interleaved parts) calls
     zgeqrf and zungqr."""
     (a,) = eqn.invars
-    pairs = eqn.primitive.name == "qr_pairs"
-    parts = 2 if pairs else 1
+    parts = _parts(eqn)
+    pairs = parts == 2
     q_out, r_out = (scheduler.buffer_of[v] for v in eqn.outvars)
-    *batch_shape, m, n = a.aval.shape[:-1] if pairs else a.aval.shape
+    *batch_shape, m, n = _matrices_shape(a, parts)
     batch = math.prod(batch_shape)
     k = min(m, n)
     q_cols = eqn.outvars[0].aval.shape[-1 - (parts - 1)]
@@ -207,12 +217,12 @@ def eigh(scheduler, eqn: JaxprEqn) -> None:
     """syevd; `eigh_pairs` (Hermitian matrices held as interleaved parts) calls heevd, in
     complex128 as NumPy computes complex64 matrices."""
     (a,) = eqn.invars
-    pairs = eqn.primitive.name == "eigh_pairs"
+    parts = _parts(eqn)
+    pairs = parts == 2
     v_out, w_out = (scheduler.buffer_of[v] for v in eqn.outvars)
-    *batch_shape, n, _ = a.aval.shape[:-1] if pairs else a.aval.shape
+    *batch_shape, n, _ = _matrices_shape(a, parts)
     batch = math.prod(batch_shape)
     work = working_dtype(a.aval.dtype)
-    parts = 2 if pairs else 1
     matrices = _to_column_major(scheduler, a, n, n, n, work, pairs=pairs)
     eigenvalues = _scratch(work, batch * n)
     info = _scratch(np.int64, batch)
@@ -239,8 +249,8 @@ def eig_pairs(scheduler, eqn: JaxprEqn) -> None:
     """zgeev with right eigenvectors only, on complex matrices held as interleaved parts (in
     complex128, as NumPy computes complex64 matrices)."""
     (a,) = eqn.invars
-    values_out, vectors_out = (scheduler.buffer_of[v] for v in eqn.outvars)
-    *batch_shape, n, _, _ = a.aval.shape
+    values_out, *vectors_out = (scheduler.buffer_of[v] for v in eqn.outvars)
+    *batch_shape, n, _ = _matrices_shape(a, 2)
     batch = math.prod(batch_shape)
     work = working_dtype(a.aval.dtype)
     matrices = _to_column_major(scheduler, a, n, n, n, work, pairs=True)
@@ -254,7 +264,9 @@ def eig_pairs(scheduler, eqn: JaxprEqn) -> None:
     )  # fmt: skip
     shapes = [v.aval.shape for v in eqn.outvars]
     _from_column_major(scheduler, values, 0, n, values_out, shapes[0], info, pairs=True)
-    _from_column_major(scheduler, vectors, n, n * n, vectors_out, shapes[1], info, pairs=True)
+    if vectors_out:  # compute_right_eigenvectors
+        (vectors_out,) = vectors_out
+        _from_column_major(scheduler, vectors, n, n * n, vectors_out, shapes[1], info, pairs=True)
 
 
 def eig_parts(scheduler, eqn: JaxprEqn) -> None:
@@ -285,10 +297,10 @@ def svd(scheduler, eqn: JaxprEqn) -> None:
     """gesdd; `svd_pairs` (complex matrices as interleaved parts) calls zgesdd, whose real
     workspace has its documented size."""
     (a,) = eqn.invars
-    pairs = eqn.primitive.name == "svd_pairs"
-    parts = 2 if pairs else 1
+    parts = _parts(eqn)
+    pairs = parts == 2
     outs = [scheduler.buffer_of[v] for v in eqn.outvars]
-    *batch_shape, m, n = a.aval.shape[:-1] if pairs else a.aval.shape
+    *batch_shape, m, n = _matrices_shape(a, parts)
     batch = math.prod(batch_shape)
     k, big = min(m, n), max(m, n)
     compute_uv, full = eqn.params["compute_uv"], eqn.params["full_matrices"]
@@ -331,10 +343,10 @@ def cholesky(scheduler, eqn: JaxprEqn) -> None:
     """potrf on the lower triangle; the upper triangle of the factor is zero, and a matrix
     that is not positive definite (info != 0) gets NaN everywhere, as the reference."""
     (a,) = eqn.invars
-    pairs = eqn.primitive.name == "cholesky_pairs"
-    parts = 2 if pairs else 1
+    parts = _parts(eqn)
+    pairs = parts == 2
     (out,) = (scheduler.buffer_of[v] for v in eqn.outvars)
-    *batch_shape, n, _ = a.aval.shape[:-1] if pairs else a.aval.shape
+    *batch_shape, n, _ = _matrices_shape(a, parts)
     batch = math.prod(batch_shape)
     work = working_dtype(a.aval.dtype)
     matrices = _to_column_major(scheduler, a, n, n, n, work, pairs=pairs)
@@ -353,12 +365,12 @@ def lu(scheduler, eqn: JaxprEqn) -> None:
     its 1-based row interchanges as 0-based pivots and as the permutation they compose.
     `lu_pairs` is the same on complex matrices held as interleaved parts (zgetrf/cgetrf)."""
     (a,) = eqn.invars
-    pairs = eqn.primitive.name == "lu_pairs"
+    parts = _parts(eqn)
+    pairs = parts == 2
     lu_out, pivots_out, permutation_out = (scheduler.buffer_of[v] for v in eqn.outvars)
-    *batch_shape, m, n = a.aval.shape[:-1] if pairs else a.aval.shape
+    *batch_shape, m, n = _matrices_shape(a, parts)
     batch = math.prod(batch_shape)
     k = min(m, n)
-    parts = 2 if pairs else 1
     matrices = _to_column_major(scheduler, a, m, n, n, pairs=pairs)
     interchanges = _scratch(np.int64, batch * k)
     info = _scratch(np.int64, batch)
@@ -401,12 +413,12 @@ def triangular_solve(scheduler, eqn: JaxprEqn) -> None:
     (ztrsm/ctrsm, whose alpha is a complex one in a constant buffer)."""
     a, b = eqn.invars
     p = eqn.params
-    pairs = eqn.primitive.name == "triangular_solve_pairs"
-    parts = 2 if pairs else 1
+    parts = _parts(eqn)
+    pairs = parts == 2
     (out,) = (scheduler.buffer_of[v] for v in eqn.outvars)
-    *batch_shape, m, n = b.aval.shape[:-1] if pairs else b.aval.shape
+    *batch_shape, m, n = _matrices_shape(b, parts)
     batch = math.prod(batch_shape)
-    k = a.aval.shape[-2] if pairs else a.aval.shape[-1]
+    k = _matrices_shape(a, parts)[-1]
     builder = KernelBuilder(scheduler.producer, scheduler.buffer_of)
     shape = b.aval.shape
 
