@@ -179,8 +179,11 @@ def _rsqrt(x):
 def _sign(x):
     if dtypes.is_complex(x.dtype):
         # z / |z|, and 0 at 0 (NumPy's complex sign is the sign of the real part before 2.0).
-        # Each part divides by the real modulus (a complex division by a subnormal modulus
-        # would lose the result).
+        # Subnormal z is first scaled by an exact 2^60, which gives it its full precision
+        # (|z| of the smallest subnormals rounds to one of its parts), and each part divides
+        # by the real modulus (a complex division by a subnormal modulus would lose it).
+        tiny = dtypes.finfo(x.dtype).tiny
+        x = np.where(np.maximum(np.abs(x.real), np.abs(x.imag)) < tiny, x * 2.0**60, x)
         magnitude = np.abs(x)
         safe = np.where(magnitude == 0, 1, magnitude)
         out = np.where(magnitude == 0, 0, np.real(x) / safe + 1j * (np.imag(x) / safe))
