@@ -39,6 +39,7 @@ def _leaves_np(tree) -> list[np.ndarray]:
 
 
 def _inner(xs, ys) -> float:
+    """Re sum(conj(x) y) over the leaves (float0 ones skipped), in double precision."""
     total = 0.0
     for x, y in zip(_leaves_np(xs), _leaves_np(ys)):
         if x.dtype == float0 or y.dtype == float0:
@@ -48,6 +49,7 @@ def _inner(xs, ys) -> float:
 
 
 def _conj(tree):
+    """The tree with its complex leaves conjugated."""
     return tree_util.tree_map(lambda x: np.conj(x) if np.asarray(x).dtype.kind == "c" else x, tree)
 
 

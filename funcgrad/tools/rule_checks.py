@@ -33,7 +33,7 @@ from funcgrad.config import config
 from funcgrad.interpreters.ad import Zero, float0
 from funcgrad.ir import eval_jaxpr
 from funcgrad.lax.base import asarray
-from funcgrad.test_util import check_grads
+from funcgrad.test_util import _conj, _inner, check_grads
 from funcgrad.tools.recipes import COMPILED_BACKENDS, RECIPES, Case, Recipe
 
 RULE_CHECKS = ("impl", "abstract_eval", "jvp", "transpose", "batch", "jit")
@@ -272,23 +272,6 @@ def _random_tangent(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def _cotangent_arg(x):
     return x if x.dtype == float0 else asarray(x)
-
-
-def _conj(tree):
-    return tree_util.tree_map(lambda x: np.conj(x) if np.asarray(x).dtype.kind == "c" else x, tree)
-
-
-def _inner(xs, ys) -> float:
-    """Re sum(conj(x) y) over the leaves, in double precision."""
-    total = 0.0
-    for x, y in zip(_leaves(xs), _leaves(ys)):
-        if x.dtype != float0 and y.dtype != float0:
-            total += float(np.real(np.sum(np.conj(_wide(x)) * _wide(y))))
-    return total
-
-
-def _wide(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.complex128 if x.dtype.kind == "c" else np.float64)
 
 
 def check_batch(name: str, data) -> None:
