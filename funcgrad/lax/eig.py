@@ -15,7 +15,15 @@ from funcgrad import dtypes
 from funcgrad.core import Primitive, ShapedArray
 from funcgrad.lax import elementwise, shapes
 from funcgrad.lax.base import asarray
-from funcgrad.lax.linalg_decomp import _batch_to_front, _per_matrix, _swap_last
+from funcgrad.lax.linalg import batch_matmul
+from funcgrad.lax.linalg_decomp import (
+    _batch_to_front,
+    _per_matrix,
+    _swap_last,
+    lu,
+    triangular_solve,
+)
+from funcgrad.lax.reductions import reduce_sum
 
 __all__ = ["eig"]
 
@@ -68,22 +76,15 @@ def _eig_jvp(primals, tangents, *, compute_right_eigenvectors):
             "eig: the derivatives of eigenvectors are not implemented, only those of "
             "eigenvalues (use eigvals, or eig(..., compute_right_eigenvectors=False))"
         )
-    from funcgrad.lax.linalg import batch_matmul
-
     (a,), (a_dot,) = primals, tangents
     w, v = eig_p.bind(a, compute_right_eigenvectors=True)
-    inverse = _complex_inverse(v)
     a_dot = elementwise.convert_element_type(a_dot, v.dtype)
-    products = elementwise.mul(batch_matmul(inverse, a_dot), _swap_last(v))
-    from funcgrad.lax.reductions import reduce_sum
-
+    products = elementwise.mul(batch_matmul(_inverse(v), a_dot), _swap_last(v))
     return [w], [reduce_sum(products, (products.ndim - 1,))]
 
 
 def _inverse(a):
     """A⁻¹ from the LU decomposition P A = L U: U⁻¹ L⁻¹ P, by two triangular solves."""
-    from funcgrad.lax.linalg_decomp import lu, triangular_solve
-
     factors, _, permutation = lu(a)
     last = a.ndim - 1
     columns = shapes.broadcasted_iota(permutation.dtype, a.shape, last)
@@ -91,20 +92,6 @@ def _inverse(a):
     p = elementwise.convert_element_type(elementwise.eq(rows, columns), a.dtype)
     lower = triangular_solve(factors, p, left_side=True, lower=True, unit_diagonal=True)
     return triangular_solve(factors, lower, left_side=True, lower=False)
-
-
-def _complex_inverse(v):
-    """V⁻¹ for complex V = P + iQ through the real system [[P, -Q], [Q, P]], whose inverse
-    is [[R, -S], [S, R]] with V⁻¹ = R + iS (real solves are what every backend has)."""
-    n = v.shape[-1]
-    p, q = elementwise.real(v), elementwise.imag(v)
-    last = v.ndim - 1
-    top = shapes.concatenate([p, elementwise.neg(q)], last)
-    bottom = shapes.concatenate([q, p], last)
-    block = _inverse(shapes.concatenate([top, bottom], last - 1))
-    r = shapes.slice_in_dim(shapes.slice_in_dim(block, 0, n, axis=last - 1), 0, n, axis=last)
-    s = shapes.slice_in_dim(shapes.slice_in_dim(block, n, 2 * n, axis=last - 1), 0, n, axis=last)
-    return elementwise.complex(r, s)
 
 
 eig_p.not_applicable["transpose"] = "not linear"
