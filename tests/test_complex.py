@@ -357,6 +357,10 @@ def test_nan_aware_statistics_and_closeness_of_complex_values():
     z = np.array([1 + 2j, np.nan, 3 - 1j, 2j])
     for name in ("nansum", "nanmean", "nanvar", "nanstd", "nanprod"):
         np.testing.assert_allclose(getattr(fnp, name)(z), getattr(np, name)(z), rtol=1e-12)
+    finite = z[~np.isnan(z)]
+    for dtype in (np.complex64, np.complex128):  # a requested dtype keeps the imaginary parts
+        np.testing.assert_allclose(fnp.var(finite, dtype=dtype), np.var(finite), rtol=1e-6)
+        np.testing.assert_allclose(fnp.nanvar(z, dtype=dtype), np.nanvar(z), rtol=1e-6)
     np.testing.assert_array_equal(fnp.isclose(z, z + 1e-9j), np.isclose(z, z + 1e-9j))
     np.testing.assert_array_equal(fnp.isnan(z), np.isnan(z))
     np.testing.assert_array_equal(fnp.isfinite(z * np.inf), np.isfinite(z * np.inf))

@@ -33,6 +33,7 @@ from funcgrad.numpy.reductions import (
     prod,
     reduction_axes,
     scalar,
+    squared_modulus,
     sum,
 )
 from funcgrad.numpy.shape_ops import canonicalize_axes, concatenate, flip, moveaxis, reshape
@@ -127,13 +128,6 @@ def _adjoint(x):
     return lax.conj(x) if dtypes.is_complex(x.dtype) else x
 
 
-def _squared_modulus(x):
-    """|x|², real for complex x."""
-    if dtypes.is_complex(x.dtype):
-        return lax.real(lax.mul(x, lax.conj(x)))
-    return lax.mul(x, x)
-
-
 def _vector_norm(x, ord, axes: tuple[int, ...], keepdims: bool):
     magnitude = absolute(x)
     if ord == np.inf:
@@ -145,7 +139,7 @@ def _vector_norm(x, ord, axes: tuple[int, ...], keepdims: bool):
     if ord == 1:
         return sum(magnitude, axes, keepdims=keepdims)
     if ord == 2:
-        return sqrt(sum(_squared_modulus(x), axes, keepdims=keepdims))
+        return sqrt(sum(squared_modulus(x), axes, keepdims=keepdims))
     if isinstance(ord, str):
         raise ValueError(f"norm: ord={ord!r} is not a vector norm")
     total = sum(power(magnitude, scalar(ord, magnitude.dtype)), axes, keepdims=keepdims)
@@ -157,7 +151,7 @@ def _matrix_norm(x, ord, axes: tuple[int, ...], keepdims: bool):
     if rows == columns:
         raise ValueError(f"norm: a matrix norm needs two different axes, got {axes}")
     if ord in ("fro", "f"):
-        return sqrt(sum(_squared_modulus(x), axes, keepdims=keepdims))
+        return sqrt(sum(squared_modulus(x), axes, keepdims=keepdims))
     if ord in (2, -2, "nuc"):
         singular_values = svdvals(moveaxis(x, (rows, columns), (-2, -1)))
         reduce = {2: max, -2: min, "nuc": sum}[ord]
@@ -577,7 +571,7 @@ def lstsq(a, b, rcond=None, *, numpy_resid: bool = False):
     rank = convert(count_nonzero(kept), dtypes.int32)
     s_inverse = misc.where(kept, 1 / misc.where(kept, s, 1), 0)
     x = _adjoint(vh) @ (s_inverse[:, None] * (_adjoint(u) @ b))
-    residuals = sum(_squared_modulus(b - a @ x), axis=0)
+    residuals = sum(squared_modulus(b - a @ x), axis=0)
     if numpy_resid and (m <= n or int(rank) < n):
         residuals = residuals[:0]
     if vector:

@@ -330,15 +330,9 @@ def var(
     result_dtype = dtypes.real_dtype(_inexact_dtype(a, dtype))
     compute_dtype = accumulation_dtype(result_dtype)
     axes = reduction_axes("var", axis, a.ndim)
-    x = convert(
-        a, compute_dtype if dtype is not None or not dtypes.is_complex(a.dtype) else a.dtype
-    )
+    x = convert(a, _working_dtype(a, compute_dtype))
     centered = subtract(x, mean(x, axes, keepdims=True, where=where))
-    if dtypes.is_complex(centered.dtype):
-        squares = lax.real(multiply(centered, lax.conj(centered)))
-    else:
-        squares = multiply(centered, centered)
-    total = sum(squares, axes, keepdims=keepdims, where=where)
+    total = sum(squared_modulus(centered), axes, keepdims=keepdims, where=where)
     count = _reduced_count("var", a.shape, axes, where, keepdims, compute_dtype)
     # As NumPy: fewer elements than ddof divide by zero (inf, or nan for a zero sum).
     dof = lax.max(lax.sub(count, scalar(ddof, compute_dtype)), scalar(0, compute_dtype))
@@ -358,6 +352,18 @@ def std(
 ):
     check_no_out("std", out)
     return sqrt(var(a, axis, dtype, None, ddof, keepdims, where=where, correction=correction))
+
+
+def _working_dtype(a, real_dtype: np.dtype) -> np.dtype:
+    """The dtype a variance centers `a` in: `real_dtype`, or its complex form for complex a."""
+    return dtypes.complex_dtype(real_dtype) if dtypes.is_complex(a.dtype) else real_dtype
+
+
+def squared_modulus(x):
+    """|x|², real for complex x."""
+    if dtypes.is_complex(x.dtype):
+        return lax.real(lax.mul(x, lax.conj(x)))
+    return lax.mul(x, x)
 
 
 def _ddof(name: str, ddof, correction):
@@ -578,14 +584,10 @@ def nanvar(
     result_dtype = dtypes.real_dtype(_inexact_dtype(a, dtype))
     compute_dtype = accumulation_dtype(result_dtype)
     axes = reduction_axes("nanvar", axis, a.ndim)
-    x = convert(a, compute_dtype if not dtypes.is_complex(a.dtype) else a.dtype)
+    x = convert(a, _working_dtype(a, compute_dtype))
     valid = _valid_mask(x, where)
     centered = subtract(x, nanmean(x, axes, keepdims=True, where=where))
-    if dtypes.is_complex(centered.dtype):
-        squares = lax.real(multiply(centered, lax.conj(centered)))
-    else:
-        squares = multiply(centered, centered)
-    total = sum(squares, axes, keepdims=keepdims, where=valid)
+    total = sum(squared_modulus(centered), axes, keepdims=keepdims, where=valid)
     dof = lax.sub(sum(valid, axes, dtype=total.dtype, keepdims=keepdims), scalar(ddof, total.dtype))
     # As NumPy's nanvar: no degrees of freedom left gives NaN.
     result = lax.select(
