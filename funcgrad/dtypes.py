@@ -235,6 +235,15 @@ def _widest_weak(dtypes_and_weak, kinds: str, default: np.dtype) -> np.dtype:
     return default if best is None else best
 
 
+def has_nan(value: np.ndarray) -> bool:
+    """Whether a float or complex array holds a NaN (in any part); half floats are widened,
+    which NumPy's isnan does not take."""
+    if not is_inexact(value.dtype):
+        return False
+    wide = np.complex128 if is_complex(value.dtype) else np.float64
+    return bool(np.isnan(value.astype(wide)).any())
+
+
 def finfo(dtype) -> ml_dtypes.finfo:
     """Machine limits of a float dtype; a complex dtype has those of its parts."""
     return ml_dtypes.finfo(real_dtype(check_supported(dtype)))

@@ -79,7 +79,7 @@ def _check_nans(primitive, out) -> None:
 
     for value in out if primitive.multiple_results else [out]:
         value = np.asarray(value)
-        if dtypes.is_inexact(value.dtype) and _has_nan(value):
+        if dtypes.has_nan(value):
             where = user_source_info()
             raise FloatingPointError(
                 f"invalid value (nan) encountered in {primitive.name}"
@@ -99,8 +99,3 @@ def _bad_operand(primitive, arg) -> Exception:
 
 
 core.install_eval_trace(EvalTrace(None, "eager execution"))
-
-
-def _has_nan(value: np.ndarray) -> bool:
-    wide = np.complex128 if dtypes.is_complex(value.dtype) else np.float64
-    return bool(np.isnan(value.astype(wide)).any())

@@ -98,14 +98,9 @@ def _unwrap(value):
 def _check_nans(eqn: JaxprEqn, results) -> None:
     for value in results:
         value = np.asarray(value)
-        if dtypes.is_inexact(value.dtype) and _has_nan(value):
+        if dtypes.has_nan(value):
             where = f" at {eqn.source_info}" if eqn.source_info is not None else ""
             raise FloatingPointError(
                 f"invalid value (nan) encountered in {eqn.primitive.name}{where} "
                 "(reported because debug_nans is on)"
             )
-
-
-def _has_nan(value: np.ndarray) -> bool:
-    wide = np.complex128 if dtypes.is_complex(value.dtype) else np.float64
-    return bool(np.isnan(value.astype(wide)).any())
