@@ -64,7 +64,9 @@ def _resized(x, axis: int, size: int):
     return x
 
 
-def _axes_and_lengths(name: str, x, s, axes, default_all: bool):
+def _axes_and_lengths(name: str, x, s, axes, default_all: bool, fft_type: FftType):
+    """The transformed axes and their lengths. Every transformed axis must hold data, except
+    that an inverse real transform reads only its last axis's."""
     if axes is None:
         if s is not None:
             axes = tuple(range(x.ndim - len(s), x.ndim))
@@ -73,10 +75,10 @@ def _axes_and_lengths(name: str, x, s, axes, default_all: bool):
     axes = tuple(int(a) % x.ndim if x.ndim else int(a) for a in axes)
     if len(set(axes)) != len(axes):
         raise ValueError(f"{name}: repeated axis in {axes}")
+    for i, a in enumerate(axes):
+        if x.shape[a] == 0 and (fft_type != FftType.IRFFT or i == len(axes) - 1):
+            raise ValueError(f"{name}: axis {a} has length 0; there is nothing to transform")
     if s is None:
-        for a in axes:
-            if x.shape[a] == 0:
-                raise ValueError(f"{name}: axis {a} has length 0; there is nothing to transform")
         s = tuple(x.shape[a] for a in axes)
     s = tuple(int(n) for n in s)
     if len(s) != len(axes):
@@ -93,10 +95,7 @@ def _transform(name: str, a, s, axes, norm, fft_type: FftType, default_all: bool
     x = to_array(a)
     if x.ndim == 0:
         raise ValueError(f"{name}: the input must have at least one axis, got a scalar")
-    axes, s = _axes_and_lengths(name, x, s, axes, default_all)
-    for a_ in axes:
-        if x.shape[a_] == 0 and fft_type != FftType.IRFFT:
-            raise ValueError(f"{name}: axis {a_} has length 0; there is nothing to transform")
+    axes, s = _axes_and_lengths(name, x, s, axes, default_all, fft_type)
     if fft_type == FftType.RFFT:
         if dtypes.is_complex(x.dtype):
             raise TypeError(f"{name} takes real input, got {x.dtype.name}")
@@ -111,8 +110,6 @@ def _transform(name: str, a, s, axes, norm, fft_type: FftType, default_all: bool
     for i, n in enumerate(s):
         axis = x.ndim - k + i
         stored = n // 2 + 1 if fft_type == FftType.IRFFT and i == k - 1 else n
-        if fft_type == FftType.IRFFT and i == k - 1 and x.shape[axis] == 0:
-            raise ValueError(f"{name}: axis {axes[i]} has length 0; there is nothing to transform")
         x = _resized(x, axis, stored)
     out = lax.fft(x, fft_type, s)
     factor = _scale(norm, math.prod(s), fft_type in (FftType.IFFT, FftType.IRFFT))
