@@ -7,7 +7,7 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-JIT_BACKENDS = ("llvm", "numpy")
+JIT_BACKENDS = ("llvm", "numpy", "cuda", "cuda_emulator")
 
 
 def _from_environment(variable: str, kind: type, default):
@@ -43,7 +43,9 @@ class Config:
         self.debug_nans = False
         self.disable_jit = False
         # Where jitted programs run: "llvm" compiles them to native code, "numpy" runs them on
-        # the reference backend. FUNCGRAD_JIT_BACKEND sets it for a whole process.
+        # the reference backend, "cuda" on a CUDA GPU through CuPy, and "cuda_emulator" runs
+        # the generated CUDA C on the host (for testing it without a GPU).
+        # FUNCGRAD_JIT_BACKEND sets it for a whole process.
         self.jit_backend = _checked_backend(os.environ.get("FUNCGRAD_JIT_BACKEND", "llvm"))
         # Random keys and bits as JAX derives them by default (see funcgrad.random); False
         # gives JAX's earlier scheme.

@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 import funcgrad as fg
 from funcgrad import tree_util
+from funcgrad.config import config
 from funcgrad.ir import eval_jaxpr
+
+
+@contextlib.contextmanager
+def jit_backend(name: str):
+    """Run jitted programs on backend `name` inside the block."""
+    previous = config.jit_backend
+    config.update("jit_backend", name)
+    try:
+        yield
+    finally:
+        config.update("jit_backend", previous)
 
 
 def tolerance(dtype) -> dict:

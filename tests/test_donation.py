@@ -3,27 +3,16 @@ results stay those of the reference backend whatever the program's access patter
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 
 import numpy as np
 import pytest
+from checks import jit_backend
 from hypothesis import given
 from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
-from funcgrad.config import config
-
-
-@contextlib.contextmanager
-def backend(name: str):
-    previous = config.jit_backend
-    config.update("jit_backend", name)
-    try:
-        yield
-    finally:
-        config.update("jit_backend", previous)
 
 
 def fresh(shape, seed=0, dtype=np.float32):
@@ -49,7 +38,7 @@ def quiet_jit(f, **kwargs):
 
 def test_optimizer_step_updates_parameters_in_place():
     step = fg.jit(lambda p, g: p - 0.1 * g, donate_argnums=0)
-    with backend("llvm"):
+    with jit_backend("llvm"):
         p, g = fresh(1000), fresh(1000, 1)
         expected = np.asarray(p) - np.float32(0.1) * np.asarray(g)
         where = address(p)
@@ -73,7 +62,7 @@ def test_donated_pytree_of_parameters():
         lambda params, grads: fg.tree_util.tree_map(lambda p, g: p - g, params, grads),
         donate_argnums=(0,),
     )
-    with backend("llvm"):
+    with jit_backend("llvm"):
         params = {"w": fresh((3, 4)), "b": fresh(4, 1)}
         grads = {"w": fresh((3, 4), 2), "b": fresh(4, 3)}
         expected = {k: np.asarray(params[k]) - np.asarray(grads[k]) for k in params}
@@ -87,7 +76,7 @@ def test_donated_pytree_of_parameters():
 
 def test_a_buffer_seen_elsewhere_is_copied_not_overwritten():
     step = fg.jit(lambda p: p * 2, donate_argnums=0)
-    with backend("llvm"):
+    with jit_backend("llvm"):
         p = fresh(16)
         view = np.asarray(p)  # the caller still reads this buffer
         before = view.copy()
@@ -99,7 +88,7 @@ def test_a_buffer_seen_elsewhere_is_copied_not_overwritten():
 
 def test_the_same_array_donated_and_read_twice():
     f = quiet_jit(lambda a, b: (a * 3 + b, b - a), donate_argnums=0)
-    with backend("llvm"):
+    with jit_backend("llvm"):
         x = fresh(32)
         value = np.asarray(x).copy()
         first, second = f(x, x)
@@ -110,7 +99,7 @@ def test_the_same_array_donated_and_read_twice():
 def test_unusable_donation_warns_and_keeps_the_argument():
     f = fg.jit(lambda x, y: x.sum() + y, donate_argnums=0)
     unusable = r"donated buffers were not usable: f32\[5\]"
-    with backend("llvm"), pytest.warns(UserWarning, match=unusable):
+    with jit_backend("llvm"), pytest.warns(UserWarning, match=unusable):
         f(fresh(5), fresh(()))
 
 
@@ -121,7 +110,7 @@ def test_static_and_donated_together_is_an_error():
 
 def test_reference_backend_accepts_donation_and_allocates():
     f = fg.jit(lambda p: p + 1, donate_argnums=0)
-    with backend("numpy"):
+    with jit_backend("numpy"):
         p = fresh(8)
         out = f(p)
     assert not p.is_deleted()
@@ -159,9 +148,9 @@ DONATING = {
 def test_programs_with_donation_match_the_reference(name, seed, donate):
     f = PROGRAMS[name]
     shape = (6, 6)
-    with backend("numpy"):
+    with jit_backend("numpy"):
         expected = fg.jit(f)(fresh(shape, seed), fresh(shape, seed + 1))
-    with backend("llvm"):
+    with jit_backend("llvm"):
         x, y = fresh(shape, seed), fresh(shape, seed + 1)
         got = DONATING[name, donate](x, y)
     for e, g in zip(fg.tree_util.tree_leaves(expected), fg.tree_util.tree_leaves(got)):

@@ -3,11 +3,11 @@ control flow, memory plans and errors."""
 
 from __future__ import annotations
 
-import contextlib
 from functools import partial
 
 import numpy as np
 import pytest
+from checks import jit_backend
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,21 +18,11 @@ from funcgrad.config import config
 from funcgrad.transforms.jit import compile_jaxpr
 
 
-@contextlib.contextmanager
-def backend(name: str):
-    previous = config.jit_backend
-    config.update("jit_backend", name)
-    try:
-        yield
-    finally:
-        config.update("jit_backend", previous)
-
-
 def assert_same_as_reference(f, *args, rtol=2e-6, atol=1e-6):
     """jit(f) on LLVM equals jit(f) on the NumPy backend (dtypes exact, values close)."""
-    with backend("numpy"):
+    with jit_backend("numpy"):
         expected = fg.jit(f)(*args)
-    with backend("llvm"):
+    with jit_backend("llvm"):
         got = fg.jit(f)(*args)
     for e, g in zip(fg.tree_util.tree_leaves(expected), fg.tree_util.tree_leaves(got)):
         e, g = np.asarray(e), np.asarray(g)
@@ -44,7 +34,7 @@ def assert_same_as_reference(f, *args, rtol=2e-6, atol=1e-6):
 
 
 def compiled(f, *args):
-    with backend("llvm"):
+    with jit_backend("llvm"):
         return fg.jit(f).lower(*args).compile().executable
 
 
@@ -354,7 +344,7 @@ def test_row_softmax_and_layernorm_are_one_kernel_with_row_sized_scratch(f):
     assert memory.arena_bytes <= 128 * 4 + 8 * 64, memory.as_text()
     assert "arena" in memory.as_text()
     assert_same_as_reference(f, x, rtol=1e-5, atol=1e-6)
-    with backend("llvm"):
+    with jit_backend("llvm"):
         assert "define void @entry" in fg.jit(f).lower(x).compile().as_text()
 
 
@@ -384,7 +374,7 @@ def test_compiled_program_called_from_threads():
     import concurrent.futures
 
     f = fg.jit(lambda a: fnp.tanh(a) @ a.T)
-    with backend("llvm"):
+    with jit_backend("llvm"):
         expected = np.asarray(f(x32))
         with concurrent.futures.ThreadPoolExecutor(4) as pool:
             results = list(pool.map(lambda _: np.asarray(f(x32)), range(16)))
@@ -399,7 +389,7 @@ def test_debug_callbacks_run_in_program_order(capsys):
         fg.debug.print("then {}", y[0])
         return y
 
-    with backend("llvm"):
+    with jit_backend("llvm"):
         fg.jit(f)(np.zeros(3, np.float32))
     assert capsys.readouterr().out.split("\n")[:2] == ["first 0.0", "then 2.0"]
 
@@ -414,9 +404,9 @@ def test_unknown_backend_is_refused():
 
 def test_backend_choice_selects_the_executable():
     jaxpr = fg.make_jaxpr(lambda a: a + 1)(x32)
-    with backend("numpy"):
+    with jit_backend("numpy"):
         assert type(compile_jaxpr(jaxpr)).__name__ == "NumpyExecutable"
-    with backend("llvm"):
+    with jit_backend("llvm"):
         assert type(compile_jaxpr(jaxpr)).__name__ == "LlvmExecutable"
 
 
@@ -561,7 +551,7 @@ def test_triangular_solve_cholesky_and_lu(dtype):
     tol = 1e-4 if dtype == np.float32 else 1e-10
     assert_same_as_reference(f, a + 4 * np.eye(5, dtype=dtype), spd, b, rtol=tol, atol=tol)
     not_positive = -spd
-    with backend("llvm"):
+    with jit_backend("llvm"):
         assert np.isnan(np.asarray(fg.jit(lax.cholesky)(not_positive))).all()
     plan = compiled(f, a, spd, b).fusion_plan()
     assert all(f"lapack {name}[" in plan for name in ("trsm", "potrf", "getrf"))
@@ -615,7 +605,7 @@ def test_lapack_decompositions(shape, dtype):
 
     tol = 2e-4 if dtype == np.float32 else 1e-10
     assert_same_as_reference(values, a, symmetric, rtol=tol, atol=tol)
-    with backend("llvm"):
+    with jit_backend("llvm"):
         v, w = (np.asarray(t) for t in fg.jit(lax.eigh)(symmetric))
         rebuilt = (v * w[..., None, :]) @ np.swapaxes(v, -1, -2)
         np.testing.assert_allclose(rebuilt, symmetric, rtol=10 * tol, atol=10 * tol)
@@ -634,12 +624,12 @@ def test_siblings_reading_one_input_share_a_loop_and_plans_are_public():
     def f(a):
         return fnp.sin(a) * 2, fnp.cos(a) + 1, a * a
 
-    with backend("llvm"):
+    with jit_backend("llvm"):
         compiled_f = fg.jit(f).lower(x).compile()
         assert compiled_f.fusion_plan().count(" = k") == 1, compiled_f.fusion_plan()
         assert compiled_f.memory_analysis().output_bytes == 3 * x.nbytes
     assert_same_as_reference(f, x, rtol=1e-5)
-    with backend("numpy"), pytest.raises(AttributeError, match="describes a compiled program"):
+    with jit_backend("numpy"), pytest.raises(AttributeError, match="describes a compiled program"):
         fg.jit(f).lower(x).compile().memory_analysis()
 
 
@@ -683,11 +673,11 @@ def test_a_program_the_compiler_cannot_lower_names_the_primitive_and_line():
 
         jitted = fg.jit(f)
         where = r"test_unlowered\(f32\[5,7\]\) at .*test_llvm_backend\.py"
-        with backend("llvm"):
+        with jit_backend("llvm"):
             for _ in range(2):  # a failed compilation leaves nothing cached
                 with pytest.raises(CompileError, match=where):
                     jitted(x32)
-        with backend("numpy"):
+        with jit_backend("numpy"):
             np.testing.assert_allclose(np.asarray(jitted(x32)), np.sin(x32), rtol=1e-6)
     finally:
         del PRIMITIVES["test_unlowered"]  # the registry holds only real primitives

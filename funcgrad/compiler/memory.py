@@ -20,6 +20,7 @@ from funcgrad.compiler.schedule import (
     Program,
     ScanStep,
     WhileStep,
+    inner_programs,
 )
 
 ALIGNMENT = 64
@@ -83,26 +84,16 @@ def constants(program: Program) -> dict:
     """Every baked-in constant of a program and of the programs it holds."""
     found = dict(program.consts)
     for step in program.steps:
-        for inner in _inner_programs(step):
+        for inner in inner_programs(step):
             found.update(constants(inner))
     return found
-
-
-def _inner_programs(step) -> list[Program]:
-    if isinstance(step, CondStep):
-        return list(step.branches)
-    if isinstance(step, WhileStep):
-        return [step.cond, step.body]
-    if isinstance(step, ScanStep):
-        return [step.body]
-    return []
 
 
 def bound_inputs(program: Program) -> set:
     """Inputs of inner programs: bound to other buffers when their region runs."""
     bound = set()
     for step in program.steps:
-        for inner in _inner_programs(step):
+        for inner in inner_programs(step):
             bound.update(inner.inputs)
             bound |= bound_inputs(inner)
     return bound

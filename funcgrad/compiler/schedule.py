@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from funcgrad.array import Array
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler import (
     lapack,
@@ -116,6 +117,24 @@ class CallbackStep:
     operands: list[K.Buffer]
     results: list[K.Buffer] = field(default_factory=list)
 
+    def run(self, values: list[np.ndarray]) -> list[np.ndarray]:
+        """The primitive run on host copies of the operands (shaped as its avals): the arrays
+        to write into `results`, each contiguous and of its result's dtype."""
+        eqn = self.eqn
+        as_arrays = eqn.primitive.higher_order  # which take arrays, as the reference passes them
+        operands = []
+        for value, var in zip(values, eqn.invars):
+            value = value.reshape(var.aval.shape)
+            value = value[()] if value.ndim == 0 else value
+            operands.append(Array(value, var.aval.weak_type) if as_arrays else value)
+        outs = eqn.primitive.impl(*operands, **eqn.params)
+        if not isinstance(outs, list | tuple):
+            outs = [outs]
+        return [
+            np.ascontiguousarray(np.asarray(out), var.aval.dtype)
+            for out, var in zip(outs, eqn.outvars[: len(self.results)])
+        ]
+
 
 @dataclass(eq=False)
 class Program:
@@ -135,6 +154,25 @@ class Program:
         for step in self.steps:
             lines += _step_text(step, indent + "  ")
         return "\n".join(lines)
+
+
+def inner_programs(step) -> list[Program]:
+    """The programs a control-flow step holds (none for other steps)."""
+    if isinstance(step, CondStep):
+        return list(step.branches)
+    if isinstance(step, WhileStep):
+        return [step.cond, step.body]
+    if isinstance(step, ScanStep):
+        return [step.body]
+    return []
+
+
+def all_steps(program: Program):
+    """Every step of a program and of the programs its steps hold, outer ones first."""
+    for step in program.steps:
+        yield step
+        for inner in inner_programs(step):
+            yield from all_steps(inner)
 
 
 def _step_text(step, indent: str) -> list[str]:

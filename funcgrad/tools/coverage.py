@@ -8,7 +8,7 @@ driven by `funcgrad.tools.recipes`), `o` when it exists but no generic check rea
 recipe table says why), `n/a` when the primitive declares why the rule does not apply
 (`Primitive.not_applicable`), and `-` when it is missing. `REQUIRED` lists the columns
 whose gaps are defects today; the tests fail on any of them. Later work adds columns to it as
-it fills them (llvm is complete; cuda comes with its backend).
+it fills them (llvm is complete; cuda lacks only the decompositions, which wait for cuSOLVER).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import argparse
 import sys
 
 import funcgrad  # noqa: F401  (declares every primitive)
-import funcgrad.backends.llvm.lowerings  # noqa: F401  (fills the llvm column)
+import funcgrad.backends.cuda.lowerings  # noqa: F401  (fills the llvm and cuda columns)
 from funcgrad.core import PRIMITIVES, Primitive
 
 COLUMNS = ("abstract_eval", "impl", "jvp", "transpose", "batch", "llvm", "cuda")

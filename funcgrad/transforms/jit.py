@@ -55,6 +55,10 @@ def _compile(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...]):
         from funcgrad.backends.llvm.executable import LlvmExecutable
 
         return LlvmExecutable(jaxpr, donated)
+    if backend in ("cuda", "cuda_emulator"):
+        from funcgrad.backends.cuda.executable import CudaExecutable, Emulator
+
+        return CudaExecutable(jaxpr, donated, Emulator() if backend == "cuda_emulator" else None)
     return NumpyExecutable(jaxpr, donated)
 
 

@@ -28,10 +28,8 @@ from funcgrad.compiler.donation import donated_outputs
 from funcgrad.compiler.memory import MemoryPlan, plan_memory
 from funcgrad.compiler.schedule import (
     CallbackStep,
-    CondStep,
     Program,
-    ScanStep,
-    WhileStep,
+    all_steps,
     schedule,
 )
 from funcgrad.config import config
@@ -216,29 +214,13 @@ _address = _choose_address()
 
 
 def _callback_steps(program: Program) -> list[CallbackStep]:
-    found = []
-    for step in program.steps:
-        if isinstance(step, CallbackStep):
-            found.append(step)
-        inner = []
-        if isinstance(step, CondStep):
-            inner = step.branches
-        elif isinstance(step, WhileStep):
-            inner = [step.cond, step.body]
-        elif isinstance(step, ScanStep):
-            inner = [step.body]
-        for program_inside in inner:
-            found += _callback_steps(program_inside)
-    return found
+    return [step for step in all_steps(program) if isinstance(step, CallbackStep)]
 
 
 def _callback(step: CallbackStep):
     """A C-callable function running the step's primitive on copies of its operands and
     writing its results (if any) into the step's result buffers."""
-    eqn = step.eqn
-    avals = [v.aval for v in eqn.invars]
-    out_avals = [v.aval for v in eqn.outvars] if step.results else []
-    as_arrays = eqn.primitive.higher_order  # which take arrays, as the reference passes them
+    avals = [v.aval for v in step.eqn.invars]
 
     def run(table) -> None:
         try:
@@ -246,14 +228,8 @@ def _callback(step: CallbackStep):
             for k, aval in enumerate(avals):
                 count = aval.size * aval.dtype.itemsize
                 raw = ctypes.string_at(table[k], count) if count else b""
-                value = np.frombuffer(raw, aval.dtype).reshape(aval.shape).copy()
-                value = value[()] if value.ndim == 0 else value
-                values.append(Array(value, aval.weak_type) if as_arrays else value)
-            outs = eqn.primitive.impl(*values, **eqn.params)
-            if not isinstance(outs, list | tuple):
-                outs = [outs]
-            for k, aval in enumerate(out_avals):
-                result = np.ascontiguousarray(np.asarray(outs[k]), aval.dtype)
+                values.append(np.frombuffer(raw, aval.dtype).copy())
+            for k, result in enumerate(step.run(values)):
                 ctypes.memmove(table[len(avals) + k], result.ctypes.data, result.nbytes)
         except BaseException as error:  # re-raised once native code returns
             _callback_errors.__dict__.setdefault("raised", []).append(error)

@@ -1,11 +1,13 @@
 """Random programs, compiled: hypothesis draws programs from elementwise math, broadcasting,
 reductions, slices and concatenation, selects, casts, cond, scan and fori_loop, over float32,
-float64, int32, complex64 and complex128, then applies jit, grad or vmap on top; the LLVM
-backend must agree with the NumPy reference backend on every one."""
+float64, int32, complex64 and complex128, then applies jit, grad or vmap on top; each compiled
+backend (LLVM, and the CUDA renderer's code run by the host emulator) must agree with the NumPy
+reference backend on every one."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -272,9 +274,10 @@ def run_on(backend: str, fun, *args):
         config.update("jit_backend", previous)
 
 
+@pytest.mark.parametrize("backend", ["llvm", pytest.param("cuda_emulator", marks=pytest.mark.cuda)])
 @settings(deadline=None)
 @given(programs(), st.integers(0, 2**31 - 1))
-def test_random_programs_compile_to_what_the_reference_computes(case, seed):
+def test_random_programs_compile_to_what_the_reference_computes(backend, case, seed):
     dtype, program, shape, transform = case
     rng = np.random.default_rng(seed)
     if dtype == np.int32:
@@ -295,7 +298,7 @@ def test_random_programs_compile_to_what_the_reference_computes(case, seed):
     else:
         fun = f
     expected = run_on("numpy", fun, x, y)
-    got = run_on("llvm", fun, x, y)
+    got = run_on(backend, fun, x, y)
     assert got.dtype == expected.dtype and got.shape == expected.shape
     if dtype == np.int32:
         np.testing.assert_array_equal(got, expected)

@@ -1,0 +1,124 @@
+"""Run generated CUDA C on the host: the same source, compiled as C++ behind a header that
+defines CUDA's built-ins, with each launch running its grid's blocks and threads in turn.
+
+This is how the CUDA renderer is tested where no GPU exists: indexing, grid-stride loops,
+thread-private scratch, one-thread kernels and the prelude's semantics all run for real and
+are compared with the reference backend. The kernels this renderer emits share no memory
+between threads and never synchronize, so running threads one after another is exact.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+
+from funcgrad.backends.cuda.render import CudaKernel, memory_type
+
+# The C library's math functions the renderer calls, declared rather than included:
+# parsing <math.h> in C++ mode costs most of a host build's time.
+_UNARY_MATH = (
+    "sqrt cbrt exp exp2 expm1 log log1p sin cos tan asin acos atan sinh cosh tanh asinh acosh "
+    "atanh erf erfc lgamma floor ceil rint round fabs"
+).split()
+_BINARY_MATH = ["pow", "atan2", "nextafter", "fmod"]
+_MATH = "\n".join(
+    [f"float {f}f(float); double {f}(double);" for f in _UNARY_MATH]
+    + [f"float {f}f(float, float); double {f}(double, double);" for f in _BINARY_MATH]
+)
+_BUILTINS = r"""
+#define memcpy __builtin_memcpy
+struct fg_dim3 { unsigned int x, y, z; };
+static fg_dim3 threadIdx, blockIdx, blockDim, gridDim;
+#define __global__
+#define __device__
+#define __forceinline__ inline
+static inline unsigned int __float_as_uint(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
+static inline int __float_as_int(float f) { int u; memcpy(&u, &f, 4); return u; }
+static inline float __uint_as_float(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline long long __double_as_longlong(double d) { long long u; memcpy(&u, &d, 8); return u; }
+static inline double __longlong_as_double(long long u) { double d; memcpy(&d, &u, 8); return d; }
+static inline int __popc(unsigned int x) { return __builtin_popcount(x); }
+static inline int __popcll(unsigned long long x) { return __builtin_popcountll(x); }
+"""
+HOST_HEADER = "\n".join(
+    ["// ---- CUDA built-ins on the host", 'extern "C" {', _MATH, "}", _BUILTINS]
+)
+
+
+class EmulatorError(RuntimeError):
+    pass
+
+
+@functools.cache
+def compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
+
+
+def _launcher(kernel: CudaKernel) -> str:
+    """A C entry that runs every (block, thread) of a launch of `kernel`."""
+    arguments = ", ".join(
+        f"({'const ' if const else ''}{memory_type(b.dtype)}*)args[{k}]"
+        for k, (b, const) in enumerate(zip(kernel.params, kernel.const_params))
+    )
+    return "\n".join(
+        [
+            f'extern "C" void launch_{kernel.name}(unsigned int grid, unsigned int block, '
+            "void** args) {",
+            "  gridDim.x = grid; blockDim.x = block;",
+            "  for (unsigned int b = 0; b < grid; ++b) {",
+            "    for (unsigned int t = 0; t < block; ++t) {",
+            "      blockIdx.x = b; threadIdx.x = t;",
+            f"      {kernel.name}({arguments});",
+            "    }",
+            "  }",
+            "}",
+        ]
+    )
+
+
+class EmulatedModule:
+    """The host build of one generated module; `launch` runs a kernel over a grid."""
+
+    def __init__(self, source: str, kernels: list[CudaKernel]):
+        text = "\n".join([HOST_HEADER, source, *map(_launcher, kernels)])
+        self.library = ctypes.CDLL(_build(text))
+        self.entries = {}
+        for kernel in kernels:
+            entry = getattr(self.library, f"launch_{kernel.name}")
+            entry.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)]
+            entry.restype = None
+            self.entries[kernel.name] = entry
+
+    def launch(self, kernel: CudaKernel, grid: int, block: int, pointers: list[int]) -> None:
+        table = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
+        self.entries[kernel.name](grid, block, table)
+
+
+_BUILDS = os.path.join(tempfile.gettempdir(), f"funcgrad-cuda-emulator-{os.getuid()}")
+
+
+def _build(text: str) -> str:
+    """Compile `text` as C++ into a shared library (kept per source text in a temp folder)."""
+    cxx = compiler()
+    if cxx is None:
+        raise EmulatorError("the CUDA emulator needs a C++ compiler (g++ or clang++; or set CXX)")
+    digest = hashlib.sha256(text.encode()).hexdigest()[:24]
+    os.makedirs(_BUILDS, exist_ok=True)
+    library = os.path.join(_BUILDS, f"{digest}.so")
+    if os.path.exists(library):
+        return library
+    source = os.path.join(_BUILDS, f"{digest}.cpp")
+    with open(source, "w") as f:
+        f.write(text)
+    partial = f"{library}.{os.getpid()}.tmp"
+    command = [cxx, "-std=c++17", "-O1", "-shared", "-fPIC", "-w", source, "-o", partial, "-lm"]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise EmulatorError(f"the host build of the generated CUDA C failed:\n{done.stderr[:4000]}")
+    os.replace(partial, library)  # atomic: a concurrent build of the same text is identical
+    return library

@@ -1,0 +1,281 @@
+"""A jaxpr compiled for a CUDA device: the CPU compiler's stages up to the scheduled program,
+then CUDA C for every kernel, one module per program.
+
+The host walks the program's steps: it launches kernels, hands GEMMs to the device's BLAS
+(cuBLAS through CuPy; NumPy on the emulator), and runs cond, while and scan regions by binding
+their programs' inputs to slices of the caller's buffers, as the LLVM entry point does.
+Predicates of cond and while are read back to the host. Buffers are typed views of one arena
+per call (the shared memory plan), of the inputs, the outputs and the constants.
+
+Two devices run it: `Gpu` (CuPy and NVRTC on a CUDA GPU) and `Emulator` (the generated CUDA C
+compiled for the host, see `emulator.py`), which is how the renderer is tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from funcgrad import dtypes
+from funcgrad.array import Array
+from funcgrad.backends.cuda import nvrtc
+from funcgrad.backends.cuda.emulator import EmulatedModule
+from funcgrad.backends.cuda.render import CudaKernel, module_source, render_kernel
+from funcgrad.compiler import passes
+from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
+from funcgrad.compiler.fusion import CompileError
+from funcgrad.compiler.lapack import FortranCall
+from funcgrad.compiler.memory import constants, nbytes, plan_memory
+from funcgrad.compiler.schedule import (
+    CallbackStep,
+    CondStep,
+    GemmStep,
+    KernelStep,
+    Program,
+    ScanStep,
+    WhileStep,
+    all_steps,
+    schedule,
+)
+from funcgrad.ir import ClosedJaxpr
+
+
+class Emulator:
+    """The host plays the GPU: device memory is host memory, kernels are the generated CUDA C
+    built for the host, GEMMs are NumPy's. Each module is also compiled by NVRTC, as a GPU
+    would compile it, when NVRTC is installed."""
+
+    xp = np
+    # Small blocks and a capped grid, so that grid-stride loops take several turns.
+    BLOCK = 32
+    MAX_GRID = 4
+
+    def load(self, source: str, kernels: list[CudaKernel]):
+        if nvrtc.library() is not None:
+            nvrtc.compile_ptx(source)
+        return EmulatedModule(source, kernels)
+
+    def launch(self, module, kernel: CudaKernel, buffers: list[np.ndarray]) -> None:
+        grid = min(math.ceil(kernel.threads / self.BLOCK), self.MAX_GRID)
+        module.launch(kernel, grid, self.BLOCK, [b.ctypes.data for b in buffers])
+
+    def upload(self, value: np.ndarray) -> np.ndarray:
+        return value
+
+    def download(self, value) -> np.ndarray:
+        return value
+
+    def view(self, raw, dtype: np.dtype):
+        return raw.view(dtype)
+
+
+class Gpu:
+    """A CUDA GPU through CuPy: modules compiled by NVRTC (CuPy keeps them in its on-disk
+    cache, per architecture), launches on the current stream, GEMMs by cuBLAS."""
+
+    BLOCK = 256
+
+    def __init__(self):
+        self.xp = _cupy()
+        # Enough blocks to fill every multiprocessor several times; grid-stride loops do the rest.
+        self.max_grid = self.xp.cuda.Device().attributes["MultiProcessorCount"] * 32
+
+    def load(self, source: str, kernels: list[CudaKernel]):
+        return self.xp.RawModule(code=source, options=("-std=c++17",))
+
+    def launch(self, module, kernel: CudaKernel, buffers: list) -> None:
+        grid = max(1, min(math.ceil(kernel.threads / self.BLOCK), self.max_grid))
+        module.get_function(kernel.name)((grid,), (self.BLOCK,), tuple(buffers))
+
+    def upload(self, value: np.ndarray):
+        return self.xp.asarray(value)
+
+    def download(self, value) -> np.ndarray:
+        return self.xp.asnumpy(value)
+
+    def view(self, raw, dtype: np.dtype):
+        # CuPy knows no bfloat16: its buffers are viewed as their bits.
+        return raw.view(np.uint16 if dtype == dtypes.bfloat16 else dtype)
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError as error:
+        raise RuntimeError(
+            "jit_backend='cuda' needs CuPy: pip install -e '.[cuda]' (a machine without a GPU "
+            "can run the generated CUDA C on the host with jit_backend='cuda_emulator')"
+        ) from error
+    if cupy.cuda.runtime.getDeviceCount() == 0:
+        raise RuntimeError("jit_backend='cuda' found no CUDA GPU on this machine")
+    return cupy
+
+
+@functools.cache
+def gpu() -> Gpu:
+    return Gpu()
+
+
+class CudaExecutable:
+    """Call it with funcgrad arrays, get funcgrad arrays back (as the other executables)."""
+
+    def __init__(self, closed: ClosedJaxpr, donated: tuple[int, ...] = (), device=None):
+        self.closed = closed
+        self.device = device if device is not None else gpu()
+        self.optimized = passes.optimize(closed)
+        if mentions_complex(self.optimized.jaxpr):
+            self.optimized = passes.optimize(lower_complex(self.optimized))
+        self.program: Program = schedule(self.optimized)
+        self.memory = plan_memory(self.program)
+        steps = list(all_steps(self.program))
+        for step in steps:
+            if isinstance(step, FortranCall):
+                raise CompileError(
+                    f"the CUDA backend has no solver for {step.eqn.primitive.name} (LAPACK's "
+                    f"{step.routine}) yet; run this program with jit_backend='llvm'"
+                )
+        self.kernels: dict = {}
+        for step in steps:
+            if isinstance(step, KernelStep):
+                name = f"k{len(self.kernels)}_{step.kernel.name.partition('_')[2]}"
+                self.kernels[step] = render_kernel(step.kernel, name)
+        self.source = module_source(list(self.kernels.values()))
+        self.module = self.device.load(self.source, list(self.kernels.values()))
+        self.consts = {
+            buffer: self.device.upload(np.ascontiguousarray(data).reshape(-1))
+            for buffer, data in constants(self.program).items()
+        }
+        out_avals = closed.out_avals
+        self._out_shapes = [(a.shape, a.dtype) for a in out_avals]
+        self._out_weak = [a.weak_type for a in out_avals]
+        self._in_dtypes = [a.dtype for a in closed.in_avals]
+
+    def __call__(self, *args) -> list[Array]:
+        device, xp = self.device, self.device.xp
+        views = dict(self.consts)
+        for buffer, arg, dtype in zip(self.program.inputs, args, self._in_dtypes):
+            value = np.ascontiguousarray(arg._value if type(arg) is Array else arg, dtype)
+            views[buffer] = device.view(device.upload(value.reshape(-1)), dtype)
+        outputs = [xp.empty(math.prod(shape), _storage(dtype)) for shape, dtype in self._out_shapes]
+        for buffer, out in zip(self.program.outputs, outputs):
+            views[buffer] = device.view(out, buffer.dtype)
+        arena = xp.empty(max(self.memory.arena_bytes, 1), np.uint8)
+        for buffer, offset in self.memory.offsets.items():
+            views[buffer] = device.view(arena[offset : offset + nbytes(buffer)], buffer.dtype)
+        _Walk(self, views).steps(self.program.steps)
+        results = []
+        for out, (shape, dtype), weak in zip(outputs, self._out_shapes, self._out_weak):
+            value = _host(device.download(out), dtype).reshape(shape)
+            results.append(Array(value[()] if value.ndim == 0 else value, weak))
+        return results
+
+    def as_text(self) -> str:
+        """The generated CUDA C: the prelude, then one kernel per fused step."""
+        return self.source
+
+    def fusion_plan(self) -> str:
+        return self.program.as_text()
+
+    def memory_analysis(self):
+        return self.memory
+
+
+def _storage(dtype: np.dtype) -> np.dtype:
+    return np.dtype(np.uint16) if dtype == dtypes.bfloat16 else dtype
+
+
+def _host(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    return value.view(dtype) if value.dtype != dtype else value
+
+
+class _Walk:
+    """Runs a program's steps on the device, binding region programs' inputs as it goes."""
+
+    def __init__(self, executable: CudaExecutable, views: dict):
+        self.executable = executable
+        self.device = executable.device
+        self.views = views
+
+    def steps(self, steps: list) -> None:
+        for step in steps:
+            if isinstance(step, KernelStep):
+                kernel = self.executable.kernels[step]
+                buffers = [self.views[b] for b in kernel.params]
+                self.device.launch(self.executable.module, kernel, buffers)
+            elif isinstance(step, GemmStep):
+                self.gemm(step)
+            elif isinstance(step, CondStep):
+                self.cond(step)
+            elif isinstance(step, WhileStep):
+                self.while_loop(step)
+            elif isinstance(step, ScanStep):
+                self.scan(step)
+            elif isinstance(step, CallbackStep):
+                self.callback(step)
+            else:
+                raise TypeError(f"cannot run step {step!r}")
+
+    def bind(self, program: Program, sources: list) -> None:
+        for buffer, source in zip(program.inputs, sources):
+            self.views[buffer] = source
+
+    def copy_all(self, destinations: list, sources: list) -> None:
+        for d, s in zip(destinations, sources):
+            self.views[d][...] = self.views[s]
+
+    def scalar(self, buffer) -> int:
+        return int(self.device.download(self.views[buffer][:1])[0])
+
+    def gemm(self, step: GemmStep) -> None:
+        m, n, k, batch = step.m, step.n, step.k, step.batch
+        lhs = self.views[step.lhs].reshape((batch, k, m) if step.transpose_lhs else (batch, m, k))
+        rhs = self.views[step.rhs].reshape((batch, n, k) if step.transpose_rhs else (batch, k, n))
+        if step.transpose_lhs:
+            lhs = lhs.transpose(0, 2, 1)
+        if step.transpose_rhs:
+            rhs = rhs.transpose(0, 2, 1)
+        self.device.xp.matmul(lhs, rhs, out=self.views[step.out].reshape(batch, m, n))
+
+    def cond(self, step: CondStep) -> None:
+        index = min(max(self.scalar(step.index), 0), len(step.branches) - 1)
+        branch = step.branches[index]
+        self.bind(branch, [self.views[b] for b in step.operands])
+        self.steps(branch.steps)
+        self.copy_all(step.outputs, branch.outputs)
+
+    def while_loop(self, step: WhileStep) -> None:
+        self.copy_all(step.carry, step.init)
+        while True:
+            self.bind(step.cond, [self.views[b] for b in step.cond_consts + step.carry])
+            self.steps(step.cond.steps)
+            if not self.scalar(step.cond.outputs[0]):
+                return
+            self.bind(step.body, [self.views[b] for b in step.body_consts + step.carry])
+            self.steps(step.body.steps)
+            self.copy_all(step.carry, step.body.outputs)
+
+    def scan(self, step: ScanStep) -> None:
+        self.copy_all(step.carry, step.init)
+        body = step.body
+        inner_xs = body.inputs[len(step.consts) + len(step.init) :]
+        num_carry = len(step.carry)
+        for i in range(step.length):
+            position = step.length - 1 - i if step.reverse else i
+            slices = [
+                self.views[xs][position * inner.size : (position + 1) * inner.size]
+                for xs, inner in zip(step.xs, inner_xs)
+            ]
+            self.bind(body, [self.views[b] for b in step.consts + step.carry] + slices)
+            self.steps(body.steps)
+            self.copy_all(step.carry, body.outputs[:num_carry])
+            for ys, inner in zip(step.ys, body.outputs[num_carry:]):
+                size = inner.size
+                self.views[ys][position * size : (position + 1) * size] = self.views[inner]
+
+    def callback(self, step: CallbackStep) -> None:
+        values = [_host(self.device.download(self.views[b]), b.dtype).copy() for b in step.operands]
+        for buffer, result in zip(step.results, step.run(values)):
+            target = self.views[buffer]
+            target[...] = self.device.upload(result.reshape(-1).view(target.dtype))

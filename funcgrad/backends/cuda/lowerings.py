@@ -1,0 +1,24 @@
+"""Which primitives the CUDA backend compiles, recorded in each primitive's `lowerings["cuda"]`
+(the coverage matrix's cuda column).
+
+The CUDA backend shares the whole compiler with the LLVM backend up to the kernel IR, so it
+lowers what that backend lowers, the same way, and needs no lowering where it needs none;
+the exceptions are the decompositions (and eig, which becomes one), whose LAPACK calls have
+no GPU counterpart yet (cuSOLVER): their cells stay empty until it lands.
+"""
+
+from __future__ import annotations
+
+from funcgrad.backends.llvm import lowerings as _llvm  # noqa: F401  (fills the llvm column)
+from funcgrad.compiler import lapack
+from funcgrad.core import PRIMITIVES
+
+WITHOUT_SOLVER = frozenset(lapack.DECOMPOSITIONS) | {"eig"}
+
+for name, primitive in PRIMITIVES.items():
+    if name in WITHOUT_SOLVER:
+        continue
+    if "llvm" in primitive.lowerings:
+        primitive.lowerings["cuda"] = primitive.lowerings["llvm"]
+    if "llvm" in primitive.not_applicable:
+        primitive.not_applicable.setdefault("cuda", primitive.not_applicable["llvm"])

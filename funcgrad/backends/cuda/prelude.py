@@ -1,0 +1,172 @@
+"""The C++ helpers every generated CUDA module starts with.
+
+They give the kernel IR's operations the reference backend's semantics where C's differ:
+integer arithmetic wraps (signed overflow is undefined in C), division by zero gives 0,
+shifts by out-of-range amounts are defined, float-to-int conversions saturate, max and min
+propagate NaN, and float16/bfloat16 values are carried in float registers and rounded after
+every operation. The module needs no CUDA header (NVRTC compiles it as it is), and the host
+emulator compiles the same text with a few definitions of CUDA's built-ins in front of it.
+"""
+
+PRELUDE = r"""
+// ---- funcgrad prelude -------------------------------------------------------------------
+// Unsigned types in which signed arithmetic wraps (narrow types compute in 32 bits).
+template <class T> struct fg_wide;
+template <> struct fg_wide<signed char> { typedef unsigned int type; };
+template <> struct fg_wide<short> { typedef unsigned int type; };
+template <> struct fg_wide<int> { typedef unsigned int type; };
+template <> struct fg_wide<long long> { typedef unsigned long long type; };
+template <> struct fg_wide<unsigned char> { typedef unsigned int type; };
+template <> struct fg_wide<unsigned short> { typedef unsigned int type; };
+template <> struct fg_wide<unsigned int> { typedef unsigned int type; };
+template <> struct fg_wide<unsigned long long> { typedef unsigned long long type; };
+
+// The unsigned and signed types of the same width.
+template <class T> struct fg_bits;
+template <> struct fg_bits<signed char> { typedef unsigned char u; typedef signed char s; };
+template <> struct fg_bits<unsigned char> { typedef unsigned char u; typedef signed char s; };
+template <> struct fg_bits<short> { typedef unsigned short u; typedef short s; };
+template <> struct fg_bits<unsigned short> { typedef unsigned short u; typedef short s; };
+template <> struct fg_bits<int> { typedef unsigned int u; typedef int s; };
+template <> struct fg_bits<unsigned int> { typedef unsigned int u; typedef int s; };
+template <> struct fg_bits<long long> { typedef unsigned long long u; typedef long long s; };
+template <> struct fg_bits<unsigned long long> {
+  typedef unsigned long long u; typedef long long s;
+};
+
+template <class T> __device__ __forceinline__ T fg_add(T a, T b) {
+  typedef typename fg_wide<T>::type U; return (T)((U)a + (U)b);
+}
+template <class T> __device__ __forceinline__ T fg_sub(T a, T b) {
+  typedef typename fg_wide<T>::type U; return (T)((U)a - (U)b);
+}
+template <class T> __device__ __forceinline__ T fg_mul(T a, T b) {
+  typedef typename fg_wide<T>::type U; return (T)((U)a * (U)b);
+}
+template <class T> __device__ __forceinline__ T fg_neg(T a) {
+  typedef typename fg_wide<T>::type U; return (T)((U)0 - (U)a);
+}
+template <class T> __device__ __forceinline__ bool fg_is_minus_one(T b) {
+  return (T)-1 < (T)0 && b == (T)-1;
+}
+// x / 0 = x % 0 = 0; MIN / -1 = MIN (wrapping), x % -1 = 0.
+template <class T> __device__ __forceinline__ T fg_div(T a, T b) {
+  if (b == (T)0) return (T)0;
+  if (fg_is_minus_one(b)) return fg_neg(a);
+  return (T)(a / b);
+}
+template <class T> __device__ __forceinline__ T fg_rem(T a, T b) {
+  if (b == (T)0 || fg_is_minus_one(b)) return (T)0;
+  return (T)(a % b);
+}
+// Shift amounts are compared as unsigned: outside [0, bits) a left or logical shift gives 0
+// and an arithmetic shift fills with the sign bit.
+template <class T> __device__ __forceinline__ bool fg_shift_in_range(T b) {
+  return (typename fg_bits<T>::u)b < (typename fg_bits<T>::u)(8 * sizeof(T));
+}
+template <class T> __device__ __forceinline__ T fg_shl(T a, T b) {
+  typedef typename fg_wide<T>::type U;
+  return fg_shift_in_range(b) ? (T)((U)a << (int)b) : (T)0;
+}
+template <class T> __device__ __forceinline__ T fg_shr_logical(T a, T b) {
+  typedef typename fg_bits<T>::u B;
+  typedef typename fg_wide<T>::type U;
+  return fg_shift_in_range(b) ? (T)((U)(B)a >> (int)b) : (T)0;
+}
+template <class T> __device__ __forceinline__ T fg_shr_arith(T a, T b) {
+  typedef typename fg_bits<T>::s S;
+  const int amount = fg_shift_in_range(b) ? (int)b : (int)(8 * sizeof(T) - 1);
+  return (T)((S)a >> amount);
+}
+template <class T> __device__ __forceinline__ T fg_max(T a, T b) { return a >= b ? a : b; }
+template <class T> __device__ __forceinline__ T fg_min(T a, T b) { return a <= b ? a : b; }
+template <class T> __device__ __forceinline__ T fg_iabs(T a) {
+  return a < (T)0 ? fg_neg(a) : a;
+}
+template <class T> __device__ __forceinline__ T fg_isign(T a) {
+  return (T)((a > (T)0) - (a < (T)0));
+}
+template <class T> __device__ __forceinline__ int fg_popcount(T a) {
+  typedef typename fg_bits<T>::u B;
+  return sizeof(T) == 8 ? __popcll((unsigned long long)(B)a) : __popc((unsigned int)(B)a);
+}
+
+// Floats: IEEE maximum and minimum (NaN wins, -0 < +0), sign keeping zeros' signs and NaN.
+__device__ __forceinline__ bool fg_signbit(float x) { return __float_as_int(x) < 0; }
+__device__ __forceinline__ bool fg_signbit(double x) { return __double_as_longlong(x) < 0; }
+template <class F> __device__ __forceinline__ F fg_fmax(F a, F b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  if (a > b) return a;
+  if (b > a) return b;
+  return fg_signbit(a) ? b : a;
+}
+template <class F> __device__ __forceinline__ F fg_fmin(F a, F b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  if (a < b) return a;
+  if (b < a) return b;
+  return fg_signbit(a) ? a : b;
+}
+template <class F> __device__ __forceinline__ F fg_fsign(F x) {
+  return x > (F)0 ? (F)1 : (x < (F)0 ? (F)-1 : x);
+}
+template <class F> __device__ __forceinline__ bool fg_isfinite(F x) { return x - x == (F)0; }
+// Round half away from zero, and float -> int conversions that saturate (NaN -> 0).
+__device__ __forceinline__ float fg_round_away(float x) { return roundf(x); }
+__device__ __forceinline__ double fg_round_away(double x) { return round(x); }
+template <class T, class F> __device__ __forceinline__ T fg_to_int(F x, T lowest, T highest) {
+  if (x != x) return (T)0;
+  if (x <= (F)lowest) return lowest;
+  if (x >= (F)highest) return highest;
+  return (T)x;
+}
+template <class T, class S> __device__ __forceinline__ T fg_bitcast(S s) {
+  union { S from; T to; } u;
+  u.from = s;
+  return u.to;
+}
+
+// float16 and bfloat16: bits in memory, float in registers.
+__device__ __forceinline__ float fg_from_f16(unsigned short h) {
+  const unsigned int sign = (unsigned int)(h & 0x8000u) << 16;
+  const unsigned int exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  if (exponent == 0x1fu) return __uint_as_float(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent != 0) return __uint_as_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  const float tiny = (float)mantissa * 5.9604644775390625e-8f;  // mantissa * 2^-24
+  return sign ? -tiny : tiny;
+}
+__device__ __forceinline__ unsigned short fg_to_f16(float f) {  // round to nearest even
+  const unsigned int x = __float_as_uint(f);
+  const unsigned int sign = (x >> 16) & 0x8000u, magnitude = x & 0x7fffffffu;
+  if (magnitude > 0x7f800000u) {  // NaN: quiet, keeping the top payload bits
+    return (unsigned short)(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
+  }
+  if (magnitude >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);  // >= 65520: inf
+  if (magnitude < 0x38800000u) {  // below 2^-14: a multiple of 2^-24, scaled exactly
+    return (unsigned short)(sign | (unsigned int)rintf(__uint_as_float(magnitude) * 16777216.0f));
+  }
+  const unsigned int rounded = magnitude + 0xfffu + ((magnitude >> 13) & 1u);
+  return (unsigned short)(sign | ((rounded >> 13) - (112u << 10)));
+}
+__device__ __forceinline__ float fg_from_bf16(unsigned short h) {
+  return __uint_as_float((unsigned int)h << 16);
+}
+__device__ __forceinline__ unsigned short fg_to_bf16(float f) {  // round to nearest even
+  const unsigned int x = __float_as_uint(f);
+  if (f != f) return (unsigned short)((x >> 16) | 64u);
+  return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+__device__ __forceinline__ float fg_round_f16(float x) { return fg_from_f16(fg_to_f16(x)); }
+__device__ __forceinline__ float fg_round_bf16(float x) { return fg_from_bf16(fg_to_bf16(x)); }
+// float64 -> float32 rounding to odd, so that a second rounding (to float16) is correct.
+__device__ __forceinline__ float fg_f64_to_f32_odd(double x) {
+  const float nearest = (float)x;
+  const double back = (double)nearest;
+  unsigned int bits = __float_as_uint(nearest);
+  if (fabs(back) > fabs(x)) bits -= 1u;
+  if (back < x || back > x) bits |= 1u;
+  return __uint_as_float(bits);
+}
+// ---- end of prelude ---------------------------------------------------------------------
+"""

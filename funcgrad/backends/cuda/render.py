@@ -1,0 +1,439 @@
+"""Render the kernels of a scheduled program as CUDA C (one `__global__` function each).
+
+A kernel whose outer loop is parallel (`compiler.parallel.parallel_loop`) runs that loop on
+the grid: thread t of the launch takes iterations t, t + gridDim * blockDim, ... (a grid-stride
+loop, so any grid covers any trip count), and the loops inside it run in the thread. Scratch
+buffers of such a kernel (a row's intermediates) are arrays local to each thread. Any other
+kernel runs on the launch's first thread.
+
+Expressions are rendered once per statement, one named constant per DAG node, so the text
+reads like the kernel IR's printout; index arithmetic stays inline in the subscripts.
+Integer arithmetic on data goes through the prelude's wrapping helpers; transcendental
+functions call CUDA's math library.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from funcgrad import dtypes
+from funcgrad.backends.cuda.prelude import PRELUDE
+from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler.fusion import CompileError
+from funcgrad.compiler.parallel import parallel_loop
+
+BF16 = dtypes.bfloat16
+F16 = dtypes.float16
+F32 = np.dtype(np.float32)
+F64 = np.dtype(np.float64)
+HALVES = (F16, BF16)
+
+# Scratch a thread keeps in its local memory; a kernel needing more runs on one thread.
+LOCAL_SCRATCH_BYTES = 1 << 14
+
+_C_TYPES = {
+    "int8": "signed char",
+    "int16": "short",
+    "int32": "int",
+    "int64": "long long",
+    "uint8": "unsigned char",
+    "uint16": "unsigned short",
+    "uint32": "unsigned int",
+    "uint64": "unsigned long long",
+    "float32": "float",
+    "float64": "double",
+}
+
+
+def value_type(dtype: np.dtype) -> str:
+    """The C type of a value of `dtype` in registers."""
+    if dtype == K.BOOL:
+        return "bool"
+    if dtype in HALVES:
+        return "float"
+    return _C_TYPES[dtype.name]
+
+
+def memory_type(dtype: np.dtype) -> str:
+    if dtype == K.BOOL:
+        return "unsigned char"
+    if dtype in HALVES:
+        return "unsigned short"
+    return _C_TYPES[dtype.name]
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    return dtype.kind == "f"
+
+
+def constant_text(value, dtype: np.dtype) -> str:
+    if dtype == K.BOOL:
+        return "true" if value else "false"
+    if _is_float(dtype):
+        compute = F64 if dtype == F64 else F32
+        x = np.array(value, dtype).astype(compute)[()]
+        suffix = "" if compute == F64 else "f"
+        if np.isnan(x):
+            bits = int(x.view(np.uint64 if compute == F64 else np.uint32))
+            return (
+                f"__longlong_as_double({bits:#x}LL)"
+                if compute == F64
+                else (f"__uint_as_float({bits:#x}u)")
+            )
+        if np.isinf(x):
+            return ("-" if x < 0 else "") + ("(1.0 / 0.0)" if compute == F64 else "(1.0f / 0.0f)")
+        text = repr(float(x)) if compute == F64 else str(x)
+        if "e" not in text and "." not in text:
+            text += ".0"
+        return f"{text}{suffix}"
+    return _int_literal(int(value), dtype)
+
+
+def _int_literal(value: int, dtype: np.dtype) -> str:
+    info = np.iinfo(dtype)
+    value = int(np.array(value).astype(dtype))
+    c = _C_TYPES[dtype.name]
+    if dtype.kind == "u":
+        text = f"{value}ULL" if dtype.itemsize == 8 else f"{value}u"
+    elif value == info.min and dtype.itemsize >= 4:
+        text = f"({value + 1}{'LL' if dtype.itemsize == 8 else ''} - 1)"
+    else:
+        text = f"{value}LL" if dtype.itemsize == 8 else str(value)
+    if dtype.itemsize < 4:
+        return f"(({c}){text})"
+    return text if not text.startswith("-") else f"({text})"
+
+
+# Functions of CUDA's math library (float64 name; float32 appends "f").
+_MATH = {
+    op: op
+    for op in (
+        "sqrt cbrt exp exp2 expm1 log log1p sin cos tan asin acos atan sinh cosh tanh asinh "
+        "acosh atanh erf erfc lgamma floor ceil"
+    ).split()
+} | {"round_even": "rint", "pow": "pow", "atan2": "atan2", "nextafter": "nextafter"}
+_MATH["rem"] = "fmod"
+_INFIX = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "div": "/",
+    "eq": "==",
+    "ne": "!=",
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+}
+_BITWISE = {"and": "&", "or": "|", "xor": "^"}
+# Integer operations the prelude defines with the reference backend's semantics.
+_INTEGER_HELPERS = (
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "rem",
+    "max",
+    "min",
+    "shl",
+    "shr_logical",
+    "shr_arith",
+)
+# Booleans: max and add are or, min and mul are and.
+_LOGICAL = {
+    "and": "&&",
+    "or": "||",
+    "xor": "!=",
+    "max": "||",
+    "add": "||",
+    "min": "&&",
+    "mul": "&&",
+}
+
+
+@dataclass
+class CudaKernel:
+    """One rendered kernel: its name in the module, its parameters (buffers, in order) and
+    how many threads its parallel loop can use (1 when it runs on one thread)."""
+
+    name: str
+    params: list[K.Buffer]
+    const_params: list[bool]  # which parameters the kernel only reads
+    threads: int
+    source: str
+
+
+def _math_name(op: str, dtype: np.dtype) -> str:
+    return _MATH[op] + ("" if dtype == F64 else "f")
+
+
+class _KernelWriter:
+    def __init__(self, kernel: K.Kernel, name: str):
+        self.kernel = kernel
+        self.name = name
+        self.lines: list[str] = []
+        self.names = itertools.count()
+        self.index_names: dict = {}
+        self.memo: dict = {}
+        self.acc_names: dict = {}
+        self.indent = "  "
+
+    # -- expressions -------------------------------------------------------------------------
+
+    def emit(self, text: str) -> None:
+        self.lines.append(self.indent + text)
+
+    def value(self, e: K.Expr) -> str:
+        if isinstance(e, K.Const):
+            return constant_text(e.value, e.dtype)
+        if isinstance(e, K.Index):
+            return self.index_names[e]
+        if isinstance(e, K.AccRead):
+            return self.acc_names[e.acc]
+        if _is_index_arithmetic(e):
+            a, b = self.value(e.a), self.value(e.b)
+            symbol = {"add": "+", "sub": "-", "mul": "*", "div": "/", "rem": "%"}[e.op]
+            return f"({a} {symbol} {b})"
+        hit = self.memo.get(id(e))
+        if hit is not None:
+            return hit[1]
+        text = self.render(e)
+        name = f"v{next(self.names)}"
+        self.emit(f"const {value_type(e.dtype)} {name} = {text};")
+        self.memo[id(e)] = (e, name)
+        return name
+
+    def render(self, e: K.Expr) -> str:
+        if isinstance(e, K.Load):
+            element = f"{e.buffer.name}[{self.value(e.offset)}]"
+            return _from_memory(element, e.dtype)
+        if isinstance(e, K.Select):
+            p, a, b = self.value(e.pred), self.value(e.on_true), self.value(e.on_false)
+            return f"{p} ? {a} : {b}"
+        if isinstance(e, K.Cast):
+            return self.cast(self.value(e.x), e.x.dtype, e.dtype)
+        if isinstance(e, K.Bitcast):
+            return self.bitcast(self.value(e.x), e.x.dtype, e.dtype)
+        if isinstance(e, K.Unary):
+            return _rounded(self.unary(e), e.dtype, e.op not in ("is_finite", "neg", "abs"))
+        if isinstance(e, K.Binary):
+            exact = e.op in K.COMPARISONS or e.op in ("max", "min")
+            return _rounded(self.binary(e), e.dtype, not exact)
+        raise TypeError(f"cannot render {e!r}")
+
+    def unary(self, e: K.Unary) -> str:
+        op, dtype = e.op, e.x.dtype
+        x = self.value(e.x)
+        c = value_type(dtype)
+        if op == "not":
+            return f"!{x}" if dtype == K.BOOL else f"({c})~{x}"
+        if op == "popcount":
+            return f"({c})fg_popcount({x})"
+        if op == "sign":
+            if _is_float(dtype):
+                return f"fg_fsign({x})"
+            if dtype == K.BOOL:
+                return x
+            return f"({c})({x} != 0)" if dtype.kind == "u" else f"fg_isign({x})"
+        if op == "neg":
+            return f"-{x}" if _is_float(dtype) else f"fg_neg({x})"
+        if op == "abs":
+            if _is_float(dtype):
+                return f"{'fabs' if dtype == F64 else 'fabsf'}({x})"
+            return x if dtype.kind in "ub" else f"fg_iabs({x})"
+        if not _is_float(dtype):
+            raise CompileError(f"the CUDA renderer has no {op} for {dtype.name}")
+        if op == "is_finite":
+            return f"fg_isfinite({x})"
+        if op == "round_away":
+            return f"fg_round_away({x})"
+        one = constant_text(1, dtype)
+        if op == "rsqrt":
+            return f"{one} / {_math_name('sqrt', dtype)}({x})"
+        if op == "logistic":
+            return f"{one} / ({one} + {_math_name('exp', dtype)}(-{x}))"
+        if op in _MATH:
+            return f"{_math_name(op, dtype)}({x})"
+        raise CompileError(f"the CUDA renderer has no {op} for {dtype.name}")
+
+    def binary(self, e: K.Binary) -> str:
+        op, dtype = e.op, e.a.dtype
+        a, b = self.value(e.a), self.value(e.b)
+        if op in K.COMPARISONS:
+            return f"{a} {_INFIX[op]} {b}"
+        if dtype == K.BOOL and op in _LOGICAL:
+            return f"{a} {_LOGICAL[op]} {b}"
+        if _is_float(dtype):
+            if op in ("add", "sub", "mul", "div"):
+                return f"{a} {_INFIX[op]} {b}"
+            if op in ("max", "min"):
+                return f"fg_f{op}({a}, {b})"
+            if op in _MATH and dtype not in HALVES:
+                return f"{_math_name(op, dtype)}({a}, {b})"
+            if op in ("rem", "pow", "atan2"):
+                return f"{_math_name(op, F32)}({a}, {b})"
+            raise CompileError(f"the CUDA renderer has no {op} for {dtype.name}")
+        c = value_type(dtype)
+        if op in _BITWISE:
+            return f"({c})({a} {_BITWISE[op]} {b})"
+        if op in _INTEGER_HELPERS:
+            return f"fg_{op}({a}, {b})"
+        raise CompileError(f"the CUDA renderer has no {op} for {dtype.name}")
+
+    def cast(self, x: str, src: np.dtype, dst: np.dtype) -> str:
+        if src == dst:
+            return x
+        if dst == K.BOOL:
+            return f"{x} != 0"
+        if src == K.BOOL:
+            return f"({value_type(dst)}){x}" if dst not in HALVES else f"(float){x}"
+        if dst in HALVES:
+            rounding = "fg_round_f16" if dst == F16 else "fg_round_bf16"
+            if src == F64 and dst == F16:
+                return f"{rounding}(fg_f64_to_f32_odd({x}))"
+            return f"{rounding}((float){x})"
+        if _is_float(dst):
+            return f"({value_type(dst)}){x}"
+        if _is_float(src):
+            info = np.iinfo(dst)
+            low, high = _int_literal(info.min, dst), _int_literal(info.max, dst)
+            return f"fg_to_int<{value_type(dst)}>({x}, {low}, {high})"
+        return f"({value_type(dst)}){x}"
+
+    def bitcast(self, x: str, src: np.dtype, dst: np.dtype) -> str:
+        if src in HALVES:
+            x, src = f"fg_to_{'f16' if src == F16 else 'bf16'}({x})", np.dtype(np.uint16)
+        if dst in HALVES:
+            bits = f"fg_bitcast<unsigned short>({x})"
+            return f"fg_from_{'f16' if dst == F16 else 'bf16'}({bits})"
+        return x if value_type(src) == value_type(dst) else f"fg_bitcast<{value_type(dst)}>({x})"
+
+    # -- statements ----------------------------------------------------------------------------
+
+    def statements(self, body: list) -> None:
+        for stmt in body:
+            self.memo = {}
+            if isinstance(stmt, K.Loop):
+                index = self.index_name(stmt.index)
+                self.emit(
+                    f"for (long long {index} = {stmt.start}; {index} < {stmt.stop}; ++{index}) {{"
+                )
+                self.block(stmt.body)
+                self.emit("}")
+            elif isinstance(stmt, K.Store):
+                offset = self.value(stmt.offset)
+                value = self.value(stmt.value)
+                self.emit(f"{stmt.buffer.name}[{offset}] = {_to_memory(value, stmt.buffer.dtype)};")
+            elif isinstance(stmt, K.SetAcc):
+                value = self.value(stmt.value)
+                self.emit(f"{self.acc_names[stmt.acc]} = {value};")
+            else:
+                raise TypeError(f"cannot render {stmt!r}")
+
+    def block(self, body: list) -> None:
+        outer = self.indent
+        self.indent += "  "
+        self.statements(body)
+        self.indent = outer
+
+    def index_name(self, index: K.Index) -> str:
+        self.index_names[index] = f"i{len(self.index_names)}"
+        return self.index_names[index]
+
+    def render_kernel(self) -> CudaKernel:
+        kernel = self.kernel
+        split = parallel_loop(kernel)
+        scratch_bytes = sum(b.size * b.dtype.itemsize for b in kernel.scratch)
+        if split is not None and scratch_bytes > LOCAL_SCRATCH_BYTES:
+            split = None
+        private = set(kernel.scratch) if split is not None else set()
+        params = [b for b in dict.fromkeys(kernel.buffers) if b not in private]
+        read_only = [b not in kernel.outputs for b in params]
+        for b in kernel.scratch:
+            if b in private:
+                self.emit(f"{memory_type(b.dtype)} {b.name}[{max(b.size, 1)}];")
+        for k, acc in enumerate(_accumulators(kernel.body)):
+            self.acc_names[acc] = f"acc{k}"
+            self.emit(f"{value_type(acc.dtype)} acc{k};")
+        if split is None:
+            self.emit("if (blockIdx.x != 0 || threadIdx.x != 0) return;")
+            self.statements(kernel.body)
+        else:
+            index = self.index_name(split.index)
+            first = f"{_plus(split.start)}(long long)blockIdx.x * blockDim.x + threadIdx.x"
+            stride = "(long long)gridDim.x * blockDim.x"
+            self.emit(
+                f"for (long long {index} = {first}; {index} < {split.stop}; {index} += {stride}) {{"
+            )
+            self.block(split.body)
+            self.emit("}")
+        signature = ", ".join(
+            f"{'const ' if const else ''}{memory_type(b.dtype)}* __restrict__ {b.name}"
+            for b, const in zip(params, read_only)
+        )
+        source = "\n".join(
+            [f'extern "C" __global__ void {self.name}({signature}) {{', *self.lines, "}"]
+        )
+        threads = 1 if split is None else split.stop - split.start
+        return CudaKernel(self.name, params, read_only, threads, source)
+
+
+def _plus(start: int) -> str:
+    return f"{start} + " if start else ""
+
+
+def _is_index_arithmetic(e: K.Expr) -> bool:
+    """Offsets computed from loop indices and constants: they stay within buffers, so C's
+    operators are exact for them."""
+    if not (isinstance(e, K.Binary) and e.dtype == K.INDEX):
+        return False
+    if e.op in ("div", "rem"):
+        if not (isinstance(e.b, K.Const) and e.b.value > 0):
+            return False
+    elif e.op not in ("add", "sub", "mul"):
+        return False
+    return all(isinstance(x, (K.Index, K.Const)) or _is_index_arithmetic(x) for x in (e.a, e.b))
+
+
+def _rounded(text: str, dtype: np.dtype, inexact: bool) -> str:
+    """float16 and bfloat16 results are rounded to their type after every operation."""
+    if dtype in HALVES and inexact:
+        return f"fg_round_{'f16' if dtype == F16 else 'bf16'}({text})"
+    return text
+
+
+def _from_memory(element: str, dtype: np.dtype) -> str:
+    if dtype == K.BOOL:
+        return f"{element} != 0"
+    if dtype in HALVES:
+        return f"fg_from_{'f16' if dtype == F16 else 'bf16'}({element})"
+    return element
+
+
+def _to_memory(value: str, dtype: np.dtype) -> str:
+    if dtype == K.BOOL:
+        return f"(unsigned char){value}"
+    if dtype in HALVES:
+        return f"fg_to_{'f16' if dtype == F16 else 'bf16'}({value})"
+    return value
+
+
+def _accumulators(body: list) -> list:
+    found: list = []
+    for stmt in body:
+        if isinstance(stmt, K.Loop):
+            found += [acc for acc in _accumulators(stmt.body) if acc not in found]
+        elif isinstance(stmt, K.SetAcc) and stmt.acc not in found:
+            found.append(stmt.acc)
+    return found
+
+
+def render_kernel(kernel: K.Kernel, name: str) -> CudaKernel:
+    return _KernelWriter(kernel, name).render_kernel()
+
+
+def module_source(kernels: list[CudaKernel]) -> str:
+    return "\n\n".join([PRELUDE.strip(), *(k.source for k in kernels)]) + "\n"

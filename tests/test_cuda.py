@@ -1,0 +1,269 @@
+"""The CUDA backend without a GPU: every program here is rendered to CUDA C, compiled by NVRTC
+(as a GPU would compile it) and run by the host emulator, and its results are compared with
+the NumPy reference backend. The generic rule checks (`tests/test_rules.py`, jit[cuda_emulator])
+and the random-program test run the same path for every primitive."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from checks import jit_backend
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad import dtypes, lax
+from funcgrad.backends.cuda import emulator, nvrtc
+from funcgrad.compiler.fusion import CompileError
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(emulator.compiler() is None, reason="the emulator needs a C++ compiler"),
+]
+
+
+def run_on(backend: str, fun, *args):
+    with jit_backend(backend):
+        return [np.asarray(x) for x in fg.tree_util.tree_leaves(fg.jit(fun)(*args))]
+
+
+def assert_same_as_reference(fun, *args, exact: bool = True, rtol: float = 1e-6):
+    expected = run_on("numpy", fun, *args)
+    got = run_on("cuda_emulator", fun, *args)
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        wide = np.complex128 if g.dtype.kind == "c" else np.float64
+        if exact:
+            np.testing.assert_array_equal(g.astype(wide), e.astype(wide))
+        else:
+            np.testing.assert_allclose(g.astype(wide), e.astype(wide), rtol=rtol, atol=rtol)
+
+
+def compiled_text(fun, *args) -> str:
+    with jit_backend("cuda_emulator"):
+        return fg.jit(fun).lower(*args).compile().as_text()
+
+
+def test_nvrtc_is_installed_where_the_tests_run():
+    # The test extra brings NVRTC on Linux x86-64, so CI compiles every generated module.
+    import platform
+
+    if platform.system() != "Linux" or platform.machine() != "x86_64":
+        pytest.skip("the NVRTC wheel is for Linux x86-64")
+    assert nvrtc.library() is not None
+    assert nvrtc.version() >= (12, 0)
+
+
+def test_the_compiled_text_is_cuda_c_with_one_kernel_per_fused_step():
+    x = np.ones((5, 7), np.float32)
+    text = compiled_text(lambda x: (fnp.tanh(x * 2.0).sum(axis=1), fnp.exp(x).max()), x)
+    assert text.count("__global__ void") == 2
+    assert "tanhf(" in text and "expf(" in text
+    # The row reduction runs its rows on the grid; the full reduction on one thread.
+    assert "blockIdx.x * blockDim.x + threadIdx.x" in text
+    assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" in text
+    if nvrtc.library() is not None:
+        ptx = nvrtc.compile_ptx(text)
+        assert ".entry k0_" in ptx and ".entry k1_" in ptx
+
+
+def test_an_nvrtc_error_shows_the_generated_line_and_its_kernel():
+    if nvrtc.library() is None:
+        pytest.skip("NVRTC is not installed")
+    source = (
+        'extern "C" __global__ void k0_exp(const float* in0, float* out1) {\n'
+        "  out1[0] = expf(in0[0]);\n"
+        "}\n"
+        'extern "C" __global__ void k1_add(const float* in0, float* out2) {\n'
+        "  out2[0] = in0[0] + undefined_name;\n"
+        "}\n"
+    )
+    with pytest.raises(nvrtc.NvrtcError) as error:
+        nvrtc.compile_ptx(source)
+    message = str(error.value)
+    assert "undefined_name" in message
+    assert "line 5: out2[0] = in0[0] + undefined_name;" in message
+    assert "in kernel k1_add" in message
+
+
+INTS = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
+
+
+def _edge_integers(dtype, size: int, rng) -> np.ndarray:
+    info = np.iinfo(dtype)
+    edges = np.array([info.min, info.max, 0, 1, info.max // 2, info.min // 2], dtype=dtype)
+    if info.min < 0:
+        edges = np.concatenate([edges, np.array([-1, -2], dtype)])
+    random = rng.integers(info.min, info.max, size, dtype=dtype, endpoint=True)
+    return np.concatenate([edges, random])
+
+
+@settings(deadline=None, max_examples=8)
+@given(st.sampled_from(INTS), st.integers(0, 2**31 - 1))
+def test_integer_arithmetic_wraps_and_divides_as_the_reference(dtype, seed):
+    rng = np.random.default_rng(seed)
+    a = _edge_integers(dtype, 32, rng)
+    b = np.where(rng.random(len(a)) < 0.2, 0, rng.permutation(a)).astype(dtype)  # x / 0 too
+    bits = np.iinfo(dtype).bits
+    amounts = np.resize(np.array([0, 1, bits - 1, bits, bits + 3], dtype), len(a))
+
+    def f(a, b, amounts):
+        return (
+            a + b,
+            a - b,
+            a * b,
+            lax.div(a, b),
+            lax.rem(a, b),
+            lax.max(a, b),
+            lax.min(a, b),
+            -a,
+            lax.abs(a),
+            lax.sign(a),
+            lax.bitwise_not(a),
+            lax.population_count(a),
+            lax.shift_left(a, amounts),
+            lax.shift_right_logical(a, amounts),
+            lax.shift_right_arithmetic(a, amounts),
+            a & b,
+            a | b,
+            a ^ b,
+        )
+
+    assert_same_as_reference(f, a, b, amounts)
+
+
+FLOAT_EDGES = np.array(
+    [
+        np.nan,
+        np.inf,
+        -np.inf,
+        0.0,
+        -0.0,
+        0.5,
+        -0.5,
+        1.5,
+        2.5,
+        -2.5,
+        1e30,
+        -1e30,
+        3e9,
+        -3e9,
+        127.5,
+        128.0,
+        -128.5,
+        255.5,
+        65504.0,
+        65519.0,
+        65520.0,
+        6e-8,
+        3e-8,
+        1e-40,
+        -1e-45,
+        1.0 / 3,
+    ]
+)
+
+
+@pytest.mark.parametrize("source", [np.float32, np.float64])
+def test_float_conversions_saturate_and_round_as_the_reference(source):
+    x = FLOAT_EDGES.astype(source)
+
+    def f(x):
+        ints = [lax.convert_element_type(x, t) for t in INTS + [np.bool_]]
+        halves = [lax.convert_element_type(x, t) for t in (dtypes.float16, dtypes.bfloat16)]
+        rounded = [lax.round(x), fnp.floor(x), fnp.ceil(x), fnp.rint(x)]
+        return ints + halves + rounded
+
+    assert_same_as_reference(f, x)
+
+
+def test_max_and_min_propagate_nan_and_sign_keeps_signed_zeros():
+    x = np.array([np.nan, 1.0, -0.0, 0.0, np.inf, -3.0, 2.0], np.float32)
+    y = np.array([1.0, np.nan, 5.0, -0.0, np.nan, -3.0, -np.inf], np.float32)
+
+    def f(x, y):
+        # The sign of a zero shows in one divided by it.
+        return lax.max(x, y), lax.min(x, y), lax.sign(x), 1.0 / lax.sign(x)
+
+    assert_same_as_reference(f, x, y)
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
+def test_half_precision_values_round_after_every_operation(dtype):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(200).astype(dtype)
+    y = rng.standard_normal(200).astype(dtype)
+
+    def f(x, y):
+        return x * y + x, x / (fnp.abs(y) + 1), fnp.exp(x), fnp.sqrt(fnp.abs(y)), x.sum()
+
+    assert_same_as_reference(f, x, y, exact=False, rtol=2e-2)
+    # Products, sums and quotients of halves are exact in float32 before the rounding.
+    assert_same_as_reference(lambda x, y: (x * y, x + y, x - y, x / y), x, y)
+
+
+def test_grid_stride_loops_cover_more_elements_than_the_grid_has_threads():
+    x = np.arange(5003, dtype=np.float64) / 7  # the emulator's grid has 4 x 32 threads
+    assert_same_as_reference(lambda x: (fnp.sin(x) * 2 + 1, x.reshape(1, -1).sum(axis=0)), x)
+
+
+def test_rows_too_long_for_thread_local_scratch_run_on_one_thread():
+    x = np.random.default_rng(1).standard_normal((3, 6000)).astype(np.float32)
+
+    def softmax(x):
+        e = fnp.exp(x - x.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    assert_same_as_reference(softmax, x, exact=False)
+    assert_same_as_reference(softmax, x[:, :64], exact=False)
+    assert "float s" in compiled_text(softmax, x[:, :64])  # a thread's own row scratch
+
+
+def test_control_flow_matmul_and_callbacks_run_on_the_host_walk():
+    x = np.linspace(-1, 1, 12).reshape(3, 4).astype(np.float32)
+    w = np.linspace(0, 2, 20).reshape(4, 5).astype(np.float32)
+    seen = []
+
+    def f(x, w):
+        def body(carry, row):
+            carry = fnp.tanh(carry + row @ w)
+            return carry, carry.sum()
+
+        carry, ys = lax.scan(body, fnp.zeros(5, np.float32), x)
+        ys = lax.cond(ys.sum() > 0, lambda v: v * 2, lambda v: v - 1, ys)
+        count = lax.while_loop(lambda c: c[0] < 5, lambda c: (c[0] + 1, c[1] * 1.5), (0, ys))
+        fg.debug.callback(lambda v: seen.append(np.asarray(v)), carry)
+        doubled = fg.pure_callback(
+            lambda v: np.asarray(v) * 2, fg.ShapeDtypeStruct((5,), np.float32), carry
+        )
+        return carry, ys, count, doubled, x @ w, fnp.einsum("ij,kj->ik", x, x)
+
+    assert_same_as_reference(f, x, w, exact=False)
+    assert len(seen) == 2  # the reference's run and the emulated one
+
+
+def test_complex_programs_run_as_pairs_of_reals():
+    z = (np.arange(6) + 1j * np.arange(6)[::-1]).astype(np.complex64)
+    assert_same_as_reference(lambda z: (fnp.exp(z * 0.1), z / (z + 1), fnp.abs(z)), z, exact=False)
+
+
+def test_decompositions_name_the_missing_solver():
+    a = np.eye(3, dtype=np.float32) * 2
+    with jit_backend("cuda_emulator"), pytest.raises(CompileError, match="cholesky"):
+        fg.jit(fnp.linalg.cholesky)(a)
+
+
+def test_the_gpu_backend_names_what_is_missing():
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            pytest.skip("a GPU is present")
+    except ImportError:
+        pass
+    except Exception:  # CuPy without a driver
+        pass
+    with jit_backend("cuda"), pytest.raises(RuntimeError, match="CuPy|GPU"):
+        fg.jit(lambda x: x + 1)(np.ones(3, np.float32))
