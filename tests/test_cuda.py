@@ -61,9 +61,11 @@ def test_the_compiled_text_is_cuda_c_with_one_kernel_per_fused_step():
     text = compiled_text(lambda x: (fnp.tanh(x * 2.0).sum(axis=1), fnp.exp(x).max()), x)
     assert text.count("__global__ void") == 2
     assert "tanhf(" in text and "expf(" in text
-    # The row reduction runs its rows on the grid; the full reduction on one thread.
+    # The row reduction runs its rows on the grid; the full reduction on one block.
     assert "blockIdx.x * blockDim.x + threadIdx.x" in text
-    assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" in text
+    assert "__syncthreads();" in text
+    cumulative = compiled_text(lambda x: fnp.cumsum(x, axis=0), x)
+    assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" in cumulative  # one thread
     if nvrtc.library() is not None:
         ptx = nvrtc.compile_ptx(text)
         assert ".entry k0_" in ptx and ".entry k1_" in ptx
@@ -207,6 +209,42 @@ def test_half_precision_values_round_after_every_operation(dtype):
 def test_grid_stride_loops_cover_more_elements_than_the_grid_has_threads():
     x = np.arange(5003, dtype=np.float64) / 7  # the emulator's grid has 4 x 32 threads
     assert_same_as_reference(lambda x: (fnp.sin(x) * 2 + 1, x.reshape(1, -1).sum(axis=0)), x)
+
+
+@pytest.mark.parametrize(
+    "dtype", [np.float32, np.float64, np.int32, np.uint8, np.int64, dtypes.float16]
+)
+def test_whole_array_reductions_run_on_a_cooperating_block(dtype):
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((37, 41)) * 4).astype(dtype)
+    flags = x > 1
+
+    def f(x, flags):
+        return (
+            x.sum(),
+            x.max(),
+            x.min(),
+            fnp.prod(x[:2, :5]),
+            flags.any(),
+            flags.all(),
+            lax.reduce(x, np.array(3, x.dtype), lax.add, (0, 1)),  # an init that is no identity
+            x[:1, :0].sum(),  # nothing to reduce
+        )
+
+    exact = np.dtype(dtype).kind in "iu"
+    assert_same_as_reference(
+        f, x, flags, exact=exact, rtol=2e-3 if dtype == dtypes.float16 else 1e-5
+    )
+    text = compiled_text(f, x, flags)
+    assert "__syncthreads();" in text and "__shared__" in text
+
+
+def test_a_nan_anywhere_reaches_the_block_reductions_result():
+    x = np.arange(1000, dtype=np.float32)
+    for position in (0, 31, 32, 999):
+        y = x.copy()
+        y[position] = np.nan
+        assert_same_as_reference(lambda y: (y.max(), y.min(), y.sum()), y)
 
 
 def test_rows_too_long_for_thread_local_scratch_run_on_one_thread():

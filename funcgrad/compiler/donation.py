@@ -98,28 +98,12 @@ def _stores(statement, buffer: K.Buffer) -> bool:
 
 def _loads(statement, buffer: K.Buffer) -> list[K.Load]:
     roots = [statement.value] + ([statement.offset] if isinstance(statement, K.Store) else [])
-    found = [e for root in roots for e in _walk(root)]
+    found = [e for root in roots for e in K.nodes(root)]
     return [e for e in found if isinstance(e, K.Load) and e.buffer is buffer]
 
 
 def _indices(expr: K.Expr) -> list[K.Index]:
-    return [e for e in _walk(expr) if isinstance(e, K.Index)]
-
-
-def _walk(expr: K.Expr):
-    """Every distinct node of an expression DAG once (shared subexpressions are common: a
-    tree walk of threefry's rounds would be exponential)."""
-    seen, pending = set(), [expr]
-    while pending:
-        e = pending.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        yield e
-        for f in dataclasses.fields(e):
-            child = getattr(e, f.name)
-            if isinstance(child, K.Expr):
-                pending.append(child)
+    return [e for e in K.nodes(expr) if isinstance(e, K.Index)]
 
 
 def _same(a: K.Expr, b: K.Expr) -> bool:

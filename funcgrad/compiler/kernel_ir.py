@@ -16,6 +16,7 @@ can pick its own implementation (the LLVM renderer expands them into vectorizabl
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 
@@ -351,6 +352,22 @@ def fresh_index(prefix: str = "i") -> Index:
 
 def fresh_acc(dtype, prefix: str = "acc") -> Acc:
     return Acc(f"{prefix}{next(_names)}", np.dtype(dtype))
+
+
+def nodes(expr: Expr):
+    """Every distinct node of an expression DAG once (shared subexpressions are common: a
+    tree walk of threefry's rounds would be exponential)."""
+    seen, pending = set(), [expr]
+    while pending:
+        e = pending.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        for f in dataclasses.fields(e):
+            child = getattr(e, f.name)
+            if isinstance(child, Expr):
+                pending.append(child)
 
 
 def row_major_offset(indices: list[Expr], shape: tuple[int, ...]) -> Expr:

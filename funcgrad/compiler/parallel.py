@@ -19,8 +19,6 @@ kernel is large enough to pay for threads.
 
 from __future__ import annotations
 
-import dataclasses
-
 from funcgrad.compiler import kernel_ir as K
 
 
@@ -105,23 +103,7 @@ def _statements(body: list):
 def _expressions(statement):
     roots = [statement.value] + ([statement.offset] if isinstance(statement, K.Store) else [])
     for root in roots:
-        yield from _walk(root)
-
-
-def _walk(expr: K.Expr):
-    """Every distinct node of an expression DAG once (shared subexpressions are common: a
-    tree walk of threefry's rounds would be exponential)."""
-    seen, pending = set(), [expr]
-    while pending:
-        e = pending.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        yield e
-        for f in dataclasses.fields(e):
-            child = getattr(e, f.name)
-            if isinstance(child, K.Expr):
-                pending.append(child)
+        yield from K.nodes(root)
 
 
 def _accumulators_are_private(body: list) -> bool:

@@ -4,7 +4,9 @@ defines CUDA's built-ins, with each launch running its grid's blocks and threads
 This is how the CUDA renderer is tested where no GPU exists: indexing, grid-stride loops,
 thread-private scratch, one-thread kernels and the prelude's semantics all run for real and
 are compared with the reference backend. The kernels this renderer emits share no memory
-between threads and never synchronize, so running threads one after another is exact.
+between threads and never synchronize, so running threads one after another is exact; the
+exception, a block reduction (one block whose threads meet in shared memory), runs its
+threads as POSIX threads at a barrier.
 """
 
 from __future__ import annotations
@@ -31,9 +33,17 @@ _MATH = "\n".join(
     + [f"float {f}f(float, float); double {f}(double, double);" for f in _BINARY_MATH]
 )
 _BUILTINS = r"""
+#include <pthread.h>
 #define memcpy __builtin_memcpy
 struct fg_dim3 { unsigned int x, y, z; };
-static fg_dim3 threadIdx, blockIdx, blockDim, gridDim;
+static thread_local fg_dim3 threadIdx, blockIdx;  // each emulated thread's own
+static fg_dim3 blockDim, gridDim;
+// A cooperative block runs its threads at once, as POSIX threads meeting at one barrier;
+// its __shared__ arrays are the kernel's statics (one block runs at a time).
+static pthread_barrier_t fg_block_barrier;
+static inline void __syncthreads() { pthread_barrier_wait(&fg_block_barrier); }
+#define __shared__ static
+struct fg_thread { unsigned int index; void** args; };
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -60,15 +70,40 @@ def compiler() -> str | None:
 
 
 def _launcher(kernel: CudaKernel) -> str:
-    """A C entry that runs every (block, thread) of a launch of `kernel`."""
+    """A C entry that runs every (block, thread) of a launch of `kernel`: one after another,
+    or, for a cooperative kernel (one block), all of the block's threads at once."""
     arguments = ", ".join(
         f"({'const ' if const else ''}{memory_type(b.dtype)}*)args[{k}]"
         for k, (b, const) in enumerate(zip(kernel.params, kernel.const_params))
     )
+    signature = "unsigned int grid, unsigned int block, void** args"
+    head = f'extern "C" void launch_{kernel.name}({signature}) {{'
+    if kernel.cooperative:
+        return "\n".join(
+            [
+                f"static void* run_{kernel.name}(void* task) {{",
+                "  const fg_thread* me = (const fg_thread*)task;",
+                "  void** args = me->args;",
+                "  blockIdx.x = 0; threadIdx.x = me->index;",
+                f"  {kernel.name}({arguments});",
+                "  return 0;",
+                "}",
+                head,
+                "  gridDim.x = 1; blockDim.x = block;",
+                "  pthread_barrier_init(&fg_block_barrier, 0, block);",
+                "  pthread_t threads[1024]; fg_thread tasks[1024];",
+                "  for (unsigned int t = 0; t < block; ++t) {",
+                "    tasks[t].index = t; tasks[t].args = args;",
+                f"    pthread_create(&threads[t], 0, run_{kernel.name}, &tasks[t]);",
+                "  }",
+                "  for (unsigned int t = 0; t < block; ++t) pthread_join(threads[t], 0);",
+                "  pthread_barrier_destroy(&fg_block_barrier);",
+                "}",
+            ]
+        )
     return "\n".join(
         [
-            f'extern "C" void launch_{kernel.name}(unsigned int grid, unsigned int block, '
-            "void** args) {",
+            head,
             "  gridDim.x = grid; blockDim.x = block;",
             "  for (unsigned int b = 0; b < grid; ++b) {",
             "    for (unsigned int t = 0; t < block; ++t) {",
@@ -116,7 +151,19 @@ def _build(text: str) -> str:
     with open(source, "w") as f:
         f.write(text)
     partial = f"{library}.{os.getpid()}.tmp"
-    command = [cxx, "-std=c++17", "-O1", "-shared", "-fPIC", "-w", source, "-o", partial, "-lm"]
+    command = [
+        cxx,
+        "-std=c++17",
+        "-O1",
+        "-shared",
+        "-fPIC",
+        "-w",
+        source,
+        "-o",
+        partial,
+        "-lm",
+        "-pthread",
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise EmulatorError(f"the host build of the generated CUDA C failed:\n{done.stderr[:4000]}")

@@ -58,7 +58,9 @@ class Emulator:
         return EmulatedModule(source, kernels)
 
     def launch(self, module, kernel: CudaKernel, buffers: list[np.ndarray]) -> None:
-        grid = min(math.ceil(kernel.threads / self.BLOCK), self.MAX_GRID)
+        grid = (
+            1 if kernel.cooperative else min(math.ceil(kernel.threads / self.BLOCK), self.MAX_GRID)
+        )
         module.launch(kernel, grid, self.BLOCK, [b.ctypes.data for b in buffers])
 
     def upload(self, value: np.ndarray) -> np.ndarray:
@@ -86,7 +88,9 @@ class Gpu:
         return self.xp.RawModule(code=source, options=("-std=c++17",))
 
     def launch(self, module, kernel: CudaKernel, buffers: list) -> None:
-        grid = max(1, min(math.ceil(kernel.threads / self.BLOCK), self.max_grid))
+        grid = (
+            1 if kernel.cooperative else min(math.ceil(kernel.threads / self.BLOCK), self.max_grid)
+        )
         module.get_function(kernel.name)((grid,), (self.BLOCK,), tuple(buffers))
 
     def upload(self, value: np.ndarray):

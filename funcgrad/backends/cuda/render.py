@@ -15,6 +15,7 @@ functions call CUDA's math library.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +34,8 @@ HALVES = (F16, BF16)
 
 # Scratch a thread keeps in its local memory; a kernel needing more runs on one thread.
 LOCAL_SCRATCH_BYTES = 1 << 14
+# The most threads a block may have (CUDA's limit): the size of a block reduction's shared array.
+MAX_BLOCK = 1024
 
 _C_TYPES = {
     "int8": "signed char",
@@ -164,6 +167,8 @@ class CudaKernel:
     const_params: list[bool]  # which parameters the kernel only reads
     threads: int
     source: str
+    # One block whose threads work together (shared memory, __syncthreads): launched alone.
+    cooperative: bool = False
 
 
 def _math_name(op: str, dtype: np.dtype) -> str:
@@ -358,7 +363,10 @@ class _KernelWriter:
         for k, acc in enumerate(_accumulators(kernel.body)):
             self.acc_names[acc] = f"acc{k}"
             self.emit(f"{value_type(acc.dtype)} acc{k};")
-        if split is None:
+        reduction = _block_reduction(kernel) if split is None else None
+        if reduction is not None:
+            self.block_reduction(*reduction)
+        elif split is None:
             self.emit("if (blockIdx.x != 0 || threadIdx.x != 0) return;")
             self.statements(kernel.body)
         else:
@@ -378,7 +386,120 @@ class _KernelWriter:
             [f'extern "C" __global__ void {self.name}({signature}) {{', *self.lines, "}"]
         )
         threads = 1 if split is None else split.stop - split.start
-        return CudaKernel(self.name, params, read_only, threads, source)
+        return CudaKernel(self.name, params, read_only, threads, source, reduction is not None)
+
+    def block_reduction(self, acc: K.Acc, op: str, term: K.Expr, loops: list, rest: list):
+        """A whole-array reduction on one block: each thread folds a strided share of the
+        flattened loop nest into its own accumulator, then the block combines them in shared
+        memory (a tree of halving steps: blocks are a power of two threads), and thread 0
+        finishes with the initial value and the statements after the loop."""
+        init, after = rest[0], rest[1:]
+        name = self.acc_names[acc]
+        partial = K.Buffer("partial", acc.dtype, MAX_BLOCK)
+        self.emit(f"__shared__ {memory_type(acc.dtype)} partial[{MAX_BLOCK}];")
+        self.emit(f"{name} = {constant_text(_identity(op, acc.dtype), acc.dtype)};")
+        total = math.prod(loop.stop - loop.start for loop in loops)
+        self.emit(f"for (long long flat = threadIdx.x; flat < {total}; flat += blockDim.x) {{")
+        outer, self.indent = self.indent, self.indent + "  "
+        stride = total
+        for loop in loops:
+            stride //= loop.stop - loop.start
+            index = self.index_name(loop.index)
+            self.emit(
+                f"const long long {index} = {_plus(loop.start)}flat / {stride} % "
+                f"{loop.stop - loop.start};"
+            )
+        self.memo = {}
+        folded = self.value(K.binary(op, acc.read(), term))
+        self.emit(f"{name} = {folded};")
+        self.indent = outer
+        self.emit("}")
+        lane = K.Index("lane")
+        self.index_names[lane] = "(long long)threadIdx.x"
+        self.emit(f"partial[threadIdx.x] = {_to_memory(name, acc.dtype)};")
+        self.emit("__syncthreads();")
+        self.emit("for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {")
+        self.indent += "  "
+        self.emit("if (threadIdx.x < half) {")
+        self.indent += "  "
+        self.memo = {}
+        other = K.Index("other")
+        self.index_names[other] = "(long long)(threadIdx.x + half)"
+        pair = K.binary(op, K.Load(partial, lane), K.Load(partial, other))
+        self.emit(f"partial[threadIdx.x] = {_to_memory(self.value(pair), acc.dtype)};")
+        self.indent = self.indent[:-2]
+        self.emit("}")
+        self.emit("__syncthreads();")
+        self.indent = outer
+        self.emit("}")
+        self.emit("if (threadIdx.x != 0) return;")
+        self.memo = {}
+        first = K.Index("first")
+        self.index_names[first] = "0LL"
+        combined = self.value(K.binary(op, init.value, K.Load(partial, first)))
+        self.emit(f"{name} = {combined};")
+        self.statements(after)
+
+
+# Operations a block may fold in any order (float sums and products are reassociated, as the
+# LLVM renderer's vectorized reductions are).
+_FOLDS = ("add", "mul", "max", "min", "and", "or")
+
+
+def _block_reduction(kernel: K.Kernel):
+    """(acc, op, term, loops, rest) when the kernel is `acc = init; for ...: for ...:
+    acc = op(acc, term); <statements after>`, a whole-array reduction whose term reads no
+    buffer the kernel writes; else None. `rest` is [the init statement, *the statements after]."""
+    body = kernel.body
+    if len(body) < 2 or not isinstance(body[0], K.SetAcc) or not isinstance(body[1], K.Loop):
+        return None
+    init, nest, after = body[0], body[1], body[2:]
+    acc = init.acc
+    if any(isinstance(stmt, K.Loop) for stmt in after) or _reads(init.value, lambda e: True):
+        return None
+    loops = [nest]
+    while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], K.Loop):
+        loops.append(loops[-1].body[0])
+    if any(loop.stop <= loop.start for loop in loops):
+        return None  # nothing to fold: the kernel runs as written
+    inner = loops[-1].body
+    if len(inner) != 1 or not isinstance(inner[0], K.SetAcc) or inner[0].acc is not acc:
+        return None
+    fold = inner[0].value
+    if not (isinstance(fold, K.Binary) and fold.op in _FOLDS):
+        return None
+    if isinstance(fold.a, K.AccRead) and fold.a.acc is acc:
+        term = fold.b
+    elif isinstance(fold.b, K.AccRead) and fold.b.acc is acc:
+        term = fold.a
+    else:
+        return None
+    written = {stmt.buffer for stmt in after if isinstance(stmt, K.Store)}
+    if _reads(
+        term, lambda e: isinstance(e, K.AccRead) or (isinstance(e, K.Load) and e.buffer in written)
+    ):
+        return None
+    return acc, fold.op, term, loops, [init, *after]
+
+
+def _reads(expr: K.Expr, found) -> bool:
+    """Whether a node of `expr` satisfying `found` is an accumulator read or a load."""
+    return any(isinstance(e, (K.AccRead, K.Load)) and found(e) for e in K.nodes(expr))
+
+
+def _identity(op: str, dtype: np.dtype):
+    if dtype == K.BOOL:
+        return op in ("mul", "min", "and")
+    if op in ("add", "or"):
+        return 0
+    if op == "mul":
+        return 1
+    if op == "and":
+        return -1
+    if _is_float(dtype):
+        return -np.inf if op == "max" else np.inf
+    info = np.iinfo(dtype)
+    return info.min if op == "max" else info.max
 
 
 def _plus(start: int) -> str:
