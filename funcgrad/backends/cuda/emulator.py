@@ -147,7 +147,7 @@ def _build(text: str) -> str:
     library = os.path.join(_BUILDS, f"{digest}.so")
     if os.path.exists(library):
         return library
-    source = os.path.join(_BUILDS, f"{digest}.cpp")
+    source = os.path.join(_BUILDS, f"{digest}.{os.getpid()}.cpp")
     with open(source, "w") as f:
         f.write(text)
     partial = f"{library}.{os.getpid()}.tmp"
@@ -166,6 +166,7 @@ def _build(text: str) -> str:
     ]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
-        raise EmulatorError(f"the host build of the generated CUDA C failed:\n{done.stderr[:4000]}")
+        raise EmulatorError(f"the host build of {source} failed:\n{done.stderr[:4000]}")
     os.replace(partial, library)  # atomic: a concurrent build of the same text is identical
+    os.remove(source)
     return library

@@ -148,7 +148,12 @@ class CudaExecutable:
         self.source = module_source(list(self.kernels.values()))
         self.module = self.device.load(self.source, list(self.kernels.values()))
         self.consts = {
-            buffer: self.device.upload(np.ascontiguousarray(data).reshape(-1))
+            buffer: self.device.view(
+                self.device.upload(
+                    np.ascontiguousarray(data).reshape(-1).view(_storage(buffer.dtype))
+                ),
+                buffer.dtype,
+            )
             for buffer, data in constants(self.program).items()
         }
         out_avals = closed.out_avals
@@ -161,7 +166,9 @@ class CudaExecutable:
         views = dict(self.consts)
         for buffer, arg, dtype in zip(self.program.inputs, args, self._in_dtypes):
             value = np.ascontiguousarray(arg._value if type(arg) is Array else arg, dtype)
-            views[buffer] = device.view(device.upload(value.reshape(-1)), dtype)
+            views[buffer] = device.view(
+                device.upload(value.reshape(-1).view(_storage(dtype))), dtype
+            )
         outputs = [xp.empty(math.prod(shape), _storage(dtype)) for shape, dtype in self._out_shapes]
         for buffer, out in zip(self.program.outputs, outputs):
             views[buffer] = device.view(out, buffer.dtype)
