@@ -370,6 +370,17 @@ def nodes(expr: Expr):
                 pending.append(child)
 
 
+def accumulators(body: list) -> list[Acc]:
+    """The accumulators a block of statements sets, in order of first appearance."""
+    found: list = []
+    for stmt in body:
+        if isinstance(stmt, Loop):
+            found += [acc for acc in accumulators(stmt.body) if acc not in found]
+        elif isinstance(stmt, SetAcc) and stmt.acc not in found:
+            found.append(stmt.acc)
+    return found
+
+
 def row_major_offset(indices: list[Expr], shape: tuple[int, ...]) -> Expr:
     """The flat offset of `indices` into a C-contiguous array of `shape`."""
     offset: Expr = const(0, INDEX)

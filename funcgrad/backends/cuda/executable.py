@@ -23,11 +23,10 @@ from funcgrad.array import Array
 from funcgrad.backends.cuda import nvrtc
 from funcgrad.backends.cuda.emulator import EmulatedModule
 from funcgrad.backends.cuda.render import CudaKernel, module_source, render_kernel
-from funcgrad.compiler import passes
-from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
+from funcgrad.compiler import stages
 from funcgrad.compiler.fusion import CompileError
 from funcgrad.compiler.lapack import FortranCall
-from funcgrad.compiler.memory import constants, nbytes, plan_memory
+from funcgrad.compiler.memory import constants, nbytes
 from funcgrad.compiler.schedule import (
     CallbackStep,
     CondStep,
@@ -37,7 +36,6 @@ from funcgrad.compiler.schedule import (
     ScanStep,
     WhileStep,
     all_steps,
-    schedule,
 )
 from funcgrad.ir import ClosedJaxpr
 
@@ -58,9 +56,7 @@ class Emulator:
         return EmulatedModule(source, kernels)
 
     def launch(self, module, kernel: CudaKernel, buffers: list[np.ndarray]) -> None:
-        grid = (
-            1 if kernel.cooperative else min(math.ceil(kernel.threads / self.BLOCK), self.MAX_GRID)
-        )
+        grid = _grid(kernel, self.BLOCK, self.MAX_GRID)
         module.launch(kernel, grid, self.BLOCK, [b.ctypes.data for b in buffers])
 
     def upload(self, value: np.ndarray) -> np.ndarray:
@@ -88,9 +84,7 @@ class Gpu:
         return self.xp.RawModule(code=source, options=("-std=c++17",))
 
     def launch(self, module, kernel: CudaKernel, buffers: list) -> None:
-        grid = (
-            1 if kernel.cooperative else min(math.ceil(kernel.threads / self.BLOCK), self.max_grid)
-        )
+        grid = _grid(kernel, self.BLOCK, self.max_grid)
         module.get_function(kernel.name)((grid,), (self.BLOCK,), tuple(buffers))
 
     def upload(self, value: np.ndarray):
@@ -128,11 +122,7 @@ class CudaExecutable:
     def __init__(self, closed: ClosedJaxpr, donated: tuple[int, ...] = (), device=None):
         self.closed = closed
         self.device = device if device is not None else gpu()
-        self.optimized = passes.optimize(closed)
-        if mentions_complex(self.optimized.jaxpr):
-            self.optimized = passes.optimize(lower_complex(self.optimized))
-        self.program: Program = schedule(self.optimized)
-        self.memory = plan_memory(self.program)
+        self.optimized, self.program, self.memory = stages.plan(closed)
         steps = list(all_steps(self.program))
         for step in steps:
             if isinstance(step, FortranCall):
@@ -148,12 +138,7 @@ class CudaExecutable:
         self.source = module_source(list(self.kernels.values()))
         self.module = self.device.load(self.source, list(self.kernels.values()))
         self.consts = {
-            buffer: self.device.view(
-                self.device.upload(
-                    np.ascontiguousarray(data).reshape(-1).view(_storage(buffer.dtype))
-                ),
-                buffer.dtype,
-            )
+            buffer: _on_device(self.device, np.ascontiguousarray(data), buffer.dtype)
             for buffer, data in constants(self.program).items()
         }
         out_avals = closed.out_avals
@@ -166,9 +151,7 @@ class CudaExecutable:
         views = dict(self.consts)
         for buffer, arg, dtype in zip(self.program.inputs, args, self._in_dtypes):
             value = np.ascontiguousarray(arg._value if type(arg) is Array else arg, dtype)
-            views[buffer] = device.view(
-                device.upload(value.reshape(-1).view(_storage(dtype))), dtype
-            )
+            views[buffer] = _on_device(device, value, dtype)
         outputs = [xp.empty(math.prod(shape), _storage(dtype)) for shape, dtype in self._out_shapes]
         for buffer, out in zip(self.program.outputs, outputs):
             views[buffer] = device.view(out, buffer.dtype)
@@ -191,6 +174,19 @@ class CudaExecutable:
 
     def memory_analysis(self):
         return self.memory
+
+
+def _grid(kernel: CudaKernel, block: int, max_grid: int) -> int:
+    """Blocks for a launch: one for a cooperative kernel, else enough for a thread per
+    iteration of its parallel loop, up to `max_grid` (grid-stride loops cover the rest)."""
+    if kernel.cooperative:
+        return 1
+    return min(math.ceil(kernel.threads / block), max_grid)
+
+
+def _on_device(device, value: np.ndarray, dtype: np.dtype):
+    """A contiguous host array as a flat typed view of a device copy."""
+    return device.view(device.upload(value.reshape(-1).view(_storage(dtype))), dtype)
 
 
 def _storage(dtype: np.dtype) -> np.dtype:

@@ -360,7 +360,7 @@ class _KernelWriter:
         for b in kernel.scratch:
             if b in private:
                 self.emit(f"{memory_type(b.dtype)} {b.name}[{max(b.size, 1)}];")
-        for k, acc in enumerate(_accumulators(kernel.body)):
+        for k, acc in enumerate(K.accumulators(kernel.body)):
             self.acc_names[acc] = f"acc{k}"
             self.emit(f"{value_type(acc.dtype)} acc{k};")
         reduction = _block_reduction(kernel) if split is None else None
@@ -540,16 +540,6 @@ def _to_memory(value: str, dtype: np.dtype) -> str:
     if dtype in HALVES:
         return f"fg_to_{'f16' if dtype == F16 else 'bf16'}({value})"
     return value
-
-
-def _accumulators(body: list) -> list:
-    found: list = []
-    for stmt in body:
-        if isinstance(stmt, K.Loop):
-            found += [acc for acc in _accumulators(stmt.body) if acc not in found]
-        elif isinstance(stmt, K.SetAcc) and stmt.acc not in found:
-            found.append(stmt.acc)
-    return found
 
 
 def render_kernel(kernel: K.Kernel, name: str) -> CudaKernel:

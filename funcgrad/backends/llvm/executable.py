@@ -22,15 +22,13 @@ from funcgrad.backends.llvm import blas
 from funcgrad.backends.llvm.engine import Compiled
 from funcgrad.backends.llvm.render import CALLBACK_TABLE, ModuleRenderer
 from funcgrad.backends.numpy.executor import NumpyExecutable
-from funcgrad.compiler import passes
-from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
+from funcgrad.compiler import stages
 from funcgrad.compiler.donation import donated_outputs
-from funcgrad.compiler.memory import MemoryPlan, plan_memory
+from funcgrad.compiler.memory import MemoryPlan
 from funcgrad.compiler.schedule import (
     CallbackStep,
     Program,
     all_steps,
-    schedule,
 )
 from funcgrad.config import config
 from funcgrad.interpreters import parallel
@@ -45,12 +43,7 @@ class LlvmExecutable:
 
     def __init__(self, closed: ClosedJaxpr, donated: tuple[int, ...] = ()):
         self.closed = closed
-        self.optimized = passes.optimize(closed)
-        if mentions_complex(self.optimized.jaxpr):
-            # Complex values compute as pairs of reals, laid out as the caller's buffers are.
-            self.optimized = passes.optimize(lower_complex(self.optimized))
-        self.program: Program = schedule(self.optimized)
-        self.memory: MemoryPlan = plan_memory(self.program)
+        self.optimized, self.program, self.memory = stages.plan(closed)
         self.donated = donated_outputs(self.program, donated)  # output -> input whose memory
         _warn_unusable(closed, sorted(set(donated) - set(self.donated.values())))
         callback_steps = _callback_steps(self.program)

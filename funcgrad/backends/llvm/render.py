@@ -711,7 +711,7 @@ class ModuleRenderer:
                 function.params[b] = function.assign(f"alloca {elements}, align 64", "scratch")
         if split is not None:
             function.bounds[split] = ("%lo", "%hi")
-        accs = _accumulators(kernel.body)
+        accs = K.accumulators(kernel.body)
         for acc in accs:
             function.acc_slots[acc] = function.assign(f"alloca {value_type(acc.dtype)}", "acc")
         function.statements(kernel.body)
@@ -940,18 +940,6 @@ class ModuleRenderer:
         slot = f.assign(f"getelementptr ptr, ptr @{CALLBACK_TABLE}, i64 {self.callbacks[step]}")
         target = f.assign(f"load ptr, ptr {slot}")
         f.emit(f"call void {target}(ptr {table})")
-
-
-def _accumulators(body: list) -> list:
-    found: list = []
-    for stmt in body:
-        if isinstance(stmt, K.Loop):
-            for acc in _accumulators(stmt.body):
-                if acc not in found:
-                    found.append(acc)
-        elif isinstance(stmt, K.SetAcc) and stmt.acc not in found:
-            found.append(stmt.acc)
-    return found
 
 
 def _global_array(name: str, data: np.ndarray, dtype: np.dtype) -> str:

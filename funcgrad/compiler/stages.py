@@ -1,0 +1,20 @@
+"""The stages every compiled backend shares, from a jaxpr to a scheduled program and its
+memory plan; a backend renders and runs what they produce."""
+
+from __future__ import annotations
+
+from funcgrad.compiler import passes
+from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
+from funcgrad.compiler.memory import MemoryPlan, plan_memory
+from funcgrad.compiler.schedule import Program, schedule
+from funcgrad.ir import ClosedJaxpr
+
+
+def plan(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, Program, MemoryPlan]:
+    """The optimized jaxpr, its program of steps and the program's memory plan."""
+    optimized = passes.optimize(closed)
+    if mentions_complex(optimized.jaxpr):
+        # Complex values compute as pairs of reals, laid out as the caller's buffers are.
+        optimized = passes.optimize(lower_complex(optimized))
+    program = schedule(optimized)
+    return optimized, program, plan_memory(program)
