@@ -19,17 +19,15 @@ import shutil
 import subprocess
 import tempfile
 
-from funcgrad.backends.cuda.render import CudaKernel, memory_type
+from funcgrad.backends.cuda.render import MATH, CudaKernel, memory_type
+from funcgrad.compiler import kernel_ir as K
 
-# The C library's math functions the renderer calls, declared rather than included:
+# The C library's math functions the generated code calls, declared rather than included:
 # parsing <math.h> in C++ mode costs most of a host build's time.
-_UNARY_MATH = (
-    "sqrt cbrt exp exp2 expm1 log log1p sin cos tan asin acos atan sinh cosh tanh asinh acosh "
-    "atanh erf erfc lgamma floor ceil rint round fabs"
-).split()
-_BINARY_MATH = ["pow", "atan2", "nextafter", "fmod"]
+_UNARY_MATH = [name for op, name in MATH.items() if op in K.UNARY_OPS] + ["fabs", "rint", "round"]
+_BINARY_MATH = [name for op, name in MATH.items() if op in K.BINARY_OPS]
 _MATH = "\n".join(
-    [f"float {f}f(float); double {f}(double);" for f in _UNARY_MATH]
+    [f"float {f}f(float); double {f}(double);" for f in dict.fromkeys(_UNARY_MATH)]
     + [f"float {f}f(float, float); double {f}(double, double);" for f in _BINARY_MATH]
 )
 _BUILTINS = r"""

@@ -110,15 +110,15 @@ def _int_literal(value: int, dtype: np.dtype) -> str:
     return text if not text.startswith("-") else f"({text})"
 
 
-# Functions of CUDA's math library (float64 name; float32 appends "f").
-_MATH = {
+# Kernel IR operations that call CUDA's math library: op -> the float64 function's name
+# (float32 appends "f"). Besides these, abs calls fabs and the prelude calls rint and round.
+MATH = {
     op: op
     for op in (
         "sqrt cbrt exp exp2 expm1 log log1p sin cos tan asin acos atan sinh cosh tanh asinh "
-        "acosh atanh erf erfc lgamma floor ceil"
+        "acosh atanh erf erfc lgamma floor ceil pow atan2 nextafter"
     ).split()
-} | {"round_even": "rint", "pow": "pow", "atan2": "atan2", "nextafter": "nextafter"}
-_MATH["rem"] = "fmod"
+} | {"round_even": "rint", "rem": "fmod"}
 _INFIX = {
     "add": "+",
     "sub": "-",
@@ -172,7 +172,7 @@ class CudaKernel:
 
 
 def _math_name(op: str, dtype: np.dtype) -> str:
-    return _MATH[op] + ("" if dtype == F64 else "f")
+    return MATH[op] + ("" if dtype == F64 else "f")
 
 
 class _KernelWriter:
@@ -260,7 +260,7 @@ class _KernelWriter:
             return f"{one} / {_math_name('sqrt', dtype)}({x})"
         if op == "logistic":
             return f"{one} / ({one} + {_math_name('exp', dtype)}(-{x}))"
-        if op in _MATH:
+        if op in MATH:
             return f"{_math_name(op, dtype)}({x})"
         raise CompileError(f"the CUDA renderer has no {op} for {dtype.name}")
 
@@ -276,10 +276,9 @@ class _KernelWriter:
                 return f"{a} {_INFIX[op]} {b}"
             if op in ("max", "min"):
                 return f"fg_f{op}({a}, {b})"
-            if op in _MATH and dtype not in HALVES:
+            # nextafter steps to the next float32, not the next half: no such function.
+            if op in MATH and not (op == "nextafter" and dtype in HALVES):
                 return f"{_math_name(op, dtype)}({a}, {b})"
-            if op in ("rem", "pow", "atan2"):
-                return f"{_math_name(op, F32)}({a}, {b})"
             raise CompileError(f"the CUDA renderer has no {op} for {dtype.name}")
         c = value_type(dtype)
         if op in _BITWISE:
