@@ -21,7 +21,8 @@ TOLERANCE = {
 
 
 def complex_arrays(low=-3.0, high=3.0, shape=None):
-    return fst.arrays(fst.complex_dtypes, shape or fst.shapes(1, 3), min_value=low, max_value=high)
+    shapes = fst.shapes(1, 3) if shape is None else shape
+    return fst.arrays(fst.complex_dtypes, shapes, min_value=low, max_value=high)
 
 
 def assert_matches(actual, expected):

@@ -48,13 +48,11 @@ def test_every_rule_is_checked_or_has_a_reason():
 @pytest.mark.parametrize("name, rule", CASES, ids=[f"{p.values[0]}-{p.values[1]}" for p in CASES])
 def test_rule(name, rule):
     gap = COMPILED_GAPS.get((rule[4:-1], name)) if rule.startswith("jit[") else None
-    # Each example of the emulated CUDA check builds its program for the host (a C++ compile).
-    examples = 2 if rule == "jit[cuda_emulator]" and _examples() == 5 else None
     if gap is not None:
-        _expect_failure(gap, name, rule, examples=examples)
+        _expect_failure(gap, name, rule)
         return
     order = 1 if rule == "jvp" and name in SECOND_ORDER_WRONG else None
-    _run(name, rule, order, examples)
+    _run(name, rule, order)
 
 
 @pytest.mark.parametrize("name", sorted(SECOND_ORDER_WRONG))
@@ -80,7 +78,7 @@ def _run(
 ):
     phases = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if shrink else [])
 
-    @settings(max_examples=examples or _examples(), phases=phases)
+    @settings(max_examples=examples or _examples(rule), phases=phases)
     @given(st.data())
     def check(data):
         run_check(name, rule, data, jvp_order)
@@ -88,7 +86,10 @@ def _run(
     check()
 
 
-def _examples() -> int:
+def _examples(rule: str) -> int:
     # A few examples per rule in CI (there are hundreds of rules), the profile's count in dev.
+    # Each example of the emulated CUDA check builds its program for the host (a C++ compile).
     current = settings.default.max_examples
-    return 5 if current <= 15 else current
+    if current > 15:
+        return current
+    return 2 if rule == "jit[cuda_emulator]" else 5
