@@ -119,13 +119,19 @@ class _Format:
         self.bias = 127 if dtype == F32 else 1023
         self.int = np.dtype(f"int{self.bits}")
 
-    def to_int(self, whole: Expr) -> Expr:
-        """A float holding a whole number (|n| < 2^(mantissa - 1)) as an integer, without a
-        conversion instruction: adding 1.5 * 2^mantissa puts n in the low mantissa bits."""
+    def rounded(self, x: Expr) -> tuple[Expr, Expr]:
+        """round(x) as a float and as an integer (of the int dtype), for |x| < 2^(mantissa - 1),
+        from one addition and no conversion instruction: adding 1.5 * 2^mantissa rounds x to
+        a whole number held in the low mantissa bits."""
         magic = 1.5 * 2.0**self.mantissa
         magic_bits = int(np.array(magic, self.dtype).view(self.int))
-        shifted = K.Bitcast(whole + K.const(magic, self.dtype), self.int)
-        return shifted - K.const(magic_bits, self.int)
+        shifted = x + K.const(magic, self.dtype)
+        whole = shifted - K.const(magic, self.dtype)
+        return whole, K.Bitcast(shifted, self.int) - K.const(magic_bits, self.int)
+
+    def to_int(self, whole: Expr) -> Expr:
+        """A float holding a whole number (|n| < 2^(mantissa - 1)) as an integer."""
+        return self.rounded(whole)[1]
 
     def power_of_two(self, n: Expr) -> Expr:
         """2^n for an integer n (of the int dtype) in the normal exponent range."""
@@ -139,19 +145,25 @@ _LN2 = {
     F64: (0.6931471803691238, 1.9082149292705877e-10),
 }
 _EXP_DEGREE = {F32: 7, F64: 13}
-_EXP_LIMITS = {F32: (88.72284, -103.97208), F64: (709.782712893384, -745.1332191019412)}
+# exp overflows above the first bound and rounds to 0 below the second; clamping its argument
+# to them keeps n and both halves of 2^n in the normal exponent range.
+_EXP_CLAMP = {F32: (89.0, -104.0), F64: (710.0, -746.0)}
+
+
+def _times_power_of_two(p: Expr, n: Expr) -> Expr:
+    """p 2^n for an integer n with |n| < 2 (bias - 1), applied in two halves through the
+    exponent bits (so results that overflow or fall into subnormals come out right, rounded
+    once)."""
+    fmt = _Format(p.dtype)
+    half = K.binary("shr_arith", n, K.const(1, fmt.int))
+    return p * fmt.power_of_two(half) * fmt.power_of_two(n - half)
 
 
 def _scaled(p: Expr, n_float: Expr) -> Expr:
-    """p 2^n for a whole float n, applied in two halves through the exponent bits (so results
-    that overflow or fall into subnormals come out right, rounded once)."""
-    fmt = _Format(p.dtype)
-    # Clamp n so that both halves stay normal powers of two; overflow and underflow still do.
+    """p 2^n for any whole float n (overflow and underflow still happen)."""
     bound = _c(1100.0 if p.dtype == F64 else 160.0, p)
     clamped = K.binary("min", K.binary("max", n_float, K.unary("neg", bound)), bound)
-    n = fmt.to_int(clamped)
-    half = K.binary("shr_arith", n, K.const(1, fmt.int))
-    return p * fmt.power_of_two(half) * fmt.power_of_two(n - half)
+    return _times_power_of_two(p, _Format(p.dtype).to_int(clamped))
 
 
 def _exp_taylor(r: Expr) -> Expr:
@@ -159,14 +171,13 @@ def _exp_taylor(r: Expr) -> Expr:
 
 
 def exp(x: Expr) -> Expr:
+    high, low = _EXP_CLAMP[x.dtype]
+    x = K.select(_gt(x, high), _c(high, x), x)  # a NaN stays
+    x = K.select(_lt(x, low), _c(low, x), x)
+    n_float, n = _Format(x.dtype).rounded(x * _c(1 / math.log(2), x))
     ln2_hi, ln2_lo = _LN2[x.dtype]
-    n_float = K.unary("round_even", x * _c(1 / math.log(2), x))
     r = (x - n_float * _c(ln2_hi, x)) - n_float * _c(ln2_lo, x)
-    result = _scaled(_exp_taylor(r), n_float)
-    high, low = _EXP_LIMITS[x.dtype]
-    result = K.select(K.binary("gt", x, _c(high, x)), _c(np.inf, x), result)
-    result = K.select(K.binary("lt", x, _c(low, x)), _c(0.0, x), result)
-    return K.select(K.binary("ne", x, x), x, result)
+    return _times_power_of_two(_exp_taylor(r), n)
 
 
 def exp2(x: Expr) -> Expr:
@@ -269,14 +280,15 @@ def _tanh_float32(x: Expr) -> Expr:
     2a = n ln 2 + r, as (2^n - 1) + 2^n r q(r) with q(r) = (e^r - 1) / r by its Taylor
     polynomial (one division and one polynomial: GELU's inner loop), then x's sign; below
     a = 0.35 a short odd series, where the quotient's roundings would add up to 3 ulp."""
-    a = K.binary("min", K.unary("abs", x), _c(_TANH_F32_SATURATES, x))
+    a = K.unary("abs", x)
+    a = K.select(_gt(a, _TANH_F32_SATURATES), _c(_TANH_F32_SATURATES, x), a)  # a NaN stays
     twice = a + a
     ln2_hi, ln2_lo = _LN2[F32]
-    n_float = K.unary("round_even", twice * _c(1 / math.log(2), x))
+    fmt = _Format(F32)
+    n_float, n = fmt.rounded(twice * _c(1 / math.log(2), x))
     r = (twice - n_float * _c(ln2_hi, x)) - n_float * _c(ln2_lo, x)
     quotient = _horner([1 / math.factorial(k + 1) for k in range(_EXP_DEGREE[F32])], r)
-    fmt = _Format(F32)
-    scale = fmt.power_of_two(fmt.to_int(n_float))
+    scale = fmt.power_of_two(n)
     excess = (scale - _c(1, x)) + scale * (r * quotient)
     large = _copysign(_div(excess, excess + _c(2, x)), x)
     # Below 0.35 the quotient's roundings would cost up to 3 ulp; the series costs 6 terms.

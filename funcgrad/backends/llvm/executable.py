@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 
 from funcgrad.array import Array
-from funcgrad.backends.llvm import blas
+from funcgrad.backends.llvm import blas, buffers
 from funcgrad.backends.llvm.engine import Compiled
 from funcgrad.backends.llvm.render import CALLBACK_TABLE, ModuleRenderer
 from funcgrad.backends.numpy.executor import NumpyExecutable
@@ -35,6 +35,7 @@ from funcgrad.interpreters import parallel
 from funcgrad.ir import ClosedJaxpr
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_BYTE = np.dtype(np.uint8)
 _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p))
 
 
@@ -56,7 +57,9 @@ class LlvmExecutable:
             self.machine_code.fill_table(CALLBACK_TABLE, addresses)
         self._entry = _ENTRY(self.machine_code.entry_address)
         out_avals = closed.out_avals
-        self._out_shapes = [(a.shape, a.dtype) for a in out_avals]
+        self._out_specs = [
+            (buffers.allocator(a.shape, a.dtype), a.shape, a.dtype) for a in out_avals
+        ]
         self._out_weak = [a.weak_type for a in out_avals]
         self._in_dtypes = [a.dtype for a in closed.in_avals]
         self._reference = None
@@ -80,13 +83,10 @@ class LlvmExecutable:
                 value = np.ascontiguousarray(value, dtype)
                 inputs.append(value)
             pointers.append(_address(value))
-        outputs = [np.empty(shape, dtype) for shape, dtype in self._out_shapes]
+        outputs = [empty(shape, dtype) for empty, shape, dtype in self._out_specs]
         pointers += [_address(x) for x in outputs]
-        if self.memory.arena_bytes:
-            arena = np.empty(self.memory.arena_bytes, np.uint8)
-            pointers.append(_address(arena))
-        else:
-            pointers.append(None)
+        arena = self._arena()
+        pointers.append(None if arena is None else _address(arena))
         pointers.append(_native_threads() if self._threaded else 1)
         self._entry(self._arguments(*pointers))
         if self._callbacks:
@@ -106,13 +106,13 @@ class LlvmExecutable:
         inputs = [
             np.asarray(_value_of(a), dtype, order="C") for a, dtype in zip(args, self._in_dtypes)
         ]
-        outputs = [np.empty(shape, dtype) for shape, dtype in self._out_shapes]
+        outputs = [empty(shape, dtype) for empty, shape, dtype in self._out_specs]
         for k, i in self.donated.items():
             if not sole[i] or any(x is inputs[i] for j, x in enumerate(inputs) if j != i):
                 inputs[i] = inputs[i].copy()
             outputs[k] = inputs[i]
         pointers = [_address(x) for x in inputs] + [_address(x) for x in outputs]
-        arena = np.empty(self.memory.arena_bytes, np.uint8) if self.memory.arena_bytes else None
+        arena = self._arena()
         pointers.append(None if arena is None else _address(arena))
         pointers.append(_native_threads() if self._threaded else 1)
         self._entry(self._arguments(*pointers))
@@ -125,6 +125,10 @@ class LlvmExecutable:
             Array(out[()] if out.ndim == 0 else out, weak)
             for out, weak in zip(outputs, self._out_weak)
         ]
+
+    def _arena(self) -> np.ndarray | None:
+        size = self.memory.arena_bytes
+        return buffers.allocator((size,), _BYTE)((size,), _BYTE) if size else None
 
     def _check_nans(self, args, outputs) -> None:
         """Re-run on the reference backend, which names the first primitive making a NaN."""
