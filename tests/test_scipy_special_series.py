@@ -102,7 +102,9 @@ def test_jit_and_vmap_agree_with_eager():
     a = np.array([0.5, 3.0, 40.0])
     x = np.array([0.2, 5.0, 35.0])
     eager = np.asarray(fs.gammainc(a, x))
-    np.testing.assert_allclose(np.asarray(fg.jit(fs.gammainc)(a, x)), eager, rtol=1e-14)
+    # gammainc(40, 35) is scaled by exp(a log x - x - lgamma a), whose argument cancels from
+    # 142 to 0.6: an ulp of its terms is 3e-14 of the result, on either backend.
+    np.testing.assert_allclose(np.asarray(fg.jit(fs.gammainc)(a, x)), eager, rtol=6e-14)
     mapped = fg.vmap(fs.betainc)(a, a[::-1], np.array([0.1, 0.5, 0.9]))
     looped = [fs.betainc(p, q, r) for p, q, r in zip(a, a[::-1], [0.1, 0.5, 0.9])]
     np.testing.assert_allclose(np.asarray(mapped), np.asarray(looped), rtol=1e-14)
