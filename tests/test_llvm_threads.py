@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import funcgrad as fg
@@ -112,14 +112,61 @@ def test_split_kernels_match_the_reference(name, rows, cols, threads, seed):
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=2e-5, atol=2e-5)
 
 
+def test_large_whole_array_reductions_fold_parts_on_threads():
+    x = np.ones((1 << 17) + 5, np.float32)
+    found = kernels(lambda v: (v * 2).max(), x)
+    assert [parallel_loop(k) is not None for k in found] == [True, False]
+    assert found[0].name.endswith("_parts")
+    assert kernels(lambda v: v.max(), x[:1000])[0].name.endswith("reduce_max")
+
+
+REDUCTIONS = {
+    "sum": lambda x: (x * 3.0).sum(),
+    "mean": lambda x: x.mean(),
+    "max": lambda x: fnp.max(x - 1.0),
+    "min": lambda x: fnp.min(x * x),
+    "prod": lambda x: fnp.prod(1.0 + 0.01 * fnp.tanh(x)),
+    "any": lambda x: fnp.any(x > 1.5),
+    "all": lambda x: fnp.all(x < 1.5),
+    "int sum": lambda x: (x * 1000).astype(fnp.int32).sum(),
+    "int max": lambda x: (x * 1000).astype(fnp.int16).max(),
+    "init": lambda x: lax.reduce(x, np.float32(-2.5), lax.max, (0, 1)),
+    "in scan": lambda x: lax.scan(lambda c, r: (fnp.tanh(c * (r * c).sum()), c.max()), x[0], x)[1],
+}
+
+
+@pytest.mark.parametrize("name", sorted(REDUCTIONS))
+@given(
+    rows=st.integers(1, 150),
+    cols=st.integers(1, 9),
+    threads=st.integers(1, 4),
+    nans=st.lists(st.integers(0, 10**6), max_size=2),
+    seed=st.integers(0, 2**16),
+)
+@example(rows=131, cols=2, threads=3, nans=[], seed=1)  # 64 parts of 2 rows, 3 rows left
+@example(rows=70, cols=3, threads=2, nans=[209], seed=2)  # a NaN in the rows left over
+def test_split_whole_array_reductions_match_the_reference(name, rows, cols, threads, nans, seed):
+    """Split into at most 64 partial folds over the outer loop (fewer when it is shorter), the
+    rest folded after the parts; NaNs anywhere in the array come through."""
+    x = np.random.default_rng(seed).standard_normal((rows, cols)).astype(np.float32)
+    x.flat[[k % x.size for k in nans]] = np.nan
+    f = REDUCTIONS[name]
+    with settings("numpy"):
+        expected = np.asarray(fg.jit(f)(x))
+    with settings("llvm", threads=threads, split_all=True):
+        got = np.asarray(fg.jit(f)(x))
+    np.testing.assert_allclose(got, expected, rtol=2e-5, atol=1e-5)
+
+
 def test_one_thread_and_many_give_identical_bits():
     x = np.random.default_rng(1).standard_normal((512, 300)).astype(np.float32)
-    f = lambda v: fg.nn.softmax(fnp.tanh(v) * 3.0, axis=1)  # noqa: E731
+    f = lambda v: (fg.nn.softmax(fnp.tanh(v) * 3.0, axis=1), v.sum())  # noqa: E731
     with settings("llvm", threads=1):
-        one = np.asarray(fg.jit(f)(x))
+        one = fg.jit(f)(x)
     with settings("llvm", threads=4, split_all=True):
-        many = np.asarray(fg.jit(f)(x))
-    np.testing.assert_array_equal(one, many)
+        many = fg.jit(f)(x)
+    for a, b in zip(one, many):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_thread_count_comes_from_the_environment():

@@ -19,6 +19,10 @@ kernel is large enough to pay for threads.
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
+
 from funcgrad.compiler import kernel_ir as K
 
 
@@ -169,3 +173,181 @@ def _linear_form(expr: K.Expr, index: K.Index, ranges: dict, memo: dict):
         if expr.op == "rem":
             return 0, 0, min(a[2], b[1] - 1)
     return None
+
+
+# -- whole-array reductions ---------------------------------------------------------------------
+
+# Operations a reduction may fold in any order (float sums and products are reassociated, as
+# the renderers' vectorized reductions are).
+FOLDS = ("add", "mul", "max", "min", "and", "or")
+
+
+def whole_array_reduction(kernel: K.Kernel):
+    """(acc, op, term, loops, rest) when the kernel is `acc = init; for ...: for ...:
+    acc = op(acc, term); <statements after>`, a whole-array reduction whose term reads no
+    buffer the kernel writes; else None. `rest` is [the init statement, *the statements after]."""
+    body = kernel.body
+    if len(body) < 2 or not isinstance(body[0], K.SetAcc) or not isinstance(body[1], K.Loop):
+        return None
+    init, nest, after = body[0], body[1], body[2:]
+    acc = init.acc
+    if any(isinstance(stmt, K.Loop) for stmt in after) or _reads(init.value, lambda e: True):
+        return None
+    loops = [nest]
+    while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], K.Loop):
+        loops.append(loops[-1].body[0])
+    if any(loop.stop <= loop.start for loop in loops):
+        return None  # nothing to fold: the kernel runs as written
+    inner = loops[-1].body
+    if len(inner) != 1 or not isinstance(inner[0], K.SetAcc) or inner[0].acc is not acc:
+        return None
+    fold = inner[0].value
+    if not (isinstance(fold, K.Binary) and fold.op in FOLDS):
+        return None
+    if isinstance(fold.a, K.AccRead) and fold.a.acc is acc:
+        term = fold.b
+    elif isinstance(fold.b, K.AccRead) and fold.b.acc is acc:
+        term = fold.a
+    else:
+        return None
+    written = {stmt.buffer for stmt in after if isinstance(stmt, K.Store)}
+    if _reads(
+        term, lambda e: isinstance(e, K.AccRead) or (isinstance(e, K.Load) and e.buffer in written)
+    ):
+        return None
+    return acc, fold.op, term, loops, [init, *after]
+
+
+def _reads(expr: K.Expr, found) -> bool:
+    """Whether a node of `expr` satisfying `found` is an accumulator read or a load."""
+    return any(isinstance(e, (K.AccRead, K.Load)) and found(e) for e in K.nodes(expr))
+
+
+def identity(op: str, dtype: np.dtype):
+    """The value x with op(x, y) = y for every y of `dtype`."""
+    if dtype == K.BOOL:
+        return op in ("mul", "min", "and")
+    if op in ("add", "or"):
+        return 0
+    if op == "mul":
+        return 1
+    if op == "and":
+        return -1
+    if dtype.kind == "f":
+        return -np.inf if op == "max" else np.inf
+    info = np.iinfo(dtype)
+    return info.min if op == "max" else info.max
+
+
+# A whole-array reduction is split into this many partial folds (a thread takes a contiguous
+# share of them): as many as the threads of any CPU this runs on may usefully take, and a
+# fixed count, so that the result does not depend on the number of threads.
+REDUCTION_CHUNKS = 64
+
+
+def split_reductions(program, min_work: int) -> None:
+    """Replaces, in `program` and the programs its steps hold, each whole-array reduction of
+    at least `min_work` iterations with two kernels: REDUCTION_CHUNKS independent partial
+    folds over contiguous parts of its outer loop, which may run on threads, then one fold of
+    the partials (and of the few iterations left over) with the init value and the statements
+    after."""
+    from funcgrad.compiler.schedule import KernelStep, inner_programs
+
+    steps = []
+    for step in program.steps:
+        for inner in inner_programs(step):
+            split_reductions(inner, min_work)
+        if isinstance(step, KernelStep) and work(step.kernel) >= min_work:
+            kernels = _split(step.kernel)
+            if kernels is not None:
+                steps += [KernelStep(k, step.eqns) for k in kernels]
+                continue
+        steps.append(step)
+    program.steps[:] = steps
+
+
+def _split(kernel: K.Kernel) -> list[K.Kernel] | None:
+    found = whole_array_reduction(kernel)
+    if found is None:
+        return None
+    acc, op, term, loops, (init, *after) = found
+    outer = loops[0]
+    chunks = min(REDUCTION_CHUNKS, outer.stop - outer.start)
+    if chunks < 2:
+        return None
+    share = (outer.stop - outer.start) // chunks
+    partials = K.Buffer(f"partial_{kernel.name}", acc.dtype, chunks)
+    chunk, step = K.fresh_index("c"), K.fresh_index("i")
+    position = chunk * K.const(share, K.INDEX) + step + K.const(outer.start, K.INDEX)
+    partial = K.fresh_acc(acc.dtype)
+    first = K.Kernel(
+        f"{kernel.name}_parts",
+        kernel.inputs,
+        [partials],
+        [
+            K.Loop(
+                chunk,
+                0,
+                chunks,
+                [
+                    K.SetAcc(partial, K.const(identity(op, acc.dtype), acc.dtype)),
+                    K.Loop(
+                        step, 0, share, _fold_nest(loops[1:], partial, op, term, outer, position)
+                    ),
+                    K.Store(partials, chunk, partial.read()),
+                ],
+            )
+        ],
+    )
+    each = K.fresh_index("c")
+    body = [
+        init,
+        K.Loop(each, 0, chunks, [K.SetAcc(acc, K.binary(op, acc.read(), K.Load(partials, each)))]),
+    ]
+    left = outer.start + chunks * share
+    if left < outer.stop:
+        rest = K.fresh_index("i")
+        body.append(
+            K.Loop(rest, left, outer.stop, _fold_nest(loops[1:], acc, op, term, outer, rest))
+        )
+    second = K.Kernel(
+        kernel.name, [*kernel.inputs, partials], kernel.outputs, body + after, kernel.scratch
+    )
+    return [first, second]
+
+
+def _fold_nest(
+    loops: list, acc: K.Acc, op: str, term: K.Expr, outer: K.Loop, position: K.Expr
+) -> list:
+    """The statements folding `term` into `acc` over `loops` (the inner loops of a reduction),
+    with the outer loop's index standing for `position`."""
+    body = [K.SetAcc(acc, K.binary(op, acc.read(), _substituted(term, outer.index, position)))]
+    for loop in reversed(loops):
+        body = [K.Loop(loop.index, loop.start, loop.stop, body)]
+    return body
+
+
+def _substituted(expr: K.Expr, index: K.Index, value: K.Expr) -> K.Expr:
+    """`expr` with `value` in place of `index` (shared subexpressions stay shared; iterative,
+    as expression DAGs may be deep)."""
+    done: dict = {id(index): value}
+    pending = [expr]
+    while pending:
+        e = pending[-1]
+        if id(e) in done:
+            pending.pop()
+            continue
+        children = {
+            f.name: getattr(e, f.name)
+            for f in dataclasses.fields(e)
+            if f.init and isinstance(getattr(e, f.name), K.Expr)
+        }
+        todo = [child for child in children.values() if id(child) not in done]
+        if todo:
+            pending += todo
+            continue
+        pending.pop()
+        changes = {name: done[id(child)] for name, child in children.items()}
+        same = all(changes[name] is child for name, child in children.items())
+        done[id(e)] = e if same else dataclasses.replace(e, **changes)
+    return done[id(expr)]

@@ -3,18 +3,24 @@ memory plan; a backend renders and runs what they produce."""
 
 from __future__ import annotations
 
-from funcgrad.compiler import passes
+from funcgrad.compiler import parallel, passes
 from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
 from funcgrad.compiler.memory import MemoryPlan, plan_memory
 from funcgrad.compiler.schedule import Program, schedule
 from funcgrad.ir import ClosedJaxpr
 
 
-def plan(closed: ClosedJaxpr) -> tuple[ClosedJaxpr, Program, MemoryPlan]:
-    """The optimized jaxpr, its program of steps and the program's memory plan."""
+def plan(
+    closed: ClosedJaxpr, split_reductions_from: int | None = None
+) -> tuple[ClosedJaxpr, Program, MemoryPlan]:
+    """The optimized jaxpr, its program of steps and the program's memory plan. Whole-array
+    reductions of at least `split_reductions_from` iterations become partial folds that may
+    run on threads (`parallel.split_reductions`)."""
     optimized = passes.optimize(closed)
     if mentions_complex(optimized.jaxpr):
         # Complex values compute as pairs of reals, laid out as the caller's buffers are.
         optimized = passes.optimize(lower_complex(optimized))
     program = schedule(optimized)
+    if split_reductions_from is not None:
+        parallel.split_reductions(program, split_reductions_from)
     return optimized, program, plan_memory(program)

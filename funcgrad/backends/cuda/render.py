@@ -24,7 +24,7 @@ from funcgrad import dtypes
 from funcgrad.backends.cuda.prelude import PRELUDE
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import CompileError
-from funcgrad.compiler.parallel import parallel_loop
+from funcgrad.compiler.parallel import identity, parallel_loop, whole_array_reduction
 
 BF16 = dtypes.bfloat16
 F16 = dtypes.float16
@@ -362,7 +362,7 @@ class _KernelWriter:
         for k, acc in enumerate(K.accumulators(kernel.body)):
             self.acc_names[acc] = f"acc{k}"
             self.emit(f"{value_type(acc.dtype)} acc{k};")
-        reduction = _block_reduction(kernel) if split is None else None
+        reduction = whole_array_reduction(kernel) if split is None else None
         if reduction is not None:
             self.block_reduction(*reduction)
         elif split is None:
@@ -396,7 +396,7 @@ class _KernelWriter:
         name = self.acc_names[acc]
         partial = K.Buffer("partial", acc.dtype, MAX_BLOCK)
         self.emit(f"__shared__ {memory_type(acc.dtype)} partial[{MAX_BLOCK}];")
-        self.emit(f"{name} = {constant_text(_identity(op, acc.dtype), acc.dtype)};")
+        self.emit(f"{name} = {constant_text(identity(op, acc.dtype), acc.dtype)};")
         total = math.prod(loop.stop - loop.start for loop in loops)
         self.emit(f"for (long long flat = threadIdx.x; flat < {total}; flat += blockDim.x) {{")
         outer, self.indent = self.indent, self.indent + "  "
@@ -438,67 +438,6 @@ class _KernelWriter:
         combined = self.value(K.binary(op, init.value, K.Load(partial, first)))
         self.emit(f"{name} = {combined};")
         self.statements(after)
-
-
-# Operations a block may fold in any order (float sums and products are reassociated, as the
-# LLVM renderer's vectorized reductions are).
-_FOLDS = ("add", "mul", "max", "min", "and", "or")
-
-
-def _block_reduction(kernel: K.Kernel):
-    """(acc, op, term, loops, rest) when the kernel is `acc = init; for ...: for ...:
-    acc = op(acc, term); <statements after>`, a whole-array reduction whose term reads no
-    buffer the kernel writes; else None. `rest` is [the init statement, *the statements after]."""
-    body = kernel.body
-    if len(body) < 2 or not isinstance(body[0], K.SetAcc) or not isinstance(body[1], K.Loop):
-        return None
-    init, nest, after = body[0], body[1], body[2:]
-    acc = init.acc
-    if any(isinstance(stmt, K.Loop) for stmt in after) or _reads(init.value, lambda e: True):
-        return None
-    loops = [nest]
-    while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], K.Loop):
-        loops.append(loops[-1].body[0])
-    if any(loop.stop <= loop.start for loop in loops):
-        return None  # nothing to fold: the kernel runs as written
-    inner = loops[-1].body
-    if len(inner) != 1 or not isinstance(inner[0], K.SetAcc) or inner[0].acc is not acc:
-        return None
-    fold = inner[0].value
-    if not (isinstance(fold, K.Binary) and fold.op in _FOLDS):
-        return None
-    if isinstance(fold.a, K.AccRead) and fold.a.acc is acc:
-        term = fold.b
-    elif isinstance(fold.b, K.AccRead) and fold.b.acc is acc:
-        term = fold.a
-    else:
-        return None
-    written = {stmt.buffer for stmt in after if isinstance(stmt, K.Store)}
-    if _reads(
-        term, lambda e: isinstance(e, K.AccRead) or (isinstance(e, K.Load) and e.buffer in written)
-    ):
-        return None
-    return acc, fold.op, term, loops, [init, *after]
-
-
-def _reads(expr: K.Expr, found) -> bool:
-    """Whether a node of `expr` satisfying `found` is an accumulator read or a load."""
-    return any(isinstance(e, (K.AccRead, K.Load)) and found(e) for e in K.nodes(expr))
-
-
-def _identity(op: str, dtype: np.dtype):
-    if dtype == K.BOOL:
-        return op in ("mul", "min", "and")
-    if op in ("add", "or"):
-        return 0
-    if op == "mul":
-        return 1
-    if op == "and":
-        return -1
-    if _is_float(dtype):
-        return -np.inf if op == "max" else np.inf
-    info = np.iinfo(dtype)
-    return info.min if op == "max" else info.max
 
 
 def _plus(start: int) -> str:

@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 
 from funcgrad.array import Array
-from funcgrad.backends.llvm import blas, buffers
+from funcgrad.backends.llvm import blas, buffers, render
 from funcgrad.backends.llvm.engine import Compiled
 from funcgrad.backends.llvm.render import CALLBACK_TABLE, ModuleRenderer
 from funcgrad.backends.numpy.executor import NumpyExecutable
@@ -44,7 +44,7 @@ class LlvmExecutable:
 
     def __init__(self, closed: ClosedJaxpr, donated: tuple[int, ...] = ()):
         self.closed = closed
-        self.optimized, self.program, self.memory = stages.plan(closed)
+        self.optimized, self.program, self.memory = stages.plan(closed, render.PARALLEL_WORK)
         self.donated = donated_outputs(self.program, donated)  # output -> input whose memory
         _warn_unusable(closed, sorted(set(donated) - set(self.donated.values())))
         callback_steps = _callback_steps(self.program)
