@@ -479,11 +479,12 @@ def _histogram_nd(sample, edges: list, weights, density):
     counts = lax.full((math.prod(shape),), 0, sample.dtype).at[flat].add(weights)
     hist = lax.reshape(counts, shape)
     if density:
-        volume = lax.full(shape, 1, sample.dtype)
+        # NumPy's order of divisions (each axis's widths, then the total), so that results
+        # round, overflow and underflow as NumPy's do.
+        total = reductions.sum(hist)
         for d, e in enumerate(edges):
-            width = diff(e)
-            volume = volume * lax.broadcast_in_dim(width, shape, (d,))
-        hist = hist / (reductions.sum(hist) * volume)
+            hist = hist / lax.broadcast_in_dim(diff(e), shape, (d,))
+        hist = hist / total
     return hist, edges
 
 
