@@ -4,10 +4,12 @@ A C library call per element keeps a loop from vectorizing, so renderers expand 
 operations into arithmetic, bit manipulation and selects, which vectorize like the rest of
 the loop. Each follows the textbook construction:
 
-- exp: n = round(x / ln 2), r = x - n ln 2 with ln 2 split in two (Cody-Waite, so r is exact
-  to working precision), e^r by its Taylor polynomial on |r| <= ln(2)/2 (degree 7 for float32,
-  13 for float64: truncation below a tenth of an ulp), then 2^n applied in two halves through
-  the exponent bits (so results that overflow or fall into subnormals come out right).
+- exp: x clamped to where exp overflows or rounds to 0 (a NaN passes), n = round(x / ln 2)
+  by adding 1.5 * 2^mantissa (which also leaves n in the low bits, no conversion needed),
+  r = x - n ln 2 with ln 2 split in two (Cody-Waite, so r is exact to working precision), e^r
+  by its Taylor polynomial on |r| <= ln(2)/2 (degree 7 for float32, 13 for float64:
+  truncation below a tenth of an ulp), then 2^n applied in two halves through the exponent
+  bits (so results that overflow or fall into subnormals come out right, with no selects).
 - log: x = m 2^e with m in [sqrt(1/2), sqrt(2)); log m = 2 atanh(s), s = (m - 1)/(m + 1), by
   its odd series in s (|s| <= 0.172), plus e ln 2 (split in two). Subnormal inputs are first
   scaled into the normal range.

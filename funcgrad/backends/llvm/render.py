@@ -488,15 +488,19 @@ INTERLEAVE_TRIPS = 256
 INTERLEAVE_MAX_SIZE = 64
 
 
-def _expression_size(body: list) -> int:
-    """How many expression nodes a loop body's statements have (shared ones once each)."""
+def _short_body(body: list) -> bool:
+    """Whether a loop body's statements have at most INTERLEAVE_MAX_SIZE expression nodes
+    (shared ones once each); the walk stops past that bound."""
     seen = set()
     for stmt in body:
         for field in dataclasses.fields(stmt):
             root = getattr(stmt, field.name)
             if isinstance(root, K.Expr):
-                seen.update(id(node) for node in K.nodes(root))
-    return len(seen)
+                for node in K.nodes(root):
+                    seen.add(id(node))
+                    if len(seen) > INTERLEAVE_MAX_SIZE:
+                        return False
+    return True
 
 
 def _chunk_function(name: str, num_buffers: int) -> str:
@@ -639,7 +643,7 @@ class ModuleRenderer:
         node = f"!{len(self.metadata)}"
         hints = ['!{!"llvm.loop.unroll.disable"}']
         long = loop.stop - loop.start >= INTERLEAVE_TRIPS
-        if long and _expression_size(loop.body) <= INTERLEAVE_MAX_SIZE:
+        if long and _short_body(loop.body):
             hints.append(f'!{{!"llvm.loop.interleave.count", i32 {INTERLEAVE}}}')
         self.metadata.append(f"{node} = distinct !{{{node}, {', '.join(hints)}}}")
         return node
