@@ -247,6 +247,35 @@ def test_a_nan_anywhere_reaches_the_block_reductions_result():
         assert_same_as_reference(lambda y: (y.max(), y.min(), y.sum()), y)
 
 
+@pytest.mark.parametrize("size", [(1 << 15) + 3, 3 << 15])
+def test_long_reductions_fold_strided_parts_on_the_grid_then_one_block(size):
+    """Past REDUCTIONS.min_work a reduction is 2^14 strided partial folds (a grid-stride loop)
+    and a block's fold of them with the init and the elements left over; NaNs anywhere
+    arrive, and integer sums wrap as the reference's do."""
+    x = np.random.default_rng(3).standard_normal(size).astype(np.float32)
+    nan = x.copy()
+    nan[[5, size - 2]] = np.nan
+    ints = (x * 1e6).astype(np.int32)
+
+    def f(x, nan, ints):
+        return (
+            x.sum(),
+            fnp.max(x),
+            fnp.min(x),
+            fnp.prod(fnp.where(x > 2.5, 2.0, fnp.where(x < -2.5, 0.5, 1.0))),  # exact
+            (x > 3.5).any(),
+            (x < 4.5).all(),
+            nan.max(),
+            nan.sum(),
+            ints.sum(),
+            lax.reduce(x, np.float32(5.0), lax.max, (0,)),  # an init that is no identity
+        )
+
+    assert_same_as_reference(f, x, nan, ints, exact=False, rtol=1e-4)
+    text = compiled_text(f, x, nan, ints)
+    assert "_parts" in text and "__syncthreads();" in text
+
+
 def test_rows_too_long_for_thread_local_scratch_run_on_one_thread():
     x = np.random.default_rng(1).standard_normal((3, 6000)).astype(np.float32)
 

@@ -183,16 +183,40 @@ FOLDS = ("add", "mul", "max", "min", "and", "or")
 
 
 def whole_array_reduction(kernel: K.Kernel):
-    """(acc, op, term, loops, rest) when the kernel is `acc = init; for ...: for ...:
-    acc = op(acc, term); <statements after>`, a whole-array reduction whose term reads no
-    buffer the kernel writes; else None. `rest` is [the init statement, *the statements after]."""
+    """(acc, op, folds, rest) when the kernel is `acc = init; <fold nests>; <statements
+    after>`, each fold nest `for ...: for ...: acc = op(acc, term)` with one op for all, a
+    whole-array reduction whose terms read no buffer the kernel writes; else None. `folds`
+    holds each nest's (term, loops), `rest` is [the init statement, *the statements after]."""
     body = kernel.body
-    if len(body) < 2 or not isinstance(body[0], K.SetAcc) or not isinstance(body[1], K.Loop):
+    if len(body) < 2 or not isinstance(body[0], K.SetAcc):
         return None
-    init, nest, after = body[0], body[1], body[2:]
-    acc = init.acc
-    if any(isinstance(stmt, K.Loop) for stmt in after) or _reads(init.value, lambda e: True):
+    init, acc = body[0], body[0].acc
+    ops, folds = set(), []
+    count = 1
+    while count < len(body) and isinstance(body[count], K.Loop):
+        found = _fold(body[count], acc)
+        if found is None:
+            return None
+        ops.add(found[0])
+        folds.append(found[1:])
+        count += 1
+    after = body[count:]
+    if not folds or len(ops) != 1 or any(isinstance(stmt, K.Loop) for stmt in after):
         return None
+    if _reads(init.value, lambda e: True):
+        return None
+    written = {stmt.buffer for stmt in after if isinstance(stmt, K.Store)}
+    for term, _ in folds:
+        if _reads(
+            term,
+            lambda e: isinstance(e, K.AccRead) or (isinstance(e, K.Load) and e.buffer in written),
+        ):
+            return None
+    return acc, ops.pop(), folds, [init, *after]
+
+
+def _fold(nest: K.Loop, acc: K.Acc):
+    """(op, term, loops) when `nest` is perfectly nested loops around `acc = op(acc, term)`."""
     loops = [nest]
     while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], K.Loop):
         loops.append(loops[-1].body[0])
@@ -205,17 +229,10 @@ def whole_array_reduction(kernel: K.Kernel):
     if not (isinstance(fold, K.Binary) and fold.op in FOLDS):
         return None
     if isinstance(fold.a, K.AccRead) and fold.a.acc is acc:
-        term = fold.b
-    elif isinstance(fold.b, K.AccRead) and fold.b.acc is acc:
-        term = fold.a
-    else:
-        return None
-    written = {stmt.buffer for stmt in after if isinstance(stmt, K.Store)}
-    if _reads(
-        term, lambda e: isinstance(e, K.AccRead) or (isinstance(e, K.Load) and e.buffer in written)
-    ):
-        return None
-    return acc, fold.op, term, loops, [init, *after]
+        return fold.op, fold.b, loops
+    if isinstance(fold.b, K.AccRead) and fold.b.acc is acc:
+        return fold.op, fold.a, loops
+    return None
 
 
 def _reads(expr: K.Expr, found) -> bool:
@@ -239,26 +256,32 @@ def identity(op: str, dtype: np.dtype):
     return info.min if op == "max" else info.max
 
 
-# A whole-array reduction is split into this many partial folds (a thread takes a contiguous
-# share of them): as many as the threads of any CPU this runs on may usefully take, and a
-# fixed count, so that the result does not depend on the number of threads.
-REDUCTION_CHUNKS = 64
+@dataclasses.dataclass(frozen=True)
+class ReductionSplit:
+    """How a backend splits whole-array reductions of at least `min_work` iterations: into
+    `parts` partial folds, each over a contiguous share of the outer loop (CPU threads: each
+    reads its own cache lines and vectorizes) or, `strided`, over every `parts`-th iteration
+    (GPU threads: neighbouring threads read neighbouring elements at once). A fixed part
+    count keeps the bits of a float sum independent of the number of threads."""
+
+    min_work: int
+    parts: int
+    strided: bool = False
 
 
-def split_reductions(program, min_work: int) -> None:
+def split_reductions(program, split: ReductionSplit) -> None:
     """Replaces, in `program` and the programs its steps hold, each whole-array reduction of
-    at least `min_work` iterations with two kernels: REDUCTION_CHUNKS independent partial
-    folds over contiguous parts of its outer loop, which may run on threads, then one fold of
-    the partials (and of the few iterations left over) with the init value and the statements
-    after."""
+    at least `split.min_work` iterations with two kernels: independent partial folds over
+    parts of its outer loop, which may run on threads, then one fold of the partials (and of
+    the iterations left over) with the init value and the statements after."""
     from funcgrad.compiler.schedule import KernelStep, inner_programs
 
     steps = []
     for step in program.steps:
         for inner in inner_programs(step):
-            split_reductions(inner, min_work)
-        if isinstance(step, KernelStep) and work(step.kernel) >= min_work:
-            kernels = _split(step.kernel)
+            split_reductions(inner, split)
+        if isinstance(step, KernelStep) and work(step.kernel) >= split.min_work:
+            kernels = _split(step.kernel, split)
             if kernels is not None:
                 steps += [KernelStep(k, step.eqns) for k in kernels]
                 continue
@@ -266,35 +289,38 @@ def split_reductions(program, min_work: int) -> None:
     program.steps[:] = steps
 
 
-def _split(kernel: K.Kernel) -> list[K.Kernel] | None:
+def _split(kernel: K.Kernel, split: ReductionSplit) -> list[K.Kernel] | None:
     found = whole_array_reduction(kernel)
-    if found is None:
+    if found is None or len(found[2]) != 1:
         return None
-    acc, op, term, loops, (init, *after) = found
+    acc, op, [(term, loops)], (init, *after) = found
     outer = loops[0]
-    chunks = min(REDUCTION_CHUNKS, outer.stop - outer.start)
-    if chunks < 2:
+    parts = min(split.parts, outer.stop - outer.start)
+    if parts < 2:
         return None
-    share = (outer.stop - outer.start) // chunks
-    partials = K.Buffer(f"partial_{kernel.name}", acc.dtype, chunks)
-    chunk, step = K.fresh_index("c"), K.fresh_index("i")
-    position = chunk * K.const(share, K.INDEX) + step + K.const(outer.start, K.INDEX)
+    share = (outer.stop - outer.start) // parts
+    partials = K.Buffer(f"partial_{kernel.name}", acc.dtype, parts)
+    part, step = K.fresh_index("c"), K.fresh_index("i")
+    if split.strided:
+        position = step * K.const(parts, K.INDEX) + part
+    else:
+        position = part * K.const(share, K.INDEX) + step
+    position = position + K.const(outer.start, K.INDEX)
     partial = K.fresh_acc(acc.dtype)
+    fold = _fold_nest(loops[1:], partial, op, term, outer, position)
     first = K.Kernel(
         f"{kernel.name}_parts",
         kernel.inputs,
         [partials],
         [
             K.Loop(
-                chunk,
+                part,
                 0,
-                chunks,
+                parts,
                 [
                     K.SetAcc(partial, K.const(identity(op, acc.dtype), acc.dtype)),
-                    K.Loop(
-                        step, 0, share, _fold_nest(loops[1:], partial, op, term, outer, position)
-                    ),
-                    K.Store(partials, chunk, partial.read()),
+                    K.Loop(step, 0, share, fold),
+                    K.Store(partials, part, partial.read()),
                 ],
             )
         ],
@@ -302,9 +328,9 @@ def _split(kernel: K.Kernel) -> list[K.Kernel] | None:
     each = K.fresh_index("c")
     body = [
         init,
-        K.Loop(each, 0, chunks, [K.SetAcc(acc, K.binary(op, acc.read(), K.Load(partials, each)))]),
+        K.Loop(each, 0, parts, [K.SetAcc(acc, K.binary(op, acc.read(), K.Load(partials, each)))]),
     ]
-    left = outer.start + chunks * share
+    left = outer.start + parts * share
     if left < outer.stop:
         rest = K.fresh_index("i")
         body.append(

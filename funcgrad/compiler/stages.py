@@ -11,16 +11,16 @@ from funcgrad.ir import ClosedJaxpr
 
 
 def plan(
-    closed: ClosedJaxpr, split_reductions_from: int | None = None
+    closed: ClosedJaxpr, reductions: parallel.ReductionSplit | None = None
 ) -> tuple[ClosedJaxpr, Program, MemoryPlan]:
-    """The optimized jaxpr, its program of steps and the program's memory plan. Whole-array
-    reductions of at least `split_reductions_from` iterations become partial folds that may
-    run on threads (`parallel.split_reductions`)."""
+    """The optimized jaxpr, its program of steps and the program's memory plan. Large
+    whole-array reductions become partial folds that may run on threads, as `reductions`
+    says (`parallel.split_reductions`)."""
     optimized = passes.optimize(closed)
     if mentions_complex(optimized.jaxpr):
         # Complex values compute as pairs of reals, laid out as the caller's buffers are.
         optimized = passes.optimize(lower_complex(optimized))
     program = schedule(optimized)
-    if split_reductions_from is not None:
-        parallel.split_reductions(program, split_reductions_from)
+    if reductions is not None:
+        parallel.split_reductions(program, reductions)
     return optimized, program, plan_memory(program)

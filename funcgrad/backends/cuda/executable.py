@@ -27,6 +27,7 @@ from funcgrad.compiler import stages
 from funcgrad.compiler.fusion import CompileError
 from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.memory import constants, nbytes
+from funcgrad.compiler.parallel import ReductionSplit
 from funcgrad.compiler.schedule import (
     CallbackStep,
     CondStep,
@@ -38,6 +39,11 @@ from funcgrad.compiler.schedule import (
     all_steps,
 )
 from funcgrad.ir import ClosedJaxpr
+
+# A whole-array reduction longer than one block folds well is split into this many strided
+# partial folds (a grid of threads, neighbours reading neighbouring elements), whose results
+# one block then folds.
+REDUCTIONS = ReductionSplit(min_work=1 << 15, parts=1 << 14, strided=True)
 
 
 class Emulator:
@@ -122,7 +128,7 @@ class CudaExecutable:
     def __init__(self, closed: ClosedJaxpr, donated: tuple[int, ...] = (), device=None):
         self.closed = closed
         self.device = device if device is not None else gpu()
-        self.optimized, self.program, self.memory = stages.plan(closed)
+        self.optimized, self.program, self.memory = stages.plan(closed, REDUCTIONS)
         steps = list(all_steps(self.program))
         for step in steps:
             if isinstance(step, FortranCall):

@@ -387,32 +387,37 @@ class _KernelWriter:
         threads = 1 if split is None else split.stop - split.start
         return CudaKernel(self.name, params, read_only, threads, source, reduction is not None)
 
-    def block_reduction(self, acc: K.Acc, op: str, term: K.Expr, loops: list, rest: list):
-        """A whole-array reduction on one block: each thread folds a strided share of the
+    def block_reduction(self, acc: K.Acc, op: str, folds: list, rest: list):
+        """A whole-array reduction on one block: each thread folds a strided share of each
         flattened loop nest into its own accumulator, then the block combines them in shared
         memory (a tree of halving steps: blocks are a power of two threads), and thread 0
-        finishes with the initial value and the statements after the loop."""
+        finishes with the initial value and the statements after the loops."""
         init, after = rest[0], rest[1:]
         name = self.acc_names[acc]
         partial = K.Buffer("partial", acc.dtype, MAX_BLOCK)
         self.emit(f"__shared__ {memory_type(acc.dtype)} partial[{MAX_BLOCK}];")
         self.emit(f"{name} = {constant_text(identity(op, acc.dtype), acc.dtype)};")
-        total = math.prod(loop.stop - loop.start for loop in loops)
-        self.emit(f"for (long long flat = threadIdx.x; flat < {total}; flat += blockDim.x) {{")
-        outer, self.indent = self.indent, self.indent + "  "
-        stride = total
-        for loop in loops:
-            stride //= loop.stop - loop.start
-            index = self.index_name(loop.index)
+        outer = self.indent
+        for k, (term, loops) in enumerate(folds):
+            total = math.prod(loop.stop - loop.start for loop in loops)
+            flat = f"flat{k}"
             self.emit(
-                f"const long long {index} = {_plus(loop.start)}flat / {stride} % "
-                f"{loop.stop - loop.start};"
+                f"for (long long {flat} = threadIdx.x; {flat} < {total}; {flat} += blockDim.x) {{"
             )
-        self.memo = {}
-        folded = self.value(K.binary(op, acc.read(), term))
-        self.emit(f"{name} = {folded};")
-        self.indent = outer
-        self.emit("}")
+            self.indent = outer + "  "
+            stride = total
+            for loop in loops:
+                stride //= loop.stop - loop.start
+                index = self.index_name(loop.index)
+                self.emit(
+                    f"const long long {index} = {_plus(loop.start)}{flat} / {stride} % "
+                    f"{loop.stop - loop.start};"
+                )
+            self.memo = {}
+            folded = self.value(K.binary(op, acc.read(), term))
+            self.emit(f"{name} = {folded};")
+            self.indent = outer
+            self.emit("}")
         lane = K.Index("lane")
         self.index_names[lane] = "(long long)threadIdx.x"
         self.emit(f"partial[threadIdx.x] = {_to_memory(name, acc.dtype)};")

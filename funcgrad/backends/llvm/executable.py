@@ -25,6 +25,7 @@ from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import stages
 from funcgrad.compiler.donation import donated_outputs
 from funcgrad.compiler.memory import MemoryPlan
+from funcgrad.compiler.parallel import ReductionSplit
 from funcgrad.compiler.schedule import (
     CallbackStep,
     Program,
@@ -33,6 +34,10 @@ from funcgrad.compiler.schedule import (
 from funcgrad.config import config
 from funcgrad.interpreters import parallel
 from funcgrad.ir import ClosedJaxpr
+
+# Whole-array reductions fold this many contiguous parts, a thread taking a run of them: as
+# many as the threads of any CPU this runs on may usefully take.
+REDUCTION_PARTS = 64
 
 _ENTRY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _BYTE = np.dtype(np.uint8)
@@ -44,7 +49,9 @@ class LlvmExecutable:
 
     def __init__(self, closed: ClosedJaxpr, donated: tuple[int, ...] = ()):
         self.closed = closed
-        self.optimized, self.program, self.memory = stages.plan(closed, render.PARALLEL_WORK)
+        self.optimized, self.program, self.memory = stages.plan(
+            closed, ReductionSplit(render.PARALLEL_WORK, REDUCTION_PARTS)
+        )
         self.donated = donated_outputs(self.program, donated)  # output -> input whose memory
         _warn_unusable(closed, sorted(set(donated) - set(self.donated.values())))
         callback_steps = _callback_steps(self.program)
