@@ -64,6 +64,8 @@ class LlvmExecutable:
             self.machine_code.fill_table(CALLBACK_TABLE, addresses)
         self._entry = _ENTRY(self.machine_code.entry_address)
         out_avals = closed.out_avals
+        self._arena_shape = (self.memory.arena_bytes,) if self.memory.arena_bytes else None
+        self._empty_arena = buffers.allocator((self.memory.arena_bytes,), _BYTE)
         self._out_specs = [
             (buffers.allocator(a.shape, a.dtype), a.shape, a.dtype) for a in out_avals
         ]
@@ -134,8 +136,7 @@ class LlvmExecutable:
         ]
 
     def _arena(self) -> np.ndarray | None:
-        size = self.memory.arena_bytes
-        return buffers.allocator((size,), _BYTE)((size,), _BYTE) if size else None
+        return self._empty_arena(self._arena_shape, _BYTE) if self._arena_shape else None
 
     def _check_nans(self, args, outputs) -> None:
         """Re-run on the reference backend, which names the first primitive making a NaN."""
