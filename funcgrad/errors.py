@@ -57,3 +57,8 @@ def _trace_description(tracer) -> str:
     trace = getattr(tracer, "_trace", None)
     info = getattr(trace, "debug_info", None)
     return f"while tracing {info}" if info else "under a transformation"
+
+
+class OutOfDeviceMemoryError(MemoryError):
+    """A device could not hold a compiled call's buffers; the message names each one's size.
+    Nothing ran, so no output or argument was written."""

@@ -16,6 +16,7 @@ import funcgrad.numpy as fnp
 from funcgrad import dtypes, lax
 from funcgrad.backends.cuda import emulator, nvrtc
 from funcgrad.compiler.fusion import CompileError
+from funcgrad.errors import OutOfDeviceMemoryError
 
 pytestmark = [
     pytest.mark.cuda,
@@ -274,6 +275,24 @@ def test_long_reductions_fold_strided_parts_on_the_grid_then_one_block(size):
     assert_same_as_reference(f, x, nan, ints, exact=False, rtol=1e-4)
     text = compiled_text(f, x, nan, ints)
     assert "_parts" in text and "__syncthreads();" in text
+
+
+def test_running_out_of_device_memory_names_every_buffer_and_runs_nothing():
+    seen = []
+
+    def f(s, x):
+        fg.debug.callback(lambda: seen.append(1))
+        return lax.broadcast_in_dim(s, (1 << 42,), ()) + 1, x * 2
+
+    x = np.ones((3, 4), np.float32)
+    with jit_backend("cuda_emulator"), pytest.raises(OutOfDeviceMemoryError) as caught:
+        fg.jit(f)(np.float32(1), x)
+    message = str(caught.value)
+    assert isinstance(caught.value, MemoryError)
+    for part in ("16.0 TiB", "float32[4398046511104]", "float32[3, 4] (48 B)", "Nothing ran"):
+        assert part in message
+    assert seen == []  # no step ran
+    np.testing.assert_array_equal(x, np.ones((3, 4), np.float32))
 
 
 def test_rows_too_long_for_thread_local_scratch_run_on_one_thread():

@@ -38,6 +38,7 @@ from funcgrad.compiler.schedule import (
     WhileStep,
     all_steps,
 )
+from funcgrad.errors import OutOfDeviceMemoryError
 from funcgrad.ir import ClosedJaxpr
 
 # A whole-array reduction longer than one block folds well is split into this many strided
@@ -52,6 +53,7 @@ class Emulator:
     would compile it, when NVRTC is installed."""
 
     xp = np
+    name = "the emulated GPU (host memory)"
     # Small blocks and a capped grid, so that grid-stride loops take several turns.
     BLOCK = 32
     MAX_GRID = 4
@@ -67,6 +69,9 @@ class Emulator:
 
     def upload(self, value: np.ndarray) -> np.ndarray:
         return value
+
+    def memory_note(self) -> str:
+        return ""
 
     def download(self, value) -> np.ndarray:
         return value
@@ -85,6 +90,15 @@ class Gpu:
         self.xp = _cupy()
         # Enough blocks to fill every multiprocessor several times; grid-stride loops do the rest.
         self.max_grid = self.xp.cuda.Device().attributes["MultiProcessorCount"] * 32
+        self.name = f"GPU {self.xp.cuda.Device().id}"
+
+    def memory_note(self) -> str:
+        free, total = self.xp.cuda.runtime.memGetInfo()
+        pool = self.xp.get_default_memory_pool()
+        return (
+            f"; the GPU has {_bytes(free)} free of {_bytes(total)}, and CuPy's pool holds "
+            f"{_bytes(pool.total_bytes())}, {_bytes(pool.used_bytes())} of it in use"
+        )
 
     def load(self, source: str, kernels: list[CudaKernel]):
         return self.xp.RawModule(code=source, options=("-std=c++17",))
@@ -153,6 +167,21 @@ class CudaExecutable:
         self._in_dtypes = [a.dtype for a in closed.in_avals]
 
     def __call__(self, *args) -> list[Array]:
+        try:
+            views, outputs = self._allocate(args)
+        except MemoryError as error:  # CuPy's OutOfMemoryError is one
+            raise OutOfDeviceMemoryError(self._out_of_memory(args)) from error
+        _Walk(self, views).steps(self.program.steps)
+        device = self.device
+        results = []
+        for out, (shape, dtype), weak in zip(outputs, self._out_shapes, self._out_weak):
+            value = _host(device.download(out), dtype).reshape(shape)
+            results.append(Array(value[()] if value.ndim == 0 else value, weak))
+        return results
+
+    def _allocate(self, args) -> tuple[dict, list]:
+        """Device buffers for a call, all before any kernel runs: the arguments' copies, the
+        outputs and the arena, as views by kernel-IR buffer."""
         device, xp = self.device, self.device.xp
         views = dict(self.consts)
         for buffer, arg, dtype in zip(self.program.inputs, args, self._in_dtypes):
@@ -164,12 +193,26 @@ class CudaExecutable:
         arena = xp.empty(max(self.memory.arena_bytes, 1), np.uint8)
         for buffer, offset in self.memory.offsets.items():
             views[buffer] = device.view(arena[offset : offset + nbytes(buffer)], buffer.dtype)
-        _Walk(self, views).steps(self.program.steps)
-        results = []
-        for out, (shape, dtype), weak in zip(outputs, self._out_shapes, self._out_weak):
-            value = _host(device.download(out), dtype).reshape(shape)
-            results.append(Array(value[()] if value.ndim == 0 else value, weak))
-        return results
+        return views, outputs
+
+    def _out_of_memory(self, args) -> str:
+        arguments = [(np.shape(a), np.dtype(d)) for a, d in zip(args, self._in_dtypes)]
+        results = [(shape, np.dtype(d)) for shape, d in self._out_shapes]
+
+        def listed(buffers) -> str:
+            sizes = [f"{d.name}{list(s)} ({_bytes(math.prod(s) * d.itemsize)})" for s, d in buffers]
+            return ", ".join(sizes) or "none"
+
+        total = self.memory.arena_bytes + sum(
+            math.prod(s) * d.itemsize for s, d in arguments + results
+        )
+        return (
+            f"out of memory on {self.device.name}: this call needs {_bytes(total)} at once: "
+            f"arguments {listed(arguments)}; results {listed(results)}; working memory "
+            f"{_bytes(self.memory.arena_bytes)} for the program's intermediates "
+            f"(compiled.memory_analysis() lists them){self.device.memory_note()}. Nothing ran: "
+            "free device arrays, or split the batch"
+        )
 
     def as_text(self) -> str:
         """The generated CUDA C: the prelude, then one kernel per fused step."""
@@ -180,6 +223,14 @@ class CudaExecutable:
 
     def memory_analysis(self):
         return self.memory
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
 
 
 def _grid(kernel: CudaKernel, block: int, max_grid: int) -> int:
