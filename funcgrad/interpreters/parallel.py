@@ -16,6 +16,7 @@ for the others fails with `CollectiveTimeoutError`. Nothing waits forever.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +56,7 @@ class Communicator:
         self.slots: list[Any] = [None] * num_local
         self.gathered: list[Any] = []
         self.what = ""
+        self.reduction = None
         self.failure: tuple[int, BaseException] | None = None
         self._barrier = threading.Barrier(
             num_local, action=self._exchange, timeout=config.collective_timeout
@@ -62,19 +64,39 @@ class Communicator:
 
     def all_gather(self, local_index: int, value, what: str) -> list:
         """The buffers of every device of the axis (all processes), in device order."""
+        return self._meet(local_index, value, what, None)
+
+    def all_reduce(self, local_index: int, value, combine, op: str, what: str):
+        """`combine` folded over the buffers of every device of the axis: this process's in
+        device order, then the processes' results (`op` names it to MPI: "sum", "max" or
+        "min"), one message per process instead of every device's buffer."""
+        return self._meet(local_index, value, what, (combine, op))
+
+    def _meet(self, local_index: int, value, what: str, reduction):
         self.slots[local_index] = value
-        self.what = what
+        self.what, self.reduction = what, reduction
         self._wait(what)
         gathered = self.gathered
         self._wait(what)
         return gathered
 
     def _exchange(self) -> None:
+        where = f"{self.what} over axis {self.axis_name!r}"
+        if self.reduction is not None:
+            combine, op = self.reduction
+            local = np.asarray(functools.reduce(combine, self.slots))
+            if distributed.process_count() > 1:
+                total = distributed.all_reduce(local, op, where)
+                if total is None:
+                    total = functools.reduce(combine, distributed.all_gather(local, where))
+                local = total
+            self.gathered = local
+            return
         if distributed.process_count() == 1:
             self.gathered = list(self.slots)
             return
         local = np.stack([np.asarray(v) for v in self.slots])
-        every = distributed.all_gather(local, f"{self.what} over axis {self.axis_name!r}")
+        every = distributed.all_gather(local, where)
         self.gathered = list(every.reshape((-1,) + local.shape[1:]))
 
     def _wait(self, what: str) -> None:
@@ -112,6 +134,9 @@ class ShardFrame:
 
     def all_gather(self, value, what: str) -> list:
         return self.communicator.all_gather(self.local_index, value, what)
+
+    def all_reduce(self, value, combine, op: str, what: str):
+        return self.communicator.all_reduce(self.local_index, value, combine, op, what)
 
 
 class _Frames(threading.local):

@@ -239,18 +239,20 @@ _reduction_axis_rule(pmax_p, reduce_max, lambda x, size: x)
 _reduction_axis_rule(pmin_p, reduce_min, lambda x, size: x)
 
 
-def _reduction_shard_rule(prim: Primitive, combine) -> None:
-    """Every device combines the buffers of all devices, in device order."""
+def _reduction_shard_rule(prim: Primitive, combine, op: str) -> None:
+    """Every device gets the buffers of all devices combined (this process's in device order,
+    then across processes)."""
 
     def rule(frame, x, *, axis_name):
-        return np.asarray(functools.reduce(combine, frame.all_gather(x, prim.name)), x.dtype)
+        # Each device gets its own copy of the combined buffer, as it would of its own result.
+        return np.array(frame.all_reduce(x, combine, op, prim.name), x.dtype)
 
     _def_shard_rule(prim)(rule)
 
 
-_reduction_shard_rule(psum_p, np.add)
-_reduction_shard_rule(pmax_p, np.maximum)
-_reduction_shard_rule(pmin_p, np.minimum)
+_reduction_shard_rule(psum_p, np.add, "sum")
+_reduction_shard_rule(pmax_p, np.maximum, "max")
+_reduction_shard_rule(pmin_p, np.minimum, "min")
 
 
 def _tree_collective(name: str, prim: Primitive):
