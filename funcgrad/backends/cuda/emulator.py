@@ -40,6 +40,25 @@ static fg_dim3 blockDim, gridDim;
 // its __shared__ arrays are the kernel's statics (one block runs at a time).
 static pthread_barrier_t fg_block_barrier;
 static inline void __syncthreads() { pthread_barrier_wait(&fg_block_barrier); }
+// A shuffle: each lane of the warp posts its value, the warp meets, each reads its source
+// lane's, and the warp meets again before the slots can change.
+static pthread_barrier_t fg_warp_barriers[32];
+template <class T> static inline T __shfl_down_sync(unsigned int, T v, unsigned int delta) {
+  static T lanes[1024];
+  const unsigned int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  lanes[threadIdx.x] = v;
+  pthread_barrier_wait(&fg_warp_barriers[warp]);
+  const T got = lane + delta < 32 ? lanes[threadIdx.x + delta] : v;
+  pthread_barrier_wait(&fg_warp_barriers[warp]);
+  return got;
+}
+static void fg_warps(unsigned int block, bool start) {  // a block's warp barriers
+  for (unsigned int w = 0; w * 32 < block; ++w) {
+    const unsigned int lanes = block - 32 * w < 32 ? block - 32 * w : 32;
+    if (start) pthread_barrier_init(&fg_warp_barriers[w], 0, lanes);
+    else pthread_barrier_destroy(&fg_warp_barriers[w]);
+  }
+}
 #define __shared__ static
 struct fg_thread { unsigned int index; void** args; };
 #define __global__
@@ -89,6 +108,7 @@ def _launcher(kernel: CudaKernel) -> str:
                 head,
                 "  gridDim.x = 1; blockDim.x = block;",
                 "  pthread_barrier_init(&fg_block_barrier, 0, block);",
+                "  fg_warps(block, true);",
                 "  pthread_t threads[1024]; fg_thread tasks[1024];",
                 "  for (unsigned int t = 0; t < block; ++t) {",
                 "    tasks[t].index = t; tasks[t].args = args;",
@@ -96,6 +116,7 @@ def _launcher(kernel: CudaKernel) -> str:
                 "  }",
                 "  for (unsigned int t = 0; t < block; ++t) pthread_join(threads[t], 0);",
                 "  pthread_barrier_destroy(&fg_block_barrier);",
+                "  fg_warps(block, false);",
                 "}",
             ]
         )

@@ -54,8 +54,11 @@ class Emulator:
 
     xp = np
     name = "the emulated GPU (host memory)"
-    # Small blocks and a capped grid, so that grid-stride loops take several turns.
+    # Small blocks and a capped grid, so that grid-stride loops take several turns; a
+    # cooperative block has two warps, so that its shared-memory tree and its warp shuffles
+    # both run.
     BLOCK = 32
+    COOPERATIVE_BLOCK = 64
     MAX_GRID = 4
 
     def load(self, source: str, kernels: list[CudaKernel]):
@@ -64,8 +67,9 @@ class Emulator:
         return EmulatedModule(source, kernels)
 
     def launch(self, module, kernel: CudaKernel, buffers: list[np.ndarray]) -> None:
-        grid = _grid(kernel, self.BLOCK, self.MAX_GRID)
-        module.launch(kernel, grid, self.BLOCK, [b.ctypes.data for b in buffers])
+        block = self.COOPERATIVE_BLOCK if kernel.cooperative else self.BLOCK
+        grid = _grid(kernel, block, self.MAX_GRID)
+        module.launch(kernel, grid, block, [b.ctypes.data for b in buffers])
 
     def upload(self, value: np.ndarray) -> np.ndarray:
         return value

@@ -168,5 +168,14 @@ __device__ __forceinline__ float fg_f64_to_f32_odd(double x) {
   if (back < x || back > x) bits |= 1u;
   return __uint_as_float(bits);
 }
+// The value `delta` lanes down the warp (a lane past the warp's end gets its own back), for
+// every register type: narrow ones travel as int.
+template <class T> __device__ __forceinline__ T fg_shfl_down(T v, unsigned int delta) {
+  if constexpr (sizeof(T) < 4) {
+    return (T)__shfl_down_sync(0xffffffffu, (int)v, delta);
+  } else {
+    return __shfl_down_sync(0xffffffffu, v, delta);
+  }
+}
 // ---- end of prelude ---------------------------------------------------------------------
 """

@@ -390,8 +390,9 @@ class _KernelWriter:
     def block_reduction(self, acc: K.Acc, op: str, folds: list, rest: list):
         """A whole-array reduction on one block: each thread folds a strided share of each
         flattened loop nest into its own accumulator, then the block combines them in shared
-        memory (a tree of halving steps: blocks are a power of two threads), and thread 0
-        finishes with the initial value and the statements after the loops."""
+        memory (a tree of halving steps down to 32: blocks are a power of two threads, at least
+        a warp), the first warp folds the last 32 with shuffles, and thread 0 finishes with the
+        initial value and the statements after the loops."""
         init, after = rest[0], rest[1:]
         name = self.acc_names[acc]
         partial = K.Buffer("partial", acc.dtype, MAX_BLOCK)
@@ -422,7 +423,7 @@ class _KernelWriter:
         self.index_names[lane] = "(long long)threadIdx.x"
         self.emit(f"partial[threadIdx.x] = {_to_memory(name, acc.dtype)};")
         self.emit("__syncthreads();")
-        self.emit("for (unsigned int half = blockDim.x / 2; half > 0; half /= 2) {")
+        self.emit("for (unsigned int half = blockDim.x / 2; half >= 32; half /= 2) {")
         self.indent += "  "
         self.emit("if (threadIdx.x < half) {")
         self.indent += "  "
@@ -436,12 +437,23 @@ class _KernelWriter:
         self.emit("__syncthreads();")
         self.indent = outer
         self.emit("}")
+        # The last 32 partials: the first warp folds them with shuffles, without barriers.
+        self.emit("if (threadIdx.x >= 32) return;")
+        self.memo = {}
+        self.emit(f"{name} = {self.value(K.Load(partial, lane))};")
+        shuffled = K.Acc("shuffled", acc.dtype)
+        self.acc_names[shuffled] = "shuffled"
+        self.emit(f"{value_type(acc.dtype)} shuffled;")
+        self.emit("for (unsigned int offset = 16; offset > 0; offset /= 2) {")
+        self.indent += "  "
+        self.emit(f"shuffled = fg_shfl_down({name}, offset);")
+        self.memo = {}
+        self.emit(f"{name} = {self.value(K.binary(op, acc.read(), shuffled.read()))};")
+        self.indent = outer
+        self.emit("}")
         self.emit("if (threadIdx.x != 0) return;")
         self.memo = {}
-        first = K.Index("first")
-        self.index_names[first] = "0LL"
-        combined = self.value(K.binary(op, init.value, K.Load(partial, first)))
-        self.emit(f"{name} = {combined};")
+        self.emit(f"{name} = {self.value(K.binary(op, init.value, acc.read()))};")
         self.statements(after)
 
 
