@@ -15,6 +15,11 @@ A kernel is parallel over its outer loop when its iterations are independent:
 Renderers split such a loop into contiguous chunks, one per thread (a CPU thread pool; a
 GPU's grid). `work` estimates the iterations of the innermost statements, to decide whether a
 kernel is large enough to pay for threads.
+
+A whole-array reduction (one accumulator folded over the whole nest) has no such loop:
+`split_reductions` rewrites a large one into partial folds, which do have one, and a fold of
+the partials (`whole_array_reduction` recognizes the pattern; the CUDA renderer also runs it
+on one cooperating block).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import dataclasses
 import numpy as np
 
 from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler.schedule import KernelStep, Program, inner_programs
 
 
 def parallel_loop(kernel: K.Kernel) -> K.Loop | None:
@@ -269,13 +275,11 @@ class ReductionSplit:
     strided: bool = False
 
 
-def split_reductions(program, split: ReductionSplit) -> None:
+def split_reductions(program: Program, split: ReductionSplit) -> None:
     """Replaces, in `program` and the programs its steps hold, each whole-array reduction of
     at least `split.min_work` iterations with two kernels: independent partial folds over
     parts of its outer loop, which may run on threads, then one fold of the partials (and of
     the iterations left over) with the init value and the statements after."""
-    from funcgrad.compiler.schedule import KernelStep, inner_programs
-
     steps = []
     for step in program.steps:
         for inner in inner_programs(step):
