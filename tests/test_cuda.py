@@ -72,6 +72,32 @@ def test_the_compiled_text_is_cuda_c_with_one_kernel_per_fused_step():
         assert ".entry k0_" in ptx and ".entry k1_" in ptx
 
 
+def test_ptx_is_kept_in_the_compilation_cache_per_architecture(tmp_path, monkeypatch):
+    if nvrtc.library() is None:
+        pytest.skip("NVRTC is not installed")
+    compiled = []
+    real = nvrtc.compile_ptx
+    monkeypatch.setattr(nvrtc, "compile_ptx", lambda *a: compiled.append(a[1:]) or real(*a))
+    monkeypatch.setattr(nvrtc, "_compiled", {})
+    previous = fg.config.compilation_cache_dir
+    fg.config.update("compilation_cache_dir", str(tmp_path))
+    try:
+        source = compiled_text(lambda x: fnp.exp(x).sum(), np.ones(100, np.float32))
+        first = nvrtc.ptx(source)
+        nvrtc._compiled.clear()  # as a new process would start
+        assert nvrtc.ptx(source) == first  # from disk
+        assert ".entry k0_" in nvrtc.ptx(source, "compute_80")  # another architecture
+        assert compiled == [("compute_90",), ("compute_80",)]
+        (entry,) = [p for p in (tmp_path / "cuda").iterdir() if p.stat().st_size > 0][:1]
+        entry.write_bytes(entry.read_bytes()[:-10])  # cut short: compiled again, not loaded
+        nvrtc._compiled.clear()
+        nvrtc.ptx(source)
+        nvrtc.ptx(source, "compute_80")
+        assert len(compiled) == 3
+    finally:
+        fg.config.update("compilation_cache_dir", previous)
+
+
 def test_an_nvrtc_error_shows_the_generated_line_and_its_kernel():
     if nvrtc.library() is None:
         pytest.skip("NVRTC is not installed")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class Emulator:
 
     def load(self, source: str, kernels: list[CudaKernel]):
         if nvrtc.library() is not None:
-            nvrtc.compile_ptx(source)
+            nvrtc.ptx(source)
         return EmulatedModule(source, kernels)
 
     def launch(self, module, kernel: CudaKernel, buffers: list[np.ndarray]) -> None:
@@ -85,8 +86,9 @@ class Emulator:
 
 
 class Gpu:
-    """A CUDA GPU through CuPy: modules compiled by NVRTC (CuPy keeps them in its on-disk
-    cache, per architecture), launches on the current stream, GEMMs by cuBLAS."""
+    """A CUDA GPU through CuPy: modules compiled by NVRTC for the device's architecture (kept
+    in funcgrad's compilation cache) and loaded by CuPy, launches on the current stream,
+    GEMMs by cuBLAS."""
 
     BLOCK = 256
 
@@ -95,6 +97,7 @@ class Gpu:
         # Enough blocks to fill every multiprocessor several times; grid-stride loops do the rest.
         self.max_grid = self.xp.cuda.Device().attributes["MultiProcessorCount"] * 32
         self.name = f"GPU {self.xp.cuda.Device().id}"
+        self.arch = f"compute_{self.xp.cuda.Device().compute_capability}"
 
     def memory_note(self) -> str:
         free, total = self.xp.cuda.runtime.memGetInfo()
@@ -105,7 +108,16 @@ class Gpu:
         )
 
     def load(self, source: str, kernels: list[CudaKernel]):
-        return self.xp.RawModule(code=source, options=("-std=c++17",))
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "module.ptx")
+            with open(path, "w") as file:
+                file.write(nvrtc.ptx(source, self.arch))
+            module = self.xp.RawModule(path=path)
+            for kernel in kernels:
+                module.get_function(kernel.name)  # loads the module while its file exists
+        return module
 
     def launch(self, module, kernel: CudaKernel, buffers: list) -> None:
         grid = _grid(kernel, self.BLOCK, self.max_grid)

@@ -76,6 +76,29 @@ def compile_ptx(source: str, arch: str = DEFAULT_ARCH, filename: str = "funcgrad
         lib.nvrtcDestroyProgram(ctypes.byref(program))
 
 
+_compiled: dict[bytes, str] = {}  # this process's PTX, by cache key
+
+
+def ptx(source: str, arch: str = DEFAULT_ARCH) -> str:
+    """`compile_ptx`, remembered in this process and kept in the on-disk compilation cache
+    (`compiler/cache.py`: the same rules as the CPU's object files), keyed by the source, the
+    architecture and the NVRTC and funcgrad versions."""
+    import funcgrad
+    from funcgrad.compiler import cache
+
+    major, minor = version()
+    key = cache.digest(source, arch, f"nvrtc {major}.{minor}", funcgrad.__version__)
+    if key not in _compiled:
+        stored = cache.load("cuda", key)
+        if stored is None:
+            text = compile_ptx(source, arch)
+            cache.store("cuda", key, text.encode())
+        else:
+            text = stored.decode()
+        _compiled[key] = text
+    return _compiled[key]
+
+
 def _required() -> ctypes.CDLL:
     lib = library()
     if lib is None:
