@@ -45,7 +45,7 @@ def parallel_loop(kernel: K.Kernel) -> K.Loop | None:
         return None
     stored = {s.buffer for s in statements if isinstance(s, K.Store)} - scratch
     for statement in statements:
-        for e in _expressions(statement):
+        for e in expressions(statement):
             if isinstance(e, K.Load) and e.buffer in stored:
                 return None
     if not _accumulators_are_private(loop.body) or not _written_first(statements, scratch):
@@ -70,7 +70,7 @@ def _written_first(statements: list, scratch: set) -> bool:
     """Each scratch buffer is first touched, in an iteration, by a store not reading it."""
     seen = set()
     for statement in statements:
-        loads = {e.buffer for e in _expressions(statement) if isinstance(e, K.Load)}
+        loads = {e.buffer for e in expressions(statement) if isinstance(e, K.Load)}
         if (loads & scratch) - seen:
             return False
         if isinstance(statement, K.Store) and statement.buffer in scratch:
@@ -110,7 +110,8 @@ def _statements(body: list):
             yield statement
 
 
-def _expressions(statement):
+def expressions(statement):
+    """Every node of a statement's expressions (its value, and a store's offset)."""
     roots = [statement.value] + ([statement.offset] if isinstance(statement, K.Store) else [])
     for root in roots:
         yield from K.nodes(root)
@@ -123,7 +124,7 @@ def _accumulators_are_private(body: list) -> bool:
     for statement in body:
         inner = list(_statements([statement]))
         for s in inner:
-            reads = {e.acc for e in _expressions(s) if isinstance(e, K.AccRead)}
+            reads = {e.acc for e in expressions(s) if isinstance(e, K.AccRead)}
             if reads - seen:
                 return False
             if isinstance(s, K.SetAcc) and s.acc not in seen:

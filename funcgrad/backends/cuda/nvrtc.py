@@ -10,6 +10,9 @@ import glob
 import os
 import re
 
+import funcgrad
+from funcgrad.compiler import cache
+
 # Hopper (H100/H200) unless the caller names the device's own architecture.
 DEFAULT_ARCH = "compute_90"
 
@@ -83,9 +86,6 @@ def ptx(source: str, arch: str = DEFAULT_ARCH) -> str:
     """`compile_ptx`, remembered in this process and kept in the on-disk compilation cache
     (`compiler/cache.py`: the same rules as the CPU's object files), keyed by the source, the
     architecture and the NVRTC and funcgrad versions."""
-    import funcgrad
-    from funcgrad.compiler import cache
-
     major, minor = version()
     key = cache.digest(source, arch, f"nvrtc {major}.{minor}", funcgrad.__version__)
     if key not in _compiled:

@@ -13,7 +13,6 @@ loops using them still vectorize; only lgamma, fmod and float64 erf/erfc call th
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import struct
 
@@ -25,7 +24,7 @@ from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import CompileError
 from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.memory import MemoryPlan, constants, nbytes
-from funcgrad.compiler.parallel import parallel_loop, work
+from funcgrad.compiler.parallel import expressions, parallel_loop, work
 from funcgrad.compiler.schedule import (
     CallbackStep,
     CondStep,
@@ -493,13 +492,10 @@ def _short_body(body: list) -> bool:
     (shared ones once each); the walk stops past that bound."""
     seen = set()
     for stmt in body:
-        for field in dataclasses.fields(stmt):
-            root = getattr(stmt, field.name)
-            if isinstance(root, K.Expr):
-                for node in K.nodes(root):
-                    seen.add(id(node))
-                    if len(seen) > INTERLEAVE_MAX_SIZE:
-                        return False
+        for node in expressions(stmt):
+            seen.add(id(node))
+            if len(seen) > INTERLEAVE_MAX_SIZE:
+                return False
     return True
 
 
