@@ -37,16 +37,21 @@ def _timed(run, repeat: int) -> float:
     (switching the configuration at every call would be timed too, and JAX pays no such
     cost)."""
     backend = getattr(run, "backend", None)
+    if backend is None:
+        return _seconds_per_call(run, repeat)
     previous = fg.config.jit_backend
-    if backend is not None:
-        fg.config.update("jit_backend", backend)
+    fg.config.update("jit_backend", backend)
     try:
-        start = time.perf_counter()
-        for _ in range(repeat):
-            run()
-        return (time.perf_counter() - start) / repeat
+        return _seconds_per_call(run, repeat)
     finally:
         fg.config.update("jit_backend", previous)
+
+
+def _seconds_per_call(run, repeat: int) -> float:
+    start = time.perf_counter()
+    for _ in range(repeat):
+        run()
+    return (time.perf_counter() - start) / repeat
 
 
 def _jax():
