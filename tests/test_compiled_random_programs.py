@@ -15,6 +15,7 @@ import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import lax
 from funcgrad.config import config
+from funcgrad.tools.recipes import CUDA_BACKENDS
 
 FLOAT_STEPS = [
     "exp",
@@ -274,7 +275,9 @@ def run_on(backend: str, fun, *args):
         config.update("jit_backend", previous)
 
 
-@pytest.mark.parametrize("backend", ["llvm", pytest.param("cuda_emulator", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize(
+    "backend", ["llvm"] + [pytest.param(b, marks=pytest.mark.cuda) for b in CUDA_BACKENDS]
+)
 @settings(deadline=None)
 @given(programs(), st.integers(0, 2**31 - 1))
 def test_random_programs_compile_to_what_the_reference_computes(backend, case, seed):

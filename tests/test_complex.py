@@ -499,7 +499,9 @@ def test_complex_normal_samples_have_unit_variance_split_between_parts():
     assert abs(np.mean(z.real * z.imag)) < 5 * np.sqrt(0.25 / 200_000)
     compiled = fg.jit(lambda k: fg.random.normal(k, (4,), fnp.complex64))(fg.random.key(3))
     eager = fg.random.normal(fg.random.key(3), (4,), fnp.complex64)
-    np.testing.assert_array_equal(compiled, eager)
+    # Bit for bit on the CPU; a GPU's log and cos may round differently, by an ulp or two.
+    tolerance = 1e-6 if fg.config.jit_backend == "cuda" else 0
+    np.testing.assert_allclose(compiled, eager, rtol=tolerance, atol=0)
 
 
 def test_compiled_scatters_of_complex_updates():

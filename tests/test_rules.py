@@ -21,7 +21,7 @@ from funcgrad.tools.rule_checks import checked_rules, run_check
 SECOND_ORDER_WRONG: dict[str, str] = {}
 
 CASES = [
-    pytest.param(name, rule, marks=[pytest.mark.cuda] if rule == "jit[cuda_emulator]" else [])
+    pytest.param(name, rule, marks=[pytest.mark.cuda] if rule.startswith("jit[cuda") else [])
     for name in sorted(RECIPES)
     for rule in checked_rules(name)
 ]

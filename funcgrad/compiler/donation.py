@@ -20,7 +20,6 @@ the pair to a kernel that touches both, so the code sees the in-place update it 
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 
 from funcgrad.compiler import kernel_ir as K
@@ -76,7 +75,7 @@ def _pointwise(kernel: K.Kernel, source: K.Buffer, out: K.Buffer) -> bool:
     position = body.index(store)
     for _, statement in _statements(kernel.body, []):
         for load in _loads(statement, source):
-            if statement not in body[: position + 1] or not _same(load.offset, store.offset):
+            if statement not in body[: position + 1] or not K.same(load.offset, store.offset):
                 return False
         if isinstance(statement, K.Store) and statement.buffer is source:
             return False
@@ -104,22 +103,3 @@ def _loads(statement, buffer: K.Buffer) -> list[K.Load]:
 
 def _indices(expr: K.Expr) -> list[K.Index]:
     return [e for e in K.nodes(expr) if isinstance(e, K.Index)]
-
-
-def _same(a: K.Expr, b: K.Expr) -> bool:
-    """Structural equality of index expressions (indices and buffers by identity)."""
-    if a is b:
-        return True
-    if type(a) is not type(b) or isinstance(a, K.Index | K.AccRead):
-        return False
-    for f in dataclasses.fields(a):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(x, K.Expr):
-            if not _same(x, y):
-                return False
-        elif isinstance(x, K.Buffer):
-            if x is not y:
-                return False
-        elif x != y:
-            return False
-    return True

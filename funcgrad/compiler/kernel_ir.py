@@ -354,6 +354,25 @@ def fresh_acc(dtype, prefix: str = "acc") -> Acc:
     return Acc(f"{prefix}{next(_names)}", np.dtype(dtype))
 
 
+def same(a: Expr, b: Expr) -> bool:
+    """Structural equality of index expressions (indices and buffers by identity)."""
+    if a is b:
+        return True
+    if type(a) is not type(b) or isinstance(a, Index | AccRead):
+        return False
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, Expr):
+            if not same(x, y):
+                return False
+        elif isinstance(x, Buffer):
+            if x is not y:
+                return False
+        elif x != y:
+            return False
+    return True
+
+
 def nodes(expr: Expr):
     """Every distinct node of an expression DAG once (shared subexpressions are common: a
     tree walk of threefry's rounds would be exponential)."""

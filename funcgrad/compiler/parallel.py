@@ -182,6 +182,67 @@ def _linear_form(expr: K.Expr, index: K.Index, ranges: dict, memo: dict):
     return None
 
 
+# -- loops shared by a block's threads ------------------------------------------------------------
+
+
+def shared_loop_folds(loop: K.Loop) -> list[tuple[K.Acc, str]] | None:
+    """The (accumulator, op) pairs `loop` folds, when its iterations may run on different
+    threads that each fold a part and then combine their partial results; else None.
+
+    That holds when every accumulator set in the loop is folded there, once, by an op of
+    `FOLDS` (`acc = op(acc, term)`), and no other value in the loop reads a folded accumulator;
+    when every store writes elements no other iteration writes (an offset `c * i + rest`, as
+    `parallel_loop` asks of an outer loop); and when every load of a buffer the loop stores
+    reads the element its own iteration stores. A GPU renderer spreads such loops, one after
+    another, over the threads of the block that owns an outer iteration (a row)."""
+    statements = list(_statements(loop.body))
+    folds: dict[K.Acc, tuple[str, K.Expr]] = {}
+    for statement in statements:
+        if isinstance(statement, K.SetAcc):
+            found = _fold_of(statement)
+            if found is None or statement.acc in folds:
+                return None
+            folds[statement.acc] = found
+    values = [term for _, term in folds.values()]
+    values += [s.value for s in statements if isinstance(s, K.Store)]
+    if any(_reads(v, lambda e: isinstance(e, K.AccRead) and e.acc in folds) for v in values):
+        return None
+    # Indices of enclosing loops are fixed while the loop runs: a single point does for them.
+    ranges = ranges_of(loop.body, {})
+    for statement in statements:
+        if isinstance(statement, K.Store):
+            for e in K.nodes(statement.offset):
+                if isinstance(e, K.Index) and e is not loop.index:
+                    ranges.setdefault(e, (0, 0))
+    offsets: dict[K.Buffer, K.Expr] = {}
+    for statement in statements:
+        if isinstance(statement, K.Store):
+            form = _linear(statement.offset, loop.index, ranges)
+            if form is None or form[0] <= 0 or form[2] - form[1] >= form[0]:
+                return None
+            first = offsets.setdefault(statement.buffer, statement.offset)
+            if not K.same(first, statement.offset):
+                return None
+    for statement in statements:
+        for e in expressions(statement):
+            if isinstance(e, K.Load) and e.buffer in offsets:
+                if not K.same(e.offset, offsets[e.buffer]):
+                    return None
+    return [(acc, op) for acc, (op, _) in folds.items()]
+
+
+def _fold_of(statement: K.SetAcc) -> tuple[str, K.Expr] | None:
+    """(op, term) when the statement is `acc = op(acc, term)` with op in FOLDS."""
+    fold, acc = statement.value, statement.acc
+    if not (isinstance(fold, K.Binary) and fold.op in FOLDS):
+        return None
+    if isinstance(fold.a, K.AccRead) and fold.a.acc is acc:
+        return fold.op, fold.b
+    if isinstance(fold.b, K.AccRead) and fold.b.acc is acc:
+        return fold.op, fold.a
+    return None
+
+
 # -- whole-array reductions ---------------------------------------------------------------------
 
 # Operations a reduction may fold in any order (float sums and products are reassociated, as
@@ -232,14 +293,8 @@ def _fold(nest: K.Loop, acc: K.Acc):
     inner = loops[-1].body
     if len(inner) != 1 or not isinstance(inner[0], K.SetAcc) or inner[0].acc is not acc:
         return None
-    fold = inner[0].value
-    if not (isinstance(fold, K.Binary) and fold.op in FOLDS):
-        return None
-    if isinstance(fold.a, K.AccRead) and fold.a.acc is acc:
-        return fold.op, fold.b, loops
-    if isinstance(fold.b, K.AccRead) and fold.b.acc is acc:
-        return fold.op, fold.a, loops
-    return None
+    found = _fold_of(inner[0])
+    return None if found is None else (*found, loops)
 
 
 def _reads(expr: K.Expr, found) -> bool:

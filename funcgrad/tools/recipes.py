@@ -27,15 +27,19 @@ from hypothesis.extra import numpy as hnp
 import funcgrad as fg
 from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
+from funcgrad.backends.cuda.executable import gpu_available
 from funcgrad.lax.elementwise import ge_p
 from funcgrad.tools.strategies import arrays, axes, shapes
 
-COMPILED_BACKENDS = ["numpy", "llvm", "cuda_emulator"]
+# The real GPU joins where CuPy finds one, so the same checks run there.
+CUDA_BACKENDS = ["cuda_emulator"] + (["cuda"] if gpu_available() else [])
+COMPILED_BACKENDS = ["numpy", "llvm"] + CUDA_BACKENDS
 
 # Primitives a compiled backend does not handle yet, each with what is missing: their jit
 # checks are expected failures that report when the gap closes.
 COMPILED_GAPS: dict[tuple[str, str], str] = {
-    ("cuda_emulator", name): "the CUDA backend has no solver library lowering (cuSOLVER) yet"
+    (backend, name): "the CUDA backend has no solver library lowering (cuSOLVER) yet"
+    for backend in CUDA_BACKENDS
     for name in ("cholesky", "eig", "eigh", "lu", "qr", "svd", "triangular_solve")
 }
 

@@ -60,7 +60,7 @@ static void fg_warps(unsigned int block, bool start) {  // a block's warp barrie
   }
 }
 #define __shared__ static
-struct fg_thread { unsigned int index; void** args; };
+struct fg_thread { unsigned int index, block; void** args; };
 #define __global__
 #define __device__
 #define __forceinline__ inline
@@ -88,33 +88,36 @@ def compiler() -> str | None:
 
 def _launcher(kernel: CudaKernel) -> str:
     """A C entry that runs every (block, thread) of a launch of `kernel`: one after another,
-    or, for a cooperative kernel (one block), all of the block's threads at once."""
+    or, for a kernel whose threads cooperate (one block, or a block per row), block after
+    block with all of a block's threads at once."""
     arguments = ", ".join(
         f"({'const ' if const else ''}{memory_type(b.dtype)}*)args[{k}]"
         for k, (b, const) in enumerate(zip(kernel.params, kernel.const_params))
     )
     signature = "unsigned int grid, unsigned int block, void** args"
     head = f'extern "C" void launch_{kernel.name}({signature}) {{'
-    if kernel.cooperative:
+    if kernel.cooperative or kernel.row_width:
         return "\n".join(
             [
                 f"static void* run_{kernel.name}(void* task) {{",
                 "  const fg_thread* me = (const fg_thread*)task;",
                 "  void** args = me->args;",
-                "  blockIdx.x = 0; threadIdx.x = me->index;",
+                "  blockIdx.x = me->block; threadIdx.x = me->index;",
                 f"  {kernel.name}({arguments});",
                 "  return 0;",
                 "}",
                 head,
-                "  gridDim.x = 1; blockDim.x = block;",
+                "  gridDim.x = grid; blockDim.x = block;",
                 "  pthread_barrier_init(&fg_block_barrier, 0, block);",
                 "  fg_warps(block, true);",
                 "  pthread_t threads[1024]; fg_thread tasks[1024];",
-                "  for (unsigned int t = 0; t < block; ++t) {",
-                "    tasks[t].index = t; tasks[t].args = args;",
-                f"    pthread_create(&threads[t], 0, run_{kernel.name}, &tasks[t]);",
+                "  for (unsigned int b = 0; b < grid; ++b) {",
+                "    for (unsigned int t = 0; t < block; ++t) {",
+                "      tasks[t].index = t; tasks[t].block = b; tasks[t].args = args;",
+                f"      pthread_create(&threads[t], 0, run_{kernel.name}, &tasks[t]);",
+                "    }",
+                "    for (unsigned int t = 0; t < block; ++t) pthread_join(threads[t], 0);",
                 "  }",
-                "  for (unsigned int t = 0; t < block; ++t) pthread_join(threads[t], 0);",
                 "  pthread_barrier_destroy(&fg_block_barrier);",
                 "  fg_warps(block, false);",
                 "}",

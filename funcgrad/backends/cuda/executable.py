@@ -24,6 +24,7 @@ from funcgrad.array import Array
 from funcgrad.backends.cuda import nvrtc
 from funcgrad.backends.cuda.emulator import EmulatedModule
 from funcgrad.backends.cuda.render import CudaKernel, module_source, render_kernel
+from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import stages
 from funcgrad.compiler.fusion import CompileError
 from funcgrad.compiler.lapack import FortranCall
@@ -39,6 +40,7 @@ from funcgrad.compiler.schedule import (
     WhileStep,
     all_steps,
 )
+from funcgrad.config import config
 from funcgrad.errors import OutOfDeviceMemoryError
 from funcgrad.ir import ClosedJaxpr
 
@@ -68,12 +70,17 @@ class Emulator:
         return EmulatedModule(source, kernels)
 
     def launch(self, module, kernel: CudaKernel, buffers: list[np.ndarray]) -> None:
-        block = self.COOPERATIVE_BLOCK if kernel.cooperative else self.BLOCK
+        block = self.COOPERATIVE_BLOCK if kernel.cooperative or kernel.row_width else self.BLOCK
         grid = _grid(kernel, block, self.MAX_GRID)
         module.launch(kernel, grid, block, [b.ctypes.data for b in buffers])
 
     def upload(self, value: np.ndarray) -> np.ndarray:
         return value
+
+    def capacity(self) -> int:
+        """Device memory: the host's physical memory (a host that overcommits would grant
+        more, and fail only once the pages are touched)."""
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
     def memory_note(self) -> str:
         return ""
@@ -98,6 +105,10 @@ class Gpu:
         self.max_grid = self.xp.cuda.Device().attributes["MultiProcessorCount"] * 32
         self.name = f"GPU {self.xp.cuda.Device().id}"
         self.arch = f"compute_{self.xp.cuda.Device().compute_capability}"
+        self.total_memory = self.xp.cuda.runtime.memGetInfo()[1]
+
+    def capacity(self) -> int:
+        return self.total_memory
 
     def memory_note(self) -> str:
         free, total = self.xp.cuda.runtime.memGetInfo()
@@ -120,8 +131,11 @@ class Gpu:
         return module
 
     def launch(self, module, kernel: CudaKernel, buffers: list) -> None:
-        grid = _grid(kernel, self.BLOCK, self.max_grid)
-        module.get_function(kernel.name)((grid,), (self.BLOCK,), tuple(buffers))
+        block = self.BLOCK
+        if kernel.row_width:  # a row's block: a power of two, a warp at least
+            block = min(self.BLOCK, max(32, 1 << (kernel.row_width - 1).bit_length()))
+        grid = _grid(kernel, block, self.max_grid)
+        module.get_function(kernel.name)((grid,), (block,), tuple(buffers))
 
     def upload(self, value: np.ndarray):
         return self.xp.asarray(value)
@@ -150,6 +164,17 @@ def _cupy():
 @functools.cache
 def gpu() -> Gpu:
     return Gpu()
+
+
+@functools.cache
+def gpu_available() -> bool:
+    """Whether CuPy is installed and finds a CUDA GPU (a machine without a driver says no)."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # ImportError, or CuPy's runtime error when no driver is loaded
+        return False
 
 
 class CudaExecutable:
@@ -181,28 +206,48 @@ class CudaExecutable:
         self._out_shapes = [(a.shape, a.dtype) for a in out_avals]
         self._out_weak = [a.weak_type for a in out_avals]
         self._in_dtypes = [a.dtype for a in closed.in_avals]
+        self._reference = None
 
     def __call__(self, *args) -> list[Array]:
+        device = self.device
+        results = []
+        for out, (shape, dtype), weak in zip(self.run(args), self._out_shapes, self._out_weak):
+            value = _host(device.download(out), dtype).reshape(shape)
+            results.append(Array(value[()] if value.ndim == 0 else value, weak))
+        if config.debug_nans:  # the reference backend names the first primitive making a NaN
+            if self._reference is None:
+                self._reference = NumpyExecutable(self.closed)
+            self._reference(*args)
+        return results
+
+    def run(self, args) -> list:
+        """Launches the program and returns its outputs as flat device buffers (CuPy arrays on
+        a GPU, in the storage dtype) without waiting for the device. Arguments already in
+        device memory are used in place; host values are copied there first."""
         try:
             views, outputs = self._allocate(args)
         except MemoryError as error:  # CuPy's OutOfMemoryError is one
             raise OutOfDeviceMemoryError(self._out_of_memory(args)) from error
         _Walk(self, views).steps(self.program.steps)
-        device = self.device
-        results = []
-        for out, (shape, dtype), weak in zip(outputs, self._out_shapes, self._out_weak):
-            value = _host(device.download(out), dtype).reshape(shape)
-            results.append(Array(value[()] if value.ndim == 0 else value, weak))
-        return results
+        return outputs
 
     def _allocate(self, args) -> tuple[dict, list]:
         """Device buffers for a call, all before any kernel runs: the arguments' copies, the
         outputs and the arena, as views by kernel-IR buffer."""
         device, xp = self.device, self.device.xp
+        needed = self.memory.arena_bytes + sum(
+            math.prod(shape) * dtype.itemsize for shape, dtype in self._out_shapes
+        )
+        if needed > device.capacity():
+            raise MemoryError
         views = dict(self.consts)
         for buffer, arg, dtype in zip(self.program.inputs, args, self._in_dtypes):
-            value = np.ascontiguousarray(arg._value if type(arg) is Array else arg, dtype)
-            views[buffer] = _on_device(device, value, dtype)
+            value = arg._value if type(arg) is Array else arg
+            if xp is not np and isinstance(value, xp.ndarray):
+                views[buffer] = device.view(xp.ascontiguousarray(value).reshape(-1), dtype)
+            else:
+                value = np.ascontiguousarray(value, dtype)
+                views[buffer] = _on_device(device, value, dtype)
         outputs = [xp.empty(math.prod(shape), _storage(dtype)) for shape, dtype in self._out_shapes]
         for buffer, out in zip(self.program.outputs, outputs):
             views[buffer] = device.view(out, buffer.dtype)
@@ -250,10 +295,13 @@ def _bytes(n: float) -> str:
 
 
 def _grid(kernel: CudaKernel, block: int, max_grid: int) -> int:
-    """Blocks for a launch: one for a cooperative kernel, else enough for a thread per
-    iteration of its parallel loop, up to `max_grid` (grid-stride loops cover the rest)."""
+    """Blocks for a launch: one for a cooperative kernel, one per row for a row kernel, else
+    enough for a thread per iteration of its parallel loop; at most `max_grid` (grid-stride
+    loops cover the rest)."""
     if kernel.cooperative:
         return 1
+    if kernel.row_width:
+        return min(kernel.threads, max_grid)
     return min(math.ceil(kernel.threads / block), max_grid)
 
 

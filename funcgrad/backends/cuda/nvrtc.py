@@ -26,10 +26,10 @@ def library() -> ctypes.CDLL | None:
     """The NVRTC library, or None when neither the pip package nor a toolkit provides it."""
     candidates = []
     try:
-        import nvidia.cuda_nvrtc
+        import nvidia  # the wheels' namespace: cuda_nvrtc/lib (CUDA 12), cu13/lib (CUDA 13)
 
-        for folder in nvidia.cuda_nvrtc.__path__:
-            candidates += sorted(glob.glob(os.path.join(folder, "lib", "libnvrtc.so.*")))
+        for folder in nvidia.__path__:
+            candidates += sorted(glob.glob(os.path.join(folder, "*", "lib", "libnvrtc.so.*")))
     except ImportError:
         pass
     home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
@@ -65,7 +65,9 @@ def compile_ptx(source: str, arch: str = DEFAULT_ARCH, filename: str = "funcgrad
         ),
     )
     try:
-        options = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"]
+        # No contraction of a * b + c into one rounding: sums and products round as the
+        # reference backend's do (a GPU user's JAX would contract; funcgrad matches NumPy).
+        options = [f"--gpu-architecture={arch}".encode(), b"-std=c++17", b"--fmad=false"]
         array = (ctypes.c_char_p * len(options))(*options)
         result = lib.nvrtcCompileProgram(program, len(options), array)
         if result != 0:

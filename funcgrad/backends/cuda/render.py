@@ -24,7 +24,12 @@ from funcgrad import dtypes
 from funcgrad.backends.cuda.prelude import PRELUDE
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import CompileError
-from funcgrad.compiler.parallel import identity, parallel_loop, whole_array_reduction
+from funcgrad.compiler.parallel import (
+    identity,
+    parallel_loop,
+    shared_loop_folds,
+    whole_array_reduction,
+)
 
 BF16 = dtypes.bfloat16
 F16 = dtypes.float16
@@ -34,6 +39,12 @@ HALVES = (F16, BF16)
 
 # Scratch a thread keeps in its local memory; a kernel needing more runs on one thread.
 LOCAL_SCRATCH_BYTES = 1 << 14
+# A parallel loop whose iterations (rows) hold loops this long gives each row a block, whose
+# threads share the row's loops (and its scratch, in shared memory, up to this size).
+ROW_MIN_WIDTH = 128
+SHARED_SCRATCH_BYTES = 1 << 15
+# Static shared memory a block may declare (CUDA's limit without opting in to more).
+SHARED_BYTES = 48 << 10
 # The most threads a block may have (CUDA's limit): the size of a block reduction's shared array.
 MAX_BLOCK = 1024
 
@@ -169,6 +180,9 @@ class CudaKernel:
     source: str
     # One block whose threads work together (shared memory, __syncthreads): launched alone.
     cooperative: bool = False
+    # Nonzero when each iteration of the parallel loop (a row, `threads` of them) runs on a
+    # block whose threads share its inner loops: the longest inner loop's trip count.
+    row_width: int = 0
 
 
 def _math_name(op: str, dtype: np.dtype) -> str:
@@ -351,11 +365,13 @@ class _KernelWriter:
         kernel = self.kernel
         split = parallel_loop(kernel)
         scratch_bytes = sum(b.size * b.dtype.itemsize for b in kernel.scratch)
+        rows = _row_loops(split, scratch_bytes) if split is not None else None
+        if rows is not None:
+            return self.row_kernel(split, rows)
         if split is not None and scratch_bytes > LOCAL_SCRATCH_BYTES:
             split = None
         private = set(kernel.scratch) if split is not None else set()
         params = [b for b in dict.fromkeys(kernel.buffers) if b not in private]
-        read_only = [b not in kernel.outputs for b in params]
         for b in kernel.scratch:
             if b in private:
                 self.emit(f"{memory_type(b.dtype)} {b.name}[{max(b.size, 1)}];")
@@ -377,6 +393,11 @@ class _KernelWriter:
             )
             self.block(split.body)
             self.emit("}")
+        threads = 1 if split is None else split.stop - split.start
+        return self.finished(params, threads, cooperative=reduction is not None)
+
+    def finished(self, params: list, threads: int, **layout) -> CudaKernel:
+        read_only = [b not in self.kernel.outputs for b in params]
         signature = ", ".join(
             f"{'const ' if const else ''}{memory_type(b.dtype)}* __restrict__ {b.name}"
             for b, const in zip(params, read_only)
@@ -384,8 +405,113 @@ class _KernelWriter:
         source = "\n".join(
             [f'extern "C" __global__ void {self.name}({signature}) {{', *self.lines, "}"]
         )
-        threads = 1 if split is None else split.stop - split.start
-        return CudaKernel(self.name, params, read_only, threads, source, reduction is not None)
+        return CudaKernel(self.name, params, read_only, threads, source, **layout)
+
+    def row_kernel(self, split: K.Loop, rows: dict) -> CudaKernel:
+        """A block per row: the grid's blocks take rows in turn; each inner loop of a row is
+        spread over the block's threads (thread t takes iterations t, t + blockDim, ...), each
+        thread folding its own part of the loop's accumulators, which the block then combines
+        (`share`); a barrier after each loop makes its stores visible to the row's later
+        statements. Statements between loops run in every thread alike (their values are the
+        same in all), and the row's scratch lives in shared memory."""
+        kernel = self.kernel
+        for b in kernel.scratch:
+            self.emit(f"__shared__ {memory_type(b.dtype)} {b.name}[{max(b.size, 1)}];")
+        for k, acc in enumerate(K.accumulators(kernel.body)):
+            self.acc_names[acc] = f"acc{k}"
+            self.emit(f"{value_type(acc.dtype)} acc{k};")
+        partials = {}
+        for acc, _ in itertools.chain(*rows.values()):
+            if acc.dtype not in partials:
+                partial = K.Buffer(f"partial{len(partials)}", acc.dtype, MAX_BLOCK)
+                partials[acc.dtype] = partial
+                self.emit(f"__shared__ {memory_type(acc.dtype)} {partial.name}[{MAX_BLOCK}];")
+        index = self.index_name(split.index)
+        self.emit(
+            f"for (long long {index} = {_plus(split.start)}blockIdx.x; {index} < {split.stop}; "
+            f"{index} += gridDim.x) {{"
+        )
+        outer = self.indent
+        self.indent += "  "
+        bases = itertools.count()
+        for statement in split.body:
+            self.memo = {}
+            if not isinstance(statement, K.Loop):
+                self.statements([statement])
+                continue
+            saved = []
+            for acc, op in rows[statement]:
+                base = f"base{next(bases)}"
+                name = self.acc_names[acc]
+                self.emit(f"const {value_type(acc.dtype)} {base} = {name};")
+                self.emit(f"{name} = {constant_text(identity(op, acc.dtype), acc.dtype)};")
+                saved.append(base)
+            inner = self.index_name(statement.index)
+            self.emit(
+                f"for (long long {inner} = {_plus(statement.start)}threadIdx.x; {inner} < "
+                f"{statement.stop}; {inner} += blockDim.x) {{"
+            )
+            self.block(statement.body)
+            self.emit("}")
+            for (acc, op), base in zip(rows[statement], saved):
+                self.share(acc, op, base, partials[acc.dtype])
+            if not saved:  # (a fold's barriers already order the loop's stores)
+                self.emit("__syncthreads();")
+        self.indent = outer
+        self.emit("}")
+        params = [b for b in dict.fromkeys(kernel.buffers) if b not in set(kernel.scratch)]
+        width = max(loop.stop - loop.start for loop in rows)
+        return self.finished(params, split.stop - split.start, row_width=width)
+
+    def share(self, acc: K.Acc, op: str, base: str, partial: K.Buffer) -> None:
+        """Every thread's partial fold of `acc` combined: a shared-memory tree down to 32
+        partials, the first warp's shuffles, then every thread reads the total, folded into
+        the value `acc` had before the loop (`base`)."""
+        name, outer = self.acc_names[acc], self.indent
+        lane, other = K.Index("lane"), K.Index("other")
+        self.index_names[lane] = "(long long)threadIdx.x"
+        self.index_names[other] = "(long long)(threadIdx.x + half)"
+        self.emit(f"{partial.name}[threadIdx.x] = {_to_memory(name, acc.dtype)};")
+        self.emit("__syncthreads();")
+        self.emit("for (unsigned int half = blockDim.x / 2; half >= 32; half /= 2) {")
+        self.indent += "  "
+        self.emit("if (threadIdx.x < half) {")
+        self.indent += "  "
+        self.memo = {}
+        pair = K.binary(op, K.Load(partial, lane), K.Load(partial, other))
+        self.emit(f"{partial.name}[threadIdx.x] = {_to_memory(self.value(pair), acc.dtype)};")
+        self.indent = outer + "  "
+        self.emit("}")
+        self.emit("__syncthreads();")
+        self.indent = outer
+        self.emit("}")
+        self.emit("if (threadIdx.x < 32) {")
+        self.indent += "  "
+        self.memo = {}
+        self.emit(f"{name} = {self.value(K.Load(partial, lane))};")
+        self.emit("for (unsigned int offset = 16; offset > 0; offset /= 2) {")
+        self.indent += "  "
+        self.memo = {}
+        # Every lane of the warp must reach the shuffle: it is a statement, never an operand
+        # that a short-circuiting || or && could skip.
+        self.emit(f"const {value_type(acc.dtype)} shuffled = fg_shfl_down({name}, offset);")
+        shuffled = K.Acc("shuffled", acc.dtype)
+        self.acc_names[shuffled] = "shuffled"
+        self.emit(f"{name} = {self.value(K.binary(op, acc.read(), shuffled.read()))};")
+        self.indent = outer + "  "
+        self.emit("}")
+        self.emit(f"if (threadIdx.x == 0) {partial.name}[0] = {_to_memory(name, acc.dtype)};")
+        self.indent = outer
+        self.emit("}")
+        self.emit("__syncthreads();")
+        self.memo = {}
+        total = K.Acc("total", acc.dtype)
+        self.acc_names[total] = base
+        first = K.Index("first")
+        self.index_names[first] = "0LL"
+        folded = K.binary(op, total.read(), K.Load(partial, first))
+        self.emit(f"{name} = {self.value(folded)};")
+        self.emit("__syncthreads();  // every thread has read the total before the next fold")
 
     def block_reduction(self, acc: K.Acc, op: str, folds: list, rest: list):
         """A whole-array reduction on one block: each thread folds a strided share of each
@@ -455,6 +581,31 @@ class _KernelWriter:
         self.memo = {}
         self.emit(f"{name} = {self.value(K.binary(op, init.value, acc.read()))};")
         self.statements(after)
+
+
+def _row_loops(split: K.Loop, scratch_bytes: int) -> dict | None:
+    """{inner loop: its folds} when each row of `split` should run on a block: its loops may
+    be shared by a block's threads (`shared_loop_folds`), they are long enough to keep a block
+    busy (or the row's scratch is too big for one thread), and the scratch and the partial
+    folds fit in shared memory."""
+    loops = [s for s in split.body if isinstance(s, K.Loop)]
+    if not loops:
+        return None
+    width = max(loop.stop - loop.start for loop in loops)
+    if width < ROW_MIN_WIDTH and scratch_bytes <= LOCAL_SCRATCH_BYTES:
+        return None
+    if scratch_bytes > SHARED_SCRATCH_BYTES:
+        return None
+    rows = {}
+    for loop in loops:
+        folds = shared_loop_folds(loop)
+        if folds is None:
+            return None
+        rows[loop] = folds
+    dtypes_folded = {acc.dtype for folds in rows.values() for acc, _ in folds}
+    if scratch_bytes + MAX_BLOCK * 8 * len(dtypes_folded) > SHARED_BYTES:
+        return None
+    return rows
 
 
 def _plus(start: int) -> str:

@@ -1,0 +1,270 @@
+"""Compiled programs on a CUDA GPU side by side: funcgrad's CUDA backend, CuPy and, when
+installed, JAX's jit and PyTorch on the same GPU.
+
+    python benchmarks/cuda.py            # every case
+    python benchmarks/cuda.py gelu mlp   # the cases whose names contain these words
+
+Every framework's inputs are already in device memory; funcgrad's program runs through its
+executable's device entry (`CudaExecutable.run`), which launches the kernels and returns
+device buffers without waiting. A timed batch issues its calls back to back, then waits for
+the device once. Frameworks alternate rounds and the table gives medians; the ratio column is
+the framework's time over funcgrad's (above 1: slower than funcgrad). Memory-bound cases print
+GB/s and the fraction of the device-to-device copy bandwidth measured in the same run.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave memory to the others
+
+import cupy  # noqa: E402
+
+import funcgrad as fg  # noqa: E402
+import funcgrad.numpy as fnp  # noqa: E402
+from funcgrad import tree_util  # noqa: E402
+
+ROUNDS = 5
+
+
+def _sync() -> None:
+    cupy.cuda.Device().synchronize()
+
+
+def _seconds_per_call(run, repeat: int) -> float:
+    _sync()
+    start = time.perf_counter()
+    for _ in range(repeat):
+        run()
+    _sync()
+    return (time.perf_counter() - start) / repeat
+
+
+def _jax():
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        return None
+    # float32 products in float32, as cuBLAS through CuPy computes them (and funcgrad, unless
+    # its user allows TF32); JAX's own default (TF32) is the matmul case's extra row.
+    jax.config.update("jax_default_matmul_precision", "highest")
+    return jax, jnp
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch if torch.cuda.is_available() else None
+
+
+def _funcgrad(fun, *args):
+    """A call of the CUDA executable of jit(fun) on device copies of `args`."""
+    previous = fg.config.jit_backend
+    fg.config.update("jit_backend", "cuda")
+    try:
+        compiled = fg.jit(fun).lower(*args).compile()
+    finally:
+        fg.config.update("jit_backend", previous)
+    entry = compiled._entry
+    leaves = [cupy.asarray(np.asarray(v)) for v in [*entry.consts, *tree_util.tree_leaves(args)]]
+    executable = compiled.executable
+    return lambda: executable.run(leaves)
+
+
+def copy_bandwidth() -> float:
+    """GB/s of a 1 GiB float32 device-to-device copy (read + write)."""
+    a = cupy.ones(256 * 2**20, cupy.float32)
+    b = cupy.empty_like(a)
+    seconds = min(_seconds_per_call(lambda: b.__setitem__(Ellipsis, a), 10) for _ in range(5))
+    return 2 * a.nbytes / seconds / 1e9
+
+
+# -- cases: name -> (frameworks {label: run}, bytes moved or None, repeat) ----------------------
+
+
+def gelu_case():
+    x = np.random.default_rng(0).standard_normal(256 * 2**20).astype(np.float32)
+
+    def gelu(xp):
+        return lambda v: 0.5 * v * (1 + xp.tanh(0.7978845608 * (v + 0.044715 * v**3)))
+
+    xc = cupy.asarray(x)
+    runs = {"funcgrad": _funcgrad(gelu(fnp), x), "cupy": lambda: gelu(cupy)(xc)}
+    _peers(runs, gelu, x)
+    return runs, 2 * x.nbytes, 10
+
+
+def _softmax(xp):
+    def softmax(v):
+        e = xp.exp(v - v.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+
+    return softmax
+
+
+def _layernorm(xp):
+    def layernorm(v):
+        mean = v.mean(axis=1, keepdims=True)
+        centered = v - mean
+        variance = (centered * centered).mean(axis=1, keepdims=True)
+        return centered / xp.sqrt(variance + 1e-5)
+
+    return layernorm
+
+
+def _row_case(make, torch_op):
+    x = np.random.default_rng(1).standard_normal((32768, 4096)).astype(np.float32)
+    xc = cupy.asarray(x)
+    runs = {"funcgrad": _funcgrad(make(fnp), x), "cupy": lambda: make(cupy)(xc)}
+    _peers(runs, make, x, torch_op)
+    return runs, 2 * x.nbytes, 10
+
+
+def softmax_case():
+    return _row_case(_softmax, lambda torch, x: torch.softmax(x, dim=1))
+
+
+def layernorm_case():
+    return _row_case(
+        _layernorm, lambda torch, x: torch.nn.functional.layer_norm(x, (x.shape[1],), eps=1e-5)
+    )
+
+
+def _peers(runs: dict, make, x, torch_op=None) -> None:
+    jax = _jax()
+    if jax:
+        f, xj = jax[0].jit(make(jax[1])), jax[1].asarray(x)
+        runs["jax-jit"] = lambda: f(xj)
+    torch = _torch()
+    if torch:
+        xt = torch.from_numpy(x).cuda()
+        runs["torch"] = (lambda: torch_op(torch, xt)) if torch_op else (lambda: make(torch)(xt))
+
+
+def _matmul_case(n: int):
+    rng = np.random.default_rng(2)
+    a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
+    ac, bc = cupy.asarray(a), cupy.asarray(b)
+    runs = {"funcgrad": _funcgrad(lambda p, q: p @ q, a, b), "cupy": lambda: ac @ bc}
+    jax = _jax()
+    if jax:
+        f = jax[0].jit(lambda p, q: p @ q)
+        tf32 = jax[0].jit(lambda p, q: jax[1].matmul(p, q, precision="default"))
+        aj, bj = jax[1].asarray(a), jax[1].asarray(b)
+        runs["jax-jit"] = lambda: f(aj, bj)
+        runs["jax-jit tf32"] = lambda: tf32(aj, bj)
+    return runs, None, 10
+
+
+def matmul_4096_case():
+    return _matmul_case(4096)
+
+
+def _mlp_params(rng, sizes):
+    return [
+        ((rng.standard_normal((m, n)) / np.sqrt(m)).astype(np.float32), np.zeros(n, np.float32))
+        for m, n in zip(sizes[:-1], sizes[1:])
+    ]
+
+
+def _mlp_step(xp, grad):
+    def loss(params, x, y):
+        h = x
+        for w, b in params[:-1]:
+            h = xp.tanh(h @ w + b)
+        w, b = params[-1]
+        logits = h @ w + b
+        logits = logits - logits.max(axis=1, keepdims=True)
+        log_probs = logits - xp.log(xp.exp(logits).sum(axis=1, keepdims=True))
+        return -(log_probs * y).sum() / x.shape[0]
+
+    def step(params, x, y):
+        grads = grad(loss)(params, x, y)
+        return [(w - 0.01 * gw, b - 0.01 * gb) for (w, b), (gw, gb) in zip(params, grads)]
+
+    return step
+
+
+def mlp_case():
+    rng = np.random.default_rng(3)
+    params = _mlp_params(rng, [784, 1024, 1024, 10])
+    x = rng.standard_normal((256, 784)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+    runs = {"funcgrad": _funcgrad(_mlp_step(fnp, fg.grad), params, x, y)}
+    jax = _jax()
+    if jax:
+        f = jax[0].jit(_mlp_step(jax[1], jax[0].grad))
+        pj = [(jax[1].asarray(w), jax[1].asarray(b)) for w, b in params]
+        xj, yj = jax[1].asarray(x), jax[1].asarray(y)
+        runs["jax-jit"] = lambda: f(pj, xj, yj)
+    return runs, None, 20
+
+
+def call_overhead_case():
+    x = np.ones(16, np.float32)
+    runs = {"funcgrad": _funcgrad(lambda a: a * 2.0 + 1.0, x)}
+    jax = _jax()
+    if jax:
+        f, xj = jax[0].jit(lambda a: a * 2.0 + 1.0), jax[1].asarray(x)
+        runs["jax-jit"] = lambda: f(xj)
+    return runs, None, 2000
+
+
+CASES = {
+    "gelu 256M f32": gelu_case,
+    "softmax 32768x4096": softmax_case,
+    "layernorm 32768x4096": layernorm_case,
+    "matmul 4096 f32": matmul_4096_case,
+    "mlp 784-1024-1024-10 step": mlp_case,
+    "jit call (one op)": call_overhead_case,
+}
+
+
+def main(words: list[str]) -> None:
+    print(f"# {cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}")
+    bandwidth = copy_bandwidth()
+    print(f"device-to-device copy: {bandwidth:.0f} GB/s\n")
+    print("| case | framework | median | ratio | GB/s | % of copy |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, make in CASES.items():
+        if words and not any(w in name for w in words):
+            continue
+        runs, moved, repeat = make()
+        for run in runs.values():  # compile and warm up
+            run()
+        if "cupy" in runs:  # the programs compute the same thing
+            ours, theirs = runs["funcgrad"]()[0], runs["cupy"]().reshape(-1)
+            error = float(cupy.abs(ours - theirs).max() / (cupy.abs(theirs).max() + 1e-30))
+            print(f"<!-- {name}: funcgrad vs cupy, max relative difference {error:.1e} -->")
+        times: dict[str, list[float]] = {label: [] for label in runs}
+        for _ in range(ROUNDS):
+            for label, run in runs.items():
+                times[label].append(_seconds_per_call(run, repeat))
+        ours = statistics.median(times["funcgrad"])
+        for label, samples in times.items():
+            median = statistics.median(samples)
+            rate = f"{moved / median / 1e9:.0f}" if moved else ""
+            share = f"{moved / median / 1e9 / bandwidth:.0%}" if moved else ""
+            print(
+                f"| {name} | {label} | {_format(median)} | {median / ours:.2f} | {rate} | "
+                f"{share} |",
+                flush=True,
+            )
+
+
+def _format(seconds: float) -> str:
+    return f"{seconds * 1e3:.3f} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.1f} µs"
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
