@@ -375,6 +375,32 @@ def test_row_blocks_fold_every_kind_of_reduction(dtype):
     assert_same_as_reference(f, x, exact=exact, rtol=1e-2 if dtype == dtypes.float16 else 1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, dtypes.bfloat16])
+def test_reductions_over_the_leading_axis_give_each_column_a_thread(dtype):
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((300, 37)) * 3).astype(dtype)
+
+    def f(x):
+        return (
+            x.sum(axis=0),
+            (x * x).sum(axis=0) + x.max(axis=0),
+            fnp.max(-fnp.abs(x) - 1, axis=0),  # every column below zero
+            fnp.min(x, axis=0, keepdims=True) - x,
+            (x > 1).any(axis=0),
+            lax.reduce(x, np.array(5, dtype), lax.add, (0,)),
+            x.reshape(3, 100, 37).sum(axis=(0, 1)),
+        )
+
+    exact = dtype == np.int32
+    assert_same_as_reference(f, x, exact=exact, rtol=5e-2 if dtype == dtypes.bfloat16 else 1e-5)
+    text = compiled_text(lambda x: x.sum(axis=0), x)
+    # The scheduler streams rows (for j: out[j] = 0; for i: for j: out[j] += x[i, j]); the GPU
+    # takes the columns outermost, one per thread, each folding its column in a register.
+    assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" not in text
+    assert "threadIdx.x; i0 < 37; i0 += (long long)gridDim.x * blockDim.x" in text
+    assert "acc0 = " in text
+
+
 def test_control_flow_matmul_and_callbacks_run_on_the_host_walk():
     x = np.linspace(-1, 1, 12).reshape(3, 4).astype(np.float32)
     w = np.linspace(0, 2, 20).reshape(4, 5).astype(np.float32)

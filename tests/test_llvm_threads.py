@@ -17,6 +17,7 @@ import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import lax
 from funcgrad.backends.llvm import render
+from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.parallel import parallel_loop
 from funcgrad.compiler.schedule import KernelStep
 from funcgrad.config import config
@@ -59,6 +60,7 @@ X = np.random.default_rng(0).standard_normal((64, 48)).astype(np.float32)
         (lambda x: x.T + 1.0, True),  # each output row written by one iteration
         (lambda x: fg.nn.softmax(x, axis=1), True),  # rows, with per-row scratch
         (lambda x: x.sum(1), True),  # a reduction per output element
+        (lambda x: (fnp.exp(x), fnp.exp(x).sum(1)), True),  # a row reads back its own row
         (lambda x: x.sum(), False),  # one accumulator over everything
         (lambda x: fnp.sort(x, axis=1), False),  # reads back what it writes
     ],
@@ -90,6 +92,7 @@ PROGRAMS = {
     "scan": lambda x, y: lax.scan(lambda c, r: (fnp.tanh(c + r), c.sum()), x[0], y)[1],
     "cond": lambda x, y: lax.cond(x.sum() > 0, lambda: x * y, lambda: x - y),
     "int": lambda x, y: (x * 100).astype(fnp.int32) // 7 + (y > 0),
+    "rows read back": lambda x, y: fg.grad(lambda u: (fg.nn.log_softmax(u, axis=1) * y).sum())(x),
 }
 
 
@@ -110,6 +113,25 @@ def test_split_kernels_match_the_reference(name, rows, cols, threads, seed):
     with settings("llvm", threads=threads, split_all=True):
         got = fg.jit(f)(x, y)
     np.testing.assert_allclose(np.asarray(got), np.asarray(expected), rtol=2e-5, atol=2e-5)
+
+
+def test_an_iteration_reading_what_another_writes_stays_on_one_thread():
+    # out[i] = x[i] + out[i - 1] over a flat loop: each iteration reads the previous one's
+    # element, and two stores to one buffer with different strides overlap across rows.
+    i = K.Index("i")
+    x, out = K.Buffer("x", np.dtype(np.float32), 8), K.Buffer("out", np.dtype(np.float32), 8)
+
+    def kernel(body):
+        return K.Kernel("k", [x], [out], [K.Loop(i, 0, 4, body)])
+
+    previous = K.binary("sub", i, K.const(1, K.INDEX))
+    row = K.binary("mul", i, K.const(2, K.INDEX))
+    own = K.Store(out, row, K.Load(x, row))
+    assert parallel_loop(kernel([own, K.Store(out, row, K.Load(out, row))])) is not None
+    assert parallel_loop(kernel([K.Store(out, i, K.Load(out, previous))])) is None
+    assert parallel_loop(kernel([own, K.Store(out, i, K.Load(x, i))])) is None
+    next_row = K.binary("add", row, K.const(2, K.INDEX))
+    assert parallel_loop(kernel([own, K.Store(out, row, K.Load(out, next_row))])) is None
 
 
 def test_large_whole_array_reductions_fold_parts_on_threads():

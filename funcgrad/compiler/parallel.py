@@ -5,12 +5,15 @@ A kernel is parallel over its outer loop when its iterations are independent:
 - the body is that one loop (nothing runs before or after it, so no value crosses iterations
   outside it);
 - every accumulator is set afresh in each iteration before it is read;
-- no buffer is both read and written (a kernel reading back what it wrote, such as a sort,
-  orders its iterations), except the kernel's scratch, which each thread gets a copy of: every
-  iteration writes its scratch before reading it (a row's intermediates), and it is small;
 - every store writes a range of its buffer that no other iteration writes: its offset is
-  `c * i + rest` in the outer index `i`, with `c > 0` and `rest` spanning less than `c`
-  (row-major offsets with the outer index leading, and flat element loops, are of this form).
+  `c * i + rest` in the outer index `i`, with `c > 0` and `rest` spanning less than `c`, the
+  same `c` for every store to the buffer and the stores' `rest` spanning less than `c` together
+  (row-major offsets with the outer index leading, and flat element loops, are of this form);
+- an iteration reads of a buffer the kernel writes only its own range, `c * i + rest` within
+  the stores' span (a row reading back what it wrote to its own row); a kernel reading what
+  other iterations write, such as a sort, orders its iterations;
+- the kernel's scratch, which each thread gets a copy of, is written by every iteration before
+  it is read (a row's intermediates), and it is small.
 
 Renderers split such a loop into contiguous chunks, one per thread (a CPU thread pool; a
 GPU's grid). `work` estimates the iterations of the innermost statements, to decide whether a
@@ -39,27 +42,39 @@ def parallel_loop(kernel: K.Kernel) -> K.Loop | None:
     loop = kernel.body[0]
     if loop.stop - loop.start < 2:
         return None
-    statements = list(_statements(loop.body))
+    statements = list(statements_in(loop.body))
     scratch = set(kernel.scratch)
     if sum(b.size * b.dtype.itemsize for b in scratch) > SCRATCH_BYTES:
         return None
-    stored = {s.buffer for s in statements if isinstance(s, K.Store)} - scratch
-    for statement in statements:
-        for e in expressions(statement):
-            if isinstance(e, K.Load) and e.buffer in stored:
-                return None
     if not _accumulators_are_private(loop.body) or not _written_first(statements, scratch):
         return None
     ranges = ranges_of(loop.body, {})
+    slots: dict[K.Buffer, tuple[int, int, int]] = {}
     for statement in statements:
         if isinstance(statement, K.Store) and statement.buffer not in scratch:
-            form = _linear(statement.offset, loop.index, ranges)
+            form = linear(statement.offset, loop.index, ranges)
             if form is None:
                 return None
             coefficient, low, high = form
+            if statement.buffer in slots:
+                known, known_low, known_high = slots[statement.buffer]
+                if known != coefficient:
+                    return None
+                low, high = min(low, known_low), max(high, known_high)
             if coefficient <= 0 or high - low >= coefficient:
                 return None
+            slots[statement.buffer] = coefficient, low, high
+    for statement in statements:
+        for e in expressions(statement):
+            if isinstance(e, K.Load) and e.buffer in slots:
+                if not _within(slots[e.buffer], linear(e.offset, loop.index, ranges)):
+                    return None
     return loop
+
+
+def _within(slot: tuple[int, int, int], form) -> bool:
+    """Whether a load's offset `form` stays inside the slot `c * i + [low, high]`."""
+    return form is not None and form[0] == slot[0] and slot[1] <= form[1] and form[2] <= slot[2]
 
 
 # Scratch each thread copies onto its stack: bounded well below a thread's stack size.
@@ -102,10 +117,10 @@ def ranges_of(body: list, found: dict) -> dict:
     return found
 
 
-def _statements(body: list):
+def statements_in(body: list):
     for statement in body:
         if isinstance(statement, K.Loop):
-            yield from _statements(statement.body)
+            yield from statements_in(statement.body)
         else:
             yield statement
 
@@ -122,7 +137,7 @@ def _accumulators_are_private(body: list) -> bool:
     the top of the loop body that does not read it (so no value flows between iterations)."""
     seen = set()
     for statement in body:
-        inner = list(_statements([statement]))
+        inner = list(statements_in([statement]))
         for s in inner:
             reads = {e.acc for e in expressions(s) if isinstance(e, K.AccRead)}
             if reads - seen:
@@ -134,7 +149,7 @@ def _accumulators_are_private(body: list) -> bool:
     return True
 
 
-def _linear(expr: K.Expr, index: K.Index, ranges: dict, memo: dict | None = None):
+def linear(expr: K.Expr, index: K.Index, ranges: dict, memo: dict | None = None):
     """`expr` as (c, low, high): c * index + r with r in [low, high] for every value of the
     other loop indices; None when it is not of that form (or not provably)."""
     memo = {} if memo is None else memo
@@ -155,10 +170,10 @@ def _linear_form(expr: K.Expr, index: K.Index, ranges: dict, memo: dict):
         value = int(expr.value)
         return 0, value, value
     if isinstance(expr, K.Cast) and expr.x.dtype.kind in "iu":
-        return _linear(expr.x, index, ranges, memo)
+        return linear(expr.x, index, ranges, memo)
     if not isinstance(expr, K.Binary):
         return None
-    a, b = _linear(expr.a, index, ranges, memo), _linear(expr.b, index, ranges, memo)
+    a, b = linear(expr.a, index, ranges, memo), linear(expr.b, index, ranges, memo)
     if a is None or b is None:
         return None
     if expr.op == "add":
@@ -195,7 +210,7 @@ def shared_loop_folds(loop: K.Loop) -> list[tuple[K.Acc, str]] | None:
     `parallel_loop` asks of an outer loop); and when every load of a buffer the loop stores
     reads the element its own iteration stores. A GPU renderer spreads such loops, one after
     another, over the threads of the block that owns an outer iteration (a row)."""
-    statements = list(_statements(loop.body))
+    statements = list(statements_in(loop.body))
     folds: dict[K.Acc, tuple[str, K.Expr]] = {}
     for statement in statements:
         if isinstance(statement, K.SetAcc):
@@ -217,7 +232,7 @@ def shared_loop_folds(loop: K.Loop) -> list[tuple[K.Acc, str]] | None:
     offsets: dict[K.Buffer, K.Expr] = {}
     for statement in statements:
         if isinstance(statement, K.Store):
-            form = _linear(statement.offset, loop.index, ranges)
+            form = linear(statement.offset, loop.index, ranges)
             if form is None or form[0] <= 0 or form[2] - form[1] >= form[0]:
                 return None
             first = offsets.setdefault(statement.buffer, statement.offset)
@@ -241,6 +256,77 @@ def _fold_of(statement: K.SetAcc) -> tuple[str, K.Expr] | None:
     if isinstance(fold.b, K.AccRead) and fold.b.acc is acc:
         return fold.op, fold.a
     return None
+
+
+# -- reductions over a leading axis, columns outermost -------------------------------------------
+
+
+def columns_outer(program: Program) -> None:
+    """Rewrites, in `program` and the programs its steps hold, each kernel of the form
+
+        for j: out[j] = init(j)
+        for i: for j: out[j] = f(out[j], i, j)
+
+    (a reduction over a leading axis as the scheduler writes it, streaming rows as a CPU's
+    caches want) as
+
+        for j: acc = init(j); for i: acc = f(acc, i, j); out[j] = acc
+
+    whose outer loop a GPU's threads share, one column each, neighbouring threads reading
+    neighbouring elements."""
+    for step in program.steps:
+        for inner in inner_programs(step):
+            columns_outer(inner)
+        if isinstance(step, KernelStep):
+            rewritten = _columns_outer(step.kernel)
+            if rewritten is not None:
+                step.kernel.body[:] = rewritten
+
+
+def _columns_outer(kernel: K.Kernel) -> list | None:
+    if len(kernel.body) != 2 or not all(isinstance(s, K.Loop) for s in kernel.body):
+        return None
+    init, rows = kernel.body
+    if len(rows.body) != 1 or not isinstance(rows.body[0], K.Loop):
+        return None
+    columns = rows.body[0]
+    if (init.start, init.stop) != (columns.start, columns.stop):
+        return None
+    if len(init.body) != 1 or len(columns.body) != 1:
+        return None
+    first, update = init.body[0], columns.body[0]
+    if not (isinstance(first, K.Store) and isinstance(update, K.Store)):
+        return None
+    out, offset = update.buffer, update.offset
+    if first.buffer is not out:
+        return None
+    if not K.same(_substituted(first.offset, init.index, columns.index), offset):
+        return None
+    form = linear(offset, columns.index, {})
+    if form is None or form[0] <= 0 or form[1] != form[2]:
+        return None  # (an offset reading the row index, or not one element per column)
+    if _reads(first.value, lambda e: isinstance(e, K.Load) and e.buffer is out):
+        return None
+    acc = K.fresh_acc(out.dtype)
+    replacements = {}
+    for e in K.nodes(update.value):
+        if isinstance(e, K.Load) and e.buffer is out:
+            if not K.same(e.offset, offset):
+                return None
+            replacements[id(e)] = acc.read()
+    fold = K.SetAcc(acc, _replaced(update.value, replacements))
+    return [
+        K.Loop(
+            columns.index,
+            columns.start,
+            columns.stop,
+            [
+                K.SetAcc(acc, _substituted(first.value, init.index, columns.index)),
+                K.Loop(rows.index, rows.start, rows.stop, [fold]),
+                K.Store(out, offset, acc.read()),
+            ],
+        )
+    ]
 
 
 # -- whole-array reductions ---------------------------------------------------------------------
@@ -414,9 +500,14 @@ def _fold_nest(
 
 
 def _substituted(expr: K.Expr, index: K.Index, value: K.Expr) -> K.Expr:
-    """`expr` with `value` in place of `index` (shared subexpressions stay shared; iterative,
-    as expression DAGs may be deep)."""
-    done: dict = {id(index): value}
+    """`expr` with `value` in place of `index`."""
+    return _replaced(expr, {id(index): value})
+
+
+def _replaced(expr: K.Expr, replacements: dict) -> K.Expr:
+    """`expr` with each node whose id `replacements` holds replaced by its value there (shared
+    subexpressions stay shared; iterative, as expression DAGs may be deep)."""
+    done: dict = dict(replacements)
     pending = [expr]
     while pending:
         e = pending[-1]

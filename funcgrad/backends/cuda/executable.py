@@ -29,7 +29,7 @@ from funcgrad.compiler import stages
 from funcgrad.compiler.fusion import CompileError
 from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.memory import constants, nbytes
-from funcgrad.compiler.parallel import ReductionSplit
+from funcgrad.compiler.parallel import ReductionSplit, columns_outer
 from funcgrad.compiler.schedule import (
     CallbackStep,
     CondStep,
@@ -184,6 +184,7 @@ class CudaExecutable:
         self.closed = closed
         self.device = device if device is not None else gpu()
         self.optimized, self.program, self.memory = stages.plan(closed, REDUCTIONS)
+        columns_outer(self.program)
         steps = list(all_steps(self.program))
         for step in steps:
             if isinstance(step, FortranCall):

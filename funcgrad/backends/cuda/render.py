@@ -25,9 +25,13 @@ from funcgrad.backends.cuda.prelude import PRELUDE
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import CompileError
 from funcgrad.compiler.parallel import (
+    expressions,
     identity,
+    linear,
     parallel_loop,
+    ranges_of,
     shared_loop_folds,
+    statements_in,
     whole_array_reduction,
 )
 
@@ -365,7 +369,7 @@ class _KernelWriter:
         kernel = self.kernel
         split = parallel_loop(kernel)
         scratch_bytes = sum(b.size * b.dtype.itemsize for b in kernel.scratch)
-        rows = _row_loops(split, scratch_bytes) if split is not None else None
+        rows = _row_loops(split, scratch_bytes, kernel.scratch) if split is not None else None
         if rows is not None:
             return self.row_kernel(split, rows)
         if split is not None and scratch_bytes > LOCAL_SCRATCH_BYTES:
@@ -583,13 +587,34 @@ class _KernelWriter:
         self.statements(after)
 
 
-def _row_loops(split: K.Loop, scratch_bytes: int) -> dict | None:
+def _contiguous(loop: K.Loop, scratch: set) -> bool:
+    """Whether the loop walks memory element by element: every access of a buffer (scratch
+    aside) that moves with its index moves by one. Neighbouring threads of a block then touch
+    neighbouring elements; a loop striding across rows (a column's fold) is better left to
+    one thread per outer iteration, neighbours reading neighbouring columns."""
+    ranges = ranges_of(loop.body, {})
+    for statement in statements_in([loop]):
+        accesses = [e for e in expressions(statement) if isinstance(e, K.Load)]
+        accesses += [statement] if isinstance(statement, K.Store) else []
+        for access in accesses:
+            if access.buffer in scratch:
+                continue
+            for e in K.nodes(access.offset):
+                if isinstance(e, K.Index) and e is not loop.index:
+                    ranges.setdefault(e, (0, 0))
+            form = linear(access.offset, loop.index, ranges)
+            if form is None or form[0] not in (0, 1):
+                return False
+    return True
+
+
+def _row_loops(split: K.Loop, scratch_bytes: int, scratch: list) -> dict | None:
     """{inner loop: its folds} when each row of `split` should run on a block: its loops may
     be shared by a block's threads (`shared_loop_folds`), they are long enough to keep a block
     busy (or the row's scratch is too big for one thread), and the scratch and the partial
     folds fit in shared memory."""
     loops = [s for s in split.body if isinstance(s, K.Loop)]
-    if not loops:
+    if not loops or not all(_contiguous(loop, set(scratch)) for loop in loops):
         return None
     width = max(loop.stop - loop.start for loop in loops)
     if width < ROW_MIN_WIDTH and scratch_bytes <= LOCAL_SCRATCH_BYTES:
