@@ -1,15 +1,15 @@
 """Compiled programs on a CUDA GPU side by side: funcgrad's CUDA backend, CuPy and, when
 installed, JAX's jit and PyTorch on the same GPU.
 
-    python benchmarks/cuda.py            # every case
-    python benchmarks/cuda.py gelu mlp   # the cases whose names contain these words
+    python benchmarks/gpu.py            # every case
+    python benchmarks/gpu.py gelu mlp   # the cases whose names contain these words
 
-Every framework's inputs are already in device memory; funcgrad's program runs through its
-executable's device entry (`CudaExecutable.run`), which launches the kernels and returns
-device buffers without waiting. A timed batch issues its calls back to back, then waits for
-the device once. Frameworks alternate rounds and the table gives medians; the ratio column is
-the framework's time over funcgrad's (above 1: slower than funcgrad). Memory-bound cases print
-GB/s and the fraction of the device-to-device copy bandwidth measured in the same run.
+Every framework's inputs are already in device memory (funcgrad's placed with
+`funcgrad.device_put`); each call launches its kernels and returns device arrays without
+waiting. A timed batch issues its calls back to back, then waits for the device once.
+Frameworks alternate rounds and the table gives medians; the ratio column is the framework's
+time over funcgrad's (above 1: slower than funcgrad). Memory-bound cases print GB/s and the
+fraction of the device-to-device copy bandwidth measured in the same run.
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ import numpy as np
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave memory to the others
 
 import cupy  # noqa: E402
+
+# The programs themselves are the CPU benchmark's (benchmarks/ is this script's folder).
+from compiler import _layernorm, _mlp_params, _mlp_step, _softmax  # noqa: E402
 
 import funcgrad as fg  # noqa: E402
 import funcgrad.numpy as fnp  # noqa: E402
@@ -68,17 +71,10 @@ def _torch():
 
 
 def _funcgrad(fun, *args):
-    """A call of the CUDA executable of jit(fun) on device copies of `args`."""
-    previous = fg.config.jit_backend
-    fg.config.update("jit_backend", "cuda")
-    try:
-        compiled = fg.jit(fun).lower(*args).compile()
-    finally:
-        fg.config.update("jit_backend", previous)
-    entry = compiled._entry
-    leaves = [cupy.asarray(np.asarray(v)) for v in [*entry.consts, *tree_util.tree_leaves(args)]]
-    executable = compiled.executable
-    return lambda: executable.run(leaves)
+    """A call of jit(fun) on the arguments placed on the GPU (its results stay there)."""
+    jitted = fg.jit(fun)
+    placed = fg.device_put(args, fg.devices("gpu")[0])
+    return lambda: jitted(*placed)
 
 
 def copy_bandwidth() -> float:
@@ -102,24 +98,6 @@ def gelu_case():
     runs = {"funcgrad": _funcgrad(gelu(fnp), x), "cupy": lambda: gelu(cupy)(xc)}
     _peers(runs, gelu, x)
     return runs, 2 * x.nbytes, 10
-
-
-def _softmax(xp):
-    def softmax(v):
-        e = xp.exp(v - v.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
-
-    return softmax
-
-
-def _layernorm(xp):
-    def layernorm(v):
-        mean = v.mean(axis=1, keepdims=True)
-        centered = v - mean
-        variance = (centered * centered).mean(axis=1, keepdims=True)
-        return centered / xp.sqrt(variance + 1e-5)
-
-    return layernorm
 
 
 def _row_case(make, torch_op):
@@ -170,31 +148,6 @@ def matmul_4096_case():
     return _matmul_case(4096)
 
 
-def _mlp_params(rng, sizes):
-    return [
-        ((rng.standard_normal((m, n)) / np.sqrt(m)).astype(np.float32), np.zeros(n, np.float32))
-        for m, n in zip(sizes[:-1], sizes[1:])
-    ]
-
-
-def _mlp_step(xp, grad):
-    def loss(params, x, y):
-        h = x
-        for w, b in params[:-1]:
-            h = xp.tanh(h @ w + b)
-        w, b = params[-1]
-        logits = h @ w + b
-        logits = logits - logits.max(axis=1, keepdims=True)
-        log_probs = logits - xp.log(xp.exp(logits).sum(axis=1, keepdims=True))
-        return -(log_probs * y).sum() / x.shape[0]
-
-    def step(params, x, y):
-        grads = grad(loss)(params, x, y)
-        return [(w - 0.01 * gw, b - 0.01 * gb) for (w, b), (gw, gb) in zip(params, grads)]
-
-    return step
-
-
 def mlp_case():
     rng = np.random.default_rng(3)
     params = _mlp_params(rng, [784, 1024, 1024, 10])
@@ -243,8 +196,9 @@ def main(words: list[str]) -> None:
         for run in runs.values():  # compile and warm up
             run()
         if "cupy" in runs:  # the programs compute the same thing
-            ours, theirs = runs["funcgrad"]()[0], runs["cupy"]().reshape(-1)
-            error = float(cupy.abs(ours - theirs).max() / (cupy.abs(theirs).max() + 1e-30))
+            ours = np.asarray(tree_util.tree_leaves(runs["funcgrad"]())[0])
+            theirs = cupy.asnumpy(runs["cupy"]())
+            error = float(np.abs(ours - theirs).max() / (np.abs(theirs).max() + 1e-30))
             print(f"<!-- {name}: funcgrad vs cupy, max relative difference {error:.1e} -->")
         times: dict[str, list[float]] = {label: [] for label in runs}
         for _ in range(ROUNDS):

@@ -32,15 +32,122 @@ class Device:
 CPU = Device("cpu", 0)
 
 
+class GpuDevice(Device):
+    """A CUDA GPU (`funcgrad.devices("gpu")`), or the emulated GPU that runs the CUDA
+    backend's code on the host (`funcgrad.devices("cuda_emulator")`); `runtime` launches its
+    kernels and moves its memory (`backends/cuda/executable.py`)."""
+
+    __slots__ = ("runtime",)
+
+    def __init__(self, id: int, runtime):
+        super().__init__("gpu", id)
+        self.runtime = runtime
+
+    @property
+    def device_kind(self) -> str:
+        return self.runtime.name
+
+    @property
+    def backend(self) -> str:
+        """The jit backend that compiles for this device."""
+        return self.runtime.backend
+
+    def __repr__(self) -> str:
+        return f"{'Emulated' if self.backend == 'cuda_emulator' else ''}CudaDevice(id={self.id})"
+
+
+class _Sized:
+    """`ndim` and `size` from a `shape`, for the values that are not NumPy arrays."""
+
+    __slots__ = ()
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+
+class DeviceValue(_Sized):
+    """An array's value in a GPU's memory: `storage`, a flat buffer on `device` (a CuPy array
+    on a GPU, bfloat16 held as its bits; host memory on the emulated GPU), with the array's
+    shape and dtype. Reading it as a NumPy array copies it to the host, as `np.asarray` of a
+    GPU array does."""
+
+    __slots__ = ("storage", "shape", "dtype", "device")
+    # Whether any array has been placed on a GPU in this process: until then, jit calls skip
+    # looking for GPU arguments.
+    made = False
+
+    def __init__(self, storage, shape: tuple[int, ...], dtype: np.dtype, device: GpuDevice):
+        self.storage = storage
+        self.shape = shape
+        self.dtype = dtype
+        self.device = device
+        DeviceValue.made = True
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __array__(self, dtype=None, copy=None):
+        host = self.device.runtime.download(self.storage)
+        host = (host.view(self.dtype) if host.dtype != self.dtype else host).reshape(self.shape)
+        return host if dtype is None else host.astype(dtype)
+
+    def item(self, *index):
+        return np.asarray(self).item(*index)
+
+    def __bool__(self) -> bool:
+        return bool(np.asarray(self))
+
+    def __int__(self) -> int:
+        return int(np.asarray(self))
+
+    def __float__(self) -> float:
+        return float(np.asarray(self))
+
+    def __complex__(self) -> complex:
+        return complex(np.asarray(self))
+
+
 def device_put(x, device: Device | None = None):
-    """Place a pytree of arrays on `device` (the host CPU is the only device of this backend)."""
+    """Place a pytree of arrays on `device`: the host CPU (the default), a GPU, or the
+    emulated GPU. Arrays already there stay as they are."""
     from funcgrad import tree_util
     from funcgrad.devices import devices
     from funcgrad.lax.base import asarray
 
+    if isinstance(device, GpuDevice):
+        return tree_util.tree_map(lambda leaf: _to_gpu(asarray(leaf), device), x)
     if device is not None and device not in devices():
         raise ValueError(f"unknown device {device!r}; available: {devices()}")
-    return tree_util.tree_map(asarray, x)
+    return tree_util.tree_map(lambda leaf: _to_host(asarray(leaf)), x)
+
+
+def _to_gpu(array: Array, device: GpuDevice) -> Array:
+    value = array._value
+    if type(value) is DeviceValue:
+        if value.device is device:
+            return array
+        value = np.asarray(value)
+    host = np.ascontiguousarray(value).reshape(-1)
+    bits = host.view(np.uint16) if host.dtype == dtypes.bfloat16 else host
+    placed = DeviceValue(device.runtime.upload(bits), np.shape(value), host.dtype, device)
+    return Array(placed, array.weak_type)
+
+
+def _to_host(array: Array) -> Array:
+    if type(array._value) is not DeviceValue:
+        return array
+    value = np.asarray(array._value)
+    return Array(value[()] if value.ndim == 0 else value, array.weak_type)
 
 
 def block_until_ready(x):
@@ -65,7 +172,7 @@ def sharded(buffers: list, devices: list[Device], weak_type: bool = False) -> Ar
     return array
 
 
-class _Deleted:
+class _Deleted(_Sized):
     """Stands for the value of a deleted array: it still has a shape and dtype (so the array
     prints and traces its signature), and any use of its data raises."""
 
@@ -74,14 +181,6 @@ class _Deleted:
     def __init__(self, shape: tuple[int, ...], dtype: np.dtype):
         self.shape = shape
         self.dtype = dtype
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape))
 
     def __array__(self, dtype=None, copy=None):
         raise RuntimeError(
@@ -144,22 +243,28 @@ class Array:
 
     @property
     def device(self) -> Device:
+        if type(self._value) is DeviceValue:
+            return self._value.device
         shards = getattr(self, "_shards", None)
         return CPU if shards is None else shards[0][0]
 
     def devices(self) -> set[Device]:
         shards = getattr(self, "_shards", None)
-        return {CPU} if shards is None else {device for device, _ in shards}
+        return {self.device} if shards is None else {device for device, _ in shards}
 
     @property
     def addressable_shards(self) -> list[Shard]:
-        """The buffers of this array and the devices holding them (one, for a host array)."""
+        """The buffers of this array and the devices holding them (one, for an unsharded
+        array)."""
         shards = getattr(self, "_shards", None)
         if shards is None:
-            return [Shard(CPU, self)]
+            return [Shard(self.device, self)]
         return [Shard(device, Array(buffer, self.weak_type)) for device, buffer in shards]
 
     def block_until_ready(self) -> Array:
+        """Wait until the array's value is computed (GPU work runs asynchronously)."""
+        if type(self._value) is DeviceValue:
+            self._value.device.runtime.synchronize()
         return self
 
     def delete(self) -> None:
@@ -184,6 +289,8 @@ class Array:
         return view
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        if type(self._value) is DeviceValue:  # the GPU buffer itself, shaped, no copy
+            return self._value.device.runtime.shaped(self._value).__dlpack__(stream=stream)
         # np.ascontiguousarray would make a 0-d value 1-d; asarray keeps the shape.
         value = np.asarray(self._value)
         if not value.flags.c_contiguous:
@@ -193,6 +300,8 @@ class Array:
         return value.__dlpack__(stream=stream, max_version=max_version, copy=copy)
 
     def __dlpack_device__(self):
+        if type(self._value) is DeviceValue:
+            return self._value.device.runtime.shaped(self._value).__dlpack_device__()
         return np.asarray(self._value).__dlpack_device__()
 
     def __setitem__(self, index, value):

@@ -1,16 +1,21 @@
-"""The devices pmap runs on, with JAX's names.
+"""The devices arrays live on and pmap runs on, with JAX's names.
 
 On the CPU a process has `config.num_cpu_devices` virtual devices (`FUNCGRAD_NUM_CPU_DEVICES`,
 default 1): pmap runs each device's shard on its own thread, so shards run in parallel where
 the work releases the GIL (NumPy's kernels, compiled code). Under `funcgrad.distributed`,
 every process has its own local devices and `devices()` lists all processes' devices, numbered
 process by process.
+
+GPUs are listed by `devices("gpu")`; arrays placed on one with `device_put` stay there, and
+the operations and jitted calls applied to them run there.
 """
 
 from __future__ import annotations
 
+import functools
+
 from funcgrad import distributed
-from funcgrad.array import CPU, Device
+from funcgrad.array import CPU, Device, GpuDevice
 from funcgrad.config import config
 
 _device_lists: dict[tuple[int, int, int], list[Device]] = {}
@@ -41,30 +46,61 @@ def _all_devices() -> list[Device]:
 
 def _check_backend(backend: str | None) -> None:
     if backend not in (None, "cpu"):
-        raise RuntimeError(f"backend {backend!r} is not available; available: cpu")
+        raise RuntimeError(f"backend {backend!r} is not available here; available: cpu")
+
+
+GPU_BACKENDS = ("gpu", "cuda", "cuda_emulator")
 
 
 def devices(backend: str | None = None) -> list[Device]:
-    """Every device of every process."""
+    """Every device of every process: the CPU's by default, `devices("gpu")` (or "cuda") for
+    this machine's CUDA GPUs, `devices("cuda_emulator")` for the emulated GPU that runs the
+    CUDA backend's code on the host."""
+    if backend in GPU_BACKENDS:
+        return list(_gpu_devices(backend))
     _check_backend(backend)
     return list(_all_devices())
 
 
+@functools.cache
+def _gpu_devices(backend: str) -> tuple[GpuDevice, ...]:
+    from funcgrad.backends.cuda.executable import Emulator, gpu, gpu_available
+
+    if backend == "cuda_emulator":
+        return (GpuDevice(0, Emulator()),)
+    if not gpu_available():
+        raise RuntimeError(
+            f"backend {backend!r} is not available: "
+            + _missing_gpu_part()
+            + " (the emulated GPU, devices('cuda_emulator'), runs the same code on the host)"
+        )
+    return (GpuDevice(0, gpu()),)
+
+
+def _missing_gpu_part() -> str:
+    try:
+        import cupy
+    except ImportError:
+        return "CuPy is not installed (pip install -e '.[cuda]')"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as error:  # CuPy's runtime error without a driver
+        return f"CuPy finds no CUDA driver ({error})"
+    return "CuPy finds no CUDA GPU" if count == 0 else "the GPU could not be opened"
+
+
 def local_devices(process_index: int | None = None, backend: str | None = None) -> list[Device]:
     """The devices of this process (or of process `process_index`)."""
-    _check_backend(backend)
     index = distributed.process_index() if process_index is None else process_index
-    return [d for d in _all_devices() if d.process_index == index]
+    return [d for d in devices(backend) if d.process_index == index]
 
 
 def device_count(backend: str | None = None) -> int:
-    _check_backend(backend)
-    return len(_all_devices())
+    return len(devices(backend))
 
 
 def local_device_count(backend: str | None = None) -> int:
-    _check_backend(backend)
-    return _num_local()
+    return len(local_devices(backend=backend))
 
 
 def process_index(backend: str | None = None) -> int:

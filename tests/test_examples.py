@@ -24,7 +24,7 @@ def test_readme_compiler_example_runs(capsys):
     import funcgrad as fg
 
     readme = (ROOT / "README.md").read_text()
-    code = readme.split("```python", 2)[2].split("```", 1)[0]
+    code = readme.split("```python", 3)[3].split("```", 1)[0]
     previous = fg.config.jit_backend
     fg.config.update("jit_backend", "llvm")  # the default, which the example describes
     namespace: dict = {"fg": fg, "fnp": fg.numpy}
@@ -34,6 +34,19 @@ def test_readme_compiler_example_runs(capsys):
         fg.config.update("jit_backend", previous)
     out = capsys.readouterr().out
     assert "reduce_sum" in out and "arena" in out and "define void @entry" in out
+
+
+def test_readme_gpu_example_runs_on_the_emulated_gpu():
+    import funcgrad as fg
+
+    readme = (ROOT / "README.md").read_text()
+    code = readme.split("```python", 2)[2].split("```", 1)[0]
+    code = code.replace('fg.devices("gpu")', 'fg.devices("cuda_emulator")')
+    namespace: dict = {"fg": fg, "np": np}
+    exec(compile(code, "README.md", "exec"), namespace)
+    gpu, y, z = namespace["gpu"], namespace["y"], namespace["z"]
+    assert y.device is gpu and z.device is gpu
+    np.testing.assert_allclose(np.asarray(z), 2 * 256, rtol=1e-4)
 
 
 def test_first_look_runs(capsys):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad import core, dtypes
-from funcgrad.array import Array
+from funcgrad.array import Array, DeviceValue
 from funcgrad.config import config
 from funcgrad.errors import UnexpectedTracerError
 
@@ -29,6 +29,8 @@ class EvalTrace(core.Trace):
             for arg in args:
                 if type(arg) is not Array:
                     raise _bad_operand(primitive, arg)
+            if DeviceValue.made and any(type(arg._value) is DeviceValue for arg in args):
+                return _on_gpu(primitive, args, params)
             return primitive.impl(*args, **params)
         values = []
         signature = [primitive]
@@ -51,7 +53,13 @@ class EvalTrace(core.Trace):
             checked = False
         if not checked:
             self.check(primitive, args, params, signature)
-        out = primitive.impl(*values, **params)
+        if DeviceValue.made and any(type(value) is DeviceValue for value in values):
+            from funcgrad.backends.cuda import eager
+
+            out = [a._value for a in eager.run(primitive, args, params, signature)]
+            out = out if primitive.multiple_results else out[0]
+        else:
+            out = primitive.impl(*values, **params)
         if config.debug_nans:
             _check_nans(primitive, out)
         if any_weak or primitive.weak_type_rule is not core._all_operands_weak:
@@ -72,6 +80,16 @@ class EvalTrace(core.Trace):
             self.checked_signatures.add(signature)
         except TypeError:
             pass  # unhashable params are checked on every call
+
+
+def _on_gpu(primitive, args, params) -> list[Array] | Array:
+    """A control-flow or call primitive over GPU arrays: compiled whole for the GPU (its
+    regions run there as the CUDA backend runs them), results left there."""
+    from funcgrad.backends.cuda import eager
+
+    signature = (primitive, *(a.aval for a in args), *params.items())
+    outs = eager.run(primitive, args, params, signature)
+    return outs if primitive.multiple_results else outs[0]
 
 
 def _check_nans(primitive, out) -> None:

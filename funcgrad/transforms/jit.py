@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Callable, Sequence
 
 from funcgrad import core, tree_util
-from funcgrad.array import Array
+from funcgrad.array import Array, DeviceValue
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import passes
 from funcgrad.config import config
@@ -62,9 +62,21 @@ def _compile(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...]):
     return NumpyExecutable(jaxpr, donated)
 
 
+def run_compiled(jaxpr: ClosedJaxpr, args, donated: tuple[int, ...] = (), executable=None):
+    """The program's results: on the GPU holding any of `args` (results stay there), else on
+    the configured backend (`executable`, when the caller has it at hand)."""
+    if DeviceValue.made:
+        from funcgrad.backends.cuda import eager
+
+        if any(type(a) is Array and type(a._value) is DeviceValue for a in args):
+            device = eager.device_of(args, "a jitted function")
+            return _compile(jaxpr, device.backend, donated).on_device(args, device)
+    return (executable or compile_jaxpr(jaxpr, donated))(*args)
+
+
 @jit_p.def_impl
 def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str):
-    return compile_jaxpr(jaxpr)(*args)
+    return run_compiled(jaxpr, args)
 
 
 @jit_p.def_abstract_eval
@@ -411,7 +423,10 @@ class Jitted:
         else:
             leaves = found[1]
         if eager:
-            outs = entry.executable(*entry.consts, *leaves)
+            if DeviceValue.made:
+                outs = run_compiled(entry.jaxpr, [*entry.consts, *leaves], entry.donated)
+            else:
+                outs = entry.executable(*entry.consts, *leaves)
         else:
             outs = jit_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr, name=self.name)
         return entry.outputs(outs)

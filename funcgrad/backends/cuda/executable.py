@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from funcgrad import dtypes
-from funcgrad.array import Array
+from funcgrad.array import Array, DeviceValue, GpuDevice
 from funcgrad.backends.cuda import nvrtc
 from funcgrad.backends.cuda.emulator import EmulatedModule
 from funcgrad.backends.cuda.render import CudaKernel, module_source, render_kernel
@@ -57,6 +57,7 @@ class Emulator:
 
     xp = np
     name = "the emulated GPU (host memory)"
+    backend = "cuda_emulator"
     # Small blocks and a capped grid, so that grid-stride loops take several turns; a
     # cooperative block has two warps, so that its shared-memory tree and its warp shuffles
     # both run.
@@ -75,7 +76,13 @@ class Emulator:
         module.launch(kernel, grid, block, [b.ctypes.data for b in buffers])
 
     def upload(self, value: np.ndarray) -> np.ndarray:
-        return value
+        return value.copy()  # device memory of its own, as a GPU's is
+
+    def synchronize(self) -> None:
+        pass  # kernels run to completion when launched
+
+    def shaped(self, value) -> np.ndarray:
+        return value.storage.view(value.dtype).reshape(value.shape)
 
     def capacity(self) -> int:
         """Device memory: the host's physical memory (a host that overcommits would grant
@@ -98,6 +105,7 @@ class Gpu:
     GEMMs by cuBLAS."""
 
     BLOCK = 256
+    backend = "cuda"
 
     def __init__(self):
         self.xp = _cupy()
@@ -142,6 +150,14 @@ class Gpu:
 
     def download(self, value) -> np.ndarray:
         return self.xp.asnumpy(value)
+
+    def synchronize(self) -> None:
+        self.xp.cuda.get_current_stream().synchronize()
+
+    def shaped(self, value):
+        if value.dtype == dtypes.bfloat16:
+            raise TypeError("CuPy has no bfloat16: export the array as float32 first")
+        return value.storage.reshape(value.shape)
 
     def view(self, raw, dtype: np.dtype):
         # CuPy knows no bfloat16: its buffers are viewed as their bits.
@@ -221,10 +237,19 @@ class CudaExecutable:
             self._reference(*args)
         return results
 
+    def on_device(self, args, device: GpuDevice) -> list[Array]:
+        """Runs the program on `device`, whose runtime this executable was built for, and
+        returns its results there, without waiting for them (a GPU runs asynchronously)."""
+        outputs = self.run(args)
+        return [
+            Array(DeviceValue(out, shape, dtype, device), weak)
+            for out, (shape, dtype), weak in zip(outputs, self._out_shapes, self._out_weak)
+        ]
+
     def run(self, args) -> list:
-        """Launches the program and returns its outputs as flat device buffers (CuPy arrays on
-        a GPU, in the storage dtype) without waiting for the device. Arguments already in
-        device memory are used in place; host values are copied there first."""
+        """Launches the program and returns its outputs as flat device buffers (in the
+        storage dtype: bfloat16 as its bits) without waiting for the device. Arguments on the
+        device (`DeviceValue`s) are used in place; host values are copied there first."""
         try:
             views, outputs = self._allocate(args)
         except MemoryError as error:  # CuPy's OutOfMemoryError is one
@@ -244,8 +269,8 @@ class CudaExecutable:
         views = dict(self.consts)
         for buffer, arg, dtype in zip(self.program.inputs, args, self._in_dtypes):
             value = arg._value if type(arg) is Array else arg
-            if xp is not np and isinstance(value, xp.ndarray):
-                views[buffer] = device.view(xp.ascontiguousarray(value).reshape(-1), dtype)
+            if type(value) is DeviceValue:
+                views[buffer] = device.view(value.storage, dtype)
             else:
                 value = np.ascontiguousarray(value, dtype)
                 views[buffer] = _on_device(device, value, dtype)

@@ -468,9 +468,31 @@ class _KernelWriter:
         return self.finished(params, split.stop - split.start, row_width=width)
 
     def share(self, acc: K.Acc, op: str, base: str, partial: K.Buffer) -> None:
-        """Every thread's partial fold of `acc` combined: a shared-memory tree down to 32
-        partials, the first warp's shuffles, then every thread reads the total, folded into
-        the value `acc` had before the loop (`base`)."""
+        """Every thread's partial fold of `acc` combined (`halving_tree`, then the first
+        warp's `warp_fold`); every thread then reads the total, folded into the value `acc`
+        had before the loop (`base`)."""
+        name, outer = self.acc_names[acc], self.indent
+        lane = self.halving_tree(acc, op, partial)
+        self.emit("if (threadIdx.x < 32) {")
+        self.indent += "  "
+        self.warp_fold(acc, op, partial, lane)
+        self.emit(f"if (threadIdx.x == 0) {partial.name}[0] = {_to_memory(name, acc.dtype)};")
+        self.indent = outer
+        self.emit("}")
+        self.emit("__syncthreads();")
+        self.memo = {}
+        total = K.Acc("total", acc.dtype)
+        self.acc_names[total] = base
+        first = K.Index("first")
+        self.index_names[first] = "0LL"
+        folded = K.binary(op, total.read(), K.Load(partial, first))
+        self.emit(f"{name} = {self.value(folded)};")
+        self.emit("__syncthreads();  // every thread has read the total before the next fold")
+
+    def halving_tree(self, acc: K.Acc, op: str, partial: K.Buffer) -> K.Index:
+        """Each thread posts its partial fold of `acc` to shared memory, then halving steps
+        fold the upper half into the lower down to 32 partials (blocks are a power of two
+        threads, at least a warp). Returns the index naming the thread's own slot."""
         name, outer = self.acc_names[acc], self.indent
         lane, other = K.Index("lane"), K.Index("other")
         self.index_names[lane] = "(long long)threadIdx.x"
@@ -489,8 +511,12 @@ class _KernelWriter:
         self.emit("__syncthreads();")
         self.indent = outer
         self.emit("}")
-        self.emit("if (threadIdx.x < 32) {")
-        self.indent += "  "
+        return lane
+
+    def warp_fold(self, acc: K.Acc, op: str, partial: K.Buffer, lane: K.Index) -> None:
+        """In the first warp: `acc` takes the thread's slot of the last 32 partials and the
+        warp folds them with shuffles, without barriers; lane 0 ends with the total."""
+        name, outer = self.acc_names[acc], self.indent
         self.memo = {}
         self.emit(f"{name} = {self.value(K.Load(partial, lane))};")
         self.emit("for (unsigned int offset = 16; offset > 0; offset /= 2) {")
@@ -502,20 +528,8 @@ class _KernelWriter:
         shuffled = K.Acc("shuffled", acc.dtype)
         self.acc_names[shuffled] = "shuffled"
         self.emit(f"{name} = {self.value(K.binary(op, acc.read(), shuffled.read()))};")
-        self.indent = outer + "  "
-        self.emit("}")
-        self.emit(f"if (threadIdx.x == 0) {partial.name}[0] = {_to_memory(name, acc.dtype)};")
         self.indent = outer
         self.emit("}")
-        self.emit("__syncthreads();")
-        self.memo = {}
-        total = K.Acc("total", acc.dtype)
-        self.acc_names[total] = base
-        first = K.Index("first")
-        self.index_names[first] = "0LL"
-        folded = K.binary(op, total.read(), K.Load(partial, first))
-        self.emit(f"{name} = {self.value(folded)};")
-        self.emit("__syncthreads();  // every thread has read the total before the next fold")
 
     def block_reduction(self, acc: K.Acc, op: str, folds: list, rest: list):
         """A whole-array reduction on one block: each thread folds a strided share of each
@@ -549,38 +563,9 @@ class _KernelWriter:
             self.emit(f"{name} = {folded};")
             self.indent = outer
             self.emit("}")
-        lane = K.Index("lane")
-        self.index_names[lane] = "(long long)threadIdx.x"
-        self.emit(f"partial[threadIdx.x] = {_to_memory(name, acc.dtype)};")
-        self.emit("__syncthreads();")
-        self.emit("for (unsigned int half = blockDim.x / 2; half >= 32; half /= 2) {")
-        self.indent += "  "
-        self.emit("if (threadIdx.x < half) {")
-        self.indent += "  "
-        self.memo = {}
-        other = K.Index("other")
-        self.index_names[other] = "(long long)(threadIdx.x + half)"
-        pair = K.binary(op, K.Load(partial, lane), K.Load(partial, other))
-        self.emit(f"partial[threadIdx.x] = {_to_memory(self.value(pair), acc.dtype)};")
-        self.indent = self.indent[:-2]
-        self.emit("}")
-        self.emit("__syncthreads();")
-        self.indent = outer
-        self.emit("}")
-        # The last 32 partials: the first warp folds them with shuffles, without barriers.
+        lane = self.halving_tree(acc, op, partial)
         self.emit("if (threadIdx.x >= 32) return;")
-        self.memo = {}
-        self.emit(f"{name} = {self.value(K.Load(partial, lane))};")
-        shuffled = K.Acc("shuffled", acc.dtype)
-        self.acc_names[shuffled] = "shuffled"
-        self.emit(f"{value_type(acc.dtype)} shuffled;")
-        self.emit("for (unsigned int offset = 16; offset > 0; offset /= 2) {")
-        self.indent += "  "
-        self.emit(f"shuffled = fg_shfl_down({name}, offset);")
-        self.memo = {}
-        self.emit(f"{name} = {self.value(K.binary(op, acc.read(), shuffled.read()))};")
-        self.indent = outer
-        self.emit("}")
+        self.warp_fold(acc, op, partial, lane)
         self.emit("if (threadIdx.x != 0) return;")
         self.memo = {}
         self.emit(f"{name} = {self.value(K.binary(op, init.value, acc.read()))};")

@@ -1,0 +1,58 @@
+"""Eager operations on GPU arrays: a primitive applied to arrays on a GPU runs there, as a
+one-equation program compiled by the CUDA backend once per signature (primitive, operand
+shapes, dtypes and weak types, params) and launched on every later call, without waiting for
+the GPU. Operands still on the host are copied to the GPU first, as JAX moves uncommitted
+arrays to a committed array's device."""
+
+from __future__ import annotations
+
+from funcgrad import core
+from funcgrad.array import Array, DeviceValue, GpuDevice
+from funcgrad.compiler.fusion import CompileError
+
+_programs: dict = {}
+_MAX_PROGRAMS = 4096
+
+
+def run(primitive: core.Primitive, args: list[Array], params: dict, signature: tuple):
+    """The primitive's results as arrays on the GPU (weak types as its abstract evaluation
+    gives them)."""
+    device = device_of(args, primitive.name)
+    key = (device, signature, tuple(a.weak_type for a in args))
+    try:
+        executable = _programs.get(key)
+    except TypeError:  # an unhashable param: compile every time
+        key, executable = None, None
+    if executable is None:
+        executable = _compile(primitive, args, params, device)
+        if key is not None:
+            if len(_programs) >= _MAX_PROGRAMS:
+                _programs.clear()
+            _programs[key] = executable
+    return executable.on_device(args, device)
+
+
+def device_of(args, what: str) -> GpuDevice:
+    """The one GPU holding the GPU arrays among `args`."""
+    found = {a._value.device for a in args if type(a) is Array and type(a._value) is DeviceValue}
+    if len(found) > 1:
+        raise ValueError(
+            f"{what} got arrays on different devices ({sorted(map(repr, found))}): move them "
+            "to one with funcgrad.device_put"
+        )
+    return found.pop()
+
+
+def _compile(primitive, args, params, device: GpuDevice):
+    from funcgrad.backends.cuda.executable import CudaExecutable
+    from funcgrad.transforms.make_jaxpr import make_jaxpr
+
+    shapes = [core.ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in args]
+    closed = make_jaxpr(lambda *xs: primitive.bind(*xs, **params))(*shapes)
+    try:
+        return CudaExecutable(closed, device=device.runtime)
+    except CompileError as error:
+        raise CompileError(
+            f"{primitive.name} cannot run on {device!r} yet: {error}. Move its operands to the "
+            "CPU with funcgrad.device_put(x, funcgrad.devices('cpu')[0])"
+        ) from error

@@ -1,0 +1,155 @@
+"""Arrays on a GPU: placing them, reading them back, and eager operations and jitted calls that
+run where the arrays are and leave their results there. Without a GPU the emulated one
+(`devices("cuda_emulator")`: the CUDA backend's code on the host) stands in; on a machine
+with a GPU the same tests also run on it. Values are checked against NumPy and the CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad import dtypes, lax
+from funcgrad.array import DeviceValue
+from funcgrad.backends.cuda import emulator
+from funcgrad.compiler.fusion import CompileError
+from funcgrad.tools.recipes import CUDA_BACKENDS
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(emulator.compiler() is None, reason="the emulator needs a C++ compiler"),
+]
+
+
+@pytest.fixture(params=CUDA_BACKENDS)
+def gpu(request):
+    return fg.devices(request.param)[0]
+
+
+def on(device, x):
+    return fg.device_put(x, device)
+
+
+def assert_on(device, *arrays):
+    for a in arrays:
+        assert a.device is device and type(a._value) is DeviceValue
+
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((4, 6)).astype(np.float32)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        X,
+        np.arange(5, dtype=np.int64),
+        np.array([True, False, True]),
+        np.float32(2.5),
+        (X[0] * 3).astype(dtypes.bfloat16),
+        (X[0] + 1j * X[1]).astype(np.complex64),
+    ],
+    ids=["float32", "int64", "bool", "scalar", "bfloat16", "complex64"],
+)
+def test_arrays_go_to_the_gpu_and_come_back_unchanged(gpu, value):
+    x = on(gpu, value)
+    assert_on(gpu, x)
+    assert x.shape == np.shape(value) and x.dtype == np.asarray(value).dtype
+    np.testing.assert_array_equal(np.asarray(x), value)
+    back = fg.device_put(x, fg.devices("cpu")[0])
+    assert back.device == fg.devices("cpu")[0] and type(back._value) is not DeviceValue
+    np.testing.assert_array_equal(np.asarray(back), value)
+    assert on(gpu, x) is x  # already there
+    assert x.block_until_ready() is x
+    assert repr(x).startswith("Array(") and x.devices() == {gpu}
+    assert fg.device_count(gpu_backend(gpu)) == fg.local_device_count(gpu_backend(gpu)) == 1
+
+
+def gpu_backend(device) -> str:
+    return "gpu" if device.backend == "cuda" else "cuda_emulator"
+
+
+def test_eager_operations_run_on_the_gpu_and_stay_there(gpu):
+    x, y = on(gpu, X), on(gpu, X[::-1] * 2)
+    results = {
+        "elementwise": (fnp.tanh(x) * y + 1, np.tanh(X) * (X[::-1] * 2) + 1),
+        "reduction": (x.sum(axis=1), X.sum(axis=1)),
+        "matmul": (x @ y.T, X @ (X[::-1] * 2).T),
+        "indexing": (x[1:3, ::2], X[1:3, ::2]),
+        "gather": (x[fnp.array([3, 0])], X[[3, 0]]),
+        "update": (x.at[0, 1].set(7.0), np.where(np.arange(24).reshape(4, 6) == 1, 7, X)),
+        "transpose": (x.T.reshape(-1), X.T.reshape(-1)),
+        "cumsum": (fnp.cumsum(x, axis=1), np.cumsum(X, axis=1)),
+        "integers": ((x > 0).astype(np.int32) * 3, (X > 0).astype(np.int32) * 3),
+    }
+    for name, (got, expected) in results.items():
+        assert_on(gpu, got)
+        np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-6, atol=1e-6, err_msg=name)
+    # A host operand joins the GPU array on the GPU.
+    mixed = x + fnp.asarray(X)
+    assert_on(gpu, mixed)
+    np.testing.assert_allclose(np.asarray(mixed), 2 * X, rtol=1e-6)
+
+
+def test_jitted_calls_run_on_the_gpu_of_their_arguments(gpu):
+    w = RNG.standard_normal((6, 3)).astype(np.float32)
+
+    @fg.jit
+    def layer(params, x):
+        w, b = params
+        return {"out": fnp.tanh(x @ w + b), "mean": x.mean()}
+
+    params = (on(gpu, w), on(gpu, np.ones(3, np.float32)))
+    got = layer(params, on(gpu, X))
+    expected = layer((w, np.ones(3, np.float32)), X)  # the CPU's
+    for key in ("out", "mean"):
+        assert_on(gpu, got[key])
+        np.testing.assert_allclose(np.asarray(got[key]), np.asarray(expected[key]), rtol=1e-5)
+    again = layer(params, fnp.asarray(X))  # a host argument beside GPU ones
+    assert_on(gpu, again["out"])
+    np.testing.assert_allclose(np.asarray(again["out"]), np.asarray(expected["out"]), rtol=1e-5)
+    assert type(layer((w, np.ones(3, np.float32)), X)["out"]._value) is not DeviceValue
+
+
+def test_transformations_of_gpu_arrays_run_on_the_gpu(gpu):
+    x = on(gpu, X)
+
+    def loss(a):
+        def body(carry, row):
+            return carry * 0.5 + fnp.sin(row), carry.sum()
+
+        carry, sums = lax.scan(body, fnp.zeros(6, np.float32), a)
+        return (carry**2).sum() + sums.sum()
+
+    grad = fg.grad(loss)(x)
+    assert_on(gpu, grad)
+    np.testing.assert_allclose(np.asarray(grad), np.asarray(fg.grad(loss)(X)), rtol=1e-5)
+    batched = fg.vmap(lambda row: lax.cond(row.sum() > 0, fnp.exp, fnp.cos, row))(x)
+    assert_on(gpu, batched)
+    expected = np.where(X.sum(1, keepdims=True) > 0, np.exp(X), np.cos(X))
+    np.testing.assert_allclose(np.asarray(batched), expected, rtol=1e-6)
+    count = lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, c[1] * 2), (0, x))
+    np.testing.assert_allclose(np.asarray(count[1]), X * 8)
+
+
+def test_dlpack_hands_over_the_gpu_buffer(gpu):
+    x = on(gpu, X)
+    if gpu.backend == "cuda_emulator":
+        np.testing.assert_array_equal(np.from_dlpack(x), X)  # host memory
+    else:
+        import cupy
+
+        np.testing.assert_array_equal(cupy.asnumpy(cupy.from_dlpack(x)), X)
+
+
+def test_an_operation_without_a_gpu_lowering_says_how_to_run_it(gpu):
+    a = on(gpu, np.eye(3, dtype=np.float32) * 2)
+    with pytest.raises(CompileError, match=r"cholesky cannot run on .*devices\('cpu'\)"):
+        fnp.linalg.cholesky(a)
+
+
+@pytest.mark.skipif("cuda" in CUDA_BACKENDS, reason="a GPU is present")
+def test_asking_for_a_gpu_names_what_is_missing():
+    with pytest.raises(RuntimeError, match="CuPy|CUDA"):
+        fg.devices("gpu")
