@@ -5,6 +5,8 @@ and the random-program test run the same path for every primitive."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from checks import jit_backend
@@ -348,6 +350,11 @@ def test_long_rows_run_on_a_block_each_and_short_rows_on_a_thread_each():
     assert "__shared__ float s" in wide and "i0 = blockIdx.x; i0 < 5; i0 += gridDim.x" in wide
     assert "threadIdx.x; i1 < 6000; i1 += blockDim.x" in wide
     assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" in compiled_text(softmax, x)
+    # The input is read from memory once per row: the first loop keeps it in shared memory
+    # for the later ones (where it fits beside the scratch).
+    for f in (softmax, layernorm):
+        text = compiled_text(f, x[:, :300])
+        assert len(re.findall(r"\bin\d+\[", text)) == 1 and "__shared__ float row0[300];" in text
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, dtypes.float16])

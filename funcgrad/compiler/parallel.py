@@ -300,7 +300,7 @@ def _columns_outer(kernel: K.Kernel) -> list | None:
     out, offset = update.buffer, update.offset
     if first.buffer is not out:
         return None
-    if not K.same(_substituted(first.offset, init.index, columns.index), offset):
+    if not K.same(substituted(first.offset, init.index, columns.index), offset):
         return None
     form = linear(offset, columns.index, {})
     if form is None or form[0] <= 0 or form[1] != form[2]:
@@ -314,14 +314,14 @@ def _columns_outer(kernel: K.Kernel) -> list | None:
             if not K.same(e.offset, offset):
                 return None
             replacements[id(e)] = acc.read()
-    fold = K.SetAcc(acc, _replaced(update.value, replacements))
+    fold = K.SetAcc(acc, replaced_in(update.value, replacements))
     return [
         K.Loop(
             columns.index,
             columns.start,
             columns.stop,
             [
-                K.SetAcc(acc, _substituted(first.value, init.index, columns.index)),
+                K.SetAcc(acc, substituted(first.value, init.index, columns.index)),
                 K.Loop(rows.index, rows.start, rows.stop, [fold]),
                 K.Store(out, offset, acc.read()),
             ],
@@ -493,18 +493,18 @@ def _fold_nest(
 ) -> list:
     """The statements folding `term` into `acc` over `loops` (the inner loops of a reduction),
     with the outer loop's index standing for `position`."""
-    body = [K.SetAcc(acc, K.binary(op, acc.read(), _substituted(term, outer.index, position)))]
+    body = [K.SetAcc(acc, K.binary(op, acc.read(), substituted(term, outer.index, position)))]
     for loop in reversed(loops):
         body = [K.Loop(loop.index, loop.start, loop.stop, body)]
     return body
 
 
-def _substituted(expr: K.Expr, index: K.Index, value: K.Expr) -> K.Expr:
+def substituted(expr: K.Expr, index: K.Index, value: K.Expr) -> K.Expr:
     """`expr` with `value` in place of `index`."""
-    return _replaced(expr, {id(index): value})
+    return replaced_in(expr, {id(index): value})
 
 
-def _replaced(expr: K.Expr, replacements: dict) -> K.Expr:
+def replaced_in(expr: K.Expr, replacements: dict) -> K.Expr:
     """`expr` with each node whose id `replacements` holds replaced by its value there (shared
     subexpressions stay shared; iterative, as expression DAGs may be deep)."""
     done: dict = dict(replacements)

@@ -30,8 +30,10 @@ from funcgrad.compiler.parallel import (
     linear,
     parallel_loop,
     ranges_of,
+    replaced_in,
     shared_loop_folds,
     statements_in,
+    substituted,
     whole_array_reduction,
 )
 
@@ -430,6 +432,12 @@ class _KernelWriter:
                 partial = K.Buffer(f"partial{len(partials)}", acc.dtype, MAX_BLOCK)
                 partials[acc.dtype] = partial
                 self.emit(f"__shared__ {memory_type(acc.dtype)} {partial.name}[{MAX_BLOCK}];")
+        used = sum(b.size * b.dtype.itemsize for b in kernel.scratch) + MAX_BLOCK * sum(
+            dtype.itemsize for dtype in partials
+        )
+        bodies, caches = _row_caches(split, set(kernel.scratch), SHARED_BYTES - used)
+        for cache in caches:
+            self.emit(f"__shared__ {memory_type(cache.dtype)} {cache.name}[{cache.size}];")
         index = self.index_name(split.index)
         self.emit(
             f"for (long long {index} = {_plus(split.start)}blockIdx.x; {index} < {split.stop}; "
@@ -455,7 +463,7 @@ class _KernelWriter:
                 f"for (long long {inner} = {_plus(statement.start)}threadIdx.x; {inner} < "
                 f"{statement.stop}; {inner} += blockDim.x) {{"
             )
-            self.block(statement.body)
+            self.block(bodies.get(statement, statement.body))
             self.emit("}")
             for (acc, op), base in zip(rows[statement], saved):
                 self.share(acc, op, base, partials[acc.dtype])
@@ -591,6 +599,64 @@ def _contiguous(loop: K.Loop, scratch: set) -> bool:
             if form is None or form[0] not in (0, 1):
                 return False
     return True
+
+
+def _row_caches(split: K.Loop, scratch: set, budget: int) -> tuple[dict, list[K.Buffer]]:
+    """An input that several loops of a row read element by element at the same places is
+    read from memory once: the first of those loops copies each element it reads into a
+    shared array, and the later ones read that (the same thread, as every loop of the row
+    gives element t to thread t). Returns {loop: its statements with those reads replaced}
+    and the shared arrays, as many as `budget` bytes hold."""
+    written = {s.buffer for s in statements_in(split.body) if isinstance(s, K.Store)}
+    loops = [
+        s
+        for s in split.body
+        if isinstance(s, K.Loop) and not any(isinstance(t, K.Loop) for t in s.body)
+    ]
+    uses: dict[K.Buffer, list] = {}
+    for loop in loops:
+        ranges: dict = {}
+        for statement in loop.body:
+            for e in expressions(statement):
+                if not isinstance(e, K.Load) or e.buffer in written or e.buffer in scratch:
+                    continue
+                for n in K.nodes(e.offset):
+                    if isinstance(n, K.Index) and n is not loop.index:
+                        ranges.setdefault(n, (0, 0))
+                form = linear(e.offset, loop.index, ranges)
+                if form is not None and form[0] == 1:
+                    start = substituted(e.offset, loop.index, K.const(loop.start, K.INDEX))
+                    uses.setdefault(e.buffer, []).append((loop, e, start))
+    replacements: dict[K.Loop, dict] = {}
+    fills: dict[K.Loop, list] = {}
+    caches = []
+    for buffer, found in uses.items():
+        first, _, start = found[0]
+        span = (first.start, first.stop)
+        same = [u for u in found if (u[0].start, u[0].stop) == span and K.same(u[2], start)]
+        size = first.stop - first.start
+        if len({id(u[0]) for u in same}) < 2 or size * buffer.dtype.itemsize > budget:
+            continue
+        budget -= size * buffer.dtype.itemsize
+        cache = K.Buffer(f"row{len(caches)}", buffer.dtype, size)
+        caches.append(cache)
+        for loop, load, _ in same:
+            position = K.binary("sub", loop.index, K.const(loop.start, K.INDEX))
+            replacements.setdefault(loop, {})[id(load)] = K.Load(cache, position)
+        position = K.binary("sub", first.index, K.const(first.start, K.INDEX))
+        fills.setdefault(first, []).append(K.Store(cache, position, same[0][1]))
+    bodies = {}
+    for loop, replaced in replacements.items():
+        bodies[loop] = fills.get(loop, []) + [_with_loads(s, replaced) for s in loop.body]
+    return bodies, caches
+
+
+def _with_loads(statement, replaced: dict):
+    """The statement with the loads `replaced` names (by id) replaced."""
+    if isinstance(statement, K.Store):
+        offset, value = (replaced_in(e, replaced) for e in (statement.offset, statement.value))
+        return K.Store(statement.buffer, offset, value)
+    return K.SetAcc(statement.acc, replaced_in(statement.value, replaced))
 
 
 def _row_loops(split: K.Loop, scratch_bytes: int, scratch: list) -> dict | None:
