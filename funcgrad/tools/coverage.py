@@ -8,7 +8,7 @@ driven by `funcgrad.tools.recipes`), `o` when it exists but no generic check rea
 recipe table says why), `n/a` when the primitive declares why the rule does not apply
 (`Primitive.not_applicable`), and `-` when it is missing. `REQUIRED` lists the columns
 whose gaps are defects today; the tests fail on any of them. Later work adds columns to it as
-it fills them (llvm is complete; cuda lacks only the decompositions, which wait for cuSOLVER).
+it fills them (llvm and cuda are complete).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import funcgrad.backends.cuda.lowerings  # noqa: F401  (fills the llvm and cuda 
 from funcgrad.core import PRIMITIVES, Primitive
 
 COLUMNS = ("abstract_eval", "impl", "jvp", "transpose", "batch", "llvm", "cuda")
-REQUIRED = ("abstract_eval", "impl", "jvp", "transpose", "batch", "llvm")
+REQUIRED = ("abstract_eval", "impl", "jvp", "transpose", "batch", "llvm", "cuda")
 
 
 def generically_checked() -> dict[str, set[str]]:

@@ -36,12 +36,8 @@ CUDA_BACKENDS = ["cuda_emulator"] + (["cuda"] if gpu_available() else [])
 COMPILED_BACKENDS = ["numpy", "llvm"] + CUDA_BACKENDS
 
 # Primitives a compiled backend does not handle yet, each with what is missing: their jit
-# checks are expected failures that report when the gap closes.
-COMPILED_GAPS: dict[tuple[str, str], str] = {
-    (backend, name): "the CUDA backend has no solver library lowering (cuSOLVER) yet"
-    for backend in CUDA_BACKENDS
-    for name in ("cholesky", "eig", "eigh", "lu", "qr", "svd", "triangular_solve")
-}
+# checks are expected failures that report when the gap closes (none today).
+COMPILED_GAPS: dict[tuple[str, str], str] = {}
 
 FLOATS = (dtypes.float32, dtypes.float64)
 COMPLEXES = (dtypes.complex64, dtypes.complex128)

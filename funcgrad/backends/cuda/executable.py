@@ -4,7 +4,8 @@ then CUDA C for every kernel, one module per program.
 The host walks the program's steps: it launches kernels, hands GEMMs to the device's BLAS
 (cuBLAS through CuPy; NumPy on the emulator), and runs cond, while and scan regions by binding
 their programs' inputs to slices of the caller's buffers, as the LLVM entry point does.
-Predicates of cond and while are read back to the host. Buffers are typed views of one arena
+Predicates of cond and while are read back to the host, and decompositions run on the host's
+LAPACK (cuSOLVER is still to come). Buffers are typed views of one arena
 per call (the shared memory plan), of the inputs, the outputs and the constants.
 
 Two devices run it: `Gpu` (CuPy and NVRTC on a CUDA GPU) and `Emulator` (the generated CUDA C
@@ -26,7 +27,6 @@ from funcgrad.backends.cuda.emulator import EmulatedModule
 from funcgrad.backends.cuda.render import CudaKernel, module_source, render_kernel
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import stages
-from funcgrad.compiler.fusion import CompileError
 from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.memory import constants, nbytes
 from funcgrad.compiler.parallel import ReductionSplit, columns_outer
@@ -202,12 +202,6 @@ class CudaExecutable:
         self.optimized, self.program, self.memory = stages.plan(closed, REDUCTIONS)
         columns_outer(self.program)
         steps = list(all_steps(self.program))
-        for step in steps:
-            if isinstance(step, FortranCall):
-                raise CompileError(
-                    f"the CUDA backend has no solver for {step.eqn.primitive.name} (LAPACK's "
-                    f"{step.routine}) yet; run this program with jit_backend='llvm'"
-                )
         self.kernels: dict = {}
         for step in steps:
             if isinstance(step, KernelStep):
@@ -368,6 +362,8 @@ class _Walk:
                 self.scan(step)
             elif isinstance(step, CallbackStep):
                 self.callback(step)
+            elif isinstance(step, FortranCall):
+                self.lapack(step)
             else:
                 raise TypeError(f"cannot run step {step!r}")
 
@@ -427,6 +423,20 @@ class _Walk:
             for ys, inner in zip(step.ys, body.outputs[num_carry:]):
                 size = inner.size
                 self.views[ys][position * size : (position + 1) * size] = self.views[inner]
+
+    def lapack(self, step: FortranCall) -> None:
+        """A decomposition's LAPACK routine, on the host (NumPy's OpenBLAS) until cuSOLVER:
+        the buffers it names go to the host and back (the emulator's are host memory)."""
+        from funcgrad.backends.llvm import blas
+
+        buffers = list(dict.fromkeys(arg[0] for arg in step.args if isinstance(arg, tuple)))
+        hosts = {b: np.ascontiguousarray(self.device.download(self.views[b])) for b in buffers}
+        blas.call_lapack(
+            step.routine, step.dtype, step.args, step.batch, lambda b: hosts[b].ctypes.data
+        )
+        for b in buffers:
+            if hosts[b] is not self.views[b]:
+                self.views[b][...] = self.device.upload(hosts[b])
 
     def callback(self, step: CallbackStep) -> None:
         values = [_host(self.device.download(self.views[b]), b.dtype).copy() for b in step.operands]

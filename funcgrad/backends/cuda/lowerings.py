@@ -2,22 +2,17 @@
 (the coverage matrix's cuda column).
 
 The CUDA backend shares the whole compiler with the LLVM backend up to the kernel IR, so it
-lowers what that backend lowers, the same way, and needs no lowering where it needs none;
-the exceptions are the decompositions (and eig, which becomes one), whose LAPACK calls have
-no GPU counterpart yet (cuSOLVER): their cells stay empty until it lands.
+lowers what that backend lowers, the same way, and needs no lowering where it needs none. The
+decompositions' LAPACK calls run on the host's LAPACK (`executable._Walk.lapack`) until
+cuSOLVER lands.
 """
 
 from __future__ import annotations
 
 from funcgrad.backends.llvm import lowerings as _llvm  # noqa: F401  (fills the llvm column)
-from funcgrad.compiler import lapack
 from funcgrad.core import PRIMITIVES
 
-WITHOUT_SOLVER = frozenset(lapack.DECOMPOSITIONS) | {"eig"}
-
-for name, primitive in PRIMITIVES.items():
-    if name in WITHOUT_SOLVER:
-        continue
+for primitive in PRIMITIVES.values():
     if "llvm" in primitive.lowerings:
         primitive.lowerings["cuda"] = primitive.lowerings["llvm"]
     if "llvm" in primitive.not_applicable:

@@ -106,6 +106,38 @@ def workspace_query(routine: str, dtype: np.dtype, args: list) -> dict:
     return {key: int(answer[0].real) for key, answer in answers.items()}
 
 
+def call_lapack(routine: str, dtype: np.dtype, args: list, batch: int, address) -> None:
+    """A `FortranCall` made from Python, once per matrix of the stack: `address(buffer)` gives
+    the host address of a buffer the call names (the CUDA backend's decompositions, which
+    run here until cuSOLVER)."""
+    function = getattr(library(), lapack_symbol(routine, dtype))
+    keep = []
+    for arg in args:
+        if isinstance(arg, str):
+            keep.append(ctypes.c_char(arg.encode()))
+        elif isinstance(arg, float):
+            keep.append(np.array([arg], dtype))
+        elif not isinstance(arg, tuple):
+            keep.append(ctypes.c_int64(arg))
+    lengths = [ctypes.c_int64(1)] * sum(isinstance(a, str) for a in args)
+    for matrix in range(batch):
+        scalars, values = iter(keep), []
+        for arg in args:
+            if isinstance(arg, tuple):
+                buffer, stride = arg
+                values.append(
+                    ctypes.c_void_p(address(buffer) + matrix * stride * buffer.dtype.itemsize)
+                )
+                continue
+            scalar = next(scalars)
+            values.append(
+                ctypes.c_void_p(scalar.ctypes.data)
+                if isinstance(scalar, np.ndarray)
+                else ctypes.byref(scalar)
+            )
+        function(*values, *lengths)
+
+
 def _install() -> None:
     from funcgrad.compiler import lapack
 
