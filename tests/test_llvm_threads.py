@@ -4,9 +4,12 @@ the reference backend's results whatever the thread count."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
+import signal
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -16,7 +19,7 @@ from hypothesis import strategies as st
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import lax
-from funcgrad.backends.llvm import render
+from funcgrad.backends.llvm import pool, render
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.parallel import parallel_loop
 from funcgrad.compiler.schedule import KernelStep
@@ -73,10 +76,47 @@ def test_large_elementwise_kernels_run_on_threads():
     x = np.ones(1 << 20, np.float32)
     with settings():
         ir = fg.jit(lambda v: fnp.exp(v) + 1.0).lower(x).compile().as_text()
-    assert "@parallel_for" in ir and "pthread_create" in ir
+    if pool.available():
+        assert f"call void @{pool.SYMBOL}(" in ir
+    else:
+        assert "@parallel_for" in ir and "pthread_create" in ir
     with settings():
         small = fg.jit(lambda v: fnp.exp(v) + 1.0).lower(x[:1000]).compile().as_text()
-    assert "pthread_create" not in small
+    assert "parallel_for" not in small
+
+
+@pytest.mark.skipif(not pool.available(), reason="the pool of worker threads is Linux's")
+def test_the_worker_pool_serves_calls_back_to_back_at_once_and_after_fork():
+    x = np.random.default_rng(2).standard_normal((4096, 64)).astype(np.float32)
+    expected = np.tanh(x).sum(axis=1) * 2
+    with settings(threads=4, split_all=True):
+        f = fg.jit(lambda v: fnp.tanh(v).sum(axis=1) * 2)
+        for _ in range(200):  # workers found spinning, asleep, or between the two
+            np.testing.assert_allclose(np.asarray(f(x)), expected, rtol=1e-5, atol=1e-5)
+        compiled, _ = pool.install()
+        workers = compiled.engine.get_global_value_address("workers")
+        assert ctypes.c_int64.from_address(workers).value >= 1  # the pool did the work
+        # Several callers at once: one uses the pool, the others start threads of their own.
+        results: list = []
+        callers = [
+            threading.Thread(target=lambda: results.extend(np.asarray(f(x)) for _ in range(20)))
+            for _ in range(4)
+        ]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join()
+        assert len(results) == 80
+        for got in results:
+            np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+        # A forked child has no workers (threads do not survive a fork): it starts its own.
+        child = os.fork()
+        if child == 0:  # pragma: no cover (the child exits)
+            signal.alarm(30)  # a hang ends the child, and the test fails
+            good = np.allclose(np.asarray(f(x)), expected, rtol=1e-5, atol=1e-5)
+            os._exit(0 if good else 1)
+        _, status = os.waitpid(child, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
 PROGRAMS = {

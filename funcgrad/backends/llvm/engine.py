@@ -22,7 +22,7 @@ import llvmlite.binding as llvm
 import funcgrad
 from funcgrad.compiler import cache
 
-_lock = threading.Lock()  # LLVM's JIT state is not thread-safe
+lock = threading.Lock()  # LLVM's JIT state is not thread-safe
 
 # Code generation and -O3 pipeline settings; part of the cache key, so changing them recompiles.
 _CODEGEN = {"opt": 3, "codemodel": "jitdefault"}
@@ -91,7 +91,7 @@ class Compiled:
 
     def __init__(self, ir_text: str):
         self.ir_text = ir_text
-        with _lock:
+        with lock:
             machine = target_machine()
             key = _cache_key(ir_text, machine)
             code = cache.load("llvm", key)
@@ -111,7 +111,7 @@ class Compiled:
 
     def fill_table(self, name: str, addresses: list[int]) -> None:
         """Write `addresses` into the module's global pointer array `name`."""
-        with _lock:
+        with lock:
             start = self.engine.get_global_value_address(name)
         (ctypes.c_void_p * len(addresses)).from_address(start)[:] = addresses
 
@@ -119,10 +119,10 @@ class Compiled:
     def optimized_ir(self) -> str:
         """The IR after LLVM's optimizations (made again on request: a program loaded from the
         cache was never optimized in this process)."""
-        with _lock:
+        with lock:
             return str(_optimized_module(self.ir_text, target_machine()))
 
     def assembly(self) -> str:
-        with _lock:
+        with lock:
             machine = target_machine()
             return machine.emit_assembly(_optimized_module(self.ir_text, machine))

@@ -75,7 +75,7 @@ class LlvmExecutable:
         # The entry's argument array type, and whether any loop runs on threads (else the
         # thread count is not worth looking up): both fixed per program.
         self._arguments = ctypes.c_void_p * (len(self._in_dtypes) + len(out_avals) + 2)
-        self._threaded = "@parallel_for(" in self.ir
+        self._threaded = "parallel_for(" in self.ir  # fg_parallel_for, or parallel_for
 
     def __call__(self, *args) -> list[Array]:
         if self.donated:

@@ -19,7 +19,7 @@ import struct
 import numpy as np
 
 from funcgrad import dtypes
-from funcgrad.backends.llvm import blas
+from funcgrad.backends.llvm import blas, pool
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import CompileError
 from funcgrad.compiler.lapack import FortranCall
@@ -524,7 +524,7 @@ def _chunk_function(name: str, num_buffers: int) -> str:
 # on new POSIX threads, and joins them. A thread that cannot be started runs its chunk here.
 # Attribute group #1 optimizes it for size: vectorizing and unrolling its loops over a few
 # threads would only cost compile time (about 15 ms per module).
-_PARALLEL_FOR = """define internal void @parallel_for(
+PARALLEL_FOR = """define internal void @parallel_for(
     ptr %chunk, ptr %table, i64 %start, i64 %stop, i64 %threads) #1 {
 entry:
   %count = sub i64 %stop, %start
@@ -770,10 +770,16 @@ class ModuleRenderer:
         """Run kernel `name`'s outer loop in chunks on the program's threads: its buffers go
         in a table that each chunk's task points to."""
         self.functions.append(_chunk_function(name, len(pointers)))
-        if "parallel_for" not in self.declarations:
-            self.declare("pthread_create", "i32", ["ptr", "ptr", "ptr", "ptr"])
-            self.declare("pthread_join", "i32", ["i64", "ptr"])
-            self.declarations["parallel_for"] = _PARALLEL_FOR
+        if pool.available():  # the process's pool of worker threads
+            pool.install()
+            self.declare(pool.SYMBOL, "void", ["ptr", "ptr", "i64", "i64", "i64"])
+            parallel_for = pool.SYMBOL
+        else:  # threads started for each loop
+            if "parallel_for" not in self.declarations:
+                self.declare("pthread_create", "i32", ["ptr", "ptr", "ptr", "ptr"])
+                self.declare("pthread_join", "i32", ["i64", "ptr"])
+                self.declarations["parallel_for"] = PARALLEL_FOR
+            parallel_for = "parallel_for"
         f = self.entry
         table = f.fresh("buffers")
         f.prologue.append(f"  {table} = alloca [{len(pointers)} x ptr]")
@@ -781,7 +787,7 @@ class ModuleRenderer:
             slot = f.assign(f"getelementptr ptr, ptr {table}, i64 {k}")
             f.emit(f"store ptr {pointer}, ptr {slot}")
         f.emit(
-            f"call void @parallel_for(ptr @{name}.chunk, ptr {table}, i64 {loop.start}, "
+            f"call void @{parallel_for}(ptr @{name}.chunk, ptr {table}, i64 {loop.start}, "
             f"i64 {loop.stop}, i64 {self.threads})"
         )
 
