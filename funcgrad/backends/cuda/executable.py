@@ -126,7 +126,8 @@ class Gpu:
             f"{_bytes(pool.total_bytes())}, {_bytes(pool.used_bytes())} of it in use"
         )
 
-    def load(self, source: str, kernels: list[CudaKernel]):
+    def load(self, source: str, kernels: list[CudaKernel]) -> dict:
+        """The module's kernels by name (each looked up once: a lookup is a driver call)."""
         import tempfile
 
         with tempfile.TemporaryDirectory() as folder:
@@ -134,16 +135,15 @@ class Gpu:
             with open(path, "w") as file:
                 file.write(nvrtc.ptx(source, self.arch))
             module = self.xp.RawModule(path=path)
-            for kernel in kernels:
-                module.get_function(kernel.name)  # loads the module while its file exists
-        return module
+            # (looked up while the file exists: the first lookup loads the module)
+            return {kernel.name: module.get_function(kernel.name) for kernel in kernels}
 
-    def launch(self, module, kernel: CudaKernel, buffers: list) -> None:
+    def launch(self, functions: dict, kernel: CudaKernel, buffers: list) -> None:
         block = self.BLOCK
         if kernel.row_width:  # a row's block: a power of two, a warp at least
             block = min(self.BLOCK, max(32, 1 << (kernel.row_width - 1).bit_length()))
         grid = _grid(kernel, block, self.max_grid)
-        module.get_function(kernel.name)((grid,), (block,), tuple(buffers))
+        functions[kernel.name]((grid,), (block,), tuple(buffers))
 
     def upload(self, value: np.ndarray):
         return self.xp.asarray(value)
