@@ -107,20 +107,37 @@ _MPI_SUMS = tuple(
 
 
 def all_reduce(local: np.ndarray, op: str, what: str) -> np.ndarray | None:
-    """Every process's `local` combined by `op` ("sum", "max" or "min") with one MPI
-    all-reduce, or None where MPI has no such reduction for its dtype (the caller gathers)."""
-    from mpi4py import MPI
-
+    """Every process's `local` combined by `op` ("sum", "max" or "min") with MPI
+    all-reduces, or None where MPI has no such reduction for its dtype (the caller gathers)."""
     dtype = local.dtype
-    if dtype not in _MPI_SUMS or (op != "sum" and dtype.kind not in "iu"):
+    if dtype not in _MPI_SUMS:
         return None
     send = np.ascontiguousarray(local)
+    if op != "sum" and dtype.kind == "f":
+        return _float_extremum(send, op, what)
     if op == "sum" and dtype.kind == "i":
         send = send.view(f"u{dtype.itemsize}")
+    return _all_reduce(send, op, what).view(dtype)
+
+
+def _all_reduce(send: np.ndarray, op: str, what: str) -> np.ndarray:
+    from mpi4py import MPI
+
     received = np.empty_like(send)
     operation = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
     _wait(_communicator.Iallreduce(send, received, op=operation), what)
-    return received.view(dtype)
+    return received
+
+
+def _float_extremum(send: np.ndarray, op: str, what: str) -> np.ndarray:
+    """A float max or min in which a NaN anywhere wins, as `np.maximum`/`np.minimum` would
+    have it (MPI's MAX and MIN promise nothing for NaN): one all-reduce says where any
+    process has a NaN, another folds the values with NaN set aside."""
+    nan = np.isnan(send)
+    anywhere = _all_reduce(nan.view(np.uint8), "max", what).view(bool)
+    neutral = -np.inf if op == "max" else np.inf
+    folded = _all_reduce(np.where(nan, neutral, send).astype(send.dtype), op, what)
+    return np.where(anywhere, np.array(np.nan, send.dtype), folded)
 
 
 def _wait(request, what: str) -> None:

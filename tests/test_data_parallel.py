@@ -148,8 +148,10 @@ def collectives(v):
         # MPI's all-reduce: integer sums wrap as NumPy's do; integer min.
         "int psum": lax.psum((v * 2**24).astype(fnp.int32), "i"),
         "int pmin": lax.pmin(-(v.astype(fnp.int64)), "i"),
-        # Gathered and combined here: a float max lets NaN win; MPI has no float16.
+        # A float max or min lets NaN win (two all-reduces); MPI has no float16 (gathered).
         "nan pmax": lax.pmax(fnp.where(v > 100, fnp.nan, v), "i"),
+        "nan pmin": lax.pmin(fnp.where(v < 50, fnp.nan, -v), "i"),
+        "pmin": lax.pmin(v.astype(fnp.float64), "i"),
         "half psum": lax.psum(v.astype(fnp.float16), "i"),
         "all_gather": lax.all_gather(v, "i"),
         "psum_scatter": lax.psum_scatter(v, "i", scatter_dimension=0, tiled=True),
