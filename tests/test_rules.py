@@ -21,7 +21,7 @@ from funcgrad.tools.rule_checks import checked_rules, run_check
 SECOND_ORDER_WRONG: dict[str, str] = {}
 
 CASES = [
-    pytest.param(name, rule, marks=[pytest.mark.cuda] if rule.startswith("jit[cuda") else [])
+    pytest.param(name, rule, marks=[pytest.mark.cuda] if "[cuda" in rule else [])
     for name in sorted(RECIPES)
     for rule in checked_rules(name)
 ]
@@ -92,4 +92,4 @@ def _examples(rule: str) -> int:
     current = settings.default.max_examples
     if current > 15:
         return current
-    return 2 if rule == "jit[cuda_emulator]" else 5
+    return 2 if "[cuda" in rule else 5

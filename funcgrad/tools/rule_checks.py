@@ -34,7 +34,7 @@ from funcgrad.interpreters.ad import Zero, float0
 from funcgrad.ir import eval_jaxpr
 from funcgrad.lax.base import asarray
 from funcgrad.test_util import _conj, _inner, check_grads
-from funcgrad.tools.recipes import COMPILED_BACKENDS, RECIPES, Case, Recipe
+from funcgrad.tools.recipes import COMPILED_BACKENDS, CUDA_BACKENDS, RECIPES, Case, Recipe
 
 RULE_CHECKS = ("impl", "abstract_eval", "jvp", "transpose", "batch", "jit")
 
@@ -343,6 +343,30 @@ def check_jit(name: str, data, backend: str) -> None:
             )
 
 
+def check_eager_on_gpu(name: str, data, backend: str) -> None:
+    """The primitive applied eagerly to operands placed on a GPU (or the emulated one):
+    computed there, left there, equal to the host's eager result."""
+    recipe = RECIPES[name]
+    case = _draw_case(data, recipe)
+    operands = _draw_operands(data, recipe, case)
+    fun = _bound(recipe, case)
+    device = fg.devices("gpu" if backend == "cuda" else backend)[0]
+    previous = config.jit_backend
+    try:
+        config.update("jit_backend", "numpy")  # the host's eager result, the reference
+        expected = tree_util.tree_leaves(fun(*operands))
+        got = tree_util.tree_leaves(fun(*fg.device_put(operands, device)))
+    finally:
+        config.update("jit_backend", previous)
+    assert len(got) == len(expected)
+    for j, (value, leaf) in enumerate(zip(got, expected)):
+        assert value.aval == leaf.aval, f"{name} output {j}: host {leaf.aval} vs GPU {value.aval}"
+        if operands:  # (operand-less primitives make arrays on the default device, the CPU)
+            assert value.device == device, f"{name} output {j} is on {value.device}, not GPU"
+        what = f"{name} output {j} (eager on {device!r})"
+        _assert_values(value, leaf, recipe.tolerance(value.dtype), what)
+
+
 CHECKS: dict[str, Callable] = {
     "impl": check_impl,
     "abstract_eval": check_abstract_eval,
@@ -363,12 +387,16 @@ def checked_rules(name: str) -> list[str]:
         for rule in CHECKS
         if rule not in recipe.reasons and (rule == "abstract_eval" or primitive.has_rule(rule))
     ]
-    return rules + [f"jit[{b}]" for b in COMPILED_BACKENDS if "jit" not in recipe.reasons]
+    if "jit" in recipe.reasons:  # (what cannot be compiled cannot run on a GPU either)
+        return rules
+    return rules + [f"jit[{b}]" for b in COMPILED_BACKENDS] + [f"eager[{b}]" for b in CUDA_BACKENDS]
 
 
 def run_check(name: str, rule: str, data, jvp_order: int | None = None) -> None:
     if rule.startswith("jit["):
         check_jit(name, data, rule[4:-1])
+    elif rule.startswith("eager["):
+        check_eager_on_gpu(name, data, rule[6:-1])
     elif rule == "jvp":
         check_jvp(name, data, jvp_order)
     else:
