@@ -338,6 +338,8 @@ class Array:
     def __iter__(self):
         if self.ndim == 0:
             raise TypeError("iteration over a 0-d array")
+        if type(self._value) is DeviceValue:  # rows sliced on the GPU, left there
+            return (self[i] for i in range(self.shape[0]))
         return (Array(row, self.weak_type) for row in np.asarray(self._value))
 
     def __reduce__(self):

@@ -85,6 +85,10 @@ def test_eager_operations_run_on_the_gpu_and_stay_there(gpu):
     for name, (got, expected) in results.items():
         assert_on(gpu, got)
         np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-6, atol=1e-6, err_msg=name)
+    rows = list(x)
+    assert len(rows) == 4
+    assert_on(gpu, *rows)
+    np.testing.assert_array_equal(np.asarray(rows[2]), X[2])
     # A host operand joins the GPU array on the GPU.
     mixed = x + fnp.asarray(X)
     assert_on(gpu, mixed)
