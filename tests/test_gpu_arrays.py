@@ -113,6 +113,11 @@ def test_jitted_calls_run_on_the_gpu_of_their_arguments(gpu):
     assert_on(gpu, again["out"])
     np.testing.assert_allclose(np.asarray(again["out"]), np.asarray(expected["out"]), rtol=1e-5)
     assert type(layer((w, np.ones(3, np.float32)), X)["out"]._value) is not DeviceValue
+    closing = fg.jit(lambda x: fnp.tanh(x @ w))  # a closed-over host constant
+    for _ in range(2):  # copied to the GPU once, used by every call
+        out = closing(on(gpu, X))
+        assert_on(gpu, out)
+        np.testing.assert_allclose(np.asarray(out), np.tanh(X @ w), rtol=1e-5, atol=1e-6)
 
 
 def test_transformations_of_gpu_arrays_run_on_the_gpu(gpu):

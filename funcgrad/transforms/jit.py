@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Callable, Sequence
 
 from funcgrad import core, tree_util
-from funcgrad.array import Array, DeviceValue
+from funcgrad.array import Array, DeviceValue, device_put
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import passes
 from funcgrad.config import config
@@ -62,21 +62,21 @@ def _compile(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...]):
     return NumpyExecutable(jaxpr, donated)
 
 
-def run_compiled(jaxpr: ClosedJaxpr, args, donated: tuple[int, ...] = (), executable=None):
-    """The program's results: on the GPU holding any of `args` (results stay there), else on
-    the configured backend (`executable`, when the caller has it at hand)."""
-    if DeviceValue.made:
+def gpu_of(args):
+    """The GPU holding any of `args` (arrays placed there), or None."""
+    if DeviceValue.made and any(type(a) is Array and type(a._value) is DeviceValue for a in args):
         from funcgrad.backends.cuda import eager
 
-        if any(type(a) is Array and type(a._value) is DeviceValue for a in args):
-            device = eager.device_of(args, "a jitted function")
-            return _compile(jaxpr, device.backend, donated).on_device(args, device)
-    return (executable or compile_jaxpr(jaxpr, donated))(*args)
+        return eager.device_of(args, "a jitted function")
+    return None
 
 
 @jit_p.def_impl
 def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str):
-    return run_compiled(jaxpr, args)
+    device = gpu_of(args)
+    if device is not None:  # computation follows the data; results stay there
+        return _compile(jaxpr, device.backend, ()).on_device(args, device)
+    return compile_jaxpr(jaxpr)(*args)
 
 
 @jit_p.def_abstract_eval
@@ -266,6 +266,7 @@ class _Entry:
         "single_output",
         "_backend",
         "_executable",
+        "_gpu_consts",
     )
 
     def __init__(self, jaxpr: ClosedJaxpr, out_tree, consts: list, donated: tuple[int, ...]):
@@ -276,6 +277,7 @@ class _Entry:
         self.single_output = out_tree == tree_util.tree_structure(0)
         self._backend = None
         self._executable = None
+        self._gpu_consts: dict = {}
 
     @property
     def executable(self):
@@ -283,6 +285,15 @@ class _Entry:
             self._executable = compile_jaxpr(self.jaxpr, self.donated)
             self._backend = config.jit_backend
         return self._executable
+
+    def on_gpu(self, device, leaves: list) -> list[Array]:
+        """A call on `device` (the GPU holding some of the arguments), results left there; the
+        closed-over constants are copied to it once, not at every call."""
+        consts = self._gpu_consts.get(device)
+        if consts is None:
+            consts = self._gpu_consts[device] = [device_put(c, device) for c in self.consts]
+        executable = _compile(self.jaxpr, device.backend, self.donated)
+        return executable.on_device([*consts, *leaves], device)
 
     def outputs(self, outs: list):
         return outs[0] if self.single_output else tree_util.tree_unflatten(self.out_tree, outs)
@@ -423,10 +434,11 @@ class Jitted:
         else:
             leaves = found[1]
         if eager:
-            if DeviceValue.made:
-                outs = run_compiled(entry.jaxpr, [*entry.consts, *leaves], entry.donated)
-            else:
+            device = gpu_of(leaves) if DeviceValue.made else None
+            if device is None:
                 outs = entry.executable(*entry.consts, *leaves)
+            else:
+                outs = entry.on_gpu(device, leaves)
         else:
             outs = jit_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr, name=self.name)
         return entry.outputs(outs)
