@@ -47,6 +47,16 @@ def _timed(run, repeat: int) -> float:
         fg.config.update("jit_backend", previous)
 
 
+def medians(runs: dict, repeat: int, timed, rounds: int) -> dict[str, float]:
+    """Each framework's median seconds per call (`timed(run, repeat)`) over `rounds` rounds
+    that alternate the frameworks, so the shared machine's slow spells fall on all alike."""
+    samples: dict = {label: [] for label in runs}
+    for _ in range(rounds):
+        for label, run in runs.items():
+            samples[label].append(timed(run, repeat))
+    return {label: statistics.median(times) for label, times in samples.items()}
+
+
 def _seconds_per_call(run, repeat: int) -> float:
     start = time.perf_counter()
     for _ in range(repeat):
@@ -548,13 +558,9 @@ def main(selected: list[str]) -> None:
         runs, moved, repeat = make()
         for run in runs.values():
             _timed(run, 1)  # compile and warm up
-        samples: dict = {label: [] for label in runs}
-        for _ in range(ROUNDS):
-            for label, run in runs.items():
-                samples[label].append(_timed(run, repeat))
-        base = statistics.median(samples["funcgrad-llvm"])
-        for label, times in samples.items():
-            median = statistics.median(times)
+        times = medians(runs, repeat, _timed, ROUNDS)
+        base = times["funcgrad-llvm"]
+        for label, median in times.items():
             rate = f"{moved / median / 1e9:7.1f}" if moved else " " * 7
             share = f"{moved / median / 1e9 / bandwidth:8.0%}" if moved else " " * 8
             print(f"{name:30} {label:16} {median * 1e3:10.3f} {median / base:10.2f} {rate} {share}")

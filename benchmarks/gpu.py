@@ -15,7 +15,6 @@ fraction of the device-to-device copy bandwidth measured in the same run.
 from __future__ import annotations
 
 import os
-import statistics
 import sys
 import time
 
@@ -26,7 +25,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave memory 
 import cupy  # noqa: E402
 
 # The programs themselves are the CPU benchmark's (benchmarks/ is this script's folder).
-from compiler import _layernorm, _mlp_params, _mlp_step, _softmax  # noqa: E402
+from compiler import _layernorm, _mlp_params, _mlp_step, _softmax, medians  # noqa: E402
 
 import funcgrad as fg  # noqa: E402
 import funcgrad.numpy as fnp  # noqa: E402
@@ -200,13 +199,9 @@ def main(words: list[str]) -> None:
             theirs = cupy.asnumpy(runs["cupy"]())
             error = float(np.abs(ours - theirs).max() / (np.abs(theirs).max() + 1e-30))
             print(f"<!-- {name}: funcgrad vs cupy, max relative difference {error:.1e} -->")
-        times: dict[str, list[float]] = {label: [] for label in runs}
-        for _ in range(ROUNDS):
-            for label, run in runs.items():
-                times[label].append(_seconds_per_call(run, repeat))
-        ours = statistics.median(times["funcgrad"])
-        for label, samples in times.items():
-            median = statistics.median(samples)
+        times = medians(runs, repeat, _seconds_per_call, ROUNDS)
+        ours = times["funcgrad"]
+        for label, median in times.items():
             rate = f"{moved / median / 1e9:.0f}" if moved else ""
             share = f"{moved / median / 1e9 / bandwidth:.0%}" if moved else ""
             print(

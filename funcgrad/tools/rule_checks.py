@@ -350,7 +350,7 @@ def check_eager_on_gpu(name: str, data, backend: str) -> None:
     case = _draw_case(data, recipe)
     operands = _draw_operands(data, recipe, case)
     fun = _bound(recipe, case)
-    device = fg.devices("gpu" if backend == "cuda" else backend)[0]
+    device = fg.devices(backend)[0]
     previous = config.jit_backend
     try:
         config.update("jit_backend", "numpy")  # the host's eager result, the reference

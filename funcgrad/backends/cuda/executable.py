@@ -218,6 +218,11 @@ class CudaExecutable:
         self._out_weak = [a.weak_type for a in out_avals]
         self._in_dtypes = [a.dtype for a in closed.in_avals]
         self._reference = None
+        # Whether a call's outputs and working memory alone exceed the device's memory.
+        allocated = self.memory.arena_bytes + sum(
+            math.prod(shape) * dtype.itemsize for shape, dtype in self._out_shapes
+        )
+        self._too_big = allocated > self.device.capacity()
 
     def __call__(self, *args) -> list[Array]:
         device = self.device
@@ -255,10 +260,7 @@ class CudaExecutable:
         """Device buffers for a call, all before any kernel runs: the arguments' copies, the
         outputs and the arena, as views by kernel-IR buffer."""
         device, xp = self.device, self.device.xp
-        needed = self.memory.arena_bytes + sum(
-            math.prod(shape) * dtype.itemsize for shape, dtype in self._out_shapes
-        )
-        if needed > device.capacity():
+        if self._too_big:
             raise MemoryError
         views = dict(self.consts)
         for buffer, arg, dtype in zip(self.program.inputs, args, self._in_dtypes):

@@ -27,7 +27,7 @@ from funcgrad.compiler.fusion import CompileError
 from funcgrad.compiler.parallel import (
     expressions,
     identity,
-    linear,
+    linear_in_loop,
     parallel_loop,
     ranges_of,
     replaced_in,
@@ -592,10 +592,7 @@ def _contiguous(loop: K.Loop, scratch: set) -> bool:
         for access in accesses:
             if access.buffer in scratch:
                 continue
-            for e in K.nodes(access.offset):
-                if isinstance(e, K.Index) and e is not loop.index:
-                    ranges.setdefault(e, (0, 0))
-            form = linear(access.offset, loop.index, ranges)
+            form = linear_in_loop(access.offset, loop, ranges)
             if form is None or form[0] not in (0, 1):
                 return False
     return True
@@ -620,10 +617,7 @@ def _row_caches(split: K.Loop, scratch: set, budget: int) -> tuple[dict, list[K.
             for e in expressions(statement):
                 if not isinstance(e, K.Load) or e.buffer in written or e.buffer in scratch:
                     continue
-                for n in K.nodes(e.offset):
-                    if isinstance(n, K.Index) and n is not loop.index:
-                        ranges.setdefault(n, (0, 0))
-                form = linear(e.offset, loop.index, ranges)
+                form = linear_in_loop(e.offset, loop, ranges)
                 if form is not None and form[0] == 1:
                     start = substituted(e.offset, loop.index, K.const(loop.start, K.INDEX))
                     uses.setdefault(e.buffer, []).append((loop, e, start))
