@@ -156,7 +156,7 @@ def test_unwritable_folder_warns_once_and_compiles(tmp_path, cache_dir):
 
 def test_compilation_error_leaves_no_entry(cache_dir):
     with pytest.raises(RuntimeError):
-        engine.Compiled("define void @entry(ptr %args) {\n  ret i32 0\n}")
+        engine.Compiled(["define void @entry(ptr %args) {\n  ret i32 0\n}"])
     assert _entries(cache_dir) == []
 
 

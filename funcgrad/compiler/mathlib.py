@@ -257,8 +257,11 @@ def _solved(rows: list) -> tuple[float, ...]:
     return tuple(float(rows[j][size] / rows[j][j]) for j in range(size))
 
 
+@functools.cache
 def _tanh_series(terms: int) -> list[float]:
-    """tanh's Taylor coefficients of x, x^3, ...: 2^2n (2^2n - 1) B_2n / (2n)!."""
+    """tanh's Taylor coefficients of x, x^3, ...: 2^2n (2^2n - 1) B_2n / (2n)!. Made when
+    first rendered: the exact fractions take milliseconds that importing the compiler need
+    not pay."""
     bernoulli = _bernoulli(2 * terms)
     return [
         float(4**n * (4**n - 1) * bernoulli[2 * n] / math.factorial(2 * n))
@@ -267,14 +270,14 @@ def _tanh_series(terms: int) -> list[float]:
 
 
 # On |x| < 0.625 the series' terms shrink by (0.625 * 2/pi)^2 = 0.16 each: 22 reach 2^-58.
-_TANH_SERIES_F64 = _tanh_series(22)
+_TANH_F64_TERMS = 22
 
 
 # Past this |x|, float32 tanh rounds to +-1 (and e^(2|x|) stays far from overflow).
 _TANH_F32_SATURATES = 9.5
 # Below this |x|, tanh's series: its terms shrink by (0.35 * 2/pi)^2 = 0.05, six reach 2^-26.
 _TANH_F32_SERIES_BELOW = 0.35
-_TANH_SERIES_F32_SMALL = _tanh_series(6)
+_TANH_F32_TERMS = 6
 
 
 def _tanh_float32(x: Expr) -> Expr:
@@ -294,7 +297,7 @@ def _tanh_float32(x: Expr) -> Expr:
     excess = (scale - _c(1, x)) + scale * (r * quotient)
     large = _copysign(_div(excess, excess + _c(2, x)), x)
     # Below 0.35 the quotient's roundings would cost up to 3 ulp; the series costs 6 terms.
-    small = x * _horner(_TANH_SERIES_F32_SMALL, x * x)
+    small = x * _horner(_tanh_series(_TANH_F32_TERMS), x * x)
     return K.select(_lt(a, _TANH_F32_SERIES_BELOW), small, large)
 
 
@@ -302,7 +305,7 @@ def tanh(x: Expr) -> Expr:
     if x.dtype == F32:
         return _tanh_float32(x)
     a = K.unary("abs", x)
-    small = x * _horner(_TANH_SERIES_F64, x * x)  # odd: keeps the sign of zero
+    small = x * _horner(_tanh_series(_TANH_F64_TERMS), x * x)  # odd: keeps the sign of zero
     large = _c(1, x) - K.binary("div", _c(2, x), exp(a + a) + _c(1, x))
     large = K.select(K.binary("lt", x, _c(0.0, x)), K.unary("neg", large), large)
     result = K.select(K.binary("lt", a, _c(0.625, x)), small, large)

@@ -12,15 +12,19 @@ as good in any process as in the one that compiled it.
 
 from __future__ import annotations
 
+import concurrent.futures
 import ctypes
 import functools
+import struct
 import threading
 
 import llvmlite
 import llvmlite.binding as llvm
+from llvmlite.binding import ffi
 
 import funcgrad
 from funcgrad.compiler import cache
+from funcgrad.config import config
 
 lock = threading.Lock()  # LLVM's JIT state is not thread-safe
 
@@ -55,27 +59,74 @@ def target_machine():
     return target.create_target_machine(cpu=cpu, features=features, **_CODEGEN)
 
 
-def optimize(module: llvm.ModuleRef, machine) -> None:
+def _pass_builder(machine):
     tuning = llvm.create_pipeline_tuning_options(speed_level=_PIPELINE["speed_level"])
     tuning.loop_vectorization = _PIPELINE["loop_vectorization"]
     tuning.slp_vectorization = _PIPELINE["slp_vectorization"]
     tuning.loop_unrolling = _PIPELINE["loop_unrolling"]
-    builder = llvm.create_pass_builder(machine, tuning)
+    return llvm.create_pass_builder(machine, tuning)
+
+
+def optimize(module: llvm.ModuleRef, machine) -> None:
+    builder = _pass_builder(machine)
     builder.getModulePassManager().run(module, builder)
 
 
-def _optimized_module(ir_text: str, machine) -> llvm.ModuleRef:
-    module = llvm.parse_assembly(ir_text)
+def _optimized_module(ir_text: str, machine, unlocked: bool = False) -> llvm.ModuleRef:
+    """The module parsed into an LLVM context of its own (so that modules compile at once on
+    threads, and what one compilation interns is freed with it) and optimized."""
+    module = llvm.parse_assembly(ir_text, llvm.create_context())
     module.triple = machine.triple
     module.data_layout = str(machine.target_data)
     module.verify()
-    optimize(module, machine)
+    if unlocked:
+        builder = _pass_builder(machine)
+        _unlocked("LLVMPY_RunNewModulePassManager")(builder.getModulePassManager(), module, builder)
+    else:
+        optimize(module, machine)
     return module
 
 
-def _cache_key(ir_text: str, machine) -> bytes:
+def _unlocked(name: str):
+    """llvmlite takes one process-wide lock around every call into LLVM. Optimizing and
+    emitting modules that own their contexts, with machines and pass builders of their own, is
+    safe in LLVM to do at once, so the module-sized calls go around the lock (through it, in
+    an llvmlite that wraps its calls otherwise)."""
+    locked = getattr(ffi.lib, name)
+    return getattr(locked, "_cfn", locked)
+
+
+def _object(ir_text: str, unlocked: bool = False) -> bytes:
+    """The object file of one module."""
+    machine = target_machine()
+    module = _optimized_module(ir_text, machine, unlocked)
+    if not unlocked:
+        return machine.emit_object(module)
+    with ffi.OutputString() as error:
+        buffer = _unlocked("LLVMPY_TargetMachineEmitToMemory")(machine, module, 1, error)
+        if not buffer:
+            raise RuntimeError(str(error))
+    try:
+        return ctypes.string_at(
+            ffi.lib.LLVMPY_GetBufferStart(buffer), ffi.lib.LLVMPY_GetBufferSize(buffer)
+        )
+    finally:
+        ffi.lib.LLVMPY_DisposeMemoryBuffer(buffer)
+
+
+def _objects(modules: list[str]) -> list[bytes]:
+    """Each module's object file, compiled on up to `config.num_threads` threads."""
+    threads = min(len(modules), config.num_threads)
+    if threads <= 1:
+        return [_object(text) for text in modules]
+    with concurrent.futures.ThreadPoolExecutor(threads) as workers:
+        return list(workers.map(functools.partial(_object, unlocked=True), modules))
+
+
+def _cache_key(modules: list[str], machine) -> bytes:
     return cache.digest(
-        ir_text,
+        f"{len(modules)} modules",
+        *modules,
         machine.triple,
         *_host(),
         repr(sorted(_CODEGEN.items())),
@@ -85,29 +136,48 @@ def _cache_key(ir_text: str, machine) -> bytes:
     )
 
 
+_LENGTH = struct.Struct("<Q")
+
+
+def _pack(objects: list[bytes]) -> bytes:
+    return b"".join(_LENGTH.pack(len(code)) + code for code in objects)
+
+
+def _unpack(payload: bytes) -> list[bytes]:
+    objects, at = [], 0
+    while at < len(payload):
+        (length,) = _LENGTH.unpack_from(payload, at)
+        at += _LENGTH.size
+        objects.append(payload[at : at + length])
+        at += length
+    return objects
+
+
 class Compiled:
     """Machine code in memory; keep this object alive while its functions may be called.
-    `from_cache` tells whether it was loaded from the on-disk cache instead of compiled."""
+    `modules` are the texts of modules that link into one program (`ModuleRenderer.modules`),
+    one of which defines `entry`. `from_cache` tells whether the code was loaded from the
+    on-disk cache instead of compiled."""
 
-    def __init__(self, ir_text: str):
-        self.ir_text = ir_text
+    def __init__(self, modules: list[str]):
+        self.modules = modules
         with lock:
             machine = target_machine()
-            key = _cache_key(ir_text, machine)
-            code = cache.load("llvm", key)
-            self.from_cache = code is not None
-            if code is None:
-                code = machine.emit_object(_optimized_module(ir_text, machine))
+            key = _cache_key(modules, machine)
+            payload = cache.load("llvm", key)
+            self.from_cache = payload is not None
+            objects = _objects(modules) if payload is None else _unpack(payload)
             empty = llvm.parse_assembly("")
             empty.triple = machine.triple
             self.engine = llvm.create_mcjit_compiler(empty, machine)
-            self.engine.add_object_file(llvm.ObjectFileRef.from_data(code))
+            for code in objects:
+                self.engine.add_object_file(llvm.ObjectFileRef.from_data(code))
             self.engine.finalize_object()
             self.entry_address = self.engine.get_function_address("entry")
             if not self.entry_address:
                 raise RuntimeError("the compiled module has no entry point")
             if not self.from_cache:
-                cache.store("llvm", key, code)
+                cache.store("llvm", key, _pack(objects))
 
     def fill_table(self, name: str, addresses: list[int]) -> None:
         """Write `addresses` into the module's global pointer array `name`."""
@@ -120,9 +190,13 @@ class Compiled:
         """The IR after LLVM's optimizations (made again on request: a program loaded from the
         cache was never optimized in this process)."""
         with lock:
-            return str(_optimized_module(self.ir_text, target_machine()))
+            return "\n".join(
+                str(_optimized_module(text, target_machine())) for text in self.modules
+            )
 
     def assembly(self) -> str:
         with lock:
-            machine = target_machine()
-            return machine.emit_assembly(_optimized_module(self.ir_text, machine))
+            return "\n".join(
+                machine.emit_assembly(_optimized_module(text, machine))
+                for text, machine in ((text, target_machine()) for text in self.modules)
+            )

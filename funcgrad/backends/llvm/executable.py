@@ -57,8 +57,9 @@ class LlvmExecutable:
         callback_steps = _callback_steps(self.program)
         self._callbacks = [_callback(step) for step in callback_steps]
         blas.library()
-        self.ir = ModuleRenderer(self.program, self.memory, callback_steps, self.donated).render()
-        self.machine_code = Compiled(self.ir)
+        renderer = ModuleRenderer(self.program, self.memory, callback_steps, self.donated)
+        self.ir = renderer.render()
+        self.machine_code = Compiled(renderer.modules())
         if self._callbacks:
             addresses = [ctypes.cast(fn, ctypes.c_void_p).value for fn in self._callbacks]
             self.machine_code.fill_table(CALLBACK_TABLE, addresses)

@@ -69,7 +69,7 @@ def install():
         max_workers=MAX_WORKERS,
         spawned=render.PARALLEL_FOR.replace("@parallel_for(", "@spawned(", 1),
     )
-    compiled = engine.Compiled(text)
+    compiled = engine.Compiled([text])
     llvm.add_symbol(SYMBOL, compiled.entry_address)
     with engine.lock:
         stop = ctypes.CFUNCTYPE(None)(compiled.engine.get_function_address("stop"))

@@ -21,6 +21,7 @@ import numpy as np
 from funcgrad import dtypes
 from funcgrad.backends.llvm import blas, pool
 from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler import mathlib
 from funcgrad.compiler.fusion import CompileError
 from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.memory import MemoryPlan, constants, nbytes
@@ -34,11 +35,6 @@ from funcgrad.compiler.schedule import (
     ScanStep,
     WhileStep,
 )
-
-try:
-    from funcgrad.compiler import mathlib
-except ImportError:  # the expansions land separately; until then the C library serves
-    mathlib = None
 
 BF16 = dtypes.bfloat16
 F16 = dtypes.float16
@@ -218,7 +214,7 @@ class _Function:
     def unary(self, e: K.Unary) -> str:
         op, dtype = e.op, e.x.dtype
         t = value_type(dtype)
-        if mathlib is not None and _is_float(dtype) and mathlib.handles(op, dtype):
+        if _is_float(dtype) and mathlib.handles(op, dtype):
             return self.value(mathlib.expand(op, e.x))
         x = self.value(e.x)
         if op == "neg":
@@ -275,7 +271,7 @@ class _Function:
     def binary(self, e: K.Binary, flags: str = "") -> str:
         op, dtype = e.op, e.a.dtype
         t = value_type(dtype)
-        if mathlib is not None and _is_float(dtype) and mathlib.handles(op, dtype):
+        if _is_float(dtype) and mathlib.handles(op, dtype):
             return self.value(mathlib.expand_binary(op, e.a, e.b))
         a, b = self.value(e.a), self.value(e.b)
         if op in K.COMPARISONS:
@@ -600,6 +596,17 @@ entry:
 }"""
 
 
+# A program with many kernels compiles as several modules, one per MODULE_TEXT characters of
+# kernel text (LLVM takes about 2-6 µs per character at -O3), on several threads at once.
+MODULE_TEXT = 16_000
+MAX_MODULES = 8
+
+ATTRIBUTES = [
+    'attributes #0 = { nounwind "frame-pointer"="none" }',
+    'attributes #1 = { nounwind minsize optsize "frame-pointer"="none" }',
+]
+
+
 def _short(llvm_type: str) -> str:
     return {"float": "f32", "double": "f64", "half": "f16"}.get(llvm_type, llvm_type)
 
@@ -629,6 +636,8 @@ class ModuleRenderer:
             self.globals.append(_global_array(name, data, buffer.dtype))
         self.pointers: dict = {}
         self.metadata: list[str] = []
+        self.kernels: dict[str, str] = {}  # a kernel's name -> its text
+        self.kernel_declarations: dict[str, str] = {}
 
     def innermost_hint(self, loop: K.Loop) -> str:
         """Metadata for an innermost kernel loop (each loop needs its own distinct node). It is
@@ -685,14 +694,49 @@ class ModuleRenderer:
             *entry.lines,
             "}",
         ]
+        self.entry_text = "\n".join(text)
         if any(" half" in text for text in [*entry.lines, *self.functions]):
             self.functions.append(self.half_narrowing())
-        return "\n".join(
-            [*self.globals, *self.declarations.values(), *self.functions, *text]
-            + ['attributes #0 = { nounwind "frame-pointer"="none" }']
-            + ['attributes #1 = { nounwind minsize optsize "frame-pointer"="none" }']
+        self.text = "\n".join(
+            [*self.globals, *self.declarations.values(), *self.functions, self.entry_text]
+            + ATTRIBUTES
             + self.metadata
         )
+        return self.text
+
+    def modules(self) -> list[str]:
+        """The program `render()` rendered, as modules that LLVM compiles at once on threads
+        and links into one: one per MODULE_TEXT characters of kernels (at most MAX_MODULES),
+        the kernels spread over them in runs of about equal text. The last module holds
+        `entry` and everything else, declaring the kernels that the others define (a kernel
+        reads constants through its parameters, so the others need no globals). One module is
+        `render()`'s text. The split depends on the text alone, never on the thread count,
+        so that the on-disk cache serves any count."""
+        total = sum(len(text) for text in self.kernels.values())
+        count = min(MAX_MODULES, 1 + total // MODULE_TEXT, len(self.kernels))
+        if count <= 1:
+            return [self.text]
+        runs: list[list[str]] = [[] for _ in range(count)]
+        done = 0
+        for name, text in self.kernels.items():
+            runs[done * count // total].append(name)
+            done += len(text)
+        declarations = [d for d in self.declarations.values() if d.startswith("declare ")]
+        modules = []
+        for run in filter(None, runs[:-1]):
+            kernels = [self.kernels[name].replace("define internal ", "define ", 1) for name in run]
+            modules.append("\n".join([*declarations, *kernels, *ATTRIBUTES, *self.metadata]))
+        apart = {self.kernels[name] for run in runs[:-1] for name in run}
+        last = [
+            *self.globals,
+            *self.declarations.values(),
+            *(self.kernel_declarations[name] for run in runs[:-1] for name in run),
+            *(text for text in self.functions if text not in apart),
+            self.entry_text,
+            *ATTRIBUTES,
+            *self.metadata,
+        ]
+        return modules + ["\n".join(last)]
 
     def half_narrowing(self) -> str:
         """float64 -> half, which code generation calls by its C runtime name when it merges a
@@ -752,13 +796,13 @@ class ModuleRenderer:
         # Named by place in the module, not by the scheduler's process-wide count, so that a
         # program's text does not depend on what was compiled before it (the disk cache's key).
         name = f"k{len(self.functions)}_{kernel.name.partition('_')[2]}"
-        self.functions.append(
-            "\n".join(
-                [f"define internal void @{name}({', '.join(params)}) #0 {{", "entry:"]
-                + function.lines
-                + ["}"]
-            )
+        self.kernels[name] = "\n".join(
+            [f"define internal void @{name}({', '.join(params)}) #0 {{", "entry:"]
+            + function.lines
+            + ["}"]
         )
+        self.kernel_declarations[name] = f"declare void @{name}({', '.join(params)})"
+        self.functions.append(self.kernels[name])
         pointers = [self.pointer(self.entry, b) for b in distinct]
         if split is None:
             args = ", ".join(f"ptr {p}" for p in pointers)
