@@ -436,6 +436,27 @@ def test_static_arguments_that_compare_equal_but_differ_in_type_are_traced_apart
     assert g(0.0, shape_and_fill=(2, 1.0)).dtype == np.float32
 
 
+def test_cached_calls_with_static_arguments_and_arrays_retrace_exactly_on_new_statics():
+    """Such calls find their program without flattening (the static value, with its type,
+    and the arrays' shapes and dtypes are the key)."""
+    f = Counted(lambda x, n, y: fnp.full(y.shape, n) + y + x.sum())
+    x, y = fnp.ones(3, np.float32), fnp.ones(3, np.float32)
+    for static in (1, -2):
+        jf = fg.jit(f, static_argnums=static)
+        calls = f.calls
+        assert jf(x, 1, y).dtype == np.float32 and f.calls == calls + 1
+        assert jf(x, 1, y).dtype == np.float32 and f.calls == calls + 1
+        assert_same(jf(x, 2, y), np.full(3, 6.0, np.float32))
+        assert jf(x, True, y).dtype == np.float32 and f.calls == calls + 3
+        assert_same(jf(x, True, y), np.full(3, 5.0, np.float32))
+        assert jf(x, 1.0, y).dtype == np.float32 and f.calls == calls + 4
+        assert jf(x, 1, fnp.ones(4, np.float32)).shape == (4,) and f.calls == calls + 5
+        assert jf(x, 1, fnp.ones(3, np.int32)).dtype == np.float32 and f.calls == calls + 6
+        assert jf(x.astype(np.int32), 1, y.astype(np.int32)).dtype == np.int32
+        with pytest.raises(ValueError, match=r"static argument 1 must be hashable"):
+            jf(x, [1], y)
+
+
 @pytest.mark.parametrize("convert", [lambda x: x.tolist(), lambda x: x[0].item()])
 def test_tolist_and_item_of_a_traced_value_name_the_concretization(convert):
     with pytest.raises(fg.errors.ConcretizationTypeError):

@@ -346,7 +346,11 @@ class Jitted:
                 "a static argument has no buffer to donate"
             )
         self._cache: dict = {}
-        self._array_cache: dict = {}  # by _array_signature, for calls without static values
+        # Calls without keywords whose arguments are arrays, by the signature found without
+        # flattening them: _array_signature's, or _static_signature's with static arguments.
+        self._array_cache: dict = {}
+        self._signature = self._static_signature if self.static_argnums else _array_signature
+        self._static_positions: dict[int, frozenset] = {}  # by the number of arguments
 
     def _split(self, args: tuple, kwargs: dict):
         if not self.static_argnums and not self.static_argnames:
@@ -368,6 +372,32 @@ class Jitted:
         dynamic_args = [a for i, a in enumerate(args) if i not in static_positions]
         dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
         return static, static_positions, dynamic_args, dynamic_kwargs
+
+    def _static_signature(self, args: tuple):
+        """As `_array_signature`, for a call whose static arguments are positional and whose
+        other arguments are arrays: the key holds each static value with its type. None for
+        any other call, and for an unhashable static value (whose error `_split` gives)."""
+        static = self._static_positions.get(len(args))
+        if static is None:
+            n = len(args)
+            static = frozenset(i % n for i in self.static_argnums if -n <= i < n)
+            self._static_positions[n] = static
+        key, leaves = [], []
+        for i, a in enumerate(args):
+            if i in static:
+                key.append(_typed_static_key(a))
+            elif type(a) is Array:
+                value = a._value
+                key.append((value.shape, value.dtype, a.weak_type))
+                leaves.append(a)
+            else:
+                return None
+        key = tuple(key)
+        try:
+            hash(key)
+        except TypeError:
+            return None
+        return key, leaves
 
     def _entry(self, args: tuple, kwargs: dict, abstract: bool = False):
         """The traced signature of a call; `abstract` lets ShapeDtypeStructs stand for arrays
@@ -424,7 +454,7 @@ class Jitted:
         if config.disable_jit:
             return self.fun(*args, **kwargs)
         eager = core.current_trace() is core.eval_trace()
-        found = None if kwargs or self.static_argnums else _array_signature(args)
+        found = None if kwargs else self._signature(args)
         entry = self._array_cache.get(found[0]) if found is not None else None
         if entry is None:
             entry, leaves = self._entry(args, kwargs)

@@ -1,13 +1,14 @@
 """LLVM IR text -> machine code for this CPU, through llvmlite.
 
 Modules are optimized at -O3 with loop and SLP vectorization for the host's features (AVX-512
-where present) and compiled to an object file, which an MCJIT engine loads, resolving C
-library symbols from the running process. Object files are kept in the on-disk compilation
-cache (`funcgrad.compiler.cache`), keyed by the IR text, the target and the versions of
-funcgrad and LLVM: a program compiled once on a machine is loaded, not compiled, by later
-processes. The IR holds no address of the process that rendered it (library functions are
-named symbols, Python callbacks sit in a table filled after loading), so a loaded object is
-as good in any process as in the one that compiled it.
+where present) and compiled to object files, several modules of one program on threads at
+once, which an MCJIT engine loads and links, resolving C library symbols from the running
+process. Object files are kept in the on-disk compilation cache (`funcgrad.compiler.cache`),
+keyed by the modules' text, the target and the versions of funcgrad and LLVM: a program
+compiled once on a machine is loaded, not compiled, by later processes. The IR holds no
+address of the process that rendered it (library functions are named symbols, Python
+callbacks sit in a table filled after loading), so a loaded object is as good in any process
+as in the one that compiled it.
 """
 
 from __future__ import annotations
