@@ -22,6 +22,7 @@ from funcgrad.callbacks import pure_callback
 from funcgrad.config import config, disable_jit
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
 from funcgrad.devices import (
+    default_backend,
     device_count,
     devices,
     local_device_count,
@@ -64,6 +65,7 @@ __all__ = [
     "custom_jvp",
     "custom_vjp",
     "debug",
+    "default_backend",
     "device_count",
     "device_put",
     "devices",

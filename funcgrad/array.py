@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -56,6 +57,19 @@ class GpuDevice(Device):
         return f"{'Emulated' if self.backend == 'cuda_emulator' else ''}CudaDevice(id={self.id})"
 
 
+class _Shards(threading.local):
+    running = False  # whether this thread runs a device's shard of a pmap (on the CPU)
+
+
+shards = _Shards()
+
+
+def default_gpu() -> GpuDevice | None:
+    """The default GPU of new arrays and of computations without a GPU operand; None when the
+    CPU is the default, and in the threads running pmap's shards, which run on the CPU."""
+    return None if shards.running else DeviceValue.default
+
+
 class _Sized:
     """`ndim` and `size` from a `shape`, for the values that are not NumPy arrays."""
 
@@ -77,9 +91,13 @@ class DeviceValue(_Sized):
     GPU array does."""
 
     __slots__ = ("storage", "shape", "dtype", "device")
-    # Whether any array has been placed on a GPU in this process: until then, eager operations
-    # and jit calls skip looking for GPU operands.
+    # Whether any array has been placed on a GPU in this process, or a GPU is the default
+    # device: until then, eager operations and jit calls skip looking for GPU operands.
     made = False
+    # The GPU that new arrays go to, and that operations and jitted calls without a GPU
+    # operand run on, when the default platform is a GPU (`devices.use_platform`); else None.
+    # Read it through `default_gpu()`.
+    default: GpuDevice | None = None
 
     def __init__(self, storage, shape: tuple[int, ...], dtype: np.dtype, device: GpuDevice):
         self.storage = storage
@@ -118,17 +136,27 @@ class DeviceValue(_Sized):
 
 
 def device_put(x, device: Device | None = None):
-    """Place a pytree of arrays on `device`: the host CPU (the default), a GPU, or the
-    emulated GPU. Arrays already there stay as they are."""
+    """Place a pytree of arrays on `device`: the host CPU, a GPU, or the emulated GPU; by
+    default, the default platform's first device. Arrays already there stay as they are."""
     from funcgrad import tree_util
     from funcgrad.devices import devices
     from funcgrad.lax.base import asarray
 
+    if device is None:
+        device = default_gpu()
     if isinstance(device, GpuDevice):
         return tree_util.tree_map(lambda leaf: _to_gpu(asarray(leaf), device), x)
-    if device is not None and device not in devices():
-        raise ValueError(f"unknown device {device!r}; available: {devices()}")
-    return tree_util.tree_map(lambda leaf: _to_host(asarray(leaf)), x)
+    if device is not None and device not in devices("cpu"):
+        raise ValueError(f"unknown device {device!r}; available: {devices('cpu')}")
+    return tree_util.tree_map(lambda leaf: to_host(asarray(leaf)), x)
+
+
+def on_default_device(array):
+    """`array` (made on the host) where new arrays live: the default GPU when there is one."""
+    device = default_gpu()
+    if device is None or type(array) is not Array:
+        return array
+    return _to_gpu(array, device)
 
 
 def _to_gpu(array: Array, device: GpuDevice) -> Array:
@@ -143,7 +171,7 @@ def _to_gpu(array: Array, device: GpuDevice) -> Array:
     return Array(placed, array.weak_type)
 
 
-def _to_host(array: Array) -> Array:
+def to_host(array: Array) -> Array:
     if type(array._value) is not DeviceValue:
         return array
     value = np.asarray(array._value)

@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterator
 
 JIT_BACKENDS = ("llvm", "numpy", "cuda", "cuda_emulator")
+PLATFORMS = ("cpu", "gpu", "cuda", "cuda_emulator")
 
 
 def _from_environment(variable: str, kind: type, default):
@@ -47,6 +48,11 @@ class Config:
         # the generated CUDA C on the host (for testing it without a GPU).
         # FUNCGRAD_JIT_BACKEND sets it for a whole process.
         self.jit_backend = _checked_backend(os.environ.get("FUNCGRAD_JIT_BACKEND", "llvm"))
+        # Where new arrays live, and operations and jitted calls run when no operand is placed
+        # on a device (FUNCGRAD_PLATFORM): "cpu", "cuda" (or "gpu"), or "cuda_emulator" (the
+        # emulated GPU, for tests). None, the default, takes a CUDA GPU when CuPy finds one,
+        # else the CPU.
+        self.platform = _checked_platform(os.environ.get("FUNCGRAD_PLATFORM") or None)
         # Random keys and bits as JAX derives them by default (see funcgrad.random); False
         # gives JAX's earlier scheme.
         self.threefry_partitionable = True
@@ -71,6 +77,11 @@ class Config:
             raise AttributeError(f"unknown configuration option {name!r}; options: {known}")
         if name == "jit_backend":
             value = _checked_backend(value)
+        elif name == "platform":
+            from funcgrad.devices import use_platform
+
+            value = _checked_platform(value)
+            use_platform(value)  # raises, leaving the setting, if it cannot be used
         elif name == "enable_compilation_cache" and not isinstance(value, bool):
             raise TypeError(f"enable_compilation_cache must be True or False, got {value!r}")
         elif name == "compilation_cache_dir":
@@ -86,6 +97,15 @@ def _usable_cores() -> int:
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
+
+
+def _checked_platform(name: str | None) -> str | None:
+    if name is not None and name not in PLATFORMS:
+        raise ValueError(
+            f"unknown platform {name!r}; choose one of {', '.join(PLATFORMS)}, or None for a "
+            "CUDA GPU when one is found (config.update('platform', ...) or FUNCGRAD_PLATFORM)"
+        )
+    return name
 
 
 def _checked_backend(name: str) -> str:

@@ -7,7 +7,11 @@ every process has its own local devices and `devices()` lists all processes' dev
 process by process.
 
 GPUs are listed by `devices("gpu")`; arrays placed on one with `device_put` stay there, and
-the operations and jitted calls applied to them run there.
+the operations and jitted calls applied to them run there. The default platform
+(`config.platform`, FUNCGRAD_PLATFORM) is a CUDA GPU when CuPy finds one, else the CPU: new
+arrays (`numpy.array`, `zeros`, results of operations on host data) then live on that GPU,
+and `devices()` lists the default platform's devices, as JAX lists its default backend's.
+pmap runs on the CPU's devices whatever the default.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 import functools
 
 from funcgrad import distributed
-from funcgrad.array import CPU, Device, GpuDevice
+from funcgrad.array import CPU, Device, DeviceValue, GpuDevice
 from funcgrad.config import config
 
 _device_lists: dict[tuple[int, int, int], list[Device]] = {}
@@ -53,28 +57,59 @@ GPU_BACKENDS = ("gpu", "cuda", "cuda_emulator")
 
 
 def devices(backend: str | None = None) -> list[Device]:
-    """Every device of every process: the CPU's by default, `devices("gpu")` (or "cuda") for
-    this machine's CUDA GPUs, `devices("cuda_emulator")` for the emulated GPU that runs the
-    CUDA backend's code on the host."""
+    """Every device of every process: the default platform's by default, `devices("cpu")`
+    for the CPU's, `devices("gpu")` (or "cuda") for this machine's CUDA GPUs,
+    `devices("cuda_emulator")` for the emulated GPU that runs the CUDA backend's code on the
+    host."""
+    if backend is None and DeviceValue.default is not None:
+        return [DeviceValue.default]
     if backend in GPU_BACKENDS:
         return list(_gpu_devices(backend))
     _check_backend(backend)
     return list(_all_devices())
 
 
-@functools.cache
-def _gpu_devices(backend: str) -> tuple[GpuDevice, ...]:
-    from funcgrad.backends.cuda.executable import Emulator, gpu, gpu_available
+def default_backend() -> str:
+    """ "gpu" while new arrays go to a GPU (or the emulated one), else "cpu"."""
+    return "cpu" if DeviceValue.default is None else "gpu"
 
-    if backend == "cuda_emulator":
-        return (GpuDevice(0, Emulator()),)
-    if not gpu_available():
+
+def use_platform(platform: str | None) -> None:
+    """Make `platform` (a `config.platform` value) the default: a GPU platform raises, naming
+    what is missing, where it cannot be used; None takes a CUDA GPU when CuPy finds one."""
+    if platform is None:
+        platform = "cuda" if gpu_available() else "cpu"
+    DeviceValue.default = None if platform == "cpu" else devices(platform)[0]
+    if DeviceValue.default is not None:
+        DeviceValue.made = True
+
+
+def _gpu_devices(backend: str) -> tuple[GpuDevice, ...]:
+    if backend != "cuda_emulator" and not gpu_available():
         raise RuntimeError(
             f"backend {backend!r} is not available: "
             + _missing_gpu_part()
             + " (the emulated GPU, devices('cuda_emulator'), runs the same code on the host)"
         )
-    return (GpuDevice(0, gpu()),)
+    return _gpu_device_list(backend == "cuda_emulator")
+
+
+@functools.cache
+def _gpu_device_list(emulated: bool) -> tuple[GpuDevice, ...]:
+    from funcgrad.backends.cuda.executable import Emulator, gpu
+
+    return (GpuDevice(0, Emulator() if emulated else gpu()),)
+
+
+@functools.cache
+def gpu_available() -> bool:
+    """Whether CuPy is installed and finds a CUDA GPU (a machine without a driver says no)."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # ImportError, or CuPy's runtime error when no driver is loaded
+        return False
 
 
 def _missing_gpu_part() -> str:
@@ -111,3 +146,6 @@ def process_index(backend: str | None = None) -> int:
 def process_count(backend: str | None = None) -> int:
     _check_backend(backend)
     return distributed.process_count()
+
+
+use_platform(config.platform)

@@ -5,10 +5,15 @@ Pick one with HYPOTHESIS_PROFILE=dev; CI sets CI=true and gets `ci`.
 The `ci` profile draws few examples, so it must not draw the same ones forever: its seed is
 the day's date (printed in the header), so each day's runs explore new inputs while any one
 failure stays reproducible with `--hypothesis-seed=<seed>` (or FUNCGRAD_TEST_SEED=<seed>).
+
+The tests place their arrays where they mean them to be, so the default platform is the CPU
+even where a GPU is found (tests/test_default_platform.py checks the GPU as the default).
 """
 
 import datetime
 import os
+
+os.environ.setdefault("FUNCGRAD_PLATFORM", "cpu")  # before funcgrad is imported
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -41,4 +46,7 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
-    return f"hypothesis profile {PROFILE}, seed {config.getoption('hypothesis_seed', None)}"
+    return (
+        f"hypothesis profile {PROFILE}, seed {config.getoption('hypothesis_seed', None)}, "
+        f"platform {os.environ['FUNCGRAD_PLATFORM']}"
+    )

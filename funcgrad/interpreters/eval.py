@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad import core, dtypes
-from funcgrad.array import Array, DeviceValue
+from funcgrad.array import Array, DeviceValue, default_gpu
 from funcgrad.config import config
 from funcgrad.errors import UnexpectedTracerError
 
@@ -29,7 +29,14 @@ class EvalTrace(core.Trace):
             for arg in args:
                 if type(arg) is not Array:
                     raise _bad_operand(primitive, arg)
-            if DeviceValue.made and any(type(arg._value) is DeviceValue for arg in args):
+            if (
+                DeviceValue.made
+                and not getattr(primitive, "on_cpu_devices", False)
+                and (
+                    any(type(arg._value) is DeviceValue for arg in args)
+                    or default_gpu() is not None
+                )
+            ):
                 return _on_gpu(primitive, args, params)
             return primitive.impl(*args, **params)
         values = []
@@ -53,7 +60,9 @@ class EvalTrace(core.Trace):
             checked = False
         if not checked:
             self.check(primitive, args, params, signature)
-        if DeviceValue.made and any(type(value) is DeviceValue for value in values):
+        if DeviceValue.made and (
+            any(type(value) is DeviceValue for value in values) or default_gpu() is not None
+        ):
             from funcgrad.backends.cuda import eager
 
             out = [a._value for a in eager.run(primitive, args, params, signature)]

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from funcgrad import core, distributed
+from funcgrad.array import shards
 from funcgrad.config import config
 from funcgrad.distributed import CollectiveTimeoutError
 
@@ -191,6 +192,7 @@ def run_on_devices(
         _frames.frame = ShardFrame(
             axis_name, axis_size, first_index + local_index, local_index, communicator
         )
+        shards.running = True  # computes on the CPU, whatever the default platform
         try:
             return run(*device_args[local_index])
         except BaseException as error:
@@ -198,6 +200,7 @@ def run_on_devices(
             raise
         finally:
             _frames.frame = None
+            shards.running = False
 
     if num_local == 1:
         return [run_device(0)]

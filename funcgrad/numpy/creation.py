@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad import core, dtypes, lax
-from funcgrad.array import Array
+from funcgrad.array import Array, on_default_device
 from funcgrad.numpy._promotion import convert, dtype_and_weak, result_type_and_weak
 
 __all__ = [
@@ -40,7 +40,7 @@ def array(object, dtype=None, copy: bool = True, ndmin: int = 0):
     out = _array(object, dtype)
     if out.ndim < ndmin:
         out = lax.broadcast_to_rank(out, ndmin)
-    return out
+    return out if isinstance(object, Array) else on_default_device(out)
 
 
 def _array(object, dtype):
@@ -84,7 +84,8 @@ def _rebuild(seq, leaves):
 
 
 def asarray(a, dtype=None, copy=None):
-    return _array(a, dtype)
+    out = _array(a, dtype)
+    return out if isinstance(a, Array) else on_default_device(out)
 
 
 def full(shape, fill_value, dtype=None):

@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Callable, Sequence
 
 from funcgrad import core, tree_util
-from funcgrad.array import Array, DeviceValue, device_put
+from funcgrad.array import Array, DeviceValue, default_gpu, device_put
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import passes
 from funcgrad.config import config
@@ -63,8 +63,11 @@ def _compile(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...]):
 
 
 def gpu_of(args):
-    """The GPU holding any of `args` (arrays placed there), or None."""
-    if DeviceValue.made and any(type(a) is Array and type(a._value) is DeviceValue for a in args):
+    """The GPU holding any of `args` (arrays placed there), else the default GPU, or None."""
+    if DeviceValue.made and (
+        any(type(a) is Array and type(a._value) is DeviceValue for a in args)
+        or default_gpu() is not None
+    ):
         from funcgrad.backends.cuda import eager
 
         return eager.device_of(args, "a jitted function")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from funcgrad import core, distributed, tree_util
-from funcgrad.array import Array, Device, sharded
+from funcgrad.array import Array, Device, sharded, to_host
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import passes
 from funcgrad.compiler.fusion import CompileError
@@ -61,6 +61,9 @@ from funcgrad.transforms.vmap import _expand_prefix
 # result: sliced along axis 0, or the same on every device), name.
 
 pmap_p = Primitive("pmap", multiple_results=True, higher_order=True)
+# Its shards run on the CPU's devices (`devices("cpu")`), whatever the default platform and
+# wherever its operands are: eager dispatch leaves it to its impl.
+pmap_p.on_cpu_devices = True
 
 
 def _outer_aval(aval: ShapedArray, mapped: bool, count: int) -> ShapedArray:
@@ -167,6 +170,7 @@ def _device_executable(jaxpr: ClosedJaxpr, backend: str):
 def _pmap_impl(*args, jaxpr, axis_name, axis_size, devices, in_mapped, out_mapped, name):
     executable = _device_executable(jaxpr, config.jit_backend)
     count = len(devices)
+    args = [to_host(a) for a in args]
     device_args = [
         [_device_slice(a, i, count) if m else a for a, m in zip(args, in_mapped)]
         for i in range(count)
@@ -410,7 +414,7 @@ class Pmapped:
                     f"devices were given (devices=); the sizes must be equal"
                 )
             return self.devices
-        available = local_devices()
+        available = local_devices(backend="cpu")  # pmap runs on the CPU
         if size > len(available):
             raise ValueError(
                 f"pmap({self.name}): the mapped axis has size {size}, more than the "

@@ -7,7 +7,7 @@ arrays to a committed array's device."""
 from __future__ import annotations
 
 from funcgrad import core
-from funcgrad.array import Array, DeviceValue, GpuDevice
+from funcgrad.array import Array, DeviceValue, GpuDevice, default_gpu
 from funcgrad.compiler.fusion import CompileError
 
 _programs: dict = {}
@@ -33,8 +33,10 @@ def run(primitive: core.Primitive, args: list[Array], params: dict, signature: t
 
 
 def device_of(args, what: str) -> GpuDevice:
-    """The one GPU holding the GPU arrays among `args`."""
+    """The one GPU holding the GPU arrays among `args`; the default GPU when none does."""
     found = {a._value.device for a in args if type(a) is Array and type(a._value) is DeviceValue}
+    if not found:
+        return default_gpu()
     if len(found) > 1:
         raise ValueError(
             f"{what} got arrays on different devices ({sorted(map(repr, found))}): move them "

@@ -183,16 +183,6 @@ def gpu() -> Gpu:
 
 
 @functools.cache
-def gpu_available() -> bool:
-    """Whether CuPy is installed and finds a CUDA GPU (a machine without a driver says no)."""
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except Exception:  # ImportError, or CuPy's runtime error when no driver is loaded
-        return False
-
-
 class CudaExecutable:
     """Call it with funcgrad arrays, get funcgrad arrays back (as the other executables)."""
 

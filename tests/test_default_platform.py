@@ -1,0 +1,121 @@
+"""The default platform (`config.platform`, FUNCGRAD_PLATFORM): with a GPU as the default, new
+arrays live on it, operations and jitted calls on host data run there and `devices()` lists
+it, while pmap still runs on the CPU's devices; "cpu" puts everything back. The emulated GPU
+stands in for a real one, which is checked too where present. Values are checked against
+NumPy."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad import lax
+from funcgrad.array import DeviceValue
+from funcgrad.backends.cuda import emulator
+from funcgrad.devices import gpu_available
+from funcgrad.tools.recipes import CUDA_BACKENDS
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(emulator.compiler() is None, reason="the emulator needs a C++ compiler"),
+]
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(params=CUDA_BACKENDS)
+def gpu(request):
+    """The GPU (`request.param`'s) as the default platform for one test."""
+    saved = fg.config.platform
+    fg.config.update("platform", request.param)
+    yield fg.devices(request.param)[0]
+    fg.config.update("platform", saved)
+
+
+def assert_on(device, *arrays):
+    for a in arrays:
+        assert a.device is device and type(a._value) is DeviceValue
+
+
+def test_new_arrays_and_computations_on_host_data_live_on_the_default_gpu(gpu):
+    assert fg.devices() == [gpu] and fg.default_backend() == "gpu"
+    assert fg.device_count() == 1 and fg.devices("cpu")[0].platform == "cpu"
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    made = {
+        "zeros": (fnp.zeros((2, 3)), np.zeros((2, 3), np.float32)),
+        "ones": (fnp.ones(4, np.int32), np.ones(4, np.int32)),
+        "array of lists": (fnp.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[1, 2], [3, 4.0]])),
+        "asarray": (fnp.asarray(data), data),
+        "arange": (fnp.arange(5), np.arange(5)),
+        "device_put": (fg.device_put(data), data),
+        "operation on host data": (lax.exp(data), np.exp(data)),
+        "jit on host data": (fg.jit(lambda a: fnp.sin(a) * 2)(data), np.sin(data) * 2),
+        "grad": (fg.grad(lambda a: (a**2).sum())(data), 2 * data),
+    }
+    for name, (got, expected) in made.items():
+        assert_on(gpu, got)
+        np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-6, err_msg=name)
+    key = fg.random.PRNGKey(0)
+    assert_on(gpu, key, fg.random.normal(key, (3,)))
+
+
+def test_arrays_already_placed_stay_where_they_are(gpu):
+    cpu = fg.devices("cpu")[0]
+    host = fg.device_put(np.ones(3, np.float32), cpu)
+    assert host.device == cpu and type(host._value) is not DeviceValue
+    assert fnp.asarray(host) is host
+    assert_on(gpu, host + 1)  # computed on the default device, as JAX computes
+
+
+def test_pmap_runs_on_the_cpu_devices_under_a_gpu_default(gpu):
+    f = fg.pmap(lambda v: lax.psum(v * 2, "i"), axis_name="i")
+    out = f(np.arange(3, dtype=np.float32)[None])
+    np.testing.assert_allclose(np.asarray(out), [[0, 2, 4]])
+    assert {s.device.platform for s in out.addressable_shards} == {"cpu"}
+
+
+def test_the_cpu_platform_puts_everything_back(gpu):
+    fg.config.update("platform", "cpu")
+    x = fnp.zeros(3) + 1
+    assert x.device == fg.devices("cpu")[0] and type(x._value) is not DeviceValue
+    assert fg.devices() == fg.devices("cpu") and fg.default_backend() == "cpu"
+
+
+def test_an_unknown_or_missing_platform_is_refused_and_the_setting_kept():
+    saved = fg.config.platform
+    with pytest.raises(ValueError, match=r"unknown platform 'tpu'; choose one of cpu, gpu"):
+        fg.config.update("platform", "tpu")
+    if not gpu_available():
+        with pytest.raises(RuntimeError, match="CuPy|driver|GPU"):
+            fg.config.update("platform", "cuda")
+    assert fg.config.platform == saved
+
+
+@pytest.mark.parametrize(
+    "setting, printed",
+    [("cuda_emulator", "EmulatedCudaDevice(id=0) gpu"), ("cpu", "CpuDevice(id=0) cpu")],
+)
+def test_the_environment_chooses_the_default_platform(setting, printed):
+    code = (
+        "import funcgrad as fg, funcgrad.numpy as fnp; "
+        "print(fnp.ones(2).device, fg.default_backend())"
+    )
+    environment = {**os.environ, "FUNCGRAD_PLATFORM": setting, "PYTHONPATH": REPO}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=environment, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == printed
+
+
+def test_a_bad_environment_setting_names_the_variable():
+    environment = {**os.environ, "FUNCGRAD_PLATFORM": "tpu", "PYTHONPATH": REPO}
+    out = subprocess.run(
+        [sys.executable, "-c", "import funcgrad"], env=environment, capture_output=True, text=True
+    )
+    assert out.returncode != 0 and "FUNCGRAD_PLATFORM" in out.stderr and "'tpu'" in out.stderr
