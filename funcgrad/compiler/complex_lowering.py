@@ -481,13 +481,14 @@ rules["bitcast_convert_type"] = _bitcast_rule
 
 
 # ---------------------------------------------------------------------------------------------
-# Primitives that act on the parts separately: data movement and sums. Real operands (indices,
-# selectors) are shared by both parts.
+# Primitives that act on the parts separately: data movement and sums, the collectives among
+# them too (each part is summed or moved across the devices on its own). Real operands
+# (indices, selectors) are shared by both parts.
 
 _PARTWISE = (
     "broadcast_in_dim reshape transpose squeeze rev slice dynamic_slice "
     "dynamic_update_slice concatenate pad gather scatter scatter_add select_n reduce_sum "
-    "cumsum reduce_window_sum"
+    "cumsum reduce_window_sum psum psum_scatter all_gather ppermute all_to_all"
 ).split()
 
 
