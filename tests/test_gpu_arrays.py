@@ -158,3 +158,18 @@ def test_decompositions_of_gpu_arrays_give_gpu_arrays(gpu):
 def test_asking_for_a_gpu_names_what_is_missing():
     with pytest.raises(RuntimeError, match="CuPy|CUDA"):
         fg.devices("gpu")
+
+
+def test_a_repeated_python_scalar_is_copied_to_the_gpu_once(gpu, monkeypatch):
+    """Eager operations keep host scalars on the GPU: a copy there waits for the GPU."""
+    x = on(gpu, X)
+    x * 3.5  # compiles the program and copies 3.5
+    uploads = []
+    upload = gpu.runtime.upload
+    monkeypatch.setattr(gpu.runtime, "upload", lambda value: uploads.append(value) or upload(value))
+    for _ in range(3):
+        np.testing.assert_allclose(np.asarray(x * 3.5), X * 3.5, rtol=1e-6)
+    assert uploads == []
+    np.testing.assert_allclose(np.asarray(x * -1.25), X * -1.25, rtol=1e-6)
+    assert len(uploads) == 1  # a new value is copied, once
+    np.testing.assert_array_equal(np.asarray(x * 3.5), np.asarray(x * 3.5))

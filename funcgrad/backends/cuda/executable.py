@@ -317,9 +317,24 @@ def _grid(kernel: CudaKernel, block: int, max_grid: int) -> int:
     return min(math.ceil(kernel.threads / block), max_grid)
 
 
+# Host scalars that calls copy to a device (the 2.0 of an eager `x * 2.0`), kept there by
+# device, dtype and bits: a copy to a GPU waits for it, and eager operations must not wait at
+# every call. Programs never write their inputs, so a kept copy stays as it was.
+_scalars: dict = {}
+_MAX_SCALARS = 1024
+
+
 def _on_device(device, value: np.ndarray, dtype: np.dtype):
     """A contiguous host array as a flat typed view of a device copy."""
-    return device.view(device.upload(value.reshape(-1).view(_storage(dtype))), dtype)
+    if value.size != 1:
+        return device.view(device.upload(value.reshape(-1).view(_storage(dtype))), dtype)
+    key = (device, dtype, value.tobytes())
+    kept = _scalars.get(key)
+    if kept is None:
+        if len(_scalars) >= _MAX_SCALARS:
+            _scalars.clear()
+        kept = _scalars[key] = device.upload(value.reshape(-1).view(_storage(dtype)))
+    return device.view(kept, dtype)
 
 
 def _storage(dtype: np.dtype) -> np.dtype:
