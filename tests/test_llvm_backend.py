@@ -3,6 +3,7 @@ control flow, memory plans and errors."""
 
 from __future__ import annotations
 
+import re
 from functools import partial
 
 import numpy as np
@@ -144,6 +145,25 @@ def test_half_precision_arithmetic_rounds_each_operation():
     assert_same_as_reference(lambda a: a * a + a, x, rtol=1e-2)
     h = (x32 * 100).astype(np.float16)
     assert_same_as_reference(lambda a: (a * a - a) / 3, h, rtol=1e-3)
+
+
+def test_half_precision_is_not_fused_where_the_cpu_has_half_arithmetic():
+    """On a CPU with AVX512-FP16, LLVM turns the float32 operations that compute halves into
+    half ones; each must still round on its own (a fused a*a - a rounds once, unlike the
+    reference). Code generation for such a CPU runs on any host."""
+    import llvmlite.binding as llvm
+
+    from funcgrad.backends.llvm import engine
+
+    h = np.linspace(-3, 3, 64).astype(np.float16)
+    executable = compiled(lambda a: (a * a - a) / 3, h)
+    engine.target_machine()  # initializes LLVM's native target
+    machine = llvm.Target.from_default_triple().create_target_machine(cpu="sapphirerapids", opt=3)
+    if "x86" not in machine.triple:
+        pytest.skip("AVX512-FP16 is an x86 feature")
+    assembly = machine.emit_assembly(engine._optimized_module(executable.ir, machine))
+    assert "vmulph" in assembly and "vsubph" in assembly  # computed in half precision
+    assert not re.search(r"vf(n?m)(add|sub)\w*(ph|sh)\b", assembly)
 
 
 @pytest.mark.parametrize("size", [1, 3, 17])

@@ -281,7 +281,14 @@ class _Function:
             return self.assign(f"icmp {table[op]} {t} {a}, {b}")
         if _is_float(dtype):
             if op in _FLOAT_ARITH:
-                return self.assign(f"{_FLOAT_ARITH[op]} {flags}{t} {a}, {b}")
+                instruction = _FLOAT_ARITH[op]
+                if any(isinstance(v, K.Cast) and v.x.dtype == F16 for v in (e.a, e.b)):
+                    # Half precision computes in float32 rounded back at every operation, as
+                    # the reference rounds; LLVM shrinks such operations to half ones where
+                    # the CPU has them (AVX512-FP16), and must not then fuse a product into a
+                    # sum with one rounding.
+                    instruction = instruction.removesuffix(" contract")
+                return self.assign(f"{instruction} {flags}{t} {a}, {b}")
             if op in ("max", "min"):
                 # IEEE maximum/minimum: NaN wins (as in the reference), -0 < +0; they
                 # vectorize, reductions included.
