@@ -245,6 +245,47 @@ def test_grid_stride_loops_cover_more_elements_than_the_grid_has_threads():
     assert_same_as_reference(lambda x: (fnp.sin(x) * 2 + 1, x.reshape(1, -1).sum(axis=0)), x)
 
 
+@pytest.mark.parametrize("size", [8, 9, 1001, 5003])
+@pytest.mark.parametrize(
+    "dtype, lanes", [(np.float32, 4), (np.int32, 4), (np.float64, 2), (np.int64, 2)]
+)
+def test_elementwise_loops_move_16_byte_vectors_and_finish_with_scalars(size, dtype, lanes):
+    """Buffers read and written at the loop's index go by 16-byte vectors, lane by lane;
+    elements at other places (a broadcast element, a gather) are read one by one, and the
+    iterations past the last whole vector run in the scalar loop."""
+    x = (np.arange(size) * 3 - size).astype(dtype)
+    y = (np.arange(size)[::-1] % 11 + 1).astype(dtype)
+
+    def f(a, b):
+        return a * b + b[3] - a[::-1], a - b
+
+    assert_same_as_reference(f, x, y)
+    text = compiled_text(f, x, y)
+    c_type = {4: "float", 2: "double"}[lanes] if np.dtype(dtype).kind == "f" else None
+    c_type = c_type or ("int" if lanes == 4 else "long long")
+    assert f"fg_vector<{c_type}, {lanes}>" in text
+    assert re.search(rf"in\d+_v\.lane\[{lanes - 1}\]", text)  # the last lane of an input
+    assert re.search(r"= in\d+\[3LL\];", text)  # b[3], one element
+
+
+def test_a_vector_loop_over_unaligned_slices_runs_the_scalar_loop():
+    """A scan's body reads slices that start 36 bytes apart: where a slice is not 16-byte
+    aligned, the whole loop runs element by element."""
+    xs = np.arange(5 * 9, dtype=np.float32).reshape(5, 9) / 7
+
+    def f(xs):
+        return lax.scan(lambda c, x: (c + x, x * x * 2 - c), fnp.zeros(9, np.float32), xs)
+
+    assert_same_as_reference(f, xs)
+    assert "fg_vector<float, 4>" in compiled_text(f, xs)
+
+
+def test_loops_of_mixed_element_sizes_stay_scalar():
+    x = np.arange(100, dtype=np.float32)
+    assert "fg_vector<" not in compiled_text(lambda a: a.astype(np.float64) * 2, x)
+    assert "fg_vector<" not in compiled_text(lambda a: a > 3, x)
+
+
 @pytest.mark.parametrize(
     "dtype", [np.float32, np.float64, np.int32, np.uint8, np.int64, dtypes.float16]
 )

@@ -10,6 +10,8 @@ emulator compiles the same text with a few definitions of CUDA's built-ins in fr
 
 PRELUDE = r"""
 // ---- funcgrad prelude -------------------------------------------------------------------
+// A 16-byte vector of elements, loaded and stored with one instruction (elementwise loops).
+template <class T, int N> struct alignas(16) fg_vector { T lane[N]; };
 // Unsigned types in which signed arithmetic wraps (narrow types compute in 32 bits).
 template <class T> struct fg_wide;
 template <> struct fg_wide<signed char> { typedef unsigned int type; };

@@ -205,6 +205,7 @@ class _KernelWriter:
         self.memo: dict = {}
         self.acc_names: dict = {}
         self.indent = "  "
+        self.lane: tuple | None = None  # in a vector loop: (its index, the lane, its buffers)
 
     # -- expressions -------------------------------------------------------------------------
 
@@ -233,7 +234,9 @@ class _KernelWriter:
 
     def render(self, e: K.Expr) -> str:
         if isinstance(e, K.Load):
-            element = f"{e.buffer.name}[{self.value(e.offset)}]"
+            element = self.lane_element(e.buffer, e.offset)
+            if element is None:
+                element = f"{e.buffer.name}[{self.value(e.offset)}]"
             return _from_memory(element, e.dtype)
         if isinstance(e, K.Select):
             p, a, b = self.value(e.pred), self.value(e.on_true), self.value(e.on_false)
@@ -348,14 +351,26 @@ class _KernelWriter:
                 self.block(stmt.body)
                 self.emit("}")
             elif isinstance(stmt, K.Store):
-                offset = self.value(stmt.offset)
+                element = self.lane_element(stmt.buffer, stmt.offset)
+                if element is None:
+                    element = f"{stmt.buffer.name}[{self.value(stmt.offset)}]"
                 value = self.value(stmt.value)
-                self.emit(f"{stmt.buffer.name}[{offset}] = {_to_memory(value, stmt.buffer.dtype)};")
+                self.emit(f"{element} = {_to_memory(value, stmt.buffer.dtype)};")
             elif isinstance(stmt, K.SetAcc):
                 value = self.value(stmt.value)
                 self.emit(f"{self.acc_names[stmt.acc]} = {value};")
             else:
                 raise TypeError(f"cannot render {stmt!r}")
+
+    def lane_element(self, buffer: K.Buffer, offset: K.Expr) -> str | None:
+        """In a vector loop's lane, the lane's element of a buffer accessed at the loop's own
+        index (`vector_loop`); None otherwise."""
+        if self.lane is None:
+            return None
+        index, lane, vectors = self.lane
+        if offset is not index or buffer not in vectors:
+            return None
+        return f"{buffer.name}_v.lane[{lane}]"
 
     def block(self, body: list) -> None:
         outer = self.indent
@@ -391,8 +406,10 @@ class _KernelWriter:
             self.emit("if (blockIdx.x != 0 || threadIdx.x != 0) return;")
             self.statements(kernel.body)
         else:
+            lanes = _vector_lanes(split, kernel)
             index = self.index_name(split.index)
-            first = f"{_plus(split.start)}(long long)blockIdx.x * blockDim.x + threadIdx.x"
+            start = self.vector_loop(split, index, lanes) if lanes else str(split.start)
+            first = f"{start} + (long long)blockIdx.x * blockDim.x + threadIdx.x"
             stride = "(long long)gridDim.x * blockDim.x"
             self.emit(
                 f"for (long long {index} = {first}; {index} < {split.stop}; {index} += {stride}) {{"
@@ -401,6 +418,50 @@ class _KernelWriter:
             self.emit("}")
         threads = 1 if split is None else split.stop - split.start
         return self.finished(params, threads, cooperative=reduction is not None)
+
+    def vector_loop(self, split: K.Loop, index: str, lanes: int) -> str:
+        """An elementwise loop over 16-byte vectors: thread t takes vectors t, t + gridDim *
+        blockDim, ..., loads each buffer's `lanes` elements with one 16-byte load, runs the
+        loop body once per lane and stores each result vector at once. It runs when every
+        buffer the loop reads or writes at its own index is 16-byte aligned (a scan's slice
+        may not be); the scalar loop after it takes the iterations left (all of them when
+        a buffer is not aligned). Returns the C expression of that first scalar iteration."""
+        loaded, stored = _indexed_loads(split), [s.buffer for s in split.body]
+        vectors = loaded + stored
+        count = (split.stop - split.start) // lanes
+        pointers = " | ".join(f"(unsigned long long){b.name}" for b in vectors)
+        self.emit(f"const bool aligned = (({pointers}) & 15) == 0;")
+        self.emit("if (aligned) {")
+        outer = self.indent
+        self.indent += "  "
+        first = "(long long)blockIdx.x * blockDim.x + threadIdx.x"
+        self.emit(
+            f"for (long long q = {first}; q < {count}; q += (long long)gridDim.x * blockDim.x) {{"
+        )
+        self.indent += "  "
+        for b in loaded:
+            vector = f"fg_vector<{memory_type(b.dtype)}, {lanes}>"
+            pointer = f"reinterpret_cast<const {vector}*>({b.name})"
+            self.emit(f"const {vector} {b.name}_v = {pointer}[q];")
+        for b in stored:
+            self.emit(f"fg_vector<{memory_type(b.dtype)}, {lanes}> {b.name}_v;")
+        for lane in range(lanes):
+            self.emit("{")
+            self.indent += "  "
+            self.emit(f"const long long {index} = {_plus(split.start)}{lanes} * q + {lane};")
+            self.lane = (split.index, lane, set(vectors))
+            self.statements(split.body)
+            self.lane = None
+            self.indent = self.indent[:-2]
+            self.emit("}")
+        for b in stored:
+            vector = f"fg_vector<{memory_type(b.dtype)}, {lanes}>"
+            self.emit(f"reinterpret_cast<{vector}*>({b.name})[q] = {b.name}_v;")
+        self.indent = outer + "  "
+        self.emit("}")
+        self.indent = outer
+        self.emit("}")
+        return f"(aligned ? {split.start + count * lanes}LL : {split.start}LL)"
 
     def finished(self, params: list, threads: int, **layout) -> CudaKernel:
         read_only = [b not in self.kernel.outputs for b in params]
@@ -716,6 +777,42 @@ def _to_memory(value: str, dtype: np.dtype) -> str:
     if dtype in HALVES:
         return f"fg_to_{'f16' if dtype == F16 else 'bf16'}({value})"
     return value
+
+
+def _indexed_loads(loop: K.Loop) -> list[K.Buffer]:
+    """The buffers `loop`'s body loads at the loop's own index, in order."""
+    found = [
+        node.buffer
+        for statement in loop.body
+        for node in expressions(statement)
+        if isinstance(node, K.Load) and node.offset is loop.index
+    ]
+    return list(dict.fromkeys(found))
+
+
+def _vector_lanes(loop: K.Loop, kernel: K.Kernel) -> int:
+    """How many elements of each buffer a 16-byte vector of an elementwise loop holds: 4 (or
+    2) when the loop's body is stores at its own index into buffers it does not read there,
+    the buffers it accesses at that index all have 4-byte (or all 8-byte) elements, there is
+    no scratch or accumulator, and there are at least two vectors of iterations; else 0."""
+    if kernel.scratch or K.accumulators(kernel.body):
+        return 0
+    if not all(isinstance(s, K.Store) and s.offset is loop.index for s in loop.body):
+        return 0
+    loaded, stored = _indexed_loads(loop), [s.buffer for s in loop.body]
+    if set(loaded) & set(stored) or len(set(stored)) != len(stored):
+        return 0
+    sizes = {memory_size(b.dtype) for b in loaded + stored}
+    size = sizes.pop()
+    if sizes or size not in (4, 8):
+        return 0
+    lanes = 16 // size
+    return lanes if loop.stop - loop.start >= 2 * lanes else 0
+
+
+def memory_size(dtype: np.dtype) -> int:
+    """Bytes of one element in memory (booleans are bytes, halves their 16 bits)."""
+    return 1 if dtype == K.BOOL else 2 if dtype in HALVES else dtype.itemsize
 
 
 def render_kernel(kernel: K.Kernel, name: str) -> CudaKernel:
