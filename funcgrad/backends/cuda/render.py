@@ -791,10 +791,11 @@ def _indexed_loads(loop: K.Loop) -> list[K.Buffer]:
 
 
 def _vector_lanes(loop: K.Loop, kernel: K.Kernel) -> int:
-    """How many elements of each buffer a 16-byte vector of an elementwise loop holds: 4 (or
-    2) when the loop's body is stores at its own index into buffers it does not read there,
-    the buffers it accesses at that index all have 4-byte (or all 8-byte) elements, there is
-    no scratch or accumulator, and there are at least two vectors of iterations; else 0."""
+    """How many elements of each buffer a 16-byte vector of an elementwise loop holds: 8, 4
+    or 2 when the loop's body is stores at its own index into buffers it does not read there,
+    the buffers it accesses at that index all have elements of one size (2, 4 or 8 bytes),
+    there is no scratch or accumulator, and there is at least one vector of iterations;
+    else 0."""
     if kernel.scratch or K.accumulators(kernel.body):
         return 0
     if not all(isinstance(s, K.Store) and s.offset is loop.index for s in loop.body):
@@ -804,10 +805,10 @@ def _vector_lanes(loop: K.Loop, kernel: K.Kernel) -> int:
         return 0
     sizes = {memory_size(b.dtype) for b in loaded + stored}
     size = sizes.pop()
-    if sizes or size not in (4, 8):
+    if sizes or size not in (2, 4, 8):
         return 0
     lanes = 16 // size
-    return lanes if loop.stop - loop.start >= 2 * lanes else 0
+    return lanes if loop.stop - loop.start >= lanes else 0
 
 
 def memory_size(dtype: np.dtype) -> int:
