@@ -456,6 +456,36 @@ def test_reductions_over_the_leading_axis_give_each_column_a_thread(dtype):
     assert "acc0 = " in text
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, dtypes.bfloat16])
+def test_long_reductions_over_few_columns_fold_parts_of_the_rows_at_once(dtype):
+    """1,500 rows of 37 columns: 93 parts of 16 rows per column, each a thread, then a fold
+    of each column's parts with the 12 rows left over and the init."""
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((1500, 37)) * 3).astype(dtype)
+    if dtype != np.int32:
+        x[700, 5] = np.nan  # a NaN in one column's middle part
+    x[1495, 9] = 1000  # the column's maximum, in the rows left over
+
+    def f(x):
+        return (
+            x.sum(axis=0),
+            (x * x).sum(axis=0) + x.max(axis=0),
+            fnp.min(x, axis=0, keepdims=True) - x[:3],
+            (x > 4).any(axis=0),
+            lax.reduce(x, np.array(5, dtype), lax.max, (0,)),  # an init above some columns
+        )
+
+    exact = dtype == np.int32
+    # The parts reassociate float sums: 1,500 terms of size 3 round differently (up to 1e-4).
+    rtol = 5e-2 if dtype == dtypes.bfloat16 else 1e-3
+    assert_same_as_reference(f, x, exact=exact, rtol=rtol)
+    if dtype == dtypes.bfloat16:
+        return  # its folds round to bfloat16 at every row, so each column keeps one thread
+    text = compiled_text(lambda x: x.max(axis=0), x)
+    assert "_parts(" in text and "i0 < 3441;" in text  # 93 parts x 37 columns
+    assert re.search(r"for \(long long i\d+ = 1488; i\d+ < 1500; \+\+i\d+\)", text)
+
+
 def test_control_flow_matmul_and_callbacks_run_on_the_host_walk():
     x = np.linspace(-1, 1, 12).reshape(3, 4).astype(np.float32)
     w = np.linspace(0, 2, 20).reshape(4, 5).astype(np.float32)

@@ -265,7 +265,7 @@ def _fold_of(statement: K.SetAcc) -> tuple[str, K.Expr] | None:
 # -- reductions over a leading axis, columns outermost -------------------------------------------
 
 
-def columns_outer(program: Program) -> None:
+def columns_outer(program: Program, split: ReductionSplit) -> None:
     """Rewrites, in `program` and the programs its steps hold, each kernel of the form
 
         for j: out[j] = init(j)
@@ -277,14 +277,23 @@ def columns_outer(program: Program) -> None:
         for j: acc = init(j); for i: acc = f(acc, i, j); out[j] = acc
 
     whose outer loop a GPU's threads share, one column each, neighbouring threads reading
-    neighbouring elements."""
+    neighbouring elements. One of at least `split.min_work` iterations with fewer columns
+    than `split.column_threads` then folds parts of its rows at once (`_split_columns`)."""
+    steps = []
     for step in program.steps:
         for inner in inner_programs(step):
-            columns_outer(inner)
+            columns_outer(inner, split)
         if isinstance(step, KernelStep):
             rewritten = _columns_outer(step.kernel)
             if rewritten is not None:
                 step.kernel.body[:] = rewritten
+                if work(step.kernel) >= split.min_work:
+                    kernels = _split_columns(step.kernel, split.column_threads)
+                    if kernels is not None:
+                        steps += [KernelStep(k, step.eqns) for k in kernels]
+                        continue
+        steps.append(step)
+    program.steps[:] = steps
 
 
 def _columns_outer(kernel: K.Kernel) -> list | None:
@@ -414,11 +423,17 @@ class ReductionSplit:
     `parts` partial folds, each over a contiguous share of the outer loop (CPU threads: each
     reads its own cache lines and vectorizes) or, `strided`, over every `parts`-th iteration
     (GPU threads: neighbouring threads read neighbouring elements at once). A fixed part
-    count keeps the bits of a float sum independent of the number of threads."""
+    count keeps the bits of a float sum independent of the number of threads.
+
+    `column_threads`, for a GPU, puts the columns of reductions over a leading axis outermost
+    (`columns_outer`: a thread per column) and, where there are fewer columns than that, has
+    parts of the rows folded at once, so that about `column_threads` threads share the work;
+    0 leaves such reductions streaming rows, as a CPU wants."""
 
     min_work: int
     parts: int
     strided: bool = False
+    column_threads: int = 0
 
 
 def split_reductions(program: Program, split: ReductionSplit) -> None:
@@ -488,6 +503,86 @@ def _split(kernel: K.Kernel, split: ReductionSplit) -> list[K.Kernel] | None:
         )
     second = K.Kernel(
         kernel.name, [*kernel.inputs, partials], kernel.outputs, body + after, kernel.scratch
+    )
+    return [first, second]
+
+
+# -- reductions over a leading axis with few columns (GPU) -----------------------------------------
+
+# A part of a column's rows is at least this many rows.
+MIN_PART_ROWS = 16
+
+
+def _split_columns(kernel: K.Kernel, threads: int) -> list[K.Kernel] | None:
+    """A column reduction in `columns_outer`'s form,
+
+        for j < C: acc = init(j); for i < R: acc = op(acc, term(i, j)); out[j] = acc
+
+    as two kernels: first P * C partial folds, thread t taking column t % C and part t / C
+    of the rows (neighbouring threads read neighbouring elements), then per column the fold
+    of its P partials, of the rows left over and of `init`, with the store. P makes about
+    `threads` threads of at least MIN_PART_ROWS rows each; it depends on the shapes alone,
+    so the bits of a float sum do not depend on the device."""
+    if len(kernel.body) != 1 or not isinstance(kernel.body[0], K.Loop):
+        return None
+    columns = kernel.body[0]
+    if len(columns.body) < 2 or not isinstance(columns.body[0], K.SetAcc):
+        return None
+    (init, rows, *after), acc = columns.body, columns.body[0].acc
+    found = _fold(rows, acc) if isinstance(rows, K.Loop) else None
+    if found is None or len(found[2]) != 1 or found[0] not in FOLDS:
+        return None
+    op, term, _ = found
+    if _reads(init.value, lambda e: isinstance(e, K.AccRead)) or _reads(
+        term, lambda e: isinstance(e, K.AccRead) or e.buffer in kernel.outputs
+    ):
+        return None
+    count, length = columns.stop - columns.start, rows.stop - rows.start
+    parts = min(length // MIN_PART_ROWS, threads // max(count, 1))
+    if parts < 2:
+        return None
+    share = length // parts
+    partials = K.Buffer(f"partial_{kernel.name}", acc.dtype, parts * count)
+    thread, step, width = K.fresh_index("t"), K.fresh_index("i"), K.const(count, K.INDEX)
+    column = K.binary("rem", thread, width) + K.const(columns.start, K.INDEX)
+    row = K.binary("div", thread, width) * K.const(share, K.INDEX) + step
+    partial = K.fresh_acc(acc.dtype)
+    term_there = replaced_in(
+        term, {id(columns.index): column, id(rows.index): row + K.const(rows.start, K.INDEX)}
+    )
+    fold = K.SetAcc(partial, K.binary(op, partial.read(), term_there))
+    first = K.Kernel(
+        f"{kernel.name}_parts",
+        kernel.inputs,
+        [partials],
+        [
+            K.Loop(
+                thread,
+                0,
+                parts * count,
+                [
+                    K.SetAcc(partial, K.const(identity(op, acc.dtype), acc.dtype)),
+                    K.Loop(step, 0, share, [fold]),
+                    K.Store(partials, thread, partial.read()),
+                ],
+            )
+        ],
+    )
+    each = K.fresh_index("c")
+    mine = each * width + (columns.index - K.const(columns.start, K.INDEX))
+    combined = K.SetAcc(acc, K.binary(op, acc.read(), K.Load(partials, mine)))
+    body = [init, K.Loop(each, 0, parts, [combined])]
+    left = rows.start + parts * share
+    if left < rows.stop:
+        rest = K.fresh_index("i")
+        folded = K.binary(op, acc.read(), substituted(term, rows.index, rest))
+        body.append(K.Loop(rest, left, rows.stop, [K.SetAcc(acc, folded)]))
+    second = K.Kernel(
+        kernel.name,
+        [*kernel.inputs, partials],
+        kernel.outputs,
+        [K.Loop(columns.index, columns.start, columns.stop, body + after)],
+        kernel.scratch,
     )
     return [first, second]
 

@@ -15,7 +15,8 @@ def plan(
 ) -> tuple[ClosedJaxpr, Program, MemoryPlan]:
     """The optimized jaxpr, its program of steps and the program's memory plan. Large
     whole-array reductions become partial folds that may run on threads, as `reductions`
-    says (`parallel.split_reductions`)."""
+    says (`parallel.split_reductions`), and so, for a GPU, do reductions over a leading axis
+    with few columns (`parallel.columns_outer`)."""
     optimized = passes.optimize(closed)
     if mentions_complex(optimized.jaxpr):
         # Complex values compute as pairs of reals, laid out as the caller's buffers are.
@@ -23,4 +24,6 @@ def plan(
     program = schedule(optimized)
     if reductions is not None:
         parallel.split_reductions(program, reductions)
+        if reductions.column_threads:
+            parallel.columns_outer(program, reductions)
     return optimized, program, plan_memory(program)

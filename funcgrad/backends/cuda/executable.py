@@ -29,7 +29,7 @@ from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import stages
 from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.memory import constants, nbytes
-from funcgrad.compiler.parallel import ReductionSplit, columns_outer
+from funcgrad.compiler.parallel import ReductionSplit
 from funcgrad.compiler.schedule import (
     CallbackStep,
     CondStep,
@@ -46,8 +46,9 @@ from funcgrad.ir import ClosedJaxpr
 
 # A whole-array reduction longer than one block folds well is split into this many strided
 # partial folds (a grid of threads, neighbours reading neighbouring elements), whose results
-# one block then folds.
-REDUCTIONS = ReductionSplit(min_work=1 << 15, parts=1 << 14, strided=True)
+# one block then folds; a reduction over a leading axis gives its columns and parts of its
+# rows to about 2^16 threads.
+REDUCTIONS = ReductionSplit(min_work=1 << 15, parts=1 << 14, strided=True, column_threads=1 << 16)
 
 
 class Emulator:
@@ -190,7 +191,6 @@ class CudaExecutable:
         self.closed = closed
         self.device = device if device is not None else gpu()
         self.optimized, self.program, self.memory = stages.plan(closed, REDUCTIONS)
-        columns_outer(self.program)
         steps = list(all_steps(self.program))
         self.kernels: dict = {}
         for step in steps:
