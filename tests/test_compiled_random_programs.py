@@ -213,11 +213,14 @@ def apply_step(step: str, pool: list, pick: list[int]):
         return a / (b * b + 1.5)
     if step == "where_real":
         return fnp.where(fnp.real(a) > fnp.real(b), a, b * 2)
+    # Steps that carry or choose values need one type for them: an abs may have made one real.
     if step == "cond_real":
+        a, b = _complex(a, b)
         return lax.cond(
             fnp.real(fnp.sum(a)) > 0, lambda u, v: u * 2 - v, lambda u, v: u * 1j + v, a, b
         )
     if step == "scan_complex":
+        a, b = _complex(a, b)
 
         def complex_row(carry, row):
             new = fnp.tanh((carry + row) * 0.3)
@@ -226,6 +229,7 @@ def apply_step(step: str, pool: list, pick: list[int]):
         _, rows = lax.scan(complex_row, b[0], a)
         return rows
     if step == "fori_complex":
+        a, b = _complex(a, b)
         return lax.fori_loop(0, 3, lambda i, v: fnp.tanh((v * 0.9 + b * 0.1) * 0.3), a)
     if step == "cumprod":
         return fnp.cumprod(fnp.tanh(a * 0.3) + 1, axis=1) - b
@@ -234,6 +238,12 @@ def apply_step(step: str, pool: list, pick: list[int]):
     if step == "fft_rows":
         return fnp.fft.ifft(fnp.fft.fft(a, axis=1) * fnp.arange(1.0, a.shape[1] + 1), axis=1) + b
     raise AssertionError(step)
+
+
+def _complex(a, b):
+    """`a` and `b` in their common complex type."""
+    common = fnp.result_type(a, b, 1j)
+    return a.astype(common), b.astype(common)
 
 
 @st.composite
