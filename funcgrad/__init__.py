@@ -23,6 +23,7 @@ from funcgrad.config import config, disable_jit
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
 from funcgrad.devices import (
     default_backend,
+    default_device,
     device_count,
     devices,
     local_device_count,
@@ -66,6 +67,7 @@ __all__ = [
     "custom_vjp",
     "debug",
     "default_backend",
+    "default_device",
     "device_count",
     "device_put",
     "devices",

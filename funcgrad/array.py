@@ -57,17 +57,23 @@ class GpuDevice(Device):
         return f"{'Emulated' if self.backend == 'cuda_emulator' else ''}CudaDevice(id={self.id})"
 
 
-class _Shards(threading.local):
-    running = False  # whether this thread runs a device's shard of a pmap (on the CPU)
+class _Placement(threading.local):
+    # This thread's default device while `devices.default_device` says so, and the CPU in
+    # the threads running pmap's shards; None leaves it to the default platform.
+    device: Device | None = None
 
 
-shards = _Shards()
+placement = _Placement()
 
 
 def default_gpu() -> GpuDevice | None:
-    """The default GPU of new arrays and of computations without a GPU operand; None when the
-    CPU is the default, and in the threads running pmap's shards, which run on the CPU."""
-    return None if shards.running else DeviceValue.default
+    """The GPU that new arrays and computations without a GPU operand go to in this thread:
+    the default platform's (`DeviceValue.default`), unless `placement` names a device; None
+    where that is the CPU."""
+    device = placement.device
+    if device is None:
+        return DeviceValue.default
+    return device if isinstance(device, GpuDevice) else None
 
 
 class _Sized:

@@ -16,10 +16,11 @@ pmap runs on the CPU's devices whatever the default.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 from funcgrad import distributed
-from funcgrad.array import CPU, Device, DeviceValue, GpuDevice
+from funcgrad.array import CPU, Device, DeviceValue, GpuDevice, placement
 from funcgrad.config import config
 
 _device_lists: dict[tuple[int, int, int], list[Device]] = {}
@@ -69,8 +70,27 @@ def devices(backend: str | None = None) -> list[Device]:
     return list(_all_devices())
 
 
+@contextlib.contextmanager
+def default_device(device: Device):
+    """Within the block, new arrays and computations without a placed operand go to `device`
+    in this thread (a GPU, or the CPU where a GPU is the default), as JAX's
+    `default_device` does."""
+    if not isinstance(device, Device):
+        raise TypeError(
+            f"default_device takes a device (an entry of funcgrad.devices(...)), got "
+            f"{type(device).__name__} {device!r}"
+        )
+    previous, placement.device = placement.device, device
+    if isinstance(device, GpuDevice):
+        DeviceValue.made = True  # eager operations and jit calls look for the GPU from now
+    try:
+        yield
+    finally:
+        placement.device = previous
+
+
 def default_backend() -> str:
-    """ "gpu" while new arrays go to a GPU (or the emulated one), else "cpu"."""
+    """The default platform's kind: "gpu" for a GPU (or the emulated one), else "cpu"."""
     return "cpu" if DeviceValue.default is None else "gpu"
 
 

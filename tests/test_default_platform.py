@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -119,3 +120,35 @@ def test_a_bad_environment_setting_names_the_variable():
         [sys.executable, "-c", "import funcgrad"], env=environment, capture_output=True, text=True
     )
     assert out.returncode != 0 and "FUNCGRAD_PLATFORM" in out.stderr and "'tpu'" in out.stderr
+
+
+def test_default_device_places_this_threads_new_arrays_within_its_block(gpu):
+    """`default_device` overrides the default platform in its block and thread: the CPU under
+    a GPU default, a GPU under the CPU's; pmap's shards still run on the CPU inside it, and
+    the outer setting comes back after the block, an error and a pmap."""
+    cpu = fg.devices("cpu")[0]
+    with fg.default_device(cpu):
+        assert fnp.zeros(3).device == cpu and (fnp.ones(2) + 1).device == cpu
+        assert fg.jit(lambda a: a * 2)(np.ones(2, np.float32)).device == cpu
+        with fg.default_device(gpu):  # nested
+            assert_on(gpu, fnp.arange(4.0))
+        assert fnp.arange(4.0).device == cpu
+    assert_on(gpu, fnp.zeros(3))
+    fg.config.update("platform", "cpu")
+    seen = []
+    with fg.default_device(gpu):
+        assert_on(gpu, fnp.zeros(3), lax.exp(np.float32(1)))
+        out = fg.pmap(lambda v: lax.psum(v, "i"), axis_name="i")(np.ones((1, 2), np.float32))
+        assert {s.device.platform for s in out.addressable_shards} == {"cpu"}
+        assert_on(gpu, fnp.zeros(3))  # after the pmap ran on this thread
+        thread = threading.Thread(target=lambda: seen.append(fnp.zeros(3).device))
+        thread.start()
+        thread.join()
+        with pytest.raises(RuntimeError, match="inside"), fg.default_device(cpu):
+            raise RuntimeError("inside the block")
+        assert_on(gpu, fnp.zeros(3))
+    assert seen == [cpu]  # another thread keeps the platform's default
+    assert fnp.zeros(3).device == cpu
+    with pytest.raises(TypeError, match="default_device takes a device.*'gpu'"):
+        with fg.default_device("gpu"):
+            pass

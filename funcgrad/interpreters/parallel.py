@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from funcgrad import core, distributed
-from funcgrad.array import shards
+from funcgrad.array import CPU, placement
 from funcgrad.config import config
 from funcgrad.distributed import CollectiveTimeoutError
 
@@ -192,7 +192,7 @@ def run_on_devices(
         _frames.frame = ShardFrame(
             axis_name, axis_size, first_index + local_index, local_index, communicator
         )
-        shards.running = True  # computes on the CPU, whatever the default platform
+        previous, placement.device = placement.device, CPU  # shards compute on the CPU
         try:
             return run(*device_args[local_index])
         except BaseException as error:
@@ -200,7 +200,7 @@ def run_on_devices(
             raise
         finally:
             _frames.frame = None
-            shards.running = False
+            placement.device = previous
 
     if num_local == 1:
         return [run_device(0)]
