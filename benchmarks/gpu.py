@@ -117,6 +117,19 @@ def layernorm_case():
     )
 
 
+def column_sum_case():
+    """A reduction over the batch axis (a bias gradient): 1,024 columns, 32,768 rows."""
+    x = np.random.default_rng(2).standard_normal((32768, 1024)).astype(np.float32)
+
+    def column_sum(xp):
+        return lambda v: v.sum(axis=0)
+
+    xc = cupy.asarray(x)
+    runs = {"funcgrad": _funcgrad(column_sum(fnp), x), "cupy": lambda: column_sum(cupy)(xc)}
+    _peers(runs, column_sum, x, lambda torch, v: v.sum(dim=0))
+    return runs, x.nbytes, 10
+
+
 def _peers(runs: dict, make, x, torch_op=None) -> None:
     jax = _jax()
     if jax:
@@ -176,6 +189,7 @@ CASES = {
     "gelu 256M f32": gelu_case,
     "softmax 32768x4096": softmax_case,
     "layernorm 32768x4096": layernorm_case,
+    "column sum 32768x1024": column_sum_case,
     "matmul 4096 f32": matmul_4096_case,
     "mlp 784-1024-1024-10 step": mlp_case,
     "jit call (one op)": call_overhead_case,
