@@ -76,6 +76,13 @@ def default_gpu() -> GpuDevice | None:
     return device if isinstance(device, GpuDevice) else None
 
 
+def on_gpu(values) -> bool:
+    """Whether a computation on array values `values` runs on a GPU: one of them is there, or
+    this thread's default device is a GPU. Callers test `DeviceValue.made` first, so that a
+    process that never placed an array on a GPU pays for nothing more."""
+    return any(type(value) is DeviceValue for value in values) or default_gpu() is not None
+
+
 class _Sized:
     """`ndim` and `size` from a `shape`, for the values that are not NumPy arrays."""
 

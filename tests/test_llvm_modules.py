@@ -8,6 +8,7 @@ import contextlib
 
 import numpy as np
 import pytest
+from test_llvm_threads import settings as backend
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
@@ -42,36 +43,21 @@ def program(x, w):
 
 @contextlib.contextmanager
 def settings(threads: int, module_text: int = 1, all_threaded: bool = False):
-    """The LLVM backend on `threads` threads, a module per `module_text` characters of
-    kernels (every kernel a module of its own by default), and with `all_threaded` every
-    kernel's outer loop run on threads."""
-    saved = (
-        config.jit_backend,
-        config.num_threads,
-        render.MODULE_TEXT,
-        render.MAX_MODULES,
-        render.PARALLEL_WORK,
-    )
-    config.update("jit_backend", "llvm")
-    config.update("num_threads", threads)
+    """The LLVM backend on `threads` threads (test_llvm_threads' settings), a module per
+    `module_text` characters of kernels (every kernel a module of its own by default), and
+    with `all_threaded` every kernel's outer loop run on threads."""
+    saved = render.MODULE_TEXT, render.MAX_MODULES
     render.MODULE_TEXT, render.MAX_MODULES = module_text, 64
-    if all_threaded:
-        render.PARALLEL_WORK = 1
     try:
-        yield
+        with backend("llvm", threads, split_all=all_threaded):
+            yield
     finally:
-        config.update("jit_backend", saved[0])
-        config.update("num_threads", saved[1])
-        render.MODULE_TEXT, render.MAX_MODULES, render.PARALLEL_WORK = saved[2:]
+        render.MODULE_TEXT, render.MAX_MODULES = saved
 
 
 def reference():
-    saved = config.jit_backend
-    config.update("jit_backend", "numpy")
-    try:
+    with backend("numpy"):
         return [np.asarray(v) for v in fg.jit(program)(X, W)]
-    finally:
-        config.update("jit_backend", saved)
 
 
 @pytest.mark.parametrize("threads", [1, 3])

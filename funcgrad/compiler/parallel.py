@@ -473,23 +473,7 @@ def _split(kernel: K.Kernel, split: ReductionSplit) -> list[K.Kernel] | None:
     position = position + K.const(outer.start, K.INDEX)
     partial = K.fresh_acc(acc.dtype)
     fold = _fold_nest(loops[1:], partial, op, term, outer, position)
-    first = K.Kernel(
-        f"{kernel.name}_parts",
-        kernel.inputs,
-        [partials],
-        [
-            K.Loop(
-                part,
-                0,
-                parts,
-                [
-                    K.SetAcc(partial, K.const(identity(op, acc.dtype), acc.dtype)),
-                    K.Loop(step, 0, share, fold),
-                    K.Store(partials, part, partial.read()),
-                ],
-            )
-        ],
-    )
+    first = _partial_folds(kernel, partials, partial, op, part, step, share, fold)
     each = K.fresh_index("c")
     body = [
         init,
@@ -551,23 +535,7 @@ def _split_columns(kernel: K.Kernel, threads: int) -> list[K.Kernel] | None:
         term, {id(columns.index): column, id(rows.index): row + K.const(rows.start, K.INDEX)}
     )
     fold = K.SetAcc(partial, K.binary(op, partial.read(), term_there))
-    first = K.Kernel(
-        f"{kernel.name}_parts",
-        kernel.inputs,
-        [partials],
-        [
-            K.Loop(
-                thread,
-                0,
-                parts * count,
-                [
-                    K.SetAcc(partial, K.const(identity(op, acc.dtype), acc.dtype)),
-                    K.Loop(step, 0, share, [fold]),
-                    K.Store(partials, thread, partial.read()),
-                ],
-            )
-        ],
-    )
+    first = _partial_folds(kernel, partials, partial, op, thread, step, share, [fold])
     each = K.fresh_index("c")
     mine = each * width + (columns.index - K.const(columns.start, K.INDEX))
     combined = K.SetAcc(acc, K.binary(op, acc.read(), K.Load(partials, mine)))
@@ -585,6 +553,25 @@ def _split_columns(kernel: K.Kernel, threads: int) -> list[K.Kernel] | None:
         kernel.scratch,
     )
     return [first, second]
+
+
+def _partial_folds(
+    kernel: K.Kernel,
+    partials: K.Buffer,
+    partial: K.Acc,
+    op: str,
+    part: K.Index,
+    step: K.Index,
+    share: int,
+    fold: list,
+) -> K.Kernel:
+    """The first kernel of a split reduction: for each part (every element of `partials`),
+    `partial` starts at `op`'s identity, folds `share` steps of `fold` and is stored."""
+    start = K.SetAcc(partial, K.const(identity(op, partial.dtype), partial.dtype))
+    body = [start, K.Loop(step, 0, share, fold), K.Store(partials, part, partial.read())]
+    return K.Kernel(
+        f"{kernel.name}_parts", kernel.inputs, [partials], [K.Loop(part, 0, partials.size, body)]
+    )
 
 
 def _fold_nest(

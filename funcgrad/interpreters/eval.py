@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from funcgrad import core, dtypes
-from funcgrad.array import Array, DeviceValue, default_gpu
+from funcgrad.array import Array, DeviceValue, on_gpu
 from funcgrad.config import config
 from funcgrad.errors import UnexpectedTracerError
 
@@ -32,10 +32,7 @@ class EvalTrace(core.Trace):
             if (
                 DeviceValue.made
                 and not getattr(primitive, "on_cpu_devices", False)
-                and (
-                    any(type(arg._value) is DeviceValue for arg in args)
-                    or default_gpu() is not None
-                )
+                and on_gpu([arg._value for arg in args])
             ):
                 return _on_gpu(primitive, args, params)
             return primitive.impl(*args, **params)
@@ -60,9 +57,7 @@ class EvalTrace(core.Trace):
             checked = False
         if not checked:
             self.check(primitive, args, params, signature)
-        if DeviceValue.made and (
-            any(type(value) is DeviceValue for value in values) or default_gpu() is not None
-        ):
+        if DeviceValue.made and on_gpu(values):
             from funcgrad.backends.cuda import eager
 
             out = [a._value for a in eager.run(primitive, args, params, signature)]

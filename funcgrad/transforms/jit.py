@@ -16,7 +16,7 @@ import inspect
 from collections.abc import Callable, Sequence
 
 from funcgrad import core, tree_util
-from funcgrad.array import Array, DeviceValue, default_gpu, device_put
+from funcgrad.array import Array, DeviceValue, device_put, on_gpu
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import passes
 from funcgrad.config import config
@@ -64,10 +64,7 @@ def _compile(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...]):
 
 def gpu_of(args):
     """The GPU holding any of `args` (arrays placed there), else the default GPU, or None."""
-    if DeviceValue.made and (
-        any(type(a) is Array and type(a._value) is DeviceValue for a in args)
-        or default_gpu() is not None
-    ):
+    if DeviceValue.made and on_gpu([a._value for a in args if type(a) is Array]):
         from funcgrad.backends.cuda import eager
 
         return eager.device_of(args, "a jitted function")
@@ -359,8 +356,7 @@ class Jitted:
         if not self.static_argnums and not self.static_argnames:
             return (), (), list(args), kwargs
         # A static argument left to its default (or passed by name) is not among `args`.
-        num_args = len(args)
-        static_positions = {i % num_args for i in self.static_argnums if -num_args <= i < num_args}
+        static_positions = self._static_positions_of(len(args))
         static = tuple((i, args[i]) for i in sorted(static_positions))
         static += tuple(sorted((k, v) for k, v in kwargs.items() if k in self.static_argnames))
         for where, value in static:
@@ -376,25 +372,30 @@ class Jitted:
         dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in self.static_argnames}
         return static, static_positions, dynamic_args, dynamic_kwargs
 
+    def _static_positions_of(self, num_args: int) -> frozenset:
+        """The positions of the static arguments in a call of `num_args` positional ones."""
+        static = self._static_positions.get(num_args)
+        if static is None:
+            n = num_args
+            static = frozenset(i % n for i in self.static_argnums if -n <= i < n)
+            self._static_positions[n] = static
+        return static
+
     def _static_signature(self, args: tuple):
         """As `_array_signature`, for a call whose static arguments are positional and whose
         other arguments are arrays: the key holds each static value with its type. None for
         any other call, and for an unhashable static value (whose error `_split` gives)."""
-        static = self._static_positions.get(len(args))
-        if static is None:
-            n = len(args)
-            static = frozenset(i % n for i in self.static_argnums if -n <= i < n)
-            self._static_positions[n] = static
+        static = self._static_positions_of(len(args))
         key, leaves = [], []
         for i, a in enumerate(args):
             if i in static:
                 key.append(_typed_static_key(a))
-            elif type(a) is Array:
-                value = a._value
-                key.append((value.shape, value.dtype, a.weak_type))
-                leaves.append(a)
-            else:
+                continue
+            array_key = _array_key(a)
+            if array_key is None:
                 return None
+            key.append(array_key)
+            leaves.append(a)
         key = tuple(key)
         try:
             hash(key)

@@ -326,14 +326,15 @@ _MAX_SCALARS = 1024
 
 def _on_device(device, value: np.ndarray, dtype: np.dtype):
     """A contiguous host array as a flat typed view of a device copy."""
+    flat = value.reshape(-1).view(_storage(dtype))
     if value.size != 1:
-        return device.view(device.upload(value.reshape(-1).view(_storage(dtype))), dtype)
+        return device.view(device.upload(flat), dtype)
     key = (device, dtype, value.tobytes())
     kept = _scalars.get(key)
     if kept is None:
         if len(_scalars) >= _MAX_SCALARS:
             _scalars.clear()
-        kept = _scalars[key] = device.upload(value.reshape(-1).view(_storage(dtype)))
+        kept = _scalars[key] = device.upload(flat)
     return device.view(kept, dtype)
 
 
