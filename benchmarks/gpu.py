@@ -25,11 +25,19 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # leave memory 
 import cupy  # noqa: E402
 
 # The programs themselves are the CPU benchmark's (benchmarks/ is this script's folder).
-from compiler import _layernorm, _mlp_params, _mlp_step, _softmax, medians  # noqa: E402
+from compiler import (  # noqa: E402
+    _layernorm,
+    _mlp_params,
+    _mlp_step,
+    _rnn,
+    _rnn_inputs,
+    _softmax,
+    medians,
+)
 
 import funcgrad as fg  # noqa: E402
 import funcgrad.numpy as fnp  # noqa: E402
-from funcgrad import tree_util  # noqa: E402
+from funcgrad import lax, tree_util  # noqa: E402
 
 ROUNDS = 5
 
@@ -175,6 +183,56 @@ def mlp_case():
     return runs, None, 20
 
 
+def _rnn_case(differentiate: bool):
+    """A 1000-step tanh RNN (hidden size 32) whose loop runs on the device: the steps are too
+    small to fill a GPU, so what counts is what each iteration costs besides its arithmetic."""
+    w, xs = _rnn_inputs()
+
+    def make(xp, scan, grad):
+        forward = _rnn(xp, scan)
+        return grad(forward) if differentiate else forward
+
+    runs = {"funcgrad": _funcgrad(make(fnp, lax.scan, fg.grad), w, xs)}
+    jax = _jax()
+    if jax:
+        f = jax[0].jit(make(jax[1], jax[0].lax.scan, jax[0].grad))
+        wj, xj = jax[1].asarray(w), jax[1].asarray(xs)
+        runs["jax-jit"] = lambda: f(wj, xj)
+    return runs, None, 5
+
+
+def rnn_forward_case():
+    return _rnn_case(differentiate=False)
+
+
+def rnn_backward_case():
+    return _rnn_case(differentiate=True)
+
+
+def while_case():
+    """A while loop of 1000 small steps whose predicate depends on the data (Newton's method
+    for a square root, run to a fixed count): each test of the predicate happens on the
+    device, not after a copy back to the host."""
+    x = np.linspace(1, 100, 4096).astype(np.float32)
+
+    def make(xp, while_loop):
+        def newton(v):
+            def body(state):
+                k, r = state
+                return k + 1, 0.5 * (r + v / r)
+
+            return while_loop(lambda state: state[0] < 1000, body, (0, v))[1]
+
+        return newton
+
+    runs = {"funcgrad": _funcgrad(make(fnp, lax.while_loop), x)}
+    jax = _jax()
+    if jax:
+        f, xj = jax[0].jit(make(jax[1], jax[0].lax.while_loop)), jax[1].asarray(x)
+        runs["jax-jit"] = lambda: f(xj)
+    return runs, None, 5
+
+
 def call_overhead_case():
     x = np.ones(16, np.float32)
     runs = {"funcgrad": _funcgrad(lambda a: a * 2.0 + 1.0, x)}
@@ -192,6 +250,9 @@ CASES = {
     "column sum 32768x1024": column_sum_case,
     "matmul 4096 f32": matmul_4096_case,
     "mlp 784-1024-1024-10 step": mlp_case,
+    "rnn scan 1000 fwd": rnn_forward_case,
+    "rnn scan 1000 bwd": rnn_backward_case,
+    "while loop 1000 steps": while_case,
     "jit call (one op)": call_overhead_case,
 }
 

@@ -486,7 +486,7 @@ def test_long_reductions_over_few_columns_fold_parts_of_the_rows_at_once(dtype):
     assert re.search(r"for \(long long i\d+ = 1488; i\d+ < 1500; \+\+i\d+\)", text)
 
 
-def test_control_flow_matmul_and_callbacks_run_on_the_host_walk():
+def test_control_flow_matmuls_and_callbacks_run_in_program_order():
     x = np.linspace(-1, 1, 12).reshape(3, 4).astype(np.float32)
     w = np.linspace(0, 2, 20).reshape(4, 5).astype(np.float32)
     seen = []

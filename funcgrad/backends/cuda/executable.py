@@ -22,7 +22,7 @@ import numpy as np
 
 from funcgrad import dtypes
 from funcgrad.array import Array, DeviceValue, GpuDevice
-from funcgrad.backends.cuda import nvrtc
+from funcgrad.backends.cuda import nvrtc, regions
 from funcgrad.backends.cuda.emulator import EmulatedModule
 from funcgrad.backends.cuda.render import CudaKernel, module_source, render_kernel
 from funcgrad.backends.numpy.executor import NumpyExecutable
@@ -191,14 +191,24 @@ class CudaExecutable:
         self.closed = closed
         self.device = device if device is not None else gpu()
         self.optimized, self.program, self.memory = stages.plan(closed, REDUCTIONS)
-        steps = list(all_steps(self.program))
         self.kernels: dict = {}
-        for step in steps:
+        for step in all_steps(self.program):
             if isinstance(step, KernelStep):
                 name = f"k{len(self.kernels)}_{step.kernel.name.partition('_')[2]}"
                 self.kernels[step] = render_kernel(step.kernel, name)
-        self.source = module_source(list(self.kernels.values()))
-        self.module = self.device.load(self.source, list(self.kernels.values()))
+        # Control flow run on the device, as one kernel each: the kernels of their regions
+        # are `__device__` functions, which they call.
+        self.regions = {
+            step: regions.render_region(step, self.kernels, f"r{k}_{type(step).__name__}")
+            for k, step in enumerate(regions.device_regions(self.program, self.kernels))
+        }
+        called = {s for step in self.regions for s in regions.inner_kernels(step)}
+        launched = [k for s, k in self.kernels.items() if s not in called]
+        self.source = module_source(
+            [self.kernels[s].text(launched=False) for s in self.kernels if s in called]
+            + [k.text() for k in launched + list(self.regions.values())]
+        )
+        self.module = self.device.load(self.source, launched + list(self.regions.values()))
         self.consts = {
             buffer: _on_device(self.device, np.ascontiguousarray(data), buffer.dtype)
             for buffer, data in constants(self.program).items()
@@ -355,11 +365,12 @@ class _Walk:
         self.views = views
 
     def steps(self, steps: list) -> None:
+        on_device = self.executable.regions
         for step in steps:
-            if isinstance(step, KernelStep):
-                kernel = self.executable.kernels[step]
-                buffers = [self.views[b] for b in kernel.params]
-                self.device.launch(self.executable.module, kernel, buffers)
+            if step in on_device:
+                self.launch(on_device[step])
+            elif isinstance(step, KernelStep):
+                self.launch(self.executable.kernels[step])
             elif isinstance(step, GemmStep):
                 self.gemm(step)
             elif isinstance(step, CondStep):
@@ -374,6 +385,10 @@ class _Walk:
                 self.lapack(step)
             else:
                 raise TypeError(f"cannot run step {step!r}")
+
+    def launch(self, kernel: CudaKernel) -> None:
+        buffers = [self.views[b] for b in kernel.params]
+        self.device.launch(self.executable.module, kernel, buffers)
 
     def bind(self, program: Program, sources: list) -> None:
         for buffer, source in zip(program.inputs, sources):

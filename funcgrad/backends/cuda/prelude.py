@@ -179,5 +179,28 @@ template <class T> __device__ __forceinline__ T fg_shfl_down(T v, unsigned int d
     return __shfl_down_sync(0xffffffffu, v, delta);
   }
 }
+// A region's kernel (one block running a cond, while or scan: see regions.py) copies buffers
+// and multiplies small matrices with all of its threads, each taking elements t, t + blockDim,
+// ...; the caller's __syncthreads() orders the results before the next step.
+template <class T> __device__ void fg_block_copy(T* to, const T* from, long long count) {
+  for (long long e = threadIdx.x; e < count; e += blockDim.x) to[e] = from[e];
+}
+// out[b] = op(lhs[b]) @ op(rhs[b]), row-major; op transposes an operand stored (k, m) or (n, k).
+// Neighbouring threads take neighbouring columns: they read one element of lhs together and
+// neighbouring elements of rhs.
+template <class T> __device__ void fg_block_gemm(
+    const T* lhs, const T* rhs, T* out, long long batch, long long m, long long n, long long k,
+    bool lhs_transposed, bool rhs_transposed) {
+  for (long long e = threadIdx.x; e < batch * m * n; e += blockDim.x) {
+    const long long b = e / (m * n), i = e / n % m, j = e % n;
+    const T* a = lhs + b * m * k;
+    const T* w = rhs + b * k * n;
+    const long long a_row = lhs_transposed ? 1 : k, a_col = lhs_transposed ? m : 1;
+    const long long w_row = rhs_transposed ? 1 : n, w_col = rhs_transposed ? k : 1;
+    T sum = 0;
+    for (long long p = 0; p < k; ++p) sum += a[i * a_row + p * a_col] * w[p * w_row + j * w_col];
+    out[e] = sum;
+  }
+}
 // ---- end of prelude ---------------------------------------------------------------------
 """

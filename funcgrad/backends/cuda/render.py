@@ -183,12 +183,27 @@ class CudaKernel:
     params: list[K.Buffer]
     const_params: list[bool]  # which parameters the kernel only reads
     threads: int
-    source: str
+    body: str  # the function's statements
     # One block whose threads work together (shared memory, __syncthreads): launched alone.
     cooperative: bool = False
     # Nonzero when each iteration of the parallel loop (a row, `threads` of them) runs on a
     # block whose threads share its inner loops: the longest inner loop's trip count.
     row_width: int = 0
+    # The `__shared__` arrays it declares, in bytes (the kernels a region calls share the
+    # block's static shared memory: see regions.py).
+    shared_bytes: int = 0
+
+    def text(self, launched: bool = True) -> str:
+        """The kernel as a `__global__` function that the host launches, or as a `__device__`
+        function that a region's kernel calls on its one block (the same statements: with one
+        block, a grid-stride loop strides over the block, and a block per row takes every
+        row in turn)."""
+        signature = ", ".join(
+            f"{'const ' if const else ''}{memory_type(b.dtype)}* __restrict__ {b.name}"
+            for b, const in zip(self.params, self.const_params)
+        )
+        head = 'extern "C" __global__' if launched else "__device__"
+        return f"{head} void {self.name}({signature}) {{\n{self.body}\n}}"
 
 
 def _math_name(op: str, dtype: np.dtype) -> str:
@@ -206,6 +221,7 @@ class _KernelWriter:
         self.acc_names: dict = {}
         self.indent = "  "
         self.lane: tuple | None = None  # in a vector loop: (its index, the lane, its buffers)
+        self.shared_bytes = 0
 
     # -- expressions -------------------------------------------------------------------------
 
@@ -465,14 +481,15 @@ class _KernelWriter:
 
     def finished(self, params: list, threads: int, **layout) -> CudaKernel:
         read_only = [b not in self.kernel.outputs for b in params]
-        signature = ", ".join(
-            f"{'const ' if const else ''}{memory_type(b.dtype)}* __restrict__ {b.name}"
-            for b, const in zip(params, read_only)
+        body = "\n".join(self.lines)
+        return CudaKernel(
+            self.name, params, read_only, threads, body, shared_bytes=self.shared_bytes, **layout
         )
-        source = "\n".join(
-            [f'extern "C" __global__ void {self.name}({signature}) {{', *self.lines, "}"]
-        )
-        return CudaKernel(self.name, params, read_only, threads, source, **layout)
+
+    def shared(self, dtype: np.dtype, name: str, size: int) -> None:
+        """Declares a `__shared__` array of `size` elements."""
+        self.emit(f"__shared__ {memory_type(dtype)} {name}[{size}];")
+        self.shared_bytes += size * memory_size(dtype)
 
     def row_kernel(self, split: K.Loop, rows: dict) -> CudaKernel:
         """A block per row: the grid's blocks take rows in turn; each inner loop of a row is
@@ -483,7 +500,7 @@ class _KernelWriter:
         same in all), and the row's scratch lives in shared memory."""
         kernel = self.kernel
         for b in kernel.scratch:
-            self.emit(f"__shared__ {memory_type(b.dtype)} {b.name}[{max(b.size, 1)}];")
+            self.shared(b.dtype, b.name, max(b.size, 1))
         for k, acc in enumerate(K.accumulators(kernel.body)):
             self.acc_names[acc] = f"acc{k}"
             self.emit(f"{value_type(acc.dtype)} acc{k};")
@@ -492,13 +509,10 @@ class _KernelWriter:
             if acc.dtype not in partials:
                 partial = K.Buffer(f"partial{len(partials)}", acc.dtype, MAX_BLOCK)
                 partials[acc.dtype] = partial
-                self.emit(f"__shared__ {memory_type(acc.dtype)} {partial.name}[{MAX_BLOCK}];")
-        used = sum(b.size * b.dtype.itemsize for b in kernel.scratch) + MAX_BLOCK * sum(
-            dtype.itemsize for dtype in partials
-        )
-        bodies, caches = _row_caches(split, set(kernel.scratch), SHARED_BYTES - used)
+                self.shared(acc.dtype, partial.name, MAX_BLOCK)
+        bodies, caches = _row_caches(split, set(kernel.scratch), SHARED_BYTES - self.shared_bytes)
         for cache in caches:
-            self.emit(f"__shared__ {memory_type(cache.dtype)} {cache.name}[{cache.size}];")
+            self.shared(cache.dtype, cache.name, cache.size)
         index = self.index_name(split.index)
         self.emit(
             f"for (long long {index} = {_plus(split.start)}blockIdx.x; {index} < {split.stop}; "
@@ -609,7 +623,7 @@ class _KernelWriter:
         init, after = rest[0], rest[1:]
         name = self.acc_names[acc]
         partial = K.Buffer("partial", acc.dtype, MAX_BLOCK)
-        self.emit(f"__shared__ {memory_type(acc.dtype)} partial[{MAX_BLOCK}];")
+        self.shared(acc.dtype, "partial", MAX_BLOCK)
         self.emit(f"{name} = {constant_text(identity(op, acc.dtype), acc.dtype)};")
         outer = self.indent
         for k, (term, loops) in enumerate(folds):
@@ -820,5 +834,6 @@ def render_kernel(kernel: K.Kernel, name: str) -> CudaKernel:
     return _KernelWriter(kernel, name).render_kernel()
 
 
-def module_source(kernels: list[CudaKernel]) -> str:
-    return "\n\n".join([PRELUDE.strip(), *(k.source for k in kernels)]) + "\n"
+def module_source(functions: list[str]) -> str:
+    """The prelude and the functions' texts, as one module."""
+    return "\n\n".join([PRELUDE.strip(), *functions]) + "\n"
