@@ -19,7 +19,7 @@ from funcgrad import (
 )
 from funcgrad.array import Array, Device, block_until_ready, device_put
 from funcgrad.callbacks import pure_callback
-from funcgrad.config import config, disable_jit
+from funcgrad.config import config, default_matmul_precision, disable_jit
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
 from funcgrad.devices import (
     default_backend,
@@ -68,6 +68,7 @@ __all__ = [
     "debug",
     "default_backend",
     "default_device",
+    "default_matmul_precision",
     "device_count",
     "device_put",
     "devices",

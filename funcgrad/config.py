@@ -8,6 +8,17 @@ import os
 from collections.abc import Iterator
 
 JIT_BACKENDS = ("llvm", "numpy", "cuda", "cuda_emulator")
+# Names of contraction precisions, as JAX accepts them (funcgrad.lax.Precision's meaning).
+MATMUL_PRECISIONS = (
+    "default",
+    "fastest",
+    "bfloat16",
+    "high",
+    "tensorfloat32",
+    "bfloat16_3x",
+    "highest",
+    "float32",
+)
 PLATFORMS = ("cpu", "gpu", "cuda", "cuda_emulator")
 
 
@@ -69,6 +80,12 @@ class Config:
         # ~/.cache/funcgrad).
         self.enable_compilation_cache = _flag_from_environment("FUNCGRAD_COMPILATION_CACHE", True)
         self.compilation_cache_dir = _default_cache_dir()
+        # The precision of float32 contractions (dot_general, convolutions run as GEMMs) that
+        # name none. None means full float32, funcgrad's default everywhere; a lower one
+        # ("tensorfloat32", "high", "default", ...) lets a GPU with tensor cores round the
+        # operands to TF32 (10 mantissa bits), which is several times faster. CPUs compute in
+        # full float32 whatever it says. Read when a GEMM runs.
+        self.default_matmul_precision = None
 
     def update(self, name: str, value) -> None:
         name = name.removeprefix("jax_")
@@ -82,6 +99,8 @@ class Config:
 
             value = _checked_platform(value)
             use_platform(value)  # raises, leaving the setting, if it cannot be used
+        elif name == "default_matmul_precision":
+            value = _checked_precision(value)
         elif name == "enable_compilation_cache" and not isinstance(value, bool):
             raise TypeError(f"enable_compilation_cache must be True or False, got {value!r}")
         elif name == "compilation_cache_dir":
@@ -108,6 +127,17 @@ def _checked_platform(name: str | None) -> str | None:
     return name
 
 
+def _checked_precision(name: str | None) -> str | None:
+    if name is None:
+        return None
+    if not isinstance(name, str) or name.lower() not in MATMUL_PRECISIONS:
+        raise ValueError(
+            f"unknown matmul precision {name!r}; choose one of {', '.join(MATMUL_PRECISIONS)}, "
+            "or None for full float32"
+        )
+    return name.lower()
+
+
 def _checked_backend(name: str) -> str:
     if name not in JIT_BACKENDS:
         raise ValueError(
@@ -129,3 +159,15 @@ def disable_jit(disable: bool = True) -> Iterator[None]:
         yield
     finally:
         config.disable_jit = previous
+
+
+@contextlib.contextmanager
+def default_matmul_precision(name: str | None) -> Iterator[None]:
+    """Inside the block, float32 contractions that name no precision run at `name` (see
+    `config.default_matmul_precision`)."""
+    previous = config.default_matmul_precision
+    config.update("default_matmul_precision", name)
+    try:
+        yield
+    finally:
+        config.default_matmul_precision = previous

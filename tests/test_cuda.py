@@ -203,9 +203,10 @@ FLOAT_EDGES = np.array(
 )
 
 
-@pytest.mark.parametrize("source", [np.float32, np.float64])
+@pytest.mark.parametrize("source", [np.float32, np.float64, dtypes.float16, dtypes.bfloat16])
 def test_float_conversions_saturate_and_round_as_the_reference(source):
-    x = FLOAT_EDGES.astype(source)
+    with np.errstate(over="ignore"):  # (float16 holds the largest edges as infinities)
+        x = FLOAT_EDGES.astype(source)
 
     def f(x):
         ints = [lax.convert_element_type(x, t) for t in INTS + [np.bool_]]
@@ -512,6 +513,61 @@ def test_control_flow_matmuls_and_callbacks_run_in_program_order():
 def test_complex_programs_run_as_pairs_of_reals():
     z = (np.arange(6) + 1j * np.arange(6)[::-1]).astype(np.complex64)
     assert_same_as_reference(lambda z: (fnp.exp(z * 0.1), z / (z + 1), fnp.abs(z)), z, exact=False)
+
+
+def fusion_plan(fun, *args, backend: str = "cuda_emulator") -> str:
+    with jit_backend(backend):
+        return fg.jit(fun).lower(*args).compile().fusion_plan()
+
+
+@pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
+def test_half_precision_products_run_as_the_gpus_library_gemms(dtype):
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((3, 40, 50)).astype(dtype)
+    b = rng.standard_normal((3, 50, 30)).astype(dtype)
+
+    def f(a, b):
+        return a @ b, fnp.einsum("bij,bkj->bik", a, a), a[0].T @ a[1]
+
+    # float32 sums rounded once, as the reference contracts halves (a GPU's order differs).
+    assert_same_as_reference(f, a, b, rtol=1e-2 if dtype == dtypes.bfloat16 else 2e-3)
+    assert fusion_plan(f, a, b).count("gemm[") == 3
+    assert "gemm[" not in fusion_plan(f, a, b, backend="llvm")  # no half GEMM in a CPU BLAS
+
+
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """x with 11 significant bits (TF32's 10 stored and the implicit one), to nearest even."""
+    mantissa, exponent = np.frexp(x.astype(np.float64))
+    return np.ldexp(np.round(mantissa * 2.0**11) / 2.0**11, exponent).astype(np.float32)
+
+
+def test_float32_products_round_to_tf32_only_where_the_user_allows_it():
+    rng = np.random.default_rng(4)
+    a = (1 + rng.random((2, 64, 48)) * 1e-2).astype(np.float32)  # low bits that TF32 drops
+    b = (1 + rng.random((48, 32)) * 1e-2).astype(np.float32)
+    exact = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    rounded = np.matmul(_tf32(a).astype(np.float64), _tf32(b).astype(np.float64))
+    assert np.abs(exact - rounded).max() > 1e-3  # TF32 is visible in these products
+
+    def product(precision=None):
+        return lambda a, b: lax.dot_general(a, b, (((2,), (0,)), ((), ())), precision)
+
+    def close_to(expected, got) -> bool:
+        return np.allclose(got, expected, rtol=2e-6, atol=0)
+
+    for backend in CUDA_BACKENDS:
+        with jit_backend(backend):
+            assert close_to(exact, fg.jit(product())(a, b))  # full float32 by default
+            assert close_to(rounded, fg.jit(product("tensorfloat32"))(a, b))
+            with fg.default_matmul_precision("tensorfloat32"):
+                assert close_to(rounded, fg.jit(product())(a, b))
+                assert close_to(exact, fg.jit(product(lax.Precision.HIGHEST))(a, b))
+                assert close_to(exact, fg.jit(product((None, "highest")))(a, b))
+            assert fg.config.default_matmul_precision is None
+    with jit_backend("llvm"), fg.default_matmul_precision("tensorfloat32"):
+        assert close_to(exact, fg.jit(product())(a, b))  # a CPU has no TF32
+    with pytest.raises(ValueError, match="unknown matmul precision 'tf32'.*tensorfloat32"):
+        fg.config.update("default_matmul_precision", "tf32")
 
 
 def test_decompositions_run_on_the_hosts_lapack():

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from funcgrad import dtypes
 from funcgrad.array import Array
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler import (
@@ -324,16 +325,19 @@ def _bound_depth(eqns: list[JaxprEqn], keep: set) -> None:
 # ---------------------------------------------------------------------------------------------
 # Library calls
 
+# Dtypes a library GEMM takes (a CPU BLAS); a GPU's takes float16 and bfloat16 too (float32
+# accumulation, one rounding at the end, as the reference contracts halves).
 GEMM_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+GPU_GEMM_DTYPES = GEMM_DTYPES + (np.dtype(dtypes.float16), np.dtype(dtypes.bfloat16))
 GEMM_MIN_FLOPS = 4096  # below this, a fused loop beats the call
 
 
-def _gemm_shape(eqn: JaxprEqn):
-    """(batch, m, n, k) when a dot_general suits a library GEMM: float32/float64 throughout,
-    enough work, and batch dimensions leading on both sides."""
+def _gemm_shape(eqn: JaxprEqn, gemm_dtypes: tuple):
+    """(batch, m, n, k) when a dot_general suits a library GEMM: one of `gemm_dtypes`
+    throughout, enough work, and batch dimensions leading on both sides."""
     lhs, rhs = eqn.invars
     out = eqn.outvars[0].aval
-    if not all(a.aval.dtype == out.dtype for a in (lhs, rhs)) or out.dtype not in GEMM_DTYPES:
+    if not all(a.aval.dtype == out.dtype for a in (lhs, rhs)) or out.dtype not in gemm_dtypes:
         return None
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
     batch = math.prod(lhs.aval.shape[d] for d in lhs_batch)
@@ -349,16 +353,16 @@ def _gemm_shape(eqn: JaxprEqn):
     return batch, m, n, k
 
 
-def _conv_as_gemm(eqn: JaxprEqn) -> bool:
+def _conv_as_gemm(eqn: JaxprEqn, gemm_dtypes: tuple) -> bool:
     """Whether a convolution runs as a GEMM over gathered windows: one feature group and one
-    batch group (the forms a convolution's gradients take too), float32/float64 throughout,
-    and enough work."""
+    batch group (the forms a convolution's gradients take too), one of `gemm_dtypes`
+    throughout, and enough work."""
     p = eqn.params
     lhs, rhs = eqn.invars
     out = eqn.outvars[0].aval
     if p["feature_group_count"] != 1 or p["batch_group_count"] != 1:
         return False
-    if out.dtype not in GEMM_DTYPES or not lhs.aval.dtype == rhs.aval.dtype == out.dtype:
+    if out.dtype not in gemm_dtypes or not lhs.aval.dtype == rhs.aval.dtype == out.dtype:
         return False
     return out.size * math.prod(rhs.aval.shape[1:]) // 1 >= GEMM_MIN_FLOPS
 
@@ -400,13 +404,15 @@ def _unwrap(value) -> np.ndarray:
     return np.ascontiguousarray(getattr(value, "_value", value))
 
 
-def schedule(closed: ClosedJaxpr) -> Program:
-    """The program computing `closed`; its inputs are the jaxpr's invars in order."""
-    return _Scheduler(passes.inline_calls(closed, _CALLS)).program
+def schedule(closed: ClosedJaxpr, gemm_dtypes: tuple = GEMM_DTYPES) -> Program:
+    """The program computing `closed`; its inputs are the jaxpr's invars in order. Products
+    in `gemm_dtypes` may run as library GEMMs."""
+    return _Scheduler(passes.inline_calls(closed, _CALLS), gemm_dtypes).program
 
 
 class _Scheduler:
-    def __init__(self, closed: ClosedJaxpr):
+    def __init__(self, closed: ClosedJaxpr, gemm_dtypes: tuple):
+        self.gemm_dtypes = gemm_dtypes
         jaxpr = closed.jaxpr
         self.consts: dict = {}
         self.buffer_of: dict = {}
@@ -499,9 +505,9 @@ class _Scheduler:
             self.pending.append(rows.Member(eqn, kept))
             return
         self._flush()
-        if primitive.name == "dot_general" and _gemm_shape(eqn) is not None:
+        if primitive.name == "dot_general" and _gemm_shape(eqn, self.gemm_dtypes) is not None:
             self._gemm(eqn)
-        elif primitive.name == "conv_general_dilated" and _conv_as_gemm(eqn):
+        elif primitive.name == "conv_general_dilated" and _conv_as_gemm(eqn, self.gemm_dtypes):
             if _spreads_input(eqn):
                 self._dilated_conv_gemm(eqn)
             else:
@@ -576,7 +582,7 @@ class _Scheduler:
         return True
 
     def _gemm(self, eqn: JaxprEqn) -> None:
-        batch, m, n, k = _gemm_shape(eqn)
+        batch, m, n, k = _gemm_shape(eqn, self.gemm_dtypes)
         lhs, rhs = eqn.invars
         (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
         lhs_buffer, transpose_lhs = self._gemm_operand(lhs, lhs_batch, lhs_contract, (batch, m, k))
@@ -771,7 +777,7 @@ class _Scheduler:
 
     def _cond(self, eqn: JaxprEqn) -> None:
         index, *operands = map(self._source, eqn.invars)
-        branches = [schedule(b) for b in eqn.params["branches"]]
+        branches = [schedule(b, self.gemm_dtypes) for b in eqn.params["branches"]]
         self.steps.append(CondStep(index, branches, operands, self._outputs(eqn)))
 
     def _while(self, eqn: JaxprEqn) -> None:
@@ -782,8 +788,8 @@ class _Scheduler:
         init = sources[p["cond_nconsts"] + p["body_nconsts"] :]
         self.steps.append(
             WhileStep(
-                schedule(p["cond_jaxpr"]),
-                schedule(p["body_jaxpr"]),
+                schedule(p["cond_jaxpr"], self.gemm_dtypes),
+                schedule(p["body_jaxpr"], self.gemm_dtypes),
                 cond_consts,
                 body_consts,
                 init,
@@ -798,7 +804,7 @@ class _Scheduler:
         outputs = self._outputs(eqn)
         self.steps.append(
             ScanStep(
-                schedule(p["jaxpr"]),
+                schedule(p["jaxpr"], self.gemm_dtypes),
                 sources[:num_consts],
                 sources[num_consts : num_consts + num_carry],
                 sources[num_consts + num_carry :],

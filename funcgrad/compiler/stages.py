@@ -6,22 +6,25 @@ from __future__ import annotations
 from funcgrad.compiler import parallel, passes
 from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
 from funcgrad.compiler.memory import MemoryPlan, plan_memory
-from funcgrad.compiler.schedule import Program, schedule
+from funcgrad.compiler.schedule import GEMM_DTYPES, Program, schedule
 from funcgrad.ir import ClosedJaxpr
 
 
 def plan(
-    closed: ClosedJaxpr, reductions: parallel.ReductionSplit | None = None
+    closed: ClosedJaxpr,
+    reductions: parallel.ReductionSplit | None = None,
+    gemm_dtypes: tuple = GEMM_DTYPES,
 ) -> tuple[ClosedJaxpr, Program, MemoryPlan]:
     """The optimized jaxpr, its program of steps and the program's memory plan. Large
     whole-array reductions become partial folds that may run on threads, as `reductions`
     says (`parallel.split_reductions`), and so, for a GPU, do reductions over a leading axis
-    with few columns (`parallel.columns_outer`)."""
+    with few columns (`parallel.columns_outer`). Products in `gemm_dtypes` may run as the
+    backend's library GEMMs."""
     optimized = passes.optimize(closed)
     if mentions_complex(optimized.jaxpr):
         # Complex values compute as pairs of reals, laid out as the caller's buffers are.
         optimized = passes.optimize(lower_complex(optimized))
-    program = schedule(optimized)
+    program = schedule(optimized, gemm_dtypes)
     if reductions is not None:
         parallel.split_reductions(program, reductions)
         if reductions.column_threads:

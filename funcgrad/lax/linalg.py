@@ -17,6 +17,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from funcgrad import core, dtypes
+from funcgrad.config import config
 from funcgrad.core import Primitive, ShapedArray
 from funcgrad.interpreters.ad import Zero, defjvp, is_undefined, tangent_aval
 from funcgrad.interpreters.batching import batch_size, moveaxis
@@ -56,6 +57,18 @@ _PRECISION_NAMES = {
     "highest": Precision.HIGHEST,
     "float32": Precision.HIGHEST,
 }
+
+
+def allows_tf32(precision) -> bool:
+    """Whether a float32 contraction at `precision` (a dot_general's param; None defers to
+    `config.default_matmul_precision`, None there meaning HIGHEST) may round its operands to
+    TF32 on tensor cores: any precision below HIGHEST, on both operands, allows it."""
+    if precision is None:
+        name = config.default_matmul_precision
+        precision = Precision.HIGHEST if name is None else _PRECISION_NAMES[name]
+    if isinstance(precision, tuple):
+        return all(allows_tf32(p) for p in precision)
+    return precision != Precision.HIGHEST
 
 
 def _canonical_precision(precision):

@@ -31,6 +31,7 @@ from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.memory import constants, nbytes
 from funcgrad.compiler.parallel import ReductionSplit
 from funcgrad.compiler.schedule import (
+    GPU_GEMM_DTYPES,
     CallbackStep,
     CondStep,
     GemmStep,
@@ -43,6 +44,7 @@ from funcgrad.compiler.schedule import (
 from funcgrad.config import config
 from funcgrad.errors import OutOfDeviceMemoryError
 from funcgrad.ir import ClosedJaxpr
+from funcgrad.lax.linalg import allows_tf32
 
 # A whole-array reduction longer than one block folds well is split into this many strided
 # partial folds (a grid of threads, neighbours reading neighbouring elements), whose results
@@ -78,6 +80,18 @@ class Emulator:
 
     def upload(self, value: np.ndarray) -> np.ndarray:
         return value.copy()  # device memory of its own, as a GPU's is
+
+    def gemm(self, step: GemmStep, lhs, rhs, out, tf32: bool) -> None:
+        """NumPy's product, as a GPU's BLAS computes it: halves in float32, rounded once at
+        the end, and with `tf32` float32 operands rounded to TF32 first."""
+        lhs, rhs = _matrices(step, lhs, rhs)
+        result = out.reshape(step.batch, step.m, step.n)
+        if step.out.dtype in (dtypes.float16, dtypes.bfloat16):
+            result[...] = np.matmul(lhs.astype(np.float32), rhs.astype(np.float32))
+        elif tf32:
+            np.matmul(_tf32(lhs), _tf32(rhs), out=result)
+        else:
+            np.matmul(lhs, rhs, out=result)
 
     def synchronize(self) -> None:
         pass  # kernels run to completion when launched
@@ -149,6 +163,53 @@ class Gpu:
     def upload(self, value: np.ndarray):
         return self.xp.asarray(value)
 
+    def gemm(self, step: GemmStep, lhs, rhs, out, tf32: bool) -> None:
+        """cuBLAS through CuPy's matmul in full float32 or float64; halves (which CuPy's
+        matmul does not take as bfloat16) and TF32 products through cuBLAS's GEMM directly."""
+        if not tf32 and step.out.dtype in (np.float32, np.float64):
+            lhs, rhs = _matrices(step, lhs, rhs)
+            self.xp.matmul(lhs, rhs, out=out.reshape(step.batch, step.m, step.n))
+            return
+        from cupy.cuda import cublas
+
+        m, n, k = step.m, step.n, step.k
+        data_type = _CUDA_DATA_TYPES[step.out.dtype]
+        compute = _CUBLAS_COMPUTE_32F_FAST_TF32 if tf32 else _CUBLAS_COMPUTE_32F
+        alpha, beta = np.ones((), np.float32), np.zeros((), np.float32)  # on the host
+        # A row-major out = op(lhs) @ op(rhs) is the column-major out^T = op(rhs)^T @ op(lhs)^T:
+        # cuBLAS reads each row-major operand as its column-major transpose.
+        handle = self.xp.cuda.device.get_cublas_handle()
+        mode = cublas.getPointerMode(handle)
+        cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+        try:
+            cublas.gemmStridedBatchedEx(
+                handle,
+                cublas.CUBLAS_OP_T if step.transpose_rhs else cublas.CUBLAS_OP_N,
+                cublas.CUBLAS_OP_T if step.transpose_lhs else cublas.CUBLAS_OP_N,
+                n,
+                m,
+                k,
+                alpha.ctypes.data,
+                rhs.data.ptr,
+                data_type,
+                k if step.transpose_rhs else n,
+                k * n,
+                lhs.data.ptr,
+                data_type,
+                m if step.transpose_lhs else k,
+                m * k,
+                beta.ctypes.data,
+                out.data.ptr,
+                data_type,
+                n,
+                m * n,
+                step.batch,
+                compute,
+                _CUBLAS_GEMM_DEFAULT,
+            )
+        finally:
+            cublas.setPointerMode(handle, mode)
+
     def download(self, value) -> np.ndarray:
         return self.xp.asnumpy(value)
 
@@ -190,7 +251,7 @@ class CudaExecutable:
     def __init__(self, closed: ClosedJaxpr, donated: tuple[int, ...] = (), device=None):
         self.closed = closed
         self.device = device if device is not None else gpu()
-        self.optimized, self.program, self.memory = stages.plan(closed, REDUCTIONS)
+        self.optimized, self.program, self.memory = stages.plan(closed, REDUCTIONS, GPU_GEMM_DTYPES)
         self.kernels: dict = {}
         for step in all_steps(self.program):
             if isinstance(step, KernelStep):
@@ -348,6 +409,38 @@ def _on_device(device, value: np.ndarray, dtype: np.dtype):
     return device.view(kept, dtype)
 
 
+# cuBLAS's names for element and compute types (cudaDataType, cublasComputeType_t).
+_CUDA_DATA_TYPES = {
+    np.dtype(np.float32): 0,
+    np.dtype(dtypes.float16): 2,
+    np.dtype(dtypes.bfloat16): 14,
+}
+_CUBLAS_COMPUTE_32F = 68
+_CUBLAS_COMPUTE_32F_FAST_TF32 = 77
+_CUBLAS_GEMM_DEFAULT = -1
+
+
+def _matrices(step: GemmStep, lhs, rhs) -> tuple:
+    """A GEMM's flat operands as stacks of op(lhs) (batch, m, k) and op(rhs) (batch, k, n)."""
+    m, n, k, batch = step.m, step.n, step.k, step.batch
+    lhs = lhs.reshape((batch, k, m) if step.transpose_lhs else (batch, m, k))
+    rhs = rhs.reshape((batch, n, k) if step.transpose_rhs else (batch, k, n))
+    return (
+        lhs.transpose(0, 2, 1) if step.transpose_lhs else lhs,
+        rhs.transpose(0, 2, 1) if step.transpose_rhs else rhs,
+    )
+
+
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TF32 (10 mantissa bits, to nearest even), as tensor cores
+    round their operands; NaN and infinity stay as they are."""
+    bits = x.view(np.uint32)
+    rounded = (bits + np.uint32(0xFFF) + ((bits >> np.uint32(13)) & np.uint32(1))) & np.uint32(
+        0xFFFFE000
+    )
+    return np.where(np.isfinite(x), rounded.view(np.float32), x)
+
+
 def _storage(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.uint16) if dtype == dtypes.bfloat16 else dtype
 
@@ -402,14 +495,8 @@ class _Walk:
         return int(self.device.download(self.views[buffer][:1])[0])
 
     def gemm(self, step: GemmStep) -> None:
-        m, n, k, batch = step.m, step.n, step.k, step.batch
-        lhs = self.views[step.lhs].reshape((batch, k, m) if step.transpose_lhs else (batch, m, k))
-        rhs = self.views[step.rhs].reshape((batch, n, k) if step.transpose_rhs else (batch, k, n))
-        if step.transpose_lhs:
-            lhs = lhs.transpose(0, 2, 1)
-        if step.transpose_rhs:
-            rhs = rhs.transpose(0, 2, 1)
-        self.device.xp.matmul(lhs, rhs, out=self.views[step.out].reshape(batch, m, n))
+        tf32 = step.out.dtype == np.float32 and allows_tf32(step.eqn.params.get("precision"))
+        self.device.gemm(step, *(self.views[b] for b in (step.lhs, step.rhs, step.out)), tf32)
 
     def cond(self, step: CondStep) -> None:
         index = min(max(self.scalar(step.index), 0), len(step.branches) - 1)

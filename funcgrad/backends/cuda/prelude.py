@@ -186,20 +186,24 @@ template <class T> __device__ void fg_block_copy(T* to, const T* from, long long
   for (long long e = threadIdx.x; e < count; e += blockDim.x) to[e] = from[e];
 }
 // out[b] = op(lhs[b]) @ op(rhs[b]), row-major; op transposes an operand stored (k, m) or (n, k).
-// Neighbouring threads take neighbouring columns: they read one element of lhs together and
-// neighbouring elements of rhs.
-template <class T> __device__ void fg_block_gemm(
-    const T* lhs, const T* rhs, T* out, long long batch, long long m, long long n, long long k,
-    bool lhs_transposed, bool rhs_transposed) {
+// Elements of type T are read as A (`in`), summed in A and stored rounded (`out`): halves sum in
+// float. Neighbouring threads take neighbouring columns: they read one element of lhs together
+// and neighbouring elements of rhs.
+template <class T> __device__ __forceinline__ T fg_same(T x) { return x; }
+template <class T, class A, A (*in)(T), T (*out)(A)> __device__ void fg_block_gemm(
+    const T* lhs, const T* rhs, T* result, long long batch, long long m, long long n,
+    long long k, bool lhs_transposed, bool rhs_transposed) {
   for (long long e = threadIdx.x; e < batch * m * n; e += blockDim.x) {
     const long long b = e / (m * n), i = e / n % m, j = e % n;
     const T* a = lhs + b * m * k;
     const T* w = rhs + b * k * n;
     const long long a_row = lhs_transposed ? 1 : k, a_col = lhs_transposed ? m : 1;
     const long long w_row = rhs_transposed ? 1 : n, w_col = rhs_transposed ? k : 1;
-    T sum = 0;
-    for (long long p = 0; p < k; ++p) sum += a[i * a_row + p * a_col] * w[p * w_row + j * w_col];
-    out[e] = sum;
+    A sum = 0;
+    for (long long p = 0; p < k; ++p) {
+      sum += in(a[i * a_row + p * a_col]) * in(w[p * w_row + j * w_col]);
+    }
+    result[e] = out(sum);
   }
 }
 // ---- end of prelude ---------------------------------------------------------------------

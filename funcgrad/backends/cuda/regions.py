@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import itertools
 
-from funcgrad.backends.cuda.render import SHARED_BYTES, CudaKernel
+import numpy as np
+
+from funcgrad import dtypes
+from funcgrad.backends.cuda.render import HALVES, SHARED_BYTES, CudaKernel, memory_type
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.memory import bound_inputs, step_buffers
 from funcgrad.compiler.parallel import work
@@ -102,6 +105,16 @@ def render_region(step, kernels: dict, name: str) -> CudaKernel:
     return _RegionWriter(kernels).render(step, name)
 
 
+def _gemm_types(dtype: np.dtype) -> str:
+    """The block GEMM's template arguments for `dtype`: the element in memory, the sum's type,
+    and the conversions between them."""
+    if dtype in HALVES:
+        half = "f16" if dtype == dtypes.float16 else "bf16"
+        return f"unsigned short, float, fg_from_{half}, fg_to_{half}"
+    c = memory_type(dtype)
+    return f"{c}, {c}, fg_same<{c}>, fg_same<{c}>"
+
+
 class _RegionWriter:
     def __init__(self, kernels: dict):
         self.kernels = kernels
@@ -134,8 +147,8 @@ class _RegionWriter:
             lhs, rhs, out = (self.pointers[b] for b in (step.lhs, step.rhs, step.out))
             flags = f"{str(step.transpose_lhs).lower()}, {str(step.transpose_rhs).lower()}"
             self.emit(
-                f"fg_block_gemm({lhs}, {rhs}, {out}, {step.batch}LL, {step.m}LL, {step.n}LL, "
-                f"{step.k}LL, {flags});"
+                f"fg_block_gemm<{_gemm_types(step.out.dtype)}>({lhs}, {rhs}, {out}, "
+                f"{step.batch}LL, {step.m}LL, {step.n}LL, {step.k}LL, {flags});"
             )
             self.emit("__syncthreads();")
         elif isinstance(step, CondStep):

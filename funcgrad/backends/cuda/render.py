@@ -86,7 +86,7 @@ def memory_type(dtype: np.dtype) -> str:
 
 
 def _is_float(dtype: np.dtype) -> bool:
-    return dtype.kind == "f"
+    return dtype.kind == "f" or dtype == BF16  # (bfloat16's NumPy kind is "V")
 
 
 def constant_text(value, dtype: np.dtype) -> str:
