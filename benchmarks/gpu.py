@@ -153,7 +153,11 @@ def _matmul_case(n: int):
     rng = np.random.default_rng(2)
     a, b = (rng.standard_normal((n, n)).astype(np.float32) for _ in range(2))
     ac, bc = cupy.asarray(a), cupy.asarray(b)
-    runs = {"funcgrad": _funcgrad(lambda p, q: p @ q, a, b), "cupy": lambda: ac @ bc}
+    runs = {
+        "funcgrad": _funcgrad(lambda p, q: p @ q, a, b),
+        "funcgrad tf32": _funcgrad(lambda p, q: fnp.matmul(p, q, precision="tensorfloat32"), a, b),
+        "cupy": lambda: ac @ bc,
+    }
     jax = _jax()
     if jax:
         f = jax[0].jit(lambda p, q: p @ q)
@@ -166,6 +170,22 @@ def _matmul_case(n: int):
 
 def matmul_4096_case():
     return _matmul_case(4096)
+
+
+def matmul_4096_bf16_case():
+    rng = np.random.default_rng(2)
+    a, b = (rng.standard_normal((4096, 4096)).astype(fg.dtypes.bfloat16) for _ in range(2))
+    runs = {"funcgrad": _funcgrad(lambda p, q: p @ q, a, b)}
+    jax = _jax()
+    if jax:
+        f = jax[0].jit(lambda p, q: p @ q)
+        aj, bj = jax[1].asarray(a), jax[1].asarray(b)
+        runs["jax-jit"] = lambda: f(aj, bj)
+    torch = _torch()
+    if torch:
+        at, bt = (torch.from_numpy(v.astype(np.float32)).cuda().bfloat16() for v in (a, b))
+        runs["torch"] = lambda: at @ bt
+    return runs, None, 10
 
 
 def mlp_case():
@@ -249,6 +269,7 @@ CASES = {
     "layernorm 32768x4096": layernorm_case,
     "column sum 32768x1024": column_sum_case,
     "matmul 4096 f32": matmul_4096_case,
+    "matmul 4096 bf16": matmul_4096_bf16_case,
     "mlp 784-1024-1024-10 step": mlp_case,
     "rnn scan 1000 fwd": rnn_forward_case,
     "rnn scan 1000 bwd": rnn_backward_case,

@@ -184,6 +184,29 @@ def _to_gpu(array: Array, device: GpuDevice) -> Array:
     return Array(placed, array.weak_type)
 
 
+# DLPack's device type of CUDA memory (kDLCUDA).
+DLPACK_CUDA = 2
+
+
+def from_cuda_dlpack(x, device_id: int, copy: bool | None) -> Array:
+    """An array on GPU `device_id` sharing the memory of `x` (a CUDA tensor exporting DLPack:
+    CuPy's, PyTorch's, ...) through CuPy, copied only when asked to or when strided."""
+    from funcgrad.devices import devices
+
+    gpus = devices("gpu")  # names what is missing when there is no GPU
+    if device_id >= len(gpus):
+        raise ValueError(
+            f"the DLPack tensor lives on CUDA device {device_id}; funcgrad uses "
+            f"{', '.join(map(repr, gpus))} (GPU 0 only, so far)"
+        )
+    gpu = gpus[device_id]
+    value = gpu.runtime.xp.from_dlpack(x)
+    if copy:
+        value = value.copy()
+    flat = gpu.runtime.xp.ascontiguousarray(value).reshape(-1)
+    return Array(DeviceValue(flat, value.shape, np.dtype(value.dtype), gpu))
+
+
 def to_host(array: Array) -> Array:
     if type(array._value) is not DeviceValue:
         return array

@@ -17,7 +17,8 @@ import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import dtypes, lax
 from funcgrad.backends.cuda import emulator, nvrtc
-from funcgrad.backends.cuda.render import memory_type
+from funcgrad.backends.cuda.render import memory_type, render_kernel
+from funcgrad.compiler import kernel_ir as K
 from funcgrad.errors import OutOfDeviceMemoryError
 from funcgrad.tools.recipes import CUDA_BACKENDS
 
@@ -242,6 +243,31 @@ def test_half_precision_values_round_after_every_operation(dtype):
     assert_same_as_reference(lambda x, y: (x * y, x + y, x - y, x / y), x, y)
 
 
+def test_indices_are_32_bit_unless_a_kernel_reaches_two_to_the_30():
+    """Buffers, loop bounds and a loop nest's iterations below 2^30: int indices (a GPU's
+    64-bit integer arithmetic takes several instructions); past it, long long."""
+
+    def copy_kernel(rows: int, cols: int, size: int) -> K.Kernel:
+        source, target = (
+            K.Buffer("src", np.dtype(np.float32), size),
+            K.Buffer("dst", np.dtype(np.float32), size),
+        )
+        i, j = K.Index("i"), K.Index("j")
+        offset = K.binary("rem", i * cols + j, K.const(size, K.INDEX))
+        store = K.Store(target, offset, K.Load(source, offset))
+        loop = K.Loop(i, 0, rows, [K.Loop(j, 0, cols, [store])])
+        return K.Kernel("k_copy", [source], [target], [loop])
+
+    def index_type(kernel: K.Kernel) -> str:
+        text = render_kernel(kernel, "k0_copy").text()
+        (declared,) = set(re.findall(r"for \((int|long long) i\d+ = ", text))
+        return declared
+
+    assert index_type(copy_kernel(1000, 1000, 1 << 20)) == "int"
+    assert index_type(copy_kernel(1 << 15, 1 << 15, 1 << 20)) == "long long"  # 2^30 iterations
+    assert index_type(copy_kernel(2, 4, 1 << 30)) == "long long"  # a 2^30-element buffer
+
+
 def test_grid_stride_loops_cover_more_elements_than_the_grid_has_threads():
     x = np.arange(5003, dtype=np.float64) / 7  # the emulator's grid has 4 x 32 threads
     assert_same_as_reference(lambda x: (fnp.sin(x) * 2 + 1, x.reshape(1, -1).sum(axis=0)), x)
@@ -274,7 +300,7 @@ def test_elementwise_loops_move_16_byte_vectors_and_finish_with_scalars(size, dt
     text = compiled_text(f, x, y)
     assert f"fg_vector<{memory_type(np.dtype(dtype))}, {lanes}>" in text
     assert re.search(rf"in\d+_v\.lane\[{lanes - 1}\]", text)  # the last lane of an input
-    assert re.search(r"in\d+\[3LL\]", text)  # b[3], one element
+    assert re.search(r"in\d+\[3\]", text)  # b[3], one element
 
 
 def test_a_vector_loop_over_unaligned_slices_runs_the_scalar_loop():
@@ -453,7 +479,7 @@ def test_reductions_over_the_leading_axis_give_each_column_a_thread(dtype):
     # The scheduler streams rows (for j: out[j] = 0; for i: for j: out[j] += x[i, j]); the GPU
     # takes the columns outermost, one per thread, each folding its column in a register.
     assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" not in text
-    assert "threadIdx.x; i0 < 37; i0 += (long long)gridDim.x * blockDim.x" in text
+    assert "threadIdx.x); i0 < 37; i0 += (int)(gridDim.x * blockDim.x)" in text
     assert "acc0 = " in text
 
 
@@ -484,7 +510,7 @@ def test_long_reductions_over_few_columns_fold_parts_of_the_rows_at_once(dtype):
         return  # its folds round to bfloat16 at every row, so each column keeps one thread
     text = compiled_text(lambda x: x.max(axis=0), x)
     assert "_parts(" in text and "i0 < 3441;" in text  # 93 parts x 37 columns
-    assert re.search(r"for \(long long i\d+ = 1488; i\d+ < 1500; \+\+i\d+\)", text)
+    assert re.search(r"for \(int i\d+ = 1488; i\d+ < 1500; \+\+i\d+\)", text)
 
 
 def test_control_flow_matmuls_and_callbacks_run_in_program_order():

@@ -147,6 +147,45 @@ def test_dlpack_hands_over_the_gpu_buffer(gpu):
         np.testing.assert_array_equal(cupy.asnumpy(cupy.from_dlpack(x)), X)
 
 
+@pytest.mark.skipif("cuda" not in CUDA_BACKENDS, reason="needs a CUDA GPU")
+def test_cuda_dlpack_tensors_come_in_on_their_gpu_without_a_copy():
+    import cupy
+
+    source = cupy.asarray(X)
+    x = fnp.from_dlpack(source)
+    assert x.device == fg.devices("gpu")[0] and x.shape == X.shape and x.dtype == X.dtype
+    assert x._value.storage.data.ptr == source.data.ptr  # the same memory
+    np.testing.assert_array_equal(np.asarray(x * 2), X * 2)
+    copied = fnp.from_dlpack(source, copy=True)
+    assert copied._value.storage.data.ptr != source.data.ptr
+    np.testing.assert_array_equal(np.asarray(fnp.from_dlpack(source.T)), X.T)  # strided
+    host = fnp.from_dlpack(source, device=fg.devices("cpu")[0])
+    assert host.device == fg.devices("cpu")[0]
+    np.testing.assert_array_equal(np.asarray(host), X)
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        tensor = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)
+        np.testing.assert_array_equal(
+            np.asarray(fnp.from_dlpack(tensor) + 1), np.arange(12).reshape(3, 4) + 1
+        )
+
+
+class _CudaTensor:
+    """An object exporting (as it claims) CUDA memory through DLPack."""
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, **kwargs):
+        raise AssertionError("not to be read without a GPU")
+
+
+@pytest.mark.skipif("cuda" in CUDA_BACKENDS, reason="a GPU is present")
+def test_a_cuda_dlpack_tensor_without_a_gpu_names_what_is_missing():
+    with pytest.raises(RuntimeError, match="CuPy|CUDA"):
+        fnp.from_dlpack(_CudaTensor())
+
+
 def test_decompositions_of_gpu_arrays_give_gpu_arrays(gpu):
     m = (X[:4, :4] @ X[:4, :4].T + 4 * np.eye(4)).astype(np.float32)
     lower = fnp.linalg.cholesky(on(gpu, m))

@@ -239,6 +239,13 @@ def test_dlpack_round_trip(x):
     np.testing.assert_array_equal(out, x)
 
 
+def test_from_dlpack_copies_host_memory_which_the_exporter_may_change():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    imported = fnp.from_dlpack(x)
+    x[0, 0] = 7.0
+    assert np.asarray(imported)[0, 0] == 0.0 and imported.shape == (2, 3)
+
+
 def test_dlpack_round_trip_of_a_scalar():
     assert np.from_dlpack(fnp.asarray(np.float32(3.0))).shape == ()
 

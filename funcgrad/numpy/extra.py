@@ -19,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from funcgrad import core, dtypes, lax
-from funcgrad.array import Array
+from funcgrad.array import DLPACK_CUDA, Array, device_put, from_cuda_dlpack
 from funcgrad.numpy import (
     creation,
     indexing,
@@ -1990,7 +1990,14 @@ def fromstring(string, dtype=float, count: int = -1, *, sep: str):
 
 
 def from_dlpack(x, /, *, device=None, copy=None):
-    return creation.asarray(np.from_dlpack(x))
+    """An array of the data `x` exports through DLPack. A CUDA GPU's stays on that GPU, shared
+    without a copy unless `copy=True`; host memory is copied, as `asarray` copies it (funcgrad
+    arrays own their host memory, which no exporter may change). `device` places the result."""
+    if hasattr(x, "__dlpack_device__") and x.__dlpack_device__()[0] == DLPACK_CUDA:
+        result = from_cuda_dlpack(x, x.__dlpack_device__()[1], copy)
+    else:
+        result = creation.asarray(np.from_dlpack(x))
+    return result if device is None else device_put(result, device)
 
 
 def load(file, *args, **kwargs):

@@ -35,6 +35,7 @@ from funcgrad.compiler.parallel import (
     statements_in,
     substituted,
     whole_array_reduction,
+    work,
 )
 
 BF16 = dtypes.bfloat16
@@ -53,6 +54,10 @@ SHARED_SCRATCH_BYTES = 1 << 15
 SHARED_BYTES = 48 << 10
 # The most threads a block may have (CUDA's limit): the size of a block reduction's shared array.
 MAX_BLOCK = 1024
+# A kernel whose buffers, loops and loop nests all stay below this many elements computes its
+# indices in 32-bit ints (a GPU does 64-bit integer arithmetic, division above all, in several
+# instructions); the margin below 2^31 keeps a grid-stride loop's last step from overflowing.
+INT_INDEX_LIMIT = 1 << 30
 
 _C_TYPES = {
     "int8": "signed char",
@@ -222,6 +227,7 @@ class _KernelWriter:
         self.indent = "  "
         self.lane: tuple | None = None  # in a vector loop: (its index, the lane, its buffers)
         self.shared_bytes = 0
+        self.index_type = "int" if _int_indices(kernel) else "long long"
 
     # -- expressions -------------------------------------------------------------------------
 
@@ -231,14 +237,12 @@ class _KernelWriter:
     def value(self, e: K.Expr) -> str:
         if isinstance(e, K.Const):
             return constant_text(e.value, e.dtype)
-        if isinstance(e, K.Index):
-            return self.index_names[e]
+        if isinstance(e, K.Index) or _is_index_arithmetic(e):
+            # Indices compute in the kernel's index type, and enter the data's int64 as such.
+            text = self.index_text(e)
+            return text if self.index_type == "long long" else f"(long long){text}"
         if isinstance(e, K.AccRead):
             return self.acc_names[e.acc]
-        if _is_index_arithmetic(e):
-            a, b = self.value(e.a), self.value(e.b)
-            symbol = {"add": "+", "sub": "-", "mul": "*", "div": "/", "rem": "%"}[e.op]
-            return f"({a} {symbol} {b})"
         hit = self.memo.get(id(e))
         if hit is not None:
             return hit[1]
@@ -248,11 +252,39 @@ class _KernelWriter:
         self.memo[id(e)] = (e, name)
         return name
 
+    def index_text(self, e: K.Expr) -> str:
+        """Index arithmetic in the kernel's index type."""
+        if isinstance(e, K.Const):
+            return self.index_literal(int(e.value))
+        if isinstance(e, K.Index):
+            return self.index_names[e]
+        a, b = self.index_text(e.a), self.index_text(e.b)
+        symbol = {"add": "+", "sub": "-", "mul": "*", "div": "/", "rem": "%"}[e.op]
+        return f"({a} {symbol} {b})"
+
+    def subscript(self, offset: K.Expr) -> str:
+        """An offset into a buffer: index arithmetic stays in the index type."""
+        if isinstance(offset, (K.Const, K.Index)) or _is_index_arithmetic(offset):
+            return self.index_text(offset)
+        return self.value(offset)
+
+    def index_literal(self, n: int) -> str:
+        if self.index_type == "int" and abs(n) < INT_INDEX_LIMIT:
+            return str(n) if n >= 0 else f"({n})"
+        return constant_text(n, K.INDEX)
+
+    def thread_index(self, first: str, stride: str) -> tuple[str, str]:
+        """A grid-stride loop's first index and stride, from CUDA's built-ins, in the index
+        type."""
+        if self.index_type == "int":
+            return f"(int)({first})", f"(int)({stride})"
+        return f"(long long){first}", f"(long long){stride}"
+
     def render(self, e: K.Expr) -> str:
         if isinstance(e, K.Load):
             element = self.lane_element(e.buffer, e.offset)
             if element is None:
-                element = f"{e.buffer.name}[{self.value(e.offset)}]"
+                element = f"{e.buffer.name}[{self.subscript(e.offset)}]"
             return _from_memory(element, e.dtype)
         if isinstance(e, K.Select):
             p, a, b = self.value(e.pred), self.value(e.on_true), self.value(e.on_false)
@@ -362,14 +394,15 @@ class _KernelWriter:
             if isinstance(stmt, K.Loop):
                 index = self.index_name(stmt.index)
                 self.emit(
-                    f"for (long long {index} = {stmt.start}; {index} < {stmt.stop}; ++{index}) {{"
+                    f"for ({self.index_type} {index} = {stmt.start}; {index} < {stmt.stop}; "
+                    f"++{index}) {{"
                 )
                 self.block(stmt.body)
                 self.emit("}")
             elif isinstance(stmt, K.Store):
                 element = self.lane_element(stmt.buffer, stmt.offset)
                 if element is None:
-                    element = f"{stmt.buffer.name}[{self.value(stmt.offset)}]"
+                    element = f"{stmt.buffer.name}[{self.subscript(stmt.offset)}]"
                 value = self.value(stmt.value)
                 self.emit(f"{element} = {_to_memory(value, stmt.buffer.dtype)};")
             elif isinstance(stmt, K.SetAcc):
@@ -425,10 +458,12 @@ class _KernelWriter:
             lanes = _vector_lanes(split, kernel)
             index = self.index_name(split.index)
             start = self.vector_loop(split, index, lanes) if lanes else str(split.start)
-            first = f"{start} + (long long)blockIdx.x * blockDim.x + threadIdx.x"
-            stride = "(long long)gridDim.x * blockDim.x"
+            first, stride = self.thread_index(
+                "blockIdx.x * blockDim.x + threadIdx.x", "gridDim.x * blockDim.x"
+            )
             self.emit(
-                f"for (long long {index} = {first}; {index} < {split.stop}; {index} += {stride}) {{"
+                f"for ({self.index_type} {index} = {start} + {first}; {index} < {split.stop}; "
+                f"{index} += {stride}) {{"
             )
             self.block(split.body)
             self.emit("}")
@@ -450,10 +485,10 @@ class _KernelWriter:
         self.emit("if (aligned) {")
         outer = self.indent
         self.indent += "  "
-        first = "(long long)blockIdx.x * blockDim.x + threadIdx.x"
-        self.emit(
-            f"for (long long q = {first}; q < {count}; q += (long long)gridDim.x * blockDim.x) {{"
+        first, stride = self.thread_index(
+            "blockIdx.x * blockDim.x + threadIdx.x", "gridDim.x * blockDim.x"
         )
+        self.emit(f"for ({self.index_type} q = {first}; q < {count}; q += {stride}) {{")
         self.indent += "  "
         for b in loaded:
             vector = f"fg_vector<{memory_type(b.dtype)}, {lanes}>"
@@ -464,7 +499,9 @@ class _KernelWriter:
         for lane in range(lanes):
             self.emit("{")
             self.indent += "  "
-            self.emit(f"const long long {index} = {_plus(split.start)}{lanes} * q + {lane};")
+            self.emit(
+                f"const {self.index_type} {index} = {_plus(split.start)}{lanes} * q + {lane};"
+            )
             self.lane = (split.index, lane, set(vectors))
             self.statements(split.body)
             self.lane = None
@@ -477,7 +514,8 @@ class _KernelWriter:
         self.emit("}")
         self.indent = outer
         self.emit("}")
-        return f"(aligned ? {split.start + count * lanes}LL : {split.start}LL)"
+        vectors_end = self.index_literal(split.start + count * lanes)
+        return f"(aligned ? {vectors_end} : {self.index_literal(split.start)})"
 
     def finished(self, params: list, threads: int, **layout) -> CudaKernel:
         read_only = [b not in self.kernel.outputs for b in params]
@@ -515,8 +553,8 @@ class _KernelWriter:
             self.shared(cache.dtype, cache.name, cache.size)
         index = self.index_name(split.index)
         self.emit(
-            f"for (long long {index} = {_plus(split.start)}blockIdx.x; {index} < {split.stop}; "
-            f"{index} += gridDim.x) {{"
+            f"for ({self.index_type} {index} = {_plus(split.start)}blockIdx.x; "
+            f"{index} < {split.stop}; {index} += gridDim.x) {{"
         )
         outer = self.indent
         self.indent += "  "
@@ -535,7 +573,7 @@ class _KernelWriter:
                 saved.append(base)
             inner = self.index_name(statement.index)
             self.emit(
-                f"for (long long {inner} = {_plus(statement.start)}threadIdx.x; {inner} < "
+                f"for ({self.index_type} {inner} = {_plus(statement.start)}threadIdx.x; {inner} < "
                 f"{statement.stop}; {inner} += blockDim.x) {{"
             )
             self.block(bodies.get(statement, statement.body))
@@ -567,7 +605,7 @@ class _KernelWriter:
         total = K.Acc("total", acc.dtype)
         self.acc_names[total] = base
         first = K.Index("first")
-        self.index_names[first] = "0LL"
+        self.index_names[first] = self.index_literal(0)
         folded = K.binary(op, total.read(), K.Load(partial, first))
         self.emit(f"{name} = {self.value(folded)};")
         self.emit("__syncthreads();  // every thread has read the total before the next fold")
@@ -578,8 +616,8 @@ class _KernelWriter:
         threads, at least a warp). Returns the index naming the thread's own slot."""
         name, outer = self.acc_names[acc], self.indent
         lane, other = K.Index("lane"), K.Index("other")
-        self.index_names[lane] = "(long long)threadIdx.x"
-        self.index_names[other] = "(long long)(threadIdx.x + half)"
+        self.index_names[lane] = f"({self.index_type})threadIdx.x"
+        self.index_names[other] = f"({self.index_type})(threadIdx.x + half)"
         self.emit(f"{partial.name}[threadIdx.x] = {_to_memory(name, acc.dtype)};")
         self.emit("__syncthreads();")
         self.emit("for (unsigned int half = blockDim.x / 2; half >= 32; half /= 2) {")
@@ -630,7 +668,8 @@ class _KernelWriter:
             total = math.prod(loop.stop - loop.start for loop in loops)
             flat = f"flat{k}"
             self.emit(
-                f"for (long long {flat} = threadIdx.x; {flat} < {total}; {flat} += blockDim.x) {{"
+                f"for ({self.index_type} {flat} = threadIdx.x; {flat} < {total}; "
+                f"{flat} += blockDim.x) {{"
             )
             self.indent = outer + "  "
             stride = total
@@ -638,7 +677,7 @@ class _KernelWriter:
                 stride //= loop.stop - loop.start
                 index = self.index_name(loop.index)
                 self.emit(
-                    f"const long long {index} = {_plus(loop.start)}{flat} / {stride} % "
+                    f"const {self.index_type} {index} = {_plus(loop.start)}{flat} / {stride} % "
                     f"{loop.stop - loop.start};"
                 )
             self.memo = {}
@@ -751,6 +790,26 @@ def _row_loops(split: K.Loop, scratch_bytes: int, scratch: list) -> dict | None:
     if scratch_bytes + MAX_BLOCK * 8 * len(dtypes_folded) > SHARED_BYTES:
         return None
     return rows
+
+
+def _int_indices(kernel: K.Kernel) -> bool:
+    """Whether every index of `kernel` fits an int with room to spare: its buffers, its loops'
+    bounds and the iterations of its loop nests all below `INT_INDEX_LIMIT` (offsets into
+    buffers, and the steps of index arithmetic toward them, stay within those)."""
+    buffers = kernel.buffers + kernel.scratch
+    loops = list(_loops(kernel.body))
+    return (
+        max((b.size for b in buffers), default=0) < INT_INDEX_LIMIT
+        and all(-INT_INDEX_LIMIT < loop.start <= loop.stop < INT_INDEX_LIMIT for loop in loops)
+        and work(kernel) < INT_INDEX_LIMIT
+    )
+
+
+def _loops(body: list):
+    for statement in body:
+        if isinstance(statement, K.Loop):
+            yield statement
+            yield from _loops(statement.body)
 
 
 def _plus(start: int) -> str:
