@@ -196,14 +196,14 @@ def from_cuda_dlpack(x, device_id: int, copy: bool | None) -> Array:
     gpus = devices("gpu")  # names what is missing when there is no GPU
     if device_id >= len(gpus):
         raise ValueError(
-            f"the DLPack tensor lives on CUDA device {device_id}; funcgrad uses "
-            f"{', '.join(map(repr, gpus))} (GPU 0 only, so far)"
+            f"the DLPack tensor lives on CUDA device {device_id}; funcgrad finds {gpus}"
         )
     gpu = gpus[device_id]
-    value = gpu.runtime.xp.from_dlpack(x)
-    if copy:
-        value = value.copy()
-    flat = gpu.runtime.xp.ascontiguousarray(value).reshape(-1)
+    with gpu.runtime.context():
+        value = gpu.runtime.xp.from_dlpack(x)
+        if copy:
+            value = value.copy()
+        flat = gpu.runtime.xp.ascontiguousarray(value).reshape(-1)
     return Array(DeviceValue(flat, value.shape, np.dtype(value.dtype), gpu))
 
 

@@ -116,9 +116,14 @@ def _gpu_devices(backend: str) -> tuple[GpuDevice, ...]:
 
 @functools.cache
 def _gpu_device_list(emulated: bool) -> tuple[GpuDevice, ...]:
+    """Every CUDA GPU CuPy finds, in its order; the emulated GPU is one."""
     from funcgrad.backends.cuda.executable import Emulator, gpu
 
-    return (GpuDevice(0, Emulator() if emulated else gpu()),)
+    if emulated:
+        return (GpuDevice(0, Emulator()),)
+    import cupy
+
+    return tuple(GpuDevice(i, gpu(i)) for i in range(cupy.cuda.runtime.getDeviceCount()))
 
 
 @functools.cache

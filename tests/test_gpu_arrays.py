@@ -170,6 +170,19 @@ def test_cuda_dlpack_tensors_come_in_on_their_gpu_without_a_copy():
         )
 
 
+@pytest.mark.skipif("cuda" not in CUDA_BACKENDS, reason="needs a CUDA GPU")
+def test_every_gpu_is_a_device_whose_arrays_and_programs_stay_on_it():
+    import cupy
+
+    gpus = fg.devices("gpu")
+    assert [d.id for d in gpus] == list(range(cupy.cuda.runtime.getDeviceCount()))
+    for device in gpus:
+        x = fg.device_put(X, device)
+        y = fg.jit(lambda v: fnp.tanh(v) @ v.T)(x) + 1
+        assert y.device == device and y._value.storage.device.id == device.id
+        np.testing.assert_allclose(np.asarray(y), np.tanh(X) @ X.T + 1, rtol=1e-5)
+
+
 class _CudaTensor:
     """An object exporting (as it claims) CUDA memory through DLPack."""
 

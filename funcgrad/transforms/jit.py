@@ -50,7 +50,9 @@ def compile_jaxpr(jaxpr: ClosedJaxpr, donated: tuple[int, ...] = ()):
 
 
 @functools.lru_cache(maxsize=4096)
-def _compile(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...]):
+def _compile(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...], gpu=None):
+    """`gpu`: the GPU runtime (a device's `runtime`) a CUDA program runs on; by default the
+    first GPU, or the emulated one."""
     if backend == "llvm":
         from funcgrad.backends.llvm.executable import LlvmExecutable
 
@@ -58,7 +60,9 @@ def _compile(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...]):
     if backend in ("cuda", "cuda_emulator"):
         from funcgrad.backends.cuda.executable import CudaExecutable, Emulator
 
-        return CudaExecutable(jaxpr, donated, Emulator() if backend == "cuda_emulator" else None)
+        if gpu is None and backend == "cuda_emulator":
+            gpu = Emulator()
+        return CudaExecutable(jaxpr, donated, gpu)
     return NumpyExecutable(jaxpr, donated)
 
 
@@ -75,7 +79,7 @@ def gpu_of(args):
 def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str):
     device = gpu_of(args)
     if device is not None:  # computation follows the data; results stay there
-        return _compile(jaxpr, device.backend, ()).on_device(args, device)
+        return _compile(jaxpr, device.backend, (), device.runtime).on_device(args, device)
     return compile_jaxpr(jaxpr)(*args)
 
 
@@ -292,7 +296,7 @@ class _Entry:
         consts = self._gpu_consts.get(device)
         if consts is None:
             consts = self._gpu_consts[device] = [device_put(c, device) for c in self.consts]
-        executable = _compile(self.jaxpr, device.backend, self.donated)
+        executable = _compile(self.jaxpr, device.backend, self.donated, device.runtime)
         return executable.on_device([*consts, *leaves], device)
 
     def outputs(self, outs: list):

@@ -14,6 +14,7 @@ compiled for the host, see `emulator.py`), which is how the renderer is tested w
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -81,6 +82,9 @@ class Emulator:
     def upload(self, value: np.ndarray) -> np.ndarray:
         return value.copy()  # device memory of its own, as a GPU's is
 
+    def context(self):
+        return contextlib.nullcontext()
+
     def gemm(self, step: GemmStep, lhs, rhs, out, tf32: bool) -> None:
         """NumPy's product, as a GPU's BLAS computes it: halves in float32, rounded once at
         the end, and with `tf32` float32 operands rounded to TF32 first."""
@@ -115,27 +119,35 @@ class Emulator:
 
 
 class Gpu:
-    """A CUDA GPU through CuPy: modules compiled by NVRTC for the device's architecture (kept
-    in funcgrad's compilation cache) and loaded by CuPy, launches on the current stream,
-    GEMMs by cuBLAS."""
+    """CUDA GPU `id` through CuPy: modules compiled by NVRTC for the device's architecture
+    (kept in funcgrad's compilation cache) and loaded by CuPy, launches on the device's current
+    stream, GEMMs by cuBLAS. What allocates, loads or launches runs in `context()`, CuPy's
+    selection of this device."""
 
     BLOCK = 256
     backend = "cuda"
 
-    def __init__(self):
+    def __init__(self, id: int = 0):
         self.xp = _cupy()
+        self.id = id
+        device = self.xp.cuda.Device(id)
         # Enough blocks to fill every multiprocessor several times; grid-stride loops do the rest.
-        self.max_grid = self.xp.cuda.Device().attributes["MultiProcessorCount"] * 32
-        self.name = f"GPU {self.xp.cuda.Device().id}"
-        self.arch = f"compute_{self.xp.cuda.Device().compute_capability}"
-        self.total_memory = self.xp.cuda.runtime.memGetInfo()[1]
+        self.max_grid = device.attributes["MultiProcessorCount"] * 32
+        self.name = f"GPU {id}"
+        self.arch = f"compute_{device.compute_capability}"
+        with self.context():
+            self.total_memory = self.xp.cuda.runtime.memGetInfo()[1]
+
+    def context(self):
+        return self.xp.cuda.Device(self.id)
 
     def capacity(self) -> int:
         return self.total_memory
 
     def memory_note(self) -> str:
-        free, total = self.xp.cuda.runtime.memGetInfo()
-        pool = self.xp.get_default_memory_pool()
+        with self.context():
+            free, total = self.xp.cuda.runtime.memGetInfo()
+            pool = self.xp.get_default_memory_pool()
         return (
             f"; the GPU has {_bytes(free)} free of {_bytes(total)}, and CuPy's pool holds "
             f"{_bytes(pool.total_bytes())}, {_bytes(pool.used_bytes())} of it in use"
@@ -149,9 +161,10 @@ class Gpu:
             path = os.path.join(folder, "module.ptx")
             with open(path, "w") as file:
                 file.write(nvrtc.ptx(source, self.arch))
-            module = self.xp.RawModule(path=path)
-            # (looked up while the file exists: the first lookup loads the module)
-            return {kernel.name: module.get_function(kernel.name) for kernel in kernels}
+            with self.context():
+                module = self.xp.RawModule(path=path)
+                # (looked up while the file exists: the first lookup loads the module)
+                return {kernel.name: module.get_function(kernel.name) for kernel in kernels}
 
     def launch(self, functions: dict, kernel: CudaKernel, buffers: list) -> None:
         block = self.BLOCK
@@ -161,7 +174,8 @@ class Gpu:
         functions[kernel.name]((grid,), (block,), tuple(buffers))
 
     def upload(self, value: np.ndarray):
-        return self.xp.asarray(value)
+        with self.context():
+            return self.xp.asarray(value)
 
     def gemm(self, step: GemmStep, lhs, rhs, out, tf32: bool) -> None:
         """cuBLAS through CuPy's matmul in full float32 or float64; halves (which CuPy's
@@ -211,10 +225,12 @@ class Gpu:
             cublas.setPointerMode(handle, mode)
 
     def download(self, value) -> np.ndarray:
-        return self.xp.asnumpy(value)
+        with self.context():
+            return self.xp.asnumpy(value)
 
     def synchronize(self) -> None:
-        self.xp.cuda.get_current_stream().synchronize()
+        with self.context():
+            self.xp.cuda.get_current_stream().synchronize()
 
     def shaped(self, value):
         if value.dtype == dtypes.bfloat16:
@@ -240,8 +256,8 @@ def _cupy():
 
 
 @functools.cache
-def gpu() -> Gpu:
-    return Gpu()
+def gpu(id: int = 0) -> Gpu:
+    return Gpu(id)
 
 
 @functools.cache
@@ -310,11 +326,12 @@ class CudaExecutable:
         """Launches the program and returns its outputs as flat device buffers (in the
         storage dtype: bfloat16 as its bits) without waiting for the device. Arguments on the
         device (`DeviceValue`s) are used in place; host values are copied there first."""
-        try:
-            views, outputs = self._allocate(args)
-        except MemoryError as error:  # CuPy's OutOfMemoryError is one
-            raise OutOfDeviceMemoryError(self._out_of_memory(args)) from error
-        _Walk(self, views).steps(self.program.steps)
+        with self.device.context():
+            try:
+                views, outputs = self._allocate(args)
+            except MemoryError as error:  # CuPy's OutOfMemoryError is one
+                raise OutOfDeviceMemoryError(self._out_of_memory(args)) from error
+            _Walk(self, views).steps(self.program.steps)
         return outputs
 
     def _allocate(self, args) -> tuple[dict, list]:
