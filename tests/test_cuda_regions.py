@@ -83,6 +83,12 @@ def test_a_loop_a_branch_and_a_while_each_run_as_one_launch_without_reading_back
     assert len(launched) < 10 and host_walk["read"] == 0
     # The kernels the regions call are device functions, not launched by the host.
     assert "__device__ void k1_" in text and "r0_ScanStep" in text
+    with jit_backend("cuda_emulator"):
+        plan = fg.jit(f).lower(xs, np.int32(4)).compile().fusion_plan()
+    assert re.search(
+        r"on the device, one block \(r0_ScanStep\): .* = scan\[length=6, reverse\]", plan
+    )
+    assert re.search(r"on the device, one block \(r2_WhileStep\): .* = while\(", plan)
 
 
 def test_gemms_in_a_loop_body_run_as_the_blocks_gemm_forward_and_backward():

@@ -380,7 +380,13 @@ class CudaExecutable:
         return self.source
 
     def fusion_plan(self) -> str:
-        return self.program.as_text()
+        """The scheduled program, then the control flow that runs on the device (`regions`),
+        each with the kernel running it."""
+        lines = [self.program.as_text()]
+        for step, kernel in self.regions.items():
+            head = Program([], [], [step]).as_text().splitlines()[1].strip()
+            lines.append(f"on the device, one block ({kernel.name}): {head}")
+        return "\n".join(lines)
 
     def memory_analysis(self):
         return self.memory
