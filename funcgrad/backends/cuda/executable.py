@@ -2,11 +2,12 @@
 then CUDA C for every kernel, one module per program.
 
 The host walks the program's steps: it launches kernels, hands GEMMs to the device's BLAS
-(cuBLAS through CuPy; NumPy on the emulator), and runs cond, while and scan regions by binding
-their programs' inputs to slices of the caller's buffers, as the LLVM entry point does.
-Predicates of cond and while are read back to the host, and decompositions run on the host's
-LAPACK (cuSOLVER is still to come). Buffers are typed views of one arena
-per call (the shared memory plan), of the inputs, the outputs and the constants.
+(cuBLAS; NumPy on the emulator), launches the kernels that run small control flow on the
+device (`regions.py`), and runs the other cond, while and scan steps by binding their
+programs' inputs to slices of the caller's buffers, as the LLVM entry point does, reading
+their predicates back. Decompositions run on the host's LAPACK (cuSOLVER is still to come).
+Buffers are typed views of one arena per call (the shared memory plan), of the inputs, the
+outputs and the constants.
 
 Two devices run it: `Gpu` (CuPy and NVRTC on a CUDA GPU) and `Emulator` (the generated CUDA C
 compiled for the host, see `emulator.py`), which is how the renderer is tested without a GPU.

@@ -83,6 +83,8 @@ def _pass_work(step) -> int | None:
 
 
 def _work(steps: list) -> int | None:
+    """The work of running `steps` once: a scan inside counts its length times, a while
+    inside (whose trip count is unknown) once."""
     total = 0
     for step in steps:
         if isinstance(step, KernelStep):
