@@ -230,9 +230,9 @@ def rnn_backward_case():
 
 
 def while_case():
-    """A while loop of 1000 small steps whose predicate depends on the data (Newton's method
-    for a square root, run to a fixed count): each test of the predicate happens on the
-    device, not after a copy back to the host."""
+    """A while loop of 1000 small steps (Newton's method for square roots, a fixed number of
+    times): its predicate is tested at every step, on the device rather than after a copy
+    back to the host."""
     x = np.linspace(1, 100, 4096).astype(np.float32)
 
     def make(xp, while_loop):
