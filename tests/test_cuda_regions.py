@@ -91,6 +91,24 @@ def test_a_loop_a_branch_and_a_while_each_run_as_one_launch_without_reading_back
     assert re.search(r"on the device, one block \(r2_WhileStep\): .* = while\(", plan)
 
 
+def test_an_eager_loop_on_gpu_arrays_runs_on_the_device_too(host_walk):
+    gpu = fg.devices("cuda_emulator")[0]
+    x = fg.device_put(np.arange(5.0, dtype=np.float32), gpu)
+    out = lax.fori_loop(0, 10, lambda i, v: v * 1.1 + i, x)  # a scan: its bounds are static
+    grown = lax.while_loop(lambda v: v.sum() < 1000, lambda v: v * 1.5, x + 1)
+    assert out.device == gpu and grown.device == gpu and host_walk["read"] == 0
+    regions_run = [name for name in host_walk["launched"] if name.startswith("r")]
+    assert regions_run == ["r0_ScanStep", "r0_WhileStep"]
+    expected = np.arange(5.0, dtype=np.float32)
+    for i in range(10):
+        expected = expected * np.float32(1.1) + np.float32(i)
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-6)
+    expected = np.arange(1.0, 6.0, dtype=np.float32)
+    while expected.sum() < 1000:
+        expected = expected * np.float32(1.5)
+    np.testing.assert_array_equal(np.asarray(grown), expected)
+
+
 def test_gemms_in_a_loop_body_run_as_the_blocks_gemm_forward_and_backward():
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((24, 24)) / 5).astype(np.float32)
