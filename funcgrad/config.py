@@ -8,17 +8,6 @@ import os
 from collections.abc import Iterator
 
 JIT_BACKENDS = ("llvm", "numpy", "cuda", "cuda_emulator")
-# Names of contraction precisions, as JAX accepts them (funcgrad.lax.Precision's meaning).
-MATMUL_PRECISIONS = (
-    "default",
-    "fastest",
-    "bfloat16",
-    "high",
-    "tensorfloat32",
-    "bfloat16_3x",
-    "highest",
-    "float32",
-)
 PLATFORMS = ("cpu", "gpu", "cuda", "cuda_emulator")
 
 
@@ -128,11 +117,13 @@ def _checked_platform(name: str | None) -> str | None:
 
 
 def _checked_precision(name: str | None) -> str | None:
+    from funcgrad.lax.linalg import PRECISION_NAMES  # (lax reads this module as it loads)
+
     if name is None:
         return None
-    if not isinstance(name, str) or name.lower() not in MATMUL_PRECISIONS:
+    if not isinstance(name, str) or name.lower() not in PRECISION_NAMES:
         raise ValueError(
-            f"unknown matmul precision {name!r}; choose one of {', '.join(MATMUL_PRECISIONS)}, "
+            f"unknown matmul precision {name!r}; choose one of {', '.join(PRECISION_NAMES)}, "
             "or None for full float32"
         )
     return name.lower()

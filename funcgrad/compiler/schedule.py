@@ -153,7 +153,7 @@ class Program:
             f"({', '.join(map(repr, self.outputs))})"
         ]
         for step in self.steps:
-            lines += _step_text(step, indent + "  ")
+            lines += step_text(step, indent + "  ")
         return "\n".join(lines)
 
 
@@ -176,7 +176,8 @@ def all_steps(program: Program):
             yield from all_steps(inner)
 
 
-def _step_text(step, indent: str) -> list[str]:
+def step_text(step, indent: str) -> list[str]:
+    """A step's lines in a program's printout, the first naming what it computes from what."""
     if isinstance(step, KernelStep):
         kernel = step.kernel
         fused = ", ".join(e.primitive.name for e in step.eqns)

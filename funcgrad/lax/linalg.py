@@ -47,7 +47,7 @@ class Precision(enum.Enum):
     HIGHEST = 2
 
 
-_PRECISION_NAMES = {
+PRECISION_NAMES = {
     "default": Precision.DEFAULT,
     "fastest": Precision.DEFAULT,
     "bfloat16": Precision.DEFAULT,
@@ -65,7 +65,7 @@ def allows_tf32(precision) -> bool:
     TF32 on tensor cores: any precision below HIGHEST, on both operands, allows it."""
     if precision is None:
         name = config.default_matmul_precision
-        precision = Precision.HIGHEST if name is None else _PRECISION_NAMES[name]
+        precision = Precision.HIGHEST if name is None else PRECISION_NAMES[name]
     if isinstance(precision, tuple):
         return all(allows_tf32(p) for p in precision)
     return precision != Precision.HIGHEST
@@ -75,12 +75,12 @@ def _canonical_precision(precision):
     """None, one Precision, or a (lhs, rhs) pair of them; names are accepted as in JAX."""
     if precision is None or isinstance(precision, Precision):
         return precision
-    if isinstance(precision, str) and precision.lower() in _PRECISION_NAMES:
-        return _PRECISION_NAMES[precision.lower()]
+    if isinstance(precision, str) and precision.lower() in PRECISION_NAMES:
+        return PRECISION_NAMES[precision.lower()]
     if isinstance(precision, (tuple, list)) and len(precision) == 2:
         return tuple(_canonical_precision(p) for p in precision)
     raise TypeError(
-        f"precision must be None, a Precision, one of {sorted(_PRECISION_NAMES)}, or a pair of "
+        f"precision must be None, a Precision, one of {sorted(PRECISION_NAMES)}, or a pair of "
         f"them, got {precision!r}"
     )
 

@@ -42,6 +42,7 @@ from funcgrad.compiler.schedule import (
     ScanStep,
     WhileStep,
     all_steps,
+    step_text,
 )
 from funcgrad.config import config
 from funcgrad.errors import OutOfDeviceMemoryError
@@ -189,7 +190,7 @@ class Gpu:
 
         m, n, k = step.m, step.n, step.k
         data_type = _CUDA_DATA_TYPES[step.out.dtype]
-        compute = _CUBLAS_COMPUTE_32F_FAST_TF32 if tf32 else _CUBLAS_COMPUTE_32F
+        compute = cublas.CUBLAS_COMPUTE_32F_FAST_TF32 if tf32 else cublas.CUBLAS_COMPUTE_32F
         alpha, beta = np.ones((), np.float32), np.zeros((), np.float32)  # on the host
         # A row-major out = op(lhs) @ op(rhs) is the column-major out^T = op(rhs)^T @ op(lhs)^T:
         # cuBLAS reads each row-major operand as its column-major transpose.
@@ -220,7 +221,7 @@ class Gpu:
                 m * n,
                 step.batch,
                 compute,
-                _CUBLAS_GEMM_DEFAULT,
+                cublas.CUBLAS_GEMM_DEFAULT,
             )
         finally:
             cublas.setPointerMode(handle, mode)
@@ -385,8 +386,7 @@ class CudaExecutable:
         each with the kernel running it."""
         lines = [self.program.as_text()]
         for step, kernel in self.regions.items():
-            head = Program([], [], [step]).as_text().splitlines()[1].strip()
-            lines.append(f"on the device, one block ({kernel.name}): {head}")
+            lines.append(f"on the device, one block ({kernel.name}): {step_text(step, '')[0]}")
         return "\n".join(lines)
 
     def memory_analysis(self):
@@ -433,15 +433,12 @@ def _on_device(device, value: np.ndarray, dtype: np.dtype):
     return device.view(kept, dtype)
 
 
-# cuBLAS's names for element and compute types (cudaDataType, cublasComputeType_t).
+# CUDA's names of the element types a GEMM takes (cudaDataType: CUDA_R_32F, _16F, _16BF).
 _CUDA_DATA_TYPES = {
     np.dtype(np.float32): 0,
     np.dtype(dtypes.float16): 2,
     np.dtype(dtypes.bfloat16): 14,
 }
-_CUBLAS_COMPUTE_32F = 68
-_CUBLAS_COMPUTE_32F_FAST_TF32 = 77
-_CUBLAS_GEMM_DEFAULT = -1
 
 
 def _matrices(step: GemmStep, lhs, rhs) -> tuple:

@@ -273,9 +273,10 @@ class _KernelWriter:
             return str(n) if n >= 0 else f"({n})"
         return constant_text(n, K.INDEX)
 
-    def thread_index(self, first: str, stride: str) -> tuple[str, str]:
-        """A grid-stride loop's first index and stride, from CUDA's built-ins, in the index
-        type."""
+    def grid_stride(self) -> tuple[str, str]:
+        """A grid-stride loop's first index (this thread's place in the grid) and its stride
+        (the grid's threads), in the index type."""
+        first, stride = "blockIdx.x * blockDim.x + threadIdx.x", "gridDim.x * blockDim.x"
         if self.index_type == "int":
             return f"(int)({first})", f"(int)({stride})"
         return f"(long long){first}", f"(long long){stride}"
@@ -458,9 +459,7 @@ class _KernelWriter:
             lanes = _vector_lanes(split, kernel)
             index = self.index_name(split.index)
             start = self.vector_loop(split, index, lanes) if lanes else str(split.start)
-            first, stride = self.thread_index(
-                "blockIdx.x * blockDim.x + threadIdx.x", "gridDim.x * blockDim.x"
-            )
+            first, stride = self.grid_stride()
             self.emit(
                 f"for ({self.index_type} {index} = {start} + {first}; {index} < {split.stop}; "
                 f"{index} += {stride}) {{"
@@ -485,9 +484,7 @@ class _KernelWriter:
         self.emit("if (aligned) {")
         outer = self.indent
         self.indent += "  "
-        first, stride = self.thread_index(
-            "blockIdx.x * blockDim.x + threadIdx.x", "gridDim.x * blockDim.x"
-        )
+        first, stride = self.grid_stride()
         self.emit(f"for ({self.index_type} q = {first}; q < {count}; q += {stride}) {{")
         self.indent += "  "
         for b in loaded:
@@ -797,19 +794,12 @@ def _int_indices(kernel: K.Kernel) -> bool:
     bounds and the iterations of its loop nests all below `INT_INDEX_LIMIT` (offsets into
     buffers, and the steps of index arithmetic toward them, stay within those)."""
     buffers = kernel.buffers + kernel.scratch
-    loops = list(_loops(kernel.body))
+    bounds = ranges_of(kernel.body, {}).values()
     return (
         max((b.size for b in buffers), default=0) < INT_INDEX_LIMIT
-        and all(-INT_INDEX_LIMIT < loop.start <= loop.stop < INT_INDEX_LIMIT for loop in loops)
+        and all(-INT_INDEX_LIMIT < first <= last + 1 < INT_INDEX_LIMIT for first, last in bounds)
         and work(kernel) < INT_INDEX_LIMIT
     )
-
-
-def _loops(body: list):
-    for statement in body:
-        if isinstance(statement, K.Loop):
-            yield statement
-            yield from _loops(statement.body)
 
 
 def _plus(start: int) -> str:
