@@ -34,15 +34,23 @@ CPU = Device("cpu", 0)
 
 
 class GpuDevice(Device):
-    """A CUDA GPU (`funcgrad.devices("gpu")`), or the emulated GPU that runs the CUDA
+    """A CUDA GPU (`funcgrad.devices("gpu")`), or an emulated GPU that runs the CUDA
     backend's code on the host (`funcgrad.devices("cuda_emulator")`); `runtime` launches its
     kernels and moves its memory (`backends/cuda/executable.py`)."""
 
     __slots__ = ("runtime",)
 
     def __init__(self, id: int, runtime):
-        super().__init__("gpu", id)
+        self.platform = "gpu"
+        self.id = id
         self.runtime = runtime
+
+    @property
+    def process_index(self) -> int:
+        """A process lists its own GPUs only, made before or after it joined its MPI job."""
+        from funcgrad import distributed
+
+        return distributed.process_index()
 
     @property
     def device_kind(self) -> str:
@@ -103,7 +111,7 @@ class DeviceValue(_Sized):
     shape and dtype. Reading it as a NumPy array copies it to the host, as `np.asarray` of a
     GPU array does."""
 
-    __slots__ = ("storage", "shape", "dtype", "device")
+    __slots__ = ("storage", "shape", "dtype", "device", "_parts")
     # Whether any array has been placed on a GPU in this process, or a GPU is the default
     # device: until then, eager operations and jit calls skip looking for GPU operands.
     made = False
@@ -118,6 +126,26 @@ class DeviceValue(_Sized):
         self.dtype = dtype
         self.device = device
         DeviceValue.made = True
+
+    @classmethod
+    def stacked(cls, parts: list[DeviceValue]) -> DeviceValue:
+        """The values `parts` (each on its own GPU) stacked along a new leading axis, on the
+        first part's GPU. Its storage is gathered there when first read: pmap's results keep
+        their shards on their devices, and most are only ever read shard by shard."""
+        value = cls.__new__(cls)
+        value.shape = (len(parts),) + parts[0].shape
+        value.dtype = parts[0].dtype
+        value.device = parts[0].device
+        value._parts = parts
+        return value
+
+    def __getattr__(self, name: str):
+        # Reached only for an unset slot: the storage of a stacked value, not gathered yet.
+        if name != "storage" or not hasattr(self, "_parts"):
+            raise AttributeError(name)
+        host = [part.device.runtime.download(part.storage) for part in self._parts]
+        self.storage = self.device.runtime.upload(np.concatenate(host))
+        return self.storage
 
     @property
     def itemsize(self) -> int:
@@ -158,7 +186,7 @@ def device_put(x, device: Device | None = None):
     if device is None:
         device = default_gpu()
     if isinstance(device, GpuDevice):
-        return tree_util.tree_map(lambda leaf: _to_gpu(asarray(leaf), device), x)
+        return tree_util.tree_map(lambda leaf: put_on_gpu(asarray(leaf), device), x)
     if device is not None and device not in devices("cpu"):
         raise ValueError(f"unknown device {device!r}; available: {devices('cpu')}")
     return tree_util.tree_map(lambda leaf: to_host(asarray(leaf)), x)
@@ -169,19 +197,22 @@ def on_default_device(array):
     device = default_gpu()
     if device is None or type(array) is not Array:
         return array
-    return _to_gpu(array, device)
+    return put_on_gpu(array, device)
 
 
-def _to_gpu(array: Array, device: GpuDevice) -> Array:
+def put_on_gpu(array: Array, device: GpuDevice) -> Array:
     value = array._value
-    if type(value) is DeviceValue:
-        if value.device is device:
-            return array
-        value = np.asarray(value)
-    host = np.ascontiguousarray(value).reshape(-1)
-    bits = host.view(np.uint16) if host.dtype == dtypes.bfloat16 else host
-    placed = DeviceValue(device.runtime.upload(bits), np.shape(value), host.dtype, device)
-    return Array(placed, array.weak_type)
+    if type(value) is DeviceValue and value.device is device:
+        return array
+    return Array(place(value, device), array.weak_type)
+
+
+def place(value, device: GpuDevice) -> DeviceValue:
+    """A copy of `value` (host data, or a value on another GPU) on GPU `device`."""
+    host = np.asarray(value)
+    flat = np.ascontiguousarray(host).reshape(-1)  # (which makes a 0-d value 1-d)
+    bits = flat.view(np.uint16) if host.dtype == dtypes.bfloat16 else flat
+    return DeviceValue(device.runtime.upload(bits), host.shape, host.dtype, device)
 
 
 # DLPack's device type of CUDA memory (kDLCUDA).
@@ -230,7 +261,13 @@ class Shard(NamedTuple):
 
 
 def sharded(buffers: list, devices: list[Device], weak_type: bool = False) -> Array:
-    """An array whose leading axis is split over `devices`, one buffer each."""
+    """An array whose leading axis is split over `devices`, one buffer each: GPU buffers stay
+    where they are (the whole value is gathered when read), virtual CPU devices' become
+    views of one stacked host array."""
+    if isinstance(devices[0], GpuDevice):
+        array = Array(DeviceValue.stacked(buffers), weak_type)
+        array._shards = tuple(zip(devices, buffers))
+        return array
     array = Array(np.stack(buffers), weak_type)
     array._shards = tuple(zip(devices, array._value))
     return array
@@ -266,8 +303,9 @@ class Array:
 
     A sharded array (made by `sharded`, e.g. as pmap's result) also holds `_shards`: the
     devices of its leading axis and the slice each holds, which pmap hands back to each device
-    as it is. On virtual CPU devices the slices are views of `_value`; the slot is left unset
-    on other arrays, so they pay nothing for it.
+    as it is. On virtual CPU devices the slices are views of `_value`; on GPUs they are the
+    devices' buffers and `_value` is stacked from them on the first GPU when read. The slot is
+    left unset on other arrays, so they pay nothing for it.
     """
 
     __slots__ = ("_value", "weak_type", "_shards")

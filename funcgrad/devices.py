@@ -6,12 +6,14 @@ the work releases the GIL (NumPy's kernels, compiled code). Under `funcgrad.dist
 every process has its own local devices and `devices()` lists all processes' devices, numbered
 process by process.
 
-GPUs are listed by `devices("gpu")`; arrays placed on one with `device_put` stay there, and
-the operations and jitted calls applied to them run there. The default platform
-(`config.platform`, FUNCGRAD_PLATFORM) is a CUDA GPU when CuPy finds one, else the CPU: new
-arrays (`numpy.array`, `zeros`, results of operations on host data) then live on that GPU,
-and `devices()` lists the default platform's devices, as JAX lists its default backend's.
-pmap runs on the CPU's devices whatever the default.
+GPUs are listed by `devices("gpu")`, this process's CUDA GPUs; arrays placed on one with
+`device_put` stay there, and the operations and jitted calls applied to them run there. The
+emulated GPUs (`devices("cuda_emulator")`) run the CUDA backend's code on the host, as many as
+the CPU's virtual devices, so that programs over several GPUs are tested where there is none.
+The default platform (`config.platform`, FUNCGRAD_PLATFORM) is a CUDA GPU when CuPy finds
+one, else the CPU: new arrays (`numpy.array`, `zeros`, results of operations on host data)
+then live on its first GPU, and `devices()` lists the default platform's devices, as JAX
+lists its default backend's; pmap runs on them.
 """
 
 from __future__ import annotations
@@ -60,10 +62,10 @@ GPU_BACKENDS = ("gpu", "cuda", "cuda_emulator")
 def devices(backend: str | None = None) -> list[Device]:
     """Every device of every process: the default platform's by default, `devices("cpu")`
     for the CPU's, `devices("gpu")` (or "cuda") for this machine's CUDA GPUs,
-    `devices("cuda_emulator")` for the emulated GPU that runs the CUDA backend's code on the
+    `devices("cuda_emulator")` for the emulated GPUs that run the CUDA backend's code on the
     host."""
     if backend is None and DeviceValue.default is not None:
-        return [DeviceValue.default]
+        return list(_gpu_devices(DeviceValue.default.backend))
     if backend in GPU_BACKENDS:
         return list(_gpu_devices(backend))
     _check_backend(backend)
@@ -109,19 +111,26 @@ def _gpu_devices(backend: str) -> tuple[GpuDevice, ...]:
         raise RuntimeError(
             f"backend {backend!r} is not available: "
             + _missing_gpu_part()
-            + " (the emulated GPU, devices('cuda_emulator'), runs the same code on the host)"
+            + " (the emulated GPUs, devices('cuda_emulator'), run the same code on the host)"
         )
-    return _gpu_device_list(backend == "cuda_emulator")
+    if backend == "cuda_emulator":
+        return tuple(_emulated_gpu(i) for i in range(_num_local()))
+    return _gpu_device_list()
 
 
 @functools.cache
-def _gpu_device_list(emulated: bool) -> tuple[GpuDevice, ...]:
-    """Every CUDA GPU CuPy finds, in its order; the emulated GPU is one."""
-    from funcgrad.backends.cuda.executable import Emulator, gpu
+def _emulated_gpu(id: int) -> GpuDevice:
+    from funcgrad.backends.cuda.executable import Emulator
 
-    if emulated:
-        return (GpuDevice(0, Emulator()),)
+    return GpuDevice(id, Emulator())
+
+
+@functools.cache
+def _gpu_device_list() -> tuple[GpuDevice, ...]:
+    """Every CUDA GPU CuPy finds, in its order."""
     import cupy
+
+    from funcgrad.backends.cuda.executable import gpu
 
     return tuple(GpuDevice(i, gpu(i)) for i in range(cupy.cuda.runtime.getDeviceCount()))
 

@@ -22,6 +22,7 @@ import pytest
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import distributed
+from funcgrad.backends.cuda import emulator
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "data_parallel.py"
@@ -57,7 +58,13 @@ def test_loss_curve_equals_single_device_full_batch(num_devices, data_and_refere
     assert losses[-1] < losses[0]
 
 
-def _mpiexec(num_processes: int, args: list[str], devices_per_process: int = 1, timeout=120):
+def _mpiexec(
+    num_processes: int,
+    args: list[str],
+    devices_per_process: int = 1,
+    timeout=120,
+    platform: str = "cpu",
+):
     """Run `python args...` under mpiexec; skips the test where MPI is not installed."""
     pytest.importorskip("mpi4py")
     mpiexec = shutil.which("mpiexec")
@@ -67,6 +74,7 @@ def _mpiexec(num_processes: int, args: list[str], devices_per_process: int = 1, 
         os.environ,
         PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
         FUNCGRAD_NUM_CPU_DEVICES=str(devices_per_process),
+        FUNCGRAD_PLATFORM=platform,
         OMPI_ALLOW_RUN_AS_ROOT="1",
         OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
         OMPI_MCA_rmaps_base_oversubscribe="1",
@@ -177,15 +185,20 @@ if __name__ == "__main__":
     local = fg.local_device_count()
     mine = x[fg.process_index() * local : (fg.process_index() + 1) * local]
     out = fg.pmap(collectives, "i")(mine)
+    assert {d.platform for v in out.values() for d in v.devices()} == {fg.default_backend()}
     print(json.dumps({k: np.asarray(v).astype(np.float64).tolist() for k, v in out.items()}))
 """
 
 
-def test_collectives_across_processes_equal_one_process(tmp_path):
-    """Two processes of two devices each compute what one process of four devices does."""
+@pytest.mark.parametrize("platform", ["cpu", pytest.param("cuda_emulator", marks=pytest.mark.cuda)])
+def test_collectives_across_processes_equal_one_process(tmp_path, platform):
+    """Two processes of two devices each compute what one process of four devices does: two
+    virtual CPU devices each, or two emulated GPUs each (their buffers meeting on the host)."""
+    if platform == "cuda_emulator" and emulator.compiler() is None:
+        pytest.skip("the emulator needs a C++ compiler")
     script = tmp_path / "collectives.py"
     script.write_text(COLLECTIVES)
-    run = _mpiexec(2, [str(script)], devices_per_process=2)
+    run = _mpiexec(2, [str(script)], devices_per_process=2, platform=platform)
     assert run.returncode == 0, run.stderr
     namespace: dict = {}
     exec(COLLECTIVES, namespace)

@@ -1,6 +1,6 @@
 """The default platform (`config.platform`, FUNCGRAD_PLATFORM): with a GPU as the default, new
-arrays live on it, operations and jitted calls on host data run there and `devices()` lists
-it, while pmap still runs on the CPU's devices; "cpu" puts everything back. The emulated GPU
+arrays live on it, operations and jitted calls on host data run there, `devices()` lists it
+and pmap runs there; "cpu" puts everything back. The emulated GPU
 stands in for a real one, which is checked too where present. Values are checked against
 NumPy."""
 
@@ -74,11 +74,18 @@ def test_arrays_already_placed_stay_where_they_are(gpu):
     assert_on(gpu, host + 1)  # computed on the default device, as JAX computes
 
 
-def test_pmap_runs_on_the_cpu_devices_under_a_gpu_default(gpu):
+def test_pmap_runs_on_the_default_platforms_devices(gpu):
+    """As JAX's pmap runs on its default backend: the GPUs under a GPU default; the CPU's
+    devices when asked for (backend="cpu") and when the CPU is the default."""
+    x = np.arange(3, dtype=np.float32)[None]
     f = fg.pmap(lambda v: lax.psum(v * 2, "i"), axis_name="i")
-    out = f(np.arange(3, dtype=np.float32)[None])
+    out = f(x)
     np.testing.assert_allclose(np.asarray(out), [[0, 2, 4]])
-    assert {s.device.platform for s in out.addressable_shards} == {"cpu"}
+    assert [s.device for s in out.addressable_shards] == [gpu]
+    on_cpu = fg.pmap(lambda v: lax.psum(v * 2, "i"), axis_name="i", backend="cpu")(x)
+    assert [s.device for s in on_cpu.addressable_shards] == fg.devices("cpu")[:1]
+    fg.config.update("platform", "cpu")
+    assert [s.device for s in f(x).addressable_shards] == fg.devices("cpu")[:1]
 
 
 def test_the_cpu_platform_puts_everything_back(gpu):

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import lax
+from funcgrad.array import CPU
 from funcgrad.backends.llvm import pool, render
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.parallel import parallel_loop
@@ -256,9 +257,8 @@ def test_devices_running_at_once_share_openblas_threads():
     previous = config.num_threads
     config.update("num_threads", 4)
     try:
-        seen = parallel.run_on_devices(
-            lambda: library.scipy_openblas_get_num_threads64_(), [(), ()], "i", 2
-        )
+        count = library.scipy_openblas_get_num_threads64_
+        seen = parallel.run_on_devices([count, count], [(), ()], [CPU, CPU], "i", 2)
     finally:
         config.update("num_threads", previous)
     assert seen == [2, 2]

@@ -32,7 +32,7 @@ from funcgrad import lax
 from funcgrad.array import Array
 from funcgrad.distributed import CollectiveTimeoutError
 from funcgrad.test_util import check_grads
-from funcgrad.transforms.pmap import _device_executable, _device_slice
+from funcgrad.transforms.pmap import _device_executable, _device_operands
 
 NUM_DEVICES = 4
 
@@ -102,8 +102,9 @@ def test_sharded_results():
     for i, shard in enumerate(shards):
         assert_close(shard.data, x[i] * 2)
     # Fed back into pmap, each device takes its own buffer as it is (no copy, no gather).
-    for i, (_, buffer) in enumerate(y._shards):
-        assert _device_slice(y, i, NUM_DEVICES)._value is buffer
+    operands = _device_operands([y], (True,), fg.devices())
+    for (_, buffer), (operand,) in zip(y._shards, operands):
+        assert operand._value is buffer
     z = fg.pmap(lambda v: v + 1)(y)
     # Whole-array uses see the stacked value.
     assert_close(z, x * 2 + 1)

@@ -31,7 +31,7 @@ class EvalTrace(core.Trace):
                     raise _bad_operand(primitive, arg)
             if (
                 DeviceValue.made
-                and not getattr(primitive, "on_cpu_devices", False)
+                and not getattr(primitive, "places_itself", False)
                 and on_gpu([arg._value for arg in args])
             ):
                 return _on_gpu(primitive, args, params)

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from funcgrad import core, distributed
-from funcgrad.array import CPU, placement
+from funcgrad.array import CPU, Device, DeviceValue, GpuDevice, placement
 from funcgrad.config import config
 from funcgrad.distributed import CollectiveTimeoutError
 
@@ -124,14 +124,17 @@ class Communicator:
 class ShardFrame:
     """What a device thread knows while it runs its shard of a pmap."""
 
-    __slots__ = ("axis_name", "axis_size", "index", "local_index", "communicator")
+    __slots__ = ("axis_name", "axis_size", "index", "local_index", "communicator", "device")
 
-    def __init__(self, axis_name, axis_size: int, index: int, local_index: int, communicator):
+    def __init__(
+        self, axis_name, axis_size: int, index: int, local_index: int, communicator, device: Device
+    ):
         self.axis_name = axis_name
         self.axis_size = axis_size
         self.index = index  # position along the axis, over all processes
         self.local_index = local_index
         self.communicator = communicator
+        self.device = device
 
     def all_gather(self, value, what: str) -> list:
         return self.communicator.all_gather(self.local_index, value, what)
@@ -155,14 +158,17 @@ def current_frame() -> ShardFrame | None:
 
 
 def apply_collective(primitive: core.Primitive, values: Sequence, params: dict):
-    """Run a collective on this device's buffers (its eager implementation): only inside a
-    pmap whose axis it names; anywhere else its axis name is unbound."""
+    """Run a collective on this device's buffers (its eager implementation), giving a host
+    buffer: only inside a pmap whose axis it names; anywhere else its axis name is
+    unbound."""
     axis_name = params["axis_name"]
     names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
     frame = _frames.frame
     for name in names:
         if frame is None or name != frame.axis_name:
             raise NameError(f"unbound axis name: {name}")
+    # A GPU's buffers meet the others' on the host.
+    values = [np.asarray(v) if type(v) is DeviceValue else v for v in values]
     return shard_rules[primitive](frame, *values, **params)
 
 
@@ -178,10 +184,15 @@ _pool = ThreadPoolExecutor(256, thread_name_prefix="funcgrad-device")
 
 
 def run_on_devices(
-    run: Callable, device_args: Sequence[Sequence], axis_name: Hashable, axis_size: int
+    runs: Sequence[Callable],
+    device_args: Sequence[Sequence],
+    devices: Sequence[Device],
+    axis_name: Hashable,
+    axis_size: int,
 ) -> list:
-    """`run(*device_args[i])` for every local device i, each on its own thread (one device
-    runs on the calling thread), with collectives spanning `axis_size` devices in all."""
+    """`runs[i](*device_args[i])` for every local device i, each on its own thread (one
+    device runs on the calling thread), with collectives spanning `axis_size` devices in all.
+    A thread computes on its device: a GPU's, or the CPU for a virtual CPU device."""
     if _frames.frame is not None:
         raise NotImplementedError("pmap inside pmap is not supported; use vmap inside pmap")
     num_local = len(device_args)
@@ -189,12 +200,14 @@ def run_on_devices(
     first_index = distributed.process_index() * num_local
 
     def run_device(local_index: int):
+        device = devices[local_index]
         _frames.frame = ShardFrame(
-            axis_name, axis_size, first_index + local_index, local_index, communicator
+            axis_name, axis_size, first_index + local_index, local_index, communicator, device
         )
-        previous, placement.device = placement.device, CPU  # shards compute on the CPU
+        previous = placement.device
+        placement.device = device if isinstance(device, GpuDevice) else CPU
         try:
-            return run(*device_args[local_index])
+            return runs[local_index](*device_args[local_index])
         except BaseException as error:
             communicator.abort(local_index, error)
             raise

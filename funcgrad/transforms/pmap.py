@@ -21,13 +21,24 @@ from typing import Any
 import numpy as np
 
 from funcgrad import core, distributed, tree_util
-from funcgrad.array import Array, Device, sharded, to_host
+from funcgrad.array import (
+    CPU,
+    Array,
+    Device,
+    DeviceValue,
+    GpuDevice,
+    place,
+    placement,
+    put_on_gpu,
+    sharded,
+    to_host,
+)
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import passes
 from funcgrad.compiler.fusion import CompileError
 from funcgrad.config import config
 from funcgrad.core import Primitive, ShapedArray
-from funcgrad.devices import local_devices
+from funcgrad.devices import GPU_BACKENDS, local_devices
 from funcgrad.interpreters import batching, parallel
 from funcgrad.interpreters.ad import (
     UndefinedPrimal,
@@ -45,10 +56,10 @@ from funcgrad.lax.base import asarray
 from funcgrad.lax.parallel import axis_index_p, psum_p
 from funcgrad.transforms.jit import (
     _batched_program,
+    _compile,
     _hoisted,
     _jvp_program,
     _split_program,
-    compile_jaxpr,
 )
 from funcgrad.transforms.make_jaxpr import function_name
 from funcgrad.transforms.vmap import _expand_prefix
@@ -61,9 +72,9 @@ from funcgrad.transforms.vmap import _expand_prefix
 # result: sliced along axis 0, or the same on every device), name.
 
 pmap_p = Primitive("pmap", multiple_results=True, higher_order=True)
-# Its shards run on the CPU's devices (`devices("cpu")`), whatever the default platform and
+# Its shards run on its own devices (the `devices` param: virtual CPU devices or GPUs),
 # wherever its operands are: eager dispatch leaves it to its impl.
-pmap_p.on_cpu_devices = True
+pmap_p.places_itself = True
 
 
 def _outer_aval(aval: ShapedArray, mapped: bool, count: int) -> ShapedArray:
@@ -80,19 +91,77 @@ def _pmap_weak_type(weak_flags, *, jaxpr: ClosedJaxpr, **params) -> list[bool]:
     return [a.weak_type for a in jaxpr.out_avals]
 
 
-def _device_slice(x: Array, index: int, count: int) -> Array:
-    """Device `index`'s slice of a mapped operand: its own buffer when `x` is sharded so."""
+def _holds_shards_for(x: Array, devices: Sequence[Device]) -> bool:
+    """Whether `x` is sharded so that each device can take its own buffer as it is: GPUs
+    their own buffers, virtual CPU devices any host buffers (all share the host's memory)."""
     shards = getattr(x, "_shards", None)
-    if shards is not None and len(shards) == count:
-        return Array(shards[index][1], x.weak_type)
-    return Array(x._value[index], x.weak_type)
+    if shards is None or len(shards) != len(devices):
+        return False
+    if isinstance(devices[0], GpuDevice):
+        return all(held_by is device for (held_by, _), device in zip(shards, devices))
+    return all(type(buffer) is not DeviceValue for _, buffer in shards)
 
 
-def _compiled_or_reference(jaxpr: ClosedJaxpr):
+def _device_operands(args: Sequence[Array], in_mapped, devices: Sequence[Device]) -> list[list]:
+    """Each device's operands: its slice of each mapped operand (its own buffer when the
+    operand is sharded so) and the shared operands, on the device when it is a GPU."""
+    on_gpus = isinstance(devices[0], GpuDevice)
+    operands: list[list] = [[] for _ in devices]
+    for x, mapped in zip(args, in_mapped):
+        if mapped and _holds_shards_for(x, devices):
+            for device_operands, (_, buffer) in zip(operands, x._shards):
+                device_operands.append(Array(buffer, x.weak_type))
+            continue
+        if mapped or not on_gpus:
+            x = to_host(x)
+        for i, device in enumerate(devices):
+            value = x._value[i] if mapped else x._value
+            if on_gpus and not (type(value) is DeviceValue and value.device is device):
+                value = place(value, device)
+            operands[i].append(x if value is x._value else Array(value, x.weak_type))
+    return operands
+
+
+class _OnHost:
+    """The NumPy reference running a stretch that no compiled backend takes (a collective
+    inside control flow) for a GPU: on host copies, its results placed on the GPU."""
+
+    def __init__(self, closed: ClosedJaxpr, device: GpuDevice):
+        self.reference = NumpyExecutable(closed)
+        self.device = device
+
+    def __call__(self, *args) -> list[Array]:
+        previous, placement.device = placement.device, CPU
+        try:
+            outs = self.reference(*[to_host(a) for a in args])
+        finally:
+            placement.device = previous
+        return [Array(place(o._value, self.device), o.weak_type) for o in outs]
+
+
+class _OnGpu:
+    """A CUDA executable run on its GPU, results left there."""
+
+    def __init__(self, executable, device: GpuDevice):
+        self.executable = executable
+        self.device = device
+
+    def __call__(self, *args) -> list[Array]:
+        return self.executable.on_device(args, self.device)
+
+
+def _compiled(closed: ClosedJaxpr, backend: str, device: GpuDevice | None):
+    """jit's executable for `closed` on `backend`, run on `device` when it is a GPU."""
+    if device is None:
+        return _compile(closed, backend, ())
+    return _OnGpu(_compile(closed, backend, (), device.runtime), device)
+
+
+def _stretch_executable(closed: ClosedJaxpr, backend: str, device: GpuDevice | None):
     try:
-        return compile_jaxpr(jaxpr)
+        return _compiled(closed, backend, device)
     except CompileError:
-        return NumpyExecutable(jaxpr)
+        return NumpyExecutable(closed) if device is None else _OnHost(closed, device)
 
 
 class _SegmentedExecutable:
@@ -101,7 +170,7 @@ class _SegmentedExecutable:
     collectives run between them, exchanging buffers through the communicator. (A collective
     nested in control flow keeps its whole stretch on the NumPy reference.)"""
 
-    def __init__(self, closed: ClosedJaxpr):
+    def __init__(self, closed: ClosedJaxpr, backend: str, device: GpuDevice | None):
         closed = passes.inline_calls(closed)  # collectives inside jit calls become top level
         jaxpr = closed.jaxpr
         self.consts = dict(zip(jaxpr.constvars, closed.consts))
@@ -131,7 +200,7 @@ class _SegmentedExecutable:
                     if type(v) is Var and v not in ins and v not in defined:
                         ins.append(v)
             stretch = ClosedJaxpr(Jaxpr([], ins, outs, group), [])
-            self.steps.append((_compiled_or_reference(stretch), ins, outs))
+            self.steps.append((_stretch_executable(stretch, backend, device), ins, outs))
             live.difference_update(defined)
             live.update(ins)
         self.steps.reverse()
@@ -157,25 +226,26 @@ class _SegmentedExecutable:
 
 
 @functools.lru_cache(maxsize=1024)
-def _device_executable(jaxpr: ClosedJaxpr, backend: str):
-    """jit's executable for one device's program on the configured backend, or, where the
-    backend cannot lower the collectives, the program split at them."""
+def _device_executable(jaxpr: ClosedJaxpr, backend: str, device: GpuDevice | None = None):
+    """jit's executable for one device's program on `backend` (for a GPU, on that GPU, its
+    results left there), or, where the backend cannot lower the collectives, the program
+    split at them."""
     try:
-        return compile_jaxpr(jaxpr)
+        return _compiled(jaxpr, backend, device)
     except CompileError:
-        return _SegmentedExecutable(jaxpr)
+        return _SegmentedExecutable(jaxpr, backend, device)
 
 
 @pmap_p.def_impl
 def _pmap_impl(*args, jaxpr, axis_name, axis_size, devices, in_mapped, out_mapped, name):
-    executable = _device_executable(jaxpr, config.jit_backend)
-    count = len(devices)
-    args = [to_host(a) for a in args]
-    device_args = [
-        [_device_slice(a, i, count) if m else a for a, m in zip(args, in_mapped)]
-        for i in range(count)
-    ]
-    outs = parallel.run_on_devices(executable, device_args, axis_name, axis_size)
+    if isinstance(devices[0], GpuDevice):
+        runs = [_device_executable(jaxpr, d.backend, d) for d in devices]
+    else:
+        runs = [_device_executable(jaxpr, config.jit_backend)] * len(devices)
+    device_args = _device_operands(args, in_mapped, devices)
+    outs = parallel.run_on_devices(runs, device_args, devices, axis_name, axis_size)
+    if isinstance(devices[0], GpuDevice):  # literal results were made on the host
+        outs = [[put_on_gpu(o, d) for o in device_outs] for device_outs, d in zip(outs, devices)]
     return [
         sharded([device_outs[k]._value for device_outs in outs], list(devices), out.weak_type)
         if mapped
@@ -357,6 +427,7 @@ class Pmapped:
         out_axes: Any,
         static_broadcasted_argnums,
         devices: Sequence[Device] | None,
+        backend: str | None,
         donate_argnums,
     ):
         functools.update_wrapper(self, fun)
@@ -366,7 +437,8 @@ class Pmapped:
         self.in_axes = tuple(in_axes) if isinstance(in_axes, list) else in_axes
         self.out_axes = out_axes
         self.static_argnums = _static_tuple(static_broadcasted_argnums)
-        self.devices = None if devices is None else tuple(devices)
+        self.devices = None if devices is None else _checked_devices(devices, self.name)
+        self.backend = backend
         # Buffers are not reused by the NumPy backend, so donation is accepted and ignored.
         self.donate_argnums = _static_tuple(donate_argnums)
         self._cache: dict = {}
@@ -414,12 +486,17 @@ class Pmapped:
                     f"devices were given (devices=); the sizes must be equal"
                 )
             return self.devices
-        available = local_devices(backend="cpu")  # pmap runs on the CPU
+        available = local_devices(backend=self.backend)  # the default platform's by default
         if size > len(available):
+            more = (
+                "this process's GPUs are all there are"
+                if getattr(available[0], "backend", None) == "cuda"
+                else f"set FUNCGRAD_NUM_CPU_DEVICES (or config num_cpu_devices) to at least {size}"
+            )
             raise ValueError(
                 f"pmap({self.name}): the mapped axis has size {size}, more than the "
-                f"{len(available)} local device(s); set FUNCGRAD_NUM_CPU_DEVICES (or "
-                f"config num_cpu_devices) to at least {size}, or map fewer entries"
+                f"{len(available)} local device(s) ({available[0]!r} ...); {more}, or map "
+                "fewer entries"
             )
         return tuple(available[:size])
 
@@ -520,6 +597,20 @@ class Pmapped:
         return f"<pmapped function {self.name}>"
 
 
+def _checked_devices(devices: Sequence[Device], name: str) -> tuple[Device, ...]:
+    devices = tuple(devices)
+    if not devices or not all(isinstance(d, Device) for d in devices):
+        raise TypeError(
+            f"pmap({name}): devices= takes a non-empty list of devices, got {devices!r}"
+        )
+    if len({isinstance(d, GpuDevice) and d.backend for d in devices}) > 1:
+        raise ValueError(
+            f"pmap({name}): devices= mixes kinds of device ({list(devices)}); a pmap runs on "
+            "virtual CPU devices or on GPUs"
+        )
+    return devices
+
+
 def pmap(
     fun: Callable,
     axis_name: Hashable | None = None,
@@ -534,13 +625,25 @@ def pmap(
 ) -> Pmapped:
     """Run `fun` on several devices at once: device i gets slice i of every argument's mapped
     axis (`in_axes`; None shares an argument with every device), and results are stacked along
-    `out_axes` as arrays with one buffer per device. Collectives name the axis `axis_name`."""
+    `out_axes` as arrays with one buffer per device. Collectives name the axis `axis_name`.
+
+    It runs on `devices`, else on the first local devices of `backend` ("cpu", "gpu" or
+    "cuda_emulator"), by default the default platform's: virtual CPU devices, or GPUs."""
     if not callable(fun):
         raise TypeError(f"pmap expects a callable, got {type(fun).__name__}")
-    if backend not in (None, "cpu"):
-        raise ValueError(f"pmap: backend {backend!r} is not available; available: cpu")
+    if backend not in (None, "cpu", *GPU_BACKENDS):
+        raise ValueError(
+            f"pmap: unknown backend {backend!r}; choose one of cpu, {', '.join(GPU_BACKENDS)}"
+        )
     if axis_size is not None:
         raise NotImplementedError("pmap: axis_size is not supported; map an argument instead")
     return Pmapped(
-        fun, axis_name, in_axes, out_axes, static_broadcasted_argnums, devices, donate_argnums
+        fun,
+        axis_name,
+        in_axes,
+        out_axes,
+        static_broadcasted_argnums,
+        devices,
+        backend,
+        donate_argnums,
     )

@@ -7,8 +7,9 @@ arrays to a committed array's device."""
 from __future__ import annotations
 
 from funcgrad import core
-from funcgrad.array import Array, DeviceValue, GpuDevice, default_gpu
+from funcgrad.array import Array, DeviceValue, GpuDevice, default_gpu, place
 from funcgrad.compiler.fusion import CompileError
+from funcgrad.interpreters import parallel
 
 _programs: dict = {}
 _MAX_PROGRAMS = 4096
@@ -45,9 +46,25 @@ def device_of(args, what: str) -> GpuDevice:
     return found.pop()
 
 
+class _Collective:
+    """A collective on the buffers of a pmap's GPU: it meets the other devices' through the
+    pmap's communicator (`interpreters/parallel.py`) instead of running a program."""
+
+    def __init__(self, primitive: core.Primitive, params: dict):
+        self.primitive = primitive
+        self.params = params
+
+    def on_device(self, args: list[Array], device: GpuDevice) -> list[Array]:
+        out = parallel.apply_collective(self.primitive, [a._value for a in args], self.params)
+        return [Array(place(out, device))]
+
+
 def _compile(primitive, args, params, device: GpuDevice):
     from funcgrad.backends.cuda.executable import CudaExecutable
     from funcgrad.transforms.make_jaxpr import make_jaxpr
+
+    if primitive in parallel.shard_rules:
+        return _Collective(primitive, params)
 
     shapes = [core.ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in args]
     closed = make_jaxpr(lambda *xs: primitive.bind(*xs, **params))(*shapes)

@@ -18,6 +18,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 
 from funcgrad.backends.cuda.render import MATH, CudaKernel, memory_type
 from funcgrad.compiler import kernel_ir as K
@@ -139,11 +140,17 @@ def _launcher(kernel: CudaKernel) -> str:
 
 
 class EmulatedModule:
-    """The host build of one generated module; `launch` runs a kernel over a grid."""
+    """The host build of one generated module; `launch` runs a kernel over a grid.
+
+    The build of a source text is loaded once per process, so the modules of one program on
+    several emulated GPUs share its statics (grid and block sizes, barriers, shared arrays):
+    their launches take turns."""
 
     def __init__(self, source: str, kernels: list[CudaKernel]):
         text = "\n".join([HOST_HEADER, source, *map(_launcher, kernels)])
-        self.library = ctypes.CDLL(_build(text))
+        path = _build(text)
+        self.library = ctypes.CDLL(path)
+        self.turn = _library_lock(path)
         self.entries = {}
         for kernel in kernels:
             entry = getattr(self.library, f"launch_{kernel.name}")
@@ -153,7 +160,13 @@ class EmulatedModule:
 
     def launch(self, kernel: CudaKernel, grid: int, block: int, pointers: list[int]) -> None:
         table = (ctypes.c_void_p * max(len(pointers), 1))(*pointers)
-        self.entries[kernel.name](grid, block, table)
+        with self.turn:
+            self.entries[kernel.name](grid, block, table)
+
+
+@functools.cache
+def _library_lock(path: str) -> threading.Lock:
+    return threading.Lock()
 
 
 _BUILDS = os.path.join(tempfile.gettempdir(), f"funcgrad-cuda-emulator-{os.getuid()}")

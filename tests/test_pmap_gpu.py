@@ -1,0 +1,182 @@
+"""pmap over GPUs: one device's program compiled for each GPU, shards left in the GPUs'
+memory, collectives meeting on the host. Without a GPU the emulated GPUs (as many as the
+CPU's virtual devices) stand in: the pmap suite (`test_pmap.py`) runs again with them as the
+default platform, against the same NumPy references, and the tests below check what is
+particular to GPUs. Where a machine has GPUs, the last test runs on every one of them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from checks import assert_close
+from test_pmap import (  # noqa: F401 (re-collected here, on the emulated GPUs)
+    NUM_DEVICES,
+    four_devices,
+    test_a_device_that_never_arrives_times_out,
+    test_a_failing_device_stops_the_others,
+    test_all_gather,
+    test_all_to_all,
+    test_axis_index,
+    test_bad_ppermute_permutation,
+    test_complex_collectives_sum_and_move_each_part,
+    test_derivatives_of_pmap,
+    test_derivatives_of_shared_inputs_and_outputs,
+    test_fewer_entries_than_devices_use_the_first_devices,
+    test_grad_inside_pmap_with_pmean_is_the_full_batch_gradient,
+    test_in_axes_out_axes_and_pytrees,
+    test_jit_of_pmap,
+    test_more_entries_than_devices,
+    test_pmap_of_jit,
+    test_pmap_of_vmap,
+    test_pmean_divides_by_the_device_count,
+    test_ppermute,
+    test_psum_scatter,
+    test_reductions,
+    test_sharded_results,
+    test_staged_once_and_devices_run_at_once,
+    test_static_broadcasted_argnums_and_devices,
+    test_unbound_axis_name,
+    test_vmap_of_grad_of_pmap,
+    test_vmap_of_pmap,
+    test_vmap_of_pmap_with_a_shared_argument,
+)
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad import lax
+from funcgrad.array import DeviceValue
+from funcgrad.backends.cuda import emulator
+from funcgrad.devices import gpu_available
+from funcgrad.transforms.pmap import _device_executable, _device_operands
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(emulator.compiler() is None, reason="the emulator needs a C++ compiler"),
+]
+
+
+@pytest.fixture(autouse=True)
+def emulated_gpus_by_default(four_devices):  # noqa: F811
+    saved = fg.config.platform
+    fg.config.update("platform", "cuda_emulator")
+    yield
+    fg.config.update("platform", saved)
+
+
+def assert_sharded_on(devices, array):
+    assert [s.device for s in array.addressable_shards] == list(devices)
+    for device, buffer in array._shards:
+        assert type(buffer) is DeviceValue and buffer.device is device
+
+
+def test_the_default_platforms_devices_are_the_emulated_gpus():
+    gpus = fg.devices()
+    assert gpus == fg.devices("cuda_emulator") == fg.local_devices()
+    assert [d.id for d in gpus] == list(range(NUM_DEVICES)) and fg.device_count() == NUM_DEVICES
+    assert all(d.platform == "gpu" and d.process_index == 0 for d in gpus)
+    assert len({id(d.runtime) for d in gpus}) == NUM_DEVICES  # a runtime each
+
+
+def test_shards_stay_on_their_gpus_until_the_whole_value_is_read():
+    x = np.arange(8.0, dtype=np.float32).reshape(NUM_DEVICES, 2)
+    y = fg.pmap(lambda v: fnp.exp(v) * 2)(x)
+    assert_sharded_on(fg.devices(), y)
+    stacked = y._value
+    assert type(stacked) is DeviceValue and stacked.device is fg.devices()[0]
+    with pytest.raises(AttributeError):  # not gathered: no storage of its own yet
+        DeviceValue.storage.__get__(stacked)
+    # Fed back, each GPU takes its own buffer as it is.
+    operands = _device_operands([y], (True,), fg.devices())
+    assert [op._value for (op,) in operands] == [buffer for _, buffer in y._shards]
+    z = fg.pmap(lambda v: v + 1)(y)
+    with pytest.raises(AttributeError):
+        DeviceValue.storage.__get__(y._value)
+    assert_close(z, np.exp(x) * 2 + 1, np.float32, rtol=1e-6)
+    # Read whole, it is gathered once onto the first GPU, and operations run there.
+    assert_close(y[1:3], np.exp(x[1:3]) * 2, np.float32, rtol=1e-6)
+    assert DeviceValue.storage.__get__(y._value) is not None
+    assert (y + 1).device is fg.devices()[0]
+
+
+def test_operands_from_elsewhere_are_copied_onto_each_gpu():
+    """Host data, another GPU's array and a CPU pmap's shards all reach the right GPUs; a
+    shared operand is placed on every GPU."""
+    gpus = fg.devices()
+    x = np.arange(12.0, dtype=np.float32).reshape(NUM_DEVICES, 3)
+    w = np.float32([1.0, -2.0, 0.5])
+    f = fg.pmap(lambda w, v: lax.psum(v * w, "i"), "i", in_axes=(None, 0))
+    expected = np.broadcast_to((x * w).sum(0), x.shape)
+    on_cpu = fg.pmap(lambda v: v, backend="cpu")(x)
+    assert {s.device.platform for s in on_cpu.addressable_shards} == {"cpu"}
+    for operand in [x, fg.device_put(x, gpus[2]), on_cpu]:
+        out = f(fg.device_put(w, gpus[1]), operand)
+        assert_sharded_on(gpus, out)
+        assert_close(out, expected, np.float32, rtol=1e-6)
+    operands = _device_operands([fg.device_put(w, gpus[1])], (False,), gpus)
+    assert [op._value.device for (op,) in operands] == gpus
+    # And back to the CPU's devices.
+    back = fg.pmap(lambda v: v * 2, backend="cpu")(out)
+    assert_close(back, expected * 2, np.float32, rtol=1e-6)
+
+
+def test_each_gpu_runs_its_stretches_compiled_for_it_and_the_collectives_between():
+    def f(v):
+        total = lax.psum(fnp.tanh(v), "i")
+        return fnp.sin(total * v), lax.all_gather(total + 1.0, "i")
+
+    x = np.linspace(-1, 1, 8, dtype=np.float32).reshape(NUM_DEVICES, 2)
+    g = fg.pmap(f, "i")
+    sin_total, gathered = g(x)
+    total = np.tanh(x).sum(0)
+    assert_close(sin_total, np.sin(total * x), np.float32, rtol=1e-5)
+    assert_close(gathered, np.broadcast_to(total + 1, (NUM_DEVICES, NUM_DEVICES, 2)), np.float32)
+    ((program, _, _),) = g._cache.values()
+    for gpu in fg.devices():
+        steps = _device_executable(program, "cuda_emulator", gpu).steps
+        kinds = [type(s[0]).__name__ if isinstance(s, tuple) else s.primitive.name for s in steps]
+        assert kinds == ["_OnGpu", "psum", "_OnGpu", "all_gather"]
+        assert all(s[0].device is gpu for s in steps if isinstance(s, tuple))
+
+
+def test_a_collective_inside_control_flow_runs_its_stretch_on_the_host():
+    """The stretch holding it runs on the NumPy reference on host copies, its results put
+    back on each GPU."""
+
+    def f(v):
+        return lax.cond(v.sum() > 0, lambda u: lax.psum(u, "i"), lambda u: -u, v) * 3
+
+    x = np.array([[1.0, 2.0], [3.0, 4.0], [-1.0, 5.0], [2.0, 0.0]], np.float32)
+    out = fg.pmap(f, "i")(x)
+    assert_sharded_on(fg.devices(), out)
+    assert_close(out, np.broadcast_to(x.sum(0) * 3, x.shape), np.float32)
+
+
+def test_results_made_on_the_host_are_put_on_their_gpus():
+    """A program split at a collective returns its constant results from the host."""
+    total, one = fg.pmap(lambda v: (lax.psum(v, "i"), 1.0), "i")(np.arange(4.0))
+    for out in (total, one):
+        assert_sharded_on(fg.devices(), out)
+    assert_close(one, np.ones(4), np.float32)
+
+
+def test_devices_of_several_kinds_are_refused():
+    mixed = [fg.devices("cpu")[0], fg.devices()[1]]
+    with pytest.raises(ValueError, match="mixes kinds of device"):
+        fg.pmap(lambda v: v, devices=mixed)
+    with pytest.raises(ValueError, match="unknown backend 'tpu'"):
+        fg.pmap(lambda v: v, backend="tpu")
+    if not gpu_available():
+        with pytest.raises(RuntimeError, match="CuPy|driver|GPU"):
+            fg.pmap(lambda v: v, backend="gpu")(np.zeros(1))
+
+
+@pytest.mark.skipif(not gpu_available(), reason="needs a CUDA GPU")
+def test_pmap_over_every_gpu_of_this_machine():
+    gpus = fg.devices("gpu")
+    x = np.random.default_rng(0).standard_normal((len(gpus), 1000)).astype(np.float32)
+    loss = lambda w, v: fnp.mean(fnp.tanh(v * w) ** 2)  # noqa: E731
+    step = fg.pmap(lambda w, v: lax.pmean(fg.grad(loss)(w, v), "i"), "i", in_axes=(None, 0))
+    grads = step(np.float32(0.7), x)
+    assert_sharded_on(gpus, grads)
+    expected = fg.grad(loss)(np.float32(0.7), fg.device_put(x, fg.devices("cpu")[0]))
+    assert_close(grads, np.full(len(gpus), expected), np.float32, rtol=1e-5)
