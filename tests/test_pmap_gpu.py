@@ -47,6 +47,7 @@ from funcgrad import lax
 from funcgrad.array import DeviceValue
 from funcgrad.backends.cuda import emulator
 from funcgrad.devices import gpu_available
+from funcgrad.interpreters import parallel
 from funcgrad.transforms.pmap import _device_executable, _device_operands
 
 pytestmark = [
@@ -159,6 +160,66 @@ def test_results_made_on_the_host_are_put_on_their_gpus():
     assert_close(one, np.ones(4), np.float32)
 
 
+def test_collectives_move_between_gpus_where_a_transport_reduces_exactly(monkeypatch):
+    """psum, pmax, pmin and all_gather go from GPU to GPU (the emulated GPUs' transport is
+    their communicator; a GPU's is NCCL), through the exact forms: NaN wins a float max or
+    min, integer sums wrap, booleans and complex numbers travel as bytes and parts. Half
+    precision and the other collectives meet on the host. Values against NumPy."""
+    on_host = []
+    meet_on_host = parallel.apply_collective
+    monkeypatch.setattr(
+        parallel,
+        "apply_collective",
+        lambda p, values, params: on_host.append(p.name) or meet_on_host(p, values, params),
+    )
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((NUM_DEVICES, 2, 3)).astype(np.float32)
+    x[1, 0, 2] = np.nan
+    big = np.array([100, 90, -128, 127], np.int8)[:, None]
+
+    def f(v, b):
+        return {
+            "psum": lax.psum(v, "i"),
+            "pmax": lax.pmax(v, "i"),
+            "pmin": lax.pmin(v, "i"),
+            "gather": lax.all_gather(v, "i", axis=2),
+            "gather tiled": lax.all_gather(v, "i", axis=1, tiled=True),
+            "complex": lax.psum(v + 2j * v, "i"),
+            "bool": lax.pmax(v > 1, "i"),
+            "int8": lax.psum(b, "i"),
+            "float64 pmin": lax.pmin(v.astype(fnp.float64), "i"),
+            "half": lax.psum(v.astype(fnp.float16), "i"),
+            "bfloat16": lax.pmax(v.astype(fnp.bfloat16), "i"),
+            "ppermute": lax.ppermute(v, "i", [(0, 1), (1, 0)]),
+        }
+
+    out = fg.pmap(f, "i")(x, big)
+    expected = {
+        "psum": x.sum(0),
+        "pmax": np.maximum.reduce(x),
+        "pmin": np.minimum.reduce(x),
+        "gather": np.stack(list(x), axis=2),
+        "gather tiled": np.concatenate(list(x), axis=1),
+        "complex": (x + 2j * x).sum(0),
+        "bool": (x > 1).any(0),
+        "int8": big.sum(0, dtype=np.int8),
+        "float64 pmin": np.minimum.reduce(x.astype(np.float64)),
+        "half": x.astype(np.float16).sum(0),
+        "bfloat16": np.maximum.reduce(x.astype(fnp.bfloat16)),
+    }
+    for name, value in expected.items():
+        got = np.asarray(out[name])
+        assert got.dtype == value.dtype, name
+        wide = np.complex128 if value.dtype.kind == "c" else np.float64
+        for lane in got:
+            np.testing.assert_allclose(lane.astype(wide), value.astype(wide), 1e-3, err_msg=name)
+    assert np.isnan(np.asarray(out["pmax"])[:, 0, 2]).all()
+    # bfloat16's pmax, float16's psum and ppermute, on every device
+    assert sorted(on_host) == sorted(["pmax", "psum", "ppermute"] * NUM_DEVICES)
+    for value in out.values():
+        assert_sharded_on(fg.devices(), value)
+
+
 def test_devices_of_several_kinds_are_refused():
     mixed = [fg.devices("cpu")[0], fg.devices()[1]]
     with pytest.raises(ValueError, match="mixes kinds of device"):
@@ -171,12 +232,20 @@ def test_devices_of_several_kinds_are_refused():
 
 
 @pytest.mark.skipif(not gpu_available(), reason="needs a CUDA GPU")
-def test_pmap_over_every_gpu_of_this_machine():
+def test_pmap_over_every_gpu_of_this_machine(monkeypatch):
+    """The gradients' pmean and an all_gather go through NCCL, never the host."""
+    on_host = []
+    monkeypatch.setattr(parallel, "apply_collective", lambda p, *_: on_host.append(p.name))
     gpus = fg.devices("gpu")
     x = np.random.default_rng(0).standard_normal((len(gpus), 1000)).astype(np.float32)
     loss = lambda w, v: fnp.mean(fnp.tanh(v * w) ** 2)  # noqa: E731
-    step = fg.pmap(lambda w, v: lax.pmean(fg.grad(loss)(w, v), "i"), "i", in_axes=(None, 0))
-    grads = step(np.float32(0.7), x)
+
+    def step(w, v):
+        return lax.pmean(fg.grad(loss)(w, v), "i"), lax.all_gather(v[:3], "i")
+
+    grads, gathered = fg.pmap(step, "i", in_axes=(None, 0), backend="gpu")(np.float32(0.7), x)
     assert_sharded_on(gpus, grads)
     expected = fg.grad(loss)(np.float32(0.7), fg.device_put(x, fg.devices("cpu")[0]))
     assert_close(grads, np.full(len(gpus), expected), np.float32, rtol=1e-5)
+    assert_close(gathered, np.broadcast_to(x[:, :3], (len(gpus), len(gpus), 3)), np.float32)
+    assert on_host == []

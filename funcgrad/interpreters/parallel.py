@@ -52,15 +52,16 @@ class Communicator:
     gathered buffers; a second barrier keeps the slots until all have read them.
     """
 
-    def __init__(self, num_local: int, axis_name: Hashable):
+    def __init__(self, devices: Sequence[Device], axis_name: Hashable):
+        self.devices = devices  # this process's, in axis order
         self.axis_name = axis_name
-        self.slots: list[Any] = [None] * num_local
+        self.slots: list[Any] = [None] * len(devices)
         self.gathered: list[Any] = []
         self.what = ""
         self.reduction = None
         self.failure: tuple[int, BaseException] | None = None
         self._barrier = threading.Barrier(
-            num_local, action=self._exchange, timeout=config.collective_timeout
+            len(devices), action=self._exchange, timeout=config.collective_timeout
         )
 
     def all_gather(self, local_index: int, value, what: str) -> list:
@@ -73,6 +74,11 @@ class Communicator:
         "min"), one message per process instead of every device's buffer."""
         return self._meet(local_index, value, what, (combine, op))
 
+    def meet(self, local_index: int, what: str) -> None:
+        """Return once every device of the axis (of every process) has arrived, or fail as an
+        exchange would: what moves buffers without this communicator (NCCL) meets first."""
+        self._meet(local_index, None, what, "meet")
+
     def _meet(self, local_index: int, value, what: str, reduction):
         self.slots[local_index] = value
         self.what, self.reduction = what, reduction
@@ -83,6 +89,10 @@ class Communicator:
 
     def _exchange(self) -> None:
         where = f"{self.what} over axis {self.axis_name!r}"
+        if self.reduction == "meet":
+            if distributed.process_count() > 1:
+                distributed.barrier(where)
+            return
         if self.reduction is not None:
             combine, op = self.reduction
             local = np.asarray(functools.reduce(combine, self.slots))
@@ -142,6 +152,9 @@ class ShardFrame:
     def all_reduce(self, value, combine, op: str, what: str):
         return self.communicator.all_reduce(self.local_index, value, combine, op, what)
 
+    def meet(self, what: str) -> None:
+        self.communicator.meet(self.local_index, what)
+
 
 class _Frames(threading.local):
     frame: ShardFrame | None = None
@@ -157,16 +170,21 @@ def current_frame() -> ShardFrame | None:
     return _frames.frame
 
 
-def apply_collective(primitive: core.Primitive, values: Sequence, params: dict):
-    """Run a collective on this device's buffers (its eager implementation), giving a host
-    buffer: only inside a pmap whose axis it names; anywhere else its axis name is
-    unbound."""
-    axis_name = params["axis_name"]
+def frame_of(axis_name) -> ShardFrame:
+    """This device's frame, when it runs inside a pmap binding `axis_name` (a name or a
+    tuple of names); anywhere else the name is unbound."""
     names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
     frame = _frames.frame
     for name in names:
         if frame is None or name != frame.axis_name:
             raise NameError(f"unbound axis name: {name}")
+    return frame
+
+
+def apply_collective(primitive: core.Primitive, values: Sequence, params: dict):
+    """Run a collective on this device's buffers (its eager implementation), giving a host
+    buffer: only inside a pmap whose axis it names."""
+    frame = frame_of(params["axis_name"])
     # A GPU's buffers meet the others' on the host.
     values = [np.asarray(v) if type(v) is DeviceValue else v for v in values]
     return shard_rules[primitive](frame, *values, **params)
@@ -196,7 +214,7 @@ def run_on_devices(
     if _frames.frame is not None:
         raise NotImplementedError("pmap inside pmap is not supported; use vmap inside pmap")
     num_local = len(device_args)
-    communicator = Communicator(num_local, axis_name)
+    communicator = Communicator(devices, axis_name)
     first_index = distributed.process_index() * num_local
 
     def run_device(local_index: int):

@@ -47,14 +47,26 @@ def device_of(args, what: str) -> GpuDevice:
 
 
 class _Collective:
-    """A collective on the buffers of a pmap's GPU: it meets the other devices' through the
-    pmap's communicator (`interpreters/parallel.py`) instead of running a program."""
+    """A collective on the buffers of a pmap's GPU: instead of running a program, it moves
+    them between the GPUs (`collectives.py`), or else meets the other devices' on the host
+    (`interpreters/parallel.py`)."""
 
     def __init__(self, primitive: core.Primitive, params: dict):
         self.primitive = primitive
         self.params = params
 
     def on_device(self, args: list[Array], device: GpuDevice) -> list[Array]:
+        from funcgrad.backends.cuda.collectives import device_rules
+
+        rule = device_rules.get(self.primitive)
+        if rule is not None:
+            frame = parallel.frame_of(self.params["axis_name"])
+            value = args[0]._value
+            if type(value) is not DeviceValue:
+                value = place(value, device)
+            out = rule(frame, value, **self.params)
+            if out is not None:
+                return [Array(out)]
         out = parallel.apply_collective(self.primitive, [a._value for a in args], self.params)
         return [Array(place(out, device))]
 

@@ -1,0 +1,185 @@
+"""Collectives among the GPUs of a pmap, on their device buffers.
+
+psum, pmax and pmin of the dtypes a transport reduces exactly (`distributed.exact_all_reduce`:
+not half-precision sums, whose rounding would depend on the order) and all_gather of any
+dtype move between GPUs without visiting the host: on CUDA GPUs through NCCL (CuPy's
+binding; its communicators made once per set of devices, bootstrapped over MPI across
+processes), on the emulated GPUs through the pmap's host communicator, which plays NCCL's
+part there so that everything above the transport is tested without a GPU. The other
+collectives, and the reductions no transport does exactly, meet on the host
+(`interpreters/parallel.py`).
+
+Before each NCCL call the devices meet at the communicator's barrier (and the processes at an
+MPI barrier), so a device or process that failed or stalled ends in an error, as on the host
+path, and never in a GPU waiting forever.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import numpy as np
+
+from funcgrad import distributed, dtypes
+from funcgrad.array import DeviceValue
+from funcgrad.interpreters.parallel import ShardFrame
+from funcgrad.lax.parallel import all_gather_p, pmax_p, pmin_p, psum_p
+
+
+class HostTransport:
+    """The emulated GPUs' transport: their memory is the host's, so the pmap's communicator
+    (a barrier in-process, MPI across processes) moves it as NCCL would move a GPU's."""
+
+    raw_dtypes = distributed.MPI_DTYPES
+    _COMBINE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
+
+    def all_reduce(self, frame: ShardFrame, send: np.ndarray, op: str) -> np.ndarray:
+        combined = frame.all_reduce(send, self._COMBINE[op], op, f"p{op}")
+        return np.array(combined, send.dtype)  # each device its own copy
+
+    def all_gather(self, frame: ShardFrame, send: np.ndarray) -> np.ndarray:
+        return np.concatenate(frame.all_gather(send, "all_gather"))
+
+
+class NcclTransport:
+    """NCCL for one pmap's GPUs: a communicator per GPU, ranked after the earlier processes'
+    devices, which each device's thread makes at its first collective (NCCL's initialization
+    waits for every rank, as the threads of all processes arrive together). Runs only on CUDA
+    GPUs."""
+
+    def __init__(self, devices: tuple):
+        from cupy.cuda import nccl
+
+        self.nccl = nccl
+        unique = np.array(nccl.get_unique_id(), np.int8)
+        if distributed.process_count() > 1:
+            unique = distributed.broadcast(unique, "NCCL's initialization")
+        self.unique = tuple(int(byte) for byte in unique)
+        self.ranks = len(devices) * distributed.process_count()
+        self.first = len(devices) * distributed.process_index()
+        self.comms: dict[int, object] = {}
+        self.types = {
+            np.dtype(name): getattr(nccl, f"NCCL_{name.upper()}")
+            for name in "int8 uint8 int32 uint32 int64 uint64 float32 float64".split()
+        }
+        self.raw_dtypes = tuple(self.types)
+        self.ops = {"sum": nccl.NCCL_SUM, "max": nccl.NCCL_MAX, "min": nccl.NCCL_MIN}
+
+    def _comm(self, frame: ShardFrame):
+        comm = self.comms.get(frame.local_index)
+        if comm is None:
+            comm = self.nccl.NcclCommunicator(
+                self.ranks, self.unique, self.first + frame.local_index
+            )
+            self.comms[frame.local_index] = comm
+        return comm
+
+    def all_reduce(self, frame: ShardFrame, send, op: str):
+        frame.meet(f"p{op}")
+        xp = frame.device.runtime.xp
+        received = xp.empty_like(send)
+        self._comm(frame).allReduce(
+            send.data.ptr,
+            received.data.ptr,
+            send.size,
+            self.types[send.dtype],
+            self.ops[op],
+            xp.cuda.get_current_stream().ptr,
+        )
+        return received
+
+    def all_gather(self, frame: ShardFrame, send):
+        frame.meet("all_gather")
+        xp = frame.device.runtime.xp
+        received = xp.empty(send.size * frame.axis_size, send.dtype)
+        self._comm(frame).allGather(
+            send.data.ptr,
+            received.data.ptr,
+            send.nbytes,
+            self.nccl.NCCL_UINT8,
+            xp.cuda.get_current_stream().ptr,
+        )
+        return received
+
+
+_made = threading.Lock()
+
+
+@functools.cache
+def _nccl(devices: tuple) -> NcclTransport:
+    return NcclTransport(devices)
+
+
+def transport(frame: ShardFrame):
+    """The transport between the GPUs of `frame`'s pmap: NCCL on CUDA GPUs where CuPy has
+    it, the host communicator on the emulated ones; None where neither serves."""
+    if frame.device.backend == "cuda_emulator":
+        return HostTransport()
+    try:
+        from cupy.cuda import nccl  # noqa: F401
+    except ImportError:  # CuPy built without NCCL
+        return None
+    with _made:  # the first device thread makes the transport of all
+        return _nccl(tuple(frame.communicator.devices))
+
+
+_HALVES = (np.dtype(np.float16), np.dtype(dtypes.bfloat16))
+
+
+def _storage(value: DeviceValue):
+    return value.device.runtime.view(value.storage, value.dtype)
+
+
+def _reduction(op: str):
+    def rule(frame: ShardFrame, value: DeviceValue, *, axis_name) -> DeviceValue | None:
+        if value.dtype in _HALVES:  # (CuPy has no bfloat16; their sums need an order)
+            return None
+        moving = transport(frame)
+        if moving is None:
+            return None
+        runtime = value.device.runtime
+        with runtime.context():
+            out = distributed.exact_all_reduce(
+                _storage(value),
+                op,
+                lambda send, o: moving.all_reduce(frame, send, o),
+                moving.raw_dtypes,
+                runtime.xp,
+            )
+        if out is None:
+            return None
+        return DeviceValue(runtime.view(out, value.dtype), value.shape, value.dtype, value.device)
+
+    return rule
+
+
+def _all_gather(
+    frame: ShardFrame, value: DeviceValue, *, axis_name, all_gather_dimension, axis_size, tiled
+) -> DeviceValue | None:
+    """The devices' buffers gathered as bytes in device order, then stacked (or, tiled,
+    concatenated) along `all_gather_dimension` on the device."""
+    moving = transport(frame)
+    if moving is None:
+        return None
+    runtime, xp = value.device.runtime, value.device.runtime.xp
+    with runtime.context():
+        stored = value.storage
+        gathered = moving.all_gather(frame, stored.view(np.uint8)).view(stored.dtype)
+        stacked = xp.moveaxis(gathered.reshape((axis_size,) + value.shape), 0, all_gather_dimension)
+        if tiled:
+            dim = all_gather_dimension
+            shape = value.shape[:dim] + (axis_size * value.shape[dim],) + value.shape[dim + 1 :]
+        else:
+            shape = stacked.shape
+        flat = xp.ascontiguousarray(stacked).reshape(-1)
+    return DeviceValue(flat, tuple(shape), value.dtype, value.device)
+
+
+# rule(frame, value, **params) -> the result on the device, or None to meet on the host.
+device_rules = {
+    psum_p: _reduction("sum"),
+    pmax_p: _reduction("max"),
+    pmin_p: _reduction("min"),
+    all_gather_p: _all_gather,
+}
