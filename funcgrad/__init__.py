@@ -17,7 +17,7 @@ from funcgrad import (
     tree_util,
     viz,
 )
-from funcgrad.array import Array, Device, block_until_ready, device_put
+from funcgrad.array import Array, Device, block_until_ready, device_get, device_put
 from funcgrad.callbacks import pure_callback
 from funcgrad.config import config, default_matmul_precision, disable_jit
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
@@ -70,6 +70,7 @@ __all__ = [
     "default_device",
     "default_matmul_precision",
     "device_count",
+    "device_get",
     "device_put",
     "devices",
     "disable_jit",

@@ -192,6 +192,14 @@ def device_put(x, device: Device | None = None):
     return tree_util.tree_map(lambda leaf: to_host(asarray(leaf)), x)
 
 
+def device_get(x):
+    """A pytree with every array read into host memory as a NumPy array (a GPU's copied
+    back); other leaves as they are."""
+    from funcgrad import tree_util
+
+    return tree_util.tree_map(lambda leaf: np.asarray(leaf) if type(leaf) is Array else leaf, x)
+
+
 def on_default_device(array):
     """`array` (made on the host) where new arrays live: the default GPU when there is one."""
     device = default_gpu()

@@ -65,6 +65,15 @@ def test_arrays_go_to_the_gpu_and_come_back_unchanged(gpu, value):
     assert fg.device_count(gpu.backend) == fg.local_device_count(gpu.backend) == 1
 
 
+def test_device_get_reads_a_pytree_back_to_numpy(gpu):
+    tree = {"x": on(gpu, X), "host": fnp.arange(3), "n": 3, "s": "label"}
+    got = fg.device_get(tree)
+    assert type(got["x"]) is np.ndarray and type(got["host"]) is np.ndarray
+    np.testing.assert_array_equal(got["x"], X)
+    np.testing.assert_array_equal(got["host"], np.arange(3))
+    assert got["n"] == 3 and got["s"] == "label"
+
+
 def test_eager_operations_run_on_the_gpu_and_stay_there(gpu):
     x, y = on(gpu, X), on(gpu, X[::-1] * 2)
     results = {
