@@ -372,9 +372,11 @@ class Array:
         return [Shard(device, Array(buffer, self.weak_type)) for device, buffer in shards]
 
     def block_until_ready(self) -> Array:
-        """Wait until the array's value is computed (GPU work runs asynchronously)."""
+        """Wait until the array's value is computed (GPU work runs asynchronously), on every
+        device holding a shard of it."""
         if type(self._value) is DeviceValue:
-            self._value.device.runtime.synchronize()
+            for device in self.devices():
+                device.runtime.synchronize()
         return self
 
     def delete(self) -> None:
@@ -448,6 +450,9 @@ class Array:
     def __iter__(self):
         if self.ndim == 0:
             raise TypeError("iteration over a 0-d array")
+        shards = getattr(self, "_shards", None)
+        if shards is not None:  # each device's buffer, where it is
+            return (Array(buffer, self.weak_type) for _, buffer in shards)
         if type(self._value) is DeviceValue:  # rows sliced on the GPU, left there
             return (self[i] for i in range(self.shape[0]))
         return (Array(row, self.weak_type) for row in np.asarray(self._value))

@@ -78,10 +78,15 @@ def test_the_default_platforms_devices_are_the_emulated_gpus():
     assert len({id(d.runtime) for d in gpus}) == NUM_DEVICES  # a runtime each
 
 
-def test_shards_stay_on_their_gpus_until_the_whole_value_is_read():
+def test_shards_stay_on_their_gpus_until_the_whole_value_is_read(monkeypatch):
     x = np.arange(8.0, dtype=np.float32).reshape(NUM_DEVICES, 2)
     y = fg.pmap(lambda v: fnp.exp(v) * 2)(x)
     assert_sharded_on(fg.devices(), y)
+    waited = []
+    for gpu in fg.devices():
+        monkeypatch.setattr(gpu.runtime, "synchronize", lambda gpu=gpu: waited.append(gpu))
+    assert y.block_until_ready() is y and set(waited) == set(fg.devices())  # every shard's GPU
+    monkeypatch.undo()
     stacked = y._value
     assert type(stacked) is DeviceValue and stacked.device is fg.devices()[0]
     with pytest.raises(AttributeError):  # not gathered: no storage of its own yet
@@ -93,6 +98,10 @@ def test_shards_stay_on_their_gpus_until_the_whole_value_is_read():
     with pytest.raises(AttributeError):
         DeviceValue.storage.__get__(y._value)
     assert_close(z, np.exp(x) * 2 + 1, np.float32, rtol=1e-6)
+    # Iterated, its rows are the shards where they are.
+    assert [row._value for row in y] == [buffer for _, buffer in y._shards]
+    with pytest.raises(AttributeError):
+        DeviceValue.storage.__get__(y._value)
     # Read whole, it is gathered once onto the first GPU, and operations run there.
     assert_close(y[1:3], np.exp(x[1:3]) * 2, np.float32, rtol=1e-6)
     assert DeviceValue.storage.__get__(y._value) is not None
