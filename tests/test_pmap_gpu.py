@@ -169,6 +169,7 @@ def test_results_made_on_the_host_are_put_on_their_gpus():
     assert_close(one, np.ones(4), np.float32)
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the NaN
 def test_collectives_move_between_gpus_where_a_transport_reduces_exactly(monkeypatch):
     """psum, pmax, pmin and all_gather go from GPU to GPU (the emulated GPUs' transport is
     their communicator; a GPU's is NCCL), through the exact forms: NaN wins a float max or
