@@ -107,8 +107,11 @@ _made = threading.Lock()
 
 
 @functools.cache
-def _nccl(devices: tuple) -> NcclTransport:
-    return NcclTransport(devices)
+def _nccl(devices: tuple) -> NcclTransport | None:
+    try:
+        return NcclTransport(devices)
+    except (ImportError, RuntimeError):  # CuPy without NCCL, or NCCL's library missing
+        return None
 
 
 def transport(frame: ShardFrame):
@@ -116,10 +119,6 @@ def transport(frame: ShardFrame):
     it, the host communicator on the emulated ones; None where neither serves."""
     if frame.device.backend == "cuda_emulator":
         return HostTransport()
-    try:
-        from cupy.cuda import nccl  # noqa: F401
-    except ImportError:  # CuPy built without NCCL
-        return None
     with _made:  # the first device thread makes the transport of all
         return _nccl(tuple(frame.communicator.devices))
 
