@@ -127,7 +127,7 @@ _COMPLEX_PARTS = {np.dtype(np.complex64): np.float32, np.dtype(np.complex128): n
 def all_reduce(local: np.ndarray, op: str, what: str) -> np.ndarray | None:
     """Every process's `local` combined by `op` ("sum", "max" or "min") with MPI
     all-reduces, or None where MPI has no such reduction for its dtype (the caller gathers:
-    half-precision sums, whose rounding would depend on the order, and complex extrema)."""
+    half-precision sums, whose rounding would depend on the order)."""
     return exact_all_reduce(
         np.ascontiguousarray(local), op, lambda send, o: _all_reduce(send, o, what), MPI_DTYPES, np
     )

@@ -3,6 +3,7 @@ lanes' values in, the lanes' results out, as in test_parallel), sharded results,
 with vmap, jit and grad (against central differences and a single-device full batch), and
 bad input and failing devices, which must end in a clear error and never in a hang."""
 
+import functools
 import threading
 
 import numpy as np
@@ -390,6 +391,13 @@ def test_more_entries_than_devices():
 def test_mapped_size_must_equal_given_devices():
     with pytest.raises(ValueError, match="size 3 but 2 devices"):
         fg.pmap(lambda a: a, devices=fg.devices()[:2])(np.zeros(3))
+
+
+def test_extrema_of_complex_values_are_refused():
+    z = np.ones((NUM_DEVICES, 2), np.complex64)
+    for collective in (lax.pmax, lax.pmin):
+        with pytest.raises(TypeError, match="does not accept dtype complex64.*not complex"):
+            fg.pmap(functools.partial(collective, axis_name="i"), "i")(z)
 
 
 def test_unbound_axis_name():

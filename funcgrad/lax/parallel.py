@@ -36,7 +36,7 @@ from funcgrad.interpreters import batching, parallel
 from funcgrad.interpreters.ad import defjvp_zero, deflinear
 from funcgrad.interpreters.batching import BatchTracer, broadcast_batch, moveaxis, not_mapped
 from funcgrad.lax import elementwise, shapes
-from funcgrad.lax.base import ANY, NUMERIC, asarray, check_dtype_class
+from funcgrad.lax.base import NUMERIC, REAL, asarray, check_dtype_class
 from funcgrad.lax.indexing import GatherDimensionNumbers, dynamic_slice_in_dim, gather
 from funcgrad.lax.reductions import reduce_max, reduce_min, reduce_sum
 
@@ -186,8 +186,9 @@ def _reduction_collective(name: str, accepted) -> Primitive:
 
 
 psum_p = _reduction_collective("psum", NUMERIC)
-pmax_p = _reduction_collective("pmax", ANY)
-pmin_p = _reduction_collective("pmin", ANY)
+# Complex values have no order here, as lax.max and reduce_max refuse them too.
+pmax_p = _reduction_collective("pmax", REAL)
+pmin_p = _reduction_collective("pmin", REAL)
 
 
 def _psum_transpose(ct, x, *, axis_name):
