@@ -171,10 +171,11 @@ def test_results_made_on_the_host_are_put_on_their_gpus():
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the NaN
 def test_collectives_move_between_gpus_where_a_transport_reduces_exactly(monkeypatch):
-    """psum, pmax, pmin and all_gather go from GPU to GPU (the emulated GPUs' transport is
-    their communicator; a GPU's is NCCL), through the exact forms: NaN wins a float max or
-    min, integer sums wrap, booleans and complex numbers travel as bytes and parts. Half
-    precision and the other collectives meet on the host. Values against NumPy."""
+    """psum, pmax, pmin, psum_scatter and all_gather go from GPU to GPU (the emulated GPUs'
+    transport is their communicator; a GPU's is NCCL), through the exact forms: NaN wins a
+    float max or min, integer sums wrap, booleans and complex numbers travel as bytes and
+    parts. Half precision and the other collectives meet on the host. Values against the CPU
+    devices' pmap (whose collectives test_pmap checks against NumPy) and NumPy."""
     on_host = []
     meet_on_host = parallel.apply_collective
     monkeypatch.setattr(
@@ -183,11 +184,12 @@ def test_collectives_move_between_gpus_where_a_transport_reduces_exactly(monkeyp
         lambda p, values, params: on_host.append(p.name) or meet_on_host(p, values, params),
     )
     rng = np.random.default_rng(7)
-    x = rng.standard_normal((NUM_DEVICES, 2, 3)).astype(np.float32)
+    x = rng.standard_normal((NUM_DEVICES, 2, 4)).astype(np.float32)
     x[1, 0, 2] = np.nan
     big = np.array([100, 90, -128, 127], np.int8)[:, None]
 
     def f(v, b):
+        w = fnp.nan_to_num(v)
         return {
             "psum": lax.psum(v, "i"),
             "pmax": lax.pmax(v, "i"),
@@ -198,36 +200,28 @@ def test_collectives_move_between_gpus_where_a_transport_reduces_exactly(monkeyp
             "bool": lax.pmax(v > 1, "i"),
             "int8": lax.psum(b, "i"),
             "float64 pmin": lax.pmin(v.astype(fnp.float64), "i"),
+            "scatter tiled": lax.psum_scatter(w, "i", scatter_dimension=1, tiled=True),
+            "scatter": lax.psum_scatter(w[1], "i"),
+            "scatter complex": lax.psum_scatter(w - 1j * w, "i", scatter_dimension=1, tiled=True),
+            "scatter int8": lax.psum_scatter(fnp.tile(b, (2, 4)), "i", scatter_dimension=1),
             "half": lax.psum(v.astype(fnp.float16), "i"),
             "bfloat16": lax.pmax(v.astype(fnp.bfloat16), "i"),
             "ppermute": lax.ppermute(v, "i", [(0, 1), (1, 0)]),
         }
 
     out = fg.pmap(f, "i")(x, big)
-    expected = {
-        "psum": x.sum(0),
-        "pmax": np.maximum.reduce(x),
-        "pmin": np.minimum.reduce(x),
-        "gather": np.stack(list(x), axis=2),
-        "gather tiled": np.concatenate(list(x), axis=1),
-        "complex": (x + 2j * x).sum(0),
-        "bool": (x > 1).any(0),
-        "int8": big.sum(0, dtype=np.int8),
-        "float64 pmin": np.minimum.reduce(x.astype(np.float64)),
-        "half": x.astype(np.float16).sum(0),
-        "bfloat16": np.maximum.reduce(x.astype(fnp.bfloat16)),
-    }
+    on_gpus = sorted(on_host)
+    expected = fg.pmap(f, "i", backend="cpu")(x, big)
     for name, value in expected.items():
-        got = np.asarray(out[name])
-        assert got.dtype == value.dtype, name
-        wide = np.complex128 if value.dtype.kind == "c" else np.float64
-        for lane in got:
-            np.testing.assert_allclose(lane.astype(wide), value.astype(wide), 1e-3, err_msg=name)
+        got = out[name]
+        assert got.dtype == value.dtype and got.shape == value.shape, name
+        assert_sharded_on(fg.devices(), got)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(value), 1e-6, err_msg=name)
+    np.testing.assert_array_equal(np.asarray(out["int8"])[0], big.sum(0, dtype=np.int8))
     assert np.isnan(np.asarray(out["pmax"])[:, 0, 2]).all()
+    assert np.isnan(np.asarray(out["pmin"])[:, 0, 2]).all()
     # bfloat16's pmax, float16's psum and ppermute, on every device
-    assert sorted(on_host) == sorted(["pmax", "psum", "ppermute"] * NUM_DEVICES)
-    for value in out.values():
-        assert_sharded_on(fg.devices(), value)
+    assert on_gpus == sorted(["pmax", "psum", "ppermute"] * NUM_DEVICES)
 
 
 def test_devices_of_several_kinds_are_refused():

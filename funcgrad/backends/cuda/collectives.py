@@ -1,9 +1,9 @@
 """Collectives among the GPUs of a pmap, on their device buffers.
 
-psum, pmax and pmin of the dtypes a transport reduces exactly (`distributed.exact_all_reduce`:
-not half-precision sums, whose rounding would depend on the order) and all_gather of any
-dtype move between GPUs without visiting the host: on CUDA GPUs through NCCL (CuPy's
-binding; its communicators made once per set of devices, bootstrapped over MPI across
+psum, pmax, pmin and psum_scatter of the dtypes a transport reduces exactly
+(`distributed.exact_all_reduce`: not half-precision sums, whose rounding would depend on the
+order) and all_gather of any dtype move between GPUs without visiting the host: on CUDA GPUs
+through NCCL (CuPy's binding; a communicator per GPU, bootstrapped over MPI across
 processes), on the emulated GPUs through the pmap's host communicator, which plays NCCL's
 part there so that everything above the transport is tested without a GPU. The other
 collectives, and the reductions no transport does exactly, meet on the host
@@ -24,7 +24,7 @@ import numpy as np
 from funcgrad import distributed, dtypes
 from funcgrad.array import DeviceValue
 from funcgrad.interpreters.parallel import ShardFrame
-from funcgrad.lax.parallel import all_gather_p, pmax_p, pmin_p, psum_p
+from funcgrad.lax.parallel import all_gather_p, pmax_p, pmin_p, psum_p, psum_scatter_p
 
 
 class HostTransport:
@@ -40,6 +40,11 @@ class HostTransport:
 
     def all_gather(self, frame: ShardFrame, send: np.ndarray) -> np.ndarray:
         return np.concatenate(frame.all_gather(send, "all_gather"))
+
+    def reduce_scatter(self, frame: ShardFrame, send: np.ndarray) -> np.ndarray:
+        total = frame.all_reduce(send, np.add, "sum", "psum_scatter")
+        count = send.size // frame.axis_size
+        return np.array(total[frame.index * count : (frame.index + 1) * count])
 
 
 class NcclTransport:
@@ -98,6 +103,20 @@ class NcclTransport:
             received.data.ptr,
             send.nbytes,
             self.nccl.NCCL_UINT8,
+            xp.cuda.get_current_stream().ptr,
+        )
+        return received
+
+    def reduce_scatter(self, frame: ShardFrame, send):
+        frame.meet("psum_scatter")
+        xp = frame.device.runtime.xp
+        received = xp.empty(send.size // frame.axis_size, send.dtype)
+        self._comm(frame).reduceScatter(
+            send.data.ptr,
+            received.data.ptr,
+            received.size,
+            self.types[send.dtype],
+            self.nccl.NCCL_SUM,
             xp.cuda.get_current_stream().ptr,
         )
         return received
@@ -175,10 +194,41 @@ def _all_gather(
     return DeviceValue(flat, tuple(shape), value.dtype, value.device)
 
 
+def _psum_scatter(
+    frame: ShardFrame, value: DeviceValue, *, axis_name, scatter_dimension, axis_size, tiled
+) -> DeviceValue | None:
+    """The devices' buffers summed, each device keeping its block of `scatter_dimension`:
+    that dimension moved first, so that the blocks lie one after another as a reduce-scatter
+    hands them out, and moved back."""
+    if value.dtype in _HALVES:
+        return None
+    moving = transport(frame)
+    if moving is None:
+        return None
+    runtime, xp = value.device.runtime, value.device.runtime.xp
+    dim = scatter_dimension
+    with runtime.context():
+        blocks = xp.ascontiguousarray(xp.moveaxis(_storage(value).reshape(value.shape), dim, 0))
+        mine = distributed.exact_all_reduce(
+            blocks.reshape(-1),
+            "sum",
+            lambda send, op: moving.reduce_scatter(frame, send),
+            moving.raw_dtypes,
+            xp,
+        )
+        if mine is None:
+            return None
+        mine = mine.reshape((blocks.shape[0] // axis_size,) + blocks.shape[1:])
+        mine = xp.moveaxis(mine, 0, dim) if tiled else mine[0]
+        flat = xp.ascontiguousarray(mine).reshape(-1)
+    return DeviceValue(flat, tuple(mine.shape), value.dtype, value.device)
+
+
 # rule(frame, value, **params) -> the result on the device, or None to meet on the host.
 device_rules = {
     psum_p: _reduction("sum"),
     pmax_p: _reduction("max"),
     pmin_p: _reduction("min"),
     all_gather_p: _all_gather,
+    psum_scatter_p: _psum_scatter,
 }
