@@ -192,6 +192,36 @@ def test_every_gpu_is_a_device_whose_arrays_and_programs_stay_on_it():
         np.testing.assert_allclose(np.asarray(y), np.tanh(X) @ X.T + 1, rtol=1e-5)
 
 
+def test_each_emulated_gpu_keeps_its_arrays_and_runs_their_programs(monkeypatch):
+    """Several emulated GPUs stand for a machine's GPUs: each has its own runtime, computation
+    follows the data to its GPU, arrays move between GPUs with device_put, and arrays of two
+    GPUs in one operation are refused, naming both."""
+    monkeypatch.setattr(fg.config, "num_cpu_devices", 3)
+    gpus = fg.devices("cuda_emulator")
+    assert [g.id for g in gpus] == [0, 1, 2] and len({id(g.runtime) for g in gpus}) == 3
+    launched = {g: 0 for g in gpus}
+    for g in gpus:
+        launch = g.runtime.launch
+
+        def counted(*args, g=g, launch=launch):
+            launched[g] += 1
+            return launch(*args)
+
+        monkeypatch.setattr(g.runtime, "launch", counted)
+    f = fg.jit(lambda v: fnp.tanh(v) @ v.T)
+    for g in gpus[1:]:
+        before = dict(launched)
+        y = f(on(g, X)) + 1
+        assert_on(g, y)
+        np.testing.assert_allclose(np.asarray(y), np.tanh(X) @ X.T + 1, rtol=1e-5)
+        assert [launched[h] - before[h] > 0 for h in gpus] == [h is g for h in gpus]
+    moved = fg.device_put(on(gpus[1], X), gpus[2])
+    assert_on(gpus[2], moved)
+    np.testing.assert_array_equal(np.asarray(moved), X)
+    with pytest.raises(ValueError, match="different devices.*id=1.*id=2"):
+        on(gpus[1], X) + moved
+
+
 class _CudaTensor:
     """An object exporting (as it claims) CUDA memory through DLPack."""
 
