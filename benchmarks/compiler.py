@@ -127,6 +127,30 @@ def gelu_case():
     return runs, 2 * x.nbytes, 3
 
 
+def library_gelu_case():
+    """Each framework's own GELU (the tanh approximation), as a user calls it: funcgrad's
+    nn.gelu, jax.nn.gelu, PyTorch's gelu; NumPy the formula."""
+    x = np.random.default_rng(0).standard_normal(16 * 2**20).astype(np.float32)
+
+    def formula(v):
+        return 0.5 * v * (1 + np.tanh(0.7978845608 * (v + 0.044715 * v**3)))
+
+    runs = {
+        "funcgrad-llvm": _funcgrad("llvm", fg.nn.gelu, x),
+        "funcgrad-numpy": _funcgrad("numpy", fg.nn.gelu, x),
+        "numpy": lambda: formula(x),
+    }
+    jax = _jax()
+    if jax:
+        f, xj = jax[0].jit(jax[0].nn.gelu), jax[1].asarray(x)
+        runs["jax-jit"] = lambda: f(xj).block_until_ready()
+    torch = _torch()
+    if torch:
+        xt = torch.from_numpy(x)
+        runs["torch"] = lambda: torch.nn.functional.gelu(xt, approximate="tanh")
+    return runs, 2 * x.nbytes, 3
+
+
 def _softmax(xp):
     def softmax(v):
         e = xp.exp(v - v.max(axis=1, keepdims=True))
@@ -430,6 +454,7 @@ def call_overhead_pytree_case():
 
 CASES = {
     "gelu 16M f32": gelu_case,
+    "nn.gelu 16M f32": library_gelu_case,
     "softmax 4096x1024": softmax_case,
     "layernorm 4096x1024": layernorm_case,
     "matmul 1024^3": matmul_1024_case,
