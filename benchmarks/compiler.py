@@ -58,6 +58,10 @@ def medians(runs: dict, repeat: int, timed, rounds: int) -> dict[str, float]:
 
 
 def _seconds_per_call(run, repeat: int) -> float:
+    """After one untimed call: on this VM a second vCPU left idle by the previous framework's
+    single-threaded rounds runs at a fraction of its speed for the first milliseconds it is
+    busy again, which would be charged to whichever multi-threaded framework comes next."""
+    run()
     start = time.perf_counter()
     for _ in range(repeat):
         run()
