@@ -32,19 +32,27 @@ ROUNDS = 7
 os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 
-def _timed(run, repeat: int) -> float:
-    """Seconds per call of `run`; a funcgrad run gets its backend for the whole batch of calls
-    (switching the configuration at every call would be timed too, and JAX pays no such
-    cost)."""
+def _timed(run, repeat: int, warm: bool = False) -> float:
+    """Seconds per call of `run` (after one untimed call, when `warm`); a funcgrad run gets
+    its backend for the whole batch of calls (switching the configuration at every call would
+    be timed too, and JAX pays no such cost)."""
     backend = getattr(run, "backend", None)
-    if backend is None:
-        return _seconds_per_call(run, repeat)
     previous = fg.config.jit_backend
-    fg.config.update("jit_backend", backend)
+    if backend is not None:
+        fg.config.update("jit_backend", backend)
     try:
+        if warm:
+            run()
         return _seconds_per_call(run, repeat)
     finally:
         fg.config.update("jit_backend", previous)
+
+
+def _warm_timed(run, repeat: int) -> float:
+    """`_timed` after an untimed call: on this VM a vCPU left idle by the previous framework's
+    single-threaded rounds runs at a fraction of its speed for its first busy milliseconds,
+    which would be charged to whichever multi-threaded framework comes next."""
+    return _timed(run, repeat, warm=True)
 
 
 def medians(runs: dict, repeat: int, timed, rounds: int) -> dict[str, float]:
@@ -58,10 +66,6 @@ def medians(runs: dict, repeat: int, timed, rounds: int) -> dict[str, float]:
 
 
 def _seconds_per_call(run, repeat: int) -> float:
-    """After one untimed call: on this VM a second vCPU left idle by the previous framework's
-    single-threaded rounds runs at a fraction of its speed for the first milliseconds it is
-    busy again, which would be charged to whichever multi-threaded framework comes next."""
-    run()
     start = time.perf_counter()
     for _ in range(repeat):
         run()
@@ -587,7 +591,7 @@ def main(selected: list[str]) -> None:
         runs, moved, repeat = make()
         for run in runs.values():
             _timed(run, 1)  # compile and warm up
-        times = medians(runs, repeat, _timed, ROUNDS)
+        times = medians(runs, repeat, _warm_timed, ROUNDS)
         base = times["funcgrad-llvm"]
         for label, median in times.items():
             rate = f"{moved / median / 1e9:7.1f}" if moved else " " * 7
