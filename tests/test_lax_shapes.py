@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import funcgrad as fg
 from funcgrad import lax
+from funcgrad.tools.recipes import COMPILED_BACKENDS
 
 dtypes_st = st.one_of(fst.any_dtypes, fst.all_float_dtypes)
 
@@ -306,6 +307,20 @@ def test_concatenate_places_operands_one_after_another(data):
         offset += n
     assert_close(lax.concatenate(xs, dimension), expected, dtype=dtype)
     check_staging(lambda *a: lax.concatenate(a, dimension), *xs)
+
+
+@pytest.mark.parametrize("backend", COMPILED_BACKENDS)
+@pytest.mark.parametrize("dimension", [0, 1])
+def test_concatenate_of_empty_operands_compiles(backend, dimension):
+    """Every operand empty along the axis (or another one): the result is empty too."""
+    a, b = np.zeros((0, 3), np.uint32), np.zeros((0, 2 if dimension else 3), np.uint32)
+    previous = fg.config.jit_backend
+    fg.config.update("jit_backend", backend)
+    try:
+        out = fg.jit(lambda a, b: lax.concatenate([a, b], dimension) + 1)(a, b)
+    finally:
+        fg.config.update("jit_backend", previous)
+    assert out.shape == np.concatenate([a, b], dimension).shape and out.dtype == np.uint32
 
 
 def test_concatenate_errors_name_the_shapes():

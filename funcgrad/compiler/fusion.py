@@ -476,6 +476,8 @@ def _concatenate(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
         if size:
             pieces.append((x, start, size))
         start += size
+    if not pieces:  # every operand is empty, and so is the result: no element is computed
+        return K.const(0, eqn.outvars[0].aval.dtype)
     x, start, size = pieces[-1]
     result = builder.element(x, _shifted(index, axis, start))
     for x, start, size in reversed(pieces[:-1]):
