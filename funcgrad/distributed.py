@@ -120,7 +120,6 @@ def broadcast(data: np.ndarray, what: str) -> np.ndarray:
 MPI_DTYPES = tuple(
     map(np.dtype, ("int8 int16 int32 int64 uint8 uint16 uint32 uint64 float32 float64").split())
 )
-_HALVES = (np.dtype(np.float16), np.dtype(dtypes.bfloat16))
 _COMPLEX_PARTS = {np.dtype(np.complex64): np.float32, np.dtype(np.complex128): np.float64}
 
 
@@ -143,7 +142,7 @@ def exact_all_reduce(send, op: str, raw, raw_dtypes, xp):
         return None if parts.dtype not in raw_dtypes else raw(parts, op).view(dtype)
     if op != "sum" and dtype == np.bool_:
         return raw(send.view(np.uint8), op).view(dtype)
-    if op != "sum" and dtype in _HALVES:
+    if op != "sum" and dtype in dtypes.HALF_FLOATS:
         return _float_extremum(send.astype(np.float32), op, raw, xp).astype(dtype)
     if op == "sum" and dtype.kind == "i":
         unsigned = send.view(f"u{dtype.itemsize}")

@@ -30,6 +30,8 @@ float32 = np.dtype(np.float32)
 float64 = np.dtype(np.float64)
 complex64 = np.dtype(np.complex64)
 complex128 = np.dtype(np.complex128)
+# The half-precision floats, which compute in float32 and round after every operation.
+HALF_FLOATS = (float16, bfloat16)
 
 # The dtype of tangents of integer and boolean values: they carry no information.
 float0 = np.dtype([("float0", np.void, 0)])

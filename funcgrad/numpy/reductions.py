@@ -88,7 +88,7 @@ def scalar(value, dtype: np.dtype):
 
 def accumulation_dtype(dtype: np.dtype) -> np.dtype:
     """Half-precision floats accumulate in float32, so long sums keep their precision."""
-    return dtypes.float32 if dtype in (dtypes.float16, dtypes.bfloat16) else dtype
+    return dtypes.float32 if dtype in dtypes.HALF_FLOATS else dtype
 
 
 def _promoted_int(dtype: np.dtype) -> np.dtype:

@@ -142,16 +142,13 @@ def transport(frame: ShardFrame):
         return _nccl(tuple(frame.communicator.devices))
 
 
-_HALVES = (np.dtype(np.float16), np.dtype(dtypes.bfloat16))
-
-
 def _storage(value: DeviceValue):
     return value.device.runtime.view(value.storage, value.dtype)
 
 
 def _reduction(op: str):
     def rule(frame: ShardFrame, value: DeviceValue, *, axis_name) -> DeviceValue | None:
-        if value.dtype in _HALVES:  # (CuPy has no bfloat16; their sums need an order)
+        if value.dtype in dtypes.HALF_FLOATS:  # (CuPy has no bfloat16; their sums need an order)
             return None
         moving = transport(frame)
         if moving is None:
@@ -167,7 +164,7 @@ def _reduction(op: str):
             )
         if out is None:
             return None
-        return DeviceValue(runtime.view(out, value.dtype), value.shape, value.dtype, value.device)
+        return DeviceValue(out, value.shape, value.dtype, value.device)
 
     return rule
 
@@ -200,7 +197,7 @@ def _psum_scatter(
     """The devices' buffers summed, each device keeping its block of `scatter_dimension`:
     that dimension moved first, so that the blocks lie one after another as a reduce-scatter
     hands them out, and moved back."""
-    if value.dtype in _HALVES:
+    if value.dtype in dtypes.HALF_FLOATS:
         return None
     moving = transport(frame)
     if moving is None:

@@ -92,7 +92,7 @@ class Emulator:
         the end, and with `tf32` float32 operands rounded to TF32 first."""
         lhs, rhs = _matrices(step, lhs, rhs)
         result = out.reshape(step.batch, step.m, step.n)
-        if step.out.dtype in (dtypes.float16, dtypes.bfloat16):
+        if step.out.dtype in dtypes.HALF_FLOATS:
             result[...] = np.matmul(lhs.astype(np.float32), rhs.astype(np.float32))
         elif tf32:
             np.matmul(_tf32(lhs), _tf32(rhs), out=result)

@@ -42,7 +42,7 @@ BF16 = dtypes.bfloat16
 F16 = dtypes.float16
 F32 = np.dtype(np.float32)
 F64 = np.dtype(np.float64)
-HALVES = (F16, BF16)
+HALVES = dtypes.HALF_FLOATS
 
 # Scratch a thread keeps in its local memory; a kernel needing more runs on one thread.
 LOCAL_SCRATCH_BYTES = 1 << 14
