@@ -13,9 +13,10 @@ the loop. Each follows the textbook construction:
 - log: x = m 2^e with m in [sqrt(1/2), sqrt(2)); log m = 2 atanh(s), s = (m - 1)/(m + 1), by
   its odd series in s (|s| <= 0.172), plus e ln 2 (split in two). Subnormal inputs are first
   scaled into the normal range.
-- log1p and expm1: from log and exp with the classic corrections (Goldberg's for log1p: log(u)
-  times x / (u - 1) with u = 1 + x rounded; Kahan's for expm1: (u - 1) x / log(u) with u = e^x
-  rounded, for |x| <= 1), which cancel the rounding of u.
+- log1p: from log with Goldberg's correction, log(u) times x / (u - 1) with u = 1 + x
+  rounded, which cancels the rounding of u. expm1: exp's reduction x = n ln 2 + r, then
+  (2^n - 1) + 2^n r (e^r - 1)/r with (e^r - 1)/r by its Taylor polynomial: 2^n - 1 is exact,
+  so nothing cancels (2^n (1 + ...) - 1 once 2^n dwarfs 1).
 - exp2: 2^n e^(r ln 2) with n = round(x), r = x - n exact, through exp's polynomial.
 - sin, cos, tan: the argument is reduced in float64, r = x - j pi/2 with j the nearest integer
   to x 2/pi and pi/2 in four pieces (three of 23 bits, so j times each is exact for |j| < 2^30,
@@ -54,9 +55,9 @@ Measured over the dense sweeps, random arguments and special values of tests/tes
 against NumPy in float64 (for float32) and in long double (for float64), in ulp (the
 trigonometric maxima over millions of random arguments):
 
-    float32: exp 1.2, log 2.2, log1p 3.7, expm1 2.9, tanh 1.6, exp2 0.9, logistic 2.3,
+    float32: exp 1.2, log 2.2, log1p 3.7, expm1 2.2, tanh 1.6, exp2 0.9, logistic 2.3,
              everything else 0.5
-    float64: exp 1.0, log 2.0, log1p 3.0, expm1 3.0, exp2 0.9, tanh 1.3, sin 2.7, cos 2.7,
+    float64: exp 1.0, log 2.0, log1p 3.0, expm1 2.3, exp2 0.9, tanh 1.3, sin 2.7, cos 2.7,
              tan 4.1, atan 2.2, atan2 2.2, asin 2.9, acos 2.6, sinh 1.6, cosh 1.2, asinh 3.3,
              acosh 3.1, atanh 2.7, cbrt 0.7, pow 1.3, logistic 2.4; nextafter exact;
              erf 2.0 and erfc 5.0 against the C library's (itself up to 2.2 ulp off); lgamma
@@ -281,20 +282,13 @@ _TANH_F32_TERMS = 6
 
 
 def _tanh_float32(x: Expr) -> Expr:
-    """tanh a = E / (E + 2) with E = e^(2a) - 1 for a = |x|: E from exp's reduction,
-    2a = n ln 2 + r, as (2^n - 1) + 2^n r q(r) with q(r) = (e^r - 1) / r by its Taylor
-    polynomial (one division and one polynomial: GELU's inner loop), then x's sign; below
-    a = 0.35 a short odd series, where the quotient's roundings would add up to 3 ulp."""
+    """tanh a = E / (E + 2) with E = e^(2a) - 1 for a = |x| (`_reduced_expm1`: one division
+    and one polynomial, GELU's inner loop), then x's sign; below a = 0.35 a short odd series,
+    where the quotient's roundings would add up to 3 ulp."""
     a = K.unary("abs", x)
     a = K.select(_gt(a, _TANH_F32_SATURATES), _c(_TANH_F32_SATURATES, x), a)  # a NaN stays
-    twice = a + a
-    ln2_hi, ln2_lo = _LN2[F32]
-    fmt = _Format(F32)
-    n_float, n = fmt.rounded(twice * _c(1 / math.log(2), x))
-    r = (twice - n_float * _c(ln2_hi, x)) - n_float * _c(ln2_lo, x)
-    quotient = _horner([1 / math.factorial(k + 1) for k in range(_EXP_DEGREE[F32])], r)
-    scale = fmt.power_of_two(n)
-    excess = (scale - _c(1, x)) + scale * (r * quotient)
+    _, scale, rq = _reduced_expm1(a + a)
+    excess = (scale - _c(1, x)) + scale * rq
     large = _copysign(_div(excess, excess + _c(2, x)), x)
     # Below 0.35 the quotient's roundings would cost up to 3 ulp; the series costs 6 terms.
     small = x * _horner(_tanh_series(_TANH_F32_TERMS), x * x)
@@ -320,14 +314,34 @@ def log1p(x: Expr) -> Expr:
     return K.select(K.binary("eq", u, _c(np.inf, x)), u, result)
 
 
+def _reduced_expm1(x: Expr) -> tuple[Expr, Expr, Expr]:
+    """(n, 2^n, r q(r)) for x = n ln 2 + r (|r| <= ln(2)/2, n in the normal exponent range),
+    q(r) = (e^r - 1) / r by its Taylor polynomial: e^x - 1 = (2^n - 1) + 2^n r q(r), where
+    2^n - 1 is exact and r q(r) accurate relative to itself, so nothing cancels."""
+    fmt = _Format(x.dtype)
+    n_float, n = fmt.rounded(x * _c(1 / math.log(2), x))
+    ln2_hi, ln2_lo = _LN2[x.dtype]
+    r = (x - n_float * _c(ln2_hi, x)) - n_float * _c(ln2_lo, x)
+    quotient = _horner([1 / math.factorial(k + 1) for k in range(_EXP_DEGREE[x.dtype])], r)
+    return n, fmt.power_of_two(n), r * quotient
+
+
 def expm1(x: Expr) -> Expr:
-    u = exp(x)
-    spread = u - _c(1, x)
-    corrected = K.binary("div", spread * x, log(u))
-    # Beyond |x| = 1, u - 1 loses less than a bit (and the product could overflow).
-    result = K.select(K.binary("gt", K.unary("abs", x), _c(1, x)), spread, corrected)
-    result = K.select(K.binary("eq", u, _c(1, x)), x, result)  # x tiny: expm1(x) = x
-    return K.select(K.binary("ne", x, x), x, result)
+    """(2^n - 1) + 2^n r q(r) (see `_reduced_expm1`): no logarithm, no division. Once 2^n
+    dwarfs 1, 2^n (1 + r q(r)) - 1 instead, scaled in exp's two halves, which reaches the top
+    of the range (where 2^n alone would overflow); below -(mantissa + 3) ln 2, -1. -0 is its
+    own."""
+    fmt = _Format(x.dtype)
+    high, _ = _EXP_CLAMP[x.dtype]
+    low = -(fmt.mantissa + 3) * math.log(2)
+    clamped = K.select(_gt(x, high), _c(high, x), x)  # a NaN stays
+    clamped = K.select(_lt(clamped, low), _c(low, x), clamped)
+    n, scale, rq = _reduced_expm1(clamped)
+    one = _c(1, x)
+    near = (scale - one) + scale * rq
+    far = _times_power_of_two(one + rq, n) - one
+    result = K.select(K.binary("gt", n, K.const(fmt.mantissa + 2, fmt.int)), far, near)
+    return K.select(_eq(x, 0.0), x, result)
 
 
 # -- helpers for the functions below ----------------------------------------------------------
