@@ -2,11 +2,11 @@
 
 psum, pmax, pmin and psum_scatter of the dtypes a transport reduces exactly
 (`distributed.exact_all_reduce`: not half-precision sums, whose rounding would depend on the
-order) and all_gather of any dtype move between GPUs without visiting the host: on CUDA GPUs
-through NCCL (CuPy's binding; a communicator per GPU, bootstrapped over MPI across
-processes), on the emulated GPUs through the pmap's host communicator, which plays NCCL's
-part there so that everything above the transport is tested without a GPU. The other
-collectives, and the reductions no transport does exactly, meet on the host
+order), and all_gather and ppermute of any dtype, move between GPUs without visiting the
+host: on CUDA GPUs through NCCL (CuPy's binding; a communicator per GPU, bootstrapped over
+MPI across processes), on the emulated GPUs through the pmap's host communicator, which
+plays NCCL's part there so that everything above the transport is tested without a GPU. The
+other collectives, and the reductions no transport does exactly, meet on the host
 (`interpreters/parallel.py`).
 
 Before each NCCL call the devices meet at the communicator's barrier (and the processes at an
@@ -24,7 +24,14 @@ import numpy as np
 from funcgrad import distributed, dtypes
 from funcgrad.array import DeviceValue
 from funcgrad.interpreters.parallel import ShardFrame
-from funcgrad.lax.parallel import all_gather_p, pmax_p, pmin_p, psum_p, psum_scatter_p
+from funcgrad.lax.parallel import (
+    all_gather_p,
+    pmax_p,
+    pmin_p,
+    ppermute_p,
+    psum_p,
+    psum_scatter_p,
+)
 
 
 class HostTransport:
@@ -45,6 +52,10 @@ class HostTransport:
         total = frame.all_reduce(send, np.add, "sum", "psum_scatter")
         count = send.size // frame.axis_size
         return np.array(total[frame.index * count : (frame.index + 1) * count])
+
+    def permute(self, frame: ShardFrame, send, source: int | None, destination: int | None):
+        buffers = frame.all_gather(send, "ppermute")
+        return None if source is None else np.array(buffers[source])
 
 
 class NcclTransport:
@@ -119,6 +130,22 @@ class NcclTransport:
             self.nccl.NCCL_SUM,
             xp.cuda.get_current_stream().ptr,
         )
+        return received
+
+    def permute(self, frame: ShardFrame, send, source: int | None, destination: int | None):
+        """This device's bytes to `destination` and `source`'s into a new buffer (None
+        where no device sends here), as one group of NCCL's point-to-point calls."""
+        frame.meet("ppermute")
+        xp = frame.device.runtime.xp
+        stream = xp.cuda.get_current_stream().ptr
+        comm = self._comm(frame)
+        received = None if source is None else xp.empty_like(send)
+        self.nccl.groupStart()
+        if destination is not None:
+            comm.send(send.data.ptr, send.size, self.nccl.NCCL_UINT8, destination, stream)
+        if received is not None:
+            comm.recv(received.data.ptr, received.size, self.nccl.NCCL_UINT8, source, stream)
+        self.nccl.groupEnd()
         return received
 
 
@@ -221,6 +248,22 @@ def _psum_scatter(
     return DeviceValue(flat, tuple(mine.shape), value.dtype, value.device)
 
 
+def _ppermute(frame: ShardFrame, value: DeviceValue, *, axis_name, perm) -> DeviceValue | None:
+    """Each device's buffer, as bytes, to its destination in `perm`; zeros where no device
+    sends."""
+    moving = transport(frame)
+    if moving is None:
+        return None
+    source = {d: s for s, d in perm}.get(frame.index)
+    destination = {s: d for s, d in perm}.get(frame.index)
+    runtime = value.device.runtime
+    with runtime.context():
+        stored = value.storage
+        received = moving.permute(frame, stored.view(np.uint8), source, destination)
+        out = runtime.xp.zeros_like(stored) if received is None else received.view(stored.dtype)
+    return DeviceValue(out, value.shape, value.dtype, value.device)
+
+
 # rule(frame, value, **params) -> the result on the device, or None to meet on the host.
 device_rules = {
     psum_p: _reduction("sum"),
@@ -228,4 +271,5 @@ device_rules = {
     pmin_p: _reduction("min"),
     all_gather_p: _all_gather,
     psum_scatter_p: _psum_scatter,
+    ppermute_p: _ppermute,
 }
