@@ -171,12 +171,11 @@ def test_results_made_on_the_host_are_put_on_their_gpus():
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # the NaN
 def test_collectives_move_between_gpus_where_a_transport_reduces_exactly(monkeypatch):
-    """psum, pmax, pmin, psum_scatter, all_gather and ppermute go from GPU to GPU (the
-    emulated GPUs' transport is their communicator; a GPU's is NCCL), through the exact
+    """psum, pmax, pmin, psum_scatter, all_gather, ppermute and all_to_all go from GPU to GPU
+    (the emulated GPUs' transport is their communicator; a GPU's is NCCL), through the exact
     forms: NaN wins a float max or min, integer sums wrap, booleans and complex numbers travel
-    as bytes and parts. Half-precision reductions and all_to_all meet on the host. Values
-    against the CPU devices' pmap (whose collectives test_pmap checks against NumPy) and
-    NumPy."""
+    as bytes and parts. Half-precision reductions meet on the host. Values against the CPU
+    devices' pmap (whose collectives test_pmap checks against NumPy) and NumPy."""
     on_host = []
     meet_on_host = parallel.apply_collective
     monkeypatch.setattr(
@@ -209,7 +208,9 @@ def test_collectives_move_between_gpus_where_a_transport_reduces_exactly(monkeyp
             "ppermute bfloat16": lax.ppermute(v.astype(fnp.bfloat16), "i", [(2, 0), (0, 1)]),
             "half": lax.psum(v.astype(fnp.float16), "i"),
             "bfloat16": lax.pmax(v.astype(fnp.bfloat16), "i"),
-            "all_to_all": lax.all_to_all(v, "i", 1, 1, tiled=True),
+            "all_to_all tiled": lax.all_to_all(v, "i", 1, 0, tiled=True),
+            "all_to_all": lax.all_to_all(fnp.stack([b] * 4), "i", 0, 1),
+            "all_to_all bool": lax.all_to_all(v[:, :, None] > 0, "i", 1, 2),
         }
 
     out = fg.pmap(f, "i")(x, big)
@@ -223,8 +224,8 @@ def test_collectives_move_between_gpus_where_a_transport_reduces_exactly(monkeyp
     np.testing.assert_array_equal(np.asarray(out["int8"])[0], big.sum(0, dtype=np.int8))
     assert np.isnan(np.asarray(out["pmax"])[:, 0, 2]).all()
     assert np.isnan(np.asarray(out["pmin"])[:, 0, 2]).all()
-    # bfloat16's pmax, float16's psum and all_to_all, on every device
-    assert on_gpus == sorted(["pmax", "psum", "all_to_all"] * NUM_DEVICES)
+    # bfloat16's pmax and float16's psum, on every device
+    assert on_gpus == sorted(["pmax", "psum"] * NUM_DEVICES)
 
 
 def test_devices_of_several_kinds_are_refused():

@@ -2,12 +2,12 @@
 
 psum, pmax, pmin and psum_scatter of the dtypes a transport reduces exactly
 (`distributed.exact_all_reduce`: not half-precision sums, whose rounding would depend on the
-order), and all_gather and ppermute of any dtype, move between GPUs without visiting the
-host: on CUDA GPUs through NCCL (CuPy's binding; a communicator per GPU, bootstrapped over
-MPI across processes), on the emulated GPUs through the pmap's host communicator, which
-plays NCCL's part there so that everything above the transport is tested without a GPU. The
-other collectives, and the reductions no transport does exactly, meet on the host
-(`interpreters/parallel.py`).
+order), and all_gather, ppermute and all_to_all of any dtype, move between GPUs without
+visiting the host: on CUDA GPUs through NCCL (CuPy's binding; a communicator per GPU,
+bootstrapped over MPI across processes), on the emulated GPUs through the pmap's host
+communicator, which plays NCCL's part there so that everything above the transport is tested
+without a GPU. The reductions no transport does exactly meet on the host
+(`interpreters/parallel.py`), as does axis_index, which moves nothing.
 
 Before each NCCL call the devices meet at the communicator's barrier (and the processes at an
 MPI barrier), so a device or process that failed or stalled ends in an error, as on the host
@@ -26,6 +26,7 @@ from funcgrad.array import DeviceValue
 from funcgrad.interpreters.parallel import ShardFrame
 from funcgrad.lax.parallel import (
     all_gather_p,
+    all_to_all_p,
     pmax_p,
     pmin_p,
     ppermute_p,
@@ -56,6 +57,10 @@ class HostTransport:
     def permute(self, frame: ShardFrame, send, source: int | None, destination: int | None):
         buffers = frame.all_gather(send, "ppermute")
         return None if source is None else np.array(buffers[source])
+
+    def exchange(self, frame: ShardFrame, send: np.ndarray) -> np.ndarray:
+        buffers = frame.all_gather(send, "all_to_all")
+        return np.stack([b[frame.index] for b in buffers])
 
 
 class NcclTransport:
@@ -145,6 +150,22 @@ class NcclTransport:
             comm.send(send.data.ptr, send.size, self.nccl.NCCL_UINT8, destination, stream)
         if received is not None:
             comm.recv(received.data.ptr, received.size, self.nccl.NCCL_UINT8, source, stream)
+        self.nccl.groupEnd()
+        return received
+
+    def exchange(self, frame: ShardFrame, send):
+        """Row j of `send` (bytes, one row per device) to device j, device j's row for this
+        device into row j, as one group of NCCL's point-to-point calls."""
+        frame.meet("all_to_all")
+        xp = frame.device.runtime.xp
+        stream = xp.cuda.get_current_stream().ptr
+        comm = self._comm(frame)
+        received = xp.empty_like(send)
+        row = send.shape[1]
+        self.nccl.groupStart()
+        for peer in range(send.shape[0]):
+            comm.send(send.data.ptr + peer * row, row, self.nccl.NCCL_UINT8, peer, stream)
+            comm.recv(received.data.ptr + peer * row, row, self.nccl.NCCL_UINT8, peer, stream)
         self.nccl.groupEnd()
         return received
 
@@ -264,6 +285,35 @@ def _ppermute(frame: ShardFrame, value: DeviceValue, *, axis_name, perm) -> Devi
     return DeviceValue(out, value.shape, value.dtype, value.device)
 
 
+def _all_to_all(
+    frame: ShardFrame, value: DeviceValue, *, axis_name, split_axis, concat_axis, axis_size, tiled
+) -> DeviceValue | None:
+    """Block j of the split axis to device j: the split axis moved first, one row of bytes
+    per device; the blocks received (one per source device) put back in the operand's axis
+    order and stacked (or, tiled, concatenated) along `concat_axis`."""
+    moving = transport(frame)
+    if moving is None:
+        return None
+    runtime, xp = value.device.runtime, value.device.runtime.xp
+    with runtime.context():
+        x = value.storage.reshape(value.shape)
+        blocks = xp.ascontiguousarray(xp.moveaxis(x, split_axis, 0))
+        rows = blocks.reshape(axis_size, -1).view(np.uint8)
+        received = moving.exchange(frame, rows).view(blocks.dtype)
+        if tiled:  # (source, block, rest) -> (source, *block in the operand's order)
+            block = blocks.reshape((axis_size, -1) + blocks.shape[1:]).shape[1:]
+            pieces = xp.moveaxis(received.reshape((axis_size,) + block), 1, 1 + split_axis)
+            joined = xp.moveaxis(pieces, 0, concat_axis)
+            shape = list(pieces.shape[1:])
+            shape[concat_axis] *= axis_size
+        else:  # (source, rest)
+            rest = blocks.shape[1:]
+            joined = xp.moveaxis(received.reshape((axis_size,) + rest), 0, concat_axis)
+            shape = list(joined.shape)
+        flat = xp.ascontiguousarray(joined).reshape(-1)
+    return DeviceValue(flat, tuple(shape), value.dtype, value.device)
+
+
 # rule(frame, value, **params) -> the result on the device, or None to meet on the host.
 device_rules = {
     psum_p: _reduction("sum"),
@@ -272,4 +322,5 @@ device_rules = {
     all_gather_p: _all_gather,
     psum_scatter_p: _psum_scatter,
     ppermute_p: _ppermute,
+    all_to_all_p: _all_to_all,
 }
