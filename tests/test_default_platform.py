@@ -121,6 +121,32 @@ def test_the_environment_chooses_the_default_platform(setting, printed):
     assert out.stdout.strip() == printed
 
 
+def test_a_gpu_default_set_at_import_compiles_calls_inside_programs():
+    """The GPU default loads the compiler while funcgrad itself is imported, before the
+    transformations declaring checkpoint and the custom derivatives: their calls must still
+    be inlined when programs with them compile."""
+    code = (
+        "import numpy as np, funcgrad as fg, funcgrad.numpy as fnp\n"
+        "f = fg.checkpoint(lambda a: fnp.sin(a) * a)\n"
+        "g = fg.custom_jvp(lambda a: fnp.exp(a))\n"
+        "g.defjvp(lambda p, t: (fnp.exp(p[0]), fnp.exp(p[0]) * t[0]))\n"
+        "x = np.linspace(0.1, 1.0, 4)\n"
+        "print(fg.grad(lambda a: f(a).sum())(x).device)\n"
+        "for v in (fg.grad(lambda a: f(a).sum())(x), fg.jit(fg.grad(lambda a: g(a).sum()))(x)):\n"
+        "    print(' '.join(f'{e:.12f}' for e in np.asarray(v)))\n"
+    )
+    environment = {**os.environ, "FUNCGRAD_PLATFORM": "cuda_emulator", "PYTHONPATH": REPO}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=environment, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    device, checkpointed, custom = out.stdout.strip().splitlines()
+    assert device == "EmulatedCudaDevice(id=0)"
+    x = np.linspace(0.1, 1.0, 4)
+    np.testing.assert_allclose(np.float64(checkpointed.split()), np.cos(x) * x + np.sin(x))
+    np.testing.assert_allclose(np.float64(custom.split()), np.exp(x))
+
+
 def test_a_bad_environment_setting_names_the_variable():
     environment = {**os.environ, "FUNCGRAD_PLATFORM": "tpu", "PYTHONPATH": REPO}
     out = subprocess.run(

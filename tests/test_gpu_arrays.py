@@ -146,6 +146,15 @@ def test_transformations_of_gpu_arrays_run_on_the_gpu(gpu):
     np.testing.assert_allclose(np.asarray(count[1]), X * 8)
 
 
+def test_forward_mode_through_a_custom_vjp_on_the_gpu_says_why_it_fails(gpu):
+    f = fg.custom_vjp(lambda a: fnp.sin(a))
+    f.defvjp(lambda a: (fnp.sin(a), a), lambda a, ct: (ct * fnp.cos(a),))
+    x = on(gpu, X[0])
+    with pytest.raises(TypeError, match="forward-mode"):
+        fg.jvp(f, (x,), (x,))
+    np.testing.assert_allclose(np.asarray(fg.grad(lambda a: f(a).sum())(x)), np.cos(X[0]))
+
+
 def test_dlpack_hands_over_the_gpu_buffer(gpu):
     x = on(gpu, X)
     if gpu.backend == "cuda_emulator":

@@ -22,6 +22,7 @@ from funcgrad import dtypes, lax
 from funcgrad.errors import ConcretizationTypeError
 from funcgrad.lax.elementwise import ge_p, le_p
 from funcgrad.lax.reductions import reduce_sum_p
+from funcgrad.tools.recipes import COMPILED_BACKENDS
 
 FLOATS_AND_INTS = st.one_of(fst.all_float_dtypes, fst.int_dtypes)
 EVERY_DTYPE = st.one_of(fst.all_float_dtypes, fst.int_dtypes, st.just(dtypes.bool_))
@@ -209,14 +210,25 @@ def test_integer_sums_wrap_around():
     assert product.dtype == np.uint8 and int(product) == 40000 % 256
 
 
+@pytest.mark.parametrize("backend", ["eager", *COMPILED_BACKENDS])
 @pytest.mark.parametrize("dtype, count", [(dtypes.float16, 4096), (dtypes.bfloat16, 512)])
-def test_half_precision_sums_accumulate_in_float32(dtype, count):
+def test_half_precision_sums_accumulate_in_float32(dtype, count, backend):
     # Accumulating in the narrow type would stall at 2048 (float16) or 256 (bfloat16).
     ones = np.ones(count, dtype)
-    total = lax.reduce_sum(ones, (0,))
+    previous = fg.config.jit_backend
+    if backend != "eager":
+        fg.config.update("jit_backend", backend)
+    run = (lambda f: f) if backend == "eager" else fg.jit
+    try:
+        total = run(lambda v: lax.reduce_sum(v, (0,)))(ones)
+        running = run(lax.cumsum)(ones)
+        product = run(lax.cumprod)(np.full(count, 1.001, dtype))
+    finally:
+        fg.config.update("jit_backend", previous)
     assert total.dtype == dtype and float(total) == count
-    running = lax.cumsum(ones)
     assert running.dtype == dtype and float(np.asarray(running)[-1]) == count
+    expected = np.cumprod(np.full(count, 1.001, dtype).astype(np.float32)).astype(dtype)
+    np.testing.assert_array_equal(np.asarray(product), expected)
 
 
 @pytest.mark.parametrize(

@@ -763,9 +763,9 @@ def _cumulative(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
         if eqn.primitive.name == "cumlogsumexp":
             updated = _logaddexp(acc.read(), value)
         else:
-            # Like the reference, each step rounds to the operand's dtype.
-            combined = K.binary(_CUMULATIVE[eqn.primitive.name], acc.read(), value)
-            updated = K.cast(K.cast(combined, dtype), acc_dtype)
+            # Like the reference, half precision accumulates in float32, rounded only when
+            # stored (a float16 running sum would stall at 2048).
+            updated = K.binary(_CUMULATIVE[eqn.primitive.name], acc.read(), value)
         first = K.binary("eq", i, _index_const(0))
         return [
             K.SetAcc(acc, K.const(0, acc_dtype)),

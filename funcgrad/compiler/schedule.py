@@ -19,6 +19,7 @@ The scheduler is backend-independent: renderers take the program as it is.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections import Counter
@@ -382,17 +383,23 @@ def _spreads_input(eqn: JaxprEqn) -> bool:
 # on the devices' threads (each compiling its per-device program itself).
 _HOST_CALLS = ("debug_callback", "pure_callback", "pmap")
 
-# Call primitives whose programs the compiler inlines, and the param holding the program.
-_CALLS = {
-    PRIMITIVES[name]: param
-    for name, param in (
-        ("jit", "jaxpr"),
-        ("checkpoint", "jaxpr"),
-        ("custom_jvp_call", "call_jaxpr"),
-        ("custom_vjp_call", "call_jaxpr"),
-    )
-    if name in PRIMITIVES
-}
+
+@functools.cache
+def _calls() -> dict:
+    """Call primitives whose programs the compiler inlines, and the param holding the program:
+    looked up at the first compilation, as the transformations declaring them may be imported
+    after the compiler (a GPU as the default platform loads the compiler while funcgrad is
+    imported)."""
+    return {
+        PRIMITIVES[name]: param
+        for name, param in (
+            ("jit", "jaxpr"),
+            ("checkpoint", "jaxpr"),
+            ("custom_jvp_call", "call_jaxpr"),
+            ("custom_vjp_call", "call_jaxpr"),
+        )
+    }
+
 
 _counter = itertools.count()
 
@@ -408,7 +415,7 @@ def _unwrap(value) -> np.ndarray:
 def schedule(closed: ClosedJaxpr, gemm_dtypes: tuple = GEMM_DTYPES) -> Program:
     """The program computing `closed`; its inputs are the jaxpr's invars in order. Products
     in `gemm_dtypes` may run as library GEMMs."""
-    return _Scheduler(passes.inline_calls(closed, _CALLS), gemm_dtypes).program
+    return _Scheduler(passes.inline_calls(closed, _calls()), gemm_dtypes).program
 
 
 class _Scheduler:

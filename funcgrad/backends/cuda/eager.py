@@ -6,6 +6,8 @@ arrays to a committed array's device."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from funcgrad import core
 from funcgrad.array import Array, DeviceValue, GpuDevice, default_gpu, place
 from funcgrad.compiler.fusion import CompileError
@@ -71,6 +73,21 @@ class _Collective:
         return [Array(place(out, device))]
 
 
+class _Unlowered:
+    """A primitive the compiler needs no lowering for, by design (custom_lin exists only to be
+    transposed), applied eagerly to GPU arrays: its implementation, on host copies, says what
+    it says on the CPU (custom_lin: that forward mode cannot go through a custom_vjp)."""
+
+    def __init__(self, primitive: core.Primitive, params: dict):
+        self.primitive = primitive
+        self.params = params
+
+    def on_device(self, args: list[Array], device: GpuDevice) -> list[Array]:
+        out = self.primitive.impl(*[np.asarray(a._value) for a in args], **self.params)
+        outs = out if self.primitive.multiple_results else [out]
+        return [Array(place(value, device)) for value in outs]
+
+
 def _compile(primitive, args, params, device: GpuDevice):
     from funcgrad.backends.cuda.executable import CudaExecutable
     from funcgrad.transforms.make_jaxpr import make_jaxpr
@@ -83,6 +100,10 @@ def _compile(primitive, args, params, device: GpuDevice):
     try:
         return CudaExecutable(closed, device=device.runtime)
     except CompileError as error:
+        from funcgrad.backends.llvm import lowerings  # noqa: F401  (the reasons for no lowering)
+
+        if "llvm" in primitive.not_applicable:
+            return _Unlowered(primitive, params)
         raise CompileError(
             f"{primitive.name} cannot run on {device!r} yet: {error}. Move its operands to the "
             "CPU with funcgrad.device_put(x, funcgrad.devices('cpu')[0])"
