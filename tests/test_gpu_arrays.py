@@ -146,6 +146,14 @@ def test_transformations_of_gpu_arrays_run_on_the_gpu(gpu):
     np.testing.assert_allclose(np.asarray(count[1]), X * 8)
 
 
+def test_debug_nans_names_the_primitive_in_a_jitted_call_on_the_gpu(gpu, monkeypatch):
+    monkeypatch.setattr(fg.config, "debug_nans", True)
+    f = fg.jit(lambda a: fnp.log(a) * 2)
+    f(on(gpu, np.float32(1.0)))
+    with pytest.raises(FloatingPointError, match="nan.* in log"):
+        f(on(gpu, np.float32(-1.0)))
+
+
 def test_forward_mode_through_a_custom_vjp_on_the_gpu_says_why_it_fails(gpu):
     f = fg.custom_vjp(lambda a: fnp.sin(a))
     f.defvjp(lambda a: (fnp.sin(a), a), lambda a, ct: (ct * fnp.cos(a),))

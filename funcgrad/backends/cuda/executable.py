@@ -23,7 +23,7 @@ import os
 import numpy as np
 
 from funcgrad import dtypes
-from funcgrad.array import Array, DeviceValue, GpuDevice
+from funcgrad.array import Array, DeviceValue, GpuDevice, to_host
 from funcgrad.backends.cuda import nvrtc, regions
 from funcgrad.backends.cuda.emulator import EmulatedModule
 from funcgrad.backends.cuda.render import CudaKernel, module_source, render_kernel
@@ -309,16 +309,23 @@ class CudaExecutable:
         for out, (shape, dtype), weak in zip(self.run(args), self._out_shapes, self._out_weak):
             value = _host(device.download(out), dtype).reshape(shape)
             results.append(Array(value[()] if value.ndim == 0 else value, weak))
-        if config.debug_nans:  # the reference backend names the first primitive making a NaN
-            if self._reference is None:
-                self._reference = NumpyExecutable(self.closed)
-            self._reference(*args)
+        self._check_nans(args)
         return results
+
+    def _check_nans(self, args) -> None:
+        """Under `config.debug_nans`, the reference backend runs the program too, on host
+        copies, and names the first primitive making a NaN (and the user's line)."""
+        if not config.debug_nans:
+            return
+        if self._reference is None:
+            self._reference = NumpyExecutable(self.closed)
+        self._reference(*[to_host(a) if type(a) is Array else a for a in args])
 
     def on_device(self, args, device: GpuDevice) -> list[Array]:
         """Runs the program on `device`, whose runtime this executable was built for, and
         returns its results there, without waiting for them (a GPU runs asynchronously)."""
         outputs = self.run(args)
+        self._check_nans(args)
         return [
             Array(DeviceValue(out, shape, dtype, device), weak)
             for out, (shape, dtype), weak in zip(outputs, self._out_shapes, self._out_weak)
