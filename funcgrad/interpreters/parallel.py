@@ -134,17 +134,18 @@ class Communicator:
 class ShardFrame:
     """What a device thread knows while it runs its shard of a pmap."""
 
-    __slots__ = ("axis_name", "axis_size", "index", "local_index", "communicator", "device")
+    __slots__ = ("axis_name", "axis_size", "index", "local_index", "communicator")
 
-    def __init__(
-        self, axis_name, axis_size: int, index: int, local_index: int, communicator, device: Device
-    ):
+    def __init__(self, axis_name, axis_size: int, index: int, local_index: int, communicator):
         self.axis_name = axis_name
         self.axis_size = axis_size
         self.index = index  # position along the axis, over all processes
         self.local_index = local_index
         self.communicator = communicator
-        self.device = device
+
+    @property
+    def device(self) -> Device:
+        return self.communicator.devices[self.local_index]
 
     def all_gather(self, value, what: str) -> list:
         return self.communicator.all_gather(self.local_index, value, what)
@@ -220,7 +221,7 @@ def run_on_devices(
     def run_device(local_index: int):
         device = devices[local_index]
         _frames.frame = ShardFrame(
-            axis_name, axis_size, first_index + local_index, local_index, communicator, device
+            axis_name, axis_size, first_index + local_index, local_index, communicator
         )
         previous = placement.device
         placement.device = device if isinstance(device, GpuDevice) else CPU

@@ -87,63 +87,55 @@ class NcclTransport:
         self.raw_dtypes = tuple(self.types)
         self.ops = {"sum": nccl.NCCL_SUM, "max": nccl.NCCL_MAX, "min": nccl.NCCL_MIN}
 
-    def _comm(self, frame: ShardFrame):
+    def _start(self, frame: ShardFrame, what: str) -> tuple:
+        """After every device has arrived: this device's communicator (made at its first
+        collective), CuPy, and the stream its kernels run on."""
+        frame.meet(what)
         comm = self.comms.get(frame.local_index)
         if comm is None:
             comm = self.nccl.NcclCommunicator(
                 self.ranks, self.unique, self.first + frame.local_index
             )
             self.comms[frame.local_index] = comm
-        return comm
+        xp = frame.device.runtime.xp
+        return comm, xp, xp.cuda.get_current_stream().ptr
 
     def all_reduce(self, frame: ShardFrame, send, op: str):
-        frame.meet(f"p{op}")
-        xp = frame.device.runtime.xp
+        comm, xp, stream = self._start(frame, f"p{op}")
         received = xp.empty_like(send)
-        self._comm(frame).allReduce(
+        comm.allReduce(
             send.data.ptr,
             received.data.ptr,
             send.size,
             self.types[send.dtype],
             self.ops[op],
-            xp.cuda.get_current_stream().ptr,
+            stream,
         )
         return received
 
     def all_gather(self, frame: ShardFrame, send):
-        frame.meet("all_gather")
-        xp = frame.device.runtime.xp
+        comm, xp, stream = self._start(frame, "all_gather")
         received = xp.empty(send.size * frame.axis_size, send.dtype)
-        self._comm(frame).allGather(
-            send.data.ptr,
-            received.data.ptr,
-            send.nbytes,
-            self.nccl.NCCL_UINT8,
-            xp.cuda.get_current_stream().ptr,
-        )
+        comm.allGather(send.data.ptr, received.data.ptr, send.nbytes, self.nccl.NCCL_UINT8, stream)
         return received
 
     def reduce_scatter(self, frame: ShardFrame, send):
-        frame.meet("psum_scatter")
-        xp = frame.device.runtime.xp
+        comm, xp, stream = self._start(frame, "psum_scatter")
         received = xp.empty(send.size // frame.axis_size, send.dtype)
-        self._comm(frame).reduceScatter(
+        comm.reduceScatter(
             send.data.ptr,
             received.data.ptr,
             received.size,
             self.types[send.dtype],
             self.nccl.NCCL_SUM,
-            xp.cuda.get_current_stream().ptr,
+            stream,
         )
         return received
 
     def permute(self, frame: ShardFrame, send, source: int | None, destination: int | None):
         """This device's bytes to `destination` and `source`'s into a new buffer (None
         where no device sends here), as one group of NCCL's point-to-point calls."""
-        frame.meet("ppermute")
-        xp = frame.device.runtime.xp
-        stream = xp.cuda.get_current_stream().ptr
-        comm = self._comm(frame)
+        comm, xp, stream = self._start(frame, "ppermute")
         received = None if source is None else xp.empty_like(send)
         self.nccl.groupStart()
         if destination is not None:
@@ -156,10 +148,7 @@ class NcclTransport:
     def exchange(self, frame: ShardFrame, send):
         """Row j of `send` (bytes, one row per device) to device j, device j's row for this
         device into row j, as one group of NCCL's point-to-point calls."""
-        frame.meet("all_to_all")
-        xp = frame.device.runtime.xp
-        stream = xp.cuda.get_current_stream().ptr
-        comm = self._comm(frame)
+        comm, xp, stream = self._start(frame, "all_to_all")
         received = xp.empty_like(send)
         row = send.shape[1]
         self.nccl.groupStart()
@@ -195,11 +184,8 @@ def _storage(value: DeviceValue):
 
 
 def _reduction(op: str):
-    def rule(frame: ShardFrame, value: DeviceValue, *, axis_name) -> DeviceValue | None:
+    def rule(frame: ShardFrame, moving, value: DeviceValue, *, axis_name) -> DeviceValue | None:
         if value.dtype in dtypes.HALF_FLOATS:  # (CuPy has no bfloat16; their sums need an order)
-            return None
-        moving = transport(frame)
-        if moving is None:
             return None
         runtime = value.device.runtime
         with runtime.context():
@@ -218,13 +204,17 @@ def _reduction(op: str):
 
 
 def _all_gather(
-    frame: ShardFrame, value: DeviceValue, *, axis_name, all_gather_dimension, axis_size, tiled
+    frame: ShardFrame,
+    moving,
+    value: DeviceValue,
+    *,
+    axis_name,
+    all_gather_dimension,
+    axis_size,
+    tiled,
 ) -> DeviceValue | None:
     """The devices' buffers gathered as bytes in device order, then stacked (or, tiled,
     concatenated) along `all_gather_dimension` on the device."""
-    moving = transport(frame)
-    if moving is None:
-        return None
     runtime, xp = value.device.runtime, value.device.runtime.xp
     with runtime.context():
         stored = value.storage
@@ -240,15 +230,12 @@ def _all_gather(
 
 
 def _psum_scatter(
-    frame: ShardFrame, value: DeviceValue, *, axis_name, scatter_dimension, axis_size, tiled
+    frame: ShardFrame, moving, value: DeviceValue, *, axis_name, scatter_dimension, axis_size, tiled
 ) -> DeviceValue | None:
     """The devices' buffers summed, each device keeping its block of `scatter_dimension`:
     that dimension moved first, so that the blocks lie one after another as a reduce-scatter
     hands them out, and moved back."""
     if value.dtype in dtypes.HALF_FLOATS:
-        return None
-    moving = transport(frame)
-    if moving is None:
         return None
     runtime, xp = value.device.runtime, value.device.runtime.xp
     dim = scatter_dimension
@@ -269,12 +256,11 @@ def _psum_scatter(
     return DeviceValue(flat, tuple(mine.shape), value.dtype, value.device)
 
 
-def _ppermute(frame: ShardFrame, value: DeviceValue, *, axis_name, perm) -> DeviceValue | None:
+def _ppermute(
+    frame: ShardFrame, moving, value: DeviceValue, *, axis_name, perm
+) -> DeviceValue | None:
     """Each device's buffer, as bytes, to its destination in `perm`; zeros where no device
     sends."""
-    moving = transport(frame)
-    if moving is None:
-        return None
     source = {d: s for s, d in perm}.get(frame.index)
     destination = {s: d for s, d in perm}.get(frame.index)
     runtime = value.device.runtime
@@ -286,14 +272,19 @@ def _ppermute(frame: ShardFrame, value: DeviceValue, *, axis_name, perm) -> Devi
 
 
 def _all_to_all(
-    frame: ShardFrame, value: DeviceValue, *, axis_name, split_axis, concat_axis, axis_size, tiled
+    frame: ShardFrame,
+    moving,
+    value: DeviceValue,
+    *,
+    axis_name,
+    split_axis,
+    concat_axis,
+    axis_size,
+    tiled,
 ) -> DeviceValue | None:
     """Block j of the split axis to device j: the split axis moved first, one row of bytes
     per device; the blocks received (one per source device) put back in the operand's axis
     order and stacked (or, tiled, concatenated) along `concat_axis`."""
-    moving = transport(frame)
-    if moving is None:
-        return None
     runtime, xp = value.device.runtime, value.device.runtime.xp
     with runtime.context():
         x = value.storage.reshape(value.shape)
@@ -314,7 +305,8 @@ def _all_to_all(
     return DeviceValue(flat, tuple(shape), value.dtype, value.device)
 
 
-# rule(frame, value, **params) -> the result on the device, or None to meet on the host.
+# rule(frame, transport, value, **params) -> the result on the device, or None to meet on
+# the host.
 device_rules = {
     psum_p: _reduction("sum"),
     pmax_p: _reduction("max"),

@@ -58,15 +58,16 @@ class _Collective:
         self.params = params
 
     def on_device(self, args: list[Array], device: GpuDevice) -> list[Array]:
-        from funcgrad.backends.cuda.collectives import device_rules
+        from funcgrad.backends.cuda.collectives import device_rules, transport
 
         rule = device_rules.get(self.primitive)
         if rule is not None:
             frame = parallel.frame_of(self.params["axis_name"])
+            moving = transport(frame)
             value = args[0]._value
             if type(value) is not DeviceValue:
                 value = place(value, device)
-            out = rule(frame, value, **self.params)
+            out = None if moving is None else rule(frame, moving, value, **self.params)
             if out is not None:
                 return [Array(out)]
         out = parallel.apply_collective(self.primitive, [a._value for a in args], self.params)
