@@ -15,7 +15,10 @@ from hypothesis import strategies as st
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import lax
+from funcgrad.backends.llvm import prefetch
+from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler import rows, schedule
+from funcgrad.compiler.parallel import linear
 from funcgrad.config import config
 from funcgrad.transforms.jit import compile_jaxpr
 
@@ -367,6 +370,41 @@ def test_row_softmax_and_layernorm_are_one_kernel_with_row_sized_scratch(f):
     assert_same_as_reference(f, x, rtol=1e-5, atol=1e-6)
     with jit_backend("llvm"):
         assert "define void @entry" in fg.jit(f).lower(x).compile().as_text()
+
+
+def _row_kernel(f, *args):
+    """The one kernel of `f`'s program and its loop over rows."""
+    executable = compiled(f, *args)
+    [step] = [s for s in executable.program.steps if isinstance(s, schedule.KernelStep)]
+    [row] = [s for s in step.kernel.body if isinstance(s, K.Loop)]
+    return step.kernel, row, executable
+
+
+@pytest.mark.parametrize("f", [_softmax, _layernorm])
+def test_row_kernels_fetch_the_next_row_while_computing(f):
+    x = rng.standard_normal((16, 1024)).astype(np.float32)
+    bias = rng.standard_normal(1024).astype(np.float32)
+
+    def shifted(a, b):
+        return f(a + b)
+
+    kernel, row, executable = _row_kernel(shifted, x, bias)
+    second_pass, [span] = prefetch.next_rows(row, set(kernel.inputs))
+    # The next row of x, before the pass after the one that read it; the bias, the same for
+    # every row, is not fetched again.
+    assert span.buffer is kernel.inputs[0] and span.lines == 1024 * 4 // 64 + 1
+    assert linear(span.start, row.index, {}) == (1024, 1024, 1024)
+    assert second_pass is [s for s in row.body if isinstance(s, K.Loop)][1]
+    assert executable.ir.count("call void @llvm.prefetch") == 1
+    assert_same_as_reference(shifted, x, bias, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(16, 128), (4, 8192)])
+def test_rows_too_short_or_too_long_to_fetch_ahead_are_left_to_the_hardware(shape):
+    x = rng.standard_normal(shape).astype(np.float32)
+    kernel, row, executable = _row_kernel(_softmax, x)
+    assert prefetch.next_rows(row, set(kernel.inputs)) is None
+    assert "llvm.prefetch" not in executable.ir
 
 
 def test_kernels_reading_other_rows_are_not_merged():

@@ -19,7 +19,7 @@ import struct
 import numpy as np
 
 from funcgrad import dtypes
-from funcgrad.backends.llvm import blas, pool
+from funcgrad.backends.llvm import blas, pool, prefetch
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler import mathlib
 from funcgrad.compiler.fusion import CompileError
@@ -127,6 +127,7 @@ class _Function:
         self.index_names: dict[K.Index, str] = {}
         self.prologue: list[str] = []  # allocas, which belong in the entry block
         self.bounds: dict = {}  # a loop split across threads -> its chunk's (start, stop)
+        self.streamed: set = set()  # a kernel's buffers in memory (not its scratch)
 
     def fresh(self, hint: str = "v") -> str:
         return f"%{hint}{next(self.names)}"
@@ -428,7 +429,7 @@ class _Function:
                     self.index_names[stmt.index],
                     start,
                     stop,
-                    lambda s=stmt: self.statements(s.body),
+                    lambda s=stmt: self.loop_body(s),
                     hint=self.module.innermost_hint(stmt) if innermost else None,
                 )
             elif isinstance(stmt, K.Store):
@@ -443,6 +444,38 @@ class _Function:
                 self.emit(f"store {value_type(stmt.acc.dtype)} {value}, ptr {slot}")
             else:
                 raise TypeError(f"cannot render {stmt!r}")
+
+    def loop_body(self, loop: K.Loop) -> None:
+        ahead = prefetch.next_rows(loop, self.streamed)
+        if ahead is None:
+            self.statements(loop.body)
+            return
+        second_pass, spans = ahead
+        k = next(k for k, s in enumerate(loop.body) if s is second_pass)
+        self.statements(loop.body[:k])
+        self.memo = {}
+        for span in spans:
+            self.prefetch(span)
+        self.statements(loop.body[k:])
+
+    def prefetch(self, span: prefetch.Span) -> None:
+        """Ask for `span`'s cache lines (a hint: an address outside the buffer, past the
+        last row, is never touched, so the pointer needs no `inbounds`)."""
+        self.module.declare("llvm.prefetch.p0", "void", ["ptr", "i32", "i32", "i32"])
+        buffer = self.module.pointer(self, span.buffer)
+        start = self.value(span.start)
+        base = self.assign(
+            f"getelementptr {memory_type(span.buffer.dtype)}, ptr {buffer}, i64 {start}"
+        )
+        line = self.new_label("i")
+
+        def fetch():
+            offset = self.assign(f"mul i64 %{line}, {prefetch.LINE}")
+            address = self.assign(f"getelementptr i8, ptr {base}, i64 {offset}")
+            # a read, kept in every cache level, of data
+            self.emit(f"call void @llvm.prefetch.p0(ptr {address}, i32 0, i32 3, i32 1)")
+
+        self.loop(line, 0, span.lines, fetch)
 
     def accumulate(self, stmt: K.SetAcc) -> str:
         """A running sum or product may be reassociated (so that it vectorizes)."""
@@ -786,6 +819,7 @@ class ModuleRenderer:
         storage = [self.storage.get(b, b) for b in shared]
         distinct = list(dict.fromkeys(storage))
         function.params = {b: f"%b{distinct.index(s)}" for b, s in zip(shared, storage)}
+        function.streamed = set(kernel.inputs) - private
         for b in kernel.scratch:
             if b in private:
                 elements = f"{memory_type(b.dtype)}, i64 {b.size}"
