@@ -7,11 +7,13 @@ Every primitive suite also checks jit against eager for each of its cases, throu
 
 import collections
 import functools
+import os
 import re
+import sys
 
 import numpy as np
 import pytest
-from checks import assert_close
+from checks import assert_close, jit_backend
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import arrays, float_dtypes, shapes
@@ -472,3 +474,41 @@ def test_array_methods_work_on_traced_values():
     for name in ["var", "std", "mean", "sum", "max", "min", "prod", "argmax", "cumsum"]:
         got = fg.jit(lambda v, name=name: getattr(v, name)(axis=1))(x)
         np.testing.assert_allclose(got, getattr(x, name)(axis=1), rtol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_garbage_collector_pauses_while_a_program_compiles(enabled):
+    import gc
+
+    collections_seen = []
+    compiler_source = os.path.join("llvm", "executable.py")  # LlvmExecutable.__init__
+
+    def count(phase, info):
+        """Record a collection started from inside the compiler."""
+        frame = sys._getframe()
+        while frame is not None:
+            code = frame.f_code
+            if code.co_name == "__init__" and code.co_filename.endswith(compiler_source):
+                collections_seen.append(info["generation"])
+                return
+            frame = frame.f_back
+
+    def chain(x):
+        for k in range(200):
+            x = x * 1.0001 + k
+        return x
+
+    threshold = gc.get_threshold()
+    (gc.enable if enabled else gc.disable)()
+    gc.set_threshold(1)  # a collection at nearly every allocation, where it runs
+    gc.callbacks.append(count)
+    try:
+        with jit_backend("llvm"):
+            executable = fg.jit(chain).lower(np.ones(8, np.float32)).compile()
+        assert collections_seen == []
+        assert gc.isenabled() == enabled  # as the compiler found it
+    finally:
+        gc.callbacks.remove(count)
+        gc.set_threshold(*threshold)
+        gc.enable()
+    np.testing.assert_allclose(executable(np.ones(8, np.float32)), chain(np.ones(8, np.float32)))
