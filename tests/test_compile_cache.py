@@ -4,6 +4,7 @@ entry is compiled again, never loaded; the cache never fails a compilation."""
 
 import logging
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -16,7 +17,7 @@ import pytest
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad.backends.llvm import engine
-from funcgrad.compiler import cache
+from funcgrad.compiler import cache, fingerprint, stages
 from funcgrad.config import Config, config
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -261,3 +262,134 @@ def test_bad_settings_name_the_option(cache_dir):
         config.update("compilation_cache_dir", 3)
     with pytest.raises(TypeError, match="enable_compilation_cache"):
         config.update("jax_enable_compilation_cache", "no")
+
+
+# -- programs found by their jaxpr -------------------------------------------------------------
+
+
+def _plans(folder) -> list[str]:
+    where = folder / "llvm-plans"
+    return sorted(os.listdir(where)) if where.exists() else []
+
+
+def test_a_later_compilation_finds_the_program_by_its_jaxpr_without_planning(
+    cache_dir, monkeypatch
+):
+    x = _x()
+    cold = _compile(_program, x)
+    assert len(_plans(cache_dir)) == 1
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("planned again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(stages, "plan", refuse)
+        warm = _compile(_program, x)
+        assert warm.executable.machine_code.from_cache
+        assert warm.as_text() == cold.as_text()
+        for c, w in zip(cold(x), warm(x)):
+            np.testing.assert_array_equal(np.asarray(w), np.asarray(c))
+
+    # What only the plan shows is planned when asked for.
+    def shape(text):  # buffers are numbered process-wide
+        return re.sub(r"\d+", "#", text)
+
+    assert shape(warm.fusion_plan()) == shape(cold.fusion_plan())
+    assert warm.memory_analysis().arena_bytes == cold.memory_analysis().arena_bytes
+
+
+def test_programs_differing_in_a_literal_parameter_or_type_do_not_share_a_plan(
+    cache_dir,
+):
+    x = _x()
+    table = np.arange(6, dtype=np.float32)
+    changed = table.copy()
+    changed[3] = 30.0
+    variants = [
+        (lambda a: a * 2.0, lambda a: a * 2.0),
+        (lambda a: a * 3.0, lambda a: a * 3.0),
+        (lambda a: a + table, lambda a: a + table),
+        (lambda a: a + changed, lambda a: a + changed),
+        (lambda a: a.sum(axis=0), lambda a: a.sum(axis=0)),
+        (lambda a: a.sum(axis=1), lambda a: a.sum(axis=1)),
+        (lambda a: a.astype(np.float64) * 2.0, lambda a: a.astype(np.float64) * 2.0),
+    ]
+    for _ in range(2):  # compiled, then found
+        for fun, expected in variants:
+            got = np.asarray(_compile(fun, x)(x))
+            np.testing.assert_allclose(got, expected(x), rtol=1e-6)
+            assert got.dtype == expected(x).dtype
+    # Closed-over arrays are arguments of the program (jit hoists them): the two tables share
+    # one plan, and each call passes its own.
+    assert len(_plans(cache_dir)) == len(variants) - 1
+
+
+def test_changed_funcgrad_sources_do_not_find_plans_made_before(cache_dir, monkeypatch):
+    x = _x()
+    _compile(_program, x)
+    monkeypatch.setattr(fingerprint, "_sources", lambda: "an edited compiler")
+    planned = []
+    plan = stages.plan
+    monkeypatch.setattr(stages, "plan", lambda *a, **k: planned.append(1) or plan(*a, **k))
+    _compile(_program, x)
+    assert planned and len(_plans(cache_dir)) == 2
+
+
+def test_programs_with_callbacks_are_planned_in_every_process(cache_dir):
+    def f(a):
+        fg.debug.callback(lambda s: None, a.sum())
+        return a * 2.0
+
+    _compile(f, _x())
+    assert _entries(cache_dir) and _plans(cache_dir) == []
+
+
+def test_a_parameter_that_cannot_be_written_exactly_leaves_the_program_unkeyed():
+    closed = fg.make_jaxpr(lambda a: a * 2.0)(_x())
+    assert fingerprint.digest(closed) is not None
+    (eqn,) = closed.jaxpr.eqns
+    eqn.params["rule"] = lambda: None  # a function's identity is not its behaviour
+    assert fingerprint.digest(closed) is None
+
+
+_FOUND_BY_JAXPR = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    import funcgrad as fg
+    import funcgrad.numpy as fnp
+    from funcgrad.compiler import stages
+
+    fg.config.update("compilation_cache_dir", sys.argv[1])
+    if sys.argv[3] == "warm":
+        def refuse(*args, **kwargs):
+            raise AssertionError("planned again")
+        stages.plan = refuse
+
+    def f(a, b):  # LAPACK, BLAS, and a loop large enough for the thread pool
+        q, r = fnp.linalg.qr(a)
+        return q, r, fnp.tanh(a @ a.T), fnp.sin(b) * 2.0
+
+    a = np.arange(1.0, 17.0, dtype=np.float32).reshape(4, 4) + 4 * np.eye(4, dtype=np.float32)
+    b = np.linspace(-3, 3, 512 * 256, dtype=np.float32).reshape(512, 256)
+    outputs = [np.asarray(o).ravel() for o in fg.jit(f)(a, b)]
+    np.save(sys.argv[2], np.concatenate(outputs))
+    """
+)
+
+
+def test_a_new_process_links_the_library_calls_of_a_program_it_found_by_its_jaxpr(
+    cache_dir, tmp_path
+):
+    env = dict(os.environ, PYTHONPATH=REPO, FUNCGRAD_JIT_BACKEND="llvm")
+    env.pop("FUNCGRAD_COMPILATION_CACHE", None)
+    for run in ("cold", "warm"):
+        process = subprocess.run(
+            [sys.executable, "-c", _FOUND_BY_JAXPR, str(cache_dir), str(tmp_path / run), run],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert process.returncode == 0, process.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "warm.npy"), np.load(tmp_path / "cold.npy"))

@@ -38,7 +38,12 @@ def library() -> ctypes.CDLL:
 def lapack_symbol(routine: str, dtype: np.dtype) -> str:
     """The library's symbol for a LAPACK routine at a dtype, made known to LLVM."""
     letter = {"float32": "s", "float64": "d", "complex64": "c", "complex128": "z"}
-    name = f"scipy_{letter[np.dtype(dtype).name]}{routine}_64_"
+    return symbol(f"scipy_{letter[np.dtype(dtype).name]}{routine}_64_")
+
+
+@functools.cache
+def symbol(name: str) -> str:
+    """Make the library's function `name` known to LLVM (code calling it links to it)."""
     llvm.add_symbol(name, ctypes.cast(getattr(library(), name), ctypes.c_void_p).value)
     return name
 

@@ -140,11 +140,11 @@ def _cache_key(modules: list[str], machine) -> bytes:
 _LENGTH = struct.Struct("<Q")
 
 
-def _pack(objects: list[bytes]) -> bytes:
+def pack(objects: list[bytes]) -> bytes:
     return b"".join(_LENGTH.pack(len(code)) + code for code in objects)
 
 
-def _unpack(payload: bytes) -> list[bytes]:
+def unpack(payload: bytes) -> list[bytes]:
     objects, at = [], 0
     while at < len(payload):
         (length,) = _LENGTH.unpack_from(payload, at)
@@ -167,7 +167,7 @@ class Compiled:
             key = _cache_key(modules, machine)
             payload = cache.load("llvm", key)
             self.from_cache = payload is not None
-            objects = _objects(modules) if payload is None else _unpack(payload)
+            objects = _objects(modules) if payload is None else unpack(payload)
             empty = llvm.parse_assembly("")
             empty.triple = machine.triple
             self.engine = llvm.create_mcjit_compiler(empty, machine)
@@ -178,7 +178,7 @@ class Compiled:
             if not self.entry_address:
                 raise RuntimeError("the compiled module has no entry point")
             if not self.from_cache:
-                cache.store("llvm", key, _pack(objects))
+                cache.store("llvm", key, pack(objects))
 
     def fill_table(self, name: str, addresses: list[int]) -> None:
         """Write `addresses` into the module's global pointer array `name`."""

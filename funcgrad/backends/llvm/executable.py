@@ -10,7 +10,9 @@ executable serves several threads at once.
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
+import re
 import sys
 import threading
 import warnings
@@ -18,11 +20,11 @@ import warnings
 import numpy as np
 
 from funcgrad.array import Array
-from funcgrad.backends.llvm import blas, buffers, render
+from funcgrad.backends.llvm import blas, buffers, engine, pool, render
 from funcgrad.backends.llvm.engine import Compiled
 from funcgrad.backends.llvm.render import CALLBACK_TABLE, ModuleRenderer
 from funcgrad.backends.numpy.executor import NumpyExecutable
-from funcgrad.compiler import stages
+from funcgrad.compiler import cache, fingerprint, stages
 from funcgrad.compiler.donation import donated_outputs
 from funcgrad.compiler.memory import MemoryPlan
 from funcgrad.compiler.parallel import ReductionSplit
@@ -49,24 +51,22 @@ class LlvmExecutable:
 
     def __init__(self, closed: ClosedJaxpr, donated: tuple[int, ...] = ()):
         self.closed = closed
-        self.optimized, self.program, self.memory = stages.plan(
-            closed, ReductionSplit(render.PARALLEL_WORK, REDUCTION_PARTS)
-        )
-        self.donated = donated_outputs(self.program, donated)  # output -> input whose memory
-        _warn_unusable(closed, sorted(set(donated) - set(self.donated.values())))
-        callback_steps = _callback_steps(self.program)
-        self._callbacks = [_callback(step) for step in callback_steps]
         blas.library()
-        renderer = ModuleRenderer(self.program, self.memory, callback_steps, self.donated)
-        self.ir = renderer.render()
-        self.machine_code = Compiled(renderer.modules())
-        if self._callbacks:
-            addresses = [ctypes.cast(fn, ctypes.c_void_p).value for fn in self._callbacks]
-            self.machine_code.fill_table(CALLBACK_TABLE, addresses)
+        # A program an earlier process compiled is found by its jaxpr, before planning and
+        # rendering (`compiler.fingerprint`); one with callbacks or donations is planned
+        # again (its callbacks are this process's functions, its donations warn).
+        key = None if donated else fingerprint.digest(closed, *_plan_context())
+        saved = None if key is None else cache.load(_PLANS, key)
+        if saved is not None:
+            self._restore(saved)
+        else:
+            self._compile(closed, donated)
+            if key is not None and not self._callbacks:
+                cache.store(_PLANS, key, self._saved())
         self._entry = _ENTRY(self.machine_code.entry_address)
         out_avals = closed.out_avals
-        self._arena_shape = (self.memory.arena_bytes,) if self.memory.arena_bytes else None
-        self._empty_arena = buffers.allocator((self.memory.arena_bytes,), _BYTE)
+        self._arena_shape = (self._arena_bytes,) if self._arena_bytes else None
+        self._empty_arena = buffers.allocator((self._arena_bytes,), _BYTE)
         self._out_specs = [
             (buffers.allocator(a.shape, a.dtype), a.shape, a.dtype) for a in out_avals
         ]
@@ -77,6 +77,60 @@ class LlvmExecutable:
         # thread count is not worth looking up): both fixed per program.
         self._arguments = ctypes.c_void_p * (len(self._in_dtypes) + len(out_avals) + 2)
         self._threaded = "parallel_for(" in self.ir  # fg_parallel_for, or parallel_for
+
+    def _compile(self, closed: ClosedJaxpr, donated: tuple[int, ...]) -> None:
+        self._plan = stages.plan(closed, ReductionSplit(render.PARALLEL_WORK, REDUCTION_PARTS))
+        self.donated = donated_outputs(self.program, donated)  # output -> input whose memory
+        _warn_unusable(closed, sorted(set(donated) - set(self.donated.values())))
+        callback_steps = _callback_steps(self.program)
+        self._callbacks = [_callback(step) for step in callback_steps]
+        renderer = ModuleRenderer(self.program, self.memory, callback_steps, self.donated)
+        self.ir = renderer.render()
+        self.machine_code = Compiled(renderer.modules())
+        if self._callbacks:
+            addresses = [ctypes.cast(fn, ctypes.c_void_p).value for fn in self._callbacks]
+            self.machine_code.fill_table(CALLBACK_TABLE, addresses)
+        self._arena_bytes = self.memory.arena_bytes
+
+    def _saved(self) -> bytes:
+        """What a later process needs instead of planning and rendering: the arena's size,
+        the IR and its modules (whose machine code the engine's cache holds)."""
+        arena = str(self._arena_bytes).encode()
+        return engine.pack(
+            [arena, self.ir.encode(), *(m.encode() for m in self.machine_code.modules)]
+        )
+
+    def _restore(self, saved: bytes) -> None:
+        arena, ir, *modules = (part.decode() for part in engine.unpack(saved))
+        self._plan = None  # planned again only if asked for (fusion_plan, memory_analysis)
+        self.donated = {}
+        self._callbacks = []
+        self.ir = ir
+        self._arena_bytes = int(arena)
+        for name in _LIBRARY_CALL.findall(ir):  # as rendering makes them known
+            blas.symbol(name)
+        if pool.SYMBOL in ir:
+            pool.install()
+        self.machine_code = Compiled(modules)
+
+    @property
+    def optimized(self) -> ClosedJaxpr:
+        return self._planned()[0]
+
+    @property
+    def program(self) -> Program:
+        return self._planned()[1]
+
+    @property
+    def memory(self) -> MemoryPlan:
+        return self._planned()[2]
+
+    def _planned(self):
+        if self._plan is None:
+            self._plan = stages.plan(
+                self.closed, ReductionSplit(render.PARALLEL_WORK, REDUCTION_PARTS)
+            )
+        return self._plan
 
     def __call__(self, *args) -> list[Array]:
         if self.donated:
@@ -154,6 +208,24 @@ class LlvmExecutable:
 
     def memory_analysis(self) -> MemoryPlan:
         return self.memory
+
+
+# The on-disk cache's kind for a jaxpr's rendered modules (`LlvmExecutable._saved`).
+_PLANS = "llvm-plans"
+_LIBRARY_CALL = re.compile(r"^declare [^@]*@(scipy_\w+)\(", re.MULTILINE)
+
+
+def _plan_context() -> tuple[str, ...]:
+    """What a program's modules depend on besides its jaxpr and funcgrad's sources: whether
+    loops call the thread pool, the LAPACK library (its workspace sizes are in the IR), and
+    the renderer's settings that a process may change (tests do)."""
+    settings = (render.PARALLEL_WORK, render.MODULE_TEXT, render.MAX_MODULES, REDUCTION_PARTS)
+    return (f"pool {pool.available()}", _library_name(), f"settings {settings}")
+
+
+@functools.cache
+def _library_name() -> str:
+    return os.path.basename(blas.library()._name)
 
 
 def _native_threads() -> int:
