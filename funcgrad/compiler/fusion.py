@@ -198,7 +198,7 @@ def _mentions(statements: list, nodes: set) -> bool:
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
     """Half-precision values are computed in float32 and rounded after each operation."""
-    return dtypes.float32 if dtype in dtypes.HALF_FLOATS else dtype
+    return dtypes.float32 if dtype.itemsize == 2 and dtype in dtypes.HALF_FLOATS else dtype
 
 
 def _operand(builder: KernelBuilder, atom, index: list) -> Expr:

@@ -176,7 +176,7 @@ class Binary(Expr):
     dtype: np.dtype = field(init=False)
 
     def __post_init__(self):
-        if self.a.dtype != self.b.dtype:
+        if self.a.dtype is not self.b.dtype and self.a.dtype != self.b.dtype:
             raise TypeError(f"kernel IR {self.op}: operand dtypes differ: {self.a} and {self.b}")
         self.dtype = BOOL if self.op in COMPARISONS else self.a.dtype
 
@@ -335,6 +335,8 @@ def select(pred: Expr, on_true: Expr, on_false: Expr) -> Expr:
 
 
 def cast(x: Expr, dtype) -> Expr:
+    if x.dtype is dtype:  # the common case, before any conversion (fusion casts every operand)
+        return x
     dtype = np.dtype(dtype)
     if x.dtype == dtype:
         return x
