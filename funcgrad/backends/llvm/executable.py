@@ -51,6 +51,7 @@ class LlvmExecutable:
 
     def __init__(self, closed: ClosedJaxpr, donated: tuple[int, ...] = ()):
         self.closed = closed
+        self._plan = None  # (optimized jaxpr, program, memory plan), planned when first asked
         blas.library()
         # A program an earlier process compiled is found by its jaxpr, before planning and
         # rendering (`compiler.fingerprint`); one with callbacks or donations is planned
@@ -79,7 +80,6 @@ class LlvmExecutable:
         self._threaded = "parallel_for(" in self.ir  # fg_parallel_for, or parallel_for
 
     def _compile(self, closed: ClosedJaxpr, donated: tuple[int, ...]) -> None:
-        self._plan = stages.plan(closed, ReductionSplit(render.PARALLEL_WORK, REDUCTION_PARTS))
         self.donated = donated_outputs(self.program, donated)  # output -> input whose memory
         _warn_unusable(closed, sorted(set(donated) - set(self.donated.values())))
         callback_steps = _callback_steps(self.program)
@@ -102,7 +102,6 @@ class LlvmExecutable:
 
     def _restore(self, saved: bytes) -> None:
         arena, ir, *modules = (part.decode() for part in engine.unpack(saved))
-        self._plan = None  # planned again only if asked for (fusion_plan, memory_analysis)
         self.donated = {}
         self._callbacks = []
         self.ir = ir
