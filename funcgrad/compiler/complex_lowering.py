@@ -52,12 +52,14 @@ tree_util.register_pytree_node(Pair, lambda p: ((p.re, p.im), None), lambda _, c
 @functools.lru_cache(maxsize=256)
 def mentions_complex(jaxpr: Jaxpr) -> bool:
     """Whether any value of `jaxpr` or of the programs it carries is complex."""
+    # Every variable is an input or some equation's output; literals are only operands.
     atoms = [*jaxpr.constvars, *jaxpr.invars, *jaxpr.outvars]
     for eqn in jaxpr.eqns:
-        atoms += [*eqn.invars, *eqn.outvars]
-        if any(mentions_complex(inner) for inner in _param_jaxprs(eqn.params)):
+        atoms += eqn.outvars
+        atoms += [v for v in eqn.invars if type(v) is Literal]
+        if eqn.params and any(mentions_complex(inner) for inner in _param_jaxprs(eqn.params)):
             return True
-    return any(dtypes.is_complex(atom.aval.dtype) for atom in atoms)
+    return any(atom.aval.dtype.kind == "c" for atom in atoms)
 
 
 def real_aval(aval: ShapedArray) -> ShapedArray:
