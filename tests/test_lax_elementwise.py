@@ -7,6 +7,7 @@ to the traced ones for every case.
 """
 
 import fractions
+import itertools
 import math
 import operator
 
@@ -14,13 +15,14 @@ import ml_dtypes
 import numpy as np
 import pytest
 import strategies as fst
-from checks import assert_close, check_staging
+from checks import assert_close, check_staging, jit_backend
 from hypothesis import given
 from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import dtypes, lax
+from funcgrad.tools.recipes import COMPILED_BACKENDS
 
 ALL_DTYPES = sorted(dtypes.supported_dtypes, key=lambda d: d.name)
 NUMERIC_DTYPES = [d for d in ALL_DTYPES if d != dtypes.bool_]
@@ -360,7 +362,22 @@ def test_nextafter_steps_one_ulp(data):
     dtype = x.dtype
     expected = reference(lambda a, b: nextafter(a, b, dtype), dtype, x, y)
     assert_close(lax.nextafter(x, y), expected, dtype, rtol=0, atol=0)
-    check_staging(lax.nextafter, x, y)
+    check_staging(lax.nextafter, x, y, exact=True)
+
+
+@pytest.mark.parametrize("backend", COMPILED_BACKENDS)
+@pytest.mark.parametrize("dtype", list(dtypes.float_dtypes), ids=str)
+def test_compiled_nextafter_steps_one_ulp_of_the_operands_own_format(dtype, backend):
+    # Half precision computes in float32, whose step from a half rounds back to the half.
+    info = dtypes.finfo(dtype)
+    points = [0.0, -0.0, 1.0, -1.0, float(info.tiny), float(info.smallest_subnormal)]
+    points += [float(info.max), np.inf, np.nan]
+    x, y = (np.array(v, dtype) for v in zip(*itertools.product(points, points)))
+    eager = np.asarray(lax.nextafter(x, y))
+    with jit_backend(backend):
+        compiled = np.asarray(fg.jit(lax.nextafter)(x, y))
+    bits = f"u{np.dtype(dtype).itemsize}"
+    np.testing.assert_array_equal(compiled.view(bits), eager.view(bits))
 
 
 def test_max_min_propagate_nan_and_comparisons_with_nan_are_false():

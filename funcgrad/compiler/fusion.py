@@ -22,6 +22,7 @@ import numpy as np
 
 from funcgrad import dtypes
 from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler import mathlib
 from funcgrad.compiler.kernel_ir import INDEX, Expr
 from funcgrad.core import PRIMITIVES, Primitive
 from funcgrad.ir import JaxprEqn, Literal, Var
@@ -281,6 +282,19 @@ for _name, _op in _UNARY.items():
     element_rules[PRIMITIVES[_name]] = _elementwise(lambda x, _op=_op: K.unary(_op, x))
 for _name, _op in _BINARY.items():
     element_rules[PRIMITIVES[_name]] = _elementwise(lambda a, b, _op=_op: K.binary(_op, a, b))
+
+
+def _nextafter(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+    """Half-precision operands are computed in float32, whose neighbour of a half rounds back
+    to that half: the step is taken in the half's own format."""
+    a, b = (_operand(builder, v, index) for v in eqn.invars)
+    dtype = eqn.outvars[0].aval.dtype
+    if dtype in dtypes.HALF_FLOATS:
+        return K.cast(mathlib.nextafter(a, b, storage=dtype), dtype)
+    return K.cast(K.binary("nextafter", a, b), dtype)
+
+
+element_rules[PRIMITIVES["nextafter"]] = _nextafter
 
 
 def _round(x: Expr, *, rounding_method) -> Expr:

@@ -72,6 +72,7 @@ import math
 
 import numpy as np
 
+from funcgrad import dtypes
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.kernel_ir import Expr
 
@@ -772,18 +773,23 @@ def _power(x: Expr, y: Expr, magnitude_of) -> Expr:
     return K.select(K.binary("or", _eq(y, 0.0), unit_base), _c(1.0, x), result)
 
 
-def nextafter(x: Expr, y: Expr) -> Expr:
+def nextafter(x: Expr, y: Expr, storage: np.dtype | None = None) -> Expr:
     """The neighbour of x toward y by stepping its bit pattern: sign and magnitude bits, so the
     magnitude grows by one step when y lies beyond x away from zero. From zero the step is the
-    smallest subnormal with y's sign; x == y gives y, and NaN in either gives NaN."""
-    fmt = _Format(x.dtype)
-    bits = K.Bitcast(x, fmt.int)
+    smallest subnormal with y's sign; x == y gives y, and NaN in either gives NaN. With a
+    half-precision `storage` dtype, whose values float32 x and y hold, the step is one of that
+    format's (a float32 step from a half rounds back to it)."""
+    dtype = x.dtype if storage is None else storage
+    bits_dtype = np.dtype(f"int{dtype.itemsize * 8}")
+    bits = K.Bitcast(x if storage is None else K.cast(x, storage), bits_dtype)
     away = K.binary("eq", _gt(y, x), _gt(x, 0.0))
-    step = K.select(away, K.const(1, fmt.int), K.const(-1, fmt.int))
-    result = K.Bitcast(bits + step, x.dtype)
-    tiniest = _c(float(np.finfo(x.dtype).smallest_subnormal), x)
+    step = K.select(away, K.const(1, bits_dtype), K.const(-1, bits_dtype))
+    result = K.Bitcast(bits + step, dtype)
+    result = result if storage is None else K.cast(result, x.dtype)
+    tiniest = _c(float(dtypes.finfo(dtype).smallest_subnormal), x)
     result = K.select(_eq(x, 0.0), _copysign(tiniest, y), result)
-    result = K.select(_eq(x, y), y, result)
+    # x == y gives y (C's nextafter), but NumPy's float16 gives x: they differ on -0 and +0.
+    result = K.select(_eq(x, y), x if storage == np.float16 else y, result)
     return K.select(K.binary("or", K.binary("ne", x, x), K.binary("ne", y, y)), x + y, result)
 
 
