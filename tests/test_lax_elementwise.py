@@ -380,6 +380,21 @@ def test_compiled_nextafter_steps_one_ulp_of_the_operands_own_format(dtype, back
     np.testing.assert_array_equal(compiled.view(bits), eager.view(bits))
 
 
+@pytest.mark.parametrize("backend", ["eager", *COMPILED_BACKENDS])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_logistic_keeps_relative_precision_in_its_negative_tail(dtype, backend):
+    # 1 / (1 + e^-x) as small as the dtype holds: 0.5 tanh(x / 2) + 0.5 gave 0 below -17.
+    x = np.array([-20.0, -60.0, -80.0, -700.0, -1e4, 0.0, 30.0, np.nan, np.inf, -np.inf], dtype)
+    with np.errstate(over="ignore"):
+        expected = (1 / (1 + np.exp(-x.astype(np.longdouble)))).astype(dtype)
+    if backend == "eager":
+        got = lax.logistic(x)
+    else:
+        with jit_backend(backend):
+            got = fg.jit(lax.logistic)(x)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=4 * np.finfo(dtype).eps, atol=0)
+
+
 def test_max_min_propagate_nan_and_comparisons_with_nan_are_false():
     x = np.array([np.nan, 1.0, np.nan], np.float32)
     y = np.array([1.0, np.nan, np.nan], np.float32)

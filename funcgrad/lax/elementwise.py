@@ -167,9 +167,15 @@ def _weak_scalar(value, dtype: np.dtype) -> Array:
 
 
 def _logistic(x):
-    # Written with tanh so that large |x| neither overflows exp nor loses the tail.
-    half = x.dtype.type(0.5)
-    return half * np.tanh(half * x) + half
+    if dtypes.is_complex(x.dtype):
+        half = x.dtype.type(0.5)
+        return half * np.tanh(half * x) + half
+    # e / (1 + e) below 0 and 1 / (1 + e) above, e = exp(-|x|): exp never overflows, and the
+    # negative tail keeps its relative precision (0.5 tanh(x / 2) + 0.5 gave 0 below -17 in
+    # float32, where the values down to 1e-38 are representable).
+    e = np.exp(-np.abs(x))
+    one = x.dtype.type(1)
+    return np.where(x >= 0, one / (one + e), e / (one + e))
 
 
 def _rsqrt(x):
