@@ -127,6 +127,8 @@ FLOAT_UNARY = {
     "ceil": (math.ceil, (-10, 10)),
 }
 SPECIAL = ["erf", "erfc", "erf_inv", "lgamma", "digamma"]
+# Correctly rounded: compiled backends give the reference's bits.
+EXACT_UNARY = ("floor", "ceil", "sqrt")
 FLOAT_ONLY = [*FLOAT_UNARY, *SPECIAL, "is_finite", "round"]
 
 
@@ -138,7 +140,7 @@ def test_float_unary_matches_python_math(name, data):
     dtype = data.draw(fst.all_float_dtypes)
     x = data.draw(fst.arrays(dtype, fst.shapes(max_dims=3), min_value=low, max_value=high))
     assert_close(fn(x), reference(ref, dtype, x), dtype)
-    check_staging(fn, x)
+    check_staging(fn, x, exact=name in EXACT_UNARY)
 
 
 @pytest.mark.parametrize("name", SPECIAL)
@@ -175,7 +177,7 @@ def test_neg_abs_sign(x):
     sign = reference(lambda v: (v > 0) - (v < 0), dtype, x)
     assert_close(lax.sign(x), sign, dtype)
     for fn in (lax.neg, lax.abs, lax.sign):
-        check_staging(fn, x)
+        check_staging(fn, x, exact=True)
 
 
 def test_sign_keeps_signed_zero_and_nan():
@@ -189,14 +191,14 @@ def test_population_count_counts_twos_complement_bits(x):
     bits = x.dtype.itemsize * 8
     expected = reference(lambda v: bin(v % (1 << bits)).count("1"), x.dtype, x)
     assert_close(lax.population_count(x), expected, x.dtype)
-    check_staging(lax.population_count, x)
+    check_staging(lax.population_count, x, exact=True)
 
 
 @given(x=fst.arrays(st.one_of(fst.int_dtypes, st.just(dtypes.bool_)), fst.shapes(max_dims=3)))
 def test_bitwise_not(x):
     ref = (lambda v: not v) if x.dtype == dtypes.bool_ else operator.invert
     assert_close(lax.bitwise_not(x), reference(ref, x.dtype, x), x.dtype)
-    check_staging(lax.bitwise_not, x)
+    check_staging(lax.bitwise_not, x, exact=True)
 
 
 SPECIAL_VALUES = [0.0, -0.0, 1.5, -2.0, np.inf, -np.inf, np.nan]
@@ -208,7 +210,7 @@ def test_is_finite(dtype):
     out = lax.is_finite(x)
     assert out.dtype == dtypes.bool_
     np.testing.assert_array_equal(out, [math.isfinite(float(v)) for v in x])
-    check_staging(lax.is_finite, x)
+    check_staging(lax.is_finite, x, exact=True)
     check_staging(lax.is_finite, 2.0)  # a weak operand: the bool result is strong
 
 
@@ -232,8 +234,8 @@ def test_round_both_methods(halves, data):
     even = lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN)
     assert_close(away, reference(round_half_away, x.dtype, x), x.dtype, rtol=0, atol=0)
     assert_close(even, reference(round, x.dtype, x), x.dtype, rtol=0, atol=0)
-    check_staging(lambda x: lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN), x)
-    check_staging(lax.round, x)
+    check_staging(lambda x: lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN), x, exact=True)
+    check_staging(lax.round, x, exact=True)
 
 
 @pytest.mark.parametrize("dtype", dtypes.float_dtypes, ids=str)
@@ -281,8 +283,8 @@ def test_integer_pow_exponents_the_dtype_cannot_hold():
 def test_square_and_reciprocal(x):
     assert_close(lax.square(x), reference(lambda v: v * v, x.dtype, x), x.dtype)
     assert_close(lax.reciprocal(x), reference(lambda v: 1 / v, x.dtype, x), x.dtype)
-    check_staging(lax.square, x)
-    check_staging(lax.reciprocal, x)
+    check_staging(lax.square, x, exact=True)
+    check_staging(lax.reciprocal, x, exact=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,7 +345,7 @@ def test_binary_matches_python(name, data):
     out_dtype = dtypes.bool_ if name in COMPARISONS else dtype
     fn = getattr(lax, name)
     assert_close(fn(x, y), reference(ref, out_dtype, x, y), out_dtype)
-    check_staging(fn, x, y)
+    check_staging(fn, x, y, exact=name not in ("pow", "atan2"))
 
 
 def test_div_and_rem_follow_c_semantics():
@@ -441,7 +443,7 @@ def test_shifts(name, data):
     y = data.draw(amounts)
     fn = getattr(lax, name)
     assert_close(fn(x, y), reference(shift_refs(dtype)[name], dtype, x, y), dtype)
-    check_staging(fn, x, y)
+    check_staging(fn, x, y, exact=True)
 
 
 def test_shift_amounts_out_of_range():
@@ -477,7 +479,7 @@ def test_select_n(data):
     expected = np.array(picked, cases[0].dtype)
     out = lax.select_n(which, *cases)
     assert_close(out, expected.reshape(shape), cases[0].dtype, rtol=0, atol=0)
-    check_staging(lax.select_n, which, *cases)
+    check_staging(lax.select_n, which, *cases, exact=True)
     if count == 2:
         assert_close(lax.select(which.astype(bool), cases[1], cases[0]), out, rtol=0, atol=0)
 
@@ -490,11 +492,11 @@ def test_clamp_with_scalar_and_array_bounds(data):
     lo, hi = np.minimum(a, b), np.maximum(a, b)
     expected = reference(lambda v, l, h: min(max(v, l), h), x.dtype, x, lo, hi)
     assert_close(lax.clamp(lo, x, hi), expected, x.dtype)
-    check_staging(lax.clamp, lo, x, hi)
+    check_staging(lax.clamp, lo, x, hi, exact=True)
     if lo.ndim == 0:  # Python scalar bounds take the operand's dtype
         lo_py, hi_py = to_python(lo[()]), to_python(hi[()])
         assert_close(lax.clamp(lo_py, x, hi_py), expected, x.dtype)
-        check_staging(lambda x: lax.clamp(lo_py, x, hi_py), x)
+        check_staging(lambda x: lax.clamp(lo_py, x, hi_py), x, exact=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -540,7 +542,7 @@ def test_convert_element_type(x, new_dtype):
     out = lax.convert_element_type(x, new_dtype)
     assert_close(out, reference(convert_ref(new_dtype), new_dtype, x), new_dtype)
     assert not out.weak_type
-    check_staging(lambda x: lax.convert_element_type(x, new_dtype), x)
+    check_staging(lambda x: lax.convert_element_type(x, new_dtype), x, exact=True)
 
 
 @pytest.mark.parametrize("new_dtype", INT_DTYPES, ids=str)
@@ -587,7 +589,7 @@ def test_bitcast_convert_type(case):
     assert np.asarray(out).tobytes() == x.tobytes()
     back = lax.bitcast_convert_type(out, x.dtype)
     assert back.shape == x.shape and np.asarray(back).tobytes() == x.tobytes()
-    check_staging(lambda x: lax.bitcast_convert_type(x, dst), x)
+    check_staging(lambda x: lax.bitcast_convert_type(x, dst), x, exact=True)
 
 
 def test_bitcast_convert_type_examples():
@@ -604,7 +606,7 @@ def test_stop_gradient_is_the_identity_on_values(x):
     out = lax.stop_gradient(x)
     assert out.dtype == x.dtype and out.shape == x.shape
     np.testing.assert_array_equal(out, x)
-    check_staging(lax.stop_gradient, x)
+    check_staging(lax.stop_gradient, x, exact=True)
     tree = lax.stop_gradient({"a": x, "b": [2.0]})
     assert tree["b"][0].weak_type
     np.testing.assert_array_equal(tree["a"], x)
