@@ -5,7 +5,8 @@ first streams the row in from memory, the later ones find it in the cache and co
 exponential, a division per element). Memory idles during those passes, and the hardware's
 prefetchers do not help: they follow a stream within one 4 KiB page, and a row of 1,024
 float32 is a page. So before its second pass a row asks for the next row's cache lines,
-which then arrive while this row computes (softmax of (4096, 1024) float32: 10% faster here).
+which then arrive while this row computes (softmax of (4096, 1024) float32: 4-12% faster
+here, layernorm 6-14%).
 """
 
 from __future__ import annotations
