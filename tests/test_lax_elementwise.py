@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import dtypes, lax
+from funcgrad.lax.elementwise import convert_element_type_p
 from funcgrad.tools.recipes import COMPILED_BACKENDS
 
 ALL_DTYPES = sorted(dtypes.supported_dtypes, key=lambda d: d.name)
@@ -395,6 +396,20 @@ def test_logistic_keeps_relative_precision_in_its_negative_tail(dtype, backend):
         with jit_backend(backend):
             got = fg.jit(lax.logistic)(x)
     np.testing.assert_allclose(np.asarray(got), expected, rtol=4 * np.finfo(dtype).eps, atol=0)
+
+
+@pytest.mark.parametrize("backend", COMPILED_BACKENDS)
+def test_a_program_making_float0_values_compiles(backend):
+    # Transposing a conversion from a float0 tangent makes one; such values hold no data.
+    def f(c):
+        zero = convert_element_type_p.bind(c, new_dtype=dtypes.float0, weak_type=False)
+        return zero, zero, c * 2.0
+
+    x = np.ones((2, 3))
+    with jit_backend(backend):
+        first, second, doubled = fg.jit(f)(x)
+    assert first.dtype == dtypes.float0 and first.shape == (2, 3) and second.shape == (2, 3)
+    np.testing.assert_array_equal(np.asarray(doubled), 2 * x)
 
 
 def test_max_min_propagate_nan_and_comparisons_with_nan_are_false():

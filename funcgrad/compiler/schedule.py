@@ -458,6 +458,8 @@ class _Scheduler:
 
     def _copy(self, atom, buffer: K.Buffer) -> None:
         """A kernel writing `atom` (an input, constant, literal or repeated output) to `buffer`."""
+        if buffer.dtype == dtypes.float0:
+            return  # no data
         builder = KernelBuilder(self.producer, self.buffer_of)
         shape = atom.aval.shape
         body = map_loops(
@@ -509,6 +511,8 @@ class _Scheduler:
         kept = [v for v in eqn.outvars if v in self.buffer_of]
         if fusible(eqn) and not kept:
             return  # fused into its readers
+        if eqn.outvars and all(v.aval.dtype == dtypes.float0 for v in eqn.outvars):
+            return  # float0 values (the tangents of integers) hold no data to compute
         if rows.is_member(eqn):
             self.pending.append(rows.Member(eqn, kept))
             return
