@@ -19,6 +19,7 @@ import os
 import numpy as np
 
 import funcgrad
+from funcgrad.compiler import cache
 from funcgrad.ir import ClosedJaxpr, Jaxpr, Literal, Var
 
 
@@ -28,16 +29,12 @@ class _Unkeyed(Exception):
 
 def digest(closed: ClosedJaxpr, *context: str) -> bytes | None:
     """The digest of `closed` and the `context` it is compiled in, or None."""
-    hasher = hashlib.sha256()
-    writer = _Writer(hasher)
+    writer = _Writer()
     try:
         writer.closed(closed)
     except _Unkeyed:
         return None
-    writer.finish()
-    for part in (*context, _sources(), funcgrad.__version__):
-        hasher.update(b"\0" + part.encode())
-    return hasher.digest()
+    return cache.digest("\0".join(writer.parts), *context, _sources(), funcgrad.__version__)
 
 
 @functools.cache
@@ -56,19 +53,15 @@ def _sources() -> str:
 
 
 class _Writer:
-    """Writes a program as text into a list of parts (hashed at the end): each variable by its
+    """Writes a program as text into a list of parts (digested at the end): each variable by its
     place of first appearance and its type, each literal by its bytes."""
 
-    def __init__(self, hasher):
-        self.hasher = hasher
+    def __init__(self):
         self.parts: list[str] = []
         self.avals: dict = {}  # (shape, dtype, weak type) -> text
 
     def write(self, text: str) -> None:
         self.parts.append(text)
-
-    def finish(self) -> None:
-        self.hasher.update("\0".join(self.parts).encode())
 
     def closed(self, closed: ClosedJaxpr) -> None:
         self.write(f"consts {len(closed.consts)}")

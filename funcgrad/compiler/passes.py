@@ -78,10 +78,9 @@ class _Rewriter:
         return self.env.get(atom, atom) if type(atom) is Var else atom
 
     def with_inputs_read(self, eqn: JaxprEqn) -> JaxprEqn:
-        env = self.env
-        if not env:  # nothing substituted yet (a pass that changes nothing never has)
+        if not self.env:  # nothing substituted yet (a pass that changes nothing never has)
             return eqn
-        invars = [env.get(v, v) if type(v) is Var else v for v in eqn.invars]
+        invars = [self.read(v) for v in eqn.invars]
         if all(new is old for new, old in zip(invars, eqn.invars)):
             return eqn
         return JaxprEqn(eqn.primitive, invars, eqn.outvars, eqn.params, eqn.source_info)

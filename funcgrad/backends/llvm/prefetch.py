@@ -44,16 +44,19 @@ def next_rows(row: K.Loop, streamed: set) -> tuple[K.Loop, list[Span]] | None:
     first = passes[0]
     elements = first.stop - first.start
     following = K.binary("add", row.index, K.const(1, K.INDEX))
+    within_first, within_row = ranges_of(first.body, {}), ranges_of(row.body, {})
     spans: list[Span] = []
     for statement in first.body:
         for e in expressions(statement):
             if not isinstance(e, K.Load) or e.buffer not in streamed:
                 continue
             row_bytes = elements * e.buffer.dtype.itemsize
-            along = linear_in_loop(e.offset, first, ranges_of(first.body, {}))
-            across = linear_in_loop(e.offset, row, ranges_of(row.body, {}))
-            if row_bytes < MIN_ROW_BYTES or along is None or along[0] != 1:
+            if row_bytes < MIN_ROW_BYTES:
                 continue
+            along = linear_in_loop(e.offset, first, within_first)
+            if along is None or along[0] != 1:
+                continue
+            across = linear_in_loop(e.offset, row, within_row)
             if across is None or across[0] == 0:  # the same elements in every row: cached
                 continue
             ahead = substituted(e.offset, row.index, following)
