@@ -263,6 +263,30 @@ def call_overhead_case():
     return runs, None, 2000
 
 
+def small_layers_case():
+    """Eight small layers (a GEMM and a fused kernel each, 17 launches): a program whose
+    time is its launches, which funcgrad replays as one CUDA graph from the second call."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    w = (rng.standard_normal((64, 64)) / 8).astype(np.float32)
+
+    def make(xp):
+        def layers(x, w):
+            for _ in range(8):
+                x = xp.tanh(x @ w)
+                x = x - x.mean(axis=1, keepdims=True)
+            return x
+
+        return layers
+
+    runs = {"funcgrad": _funcgrad(make(fnp), x, w)}
+    jax = _jax()
+    if jax:
+        f, xj, wj = jax[0].jit(make(jax[1])), jax[1].asarray(x), jax[1].asarray(w)
+        runs["jax-jit"] = lambda: f(xj, wj)
+    return runs, None, 500
+
+
 CASES = {
     "gelu 256M f32": gelu_case,
     "softmax 32768x4096": softmax_case,
@@ -275,6 +299,7 @@ CASES = {
     "rnn scan 1000 bwd": rnn_backward_case,
     "while loop 1000 steps": while_case,
     "jit call (one op)": call_overhead_case,
+    "jit call (8 small layers)": small_layers_case,
 }
 
 

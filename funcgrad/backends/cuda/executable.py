@@ -19,12 +19,14 @@ import contextlib
 import functools
 import math
 import os
+import threading
+import warnings
 
 import numpy as np
 
 from funcgrad import dtypes
 from funcgrad.array import Array, DeviceValue, GpuDevice, to_host
-from funcgrad.backends.cuda import nvrtc, regions
+from funcgrad.backends.cuda import graphs, nvrtc, regions
 from funcgrad.backends.cuda.emulator import EmulatedModule
 from funcgrad.backends.cuda.render import CudaKernel, module_source, render_kernel
 from funcgrad.backends.numpy.executor import NumpyExecutable
@@ -70,6 +72,7 @@ class Emulator:
     BLOCK = 32
     COOPERATIVE_BLOCK = 64
     MAX_GRID = 4
+    capture_errors = ()  # its captures only record: a failure there is funcgrad's to fix
 
     def load(self, source: str, kernels: list[CudaKernel]):
         if nvrtc.library() is not None:
@@ -83,6 +86,17 @@ class Emulator:
 
     def upload(self, value: np.ndarray) -> np.ndarray:
         return value.copy()  # device memory of its own, as a GPU's is
+
+    def copy(self, destination: np.ndarray, source: np.ndarray) -> None:
+        destination[...] = source
+
+    def capture(self, walk):
+        """The emulator's graph: the launches, GEMMs and copies of one walk, recorded with
+        the buffers they were given, and run again in order at each replay."""
+        recording = _Recording(self)
+        walk(recording)
+        calls = recording.calls
+        return lambda: [call() for call in calls]
 
     def context(self):
         return contextlib.nullcontext()
@@ -137,6 +151,12 @@ class Gpu:
         self.max_grid = device.attributes["MultiProcessorCount"] * 32
         self.name = f"GPU {id}"
         self.arch = f"compute_{device.compute_capability}"
+        # What a capture may raise where the driver or a library refuses to be captured.
+        from cupy_backends.cuda.api.driver import CUDADriverError
+        from cupy_backends.cuda.api.runtime import CUDARuntimeError
+        from cupy_backends.cuda.libs.cublas import CUBLASError
+
+        self.capture_errors = (CUDARuntimeError, CUDADriverError, CUBLASError)
         with self.context():
             self.total_memory = self.xp.cuda.runtime.memGetInfo()[1]
 
@@ -179,19 +199,44 @@ class Gpu:
         with self.context():
             return self.xp.asarray(value)
 
+    def copy(self, destination, source) -> None:
+        """One flat contiguous buffer into another of the same size, on the current stream."""
+        if destination.nbytes:
+            self.xp.cuda.runtime.memcpyAsync(
+                destination.data.ptr,
+                source.data.ptr,
+                destination.nbytes,
+                self.xp.cuda.runtime.memcpyDeviceToDevice,
+                self.xp.cuda.get_current_stream().ptr,
+            )
+
+    def capture(self, walk):
+        """`walk(self)`'s launches, GEMMs and copies captured as a CUDA graph on a stream of
+        its own (capture cannot use the legacy default stream; nothing runs while capturing);
+        returns its launch, which replays it on the current stream."""
+        stream = self.xp.cuda.Stream(non_blocking=True)
+        with stream:
+            stream.begin_capture()
+            try:
+                walk(self)
+            finally:  # a failed walk still ends the capture, leaving the stream usable
+                graph = stream.end_capture()
+        return graph.launch
+
     def gemm(self, step: GemmStep, lhs, rhs, out, tf32: bool) -> None:
-        """cuBLAS through CuPy's matmul in full float32 or float64; halves (which CuPy's
-        matmul does not take as bfloat16) and TF32 products through cuBLAS's GEMM directly."""
-        if not tf32 and step.out.dtype in (np.float32, np.float64):
-            lhs, rhs = _matrices(step, lhs, rhs)
-            self.xp.matmul(lhs, rhs, out=out.reshape(step.batch, step.m, step.n))
-            return
+        """cuBLAS's strided-batched GEMM, called directly for every dtype (CuPy's matmul
+        takes no bfloat16, and may make temporaries, which a captured graph must not hold):
+        float64 in float64, the others with float32 sums, TF32 operands where allowed."""
         from cupy.cuda import cublas
 
         m, n, k = step.m, step.n, step.k
         data_type = _CUDA_DATA_TYPES[step.out.dtype]
-        compute = cublas.CUBLAS_COMPUTE_32F_FAST_TF32 if tf32 else cublas.CUBLAS_COMPUTE_32F
-        alpha, beta = np.ones((), np.float32), np.zeros((), np.float32)  # on the host
+        if step.out.dtype == np.float64:
+            compute, scale = cublas.CUBLAS_COMPUTE_64F, np.float64
+        else:
+            compute = cublas.CUBLAS_COMPUTE_32F_FAST_TF32 if tf32 else cublas.CUBLAS_COMPUTE_32F
+            scale = np.float32
+        alpha, beta = np.ones((), scale), np.zeros((), scale)  # on the host
         # A row-major out = op(lhs) @ op(rhs) is the column-major out^T = op(rhs)^T @ op(lhs)^T:
         # cuBLAS reads each row-major operand as its column-major transpose.
         handle = self.xp.cuda.device.get_cublas_handle()
@@ -302,6 +347,11 @@ class CudaExecutable:
             math.prod(shape) * dtype.itemsize for shape, dtype in self._out_shapes
         )
         self._too_big = allocated > self.device.capacity()
+        # Replays by matmul-precision setting (which decides TF32 as GEMMs are launched),
+        # made at a program's second call: a program run once is not worth capturing.
+        self._replays: dict = {}
+        self._calls = 0
+        self._replayable = graphs.worth_a_graph(self.program, self.regions)
 
     def __call__(self, *args) -> list[Array]:
         device = self.device
@@ -337,11 +387,39 @@ class CudaExecutable:
         device (`DeviceValue`s) are used in place; host values are copied there first."""
         with self.device.context():
             try:
+                replay = self._replay()
+                if replay is not None:
+                    return replay(args)
                 views, outputs = self._allocate(args)
             except MemoryError as error:  # CuPy's OutOfMemoryError is one
                 raise OutOfDeviceMemoryError(self._out_of_memory(args)) from error
             _Walk(self, views).steps(self.program.steps)
         return outputs
+
+    def _replay(self) -> _Replay | None:
+        """The graph replaying this program under the current matmul precision, captured at
+        its second call; None for a program walked step by step."""
+        if not self._replayable:
+            return None
+        self._calls += 1
+        if self._calls < 2:
+            return None
+        setting = config.default_matmul_precision
+        replay = self._replays.get(setting)
+        if replay is None:
+            try:
+                replay = self._replays[setting] = _Replay(self)
+            except self.device.capture_errors as error:  # a driver or library refusing it
+                self._replayable = False
+                warnings.warn(
+                    f"a jitted program could not be captured as a CUDA graph on "
+                    f"{self.device.name} ({type(error).__name__}: {error}); it runs launch by "
+                    "launch",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+                return None
+        return replay
 
     def _allocate(self, args) -> tuple[dict, list]:
         """Device buffers for a call, all before any kernel runs: the arguments' copies, the
@@ -351,19 +429,27 @@ class CudaExecutable:
             raise MemoryError
         views = dict(self.consts)
         for buffer, arg, dtype in zip(self.program.inputs, args, self._in_dtypes):
-            value = arg._value if type(arg) is Array else arg
-            if type(value) is DeviceValue:
-                views[buffer] = device.view(value.storage, dtype)
-            else:
-                value = np.ascontiguousarray(value, dtype)
-                views[buffer] = _on_device(device, value, dtype)
+            views[buffer] = self._argument(arg, dtype)
         outputs = [xp.empty(math.prod(shape), _storage(dtype)) for shape, dtype in self._out_shapes]
         for buffer, out in zip(self.program.outputs, outputs):
             views[buffer] = device.view(out, buffer.dtype)
-        arena = xp.empty(max(self.memory.arena_bytes, 1), np.uint8)
+        self._arena(views)
+        return views, outputs
+
+    def _argument(self, arg, dtype: np.dtype):
+        """An argument as a flat typed view on the device: its own buffer if it is there,
+        else a copy."""
+        value = arg._value if type(arg) is Array else arg
+        if type(value) is DeviceValue:
+            return self.device.view(value.storage, dtype)
+        return _on_device(self.device, np.ascontiguousarray(value, dtype), dtype)
+
+    def _arena(self, views: dict) -> None:
+        """Allocates the working memory of one call and adds its buffers' views to `views`."""
+        device = self.device
+        arena = device.xp.empty(max(self.memory.arena_bytes, 1), np.uint8)
         for buffer, offset in self.memory.offsets.items():
             views[buffer] = device.view(arena[offset : offset + nbytes(buffer)], buffer.dtype)
-        return views, outputs
 
     def _out_of_memory(self, args) -> str:
         arguments = [(np.shape(a), np.dtype(d)) for a, d in zip(args, self._in_dtypes)]
@@ -390,10 +476,16 @@ class CudaExecutable:
 
     def fusion_plan(self) -> str:
         """The scheduled program, then the control flow that runs on the device (`regions`),
-        each with the kernel running it."""
+        each with the kernel running it, and whether calls replay as a CUDA graph."""
         lines = [self.program.as_text()]
         for step, kernel in self.regions.items():
             lines.append(f"on the device, one block ({kernel.name}): {step_text(step, '')[0]}")
+        if self._replayable:
+            launches = graphs.launches(self.program.steps, self.regions)
+            lines.append(
+                f"from its second call, one CUDA graph of {launches} launches, its arguments "
+                "copied in and its results out"
+            )
         return "\n".join(lines)
 
     def memory_analysis(self):
@@ -440,9 +532,10 @@ def _on_device(device, value: np.ndarray, dtype: np.dtype):
     return device.view(kept, dtype)
 
 
-# CUDA's names of the element types a GEMM takes (cudaDataType: CUDA_R_32F, _16F, _16BF).
+# CUDA's names of the element types a GEMM takes (cudaDataType: CUDA_R_32F, _64F, _16F, _16BF).
 _CUDA_DATA_TYPES = {
     np.dtype(np.float32): 0,
+    np.dtype(np.float64): 1,
     np.dtype(dtypes.float16): 2,
     np.dtype(dtypes.bfloat16): 14,
 }
@@ -477,12 +570,71 @@ def _host(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return value.view(dtype) if value.dtype != dtype else value
 
 
-class _Walk:
-    """Runs a program's steps on the device, binding region programs' inputs as it goes."""
+class _Replay:
+    """A program captured once as a graph over buffers of its own (arguments, results and
+    arena), which each call copies its arguments into, replays, and copies its results out
+    of, all on the current stream without waiting. A lock keeps two threads' calls from
+    interleaving their copies."""
 
-    def __init__(self, executable: CudaExecutable, views: dict):
+    def __init__(self, executable: CudaExecutable):
+        device, program = executable.device, executable.program
+        xp = device.xp
+        if executable._too_big:
+            raise MemoryError
+        self.executable = executable
+        self.lock = threading.Lock()
+        self.views = dict(executable.consts)
+        for buffer in program.inputs + program.outputs:
+            raw = xp.empty(buffer.size, _storage(buffer.dtype))
+            self.views[buffer] = device.view(raw, buffer.dtype)
+        executable._arena(self.views)
+        self.inputs = [self.views[buffer] for buffer in program.inputs]
+        self.outputs = [self.views[buffer] for buffer in program.outputs]
+        self.launch = device.capture(
+            lambda runner: _Walk(executable, self.views, runner).steps(program.steps)
+        )
+
+    def __call__(self, args) -> list:
+        executable = self.executable
+        device = executable.device
+        results = [
+            device.xp.empty(math.prod(shape), _storage(dtype))
+            for shape, dtype in executable._out_shapes
+        ]
+        with self.lock:
+            for staged, arg, dtype in zip(self.inputs, args, executable._in_dtypes):
+                device.copy(staged, executable._argument(arg, dtype))
+            self.launch()
+            for result, out in zip(results, self.outputs):
+                device.copy(device.view(result, out.dtype), out)
+        return results
+
+
+class _Recording:
+    """Stands in for the emulator while a walk is captured: keeps each call for later."""
+
+    def __init__(self, device: Emulator):
+        self.device = device
+        self.calls: list = []
+
+    def launch(self, *args) -> None:
+        self.calls.append(functools.partial(self.device.launch, *args))
+
+    def gemm(self, *args) -> None:
+        self.calls.append(functools.partial(self.device.gemm, *args))
+
+    def copy(self, *args) -> None:
+        self.calls.append(functools.partial(self.device.copy, *args))
+
+
+class _Walk:
+    """Runs a program's steps on the device, binding region programs' inputs as it goes.
+    `runner` launches, multiplies and copies: the device, or what captures a graph of it."""
+
+    def __init__(self, executable: CudaExecutable, views: dict, runner=None):
         self.executable = executable
         self.device = executable.device
+        self.runner = runner if runner is not None else executable.device
         self.views = views
 
     def steps(self, steps: list) -> None:
@@ -509,7 +661,7 @@ class _Walk:
 
     def launch(self, kernel: CudaKernel) -> None:
         buffers = [self.views[b] for b in kernel.params]
-        self.device.launch(self.executable.module, kernel, buffers)
+        self.runner.launch(self.executable.module, kernel, buffers)
 
     def bind(self, program: Program, sources: list) -> None:
         for buffer, source in zip(program.inputs, sources):
@@ -517,14 +669,14 @@ class _Walk:
 
     def copy_all(self, destinations: list, sources: list) -> None:
         for d, s in zip(destinations, sources):
-            self.views[d][...] = self.views[s]
+            self.runner.copy(self.views[d], self.views[s])
 
     def scalar(self, buffer) -> int:
         return int(self.device.download(self.views[buffer][:1])[0])
 
     def gemm(self, step: GemmStep) -> None:
         tf32 = step.out.dtype == np.float32 and allows_tf32(step.eqn.params.get("precision"))
-        self.device.gemm(step, *(self.views[b] for b in (step.lhs, step.rhs, step.out)), tf32)
+        self.runner.gemm(step, *(self.views[b] for b in (step.lhs, step.rhs, step.out)), tf32)
 
     def cond(self, step: CondStep) -> None:
         index = min(max(self.scalar(step.index), 0), len(step.branches) - 1)
@@ -560,7 +712,8 @@ class _Walk:
             self.copy_all(step.carry, body.outputs[:num_carry])
             for ys, inner in zip(step.ys, body.outputs[num_carry:]):
                 size = inner.size
-                self.views[ys][position * size : (position + 1) * size] = self.views[inner]
+                ys_slice = self.views[ys][position * size : (position + 1) * size]
+                self.runner.copy(ys_slice, self.views[inner])
 
     def lapack(self, step: FortranCall) -> None:
         """A decomposition's LAPACK routine, on the host (NumPy's OpenBLAS) until cuSOLVER:

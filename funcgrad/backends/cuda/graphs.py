@@ -1,0 +1,50 @@
+"""When a jitted program replays as one CUDA graph.
+
+A call walked step by step pays the host's cost of every launch (CuPy's argument packing, the
+driver's launch): several microseconds each, which a program of many small kernels pays
+many times over. Captured once as a graph, the whole call is one launch. The graph names
+device addresses, so it runs over buffers of the executable's own: each call copies its
+arguments into them and its results out, a copy per argument and result. A program is
+replayed when it launches more than it copies, and its copies are small beside the launches
+they save; and only when nothing in it needs the host mid-call (a predicate read back, a
+LAPACK call, a callback).
+"""
+
+from __future__ import annotations
+
+from funcgrad.compiler.memory import nbytes
+from funcgrad.compiler.schedule import GemmStep, KernelStep, Program, ScanStep
+
+# A graph's nodes cost memory and instantiation time (a few microseconds each); past this a
+# long host-walked scan runs launch by launch.
+MAX_LAUNCHES = 10_000
+# Bytes a call may copy in and out per launch the graph saves: a launch's host cost, about
+# 5 us, moves about 8 MiB on an H100 (3 TB/s read and write); half that leaves a margin.
+COPY_BYTES_PER_LAUNCH = 4 << 20
+
+
+def launches(steps: list, on_device: dict) -> int | None:
+    """The launches (kernels, GEMMs, copies) one pass over `steps` makes, or None when a step
+    needs the host mid-call. `on_device`: the steps running as one kernel (device regions)."""
+    total = 0
+    for step in steps:
+        if step in on_device or isinstance(step, (KernelStep, GemmStep)):
+            total += 1
+        elif isinstance(step, ScanStep):
+            body = launches(step.body.steps, on_device)
+            if body is None:
+                return None
+            per_step = body + len(step.carry) + len(step.ys)
+            total += len(step.carry) + step.length * per_step
+        else:
+            return None
+    return total
+
+
+def worth_a_graph(program: Program, on_device: dict) -> bool:
+    count = launches(program.steps, on_device)
+    if count is None or count > MAX_LAUNCHES:
+        return False
+    copied = program.inputs + program.outputs
+    copied_bytes = sum(nbytes(buffer) for buffer in copied)
+    return count > len(copied) and copied_bytes <= count * COPY_BYTES_PER_LAUNCH

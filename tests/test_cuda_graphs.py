@@ -1,0 +1,221 @@
+"""Jitted programs replayed as one CUDA graph (`backends/cuda/graphs.py`): which programs are,
+and that a replay computes what a walk step by step computes, call after call, with new
+arguments each time, earlier results left as they were. On the emulator a graph is the
+recorded launches run again; where CuPy finds a GPU the same tests capture real graphs."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from checks import jit_backend
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad import dtypes, lax
+from funcgrad.array import DeviceValue
+from funcgrad.backends.cuda import emulator, executable, graphs
+from funcgrad.tools.recipes import CUDA_BACKENDS
+
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(emulator.compiler() is None, reason="the emulator needs a C++ compiler"),
+]
+
+RNG = np.random.default_rng(0)
+W = (RNG.standard_normal((64, 64)) / 8).astype(np.float32)
+
+
+def layers(x, w):
+    """Four GEMMs, each followed by a fused kernel: nine launches for two arguments and two
+    results."""
+    for _ in range(4):
+        x = fnp.tanh(x @ w)
+        x = x - x.mean(axis=1, keepdims=True)
+    return x, x.sum()
+
+
+def reference(fun, *args) -> list[np.ndarray]:
+    with jit_backend("numpy"):
+        return [np.asarray(v) for v in fg.tree_util.tree_leaves(fg.jit(fun)(*args))]
+
+
+def assert_close(got, expected, rtol=2e-5):
+    got = [np.asarray(v) for v in fg.tree_util.tree_leaves(got)]
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=rtol)
+
+
+def compiled(backend: str, fun, *args):
+    with jit_backend(backend):
+        return fg.jit(fun).lower(*args).compile()
+
+
+@pytest.fixture
+def walks(monkeypatch):
+    """Counts the step-by-step walks of whole programs (a capture is one; a replay none)."""
+    counted = []
+    steps = executable._Walk.steps
+
+    def counting(walk, program_steps):
+        if program_steps is walk.executable.program.steps:
+            counted.append(walk)
+        return steps(walk, program_steps)
+
+    monkeypatch.setattr(executable._Walk, "steps", counting)
+    return counted
+
+
+@pytest.mark.parametrize("backend", CUDA_BACKENDS)
+def test_a_program_of_many_launches_replays_as_one_graph_from_its_second_call(backend, walks):
+    program = compiled(backend, layers, np.zeros((32, 64), np.float32), W)
+    assert "one CUDA graph of 9 launches" in program.fusion_plan()
+    xs = [RNG.standard_normal((32, 64)).astype(np.float32) for _ in range(5)]
+    results = [program(x, W) for x in xs]
+    assert len(walks) == 2  # the first call walks, the second captures; later ones replay
+    # Every call's results are its own, though all were computed in the graph's buffers.
+    for x, result in zip(xs, results):
+        assert_close(result, reference(layers, x, W))
+
+
+@pytest.mark.parametrize("backend", CUDA_BACKENDS)
+def test_replays_take_arguments_on_the_gpu_and_leave_results_there(backend, walks):
+    gpu = fg.devices(backend)[0]
+    step = fg.jit(layers)
+    x = fg.device_put(RNG.standard_normal((32, 64)).astype(np.float32), gpu)
+    w = fg.device_put(W, gpu)
+    expected_x = np.asarray(x)
+    for _ in range(4):  # each call's result is the next one's argument, as in a training loop
+        x, total = step(x, w)
+        assert type(x._value) is DeviceValue and x.device is gpu
+        expected_x, expected_total = reference(layers, expected_x, W)
+        assert_close([x, total], [expected_x, expected_total])
+    assert len(walks) == 2
+
+
+@pytest.mark.parametrize("backend", CUDA_BACKENDS)
+def test_half_precision_arguments_are_copied_in_bit_for_bit(backend):
+    def f(x, w):
+        return layers(x.astype(np.float32), w)[0].astype(dtypes.bfloat16), x * 2
+
+    program = compiled(backend, f, np.zeros((32, 64), dtypes.bfloat16), W)
+    assert "CUDA graph" in program.fusion_plan()
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal((32, 64)).astype(dtypes.bfloat16)
+        got = program(x, W)
+        np.testing.assert_array_equal(np.asarray(got[1]).view(np.uint16), (x * 2).view(np.uint16))
+        assert_close(got, reference(f, x, W), rtol=1e-2)
+
+
+@pytest.mark.parametrize("backend", CUDA_BACKENDS)
+def test_a_scan_walked_on_the_host_replays_with_its_slices(backend, walks):
+    def f(h, xs, w):
+        def body(h, x):  # 64 x 128 x 128 multiply-adds a step: too much for one block
+            h = fnp.tanh(h @ w + x)
+            return h, h.sum(axis=1)
+
+        return lax.scan(body, h, xs)
+
+    w = (RNG.standard_normal((128, 128)) / 12).astype(np.float32)
+    h = np.zeros((64, 128), np.float32)
+    program = compiled(backend, f, h, np.zeros((5, 64, 128), np.float32), w)
+    assert "on the device" not in program.fusion_plan()
+    assert "CUDA graph" in program.fusion_plan()
+    for _ in range(3):
+        xs = RNG.standard_normal((5, 64, 128)).astype(np.float32)
+        assert_close(program(h, xs, w), reference(f, h, xs, w), rtol=1e-4)
+    assert len(walks) == 2
+
+
+def test_programs_needing_the_host_or_copying_more_than_they_launch_are_walked(monkeypatch):
+    x = np.ones((32, 64), np.float32)
+
+    def looped(x):  # a loop of GEMMs too big for one block: its predicate is read back
+        return lax.while_loop(lambda c: c[0] < 3, lambda c: (c[0] + 1, fnp.tanh(c[1] @ W)), (0, x))
+
+    def called_back(x, w):
+        x, total = layers(x, w)
+        return fg.pure_callback(np.negative, fg.ShapeDtypeStruct((), np.float32), total), x
+
+    for fun, args in [
+        (lambda x: fnp.exp(x) + 1, (x,)),  # one kernel: copies would cost more
+        (looped, (x,)),
+        (called_back, (x, W)),
+        (lambda m: fnp.linalg.cholesky(m @ m.T + 64 * fnp.eye(32)), (x,)),
+    ]:
+        program = compiled("cuda_emulator", fun, *args)
+        assert "CUDA graph" not in program.fusion_plan()
+        for _ in range(3):
+            assert_close(program(*args), reference(fun, *args), rtol=1e-4)
+        assert not program.executable._replays
+
+    # Copies too large beside the launches they would save.
+    monkeypatch.setattr(graphs, "COPY_BYTES_PER_LAUNCH", 1024)
+    assert not graphs.worth_a_graph(program_of(layers, x, W), {})
+    monkeypatch.setattr(graphs, "COPY_BYTES_PER_LAUNCH", 1 << 20)
+    assert graphs.worth_a_graph(program_of(layers, x, W), {})
+    monkeypatch.setattr(graphs, "MAX_LAUNCHES", 8)  # a graph of nine launches is too many
+    assert not graphs.worth_a_graph(program_of(layers, x, W), {})
+
+
+def program_of(fun, *args):
+    with jit_backend("cuda_emulator"):
+        return fg.jit(fun).lower(*args).compile().executable.program
+
+
+def test_each_matmul_precision_setting_replays_a_graph_of_its_own():
+    a = (1 + RNG.random((32, 64)) * 1e-2).astype(np.float32)  # low bits that TF32 drops
+    program = compiled("cuda_emulator", layers, a, W)
+    full = [np.asarray(v) for v in program(a, W)]
+    for _ in range(2):
+        assert_close(program(a, W), full, rtol=0)
+        with fg.default_matmul_precision("tensorfloat32"):
+            rounded = [np.asarray(v) for v in program(a, W)]
+    assert not np.array_equal(rounded[0], full[0])  # TF32 is visible in these products
+    with jit_backend("cuda_emulator"), fg.default_matmul_precision("tensorfloat32"):
+        assert_close(rounded, [np.asarray(v) for v in fg.jit(layers)(a, W)], rtol=0)
+    assert set(program.executable._replays) == {None, "tensorfloat32"}
+
+
+def test_a_capture_the_gpu_refuses_warns_and_the_program_walks(monkeypatch, walks):
+    class Refused(RuntimeError):
+        pass
+
+    def refuse(walk):
+        raise Refused("operation not permitted when stream is capturing")
+
+    x = np.ones((32, 64), np.float32)
+    program = compiled("cuda_emulator", layers, x, W)
+    device = program.executable.device
+    monkeypatch.setattr(device, "capture", refuse)
+    monkeypatch.setattr(device, "capture_errors", (Refused,))
+    program(x, W)
+    with pytest.warns(RuntimeWarning, match="could not be captured as a CUDA graph.*Refused"):
+        got = program(x, W)
+    assert_close(got, reference(layers, x, W))
+    assert_close(program(x, W), reference(layers, x, W))
+    assert len(walks) == 3 and not program.executable._replayable
+
+
+def test_threads_calling_one_program_get_their_own_results():
+    program = compiled("cuda_emulator", layers, np.zeros((32, 64), np.float32), W)
+    xs = [RNG.standard_normal((32, 64)).astype(np.float32) for _ in range(4)]
+    expected = [reference(layers, x, W) for x in xs]
+    program(xs[0], W)
+    failures = []
+
+    def calls(k):
+        for _ in range(10):
+            got = [np.asarray(v) for v in program(xs[k], W)]
+            if not all(np.allclose(g, e, rtol=2e-5, atol=2e-5) for g, e in zip(got, expected[k])):
+                failures.append(k)
+
+    threads = [threading.Thread(target=calls, args=(k,)) for k in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures and program.executable._replays
