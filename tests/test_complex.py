@@ -413,7 +413,8 @@ def test_hermitian_eigh_matches_numpy_eager_and_compiled(data):
             expected_v[..., :, None, :] * expected_v[..., None, :, :].conj(),
             atol=1e-3,
         )
-    np.testing.assert_array_equal(compiled.eigenvectors, eager.eigenvectors)
+    if fg.config.jit_backend != "cuda":  # a GPU's solver may choose other phases
+        np.testing.assert_array_equal(compiled.eigenvectors, eager.eigenvectors)
 
 
 def test_hermitian_eigh_derivatives_pass_the_checks():

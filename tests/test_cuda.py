@@ -19,7 +19,10 @@ from funcgrad import dtypes, lax
 from funcgrad.backends.cuda import emulator, nvrtc
 from funcgrad.backends.cuda.render import memory_type, render_kernel
 from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler.lapack import FortranCall
+from funcgrad.compiler.schedule import all_steps
 from funcgrad.errors import OutOfDeviceMemoryError
+from funcgrad.lax import linalg_decomp
 from funcgrad.tools.recipes import CUDA_BACKENDS
 
 pytestmark = [
@@ -596,25 +599,42 @@ def test_float32_products_round_to_tf32_only_where_the_user_allows_it():
         fg.config.update("default_matmul_precision", "tf32")
 
 
-def test_decompositions_run_on_the_hosts_lapack():
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+def test_decompositions_run_on_the_devices_solver_and_svd_on_the_host(dtype):
     rng = np.random.default_rng(5)
-    a = rng.standard_normal((3, 4, 4))
-    spd = (a @ a.transpose(0, 2, 1) + 4 * np.eye(4)).astype(np.float32)
+    a = rng.standard_normal((3, 5, 5))
+    if np.dtype(dtype).kind == "c":
+        a = a + 1j * rng.standard_normal((3, 5, 5))
+    spd = (a @ np.conj(a.transpose(0, 2, 1)) + 5 * np.eye(5)).astype(dtype)
+    spd[1, 0, 0] = -100  # not positive definite: that matrix's factor is NaN
+    b = rng.standard_normal((3, 5, 2)).astype(dtype)
 
-    def f(m):
+    def f(m, b):
         q, r = fnp.linalg.qr(m)
+        w, v = fnp.linalg.eigh(m)
+        lower = fnp.linalg.cholesky(m)
         return (
-            fnp.linalg.cholesky(m),
+            lower,
+            linalg_decomp.triangular_solve(lower, b, left_side=True, lower=True),
             q @ r,
+            w,
+            v @ (w[..., None] * fnp.conj(fnp.swapaxes(v, -1, -2))),  # its signs are free
+            linalg_decomp.lu(m),
+            fnp.linalg.solve(m, b),
             fnp.linalg.svd(m, compute_uv=False),
-            fnp.linalg.eigh(m)[0],
-            fnp.linalg.solve(m, m[..., :1] + 1),
-            fnp.linalg.det(m),
         )
 
-    assert_same_as_reference(f, spd, exact=False, rtol=2e-4)
-    text = compiled_text(f, spd)
-    assert "__global__" in text  # the kernels around the LAPACK calls are generated
+    single = np.dtype(dtype) in (np.float32, np.complex64)
+    assert_same_as_reference(f, spd, b, exact=False, rtol=2e-4 if single else 1e-10)
+    with jit_backend("cuda_emulator"):
+        executable = fg.jit(f).lower(spd, b).compile().executable
+    on_device = {plan.calls[0].routine for plan in executable.solves.values()}
+    complex_form = np.dtype(dtype).kind == "c"
+    assert on_device == {"potrf", "trsm", "geqrf", "getrf"} | (
+        {"ungqr", "heevd"} if complex_form else {"orgqr", "syevd"}
+    )
+    steps = [s for s in all_steps(executable.program) if isinstance(s, FortranCall)]
+    assert {s.routine for s in steps if s not in executable.solves} == {"gesdd"}
 
 
 @pytest.mark.skipif("cuda" in CUDA_BACKENDS, reason="a GPU is present")

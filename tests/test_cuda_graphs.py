@@ -46,7 +46,8 @@ def assert_close(got, expected, rtol=2e-5):
     assert len(got) == len(expected)
     for g, e in zip(got, expected):
         assert g.dtype == e.dtype and g.shape == e.shape
-        np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=rtol)
+        wide = np.complex128 if g.dtype.kind == "c" else np.float64
+        np.testing.assert_allclose(g.astype(wide), e.astype(wide), rtol=rtol, atol=rtol)
 
 
 def compiled(backend: str, fun, *args):
@@ -108,6 +109,21 @@ def test_half_precision_arguments_are_copied_in_bit_for_bit(backend):
         got = program(x, W)
         np.testing.assert_array_equal(np.asarray(got[1]).view(np.uint16), (x * 2).view(np.uint16))
         assert_close(got, reference(f, x, W), rtol=1e-2)
+
+
+@pytest.mark.parametrize("backend", CUDA_BACKENDS)
+def test_complex_arguments_and_results_are_copied_as_their_parts(backend):
+    def f(z, w):  # the program's buffers hold the parts: twice as many float32 elements
+        x = layers(fnp.real(z) - fnp.imag(z), w)[0]
+        return x * (1 + 2j), fnp.abs(x).mean() * z
+
+    z = np.zeros((32, 64), np.complex64)
+    program = compiled(backend, f, z, W)
+    assert "CUDA graph" in program.fusion_plan()
+    for seed in range(3):
+        rng = np.random.default_rng(seed)
+        z = (rng.standard_normal((32, 64)) + 1j * rng.standard_normal((32, 64))).astype(z.dtype)
+        assert_close(program(z, W), reference(f, z, W))
 
 
 @pytest.mark.parametrize("backend", CUDA_BACKENDS)
@@ -198,6 +214,33 @@ def test_a_capture_the_gpu_refuses_warns_and_the_program_walks(monkeypatch, walk
     assert_close(got, reference(layers, x, W))
     assert_close(program(x, W), reference(layers, x, W))
     assert len(walks) == 3 and not program.executable._replayable
+
+
+def test_replays_past_their_share_of_memory_let_the_least_recently_used_go(monkeypatch, walks):
+    def twice(x, w):
+        return layers(2 * x, w)
+
+    x = RNG.standard_normal((32, 64)).astype(np.float32)
+    first, second = (compiled("cuda_emulator", f, x, W) for f in (layers, twice))
+    held = executable.emulator().held
+    assert first.executable.device is second.executable.device is executable.emulator()
+    for _ in range(2):
+        first(x, W)
+    (one,) = [
+        size for replay, size in held.replays.items() if replay.executable is first.executable
+    ]
+    assert one >= first.executable.memory.arena_bytes + x.nbytes + W.nbytes + x.nbytes
+    # Room for one of them (each holds its arguments, results and arena) but not two.
+    monkeypatch.setattr(graphs, "HELD_SHARE", 1.5 * one / executable.emulator().capacity())
+    for _ in range(2):
+        second(x, W)
+    assert not first.executable._replays and second.executable._replays
+    assert list(second.executable._replays.values()) == list(held.replays)[-1:]
+    walked = len(walks)
+    for _ in range(2):  # captured again (one walk) and replayed, evicting the other
+        assert_close(first(x, W), reference(layers, x, W))
+    assert len(walks) == walked + 1
+    assert first.executable._replays and not second.executable._replays
 
 
 def test_threads_calling_one_program_get_their_own_results():

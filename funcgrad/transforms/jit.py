@@ -62,10 +62,10 @@ def _compile(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...], gpu=Non
         with collection_paused():
             return LlvmExecutable(jaxpr, donated)
     if backend in ("cuda", "cuda_emulator"):
-        from funcgrad.backends.cuda.executable import CudaExecutable, Emulator
+        from funcgrad.backends.cuda.executable import CudaExecutable, emulator
 
         if gpu is None and backend == "cuda_emulator":
-            gpu = Emulator()
+            gpu = emulator()
         with collection_paused():
             return CudaExecutable(jaxpr, donated, gpu)
     return NumpyExecutable(jaxpr, donated)

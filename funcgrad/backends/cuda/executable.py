@@ -5,7 +5,8 @@ The host walks the program's steps: it launches kernels, hands GEMMs to the devi
 (cuBLAS; NumPy on the emulator), launches the kernels that run small control flow on the
 device (`regions.py`), and runs the other cond, while and scan steps by binding their
 programs' inputs to slices of the caller's buffers, as the LLVM entry point does, reading
-their predicates back. Decompositions run on the host's LAPACK (cuSOLVER is still to come).
+their predicates back. Decompositions run through cuSOLVER (`solver.py`; the emulator's
+through the host's LAPACK, called as cuSOLVER is), SVD and nonsymmetric eig on the host's.
 Buffers are typed views of one arena per call (the shared memory plan), of the inputs, the
 outputs and the constants.
 
@@ -26,7 +27,7 @@ import numpy as np
 
 from funcgrad import dtypes
 from funcgrad.array import Array, DeviceValue, GpuDevice, to_host
-from funcgrad.backends.cuda import graphs, nvrtc, regions
+from funcgrad.backends.cuda import graphs, nvrtc, regions, solver
 from funcgrad.backends.cuda.emulator import EmulatedModule
 from funcgrad.backends.cuda.render import CudaKernel, module_source, render_kernel
 from funcgrad.backends.numpy.executor import NumpyExecutable
@@ -74,6 +75,9 @@ class Emulator:
     MAX_GRID = 4
     capture_errors = ()  # its captures only record: a failure there is funcgrad's to fix
 
+    def __init__(self):
+        self.held = graphs.Held()
+
     def load(self, source: str, kernels: list[CudaKernel]):
         if nvrtc.library() is not None:
             nvrtc.ptx(source)
@@ -100,6 +104,20 @@ class Emulator:
 
     def context(self):
         return contextlib.nullcontext()
+
+    def solve(self, plan: solver.DeviceSolve, views: dict) -> None:
+        """A decomposition's cuSOLVER calls, made by the host's LAPACK as cuSOLVER makes
+        them (int32 info and pivots, workspaces of its own)."""
+        shadows = {buffer: np.zeros(buffer.size, np.int32) for buffer in plan.narrowed}
+
+        def array(pointer: solver.Pointer) -> np.ndarray:
+            base = shadows[pointer.buffer] if pointer.narrow else views[pointer.buffer]
+            return base[pointer.offset :]
+
+        for call in plan.calls:
+            solver.emulated_call(call, array)
+        for buffer, shadow in shadows.items():
+            views[buffer][...] = shadow
 
     def gemm(self, step: GemmStep, lhs, rhs, out, tf32: bool) -> None:
         """NumPy's product, as a GPU's BLAS computes it: halves in float32, rounded once at
@@ -151,6 +169,7 @@ class Gpu:
         self.max_grid = device.attributes["MultiProcessorCount"] * 32
         self.name = f"GPU {id}"
         self.arch = f"compute_{device.compute_capability}"
+        self.held = graphs.Held()
         # What a capture may raise where the driver or a library refuses to be captured.
         from cupy_backends.cuda.api.driver import CUDADriverError
         from cupy_backends.cuda.api.runtime import CUDARuntimeError
@@ -271,6 +290,65 @@ class Gpu:
         finally:
             cublas.setPointerMode(handle, mode)
 
+    def solve(self, plan: solver.DeviceSolve, views: dict) -> None:
+        """A decomposition's calls through cuSOLVER (trsm through cuBLAS) on the current
+        stream: workspaces sized by the library, int32 info and pivots widened after."""
+        from cupy.cuda import cublas, cusolver
+
+        xp = self.xp
+        enums = {
+            "lower": cublas.CUBLAS_FILL_MODE_LOWER,
+            "upper": cublas.CUBLAS_FILL_MODE_UPPER,
+            "left": cublas.CUBLAS_SIDE_LEFT,
+            "right": cublas.CUBLAS_SIDE_RIGHT,
+            "N": cublas.CUBLAS_OP_N,
+            "T": cublas.CUBLAS_OP_T,
+            "C": cublas.CUBLAS_OP_C,
+            "unit": cublas.CUBLAS_DIAG_UNIT,
+            "non-unit": cublas.CUBLAS_DIAG_NON_UNIT,
+            "vector": cusolver.CUSOLVER_EIG_MODE_VECTOR,
+            "novector": cusolver.CUSOLVER_EIG_MODE_NOVECTOR,
+        }
+        shadows = {buffer: xp.zeros(buffer.size, np.int32) for buffer in plan.narrowed}
+
+        def address(pointer: solver.Pointer) -> int:
+            base = shadows[pointer.buffer] if pointer.narrow else views[pointer.buffer]
+            return base.data.ptr + pointer.offset * base.itemsize
+
+        workspaces: dict = {}
+        for call in plan.calls:
+            letter = solver.LETTERS[call.dtype.name]
+            args = [
+                address(a) if isinstance(a, solver.Pointer) else enums.get(a, a) for a in call.args
+            ]
+            if call.routine == "trsm":
+                self._trsm(letter, call.dtype, args)
+                continue
+            handle = self.xp.cuda.device.get_cusolver_handle()
+            if call.routine not in workspaces:  # every matrix of a step has the same shape
+                query = getattr(cusolver, f"{letter}{call.routine}_bufferSize")
+                size = query(handle, *(args[i] for i in solver.QUERIES[call.routine]))
+                workspaces[call.routine] = (xp.empty(max(size, 1), call.dtype), size)
+            work, size = workspaces[call.routine]
+            args = [work.data.ptr if a == solver.WORK else size if a == solver.LWORK else a
+                    for a in args]  # fmt: skip
+            getattr(cusolver, f"{letter}{call.routine}")(handle, *args)
+        for buffer, shadow in shadows.items():
+            views[buffer][...] = shadow
+
+    def _trsm(self, letter: str, dtype: np.dtype, args: list) -> None:
+        from cupy.cuda import cublas
+
+        handle = self.xp.cuda.device.get_cublas_handle()
+        alpha = np.ones((), dtype)  # on the host
+        mode = cublas.getPointerMode(handle)
+        cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+        try:
+            args = [alpha.ctypes.data if a == solver.ALPHA else a for a in args]
+            getattr(cublas, f"{letter}trsm")(handle, *args)
+        finally:
+            cublas.setPointerMode(handle, mode)
+
     def download(self, value) -> np.ndarray:
         with self.context():
             return self.xp.asnumpy(value)
@@ -308,6 +386,13 @@ def gpu(id: int = 0) -> Gpu:
 
 
 @functools.cache
+def emulator() -> Emulator:
+    """The emulated GPU that `jit_backend="cuda_emulator"` compiles for (emulated devices,
+    `devices("cuda_emulator")`, have one each)."""
+    return Emulator()
+
+
+@functools.cache
 class CudaExecutable:
     """Call it with funcgrad arrays, get funcgrad arrays back (as the other executables)."""
 
@@ -333,6 +418,12 @@ class CudaExecutable:
             + [k.text() for k in launched + list(self.regions.values())]
         )
         self.module = self.device.load(self.source, launched + list(self.regions.values()))
+        # Decompositions cuSOLVER makes on the device; the others run on the host's LAPACK.
+        self.solves = {
+            step: plan
+            for step in all_steps(self.program)
+            if isinstance(step, FortranCall) and (plan := solver.translate(step)) is not None
+        }
         self.consts = {
             buffer: _on_device(self.device, np.ascontiguousarray(data), buffer.dtype)
             for buffer, data in constants(self.program).items()
@@ -405,20 +496,28 @@ class CudaExecutable:
         if self._calls < 2:
             return None
         setting = config.default_matmul_precision
+        device = self.device
         replay = self._replays.get(setting)
-        if replay is None:
-            try:
-                replay = self._replays[setting] = _Replay(self)
-            except self.device.capture_errors as error:  # a driver or library refusing it
-                self._replayable = False
-                warnings.warn(
-                    f"a jitted program could not be captured as a CUDA graph on "
-                    f"{self.device.name} ({type(error).__name__}: {error}); it runs launch by "
-                    "launch",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-                return None
+        if replay is not None:
+            device.held.used(replay)
+            return replay
+        try:
+            replay = _Replay(self, setting)
+        except MemoryError:
+            return None  # walked: a walk holds no copies of the arguments
+        except device.capture_errors as error:  # a driver or library refusing it
+            self._replayable = False
+            warnings.warn(
+                f"a jitted program could not be captured as a CUDA graph on {device.name} "
+                f"({type(error).__name__}: {error}); it runs launch by launch",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return None
+        self._replays[setting] = replay
+        budget = device.capacity() * graphs.HELD_SHARE
+        for evicted in device.held.hold(replay, replay.nbytes, budget):
+            evicted.executable._replays.pop(evicted.setting, None)
         return replay
 
     def _allocate(self, args) -> tuple[dict, list]:
@@ -576,15 +675,18 @@ class _Replay:
     of, all on the current stream without waiting. A lock keeps two threads' calls from
     interleaving their copies."""
 
-    def __init__(self, executable: CudaExecutable):
+    def __init__(self, executable: CudaExecutable, setting):
         device, program = executable.device, executable.program
         xp = device.xp
         if executable._too_big:
             raise MemoryError
         self.executable = executable
+        self.setting = setting  # the matmul precision it was captured under
+        copied = program.inputs + program.outputs
+        self.nbytes = executable.memory.arena_bytes + sum(nbytes(b) for b in copied)
         self.lock = threading.Lock()
         self.views = dict(executable.consts)
-        for buffer in program.inputs + program.outputs:
+        for buffer in copied:
             raw = xp.empty(buffer.size, _storage(buffer.dtype))
             self.views[buffer] = device.view(raw, buffer.dtype)
         executable._arena(self.views)
@@ -603,7 +705,9 @@ class _Replay:
         ]
         with self.lock:
             for staged, arg, dtype in zip(self.inputs, args, executable._in_dtypes):
-                device.copy(staged, executable._argument(arg, dtype))
+                # (a complex argument's buffer holds its parts: copied as the buffer's dtype)
+                argument = device.view(executable._argument(arg, dtype), staged.dtype)
+                device.copy(staged, argument)
             self.launch()
             for result, out in zip(results, self.outputs):
                 device.copy(device.view(result, out.dtype), out)
@@ -716,10 +820,15 @@ class _Walk:
                 self.runner.copy(ys_slice, self.views[inner])
 
     def lapack(self, step: FortranCall) -> None:
-        """A decomposition's LAPACK routine, on the host (NumPy's OpenBLAS) until cuSOLVER:
-        the buffers it names go to the host and back (the emulator's are host memory)."""
+        """A decomposition's routine: cuSOLVER's on the device where it has one (`solver`),
+        else the host's LAPACK (NumPy's OpenBLAS), the buffers it names going to the host
+        and back (the emulator's are host memory)."""
         from funcgrad.backends.llvm import blas
 
+        plan = self.executable.solves.get(step)
+        if plan is not None:
+            self.device.solve(plan, self.views)
+            return
         buffers = list(dict.fromkeys(arg[0] for arg in step.args if isinstance(arg, tuple)))
         hosts = {b: np.ascontiguousarray(self.device.download(self.views[b])) for b in buffers}
         blas.call_lapack(

@@ -12,6 +12,9 @@ LAPACK call, a callback).
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+
 from funcgrad.compiler.memory import nbytes
 from funcgrad.compiler.schedule import GemmStep, KernelStep, Program, ScanStep
 
@@ -21,6 +24,9 @@ MAX_LAUNCHES = 10_000
 # Bytes a call may copy in and out per launch the graph saves: a launch's host cost, about
 # 5 us, moves about 8 MiB on an H100 (3 TB/s read and write); half that leaves a margin.
 COPY_BYTES_PER_LAUNCH = 4 << 20
+# Replays keep their buffers between calls. Once one device's replays hold more than this
+# share of its memory, the least recently used let theirs go (captured again if called).
+HELD_SHARE = 1 / 8
 
 
 def launches(steps: list, on_device: dict) -> int | None:
@@ -48,3 +54,29 @@ def worth_a_graph(program: Program, on_device: dict) -> bool:
     copied = program.inputs + program.outputs
     copied_bytes = sum(nbytes(buffer) for buffer in copied)
     return count > len(copied) and copied_bytes <= count * COPY_BYTES_PER_LAUNCH
+
+
+class Held:
+    """The replays holding a device's memory, least recently used first, with their bytes."""
+
+    def __init__(self):
+        self.replays: OrderedDict = OrderedDict()
+        self.lock = threading.Lock()
+
+    def used(self, replay) -> None:
+        with self.lock:
+            if replay in self.replays:  # (unless another thread's capture just evicted it)
+                self.replays.move_to_end(replay)
+
+    def hold(self, replay, size: int, budget: float) -> list:
+        """Adds `replay`; returns those evicted to bring the total within `budget` (never
+        the newest)."""
+        evicted = []
+        with self.lock:
+            self.replays[replay] = size
+            total = sum(self.replays.values())
+            while total > budget and len(self.replays) > 1:
+                oldest, oldest_size = self.replays.popitem(last=False)
+                evicted.append(oldest)
+                total -= oldest_size
+        return evicted

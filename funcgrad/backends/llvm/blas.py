@@ -113,8 +113,8 @@ def workspace_query(routine: str, dtype: np.dtype, args: list) -> dict:
 
 def call_lapack(routine: str, dtype: np.dtype, args: list, batch: int, address) -> None:
     """A `FortranCall` made from Python, once per matrix of the stack: `address(buffer)` gives
-    the host address of a buffer the call names (the CUDA backend's decompositions, which
-    run here until cuSOLVER)."""
+    the host address of a buffer the call names (the CUDA backend's decompositions that
+    cuSOLVER lacks, and the emulator's stand-in for cuSOLVER)."""
     function = getattr(library(), lapack_symbol(routine, dtype))
     keep = []
     for arg in args:

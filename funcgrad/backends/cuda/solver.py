@@ -1,0 +1,199 @@
+"""Decompositions on the GPU: the LAPACK calls the compiler plans (`compiler/lapack.py`) made
+as cuSOLVER's calls of the same routines (and cuBLAS's trsm), on device memory, with no
+copy to the host.
+
+cuSOLVER's dense routines mirror LAPACK's; how they are called differs: a handle, enums for
+LAPACK's characters, int32 info and pivots where the plan holds int64 ones, workspaces that
+the library sizes itself, and no integer or real workspaces. `translate` writes a step's
+calls, a matrix at a time, in cuSOLVER's order and terms: int64 buffers that cuSOLVER
+writes as int32 get an int32 shadow, widened into them after the calls. The GPU runs the
+calls through CuPy (`Gpu.solve`); the emulator runs them with the host's LAPACK
+(`emulated_call`), which checks the translation without a GPU.
+
+Two routines stay on the host: gesdd (cuSOLVER has gesvd, another algorithm, whose singular
+vectors may differ in sign from the reference's, and which takes no wide matrices) and geev
+(not in CuPy).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler.lapack import IWORK, LIWORK, LRWORK, LWORK, RWORK, WORK, FortranCall
+
+# The type letters of the libraries' routine names.
+LETTERS = {"float32": "s", "float64": "d", "complex64": "c", "complex128": "z"}
+
+ALPHA = "<alpha>"  # trsm's scale, always one in the plans (a complex plan holds it in a buffer)
+
+# LAPACK's characters by what they mean at each position.
+_FILL = {"L": "lower", "U": "upper"}
+_SIDE = {"L": "left", "R": "right"}
+_DIAG = {"U": "unit", "N": "non-unit"}
+_JOB = {"V": "vector", "N": "novector"}
+
+# The leading arguments of each routine's workspace query (`<t><routine>_bufferSize`), as
+# positions in its call's arguments.
+QUERIES = {
+    "potrf": (0, 1, 2, 3),
+    "getrf": (0, 1, 2, 3),
+    "geqrf": (0, 1, 2, 3),
+    "orgqr": (0, 1, 2, 3, 4, 5),
+    "ungqr": (0, 1, 2, 3, 4, 5),
+    "syevd": (0, 1, 2, 3, 4, 5),
+    "heevd": (0, 1, 2, 3, 4, 5),
+}
+
+
+@dataclass(frozen=True)
+class Pointer:
+    """Element `offset` of `buffer`; `narrow`: of its int32 shadow instead."""
+
+    buffer: K.Buffer
+    offset: int
+    narrow: bool = False
+
+
+@dataclass(frozen=True)
+class SolverCall:
+    """One matrix's call: `routine` without its type letter, `args` in the library's order
+    after the handle (Pointers, ints, enum names, and WORK, LWORK, ALPHA for the device to
+    fill in)."""
+
+    routine: str
+    dtype: np.dtype
+    args: tuple
+
+
+@dataclass(frozen=True)
+class DeviceSolve:
+    calls: list
+    narrowed: list  # int64 buffers written as int32 shadows, widened after the calls
+
+
+def translate(step: FortranCall) -> DeviceSolve | None:
+    """The step's calls in cuSOLVER's terms, or None for a routine that stays on the host."""
+    routine, args = step.routine, step.args
+    make = _TRANSLATIONS.get(routine)
+    if make is None:
+        return None
+    calls, narrowed = [], {}
+    for matrix in range(step.batch):
+
+        def at(arg, narrow=False, matrix=matrix):
+            buffer, stride = arg
+            if narrow:
+                narrowed[buffer] = None
+            return Pointer(buffer, matrix * stride, narrow)
+
+        calls.append(SolverCall(routine, step.dtype, make(args, at)))
+    return DeviceSolve(calls, list(narrowed))
+
+
+def _potrf(a, at):
+    uplo, n, matrix, lda, info = a
+    return (_FILL[uplo], n, at(matrix), lda, WORK, LWORK, at(info, True))
+
+
+def _getrf(a, at):
+    m, n, matrix, lda, pivots, info = a
+    return (m, n, at(matrix), lda, WORK, at(pivots, True), at(info, True))
+
+
+def _geqrf(a, at):
+    m, n, matrix, lda, tau, _work, _lwork, info = a
+    return (m, n, at(matrix), lda, at(tau), WORK, LWORK, at(info, True))
+
+
+def _orgqr(a, at):
+    m, n, k, matrix, lda, tau, _work, _lwork, info = a
+    return (m, n, k, at(matrix), lda, at(tau), WORK, LWORK, at(info, True))
+
+
+def _syevd(a, at):
+    job, uplo, n, matrix, lda, values, *_workspaces, info = a
+    return (_JOB[job], _FILL[uplo], n, at(matrix), lda, at(values), WORK, LWORK, at(info, True))
+
+
+def _trsm(a, at):
+    side, uplo, trans, diag, m, n, _alpha, matrix, lda, b, ldb = a
+    return (_SIDE[side], _FILL[uplo], trans, _DIAG[diag], m, n, ALPHA, at(matrix), lda, at(b), ldb)
+
+
+_TRANSLATIONS = {
+    "potrf": _potrf,
+    "getrf": _getrf,
+    "geqrf": _geqrf,
+    "orgqr": _orgqr,
+    "ungqr": _orgqr,
+    "syevd": _syevd,
+    "heevd": _syevd,
+    "trsm": _trsm,
+}
+
+
+# -- the host's LAPACK playing cuSOLVER (the emulator's) ---------------------------------------
+
+_CHARACTERS = {
+    "lower": "L",
+    "upper": "U",
+    "left": "L",
+    "right": "R",
+    "unit": "U",
+    "non-unit": "N",
+    "vector": "V",
+    "novector": "N",
+}
+
+
+def emulated_call(call: SolverCall, array) -> None:
+    """Runs `call` as cuSOLVER would, with the host's LAPACK: `array(pointer)` is the host
+    array starting at a Pointer. Info and pivots go through int64 scratch into the int32
+    places cuSOLVER writes."""
+    from funcgrad.backends.llvm import blas
+
+    dtype = call.dtype
+    widened = []
+
+    def wide(pointer: Pointer, count: int):
+        scratch = np.zeros(count, np.int64)
+        widened.append((array(pointer)[:count], scratch))
+        return (scratch, 0)
+
+    args = [
+        (array(a), 0) if isinstance(a, Pointer) and not a.narrow else _CHARACTERS.get(a, a)
+        for a in call.args
+    ]
+    if call.routine == "potrf":
+        uplo, n, matrix, lda, _, _, info = args
+        lapack = [uplo, n, matrix, lda, wide(call.args[6], 1)]
+    elif call.routine == "getrf":
+        m, n, matrix, lda, _, _, _ = args
+        pivots = wide(call.args[5], min(m, n))
+        lapack = [m, n, matrix, lda, pivots, wide(call.args[6], 1)]
+    elif call.routine in ("geqrf", "orgqr", "ungqr"):
+        lapack = args[:-1] + [wide(call.args[-1], 1)]
+    elif call.routine in ("syevd", "heevd"):
+        workspaces = [RWORK, LRWORK] if call.routine == "heevd" else []
+        lapack = args[:-1] + workspaces + [IWORK, LIWORK, wide(call.args[-1], 1)]
+    else:  # trsm
+        lapack = [1.0 if a == ALPHA else a for a in args]
+    if WORK in lapack:
+        lapack = _with_workspaces(call.routine, dtype, lapack, blas.workspace_query)
+    blas.call_lapack(call.routine, dtype, lapack, 1, lambda host: host.ctypes.data)
+    for place, scratch in widened:
+        place[...] = scratch
+
+
+def _with_workspaces(routine: str, dtype: np.dtype, args: list, query) -> list:
+    sizes = {key: max(int(size), 1) for key, size in query(routine, dtype, args).items()}
+    real = np.float64 if dtype in (np.float64, np.complex128) else np.float32
+    workspaces = {
+        WORK: (np.empty(sizes[LWORK], dtype), 0),
+        IWORK: (np.empty(sizes.get(LIWORK, 1), np.int64), 0),
+        RWORK: (np.empty(sizes.get(LRWORK, 1), real), 0),
+    }
+    return [workspaces.get(a, sizes.get(a, a)) if isinstance(a, str) else a for a in args]
