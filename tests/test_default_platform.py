@@ -185,3 +185,16 @@ def test_default_device_places_this_threads_new_arrays_within_its_block(gpu):
     with pytest.raises(TypeError, match="default_device takes a device.*'gpu'"):
         with fg.default_device("gpu"):
             pass
+
+
+def test_constant_folding_computes_on_the_host_under_a_gpu_default(gpu):
+    from funcgrad.compiler import passes
+
+    def scale(x):
+        return x * fnp.cos(np.float32(0.0)) * 2.0  # cos(0) is computed as the program is traced
+
+    optimized = passes.optimize(fg.make_jaxpr(scale)(np.ones(3, np.float32)))
+    # The folded 1.0 is a host literal, so x * 1.0 goes and the scales merge, as on the CPU.
+    assert [eqn.primitive.name for eqn in optimized.eqns] == ["mul"]
+    literal = optimized.eqns[0].invars[1]
+    assert type(literal.val) is not DeviceValue and float(literal.val) == 2.0

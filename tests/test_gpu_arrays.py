@@ -281,3 +281,54 @@ def test_a_repeated_python_scalar_is_copied_to_the_gpu_once(gpu, monkeypatch):
     np.testing.assert_allclose(np.asarray(x * -1.25), X * -1.25, rtol=1e-6)
     assert len(uploads) == 1  # a new value is copied, once
     np.testing.assert_array_equal(np.asarray(x * 3.5), np.asarray(x * 3.5))
+
+
+def address(array) -> int:
+    """Where a GPU array's buffer lives (its device pointer, or host address when emulated)."""
+    storage = array._value.storage
+    return storage.data.ptr if hasattr(storage.data, "ptr") else storage.ctypes.data
+
+
+def test_a_donated_gpu_array_hosts_the_result_call_after_call(gpu):
+    step = fg.jit(lambda p, g: (p - 0.1 * g, (g * g).sum()), donate_argnums=0)
+    g = on(gpu, X)
+    p = on(gpu, np.ones_like(X))
+    where, expected = address(p), np.ones_like(X)
+    for _ in range(4):  # the first call walks the program, later ones replay its graph
+        old, (p, norm) = p, step(p, g)
+        expected = expected - np.float32(0.1) * X
+        assert_on(gpu, p) and old.is_deleted() and not g.is_deleted()
+        assert address(p) == where
+        np.testing.assert_allclose(np.asarray(p), expected, rtol=1e-6)
+        np.testing.assert_allclose(float(norm), (X * X).sum(), rtol=1e-5)
+    with pytest.raises(RuntimeError, match="deleted"):
+        old + 1
+
+
+def test_a_donated_gpu_array_held_elsewhere_is_copied_not_overwritten(gpu):
+    step = fg.jit(lambda p: p * 2, donate_argnums=0)
+    for _ in range(3):
+        p = on(gpu, X)
+        held = p._value  # another holder of its buffer
+        where = address(p)
+        out = step(p)
+        assert p.is_deleted() and address(out) != where
+        np.testing.assert_array_equal(np.asarray(held), X)  # untouched
+        np.testing.assert_array_equal(np.asarray(out), X * 2)
+    twice = fg.jit(lambda p, q: p + q[::-1], donate_argnums=0)
+    for _ in range(3):  # the same array passed again is read after the output is written
+        p = on(gpu, X)
+        np.testing.assert_array_equal(np.asarray(twice(p, p)), X + X[::-1])
+
+
+def test_an_unusable_donation_on_the_gpu_warns_and_keeps_the_argument(gpu):
+    z = (X + 1j * X[::-1]).astype(np.complex64)
+    for fun, value, expected in [
+        (lambda p: p.sum(), X, X.sum()),  # no output of its shape
+        (lambda z: z * 1j, z, z * 1j),  # each part is written from the other
+    ]:
+        argument = on(gpu, value)
+        with pytest.warns(UserWarning, match="donated buffers were not usable"):
+            out = fg.jit(fun, donate_argnums=0)(argument)
+        np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-5)
+        np.testing.assert_array_equal(np.asarray(argument), value)  # as JAX keeps it

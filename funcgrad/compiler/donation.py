@@ -20,11 +20,15 @@ the pair to a kernel that touches both, so the code sees the in-place update it 
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from collections.abc import Sequence
 
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.memory import step_buffers
 from funcgrad.compiler.schedule import KernelStep, Program
+from funcgrad.ir import ClosedJaxpr
 
 
 def donated_outputs(program: Program, donated: Sequence[int]) -> dict[int, int]:
@@ -53,6 +57,65 @@ def donated_outputs(program: Program, donated: Sequence[int]) -> dict[int, int]:
             free.remove(i)
             break
     return chosen
+
+
+def warn_unusable(closed: ClosedJaxpr, unusable: list[int]) -> None:
+    """Warns, at the user's call, of donated arguments no output can live in."""
+    if not unusable:
+        return
+    avals = ", ".join(closed.in_avals[i].str_short() for i in unusable)
+    # Point the warning at the user's call, past funcgrad's own frames.
+    frame, level = sys._getframe(0), 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(
+        f"some donated buffers were not usable: {avals} (no output of the same shape and "
+        "dtype is computed after, or elementwise with, the last read of them)",
+        stacklevel=level,
+    )
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def hosted(kernel: K.Kernel, output: K.Buffer, host: K.Buffer) -> K.Kernel:
+    """`kernel` with its accesses to `output` made to `host` (the donated input whose memory
+    the output takes over), for renderers that give each buffer its own `restrict` pointer:
+    a kernel reading the input and writing the output then sees one buffer updated in place.
+    Shared expression nodes stay shared."""
+    rebuilt: dict[int, K.Expr] = {}
+
+    def expr(e: K.Expr) -> K.Expr:
+        done = rebuilt.get(id(e))
+        if done is not None:
+            return done
+        if isinstance(e, K.Load):
+            new = K.Load(host if e.buffer is output else e.buffer, expr(e.offset))
+        elif isinstance(e, K.Unary):
+            new = K.Unary(e.op, expr(e.x))
+        elif isinstance(e, K.Binary):
+            new = K.Binary(e.op, expr(e.a), expr(e.b))
+        elif isinstance(e, K.Select):
+            new = K.Select(expr(e.pred), expr(e.on_true), expr(e.on_false))
+        elif isinstance(e, (K.Cast, K.Bitcast)):
+            new = type(e)(expr(e.x), e.dtype)
+        else:  # constants, indices and accumulator reads name no buffer
+            new = e
+        rebuilt[id(e)] = new
+        return new
+
+    def statement(s):
+        if isinstance(s, K.Loop):
+            return K.Loop(s.index, s.start, s.stop, [statement(t) for t in s.body])
+        if isinstance(s, K.Store):
+            buffer = host if s.buffer is output else s.buffer
+            return K.Store(buffer, expr(s.offset), expr(s.value))
+        return K.SetAcc(s.acc, expr(s.value))
+
+    outputs = [host if b is output else b for b in kernel.outputs]
+    inputs = [b for b in kernel.inputs if b not in outputs]
+    body = [statement(s) for s in kernel.body]
+    return K.Kernel(kernel.name, inputs, outputs, body, list(kernel.scratch))
 
 
 def _writes(step, buffer: K.Buffer) -> bool:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Sequence
 import numpy as np
 
 from funcgrad import core, dtypes
-from funcgrad.array import Array
+from funcgrad.array import CPU, Array
 from funcgrad.core import Primitive
 from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
 from funcgrad.lax.elementwise import (
@@ -334,9 +334,12 @@ def _foldable(eqn: JaxprEqn) -> bool:
 
 
 def _evaluate(eqn: JaxprEqn) -> list:
-    """Run one equation on its literal operands with the reference implementation."""
+    """Run one equation on its literal operands with the reference implementation, on the
+    host whatever the default platform (its results become the program's literals)."""
+    from funcgrad.devices import default_device  # (imports the compiler on a GPU platform)
+
     operands = [Array(v.val, v.aval.weak_type) for v in eqn.invars]
-    with core.set_current_trace(core.eval_trace()):
+    with core.set_current_trace(core.eval_trace()), default_device(CPU):
         outs = eqn.primitive.bind(*operands, **eqn.params)
     return outs if eqn.primitive.multiple_results else [outs]
 

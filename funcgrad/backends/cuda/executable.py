@@ -20,6 +20,7 @@ import contextlib
 import functools
 import math
 import os
+import sys
 import threading
 import warnings
 
@@ -32,6 +33,7 @@ from funcgrad.backends.cuda.emulator import EmulatedModule
 from funcgrad.backends.cuda.render import CudaKernel, module_source, render_kernel
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import stages
+from funcgrad.compiler.donation import donated_outputs, hosted, warn_unusable
 from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.memory import constants, nbytes
 from funcgrad.compiler.parallel import ReductionSplit
@@ -400,11 +402,20 @@ class CudaExecutable:
         self.closed = closed
         self.device = device if device is not None else gpu()
         self.optimized, self.program, self.memory = stages.plan(closed, REDUCTIONS, GPU_GEMM_DTYPES)
+        # Outputs written into donated arguments' memory: {output index: input index}. Their
+        # kernels name the input for the output, one pointer for the pair (`hosted`).
+        self.donated = donated_outputs(self.program, donated)
+        warn_unusable(closed, sorted(set(donated) - set(self.donated.values())))
+        hosts = {self.program.outputs[k]: self.program.inputs[i] for k, i in self.donated.items()}
         self.kernels: dict = {}
         for step in all_steps(self.program):
             if isinstance(step, KernelStep):
                 name = f"k{len(self.kernels)}_{step.kernel.name.partition('_')[2]}"
-                self.kernels[step] = render_kernel(step.kernel, name)
+                kernel = step.kernel
+                for output, host in hosts.items():
+                    if output in kernel.buffers:
+                        kernel = hosted(kernel, output, host)
+                self.kernels[step] = render_kernel(kernel, name)
         # Control flow run on the device, as one kernel each: the kernels of their regions
         # are `__device__` functions, which they call.
         self.regions = {
@@ -451,6 +462,7 @@ class CudaExecutable:
             value = _host(device.download(out), dtype).reshape(shape)
             results.append(Array(value[()] if value.ndim == 0 else value, weak))
         self._check_nans(args)
+        self._delete_donated(args)
         return results
 
     def _check_nans(self, args) -> None:
@@ -467,10 +479,42 @@ class CudaExecutable:
         returns its results there, without waiting for them (a GPU runs asynchronously)."""
         outputs = self.run(args)
         self._check_nans(args)
+        self._delete_donated(args)
         return [
             Array(DeviceValue(out, shape, dtype, device), weak)
             for out, (shape, dtype), weak in zip(outputs, self._out_shapes, self._out_weak)
         ]
+
+    def _delete_donated(self, args) -> None:
+        """Donated arrays are given up, as promised, whether or not their memory was taken."""
+        for i in self.donated.values():
+            if type(args[i]) is Array:
+                args[i].delete()
+
+    def _taken(self, args, i: int):
+        """The storage of donated argument `i` that an output may take over: an array on this
+        GPU that nothing else holds (no other array, view, caller or argument of this call),
+        else None (the output then gets memory of its own). Under `debug_nans` nothing is
+        taken: the reference runs on the arguments afterwards."""
+        arg = args[i]
+        if type(arg) is not Array or config.debug_nans:
+            return None
+        if any(other is arg for j, other in enumerate(args) if j != i):
+            return None
+        value = arg._value
+        # References: the array's, `value`'s and getrefcount's argument; the storage's own,
+        # and getrefcount's argument.
+        if (
+            type(value) is not DeviceValue
+            or hasattr(value, "_parts")
+            or value.device.runtime is not self.device
+            or sys.getrefcount(value) != 3
+        ):
+            return None
+        storage = value.storage
+        if storage.base is not None or sys.getrefcount(storage) != 3:  # (+ `storage`)
+            return None
+        return storage
 
     def run(self, args) -> list:
         """Launches the program and returns its outputs as flat device buffers (in the
@@ -526,11 +570,22 @@ class CudaExecutable:
         device, xp = self.device, self.device.xp
         if self._too_big:
             raise MemoryError
+        program = self.program
+        # Donated memory first: a view of an argument would count as another holder of it.
+        hosting = {i: self._taken(args, i) for i in self.donated.values()}
         views = dict(self.consts)
-        for buffer, arg, dtype in zip(self.program.inputs, args, self._in_dtypes):
+        for buffer, arg, dtype in zip(program.inputs, args, self._in_dtypes):
             views[buffer] = self._argument(arg, dtype)
         outputs = [xp.empty(math.prod(shape), _storage(dtype)) for shape, dtype in self._out_shapes]
-        for buffer, out in zip(self.program.outputs, outputs):
+        for k, i in self.donated.items():
+            host = program.inputs[i]
+            if hosting[i] is None:  # a copy of the argument hosts the output instead
+                argument = device.view(views[host], host.dtype)  # (complex: as its parts)
+                device.copy(device.view(outputs[k], host.dtype), argument)
+            else:
+                outputs[k] = hosting[i]
+            views[host] = device.view(outputs[k], host.dtype)
+        for buffer, out in zip(program.outputs, outputs):
             views[buffer] = device.view(out, buffer.dtype)
         self._arena(views)
         return views, outputs
@@ -682,13 +737,16 @@ class _Replay:
             raise MemoryError
         self.executable = executable
         self.setting = setting  # the matmul precision it was captured under
-        copied = program.inputs + program.outputs
-        self.nbytes = executable.memory.arena_bytes + sum(nbytes(b) for b in copied)
+        hosts = {program.outputs[k]: program.inputs[i] for k, i in executable.donated.items()}
+        own = [b for b in program.inputs + program.outputs if b not in hosts]
+        self.nbytes = executable.memory.arena_bytes + sum(nbytes(b) for b in own)
         self.lock = threading.Lock()
         self.views = dict(executable.consts)
-        for buffer in copied:
+        for buffer in own:
             raw = xp.empty(buffer.size, _storage(buffer.dtype))
             self.views[buffer] = device.view(raw, buffer.dtype)
+        for output, host in hosts.items():  # one buffer for the pair, as in the kernels
+            self.views[output] = device.view(self.views[host], output.dtype)
         executable._arena(self.views)
         self.inputs = [self.views[buffer] for buffer in program.inputs]
         self.outputs = [self.views[buffer] for buffer in program.outputs]
@@ -699,9 +757,14 @@ class _Replay:
     def __call__(self, args) -> list:
         executable = self.executable
         device = executable.device
+        # Results go into donated memory where it is free to take (checked before any view of
+        # the arguments exists), else into fresh buffers.
+        taken = {k: executable._taken(args, i) for k, i in executable.donated.items()}
         results = [
-            device.xp.empty(math.prod(shape), _storage(dtype))
-            for shape, dtype in executable._out_shapes
+            taken.get(k)
+            if taken.get(k) is not None
+            else device.xp.empty(math.prod(shape), _storage(dtype))
+            for k, (shape, dtype) in enumerate(executable._out_shapes)
         ]
         with self.lock:
             for staged, arg, dtype in zip(self.inputs, args, executable._in_dtypes):

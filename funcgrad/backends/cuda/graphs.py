@@ -7,7 +7,7 @@ device addresses, so it runs over buffers of the executable's own: each call cop
 arguments into them and its results out, a copy per argument and result. A program is
 replayed when it launches more than it copies, and its copies are small beside the launches
 they save; and only when nothing in it needs the host mid-call (a predicate read back, a
-LAPACK call, a callback).
+callback) or allocates as it runs (a decomposition's solver workspaces).
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from funcgrad.compiler.schedule import GemmStep, KernelStep, Program, ScanStep
 # A graph's nodes cost memory and instantiation time (a few microseconds each); past this a
 # long host-walked scan runs launch by launch.
 MAX_LAUNCHES = 10_000
-# Bytes a call may copy in and out per launch the graph saves: a launch's host cost, about
-# 5 us, moves about 8 MiB on an H100 (3 TB/s read and write); half that leaves a margin.
+# Bytes a call may copy in and out per launch the graph saves: in a launch's host cost, about
+# 5 us, an H100 copies about 8 MiB (3 TB/s, each byte read and written); half that leaves a
+# margin. Both figures are estimates, to be set by benchmarks/gpu.py on a GPU.
 COPY_BYTES_PER_LAUNCH = 4 << 20
 # Replays keep their buffers between calls. Once one device's replays hold more than this
 # share of its memory, the least recently used let theirs go (captured again if called).

@@ -15,7 +15,6 @@ import os
 import re
 import sys
 import threading
-import warnings
 
 import numpy as np
 
@@ -25,7 +24,7 @@ from funcgrad.backends.llvm.engine import Compiled
 from funcgrad.backends.llvm.render import CALLBACK_TABLE, ModuleRenderer
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import cache, fingerprint, stages
-from funcgrad.compiler.donation import donated_outputs
+from funcgrad.compiler.donation import donated_outputs, warn_unusable
 from funcgrad.compiler.memory import MemoryPlan
 from funcgrad.compiler.parallel import ReductionSplit
 from funcgrad.compiler.schedule import (
@@ -81,7 +80,7 @@ class LlvmExecutable:
 
     def _compile(self, closed: ClosedJaxpr, donated: tuple[int, ...]) -> None:
         self.donated = donated_outputs(self.program, donated)  # output -> input whose memory
-        _warn_unusable(closed, sorted(set(donated) - set(self.donated.values())))
+        warn_unusable(closed, sorted(set(donated) - set(self.donated.values())))
         callback_steps = _callback_steps(self.program)
         self._callbacks = [_callback(step) for step in callback_steps]
         renderer = ModuleRenderer(self.program, self.memory, callback_steps, self.donated)
@@ -250,24 +249,6 @@ def _sole_owner(argument) -> bool:
         and value.flags.c_contiguous
         and sys.getrefcount(value) == 3
     )
-
-
-def _warn_unusable(closed: ClosedJaxpr, unusable: list[int]) -> None:
-    if not unusable:
-        return
-    avals = ", ".join(closed.in_avals[i].str_short() for i in unusable)
-    # Point the warning at the user's call, past funcgrad's own frames.
-    frame, level = sys._getframe(0), 1
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
-        frame, level = frame.f_back, level + 1
-    warnings.warn(
-        f"some donated buffers were not usable: {avals} (no output of the same shape and "
-        "dtype is computed after, or elementwise with, the last read of them)",
-        stacklevel=level,
-    )
-
-
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _struct_address(array: np.ndarray) -> int:
