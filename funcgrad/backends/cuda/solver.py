@@ -182,14 +182,19 @@ def emulated_call(call: SolverCall, array) -> None:
     else:  # trsm
         lapack = [1.0 if a == ALPHA else a for a in args]
     if WORK in lapack:
-        lapack = _with_workspaces(call.routine, dtype, lapack, blas.workspace_query)
+        lapack = _with_workspaces(call.routine, dtype, lapack)
     blas.call_lapack(call.routine, dtype, lapack, 1, lambda host: host.ctypes.data)
     for place, scratch in widened:
         place[...] = scratch
 
 
-def _with_workspaces(routine: str, dtype: np.dtype, args: list, query) -> list:
-    sizes = {key: max(int(size), 1) for key, size in query(routine, dtype, args).items()}
+def _with_workspaces(routine: str, dtype: np.dtype, args: list) -> list:
+    """LAPACK's arguments with workspaces of the sizes it asks for in place of the
+    placeholders."""
+    from funcgrad.backends.llvm import blas
+
+    queried = blas.workspace_query(routine, dtype, args)
+    sizes = {key: max(int(size), 1) for key, size in queried.items()}
     real = np.float64 if dtype in (np.float64, np.complex128) else np.float32
     workspaces = {
         WORK: (np.empty(sizes[LWORK], dtype), 0),
