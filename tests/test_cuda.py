@@ -641,3 +641,15 @@ def test_decompositions_run_on_the_devices_solver_and_svd_on_the_host(dtype):
 def test_the_gpu_backend_names_what_is_missing():
     with jit_backend("cuda"), pytest.raises(RuntimeError, match="CuPy|GPU"):
         fg.jit(lambda x: x + 1)(np.ones(3, np.float32))
+
+
+def test_a_donated_argument_and_the_output_it_hosts_are_one_kernel_parameter():
+    """Every parameter is `__restrict__`: a kernel updating a buffer in place must see one."""
+    x = np.ones(64, np.float32)
+    step = fg.jit(lambda p, g: p - 0.1 * g, donate_argnums=0)
+    with jit_backend("cuda_emulator"):
+        text = step.lower(x, x).compile().as_text()
+    (signature,) = re.findall(r"__global__ void \w+\(([^)]*)\)", text)
+    parameters = signature.split(", ")
+    assert len(parameters) == 2  # p (written in place) and g, not p, g and the output
+    assert sum(p.startswith("const ") for p in parameters) == 1

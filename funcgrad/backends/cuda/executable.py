@@ -402,8 +402,9 @@ class CudaExecutable:
         self.closed = closed
         self.device = device if device is not None else gpu()
         self.optimized, self.program, self.memory = stages.plan(closed, REDUCTIONS, GPU_GEMM_DTYPES)
-        # Outputs written into donated arguments' memory: {output index: input index}. Their
-        # kernels name the input for the output, one pointer for the pair (`hosted`).
+        # Outputs written into donated arguments' memory: {output index: input index}. A
+        # kernel reading the input and writing the output names the input for both, one
+        # pointer for the pair (`hosted`).
         self.donated = donated_outputs(self.program, donated)
         warn_unusable(closed, sorted(set(donated) - set(self.donated.values())))
         hosts = {self.program.outputs[k]: self.program.inputs[i] for k, i in self.donated.items()}
@@ -412,8 +413,8 @@ class CudaExecutable:
             if isinstance(step, KernelStep):
                 name = f"k{len(self.kernels)}_{step.kernel.name.partition('_')[2]}"
                 kernel = step.kernel
-                for output, host in hosts.items():
-                    if output in kernel.buffers:
+                for output, host in hosts.items():  # (other kernels see the memory as `output`)
+                    if output in kernel.outputs and host in kernel.inputs:
                         kernel = hosted(kernel, output, host)
                 self.kernels[step] = render_kernel(kernel, name)
         # Control flow run on the device, as one kernel each: the kernels of their regions
