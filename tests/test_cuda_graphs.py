@@ -98,6 +98,37 @@ def test_replays_take_arguments_on_the_gpu_and_leave_results_there(backend, walk
 
 
 @pytest.mark.parametrize("backend", CUDA_BACKENDS)
+def test_arguments_passed_in_the_same_gpu_buffer_are_read_where_they_are(backend, monkeypatch):
+    gpu = fg.devices(backend)[0]
+    w = fg.device_put(W, gpu)
+    step = fg.jit(lambda x: layers(x, w))  # w is closed over: the same buffer at every call
+    copied, copy = [], gpu.runtime.copy
+
+    def counted(to, of):
+        copied.append(to.nbytes)
+        copy(to, of)
+
+    monkeypatch.setattr(gpu.runtime, "copy", counted)
+    for _ in range(4):
+        x = RNG.standard_normal((32, 64)).astype(np.float32)
+        copied.clear()
+        assert_close(step(fg.device_put(x, gpu)), reference(layers, x, W))
+    assert sorted(copied) == [4, x.nbytes, x.nbytes]  # x in, the results out; not w
+
+
+@pytest.mark.parametrize("backend", CUDA_BACKENDS)
+def test_a_pinned_argument_passed_in_another_buffer_is_copied_in_from_then_on(backend, walks):
+    gpu = fg.devices(backend)[0]
+    step = fg.jit(layers)
+    xs = [RNG.standard_normal((32, 64)).astype(np.float32) for _ in range(2)]
+    first, second = (fg.device_put(x, gpu) for x in xs)
+    w = fg.device_put(W, gpu)
+    for x, placed in [(0, first)] * 3 + [(1, second), (0, first), (1, second)]:
+        assert_close(step(placed, w), reference(layers, xs[x], W))
+    assert len(walks) == 3  # the first call, its capture, and the capture once x changed
+
+
+@pytest.mark.parametrize("backend", CUDA_BACKENDS)
 def test_half_precision_arguments_are_copied_in_bit_for_bit(backend):
     def f(x, w):
         return layers(x.astype(np.float32), w)[0].astype(dtypes.bfloat16), x * 2

@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 import warnings
+import weakref
 
 import numpy as np
 
@@ -455,6 +456,11 @@ class CudaExecutable:
         self._replays: dict = {}
         self._calls = 0
         self._replayable = graphs.worth_a_graph(self.program, self.regions)
+        # Arguments a graph may read where they are (`_Replay.pins`): those the first two calls
+        # passed in the same device buffer (closed-over constants, weights held fixed), never
+        # a donated one or one that changed under a graph.
+        self._first_storages: list | None = None
+        self._unpinned = set(self.donated.values())
 
     def __call__(self, *args) -> list[Array]:
         device = self.device
@@ -523,7 +529,7 @@ class CudaExecutable:
         device (`DeviceValue`s) are used in place; host values are copied there first."""
         with self.device.context():
             try:
-                replay = self._replay()
+                replay = self._replay(args)
                 if replay is not None:
                     return replay(args)
                 views, outputs = self._allocate(args)
@@ -532,22 +538,36 @@ class CudaExecutable:
             _Walk(self, views).steps(self.program.steps)
         return outputs
 
-    def _replay(self) -> _Replay | None:
+    def _replay(self, args) -> _Replay | None:
         """The graph replaying this program under the current matmul precision, captured at
         its second call; None for a program walked step by step."""
         if not self._replayable:
             return None
         self._calls += 1
         if self._calls < 2:
+            self._first_storages = [_weak(_storage_of(arg)) for arg in args]
             return None
         setting = config.default_matmul_precision
         device = self.device
         replay = self._replays.get(setting)
         if replay is not None:
-            device.held.used(replay)
-            return replay
+            changed = replay.changed(args)
+            if not changed:
+                device.held.used(replay)
+                return replay
+            # A pinned argument came in another buffer: capture again, copying it in.
+            self._unpinned |= changed
+            self._replays.pop(setting, None)
+            device.held.drop(replay)
+        first, self._first_storages = self._first_storages or [None] * len(args), None
+        pins = {}
+        for i, (arg, seen) in enumerate(zip(args, first)):
+            storage = _storage_of(arg)
+            if i not in self._unpinned and storage is not None and seen is not None:
+                if seen() is storage:
+                    pins[i] = storage
         try:
-            replay = _Replay(self, setting)
+            replay = _Replay(self, setting, pins)
         except MemoryError:
             return None  # walked: a walk holds no copies of the arguments
         except device.capture_errors as error:  # a driver or library refusing it
@@ -647,6 +667,18 @@ class CudaExecutable:
         return self.memory
 
 
+def _storage_of(arg):
+    """The device buffer of an argument on a GPU, else None."""
+    value = arg._value if type(arg) is Array else arg
+    if type(value) is not DeviceValue or hasattr(value, "_parts"):
+        return None
+    return value.storage
+
+
+def _weak(storage):
+    return None if storage is None else weakref.ref(storage)
+
+
 def _bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024:
@@ -731,29 +763,41 @@ class _Replay:
     of, all on the current stream without waiting. A lock keeps two threads' calls from
     interleaving their copies."""
 
-    def __init__(self, executable: CudaExecutable, setting):
+    def __init__(self, executable: CudaExecutable, setting, pins: dict):
         device, program = executable.device, executable.program
         xp = device.xp
         if executable._too_big:
             raise MemoryError
         self.executable = executable
         self.setting = setting  # the matmul precision it was captured under
+        # {input index: device buffer} read where it is, not copied in: each call must pass
+        # that same buffer (held here, so it cannot be freed and its memory reused).
+        self.pins = pins
+        pinned = {program.inputs[i]: storage for i, storage in pins.items()}
         hosts = {program.outputs[k]: program.inputs[i] for k, i in executable.donated.items()}
-        own = [b for b in program.inputs + program.outputs if b not in hosts]
+        own = [b for b in program.inputs + program.outputs if b not in hosts and b not in pinned]
         self.nbytes = executable.memory.arena_bytes + sum(nbytes(b) for b in own)
         self.lock = threading.Lock()
         self.views = dict(executable.consts)
+        for buffer, storage in pinned.items():
+            self.views[buffer] = device.view(storage, buffer.dtype)
         for buffer in own:
             raw = xp.empty(buffer.size, _storage(buffer.dtype))
             self.views[buffer] = device.view(raw, buffer.dtype)
         for output, host in hosts.items():  # one buffer for the pair, as in the kernels
             self.views[output] = device.view(self.views[host], output.dtype)
         executable._arena(self.views)
-        self.inputs = [self.views[buffer] for buffer in program.inputs]
+        self.copied_in = [
+            (i, self.views[buffer]) for i, buffer in enumerate(program.inputs) if i not in pins
+        ]
         self.outputs = [self.views[buffer] for buffer in program.outputs]
         self.launch = device.capture(
             lambda runner: _Walk(executable, self.views, runner).steps(program.steps)
         )
+
+    def changed(self, args) -> set:
+        """The pinned arguments that `args` pass in other buffers."""
+        return {i for i, storage in self.pins.items() if _storage_of(args[i]) is not storage}
 
     def __call__(self, args) -> list:
         executable = self.executable
@@ -768,10 +812,10 @@ class _Replay:
             for k, (shape, dtype) in enumerate(executable._out_shapes)
         ]
         with self.lock:
-            for staged, arg, dtype in zip(self.inputs, args, executable._in_dtypes):
+            for i, staged in self.copied_in:
+                argument = executable._argument(args[i], executable._in_dtypes[i])
                 # (a complex argument's buffer holds its parts: copied as the buffer's dtype)
-                argument = device.view(executable._argument(arg, dtype), staged.dtype)
-                device.copy(staged, argument)
+                device.copy(staged, device.view(argument, staged.dtype))
             self.launch()
             for result, out in zip(results, self.outputs):
                 device.copy(device.view(result, out.dtype), out)

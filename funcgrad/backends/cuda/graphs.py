@@ -4,7 +4,8 @@ A call walked step by step pays the host's cost of every launch (CuPy's argument
 driver's launch): several microseconds each, which a program of many small kernels pays
 many times over. Captured once as a graph, the whole call is one launch. The graph names
 device addresses, so it runs over buffers of the executable's own: each call copies its
-arguments into them and its results out, a copy per argument and result. A program is
+arguments into them and its results out, a copy per argument and result (an argument that
+comes in the same device buffer at every call, a closed-over constant, is read in place). A program is
 replayed when it launches more than it copies, and its copies are small beside the launches
 they save; and only when nothing in it needs the host mid-call (a predicate read back, a
 callback) or allocates as it runs (a decomposition's solver workspaces).
@@ -68,6 +69,10 @@ class Held:
         with self.lock:
             if replay in self.replays:  # (unless another thread's capture just evicted it)
                 self.replays.move_to_end(replay)
+
+    def drop(self, replay) -> None:
+        with self.lock:
+            self.replays.pop(replay, None)
 
     def hold(self, replay, size: int, budget: float) -> list:
         """Adds `replay`; returns those evicted to bring the total within `budget` (never
