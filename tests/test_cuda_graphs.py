@@ -199,18 +199,37 @@ def test_programs_needing_the_host_or_copying_more_than_they_launch_are_walked(m
             assert_close(program(*args), reference(fun, *args), rtol=1e-4)
         assert not program.executable._replays
 
-    # Copies too large beside the launches they would save.
-    monkeypatch.setattr(graphs, "COPY_BYTES_PER_LAUNCH", 1024)
-    assert not graphs.worth_a_graph(program_of(layers, x, W), {})
-    monkeypatch.setattr(graphs, "COPY_BYTES_PER_LAUNCH", 1 << 20)
-    assert graphs.worth_a_graph(program_of(layers, x, W), {})
+    program = program_of(layers, x, W)  # 9 launches; 8 KiB + 16 KiB in, 8 KiB + 4 B out
     monkeypatch.setattr(graphs, "MAX_LAUNCHES", 8)  # a graph of nine launches is too many
-    assert not graphs.worth_a_graph(program_of(layers, x, W), {})
+    assert graphs.capturable(program, {}) is None
+    monkeypatch.setattr(graphs, "MAX_LAUNCHES", 9)
+    assert graphs.capturable(program, {}) == 9
+    everything = program.inputs + program.outputs
+    monkeypatch.setattr(graphs, "COPY_BYTES_PER_LAUNCH", 1024)  # copies too large for that
+    assert not graphs.worth_a_graph(9, everything)
+    monkeypatch.setattr(graphs, "COPY_BYTES_PER_LAUNCH", 4096)
+    assert graphs.worth_a_graph(9, everything)
+    assert not graphs.worth_a_graph(4, everything)  # four copies for four launches
 
 
 def program_of(fun, *args):
     with jit_backend("cuda_emulator"):
         return fg.jit(fun).lower(*args).compile().executable.program
+
+
+def test_weights_read_in_place_can_make_a_graph_worth_its_copies(monkeypatch, walks):
+    """Copying x (8 KiB) and the results (8 KiB) fits a budget of 2 KiB a launch saved;
+    copying W too (16 KiB) does not: the graph replays only where W stays in one buffer."""
+    monkeypatch.setattr(graphs, "COPY_BYTES_PER_LAUNCH", 2048)
+    gpu = fg.devices("cuda_emulator")[0]
+    x = RNG.standard_normal((32, 64)).astype(np.float32)
+    for fun, weights in [(fg.jit(layers), W), (fg.jit(lambda x, w: layers(x, w)), None)]:
+        walks.clear()
+        w = fg.device_put(W, gpu)
+        for _ in range(4):
+            placed = weights if weights is not None else w  # from the host: copied each call
+            assert_close(fun(fg.device_put(x, gpu), placed), reference(layers, x, W))
+        assert len(walks) == (4 if weights is not None else 2)
 
 
 def test_each_matmul_precision_setting_replays_a_graph_of_its_own():

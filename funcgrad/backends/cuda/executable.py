@@ -455,7 +455,8 @@ class CudaExecutable:
         # made at a program's second call: a program run once is not worth capturing.
         self._replays: dict = {}
         self._calls = 0
-        self._replayable = graphs.worth_a_graph(self.program, self.regions)
+        self._launches = graphs.capturable(self.program, self.regions)
+        self._replayable = self._launches is not None
         # Arguments a graph may read where they are (`_Replay.pins`): those the first two calls
         # passed in the same device buffer (closed-over constants, weights held fixed), never
         # a donated one or one that changed under a graph.
@@ -566,6 +567,10 @@ class CudaExecutable:
             if i not in self._unpinned and storage is not None and seen is not None:
                 if seen() is storage:
                     pins[i] = storage
+        copied = [b for i, b in enumerate(self.program.inputs) if i not in pins]
+        if not graphs.worth_a_graph(self._launches, copied + self.program.outputs):
+            self._replayable = False
+            return None
         try:
             replay = _Replay(self, setting, pins)
         except MemoryError:
@@ -655,11 +660,11 @@ class CudaExecutable:
         lines = [self.program.as_text()]
         for step, kernel in self.regions.items():
             lines.append(f"on the device, one block ({kernel.name}): {step_text(step, '')[0]}")
-        if self._replayable:
-            launches = graphs.launches(self.program.steps, self.regions)
+        if self._launches is not None:
             lines.append(
-                f"from its second call, one CUDA graph of {launches} launches, its arguments "
-                "copied in and its results out"
+                f"from its second call, one CUDA graph of {self._launches} launches where that "
+                "is worth its copies (arguments in, but those in the same device buffer at each "
+                "call, and results out)"
             )
         return "\n".join(lines)
 

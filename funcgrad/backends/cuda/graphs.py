@@ -5,10 +5,10 @@ driver's launch): several microseconds each, which a program of many small kerne
 many times over. Captured once as a graph, the whole call is one launch. The graph names
 device addresses, so it runs over buffers of the executable's own: each call copies its
 arguments into them and its results out, a copy per argument and result (an argument that
-comes in the same device buffer at every call, a closed-over constant, is read in place). A program is
-replayed when it launches more than it copies, and its copies are small beside the launches
-they save; and only when nothing in it needs the host mid-call (a predicate read back, a
-callback) or allocates as it runs (a decomposition's solver workspaces).
+comes in the same device buffer at every call, a closed-over constant, is read in place).
+A program is replayed when it launches more than it copies, and its copies are small beside
+the launches they save; and only when nothing in it needs the host mid-call (a predicate
+read back, a callback) or allocates as it runs (a decomposition's solver workspaces).
 """
 
 from __future__ import annotations
@@ -49,11 +49,19 @@ def launches(steps: list, on_device: dict) -> int | None:
     return total
 
 
-def worth_a_graph(program: Program, on_device: dict) -> bool:
+def capturable(program: Program, on_device: dict) -> int | None:
+    """The launches of a program that a graph may replay; None when a step needs the host
+    mid-call, when there are too many, or when they are no more than its results (each
+    copied out)."""
     count = launches(program.steps, on_device)
-    if count is None or count > MAX_LAUNCHES:
-        return False
-    copied = program.inputs + program.outputs
+    if count is None or count > MAX_LAUNCHES or count <= len(program.outputs):
+        return None
+    return count
+
+
+def worth_a_graph(count: int, copied: list) -> bool:
+    """Whether replaying `count` launches saves more than copying the buffers `copied` (the
+    arguments not read in place, and the results) costs."""
     copied_bytes = sum(nbytes(buffer) for buffer in copied)
     return count > len(copied) and copied_bytes <= count * COPY_BYTES_PER_LAUNCH
 
