@@ -102,13 +102,7 @@ def test_arguments_passed_in_the_same_gpu_buffer_are_read_where_they_are(backend
     gpu = fg.devices(backend)[0]
     w = fg.device_put(W, gpu)
     step = fg.jit(lambda x: layers(x, w))  # w is closed over: the same buffer at every call
-    copied, copy = [], gpu.runtime.copy
-
-    def counted(to, of):
-        copied.append(to.nbytes)
-        copy(to, of)
-
-    monkeypatch.setattr(gpu.runtime, "copy", counted)
+    copied = counted_copies(monkeypatch, gpu.runtime)
     for _ in range(4):
         x = RNG.standard_normal((32, 64)).astype(np.float32)
         copied.clear()
@@ -117,15 +111,32 @@ def test_arguments_passed_in_the_same_gpu_buffer_are_read_where_they_are(backend
 
 
 @pytest.mark.parametrize("backend", CUDA_BACKENDS)
-def test_a_pinned_argument_passed_in_another_buffer_is_copied_in_from_then_on(backend, walks):
+def test_a_pinned_argument_passed_in_another_buffer_is_copied_in_from_then_on(
+    backend, walks, monkeypatch
+):
     gpu = fg.devices(backend)[0]
+    copied = counted_copies(monkeypatch, gpu.runtime)
     step = fg.jit(layers)
     xs = [RNG.standard_normal((32, 64)).astype(np.float32) for _ in range(2)]
     first, second = (fg.device_put(x, gpu) for x in xs)
     w = fg.device_put(W, gpu)
     for x, placed in [(0, first)] * 3 + [(1, second), (0, first), (1, second)]:
+        copied.clear()
         assert_close(step(placed, w), reference(layers, xs[x], W))
     assert len(walks) == 3  # the first call, its capture, and the capture once x changed
+    assert sorted(copied) == [4, first.nbytes, first.nbytes]  # w is still read in place
+
+
+def counted_copies(monkeypatch, runtime) -> list:
+    """The bytes of each copy `runtime` makes from now on."""
+    copied, copy = [], runtime.copy
+
+    def counted(to, of):
+        copied.append(to.nbytes)
+        copy(to, of)
+
+    monkeypatch.setattr(runtime, "copy", counted)
+    return copied
 
 
 @pytest.mark.parametrize("backend", CUDA_BACKENDS)

@@ -458,9 +458,10 @@ class CudaExecutable:
         self._launches = graphs.capturable(self.program, self.regions)
         self._replayable = self._launches is not None
         # Arguments a graph may read where they are (`_Replay.pins`): those the first two calls
-        # passed in the same device buffer (closed-over constants, weights held fixed), never
-        # a donated one or one that changed under a graph.
-        self._first_storages: list | None = None
+        # passed in the same device buffer (closed-over constants, weights held fixed), as
+        # weak references to it, never a donated one or one that changed under a graph.
+        self._first_storages: list = []
+        self._stable: dict = {}
         self._unpinned = set(self.donated.values())
 
     def __call__(self, *args) -> list[Array]:
@@ -548,6 +549,12 @@ class CudaExecutable:
         if self._calls < 2:
             self._first_storages = [_weak(_storage_of(arg)) for arg in args]
             return None
+        if self._calls == 2:
+            for i, (arg, seen) in enumerate(zip(args, self._first_storages)):
+                storage = _storage_of(arg)
+                if storage is not None and seen is not None and seen() is storage:
+                    self._stable[i] = seen
+            self._first_storages = []
         setting = config.default_matmul_precision
         device = self.device
         replay = self._replays.get(setting)
@@ -560,13 +567,13 @@ class CudaExecutable:
             self._unpinned |= changed
             self._replays.pop(setting, None)
             device.held.drop(replay)
-        first, self._first_storages = self._first_storages or [None] * len(args), None
-        pins = {}
-        for i, (arg, seen) in enumerate(zip(args, first)):
-            storage = _storage_of(arg)
-            if i not in self._unpinned and storage is not None and seen is not None:
-                if seen() is storage:
-                    pins[i] = storage
+        pins = {
+            i: storage
+            for i, seen in self._stable.items()
+            if i not in self._unpinned
+            and (storage := _storage_of(args[i])) is not None
+            and storage is seen()
+        }
         copied = [b for i, b in enumerate(self.program.inputs) if i not in pins]
         if not graphs.worth_a_graph(self._launches, copied + self.program.outputs):
             self._replayable = False
