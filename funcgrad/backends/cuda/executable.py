@@ -772,8 +772,8 @@ def _host(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
 class _Replay:
     """A program captured once as a graph over buffers of its own (arguments, results and
     arena), which each call copies its arguments into, replays, and copies its results out
-    of, all on the current stream without waiting. A lock keeps two threads' calls from
-    interleaving their copies."""
+    of, all on the current stream without waiting; pinned arguments are read where they
+    are. A lock keeps two threads' calls from interleaving their copies."""
 
     def __init__(self, executable: CudaExecutable, setting, pins: dict):
         device, program = executable.device, executable.program
