@@ -287,6 +287,34 @@ def small_layers_case():
     return runs, None, 500
 
 
+def _decomposition_case(name: str):
+    """A stack of symmetric positive definite 256x256 matrices decomposed (float32, computed
+    in float64 as the reference computes them): cuSOLVER on the device, a call per matrix."""
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((16, 256, 256))
+    spd = (a @ a.transpose(0, 2, 1) / 256 + np.eye(256)).astype(np.float32)
+
+    def make(xp):
+        if name == "cholesky":
+            return xp.linalg.cholesky
+        return lambda m: xp.linalg.eigh(m)[0]
+
+    runs = {"funcgrad": _funcgrad(make(fnp), spd)}
+    jax = _jax()
+    if jax:
+        f, mj = jax[0].jit(make(jax[1])), jax[1].asarray(spd)
+        runs["jax-jit"] = lambda: f(mj)
+    return runs, None, 5
+
+
+def cholesky_case():
+    return _decomposition_case("cholesky")
+
+
+def eigh_case():
+    return _decomposition_case("eigh")
+
+
 CASES = {
     "gelu 256M f32": gelu_case,
     "softmax 32768x4096": softmax_case,
@@ -300,6 +328,8 @@ CASES = {
     "while loop 1000 steps": while_case,
     "jit call (one op)": call_overhead_case,
     "jit call (8 small layers)": small_layers_case,
+    "cholesky 16x256x256": cholesky_case,
+    "eigh 16x256x256": eigh_case,
 }
 
 
