@@ -323,3 +323,31 @@ def test_threads_calling_one_program_get_their_own_results():
     for thread in threads:
         thread.join()
     assert not failures and program.executable._replays
+
+
+def test_running_out_of_memory_lets_the_replays_go_and_tries_again(monkeypatch, walks):
+    program = compiled("cuda_emulator", layers, np.zeros((32, 64), np.float32), W)
+    x = RNG.standard_normal((32, 64)).astype(np.float32)
+    for _ in range(2):
+        program(x, W)
+    device = program.executable.device
+    assert program.executable._replays and device.held.replays
+    failures = []
+
+    class Full:
+        """The device's array module, out of memory once."""
+
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        def empty(self, *args, **kwargs):
+            if not failures:
+                failures.append(args)
+                raise MemoryError("out of memory")
+            return np.empty(*args, **kwargs)
+
+    monkeypatch.setattr(device, "xp", Full())
+    walked = len(walks)
+    assert_close(program(x, W), reference(layers, x, W))  # walked, with the memory let go
+    assert failures and len(walks) == walked + 1
+    assert not program.executable._replays and not device.held.replays

@@ -536,9 +536,23 @@ class CudaExecutable:
                     return replay(args)
                 views, outputs = self._allocate(args)
             except MemoryError as error:  # CuPy's OutOfMemoryError is one
-                raise OutOfDeviceMemoryError(self._out_of_memory(args)) from error
+                # Replays hold device memory between calls: let them all go, then try again.
+                if not self._release_replays():
+                    raise OutOfDeviceMemoryError(self._out_of_memory(args)) from error
+                try:
+                    views, outputs = self._allocate(args)
+                except MemoryError as again:
+                    raise OutOfDeviceMemoryError(self._out_of_memory(args)) from again
             _Walk(self, views).steps(self.program.steps)
         return outputs
+
+    def _release_replays(self) -> bool:
+        """Lets every replay on this device go (their buffers return to the pool); whether
+        there were any."""
+        released = self.device.held.release_all()
+        for replay in released:
+            replay.executable._replays.pop(replay.setting, None)
+        return bool(released)
 
     def _replay(self, args) -> _Replay | None:
         """The graph replaying this program under the current matmul precision, captured at

@@ -82,6 +82,12 @@ class Held:
         with self.lock:
             self.replays.pop(replay, None)
 
+    def release_all(self) -> list:
+        with self.lock:
+            released = list(self.replays)
+            self.replays.clear()
+        return released
+
     def hold(self, replay, size: int, budget: float) -> list:
         """Adds `replay`; returns those evicted to bring the total within `budget` (never
         the newest)."""
