@@ -111,16 +111,7 @@ class Emulator:
     def solve(self, plan: solver.DeviceSolve, views: dict) -> None:
         """A decomposition's cuSOLVER calls, made by the host's LAPACK as cuSOLVER makes
         them (int32 info and pivots, workspaces of its own)."""
-        shadows = {buffer: np.zeros(buffer.size, np.int32) for buffer in plan.narrowed}
-
-        def array(pointer: solver.Pointer) -> np.ndarray:
-            base = shadows[pointer.buffer] if pointer.narrow else views[pointer.buffer]
-            return base[pointer.offset :]
-
-        for call in plan.calls:
-            solver.emulated_call(call, array)
-        for buffer, shadow in shadows.items():
-            views[buffer][...] = shadow
+        solver.run(plan, views, np, solver.emulated_call)
 
     def gemm(self, step: GemmStep, lhs, rhs, out, tf32: bool) -> None:
         """NumPy's product, as a GPU's BLAS computes it: halves in float32, rounded once at
@@ -312,22 +303,21 @@ class Gpu:
             "vector": cusolver.CUSOLVER_EIG_MODE_VECTOR,
             "novector": cusolver.CUSOLVER_EIG_MODE_NOVECTOR,
         }
-        shadows = {buffer: xp.zeros(buffer.size, np.int32) for buffer in plan.narrowed}
-
-        def address(pointer: solver.Pointer) -> int:
-            base = shadows[pointer.buffer] if pointer.narrow else views[pointer.buffer]
-            return base.data.ptr + pointer.offset * base.itemsize
-
+        handle = xp.cuda.device.get_cusolver_handle()
         workspaces: dict = {}
-        for call in plan.calls:
+
+        def make(call: solver.SolverCall, locate) -> None:
             letter = solver.LETTERS[call.dtype.name]
-            args = [
-                address(a) if isinstance(a, solver.Pointer) else enums.get(a, a) for a in call.args
-            ]
+            args = []
+            for a in call.args:
+                if isinstance(a, solver.Pointer):
+                    base, offset = locate(a)
+                    args.append(base.data.ptr + offset * base.itemsize)
+                else:
+                    args.append(enums.get(a, a))
             if call.routine == "trsm":
                 self._trsm(letter, call.dtype, args)
-                continue
-            handle = self.xp.cuda.device.get_cusolver_handle()
+                return
             if call.routine not in workspaces:  # every matrix of a step has the same shape
                 query = getattr(cusolver, f"{letter}{call.routine}_bufferSize")
                 size = query(handle, *(args[i] for i in solver.QUERIES[call.routine]))
@@ -336,8 +326,8 @@ class Gpu:
             args = [work.data.ptr if a == solver.WORK else size if a == solver.LWORK else a
                     for a in args]  # fmt: skip
             getattr(cusolver, f"{letter}{call.routine}")(handle, *args)
-        for buffer, shadow in shadows.items():
-            views[buffer][...] = shadow
+
+        solver.run(plan, views, xp, make)
 
     def _trsm(self, letter: str, dtype: np.dtype, args: list) -> None:
         from cupy.cuda import cublas
@@ -408,13 +398,14 @@ class CudaExecutable:
         # pointer for the pair (`hosted`).
         self.donated = donated_outputs(self.program, donated)
         warn_unusable(closed, sorted(set(donated) - set(self.donated.values())))
-        hosts = {self.program.outputs[k]: self.program.inputs[i] for k, i in self.donated.items()}
+        program = self.program
+        self.hosts = {program.outputs[k]: program.inputs[i] for k, i in self.donated.items()}
         self.kernels: dict = {}
         for step in all_steps(self.program):
             if isinstance(step, KernelStep):
                 name = f"k{len(self.kernels)}_{step.kernel.name.partition('_')[2]}"
                 kernel = step.kernel
-                for output, host in hosts.items():  # (other kernels see the memory as `output`)
+                for output, host in self.hosts.items():  # (others see the memory as `output`)
                     if output in kernel.outputs and host in kernel.inputs:
                         kernel = hosted(kernel, output, host)
                 self.kernels[step] = render_kernel(kernel, name)
@@ -514,8 +505,7 @@ class CudaExecutable:
         # References: the array's, `value`'s and getrefcount's argument; the storage's own,
         # and getrefcount's argument.
         if (
-            type(value) is not DeviceValue
-            or hasattr(value, "_parts")
+            _storage_of(value) is None
             or value.device.runtime is not self.device
             or sys.getrefcount(value) != 3
         ):
@@ -551,7 +541,7 @@ class CudaExecutable:
         there were any."""
         released = self.device.held.release_all()
         for replay in released:
-            replay.executable._replays.pop(replay.setting, None)
+            replay.release()
         return bool(released)
 
     def _replay(self, args) -> _Replay | None:
@@ -579,7 +569,7 @@ class CudaExecutable:
                 return replay
             # A pinned argument came in another buffer: capture again, copying it in.
             self._unpinned |= changed
-            self._replays.pop(setting, None)
+            replay.release()
             device.held.drop(replay)
         pins = {
             i: storage
@@ -608,7 +598,7 @@ class CudaExecutable:
         self._replays[setting] = replay
         budget = device.capacity() * graphs.HELD_SHARE
         for evicted in device.held.hold(replay, replay.nbytes, budget):
-            evicted.executable._replays.pop(evicted.setting, None)
+            evicted.release()
         return replay
 
     def _allocate(self, args) -> tuple[dict, list]:
@@ -800,7 +790,7 @@ class _Replay:
         # that same buffer (held here, so it cannot be freed and its memory reused).
         self.pins = pins
         pinned = {program.inputs[i]: storage for i, storage in pins.items()}
-        hosts = {program.outputs[k]: program.inputs[i] for k, i in executable.donated.items()}
+        hosts = executable.hosts
         own = [b for b in program.inputs + program.outputs if b not in hosts and b not in pinned]
         self.nbytes = executable.memory.arena_bytes + sum(nbytes(b) for b in own)
         self.lock = threading.Lock()
@@ -821,6 +811,10 @@ class _Replay:
             lambda runner: _Walk(executable, self.views, runner).steps(program.steps)
         )
 
+    def release(self) -> None:
+        """Forgets this replay (its buffers go once no call is using them)."""
+        self.executable._replays.pop(self.setting, None)
+
     def changed(self, args) -> set:
         """The pinned arguments that `args` pass in other buffers."""
         return {i for i, storage in self.pins.items() if _storage_of(args[i]) is not storage}
@@ -830,13 +824,12 @@ class _Replay:
         device = executable.device
         # Results go into donated memory where it is free to take (checked before any view of
         # the arguments exists), else into fresh buffers.
-        taken = {k: executable._taken(args, i) for k, i in executable.donated.items()}
-        results = [
-            taken.get(k)
-            if taken.get(k) is not None
-            else device.xp.empty(math.prod(shape), _storage(dtype))
-            for k, (shape, dtype) in enumerate(executable._out_shapes)
-        ]
+        results = [None] * len(executable._out_shapes)
+        for k, i in executable.donated.items():
+            results[k] = executable._taken(args, i)
+        for k, (shape, dtype) in enumerate(executable._out_shapes):
+            if results[k] is None:
+                results[k] = device.xp.empty(math.prod(shape), _storage(dtype))
         with self.lock:
             for i, staged in self.copied_in:
                 argument = executable._argument(args[i], executable._in_dtypes[i])

@@ -93,6 +93,22 @@ def translate(step: FortranCall) -> DeviceSolve | None:
     return DeviceSolve(calls, list(narrowed))
 
 
+def run(plan: DeviceSolve, views: dict, xp, make) -> None:
+    """Makes a step's calls, `make(call, locate)`, where `locate(pointer)` gives the array
+    holding a Pointer's element and its offset there (the int32 shadow of a narrowed buffer,
+    made with `xp`), then widens the shadows into their buffers."""
+    shadows = {buffer: xp.zeros(buffer.size, np.int32) for buffer in plan.narrowed}
+
+    def locate(pointer: Pointer) -> tuple:
+        base = shadows[pointer.buffer] if pointer.narrow else views[pointer.buffer]
+        return base, pointer.offset
+
+    for call in plan.calls:
+        make(call, locate)
+    for buffer, shadow in shadows.items():
+        views[buffer][...] = shadow
+
+
 def _potrf(a, at):
     uplo, n, matrix, lda, info = a
     return (_FILL[uplo], n, at(matrix), lda, WORK, LWORK, at(info, True))
@@ -149,14 +165,17 @@ _CHARACTERS = {
 }
 
 
-def emulated_call(call: SolverCall, array) -> None:
-    """Runs `call` as cuSOLVER would, with the host's LAPACK: `array(pointer)` is the host
-    array starting at a Pointer. Info and pivots go through int64 scratch into the int32
-    places cuSOLVER writes."""
+def emulated_call(call: SolverCall, locate) -> None:
+    """Runs `call` as cuSOLVER would, with the host's LAPACK (`locate` as for `run`). Info
+    and pivots go through int64 scratch into the int32 places cuSOLVER writes."""
     from funcgrad.backends.llvm import blas
 
     dtype = call.dtype
     widened = []
+
+    def array(pointer: Pointer) -> np.ndarray:
+        base, offset = locate(pointer)
+        return base[offset:]
 
     def wide(pointer: Pointer, count: int):
         scratch = np.zeros(count, np.int64)
