@@ -38,6 +38,7 @@ from compiler import (  # noqa: E402
 import funcgrad as fg  # noqa: E402
 import funcgrad.numpy as fnp  # noqa: E402
 from funcgrad import lax, tree_util  # noqa: E402
+from funcgrad.backends.cuda import graphs  # noqa: E402
 
 ROUNDS = 5
 
@@ -82,6 +83,18 @@ def _funcgrad(fun, *args):
     jitted = fg.jit(fun)
     placed = fg.device_put(args, fg.devices("gpu")[0])
     return lambda: jitted(*placed)
+
+
+def _walked(fun, *args):
+    """funcgrad's call with CUDA graphs off, every launch made from the host: beside the
+    replayed call, what the graph saves (and so what a launch costs)."""
+    run = _funcgrad(fun, *args)
+    limit, graphs.MAX_LAUNCHES = graphs.MAX_LAUNCHES, 0
+    try:
+        run()  # compiled now, with no launch count a graph may replay
+    finally:
+        graphs.MAX_LAUNCHES = limit
+    return run
 
 
 def copy_bandwidth() -> float:
@@ -193,7 +206,11 @@ def mlp_case():
     params = _mlp_params(rng, [784, 1024, 1024, 10])
     x = rng.standard_normal((256, 784)).astype(np.float32)
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
-    runs = {"funcgrad": _funcgrad(_mlp_step(fnp, fg.grad), params, x, y)}
+    step = _mlp_step(fnp, fg.grad)
+    runs = {
+        "funcgrad": _funcgrad(step, params, x, y),
+        "funcgrad-walked": _walked(step, params, x, y),
+    }
     jax = _jax()
     if jax:
         f = jax[0].jit(_mlp_step(jax[1], jax[0].grad))
@@ -279,7 +296,7 @@ def small_layers_case():
 
         return layers
 
-    runs = {"funcgrad": _funcgrad(make(fnp), x, w)}
+    runs = {"funcgrad": _funcgrad(make(fnp), x, w), "funcgrad-walked": _walked(make(fnp), x, w)}
     jax = _jax()
     if jax:
         f, xj, wj = jax[0].jit(make(jax[1])), jax[1].asarray(x), jax[1].asarray(w)

@@ -45,7 +45,7 @@ import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import lax
 from funcgrad.array import DeviceValue
-from funcgrad.backends.cuda import emulator
+from funcgrad.backends.cuda import collectives, emulator
 from funcgrad.devices import gpu_available
 from funcgrad.interpreters import parallel
 from funcgrad.transforms.pmap import _device_executable, _device_operands
@@ -237,6 +237,19 @@ def test_devices_of_several_kinds_are_refused():
     if not gpu_available():
         with pytest.raises(RuntimeError, match="CuPy|driver|GPU"):
             fg.pmap(lambda v: v, backend="gpu")(np.zeros(1))
+
+
+def test_nccls_unique_id_crosses_processes_as_bytes_and_returns_as_cupy_gave_it():
+    """CuPy gives NCCL's id as a tuple of signed chars or, built with Cython 3, of one-byte
+    strings (the form a GPU machine's CuPy had); the other processes must get back the same
+    kind, which CuPy's communicator takes."""
+    raw = bytes(range(0, 256, 2))
+    as_strings = tuple(bytes([b]) for b in raw)
+    as_chars = tuple(np.frombuffer(raw, np.int8).tolist())
+    for unique in (as_strings, as_chars):
+        sent = collectives.id_bytes(unique)
+        assert sent.dtype == np.uint8 and sent.tobytes() == raw
+        assert collectives.id_from_bytes(sent.copy(), like=unique) == unique
 
 
 @pytest.mark.skipif(not gpu_available(), reason="needs a CUDA GPU")

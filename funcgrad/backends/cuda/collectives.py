@@ -73,10 +73,11 @@ class NcclTransport:
         from cupy.cuda import nccl
 
         self.nccl = nccl
-        unique = np.array(nccl.get_unique_id(), np.int8)
+        unique = nccl.get_unique_id()
         if distributed.process_count() > 1:
-            unique = distributed.broadcast(unique, "NCCL's initialization")
-        self.unique = tuple(int(byte) for byte in unique)
+            sent = distributed.broadcast(id_bytes(unique), "NCCL's initialization")
+            unique = id_from_bytes(sent, like=unique)
+        self.unique = unique
         self.ranks = len(devices) * distributed.process_count()
         self.first = len(devices) * distributed.process_index()
         self.comms: dict[int, object] = {}
@@ -160,6 +161,19 @@ class NcclTransport:
 
 
 _made = threading.Lock()
+
+
+def id_bytes(unique: tuple) -> np.ndarray:
+    """NCCL's unique id, as CuPy gives it (a tuple of its characters: ints, or one-byte
+    strings as CuPy built with Cython 3 gives them), as bytes another process can receive."""
+    return np.array([c[0] if isinstance(c, bytes) else c & 0xFF for c in unique], np.uint8)
+
+
+def id_from_bytes(received: np.ndarray, like: tuple) -> tuple:
+    """The id's bytes as CuPy takes them back: characters of the kind `like` holds."""
+    if isinstance(like[0], bytes):
+        return tuple(bytes([b]) for b in received.tolist())
+    return tuple(received.view(np.int8).tolist())
 
 
 @functools.cache

@@ -29,6 +29,7 @@ import numpy as np
 
 from funcgrad import dtypes
 from funcgrad.array import Array, DeviceValue, GpuDevice, to_host
+from funcgrad.backends.cuda import cublas as cublas_calls
 from funcgrad.backends.cuda import graphs, nvrtc, regions, solver
 from funcgrad.backends.cuda.emulator import EmulatedModule
 from funcgrad.backends.cuda.render import CudaKernel, module_source, render_kernel
@@ -169,7 +170,8 @@ class Gpu:
         from cupy_backends.cuda.api.runtime import CUDARuntimeError
         from cupy_backends.cuda.libs.cublas import CUBLASError
 
-        self.capture_errors = (CUDARuntimeError, CUDADriverError, CUBLASError)
+        # (NotImplementedError: CuPy's refusal of a library call under a capture.)
+        self.capture_errors = (CUDARuntimeError, CUDADriverError, CUBLASError, NotImplementedError)
         with self.context():
             self.total_memory = self.xp.cuda.runtime.memGetInfo()[1]
 
@@ -238,8 +240,9 @@ class Gpu:
 
     def gemm(self, step: GemmStep, lhs, rhs, out, tf32: bool) -> None:
         """cuBLAS's strided-batched GEMM, called directly for every dtype (CuPy's matmul
-        takes no bfloat16, and may make temporaries, which a captured graph must not hold):
-        float64 in float64, the others with float32 sums, TF32 operands where allowed."""
+        takes no bfloat16, and may make temporaries, which a captured graph must not hold; its
+        cuBLAS wrappers refuse any call under a capture): float64 in float64, the others with
+        float32 sums, TF32 operands where allowed."""
         from cupy.cuda import cublas
 
         m, n, k = step.m, step.n, step.k
@@ -252,37 +255,32 @@ class Gpu:
         alpha, beta = np.ones((), scale), np.zeros((), scale)  # on the host
         # A row-major out = op(lhs) @ op(rhs) is the column-major out^T = op(rhs)^T @ op(lhs)^T:
         # cuBLAS reads each row-major operand as its column-major transpose.
-        handle = self.xp.cuda.device.get_cublas_handle()
-        mode = cublas.getPointerMode(handle)
-        cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
-        try:
-            cublas.gemmStridedBatchedEx(
-                handle,
-                cublas.CUBLAS_OP_T if step.transpose_rhs else cublas.CUBLAS_OP_N,
-                cublas.CUBLAS_OP_T if step.transpose_lhs else cublas.CUBLAS_OP_N,
-                n,
-                m,
-                k,
-                alpha.ctypes.data,
-                rhs.data.ptr,
-                data_type,
-                k if step.transpose_rhs else n,
-                k * n,
-                lhs.data.ptr,
-                data_type,
-                m if step.transpose_lhs else k,
-                m * k,
-                beta.ctypes.data,
-                out.data.ptr,
-                data_type,
-                n,
-                m * n,
-                step.batch,
-                compute,
-                cublas.CUBLAS_GEMM_DEFAULT,
-            )
-        finally:
-            cublas.setPointerMode(handle, mode)
+        cublas_calls.gemm_strided_batched(
+            self.xp.cuda.device.get_cublas_handle(),
+            self.xp.cuda.get_current_stream().ptr,
+            cublas.CUBLAS_OP_T if step.transpose_rhs else cublas.CUBLAS_OP_N,
+            cublas.CUBLAS_OP_T if step.transpose_lhs else cublas.CUBLAS_OP_N,
+            n,
+            m,
+            k,
+            alpha.ctypes.data,
+            rhs.data.ptr,
+            data_type,
+            k if step.transpose_rhs else n,
+            k * n,
+            lhs.data.ptr,
+            data_type,
+            m if step.transpose_lhs else k,
+            m * k,
+            beta.ctypes.data,
+            out.data.ptr,
+            data_type,
+            n,
+            m * n,
+            step.batch,
+            compute,
+            cublas.CUBLAS_GEMM_DEFAULT,
+        )
 
     def solve(self, plan: solver.DeviceSolve, views: dict) -> None:
         """A decomposition's calls through cuSOLVER (trsm through cuBLAS) on the current

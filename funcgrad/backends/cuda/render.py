@@ -202,9 +202,16 @@ class CudaKernel:
         """The kernel as a `__global__` function that the host launches, or as a `__device__`
         function that a region's kernel calls on its one block (the same statements: with one
         block, a grid-stride loop strides over the block, and a block per row takes every
-        row in turn)."""
+        row in turn).
+
+        Only the launched form's pointers are `__restrict__`. A region's kernel writes a
+        buffer in one step and reads it in a later one, and a const restricted pointer of an
+        inlined `__device__` function lets the compiler load through the read-only cache,
+        which does not see the kernel's own writes: on a GPU a while loop's carries read stale
+        values (threads of one block iterating on old elements)."""
+        restrict = " __restrict__" if launched else ""
         signature = ", ".join(
-            f"{'const ' if const else ''}{memory_type(b.dtype)}* __restrict__ {b.name}"
+            f"{'const ' if const else ''}{memory_type(b.dtype)}*{restrict} {b.name}"
             for b, const in zip(self.params, self.const_params)
         )
         head = 'extern "C" __global__' if launched else "__device__"

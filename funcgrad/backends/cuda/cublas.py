@@ -1,0 +1,60 @@
+"""cuBLAS's strided-batched GEMM called directly, in the library CuPy loaded.
+
+CuPy's cuBLAS wrappers refuse every call while the current stream is being captured (each
+sets the handle's stream first, and that checks for a capture), though cuBLAS itself may be
+captured (since CUDA 12.2 its workspace is allocated in stream order). A jitted program's
+GEMMs are captured with its kernels into one CUDA graph, so they are made here, through
+ctypes, on the handle CuPy keeps for the device; the enumerations are CuPy's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+
+_POINTER_MODE_HOST = 0
+
+
+@functools.cache
+def _library() -> ctypes.CDLL:
+    """CuPy's cuBLAS, found among the libraries this process has loaded."""
+    from cupy.cuda import device
+
+    device.get_cublas_handle()  # (loads cuBLAS)
+    with open("/proc/self/maps") as maps:
+        paths = sorted({line.split()[-1] for line in maps if "/libcublas.so" in line})
+    if not paths:
+        raise RuntimeError("CuPy made a cuBLAS handle, yet no libcublas.so is loaded")
+    library = ctypes.CDLL(paths[0])
+    handle, pointer, integer, wide = ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
+    library.cublasSetStream_v2.argtypes = [handle, pointer]
+    library.cublasGetPointerMode_v2.argtypes = [handle, ctypes.POINTER(integer)]
+    library.cublasSetPointerMode_v2.argtypes = [handle, integer]
+    operand = [pointer, integer, integer, wide]  # data, type, leading dimension, stride
+    library.cublasGemmStridedBatchedEx.argtypes = [
+        handle, integer, integer, integer, integer, integer,  # op(A), op(B), m, n, k
+        pointer, *operand, *operand, pointer, *operand,  # alpha, A, B, beta, C
+        integer, integer, integer,  # batch, compute type, algorithm
+    ]  # fmt: skip
+    return library
+
+
+def _check(status: int) -> None:
+    if status:
+        from cupy_backends.cuda.libs.cublas import CUBLASError
+
+        raise CUBLASError(status)
+
+
+def gemm_strided_batched(handle: int, stream: int, *args) -> None:
+    """cublasGemmStridedBatchedEx(handle, *args) on `stream`, alpha and beta read from the
+    host; the handle's pointer mode is restored after."""
+    library = _library()
+    _check(library.cublasSetStream_v2(handle, stream))
+    mode = ctypes.c_int()
+    _check(library.cublasGetPointerMode_v2(handle, ctypes.byref(mode)))
+    _check(library.cublasSetPointerMode_v2(handle, _POINTER_MODE_HOST))
+    try:
+        _check(library.cublasGemmStridedBatchedEx(handle, *args))
+    finally:
+        library.cublasSetPointerMode_v2(handle, mode.value)
