@@ -495,6 +495,44 @@ def test_library_gemm_for_every_layout(spec, dtype):
     assert "gemm[" in compiled(f, lhs, rhs).fusion_plan()
 
 
+def test_a_transposed_product_is_written_in_its_readers_layout():
+    """A transpose that is a product's only reader becomes the product of the swapped
+    operands: a weight gradient (a product over the batch, transposed to the weights' layout)
+    and `(x @ w).T` leave the GEMM in the layout their readers want, no kernel reading it
+    across rows. A product read elsewhere too is computed once, as it is written."""
+    x = rng.standard_normal((32, 24)).astype(np.float32)
+    w = rng.standard_normal((24, 40)).astype(np.float32)
+    stack = rng.standard_normal((3, 32, 24)).astype(np.float32)
+    weights = rng.standard_normal((3, 24, 40)).astype(np.float32)
+
+    def update(w, x):
+        g = fg.grad(lambda w: fnp.tanh(x @ w).sum())(w)
+        return w - 0.1 * g
+
+    def transposed(x, w, stack, weights):
+        return (x @ w).T + 1, fnp.einsum("bij,bjk->bki", stack, weights) * 2
+
+    def read_twice(x, w):
+        p = x @ w
+        return p.T + 1, p * 2
+
+    for f, args in ((update, (w, x)), (transposed, (x, w, stack, weights)), (read_twice, (x, w))):
+        assert_same_as_reference(f, *args, rtol=1e-4, atol=1e-4)
+
+    def fused_transposes(plan: str) -> int:  # (not the GEMMs' operand flags)
+        return plan.replace("transpose_", "").count("transpose")
+
+    plan = compiled(update, w, x).fusion_plan()
+    assert "gemm[batch=1, m=24, n=40, k=32, transpose_lhs]" in plan
+    assert fused_transposes(plan) == 0
+    plan = compiled(transposed, x, w, stack, weights).fusion_plan()
+    assert "gemm[batch=1, m=40, n=32, k=24, transpose_lhs, transpose_rhs]" in plan
+    assert "gemm[batch=3, m=40, n=32, k=24, transpose_lhs, transpose_rhs]" in plan
+    assert fused_transposes(plan) == 0
+    plan = compiled(read_twice, x, w).fusion_plan()
+    assert "gemm[batch=1, m=32, n=40, k=24]" in plan and fused_transposes(plan) == 1
+
+
 def test_random_bits_and_reduce_precision():
     key = fg.random.PRNGKey(42)
 

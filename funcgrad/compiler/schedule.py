@@ -50,7 +50,7 @@ from funcgrad.compiler.fusion import (
     flat_offset as _flat_offset,
 )
 from funcgrad.core import PRIMITIVES
-from funcgrad.ir import ClosedJaxpr, JaxprEqn, Literal, Var
+from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
 
 # ---------------------------------------------------------------------------------------------
 # Steps and programs
@@ -415,7 +415,65 @@ def _unwrap(value) -> np.ndarray:
 def schedule(closed: ClosedJaxpr, gemm_dtypes: tuple = GEMM_DTYPES) -> Program:
     """The program computing `closed`; its inputs are the jaxpr's invars in order. Products
     in `gemm_dtypes` may run as library GEMMs."""
-    return _Scheduler(passes.inline_calls(closed, _calls()), gemm_dtypes).program
+    inlined = passes.inline_calls(closed, _calls())
+    return _Scheduler(products_in_reader_layout(inlined), gemm_dtypes).program
+
+
+def products_in_reader_layout(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """`transpose(dot_general(a, b))` computed as `dot_general(b, a)`, where the transpose
+    swaps the product's lhs-free and rhs-free dimensions (batch dimensions staying first) and
+    is the product's only reader: a GEMM then writes the product in the layout its reader
+    wants, rather than a kernel reading it across rows. Autodiff's weight gradients take this
+    form (a product over the batch, transposed to the weights' layout), and so does
+    `(x @ w).T`. The sums are the same; only which operand a GEMM walks by rows changes."""
+    jaxpr = closed.jaxpr
+    readers = Counter(v for eqn in jaxpr.eqns for v in eqn.invars if type(v) is Var)
+    readers.update(v for v in jaxpr.outvars if type(v) is Var)
+    producer = {eqn.outvars[0]: eqn for eqn in jaxpr.eqns if eqn.primitive.name == "dot_general"}
+    swapped = {}  # the transpose -> the product it becomes
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name != "transpose" or type(eqn.invars[0]) is not Var:
+            continue
+        product = producer.get(eqn.invars[0])
+        if product is not None and readers[eqn.invars[0]] == 1:
+            if eqn.params["permutation"] == _swapped_free_dimensions(product):
+                swapped[eqn] = product
+    if not swapped:
+        return closed
+    replaced = set(swapped.values())
+    eqns = []
+    for eqn in jaxpr.eqns:
+        if eqn in swapped:
+            eqns.append(_operands_swapped(swapped[eqn], eqn.outvars))
+        elif eqn not in replaced:
+            eqns.append(eqn)
+    return ClosedJaxpr(Jaxpr(jaxpr.constvars, jaxpr.invars, jaxpr.outvars, eqns), closed.consts)
+
+
+def _swapped_free_dimensions(product: JaxprEqn) -> tuple:
+    """The permutation of a dot_general's result (batch, lhs free, rhs free dimensions) that
+    puts the rhs's free dimensions before the lhs's."""
+    lhs, rhs = (v.aval.ndim for v in product.invars)
+    (lhs_contract, rhs_contract), (lhs_batch, _) = product.params["dimension_numbers"]
+    batch = len(lhs_batch)
+    lhs_free = lhs - batch - len(lhs_contract)
+    rhs_free = rhs - batch - len(rhs_contract)
+    return (
+        *range(batch),
+        *range(batch + lhs_free, batch + lhs_free + rhs_free),
+        *range(batch, batch + lhs_free),
+    )
+
+
+def _operands_swapped(product: JaxprEqn, outvars: list) -> JaxprEqn:
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = product.params["dimension_numbers"]
+    params = dict(product.params)
+    params["dimension_numbers"] = ((rhs_contract, lhs_contract), (rhs_batch, lhs_batch))
+    precision = params.get("precision")
+    if isinstance(precision, tuple):
+        params["precision"] = precision[::-1]
+    lhs, rhs = product.invars
+    return JaxprEqn(product.primitive, [rhs, lhs], outvars, params, product.source_info)
 
 
 class _Scheduler:
