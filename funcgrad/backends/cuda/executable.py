@@ -306,13 +306,22 @@ class Gpu:
 
         def make(call: solver.SolverCall, locate) -> None:
             letter = solver.LETTERS[call.dtype.name]
-            args = []
+            args, held = [], []
             for a in call.args:
                 if isinstance(a, solver.Pointer):
                     base, offset = locate(a)
                     args.append(base.data.ptr + offset * base.itemsize)
+                elif isinstance(a, solver.Matrices):  # their addresses, computed on the device
+                    base, _ = locate(solver.Pointer(a.buffer, 0))
+                    apart = np.uint64(a.stride * base.itemsize)
+                    addresses = xp.arange(a.count, dtype=np.uint64) * apart
+                    held.append(addresses + np.uint64(base.data.ptr))
+                    args.append(held[-1].data.ptr)
                 else:
                     args.append(enums.get(a, a))
+            if call.routine == "potrfBatched":  # (no workspace)
+                getattr(cusolver, f"{letter}potrfBatched")(handle, *args)
+                return
             if call.routine == "trsm":
                 self._trsm(letter, call.dtype, args)
                 return

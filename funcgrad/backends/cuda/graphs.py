@@ -22,10 +22,11 @@ from funcgrad.compiler.schedule import GemmStep, KernelStep, Program, ScanStep
 # A graph's nodes cost memory and instantiation time (a few microseconds each); past this a
 # long host-walked scan runs launch by launch.
 MAX_LAUNCHES = 10_000
-# Bytes a call may copy in and out per launch the graph saves: in a launch's host cost, about
-# 5 us, an H100 copies about 8 MiB (3 TB/s, each byte read and written); half that leaves a
-# margin. Both figures are estimates, to be set by benchmarks/gpu.py on a GPU.
-COPY_BYTES_PER_LAUNCH = 4 << 20
+# Bytes a call may copy in and out per launch the graph saves. On an H100 a launch of the walk
+# cost about 20 us of the host's time (benchmarks/gpu.py, 8 small layers: 401 us walked, 56 us
+# replayed, 17 launches), in which the device copies about 30 MB (3 TB/s, each byte read and
+# written); half that leaves a margin.
+COPY_BYTES_PER_LAUNCH = 16 << 20
 # Replays keep their buffers between calls. Once one device's replays hold more than this
 # share of its memory, the least recently used let theirs go (captured again if called).
 HELD_SHARE = 1 / 8

@@ -58,6 +58,16 @@ class Pointer:
 
 
 @dataclass(frozen=True)
+class Matrices:
+    """The addresses of `count` matrices of `buffer`, `stride` elements apart, as a device
+    array: a batched routine's operand."""
+
+    buffer: K.Buffer
+    stride: int
+    count: int
+
+
+@dataclass(frozen=True)
 class SolverCall:
     """One matrix's call: `routine` without its type letter, `args` in the library's order
     after the handle (Pointers, ints, enum names, and WORK, LWORK, ALPHA for the device to
@@ -75,8 +85,14 @@ class DeviceSolve:
 
 
 def translate(step: FortranCall) -> DeviceSolve | None:
-    """The step's calls in cuSOLVER's terms, or None for a routine that stays on the host."""
+    """The step's calls in cuSOLVER's terms, or None for a routine that stays on the host. A
+    stack of Cholesky factorizations is one call of the batched routine."""
     routine, args = step.routine, step.args
+    if routine == "potrf" and step.batch > 1 and args[4][1] == 1:  # (infos side by side)
+        uplo, n, (matrix, stride), lda, (info, _) = args
+        stack = Matrices(matrix, stride, step.batch)
+        batched = (_FILL[uplo], n, stack, lda, Pointer(info, 0, True), step.batch)
+        return DeviceSolve([SolverCall("potrfBatched", step.dtype, batched)], [info])
     make = _TRANSLATIONS.get(routine)
     if make is None:
         return None
@@ -182,6 +198,13 @@ def emulated_call(call: SolverCall, locate) -> None:
         widened.append((array(pointer)[:count], scratch))
         return (scratch, 0)
 
+    if call.routine == "potrfBatched":  # the stack's matrices in turn
+        uplo, n, matrices, lda, info, count = call.args
+        for k in range(count):
+            matrix = Pointer(matrices.buffer, k * matrices.stride)
+            each = (uplo, n, matrix, lda, WORK, LWORK, Pointer(info.buffer, info.offset + k, True))
+            emulated_call(SolverCall("potrf", dtype, each), locate)
+        return
     args = [
         (array(a), 0) if isinstance(a, Pointer) and not a.narrow else _CHARACTERS.get(a, a)
         for a in call.args
