@@ -390,7 +390,8 @@ def _conv(lax_module):
     return conv
 
 
-def conv_step_case():
+def _conv_inputs(batch: int) -> tuple:
+    """The conv step's parameters and a batch of 28x28 images with one-hot labels."""
     rng = np.random.default_rng(6)
     shapes = [((3, 3, 1, 16), 16), ((3, 3, 16, 32), 32), ((14 * 14 * 32, 10), 10)]
     params = [
@@ -400,8 +401,13 @@ def conv_step_case():
         )
         for k, n in shapes
     ]
-    x = rng.standard_normal((64, 28, 28, 1)).astype(np.float32)
-    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 64)]
+    x = rng.standard_normal((batch, 28, 28, 1)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, batch)]
+    return params, x, y
+
+
+def conv_step_case():
+    params, x, y = _conv_inputs(64)
     step = _conv_step(fnp, _conv(lax), fg.grad)
     runs = {
         "funcgrad-llvm": _funcgrad("llvm", step, params, x, y),

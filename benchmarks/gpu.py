@@ -26,6 +26,9 @@ import cupy  # noqa: E402
 
 # The programs themselves are the CPU benchmark's (benchmarks/ is this script's folder).
 from compiler import (  # noqa: E402
+    _conv,
+    _conv_inputs,
+    _conv_step,
     _layernorm,
     _mlp_params,
     _mlp_step,
@@ -220,6 +223,21 @@ def mlp_case():
     return runs, None, 20
 
 
+def conv_case():
+    """The CPU benchmark's convolutional training step on a batch of 256: its convolutions
+    run as gathered windows and a cuBLAS GEMM (CuPy ships no cuDNN)."""
+    params, x, y = _conv_inputs(256)
+    step = _conv_step(fnp, _conv(lax), fg.grad)
+    runs = {"funcgrad": _funcgrad(step, params, x, y)}
+    jax = _jax()
+    if jax:
+        f = jax[0].jit(_conv_step(jax[1], _conv(jax[0].lax), jax[0].grad))
+        pj = [(jax[1].asarray(w), jax[1].asarray(b)) for w, b in params]
+        xj, yj = jax[1].asarray(x), jax[1].asarray(y)
+        runs["jax-jit"] = lambda: f(pj, xj, yj)
+    return runs, None, 20
+
+
 def _rnn_case(differentiate: bool):
     """A 1000-step tanh RNN (hidden size 32) whose loop runs on the device: the steps are too
     small to fill a GPU, so what counts is what each iteration costs besides its arithmetic."""
@@ -340,6 +358,7 @@ CASES = {
     "matmul 4096 f32": matmul_4096_case,
     "matmul 4096 bf16": matmul_4096_bf16_case,
     "mlp 784-1024-1024-10 step": mlp_case,
+    "conv step (batch 256, 28x28)": conv_case,
     "rnn scan 1000 fwd": rnn_forward_case,
     "rnn scan 1000 bwd": rnn_backward_case,
     "while loop 1000 steps": while_case,
