@@ -324,7 +324,9 @@ def small_layers_case():
 
 def _decomposition_case(name: str):
     """A stack of symmetric positive definite 256x256 matrices decomposed (float32, computed
-    in float64 as the reference computes them): cuSOLVER on the device, a call per matrix."""
+    in float64 as the reference computes them): cuSOLVER on the device (Cholesky as one
+    batched call, eigh a call per matrix). CuPy's row calls cuSOLVER in float32 from its own
+    linalg, and checks the values."""
     rng = np.random.default_rng(5)
     a = rng.standard_normal((16, 256, 256))
     spd = (a @ a.transpose(0, 2, 1) / 256 + np.eye(256)).astype(np.float32)
@@ -334,7 +336,8 @@ def _decomposition_case(name: str):
             return xp.linalg.cholesky
         return lambda m: xp.linalg.eigh(m)[0]
 
-    runs = {"funcgrad": _funcgrad(make(fnp), spd)}
+    on_device = cupy.asarray(spd)
+    runs = {"funcgrad": _funcgrad(make(fnp), spd), "cupy": lambda: make(cupy)(on_device)}
     jax = _jax()
     if jax:
         f, mj = jax[0].jit(make(jax[1])), jax[1].asarray(spd)
