@@ -418,9 +418,14 @@ def test_long_rows_run_on_a_block_each_and_short_rows_on_a_thread_each():
         centered = v - v.mean(axis=1, keepdims=True)
         return centered / fnp.sqrt((centered * centered).mean(axis=1, keepdims=True) + 1e-5)
 
-    for width in (64, 300, 6000, 10000):
+    for width in (64, 300, 1030, 6000, 10000):
         assert_same_as_reference(softmax, x[:, :width], exact=False)
         assert_same_as_reference(layernorm, x[:, :width], exact=False, rtol=1e-5)
+    wide = x[:, :1030].astype(np.float64)  # vectors of 2 lanes, every other row misaligned
+    assert_same_as_reference(layernorm, wide, exact=False, rtol=1e-12)
+    # Each lane computes with its own element's index.
+    ramp = lambda v: softmax(v) * (fnp.arange(v.shape[1], dtype=v.dtype) % 7)  # noqa: E731
+    assert_same_as_reference(ramp, x[:, :1030], exact=False)
     # A thread per row, its scratch in its own memory; a block per row, the scratch shared by
     # the block; a row whose scratch exceeds shared memory runs on one thread.
     assert "float s" in compiled_text(softmax, x[:, :64])
@@ -433,6 +438,12 @@ def test_long_rows_run_on_a_block_each_and_short_rows_on_a_thread_each():
     for f in (softmax, layernorm):
         text = compiled_text(f, x[:, :300])
         assert len(re.findall(r"\bin\d+\[", text)) == 1 and "__shared__ float row0[300];" in text
+    # A row's loops read and write its memory as 16-byte vectors where the row is aligned (the
+    # loops of 1,030: 257 vectors, then two elements; every other row element by element).
+    text = compiled_text(softmax, x[:, :1030])
+    assert re.search(r"const fg_vector<float, 4> in\d+_v = ", text)
+    assert re.search(r"reinterpret_cast<fg_vector<float, 4>\*>\(\(out\d+ \+ ", text)
+    assert "q0 < 257;" in text and "? 1028 : 0) + threadIdx.x; i1 < 1030;" in text
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, dtypes.float16])

@@ -232,7 +232,8 @@ class _KernelWriter:
         self.memo: dict = {}
         self.acc_names: dict = {}
         self.indent = "  "
-        self.lane: tuple | None = None  # in a vector loop: (its index, the lane, its buffers)
+        # In a vector loop: (the lane, {buffer: the ids of the offsets read or written as lanes})
+        self.lane: tuple | None = None
         self.shared_bytes = 0
         self.index_type = "int" if _int_indices(kernel) else "long long"
 
@@ -420,12 +421,12 @@ class _KernelWriter:
                 raise TypeError(f"cannot render {stmt!r}")
 
     def lane_element(self, buffer: K.Buffer, offset: K.Expr) -> str | None:
-        """In a vector loop's lane, the lane's element of a buffer accessed at the loop's own
-        index (`vector_loop`); None otherwise."""
+        """In a vector loop's lane, the lane's element of a buffer accessed where the loop's
+        vectors are (`vector_loop`, `row_vector_loop`); None otherwise."""
         if self.lane is None:
             return None
-        index, lane, vectors = self.lane
-        if offset is not index or buffer not in vectors:
+        lane, accesses = self.lane
+        if id(offset) not in accesses.get(buffer, ()):
             return None
         return f"{buffer.name}_v.lane[{lane}]"
 
@@ -506,7 +507,7 @@ class _KernelWriter:
             self.emit(
                 f"const {self.index_type} {index} = {_plus(split.start)}{lanes} * q + {lane};"
             )
-            self.lane = (split.index, lane, set(vectors))
+            self.lane = (lane, {b: {id(split.index)} for b in vectors})
             self.statements(split.body)
             self.lane = None
             self.indent = self.indent[:-2]
@@ -576,14 +577,19 @@ class _KernelWriter:
                 self.emit(f"{name} = {constant_text(identity(op, acc.dtype), acc.dtype)};")
                 saved.append(base)
             inner = self.index_name(statement.index)
+            body = bodies.get(statement, statement.body)
+            vectors = _row_vectors(statement, body, set(kernel.scratch) | set(caches))
+            first = _plus(statement.start)
+            if vectors is not None:  # (the scalar loop then takes what the vectors leave)
+                first = f"{self.row_vector_loop(statement, body, inner, vectors)} + "
             # The stride is the launch's block, unknown to the compiler: unrolled, a thread
             # keeps four loads in flight rather than waiting on one at a time.
             self.emit("#pragma unroll 4")
             self.emit(
-                f"for ({self.index_type} {inner} = {_plus(statement.start)}threadIdx.x; {inner} < "
+                f"for ({self.index_type} {inner} = {first}threadIdx.x; {inner} < "
                 f"{statement.stop}; {inner} += blockDim.x) {{"
             )
-            self.block(bodies.get(statement, statement.body))
+            self.block(body)
             self.emit("}")
             for (acc, op), base in zip(rows[statement], saved):
                 self.share(acc, op, base, partials[acc.dtype])
@@ -594,6 +600,56 @@ class _KernelWriter:
         params = [b for b in dict.fromkeys(kernel.buffers) if b not in set(kernel.scratch)]
         width = max(loop.stop - loop.start for loop in rows)
         return self.finished(params, split.stop - split.start, row_width=width)
+
+    def row_vector_loop(self, loop: K.Loop, body: list, index: str, vectors: RowVectors) -> str:
+        """A row's inner loop over 16-byte vectors, where its row of every buffer it reads or
+        writes at the loop's index is 16-byte aligned: thread t takes vectors t, t + blockDim,
+        ..., loads each such buffer's lanes at once, runs the body once per lane (folding
+        its accumulators lane after lane) and stores each result vector at once. Returns the
+        C expression of the first iteration the scalar loop after it takes (all of them
+        where a row is not aligned)."""
+        k = next(self.names)
+        lanes, count = vectors.lanes, (loop.stop - loop.start) // vectors.lanes
+        starts = {}
+        for b, row in vectors.rows.items():
+            offset = self.index_literal(loop.start) if row is None else self.subscript(row)
+            if row is not None and loop.start:
+                offset = f"{offset} + {self.index_literal(loop.start)}"
+            starts[b] = f"({b.name} + {offset})"
+        pointers = " | ".join(f"(unsigned long long){p}" for p in starts.values())
+        self.emit(f"const bool aligned{k} = (({pointers}) & 15) == 0;")
+        self.emit(f"if (aligned{k}) {{")
+        outer = self.indent
+        self.indent += "  "
+        self.emit(
+            f"for ({self.index_type} q{k} = threadIdx.x; q{k} < {count}; q{k} += blockDim.x) {{"
+        )
+        self.indent += "  "
+        for b in vectors.loaded:
+            vector = f"fg_vector<{memory_type(b.dtype)}, {lanes}>"
+            pointer = f"reinterpret_cast<const {vector}*>({starts[b]})"
+            self.emit(f"const {vector} {b.name}_v = {pointer}[q{k}];")
+        for b in vectors.stored:
+            self.emit(f"fg_vector<{memory_type(b.dtype)}, {lanes}> {b.name}_v;")
+        for lane in range(lanes):
+            self.emit("{")
+            self.indent += "  "
+            at = f"{_plus(loop.start)}{lanes} * q{k} + {lane}"
+            self.emit(f"const {self.index_type} {index} = {at};")
+            self.lane = (lane, vectors.accesses)
+            self.statements(body)
+            self.lane = None
+            self.indent = self.indent[:-2]
+            self.emit("}")
+        for b in vectors.stored:
+            vector = f"fg_vector<{memory_type(b.dtype)}, {lanes}>"
+            self.emit(f"reinterpret_cast<{vector}*>({starts[b]})[q{k}] = {b.name}_v;")
+        self.indent = outer + "  "
+        self.emit("}")
+        self.indent = outer
+        self.emit("}")
+        vectors_end = self.index_literal(loop.start + count * lanes)
+        return f"(aligned{k} ? {vectors_end} : {self.index_literal(loop.start)})"
 
     def share(self, acc: K.Acc, op: str, base: str, partial: K.Buffer) -> None:
         """Every thread's partial fold of `acc` combined (`halving_tree`, then the first
@@ -722,8 +778,10 @@ def _contiguous(loop: K.Loop, scratch: set) -> bool:
 def _row_caches(split: K.Loop, scratch: set, budget: int) -> tuple[dict, list[K.Buffer]]:
     """An input that several loops of a row read element by element at the same places is
     read from memory once: the first of those loops copies each element it reads into a
-    shared array, and the later ones read that (the same thread, as every loop of the row
-    gives element t to thread t). Returns {loop: its statements with those reads replaced}
+    shared array, and the later ones read that (a barrier follows every loop of a row, so
+    the thread reading an element need not be the one that copied it: a loop over vectors
+    gives another thread each element than a loop over elements). Returns {loop: its
+    statements with those reads replaced}
     and the shared arrays, as many as `budget` bytes hold."""
     written = {s.buffer for s in statements_in(split.body) if isinstance(s, K.Store)}
     loops = [
@@ -797,6 +855,79 @@ def _row_loops(split: K.Loop, scratch_bytes: int, scratch: list) -> dict | None:
     if scratch_bytes + MAX_BLOCK * 8 * len(dtypes_folded) > SHARED_BYTES:
         return None
     return rows
+
+
+@dataclass
+class RowVectors:
+    """How a row's inner loop runs over 16-byte vectors (`_row_vectors`)."""
+
+    lanes: int
+    rows: dict  # buffer -> the offset of its row (None: zero); its element i at row + i
+    loaded: list  # the buffers read as vectors
+    stored: list  # the buffers written as vectors
+    accesses: dict  # buffer -> the ids of the offsets that read or write it as lanes
+
+
+def _row_vectors(loop: K.Loop, body: list, local: set) -> RowVectors | None:
+    """The vectors of a row's inner loop whose body (`body`: stores and folds) reads or
+    writes each buffer outside `local` (the row's scratch and caches, in shared memory) that
+    moves with the loop's index at one row offset plus the index; writes each such buffer
+    once and reads none it writes; and whose buffers have elements of one size, 2, 4 or 8
+    bytes, over at least one vector. None otherwise: the loop runs element by element."""
+    if not all(isinstance(s, (K.Store, K.SetAcc)) for s in body):
+        return None
+    index = loop.index
+    rows: dict = {}
+    accesses: dict = {}
+    loaded, stored = [], []
+    for statement in body:
+        found = [(e.buffer, e.offset, loaded) for e in expressions(statement)
+                 if isinstance(e, K.Load)]  # fmt: skip
+        if isinstance(statement, K.Store):
+            found.append((statement.buffer, statement.offset, stored))
+        for buffer, offset, kind in found:
+            if buffer in local or not any(n is index for n in K.nodes(offset)):
+                continue
+            row = _row_offset(offset, index)
+            if row is False or (buffer in rows and _key(rows[buffer]) != _key(row)):
+                return None
+            rows.setdefault(buffer, row)
+            accesses.setdefault(buffer, set()).add(id(offset))
+            kind.append(buffer)
+    loaded = list(dict.fromkeys(loaded))
+    if len(set(stored)) != len(stored):
+        return None
+    if any(isinstance(e, K.Load) and e.buffer in stored for s in body for e in expressions(s)):
+        return None
+    sizes = {memory_size(b.dtype) for b in rows}
+    if len(sizes) != 1 or not sizes <= {2, 4, 8}:
+        return None
+    lanes = 16 // sizes.pop()
+    if loop.stop - loop.start < lanes:
+        return None
+    return RowVectors(lanes, rows, loaded, stored, accesses)
+
+
+def _row_offset(offset: K.Expr, index: K.Index):
+    """`row` when `offset` is `row + index` (None when it is `index`), `row` free of the
+    index; False for any other form."""
+    if offset is index:
+        return None
+    if isinstance(offset, K.Binary) and offset.op == "add":
+        for row, other in ((offset.a, offset.b), (offset.b, offset.a)):
+            if other is index and not any(n is index for n in K.nodes(row)):
+                return row
+    return False
+
+
+def _key(e: K.Expr | None):
+    """A structural key of index arithmetic, so that two equal row offsets built apart
+    compare equal (other nodes by identity)."""
+    if isinstance(e, K.Const):
+        return ("const", e.value)
+    if isinstance(e, K.Binary):
+        return (e.op, _key(e.a), _key(e.b))
+    return id(e)
 
 
 def _int_indices(kernel: K.Kernel) -> bool:
