@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import dtypes, lax
-from funcgrad.backends.cuda import emulator, nvrtc
+from funcgrad.backends.cuda import emulator, nvrtc, solver
 from funcgrad.backends.cuda.render import memory_type, render_kernel
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.lapack import FortranCall
@@ -611,7 +611,7 @@ def test_float32_products_round_to_tf32_only_where_the_user_allows_it():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
-def test_decompositions_run_on_the_devices_solver_and_svd_on_the_host(dtype):
+def test_decompositions_run_on_the_devices_solver_and_svd_on_the_host(dtype, monkeypatch):
     rng = np.random.default_rng(5)
     a = rng.standard_normal((3, 5, 5))
     if np.dtype(dtype).kind == "c":
@@ -641,14 +641,23 @@ def test_decompositions_run_on_the_devices_solver_and_svd_on_the_host(dtype):
         executable = fg.jit(f).lower(spd, b).compile().executable
     on_device = {plan.calls[0].routine for plan in executable.solves.values()}
     complex_form = np.dtype(dtype).kind == "c"
-    # The stack's Cholesky factorizations are one batched call; the others a call a matrix.
+    # The stack's Cholesky and LU factorizations and its triangular solves are one batched
+    # call each; the others a call a matrix.
     calls = {plan.calls[0].routine: len(plan.calls) for plan in executable.solves.values()}
-    assert calls["potrfBatched"] == 1 and calls["getrf"] == 3
-    assert on_device == {"potrfBatched", "trsm", "geqrf", "getrf"} | (
+    assert calls["potrfBatched"] == calls["getrfBatched"] == calls["trsmBatched"] == 1
+    assert calls["geqrf"] == 3
+    assert on_device == {"potrfBatched", "trsmBatched", "geqrf", "getrfBatched"} | (
         {"ungqr", "heevd"} if complex_form else {"orgqr", "syevd"}
     )
     steps = [s for s in all_steps(executable.program) if isinstance(s, FortranCall)]
     assert {s.routine for s in steps if s not in executable.solves} == {"gesdd"}
+    # Matrices past the batched LU's bound are factored a cuSOLVER call each.
+    monkeypatch.setattr(solver, "BATCHED_LU_LIMIT", 4)
+    with jit_backend("cuda_emulator"):
+        lu = fg.jit(linalg_decomp.lu).lower(spd).compile().executable
+        factored = fg.jit(linalg_decomp.lu)(spd)[0]
+    np.testing.assert_allclose(factored, linalg_decomp.lu(spd)[0], rtol=2e-4 if single else 1e-10)
+    assert [(p.calls[0].routine, len(p.calls)) for p in lu.solves.values()] == [("getrf", 3)]
 
 
 @pytest.mark.skipif("cuda" in CUDA_BACKENDS, reason="a GPU is present")

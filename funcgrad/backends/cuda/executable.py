@@ -322,8 +322,8 @@ class Gpu:
             if call.routine == "potrfBatched":  # (no workspace)
                 getattr(cusolver, f"{letter}potrfBatched")(handle, *args)
                 return
-            if call.routine == "trsm":
-                self._trsm(letter, call.dtype, args)
+            if call.routine in ("trsm", "trsmBatched", "getrfBatched"):
+                self._cublas(f"{letter}{call.routine}", call.dtype, args)
                 return
             if call.routine not in workspaces:  # every matrix of a step has the same shape
                 query = getattr(cusolver, f"{letter}{call.routine}_bufferSize")
@@ -336,7 +336,9 @@ class Gpu:
 
         solver.run(plan, views, xp, make)
 
-    def _trsm(self, letter: str, dtype: np.dtype, args: list) -> None:
+    def _cublas(self, name: str, dtype: np.dtype, args: list) -> None:
+        """cuBLAS's routine `name` (trsm, trsmBatched, getrfBatched) on the current stream, a
+        scale of one read from the host."""
         from cupy.cuda import cublas
 
         handle = self.xp.cuda.device.get_cublas_handle()
@@ -345,7 +347,7 @@ class Gpu:
         cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
         try:
             args = [alpha.ctypes.data if a == solver.ALPHA else a for a in args]
-            getattr(cublas, f"{letter}trsm")(handle, *args)
+            getattr(cublas, name)(handle, *args)
         finally:
             cublas.setPointerMode(handle, mode)
 

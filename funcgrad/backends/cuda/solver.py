@@ -86,13 +86,12 @@ class DeviceSolve:
 
 def translate(step: FortranCall) -> DeviceSolve | None:
     """The step's calls in cuSOLVER's terms, or None for a routine that stays on the host. A
-    stack of Cholesky factorizations is one call of the batched routine."""
+    stack is one call of the batched routine where the libraries have one (`_batched`)."""
     routine, args = step.routine, step.args
-    if routine == "potrf" and step.batch > 1 and args[4][1] == 1:  # (infos side by side)
-        uplo, n, (matrix, stride), lda, (info, _) = args
-        stack = Matrices(matrix, stride, step.batch)
-        batched = (_FILL[uplo], n, stack, lda, Pointer(info, 0, True), step.batch)
-        return DeviceSolve([SolverCall("potrfBatched", step.dtype, batched)], [info])
+    batched = _batched(step)
+    if batched is not None:
+        narrowed = [a.buffer for a in batched.args if isinstance(a, Pointer) and a.narrow]
+        return DeviceSolve([batched], narrowed)
     make = _TRANSLATIONS.get(routine)
     if make is None:
         return None
@@ -123,6 +122,74 @@ def run(plan: DeviceSolve, views: dict, xp, make) -> None:
         make(call, locate)
     for buffer, shadow in shadows.items():
         views[buffer][...] = shadow
+
+
+# The largest LU factorization a stack makes with cuBLAS's batched routine, which is written
+# for small matrices (XLA's bound); larger ones are a cuSOLVER call each.
+BATCHED_LU_LIMIT = 128
+
+
+def _batched(step: FortranCall) -> SolverCall | None:
+    """A stack's calls as one call of a batched routine, as XLA makes them: Cholesky
+    (cuSOLVER's potrfBatched), LU of small square matrices and triangular solves (cuBLAS's
+    getrfBatched and trsmBatched). A call per matrix costs a library call from Python each
+    (tens of microseconds), more than a small matrix's work on a GPU. None where the step has
+    no such form."""
+    args, batch = step.args, step.batch
+    if batch < 2:
+        return None
+
+    def stack(arg) -> Matrices:
+        return Matrices(arg[0], arg[1], batch)
+
+    def side_by_side(arg, count: int) -> Pointer | None:  # an int array, `count` a matrix
+        return Pointer(arg[0], 0, True) if arg[1] == count else None
+
+    if step.routine == "potrf":
+        uplo, n, matrix, lda, info = args
+        infos = side_by_side(info, 1)
+        if infos is None:
+            return None
+        return SolverCall(
+            "potrfBatched", step.dtype, (_FILL[uplo], n, stack(matrix), lda, infos, batch)
+        )
+    if step.routine == "getrf":
+        m, n, matrix, lda, pivots, info = args
+        pivots, infos = side_by_side(pivots, n), side_by_side(info, 1)
+        if m != n or n > BATCHED_LU_LIMIT or pivots is None or infos is None:
+            return None
+        return SolverCall("getrfBatched", step.dtype, (n, stack(matrix), lda, pivots, infos, batch))
+    if step.routine == "trsm":
+        side, uplo, trans, diag, m, n, _alpha, matrix, lda, b, ldb = args
+        solves = (_SIDE[side], _FILL[uplo], trans, _DIAG[diag], m, n, ALPHA)
+        operands = (stack(matrix), lda, stack(b), ldb, batch)
+        return SolverCall("trsmBatched", step.dtype, solves + operands)
+    return None
+
+
+def each_matrix(call: SolverCall) -> list[SolverCall]:
+    """A batched call as the calls of its matrices in turn (as the emulator makes it)."""
+    routine, args = call.routine, call.args
+
+    def at(matrices: Matrices, k: int) -> Pointer:
+        return Pointer(matrices.buffer, k * matrices.stride)
+
+    def nth(pointer: Pointer, k: int, count: int) -> Pointer:
+        return Pointer(pointer.buffer, pointer.offset + k * count, pointer.narrow)
+
+    calls = []
+    for k in range(args[-1]):
+        if routine == "potrfBatched":
+            uplo, n, matrices, lda, info, _ = args
+            each = ("potrf", (uplo, n, at(matrices, k), lda, WORK, LWORK, nth(info, k, 1)))
+        elif routine == "getrfBatched":
+            n, matrices, lda, pivots, info, _ = args
+            each = ("getrf", (n, n, at(matrices, k), lda, WORK, nth(pivots, k, n), nth(info, k, 1)))
+        else:  # trsmBatched
+            *flags, m, n, alpha, matrices, lda, b, ldb, _ = args
+            each = ("trsm", (*flags, m, n, alpha, at(matrices, k), lda, at(b, k), ldb))
+        calls.append(SolverCall(each[0], call.dtype, each[1]))
+    return calls
 
 
 def _potrf(a, at):
@@ -198,12 +265,9 @@ def emulated_call(call: SolverCall, locate) -> None:
         widened.append((array(pointer)[:count], scratch))
         return (scratch, 0)
 
-    if call.routine == "potrfBatched":  # the stack's matrices in turn
-        uplo, n, matrices, lda, info, count = call.args
-        for k in range(count):
-            matrix = Pointer(matrices.buffer, k * matrices.stride)
-            each = (uplo, n, matrix, lda, WORK, LWORK, Pointer(info.buffer, info.offset + k, True))
-            emulated_call(SolverCall("potrf", dtype, each), locate)
+    if call.routine.endswith("Batched"):
+        for each in each_matrix(call):
+            emulated_call(each, locate)
         return
     args = [
         (array(a), 0) if isinstance(a, Pointer) and not a.narrow else _CHARACTERS.get(a, a)
