@@ -641,23 +641,30 @@ def test_decompositions_run_on_the_devices_solver_and_svd_on_the_host(dtype, mon
         executable = fg.jit(f).lower(spd, b).compile().executable
     on_device = {plan.calls[0].routine for plan in executable.solves.values()}
     complex_form = np.dtype(dtype).kind == "c"
-    # The stack's Cholesky and LU factorizations and its triangular solves are one batched
-    # call each; the others a call a matrix.
+    # The stack's Cholesky, LU and eigen decompositions and its triangular solves are one
+    # batched call each; the others a call a matrix.
+    jacobi = "heevjBatched" if complex_form else "syevjBatched"
     calls = {plan.calls[0].routine: len(plan.calls) for plan in executable.solves.values()}
     assert calls["potrfBatched"] == calls["getrfBatched"] == calls["trsmBatched"] == 1
-    assert calls["geqrf"] == 3
-    assert on_device == {"potrfBatched", "trsmBatched", "geqrf", "getrfBatched"} | (
-        {"ungqr", "heevd"} if complex_form else {"orgqr", "syevd"}
+    assert calls[jacobi] == 1 and calls["geqrf"] == 3
+    assert on_device == {"potrfBatched", "trsmBatched", "geqrf", "getrfBatched", jacobi} | (
+        {"ungqr"} if complex_form else {"orgqr"}
     )
     steps = [s for s in all_steps(executable.program) if isinstance(s, FortranCall)]
     assert {s.routine for s in steps if s not in executable.solves} == {"gesdd"}
-    # Matrices past the batched LU's bound are factored a cuSOLVER call each.
+    # Matrices past the batched routines' bounds are decomposed a cuSOLVER call each.
     monkeypatch.setattr(solver, "BATCHED_LU_LIMIT", 4)
-    with jit_backend("cuda_emulator"):
-        lu = fg.jit(linalg_decomp.lu).lower(spd).compile().executable
-        factored = fg.jit(linalg_decomp.lu)(spd)[0]
-    np.testing.assert_allclose(factored, linalg_decomp.lu(spd)[0], rtol=2e-4 if single else 1e-10)
-    assert [(p.calls[0].routine, len(p.calls)) for p in lu.solves.values()] == [("getrf", 3)]
+    monkeypatch.setattr(solver, "BATCHED_EIGH_LIMIT", 4)
+    tolerance = 2e-4 if single else 1e-10
+    for decompose, routine in ((linalg_decomp.lu, "getrf"), (fnp.linalg.eigvalsh, "evd")):
+        with jit_backend("cuda_emulator"):
+            solves = fg.jit(decompose).lower(spd).compile().executable.solves.values()
+            value = fg.tree_util.tree_leaves(fg.jit(decompose)(spd))[0]
+        expected = fg.tree_util.tree_leaves(decompose(spd))[0]
+        np.testing.assert_allclose(value, expected, rtol=tolerance, atol=tolerance)
+        assert [(p.calls[0].routine[-len(routine) :], len(p.calls)) for p in solves] == [
+            (routine, 3)
+        ]
 
 
 @pytest.mark.skipif("cuda" in CUDA_BACKENDS, reason="a GPU is present")

@@ -300,6 +300,7 @@ class Gpu:
             "non-unit": cublas.CUBLAS_DIAG_NON_UNIT,
             "vector": cusolver.CUSOLVER_EIG_MODE_VECTOR,
             "novector": cusolver.CUSOLVER_EIG_MODE_NOVECTOR,
+            solver.JACOBI: _jacobi_parameters(),
         }
         handle = xp.cuda.device.get_cusolver_handle()
         workspaces: dict = {}
@@ -742,6 +743,15 @@ def _on_device(device, value: np.ndarray, dtype: np.dtype):
             _scalars.clear()
         kept = _scalars[key] = device.upload(flat)
     return device.view(kept, dtype)
+
+
+@functools.cache
+def _jacobi_parameters() -> int:
+    """cuSOLVER's batched Jacobi eigensolver's parameters, its defaults (a tolerance of the
+    type's precision, eigenvalues in ascending order as LAPACK gives them), made once."""
+    from cupy.cuda import cusolver
+
+    return cusolver.createSyevjInfo()
 
 
 # CUDA's names of the element types a GEMM takes (cudaDataType: CUDA_R_32F, _64F, _16F, _16BF).

@@ -28,6 +28,7 @@ from funcgrad.compiler.lapack import IWORK, LIWORK, LRWORK, LWORK, RWORK, WORK, 
 LETTERS = {"float32": "s", "float64": "d", "complex64": "c", "complex128": "z"}
 
 ALPHA = "<alpha>"  # trsm's scale, always one in the plans (a complex plan holds it in a buffer)
+JACOBI = "<syevj parameters>"  # the batched Jacobi eigensolver's parameters (the library's)
 
 # LAPACK's characters by what they mean at each position.
 _FILL = {"L": "lower", "U": "upper"}
@@ -45,6 +46,8 @@ QUERIES = {
     "ungqr": (0, 1, 2, 3, 4, 5),
     "syevd": (0, 1, 2, 3, 4, 5),
     "heevd": (0, 1, 2, 3, 4, 5),
+    "syevjBatched": (0, 1, 2, 3, 4, 5, 9, 10),
+    "heevjBatched": (0, 1, 2, 3, 4, 5, 9, 10),
 }
 
 
@@ -127,6 +130,8 @@ def run(plan: DeviceSolve, views: dict, xp, make) -> None:
 # The largest LU factorization a stack makes with cuBLAS's batched routine, which is written
 # for small matrices (XLA's bound); larger ones are a cuSOLVER call each.
 BATCHED_LU_LIMIT = 128
+# The largest matrices cuSOLVER's batched Jacobi eigensolver takes.
+BATCHED_EIGH_LIMIT = 32
 
 
 def _batched(step: FortranCall) -> SolverCall | None:
@@ -159,6 +164,15 @@ def _batched(step: FortranCall) -> SolverCall | None:
         if m != n or n > BATCHED_LU_LIMIT or pivots is None or infos is None:
             return None
         return SolverCall("getrfBatched", step.dtype, (n, stack(matrix), lda, pivots, infos, batch))
+    if step.routine in ("syevd", "heevd"):
+        job, uplo, n, (matrix, stride), lda, (values, apart), *_workspaces, info = args
+        infos = side_by_side(info, 1)
+        side_by_side_stack = stride == lda * n * _parts(step.dtype) and apart == n
+        if n > BATCHED_EIGH_LIMIT or not side_by_side_stack or infos is None:
+            return None
+        jacobi = f"{step.routine[:4]}jBatched"  # (syevjBatched, heevjBatched)
+        head = (_JOB[job], _FILL[uplo], n, Pointer(matrix, 0), lda, Pointer(values, 0))
+        return SolverCall(jacobi, step.dtype, (*head, WORK, LWORK, infos, JACOBI, batch))
     if step.routine == "trsm":
         side, uplo, trans, diag, m, n, _alpha, matrix, lda, b, ldb = args
         solves = (_SIDE[side], _FILL[uplo], trans, _DIAG[diag], m, n, ALPHA)
@@ -185,11 +199,22 @@ def each_matrix(call: SolverCall) -> list[SolverCall]:
         elif routine == "getrfBatched":
             n, matrices, lda, pivots, info, _ = args
             each = ("getrf", (n, n, at(matrices, k), lda, WORK, nth(pivots, k, n), nth(info, k, 1)))
+        elif routine in ("syevjBatched", "heevjBatched"):  # as the divide-and-conquer solver
+            job, uplo, n, matrix, lda, values, work, lwork, info, _, _ = args
+            stride = lda * n * _parts(call.dtype)
+            matrix, values = nth(matrix, k, stride), nth(values, k, n)
+            solve = (job, uplo, n, matrix, lda, values, work, lwork, nth(info, k, 1))
+            each = (f"{routine[:4]}d", solve)  # (syevd, heevd)
         else:  # trsmBatched
             *flags, m, n, alpha, matrices, lda, b, ldb, _ = args
             each = ("trsm", (*flags, m, n, alpha, at(matrices, k), lda, at(b, k), ldb))
         calls.append(SolverCall(each[0], call.dtype, each[1]))
     return calls
+
+
+def _parts(dtype: np.dtype) -> int:
+    """Elements of a plan's buffer per matrix element: a complex matrix is held as parts."""
+    return 2 if np.dtype(dtype).kind == "c" else 1
 
 
 def _potrf(a, at):
