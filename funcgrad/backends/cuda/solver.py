@@ -6,7 +6,8 @@ cuSOLVER's dense routines mirror LAPACK's; how they are called differs: a handle
 LAPACK's characters, int32 info and pivots where the plan holds int64 ones, workspaces that
 the library sizes itself, and no integer or real workspaces. `translate` writes a step's
 calls, a matrix at a time, in cuSOLVER's order and terms: int64 buffers that cuSOLVER
-writes as int32 get an int32 shadow, widened into them after the calls. The GPU runs the
+writes as int32 get an int32 shadow, widened into them after the calls. A stack is one call
+of a batched routine where the libraries have one (`_batched`). The GPU runs the
 calls through CuPy (`Gpu.solve`); the emulator runs them with the host's LAPACK
 (`emulated_call`), which checks the translation without a GPU.
 
@@ -136,8 +137,9 @@ BATCHED_EIGH_LIMIT = 32
 
 def _batched(step: FortranCall) -> SolverCall | None:
     """A stack's calls as one call of a batched routine, as XLA makes them: Cholesky
-    (cuSOLVER's potrfBatched), LU of small square matrices and triangular solves (cuBLAS's
-    getrfBatched and trsmBatched). A call per matrix costs a library call from Python each
+    (cuSOLVER's potrfBatched), eigendecompositions of small matrices (its Jacobi solver,
+    syevjBatched), LU of small square matrices and triangular solves (cuBLAS's getrfBatched
+    and trsmBatched). A call per matrix costs a library call from Python each
     (tens of microseconds), more than a small matrix's work on a GPU. None where the step has
     no such form."""
     args, batch = step.args, step.batch
