@@ -484,43 +484,60 @@ class _KernelWriter:
         buffer the loop reads or writes at its own index is 16-byte aligned (a scan's slice
         may not be); the scalar loop after it takes the iterations left (all of them when
         a buffer is not aligned). Returns the C expression of that first scalar iteration."""
-        loaded, stored = _indexed_loads(split), [s.buffer for s in split.body]
-        vectors = loaded + stored
-        count = (split.stop - split.start) // lanes
-        pointers = " | ".join(f"(unsigned long long){b.name}" for b in vectors)
-        self.emit(f"const bool aligned = (({pointers}) & 15) == 0;")
-        self.emit("if (aligned) {")
+        vectors = _indexed_loads(split) + [s.buffer for s in split.body]
+        first, stride = self.grid_stride()
+        accesses = {b: {id(split.index)} for b in vectors}
+        starts = {b: b.name for b in vectors}
+        loop = (split, index, split.body)
+        return self.aligned_vectors(loop, lanes, starts, accesses, ("q", first, stride), "aligned")
+
+    def aligned_vectors(self, loop, lanes, starts, accesses, vectors, flag) -> str:
+        """A loop's iterations over 16-byte vectors where every buffer `accesses` names (by
+        the offsets it is read or written at) is aligned at `starts[buffer]`: for each vector
+        (`vectors`: its variable, first value and stride), each buffer the body reads there
+        is read as `lanes` elements with one load, the body runs once per lane and each
+        buffer it writes there is stored as one vector after. `loop`: the kernel IR loop, its
+        index's name and the body to run. Returns the C expression of the first iteration
+        left to an element loop after it (all of them where a buffer is not aligned)."""
+        loop, index, body = loop
+        q, first, stride = vectors
+        count = (loop.stop - loop.start) // lanes
+        stored = [s.buffer for s in body if isinstance(s, K.Store) and s.buffer in accesses]
+        stored = list(dict.fromkeys(stored))
+        loaded = [b for b in accesses if b not in stored]
+        pointers = " | ".join(f"(unsigned long long){p}" for p in starts.values())
+        self.emit(f"const bool {flag} = (({pointers}) & 15) == 0;")
+        self.emit(f"if ({flag}) {{")
         outer = self.indent
         self.indent += "  "
-        first, stride = self.grid_stride()
-        self.emit(f"for ({self.index_type} q = {first}; q < {count}; q += {stride}) {{")
+        self.emit(f"for ({self.index_type} {q} = {first}; {q} < {count}; {q} += {stride}) {{")
         self.indent += "  "
         for b in loaded:
             vector = f"fg_vector<{memory_type(b.dtype)}, {lanes}>"
-            pointer = f"reinterpret_cast<const {vector}*>({b.name})"
-            self.emit(f"const {vector} {b.name}_v = {pointer}[q];")
+            pointer = f"reinterpret_cast<const {vector}*>({starts[b]})"
+            self.emit(f"const {vector} {b.name}_v = {pointer}[{q}];")
         for b in stored:
             self.emit(f"fg_vector<{memory_type(b.dtype)}, {lanes}> {b.name}_v;")
         for lane in range(lanes):
             self.emit("{")
             self.indent += "  "
             self.emit(
-                f"const {self.index_type} {index} = {_plus(split.start)}{lanes} * q + {lane};"
+                f"const {self.index_type} {index} = {_plus(loop.start)}{lanes} * {q} + {lane};"
             )
-            self.lane = (lane, {b: {id(split.index)} for b in vectors})
-            self.statements(split.body)
+            self.lane = (lane, accesses)
+            self.statements(body)
             self.lane = None
             self.indent = self.indent[:-2]
             self.emit("}")
         for b in stored:
             vector = f"fg_vector<{memory_type(b.dtype)}, {lanes}>"
-            self.emit(f"reinterpret_cast<{vector}*>({b.name})[q] = {b.name}_v;")
+            self.emit(f"reinterpret_cast<{vector}*>({starts[b]})[{q}] = {b.name}_v;")
         self.indent = outer + "  "
         self.emit("}")
         self.indent = outer
         self.emit("}")
-        vectors_end = self.index_literal(split.start + count * lanes)
-        return f"(aligned ? {vectors_end} : {self.index_literal(split.start)})"
+        vectors_end = self.index_literal(loop.start + count * lanes)
+        return f"({flag} ? {vectors_end} : {self.index_literal(loop.start)})"
 
     def finished(self, params: list, threads: int, **layout) -> CudaKernel:
         read_only = [b not in self.kernel.outputs for b in params]
@@ -609,47 +626,16 @@ class _KernelWriter:
         C expression of the first iteration the scalar loop after it takes (all of them
         where a row is not aligned)."""
         k = next(self.names)
-        lanes, count = vectors.lanes, (loop.stop - loop.start) // vectors.lanes
         starts = {}
         for b, row in vectors.rows.items():
             offset = self.index_literal(loop.start) if row is None else self.subscript(row)
             if row is not None and loop.start:
                 offset = f"{offset} + {self.index_literal(loop.start)}"
             starts[b] = f"({b.name} + {offset})"
-        pointers = " | ".join(f"(unsigned long long){p}" for p in starts.values())
-        self.emit(f"const bool aligned{k} = (({pointers}) & 15) == 0;")
-        self.emit(f"if (aligned{k}) {{")
-        outer = self.indent
-        self.indent += "  "
-        self.emit(
-            f"for ({self.index_type} q{k} = threadIdx.x; q{k} < {count}; q{k} += blockDim.x) {{"
+        per_block = (f"q{k}", "threadIdx.x", "blockDim.x")
+        return self.aligned_vectors(
+            (loop, index, body), vectors.lanes, starts, vectors.accesses, per_block, f"aligned{k}"
         )
-        self.indent += "  "
-        for b in vectors.loaded:
-            vector = f"fg_vector<{memory_type(b.dtype)}, {lanes}>"
-            pointer = f"reinterpret_cast<const {vector}*>({starts[b]})"
-            self.emit(f"const {vector} {b.name}_v = {pointer}[q{k}];")
-        for b in vectors.stored:
-            self.emit(f"fg_vector<{memory_type(b.dtype)}, {lanes}> {b.name}_v;")
-        for lane in range(lanes):
-            self.emit("{")
-            self.indent += "  "
-            at = f"{_plus(loop.start)}{lanes} * q{k} + {lane}"
-            self.emit(f"const {self.index_type} {index} = {at};")
-            self.lane = (lane, vectors.accesses)
-            self.statements(body)
-            self.lane = None
-            self.indent = self.indent[:-2]
-            self.emit("}")
-        for b in vectors.stored:
-            vector = f"fg_vector<{memory_type(b.dtype)}, {lanes}>"
-            self.emit(f"reinterpret_cast<{vector}*>({starts[b]})[q{k}] = {b.name}_v;")
-        self.indent = outer + "  "
-        self.emit("}")
-        self.indent = outer
-        self.emit("}")
-        vectors_end = self.index_literal(loop.start + count * lanes)
-        return f"(aligned{k} ? {vectors_end} : {self.index_literal(loop.start)})"
 
     def share(self, acc: K.Acc, op: str, base: str, partial: K.Buffer) -> None:
         """Every thread's partial fold of `acc` combined (`halving_tree`, then the first
@@ -886,7 +872,11 @@ def _row_vectors(loop: K.Loop, body: list, local: set) -> RowVectors | None:
         if isinstance(statement, K.Store):
             found.append((statement.buffer, statement.offset, stored))
         for buffer, offset, kind in found:
-            if buffer in local or not any(n is index for n in K.nodes(offset)):
+            if buffer in local:
+                continue
+            if not any(n is index for n in K.nodes(offset)):
+                if kind is stored:
+                    return None  # (a store in place: its buffer is not a vector's)
                 continue
             row = _row_offset(offset, index)
             if row is False or (buffer in rows and _key(rows[buffer]) != _key(row)):
