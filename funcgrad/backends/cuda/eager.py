@@ -101,9 +101,9 @@ def _compile(primitive, args, params, device: GpuDevice):
     try:
         return CudaExecutable(closed, device=device.runtime)
     except CompileError as error:
-        from funcgrad.backends.llvm import lowerings  # noqa: F401  (the reasons for no lowering)
+        from funcgrad.backends.cuda import lowerings  # noqa: F401  (the reasons for no lowering)
 
-        if "llvm" in primitive.not_applicable:
+        if "cuda" in primitive.not_applicable:
             return _Unlowered(primitive, params)
         raise CompileError(
             f"{primitive.name} cannot run on {device!r} yet: {error}. Move its operands to the "
