@@ -4,11 +4,14 @@ CuPy's cuBLAS wrappers refuse every call while the current stream is being captu
 sets the handle's stream first, and that checks for a capture), though cuBLAS itself may be
 captured (since CUDA 12.2 its workspace is allocated in stream order). A jitted program's
 GEMMs are captured with its kernels into one CUDA graph, so they are made here, through
-ctypes, on the handle CuPy keeps for the device; the enumerations are CuPy's.
+ctypes, on the handle CuPy keeps for the device; the enumerations are CuPy's. The other
+cuBLAS calls (the solver's, never captured) go through CuPy, their scalars read from the
+host as the GEMM's are (`scalars_on_the_host`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 
@@ -46,15 +49,24 @@ def _check(status: int) -> None:
         raise CUBLASError(status)
 
 
-def gemm_strided_batched(handle: int, stream: int, *args) -> None:
-    """cublasGemmStridedBatchedEx(handle, *args) on `stream`, alpha and beta read from the
-    host; the handle's pointer mode is restored after."""
+@contextlib.contextmanager
+def scalars_on_the_host(handle: int):
+    """Within it, the handle's calls read their scalars (alpha, beta) from host memory; its
+    pointer mode is restored after."""
     library = _library()
-    _check(library.cublasSetStream_v2(handle, stream))
     mode = ctypes.c_int()
     _check(library.cublasGetPointerMode_v2(handle, ctypes.byref(mode)))
     _check(library.cublasSetPointerMode_v2(handle, _POINTER_MODE_HOST))
     try:
-        _check(library.cublasGemmStridedBatchedEx(handle, *args))
+        yield
     finally:
         library.cublasSetPointerMode_v2(handle, mode.value)
+
+
+def gemm_strided_batched(handle: int, stream: int, *args) -> None:
+    """cublasGemmStridedBatchedEx(handle, *args) on `stream`, alpha and beta read from the
+    host."""
+    library = _library()
+    _check(library.cublasSetStream_v2(handle, stream))
+    with scalars_on_the_host(handle):
+        _check(library.cublasGemmStridedBatchedEx(handle, *args))

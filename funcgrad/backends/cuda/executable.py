@@ -285,23 +285,10 @@ class Gpu:
     def solve(self, plan: solver.DeviceSolve, views: dict) -> None:
         """A decomposition's calls through cuSOLVER (trsm through cuBLAS) on the current
         stream: workspaces sized by the library, int32 info and pivots widened after."""
-        from cupy.cuda import cublas, cusolver
+        from cupy.cuda import cusolver
 
         xp = self.xp
-        enums = {
-            "lower": cublas.CUBLAS_FILL_MODE_LOWER,
-            "upper": cublas.CUBLAS_FILL_MODE_UPPER,
-            "left": cublas.CUBLAS_SIDE_LEFT,
-            "right": cublas.CUBLAS_SIDE_RIGHT,
-            "N": cublas.CUBLAS_OP_N,
-            "T": cublas.CUBLAS_OP_T,
-            "C": cublas.CUBLAS_OP_C,
-            "unit": cublas.CUBLAS_DIAG_UNIT,
-            "non-unit": cublas.CUBLAS_DIAG_NON_UNIT,
-            "vector": cusolver.CUSOLVER_EIG_MODE_VECTOR,
-            "novector": cusolver.CUSOLVER_EIG_MODE_NOVECTOR,
-            solver.JACOBI: _jacobi_parameters(),
-        }
+        enums = _solver_enums()
         handle = xp.cuda.device.get_cusolver_handle()
         workspaces: dict = {}
 
@@ -344,13 +331,9 @@ class Gpu:
 
         handle = self.xp.cuda.device.get_cublas_handle()
         alpha = np.ones((), dtype)  # on the host
-        mode = cublas.getPointerMode(handle)
-        cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
-        try:
+        with cublas_calls.scalars_on_the_host(handle):
             args = [alpha.ctypes.data if a == solver.ALPHA else a for a in args]
             getattr(cublas, name)(handle, *args)
-        finally:
-            cublas.setPointerMode(handle, mode)
 
     def download(self, value) -> np.ndarray:
         with self.context():
@@ -746,12 +729,26 @@ def _on_device(device, value: np.ndarray, dtype: np.dtype):
 
 
 @functools.cache
-def _jacobi_parameters() -> int:
-    """cuSOLVER's batched Jacobi eigensolver's parameters, its defaults (a tolerance of the
-    type's precision, eigenvalues in ascending order as LAPACK gives them), made once."""
-    from cupy.cuda import cusolver
+def _solver_enums() -> dict:
+    """The libraries' values of the names a `solver.SolverCall` uses, with the batched Jacobi
+    eigensolver's parameters (its defaults: a tolerance of the type's precision, eigenvalues
+    in ascending order as LAPACK gives them), made once."""
+    from cupy.cuda import cublas, cusolver
 
-    return cusolver.createSyevjInfo()
+    return {
+        "lower": cublas.CUBLAS_FILL_MODE_LOWER,
+        "upper": cublas.CUBLAS_FILL_MODE_UPPER,
+        "left": cublas.CUBLAS_SIDE_LEFT,
+        "right": cublas.CUBLAS_SIDE_RIGHT,
+        "N": cublas.CUBLAS_OP_N,
+        "T": cublas.CUBLAS_OP_T,
+        "C": cublas.CUBLAS_OP_C,
+        "unit": cublas.CUBLAS_DIAG_UNIT,
+        "non-unit": cublas.CUBLAS_DIAG_NON_UNIT,
+        "vector": cusolver.CUSOLVER_EIG_MODE_VECTOR,
+        "novector": cusolver.CUSOLVER_EIG_MODE_NOVECTOR,
+        solver.JACOBI: cusolver.createSyevjInfo(),
+    }
 
 
 # CUDA's names of the element types a GEMM takes (cudaDataType: CUDA_R_32F, _64F, _16F, _16BF).

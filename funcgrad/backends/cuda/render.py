@@ -849,8 +849,6 @@ class RowVectors:
 
     lanes: int
     rows: dict  # buffer -> the offset of its row (None: zero); its element i at row + i
-    loaded: list  # the buffers read as vectors
-    stored: list  # the buffers written as vectors
     accesses: dict  # buffer -> the ids of the offsets that read or write it as lanes
 
 
@@ -865,17 +863,17 @@ def _row_vectors(loop: K.Loop, body: list, local: set) -> RowVectors | None:
     index = loop.index
     rows: dict = {}
     accesses: dict = {}
-    loaded, stored = [], []
+    stored = []
     for statement in body:
-        found = [(e.buffer, e.offset, loaded) for e in expressions(statement)
+        found = [(e.buffer, e.offset, False) for e in expressions(statement)
                  if isinstance(e, K.Load)]  # fmt: skip
         if isinstance(statement, K.Store):
-            found.append((statement.buffer, statement.offset, stored))
-        for buffer, offset, kind in found:
+            found.append((statement.buffer, statement.offset, True))
+        for buffer, offset, is_store in found:
             if buffer in local:
                 continue
             if not any(n is index for n in K.nodes(offset)):
-                if kind is stored:
+                if is_store:
                     return None  # (a store in place: its buffer is not a vector's)
                 continue
             row = _row_offset(offset, index)
@@ -883,8 +881,8 @@ def _row_vectors(loop: K.Loop, body: list, local: set) -> RowVectors | None:
                 return None
             rows.setdefault(buffer, row)
             accesses.setdefault(buffer, set()).add(id(offset))
-            kind.append(buffer)
-    loaded = list(dict.fromkeys(loaded))
+            if is_store:
+                stored.append(buffer)
     if len(set(stored)) != len(stored):
         return None
     if any(isinstance(e, K.Load) and e.buffer in stored for s in body for e in expressions(s)):
@@ -895,7 +893,7 @@ def _row_vectors(loop: K.Loop, body: list, local: set) -> RowVectors | None:
     lanes = 16 // sizes.pop()
     if loop.stop - loop.start < lanes:
         return None
-    return RowVectors(lanes, rows, loaded, stored, accesses)
+    return RowVectors(lanes, rows, accesses)
 
 
 def _row_offset(offset: K.Expr, index: K.Index):

@@ -280,6 +280,10 @@ def emulated_call(call: SolverCall, locate) -> None:
     and pivots go through int64 scratch into the int32 places cuSOLVER writes."""
     from funcgrad.backends.llvm import blas
 
+    if call.routine.endswith("Batched"):
+        for each in each_matrix(call):
+            emulated_call(each, locate)
+        return
     dtype = call.dtype
     widened = []
 
@@ -292,10 +296,6 @@ def emulated_call(call: SolverCall, locate) -> None:
         widened.append((array(pointer)[:count], scratch))
         return (scratch, 0)
 
-    if call.routine.endswith("Batched"):
-        for each in each_matrix(call):
-            emulated_call(each, locate)
-        return
     args = [
         (array(a), 0) if isinstance(a, Pointer) and not a.narrow else _CHARACTERS.get(a, a)
         for a in call.args
