@@ -210,9 +210,15 @@ def mlp_case():
     x = rng.standard_normal((256, 784)).astype(np.float32)
     y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
     step = _mlp_step(fnp, fg.grad)
+
+    def tf32_step(*args):  # (the precision JAX's products take by default on such a GPU)
+        with fg.default_matmul_precision("tensorfloat32"):
+            return step(*args)
+
     runs = {
         "funcgrad": _funcgrad(step, params, x, y),
         "funcgrad-walked": _walked(step, params, x, y),
+        "funcgrad tf32": _funcgrad(tf32_step, params, x, y),
     }
     jax = _jax()
     if jax:

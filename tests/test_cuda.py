@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import dtypes, lax
-from funcgrad.backends.cuda import emulator, nvrtc, solver
-from funcgrad.backends.cuda.render import memory_type, render_kernel
+from funcgrad.backends.cuda import emulator, executable, nvrtc, solver
+from funcgrad.backends.cuda.render import memory_type, module_source, render_kernel
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.schedule import all_steps
@@ -426,24 +426,111 @@ def test_long_rows_run_on_a_block_each_and_short_rows_on_a_thread_each():
     # Each lane computes with its own element's index.
     ramp = lambda v: softmax(v) * (fnp.arange(v.shape[1], dtype=v.dtype) % 7)  # noqa: E731
     assert_same_as_reference(ramp, x[:, :1030], exact=False)
-    # A thread per row, its scratch in its own memory; a block per row, the scratch shared by
-    # the block; a row whose scratch exceeds shared memory runs on one thread.
+    # A thread per row, its scratch in its own memory; a block per row, each thread holding
+    # its vectors of the row's scratch in registers (rows of 6,000: 1,500 vectors of 4, on a
+    # block of 512 threads taking 3 each; rows of 10,000, whose scratch shared memory would not
+    # hold, 5 each); a row whose scratch neither fits runs on one thread.
     assert "float s" in compiled_text(softmax, x[:, :64])
     wide = compiled_text(softmax, x[:, :6000])
-    assert "__shared__ float s" in wide and "i0 = blockIdx.x; i0 < 5; i0 += gridDim.x" in wide
-    assert "threadIdx.x; i1 < 6000; i1 += blockDim.x" in wide
-    assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" in compiled_text(softmax, x)
-    # The input is read from memory once per row: the first loop keeps it in shared memory
-    # for the later ones (where it fits beside the scratch).
+    assert "i0 = blockIdx.x; i0 < 5; i0 += gridDim.x" in wide and "__shared__ float s" not in wide
+    assert re.search(r"\n  float s\d+\[12\];", wide) and "h0 < 3; ++h0" in wide
+    assert "__launch_bounds__(512)" in wide and "h0 < 5; ++h0" in compiled_text(softmax, x)
+    wider = np.tile(x, 4)
+    assert_same_as_reference(softmax, wider, exact=False)
+    assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" in compiled_text(softmax, wider)
+    # The input is read from memory once per row: the first loop keeps its elements for the
+    # later ones.
     for f in (softmax, layernorm):
         text = compiled_text(f, x[:, :300])
-        assert len(re.findall(r"\bin\d+\[", text)) == 1 and "__shared__ float row0[300];" in text
+        assert len(re.findall(r"_v = reinterpret_cast<const fg_vector<float, 4>\*>", text)) == 1
+        assert "  float row0[12];" in text
     # A row's loops read and write its memory as 16-byte vectors where the row is aligned (the
-    # loops of 1,030: 257 vectors, then two elements; every other row element by element).
+    # loops of 1,030: 258 vectors, the last of two elements, element by element; every other
+    # row element by element).
     text = compiled_text(softmax, x[:, :1030])
-    assert re.search(r"const fg_vector<float, 4> in\d+_v = ", text)
+    assert re.search(r"fg_vector<float, 4> in\d+_v;", text)
     assert re.search(r"reinterpret_cast<fg_vector<float, 4>\*>\(\(out\d+ \+ ", text)
-    assert "q0 < 257;" in text and "? 1028 : 0) + threadIdx.x; i1 < 1030;" in text
+    assert "if (q0 >= 258) break;" in text and "aligned0 && 4 * q0 + 4 <= 1030;" in text
+
+    # A row whose loops index none of its intermediates (a sum over part of the row, then the
+    # quotients) runs them strided over the block, the fold's total in shared memory.
+    def part(x):
+        return x / (x[:, :100] ** 2).sum(axis=1, keepdims=True)
+
+    assert_same_as_reference(part, x[:, :300], exact=False)
+    assert "__shared__ float s" in compiled_text(part, x[:, :300])
+
+
+def _run_rows(kernel: K.Kernel, *arrays: np.ndarray) -> str:
+    """Runs a hand-made kernel on the emulator over `arrays` (its buffers, in place); returns
+    its CUDA C."""
+    rendered = render_kernel(kernel, "k0_rows")
+    device = executable.emulator()
+    module = device.load(module_source([rendered.text()]), [rendered])
+    device.launch(module, rendered, [a.reshape(-1) for a in arrays])
+    return rendered.text()
+
+
+@pytest.mark.parametrize("held", [True, False])
+def test_row_blocks_hold_intermediates_where_every_loop_reads_its_own_elements(held):
+    """Rows of 301: a loop keeps 2x in scratch and folds its maximum, a second writes the
+    scratch less the maximum. Each thread holds its vectors' elements of the scratch (the
+    tail vector of one element, and rows misaligned in turn); where the second loop reads
+    the scratch reversed, the scratch is the block's, in shared memory."""
+    rows, width = 6, 301
+    f32 = np.dtype(np.float32)
+    x, y = K.Buffer("x", f32, rows * width), K.Buffer("y", f32, rows * width)
+    top = K.Buffer("top", f32, rows)
+    scratch = K.Buffer("s", f32, width)
+    i, j, k = K.Index("i"), K.Index("j"), K.Index("k")
+    largest = K.Acc("largest", f32)
+    doubled = K.binary("mul", K.Load(x, i * width + j), K.const(2, f32))
+    read_at = k if held else K.binary("sub", K.const(width - 1, K.INDEX), k)
+    row = K.Loop(i, 0, rows, [
+        K.SetAcc(largest, K.const(-np.inf, f32)),
+        K.Loop(j, 0, width, [
+            K.Store(scratch, j, doubled),
+            K.SetAcc(largest, K.binary("max", largest.read(), K.Load(scratch, j))),
+        ]),
+        K.Store(top, i, largest.read()),
+        K.Loop(k, 0, width, [
+            K.Store(y, i * width + k, K.binary("sub", K.Load(scratch, read_at), largest.read())),
+        ]),
+    ])  # fmt: skip
+    kernel = K.Kernel("rows", [x], [y, top, scratch], [row], scratch=[scratch])
+    data = np.random.default_rng(5).standard_normal((rows, width)).astype(np.float32)
+    got, got_top = np.zeros_like(data), np.zeros(rows, np.float32)
+    text = _run_rows(kernel, data, got, got_top)
+    doubled = data * 2
+    np.testing.assert_array_equal(got_top, doubled.max(axis=1))
+    expected = doubled if held else doubled[:, ::-1]
+    np.testing.assert_array_equal(got, expected - doubled.max(axis=1, keepdims=True))
+    if held:  # 76 vectors of 4: 32 threads taking 3 each
+        assert "  float s[12];" in text and "h0 < 3; ++h0" in text and "q0 >= 76" in text
+    else:
+        assert "__shared__ float s[301];" in text
+
+
+def test_held_rows_wait_where_a_loop_writes_what_another_thread_reads():
+    """Rows shifted left in place: a loop holds each thread's elements of the row read one
+    place on, the next writes them over the row. Holding its intermediates does not order
+    the threads' accesses of the row itself: a barrier after each loop does (the first reads
+    what the second writes, and the second writes what the first reads)."""
+    rows, width = 4, 256
+    f32 = np.dtype(np.float32)
+    x, scratch = K.Buffer("x", f32, rows * width), K.Buffer("s", f32, width - 1)
+    i, j, k = K.Index("i"), K.Index("j"), K.Index("k")
+    row = K.Loop(i, 0, rows, [
+        K.Loop(j, 0, width - 1, [K.Store(scratch, j, K.Load(x, i * width + j + 1))]),
+        K.Loop(k, 0, width - 1, [K.Store(x, i * width + k, K.Load(scratch, k))]),
+        K.Store(x, i * width + width - 1, K.const(0, f32)),
+    ])  # fmt: skip
+    kernel = K.Kernel("rows", [x], [x, scratch], [row], scratch=[scratch])
+    data = np.random.default_rng(6).standard_normal((rows, width)).astype(np.float32)
+    got = data.copy()
+    text = _run_rows(kernel, got)
+    np.testing.assert_array_equal(got, np.pad(data[:, 1:], ((0, 0), (0, 1))))
+    assert "  float s[8];" in text and text.count("__syncthreads();") == 2
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, dtypes.float16])

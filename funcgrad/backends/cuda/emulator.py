@@ -63,6 +63,7 @@ static void fg_warps(unsigned int block, bool start) {  // a block's warp barrie
 #define __shared__ static
 struct fg_thread { unsigned int index, block; void** args; };
 #define __global__
+#define __launch_bounds__(threads)
 #define __device__
 #define __forceinline__ inline
 static inline unsigned int __float_as_uint(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }

@@ -32,7 +32,7 @@ from funcgrad.array import Array, DeviceValue, GpuDevice, to_host
 from funcgrad.backends.cuda import cublas as cublas_calls
 from funcgrad.backends.cuda import graphs, nvrtc, regions, solver
 from funcgrad.backends.cuda.emulator import EmulatedModule
-from funcgrad.backends.cuda.render import CudaKernel, module_source, render_kernel
+from funcgrad.backends.cuda.render import LAUNCH_BLOCK, CudaKernel, module_source, render_kernel
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import stages
 from funcgrad.compiler.donation import donated_outputs, hosted, warn_unusable
@@ -89,6 +89,7 @@ class Emulator:
 
     def launch(self, module, kernel: CudaKernel, buffers: list[np.ndarray]) -> None:
         block = self.COOPERATIVE_BLOCK if kernel.cooperative or kernel.row_width else self.BLOCK
+        block = launch_block(kernel, block)
         grid = _grid(kernel, block, self.MAX_GRID)
         module.launch(kernel, grid, block, [b.ctypes.data for b in buffers])
 
@@ -153,7 +154,7 @@ class Gpu:
     stream, GEMMs by cuBLAS. What allocates, loads or launches runs in `context()`, CuPy's
     selection of this device."""
 
-    BLOCK = 256
+    BLOCK = LAUNCH_BLOCK
     backend = "cuda"
 
     def __init__(self, id: int = 0):
@@ -207,6 +208,7 @@ class Gpu:
         block = self.BLOCK
         if kernel.row_width:  # a row's block: a power of two, a warp at least
             block = min(self.BLOCK, max(32, 1 << (kernel.row_width - 1).bit_length()))
+        block = launch_block(kernel, block)
         grid = _grid(kernel, block, self.max_grid)
         functions[kernel.name]((grid,), (block,), tuple(buffers))
 
@@ -694,6 +696,15 @@ def _bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
+
+
+def launch_block(kernel: CudaKernel, chosen: int) -> int:
+    """The block a launch of `kernel` has, where the launcher would choose `chosen`: the
+    kernel's own where its threads hold fixed parts of each row, at least that where it is a
+    region's kernel calling such kernels."""
+    if kernel.cooperative:
+        return max(chosen, kernel.block)
+    return kernel.block or chosen
 
 
 def _grid(kernel: CudaKernel, block: int, max_grid: int) -> int:

@@ -40,7 +40,12 @@ def library() -> ctypes.CDLL | None:
     for path in candidates:
         if "builtins" in path or ".alt." in path:
             continue
+        # NVRTC opens its builtins library by name when it compiles; where its folder is not
+        # on the loader's path (CUDA 13's wheel), the copy beside it is loaded first.
+        beside = glob.glob(os.path.join(os.path.dirname(path), "libnvrtc-builtins.so.*"))
         try:
+            for builtins in beside:
+                ctypes.CDLL(builtins, mode=ctypes.RTLD_GLOBAL)
             return ctypes.CDLL(path)
         except OSError:
             continue

@@ -19,7 +19,13 @@ import itertools
 import numpy as np
 
 from funcgrad import dtypes
-from funcgrad.backends.cuda.render import HALVES, SHARED_BYTES, CudaKernel, memory_type
+from funcgrad.backends.cuda.render import (
+    HALVES,
+    LAUNCH_BLOCK,
+    SHARED_BYTES,
+    CudaKernel,
+    memory_type,
+)
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.memory import bound_inputs, step_buffers
 from funcgrad.compiler.parallel import work
@@ -67,7 +73,10 @@ def _fits(step, kernels: dict) -> bool:
     per_pass = _pass_work(step)
     if per_pass is None or per_pass > REGION_WORK:
         return False
-    return sum(kernels[s].shared_bytes for s in inner_kernels(step)) <= SHARED_BYTES
+    inner = [kernels[s] for s in inner_kernels(step)]
+    if any(k.block > LAUNCH_BLOCK for k in inner):  # (a GPU runs a region on such a block)
+        return False
+    return sum(k.shared_bytes for k in inner) <= SHARED_BYTES
 
 
 def _pass_work(step) -> int | None:
@@ -134,7 +143,11 @@ class _RegionWriter:
         self.pointers = {b: b.name for b in params}
         self.step(step)
         body = "\n".join(self.lines)
-        return CudaKernel(name, params, [False] * len(params), 1, body, cooperative=True)
+        # (a kernel whose threads hold fixed parts of its rows needs at least its own block)
+        block = max((self.kernels[s].block for s in inner_kernels(step)), default=0)
+        return CudaKernel(
+            name, params, [False] * len(params), 1, body, cooperative=True, block=block
+        )
 
     def steps(self, steps: list) -> None:
         for step in steps:

@@ -27,6 +27,7 @@ from funcgrad.compiler.fusion import CompileError
 from funcgrad.compiler.parallel import (
     expressions,
     identity,
+    linear,
     linear_in_loop,
     parallel_loop,
     ranges_of,
@@ -50,10 +51,22 @@ LOCAL_SCRATCH_BYTES = 1 << 14
 # threads share the row's loops (and its scratch, in shared memory, up to this size).
 ROW_MIN_WIDTH = 128
 SHARED_SCRATCH_BYTES = 1 << 15
+# A row's block whose loops all walk one range holds the row's intermediates in its threads'
+# registers, each thread taking this many vectors of the row (a block of width / (lanes * 4)
+# threads), while they take at most this many bytes a thread.
+HELD_VECTORS = 4
+HELD_BYTES = 256
+# The largest such block: its kernel is compiled for it (`__launch_bounds__`), so that each
+# thread keeps to the 128 registers that a multiprocessor's 65,536 give 512 threads.
+HELD_MAX_BLOCK = 512
 # Static shared memory a block may declare (CUDA's limit without opting in to more).
 SHARED_BYTES = 48 << 10
+# The block a GPU launch has where the kernel leaves it free: as many threads as a kernel of any
+# register count (up to 255 a thread) may run on one multiprocessor.
+LAUNCH_BLOCK = 256
 # The most threads a block may have (CUDA's limit): the size of a block reduction's shared array.
 MAX_BLOCK = 1024
+WARPS = MAX_BLOCK // 32
 # A kernel whose buffers, loops and loop nests all stay below this many elements computes its
 # indices in 32-bit ints (a GPU does 64-bit integer arithmetic, division above all, in several
 # instructions); the margin below 2^31 keeps a grid-stride loop's last step from overflowing.
@@ -194,6 +207,10 @@ class CudaKernel:
     # Nonzero when each iteration of the parallel loop (a row, `threads` of them) runs on a
     # block whose threads share its inner loops: the longest inner loop's trip count.
     row_width: int = 0
+    # Nonzero when its launches need a block of exactly this many threads (a row kernel whose
+    # threads hold fixed parts of each row), or at least as many (a region's kernel calling
+    # such kernels).
+    block: int = 0
     # The `__shared__` arrays it declares, in bytes (the kernels a region calls share the
     # block's static shared memory: see regions.py).
     shared_bytes: int = 0
@@ -215,6 +232,8 @@ class CudaKernel:
             for b, const in zip(self.params, self.const_params)
         )
         head = 'extern "C" __global__' if launched else "__device__"
+        if launched and self.block and not self.cooperative:
+            head += f" __launch_bounds__({self.block})"
         return f"{head} void {self.name}({signature}) {{\n{self.body}\n}}"
 
 
@@ -232,8 +251,10 @@ class _KernelWriter:
         self.memo: dict = {}
         self.acc_names: dict = {}
         self.indent = "  "
-        # In a vector loop: (the lane, {buffer: the ids of the offsets read or written as lanes})
+        # In a vector loop: (the lane, {buffer: the ids of the offsets read or written as
+        # lanes}, the lane's slot in the held arrays of a `held_loop`, else None)
         self.lane: tuple | None = None
+        self.held: HeldRow | None = None
         self.shared_bytes = 0
         self.index_type = "int" if _int_indices(kernel) else "long long"
 
@@ -422,10 +443,13 @@ class _KernelWriter:
 
     def lane_element(self, buffer: K.Buffer, offset: K.Expr) -> str | None:
         """In a vector loop's lane, the lane's element of a buffer accessed where the loop's
-        vectors are (`vector_loop`, `row_vector_loop`); None otherwise."""
+        vectors are (`vector_loop`, `row_vector_loop`, `held_loop`), or of a held array
+        (`held_loop`: each access of one is at the loop's index); None otherwise."""
         if self.lane is None:
             return None
-        lane, accesses = self.lane
+        lane, accesses, held_slot = self.lane
+        if held_slot is not None and buffer in self.held.arrays:
+            return f"{buffer.name}[{held_slot}]"
         if id(offset) not in accesses.get(buffer, ()):
             return None
         return f"{buffer.name}_v.lane[{lane}]"
@@ -524,7 +548,7 @@ class _KernelWriter:
             self.emit(
                 f"const {self.index_type} {index} = {_plus(loop.start)}{lanes} * {q} + {lane};"
             )
-            self.lane = (lane, accesses)
+            self.lane = (lane, accesses, None)
             self.statements(body)
             self.lane = None
             self.indent = self.indent[:-2]
@@ -553,26 +577,44 @@ class _KernelWriter:
 
     def row_kernel(self, split: K.Loop, rows: dict) -> CudaKernel:
         """A block per row: the grid's blocks take rows in turn; each inner loop of a row is
-        spread over the block's threads (thread t takes iterations t, t + blockDim, ...), each
-        thread folding its own part of the loop's accumulators, which the block then combines
-        (`share`); a barrier after each loop makes its stores visible to the row's later
-        statements. Statements between loops run in every thread alike (their values are the
-        same in all), and the row's scratch lives in shared memory."""
+        spread over the block's threads, each thread folding its own part of the loop's
+        accumulators, which the block then combines (`share`). Statements between loops run
+        in every thread alike (their values are the same in all).
+
+        Where the loops reading or writing the row's intermediates walk one range
+        (`_held_row`), each thread takes the same vectors of the row in each of them
+        (`held_loop`) and holds its elements of the intermediates in registers: the row is
+        read from memory once, and a loop waits for the others only where it folds or
+        writes what a later statement reads. Otherwise thread t takes iterations t,
+        t + blockDim, ... of each loop, the row's scratch lives in shared memory, and a
+        barrier after each loop makes its stores visible to the row's later statements."""
         kernel = self.kernel
-        for b in kernel.scratch:
-            self.shared(b.dtype, b.name, max(b.size, 1))
+        scratch = set(kernel.scratch)
         for k, acc in enumerate(K.accumulators(kernel.body)):
             self.acc_names[acc] = f"acc{k}"
             self.emit(f"{value_type(acc.dtype)} acc{k};")
         partials = {}
         for acc, _ in itertools.chain(*rows.values()):
             if acc.dtype not in partials:
-                partial = K.Buffer(f"partial{len(partials)}", acc.dtype, MAX_BLOCK)
-                partials[acc.dtype] = partial
-                self.shared(acc.dtype, partial.name, MAX_BLOCK)
-        bodies, caches = _row_caches(split, set(kernel.scratch), SHARED_BYTES - self.shared_bytes)
-        for cache in caches:
-            self.shared(cache.dtype, cache.name, cache.size)
+                partials[acc.dtype] = K.Buffer(f"partial{len(partials)}", acc.dtype, WARPS)
+        left = _shared_left(sum(b.size * b.dtype.itemsize for b in scratch), rows)
+        bodies, caches = _row_caches(split, scratch, left if left >= 0 else SHARED_BYTES)
+        held = _held_row(split, rows, bodies, scratch | set(caches))
+        if held is None and left < 0:  # (the scratch alone can be held: `_row_loops`)
+            bodies, caches = {}, []
+            held = _held_row(split, rows, bodies, scratch)
+        self.held = held
+        for partial in partials.values():
+            self.shared(partial.dtype, partial.name, partial.size)
+        for b in kernel.scratch + caches:
+            if held is None:
+                self.shared(b.dtype, b.name, max(b.size, 1))
+            else:  # (each thread's own: a held array's elements for its vectors, or alike)
+                size = held.vectors * held.lanes if b in held.arrays else max(b.size, 1)
+                self.emit(f"{memory_type(b.dtype)} {b.name}[{size}];")
+        leaves = list(statements_in(split.body))
+        read = {e.buffer for s in leaves for e in expressions(s) if isinstance(e, K.Load)}
+        written = {s.buffer for s in leaves if isinstance(s, K.Store)}
         index = self.index_name(split.index)
         self.emit(
             f"for ({self.index_type} {index} = {_plus(split.start)}blockIdx.x; "
@@ -583,7 +625,7 @@ class _KernelWriter:
         bases = itertools.count()
         for statement in split.body:
             self.memo = {}
-            if not isinstance(statement, K.Loop):
+            if not isinstance(statement, K.Loop) or held is not None and _alike(statement, rows):
                 self.statements([statement])
                 continue
             saved = []
@@ -593,30 +635,130 @@ class _KernelWriter:
                 self.emit(f"const {value_type(acc.dtype)} {base} = {name};")
                 self.emit(f"{name} = {constant_text(identity(op, acc.dtype), acc.dtype)};")
                 saved.append(base)
-            inner = self.index_name(statement.index)
             body = bodies.get(statement, statement.body)
-            vectors = _row_vectors(statement, body, set(kernel.scratch) | set(caches))
-            first = _plus(statement.start)
-            if vectors is not None:  # (the scalar loop then takes what the vectors leave)
-                first = f"{self.row_vector_loop(statement, body, inner, vectors)} + "
-            # The stride is the launch's block, unknown to the compiler: unrolled, a thread
-            # keeps four loads in flight rather than waiting on one at a time.
-            self.emit("#pragma unroll 4")
-            self.emit(
-                f"for ({self.index_type} {inner} = {first}threadIdx.x; {inner} < "
-                f"{statement.stop}; {inner} += blockDim.x) {{"
-            )
-            self.block(body)
-            self.emit("}")
+            if held is not None and held.takes(statement):
+                self.held_loop(statement, body, held)
+            else:
+                self.strided_row_loop(statement, body, scratch | set(caches))
             for (acc, op), base in zip(rows[statement], saved):
                 self.share(acc, op, base, partials[acc.dtype])
-            if not saved:  # (a fold's barriers already order the loop's stores)
+            if saved:
+                continue  # (a fold's barriers already order the loop's accesses)
+            # Held, a thread meets only its own elements of the row's intermediates; other
+            # buffers wait where another thread may read what the loop writes, or write what
+            # it reads.
+            stored = {s.buffer for s in statements_in(body) if isinstance(s, K.Store)}
+            loaded = {e.buffer for s in statements_in(body) for e in expressions(s)
+                      if isinstance(e, K.Load)}  # fmt: skip
+            if held is None or ((stored & read) | (loaded & written)) - held.local:
                 self.emit("__syncthreads();")
         self.indent = outer
         self.emit("}")
-        params = [b for b in dict.fromkeys(kernel.buffers) if b not in set(kernel.scratch)]
+        params = [b for b in dict.fromkeys(kernel.buffers) if b not in scratch]
         width = max(loop.stop - loop.start for loop in rows)
-        return self.finished(params, split.stop - split.start, row_width=width)
+        block = 0 if held is None else held.block
+        return self.finished(params, split.stop - split.start, row_width=width, block=block)
+
+    def strided_row_loop(self, loop: K.Loop, body: list, local: set) -> None:
+        """A row's loop on the block's threads in turn: thread t takes iterations t,
+        t + blockDim, ..., over 16-byte vectors first where the row allows
+        (`row_vector_loop`)."""
+        inner = self.index_name(loop.index)
+        vectors = _row_vectors(loop, body, local)
+        first = _plus(loop.start)
+        if vectors is not None:  # (the scalar loop then takes what the vectors leave)
+            first = f"{self.row_vector_loop(loop, body, inner, vectors)} + "
+        # The stride is the launch's block, unknown to the compiler: unrolled, a thread keeps
+        # four loads in flight rather than waiting on one at a time.
+        self.emit("#pragma unroll 4")
+        self.emit(
+            f"for ({self.index_type} {inner} = {first}threadIdx.x; {inner} < "
+            f"{loop.stop}; {inner} += blockDim.x) {{"
+        )
+        self.block(body)
+        self.emit("}")
+
+    def held_loop(self, loop: K.Loop, body: list, held: HeldRow) -> None:
+        """A row's loop over the vectors of the row its thread holds: thread t takes vectors
+        t, t + blockDim, ... (`held.vectors` of them, unrolled, so that its elements of the
+        held arrays are registers); each buffer the body reads or writes at the vector's
+        place moves as one 16-byte vector where its row is aligned (element by element where
+        not, and in a vector the row ends inside), and the body runs once per lane."""
+        k = next(self.names)
+        lanes, width = held.lanes, loop.stop - loop.start
+        found = _row_vectors(loop, body, held.local)
+        vectors = found if found is not None and found.lanes == lanes else None
+        starts = self.row_starts(loop, vectors.rows) if vectors is not None else {}
+        stored = [s.buffer for s in body if isinstance(s, K.Store) and s.buffer in starts]
+        stored = list(dict.fromkeys(stored))
+        loaded = [b for b in starts if b not in stored]
+        h, q, whole = f"h{k}", f"q{k}", f"whole{k}"
+        tail = width % lanes != 0
+        if starts:
+            pointers = " | ".join(f"(unsigned long long){p}" for p in starts.values())
+            self.emit(f"const bool aligned{k} = (({pointers}) & 15) == 0;")
+        outer = self.indent
+        self.emit("#pragma unroll")
+        self.emit(f"for (int {h} = 0; {h} < {held.vectors}; ++{h}) {{")
+        self.indent += "  "
+        place = f"{h} * blockDim.x + threadIdx.x"
+        self.emit(f"const {self.index_type} {q} = ({self.index_type})({place});")
+        self.emit(f"if ({q} >= {-(-width // lanes)}) break;")
+        if starts:
+            within = f" && {lanes} * {q} + {lanes} <= {width}" if tail else ""
+            self.emit(f"const bool {whole} = aligned{k}{within};")
+
+        def apart(assignment: str) -> None:  # a vector's move, element by element
+            self.emit("else {")
+            for lane in range(lanes):
+                guard = f"if ({lanes} * {q} + {lane} < {width}) " if tail else ""
+                self.emit(f"  {guard}{assignment.format(lane=lane)}")
+            self.emit("}")
+
+        for b in loaded:
+            vector = f"fg_vector<{memory_type(b.dtype)}, {lanes}>"
+            self.emit(f"{vector} {b.name}_v;")
+            self.emit(
+                f"if ({whole}) {b.name}_v = reinterpret_cast<const {vector}*>({starts[b]})[{q}];"
+            )
+            apart(f"{b.name}_v.lane[{{lane}}] = {starts[b]}[{lanes} * {q} + {{lane}}];")
+        for b in stored:
+            self.emit(f"fg_vector<{memory_type(b.dtype)}, {lanes}> {b.name}_v;")
+        index = self.index_name(loop.index)
+        accesses = vectors.accesses if vectors is not None else {}
+        for lane in range(lanes):
+            self.emit("{")
+            self.indent += "  "
+            self.emit(
+                f"const {self.index_type} {index} = {_plus(loop.start)}{lanes} * {q} + {lane};"
+            )
+            if tail:
+                self.emit(f"if ({index} < {loop.stop}) {{")
+                self.indent += "  "
+            self.lane = (lane, accesses, f"{lanes} * {h} + {lane}")
+            self.statements(body)
+            self.lane = None
+            if tail:
+                self.indent = self.indent[:-2]
+                self.emit("}")
+            self.indent = self.indent[:-2]
+            self.emit("}")
+        for b in stored:
+            vector = f"fg_vector<{memory_type(b.dtype)}, {lanes}>"
+            self.emit(f"if ({whole}) reinterpret_cast<{vector}*>({starts[b]})[{q}] = {b.name}_v;")
+            apart(f"{starts[b]}[{lanes} * {q} + {{lane}}] = {b.name}_v.lane[{{lane}}];")
+        self.indent = outer
+        self.emit("}")
+
+    def row_starts(self, loop: K.Loop, rows: dict) -> dict:
+        """{buffer: the C pointer to the loop's first element of the buffer's row}."""
+        starts = {}
+        for b, row in rows.items():
+            offset = self.index_literal(loop.start) if row is None else self.subscript(row)
+            if row is not None and loop.start:
+                offset = f"{offset} + {self.index_literal(loop.start)}"
+            starts[b] = f"({b.name} + {offset})"
+        return starts
 
     def row_vector_loop(self, loop: K.Loop, body: list, index: str, vectors: RowVectors) -> str:
         """A row's inner loop over 16-byte vectors, where its row of every buffer it reads or
@@ -626,38 +768,33 @@ class _KernelWriter:
         C expression of the first iteration the scalar loop after it takes (all of them
         where a row is not aligned)."""
         k = next(self.names)
-        starts = {}
-        for b, row in vectors.rows.items():
-            offset = self.index_literal(loop.start) if row is None else self.subscript(row)
-            if row is not None and loop.start:
-                offset = f"{offset} + {self.index_literal(loop.start)}"
-            starts[b] = f"({b.name} + {offset})"
+        starts = self.row_starts(loop, vectors.rows)
         per_block = (f"q{k}", "threadIdx.x", "blockDim.x")
         return self.aligned_vectors(
             (loop, index, body), vectors.lanes, starts, vectors.accesses, per_block, f"aligned{k}"
         )
 
     def share(self, acc: K.Acc, op: str, base: str, partial: K.Buffer) -> None:
-        """Every thread's partial fold of `acc` combined (`halving_tree`, then the first
-        warp's `warp_fold`); every thread then reads the total, folded into the value `acc`
-        had before the loop (`base`)."""
+        """Every thread's partial fold of `acc` combined: each warp folds its lanes with
+        shuffles (`warp_shuffle`) and posts its total to shared memory; after a barrier every
+        thread folds the posts, in one order so that all reach the same total, into the value
+        `acc` had before the loop (`base`). A second barrier keeps the posts until all have
+        read them."""
         name, outer = self.acc_names[acc], self.indent
-        lane = self.halving_tree(acc, op, partial)
-        self.emit("if (threadIdx.x < 32) {")
+        self.warp_shuffle(acc, op)
+        post = f"{partial.name}[threadIdx.x / 32] = {_to_memory(name, acc.dtype)};"
+        self.emit(f"if (threadIdx.x % 32 == 0) {post}")
+        self.emit("__syncthreads();")
+        self.emit(f"{name} = {base};")
+        self.emit("for (unsigned int warp = 0; warp < blockDim.x / 32; ++warp) {")
         self.indent += "  "
-        self.warp_fold(acc, op, partial, lane)
-        self.emit(f"if (threadIdx.x == 0) {partial.name}[0] = {_to_memory(name, acc.dtype)};")
+        self.memo = {}
+        warp = K.Index("warp")
+        self.index_names[warp] = f"({self.index_type})warp"
+        self.emit(f"{name} = {self.value(K.binary(op, acc.read(), K.Load(partial, warp)))};")
         self.indent = outer
         self.emit("}")
-        self.emit("__syncthreads();")
-        self.memo = {}
-        total = K.Acc("total", acc.dtype)
-        self.acc_names[total] = base
-        first = K.Index("first")
-        self.index_names[first] = self.index_literal(0)
-        folded = K.binary(op, total.read(), K.Load(partial, first))
-        self.emit(f"{name} = {self.value(folded)};")
-        self.emit("__syncthreads();  // every thread has read the total before the next fold")
+        self.emit("__syncthreads();  // every thread has read the posts before the next fold")
 
     def halving_tree(self, acc: K.Acc, op: str, partial: K.Buffer) -> K.Index:
         """Each thread posts its partial fold of `acc` to shared memory, then halving steps
@@ -685,10 +822,15 @@ class _KernelWriter:
 
     def warp_fold(self, acc: K.Acc, op: str, partial: K.Buffer, lane: K.Index) -> None:
         """In the first warp: `acc` takes the thread's slot of the last 32 partials and the
-        warp folds them with shuffles, without barriers; lane 0 ends with the total."""
-        name, outer = self.acc_names[acc], self.indent
+        warp folds them with shuffles; lane 0 ends with the total."""
         self.memo = {}
-        self.emit(f"{name} = {self.value(K.Load(partial, lane))};")
+        self.emit(f"{self.acc_names[acc]} = {self.value(K.Load(partial, lane))};")
+        self.warp_shuffle(acc, op)
+
+    def warp_shuffle(self, acc: K.Acc, op: str) -> None:
+        """Each warp folds its lanes' `acc` with shuffles, without barriers; lane 0 of each
+        ends with its warp's total."""
+        name, outer = self.acc_names[acc], self.indent
         self.emit("for (unsigned int offset = 16; offset > 0; offset /= 2) {")
         self.indent += "  "
         self.memo = {}
@@ -822,14 +964,12 @@ def _row_loops(split: K.Loop, scratch_bytes: int, scratch: list) -> dict | None:
     """{inner loop: its folds} when each row of `split` should run on a block: its loops may
     be shared by a block's threads (`shared_loop_folds`), they are long enough to keep a block
     busy (or the row's scratch is too big for one thread), and the scratch and the partial
-    folds fit in shared memory."""
+    folds fit in shared memory, or the block's threads can hold the scratch (`_held_row`)."""
     loops = [s for s in split.body if isinstance(s, K.Loop)]
     if not loops or not all(_contiguous(loop, set(scratch)) for loop in loops):
         return None
     width = max(loop.stop - loop.start for loop in loops)
     if width < ROW_MIN_WIDTH and scratch_bytes <= LOCAL_SCRATCH_BYTES:
-        return None
-    if scratch_bytes > SHARED_SCRATCH_BYTES:
         return None
     rows = {}
     for loop in loops:
@@ -837,10 +977,102 @@ def _row_loops(split: K.Loop, scratch_bytes: int, scratch: list) -> dict | None:
         if folds is None:
             return None
         rows[loop] = folds
+    if _shared_left(scratch_bytes, rows) >= 0 or _held_row(split, rows, {}, set(scratch)):
+        return rows
+    return None
+
+
+def _shared_left(scratch_bytes: int, rows: dict) -> int:
+    """The bytes of shared memory a row's block has left beside its scratch and its folds'
+    partial results (negative when they do not fit, or the scratch is over
+    `SHARED_SCRATCH_BYTES`)."""
+    if scratch_bytes > SHARED_SCRATCH_BYTES:
+        return -1
     dtypes_folded = {acc.dtype for folds in rows.values() for acc, _ in folds}
-    if scratch_bytes + MAX_BLOCK * 8 * len(dtypes_folded) > SHARED_BYTES:
+    return SHARED_BYTES - scratch_bytes - WARPS * sum(map(memory_size, dtypes_folded))
+
+
+@dataclass
+class HeldRow:
+    """How the threads of a row's block hold the row's intermediates (`_held_row`)."""
+
+    start: int  # the range of the loops holding them
+    stop: int
+    lanes: int  # elements of a vector
+    block: int  # threads of the block
+    vectors: int  # vectors of the row each thread takes: its elements of a held array,
+    # `lanes * vectors`, are registers
+    arrays: set  # the buffers held: the row's scratch and caches its loops index
+    local: set  # the row's scratch and caches
+
+    def takes(self, loop: K.Loop) -> bool:
+        """Whether `loop` runs over the held vectors: its range is theirs, and no loop is
+        inside it."""
+        flat = all(isinstance(s, (K.Store, K.SetAcc)) for s in loop.body)
+        return flat and (loop.start, loop.stop) == (self.start, self.stop)
+
+
+def _held_row(split: K.Loop, rows: dict, bodies: dict, local: set) -> HeldRow | None:
+    """How a row's block holds its intermediates (`local`: its scratch and caches) in its
+    threads' registers: where every loop that indexes one walks one range, has no loop
+    inside and reads or writes it only at its own iteration's element; where every other
+    access of them is alike in every thread (a load in a loop at a place its index does not
+    move, any access between loops or in a loop of one iteration that folds nothing, which
+    every thread runs: a fold's total); and where each thread's part fits in `HELD_BYTES`.
+    None otherwise, or when no loop indexes them."""
+    arrays, spans, alike, moving = set(), set(), set(), {}
+    for statement in split.body:
+        if _alike(statement, rows):
+            alike |= {b for s in statements_in([statement]) for b, _, _ in _accesses(s)} & local
+            continue
+        body = bodies.get(statement, statement.body)
+        flat = all(isinstance(s, (K.Store, K.SetAcc)) for s in body)
+        span = (statement.start, statement.stop)
+        own_element = (1, -statement.start, -statement.start)
+        for leaf in statements_in(body):
+            for buffer, offset, is_store in _accesses(leaf):
+                indices = {n for n in K.nodes(offset) if isinstance(n, K.Index)}
+                if buffer not in local:
+                    if statement.index in indices:
+                        moving.setdefault(span, set()).add(buffer)
+                elif statement.index not in indices:
+                    if is_store:
+                        return None  # (a store at one place: only some threads make it)
+                    alike.add(buffer)
+                elif flat and indices == {statement.index}:
+                    if linear(offset, statement.index, {}) != own_element:
+                        return None
+                    arrays.add(buffer)
+                    spans.add(span)
+                else:
+                    return None
+    if not arrays or arrays & alike or len(spans) != 1:
         return None
-    return rows
+    ((start, stop),) = spans
+    sizes = [memory_size(b.dtype) for b in moving.get((start, stop), ())]
+    lanes = 16 // max(sizes, default=4)
+    count = -(-(stop - start) // lanes)
+    block = min(HELD_MAX_BLOCK, max(32, 1 << (-(-count // HELD_VECTORS) - 1).bit_length()))
+    vectors = -(-count // block)
+    if sum(vectors * lanes * memory_size(b.dtype) for b in arrays) > HELD_BYTES:
+        return None
+    return HeldRow(start, stop, lanes, block, vectors, arrays, local)
+
+
+def _alike(statement, rows: dict) -> bool:
+    """Whether every thread of a row's block runs `statement` alike: a statement between the
+    row's loops, or a loop of one iteration that folds nothing."""
+    if not isinstance(statement, K.Loop):
+        return True
+    return statement.stop - statement.start == 1 and not rows[statement]
+
+
+def _accesses(statement) -> list[tuple[K.Buffer, K.Expr, bool]]:
+    """(buffer, offset, whether a store) for each load and the store of a statement."""
+    found = [(e.buffer, e.offset, False) for e in expressions(statement) if isinstance(e, K.Load)]
+    if isinstance(statement, K.Store):
+        found.append((statement.buffer, statement.offset, True))
+    return found
 
 
 @dataclass
