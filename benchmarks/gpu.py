@@ -41,7 +41,7 @@ from compiler import (  # noqa: E402
 import funcgrad as fg  # noqa: E402
 import funcgrad.numpy as fnp  # noqa: E402
 from funcgrad import lax, tree_util  # noqa: E402
-from funcgrad.backends.cuda import graphs  # noqa: E402
+from funcgrad.backends.cuda import executable, graphs  # noqa: E402
 
 ROUNDS = 5
 
@@ -229,12 +229,27 @@ def mlp_case():
     return runs, None, 20
 
 
+def _gathered(fun, *args):
+    """funcgrad's call with its float32 convolutions as gathered windows and a cuBLAS GEMM
+    rather than implicit GEMMs: beside the default, what gathering in the kernel gains."""
+    run = _funcgrad(fun, *args)
+    kept, executable.CONTRACTION_DTYPES = executable.CONTRACTION_DTYPES, ()
+    try:
+        run()  # compiled now
+    finally:
+        executable.CONTRACTION_DTYPES = kept
+    return run
+
+
 def conv_case():
     """The CPU benchmark's convolutional training step on a batch of 256: its convolutions
-    run as gathered windows and a cuBLAS GEMM (CuPy ships no cuDNN)."""
+    run as implicit GEMMs (CuPy ships no cuDNN), or gathered windows and cuBLAS."""
     params, x, y = _conv_inputs(256)
     step = _conv_step(fnp, _conv(lax), fg.grad)
-    runs = {"funcgrad": _funcgrad(step, params, x, y)}
+    runs = {
+        "funcgrad": _funcgrad(step, params, x, y),
+        "funcgrad-gathered": _gathered(step, params, x, y),
+    }
     jax = _jax()
     if jax:
         f = jax[0].jit(_conv_step(jax[1], _conv(jax[0].lax), jax[0].grad))

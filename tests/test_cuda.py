@@ -637,6 +637,50 @@ def test_control_flow_matmuls_and_callbacks_run_in_program_order():
     assert len(seen) == 1 + len(CUDA_BACKENDS)  # the reference's run and each CUDA one
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_convolutions_run_as_tiled_implicit_gemms_that_gather_their_windows(dtype):
+    """Convolutions large enough for a GEMM run as one tiled product kernel each, gathering
+    each window element as a tile is staged (no copy of the windows in memory): channels
+    first and last, strides, padding, dilations of the weights and of a strided input, one
+    and three spatial dimensions, tiles cut by the output's edges (130 positions by 70
+    features, 27 and 45 terms), and the convolutions of the gradients. Grouped ones stay
+    direct kernels."""
+    rng = np.random.default_rng(7)
+    normal = lambda *shape: rng.standard_normal(shape).astype(dtype)  # noqa: E731
+    tol = dict(exact=False, rtol=1e-4 if dtype == np.float32 else 1e-10)
+
+    def nchw(x, w):
+        return lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1)))
+
+    def nhwc(x, w):
+        return lax.conv_general_dilated(
+            x, w, (2, 1), ((0, 2), (1, 1)), lhs_dilation=(2, 1), rhs_dilation=(1, 2),
+            dimension_numbers=("NHWC", "HWIO", "NHWC"),
+        )  # fmt: skip
+
+    images, weights = normal(2, 3, 5, 13), normal(70, 3, 3, 3)
+    assert_same_as_reference(nchw, images, weights, **tol)
+    with jit_backend("cuda_emulator"):
+        compiled = fg.jit(nchw).lower(images, weights).compile()
+    assert "a_tile[ak][ap] = av;" in compiled.as_text() and "gemm[" not in compiled.fusion_plan()
+    assert_same_as_reference(nhwc, normal(2, 6, 7, 5), normal(3, 3, 5, 8), **tol)
+    line = lambda x, w: lax.conv_general_dilated(x, w, (3,), "SAME")  # noqa: E731
+    assert_same_as_reference(line, normal(4, 6, 50), normal(9, 6, 5), **tol)
+    volume = lambda x, w: lax.conv_general_dilated(x, w, (1, 2, 1), "VALID")  # noqa: E731
+    assert_same_as_reference(volume, normal(1, 2, 5, 6, 7), normal(4, 2, 2, 3, 2), **tol)
+    loss = lambda x, w: (nchw(x, w) ** 2).sum()  # noqa: E731
+    assert_same_as_reference(fg.grad(loss, argnums=(0, 1)), images, weights, **tol)
+    strided = lambda x, w: (nhwc(x, w) ** 2).sum()  # noqa: E731
+    assert_same_as_reference(
+        fg.grad(strided, argnums=(0, 1)), normal(2, 6, 7, 5), normal(3, 3, 5, 8), **tol
+    )
+    grouped = lambda x, w: lax.conv_general_dilated(  # noqa: E731
+        x, w, (1, 1), "SAME", feature_group_count=3
+    )
+    assert_same_as_reference(grouped, normal(2, 6, 9, 9), normal(12, 2, 3, 3), **tol)
+    assert "a_tile" not in compiled_text(grouped, normal(2, 6, 9, 9), normal(12, 2, 3, 3))
+
+
 def test_complex_programs_run_as_pairs_of_reals():
     z = (np.arange(6) + 1j * np.arange(6)[::-1]).astype(np.complex64)
     assert_same_as_reference(lambda z: (fnp.exp(z * 0.1), z / (z + 1), fnp.abs(z)), z, exact=False)

@@ -44,6 +44,7 @@ from funcgrad.compiler.fusion import (
     loop_nest,
     map_loops,
     root_rules,
+    split_offset,
     window_position,
 )
 from funcgrad.compiler.fusion import (
@@ -412,11 +413,16 @@ def _unwrap(value) -> np.ndarray:
     return np.ascontiguousarray(getattr(value, "_value", value))
 
 
-def schedule(closed: ClosedJaxpr, gemm_dtypes: tuple = GEMM_DTYPES) -> Program:
+def schedule(
+    closed: ClosedJaxpr, gemm_dtypes: tuple = GEMM_DTYPES, contraction_dtypes: tuple = ()
+) -> Program:
     """The program computing `closed`; its inputs are the jaxpr's invars in order. Products
-    in `gemm_dtypes` may run as library GEMMs."""
+    in `gemm_dtypes` may run as library GEMMs; convolutions in `contraction_dtypes` run as
+    one contraction kernel each (`_conv_contraction`) rather than gathered windows and a
+    GEMM."""
     inlined = passes.inline_calls(closed, _calls())
-    return _Scheduler(products_in_reader_layout(inlined), gemm_dtypes).program
+    layout = products_in_reader_layout(inlined)
+    return _Scheduler(layout, gemm_dtypes, contraction_dtypes).program
 
 
 def products_in_reader_layout(closed: ClosedJaxpr) -> ClosedJaxpr:
@@ -477,8 +483,9 @@ def _operands_swapped(product: JaxprEqn, outvars: list) -> JaxprEqn:
 
 
 class _Scheduler:
-    def __init__(self, closed: ClosedJaxpr, gemm_dtypes: tuple):
+    def __init__(self, closed: ClosedJaxpr, gemm_dtypes: tuple, contraction_dtypes: tuple):
         self.gemm_dtypes = gemm_dtypes
+        self.contraction_dtypes = contraction_dtypes
         jaxpr = closed.jaxpr
         self.consts: dict = {}
         self.buffer_of: dict = {}
@@ -538,6 +545,10 @@ class _Scheduler:
             return self._const_buffer(np.asarray(atom.val), atom.aval)
         return self.buffer_of[atom]
 
+    def _inner(self, closed: ClosedJaxpr) -> Program:
+        """The program of a branch or a loop's body, scheduled as this one."""
+        return schedule(closed, self.gemm_dtypes, self.contraction_dtypes)
+
     def _kernel(self, builder: KernelBuilder, outputs: list, body: list, eqns: list) -> None:
         name = f"k{next(_counter)}_" + (eqns[-1].primitive.name if eqns else "copy")
         kernel = K.Kernel(
@@ -580,6 +591,8 @@ class _Scheduler:
         elif primitive.name == "conv_general_dilated" and _conv_as_gemm(eqn, self.gemm_dtypes):
             if _spreads_input(eqn):
                 self._dilated_conv_gemm(eqn)
+            elif eqn.outvars[0].aval.dtype in self.contraction_dtypes:
+                self._conv_contraction(eqn)
             else:
                 self._conv_gemm(eqn)
         elif primitive in root_rules:
@@ -728,6 +741,63 @@ class _Scheduler:
 
             self._kernel(copier, [out], loop_nest(out_shape, relayout), [])
 
+    def _conv_contraction(self, eqn: JaxprEqn) -> None:
+        """A convolution as one kernel in a GEMM's form, whose operands are gathered as it
+        reads them (an implicit GEMM): out[r, c] = sum over k of window[r, k] * weight[k, c],
+        r an output position (its batch element and place), c an output feature, k an input
+        feature and window element in the weights' own order, window[r, k] the input element
+        under it (zero where the window leaves the padded input). The output is written in
+        its layout. A GPU renders this form as a tiled product (`render.tiled_product`)."""
+        lhs, rhs = eqn.invars
+        p = eqn.params
+        lhs_spec, rhs_spec, out_spec = p["dimension_numbers"]
+        out_var = eqn.outvars[0]
+        out_shape = out_var.aval.shape
+        dtype = np.dtype(out_var.aval.dtype)
+        spatial = len(rhs_spec) - 2
+        positions = (out_shape[out_spec[0]], *(out_shape[d] for d in out_spec[2:]))
+        depth_dims = sorted(d for d in range(rhs.aval.ndim) if d != rhs_spec[0])  # stored order
+        depth = tuple(rhs.aval.shape[d] for d in depth_dims)
+        features = rhs.aval.shape[rhs_spec[0]]
+        builder = KernelBuilder(self.producer, self.buffer_of)
+        row, column, term = K.Index("row"), K.Index("column"), K.Index("term")
+        place = split_offset(row, positions)  # (batch element, *window place)
+        within = dict(zip(depth_dims, split_offset(term, depth)))  # weight dim -> index
+        lhs_index = [None] * lhs.aval.ndim
+        lhs_index[lhs_spec[0]], lhs_index[lhs_spec[1]] = place[0], within[rhs_spec[1]]
+        inside = []
+        for d in range(spatial):
+            lhs_index[lhs_spec[2 + d]], ok = window_position(
+                place[1 + d],
+                within[rhs_spec[2 + d]],
+                p["window_strides"][d],
+                p["rhs_dilation"][d],
+                p["padding"][d][0],
+                p["lhs_dilation"][d],
+                lhs.aval.shape[lhs_spec[2 + d]],
+            )
+            inside.append(ok)
+        window = builder.element(lhs, lhs_index)
+        for ok in inside:
+            window = K.select(ok, window, K.const(0, dtype))
+        rhs_index = [within.get(d, column) for d in range(rhs.aval.ndim)]
+        weight = builder.element(rhs, rhs_index)
+        total = K.Acc("total", dtype)
+        out_index = [None] * len(out_shape)
+        out_index[out_spec[0]], out_index[out_spec[1]] = place[0], column
+        for d in range(spatial):
+            out_index[out_spec[2 + d]] = place[1 + d]
+        out = self.buffer_of[out_var]
+        product = K.binary("add", total.read(), K.binary("mul", window, weight))
+        nest = K.Loop(row, 0, math.prod(positions), [
+            K.Loop(column, 0, features, [
+                K.SetAcc(total, K.const(0, dtype)),
+                K.Loop(term, 0, math.prod(depth), [K.SetAcc(total, product)]),
+                K.Store(out, _flat_offset(out_index, out_shape), total.read()),
+            ])
+        ])  # fmt: skip
+        self._kernel(builder, [out], [nest], self._fused_eqns([eqn]))
+
     def _dilated_conv_gemm(self, eqn: JaxprEqn) -> None:
         """A convolution of an input spread apart (lhs_dilation > 1, the form a strided
         convolution's input gradient takes) as a GEMM over the input's actual elements, not
@@ -847,7 +917,7 @@ class _Scheduler:
 
     def _cond(self, eqn: JaxprEqn) -> None:
         index, *operands = map(self._source, eqn.invars)
-        branches = [schedule(b, self.gemm_dtypes) for b in eqn.params["branches"]]
+        branches = [self._inner(b) for b in eqn.params["branches"]]
         self.steps.append(CondStep(index, branches, operands, self._outputs(eqn)))
 
     def _while(self, eqn: JaxprEqn) -> None:
@@ -858,8 +928,8 @@ class _Scheduler:
         init = sources[p["cond_nconsts"] + p["body_nconsts"] :]
         self.steps.append(
             WhileStep(
-                schedule(p["cond_jaxpr"], self.gemm_dtypes),
-                schedule(p["body_jaxpr"], self.gemm_dtypes),
+                self._inner(p["cond_jaxpr"]),
+                self._inner(p["body_jaxpr"]),
                 cond_consts,
                 body_consts,
                 init,
@@ -874,7 +944,7 @@ class _Scheduler:
         outputs = self._outputs(eqn)
         self.steps.append(
             ScanStep(
-                schedule(p["jaxpr"], self.gemm_dtypes),
+                self._inner(p["jaxpr"]),
                 sources[:num_consts],
                 sources[num_consts : num_consts + num_carry],
                 sources[num_consts + num_carry :],

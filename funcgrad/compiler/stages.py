@@ -14,17 +14,19 @@ def plan(
     closed: ClosedJaxpr,
     reductions: parallel.ReductionSplit | None = None,
     gemm_dtypes: tuple = GEMM_DTYPES,
+    contraction_dtypes: tuple = (),
 ) -> tuple[ClosedJaxpr, Program, MemoryPlan]:
     """The optimized jaxpr, its program of steps and the program's memory plan. Large
     whole-array reductions become partial folds that may run on threads, as `reductions`
     says (`parallel.split_reductions`), and so, for a GPU, do reductions over a leading axis
     with few columns (`parallel.columns_outer`). Products in `gemm_dtypes` may run as the
-    backend's library GEMMs."""
+    backend's library GEMMs, and convolutions in `contraction_dtypes` as contraction kernels
+    (`schedule.schedule`)."""
     optimized = passes.optimize(closed)
     if mentions_complex(optimized.jaxpr):
         # Complex values compute as pairs of reals, laid out as the caller's buffers are.
         optimized = passes.optimize(lower_complex(optimized))
-    program = schedule(optimized, gemm_dtypes)
+    program = schedule(optimized, gemm_dtypes, contraction_dtypes)
     if reductions is not None:
         parallel.split_reductions(program, reductions)
         if reductions.column_threads:

@@ -61,6 +61,10 @@ from funcgrad.lax.linalg import allows_tf32
 # one block then folds; a reduction over a leading axis gives its columns and parts of its
 # rows to about 2^16 threads.
 REDUCTIONS = ReductionSplit(min_work=1 << 15, parts=1 << 14, strided=True, column_threads=1 << 16)
+# Convolutions computed as implicit GEMMs (`render.tiled_product`, gathering windows as it
+# reads them: no copy of every window in memory); half-precision ones run on cuBLAS's tensor
+# cores over gathered windows.
+CONTRACTION_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 class Emulator:
@@ -387,7 +391,9 @@ class CudaExecutable:
     def __init__(self, closed: ClosedJaxpr, donated: tuple[int, ...] = (), device=None):
         self.closed = closed
         self.device = device if device is not None else gpu()
-        self.optimized, self.program, self.memory = stages.plan(closed, REDUCTIONS, GPU_GEMM_DTYPES)
+        self.optimized, self.program, self.memory = stages.plan(
+            closed, REDUCTIONS, GPU_GEMM_DTYPES, CONTRACTION_DTYPES
+        )
         # Outputs written into donated arguments' memory: {output index: input index}. A
         # kernel reading the input and writing the output names the input for both, one
         # pointer for the pair (`hosted`).

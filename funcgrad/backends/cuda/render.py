@@ -67,6 +67,12 @@ LAUNCH_BLOCK = 256
 # The most threads a block may have (CUDA's limit): the size of a block reduction's shared array.
 MAX_BLOCK = 1024
 WARPS = MAX_BLOCK // 32
+# A kernel in a GEMM's form (`_product`, a convolution's implicit GEMM) runs tiled: a block
+# of `TILE_THREADS` computes TILE x TILE results, each thread 4 x 4 of them in registers, over
+# steps of TILE_DEPTH terms of each operand staged in shared memory.
+TILE = 64
+TILE_DEPTH = 16
+TILE_THREADS = 256
 # A kernel whose buffers, loops and loop nests all stay below this many elements computes its
 # indices in 32-bit ints (a GPU does 64-bit integer arithmetic, division above all, in several
 # instructions); the margin below 2^31 keeps a grid-stride loop's last step from overflowing.
@@ -466,6 +472,9 @@ class _KernelWriter:
 
     def render_kernel(self) -> CudaKernel:
         kernel = self.kernel
+        product = _product(kernel)
+        if product is not None:
+            return self.tiled_product(product)
         split = parallel_loop(kernel)
         scratch_bytes = sum(b.size * b.dtype.itemsize for b in kernel.scratch)
         rows = _row_loops(split, scratch_bytes, kernel.scratch) if split is not None else None
@@ -500,6 +509,92 @@ class _KernelWriter:
             self.emit("}")
         threads = 1 if split is None else split.stop - split.start
         return self.finished(params, threads, cooperative=reduction is not None)
+
+    def tiled_product(self, product: Product) -> CudaKernel:
+        """A kernel in a GEMM's form as a tiled product: the grid's blocks take TILE x TILE
+        tiles of the results in turn; for each TILE_DEPTH terms the block stages both
+        operands' parts in shared memory (each thread computing elements of them as the
+        kernel's expressions say: a convolution's windows are gathered here), then each
+        thread adds those terms' products to its 4 x 4 results, rows tr + 16 i and columns
+        tc + 16 j of the tile (so that a warp reads neighbouring columns); the results go
+        out through the kernel's store."""
+        rows, columns, terms = product.loops
+        count, width, depth = rows.stop, columns.stop, terms.stop
+        value = value_type(product.acc.dtype)
+        per_thread = TILE * TILE_DEPTH // TILE_THREADS
+        across = -(-width // TILE)
+        it = self.index_type
+        for name in ("a", "b"):  # (a column of padding keeps a staging's stores apart)
+            self.emit(f"__shared__ {value} {name}_tile[{TILE_DEPTH}][{TILE + 1}];")
+            self.shared_bytes += TILE_DEPTH * (TILE + 1) * memory_size(product.acc.dtype)
+        self.emit("const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;")
+        self.emit(f"const bool active = threadIdx.x < {TILE_THREADS};")
+        tiles = -(-count // TILE) * across
+        self.emit(f"for ({it} tile = blockIdx.x; tile < {tiles}; tile += gridDim.x) {{")
+        self.indent += "  "
+        self.emit(f"const {it} r0 = tile / {across} * {TILE}, c0 = tile % {across} * {TILE};")
+        init = constant_text(product.init.value, product.acc.dtype)
+        self.emit(f"{value} sums[4][4];")
+        self.emit(f"for (int i = 0; i < 4; ++i) for (int j = 0; j < 4; ++j) sums[i][j] = {init};")
+        self.emit(f"for ({it} k0 = 0; k0 < {depth}; k0 += {TILE_DEPTH}) {{")
+        self.indent += "  "
+        self.emit("if (active) {")
+        self.indent += "  "
+        self.emit(f"for (int l = 0; l < {per_thread}; ++l) {{")
+        self.indent += "  "
+        self.emit(f"const int e = threadIdx.x + {TILE_THREADS} * l;")
+        for name, operand, outer, first, stop in (
+            ("a", product.a, rows, "r0", count),
+            ("b", product.b, columns, "c0", width),
+        ):
+            if _moves_by_one(operand, outer.index, terms.index, product.middle):
+                place, term = f"e % {TILE}", f"e / {TILE}"
+            else:  # (neighbouring threads take neighbouring terms)
+                place, term = f"e / {TILE_DEPTH}", f"e % {TILE_DEPTH}"
+            self.emit(f"const int {name}p = {place}, {name}k = {term};")
+            self.emit(f"{value} {name}v = 0;")
+            self.emit(f"if ({first} + {name}p < {stop} && k0 + {name}k < {depth}) {{")
+            self.indent += "  "
+            self.index_names[outer.index] = f"({first} + {name}p)"
+            self.index_names[terms.index] = f"(k0 + {name}k)"
+            self.memo = {}
+            self.emit(f"{name}v = {self.value(operand)};")
+            self.indent = self.indent[:-2]
+            self.emit("}")
+            self.emit(f"{name}_tile[{name}k][{name}p] = {name}v;")
+        self.indent = self.indent[:-2]
+        self.emit("}")
+        self.indent = self.indent[:-2]
+        self.emit("}")
+        self.emit("__syncthreads();")
+        self.emit("if (active) {")
+        self.emit("  #pragma unroll")
+        self.emit(f"  for (int k = 0; k < {TILE_DEPTH}; ++k) {{")
+        self.emit(f"    {value} a[4], b[4];")
+        self.emit("    for (int i = 0; i < 4; ++i) a[i] = a_tile[k][tr + 16 * i];")
+        self.emit("    for (int j = 0; j < 4; ++j) b[j] = b_tile[k][tc + 16 * j];")
+        self.emit("    for (int i = 0; i < 4; ++i)")
+        self.emit("      for (int j = 0; j < 4; ++j) sums[i][j] += a[i] * b[j];")
+        self.emit("  }")
+        self.emit("}")
+        self.emit("__syncthreads();  // every thread is done with the tiles before they change")
+        self.indent = self.indent[:-2]
+        self.emit("}")
+        self.emit("if (active) {")
+        self.indent += "  "
+        for i, j in itertools.product(range(4), range(4)):
+            row, column = f"(r0 + tr + {16 * i})", f"(c0 + tc + {16 * j})"
+            self.emit(f"if ({row} < {count} && {column} < {width}) {{")
+            self.index_names[rows.index], self.index_names[columns.index] = row, column
+            self.acc_names[product.acc] = f"sums[{i}][{j}]"
+            self.block([product.store])
+            self.emit("}")
+        self.indent = self.indent[:-2]
+        self.emit("}")
+        self.indent = self.indent[:-2]
+        self.emit("}")
+        params = list(dict.fromkeys(self.kernel.buffers))
+        return self.finished(params, tiles, row_width=TILE, block=TILE_THREADS)
 
     def vector_loop(self, split: K.Loop, index: str, lanes: int) -> str:
         """An elementwise loop over 16-byte vectors: thread t takes vectors t, t + gridDim *
@@ -990,6 +1085,126 @@ def _shared_left(scratch_bytes: int, rows: dict) -> int:
         return -1
     dtypes_folded = {acc.dtype for folds in rows.values() for acc, _ in folds}
     return SHARED_BYTES - scratch_bytes - WARPS * sum(map(memory_size, dtypes_folded))
+
+
+@dataclass
+class Product:
+    """A kernel in a GEMM's form (`_product`)."""
+
+    loops: tuple[K.Loop, K.Loop, K.Loop]  # over rows, columns and terms, each from 0
+    acc: K.Acc
+    init: K.Const
+    a: K.Expr  # a row's term: reads the row and term indices only
+    b: K.Expr  # a column's term: reads the term and column indices only
+    store: K.Store  # a result, from the sum: reads the row and column indices only
+    middle: dict  # {index: a value inside its loop}, for `_moves_by_one`
+
+
+def _product(kernel: K.Kernel) -> Product | None:
+    """The kernel as a product when it is `for r: for c: acc = init; for k: acc = acc + a * b;
+    out[...] = f(acc)` with `a` free of c, `b` free of r, the store free of k, nothing read
+    that the kernel writes and no scratch: the form of a convolution's implicit GEMM
+    (`schedule._conv_contraction`)."""
+    nest = kernel.body
+    if kernel.scratch or len(nest) != 1 or not isinstance(nest[0], K.Loop):
+        return None
+    rows = nest[0]
+    if len(rows.body) != 1 or not isinstance(rows.body[0], K.Loop):
+        return None
+    columns = rows.body[0]
+    if len(columns.body) != 3:
+        return None
+    init, terms, store = columns.body
+    if not (
+        isinstance(init, K.SetAcc)
+        and isinstance(init.value, K.Const)
+        and isinstance(terms, K.Loop)
+        and len(terms.body) == 1
+        and isinstance(terms.body[0], K.SetAcc)
+        and isinstance(store, K.Store)
+    ):
+        return None
+    acc, fold = init.acc, terms.body[0].value
+    if not (
+        terms.body[0].acc is acc
+        and isinstance(fold, K.Binary)
+        and fold.op == "add"
+        and isinstance(fold.a, K.AccRead)
+        and fold.a.acc is acc
+        and isinstance(fold.b, K.Binary)
+        and fold.b.op == "mul"
+    ):
+        return None
+    a, b = fold.b.a, fold.b.b
+    loops = (rows, columns, terms)
+    if any(loop.start != 0 for loop in loops):
+        return None
+
+    def reads(e, allowed) -> bool:
+        found = list(K.nodes(e))
+        indices = {n for n in found if isinstance(n, K.Index)}
+        written = any(isinstance(n, K.Load) and n.buffer in kernel.outputs for n in found)
+        held = any(isinstance(n, K.AccRead) for n in found)
+        return indices <= allowed and not written and not held
+
+    r, c, k = rows.index, columns.index, terms.index
+    if not (reads(a, {r, k}) and reads(b, {k, c}) and reads(store.offset, {r, c})):
+        return None
+    value = list(K.nodes(store.value))
+    if not {n for n in value if isinstance(n, K.Index)} <= {r, c}:
+        return None
+    middle = {loop.index: loop.stop // 2 for loop in loops}
+    return Product(loops, acc, init.value, a, b, store, middle)
+
+
+def _moves_by_one(operand: K.Expr, place: K.Index, term: K.Index, at: dict) -> bool:
+    """Whether the operand's first load moves by one element as `place` does, around the
+    point `at` (else, by the renderer's choice, neighbouring threads take neighbouring
+    terms): so that neighbouring threads staging a tile read neighbouring elements."""
+    loads = [n for n in K.nodes(operand) if isinstance(n, K.Load)]
+    if not loads:
+        return True
+    offset = loads[-1].offset
+    here = _index_value(offset, at)
+    there = _index_value(offset, {**at, place: at[place] + 1})
+    return here is not None and there is not None and there - here == 1
+
+
+_INDEX_OPS = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: int(a / b) if b else 0,
+    "rem": lambda a, b: a - b * int(a / b) if b else 0,
+    "max": max,
+    "min": min,
+    "and": lambda a, b: a and b,
+    "or": lambda a, b: a or b,
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
+}
+
+
+def _index_value(e: K.Expr, at: dict):
+    """The value of index arithmetic (offsets, their selects and bounds) where the indices
+    take the values `at` says; None for anything else (a load, a float)."""
+    if isinstance(e, K.Const):
+        return int(e.value) if e.dtype.kind in "iub" else None
+    if isinstance(e, K.Index):
+        return at.get(e)
+    if isinstance(e, K.Cast) and e.dtype.kind in "iub":
+        return _index_value(e.x, at)
+    if isinstance(e, K.Select):
+        pred = _index_value(e.pred, at)
+        return None if pred is None else _index_value(e.on_true if pred else e.on_false, at)
+    if isinstance(e, K.Binary) and e.op in _INDEX_OPS:
+        a, b = _index_value(e.a, at), _index_value(e.b, at)
+        return None if a is None or b is None else _INDEX_OPS[e.op](a, b)
+    return None
 
 
 @dataclass
