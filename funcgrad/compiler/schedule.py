@@ -370,6 +370,33 @@ def _conv_as_gemm(eqn: JaxprEqn, gemm_dtypes: tuple) -> bool:
     return out.size * math.prod(rhs.aval.shape[1:]) // 1 >= GEMM_MIN_FLOPS
 
 
+def _window_element(builder: KernelBuilder, eqn: JaxprEqn, n, at, offsets, c) -> K.Expr:
+    """The input element of a convolution's batch element `n` and input feature `c` under
+    window element `offsets` of output place `at`; zero where it falls in the padding or
+    between the elements of an input spread apart."""
+    lhs = eqn.invars[0]
+    p = eqn.params
+    lhs_spec = p["dimension_numbers"][0]
+    lhs_index = [None] * lhs.aval.ndim
+    lhs_index[lhs_spec[0]], lhs_index[lhs_spec[1]] = n, c
+    inside = []
+    for d, (place, offset) in enumerate(zip(at, offsets)):
+        lhs_index[lhs_spec[2 + d]], ok = window_position(
+            place,
+            offset,
+            p["window_strides"][d],
+            p["rhs_dilation"][d],
+            p["padding"][d][0],
+            p["lhs_dilation"][d],
+            lhs.aval.shape[lhs_spec[2 + d]],
+        )
+        inside.append(ok)
+    value = builder.element(lhs, lhs_index)
+    for ok in inside:
+        value = K.select(ok, value, K.const(0, value.dtype))
+    return value
+
+
 def _spreads_input(eqn: JaxprEqn) -> bool:
     """A convolution of an input spread apart (lhs_dilation > 1) with unit strides: a strided
     convolution's input gradient, which `_dilated_conv_gemm` computes without the zeros."""
@@ -702,23 +729,7 @@ class _Scheduler:
 
         def gather(index):
             n, at, offsets, c = index[0], index[1 : 1 + spatial], index[1 + spatial : -1], index[-1]
-            lhs_index = [None] * lhs.aval.ndim
-            lhs_index[lhs_spec[0]], lhs_index[lhs_spec[1]] = n, c
-            inside = []
-            for d in range(spatial):
-                lhs_index[lhs_spec[2 + d]], ok = window_position(
-                    at[d],
-                    offsets[d],
-                    p["window_strides"][d],
-                    p["rhs_dilation"][d],
-                    p["padding"][d][0],
-                    p["lhs_dilation"][d],
-                    lhs.aval.shape[lhs_spec[2 + d]],
-                )
-                inside.append(ok)
-            value = builder.element(lhs, lhs_index)
-            for ok in inside:
-                value = K.select(ok, value, K.const(0, dtype))
+            value = _window_element(builder, eqn, n, at, offsets, c)
             return [K.Store(patches, _flat_offset(index, patch_shape), value)]
 
         self._kernel(builder, [patches], loop_nest(patch_shape, gather), self._fused_eqns([eqn]))
@@ -748,13 +759,10 @@ class _Scheduler:
         feature and window element in the weights' own order, window[r, k] the input element
         under it (zero where the window leaves the padded input). The output is written in
         its layout. A GPU renders this form as a tiled product (`render.tiled_product`)."""
-        lhs, rhs = eqn.invars
-        p = eqn.params
-        lhs_spec, rhs_spec, out_spec = p["dimension_numbers"]
+        rhs = eqn.invars[1]
+        _, rhs_spec, out_spec = eqn.params["dimension_numbers"]
         out_var = eqn.outvars[0]
-        out_shape = out_var.aval.shape
-        dtype = np.dtype(out_var.aval.dtype)
-        spatial = len(rhs_spec) - 2
+        out_shape, dtype = out_var.aval.shape, np.dtype(out_var.aval.dtype)
         positions = (out_shape[out_spec[0]], *(out_shape[d] for d in out_spec[2:]))
         depth_dims = sorted(d for d in range(rhs.aval.ndim) if d != rhs_spec[0])  # stored order
         depth = tuple(rhs.aval.shape[d] for d in depth_dims)
@@ -763,30 +771,15 @@ class _Scheduler:
         row, column, term = K.Index("row"), K.Index("column"), K.Index("term")
         place = split_offset(row, positions)  # (batch element, *window place)
         within = dict(zip(depth_dims, split_offset(term, depth)))  # weight dim -> index
-        lhs_index = [None] * lhs.aval.ndim
-        lhs_index[lhs_spec[0]], lhs_index[lhs_spec[1]] = place[0], within[rhs_spec[1]]
-        inside = []
-        for d in range(spatial):
-            lhs_index[lhs_spec[2 + d]], ok = window_position(
-                place[1 + d],
-                within[rhs_spec[2 + d]],
-                p["window_strides"][d],
-                p["rhs_dilation"][d],
-                p["padding"][d][0],
-                p["lhs_dilation"][d],
-                lhs.aval.shape[lhs_spec[2 + d]],
-            )
-            inside.append(ok)
-        window = builder.element(lhs, lhs_index)
-        for ok in inside:
-            window = K.select(ok, window, K.const(0, dtype))
+        offsets = [within[d] for d in rhs_spec[2:]]
+        window = _window_element(builder, eqn, place[0], place[1:], offsets, within[rhs_spec[1]])
         rhs_index = [within.get(d, column) for d in range(rhs.aval.ndim)]
         weight = builder.element(rhs, rhs_index)
         total = K.Acc("total", dtype)
         out_index = [None] * len(out_shape)
         out_index[out_spec[0]], out_index[out_spec[1]] = place[0], column
-        for d in range(spatial):
-            out_index[out_spec[2 + d]] = place[1 + d]
+        for d, at in zip(out_spec[2:], place[1:]):
+            out_index[d] = at
         out = self.buffer_of[out_var]
         product = K.binary("add", total.read(), K.binary("mul", window, weight))
         nest = K.Loop(row, 0, math.prod(positions), [
