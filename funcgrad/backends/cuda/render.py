@@ -293,6 +293,9 @@ class _KernelWriter:
             return self.index_literal(int(e.value))
         if isinstance(e, K.Index):
             return self.index_names[e]
+        if isinstance(e, K.Select):  # (a window's place, or 0 where it leaves the operand)
+            picked = self.index_text(e.on_true), self.index_text(e.on_false)
+            return f"({self.value(e.pred)} ? {picked[0]} : {picked[1]})"
         a, b = self.index_text(e.a), self.index_text(e.b)
         symbol = {"add": "+", "sub": "-", "mul": "*", "div": "/", "rem": "%"}[e.op]
         return f"({a} {symbol} {b})"
@@ -373,6 +376,8 @@ class _KernelWriter:
 
     def binary(self, e: K.Binary) -> str:
         op, dtype = e.op, e.a.dtype
+        if op in K.COMPARISONS and _is_index(e.a) and _is_index(e.b):  # (a bound's test)
+            return f"{self.index_text(e.a)} {_INFIX[op]} {self.index_text(e.b)}"
         a, b = self.value(e.a), self.value(e.b)
         if op in K.COMPARISONS:
             return f"{a} {_INFIX[op]} {b}"
@@ -1383,8 +1388,11 @@ def _plus(start: int) -> str:
 
 
 def _is_index_arithmetic(e: K.Expr) -> bool:
-    """Offsets computed from loop indices and constants: they stay within buffers, so C's
-    operators are exact for them."""
+    """Offsets computed from loop indices and constants, and picked between by selects (a
+    window's place inside an operand, or 0 outside): they stay near the buffers' sizes, so
+    C's operators are exact for them in the kernel's index type."""
+    if isinstance(e, K.Select) and e.dtype == K.INDEX:
+        return _is_index(e.on_true) and _is_index(e.on_false)
     if not (isinstance(e, K.Binary) and e.dtype == K.INDEX):
         return False
     if e.op in ("div", "rem"):
@@ -1392,7 +1400,16 @@ def _is_index_arithmetic(e: K.Expr) -> bool:
             return False
     elif e.op not in ("add", "sub", "mul"):
         return False
-    return all(isinstance(x, (K.Index, K.Const)) or _is_index_arithmetic(x) for x in (e.a, e.b))
+    return _is_index(e.a) and _is_index(e.b)
+
+
+def _is_index(e: K.Expr) -> bool:
+    """An index, an index constant, or index arithmetic."""
+    return (
+        isinstance(e, K.Index)
+        or (isinstance(e, K.Const) and e.dtype == K.INDEX)
+        or (_is_index_arithmetic(e))
+    )
 
 
 def _rounded(text: str, dtype: np.dtype, inexact: bool) -> str:
