@@ -681,6 +681,38 @@ def test_convolutions_run_as_tiled_implicit_gemms_that_gather_their_windows(dtyp
     assert "a_tile" not in compiled_text(grouped, normal(2, 6, 9, 9), normal(12, 2, 3, 3))
 
 
+def test_a_profile_times_each_launch_gemm_and_copy_of_one_walked_call(monkeypatch):
+    """`profile` runs the program launch by launch and sums each kernel's, GEMM's and copy's
+    device time: every kernel of the module, a scan's body kernels once per iteration (its
+    loop walked by the host here), and the GEMM by its shape. A program on the CPU has no
+    such profile."""
+    from funcgrad.backends.cuda import regions
+
+    monkeypatch.setattr(regions, "REGION_WORK", 0)  # (the scan's iterations launched one by one)
+    x = np.random.default_rng(3).standard_normal((16, 300)).astype(np.float32)
+    w = np.random.default_rng(4).standard_normal((300, 300)).astype(np.float32)
+
+    def f(x, w):
+        h = fnp.tanh(x @ w)
+        e = fnp.exp(h - h.max(axis=1, keepdims=True))
+        return lax.scan(lambda c, r: (c * 0.5 + r.sum(), c), 0.0, e / e.sum(axis=1)[:, None])
+
+    with jit_backend("cuda_emulator"):
+        compiled = fg.jit(f).lower(x, w).compile()
+        rows = compiled.profile(x, w)
+    calls = {what: count for what, count, _ in rows}
+    launched = re.findall(
+        r"__global__ (?:__launch_bounds__\(\d+\) )?void (\w+)\(", compiled.as_text()
+    )
+    assert set(calls) == set(launched) | {"gemm 16x300x300 float32", "copy"}
+    body = [name for name in launched if name != launched[0]]  # (the row kernel runs once)
+    assert calls[launched[0]] == 1 and all(calls[name] == 16 for name in body)
+    assert calls["copy"] >= 16 and all(seconds >= 0 for _, _, seconds in rows)
+    assert [row[2] for row in rows] == sorted((row[2] for row in rows), reverse=True)
+    with pytest.raises(AttributeError, match="profile times a program's kernels on a GPU"):
+        fg.jit(f).lower(x, w).compile().profile(x, w)
+
+
 def test_complex_programs_run_as_pairs_of_reals():
     z = (np.arange(6) + 1j * np.arange(6)[::-1]).astype(np.complex64)
     assert_same_as_reference(lambda z: (fnp.exp(z * 0.1), z / (z + 1), fnp.abs(z)), z, exact=False)

@@ -598,6 +598,24 @@ class Compiled:
         place in the arena (compiled backends)."""
         return self._compiled_only("memory_analysis")()
 
+    def profile(self, *args, **kwargs) -> list[tuple[str, int, float]]:
+        """Runs the program once on these arguments, launch by launch, timing each kernel,
+        GEMM and copy on the GPU: (what ran, as `as_text` and `fusion_plan` name it; how many
+        times; seconds in all), the costliest first (CUDA backends)."""
+        if not hasattr(self.executable, "profile"):
+            raise AttributeError(
+                "profile times a program's kernels on a GPU, and this one runs on the "
+                f"{config.jit_backend!r} backend; select one with "
+                "config.update('jit_backend', 'cuda') (or 'cuda_emulator')"
+            )
+        entry, leaves = self._jitted._entry(args, kwargs)
+        if entry is not self._entry:
+            raise TypeError(
+                f"this compiled jit({self._jitted.name}) was lowered for other argument shapes, "
+                "dtypes or static values; lower and compile again for these arguments"
+            )
+        return self.executable.profile(*entry.consts, *leaves)
+
     def _compiled_only(self, name: str):
         method = getattr(self.executable, name, None)
         if method is None:

@@ -22,6 +22,7 @@ import math
 import os
 import sys
 import threading
+import time
 import warnings
 import weakref
 
@@ -133,6 +134,14 @@ class Emulator:
 
     def synchronize(self) -> None:
         pass  # kernels run to completion when launched
+
+    def clock(self) -> float:
+        """A point in time on the device, for `seconds_between` (the host's: kernels run
+        as they are launched)."""
+        return time.perf_counter()
+
+    def seconds_between(self, start: float, end: float) -> float:
+        return end - start
 
     def shaped(self, value) -> np.ndarray:
         return value.storage.view(value.dtype).reshape(value.shape)
@@ -349,6 +358,15 @@ class Gpu:
         with self.context():
             self.xp.cuda.get_current_stream().synchronize()
 
+    def clock(self):
+        """A point in the current stream's work, for `seconds_between` once it has run."""
+        event = self.xp.cuda.Event()
+        event.record()
+        return event
+
+    def seconds_between(self, start, end) -> float:
+        return self.xp.cuda.get_elapsed_time(start, end) / 1000
+
     def shaped(self, value):
         if value.dtype == dtypes.bfloat16:
             raise TypeError("CuPy has no bfloat16: export the array as float32 first")
@@ -536,6 +554,23 @@ class CudaExecutable:
                     raise OutOfDeviceMemoryError(self._out_of_memory(args)) from again
             _Walk(self, views).steps(self.program.steps)
         return outputs
+
+    def profile(self, *args) -> list[tuple[str, int, float]]:
+        """One call walked launch by launch, each launch, GEMM and copy timed on the device:
+        (what ran: a kernel's name as `as_text` has it, a GEMM's shape, or "copy"; how many
+        times it ran; its seconds in all), the costliest first. Steps the host makes (its
+        reads of predicates, LAPACK, callbacks) are not listed."""
+        with self.device.context():
+            views, _ = self._allocate(args)
+            timed = _Timed(self.device)
+            _Walk(self, views, timed).steps(self.program.steps)
+            self.device.synchronize()
+        totals: dict = {}
+        for what, start, end in timed.spans:
+            calls, seconds = totals.get(what, (0, 0.0))
+            totals[what] = calls + 1, seconds + self.device.seconds_between(start, end)
+        rows = [(what, calls, seconds) for what, (calls, seconds) in totals.items()]
+        return sorted(rows, key=lambda row: -row[2])
 
     def _release_replays(self) -> bool:
         """Lets every replay on this device go (their buffers return to the pool); whether
@@ -889,6 +924,31 @@ class _Recording:
 
     def copy(self, *args) -> None:
         self.calls.append(functools.partial(self.device.copy, *args))
+
+
+class _Timed:
+    """Stands in for the device while a walk is profiled: makes each launch, GEMM and
+    copy, each between two points of the device's clock."""
+
+    def __init__(self, device):
+        self.device = device
+        self.spans: list = []  # (what ran, start, end)
+
+    def timed(self, what: str, run, *args) -> None:
+        start = self.device.clock()
+        run(*args)
+        self.spans.append((what, start, self.device.clock()))
+
+    def launch(self, module, kernel: CudaKernel, buffers: list) -> None:
+        self.timed(kernel.name, self.device.launch, module, kernel, buffers)
+
+    def gemm(self, step: GemmStep, *args) -> None:
+        shape = f"{step.batch}x" if step.batch > 1 else ""
+        what = f"gemm {shape}{step.m}x{step.n}x{step.k} {step.out.dtype.name}"
+        self.timed(what, self.device.gemm, step, *args)
+
+    def copy(self, *args) -> None:
+        self.timed("copy", self.device.copy, *args)
 
 
 class _Walk:
