@@ -803,7 +803,8 @@ class _KernelWriter:
         self.indent += "  "
         place = f"{h} * blockDim.x + threadIdx.x"
         self.emit(f"const {self.index_type} {q} = ({self.index_type})({place});")
-        self.emit(f"if ({q} >= {-(-width // lanes)}) break;")
+        self.emit(f"if ({q} < {-(-width // lanes)}) {{  // (a guard, not a break: unrolled)")
+        self.indent += "  "
         if starts:
             within = f" && {lanes} * {q} + {lanes} <= {width}" if tail else ""
             self.emit(f"const bool {whole} = aligned{k}{within};")
@@ -847,6 +848,8 @@ class _KernelWriter:
             vector = f"fg_vector<{memory_type(b.dtype)}, {lanes}>"
             self.emit(f"if ({whole}) reinterpret_cast<{vector}*>({starts[b]})[{q}] = {b.name}_v;")
             apart(f"{starts[b]}[{lanes} * {q} + {{lane}}] = {b.name}_v.lane[{{lane}}];")
+        self.indent = outer + "  "
+        self.emit("}")
         self.indent = outer
         self.emit("}")
 
