@@ -210,8 +210,9 @@ class CudaKernel:
     body: str  # the function's statements
     # One block whose threads work together (shared memory, __syncthreads): launched alone.
     cooperative: bool = False
-    # Nonzero when each iteration of the parallel loop (a row, `threads` of them) runs on a
-    # block whose threads share its inner loops: the longest inner loop's trip count.
+    # Nonzero when each iteration of the parallel loop (a row or a product's tile, `threads`
+    # of them) runs on a block whose threads share its inner loops: the longest inner
+    # loop's trip count (a tile's width).
     row_width: int = 0
     # Nonzero when its launches need a block of exactly this many threads (a row kernel whose
     # threads hold fixed parts of each row), or at least as many (a region's kernel calling
@@ -518,88 +519,86 @@ class _KernelWriter:
     def tiled_product(self, product: Product) -> CudaKernel:
         """A kernel in a GEMM's form as a tiled product: the grid's blocks take TILE x TILE
         tiles of the results in turn; for each TILE_DEPTH terms the block stages both
-        operands' parts in shared memory (each thread computing elements of them as the
-        kernel's expressions say: a convolution's windows are gathered here), then each
-        thread adds those terms' products to its 4 x 4 results, rows tr + 16 i and columns
-        tc + 16 j of the tile (so that a warp reads neighbouring columns); the results go
-        out through the kernel's store."""
+        operands' parts in shared memory (`stage`), then each thread adds those terms'
+        products to its 4 x 4 results, rows tr + 16 i and columns tc + 16 j of the tile (so
+        that a warp reads neighbouring columns); the results go out through the kernel's
+        store."""
         rows, columns, terms = product.loops
-        count, width, depth = rows.stop, columns.stop, terms.stop
         value = value_type(product.acc.dtype)
-        per_thread = TILE * TILE_DEPTH // TILE_THREADS
-        across = -(-width // TILE)
+        across = -(-columns.stop // TILE)
+        tiles = -(-rows.stop // TILE) * across
         it = self.index_type
         for name in ("a", "b"):  # (a column of padding keeps a staging's stores apart)
             self.emit(f"__shared__ {value} {name}_tile[{TILE_DEPTH}][{TILE + 1}];")
             self.shared_bytes += TILE_DEPTH * (TILE + 1) * memory_size(product.acc.dtype)
         self.emit("const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;")
         self.emit(f"const bool active = threadIdx.x < {TILE_THREADS};")
-        tiles = -(-count // TILE) * across
         self.emit(f"for ({it} tile = blockIdx.x; tile < {tiles}; tile += gridDim.x) {{")
-        self.indent += "  "
-        self.emit(f"const {it} r0 = tile / {across} * {TILE}, c0 = tile % {across} * {TILE};")
+        self.emit(f"  const {it} r0 = tile / {across} * {TILE}, c0 = tile % {across} * {TILE};")
         init = constant_text(product.init.value, product.acc.dtype)
-        self.emit(f"{value} sums[4][4];")
-        self.emit(f"for (int i = 0; i < 4; ++i) for (int j = 0; j < 4; ++j) sums[i][j] = {init};")
-        self.emit(f"for ({it} k0 = 0; k0 < {depth}; k0 += {TILE_DEPTH}) {{")
-        self.indent += "  "
-        self.emit("if (active) {")
-        self.indent += "  "
-        self.emit(f"for (int l = 0; l < {per_thread}; ++l) {{")
-        self.indent += "  "
+        self.emit(f"  {value} sums[4][4];")
+        self.emit(f"  for (int i = 0; i < 4; ++i) for (int j = 0; j < 4; ++j) sums[i][j] = {init};")
+        self.emit(f"  for ({it} k0 = 0; k0 < {terms.stop}; k0 += {TILE_DEPTH}) {{")
+        self.emit("    if (active) {")
+        self.emit(f"      for (int l = 0; l < {TILE * TILE_DEPTH // TILE_THREADS}; ++l) {{")
+        self.indent += "        "
         self.emit(f"const int e = threadIdx.x + {TILE_THREADS} * l;")
-        for name, operand, outer, first, stop in (
-            ("a", product.a, rows, "r0", count),
-            ("b", product.b, columns, "c0", width),
-        ):
-            if _moves_by_one(operand, outer.index, terms.index, product.middle):
-                place, term = f"e % {TILE}", f"e / {TILE}"
-            else:  # (neighbouring threads take neighbouring terms)
-                place, term = f"e / {TILE_DEPTH}", f"e % {TILE_DEPTH}"
-            self.emit(f"const int {name}p = {place}, {name}k = {term};")
-            self.emit(f"{value} {name}v = 0;")
-            self.emit(f"if ({first} + {name}p < {stop} && k0 + {name}k < {depth}) {{")
-            self.indent += "  "
-            self.index_names[outer.index] = f"({first} + {name}p)"
-            self.index_names[terms.index] = f"(k0 + {name}k)"
-            self.memo = {}
-            self.emit(f"{name}v = {self.value(operand)};")
-            self.indent = self.indent[:-2]
-            self.emit("}")
-            self.emit(f"{name}_tile[{name}k][{name}p] = {name}v;")
-        self.indent = self.indent[:-2]
-        self.emit("}")
-        self.indent = self.indent[:-2]
-        self.emit("}")
-        self.emit("__syncthreads();")
-        self.emit("if (active) {")
-        self.emit("  #pragma unroll")
-        self.emit(f"  for (int k = 0; k < {TILE_DEPTH}; ++k) {{")
-        self.emit(f"    {value} a[4], b[4];")
-        self.emit("    for (int i = 0; i < 4; ++i) a[i] = a_tile[k][tr + 16 * i];")
-        self.emit("    for (int j = 0; j < 4; ++j) b[j] = b_tile[k][tc + 16 * j];")
-        self.emit("    for (int i = 0; i < 4; ++i)")
-        self.emit("      for (int j = 0; j < 4; ++j) sums[i][j] += a[i] * b[j];")
+        self.stage("a", product.a, rows, "r0", product)
+        self.stage("b", product.b, columns, "c0", product)
+        self.indent = self.indent[:-8]
+        self.emit("      }")
+        self.emit("    }")
+        self.emit("    __syncthreads();")
+        self.emit("    if (active) {")
+        self.emit("      #pragma unroll")
+        self.emit(f"      for (int k = 0; k < {TILE_DEPTH}; ++k) {{")
+        self.emit(f"        {value} a[4], b[4];")
+        self.emit("        for (int i = 0; i < 4; ++i) a[i] = a_tile[k][tr + 16 * i];")
+        self.emit("        for (int j = 0; j < 4; ++j) b[j] = b_tile[k][tc + 16 * j];")
+        self.emit("        for (int i = 0; i < 4; ++i)")
+        self.emit("          for (int j = 0; j < 4; ++j) sums[i][j] += a[i] * b[j];")
+        self.emit("      }")
+        self.emit("    }")
+        self.emit("    __syncthreads();  // every thread is done with the tiles before they change")
         self.emit("  }")
-        self.emit("}")
-        self.emit("__syncthreads();  // every thread is done with the tiles before they change")
-        self.indent = self.indent[:-2]
-        self.emit("}")
-        self.emit("if (active) {")
-        self.indent += "  "
+        self.emit("  if (active) {")
+        self.indent += "    "
         for i, j in itertools.product(range(4), range(4)):
             row, column = f"(r0 + tr + {16 * i})", f"(c0 + tc + {16 * j})"
-            self.emit(f"if ({row} < {count} && {column} < {width}) {{")
+            self.emit(f"if ({row} < {rows.stop} && {column} < {columns.stop}) {{")
             self.index_names[rows.index], self.index_names[columns.index] = row, column
             self.acc_names[product.acc] = f"sums[{i}][{j}]"
             self.block([product.store])
             self.emit("}")
-        self.indent = self.indent[:-2]
-        self.emit("}")
-        self.indent = self.indent[:-2]
+        self.indent = self.indent[:-4]
+        self.emit("  }")
         self.emit("}")
         params = list(dict.fromkeys(self.kernel.buffers))
         return self.finished(params, tiles, row_width=TILE, block=TILE_THREADS)
+
+    def stage(self, name: str, operand: K.Expr, outer: K.Loop, first: str, product) -> None:
+        """This thread's elements of an operand's part of the tiles (`e`, e + TILE_THREADS,
+        ...), computed as the kernel's expression says (a convolution's windows gathered
+        here), zero past the operand's edges, into `{name}_tile[term][row or column]`.
+        Neighbouring threads take neighbouring elements of whichever index moves the
+        operand's memory by one (`_moves_by_one`)."""
+        terms = product.loops[2]
+        if _moves_by_one(operand, outer.index, product.middle):
+            place, term = f"e % {TILE}", f"e / {TILE}"
+        else:
+            place, term = f"e / {TILE_DEPTH}", f"e % {TILE_DEPTH}"
+        value = value_type(product.acc.dtype)
+        self.emit(f"const int {name}p = {place}, {name}k = {term};")
+        self.emit(f"{value} {name}v = 0;")
+        self.emit(f"if ({first} + {name}p < {outer.stop} && k0 + {name}k < {terms.stop}) {{")
+        self.indent += "  "
+        self.index_names[outer.index] = f"({first} + {name}p)"
+        self.index_names[terms.index] = f"(k0 + {name}k)"
+        self.memo = {}
+        self.emit(f"{name}v = {self.value(operand)};")
+        self.indent = self.indent[:-2]
+        self.emit("}")
+        self.emit(f"{name}_tile[{name}k][{name}p] = {name}v;")
 
     def vector_loop(self, split: K.Loop, index: str, lanes: int) -> str:
         """An elementwise loop over 16-byte vectors: thread t takes vectors t, t + gridDim *
@@ -1165,7 +1164,7 @@ def _product(kernel: K.Kernel) -> Product | None:
     return Product(loops, acc, init.value, a, b, store, middle)
 
 
-def _moves_by_one(operand: K.Expr, place: K.Index, term: K.Index, at: dict) -> bool:
+def _moves_by_one(operand: K.Expr, place: K.Index, at: dict) -> bool:
     """Whether the operand's first load moves by one element as `place` does, around the
     point `at` (else, by the renderer's choice, neighbouring threads take neighbouring
     terms): so that neighbouring threads staging a tile read neighbouring elements."""
