@@ -643,8 +643,9 @@ def test_convolutions_run_as_tiled_implicit_gemms_that_gather_their_windows(dtyp
     each window element as a tile is staged (no copy of the windows in memory): channels
     first and last, strides, padding, dilations of the weights and of a strided input, one
     and three spatial dimensions, tiles cut by the output's edges (130 positions by 70
-    features, 27 and 45 terms), and the convolutions of the gradients. Grouped ones stay
-    direct kernels."""
+    features, 27 and 45 terms), tiles of 16, 32 and 64 columns (as many output features as
+    there are, up to 64), and the convolutions of the gradients. Grouped ones stay direct
+    kernels."""
     rng = np.random.default_rng(7)
     normal = lambda *shape: rng.standard_normal(shape).astype(dtype)  # noqa: E731
     tol = dict(exact=False, rtol=1e-4 if dtype == np.float32 else 1e-10)
@@ -663,9 +664,12 @@ def test_convolutions_run_as_tiled_implicit_gemms_that_gather_their_windows(dtyp
     with jit_backend("cuda_emulator"):
         compiled = fg.jit(nchw).lower(images, weights).compile()
     assert "a_tile[ak][ap] = av;" in compiled.as_text() and "gemm[" not in compiled.fusion_plan()
+    assert "b_tile[16][65]" in compiled.as_text()  # 64 columns of the 70 output features
     assert_same_as_reference(nhwc, normal(2, 6, 7, 5), normal(3, 3, 5, 8), **tol)
     line = lambda x, w: lax.conv_general_dilated(x, w, (3,), "SAME")  # noqa: E731
-    assert_same_as_reference(line, normal(4, 6, 50), normal(9, 6, 5), **tol)
+    assert_same_as_reference(line, normal(4, 6, 50), normal(24, 6, 5), **tol)
+    narrow = compiled_text(line, normal(4, 6, 50), normal(9, 6, 5))
+    assert "a_tile[16][257]" in narrow and "b_tile[16][17]" in narrow  # 256 x 16: 9 features
     volume = lambda x, w: lax.conv_general_dilated(x, w, (1, 2, 1), "VALID")  # noqa: E731
     assert_same_as_reference(volume, normal(1, 2, 5, 6, 7), normal(4, 2, 2, 3, 2), **tol)
     loss = lambda x, w: (nchw(x, w) ** 2).sum()  # noqa: E731

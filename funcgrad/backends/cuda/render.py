@@ -68,9 +68,10 @@ LAUNCH_BLOCK = 256
 MAX_BLOCK = 1024
 WARPS = MAX_BLOCK // 32
 # A kernel in a GEMM's form (`_product`, a convolution's implicit GEMM) runs tiled: a block
-# of `TILE_THREADS` computes TILE x TILE results, each thread 4 x 4 of them in registers, over
-# steps of TILE_DEPTH terms of each operand staged in shared memory.
-TILE = 64
+# of `TILE_THREADS` computes a tile of TILE_RESULTS results (64 x 64, 128 x 32 or 256 x 16),
+# each thread 4 x 4 of them in registers, over steps of TILE_DEPTH terms of each operand
+# staged in shared memory.
+TILE_RESULTS = 4096
 TILE_DEPTH = 16
 TILE_THREADS = 256
 # A kernel whose buffers, loops and loop nests all stay below this many elements computes its
@@ -517,44 +518,46 @@ class _KernelWriter:
         return self.finished(params, threads, cooperative=reduction is not None)
 
     def tiled_product(self, product: Product) -> CudaKernel:
-        """A kernel in a GEMM's form as a tiled product: the grid's blocks take TILE x TILE
-        tiles of the results in turn; for each TILE_DEPTH terms the block stages both
-        operands' parts in shared memory (`stage`), then each thread adds those terms'
-        products to its 4 x 4 results, rows tr + 16 i and columns tc + 16 j of the tile (so
-        that a warp reads neighbouring columns); the results go out through the kernel's
-        store."""
+        """A kernel in a GEMM's form as a tiled product: the grid's blocks take tiles of the
+        results in turn (TILE_RESULTS of them, as wide as the columns need up to 64, so that
+        a convolution with few output features wastes little); for each TILE_DEPTH terms the
+        block stages both operands' parts in shared memory (`stage`), then each thread adds
+        those terms' products to its 4 x 4 results, rows tr + m i and columns tc + n j of the
+        tile (m and n the threads down and across it, so that a warp reads neighbouring
+        columns); the results go out through the kernel's store."""
         rows, columns, terms = product.loops
+        wide = min(64, max(16, 1 << (columns.stop - 1).bit_length()))
+        tall = TILE_RESULTS // wide
+        across, down = wide // 4, TILE_THREADS // (wide // 4)  # threads across and down
         value = value_type(product.acc.dtype)
-        across = -(-columns.stop // TILE)
-        tiles = -(-rows.stop // TILE) * across
+        tiles_across = -(-columns.stop // wide)
+        tiles = -(-rows.stop // tall) * tiles_across
         it = self.index_type
-        for name in ("a", "b"):  # (a column of padding keeps a staging's stores apart)
-            self.emit(f"__shared__ {value} {name}_tile[{TILE_DEPTH}][{TILE + 1}];")
-            self.shared_bytes += TILE_DEPTH * (TILE + 1) * memory_size(product.acc.dtype)
-        self.emit("const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;")
+        for name, size in (("a", tall), ("b", wide)):  # (padding keeps stores apart)
+            self.emit(f"__shared__ {value} {name}_tile[{TILE_DEPTH}][{size + 1}];")
+            self.shared_bytes += TILE_DEPTH * (size + 1) * memory_size(product.acc.dtype)
+        self.emit(f"const int tr = threadIdx.x / {across}, tc = threadIdx.x % {across};")
         self.emit(f"const bool active = threadIdx.x < {TILE_THREADS};")
         self.emit(f"for ({it} tile = blockIdx.x; tile < {tiles}; tile += gridDim.x) {{")
-        self.emit(f"  const {it} r0 = tile / {across} * {TILE}, c0 = tile % {across} * {TILE};")
+        first_row = f"tile / {tiles_across} * {tall}"
+        self.emit(f"  const {it} r0 = {first_row}, c0 = tile % {tiles_across} * {wide};")
         init = constant_text(product.init.value, product.acc.dtype)
         self.emit(f"  {value} sums[4][4];")
         self.emit(f"  for (int i = 0; i < 4; ++i) for (int j = 0; j < 4; ++j) sums[i][j] = {init};")
         self.emit(f"  for ({it} k0 = 0; k0 < {terms.stop}; k0 += {TILE_DEPTH}) {{")
         self.emit("    if (active) {")
-        self.emit(f"      for (int l = 0; l < {TILE * TILE_DEPTH // TILE_THREADS}; ++l) {{")
-        self.indent += "        "
-        self.emit(f"const int e = threadIdx.x + {TILE_THREADS} * l;")
-        self.stage("a", product.a, rows, "r0", product)
-        self.stage("b", product.b, columns, "c0", product)
-        self.indent = self.indent[:-8]
-        self.emit("      }")
+        self.indent += "      "
+        self.stage("a", product.a, rows, "r0", tall, product)
+        self.stage("b", product.b, columns, "c0", wide, product)
+        self.indent = self.indent[:-6]
         self.emit("    }")
         self.emit("    __syncthreads();")
         self.emit("    if (active) {")
         self.emit("      #pragma unroll")
         self.emit(f"      for (int k = 0; k < {TILE_DEPTH}; ++k) {{")
         self.emit(f"        {value} a[4], b[4];")
-        self.emit("        for (int i = 0; i < 4; ++i) a[i] = a_tile[k][tr + 16 * i];")
-        self.emit("        for (int j = 0; j < 4; ++j) b[j] = b_tile[k][tc + 16 * j];")
+        self.emit(f"        for (int i = 0; i < 4; ++i) a[i] = a_tile[k][tr + {down} * i];")
+        self.emit(f"        for (int j = 0; j < 4; ++j) b[j] = b_tile[k][tc + {across} * j];")
         self.emit("        for (int i = 0; i < 4; ++i)")
         self.emit("          for (int j = 0; j < 4; ++j) sums[i][j] += a[i] * b[j];")
         self.emit("      }")
@@ -564,7 +567,7 @@ class _KernelWriter:
         self.emit("  if (active) {")
         self.indent += "    "
         for i, j in itertools.product(range(4), range(4)):
-            row, column = f"(r0 + tr + {16 * i})", f"(c0 + tc + {16 * j})"
+            row, column = f"(r0 + tr + {down * i})", f"(c0 + tc + {across * j})"
             self.emit(f"if ({row} < {rows.stop} && {column} < {columns.stop}) {{")
             self.index_names[rows.index], self.index_names[columns.index] = row, column
             self.acc_names[product.acc] = f"sums[{i}][{j}]"
@@ -574,31 +577,37 @@ class _KernelWriter:
         self.emit("  }")
         self.emit("}")
         params = list(dict.fromkeys(self.kernel.buffers))
-        return self.finished(params, tiles, row_width=TILE, block=TILE_THREADS)
+        return self.finished(params, tiles, row_width=wide, block=TILE_THREADS)
 
-    def stage(self, name: str, operand: K.Expr, outer: K.Loop, first: str, product) -> None:
-        """This thread's elements of an operand's part of the tiles (`e`, e + TILE_THREADS,
-        ...), computed as the kernel's expression says (a convolution's windows gathered
-        here), zero past the operand's edges, into `{name}_tile[term][row or column]`.
-        Neighbouring threads take neighbouring elements of whichever index moves the
-        operand's memory by one (`_moves_by_one`)."""
+    def stage(
+        self, name: str, operand: K.Expr, outer: K.Loop, first: str, size: int, product
+    ) -> None:
+        """This thread's elements of an operand's part of the tiles (`size` rows or columns
+        by TILE_DEPTH terms; element e, e + TILE_THREADS, ...), computed as the kernel's
+        expression says (a convolution's windows gathered here), zero past the operand's
+        edges, into `{name}_tile[term][row or column]`. Neighbouring threads take
+        neighbouring elements of whichever index moves the operand's memory by one
+        (`_moves_by_one`)."""
         terms = product.loops[2]
         if _moves_by_one(operand, outer.index, product.middle):
-            place, term = f"e % {TILE}", f"e / {TILE}"
+            place, term = f"e % {size}", f"e / {size}"
         else:
             place, term = f"e / {TILE_DEPTH}", f"e % {TILE_DEPTH}"
         value = value_type(product.acc.dtype)
-        self.emit(f"const int {name}p = {place}, {name}k = {term};")
-        self.emit(f"{value} {name}v = 0;")
-        self.emit(f"if ({first} + {name}p < {outer.stop} && k0 + {name}k < {terms.stop}) {{")
-        self.indent += "  "
+        self.emit(f"for (int l = 0; l < {size * TILE_DEPTH // TILE_THREADS}; ++l) {{")
+        self.emit(f"  const int e = threadIdx.x + {TILE_THREADS} * l;")
+        self.emit(f"  const int {name}p = {place}, {name}k = {term};")
+        self.emit(f"  {value} {name}v = 0;")
+        self.emit(f"  if ({first} + {name}p < {outer.stop} && k0 + {name}k < {terms.stop}) {{")
+        self.indent += "    "
         self.index_names[outer.index] = f"({first} + {name}p)"
         self.index_names[terms.index] = f"(k0 + {name}k)"
         self.memo = {}
         self.emit(f"{name}v = {self.value(operand)};")
-        self.indent = self.indent[:-2]
+        self.indent = self.indent[:-4]
+        self.emit("  }")
+        self.emit(f"  {name}_tile[{name}k][{name}p] = {name}v;")
         self.emit("}")
-        self.emit(f"{name}_tile[{name}k][{name}p] = {name}v;")
 
     def vector_loop(self, split: K.Loop, index: str, lanes: int) -> str:
         """An elementwise loop over 16-byte vectors: thread t takes vectors t, t + gridDim *
