@@ -874,3 +874,36 @@ def test_convolutions_as_gemm_match_the_reference(
     if lhs_dilation != (1, 1) and stride == (1, 1):
         # The spread-out input's GEMM runs over its actual elements, not the zeros between.
         assert f"m={lhs.size // lhs_shape['C']}, n={6 * 3 * 2}, k=4]" in plan
+
+
+def test_a_profile_counts_and_times_each_kernel_and_library_call():
+    """`profile` runs a build of the program that reads the clock around each step: every
+    kernel the module defines is listed (a scan's body kernels once per iteration), the GEMM
+    by its shape, the LAPACK routine by its symbol and the callback by its primitive; the
+    program itself keeps no counters, and the reference backend has no profile."""
+    x = rng.standard_normal((8, 300)).astype(np.float32)
+    w = rng.standard_normal((300, 300)).astype(np.float32)
+    seen = []
+
+    def f(x, w):
+        h = fnp.tanh(x @ w)
+        s = h / fnp.abs(h).sum(axis=1, keepdims=True)
+        c, _ = lax.scan(lambda c, r: (c * 0.5 + r.sum(), c), 0.0, s)
+        fg.debug.callback(seen.append, c)
+        gram = w[:16, :16] @ w[:16, :16].T + 16 * fnp.eye(16, dtype=np.float32)
+        return s, c, fnp.linalg.cholesky(gram)
+
+    compiled = fg.jit(f).lower(x, w).compile()
+    rows = compiled.profile(x, w)
+    calls = {what: count for what, count, _ in rows}
+    kernels = re.findall(r"^define internal void @(k\d+_\w+)\(", compiled.as_text(), re.M)
+    assert set(kernels) | {"gemm 8x300x300 float32", "callback debug_callback"} <= set(calls)
+    assert any(what.startswith("scipy_dpotrf") and n == 1 for what, n, _ in rows)
+    body = [k for k in kernels if calls[k] == 8]  # the scan's sum and carry, once a row
+    assert len(body) == 2 and all(calls[k] == 1 for k in kernels if k not in body)
+    assert len(seen) == 1  # (the profiled build ran once, the compiled program never)
+    assert all(seconds >= 0 for _, _, seconds in rows)
+    assert [row[2] for row in rows] == sorted((row[2] for row in rows), reverse=True)
+    assert "funcgrad_profile" not in compiled.as_text()
+    with jit_backend("numpy"), pytest.raises(AttributeError, match="profile times a compiled"):
+        fg.jit(f).lower(x, w).compile().profile(x, w)

@@ -599,14 +599,17 @@ class Compiled:
         return self._compiled_only("memory_analysis")()
 
     def profile(self, *args, **kwargs) -> list[tuple[str, int, float]]:
-        """Runs the program once on these arguments, launch by launch, timing each kernel,
-        GEMM and copy on the GPU: (what ran, as `as_text` and `fusion_plan` name it; how many
-        times; seconds in all), the costliest first (CUDA backends)."""
+        """Runs the program once on these arguments with each of its kernels and library
+        calls timed: (what ran: a kernel by its name in `as_text`, a GEMM by its shape, a
+        LAPACK routine, a copy; how many times; seconds in all), the costliest first. On a
+        GPU each launch, GEMM and copy is timed on the device (the call walked launch by
+        launch); on the CPU, a build of the program that reads the clock around each step
+        (made at the first profile) runs (compiled backends)."""
         if not hasattr(self.executable, "profile"):
             raise AttributeError(
-                "profile times a program's kernels on a GPU, and this one runs on the "
+                "profile times a compiled program's kernels, and this one runs on the "
                 f"{config.jit_backend!r} backend; select one with "
-                "config.update('jit_backend', 'cuda') (or 'cuda_emulator')"
+                "config.update('jit_backend', 'llvm')"
             )
         entry, leaves = self._jitted._entry(args, kwargs)
         if entry is not self._entry:

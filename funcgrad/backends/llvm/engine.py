@@ -21,6 +21,7 @@ import threading
 
 import llvmlite
 import llvmlite.binding as llvm
+import numpy as np
 from llvmlite.binding import ffi
 
 import funcgrad
@@ -185,6 +186,12 @@ class Compiled:
         with lock:
             start = self.engine.get_global_value_address(name)
         (ctypes.c_void_p * len(addresses)).from_address(start)[:] = addresses
+
+    def int64s(self, name: str, count: int) -> np.ndarray:
+        """The module's global int64 array `name`, in place."""
+        with lock:
+            start = self.engine.get_global_value_address(name)
+        return np.ctypeslib.as_array((ctypes.c_int64 * count).from_address(start))
 
     @functools.cached_property
     def optimized_ir(self) -> str:

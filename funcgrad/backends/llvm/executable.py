@@ -21,7 +21,7 @@ import numpy as np
 from funcgrad.array import Array
 from funcgrad.backends.llvm import blas, buffers, engine, pool, render
 from funcgrad.backends.llvm.engine import Compiled
-from funcgrad.backends.llvm.render import CALLBACK_TABLE, ModuleRenderer
+from funcgrad.backends.llvm.render import CALLBACK_TABLE, PROFILE_COUNTERS, ModuleRenderer
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import cache, fingerprint, stages
 from funcgrad.compiler.donation import donated_outputs, warn_unusable
@@ -48,14 +48,18 @@ _CALLBACK = ctypes.CFUNCTYPE(None, ctypes.POINTER(ctypes.c_void_p))
 class LlvmExecutable:
     """Call it with funcgrad arrays, get funcgrad arrays back (as `NumpyExecutable`)."""
 
-    def __init__(self, closed: ClosedJaxpr, donated: tuple[int, ...] = ()):
+    def __init__(self, closed: ClosedJaxpr, donated: tuple[int, ...] = (), profiled: bool = False):
+        """`profiled`: the program counts each kernel's, GEMM's, LAPACK call's and
+        callback's time and calls (`profile`)."""
         self.closed = closed
         self._plan = None  # (optimized jaxpr, program, memory plan), planned when first asked
+        self._profiled = profiled
+        self._twin = None  # a profiled build of this program, made by `profile`
         blas.library()
         # A program an earlier process compiled is found by its jaxpr, before planning and
         # rendering (`compiler.fingerprint`); one with callbacks or donations is planned
         # again (its callbacks are this process's functions, its donations warn).
-        key = None if donated else fingerprint.digest(closed, *_plan_context())
+        key = None if donated or profiled else fingerprint.digest(closed, *_plan_context())
         saved = None if key is None else cache.load(_PLANS, key)
         if saved is not None:
             self._restore(saved)
@@ -83,8 +87,11 @@ class LlvmExecutable:
         warn_unusable(closed, sorted(set(donated) - set(self.donated.values())))
         callback_steps = _callback_steps(self.program)
         self._callbacks = [_callback(step) for step in callback_steps]
-        renderer = ModuleRenderer(self.program, self.memory, callback_steps, self.donated)
+        renderer = ModuleRenderer(
+            self.program, self.memory, callback_steps, self.donated, self._profiled
+        )
         self.ir = renderer.render()
+        self.profile_labels = renderer.profile_labels
         self.machine_code = Compiled(renderer.modules())
         if self._callbacks:
             addresses = [ctypes.cast(fn, ctypes.c_void_p).value for fn in self._callbacks]
@@ -196,6 +203,24 @@ class LlvmExecutable:
         if self._reference is None:
             self._reference = NumpyExecutable(self.closed)
         self._reference(*args)
+
+    def profile(self, *args) -> list[tuple[str, int, float]]:
+        """One call of a build of this program that times each kernel, GEMM, LAPACK call and
+        callback by the monotonic clock (made at the first profile): (what ran: a kernel by
+        its name in `as_text`, a GEMM by its shape, a routine by its symbol; how many times;
+        its seconds in all), the costliest first."""
+        if self._twin is None:
+            self._twin = LlvmExecutable(self.closed, profiled=True)
+        twin = self._twin
+        labels = twin.profile_labels
+        if not labels:  # (nothing to time: the outputs are inputs or constants)
+            return []
+        counters = twin.machine_code.int64s(PROFILE_COUNTERS, 2 * len(labels))
+        counters[:] = 0
+        twin(*args)
+        rows = [(label, int(counters[2 * k + 1]), float(counters[2 * k]) / 1e9) for k, label in
+                enumerate(labels)]  # fmt: skip
+        return sorted(rows, key=lambda row: -row[2])
 
     def as_text(self) -> str:
         """The LLVM IR of the program, before LLVM's own optimizations."""

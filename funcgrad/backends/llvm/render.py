@@ -45,6 +45,20 @@ F64 = np.dtype(np.float64)
 # the machine code: addresses of this process never appear in the module, so its machine code
 # can be cached on disk and loaded by another process.
 CALLBACK_TABLE = "funcgrad_callbacks"
+_CONTROL = (CondStep, WhileStep, ScanStep)
+# A profiled program's counters: for each thing it runs, nanoseconds and calls (`profiled`).
+PROFILE_COUNTERS = "funcgrad_profile"
+_PROFILE_CLOCK = """define internal i64 @fg_profile_clock() {
+entry:
+  %ts = alloca [2 x i64]
+  %r = call i32 @clock_gettime(i32 1, ptr %ts)
+  %s = load i64, ptr %ts
+  %p = getelementptr i64, ptr %ts, i64 1
+  %ns = load i64, ptr %p
+  %sns = mul i64 %s, 1000000000
+  %t = add i64 %sns, %ns
+  ret i64 %t
+}"""
 
 
 def value_type(dtype: np.dtype) -> str:
@@ -660,8 +674,12 @@ class ModuleRenderer:
         plan: MemoryPlan,
         callbacks: list[CallbackStep],
         donated: dict | None = None,
+        profiled: bool = False,
     ):
         self.program = program
+        # Profiled, each kernel, GEMM, LAPACK call and callback adds its nanoseconds (by the
+        # monotonic clock) and a call to its pair of counters; what ran, by counter pair.
+        self.profile_labels: list[str] | None = [] if profiled else None
         self.plan = plan
         self.callbacks = {step: k for k, step in enumerate(callbacks)}  # -> place in the table
         # An output written into a donated input's memory (`compiler.donation`) -> that input.
@@ -727,6 +745,10 @@ class ModuleRenderer:
             self.globals.append(
                 f"@{CALLBACK_TABLE} = global [{len(self.callbacks)} x ptr] zeroinitializer"
             )
+        if self.profile_labels:  # (the clock defined last: kernels keep their names)
+            counters = 2 * len(self.profile_labels)
+            self.globals.append(f"@{PROFILE_COUNTERS} = global [{counters} x i64] zeroinitializer")
+            self.functions.append(_PROFILE_CLOCK)
         text = [
             "define void @entry(ptr noalias %args) #0 {",
             "entry:",
@@ -791,23 +813,59 @@ class ModuleRenderer:
     # -- steps (rendered into `entry`) ------------------------------------------------------------
 
     def steps(self, steps: list) -> None:
-        for step in steps:
-            if isinstance(step, KernelStep):
-                self.kernel_call(step.kernel)
-            elif isinstance(step, CondStep):
-                self.cond(step)
-            elif isinstance(step, WhileStep):
-                self.while_loop(step)
-            elif isinstance(step, ScanStep):
-                self.scan(step)
-            elif isinstance(step, CallbackStep):
-                self.callback(step)
-            elif isinstance(step, GemmStep):
-                self.gemm(step)
-            elif isinstance(step, FortranCall):
-                self.fortran_call(step)
-            else:
-                raise TypeError(f"cannot render step {step!r}")
+        for step in steps:  # (profiled: each leaf step timed; control flow by its steps)
+            timed = self.profile_labels is not None and not isinstance(step, _CONTROL)
+            start = self.clock() if timed else None
+            self.step(step)
+            if start is not None:
+                self.count(self.label(step), start)
+
+    def step(self, step) -> None:
+        if isinstance(step, KernelStep):
+            self.kernel_call(step.kernel)
+        elif isinstance(step, CondStep):
+            self.cond(step)
+        elif isinstance(step, WhileStep):
+            self.while_loop(step)
+        elif isinstance(step, ScanStep):
+            self.scan(step)
+        elif isinstance(step, CallbackStep):
+            self.callback(step)
+        elif isinstance(step, GemmStep):
+            self.gemm(step)
+        elif isinstance(step, FortranCall):
+            self.fortran_call(step)
+        else:
+            raise TypeError(f"cannot render step {step!r}")
+
+    def clock(self) -> str:
+        """The monotonic clock's nanoseconds, read in `entry` (a profiled program)."""
+        self.declare("clock_gettime", "i32", ["i32", "ptr"])
+        return self.entry.assign("call i64 @fg_profile_clock()", "clock")
+
+    def count(self, label: str, start: str) -> None:
+        """Adds the nanoseconds since `start` and one call to `label`'s counters."""
+        if label not in self.profile_labels:
+            self.profile_labels.append(label)
+        pair = 2 * self.profile_labels.index(label)
+        f = self.entry
+        spent = f.assign(f"sub i64 {self.clock()}, {start}", "spent")
+        for offset, amount in ((0, spent), (1, "1")):
+            slot = f.assign(f"getelementptr i64, ptr @{PROFILE_COUNTERS}, i64 {pair + offset}")
+            total = f.assign(f"add i64 {f.assign(f'load i64, ptr {slot}')}, {amount}")
+            f.emit(f"store i64 {total}, ptr {slot}")
+
+    def label(self, step) -> str:
+        """What a profile calls a step: a kernel by its name in the module, a GEMM by its
+        shape, a LAPACK routine by its symbol, a callback by its primitive."""
+        if isinstance(step, KernelStep):
+            return list(self.kernels)[-1]  # (the one its call just rendered)
+        if isinstance(step, GemmStep):
+            batch = f"{step.batch}x" if step.batch > 1 else ""
+            return f"gemm {batch}{step.m}x{step.n}x{step.k} {step.out.dtype.name}"
+        if isinstance(step, FortranCall):
+            return blas.lapack_symbol(step.routine, step.dtype)
+        return f"callback {step.eqn.primitive.name}"
 
     def kernel_call(self, kernel: K.Kernel) -> None:
         function = _Function(self)
