@@ -159,6 +159,27 @@ class Program:
         return "\n".join(lines)
 
 
+def visit(visitor, step) -> None:
+    """Calls the visitor's method for the step's kind, with the step: `kernel`, `gemm`,
+    `cond`, `while_loop`, `scan`, `callback` or `lapack` (each backend's walk of a program
+    names its methods so)."""
+    method = _VISITS.get(type(step))
+    if method is None:
+        raise TypeError(f"no backend runs step {step!r}")
+    getattr(visitor, method)(step)
+
+
+_VISITS = {
+    KernelStep: "kernel",
+    GemmStep: "gemm",
+    CondStep: "cond",
+    WhileStep: "while_loop",
+    ScanStep: "scan",
+    CallbackStep: "callback",
+    lapack.FortranCall: "lapack",
+}
+
+
 def inner_programs(step) -> list[Program]:
     """The programs a control-flow step holds (none for other steps)."""
     if isinstance(step, CondStep):

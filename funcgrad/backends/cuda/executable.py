@@ -51,6 +51,7 @@ from funcgrad.compiler.schedule import (
     WhileStep,
     all_steps,
     step_text,
+    visit,
 )
 from funcgrad.config import config
 from funcgrad.errors import OutOfDeviceMemoryError
@@ -966,22 +967,11 @@ class _Walk:
         for step in steps:
             if step in on_device:
                 self.launch(on_device[step])
-            elif isinstance(step, KernelStep):
-                self.launch(self.executable.kernels[step])
-            elif isinstance(step, GemmStep):
-                self.gemm(step)
-            elif isinstance(step, CondStep):
-                self.cond(step)
-            elif isinstance(step, WhileStep):
-                self.while_loop(step)
-            elif isinstance(step, ScanStep):
-                self.scan(step)
-            elif isinstance(step, CallbackStep):
-                self.callback(step)
-            elif isinstance(step, FortranCall):
-                self.lapack(step)
             else:
-                raise TypeError(f"cannot run step {step!r}")
+                visit(self, step)
+
+    def kernel(self, step: KernelStep) -> None:
+        self.launch(self.executable.kernels[step])
 
     def launch(self, kernel: CudaKernel) -> None:
         buffers = [self.views[b] for b in kernel.params]

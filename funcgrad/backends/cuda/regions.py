@@ -38,6 +38,7 @@ from funcgrad.compiler.schedule import (
     WhileStep,
     all_steps,
     inner_programs,
+    visit,
 )
 
 # Work of one pass through a region (a branch, a loop's iteration: its kernels' innermost
@@ -141,7 +142,7 @@ class _RegionWriter:
         bound = bound_inputs(Program([], [], [step]))
         params = [b for b in dict.fromkeys(step_buffers(step)) if b not in bound]
         self.pointers = {b: b.name for b in params}
-        self.step(step)
+        visit(self, step)
         body = "\n".join(self.lines)
         # (a kernel whose threads hold fixed parts of its rows needs at least its own block)
         block = max((self.kernels[s].block for s in inner_kernels(step)), default=0)
@@ -151,27 +152,21 @@ class _RegionWriter:
 
     def steps(self, steps: list) -> None:
         for step in steps:
-            self.step(step)
+            visit(self, step)
 
-    def step(self, step) -> None:
-        if isinstance(step, KernelStep):
-            kernel = self.kernels[step]
-            self.emit(f"{kernel.name}({', '.join(self.pointers[b] for b in kernel.params)});")
-            self.emit("__syncthreads();")
-        elif isinstance(step, GemmStep):
-            lhs, rhs, out = (self.pointers[b] for b in (step.lhs, step.rhs, step.out))
-            flags = f"{str(step.transpose_lhs).lower()}, {str(step.transpose_rhs).lower()}"
-            self.emit(
-                f"fg_block_gemm<{_gemm_types(step.out.dtype)}>({lhs}, {rhs}, {out}, "
-                f"{step.batch}LL, {step.m}LL, {step.n}LL, {step.k}LL, {flags});"
-            )
-            self.emit("__syncthreads();")
-        elif isinstance(step, CondStep):
-            self.cond(step)
-        elif isinstance(step, WhileStep):
-            self.while_loop(step)
-        else:
-            self.scan(step)
+    def kernel(self, step: KernelStep) -> None:
+        kernel = self.kernels[step]
+        self.emit(f"{kernel.name}({', '.join(self.pointers[b] for b in kernel.params)});")
+        self.emit("__syncthreads();")
+
+    def gemm(self, step: GemmStep) -> None:
+        lhs, rhs, out = (self.pointers[b] for b in (step.lhs, step.rhs, step.out))
+        flags = f"{str(step.transpose_lhs).lower()}, {str(step.transpose_rhs).lower()}"
+        self.emit(
+            f"fg_block_gemm<{_gemm_types(step.out.dtype)}>({lhs}, {rhs}, {out}, "
+            f"{step.batch}LL, {step.m}LL, {step.n}LL, {step.k}LL, {flags});"
+        )
+        self.emit("__syncthreads();")
 
     def bind(self, program: Program, sources: list[str]) -> None:
         for buffer, source in zip(program.inputs, sources):

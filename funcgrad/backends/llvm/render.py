@@ -34,6 +34,7 @@ from funcgrad.compiler.schedule import (
     Program,
     ScanStep,
     WhileStep,
+    visit,
 )
 
 BF16 = dtypes.bfloat16
@@ -816,27 +817,9 @@ class ModuleRenderer:
         for step in steps:  # (profiled: each leaf step timed; control flow by its steps)
             timed = self.profile_labels is not None and not isinstance(step, _CONTROL)
             start = self.clock() if timed else None
-            self.step(step)
+            visit(self, step)
             if start is not None:
                 self.count(self.label(step), start)
-
-    def step(self, step) -> None:
-        if isinstance(step, KernelStep):
-            self.kernel_call(step.kernel)
-        elif isinstance(step, CondStep):
-            self.cond(step)
-        elif isinstance(step, WhileStep):
-            self.while_loop(step)
-        elif isinstance(step, ScanStep):
-            self.scan(step)
-        elif isinstance(step, CallbackStep):
-            self.callback(step)
-        elif isinstance(step, GemmStep):
-            self.gemm(step)
-        elif isinstance(step, FortranCall):
-            self.fortran_call(step)
-        else:
-            raise TypeError(f"cannot render step {step!r}")
 
     def clock(self) -> str:
         """The monotonic clock's nanoseconds, read in `entry` (a profiled program)."""
@@ -867,7 +850,8 @@ class ModuleRenderer:
             return blas.lapack_symbol(step.routine, step.dtype)
         return f"callback {step.eqn.primitive.name}"
 
-    def kernel_call(self, kernel: K.Kernel) -> None:
+    def kernel(self, step: KernelStep) -> None:
+        kernel = step.kernel
         function = _Function(self)
         # A donated input and the output living in its memory are one parameter, so the
         # kernel's code sees its in-place update (and `noalias` stays true).
@@ -1069,7 +1053,7 @@ class ModuleRenderer:
 
         f.loop(index, 0, step.batch, one_matrix)
 
-    def fortran_call(self, step: FortranCall) -> None:
+    def lapack(self, step: FortranCall) -> None:
         """One call per matrix; every argument by reference, then one hidden length per
         character argument (gfortran's convention)."""
         f = self.entry
