@@ -907,3 +907,24 @@ def test_a_profile_counts_and_times_each_kernel_and_library_call():
     assert "funcgrad_profile" not in compiled.as_text()
     with jit_backend("numpy"), pytest.raises(AttributeError, match="profile times a compiled"):
         fg.jit(f).lower(x, w).compile().profile(x, w)
+
+
+def test_a_weight_gradient_gathers_its_windows_along_the_inputs_rows():
+    """The weight gradient of a channels-last convolution is a convolution whose batch is the
+    input's innermost dimension (the activations' channels): its windows are gathered
+    transposed, the gather walking the input along its rows, and the GEMM reads them so.
+    Values against the reference, strided and not."""
+    images = rng.standard_normal((8, 12, 12, 6)).astype(np.float32)
+    kernel = rng.standard_normal((3, 3, 6, 10)).astype(np.float32)
+
+    def loss(w, x, stride):
+        y = lax.conv_general_dilated(
+            x, w, (stride, stride), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
+        return (y * y).sum()
+
+    for stride in (1, 2):
+        grad = partial(fg.grad(loss), stride=stride)
+        assert_same_as_reference(grad, kernel, images, rtol=1e-4, atol=1e-4)
+        plan = fg.jit(grad).lower(kernel, images).compile().fusion_plan()
+        assert re.search(r"gemm\[batch=1, m=54, n=10, k=\d+, transpose_lhs", plan)  # 3x3x6

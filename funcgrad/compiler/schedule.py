@@ -730,7 +730,12 @@ class _Scheduler:
         window into a row of `patches` (zeros where the window leaves the padded input), the
         weights are read as a (window x input features, output features) matrix, and the
         product is the output with its features last (copied into the output's layout when
-        that differs)."""
+        that differs).
+
+        Where the input's innermost dimension is the convolution's batch (a weight
+        gradient's: the activations, their batch as the features it sums over), the patches
+        are gathered transposed, (window x input features) by (positions x batch), which the
+        GEMM reads so: the gather then walks the input along its rows, not across them."""
         lhs, rhs = eqn.invars
         p = eqn.params
         lhs_spec, rhs_spec, out_spec = p["dimension_numbers"]
@@ -741,15 +746,35 @@ class _Scheduler:
         window = tuple(rhs.aval.shape[d] for d in rhs_spec[2:])
         in_features, out_features = rhs.aval.shape[rhs_spec[1]], rhs.aval.shape[rhs_spec[0]]
         positions = tuple(out_shape[d] for d in out_spec[2:])
-        patch_shape = (out_shape[out_spec[0]], *positions, *window, in_features)
-        rows = math.prod(patch_shape[: 1 + spatial])
+        batch = out_shape[out_spec[0]]
+        batch_inner = lhs_spec[0] == lhs.aval.ndim - 1 and batch > 1
+        row_shape = (*positions, batch) if batch_inner else (batch, *positions)
+        patch_shape = (
+            (*window, in_features, *row_shape)
+            if batch_inner
+            else (*row_shape, *window, in_features)
+        )
+        rows = math.prod(row_shape)
         depth = math.prod(window) * in_features
 
         patches = K.Buffer(f"t{next(_counter)}", dtype, rows * depth)
         builder = KernelBuilder(self.producer, self.buffer_of)
 
         def gather(index):
-            n, at, offsets, c = index[0], index[1 : 1 + spatial], index[1 + spatial : -1], index[-1]
+            if batch_inner:
+                offsets, c, at, n = (
+                    index[:spatial],
+                    index[spatial],
+                    index[spatial + 1 : -1],
+                    index[-1],
+                )
+            else:
+                n, at, offsets, c = (
+                    index[0],
+                    index[1 : 1 + spatial],
+                    index[1 + spatial : -1],
+                    index[-1],
+                )
             value = _window_element(builder, eqn, n, at, offsets, c)
             return [K.Store(patches, _flat_offset(index, patch_shape), value)]
 
@@ -758,16 +783,17 @@ class _Scheduler:
             rhs, [], [*rhs_spec[2:], rhs_spec[1]], (1, depth, out_features), contract_first=True
         )
         out = self.buffer_of[out_var]
-        features_last = (out_spec[0], *out_spec[2:], out_spec[1]) == tuple(range(len(out_shape)))
+        row_dims = (*out_spec[2:], out_spec[0]) if batch_inner else (out_spec[0], *out_spec[2:])
+        features_last = (*row_dims, out_spec[1]) == tuple(range(len(out_shape)))
         product = out if features_last else K.Buffer(f"t{next(_counter)}", dtype, out.size)
-        gemm = (patches, weights, product, 1, rows, out_features, depth, False, transposed, eqn)
-        self.steps.append(GemmStep(*gemm))
+        gemm = (patches, weights, product, 1, rows, out_features, depth, batch_inner, transposed)
+        self.steps.append(GemmStep(*gemm, eqn))
         if not features_last:
-            product_shape = (*patch_shape[: 1 + spatial], out_features)
+            product_shape = (*row_shape, out_features)
             copier = KernelBuilder(self.producer, self.buffer_of)
 
             def relayout(index):
-                source = [index[out_spec[0]], *(index[d] for d in out_spec[2:]), index[out_spec[1]]]
+                source = [*(index[d] for d in row_dims), index[out_spec[1]]]
                 value = K.Load(copier.reads(product), _flat_offset(source, product_shape))
                 return [K.Store(out, _flat_offset(index, out_shape), value)]
 
@@ -877,7 +903,18 @@ class _Scheduler:
                 total = total + value
             return [K.Store(out, _flat_offset(index, out_shape), total)]
 
-        self._kernel(builder, [out], loop_nest(out_shape, gather), [eqn])
+        # The output's elements in the products' order, features last: an element's products
+        # are a window's columns of one row, its neighbour's the next feature's.
+        order = (out_spec[0], *out_spec[2:], out_spec[1])
+
+        def in_order(walked):
+            index = [None] * len(out_shape)
+            for d, i in zip(order, walked):
+                index[d] = i
+            return gather(index)
+
+        walk = loop_nest(tuple(out_shape[d] for d in order), in_order)
+        self._kernel(builder, [out], walk, [eqn])
 
     def _gemm_operand(self, var, batch_dims, contract_dims, canonical, contract_first=False):
         """A buffer holding `var` as row-major matrices (batch, rows, cols) and whether it is
