@@ -562,7 +562,7 @@ class CudaExecutable:
         times it ran; its seconds in all), the costliest first. Steps the host makes (its
         reads of predicates, LAPACK, callbacks) are not listed."""
         with self.device.context():
-            views, _ = self._allocate(args)
+            views, _ = self._allocate(args, donating=False)  # (the arguments stay whole)
             timed = _Timed(self.device)
             _Walk(self, views, timed).steps(self.program.steps)
             self.device.synchronize()
@@ -638,15 +638,16 @@ class CudaExecutable:
             evicted.release()
         return replay
 
-    def _allocate(self, args) -> tuple[dict, list]:
+    def _allocate(self, args, donating: bool = True) -> tuple[dict, list]:
         """Device buffers for a call, all before any kernel runs: the arguments' copies, the
-        outputs and the arena, as views by kernel-IR buffer."""
+        outputs and the arena, as views by kernel-IR buffer. Not `donating` (a profile), no
+        output takes over a donated argument's memory."""
         device, xp = self.device, self.device.xp
         if self._too_big:
             raise MemoryError
         program = self.program
         # Donated memory first: a view of an argument would count as another holder of it.
-        hosting = {i: self._taken(args, i) for i in self.donated.values()}
+        hosting = {i: self._taken(args, i) if donating else None for i in self.donated.values()}
         views = dict(self.consts)
         for buffer, arg, dtype in zip(program.inputs, args, self._in_dtypes):
             views[buffer] = self._argument(arg, dtype)
