@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from funcgrad.compiler import parallel, passes
 from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
+from funcgrad.compiler.index_algebra import simplify_offsets
 from funcgrad.compiler.memory import MemoryPlan, plan_memory
-from funcgrad.compiler.schedule import GEMM_DTYPES, Program, schedule
+from funcgrad.compiler.schedule import GEMM_DTYPES, KernelStep, Program, all_steps, schedule
 from funcgrad.ir import ClosedJaxpr
 
 
@@ -21,7 +22,8 @@ def plan(
     says (`parallel.split_reductions`), and so, for a GPU, do reductions over a leading axis
     with few columns (`parallel.columns_outer`). Products in `gemm_dtypes` may run as the
     backend's library GEMMs, and convolutions in `contraction_dtypes` as contraction kernels
-    (`schedule.schedule`)."""
+    (`schedule.schedule`). Every kernel's offsets are then simplified with its loops' ranges
+    (`index_algebra`)."""
     optimized = passes.optimize(closed)
     if mentions_complex(optimized.jaxpr):
         # Complex values compute as pairs of reals, laid out as the caller's buffers are.
@@ -31,4 +33,7 @@ def plan(
         parallel.split_reductions(program, reductions)
         if reductions.column_threads:
             parallel.columns_outer(program, reductions)
+    for step in all_steps(program):
+        if isinstance(step, KernelStep):
+            simplify_offsets(step.kernel)
     return optimized, program, plan_memory(program)

@@ -24,6 +24,7 @@ from funcgrad import dtypes
 from funcgrad.backends.cuda.prelude import PRELUDE
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import CompileError
+from funcgrad.compiler.index_algebra import value_at
 from funcgrad.compiler.parallel import (
     expressions,
     identity,
@@ -1181,46 +1182,9 @@ def _moves_by_one(operand: K.Expr, place: K.Index, at: dict) -> bool:
     if not loads:
         return True
     offset = loads[-1].offset
-    here = _index_value(offset, at)
-    there = _index_value(offset, {**at, place: at[place] + 1})
+    here = value_at(offset, at)
+    there = value_at(offset, {**at, place: at[place] + 1})
     return here is not None and there is not None and there - here == 1
-
-
-_INDEX_OPS = {
-    "add": lambda a, b: a + b,
-    "sub": lambda a, b: a - b,
-    "mul": lambda a, b: a * b,
-    "div": lambda a, b: int(a / b) if b else 0,
-    "rem": lambda a, b: a - b * int(a / b) if b else 0,
-    "max": max,
-    "min": min,
-    "and": lambda a, b: a and b,
-    "or": lambda a, b: a or b,
-    "eq": lambda a, b: a == b,
-    "ne": lambda a, b: a != b,
-    "lt": lambda a, b: a < b,
-    "le": lambda a, b: a <= b,
-    "gt": lambda a, b: a > b,
-    "ge": lambda a, b: a >= b,
-}
-
-
-def _index_value(e: K.Expr, at: dict):
-    """The value of index arithmetic (offsets, their selects and bounds) where the indices
-    take the values `at` says; None for anything else (a load, a float)."""
-    if isinstance(e, K.Const):
-        return int(e.value) if e.dtype.kind in "iub" else None
-    if isinstance(e, K.Index):
-        return at.get(e)
-    if isinstance(e, K.Cast) and e.dtype.kind in "iub":
-        return _index_value(e.x, at)
-    if isinstance(e, K.Select):
-        pred = _index_value(e.pred, at)
-        return None if pred is None else _index_value(e.on_true if pred else e.on_false, at)
-    if isinstance(e, K.Binary) and e.op in _INDEX_OPS:
-        a, b = _index_value(e.a, at), _index_value(e.b, at)
-        return None if a is None or b is None else _INDEX_OPS[e.op](a, b)
-    return None
 
 
 @dataclass

@@ -1,0 +1,209 @@
+"""Offsets simplified with the ranges of the loops around them.
+
+Fusion composes index maps: a transpose read through a reshape becomes quotients and
+remainders of a flat index, `rem(div(((i * 4 + j) * 64 + k) * 64 + l, 64), 64)`, which a
+compiler that does not know `l < 64` must compute with divisions at every element (an
+attention's softmax spent most of its time so). Each offset is written as a sum of terms
+`coefficient * atom` plus a constant (atoms: loop indices, and what is not a sum: a select,
+a quotient left standing); a quotient or remainder by `c` of a sum whose parts are not
+negative then splits it into `c * Q + R`, the terms whose coefficients `c` divides and the
+rest: `div = Q + div(R, c)` and `rem = rem(R, c)`, and where the rest stays below `c`,
+`div = Q` and `rem = R`. Nothing is rewritten where a part may be negative (C's quotients
+truncate toward zero) or an atom's range is not known.
+"""
+
+from __future__ import annotations
+
+from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler.parallel import replaced_in
+
+
+def simplify_offsets(kernel: K.Kernel) -> None:
+    """Rewrites the offsets of the kernel's loads and stores in place."""
+    kernel.body[:] = _statements(kernel.body, {})
+
+
+def _statements(body: list, ranges: dict) -> list:
+    rewritten = []
+    for statement in body:
+        if isinstance(statement, K.Loop):  # (loops keep their identity: others key on them)
+            inner = {**ranges, statement.index: (statement.start, statement.stop - 1)}
+            statement.body[:] = _statements(statement.body, inner)
+            rewritten.append(statement)
+        elif isinstance(statement, K.Store):
+            offset = simplified(statement.offset, ranges)
+            value = _with_loads_simplified(statement.value, ranges)
+            if offset is statement.offset and value is statement.value:
+                rewritten.append(statement)
+            else:
+                rewritten.append(K.Store(statement.buffer, offset, value))
+        else:
+            value = _with_loads_simplified(statement.value, ranges)
+            same = value is statement.value
+            rewritten.append(statement if same else K.SetAcc(statement.acc, value))
+    return rewritten
+
+
+def _with_loads_simplified(value: K.Expr, ranges: dict) -> K.Expr:
+    replacements = {}
+    for node in K.nodes(value):
+        if isinstance(node, K.Load):
+            offset = simplified(node.offset, ranges)
+            if offset is not node.offset:
+                replacements[id(node)] = K.Load(node.buffer, offset)
+    return replaced_in(value, replacements) if replacements else value
+
+
+def simplified(e: K.Expr, ranges: dict, memo: dict | None = None) -> K.Expr:
+    """`e` with its quotients and remainders by constants simplified where `ranges` (each
+    loop index's first and last value) shows how; `e` itself where nothing changes."""
+    memo = {} if memo is None else memo
+    if id(e) in memo:
+        return memo[id(e)]
+    result = e
+    if isinstance(e, K.Binary) and e.dtype == K.INDEX and e.op in _ARITHMETIC:
+        a, b = simplified(e.a, ranges, memo), simplified(e.b, ranges, memo)
+        if e.op in ("div", "rem") and isinstance(b, K.Const) and int(b.value) > 0:
+            result = _divided(e.op, a, int(b.value), ranges)
+        elif a is not e.a or b is not e.b:
+            result = K.binary(e.op, a, b)
+    elif isinstance(e, K.Select) and e.dtype == K.INDEX:
+        picked = simplified(e.on_true, ranges, memo), simplified(e.on_false, ranges, memo)
+        if picked[0] is not e.on_true or picked[1] is not e.on_false:
+            result = K.select(e.pred, *picked)
+    memo[id(e)] = result
+    return result
+
+
+_ARITHMETIC = ("add", "sub", "mul", "div", "rem")
+
+
+def _divided(op: str, a: K.Expr, c: int, ranges: dict) -> K.Expr:
+    """`op(a, c)` (div or rem by a positive constant), split as the module says."""
+    standing = K.binary(op, a, K.const(c, K.INDEX))
+    found = _terms(a)
+    if found is None:
+        return standing
+    terms, constant = found
+    whole, rest = {}, {}
+    for key, (atom, coefficient) in terms.items():
+        (whole if coefficient % c == 0 else rest)[key] = (atom, coefficient)
+    carried, left = divmod(constant, c)
+    quotient = {key: (atom, coefficient // c) for key, (atom, coefficient) in whole.items()}
+    q_range, r_range = _range(quotient, carried, ranges), _range(rest, left, ranges)
+    if q_range is None or r_range is None or q_range[0] < 0 or r_range[0] < 0:
+        return standing
+    remainder = _sum(rest, left)
+    below = r_range[1] < c
+    if op == "rem":
+        return remainder if below else K.binary("rem", remainder, K.const(c, K.INDEX))
+    quotient_sum = _sum(quotient, carried)
+    if below:
+        return quotient_sum
+    return K.binary("add", quotient_sum, K.binary("div", remainder, K.const(c, K.INDEX)))
+
+
+def _terms(e: K.Expr):
+    """`e` as ({id(atom): (atom, coefficient)}, constant); what is not a sum, a difference or
+    a product by a constant is an atom."""
+    if isinstance(e, K.Const):
+        return {}, int(e.value)
+    if isinstance(e, K.Binary) and e.op in ("add", "sub"):
+        a, b = _terms(e.a), _terms(e.b)
+        sign = 1 if e.op == "add" else -1
+        terms = dict(a[0])
+        for key, (atom, coefficient) in b[0].items():
+            total = terms.get(key, (atom, 0))[1] + sign * coefficient
+            terms[key] = (atom, total)
+        return {k: v for k, v in terms.items() if v[1]}, a[1] + sign * b[1]
+    if isinstance(e, K.Binary) and e.op == "mul":
+        for scaled, factor in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(factor, K.Const):
+                terms, constant = _terms(scaled)
+                f = int(factor.value)
+                scaled_terms = {k: (atom, c * f) for k, (atom, c) in terms.items() if c * f}
+                return scaled_terms, constant * f
+    return {id(e): (e, 1)}, 0
+
+
+def _sum(terms: dict, constant: int) -> K.Expr:
+    total: K.Expr = K.const(constant, K.INDEX)
+    for atom, coefficient in terms.values():
+        total = K.binary("add", total, K.binary("mul", atom, K.const(coefficient, K.INDEX)))
+    return total
+
+
+def _range(terms: dict, constant: int, ranges: dict):
+    """(least, greatest) of a sum of terms, or None where an atom's range is not known."""
+    low = high = constant
+    for atom, coefficient in terms.values():
+        bounds = _atom_range(atom, ranges)
+        if bounds is None:
+            return None
+        ends = (coefficient * bounds[0], coefficient * bounds[1])
+        low, high = low + min(ends), high + max(ends)
+    return low, high
+
+
+def _atom_range(atom: K.Expr, ranges: dict):
+    if isinstance(atom, K.Index):
+        return ranges.get(atom)
+    if isinstance(atom, K.Select) and atom.dtype == K.INDEX:
+        picked = [_expression_range(x, ranges) for x in (atom.on_true, atom.on_false)]
+        if None in picked:
+            return None
+        return min(p[0] for p in picked), max(p[1] for p in picked)
+    if isinstance(atom, K.Binary) and atom.op in ("div", "rem") and isinstance(atom.b, K.Const):
+        c, inner = int(atom.b.value), _expression_range(atom.a, ranges)
+        if inner is None or inner[0] < 0 or c <= 0:
+            return None
+        return (0, min(inner[1], c - 1)) if atom.op == "rem" else (inner[0] // c, inner[1] // c)
+    return None
+
+
+def _expression_range(e: K.Expr, ranges: dict):
+    terms, constant = _terms(e)
+    return _range(terms, constant, ranges)
+
+
+def value_at(e: K.Expr, at: dict):
+    """The value of index arithmetic (offsets, their selects and bounds) where the indices
+    take the values `at` gives; None for anything else (a load, a float)."""
+    if isinstance(e, K.Const):
+        return int(e.value) if e.dtype.kind in "iub" else None
+    if isinstance(e, K.Index):
+        return at.get(e)
+    if isinstance(e, K.Cast) and e.dtype.kind in "iub":
+        return value_at(e.x, at)
+    if isinstance(e, K.Select):
+        pred = value_at(e.pred, at)
+        return None if pred is None else value_at(e.on_true if pred else e.on_false, at)
+    if isinstance(e, K.Binary) and e.op in _INDEX_OPS:
+        a, b = value_at(e.a, at), value_at(e.b, at)
+        return None if a is None or b is None else _INDEX_OPS[e.op](a, b)
+    return None
+
+
+_INDEX_OPS = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "div": lambda a, b: _toward_zero(a, b) if b else 0,
+    "rem": lambda a, b: a - b * _toward_zero(a, b) if b else 0,
+    "max": max,
+    "min": min,
+    "and": lambda a, b: a and b,
+    "or": lambda a, b: a or b,
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
+}
+
+
+def _toward_zero(a: int, b: int) -> int:
+    """a / b truncated toward zero, as C's integer division."""
+    quotient = abs(a) // abs(b)
+    return quotient if (a < 0) == (b < 0) else -quotient
