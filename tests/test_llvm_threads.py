@@ -67,6 +67,8 @@ X = np.random.default_rng(0).standard_normal((64, 48)).astype(np.float32)
         (lambda x: (fnp.exp(x), fnp.exp(x).sum(1)), True),  # a row reads back its own row
         (lambda x: x.sum(), False),  # one accumulator over everything
         (lambda x: fnp.sort(x, axis=1), False),  # reads back what it writes
+        # rows in a nest (an attention's scores): each row's fold set afresh inside it
+        (lambda x: fg.nn.softmax(x.reshape(4, 2, 8, 48), axis=-1), True),
     ],
 )
 def test_which_kernels_split_their_outer_loop(f, expected):
@@ -266,3 +268,16 @@ def test_devices_running_at_once_share_openblas_threads():
     with blas.threads_limited_to(3), blas.threads_limited_to(1):
         assert library.scipy_openblas_get_num_threads64_() == 1
     assert library.scipy_openblas_get_num_threads64_() == before
+
+
+@pytest.mark.parametrize("runs", [True, False])
+def test_a_fold_first_set_in_an_inner_loop_is_private_only_where_that_loop_runs(runs):
+    """`for i: (for j: acc = x[i]); y[i] = acc`: each iteration sets its own accumulator when
+    the inner loop runs; an empty inner loop would leave the last iteration's value, so the
+    outer loop then stays on one thread."""
+    f32 = np.dtype(np.float32)
+    x, y = K.Buffer("x", f32, 8), K.Buffer("y", f32, 8)
+    i, j, acc = K.Index("i"), K.Index("j"), K.Acc("acc", f32)
+    inner = K.Loop(j, 0, 1 if runs else 0, [K.SetAcc(acc, K.Load(x, i))])
+    kernel = K.Kernel("k", [x], [y], [K.Loop(i, 0, 8, [inner, K.Store(y, i, acc.read())])])
+    assert (parallel_loop(kernel) is not None) == runs

@@ -143,20 +143,28 @@ def expressions(statement):
 
 
 def _accumulators_are_private(body: list) -> bool:
-    """Each accumulator's first appearance in an iteration, in program order, is a SetAcc at
-    the top of the loop body that does not read it (so no value flows between iterations)."""
-    seen = set()
-    for statement in body:
-        inner = list(statements_in([statement]))
-        for s in inner:
-            reads = {e.acc for e in expressions(s) if isinstance(e, K.AccRead)}
+    """Each accumulator's first appearance in an iteration, in program order, is a SetAcc
+    that does not read it and that every iteration makes: in the loop body, or in loops
+    inside it that always run (a row's fold in a nest of rows), so no value flows between
+    iterations."""
+    seen: set = set()
+
+    def made(statements: list, always: bool) -> bool:
+        for statement in statements:
+            if isinstance(statement, K.Loop):
+                if not made(statement.body, always and statement.stop > statement.start):
+                    return False
+                continue
+            reads = {e.acc for e in expressions(statement) if isinstance(e, K.AccRead)}
             if reads - seen:
                 return False
-            if isinstance(s, K.SetAcc) and s.acc not in seen:
-                if s is not statement:
+            if isinstance(statement, K.SetAcc) and statement.acc not in seen:
+                if not always:
                     return False
-                seen.add(s.acc)
-    return True
+                seen.add(statement.acc)
+        return True
+
+    return made(body, True)
 
 
 def linear(expr: K.Expr, index: K.Index, ranges: dict, memo: dict | None = None):
