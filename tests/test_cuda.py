@@ -511,6 +511,20 @@ def test_row_blocks_hold_intermediates_where_every_loop_reads_its_own_elements(h
         assert "__shared__ float s[301];" in text
 
 
+def test_rows_in_a_nest_take_a_block_each():
+    """An attention's softmax over (batch, queries, heads, keys) read as (batch, heads,
+    queries): one loop over its 48 rows (`index_algebra.collapse_row_nests`), a block each
+    holding its row, where the nest gave each of the 2 batch elements one thread."""
+    scores = np.random.default_rng(8).standard_normal((2, 8, 3, 200)).astype(np.float32)
+
+    def attention_softmax(s):
+        return fg.nn.softmax(fnp.transpose(s, (0, 2, 1, 3)) * 0.5, axis=-1)
+
+    assert_same_as_reference(attention_softmax, scores, exact=False)
+    text = compiled_text(attention_softmax, scores)
+    assert "i0 = blockIdx.x; i0 < 48; i0 += gridDim.x" in text and "h0 < " in text
+
+
 def test_held_rows_wait_where_a_loop_writes_what_another_thread_reads():
     """Rows shifted left in place: a loop holds each thread's elements of the row read one
     place on, the next writes them over the row. Holding its intermediates does not order

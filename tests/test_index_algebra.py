@@ -99,3 +99,21 @@ def test_quotients_of_sums_split_exactly_at_their_edges(
     for point in itertools.product(*(range(lo, hi + 1) for lo, hi in ranges.values())):
         at = dict(zip(INDICES, point))
         assert value_at(simple, at) == value_at(e, at)
+
+
+@given(st.integers(1, 9), st.integers(-3, 3), st.integers(-4, 4), st.integers(0, 2))
+def test_a_row_split_into_its_coordinates_is_the_row_again(count, scale, shift, start):
+    """`(div(r, c) * c + rem(r, c)) * s + shift` is `r * s + shift`: no division left."""
+    (r,) = INDICES[:1]
+    rows = K.binary("add", r, c(shift))
+    split = K.binary(
+        "add",
+        K.binary("mul", K.binary("div", rows, c(count)), c(count)),
+        K.binary("rem", rows, c(count)),
+    )
+    e = K.binary("add", K.binary("mul", split, c(scale)), c(3))
+    ranges = {r: (start, start + 20)}
+    simple = simplified(K.binary("add", e, c(0)), ranges)
+    assert not [n for n in K.nodes(simple) if isinstance(n, K.Binary) and n.op in ("div", "rem")]
+    for point in range(start, start + 21):
+        assert value_at(simple, {r: point}) == value_at(e, {r: point})

@@ -928,3 +928,22 @@ def test_a_weight_gradient_gathers_its_windows_along_the_inputs_rows():
         assert_same_as_reference(grad, kernel, images, rtol=1e-10, atol=1e-9)
         plan = fg.jit(grad).lower(kernel, images).compile().fusion_plan()
         assert re.search(r"gemm\[batch=1, m=54, n=10, k=\d+, transpose_lhs", plan)  # 3x3x6
+
+
+def test_rows_in_a_nest_run_as_one_loop_over_the_rows():
+    """An attention's softmax, rows of (batch, heads, queries), is one loop over 2 x 3 x 8
+    rows at plain offsets (no quotient by a row's coordinates left in them), whichever the
+    axis order it reads."""
+    scores = rng.standard_normal((2, 8, 3, 40)).astype(np.float32)
+
+    def attention_softmax(s):
+        return fg.nn.softmax(fnp.transpose(s, (0, 2, 1, 3)) * 0.5, axis=-1)
+
+    assert_same_as_reference(attention_softmax, scores)
+    program = fg.jit(attention_softmax).lower(scores).compile().executable.program
+    (rows,) = [s.kernel.body[0] for s in program.steps if isinstance(s, schedule.KernelStep)]
+    assert (rows.start, rows.stop) == (0, 48)
+    offsets = [s.offset for s in rows.body[-1].body if isinstance(s, K.Store)]
+    assert offsets and not [
+        n for o in offsets for n in K.nodes(o) if isinstance(n, K.Binary) and n.op in ("div", "rem")
+    ]

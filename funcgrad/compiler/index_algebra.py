@@ -15,12 +15,64 @@ truncate toward zero) or an atom's range is not known.
 from __future__ import annotations
 
 from funcgrad.compiler import kernel_ir as K
-from funcgrad.compiler.parallel import replaced_in
+from funcgrad.compiler.parallel import parallel_loop, replaced_in
 
 
 def simplify_offsets(kernel: K.Kernel) -> None:
     """Rewrites the offsets of the kernel's loads and stores in place."""
     kernel.body[:] = _statements(kernel.body, {})
+
+
+def collapse_row_nests(kernel: K.Kernel) -> None:
+    """`for i: for j: <rows' work>` as one loop over the rows, `for r: <work with i = r / J,
+    j = r % J>`, wherever the kernel is such a nest, the work holds loops of its own (so the
+    quotients are made once a row, not once an element) and the rows of the one loop may run
+    on different threads (`parallel.parallel_loop`, which then reads plain offsets in r: a
+    row's coordinates joined again, `_rejoined`). A GPU then gives each row a block, or a
+    thread, where it gave the outer loop's few iterations one each (an attention's batch of
+    heads of queries: 32 of 8,192 rows)."""
+    while len(kernel.body) == 1 and isinstance(kernel.body[0], K.Loop):
+        outer = kernel.body[0]
+        if len(outer.body) != 1 or not isinstance(outer.body[0], K.Loop):
+            return
+        inner = outer.body[0]
+        if not any(isinstance(s, K.Loop) for s in inner.body):
+            return
+        count = inner.stop - inner.start
+        if count <= 0 or outer.stop <= outer.start:
+            return
+        row = K.fresh_index("r")
+        coordinates = {
+            id(outer.index): K.binary("div", row, K.const(count, K.INDEX))
+            + K.const(outer.start, K.INDEX),
+            id(inner.index): K.binary("rem", row, K.const(count, K.INDEX))
+            + K.const(inner.start, K.INDEX),
+        }
+        rows = K.Loop(
+            row, 0, (outer.stop - outer.start) * count, _replaced(inner.body, coordinates)
+        )
+        collapsed = K.Kernel(kernel.name, kernel.inputs, kernel.outputs, [rows], kernel.scratch)
+        simplify_offsets(collapsed)
+        if parallel_loop(collapsed) is None:
+            return
+        kernel.body[:] = collapsed.body
+
+
+def _replaced(body: list, replacements: dict) -> list:
+    """The statements with the nodes `replacements` names (by id) replaced, their loops new."""
+    rewritten = []
+    for statement in body:
+        if isinstance(statement, K.Loop):
+            inner = _replaced(statement.body, replacements)
+            rewritten.append(K.Loop(statement.index, statement.start, statement.stop, inner))
+        elif isinstance(statement, K.Store):
+            offset, value = (
+                replaced_in(e, replacements) for e in (statement.offset, statement.value)
+            )
+            rewritten.append(K.Store(statement.buffer, offset, value))
+        else:
+            rewritten.append(K.SetAcc(statement.acc, replaced_in(statement.value, replacements)))
+    return rewritten
 
 
 def _statements(body: list, ranges: dict) -> list:
@@ -67,6 +119,11 @@ def simplified(e: K.Expr, ranges: dict, memo: dict | None = None) -> K.Expr:
             result = _divided(e.op, a, int(b.value), ranges)
         elif a is not e.a or b is not e.b:
             result = K.binary(e.op, a, b)
+        if e.op in ("add", "sub"):  # (a row's coordinates joined again)
+            terms, constant = _linear_terms(result)
+            joined = _rejoined(dict(terms), constant)
+            if joined[0].keys() != terms.keys():
+                result = _sum(*joined)
     elif isinstance(e, K.Select) and e.dtype == K.INDEX:
         picked = simplified(e.on_true, ranges, memo), simplified(e.on_false, ranges, memo)
         if picked[0] is not e.on_true or picked[1] is not e.on_false:
@@ -105,11 +162,61 @@ def _divided(op: str, a: K.Expr, c: int, ranges: dict) -> K.Expr:
 
 def _terms(e: K.Expr):
     """`e` as ({id(atom): (atom, coefficient)}, constant); what is not a sum, a difference or
-    a product by a constant is an atom."""
+    a product by a constant is an atom. `c * div(x, c) + rem(x, c)` is `x` (terms `k * c` and
+    `k` of one x), so that a row split into its coordinates is the row again."""
+    terms, constant = _linear_terms(e)
+    return _rejoined(terms, constant)
+
+
+def _rejoined(terms: dict, constant: int) -> tuple[dict, int]:
+    changed = True
+    while changed:
+        changed = False
+        for key, (atom, coefficient) in list(terms.items()):
+            split = _split_of(atom)
+            if split is None or split[0] != "rem":
+                continue
+            _, x, c = split
+            partner = next(
+                (
+                    k
+                    for k, (other, f) in terms.items()
+                    if _split_of(other) is not None
+                    and _split_of(other)[0] == "div"
+                    and K.same(_split_of(other)[1], x)
+                    and _split_of(other)[2] == c
+                    and f == coefficient * c
+                ),
+                None,
+            )
+            if partner is None:
+                continue
+            del terms[key], terms[partner]
+            inside, offset = _linear_terms(x)
+            for k, (part, f) in inside.items():
+                total = terms.get(k, (part, 0))[1] + coefficient * f
+                terms[k] = (part, total)
+            terms = {k: v for k, v in terms.items() if v[1]}
+            constant += coefficient * offset
+            changed = True
+            break
+    return terms, constant
+
+
+def _split_of(atom: K.Expr):
+    """("div" or "rem", x, c) for a quotient or remainder of x by a positive constant c."""
+    if isinstance(atom, K.Binary) and atom.op in ("div", "rem") and isinstance(atom.b, K.Const):
+        c = int(atom.b.value)
+        if c > 0:
+            return atom.op, atom.a, c
+    return None
+
+
+def _linear_terms(e: K.Expr):
     if isinstance(e, K.Const):
         return {}, int(e.value)
     if isinstance(e, K.Binary) and e.op in ("add", "sub"):
-        a, b = _terms(e.a), _terms(e.b)
+        a, b = _linear_terms(e.a), _linear_terms(e.b)
         sign = 1 if e.op == "add" else -1
         terms = dict(a[0])
         for key, (atom, coefficient) in b[0].items():
@@ -119,7 +226,7 @@ def _terms(e: K.Expr):
     if isinstance(e, K.Binary) and e.op == "mul":
         for scaled, factor in ((e.a, e.b), (e.b, e.a)):
             if isinstance(factor, K.Const):
-                terms, constant = _terms(scaled)
+                terms, constant = _linear_terms(scaled)
                 f = int(factor.value)
                 scaled_terms = {k: (atom, c * f) for k, (atom, c) in terms.items() if c * f}
                 return scaled_terms, constant * f

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from funcgrad.compiler import parallel, passes
 from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
-from funcgrad.compiler.index_algebra import simplify_offsets
+from funcgrad.compiler.index_algebra import collapse_row_nests, simplify_offsets
 from funcgrad.compiler.memory import MemoryPlan, plan_memory
 from funcgrad.compiler.schedule import GEMM_DTYPES, KernelStep, Program, all_steps, schedule
 from funcgrad.ir import ClosedJaxpr
@@ -36,4 +36,5 @@ def plan(
     for step in all_steps(program):
         if isinstance(step, KernelStep):
             simplify_offsets(step.kernel)
+            collapse_row_nests(step.kernel)
     return optimized, program, plan_memory(program)
