@@ -1,4 +1,5 @@
-"""Offsets simplified with the ranges of the loops around them.
+"""Offsets simplified with the ranges of the loops around them, and nests of rows made one
+loop over the rows (`collapse_row_nests`).
 
 Fusion composes index maps: a transpose read through a reshape becomes quotients and
 remainders of a flat index, `rem(div(((i * 4 + j) * 64 + k) * 64 + l, 64), 64)`, which a
@@ -9,7 +10,8 @@ a quotient left standing); a quotient or remainder by `c` of a sum whose parts a
 negative then splits it into `c * Q + R`, the terms whose coefficients `c` divides and the
 rest: `div = Q + div(R, c)` and `rem = rem(R, c)`, and where the rest stays below `c`,
 `div = Q` and `rem = R`. Nothing is rewritten where a part may be negative (C's quotients
-truncate toward zero) or an atom's range is not known.
+truncate toward zero) or an atom's range is not known. `c * div(x, c) + rem(x, c)` is `x`
+again, whatever x.
 """
 
 from __future__ import annotations
