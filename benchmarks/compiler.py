@@ -235,6 +235,15 @@ def _mlp_params(rng, sizes):
     ]
 
 
+def _mlp_inputs() -> tuple:
+    """The MLP step's parameters (784-1024-1024-10) and a batch of 256 with one-hot labels."""
+    rng = np.random.default_rng(3)
+    params = _mlp_params(rng, [784, 1024, 1024, 10])
+    x = rng.standard_normal((256, 784)).astype(np.float32)
+    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+    return params, x, y
+
+
 def _mlp_step(xp, grad):
     def loss(params, x, y):
         h = x
@@ -254,10 +263,7 @@ def _mlp_step(xp, grad):
 
 
 def mlp_case():
-    rng = np.random.default_rng(3)
-    params = _mlp_params(rng, [784, 1024, 1024, 10])
-    x = rng.standard_normal((256, 784)).astype(np.float32)
-    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+    params, x, y = _mlp_inputs()
     step = _mlp_step(fnp, fg.grad)
     runs = {
         "funcgrad-llvm": _funcgrad("llvm", step, params, x, y),
@@ -492,10 +498,7 @@ import compiler as bench
 import funcgrad as fg
 import funcgrad.numpy as fnp
 fg.config.update("compilation_cache_dir", {cache!r})
-rng = np.random.default_rng(3)
-params = bench._mlp_params(rng, [784, 1024, 1024, 10])
-x = rng.standard_normal((256, 784)).astype(np.float32)
-y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+params, x, y = bench._mlp_inputs()
 run = bench._funcgrad("llvm", bench._mlp_step(fnp, fg.grad), params, x, y)
 print(bench._timed(run, 1))
 """
@@ -550,10 +553,7 @@ def compile_time() -> list[tuple[str, str, float]]:
         rows.append(
             ("compile mlp step (disk cache)", "funcgrad-llvm", _mlp_compile_in_new_process(cache))
         )
-    rng = np.random.default_rng(3)
-    params = _mlp_params(rng, [784, 1024, 1024, 10])
-    x = rng.standard_normal((256, 784)).astype(np.float32)
-    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+    params, x, y = _mlp_inputs()
     with tempfile.TemporaryDirectory() as cache:
         previous = fg.config.compilation_cache_dir
         fg.config.update("compilation_cache_dir", cache)

@@ -30,7 +30,7 @@ from compiler import (  # noqa: E402
     _conv_inputs,
     _conv_step,
     _layernorm,
-    _mlp_params,
+    _mlp_inputs,
     _mlp_step,
     _rnn,
     _rnn_inputs,
@@ -88,16 +88,23 @@ def _funcgrad(fun, *args):
     return lambda: jitted(*placed)
 
 
+def _compiled_with(module, setting: str, value, fun, *args):
+    """funcgrad's call compiled (at its first call, made here) with `module.setting` set to
+    `value`, then set back: the program keeps what that setting made of it."""
+    run = _funcgrad(fun, *args)
+    kept = getattr(module, setting)
+    setattr(module, setting, value)
+    try:
+        run()
+    finally:
+        setattr(module, setting, kept)
+    return run
+
+
 def _walked(fun, *args):
     """funcgrad's call with CUDA graphs off, every launch made from the host: beside the
     replayed call, what the graph saves (and so what a launch costs)."""
-    run = _funcgrad(fun, *args)
-    limit, graphs.MAX_LAUNCHES = graphs.MAX_LAUNCHES, 0
-    try:
-        run()  # compiled now, with no launch count a graph may replay
-    finally:
-        graphs.MAX_LAUNCHES = limit
-    return run
+    return _compiled_with(graphs, "MAX_LAUNCHES", 0, fun, *args)
 
 
 def copy_bandwidth() -> float:
@@ -205,10 +212,7 @@ def matmul_4096_bf16_case():
 
 
 def mlp_case():
-    rng = np.random.default_rng(3)
-    params = _mlp_params(rng, [784, 1024, 1024, 10])
-    x = rng.standard_normal((256, 784)).astype(np.float32)
-    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
+    params, x, y = _mlp_inputs()
     step = _mlp_step(fnp, fg.grad)
 
     def tf32_step(*args):  # (the precision JAX's products take by default on such a GPU)
@@ -232,13 +236,7 @@ def mlp_case():
 def _gathered(fun, *args):
     """funcgrad's call with its float32 convolutions as gathered windows and a cuBLAS GEMM
     rather than implicit GEMMs: beside the default, what gathering in the kernel gains."""
-    run = _funcgrad(fun, *args)
-    kept, executable.CONTRACTION_DTYPES = executable.CONTRACTION_DTYPES, ()
-    try:
-        run()  # compiled now
-    finally:
-        executable.CONTRACTION_DTYPES = kept
-    return run
+    return _compiled_with(executable, "CONTRACTION_DTYPES", (), fun, *args)
 
 
 def conv_case():

@@ -23,7 +23,7 @@ from compiler import (
     _conv_inputs,
     _conv_step,
     _layernorm,
-    _mlp_params,
+    _mlp_inputs,
     _mlp_step,
     _softmax,
 )
@@ -42,11 +42,7 @@ def _rows(shape: tuple) -> np.ndarray:
 
 
 def _mlp():
-    rng = np.random.default_rng(3)
-    params = _mlp_params(rng, [784, 1024, 1024, 10])
-    x = rng.standard_normal((256, 784)).astype(np.float32)
-    y = np.eye(10, dtype=np.float32)[rng.integers(0, 10, 256)]
-    return _mlp_step(fnp, fg.grad), (params, x, y)
+    return _mlp_step(fnp, fg.grad), _mlp_inputs()
 
 
 def _conv_training():
