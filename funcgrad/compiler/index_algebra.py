@@ -17,7 +17,7 @@ again, whatever x.
 from __future__ import annotations
 
 from funcgrad.compiler import kernel_ir as K
-from funcgrad.compiler.parallel import parallel_loop, replaced_in
+from funcgrad.compiler.parallel import parallel_loop, replaced_in, statement_replaced
 
 
 def simplify_offsets(kernel: K.Kernel) -> None:
@@ -62,19 +62,12 @@ def collapse_row_nests(kernel: K.Kernel) -> None:
 
 def _replaced(body: list, replacements: dict) -> list:
     """The statements with the nodes `replacements` names (by id) replaced, their loops new."""
-    rewritten = []
-    for statement in body:
-        if isinstance(statement, K.Loop):
-            inner = _replaced(statement.body, replacements)
-            rewritten.append(K.Loop(statement.index, statement.start, statement.stop, inner))
-        elif isinstance(statement, K.Store):
-            offset, value = (
-                replaced_in(e, replacements) for e in (statement.offset, statement.value)
-            )
-            rewritten.append(K.Store(statement.buffer, offset, value))
-        else:
-            rewritten.append(K.SetAcc(statement.acc, replaced_in(statement.value, replacements)))
-    return rewritten
+    return [
+        K.Loop(s.index, s.start, s.stop, _replaced(s.body, replacements))
+        if isinstance(s, K.Loop)
+        else statement_replaced(s, replacements)
+        for s in body
+    ]
 
 
 def _statements(body: list, ranges: dict) -> list:
@@ -140,10 +133,7 @@ _ARITHMETIC = ("add", "sub", "mul", "div", "rem")
 def _divided(op: str, a: K.Expr, c: int, ranges: dict) -> K.Expr:
     """`op(a, c)` (div or rem by a positive constant), split as the module says."""
     standing = K.binary(op, a, K.const(c, K.INDEX))
-    found = _terms(a)
-    if found is None:
-        return standing
-    terms, constant = found
+    terms, constant = _terms(a)
     whole, rest = {}, {}
     for key, (atom, coefficient) in terms.items():
         (whole if coefficient % c == 0 else rest)[key] = (atom, coefficient)
@@ -171,38 +161,34 @@ def _terms(e: K.Expr):
 
 
 def _rejoined(terms: dict, constant: int) -> tuple[dict, int]:
-    changed = True
-    while changed:
-        changed = False
-        for key, (atom, coefficient) in list(terms.items()):
-            split = _split_of(atom)
-            if split is None or split[0] != "rem":
-                continue
-            _, x, c = split
-            partner = next(
-                (
-                    k
-                    for k, (other, f) in terms.items()
-                    if _split_of(other) is not None
-                    and _split_of(other)[0] == "div"
-                    and K.same(_split_of(other)[1], x)
-                    and _split_of(other)[2] == c
-                    and f == coefficient * c
-                ),
-                None,
-            )
-            if partner is None:
-                continue
-            del terms[key], terms[partner]
-            inside, offset = _linear_terms(x)
-            for k, (part, f) in inside.items():
-                total = terms.get(k, (part, 0))[1] + coefficient * f
-                terms[k] = (part, total)
-            terms = {k: v for k, v in terms.items() if v[1]}
-            constant += coefficient * offset
-            changed = True
-            break
-    return terms, constant
+    """The terms with each pair `k * c * div(x, c)` and `k * rem(x, c)` replaced by `k * x`
+    (x's own terms)."""
+    while True:
+        splits = {key: (_split_of(atom), coefficient) for key, (atom, coefficient) in terms.items()}
+        pair = next(
+            (
+                (key, other)
+                for key, (split, coefficient) in splits.items()
+                if split is not None and split[0] == "rem"
+                for other, (twin, factor) in splits.items()
+                if twin is not None
+                and twin[0] == "div"
+                and twin[2] == split[2]
+                and factor == coefficient * split[2]
+                and K.same(twin[1], split[1])
+            ),
+            None,
+        )
+        if pair is None:
+            return terms, constant
+        key, other = pair
+        (_, x, _), coefficient = splits[key]
+        del terms[key], terms[other]
+        inside, offset = _linear_terms(x)
+        for k, (part, f) in inside.items():
+            terms[k] = (part, terms.get(k, (part, 0))[1] + coefficient * f)
+        terms = {k: v for k, v in terms.items() if v[1]}
+        constant += coefficient * offset
 
 
 def _split_of(atom: K.Expr):

@@ -598,6 +598,15 @@ def substituted(expr: K.Expr, index: K.Index, value: K.Expr) -> K.Expr:
     return replaced_in(expr, {id(index): value})
 
 
+def statement_replaced(statement, replacements: dict):
+    """A store or accumulator update with the nodes `replacements` names (by id) replaced in
+    its expressions (`replaced_in`)."""
+    if isinstance(statement, K.Store):
+        offset, value = (replaced_in(e, replacements) for e in (statement.offset, statement.value))
+        return K.Store(statement.buffer, offset, value)
+    return K.SetAcc(statement.acc, replaced_in(statement.value, replacements))
+
+
 def replaced_in(expr: K.Expr, replacements: dict) -> K.Expr:
     """`expr` with each node whose id `replacements` holds replaced by its value there (shared
     subexpressions stay shared; iterative, as expression DAGs may be deep)."""

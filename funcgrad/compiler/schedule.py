@@ -109,6 +109,11 @@ class GemmStep:
     transpose_rhs: bool
     eqn: JaxprEqn
 
+    def label(self) -> str:
+        """The GEMM as a profile names it: its shape and dtype."""
+        batch = f"{self.batch}x" if self.batch > 1 else ""
+        return f"gemm {batch}{self.m}x{self.n}x{self.k} {self.out.dtype.name}"
+
 
 @dataclass(eq=False)
 class CallbackStep:
@@ -157,6 +162,10 @@ class Program:
         for step in self.steps:
             lines += step_text(step, indent + "  ")
         return "\n".join(lines)
+
+
+# The steps that hold programs of their own.
+CONTROL_STEPS = (CondStep, WhileStep, ScanStep)
 
 
 def visit(visitor, step) -> None:

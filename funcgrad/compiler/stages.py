@@ -22,8 +22,8 @@ def plan(
     says (`parallel.split_reductions`), and so, for a GPU, do reductions over a leading axis
     with few columns (`parallel.columns_outer`). Products in `gemm_dtypes` may run as the
     backend's library GEMMs, and convolutions in `contraction_dtypes` as contraction kernels
-    (`schedule.schedule`). Every kernel's offsets are then simplified with its loops' ranges
-    (`index_algebra`)."""
+    (`schedule.schedule`). Every kernel's offsets are then simplified with its loops' ranges,
+    and its nests of rows made one loop over the rows (`index_algebra`)."""
     optimized = passes.optimize(closed)
     if mentions_complex(optimized.jaxpr):
         # Complex values compute as pairs of reals, laid out as the caller's buffers are.

@@ -945,9 +945,7 @@ class _Timed:
         self.timed(kernel.name, self.device.launch, module, kernel, buffers)
 
     def gemm(self, step: GemmStep, *args) -> None:
-        shape = f"{step.batch}x" if step.batch > 1 else ""
-        what = f"gemm {shape}{step.m}x{step.n}x{step.k} {step.out.dtype.name}"
-        self.timed(what, self.device.gemm, step, *args)
+        self.timed(step.label(), self.device.gemm, step, *args)
 
     def copy(self, *args) -> None:
         self.timed("copy", self.device.copy, *args)

@@ -30,6 +30,7 @@ from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.memory import bound_inputs, step_buffers
 from funcgrad.compiler.parallel import work
 from funcgrad.compiler.schedule import (
+    CONTROL_STEPS,
     CondStep,
     GemmStep,
     KernelStep,
@@ -47,8 +48,6 @@ from funcgrad.compiler.schedule import (
 # that time. (To be tuned on a GPU.)
 REGION_WORK = 1 << 18
 
-_CONTROL = (CondStep, WhileStep, ScanStep)
-
 
 def device_regions(program: Program, kernels: dict) -> list:
     """The control-flow steps of `program` (and of the programs its steps hold) to run on the
@@ -57,7 +56,7 @@ def device_regions(program: Program, kernels: dict) -> list:
     together. `kernels` maps each `KernelStep` to its rendered kernel."""
     found = []
     for step in program.steps:
-        if isinstance(step, _CONTROL) and _fits(step, kernels):
+        if isinstance(step, CONTROL_STEPS) and _fits(step, kernels):
             found.append(step)
         else:
             for inner in inner_programs(step):
@@ -101,7 +100,7 @@ def _work(steps: list) -> int | None:
             total += work(step.kernel)
         elif isinstance(step, GemmStep):
             total += step.batch * step.m * step.n * step.k
-        elif isinstance(step, _CONTROL):
+        elif isinstance(step, CONTROL_STEPS):
             per_pass = _pass_work(step)
             if per_pass is None:
                 return None

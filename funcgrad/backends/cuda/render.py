@@ -32,8 +32,8 @@ from funcgrad.compiler.parallel import (
     linear_in_loop,
     parallel_loop,
     ranges_of,
-    replaced_in,
     shared_loop_folds,
+    statement_replaced,
     statements_in,
     substituted,
     whole_array_reduction,
@@ -1060,16 +1060,8 @@ def _row_caches(split: K.Loop, scratch: set, budget: int) -> tuple[dict, list[K.
         fills.setdefault(first, []).append(K.Store(cache, position, same[0][1]))
     bodies = {}
     for loop, replaced in replacements.items():
-        bodies[loop] = fills.get(loop, []) + [_with_loads(s, replaced) for s in loop.body]
+        bodies[loop] = fills.get(loop, []) + [statement_replaced(s, replaced) for s in loop.body]
     return bodies, caches
-
-
-def _with_loads(statement, replaced: dict):
-    """The statement with the loads `replaced` names (by id) replaced."""
-    if isinstance(statement, K.Store):
-        offset, value = (replaced_in(e, replaced) for e in (statement.offset, statement.value))
-        return K.Store(statement.buffer, offset, value)
-    return K.SetAcc(statement.acc, replaced_in(statement.value, replaced))
 
 
 def _row_loops(split: K.Loop, scratch_bytes: int, scratch: list) -> dict | None:
@@ -1292,11 +1284,7 @@ def _row_vectors(loop: K.Loop, body: list, local: set) -> RowVectors | None:
     accesses: dict = {}
     stored = []
     for statement in body:
-        found = [(e.buffer, e.offset, False) for e in expressions(statement)
-                 if isinstance(e, K.Load)]  # fmt: skip
-        if isinstance(statement, K.Store):
-            found.append((statement.buffer, statement.offset, True))
-        for buffer, offset, is_store in found:
+        for buffer, offset, is_store in _accesses(statement):
             if buffer in local:
                 continue
             if not any(n is index for n in K.nodes(offset)):

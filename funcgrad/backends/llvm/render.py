@@ -27,6 +27,7 @@ from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.memory import MemoryPlan, constants, nbytes
 from funcgrad.compiler.parallel import expressions, parallel_loop, work
 from funcgrad.compiler.schedule import (
+    CONTROL_STEPS,
     CallbackStep,
     CondStep,
     GemmStep,
@@ -46,7 +47,6 @@ F64 = np.dtype(np.float64)
 # the machine code: addresses of this process never appear in the module, so its machine code
 # can be cached on disk and loaded by another process.
 CALLBACK_TABLE = "funcgrad_callbacks"
-_CONTROL = (CondStep, WhileStep, ScanStep)
 # A profiled program's counters: for each thing it runs, nanoseconds and calls (`profiled`).
 PROFILE_COUNTERS = "funcgrad_profile"
 _PROFILE_CLOCK = """define internal i64 @fg_profile_clock() {
@@ -815,7 +815,7 @@ class ModuleRenderer:
 
     def steps(self, steps: list) -> None:
         for step in steps:  # (profiled: each leaf step timed; control flow by its steps)
-            timed = self.profile_labels is not None and not isinstance(step, _CONTROL)
+            timed = self.profile_labels is not None and not isinstance(step, CONTROL_STEPS)
             start = self.clock() if timed else None
             visit(self, step)
             if start is not None:
@@ -844,8 +844,7 @@ class ModuleRenderer:
         if isinstance(step, KernelStep):
             return list(self.kernels)[-1]  # (the one its call just rendered)
         if isinstance(step, GemmStep):
-            batch = f"{step.batch}x" if step.batch > 1 else ""
-            return f"gemm {batch}{step.m}x{step.n}x{step.k} {step.out.dtype.name}"
+            return step.label()
         if isinstance(step, FortranCall):
             return blas.lapack_symbol(step.routine, step.dtype)
         return f"callback {step.eqn.primitive.name}"
