@@ -380,7 +380,9 @@ def test_compiled_nextafter_steps_one_ulp_of_the_operands_own_format(dtype, back
     with jit_backend(backend):
         compiled = np.asarray(fg.jit(lax.nextafter)(x, y))
     bits = f"u{np.dtype(dtype).itemsize}"
-    np.testing.assert_array_equal(compiled.view(bits), eager.view(bits))
+    nan = np.isnan(eager.astype(np.float32))  # (a NaN's payload is the hardware's)
+    np.testing.assert_array_equal(np.isnan(compiled.astype(np.float32)), nan)
+    np.testing.assert_array_equal(compiled.view(bits)[~nan], eager.view(bits)[~nan])
 
 
 @pytest.mark.parametrize("backend", ["eager", *COMPILED_BACKENDS])

@@ -893,10 +893,10 @@ def test_a_profile_counts_and_times_each_kernel_and_library_call():
         gram = w[:16, :16] @ w[:16, :16].T + 16 * fnp.eye(16, dtype=np.float32)
         return s, c, fnp.linalg.cholesky(gram)
 
-    compiled = fg.jit(f).lower(x, w).compile()
-    rows = compiled.profile(x, w)
+    program = compiled(f, x, w)
+    rows = program.profile(x, w)
     calls = {what: count for what, count, _ in rows}
-    kernels = re.findall(r"^define internal void @(k\d+_\w+)\(", compiled.as_text(), re.M)
+    kernels = re.findall(r"^define internal void @(k\d+_\w+)\(", program.as_text(), re.M)
     assert set(kernels) | {"gemm 8x300x300 float32", "callback debug_callback"} <= set(calls)
     assert any(what.startswith("scipy_dpotrf") and n == 1 for what, n, _ in rows)
     body = [k for k in kernels if calls[k] == 8]  # the scan's sum and carry, once a row
@@ -904,7 +904,7 @@ def test_a_profile_counts_and_times_each_kernel_and_library_call():
     assert len(seen) == 1  # (the profiled build ran once, the compiled program never)
     assert all(seconds >= 0 for _, _, seconds in rows)
     assert [row[2] for row in rows] == sorted((row[2] for row in rows), reverse=True)
-    assert "funcgrad_profile" not in compiled.as_text()
+    assert "funcgrad_profile" not in program.as_text()
     with jit_backend("numpy"), pytest.raises(AttributeError, match="profile times a compiled"):
         fg.jit(f).lower(x, w).compile().profile(x, w)
 
@@ -926,7 +926,7 @@ def test_a_weight_gradient_gathers_its_windows_along_the_inputs_rows():
     for stride in (1, 2):
         grad = partial(fg.grad(loss), stride=stride)
         assert_same_as_reference(grad, kernel, images, rtol=1e-10, atol=1e-9)
-        plan = fg.jit(grad).lower(kernel, images).compile().fusion_plan()
+        plan = compiled(grad, kernel, images).fusion_plan()
         assert re.search(r"gemm\[batch=1, m=54, n=10, k=\d+, transpose_lhs", plan)  # 3x3x6
 
 

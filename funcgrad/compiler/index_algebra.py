@@ -16,8 +16,18 @@ again, whatever x.
 
 from __future__ import annotations
 
+import math
+
 from funcgrad.compiler import kernel_ir as K
-from funcgrad.compiler.parallel import parallel_loop, replaced_in, statement_replaced
+from funcgrad.compiler.parallel import (
+    expressions,
+    linear,
+    parallel_loop,
+    ranges_of,
+    replaced_in,
+    statement_replaced,
+    statements_in,
+)
 
 
 def simplify_offsets(kernel: K.Kernel) -> None:
@@ -40,24 +50,147 @@ def collapse_row_nests(kernel: K.Kernel) -> None:
         inner = outer.body[0]
         if not any(isinstance(s, K.Loop) for s in inner.body):
             return
-        count = inner.stop - inner.start
-        if count <= 0 or outer.stop <= outer.start:
+        if not _merged_in_parallel(kernel, outer, inner):
             return
-        row = K.fresh_index("r")
-        coordinates = {
-            id(outer.index): K.binary("div", row, K.const(count, K.INDEX))
-            + K.const(outer.start, K.INDEX),
-            id(inner.index): K.binary("rem", row, K.const(count, K.INDEX))
-            + K.const(inner.start, K.INDEX),
-        }
-        rows = K.Loop(
-            row, 0, (outer.stop - outer.start) * count, _replaced(inner.body, coordinates)
-        )
-        collapsed = K.Kernel(kernel.name, kernel.inputs, kernel.outputs, [rows], kernel.scratch)
-        simplify_offsets(collapsed)
-        if parallel_loop(collapsed) is None:
+
+
+# A nest of folds (a product's tiles) is made one loop, its folds split, below `threads` /
+# FEW_FOLDS of them, each of at least LONG_FOLD terms.
+FEW_FOLDS = 4
+LONG_FOLD = 1024
+
+
+def coalesce_loops(kernel: K.Kernel, threads: int) -> None:
+    """For a GPU, whose threads share a kernel's outer loop: each perfect nest `for i: for j:`
+    whose offsets come out plain in one index (`r = i * J + j`: no quotient or remainder by
+    it left) made one loop, wherever it stands (a bias gradient's rows of (batch, height,
+    width) one loop over rows, which `parallel.columns_outer` then reads as a reduction over
+    a leading axis). Then, where the outer loop has fewer than `threads` iterations and is a
+    perfect nest around straight-line work, the nest is made one loop whose iterations run on
+    different threads, quotients or not (a gathered convolution's input gradient ran a thread
+    per image): its loops ordered as the stores walk memory (`_store_order`) so that
+    neighbouring threads store neighbouring elements, kept only where the one loop's
+    iterations may run on different threads (`parallel.parallel_loop`: which also shows the
+    reordering sound, every iteration being independent of the others). A nest of folds is
+    made one loop so only where it has so few iterations that each fold had better be split
+    (a convolution's weight gradient as a product of a few tiles, each summing the batch)."""
+    kernel.body[:] = _coalesced(kernel.body, {})
+    if len(kernel.body) != 1 or not isinstance(kernel.body[0], K.Loop):
+        return
+    nest = [kernel.body[0]]
+    while len(nest[-1].body) == 1 and isinstance(nest[-1].body[0], K.Loop):
+        nest.append(nest[-1].body[0])
+    work = nest[-1].body
+    if len(nest) < 2 or nest[0].stop - nest[0].start >= threads:
+        return
+    if any(n.stop <= n.start for n in nest):
+        return
+    ordered = _store_order(nest, work)
+    if any(isinstance(s, K.Loop) for s in work):
+        # Rows of work, or a product's tiles, are the GPU renderer's, unless so few that
+        # their folds had better be split (`parallel.columns_outer`): a weight gradient's.
+        folds = [s.stop - s.start for s in work if isinstance(s, K.Loop)]
+        if math.prod(n.stop - n.start for n in nest) * FEW_FOLDS > threads:
             return
+        if max(folds) < LONG_FOLD:
+            return
+        ordered = nest
+    flat = K.Loop(ordered[-1].index, ordered[-1].start, ordered[-1].stop, list(work))
+    for loop in reversed(ordered[:-1]):
+        flat = _merged(K.Loop(loop.index, loop.start, loop.stop, [flat]), flat, {})
+    collapsed = K.Kernel(kernel.name, kernel.inputs, kernel.outputs, [flat], kernel.scratch)
+    if parallel_loop(collapsed) is not None:
         kernel.body[:] = collapsed.body
+
+
+def _store_order(nest: list, work: list) -> list:
+    """The nest's loops, outermost first, by how far each moves the first store (largest
+    step outermost); as they stand where a loop does not move it linearly."""
+    store = next((s for s in work if isinstance(s, K.Store)), None)
+    if store is None:
+        return nest
+    ranges = {loop.index: (loop.start, loop.stop - 1) for loop in nest}
+    steps = []
+    for loop in nest:
+        form = linear(
+            store.offset, loop.index, {k: v for k, v in ranges.items() if k is not loop.index}
+        )
+        if form is None:
+            return nest
+        steps.append(form[0])
+    return [loop for _, loop in sorted(zip(steps, nest), key=lambda pair: -pair[0])]
+
+
+def _merged_in_parallel(kernel: K.Kernel, outer: K.Loop, inner: K.Loop) -> bool:
+    """Makes the kernel's nest `outer` (around `inner` alone) one loop where that loop's
+    iterations may run on different threads and its stores come out plain; whether it did."""
+    if inner.stop <= inner.start or outer.stop <= outer.start:
+        return False
+    rows = _merged(outer, inner, {})
+    collapsed = K.Kernel(kernel.name, kernel.inputs, kernel.outputs, [rows], kernel.scratch)
+    if parallel_loop(collapsed) is None or not _stores_plain(rows, kernel.scratch):
+        return False
+    kernel.body[:] = collapsed.body
+    return True
+
+
+def _stores_plain(loop: K.Loop, scratch: list) -> bool:
+    """Whether every store of the loop (to memory beyond the scratch) is at an offset linear
+    in its index: a product's results stored through quotients stay in the product's form."""
+    ranges = ranges_of(loop.body, {})
+    return all(
+        linear(s.offset, loop.index, ranges) is not None
+        for s in statements_in(loop.body)
+        if isinstance(s, K.Store) and s.buffer not in scratch
+    )
+
+
+def _merged(outer: K.Loop, inner: K.Loop, ranges: dict) -> K.Loop:
+    """`for i: for j: body` (`inner` the one statement of `outer`) as `for r: body` with
+    i = r / J and j = r % J, its offsets simplified (`ranges`: those of the loops around)."""
+    count = inner.stop - inner.start
+    row = K.fresh_index("r")
+    coordinates = {
+        id(outer.index): K.binary("div", row, K.const(count, K.INDEX))
+        + K.const(outer.start, K.INDEX),
+        id(inner.index): K.binary("rem", row, K.const(count, K.INDEX))
+        + K.const(inner.start, K.INDEX),
+    }
+    stop = (outer.stop - outer.start) * count
+    body = _statements(_replaced(inner.body, coordinates), {**ranges, row: (0, stop - 1)})
+    return K.Loop(row, 0, stop, body)
+
+
+def _coalesced(body: list, ranges: dict) -> list:
+    """The statements with each perfect nest whose offsets come out plain made one loop."""
+    rewritten = []
+    for statement in body:
+        while (
+            isinstance(statement, K.Loop)
+            and len(statement.body) == 1
+            and isinstance(statement.body[0], K.Loop)
+            and statement.stop > statement.start
+            and statement.body[0].stop > statement.body[0].start
+        ):
+            merged = _merged(statement, statement.body[0], ranges)
+            if _splits(merged.body, merged.index):
+                break
+            statement = merged
+        if isinstance(statement, K.Loop):
+            inner = {**ranges, statement.index: (statement.start, statement.stop - 1)}
+            statement.body[:] = _coalesced(statement.body, inner)
+        rewritten.append(statement)
+    return rewritten
+
+
+def _splits(body: list, index: K.Index) -> bool:
+    """Whether a quotient or remainder of `index` is left in the statements."""
+    for statement in statements_in(body):
+        for node in expressions(statement):
+            if isinstance(node, K.Binary) and node.op in ("div", "rem"):
+                if any(n is index for n in K.nodes(node.a)):
+                    return True
+    return False
 
 
 def _replaced(body: list, replacements: dict) -> list:

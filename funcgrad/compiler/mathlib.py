@@ -788,8 +788,7 @@ def nextafter(x: Expr, y: Expr, storage: np.dtype | None = None) -> Expr:
     result = result if storage is None else K.cast(result, x.dtype)
     tiniest = _c(float(dtypes.finfo(dtype).smallest_subnormal), x)
     result = K.select(_eq(x, 0.0), _copysign(tiniest, y), result)
-    # x == y gives y (C's nextafter), but NumPy's float16 gives x: they differ on -0 and +0.
-    result = K.select(_eq(x, y), x if storage == np.float16 else y, result)
+    result = K.select(_eq(x, y), y, result)  # (C's nextafter: they differ on -0 and +0)
     return K.select(K.binary("or", K.binary("ne", x, x), K.binary("ne", y, y)), x + y, result)
 
 

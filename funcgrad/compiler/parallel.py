@@ -50,10 +50,16 @@ def parallel_loop(kernel: K.Kernel) -> K.Loop | None:
         return None
     ranges = ranges_of(loop.body, {})
     slots: dict[K.Buffer, tuple[int, int, int]] = {}
+    scattered: dict[K.Buffer, K.Expr] = {}  # {buffer: the one offset an iteration writes}
     for statement in statements:
         if isinstance(statement, K.Store) and statement.buffer not in scratch:
             form = linear(statement.offset, loop.index, ranges)
             if form is None:
+                known = scattered.setdefault(statement.buffer, statement.offset)
+                if not (K.same(known, statement.offset) and _one_to_one(known, loop)):
+                    return None
+                continue
+            if statement.buffer in scattered:
                 return None
             coefficient, low, high = form
             if statement.buffer in slots:
@@ -69,7 +75,75 @@ def parallel_loop(kernel: K.Kernel) -> K.Loop | None:
             if isinstance(e, K.Load) and e.buffer in slots:
                 if not _within(slots[e.buffer], linear(e.offset, loop.index, ranges)):
                     return None
+            if isinstance(e, K.Load) and e.buffer in scattered:
+                if not K.same(e.offset, scattered[e.buffer]):
+                    return None
     return loop
+
+
+# Offsets of a store not linear in the loop's index are checked element by element up to
+# this many iterations.
+ONE_TO_ONE_CHECKED = 1 << 20
+
+
+def _one_to_one(offset: K.Expr, loop: K.Loop) -> bool:
+    """Whether `offset`, reading no index but the loop's, differs at every iteration: a
+    store through quotients and remainders of the loop's index (a weight gradient written in
+    its layout, its positions in another order) stays each iteration's own."""
+    count = loop.stop - loop.start
+    if count > ONE_TO_ONE_CHECKED:
+        return False
+    at = np.arange(loop.start, loop.stop, dtype=np.int64)
+    offsets = _index_values(offset, loop.index, at, {})
+    return offsets is not None and len(np.unique(offsets)) == count
+
+
+def _index_values(e: K.Expr, index: K.Index, at: np.ndarray, memo: dict):
+    """Index arithmetic at each value `at` of `index`, as C computes it; None where it reads
+    anything else (another index, a load)."""
+    if id(e) in memo:
+        return memo[id(e)]
+    if isinstance(e, K.Const) and e.dtype.kind in "iub":
+        value = np.full(at.shape, int(e.value), np.int64)
+    elif e is index:
+        value = at
+    elif isinstance(e, K.Cast) and e.dtype.kind in "iub":
+        value = _index_values(e.x, index, at, memo)
+    elif isinstance(e, K.Select):
+        parts = [_index_values(x, index, at, memo) for x in (e.pred, e.on_true, e.on_false)]
+        value = None if any(p is None for p in parts) else np.where(*parts)
+    elif isinstance(e, K.Binary) and e.op in _INDEX_ARRAY_OPS:
+        a, b = (_index_values(x, index, at, memo) for x in (e.a, e.b))
+        value = None if a is None or b is None else _INDEX_ARRAY_OPS[e.op](a, b)
+    else:
+        value = None
+    memo[id(e)] = value
+    return value
+
+
+def _quotient(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C's integer quotient (toward zero); 0 where b is 0 (never reached by a valid offset)."""
+    b = np.where(b == 0, 1, b)
+    return np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b))
+
+
+_INDEX_ARRAY_OPS = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "div": _quotient,
+    "rem": lambda a, b: a - b * _quotient(a, b),
+    "max": np.maximum,
+    "min": np.minimum,
+    "and": np.logical_and,
+    "or": np.logical_or,
+    "eq": np.equal,
+    "ne": np.not_equal,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+}
 
 
 def linear_in_loop(expr: K.Expr, loop: K.Loop, ranges: dict):
@@ -140,6 +214,24 @@ def expressions(statement):
     roots = [statement.value] + ([statement.offset] if isinstance(statement, K.Store) else [])
     for root in roots:
         yield from K.nodes(root)
+
+
+def walks_by_one(loop: K.Loop, scratch: set) -> bool:
+    """Whether the loop walks memory element by element: every access of a buffer (scratch
+    aside) that moves with its index moves by one. Neighbouring threads of a block then touch
+    neighbouring elements; a loop striding across rows (a column's fold) is better left to
+    one thread per outer iteration, neighbours reading neighbouring columns."""
+    ranges = ranges_of(loop.body, {})
+    for statement in statements_in([loop]):
+        accesses = [e for e in expressions(statement) if isinstance(e, K.Load)]
+        accesses += [statement] if isinstance(statement, K.Store) else []
+        for access in accesses:
+            if access.buffer in scratch:
+                continue
+            form = linear_in_loop(access.offset, loop, ranges)
+            if form is None or form[0] not in (0, 1):
+                return False
+    return True
 
 
 def _accumulators_are_private(body: list) -> bool:
@@ -286,7 +378,9 @@ def columns_outer(program: Program, split: ReductionSplit) -> None:
 
     whose outer loop a GPU's threads share, one column each, neighbouring threads reading
     neighbouring elements. One of at least `split.min_work` iterations with fewer columns
-    than `split.column_threads` then folds parts of its rows at once (`_split_columns`)."""
+    than `split.column_threads` then folds parts of its rows at once (`_split_columns`), as
+    does a kernel the scheduler wrote in that form with a fold striding across memory
+    (`_strided_fold`)."""
     steps = []
     for step in program.steps:
         for inner in inner_programs(step):
@@ -295,13 +389,27 @@ def columns_outer(program: Program, split: ReductionSplit) -> None:
             rewritten = _columns_outer(step.kernel)
             if rewritten is not None:
                 step.kernel.body[:] = rewritten
-                if work(step.kernel) >= split.min_work:
-                    kernels = _split_columns(step.kernel, split.column_threads)
-                    if kernels is not None:
-                        steps += [KernelStep(k, step.eqns) for k in kernels]
-                        continue
+            if (rewritten is not None or _strided_fold(step.kernel)) and work(
+                step.kernel
+            ) >= split.min_work:
+                kernels = _split_columns(step.kernel, split.column_threads)
+                if kernels is not None:
+                    steps += [KernelStep(k, step.eqns) for k in kernels]
+                    continue
         steps.append(step)
     program.steps[:] = steps
+
+
+def _strided_fold(kernel: K.Kernel) -> bool:
+    """Whether the kernel is already in `columns_outer`'s form, a fold per outer iteration,
+    with a fold that strides across memory (a convolution's weight gradient: a thread per
+    weight, each walking the batch's windows), which no block of threads shares."""
+    if len(kernel.body) != 1 or not isinstance(kernel.body[0], K.Loop):
+        return False
+    body = kernel.body[0].body
+    if len(body) < 2 or not isinstance(body[0], K.SetAcc) or not isinstance(body[1], K.Loop):
+        return False
+    return not walks_by_one(body[1], set(kernel.scratch))
 
 
 def _columns_outer(kernel: K.Kernel) -> list | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from funcgrad.compiler import parallel, passes
 from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
-from funcgrad.compiler.index_algebra import collapse_row_nests, simplify_offsets
+from funcgrad.compiler.index_algebra import coalesce_loops, collapse_row_nests, simplify_offsets
 from funcgrad.compiler.memory import MemoryPlan, plan_memory
 from funcgrad.compiler.schedule import GEMM_DTYPES, KernelStep, Program, all_steps, schedule
 from funcgrad.ir import ClosedJaxpr
@@ -20,7 +20,9 @@ def plan(
     """The optimized jaxpr, its program of steps and the program's memory plan. Large
     whole-array reductions become partial folds that may run on threads, as `reductions`
     says (`parallel.split_reductions`), and so, for a GPU, do reductions over a leading axis
-    with few columns (`parallel.columns_outer`). Products in `gemm_dtypes` may run as the
+    with few columns (`parallel.columns_outer`), after a GPU's perfect loop nests are made
+    one loop where that is plain or spreads a kernel over more threads
+    (`index_algebra.coalesce_loops`). Products in `gemm_dtypes` may run as the
     backend's library GEMMs, and convolutions in `contraction_dtypes` as contraction kernels
     (`schedule.schedule`). Every kernel's offsets are then simplified with its loops' ranges,
     and its nests of rows made one loop over the rows (`index_algebra`)."""
@@ -29,6 +31,10 @@ def plan(
         # Complex values compute as pairs of reals, laid out as the caller's buffers are.
         optimized = passes.optimize(lower_complex(optimized))
     program = schedule(optimized, gemm_dtypes, contraction_dtypes)
+    if reductions is not None and reductions.column_threads:
+        for step in all_steps(program):
+            if isinstance(step, KernelStep):
+                coalesce_loops(step.kernel, reductions.column_threads)
     if reductions is not None:
         parallel.split_reductions(program, reductions)
         if reductions.column_threads:

@@ -389,7 +389,18 @@ pow_p = binary_primitive("pow", _pow, INEXACT)
 max_p = binary_primitive("max", _max, REAL)
 min_p = binary_primitive("min", _min, REAL)
 atan2_p = binary_primitive("atan2", np.arctan2, FLOAT)
-nextafter_p = binary_primitive("nextafter", np.nextafter, FLOAT)
+
+
+def _nextafter(x, y):
+    """C's nextafter: x == y gives y (so -0 toward +0 is +0). NumPy's float16 gave x before
+    2.5, and the other formats always give y."""
+    stepped = np.nextafter(x, y)
+    if stepped.dtype != np.float16:
+        return stepped
+    return np.where(x == y, y, stepped).astype(np.float16)
+
+
+nextafter_p = binary_primitive("nextafter", _nextafter, FLOAT)
 eq_p = binary_primitive("eq", np.equal, ANY, result_dtype=dtypes.bool_)
 ne_p = binary_primitive("ne", np.not_equal, ANY, result_dtype=dtypes.bool_)
 lt_p = binary_primitive("lt", np.less, REAL, result_dtype=dtypes.bool_)

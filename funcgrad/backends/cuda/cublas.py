@@ -14,21 +14,21 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import sys
 
 _POINTER_MODE_HOST = 0
 
 
 @functools.cache
 def _library() -> ctypes.CDLL:
-    """CuPy's cuBLAS, found among the libraries this process has loaded."""
-    from cupy.cuda import device
+    """cuBLAS as CuPy's wrappers call it: symbols looked up through the wrappers' extension
+    module, whose dependencies hold the very library CuPy's handles belong to. (A process may
+    hold two copies of cuBLAS, another framework's beside CuPy's; a handle of one passed to
+    the other crashes.)"""
+    from cupy.cuda import cublas, device
 
     device.get_cublas_handle()  # (loads cuBLAS)
-    with open("/proc/self/maps") as maps:
-        paths = sorted({line.split()[-1] for line in maps if "/libcublas.so" in line})
-    if not paths:
-        raise RuntimeError("CuPy made a cuBLAS handle, yet no libcublas.so is loaded")
-    library = ctypes.CDLL(paths[0])
+    library = ctypes.CDLL(sys.modules[cublas.setStream.__module__].__file__)
     handle, pointer, integer, wide = ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64
     library.cublasSetStream_v2.argtypes = [handle, pointer]
     library.cublasGetPointerMode_v2.argtypes = [handle, ctypes.POINTER(integer)]

@@ -36,6 +36,7 @@ from funcgrad.compiler.parallel import (
     statement_replaced,
     statements_in,
     substituted,
+    walks_by_one,
     whole_array_reduction,
     work,
 )
@@ -997,24 +998,6 @@ class _KernelWriter:
         self.statements(after)
 
 
-def _contiguous(loop: K.Loop, scratch: set) -> bool:
-    """Whether the loop walks memory element by element: every access of a buffer (scratch
-    aside) that moves with its index moves by one. Neighbouring threads of a block then touch
-    neighbouring elements; a loop striding across rows (a column's fold) is better left to
-    one thread per outer iteration, neighbours reading neighbouring columns."""
-    ranges = ranges_of(loop.body, {})
-    for statement in statements_in([loop]):
-        accesses = [e for e in expressions(statement) if isinstance(e, K.Load)]
-        accesses += [statement] if isinstance(statement, K.Store) else []
-        for access in accesses:
-            if access.buffer in scratch:
-                continue
-            form = linear_in_loop(access.offset, loop, ranges)
-            if form is None or form[0] not in (0, 1):
-                return False
-    return True
-
-
 def _row_caches(split: K.Loop, scratch: set, budget: int) -> tuple[dict, list[K.Buffer]]:
     """An input that several loops of a row read element by element at the same places is
     read from memory once: the first of those loops copies each element it reads into a
@@ -1070,7 +1053,7 @@ def _row_loops(split: K.Loop, scratch_bytes: int, scratch: list) -> dict | None:
     busy (or the row's scratch is too big for one thread), and the scratch and the partial
     folds fit in shared memory, or the block's threads can hold the scratch (`_held_row`)."""
     loops = [s for s in split.body if isinstance(s, K.Loop)]
-    if not loops or not all(_contiguous(loop, set(scratch)) for loop in loops):
+    if not loops or not all(walks_by_one(loop, set(scratch)) for loop in loops):
         return None
     width = max(loop.stop - loop.start for loop in loops)
     if width < ROW_MIN_WIDTH and scratch_bytes <= LOCAL_SCRATCH_BYTES:
