@@ -156,6 +156,9 @@ class DeviceValue(_Sized):
         return self.size * self.dtype.itemsize
 
     def __array__(self, dtype=None, copy=None):
+        if self.dtype == dtypes.float0:  # (no data: its storage is a placeholder byte each)
+            host = np.zeros(self.shape, self.dtype)
+            return host if dtype is None else host.astype(dtype)
         host = self.device.runtime.download(self.storage)
         host = (host.view(self.dtype) if host.dtype != self.dtype else host).reshape(self.shape)
         return host if dtype is None else host.astype(dtype)

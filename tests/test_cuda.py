@@ -6,6 +6,7 @@ and the random-program test run the same path for every primitive."""
 from __future__ import annotations
 
 import re
+from functools import partial
 
 import numpy as np
 import pytest
@@ -697,6 +698,37 @@ def test_convolutions_run_as_tiled_implicit_gemms_that_gather_their_windows(dtyp
     )
     assert_same_as_reference(grouped, normal(2, 6, 9, 9), normal(12, 2, 3, 3), **tol)
     assert "a_tile" not in compiled_text(grouped, normal(2, 6, 9, 9), normal(12, 2, 3, 3))
+
+
+def test_a_conv_training_step_spreads_every_kernel_over_the_gpu():
+    """A convolutional network's training step (NHWC, 3x3 convolutions, the second strided):
+    its bias gradients (sums over batch, height and width: a nest of rows), its weight
+    gradients (few weights, each a sum over the batch's windows: products split into parts
+    of the sum, each part its own tiles, then the parts summed) and its gathered input
+    gradient (a nest over images) each run on many threads, no kernel on one thread alone.
+    Values against the reference, float64 (sums of thousands of terms compared)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((6, 28, 28, 1))
+    k1 = rng.standard_normal((3, 3, 1, 16)) / 3
+    k2 = rng.standard_normal((3, 3, 16, 32)) / 12
+    w = rng.standard_normal((14 * 14 * 32, 10)) / 40
+
+    def loss(k1, b1, k2, b2, w, x):
+        conv = partial(lax.conv_general_dilated, padding="SAME")
+        numbers = ("NHWC", "HWIO", "NHWC")
+        h = fnp.maximum(conv(x, k1, (1, 1), dimension_numbers=numbers) + b1, 0.0)
+        h = fnp.maximum(conv(h, k2, (2, 2), dimension_numbers=numbers) + b2, 0.0)
+        return fnp.tanh(h.reshape(h.shape[0], -1) @ w).sum()
+
+    step = fg.grad(loss, argnums=(0, 1, 2, 3))
+    args = (k1, np.zeros(16), k2, np.zeros(32), w, x)
+    assert_same_as_reference(step, *args, exact=False, rtol=1e-9)
+    text = compiled_text(step, *args)
+    assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" not in text
+    assert (
+        text.count("const long long part = block /") + text.count("const int part = block /") == 2
+    )
+    assert text.count("_reduce_sum_parts(") >= 2  # (the bias gradients' partial sums)
 
 
 def test_a_profile_times_each_launch_gemm_and_copy_of_one_walked_call(monkeypatch):

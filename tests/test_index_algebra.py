@@ -5,12 +5,15 @@ toward zero), and a transpose read through a reshape loses its divisions."""
 from __future__ import annotations
 
 import itertools
+import math
 
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
 from funcgrad.compiler import kernel_ir as K
-from funcgrad.compiler.index_algebra import simplified, value_at
+from funcgrad.compiler.index_algebra import coalesce_loops, simplified, value_at
+from funcgrad.compiler.parallel import parallel_loop
 
 INDICES = [K.Index(name) for name in "ijk"]
 
@@ -117,3 +120,83 @@ def test_a_row_split_into_its_coordinates_is_the_row_again(count, scale, shift, 
     assert not [n for n in K.nodes(simple) if isinstance(n, K.Binary) and n.op in ("div", "rem")]
     for point in range(start, start + 21):
         assert value_at(simple, {r: point}) == value_at(e, {r: point})
+
+
+def _accesses(body: list, at: dict) -> list:
+    """(store offset, load offsets) of every store the statements make, in order, with the
+    loop indices walking their ranges (a tiny interpreter of index arithmetic)."""
+    done = []
+    for statement in body:
+        if isinstance(statement, K.Loop):
+            for value in range(statement.start, statement.stop):
+                done += _accesses(statement.body, {**at, statement.index: value})
+        elif isinstance(statement, K.Store):
+            loads = [
+                value_at(n.offset, at) for n in K.nodes(statement.value) if isinstance(n, K.Load)
+            ]
+            done.append((value_at(statement.offset, at), tuple(loads)))
+    return done
+
+
+@given(
+    st.lists(st.integers(1, 5), min_size=2, max_size=3),
+    st.permutations(range(3)),
+)
+def test_a_small_nest_is_one_loop_walking_its_stores_in_order(sizes, layout):
+    """A perfect nest around an elementwise store whose layout is a transpose of the nest's
+    order is one loop (its iterations independent), ordered as the stores walk memory: the
+    same stores of the same loads, the k-th iteration storing element k."""
+    loops = [K.Loop(K.fresh_index("i"), 0, n, []) for n in sizes]
+    order = [d for d in layout if d < len(sizes)]
+    store = c(0)
+    for d in order:  # (the output's dims in `order`)
+        store = K.binary("add", K.binary("mul", store, c(sizes[d])), loops[d].index)
+    load = c(0)
+    for loop, n in zip(loops, sizes):
+        load = K.binary("add", K.binary("mul", load, c(n)), loop.index)
+    total = math.prod(sizes)
+    x, out = (
+        K.Buffer("x", np.dtype(np.float32), total),
+        K.Buffer("out", np.dtype(np.float32), total),
+    )
+    body = [K.Store(out, store, K.Load(x, load))]
+    for loop in reversed(loops):
+        loop.body[:] = body
+        body = [loop]
+    kernel = K.Kernel("k", [x], [out], body)
+    before = sorted(_accesses(kernel.body, {}))
+    coalesce_loops(kernel, threads=1 << 16)
+    [flat] = kernel.body
+    assert isinstance(flat, K.Loop) and not any(isinstance(s, K.Loop) for s in flat.body)
+    after = _accesses(kernel.body, {})
+    assert sorted(after) == before
+    assert [stored for stored, _ in after] == list(range(total))
+
+
+def test_a_nest_folding_into_one_element_a_row_stays_a_nest():
+    """`for i: for j: out[i] = out[i] + x[i, j]`: its inner iterations share a store, so the
+    nest is not one loop of independent iterations."""
+    i, j = K.fresh_index("i"), K.fresh_index("j")
+    x, out = K.Buffer("x", np.dtype(np.float32), 12), K.Buffer("out", np.dtype(np.float32), 3)
+    total = K.binary("add", K.Load(out, i), K.Load(x, K.binary("add", K.binary("mul", i, c(4)), j)))
+    kernel = K.Kernel(
+        "k", [x], [out], [K.Loop(i, 0, 3, [K.Loop(j, 0, 4, [K.Store(out, i, total)])])]
+    )
+    coalesce_loops(kernel, threads=1 << 16)
+    assert isinstance(kernel.body[0].body[0], K.Loop)
+
+
+def test_a_store_through_quotients_is_parallel_where_each_iteration_has_its_own():
+    """`parallel_loop` takes a store at an offset not linear in the loop's index where the
+    offset differs at every iteration (a transpose written through r / 4 and r % 4), and not
+    where two iterations share one (r / 2)."""
+    r = K.fresh_index("r")
+    x, out = K.Buffer("x", np.dtype(np.float32), 12), K.Buffer("out", np.dtype(np.float32), 12)
+    transposed = K.binary(
+        "add", K.binary("mul", K.binary("rem", r, c(4)), c(3)), K.binary("div", r, c(4))
+    )
+    kernel = K.Kernel("k", [x], [out], [K.Loop(r, 0, 12, [K.Store(out, transposed, K.Load(x, r))])])
+    assert parallel_loop(kernel) is not None
+    shared = K.binary("div", r, c(2))
+    kernel = K.Kernel("k", [x], [out], [K.Loop(r, 0, 12, [K.Store(out, shared, K.Load(x, r))])])
+    assert parallel_loop(kernel) is None

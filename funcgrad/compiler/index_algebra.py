@@ -23,6 +23,7 @@ from funcgrad.compiler.parallel import (
     expressions,
     linear,
     parallel_loop,
+    product_nest,
     ranges_of,
     replaced_in,
     statement_replaced,
@@ -48,8 +49,8 @@ def collapse_row_nests(kernel: K.Kernel) -> None:
         if len(outer.body) != 1 or not isinstance(outer.body[0], K.Loop):
             return
         inner = outer.body[0]
-        if not any(isinstance(s, K.Loop) for s in inner.body):
-            return
+        if not any(isinstance(s, K.Loop) for s in inner.body) or product_nest(kernel):
+            return  # (a product's nest is the renderer's tiles)
         if not _merged_in_parallel(kernel, outer, inner):
             return
 
@@ -73,7 +74,8 @@ def coalesce_loops(kernel: K.Kernel, threads: int) -> None:
     iterations may run on different threads (`parallel.parallel_loop`: which also shows the
     reordering sound, every iteration being independent of the others). A nest of folds is
     made one loop so only where it has so few iterations that each fold had better be split
-    (a convolution's weight gradient as a product of a few tiles, each summing the batch)."""
+    (a convolution's weight gradient summing the batch's windows), and never a product's
+    (`parallel.split_products` splits those as products)."""
     kernel.body[:] = _coalesced(kernel.body, {})
     if len(kernel.body) != 1 or not isinstance(kernel.body[0], K.Loop):
         return
@@ -87,8 +89,11 @@ def coalesce_loops(kernel: K.Kernel, threads: int) -> None:
         return
     ordered = _store_order(nest, work)
     if any(isinstance(s, K.Loop) for s in work):
-        # Rows of work, or a product's tiles, are the GPU renderer's, unless so few that
-        # their folds had better be split (`parallel.columns_outer`): a weight gradient's.
+        # Rows of work are the GPU renderer's, unless so few that their folds had better be
+        # split (`parallel.columns_outer`): a weight gradient's. (A product's are split as a
+        # product: `parallel.split_products`.)
+        if product_nest(kernel) is not None:
+            return
         folds = [s.stop - s.start for s in work if isinstance(s, K.Loop)]
         if math.prod(n.stop - n.start for n in nest) * FEW_FOLDS > threads:
             return

@@ -607,6 +607,152 @@ def _split(kernel: K.Kernel, split: ReductionSplit) -> list[K.Kernel] | None:
     return [first, second]
 
 
+# -- products of few results with long sums (GPU) -------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ProductNest:
+    """A kernel in a GEMM's form (a convolution's implicit GEMM: `schedule._conv_contraction`),
+
+        [for p:] for r: for c: acc = init; for k: acc = acc + a * b; <store of acc>
+
+    `parts`, the optional outer loop, is a split product's (`split_products`)."""
+
+    parts: K.Loop | None
+    rows: K.Loop
+    columns: K.Loop
+    terms: K.Loop
+    acc: K.Acc
+    init: K.Const
+    a: K.Expr
+    b: K.Expr
+    store: K.Store
+
+
+def product_nest(kernel: K.Kernel) -> ProductNest | None:
+    """The kernel's nest as a `ProductNest` where it has that form (what each operand reads is
+    the renderer's to check), else None."""
+    if kernel.scratch or len(kernel.body) != 1 or not isinstance(kernel.body[0], K.Loop):
+        return None
+    loops = [kernel.body[0]]
+    while len(loops) < 3 and len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], K.Loop):
+        loops.append(loops[-1].body[0])
+    if len(loops) < 2 or len(loops[-1].body) != 3:
+        return None
+    parts = loops[0] if len(loops) == 3 else None
+    rows, columns = loops[-2:]
+    init, terms, store = columns.body
+    if not (
+        isinstance(init, K.SetAcc)
+        and isinstance(init.value, K.Const)
+        and isinstance(terms, K.Loop)
+        and len(terms.body) == 1
+        and isinstance(terms.body[0], K.SetAcc)
+        and isinstance(store, K.Store)
+    ):
+        return None
+    acc, fold = init.acc, terms.body[0].value
+    if not (
+        terms.body[0].acc is acc
+        and isinstance(fold, K.Binary)
+        and fold.op == "add"
+        and isinstance(fold.a, K.AccRead)
+        and fold.a.acc is acc
+        and isinstance(fold.b, K.Binary)
+        and fold.b.op == "mul"
+    ):
+        return None
+    if any(loop.start != 0 for loop in (*loops, terms)):
+        return None
+    return ProductNest(parts, rows, columns, terms, acc, init.value, fold.b.a, fold.b.b, store)
+
+
+# A product is split where it has fewer results than this and each part can sum at least
+# MIN_PRODUCT_SHARE terms; its parts then compute about PRODUCT_RESULTS partial results.
+PRODUCT_RESULTS = 1 << 20
+MIN_PRODUCT_SHARE = 256
+
+
+def split_products(program: Program) -> None:
+    """Replaces, in `program` and the programs its steps hold, each product (`product_nest`)
+    of few results and long sums, whose tiles would be few blocks each summing all its terms
+    (a convolution's weight gradient: 4,608 weights, each a sum over 50,176 places of a
+    batch), with two kernels: P parts of the sum as a product with an outer loop over parts,
+    `partial[p, r, c] = sum over k of a(r, p * S + k) * b(p * S + k, c)`, which a GPU renders
+    as P times the tiles, then per result the sum of its P partials and of the terms left
+    over, with the product's store. P depends on the shapes alone."""
+    steps = []
+    for step in program.steps:
+        for inner in inner_programs(step):
+            split_products(inner)
+        if isinstance(step, KernelStep):
+            kernels = _split_product(step.kernel)
+            if kernels is not None:
+                steps += [KernelStep(k, step.eqns) for k in kernels]
+                continue
+        steps.append(step)
+    program.steps[:] = steps
+
+
+def _split_product(kernel: K.Kernel) -> list[K.Kernel] | None:
+    nest = product_nest(kernel)
+    if nest is None or nest.parts is not None:
+        return None
+    rows, columns, terms = nest.rows.stop, nest.columns.stop, nest.terms.stop
+    parts = min(terms // MIN_PRODUCT_SHARE, PRODUCT_RESULTS // (rows * columns))
+    if parts < 2:
+        return None
+    share = terms // parts
+    dtype = nest.acc.dtype
+    partials = K.Buffer(f"partial_{kernel.name}", dtype, parts * rows * columns)
+    part, row, column, term = (K.fresh_index(n) for n in ("p", "r", "c", "k"))
+
+    def at(e: K.Expr, place: dict) -> K.Expr:
+        return replaced_in(e, {id(index): value for index, value in place.items()})
+
+    term_there = part * K.const(share, K.INDEX) + term
+    place = {nest.rows.index: row, nest.columns.index: column, nest.terms.index: term_there}
+    partial = K.fresh_acc(dtype)
+    product = K.binary("mul", at(nest.a, place), at(nest.b, place))
+    slot = (part * K.const(rows, K.INDEX) + row) * K.const(columns, K.INDEX) + column
+    sums = K.Loop(part, 0, parts, [K.Loop(row, 0, rows, [K.Loop(column, 0, columns, [
+        K.SetAcc(partial, K.const(0, dtype)),
+        K.Loop(term, 0, share, [K.SetAcc(partial, K.binary("add", partial.read(), product))]),
+        K.Store(partials, slot, partial.read()),
+    ])])])  # fmt: skip
+    first = K.Kernel(f"{kernel.name}_parts", kernel.inputs, [partials], [sums])
+
+    result, each = K.fresh_index("j"), K.fresh_index("p")
+    width = K.const(columns, K.INDEX)
+    place = {
+        nest.rows.index: K.binary("div", result, width),
+        nest.columns.index: K.binary("rem", result, width),
+    }
+    acc = nest.acc
+    combined = K.Load(partials, each * K.const(rows * columns, K.INDEX) + result)
+    body = [
+        K.SetAcc(acc, nest.init),
+        K.Loop(each, 0, parts, [K.SetAcc(acc, K.binary("add", acc.read(), combined))]),
+    ]
+    if parts * share < terms:
+        rest = K.fresh_index("k")
+        left = {**place, nest.terms.index: rest}
+        term_left = K.binary("mul", at(nest.a, left), at(nest.b, left))
+        body.append(
+            K.Loop(
+                rest, parts * share, terms, [K.SetAcc(acc, K.binary("add", acc.read(), term_left))]
+            )
+        )
+    body.append(statement_replaced(nest.store, {id(i): v for i, v in place.items()}))
+    second = K.Kernel(
+        kernel.name,
+        [*kernel.inputs, partials],
+        kernel.outputs,
+        [K.Loop(result, 0, rows * columns, body)],
+    )
+    return [first, second]
+
+
 # -- reductions over a leading axis with few columns (GPU) -----------------------------------------
 
 # A part of a column's rows is at least this many rows.

@@ -22,7 +22,8 @@ def plan(
     says (`parallel.split_reductions`), and so, for a GPU, do reductions over a leading axis
     with few columns (`parallel.columns_outer`), after a GPU's perfect loop nests are made
     one loop where that is plain or spreads a kernel over more threads
-    (`index_algebra.coalesce_loops`). Products in `gemm_dtypes` may run as the
+    (`index_algebra.coalesce_loops`) and its products of few results with long sums are
+    split into parts (`parallel.split_products`). Products in `gemm_dtypes` may run as the
     backend's library GEMMs, and convolutions in `contraction_dtypes` as contraction kernels
     (`schedule.schedule`). Every kernel's offsets are then simplified with its loops' ranges,
     and its nests of rows made one loop over the rows (`index_algebra`)."""
@@ -35,6 +36,7 @@ def plan(
         for step in all_steps(program):
             if isinstance(step, KernelStep):
                 coalesce_loops(step.kernel, reductions.column_threads)
+        parallel.split_products(program)
     if reductions is not None:
         parallel.split_reductions(program, reductions)
         if reductions.column_threads:

@@ -159,7 +159,7 @@ class Emulator:
         return value
 
     def view(self, raw, dtype: np.dtype):
-        return raw.view(dtype)
+        return raw.view(_storage(dtype) if dtype == dtypes.float0 else dtype)
 
 
 class Gpu:
@@ -374,8 +374,7 @@ class Gpu:
         return value.storage.reshape(value.shape)
 
     def view(self, raw, dtype: np.dtype):
-        # CuPy knows no bfloat16: its buffers are viewed as their bits.
-        return raw.view(np.uint16 if dtype == dtypes.bfloat16 else dtype)
+        return raw.view(_storage(dtype))
 
 
 def _cupy():
@@ -836,10 +835,16 @@ def _tf32(x: np.ndarray) -> np.ndarray:
 
 
 def _storage(dtype: np.dtype) -> np.dtype:
-    return np.dtype(np.uint16) if dtype == dtypes.bfloat16 else dtype
+    """The dtype a GPU buffer of `dtype` is made of: CuPy knows no bfloat16 (its bits are
+    kept) and no float0, whose values hold no data (a placeholder byte each, never read)."""
+    if dtype == dtypes.bfloat16:
+        return np.dtype(np.uint16)
+    return np.dtype(np.bool_) if dtype == dtypes.float0 else dtype
 
 
 def _host(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    if dtype == dtypes.float0:
+        return np.zeros(value.shape, dtype)
     return value.view(dtype) if value.dtype != dtype else value
 
 

@@ -31,6 +31,7 @@ from funcgrad.compiler.parallel import (
     linear,
     linear_in_loop,
     parallel_loop,
+    product_nest,
     ranges_of,
     shared_loop_folds,
     statement_replaced,
@@ -533,14 +534,19 @@ class _KernelWriter:
         across, down = wide // 4, TILE_THREADS // (wide // 4)  # threads across and down
         value = value_type(product.acc.dtype)
         tiles_across = -(-columns.stop // wide)
-        tiles = -(-rows.stop // tall) * tiles_across
+        tiles = -(-rows.stop // tall) * tiles_across  # (of each part)
+        parts = 1 if product.parts is None else product.parts.stop
         it = self.index_type
         for name, size in (("a", tall), ("b", wide)):  # (padding keeps stores apart)
             self.emit(f"__shared__ {value} {name}_tile[{TILE_DEPTH}][{size + 1}];")
             self.shared_bytes += TILE_DEPTH * (size + 1) * memory_size(product.acc.dtype)
         self.emit(f"const int tr = threadIdx.x / {across}, tc = threadIdx.x % {across};")
         self.emit(f"const bool active = threadIdx.x < {TILE_THREADS};")
-        self.emit(f"for ({it} tile = blockIdx.x; tile < {tiles}; tile += gridDim.x) {{")
+        self.emit(f"for ({it} block = blockIdx.x; block < {parts * tiles}; block += gridDim.x) {{")
+        self.emit(f"  const {it} tile = block % {tiles};")
+        if product.parts is not None:
+            self.emit(f"  const {it} part = block / {tiles};")
+            self.index_names[product.parts.index] = "part"
         first_row = f"tile / {tiles_across} * {tall}"
         self.emit(f"  const {it} r0 = {first_row}, c0 = tile % {tiles_across} * {wide};")
         init = constant_text(product.init.value, product.acc.dtype)
@@ -579,7 +585,7 @@ class _KernelWriter:
         self.emit("  }")
         self.emit("}")
         params = list(dict.fromkeys(self.kernel.buffers))
-        return self.finished(params, tiles, row_width=wide, block=TILE_THREADS)
+        return self.finished(params, parts * tiles, row_width=wide, block=TILE_THREADS)
 
     def stage(
         self, name: str, operand: K.Expr, outer: K.Loop, first: str, size: int, product
@@ -1084,52 +1090,23 @@ class Product:
     """A kernel in a GEMM's form (`_product`)."""
 
     loops: tuple[K.Loop, K.Loop, K.Loop]  # over rows, columns and terms, each from 0
+    parts: K.Loop | None  # a split product's parts (each its own tiles), from 0
     acc: K.Acc
     init: K.Const
-    a: K.Expr  # a row's term: reads the row and term indices only
-    b: K.Expr  # a column's term: reads the term and column indices only
-    store: K.Store  # a result, from the sum: reads the row and column indices only
+    a: K.Expr  # a row's term: reads the row and term indices (and the part) only
+    b: K.Expr  # a column's term: reads the term and column indices (and the part) only
+    store: K.Store  # a result, from the sum: reads the row and column (and part) indices only
     middle: dict  # {index: a value inside its loop}, for `_moves_by_one`
 
 
 def _product(kernel: K.Kernel) -> Product | None:
-    """The kernel as a product when it is `for r: for c: acc = init; for k: acc = acc + a * b;
-    out[...] = f(acc)` with `a` free of c, `b` free of r, the store free of k, nothing read
-    that the kernel writes and no scratch: the form of a convolution's implicit GEMM
-    (`schedule._conv_contraction`)."""
-    nest = kernel.body
-    if kernel.scratch or len(nest) != 1 or not isinstance(nest[0], K.Loop):
-        return None
-    rows = nest[0]
-    if len(rows.body) != 1 or not isinstance(rows.body[0], K.Loop):
-        return None
-    columns = rows.body[0]
-    if len(columns.body) != 3:
-        return None
-    init, terms, store = columns.body
-    if not (
-        isinstance(init, K.SetAcc)
-        and isinstance(init.value, K.Const)
-        and isinstance(terms, K.Loop)
-        and len(terms.body) == 1
-        and isinstance(terms.body[0], K.SetAcc)
-        and isinstance(store, K.Store)
-    ):
-        return None
-    acc, fold = init.acc, terms.body[0].value
-    if not (
-        terms.body[0].acc is acc
-        and isinstance(fold, K.Binary)
-        and fold.op == "add"
-        and isinstance(fold.a, K.AccRead)
-        and fold.a.acc is acc
-        and isinstance(fold.b, K.Binary)
-        and fold.b.op == "mul"
-    ):
-        return None
-    a, b = fold.b.a, fold.b.b
-    loops = (rows, columns, terms)
-    if any(loop.start != 0 for loop in loops):
+    """The kernel as a product when it is `[for p:] for r: for c: acc = init; for k: acc =
+    acc + a * b; out[...] = f(acc)` (`parallel.product_nest`) with `a` free of c, `b` free of
+    r, the store free of k and nothing read that the kernel writes: the form of a
+    convolution's implicit GEMM (`schedule._conv_contraction`) and of a split one's parts
+    (`parallel.split_products`)."""
+    nest = product_nest(kernel)
+    if nest is None:
         return None
 
     def reads(e, allowed) -> bool:
@@ -1139,14 +1116,20 @@ def _product(kernel: K.Kernel) -> Product | None:
         held = any(isinstance(n, K.AccRead) for n in found)
         return indices <= allowed and not written and not held
 
-    r, c, k = rows.index, columns.index, terms.index
-    if not (reads(a, {r, k}) and reads(b, {k, c}) and reads(store.offset, {r, c})):
+    r, c, k = nest.rows.index, nest.columns.index, nest.terms.index
+    part = set() if nest.parts is None else {nest.parts.index}
+    if not (
+        reads(nest.a, {r, k} | part)
+        and reads(nest.b, {k, c} | part)
+        and reads(nest.store.offset, {r, c} | part)
+    ):
         return None
-    value = list(K.nodes(store.value))
-    if not {n for n in value if isinstance(n, K.Index)} <= {r, c}:
+    value = list(K.nodes(nest.store.value))
+    if not {n for n in value if isinstance(n, K.Index)} <= {r, c} | part:
         return None
-    middle = {loop.index: loop.stop // 2 for loop in loops}
-    return Product(loops, acc, init.value, a, b, store, middle)
+    loops = (nest.rows, nest.columns, nest.terms)
+    middle = {loop.index: loop.stop // 2 for loop in (*loops, *filter(None, [nest.parts]))}
+    return Product(loops, nest.parts, nest.acc, nest.init, nest.a, nest.b, nest.store, middle)
 
 
 def _moves_by_one(operand: K.Expr, place: K.Index, at: dict) -> bool:
