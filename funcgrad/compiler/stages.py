@@ -36,11 +36,11 @@ def plan(
         for step in all_steps(program):
             if isinstance(step, KernelStep):
                 coalesce_loops(step.kernel, reductions.column_threads)
-        parallel.split_products(program)
     if reductions is not None:
         parallel.split_reductions(program, reductions)
         if reductions.column_threads:
             parallel.columns_outer(program, reductions)
+            parallel.split_products(program)  # (last: its sums of parts are split enough)
     for step in all_steps(program):
         if isinstance(step, KernelStep):
             simplify_offsets(step.kernel)

@@ -146,7 +146,14 @@ class _RegionWriter:
         # (a kernel whose threads hold fixed parts of its rows needs at least its own block)
         block = max((self.kernels[s].block for s in inner_kernels(step)), default=0)
         return CudaKernel(
-            name, params, [False] * len(params), 1, body, cooperative=True, block=block
+            name,
+            params,
+            [False] * len(params),
+            1,
+            body,
+            cooperative=True,
+            block=block,
+            restricted=False,
         )
 
     def steps(self, steps: list) -> None:

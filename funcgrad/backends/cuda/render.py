@@ -225,6 +225,8 @@ class CudaKernel:
     # The `__shared__` arrays it declares, in bytes (the kernels a region calls share the
     # block's static shared memory: see regions.py).
     shared_bytes: int = 0
+    # Whether its pointers are `__restrict__` (not a region's: see `text`).
+    restricted: bool = True
 
     def text(self, launched: bool = True) -> str:
         """The kernel as a `__global__` function that the host launches, or as a `__device__`
@@ -232,12 +234,13 @@ class CudaKernel:
         block, a grid-stride loop strides over the block, and a block per row takes every
         row in turn).
 
-        Only the launched form's pointers are `__restrict__`. A region's kernel writes a
-        buffer in one step and reads it in a later one, and a const restricted pointer of an
-        inlined `__device__` function lets the compiler load through the read-only cache,
-        which does not see the kernel's own writes: on a GPU a while loop's carries read stale
-        values (threads of one block iterating on old elements)."""
-        restrict = " __restrict__" if launched else ""
+        Only the launched form's pointers are `__restrict__`, and not a region's kernel's. A
+        region's kernel writes a buffer in one step and reads it in a later one, through
+        pointers its steps' buffers may share (the memory plan reuses memory between steps),
+        and a restricted pointer lets the compiler keep or load values (through the read-only
+        cache) that the kernel's own writes change: on a GPU a while loop's carries kept their
+        first values but in thread 0."""
+        restrict = " __restrict__" if launched and self.restricted else ""
         signature = ", ".join(
             f"{'const ' if const else ''}{memory_type(b.dtype)}*{restrict} {b.name}"
             for b, const in zip(self.params, self.const_params)
