@@ -601,10 +601,11 @@ def test_reductions_over_the_leading_axis_give_each_column_a_thread(dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, dtypes.bfloat16])
 def test_long_reductions_over_few_columns_fold_parts_of_the_rows_at_once(dtype):
-    """1,500 rows of 37 columns: 93 parts of 16 rows per column, each a thread, then a fold
-    of each column's parts with the 12 rows left over and the init."""
+    """1,499 rows of 37 columns: 93 parts of 16 rows per column, each a thread, then a fold
+    of each column's parts with the 11 rows left over and the init. (1,500 rows: 75 parts of
+    20, which divide them, none left over.)"""
     rng = np.random.default_rng(6)
-    x = (rng.standard_normal((1500, 37)) * 3).astype(dtype)
+    x = (rng.standard_normal((1499, 37)) * 3).astype(dtype)
     if dtype != np.int32:
         x[700, 5] = np.nan  # a NaN in one column's middle part
     x[1495, 9] = 1000  # the column's maximum, in the rows left over
@@ -626,7 +627,9 @@ def test_long_reductions_over_few_columns_fold_parts_of_the_rows_at_once(dtype):
         return  # its folds round to bfloat16 at every row, so each column keeps one thread
     text = compiled_text(lambda x: x.max(axis=0), x)
     assert "_parts(" in text and "i0 < 3441;" in text  # 93 parts x 37 columns
-    assert re.search(r"for \(int i\d+ = 1488; i\d+ < 1500; \+\+i\d+\)", text)
+    assert re.search(r"for \(int i\d+ = 1488; i\d+ < 1499; \+\+i\d+\)", text)
+    text = compiled_text(lambda x: x.max(axis=0), np.concatenate([x, x[:1]]))
+    assert "i0 < 2775;" in text and "= 1500;" not in text  # 75 parts x 37 columns
 
 
 def test_control_flow_matmuls_and_callbacks_run_in_program_order():
@@ -703,9 +706,10 @@ def test_convolutions_run_as_tiled_implicit_gemms_that_gather_their_windows(dtyp
 def test_a_conv_training_step_spreads_every_kernel_over_the_gpu():
     """A convolutional network's training step (NHWC, 3x3 convolutions, the second strided):
     its bias gradients (sums over batch, height and width: a nest of rows), its weight
-    gradients (few weights, each a sum over the batch's windows: products split into parts
-    of the sum, each part its own tiles, then the parts summed) and its gathered input
-    gradient (a nest over images) each run on many threads, no kernel on one thread alone.
+    gradients (few weights, each a sum over the batch's windows: split into parts of the sum,
+    as products of tiles or, too few for a tile, as folds), its gathered input gradient
+    (a nest over images) and its bias additions (a nest over pixels and channels) each run on
+    many threads, no kernel on one thread alone.
     Values against the reference, float64 (sums of thousands of terms compared)."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((6, 28, 28, 1))
@@ -725,10 +729,15 @@ def test_a_conv_training_step_spreads_every_kernel_over_the_gpu():
     assert_same_as_reference(step, *args, exact=False, rtol=1e-9)
     text = compiled_text(step, *args)
     assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" not in text
-    assert (
-        text.count("const long long part = block /") + text.count("const int part = block /") == 2
-    )
+    # Both weight gradients are split: the second's 4,608 weights as a product of parts (each
+    # its own tiles), the first's 144 (too few for a tile) as folds of parts of the batch.
+    assert text.count("conv_general_dilated_parts(") == 2
+    assert len(re.findall(r"const (int|long long) part = block /", text)) == 1
     assert text.count("_reduce_sum_parts(") >= 2  # (the bias gradients' partial sums)
+    # The first bias gradient's 294 partials a channel summed on a block per channel; the
+    # bias added to the first convolution's 6 x 28 x 28 x 16 outputs, a thread per element.
+    assert re.search(r"for \(int i0 = blockIdx\.x; i0 < 16; i0 \+= gridDim\.x\)", text)
+    assert re.search(r"i0 < 75264; i0 \+= \(int\)\(gridDim", text)
 
 
 def test_a_profile_times_each_launch_gemm_and_copy_of_one_walked_call(monkeypatch):

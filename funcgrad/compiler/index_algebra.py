@@ -20,6 +20,7 @@ import math
 
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.parallel import (
+    MIN_TILED_RESULTS,
     expressions,
     linear,
     parallel_loop,
@@ -55,8 +56,8 @@ def collapse_row_nests(kernel: K.Kernel) -> None:
             return
 
 
-# A nest of folds (a product's tiles) is made one loop, its folds split, below `threads` /
-# FEW_FOLDS of them, each of at least LONG_FOLD terms.
+# A nest of folds is made one loop, its folds then split, below `threads` / FEW_FOLDS of
+# them, each of at least LONG_FOLD terms.
 FEW_FOLDS = 4
 LONG_FOLD = 1024
 
@@ -66,16 +67,17 @@ def coalesce_loops(kernel: K.Kernel, threads: int) -> None:
     whose offsets come out plain in one index (`r = i * J + j`: no quotient or remainder by
     it left) made one loop, wherever it stands (a bias gradient's rows of (batch, height,
     width) one loop over rows, which `parallel.columns_outer` then reads as a reduction over
-    a leading axis). Then, where the outer loop has fewer than `threads` iterations and is a
-    perfect nest around straight-line work, the nest is made one loop whose iterations run on
-    different threads, quotients or not (a gathered convolution's input gradient ran a thread
-    per image): its loops ordered as the stores walk memory (`_store_order`) so that
-    neighbouring threads store neighbouring elements, kept only where the one loop's
-    iterations may run on different threads (`parallel.parallel_loop`: which also shows the
-    reordering sound, every iteration being independent of the others). A nest of folds is
-    made one loop so only where it has so few iterations that each fold had better be split
-    (a convolution's weight gradient summing the batch's windows), and never a product's
-    (`parallel.split_products` splits those as products)."""
+    a leading axis). Then, where the kernel is a perfect nest around straight-line work, the
+    nest is made one loop whose iterations run on different threads, quotients or not: its
+    loops ordered as the stores walk memory (`_store_order`) so that neighbouring threads
+    store neighbouring elements (a gathered convolution's input gradient ran a thread per
+    image; a bias added to a batch of images ran a thread per pixel, each walking its 16
+    channels, so that a warp's loads touched 32 lines at once), kept only where the one
+    loop's iterations may run on different threads (`parallel.parallel_loop`: which also
+    shows the reordering sound, every iteration being independent of the others). A nest of
+    folds is made one loop so only where it has so few iterations that each fold had better
+    be split (a convolution's weight gradient summing the batch's windows), and never a
+    product's (`parallel.split_products` splits those as products)."""
     kernel.body[:] = _coalesced(kernel.body, {})
     if len(kernel.body) != 1 or not isinstance(kernel.body[0], K.Loop):
         return
@@ -83,16 +85,14 @@ def coalesce_loops(kernel: K.Kernel, threads: int) -> None:
     while len(nest[-1].body) == 1 and isinstance(nest[-1].body[0], K.Loop):
         nest.append(nest[-1].body[0])
     work = nest[-1].body
-    if len(nest) < 2 or nest[0].stop - nest[0].start >= threads:
+    if len(nest) < 2 or any(n.stop <= n.start for n in nest):
         return
-    if any(n.stop <= n.start for n in nest):
-        return
-    ordered = _store_order(nest, work)
     if any(isinstance(s, K.Loop) for s in work):
         # Rows of work are the GPU renderer's, unless so few that their folds had better be
         # split (`parallel.columns_outer`): a weight gradient's. (A product's are split as a
-        # product: `parallel.split_products`.)
-        if product_nest(kernel) is not None:
+        # product, `parallel.split_products`, unless too few to fill its tiles.)
+        results = math.prod(n.stop - n.start for n in nest)
+        if product_nest(kernel) is not None and results >= MIN_TILED_RESULTS:
             return
         folds = [s.stop - s.start for s in work if isinstance(s, K.Loop)]
         if math.prod(n.stop - n.start for n in nest) * FEW_FOLDS > threads:
@@ -100,6 +100,8 @@ def coalesce_loops(kernel: K.Kernel, threads: int) -> None:
         if max(folds) < LONG_FOLD:
             return
         ordered = nest
+    else:
+        ordered = _store_order(nest, work)
     flat = K.Loop(ordered[-1].index, ordered[-1].start, ordered[-1].stop, list(work))
     for loop in reversed(ordered[:-1]):
         flat = _merged(K.Loop(loop.index, loop.start, loop.stop, [flat]), flat, {})
@@ -141,7 +143,8 @@ def _merged_in_parallel(kernel: K.Kernel, outer: K.Loop, inner: K.Loop) -> bool:
 
 def _stores_plain(loop: K.Loop, scratch: list) -> bool:
     """Whether every store of the loop (to memory beyond the scratch) is at an offset linear
-    in its index: a product's results stored through quotients stay in the product's form."""
+    in its index (`parallel_loop` also takes a one-to-one store through quotients, which
+    would cost a row's work a quotient at every element)."""
     ranges = ranges_of(loop.body, {})
     return all(
         linear(s.offset, loop.index, ranges) is not None

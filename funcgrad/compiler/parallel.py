@@ -671,6 +671,9 @@ def product_nest(kernel: K.Kernel) -> ProductNest | None:
 # MIN_PRODUCT_SHARE terms; its parts then compute about PRODUCT_RESULTS partial results.
 PRODUCT_RESULTS = 1 << 20
 MIN_PRODUCT_SHARE = 256
+# A product of fewer results wastes most of a GPU's tile (4,096 results): it is no product
+# to split, its sums are folds (`index_algebra.coalesce_loops`, then `columns_outer`).
+MIN_TILED_RESULTS = 1024
 
 
 def split_products(program: Program) -> None:
@@ -699,6 +702,8 @@ def _split_product(kernel: K.Kernel) -> list[K.Kernel] | None:
     if nest is None or nest.parts is not None:
         return None
     rows, columns, terms = nest.rows.stop, nest.columns.stop, nest.terms.stop
+    if rows * columns < MIN_TILED_RESULTS:
+        return None
     parts = min(terms // MIN_PRODUCT_SHARE, PRODUCT_RESULTS // (rows * columns))
     if parts < 2:
         return None
@@ -765,10 +770,13 @@ def _split_columns(kernel: K.Kernel, threads: int) -> list[K.Kernel] | None:
         for j < C: acc = init(j); for i < R: acc = op(acc, term(i, j)); out[j] = acc
 
     as two kernels: first P * C partial folds, thread t taking column t % C and part t / C
-    of the rows (neighbouring threads read neighbouring elements), then per column the fold
-    of its P partials, of the rows left over and of `init`, with the store. P makes about
-    `threads` threads of at least MIN_PART_ROWS rows each; it depends on the shapes alone,
-    so the bits of a float sum do not depend on the device."""
+    of the rows (neighbouring threads read neighbouring elements), each column's partials
+    stored side by side, then per column the fold of its P partials in order (on a block per
+    column where they are many: `render.row_kernel`), of the rows left over and of `init`,
+    with the store. P makes about `threads` threads of at least MIN_PART_ROWS rows each,
+    dividing the rows where a near count does (`_dividing`: no rows are left over for the
+    second kernel's threads to walk); it depends on the shapes alone, so the bits of a float
+    sum do not depend on the device."""
     if len(kernel.body) != 1 or not isinstance(kernel.body[0], K.Loop):
         return None
     columns = kernel.body[0]
@@ -784,7 +792,7 @@ def _split_columns(kernel: K.Kernel, threads: int) -> list[K.Kernel] | None:
     ):
         return None
     count, length = columns.stop - columns.start, rows.stop - rows.start
-    parts = min(length // MIN_PART_ROWS, threads // max(count, 1))
+    parts = _dividing(length, min(length // MIN_PART_ROWS, threads // max(count, 1)))
     if parts < 2:
         return None
     share = length // parts
@@ -798,8 +806,11 @@ def _split_columns(kernel: K.Kernel, threads: int) -> list[K.Kernel] | None:
     )
     fold = K.SetAcc(partial, K.binary(op, partial.read(), term_there))
     first = _partial_folds(kernel, partials, partial, op, thread, step, share, [fold])
+    [folds] = first.body
+    slot = K.binary("rem", thread, width) * K.const(parts, K.INDEX) + K.binary("div", thread, width)
+    folds.body[-1] = K.Store(partials, slot, folds.body[-1].value)
     each = K.fresh_index("c")
-    mine = each * width + (columns.index - K.const(columns.start, K.INDEX))
+    mine = (columns.index - K.const(columns.start, K.INDEX)) * K.const(parts, K.INDEX) + each
     combined = K.SetAcc(acc, K.binary(op, acc.read(), K.Load(partials, mine)))
     body = [init, K.Loop(each, 0, parts, [combined])]
     left = rows.start + parts * share
@@ -815,6 +826,15 @@ def _split_columns(kernel: K.Kernel, threads: int) -> list[K.Kernel] | None:
         kernel.scratch,
     )
     return [first, second]
+
+
+def _dividing(length: int, most: int) -> int:
+    """The largest count of parts, at most `most` and at least a quarter of it, that divides
+    `length`; `most` where none does."""
+    for parts in range(most, max(most // 4, 1), -1):
+        if length % parts == 0:
+            return parts
+    return most
 
 
 def _partial_folds(
