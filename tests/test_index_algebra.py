@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from funcgrad.compiler import kernel_ir as K
-from funcgrad.compiler.index_algebra import coalesce_loops, simplified, value_at
-from funcgrad.compiler.parallel import parallel_loop
+from funcgrad.compiler.index_algebra import coalesce_loops, simplified
+from funcgrad.compiler.parallel import parallel_loop, value_at
 
 INDICES = [K.Index(name) for name in "ijk"]
 

@@ -93,46 +93,53 @@ def _one_to_one(offset: K.Expr, loop: K.Loop) -> bool:
     count = loop.stop - loop.start
     if count > ONE_TO_ONE_CHECKED:
         return False
-    at = np.arange(loop.start, loop.stop, dtype=np.int64)
-    offsets = _index_values(offset, loop.index, at, {})
+    offsets = value_at(offset, {loop.index: np.arange(loop.start, loop.stop, dtype=np.int64)})
     return offsets is not None and len(np.unique(offsets)) == count
 
 
-def _index_values(e: K.Expr, index: K.Index, at: np.ndarray, memo: dict):
-    """Index arithmetic at each value `at` of `index`, as C computes it; None where it reads
-    anything else (another index, a load)."""
+def value_at(e: K.Expr, at: dict):
+    """The value of index arithmetic (offsets, their selects and bounds), as C computes it,
+    where the indices take the values `at` gives: ints, or arrays of them (every point at
+    once); None where it reads anything else (another index, a load, a float)."""
+    value = _value_at(e, at, {})
+    return (
+        value.item() if isinstance(value, (np.ndarray, np.generic)) and value.ndim == 0 else value
+    )
+
+
+def _value_at(e: K.Expr, at: dict, memo: dict):
     if id(e) in memo:
         return memo[id(e)]
-    if isinstance(e, K.Const) and e.dtype.kind in "iub":
-        value = np.full(at.shape, int(e.value), np.int64)
-    elif e is index:
-        value = at
+    if isinstance(e, K.Const):
+        value = int(e.value) if e.dtype.kind in "iub" else None
+    elif isinstance(e, K.Index):
+        value = at.get(e)
     elif isinstance(e, K.Cast) and e.dtype.kind in "iub":
-        value = _index_values(e.x, index, at, memo)
+        value = _value_at(e.x, at, memo)
     elif isinstance(e, K.Select):
-        parts = [_index_values(x, index, at, memo) for x in (e.pred, e.on_true, e.on_false)]
+        parts = [_value_at(x, at, memo) for x in (e.pred, e.on_true, e.on_false)]
         value = None if any(p is None for p in parts) else np.where(*parts)
-    elif isinstance(e, K.Binary) and e.op in _INDEX_ARRAY_OPS:
-        a, b = (_index_values(x, index, at, memo) for x in (e.a, e.b))
-        value = None if a is None or b is None else _INDEX_ARRAY_OPS[e.op](a, b)
+    elif isinstance(e, K.Binary) and e.op in _INDEX_OPS:
+        a, b = (_value_at(x, at, memo) for x in (e.a, e.b))
+        value = None if a is None or b is None else _INDEX_OPS[e.op](a, b)
     else:
         value = None
     memo[id(e)] = value
     return value
 
 
-def _quotient(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _quotient(a, b):
     """C's integer quotient (toward zero); 0 where b is 0 (never reached by a valid offset)."""
-    b = np.where(b == 0, 1, b)
-    return np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b))
+    divisor = np.where(b == 0, 1, b)
+    return np.where(b == 0, 0, np.sign(a) * np.sign(divisor) * (np.abs(a) // np.abs(divisor)))
 
 
-_INDEX_ARRAY_OPS = {
+_INDEX_OPS = {
     "add": np.add,
     "sub": np.subtract,
     "mul": np.multiply,
     "div": _quotient,
-    "rem": lambda a, b: a - b * _quotient(a, b),
+    "rem": lambda a, b: np.where(b == 0, 0, a - b * _quotient(a, b)),
     "max": np.maximum,
     "min": np.minimum,
     "and": np.logical_and,

@@ -24,7 +24,6 @@ from funcgrad import dtypes
 from funcgrad.backends.cuda.prelude import PRELUDE
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import CompileError
-from funcgrad.compiler.index_algebra import value_at
 from funcgrad.compiler.parallel import (
     expressions,
     identity,
@@ -37,6 +36,7 @@ from funcgrad.compiler.parallel import (
     statement_replaced,
     statements_in,
     substituted,
+    value_at,
     walks_by_one,
     whole_array_reduction,
     work,
