@@ -740,6 +740,31 @@ def test_a_conv_training_step_spreads_every_kernel_over_the_gpu():
     assert re.search(r"i0 < 75264; i0 \+= \(int\)\(gridDim", text)
 
 
+def test_a_product_of_few_results_sums_parts_of_its_terms_then_the_terms_left_over():
+    """A weight gradient of 4,608 weights, each a sum of 845 products (5 images of 13 x 13):
+    three parts of 281 terms, each part the tiles of its own product (`part = block / 2`),
+    then per weight the three partials and the 2 terms left over. Values against the
+    reference, float32 and float64; a product of the same weights summing 200 terms is not
+    split."""
+    rng = np.random.default_rng(8)
+
+    def weight_gradient(x, w):
+        conv = lambda w: lax.conv_general_dilated(  # noqa: E731
+            x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
+        )
+        return fg.grad(lambda w: (conv(w) ** 2).sum())(w)
+
+    for dtype, rtol in ((np.float32, 2e-3), (np.float64, 1e-10)):  # (sums of terms to 300)
+        x = rng.standard_normal((5, 13, 13, 16)).astype(dtype)
+        w = rng.standard_normal((3, 3, 16, 32)).astype(dtype)
+        assert_same_as_reference(weight_gradient, x, w, exact=False, rtol=rtol)
+    text = compiled_text(weight_gradient, x, w)
+    assert re.search(r"const int part = block / 2;", text)
+    assert re.search(r"for \(int (i|k)\d+ = 843; \1\d+ < 845; \+\+\1\d+\)", text)
+    few = compiled_text(weight_gradient, x[:2, :10, :10], w)  # (200 terms)
+    assert "part = block" not in few and "a_tile" in few
+
+
 def test_a_profile_times_each_launch_gemm_and_copy_of_one_walked_call(monkeypatch):
     """`profile` runs the program launch by launch and sums each kernel's, GEMM's and copy's
     device time: every kernel of the module, a scan's body kernels once per iteration (its
