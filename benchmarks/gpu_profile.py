@@ -8,6 +8,9 @@ the device (`Compiled.profile`), for the GPU benchmark's programs.
 Each table lists what ran (kernels by the names `as_text` gives them), how often, its
 microseconds in all and its share of the timed total; the kernels' fused primitives are in
 the program's fusion plan, printed above the table. On the emulator the times are the host's.
+On a GPU each span also holds the host's time to make its call (the device waits for it):
+a small GEMM, cuBLAS called from Python, reads tens of microseconds above its share of a
+replayed graph.
 """
 
 from __future__ import annotations
