@@ -187,16 +187,17 @@ def test_a_nest_folding_into_one_element_a_row_stays_a_nest():
 
 
 def test_a_store_through_quotients_is_parallel_where_each_iteration_has_its_own():
-    """`parallel_loop` takes a store at an offset not linear in the loop's index where the
-    offset differs at every iteration (a transpose written through r / 4 and r % 4), and not
-    where two iterations share one (r / 2)."""
+    """`parallel_loop` takes, for a GPU, a store at an offset not linear in the loop's index
+    where the offset differs at every iteration (a transpose written through r / 4 and
+    r % 4), and not where two iterations share one (r / 2)."""
     r = K.fresh_index("r")
     x, out = K.Buffer("x", np.dtype(np.float32), 12), K.Buffer("out", np.dtype(np.float32), 12)
     transposed = K.binary(
         "add", K.binary("mul", K.binary("rem", r, c(4)), c(3)), K.binary("div", r, c(4))
     )
     kernel = K.Kernel("k", [x], [out], [K.Loop(r, 0, 12, [K.Store(out, transposed, K.Load(x, r))])])
-    assert parallel_loop(kernel) is not None
+    assert parallel_loop(kernel, scattered=True) is not None
+    assert parallel_loop(kernel) is None  # (a CPU's threads take runs of iterations)
     shared = K.binary("div", r, c(2))
     kernel = K.Kernel("k", [x], [out], [K.Loop(r, 0, 12, [K.Store(out, shared, K.Load(x, r))])])
-    assert parallel_loop(kernel) is None
+    assert parallel_loop(kernel, scattered=True) is None

@@ -106,7 +106,7 @@ def coalesce_loops(kernel: K.Kernel, threads: int) -> None:
     for loop in reversed(ordered[:-1]):
         flat = _merged(K.Loop(loop.index, loop.start, loop.stop, [flat]), flat, {})
     collapsed = K.Kernel(kernel.name, kernel.inputs, kernel.outputs, [flat], kernel.scratch)
-    if parallel_loop(collapsed) is not None:
+    if parallel_loop(collapsed, scattered=True) is not None:
         kernel.body[:] = collapsed.body
 
 

@@ -35,8 +35,12 @@ from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.schedule import KernelStep, Program, inner_programs
 
 
-def parallel_loop(kernel: K.Kernel) -> K.Loop | None:
-    """The kernel's outer loop if its iterations may run on different threads, else None."""
+def parallel_loop(kernel: K.Kernel, scattered: bool = False) -> K.Loop | None:
+    """The kernel's outer loop if its iterations may run on different threads, else None.
+    With `scattered` (a GPU's threads, which take iterations one each), a store at an offset
+    not linear in the loop's index is taken where the offset differs at every iteration. (A
+    CPU's threads, which take runs of iterations, keep to linear stores: threading such loops
+    there gained nothing on a transformer's training step.)"""
     if len(kernel.body) != 1 or not isinstance(kernel.body[0], K.Loop):
         return None
     loop = kernel.body[0]
@@ -50,16 +54,18 @@ def parallel_loop(kernel: K.Kernel) -> K.Loop | None:
         return None
     ranges = ranges_of(loop.body, {})
     slots: dict[K.Buffer, tuple[int, int, int]] = {}
-    scattered: dict[K.Buffer, K.Expr] = {}  # {buffer: the one offset an iteration writes}
+    spread: dict[K.Buffer, K.Expr] = {}  # {buffer: the one offset an iteration writes there}
     for statement in statements:
         if isinstance(statement, K.Store) and statement.buffer not in scratch:
             form = linear(statement.offset, loop.index, ranges)
             if form is None:
-                known = scattered.setdefault(statement.buffer, statement.offset)
+                if not scattered:
+                    return None
+                known = spread.setdefault(statement.buffer, statement.offset)
                 if not (K.same(known, statement.offset) and _one_to_one(known, loop)):
                     return None
                 continue
-            if statement.buffer in scattered:
+            if statement.buffer in spread:
                 return None
             coefficient, low, high = form
             if statement.buffer in slots:
@@ -75,8 +81,8 @@ def parallel_loop(kernel: K.Kernel) -> K.Loop | None:
             if isinstance(e, K.Load) and e.buffer in slots:
                 if not _within(slots[e.buffer], linear(e.offset, loop.index, ranges)):
                     return None
-            if isinstance(e, K.Load) and e.buffer in scattered:
-                if not K.same(e.offset, scattered[e.buffer]):
+            if isinstance(e, K.Load) and e.buffer in spread:
+                if not K.same(e.offset, spread[e.buffer]):
                     return None
     return loop
 

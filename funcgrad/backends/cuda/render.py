@@ -488,7 +488,7 @@ class _KernelWriter:
         product = _product(kernel)
         if product is not None:
             return self.tiled_product(product)
-        split = parallel_loop(kernel)
+        split = parallel_loop(kernel, scattered=True)
         scratch_bytes = sum(b.size * b.dtype.itemsize for b in kernel.scratch)
         rows = _row_loops(split, scratch_bytes, kernel.scratch) if split is not None else None
         if rows is not None:
