@@ -25,7 +25,6 @@ from funcgrad.compiler.parallel import (
     linear,
     parallel_loop,
     product_nest,
-    ranges_of,
     replaced_in,
     statement_replaced,
     statements_in,
@@ -95,9 +94,7 @@ def coalesce_loops(kernel: K.Kernel, threads: int) -> None:
         if product_nest(kernel) is not None and results >= MIN_TILED_RESULTS:
             return
         folds = [s.stop - s.start for s in work if isinstance(s, K.Loop)]
-        if math.prod(n.stop - n.start for n in nest) * FEW_FOLDS > threads:
-            return
-        if max(folds) < LONG_FOLD:
+        if results * FEW_FOLDS > threads or max(folds) < LONG_FOLD:
             return
         ordered = nest
     else:
@@ -135,22 +132,10 @@ def _merged_in_parallel(kernel: K.Kernel, outer: K.Loop, inner: K.Loop) -> bool:
         return False
     rows = _merged(outer, inner, {})
     collapsed = K.Kernel(kernel.name, kernel.inputs, kernel.outputs, [rows], kernel.scratch)
-    if parallel_loop(collapsed) is None or not _stores_plain(rows, kernel.scratch):
+    if parallel_loop(collapsed) is None:  # (a CPU's test: every store linear in r)
         return False
     kernel.body[:] = collapsed.body
     return True
-
-
-def _stores_plain(loop: K.Loop, scratch: list) -> bool:
-    """Whether every store of the loop (to memory beyond the scratch) is at an offset linear
-    in its index (`parallel_loop` also takes a one-to-one store through quotients, which
-    would cost a row's work a quotient at every element)."""
-    ranges = ranges_of(loop.body, {})
-    return all(
-        linear(s.offset, loop.index, ranges) is not None
-        for s in statements_in(loop.body)
-        if isinstance(s, K.Store) and s.buffer not in scratch
-    )
 
 
 def _merged(outer: K.Loop, inner: K.Loop, ranges: dict) -> K.Loop:

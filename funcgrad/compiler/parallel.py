@@ -394,23 +394,16 @@ def columns_outer(program: Program, split: ReductionSplit) -> None:
     than `split.column_threads` then folds parts of its rows at once (`_split_columns`), as
     does a kernel the scheduler wrote in that form with a fold striding across memory
     (`_strided_fold`)."""
-    steps = []
-    for step in program.steps:
-        for inner in inner_programs(step):
-            columns_outer(inner, split)
-        if isinstance(step, KernelStep):
-            rewritten = _columns_outer(step.kernel)
-            if rewritten is not None:
-                step.kernel.body[:] = rewritten
-            if (rewritten is not None or _strided_fold(step.kernel)) and work(
-                step.kernel
-            ) >= split.min_work:
-                kernels = _split_columns(step.kernel, split.column_threads)
-                if kernels is not None:
-                    steps += [KernelStep(k, step.eqns) for k in kernels]
-                    continue
-        steps.append(step)
-    program.steps[:] = steps
+
+    def rewritten(kernel: K.Kernel) -> list[K.Kernel] | None:
+        outer = _columns_outer(kernel)
+        if outer is not None:
+            kernel.body[:] = outer
+        if (outer is not None or _strided_fold(kernel)) and work(kernel) >= split.min_work:
+            return _split_columns(kernel, split.column_threads)
+        return None
+
+    _kernels_replaced(program, rewritten)
 
 
 def _strided_fold(kernel: K.Kernel) -> bool:
@@ -565,22 +558,29 @@ class ReductionSplit:
     column_threads: int = 0
 
 
+def _kernels_replaced(program: Program, rewritten) -> None:
+    """Replaces, in `program` and the programs its steps hold, each kernel step for which
+    `rewritten(kernel)` gives kernels (a split's) with steps of those kernels, in order."""
+    steps = []
+    for step in program.steps:
+        for inner in inner_programs(step):
+            _kernels_replaced(inner, rewritten)
+        kernels = rewritten(step.kernel) if isinstance(step, KernelStep) else None
+        if kernels is None:
+            steps.append(step)
+        else:
+            steps += [KernelStep(k, step.eqns) for k in kernels]
+    program.steps[:] = steps
+
+
 def split_reductions(program: Program, split: ReductionSplit) -> None:
     """Replaces, in `program` and the programs its steps hold, each whole-array reduction of
     at least `split.min_work` iterations with two kernels: independent partial folds over
     parts of its outer loop, which may run on threads, then one fold of the partials (and of
     the iterations left over) with the init value and the statements after."""
-    steps = []
-    for step in program.steps:
-        for inner in inner_programs(step):
-            split_reductions(inner, split)
-        if isinstance(step, KernelStep) and work(step.kernel) >= split.min_work:
-            kernels = _split(step.kernel, split)
-            if kernels is not None:
-                steps += [KernelStep(k, step.eqns) for k in kernels]
-                continue
-        steps.append(step)
-    program.steps[:] = steps
+    _kernels_replaced(
+        program, lambda kernel: _split(kernel, split) if work(kernel) >= split.min_work else None
+    )
 
 
 def _split(kernel: K.Kernel, split: ReductionSplit) -> list[K.Kernel] | None:
@@ -602,7 +602,7 @@ def _split(kernel: K.Kernel, split: ReductionSplit) -> list[K.Kernel] | None:
     position = position + K.const(outer.start, K.INDEX)
     partial = K.fresh_acc(acc.dtype)
     fold = _fold_nest(loops[1:], partial, op, term, outer, position)
-    first = _partial_folds(kernel, partials, partial, op, part, step, share, fold)
+    first = _partial_folds(kernel, partials, partial, op, part, step, share, fold, part)
     each = K.fresh_index("c")
     body = [
         init,
@@ -697,17 +697,7 @@ def split_products(program: Program) -> None:
     `partial[p, r, c] = sum over k of a(r, p * S + k) * b(p * S + k, c)`, which a GPU renders
     as P times the tiles, then per result the sum of its P partials and of the terms left
     over, with the product's store. P depends on the shapes alone."""
-    steps = []
-    for step in program.steps:
-        for inner in inner_programs(step):
-            split_products(inner)
-        if isinstance(step, KernelStep):
-            kernels = _split_product(step.kernel)
-            if kernels is not None:
-                steps += [KernelStep(k, step.eqns) for k in kernels]
-                continue
-        steps.append(step)
-    program.steps[:] = steps
+    _kernels_replaced(program, _split_product)
 
 
 def _split_product(kernel: K.Kernel) -> list[K.Kernel] | None:
@@ -818,10 +808,8 @@ def _split_columns(kernel: K.Kernel, threads: int) -> list[K.Kernel] | None:
         term, {id(columns.index): column, id(rows.index): row + K.const(rows.start, K.INDEX)}
     )
     fold = K.SetAcc(partial, K.binary(op, partial.read(), term_there))
-    first = _partial_folds(kernel, partials, partial, op, thread, step, share, [fold])
-    [folds] = first.body
     slot = K.binary("rem", thread, width) * K.const(parts, K.INDEX) + K.binary("div", thread, width)
-    folds.body[-1] = K.Store(partials, slot, folds.body[-1].value)
+    first = _partial_folds(kernel, partials, partial, op, thread, step, share, [fold], slot)
     each = K.fresh_index("c")
     mine = (columns.index - K.const(columns.start, K.INDEX)) * K.const(parts, K.INDEX) + each
     combined = K.SetAcc(acc, K.binary(op, acc.read(), K.Load(partials, mine)))
@@ -859,11 +847,13 @@ def _partial_folds(
     step: K.Index,
     share: int,
     fold: list,
+    slot: K.Expr,
 ) -> K.Kernel:
-    """The first kernel of a split reduction: for each part (every element of `partials`),
-    `partial` starts at `op`'s identity, folds `share` steps of `fold` and is stored."""
+    """The first kernel of a split reduction: for each part (as many as `partials` holds),
+    `partial` starts at `op`'s identity, folds `share` steps of `fold` and is stored at
+    `slot` (an expression of `part`)."""
     start = K.SetAcc(partial, K.const(identity(op, partial.dtype), partial.dtype))
-    body = [start, K.Loop(step, 0, share, fold), K.Store(partials, part, partial.read())]
+    body = [start, K.Loop(step, 0, share, fold), K.Store(partials, slot, partial.read())]
     return K.Kernel(
         f"{kernel.name}_parts", kernel.inputs, [partials], [K.Loop(part, 0, partials.size, body)]
     )
