@@ -1837,7 +1837,12 @@ def unpackbits(a, axis: int | None = None, count: int | None = None, bitorder: s
     if count is not None:
         total = bits.shape[-1]
         count = operator.index(count)
-        stop = count if count >= 0 else builtins.max(total + count, 0)
+        if count < -total:
+            raise ValueError(
+                f"unpackbits: count={count} drops more bits than the {total} there are "
+                f"(-count larger than number of elements)"
+            )
+        stop = count if count >= 0 else total + count
         if stop <= total:
             bits = bits[..., :stop]
         else:

@@ -847,32 +847,24 @@ def _scatter_set(x, rows, updates):
     return out
 
 
+def _scatter_extremum_values(case, i):
+    """Rows to scatter to, and operand and updates each of distinct values: where two values
+    meet, min and max have no derivative (`smooth_at`), and arrays drawn freely repeat values
+    often enough that the derivative checks found too few cases."""
+    return _row_indices(case, i) if i == 1 else _unique_floats(case, i)
+
+
+_SCATTER_EXTREMUM = dict(
+    values=_scatter_extremum_values,
+    smooth_at=lambda x, rows, updates: _distinct(np.concatenate([x.ravel(), updates.ravel()])),
+)
+
 for _name, _method, _reference, _unique, _options in [
     ("scatter_add", "add", _scatter_reference(np.add), False, {}),
     ("scatter_mul", "multiply", _scatter_reference(np.multiply), True, {}),
     ("scatter", "set", _scatter_set, True, {}),
-    (
-        "scatter_min",
-        "min",
-        _scatter_reference(np.minimum),
-        False,
-        dict(
-            smooth_at=lambda x, rows, updates: _distinct(
-                np.concatenate([x.ravel(), updates.ravel()])
-            )
-        ),
-    ),
-    (
-        "scatter_max",
-        "max",
-        _scatter_reference(np.maximum),
-        False,
-        dict(
-            smooth_at=lambda x, rows, updates: _distinct(
-                np.concatenate([x.ravel(), updates.ravel()])
-            )
-        ),
-    ),
+    ("scatter_min", "min", _scatter_reference(np.minimum), False, _SCATTER_EXTREMUM),
+    ("scatter_max", "max", _scatter_reference(np.maximum), False, _SCATTER_EXTREMUM),
 ]:
     RECIPES[_name] = Recipe(
         fun=lambda x, rows, updates, _method=_method, _unique=_unique: getattr(x.at[rows], _method)(
@@ -882,8 +874,7 @@ for _name, _method, _reference, _unique, _options in [
         case=_take_case(updates=True).filter(
             lambda c, _unique=_unique: not _unique or math.prod(c.shapes[1]) <= c.shapes[0][0]
         ),
-        values=lambda case, i, _unique=_unique: _row_indices(case, i, _unique),
-        **_options,
+        **{"values": lambda case, i, _unique=_unique: _row_indices(case, i, _unique), **_options},
     )
 
 
