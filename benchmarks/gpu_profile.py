@@ -7,16 +7,22 @@ the device (`Compiled.profile`), for the GPU benchmark's programs.
 
 Each table lists what ran (kernels by the names `as_text` gives them), how often, its
 microseconds in all and its share of the timed total; the kernels' fused primitives are in
-the program's fusion plan, printed above the table. On the emulator the times are the host's.
-On a GPU each span also holds the host's time to make its call (the device waits for it):
-a small GEMM, cuBLAS called from Python, reads tens of microseconds above its share of a
-replayed graph.
+the program's fusion plan, printed above the table. A GPU is kept busy before each span
+while the host makes the call, so that spans are the device's time alone; on the emulator
+the times are the host's.
+
+Below each table, a jitted call of the program on arguments on the device (replayed as a
+CUDA graph from its second call) three ways: calls back to back, as `benchmarks/gpu.py`
+times them; the host's time to make one; and the device's time to run what one enqueues.
+A call back to back takes about the larger of the other two: which one it is says whether
+the host's work or the device's bounds the program.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -34,6 +40,7 @@ from compiler import (
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import lax
+from funcgrad.backends.cuda import executable
 
 # The GPU benchmark's sizes; the emulator (threads of the host) runs smaller ones.
 EMULATED = os.environ.get("FUNCGRAD_JIT_BACKEND") == "cuda_emulator"
@@ -74,6 +81,40 @@ def profile(name: str) -> None:
         share = seconds / total if total else 0.0
         print(f"| {what:<40} | {calls:>5} | {seconds * 1e6:>10.1f} | {share:>5.0%} |")
     print(f"| {'total':<40} |       | {total * 1e6:>10.1f} |       |\n")
+    back_to_back, host, device = call_times(fun, args)
+    print(
+        f"a call: {back_to_back * 1e6:.1f} µs back to back, {host * 1e6:.1f} µs of the host's, "
+        f"{device * 1e6:.1f} µs of the device's\n"
+    )
+
+
+CALLS = 20
+
+
+def call_times(fun, args) -> tuple[float, float, float]:
+    """Seconds per jitted call on arguments on the device: made back to back (the last
+    waited for), made while the device is kept busy (the host's time alone: no call waits
+    for the device), and the device's time to run those calls' work once it is free."""
+    platform = "cuda_emulator" if EMULATED else "gpu"
+    jitted, placed = fg.jit(fun), fg.device_put(args, fg.devices(platform)[0])
+    device = executable.emulator() if EMULATED else executable.gpu()
+    for _ in range(3):  # (compiled at the first, captured as a graph at the second)
+        jitted(*placed)
+    device.synchronize()
+    start = time.perf_counter()
+    for _ in range(CALLS):
+        jitted(*placed)
+    device.synchronize()
+    back_to_back = (time.perf_counter() - start) / CALLS
+    device.occupy(2 * CALLS * back_to_back + 0.01)  # (longer than the host takes to make them)
+    first = device.clock()
+    start = time.perf_counter()
+    for _ in range(CALLS):
+        jitted(*placed)
+    host = (time.perf_counter() - start) / CALLS
+    last = device.clock()
+    device.synchronize()
+    return back_to_back, host, device.seconds_between(first, last) / CALLS
 
 
 def main(words: list[str]) -> None:

@@ -22,6 +22,7 @@ from funcgrad.backends.cuda.render import memory_type, module_source, render_ker
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.schedule import all_steps
+from funcgrad.devices import gpu_available
 from funcgrad.errors import OutOfDeviceMemoryError
 from funcgrad.lax import linalg_decomp
 from funcgrad.tools.recipes import CUDA_BACKENDS
@@ -222,15 +223,32 @@ def test_float_conversions_saturate_and_round_as_the_reference(source):
     assert_same_as_reference(f, x)
 
 
-def test_max_and_min_propagate_nan_and_sign_keeps_signed_zeros():
-    x = np.array([np.nan, 1.0, -0.0, 0.0, np.inf, -3.0, 2.0], np.float32)
-    y = np.array([1.0, np.nan, 5.0, -0.0, np.nan, -3.0, -np.inf], np.float32)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_max_and_min_propagate_nan_and_sign_keeps_signed_zeros(dtype):
+    x = np.array([np.nan, 1.0, -0.0, 0.0, np.inf, -3.0, 2.0, -0.0, np.nan], dtype)
+    y = np.array([1.0, np.nan, 5.0, -0.0, np.nan, -3.0, -np.inf, 0.0, np.nan], dtype)
 
     def f(x, y):
-        # The sign of a zero shows in one divided by it.
-        return lax.max(x, y), lax.min(x, y), lax.sign(x), 1.0 / lax.sign(x)
+        # The sign of a zero shows in one divided by it. (The sign of the maximum of two zeros
+        # is the compiled backends' -0 < +0, which NumPy's maximum does not follow.)
+        return lax.max(x, y), lax.min(x, y), lax.sign(x), 1.0 / lax.sign(x), x.max(), x.min()
 
     assert_same_as_reference(f, x, y)
+
+
+def test_float_max_and_min_are_one_instruction_from_ampere_on():
+    """A GPU of compute capability 8.0 or later computes a float maximum or minimum (NaN
+    wins, -0 < +0) in one PTX instruction, which ptxas accepts; older ones, and doubles,
+    compare and select."""
+    source = compiled_text(lambda x, y: (lax.max(x, y), lax.min(x, y)), *np.ones((2, 8), "f"))
+    ampere = nvrtc.compile_ptx(source, arch="compute_90")
+    assert "max.NaN.f32" in ampere and "min.NaN.f32" in ampere
+    nvrtc.compile_ptx(source, arch="sm_90")  # (ptxas checks the instructions)
+    turing = nvrtc.compile_ptx(source, arch="compute_75")
+    assert ".NaN" not in turing and "setp" in turing
+    doubles = np.ones((2, 8))
+    source = compiled_text(lambda x, y: (lax.max(x, y), lax.min(x, y)), *doubles)
+    assert ".NaN" not in nvrtc.compile_ptx(source, arch="compute_90")
 
 
 @pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
@@ -574,7 +592,7 @@ def test_row_blocks_fold_every_kind_of_reduction(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, dtypes.bfloat16])
-def test_reductions_over_the_leading_axis_give_each_column_a_thread(dtype):
+def test_reductions_over_the_leading_axis_give_few_columns_a_block_and_many_a_thread(dtype):
     rng = np.random.default_rng(4)
     x = (rng.standard_normal((300, 37)) * 3).astype(dtype)
 
@@ -593,10 +611,16 @@ def test_reductions_over_the_leading_axis_give_each_column_a_thread(dtype):
     assert_same_as_reference(f, x, exact=exact, rtol=5e-2 if dtype == dtypes.bfloat16 else 1e-5)
     text = compiled_text(lambda x: x.sum(axis=0), x)
     # The scheduler streams rows (for j: out[j] = 0; for i: for j: out[j] += x[i, j]); the GPU
-    # takes the columns outermost, one per thread, each folding its column in a register.
+    # takes the columns outermost. Few columns take a block each, its threads sharing the
+    # column's fold; many columns (1,100 of bfloat16, whose folds are not split into parts) a
+    # thread each, neighbouring threads reading neighbouring elements.
     assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" not in text
-    assert "threadIdx.x); i0 < 37; i0 += (int)(gridDim.x * blockDim.x)" in text
-    assert "acc0 = " in text
+    assert "i0 = blockIdx.x; i0 < 37; i0 += gridDim.x" in text and "__shared__" in text
+    many = (rng.standard_normal((130, 1100)) * 3).astype(dtypes.bfloat16)
+    assert_same_as_reference(lambda x: x.sum(axis=0), many)  # (in the same order)
+    text = compiled_text(lambda x: x.sum(axis=0), many)
+    assert "threadIdx.x); i0 < 1100; i0 += (int)(gridDim.x * blockDim.x)" in text
+    assert "__shared__" not in text
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, dtypes.bfloat16])
@@ -792,6 +816,22 @@ def test_a_profile_times_each_launch_gemm_and_copy_of_one_walked_call(monkeypatc
     assert calls[launched[0]] == 1 and all(calls[name] == 16 for name in body)
     assert calls["copy"] >= 16 and all(seconds >= 0 for _, _, seconds in rows)
     assert [row[2] for row in rows] == sorted((row[2] for row in rows), reverse=True)
+
+
+def test_the_kernel_keeping_a_gpu_busy_reads_the_devices_timer():
+    """A profile keeps a GPU busy before each span it times (`Gpu.occupy`), with a kernel
+    reading the device's nanosecond timer through inline PTX, which ptxas checks when NVRTC
+    compiles for a real architecture (an unknown register or a wrong operand raises). On a
+    GPU, the device's clock then moves on by at least the time asked for."""
+    nvrtc.compile_ptx(executable.OCCUPY_SOURCE, arch="sm_90")
+    if not gpu_available():
+        return
+    device = executable.gpu()
+    start = device.clock()
+    device.occupy(2e-3)
+    end = device.clock()
+    device.synchronize()
+    assert device.seconds_between(start, end) >= 2e-3
 
 
 def test_complex_programs_run_as_pairs_of_reals():

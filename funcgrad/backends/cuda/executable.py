@@ -67,6 +67,20 @@ REDUCTIONS = ReductionSplit(min_work=1 << 15, parts=1 << 14, strided=True, colum
 # reads them: no copy of every window in memory); half-precision ones run on cuBLAS's tensor
 # cores over gathered windows.
 CONTRACTION_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# A kernel that keeps a GPU busy for a while (`Gpu.occupy`): one thread reading the device's
+# nanosecond timer until the time given has passed.
+OCCUPY_SOURCE = r"""
+extern "C" __global__ void fg_occupy(unsigned long long nanoseconds) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < nanoseconds);
+}
+"""
+# A profile keeps the device busy this long before each span it times: long enough for the
+# host to make the timed call.
+PROFILE_LEAD_SECONDS = 5e-4
 
 
 class Emulator:
@@ -136,6 +150,9 @@ class Emulator:
     def synchronize(self) -> None:
         pass  # kernels run to completion when launched
 
+    def occupy(self, seconds: float) -> None:
+        pass  # the host is the device: nothing runs ahead of it
+
     def clock(self) -> float:
         """A point in time on the device, for `seconds_between` (the host's: kernels run
         as they are launched)."""
@@ -180,6 +197,7 @@ class Gpu:
         self.name = f"GPU {id}"
         self.arch = f"compute_{device.compute_capability}"
         self.held = graphs.Held()
+        self._occupy = None  # (its kernel, compiled at its first use)
         # What a capture may raise where the driver or a library refuses to be captured.
         from cupy_backends.cuda.api.driver import CUDADriverError
         from cupy_backends.cuda.api.runtime import CUDARuntimeError
@@ -358,6 +376,15 @@ class Gpu:
     def synchronize(self) -> None:
         with self.context():
             self.xp.cuda.get_current_stream().synchronize()
+
+    def occupy(self, seconds: float) -> None:
+        """Keeps the device busy for `seconds` on the current stream, so that what the host
+        enqueues meanwhile runs back to back once it is done: timed then, that work's span
+        holds none of the host's time to make its calls."""
+        if self._occupy is None:
+            self._occupy = self.xp.RawKernel(OCCUPY_SOURCE, "fg_occupy")
+        with self.context():
+            self._occupy((1,), (1,), (np.uint64(seconds * 1e9),))
 
     def clock(self):
         """A point in the current stream's work, for `seconds_between` once it has run."""
@@ -935,16 +962,16 @@ class _Recording:
 
 class _Timed:
     """Stands in for the device while a walk is profiled: makes each launch, GEMM and
-    copy, each between two points of the device's clock. The device reaches the first point
-    as soon as it is idle, so a span also holds the host's time to make the call: a GEMM's
-    (cuBLAS called from Python, tens of microseconds) reads high beside its share of a
-    replayed graph."""
+    copy, each between two points of the device's clock. The device is kept busy before each
+    (`occupy`) while the host makes the call, so that a span is the device's time alone, not
+    the host's to call cuBLAS from Python or launch a kernel."""
 
     def __init__(self, device):
         self.device = device
         self.spans: list = []  # (what ran, start, end)
 
     def timed(self, what: str, run, *args) -> None:
+        self.device.occupy(PROFILE_LEAD_SECONDS)
         start = self.device.clock()
         run(*args)
         self.spans.append((what, start, self.device.clock()))

@@ -53,6 +53,10 @@ LOCAL_SCRATCH_BYTES = 1 << 14
 # A parallel loop whose iterations (rows) hold loops this long gives each row a block, whose
 # threads share the row's loops (and its scratch, in shared memory, up to this size).
 ROW_MIN_WIDTH = 128
+# Rows whose loops stride across memory (a column's fold) keep a thread each, neighbouring
+# threads reading neighbouring columns, unless there are at most this many: their threads
+# would then fill a few blocks and walk their loops alone, where blocks share each loop.
+FEW_STRIDED_ROWS = 1024
 SHARED_SCRATCH_BYTES = 1 << 15
 # A row's block whose loops all walk one range holds the row's intermediates in its threads'
 # registers, each thread taking this many vectors of the row (a block of width / (lanes * 4)
@@ -1058,11 +1062,15 @@ def _row_caches(split: K.Loop, scratch: set, budget: int) -> tuple[dict, list[K.
 
 def _row_loops(split: K.Loop, scratch_bytes: int, scratch: list) -> dict | None:
     """{inner loop: its folds} when each row of `split` should run on a block: its loops may
-    be shared by a block's threads (`shared_loop_folds`), they are long enough to keep a block
-    busy (or the row's scratch is too big for one thread), and the scratch and the partial
-    folds fit in shared memory, or the block's threads can hold the scratch (`_held_row`)."""
+    be shared by a block's threads (`shared_loop_folds`), they walk memory by one (or the rows
+    are few: `FEW_STRIDED_ROWS`), they are long enough to keep a block busy (or the row's
+    scratch is too big for one thread), and the scratch and the partial folds fit in shared
+    memory, or the block's threads can hold the scratch (`_held_row`)."""
     loops = [s for s in split.body if isinstance(s, K.Loop)]
-    if not loops or not all(walks_by_one(loop, set(scratch)) for loop in loops):
+    if not loops:
+        return None
+    few = split.stop - split.start <= FEW_STRIDED_ROWS
+    if not few and not all(walks_by_one(loop, set(scratch)) for loop in loops):
         return None
     width = max(loop.stop - loop.start for loop in loops)
     if width < ROW_MIN_WIDTH and scratch_bytes <= LOCAL_SCRATCH_BYTES:
