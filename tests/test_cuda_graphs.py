@@ -128,14 +128,20 @@ def test_a_pinned_argument_passed_in_another_buffer_is_copied_in_from_then_on(
 
 
 def counted_copies(monkeypatch, runtime) -> list:
-    """The bytes of each copy `runtime` makes from now on."""
-    copied, copy = [], runtime.copy
+    """The bytes of each buffer a replay copies in or out from now on: those whose addresses
+    a call writes into the tables of the graph's copy kernels. The device copies nothing
+    itself: a copy made outside the graph fails the test."""
+    copied, point = [], executable._Copies.point
 
-    def counted(to, of):
-        copied.append(to.nbytes)
-        copy(to, of)
+    def counted(copies, buffers):
+        copied.extend(buffer.nbytes for buffer in buffers)
+        point(copies, buffers)
 
-    monkeypatch.setattr(runtime, "copy", counted)
+    def refused(to, of):
+        raise AssertionError("a replay copied a buffer outside its graph")
+
+    monkeypatch.setattr(executable._Copies, "point", counted)
+    monkeypatch.setattr(runtime, "copy", refused)
     return copied
 
 
@@ -220,7 +226,11 @@ def test_programs_needing_the_host_or_copying_more_than_they_launch_are_walked(m
     assert not graphs.worth_a_graph(9, everything)
     monkeypatch.setattr(graphs, "COPY_BYTES_PER_LAUNCH", 4096)
     assert graphs.worth_a_graph(9, everything)
-    assert not graphs.worth_a_graph(4, everything)  # four copies for four launches
+    assert not graphs.worth_a_graph(7, everything)  # 32 KiB copied; seven launches allow 28
+    two = program_of(lambda x: (fnp.exp(x @ W), x.sum()), x)  # a GEMM and two kernels
+    assert graphs.capturable(two, {}) == 3
+    monkeypatch.setattr(graphs, "COPY_LAUNCHES", 3)  # no more than the copy kernels
+    assert graphs.capturable(two, {}) is None
 
 
 def program_of(fun, *args):

@@ -17,6 +17,7 @@ compiled for the host, see `emulator.py`), which is how the renderer is tested w
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 import os
@@ -35,6 +36,7 @@ from funcgrad.backends.cuda import graphs, nvrtc, regions, solver
 from funcgrad.backends.cuda.emulator import EmulatedModule
 from funcgrad.backends.cuda.render import LAUNCH_BLOCK, CudaKernel, module_source, render_kernel
 from funcgrad.backends.numpy.executor import NumpyExecutable
+from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler import stages
 from funcgrad.compiler.donation import donated_outputs, hosted, warn_unusable
 from funcgrad.compiler.lapack import FortranCall
@@ -81,6 +83,33 @@ extern "C" __global__ void fg_occupy(unsigned long long nanoseconds) {
 # A profile keeps the device busy this long before each span it times: long enough for the
 # host to make the timed call.
 PROFILE_LEAD_SECONDS = 5e-4
+# A replay's copies in and out (`_Copies`): one kernel for all the buffers of a direction,
+# launched from the graph, reading its table [count, destinations, sources, byte counts],
+# whose addresses on the caller's side each call writes; 16-byte vectors where both ends are
+# aligned (device allocations are), bytes otherwise.
+COPIES = CudaKernel(
+    name="fg_copies",
+    params=[K.Buffer("table", np.dtype(np.uint64), 1)],
+    const_params=[True],
+    threads=1,
+    body=r"""  const unsigned long long count = table[0];
+  const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long k = 0; k < count; ++k) {
+    unsigned char* to = (unsigned char*)table[1 + k];
+    const unsigned char* from = (const unsigned char*)table[1 + count + k];
+    const unsigned long long bytes = table[1 + 2 * count + k];
+    unsigned long long whole = 0;
+    if (((table[1 + k] | table[1 + count + k]) & 15) == 0) {
+      whole = bytes / 16;
+      for (unsigned long long v = first; v < whole; v += stride) {
+        reinterpret_cast<fg_vector<unsigned int, 4>*>(to)[v] =
+            reinterpret_cast<const fg_vector<unsigned int, 4>*>(from)[v];
+      }
+    }
+    for (unsigned long long b = 16 * whole + first; b < bytes; b += stride) to[b] = from[b];
+  }""",
+)
 
 
 class Emulator:
@@ -175,6 +204,12 @@ class Emulator:
     def download(self, value) -> np.ndarray:
         return value
 
+    def write(self, destination: np.ndarray, values: np.ndarray) -> None:
+        destination[...] = values
+
+    def address(self, buffer: np.ndarray) -> int:
+        return buffer.ctypes.data
+
     def view(self, raw, dtype: np.dtype):
         return raw.view(_storage(dtype) if dtype == dtypes.float0 else dtype)
 
@@ -247,6 +282,21 @@ class Gpu:
     def upload(self, value: np.ndarray):
         with self.context():
             return self.xp.asarray(value)
+
+    def write(self, destination, values: np.ndarray) -> None:
+        """Host values into a device buffer, on the current stream. (From pageable memory, the
+        call returns once it has staged them: `values` may go.)"""
+        runtime = self.xp.cuda.runtime
+        runtime.memcpyAsync(
+            destination.data.ptr,
+            values.ctypes.data,
+            values.nbytes,
+            runtime.memcpyHostToDevice,
+            self.xp.cuda.get_current_stream().ptr,
+        )
+
+    def address(self, buffer) -> int:
+        return buffer.data.ptr
 
     def copy(self, destination, source) -> None:
         """One flat contiguous buffer into another of the same size, on the current stream."""
@@ -905,13 +955,20 @@ class _Replay:
         for output, host in hosts.items():  # one buffer for the pair, as in the kernels
             self.views[output] = device.view(self.views[host], output.dtype)
         executable._arena(self.views)
-        self.copied_in = [
-            (i, self.views[buffer]) for i, buffer in enumerate(program.inputs) if i not in pins
-        ]
-        self.outputs = [self.views[buffer] for buffer in program.outputs]
-        self.launch = device.capture(
-            lambda runner: _Walk(executable, self.views, runner).steps(program.steps)
-        )
+        self.copied_in = [i for i in range(len(program.inputs)) if i not in pins]
+        staged = [self.views[program.inputs[i]] for i in self.copied_in]
+        outputs = [self.views[buffer] for buffer in program.outputs]
+        self.copies_in = _Copies(device, staged, inward=True) if staged else None
+        self.copies_out = _Copies(device, outputs, inward=False) if outputs else None
+
+        def walk(runner) -> None:
+            if self.copies_in is not None:
+                self.copies_in.launch(runner)
+            _Walk(executable, self.views, runner).steps(program.steps)
+            if self.copies_out is not None:
+                self.copies_out.launch(runner)
+
+        self.launch = device.capture(walk)
 
     def release(self) -> None:
         """Forgets this replay (its buffers go once no call is using them)."""
@@ -932,15 +989,54 @@ class _Replay:
         for k, (shape, dtype) in enumerate(executable._out_shapes):
             if results[k] is None:
                 results[k] = device.xp.empty(math.prod(shape), _storage(dtype))
+        # (each argument's device buffer, held until the graph that reads it is launched)
+        arguments = [
+            executable._argument(args[i], executable._in_dtypes[i]) for i in self.copied_in
+        ]
         with self.lock:
-            for i, staged in self.copied_in:
-                argument = executable._argument(args[i], executable._in_dtypes[i])
-                # (a complex argument's buffer holds its parts: copied as the buffer's dtype)
-                device.copy(staged, device.view(argument, staged.dtype))
+            if self.copies_in is not None:
+                self.copies_in.point(arguments)
+            if self.copies_out is not None:
+                self.copies_out.point(results)
             self.launch()
-            for result, out in zip(results, self.outputs):
-                device.copy(device.view(result, out.dtype), out)
         return results
+
+
+class _Copies:
+    """The copies between a call's buffers and a replay's own, in one direction, as one launch
+    of `COPIES` in the graph. Its table on the device holds the replay's side (where
+    arguments go in, or where results are) and the byte counts; each call writes the
+    addresses of its side (its arguments, or its fresh results) there (`point`) before it
+    launches the graph, one write in all, where a copy per buffer was a call of its own."""
+
+    def __init__(self, device, own: list, inward: bool):
+        count = len(own)
+        table = np.zeros(1 + 3 * count, np.uint64)
+        table[0] = count
+        mine = 1 if inward else 1 + count  # destinations in, sources out
+        table[mine : mine + count] = [device.address(buffer) for buffer in own]
+        table[1 + 2 * count :] = [buffer.nbytes for buffer in own]
+        self.device = device
+        self.table = device.upload(table)
+        theirs = 1 + count if inward else 1
+        self.theirs = self.table[theirs : theirs + count]
+        vectors = -(-max(buffer.nbytes for buffer in own) // 16)
+        self.kernel = dataclasses.replace(COPIES, threads=max(vectors, 1))
+        self.module = _copies_module(device)
+
+    def launch(self, runner) -> None:
+        runner.launch(self.module, self.kernel, [self.table])
+
+    def point(self, buffers: list) -> None:
+        """The call's side of each copy, in the order of the replay's buffers."""
+        addresses = np.array([self.device.address(buffer) for buffer in buffers], np.uint64)
+        self.device.write(self.theirs, addresses)
+
+
+@functools.cache
+def _copies_module(device):
+    """`COPIES` built for `device` (a GPU's or the emulator's), once."""
+    return device.load(module_source([COPIES.text()]), [COPIES])
 
 
 class _Recording:

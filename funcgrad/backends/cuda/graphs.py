@@ -3,12 +3,13 @@
 A call walked step by step pays the host's cost of every launch (CuPy's argument packing, the
 driver's launch): several microseconds each, which a program of many small kernels pays
 many times over. Captured once as a graph, the whole call is one launch. The graph names
-device addresses, so it runs over buffers of the executable's own: each call copies its
-arguments into them and its results out, a copy per argument and result (an argument that
-comes in the same device buffer at every call, a closed-over constant, is read in place).
-A program is replayed when it launches more than it copies, and its copies are small beside
-the launches they save; and only when nothing in it needs the host mid-call (a predicate
-read back, a callback) or allocates as it runs (a decomposition's solver workspaces).
+device addresses, so it runs over buffers of the executable's own: it copies the call's
+arguments into them and its results out, with a copy kernel at each end whose table of
+addresses the call writes (an argument that comes in the same device buffer at every call,
+a closed-over constant, is read in place). A program is replayed when it launches more
+than those two kernels, and its copies are small beside the launches they save; and only
+when nothing in it needs the host mid-call (a predicate read back, a callback) or allocates
+as it runs (a decomposition's solver workspaces).
 """
 
 from __future__ import annotations
@@ -50,21 +51,24 @@ def launches(steps: list, on_device: dict) -> int | None:
     return total
 
 
+# The launches a graph adds: a copy kernel in, and one out (`executable._Copies`).
+COPY_LAUNCHES = 2
+
+
 def capturable(program: Program, on_device: dict) -> int | None:
     """The launches of a program that a graph may replay; None when a step needs the host
-    mid-call, when there are too many, or when they are no more than its results (each
-    copied out)."""
+    mid-call, when there are too many, or when they are no more than the copy kernels a
+    graph adds."""
     count = launches(program.steps, on_device)
-    if count is None or count > MAX_LAUNCHES or count <= len(program.outputs):
+    if count is None or count > MAX_LAUNCHES or count <= COPY_LAUNCHES:
         return None
     return count
 
 
 def worth_a_graph(count: int, copied: list) -> bool:
     """Whether replaying `count` launches saves more than copying the buffers `copied` (the
-    arguments not read in place, and the results) costs."""
-    copied_bytes = sum(nbytes(buffer) for buffer in copied)
-    return count > len(copied) and copied_bytes <= count * COPY_BYTES_PER_LAUNCH
+    arguments not read in place, and the results) costs the device."""
+    return sum(nbytes(buffer) for buffer in copied) <= count * COPY_BYTES_PER_LAUNCH
 
 
 class Held:
