@@ -623,6 +623,23 @@ def test_reductions_over_the_leading_axis_give_few_columns_a_block_and_many_a_th
     assert "__shared__" not in text
 
 
+def test_a_reduction_over_leading_axes_read_through_a_transpose_spreads_over_the_gpu():
+    """Summing axes 0 and 1 of a transposed (32, 48, 64) array (a bias gradient in a
+    transformer's backward pass): the rows' offsets keep quotients of one row index, but its
+    rows are made one loop all the same, so that its 64 columns' folds split over the grid,
+    where the kernel ran on one thread."""
+    x = np.random.default_rng(7).standard_normal((32, 64, 48)).astype(np.float32)
+
+    def f(v):
+        t = v.transpose(0, 2, 1)
+        return t.sum(axis=(0, 1)), t.max(axis=(0, 1)), (t * t).sum(axis=(0, 1))
+
+    assert_same_as_reference(f, x, exact=False, rtol=1e-4)
+    text = compiled_text(lambda v: v.transpose(0, 2, 1).sum(axis=(0, 1)), x)
+    assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" not in text
+    assert "_parts(" in text
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, dtypes.bfloat16])
 def test_long_reductions_over_few_columns_fold_parts_of_the_rows_at_once(dtype):
     """1,499 rows of 37 columns: 93 parts of 16 rows per column, each a thread, then a fold

@@ -78,6 +78,7 @@ def coalesce_loops(kernel: K.Kernel, threads: int) -> None:
     be split (a convolution's weight gradient summing the batch's windows), and never a
     product's (`parallel.split_products` splits those as products)."""
     kernel.body[:] = _coalesced(kernel.body, {})
+    _merge_column_rows(kernel)
     if len(kernel.body) != 1 or not isinstance(kernel.body[0], K.Loop):
         return
     nest = [kernel.body[0]]
@@ -105,6 +106,35 @@ def coalesce_loops(kernel: K.Kernel, threads: int) -> None:
     collapsed = K.Kernel(kernel.name, kernel.inputs, kernel.outputs, [flat], kernel.scratch)
     if parallel_loop(collapsed, scattered=True) is not None:
         kernel.body[:] = collapsed.body
+
+
+def _merge_column_rows(kernel: K.Kernel) -> None:
+    """A reduction over several leading axes, as the scheduler writes it
+
+        for j: out[j] = init(j)
+        for a: for b: for j: out[j] = f(out[j], a, b, j)
+
+    whose rows did not come out plain in one index (a sum over axes 0 and 2 of a (A, J, B)
+    array, read through a transpose), gets its rows made one loop all the same (quotients
+    and remainders of r), so that `parallel.columns_outer` reads it as a reduction over a
+    leading axis: else it ran on one thread. The order of the rows is kept."""
+    if len(kernel.body) != 2 or not all(isinstance(s, K.Loop) for s in kernel.body):
+        return
+    init, rows = kernel.body
+    nest = [rows]
+    while len(nest[-1].body) == 1 and isinstance(nest[-1].body[0], K.Loop):
+        nest.append(nest[-1].body[0])
+    columns = nest[-1]
+    if len(nest) < 3 or (init.start, init.stop) != (columns.start, columns.stop):
+        return
+    if len(columns.body) != 1 or not isinstance(columns.body[0], K.Store):
+        return
+    if any(loop.stop <= loop.start for loop in nest):
+        return
+    merged = nest[-2]
+    for loop in reversed(nest[:-2]):
+        merged = _merged(K.Loop(loop.index, loop.start, loop.stop, [merged]), merged, {})
+    kernel.body[1] = merged
 
 
 def _store_order(nest: list, work: list) -> list:
