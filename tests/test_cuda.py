@@ -21,6 +21,7 @@ from funcgrad.backends.cuda import emulator, executable, nvrtc, solver
 from funcgrad.backends.cuda.render import memory_type, module_source, render_kernel
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.lapack import FortranCall
+from funcgrad.compiler.parallel import statements_in, value_at
 from funcgrad.compiler.schedule import all_steps
 from funcgrad.devices import gpu_available
 from funcgrad.errors import OutOfDeviceMemoryError
@@ -849,6 +850,55 @@ def test_the_kernel_keeping_a_gpu_busy_reads_the_devices_timer():
     end = device.clock()
     device.synchronize()
     assert device.seconds_between(start, end) >= 2e-3
+
+
+def test_a_row_scatter_gives_each_window_position_a_thread_in_update_order():
+    """An embedding's gradient (`table.at[ids].add(rows)`, ids repeated, some past the table):
+    the copy runs on the grid, then a thread per column of the table takes every row in
+    order, so each element's sum is the reference's to the bit and the last of several sets
+    wins, a dropped row rewriting its thread's own element. A scatter whose window moves
+    along a dimension the indices place (windows of 4 at traced columns) keeps its updates
+    on one thread, after the copy."""
+    rng = np.random.default_rng(8)
+    table = rng.standard_normal((50, 64)).astype(np.float32)
+    ids = rng.integers(-3, 55, 300).astype(np.int32)
+    rows = rng.standard_normal((300, 64)).astype(np.float32)
+    for mode in ("drop", "clip"):
+
+        def f(t, i, r, mode=mode):
+            return t.at[i].add(r, mode=mode), t.at[i].set(r, mode=mode), t.at[i].max(r, mode=mode)
+
+        assert_same_as_reference(f, table, ids, rows)
+    text = compiled_text(lambda t, i, r: t.at[i].add(r, mode="drop"), table, ids, rows)
+    assert "_scatter_add_copy(" in text
+    assert "threadIdx.x); i0 < 64; i0 += (int)(gridDim.x * blockDim.x)" in text
+    # A dropped row's store goes to its thread's own element (column w of row 0): threads
+    # never meet, which the emulator, running them one after another, could not show.
+    with jit_backend("cuda_emulator"):
+        program = fg.jit(lambda t, i, r: t.at[i].add(r)).lower(table, ids, rows).compile()
+    [kernel] = [
+        step.kernel
+        for step in all_steps(program.executable.program)
+        if getattr(step, "kernel", None) is not None and step.kernel.independent_outer
+    ]
+    [position] = kernel.body
+    [store] = [s for s in statements_in([position]) if isinstance(s, K.Store)]
+    assert isinstance(store.offset, K.Select)
+    own = value_at(store.offset.on_false, {position.index: np.arange(64)})
+    np.testing.assert_array_equal(own, np.arange(64))
+
+    numbers = lax.ScatterDimensionNumbers(
+        update_window_dims=(1,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0, 1)
+    )
+    places = np.stack([rng.integers(0, 50, 300), rng.integers(0, 61, 300)], 1).astype(np.int32)
+
+    def windows(t, p, r):
+        return lax.scatter_add(t, p, r[:, :4], numbers, mode="clip")
+
+    assert_same_as_reference(windows, table, places, rows)
+    text = compiled_text(windows, table, places, rows)
+    assert "_scatter_add_copy(" in text
+    assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" in text
 
 
 def test_complex_programs_run_as_pairs_of_reals():

@@ -115,7 +115,9 @@ def hosted(kernel: K.Kernel, output: K.Buffer, host: K.Buffer) -> K.Kernel:
     outputs = [host if b is output else b for b in kernel.outputs]
     inputs = [b for b in kernel.inputs if b not in outputs]
     body = [statement(s) for s in kernel.body]
-    return K.Kernel(kernel.name, inputs, outputs, body, list(kernel.scratch))
+    return K.Kernel(
+        kernel.name, inputs, outputs, body, list(kernel.scratch), kernel.independent_outer
+    )
 
 
 def _writes(step, buffer: K.Buffer) -> bool:

@@ -971,7 +971,11 @@ def _scatter(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
             position.append(K.binary("add", start, window_index.get(d, _index_const(0))))
         offset = flat_offset(position, shape)
         if in_bounds is not None:
-            offset = K.select(in_bounds, offset, _index_const(0))
+            # A dropped window rewrites the element at its own position from the origin (in
+            # range): only this window position ever writes there, which lets a GPU give
+            # each position a thread (`parallel.scatter_windows_outer`).
+            own = [window_index.get(d, _index_const(0)) for d in range(rank)]
+            offset = K.select(in_bounds, offset, flat_offset(own, shape))
         old = K.Load(out, offset)
         value = builder.element(updates, u_index)
         if combine is not None:

@@ -268,6 +268,10 @@ class Kernel:
     body: list
     # Outputs that only this kernel uses, as working memory (a row's intermediates).
     scratch: list[Buffer] = field(default_factory=list)
+    # Whether the pass that built it proved its outer loop's iterations independent where
+    # `parallel.parallel_loop` cannot read that from the offsets (a scatter's window
+    # positions, whose stores go through loaded indices: `parallel.scatter_windows_outer`).
+    independent_outer: bool = False
 
     @property
     def buffers(self) -> list[Buffer]:

@@ -28,6 +28,7 @@ on one cooperating block).
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
@@ -46,6 +47,8 @@ def parallel_loop(kernel: K.Kernel, scattered: bool = False) -> K.Loop | None:
     loop = kernel.body[0]
     if loop.stop - loop.start < 2:
         return None
+    if kernel.independent_outer:
+        return loop
     statements = list(statements_in(loop.body))
     scratch = set(kernel.scratch)
     if sum(b.size * b.dtype.itemsize for b in scratch) > SCRATCH_BYTES:
@@ -395,7 +398,8 @@ def columns_outer(program: Program, split: ReductionSplit) -> None:
     does a kernel the scheduler wrote in that form with a fold striding across memory
     (`_strided_fold`)."""
 
-    def rewritten(kernel: K.Kernel) -> list[K.Kernel] | None:
+    def rewritten(step: KernelStep) -> list[K.Kernel] | None:
+        kernel = step.kernel
         outer = _columns_outer(kernel)
         if outer is not None:
             kernel.body[:] = outer
@@ -560,12 +564,12 @@ class ReductionSplit:
 
 def _kernels_replaced(program: Program, rewritten) -> None:
     """Replaces, in `program` and the programs its steps hold, each kernel step for which
-    `rewritten(kernel)` gives kernels (a split's) with steps of those kernels, in order."""
+    `rewritten(step)` gives kernels (a split's) with steps of those kernels, in order."""
     steps = []
     for step in program.steps:
         for inner in inner_programs(step):
             _kernels_replaced(inner, rewritten)
-        kernels = rewritten(step.kernel) if isinstance(step, KernelStep) else None
+        kernels = rewritten(step) if isinstance(step, KernelStep) else None
         if kernels is None:
             steps.append(step)
         else:
@@ -578,9 +582,11 @@ def split_reductions(program: Program, split: ReductionSplit) -> None:
     at least `split.min_work` iterations with two kernels: independent partial folds over
     parts of its outer loop, which may run on threads, then one fold of the partials (and of
     the iterations left over) with the init value and the statements after."""
-    _kernels_replaced(
-        program, lambda kernel: _split(kernel, split) if work(kernel) >= split.min_work else None
-    )
+
+    def rewritten(step: KernelStep) -> list[K.Kernel] | None:
+        return _split(step.kernel, split) if work(step.kernel) >= split.min_work else None
+
+    _kernels_replaced(program, rewritten)
 
 
 def _split(kernel: K.Kernel, split: ReductionSplit) -> list[K.Kernel] | None:
@@ -697,7 +703,72 @@ def split_products(program: Program) -> None:
     `partial[p, r, c] = sum over k of a(r, p * S + k) * b(p * S + k, c)`, which a GPU renders
     as P times the tiles, then per result the sum of its P partials and of the terms left
     over, with the product's store. P depends on the shapes alone."""
-    _kernels_replaced(program, _split_product)
+    _kernels_replaced(program, lambda step: _split_product(step.kernel))
+
+
+# -- scatters (GPU) ---------------------------------------------------------------------------
+
+SCATTERS = ("scatter", "scatter_add", "scatter_mul", "scatter_min", "scatter_max")
+
+
+def scatter_windows_outer(program: Program) -> None:
+    """For a GPU, rewrites each scatter kernel (`fusion._scatter`: the operand copied into
+    the result, then every update combined into its place in order, all on one thread, for
+    no offset shows two updates apart) as two kernels: the copy, on the grid, then the
+    updates with their window loops outermost and made one loop, a thread per position of
+    the window taking every update in order, where no window dimension is one the indices
+    place (a row scatter: an embedding's gradient, one row a token). Each store's
+    coordinates in the window dimensions are then its thread's position (a dropped update
+    rewrites the element at its position from the origin), so threads never meet, and each
+    element sees its updates in the original order: the sums' bits are the reference's.
+    Elsewhere the updates stay on one thread, after the copy."""
+    _kernels_replaced(program, _scatter_split)
+
+
+def _scatter_split(step: KernelStep) -> list[K.Kernel] | None:
+    kernel = step.kernel
+    if not step.eqns or step.eqns[-1].primitive.name not in SCATTERS:
+        return None
+    eqn = step.eqns[-1]
+    if len(kernel.body) < 2 or kernel.scratch:
+        return None
+    operand, updates = eqn.invars[0].aval.shape, eqn.invars[2].aval.shape
+    nest = [kernel.body[-1]]
+    while isinstance(nest[-1], K.Loop) and len(nest[-1].body) == 1:
+        nest.append(nest[-1].body[0])
+    *loops, store = nest
+    sizes = [(loop.start, loop.stop) for loop in loops]
+    if not isinstance(store, K.Store) or sizes != [(0, n) for n in updates] or not loops:
+        return None
+    copy = K.Kernel(f"{kernel.name}_copy", kernel.inputs, kernel.outputs, kernel.body[:-1])
+    dn = eqn.params["dimension_numbers"]
+    windows = [d for d in range(len(operand)) if d not in dn.inserted_window_dims]
+    windows = [d for d in windows if d not in dn.operand_batching_dims]
+    placed = {*dn.scatter_dims_to_operand_dims, *dn.operand_batching_dims}
+    positions = math.prod(updates[u] for u in dn.update_window_dims)
+    if placed & set(windows) or positions < 2:
+        return [copy, K.Kernel(kernel.name, kernel.inputs, kernel.outputs, [loops[0]])]
+    position = K.fresh_index("w")
+    coordinates, inner = {}, 1
+    for u in reversed(dn.update_window_dims):
+        loop = loops[u]
+        value = position if inner == 1 else K.binary("div", position, K.const(inner, K.INDEX))
+        if inner * updates[u] < positions:
+            value = K.binary("rem", value, K.const(updates[u], K.INDEX))
+        coordinates[id(loop.index)] = value
+        inner *= updates[u]
+    body = [statement_replaced(store, coordinates)]
+    for k in reversed(range(len(loops))):
+        if k not in dn.update_window_dims:
+            body = [K.Loop(loops[k].index, 0, updates[k], body)]
+    updates_in_order = K.Kernel(
+        kernel.name,
+        kernel.inputs,
+        kernel.outputs,
+        [K.Loop(position, 0, positions, body)],
+        independent_outer=True,
+    )
+    return [copy, updates_in_order]
 
 
 def _split_product(kernel: K.Kernel) -> list[K.Kernel] | None:

@@ -20,8 +20,9 @@ def plan(
     """The optimized jaxpr, its program of steps and the program's memory plan. Large
     whole-array reductions become partial folds that may run on threads, as `reductions`
     says (`parallel.split_reductions`), and so, for a GPU, do reductions over a leading axis
-    with few columns (`parallel.columns_outer`), after a GPU's perfect loop nests are made
-    one loop where that is plain or spreads a kernel over more threads
+    with few columns (`parallel.columns_outer`), after a GPU's scatters give each window
+    position a thread where no two meet (`parallel.scatter_windows_outer`) and its perfect
+    loop nests are made one loop where that is plain or spreads a kernel over more threads
     (`index_algebra.coalesce_loops`) and its products of few results with long sums are
     split into parts (`parallel.split_products`). Products in `gemm_dtypes` may run as the
     backend's library GEMMs, and convolutions in `contraction_dtypes` as contraction kernels
@@ -33,6 +34,7 @@ def plan(
         optimized = passes.optimize(lower_complex(optimized))
     program = schedule(optimized, gemm_dtypes, contraction_dtypes)
     if reductions is not None and reductions.column_threads:
+        parallel.scatter_windows_outer(program)
         for step in all_steps(program):
             if isinstance(step, KernelStep):
                 coalesce_loops(step.kernel, reductions.column_threads)
