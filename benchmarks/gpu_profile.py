@@ -1,5 +1,6 @@
 """Where a compiled program's GPU time goes: each kernel, GEMM and copy of one call, timed on
-the device (`Compiled.profile`), for the GPU benchmark's programs.
+the device (`Compiled.profile`), for the GPU benchmark's programs and the example
+character transformer's training step.
 
     python benchmarks/gpu_profile.py             # every program
     python benchmarks/gpu_profile.py mlp conv    # the programs whose names contain these words
@@ -60,11 +61,37 @@ def _conv_training():
     return _conv_step(fnp, _conv(lax), fg.grad), (params, x, y)
 
 
+def _transformer():
+    """The character transformer's training step (examples/char_transformer.py: embeddings,
+    attention, layer norms, AdamW) on 32 windows of 64 characters, as the example trains."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
+    import char_transformer as example
+
+    from funcgrad import optim
+
+    text = example.TEXT.read_text()
+    alphabet = sorted(set(text))
+    ids = np.array([alphabet.index(c) for c in text], np.int32)
+    model = example.Transformer(len(alphabet), 64, 64, 2, heads=4, key=fg.random.PRNGKey(0))
+    schedule = optim.warmup_cosine_decay_schedule(0.0, 3e-3, 50, 600)
+    optimizer = optim.adamw(schedule, weight_decay=1e-2)
+
+    def step(model, state, windows):
+        loss, grads = fg.value_and_grad(example.loss_fn)(model, windows)
+        updates, state = optimizer.update(grads, state, model)
+        return optim.apply_updates(model, updates), state, loss
+
+    starts = np.random.default_rng(0).integers(0, len(ids) - 65, 32)
+    windows = ids[starts[:, None] + np.arange(65)]
+    return step, (model, optimizer.init(model), windows)
+
+
 PROGRAMS = {
     f"softmax {ROWS}x4096": lambda: (_softmax(fnp), (_rows((ROWS, 4096)),)),
     f"layernorm {ROWS}x4096": lambda: (_layernorm(fnp), (_rows((ROWS, 4096)),)),
     "mlp 784-1024-1024-10 step": _mlp,
     f"conv step, batch {BATCH}": _conv_training,
+    "transformer step (char_transformer, batch 32x64)": _transformer,
 }
 
 
