@@ -80,7 +80,7 @@ def test_the_compiled_text_is_cuda_c_with_one_kernel_per_fused_step():
     # The row reduction runs its rows on the grid; the full reduction on one block.
     assert "blockIdx.x * blockDim.x + threadIdx.x" in text
     assert "__syncthreads();" in text
-    cumulative = compiled_text(lambda x: fnp.cumsum(x, axis=0), x)
+    cumulative = compiled_text(lambda x: fnp.cumsum(x.reshape(-1)), x)
     assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" in cumulative  # one thread
     if nvrtc.library() is not None:
         ptx = nvrtc.compile_ptx(text)
@@ -639,6 +639,20 @@ def test_a_reduction_over_leading_axes_read_through_a_transpose_spreads_over_the
     text = compiled_text(lambda v: v.transpose(0, 2, 1).sum(axis=(0, 1)), x)
     assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" not in text
     assert "_parts(" in text
+
+
+def test_cumulative_ops_down_columns_give_each_column_a_thread():
+    """A cumulative sum, product or maximum over axis 0 runs down each column, its columns'
+    stores interleaved in memory but never meeting: a thread per column (it ran on one
+    thread for all), each in the reference's order."""
+    x = (np.random.default_rng(9).standard_normal((300, 37)) * 0.1 + 1).astype(np.float32)
+
+    def f(v):
+        return fnp.cumsum(v, axis=0), fnp.cumprod(v, axis=0), lax.cummax(v, axis=0)
+
+    assert_same_as_reference(f, x)
+    text = compiled_text(lambda v: fnp.cumsum(v, axis=0), x)
+    assert "threadIdx.x); i0 < 37; i0 += (int)(gridDim.x * blockDim.x)" in text
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, dtypes.bfloat16])

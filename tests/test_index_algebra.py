@@ -201,3 +201,34 @@ def test_a_store_through_quotients_is_parallel_where_each_iteration_has_its_own(
     shared = K.binary("div", r, c(2))
     kernel = K.Kernel("k", [x], [out], [K.Loop(r, 0, 12, [K.Store(out, shared, K.Load(x, r))])])
     assert parallel_loop(kernel, scattered=True) is None
+
+
+def test_stores_interleaving_in_memory_are_parallel_where_iterations_never_meet():
+    """A cumulative sum down columns, `for i < 8: for r < 6: out[r * 8 + i] = ...`: column i
+    writes rows 8 apart, so no two columns meet and a GPU's threads take one column each (a
+    CPU's, taking runs of iterations, keep to stores whose iterations do not interleave).
+    Columns of 8 rows 4 apart (`r * 4 + i`) meet: column 4's row 0 is column 0's row 1."""
+    i, r = K.fresh_index("i"), K.fresh_index("r")
+    x, out = K.Buffer("x", np.dtype(np.float32), 48), K.Buffer("out", np.dtype(np.float32), 48)
+    acc = K.fresh_acc(np.dtype(np.float32))
+
+    def column(stride: int, columns: int) -> K.Kernel:
+        offset = K.binary("add", K.binary("mul", r, c(stride)), i)
+        body = [
+            K.SetAcc(acc, K.const(0, np.dtype(np.float32))),
+            K.Loop(
+                r,
+                0,
+                6,
+                [
+                    K.SetAcc(acc, K.binary("add", acc.read(), K.Load(x, offset))),
+                    K.Store(out, offset, acc.read()),
+                ],
+            ),
+        ]
+        return K.Kernel("k", [x], [out], [K.Loop(i, 0, columns, body)])
+
+    assert parallel_loop(column(8, 8), scattered=True) is not None
+    assert parallel_loop(column(8, 8)) is None
+    assert parallel_loop(column(4, 8), scattered=True) is None
+    assert parallel_loop(column(4, 4), scattered=True) is not None

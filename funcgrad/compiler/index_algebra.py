@@ -23,6 +23,7 @@ from funcgrad.compiler.parallel import (
     MIN_TILED_RESULTS,
     expressions,
     linear,
+    linear_terms,
     parallel_loop,
     product_nest,
     replaced_in,
@@ -271,7 +272,7 @@ def simplified(e: K.Expr, ranges: dict, memo: dict | None = None) -> K.Expr:
         elif a is not e.a or b is not e.b:
             result = K.binary(e.op, a, b)
         if e.op in ("add", "sub"):  # (a row's coordinates joined again)
-            terms, constant = _linear_terms(result)
+            terms, constant = linear_terms(result)
             joined = _rejoined(dict(terms), constant)
             if joined[0].keys() != terms.keys():
                 result = _sum(*joined)
@@ -312,7 +313,7 @@ def _terms(e: K.Expr):
     """`e` as ({id(atom): (atom, coefficient)}, constant); what is not a sum, a difference or
     a product by a constant is an atom. `c * div(x, c) + rem(x, c)` is `x` (terms `k * c` and
     `k` of one x), so that a row split into its coordinates is the row again."""
-    terms, constant = _linear_terms(e)
+    terms, constant = linear_terms(e)
     return _rejoined(terms, constant)
 
 
@@ -340,7 +341,7 @@ def _rejoined(terms: dict, constant: int) -> tuple[dict, int]:
         key, other = pair
         (_, x, _), coefficient = splits[key]
         del terms[key], terms[other]
-        inside, offset = _linear_terms(x)
+        inside, offset = linear_terms(x)
         for k, (part, f) in inside.items():
             terms[k] = (part, terms.get(k, (part, 0))[1] + coefficient * f)
         terms = {k: v for k, v in terms.items() if v[1]}
@@ -354,27 +355,6 @@ def _split_of(atom: K.Expr):
         if c > 0:
             return atom.op, atom.a, c
     return None
-
-
-def _linear_terms(e: K.Expr):
-    if isinstance(e, K.Const):
-        return {}, int(e.value)
-    if isinstance(e, K.Binary) and e.op in ("add", "sub"):
-        a, b = _linear_terms(e.a), _linear_terms(e.b)
-        sign = 1 if e.op == "add" else -1
-        terms = dict(a[0])
-        for key, (atom, coefficient) in b[0].items():
-            total = terms.get(key, (atom, 0))[1] + sign * coefficient
-            terms[key] = (atom, total)
-        return {k: v for k, v in terms.items() if v[1]}, a[1] + sign * b[1]
-    if isinstance(e, K.Binary) and e.op == "mul":
-        for scaled, factor in ((e.a, e.b), (e.b, e.a)):
-            if isinstance(factor, K.Const):
-                terms, constant = _linear_terms(scaled)
-                f = int(factor.value)
-                scaled_terms = {k: (atom, c * f) for k, (atom, c) in terms.items() if c * f}
-                return scaled_terms, constant * f
-    return {id(e): (e, 1)}, 0
 
 
 def _sum(terms: dict, constant: int) -> K.Expr:

@@ -39,7 +39,8 @@ from funcgrad.compiler.schedule import KernelStep, Program, inner_programs
 def parallel_loop(kernel: K.Kernel, scattered: bool = False) -> K.Loop | None:
     """The kernel's outer loop if its iterations may run on different threads, else None.
     With `scattered` (a GPU's threads, which take iterations one each), a store at an offset
-    not linear in the loop's index is taken where the offset differs at every iteration. (A
+    not linear in the loop's index is taken where the offset differs at every iteration, and
+    one whose iterations interleave in memory where they never meet (`_apart`). (A
     CPU's threads, which take runs of iterations, keep to linear stores: threading such loops
     there gained nothing on a transformer's training step.)"""
     if len(kernel.body) != 1 or not isinstance(kernel.body[0], K.Loop):
@@ -77,7 +78,12 @@ def parallel_loop(kernel: K.Kernel, scattered: bool = False) -> K.Loop | None:
                     return None
                 low, high = min(low, known_low), max(high, known_high)
             if coefficient <= 0 or high - low >= coefficient:
-                return None
+                if not scattered or statement.buffer in slots or not _apart(statement, loop):
+                    return None
+                known = spread.setdefault(statement.buffer, statement.offset)
+                if not K.same(known, statement.offset):
+                    return None
+                continue
             slots[statement.buffer] = coefficient, low, high
     for statement in statements:
         for e in expressions(statement):
@@ -88,6 +94,22 @@ def parallel_loop(kernel: K.Kernel, scattered: bool = False) -> K.Loop | None:
                 if not K.same(e.offset, spread[e.buffer]):
                     return None
     return loop
+
+
+def _apart(store: K.Store, loop: K.Loop) -> bool:
+    """Whether the store's offset is `c * i + <multiples of g>` in the loop's index i, with
+    0 < c * (count - 1) < g: iterations then store apart whatever the other terms hold (a
+    cumulative sum down columns, column i writing rows g apart)."""
+    terms, _ = linear_terms(store.offset)
+    step, apart = 0, 0
+    for atom, coefficient in terms.values():
+        if atom is loop.index:
+            step = coefficient
+        elif any(node is loop.index for node in K.nodes(atom)):
+            return False
+        else:
+            apart = math.gcd(apart, abs(coefficient))
+    return step > 0 and step * (loop.stop - loop.start - 1) < apart
 
 
 # Offsets of a store not linear in the loop's index are checked element by element up to
@@ -170,6 +192,29 @@ def linear_in_loop(expr: K.Expr, loop: K.Loop, ranges: dict):
         if isinstance(e, K.Index) and e is not loop.index:
             ranges.setdefault(e, (0, 0))
     return linear(expr, loop.index, ranges)
+
+
+def linear_terms(e: K.Expr):
+    """`e` as ({id(atom): (atom, coefficient)}, constant): what is not a sum, a difference or
+    a product by a constant is an atom."""
+    if isinstance(e, K.Const):
+        return {}, int(e.value)
+    if isinstance(e, K.Binary) and e.op in ("add", "sub"):
+        a, b = linear_terms(e.a), linear_terms(e.b)
+        sign = 1 if e.op == "add" else -1
+        terms = dict(a[0])
+        for key, (atom, coefficient) in b[0].items():
+            total = terms.get(key, (atom, 0))[1] + sign * coefficient
+            terms[key] = (atom, total)
+        return {k: v for k, v in terms.items() if v[1]}, a[1] + sign * b[1]
+    if isinstance(e, K.Binary) and e.op == "mul":
+        for scaled, factor in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(factor, K.Const):
+                terms, constant = linear_terms(scaled)
+                f = int(factor.value)
+                scaled_terms = {k: (atom, c * f) for k, (atom, c) in terms.items() if c * f}
+                return scaled_terms, constant * f
+    return {id(e): (e, 1)}, 0
 
 
 def _within(slot: tuple[int, int, int], form) -> bool:
