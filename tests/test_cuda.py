@@ -641,6 +641,27 @@ def test_a_reduction_over_leading_axes_read_through_a_transpose_spreads_over_the
     assert "_parts(" in text
 
 
+def test_sorts_of_many_lines_give_each_line_a_thread():
+    """Sorting each row of a matrix (keys with ties, NaNs and signed zeros; a second operand
+    moving with them), argsort, top_k and the median: a thread per line takes the line's
+    whole merge sort (each line its own row of the permutation buffers), then the sorted
+    elements are gathered on the grid, where all the lines ran on one thread."""
+    rng = np.random.default_rng(10)
+    x = np.round(rng.standard_normal((37, 300)), 1).astype(np.float32)
+    x[3, ::7], x[5, 10], x[5, 11] = np.nan, -0.0, 0.0
+    payload = rng.integers(0, 1000, x.shape).astype(np.int32)
+
+    def f(v, p):
+        keys, moved = lax.sort((v, p), dimension=1, num_keys=1)
+        values, indices = lax.top_k(v, 5)
+        return keys, moved, fnp.argsort(v, axis=1), values, indices, fnp.median(v, axis=1)
+
+    assert_same_as_reference(f, x, payload)
+    text = compiled_text(lambda v: fnp.sort(v, axis=1), x)
+    assert "_sort_lines(" in text
+    assert "threadIdx.x); i0 < 37; i0 += (int)(gridDim.x * blockDim.x)" in text
+
+
 def test_cumulative_ops_down_columns_give_each_column_a_thread():
     """A cumulative sum, product or maximum over axis 0 runs down each column, its columns'
     stores interleaved in memory but never meeting: a thread per column (it ran on one

@@ -21,13 +21,13 @@ import math
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.parallel import (
     MIN_TILED_RESULTS,
+    body_replaced,
     expressions,
     linear,
     linear_terms,
     parallel_loop,
     product_nest,
     replaced_in,
-    statement_replaced,
     statements_in,
 )
 
@@ -181,7 +181,7 @@ def _merged(outer: K.Loop, inner: K.Loop, ranges: dict) -> K.Loop:
         + K.const(inner.start, K.INDEX),
     }
     stop = (outer.stop - outer.start) * count
-    body = _statements(_replaced(inner.body, coordinates), {**ranges, row: (0, stop - 1)})
+    body = _statements(body_replaced(inner.body, coordinates), {**ranges, row: (0, stop - 1)})
     return K.Loop(row, 0, stop, body)
 
 
@@ -215,16 +215,6 @@ def _splits(body: list, index: K.Index) -> bool:
                 if any(n is index for n in K.nodes(node.a)):
                     return True
     return False
-
-
-def _replaced(body: list, replacements: dict) -> list:
-    """The statements with the nodes `replacements` names (by id) replaced, their loops new."""
-    return [
-        K.Loop(s.index, s.start, s.stop, _replaced(s.body, replacements))
-        if isinstance(s, K.Loop)
-        else statement_replaced(s, replacements)
-        for s in body
-    ]
 
 
 def _statements(body: list, ranges: dict) -> list:

@@ -816,6 +816,68 @@ def _scatter_split(step: KernelStep) -> list[K.Kernel] | None:
     return [copy, updates_in_order]
 
 
+# -- sorts (GPU) ------------------------------------------------------------------------------
+
+SORTS = ("sort", "top_k")
+
+
+def sorts_by_line(program: Program) -> None:
+    """For a GPU, rewrites each sort kernel (`fusion._merge_sort`: every line's positions
+    0..n-1, then passes merging runs of each width over every line in turn, then the sorted
+    elements gathered, all on one thread: each pass's loads and stores go through the
+    permutations it reads) as two kernels: a thread per line taking its whole merge sort,
+    its permutations in two buffers of all the lines' (each line reads and writes its own
+    row of them, but for a spare slot every line writes and none reads), then the gather on
+    the grid."""
+    _kernels_replaced(program, _sort_split)
+
+
+def _sort_split(step: KernelStep) -> list[K.Kernel] | None:
+    kernel = step.kernel
+    if not step.eqns or step.eqns[-1].primitive.name not in SORTS or len(kernel.scratch) != 2:
+        return None
+    scratch = set(kernel.scratch)
+    count = 0
+    while count < len(kernel.body) and _stores_only(kernel.body[count], scratch):
+        count += 1
+    passes, gather = kernel.body[:count], kernel.body[count:]
+    if not passes or not gather or not all(isinstance(loop, K.Loop) for loop in passes):
+        return None
+    lines = {(loop.start, loop.stop) for loop in passes}
+    if len(lines) != 1 or lines == {(0, 1)}:
+        return None
+    ((start, stop),) = lines
+    line = K.fresh_index("line")
+    body = []
+    for loop in passes:
+        body += body_replaced(loop.body, {id(loop.index): line})
+    permutations = list(kernel.scratch)
+    sorting = K.Kernel(
+        f"{kernel.name}_lines",
+        kernel.inputs,
+        permutations,
+        [K.Loop(line, start, stop, body)],
+        independent_outer=True,
+    )
+    gathered = K.Kernel(kernel.name, kernel.inputs + permutations, kernel.outputs, gather)
+    return [sorting, gathered]
+
+
+def _stores_only(statement, buffers: set) -> bool:
+    """Whether every store in `statement` goes to one of `buffers`."""
+    return all(s.buffer in buffers for s in statements_in([statement]) if isinstance(s, K.Store))
+
+
+def body_replaced(body: list, replacements: dict) -> list:
+    """The statements with the nodes `replacements` names (by id) replaced, their loops new."""
+    return [
+        K.Loop(s.index, s.start, s.stop, body_replaced(s.body, replacements))
+        if isinstance(s, K.Loop)
+        else statement_replaced(s, replacements)
+        for s in body
+    ]
+
+
 def _split_product(kernel: K.Kernel) -> list[K.Kernel] | None:
     nest = product_nest(kernel)
     if nest is None or nest.parts is not None:
