@@ -662,6 +662,28 @@ def test_sorts_of_many_lines_give_each_line_a_thread():
     assert "threadIdx.x); i0 < 37; i0 += (int)(gridDim.x * blockDim.x)" in text
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, dtypes.bfloat16])
+def test_an_argmax_over_a_whole_array_finds_each_parts_first_then_carries_them_in_order(dtype):
+    """40,000 elements below zero (1,024 parts of 39, 64 left over): the maximum ties at
+    three places in different parts, the first opening the first part (it wins); the minimum is
+    among the elements left over; with NaNs, the first NaN wins, in a later part than the
+    maximum, before another among the elements left over."""
+    rng = np.random.default_rng(11)
+    x = np.round(-np.abs(rng.standard_normal(40000) * 100) - 1).astype(np.float32)
+    x[[5000, 0, 39990]] = -0.5  # the first maximum opens the first part
+    x[[31000, 123]] = -1000
+    x[39950] = -2000
+    values = [x.astype(dtype)]
+    if dtype != np.int32:
+        with_nan = x.copy()
+        with_nan[[20000, 39970]] = np.nan
+        values.append(with_nan.astype(dtype))
+    for v in values:
+        assert_same_as_reference(lambda a: (fnp.argmax(a), fnp.argmin(a)), v)
+    text = compiled_text(lambda a: fnp.argmax(a), values[0])
+    assert "_argmax_parts(" in text and "threadIdx.x); i0 < 1024;" in text
+
+
 def test_cumulative_ops_down_columns_give_each_column_a_thread():
     """A cumulative sum, product or maximum over axis 0 runs down each column, its columns'
     stores interleaved in memory but never meeting: a thread per column (it ran on one

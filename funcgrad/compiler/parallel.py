@@ -816,6 +816,90 @@ def _scatter_split(step: KernelStep) -> list[K.Kernel] | None:
     return [copy, updates_in_order]
 
 
+# -- whole-array argmax and argmin (GPU) ----------------------------------------------------
+
+# A whole-array argmax or argmin of at least ARG_PARTS * ARG_PART_MIN elements is split.
+ARG_PARTS = 1024
+ARG_PART_MIN = 32
+
+
+def split_argreductions(program: Program) -> None:
+    """For a GPU, rewrites each argmax or argmin over a whole array (`fusion._argreduce`: a
+    best value and its index carried down the elements on one thread) of at least
+    ARG_PARTS * ARG_PART_MIN elements as two kernels: each of ARG_PARTS contiguous parts
+    finds its own first extreme (a thread each), then one thread carries the best over the
+    parts' results in order and over the elements left over. Carried in order, the first
+    extreme (or first NaN) of the whole array wins, as before."""
+    _kernels_replaced(program, _argreduction_split)
+
+
+def _argreduction_split(step: KernelStep) -> list[K.Kernel] | None:
+    kernel = step.kernel
+    if not step.eqns or step.eqns[-1].primitive.name not in ("argmax", "argmin"):
+        return None
+    body = kernel.body
+    if len(body) != 4 or not isinstance(body[2], K.Loop) or len(body[2].body) != 2:
+        return None
+    loop, (at_update, best_update) = body[2], body[2].body
+    if not all(isinstance(s, K.SetAcc) for s in (body[0], body[1], at_update, best_update)):
+        return None
+    take, value = best_update.value.pred, best_update.value.on_true
+    first = take.a if isinstance(take, K.Binary) and take.op == "or" else None
+    is_first = (
+        isinstance(first, K.Binary)
+        and first.op == "eq"
+        and first.a is loop.index
+        and isinstance(first.b, K.Const)
+        and int(first.b.value) == 0
+    )
+    count = loop.stop - loop.start
+    if not is_first or loop.start != 0 or count < ARG_PARTS * ARG_PART_MIN:
+        return None
+    share = count // ARG_PARTS
+    best, at = best_update.acc, at_update.acc
+    bests = K.Buffer(f"partial_{kernel.name}_best", best.dtype, ARG_PARTS)
+    places = K.Buffer(f"partial_{kernel.name}_at", at.dtype, ARG_PARTS)
+    part, inside = K.fresh_index("c"), K.fresh_index("i")
+    within = {
+        id(first): K.binary("eq", inside, K.const(0, K.INDEX)),
+        id(loop.index): part * K.const(share, K.INDEX) + inside,
+    }
+    parts = K.Kernel(
+        f"{kernel.name}_parts",
+        kernel.inputs,
+        [bests, places],
+        [
+            K.Loop(
+                part,
+                0,
+                ARG_PARTS,
+                [
+                    body[0],
+                    body[1],
+                    K.Loop(inside, 0, share, body_replaced(loop.body, within)),
+                    K.Store(bests, part, best.read()),
+                    K.Store(places, part, at.read()),
+                ],
+            )
+        ],
+    )
+    each = K.fresh_index("c")
+    across = {
+        id(first): K.binary("eq", each, K.const(0, K.INDEX)),
+        id(value): K.Load(bests, each),
+        id(at_update.value.on_true): K.Load(places, each),
+    }
+    carried = [body[0], body[1], K.Loop(each, 0, ARG_PARTS, body_replaced(loop.body, across))]
+    rest = K.fresh_index("i")
+    carried.append(
+        K.Loop(rest, ARG_PARTS * share, count, body_replaced(loop.body, {id(loop.index): rest}))
+    )
+    combined = K.Kernel(
+        kernel.name, [*kernel.inputs, bests, places], kernel.outputs, [*carried, body[3]]
+    )
+    return [parts, combined]
+
+
 # -- sorts (GPU) ------------------------------------------------------------------------------
 
 SORTS = ("sort", "top_k")
