@@ -684,6 +684,33 @@ def test_an_argmax_over_a_whole_array_finds_each_parts_first_then_carries_them_i
     assert "_argmax_parts(" in text and "threadIdx.x); i0 < 1024;" in text
 
 
+def test_cumulative_ops_along_one_long_line_run_in_parts():
+    """40,000 elements (1,024 parts of 39, 64 left over): each part folds its elements, one
+    thread carries the running value over the parts and down the elements left over, then
+    each part runs down its elements again from the value before it. Maxima and minima and
+    integer sums are exact; float sums and products are regrouped (within 1e-4). A reverse
+    cumulative op stays on one thread."""
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal(40000).astype(np.float32)
+    below = -np.abs(x) - 1  # every part's running maximum below zero
+    integers = rng.integers(-1000, 1000, 40000).astype(np.int32)
+
+    def exact(v, w, k):
+        return lax.cummax(w), lax.cummin(-w), lax.cummax(v), fnp.cumsum(k)
+
+    assert_same_as_reference(exact, x, below, integers)
+
+    def regrouped(v):
+        return fnp.cumsum(v), fnp.cumprod(1 + v * 1e-3), lax.cumlogsumexp(v)
+
+    assert_same_as_reference(regrouped, x, exact=False, rtol=1e-4)
+    text = compiled_text(lambda v: fnp.cumsum(v), x)
+    assert "_cumsum_parts(" in text and "_cumsum_carry(" in text
+    assert text.count("threadIdx.x); i0 < 1024; i0 += (int)(gridDim.x * blockDim.x)") == 2
+    backwards = compiled_text(lambda v: lax.cumsum(v, reverse=True), x)
+    assert "_parts(" not in backwards
+
+
 def test_cumulative_ops_down_columns_give_each_column_a_thread():
     """A cumulative sum, product or maximum over axis 0 runs down each column, its columns'
     stores interleaved in memory but never meeting: a thread per column (it ran on one

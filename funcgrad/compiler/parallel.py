@@ -900,6 +900,108 @@ def _argreduction_split(step: KernelStep) -> list[K.Kernel] | None:
     return [parts, combined]
 
 
+# -- cumulative ops along one long line (GPU) ---------------------------------------------
+
+CUMULATIVES = ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp")
+# A cumulative op along a whole line of at least SCAN_PARTS * SCAN_PART_MIN elements is split.
+SCAN_PARTS = 1024
+SCAN_PART_MIN = 32
+
+
+def split_scans(program: Program) -> None:
+    """For a GPU, rewrites each cumulative op along one line (`fusion._cumulative` with no
+    outer loops: a running value carried down the line on one thread) of at least
+    SCAN_PARTS * SCAN_PART_MIN elements, forward, as three kernels: each of SCAN_PARTS
+    contiguous parts folds its elements (a thread each); one thread carries the running value
+    over the parts' folds, keeping it after each part, and down the elements left over;
+    then each part runs down its elements again from the running value before it (a thread
+    each), storing. The combination is regrouped, as a split sum is: float sums and products
+    round differently from one running value."""
+    _kernels_replaced(program, _scan_split)
+
+
+def _scan_split(step: KernelStep) -> list[K.Kernel] | None:
+    kernel = step.kernel
+    if not step.eqns or step.eqns[-1].primitive.name not in CUMULATIVES:
+        return None
+    if step.eqns[-1].params["reverse"] or len(kernel.body) != 2 or kernel.scratch:
+        return None
+    start, loop = kernel.body
+    if not (isinstance(start, K.SetAcc) and isinstance(loop, K.Loop) and len(loop.body) == 2):
+        return None
+    update, store = loop.body
+    if not (isinstance(update, K.SetAcc) and isinstance(store, K.Store)):
+        return None
+    if not isinstance(update.value, K.Select) or loop.start != 0:
+        return None
+    count = loop.stop - loop.start
+    if count < SCAN_PARTS * SCAN_PART_MIN:
+        return None
+    share = count // SCAN_PARTS
+    acc, value = update.acc, update.value.on_true
+    folds = K.Buffer(f"partial_{kernel.name}", acc.dtype, SCAN_PARTS)
+    running = K.Buffer(f"running_{kernel.name}", acc.dtype, SCAN_PARTS)
+    part, inside = K.fresh_index("c"), K.fresh_index("i")
+    opening = K.binary("eq", inside, K.const(0, K.INDEX))  # (each part folds from its first)
+    here = {id(update.value.pred): opening, id(loop.index): part * K.const(share, K.INDEX) + inside}
+    parts = K.Kernel(
+        f"{kernel.name}_parts",
+        kernel.inputs,
+        [folds],
+        [
+            K.Loop(
+                part,
+                0,
+                SCAN_PARTS,
+                [
+                    start,
+                    K.Loop(inside, 0, share, [statement_replaced(update, here)]),
+                    K.Store(folds, part, acc.read()),
+                ],
+            )
+        ],
+    )
+    each, rest = K.fresh_index("c"), K.fresh_index("i")
+    across = {id(loop.index): each, id(value): K.Load(folds, each)}
+    carried = K.Kernel(
+        f"{kernel.name}_carry",
+        [*kernel.inputs, folds],
+        [*kernel.outputs, running],
+        [
+            start,
+            K.Loop(
+                each,
+                0,
+                SCAN_PARTS,
+                [statement_replaced(update, across), K.Store(running, each, acc.read())],
+            ),
+            K.Loop(
+                rest, SCAN_PARTS * share, count, body_replaced(loop.body, {id(loop.index): rest})
+            ),
+        ],
+    )
+    part, inside = K.fresh_index("c"), K.fresh_index("i")
+    here = {id(loop.index): part * K.const(share, K.INDEX) + inside}
+    before = K.binary("max", part - K.const(1, K.INDEX), K.const(0, K.INDEX))
+    rescanned = K.Kernel(
+        kernel.name,
+        [*kernel.inputs, running],
+        kernel.outputs,
+        [
+            K.Loop(
+                part,
+                0,
+                SCAN_PARTS,
+                [
+                    K.SetAcc(acc, K.Load(running, before)),  # (part 0 starts afresh anyway)
+                    K.Loop(inside, 0, share, body_replaced(loop.body, here)),
+                ],
+            )
+        ],
+    )
+    return [parts, carried, rescanned]
+
+
 # -- sorts (GPU) ------------------------------------------------------------------------------
 
 SORTS = ("sort", "top_k")

@@ -22,8 +22,9 @@ def plan(
     says (`parallel.split_reductions`), and so, for a GPU, do reductions over a leading axis
     with few columns (`parallel.columns_outer`), after a GPU's scatters give each window
     position a thread where no two meet (`parallel.scatter_windows_outer`), its sorts each
-    line a thread (`parallel.sorts_by_line`), its whole-array argmax and argmin parts
-    (`parallel.split_argreductions`) and its perfect
+    line a thread (`parallel.sorts_by_line`), its whole-array argmax and argmin and its
+    cumulative ops along one long line parts (`parallel.split_argreductions`,
+    `parallel.split_scans`) and its perfect
     loop nests are made one loop where that is plain or spreads a kernel over more threads
     (`index_algebra.coalesce_loops`) and its products of few results with long sums are
     split into parts (`parallel.split_products`). Products in `gemm_dtypes` may run as the
@@ -39,6 +40,7 @@ def plan(
         parallel.scatter_windows_outer(program)
         parallel.sorts_by_line(program)
         parallel.split_argreductions(program)
+        parallel.split_scans(program)
         for step in all_steps(program):
             if isinstance(step, KernelStep):
                 coalesce_loops(step.kernel, reductions.column_threads)
