@@ -6,6 +6,7 @@ and the random-program test run the same path for every primitive."""
 from __future__ import annotations
 
 import re
+import warnings
 from functools import partial
 
 import numpy as np
@@ -685,11 +686,11 @@ def test_an_argmax_over_a_whole_array_finds_each_parts_first_then_carries_them_i
 
 
 def test_cumulative_ops_along_one_long_line_run_in_parts():
-    """40,000 elements (1,024 parts of 39, 64 left over): each part folds its elements, one
-    thread carries the running value over the parts and down the elements left over, then
-    each part runs down its elements again from the value before it. Maxima and minima and
-    integer sums are exact; float sums and products are regrouped (within 1e-4). A reverse
-    cumulative op stays on one thread."""
+    """40,000 elements (1,000 parts of 40: a count near 1,024 that divides them): each part
+    folds its elements, one thread carries the running value over the parts, then each part
+    runs down its elements again from the value before it. Maxima and minima and integer
+    sums are exact; float sums and products are regrouped (within 1e-4). A reverse
+    cumulative op, and one along a line of a prime length, stay on one thread."""
     rng = np.random.default_rng(12)
     x = rng.standard_normal(40000).astype(np.float32)
     below = -np.abs(x) - 1  # every part's running maximum below zero
@@ -706,9 +707,16 @@ def test_cumulative_ops_along_one_long_line_run_in_parts():
     assert_same_as_reference(regrouped, x, exact=False, rtol=1e-4)
     text = compiled_text(lambda v: fnp.cumsum(v), x)
     assert "_cumsum_parts(" in text and "_cumsum_carry(" in text
-    assert text.count("threadIdx.x); i0 < 1024; i0 += (int)(gridDim.x * blockDim.x)") == 2
+    assert text.count("threadIdx.x); i0 < 1000; i0 += (int)(gridDim.x * blockDim.x)") == 2
     backwards = compiled_text(lambda v: lax.cumsum(v, reverse=True), x)
     assert "_parts(" not in backwards
+    assert "_parts(" not in compiled_text(lambda v: fnp.cumsum(v), x[:32771])
+    # The last kernel alone writes the result, pointwise: a donated operand still hosts it.
+    placed = fg.device_put(integers, fg.devices("cuda_emulator")[0])
+    with jit_backend("cuda_emulator"), warnings.catch_warnings():
+        warnings.simplefilter("error")  # (an unusable donation warns)
+        in_place = fg.jit(fnp.cumsum, donate_argnums=0)(placed)
+    np.testing.assert_array_equal(np.asarray(in_place), np.cumsum(integers))
 
 
 def test_cumulative_ops_down_columns_give_each_column_a_thread():

@@ -903,20 +903,22 @@ def _argreduction_split(step: KernelStep) -> list[K.Kernel] | None:
 # -- cumulative ops along one long line (GPU) ---------------------------------------------
 
 CUMULATIVES = ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp")
-# A cumulative op along a whole line of at least SCAN_PARTS * SCAN_PART_MIN elements is split.
+# A cumulative op along a whole line of at least SCAN_PARTS * SCAN_PART_MIN elements is split
+# (into SCAN_PARTS parts, or a near count that divides the line).
 SCAN_PARTS = 1024
 SCAN_PART_MIN = 32
 
 
 def split_scans(program: Program) -> None:
-    """For a GPU, rewrites each cumulative op along one line (`fusion._cumulative` with no
-    outer loops: a running value carried down the line on one thread) of at least
-    SCAN_PARTS * SCAN_PART_MIN elements, forward, as three kernels: each of SCAN_PARTS
-    contiguous parts folds its elements (a thread each); one thread carries the running value
-    over the parts' folds, keeping it after each part, and down the elements left over;
-    then each part runs down its elements again from the running value before it (a thread
-    each), storing. The combination is regrouped, as a split sum is: float sums and products
-    round differently from one running value."""
+    """For a GPU, rewrites each forward cumulative op along one line (`fusion._cumulative`
+    with no outer loops: a running value carried down the line on one thread) of at least
+    SCAN_PARTS * SCAN_PART_MIN elements that SCAN_PARTS or a near count of parts divides
+    (`_dividing`) as three kernels: each contiguous part folds its elements (a thread each);
+    one thread carries the running value over the parts' folds, keeping it after each part;
+    then each part runs down its elements again from the value before it, storing (a thread
+    each). That last kernel alone writes the result, pointwise with its reads of the operand,
+    so a donated operand still hosts it (`donation`). The combination is regrouped, as a
+    split sum is: float sums and products round differently from one running value."""
     _kernels_replaced(program, _scan_split)
 
 
@@ -935,71 +937,41 @@ def _scan_split(step: KernelStep) -> list[K.Kernel] | None:
     if not isinstance(update.value, K.Select) or loop.start != 0:
         return None
     count = loop.stop - loop.start
-    if count < SCAN_PARTS * SCAN_PART_MIN:
+    parts_count = _dividing(count, SCAN_PARTS)
+    if count % parts_count or count < parts_count * SCAN_PART_MIN:
         return None
-    share = count // SCAN_PARTS
+    share = count // parts_count
     acc, value = update.acc, update.value.on_true
-    folds = K.Buffer(f"partial_{kernel.name}", acc.dtype, SCAN_PARTS)
-    running = K.Buffer(f"running_{kernel.name}", acc.dtype, SCAN_PARTS)
-    part, inside = K.fresh_index("c"), K.fresh_index("i")
-    opening = K.binary("eq", inside, K.const(0, K.INDEX))  # (each part folds from its first)
-    here = {id(update.value.pred): opening, id(loop.index): part * K.const(share, K.INDEX) + inside}
-    parts = K.Kernel(
-        f"{kernel.name}_parts",
-        kernel.inputs,
-        [folds],
-        [
-            K.Loop(
-                part,
-                0,
-                SCAN_PARTS,
-                [
-                    start,
-                    K.Loop(inside, 0, share, [statement_replaced(update, here)]),
-                    K.Store(folds, part, acc.read()),
-                ],
-            )
-        ],
-    )
-    each, rest = K.fresh_index("c"), K.fresh_index("i")
+    folds = K.Buffer(f"partial_{kernel.name}", acc.dtype, parts_count)
+    running = K.Buffer(f"running_{kernel.name}", acc.dtype, parts_count)
+
+    def by_part(body: list) -> K.Loop:
+        part, inside = K.fresh_index("c"), K.fresh_index("i")
+        position = part * K.const(share, K.INDEX) + inside
+        return K.Loop(part, 0, parts_count, body(part, inside, position))
+
+    def fold(part, inside, position) -> list:
+        opening = K.binary("eq", inside, K.const(0, K.INDEX))  # (a part folds from its first)
+        here = {id(update.value.pred): opening, id(loop.index): position}
+        within = K.Loop(inside, 0, share, [statement_replaced(update, here)])
+        return [start, within, K.Store(folds, part, acc.read())]
+
+    def rescan(part, inside, position) -> list:
+        before = K.binary("max", part - K.const(1, K.INDEX), K.const(0, K.INDEX))
+        within = K.Loop(inside, 0, share, body_replaced(loop.body, {id(loop.index): position}))
+        # (part 0 starts afresh at its first element, as the line did)
+        return [K.SetAcc(acc, K.Load(running, before)), within]
+
+    each = K.fresh_index("c")
     across = {id(loop.index): each, id(value): K.Load(folds, each)}
-    carried = K.Kernel(
-        f"{kernel.name}_carry",
-        [*kernel.inputs, folds],
-        [*kernel.outputs, running],
-        [
-            start,
-            K.Loop(
-                each,
-                0,
-                SCAN_PARTS,
-                [statement_replaced(update, across), K.Store(running, each, acc.read())],
-            ),
-            K.Loop(
-                rest, SCAN_PARTS * share, count, body_replaced(loop.body, {id(loop.index): rest})
-            ),
-        ],
-    )
-    part, inside = K.fresh_index("c"), K.fresh_index("i")
-    here = {id(loop.index): part * K.const(share, K.INDEX) + inside}
-    before = K.binary("max", part - K.const(1, K.INDEX), K.const(0, K.INDEX))
-    rescanned = K.Kernel(
-        kernel.name,
-        [*kernel.inputs, running],
-        kernel.outputs,
-        [
-            K.Loop(
-                part,
-                0,
-                SCAN_PARTS,
-                [
-                    K.SetAcc(acc, K.Load(running, before)),  # (part 0 starts afresh anyway)
-                    K.Loop(inside, 0, share, body_replaced(loop.body, here)),
-                ],
-            )
-        ],
-    )
-    return [parts, carried, rescanned]
+    carry = [statement_replaced(update, across), K.Store(running, each, acc.read())]
+    return [
+        K.Kernel(f"{kernel.name}_parts", kernel.inputs, [folds], [by_part(fold)]),
+        K.Kernel(
+            f"{kernel.name}_carry", [folds], [running], [start, K.Loop(each, 0, parts_count, carry)]
+        ),
+        K.Kernel(kernel.name, [*kernel.inputs, running], kernel.outputs, [by_part(rescan)]),
+    ]
 
 
 # -- sorts (GPU) ------------------------------------------------------------------------------
