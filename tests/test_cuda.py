@@ -688,28 +688,36 @@ def test_an_argmax_over_a_whole_array_finds_each_parts_first_then_carries_them_i
 def test_cumulative_ops_along_one_long_line_run_in_parts():
     """40,000 elements (1,000 parts of 40: a count near 1,024 that divides them): each part
     folds its elements, one thread carries the running value over the parts, then each part
-    runs down its elements again from the value before it. Maxima and minima and integer
-    sums are exact; float sums and products are regrouped (within 1e-4). A reverse
-    cumulative op, and one along a line of a prime length, stay on one thread."""
+    runs down its elements again from the value before it; a reverse one walks its parts
+    down memory. Maxima and minima and integer sums are exact; float sums and products are
+    regrouped (within 1e-4). One along a line of a prime length stays on one thread."""
     rng = np.random.default_rng(12)
     x = rng.standard_normal(40000).astype(np.float32)
     below = -np.abs(x) - 1  # every part's running maximum below zero
     integers = rng.integers(-1000, 1000, 40000).astype(np.int32)
 
     def exact(v, w, k):
-        return lax.cummax(w), lax.cummin(-w), lax.cummax(v), fnp.cumsum(k)
+        return (
+            lax.cummax(w),
+            lax.cummin(-w),
+            lax.cummax(v),
+            fnp.cumsum(k),
+            lax.cummax(w, reverse=True),
+            lax.cumsum(k, reverse=True),
+        )
 
     assert_same_as_reference(exact, x, below, integers)
 
-    def regrouped(v):
-        return fnp.cumsum(v), fnp.cumprod(1 + v * 1e-3), lax.cumlogsumexp(v)
+    def regrouped(v):  # (sums of magnitudes: relative errors stay at float32's)
+        reverse = lax.cumsum(fnp.abs(v), reverse=True)
+        return fnp.cumsum(fnp.abs(v)), fnp.cumprod(1 + v * 1e-3), lax.cumlogsumexp(v), reverse
 
     assert_same_as_reference(regrouped, x, exact=False, rtol=1e-4)
     text = compiled_text(lambda v: fnp.cumsum(v), x)
     assert "_cumsum_parts(" in text and "_cumsum_carry(" in text
     assert text.count("threadIdx.x); i0 < 1000; i0 += (int)(gridDim.x * blockDim.x)") == 2
     backwards = compiled_text(lambda v: lax.cumsum(v, reverse=True), x)
-    assert "_parts(" not in backwards
+    assert backwards.count("threadIdx.x); i0 < 1000; i0 += (int)(gridDim.x * blockDim.x)") == 2
     assert "_parts(" not in compiled_text(lambda v: fnp.cumsum(v), x[:32771])
     # The last kernel alone writes the result, pointwise: a donated operand still hosts it.
     placed = fg.device_put(integers, fg.devices("cuda_emulator")[0])

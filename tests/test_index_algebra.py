@@ -232,3 +232,20 @@ def test_stores_interleaving_in_memory_are_parallel_where_iterations_never_meet(
     assert parallel_loop(column(8, 8)) is None
     assert parallel_loop(column(4, 8), scattered=True) is None
     assert parallel_loop(column(4, 4), scattered=True) is not None
+
+
+def test_stores_walking_down_memory_are_parallel_where_iterations_keep_apart():
+    """`for p < 8: for s < 5: out[39 - (p * 5 + s)] = ...` (a reverse scan's parts): each
+    iteration writes its own five elements, walking down memory; a GPU's threads take one
+    each (a CPU's keep to ascending stores). With parts of 5 stepping 4 apart they overlap."""
+    p, s = K.fresh_index("p"), K.fresh_index("s")
+    x, out = K.Buffer("x", np.dtype(np.float32), 40), K.Buffer("out", np.dtype(np.float32), 40)
+
+    def parts(step: int) -> K.Kernel:
+        offset = K.binary("sub", c(39), K.binary("add", K.binary("mul", p, c(step)), s))
+        inner = K.Loop(s, 0, 5, [K.Store(out, offset, K.Load(x, offset))])
+        return K.Kernel("k", [x], [out], [K.Loop(p, 0, 8, [inner])])
+
+    assert parallel_loop(parts(5), scattered=True) is not None
+    assert parallel_loop(parts(5)) is None
+    assert parallel_loop(parts(4), scattered=True) is None

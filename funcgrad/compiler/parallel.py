@@ -39,8 +39,9 @@ from funcgrad.compiler.schedule import KernelStep, Program, inner_programs
 def parallel_loop(kernel: K.Kernel, scattered: bool = False) -> K.Loop | None:
     """The kernel's outer loop if its iterations may run on different threads, else None.
     With `scattered` (a GPU's threads, which take iterations one each), a store at an offset
-    not linear in the loop's index is taken where the offset differs at every iteration, and
-    one whose iterations interleave in memory where they never meet (`_apart`). (A
+    not linear in the loop's index is taken where the offset differs at every iteration, one
+    whose iterations interleave in memory where they never meet (`_apart`), and one walking
+    down memory (`c * i + rest` with c < 0, rest spanning less than -c: a reverse scan's). (A
     CPU's threads, which take runs of iterations, keep to linear stores: threading such loops
     there gained nothing on a transformer's training step.)"""
     if len(kernel.body) != 1 or not isinstance(kernel.body[0], K.Loop):
@@ -77,7 +78,8 @@ def parallel_loop(kernel: K.Kernel, scattered: bool = False) -> K.Loop | None:
                 if known != coefficient:
                     return None
                 low, high = min(low, known_low), max(high, known_high)
-            if coefficient <= 0 or high - low >= coefficient:
+            descending = scattered and coefficient < 0 and high - low < -coefficient
+            if (coefficient <= 0 or high - low >= coefficient) and not descending:
                 if not scattered or statement.buffer in slots or not _apart(statement, loop):
                     return None
                 known = spread.setdefault(statement.buffer, statement.offset)
@@ -910,7 +912,7 @@ SCAN_PART_MIN = 32
 
 
 def split_scans(program: Program) -> None:
-    """For a GPU, rewrites each forward cumulative op along one line (`fusion._cumulative`
+    """For a GPU, rewrites each cumulative op along one line (`fusion._cumulative`
     with no outer loops: a running value carried down the line on one thread) of at least
     SCAN_PARTS * SCAN_PART_MIN elements that SCAN_PARTS or a near count of parts divides
     (`_dividing`) as three kernels: each contiguous part folds its elements (a thread each);
@@ -926,7 +928,7 @@ def _scan_split(step: KernelStep) -> list[K.Kernel] | None:
     kernel = step.kernel
     if not step.eqns or step.eqns[-1].primitive.name not in CUMULATIVES:
         return None
-    if step.eqns[-1].params["reverse"] or len(kernel.body) != 2 or kernel.scratch:
+    if len(kernel.body) != 2 or kernel.scratch:
         return None
     start, loop = kernel.body
     if not (isinstance(start, K.SetAcc) and isinstance(loop, K.Loop) and len(loop.body) == 2):
