@@ -973,7 +973,7 @@ def _scatter(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
         if in_bounds is not None:
             # A dropped window rewrites the element at its own position from the origin (in
             # range): only this window position ever writes there, which lets a GPU give
-            # each position a thread (`parallel.scatter_windows_outer`).
+            # each position a thread (`parallel._scatter_split`).
             own = [window_index.get(d, _index_const(0)) for d in range(rank)]
             offset = K.select(in_bounds, offset, flat_offset(own, shape))
         old = K.Load(out, offset)

@@ -270,7 +270,7 @@ class Kernel:
     scratch: list[Buffer] = field(default_factory=list)
     # Whether the pass that built it proved its outer loop's iterations independent where
     # `parallel.parallel_loop` cannot read that from the offsets (a scatter's window
-    # positions, whose stores go through loaded indices: `parallel.scatter_windows_outer`).
+    # positions, whose stores go through loaded indices: `parallel._scatter_split`).
     independent_outer: bool = False
 
     @property

@@ -755,11 +755,9 @@ def split_products(program: Program) -> None:
 
 # -- scatters (GPU) ---------------------------------------------------------------------------
 
-SCATTERS = ("scatter", "scatter_add", "scatter_mul", "scatter_min", "scatter_max")
 
-
-def scatter_windows_outer(program: Program) -> None:
-    """For a GPU, rewrites each scatter kernel (`fusion._scatter`: the operand copied into
+def _scatter_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
+    """A scatter kernel (`fusion._scatter`: the operand copied into
     the result, then every update combined into its place in order, all on one thread, for
     no offset shows two updates apart) as two kernels: the copy, on the grid, then the
     updates with their window loops outermost and made one loop, a thread per position of
@@ -769,14 +767,6 @@ def scatter_windows_outer(program: Program) -> None:
     rewrites the element at its position from the origin), so threads never meet, and each
     element sees its updates in the original order: the sums' bits are the reference's.
     Elsewhere the updates stay on one thread, after the copy."""
-    _kernels_replaced(program, _scatter_split)
-
-
-def _scatter_split(step: KernelStep) -> list[K.Kernel] | None:
-    kernel = step.kernel
-    if not step.eqns or step.eqns[-1].primitive.name not in SCATTERS:
-        return None
-    eqn = step.eqns[-1]
     if len(kernel.body) < 2 or kernel.scratch:
         return None
     operand, updates = eqn.invars[0].aval.shape, eqn.invars[2].aval.shape
@@ -825,20 +815,13 @@ ARG_PARTS = 1024
 ARG_PART_MIN = 32
 
 
-def split_argreductions(program: Program) -> None:
-    """For a GPU, rewrites each argmax or argmin over a whole array (`fusion._argreduce`: a
-    best value and its index carried down the elements on one thread) of at least
-    ARG_PARTS * ARG_PART_MIN elements as two kernels: each of ARG_PARTS contiguous parts
-    finds its own first extreme (a thread each), then one thread carries the best over the
-    parts' results in order and over the elements left over. Carried in order, the first
-    extreme (or first NaN) of the whole array wins, as before."""
-    _kernels_replaced(program, _argreduction_split)
-
-
-def _argreduction_split(step: KernelStep) -> list[K.Kernel] | None:
-    kernel = step.kernel
-    if not step.eqns or step.eqns[-1].primitive.name not in ("argmax", "argmin"):
-        return None
+def _argreduction_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
+    """An argmax or argmin over a whole array (`fusion._argreduce`: a best value and its
+    index carried down the elements on one thread) of at least ARG_PARTS * ARG_PART_MIN
+    elements as two kernels: each of ARG_PARTS contiguous parts finds its own first extreme
+    (a thread each), then one thread carries the best over the parts' results in order and
+    over the elements left over. Carried in order, the first extreme (or first NaN) of the
+    whole array wins, as before."""
     body = kernel.body
     if len(body) != 4 or not isinstance(body[2], K.Loop) or len(body[2].body) != 2:
         return None
@@ -904,16 +887,15 @@ def _argreduction_split(step: KernelStep) -> list[K.Kernel] | None:
 
 # -- cumulative ops along one long line (GPU) ---------------------------------------------
 
-CUMULATIVES = ("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp")
 # A cumulative op along a whole line of at least SCAN_PARTS * SCAN_PART_MIN elements is split
 # (into SCAN_PARTS parts, or a near count that divides the line).
 SCAN_PARTS = 1024
 SCAN_PART_MIN = 32
 
 
-def split_scans(program: Program) -> None:
-    """For a GPU, rewrites each cumulative op along one line (`fusion._cumulative`
-    with no outer loops: a running value carried down the line on one thread) of at least
+def _scan_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
+    """A cumulative op along one line (`fusion._cumulative` with no
+    outer loops: a running value carried down the line on one thread) of at least
     SCAN_PARTS * SCAN_PART_MIN elements that SCAN_PARTS or a near count of parts divides
     (`_dividing`) as three kernels: each contiguous part folds its elements (a thread each);
     one thread carries the running value over the parts' folds, keeping it after each part;
@@ -921,13 +903,6 @@ def split_scans(program: Program) -> None:
     each). That last kernel alone writes the result, pointwise with its reads of the operand,
     so a donated operand still hosts it (`donation`). The combination is regrouped, as a
     split sum is: float sums and products round differently from one running value."""
-    _kernels_replaced(program, _scan_split)
-
-
-def _scan_split(step: KernelStep) -> list[K.Kernel] | None:
-    kernel = step.kernel
-    if not step.eqns or step.eqns[-1].primitive.name not in CUMULATIVES:
-        return None
     if len(kernel.body) != 2 or kernel.scratch:
         return None
     start, loop = kernel.body
@@ -978,23 +953,16 @@ def _scan_split(step: KernelStep) -> list[K.Kernel] | None:
 
 # -- sorts (GPU) ------------------------------------------------------------------------------
 
-SORTS = ("sort", "top_k")
 
-
-def sorts_by_line(program: Program) -> None:
-    """For a GPU, rewrites each sort kernel (`fusion._merge_sort`: every line's positions
+def _sort_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
+    """A sort or top_k kernel (`fusion._merge_sort`: every line's positions
     0..n-1, then passes merging runs of each width over every line in turn, then the sorted
     elements gathered, all on one thread: each pass's loads and stores go through the
     permutations it reads) as two kernels: a thread per line taking its whole merge sort,
     its permutations in two buffers of all the lines' (each line reads and writes its own
     row of them, but for a spare slot every line writes and none reads), then the gather on
     the grid."""
-    _kernels_replaced(program, _sort_split)
-
-
-def _sort_split(step: KernelStep) -> list[K.Kernel] | None:
-    kernel = step.kernel
-    if not step.eqns or step.eqns[-1].primitive.name not in SORTS or len(kernel.scratch) != 2:
+    if len(kernel.scratch) != 2:
         return None
     scratch = set(kernel.scratch)
     count = 0
@@ -1026,6 +994,33 @@ def _sort_split(step: KernelStep) -> list[K.Kernel] | None:
 def _stores_only(statement, buffers: set) -> bool:
     """Whether every store in `statement` goes to one of `buffers`."""
     return all(s.buffer in buffers for s in statements_in([statement]) if isinstance(s, K.Store))
+
+
+# -- kernels that ran on one thread (GPU) -------------------------------------------------------
+
+# How a GPU spreads the kernels of these primitives, which the scheduler writes for one thread.
+_SPREAD_BY_ROOT = {
+    **dict.fromkeys(
+        ("scatter", "scatter_add", "scatter_mul", "scatter_min", "scatter_max"), _scatter_split
+    ),
+    **dict.fromkeys(("sort", "top_k"), _sort_split),
+    **dict.fromkeys(("argmax", "argmin"), _argreduction_split),
+    **dict.fromkeys(("cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"), _scan_split),
+}
+
+
+def spread_one_thread_kernels(program: Program) -> None:
+    """For a GPU, rewrites, in `program` and the programs its steps hold, each kernel whose
+    root is a scatter, a sort, a whole-array argmax or argmin, or a cumulative op along one
+    line, all of which run on one thread as the scheduler writes them, as kernels that
+    spread over a GPU's threads, by its root's rule (`_scatter_split`, `_sort_split`,
+    `_argreduction_split`, `_scan_split`)."""
+
+    def rewritten(step: KernelStep) -> list[K.Kernel] | None:
+        spread = _SPREAD_BY_ROOT.get(step.eqns[-1].primitive.name) if step.eqns else None
+        return None if spread is None else spread(step.kernel, step.eqns[-1])
+
+    _kernels_replaced(program, rewritten)
 
 
 def body_replaced(body: list, replacements: dict) -> list:

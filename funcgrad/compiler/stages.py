@@ -20,12 +20,10 @@ def plan(
     """The optimized jaxpr, its program of steps and the program's memory plan. Large
     whole-array reductions become partial folds that may run on threads, as `reductions`
     says (`parallel.split_reductions`), and so, for a GPU, do reductions over a leading axis
-    with few columns (`parallel.columns_outer`), after a GPU's scatters give each window
-    position a thread where no two meet (`parallel.scatter_windows_outer`), its sorts each
-    line a thread (`parallel.sorts_by_line`), its whole-array argmax and argmin and its
-    cumulative ops along one long line parts (`parallel.split_argreductions`,
-    `parallel.split_scans`) and its perfect
-    loop nests are made one loop where that is plain or spreads a kernel over more threads
+    with few columns (`parallel.columns_outer`), after a GPU's kernels written for one thread
+    (scatters, sorts, whole-array argmax and argmin, cumulative ops along one line) are
+    spread over threads (`parallel.spread_one_thread_kernels`), its perfect loop nests are
+    made one loop where that is plain or spreads a kernel over more threads
     (`index_algebra.coalesce_loops`) and its products of few results with long sums are
     split into parts (`parallel.split_products`). Products in `gemm_dtypes` may run as the
     backend's library GEMMs, and convolutions in `contraction_dtypes` as contraction kernels
@@ -37,10 +35,7 @@ def plan(
         optimized = passes.optimize(lower_complex(optimized))
     program = schedule(optimized, gemm_dtypes, contraction_dtypes)
     if reductions is not None and reductions.column_threads:
-        parallel.scatter_windows_outer(program)
-        parallel.sorts_by_line(program)
-        parallel.split_argreductions(program)
-        parallel.split_scans(program)
+        parallel.spread_one_thread_kernels(program)
         for step in all_steps(program):
             if isinstance(step, KernelStep):
                 coalesce_loops(step.kernel, reductions.column_threads)
