@@ -26,6 +26,7 @@ from funcgrad.compiler.parallel import (
     linear,
     linear_terms,
     parallel_loop,
+    perfect_nest,
     product_nest,
     replaced_in,
     statements_in,
@@ -82,9 +83,7 @@ def coalesce_loops(kernel: K.Kernel, threads: int) -> None:
     _merge_column_rows(kernel)
     if len(kernel.body) != 1 or not isinstance(kernel.body[0], K.Loop):
         return
-    nest = [kernel.body[0]]
-    while len(nest[-1].body) == 1 and isinstance(nest[-1].body[0], K.Loop):
-        nest.append(nest[-1].body[0])
+    nest = perfect_nest(kernel.body[0])
     work = nest[-1].body
     if len(nest) < 2 or any(n.stop <= n.start for n in nest):
         return
@@ -101,9 +100,7 @@ def coalesce_loops(kernel: K.Kernel, threads: int) -> None:
         ordered = nest
     else:
         ordered = _store_order(nest, work)
-    flat = K.Loop(ordered[-1].index, ordered[-1].start, ordered[-1].stop, list(work))
-    for loop in reversed(ordered[:-1]):
-        flat = _merged(K.Loop(loop.index, loop.start, loop.stop, [flat]), flat, {})
+    flat = _one_loop(ordered, list(work))
     collapsed = K.Kernel(kernel.name, kernel.inputs, kernel.outputs, [flat], kernel.scratch)
     if parallel_loop(collapsed, scattered=True) is not None:
         kernel.body[:] = collapsed.body
@@ -122,9 +119,7 @@ def _merge_column_rows(kernel: K.Kernel) -> None:
     if len(kernel.body) != 2 or not all(isinstance(s, K.Loop) for s in kernel.body):
         return
     init, rows = kernel.body
-    nest = [rows]
-    while len(nest[-1].body) == 1 and isinstance(nest[-1].body[0], K.Loop):
-        nest.append(nest[-1].body[0])
+    nest = perfect_nest(rows)
     columns = nest[-1]
     if len(nest) < 3 or (init.start, init.stop) != (columns.start, columns.stop):
         return
@@ -132,10 +127,16 @@ def _merge_column_rows(kernel: K.Kernel) -> None:
         return
     if any(loop.stop <= loop.start for loop in nest):
         return
-    merged = nest[-2]
-    for loop in reversed(nest[:-2]):
-        merged = _merged(K.Loop(loop.index, loop.start, loop.stop, [merged]), merged, {})
-    kernel.body[1] = merged
+    kernel.body[1] = _one_loop(nest[:-1], [columns])
+
+
+def _one_loop(loops: list, body: list) -> K.Loop:
+    """`for l1: ... for lk: body` (`loops` outermost first) as one loop over their
+    iterations in order, each index a quotient and remainder of its (`_merged`, outward)."""
+    flat = K.Loop(loops[-1].index, loops[-1].start, loops[-1].stop, body)
+    for loop in reversed(loops[:-1]):
+        flat = _merged(K.Loop(loop.index, loop.start, loop.stop, [flat]), flat, {})
+    return flat
 
 
 def _store_order(nest: list, work: list) -> list:

@@ -555,11 +555,18 @@ def whole_array_reduction(kernel: K.Kernel):
     return acc, ops.pop(), folds, [init, *after]
 
 
-def _fold(nest: K.Loop, acc: K.Acc):
-    """(op, term, loops) when `nest` is perfectly nested loops around `acc = op(acc, term)`."""
-    loops = [nest]
+def perfect_nest(loop: K.Loop) -> list[K.Loop]:
+    """`loop` and the loops nested in it, each the one statement of the one around it,
+    outermost first."""
+    loops = [loop]
     while len(loops[-1].body) == 1 and isinstance(loops[-1].body[0], K.Loop):
         loops.append(loops[-1].body[0])
+    return loops
+
+
+def _fold(nest: K.Loop, acc: K.Acc):
+    """(op, term, loops) when `nest` is perfectly nested loops around `acc = op(acc, term)`."""
+    loops = perfect_nest(nest)
     if any(loop.stop <= loop.start for loop in loops):
         return None  # nothing to fold: the kernel runs as written
     inner = loops[-1].body
@@ -770,12 +777,12 @@ def _scatter_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
     if len(kernel.body) < 2 or kernel.scratch:
         return None
     operand, updates = eqn.invars[0].aval.shape, eqn.invars[2].aval.shape
-    nest = [kernel.body[-1]]
-    while isinstance(nest[-1], K.Loop) and len(nest[-1].body) == 1:
-        nest.append(nest[-1].body[0])
-    *loops, store = nest
+    if not isinstance(kernel.body[-1], K.Loop):
+        return None
+    loops = perfect_nest(kernel.body[-1])
+    store = loops[-1].body[0] if len(loops[-1].body) == 1 else None
     sizes = [(loop.start, loop.stop) for loop in loops]
-    if not isinstance(store, K.Store) or sizes != [(0, n) for n in updates] or not loops:
+    if not isinstance(store, K.Store) or sizes != [(0, n) for n in updates]:
         return None
     copy = K.Kernel(f"{kernel.name}_copy", kernel.inputs, kernel.outputs, kernel.body[:-1])
     dn = eqn.params["dimension_numbers"]
