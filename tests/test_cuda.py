@@ -23,7 +23,7 @@ from funcgrad.backends.cuda.render import memory_type, module_source, render_ker
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.parallel import statements_in, value_at
-from funcgrad.compiler.schedule import all_steps
+from funcgrad.compiler.schedule import KernelStep, all_steps
 from funcgrad.devices import gpu_available
 from funcgrad.errors import OutOfDeviceMemoryError
 from funcgrad.lax import linalg_decomp
@@ -979,7 +979,7 @@ def test_a_row_scatter_gives_each_window_position_a_thread_in_update_order():
     [kernel] = [
         step.kernel
         for step in all_steps(program.executable.program)
-        if getattr(step, "kernel", None) is not None and step.kernel.independent_outer
+        if isinstance(step, KernelStep) and step.kernel.independent_outer
     ]
     [position] = kernel.body
     [store] = [s for s in statements_in([position]) if isinstance(s, K.Store)]

@@ -283,7 +283,8 @@ def walks_by_one(loop: K.Loop, scratch: set) -> bool:
     """Whether the loop walks memory element by element: every access of a buffer (scratch
     aside) that moves with its index moves by one. Neighbouring threads of a block then touch
     neighbouring elements; a loop striding across rows (a column's fold) is better left to
-    one thread per outer iteration, neighbours reading neighbouring columns."""
+    one thread per outer iteration, neighbours reading neighbouring columns (unless those
+    are few: `render.FEW_STRIDED_ROWS`)."""
     ranges = ranges_of(loop.body, {})
     for statement in statements_in([loop]):
         accesses = [e for e in expressions(statement) if isinstance(e, K.Load)]
