@@ -449,13 +449,16 @@ def test_long_rows_run_on_a_block_each_and_short_rows_on_a_thread_each():
     assert_same_as_reference(ramp, x[:, :1030], exact=False)
     # A thread per row, its scratch in its own memory; a block per row, each thread holding
     # its vectors of the row's scratch in registers (rows of 6,000: 1,500 vectors of 4, on a
-    # block of 512 threads taking 3 each; rows of 10,000, whose scratch shared memory would not
-    # hold, 5 each); a row whose scratch neither fits runs on one thread.
+    # block of 256 threads taking 6 each, the most its two intermediates' 256 bytes a thread
+    # take, up to 8; rows of 10,000, whose scratch shared memory would not hold, 512 threads
+    # taking 5 each); a row whose scratch neither fits runs on one thread.
     assert "float s" in compiled_text(softmax, x[:, :64])
     wide = compiled_text(softmax, x[:, :6000])
     assert "i0 = blockIdx.x; i0 < 5; i0 += gridDim.x" in wide and "__shared__ float s" not in wide
-    assert re.search(r"\n  float s\d+\[12\];", wide) and "h0 < 3; ++h0" in wide
-    assert "__launch_bounds__(512)" in wide and "h0 < 5; ++h0" in compiled_text(softmax, x)
+    assert re.search(r"\n  float s\d+\[24\];", wide) and "h0 < 6; ++h0" in wide
+    assert "__launch_bounds__(256)" in wide
+    widest = compiled_text(softmax, x)
+    assert "__launch_bounds__(512)" in widest and "h0 < 5; ++h0" in widest
     wider = np.tile(x, 4)
     assert_same_as_reference(softmax, wider, exact=False)
     assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" in compiled_text(softmax, wider)

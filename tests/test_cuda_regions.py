@@ -255,9 +255,9 @@ def test_a_region_whose_shared_arrays_exceed_a_block_stays_on_the_host_walk():
 
 def test_rows_held_by_their_threads_run_in_a_region_on_at_least_their_block():
     """Softmaxes of rows of 300 (a block of 32 threads, each holding 3 vectors of each row)
-    and of 1,030 (128 threads) in a scan's body: the region's block has as many threads as
+    and of 1,030 (64 threads) in a scan's body: the region's block has as many threads as
     the larger needs, and the threads past the smaller's block take no vectors of its rows.
-    Rows of 6,000 need 512 threads, more than a GPU gives a region: that scan stays on the
+    Rows of 10,000 need 512 threads, more than a GPU gives a region: that scan stays on the
     host walk."""
     rng = np.random.default_rng(2)
     narrow = rng.standard_normal((3, 4, 300)).astype(np.float32)
@@ -277,5 +277,5 @@ def test_rows_held_by_their_threads_run_in_a_region_on_at_least_their_block():
     text = compiled_text(f, narrow, wide)
     assert regions_in(text) == ["Scan"]
     assert "h0 < 3; ++h0" in text.split("__global__ void r0_")[0]
-    longer = rng.standard_normal((3, 2, 6000)).astype(np.float32)
+    longer = rng.standard_normal((3, 2, 10000)).astype(np.float32)
     assert regions_in(compiled_text(f, narrow, longer)) == []
