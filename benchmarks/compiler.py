@@ -57,11 +57,14 @@ def _warm_timed(run, repeat: int) -> float:
 
 def medians(runs: dict, repeat: int, timed, rounds: int) -> dict[str, float]:
     """Each framework's median seconds per call (`timed(run, repeat)`) over `rounds` rounds
-    that alternate the frameworks, so the shared machine's slow spells fall on all alike."""
+    that alternate the frameworks, so the shared machine's slow spells fall on all alike.
+    Each round starts one framework further on, so that none always runs after the same
+    other."""
     samples: dict = {label: [] for label in runs}
-    for _ in range(rounds):
-        for label, run in runs.items():
-            samples[label].append(timed(run, repeat))
+    labels = list(runs)
+    for turn in range(rounds):
+        for label in labels[turn % len(labels) :] + labels[: turn % len(labels)]:
+            samples[label].append(timed(runs[label], repeat))
     return {label: statistics.median(times) for label, times in samples.items()}
 
 

@@ -73,7 +73,8 @@ class Config:
         # name none. None means full float32, funcgrad's default everywhere; a lower one
         # ("tensorfloat32", "high", "default", ...) lets a GPU with tensor cores round the
         # operands to TF32 (10 mantissa bits), which is several times faster. CPUs compute in
-        # full float32 whatever it says. Read when a GEMM runs.
+        # full float32 whatever it says. Products traced under a setting take it as their
+        # precision (jit keys its traces by it); one naming none reads it when its GEMM runs.
         self.default_matmul_precision = None
 
     def update(self, name: str, value) -> None:

@@ -1049,15 +1049,28 @@ def test_float32_products_round_to_tf32_only_where_the_user_allows_it():
     def close_to(expected, got) -> bool:
         return np.allclose(got, expected, rtol=2e-6, atol=0)
 
+    def inside(a, b):  # a block inside the function reaches its products, as in JAX
+        with fg.default_matmul_precision("tensorfloat32"):
+            return product()(a, b)
+
+    assert "precision=Precision.HIGH " in str(fg.make_jaxpr(inside)(a, b))
     for backend in CUDA_BACKENDS:
         with jit_backend(backend):
             assert close_to(exact, fg.jit(product())(a, b))  # full float32 by default
             assert close_to(rounded, fg.jit(product("tensorfloat32"))(a, b))
+            assert close_to(rounded, fg.jit(inside)(a, b))
             with fg.default_matmul_precision("tensorfloat32"):
                 assert close_to(rounded, fg.jit(product())(a, b))
                 assert close_to(exact, fg.jit(product(lax.Precision.HIGHEST))(a, b))
                 assert close_to(exact, fg.jit(product((None, "highest")))(a, b))
             assert fg.config.default_matmul_precision is None
+            # One jitted function traced under each setting: a trace of its own for each.
+            f, placed = fg.jit(product()), fg.device_put((a, b), fg.devices(backend)[0])
+            for _ in range(2):
+                assert close_to(exact, f(*placed))
+                with fg.default_matmul_precision("tensorfloat32"):
+                    assert close_to(rounded, f(*placed))
+            assert len(f._array_cache) == 2
     with jit_backend("llvm"), fg.default_matmul_precision("tensorfloat32"):
         assert close_to(exact, fg.jit(product())(a, b))  # a CPU has no TF32
     with pytest.raises(ValueError, match="unknown matmul precision 'tf32'.*tensorfloat32"):

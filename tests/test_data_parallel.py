@@ -164,6 +164,7 @@ def test_initialize_checks_mpi_s_answer():
 
 COLLECTIVES = """
 import json
+import sys
 import numpy as np
 import funcgrad as fg
 import funcgrad.numpy as fnp
@@ -205,7 +206,10 @@ if __name__ == "__main__":
     mine = x[fg.process_index() * local : (fg.process_index() + 1) * local]
     out = fg.pmap(collectives, "i")(mine)
     assert {d.platform for v in out.values() for d in v.devices()} == {fg.default_backend()}
-    print(json.dumps({k: np.asarray(v).astype(np.float64).tolist() for k, v in out.items()}))
+    # (each process its own file: a line longer than a pipe's atomic write, from two
+    # processes at once, can reach mpiexec's output interleaved)
+    with open(f"{sys.argv[1]}/half{fg.process_index()}.json", "w") as half:
+        json.dump({k: np.asarray(v).astype(np.float64).tolist() for k, v in out.items()}, half)
 """
 
 
@@ -217,7 +221,7 @@ def test_collectives_across_processes_equal_one_process(tmp_path, platform):
         pytest.skip("the emulator needs a C++ compiler")
     script = tmp_path / "collectives.py"
     script.write_text(COLLECTIVES)
-    run = _mpiexec(2, [str(script)], devices_per_process=2, platform=platform)
+    run = _mpiexec(2, [str(script), str(tmp_path)], devices_per_process=2, platform=platform)
     assert run.returncode == 0, run.stderr
     namespace: dict = {}
     exec(COLLECTIVES, namespace)
@@ -227,9 +231,8 @@ def test_collectives_across_processes_equal_one_process(tmp_path, platform):
         expected = fg.pmap(namespace["collectives"], "i")(namespace["x"])
     finally:
         fg.config.update("num_cpu_devices", previous)
-    halves = [json.loads(line) for line in run.stdout.strip().splitlines()]
-    assert len(halves) == 2  # one line per process, in either order
-    halves.sort(key=lambda half: half["axis_index"][0])
+    halves = [json.loads((tmp_path / f"half{i}.json").read_text()) for i in range(2)]
+    assert [half["axis_index"] for half in halves] == [[0, 1], [2, 3]]
     for name, value in expected.items():
         joined = np.concatenate([np.asarray(half[name]) for half in halves])
         # Processes combine their own devices' buffers first, so sums round in another order.

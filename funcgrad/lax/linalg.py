@@ -72,8 +72,14 @@ def allows_tf32(precision) -> bool:
 
 
 def _canonical_precision(precision):
-    """None, one Precision, or a (lhs, rhs) pair of them; names are accepted as in JAX."""
-    if precision is None or isinstance(precision, Precision):
+    """None, one Precision, or a (lhs, rhs) pair of them; names are accepted as in JAX. A
+    product naming none takes `config.default_matmul_precision` where one is set as it is
+    traced (or run eagerly), as JAX's does: a `default_matmul_precision` block inside a jitted
+    function reaches its products, and jit keys its traces by the setting."""
+    if precision is None:
+        name = config.default_matmul_precision
+        return None if name is None else PRECISION_NAMES[name]
+    if isinstance(precision, Precision):
         return precision
     if isinstance(precision, str) and precision.lower() in PRECISION_NAMES:
         return PRECISION_NAMES[precision.lower()]

@@ -294,10 +294,12 @@ def _aval_key(x):
 
 
 class _Entry:
-    """A traced signature: the program, its output structure and the values it closes over."""
+    """A traced signature: the program, its output structure, the values it closes over and
+    the matmul precision setting it was traced under (which its products name)."""
 
     __slots__ = (
         "jaxpr",
+        "precision",
         "out_tree",
         "consts",
         "donated",
@@ -309,6 +311,7 @@ class _Entry:
 
     def __init__(self, jaxpr: ClosedJaxpr, out_tree, consts: list, donated: tuple[int, ...]):
         self.jaxpr = jaxpr
+        self.precision = config.default_matmul_precision
         self.out_tree = out_tree
         self.consts = consts
         self.donated = donated  # the program's inputs (consts first) that the caller donates
@@ -441,9 +444,10 @@ class Jitted:
             return None
         return key, leaves
 
-    def _entry(self, args: tuple, kwargs: dict, abstract: bool = False):
-        """The traced signature of a call; `abstract` lets ShapeDtypeStructs stand for arrays
-        (to lower or eval_shape without data)."""
+    def _entry(self, args: tuple, kwargs: dict, precision: str | None, abstract: bool = False):
+        """The traced signature of a call under matmul precision setting `precision` (the
+        one in force, or a compiled program's own); `abstract` lets ShapeDtypeStructs stand
+        for arrays (to lower or eval_shape without data)."""
         static, static_positions, dynamic_args, dynamic_kwargs = self._split(args, kwargs)
         leaves, in_tree = tree_util.tree_flatten((dynamic_args, dynamic_kwargs))
         leaves = [
@@ -451,7 +455,7 @@ class Jitted:
             for x in leaves
         ]
         typed_static = tuple((where, _typed_static_key(value)) for where, value in static)
-        key = (in_tree, tuple(map(_aval_key, leaves)), typed_static)
+        key = (in_tree, tuple(map(_aval_key, leaves)), typed_static, precision)
         entry = self._cache.get(key)
         if entry is None:
             entry = self._trace(args, kwargs, static_positions, in_tree, leaves)
@@ -498,9 +502,11 @@ class Jitted:
             return self.fun(*args, **kwargs)
         eager = core.current_trace() is core.eval_trace()
         found = None if kwargs else self._signature(args)
+        if found is not None and config.default_matmul_precision is not None:
+            found = ((config.default_matmul_precision, found[0]), found[1])  # (its own trace)
         entry = self._array_cache.get(found[0]) if found is not None else None
         if entry is None:
-            entry, leaves = self._entry(args, kwargs)
+            entry, leaves = self._entry(args, kwargs, config.default_matmul_precision)
             cacheable = not any(isinstance(c, core.Tracer) for c in entry.consts)
             if found is not None and cacheable:
                 self._array_cache[found[0]] = entry
@@ -517,11 +523,11 @@ class Jitted:
         return entry.outputs(outs)
 
     def lower(self, *args, **kwargs) -> Lowered:
-        entry, _ = self._entry(args, kwargs, abstract=True)
+        entry, _ = self._entry(args, kwargs, config.default_matmul_precision, abstract=True)
         return Lowered(self, entry)
 
     def eval_shape(self, *args, **kwargs):
-        entry, _ = self._entry(args, kwargs, abstract=True)
+        entry, _ = self._entry(args, kwargs, config.default_matmul_precision, abstract=True)
         shapes = [
             core.ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in entry.jaxpr.out_avals
         ]
@@ -611,7 +617,7 @@ class Compiled:
                 f"{config.jit_backend!r} backend; select one with "
                 "config.update('jit_backend', 'llvm')"
             )
-        entry, leaves = self._jitted._entry(args, kwargs)
+        entry, leaves = self._jitted._entry(args, kwargs, self._entry.precision)
         if entry is not self._entry:
             raise TypeError(
                 f"this compiled jit({self._jitted.name}) was lowered for other argument shapes, "
@@ -630,7 +636,7 @@ class Compiled:
         return method
 
     def __call__(self, *args, **kwargs):
-        entry, leaves = self._jitted._entry(args, kwargs)
+        entry, leaves = self._jitted._entry(args, kwargs, self._entry.precision)
         if entry is not self._entry:
             raise TypeError(
                 f"this compiled jit({self._jitted.name}) was lowered for other argument shapes, "

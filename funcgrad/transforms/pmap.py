@@ -517,7 +517,14 @@ class Pmapped:
             aval if a is None else aval.update(shape=aval.shape[:a] + aval.shape[a + 1 :])
             for aval, a in zip(avals, axes)
         ]
-        key = (in_tree, tuple(device_avals), tuple(a is None for a in axes), static, axis_size)
+        key = (
+            in_tree,
+            tuple(device_avals),
+            tuple(a is None for a in axes),
+            static,
+            axis_size,
+            config.default_matmul_precision,  # (its products' precision, as traced)
+        )
         entry = self._cache.get(key)
         if entry is None:
             entry = self._trace(args, static_positions, in_tree, device_avals, axis_size)
