@@ -955,6 +955,22 @@ def test_the_kernel_keeping_a_gpu_busy_reads_the_devices_timer():
     assert device.seconds_between(start, end) >= 2e-3
 
 
+def _dropped_updates_places(fun, *args) -> np.ndarray:
+    """Where each thread of the program's scatter spread over its threads stores a dropped
+    update (its store's offset when out of bounds), by thread."""
+    with jit_backend("cuda_emulator"):
+        program = fg.jit(fun).lower(*args).compile()
+    [kernel] = [
+        step.kernel
+        for step in all_steps(program.executable.program)
+        if isinstance(step, KernelStep) and step.kernel.independent_outer
+    ]
+    [loop] = kernel.body
+    [store] = [s for s in statements_in([loop]) if isinstance(s, K.Store)]
+    assert isinstance(store.offset, K.Select)
+    return value_at(store.offset.on_false, {loop.index: np.arange(loop.start, loop.stop)})
+
+
 def test_a_row_scatter_gives_each_window_position_a_thread_in_update_order():
     """An embedding's gradient (`table.at[ids].add(rows)`, ids repeated, some past the table):
     the copy runs on the grid, then a thread per column of the table takes every row in
@@ -977,17 +993,7 @@ def test_a_row_scatter_gives_each_window_position_a_thread_in_update_order():
     assert "threadIdx.x); i0 < 64; i0 += (int)(gridDim.x * blockDim.x)" in text
     # A dropped row's store goes to its thread's own element (column w of row 0): threads
     # never meet, which the emulator, running them one after another, could not show.
-    with jit_backend("cuda_emulator"):
-        program = fg.jit(lambda t, i, r: t.at[i].add(r)).lower(table, ids, rows).compile()
-    [kernel] = [
-        step.kernel
-        for step in all_steps(program.executable.program)
-        if isinstance(step, KernelStep) and step.kernel.independent_outer
-    ]
-    [position] = kernel.body
-    [store] = [s for s in statements_in([position]) if isinstance(s, K.Store)]
-    assert isinstance(store.offset, K.Select)
-    own = value_at(store.offset.on_false, {position.index: np.arange(64)})
+    own = _dropped_updates_places(lambda t, i, r: t.at[i].add(r), table, ids, rows)
     np.testing.assert_array_equal(own, np.arange(64))
 
     numbers = lax.ScatterDimensionNumbers(
@@ -1002,6 +1008,25 @@ def test_a_row_scatter_gives_each_window_position_a_thread_in_update_order():
     text = compiled_text(windows, table, places, rows)
     assert "_scatter_add_copy(" in text
     assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" in text
+
+
+def test_a_batched_scatter_gives_each_line_a_thread_in_update_order():
+    """The gradient of take_along_axis (a cross-entropy's: each position's label picks a logit
+    of its own line) is a scatter batched over the other axes, each line's updates going into
+    that line alone: after the copy, a thread per line takes them in order. A label past the
+    line is dropped, its store rewriting the first element of its own line."""
+    rng = np.random.default_rng(9)
+    logits = rng.standard_normal((8, 16, 10)).astype(np.float32)
+    labels = rng.integers(-2, 12, (8, 16)).astype(np.int32)  # some past the line: dropped
+    picked = lambda x, y: fnp.take_along_axis(x, y[..., None], axis=-1)  # noqa: E731
+    gradient = fg.grad(lambda x, y: (picked(x, y) * fnp.arange(128.0).reshape(8, 16, 1)).sum())
+    assert_same_as_reference(gradient, logits, labels)
+    assert_same_as_reference(picked, logits, np.clip(labels, 0, 9))
+    text = compiled_text(gradient, logits, labels)
+    assert "_scatter_add_copy(" in text
+    assert "threadIdx.x); i0 < 128; i0 += (int)(gridDim.x * blockDim.x)" in text
+    own = _dropped_updates_places(gradient, logits, labels)
+    np.testing.assert_array_equal(own, np.arange(128) * 10)
 
 
 def test_complex_programs_run_as_pairs_of_reals():

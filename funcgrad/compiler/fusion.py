@@ -971,10 +971,12 @@ def _scatter(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
             position.append(K.binary("add", start, window_index.get(d, _index_const(0))))
         offset = flat_offset(position, shape)
         if in_bounds is not None:
-            # A dropped window rewrites the element at its own position from the origin (in
-            # range): only this window position ever writes there, which lets a GPU give
-            # each position a thread (`parallel._scatter_split`).
+            # A dropped window rewrites the element at its own position from the origin of
+            # its batch's slice (in range): only this window position of this batch element
+            # ever writes there, which lets a GPU give each a thread (`parallel._scatter_split`).
             own = [window_index.get(d, _index_const(0)) for d in range(rank)]
+            for d in dn.operand_batching_dims:
+                own[d] = starts[d]
             offset = K.select(in_bounds, offset, flat_offset(own, shape))
         old = K.Load(out, offset)
         value = builder.element(updates, u_index)

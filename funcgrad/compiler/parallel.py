@@ -768,13 +768,15 @@ def _scatter_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
     """A scatter kernel (`fusion._scatter`: the operand copied into
     the result, then every update combined into its place in order, all on one thread, for
     no offset shows two updates apart) as two kernels: the copy, on the grid, then the
-    updates with their window loops outermost and made one loop, a thread per position of
-    the window taking every update in order, where no window dimension is one the indices
-    place (a row scatter: an embedding's gradient, one row a token). Each store's
-    coordinates in the window dimensions are then its thread's position (a dropped update
-    rewrites the element at its position from the origin), so threads never meet, and each
-    element sees its updates in the original order: the sums' bits are the reference's.
-    Elsewhere the updates stay on one thread, after the copy."""
+    updates with their window loops and batch loops outermost and made one loop, a thread
+    per position of the window in each batch element taking every update in order, where
+    no window dimension is one the indices place (a row scatter: an embedding's gradient,
+    one row a token; a batched scatter: the gradient of `take_along_axis`, each line's
+    updates into that line). Each store's coordinates in the window and batching
+    dimensions are then its thread's position (a dropped update rewrites the element at its
+    position from its batch's origin), so threads never meet, and each element sees its
+    updates in the original order: the sums' bits are the reference's. Elsewhere the
+    updates stay on one thread, after the copy."""
     if len(kernel.body) < 2 or kernel.scratch:
         return None
     operand, updates = eqn.invars[0].aval.shape, eqn.invars[2].aval.shape
@@ -790,12 +792,17 @@ def _scatter_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
     windows = [d for d in range(len(operand)) if d not in dn.inserted_window_dims]
     windows = [d for d in windows if d not in dn.operand_batching_dims]
     placed = {*dn.scatter_dims_to_operand_dims, *dn.operand_batching_dims}
-    positions = math.prod(updates[u] for u in dn.update_window_dims)
+    # The update's dimensions that walk the indices' batching dimensions (the update's
+    # others walk the indices' dimensions, the index vector's last, in order).
+    walking = [u for u in range(len(updates)) if u not in dn.update_window_dims]
+    batching = [walking[k] for k in dn.scatter_indices_batching_dims]
+    own = sorted({*dn.update_window_dims, *batching})
+    positions = math.prod(updates[u] for u in own)
     if placed & set(windows) or positions < 2:
         return [copy, K.Kernel(kernel.name, kernel.inputs, kernel.outputs, [loops[0]])]
     position = K.fresh_index("w")
     coordinates, inner = {}, 1
-    for u in reversed(dn.update_window_dims):
+    for u in reversed(own):
         loop = loops[u]
         value = position if inner == 1 else K.binary("div", position, K.const(inner, K.INDEX))
         if inner * updates[u] < positions:
@@ -804,7 +811,7 @@ def _scatter_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
         inner *= updates[u]
     body = [statement_replaced(store, coordinates)]
     for k in reversed(range(len(loops))):
-        if k not in dn.update_window_dims:
+        if k not in own:
             body = [K.Loop(loops[k].index, 0, updates[k], body)]
     updates_in_order = K.Kernel(
         kernel.name,

@@ -850,6 +850,32 @@ def gather(
     )
 
 
+def gather_along_axis(
+    operand, indices, axis: int, *, unique_indices: bool = False, mode=None, fill_value=None
+):
+    """operand[..., indices[..., j, ...], ...] along `axis`, for indices whose other dimensions
+    match operand's: one gather batched over those dimensions (as JAX's take_along_axis),
+    whose transpose adds each line's updates into that line alone. Modes as `gather`'s."""
+    operand, indices = asarray(operand), asarray(indices)
+    others = tuple(d for d in range(operand.ndim) if d != axis)
+    dimension_numbers = GatherDimensionNumbers(
+        offset_dims=(),
+        collapsed_slice_dims=(axis,),
+        start_index_map=(axis,),
+        operand_batching_dims=others,
+        start_indices_batching_dims=others,
+    )
+    return gather(
+        operand,
+        expand_dims(indices, (indices.ndim,)),
+        dimension_numbers,
+        (1,) * operand.ndim,
+        unique_indices=unique_indices,
+        mode=mode,
+        fill_value=fill_value,
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # Scatter: one shape rule and one impl, parametrized by how an update combines with the operand
 

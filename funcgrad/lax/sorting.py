@@ -16,7 +16,7 @@ from funcgrad.interpreters import batching
 from funcgrad.interpreters.ad import Zero
 from funcgrad.lax import shapes
 from funcgrad.lax.base import asarray, shape_text
-from funcgrad.lax.indexing import GatherDimensionNumbers, gather
+from funcgrad.lax.indexing import gather_along_axis
 
 __all__ = ["sort", "sort_key_val", "top_k"]
 
@@ -43,16 +43,7 @@ def _take_along_axis(x, indices, axis: int):
     `indices` whose other dimensions match x's: one gather, batched over those dimensions."""
     if x.size == 0:  # then there are no indices either
         return shapes.full(indices.shape, 0, x.dtype)
-    others = tuple(d for d in range(x.ndim) if d != axis)
-    dimension_numbers = GatherDimensionNumbers(
-        offset_dims=(),
-        collapsed_slice_dims=(axis,),
-        start_index_map=(axis,),
-        operand_batching_dims=others,
-        start_indices_batching_dims=others,
-    )
-    index_vectors = shapes.expand_dims(indices, (indices.ndim,))
-    return gather(x, index_vectors, dimension_numbers, (1,) * x.ndim, unique_indices=True)
+    return gather_along_axis(x, indices, axis, unique_indices=True)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from funcgrad.lax.indexing import (
     GatherDimensionNumbers,
     GatherScatterMode,
     ScatterDimensionNumbers,
+    gather_along_axis,
 )
 from funcgrad.lax.shapes import slice_p, squeeze_p
 from funcgrad.numpy import ufuncs
@@ -732,6 +733,12 @@ def take_along_axis(arr, indices, axis: int | None, mode=None, fill_value=None):
         )
     axis = canonicalize_axis(axis, arr.ndim, "take_along_axis")
     mode, indices = _take_mode("take_along_axis", mode, indices, arr.shape[axis])
+    others = tuple(d for d in range(arr.ndim) if d != axis)
+    if arr.size and all(indices.shape[d] == arr.shape[d] for d in others):
+        # Each place along the other axes reads its own line (a GPU then gives the lines of
+        # the gradient's scatter threads of their own).
+        positions = _index_value(_IntArray(indices), arr.shape[axis])
+        return gather_along_axis(arr, positions, axis, mode=mode, fill_value=fill_value)
     items = []
     for d, size in enumerate(arr.shape):
         if d == axis:
