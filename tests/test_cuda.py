@@ -21,6 +21,7 @@ from funcgrad import dtypes, lax
 from funcgrad.backends.cuda import emulator, executable, nvrtc, solver
 from funcgrad.backends.cuda.render import memory_type, module_source, render_kernel
 from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler import parallel
 from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.parallel import statements_in, value_at
 from funcgrad.compiler.schedule import KernelStep, all_steps
@@ -955,9 +956,8 @@ def test_the_kernel_keeping_a_gpu_busy_reads_the_devices_timer():
     assert device.seconds_between(start, end) >= 2e-3
 
 
-def _dropped_updates_places(fun, *args) -> np.ndarray:
-    """Where each thread of the program's scatter spread over its threads stores a dropped
-    update (its store's offset when out of bounds), by thread."""
+def _spread_scatter(fun, *args) -> tuple[K.Loop, K.Store]:
+    """The loop over threads of the program's scatter spread over threads, and its store."""
     with jit_backend("cuda_emulator"):
         program = fg.jit(fun).lower(*args).compile()
     [kernel] = [
@@ -967,34 +967,58 @@ def _dropped_updates_places(fun, *args) -> np.ndarray:
     ]
     [loop] = kernel.body
     [store] = [s for s in statements_in([loop]) if isinstance(s, K.Store)]
+    return loop, store
+
+
+def _dropped_updates_places(fun, *args) -> np.ndarray:
+    """Where each thread of the program's scatter spread over its threads stores a dropped
+    update (its store's offset when out of bounds), by thread."""
+    loop, store = _spread_scatter(fun, *args)
     assert isinstance(store.offset, K.Select)
     return value_at(store.offset.on_false, {loop.index: np.arange(loop.start, loop.stop)})
 
 
-def test_a_row_scatter_gives_each_window_position_a_thread_in_update_order():
+def test_a_row_scatter_gives_each_window_position_a_thread_in_update_order(monkeypatch):
     """An embedding's gradient (`table.at[ids].add(rows)`, ids repeated, some past the table):
-    the copy runs on the grid, then a thread per column of the table takes every row in
-    order, so each element's sum is the reference's to the bit and the last of several sets
-    wins, a dropped row rewriting its thread's own element. A scatter whose window moves
-    along a dimension the indices place (windows of 4 at traced columns) keeps its updates
-    on one thread, after the copy."""
+    the copy runs on the grid, then a thread per element of the table takes every row in
+    order and combines those landing on its element (owner computes: 3,200 threads, where a
+    thread per column would be 64), so each element's sum is the reference's to the bit and
+    the last of several sets wins (`bincount`: a thread per bin). With more work than that
+    allows, a thread per column
+    takes every row, a dropped row rewriting its thread's own element. A scatter whose
+    window moves along a dimension the indices place (windows of 4 at traced columns) keeps
+    its updates on one thread, after the copy."""
     rng = np.random.default_rng(8)
     table = rng.standard_normal((50, 64)).astype(np.float32)
     ids = rng.integers(-3, 55, 300).astype(np.int32)
     rows = rng.standard_normal((300, 64)).astype(np.float32)
+
+    def f(t, i, r, mode):
+        return t.at[i].add(r, mode=mode), t.at[i].set(r, mode=mode), t.at[i].max(r, mode=mode)
+
+    add = lambda t, i, r: t.at[i].add(r, mode="drop")  # noqa: E731
     for mode in ("drop", "clip"):
-
-        def f(t, i, r, mode=mode):
-            return t.at[i].add(r, mode=mode), t.at[i].set(r, mode=mode), t.at[i].max(r, mode=mode)
-
-        assert_same_as_reference(f, table, ids, rows)
-    text = compiled_text(lambda t, i, r: t.at[i].add(r, mode="drop"), table, ids, rows)
+        assert_same_as_reference(partial(f, mode=mode), table, ids, rows)
+    text = compiled_text(add, table, ids, rows)
     assert "_scatter_add_copy(" in text
+    assert "threadIdx.x); i0 < 3200; i0 += (int)(gridDim.x * blockDim.x)" in text
+    loop, store = _spread_scatter(add, table, ids, rows)  # each thread its own element alone
+    threads = np.arange(3200)
+    np.testing.assert_array_equal(value_at(store.offset, {loop.index: threads}), threads)
+    # Single elements (`bincount`): a thread per bin, walking every value.
+    values = rng.integers(0, 64, 1000).astype(np.int32)
+    assert_same_as_reference(lambda v: fnp.bincount(v, length=64), values)
+    loop, store = _spread_scatter(lambda v: fnp.bincount(v, length=64), values)
+    assert (loop.start, loop.stop) == (0, 64)
+
+    monkeypatch.setattr(parallel, "OWNER_WORK", 50 * 64 * 300 - 1)
+    for mode in ("drop", "clip"):
+        assert_same_as_reference(partial(f, mode=mode), table, ids, rows)
+    text = compiled_text(add, table, ids, rows)
     assert "threadIdx.x); i0 < 64; i0 += (int)(gridDim.x * blockDim.x)" in text
     # A dropped row's store goes to its thread's own element (column w of row 0): threads
     # never meet, which the emulator, running them one after another, could not show.
-    own = _dropped_updates_places(lambda t, i, r: t.at[i].add(r), table, ids, rows)
-    np.testing.assert_array_equal(own, np.arange(64))
+    np.testing.assert_array_equal(_dropped_updates_places(add, table, ids, rows), np.arange(64))
 
     numbers = lax.ScatterDimensionNumbers(
         update_window_dims=(1,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0, 1)

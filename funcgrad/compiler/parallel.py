@@ -764,6 +764,15 @@ def split_products(program: Program) -> None:
 # -- scatters (GPU) ---------------------------------------------------------------------------
 
 
+# A scatter whose window positions give fewer threads than OWNER_THREADS_BELOW, each walking
+# several updates, takes a thread per element of the operand instead (owner computes) while
+# every thread walking every one of its position's updates stays within OWNER_WORK steps: an
+# embedding's gradient of 2,048 tokens into 50 x 64 walks 2,048 updates on each of 3,200
+# threads rather than on each of 64.
+OWNER_THREADS_BELOW = 4096
+OWNER_WORK = 1 << 26
+
+
 def _scatter_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
     """A scatter kernel (`fusion._scatter`: the operand copied into
     the result, then every update combined into its place in order, all on one thread, for
@@ -775,8 +784,11 @@ def _scatter_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
     updates into that line). Each store's coordinates in the window and batching
     dimensions are then its thread's position (a dropped update rewrites the element at its
     position from its batch's origin), so threads never meet, and each element sees its
-    updates in the original order: the sums' bits are the reference's. Elsewhere the
-    updates stay on one thread, after the copy."""
+    updates in the original order: the sums' bits are the reference's. Where those threads
+    are few and walk many updates each (an embedding's gradient, `bincount`), a thread per
+    element of the operand walks its position's updates and combines those that land on its
+    element (owner computes: `OWNER_THREADS_BELOW`, `OWNER_WORK`). Elsewhere the updates
+    stay on one thread, after the copy."""
     if len(kernel.body) < 2 or kernel.scratch:
         return None
     operand, updates = eqn.invars[0].aval.shape, eqn.invars[2].aval.shape
@@ -798,18 +810,62 @@ def _scatter_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
     batching = [walking[k] for k in dn.scatter_indices_batching_dims]
     own = sorted({*dn.update_window_dims, *batching})
     positions = math.prod(updates[u] for u in own)
-    if placed & set(windows) or positions < 2:
+    serial = math.prod(updates) // max(positions, 1)  # (the updates a position walks)
+    # The operand's dimensions neither a window nor a batch covers: an owner's row there.
+    rows = [
+        d for d in range(len(operand)) if d not in windows and d not in dn.operand_batching_dims
+    ]
+    owners = math.prod(operand[d] for d in rows)
+    by_owner = (
+        owners > 1
+        and serial > 1
+        and positions < OWNER_THREADS_BELOW
+        and owners * positions * serial <= OWNER_WORK
+    )
+    if placed & set(windows) or (positions < 2 and not by_owner):
         return [copy, K.Kernel(kernel.name, kernel.inputs, kernel.outputs, [loops[0]])]
-    position = K.fresh_index("w")
+    thread = K.fresh_index("w")
+    threads = positions * (owners if by_owner else 1)
+    position = thread if threads == positions else K.binary("rem", thread, _index(positions))
     coordinates, inner = {}, 1
     for u in reversed(own):
         loop = loops[u]
-        value = position if inner == 1 else K.binary("div", position, K.const(inner, K.INDEX))
+        value = position if inner == 1 else K.binary("div", position, _index(inner))
         if inner * updates[u] < positions:
-            value = K.binary("rem", value, K.const(updates[u], K.INDEX))
+            value = K.binary("rem", value, _index(updates[u]))
         coordinates[id(loop.index)] = value
         inner *= updates[u]
-    body = [statement_replaced(store, coordinates)]
+    placed_store = statement_replaced(store, coordinates)
+    if by_owner:
+        row = K.binary("div", thread, _index(positions))
+        at = dict(zip(windows, (coordinates[id(loops[u].index)] for u in dn.update_window_dims)))
+        at.update(
+            zip(dn.operand_batching_dims, (coordinates[id(loops[u].index)] for u in batching))
+        )
+        inner = 1
+        for d in reversed(rows):
+            value = row if inner == 1 else K.binary("div", row, _index(inner))
+            at[d] = (
+                value
+                if inner * operand[d] == owners
+                else K.binary("rem", value, _index(operand[d]))
+            )
+            inner *= operand[d]
+        mine, stride = _index(0), 1
+        for d in reversed(range(len(operand))):
+            mine = K.binary("add", mine, K.binary("mul", at[d], _index(stride)))
+            stride *= operand[d]
+        lands = K.binary("eq", placed_store.offset, mine)
+        kept = K.Load(placed_store.buffer, mine)
+        # (what the update combines with is the element there: where it lands, this one's)
+        old = {
+            id(n): kept
+            for n in K.nodes(placed_store.value)
+            if isinstance(n, K.Load) and n.buffer is placed_store.buffer
+        }
+        value = replaced_in(placed_store.value, old)
+        placed_store = K.Store(placed_store.buffer, mine, K.select(lands, value, kept))
+    body = [placed_store]
     for k in reversed(range(len(loops))):
         if k not in own:
             body = [K.Loop(loops[k].index, 0, updates[k], body)]
@@ -817,10 +873,14 @@ def _scatter_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
         kernel.name,
         kernel.inputs,
         kernel.outputs,
-        [K.Loop(position, 0, positions, body)],
+        [K.Loop(thread, 0, threads, body)],
         independent_outer=True,
     )
     return [copy, updates_in_order]
+
+
+def _index(value: int) -> K.Expr:
+    return K.const(value, K.INDEX)
 
 
 # -- whole-array argmax and argmin (GPU) ----------------------------------------------------
