@@ -646,11 +646,13 @@ def test_a_reduction_over_leading_axes_read_through_a_transpose_spreads_over_the
     assert "_parts(" in text
 
 
-def test_sorts_of_many_lines_give_each_line_a_thread():
+def test_sorts_merge_a_pass_per_kernel_or_give_each_line_a_thread(monkeypatch):
     """Sorting each row of a matrix (keys with ties, NaNs and signed zeros; a second operand
-    moving with them), argsort, top_k and the median: a thread per line takes the line's
-    whole merge sort (each line its own row of the permutation buffers), then the sorted
-    elements are gathered on the grid, where all the lines ran on one thread."""
+    moving with them), argsort, top_k and the median. Few lines: each merge pass is a kernel
+    over every element, which finds its place by binary search in the other run (stable:
+    ties keep their order). Many lines: a thread per line takes the line's whole merge sort
+    (each line its own row of the permutation buffers). Either way the sorted elements are
+    then gathered on the grid, where all the lines ran on one thread."""
     rng = np.random.default_rng(10)
     x = np.round(rng.standard_normal((37, 300)), 1).astype(np.float32)
     x[3, ::7], x[5, 10], x[5, 11] = np.nan, -0.0, 0.0
@@ -661,6 +663,17 @@ def test_sorts_of_many_lines_give_each_line_a_thread():
         values, indices = lax.top_k(v, 5)
         return keys, moved, fnp.argsort(v, axis=1), values, indices, fnp.median(v, axis=1)
 
+    assert_same_as_reference(f, x, payload)
+    text = compiled_text(lambda v: fnp.sort(v, axis=1), x)
+    assert "_sort_merge8(" in text and "_sort_merge9(" not in text  # 9 passes over 300
+    assert "threadIdx.x); i0 < 11100; i0 += (int)(gridDim.x * blockDim.x)" in text
+    # One line: 5,000 values with ties and NaNs, and where others fall among them.
+    line = np.round(rng.standard_normal(5000), 2).astype(np.float32)
+    line[::97] = np.nan
+    assert_same_as_reference(
+        lambda v: (fnp.sort(v), fnp.argsort(v), fnp.searchsorted(fnp.sort(v), v[:50])), line
+    )
+    monkeypatch.setattr(parallel, "RANKED_MERGES_BELOW", 37)
     assert_same_as_reference(f, x, payload)
     text = compiled_text(lambda v: fnp.sort(v, axis=1), x)
     assert "_sort_lines(" in text

@@ -1047,9 +1047,15 @@ def _sort_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
     if not passes or not gather or not all(isinstance(loop, K.Loop) for loop in passes):
         return None
     lines = {(loop.start, loop.stop) for loop in passes}
-    if len(lines) != 1 or lines == {(0, 1)}:
+    if len(lines) != 1:
         return None
     ((start, stop),) = lines
+    if stop - start < RANKED_MERGES_BELOW:
+        ranked = _ranked_merges(kernel, passes, gather)
+        if ranked is not None:
+            return ranked
+    if stop - start < 2:
+        return None
     line = K.fresh_index("line")
     body = []
     for loop in passes:
@@ -1064,6 +1070,149 @@ def _sort_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
     )
     gathered = K.Kernel(kernel.name, kernel.inputs + permutations, kernel.outputs, gather)
     return [sorting, gathered]
+
+
+# Sorts of fewer lines than this (a thread each would leave a GPU nearly idle, one walking n
+# log n steps) merge their runs a kernel per pass, a thread per element (`_ranked_merges`).
+RANKED_MERGES_BELOW = 1 << 12
+
+
+def _ranked_merges(kernel: K.Kernel, passes: list, gather: list) -> list[K.Kernel] | None:
+    """`_merge_sort`'s passes as a kernel each over every element of every line: an element
+    of a run finds its place in the merged run from its own rank and the number of elements
+    of the other run that go before it (the right run's strictly before, the left run's
+    before or tied: the merge stays stable), by binary search in that sorted run with the
+    pass's own comparison. log n kernels of n log w steps, where a thread per line walks
+    n log n steps alone. None where the passes are not `_merge_sort`'s."""
+    init, merges = passes[0], passes[1:]
+    first = _positions_store(init)
+    if first is None:
+        return None
+    lines, n = init.stop - init.start, init.body[0].stop
+    e = K.fresh_index("e")
+    kernels = [
+        K.Kernel(
+            f"{kernel.name}_positions",
+            kernel.inputs,
+            list(kernel.scratch),
+            [K.Loop(e, 0, lines * n, [K.Store(first, e, K.binary("rem", e, _index(n)))])],
+            independent_outer=True,
+        )
+    ]
+    for number, merge in enumerate(merges):
+        ranked = _ranked_pass(merge, n)
+        if ranked is None:
+            return None
+        source, body = ranked
+        name = f"{kernel.name}_merge{number}"
+        inputs = kernel.inputs + [source]
+        outputs = [b for b in kernel.scratch if b is not source]
+        kernels.append(K.Kernel(name, inputs, outputs, [body], independent_outer=True))
+    permutations = list(kernel.scratch)
+    kernels.append(K.Kernel(kernel.name, kernel.inputs + permutations, kernel.outputs, gather))
+    return kernels
+
+
+def _positions_store(init) -> K.Buffer | None:
+    """The buffer of `_merge_sort`'s first loop (each line's positions 0..n-1), or None."""
+    if not (isinstance(init, K.Loop) and len(init.body) == 1):
+        return None
+    inner = init.body[0]
+    if not (isinstance(inner, K.Loop) and len(inner.body) == 1):
+        return None
+    store = inner.body[0]
+    return store.buffer if isinstance(store, K.Store) else None
+
+
+def _ranked_pass(merge: K.Loop, n: int) -> tuple[K.Buffer, K.Loop] | None:
+    """One merge pass of `_merge_sort` (for each line, each pair of runs of width w merged
+    by a walk choosing the left or the right element) as a loop over every element of every
+    line placing it by binary search, and the buffer the pass reads; None where `merge` is
+    not such a pass."""
+    pairs = merge.body[0] if len(merge.body) == 1 else None
+    if not isinstance(pairs, K.Loop) or len(pairs.body) != 3:
+        return None
+    walk = pairs.body[2]
+    if not isinstance(walk, K.Loop) or len(walk.body) != 4:
+        return None
+    decide, store = walk.body[0], walk.body[1]
+    if not (isinstance(decide, K.SetAcc) and isinstance(store, K.Store)):
+        return None
+    chosen, take_left = store.value, decide.value
+    if not (isinstance(chosen, K.Select) and isinstance(take_left, K.Binary)):
+        return None
+    left_pos, right_pos = chosen.on_true, chosen.on_false
+    either = take_left.b
+    if not (
+        isinstance(left_pos, K.Load)
+        and isinstance(right_pos, K.Load)
+        and isinstance(either, K.Binary)
+        and isinstance(either.b, K.Unary)
+        and either.b.op == "not"
+    ):
+        return None
+    right_first = either.b.x  # before(line, right's position, left's position)
+    source, target, width = left_pos.buffer, store.buffer, (walk.stop - walk.start) // 2
+
+    e = K.fresh_index("e")
+    line, p = K.binary("div", e, _index(n)), K.binary("rem", e, _index(n))
+    base = K.binary("mul", line, _index(n))
+    lo = K.binary("mul", K.binary("div", p, _index(2 * width)), _index(2 * width))
+    mid = K.binary("min", K.binary("add", lo, _index(width)), _index(n))
+    hi = K.binary("min", K.binary("add", lo, _index(2 * width)), _index(n))
+    in_left = K.binary("lt", p, mid)
+    mine = K.Load(source, K.binary("add", base, p))
+
+    def before(right, left):  # the pass's comparison, at other positions
+        return replaced_in(
+            right_first, {id(right_pos): right, id(left_pos): left, id(merge.index): line}
+        )
+
+    found, left_count = K.fresh_acc(K.INDEX, "found"), K.fresh_acc(K.INDEX, "count")
+    go = K.fresh_acc(K.BOOL, "go")
+    half = K.binary("div", left_count.read(), _index(2))
+    other = K.select(in_left, mid, lo)
+    probe = K.binary(
+        "min", K.binary("add", K.binary("add", other, found.read()), half), _index(n - 1)
+    )
+    theirs = K.Load(source, K.binary("add", base, probe))
+    # Left elements count the right run's that go strictly before them; right elements the
+    # left run's that do not go after them.
+    counted = K.select(in_left, before(theirs, mine), K.unary("not", before(mine, theirs)))
+    step = K.fresh_index("step")
+    search = K.Loop(
+        step,
+        0,
+        width.bit_length() + 1,
+        [
+            K.SetAcc(go, K.binary("and", K.binary("gt", left_count.read(), _index(0)), counted)),
+            K.SetAcc(
+                found,
+                K.select(
+                    go.read(),
+                    K.binary("add", K.binary("add", found.read(), half), _index(1)),
+                    found.read(),
+                ),
+            ),
+            K.SetAcc(
+                left_count,
+                K.select(
+                    go.read(),
+                    K.binary("sub", K.binary("sub", left_count.read(), half), _index(1)),
+                    half,
+                ),
+            ),
+        ],
+    )
+    own = K.binary("sub", p, K.select(in_left, lo, mid))
+    slot = K.binary("add", K.binary("add", lo, own), found.read())
+    body = [
+        K.SetAcc(found, _index(0)),
+        K.SetAcc(left_count, K.select(in_left, K.binary("sub", hi, mid), K.binary("sub", mid, lo))),
+        search,
+        K.Store(target, K.binary("add", base, slot), mine),
+    ]
+    return source, K.Loop(e, 0, n * (merge.stop - merge.start), body)
 
 
 def _stores_only(statement, buffers: set) -> bool:
