@@ -33,6 +33,7 @@ import math
 import numpy as np
 
 from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler.fusion import split_offset
 from funcgrad.compiler.schedule import KernelStep, Program, inner_programs
 
 
@@ -837,34 +838,14 @@ def _scatter_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
         inner *= updates[u]
     placed_store = statement_replaced(store, coordinates)
     if by_owner:
-        row = K.binary("div", thread, _index(positions))
         at = dict(zip(windows, (coordinates[id(loops[u].index)] for u in dn.update_window_dims)))
         at.update(
             zip(dn.operand_batching_dims, (coordinates[id(loops[u].index)] for u in batching))
         )
-        inner = 1
-        for d in reversed(rows):
-            value = row if inner == 1 else K.binary("div", row, _index(inner))
-            at[d] = (
-                value
-                if inner * operand[d] == owners
-                else K.binary("rem", value, _index(operand[d]))
-            )
-            inner *= operand[d]
-        mine, stride = _index(0), 1
-        for d in reversed(range(len(operand))):
-            mine = K.binary("add", mine, K.binary("mul", at[d], _index(stride)))
-            stride *= operand[d]
-        lands = K.binary("eq", placed_store.offset, mine)
-        kept = K.Load(placed_store.buffer, mine)
-        # (what the update combines with is the element there: where it lands, this one's)
-        old = {
-            id(n): kept
-            for n in K.nodes(placed_store.value)
-            if isinstance(n, K.Load) and n.buffer is placed_store.buffer
-        }
-        value = replaced_in(placed_store.value, old)
-        placed_store = K.Store(placed_store.buffer, mine, K.select(lands, value, kept))
+        row = K.binary("div", thread, _index(positions))
+        at.update(zip(rows, split_offset(row, tuple(operand[d] for d in rows))))
+        mine = K.row_major_offset([at[d] for d in range(len(operand))], operand)
+        placed_store = _stored_by_owner(placed_store, mine)
     body = [placed_store]
     for k in reversed(range(len(loops))):
         if k not in own:
@@ -881,6 +862,20 @@ def _scatter_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
 
 def _index(value: int) -> K.Expr:
     return K.const(value, K.INDEX)
+
+
+def _stored_by_owner(store: K.Store, mine: K.Expr) -> K.Store:
+    """`store` (an update combined into its place) as made by the thread owning the element
+    at `mine`: there, what it was where the update lands elsewhere, and the update combined
+    with it (rather than with the element at the update's place) where it lands there."""
+    kept = K.Load(store.buffer, mine)
+    old = {
+        id(n): kept
+        for n in K.nodes(store.value)
+        if isinstance(n, K.Load) and n.buffer is store.buffer
+    }
+    lands = K.binary("eq", store.offset, mine)
+    return K.Store(store.buffer, mine, K.select(lands, replaced_in(store.value, old), kept))
 
 
 # -- whole-array argmax and argmin (GPU) ----------------------------------------------------
