@@ -673,6 +673,12 @@ def test_sorts_merge_a_pass_per_kernel_or_give_each_line_a_thread(monkeypatch):
     assert_same_as_reference(
         lambda v: (fnp.sort(v), fnp.argsort(v), fnp.searchsorted(fnp.sort(v), v[:50])), line
     )
+
+    # Inside a scan's body (a region: one block runs the passes in turn).
+    def sorted_steps(c, row):
+        return c + 1, (fnp.sort(row * c), fnp.argsort(row))
+
+    assert_same_as_reference(lambda xs: lax.scan(sorted_steps, np.float32(1), xs), x[:5])
     monkeypatch.setattr(parallel, "RANKED_MERGES_BELOW", 37)
     assert_same_as_reference(f, x, payload)
     text = compiled_text(lambda v: fnp.sort(v, axis=1), x)
