@@ -686,6 +686,30 @@ def test_sorts_merge_a_pass_per_kernel_or_give_each_line_a_thread(monkeypatch):
     assert "threadIdx.x); i0 < 37; i0 += (int)(gridDim.x * blockDim.x)" in text
 
 
+@settings(deadline=None, max_examples=10)
+@given(st.integers(1, 700), st.integers(1, 3), st.integers(0, 2**31 - 1))
+def test_ranked_merges_sort_lines_of_any_length_stably(n, lines, seed):
+    """Lines of any length (runs of every width, a last run cut short) with few distinct
+    values, NaNs and signed zeros: the sorted keys, the payload moved with them and the
+    stable argsort match NumPy's."""
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(-3, 4, (lines, n)).astype(np.float32)
+    keys[rng.random((lines, n)) < 0.1] = np.nan
+    keys[keys == 0] *= rng.choice([-1, 1], int((keys == 0).sum()))
+    payload = np.arange(lines * n, dtype=np.int32).reshape(lines, n)
+    with jit_backend("cuda_emulator"):
+        got_keys, got_payload = fg.jit(lambda k, p: lax.sort((k, p), dimension=1, num_keys=1))(
+            keys, payload
+        )
+        order = fg.jit(lambda k: fnp.argsort(k, axis=1))(keys)
+    expected = np.argsort(keys, axis=1, kind="stable")
+    np.testing.assert_array_equal(np.asarray(order), expected)
+    np.testing.assert_array_equal(np.asarray(got_payload), np.take_along_axis(payload, expected, 1))
+    sorted_keys = np.take_along_axis(keys, expected, 1)
+    np.testing.assert_array_equal(np.signbit(np.asarray(got_keys)), np.signbit(sorted_keys))
+    np.testing.assert_array_equal(np.asarray(got_keys), sorted_keys)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, dtypes.bfloat16])
 def test_an_argmax_over_a_whole_array_finds_each_parts_first_then_carries_them_in_order(dtype):
     """40,000 elements below zero (1,024 parts of 39, 64 left over): the maximum ties at
