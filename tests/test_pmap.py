@@ -511,3 +511,16 @@ def test_devices_run_jit_s_executable_on_the_configured_backend(backend):
             for s in executable.steps
         ]
         assert kinds == ["LlvmExecutable", "psum", "LlvmExecutable", "all_gather"]
+
+
+def test_a_trace_per_matmul_precision_setting():
+    """A product traced under `default_matmul_precision` names it as its precision, so pmap
+    traces again under another setting (as jit does) rather than reuse a program whose
+    products name the first."""
+    product = fg.pmap(lambda a, b: a @ b)
+    x = np.ones((1, 4, 4), np.float32)
+    for _ in range(2):
+        product(x, x)
+        with fg.default_matmul_precision("tensorfloat32"):
+            product(x, x)
+    assert len(product._cache) == 2
