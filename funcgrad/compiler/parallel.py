@@ -1163,9 +1163,9 @@ def _ranked_pass(merge: K.Loop, n: int) -> tuple[K.Buffer, K.Loop] | None:
             right_first, {id(right_pos): right, id(left_pos): left, id(merge.index): line}
         )
 
-    found, left_count = K.fresh_acc(K.INDEX, "found"), K.fresh_acc(K.INDEX, "count")
+    found, remaining = K.fresh_acc(K.INDEX, "found"), K.fresh_acc(K.INDEX, "remaining")
     go = K.fresh_acc(K.BOOL, "go")
-    half = K.binary("div", left_count.read(), _index(2))
+    half = K.binary("div", remaining.read(), _index(2))
     other = K.select(in_left, mid, lo)
     probe = K.binary(
         "min", K.binary("add", K.binary("add", other, found.read()), half), _index(n - 1)
@@ -1180,7 +1180,7 @@ def _ranked_pass(merge: K.Loop, n: int) -> tuple[K.Buffer, K.Loop] | None:
         0,
         width.bit_length() + 1,
         [
-            K.SetAcc(go, K.binary("and", K.binary("gt", left_count.read(), _index(0)), counted)),
+            K.SetAcc(go, K.binary("and", K.binary("gt", remaining.read(), _index(0)), counted)),
             K.SetAcc(
                 found,
                 K.select(
@@ -1190,10 +1190,10 @@ def _ranked_pass(merge: K.Loop, n: int) -> tuple[K.Buffer, K.Loop] | None:
                 ),
             ),
             K.SetAcc(
-                left_count,
+                remaining,
                 K.select(
                     go.read(),
-                    K.binary("sub", K.binary("sub", left_count.read(), half), _index(1)),
+                    K.binary("sub", K.binary("sub", remaining.read(), half), _index(1)),
                     half,
                 ),
             ),
@@ -1203,7 +1203,7 @@ def _ranked_pass(merge: K.Loop, n: int) -> tuple[K.Buffer, K.Loop] | None:
     slot = K.binary("add", K.binary("add", lo, own), found.read())
     body = [
         K.SetAcc(found, _index(0)),
-        K.SetAcc(left_count, K.select(in_left, K.binary("sub", hi, mid), K.binary("sub", mid, lo))),
+        K.SetAcc(remaining, K.select(in_left, K.binary("sub", hi, mid), K.binary("sub", mid, lo))),
         search,
         K.Store(target, K.binary("add", base, slot), mine),
     ]
