@@ -316,6 +316,21 @@ def test_take_along_axis_matches_numpy(data):
     assert_same(fnp.take_along_axis(x, order, axis), np.take_along_axis(x, order, axis))
 
 
+def test_take_along_axis_modes_past_the_line():
+    """Indices past a line (a gather batched over the other axes) fill with NaN by default, as
+    JAX's do, clamp with mode='clip' and wrap with mode='wrap'; their gradient drops them."""
+    x = np.arange(6.0).reshape(2, 3)
+    i = np.array([[5, -4], [0, 2]])
+    assert_same(fnp.take_along_axis(x, i, 1), np.array([[np.nan, np.nan], [3.0, 5.0]]))
+    compiled = fg.jit(lambda v, j: fnp.take_along_axis(v, j, 1))(x, i)
+    assert_same(compiled, np.array([[np.nan, np.nan], [3.0, 5.0]]))
+    assert_same(fnp.take_along_axis(x, i, 1, mode="clip"), np.array([[2.0, 0.0], [3.0, 5.0]]))
+    assert_same(fnp.take_along_axis(x, i, 1, mode="wrap"), np.array([[2.0, 2.0], [3.0, 5.0]]))
+    weights = np.array([[1.0, 2.0], [3.0, 4.0]])
+    gradient = fg.grad(lambda v: (fnp.take_along_axis(v, i, 1) * weights).sum())(x)
+    assert_same(gradient, np.array([[0.0, 0.0, 0.0], [3.0, 0.0, 4.0]]))
+
+
 def test_take_along_axis_errors_and_tracing():
     with pytest.raises(ValueError, match=r"indices of shape \(2,\) and arr of shape \(2, 3\)"):
         fnp.take_along_axis(np.zeros((2, 3)), np.zeros(2, int), 1)
