@@ -737,7 +737,8 @@ def test_cumulative_ops_along_one_long_line_run_in_parts():
     folds its elements, one thread carries the running value over the parts, then each part
     runs down its elements again from the value before it; a reverse one walks its parts
     down memory. Maxima and minima and integer sums are exact; float sums and products are
-    regrouped (within 1e-4). One along a line of a prime length stays on one thread."""
+    regrouped (within 1e-4). A line of a prime length (32,771) takes parts of 33, the last
+    one of 2: past the line's end a part keeps its running value."""
     rng = np.random.default_rng(12)
     x = rng.standard_normal(40000).astype(np.float32)
     below = -np.abs(x) - 1  # every part's running maximum below zero
@@ -760,18 +761,23 @@ def test_cumulative_ops_along_one_long_line_run_in_parts():
         return fnp.cumsum(fnp.abs(v)), fnp.cumprod(1 + v * 1e-3), lax.cumlogsumexp(v), reverse
 
     assert_same_as_reference(regrouped, x, exact=False, rtol=1e-4)
+    prime = (x[:32771], below[:32771], integers[:32771])
+    assert_same_as_reference(exact, *prime)
+    assert_same_as_reference(regrouped, prime[0], exact=False, rtol=1e-4)
     text = compiled_text(lambda v: fnp.cumsum(v), x)
     assert "_cumsum_parts(" in text and "_cumsum_carry(" in text
     assert text.count("threadIdx.x); i0 < 1000; i0 += (int)(gridDim.x * blockDim.x)") == 2
     backwards = compiled_text(lambda v: lax.cumsum(v, reverse=True), x)
     assert backwards.count("threadIdx.x); i0 < 1000; i0 += (int)(gridDim.x * blockDim.x)") == 2
-    assert "_parts(" not in compiled_text(lambda v: fnp.cumsum(v), x[:32771])
+    uneven = compiled_text(lambda v: fnp.cumsum(v), x[:32771])
+    assert uneven.count("threadIdx.x); i0 < 994; i0 += (int)(gridDim.x * blockDim.x)") == 2
     # The last kernel alone writes the result, pointwise: a donated operand still hosts it.
-    placed = fg.device_put(integers, fg.devices("cuda_emulator")[0])
-    with jit_backend("cuda_emulator"), warnings.catch_warnings():
-        warnings.simplefilter("error")  # (an unusable donation warns)
-        in_place = fg.jit(fnp.cumsum, donate_argnums=0)(placed)
-    np.testing.assert_array_equal(np.asarray(in_place), np.cumsum(integers))
+    for line in (integers, integers[:32771]):
+        placed = fg.device_put(line, fg.devices("cuda_emulator")[0])
+        with jit_backend("cuda_emulator"), warnings.catch_warnings():
+            warnings.simplefilter("error")  # (an unusable donation warns)
+            in_place = fg.jit(fnp.cumsum, donate_argnums=0)(placed)
+        np.testing.assert_array_equal(np.asarray(in_place), np.cumsum(line))
 
 
 def test_cumulative_ops_down_columns_give_each_column_a_thread():

@@ -966,8 +966,9 @@ SCAN_PART_MIN = 32
 def _scan_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
     """A cumulative op along one line (`fusion._cumulative` with no
     outer loops: a running value carried down the line on one thread) of at least
-    SCAN_PARTS * SCAN_PART_MIN elements that SCAN_PARTS or a near count of parts divides
-    (`_dividing`) as three kernels: each contiguous part folds its elements (a thread each);
+    SCAN_PARTS * SCAN_PART_MIN elements, in SCAN_PARTS parts or a near count that divides
+    the line (`_dividing`), else in parts of equal share but a shorter last one, as three
+    kernels: each contiguous part folds its elements (a thread each);
     one thread carries the running value over the parts' folds, keeping it after each part;
     then each part runs down its elements again from the value before it, storing (a thread
     each). That last kernel alone writes the result, pointwise with its reads of the operand,
@@ -985,9 +986,10 @@ def _scan_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
         return None
     count = loop.stop - loop.start
     parts_count = _dividing(count, SCAN_PARTS)
-    if count % parts_count or count < parts_count * SCAN_PART_MIN:
+    if count < parts_count * SCAN_PART_MIN:
         return None
-    share = count // parts_count
+    share = -(-count // parts_count)
+    parts_count = -(-count // share)  # (where none divides, the last part shorter, none empty)
     acc, value = update.acc, update.value.on_true
     folds = K.Buffer(f"partial_{kernel.name}", acc.dtype, parts_count)
     running = K.Buffer(f"running_{kernel.name}", acc.dtype, parts_count)
@@ -997,15 +999,29 @@ def _scan_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
         position = part * K.const(share, K.INDEX) + inside
         return K.Loop(part, 0, parts_count, body(part, inside, position))
 
+    def guarded(statements: list, position) -> list:
+        """The loop body at `position`, where the line's length is not a multiple of the
+        share: past the line's end the running value stays, and the last element's store is
+        made again (the same value, by the same thread)."""
+        if count % share == 0:
+            return body_replaced(statements, {id(loop.index): position})
+        past = K.binary("lt", position, K.const(count, K.INDEX))
+        clamped = K.binary("min", position, K.const(count - 1, K.INDEX))
+        placed = body_replaced(statements, {id(loop.index): clamped})
+        return [
+            K.SetAcc(s.acc, K.select(past, s.value, acc.read())) if isinstance(s, K.SetAcc) else s
+            for s in placed
+        ]
+
     def fold(part, inside, position) -> list:
         opening = K.binary("eq", inside, K.const(0, K.INDEX))  # (a part folds from its first)
-        here = {id(update.value.pred): opening, id(loop.index): position}
-        within = K.Loop(inside, 0, share, [statement_replaced(update, here)])
+        opened = statement_replaced(update, {id(update.value.pred): opening})
+        within = K.Loop(inside, 0, share, guarded([opened], position))
         return [start, within, K.Store(folds, part, acc.read())]
 
     def rescan(part, inside, position) -> list:
         before = K.binary("max", part - K.const(1, K.INDEX), K.const(0, K.INDEX))
-        within = K.Loop(inside, 0, share, body_replaced(loop.body, {id(loop.index): position}))
+        within = K.Loop(inside, 0, share, guarded(loop.body, position))
         # (part 0 starts afresh at its first element, as the line did)
         return [K.SetAcc(acc, K.Load(running, before)), within]
 
@@ -1017,7 +1033,14 @@ def _scan_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
         K.Kernel(
             f"{kernel.name}_carry", [folds], [running], [start, K.Loop(each, 0, parts_count, carry)]
         ),
-        K.Kernel(kernel.name, [*kernel.inputs, running], kernel.outputs, [by_part(rescan)]),
+        # (parts never meet: past the line's end the last part rewrites its own last element)
+        K.Kernel(
+            kernel.name,
+            [*kernel.inputs, running],
+            kernel.outputs,
+            [by_part(rescan)],
+            independent_outer=True,
+        ),
     ]
 
 
