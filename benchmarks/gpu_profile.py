@@ -86,12 +86,29 @@ def _transformer():
     return step, (model, optimizer.init(model), windows)
 
 
+def _small_layers():
+    """The GPU benchmark's eight small layers (a GEMM and a fused kernel each): a program
+    whose time is its launches."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+    w = (rng.standard_normal((64, 64)) / 8).astype(np.float32)
+
+    def layers(x, w):
+        for _ in range(8):
+            x = fnp.tanh(x @ w)
+            x = x - x.mean(axis=1, keepdims=True)
+        return x
+
+    return layers, (x, w)
+
+
 PROGRAMS = {
     f"softmax {ROWS}x4096": lambda: (_softmax(fnp), (_rows((ROWS, 4096)),)),
     f"layernorm {ROWS}x4096": lambda: (_layernorm(fnp), (_rows((ROWS, 4096)),)),
     "mlp 784-1024-1024-10 step": _mlp,
     f"conv step, batch {BATCH}": _conv_training,
     "transformer step (char_transformer, batch 32x64)": _transformer,
+    "8 small layers": _small_layers,
 }
 
 
