@@ -1051,10 +1051,11 @@ def _sort_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
     """A sort or top_k kernel (`fusion._merge_sort`: every line's positions
     0..n-1, then passes merging runs of each width over every line in turn, then the sorted
     elements gathered, all on one thread: each pass's loads and stores go through the
-    permutations it reads) as two kernels: a thread per line taking its whole merge sort,
-    its permutations in two buffers of all the lines' (each line reads and writes its own
-    row of them, but for a spare slot every line writes and none reads), then the gather on
-    the grid."""
+    permutations it reads) as kernels on the grid: with fewer than RANKED_MERGES_BELOW
+    lines, a kernel per merge pass placing every element at once (`_ranked_merges`); else a
+    thread per line taking its whole merge sort, its permutations in two buffers of all the
+    lines' (each line reads and writes its own row of them, but for a spare slot every line
+    writes and none reads). Then the gather on the grid."""
     if len(kernel.scratch) != 2:
         return None
     scratch = set(kernel.scratch)
@@ -1112,7 +1113,7 @@ def _ranked_merges(kernel: K.Kernel, passes: list, gather: list) -> list[K.Kerne
         K.Kernel(
             f"{kernel.name}_positions",
             kernel.inputs,
-            list(kernel.scratch),
+            [first],
             [K.Loop(e, 0, lines * n, [K.Store(first, e, K.binary("rem", e, _index(n)))])],
             independent_outer=True,
         )

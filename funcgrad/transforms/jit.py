@@ -501,12 +501,13 @@ class Jitted:
         if config.disable_jit:
             return self.fun(*args, **kwargs)
         eager = core.current_trace() is core.eval_trace()
+        precision = config.default_matmul_precision
         found = None if kwargs else self._signature(args)
-        if found is not None and config.default_matmul_precision is not None:
-            found = ((config.default_matmul_precision, found[0]), found[1])  # (its own trace)
+        if found is not None and precision is not None:
+            found = ((precision, found[0]), found[1])  # (a trace of its own per setting)
         entry = self._array_cache.get(found[0]) if found is not None else None
         if entry is None:
-            entry, leaves = self._entry(args, kwargs, config.default_matmul_precision)
+            entry, leaves = self._entry(args, kwargs, precision)
             cacheable = not any(isinstance(c, core.Tracer) for c in entry.consts)
             if found is not None and cacheable:
                 self._array_cache[found[0]] = entry
