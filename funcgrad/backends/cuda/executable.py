@@ -34,13 +34,20 @@ from funcgrad.array import Array, DeviceValue, GpuDevice, to_host
 from funcgrad.backends.cuda import cublas as cublas_calls
 from funcgrad.backends.cuda import graphs, nvrtc, regions, solver
 from funcgrad.backends.cuda.emulator import EmulatedModule
-from funcgrad.backends.cuda.render import LAUNCH_BLOCK, CudaKernel, module_source, render_kernel
+from funcgrad.backends.cuda.render import (
+    ADDRESS,
+    LAUNCH_BLOCK,
+    CudaKernel,
+    addressed,
+    module_source,
+    render_kernel,
+)
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler import stages
 from funcgrad.compiler.donation import donated_outputs, hosted, warn_unusable
 from funcgrad.compiler.lapack import FortranCall
-from funcgrad.compiler.memory import constants, nbytes
+from funcgrad.compiler.memory import constants, nbytes, step_buffers
 from funcgrad.compiler.parallel import ReductionSplit
 from funcgrad.compiler.schedule import (
     GPU_GEMM_DTYPES,
@@ -513,11 +520,24 @@ class CudaExecutable:
         }
         called = {s for step in self.regions for s in regions.inner_kernels(step)}
         launched = [k for s, k in self.kernels.items() if s not in called]
+        self._launches = graphs.capturable(self.program, self.regions)
+        self._replayable = self._launches is not None
+        # Results a replay's kernels write where each call wants them, each read from a slot
+        # of the replay's (`_Replay`), and those kernels in the form reading the slots.
+        self.in_place = _written_in_place(program, self.hosts) if self._replayable else []
+        self.slots = [K.Buffer(f"{b.name}_at", ADDRESS, 1) for b in self.in_place]
+        slots = dict(zip(self.in_place, self.slots))
+        self.addressed = {
+            step: addressed(kernel, slots)
+            for step, kernel in self.kernels.items()
+            if any(b in slots for b in kernel.params)
+        }
+        launched += list(self.regions.values()) + list(self.addressed.values())
         self.source = module_source(
             [self.kernels[s].text(launched=False) for s in self.kernels if s in called]
-            + [k.text() for k in launched + list(self.regions.values())]
+            + [k.text() for k in launched]
         )
-        self.module = self.device.load(self.source, launched + list(self.regions.values()))
+        self.module = self.device.load(self.source, launched)
         # Decompositions cuSOLVER makes on the device; the others run on the host's LAPACK.
         self.solves = {
             step: plan
@@ -542,8 +562,6 @@ class CudaExecutable:
         # made at a program's second call: a program run once is not worth capturing.
         self._replays: dict = {}
         self._calls = 0
-        self._launches = graphs.capturable(self.program, self.regions)
-        self._replayable = self._launches is not None
         # Arguments a graph may read where they are (`_Replay.pins`): those the first two calls
         # passed in the same device buffer (closed-over constants, weights held fixed), as
         # weak references to it, never a donated one or one that changed under a graph.
@@ -692,7 +710,8 @@ class CudaExecutable:
             and storage is seen()
         }
         copied = [b for i, b in enumerate(self.program.inputs) if i not in pins]
-        if not graphs.worth_a_graph(self._launches, copied + self.program.outputs):
+        copied += [b for b in self.program.outputs if b not in self.in_place]
+        if not graphs.worth_a_graph(self._launches, copied):
             self._replayable = False
             return None
         try:
@@ -789,7 +808,7 @@ class CudaExecutable:
             lines.append(
                 f"from its second call, one CUDA graph of {self._launches} launches where that "
                 "is worth its copies (arguments in, but those in the same device buffer at each "
-                "call, and results out)"
+                "call, and results out, but those its kernels write in place)"
             )
         return "\n".join(lines)
 
@@ -929,7 +948,9 @@ class _Replay:
     """A program captured once as a graph over buffers of its own (arguments, results and
     arena), which each call copies its arguments into, replays, and copies its results out
     of, all on the current stream without waiting; pinned arguments are read where they
-    are. A lock keeps two threads' calls from interleaving their copies."""
+    are, and the results that only the program's kernels touch (`executable.in_place`) are
+    written where the call wants them: their kernels read the results' addresses from slots
+    that each call writes. A lock keeps two threads' calls from interleaving their writes."""
 
     def __init__(self, executable: CudaExecutable, setting, pins: dict):
         device, program = executable.device, executable.program
@@ -942,8 +963,12 @@ class _Replay:
         # that same buffer (held here, so it cannot be freed and its memory reused).
         self.pins = pins
         pinned = {program.inputs[i]: storage for i, storage in pins.items()}
-        hosts = executable.hosts
-        own = [b for b in program.inputs + program.outputs if b not in hosts and b not in pinned]
+        hosts, in_place = executable.hosts, set(executable.in_place)
+        own = [
+            b
+            for b in program.inputs + program.outputs
+            if b not in hosts and b not in pinned and b not in in_place
+        ]
         self.nbytes = executable.memory.arena_bytes + sum(nbytes(b) for b in own)
         self.lock = threading.Lock()
         self.views = dict(executable.consts)
@@ -957,14 +982,20 @@ class _Replay:
         executable._arena(self.views)
         self.copied_in = [i for i in range(len(program.inputs)) if i not in pins]
         staged = [self.views[program.inputs[i]] for i in self.copied_in]
-        outputs = [self.views[buffer] for buffer in program.outputs]
+        self.copied_out = [k for k, b in enumerate(program.outputs) if b not in in_place]
+        self.written = [k for k, b in enumerate(program.outputs) if b in in_place]
+        outputs = [self.views[program.outputs[k]] for k in self.copied_out]
         self.copies_in = _Copies(device, staged, inward=True) if staged else None
         self.copies_out = _Copies(device, outputs, inward=False) if outputs else None
+        # The results' addresses, in the order of `executable.slots`.
+        self.addresses = device.upload(np.zeros(len(self.written), np.uint64))
+        for k, slot in enumerate(executable.slots):
+            self.views[slot] = self.addresses[k : k + 1]
 
         def walk(runner) -> None:
             if self.copies_in is not None:
                 self.copies_in.launch(runner)
-            _Walk(executable, self.views, runner).steps(program.steps)
+            _Walk(executable, self.views, runner, executable.addressed).steps(program.steps)
             if self.copies_out is not None:
                 self.copies_out.launch(runner)
 
@@ -997,9 +1028,24 @@ class _Replay:
             if self.copies_in is not None:
                 self.copies_in.point(arguments)
             if self.copies_out is not None:
-                self.copies_out.point(results)
+                self.copies_out.point([results[k] for k in self.copied_out])
+            if self.written:
+                addresses = [device.address(results[k]) for k in self.written]
+                device.write(self.addresses, np.array(addresses, np.uint64))
             self.launch()
         return results
+
+
+def _written_in_place(program: Program, hosts: dict) -> list[K.Buffer]:
+    """The results that only kernels the program launches itself touch, not a GEMM, a copy,
+    a control-flow step, an argument's or a constant's memory, each a result once: in a
+    replay, these kernels write them where each call wants them, sparing their copies out."""
+    elsewhere = set(program.inputs) | set(constants(program)) | set(hosts)
+    by_kernels = set()
+    for step in program.steps:
+        (by_kernels if isinstance(step, KernelStep) else elsewhere).update(step_buffers(step))
+    once = {b for b in program.outputs if program.outputs.count(b) == 1}
+    return [b for b in program.outputs if b in by_kernels and b in once and b not in elsewhere]
 
 
 class _Copies:
@@ -1086,11 +1132,13 @@ class _Walk:
     """Runs a program's steps on the device, binding region programs' inputs as it goes.
     `runner` launches, multiplies and copies: the device, or what captures a graph of it."""
 
-    def __init__(self, executable: CudaExecutable, views: dict, runner=None):
+    def __init__(self, executable: CudaExecutable, views: dict, runner=None, kernels=None):
         self.executable = executable
         self.device = executable.device
         self.runner = runner if runner is not None else executable.device
         self.views = views
+        # (a replay's kernels writing results in place, for the steps that have them)
+        self.kernels = kernels or {}
 
     def steps(self, steps: list) -> None:
         on_device = self.executable.regions
@@ -1101,7 +1149,7 @@ class _Walk:
                 visit(self, step)
 
     def kernel(self, step: KernelStep) -> None:
-        self.launch(self.executable.kernels[step])
+        self.launch(self.kernels.get(step) or self.executable.kernels[step])
 
     def launch(self, kernel: CudaKernel) -> None:
         buffers = [self.views[b] for b in kernel.params]

@@ -5,11 +5,13 @@ driver's launch): several microseconds each, which a program of many small kerne
 many times over. Captured once as a graph, the whole call is one launch. The graph names
 device addresses, so it runs over buffers of the executable's own: it copies the call's
 arguments into them and its results out, with a copy kernel at each end whose table of
-addresses the call writes (an argument that comes in the same device buffer at every call,
-a closed-over constant, is read in place). A program is replayed when it launches more
-than those two kernels, and its copies are small beside the launches they save; and only
-when nothing in it needs the host mid-call (a predicate read back, a callback) or allocates
-as it runs (a decomposition's solver workspaces).
+addresses the call writes. An argument that comes in the same device buffer at every call
+(a closed-over constant) is read in place; a result that only the program's own kernels
+touch is written in place, its kernels reading its address from a slot the call writes. A
+program is replayed when it launches more than those two kernels, and its copies are small
+beside the launches they save; and only when nothing in it needs the host mid-call (a
+predicate read back, a callback) or allocates as it runs (a decomposition's solver
+workspaces).
 """
 
 from __future__ import annotations

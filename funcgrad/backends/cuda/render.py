@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -1424,3 +1424,27 @@ def render_kernel(kernel: K.Kernel, name: str) -> CudaKernel:
 def module_source(functions: list[str]) -> str:
     """The prelude and the functions' texts, as one module."""
     return "\n\n".join([PRELUDE.strip(), *functions]) + "\n"
+
+
+ADDRESS = np.dtype(np.uint64)
+
+
+def addressed(kernel: CudaKernel, slots: dict) -> CudaKernel:
+    """`kernel` reading the address of each buffer in `slots` from device memory as it starts,
+    from the one-element slot that `slots` maps it to, rather than taking the address as a
+    parameter. A replayed graph names its kernels' parameters once and for all; through a
+    slot, each call points a graph's kernels at buffers of its own choosing (its results)."""
+    params = [slots.get(b, b) for b in kernel.params]
+    lines = [
+        f"  {'const ' if const else ''}{memory_type(b.dtype)}* __restrict__ {b.name} = "
+        f"({'const ' if const else ''}{memory_type(b.dtype)}*){slots[b].name}[0];"
+        for b, const in zip(kernel.params, kernel.const_params)
+        if b in slots
+    ]
+    return replace(
+        kernel,
+        name=f"{kernel.name}_addressed",
+        params=params,
+        const_params=[c or b in slots for b, c in zip(kernel.params, kernel.const_params)],
+        body="\n".join([*lines, kernel.body]),
+    )
