@@ -963,6 +963,27 @@ def test_a_product_of_few_results_sums_parts_of_its_terms_then_the_terms_left_ov
     assert "part = block" not in few and "a_tile" in few
 
 
+def test_products_of_up_to_16_terms_fuse_into_their_readers_on_the_gpu_alone():
+    """A layer of few outputs' backward product (64 x 10 by 10 x 128), times the tanh's
+    derivative: on the GPU one kernel, 10 multiply-adds per element, where the CPU calls its
+    GEMM (a fused product of 10 terms ran slower there); 17 terms stay a GEMM on the GPU."""
+    rng = np.random.default_rng(16)
+
+    def backward(g, w, h):
+        return (g @ w.T) * (1 - h * h)
+
+    h = np.tanh(rng.standard_normal((64, 128))).astype(np.float32)
+    for terms, fused in ((10, True), (16, True), (17, False)):
+        g = rng.standard_normal((64, terms)).astype(np.float32)
+        w = rng.standard_normal((128, terms)).astype(np.float32)
+        assert_same_as_reference(backward, g, w, h, exact=False, rtol=1e-5)
+        for backend, gemm in (("cuda_emulator", not fused), ("llvm", True)):
+            with jit_backend(backend):
+                plan = fg.jit(backward).lower(g, w, h).compile().fusion_plan()
+            assert ("gemm[" in plan) == gemm
+            assert bool(re.search("# fuses: .*dot_general", plan)) != gemm
+
+
 def test_a_profile_times_each_launch_gemm_and_copy_of_one_walked_call(monkeypatch):
     """`profile` runs the program launch by launch and sums each kernel's, GEMM's and copy's
     device time: every kernel of the module, a scan's body kernels once per iteration (its

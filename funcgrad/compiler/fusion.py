@@ -15,6 +15,8 @@ so their elementwise producers fuse in as well.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 from collections.abc import Callable
 
@@ -891,8 +893,22 @@ def _dot_general(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
 root_rules[PRIMITIVES["dot_general"]] = _dot_general
 
 # Contractions this short (outer products, per-example products) are a few multiply-adds per
-# output element: they fuse into their readers like elementwise ops.
+# output element: they fuse into their readers like elementwise ops. A backend may fuse longer
+# ones (`short_contractions`): on a CPU, a 10-term product fused into its reader ran 5-10%
+# slower than its GEMM (benchmarks/compiler.py, the conv and per-example cases), but a GPU
+# saves a GEMM's launch and a pass over its result, the operands' few rows staying in cache.
 SHORT_CONTRACTION = 8
+_short_contraction = contextvars.ContextVar("short_contraction", default=SHORT_CONTRACTION)
+
+
+@contextlib.contextmanager
+def short_contractions(length: int):
+    """Within it, contractions of at most `length` terms fuse into their readers."""
+    token = _short_contraction.set(length)
+    try:
+        yield
+    finally:
+        _short_contraction.reset(token)
 
 
 def _short_dot_general(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
@@ -907,7 +923,7 @@ def _short_dot_general(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Ex
 
 element_rules[PRIMITIVES["dot_general"]] = _short_dot_general
 element_rule_applies[PRIMITIVES["dot_general"]] = lambda eqn: (
-    math.prod(_contract_shape(eqn)) <= SHORT_CONTRACTION
+    math.prod(_contract_shape(eqn)) <= _short_contraction.get()
 )
 
 

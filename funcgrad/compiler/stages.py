@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from funcgrad.compiler import parallel, passes
 from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
+from funcgrad.compiler.fusion import SHORT_CONTRACTION, short_contractions
 from funcgrad.compiler.index_algebra import coalesce_loops, collapse_row_nests, simplify_offsets
 from funcgrad.compiler.memory import MemoryPlan, plan_memory
 from funcgrad.compiler.schedule import GEMM_DTYPES, KernelStep, Program, all_steps, schedule
@@ -16,6 +17,7 @@ def plan(
     reductions: parallel.ReductionSplit | None = None,
     gemm_dtypes: tuple = GEMM_DTYPES,
     contraction_dtypes: tuple = (),
+    short_contraction: int = SHORT_CONTRACTION,
 ) -> tuple[ClosedJaxpr, Program, MemoryPlan]:
     """The optimized jaxpr, its program of steps and the program's memory plan. Large
     whole-array reductions become partial folds that may run on threads, as `reductions`
@@ -27,13 +29,15 @@ def plan(
     (`index_algebra.coalesce_loops`) and its products of few results with long sums are
     split into parts (`parallel.split_products`). Products in `gemm_dtypes` may run as the
     backend's library GEMMs, and convolutions in `contraction_dtypes` as contraction kernels
-    (`schedule.schedule`). Every kernel's offsets are then simplified with its loops' ranges,
-    and its nests of rows made one loop over the rows (`index_algebra`)."""
+    (`schedule.schedule`); products of at most `short_contraction` terms fuse into their
+    readers (`fusion.short_contractions`). Every kernel's offsets are then simplified with its
+    loops' ranges, and its nests of rows made one loop over the rows (`index_algebra`)."""
     optimized = passes.optimize(closed)
     if mentions_complex(optimized.jaxpr):
         # Complex values compute as pairs of reals, laid out as the caller's buffers are.
         optimized = passes.optimize(lower_complex(optimized))
-    program = schedule(optimized, gemm_dtypes, contraction_dtypes)
+    with short_contractions(short_contraction):
+        program = schedule(optimized, gemm_dtypes, contraction_dtypes)
     if reductions is not None and reductions.column_threads:
         parallel.spread_one_thread_kernels(program)
         for step in all_steps(program):

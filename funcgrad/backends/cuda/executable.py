@@ -90,6 +90,11 @@ extern "C" __global__ void fg_occupy(unsigned long long nanoseconds) {
 # A profile keeps the device busy this long before each span it times: long enough for the
 # host to make the timed call.
 PROFILE_LEAD_SECONDS = 5e-4
+# Products of this many terms or fewer fuse into their readers (`fusion.short_contractions`):
+# on an H100 the MLP step's three GEMMs with 10 columns took 17.3 µs (docs/performance.md);
+# one, the backward product 256 x 10 by 10 x 1024, becomes 10 multiply-adds per element of
+# the kernel reading it (its operands' few rows stay in cache), a launch and a pass fewer.
+SHORT_CONTRACTION = 16
 # A replay's copies in and out (`_Copies`): one kernel for all the buffers of a direction,
 # launched from the graph, reading its table [count, destinations, sources, byte counts],
 # whose addresses on the caller's side each call writes; 16-byte vectors where both ends are
@@ -494,7 +499,7 @@ class CudaExecutable:
         self.closed = closed
         self.device = device if device is not None else gpu()
         self.optimized, self.program, self.memory = stages.plan(
-            closed, REDUCTIONS, GPU_GEMM_DTYPES, CONTRACTION_DTYPES
+            closed, REDUCTIONS, GPU_GEMM_DTYPES, CONTRACTION_DTYPES, SHORT_CONTRACTION
         )
         # Outputs written into donated arguments' memory: {output index: input index}. A
         # kernel reading the input and writing the output names the input for both, one
