@@ -621,11 +621,11 @@ def test_reductions_over_the_leading_axis_give_few_columns_a_block_and_many_a_th
     text = compiled_text(lambda x: x.sum(axis=0), x)
     # The scheduler streams rows (for j: out[j] = 0; for i: for j: out[j] += x[i, j]); the GPU
     # takes the columns outermost. Few columns take a block each, its threads sharing the
-    # column's fold; many columns (1,100 of bfloat16, whose folds are not split into parts) a
-    # thread each, neighbouring threads reading neighbouring elements.
+    # column's fold; many columns of few rows (1,100 of 30 rows: too few rows to fold in
+    # parts) a thread each, neighbouring threads reading neighbouring elements.
     assert "if (blockIdx.x != 0 || threadIdx.x != 0) return;" not in text
     assert "i0 = blockIdx.x; i0 < 37; i0 += gridDim.x" in text and "__shared__" in text
-    many = (rng.standard_normal((130, 1100)) * 3).astype(dtypes.bfloat16)
+    many = (rng.standard_normal((30, 1100)) * 3).astype(dtypes.bfloat16)
     assert_same_as_reference(lambda x: x.sum(axis=0), many)  # (in the same order)
     text = compiled_text(lambda x: x.sum(axis=0), many)
     assert "threadIdx.x); i0 < 1100; i0 += (int)(gridDim.x * blockDim.x)" in text
@@ -828,6 +828,43 @@ def test_long_reductions_over_few_columns_fold_parts_of_the_rows_at_once(dtype):
     assert re.search(r"for \(int i\d+ = 1488; i\d+ < 1499; \+\+i\d+\)", text)
     text = compiled_text(lambda x: x.max(axis=0), np.concatenate([x, x[:1]]))
     assert "i0 < 2775;" in text and "= 1500;" not in text  # 75 parts x 37 columns
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, np.float64])
+def test_column_folds_of_few_parts_run_as_one_kernel_a_block_per_group_of_columns(dtype):
+    """262 rows of 128 columns (a bias gradient's shape): 16 parts of 16 rows per column and
+    6 rows left over, in one kernel where two were: a block per 8 neighbouring columns, its
+    128 threads each folding 16 rows of one column into shared memory, then per column its
+    16 partials in order, the rows left over, the init and the statements after."""
+    rng = np.random.default_rng(26)
+    x = (rng.standard_normal((262, 128)) * 3).astype(dtype)
+    if dtype != np.int32:
+        x[100, 5] = np.nan  # a NaN in one column's seventh part
+    x[258, 9] = 1000  # the column's maximum, in the rows left over
+
+    def f(x):
+        return (
+            x.sum(axis=0),
+            (x * x).sum(axis=0) * 2 + 1,
+            fnp.min(x, axis=0, keepdims=True) - x[:3],
+            (x > 4).any(axis=0),
+            lax.reduce(x, np.array(5, dtype), lax.max, (0,)),  # an init above some columns
+        )
+
+    assert_same_as_reference(f, x, exact=dtype == np.int32, rtol=1e-5)
+    text = compiled_text(lambda x: x.max(axis=0), x)
+    assert "_parts(" not in text and "__shared__" in text
+    assert "i0 = blockIdx.x; i0 < 16; i0 += gridDim.x" in text  # 128 columns, 8 a block
+    assert re.search(r"for \(int i\d+ = 256; i\d+ < 262; \+\+i\d+\)", text)
+    mlp = np.zeros((256, 1024), dtype)  # 128 blocks of 8 columns, 16 parts of 16 rows
+    assert "i0 = blockIdx.x; i0 < 128; i0 += gridDim.x" in compiled_text(
+        lambda g: g.sum(axis=0), mlp
+    )
+    wide = np.zeros((1024, 1024), dtype)  # 64 parts of each column: two kernels
+    assert "_parts(" in compiled_text(lambda g: g.sum(axis=0), wide)
+    halves = (rng.standard_normal((130, 1100)) * 3).astype(dtypes.bfloat16)  # float32 partials
+    assert_same_as_reference(lambda x: x.sum(axis=0), halves, exact=False, rtol=2e-2)
+    assert "__shared__ float partials" in compiled_text(lambda x: x.sum(axis=0), halves)
 
 
 def test_control_flow_matmuls_and_callbacks_run_in_program_order():

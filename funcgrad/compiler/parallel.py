@@ -1375,6 +1375,9 @@ def _split_columns(kernel: K.Kernel, threads: int) -> list[K.Kernel] | None:
     if parts < 2:
         return None
     share = length // parts
+    on_blocks = _columns_on_blocks(kernel, columns, rows, op, term, parts)
+    if on_blocks is not None:
+        return [on_blocks]
     partials = K.Buffer(f"partial_{kernel.name}", acc.dtype, parts * count)
     thread, step, width = K.fresh_index("t"), K.fresh_index("i"), K.const(count, K.INDEX)
     column = K.binary("rem", thread, width) + K.const(columns.start, K.INDEX)
@@ -1403,6 +1406,108 @@ def _split_columns(kernel: K.Kernel, threads: int) -> list[K.Kernel] | None:
         kernel.scratch,
     )
     return [first, second]
+
+
+# A group of columns with its parts of the rows takes one block when that makes a block's worth
+# of partial folds: at least this many (as `render.ROW_MIN_WIDTH` asks of a row's loop), at
+# most a launch's block (`render.LAUNCH_BLOCK`, each thread one part of one column), the
+# group's columns at least a sector of memory wide (8 floats) unless they are all the columns.
+# The narrowest such group makes the most blocks, which spread over the most multiprocessors.
+BLOCK_PARTS_LEAST = 128
+BLOCK_PARTS_MOST = 256
+BLOCK_LANES_LEAST = 8
+
+
+def _columns_on_blocks(
+    kernel: K.Kernel, columns: K.Loop, rows: K.Loop, op: str, term: K.Expr, parts: int
+) -> K.Kernel | None:
+    """`_split_columns`'s two kernels as one, where its partial folds fit in blocks: a block
+    per group of L neighbouring columns (a row of the group loop, `render.row_kernel`),
+    whose threads first make the group's P * L partial folds (thread t: column t % L, part
+    t / L) into shared memory, then, after a barrier, fold each column's P partials in order
+    with `init`, the rows left over and the statements after, as the second kernel did (the
+    same sums, in the same order). One launch where there were two, and no partials in
+    global memory."""
+    (init, _, *after), acc = columns.body, columns.body[0].acc
+    count, length = columns.stop - columns.start, rows.stop - rows.start
+    if not all(isinstance(s, K.Store) for s in after):
+        return None
+    groups = [
+        n
+        for n in range(1, min(count, BLOCK_PARTS_MOST // parts) + 1)
+        if count % n == 0
+        and n * parts >= BLOCK_PARTS_LEAST
+        and (n >= BLOCK_LANES_LEAST or n == count)
+    ]
+    if not groups:
+        return None
+    lanes = groups[0]
+    share = length // parts
+    group, thread, lane = K.fresh_index("g"), K.fresh_index("t"), K.fresh_index("l")
+    step, each = K.fresh_index("i"), K.fresh_index("c")
+    width = K.const(lanes, K.INDEX)
+    partials = K.Buffer(f"partials_{kernel.name}", acc.dtype, parts * lanes)
+    folded = K.Buffer(f"folded_{kernel.name}", acc.dtype, lanes)
+
+    def mine() -> K.Expr:
+        return K.Load(partials, thread)
+
+    def running() -> K.Expr:
+        return K.Load(folded, lane)
+
+    def at(column_in_group: K.Expr) -> dict:
+        column = group * width + column_in_group + K.const(columns.start, K.INDEX)
+        return {id(columns.index): column}
+
+    row = K.binary("div", thread, width) * K.const(share, K.INDEX) + step
+    there = at(K.binary("rem", thread, width)) | {
+        id(rows.index): row + K.const(rows.start, K.INDEX)
+    }
+    first = K.Loop(
+        thread,
+        0,
+        parts * lanes,
+        [
+            K.Store(partials, thread, K.const(identity(op, acc.dtype), acc.dtype)),
+            K.Loop(
+                step,
+                0,
+                share,
+                [K.Store(partials, thread, K.binary(op, mine(), replaced_in(term, there)))],
+            ),
+        ],
+    )
+    in_order = K.Load(partials, each * width + lane)
+    body = [
+        K.Store(folded, lane, replaced_in(init.value, at(lane))),
+        K.Loop(each, 0, parts, [K.Store(folded, lane, K.binary(op, running(), in_order))]),
+    ]
+    left = rows.start + parts * share
+    if left < rows.stop:
+        rest = K.fresh_index("i")
+        leftover = replaced_in(term, at(lane) | {id(rows.index): rest})
+        body.append(
+            K.Loop(
+                rest, left, rows.stop, [K.Store(folded, lane, K.binary(op, running(), leftover))]
+            )
+        )
+    for statement in after:
+        reads = {
+            id(e): running()
+            for e in expressions(statement)
+            if isinstance(e, K.AccRead) and e.acc is acc
+        }
+        body.append(statement_replaced(statement, reads | at(lane)))
+    second = K.Loop(lane, 0, lanes, body)
+    if shared_loop_folds(first) is None or shared_loop_folds(second) is None:
+        return None
+    return K.Kernel(
+        kernel.name,
+        kernel.inputs,
+        kernel.outputs + [partials, folded],
+        [K.Loop(group, 0, count // lanes, [first, second])],
+        kernel.scratch + [partials, folded],
+    )
 
 
 def _dividing(length: int, most: int) -> int:
