@@ -42,6 +42,7 @@ import funcgrad as fg  # noqa: E402
 import funcgrad.numpy as fnp  # noqa: E402
 from funcgrad import lax, tree_util  # noqa: E402
 from funcgrad.backends.cuda import executable, graphs  # noqa: E402
+from funcgrad.compiler import parallel  # noqa: E402
 
 ROUNDS = 5
 
@@ -229,6 +230,16 @@ def mlp_case():
         "funcgrad": _funcgrad(step, params, x, y),
         "funcgrad-walked": _walked(step, params, x, y),
         "funcgrad tf32": tf32,
+        # Each without one of the changes made for this step (2026-11-27, unmeasured then):
+        "funcgrad, results copied out": _compiled_with(
+            executable, "_written_in_place", lambda program, hosts: [], step, params, x, y
+        ),
+        "funcgrad, 10-term product a GEMM": _compiled_with(
+            executable, "SHORT_CONTRACTION", 8, step, params, x, y
+        ),
+        "funcgrad, bias sums two kernels": _compiled_with(
+            parallel, "BLOCK_PARTS_LEAST", 1 << 30, step, params, x, y
+        ),
     }
     jax = _jax()
     if jax:
