@@ -1021,6 +1021,48 @@ def test_products_of_up_to_16_terms_fuse_into_their_readers_on_the_gpu_alone():
             assert bool(re.search("# fuses: .*dot_general", plan)) != gemm
 
 
+def test_independent_maps_run_as_one_kernel_each_loop_over_the_whole_grid():
+    """An SGD update of five parameters of different shapes (a map kernel each, after the
+    products making the gradients) launches as one kernel, each update a grid-stride loop of
+    its own (16-byte vectors where aligned); with the parameters donated, each update is
+    still written in place. A map reading another map's result waits for it: two kernels."""
+    rng = np.random.default_rng(27)
+    shapes = [(64, 32), (33,), (17, 10), (10,), (7,)]
+    params = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
+    x = rng.standard_normal((16, 64)).astype(np.float32)
+
+    def sgd(params, x):
+        grads = [fnp.tanh(x @ params[0]).sum(axis=0).mean() * p for p in params]
+        return [p - 0.01 * g for p, g in zip(params, grads)]
+
+    assert_same_as_reference(sgd, params, x, exact=False, rtol=1e-6)
+    with jit_backend("cuda_emulator"):
+        program = fg.jit(sgd).lower(params, x).compile()
+    steps = [s for s in program.executable.program.steps if isinstance(s, KernelStep)]
+    merged = [s for s in steps if s.kernel.concurrent_loops]
+    assert len(merged) == 1 and len(merged[0].kernel.outputs) == 5
+    text = program.as_text()
+    assert all(f"const bool aligned{k} =" in text for k in range(5))
+    expected = run_on("numpy", sgd, params, x)
+    gpu = fg.devices("cuda_emulator")[0]
+    step = fg.jit(sgd, donate_argnums=0)
+    with jit_backend("cuda_emulator"), warnings.catch_warnings():
+        warnings.simplefilter("error")  # (a donation no output can take warns)
+        got = step(fg.device_put(params, gpu), x)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(np.asarray(g), e, rtol=1e-6)
+
+    def dependent(x, y):
+        a = fnp.exp(x)
+        return a, a[::-1] * y
+
+    v = rng.standard_normal(100).astype(np.float32)
+    assert_same_as_reference(dependent, v, v, exact=False)
+    with jit_backend("cuda_emulator"):
+        plan = fg.jit(dependent).lower(v, v).compile().fusion_plan()
+    assert plan.count(" = k") == 2
+
+
 def test_a_profile_times_each_launch_gemm_and_copy_of_one_walked_call(monkeypatch):
     """`profile` runs the program launch by launch and sums each kernel's, GEMM's and copy's
     device time: every kernel of the module, a scan's body kernels once per iteration (its

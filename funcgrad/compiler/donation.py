@@ -116,7 +116,13 @@ def hosted(kernel: K.Kernel, output: K.Buffer, host: K.Buffer) -> K.Kernel:
     inputs = [b for b in kernel.inputs if b not in outputs]
     body = [statement(s) for s in kernel.body]
     return K.Kernel(
-        kernel.name, inputs, outputs, body, list(kernel.scratch), kernel.independent_outer
+        kernel.name,
+        inputs,
+        outputs,
+        body,
+        list(kernel.scratch),
+        kernel.independent_outer,
+        kernel.concurrent_loops,
     )
 
 

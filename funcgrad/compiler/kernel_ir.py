@@ -272,6 +272,9 @@ class Kernel:
     # `parallel.parallel_loop` cannot read that from the offsets (a scatter's window
     # positions, whose stores go through loaded indices: `parallel._scatter_split`).
     independent_outer: bool = False
+    # Whether its body is loops that may run at once, each parallel (independent map kernels
+    # merged into one launch: `horizontal.merge_maps`).
+    concurrent_loops: bool = False
 
     @property
     def buffers(self) -> list[Buffer]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from funcgrad.compiler import parallel, passes
 from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
 from funcgrad.compiler.fusion import SHORT_CONTRACTION, short_contractions
+from funcgrad.compiler.horizontal import merge_maps
 from funcgrad.compiler.index_algebra import coalesce_loops, collapse_row_nests, simplify_offsets
 from funcgrad.compiler.memory import MemoryPlan, plan_memory
 from funcgrad.compiler.schedule import GEMM_DTYPES, KernelStep, Program, all_steps, schedule
@@ -31,7 +32,8 @@ def plan(
     backend's library GEMMs, and convolutions in `contraction_dtypes` as contraction kernels
     (`schedule.schedule`); products of at most `short_contraction` terms fuse into their
     readers (`fusion.short_contractions`). Every kernel's offsets are then simplified with its
-    loops' ranges, and its nests of rows made one loop over the rows (`index_algebra`)."""
+    loops' ranges, and its nests of rows made one loop over the rows (`index_algebra`); last,
+    a GPU's independent map kernels are merged into one launch (`horizontal.merge_maps`)."""
     optimized = passes.optimize(closed)
     if mentions_complex(optimized.jaxpr):
         # Complex values compute as pairs of reals, laid out as the caller's buffers are.
@@ -52,4 +54,6 @@ def plan(
         if isinstance(step, KernelStep):
             simplify_offsets(step.kernel)
             collapse_row_nests(step.kernel)
+    if reductions is not None and reductions.column_threads:
+        merge_maps(program)
     return optimized, program, plan_memory(program)

@@ -492,6 +492,8 @@ class _KernelWriter:
 
     def render_kernel(self) -> CudaKernel:
         kernel = self.kernel
+        if kernel.concurrent_loops:
+            return self.concurrent_loops()
         product = _product(kernel)
         if product is not None:
             return self.tiled_product(product)
@@ -517,18 +519,37 @@ class _KernelWriter:
             self.emit("if (blockIdx.x != 0 || threadIdx.x != 0) return;")
             self.statements(kernel.body)
         else:
-            lanes = _vector_lanes(split, kernel)
-            index = self.index_name(split.index)
-            start = self.vector_loop(split, index, lanes) if lanes else str(split.start)
-            first, stride = self.grid_stride()
-            self.emit(
-                f"for ({self.index_type} {index} = {start} + {first}; {index} < {split.stop}; "
-                f"{index} += {stride}) {{"
-            )
-            self.block(split.body)
-            self.emit("}")
+            self.grid_stride_loop(split, "aligned")
         threads = 1 if split is None else split.stop - split.start
         return self.finished(params, threads, cooperative=reduction is not None)
+
+    def grid_stride_loop(self, split: K.Loop, flag: str) -> None:
+        """The parallel loop over the grid's threads, 16-byte vectors first where its body
+        allows (`vector_loop`, whose alignment test is named `flag`)."""
+        lanes = _vector_lanes(split, self.kernel)
+        index = self.index_name(split.index)
+        start = self.vector_loop(split, index, lanes, flag) if lanes else str(split.start)
+        first, stride = self.grid_stride()
+        self.emit(
+            f"for ({self.index_type} {index} = {start} + {first}; {index} < {split.stop}; "
+            f"{index} += {stride}) {{"
+        )
+        self.block(split.body)
+        self.emit("}")
+
+    def concurrent_loops(self) -> CudaKernel:
+        """Independent map kernels merged into one launch (`horizontal.merge_maps`): every
+        thread runs each loop's share in turn, each over the whole grid as its own kernel's
+        would be, in a scope of its own."""
+        loops = self.kernel.body
+        for k, loop in enumerate(loops):
+            self.emit("{")
+            self.indent += "  "
+            self.grid_stride_loop(loop, f"aligned{k}")
+            self.indent = self.indent[:-2]
+            self.emit("}")
+        params = list(dict.fromkeys(self.kernel.buffers))
+        return self.finished(params, max(loop.stop - loop.start for loop in loops))
 
     def tiled_product(self, product: Product) -> CudaKernel:
         """A kernel in a GEMM's form as a tiled product: the grid's blocks take tiles of the
@@ -627,7 +648,7 @@ class _KernelWriter:
         self.emit(f"  {name}_tile[{name}k][{name}p] = {name}v;")
         self.emit("}")
 
-    def vector_loop(self, split: K.Loop, index: str, lanes: int) -> str:
+    def vector_loop(self, split: K.Loop, index: str, lanes: int, flag: str) -> str:
         """An elementwise loop over 16-byte vectors: thread t takes vectors t, t + gridDim *
         blockDim, ..., loads each buffer's `lanes` elements with one 16-byte load, runs the
         loop body once per lane and stores each result vector at once. It runs when every
@@ -639,7 +660,7 @@ class _KernelWriter:
         accesses = {b: {id(split.index)} for b in vectors}
         starts = {b: b.name for b in vectors}
         loop = (split, index, split.body)
-        return self.aligned_vectors(loop, lanes, starts, accesses, ("q", first, stride), "aligned")
+        return self.aligned_vectors(loop, lanes, starts, accesses, ("q", first, stride), flag)
 
     def aligned_vectors(self, loop, lanes, starts, accesses, vectors, flag) -> str:
         """A loop's iterations over 16-byte vectors where every buffer `accesses` names (by

@@ -1,0 +1,78 @@
+"""Horizontal fusion (a GPU's): independent map kernels launched as one kernel.
+
+A training step ends with an update per parameter, each a map kernel of its own, and on a GPU
+a small one costs a launch (a microsecond or two of the device's time) for a few hundred
+elements. Here, kernels that are each one parallel loop of straight-line statements (maps),
+none touching what another writes, become one kernel whose loops every thread runs in turn,
+each over the whole grid (`render`: a grid-stride loop per loop, `Kernel.concurrent_loops`).
+
+A map joins the nearest group before it that it could run beside: it moves up to that group
+when no step between them writes what it reads or touches what it writes, and it touches
+nothing the group writes nor writes what the group reads. The memory plan, made after, sees
+the group as one step: its buffers are live at once and share no memory.
+"""
+
+from __future__ import annotations
+
+from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler.memory import step_buffers
+from funcgrad.compiler.parallel import parallel_loop
+from funcgrad.compiler.schedule import KernelStep, Program
+
+
+def merge_maps(program: Program) -> None:
+    """Merges `program`'s map kernels (its own steps, not those of its control flow) into
+    groups launched as one kernel each."""
+    steps: list = []
+    groups: dict[int, list[KernelStep]] = {}  # position in `steps` -> the maps merged there
+    for step in program.steps:
+        if not _is_map(step):
+            steps.append(step)
+            continue
+        reads, writes = _accesses(step)
+        place = None
+        for position in range(len(steps) - 1, -1, -1):
+            earlier_reads, earlier_writes = _accesses(steps[position])
+            if writes & (earlier_reads | earlier_writes) or reads & earlier_writes:
+                break
+            if position in groups:
+                place = position
+                break
+        if place is None:
+            groups[len(steps)] = [step]
+            steps.append(step)
+        else:
+            groups[place].append(step)
+            steps[place] = _merged(groups[place])
+    program.steps[:] = steps
+
+
+def _is_map(step) -> bool:
+    """A kernel step that is one parallel loop of stores, with no loops inside it, no
+    accumulator and no scratch."""
+    if not isinstance(step, KernelStep):
+        return False
+    kernel = step.kernel
+    if kernel.scratch or kernel.independent_outer or kernel.concurrent_loops:
+        return False
+    loop = parallel_loop(kernel)
+    return loop is not None and all(isinstance(s, K.Store) for s in loop.body)
+
+
+def _accesses(step) -> tuple[set, set]:
+    """The buffers a step reads and those it writes (for steps other than kernels, every
+    buffer they touch, both ways)."""
+    if isinstance(step, KernelStep):
+        kernel = step.kernel
+        return set(kernel.inputs) | set(kernel.outputs), set(kernel.outputs)
+    touched = set(step_buffers(step))
+    return touched, touched
+
+
+def _merged(maps: list[KernelStep]) -> KernelStep:
+    kernels = [step.kernel for step in maps]
+    outputs = list(dict.fromkeys(b for k in kernels for b in k.outputs))
+    inputs = list(dict.fromkeys(b for k in kernels for b in k.inputs if b not in outputs))
+    body = [loop for k in kernels for loop in k.body]
+    kernel = K.Kernel(kernels[0].name, inputs, outputs, body, concurrent_loops=True)
+    return KernelStep(kernel, [eqn for step in maps for eqn in step.eqns])
