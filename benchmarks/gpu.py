@@ -42,7 +42,7 @@ import funcgrad as fg  # noqa: E402
 import funcgrad.numpy as fnp  # noqa: E402
 from funcgrad import lax, tree_util  # noqa: E402
 from funcgrad.backends.cuda import executable, graphs  # noqa: E402
-from funcgrad.compiler import parallel  # noqa: E402
+from funcgrad.compiler import parallel, stages  # noqa: E402
 
 ROUNDS = 5
 
@@ -104,6 +104,12 @@ def _compiled_with(module, setting: str, value, fun, *args):
     finally:
         setattr(module, setting, kept)
     return run
+
+
+def _maps_apart(fun, *args):
+    """funcgrad's call with independent map kernels launched one by one, not merged into one
+    launch (`horizontal.merge_maps`)."""
+    return _compiled_with(stages, "merge_maps", lambda program: None, fun, *args)
 
 
 def _walked(fun, *args):
@@ -240,6 +246,7 @@ def mlp_case():
         "funcgrad, bias sums two kernels": _compiled_with(
             parallel, "BLOCK_PARTS_LEAST", 1 << 30, step, params, x, y
         ),
+        "funcgrad, maps launched apart": _maps_apart(step, params, x, y),
     }
     jax = _jax()
     if jax:
@@ -264,6 +271,8 @@ def conv_case():
     runs = {
         "funcgrad": _funcgrad(step, params, x, y),
         "funcgrad-gathered": _gathered(step, params, x, y),
+        # (unmeasured when made, 2026-11-27: its six updates one launch)
+        "funcgrad, maps launched apart": _maps_apart(step, params, x, y),
     }
     jax = _jax()
     if jax:

@@ -1278,6 +1278,51 @@ def test_float32_products_round_to_tf32_only_where_the_user_allows_it():
         fg.config.update("default_matmul_precision", "tf32")
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_the_batched_jacobi_eigensolver_gets_conditioned_matrices(dtype, monkeypatch):
+    """Before the batched Jacobi eigensolver runs (stacks of up to 32 rows), each matrix's
+    entries below eps^2 times its largest are zero (cuSOLVER's returned the diagonal of
+    [[t, t - i], [t + i, t]], t = 4e-288, as its eigenvalues, where zero diagonals were
+    right), and a matrix whose largest entry lies outside LAPACK's safe range is scaled by a
+    power of two, its eigenvalues scaled back. The matrices the solver sees, and the results
+    against the reference."""
+    seen, emulated = [], solver.emulated_call
+
+    def recording(call, locate):
+        if call.routine in solver.JACOBI_ROUTINES:
+            base, offset = locate(call.args[3])
+            seen.append(base[offset:].view(dtype).reshape(-1, 2, 2).copy())
+        emulated(call, locate)
+
+    monkeypatch.setattr(solver, "emulated_call", recording)
+    complex_form = np.dtype(dtype).kind == "c"
+    rng = np.random.default_rng(28)
+    a = rng.standard_normal((3, 2, 2)) + (
+        1j * rng.standard_normal((3, 2, 2)) if complex_form else 0
+    )
+    tiny, huge, t = 1e-300, 1e300, 4e-288
+    stack = np.stack(
+        [
+            np.array([[t, t - 1j], [t + 1j, t]]) if complex_form else [[t, 1.0], [1.0, t]],
+            tiny * (a[1] + a[1].conj().T),
+            huge * (a[2] + a[2].conj().T),
+        ]
+    ).astype(dtype)
+    with jit_backend("cuda_emulator"):
+        w, v = fg.jit(fnp.linalg.eigh)(stack)
+    expected = np.linalg.eigh(stack)[0]
+    np.testing.assert_allclose(np.asarray(w), expected, rtol=1e-12)
+    v = np.asarray(v)
+    rebuilt = v @ (np.asarray(w)[..., None] * v.conj().transpose(0, 2, 1))
+    scales = np.abs(stack).max(axis=(1, 2), keepdims=True)
+    np.testing.assert_allclose(rebuilt / scales, stack / scales, atol=1e-12)
+    (solved,) = seen
+    assert (np.diagonal(solved[0]) == 0).all()  # t flushed: the off-diagonals stay
+    assert np.abs(solved[0, 0, 1]) == 1
+    for m in solved[1:]:  # scaled to [1/2, 1)
+        assert 0.5 <= np.abs(m.view(np.float64)).max() < 1
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 def test_decompositions_run_on_the_devices_solver_and_svd_on_the_host(dtype, monkeypatch):
     rng = np.random.default_rng(5)

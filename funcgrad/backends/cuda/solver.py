@@ -123,9 +123,45 @@ def run(plan: DeviceSolve, views: dict, xp, make) -> None:
         return base, pointer.offset
 
     for call in plan.calls:
-        make(call, locate)
+        if call.routine in JACOBI_ROUTINES:
+            _jacobi_conditioned(call, locate, xp, make)
+        else:
+            make(call, locate)
     for buffer, shadow in shadows.items():
         views[buffer][...] = shadow
+
+
+# cuSOLVER's batched Jacobi eigensolver returned a Hermitian matrix's diagonal unchanged, as
+# its eigenvalues, for [[t, t - i], [t + i, t]] with t = 4e-288 (eigenvalues +-1; zero
+# diagonals were right). Its matrices are conditioned first (`_jacobi_conditioned`).
+JACOBI_ROUTINES = ("syevjBatched", "heevjBatched")
+
+
+def _jacobi_conditioned(call: SolverCall, locate, xp, make) -> None:
+    """`make(call, locate)` for the batched Jacobi eigensolver, each matrix conditioned
+    first: its entries (a complex one's parts) below eps^2 times its largest set to zero (a
+    perturbation that moves no eigenvalue by more than a tiny fraction of a rounding of the
+    largest), and, where the largest lies outside LAPACK's safe range [sqrt(tiny / eps), its
+    inverse], the matrix scaled by the power of two that brings the largest to [1/2, 1)
+    (exactly), its eigenvalues scaled back after, as LAPACK's own solvers scale such
+    matrices. The eigenvectors are those of the conditioned matrix."""
+    _job, _uplo, n, matrix, lda, values, *_rest, count = call.args
+    real = np.finfo(call.dtype)  # (a complex dtype's parts')
+    base, offset = locate(matrix)
+    stack = base[offset : offset + count * lda * n * _parts(call.dtype)].reshape(count, -1)
+    magnitudes = xp.abs(stack)
+    largest = magnitudes.max(axis=1, keepdims=True)
+    floor = xp.where(xp.isfinite(largest), largest * real.eps**2, 0)
+    stack[...] = xp.where(magnitudes < floor, 0, stack)
+    safe = float(np.sqrt(real.tiny / real.eps))
+    _, exponent = xp.frexp(largest)
+    shift = xp.where((largest < safe) | (largest > 1 / safe), -exponent, 0)
+    ones = xp.ones(shift.shape, stack.dtype)
+    stack *= xp.ldexp(ones, shift)
+    make(call, locate)
+    base, offset = locate(values)
+    eigenvalues = base[offset : offset + count * n].reshape(count, n)
+    eigenvalues *= xp.ldexp(ones, -shift)
 
 
 # The largest LU factorization a stack makes with cuBLAS's batched routine, which is written
