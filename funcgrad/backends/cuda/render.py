@@ -88,6 +88,8 @@ TILE_THREADS = 256
 # indices in 32-bit ints (a GPU does 64-bit integer arithmetic, division above all, in several
 # instructions); the margin below 2^31 keeps a grid-stride loop's last step from overflowing.
 INT_INDEX_LIMIT = 1 << 30
+# What a slot holds: a buffer's device address (`addressed`).
+ADDRESS = np.dtype(np.uint64)
 
 _C_TYPES = {
     "int8": "signed char",
@@ -1445,9 +1447,6 @@ def render_kernel(kernel: K.Kernel, name: str) -> CudaKernel:
 def module_source(functions: list[str]) -> str:
     """The prelude and the functions' texts, as one module."""
     return "\n\n".join([PRELUDE.strip(), *functions]) + "\n"
-
-
-ADDRESS = np.dtype(np.uint64)
 
 
 def addressed(kernel: CudaKernel, slots: dict) -> CudaKernel:
