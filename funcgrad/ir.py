@@ -114,7 +114,7 @@ class Jaxpr:
 class ClosedJaxpr:
     """A jaxpr with values for its constvars."""
 
-    __slots__ = ("jaxpr", "consts")
+    __slots__ = ("jaxpr", "consts", "compiled")
 
     def __init__(self, jaxpr: Jaxpr, consts: Sequence[Any]):
         if len(consts) != len(jaxpr.constvars):
@@ -123,6 +123,9 @@ class ClosedJaxpr:
             )
         self.jaxpr = jaxpr
         self.consts = list(consts)
+        # The programs compiled from it, by backend, donated inputs and GPU: they live as long
+        # as it does (`transforms.jit._compile`).
+        self.compiled: dict | None = None
 
     @property
     def in_avals(self) -> list[ShapedArray]:

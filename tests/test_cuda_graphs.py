@@ -5,7 +5,9 @@ recorded launches run again; where CuPy finds a GPU the same tests capture real 
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -321,21 +323,39 @@ def test_replays_past_their_share_of_memory_let_the_least_recently_used_go(monke
     assert first.executable.device is second.executable.device is executable.emulator()
     for _ in range(2):
         first(x, W)
-    (one,) = [
-        size for replay, size in held.replays.items() if replay.executable is first.executable
-    ]
+    (one,) = [size for key, size in held.replays.items() if key().executable is first.executable]
     assert one == first.executable.memory.arena_bytes + x.nbytes + W.nbytes  # (no results)
     # Room for one of them (each holds its arguments and arena) but not two.
     monkeypatch.setattr(graphs, "HELD_SHARE", 1.5 * one / executable.emulator().capacity())
     for _ in range(2):
         second(x, W)
     assert not first.executable._replays and second.executable._replays
-    assert list(second.executable._replays.values()) == list(held.replays)[-1:]
+    assert list(second.executable._replays.values()) == [key() for key in held.replays][-1:]
     walked = len(walks)
     for _ in range(2):  # captured again (one walk) and replayed, evicting the other
         assert_close(first(x, W), reference(layers, x, W))
     assert len(walks) == walked + 1
     assert first.executable._replays and not second.executable._replays
+
+
+def test_a_program_and_its_replay_go_with_the_jitted_function_and_free_their_memory():
+    """A jitted function closing over weights on the GPU (which its replay reads in place,
+    holding their buffer) lets them go once it and they are gone: compiled programs live as
+    long as the jaxpr they were compiled from, which the function's cache holds. Redefining
+    such a function in a notebook cell kept every definition's weights on the GPU."""
+    gpu = fg.devices("cuda_emulator")[0]
+    x = fg.device_put(RNG.standard_normal((32, 64)).astype(np.float32), gpu)
+    storages = []
+    for _ in range(3):  # three runs of one cell
+        weights = RNG.standard_normal((64, 64)).astype(np.float32)
+        w = fg.device_put(weights, gpu)
+        step = fg.jit(lambda x, w=w: layers(x, w))
+        for _ in range(3):  # walked, captured, replayed
+            assert_close(step(x), reference(layers, np.asarray(x), weights))
+        storages.append(weakref.ref(w._value.storage))
+        del step, w
+    gc.collect()
+    assert all(s() is None for s in storages)
 
 
 def test_threads_calling_one_program_get_their_own_results():

@@ -52,10 +52,31 @@ def compile_jaxpr(jaxpr: ClosedJaxpr, donated: tuple[int, ...] = ()):
     return _compile(jaxpr, config.jit_backend, donated)
 
 
-@functools.lru_cache(maxsize=4096)
+_compiled_lock = threading.Lock()
+
+
 def _compile(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...], gpu=None):
-    """`gpu`: the GPU runtime (a device's `runtime`) a CUDA program runs on; by default the
-    first GPU, or the emulated one."""
+    """The program compiled from `jaxpr` for `backend` (`gpu`: the GPU runtime, a device's
+    `runtime`, a CUDA program runs on; by default the first GPU, or the emulated one), kept
+    on the jaxpr (`ClosedJaxpr.compiled`). So a program, and what it holds on a device (its
+    constants, a replay's buffers and the arguments it reads in place), goes with the jit
+    whose signature cache holds the jaxpr: a notebook redefining a jitted function that
+    closes over a model's weights kept every definition's weights on the GPU while programs
+    were cached apart. Compiled once per key (two threads compiling one at once keep the
+    first's)."""
+    key = (backend, donated, gpu)
+    with _compiled_lock:
+        if jaxpr.compiled is None:
+            jaxpr.compiled = {}
+        program = jaxpr.compiled.get(key)
+    if program is None:
+        program = _compiled(jaxpr, backend, donated, gpu)
+        with _compiled_lock:
+            program = jaxpr.compiled.setdefault(key, program)
+    return program
+
+
+def _compiled(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...], gpu):
     if backend == "llvm":
         from funcgrad.backends.llvm.executable import LlvmExecutable
 

@@ -491,7 +491,6 @@ def emulator() -> Emulator:
     return Emulator()
 
 
-@functools.cache
 class CudaExecutable:
     """Call it with funcgrad arrays, get funcgrad arrays back (as the other executables)."""
 

@@ -17,6 +17,7 @@ workspaces).
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 
 from funcgrad.compiler.memory import nbytes
@@ -74,36 +75,51 @@ def worth_a_graph(count: int, copied: list) -> bool:
 
 
 class Held:
-    """The replays holding a device's memory, least recently used first, with their bytes."""
+    """The replays holding a device's memory, least recently used first, with their bytes.
+    Each is held weakly: a replay lives as long as its program (`CudaExecutable._replays`),
+    which lives as long as the jaxpr it was compiled from (`transforms.jit._compile`), and its
+    bytes leave the count with it."""
 
     def __init__(self):
-        self.replays: OrderedDict = OrderedDict()
+        self.replays: OrderedDict = OrderedDict()  # {weak reference to a replay: its bytes}
         self.lock = threading.Lock()
+        # References whose replays are gone, left by the collector (which may run anywhere,
+        # even inside a method here) and taken out of `replays` by the next method.
+        self.gone: list = []
+
+    def _purged(self) -> None:
+        while self.gone:
+            self.replays.pop(self.gone.pop(), None)
 
     def used(self, replay) -> None:
         with self.lock:
-            if replay in self.replays:  # (unless another thread's capture just evicted it)
-                self.replays.move_to_end(replay)
+            self._purged()
+            key = weakref.ref(replay)
+            if key in self.replays:  # (unless another thread's capture just evicted it)
+                self.replays.move_to_end(key)
 
     def drop(self, replay) -> None:
         with self.lock:
-            self.replays.pop(replay, None)
+            self._purged()
+            self.replays.pop(weakref.ref(replay), None)
 
     def release_all(self) -> list:
         with self.lock:
-            released = list(self.replays)
+            self._purged()
+            released = [key() for key in self.replays]
             self.replays.clear()
-        return released
+        return [replay for replay in released if replay is not None]
 
     def hold(self, replay, size: int, budget: float) -> list:
         """Adds `replay`; returns those evicted to bring the total within `budget` (never
         the newest)."""
         evicted = []
         with self.lock:
-            self.replays[replay] = size
+            self._purged()
+            self.replays[weakref.ref(replay, self.gone.append)] = size
             total = sum(self.replays.values())
             while total > budget and len(self.replays) > 1:
                 oldest, oldest_size = self.replays.popitem(last=False)
-                evicted.append(oldest)
+                evicted.append(oldest())
                 total -= oldest_size
-        return evicted
+        return [replay for replay in evicted if replay is not None]
