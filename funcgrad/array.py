@@ -26,6 +26,10 @@ class Device:
     def device_kind(self) -> str:
         return self.platform
 
+    def memory_stats(self) -> dict | None:
+        """None: a CPU device's memory is the process's, as JAX's CPU devices report it."""
+        return None
+
     def __repr__(self) -> str:
         return f"{self.platform.capitalize()}Device(id={self.id})"
 
@@ -60,6 +64,15 @@ class GpuDevice(Device):
     def backend(self) -> str:
         """The jit backend that compiles for this device."""
         return self.runtime.backend
+
+    def memory_stats(self) -> dict:
+        """Bytes of the device's memory: `bytes_limit` (all of it), `bytes_in_use` (arrays,
+        programs' working memory and constants, in CuPy's pool), `bytes_reserved` (what the
+        pool holds, free blocks included), `bytes_free` (left outside the pool), and
+        `bytes_held_by_replays` (buffers that jitted programs' CUDA graphs keep between
+        calls, up to an eighth of the device: they go with their programs). An emulated GPU
+        knows only the first and the last."""
+        return self.runtime.memory_stats()
 
     def __repr__(self) -> str:
         return f"{'Emulated' if self.backend == 'cuda_emulator' else ''}CudaDevice(id={self.id})"

@@ -350,8 +350,11 @@ def test_a_program_and_its_replay_go_with_the_jitted_function_and_free_their_mem
         weights = RNG.standard_normal((64, 64)).astype(np.float32)
         w = fg.device_put(weights, gpu)
         step = fg.jit(lambda x, w=w: layers(x, w))
+        gc.collect()  # (the last run's program: collected now, not during the calls)
+        held = gpu.memory_stats()["bytes_held_by_replays"]
         for _ in range(3):  # walked, captured, replayed
             assert_close(step(x), reference(layers, np.asarray(x), weights))
+        assert gpu.memory_stats()["bytes_held_by_replays"] > held
         storages.append(weakref.ref(w._value.storage))
         del step, w
     gc.collect()

@@ -283,6 +283,17 @@ def test_a_repeated_python_scalar_is_copied_to_the_gpu_once(gpu, monkeypatch):
     np.testing.assert_array_equal(np.asarray(x * 3.5), np.asarray(x * 3.5))
 
 
+def test_memory_stats_count_a_gpus_bytes_and_a_cpu_has_none(gpu):
+    stats = gpu.memory_stats()
+    assert stats["bytes_limit"] > 0 and stats["bytes_held_by_replays"] >= 0
+    if gpu.backend == "cuda":  # (an emulated GPU's memory is the host's, in no pool)
+        assert stats["bytes_in_use"] <= stats["bytes_reserved"] <= stats["bytes_limit"]
+        before = stats["bytes_in_use"]
+        x = on(gpu, np.ones(1 << 20, np.float32))
+        assert gpu.memory_stats()["bytes_in_use"] >= before + x.nbytes
+    assert fg.devices("cpu")[0].memory_stats() is None
+
+
 def address(array) -> int:
     """Where a GPU array's buffer lives (its device pointer, or host address when emulated)."""
     storage = array._value.storage

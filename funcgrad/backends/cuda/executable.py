@@ -213,6 +213,10 @@ class Emulator:
     def memory_note(self) -> str:
         return ""
 
+    def memory_stats(self) -> dict:
+        """Its memory is the host's, which no pool of its own tracks."""
+        return {"bytes_limit": self.capacity(), "bytes_held_by_replays": self.held.bytes()}
+
     def download(self, value) -> np.ndarray:
         return value
 
@@ -260,6 +264,18 @@ class Gpu:
 
     def capacity(self) -> int:
         return self.total_memory
+
+    def memory_stats(self) -> dict:
+        with self.context():
+            free, total = self.xp.cuda.runtime.memGetInfo()
+            pool = self.xp.get_default_memory_pool()
+            return {
+                "bytes_limit": total,
+                "bytes_in_use": pool.used_bytes(),
+                "bytes_reserved": pool.total_bytes(),
+                "bytes_free": free,
+                "bytes_held_by_replays": self.held.bytes(),
+            }
 
     def memory_note(self) -> str:
         with self.context():

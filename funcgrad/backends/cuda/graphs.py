@@ -103,6 +103,11 @@ class Held:
             self._purged()
             self.replays.pop(weakref.ref(replay), None)
 
+    def bytes(self) -> int:
+        with self.lock:
+            self._purged()
+            return sum(self.replays.values())
+
     def release_all(self) -> list:
         with self.lock:
             self._purged()
