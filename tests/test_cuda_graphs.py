@@ -290,7 +290,26 @@ def test_each_matmul_precision_setting_replays_a_graph_of_its_own():
     assert not np.array_equal(rounded[0], full[0])  # TF32 is visible in these products
     with jit_backend("cuda_emulator"), fg.default_matmul_precision("tensorfloat32"):
         assert_close(rounded, [np.asarray(v) for v in fg.jit(layers)(a, W)], rtol=0)
-    assert set(program.executable._replays) == {None, "tensorfloat32"}
+    assert {setting for setting, _ in program.executable._replays} == {None, "tensorfloat32"}
+
+
+def test_each_stream_replays_a_graph_over_buffers_of_its_own(monkeypatch, walks):
+    """Calls on two streams may run at once, so each stream's replay has its own buffers (one
+    replay's arena, written by two streams' calls at once, would mix their values)."""
+    program = compiled("cuda_emulator", layers, np.zeros((32, 64), np.float32), W)
+    stream = ["a"]
+    monkeypatch.setattr(executable.emulator(), "stream", lambda: stream[0])
+    xs = [RNG.standard_normal((32, 64)).astype(np.float32) for _ in range(6)]
+    for x, on in zip(xs, "aabbab"):
+        stream[0] = on
+        assert_close(program(x, W), reference(layers, x, W))
+    replays = program.executable._replays
+    assert sorted(replays) == [(None, "a"), (None, "b")]
+    assert len(walks) == 3  # the first call, and each stream's capture
+    arenas = [
+        {id(v.base) for v in r.views.values() if v.base is not None} for r in replays.values()
+    ]
+    assert not set.intersection(*arenas)
 
 
 def test_a_capture_the_gpu_refuses_warns_and_the_program_walks(monkeypatch, walks):

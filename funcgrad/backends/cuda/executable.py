@@ -171,6 +171,10 @@ class Emulator:
     def context(self):
         return contextlib.nullcontext()
 
+    def stream(self) -> None:
+        """The stream launches go to: the emulator has one, the host."""
+        return None
+
     def solve(self, plan: solver.DeviceSolve, views: dict) -> None:
         """A decomposition's cuSOLVER calls, made by the host's LAPACK as cuSOLVER makes
         them (int32 info and pivots, workspaces of its own)."""
@@ -261,6 +265,10 @@ class Gpu:
 
     def context(self):
         return self.xp.cuda.Device(self.id)
+
+    def stream(self) -> int:
+        """The stream launches go to (CuPy's current one, a thread's own)."""
+        return self.xp.cuda.get_current_stream().ptr
 
     def capacity(self) -> int:
         return self.total_memory
@@ -578,8 +586,10 @@ class CudaExecutable:
             math.prod(shape) * dtype.itemsize for shape, dtype in self._out_shapes
         )
         self._too_big = allocated > self.device.capacity()
-        # Replays by matmul-precision setting (which decides TF32 as GEMMs are launched),
-        # made at a program's second call: a program run once is not worth capturing.
+        # Replays by matmul-precision setting (which decides TF32 as GEMMs are launched) and
+        # stream (calls on two streams may run at once: each stream's replay has buffers of
+        # its own), made at a program's second call: a program run once is not worth
+        # capturing.
         self._replays: dict = {}
         self._calls = 0
         # Arguments a graph may read where they are (`_Replay.pins`): those the first two calls
@@ -696,8 +706,8 @@ class CudaExecutable:
         return bool(released)
 
     def _replay(self, args) -> _Replay | None:
-        """The graph replaying this program under the current matmul precision, captured at
-        its second call; None for a program walked step by step."""
+        """The graph replaying this program under the current matmul precision on the current
+        stream, captured at its second call; None for a program walked step by step."""
         if not self._replayable:
             return None
         self._calls += 1
@@ -710,9 +720,9 @@ class CudaExecutable:
                 if storage is not None and seen is not None and seen() is storage:
                     self._stable[i] = seen
             self._first_storages = []
-        setting = config.default_matmul_precision
         device = self.device
-        replay = self._replays.get(setting)
+        key = (config.default_matmul_precision, device.stream())
+        replay = self._replays.get(key)
         if replay is not None:
             changed = replay.changed(args)
             if not changed:
@@ -735,7 +745,7 @@ class CudaExecutable:
             self._replayable = False
             return None
         try:
-            replay = _Replay(self, setting, pins)
+            replay = _Replay(self, key, pins)
         except MemoryError:
             return None  # walked: a walk holds no copies of the arguments
         except device.capture_errors as error:  # a driver or library refusing it
@@ -747,7 +757,7 @@ class CudaExecutable:
                 stacklevel=2,
             )
             return None
-        self._replays[setting] = replay
+        self._replays[key] = replay
         budget = device.capacity() * graphs.HELD_SHARE
         for evicted in device.held.hold(replay, replay.nbytes, budget):
             evicted.release()
@@ -972,13 +982,13 @@ class _Replay:
     written where the call wants them: their kernels read the results' addresses from slots
     that each call writes. A lock keeps two threads' calls from interleaving their writes."""
 
-    def __init__(self, executable: CudaExecutable, setting, pins: dict):
+    def __init__(self, executable: CudaExecutable, key: tuple, pins: dict):
         device, program = executable.device, executable.program
         xp = device.xp
         if executable._too_big:
             raise MemoryError
         self.executable = executable
-        self.setting = setting  # the matmul precision it was captured under
+        self.key = key  # (the matmul precision it was captured under, the stream it runs on)
         # {input index: device buffer} read where it is, not copied in: each call must pass
         # that same buffer (held here, so it cannot be freed and its memory reused).
         self.pins = pins
@@ -1023,7 +1033,7 @@ class _Replay:
 
     def release(self) -> None:
         """Forgets this replay (its buffers go once no call is using them)."""
-        self.executable._replays.pop(self.setting, None)
+        self.executable._replays.pop(self.key, None)
 
     def changed(self, args) -> set:
         """The pinned arguments that `args` pass in other buffers."""
