@@ -1022,12 +1022,13 @@ def test_products_of_up_to_16_terms_fuse_into_their_readers_on_the_gpu_alone():
 
 
 def test_independent_maps_run_as_one_kernel_each_loop_over_the_whole_grid():
-    """An SGD update of five parameters of different shapes (a map kernel each, after the
+    """An SGD update of six parameters of different shapes (a map kernel each, after the
     products making the gradients) launches as one kernel, each update a grid-stride loop of
     its own (16-byte vectors where aligned); with the parameters donated, each update is
-    still written in place. A map reading another map's result waits for it: two kernels."""
+    still written in place. Sixty updates are two kernels, neither taking more than 128
+    buffers. A map reading another map's result waits for it: two kernels."""
     rng = np.random.default_rng(27)
-    shapes = [(64, 32), (33,), (17, 10), (10,), (7,)]
+    shapes = [(64, 32), (33,), (17, 10), (10,), (7,), ()]  # (a scalar's: a loop of one)
     params = [rng.standard_normal(shape).astype(np.float32) for shape in shapes]
     x = rng.standard_normal((16, 64)).astype(np.float32)
 
@@ -1040,7 +1041,7 @@ def test_independent_maps_run_as_one_kernel_each_loop_over_the_whole_grid():
         program = fg.jit(sgd).lower(params, x).compile()
     steps = [s for s in program.executable.program.steps if isinstance(s, KernelStep)]
     merged = [s for s in steps if s.kernel.concurrent_loops]
-    assert len(merged) == 1 and len(merged[0].kernel.outputs) == 5
+    assert len(merged) == 1 and len(merged[0].kernel.outputs) == 6
     text = program.as_text()
     assert all(f"const bool aligned{k} =" in text for k in range(5))
     expected = run_on("numpy", sgd, params, x)
@@ -1051,6 +1052,18 @@ def test_independent_maps_run_as_one_kernel_each_loop_over_the_whole_grid():
         got = step(fg.device_put(params, gpu), x)
     for g, e in zip(got, expected):
         np.testing.assert_allclose(np.asarray(g), e, rtol=1e-6)
+
+    many = [rng.standard_normal(k + 1).astype(np.float32) for k in range(60)]
+
+    def updates(params, grads):  # 60 maps of 3 buffers each: two kernels of at most 128
+        return [p - 0.01 * g for p, g in zip(params, grads)]
+
+    grads = [rng.standard_normal(p.shape).astype(np.float32) for p in many]
+    assert_same_as_reference(updates, many, grads, exact=False)
+    with jit_backend("cuda_emulator"):
+        program = fg.jit(updates).lower(many, grads).compile().executable.program
+    sizes = [len(set(s.kernel.buffers)) for s in program.steps]
+    assert sorted(sizes) == [54, 126]
 
     def dependent(x, y):
         a = fnp.exp(x)

@@ -53,6 +53,17 @@ def test_optimizer_step_updates_parameters_in_place():
         np.asarray(p)
 
 
+def test_a_scalar_parameter_is_updated_in_place_too():
+    step = fg.jit(lambda t, g: t - 0.1 * g, donate_argnums=0)  # (a learned temperature)
+    with jit_backend("llvm"), warnings.catch_warnings():
+        warnings.simplefilter("error")  # (a donation no output can take warns)
+        t, g = fresh(()), fresh((), 1)
+        expected = np.asarray(t) - np.float32(0.1) * np.asarray(g)
+        out = step(t, g)  # (its store, in no loop, is pointwise: no warning)
+    assert t.is_deleted()
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+
+
 def test_donated_pytree_of_parameters():
     @fg.jit
     def unused(p):

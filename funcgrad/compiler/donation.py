@@ -9,9 +9,9 @@ before the element it reads is overwritten. Two cases are proven here, on the ke
 - every step reading the input comes before the first step writing the output, or
 - the step writing the output is a kernel that is also the input's last reader, and it is
   pointwise for the pair: one store to the output, in the innermost loop of a nest whose every
-  index it depends on, and each load of the input in that same loop body at the store's very
-  offset, before the store. Each element is then read before it is written and never read
-  again.
+  index (of a loop of more than one iteration) it depends on, or in no loop (a scalar's), and
+  each load of the input in that same body at the store's very offset, before the store.
+  Each element is then read before it is written and never read again.
 
 The output must be written only by kernels (control-flow regions and library calls keep their
 own buffers). Renderers give an aliased output the input's pointer, and pass one pointer for
@@ -138,9 +138,9 @@ def _pointwise(kernel: K.Kernel, source: K.Buffer, out: K.Buffer) -> bool:
         return False
     loops, store = stores[0]
     used = set(_indices(store.offset))
-    if not loops or any(loop.index not in used for loop in loops):
+    if any(loop.index not in used and loop.stop - loop.start > 1 for loop in loops):
         return False
-    body = loops[-1].body
+    body = loops[-1].body if loops else kernel.body  # (a scalar's store, made once)
     if store not in body:
         return False
     position = body.index(store)

@@ -19,6 +19,11 @@ from funcgrad.compiler.memory import step_buffers
 from funcgrad.compiler.parallel import parallel_loop
 from funcgrad.compiler.schedule import KernelStep, Program
 
+# The most buffers one merged kernel takes (pointers of 8 bytes: a kernel's parameters once had
+# 4 KiB in all, and each costs the host a little at every launch); a map that would take a
+# group past it starts a group of its own.
+MAX_BUFFERS = 128
+
 
 def merge_maps(program: Program) -> None:
     """Merges `program`'s map kernels (its own steps, not those of its control flow) into
@@ -36,7 +41,9 @@ def merge_maps(program: Program) -> None:
             if writes & (earlier_reads | earlier_writes) or reads & earlier_writes:
                 break
             if position in groups:
-                place = position
+                together = reads.union(*(m.kernel.buffers for m in groups[position]))
+                if len(together) <= MAX_BUFFERS:
+                    place = position
                 break
         if place is None:
             groups[len(steps)] = [step]
@@ -48,15 +55,22 @@ def merge_maps(program: Program) -> None:
 
 
 def _is_map(step) -> bool:
-    """A kernel step that is one parallel loop of stores, with no loops inside it, no
-    accumulator and no scratch."""
-    if not isinstance(step, KernelStep):
-        return False
-    kernel = step.kernel
-    if kernel.scratch or kernel.independent_outer or kernel.concurrent_loops:
-        return False
-    loop = parallel_loop(kernel)
-    return loop is not None and all(isinstance(s, K.Store) for s in loop.body)
+    return isinstance(step, KernelStep) and _map_loop(step.kernel) is not None
+
+
+def _map_loop(kernel: K.Kernel) -> K.Loop | None:
+    """A map kernel's loop: one parallel loop of stores (no loop inside it, no accumulator or
+    scratch), a loop of one iteration, or stores alone (a scalar's), as a loop of one."""
+    if kernel.scratch or kernel.independent_outer or kernel.concurrent_loops or not kernel.body:
+        return None
+    if all(isinstance(s, K.Store) for s in kernel.body):
+        return K.Loop(K.fresh_index(), 0, 1, list(kernel.body))
+    loop = kernel.body[0]
+    if len(kernel.body) != 1 or not isinstance(loop, K.Loop):
+        return None
+    if not all(isinstance(s, K.Store) for s in loop.body):
+        return None
+    return loop if loop.stop - loop.start == 1 or parallel_loop(kernel) is loop else None
 
 
 def _accesses(step) -> tuple[set, set]:
@@ -73,6 +87,6 @@ def _merged(maps: list[KernelStep]) -> KernelStep:
     kernels = [step.kernel for step in maps]
     outputs = list(dict.fromkeys(b for k in kernels for b in k.outputs))
     inputs = list(dict.fromkeys(b for k in kernels for b in k.inputs if b not in outputs))
-    body = [loop for k in kernels for loop in k.body]
+    body = [_map_loop(k) for k in kernels]
     kernel = K.Kernel(kernels[0].name, inputs, outputs, body, concurrent_loops=True)
     return KernelStep(kernel, [eqn for step in maps for eqn in step.eqns])
