@@ -797,6 +797,20 @@ def test_cumulative_ops_down_columns_give_each_column_a_thread():
     assert "threadIdx.x); i0 < 37; i0 += (int)(gridDim.x * blockDim.x)" in text
 
 
+def column_folds(x):
+    """Folds over the leading axis of each kind a column's kernel takes: sums, a sum beside
+    a maximum, statements after a fold, a minimum read back by every row, a boolean any, and
+    an init above some columns."""
+    return (
+        x.sum(axis=0),
+        (x * x).sum(axis=0) + x.max(axis=0),
+        (x * x).sum(axis=0) * 2 + 1,
+        fnp.min(x, axis=0, keepdims=True) - x[:3],
+        (x > 4).any(axis=0),
+        lax.reduce(x, np.array(5, x.dtype), lax.max, (0,)),
+    )
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, dtypes.bfloat16])
 def test_long_reductions_over_few_columns_fold_parts_of_the_rows_at_once(dtype):
     """1,499 rows of 37 columns: 93 parts of 16 rows per column, each a thread, then a fold
@@ -808,19 +822,10 @@ def test_long_reductions_over_few_columns_fold_parts_of_the_rows_at_once(dtype):
         x[700, 5] = np.nan  # a NaN in one column's middle part
     x[1495, 9] = 1000  # the column's maximum, in the rows left over
 
-    def f(x):
-        return (
-            x.sum(axis=0),
-            (x * x).sum(axis=0) + x.max(axis=0),
-            fnp.min(x, axis=0, keepdims=True) - x[:3],
-            (x > 4).any(axis=0),
-            lax.reduce(x, np.array(5, dtype), lax.max, (0,)),  # an init above some columns
-        )
-
     exact = dtype == np.int32
     # The parts reassociate float sums: 1,500 terms of size 3 round differently (up to 1e-4).
     rtol = 5e-2 if dtype == dtypes.bfloat16 else 1e-3
-    assert_same_as_reference(f, x, exact=exact, rtol=rtol)
+    assert_same_as_reference(column_folds, x, exact=exact, rtol=rtol)
     if dtype == dtypes.bfloat16:
         return  # its folds round to bfloat16 at every row, so each column keeps one thread
     text = compiled_text(lambda x: x.max(axis=0), x)
@@ -842,16 +847,7 @@ def test_column_folds_of_few_parts_run_as_one_kernel_a_block_per_group_of_column
         x[100, 5] = np.nan  # a NaN in one column's seventh part
     x[258, 9] = 1000  # the column's maximum, in the rows left over
 
-    def f(x):
-        return (
-            x.sum(axis=0),
-            (x * x).sum(axis=0) * 2 + 1,
-            fnp.min(x, axis=0, keepdims=True) - x[:3],
-            (x > 4).any(axis=0),
-            lax.reduce(x, np.array(5, dtype), lax.max, (0,)),  # an init above some columns
-        )
-
-    assert_same_as_reference(f, x, exact=dtype == np.int32, rtol=1e-5)
+    assert_same_as_reference(column_folds, x, exact=dtype == np.int32, rtol=1e-5)
     text = compiled_text(lambda x: x.max(axis=0), x)
     assert "_parts(" not in text and "__shared__" in text
     assert "i0 = blockIdx.x; i0 < 16; i0 += gridDim.x" in text  # 128 columns, 8 a block

@@ -20,6 +20,7 @@ the pair to a kernel that touches both, so the code sees the in-place update it 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import warnings
@@ -115,14 +116,8 @@ def hosted(kernel: K.Kernel, output: K.Buffer, host: K.Buffer) -> K.Kernel:
     outputs = [host if b is output else b for b in kernel.outputs]
     inputs = [b for b in kernel.inputs if b not in outputs]
     body = [statement(s) for s in kernel.body]
-    return K.Kernel(
-        kernel.name,
-        inputs,
-        outputs,
-        body,
-        list(kernel.scratch),
-        kernel.independent_outer,
-        kernel.concurrent_loops,
+    return dataclasses.replace(
+        kernel, inputs=inputs, outputs=outputs, body=body, scratch=list(kernel.scratch)
     )
 
 

@@ -29,33 +29,37 @@ def merge_maps(program: Program) -> None:
     """Merges `program`'s map kernels (its own steps, not those of its control flow) into
     groups launched as one kernel each."""
     steps: list = []
-    groups: dict[int, list[KernelStep]] = {}  # position in `steps` -> the maps merged there
+    accesses: list[tuple[set, set]] = []  # what each of `steps` reads and writes (a group's all)
+    groups: dict[int, list] = {}  # position in `steps` -> its maps, (step, loop) each
     for step in program.steps:
-        if not _is_map(step):
-            steps.append(step)
-            continue
+        loop = _map_loop(step.kernel) if isinstance(step, KernelStep) else None
         reads, writes = _accesses(step)
-        place = None
-        for position in range(len(steps) - 1, -1, -1):
-            earlier_reads, earlier_writes = _accesses(steps[position])
-            if writes & (earlier_reads | earlier_writes) or reads & earlier_writes:
-                break
-            if position in groups:
-                together = reads.union(*(m.kernel.buffers for m in groups[position]))
-                if len(together) <= MAX_BUFFERS:
-                    place = position
-                break
-        if place is None:
-            groups[len(steps)] = [step]
-            steps.append(step)
-        else:
-            groups[place].append(step)
-            steps[place] = _merged(groups[place])
+        place = _place(reads, writes, accesses, groups) if loop is not None else None
+        if place is not None:
+            groups[place].append((step, loop))
+            accesses[place] = (accesses[place][0] | reads, accesses[place][1] | writes)
+            continue
+        if loop is not None:
+            groups[len(steps)] = [(step, loop)]
+        steps.append(step)
+        accesses.append((reads, writes))
+    for position, maps in groups.items():
+        if len(maps) > 1:
+            steps[position] = _merged(maps)
     program.steps[:] = steps
 
 
-def _is_map(step) -> bool:
-    return isinstance(step, KernelStep) and _map_loop(step.kernel) is not None
+def _place(reads: set, writes: set, accesses: list, groups: dict) -> int | None:
+    """The position of the nearest earlier group a map reading `reads` and writing `writes`
+    may join: none where a step on the way writes what it reads or touches what it writes,
+    or where the group would take more than MAX_BUFFERS."""
+    for position in range(len(accesses) - 1, -1, -1):
+        earlier_reads, earlier_writes = accesses[position]
+        if writes & earlier_reads or reads & earlier_writes:  # (reads take in writes)
+            return None
+        if position in groups:
+            return position if len(reads | earlier_reads) <= MAX_BUFFERS else None
+    return None
 
 
 def _map_loop(kernel: K.Kernel) -> K.Loop | None:
@@ -83,10 +87,11 @@ def _accesses(step) -> tuple[set, set]:
     return touched, touched
 
 
-def _merged(maps: list[KernelStep]) -> KernelStep:
-    kernels = [step.kernel for step in maps]
+def _merged(maps: list) -> KernelStep:
+    """One kernel step of the maps, (step, loop) each."""
+    kernels = [step.kernel for step, _ in maps]
     outputs = list(dict.fromkeys(b for k in kernels for b in k.outputs))
     inputs = list(dict.fromkeys(b for k in kernels for b in k.inputs if b not in outputs))
-    body = [_map_loop(k) for k in kernels]
+    body = [loop for _, loop in maps]
     kernel = K.Kernel(kernels[0].name, inputs, outputs, body, concurrent_loops=True)
-    return KernelStep(kernel, [eqn for step in maps for eqn in step.eqns])
+    return KernelStep(kernel, [eqn for step, _ in maps for eqn in step.eqns])

@@ -286,12 +286,11 @@ class Gpu:
             }
 
     def memory_note(self) -> str:
-        with self.context():
-            free, total = self.xp.cuda.runtime.memGetInfo()
-            pool = self.xp.get_default_memory_pool()
+        stats = self.memory_stats()
         return (
-            f"; the GPU has {_bytes(free)} free of {_bytes(total)}, and CuPy's pool holds "
-            f"{_bytes(pool.total_bytes())}, {_bytes(pool.used_bytes())} of it in use"
+            f"; the GPU has {_bytes(stats['bytes_free'])} free of {_bytes(stats['bytes_limit'])}, "
+            f"and CuPy's pool holds {_bytes(stats['bytes_reserved'])}, "
+            f"{_bytes(stats['bytes_in_use'])} of it in use"
         )
 
     def load(self, source: str, kernels: list[CudaKernel]) -> dict:
