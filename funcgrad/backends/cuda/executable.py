@@ -123,6 +123,39 @@ COPIES = CudaKernel(
   }""",
 )
 
+# A call tells its replay where its buffers are (its arguments, its fresh results) by launches
+# of these kernels, whose parameters are those buffers: each writes the addresses it is given
+# into a table on the device. A host-to-device copy from pageable memory may wait for the
+# stream to drain first (CUDA's notes on API synchronization), and so would make each call
+# wait for the last one's kernels; a launch's parameters travel with the launch.
+POINTS_PER_LAUNCH = 16
+POINTING = [
+    CudaKernel(
+        name=f"fg_point_{count}",
+        params=[K.Buffer("table", np.dtype(np.uint64), count)]
+        + [K.Buffer(f"at{k}", np.dtype(np.uint8), 1) for k in range(count)],
+        const_params=[False] + [True] * count,
+        threads=1,
+        block=1,
+        body="\n".join(f"  table[{k}] = (unsigned long long)at{k};" for k in range(count)),
+    )
+    for count in range(1, POINTS_PER_LAUNCH + 1)
+]
+
+
+def point(device, table, buffers: list) -> None:
+    """Writes the device addresses of `buffers` into `table` (uint64, one each, in order) on
+    the current stream, as the parameters of launches of `POINTING`."""
+    module = _pointing_module(device)
+    for start in range(0, len(buffers), POINTS_PER_LAUNCH):
+        some = buffers[start : start + POINTS_PER_LAUNCH]
+        device.launch(module, POINTING[len(some) - 1], [table[start : start + len(some)], *some])
+
+
+@functools.cache
+def _pointing_module(device):
+    return device.load(module_source([kernel.text() for kernel in POINTING]), POINTING)
+
 
 class Emulator:
     """The host plays the GPU: device memory is host memory, kernels are the generated CUDA C
@@ -224,9 +257,6 @@ class Emulator:
     def download(self, value) -> np.ndarray:
         return value
 
-    def write(self, destination: np.ndarray, values: np.ndarray) -> None:
-        destination[...] = values
-
     def address(self, buffer: np.ndarray) -> int:
         return buffer.ctypes.data
 
@@ -317,18 +347,6 @@ class Gpu:
     def upload(self, value: np.ndarray):
         with self.context():
             return self.xp.asarray(value)
-
-    def write(self, destination, values: np.ndarray) -> None:
-        """Host values into a device buffer, on the current stream. (From pageable memory, the
-        call returns once it has staged them: `values` may go.)"""
-        runtime = self.xp.cuda.runtime
-        runtime.memcpyAsync(
-            destination.data.ptr,
-            values.ctypes.data,
-            values.nbytes,
-            runtime.memcpyHostToDevice,
-            self.xp.cuda.get_current_stream().ptr,
-        )
 
     def address(self, buffer) -> int:
         return buffer.data.ptr
@@ -1059,8 +1077,7 @@ class _Replay:
             if self.copies_out is not None:
                 self.copies_out.point([results[k] for k in self.copied_out])
             if self.written:
-                addresses = [device.address(results[k]) for k in self.written]
-                device.write(self.addresses, np.array(addresses, np.uint64))
+                point(device, self.addresses, [results[k] for k in self.written])
             self.launch()
         return results
 
@@ -1081,8 +1098,8 @@ class _Copies:
     """The copies between a call's buffers and a replay's own, in one direction, as one launch
     of `COPIES` in the graph. Its table on the device holds the replay's side (where
     arguments go in, or where results are) and the byte counts; each call writes the
-    addresses of its side (its arguments, or its fresh results) there (`point`) before it
-    launches the graph, one write in all, where a copy per buffer was a call of its own."""
+    addresses of its side (its arguments, or its fresh results) there (`point`, a launch for
+    up to 16) before it launches the graph, where a copy per buffer was a call of its own."""
 
     def __init__(self, device, own: list, inward: bool):
         count = len(own)
@@ -1104,8 +1121,7 @@ class _Copies:
 
     def point(self, buffers: list) -> None:
         """The call's side of each copy, in the order of the replay's buffers."""
-        addresses = np.array([self.device.address(buffer) for buffer in buffers], np.uint64)
-        self.device.write(self.theirs, addresses)
+        point(self.device, self.theirs, buffers)
 
 
 @functools.cache
