@@ -112,6 +112,34 @@ def _maps_apart(fun, *args):
     return _compiled_with(stages, "merge_maps", lambda program: None, fun, *args)
 
 
+def _addresses_from_the_host(fun, *args):
+    """funcgrad's call with each call's addresses copied into its replay's tables from pageable
+    host memory, as before 2026-11-27, rather than written by launches (`executable.point`):
+    such a copy may wait for the stream to drain, each call then waiting for the last."""
+    run = _funcgrad(fun, *args)
+    runtime = cupy.cuda.runtime
+
+    def copied(device, table, buffers) -> None:
+        addresses = np.array([buffer.data.ptr for buffer in buffers], np.uint64)
+        stream = cupy.cuda.get_current_stream().ptr
+        runtime.memcpyAsync(
+            table.data.ptr,
+            addresses.ctypes.data,
+            addresses.nbytes,
+            runtime.memcpyHostToDevice,
+            stream,
+        )
+
+    def call():
+        kept, executable.point = executable.point, copied
+        try:
+            return run()
+        finally:
+            executable.point = kept
+
+    return call
+
+
 def _walked(fun, *args):
     """funcgrad's call with CUDA graphs off, every launch made from the host: beside the
     replayed call, what the graph saves (and so what a launch costs)."""
@@ -247,6 +275,7 @@ def mlp_case():
             parallel, "BLOCK_PARTS_LEAST", 1 << 30, step, params, x, y
         ),
         "funcgrad, maps launched apart": _maps_apart(step, params, x, y),
+        "funcgrad, addresses from the host": _addresses_from_the_host(step, params, x, y),
     }
     jax = _jax()
     if jax:
@@ -359,7 +388,11 @@ def small_layers_case():
 
         return layers
 
-    runs = {"funcgrad": _funcgrad(make(fnp), x, w), "funcgrad-walked": _walked(make(fnp), x, w)}
+    runs = {
+        "funcgrad": _funcgrad(make(fnp), x, w),
+        "funcgrad-walked": _walked(make(fnp), x, w),
+        "funcgrad, addresses from the host": _addresses_from_the_host(make(fnp), x, w),
+    }
     jax = _jax()
     if jax:
         f, xj, wj = jax[0].jit(make(jax[1])), jax[1].asarray(x), jax[1].asarray(w)
