@@ -275,6 +275,9 @@ def mlp_case():
             parallel, "BLOCK_PARTS_LEAST", 1 << 30, step, params, x, y
         ),
         "funcgrad, maps launched apart": _maps_apart(step, params, x, y),
+        "funcgrad, loss gradient two kernels": _compiled_with(
+            executable, "SHORT_ROW_GROUP", 8, step, params, x, y
+        ),
         "funcgrad, addresses from the host": _addresses_from_the_host(step, params, x, y),
     }
     jax = _jax()

@@ -1017,6 +1017,32 @@ def test_products_of_up_to_16_terms_fuse_into_their_readers_on_the_gpu_alone():
             assert bool(re.search("# fuses: .*dot_general", plan)) != gemm
 
 
+def test_a_loss_gradient_over_short_rows_is_one_kernel_on_the_gpu_alone():
+    """The softmax cross-entropy's gradient (the MLP step's: 13 kernels over its rows) shares
+    one loop over rows of up to 32 elements on the GPU, a thread a row, where the CPU keeps
+    two (at most 8 members a loop: one ran slower there); rows of 33 are two on both."""
+    rng = np.random.default_rng(33)
+
+    def loss_grad(logits, b, y):
+        def loss(z):
+            z = z + b
+            z = z - z.max(axis=1, keepdims=True)
+            log_probs = z - fnp.log(fnp.exp(z).sum(axis=1, keepdims=True))
+            return -(log_probs * y).sum() / z.shape[0]
+
+        return fg.grad(loss)(logits)
+
+    for width, gpu_kernels in ((10, 1), (32, 1), (33, 2)):
+        z = rng.standard_normal((256, width)).astype(np.float32)
+        b = rng.standard_normal(width).astype(np.float32)
+        y = np.eye(width, dtype=np.float32)[rng.integers(0, width, 256)]
+        assert_same_as_reference(loss_grad, z, b, y, exact=False, rtol=1e-5)
+        for backend, kernels in (("cuda_emulator", gpu_kernels), ("llvm", 2)):
+            with jit_backend(backend):
+                plan = fg.jit(loss_grad).lower(z, b, y).compile().fusion_plan()
+            assert plan.count(" = k") == kernels, plan
+
+
 def test_independent_maps_run_as_one_kernel_each_loop_over_the_whole_grid():
     """An SGD update of six parameters of different shapes (a map kernel each, after the
     products making the gradients) launches as one kernel, each update a grid-stride loop of

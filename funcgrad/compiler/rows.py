@@ -14,6 +14,8 @@ accumulator per row).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 from dataclasses import dataclass
 
@@ -115,6 +117,34 @@ def reads_rows_only(member: Member, produced: set, producer: dict, buffer_of: di
 # compiles 15-25% faster and runs 1.5x faster in loops of 99 operations than of 264.
 MAX_GROUP = 8
 MAX_GROUP_WORK = 100
+# Rows of at most SHORT_ROW elements: a GPU runs them a thread each, so a group's members are
+# one thread's statements in turn and each kernel fewer is a launch fewer; a backend may let
+# more members share such rows (`short_row_groups`). On a CPU one loop of the loss gradient's
+# 13 members over rows of 10 ran 22.6-23.4 µs a call against 20.1-20.5 as two loops of 8 and 5.
+SHORT_ROW = 32
+_short_row_group = contextvars.ContextVar("short_row_group", default=MAX_GROUP)
+
+
+@contextlib.contextmanager
+def short_row_groups(members: int):
+    """Within it, up to `members` kernels over rows of at most SHORT_ROW elements share a
+    loop (MAX_GROUP elsewhere)."""
+    token = _short_row_group.set(members)
+    try:
+        yield
+    finally:
+        _short_row_group.reset(token)
+
+
+def _most_members(members: list[Member], outer: tuple) -> int:
+    """How many members may share a loop over `outer`: more where every member's rows are
+    short (`short_row_groups`)."""
+    rows = math.prod(outer)
+    longest = max(
+        math.prod((m.eqn.invars[0] if m.is_reduction else m.stored[0]).aval.shape) // rows
+        for m in members
+    )
+    return _short_row_group.get() if longest <= SHORT_ROW else MAX_GROUP
 
 
 def _work(member: Member, producer: dict, buffer_of: dict) -> int:
@@ -142,11 +172,13 @@ def group(members: list[Member], producer: dict, buffer_of: dict) -> list[tuple[
     work = 0  # of the last group
     for member in members:
         own = _work(member, producer, buffer_of)
-        if groups and len(groups[-1][0]) < MAX_GROUP and work + own <= MAX_GROUP_WORK:
+        if groups and work + own <= MAX_GROUP_WORK:
             current, outer = groups[-1]
             candidates = [outer] if len(current) > 1 else current[0].outer_shapes()
             for shape in candidates:
                 if shape in member.outer_shapes() and math.prod(shape) > 1:
+                    if len(current) >= _most_members([*current, member], shape):
+                        continue
                     produced = {v for m in current for v in m.stored}
                     if reads_rows_only(member, produced, producer, buffer_of, len(shape)):
                         groups[-1] = (current + [member], shape)

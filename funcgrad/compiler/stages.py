@@ -3,7 +3,7 @@ memory plan; a backend renders and runs what they produce."""
 
 from __future__ import annotations
 
-from funcgrad.compiler import parallel, passes
+from funcgrad.compiler import parallel, passes, rows
 from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
 from funcgrad.compiler.fusion import SHORT_CONTRACTION, short_contractions
 from funcgrad.compiler.horizontal import merge_maps
@@ -19,6 +19,7 @@ def plan(
     gemm_dtypes: tuple = GEMM_DTYPES,
     contraction_dtypes: tuple = (),
     short_contraction: int = SHORT_CONTRACTION,
+    short_row_group: int = rows.MAX_GROUP,
 ) -> tuple[ClosedJaxpr, Program, MemoryPlan]:
     """The optimized jaxpr, its program of steps and the program's memory plan. Large
     whole-array reductions become partial folds that may run on threads, as `reductions`
@@ -31,14 +32,15 @@ def plan(
     split into parts (`parallel.split_products`). Products in `gemm_dtypes` may run as the
     backend's library GEMMs, and convolutions in `contraction_dtypes` as contraction kernels
     (`schedule.schedule`); products of at most `short_contraction` terms fuse into their
-    readers (`fusion.short_contractions`). Every kernel's offsets are then simplified with its
+    readers (`fusion.short_contractions`), and up to `short_row_group` kernels over short rows
+    share a loop (`rows.short_row_groups`). Every kernel's offsets are then simplified with its
     loops' ranges, and its nests of rows made one loop over the rows (`index_algebra`); last,
     a GPU's independent map kernels are merged into one launch (`horizontal.merge_maps`)."""
     optimized = passes.optimize(closed)
     if mentions_complex(optimized.jaxpr):
         # Complex values compute as pairs of reals, laid out as the caller's buffers are.
         optimized = passes.optimize(lower_complex(optimized))
-    with short_contractions(short_contraction):
+    with short_contractions(short_contraction), rows.short_row_groups(short_row_group):
         program = schedule(optimized, gemm_dtypes, contraction_dtypes)
     if reductions is not None and reductions.column_threads:
         parallel.spread_one_thread_kernels(program)

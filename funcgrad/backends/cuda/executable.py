@@ -95,6 +95,10 @@ PROFILE_LEAD_SECONDS = 5e-4
 # one, the backward product 256 x 10 by 10 x 1024, becomes 10 multiply-adds per element of
 # the kernel reading it (its operands' few rows stay in cache), a launch and a pass fewer.
 SHORT_CONTRACTION = 16
+# Kernels over rows of at most 32 elements (a thread each on a GPU) sharing a loop
+# (`rows.short_row_groups`): the MLP step's loss gradient, 13 of them over rows of 10, is one
+# launch, not two (the CPU keeps 8: its one loop ran slower).
+SHORT_ROW_GROUP = 16
 # A replay's copies in and out (`_Copies`): one kernel for all the buffers of a direction,
 # launched from the graph, reading its table [count, destinations, sources, byte counts],
 # whose addresses on the caller's side each call writes; 16-byte vectors where both ends are
@@ -539,7 +543,12 @@ class CudaExecutable:
         self.closed = closed
         self.device = device if device is not None else gpu()
         self.optimized, self.program, self.memory = stages.plan(
-            closed, REDUCTIONS, GPU_GEMM_DTYPES, CONTRACTION_DTYPES, SHORT_CONTRACTION
+            closed,
+            REDUCTIONS,
+            GPU_GEMM_DTYPES,
+            CONTRACTION_DTYPES,
+            SHORT_CONTRACTION,
+            SHORT_ROW_GROUP,
         )
         # Outputs written into donated arguments' memory: {output index: input index}. A
         # kernel reading the input and writing the output names the input for both, one
