@@ -289,6 +289,61 @@ def mlp_case():
     return runs, None, 20
 
 
+def _training_loop(step, params, x, y):
+    """Calls of jit(step) each taking the last call's parameters, as a training loop makes
+    them (a batch held on the GPU): the parameters come in other device buffers each call."""
+    jitted = fg.jit(step)
+    gpu = fg.devices("gpu")[0]
+    state = [fg.device_put(params, gpu)]
+    x, y = fg.device_put((x, y), gpu)
+
+    def call():
+        state[0] = jitted(state[0], x, y)
+        return state[0]
+
+    return call
+
+
+def _each_call_with(module, setting: str, value, run):
+    """`run` with `module.setting` set to `value` during each call."""
+
+    def call():
+        kept = getattr(module, setting)
+        setattr(module, setting, value)
+        try:
+            return run()
+        finally:
+            setattr(module, setting, kept)
+
+    return call
+
+
+def mlp_loop_case():
+    """The MLP step in a training loop, each call's parameters the last call's results: a
+    graph reads them where they are (the memory pool hands out the same few places in
+    turn), where it copied them in before."""
+    params, x, y = _mlp_inputs()
+    step = _mlp_step(fnp, fg.grad)
+    runs = {
+        "funcgrad": _training_loop(step, params, x, y),
+        "funcgrad, parameters copied in": _each_call_with(
+            executable, "MAX_PLACEMENTS", 1, _training_loop(step, params, x, y)
+        ),
+    }
+    jax = _jax()
+    if jax:
+        f = jax[0].jit(_mlp_step(jax[1], jax[0].grad))
+        state = [[(jax[1].asarray(w), jax[1].asarray(b)) for w, b in params]]
+        xj, yj = jax[1].asarray(x), jax[1].asarray(y)
+
+        def jax_call():
+            state[0] = f(state[0], xj, yj)
+            return state[0]
+
+        runs["jax-jit"] = jax_call
+    return runs, None, 20
+
+
 def _gathered(fun, *args):
     """funcgrad's call with its float32 convolutions as gathered windows and a cuBLAS GEMM
     rather than implicit GEMMs: beside the default, what gathering in the kernel gains."""
@@ -442,6 +497,7 @@ CASES = {
     "matmul 4096 f32": matmul_4096_case,
     "matmul 4096 bf16": matmul_4096_bf16_case,
     "mlp 784-1024-1024-10 step": mlp_case,
+    "mlp step in a training loop": mlp_loop_case,
     "conv step (batch 256, 28x28)": conv_case,
     "rnn scan 1000 fwd": rnn_forward_case,
     "rnn scan 1000 bwd": rnn_backward_case,

@@ -92,12 +92,13 @@ def test_replays_take_arguments_on_the_gpu_and_leave_results_there(backend, walk
     x = fg.device_put(RNG.standard_normal((32, 64)).astype(np.float32), gpu)
     w = fg.device_put(W, gpu)
     expected_x = np.asarray(x)
-    for _ in range(4):  # each call's result is the next one's argument, as in a training loop
+    for _ in range(6):  # each call's result is the next one's argument, as in a training loop
         x, total = step(x, w)
         assert type(x._value) is DeviceValue and x.device is gpu
         expected_x, expected_total = reference(layers, expected_x, W)
         assert_close([x, total], [expected_x, expected_total])
-    assert len(walks) == 2
+    # (a graph for each place x comes in, as the memory pool hands them out, up to four)
+    assert 2 <= len(walks) <= 2 + executable.MAX_PLACEMENTS
 
 
 @pytest.mark.parametrize("backend", CUDA_BACKENDS)
@@ -106,28 +107,66 @@ def test_arguments_passed_in_the_same_gpu_buffer_are_read_where_they_are(backend
     w = fg.device_put(W, gpu)
     step = fg.jit(lambda x: layers(x, w))  # w is closed over: the same buffer at every call
     copied = counted_copies(monkeypatch, gpu.runtime)
-    for _ in range(4):
-        x = RNG.standard_normal((32, 64)).astype(np.float32)
+    xs = [RNG.standard_normal((32, 64)).astype(np.float32) for _ in range(7)]
+    for x, placed in zip(xs, [fg.device_put(x, gpu) for x in xs]):  # x in ever new places
         copied.clear()
-        assert_close(step(fg.device_put(x, gpu)), reference(layers, x, W))
+        assert_close(step(placed), reference(layers, x, W))
     assert copied == [x.nbytes]  # x in; not w, nor the results, which kernels write in place
 
 
 @pytest.mark.parametrize("backend", CUDA_BACKENDS)
-def test_a_pinned_argument_passed_in_another_buffer_is_copied_in_from_then_on(
+def test_arguments_in_a_few_places_get_a_graph_each_and_copied_in_past_those(
     backend, walks, monkeypatch
 ):
+    """A graph holds addresses, so it reads arguments where they were when it was captured:
+    calls passing them elsewhere get graphs of their own (in a training loop each call's
+    parameters are the last one's results, and the memory pool hands out the same places in
+    turn), up to MAX_PLACEMENTS; past that, the arguments that moved are copied in, under
+    one graph. Each call reads its own arguments, whatever held those places before."""
     gpu = fg.devices(backend)[0]
     copied = counted_copies(monkeypatch, gpu.runtime)
-    step = fg.jit(layers)
-    xs = [RNG.standard_normal((32, 64)).astype(np.float32) for _ in range(2)]
-    first, second = (fg.device_put(x, gpu) for x in xs)
+    step = compiled(backend, layers, np.zeros((32, 64), np.float32), W)
+    xs = [RNG.standard_normal((32, 64)).astype(np.float32) for _ in range(7)]
+    placed = [fg.device_put(x, gpu) for x in xs]
     w = fg.device_put(W, gpu)
-    for x, placed in [(0, first)] * 3 + [(1, second), (0, first), (1, second)]:
+    for k in [0, 1, 0, 1, 0, 1]:  # two places, taking turns
         copied.clear()
-        assert_close(step(placed, w), reference(layers, xs[x], W))
-    assert len(walks) == 3  # the first call, its capture, and the capture once x changed
-    assert copied == [first.nbytes]  # w is still read in place
+        assert_close(step(placed[k], w), reference(layers, xs[k], W))
+        assert copied == []  # x and w read where they are; the results written in place
+    assert len(walks) == 3  # the first call, and a capture for each place of x
+    # Another array in x's first place (here, new values written there): the graph reads it.
+    fresh = RNG.standard_normal((32, 64)).astype(np.float32)
+    placed[0]._value.storage[...] = gpu.runtime.upload(fresh.reshape(-1))
+    assert_close(step(placed[0], w), reference(layers, fresh, W))
+    for k in range(2, 7):  # ever new places: x copied in once graphs for four were made
+        copied.clear()
+        assert_close(step(placed[k], w), reference(layers, xs[k], W))
+    assert len(walks) == 3 + 2 + 1  # places 3 and 4; then x copied in, w read in place
+    assert copied == [xs[0].nbytes]
+    [(_, _, places)] = step.executable._replays
+    assert places == ((1, gpu.runtime.address(w._value.storage)),)
+
+
+def test_arguments_move_to_copies_where_a_graph_for_their_new_place_would_not_fit(
+    monkeypatch,
+):
+    """Graphs for two places that do not fit the memory replays may hold together would
+    take turns evicting each other, a capture at every call: the argument that moved is
+    copied in instead, under one graph."""
+    gpu = fg.devices("cuda_emulator")[0]
+    program = compiled("cuda_emulator", layers, np.zeros((32, 64), np.float32), W)
+    xs = [RNG.standard_normal((32, 64)).astype(np.float32) for _ in range(4)]
+    placed = [fg.device_put(x, gpu) for x in xs]
+    w = fg.device_put(W, gpu)
+    program(placed[0], w)
+    program(placed[1], w)
+    [replay] = program.executable._replays.values()
+    room = 1.5 * replay.nbytes / gpu.runtime.capacity()  # room for one such graph, not two
+    monkeypatch.setattr(graphs, "HELD_SHARE", room)
+    for x, there in zip(xs[2:], placed[2:]):
+        assert_close(program(there, w), reference(layers, x, W))
+    [(_, _, places)] = program.executable._replays
+    assert [i for i, _ in places] == [1]  # w read where it is, x copied in
 
 
 def counted_copies(monkeypatch, runtime) -> list:
@@ -159,23 +198,23 @@ def test_a_replayed_call_tells_its_graph_where_its_buffers_are_by_launches_alone
     the device is busy return before it is free."""
     gpu = fg.devices(backend)[0]
     step = fg.jit(layers)
-    xs = [RNG.standard_normal((32, 64)).astype(np.float32) for _ in range(6)]
+    xs = [RNG.standard_normal((32, 64)).astype(np.float32) for _ in range(10)]
     placed = [fg.device_put(x, gpu) for x in xs]
     w = fg.device_put(W, gpu)
-    step(placed[0], w)  # walked
-    step(placed[1], w)  # captured: x (in another buffer each call) copied in, w read in place
+    for x in placed[:6]:  # walked, then captured for x's places until x is copied in
+        step(x, w)
 
     def refused(*args):
         raise AssertionError("a replayed call copied host memory to the device")
 
     monkeypatch.setattr(gpu.runtime, "upload", refused)
-    results = [step(x, w) for x in placed[2:4]]
+    results = [step(x, w) for x in placed[6:8]]
     if backend == "cuda":
         gpu.runtime.occupy(0.5)
         start = time.perf_counter()
-        results += [step(x, w) for x in placed[4:]]
+        results += [step(x, w) for x in placed[8:]]
         assert time.perf_counter() - start < 0.25
-    for x, result in zip(xs[2:], results):
+    for x, result in zip(xs[6:], results):
         assert_close(result, reference(layers, x, W))
 
 
@@ -209,12 +248,14 @@ def test_kernels_write_results_in_place_and_a_gemms_result_is_copied_out(backend
     assert program.executable.in_place == outputs[1:]
     copied = counted_copies(monkeypatch, gpu.runtime)
     xs = [RNG.standard_normal((32, 64)).astype(np.float32) for _ in range(4)]
+    x_there = fg.device_put(xs[0], gpu)
     w = fg.device_put(W, gpu)
     results = []
     for x in xs:
         copied.clear()
-        results.append(program(fg.device_put(x, gpu), w))
-    assert copied == [x.nbytes, x.nbytes]  # x in, h out
+        x_there._value.storage[...] = gpu.runtime.upload(x.reshape(-1))  # x, in one place
+        results.append(program(x_there, w))
+    assert copied == [x.nbytes]  # h out; x and w read where they are
     for x, result in zip(xs, results):  # (each call's own, though one graph wrote them all)
         assert_close(result, reference(f, x, W))
 
@@ -312,19 +353,23 @@ def program_of(fun, *args):
         return fg.jit(fun).lower(*args).compile().executable.program
 
 
-def test_weights_read_in_place_can_make_a_graph_worth_its_copies(monkeypatch, walks):
-    """Copying x (8 KiB) and the results (8 KiB) fits a budget of 2 KiB a launch saved;
-    copying W too (16 KiB) does not: the graph replays only where W stays in one buffer."""
+def test_weights_read_in_place_can_make_a_graph_worth_its_copies(monkeypatch):
+    """Copying x (8 KiB) fits a budget of 2 KiB for each of the seven launches saved; copying
+    W too (16 KiB) does not: once W has come in more places than graphs are kept for, and so
+    would be copied in, the program walks."""
     monkeypatch.setattr(graphs, "COPY_BYTES_PER_LAUNCH", 2048)
     gpu = fg.devices("cuda_emulator")[0]
-    x = RNG.standard_normal((32, 64)).astype(np.float32)
-    for fun, weights in [(fg.jit(layers), W), (fg.jit(lambda x, w: layers(x, w)), None)]:
-        walks.clear()
-        w = fg.device_put(W, gpu)
-        for _ in range(4):
-            placed = weights if weights is not None else w  # from the host: copied each call
-            assert_close(fun(fg.device_put(x, gpu), placed), reference(layers, x, W))
-        assert len(walks) == (4 if weights is not None else 2)
+    xs = [RNG.standard_normal((32, 64)).astype(np.float32) for _ in range(8)]
+    x_places = [fg.device_put(x, gpu) for x in xs]
+    for w_moves in (False, True):
+        program = compiled("cuda_emulator", layers, xs[0], W)
+        w_places = [fg.device_put(W, gpu) for _ in xs] if w_moves else [fg.device_put(W, gpu)]
+        for k, (x, placed) in enumerate(zip(xs, x_places)):
+            w = w_places[k % len(w_places)]
+            assert_close(program(placed, w), reference(layers, x, W))
+        replays = program.executable._replays
+        assert (not replays and not program.executable._replayable) == w_moves
+        assert w_moves or [places[0][0] for _, _, places in replays] == [1]  # w; x copied
 
 
 def test_each_matmul_precision_setting_replays_a_graph_of_its_own():
@@ -338,7 +383,7 @@ def test_each_matmul_precision_setting_replays_a_graph_of_its_own():
     assert not np.array_equal(rounded[0], full[0])  # TF32 is visible in these products
     with jit_backend("cuda_emulator"), fg.default_matmul_precision("tensorfloat32"):
         assert_close(rounded, [np.asarray(v) for v in fg.jit(layers)(a, W)], rtol=0)
-    assert {setting for setting, _ in program.executable._replays} == {None, "tensorfloat32"}
+    assert {setting for setting, _, _ in program.executable._replays} == {None, "tensorfloat32"}
 
 
 def test_each_stream_replays_a_graph_over_buffers_of_its_own(monkeypatch, walks):
@@ -352,7 +397,7 @@ def test_each_stream_replays_a_graph_over_buffers_of_its_own(monkeypatch, walks)
         stream[0] = on
         assert_close(program(x, W), reference(layers, x, W))
     replays = program.executable._replays
-    assert sorted(replays) == [(None, "a"), (None, "b")]
+    assert sorted(replays) == [(None, "a", ()), (None, "b", ())]  # (arguments from the host)
     assert len(walks) == 3  # the first call, and each stream's capture
     arenas = [
         {id(v.base) for v in r.views.values() if v.base is not None} for r in replays.values()

@@ -17,6 +17,7 @@ compiled for the host, see `emulator.py`), which is how the renderer is tested w
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import dataclasses
 import functools
 import math
@@ -99,6 +100,12 @@ SHORT_CONTRACTION = 16
 # (`rows.short_row_groups`): the MLP step's loss gradient, 13 of them over rows of 10, is one
 # launch, not two (the CPU keeps 8: its one loop ran slower).
 SHORT_ROW_GROUP = 16
+# Graphs a program keeps per matmul precision and stream, each for its arguments in other
+# places (`_Replay.places`): in a training loop each call's parameters are the last call's
+# results, and the memory pool hands out the same few places again and again (two, as each
+# call's results take the memory of the results before the last). Arguments that still
+# come in new places are copied in from then on.
+MAX_PLACEMENTS = 4
 # A replay's copies in and out (`_Copies`): one kernel for all the buffers of a direction,
 # launched from the graph, reading its table [count, destinations, sources, byte counts],
 # whose addresses on the caller's side each call writes; 16-byte vectors where both ends are
@@ -618,12 +625,9 @@ class CudaExecutable:
         # capturing.
         self._replays: dict = {}
         self._calls = 0
-        # Arguments a graph may read where they are (`_Replay.pins`): those the first two calls
-        # passed in the same device buffer (closed-over constants, weights held fixed), as
-        # weak references to it, never a donated one or one that changed under a graph.
-        self._first_storages: list = []
-        self._stable: dict = {}
-        self._unpinned = set(self.donated.values())
+        # Arguments a graph copies in rather than reading them where they are (`_Replay.places`):
+        # donated ones, and those that kept coming in new places (`MAX_PLACEMENTS`).
+        self._copied_in = set(self.donated.values())
 
     def __call__(self, *args) -> list[Array]:
         device = self.device
@@ -733,45 +737,43 @@ class CudaExecutable:
 
     def _replay(self, args) -> _Replay | None:
         """The graph replaying this program under the current matmul precision on the current
-        stream, captured at its second call; None for a program walked step by step."""
+        stream over arguments where these are, captured at its second call (and again for
+        arguments in other places); None for a program walked step by step."""
         if not self._replayable:
             return None
         self._calls += 1
         if self._calls < 2:
-            self._first_storages = [_weak(_storage_of(arg)) for arg in args]
             return None
-        if self._calls == 2:
-            for i, (arg, seen) in enumerate(zip(args, self._first_storages)):
-                storage = _storage_of(arg)
-                if storage is not None and seen is not None and seen() is storage:
-                    self._stable[i] = seen
-            self._first_storages = []
         device = self.device
-        key = (config.default_matmul_precision, device.stream())
-        replay = self._replays.get(key)
+        setting = (config.default_matmul_precision, device.stream())
+        places = self._places(args)
+        replay = self._replays.get((*setting, places))
         if replay is not None:
-            changed = replay.changed(args)
-            if not changed:
-                device.held.used(replay)
-                return replay
-            # A pinned argument came in another buffer: capture again, copying it in.
-            self._unpinned |= changed
-            replay.release()
-            device.held.drop(replay)
-        pins = {
-            i: storage
-            for i, seen in self._stable.items()
-            if i not in self._unpinned
-            and (storage := _storage_of(args[i])) is not None
-            and storage is seen()
-        }
-        copied = [b for i, b in enumerate(self.program.inputs) if i not in pins]
+            device.held.used(replay)
+            return replay
+        others = [r for key, r in self._replays.items() if key[:2] == setting]
+        budget = device.capacity() * graphs.HELD_SHARE
+        if others and (
+            len(others) >= MAX_PLACEMENTS or (len(others) + 1) * others[0].nbytes > budget
+        ):
+            # The arguments keep coming in new places (or one more graph would not fit beside
+            # the others, which would then take turns evicting each other): those that moved
+            # are copied in from now on, under one graph.
+            here = dict(places)
+            self._copied_in |= {i for r in others for i, at in r.places if here.get(i) != at}
+            for other in others:
+                other.release()
+                device.held.drop(other)
+            places = self._places(args)
+        placed = {i: _storage_of(args[i]) for i, _ in places}  # (read where they are)
+        key = (*setting, places)
+        copied = [b for i, b in enumerate(self.program.inputs) if i not in placed]
         copied += [b for b in self.program.outputs if b not in self.in_place]
         if not graphs.worth_a_graph(self._launches, copied):
             self._replayable = False
             return None
         try:
-            replay = _Replay(self, key, pins)
+            replay = _Replay(self, key, placed)
         except MemoryError:
             return None  # walked: a walk holds no copies of the arguments
         except device.capture_errors as error:  # a driver or library refusing it
@@ -784,10 +786,18 @@ class CudaExecutable:
             )
             return None
         self._replays[key] = replay
-        budget = device.capacity() * graphs.HELD_SHARE
         for evicted in device.held.hold(replay, replay.nbytes, budget):
             evicted.release()
         return replay
+
+    def _places(self, args) -> tuple:
+        """(input index, device address) of each argument a graph would read where it is."""
+        device = self.device
+        return tuple(
+            (i, device.address(storage))
+            for i, arg in enumerate(args)
+            if i not in self._copied_in and (storage := _storage_of(arg)) is not None
+        )
 
     def _allocate(self, args, donating: bool = True) -> tuple[dict, list]:
         """Device buffers for a call, all before any kernel runs: the arguments' copies, the
@@ -1003,40 +1013,43 @@ def _host(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
 class _Replay:
     """A program captured once as a graph over buffers of its own (arguments, results and
     arena), which each call copies its arguments into, replays, and copies its results out
-    of, all on the current stream without waiting; pinned arguments are read where they
-    are, and the results that only the program's kernels touch (`executable.in_place`) are
-    written where the call wants them: their kernels read the results' addresses from slots
-    that each call writes. A lock keeps two threads' calls from interleaving their writes."""
+    of, all on the current stream without waiting. Arguments in device memory are read where
+    they are, each call passing its arguments in the same places (`places`: a graph holds
+    addresses, not arrays), and the results that only the program's kernels touch
+    (`executable.in_place`) are written where the call wants them: their kernels read the
+    results' addresses from slots that each call writes. A lock keeps two threads' calls
+    from interleaving their writes."""
 
-    def __init__(self, executable: CudaExecutable, key: tuple, pins: dict):
+    def __init__(self, executable: CudaExecutable, key: tuple, placed: dict):
         device, program = executable.device, executable.program
         xp = device.xp
         if executable._too_big:
             raise MemoryError
         self.executable = executable
-        self.key = key  # (the matmul precision it was captured under, the stream it runs on)
-        # {input index: device buffer} read where it is, not copied in: each call must pass
-        # that same buffer (held here, so it cannot be freed and its memory reused).
-        self.pins = pins
-        pinned = {program.inputs[i]: storage for i, storage in pins.items()}
+        # (the matmul precision it was captured under, the stream it runs on, `places`)
+        self.key = key
+        # ((input index, device address), ...): the arguments read where they are. Their
+        # arrays are not held: once the graph is captured, whatever array a call passes at
+        # that address is the one read (a graph reads it before later work on its stream
+        # can reuse the memory).
+        self.places = key[2]
+        there = {program.inputs[i]: storage for i, storage in placed.items()}
         hosts, in_place = executable.hosts, set(executable.in_place)
         own = [
             b
             for b in program.inputs + program.outputs
-            if b not in hosts and b not in pinned and b not in in_place
+            if b not in hosts and b not in there and b not in in_place
         ]
         self.nbytes = executable.memory.arena_bytes + sum(nbytes(b) for b in own)
         self.lock = threading.Lock()
-        self.views = dict(executable.consts)
-        for buffer, storage in pinned.items():
-            self.views[buffer] = device.view(storage, buffer.dtype)
+        self.views = dict(executable.consts)  # (what the replay holds: never an argument)
         for buffer in own:
             raw = xp.empty(buffer.size, _storage(buffer.dtype))
             self.views[buffer] = device.view(raw, buffer.dtype)
         for output, host in hosts.items():  # one buffer for the pair, as in the kernels
             self.views[output] = device.view(self.views[host], output.dtype)
         executable._arena(self.views)
-        self.copied_in = [i for i in range(len(program.inputs)) if i not in pins]
+        self.copied_in = [i for i in range(len(program.inputs)) if i not in placed]
         staged = [self.views[program.inputs[i]] for i in self.copied_in]
         self.copied_out = [k for k, b in enumerate(program.outputs) if b not in in_place]
         self.written = [k for k, b in enumerate(program.outputs) if b in in_place]
@@ -1048,10 +1061,14 @@ class _Replay:
         for k, slot in enumerate(executable.slots):
             self.views[slot] = self.addresses[k : k + 1]
 
+        captured = dict(self.views)
+        for buffer, storage in there.items():
+            captured[buffer] = device.view(storage, buffer.dtype)
+
         def walk(runner) -> None:
             if self.copies_in is not None:
                 self.copies_in.launch(runner)
-            _Walk(executable, self.views, runner, executable.addressed).steps(program.steps)
+            _Walk(executable, captured, runner, executable.addressed).steps(program.steps)
             if self.copies_out is not None:
                 self.copies_out.launch(runner)
 
@@ -1060,10 +1077,6 @@ class _Replay:
     def release(self) -> None:
         """Forgets this replay (its buffers go once no call is using them)."""
         self.executable._replays.pop(self.key, None)
-
-    def changed(self, args) -> set:
-        """The pinned arguments that `args` pass in other buffers."""
-        return {i for i, storage in self.pins.items() if _storage_of(args[i]) is not storage}
 
     def __call__(self, args) -> list:
         executable = self.executable
@@ -1140,20 +1153,44 @@ def _copies_module(device):
 
 
 class _Recording:
-    """Stands in for the emulator while a walk is captured: keeps each call for later."""
+    """Stands in for the emulator while a walk is captured: keeps each call for later with
+    the addresses of the arrays it was given, not the arrays, as a GPU's graph keeps them:
+    each replay runs on whatever memory is at those addresses then."""
 
     def __init__(self, device: Emulator):
         self.device = device
         self.calls: list = []
 
-    def launch(self, *args) -> None:
-        self.calls.append(functools.partial(self.device.launch, *args))
+    def launch(self, module, kernel: CudaKernel, buffers: list) -> None:
+        kept = [_Address.of(buffer) for buffer in buffers]
+        self.calls.append(lambda: self.device.launch(module, kernel, [a.array() for a in kept]))
 
-    def gemm(self, *args) -> None:
-        self.calls.append(functools.partial(self.device.gemm, *args))
+    def gemm(self, step: GemmStep, lhs, rhs, out, tf32: bool) -> None:
+        kept = [_Address.of(buffer) for buffer in (lhs, rhs, out)]
+        self.calls.append(lambda: self.device.gemm(step, *[a.array() for a in kept], tf32))
 
-    def copy(self, *args) -> None:
-        self.calls.append(functools.partial(self.device.copy, *args))
+    def copy(self, destination, source) -> None:
+        to, of = _Address.of(destination), _Address.of(source)
+        self.calls.append(lambda: self.device.copy(to.array(), of.array()))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Address:
+    """Where a flat emulated device array is, and what it holds."""
+
+    at: int
+    dtype: np.dtype
+    size: int
+
+    @staticmethod
+    def of(buffer: np.ndarray) -> _Address:
+        if buffer.ndim != 1 or not buffer.flags.c_contiguous:
+            raise TypeError("a recorded walk passes flat device buffers")
+        return _Address(buffer.ctypes.data, buffer.dtype, buffer.size)
+
+    def array(self) -> np.ndarray:
+        memory = (ctypes.c_char * (self.size * self.dtype.itemsize)).from_address(self.at)
+        return np.frombuffer(memory, self.dtype, self.size)
 
 
 class _Timed:

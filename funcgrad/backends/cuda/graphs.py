@@ -5,9 +5,11 @@ driver's launch): several microseconds each, which a program of many small kerne
 many times over. Captured once as a graph, the whole call is one launch. The graph names
 device addresses, so it runs over buffers of the executable's own: it copies the call's
 arguments into them and its results out, with a copy kernel at each end whose table of
-addresses the call writes. An argument that comes in the same device buffer at every call
-(a closed-over constant) is read in place; a result that only the program's own kernels
-touch is written in place, its kernels reading its address from a slot the call writes. A
+addresses the call writes. An argument on the device is read where it is, by a graph captured
+for that place (a closed-over constant keeps one; a training loop's parameters, each call's
+the last one's results, take turns in the few places the memory pool hands out), up to a few
+places, past which it is copied in; a result that only the program's own kernels touch is
+written in place, its kernels reading its address from a slot the call writes. A
 program is replayed when it launches more than those two kernels, and its copies are small
 beside the launches they save; and only when nothing in it needs the host mid-call (a
 predicate read back, a callback) or allocates as it runs (a decomposition's solver
