@@ -873,7 +873,7 @@ class CudaExecutable:
         if self._launches is not None:
             lines.append(
                 f"from its second call, one CUDA graph of {self._launches} launches where that "
-                "is worth its copies (arguments in, but those on the device, read where they "
+                "is worth its copies (arguments in, but device arrays, read where they "
                 "are; results out, but those its kernels write in place)"
             )
         return "\n".join(lines)
