@@ -760,7 +760,9 @@ class CudaExecutable:
             # the others, which would then take turns evicting each other): those that moved
             # are copied in from now on, under one graph.
             here = dict(places)
-            self._copied_in |= {i for r in others for i, at in r.places if here.get(i) != at}
+            for other in others:
+                theirs = dict(other.places)
+                self._copied_in |= {i for i in here.keys() | theirs if here.get(i) != theirs.get(i)}
             for other in others:
                 other.release()
                 device.held.drop(other)
