@@ -218,6 +218,36 @@ def test_a_replayed_call_tells_its_graph_where_its_buffers_are_by_launches_alone
         assert_close(result, reference(layers, x, W))
 
 
+def test_a_call_whose_results_are_where_the_last_calls_were_writes_no_addresses(monkeypatch):
+    """The memory pool hands a program's results the same places again and again (each
+    call's results dropped before the next, or a training loop's taking turns): a replayed
+    call then launches nothing but its graph. Results held, each call's in new places, are
+    pointed at call by call."""
+    gpu = fg.devices("cuda_emulator")[0]
+    step = fg.jit(layers)
+    x = fg.device_put(RNG.standard_normal((32, 64)).astype(np.float32), gpu)
+    w = fg.device_put(W, gpu)
+    pointed, point = [], executable.point
+
+    def counted(device, table, buffers):
+        pointed.append(len(buffers))
+        point(device, table, buffers)
+
+    monkeypatch.setattr(executable, "point", counted)
+    expected = reference(layers, np.asarray(x), W)
+    places, held = [], []
+    for k in range(8):
+        results = step(x, w)
+        assert_close(results, expected)
+        places.append(tuple(gpu.runtime.address(r._value.storage) for r in results))
+        if k >= 4:
+            held.append(results)  # (their memory stays taken: the next results go elsewhere)
+        del results
+    # The capture points its slots; later calls only where the results moved.
+    moved = sum(places[k] != places[k - 1] for k in range(2, 8))
+    assert len(pointed) == 1 + moved and 3 <= moved < 6
+
+
 def test_addresses_are_written_by_launches_of_up_to_16_each(monkeypatch):
     device = executable.emulator()
     buffers = [np.empty(k + 1, np.float32) for k in range(40)]

@@ -163,6 +163,23 @@ def point(device, table, buffers: list) -> None:
         device.launch(module, POINTING[len(some) - 1], [table[start : start + len(some)], *some])
 
 
+class _Slots:
+    """A table on the device of where a call's buffers are, rewritten (`point`) only when they
+    move: a call whose buffers are where the last call's were (the memory pool hands a
+    program's results the same places again and again) launches nothing for them."""
+
+    def __init__(self, device, table):
+        self.device = device
+        self.table = table
+        self.places: tuple | None = None  # (the addresses the table holds)
+
+    def point(self, buffers: list) -> None:
+        places = tuple(self.device.address(buffer) for buffer in buffers)
+        if places != self.places:
+            point(self.device, self.table, buffers)
+            self.places = places
+
+
 @functools.cache
 def _pointing_module(device):
     return device.load(module_source([kernel.text() for kernel in POINTING]), POINTING)
@@ -1059,9 +1076,10 @@ class _Replay:
         self.copies_in = _Copies(device, staged, inward=True) if staged else None
         self.copies_out = _Copies(device, outputs, inward=False) if outputs else None
         # The results' addresses, in the order of `executable.slots`.
-        self.addresses = device.upload(np.zeros(len(self.written), np.uint64))
+        addresses = device.upload(np.zeros(len(self.written), np.uint64))
         for k, slot in enumerate(executable.slots):
-            self.views[slot] = self.addresses[k : k + 1]
+            self.views[slot] = addresses[k : k + 1]
+        self.slots = _Slots(device, addresses)
 
         captured = dict(self.views)
         for buffer, storage in there.items():
@@ -1101,7 +1119,7 @@ class _Replay:
             if self.copies_out is not None:
                 self.copies_out.point([results[k] for k in self.copied_out])
             if self.written:
-                point(device, self.addresses, [results[k] for k in self.written])
+                self.slots.point([results[k] for k in self.written])
             self.launch()
         return results
 
@@ -1121,9 +1139,9 @@ def _written_in_place(program: Program, hosts: dict) -> list[K.Buffer]:
 class _Copies:
     """The copies between a call's buffers and a replay's own, in one direction, as one launch
     of `COPIES` in the graph. Its table on the device holds the replay's side (where
-    arguments go in, or where results are) and the byte counts; each call writes the
-    addresses of its side (its arguments, or its fresh results) there (`point`, a launch for
-    up to 16) before it launches the graph, where a copy per buffer was a call of its own."""
+    arguments go in, or where results are) and the byte counts; a call writes the addresses
+    of its side (its arguments, or its fresh results) there (`point`, a launch for up to 16)
+    before it launches the graph, unless they are where the last call's were."""
 
     def __init__(self, device, own: list, inward: bool):
         count = len(own)
@@ -1135,7 +1153,7 @@ class _Copies:
         self.device = device
         self.table = device.upload(table)
         theirs = 1 + count if inward else 1
-        self.theirs = self.table[theirs : theirs + count]
+        self.theirs = _Slots(device, self.table[theirs : theirs + count])
         vectors = -(-max(buffer.nbytes for buffer in own) // 16)
         self.kernel = dataclasses.replace(COPIES, threads=max(vectors, 1))
         self.module = _copies_module(device)
@@ -1145,7 +1163,7 @@ class _Copies:
 
     def point(self, buffers: list) -> None:
         """The call's side of each copy, in the order of the replay's buffers."""
-        point(self.device, self.theirs, buffers)
+        self.theirs.point(buffers)
 
 
 @functools.cache
