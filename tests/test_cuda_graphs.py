@@ -60,13 +60,14 @@ def compiled(backend: str, fun, *args):
 
 @pytest.fixture
 def walks(monkeypatch):
-    """Counts the step-by-step walks of whole programs (a capture is one; a replay none)."""
+    """Counts the step-by-step walks of whole programs (a capture is one; a replay none),
+    holding nothing of them (a walk's views would hold its arguments' memory)."""
     counted = []
     steps = executable._Walk.steps
 
     def counting(walk, program_steps):
         if program_steps is walk.executable.program.steps:
-            counted.append(walk)
+            counted.append(program_steps)
         return steps(walk, program_steps)
 
     monkeypatch.setattr(executable._Walk, "steps", counting)
@@ -167,6 +168,42 @@ def test_arguments_move_to_copies_where_a_graph_for_their_new_place_would_not_fi
         assert_close(program(there, w), reference(layers, x, W))
     [(_, _, places)] = program.executable._replays
     assert [i for i, _ in places] == [1]  # w read where it is, x copied in
+
+
+@pytest.mark.parametrize("backend", CUDA_BACKENDS)
+def test_a_donated_training_loop_updates_its_parameters_where_they_are(backend, walks, monkeypatch):
+    """Donated parameters are taken over by the outputs they host, so each call's parameters
+    are where the last call's were: one graph reads and updates them there, copying nothing.
+    A donated array that something else still holds is copied in and left whole."""
+
+    def step(w, b, x):
+        def loss(w, b):
+            return (fnp.tanh(x @ w + b) ** 2).sum()
+
+        gw, gb = fg.grad(loss, argnums=(0, 1))(w, b)
+        return w - 0.01 * gw, b - 0.01 * gb
+
+    gpu = fg.devices(backend)[0]
+    x_host = RNG.standard_normal((32, 64)).astype(np.float32)
+    b_host = RNG.standard_normal(64).astype(np.float32)
+    x, w, b = fg.device_put((x_host, W, b_host), gpu)
+    jitted = fg.jit(step, donate_argnums=(0, 1))
+    copied = counted_copies(monkeypatch, gpu.runtime)
+    expected = (W, b_host)
+    for _ in range(5):
+        places = [gpu.runtime.address(a._value.storage) for a in (w, b)]
+        copied.clear()
+        w, b = jitted(w, b, x)
+        assert [gpu.runtime.address(a._value.storage) for a in (w, b)] == places
+        expected = reference(step, *expected, x_host)
+        assert_close([w, b], expected, rtol=1e-4)
+    assert copied == [] and len(walks) == 2
+    held = w._value  # (another holder of its memory, which the output then cannot take)
+    before = np.asarray(held).copy()
+    w, b = jitted(w, b, x)
+    assert_close([w, b], reference(step, *expected, x_host), rtol=1e-4)
+    np.testing.assert_array_equal(np.asarray(held), before)  # untouched
+    assert copied == [W.nbytes, W.nbytes]  # w in and its update out
 
 
 def counted_copies(monkeypatch, runtime) -> list:

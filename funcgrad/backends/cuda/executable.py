@@ -643,8 +643,8 @@ class CudaExecutable:
         self._replays: dict = {}
         self._calls = 0
         # Arguments a graph copies in rather than reading them where they are (`_Replay.places`):
-        # donated ones, and those that kept coming in new places (`MAX_PLACEMENTS`).
-        self._copied_in = set(self.donated.values())
+        # those that kept coming in new places (`MAX_PLACEMENTS`).
+        self._copied_in: set = set()
 
     def __call__(self, *args) -> list[Array]:
         device = self.device
@@ -711,17 +711,18 @@ class CudaExecutable:
         storage dtype: bfloat16 as its bits) without waiting for the device. Arguments on the
         device (`DeviceValue`s) are used in place; host values are copied there first."""
         with self.device.context():
+            taken = self._donations(args)
             try:
-                replay = self._replay(args)
+                replay = self._replay(args, taken)
                 if replay is not None:
-                    return replay(args)
-                views, outputs = self._allocate(args)
+                    return replay(args, taken)
+                views, outputs = self._allocate(args, taken)
             except MemoryError as error:  # CuPy's OutOfMemoryError is one
                 # Replays hold device memory between calls: let them all go, then try again.
                 if not self._release_replays():
                     raise OutOfDeviceMemoryError(self._out_of_memory(args)) from error
                 try:
-                    views, outputs = self._allocate(args)
+                    views, outputs = self._allocate(args, taken)
                 except MemoryError as again:
                     raise OutOfDeviceMemoryError(self._out_of_memory(args)) from again
             _Walk(self, views).steps(self.program.steps)
@@ -733,7 +734,7 @@ class CudaExecutable:
         times it ran; its seconds in all), the costliest first. Steps the host makes (its
         reads of predicates, LAPACK, callbacks) are not listed."""
         with self.device.context():
-            views, _ = self._allocate(args, donating=False)  # (the arguments stay whole)
+            views, _ = self._allocate(args, {})  # (the arguments stay whole)
             timed = _Timed(self.device)
             _Walk(self, views, timed).steps(self.program.steps)
             self.device.synchronize()
@@ -752,7 +753,7 @@ class CudaExecutable:
             replay.release()
         return bool(released)
 
-    def _replay(self, args) -> _Replay | None:
+    def _replay(self, args, taken: dict) -> _Replay | None:
         """The graph replaying this program under the current matmul precision on the current
         stream over arguments where these are, captured at its second call (and again for
         arguments in other places); None for a program walked step by step."""
@@ -763,7 +764,7 @@ class CudaExecutable:
             return None
         device = self.device
         setting = (config.default_matmul_precision, device.stream())
-        places = self._places(args)
+        places = self._places(args, taken)
         replay = self._replays.get((*setting, places))
         if replay is not None:
             device.held.used(replay)
@@ -783,11 +784,16 @@ class CudaExecutable:
             for other in others:
                 other.release()
                 device.held.drop(other)
-            places = self._places(args)
+            places = self._places(args, taken)
         placed = {i: _storage_of(args[i]) for i, _ in places}  # (read where they are)
         key = (*setting, places)
-        copied = [b for i, b in enumerate(self.program.inputs) if i not in placed]
-        copied += [b for b in self.program.outputs if b not in self.in_place]
+        there = {self.program.inputs[i] for i in placed}
+        copied = [b for b in self.program.inputs if b not in there]
+        copied += [
+            b
+            for b in self.program.outputs
+            if b not in self.in_place and self.hosts.get(b) not in there
+        ]
         if not graphs.worth_a_graph(self._launches, copied):
             self._replayable = False
             return None
@@ -809,36 +815,47 @@ class CudaExecutable:
             evicted.release()
         return replay
 
-    def _places(self, args) -> tuple:
-        """(input index, device address) of each argument a graph would read where it is."""
-        device = self.device
+    def _places(self, args, taken: dict) -> tuple:
+        """(input index, device address) of each argument a graph would read where it is: on
+        the device, and, if donated, free to take (its output then written where it is)."""
+        device, donated = self.device, self.donated.values()
         return tuple(
             (i, device.address(storage))
             for i, arg in enumerate(args)
-            if i not in self._copied_in and (storage := _storage_of(arg)) is not None
+            if i not in self._copied_in
+            and (storage := _storage_of(arg)) is not None
+            and (i in taken or i not in donated)
         )
 
-    def _allocate(self, args, donating: bool = True) -> tuple[dict, list]:
+    def _donations(self, args) -> dict:
+        """{input index: its device buffer} for each donated argument whose memory an output
+        may take over (`_taken`), found before any view of the arguments exists (a view
+        would count as another holder)."""
+        return {
+            i: storage
+            for i in self.donated.values()
+            if (storage := self._taken(args, i)) is not None
+        }
+
+    def _allocate(self, args, taken: dict) -> tuple[dict, list]:
         """Device buffers for a call, all before any kernel runs: the arguments' copies, the
-        outputs and the arena, as views by kernel-IR buffer. Not `donating` (a profile), no
-        output takes over a donated argument's memory."""
+        outputs and the arena, as views by kernel-IR buffer; the outputs that donated
+        arguments host take over the memory `taken` gives them (none in a profile)."""
         device, xp = self.device, self.device.xp
         if self._too_big:
             raise MemoryError
         program = self.program
-        # Donated memory first: a view of an argument would count as another holder of it.
-        hosting = {i: self._taken(args, i) if donating else None for i in self.donated.values()}
         views = dict(self.consts)
         for buffer, arg, dtype in zip(program.inputs, args, self._in_dtypes):
             views[buffer] = self._argument(arg, dtype)
         outputs = [xp.empty(math.prod(shape), _storage(dtype)) for shape, dtype in self._out_shapes]
         for k, i in self.donated.items():
             host = program.inputs[i]
-            if hosting[i] is None:  # a copy of the argument hosts the output instead
+            if i not in taken:  # a copy of the argument hosts the output instead
                 argument = device.view(views[host], host.dtype)  # (complex: as its parts)
                 device.copy(device.view(outputs[k], host.dtype), argument)
             else:
-                outputs[k] = hosting[i]
+                outputs[k] = taken[i]
             views[host] = device.view(outputs[k], host.dtype)
         for buffer, out in zip(program.outputs, outputs):
             views[buffer] = device.view(out, buffer.dtype)
@@ -1066,11 +1083,17 @@ class _Replay:
             raw = xp.empty(buffer.size, _storage(buffer.dtype))
             self.views[buffer] = device.view(raw, buffer.dtype)
         for output, host in hosts.items():  # one buffer for the pair, as in the kernels
-            self.views[output] = device.view(self.views[host], output.dtype)
+            if host not in there:
+                self.views[output] = device.view(self.views[host], output.dtype)
         executable._arena(self.views)
         self.copied_in = [i for i in range(len(program.inputs)) if i not in placed]
         staged = [self.views[program.inputs[i]] for i in self.copied_in]
-        self.copied_out = [k for k, b in enumerate(program.outputs) if b not in in_place]
+        # (an output a donated argument read where it is hosts is written there: the call's)
+        self.copied_out = [
+            k
+            for k, b in enumerate(program.outputs)
+            if b not in in_place and hosts.get(b) not in there
+        ]
         self.written = [k for k, b in enumerate(program.outputs) if b in in_place]
         outputs = [self.views[program.outputs[k]] for k in self.copied_out]
         self.copies_in = _Copies(device, staged, inward=True) if staged else None
@@ -1084,6 +1107,9 @@ class _Replay:
         captured = dict(self.views)
         for buffer, storage in there.items():
             captured[buffer] = device.view(storage, buffer.dtype)
+        for output, host in hosts.items():
+            if host in there:
+                captured[output] = device.view(captured[host], output.dtype)
 
         def walk(runner) -> None:
             if self.copies_in is not None:
@@ -1098,14 +1124,14 @@ class _Replay:
         """Forgets this replay (its buffers go once no call is using them)."""
         self.executable._replays.pop(self.key, None)
 
-    def __call__(self, args) -> list:
+    def __call__(self, args, taken: dict) -> list:
         executable = self.executable
         device = executable.device
-        # Results go into donated memory where it is free to take (checked before any view of
-        # the arguments exists), else into fresh buffers.
+        # Results go into donated memory where it is free to take (`taken`), else into fresh
+        # buffers.
         results = [None] * len(executable._out_shapes)
         for k, i in executable.donated.items():
-            results[k] = executable._taken(args, i)
+            results[k] = taken.get(i)
         for k, (shape, dtype) in enumerate(executable._out_shapes):
             if results[k] is None:
                 results[k] = device.xp.empty(math.prod(shape), _storage(dtype))
