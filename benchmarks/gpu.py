@@ -289,10 +289,11 @@ def mlp_case():
     return runs, None, 20
 
 
-def _training_loop(step, params, x, y):
+def _training_loop(step, params, x, y, donate: bool = False):
     """Calls of jit(step) each taking the last call's parameters, as a training loop makes
-    them (a batch held on the GPU): the parameters come in other device buffers each call."""
-    jitted = fg.jit(step)
+    them (a batch held on the GPU): the parameters come in other device buffers each call,
+    or, donated, in the same ones."""
+    jitted = fg.jit(step, donate_argnums=0 if donate else ())
     gpu = fg.devices("gpu")[0]
     state = [fg.device_put(params, gpu)]
     x, y = fg.device_put((x, y), gpu)
@@ -329,19 +330,30 @@ def mlp_loop_case():
         "funcgrad, parameters copied in": _each_call_with(
             executable, "MAX_PLACEMENTS", 1, _training_loop(step, params, x, y)
         ),
+        "funcgrad donated": _training_loop(step, params, x, y, donate=True),
     }
     jax = _jax()
     if jax:
-        f = jax[0].jit(_mlp_step(jax[1], jax[0].grad))
+        for label, donated in (("jax-jit", ()), ("jax-jit donated", 0)):
+            runs[label] = _jax_training_loop(jax, step_of=_mlp_step, donated=donated)(params, x, y)
+    return runs, None, 20
+
+
+def _jax_training_loop(jax, step_of, donated):
+    """JAX's training loop, as `_training_loop` makes funcgrad's."""
+
+    def make(params, x, y):
+        f = jax[0].jit(step_of(jax[1], jax[0].grad), donate_argnums=donated)
         state = [[(jax[1].asarray(w), jax[1].asarray(b)) for w, b in params]]
         xj, yj = jax[1].asarray(x), jax[1].asarray(y)
 
-        def jax_call():
+        def call():
             state[0] = f(state[0], xj, yj)
             return state[0]
 
-        runs["jax-jit"] = jax_call
-    return runs, None, 20
+        return call
+
+    return make
 
 
 def _gathered(fun, *args):
