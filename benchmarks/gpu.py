@@ -334,26 +334,22 @@ def mlp_loop_case():
     }
     jax = _jax()
     if jax:
-        for label, donated in (("jax-jit", ()), ("jax-jit donated", 0)):
-            runs[label] = _jax_training_loop(jax, step_of=_mlp_step, donated=donated)(params, x, y)
+        runs["jax-jit"] = _jax_training_loop(jax, params, x, y, donate=False)
+        runs["jax-jit donated"] = _jax_training_loop(jax, params, x, y, donate=True)
     return runs, None, 20
 
 
-def _jax_training_loop(jax, step_of, donated):
-    """JAX's training loop, as `_training_loop` makes funcgrad's."""
+def _jax_training_loop(jax, params, x, y, donate: bool):
+    """JAX's MLP training loop, as `_training_loop` makes funcgrad's."""
+    f = jax[0].jit(_mlp_step(jax[1], jax[0].grad), donate_argnums=0 if donate else ())
+    state = [[(jax[1].asarray(w), jax[1].asarray(b)) for w, b in params]]
+    xj, yj = jax[1].asarray(x), jax[1].asarray(y)
 
-    def make(params, x, y):
-        f = jax[0].jit(step_of(jax[1], jax[0].grad), donate_argnums=donated)
-        state = [[(jax[1].asarray(w), jax[1].asarray(b)) for w, b in params]]
-        xj, yj = jax[1].asarray(x), jax[1].asarray(y)
+    def call():
+        state[0] = f(state[0], xj, yj)
+        return state[0]
 
-        def call():
-            state[0] = f(state[0], xj, yj)
-            return state[0]
-
-        return call
-
-    return make
+    return call
 
 
 def _gathered(fun, *args):
