@@ -1421,6 +1421,36 @@ def test_the_gpu_backend_names_what_is_missing():
         fg.jit(lambda x: x + 1)(np.ones(3, np.float32))
 
 
+def test_a_row_kernels_in_place_update_between_its_loops_is_made_once():
+    """A bias updated in place beside its weights' rows (an SGD step with its parameters
+    donated: a block per row, the bias gradient a fold over the row): the bias's statement,
+    between the row's loops, runs on every thread of the block, and each thread's update of
+    the element read and written in place applied once more (the bias moved 32 times its
+    step on the emulator). One thread writes it, after every thread has read it."""
+    rng = np.random.default_rng(41)
+    b = rng.standard_normal(64).astype(np.float32)
+    w, g = rng.standard_normal((2, 64, 256)).astype(np.float32)
+
+    def step(b, w, g):
+        return b - 0.01 * g.sum(axis=1), w - 0.01 * g
+
+    expected = [b - 0.01 * g.astype(np.float64).sum(axis=1), w - 0.01 * g]
+    gpu = fg.devices("cuda_emulator")[0]
+    jitted = fg.jit(step, donate_argnums=(0, 1))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (both donations usable)
+        for _ in range(2):  # walked, then captured
+            placed = fg.device_put((b, w, g), gpu)
+            where = [gpu.runtime.address(a._value.storage) for a in placed[:2]]
+            got = jitted(*placed)
+            assert [gpu.runtime.address(a._value.storage) for a in got] == where
+            for value, want in zip(got, expected):
+                np.testing.assert_allclose(np.asarray(value), want, rtol=1e-5, atol=1e-5)
+    with jit_backend("cuda_emulator"):
+        text = jitted.lower(b, w, g).compile().as_text()
+    assert re.search(r"if \(threadIdx\.x == 0\) \{\n[^}]*\b(in\d+)\[i0\];\n[^}]*\b\1\[i0\] = ", text)
+
+
 def test_a_donated_argument_and_the_output_it_hosts_are_one_kernel_parameter():
     """Every parameter is `__restrict__`: a kernel updating a buffer in place must see one."""
     x = np.ones(64, np.float32)

@@ -772,8 +772,22 @@ class _KernelWriter:
         outer = self.indent
         self.indent += "  "
         bases = itertools.count()
+        since_loop: list = []  # (the row's statements after its last loop, whose barrier
+        # orders the accesses before it)
         for statement in split.body:
             self.memo = {}
+            since_loop = [] if isinstance(statement, K.Loop) else [*since_loop, statement]
+            if _updates_in_place(statement, since_loop, scratch):
+                # The row's element updated where it is (a donated argument hosting its
+                # output): every thread has read it before one thread writes it, once.
+                self.emit("__syncthreads();")
+                self.emit("if (threadIdx.x == 0) {")
+                self.indent += "  "
+                self.statements([statement])
+                self.indent = self.indent[:-2]
+                self.emit("}")
+                self.emit("__syncthreads();  // (later statements read what it wrote)")
+                continue
             if not isinstance(statement, K.Loop) or held is not None and _alike(statement, rows):
                 self.statements([statement])
                 continue
@@ -1035,6 +1049,20 @@ class _KernelWriter:
         self.memo = {}
         self.emit(f"{name} = {self.value(K.binary(op, init.value, acc.read()))};")
         self.statements(after)
+
+
+def _updates_in_place(statement, since_loop: list, scratch: set) -> bool:
+    """Whether `statement`, between a row's loops, stores into memory that it or a statement
+    since the row's last loop (`since_loop`, itself included) reads: made by every thread of
+    the row's block, it would update the element once per thread, or change it under a
+    thread still to read it. (What loops read, their barriers have ordered.)"""
+    if not isinstance(statement, K.Store) or statement.buffer in scratch:
+        return False
+    return any(
+        isinstance(e, K.Load) and e.buffer is statement.buffer
+        for s in since_loop
+        for e in expressions(s)
+    )
 
 
 def _row_caches(split: K.Loop, scratch: set, budget: int) -> tuple[dict, list[K.Buffer]]:
