@@ -113,31 +113,24 @@ def _maps_apart(fun, *args):
 
 
 def _addresses_from_the_host(fun, *args):
-    """funcgrad's call with each call's addresses copied into its replay's tables from pageable
-    host memory, as before 2026-11-27, rather than written by launches (`executable.point`):
-    such a copy may wait for the stream to drain, each call then waiting for the last."""
-    run = _funcgrad(fun, *args)
+    """funcgrad's call with its addresses copied into its replay's tables from pageable host
+    memory at every call, as before 2026-11-27, rather than written by launches where they
+    moved (`executable._Slots`): such a copy may wait for the stream to drain, each call then
+    waiting for the last."""
     runtime = cupy.cuda.runtime
 
-    def copied(device, table, buffers) -> None:
+    def copied(slots, buffers) -> None:
         addresses = np.array([buffer.data.ptr for buffer in buffers], np.uint64)
         stream = cupy.cuda.get_current_stream().ptr
         runtime.memcpyAsync(
-            table.data.ptr,
+            slots.table.data.ptr,
             addresses.ctypes.data,
             addresses.nbytes,
             runtime.memcpyHostToDevice,
             stream,
         )
 
-    def call():
-        kept, executable.point = executable.point, copied
-        try:
-            return run()
-        finally:
-            executable.point = kept
-
-    return call
+    return _each_call_with(executable._Slots, "point", copied, _funcgrad(fun, *args))
 
 
 def _walked(fun, *args):
@@ -305,16 +298,16 @@ def _training_loop(step, params, x, y, donate: bool = False):
     return call
 
 
-def _each_call_with(module, setting: str, value, run):
-    """`run` with `module.setting` set to `value` during each call."""
+def _each_call_with(owner, setting: str, value, run):
+    """`run` with `owner.setting` (a module's or a class's) set to `value` during each call."""
 
     def call():
-        kept = getattr(module, setting)
-        setattr(module, setting, value)
+        kept = getattr(owner, setting)
+        setattr(owner, setting, value)
         try:
             return run()
         finally:
-            setattr(module, setting, kept)
+            setattr(owner, setting, kept)
 
     return call
 
