@@ -1043,6 +1043,35 @@ def test_a_loss_gradient_over_short_rows_is_one_kernel_on_the_gpu_alone():
             assert plan.count(" = k") == kernels, plan
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_products_of_few_columns_are_one_kernel_of_our_own(dtype):
+    """A product whose result has at most 16 columns runs as one kernel (`narrow`): a block
+    per row splitting its sum where the wide operand is stored by rows, a block per 32 rows
+    where it is stored transposed (leftover rows, one column, 16, an operand read twice);
+    17 columns, and a batch, stay cuBLAS's."""
+    rng = np.random.default_rng(44)
+    cases = [  # (rows a block takes; 0: cuBLAS's)
+        (lambda a, b: a @ b, (70, 300), (300, 10), 1),  # stored by rows
+        (lambda a, b: a.T @ b, (300, 70), (300, 16), 32),  # transposed: 70 rows, 32 a block
+        (lambda a, b: a @ b.T, (70, 200), (1, 200), 1),  # one column, its operand transposed
+        (lambda a, b: (a.T @ a) + b, (50, 10), (10, 10), 32),  # one buffer read twice
+        (lambda a, b: a @ b, (20, 300), (300, 17), 0),  # 17 columns
+        (lambda a, b: a @ b, (3, 20, 300), (3, 300, 4), 0),  # a batch
+    ]
+    for fun, lhs, rhs, rows in cases:
+        a = rng.standard_normal(lhs).astype(dtype)
+        b = rng.standard_normal(rhs).astype(dtype)
+        assert_same_as_reference(
+            fun, a, b, exact=False, rtol=1e-5 if dtype == np.float32 else 1e-12
+        )
+        with jit_backend("cuda_emulator"):
+            executable = fg.jit(fun).lower(a, b).compile().executable
+        assert "gemm[" in executable.fusion_plan()  # (a product the GPU's library would take)
+        assert [f"blockDim.x / {rows};" in k.body for k in executable.narrow.values()] == (
+            [True] if rows else []
+        )
+
+
 def test_independent_maps_run_as_one_kernel_each_loop_over_the_whole_grid():
     """An SGD update of six parameters of different shapes (a map kernel each, after the
     products making the gradients) launches as one kernel, each update a grid-stride loop of

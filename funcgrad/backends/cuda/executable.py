@@ -35,6 +35,7 @@ from funcgrad.array import Array, DeviceValue, GpuDevice, to_host
 from funcgrad.backends.cuda import cublas as cublas_calls
 from funcgrad.backends.cuda import graphs, nvrtc, regions, solver
 from funcgrad.backends.cuda.emulator import EmulatedModule
+from funcgrad.backends.cuda.narrow import narrow_gemm
 from funcgrad.backends.cuda.render import (
     ADDRESS,
     LAUNCH_BLOCK,
@@ -598,6 +599,14 @@ class CudaExecutable:
         }
         called = {s for step in self.regions for s in regions.inner_kernels(step)}
         launched = [k for s, k in self.kernels.items() if s not in called]
+        # Products of few columns, as kernels of our own (`narrow`), not cuBLAS calls.
+        gemms = [step for step in all_steps(self.program) if isinstance(step, GemmStep)]
+        self.narrow = {
+            step: kernel
+            for g, step in enumerate(gemms)
+            if (kernel := narrow_gemm(step, f"g{g}_narrow_gemm")) is not None
+        }
+        launched += self.narrow.values()
         self._launches = graphs.capturable(self.program, self.regions)
         self._replayable = self._launches is not None
         # Results a replay's kernels write where each call wants them, each read from a slot
@@ -1304,6 +1313,10 @@ class _Walk:
         return int(self.device.download(self.views[buffer][:1])[0])
 
     def gemm(self, step: GemmStep) -> None:
+        narrow = self.executable.narrow.get(step)
+        if narrow is not None:
+            self.launch(narrow)
+            return
         tf32 = step.out.dtype == np.float32 and allows_tf32(step.eqn.params.get("precision"))
         self.runner.gemm(step, *(self.views[b] for b in (step.lhs, step.rhs, step.out)), tf32)
 
