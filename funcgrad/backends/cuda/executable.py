@@ -26,7 +26,6 @@ import sys
 import threading
 import time
 import warnings
-import weakref
 
 import numpy as np
 
@@ -933,10 +932,6 @@ def _storage_of(arg):
     if type(value) is not DeviceValue or hasattr(value, "_parts"):
         return None
     return value.storage
-
-
-def _weak(storage):
-    return None if storage is None else weakref.ref(storage)
 
 
 def _bytes(n: float) -> str:
