@@ -22,9 +22,9 @@ import numpy as np
 from funcgrad.backends.cuda.render import LAUNCH_BLOCK, CudaKernel, memory_type
 from funcgrad.compiler.schedule import GemmStep
 
-# Results of at most this many columns, float32 or float64, one product (no batch), with at
-# most MAX_TERMS terms a column for each row of the wide operand (beyond, cuBLAS's split of
-# a long sum over the whole GPU wins).
+# Results of at most this many columns, float32 or float64, one product (no batch), of at
+# most MAX_TERMS multiply-adds a column (rows times terms: beyond, cuBLAS's split of the
+# sums over the whole GPU wins).
 MAX_COLUMNS = 16
 MAX_TERMS = 1 << 24
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
