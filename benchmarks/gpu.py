@@ -259,7 +259,7 @@ def mlp_case():
         "funcgrad tf32": tf32,
         # Each without one of the changes made for this step (2026-11-27, unmeasured then):
         "funcgrad, results copied out": _compiled_with(
-            executable, "_written_in_place", lambda program, hosts: [], step, params, x, y
+            executable, "_written_in_place", lambda program, hosts, ours: [], step, params, x, y
         ),
         "funcgrad, 10-term product a GEMM": _compiled_with(
             executable, "SHORT_CONTRACTION", 8, step, params, x, y

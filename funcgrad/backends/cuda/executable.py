@@ -610,12 +610,13 @@ class CudaExecutable:
         self._replayable = self._launches is not None
         # Results a replay's kernels write where each call wants them, each read from a slot
         # of the replay's (`_Replay`), and those kernels in the form reading the slots.
-        self.in_place = _written_in_place(program, self.hosts) if self._replayable else []
+        ours = {**self.kernels, **self.narrow}  # (the steps launching kernels of ours)
+        self.in_place = _written_in_place(program, self.hosts, ours) if self._replayable else []
         self.slots = [K.Buffer(f"{b.name}_at", ADDRESS, 1) for b in self.in_place]
         slots = dict(zip(self.in_place, self.slots))
         self.addressed = {
             step: addressed(kernel, slots)
-            for step, kernel in self.kernels.items()
+            for step, kernel in ours.items()
             if any(b in slots for b in kernel.params)
         }
         launched += list(self.regions.values()) + list(self.addressed.values())
@@ -1154,14 +1155,15 @@ class _Replay:
         return results
 
 
-def _written_in_place(program: Program, hosts: dict) -> list[K.Buffer]:
-    """The results that only kernels the program launches itself touch, not a GEMM, a copy,
-    a control-flow step, an argument's or a constant's memory, each a result once: in a
-    replay, these kernels write them where each call wants them, sparing their copies out."""
+def _written_in_place(program: Program, hosts: dict, ours: dict) -> list[K.Buffer]:
+    """The results that only kernels the program launches itself (the steps in `ours`)
+    touch, not a library's GEMM, a copy, a control-flow step, an argument's or a constant's
+    memory, each a result once: in a replay, these kernels write them where each call wants
+    them, sparing their copies out."""
     elsewhere = set(program.inputs) | set(constants(program)) | set(hosts)
     by_kernels = set()
     for step in program.steps:
-        (by_kernels if isinstance(step, KernelStep) else elsewhere).update(step_buffers(step))
+        (by_kernels if step in ours else elsewhere).update(step_buffers(step))
     once = {b for b in program.outputs if program.outputs.count(b) == 1}
     return [b for b in program.outputs if b in by_kernels and b in once and b not in elsewhere]
 
@@ -1308,7 +1310,7 @@ class _Walk:
         return int(self.device.download(self.views[buffer][:1])[0])
 
     def gemm(self, step: GemmStep) -> None:
-        narrow = self.executable.narrow.get(step)
+        narrow = self.kernels.get(step) or self.executable.narrow.get(step)
         if narrow is not None:
             self.launch(narrow)
             return
