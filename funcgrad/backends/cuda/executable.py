@@ -790,19 +790,14 @@ class CudaExecutable:
             for other in others:
                 theirs = dict(other.places)
                 self._copied_in |= {i for i in here.keys() | theirs if here.get(i) != theirs.get(i)}
-            for other in others:
                 other.release()
                 device.held.drop(other)
             places = self._places(args, taken)
         placed = {i: _storage_of(args[i]) for i, _ in places}  # (read where they are)
         key = (*setting, places)
-        there = {self.program.inputs[i] for i in placed}
-        copied = [b for b in self.program.inputs if b not in there]
-        copied += [
-            b
-            for b in self.program.outputs
-            if b not in self.in_place and self.hosts.get(b) not in there
-        ]
+        copied_in, copied_out = self._copies(placed)
+        program = self.program
+        copied = [program.inputs[i] for i in copied_in] + [program.outputs[k] for k in copied_out]
         if not graphs.worth_a_graph(self._launches, copied):
             self._replayable = False
             return None
@@ -823,6 +818,20 @@ class CudaExecutable:
         for evicted in device.held.hold(replay, replay.nbytes, budget):
             evicted.release()
         return replay
+
+    def _copies(self, placed: dict) -> tuple[list[int], list[int]]:
+        """(the inputs, the outputs) a replay reading the arguments in `placed` where they are
+        copies in and out, by index: the others, but the results its kernels write in place
+        and those the placed donated arguments host (written where those are)."""
+        program = self.program
+        there = {program.inputs[i] for i in placed}
+        copied_in = [i for i in range(len(program.inputs)) if i not in placed]
+        copied_out = [
+            k
+            for k, b in enumerate(program.outputs)
+            if b not in self.in_place and self.hosts.get(b) not in there
+        ]
+        return copied_in, copied_out
 
     def _places(self, args, taken: dict) -> tuple:
         """(input index, device address) of each argument a graph would read where it is: on
@@ -1091,14 +1100,8 @@ class _Replay:
             if host not in there:
                 self.views[output] = device.view(self.views[host], output.dtype)
         executable._arena(self.views)
-        self.copied_in = [i for i in range(len(program.inputs)) if i not in placed]
+        self.copied_in, self.copied_out = executable._copies(placed)
         staged = [self.views[program.inputs[i]] for i in self.copied_in]
-        # (an output a donated argument read where it is hosts is written there: the call's)
-        self.copied_out = [
-            k
-            for k, b in enumerate(program.outputs)
-            if b not in in_place and hosts.get(b) not in there
-        ]
         self.written = [k for k, b in enumerate(program.outputs) if b in in_place]
         outputs = [self.views[program.outputs[k]] for k in self.copied_out]
         self.copies_in = _Copies(device, staged, inward=True) if staged else None
