@@ -97,12 +97,7 @@ def _compiled_with(module, setting: str, value, fun, *args):
     """funcgrad's call compiled (at its first call, made here) with `module.setting` set to
     `value`, then set back: the program keeps what that setting made of it."""
     run = _funcgrad(fun, *args)
-    kept = getattr(module, setting)
-    setattr(module, setting, value)
-    try:
-        run()
-    finally:
-        setattr(module, setting, kept)
+    _each_call_with(module, setting, value, run)()
     return run
 
 
