@@ -2,7 +2,8 @@
 reductions, slices and concatenation, selects, casts, cond, scan and fori_loop, over float32,
 float64, int32, complex64 and complex128, then applies jit, grad or vmap on top; each compiled
 backend (LLVM, and the CUDA renderer's code run by the host emulator) must agree with the NumPy
-reference backend on every one."""
+reference backend on every one, at each of three calls with new arguments (on a GPU: walked step
+by step, captured as a graph, replayed)."""
 
 from __future__ import annotations
 
@@ -277,11 +278,15 @@ def make_function(program):
     return f
 
 
-def run_on(backend: str, fun, *args):
+def run_on(backend: str, fun, calls: list) -> list[np.ndarray]:
+    """jit(fun) on `backend`, called with each argument tuple in `calls` in turn: on a GPU the
+    first call is walked step by step, the second captured as a graph and the third replays
+    it."""
     previous = config.jit_backend
     config.update("jit_backend", backend)
     try:
-        return np.asarray(fg.jit(fun)(*args))
+        jitted = fg.jit(fun)
+        return [np.asarray(jitted(*args)) for args in calls]
     finally:
         config.update("jit_backend", previous)
 
@@ -294,28 +299,30 @@ def run_on(backend: str, fun, *args):
 def test_random_programs_compile_to_what_the_reference_computes(backend, case, seed):
     dtype, program, shape, transform = case
     rng = np.random.default_rng(seed)
-    if dtype == np.int32:
-        x, y = (rng.integers(-20, 20, shape).astype(dtype) for _ in range(2))
-    elif np.dtype(dtype).kind == "c":
-        x, y = (
-            (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
-            for _ in range(2)
-        )
-    else:
-        x, y = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
+
+    def arguments():
+        if dtype == np.int32:
+            return [rng.integers(-20, 20, shape).astype(dtype) for _ in range(2)]
+        if np.dtype(dtype).kind == "c":
+            return [
+                (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+                for _ in range(2)
+            ]
+        return [rng.standard_normal(shape).astype(dtype) for _ in range(2)]
+
+    calls = [arguments() for _ in range(3)]
     f = make_function(program)
     if transform == "grad":
         fun = fg.grad(lambda u, v: fnp.sum(fnp.real(fnp.tanh(f(u, v) * 0.3))), argnums=(0, 1))
     elif transform == "vmap":
         fun = fg.vmap(f, in_axes=(0, None))
-        x = np.stack([x, x * 2 if dtype != np.int32 else x + 1, -x])
+        calls = [[np.stack([x, x * 2 if dtype != np.int32 else x + 1, -x]), y] for x, y in calls]
     else:
         fun = f
-    expected = run_on("numpy", fun, x, y)
-    got = run_on(backend, fun, x, y)
-    assert got.dtype == expected.dtype and got.shape == expected.shape
-    if dtype == np.int32:
-        np.testing.assert_array_equal(got, expected)
-    else:
-        tolerance = 2e-4 if dtype in (np.float32, np.complex64) else 1e-10
-        np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
+    for got, expected in zip(run_on(backend, fun, calls), run_on("numpy", fun, calls)):
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        if dtype == np.int32:
+            np.testing.assert_array_equal(got, expected)
+        else:
+            tolerance = 2e-4 if dtype in (np.float32, np.complex64) else 1e-10
+            np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
