@@ -24,6 +24,7 @@ import functools
 from funcgrad import distributed
 from funcgrad.array import CPU, Device, DeviceValue, GpuDevice, placement
 from funcgrad.config import config
+from funcgrad.once import once
 
 _device_lists: dict[tuple[int, int, int], list[Device]] = {}
 
@@ -118,14 +119,14 @@ def _gpu_devices(backend: str) -> tuple[GpuDevice, ...]:
     return _gpu_device_list()
 
 
-@functools.cache
+@once
 def _emulated_gpu(id: int) -> GpuDevice:
     from funcgrad.backends.cuda.executable import Emulator
 
     return GpuDevice(id, Emulator())
 
 
-@functools.cache
+@once
 def _gpu_device_list() -> tuple[GpuDevice, ...]:
     """Every CUDA GPU CuPy finds, in its order."""
     import cupy

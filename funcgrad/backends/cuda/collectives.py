@@ -16,7 +16,6 @@ path, and never in a GPU waiting forever.
 
 from __future__ import annotations
 
-import functools
 import threading
 
 import numpy as np
@@ -33,6 +32,7 @@ from funcgrad.lax.parallel import (
     psum_p,
     psum_scatter_p,
 )
+from funcgrad.once import once
 
 
 class HostTransport:
@@ -176,7 +176,7 @@ def id_from_bytes(received: np.ndarray, like: tuple) -> tuple:
     return tuple(received.view(np.int8).tolist())
 
 
-@functools.cache
+@once
 def _nccl(devices: tuple) -> NcclTransport | None:
     try:
         return NcclTransport(devices)

@@ -22,6 +22,7 @@ import threading
 
 from funcgrad.backends.cuda.render import MATH, CudaKernel, memory_type
 from funcgrad.compiler import kernel_ir as K
+from funcgrad.once import once
 
 # The C library's math functions the generated code calls, declared rather than included:
 # parsing <math.h> in C++ mode costs most of a host build's time.
@@ -165,7 +166,7 @@ class EmulatedModule:
             self.entries[kernel.name](grid, block, table)
 
 
-@functools.cache
+@once
 def _library_lock(path: str) -> threading.Lock:
     return threading.Lock()
 

@@ -67,6 +67,7 @@ from funcgrad.config import config
 from funcgrad.errors import OutOfDeviceMemoryError
 from funcgrad.ir import ClosedJaxpr
 from funcgrad.lax.linalg import allows_tf32
+from funcgrad.once import once
 
 # A whole-array reduction longer than one block folds well is split into this many strided
 # partial folds (a grid of threads, neighbours reading neighbouring elements), whose results
@@ -180,7 +181,7 @@ class _Slots:
             self.places = places
 
 
-@functools.cache
+@once
 def _pointing_module(device):
     return device.load(module_source([kernel.text() for kernel in POINTING]), POINTING)
 
@@ -548,12 +549,12 @@ def _cupy():
     return cupy
 
 
-@functools.cache
+@once
 def gpu(id: int = 0) -> Gpu:
     return Gpu(id)
 
 
-@functools.cache
+@once
 def emulator() -> Emulator:
     """The emulated GPU that `jit_backend="cuda_emulator"` compiles for (emulated devices,
     `devices("cuda_emulator")`, have one each)."""
@@ -1201,7 +1202,7 @@ class _Copies:
         self.theirs.point(buffers)
 
 
-@functools.cache
+@once
 def _copies_module(device):
     """`COPIES` built for `device` (a GPU's or the emulator's), once."""
     return device.load(module_source([COPIES.text()]), [COPIES])

@@ -27,6 +27,7 @@ from llvmlite.binding import ffi
 import funcgrad
 from funcgrad.compiler import cache
 from funcgrad.config import config
+from funcgrad.once import once
 
 lock = threading.Lock()  # LLVM's JIT state is not thread-safe
 
@@ -40,7 +41,7 @@ _PIPELINE = {
 }
 
 
-@functools.cache
+@once
 def _initialized() -> None:
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()

@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import atexit
 import ctypes
-import functools
 import platform
 import sys
 
 import llvmlite.binding as llvm
+
+from funcgrad.once import once
 
 SYMBOL = "fg_parallel_for"
 MAX_WORKERS = 255
@@ -54,7 +55,7 @@ def available() -> bool:
     return sys.platform.startswith("linux") and platform.machine() in _FUTEX
 
 
-@functools.cache
+@once
 def install():
     """Compile the pool once per process, register `fg_parallel_for` with LLVM and its
     workers' stop with `atexit` (the returned module must stay alive: it holds the code)."""
