@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import lax
-from funcgrad.backends.llvm import prefetch
+from funcgrad.backends.llvm import prefetch, render
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler import rows, schedule
 from funcgrad.compiler.parallel import linear
@@ -345,6 +345,43 @@ def test_elementwise_chain_is_one_vectorized_kernel():
     assert "<16 x float>" in executable.machine_code.optimized_ir or (
         "<8 x float>" in executable.machine_code.optimized_ir
     )
+
+
+def test_a_table_lookup_is_an_expression_like_the_others():
+    i = K.fresh_index()
+    e = K.lookup([0.5, 1.5], i, np.float64)
+    assert K.same(e, K.lookup([0.5, 1.5], i, np.float64))
+    assert not K.same(e, K.lookup([0.5, 2.5], i, np.float64))
+    assert any(node is i for node in K.nodes(e))
+    out = K.Buffer("out", np.dtype(np.float64), 2)
+    kernel = K.Kernel("k", [], [out], [K.Loop(i, 0, 2, [K.Store(out, i, e)])])
+    assert f"out[{i.name}] = table<float64 x 2>[{i.name}]" in kernel.as_text()
+
+
+def test_each_module_holds_the_constant_tables_its_kernels_read():
+    # sin, cos and tan of float64 arguments past 64 read tables of 2/pi's chunks at places
+    # their exponents pick (`K.Lookup`), private globals: a program split into modules (one
+    # per kernel here) gives each module its copy.
+    def f(v):
+        return fnp.cos(v) * fnp.sin(v).sum(), fnp.tan(v)
+
+    x = np.array([1e300, -3.5e22, 2.0**70, 100.0, 0.5])
+    saved = render.MODULE_TEXT, render.MAX_MODULES
+    render.MODULE_TEXT, render.MAX_MODULES = 1, 64
+    try:
+        with jit_backend("llvm"):
+            program = fg.jit(f).lower(x).compile()
+            got = program(x)
+    finally:
+        render.MODULE_TEXT, render.MAX_MODULES = saved
+    modules = program.executable.machine_code.modules
+    assert len(modules) > 1 and re.search(r"ptr @table\d", modules[0])
+    for module in modules:
+        read = set(re.findall(r"ptr (@table\d+)", module))
+        assert read <= set(re.findall(r"^(@table\d+) = private constant", module, re.M))
+    wide = x.astype(np.longdouble)
+    np.testing.assert_allclose(np.asarray(got[0]), np.cos(wide) * np.sin(wide).sum(), rtol=1e-14)
+    np.testing.assert_allclose(np.asarray(got[1]), np.tan(wide), rtol=1e-15)
 
 
 def _softmax(x):

@@ -100,6 +100,8 @@ def hosted(kernel: K.Kernel, output: K.Buffer, host: K.Buffer) -> K.Kernel:
             new = K.Select(expr(e.pred), expr(e.on_true), expr(e.on_false))
         elif isinstance(e, (K.Cast, K.Bitcast)):
             new = type(e)(expr(e.x), e.dtype)
+        elif isinstance(e, K.Lookup):
+            new = K.Lookup(e.table, expr(e.index), e.dtype)
         else:  # constants, indices and accumulator reads name no buffer
             new = e
         rebuilt[id(e)] = new

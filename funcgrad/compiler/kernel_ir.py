@@ -1,9 +1,9 @@
 """The loop-level kernel IR: the one input of every renderer (LLVM today, CUDA next).
 
 A `Kernel` is a loop nest over flat buffers. Its statements are loops, stores and accumulator
-updates; its expressions are scalar: constants, loop indices, loads at an element offset, and
-scalar operations. Expressions form a DAG (a node used twice is computed once per loop
-iteration), so renderers memoize what they emit per node.
+updates; its expressions are scalar: constants, loop indices, loads at an element offset,
+elements of constant tables, and scalar operations. Expressions form a DAG (a node used twice
+is computed once per loop iteration), so renderers memoize what they emit per node.
 
 Scalar types are NumPy dtypes; indices and offsets are int64. Booleans are `bool` in registers
 and one byte in memory. float16 and bfloat16 are storage types: the compiler computes in float32
@@ -212,6 +212,20 @@ class Bitcast(Expr):
 
 
 @dataclass(eq=False)
+class Lookup(Expr):
+    """Element `index` (int64, within the table) of a table of constants that the expression
+    carries itself: a load at a place computed per element (mathlib's chunks of 2/pi, picked by
+    each argument's exponent), which renderers keep in read-only memory."""
+
+    table: tuple
+    index: Expr
+    dtype: np.dtype
+
+    def __repr__(self) -> str:
+        return f"table<{self.dtype.name} x {len(self.table)}>[{self.index!r}]"
+
+
+@dataclass(eq=False)
 class AccRead(Expr):
     acc: Acc
     dtype: np.dtype = field(init=False)
@@ -341,6 +355,11 @@ def select(pred: Expr, on_true: Expr, on_false: Expr) -> Expr:
     return Select(pred, on_true, on_false)
 
 
+def lookup(table, index: Expr, dtype) -> Lookup:
+    dtype = np.dtype(dtype)
+    return Lookup(tuple(np.asarray(table, dtype).tolist()), index, dtype)
+
+
 def cast(x: Expr, dtype) -> Expr:
     if x.dtype is dtype:  # the common case, before any conversion (fusion casts every operand)
         return x
@@ -439,6 +458,8 @@ def _pp_expr(e: Expr, names: dict) -> str:
         text = f"cast<{e.dtype.name}>({_pp_expr(e.x, names)})"
     elif isinstance(e, Bitcast):
         text = f"bitcast<{e.dtype.name}>({_pp_expr(e.x, names)})"
+    elif isinstance(e, Lookup):
+        text = f"table<{e.dtype.name} x {len(e.table)}>[{_pp_expr(e.index, names)}]"
     elif isinstance(e, AccRead):
         text = e.acc.name
     else:

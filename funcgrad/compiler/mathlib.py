@@ -20,10 +20,16 @@ the loop. Each follows the textbook construction:
   so nothing cancels (2^n (1 + ...) - 1 once 2^n dwarfs 1).
 - exp2: 2^n e^(r ln 2) with n = round(x), r = x - n exact, through exp's polynomial.
 - sin, cos, tan: the argument is reduced in float64, r = x - j pi/2 with j the nearest integer
-  to x 2/pi and pi/2 in four pieces (three of 23 bits, so j times each is exact for |j| < 2^30,
-  and the rest): accurate for |x| < 1.6e9 except within ~1e-12 of a multiple of pi/2; beyond,
-  results stay in range and lose accuracy gradually (no Payne-Hanek reduction). Then sin r and
-  cos r by their Taylor polynomials on |r| <= pi/4, picked and signed by j mod 4.
+  to x 2/pi. Small arguments (float64 below 64, float32 below 2^30) subtract j times pi/2 in
+  four pieces (Cody-Waite: three of 23 bits, so j times each is exact, and the rest). Larger
+  ones take x 2/pi modulo 4 from the chunks of 2/pi that their exponent picks (Payne-Hanek):
+  24-bit chunks, two to a float64 of a constant table, times x's first 29 and last 24 bits
+  (exact products) for float64; 26-bit chunks picked by comparisons, times x's 24 bits, for
+  float32. The large products are reduced modulo 4 and summed exactly, the small ones (as pairs
+  of float64s for float64) so that a float64's r is off by under 2^-117 besides its rounding,
+  0.2 ulp where a float64 comes nearest a multiple of pi/2, and a float32's by under 2^-44 of
+  itself. Both reductions are computed and one selected (no branch). Then sin r and cos r by
+  their Taylor polynomials on |r| <= pi/4, picked and signed by j mod 4.
 - tanh: float64, its Taylor series for |x| < 0.625 (coefficients from the Bernoulli numbers),
   1 - 2 / (e^(2|x|) + 1) above (the subtraction loses less than a bit there), with x's sign.
   float32, E / (E + 2) with E = e^(2|x|) - 1 built from exp's reduction and polynomial
@@ -54,13 +60,14 @@ the loop. Each follows the textbook construction:
 
 Measured over the dense sweeps, random arguments and special values of tests/test_mathlib.py,
 against NumPy in float64 (for float32) and in long double (for float64), in ulp (the
-trigonometric and log1p maxima over millions of random arguments, log1p's float32 maximum
-over every float32 from -1 to 64):
+trigonometric and log1p maxima over millions of random arguments, the trigonometric ones of
+every size up to the largest finite; log1p's float32 maximum over every float32 from -1 to
+64):
 
     float32: exp 1.2, log 2.2, log1p 2.6, expm1 2.2, tanh 1.6, exp2 0.9, logistic 2.3,
              everything else 0.5
-    float64: exp 1.0, log 2.0, log1p 2.4, expm1 2.3, exp2 0.9, tanh 1.3, sin 2.7, cos 2.7,
-             tan 4.1, atan 2.2, atan2 2.2, asin 2.9, acos 2.6, sinh 1.6, cosh 1.2, asinh 3.3,
+    float64: exp 1.0, log 2.0, log1p 2.4, expm1 2.3, exp2 0.9, tanh 1.3, sin 1.9, cos 1.9,
+             tan 3.5, atan 2.2, atan2 2.2, asin 2.9, acos 2.6, sinh 1.6, cosh 1.2, asinh 3.3,
              acosh 3.1, atanh 2.7, cbrt 0.7, pow 1.3, logistic 2.4; nextafter exact;
              erf 2.0 and erfc 5.0 against the C library's (itself up to 2.2 ulp off); lgamma
              6 for positive x and 5 ulp of max(|result|, 1) for negative x, against decimal
@@ -459,28 +466,257 @@ def _half_pi_pieces() -> tuple[float, ...]:
 _HALF_PI_PIECES = _half_pi_pieces()
 _SIN_TERMS = {F32: 7, F64: 10}
 _COS_TERMS = {F32: 8, F64: 11}
+# From this |x| on, the Payne-Hanek reduction (`_payne_hanek`); below, Cody-Waite's, whose
+# error (under |j| 2^-121) stays far under an ulp of r: float32 arguments under 2^30 come no
+# nearer than 2^-27.8 to a multiple of pi/2, float64 ones under 64 (|j| <= 41) 2^-60.5.
+_PAYNE_HANEK_FROM = {F32: 2.0**30, F64: 64.0}
 
 
-def _trig(x: Expr, which: str) -> Expr:
-    """The argument is reduced in float64 (for float32 too): r = x - j pi/2 with j the nearest
-    integer to x 2/pi, subtracting j times each piece of pi/2 in turn. Each product is exact
-    and the first subtractions cancel exactly, so r keeps its accuracy for |j| < 2^30
-    (|x| < 1.6e9) unless x lies within about 1e-12 of a multiple of pi/2. Beyond that range
-    the reduction loses accuracy gradually (results stay in range)."""
-    wide = K.cast(x, F64)
+def _cody_waite(wide: Expr) -> tuple[Expr, Expr]:
+    """(r, j) with r = x - j pi/2 and j the nearest integer to x 2/pi, subtracting j times each
+    piece of pi/2 in turn (float64). For |j| < 2^30 each product is exact and the first
+    subtractions cancel exactly: r is off by under |j| 2^-121 (the pieces' truncation and the
+    last product's rounding) besides its own rounding, which matters only near multiples of
+    pi/2 (`_PAYNE_HANEK_FROM`)."""
     j = K.unary("round_even", wide * K.const(2 / math.pi, F64))
     r = wide
     for piece in _HALF_PI_PIECES:
         r = r - j * K.const(piece, F64)
-    # Arguments past 2^53 are not reduced at all: give them some value in range (NaN and inf
-    # stay NaN through the comparison).
-    r = K.select(K.binary("gt", K.unary("abs", r), K.const(1.0, F64)), K.const(0.0, F64), r)
+    return r, j
+
+
+# 2/pi = sum over i >= 0 of d_i = c_i 2^(-w(i + 1)), c_i its chunks of w bits: w = 24 for
+# float64 arguments, whose 29- and 24-bit parts times them are exact, and 26 for float32 ones
+# (`_quarter_turns_float32`). float64's are kept scaled by 2^_TABLE_SCALE (far down they would
+# be subnormal), and the arguments that multiply them by 2^-_TABLE_SCALE.
+_TABLE_SCALE = 128
+# float64's tables start at d_(-2) = 0 (`_first_chunk`) and reach 5 chunks past inf's first
+# one, d_41.
+_TABLE_LENGTH = 48
+
+
+def _pi_scaled(bits: int) -> int:
+    """pi 2^bits to within 2^14 units: Machin's pi = 16 atan(1/5) - 4 atan(1/239) in integers
+    (each of the series' 350 or so terms truncated by under 2 units)."""
+
+    def arctan_of_inverse(n: int) -> int:
+        total, power, k = 0, (1 << bits) // n, 0
+        while power:
+            total += (-1) ** k * (power // (2 * k + 1))
+            power //= n * n
+            k += 1
+        return total
+
+    return 16 * arctan_of_inverse(5) - 4 * arctan_of_inverse(239)
+
+
+# The bits of 2/pi kept: 88 past float64's last chunk, d_46, for its last rest's rounding.
+_TWO_OVER_PI_BITS = 24 * _TABLE_LENGTH + 64
+
+
+@functools.cache
+def _two_over_pi() -> int:
+    """2/pi 2^_TWO_OVER_PI_BITS, rounded down, from `_pi_scaled` with 64 guard bits: the
+    quotient is off by a unit at most, which changes a chunk only through a run of 88 equal bits
+    after float64's last one. Made when first rendered."""
+    bits = _TWO_OVER_PI_BITS
+    return (1 << (2 * bits + 65)) // _pi_scaled(bits + 64)
+
+
+def _chunk(k: int, width: int, scale: int = 0) -> float:
+    """d_k 2^scale (exact), 0 for negative k (2/pi < 1)."""
+    after = _TWO_OVER_PI_BITS - width * (k + 1)  # the bits after c_k
+    c = (_two_over_pi() >> after) & ((1 << width) - 1) if k >= 0 else 0
+    return math.ldexp(c, scale - width * (k + 1))
+
+
+def _rest(k: int, width: int, scale: int = 0) -> float:
+    """The sum over i >= k of d_i, times 2^scale, rounded once."""
+    after = _TWO_OVER_PI_BITS - width * k
+    return (_two_over_pi() & ((1 << after) - 1)) / (1 << (_TWO_OVER_PI_BITS - scale))
+
+
+@functools.cache
+def _float64_tables() -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """For t below _TABLE_LENGTH, the 24-bit chunks d_(t-2) and d_(t-1) in one float64,
+    (2^48 + c_(t-2) 2^24 + c_(t-1)) 2^(-24t): the leading 1 keeps both at fixed places of its
+    mantissa whatever their leading zeros, so that one load brings two (`_unpacked`); and the
+    rest of 2/pi from d_(t-1) on. Both scaled."""
+    pairs = [
+        math.ldexp(1, 48 + _TABLE_SCALE - 24 * t)
+        + _chunk(t - 2, 24, _TABLE_SCALE)
+        + _chunk(t - 1, 24, _TABLE_SCALE)
+        for t in range(_TABLE_LENGTH)
+    ]
+    rests = [_rest(max(t - 1, 0), 24, _TABLE_SCALE) for t in range(_TABLE_LENGTH)]
+    return tuple(pairs), tuple(rests)
+
+
+def _unpacked(pair: Expr) -> tuple[Expr, Expr]:
+    """The two chunks of a pair: its mantissa with the last 28 bits cleared is the leading 1
+    and the first chunk, with all of them the leading 1; the differences are exact."""
+    index = np.dtype(np.int64)
+    bits = K.Bitcast(pair, index)
+    upper = K.Bitcast(K.binary("and", bits, K.const(-(1 << 28), index)), F64)
+    lead = K.Bitcast(K.binary("and", bits, K.const(0x7FF << 52, index)), F64)
+    return upper - lead, pair - upper
+
+
+def _first_chunk(a: Expr) -> Expr:
+    """t = i0 + 1 for a = |x| >= 64 (float64), i0 = floor((u - 2) / 24) for the last bit 2^u of
+    a with its last 24 mantissa bits cleared (u = E - 1051 for the biased exponent E): its
+    products with d_i for i < i0 are multiples of 4 (u - 24(i + 1) >= 2), and the first one's
+    last bit, 2^s = 2^(u - 24(i0 + 1)), lies in [2^-22, 2]. i0 >= -1 from 64 on: the chunks
+    before d_0 are 0. The quotient is (n 2731) >> 16, exact for n up to 1100 (exponents are
+    below 2048); below 64, where n is negative, t is 0."""
+    index = np.dtype(np.int64)
+    exponent = K.binary("shr_logical", K.Bitcast(a, index), K.const(52, index))
+    n = exponent - K.const(1029, index)
+    quotient = K.binary("shr_arith", n * K.const(2731, index), K.const(16, index))
+    return K.binary("max", quotient, K.const(0, index))
+
+
+def _modulo_4(t: Expr) -> Expr:
+    """t - 4 floor(t/4), in [0, 4): exact, as 4 floor(t/4) and the difference are floats."""
+    return t - K.unary("floor", t * _c(0.25, t)) * _c(4, t)
+
+
+def _fast_two_sum(a: Expr, b: Expr) -> tuple[Expr, Expr]:
+    """a + b rounded and its rounding error, exact where |a| >= |b| (Dekker)."""
+    total = a + b
+    return total, b - (total - a)
+
+
+def _quarter_turns_float64(wide: Expr, a: Expr) -> tuple[Expr, Expr, Expr]:
+    """x 2/pi modulo 4 for a = |x| >= 64 as n + f_hi + f_lo: n whole and congruent to the
+    nearest integer modulo 4, f = f_hi + f_lo within 1/2 + 2^-22 of 0.
+
+    x = high + low, high its first 29 bits and low the other 24: their products P_k and Q_k
+    with d_(i0+k) and d_(i0+k-1) (`_first_chunk`: low's products before d_(i0-1) are multiples
+    of 4 too) are exact, on the grid G_k = 2^(s - 24k) and below 2^53 G_k and 2^48 G_k in
+    magnitude. P_0, Q_0, P_1 and Q_1 are reduced modulo 4 (into [0, 4), whatever x's sign) and
+    summed with an anchor of 96, exactly (under 2^7, on G_1 >= 2^-46); P_2, Q_2 and P_3 (under
+    64, so the sum stays above 29) are added to it by Fast2Sum, their errors (under 2^-46) and
+    Q_3 summing exactly (under 2^50 G_3, as G_3 >= 2^-94). Past the nearest integer, P_4 and
+    Q_4 are added as to a pair, each rounding 2^-105 of what is left (|f| + 2^-41 at most;
+    exact where f is small, all then on G_4 and under 2^53 G_4), and Q_5 and x times the rest
+    of 2/pi past d_(i0+4) last: under 2^-66, off by 2^-118. So f is off by under 2^-117 +
+    2^-103 |f|:
+    0.2 ulp of r = f pi/2 where a float64 comes closest to a multiple of pi/2 (|f| = 2^-61.5,
+    at 6381956970095103 2^797), and 2^-50 ulp for |f| >= 2^-8."""
+    scaled = wide * _c(2.0**-_TABLE_SCALE, wide)
+    index = np.dtype(np.int64)
+    high = K.Bitcast(K.binary("and", K.Bitcast(scaled, index), K.const(-(1 << 24), index)), F64)
+    low = scaled - high
+    first = _first_chunk(a)
+    pairs, rests = _float64_tables()
+    d = []  # d_(i0-1) ... d_(i0+4)
+    for k in (0, 2, 4):
+        d += _unpacked(K.lookup(pairs, first + k, F64))
+    p = [high * d[k + 1] for k in range(5)]
+    q = [low * d[k] for k in range(6)]
+    rest = scaled * K.lookup(rests, first + 5, F64)  # from d_(i0+5) on
+    anchored = ((_c(96, a) + _modulo_4(p[0])) + _modulo_4(q[0])) + (
+        _modulo_4(p[1]) + _modulo_4(q[1])
+    )
+    anchored, errors = _fast_two_sum(anchored, p[2])
+    anchored, error = _fast_two_sum(anchored, q[2])
+    errors = errors + error
+    anchored, error = _fast_two_sum(anchored, p[3])
+    errors = (errors + error) + q[3]
+    whole = K.unary("round_even", anchored)
+    # Exact although |anchored - whole| may be under |errors|: it lies on the grid of
+    # anchored's last bit (2^-45 or 2^-46), far above the last bit errors can have.
+    f_hi, f_lo = _fast_two_sum(anchored - whole, errors)
+    f_hi, error = _two_sum(f_hi, p[4])
+    f_lo = f_lo + error
+    f_hi, error = _two_sum(f_hi, q[4])
+    return whole, f_hi, (f_lo + error) + (q[5] + rest)
+
+
+# A float32 argument a = |x| >= 2^30 (below 2^128), its last bit 2^u (u = E - 1046 for the
+# biased exponent E of a in float64), takes the 26-bit chunks from i0 = floor((u - 7) / 26),
+# which is m from a >= 2^(30 + 26m) on, at most 3: they are picked by comparisons rather than
+# loaded, and need no scaling (inf, past the last, gives NaN whatever they are).
+_FLOAT32_FIRST_CHUNKS = 4
+
+
+def _float32_chunk(a: Expr, values: list) -> Expr:
+    """values[i0] for a float32 argument a."""
+    picked = _c(values[0], a)
+    for m in range(1, _FLOAT32_FIRST_CHUNKS):
+        picked = K.select(K.binary("ge", a, _c(2.0 ** (30 + 26 * m), a)), _c(values[m], a), picked)
+    return picked
+
+
+def _quarter_turns_float32(wide: Expr, a: Expr) -> tuple[Expr, Expr]:
+    """x 2/pi modulo 4 for a = |x| >= 2^30, x a float32 (in float64), as n + f: n whole and
+    congruent to the nearest integer modulo 4, |f| <= 1/2 + 2^-21. x's 24 bits times a 26-bit
+    chunk are exact; the products before d_i0 are multiples of 4 (u - 26(i + 1) >= 2), and
+    P_k, x's with d_(i0+k), lies on G_k = 2^(u - 26(i0 + k + 1)) (G_0 in [2^-19, 2^6]) and
+    below 2^50 G_k. P_0 and P_1, reduced modulo 4, sum exactly with an anchor of 64 (on
+    G_1 >= 2^-45), P_2 (under 16) goes in by Fast2Sum, and x times the rest of 2/pi past
+    d_(i0+2) (under 2^-22, off by 2^-74) plainly. So f is off by under 2^-74 + 2^-52 |f|:
+    2^-44 of f where a float32 comes closest to a multiple of pi/2 (|f| = 2^-29.85, at
+    16367173 2^72), far under its ulp."""
+    firsts = range(_FLOAT32_FIRST_CHUNKS)
+    p = [wide * _float32_chunk(a, [_chunk(i + k, 26) for i in firsts]) for k in range(3)]
+    rest = wide * _float32_chunk(a, [_rest(i + 3, 26) for i in firsts])
+    anchored = (_c(64, a) + _modulo_4(p[0])) + _modulo_4(p[1])
+    anchored, error = _fast_two_sum(anchored, p[2])
+    whole = K.unary("round_even", anchored)
+    return whole, ((anchored - whole) + error) + rest
+
+
+# pi/2's first 26 bits, and the float64 nearest the rest.
+_HALF_PI_TOP = math.ldexp(math.floor(math.ldexp(_HALF_PI_SPLIT[0], 25)), -25)
+_HALF_PI_REST = (_HALF_PI_SPLIT[0] - _HALF_PI_TOP) + _HALF_PI_SPLIT[1]
+
+
+def _half_pi_times(f_hi: Expr, f_lo: Expr) -> Expr:
+    """(f_hi + f_lo) pi/2 rounded once but for 2^-76 of itself: f_hi's first 26 bits times
+    pi/2's (exact), plus the other terms, under 2^-24 of the result."""
+    top = _high_half(f_hi)
+    rest = (f_hi - top) + f_lo
+    return top * _c(_HALF_PI_TOP, top) + (
+        top * _c(_HALF_PI_REST, top) + rest * _c(_HALF_PI_SPLIT[0], top)
+    )
+
+
+def _payne_hanek(wide: Expr, a: Expr, result: np.dtype) -> tuple[Expr, Expr]:
+    """(r, j) as `_cody_waite` gives them (j up to a multiple of 4) from x 2/pi modulo 4, for
+    |x| = a from _PAYNE_HANEK_FROM on (what it gives below is unused)."""
+    if result == F32:
+        j, f = _quarter_turns_float32(wide, a)
+        return f * _c(_HALF_PI_SPLIT[0], a), j
+    j, f_hi, f_lo = _quarter_turns_float64(wide, a)
+    return _half_pi_times(f_hi, f_lo), j
+
+
+def _trig(x: Expr, which: str) -> Expr:
+    """The argument is reduced in float64 (for float32 too): by Cody-Waite for small |x|, by
+    Payne-Hanek beyond (both computed, one selected: the loop stays branch-free)."""
+    wide = K.cast(x, F64)
+    a = K.unary("abs", wide)
+    near_r, near_j = _cody_waite(wide)
+    far_r, far_j = _payne_hanek(wide, a, x.dtype)
+    far = K.binary("ge", a, K.const(_PAYNE_HANEK_FROM[x.dtype], F64))  # NaN: false
+    r, j = K.select(far, far_r, near_r), K.select(far, far_j, near_j)
+    value = K.cast(_trig_of_reduced(r, j, which, x.dtype), x.dtype)
+    if which == "cos":
+        return value
+    return K.select(K.binary("eq", x, _c(0, x)), x, value)  # odd: sin(-0) = -0
+
+
+def _trig_of_reduced(r: Expr, j: Expr, which: str, dtype: np.dtype) -> Expr:
+    """sin, cos or tan of r + j pi/2 (|r| <= pi/4, a little over from Payne-Hanek; j whole
+    and below 2^51), from the Taylor polynomials of sin r and cos r (as many terms as `dtype`
+    needs), picked and signed by j mod 4."""
     r2 = r * r
     sine = r * _horner(
-        [(-1) ** k / math.factorial(2 * k + 1) for k in range(_SIN_TERMS[x.dtype])], r2
+        [(-1) ** k / math.factorial(2 * k + 1) for k in range(_SIN_TERMS[dtype])], r2
     )
-    cosine = _horner([(-1) ** k / math.factorial(2 * k) for k in range(_COS_TERMS[x.dtype])], r2)
-    # j is whole and below 2^51 wherever r was reduced (elsewhere the quadrant does not matter).
+    cosine = _horner([(-1) ** k / math.factorial(2 * k) for k in range(_COS_TERMS[dtype])], r2)
     quadrant = K.binary("and", _Format(F64).to_int(j), K.const(3, np.dtype(np.int64)))
 
     def pick(values: list) -> Expr:
@@ -492,20 +728,15 @@ def _trig(x: Expr, which: str) -> Expr:
 
     neg_sine, neg_cosine = K.unary("neg", sine), K.unary("neg", cosine)
     if which == "sin":
-        value = pick([sine, cosine, neg_sine, neg_cosine])
-    elif which == "cos":
-        value = pick([cosine, neg_sine, neg_cosine, sine])
-    else:
-        odd = K.binary(
-            "eq",
-            K.binary("and", quadrant, K.const(1, np.dtype(np.int64))),
-            K.const(1, np.dtype(np.int64)),
-        )
-        value = K.select(odd, K.binary("div", neg_cosine, sine), K.binary("div", sine, cosine))
-    value = K.cast(value, x.dtype)
+        return pick([sine, cosine, neg_sine, neg_cosine])
     if which == "cos":
-        return value
-    return K.select(K.binary("eq", x, _c(0, x)), x, value)  # odd: sin(-0) = -0
+        return pick([cosine, neg_sine, neg_cosine, sine])
+    odd = K.binary(
+        "eq",
+        K.binary("and", quadrant, K.const(1, np.dtype(np.int64))),
+        K.const(1, np.dtype(np.int64)),
+    )
+    return K.select(odd, K.binary("div", neg_cosine, sine), K.binary("div", sine, cosine))
 
 
 # -- inverse trigonometric functions ----------------------------------------------------------
@@ -1007,7 +1238,8 @@ def lgamma(x: Expr) -> Expr:
     slope = _c(1 - _EULER_GAMMA, x) + _c(math.pi**2 / 6 - 1, x) * (shifted - _c(2, x))
     below_one = (_lgamma_from_one(shifted, result) + slope * rounding) - log(x)
     distance = x - K.unary("round_even", x)
-    sine = K.unary("abs", _trig(distance * _c(_PI_HI, x), "sin"))
+    # (sin of |angle| <= pi/2 needs no more than the Cody-Waite reduction)
+    sine = K.unary("abs", _trig_of_reduced(*_cody_waite(distance * _c(_PI_HI, x)), "sin", F64))
     reflected = (_c(math.log(math.pi), x) - log(sine)) - _lgamma_from_one(one - x, result)
     value = K.select(_lt(x, 1.0), below_one, from_one)
     value = K.select(_lt(x, 0.0), reflected, value)

@@ -186,6 +186,14 @@ class _Function:
             return loaded
         if isinstance(e, K.AccRead):
             return self.assign(f"load {value_type(e.dtype)}, ptr {self.acc_slots[e.acc]}")
+        if isinstance(e, K.Lookup):
+            pointer = self.assign(
+                f"getelementptr inbounds {memory_type(e.dtype)}, "
+                f"ptr {self.module.table(e.table, e.dtype)}, i64 {self.value(e.index)}",
+                "p",
+            )
+            loaded = self.assign(f"load {memory_type(e.dtype)}, ptr {pointer}")
+            return self.assign(f"icmp ne i8 {loaded}, 0") if e.dtype == K.BOOL else loaded
         if isinstance(e, K.Select):
             t = value_type(e.dtype)
             p, a, b = self.value(e.pred), self.value(e.on_true), self.value(e.on_false)
@@ -693,6 +701,9 @@ class ModuleRenderer:
             name = f"@const{k}"
             self.const_names[buffer] = name
             self.globals.append(_global_array(name, data, buffer.dtype))
+        # The constant tables that expressions read (`K.Lookup`): (dtype, values) -> the name
+        # and definition of their global.
+        self.tables: dict[tuple, tuple[str, str]] = {}
         self.pointers: dict = {}
         self.metadata: list[str] = []
         self.kernels: dict[str, str] = {}  # a kernel's name -> its text
@@ -711,6 +722,14 @@ class ModuleRenderer:
             hints.append(f'!{{!"llvm.loop.interleave.count", i32 {INTERLEAVE}}}')
         self.metadata.append(f"{node} = distinct !{{{node}, {', '.join(hints)}}}")
         return node
+
+    def table(self, values: tuple, dtype: np.dtype) -> str:
+        """The global holding a constant table (one per distinct table in the module)."""
+        key = (dtype.str, values)
+        if key not in self.tables:
+            name = f"@table{len(self.tables)}"
+            self.tables[key] = (name, _global_array(name, np.array(values, dtype), dtype))
+        return self.tables[key][0]
 
     def declare(self, name: str, result: str, args: list[str]) -> None:
         self.declarations.setdefault(name, f"declare {result} @{name}({', '.join(args)})")
@@ -761,7 +780,8 @@ class ModuleRenderer:
         if any(" half" in text for text in [*entry.lines, *self.functions]):
             self.functions.append(self.half_narrowing())
         self.text = "\n".join(
-            [*self.globals, *self.declarations.values(), *self.functions, self.entry_text]
+            [*self.globals, *self.table_definitions()]
+            + [*self.declarations.values(), *self.functions, self.entry_text]
             + ATTRIBUTES
             + self.metadata
         )
@@ -772,9 +792,10 @@ class ModuleRenderer:
         and links into one: one per MODULE_TEXT characters of kernels (at most MAX_MODULES),
         the kernels spread over them in runs of about equal text. The last module holds
         `entry` and everything else, declaring the kernels that the others define (a kernel
-        reads constants through its parameters, so the others need no globals). One module is
-        `render()`'s text. The split depends on the text alone, never on the thread count,
-        so that the on-disk cache serves any count."""
+        reads constant buffers through its parameters, so the others need no globals but the
+        constant tables of its expressions, which each module holds a private copy of). One
+        module is `render()`'s text. The split depends on the text alone, never on the thread
+        count, so that the on-disk cache serves any count."""
         total = sum(len(text) for text in self.kernels.values())
         count = min(MAX_MODULES, 1 + total // MODULE_TEXT, len(self.kernels))
         if count <= 1:
@@ -788,10 +809,16 @@ class ModuleRenderer:
         modules = []
         for run in filter(None, runs[:-1]):
             kernels = [self.kernels[name].replace("define internal ", "define ", 1) for name in run]
-            modules.append("\n".join([*declarations, *kernels, *ATTRIBUTES, *self.metadata]))
+            modules.append(
+                "\n".join(
+                    [*self.table_definitions(), *declarations, *kernels]
+                    + [*ATTRIBUTES, *self.metadata]
+                )
+            )
         apart = {self.kernels[name] for run in runs[:-1] for name in run}
         last = [
             *self.globals,
+            *self.table_definitions(),
             *self.declarations.values(),
             *(self.kernel_declarations[name] for run in runs[:-1] for name in run),
             *(text for text in self.functions if text not in apart),
@@ -800,6 +827,9 @@ class ModuleRenderer:
             *self.metadata,
         ]
         return modules + ["\n".join(last)]
+
+    def table_definitions(self) -> list[str]:
+        return [definition for _, definition in self.tables.values()]
 
     def half_narrowing(self) -> str:
         """float64 -> half, which code generation calls by its C runtime name when it merges a
