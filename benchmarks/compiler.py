@@ -280,6 +280,33 @@ def mlp_case():
     return runs, None, 3
 
 
+def mlp_loop_case():
+    """The MLP step in a training loop with its parameters donated: each call updates the
+    last call's parameters in place (the weights by their gradients' GEMMs themselves)."""
+    params, x, y = _mlp_inputs()
+    step = fg.jit(_mlp_step(fnp, fg.grad), donate_argnums=0)
+    state = [fg.tree_util.tree_map(lambda a: fnp.asarray(a.copy()), params)]
+    xf, yf = fnp.asarray(x), fnp.asarray(y)
+
+    def loop():
+        state[0] = step(state[0], xf, yf)
+        return state[0]
+
+    loop.backend = "llvm"
+    runs = {"funcgrad-llvm": loop}
+    jax = _jax()
+    if jax:
+        f = jax[0].jit(_mlp_step(jax[1], jax[0].grad), donate_argnums=0)
+        held = [[(jax[1].asarray(w), jax[1].asarray(b)) for w, b in params]]
+
+        def jax_loop():
+            held[0] = jax[0].block_until_ready(f(held[0], x, y))
+            return held[0]
+
+        runs["jax-jit"] = jax_loop
+    return runs, None, 3
+
+
 def _rnn(xp, scan):
     def forward(w, xs):
         def cell(h, x):
@@ -483,6 +510,7 @@ CASES = {
     "matmul 1024^3": matmul_1024_case,
     "matmul 2048^3": matmul_2048_case,
     "mlp 784-1024-1024-10 step": mlp_case,
+    "mlp step, donated loop": mlp_loop_case,
     "rnn scan 1000 fwd": rnn_forward_case,
     "rnn scan 1000 bwd": rnn_backward_case,
     "per-example grads": per_example_grads_case,

@@ -42,7 +42,7 @@ import funcgrad as fg  # noqa: E402
 import funcgrad.numpy as fnp  # noqa: E402
 from funcgrad import lax, tree_util  # noqa: E402
 from funcgrad.backends.cuda import executable, graphs, narrow  # noqa: E402
-from funcgrad.compiler import parallel, stages  # noqa: E402
+from funcgrad.compiler import parallel, schedule, stages  # noqa: E402
 
 ROUNDS = 5
 
@@ -105,6 +105,14 @@ def _maps_apart(fun, *args):
     """funcgrad's call with independent map kernels launched one by one, not merged into one
     launch (`horizontal.merge_maps`)."""
     return _compiled_with(stages, "merge_maps", lambda program: None, fun, *args)
+
+
+def _updates_apart(run):
+    """`run` compiled (at its first call, made here) with each GEMM's update, `w - lr * g`,
+    made by a kernel reading the GEMM's result back, as before 2026-11-27, rather than by
+    cuBLAS's `beta` on the result (`schedule._updates`)."""
+    _each_call_with(schedule, "_updates", lambda scheduler, eqns: {}, run)()
+    return run
 
 
 def _addresses_from_the_host(fun, *args):
@@ -270,6 +278,7 @@ def mlp_case():
             executable, "SHORT_ROW_GROUP", 8, step, params, x, y
         ),
         "funcgrad, addresses from the host": _addresses_from_the_host(step, params, x, y),
+        "funcgrad, updates apart from their GEMMs": _updates_apart(_funcgrad(step, params, x, y)),
     }
     jax = _jax()
     if jax:
@@ -322,6 +331,9 @@ def mlp_loop_case():
             executable, "MAX_PLACEMENTS", 1, _training_loop(step, params, x, y)
         ),
         "funcgrad donated": _training_loop(step, params, x, y, donate=True),
+        "funcgrad donated, updates apart from their GEMMs": _updates_apart(
+            _training_loop(step, params, x, y, donate=True)
+        ),
     }
     jax = _jax()
     if jax:

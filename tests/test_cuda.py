@@ -1536,6 +1536,48 @@ def test_donated_training_steps_compute_what_the_reference_does(model):
             np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("backend", CUDA_BACKENDS)
+@pytest.mark.parametrize("columns", [40, 10])  # cuBLAS's, and a narrow product kernel's
+def test_a_gemm_makes_the_update_its_product_feeds(backend, columns):
+    """`w - lr * g` with g a product is one GEMM (`GemmStep.addend`): cuBLAS's `alpha` and
+    `beta` on the result, which holds a copy of w, or w itself where w is donated; a narrow
+    product's kernel reading w where it is; a device loop's block GEMM. Momentum's
+    `0.9 * v + g` alike."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((32, 24)).astype(np.float32)
+    w0 = (rng.standard_normal((24, columns)) / 5).astype(np.float32)
+
+    def grad(w):
+        return fg.grad(lambda w: fnp.tanh(x @ w).sum())(w)
+
+    def sgd(w):
+        return w - 0.1 * grad(w)
+
+    def momentum(w, v):
+        return 0.9 * v + grad(w)
+
+    def steps_on_the_device(w):
+        return lax.scan(lambda w, _: (sgd(w), None), w, None, length=3)[0]
+
+    gpu = fg.devices(backend)[0]
+    for f, args in ((sgd, (w0,)), (momentum, (w0, w0 * 2)), (steps_on_the_device, (w0,))):
+        expected = run_on("numpy", f, *args)
+        for donated in ((), (0,)):
+            placed = fg.device_put(args, gpu)
+            where = gpu.runtime.address(placed[0]._value.storage)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # (a loop's carry takes no donation)
+                got = fg.jit(f, donate_argnums=donated)(*placed)
+            if donated and f is sgd:
+                assert gpu.runtime.address(got._value.storage) == where
+            np.testing.assert_allclose(np.asarray(got), expected[0], rtol=2e-5, atol=2e-5)
+    text = compiled_text(sgd, w0)
+    if columns <= 16:
+        assert "(float)-0.1" in text and "* part[q] + (float)1.0 *" in text
+    text = compiled_text(steps_on_the_device, w0)
+    assert re.search(r"fg_block_gemm<float.*, -0\.1\d*, 1\.0\);", text)
+
+
 def test_a_donated_argument_and_the_output_it_hosts_are_one_kernel_parameter():
     """Every parameter is `__restrict__`: a kernel updating a buffer in place must see one."""
     x = np.ones(64, np.float32)

@@ -53,6 +53,35 @@ def test_optimizer_step_updates_parameters_in_place():
         np.asarray(p)
 
 
+def test_a_gemm_updates_a_donated_parameter_where_it_is():
+    """A gradient step whose gradient is a GEMM's product is that GEMM (`GemmStep.addend`),
+    which updates the donated parameter in place: no copy, no kernel. A parameter the GEMM
+    also multiplies is read by it to the end: its update goes to memory of its own."""
+
+    def step(w, x):
+        return w - 0.1 * fg.grad(lambda w: fnp.tanh(x @ w).sum())(w)
+
+    def squared(w):
+        return w - 0.1 * (w @ w)
+
+    with jit_backend("numpy"):
+        expected = [
+            fg.jit(step)(fresh((24, 40)), fresh((32, 24), 1)),
+            fg.jit(squared)(fresh((24, 24))),
+        ]
+    with jit_backend("llvm"):
+        w, x = fresh((24, 40)), fresh((32, 24), 1)
+        where = address(w)
+        out = quiet_jit(step, donate_argnums=0)(w, x)
+        assert address(out) == where and w.is_deleted()
+        w = fresh((24, 24))
+        where = address(w)
+        out_squared = quiet_jit(squared, donate_argnums=0)(w)
+        assert address(out_squared) != where  # (the donation goes unused, with a warning)
+    for got, e in zip((out, out_squared), expected):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(e), rtol=1e-5, atol=1e-5)
+
+
 def test_a_scalar_parameter_is_updated_in_place_too():
     step = fg.jit(lambda t, g: t - 0.1 * g, donate_argnums=0)  # (a learned temperature)
     with jit_backend("llvm"), warnings.catch_warnings():

@@ -570,6 +570,55 @@ def test_a_transposed_product_is_written_in_its_readers_layout():
     assert "gemm[batch=1, m=32, n=40, k=24]" in plan and fused_transposes(plan) == 1
 
 
+def test_a_gemm_makes_the_update_its_product_feeds():
+    """`w - lr * g`, `0.9 * v + g` and the like, with g a GEMM's product read nowhere else
+    and w an array of the product's shape, are one GEMM (`alpha` times the product plus
+    `beta` times w, the BLAS's own update), not a GEMM and a kernel reading its product back.
+    A product read elsewhere too, or added to a broadcast row, keeps its kernel."""
+    x = rng.standard_normal((32, 24)).astype(np.float32)
+    w = rng.standard_normal((24, 40)).astype(np.float32)
+    row = rng.standard_normal(40).astype(np.float32)
+    stacks = rng.standard_normal((3, 24, 32)).astype(np.float32)
+
+    def grad(w, x):
+        return fg.grad(lambda w: fnp.tanh(x @ w).sum())(w)
+
+    def hidden(x):  # (32, 40)
+        return fnp.tanh(x @ w)
+
+    def product(x):  # (24, 40), as w
+        return x.T @ hidden(x)
+
+    folded = {
+        "sgd": (lambda w, x: w - 0.1 * grad(w, x), "-0.1", "1.0"),
+        "momentum": (lambda w, x: 0.9 * w + grad(w, x), "1.0", "0.9"),
+        "reversed": (lambda w, x: grad(w, x) * 0.5 - w, "0.5", "-1.0"),
+        "plain": (lambda w, x: w + product(x), "1.0", "1.0"),
+        "batched": (
+            lambda w, x: w - fnp.einsum("bij,bjk->bik", stacks, fnp.stack([hidden(x)] * 3)),
+            "-1.0",
+            "1.0",
+        ),
+        "float64": (lambda w, x: w - 0.1 * grad(w, x.astype(np.float64)), "-0.1", "1.0"),
+    }
+    for name, (f, alpha, beta) in folded.items():
+        w_in = w.astype(np.float64) if name == "float64" else w
+        w_in = np.broadcast_to(w_in, (3, 24, 40)).copy() if name == "batched" else w_in
+        assert_same_as_reference(f, w_in, x, rtol=1e-4, atol=1e-4)
+        plan = compiled(f, w_in, x).fusion_plan()
+        update = re.search(r"out\d+ = (\S+) \* gemm\[.*\]\(.*\) \+ (\S+) \* in\d+$", plan, re.M)
+        assert update is not None and update.groups() == (alpha, beta), name
+
+    kept = {
+        "product read twice": lambda w, x: (lambda p: (w - 0.1 * p, p))(product(x)),
+        "broadcast addend": lambda w, x: row - 0.1 * product(x),
+        "scaled by an array": lambda w, x: w - w * product(x),
+    }
+    for name, f in kept.items():
+        assert_same_as_reference(f, w, x, rtol=1e-4, atol=1e-4)
+        assert "* gemm[" not in compiled(f, w, x).fusion_plan(), name
+
+
 def test_random_bits_and_reduce_precision():
     key = fg.random.PRNGKey(42)
 

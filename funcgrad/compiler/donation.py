@@ -11,11 +11,14 @@ before the element it reads is overwritten. Two cases are proven here, on the ke
   pointwise for the pair: one store to the output, in the innermost loop of a nest whose every
   index (of a loop of more than one iteration) it depends on, or in no loop (a scalar's), and
   each load of the input in that same body at the store's very offset, before the store.
-  Each element is then read before it is written and never read again.
+  Each element is then read before it is written and never read again;
+- the step writing the output is a GEMM updating the input (`GemmStep.addend`, an optimizer's
+  `w - lr * grad`), which reads it nowhere else: the library then updates it in place.
 
-The output must be written only by kernels (control-flow regions and library calls keep their
-own buffers). Renderers give an aliased output the input's pointer, and pass one pointer for
-the pair to a kernel that touches both, so the code sees the in-place update it performs.
+The output must be written only by kernels or such a GEMM (control-flow regions and other
+library calls keep their own buffers). Renderers give an aliased output the input's pointer,
+and pass one pointer for the pair to a kernel that touches both, so the code sees the
+in-place update it performs.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from collections.abc import Sequence
 
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.memory import step_buffers
-from funcgrad.compiler.schedule import KernelStep, Program
+from funcgrad.compiler.schedule import GemmStep, KernelStep, Program
 from funcgrad.ir import ClosedJaxpr
 
 
@@ -40,7 +43,9 @@ def donated_outputs(program: Program, donated: Sequence[int]) -> dict[int, int]:
     free = [i for i in donated if i < len(program.inputs)]
     for k, out in enumerate(program.outputs):
         writers = [t for t, step in enumerate(program.steps) if _writes(step, out)]
-        if not writers or any(not isinstance(program.steps[t], KernelStep) for t in writers):
+        if not writers or any(
+            not isinstance(program.steps[t], (KernelStep, GemmStep)) for t in writers
+        ):
             continue
         for i in free:
             source = program.inputs[i]
@@ -50,10 +55,8 @@ def donated_outputs(program: Program, donated: Sequence[int]) -> dict[int, int]:
             first_write = writers[0]
             if readers and readers[-1] > first_write:
                 continue
-            if readers and readers[-1] == first_write:
-                kernel = program.steps[first_write].kernel
-                if len(writers) > 1 or not _pointwise(kernel, source, out):
-                    continue
+            if not _in_place(program.steps, writers, readers, source, out):
+                continue
             chosen[k] = i
             free.remove(i)
             break
@@ -123,9 +126,23 @@ def hosted(kernel: K.Kernel, output: K.Buffer, host: K.Buffer) -> K.Kernel:
     )
 
 
+def _in_place(steps: list, writers: list[int], readers: list[int], source, out) -> bool:
+    """Whether `out` may be written where `source` is, given the steps writing the one and
+    reading the other, none reading it after the first write (see the module's notes)."""
+    first_write = writers[0]
+    if any(isinstance(steps[t], GemmStep) for t in writers):
+        gemm = steps[first_write]
+        return len(writers) == 1 and gemm.addend is source and source not in (gemm.lhs, gemm.rhs)
+    if not readers or readers[-1] < first_write:
+        return True
+    return len(writers) == 1 and _pointwise(steps[first_write].kernel, source, out)
+
+
 def _writes(step, buffer: K.Buffer) -> bool:
     if isinstance(step, KernelStep):
         return buffer in step.kernel.outputs
+    if isinstance(step, GemmStep):
+        return buffer is step.out
     return buffer in step_buffers(step)
 
 

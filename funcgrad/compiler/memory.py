@@ -58,7 +58,8 @@ def step_buffers(step) -> list[K.Buffer]:
     if isinstance(step, CallbackStep):
         return [*step.operands, *step.results]
     if isinstance(step, GemmStep):
-        return [step.lhs, step.rhs, step.out]
+        addend = [step.addend] if step.addend is not None else []
+        return [step.lhs, step.rhs, *addend, step.out]
     if isinstance(step, FortranCall):
         return [a[0] for a in step.args if isinstance(a, tuple)]
     if isinstance(step, CondStep):

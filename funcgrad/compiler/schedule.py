@@ -96,7 +96,9 @@ class ScanStep:
 @dataclass(eq=False)
 class GemmStep:
     """out[b] = op(lhs[b]) @ op(rhs[b]) for b < batch, row-major, by a library GEMM; op
-    transposes when the flag says the operand is stored (k, m) or (n, k)."""
+    transposes when the flag says the operand is stored (k, m) or (n, k). With an addend,
+    out[b] = alpha op(lhs[b]) @ op(rhs[b]) + beta addend[b]: the update the product feeds (an
+    optimizer's `w - lr * grad`) made by the GEMM as it writes its result (`_Update`)."""
 
     lhs: K.Buffer
     rhs: K.Buffer
@@ -108,6 +110,9 @@ class GemmStep:
     transpose_lhs: bool
     transpose_rhs: bool
     eqn: JaxprEqn
+    addend: K.Buffer | None = None
+    alpha: float = 1.0
+    beta: float = 0.0
 
     def label(self) -> str:
         """The GEMM as a profile names it: its shape and dtype."""
@@ -249,10 +254,14 @@ def step_text(step, indent: str) -> list[str]:
             for name, flag in (("lhs", step.transpose_lhs), ("rhs", step.transpose_rhs))
             if flag
         )
-        return [
-            f"{indent}{step.out.name} = gemm[batch={step.batch}, m={step.m}, n={step.n}, "
-            f"k={step.k}{flags}]({step.lhs.name}, {step.rhs.name})"
-        ]
+        product = (
+            f"gemm[batch={step.batch}, m={step.m}, n={step.n}, k={step.k}{flags}]"
+            f"({step.lhs.name}, {step.rhs.name})"
+        )
+        if step.addend is not None:
+            alpha, beta = (str(step.out.dtype.type(c)) for c in (step.alpha, step.beta))
+            product = f"{alpha} * {product} + {beta} * {step.addend.name}"
+        return [f"{indent}{step.out.name} = {product}"]
     results = ", ".join(b.name for b in step.results)
     call = f"callback {step.eqn.primitive.name}({', '.join(b.name for b in step.operands)})"
     return [f"{indent}{results} = {call}" if results else f"{indent}{call}"]
@@ -384,6 +393,76 @@ def _gemm_shape(eqn: JaxprEqn, gemm_dtypes: tuple):
     if batch * m * n * k < GEMM_MIN_FLOPS:
         return None
     return batch, m, n, k
+
+
+@dataclass(frozen=True)
+class _Update:
+    """`result = alpha * product + beta * addend`, elementwise over the product's whole
+    result, made by the product's GEMM (`GemmStep.addend`)."""
+
+    product: JaxprEqn
+    result: Var
+    addend: Var
+    alpha: float
+    beta: float
+
+
+# Dtypes whose GEMMs take the update they feed: the product is then rounded once, in the
+# update, where the reference rounds it before.
+UPDATE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _updates(scheduler: _Scheduler, eqns: list[JaxprEqn]) -> dict:
+    """{update equation: `_Update`} for each add or sub whose result has a buffer of its own
+    and combines a library GEMM's product, read nowhere else, with an array of the same shape
+    that has a buffer (each term maybe scaled by a constant): a gradient step `w - lr * g`,
+    momentum's `0.9 * v + g`. The GEMM writes the update as it writes its result (BLAS's and
+    cuBLAS's `alpha` and `beta`) rather than a kernel reading the product back."""
+    buffer_of, producer = scheduler.buffer_of, scheduler.producer
+
+    def read_once(var) -> bool:
+        return var not in scheduler.program_outputs and len(scheduler.consumers.get(var, ())) == 1
+
+    def scaled(atom) -> tuple:
+        """(the variable, its constant factor) of a term: `c * v`, `v * c` or `v`."""
+        eqn = producer.get(atom) if type(atom) is Var else None
+        if eqn is not None and eqn.primitive.name == "mul" and atom not in buffer_of:
+            for c, v in (eqn.invars, eqn.invars[::-1]):
+                if (
+                    type(c) is Literal
+                    and np.ndim(c.val) == 0
+                    and type(v) is Var
+                    and read_once(atom)
+                ):
+                    return v, float(c.val)
+        return atom, 1.0
+
+    found = {}
+    for eqn in eqns:
+        result = eqn.outvars[0] if eqn.primitive.name in ("add", "sub") else None
+        if result not in buffer_of or result.aval.dtype not in UPDATE_DTYPES:
+            continue
+        (a, a_scale), (b, b_scale) = (scaled(atom) for atom in eqn.invars)
+        b_scale = -b_scale if eqn.primitive.name == "sub" else b_scale
+        for (term, alpha), (addend, beta) in (
+            ((a, a_scale), (b, b_scale)),
+            ((b, b_scale), (a, a_scale)),
+        ):
+            product = producer.get(term) if type(term) is Var else None
+            if (
+                product is not None
+                and product.primitive.name == "dot_general"
+                and _gemm_shape(product, scheduler.gemm_dtypes) is not None
+                and read_once(term)
+                and type(addend) is Var
+                and addend in buffer_of
+                and addend is not term
+                and addend.aval.shape == result.aval.shape == term.aval.shape
+                and addend.aval.dtype == result.aval.dtype == term.aval.dtype
+            ):
+                found[eqn] = _Update(product, result, addend, alpha, beta)
+                break
+    return found
 
 
 def _conv_as_gemm(eqn: JaxprEqn, gemm_dtypes: tuple) -> bool:
@@ -571,6 +650,8 @@ class _Scheduler:
                 if type(v) is Var:
                     self.consumers.setdefault(v, []).append(eqn)
         self.program_outputs = {v for v in jaxpr.outvars if type(v) is Var}
+        self.updates = _updates(self, jaxpr.eqns)
+        self.updated = {update.product for update in self.updates.values()}
         for eqn in jaxpr.eqns:
             self._schedule(eqn)
         self._flush()
@@ -633,6 +714,12 @@ class _Scheduler:
         return order + [e for e in roots if e not in order]
 
     def _schedule(self, eqn: JaxprEqn) -> None:
+        if eqn in self.updated:
+            return  # its GEMM runs where the update it feeds is made
+        if eqn in self.updates:
+            self._flush()
+            self._gemm(self.updates[eqn].product, self.updates[eqn])
+            return
         primitive = eqn.primitive
         kept = [v for v in eqn.outvars if v in self.buffer_of]
         if fusible(eqn) and not kept:
@@ -721,7 +808,7 @@ class _Scheduler:
                 stack.extend(eqn.outvars)
         return True
 
-    def _gemm(self, eqn: JaxprEqn) -> None:
+    def _gemm(self, eqn: JaxprEqn, update: _Update | None = None) -> None:
         batch, m, n, k = _gemm_shape(eqn, self.gemm_dtypes)
         lhs, rhs = eqn.invars
         (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
@@ -729,10 +816,12 @@ class _Scheduler:
         rhs_buffer, transpose_rhs = self._gemm_operand(
             rhs, rhs_batch, rhs_contract, (batch, k, n), contract_first=True
         )
-        out = self.buffer_of[eqn.outvars[0]]
-        self.steps.append(
-            GemmStep(lhs_buffer, rhs_buffer, out, batch, m, n, k, transpose_lhs, transpose_rhs, eqn)
-        )
+        gemm = (lhs_buffer, rhs_buffer, batch, m, n, k, transpose_lhs, transpose_rhs, eqn)
+        if update is None:
+            self.steps.append(GemmStep(*gemm[:2], self.buffer_of[eqn.outvars[0]], *gemm[2:]))
+            return
+        out, addend = self.buffer_of[update.result], self.buffer_of[update.addend]
+        self.steps.append(GemmStep(*gemm[:2], out, *gemm[2:], addend, update.alpha, update.beta))
 
     def _conv_gemm(self, eqn: JaxprEqn) -> None:
         """A convolution as one GEMM: a fused kernel gathers each output position's input

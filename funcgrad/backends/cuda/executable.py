@@ -249,6 +249,9 @@ class Emulator:
         result = out.reshape(step.batch, step.m, step.n)
         if step.out.dtype in dtypes.HALF_FLOATS:
             result[...] = np.matmul(lhs.astype(np.float32), rhs.astype(np.float32))
+        elif step.addend is not None:  # (the addend already copied into the result)
+            product = np.matmul(_tf32(lhs), _tf32(rhs)) if tf32 else np.matmul(lhs, rhs)
+            result[...] = step.alpha * product + step.beta * result
         elif tf32:
             np.matmul(_tf32(lhs), _tf32(rhs), out=result)
         else:
@@ -408,7 +411,8 @@ class Gpu:
         """cuBLAS's strided-batched GEMM, called directly for every dtype (CuPy's matmul
         takes no bfloat16, and may make temporaries, which a captured graph must not hold; its
         cuBLAS wrappers refuse any call under a capture): float64 in float64, the others with
-        float32 sums, TF32 operands where allowed."""
+        float32 sums, TF32 operands where allowed. An update's GEMM adds `beta` times the
+        result's contents (its addend) to `alpha` times the product."""
         from cupy.cuda import cublas
 
         m, n, k = step.m, step.n, step.k
@@ -418,7 +422,10 @@ class Gpu:
         else:
             compute = cublas.CUBLAS_COMPUTE_32F_FAST_TF32 if tf32 else cublas.CUBLAS_COMPUTE_32F
             scale = np.float32
-        alpha, beta = np.ones((), scale), np.zeros((), scale)  # on the host
+        # (on the host; with an addend, already copied into the result)
+        updating = step.addend is not None
+        alpha = np.array(step.alpha if updating else 1, scale)
+        beta = np.array(step.beta if updating else 0, scale)
         # A row-major out = op(lhs) @ op(rhs) is the column-major out^T = op(rhs)^T @ op(lhs)^T:
         # cuBLAS reads each row-major operand as its column-major transpose.
         cublas_calls.gemm_strided_batched(
@@ -604,7 +611,7 @@ class CudaExecutable:
         self.narrow = {
             step: kernel
             for g, step in enumerate(gemms)
-            if (kernel := narrow_gemm(step, f"g{g}_narrow_gemm")) is not None
+            if (kernel := narrow_gemm(step, f"g{g}_narrow_gemm", self.hosts)) is not None
         }
         launched += self.narrow.values()
         self._launches = graphs.capturable(self.program, self.regions)
@@ -1319,7 +1326,12 @@ class _Walk:
             self.launch(narrow)
             return
         tf32 = step.out.dtype == np.float32 and allows_tf32(step.eqn.params.get("precision"))
-        self.runner.gemm(step, *(self.views[b] for b in (step.lhs, step.rhs, step.out)), tf32)
+        lhs, rhs, out = (self.views[b] for b in (step.lhs, step.rhs, step.out))
+        if step.addend is not None:  # cuBLAS updates its result in place
+            addend = self.views[step.addend]
+            if self.device.address(addend) != self.device.address(out):  # (not donated)
+                self.runner.copy(out, addend)
+        self.runner.gemm(step, lhs, rhs, out, tf32)
 
     def cond(self, step: CondStep) -> None:
         index = min(max(self.scalar(step.index), 0), len(step.branches) - 1)

@@ -30,9 +30,10 @@ MAX_TERMS = 1 << 24
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def narrow_gemm(step: GemmStep, name: str) -> CudaKernel | None:
+def narrow_gemm(step: GemmStep, name: str, hosts: dict) -> CudaKernel | None:
     """`step` as one kernel (its operands' and result's buffers its parameters), or None where
-    cuBLAS takes it."""
+    cuBLAS takes it. An update's addend is read where it is: in the result's own memory where
+    the result lives in it (`hosts`: donated), so that one parameter names that memory."""
     m, n, k = step.m, step.n, step.k
     if step.batch != 1 or n > MAX_COLUMNS or step.out.dtype not in DTYPES:
         return None
@@ -41,6 +42,12 @@ def narrow_gemm(step: GemmStep, name: str) -> CudaKernel | None:
     t = memory_type(step.out.dtype)
     rows = 32 if step.transpose_lhs else 1  # (rows a block takes: see the module's notes)
     lhs, rhs, out = step.lhs.name, step.rhs.name, step.out.name
+    addend = step.addend
+    if addend is not None and hosts.get(step.out) is addend:
+        addend = step.out
+    total = "part[q]"
+    if addend is not None:
+        total = f"({t}){step.alpha!r} * part[q] + ({t}){step.beta!r} * {addend.name}[at]"
     a = f"{lhs}[p * {m}LL + i]" if step.transpose_lhs else f"{lhs}[i * {k}LL + p]"
     b = f"{rhs}[j * {k}LL + p]" if step.transpose_rhs else f"{rhs}[p * {n}LL + j]"
     groups = -(-m // rows)
@@ -71,12 +78,13 @@ def narrow_gemm(step: GemmStep, name: str) -> CudaKernel | None:
       __syncthreads();
     }}
     for (int q = threadIdx.x; q < {rows * n}; q += blockDim.x) {{
-      const long long row = g * {rows}LL + q / {n};
-      if (row < {m}LL) {out}[row * {n}LL + q % {n}] = part[q];
+      const long long row = g * {rows}LL + q / {n}, at = row * {n}LL + q % {n};
+      if (row < {m}LL) {out}[at] = {total};
     }}
     __syncthreads();  // (the next rows' sums go where these were)
   }}"""
-    operands = list(dict.fromkeys([step.lhs, step.rhs]))  # (x @ x.T reads one buffer)
+    operands = [step.lhs, step.rhs] + ([addend] if addend not in (None, step.out) else [])
+    operands = list(dict.fromkeys(operands))  # (x @ x.T reads one buffer)
     return CudaKernel(
         name=name,
         params=[*operands, step.out],

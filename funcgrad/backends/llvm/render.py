@@ -1034,7 +1034,9 @@ class ModuleRenderer:
         f.loop(index, 0, step.length, body)
 
     def gemm(self, step: GemmStep) -> None:
-        """One library GEMM per batch element, each on row-major matrices."""
+        """One library GEMM per batch element, each on row-major matrices. An addend is
+        copied into the result first (BLAS updates its result in place), unless the result
+        lives in the addend's memory (donated)."""
         f = self.entry
         dtype = step.out.dtype
         name = blas.SGEMM if dtype == F32 else blas.DGEMM
@@ -1066,6 +1068,11 @@ class ModuleRenderer:
         trans_b = blas.TRANS if step.transpose_rhs else blas.NO_TRANS
         size = dtype.itemsize
         lhs, rhs, out = (self.pointer(f, b) for b in (step.lhs, step.rhs, step.out))
+        alpha, beta = 1, 0
+        if step.addend is not None:
+            alpha, beta = step.alpha, step.beta
+            if self.storage.get(step.out, step.out) is not step.addend:
+                self.copy(out, self.pointer(f, step.addend), nbytes(step.out))
         index = f.new_label("gemm_b")
 
         def one_matrix():
@@ -1076,8 +1083,9 @@ class ModuleRenderer:
             a, b, c = at(lhs, m * k), at(rhs, k * n), at(out, m * n)
             f.emit(
                 f"call void @{name}(i32 {blas.ROW_MAJOR}, i32 {trans_a}, i32 {trans_b}, "
-                f"i64 {m}, i64 {n}, i64 {k}, {t} {constant_text(1, dtype)}, ptr {a}, i64 {lda}, "
-                f"ptr {b}, i64 {ldb}, {t} {constant_text(0, dtype)}, ptr {c}, i64 {max(n, 1)})"
+                f"i64 {m}, i64 {n}, i64 {k}, {t} {constant_text(alpha, dtype)}, ptr {a}, "
+                f"i64 {lda}, ptr {b}, i64 {ldb}, {t} {constant_text(beta, dtype)}, ptr {c}, "
+                f"i64 {max(n, 1)})"
             )
 
         f.loop(index, 0, step.batch, one_matrix)
