@@ -12,9 +12,9 @@ import weakref
 
 import numpy as np
 import pytest
+import training
 from checks import jit_backend
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
@@ -605,76 +605,9 @@ def test_running_out_of_memory_lets_the_replays_go_and_tries_again(monkeypatch, 
 
 # -- random training loops ---------------------------------------------------------------------
 
-ACTIVATIONS = {
-    "tanh": fnp.tanh,
-    "relu": fg.nn.relu,
-    "sigmoid": fg.nn.sigmoid,
-    "sin": fnp.sin,
-    "gelu": fg.nn.gelu,
-}
-
-
-def _loss(kind: str, out, target):
-    if kind == "cross_entropy":  # rows of the class count: short rows, narrow products
-        return -(fg.nn.log_softmax(out, axis=1) * target).sum() / out.shape[0]
-    if kind == "squared":
-        return ((out - target) ** 2).mean()
-    # rows normalized first (a row's mean and variance), then compared
-    centered = out - out.mean(axis=1, keepdims=True)
-    normed = centered / fnp.sqrt((centered**2).mean(axis=1, keepdims=True) + 1.0)
-    return ((normed - target) ** 2).sum()
-
-
-@st.composite
-def training_loops(draw):
-    """A small network's training step drawn with the shapes the GPU handles apart (few
-    classes: products of few columns and short rows; one example or several), its loss,
-    its update, what it donates and where its data lives."""
-    dtype = draw(st.sampled_from([np.float32, np.float64]))
-    sizes = (
-        draw(st.integers(1, 40)),  # examples
-        draw(st.integers(2, 70)),  # features
-        draw(st.integers(1, 40)),  # hidden units
-        draw(st.one_of(st.integers(1, 16), st.integers(17, 40))),  # outputs
-    )
-    return dict(
-        dtype=dtype,
-        sizes=sizes,
-        depth=draw(st.sampled_from([1, 2])),
-        activation=draw(st.sampled_from(sorted(ACTIVATIONS))),
-        loss=draw(st.sampled_from(["cross_entropy", "squared", "normalized"])),
-        momentum=draw(st.booleans()),
-        donate=draw(st.sampled_from(["none", "parameters", "state"])),
-        data=draw(st.sampled_from(["host", "device, one place", "device, new places"])),
-        seed=draw(st.integers(0, 2**31 - 1)),
-    )
-
-
-def _training_step(loop: dict):
-    activation, kind = ACTIVATIONS[loop["activation"]], loop["loss"]
-    depth, lr = loop["depth"], 0.1
-
-    def predict(params, x):
-        h = x
-        for k in range(depth):
-            w, b = params[2 * k], params[2 * k + 1]
-            h = h @ w + b
-            if k < depth - 1:
-                h = activation(h)
-        return h
-
-    def step(params, velocity, x, target):
-        loss, grads = fg.value_and_grad(lambda p: _loss(kind, predict(p, x), target))(params)
-        if loop["momentum"]:
-            velocity = tuple(0.9 * v + g for v, g in zip(velocity, grads))
-            grads = velocity
-        return tuple(p - lr * g for p, g in zip(params, grads)), velocity, loss
-
-    return step
-
 
 @settings(max_examples=max(settings().max_examples // 2, 8), deadline=None)
-@given(training_loops())
+@given(training.loops())
 @pytest.mark.parametrize("backend", CUDA_BACKENDS)
 def test_random_training_loops_replay_what_the_reference_computes(backend, loop):
     """Training loops drawn at random run step by step on the GPU: the first call walked, the
@@ -684,25 +617,9 @@ def test_random_training_loops_replay_what_the_reference_computes(backend, loop)
     reference backend computes from the same values."""
     gpu = fg.devices(backend)[0]
     dtype = loop["dtype"]
-    n, d, h, c = loop["sizes"]
-    rng = np.random.default_rng(loop["seed"])
-    widths = [d, h, c] if loop["depth"] == 2 else [d, c]
-    params = []
-    for fan_in, fan_out in zip(widths, widths[1:]):
-        params += [
-            (rng.standard_normal((fan_in, fan_out)) / np.sqrt(fan_in)).astype(dtype),
-            (rng.standard_normal(fan_out) * 0.1).astype(dtype),
-        ]
-    velocity = [np.zeros_like(p) for p in params]
-    batches = [rng.standard_normal((n, d)).astype(dtype) for _ in range(7)]
-    if loop["loss"] == "cross_entropy":
-        targets = [np.eye(c, dtype=dtype)[rng.integers(0, c, n)] for _ in range(7)]
-    else:
-        targets = [rng.standard_normal((n, c)).astype(dtype) for _ in range(7)]
-
-    step = _training_step(loop)
-    donated = {"none": (), "parameters": (0,), "state": (0, 1)}[loop["donate"]]
-    jitted = fg.jit(step, donate_argnums=donated)
+    params, velocity, batches, targets = training.initial_state(loop)
+    step = training.step(loop)
+    jitted = fg.jit(step, donate_argnums=training.donated(loop))
     params, velocity = fg.device_put((tuple(params), tuple(velocity)), gpu)
     placed = {
         "host": lambda k: (batches[k], targets[k]),
@@ -711,7 +628,7 @@ def test_random_training_loops_replay_what_the_reference_computes(backend, loop)
     }[loop["data"]]
     one_place = fg.device_put((batches[0], targets[0]), gpu)
     tolerance = 2e-4 if dtype == np.float32 else 1e-9
-    for k in range(7):
+    for k in range(training.STEPS):
         x, target = placed(k)
         if loop["data"] == "device, one place":
             one_place[0]._value.storage[...] = gpu.runtime.upload(batches[k].reshape(-1))

@@ -7,8 +7,9 @@ import warnings
 
 import numpy as np
 import pytest
+import training
 from checks import jit_backend
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import funcgrad as fg
@@ -195,3 +196,29 @@ def test_programs_with_donation_match_the_reference(name, seed, donate):
         got = DONATING[name, donate](x, y)
     for e, g in zip(fg.tree_util.tree_leaves(expected), fg.tree_util.tree_leaves(got)):
         np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=2e-6, atol=2e-6)
+
+
+@settings(max_examples=max(settings().max_examples // 2, 8), deadline=None)
+@given(training.loops())
+def test_random_training_loops_with_donation_match_the_reference(loop):
+    """Training loops drawn at random, their parameters (and momentum) donated or not, step
+    by step on the compiled backend, each step's results the next one's arguments (updated in
+    place where donated, weights by their gradients' GEMMs): every step's parameters, state
+    and loss are what the reference computes from the same values."""
+    params, velocity, batches, targets = training.initial_state(loop)
+    step = training.step(loop)
+    jitted = quiet_jit(step, donate_argnums=training.donated(loop))
+    state = fg.tree_util.tree_map(fnp.asarray, (tuple(params), tuple(velocity)))
+    tolerance = 2e-4 if loop["dtype"] == np.float32 else 1e-9
+    for k in range(training.STEPS):
+        before = fg.tree_util.tree_map(np.array, state)  # (copies: donated arrays are deleted)
+        with jit_backend("llvm"):
+            *state, loss = jitted(*state, batches[k], targets[k])
+        with jit_backend("numpy"):
+            expected = fg.jit(step)(*before, batches[k], targets[k])
+        for got, want in zip(
+            fg.tree_util.tree_leaves((state, loss)), fg.tree_util.tree_leaves(expected)
+        ):
+            np.testing.assert_allclose(
+                np.asarray(got), np.asarray(want), rtol=tolerance, atol=tolerance
+            )
