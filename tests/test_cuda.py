@@ -1577,6 +1577,16 @@ def test_a_gemm_makes_the_update_its_product_feeds(backend, columns):
     text = compiled_text(steps_on_the_device, w0)
     assert re.search(r"fg_block_gemm<float.*, -0\.1\d*, 1\.0\);", text)
 
+    tall, wide = x.T[:, :10], rng.standard_normal((10, columns)).astype(np.float32)
+
+    def short_update(w, tall, wide):  # (a product of 10 terms fuses into the update instead)
+        return w - 0.1 * (tall @ wide)
+
+    assert_same_as_reference(short_update, w0, tall, wide, exact=False, rtol=2e-5)
+    with jit_backend("cuda_emulator"):
+        plan = fg.jit(short_update).lower(w0, tall, wide).compile().fusion_plan()
+    assert "gemm[" not in plan
+
 
 def test_a_donated_argument_and_the_output_it_hosts_are_one_kernel_parameter():
     """Every parameter is `__restrict__`: a kernel updating a buffer in place must see one."""

@@ -453,6 +453,7 @@ def _updates(scheduler: _Scheduler, eqns: list[JaxprEqn]) -> dict:
                 product is not None
                 and product.primitive.name == "dot_general"
                 and _gemm_shape(product, scheduler.gemm_dtypes) is not None
+                and not fusible(product)  # (a short product fuses into its reader instead)
                 and read_once(term)
                 and type(addend) is Var
                 and addend in buffer_of
