@@ -278,7 +278,6 @@ def mlp_case():
             executable, "SHORT_ROW_GROUP", 8, step, params, x, y
         ),
         "funcgrad, addresses from the host": _addresses_from_the_host(step, params, x, y),
-        "funcgrad, updates apart from their GEMMs": _updates_apart(_funcgrad(step, params, x, y)),
     }
     jax = _jax()
     if jax:

@@ -581,6 +581,7 @@ class CudaExecutable:
             CONTRACTION_DTYPES,
             SHORT_CONTRACTION,
             SHORT_ROW_GROUP,
+            updated_in_place=tuple(donated),
         )
         # Outputs written into donated arguments' memory: {output index: input index}. A
         # kernel reading the input and writing the output names the input for both, one

@@ -199,15 +199,14 @@ template <class T> __device__ __forceinline__ T fg_shfl_down(T v, unsigned int d
 template <class T> __device__ void fg_block_copy(T* to, const T* from, long long count) {
   for (long long e = threadIdx.x; e < count; e += blockDim.x) to[e] = from[e];
 }
-// out[b] = op(lhs[b]) @ op(rhs[b]), row-major; op transposes an operand stored (k, m) or (n, k);
-// with an addend (not null), out[b] = alpha op(lhs[b]) @ op(rhs[b]) + beta addend[b].
+// out[b] = op(lhs[b]) @ op(rhs[b]), row-major; op transposes an operand stored (k, m) or (n, k).
 // Elements of type T are read as A (`in`), summed in A and stored rounded (`out`): halves sum in
 // float. Neighbouring threads take neighbouring columns: they read one element of lhs together
 // and neighbouring elements of rhs.
 template <class T> __device__ __forceinline__ T fg_same(T x) { return x; }
 template <class T, class A, A (*in)(T), T (*out)(A)> __device__ void fg_block_gemm(
     const T* lhs, const T* rhs, T* result, long long batch, long long m, long long n,
-    long long k, bool lhs_transposed, bool rhs_transposed, const T* addend, A alpha, A beta) {
+    long long k, bool lhs_transposed, bool rhs_transposed) {
   for (long long e = threadIdx.x; e < batch * m * n; e += blockDim.x) {
     const long long b = e / (m * n), i = e / n % m, j = e % n;
     const T* a = lhs + b * m * k;
@@ -218,7 +217,7 @@ template <class T, class A, A (*in)(T), T (*out)(A)> __device__ void fg_block_ge
     for (long long p = 0; p < k; ++p) {
       sum += in(a[i * a_row + p * a_col]) * in(w[p * w_row + j * w_col]);
     }
-    result[e] = addend ? out(alpha * sum + beta * in(addend[e])) : out(sum);
+    result[e] = out(sum);
   }
 }
 // ---- end of prelude ---------------------------------------------------------------------

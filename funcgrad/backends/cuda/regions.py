@@ -168,12 +168,9 @@ class _RegionWriter:
     def gemm(self, step: GemmStep) -> None:
         lhs, rhs, out = (self.pointers[b] for b in (step.lhs, step.rhs, step.out))
         flags = f"{str(step.transpose_lhs).lower()}, {str(step.transpose_rhs).lower()}"
-        update = "nullptr, 1, 0"
-        if step.addend is not None:
-            update = f"{self.pointers[step.addend]}, {step.alpha!r}, {step.beta!r}"
         self.emit(
             f"fg_block_gemm<{_gemm_types(step.out.dtype)}>({lhs}, {rhs}, {out}, "
-            f"{step.batch}LL, {step.m}LL, {step.n}LL, {step.k}LL, {flags}, {update});"
+            f"{step.batch}LL, {step.m}LL, {step.n}LL, {step.k}LL, {flags});"
         )
         self.emit("__syncthreads();")
 
