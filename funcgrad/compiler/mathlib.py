@@ -20,16 +20,18 @@ the loop. Each follows the textbook construction:
   so nothing cancels (2^n (1 + ...) - 1 once 2^n dwarfs 1).
 - exp2: 2^n e^(r ln 2) with n = round(x), r = x - n exact, through exp's polynomial.
 - sin, cos, tan: the argument is reduced in float64, r = x - j pi/2 with j the nearest integer
-  to x 2/pi. Small arguments (float64 below 64, float32 below 2^30) subtract j times pi/2 in
-  four pieces (Cody-Waite: three of 23 bits, so j times each is exact, and the rest). Larger
-  ones take x 2/pi modulo 4 from the chunks of 2/pi that their exponent picks (Payne-Hanek):
-  24-bit chunks, two to a float64 of a constant table, times x's first 29 and last 24 bits
-  (exact products) for float64; 26-bit chunks picked by comparisons, times x's 24 bits, for
-  float32. The large products are reduced modulo 4 and summed exactly, the small ones (as pairs
-  of float64s for float64) so that a float64's r is off by under 2^-117 besides its rounding,
-  0.2 ulp where a float64 comes nearest a multiple of pi/2, and a float32's by under 2^-44 of
-  itself. Both reductions are computed and one selected (no branch). Then sin r and cos r by
-  their Taylor polynomials on |r| <= pi/4, picked and signed by j mod 4.
+  to x 2/pi. Arguments below 2^30 (float32) or 2^20 (float64) subtract j times pi/2 in four
+  pieces (Cody-Waite: three of 23 or 33 bits, so j times each is exact, and the rest; for
+  float64 the differences are kept as pairs of float64s). Larger ones take x 2/pi modulo 4
+  from the chunks of 2/pi that their exponent picks (Payne-Hanek): 24-bit chunks, two to a
+  float64 of a constant table, times x's first 29 and last 24 bits (exact products) for
+  float64; 26-bit chunks picked by comparisons, times x's 24 bits, for float32. The large
+  products are reduced modulo 4 and summed exactly, the small ones (as pairs of float64s for
+  float64) so that a float64's r is off by under 2^-117 besides its rounding, 0.2 ulp where a
+  float64 comes nearest a multiple of pi/2, and a float32's by under 2^-44 of itself. Both
+  reductions are computed and one selected (no branch; a renderer may run a loop with
+  Cody-Waite's alone first: `near_trig`). Then sin r and cos r by their Taylor polynomials on
+  |r| <= pi/4, picked and signed by j mod 4.
 - tanh: float64, its Taylor series for |x| < 0.625 (coefficients from the Bernoulli numbers),
   1 - 2 / (e^(2|x|) + 1) above (the subtraction loses less than a bit there), with x's sign.
   float32, E / (E + 2) with E = e^(2|x|) - 1 built from exp's reduction and polynomial
@@ -448,41 +450,57 @@ _HALF_PI_SPLIT = (_PI_HI / 2, _PI_LO / 2)  # halving is exact
 _QUARTER_PI_SPLIT = (_PI_HI / 4, _PI_LO / 4)
 
 
-def _half_pi_pieces() -> tuple[float, ...]:
-    """pi/2 as three float64s of 23 significant bits each (so j times each is exact for
-    |j| < 2^30) and the float64 nearest the rest: 122 bits of pi/2 in all."""
+def _half_pi_pieces(width: int) -> tuple[float, ...]:
+    """pi/2 as three float64s of `width` significant bits each (so j times each is exact for
+    |j| < 2^(53 - width)) and the float64 nearest the rest."""
     from decimal import Decimal, getcontext
 
     getcontext().prec = 70
     rest = Decimal(_PI) / 2
     pieces = []
-    for last_bit in (22, 45, 68):
+    for k in range(1, 4):
+        last_bit = k * width - 1
         piece = Decimal(int(rest * 2**last_bit)) / 2**last_bit
-        pieces.append(float(piece))  # exact: 23 bits
+        pieces.append(float(piece))  # exact: `width` bits
         rest -= piece
     return (*pieces, float(rest))
 
 
-_HALF_PI_PIECES = _half_pi_pieces()
+# For float32 arguments below 2^30 (122 bits of pi/2), and for float64 ones below 2^20 (165).
+_HALF_PI_PIECES = _half_pi_pieces(23)
+_HALF_PI_WIDE_PIECES = _half_pi_pieces(33)
 _SIN_TERMS = {F32: 7, F64: 10}
 _COS_TERMS = {F32: 8, F64: 11}
-# From this |x| on, the Payne-Hanek reduction (`_payne_hanek`); below, Cody-Waite's, whose
-# error (under |j| 2^-121) stays far under an ulp of r: float32 arguments under 2^30 come no
-# nearer than 2^-27.8 to a multiple of pi/2, float64 ones under 64 (|j| <= 41) 2^-60.5.
-_PAYNE_HANEK_FROM = {F32: 2.0**30, F64: 64.0}
+# From this |x| on, the Payne-Hanek reduction (`_payne_hanek`); below, Cody-Waite's
+# (`_cody_waite`): float32 arguments under 2^30 come no nearer than 2^-27.8 to a multiple of
+# pi/2, far above its error.
+_PAYNE_HANEK_FROM = {F32: 2.0**30, F64: 2.0**20}
 
 
-def _cody_waite(wide: Expr) -> tuple[Expr, Expr]:
-    """(r, j) with r = x - j pi/2 and j the nearest integer to x 2/pi, subtracting j times each
-    piece of pi/2 in turn (float64). For |j| < 2^30 each product is exact and the first
-    subtractions cancel exactly: r is off by under |j| 2^-121 (the pieces' truncation and the
-    last product's rounding) besides its own rounding, which matters only near multiples of
-    pi/2 (`_PAYNE_HANEK_FROM`)."""
+def _cody_waite(wide: Expr, result: np.dtype) -> tuple[Expr, Expr]:
+    """(r, j) with r = x - j pi/2 and j the nearest integer to x 2/pi (float64 arithmetic),
+    for |x| below `_PAYNE_HANEK_FROM`.
+
+    For a float32 x, j times each 23-bit piece of pi/2 is exact (|j| < 2^30) and the first
+    subtractions cancel exactly: r is off by under |j| 2^-121 besides its own rounding.
+
+    For a float64 x (|j| < 2^20), pi/2 = P1 + P2 + P3 + P4, 33 bits each but the last: j P1,
+    j P2 and j P3 are exact, and x - j P1 too (within a factor 2 of each other). Its difference
+    with j P2 lies on the grid of 2^-65, so it is exact (its error e2 zero) below 2^-12, and
+    past that r is at least about 2^-12, where e2's rounding costs 2^-95 of it; likewise with
+    j P3 (grid 2^-98, exact below 2^-45). So r = s3 + ((e2 + e3) - j P4) is off by under
+    2^-129 in the first case and 2^-85 of itself in the others, besides its rounding:
+    far under an ulp even at the float64 nearest a multiple of pi/2 there."""
     j = K.unary("round_even", wide * K.const(2 / math.pi, F64))
-    r = wide
-    for piece in _HALF_PI_PIECES:
-        r = r - j * K.const(piece, F64)
-    return r, j
+    if result == F32:
+        r = wide
+        for piece in _HALF_PI_PIECES:
+            r = r - j * K.const(piece, F64)
+        return r, j
+    p1, p2, p3, p4 = (K.const(-piece, F64) for piece in _HALF_PI_WIDE_PIECES)
+    s2, e2 = _two_sum(wide + j * p1, j * p2)
+    s3, e3 = _two_sum(s2, j * p3)
+    return s3 + ((e2 + e3) + j * p4), j
 
 
 # 2/pi = sum over i >= 0 of d_i = c_i 2^(-w(i + 1)), c_i its chunks of w bits: w = 24 for
@@ -701,7 +719,7 @@ def _trig(x: Expr, which: str) -> Expr:
     Payne-Hanek beyond (both computed, one selected: the loop stays branch-free)."""
     wide = K.cast(x, F64)
     a = K.unary("abs", wide)
-    near_r, near_j = _cody_waite(wide)
+    near_r, near_j = _cody_waite(wide, x.dtype)
     far_r, far_j = _payne_hanek(wide, a, x.dtype)
     far = _needs_payne_hanek(x)
     r, j = K.select(far, far_r, near_r), K.select(far, far_j, near_j)
@@ -710,10 +728,10 @@ def _trig(x: Expr, which: str) -> Expr:
 
 def near_trig(which: str, x: Expr) -> tuple[Expr, Expr]:
     """(sin, cos or tan of x by the Cody-Waite reduction alone, whether x needs Payne-Hanek's):
-    where the second is false the first is bit for bit what `expand` gives, at a third of its
-    cost in float64. A renderer may run a loop on these and, where any element needs it,
+    where the second is false the first is bit for bit what `expand` gives, for a fraction of
+    its cost. A renderer may run a loop on these and, where any element needs it,
     again on `expand`'s (`render._Function.versioned_loop`)."""
-    r, j = _cody_waite(K.cast(x, F64))
+    r, j = _cody_waite(K.cast(x, F64), x.dtype)
     return _signed(_trig_of_reduced(r, j, which, x.dtype), x, which), _needs_payne_hanek(x)
 
 
@@ -1261,7 +1279,9 @@ def lgamma(x: Expr) -> Expr:
     below_one = (_lgamma_from_one(shifted, result) + slope * rounding) - log(x)
     distance = x - K.unary("round_even", x)
     # (sin of |angle| <= pi/2 needs no more than the Cody-Waite reduction)
-    sine = K.unary("abs", _trig_of_reduced(*_cody_waite(distance * _c(_PI_HI, x)), "sin", F64))
+    sine = K.unary(
+        "abs", _trig_of_reduced(*_cody_waite(distance * _c(_PI_HI, x), F64), "sin", F64)
+    )
     reflected = (_c(math.log(math.pi), x) - log(sine)) - _lgamma_from_one(one - x, result)
     value = K.select(_lt(x, 1.0), below_one, from_one)
     value = K.select(_lt(x, 0.0), reflected, value)

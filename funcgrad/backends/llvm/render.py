@@ -241,7 +241,7 @@ class _Function:
     def unary(self, e: K.Unary) -> str:
         op, dtype = e.op, e.x.dtype
         t = value_type(dtype)
-        if self.needs_exact is not None and op in mathlib.TRIGONOMETRIC and dtype == F32:
+        if self.needs_exact is not None and op in mathlib.TRIGONOMETRIC and _is_float(dtype):
             value, exact = mathlib.near_trig(op, e.x)
             self.needs_exact.append(self.value(exact))
             return self.value(value)
@@ -530,8 +530,8 @@ class _Function:
         keeps), then, only where one does, again with the exact reduction, which writes the
         same places (`ModuleRenderer.versioned`: the loop reads nothing it writes). Both
         reductions run for every element otherwise, as a vectorized loop cannot branch per
-        element: 1.6x the time, for float32 arguments that almost never need the second
-        (past 2^30)."""
+        element: 1.6x float32's time, 2.5x float64's, for arguments that almost never need
+        the second (past 2^30 in float32, 2^20 in float64)."""
         chunk, flag = self.new_label("c"), self.fresh("exact")
         self.prologue.append(f"  {flag} = alloca i1")
 
@@ -794,17 +794,14 @@ class ModuleRenderer:
 
     def versioned(self, loop: K.Loop) -> bool:
         """Whether an innermost loop runs its trigonometric functions in two versions
-        (`_Function.versioned_loop`): it has some in float32, and may run again over the
-        same iterations with the same results: it accumulates nothing and reads no buffer it
-        writes (a donated input and the output in its memory count as one). float64's
-        Cody-Waite reduction is exact enough only below 64 (`mathlib._PAYNE_HANEK_FROM`),
-        where arguments such as [-100, 100] would run most chunks twice: 1.3x the time of
-        both reductions always."""
+        (`_Function.versioned_loop`): it has some, and may run again over the same iterations
+        with the same results: it accumulates nothing and reads no buffer it writes (a
+        donated input and the output in its memory count as one)."""
         if any(not isinstance(stmt, K.Store) for stmt in loop.body):
             return False
         nodes = [n for stmt in loop.body for n in expressions(stmt)]
         if not any(
-            isinstance(n, K.Unary) and n.op in mathlib.TRIGONOMETRIC and n.dtype == F32
+            isinstance(n, K.Unary) and n.op in mathlib.TRIGONOMETRIC and _is_float(n.dtype)
             for n in nodes
         ):
             return False
