@@ -1279,9 +1279,7 @@ def lgamma(x: Expr) -> Expr:
     below_one = (_lgamma_from_one(shifted, result) + slope * rounding) - log(x)
     distance = x - K.unary("round_even", x)
     # (sin of |angle| <= pi/2 needs no more than the Cody-Waite reduction)
-    sine = K.unary(
-        "abs", _trig_of_reduced(*_cody_waite(distance * _c(_PI_HI, x), F64), "sin", F64)
-    )
+    sine = K.unary("abs", _trig_of_reduced(*_cody_waite(distance * _c(_PI_HI, x), F64), "sin", F64))
     reflected = (_c(math.log(math.pi), x) - log(sine)) - _lgamma_from_one(one - x, result)
     value = K.select(_lt(x, 1.0), below_one, from_one)
     value = K.select(_lt(x, 0.0), reflected, value)
