@@ -169,6 +169,7 @@ def test_cached_calls_on_pytrees_of_arrays_retrace_exactly_on_new_structure_or_t
     calls = [
         ({"w": a, "b": b}, 1),
         ({"w": a, "b": b}, 1),  # cached
+        ({"b": b, "w": a}, 1),  # cached: the same keys in another order, flattened sorted
         ({"w": b, "b": a}, 2),  # shapes swap
         ({"v": a, "b": b}, 3),  # a key
         ([a, b], 4),
@@ -177,12 +178,23 @@ def test_cached_calls_on_pytrees_of_arrays_retrace_exactly_on_new_structure_or_t
         ([a, [b]], 7),
         ([a.astype(np.float64), b], 8),
         ([a, b], 8),  # cached
+        ([a, None, b], 9),  # (None: keyed by tree_util, not by jit's own walk)
+        ([a, None, b], 9),
+        ({"l": {"w": a}, "m": [b, (a,)]}, 10),
+        ({"m": [b, (a,)], "l": {"w": a}}, 10),
+        ({"l": {"w": a}, "m": [b, [a]]}, 11),
+        ([{"w": a}, b], 12),
+        ([(a,), b], 13),
     ]
     for tree, expected_calls in calls:
         leaves = fg.tree_util.tree_leaves(tree)
         wanted = sum(np.asarray(x).sum() * k for k, x in enumerate(leaves, 1))
         np.testing.assert_allclose(np.asarray(jf(tree)), wanted, rtol=1e-6)
         assert f.calls == expected_calls
+    # A weakly typed leaf (from a Python float) is another type: its result is weak too.
+    scale = fg.jit(lambda tree: tree["w"] * 2)
+    assert scale({"w": fnp.asarray(2.0)}).weak_type
+    assert not scale({"w": fnp.asarray(np.float32(2.0))}).weak_type
 
 
 def test_unhashable_static_argument_is_rejected_by_name():
