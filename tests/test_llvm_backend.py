@@ -600,13 +600,18 @@ def test_a_gemm_makes_the_update_its_product_feeds():
             "1.0",
         ),
         "float64": (lambda w, x: w - 0.1 * grad(w, x.astype(np.float64)), "-0.1", "1.0"),
+        "in a loop": (
+            lambda w, x: lax.scan(lambda w, _: (w - 0.1 * grad(w, x), None), w, None, 3)[0],
+            "-0.1",
+            "1.0",
+        ),
     }
     for name, (f, alpha, beta) in folded.items():
         w_in = w.astype(np.float64) if name == "float64" else w
         w_in = np.broadcast_to(w_in, (3, 24, 40)).copy() if name == "batched" else w_in
         assert_same_as_reference(f, w_in, x, rtol=1e-4, atol=1e-4)
         plan = compiled(f, w_in, x).fusion_plan()
-        update = re.search(r"out\d+ = (\S+) \* gemm\[.*\]\(.*\) \+ (\S+) \* in\d+$", plan, re.M)
+        update = re.search(r"\S+ = (\S+) \* gemm\[.*\]\(.*\) \+ (\S+) \* in\d+$", plan, re.M)
         assert update is not None and update.groups() == (alpha, beta), name
 
     kept = {
