@@ -721,7 +721,7 @@ def _trig(x: Expr, which: str) -> Expr:
     a = K.unary("abs", wide)
     near_r, near_j = _cody_waite(wide, x.dtype)
     far_r, far_j = _payne_hanek(wide, a, x.dtype)
-    far = _needs_payne_hanek(x)
+    far = _needs_payne_hanek(a, x.dtype)
     r, j = K.select(far, far_r, near_r), K.select(far, far_j, near_j)
     return _signed(_trig_of_reduced(r, j, which, x.dtype), x, which)
 
@@ -731,13 +731,15 @@ def near_trig(which: str, x: Expr) -> tuple[Expr, Expr]:
     where the second is false the first is bit for bit what `expand` gives, for a fraction of
     its cost. A renderer may run a loop on these and, where any element needs it,
     again on `expand`'s (`render._Function.versioned_loop`)."""
-    r, j = _cody_waite(K.cast(x, F64), x.dtype)
-    return _signed(_trig_of_reduced(r, j, which, x.dtype), x, which), _needs_payne_hanek(x)
+    wide = K.cast(x, F64)
+    r, j = _cody_waite(wide, x.dtype)
+    far = _needs_payne_hanek(K.unary("abs", wide), x.dtype)
+    return _signed(_trig_of_reduced(r, j, which, x.dtype), x, which), far
 
 
-def _needs_payne_hanek(x: Expr) -> Expr:
-    wide = K.unary("abs", K.cast(x, F64))
-    return K.binary("ge", wide, K.const(_PAYNE_HANEK_FROM[x.dtype], F64))  # NaN: false
+def _needs_payne_hanek(a: Expr, dtype: np.dtype) -> Expr:
+    """Whether |x| = a (float64) is past Cody-Waite's range for x's dtype (NaN: no)."""
+    return K.binary("ge", a, K.const(_PAYNE_HANEK_FROM[dtype], F64))
 
 
 def _signed(value: Expr, x: Expr, which: str) -> Expr:

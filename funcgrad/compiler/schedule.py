@@ -98,7 +98,8 @@ class GemmStep:
     """out[b] = op(lhs[b]) @ op(rhs[b]) for b < batch, row-major, by a library GEMM; op
     transposes when the flag says the operand is stored (k, m) or (n, k). With an addend,
     out[b] = alpha op(lhs[b]) @ op(rhs[b]) + beta addend[b]: the update the product feeds (an
-    optimizer's `w - lr * grad`) made by the GEMM as it writes its result (`_Update`)."""
+    optimizer's `w - lr * grad`) made by the GEMM as it writes its result (`_Update`);
+    without one, alpha and beta stay 1 and 0, a BLAS's plain product."""
 
     lhs: K.Buffer
     rhs: K.Buffer
@@ -436,15 +437,11 @@ def _updates(scheduler: _Scheduler, eqns: list[JaxprEqn]) -> dict:
     def scaled(atom) -> tuple:
         """(the variable, its constant factor) of a term: `c * v`, `v * c` or `v`."""
         eqn = producer.get(atom) if type(atom) is Var else None
-        if eqn is not None and eqn.primitive.name == "mul" and atom not in buffer_of:
-            for c, v in (eqn.invars, eqn.invars[::-1]):
-                if (
-                    type(c) is Literal
-                    and np.ndim(c.val) == 0
-                    and type(v) is Var
-                    and read_once(atom)
-                ):
-                    return v, float(c.val)
+        if eqn is None or eqn.primitive.name != "mul" or atom in buffer_of or not read_once(atom):
+            return atom, 1.0
+        for c, v in (eqn.invars, eqn.invars[::-1]):
+            if type(c) is Literal and np.ndim(c.val) == 0 and type(v) is Var:
+                return v, float(c.val)
         return atom, 1.0
 
     found = {}
@@ -843,12 +840,12 @@ class _Scheduler:
         rhs_buffer, transpose_rhs = self._gemm_operand(
             rhs, rhs_batch, rhs_contract, (batch, k, n), contract_first=True
         )
-        gemm = (lhs_buffer, rhs_buffer, batch, m, n, k, transpose_lhs, transpose_rhs, eqn)
-        if update is None:
-            self.steps.append(GemmStep(*gemm[:2], self.buffer_of[eqn.outvars[0]], *gemm[2:]))
-            return
-        out, addend = self.buffer_of[update.result], self.buffer_of[update.addend]
-        self.steps.append(GemmStep(*gemm[:2], out, *gemm[2:], addend, update.alpha, update.beta))
+        out, made = self.buffer_of[eqn.outvars[0]], {}
+        if update is not None:
+            out = self.buffer_of[update.result]
+            made = dict(addend=self.buffer_of[update.addend], alpha=update.alpha, beta=update.beta)
+        gemm = (lhs_buffer, rhs_buffer, out, batch, m, n, k, transpose_lhs, transpose_rhs, eqn)
+        self.steps.append(GemmStep(*gemm, **made))
 
     def _conv_gemm(self, eqn: JaxprEqn) -> None:
         """A convolution as one GEMM: a fused kernel gathers each output position's input

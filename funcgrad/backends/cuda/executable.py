@@ -422,10 +422,9 @@ class Gpu:
         else:
             compute = cublas.CUBLAS_COMPUTE_32F_FAST_TF32 if tf32 else cublas.CUBLAS_COMPUTE_32F
             scale = np.float32
-        # (on the host; with an addend, already copied into the result)
-        updating = step.addend is not None
-        alpha = np.array(step.alpha if updating else 1, scale)
-        beta = np.array(step.beta if updating else 0, scale)
+        # (on the host; an update's addend is already in the result, and a plain product's
+        # beta of 0 has cuBLAS read nothing there)
+        alpha, beta = np.array(step.alpha, scale), np.array(step.beta, scale)
         # A row-major out = op(lhs) @ op(rhs) is the column-major out^T = op(rhs)^T @ op(lhs)^T:
         # cuBLAS reads each row-major operand as its column-major transpose.
         cublas_calls.gemm_strided_batched(

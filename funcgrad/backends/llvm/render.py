@@ -1147,11 +1147,8 @@ class ModuleRenderer:
         trans_b = blas.TRANS if step.transpose_rhs else blas.NO_TRANS
         size = dtype.itemsize
         lhs, rhs, out = (self.pointer(f, b) for b in (step.lhs, step.rhs, step.out))
-        alpha, beta = 1, 0
-        if step.addend is not None:
-            alpha, beta = step.alpha, step.beta
-            if self.storage.get(step.out, step.out) is not step.addend:
-                self.copy(out, self.pointer(f, step.addend), nbytes(step.out))
+        if step.addend is not None and self.storage.get(step.out, step.out) is not step.addend:
+            self.copy(out, self.pointer(f, step.addend), nbytes(step.out))
         index = f.new_label("gemm_b")
 
         def one_matrix():
@@ -1162,8 +1159,8 @@ class ModuleRenderer:
             a, b, c = at(lhs, m * k), at(rhs, k * n), at(out, m * n)
             f.emit(
                 f"call void @{name}(i32 {blas.ROW_MAJOR}, i32 {trans_a}, i32 {trans_b}, "
-                f"i64 {m}, i64 {n}, i64 {k}, {t} {constant_text(alpha, dtype)}, ptr {a}, "
-                f"i64 {lda}, ptr {b}, i64 {ldb}, {t} {constant_text(beta, dtype)}, ptr {c}, "
+                f"i64 {m}, i64 {n}, i64 {k}, {t} {constant_text(step.alpha, dtype)}, ptr {a}, "
+                f"i64 {lda}, ptr {b}, i64 {ldb}, {t} {constant_text(step.beta, dtype)}, ptr {c}, "
                 f"i64 {max(n, 1)})"
             )
 
