@@ -115,6 +115,14 @@ def _updates_apart(run):
     return run
 
 
+def _gemm_results_copied_out(run):
+    """`run` with the results a library's GEMM writes copied out of its replay's own buffers,
+    as before 2026-11-27, rather than written where the call's results are (replays kept by
+    where those are: `executable._result_places`)."""
+    no_places = lambda self, results: ()  # noqa: E731
+    return _each_call_with(executable.CudaExecutable, "_result_places", no_places, run)
+
+
 def _addresses_from_the_host(fun, *args):
     """funcgrad's call with its addresses copied into its replay's tables from pageable host
     memory at every call, as before 2026-11-27, rather than written by launches where they
@@ -278,6 +286,12 @@ def mlp_case():
             executable, "SHORT_ROW_GROUP", 8, step, params, x, y
         ),
         "funcgrad, addresses from the host": _addresses_from_the_host(step, params, x, y),
+        # (2026-11-27, unmeasured then: cuBLASLt's GEMMs make the weights' updates, and
+        # write them where each call's results are)
+        "funcgrad, updates apart from their GEMMs": _updates_apart(_funcgrad(step, params, x, y)),
+        "funcgrad, GEMM results copied out": _gemm_results_copied_out(
+            _funcgrad(step, params, x, y)
+        ),
     }
     jax = _jax()
     if jax:
@@ -332,6 +346,9 @@ def mlp_loop_case():
         "funcgrad donated": _training_loop(step, params, x, y, donate=True),
         "funcgrad donated, updates apart from their GEMMs": _updates_apart(
             _training_loop(step, params, x, y, donate=True)
+        ),
+        "funcgrad, updates apart from their GEMMs": _updates_apart(
+            _training_loop(step, params, x, y)
         ),
     }
     jax = _jax()

@@ -146,8 +146,8 @@ def test_arguments_in_a_few_places_get_a_graph_each_and_copied_in_past_those(
         assert_close(step(placed[k], w), reference(layers, xs[k], W))
     assert len(walks) == 3 + 2 + 1  # places 3 and 4; then x copied in, w read in place
     assert copied == [xs[0].nbytes]
-    [(_, _, places)] = step.executable._replays
-    assert places == ((1, gpu.runtime.address(w._value.storage)),)
+    [(_, _, (arguments, results))] = step.executable._replays
+    assert arguments == ((1, gpu.runtime.address(w._value.storage)),) and results == ()
 
 
 def test_arguments_move_to_copies_where_a_graph_for_their_new_place_would_not_fit(
@@ -168,8 +168,8 @@ def test_arguments_move_to_copies_where_a_graph_for_their_new_place_would_not_fi
     monkeypatch.setattr(graphs, "HELD_SHARE", room)
     for x, there in zip(xs[2:], placed[2:]):
         assert_close(program(there, w), reference(layers, x, W))
-    [(_, _, places)] = program.executable._replays
-    assert [i for i, _ in places] == [1]  # w read where it is, x copied in
+    [(_, _, (arguments, _))] = program.executable._replays
+    assert [i for i, _ in arguments] == [1]  # w read where it is, x copied in
 
 
 @pytest.mark.parametrize("backend", CUDA_BACKENDS)
@@ -312,29 +312,40 @@ def test_addresses_are_written_by_launches_of_up_to_16_each(monkeypatch):
 
 
 @pytest.mark.parametrize("backend", CUDA_BACKENDS)
-def test_kernels_write_results_in_place_and_a_gemms_result_is_copied_out(backend, monkeypatch):
+def test_results_are_written_where_each_call_has_them(backend, walks, monkeypatch):
+    """Kernels of the program's own write its results through slots that each call fills
+    (`in_place`); a GEMM's result is written where the call's result is, the graphs kept by
+    where the results are, as by where the arguments are: the memory pool hands a program's
+    results the same few places again and again. Results kept in ever new places get graphs
+    up to MAX_PLACEMENTS; past that the GEMM's is copied out of one graph."""
+
     def f(x, w):
-        h = x @ w  # a GEMM's result: copied out of the graph
+        h = x @ w  # a GEMM's result
         y = fnp.tanh(h)  # a kernel's result, which two other kernels read
         top = y.max(axis=1, keepdims=True)
         # (a product of 10 columns: a kernel of ours, `narrow`, which writes it in place)
         return h, y, y, top, ((y - top) @ w).sum(), x, y @ w[:, :10]
 
     gpu = fg.devices(backend)[0]
-    program = compiled(backend, f, np.zeros((32, 64), np.float32), W)
-    outputs = program.executable.program.outputs
-    assert program.executable.in_place == outputs[1:]
+    executable_of = compiled(backend, f, np.zeros((32, 64), np.float32), W).executable
+    outputs = executable_of.program.outputs
+    assert executable_of.in_place == outputs[1:] and executable_of.placed_results == [0]
+    program = fg.jit(f)  # (its results stay on the device, each call's kept)
     copied = counted_copies(monkeypatch, gpu.runtime)
-    xs = [RNG.standard_normal((32, 64)).astype(np.float32) for _ in range(4)]
+    xs = [RNG.standard_normal((32, 64)).astype(np.float32) for _ in range(8)]
     x_there = fg.device_put(xs[0], gpu)
     w = fg.device_put(W, gpu)
-    results = []
-    for x in xs:
+    results, copies = [], []
+    for x in xs:  # every call's results kept: new places each time
         copied.clear()
         x_there._value.storage[...] = gpu.runtime.upload(x.reshape(-1))  # x, in one place
         results.append(program(x_there, w))
-    assert copied == [x.nbytes]  # h out; x and w read where they are
-    for x, result in zip(xs, results):  # (each call's own, though one graph wrote them all)
+        copies.append(list(copied))
+    # The first call walks; four capture a graph each, writing h where it is; then h is
+    # copied out of one more graph, which the later calls replay.
+    assert len(walks) == 1 + executable.MAX_PLACEMENTS + 1
+    assert copies == [[]] * (1 + executable.MAX_PLACEMENTS) + [[xs[0].nbytes]] * 3
+    for x, result in zip(xs, results):  # (each call's own, though graphs wrote them)
         assert_close(result, reference(f, x, W))
 
 
@@ -378,13 +389,17 @@ def test_a_scan_walked_on_the_host_replays_with_its_slices(backend, walks):
 
     w = (RNG.standard_normal((128, 128)) / 12).astype(np.float32)
     h = np.zeros((64, 128), np.float32)
-    program = compiled(backend, f, h, np.zeros((5, 64, 128), np.float32), w)
-    assert "on the device" not in program.fusion_plan()
-    assert "CUDA graph" in program.fusion_plan()
-    for _ in range(3):
-        xs = RNG.standard_normal((5, 64, 128)).astype(np.float32)
-        assert_close(program(h, xs, w), reference(f, h, xs, w), rtol=1e-4)
-    assert len(walks) == 2
+    plan = compiled(backend, f, h, np.zeros((5, 64, 128), np.float32), w).fusion_plan()
+    assert "on the device" not in plan and "CUDA graph" in plan
+    gpu = fg.devices(backend)[0]
+    program, placed = fg.jit(f), fg.device_put((h, w), gpu)
+    xs = [RNG.standard_normal((5, 64, 128)).astype(np.float32) for _ in range(4)]
+    results = [program(placed[0], x, placed[1]) for x in xs]  # (each kept: in places of its own)
+    for x, result in zip(xs, results):
+        assert_close(result, reference(f, h, x, w), rtol=1e-4)
+    # The first call walks; the others capture, the scan's stacked sums written where their
+    # calls have them.
+    assert len(walks) == 4
 
 
 def test_programs_needing_the_host_or_copying_more_than_they_launch_are_walked(monkeypatch):
@@ -447,7 +462,7 @@ def test_weights_read_in_place_can_make_a_graph_worth_its_copies(monkeypatch):
             assert_close(program(placed, w), reference(layers, x, W))
         replays = program.executable._replays
         assert (not replays and not program.executable._replayable) == w_moves
-        assert w_moves or [places[0][0] for _, _, places in replays] == [1]  # w; x copied
+        assert w_moves or [places[0][0][0] for _, _, places in replays] == [1]  # w; x copied
 
 
 def test_each_matmul_precision_setting_replays_a_graph_of_its_own():
@@ -475,7 +490,7 @@ def test_each_stream_replays_a_graph_over_buffers_of_its_own(monkeypatch, walks)
         stream[0] = on
         assert_close(program(x, W), reference(layers, x, W))
     replays = program.executable._replays
-    assert sorted(replays) == [(None, "a", ()), (None, "b", ())]  # (arguments from the host)
+    assert sorted(replays) == [(None, "a", ((), ())), (None, "b", ((), ()))]  # (from the host)
     assert len(walks) == 3  # the first call, and each stream's capture
     arenas = [
         {id(v.base) for v in r.views.values() if v.base is not None} for r in replays.values()

@@ -418,18 +418,9 @@ def _updates(scheduler: _Scheduler, eqns: list[JaxprEqn]) -> dict:
     and combines a library GEMM's product, read nowhere else, with an array of the same shape
     that has a buffer (each term maybe scaled by a constant): a gradient step `w - lr * g`,
     momentum's `0.9 * v + g`. The GEMM writes the update as it writes its result (BLAS's and
-    cuBLAS's `alpha` and `beta`) rather than a kernel reading the product back.
-
-    Where the scheduler names the inputs updated in place (`updated_in_place`: a GPU's), only
-    a returned update of one of them: a GPU's replay copies cuBLAS's results out of its graph
-    unless they live in a donated input, and elsewhere the GEMM's copy of the addend into its
-    result costs what the kernel it saves would have."""
+    cuBLAS's `alpha` and `beta`, cuBLASLt's where the addend is not the result's memory)
+    rather than a kernel reading the product back."""
     buffer_of, producer = scheduler.buffer_of, scheduler.producer
-    if scheduler.updated_in_place is None:
-        updatable = None
-    else:
-        invars = scheduler.jaxpr.invars
-        updatable = {invars[i] for i in scheduler.updated_in_place if i < len(invars)}
 
     def read_once(var) -> bool:
         return var not in scheduler.program_outputs and len(scheduler.consumers.get(var, ())) == 1
@@ -449,8 +440,6 @@ def _updates(scheduler: _Scheduler, eqns: list[JaxprEqn]) -> dict:
         result = eqn.outvars[0] if eqn.primitive.name in ("add", "sub") else None
         if result not in buffer_of or result.aval.dtype not in UPDATE_DTYPES:
             continue
-        if updatable is not None and result not in scheduler.program_outputs:
-            continue
         (a, a_scale), (b, b_scale) = (scaled(atom) for atom in eqn.invars)
         b_scale = -b_scale if eqn.primitive.name == "sub" else b_scale
         for (term, alpha), (addend, beta) in (
@@ -467,7 +456,6 @@ def _updates(scheduler: _Scheduler, eqns: list[JaxprEqn]) -> dict:
                 and type(addend) is Var
                 and addend in buffer_of
                 and addend is not term
-                and (updatable is None or addend in updatable)
                 and addend.aval.shape == result.aval.shape == term.aval.shape
                 and addend.aval.dtype == result.aval.dtype == term.aval.dtype
             ):
@@ -564,16 +552,14 @@ def schedule(
     closed: ClosedJaxpr,
     gemm_dtypes: tuple = GEMM_DTYPES,
     contraction_dtypes: tuple = (),
-    updated_in_place: tuple[int, ...] | None = None,
 ) -> Program:
     """The program computing `closed`; its inputs are the jaxpr's invars in order. Products
     in `gemm_dtypes` may run as library GEMMs; convolutions in `contraction_dtypes` run as
     one contraction kernel each (`_conv_contraction`) rather than gathered windows and a
-    GEMM. GEMMs make the updates their products feed (`_updates`): all of them, or, given
-    `updated_in_place`, only updates of those (donated) inputs that the program returns."""
+    GEMM. GEMMs make the updates their products feed (`_updates`)."""
     inlined = passes.inline_calls(closed, _calls())
     layout = products_in_reader_layout(inlined)
-    return _Scheduler(layout, gemm_dtypes, contraction_dtypes, updated_in_place).program
+    return _Scheduler(layout, gemm_dtypes, contraction_dtypes).program
 
 
 def products_in_reader_layout(closed: ClosedJaxpr) -> ClosedJaxpr:
@@ -639,11 +625,9 @@ class _Scheduler:
         closed: ClosedJaxpr,
         gemm_dtypes: tuple,
         contraction_dtypes: tuple,
-        updated_in_place: tuple[int, ...] | None,
     ):
         self.gemm_dtypes = gemm_dtypes
         self.contraction_dtypes = contraction_dtypes
-        self.updated_in_place = updated_in_place
         jaxpr = self.jaxpr = closed.jaxpr
         self.consts: dict = {}
         self.buffer_of: dict = {}
@@ -706,10 +690,8 @@ class _Scheduler:
         return self.buffer_of[atom]
 
     def _inner(self, closed: ClosedJaxpr) -> Program:
-        """The program of a branch or a loop's body, scheduled as this one (its inputs are
-        never donated)."""
-        in_place = None if self.updated_in_place is None else ()
-        return schedule(closed, self.gemm_dtypes, self.contraction_dtypes, in_place)
+        """The program of a branch or a loop's body, scheduled as this one."""
+        return schedule(closed, self.gemm_dtypes, self.contraction_dtypes)
 
     def _kernel(self, builder: KernelBuilder, outputs: list, body: list, eqns: list) -> None:
         name = f"k{next(_counter)}_" + (eqns[-1].primitive.name if eqns else "copy")

@@ -20,7 +20,6 @@ def plan(
     contraction_dtypes: tuple = (),
     short_contraction: int = SHORT_CONTRACTION,
     short_row_group: int = rows.MAX_GROUP,
-    updated_in_place: tuple[int, ...] | None = None,
 ) -> tuple[ClosedJaxpr, Program, MemoryPlan]:
     """The optimized jaxpr, its program of steps and the program's memory plan. Large
     whole-array reductions become partial folds that may run on threads, as `reductions`
@@ -35,7 +34,7 @@ def plan(
     (`schedule.schedule`); products of at most `short_contraction` terms fuse into their
     readers (`fusion.short_contractions`), up to `short_row_group` kernels over short rows
     share a loop (`rows.short_row_groups`), and GEMMs make the updates their products feed
-    (all, or only those of the donated inputs `updated_in_place`: `schedule._updates`). Every
+    (`schedule._updates`). Every
     kernel's offsets are then simplified with its loops' ranges, and its nests of rows made
     one loop over the rows (`index_algebra`); last, a GPU's independent map kernels are
     merged into one launch (`horizontal.merge_maps`)."""
@@ -44,7 +43,7 @@ def plan(
         # Complex values compute as pairs of reals, laid out as the caller's buffers are.
         optimized = passes.optimize(lower_complex(optimized))
     with short_contractions(short_contraction), rows.short_row_groups(short_row_group):
-        program = schedule(optimized, gemm_dtypes, contraction_dtypes, updated_in_place)
+        program = schedule(optimized, gemm_dtypes, contraction_dtypes)
     if reductions is not None and reductions.column_threads:
         parallel.spread_one_thread_kernels(program)
         for step in all_steps(program):

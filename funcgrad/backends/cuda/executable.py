@@ -107,6 +107,8 @@ SHORT_ROW_GROUP = 16
 # call's results take the memory of the results before the last). Arguments that still
 # come in new places are copied in from then on.
 MAX_PLACEMENTS = 4
+# The most working memory a call gives cuBLASLt (its guide's suggestion for Hopper GPUs).
+LT_WORKSPACE = 32 << 20
 # A replay's copies in and out (`_Copies`): one kernel for all the buffers of a direction,
 # launched from the graph, reading its table [count, destinations, sources, byte counts],
 # whose addresses on the caller's side each call writes; 16-byte vectors where both ends are
@@ -242,16 +244,17 @@ class Emulator:
         them (int32 info and pivots, workspaces of its own)."""
         solver.run(plan, views, np, solver.emulated_call)
 
-    def gemm(self, step: GemmStep, lhs, rhs, out, tf32: bool) -> None:
+    def gemm(self, step: GemmStep, lhs, rhs, out, tf32: bool, addend=None, workspace=None):
         """NumPy's product, as a GPU's BLAS computes it: halves in float32, rounded once at
-        the end, and with `tf32` float32 operands rounded to TF32 first."""
+        the end, and with `tf32` float32 operands rounded to TF32 first; an update's addend
+        read where it is (the result's own memory, or apart from it, as cuBLASLt reads it)."""
         lhs, rhs = _matrices(step, lhs, rhs)
         result = out.reshape(step.batch, step.m, step.n)
         if step.out.dtype in dtypes.HALF_FLOATS:
             result[...] = np.matmul(lhs.astype(np.float32), rhs.astype(np.float32))
-        elif step.addend is not None:  # (the addend already copied into the result)
+        elif addend is not None:
             product = np.matmul(_tf32(lhs), _tf32(rhs)) if tf32 else np.matmul(lhs, rhs)
-            result[...] = step.alpha * product + step.beta * result
+            result[...] = step.alpha * product + step.beta * addend.reshape(result.shape)
         elif tf32:
             np.matmul(_tf32(lhs), _tf32(rhs), out=result)
         else:
@@ -315,6 +318,12 @@ class Gpu:
         self.arch = f"compute_{device.compute_capability}"
         self.held = graphs.Held()
         self._occupy = None  # (its kernel, compiled at its first use)
+        # cuBLASLt's handle (made at its first use), its GEMMs by shape, and the error that
+        # made it refuse one, if any (`_lt_gemm`).
+        self._lt_handle = None
+        self._lt_gemms: dict = {}
+        self._lt_lock = threading.Lock()
+        self._lt_refused: Exception | None = None
         # What a capture may raise where the driver or a library refuses to be captured.
         from cupy_backends.cuda.api.driver import CUDADriverError
         from cupy_backends.cuda.api.runtime import CUDARuntimeError
@@ -407,12 +416,14 @@ class Gpu:
                 graph = stream.end_capture()
         return graph.launch
 
-    def gemm(self, step: GemmStep, lhs, rhs, out, tf32: bool) -> None:
+    def gemm(self, step: GemmStep, lhs, rhs, out, tf32: bool, addend=None, workspace=None):
         """cuBLAS's strided-batched GEMM, called directly for every dtype (CuPy's matmul
         takes no bfloat16, and may make temporaries, which a captured graph must not hold; its
         cuBLAS wrappers refuse any call under a capture): float64 in float64, the others with
-        float32 sums, TF32 operands where allowed. An update's GEMM adds `beta` times the
-        result's contents (its addend) to `alpha` times the product."""
+        float32 sums, TF32 operands where allowed. An update's GEMM adds `beta` times its
+        addend to `alpha` times the product: cuBLAS's beta where the addend is the result's
+        own memory (donated), else cuBLASLt's, which reads the addend apart from the result
+        (`workspace`, of the call's working memory, lets it split long sums)."""
         from cupy.cuda import cublas
 
         m, n, k = step.m, step.n, step.k
@@ -422,9 +433,13 @@ class Gpu:
         else:
             compute = cublas.CUBLAS_COMPUTE_32F_FAST_TF32 if tf32 else cublas.CUBLAS_COMPUTE_32F
             scale = np.float32
-        # (on the host; an update's addend is already in the result, and a plain product's
-        # beta of 0 has cuBLAS read nothing there)
+        # (on the host; a plain product's beta of 0 has cuBLAS read nothing in its result)
         alpha, beta = np.array(step.alpha, scale), np.array(step.beta, scale)
+        if addend is not None and addend.data.ptr != out.data.ptr:
+            operands = (rhs, lhs, addend, out)
+            if self._lt_gemm(step, operands, data_type, compute, alpha, beta, workspace):
+                return
+            self.copy(out, addend)  # (cuBLAS's beta then adds it where the result goes)
         # A row-major out = op(lhs) @ op(rhs) is the column-major out^T = op(rhs)^T @ op(lhs)^T:
         # cuBLAS reads each row-major operand as its column-major transpose.
         cublas_calls.gemm_strided_batched(
@@ -453,6 +468,55 @@ class Gpu:
             compute,
             cublas.CUBLAS_GEMM_DEFAULT,
         )
+
+    def _lt_gemm(self, step: GemmStep, operands, data_type, compute, alpha, beta, workspace):
+        """`out = alpha * product + beta * addend` by cuBLASLt (operands: rhs, lhs, addend,
+        out, as cuBLAS's column-major A, B, C and D), each shape's algorithm chosen once for
+        its operands' alignments; False where cuBLASLt refuses it (said once), the caller
+        then copying the addend into the result for cuBLAS's beta."""
+        if self._lt_refused is not None:
+            return False
+        from cupy_backends.cuda.libs.cublas import CUBLASError
+
+        pointers = [operand.data.ptr for operand in operands]
+        alignments = tuple(min(256, p & -p) if p else 256 for p in pointers)
+        room = 0 if workspace is None else workspace.nbytes
+        ops = (int(step.transpose_rhs), int(step.transpose_lhs))  # (CUBLAS_OP_N 0, _T 1)
+        key = (step.batch, step.m, step.n, step.k, ops, data_type, compute, alignments, room)
+        try:
+            with self._lt_lock:
+                if self._lt_handle is None:
+                    self._lt_handle = cublas_calls.lt_handle()
+                gemm = self._lt_gemms.get(key)
+                if gemm is None:
+                    shape = (step.batch, step.n, step.m, step.k)
+                    gemm = cublas_calls.LtGemm(
+                        self._lt_handle, ops, shape, data_type, compute, alignments, room
+                    )
+                    self._lt_gemms[key] = gemm
+            stream = self.xp.cuda.get_current_stream().ptr
+            rhs, lhs, addend, out = pointers
+            gemm(
+                stream,
+                alpha,
+                rhs,
+                lhs,
+                beta,
+                addend,
+                out,
+                0 if workspace is None else workspace.data.ptr,
+            )
+        except (CUBLASError, AttributeError) as error:  # (AttributeError: no cuBLASLt)
+            self._lt_refused = error
+            warnings.warn(
+                f"cuBLASLt refused a GEMM that updates an array apart from it on {self.name} "
+                f"({type(error).__name__}: {error}); such updates now copy the array into "
+                "the GEMM's result first",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return False
+        return True
 
     def solve(self, plan: solver.DeviceSolve, views: dict) -> None:
         """A decomposition's calls through cuSOLVER (trsm through cuBLAS) on the current
@@ -580,7 +644,6 @@ class CudaExecutable:
             CONTRACTION_DTYPES,
             SHORT_CONTRACTION,
             SHORT_ROW_GROUP,
-            updated_in_place=tuple(donated),
         )
         # Outputs written into donated arguments' memory: {output index: input index}. A
         # kernel reading the input and writing the output names the input for both, one
@@ -614,6 +677,20 @@ class CudaExecutable:
             if (kernel := narrow_gemm(step, f"g{g}_narrow_gemm", self.hosts)) is not None
         }
         launched += self.narrow.values()
+        # Working memory for cuBLASLt's GEMMs (updates apart from their results), beside
+        # the arena: room to split their sums, up to a few times their results.
+        apart = [
+            nbytes(step.out)
+            for step in gemms
+            if step.addend is not None
+            and step not in self.narrow
+            and self.hosts.get(step.out) is not step.addend
+        ]
+        self.workspace = (
+            K.Buffer("cublaslt_workspace", np.dtype(np.uint8), min(LT_WORKSPACE, 4 * max(apart)))
+            if apart
+            else None
+        )
         self._launches = graphs.capturable(self.program, self.regions)
         self._replayable = self._launches is not None
         # Results a replay's kernels write where each call wants them, each read from a slot
@@ -621,6 +698,13 @@ class CudaExecutable:
         ours = {**self.kernels, **self.narrow}  # (the steps launching kernels of ours)
         self.in_place = _written_in_place(program, self.hosts, ours) if self._replayable else []
         self.slots = [K.Buffer(f"{b.name}_at", ADDRESS, 1) for b in self.in_place]
+        # The other results a replay may write where each call wants them, each a result
+        # once: graphs are then kept by where they are (`_result_places`).
+        self.placed_results = [
+            k
+            for k, b in enumerate(program.outputs)
+            if b not in self.in_place and b not in self.hosts and program.outputs.count(b) == 1
+        ]
         slots = dict(zip(self.in_place, self.slots))
         self.addressed = {
             step: addressed(kernel, slots)
@@ -649,7 +733,7 @@ class CudaExecutable:
         self._in_dtypes = [a.dtype for a in closed.in_avals]
         self._reference = None
         # Whether a call's outputs and working memory alone exceed the device's memory.
-        allocated = self.memory.arena_bytes + sum(
+        allocated = self.working_bytes + sum(
             math.prod(shape) * dtype.itemsize for shape, dtype in self._out_shapes
         )
         self._too_big = allocated > self.device.capacity()
@@ -662,6 +746,8 @@ class CudaExecutable:
         # Arguments a graph copies in rather than reading them where they are (`_Replay.places`):
         # those that kept coming in new places (`MAX_PLACEMENTS`).
         self._copied_in: set = set()
+        # Results a graph copies out rather than writing them where they are, alike.
+        self._copied_out: set = set()
 
     def __call__(self, *args) -> list[Array]:
         device = self.device
@@ -730,9 +816,10 @@ class CudaExecutable:
         with self.device.context():
             taken = self._donations(args)
             try:
-                replay = self._replay(args, taken)
-                if replay is not None:
-                    return replay(args, taken)
+                found = self._replay(args, taken)
+                if found is not None:
+                    replay, results = found
+                    return replay(args, results)
                 views, outputs = self._allocate(args, taken)
             except MemoryError as error:  # CuPy's OutOfMemoryError is one
                 # Replays hold device memory between calls: let them all go, then try again.
@@ -770,10 +857,11 @@ class CudaExecutable:
             replay.release()
         return bool(released)
 
-    def _replay(self, args, taken: dict) -> _Replay | None:
+    def _replay(self, args, taken: dict) -> tuple[_Replay, list] | None:
         """The graph replaying this program under the current matmul precision on the current
-        stream over arguments where these are, captured at its second call (and again for
-        arguments in other places); None for a program walked step by step."""
+        stream over arguments and results where these are, captured at its second call (and
+        again for arguments or results in other places), and the call's results; None for a
+        program walked step by step."""
         if not self._replayable:
             return None
         self._calls += 1
@@ -781,36 +869,37 @@ class CudaExecutable:
             return None
         device = self.device
         setting = (config.default_matmul_precision, device.stream())
-        places = self._places(args, taken)
+        results = self._results(taken)
+        places = self._places(args, taken), self._result_places(results)
         replay = self._replays.get((*setting, places))
         if replay is not None:
             device.held.used(replay)
-            return replay
+            return replay, results
         others = [r for key, r in self._replays.items() if key[:2] == setting]
         budget = device.capacity() * graphs.HELD_SHARE
         if others and (
             len(others) >= MAX_PLACEMENTS or (len(others) + 1) * others[0].nbytes > budget
         ):
-            # The arguments keep coming in new places (or one more graph would not fit beside
-            # the others, which would then take turns evicting each other): those that moved
-            # are copied in from now on, under one graph.
-            here = dict(places)
+            # The arguments or results keep coming in new places (or one more graph would not
+            # fit beside the others, which would then take turns evicting each other): those
+            # that moved are copied in or out from now on, under one graph.
             for other in others:
-                theirs = dict(other.places)
-                self._copied_in |= {i for i in here.keys() | theirs if here.get(i) != theirs.get(i)}
+                self._copied_in |= _moved(places[0], other.places[0])
+                self._copied_out |= _moved(places[1], other.places[1])
                 other.release()
                 device.held.drop(other)
-            places = self._places(args, taken)
-        placed = {i: _storage_of(args[i]) for i, _ in places}  # (read where they are)
+            places = self._places(args, taken), self._result_places(results)
+        placed = {i: _storage_of(args[i]) for i, _ in places[0]}  # (read where they are)
+        written = {k: results[k] for k, _ in places[1]}  # (written where they are)
         key = (*setting, places)
-        copied_in, copied_out = self._copies(placed)
+        copied_in, copied_out = self._copies(placed, written)
         program = self.program
         copied = [program.inputs[i] for i in copied_in] + [program.outputs[k] for k in copied_out]
         if not graphs.worth_a_graph(self._launches, copied):
             self._replayable = False
             return None
         try:
-            replay = _Replay(self, key, placed)
+            replay = _Replay(self, key, placed, written)
         except MemoryError:
             return None  # walked: a walk holds no copies of the arguments
         except device.capture_errors as error:  # a driver or library refusing it
@@ -825,21 +914,43 @@ class CudaExecutable:
         self._replays[key] = replay
         for evicted in device.held.hold(replay, replay.nbytes, budget):
             evicted.release()
-        return replay
+        return replay, results
 
-    def _copies(self, placed: dict) -> tuple[list[int], list[int]]:
-        """(the inputs, the outputs) a replay reading the arguments in `placed` where they are
-        copies in and out, by index: the others, but the results its kernels write in place
-        and those the placed donated arguments host (written where those are)."""
+    def _copies(self, placed: dict, written: dict) -> tuple[list[int], list[int]]:
+        """(the inputs, the outputs) a replay reading the arguments in `placed` and writing
+        the results in `written` where they are copies in and out, by index: the others, but
+        the results its kernels write in place and those the placed donated arguments host
+        (written where those are)."""
         program = self.program
         there = {program.inputs[i] for i in placed}
         copied_in = [i for i in range(len(program.inputs)) if i not in placed]
         copied_out = [
             k
             for k, b in enumerate(program.outputs)
-            if b not in self.in_place and self.hosts.get(b) not in there
+            if k not in written and b not in self.in_place and self.hosts.get(b) not in there
         ]
         return copied_in, copied_out
+
+    def _results(self, taken: dict) -> list:
+        """A call's result buffers: donated memory where it is free to take (`taken`), else
+        fresh ones."""
+        results = [None] * len(self._out_shapes)
+        for k, i in self.donated.items():
+            results[k] = taken.get(i)
+        for k, (shape, dtype) in enumerate(self._out_shapes):
+            if results[k] is None:
+                results[k] = self.device.xp.empty(math.prod(shape), _storage(dtype))
+        return results
+
+    def _result_places(self, results: list) -> tuple:
+        """(output index, device address) of each result a graph would write where it is:
+        those its kernels do not write through slots (`in_place`), that no donated argument
+        hosts and that have not kept moving (`_copied_out`): a library's GEMM writes them."""
+        return tuple(
+            (k, self.device.address(results[k]))
+            for k in self.placed_results
+            if k not in self._copied_out
+        )
 
     def _places(self, args, taken: dict) -> tuple:
         """(input index, device address) of each argument a graph would read where it is: on
@@ -902,6 +1013,13 @@ class CudaExecutable:
         arena = device.xp.empty(max(self.memory.arena_bytes, 1), np.uint8)
         for buffer, offset in self.memory.offsets.items():
             views[buffer] = device.view(arena[offset : offset + nbytes(buffer)], buffer.dtype)
+        if self.workspace is not None:
+            views[self.workspace] = device.xp.empty(self.workspace.size, np.uint8)
+
+    @property
+    def working_bytes(self) -> int:
+        """A call's working memory: the arena, and cuBLASLt's workspace if it has one."""
+        return self.memory.arena_bytes + (0 if self.workspace is None else self.workspace.size)
 
     def _out_of_memory(self, args) -> str:
         arguments = [(np.shape(a), np.dtype(d)) for a, d in zip(args, self._in_dtypes)]
@@ -911,13 +1029,11 @@ class CudaExecutable:
             sizes = [f"{d.name}{list(s)} ({_bytes(math.prod(s) * d.itemsize)})" for s, d in buffers]
             return ", ".join(sizes) or "none"
 
-        total = self.memory.arena_bytes + sum(
-            math.prod(s) * d.itemsize for s, d in arguments + results
-        )
+        total = self.working_bytes + sum(math.prod(s) * d.itemsize for s, d in arguments + results)
         return (
             f"out of memory on {self.device.name}: this call needs {_bytes(total)} at once: "
             f"arguments {listed(arguments)}; results {listed(results)}; working memory "
-            f"{_bytes(self.memory.arena_bytes)} for the program's intermediates "
+            f"{_bytes(self.working_bytes)} for the program's intermediates "
             f"(compiled.memory_analysis() lists them){self.device.memory_note()}. Nothing ran: "
             "free device arrays, or split the batch"
         )
@@ -1062,6 +1178,12 @@ def _storage(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.bool_) if dtype == dtypes.float0 else dtype
 
 
+def _moved(here: tuple, there: tuple) -> set:
+    """The indices whose places differ between two `(index, address)` tuples."""
+    here, there = dict(here), dict(there)
+    return {i for i in here.keys() | there if here.get(i) != there.get(i)}
+
+
 def _host(value: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if dtype == dtypes.float0:
         return np.zeros(value.shape, dtype)
@@ -1073,12 +1195,14 @@ class _Replay:
     arena), which each call copies its arguments into, replays, and copies its results out
     of, all on the current stream without waiting. Arguments in device memory are read where
     they are, each call passing its arguments in the same places (`places`: a graph holds
-    addresses, not arrays), and the results that only the program's kernels touch
-    (`executable.in_place`) are written where the call wants them: their kernels read the
-    results' addresses from slots that each call writes. A lock keeps two threads' calls
+    addresses, not arrays); the results that only the program's kernels touch
+    (`executable.in_place`) are written where the call wants them, their kernels reading the
+    results' addresses from slots that each call writes, and the others (a library's GEMM
+    writes them) where the calls that replay it have theirs (the memory pool hands a
+    program's results the same few places again and again). A lock keeps two threads' calls
     from interleaving their writes."""
 
-    def __init__(self, executable: CudaExecutable, key: tuple, placed: dict):
+    def __init__(self, executable: CudaExecutable, key: tuple, placed: dict, written: dict):
         device, program = executable.device, executable.program
         xp = device.xp
         if executable._too_big:
@@ -1086,19 +1210,22 @@ class _Replay:
         self.executable = executable
         # (the matmul precision it was captured under, the stream it runs on, `places`)
         self.key = key
-        # ((input index, device address), ...): the arguments read where they are. Their
-        # arrays are not held: once the graph is captured, whatever array a call passes at
-        # that address is the one read (a graph reads it before later work on its stream
-        # can reuse the memory).
+        # (((input index, device address), ...), ((output index, device address), ...)): the
+        # arguments read and the results written where they are. Their arrays are not held:
+        # once the graph is captured, whatever array a call passes at that address is the
+        # one read (a graph reads it before later work on its stream can reuse the memory),
+        # and a call's results are its own until they are dropped, when their memory may
+        # come back to a later call in the same places.
         self.places = key[2]
         there = {program.inputs[i]: storage for i, storage in placed.items()}
+        there.update((program.outputs[k], storage) for k, storage in written.items())
         hosts, in_place = executable.hosts, set(executable.in_place)
         own = [
             b
             for b in program.inputs + program.outputs
             if b not in hosts and b not in there and b not in in_place
         ]
-        self.nbytes = executable.memory.arena_bytes + sum(nbytes(b) for b in own)
+        self.nbytes = executable.working_bytes + sum(nbytes(b) for b in own)
         self.lock = threading.Lock()
         self.views = dict(executable.consts)  # (what the replay holds: never an argument)
         for buffer in own:
@@ -1108,7 +1235,7 @@ class _Replay:
             if host not in there:
                 self.views[output] = device.view(self.views[host], output.dtype)
         executable._arena(self.views)
-        self.copied_in, self.copied_out = executable._copies(placed)
+        self.copied_in, self.copied_out = executable._copies(placed, written)
         staged = [self.views[program.inputs[i]] for i in self.copied_in]
         self.written = [k for k, b in enumerate(program.outputs) if b in in_place]
         outputs = [self.views[program.outputs[k]] for k in self.copied_out]
@@ -1140,17 +1267,10 @@ class _Replay:
         """Forgets this replay (its buffers go once no call is using them)."""
         self.executable._replays.pop(self.key, None)
 
-    def __call__(self, args, taken: dict) -> list:
+    def __call__(self, args, results: list) -> list:
+        """Replays the program over the call's arguments into its results (`_results`),
+        which it returns."""
         executable = self.executable
-        device = executable.device
-        # Results go into donated memory where it is free to take (`taken`), else into fresh
-        # buffers.
-        results = [None] * len(executable._out_shapes)
-        for k, i in executable.donated.items():
-            results[k] = taken.get(i)
-        for k, (shape, dtype) in enumerate(executable._out_shapes):
-            if results[k] is None:
-                results[k] = device.xp.empty(math.prod(shape), _storage(dtype))
         # (each argument's device buffer, held until the graph that reads it is launched)
         arguments = [
             executable._argument(args[i], executable._in_dtypes[i]) for i in self.copied_in
@@ -1228,9 +1348,14 @@ class _Recording:
         kept = [_Address.of(buffer) for buffer in buffers]
         self.calls.append(lambda: self.device.launch(module, kernel, [a.array() for a in kept]))
 
-    def gemm(self, step: GemmStep, lhs, rhs, out, tf32: bool) -> None:
+    def gemm(self, step: GemmStep, lhs, rhs, out, tf32: bool, addend=None, workspace=None):
         kept = [_Address.of(buffer) for buffer in (lhs, rhs, out)]
-        self.calls.append(lambda: self.device.gemm(step, *[a.array() for a in kept], tf32))
+        also = None if addend is None else _Address.of(addend)
+        self.calls.append(
+            lambda: self.device.gemm(
+                step, *[a.array() for a in kept], tf32, None if also is None else also.array()
+            )
+        )
 
     def copy(self, destination, source) -> None:
         to, of = _Address.of(destination), _Address.of(source)
@@ -1327,11 +1452,9 @@ class _Walk:
             return
         tf32 = step.out.dtype == np.float32 and allows_tf32(step.eqn.params.get("precision"))
         lhs, rhs, out = (self.views[b] for b in (step.lhs, step.rhs, step.out))
-        if step.addend is not None:  # cuBLAS updates its result in place
-            addend = self.views[step.addend]
-            if self.device.address(addend) != self.device.address(out):  # (not donated)
-                self.runner.copy(out, addend)
-        self.runner.gemm(step, lhs, rhs, out, tf32)
+        addend = None if step.addend is None else self.views[step.addend]
+        workspace = self.views.get(self.executable.workspace)
+        self.runner.gemm(step, lhs, rhs, out, tf32, addend, workspace)
 
     def cond(self, step: CondStep) -> None:
         index = min(max(self.scalar(step.index), 0), len(step.branches) - 1)

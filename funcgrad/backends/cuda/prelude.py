@@ -204,9 +204,11 @@ template <class T> __device__ void fg_block_copy(T* to, const T* from, long long
 // float. Neighbouring threads take neighbouring columns: they read one element of lhs together
 // and neighbouring elements of rhs.
 template <class T> __device__ __forceinline__ T fg_same(T x) { return x; }
+// result = product, or alpha * product + beta * addend where there is an addend (which may
+// be the result's own memory: each element is read by the thread that writes it).
 template <class T, class A, A (*in)(T), T (*out)(A)> __device__ void fg_block_gemm(
     const T* lhs, const T* rhs, T* result, long long batch, long long m, long long n,
-    long long k, bool lhs_transposed, bool rhs_transposed) {
+    long long k, bool lhs_transposed, bool rhs_transposed, const T* addend, A alpha, A beta) {
   for (long long e = threadIdx.x; e < batch * m * n; e += blockDim.x) {
     const long long b = e / (m * n), i = e / n % m, j = e % n;
     const T* a = lhs + b * m * k;
@@ -217,7 +219,7 @@ template <class T, class A, A (*in)(T), T (*out)(A)> __device__ void fg_block_ge
     for (long long p = 0; p < k; ++p) {
       sum += in(a[i * a_row + p * a_col]) * in(w[p * w_row + j * w_col]);
     }
-    result[e] = out(sum);
+    result[e] = out(addend ? alpha * sum + beta * in(addend[e]) : sum);
   }
 }
 // ---- end of prelude ---------------------------------------------------------------------

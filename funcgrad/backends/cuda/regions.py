@@ -24,6 +24,7 @@ from funcgrad.backends.cuda.render import (
     LAUNCH_BLOCK,
     SHARED_BYTES,
     CudaKernel,
+    constant_text,
     memory_type,
 )
 from funcgrad.compiler import kernel_ir as K
@@ -168,9 +169,11 @@ class _RegionWriter:
     def gemm(self, step: GemmStep) -> None:
         lhs, rhs, out = (self.pointers[b] for b in (step.lhs, step.rhs, step.out))
         flags = f"{str(step.transpose_lhs).lower()}, {str(step.transpose_rhs).lower()}"
+        addend = "nullptr" if step.addend is None else self.pointers[step.addend]
+        scales = ", ".join(constant_text(v, step.out.dtype) for v in (step.alpha, step.beta))
         self.emit(
             f"fg_block_gemm<{_gemm_types(step.out.dtype)}>({lhs}, {rhs}, {out}, "
-            f"{step.batch}LL, {step.m}LL, {step.n}LL, {step.k}LL, {flags});"
+            f"{step.batch}LL, {step.m}LL, {step.n}LL, {step.k}LL, {flags}, {addend}, {scales});"
         )
         self.emit("__syncthreads();")
 
