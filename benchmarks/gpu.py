@@ -292,6 +292,15 @@ def mlp_case():
         "funcgrad, GEMM results copied out": _gemm_results_copied_out(
             _funcgrad(step, params, x, y)
         ),
+        "funcgrad, bias sums apart from their maps": _compiled_with(
+            parallel,
+            "column_fold_on_blocks",
+            lambda rows, columns, split: False,
+            step,
+            params,
+            x,
+            y,
+        ),
     }
     jax = _jax()
     if jax:

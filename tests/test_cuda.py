@@ -863,6 +863,62 @@ def test_column_folds_of_few_parts_run_as_one_kernel_a_block_per_group_of_column
     assert "__shared__ float partials" in compiled_text(lambda x: x.sum(axis=0), halves)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_a_map_makes_the_fold_down_the_columns_of_a_value_it_stores(dtype):
+    """A map whose value is also read elsewhere (a product's operand, a result) and folded
+    down its columns (a bias gradient beside the gradient it sums) is one kernel where it was
+    two: the fold's blocks each store the map's values for a group of columns as they fold
+    them (`schedule.column_folds_with_maps`). Leading axes of any number are its rows, and
+    the rows left over past the parts come along. Where the fold would not run on blocks
+    (too little work), the map and the fold stay two kernels; a CPU keeps them apart."""
+    rng = np.random.default_rng(27)
+
+    def step(a, b, w):
+        delta = a * (b - b * b)  # (a map, read by the product and two folds)
+        return delta @ w, delta.sum(axis=0), fnp.tanh(delta.astype(np.float32)).max(axis=0)
+
+    def images(a, b):
+        delta = fnp.maximum(a, 0) * b  # rows of batch, height and width
+        return delta, delta.max(axis=(0, 1, 2))
+
+    x = (rng.standard_normal((262, 128)) * 3).astype(dtype)
+    b = (rng.uniform(-1, 1, (262, 128)) * (3 if dtype == np.int32 else 1)).astype(dtype)
+    w = rng.standard_normal((128, 40)).astype(dtype)
+    x[258, 9] = 1000  # (a fold's maximum in the rows left over)
+    tolerance = dict(exact=dtype == np.int32, rtol=1e-4)  # (float sums in parts)
+    assert_same_as_reference(step, x, b, w, **tolerance)
+    fused = r"^  t\d+, out\d+, .* = k\d+_reduce_sum\(in\d+, in\d+\)  # fuses: mul, sub, mul, \S+$"
+    assert re.search(fused, fusion_plan(step, x, b, w), re.M)  # (the map, the sum, one kernel)
+    text = compiled_text(step, x, b, w)
+    assert "i0 = blockIdx.x; i0 < 16; i0 += gridDim.x" in text  # 128 columns, 8 a block
+    image = (rng.standard_normal((2, 8, 16, 128)) * 3).astype(dtype)
+    assert_same_as_reference(images, image, image[::-1], **tolerance)
+    assert "= k" in (plan := fusion_plan(images, image, image)) and plan.count("= k") == 1
+    small = x[:16, :100]  # 1,600 elements: a map kernel, then a fold of its result
+    assert_same_as_reference(step, small, b[:16, :100], w[:100], **tolerance)
+    plan = fusion_plan(step, small, b[:16, :100], w[:100])
+    assert re.search(r"= k\d+_reduce_sum\(t\d+\)", plan)
+    assert "mul, reduce_sum" not in fusion_plan(step, x, b, w, backend="llvm")
+
+
+def test_a_map_folded_down_its_columns_in_two_kernels_stores_its_values_in_both(monkeypatch):
+    """Where a fold a map makes does not fit blocks after all (1,030 rows of 512 columns: 64
+    parts a column), its partial folds' kernel stores the map's values for the parts' rows,
+    and the kernel folding the partials those of the rows left over."""
+    monkeypatch.setattr(parallel, "column_fold_on_blocks", lambda rows, columns, split: True)
+    rng = np.random.default_rng(28)
+    x, b = (rng.standard_normal((1030, 512)).astype(np.float32) for _ in range(2))
+    w = rng.standard_normal((512, 24)).astype(np.float32)
+
+    def step(a, b, w):
+        delta = a * (b - b * b)
+        return delta @ w, delta.sum(axis=0)
+
+    assert_same_as_reference(step, x, b, w, exact=False, rtol=1e-4)
+    text = compiled_text(step, x, b, w)
+    assert "_parts(" in text and "fuses: mul, sub, mul, reduce_sum" in fusion_plan(step, x, b, w)
+
+
 def test_control_flow_matmuls_and_callbacks_run_in_program_order():
     x = np.linspace(-1, 1, 12).reshape(3, 4).astype(np.float32)
     w = np.linspace(0, 2, 20).reshape(4, 5).astype(np.float32)

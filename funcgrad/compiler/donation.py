@@ -115,7 +115,7 @@ def hosted(kernel: K.Kernel, output: K.Buffer, host: K.Buffer) -> K.Kernel:
             return K.Loop(s.index, s.start, s.stop, [statement(t) for t in s.body])
         if isinstance(s, K.Store):
             buffer = host if s.buffer is output else s.buffer
-            return K.Store(buffer, expr(s.offset), expr(s.value))
+            return dataclasses.replace(s, buffer=buffer, offset=expr(s.offset), value=expr(s.value))
         return K.SetAcc(s.acc, expr(s.value))
 
     outputs = [host if b is output else b for b in kernel.outputs]

@@ -625,6 +625,13 @@ _REDUCTIONS = {
 }
 
 
+def reduction_fold(eqn: JaxprEqn) -> tuple[str, Expr]:
+    """A reduction's combining op and its fold's first value, in the dtype it folds in."""
+    combine, initial = _REDUCTIONS[eqn.primitive.name]
+    dtype = compute_dtype(eqn.invars[0].aval.dtype)
+    return combine, K.const(initial(dtype), dtype)
+
+
 def _reduce(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     """out[kept] = combine over the reduced axes of x[kept, reduced]. When the innermost axis is
     kept, the running values live in the output (so the inner loop walks memory in order);

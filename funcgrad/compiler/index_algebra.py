@@ -16,6 +16,7 @@ again, whatever x.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from funcgrad.compiler import kernel_ir as K
@@ -231,7 +232,7 @@ def _statements(body: list, ranges: dict) -> list:
             if offset is statement.offset and value is statement.value:
                 rewritten.append(statement)
             else:
-                rewritten.append(K.Store(statement.buffer, offset, value))
+                rewritten.append(dataclasses.replace(statement, offset=offset, value=value))
         else:
             value = _with_loads_simplified(statement.value, ranges)
             same = value is statement.value

@@ -264,6 +264,10 @@ class Store:
     buffer: Buffer
     offset: Expr
     value: Expr
+    # Whether the pass that wrote it proved that no two iterations of the loops around it
+    # write one element, and that the kernel reads nothing of its buffer (a map made by a
+    # column fold's threads, `parallel._columns_on_blocks`): the offset need not show it.
+    own: bool = False
 
 
 @dataclass(eq=False)

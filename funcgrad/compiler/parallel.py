@@ -61,8 +61,9 @@ def parallel_loop(kernel: K.Kernel, scattered: bool = False) -> K.Loop | None:
     ranges = ranges_of(loop.body, {})
     slots: dict[K.Buffer, tuple[int, int, int]] = {}
     spread: dict[K.Buffer, K.Expr] = {}  # {buffer: the one offset an iteration writes there}
+    owned = _owned(statements)
     for statement in statements:
-        if isinstance(statement, K.Store) and statement.buffer not in scratch:
+        if isinstance(statement, K.Store) and statement.buffer not in scratch | owned:
             form = linear(statement.offset, loop.index, ranges)
             if form is None:
                 if not scattered:
@@ -90,6 +91,8 @@ def parallel_loop(kernel: K.Kernel, scattered: bool = False) -> K.Loop | None:
             slots[statement.buffer] = coefficient, low, high
     for statement in statements:
         for e in expressions(statement):
+            if isinstance(e, K.Load) and e.buffer in owned:
+                return None
             if isinstance(e, K.Load) and e.buffer in slots:
                 if not _within(slots[e.buffer], linear(e.offset, loop.index, ranges)):
                     return None
@@ -97,6 +100,14 @@ def parallel_loop(kernel: K.Kernel, scattered: bool = False) -> K.Loop | None:
                 if not K.same(e.offset, spread[e.buffer]):
                     return None
     return loop
+
+
+def _owned(statements: list) -> set:
+    """The buffers that stores proven each iteration's own (`Store.own`) write, where every
+    store to them is such a store (none of them may be read)."""
+    stores = [s for s in statements if isinstance(s, K.Store)]
+    owned = {s.buffer for s in stores if s.own}
+    return owned - {s.buffer for s in stores if not s.own}
 
 
 def _apart(store: K.Store, loop: K.Loop) -> bool:
@@ -399,8 +410,9 @@ def shared_loop_folds(loop: K.Loop) -> list[tuple[K.Acc, str]] | None:
         return None
     ranges = ranges_of(loop.body, {})
     offsets: dict[K.Buffer, K.Expr] = {}
+    owned = _owned(statements)
     for statement in statements:
-        if isinstance(statement, K.Store):
+        if isinstance(statement, K.Store) and statement.buffer not in owned:
             form = linear_in_loop(statement.offset, loop, ranges)
             if form is None or form[0] <= 0 or form[2] - form[1] >= form[0]:
                 return None
@@ -409,6 +421,8 @@ def shared_loop_folds(loop: K.Loop) -> list[tuple[K.Acc, str]] | None:
                 return None
     for statement in statements:
         for e in expressions(statement):
+            if isinstance(e, K.Load) and e.buffer in owned:
+                return None
             if isinstance(e, K.Load) and e.buffer in offsets:
                 if not K.same(e.offset, offsets[e.buffer]):
                     return None
@@ -480,13 +494,15 @@ def _columns_outer(kernel: K.Kernel) -> list | None:
     columns = rows.body[0]
     if (init.start, init.stop) != (columns.start, columns.stop):
         return None
-    if len(init.body) != 1 or len(columns.body) != 1:
+    if len(init.body) != 1 or not columns.body:
         return None
-    first, update = init.body[0], columns.body[0]
+    # (before the fold, the stores of the map whose values it folds: `schedule`'s
+    # `column_folds_with_their_operand`)
+    first, (*stores, update) = init.body[0], columns.body
     if not (isinstance(first, K.Store) and isinstance(update, K.Store)):
         return None
     out, offset = update.buffer, update.offset
-    if first.buffer is not out:
+    if first.buffer is not out or not _pointwise(stores, kernel, rows, columns):
         return None
     if not K.same(substituted(first.offset, init.index, columns.index), offset):
         return None
@@ -510,11 +526,31 @@ def _columns_outer(kernel: K.Kernel) -> list | None:
             columns.stop,
             [
                 K.SetAcc(acc, substituted(first.value, init.index, columns.index)),
-                K.Loop(rows.index, rows.start, rows.stop, [fold]),
+                K.Loop(rows.index, rows.start, rows.stop, [*stores, fold]),
                 K.Store(out, offset, acc.read()),
             ],
         )
     ]
+
+
+def _pointwise(stores: list, kernel: K.Kernel, rows: K.Loop, columns: K.Loop) -> bool:
+    """Whether `stores` (in a column fold's loop nest, before the fold's update) each write
+    element `row * columns + column` of a buffer of its own that the kernel never reads: the
+    map whose values the fold adds, one element per iteration."""
+    count = columns.stop - columns.start
+    if len({s.buffer for s in stores}) != len(stores) or (rows.start, columns.start) != (0, 0):
+        return False
+    for s in stores:
+        if not isinstance(s, K.Store) or s.buffer.size != rows.stop * count:
+            return False
+        terms, constant = linear_terms(s.offset)
+        if constant or sorted(terms.values(), key=lambda t: t[1]) != [
+            (columns.index, 1),
+            (rows.index, count),
+        ]:
+            return False
+    loads = (e for s in statements_in(kernel.body) for e in expressions(s))
+    return not any(isinstance(e, K.Load) and e.buffer in {s.buffer for s in stores} for e in loads)
 
 
 # -- whole-array reductions ---------------------------------------------------------------------
@@ -1362,20 +1398,20 @@ def _split_columns(kernel: K.Kernel, threads: int) -> list[K.Kernel] | None:
     if len(columns.body) < 2 or not isinstance(columns.body[0], K.SetAcc):
         return None
     (init, rows, *after), acc = columns.body, columns.body[0].acc
-    found = _fold(rows, acc) if isinstance(rows, K.Loop) else None
-    if found is None or len(found[2]) != 1 or found[0] not in FOLDS:
+    found = _fold_and_map(rows, acc) if isinstance(rows, K.Loop) else None
+    if found is None or found[0] not in FOLDS:
         return None
-    op, term, _ = found
+    op, term, stores = found
     if _reads(init.value, lambda e: isinstance(e, K.AccRead)) or _reads(
         term, lambda e: isinstance(e, K.AccRead) or e.buffer in kernel.outputs
     ):
         return None
     count, length = columns.stop - columns.start, rows.stop - rows.start
-    parts = _dividing(length, min(length // MIN_PART_ROWS, threads // max(count, 1)))
+    parts = _parts(length, count, threads)
     if parts < 2:
         return None
     share = length // parts
-    on_blocks = _columns_on_blocks(kernel, columns, rows, op, term, parts)
+    on_blocks = _columns_on_blocks(kernel, columns, rows, op, term, parts, stores)
     if on_blocks is not None:
         return [on_blocks]
     partials = K.Buffer(f"partial_{kernel.name}", acc.dtype, parts * count)
@@ -1386,9 +1422,14 @@ def _split_columns(kernel: K.Kernel, threads: int) -> list[K.Kernel] | None:
     term_there = replaced_in(
         term, {id(columns.index): column, id(rows.index): row + K.const(rows.start, K.INDEX)}
     )
-    fold = K.SetAcc(partial, K.binary(op, partial.read(), term_there))
+    place = {id(columns.index): column, id(rows.index): row + K.const(rows.start, K.INDEX)}
+    fold = [
+        *_owned_there(stores, place),
+        K.SetAcc(partial, K.binary(op, partial.read(), term_there)),
+    ]
     slot = K.binary("rem", thread, width) * K.const(parts, K.INDEX) + K.binary("div", thread, width)
-    first = _partial_folds(kernel, partials, partial, op, thread, step, share, [fold], slot)
+    first = _partial_folds(kernel, partials, partial, op, thread, step, share, fold, slot)
+    first.outputs += [s.buffer for s in stores]
     each = K.fresh_index("c")
     mine = (columns.index - K.const(columns.start, K.INDEX)) * K.const(parts, K.INDEX) + each
     combined = K.SetAcc(acc, K.binary(op, acc.read(), K.Load(partials, mine)))
@@ -1397,7 +1438,8 @@ def _split_columns(kernel: K.Kernel, threads: int) -> list[K.Kernel] | None:
     if left < rows.stop:
         rest = K.fresh_index("i")
         folded = K.binary(op, acc.read(), substituted(term, rows.index, rest))
-        body.append(K.Loop(rest, left, rows.stop, [K.SetAcc(acc, folded)]))
+        mapped = _owned_there(stores, {id(rows.index): rest})
+        body.append(K.Loop(rest, left, rows.stop, [*mapped, K.SetAcc(acc, folded)]))
     second = K.Kernel(
         kernel.name,
         [*kernel.inputs, partials],
@@ -1418,8 +1460,40 @@ BLOCK_PARTS_MOST = 256
 BLOCK_LANES_LEAST = 8
 
 
+def _fold_and_map(rows: K.Loop, acc: K.Acc) -> tuple | None:
+    """(op, term, stores) when `rows` is one loop folding `acc = op(acc, term)`, maybe after
+    the stores of the map whose values it folds (`_columns_outer`)."""
+    *stores, last = rows.body
+    if stores and all(isinstance(s, K.Store) for s in stores):
+        rows = K.Loop(rows.index, rows.start, rows.stop, [last])
+    elif stores:
+        return None
+    found = _fold(rows, acc)
+    if found is None or len(found[2]) != 1:
+        return None
+    return found[0], found[1], stores
+
+
+def _owned_there(stores: list, place: dict) -> list:
+    """A fold's map stores, moved where `place` (replacements by id) puts its indices, marked
+    as each iteration's own (`Store.own`): the moves keep one element to each iteration,
+    which the offsets no longer show."""
+    return [
+        dataclasses.replace(
+            s, offset=replaced_in(s.offset, place), value=replaced_in(s.value, place), own=True
+        )
+        for s in stores
+    ]
+
+
 def _columns_on_blocks(
-    kernel: K.Kernel, columns: K.Loop, rows: K.Loop, op: str, term: K.Expr, parts: int
+    kernel: K.Kernel,
+    columns: K.Loop,
+    rows: K.Loop,
+    op: str,
+    term: K.Expr,
+    parts: int,
+    stores: list,
 ) -> K.Kernel | None:
     """`_split_columns`'s two kernels as one, where its partial folds fit in blocks: a block
     per group of L neighbouring columns (a row of the group loop, `render.row_kernel`),
@@ -1430,18 +1504,9 @@ def _columns_on_blocks(
     global memory."""
     (init, _, *after), acc = columns.body, columns.body[0].acc
     count, length = columns.stop - columns.start, rows.stop - rows.start
-    if not all(isinstance(s, K.Store) for s in after):
+    lanes = _block_lanes(count, parts)
+    if lanes is None or not all(isinstance(s, K.Store) for s in after):
         return None
-    groups = [
-        n
-        for n in range(1, min(count, BLOCK_PARTS_MOST // parts) + 1)
-        if count % n == 0
-        and n * parts >= BLOCK_PARTS_LEAST
-        and (n >= BLOCK_LANES_LEAST or n == count)
-    ]
-    if not groups:
-        return None
-    lanes = groups[0]
     share = length // parts
     group, thread, lane = K.fresh_index("g"), K.fresh_index("t"), K.fresh_index("l")
     step, each = K.fresh_index("i"), K.fresh_index("c")
@@ -1473,7 +1538,10 @@ def _columns_on_blocks(
                 step,
                 0,
                 share,
-                [K.Store(partials, thread, K.binary(op, mine(), replaced_in(term, there)))],
+                [
+                    *_owned_there(stores, there),
+                    K.Store(partials, thread, K.binary(op, mine(), replaced_in(term, there))),
+                ],
             ),
         ],
     )
@@ -1486,9 +1554,13 @@ def _columns_on_blocks(
     if left < rows.stop:
         rest = K.fresh_index("i")
         leftover = replaced_in(term, at(lane) | {id(rows.index): rest})
+        mapped = _owned_there(stores, at(lane) | {id(rows.index): rest})
         body.append(
             K.Loop(
-                rest, left, rows.stop, [K.Store(folded, lane, K.binary(op, running(), leftover))]
+                rest,
+                left,
+                rows.stop,
+                [*mapped, K.Store(folded, lane, K.binary(op, running(), leftover))],
             )
         )
     for statement in after:
@@ -1508,6 +1580,31 @@ def _columns_on_blocks(
         [K.Loop(group, 0, count // lanes, [first, second])],
         kernel.scratch + [partials, folded],
     )
+
+
+def _parts(length: int, count: int, threads: int) -> int:
+    """How many parts `_split_columns` folds each of `count` columns of `length` rows in."""
+    return _dividing(length, min(length // MIN_PART_ROWS, threads // max(count, 1)))
+
+
+def _block_lanes(count: int, parts: int) -> int | None:
+    """The columns a block takes in `_columns_on_blocks` (each folded in `parts` parts), or
+    None where no group of them suits a block."""
+    for lanes in range(1, min(count, BLOCK_PARTS_MOST // parts) + 1):
+        wide = lanes >= BLOCK_LANES_LEAST or lanes == count
+        if count % lanes == 0 and lanes * parts >= BLOCK_PARTS_LEAST and wide:
+            return lanes
+    return None
+
+
+def column_fold_on_blocks(rows: int, columns: int, split: ReductionSplit) -> bool:
+    """Whether a fold down `rows` of each of `columns` (a reduction over leading axes) runs
+    as one kernel of blocks, each folding a group of columns (`_columns_on_blocks`), under
+    `split`: where a map may make the values it folds in that kernel (`schedule`)."""
+    if not split.column_threads or rows * columns < split.min_work:
+        return False
+    parts = _parts(rows, columns, split.column_threads)
+    return parts >= 2 and _block_lanes(columns, parts) is not None
 
 
 def _dividing(length: int, most: int) -> int:
@@ -1561,7 +1658,7 @@ def statement_replaced(statement, replacements: dict):
     its expressions (`replaced_in`)."""
     if isinstance(statement, K.Store):
         offset, value = (replaced_in(e, replacements) for e in (statement.offset, statement.value))
-        return K.Store(statement.buffer, offset, value)
+        return dataclasses.replace(statement, offset=offset, value=value)
     return K.SetAcc(statement.acc, replaced_in(statement.value, replacements))
 
 

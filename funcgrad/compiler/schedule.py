@@ -19,6 +19,8 @@ The scheduler is backend-independent: renderers take the program as it is.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import itertools
 import math
@@ -37,12 +39,15 @@ from funcgrad.compiler import (
     special,  # noqa: F401  (registers erf_inv and digamma)
 )
 from funcgrad.compiler.fusion import (
+    REDUCTIONS,
     CompileError,
     KernelBuilder,
+    compute_dtype,
     describe,
     fusible,
     loop_nest,
     map_loops,
+    reduction_fold,
     root_rules,
     split_offset,
     window_position,
@@ -548,6 +553,24 @@ def _unwrap(value) -> np.ndarray:
     return np.ascontiguousarray(getattr(value, "_value", value))
 
 
+# Where a map kernel makes a fold down the columns of a value it stores (a bias gradient
+# beside the gradient it sums): a predicate on (rows, columns), true where that fold runs as
+# one kernel of blocks (on a GPU: `parallel.column_fold_on_blocks`); None elsewhere (a CPU
+# streams rows through a column fold, which a map's threads would not share).
+_column_folds_with_maps = contextvars.ContextVar("column_folds_with_maps", default=None)
+
+
+@contextlib.contextmanager
+def column_folds_with_maps(on_blocks):
+    """Within it, a map kernel also makes a column fold of a value it stores where
+    `on_blocks(rows, columns)` holds (`_Scheduler._map_with_column_fold`)."""
+    token = _column_folds_with_maps.set(on_blocks)
+    try:
+        yield
+    finally:
+        _column_folds_with_maps.reset(token)
+
+
 def schedule(
     closed: ClosedJaxpr,
     gemm_dtypes: tuple = GEMM_DTYPES,
@@ -658,6 +681,7 @@ class _Scheduler:
         self.program_outputs = {v for v in jaxpr.outvars if type(v) is Var}
         self.updates = _updates(self, jaxpr.eqns)
         self.updated = {update.product for update in self.updates.values()}
+        self.folded: set = set()  # reductions made by the map kernel of their operand
         for eqn in jaxpr.eqns:
             self._schedule(eqn)
         self._flush()
@@ -722,6 +746,8 @@ class _Scheduler:
     def _schedule(self, eqn: JaxprEqn) -> None:
         if eqn in self.updated:
             return  # its GEMM runs where the update it feeds is made
+        if eqn in self.folded:
+            return  # made by the map kernel of its operand
         if eqn in self.updates:
             self._flush()
             self._gemm(self.updates[eqn].product, self.updates[eqn])
@@ -768,6 +794,8 @@ class _Scheduler:
     def _flush(self) -> None:
         """Build the pending kernels, those that can share a loop over rows together."""
         for members, outer in rows.group(self.pending, self.producer, self.buffer_of):
+            if len(members) == 1 and members[0].eqn in self.folded:
+                continue  # made by the map kernel of its operand, built before it
             if len(members) == 1:
                 self._single(members[0])
                 continue
@@ -787,6 +815,10 @@ class _Scheduler:
             self._kernel(builder, outputs, body, self._fused_eqns([eqn]))
             return
         shape = kept[0].aval.shape
+        fold = self._column_fold(kept)
+        if fold is not None:
+            self._map_with_column_fold(builder, eqn, kept, fold)
+            return
 
         def body(index):
             values = builder.compute(eqn, index)
@@ -797,6 +829,60 @@ class _Scheduler:
 
         outputs = [self.buffer_of[v] for v in kept]
         self._kernel(builder, outputs, map_loops(shape, body), self._fused_eqns([eqn]))
+
+    def _column_fold(self, kept: list) -> JaxprEqn | None:
+        """A reduction over all but the last axis of a value a map kernel stores, which that
+        kernel may make (`column_folds_with_maps`)."""
+        on_blocks = _column_folds_with_maps.get()
+        shape = kept[0].aval.shape
+        if on_blocks is None or len(shape) < 2 or shape[-1] < 2:
+            return None
+        if any(v.aval.shape != shape for v in kept):
+            return None
+        for v in kept:
+            for reader in self.consumers.get(v, ()):
+                if (
+                    reader.primitive in REDUCTIONS
+                    and reader.invars[0] is v
+                    and tuple(reader.params["axes"]) == tuple(range(len(shape) - 1))
+                    and reader.outvars[0].aval.dtype == compute_dtype(v.aval.dtype)
+                    and reader.outvars[0] in self.buffer_of
+                    and on_blocks(math.prod(shape[:-1]), shape[-1])
+                ):
+                    return reader
+        return None
+
+    def _map_with_column_fold(self, builder, eqn: JaxprEqn, kept: list, fold: JaxprEqn):
+        """One kernel storing the map's values and folding one of them down its columns as
+        it goes, written as the CPU writes a column fold (`for c: out[c] = init; for r: for
+        c: ...`), the stores before the fold: a GPU's passes make it a kernel of blocks,
+        each folding a group of columns (`parallel._columns_outer`, `_columns_on_blocks`),
+        where the map and a fold reading its result back were two launches."""
+        (folded,) = fold.invars
+        shape = folded.aval.shape
+        count = shape[-1]
+        combine, init = reduction_fold(fold)
+        out = self.buffer_of[fold.outvars[0]]
+        row, column, start = K.fresh_index(), K.fresh_index(), K.fresh_index()
+        index = [*split_offset(row, shape[:-1]), column]
+        values = builder.compute(eqn, index)
+        by_var = dict(zip(eqn.outvars, values if isinstance(values, list) else [values]))
+        at = row * K.const(count, K.INDEX) + column
+        stores = [K.Store(self.buffer_of[v], at, by_var[v]) for v in kept]
+        term = K.cast(by_var[folded], init.dtype)
+        running = K.binary(combine, K.Load(out, column), term)
+        body = [
+            K.Loop(start, 0, count, [K.Store(out, start, init)]),
+            K.Loop(
+                row,
+                0,
+                math.prod(shape[:-1]),
+                [K.Loop(column, 0, count, [*stores, K.Store(out, column, running)])],
+            ),
+        ]
+        outputs = [self.buffer_of[v] for v in kept] + [out]
+        self._kernel(builder, outputs, body, self._fused_eqns([eqn]) + [fold])
+        self.folded.add(fold)
 
     def _read_only_by(self, var, members: list) -> bool:
         """Whether every kernel reading `var` is one of `members` (and no output is it)."""

@@ -3,13 +3,22 @@ memory plan; a backend renders and runs what they produce."""
 
 from __future__ import annotations
 
+import functools
+
 from funcgrad.compiler import parallel, passes, rows
 from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
 from funcgrad.compiler.fusion import SHORT_CONTRACTION, short_contractions
 from funcgrad.compiler.horizontal import merge_maps
 from funcgrad.compiler.index_algebra import coalesce_loops, collapse_row_nests, simplify_offsets
 from funcgrad.compiler.memory import MemoryPlan, plan_memory
-from funcgrad.compiler.schedule import GEMM_DTYPES, KernelStep, Program, all_steps, schedule
+from funcgrad.compiler.schedule import (
+    GEMM_DTYPES,
+    KernelStep,
+    Program,
+    all_steps,
+    column_folds_with_maps,
+    schedule,
+)
 from funcgrad.ir import ClosedJaxpr
 
 
@@ -33,8 +42,9 @@ def plan(
     backend's library GEMMs, and convolutions in `contraction_dtypes` as contraction kernels
     (`schedule.schedule`); products of at most `short_contraction` terms fuse into their
     readers (`fusion.short_contractions`), up to `short_row_group` kernels over short rows
-    share a loop (`rows.short_row_groups`), and GEMMs make the updates their products feed
-    (`schedule._updates`). Every
+    share a loop (`rows.short_row_groups`), GEMMs make the updates their products feed
+    (`schedule._updates`), and, for a GPU, a map kernel makes a fold down the columns of a
+    value it stores where that fold runs on blocks (`schedule.column_folds_with_maps`). Every
     kernel's offsets are then simplified with its loops' ranges, and its nests of rows made
     one loop over the rows (`index_algebra`); last, a GPU's independent map kernels are
     merged into one launch (`horizontal.merge_maps`)."""
@@ -42,7 +52,13 @@ def plan(
     if mentions_complex(optimized.jaxpr):
         # Complex values compute as pairs of reals, laid out as the caller's buffers are.
         optimized = passes.optimize(lower_complex(optimized))
-    with short_contractions(short_contraction), rows.short_row_groups(short_row_group):
+    gpu = reductions is not None and bool(reductions.column_threads)
+    on_blocks = functools.partial(parallel.column_fold_on_blocks, split=reductions) if gpu else None
+    with (
+        short_contractions(short_contraction),
+        rows.short_row_groups(short_row_group),
+        column_folds_with_maps(on_blocks),
+    ):
         program = schedule(optimized, gemm_dtypes, contraction_dtypes)
     if reductions is not None and reductions.column_threads:
         parallel.spread_one_thread_kernels(program)
