@@ -63,7 +63,7 @@ def parallel_loop(kernel: K.Kernel, scattered: bool = False) -> K.Loop | None:
     spread: dict[K.Buffer, K.Expr] = {}  # {buffer: the one offset an iteration writes there}
     owned = _owned(statements)
     for statement in statements:
-        if isinstance(statement, K.Store) and statement.buffer not in scratch | owned:
+        if isinstance(statement, K.Store) and statement.buffer not in scratch | owned.keys():
             form = linear(statement.offset, loop.index, ranges)
             if form is None:
                 if not scattered:
@@ -91,7 +91,7 @@ def parallel_loop(kernel: K.Kernel, scattered: bool = False) -> K.Loop | None:
             slots[statement.buffer] = coefficient, low, high
     for statement in statements:
         for e in expressions(statement):
-            if isinstance(e, K.Load) and e.buffer in owned:
+            if _reads_elsewhere(e, owned):
                 return None
             if isinstance(e, K.Load) and e.buffer in slots:
                 if not _within(slots[e.buffer], linear(e.offset, loop.index, ranges)):
@@ -102,12 +102,20 @@ def parallel_loop(kernel: K.Kernel, scattered: bool = False) -> K.Loop | None:
     return loop
 
 
-def _owned(statements: list) -> set:
-    """The buffers that stores proven each iteration's own (`Store.own`) write, where every
-    store to them is such a store (none of them may be read)."""
+def _owned(statements: list) -> dict:
+    """{buffer: offset} for each buffer that stores proven each iteration's own (`Store.own`)
+    write, all at one offset (an iteration may read back only that element)."""
     stores = [s for s in statements if isinstance(s, K.Store)]
-    owned = {s.buffer for s in stores if s.own}
-    return owned - {s.buffer for s in stores if not s.own}
+    owned = {s.buffer: s.offset for s in stores if s.own}
+    for s in stores:
+        if s.buffer in owned and not (s.own and K.same(s.offset, owned[s.buffer])):
+            del owned[s.buffer]
+    return owned
+
+
+def _reads_elsewhere(e: K.Expr, owned: dict) -> bool:
+    """Whether `e` loads an element of an owned buffer other than its iteration's own."""
+    return isinstance(e, K.Load) and e.buffer in owned and not K.same(e.offset, owned[e.buffer])
 
 
 def _apart(store: K.Store, loop: K.Loop) -> bool:
@@ -421,7 +429,7 @@ def shared_loop_folds(loop: K.Loop) -> list[tuple[K.Acc, str]] | None:
                 return None
     for statement in statements:
         for e in expressions(statement):
-            if isinstance(e, K.Load) and e.buffer in owned:
+            if _reads_elsewhere(e, owned):
                 return None
             if isinstance(e, K.Load) and e.buffer in offsets:
                 if not K.same(e.offset, offsets[e.buffer]):
@@ -535,8 +543,9 @@ def _columns_outer(kernel: K.Kernel) -> list | None:
 
 def _pointwise(stores: list, kernel: K.Kernel, rows: K.Loop, columns: K.Loop) -> bool:
     """Whether `stores` (in a column fold's loop nest, before the fold's update) each write
-    element `row * columns + column` of a buffer of its own that the kernel never reads: the
-    map whose values the fold adds, one element per iteration."""
+    element `row * columns + column` of a buffer of its own that the kernel reads only there
+    (the fold reading back what it folds): the map whose values the fold adds, one element
+    per iteration."""
     count = columns.stop - columns.start
     if len({s.buffer for s in stores}) != len(stores) or (rows.start, columns.start) != (0, 0):
         return False
@@ -549,8 +558,9 @@ def _pointwise(stores: list, kernel: K.Kernel, rows: K.Loop, columns: K.Loop) ->
             (rows.index, count),
         ]:
             return False
+    owned = {s.buffer: s.offset for s in stores}
     loads = (e for s in statements_in(kernel.body) for e in expressions(s))
-    return not any(isinstance(e, K.Load) and e.buffer in {s.buffer for s in stores} for e in loads)
+    return not any(_reads_elsewhere(e, owned) for e in loads)
 
 
 # -- whole-array reductions ---------------------------------------------------------------------
@@ -1402,8 +1412,16 @@ def _split_columns(kernel: K.Kernel, threads: int) -> list[K.Kernel] | None:
     if found is None or found[0] not in FOLDS:
         return None
     op, term, stores = found
+    owned = {s.buffer: s.offset for s in stores}  # (the fold reads back what the map stores)
     if _reads(init.value, lambda e: isinstance(e, K.AccRead)) or _reads(
-        term, lambda e: isinstance(e, K.AccRead) or e.buffer in kernel.outputs
+        term,
+        lambda e: (
+            isinstance(e, K.AccRead)
+            or (
+                e.buffer in kernel.outputs
+                and not (e.buffer in owned and K.same(e.offset, owned[e.buffer]))
+            )
+        ),
     ):
         return None
     count, length = columns.stop - columns.start, rows.stop - rows.start

@@ -855,9 +855,10 @@ class _Scheduler:
     def _map_with_column_fold(self, builder, eqn: JaxprEqn, kept: list, fold: JaxprEqn):
         """One kernel storing the map's values and folding one of them down its columns as
         it goes, written as the CPU writes a column fold (`for c: out[c] = init; for r: for
-        c: ...`), the stores before the fold: a GPU's passes make it a kernel of blocks,
-        each folding a group of columns (`parallel._columns_outer`, `_columns_on_blocks`),
-        where the map and a fold reading its result back were two launches."""
+        c: ...`), the stores first and the fold reading back the element just stored (which
+        the compiler keeps in a register): a GPU's passes make it a kernel of blocks, each
+        folding a group of columns (`parallel._columns_outer`, `_columns_on_blocks`), where
+        the map and a fold reading its result back from memory were two launches."""
         (folded,) = fold.invars
         shape = folded.aval.shape
         count = shape[-1]
@@ -869,7 +870,7 @@ class _Scheduler:
         by_var = dict(zip(eqn.outvars, values if isinstance(values, list) else [values]))
         at = row * K.const(count, K.INDEX) + column
         stores = [K.Store(self.buffer_of[v], at, by_var[v]) for v in kept]
-        term = K.cast(by_var[folded], init.dtype)
+        term = K.cast(K.Load(self.buffer_of[folded], at), init.dtype)  # (what it just stored)
         running = K.binary(combine, K.Load(out, column), term)
         body = [
             K.Loop(start, 0, count, [K.Store(out, start, init)]),

@@ -214,8 +214,8 @@ class LtGemm:
             )
         finally:
             library.cublasLtMatmulPreferenceDestroy(preference)
-        if found.value < 1:
-            _check(_NOT_SUPPORTED)
+        if found.value < 1 or self.algo.state:
+            _check(self.algo.state or _NOT_SUPPORTED)
         self.workspace_bytes = self.algo.workspace_size
 
     def __call__(self, stream: int, alpha, a: int, b: int, beta, c: int, d: int, workspace: int):
