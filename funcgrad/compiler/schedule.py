@@ -846,7 +846,6 @@ class _Scheduler:
                     and reader.invars[0] is v
                     and tuple(reader.params["axes"]) == tuple(range(len(shape) - 1))
                     and reader.outvars[0].aval.dtype == compute_dtype(v.aval.dtype)
-                    and reader.outvars[0] in self.buffer_of
                     and on_blocks(math.prod(shape[:-1]), shape[-1])
                 ):
                     return reader
