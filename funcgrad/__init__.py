@@ -14,6 +14,7 @@ from funcgrad import (
     scipy,
     test_util,
     testing,
+    tree,
     tree_util,
     viz,
 )
@@ -100,6 +101,7 @@ __all__ = [
     "remat",
     "scipy",
     "test_util",
+    "tree",
     "tree_util",
     "value_and_grad",
     "vmap",

@@ -21,6 +21,7 @@ from funcgrad.lax.random_bits import *
 from funcgrad.lax.reductions import *
 from funcgrad.lax.shapes import *
 from funcgrad.lax.sorting import *
+from funcgrad.lax.special import *
 
 # The NumPy reference implementations produce IEEE results (inf, nan) for out-of-domain inputs
 # exactly as compiled code does; NumPy's warnings about them are noise to a funcgrad user. They

@@ -3,6 +3,9 @@
 Both contract operands of one dtype (or of any dtypes, given `preferred_element_type`) and
 accumulate as XLA does: integers wrap around in the result type, bool contracts with or/and,
 and 16-bit floats accumulate in float32 before rounding to the result type.
+
+As `funcgrad.lax.linalg` this module is also JAX's `lax.linalg` namespace (cholesky, eig, lu,
+...): see `__getattr__` at the end.
 """
 
 from __future__ import annotations
@@ -929,3 +932,24 @@ def conv_with_general_padding(
         precision=precision,
         preferred_element_type=preferred_element_type,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# JAX's lax.linalg namespace
+
+
+def __getattr__(name: str):
+    """The decompositions of JAX's `lax.linalg` (funcgrad.lax.linalg_namespace), looked up when
+    first asked for: they are built on this module, so importing them here would be a cycle."""
+    if not name.startswith("_"):
+        from funcgrad.lax import linalg_namespace
+
+        if name in linalg_namespace.__all__:
+            return getattr(linalg_namespace, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    from funcgrad.lax import linalg_namespace
+
+    return sorted({*globals(), *linalg_namespace.__all__})

@@ -155,3 +155,27 @@ def orthogonal(scale: float = 1.0, column_axis: int = -1, dtype=_DEFAULT) -> Ini
         return fnp.moveaxis(matrix, -1, column_axis) * scale
 
     return init
+
+
+def delta_orthogonal(scale: float = 1.0, column_axis: int = -1, dtype=_DEFAULT) -> Initializer:
+    """A convolution kernel (window axes, then input and output channels) that is zero but at
+    its window's centre, where it is an `orthogonal` matrix of the channels: a convolution by it
+    starts as an orthogonal map, so signals keep their norm through a deep convolutional net at
+    initialization (Xiao et al. 2018, "Dynamical Isometry and a Mean Field Theory of CNNs")."""
+    channels = orthogonal(scale, column_axis, dtype)
+
+    def init(key, shape: Sequence[int], dtype=dtype):
+        if len(shape) not in (3, 4, 5):
+            raise ValueError(
+                "delta_orthogonal needs a 3, 4 or 5 dimensional kernel shape (1 to 3 window axes, "
+                f"then input and output channels), got shape {tuple(shape)}"
+            )
+        if shape[-1] < shape[-2]:
+            raise ValueError(
+                "delta_orthogonal needs at least as many output channels (shape[-1]) as input "
+                f"channels (shape[-2]), got shape {tuple(shape)}"
+            )
+        centre = tuple((size - 1) // 2 for size in shape[:-2])
+        return fnp.zeros(shape, dtype).at[centre].set(channels(key, shape[-2:], dtype))
+
+    return init
