@@ -1,16 +1,15 @@
 """funcgrad.tree: JAX's `jax.tree` namespace, the short names of funcgrad.tree_util's functions.
 
 Researchers write `fg.tree.map(f, params)` as they write `jax.tree.map`. These are
-`tree_util`'s functions, except where `jax.tree` means more than `tree_util` does: the trees
-after the first one given to `map` and `map_with_path` (and the full tree of `broadcast`) need
-only have the first one's structure as a prefix, a leaf of the first meeting a whole subtree of
-the others; and an `is_leaf` may take each node's key path.
+`tree_util`'s functions, and a few that `jax.tree` adds: `broadcast` (a prefix tree's leaves
+filling the subtrees of a full one), `reduce_associative`, `transpose` inferring the inner
+structure, and `static` for dataclass fields.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from funcgrad import tree_util
@@ -37,52 +36,6 @@ IsLeaf = Callable[[Any], bool]
 _MISSING = object()
 
 
-def _is_leaf_def(treedef: PyTreeDef) -> bool:
-    """A leaf (`*`), not a childless node such as None or ()."""
-    return treedef.num_nodes == 1 and treedef.num_leaves == 1
-
-
-def _stops(treedef: PyTreeDef) -> Iterator[bool]:
-    """Whether each node of `treedef` is a leaf, depth first: the order in which tree_util asks
-    an `is_leaf` about the nodes of a tree it flattens."""
-    yield _is_leaf_def(treedef)
-    for child in treedef.children():
-        yield from _stops(child)
-
-
-def _flatten_up_to(name: str, treedef: PyTreeDef, tree: Any) -> list[Any]:
-    """The subtrees of `tree` that stand where `treedef` has its leaves; `treedef` must be a
-    prefix of the structure of `tree`."""
-    stops = _stops(treedef)
-    subtrees, prefix = tree_util.tree_flatten(tree, is_leaf=lambda _: next(stops, True))
-    if prefix != treedef:
-        raise ValueError(
-            f"{name}: every tree must have the first one's structure {treedef} as a prefix, got "
-            f"a tree of structure {tree_util.tree_structure(tree)}"
-        )
-    return subtrees
-
-
-def _asked_with_paths(is_leaf: Callable[[KeyPath, Any], bool]) -> IsLeaf:
-    """`is_leaf(path, node)` as the one-argument test tree_util asks. It asks about each node
-    before its children, depth first, so a stack of the paths still to be visited holds the
-    path of the node being asked about on top."""
-    pending: list[KeyPath] = [()]
-
-    def ask(node: Any) -> bool:
-        path = pending.pop()
-        if is_leaf(path, node):
-            return True
-        children, node_def = tree_util.tree_flatten_with_path(
-            node, is_leaf=lambda child: child is not node
-        )
-        if not _is_leaf_def(node_def):
-            pending.extend((*path, *key) for key, _ in reversed(children))
-        return False
-
-    return ask
-
-
 def all(tree: Any, *, is_leaf: IsLeaf | None = None) -> bool:
     """True when every leaf of `tree` is truthy."""
     return tree_util.tree_all(tree, is_leaf=is_leaf)
@@ -98,9 +51,7 @@ def flatten_with_path(
 ) -> tuple[list[tuple[KeyPath, Any]], PyTreeDef]:
     """`flatten`, with each leaf paired with its key path; with `is_leaf_takes_path`,
     `is_leaf` is called as `is_leaf(path, node)`."""
-    if is_leaf is not None and is_leaf_takes_path:
-        is_leaf = _asked_with_paths(is_leaf)
-    return tree_util.tree_flatten_with_path(tree, is_leaf)
+    return tree_util.tree_flatten_with_path(tree, is_leaf, is_leaf_takes_path)
 
 
 def leaves(tree: Any, is_leaf: IsLeaf | None = None) -> list[Any]:
@@ -118,9 +69,7 @@ def leaves_with_path(
 def map(f: Callable[..., Any], tree: Any, *rest: Any, is_leaf: IsLeaf | None = None) -> Any:
     """`f(x, *xs)` at each leaf `x` of `tree`, `xs` what stands at that place in `rest`: a
     leaf, or a whole subtree where `tree` has a leaf and the others go on."""
-    leaves, treedef = tree_util.tree_flatten(tree, is_leaf)
-    others = [_flatten_up_to("tree.map", treedef, other) for other in rest]
-    return treedef.unflatten(f(*xs) for xs in zip(leaves, *others))
+    return tree_util.tree_map(f, tree, *rest, is_leaf=is_leaf)
 
 
 def map_with_path(
@@ -131,9 +80,9 @@ def map_with_path(
     is_leaf_takes_path: bool = False,
 ) -> Any:
     """`map` whose `f` also receives each leaf's key path: `f(path, x, *xs)`."""
-    pairs, treedef = flatten_with_path(tree, is_leaf, is_leaf_takes_path)
-    others = [_flatten_up_to("tree.map_with_path", treedef, other) for other in rest]
-    return treedef.unflatten(f(path, x, *xs) for (path, x), *xs in zip(pairs, *others))
+    return tree_util.tree_map_with_path(
+        f, tree, *rest, is_leaf=is_leaf, is_leaf_takes_path=is_leaf_takes_path
+    )
 
 
 def reduce(
@@ -187,7 +136,7 @@ def transpose(
     pair of lists). With `inner_treedef` None, the inner structure is that of the subtree at
     the outer structure's first leaf."""
     if inner_treedef is None:
-        subtrees = _flatten_up_to("tree.transpose", outer_treedef, pytree_to_transpose)
+        subtrees = outer_treedef.flatten_up_to(pytree_to_transpose)
         if not subtrees:
             raise ValueError(
                 f"tree.transpose: the outer structure {outer_treedef} has no leaves to infer "
@@ -206,7 +155,7 @@ def broadcast(prefix_tree: Any, full_tree: Any, is_leaf: IsLeaf | None = None) -
     """A tree of the structure of `full_tree` in which each leaf of `prefix_tree` (whose
     structure is a prefix of it) fills every leaf of the subtree where it stands."""
     leaves, treedef = tree_util.tree_flatten(prefix_tree, is_leaf)
-    subtrees = _flatten_up_to("tree.broadcast", treedef, full_tree)
+    subtrees = treedef.flatten_up_to(full_tree)
     return treedef.unflatten(_fill(subtree, leaf) for leaf, subtree in zip(leaves, subtrees))
 
 

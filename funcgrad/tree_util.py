@@ -128,6 +128,32 @@ class PyTreeDef:
             self._type, self._aux, [c._build(leaves) for c in self._children]
         )
 
+    def flatten_up_to(self, tree: Any) -> list[Any]:
+        """The subtrees of ``tree`` that stand where this structure has its leaves: this
+        structure must be a prefix of ``tree``'s (its nodes those of ``tree``, a leaf of it
+        standing for a whole subtree there)."""
+        subtrees: list[Any] = []
+        self._up_to(tree, subtrees, self)
+        return subtrees
+
+    def _up_to(self, tree: Any, subtrees: list[Any], whole: PyTreeDef) -> None:
+        if self._kind is None:
+            subtrees.append(tree)
+            return
+        kind = _NODE_KINDS.get(type(tree))
+        if kind is None and isinstance(tree, tuple) and hasattr(type(tree), "_fields"):
+            kind = _NAMEDTUPLE
+        children, aux = kind.flatten(tree) if kind is not None else ((), None)
+        children = list(children)
+        if type(tree) is not self._type or aux != self._aux or len(children) != len(self._children):
+            raise ValueError(
+                f"a tree of structure {tree_structure(tree)} does not have the structure "
+                f"{whole} as a prefix: it has {_shallow(tree, kind, aux, children)} where that "
+                f"structure has {self._describe()}"
+            )
+        for child, child_def in zip(children, self._children):
+            child_def._up_to(child, subtrees, whole)
+
     def compose(self, inner: PyTreeDef) -> PyTreeDef:
         """The structure obtained by replacing every leaf of ``self`` with ``inner``."""
         if self._kind is None:
@@ -163,6 +189,13 @@ class PyTreeDef:
 
 
 _LEAF = PyTreeDef(None, None, None, ())
+
+
+def _shallow(tree: Any, kind: _NodeKind | None, aux: Any, children: list[Any]) -> str:
+    """One node of a tree, its children shown as leaves (for errors)."""
+    if kind is None:
+        return "a leaf"
+    return kind.describe(type(tree), aux, ["*"] * len(children))
 
 
 def _flatten(tree: Any, leaves: list[Any], is_leaf: IsLeaf | None) -> PyTreeDef:
@@ -240,17 +273,19 @@ def tree_structure(tree: Any, is_leaf: IsLeaf | None = None) -> PyTreeDef:
 
 
 def tree_map(f: Callable[..., Any], tree: Any, *rest: Any, is_leaf: IsLeaf | None = None) -> Any:
-    """Apply ``f`` leafwise across ``tree`` and ``rest``, which must all have the same structure."""
+    """``f(x, *xs)`` at each leaf ``x`` of ``tree``, ``xs`` what stands at that place in
+    ``rest``, whose trees must have ``tree``'s structure as a prefix: a leaf, or a whole
+    subtree where ``tree`` has a leaf and the others go on."""
     leaves, treedef = tree_flatten(tree, is_leaf)
-    leaf_lists = [leaves]
-    for other in rest:
-        other_leaves, other_treedef = tree_flatten(other, is_leaf)
-        if other_treedef != treedef:
-            raise ValueError(
-                f"tree_map: trees must have the same structure, got {treedef} and {other_treedef}"
-            )
-        leaf_lists.append(other_leaves)
+    leaf_lists = [leaves] + [_up_to("tree_map", treedef, other) for other in rest]
     return treedef.unflatten([f(*xs) for xs in zip(*leaf_lists)])
+
+
+def _up_to(name: str, treedef: PyTreeDef, tree: Any) -> list[Any]:
+    try:
+        return treedef.flatten_up_to(tree)
+    except ValueError as error:
+        raise ValueError(f"{name}: {error}") from None
 
 
 def tree_all(tree: Any, *, is_leaf: IsLeaf | None = None) -> bool:
@@ -377,10 +412,13 @@ def _node_keyed_children(tree: Any, kind: _NodeKind) -> tuple[list[tuple[Any, An
 
 
 def _flatten_with_path(
-    tree: Any, path: KeyPath, out: list[tuple[KeyPath, Any]], is_leaf: IsLeaf | None
+    tree: Any,
+    path: KeyPath,
+    out: list[tuple[KeyPath, Any]],
+    is_leaf: Callable[[KeyPath, Any], bool] | None,
 ) -> PyTreeDef:
-    """``_flatten``, with each leaf appended beside its path."""
-    if is_leaf is not None and is_leaf(tree):
+    """``_flatten``, with each leaf appended beside its path; ``is_leaf(path, node)``."""
+    if is_leaf is not None and is_leaf(path, tree):
         out.append((path, tree))
         return _LEAF
     node_type = type(tree)
@@ -396,33 +434,36 @@ def _flatten_with_path(
 
 
 def tree_flatten_with_path(
-    tree: Any, is_leaf: IsLeaf | None = None
+    tree: Any, is_leaf: Callable[..., bool] | None = None, is_leaf_takes_path: bool = False
 ) -> tuple[list[tuple[KeyPath, Any]], PyTreeDef]:
-    """``tree_flatten``, with each leaf paired with its key path."""
+    """``tree_flatten``, with each leaf paired with its key path; with ``is_leaf_takes_path``,
+    ``is_leaf`` is asked ``is_leaf(path, node)``."""
     out: list[tuple[KeyPath, Any]] = []
+    if is_leaf is not None and not is_leaf_takes_path:
+        asked = is_leaf
+        is_leaf = lambda path, node: asked(node)  # noqa: E731
     treedef = _flatten_with_path(tree, (), out, is_leaf)
     return out, treedef
 
 
-def tree_leaves_with_path(tree: Any, is_leaf: IsLeaf | None = None) -> list[tuple[KeyPath, Any]]:
+def tree_leaves_with_path(
+    tree: Any, is_leaf: Callable[..., bool] | None = None, is_leaf_takes_path: bool = False
+) -> list[tuple[KeyPath, Any]]:
     """The ``(path, leaf)`` pairs of ``tree``, in flatten order."""
-    return tree_flatten_with_path(tree, is_leaf)[0]
+    return tree_flatten_with_path(tree, is_leaf, is_leaf_takes_path)[0]
 
 
 def tree_map_with_path(
-    f: Callable[..., Any], tree: Any, *rest: Any, is_leaf: IsLeaf | None = None
+    f: Callable[..., Any],
+    tree: Any,
+    *rest: Any,
+    is_leaf: Callable[..., bool] | None = None,
+    is_leaf_takes_path: bool = False,
 ) -> Any:
     """``tree_map`` whose ``f`` also receives each leaf's path: ``f(path, leaf, *others)``."""
-    pairs, treedef = tree_flatten_with_path(tree, is_leaf)
+    pairs, treedef = tree_flatten_with_path(tree, is_leaf, is_leaf_takes_path)
     leaf_lists = [[leaf for _, leaf in pairs]]
-    for other in rest:
-        other_leaves, other_treedef = tree_flatten(other, is_leaf)
-        if other_treedef != treedef:
-            raise ValueError(
-                "tree_map_with_path: trees must have the same structure, got "
-                f"{treedef} and {other_treedef}"
-            )
-        leaf_lists.append(other_leaves)
+    leaf_lists += [_up_to("tree_map_with_path", treedef, other) for other in rest]
     paths = [path for path, _ in pairs]
     return treedef.unflatten([f(p, *xs) for p, *xs in zip(paths, *leaf_lists)])
 

@@ -43,7 +43,10 @@ def test_zeta_matches_scipy(s, q):
 def test_zeta_and_polygamma_special_values():
     np.testing.assert_allclose(np.asarray(fs.zeta(f64(2.0))), np.pi**2 / 6, rtol=1e-15)
     assert np.isinf(fs.zeta(1.0, 3.0)) and np.isnan(fs.zeta(0.5, 1.0))
-    assert np.isnan(fs.zeta(2.0, -1.0))
+    # (poles at the non-positive integers q, as SciPy's; other negative q stay NaN here)
+    q = np.array([0.0, -1.0, -3.0])
+    np.testing.assert_array_equal(np.asarray(fs.zeta(f64(2.0), q)), sc.zeta(2.0, q))
+    assert np.isnan(fs.zeta(2.5, -1.5)) and np.isnan(fs.zeta(0.5, -1.0))
     n = np.arange(6, dtype=np.float64)[:, None]
     x = np.linspace(0.1, 12, 40)[None]
     assert relative_error(fs.polygamma(n, x), sc.polygamma(n.astype(int), x)).max() < 1e-13
@@ -77,8 +80,17 @@ def test_incomplete_functions_edges_and_invalid_arguments():
         np.asarray(fs.gammaincc(2.0, np.array([0.0, np.inf]))), [1.0, 0.0]
     )
     assert np.isnan(
-        np.asarray(fs.gammainc(np.array([0.0, -1.0, 1.0]), np.array([1.0, 1.0, -1.0])))
+        np.asarray(fs.gammainc(np.array([0.0, -1.0, 1.0]), np.array([0.0, 1.0, -1.0])))
     ).all()
+    # a = 0: the limits SciPy gives (P = 1, Q = 0 for x > 0; NaN at x = 0)
+    for name in ("gammainc", "gammaincc"):
+        x = np.array([0.0, 1e-300, 2.0, np.inf])
+        got = np.asarray(getattr(fs, name)(0.0, x))
+        np.testing.assert_array_equal(got, getattr(sc, name)(0.0, x), err_msg=name)
+    # a or b = 0: steps, as SciPy's
+    a, b = np.array([0.0, 0.0, 0.0, 3.0, 3.0, 3.0, 0.0]), np.array([3, 3, 3, 0, 0, 0, 0.0])
+    x = np.array([0.0, 1e-300, 0.5, 0.0, 0.5, 1.0, 0.5])
+    np.testing.assert_array_equal(np.asarray(fs.betainc(a, b, x)), sc.betainc(a, b, x))
     np.testing.assert_array_equal(
         np.asarray(fs.betainc(2.0, 3.0, np.array([0.0, 1.0]))), [0.0, 1.0]
     )

@@ -327,8 +327,13 @@ def test_unflatten_wrong_leaf_count_names_both_counts():
 
 
 def test_tree_map_structure_mismatch_names_both_structures():
-    with pytest.raises(ValueError, match=r"PyTreeDef\(\[\*, \*\]\) and PyTreeDef\(\(\*, \*\)\)"):
+    both = r"PyTreeDef\(\(\*, \*\)\) does not have the structure PyTreeDef\(\[\*, \*\]\) as"
+    with pytest.raises(ValueError, match=both):
         tu.tree_map(operator.add, [1, 2], (1, 2))
+    # (a later tree may go on below a leaf of the first: its subtree is what f gets there)
+    assert tu.tree_map(lambda x, y: [x, y], [1, 2], [(3,), {"a": 4}]) == [[1, (3,)], [2, {"a": 4}]]
+    with pytest.raises(ValueError, match=r"it has \[\*\] where that structure has \[\*, \*\]"):
+        tu.tree_map(operator.add, {"a": [1, 2]}, {"a": [1]})
 
 
 def test_registering_twice_raises():

@@ -281,13 +281,18 @@ def triangular_solve(
     conjugate_a: bool = False,
     unit_diagonal: bool = False,
 ):
-    """Solve op(a) @ x = b (left_side) or x @ op(a) = b for x, where op(a) is a or a.T.
+    """Solve op(a) @ x = b (left_side) or x @ op(a) = b for x, where op(a) is a, transposed
+    with `transpose_a` and conjugated with `conjugate_a` (which changes nothing for real
+    matrices).
 
     Only the `lower` (or upper) triangle of `a` is read, and its diagonal is taken as ones
-    with `unit_diagonal`. `conjugate_a` changes nothing for real matrices.
+    with `unit_diagonal`.
     """
+    a = asarray(a)
+    if conjugate_a and dtypes.is_complex(a.dtype):
+        a = conj(a)
     return triangular_solve_p.bind(
-        asarray(a),
+        a,
         asarray(b),
         left_side=bool(left_side),
         lower=bool(lower),

@@ -1,9 +1,9 @@
 """JAX's `lax.linalg` namespace: the matrix decompositions under their `lax.linalg` names and
 signatures, reached as `funcgrad.lax.linalg.<name>`.
 
-Most are the decomposition primitives' own functions. Three need more than those give:
-`triangular_solve` honours `conjugate_a` for complex matrices, `eig` returns left eigenvectors
-(computed by default, as in JAX), and `lu_pivots_to_permutation` replays LU's row swaps.
+Most are the decomposition primitives' own functions. Two need more than those give: `eig`
+returns left eigenvectors (computed by default, as in JAX), and `lu_pivots_to_permutation`
+replays LU's row swaps.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from funcgrad.lax.eig import _inverse
 from funcgrad.lax.eig import eig as _eig_without_left
 from funcgrad.lax.elementwise import abs, conj, convert_element_type, div, eq, mul, select, sqrt
 from funcgrad.lax.indexing import dynamic_slice_in_dim
-from funcgrad.lax.linalg_decomp import _swap_last, cholesky, eigh, lu, qr, svd
-from funcgrad.lax.linalg_decomp import triangular_solve as _triangular_solve
+from funcgrad.lax.linalg_decomp import _swap_last, cholesky, eigh, lu, qr, svd, triangular_solve
 from funcgrad.lax.reductions import argmax, reduce_sum
 from funcgrad.lax.shapes import broadcast_in_dim, broadcasted_iota, full
 
@@ -30,32 +29,6 @@ __all__ = [
     "svd",
     "triangular_solve",
 ]
-
-
-def triangular_solve(
-    a,
-    b,
-    *,
-    left_side: bool = False,
-    lower: bool = False,
-    transpose_a: bool = False,
-    conjugate_a: bool = False,
-    unit_diagonal: bool = False,
-):
-    """Solve op(a) @ x = b (left_side) or x @ op(a) = b for x, where op(a) is a, transposed
-    with `transpose_a` and conjugated with `conjugate_a`. Only the `lower` (or upper) triangle
-    of `a` is read, and its diagonal is taken as ones with `unit_diagonal`."""
-    a = asarray(a)
-    if conjugate_a and dtypes.is_complex(a.dtype):
-        a = conj(a)
-    return _triangular_solve(
-        a,
-        b,
-        left_side=left_side,
-        lower=lower,
-        transpose_a=transpose_a,
-        unit_diagonal=unit_diagonal,
-    )
 
 
 def eig(

@@ -64,13 +64,16 @@ _I0_ASYMPTOTIC, _I1_ASYMPTOTIC = _asymptotic(0), _asymptotic(1)
 
 def _scaled_bessel(x, series, asymptotic, odd: bool):
     a = fnp.abs(x)
-    near = fnp.minimum(a, _BESSEL_SERIES_BELOW)
-    far = fnp.maximum(a, _BESSEL_SERIES_BELOW)
+    # (each branch's argument kept in its range by a select, not by minimum and maximum, whose
+    # derivatives split at a tie: at |x| = 30 the branch taken would get half the derivative)
+    in_series = a < _BESSEL_SERIES_BELOW
+    near = fnp.where(in_series, a, _BESSEL_SERIES_BELOW)
+    far = fnp.where(in_series, _BESSEL_SERIES_BELOW, a)
     small = _horner(series, near * near / 4) * fnp.exp(-near)
     if odd:
         small = small * near / 2
     large = _horner(asymptotic, 1 / far) / fnp.sqrt(2 * math.pi * far)
-    value = fnp.where(a < _BESSEL_SERIES_BELOW, small, large)
+    value = fnp.where(in_series, small, large)
     return fnp.sign(x) * value if odd else value
 
 
@@ -134,11 +137,12 @@ def _hurwitz(s, q):
 
 def zeta(x, q=None):
     """Hurwitz's zeta function sum_k (q + k)^-x (Riemann's when q is omitted, q = 1): inf at
-    x = 1, NaN for x < 1 or q <= 0."""
+    x = 1 and, for x > 1, at the poles q = 0, -1, -2, ...; NaN for x < 1 or other q < 0."""
     (x, q), dtype = _wide("zeta", x, 1.0 if q is None else q)
     valid = (x > 1) & (q > 0)
+    pole = (x == 1) | ((x > 1) & (q <= 0) & (fnp.floor(q) == q))
     value = _hurwitz(fnp.where(valid, x, 2.0), fnp.where(valid, q, 1.0))
-    value = fnp.where(x == 1, fnp.inf, fnp.where(valid, value, fnp.nan))
+    value = fnp.where(pole, fnp.inf, fnp.where(valid, value, fnp.nan))
     return _narrow(value, dtype)
 
 
@@ -269,17 +273,17 @@ def _gammaincc64_jvp(primals, tangents):
 
 def gammainc(a, x):
     """The regularized lower incomplete gamma function P(a, x) = gamma(a, x) / Gamma(a), for
-    a > 0 and x >= 0 (NaN elsewhere); its series below x = a + 1, the continued fraction of
-    1 - P above."""
+    a > 0 and x >= 0, and its limit 1 at a = 0 for x > 0 (NaN elsewhere); its series below
+    x = a + 1, the continued fraction of 1 - P above."""
     (a, x), dtype = _wide("gammainc", a, x)
-    return _narrow(_gammainc64(a, x), dtype)
+    return _narrow(fnp.where((a == 0) & (x > 0), 1.0, _gammainc64(a, x)), dtype)
 
 
 def gammaincc(a, x):
     """The regularized upper incomplete gamma function Q(a, x) = 1 - P(a, x), computed
-    directly where it is small (no cancellation)."""
+    directly where it is small (no cancellation); 0 at a = 0 for x > 0."""
     (a, x), dtype = _wide("gammaincc", a, x)
-    return _narrow(_gammaincc64(a, x), dtype)
+    return _narrow(fnp.where((a == 0) & (x > 0), 0.0, _gammaincc64(a, x)), dtype)
 
 
 def _beta_fraction(a, b, x):
@@ -347,7 +351,14 @@ def _betainc64_jvp(primals, tangents):
 
 
 def betainc(a, b, x):
-    """The regularized incomplete beta function I_x(a, b), for a, b > 0 and x in [0, 1] (NaN
-    elsewhere): its continued fraction, on the side of x where it converges quickly."""
+    """The regularized incomplete beta function I_x(a, b), for a, b > 0 and x in [0, 1], and
+    its limits where one of a and b is 0: a step to 1 past x = 0 (a = 0) or at x = 1 (b = 0)
+    (NaN elsewhere): its continued fraction, on the side of x where it converges quickly."""
     (a, b, x), dtype = _wide("betainc", a, b, x)
-    return _narrow(_betainc64(a, b, x), dtype)
+    inside = (x >= 0) & (x <= 1)
+    step_up = (a == 0) & (b > 0) & inside
+    step_at_one = (b == 0) & (a > 0) & inside
+    value = _betainc64(a, b, x)
+    value = fnp.where(step_up, fnp.where(x > 0, 1.0, 0.0), value)
+    value = fnp.where(step_at_one, fnp.where(x == 1, 1.0, 0.0), value)
+    return _narrow(value, dtype)
