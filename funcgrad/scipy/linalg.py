@@ -113,12 +113,15 @@ def _trans(name: str, trans) -> int:
 
 
 def _triangular(a, b, lower: bool, trans: int, unit_diagonal: bool = False):
-    """x with op(a) @ x = b, reading one triangle of a. lax.triangular_solve transposes but
-    does not conjugate, so the conjugate transpose solves with conj(a), transposed."""
-    if trans == 2 and dtypes.is_complex(a.dtype):
-        a = fnp.conj(a)
+    """x with op(a) @ x = b, reading one triangle of a."""
     return lax.triangular_solve(
-        a, b, left_side=True, lower=lower, transpose_a=trans != 0, unit_diagonal=unit_diagonal
+        a,
+        b,
+        left_side=True,
+        lower=lower,
+        transpose_a=trans != 0,
+        conjugate_a=trans == 2,
+        unit_diagonal=unit_diagonal,
     )
 
 
