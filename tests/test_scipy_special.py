@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import funcgrad as fg
 from funcgrad import dtypes
+from funcgrad.test_util import check_grads
 
 special = fg.scipy.special
 
@@ -35,6 +36,7 @@ UNARY = {
     "gammaln": (special.gammaln, sc.gammaln, (-8, 20), _away_from_poles),
     "digamma": (special.digamma, sc.digamma, (-8, 20), _away_from_poles),
     "ndtr": (special.ndtr, sc.ndtr, (-12, 8), None),
+    "log_ndtr": (special.log_ndtr, sc.log_ndtr, (-60, 12), None),
     "ndtri": (special.ndtri, sc.ndtri, (TINY, 1 - TINY), None),
     "entr": (special.entr, sc.entr, (-2, 10), None),
 }
@@ -122,3 +124,35 @@ def test_low_precision_dtypes_are_kept():
 )
 def test_stages_under_make_jaxpr(fn):
     check_staging(fn, np.linspace(-2, 2, 6, dtype=np.float32).reshape(2, 3))
+
+
+def test_log_ndtr_keeps_both_tails():
+    """Far below 0 ndtr underflows and log_ndtr follows its asymptotic series; far above,
+    log1p(-ndtr(-x)) keeps the mass that ndtr(x) rounds away from 1."""
+    x = np.array([-1e4, -40.0, -37.5, -20.0, -1.0, 0.0, 1.0, 10.0, 40.0])
+    assert_close(special.log_ndtr(x), sc.log_ndtr(x), rtol=1e-13)
+    x32 = np.float32([-40.0, -10.5, -10.0, 10.0])
+    assert_close(special.log_ndtr(x32), sc.log_ndtr(x32.astype(np.float64)), rtol=2e-5)
+    assert_close(special.log_ndtr(np.array([-np.inf, np.inf, np.nan])), [-np.inf, 0.0, np.nan])
+    # More terms of the series: float64's precision right at the switch to it.
+    assert_close(special.log_ndtr(np.float64(-37.5), 10), sc.log_ndtr(-37.5), rtol=1e-15)
+    assert_close(special.log_ndtr(np.float16(-20.0)), sc.log_ndtr(-20.0), rtol=1e-3)
+
+
+def test_log_ndtr_rejects_bad_series_orders():
+    with pytest.raises(ValueError, match="series_order"):
+        special.log_ndtr(1.0, series_order=31)
+    with pytest.raises(ValueError, match="series_order"):
+        special.log_ndtr(1.0, series_order=-1)
+    with pytest.raises(TypeError, match="series_order"):
+        special.log_ndtr(1.0, series_order=2.0)
+
+
+def test_log_ndtr_derivatives():
+    """pdf / ndtr, finite and accurate far into the lower tail where both underflow."""
+    for x in (-45.0, -30.0, -0.5, 9.0):
+        check_grads(special.log_ndtr, (np.float64(x),), order=2)
+    x = np.array([-300.0, -40.0, 5.0])
+    expected = np.exp(-0.5 * x * x - 0.5 * np.log(2 * np.pi) - sc.log_ndtr(x))
+    assert_close(fg.vmap(fg.grad(special.log_ndtr))(x), expected, rtol=1e-10)
+    check_staging(special.log_ndtr, np.float32([-50.0, -5.0, 0.0, 5.0, 12.0]))

@@ -5,9 +5,10 @@ Integer and boolean inputs compute in float32, funcgrad's default float.
 
 from __future__ import annotations
 
+import functools
 import math
 
-from funcgrad import lax
+from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
 from funcgrad.nn import functions as nn
 from funcgrad.nn.functions import ArrayLike, Axis, logsumexp
@@ -23,6 +24,7 @@ from funcgrad.scipy.series import (
     polygamma,
     zeta,
 )
+from funcgrad.transforms.custom_derivatives import custom_jvp
 
 __all__ = [
     "beta",
@@ -44,6 +46,7 @@ __all__ = [
     "i1",
     "i1e",
     "kl_div",
+    "log_ndtr",
     "log_softmax",
     "loggamma",
     "logit",
@@ -106,6 +109,63 @@ def ndtr(x: ArrayLike):
     relative precision."""
     x = _inexact("ndtr", x)
     return 0.5 * lax.erfc(-_SQRT_HALF * x)
+
+
+# Below these arguments ndtr(x) nears the end of its dtype's normal numbers, and log_ndtr takes
+# the asymptotic series instead.
+_LOG_NDTR_SERIES_BELOW = {dtypes.float64: -37.0, dtypes.float32: -10.0}
+_LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
+
+
+def log_ndtr(x: ArrayLike, series_order: int = 3):
+    """log(ndtr(x)), accurate in both tails, where log(ndtr(x)) itself is not.
+
+    Above 0 it is log1p(-ndtr(-x)), which keeps the small mass that ndtr(x) rounds away from
+    1. Below -37 in float64 (-10 in float32), where ndtr(x) is about to underflow, it is the
+    asymptotic series of the Mills ratio,
+
+        -x^2/2 - log(-x) - log(2 pi)/2 + log(1 + sum_{n=1..N} (-1)^n (2n - 1)!! / x^(2n)),
+
+    with N = `series_order` (its error is below the next term, (2N + 1)!! / x^(2N + 2)).
+    float16 and bfloat16 compute in float32. The derivative is pdf(x) / ndtr(x), taken as
+    exp(log pdf(x) - log_ndtr(x)) so that it stays finite in the lower tail.
+    """
+    if not isinstance(series_order, int) or isinstance(series_order, bool):
+        raise TypeError(f"log_ndtr: series_order must be a Python int, got {series_order!r}")
+    if not 0 <= series_order <= 30:
+        raise ValueError(f"log_ndtr: series_order must be in [0, 30], got {series_order}")
+    x = _inexact("log_ndtr", x)
+    if x.dtype in (dtypes.float64, dtypes.float32):
+        return _log_ndtr(x, series_order)
+    wide = lax.convert_element_type(x, dtypes.float32)
+    return lax.convert_element_type(_log_ndtr(wide, series_order), x.dtype)
+
+
+@functools.partial(custom_jvp, nondiff_argnums=(1,))
+def _log_ndtr(x, series_order: int):
+    series_below = _LOG_NDTR_SERIES_BELOW[x.dtype]
+    # Each branch is evaluated on arguments clipped to its own region, where it is finite.
+    upper = fnp.log1p(-ndtr(-fnp.maximum(x, 0)))
+    middle = fnp.log(ndtr(fnp.clip(x, series_below, 0)))
+    lower = _log_ndtr_series(fnp.minimum(x, series_below), series_order)
+    return fnp.where(x > 0, upper, fnp.where(x > series_below, middle, lower))
+
+
+def _log_ndtr_series(x, series_order: int):
+    """The asymptotic expansion of log ndtr(x) for x far below 0 (see log_ndtr)."""
+    inverse_square = 1 / (x * x)
+    total, term = fnp.ones_like(x), fnp.ones_like(x)
+    for n in range(1, series_order + 1):
+        term = term * -(2 * n - 1) * inverse_square
+        total = total + term
+    return -0.5 * x * x - fnp.log(-x) - _LOG_SQRT_2PI + fnp.log(total)
+
+
+@_log_ndtr.defjvp
+def _log_ndtr_jvp(series_order, primals, tangents):
+    (x,), (tangent,) = primals, tangents
+    value = _log_ndtr(x, series_order)
+    return value, tangent * fnp.exp(-0.5 * x * x - _LOG_SQRT_2PI - value)
 
 
 def ndtri(p: ArrayLike):

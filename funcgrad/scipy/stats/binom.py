@@ -1,0 +1,25 @@
+"""The binomial distribution of `n` trials with success probability `p`, as
+scipy.stats.binom: logpmf is -inf off the integers 0..n (shifted by loc)."""
+
+from __future__ import annotations
+
+from funcgrad import numpy as fnp
+from funcgrad.array import Array
+from funcgrad.nn.functions import ArrayLike
+from funcgrad.numpy._promotion import promote_args_inexact
+from funcgrad.scipy.special import gammaln, xlog1py, xlogy
+from funcgrad.scipy.stats._support import off_support
+
+
+def logpmf(k: ArrayLike, n: ArrayLike, p: ArrayLike, loc: ArrayLike = 0) -> Array:
+    k, n, p, loc = promote_args_inexact("binom.logpmf", k, n, p, loc)
+    y = k - loc
+    outside = off_support(y, n)
+    y = fnp.where(outside, 0, y)
+    log_choose = gammaln(n + 1) - gammaln(y + 1) - gammaln(n - y + 1)
+    value = log_choose + xlogy(y, p) + xlog1py(n - y, -p)
+    return fnp.where(outside, -fnp.inf, value)
+
+
+def pmf(k: ArrayLike, n: ArrayLike, p: ArrayLike, loc: ArrayLike = 0) -> Array:
+    return fnp.exp(logpmf(k, n, p, loc))

@@ -1,0 +1,51 @@
+"""The left-skewed Gumbel (extreme value of minima) distribution, as scipy.stats.gumbel_l:
+sf(y) = exp(-exp(y)), the mirror image of gumbel_r. Every function is nan for scale <= 0, and
+ppf outside (0, 1)."""
+
+from __future__ import annotations
+
+from funcgrad import numpy as fnp
+from funcgrad.array import Array
+from funcgrad.nn.functions import ArrayLike, log1mexp
+from funcgrad.numpy._promotion import promote_args_inexact
+
+
+def _standardized(name: str, x, loc, scale):
+    """(y, scale), y nan where scale <= 0 so that every function built on it is."""
+    x, loc, scale = promote_args_inexact(name, x, loc, scale)
+    return fnp.where(scale > 0, (x - loc) / scale, fnp.nan), scale
+
+
+def logpdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
+    y, scale = _standardized("gumbel_l.logpdf", x, loc, scale)
+    return y - fnp.exp(y) - fnp.log(scale)
+
+
+def pdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
+    return fnp.exp(logpdf(x, loc, scale))
+
+
+def logcdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
+    y, _ = _standardized("gumbel_l.logcdf", x, loc, scale)
+    return log1mexp(fnp.exp(y))
+
+
+def cdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
+    """1 - exp(-exp(y)) by expm1, which keeps the small lower tail."""
+    y, _ = _standardized("gumbel_l.cdf", x, loc, scale)
+    return -fnp.expm1(-fnp.exp(y))
+
+
+def logsf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
+    y, _ = _standardized("gumbel_l.logsf", x, loc, scale)
+    return -fnp.exp(y)
+
+
+def sf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
+    return fnp.exp(logsf(x, loc, scale))
+
+
+def ppf(p: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
+    p, loc, scale = promote_args_inexact("gumbel_l.ppf", p, loc, scale)
+    valid = (p > 0) & (p < 1) & (scale > 0)
+    return fnp.where(valid, loc + scale * fnp.log(-fnp.log1p(-p)), fnp.nan)

@@ -1,0 +1,29 @@
+"""The Laplace (double exponential) distribution, as scipy.stats.laplace."""
+
+from __future__ import annotations
+
+import math
+
+from funcgrad import numpy as fnp
+from funcgrad.array import Array
+from funcgrad.nn.functions import ArrayLike
+from funcgrad.numpy._promotion import promote_args_inexact
+
+
+def logpdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
+    x, loc, scale = promote_args_inexact("laplace.logpdf", x, loc, scale)
+    return -fnp.abs(x - loc) / scale - fnp.log(scale) - math.log(2)
+
+
+def pdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
+    return fnp.exp(logpdf(x, loc, scale))
+
+
+def cdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
+    """exp(y) / 2 below loc, 1 - exp(-y) / 2 above. Each side's exponential sees only its own
+    half of y, so neither overflows into the other's derivative."""
+    x, loc, scale = promote_args_inexact("laplace.cdf", x, loc, scale)
+    y = (x - loc) / scale
+    lower = 0.5 * fnp.exp(fnp.minimum(y, 0))
+    upper = 1 - 0.5 * fnp.exp(-fnp.maximum(y, 0))
+    return fnp.where(y <= 0, lower, upper)
