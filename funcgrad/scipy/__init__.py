@@ -1,5 +1,5 @@
 """funcgrad.scipy: SciPy's functions over funcgrad arrays, with SciPy's names."""
 
-from funcgrad.scipy import linalg, special
+from funcgrad.scipy import linalg, special, stats
 
-__all__ = ["linalg", "special"]
+__all__ = ["linalg", "special", "stats"]
