@@ -62,10 +62,9 @@ CONTINUOUS = {
     "wrapcauchy": ([(0, 6.28), (0.01, 0.99)], ["logpdf", "pdf"]),
     "gennorm": ([(-5, 5), (0.3, 5)], ["logpdf", "pdf", "cdf"]),
 }
-# name -> (range of q, the quantile functions). ndtri (norm, lognorm) loses the relative
-# precision of q below about 1e-3 (it computes erf_inv(2q - 1)), so q stays above it.
+# name -> (range of q, the quantile functions).
 QUANTILES = {
-    "norm": ((1e-3, 1 - 1e-3), ["ppf", "isf"]),
+    "norm": ((1e-12, 1 - 1e-12), ["ppf", "isf"]),
     "cauchy": ((0.01, 0.99), ["ppf", "isf"]),
     "logistic": ((1e-3, 1 - 1e-3), ["ppf", "isf"]),
     "expon": ((0, 0.999), ["ppf"]),
@@ -73,7 +72,7 @@ QUANTILES = {
     "gumbel_l": ((1e-3, 1 - 1e-3), ["ppf"]),
     "gumbel_r": ((1e-3, 1 - 1e-3), ["ppf"]),
     "pareto": ((0, 0.999), ["ppf"]),
-    "lognorm": ((1e-3, 1 - 1e-3), ["ppf", "isf"]),
+    "lognorm": ((1e-12, 1 - 1e-12), ["ppf", "isf"]),
 }
 
 
