@@ -9,7 +9,6 @@ Where JAX is importable, the same inputs are also compared with JAX's functions 
 the other checks always run).
 """
 
-import collections
 import dataclasses
 import operator
 
@@ -19,23 +18,13 @@ import scipy.linalg as sl
 import scipy.special as sc
 from hypothesis import given
 from hypothesis import strategies as st
+from trees import Point, ref_map, tree_strategy
 
 import funcgrad as fg
 import funcgrad.tree_util as tu
 
-Point = collections.namedtuple("Point", ["x", "y"])
-
 scalars = st.integers(-1000, 1000)
-trees = st.recursive(
-    st.none() | scalars,
-    lambda children: st.one_of(
-        st.lists(children, max_size=3),
-        st.lists(children, max_size=3).map(tuple),
-        st.dictionaries(st.text("abc", max_size=2), children, max_size=3),
-        st.builds(Point, children, children),
-    ),
-    max_leaves=10,
-)
+trees = tree_strategy(scalars)
 
 
 def jax_or_skip():
@@ -65,19 +54,6 @@ def ref_walk(tree, stop=lambda path, node: False, path=()):
             p for i, c in enumerate(tree) for p in ref_walk(c, stop, (*path, tu.SequenceKey(i)))
         ]
     return [(path, tree)]
-
-
-def ref_map(f, tree, *rest):
-    """Recursive map over `tree`'s nodes; at `tree`'s leaves the others give whole subtrees."""
-    if tree is None:
-        return None
-    if isinstance(tree, dict):
-        return {k: ref_map(f, tree[k], *(r[k] for r in rest)) for k in sorted(tree)}
-    if isinstance(tree, Point):
-        return Point(*(ref_map(f, *xs) for xs in zip(tree, *rest)))
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(ref_map(f, *xs) for xs in zip(tree, *rest))
-    return f(tree, *rest)
 
 
 @dataclasses.dataclass(frozen=True)

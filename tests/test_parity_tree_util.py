@@ -7,23 +7,13 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from trees import Point, tree_strategy
 
 import funcgrad as fg
 import funcgrad.tree_util as tu
 
-Point = collections.namedtuple("Point", ["x", "y"])
-
 scalars = st.integers(-1000, 1000)
-trees = st.recursive(
-    st.none() | scalars,
-    lambda children: st.one_of(
-        st.lists(children, max_size=3),
-        st.lists(children, max_size=3).map(tuple),
-        st.dictionaries(st.text("abc", max_size=2), children, max_size=3),
-        st.builds(Point, children, children),
-    ),
-    max_leaves=10,
-)
+trees = tree_strategy(scalars)
 
 
 def ref_paths(tree, path=()):

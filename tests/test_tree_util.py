@@ -6,38 +6,15 @@ import operator
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from trees import Point, ref_map, tree_strategy
 
 import funcgrad.tree_util as tu
 
-Point = collections.namedtuple("Point", ["x", "y"])
-
 scalars = st.integers(-1000, 1000) | st.floats(allow_nan=False, allow_infinity=False)
-trees = st.recursive(
-    st.none() | scalars,
-    lambda children: st.one_of(
-        st.lists(children, max_size=3),
-        st.lists(children, max_size=3).map(tuple),
-        st.dictionaries(st.text("abc", max_size=2), children, max_size=3),
-        st.builds(Point, children, children),
-    ),
-    max_leaves=10,
-)
+trees = tree_strategy(scalars)
 
 
 # --- hand-written references ------------------------------------------------------------------
-
-
-def ref_map(f, tree, *rest):
-    """Recursive tree_map over the node types the strategy generates."""
-    if tree is None:
-        return None
-    if isinstance(tree, dict):
-        return {k: ref_map(f, tree[k], *(r[k] for r in rest)) for k in sorted(tree)}
-    if isinstance(tree, Point):
-        return Point(*(ref_map(f, *xs) for xs in zip(tree, *rest)))
-    if isinstance(tree, (list, tuple)):
-        return type(tree)(ref_map(f, *xs) for xs in zip(tree, *rest))
-    return f(tree, *rest)
 
 
 def pair(a, b):
