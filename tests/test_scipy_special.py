@@ -148,6 +148,16 @@ def test_float32_values_are_within_a_few_ulps_eager_and_compiled(name):
         assert ulps.max() <= allowed, (name, float(ulps.max()), x[kept][np.argmax(ulps)])
 
 
+def test_compiled_digamma_keeps_its_precision_next_to_its_zeros():
+    """In float64 the compiled digamma's recurrence cancels next to its zeros at 1.4616...
+    and -0.5040... (6,192 ulp); there it takes the reference's Taylor expansions."""
+    for root in (1.4616321449683622, -0.5040830082644554):
+        x = root + np.linspace(-0.3, 0.3, 4001)
+        want = sc.digamma(x)
+        got = np.asarray(fg.jit(special.digamma)(x))
+        assert (np.abs(got - want) / np.spacing(np.abs(want))).max() <= 40
+
+
 def test_ndtri_keeps_its_precision_in_both_tails():
     """Quantiles down to p = 1e-300 (and up to 1 - 1e-16) within a few ulps of SciPy's, where
     sqrt(2) erf_inv(2p - 1) gave -inf below about 1e-17 (and in float32 below 1e-8), and

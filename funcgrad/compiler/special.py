@@ -8,8 +8,9 @@ that renderers do have:
   and 1 - |y| (exact there), so it keeps its precision as y approaches 1.
 - digamma: reflection psi(x) = psi(1 - x) - pi / tan(pi x) for negative x (the tangent taken of
   the exactly reduced x - round(x)); the recurrence psi(x) = psi(x + 1) - 1/x up to x >= 10;
-  there the asymptotic series in 1/x^2 (Bernoulli numbers) to 1/x^14; in float64 whatever the
-  operand's dtype, as the reference computes it.
+  there the asymptotic series in 1/x^2 (Bernoulli numbers) to 1/x^14; next to its zeros at
+  1.4616... and -0.5040..., where those cancel, the reference's Taylor expansions about them;
+  in float64 whatever the operand's dtype, as the reference computes it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import compute_dtype, element_rules
 from funcgrad.compiler.kernel_ir import Expr
 from funcgrad.core import PRIMITIVES
+from funcgrad.lax._special import _NEG_ROOT, _NEG_ROOT_TAYLOR, _POS_ROOT, _POS_ROOT_TAYLOR
 
 
 def _c(value: float, like: Expr) -> Expr:
@@ -76,6 +78,18 @@ def digamma(x: Expr) -> Expr:
     reduced = x - K.unary("round_even", x)
     reflected = psi - _div(_c(math.pi, x), K.unary("tan", reduced * _c(math.pi, x)))
     result = K.select(negative, reflected, psi)
+    # Next to its two zeros nearest the origin, where the terms above cancel, the reference's
+    # Taylor expansions about them (each zero as hi + lo).
+    for (hi, lo), taylor, reach in (
+        (_POS_ROOT, _POS_ROOT_TAYLOR, 0.25),
+        (_NEG_ROOT, _NEG_ROOT_TAYLOR, 0.1),
+    ):
+        t = (x - _c(hi, x)) - _c(lo, x)
+        near = K.binary("le", K.unary("abs", t), _c(reach, x))
+        expansion = _c(taylor[-1], x)
+        for coefficient in reversed(taylor[:-1]):
+            expansion = expansion * t + _c(coefficient, x)
+        result = K.select(near, expansion, result)
     at_pole = K.binary("and", negative, K.binary("eq", reduced, zero))
     result = K.select(at_pole, _c(np.nan, x), result)
     # psi(+0) = -inf, psi(-0) = +inf (the side the pole is approached from).
@@ -99,7 +113,6 @@ def _rule(composite, wide: bool = False):
 
 
 element_rules[PRIMITIVES["erf_inv"]] = _rule(erf_inv)
-# digamma's recurrence and series sum terms near 2 to a result that vanishes at x = 1.4616...:
-# in float32 that kept 4e-7 of absolute precision, 5e-4 relative near the root (7,300 ulp);
-# float64 terms, rounded once, keep it as the reference (float64 NumPy) does.
+# (float64 terms, rounded once, as the reference computes them: in float32 the recurrence's
+# rounding was 5e-4 relative next to the root, 7,300 ulp)
 element_rules[PRIMITIVES["digamma"]] = _rule(digamma, wide=True)
