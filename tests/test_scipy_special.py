@@ -181,6 +181,28 @@ def _normal_density(x):
     return np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)
 
 
+def test_python_scalars_give_weakly_typed_results():
+    """As JAX's: a function of Python scalars alone is weakly typed (a float16 array it then
+    meets keeps its dtype), also where it computes in float64 inside; an array argument makes
+    the result strongly typed."""
+    scalar_calls = {
+        "ndtr": (2.0,),
+        "ndtri": (0.3,),
+        "gamma": (2.5,),
+        "gammainc": (2.0, 3.0),
+        "betainc": (2.0, 3.0, 0.5),
+        "zeta": (2.0, 3.0),
+        "i0e": (2.0,),
+        "erf": (0.5,),
+    }
+    for name, args in scalar_calls.items():
+        result = getattr(special, name)(*args)
+        assert result.weak_type and result.dtype == dtypes.float32, name
+        assert (result * np.float16(1)).dtype == dtypes.float16, name
+        assert not getattr(special, name)(np.float32(args[0]), *args[1:]).weak_type, name
+    assert fg.lax.igamma(2.0, 3.0).weak_type
+
+
 def test_low_precision_dtypes_are_kept():
     for dtype in (dtypes.float16, dtypes.bfloat16):
         x = np.linspace(0.05, 0.95, 19).astype(dtype)

@@ -17,6 +17,7 @@ import numpy as np
 
 from funcgrad import lax
 from funcgrad import numpy as fnp
+from funcgrad.lax.elementwise import convert_element_type_p
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
@@ -24,13 +25,16 @@ F64 = np.float64
 
 
 def _wide(name: str, *xs):
-    """The arguments promoted together, in float64, and the dtype to return."""
+    """The arguments promoted together, in float64, and what to return (`_narrow`): their
+    dtype, weakly typed where every argument is (Python scalars), as JAX's results are."""
     xs = promote_args_inexact(name, *xs)
-    return [lax.convert_element_type(x, F64) for x in xs], xs[0].dtype
+    kind = xs[0].dtype, all(x.weak_type for x in xs)
+    return [lax.convert_element_type(x, F64) for x in xs], kind
 
 
-def _narrow(x, dtype):
-    return lax.convert_element_type(x, dtype)
+def _narrow(x, kind: tuple):
+    dtype, weak = kind
+    return convert_element_type_p.bind(x, new_dtype=np.dtype(dtype), weak_type=weak)
 
 
 def _horner(coefficients, x):

@@ -14,6 +14,8 @@ from funcgrad.nn import functions as nn
 from funcgrad.nn.functions import ArrayLike, Axis, logsumexp
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.series import (
+    _narrow,
+    _wide,
     betainc,
     gammainc,
     gammaincc,
@@ -112,11 +114,8 @@ def ndtr(x: ArrayLike):
     """The standard normal CDF, as erfc(-x / sqrt 2) / 2 so that the lower tail keeps its
     relative precision. Narrower floats compute in float64: x / sqrt 2 rounds to the dtype,
     and erfc magnifies that error by about x^2 (in float32, 83 ulp at x = -9.9)."""
-    x = _inexact("ndtr", x)
-    if x.dtype == dtypes.float64:
-        return 0.5 * lax.erfc(-_SQRT_HALF * x)
-    wide = lax.convert_element_type(x, dtypes.float64)
-    return lax.convert_element_type(0.5 * lax.erfc(-_SQRT_HALF * wide), x.dtype)
+    (wide,), kind = _wide("ndtr", x)
+    return _narrow(0.5 * lax.erfc(-_SQRT_HALF * wide), kind)
 
 
 # Below these arguments ndtr(x) nears the end of its dtype's normal numbers, and log_ndtr takes
@@ -197,8 +196,8 @@ def ndtri(p: ArrayLike):
     gives -inf below about 1e-17, and loses digits well before). It computes in float64 and
     returns p's dtype.
     """
-    p = _inexact("ndtri", p)
-    return lax.convert_element_type(_ndtri(lax.convert_element_type(p, dtypes.float64)), p.dtype)
+    (wide,), kind = _wide("ndtri", p)
+    return _narrow(_ndtri(wide), kind)
 
 
 @custom_jvp
@@ -270,11 +269,9 @@ def gamma(x: ArrayLike):
     """Gamma(x) as sign * exp(log|Gamma(x)|): negative between -2k - 1 and -2k. Narrower
     floats compute in float64: exp magnifies log|Gamma|'s rounding by its size (62 ulp at
     x = 29 in float32)."""
-    x = _inexact("gamma", x)
-    wide = lax.convert_element_type(x, dtypes.float64)
+    (wide,), kind = _wide("gamma", x)
     negative = (wide < 0) & (fnp.remainder(fnp.floor(wide), 2) != 0)
-    value = fnp.where(negative, -1, 1) * fnp.exp(lax.lgamma(wide))
-    return lax.convert_element_type(value, x.dtype)
+    return _narrow(fnp.where(negative, -1, 1) * fnp.exp(lax.lgamma(wide)), kind)
 
 
 def loggamma(x: ArrayLike):
