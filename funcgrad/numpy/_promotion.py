@@ -222,6 +222,16 @@ def promote_args_inexact(name: str, *args) -> list:
     return _broadcast_operands([convert(a, dtype, weak) for a in args])
 
 
+def promote_dtypes_inexact(*args) -> list:
+    """The arguments in their common dtype, the default float where that is not inexact
+    (integers, bools), each keeping its own shape (matrices and their right-hand sides, a
+    distribution's vector arguments); Python numbers convert exactly, not through float32."""
+    dtype = result_type(*args)
+    if not dtypes.is_inexact(dtype):
+        dtype = dtypes.default_float
+    return [convert(a if dtypes.is_python_scalar(a) else to_array(a), dtype) for a in args]
+
+
 def promote_args_numeric(name: str, *args) -> list:
     """Like `promote_args`, with booleans computed as int32 where arithmetic needs numbers."""
     promoted = promote_args(name, *args)

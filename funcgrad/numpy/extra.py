@@ -37,6 +37,7 @@ from funcgrad.numpy._promotion import (
     convert,
     promote_args,
     promote_args_inexact,
+    promote_dtypes_inexact,
     result_type,
     to_array,
 )
@@ -496,7 +497,7 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     """Piecewise-linear interpolation of the points (xp, fp), xp increasing, at x. Outside
     xp's range the values are `left` and `right` (fp's end values by default; 'extrapolate'
     continues the end segments); with a `period`, x and xp are angles modulo it."""
-    x, xp, fp = _promote_inexact_keep_shapes(x, xp, fp)
+    x, xp, fp = promote_dtypes_inexact(x, xp, fp)
     if xp.ndim != 1 or fp.ndim != 1 or xp.shape != fp.shape or xp.shape[0] == 0:
         raise ValueError(
             f"interp: xp and fp must be 1-d of one nonzero length, got shapes {xp.shape} and "
@@ -533,7 +534,7 @@ def trapezoid(y, x=None, dx=1.0, axis: int = -1):
         (y,) = promote_args_inexact("trapezoid", y)
         spacing = dx
     else:
-        y, x = _promote_inexact_keep_shapes(y, x)
+        y, x = promote_dtypes_inexact(y, x)
         spacing = diff(x, axis=-1 if x.ndim == 1 else axis)
     axis = canonicalize_axis(axis, y.ndim, "trapezoid")
     y = shape_ops.moveaxis(y, axis, -1)
@@ -542,12 +543,6 @@ def trapezoid(y, x=None, dx=1.0, axis: int = -1):
     n = y.shape[-1]
     average = (_slice(y, 1, n, y.ndim - 1) + _slice(y, 0, max(n - 1, 0), y.ndim - 1)) / 2
     return reductions.sum(spacing * average, axis=-1)
-
-
-def _promote_inexact_keep_shapes(*args) -> list:
-    """The arguments in their common float dtype, each keeping its own shape."""
-    dtype = result_type(*args, float)
-    return [_to_dtype(a, dtype) for a in args]
 
 
 def _promote(*args) -> list:
@@ -806,7 +801,7 @@ def polymul(a1, a2, *, trim_leading_zeros: bool = False):
 def polydiv(u, v, *, trim_leading_zeros: bool = False):
     """Quotient and remainder of polynomial division; the remainder keeps u's length, its
     leading entries zero."""
-    u, v = _promote_inexact_keep_shapes(_poly("polydiv", u), _poly("polydiv", v))
+    u, v = promote_dtypes_inexact(_poly("polydiv", u), _poly("polydiv", v))
     if trim_leading_zeros:
         v = _trim_leading_zeros("polydiv", v)
     m, n = u.shape[0], v.shape[0]
@@ -876,7 +871,7 @@ def polyfit(x, y, deg: int, rcond=None, full: bool = False, w=None, cov: bool = 
     `full` also returns (residuals, rank, singular values, rcond); `cov` returns the
     coefficients' covariance, scaled by the residuals unless cov='unscaled'.
     """
-    x, y = _promote_inexact_keep_shapes(x, y)
+    x, y = promote_dtypes_inexact(x, y)
     deg = operator.index(deg)
     if deg < 0:
         raise ValueError(f"polyfit: deg must be non-negative, got {deg}")

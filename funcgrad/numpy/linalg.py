@@ -20,7 +20,7 @@ from funcgrad.numpy._promotion import (
     broadcast_shapes,
     broadcast_to,
     convert,
-    result_type,
+    promote_dtypes_inexact,
     to_array,
 )
 from funcgrad.numpy.creation import ones
@@ -324,17 +324,10 @@ def _lu_solve(lu, permutation, b):
     return lax.triangular_solve(lu, y, left_side=True, lower=False)
 
 
-def _inexact_pair(a, b):
-    dtype = result_type(a, b)
-    if not dtypes.is_inexact(dtype):
-        dtype = dtypes.default_float
-    return convert(to_array(a), dtype), convert(to_array(b), dtype)
-
-
 def solve(a, b):
     """x with a @ x = b. b is a vector when 1-d, else a stack of matrices (..., m, k); the
     leading axes of a and b broadcast."""
-    a, b = _inexact_pair(a, b)
+    a, b = promote_dtypes_inexact(a, b)
     a = _matrices("solve", a, True)
     vector = b.ndim == 1
     if vector:
@@ -554,7 +547,7 @@ def lstsq(a, b, rcond=None, *, numpy_resid: bool = False):
     """The least-squares solution x of a @ x = b (a 2-d), through the SVD: (x, residuals,
     rank, singular values). Residuals are |b - a @ x|^2 per column; with `numpy_resid` they
     are empty, as NumPy returns them, unless a has full column rank and more rows."""
-    a, b = _inexact_pair(a, b)
+    a, b = promote_dtypes_inexact(a, b)
     if a.ndim != 2 or b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
         raise ValueError(
             f"lstsq: needs a 2-d a and a 1-d or 2-d b with as many rows, got shapes {a.shape} "

@@ -27,7 +27,14 @@ from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
-from funcgrad.numpy._promotion import broadcast_shapes, broadcast_to, convert, result_type, to_array
+from funcgrad.numpy._promotion import (
+    broadcast_shapes,
+    broadcast_to,
+    convert,
+    promote_dtypes_inexact,
+    result_type,
+    to_array,
+)
 from funcgrad.numpy.linalg import _adjoint, _matrices
 from funcgrad.transforms.autodiff import jvp
 
@@ -72,14 +79,6 @@ __all__ = [
 
 # ---------------------------------------------------------------------------------------------
 # Shared argument handling
-
-
-def _inexact(*arrays) -> list:
-    """The arrays in their common dtype, integers and bools computing in the default float."""
-    dtype = result_type(*arrays)
-    if not dtypes.is_inexact(dtype):
-        dtype = dtypes.default_float
-    return [convert(to_array(x), dtype) for x in arrays]
 
 
 def _right_hand_side(name: str, a, b):
@@ -149,7 +148,7 @@ def solve_triangular(
     `unit_diagonal`."""
     del overwrite_b, debug, check_finite
     trans = _trans("solve_triangular", trans)
-    a, b = _inexact(a, b)
+    a, b = promote_dtypes_inexact(a, b)
     a = _matrices("solve_triangular", a, square=True)
     b, vector = _right_hand_side("solve_triangular", a, b)
     a, b = _common_batch((a, 2), (b, 2))
@@ -164,7 +163,7 @@ def cholesky(
     L with a = L @ L^H if `lower`, else (the default, as in SciPy) U with a = U^H @ U. NaNs
     where a matrix is not positive definite."""
     del overwrite_a, check_finite
-    (a,) = _inexact(a)
+    (a,) = promote_dtypes_inexact(a)
     a = _matrices("cholesky", a, square=True)
     if lower:
         return lax.cholesky(a, symmetrize_input=False)
@@ -189,7 +188,7 @@ def cho_solve(
     """x with a @ x = b, given cho_factor(a) = (c, lower): two triangular solves."""
     del overwrite_b, check_finite
     c, lower = c_and_lower
-    c, b = _inexact(c, b)
+    c, b = promote_dtypes_inexact(c, b)
     c = _matrices("cho_solve", c, square=True)
     b, vector = _right_hand_side("cho_solve", c, b)
     c, b = _common_batch((c, 2), (b, 2))
@@ -210,7 +209,7 @@ def lu_factor(
     """(lu, piv) as LAPACK's getrf gives them, for lu_solve: L (unit diagonal) below lu's
     diagonal and U on and above it; row i was swapped with row piv[i], for i in turn."""
     del overwrite_a, check_finite
-    (a,) = _inexact(a)
+    (a,) = promote_dtypes_inexact(a)
     factors, pivots, _ = lax.lu(_matrices("lu_factor", a))
     return factors, pivots
 
@@ -221,7 +220,7 @@ def lu(
     """(p, l, u) with a = p @ l @ u, or (p @ l, u) with `permute_l`. For a of shape
     (..., m, n) and k = min(m, n): p is (..., m, m) (real), l (..., m, k), u (..., k, n)."""
     del overwrite_a, check_finite
-    (a,) = _inexact(a)
+    (a,) = promote_dtypes_inexact(a)
     a = _matrices("lu", a)
     factors, _, permutation = lax.lu(a)
     m, n = a.shape[-2:]
@@ -270,7 +269,7 @@ def lu_solve(
     del overwrite_b, check_finite
     factors, pivots = lu_and_piv
     trans = _trans("lu_solve", trans)
-    factors, b = _inexact(factors, b)
+    factors, b = promote_dtypes_inexact(factors, b)
     factors = _matrices("lu_solve", factors, square=True)
     permutation = _permutation_from_pivots(to_array(pivots), factors.shape[-1])
     b, vector = _right_hand_side("lu_solve", factors, b)
@@ -310,7 +309,7 @@ def solve(
         raise ValueError(f"solve: assume_a must be one of {_ASSUME_A}, got {assume_a!r}")
     if assume_a != "pos":
         return fnp.linalg.solve(a, b)
-    a, b = _inexact(a, b)
+    a, b = promote_dtypes_inexact(a, b)
     return cho_solve(cho_factor(_matrices("solve", a, square=True), lower=lower), b)
 
 
@@ -337,7 +336,7 @@ def svd(
     """(u, s, vh) with a = u @ diag(s) @ vh, s descending; s alone without `compute_uv`.
     `lapack_driver` is ignored: funcgrad picks its own."""
     del overwrite_a, check_finite, lapack_driver
-    (a,) = _inexact(a)
+    (a,) = promote_dtypes_inexact(a)
     return lax.svd(_matrices("svd", a), full_matrices=full_matrices, compute_uv=compute_uv)
 
 
@@ -358,7 +357,7 @@ def qr(
     del overwrite_a, lwork, check_finite
     if mode not in _QR_MODES:
         raise ValueError(f"qr: mode must be one of {_QR_MODES}, got {mode!r}")
-    (a,) = _inexact(a)
+    (a,) = promote_dtypes_inexact(a)
     q, r = lax.qr(_matrices("qr", a), pivoting=pivoting, full_matrices=mode != "economic")
     return (r,) if mode == "r" else (q, r)
 
@@ -378,7 +377,7 @@ def qr_multiply(
     del overwrite_a, overwrite_c
     if mode not in ("left", "right"):
         raise ValueError(f"qr_multiply: mode must be 'left' or 'right', got {mode!r}")
-    a, c = _inexact(a, c)
+    a, c = promote_dtypes_inexact(a, c)
     a = _matrices("qr_multiply", a)
     if c.ndim == 0:
         raise ValueError(f"qr_multiply: c must have at least one axis, got shape {c.shape}")
@@ -430,7 +429,7 @@ def polar(
         raise ValueError(f"polar: side must be 'right' or 'left', got {side!r}")
     if method not in ("qdwh", "svd"):
         raise ValueError(f"polar: method must be 'qdwh' or 'svd', got {method!r}")
-    (a,) = _inexact(a)
+    (a,) = promote_dtypes_inexact(a)
     u_svd, s, vh = lax.svd(_matrices("polar", a), full_matrices=False)
     s = convert(s, a.dtype)
     unitary = fnp.matmul(u_svd, vh)
@@ -472,11 +471,11 @@ def eigh(
         raise ValueError(f"eigh: type must be 1, 2 or 3, got {type!r}")
     lower = bool(lower)
     if b is None:
-        (a,) = _inexact(a)
+        (a,) = promote_dtypes_inexact(a)
         a = _matrices("eigh", a, square=True)
         v, w = lax.eigh(a, lower=lower, symmetrize_input=False)
     else:
-        a, b = _inexact(a, b)
+        a, b = promote_dtypes_inexact(a, b)
         a, b = _matrices("eigh", a, square=True), _matrices("eigh", b, square=True)
         if a.shape[-1] != b.shape[-1]:
             raise ValueError(f"eigh: a of shape {a.shape} and b of shape {b.shape} differ in size")
@@ -598,7 +597,7 @@ def hessenberg(
     one zeroes nothing; for complex matrices it makes the last subdiagonal entry real.
     """
     del overwrite_a, check_finite
-    (a,) = _inexact(a)
+    (a,) = promote_dtypes_inexact(a)
     a = _matrices("hessenberg", a, square=True)
     n = a.shape[-1]
     q = broadcast_to(fnp.eye(n, dtype=a.dtype), a.shape)
@@ -693,7 +692,7 @@ def expm(A: ArrayLike, *, upper_triangular: bool = False, max_squarings: int = 1
     degree and the number of squarings s picked from A's 1-norm. Where A needs more than
     `max_squarings` squarings the result is NaN. `upper_triangular` solves the approximant's
     system as a triangular one."""
-    (A,) = _inexact(A)
+    (A,) = promote_dtypes_inexact(A)
     A = _matrices("expm", A, square=True)
     if A.dtype.itemsize < 4:
         raise TypeError(f"expm: takes float32, float64, complex64 or complex128, got {A.dtype}")
@@ -733,7 +732,7 @@ def expm_frechet(
     """The Fréchet derivative of expm at A in the direction E, with expm(A) first when
     `compute_expm`: the jvp of expm. `method` picks SciPy's algorithm and is ignored."""
     del method
-    A, E = _inexact(A, E)
+    A, E = promote_dtypes_inexact(A, E)
     A = _matrices("expm_frechet", A, square=True)
     E = _matrices("expm_frechet", E, square=True)
     if A.shape != E.shape:
@@ -763,7 +762,7 @@ def solve_sylvester(
         )
     if method != "eigen":
         raise ValueError(f"solve_sylvester: method must be 'schur' or 'eigen', got {method!r}")
-    A, B, C = _inexact(A, B, C)
+    A, B, C = promote_dtypes_inexact(A, B, C)
     A = _matrices("solve_sylvester", A, square=True)
     B = _matrices("solve_sylvester", B, square=True)
     C = _matrices("solve_sylvester", C)
@@ -885,7 +884,7 @@ def companion(a: ArrayLike) -> Array:
     """The companion matrix of the polynomial with coefficients a (highest power first, at
     least 2 of them): first row -a[1:] / a[0], ones below the diagonal. Its eigenvalues are
     the polynomial's roots."""
-    (a,) = _inexact(fnp.atleast_1d(to_array(a)))
+    (a,) = promote_dtypes_inexact(fnp.atleast_1d(to_array(a)))
     if a.shape[-1] < 2:
         raise ValueError(
             f"companion: a needs at least 2 coefficients along its last axis, got {a.shape}"
@@ -899,7 +898,7 @@ def companion(a: ArrayLike) -> Array:
 def fiedler_companion(a: ArrayLike) -> Array:
     """Fiedler's pentadiagonal companion matrix of the polynomial with coefficients a (highest
     power first): the same eigenvalues as companion(a), the polynomial's roots."""
-    (a,) = _inexact(fnp.atleast_1d(to_array(a)))
+    (a,) = promote_dtypes_inexact(fnp.atleast_1d(to_array(a)))
     if a.shape[-1] == 0:
         raise ValueError(f"fiedler_companion: a needs at least one coefficient, got {a.shape}")
     n = a.shape[-1] - 1

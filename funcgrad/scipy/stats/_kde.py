@@ -17,8 +17,8 @@ from funcgrad import dtypes, lax, random
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike, logsumexp
+from funcgrad.numpy._promotion import promote_dtypes_inexact
 from funcgrad.scipy.special import ndtr
-from funcgrad.scipy.stats._promotion import promote_dtypes_inexact
 from funcgrad.tree_util import register_pytree_node_class
 
 _FIELDS = ("neff", "dataset", "weights", "covariance", "inv_cov")

@@ -1,5 +1,4 @@
-"""The dtypes the distributions compute in: promotion without broadcasting, and float64 for
-the logs of probabilities that narrower floats would underflow."""
+"""float64 for the logs of probabilities that narrower floats would underflow."""
 
 from __future__ import annotations
 
@@ -7,16 +6,6 @@ from collections.abc import Callable
 
 from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
-from funcgrad.numpy._promotion import convert, result_type
-
-
-def promote_dtypes_inexact(*args) -> list:
-    """The arguments as arrays of their common dtype, the default float if that is not
-    inexact; shapes are left as they are."""
-    dtype = result_type(*args)
-    if not dtypes.is_inexact(dtype):
-        dtype = dtypes.default_float
-    return [convert(a, dtype) for a in args]
 
 
 def log_in_float64(probability: Callable, *args):

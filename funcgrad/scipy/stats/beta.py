@@ -14,7 +14,7 @@ from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.special import betainc, betaln, xlog1py, xlogy
-from funcgrad.scipy.stats._promotion import log_in_float64
+from funcgrad.scipy.stats._logs import log_in_float64
 
 
 def logpdf(

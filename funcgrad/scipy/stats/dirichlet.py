@@ -11,8 +11,8 @@ from __future__ import annotations
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
+from funcgrad.numpy._promotion import promote_dtypes_inexact
 from funcgrad.scipy.special import gammaln, xlogy
-from funcgrad.scipy.stats._promotion import promote_dtypes_inexact
 
 _SIMPLEX_TOLERANCE = 1e-6
 

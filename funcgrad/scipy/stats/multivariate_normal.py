@@ -14,7 +14,7 @@ from funcgrad import lax
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
-from funcgrad.scipy.stats._promotion import promote_dtypes_inexact
+from funcgrad.numpy._promotion import promote_dtypes_inexact
 
 _LOG_2PI = math.log(2 * math.pi)
 
