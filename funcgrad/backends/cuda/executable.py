@@ -978,21 +978,19 @@ class CudaExecutable:
         """Device buffers for a call, all before any kernel runs: the arguments' copies, the
         outputs and the arena, as views by kernel-IR buffer; the outputs that donated
         arguments host take over the memory `taken` gives them (none in a profile)."""
-        device, xp = self.device, self.device.xp
+        device = self.device
         if self._too_big:
             raise MemoryError
         program = self.program
         views = dict(self.consts)
         for buffer, arg, dtype in zip(program.inputs, args, self._in_dtypes):
             views[buffer] = self._argument(arg, dtype)
-        outputs = [xp.empty(math.prod(shape), _storage(dtype)) for shape, dtype in self._out_shapes]
+        outputs = self._results(taken)
         for k, i in self.donated.items():
             host = program.inputs[i]
             if i not in taken:  # a copy of the argument hosts the output instead
                 argument = device.view(views[host], host.dtype)  # (complex: as its parts)
                 device.copy(device.view(outputs[k], host.dtype), argument)
-            else:
-                outputs[k] = taken[i]
             views[host] = device.view(outputs[k], host.dtype)
         for buffer, out in zip(program.outputs, outputs):
             views[buffer] = device.view(out, buffer.dtype)
