@@ -505,7 +505,7 @@ def _columns_outer(kernel: K.Kernel) -> list | None:
     if len(init.body) != 1 or not columns.body:
         return None
     # (before the fold, the stores of the map whose values it folds: `schedule`'s
-    # `column_folds_with_their_operand`)
+    # `column_folds_with_maps`)
     first, (*stores, update) = init.body[0], columns.body
     if not (isinstance(first, K.Store) and isinstance(update, K.Store)):
         return None
@@ -1418,8 +1418,7 @@ def _split_columns(kernel: K.Kernel, threads: int) -> list[K.Kernel] | None:
         lambda e: (
             isinstance(e, K.AccRead)
             or (
-                e.buffer in kernel.outputs
-                and not (e.buffer in owned and K.same(e.offset, owned[e.buffer]))
+                e.buffer in kernel.outputs and (e.buffer not in owned or _reads_elsewhere(e, owned))
             )
         ),
     ):
