@@ -572,9 +572,7 @@ def column_folds_with_maps(on_blocks):
 
 
 def schedule(
-    closed: ClosedJaxpr,
-    gemm_dtypes: tuple = GEMM_DTYPES,
-    contraction_dtypes: tuple = (),
+    closed: ClosedJaxpr, gemm_dtypes: tuple = GEMM_DTYPES, contraction_dtypes: tuple = ()
 ) -> Program:
     """The program computing `closed`; its inputs are the jaxpr's invars in order. Products
     in `gemm_dtypes` may run as library GEMMs; convolutions in `contraction_dtypes` run as
@@ -643,15 +641,10 @@ def _operands_swapped(product: JaxprEqn, outvars: list) -> JaxprEqn:
 
 
 class _Scheduler:
-    def __init__(
-        self,
-        closed: ClosedJaxpr,
-        gemm_dtypes: tuple,
-        contraction_dtypes: tuple,
-    ):
+    def __init__(self, closed: ClosedJaxpr, gemm_dtypes: tuple, contraction_dtypes: tuple):
         self.gemm_dtypes = gemm_dtypes
         self.contraction_dtypes = contraction_dtypes
-        jaxpr = self.jaxpr = closed.jaxpr
+        jaxpr = closed.jaxpr
         self.consts: dict = {}
         self.buffer_of: dict = {}
         for var, value in zip(jaxpr.constvars, closed.consts):
@@ -839,6 +832,8 @@ class _Scheduler:
             return None
         if any(v.aval.shape != shape for v in kept):
             return None
+        if not on_blocks(math.prod(shape[:-1]), shape[-1]):
+            return None
         for v in kept:
             for reader in self.consumers.get(v, ()):
                 if (
@@ -846,7 +841,6 @@ class _Scheduler:
                     and reader.invars[0] is v
                     and tuple(reader.params["axes"]) == tuple(range(len(shape) - 1))
                     and reader.outvars[0].aval.dtype == compute_dtype(v.aval.dtype)
-                    and on_blocks(math.prod(shape[:-1]), shape[-1])
                 ):
                     return reader
         return None
