@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from funcgrad import tree_util
-from funcgrad.tree_util import KeyPath, PyTreeDef
+from funcgrad.tree_util import IsLeaf, KeyPath, PyTreeDef
 
 __all__ = [
     "all",
@@ -32,7 +32,6 @@ __all__ = [
     "unflatten",
 ]
 
-IsLeaf = Callable[[Any], bool]
 _MISSING = object()
 
 
