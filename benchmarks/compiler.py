@@ -457,6 +457,101 @@ def conv_step_case():
     return runs, None, 3
 
 
+# The transformer step's sizes: 32 windows of 64 tokens over a 65-letter alphabet, width 128,
+# four heads, two pre-norm blocks.
+_TOKENS, _CONTEXT, _WIDTH, _HEADS, _DEPTH, _BATCH_WINDOWS = 65, 64, 128, 4, 2, 32
+
+
+def _transformer_inputs() -> tuple:
+    """The transformer's parameters (a dict of arrays, as a researcher keeps them) and a batch
+    of token windows one longer than the context (inputs and their next tokens)."""
+    rng = np.random.default_rng(5)
+    d = _WIDTH
+
+    def dense(m, n):
+        return (rng.standard_normal((m, n)) / np.sqrt(m)).astype(np.float32)
+
+    def zeros(n):
+        return np.zeros(n, np.float32)
+
+    def ones(n):
+        return np.ones(n, np.float32)
+
+    blocks = [
+        {"norm1": (ones(d), zeros(d)), "qkv": dense(d, 3 * d), "out": dense(d, d),
+         "norm2": (ones(d), zeros(d)), "up": (dense(d, 4 * d), zeros(4 * d)),
+         "down": (dense(4 * d, d), zeros(d))}
+        for _ in range(_DEPTH)
+    ]  # fmt: skip
+    params = {
+        "tokens": (0.02 * rng.standard_normal((_TOKENS, d))).astype(np.float32),
+        "positions": (0.02 * rng.standard_normal((_CONTEXT, d))).astype(np.float32),
+        "blocks": blocks,
+        "norm": (ones(d), zeros(d)),
+        "readout": dense(d, _TOKENS),
+    }
+    windows = rng.integers(0, _TOKENS, (_BATCH_WINDOWS, _CONTEXT + 1)).astype(np.int32)
+    return params, windows
+
+
+def _transformer_step(xp, grad, gelu, tree_map):
+    """One SGD step of a decoder-only transformer written in plain array code (causal
+    attention by a mask, layer norms, a GELU MLP, cross-entropy against the next tokens), the
+    same lines for every framework."""
+    batch, context, width, heads = _BATCH_WINDOWS, _CONTEXT, _WIDTH, _HEADS
+    scale = 1.0 / float(np.sqrt(width // heads))  # a Python float: weakly typed everywhere
+
+    def norm(x, scale_and_shift):
+        gain, shift = scale_and_shift
+        mean = x.mean(-1, keepdims=True)
+        variance = ((x - mean) ** 2).mean(-1, keepdims=True)
+        return (x - mean) / xp.sqrt(variance + 1e-5) * gain + shift
+
+    def attention(x, block):
+        qkv = (norm(x, block["norm1"]) @ block["qkv"]).reshape(batch, context, 3, heads, -1)
+        q, k, v = (qkv[:, :, j].transpose(0, 2, 1, 3) for j in range(3))
+        scores = q @ k.transpose(0, 1, 3, 2) * scale
+        scores = xp.where(xp.tril(xp.ones((context, context), bool)), scores, -1e9)
+        scores = xp.exp(scores - scores.max(-1, keepdims=True))
+        weights = scores / scores.sum(-1, keepdims=True)
+        mixed = (weights @ v).transpose(0, 2, 1, 3).reshape(batch, context, width)
+        return mixed @ block["out"]
+
+    def mlp(x, block):
+        (w1, b1), (w2, b2) = block["up"], block["down"]
+        return gelu(norm(x, block["norm2"]) @ w1 + b1) @ w2 + b2
+
+    def loss(params, windows):
+        inputs, targets = windows[:, :-1], windows[:, 1:]
+        h = params["tokens"][inputs] + params["positions"]
+        for block in params["blocks"]:
+            h = h + attention(h, block)
+            h = h + mlp(h, block)
+        logits = norm(h, params["norm"]) @ params["readout"]
+        logits = logits - logits.max(-1, keepdims=True)
+        log_probs = logits - xp.log(xp.exp(logits).sum(-1, keepdims=True))
+        return -xp.take_along_axis(log_probs, targets[..., None], axis=-1).mean()
+
+    def step(params, windows):
+        grads = grad(loss)(params, windows)
+        return tree_map(lambda p, g: p - 1e-3 * g, params, grads)
+
+    return step
+
+
+def transformer_case():
+    params, windows = _transformer_inputs()
+    step = _transformer_step(fnp, fg.grad, fg.nn.gelu, fg.tree_util.tree_map)
+    runs = {"funcgrad-llvm": _funcgrad("llvm", step, params, windows)}
+    jax = _jax()
+    if jax:
+        jax_, jnp = jax
+        f = jax_.jit(_transformer_step(jnp, jax_.grad, jax_.nn.gelu, jax_.tree_util.tree_map))
+        pj, wj = jax_.tree_util.tree_map(jnp.asarray, (params, windows))
+        runs["jax-jit"] = lambda: jax_.block_until_ready(f(pj, wj))
+    return runs, None, 3
+
+
 def _ten_ops(xp):
     def f(a):
         for _ in range(5):
@@ -515,6 +610,7 @@ CASES = {
     "rnn scan 1000 bwd": rnn_backward_case,
     "per-example grads": per_example_grads_case,
     "conv step (batch 64, 28x28)": conv_step_case,
+    "transformer step 32x64x128": transformer_case,
     "jit call x*2+1": call_overhead_case,
     "jit call 10 ops": call_overhead_ten_ops_case,
     "jit call pytree layer": call_overhead_pytree_case,
