@@ -20,7 +20,7 @@ from funcgrad import (
 )
 from funcgrad.array import Array, Device, block_until_ready, device_get, device_put
 from funcgrad.callbacks import pure_callback
-from funcgrad.config import config, default_matmul_precision, disable_jit
+from funcgrad.config import config, default_matmul_precision, disable_jit, enable_x64
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
 from funcgrad.devices import (
     default_backend,
@@ -77,6 +77,7 @@ __all__ = [
     "disable_jit",
     "distributed",
     "dtypes",
+    "enable_x64",
     "eval_shape",
     "float0",
     "grad",

@@ -76,6 +76,13 @@ class Config:
         # full float32 whatever it says. Products traced under a setting take it as their
         # precision (jit keys its traces by it); one naming none reads it when its GEMM runs.
         self.default_matmul_precision = None
+        # 64-bit defaults (FUNCGRAD_ENABLE_X64): Python scalars, `float` and `int` as dtypes,
+        # creation functions, random values, indices and counts become float64 and int64, as
+        # under JAX's flag of the same name. float64 data is kept either way. jit keys its
+        # traces by it.
+        self.enable_x64 = False
+        if _flag_from_environment("FUNCGRAD_ENABLE_X64", False):
+            self.update("enable_x64", True)
 
     def update(self, name: str, value) -> None:
         name = name.removeprefix("jax_")
@@ -91,6 +98,12 @@ class Config:
             use_platform(value)  # raises, leaving the setting, if it cannot be used
         elif name == "default_matmul_precision":
             value = _checked_precision(value)
+        elif name == "enable_x64":
+            if not isinstance(value, bool):
+                raise TypeError(f"enable_x64 must be True or False, got {value!r}")
+            from funcgrad import dtypes  # (dtypes needs nothing from here)
+
+            dtypes.use_x64(value)
         elif name == "enable_compilation_cache" and not isinstance(value, bool):
             raise TypeError(f"enable_compilation_cache must be True or False, got {value!r}")
         elif name == "compilation_cache_dir":
@@ -163,3 +176,15 @@ def default_matmul_precision(name: str | None) -> Iterator[None]:
         yield
     finally:
         config.default_matmul_precision = previous
+
+
+@contextlib.contextmanager
+def enable_x64(enabled: bool = True) -> Iterator[None]:
+    """Inside the block, the defaults are 64-bit (or 32-bit, for `False`): see
+    `config.enable_x64`."""
+    previous = config.enable_x64
+    config.update("enable_x64", enabled)
+    try:
+        yield
+    finally:
+        config.update("enable_x64", previous)

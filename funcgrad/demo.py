@@ -41,6 +41,7 @@ def init_params(key, channels=(16, 32), hidden=64, classes=10) -> dict:
 
 
 def conv(x, layer):
+    x = x.astype(layer["w"].dtype)  # (float32 images meet float64 weights under enable_x64)
     y = lax.conv_general_dilated(
         x, layer["w"], (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
     )

@@ -1,8 +1,9 @@
 """Dtypes and type promotion.
 
 funcgrad promotes like JAX: a lattice in which Python scalars are *weakly typed* (they take the
-dtype of the array they meet), float32 is the default float and int32 the default int, and
-float64 given by the user is kept, never silently downcast. Complex numbers sit above the
+dtype of the array they meet), float32 is the default float and int32 the default int (float64
+and int64 under `config.enable_x64`), and float64 given by the user is kept, never silently
+downcast. Complex numbers sit above the
 floats: float32 meets complex64 in complex64, float64 meets it in complex128, and a Python
 complex scalar is a weak complex that takes the width of the floats it meets.
 """
@@ -36,6 +37,8 @@ HALF_FLOATS = (float16, bfloat16)
 # The dtype of tangents of integer and boolean values: they carry no information.
 float0 = np.dtype([("float0", np.void, 0)])
 
+# The defaults: what Python scalars, `float` and `int` as dtypes, creation functions, indices and
+# counts become. 32-bit unless `config.enable_x64` (`use_x64`) makes them 64-bit.
 float_ = float32
 int_ = int32
 default_float = float32
@@ -164,19 +167,32 @@ def check_supported(dtype) -> np.dtype:
     return dtype
 
 
+def use_x64(enabled: bool) -> None:
+    """Make the defaults 64-bit (float64, int64, complex128) or 32-bit again; only
+    `config.update("enable_x64", ...)` calls this, which also keeps jit's traces apart."""
+    global float_, int_, default_float, default_int
+    default_float = float_ = float64 if enabled else float32
+    default_int = int_ = int64 if enabled else int32
+
+
+def default_complex() -> np.dtype:
+    return complex128 if default_float == float64 else complex64
+
+
 def canonicalize(dtype) -> np.dtype:
     """Map NumPy's platform defaults for *requested* dtypes to funcgrad's supported set.
 
-    Python's `float`/`int`/`bool` used as a dtype mean the defaults (float32, int32), as in JAX.
+    Python's `float`/`int`/`complex` used as a dtype mean the defaults (float32, int32 and
+    complex64; 64-bit under `enable_x64`), as in JAX.
     """
     if dtype is builtins.float:
-        return float32
+        return default_float
     if dtype is builtins.int:
-        return int32
+        return default_int
     if dtype is builtins.bool:
         return bool_
     if dtype is builtins.complex:
-        return complex64
+        return default_complex()
     return check_supported(dtype)
 
 
@@ -193,11 +209,11 @@ def scalar_dtype(x) -> tuple[np.dtype, bool]:
     if isinstance(x, builtins.bool):
         return bool_, False
     if isinstance(x, builtins.int):
-        return int32, True
+        return default_int, True
     if isinstance(x, builtins.float):
-        return float32, True
+        return default_float, True
     if isinstance(x, builtins.complex):
-        return complex64, True
+        return default_complex(), True
     raise TypeError(f"{type(x).__name__} is not a scalar")
 
 
@@ -216,14 +232,14 @@ def result_type_of(dtypes_and_weak: list[tuple[np.dtype, bool]]) -> tuple[np.dty
         here = _node(dtype, weak)
         node = here if node is None else _join(node, here)
     if node == _WEAK_INT:
-        weak_dtype = _widest_weak(dtypes_and_weak, "iu", int32)
+        weak_dtype = _widest_weak(dtypes_and_weak, "iu", default_int)
         return weak_dtype, True
     if node == _WEAK_FLOAT:
-        weak_dtype = _widest_weak(dtypes_and_weak, "f", float32)
+        weak_dtype = _widest_weak(dtypes_and_weak, "f", default_float)
         return weak_dtype, True
     if node == _WEAK_COMPLEX:
         parts = [(real_dtype(dtype), weak) for dtype, weak in dtypes_and_weak]
-        return complex_dtype(_widest_weak(parts, "f", float32)), True
+        return complex_dtype(_widest_weak(parts, "f", default_float)), True
     return node, False
 
 

@@ -285,9 +285,12 @@ def _random_bits(key, bit_width: int, shape: tuple[int, ...]):
 
 
 def bits(key, shape: Sequence[int] = (), dtype=None) -> Array:
-    """Uniformly random unsigned integers (uint32 unless `dtype` names another unsigned type)."""
+    """Uniformly random unsigned integers (of the default int's width unless `dtype` names
+    another unsigned type)."""
     key = _check_key("bits", key)
-    dtype = dtypes.uint32 if dtype is None else dtypes.canonicalize(dtype)
+    if dtype is None:
+        dtype = np.dtype(f"uint{8 * dtypes.default_int.itemsize}")
+    dtype = dtypes.canonicalize(dtype)
     if not dtypes.is_unsigned(dtype):
         raise TypeError(f"bits draws unsigned integers, got dtype {dtype.name}")
     return _random_bits(key, dtype.itemsize * 8, _canonical_shape("bits", shape))
@@ -480,7 +483,7 @@ def categorical(key, logits, axis: int = -1, shape=None) -> Array:
     draw_shape = shape[: prefix + axis] + (logits.shape[axis],) + shape[prefix + axis :]
     noise = gumbel(key, draw_shape, logits.dtype)
     logits = _broadcast_to("categorical", logits, draw_shape)
-    return lax.argmax(lax.add(noise, logits), prefix + axis, dtypes.int32)
+    return lax.argmax(lax.add(noise, logits), prefix + axis, dtypes.default_int)
 
 
 def _shuffle(key, x, axis: int, same_for_all_slices: bool):
@@ -510,7 +513,7 @@ def permutation(key, x, axis: int = 0, independent: bool = False) -> Array:
     key = _check_key("permutation", key)
     if isinstance(x, int) or np.ndim(x) == 0:
         n = _concrete_int("permutation", x)
-        return _shuffle(key, lax.iota(dtypes.int32, n), 0, same_for_all_slices=False)
+        return _shuffle(key, lax.iota(dtypes.default_int, n), 0, same_for_all_slices=False)
     x = lax.asarray(x)
     if not -x.ndim <= axis < x.ndim:
         raise ValueError(f"permutation: axis {axis} is out of range for shape {x.shape}")
@@ -537,7 +540,7 @@ def choice(key, a, shape: Sequence[int] = (), replace: bool = True, p=None, axis
     n_draws = math.prod(shape)
     out_shape = shape if arr is None else arr.shape[:axis] + shape + arr.shape[axis + 1 :]
     if n_draws == 0:
-        return lax.full(out_shape, 0, dtypes.int32 if arr is None else arr.dtype)
+        return lax.full(out_shape, 0, dtypes.default_int if arr is None else arr.dtype)
     if n_inputs <= 0:
         raise ValueError(f"choice: cannot draw {n_draws} samples from an empty population")
     if not replace and n_draws > n_inputs:
@@ -560,7 +563,7 @@ def choice(key, a, shape: Sequence[int] = (), replace: bool = True, p=None, axis
 def _weighted_indices(key, p, n_inputs: int, n_draws: int, replace: bool):
     p = lax.asarray(p)
     if not dtypes.is_float(p.dtype):
-        p = lax.convert_element_type(p, dtypes.float32)
+        p = lax.convert_element_type(p, dtypes.default_float)
     if p.shape != (n_inputs,):
         raise ValueError(
             f"choice: p must have shape ({n_inputs},), one per candidate, got {p.shape}"
@@ -571,7 +574,7 @@ def _weighted_indices(key, p, n_inputs: int, n_draws: int, replace: bool):
         total = lax.index_in_dim(cumulative, n_inputs - 1, keepdims=False)
         u = _uniform("choice", key, (n_draws,), p.dtype, 0.0, 1.0)
         targets = lax.mul(lax.sub(np.array(1, p.dtype)[()], u), total)
-        return lax.convert_element_type(fnp.searchsorted(cumulative, targets), dtypes.int32)
+        return lax.convert_element_type(fnp.searchsorted(cumulative, targets), dtypes.default_int)
     # Without replacement: the k largest of log(p) + Gumbel noise (the Gumbel-top-k trick).
     noise = gumbel(key, (n_inputs,), p.dtype)
     return lax.top_k(lax.add(noise, lax.log(p)), n_draws)[1]
@@ -633,9 +636,9 @@ def cauchy(key, shape: Sequence[int] = (), dtype=None) -> Array:
 
 
 def rademacher(key, shape: Sequence[int] = (), dtype=None) -> Array:
-    """-1 or 1 with equal probability (int32 unless `dtype` says otherwise)."""
+    """-1 or 1 with equal probability (the default int unless `dtype` says otherwise)."""
     key = _check_key("rademacher", key)
-    dtype = dtypes.int32 if dtype is None else dtypes.canonicalize(dtype)
+    dtype = dtypes.default_int if dtype is None else dtypes.canonicalize(dtype)
     coin = bernoulli(key, 0.5, _canonical_shape("rademacher", shape))
     return lax.convert_element_type(coin, dtype) * 2 - 1
 
@@ -718,11 +721,12 @@ def wald(key, mean, shape=None, dtype=None) -> Array:
 
 
 def geometric(key, p, shape=None, dtype=None) -> Array:
-    """The number of Bernoulli(p) trials up to and including the first success (int32)."""
+    """The number of Bernoulli(p) trials up to and including the first success (of the
+    default int unless `dtype` says otherwise)."""
     key = _check_key("geometric", key)
-    int_dtype = dtypes.int32 if dtype is None else dtypes.canonicalize(dtype)
+    int_dtype = dtypes.default_int if dtype is None else dtypes.canonicalize(dtype)
     p = lax.asarray(p)
-    float_dtype = p.dtype if dtypes.is_float(p.dtype) else dtypes.float32
+    float_dtype = p.dtype if dtypes.is_float(p.dtype) else dtypes.default_float
     shape, (p,) = _params("geometric", shape, float_dtype, p)
     u = _uniform("geometric", key, shape, float_dtype, 0.0, 1.0)
     trials = lax.floor(lax.log1p(-u) / lax.log1p(-p)) + 1
@@ -840,13 +844,13 @@ def dirichlet(key, alpha, shape=None, dtype=None) -> Array:
 
 
 def poisson(key, lam, shape=None, dtype=None) -> Array:
-    """Poisson(lam) integers (int32): Knuth's multiplication method for lam < 10, Hormann's
-    transformed rejection with squeeze (PTRS) from 10 on; -1 for a negative, infinite or
-    NaN lam."""
+    """Poisson(lam) integers (of the default int): Knuth's multiplication method for lam < 10,
+    Hormann's transformed rejection with squeeze (PTRS) from 10 on; -1 for a negative,
+    infinite or NaN lam."""
     key = _check_key("poisson", key)
-    int_dtype = dtypes.int32 if dtype is None else dtypes.canonicalize(dtype)
+    int_dtype = dtypes.default_int if dtype is None else dtypes.canonicalize(dtype)
     lam = lax.asarray(lam)
-    float_dtype = lam.dtype if dtypes.is_float(lam.dtype) else dtypes.float32
+    float_dtype = lam.dtype if dtypes.is_float(lam.dtype) else dtypes.default_float
     shape, (lam,) = _params("poisson", shape, float_dtype, lam)
     small_key, large_key = _split2(key)
     valid = (lam >= 0) & lax.is_finite(lam)

@@ -104,6 +104,7 @@ def lu_pivots_to_permutation(pivots, permutation_size: int):
         return broadcast_in_dim(picked, shape, tuple(range(axis)))
 
     def swap(i, permutation):
+        i = convert_element_type(i, dtypes.int32)  # (a Python int's index: int64 under x64)
         pivot = dynamic_slice_in_dim(pivots, i, 1, axis)
         at_i, at_pivot = (
             eq(positions, i),

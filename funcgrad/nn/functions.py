@@ -287,7 +287,7 @@ def standardize(
 # Encodings
 
 
-def one_hot(x: ArrayLike, num_classes: int, *, dtype: Any = dtypes.float32, axis: int = -1):
+def one_hot(x: ArrayLike, num_classes: int, *, dtype: Any = float, axis: int = -1):
     """A new axis of length `num_classes` at `axis`, 1 at each label's position and 0 elsewhere.
 
     Labels outside [0, num_classes), negative ones included, give all zeros.

@@ -1,9 +1,9 @@
 """Parameter initializers with JAX's `nn.initializers` names.
 
-Each function returns an initializer `init(key, shape, dtype=float32)`. Fans follow JAX's
-convention: a kernel's last axis is its output axis and the one before it its input axis
-(`in_axis=-2`, `out_axis=-1`); the remaining axes (a convolution's window) multiply both
-fans.
+Each function returns an initializer `init(key, shape, dtype=float)` (the default float).
+Fans follow JAX's convention: a kernel's last axis is its output axis and the one before it
+its input axis (`in_axis=-2`, `out_axis=-1`); the remaining axes (a convolution's window)
+multiply both fans.
 """
 
 from __future__ import annotations
@@ -11,13 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-import numpy as np
-
 import funcgrad.numpy as fnp
 from funcgrad import random
 
 Initializer = Callable[..., object]
-_DEFAULT = np.float32
+_DEFAULT = float  # the default float: float32, or float64 under enable_x64
 
 
 def zeros(key, shape: Sequence[int], dtype=_DEFAULT):

@@ -19,8 +19,9 @@ from funcgrad import lax, random
 from funcgrad.nn import functions as F
 from funcgrad.nn import initializers
 from funcgrad.nn.module import Module, field
+from funcgrad.numpy._promotion import convert
 
-_F32 = np.float32
+_FLOAT = float  # float32, or float64 under enable_x64
 
 
 def _check_trailing(layer: str, x, expected: int, what: str) -> None:
@@ -48,7 +49,7 @@ class Linear(Module):
         key,
         weight_init=None,
         bias_init=initializers.zeros,
-        dtype=_F32,
+        dtype=_FLOAT,
     ):
         weight_key, bias_key = random.split(key)
         weight_init = weight_init or initializers.lecun_normal()
@@ -68,7 +69,7 @@ class Embedding(Module):
 
     weight: Any
 
-    def __init__(self, num_embeddings: int, features: int, *, key, init=None, dtype=_F32):
+    def __init__(self, num_embeddings: int, features: int, *, key, init=None, dtype=_FLOAT):
         self.weight = (init or initializers.normal(1.0))(key, (num_embeddings, features), dtype)
 
     def __call__(self, ids, *, key=None):
@@ -139,7 +140,7 @@ class _Conv(Module):
         data_format: str | None = None,
         key,
         weight_init=None,
-        dtype=_F32,
+        dtype=_FLOAT,
     ):
         n = self.spatial
         layouts = _LAYOUTS[n]
@@ -199,9 +200,10 @@ class _Conv(Module):
 
     def __call__(self, x, *, key=None):
         x, unbatched = self._batched(x)
+        x, weight = _promoted(x, self.weight)
         y = lax.conv_general_dilated(
             x,
-            self.weight,
+            weight,
             self.stride,
             self.padding,
             rhs_dilation=self.dilation,
@@ -253,9 +255,10 @@ class ConvTranspose2d(_Conv):
                 (w - 1 - lo, w - 1 - hi + extra)
                 for w, (lo, hi), extra in zip(window, self.padding, self.output_padding)
             ]
+        x, weight = _promoted(x, self.weight)
         y = lax.conv_general_dilated(
             x,
-            fnp.flip(self.weight, axis=(0, 1)),
+            fnp.flip(weight, axis=(0, 1)),
             (1, 1),
             pads,
             lhs_dilation=self.stride,
@@ -264,6 +267,13 @@ class ConvTranspose2d(_Conv):
         )
         y = self._with_bias(y)
         return y[0] if unbatched else y
+
+
+def _promoted(x, weight) -> tuple:
+    """An input and a kernel of one dtype, promoted as NumPy's functions promote (lax's
+    convolution takes one dtype)."""
+    dtype = fnp.result_type(x, weight)
+    return convert(x, dtype), convert(weight, dtype)
 
 
 # -- pooling ------------------------------------------------------------------------------------
@@ -330,7 +340,7 @@ class LayerNorm(Module):
     eps: float = field(static=True)
 
     def __init__(
-        self, shape, eps: float = 1e-5, use_weight: bool = True, use_bias: bool = True, dtype=_F32
+        self, shape, eps: float = 1e-5, use_weight: bool = True, use_bias: bool = True, dtype=_FLOAT
     ):
         self.shape = (shape,) if isinstance(shape, int) else tuple(shape)
         self.eps = eps
@@ -361,7 +371,7 @@ class RMSNorm(Module):
     shape: tuple = field(static=True)
     eps: float = field(static=True)
 
-    def __init__(self, shape, eps: float = 1e-6, use_weight: bool = True, dtype=_F32):
+    def __init__(self, shape, eps: float = 1e-6, use_weight: bool = True, dtype=_FLOAT):
         self.shape = (shape,) if isinstance(shape, int) else tuple(shape)
         self.eps = eps
         self.weight = fnp.ones(self.shape, dtype) if use_weight else None
@@ -399,7 +409,7 @@ class BatchNorm(Module):
         momentum: float = 0.99,
         eps: float = 1e-5,
         axis: int = -1,
-        dtype=_F32,
+        dtype=_FLOAT,
     ):
         self.num_features, self.momentum, self.eps, self.axis = num_features, momentum, eps, axis
         self.weight = fnp.ones(num_features, dtype)
@@ -407,8 +417,8 @@ class BatchNorm(Module):
 
     def initial_state(self) -> dict:
         return {
-            "mean": fnp.zeros(self.num_features, _F32),
-            "var": fnp.ones(self.num_features, _F32),
+            "mean": fnp.zeros(self.num_features, _FLOAT),
+            "var": fnp.ones(self.num_features, _FLOAT),
         }
 
     def __call__(self, x, state: dict, *, training: bool, key=None):
@@ -478,7 +488,7 @@ class MultiHeadAttention(Module):
     num_heads: int = field(static=True)
     embed_dim: int = field(static=True)
 
-    def __init__(self, num_heads: int, embed_dim: int, *, key, use_bias: bool = True, dtype=_F32):
+    def __init__(self, num_heads: int, embed_dim: int, *, key, use_bias: bool = True, dtype=_FLOAT):
         if embed_dim % num_heads:
             raise ValueError(
                 f"MultiHeadAttention: embed_dim={embed_dim} is not divisible by "
@@ -586,7 +596,7 @@ class MLP(Module):
         final_activation: Callable = F.identity,
         use_bias: bool = True,
         key,
-        dtype=_F32,
+        dtype=_FLOAT,
     ):
         sizes = [in_size] + [width_size] * depth + [out_size]
         keys = random.split(key, depth + 1)

@@ -34,8 +34,8 @@ def _shape_tuple(shape) -> tuple[int, ...]:
 def array(object, dtype=None, copy: bool = True, ndmin: int = 0):
     """A funcgrad array from an array, a scalar, or nested lists/tuples of them.
 
-    Python floats become float32 and ints int32 (funcgrad's defaults); NumPy arrays keep their
-    dtype, so float64 data stays float64.
+    Python floats become float32 and ints int32 (funcgrad's defaults; float64 and int64 under
+    `enable_x64`); NumPy arrays keep their dtype, so float64 data stays float64.
     """
     out = _array(object, dtype)
     if out.ndim < ndmin:
@@ -58,7 +58,7 @@ def _array(object, dtype):
 
             return stack([_array(x, dtype) for x in object])
         if dtype is None:
-            dtype, _ = result_type_and_weak(*leaves) if leaves else (dtypes.float32, False)
+            dtype, _ = result_type_and_weak(*leaves) if leaves else (dtypes.default_float, False)
         values = [np.asarray(x) if isinstance(x, Array) else x for x in leaves]
         nested = _rebuild(object, iter(values))
         return lax.asarray(np.array(nested, dtype=dtype))
@@ -102,11 +102,11 @@ def full(shape, fill_value, dtype=None):
 
 
 def zeros(shape, dtype=None):
-    return lax.full(_shape_tuple(shape), 0, dtypes.canonicalize(dtype or dtypes.float32))
+    return lax.full(_shape_tuple(shape), 0, dtypes.canonicalize(dtype or dtypes.default_float))
 
 
 def ones(shape, dtype=None):
-    return lax.full(_shape_tuple(shape), 1, dtypes.canonicalize(dtype or dtypes.float32))
+    return lax.full(_shape_tuple(shape), 1, dtypes.canonicalize(dtype or dtypes.default_float))
 
 
 def empty(shape, dtype=None):

@@ -1590,9 +1590,9 @@ def ravel_multi_index(multi_index: Sequence, dims: Sequence[int], mode: str = "r
         raise ValueError(f"ravel_multi_index: mode must be 'raise', 'wrap' or 'clip', got {mode!r}")
     if order == "F":
         indices, dims = indices[::-1], dims[::-1]
-    flat = _to_dtype(0, dtypes.int32)
+    flat = _to_dtype(0, dtypes.default_int)
     for index, d in zip(indices, dims):
-        flat = flat * d + convert(index, dtypes.int32)
+        flat = flat * d + convert(index, dtypes.default_int)
     return flat
 
 

@@ -780,11 +780,11 @@ def ix_(*args) -> tuple:
 
 
 def _static_indices(values) -> tuple:
-    return tuple(lax.asarray(np.asarray(v, np.int32)) for v in values)
+    return tuple(lax.asarray(np.asarray(v, dtypes.default_int)) for v in values)
 
 
 def diag_indices(n: int, ndim: int = 2) -> tuple:
-    return tuple(lax.iota(_INDEX_DTYPE, operator.index(n)) for _ in range(ndim))
+    return tuple(lax.iota(dtypes.default_int, operator.index(n)) for _ in range(ndim))
 
 
 def diag_indices_from(arr) -> tuple:

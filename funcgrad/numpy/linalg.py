@@ -493,7 +493,7 @@ def matrix_rank(M, rtol=None, *, hermitian: bool = False, tol=None):
     to max(m, n) times the dtype's epsilon)."""
     M = _inexact(M)
     if M.ndim < 2:
-        return convert(count_nonzero(M) > 0, dtypes.int32)
+        return convert(count_nonzero(M) > 0, dtypes.default_int)
     s = svdvals(M)
     if tol is None:
         if rtol is None:
@@ -501,7 +501,7 @@ def matrix_rank(M, rtol=None, *, hermitian: bool = False, tol=None):
         tol = max(s, axis=-1, keepdims=True) * rtol
     elif np.ndim(tol) > 0:
         tol = to_array(tol)[..., None]
-    return convert(count_nonzero(s > tol, axis=-1), dtypes.int32)
+    return convert(count_nonzero(s > tol, axis=-1), dtypes.default_int)
 
 
 def pinv(a, rtol=None, hermitian: bool = False, *, rcond=None):

@@ -63,8 +63,6 @@ __all__ = [
     "where",
 ]
 
-_INDEX_DTYPE = dtypes.int32
-
 # ---------------------------------------------------------------------------------------------
 # Ranges
 
@@ -79,8 +77,9 @@ def _static_scalar(x, name: str):
 def arange(start, stop=None, step=None, dtype=None):
     """Evenly spaced values in [start, stop); the bounds are static.
 
-    As in JAX, integer arguments give int32 and any float gives float32 (NumPy values keep
-    their dtype); `arange(n)` is a single iota.
+    As in JAX, integer arguments give the default int and any float the default float (int32
+    and float32 unless `enable_x64`; NumPy values keep their dtype); `arange(n)` is a single
+    iota.
     """
     args = [a for a in (start, stop, step) if a is not None]
     values = [_static_scalar(a, "arange") for a in args]
@@ -209,15 +208,15 @@ def _dims(name: str, *sizes) -> tuple[int, ...]:
 
 def _diagonal_number(n: int, m: int):
     """column - row for every element of an n x m matrix: the diagonal each one lies on."""
-    columns = lax.broadcasted_iota(_INDEX_DTYPE, (n, m), 1)
-    rows = lax.broadcasted_iota(_INDEX_DTYPE, (n, m), 0)
+    columns = lax.broadcasted_iota(dtypes.default_int, (n, m), 1)
+    rows = lax.broadcasted_iota(dtypes.default_int, (n, m), 0)
     return lax.sub(columns, rows)
 
 
 def eye(N: int, M: int | None = None, k: int = 0, dtype=None):
     n, m = _dims("eye", N, N if M is None else M)
     mask = lax.eq(_diagonal_number(n, m), operator.index(k))
-    return convert(mask, dtypes.canonicalize(dtype or dtypes.float32))
+    return convert(mask, dtypes.canonicalize(dtype or dtypes.default_float))
 
 
 def identity(n: int, dtype=None):
@@ -228,7 +227,7 @@ def tri(N: int, M: int | None = None, k: int = 0, dtype=None):
     """Ones on and below diagonal k, zeros above."""
     n, m = _dims("tri", N, N if M is None else M)
     mask = lax.le(_diagonal_number(n, m), operator.index(k))
-    return convert(mask, dtypes.canonicalize(dtype or dtypes.float32))
+    return convert(mask, dtypes.canonicalize(dtype or dtypes.default_float))
 
 
 def _keep_triangle(name: str, m, k: int, lower: bool):
@@ -332,7 +331,7 @@ def meshgrid(*xi, copy: bool = True, sparse: bool = False, indexing: str = "xy")
 def indices(dimensions: Sequence[int], dtype=None, sparse: bool = False):
     """The index of each element of a grid of shape `dimensions`, one array per axis."""
     dims = _dims("indices", *dimensions)
-    dtype = dtypes.canonicalize(dtype or _INDEX_DTYPE)
+    dtype = dtypes.canonicalize(dtype or dtypes.default_int)
     if sparse:
         return tuple(
             lax.broadcasted_iota(dtype, [n if j == i else 1 for j, n in enumerate(dims)], i)
@@ -410,7 +409,8 @@ def clip(a, /, min=None, max=None, *, a_min=None, a_max=None):
 
 
 def nonzero(a, *, size: int | None = None, fill_value=None) -> tuple:
-    """The indices of the nonzero elements, one int32 array per axis, in row-major order.
+    """The indices of the nonzero elements, one array of the default int per axis, in
+    row-major order.
 
     Their number depends on the values, so `a` must be concrete unless `size` is given: then
     the first `size` indices are returned, padded with `fill_value` (default 0; one value,
@@ -426,7 +426,7 @@ def nonzero(a, *, size: int | None = None, fill_value=None) -> tuple:
         value = static_value(
             mask, "nonzero", "the number of nonzero elements", "Pass size=N for N indices."
         )
-        return tuple(lax.asarray(c.astype(np.int32)) for c in np.nonzero(value))
+        return tuple(lax.asarray(c.astype(dtypes.default_int)) for c in np.nonzero(value))
     return _nonzero_sized(mask, operator.index(size), fill_value)
 
 
@@ -435,8 +435,8 @@ def _nonzero_sized(mask, size: int, fill_value) -> tuple:
     the positions of the nonzero elements, in order, then padding."""
     count = mask.size
     flat = lax.reshape(mask, (count,))
-    positions = lax.iota(_INDEX_DTYPE, count)
-    past_end = lax.full((count,), count, _INDEX_DTYPE)
+    positions = lax.iota(dtypes.default_int, count)
+    past_end = lax.full((count,), count, dtypes.default_int)
     ordered = lax.sort(lax.select(flat, positions, past_end))
     if size <= count:
         ordered = lax.slice(ordered, (0,), (size,))
@@ -452,7 +452,7 @@ def _nonzero_sized(mask, size: int, fill_value) -> tuple:
             remaining = lax.div(remaining, mask.shape[axis])
         else:
             coord = remaining
-        fill = lax.full((size,), fills[axis].item(), _INDEX_DTYPE)
+        fill = lax.full((size,), fills[axis].item(), dtypes.default_int)
         coords.append(lax.select(found, coord, fill))
     return tuple(reversed(coords))
 

@@ -95,9 +95,10 @@ def _promoted_int(dtype: np.dtype) -> np.dtype:
     """The dtype sums and products of `dtype` accumulate in when promote_integers is set."""
     if dtypes.is_bool(dtype):
         return dtypes.default_int
-    if dtypes.is_unsigned(dtype) and dtype.itemsize < 4:
-        return dtypes.uint32
-    if dtypes.is_int(dtype) and dtype.itemsize < 4:
+    width = dtypes.default_int.itemsize
+    if dtypes.is_unsigned(dtype) and dtype.itemsize < width:
+        return np.dtype(f"uint{8 * width}")
+    if dtypes.is_int(dtype) and dtype.itemsize < width:
         return dtypes.default_int
     return dtype
 

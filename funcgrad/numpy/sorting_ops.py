@@ -82,18 +82,19 @@ def argsort(
     stable: bool = True,
     descending: bool = False,
 ):
-    """Indices (int32) that sort `a` along `axis`; ties keep their original order."""
+    """Indices (of the default int) that sort `a` along `axis`; ties keep their original
+    order."""
     _check_order("argsort", order)
     a = to_array(a)
     if axis is None:
         a, axis = _flatten(a), 0
     axis = canonicalize_axis(axis, a.ndim, "argsort")
-    indices = lax.broadcasted_iota(dtypes.int32, a.shape, axis)
+    indices = lax.broadcasted_iota(dtypes.default_int, a.shape, axis)
     if not descending:
         return lax.sort((a, indices), axis, stable, num_keys=1)[1]
     # Sorting the reversed array finds positions counted from the end; map them back.
     _, reversed_indices = lax.sort((lax.rev(a, (axis,)), indices), axis, stable, num_keys=1)
-    last = scalar(a.shape[axis] - 1, dtypes.int32)
+    last = scalar(a.shape[axis] - 1, dtypes.default_int)
     return lax.rev(lax.sub(last, reversed_indices), (axis,))
 
 
@@ -112,7 +113,7 @@ def lexsort(keys, axis: int = -1):
     if not shape:
         raise ValueError("lexsort: keys must have at least one axis")
     axis = canonicalize_axis(axis, len(shape), "lexsort")
-    indices = lax.broadcasted_iota(dtypes.int32, shape, axis)
+    indices = lax.broadcasted_iota(dtypes.default_int, shape, axis)
     return lax.sort((*keys[::-1], indices), axis, True, num_keys=len(keys))[-1]
 
 
@@ -279,7 +280,7 @@ def unique(
         order = list(range(1, axis + 1)) + [0] + list(range(axis + 1, values.ndim))
         values = lax.transpose(values, order)
     results = [values]
-    zero = scalar(0, dtypes.int32)
+    zero = scalar(0, found.count.dtype)
     if return_index:
         results.append(_resize(found.first_index, size, found.count, zero))
     if return_inverse:
@@ -296,12 +297,12 @@ class _UniqueRows(NamedTuple):
     first_index: Any  # (n,): where each distinct row first occurs in the input
     inverse: Any  # (n,): which distinct row each input row is
     counts: Any  # (n,): how often each distinct row occurs
-    count: Any  # int32 scalar: how many distinct rows there are
+    count: Any  # a scalar: how many distinct rows there are
 
 
 def _unique_rows(rows, equal_nan: bool) -> _UniqueRows:
     n, m = rows.shape
-    index_dtype = dtypes.int32
+    index_dtype = dtypes.default_int
     if n == 0:
         empty = lax.full((0,), 0, index_dtype)
         return _UniqueRows(rows, empty, empty, empty, scalar(0, index_dtype))
@@ -354,7 +355,7 @@ def _resize(x, size: int, count, fill):
         x = lax.slice(x, (0,) * x.ndim, (size,) + x.shape[1:])
     else:
         x = lax.pad(x, scalar(0, x.dtype), [(0, size - n, 0)] + [(0, 0, 0)] * (x.ndim - 1))
-    keep = lax.broadcast_in_dim(lax.lt(lax.iota(dtypes.int32, size), count), x.shape, (0,))
+    keep = lax.broadcast_in_dim(lax.lt(lax.iota(count.dtype, size), count), x.shape, (0,))
     return lax.select(keep, x, lax.broadcast_in_dim(fill, x.shape, tuple(range(1, x.ndim))))
 
 
@@ -375,7 +376,7 @@ def bincount(x, weights=None, minlength: int = 0, *, length: int | None = None):
             largest = lax.reduce_max(x, (0,))
             length = max(length, _static_size("bincount", largest, "largest value", "length") + 1)
     if weights is None:
-        weights = lax.full(x.shape, 1, dtypes.int32)
+        weights = lax.full(x.shape, 1, dtypes.default_int)
     weights = to_array(weights)
     if weights.shape != x.shape:
         raise ValueError(

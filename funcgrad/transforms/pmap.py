@@ -524,6 +524,7 @@ class Pmapped:
             static,
             axis_size,
             config.default_matmul_precision,  # (its products' precision, as traced)
+            config.enable_x64,  # (its defaults' widths, as traced)
         )
         entry = self._cache.get(key)
         if entry is None:
