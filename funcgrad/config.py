@@ -41,7 +41,11 @@ class Config:
     """The settings; read them as attributes (`config.debug_nans`)."""
 
     def __init__(self):
+        # Raise where an operation makes a NaN (debug_nans) or an infinity (debug_infs),
+        # naming the primitive and the user's line; jitted programs then run again on the
+        # reference backend to find it.
         self.debug_nans = False
+        self.debug_infs = False
         self.disable_jit = False
         # Where jitted programs run: "llvm" compiles them to native code, "numpy" runs them on
         # the reference backend, "cuda" on a CUDA GPU through CuPy, and "cuda_emulator" runs

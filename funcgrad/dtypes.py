@@ -253,13 +253,17 @@ def _widest_weak(dtypes_and_weak, kinds: str, default: np.dtype) -> np.dtype:
     return default if best is None else best
 
 
-def has_nan(value: np.ndarray) -> bool:
-    """Whether a float or complex array holds a NaN (in any part); half floats are widened,
-    which NumPy's isnan does not take."""
+def first_invalid(value: np.ndarray, nans: bool, infs: bool) -> str | None:
+    """ "nan" or "inf" when a float or complex array holds one (in any part) and it is asked
+    about, else None; half floats are widened, which NumPy's isnan does not take."""
     if not is_inexact(value.dtype):
-        return False
-    wide = np.complex128 if is_complex(value.dtype) else np.float64
-    return bool(np.isnan(value.astype(wide)).any())
+        return None
+    wide = value.astype(np.complex128 if is_complex(value.dtype) else np.float64)
+    if nans and np.isnan(wide).any():
+        return "nan"
+    if infs and np.isinf(wide).any():
+        return "inf"
+    return None
 
 
 def finfo(dtype) -> ml_dtypes.finfo:

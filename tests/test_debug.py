@@ -5,6 +5,7 @@ import inspect
 
 import numpy as np
 import pytest
+from checks import jit_backend
 from hypothesis import given
 from hypothesis import strategies as st
 from strategies import arrays, float_dtypes, shapes
@@ -221,6 +222,31 @@ def test_config_takes_jax_option_names():
         fg.config.update("jax_debug_nans", False)
     with pytest.raises(AttributeError, match="unknown configuration option 'no_such'"):
         fg.config.update("jax_no_such", True)
+
+
+def inf_producer(x):
+    y = fnp.exp(x)
+    return y - 1.0
+
+
+@pytest.mark.parametrize("backend", ["llvm", "numpy"])
+def test_debug_infs_names_the_primitive_and_the_line(backend):
+    line = line_of(inf_producer, "fnp.exp")
+    fg.config.update("jax_debug_infs", True)
+    try:
+        with pytest.raises(
+            FloatingPointError, match=rf"\(inf\) .* in exp at .*test_debug.py:{line}"
+        ):
+            inf_producer(fnp.asarray(1000.0, np.float32))
+        with jit_backend(backend):
+            f = fg.jit(inf_producer)
+            assert float(f(fnp.asarray(1.0, np.float32))) == pytest.approx(np.e - 1)
+            with pytest.raises(FloatingPointError, match=rf"\(inf\) .* in exp at .*:{line}"):
+                f(fnp.asarray(1000.0, np.float32))
+        assert np.isnan(float(nan_producer(fnp.asarray(-1.0))))  # NaNs are debug_nans' own
+    finally:
+        fg.config.update("debug_infs", False)
+    assert np.isinf(float(fg.jit(inf_producer)(1000.0)))
 
 
 def test_nans_pass_silently_without_debug_nans():

@@ -11,11 +11,11 @@ import sys
 
 import numpy as np
 import pytest
+from checks import assert_close
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import lax, nn
-from tests.checks import assert_close
 
 
 @pytest.fixture

@@ -64,8 +64,8 @@ class EvalTrace(core.Trace):
             out = out if primitive.multiple_results else out[0]
         else:
             out = primitive.impl(*values, **params)
-        if config.debug_nans:
-            _check_nans(primitive, out)
+        if config.debug_nans or config.debug_infs:
+            _check_values(primitive, out)
         if any_weak or primitive.weak_type_rule is not core._all_operands_weak:
             weak = primitive.weak_type_rule([a.weak_type for a in args], **params)
         else:
@@ -96,17 +96,17 @@ def _on_gpu(primitive, args, params) -> list[Array] | Array:
     return outs if primitive.multiple_results else outs[0]
 
 
-def _check_nans(primitive, out) -> None:
+def _check_values(primitive, out) -> None:
     from funcgrad.interpreters.staging import user_source_info
 
     for value in out if primitive.multiple_results else [out]:
-        value = np.asarray(value)
-        if dtypes.has_nan(value):
+        invalid = dtypes.first_invalid(np.asarray(value), config.debug_nans, config.debug_infs)
+        if invalid is not None:
             where = user_source_info()
             raise FloatingPointError(
-                f"invalid value (nan) encountered in {primitive.name}"
+                f"invalid value ({invalid}) encountered in {primitive.name}"
                 + (f" at {where}" if where is not None else "")
-                + " (reported because debug_nans is on)"
+                + f" (reported because debug_{invalid}s is on)"
             )
 
 

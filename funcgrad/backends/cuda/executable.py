@@ -755,14 +755,15 @@ class CudaExecutable:
         for out, (shape, dtype), weak in zip(self.run(args), self._out_shapes, self._out_weak):
             value = _host(device.download(out), dtype).reshape(shape)
             results.append(Array(value[()] if value.ndim == 0 else value, weak))
-        self._check_nans(args)
+        self._check_values(args)
         self._delete_donated(args)
         return results
 
-    def _check_nans(self, args) -> None:
-        """Under `config.debug_nans`, the reference backend runs the program too, on host
-        copies, and names the first primitive making a NaN (and the user's line)."""
-        if not config.debug_nans:
+    def _check_values(self, args) -> None:
+        """Under `config.debug_nans` (or `debug_infs`), the reference backend runs the
+        program too, on host copies, and names the first primitive making a NaN (or an
+        infinity) and the user's line."""
+        if not (config.debug_nans or config.debug_infs):
             return
         if self._reference is None:
             self._reference = NumpyExecutable(self.closed)
@@ -772,7 +773,7 @@ class CudaExecutable:
         """Runs the program on `device`, whose runtime this executable was built for, and
         returns its results there, without waiting for them (a GPU runs asynchronously)."""
         outputs = self.run(args)
-        self._check_nans(args)
+        self._check_values(args)
         self._delete_donated(args)
         return [
             Array(DeviceValue(out, shape, dtype, device), weak)
@@ -788,10 +789,10 @@ class CudaExecutable:
     def _taken(self, args, i: int):
         """The storage of donated argument `i` that an output may take over: an array on this
         GPU that nothing else holds (no other array, view, caller or argument of this call),
-        else None (the output then gets memory of its own). Under `debug_nans` nothing is
-        taken: the reference runs on the arguments afterwards."""
+        else None (the output then gets memory of its own). Under `debug_nans` or `debug_infs`
+        nothing is taken: the reference runs on the arguments afterwards."""
         arg = args[i]
-        if type(arg) is not Array or config.debug_nans:
+        if type(arg) is not Array or config.debug_nans or config.debug_infs:
             return None
         if any(other is arg for j, other in enumerate(args) if j != i):
             return None

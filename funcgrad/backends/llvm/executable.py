@@ -160,8 +160,8 @@ class LlvmExecutable:
         self._entry(self._arguments(*pointers))
         if self._callbacks:
             _raise_callback_errors()
-        if config.debug_nans:
-            self._check_nans(args, outputs)
+        if config.debug_nans or config.debug_infs:
+            self._check_values(args)
         return [
             Array(out[()] if out.ndim == 0 else out, weak)
             for out, weak in zip(outputs, self._out_weak)
@@ -198,8 +198,9 @@ class LlvmExecutable:
     def _arena(self) -> np.ndarray | None:
         return self._empty_arena(self._arena_shape, _BYTE) if self._arena_shape else None
 
-    def _check_nans(self, args, outputs) -> None:
-        """Re-run on the reference backend, which names the first primitive making a NaN."""
+    def _check_values(self, args) -> None:
+        """Re-run on the reference backend, which names the first primitive making a NaN or
+        an infinity."""
         if self._reference is None:
             self._reference = NumpyExecutable(self.closed)
         self._reference(*args)

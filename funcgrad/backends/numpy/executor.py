@@ -65,7 +65,7 @@ class NumpyExecutable:
         values = self.initial_slots.copy()
         for i, arg in zip(self.arg_slots, args):
             values[i] = arg._value
-        check_nans = config.debug_nans
+        nans, infs = config.debug_nans, config.debug_infs
         for kind, impl, params, ins, target, eqn in self.steps:
             if kind == _SINGLE:
                 values[target] = impl(*[values[i] for i in ins], **params)
@@ -79,8 +79,8 @@ class NumpyExecutable:
                 results = [r._value for r in _as_list(impl(*operands, **params))]
                 for i, value in zip(target, results):
                     values[i] = value
-            if check_nans:
-                _check_nans(eqn, results)
+            if nans or infs:
+                _check_values(eqn, results, nans, infs)
         return [Array(values[i], weak) for i, weak in zip(self.out_slots, self.out_weak)]
 
     def as_text(self) -> str:
@@ -95,12 +95,12 @@ def _unwrap(value):
     return value._value if type(value) is Array else value
 
 
-def _check_nans(eqn: JaxprEqn, results) -> None:
+def _check_values(eqn: JaxprEqn, results, nans: bool, infs: bool) -> None:
     for value in results:
-        value = np.asarray(value)
-        if dtypes.has_nan(value):
+        invalid = dtypes.first_invalid(np.asarray(value), nans, infs)
+        if invalid is not None:
             where = f" at {eqn.source_info}" if eqn.source_info is not None else ""
             raise FloatingPointError(
-                f"invalid value (nan) encountered in {eqn.primitive.name}{where} "
-                "(reported because debug_nans is on)"
+                f"invalid value ({invalid}) encountered in {eqn.primitive.name}{where} "
+                f"(reported because debug_{invalid}s is on)"
             )
