@@ -46,6 +46,9 @@ class Config:
         # reference backend to find it.
         self.debug_nans = False
         self.debug_infs = False
+        # What funcgrad.numpy does where operands of different ranks broadcast together:
+        # "allow" (NumPy's rule), "warn" or "raise", for code that means to keep ranks apart.
+        self.numpy_rank_promotion = "allow"
         self.disable_jit = False
         # Where jitted programs run: "llvm" compiles them to native code, "numpy" runs them on
         # the reference backend, "cuda" on a CUDA GPU through CuPy, and "cuda_emulator" runs
@@ -102,6 +105,11 @@ class Config:
             use_platform(value)  # raises, leaving the setting, if it cannot be used
         elif name == "default_matmul_precision":
             value = _checked_precision(value)
+        elif name == "numpy_rank_promotion":
+            if value not in ("allow", "warn", "raise"):
+                raise ValueError(
+                    f"numpy_rank_promotion must be 'allow', 'warn' or 'raise', got {value!r}"
+                )
         elif name == "enable_x64":
             if not isinstance(value, bool):
                 raise TypeError(f"enable_x64 must be True or False, got {value!r}")

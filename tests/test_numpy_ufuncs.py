@@ -652,3 +652,32 @@ def test_integers_to_negative_powers_raise_as_in_numpy():
     with pytest.raises(ValueError, match="negative powers"):
         fnp.power(2, -1)
     np.testing.assert_allclose(np.asarray(fnp.arange(1.0, 3.0) ** -1), [1.0, 0.5])
+
+
+@pytest.fixture
+def rank_promotion():
+    def use(mode):
+        fg.config.update("jax_numpy_rank_promotion", mode)
+
+    yield use
+    fg.config.update("numpy_rank_promotion", "allow")
+
+
+def test_rank_promotion_can_warn_or_raise_naming_the_shapes(rank_promotion):
+    matrix, row = fnp.ones((2, 3)), fnp.arange(3.0)
+    assert_close(matrix + row, np.ones((2, 3)) + np.arange(3.0))  # "allow", NumPy's rule
+    rank_promotion("raise")
+    with pytest.raises(ValueError, match=r"shapes \(2, 3\), \(3,\) have different ranks"):
+        matrix + row
+    with pytest.raises(ValueError, match="different ranks"):
+        fg.jit(fnp.multiply)(matrix, row)
+    # Same ranks broadcast, and scalars (of any kind) are not rank promotion.
+    assert_close(matrix + row[None, :], np.ones((2, 3)) + np.arange(3.0))
+    assert_close(matrix * 2.0 + fnp.asarray(1.0), np.full((2, 3), 3.0))
+    rank_promotion("warn")
+    with pytest.warns(UserWarning, match="different ranks") as caught:
+        out = fnp.add(matrix, row)
+    assert caught[0].filename == __file__  # the user's line, not funcgrad's
+    assert_close(out, np.ones((2, 3)) + np.arange(3.0))
+    with pytest.raises(ValueError, match="must be 'allow', 'warn' or 'raise'"):
+        fg.config.update("numpy_rank_promotion", "strict")

@@ -7,10 +7,13 @@ case (arrays that already agree) returns early, since it is on the path of every
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from funcgrad import core, dtypes, lax
 from funcgrad.array import Array
+from funcgrad.config import config
 from funcgrad.lax.elementwise import convert_element_type_p
 
 _PY_SCALARS = (bool, int, float, complex)
@@ -109,8 +112,32 @@ def _broadcast_operands(args: list) -> list:
     first = args[0].shape
     if len(args) == 1 or all(a.shape == first or a.shape == () for a in args):
         return args
+    if config.numpy_rank_promotion != "allow":
+        _rank_promotion(args)
     shape = broadcast_shapes(*(a.shape for a in args))
     return [a if a.shape in ((), shape) else broadcast_to(a, shape) for a in args]
+
+
+def _rank_promotion(args: list) -> None:
+    """Under `config.numpy_rank_promotion` "warn" or "raise", say so where operands of
+    different ranks (scalars aside) would broadcast together."""
+    if len({len(a.shape) for a in args if a.shape}) < 2:
+        return
+    shapes = ", ".join(str(tuple(a.shape)) for a in args)
+    message = (
+        f"operands of shapes {shapes} have different ranks, and config.numpy_rank_promotion "
+        f"is {config.numpy_rank_promotion!r}: add the missing axes explicitly (x[None, :], "
+        "expand_dims), or set it to 'allow'"
+    )
+    if config.numpy_rank_promotion == "raise":
+        raise ValueError(message)
+    from funcgrad.interpreters.staging import user_source_info
+
+    where = user_source_info()  # (the user's line, however deep inside funcgrad this is)
+    if where is None:
+        warnings.warn(message, stacklevel=2)
+    else:
+        warnings.warn_explicit(message, UserWarning, where.file, where.line)
 
 
 def _common_strong_dtype(args) -> np.dtype | None:
