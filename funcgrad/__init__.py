@@ -45,6 +45,7 @@ from funcgrad.transforms.autodiff import (
 from funcgrad.transforms.checkpoint import checkpoint, checkpoint_policies, remat
 from funcgrad.transforms.custom_derivatives import custom_gradient, custom_jvp, custom_vjp
 from funcgrad.transforms.jit import jit
+from funcgrad.transforms.linear_transpose import linear_transpose
 from funcgrad.transforms.make_jaxpr import eval_shape, make_jaxpr
 from funcgrad.transforms.pmap import pmap
 from funcgrad.transforms.vmap import vmap
@@ -91,6 +92,7 @@ __all__ = [
     "local_device_count",
     "local_devices",
     "lax",
+    "linear_transpose",
     "make_jaxpr",
     "nn",
     "numpy",
