@@ -20,6 +20,7 @@ from funcgrad import (
     viz,
 )
 from funcgrad.array import Array, Device, block_until_ready, device_get, device_put
+from funcgrad.caches import clear_caches
 from funcgrad.callbacks import pure_callback
 from funcgrad.config import config, default_matmul_precision, disable_jit, enable_x64
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
@@ -33,6 +34,7 @@ from funcgrad.devices import (
     process_count,
     process_index,
 )
+from funcgrad.environment import print_environment_info
 from funcgrad.transforms.autodiff import (
     grad,
     hessian,
@@ -49,6 +51,13 @@ from funcgrad.transforms.jit import jit
 from funcgrad.transforms.linear_transpose import linear_transpose
 from funcgrad.transforms.make_jaxpr import eval_shape, make_jaxpr
 from funcgrad.transforms.pmap import pmap
+from funcgrad.transforms.tracing_tools import (
+    closure_convert,
+    ensure_compile_time_eval,
+    named_call,
+    named_scope,
+    typeof,
+)
 from funcgrad.transforms.vmap import vmap
 
 jacobian = jacrev
@@ -57,6 +66,13 @@ float0 = dtypes.float0
 __version__ = "0.1.0"
 
 __all__ = [
+    "print_environment_info",
+    "typeof",
+    "named_scope",
+    "named_call",
+    "ensure_compile_time_eval",
+    "closure_convert",
+    "clear_caches",
     "Array",
     "Device",
     "ShapeDtypeStruct",

@@ -135,3 +135,164 @@ def test_linear_transpose_checks_dtypes_and_cotangents():
         transpose(np.ones(4, np.float32))
     with pytest.raises(TypeError, match="structure"):
         transpose((np.ones(3, np.float32),))
+
+
+# ---------------------------------------------------------------------------------------------
+# clear_caches
+
+
+def test_clear_caches_retraces_jitted_functions():
+    traces = []
+
+    @fg.jit
+    def f(x):
+        traces.append(1)
+        return x * 2.0
+
+    grad_f = fg.grad(lambda x: f(x) ** 2)
+    f(1.0), f(2.0), grad_f(1.0)
+    assert len(traces) == 1
+    fg.clear_caches()
+    assert float(f(3.0)) == 6.0 and len(traces) == 2
+    assert float(grad_f(1.0)) == 8.0 and len(traces) == 2
+    pmapped = fg.pmap(lambda x: (traces.append(1), x + 1.0)[1])
+    pmapped(np.ones(1)), pmapped(np.ones(1))
+    assert len(traces) == 3
+    fg.clear_caches()
+    pmapped(np.ones(1))
+    assert len(traces) == 4
+
+
+# ---------------------------------------------------------------------------------------------
+# named_scope, named_call
+
+
+def scoped(x):
+    with fg.named_scope("outer"):
+        y = fnp.sin(x)
+        with fg.named_scope("inner"):
+            y = y * 2.0
+    return fg.named_call(lambda z: z + 1.0, name="plus")(y) - fg.named_call(fnp.cos)(x)
+
+
+def test_named_scopes_label_equations():
+    closed = fg.make_jaxpr(scoped)(1.0)
+    scopes = [eqn.source_info.scope for eqn in closed.eqns]
+    assert scopes == ["outer", "outer/inner", "plus", "cos", ""]
+    text = fg.jit(scoped).lower(1.0).as_text(source_info=True)
+    assert "[outer/inner]" in text and "[plus]" in text
+    # Names change nothing about what is computed, under any transformation.
+    expected = 2 * np.sin(0.5) + 1 - np.cos(0.5)
+    assert_allclose(scoped(0.5), expected, rtol=1e-6)
+    assert_allclose(fg.grad(scoped)(0.5), 2 * np.cos(0.5) + np.sin(0.5), rtol=1e-6)
+    assert_allclose(fg.vmap(scoped)(np.full(2, 0.5)), [expected] * 2, rtol=1e-6)
+
+
+def test_named_scope_rejects_non_strings():
+    with pytest.raises(TypeError, match="string"):
+        with fg.named_scope(3):
+            pass
+
+
+# ---------------------------------------------------------------------------------------------
+# ensure_compile_time_eval
+
+
+def test_ensure_compile_time_eval_gives_concrete_values_under_jit():
+    @fg.jit
+    def f(x):
+        with fg.ensure_compile_time_eval():
+            table = fnp.cos(fnp.arange(4.0))
+            peak = int(table.argmin())  # concrete: usable in Python
+        assert not isinstance(table, fg.core.Tracer)
+        return x * table[peak], x * fnp.ones(peak)
+
+    scaled, ones = f(2.0)
+    assert_allclose(scaled, 2 * np.cos(3.0), rtol=1e-6)
+    assert ones.shape == (3,)
+    # Operations on traced values are still staged.
+    closed = fg.make_jaxpr(f)(2.0)
+    assert "cos" not in str(closed) and "mul" in str(closed)
+
+
+def test_without_ensure_compile_time_eval_constants_are_traced():
+    @fg.jit
+    def f(x):
+        return int(fnp.cos(fnp.arange(4.0)).argmin())
+
+    with pytest.raises(fg.errors.ConcretizationTypeError):
+        f(1.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# typeof, print_environment_info
+
+
+def test_typeof():
+    assert fg.typeof(np.ones((2, 3), np.float32)) == fg.ShapedArray((2, 3), np.dtype(np.float32))
+    assert fg.typeof(1.0).weak_type
+    seen = []
+    fg.jit(lambda x: seen.append(fg.typeof(x)) or x)(np.ones(3))
+    assert seen == [fg.ShapedArray((3,), np.dtype(np.float64))]
+
+
+def test_print_environment_info(capsys):
+    text = fg.print_environment_info(return_string=True)
+    assert "funcgrad:" in text and "numpy:" in text and "devices:" in text
+    assert fg.print_environment_info() is None
+    assert "funcgrad:" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# closure_convert
+
+
+def test_closure_convert_hoists_traced_values_only():
+    w = np.arange(3.0)
+
+    def f(x):
+        return x * w
+
+    converted, hoisted = fg.closure_convert(f, np.ones(3))
+    assert hoisted == []
+    assert_allclose(converted(np.ones(3)), w)
+
+    def outer(scale):
+        def g(x):
+            return {"y": x * scale + w}
+
+        converted, hoisted = fg.closure_convert(g, 1.0)
+        assert len(hoisted) == isinstance(scale, fg.core.Tracer)
+        return converted(2.0, *hoisted)["y"].sum()
+
+    assert_allclose(outer(3.0), 18.0 + w.sum())
+    assert_allclose(fg.grad(outer)(3.0), 6.0)
+    assert_allclose(fg.jit(outer)(3.0), 18.0 + w.sum())
+
+
+def test_closure_convert_lets_custom_vjp_see_closed_over_values():
+    """A fixed-point-style helper whose rule needs the function's parameters as arguments."""
+
+    def apply(fun, x):
+        converted, hoisted = fg.closure_convert(fun, x)
+        return _apply(converted, x, *hoisted)
+
+    def _apply_impl(fun, x, *params):
+        return fun(x, *params)
+
+    _apply = fg.custom_vjp(_apply_impl, nondiff_argnums=(0,))
+
+    def fwd(fun, x, *params):
+        return fun(x, *params), (x, params)
+
+    def bwd(fun, residuals, ct):
+        x, params = residuals
+        _, pullback = fg.vjp(fun, x, *params)
+        return pullback(ct)
+
+    _apply.defvjp(fwd, bwd)
+
+    def loss(scale):
+        return apply(lambda x: fnp.sin(x * scale), 2.0)
+
+    assert_allclose(fg.grad(loss)(0.3), 2.0 * np.cos(0.6), rtol=1e-6)
