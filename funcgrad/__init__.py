@@ -2,6 +2,7 @@
 
 from funcgrad import (
     checkpoints,
+    custom_batching,
     data,
     debug,
     distributed,
@@ -81,6 +82,7 @@ __all__ = [
     "checkpoint",
     "config",
     "checkpoint_policies",
+    "custom_batching",
     "custom_gradient",
     "custom_jvp",
     "custom_vjp",

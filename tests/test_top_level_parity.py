@@ -6,6 +6,7 @@ import pytest
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
+from funcgrad.test_util import check_grads
 
 RNG = np.random.default_rng(0)
 A = RNG.standard_normal((4, 3))
@@ -296,3 +297,141 @@ def test_closure_convert_lets_custom_vjp_see_closed_over_values():
         return apply(lambda x: fnp.sin(x * scale), 2.0)
 
     assert_allclose(fg.grad(loss)(0.3), 2.0 * np.cos(0.6), rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------------------------
+# custom_batching.custom_vmap
+
+
+def make_sin_with_cos_rule():
+    """sin(x) * y whose vmap rule (deliberately) computes cos(x) * y, so a result shows which
+    ran; the rule's calls are recorded."""
+    calls = []
+
+    @fg.custom_batching.custom_vmap
+    def f(x, y):
+        return fnp.sin(x) * y
+
+    @f.def_vmap
+    def rule(axis_size, in_batched, xs, ys):
+        calls.append((axis_size, in_batched, fnp.shape(xs), fnp.shape(ys)))
+        return fnp.cos(xs) * ys, in_batched[0] or in_batched[1]
+
+    return f, calls
+
+
+X3 = np.array([0.3, -1.2, 2.0])
+
+
+def test_custom_vmap_runs_the_function_outside_vmap():
+    f, calls = make_sin_with_cos_rule()
+    expected = np.sin(0.5) * 2.0
+    assert_allclose(f(0.5, 2.0), expected, rtol=1e-6)
+    assert_allclose(fg.jit(f)(0.5, 2.0), expected, rtol=1e-6)
+    assert_allclose(f(x=0.5, y=2.0), expected, rtol=1e-6)
+    assert_allclose(fg.grad(f)(0.5, 2.0), np.cos(0.5) * 2.0, rtol=1e-6)
+    assert calls == []
+
+
+def test_custom_vmap_calls_the_rule_under_vmap():
+    f, calls = make_sin_with_cos_rule()
+    assert_allclose(fg.vmap(f)(X3, X3), np.cos(X3) * X3)
+    assert calls == [(3, [True, True], (3,), (3,))]
+    # Unbatched arguments reach the rule as they are; other axes are moved to the front.
+    assert_allclose(fg.vmap(f, in_axes=(0, None))(X3, 2.0), np.cos(X3) * 2.0)
+    assert calls[-1] == (3, [True, False], (3,), ())
+    xs = np.stack([X3, 2 * X3], axis=1)
+    assert_allclose(fg.vmap(f, in_axes=(1, None))(xs, 2.0), np.cos(xs.T) * 2.0)
+    assert calls[-1][2] == (2, 3)
+    assert_allclose(fg.jit(fg.vmap(f))(X3, X3), np.cos(X3) * X3)
+    assert_allclose(fg.vmap(fg.jit(f))(X3, X3), np.cos(X3) * X3)
+    assert_allclose(fg.vmap(fg.vmap(f))(X3[None], X3[None]), np.cos(X3)[None] * X3)
+
+
+def test_custom_vmap_with_pytrees_and_unbatched_outputs():
+    @fg.custom_batching.custom_vmap
+    def f(p):
+        return {"sum": p["a"].sum(), "scaled": p["a"] * p["b"]}
+
+    @f.def_vmap
+    def rule(axis_size, in_batched, p):
+        assert in_batched == [{"a": True, "b": False}]
+        # "sum" is claimed unbatched: the rule returns the first lane's sum for every lane.
+        return {"sum": p["a"][0].sum(), "scaled": p["a"] * p["b"]}, {"sum": False, "scaled": True}
+
+    a = RNG.standard_normal((4, 3))
+    out = fg.vmap(f, in_axes=({"a": 0, "b": None},))({"a": a, "b": 2.0})
+    assert_allclose(out["sum"], np.full(4, a[0].sum()))
+    assert_allclose(out["scaled"], 2.0 * a)
+
+
+def test_custom_vmap_forward_mode_uses_the_rule_under_vmap():
+    f, calls = make_sin_with_cos_rule()
+    primal, tangent = fg.jvp(f, (0.5, 2.0), (1.0, 0.0))
+    assert_allclose(tangent, np.cos(0.5) * 2.0, rtol=1e-6)
+    # vmap of jvp batches the jvp of the rule: d/dx cos(x) * y.
+    primals, tangents = fg.vmap(lambda x, t: fg.jvp(f, (x, 2.0), (t, 0.0)))(X3, np.ones(3))
+    assert_allclose(primals, np.cos(X3) * 2.0)
+    assert_allclose(tangents, -np.sin(X3) * 2.0)
+    assert_allclose(fg.jacfwd(lambda x: f(x, 2.0))(X3), np.diag(-np.sin(X3) * 2.0))
+
+
+def test_custom_vmap_reverse_mode():
+    f, calls = make_sin_with_cos_rule()
+    # grad of vmap differentiates the rule (JAX's semantics)...
+    got = fg.grad(lambda x: fg.vmap(f)(x, x).sum())(X3)
+    assert_allclose(got, -np.sin(X3) * X3 + np.cos(X3))
+    # ... and grad of the function differentiates the function, also where JAX refuses: its
+    # pullback is the transposed derivative of the function, which vmap batches as usual.
+    assert_allclose(fg.jit(fg.grad(f))(0.5, 2.0), np.cos(0.5) * 2.0, rtol=1e-6)
+    assert_allclose(fg.vmap(fg.grad(f))(X3, X3), np.cos(X3) * X3)
+    check_grads(f, (X3, X3 + 1.0), order=2, modes=["fwd", "rev"])
+
+
+def test_custom_vmap_closing_over_values():
+    scale = np.float64(3.0)
+
+    def outer(scale):
+        @fg.custom_batching.custom_vmap
+        def f(x):
+            return x * scale
+
+        @f.def_vmap
+        def rule(axis_size, in_batched, xs):
+            return xs * scale, True
+
+        return f
+
+    assert_allclose(fg.vmap(outer(scale))(X3), 3.0 * X3)
+    assert_allclose(fg.grad(lambda s: fg.vmap(outer(s))(X3).sum())(scale), X3.sum())
+    with pytest.raises(TypeError, match="closes over a value that vmap is batching"):
+        fg.vmap(lambda s: outer(s)(1.0))(X3)
+
+
+def test_custom_vmap_checks_the_rule():
+    @fg.custom_batching.custom_vmap
+    def f(x):
+        return x + 1.0
+
+    with pytest.raises(AttributeError, match="def_vmap"):
+        fg.vmap(f)(X3)
+    f.def_vmap(lambda axis_size, in_batched, x: (x + 1.0, False))
+    with pytest.raises(TypeError, match="marks unbatched"):
+        fg.vmap(f)(X3)
+    f.def_vmap(lambda axis_size, in_batched, x: (x + 1.0, [True]))
+    with pytest.raises(TypeError, match="out_batched"):
+        fg.vmap(f)(X3)
+    f.def_vmap(lambda axis_size, in_batched, x: x)
+    with pytest.raises(TypeError, match="pair"):
+        fg.vmap(f)(X3)
+
+
+def test_sequential_vmap_runs_lanes_in_a_loop():
+    @fg.custom_batching.sequential_vmap
+    def f(x, y):
+        return fnp.sum(x) * y
+
+    xs = RNG.standard_normal((3, 4))
+    assert_allclose(fg.vmap(f, in_axes=(0, None))(xs, 2.0), xs.sum(1) * 2.0)
+    closed = fg.make_jaxpr(fg.vmap(f, in_axes=(0, None)))(xs, 2.0)
+    assert [eqn.primitive.name for eqn in closed.eqns] == ["scan"]
