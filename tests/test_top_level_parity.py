@@ -435,3 +435,29 @@ def test_sequential_vmap_runs_lanes_in_a_loop():
     assert_allclose(fg.vmap(f, in_axes=(0, None))(xs, 2.0), xs.sum(1) * 2.0)
     closed = fg.make_jaxpr(fg.vmap(f, in_axes=(0, None)))(xs, 2.0)
     assert [eqn.primitive.name for eqn in closed.eqns] == ["scan"]
+
+
+def test_linear_transpose_differentiates_in_closed_over_values():
+    def f(scale):
+        transpose = fg.linear_transpose(lambda x: scale * x[::-1], np.ones(3))
+        return transpose(np.arange(3.0))[0].sum()
+
+    assert_allclose(fg.grad(f)(2.0), 3.0, rtol=1e-6)
+
+
+def test_new_names_are_public():
+    names = {
+        "linear_transpose",
+        "image",
+        "clear_caches",
+        "named_call",
+        "named_scope",
+        "ensure_compile_time_eval",
+        "typeof",
+        "print_environment_info",
+        "closure_convert",
+        "custom_batching",
+    }
+    assert names <= set(fg.__all__)
+    assert {"resize", "scale_and_translate", "ResizeMethod"} <= set(fg.image.__all__)
+    assert {"custom_vmap", "sequential_vmap"} <= set(fg.custom_batching.__all__)
