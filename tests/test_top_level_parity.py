@@ -38,6 +38,17 @@ def test_linear_transpose_is_the_jacobian_transposed():
     assert_allclose(np.asarray(got).reshape(-1), jac.T @ ct)
 
 
+def test_linear_transpose_of_complex_maps_is_the_transpose_not_the_adjoint():
+    m = RNG.standard_normal((4, 3)) + 1j * RNG.standard_normal((4, 3))
+    ct = RNG.standard_normal(4) + 1j * RNG.standard_normal(4)
+    (got,) = fg.linear_transpose(lambda x: fnp.asarray(m) @ x, np.ones(3, complex))(ct)
+    assert_allclose(got, m.T @ ct)
+    # A real input mapped to complex outputs: the transpose keeps the real part.
+    (got,) = fg.linear_transpose(lambda x: fnp.asarray(m) @ x, np.ones(3))(ct)
+    assert got.dtype == np.float64
+    assert_allclose(got, (m.T @ ct).real)
+
+
 def test_linear_transpose_only_reads_shapes_and_dtypes():
     transpose = fg.linear_transpose(lambda x: 2.0 * x.T, fg.ShapeDtypeStruct((3, 2), np.float32))
     (got,) = transpose(np.ones((2, 3), np.float32))
