@@ -2,10 +2,12 @@
 
 from funcgrad import (
     checkpoints,
+    custom_batching,
     data,
     debug,
     distributed,
     dtypes,
+    image,
     lax,
     nn,
     numpy,
@@ -19,6 +21,7 @@ from funcgrad import (
     viz,
 )
 from funcgrad.array import Array, Device, block_until_ready, device_get, device_put
+from funcgrad.caches import clear_caches
 from funcgrad.callbacks import pure_callback
 from funcgrad.config import config, default_matmul_precision, disable_jit, enable_x64
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
@@ -32,6 +35,7 @@ from funcgrad.devices import (
     process_count,
     process_index,
 )
+from funcgrad.environment import print_environment_info
 from funcgrad.transforms.autodiff import (
     grad,
     hessian,
@@ -45,8 +49,16 @@ from funcgrad.transforms.autodiff import (
 from funcgrad.transforms.checkpoint import checkpoint, checkpoint_policies, remat
 from funcgrad.transforms.custom_derivatives import custom_gradient, custom_jvp, custom_vjp
 from funcgrad.transforms.jit import jit
+from funcgrad.transforms.linear_transpose import linear_transpose
 from funcgrad.transforms.make_jaxpr import eval_shape, make_jaxpr
 from funcgrad.transforms.pmap import pmap
+from funcgrad.transforms.tracing_tools import (
+    closure_convert,
+    ensure_compile_time_eval,
+    named_call,
+    named_scope,
+    typeof,
+)
 from funcgrad.transforms.vmap import vmap
 
 jacobian = jacrev
@@ -55,6 +67,13 @@ float0 = dtypes.float0
 __version__ = "0.1.0"
 
 __all__ = [
+    "print_environment_info",
+    "typeof",
+    "named_scope",
+    "named_call",
+    "ensure_compile_time_eval",
+    "closure_convert",
+    "clear_caches",
     "Array",
     "Device",
     "ShapeDtypeStruct",
@@ -63,6 +82,7 @@ __all__ = [
     "checkpoint",
     "config",
     "checkpoint_policies",
+    "custom_batching",
     "custom_gradient",
     "custom_jvp",
     "custom_vjp",
@@ -82,6 +102,7 @@ __all__ = [
     "float0",
     "grad",
     "hessian",
+    "image",
     "jacfwd",
     "jacobian",
     "jacrev",
@@ -91,6 +112,7 @@ __all__ = [
     "local_device_count",
     "local_devices",
     "lax",
+    "linear_transpose",
     "make_jaxpr",
     "nn",
     "numpy",

@@ -43,14 +43,17 @@ class Literal:
 
 
 class SourceInfo(NamedTuple):
-    """Where in the user's code an equation was traced."""
+    """Where in the user's code an equation was traced, and the `named_scope` path it was
+    traced in ("outer/inner", empty outside any)."""
 
     file: str
     line: int
     function: str
+    scope: str = ""
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line} ({self.function})"
+        where = f"{self.file}:{self.line} ({self.function})"
+        return f"{where} [{self.scope}]" if self.scope else where
 
 
 class JaxprEqn:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,13 +24,25 @@ from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, SourceInfo, Var
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+class _Options(threading.local):
+    """What the user asked of staging on this thread: the `named_scope` path recorded with
+    each equation ("outer/inner"), and whether primitives over concrete values run now
+    (`ensure_compile_time_eval`) instead of being staged."""
+
+    scope: str = ""
+    compile_time_eval: bool = False
+
+
+options = _Options()
+
+
 def user_source_info() -> SourceInfo | None:
-    """The innermost frame of the caller's code outside funcgrad."""
+    """The innermost frame of the caller's code outside funcgrad, and the named scope."""
     frame = sys._getframe(1)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not filename.startswith(_PACKAGE_DIR):
-            return SourceInfo(filename, frame.f_lineno, frame.f_code.co_name)
+            return SourceInfo(filename, frame.f_lineno, frame.f_code.co_name, options.scope)
         frame = frame.f_back
     return None
 
@@ -81,6 +94,9 @@ class StagingTrace(core.Trace):
         return var
 
     def process_primitive(self, primitive, args, params):
+        if options.compile_time_eval and not any(isinstance(a, core.Tracer) for a in args):
+            with core.set_current_trace(self.parent):
+                return primitive.bind(*args, **params)
         invars = [self.var_of(a) for a in args]
         out_avals = primitive.abstract_eval(*(v.aval for v in invars), **params)
         if not primitive.multiple_results:

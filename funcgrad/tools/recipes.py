@@ -1387,6 +1387,10 @@ _custom_tanh.defvjp(
     lambda x: (fnp.tanh(x), fnp.tanh(x)), lambda y, cotangent: ((1 - y * y) * cotangent,)
 )
 
+# The vmap rule computes the same values (each lane's sin(x) * y) in one broadcast product.
+_custom_vmapped = fg.custom_batching.custom_vmap(lambda x, y: fnp.sin(x) * y)
+_custom_vmapped.def_vmap(lambda size, batched, x, y: (fnp.sin(x) * y, batched[0] or batched[1]))
+
 RECIPES.update(
     {
         "cond": Recipe(
@@ -1432,6 +1436,11 @@ RECIPES.update(
             fun=_custom_sin,
             reference=np.sin,
             case=_same_shape_case(1, FLOATS),
+        ),
+        "custom_vmap_call": Recipe(
+            fun=_custom_vmapped,
+            reference=lambda x, y: np.sin(x) * y,
+            case=_same_shape_case(2, FLOATS),
         ),
         "custom_vjp_call": Recipe(
             fun=_custom_tanh,

@@ -18,7 +18,7 @@ import inspect
 import threading
 from collections.abc import Callable, Sequence
 
-from funcgrad import core, tree_util
+from funcgrad import caches, core, tree_util
 from funcgrad.array import Array, DeviceValue, device_put, on_gpu
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import passes
@@ -153,7 +153,7 @@ def _jit_weak_type(weak_flags, *, jaxpr: ClosedJaxpr, name: str) -> list[bool]:
 # so repeated calls of grad(jit(f)) or vmap(jit(f)) reuse both them and their compiled form.
 
 
-@functools.lru_cache(maxsize=1024)
+@caches.program_cache
 def _jvp_program(jaxpr: ClosedJaxpr, nonzero: tuple[bool, ...]):
     jvp_closed, out_nonzero = jvp_jaxpr(jaxpr, nonzero)
     return jvp_closed, tuple(out_nonzero)
@@ -173,7 +173,7 @@ def _jit_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, name: str):
     ]
 
 
-@functools.lru_cache(maxsize=1024)
+@caches.program_cache
 def _transpose_program(
     jaxpr: ClosedJaxpr, undefined: tuple[bool, ...], ct_nonzero: tuple[bool, ...]
 ) -> ClosedJaxpr:
@@ -206,7 +206,7 @@ def _jit_transpose(cotangents, *operands, jaxpr: ClosedJaxpr, name: str):
     return [next(cts) if u else None for u in undefined]
 
 
-@functools.lru_cache(maxsize=1024)
+@caches.program_cache
 def _batched_program(jaxpr: ClosedJaxpr, in_batched: tuple[bool, ...], size: int, axis_name):
     batched, out_batched = batching.batch_jaxpr_outputs(jaxpr, in_batched, size, axis_name)
     return batched, tuple(out_batched)
@@ -228,7 +228,7 @@ def _hoisted(closed: ClosedJaxpr) -> ClosedJaxpr:
     return ClosedJaxpr(Jaxpr([], jaxpr.constvars + jaxpr.invars, jaxpr.outvars, jaxpr.eqns), [])
 
 
-@functools.lru_cache(maxsize=1024)
+@caches.program_cache
 def _split_program(jaxpr: ClosedJaxpr, unknowns: tuple[bool, ...]) -> SplitJaxpr:
     return split_jaxpr(jaxpr, unknowns, what="a jit")
 
@@ -452,6 +452,7 @@ class Jitted:
                 "a static argument has no buffer to donate"
             )
         self._cache: dict = {}
+        caches.track(self)
         # Calls without keywords whose arguments are arrays, by the signature found without
         # flattening them: _array_signature's, or _static_signature's with static arguments.
         self._array_cache: dict = {}

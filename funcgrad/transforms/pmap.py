@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from funcgrad import core, distributed, tree_util
+from funcgrad import caches, core, distributed, tree_util
 from funcgrad.array import (
     CPU,
     Array,
@@ -225,7 +225,7 @@ class _SegmentedExecutable:
         return [read(v) for v in self.outvars]
 
 
-@functools.lru_cache(maxsize=1024)
+@caches.program_cache
 def _device_executable(jaxpr: ClosedJaxpr, backend: str, device: GpuDevice | None = None):
     """jit's executable for one device's program on `backend` (for a GPU, on that GPU, its
     results left there), or, where the backend cannot lower the collectives, the program
@@ -276,7 +276,7 @@ def _pmap_jvp(primals, tangents, *, jaxpr, in_mapped, out_mapped, name, **params
     ]
 
 
-@functools.lru_cache(maxsize=1024)
+@caches.program_cache
 def _transpose_program(
     jaxpr: ClosedJaxpr,
     undefined: tuple[bool, ...],
@@ -442,6 +442,10 @@ class Pmapped:
         # Buffers are not reused by the NumPy backend, so donation is accepted and ignored.
         self.donate_argnums = _static_tuple(donate_argnums)
         self._cache: dict = {}
+        caches.track(self)
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
 
     def _split(self, args: tuple):
         count = len(args)

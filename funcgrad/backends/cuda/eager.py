@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from funcgrad import core
+from funcgrad import caches, core
 from funcgrad.array import Array, DeviceValue, GpuDevice, default_gpu, place
 from funcgrad.compiler.fusion import CompileError
 from funcgrad.interpreters import parallel
 
 _programs: dict = {}
 _MAX_PROGRAMS = 4096
+caches.on_clear(_programs.clear)
 
 
 def run(primitive: core.Primitive, args: list[Array], params: dict, signature: tuple):

@@ -1,0 +1,193 @@
+"""linear_transpose: the transpose of a function that is linear in its inputs.
+
+The function is staged once with every input unknown, checked to be linear, and its program is
+run backwards by `backward_pass`, the same machinery that gives vjp its pullback: each
+primitive's transpose rule. The transposed function binds primitives, so it composes with jit,
+vmap, grad and with linear_transpose itself.
+
+A program is linear when every equation that reads the inputs is a linear primitive in the
+operands that carry them: a product or quotient of two input-dependent values, a nonlinear
+primitive (sin, exp, ...) applied to one, or an added constant that is not zero (an affine map)
+makes the function nonlinear, and the error names the equation and the user's line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from funcgrad import core, dtypes, tree_util
+from funcgrad.compiler.passes import inline_calls
+from funcgrad.core import PRIMITIVES
+from funcgrad.interpreters.ad import UndefinedPrimal, backward_pass, instantiate, tangent_aval
+from funcgrad.interpreters.staging import abstractify, trace_to_jaxpr
+from funcgrad.ir import ClosedJaxpr, JaxprEqn, Literal, literal_value
+from funcgrad.lax.base import asarray
+from funcgrad.transforms.make_jaxpr import function_name
+
+# Primitives linear in each of the listed operands separately but not jointly (a product of two
+# input-dependent values is quadratic): at most one of these operands may carry the inputs, and
+# the others must not.
+_ONE_LINEAR_OPERAND: dict[str, tuple[int, ...]] = {
+    "mul": (0, 1),
+    "div": (0,),
+    "dot_general": (0, 1),
+    "conv_general_dilated": (0, 1),
+    "triangular_solve": (1,),
+    "scatter_mul": (0,),
+}
+
+
+def _calls() -> dict:
+    """The call primitives whose programs are transposed in place: a custom derivative rule
+    says nothing about a transpose, and the check must see inside calls."""
+    names = ("jit", "checkpoint", "custom_jvp_call", "custom_vjp_call")
+    params = ("jaxpr", "jaxpr", "call_jaxpr", "call_jaxpr")
+    return {PRIMITIVES[n]: p for n, p in zip(names, params) if n in PRIMITIVES}
+
+
+def linear_transpose(fun: Callable, *primals, reduce_axes: tuple = ()) -> Callable:
+    """The transpose of the linear function `fun`, as a function of an output cotangent.
+
+    `primals` fix only the inputs' shapes and dtypes (arrays or `ShapeDtypeStruct`s, pytrees of
+    them); their values are never read. `linear_transpose(f, *xs)(ct)` returns one cotangent per
+    entry of `primals` (a tuple), with <ct, f(*x)> = <transpose(ct), x> for every x. Unlike vjp
+    it runs no forward pass: nothing of `fun` is evaluated but its constants.
+
+    Inputs and outputs are floating point or complex. A nonlinear or affine `fun` raises a
+    TypeError naming the operation that breaks linearity.
+    """
+    if reduce_axes:
+        raise NotImplementedError(
+            "linear_transpose's reduce_axes is not supported (JAX deprecated it); sum the "
+            "cotangents over the axes yourself"
+        )
+    name = function_name(fun)
+    leaves, in_tree = tree_util.tree_flatten(primals)
+    in_avals = [abstractify(x) for x in leaves]
+
+    def flat_fun(*flat):
+        return fun(*tree_util.tree_unflatten(in_tree, flat))
+
+    closed, out_tree = trace_to_jaxpr(flat_fun, in_avals, f"linear_transpose({name})")
+    closed = inline_calls(closed, _calls())
+    out_avals = closed.out_avals
+    _check_dtypes(in_avals, out_avals)
+    _check_linear(closed, name)
+
+    def transposed_fun(out_cotangent):
+        ct_leaves, ct_tree = tree_util.tree_flatten(out_cotangent)
+        if ct_tree != out_tree:
+            raise TypeError(
+                f"the cotangent passed to the transpose of {name} must have the structure of "
+                f"its output, {out_tree}; got {ct_tree}"
+            )
+        cts = [_checked_cotangent(ct, aval, name) for ct, aval in zip(ct_leaves, out_avals)]
+        args = [UndefinedPrimal(aval) for aval in in_avals]
+        cts_in = backward_pass(closed.jaxpr, closed.consts, args, cts)
+        return tree_util.tree_unflatten(in_tree, [instantiate(ct) for ct in cts_in])
+
+    transposed_fun.__name__ = f"transpose({name})"
+    return transposed_fun
+
+
+def _check_dtypes(in_avals: list, out_avals: list) -> None:
+    bad = [a for a in in_avals + out_avals if not dtypes.is_inexact(a.dtype)]
+    if bad:
+        described = ", ".join(a.str_short() for a in bad)
+        raise TypeError(
+            "linear_transpose supports functions whose inputs and outputs are all floating "
+            f"point or complex; got {described} among "
+            f"[{', '.join(a.str_short() for a in in_avals)}] -> "
+            f"[{', '.join(a.str_short() for a in out_avals)}]"
+        )
+
+
+def _checked_cotangent(ct, aval: core.ShapedArray, name: str):
+    ct = asarray(ct)
+    expected = tangent_aval(aval)
+    if ct.shape != expected.shape or ct.dtype != expected.dtype:
+        raise TypeError(
+            f"the transpose of {name} takes cotangents of the output's type {expected.str_short()}"
+            f", got {ct.aval.str_short()}"
+        )
+    return ct
+
+
+def _check_linear(closed: ClosedJaxpr, name: str) -> None:
+    """Raise a TypeError at the first equation that makes the program nonlinear in its inputs.
+
+    Values that do not depend on the inputs are computed (when the program's constants are
+    concrete), so that an added constant is accepted exactly when it is zero.
+    """
+    jaxpr = closed.jaxpr
+    concrete = not any(isinstance(c, core.Tracer) for c in closed.consts)
+    known: dict = dict(zip(jaxpr.constvars, closed.consts)) if concrete else {}
+    linear = set(jaxpr.invars)
+
+    def is_linear(atom) -> bool:
+        return type(atom) is not Literal and atom in linear
+
+    def is_zero(atom) -> bool:
+        if type(atom) is Literal:
+            return not literal_value(atom).any()
+        value = known.get(atom)
+        # A value that cannot be computed here (a tracer of an enclosing jit) gets the benefit
+        # of the doubt.
+        return value is None or not asarray(value)._value.any()
+
+    for eqn in jaxpr.eqns:
+        carried = [i for i, v in enumerate(eqn.invars) if is_linear(v)]
+        if not carried:
+            if concrete:
+                _evaluate_known(eqn, known)
+            continue
+        _check_equation(eqn, carried, is_linear, is_zero, name)
+        linear.update(eqn.outvars)
+    for atom in jaxpr.outvars:
+        if not is_linear(atom) and not is_zero(atom):
+            raise TypeError(
+                f"linear_transpose needs a linear function, but {name} returns an output that "
+                "does not depend on its inputs and is not zero (an affine map)"
+            )
+
+
+def _evaluate_known(eqn: JaxprEqn, known: dict) -> None:
+    def read(atom):
+        return literal_value(atom) if type(atom) is Literal else known.get(atom)
+
+    operands = [read(v) for v in eqn.invars]
+    if any(x is None for x in operands) or eqn.primitive.higher_order:
+        return
+    with core.set_current_trace(core.eval_trace()):
+        outs = eqn.primitive.bind(*operands, **eqn.params)
+    known.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
+
+
+def _check_equation(eqn: JaxprEqn, carried: list[int], is_linear, is_zero, name: str) -> None:
+    prim = eqn.primitive
+    where = f" (at {eqn.source_info})" if eqn.source_info else ""
+    if prim.transpose is None:
+        raise TypeError(
+            f"linear_transpose needs a linear function, but {name} applies '{prim.name}', which "
+            f"is not linear, to a value that depends on its inputs{where}"
+        )
+    if prim.higher_order:
+        return  # its own transpose rule checks the program it carries
+    if prim.name in _ONE_LINEAR_OPERAND:
+        allowed = _ONE_LINEAR_OPERAND[prim.name]
+        if len(carried) > 1 or carried[0] not in allowed:
+            raise TypeError(
+                f"linear_transpose needs a linear function, but {name} applies '{prim.name}' to "
+                f"operands {carried} that all depend on its inputs; '{prim.name}' is linear only "
+                f"in one of the operands {list(allowed)} at a time{where}"
+            )
+        return
+    for i, atom in enumerate(eqn.invars):
+        if i in carried or not dtypes.is_inexact(atom.aval.dtype):
+            continue
+        if not is_zero(atom):
+            raise TypeError(
+                f"linear_transpose needs a linear function, but {name} combines a value that "
+                f"depends on its inputs with one that does not and is not zero in '{prim.name}' "
+                f"(an affine map){where}"
+            )
