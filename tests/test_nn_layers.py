@@ -341,6 +341,9 @@ def test_partition_freezes_leaves_and_gradients_reach_only_the_trainable_part():
     )
     floats_only, rest = nn.partition({"w": fnp.ones(2), "step": fnp.array(3)}, nn.is_inexact_array)
     assert floats_only["step"] is None and rest["w"] is None
+    for bad in ("trainable", {"w": "yes", "step": True}):  # a leaf that is not a bool
+        with pytest.raises(TypeError, match="a filter is a bool, a predicate, or a tree"):
+            nn.partition({"w": fnp.ones(2), "step": fnp.array(3)}, bad)
 
 
 def test_tree_at_replaces_one_node_or_several():

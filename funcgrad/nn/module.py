@@ -189,6 +189,10 @@ def _selection(tree: Any, filter_spec) -> list[bool]:
     if callable(filter_spec) and not isinstance(filter_spec, Module):
         return [bool(filter_spec(leaf)) for leaf in tree_util.tree_leaves(tree)]
     spec_children, spec_def = _children(filter_spec)
+    if spec_def.num_leaves == 1 and spec_children == [filter_spec]:  # a leaf, and not a bool
+        raise TypeError(
+            f"partition: a filter is a bool, a predicate, or a tree of them, got {filter_spec!r}"
+        )
     children, treedef = _children(tree)
     if type(filter_spec) is not type(tree) or len(spec_children) != len(children):
         raise ValueError(
