@@ -73,6 +73,20 @@ def test_percentile_median_and_dtypes():
         fnp.quantile(x, 0.5, method="cubic")
 
 
+def test_medians_and_quantiles_between_infinities_match_numpy():
+    # nanmedian gave NaN for [2, -inf] (-inf + inf / 2), [1, inf] and [inf, inf] (inf - inf);
+    # a quantile at 1/2 or above is interpolated from the upper end, as in NumPy.
+    x = np.array([[2.0, -np.inf, np.nan], [np.inf, np.inf, 1.0], [1.0, np.inf, np.nan]])
+    for fun in (lambda x: fnp.nanmedian(x, axis=1), lambda x: fnp.median(x[:, :2], axis=1)):
+        expected = np.array([-np.inf, np.inf, np.inf])
+        assert_close(fun(x), expected)
+        assert_close(fg.jit(fun)(x), expected)
+    y = np.array([-np.inf, 2.0])
+    q = np.array([0.5, 0.75, 1.0])
+    assert_close(fnp.quantile(y, q), np.quantile(y, q))
+    assert_close(fnp.nanquantile(np.array([-np.inf, -np.inf, 1.0]), 0.5), -np.inf)
+
+
 # ---------------------------------------------------------------------------------------------
 # Covariance and histograms
 

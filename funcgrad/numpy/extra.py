@@ -198,6 +198,8 @@ def quantile(
 
     A slice containing NaN has NaN quantiles, as in NumPy. A q outside [0, 1] raises a
     ValueError as in NumPy, or, when q is traced, gives NaN (JAX would clamp it to 0 or 1).
+    Between two equal infinities the quantile is that infinity, where NumPy's interpolation
+    gives inf - inf = NaN.
     """
     return _quantile("quantile", a, q, axis, out, method, keepdims, weights, ignore_nan=False)
 
@@ -251,7 +253,9 @@ def nanpercentile(
 
 
 def nanmedian(a, axis: Axis = None, out=None, overwrite_input: bool = False, keepdims=False):
-    return _quantile("nanmedian", a, 0.5, axis, out, "linear", keepdims, None, ignore_nan=True)
+    """`median` of the values that are not NaN: the mean of the middle two for an even count
+    (`midpoint`, as median's, so that inf and a number give inf rather than inf - inf)."""
+    return _quantile("nanmedian", a, 0.5, axis, out, "midpoint", keepdims, None, ignore_nan=True)
 
 
 def _quantile(name, a, q, axis, out, method, keepdims, weights, ignore_nan: bool, percent=False):
@@ -323,8 +327,17 @@ def _sorted_quantile(x, q, valid, method: str):
     low, high = values_at(lower_index), values_at(upper_index)
     if method == "midpoint":
         return lax.mul(lax.add(low, high), np.array(0.5, x.dtype)[()])
+    # NumPy's lerp: from the nearer end, so that a fraction of 1/2 between -inf and a number
+    # gives -inf (as the median does) rather than -inf + inf; equal ends (two infinities)
+    # give that end rather than inf - inf.
     fraction = lax.sub(position, lower_index)
-    return lax.add(low, lax.mul(lax.sub(high, low), fraction))
+    difference = lax.sub(high, low)
+    one = np.array(1, x.dtype)[()]
+    from_low = lax.add(low, lax.mul(difference, fraction))
+    from_high = lax.sub(high, lax.mul(difference, lax.sub(one, fraction)))
+    half = np.array(0.5, x.dtype)[()]
+    result = lax.select(lax.ge(fraction, lax.full_like(fraction, half)), from_high, from_low)
+    return lax.select(lax.eq(low, high), low, result)
 
 
 # ---------------------------------------------------------------------------------------------
