@@ -370,6 +370,19 @@ def test_gcd_lcm_match_numpy(a, b):
     assert_same(fnp.lcm(a.astype(np.int64), b), np.lcm(a.astype(np.int64), b))
 
 
+def test_gcd_lcm_of_the_most_negative_integer_match_numpy():
+    # |int8 min| is 128, not -128: gcd(7, -128) was -1 (NumPy: 1), lcm(-127, -2) 2 (NumPy:
+    # 254 wrapped to -2).
+    for dtype in (np.int8, np.int32, np.int64):
+        low = np.iinfo(dtype).min
+        a = np.array([7, low, low, -2, 0, low + 1, 32], dtype)
+        b = np.array([low, low, 0, low, low, -2, low], dtype)
+        for fun in (fnp.gcd, fg.jit(fnp.gcd)):
+            assert_same(fun(a, b), np.gcd(a, b))
+        for fun in (fnp.lcm, fg.jit(fnp.lcm)):
+            assert_same(fun(a, b), np.lcm(a, b))
+
+
 def test_gcd_under_vmap_and_errors():
     a, b = np.array([[12, 7], [0, 9]]), np.array([18, 21])
     check_batching(fnp.gcd, [a, b], (0, None))

@@ -1208,26 +1208,42 @@ def spacing(x, /):
 def gcd(x1, x2):
     """The greatest common divisor of integers, non-negative (0 for gcd(0, 0))."""
     x1, x2 = _integers("gcd", x1, x2)
-    a, b = ufuncs.absolute(x1), ufuncs.absolute(x2)
+    a, b = _unsigned_magnitudes(x1, x2)
+    return convert(_unsigned_gcd(a, b), x1.dtype)
 
+
+def _unsigned_magnitudes(x1, x2):
+    """|x1| and |x2| as unsigned integers of their width, as NumPy's gcd and lcm take them:
+    |int8 min| is 128 there, where a signed abs leaves -128, whose remainders would turn a
+    gcd negative (gcd(7, -128) = -1). A result of 128 wraps back to -128, as in NumPy."""
+    unsigned = _UNSIGNED_OF_WIDTH[np.dtype(x1.dtype).itemsize]
+    return convert(ufuncs.absolute(x1), unsigned), convert(ufuncs.absolute(x2), unsigned)
+
+
+def _unsigned_gcd(a, b):
     def not_done(carry):
         return reductions.any(carry[1] != 0)
 
     def euclid_step(carry):
         a, b = carry
         nonzero = b != 0
-        safe_b = misc.where(nonzero, b, 1)
-        return misc.where(nonzero, b, a), misc.where(nonzero, ufuncs.remainder(a, safe_b), b)
+        safe_b = misc.where(nonzero, b, lax.full_like(b, 1))
+        return misc.where(nonzero, b, a), misc.where(nonzero, lax.rem(a, safe_b), b)
 
     return lax.while_loop(not_done, euclid_step, (a, b))[0]
+
+
+_UNSIGNED_OF_WIDTH = {np.dtype(d).itemsize: d for d in dtypes.unsigned_dtypes}
 
 
 def lcm(x1, x2):
     """The least common multiple of integers, non-negative (0 if either is 0)."""
     x1, x2 = _integers("lcm", x1, x2)
-    divisor = gcd(x1, x2)
-    safe = misc.where(divisor == 0, 1, divisor)
-    return misc.where(divisor == 0, 0, ufuncs.absolute(ufuncs.floor_divide(x1, safe) * x2))
+    a, b = _unsigned_magnitudes(x1, x2)
+    divisor = _unsigned_gcd(a, b)
+    zero = divisor == 0
+    multiple = lax.mul(lax.div(a, misc.where(zero, lax.full_like(divisor, 1), divisor)), b)
+    return convert(misc.where(zero, lax.full_like(divisor, 0), multiple), x1.dtype)
 
 
 def _integers(name: str, x1, x2):
