@@ -419,6 +419,14 @@ def test_in_place_functions_return_copies():
         fnp.put(np.arange(5), np.array([1, 7]), np.array([10, 20]), mode="wrap", inplace=False),
         numpy_in_place(np.put, np.arange(5), [1, 7], [10, 20], mode="wrap"),
     )
+    # Negative indices count from the end by default (put wrote -1 to index 0), and clip to 0
+    # under mode='clip', as in NumPy.
+    for mode in (None, "clip"):
+        expected = numpy_in_place(np.put, np.arange(5), [-1, -4], [10, 20], mode=mode or "raise")
+        for put in (fnp.put, fg.jit(fnp.put, static_argnames=("mode", "inplace"))):
+            ind, v = np.array([-1, -4], np.int8), np.array([10, 20])
+            got = put(np.arange(5), ind, v, mode=mode, inplace=False)
+            assert_same(got, expected)
     x = rng().normal(size=(3, 4))
     index = np.argsort(x, axis=1)[:, :2]
     assert_same(

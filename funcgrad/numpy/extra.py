@@ -1288,13 +1288,17 @@ def fill_diagonal(a, val, wrap: bool = False, *, inplace: bool = True):
 
 def put(a, ind, v, mode: str | None = None, *, inplace: bool = True):
     """A copy of a whose flattened entries at `ind` are v (repeated as needed). Indices out of
-    bounds are clipped unless mode='wrap'."""
+    bounds are clipped unless mode='wrap'; by default (as NumPy's and JAX's) negative ones
+    count from the end first, where mode='clip' clips them to 0."""
     _require_not_inplace("put", inplace)
     a = to_array(a)
     ind = shape_ops.ravel(to_array(ind))
     if mode == "wrap":
         ind = ufuncs.remainder(ind, a.size)
-    elif mode not in (None, "clip"):
+    elif mode is None:
+        ind = convert(ind, dtypes.promote_types(ind.dtype, dtypes.int32))
+        ind = misc.where(ind < 0, ind + a.size, ind)
+    elif mode != "clip":
         raise ValueError(f"put: mode must be 'clip' or 'wrap', got {mode!r}")
     ind = misc.clip(ind, 0, builtins.max(a.size - 1, 0))
     values = resize(_to_dtype(v, a.dtype), ind.shape)
