@@ -229,6 +229,17 @@ def test_convolve_and_correlate_match_numpy(n, m, mode, seed):
     assert_close(fnp.correlate(a, v, mode), np.correlate(a, v, mode), rtol=1e-12, atol=1e-12)
 
 
+def test_correlate_conjugates_a_complex_second_operand():
+    # NumPy's and JAX's correlate sums a[n + k] * conj(v[n]); v was not conjugated.
+    a = rng().normal(size=5) + 1j * rng(1).normal(size=5)
+    v = rng(2).normal(size=3) - 1j * rng(3).normal(size=3)
+    for mode in ("full", "same", "valid"):
+        for x, y in ((a, v), (v, a), (a.real, v), (a, v.real)):
+            expected = np.correlate(x, y, mode)
+            for correlate in (fnp.correlate, fg.jit(fnp.correlate, static_argnums=2)):
+                assert_close(correlate(x, y, mode), expected, rtol=1e-12, atol=1e-12)
+
+
 def test_convolution_dtypes_derivatives_and_errors():
     assert_same(fnp.convolve(np.array([1, 2, 3]), np.array([1, 1])), np.convolve([1, 2, 3], [1, 1]))
     a, v = rng().normal(size=6), rng(1).normal(size=3)
