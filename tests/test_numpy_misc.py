@@ -46,6 +46,14 @@ def test_arange_of_floats_is_float32(start, stop, step):
     assert_close(fnp.arange(start, stop, step), expected.astype(np.float32), np.float32)
 
 
+def test_arange_with_an_integer_dtype_truncates_a_fractional_step():
+    # Values were the float range rounded down ([0, 0, 1, 1, ...]); NumPy and JAX convert start
+    # and step to the dtype first.
+    assert_same(fnp.arange(0, 5, 0.5, dtype=np.int32), np.arange(0, 5, 0.5, dtype=np.int32))
+    assert_same(fnp.arange(1, 5, 1.5, dtype=np.int32), np.arange(1, 5, 1.5, dtype=np.int32))
+    assert_same(fnp.arange(0.5, 4, dtype=np.int32), np.arange(0.5, 4, dtype=np.int32))
+
+
 def test_arange_dtypes_and_tracing():
     assert_same(fnp.arange(4.0), np.arange(4, dtype=np.float32))
     assert_same(fnp.arange(np.float64(3)), np.arange(3, dtype=np.float64))

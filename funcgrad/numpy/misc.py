@@ -6,6 +6,7 @@ values to be static; `nonzero` and friends take a static `size=` to work under t
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Sequence
 
@@ -87,7 +88,18 @@ def arange(start, stop=None, step=None, dtype=None):
     dtype = dtypes.canonicalize(dtype) if dtype is not None else result_type(*args)
     if len(values) == 1 and float(values[0]).is_integer() and dtype != dtypes.bool_:
         return lax.iota(dtype, max(int(values[0]), 0))
-    return lax.asarray(np.arange(*values).astype(dtype))
+    if dtype == dtypes.bool_:
+        return lax.asarray(np.arange(*values).astype(dtype))
+    start, stop, step = (0, *values, 1) if len(values) == 1 else (*values, 1)[:3]
+    size = max(0, math.ceil((stop - start) / step))
+    # As JAX (and NumPy): start + step * i with start and step in the result dtype, so that an
+    # integer dtype truncates a fractional step (arange(0, 5, 0.5, dtype=int32) is all zeros),
+    # rather than rounding the float values; floats narrower than float32 work in float32.
+    working = np.dtype(dtype)
+    if dtypes.is_float(working) and working.itemsize < 4:
+        working = np.dtype(np.float32)
+    start, step = np.asarray(start).astype(working), np.asarray(step).astype(working)
+    return lax.asarray((start + step * np.arange(size).astype(working)).astype(dtype))
 
 
 def _float_dtypes(start, stop, dtype) -> tuple[np.dtype, np.dtype]:
