@@ -117,6 +117,24 @@ def test_geomspace_matches_numpy(start, stop, num, endpoint, negative):
         assert np.asarray(actual)[0] == np.float32(start)
 
 
+def test_complex_ranges_and_array_bases_match_numpy():
+    # linspace dropped the imaginary parts (linspace(1j, 3 + 1j, 3) was [0, 1.5, 3]);
+    # geomspace(1j, 1000j) was [0, nan, nan, 0] and geomspace(-3, 7) a progression of
+    # negatives (NumPy: NaN between ends of opposite signs); an array base of logspace
+    # broadcast against the samples instead of against start and stop.
+    for fun in (fnp.linspace, fnp.geomspace, fnp.logspace):
+        for start, stop in ((1j, 3 + 1j), (1 + 1j, 8 - 8j), (-1j, 20.0)):
+            assert_close(fun(start, stop, 4), getattr(np, fun.__name__)(start, stop, 4), rtol=1e-5)
+    with np.errstate(invalid="ignore"):
+        expected = np.geomspace(-3.0, 7.0, 5)
+    for geomspace in (fnp.geomspace, fg.jit(fnp.geomspace, static_argnums=2)):
+        assert_close(geomspace(-3.0, 7.0, 5), expected)
+    base = np.array([[2.0], [10.0]])
+    for axis in (0, 1, 2):
+        expected = np.logspace(np.array([0.0, 1.0]), 3.0, 4, base=base, axis=axis)
+        assert_close(fnp.logspace(np.array([0.0, 1.0]), 3.0, 4, base=base, axis=axis), expected)
+
+
 # ---------------------------------------------------------------------------------------------
 # Matrices
 
