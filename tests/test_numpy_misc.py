@@ -325,8 +325,16 @@ def test_isclose_allclose_match_numpy(a, data):
         assert_same(ours(a, b, 0.0, 1e-5), theirs(a, b, 0.0, 1e-5))
 
 
-def test_isclose_of_integers_is_equality_as_in_jax():
+def test_isclose_of_integers_uses_the_tolerances_as_numpy_and_jax():
+    # Integers were compared for equality (isclose(100, 101, rtol=0.2) was False), as JAX once
+    # did; JAX 0.10 and NumPy promote them to a float and apply the tolerances.
     assert_same(fnp.isclose(np.arange(3), [0, 1, 3]), np.array([True, True, False]))
+    a, b = np.array([1, 2, 100]), np.array([1, 3, 101])
+    for kwargs in (dict(rtol=0.2), dict(atol=1.5), dict(rtol=0.0, atol=0.0)):
+        assert_same(fnp.isclose(a, b, **kwargs), np.isclose(a, b, **kwargs))
+        assert_same(fnp.allclose(a, b, **kwargs), np.allclose(a, b, **kwargs))
+    a, b = a.astype(np.uint8), np.array([1, 3, 99], np.uint8)
+    assert_same(fg.jit(fnp.isclose)(a, b, 0.0, 1.5), np.isclose(a, b, 0.0, 1.5))
 
 
 @given(small_arrays(allow_nan=True), st.data())

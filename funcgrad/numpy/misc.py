@@ -20,6 +20,7 @@ from funcgrad.numpy._promotion import (
     broadcast_to,
     convert,
     promote_args,
+    promote_args_inexact,
     result_type,
     to_array,
 )
@@ -522,11 +523,10 @@ def nan_to_num(x, copy: bool = True, nan: float = 0.0, posinf=None, neginf=None)
 def isclose(a, b, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False):
     """|a - b| <= atol + rtol * |b| elementwise, with infinities close only to themselves.
 
-    As in JAX, integer and boolean arrays are compared for equality.
+    As in NumPy and JAX, integer and boolean arrays too are compared with the tolerances (in
+    the default float, as JAX's), not for equality.
     """
-    a, b = promote_args("isclose", a, b)
-    if not dtypes.is_inexact(a.dtype):
-        return ufuncs.equal(a, b)
+    a, b = promote_args_inexact("isclose", a, b)
     tolerance = ufuncs.add(atol, ufuncs.multiply(rtol, lax.abs(b)))
     close = ufuncs.logical_and(
         ufuncs.less_equal(lax.abs(ufuncs.subtract(a, b)), tolerance), ufuncs.isfinite(b)
