@@ -91,6 +91,18 @@ def test_medians_and_quantiles_between_infinities_match_numpy():
 # Covariance and histograms
 
 
+def test_cov_and_corrcoef_of_complex_variables_match_numpy():
+    # cov was X @ X.T, where NumPy's is X @ conj(X).T (a Hermitian matrix with a real
+    # diagonal); corrcoef raised on the complex diagonal.
+    m = rng().normal(size=(2, 5)) + 1j * rng(1).normal(size=(2, 5))
+    weights = np.array([1, 2, 0, 3, 1])
+    for fun, kwargs in ((fnp.cov, {}), (fnp.cov, dict(fweights=weights)), (fnp.corrcoef, {})):
+        expected = getattr(np, fun.__name__)(m, **kwargs)
+        assert_close(fun(m, **kwargs), expected, rtol=1e-12, atol=1e-12)
+        jitted = fg.jit(lambda m, fun=fun, kwargs=kwargs: fun(m, **kwargs))
+        assert_close(jitted(m), expected, rtol=1e-12, atol=1e-12)
+
+
 @given(
     float_arrays(min_dims=2, max_dims=2, min_side=2), st.booleans(), st.integers(0, 1), st.data()
 )

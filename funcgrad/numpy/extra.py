@@ -364,13 +364,14 @@ def cov(
     if ddof is None:
         ddof = 0 if bias else 1
     weights = None
+    real_dtype = dtypes.real_dtype(dtype)
     if fweights is not None:
-        weights = _to_dtype(fweights, dtype)
+        weights = _to_dtype(fweights, real_dtype)
     if aweights is not None:
-        aweights = _to_dtype(aweights, dtype)
+        aweights = _to_dtype(aweights, real_dtype)
         weights = aweights if weights is None else weights * aweights
     mean, weights_sum = reductions.average(x, axis=1, weights=weights, returned=True)
-    weights_sum = weights_sum[0]
+    weights_sum = ufuncs.real(weights_sum[0])
     if weights is None:
         factor = x.shape[1] - ddof
     elif ddof == 0:
@@ -382,6 +383,8 @@ def cov(
     factor = ufuncs.maximum(factor, 0)
     centered = x - mean[:, None]
     weighted = centered if weights is None else centered * weights
+    if dtypes.is_complex(dtype):
+        weighted = lax.conj(weighted)
     c = linalg_ops.matmul(centered, weighted.T) / factor
     return shape_ops.squeeze(c)
 
@@ -397,12 +400,15 @@ def _observations(name: str, m, rowvar: bool):
 
 
 def corrcoef(x, y=None, rowvar: bool = True, dtype=None):
-    """Pearson correlation coefficients: the covariance scaled to a unit diagonal."""
+    """Pearson correlation coefficients: the covariance scaled to a unit diagonal (for complex
+    variables, real and imaginary parts each clipped to [-1, 1], as in NumPy)."""
     c = cov(x, y, rowvar, dtype=dtype)
     if c.ndim == 0:
         return c / c
-    stddev = ufuncs.sqrt(misc.diagonal(c))
+    stddev = ufuncs.sqrt(ufuncs.real(misc.diagonal(c)))
     c = c / stddev[:, None] / stddev[None, :]
+    if dtypes.is_complex(c.dtype):
+        return lax.complex(misc.clip(lax.real(c), -1, 1), misc.clip(lax.imag(c), -1, 1))
     return misc.clip(c, -1, 1)
 
 
