@@ -645,6 +645,22 @@ def test_place_and_poly_match_numpy():
     check_grads(fnp.poly, (roots,), 2, **GRAD_TOL)
 
 
+def test_setxor1d_keeps_a_nan_of_each_array_as_numpy():
+    # setxor1d([], [1, nan]) dropped the NaN (isin finds a NaN nowhere, so it was in neither);
+    # NumPy and JAX compare NaN unequal to everything: each array with NaNs adds one NaN.
+    nan = np.nan
+    cases = [
+        (np.zeros(0), np.array([2.0, nan, 1.0])),
+        (np.array([1.0, nan, nan]), np.array([1.0, 2.0])),
+        (np.array([3.0, nan, 1.0]), np.array([nan, 5.0, 1.0])),
+    ]
+    for a, b in cases:
+        expected = np.setxor1d(a, b)
+        np.testing.assert_array_equal(np.asarray(fnp.setxor1d(a, b)), expected)
+        jitted = fg.jit(lambda a, b, n=expected.size: fnp.setxor1d(a, b, size=n))
+        np.testing.assert_array_equal(np.asarray(jitted(a, b)), expected)
+
+
 @pytest.mark.parametrize("name", ["intersect1d", "union1d", "setdiff1d", "setxor1d", "isin"])
 def test_set_operations_on_large_inputs_sort_instead_of_comparing_all_pairs(name):
     rng = np.random.default_rng(0)

@@ -1018,10 +1018,19 @@ def union1d(ar1, ar2, *, size=None, fill_value=None):
 
 
 def setxor1d(ar1, ar2, assume_unique: bool = False, *, size=None, fill_value=None):
-    """The sorted distinct values in exactly one of the arrays."""
+    """The sorted distinct values in exactly one of the arrays. As in NumPy and JAX, a NaN is
+    equal to nothing, itself included: each array holding NaNs adds one NaN to the result."""
     ar1, ar2 = _promote(ar1, ar2)
     values, real = _unique_padded(shape_ops.concatenate([ar1.ravel(), ar2.ravel()]))
     keep = real & (isin(values, ar1, method="sort") != isin(values, ar2, method="sort"))
+    if dtypes.is_inexact(values.dtype) and values.size:
+        nan1, nan2 = (reductions.any(ufuncs.isnan(a)) for a in (ar1, ar2))
+        keep = keep | (real & ufuncs.isnan(values))
+        # With NaNs in both, the concatenation has a NaN to spare, so the distinct values
+        # leave a padding entry, the first after the real ones, for the second NaN.
+        second = (lax.iota(dtypes.int32, values.size) == reductions.sum(real)) & nan1 & nan2
+        values = misc.where(second, np.nan, values)
+        keep = keep | second
     return _select("setxor1d", values, keep, size, fill_value, _smallest)
 
 
