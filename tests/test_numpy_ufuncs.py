@@ -652,3 +652,16 @@ def test_integers_to_negative_powers_raise_as_in_numpy():
     with pytest.raises(ValueError, match="negative powers"):
         fnp.power(2, -1)
     np.testing.assert_allclose(np.asarray(fnp.arange(1.0, 3.0) ** -1), [1.0, 0.5])
+
+
+def test_complex_log2_and_log10_of_zero_and_infinities_match_numpy():
+    # log(z) / log(10) as a complex division gave log10(0j) = -inf + nan j (NumPy: -inf + 0j)
+    # and log10(inf + 0j) = inf + nan j.
+    z = np.array([0j, complex(np.inf, 0), complex(0, np.inf), complex(1e300, 1e300), 3 - 4j])
+    with np.errstate(divide="ignore"):
+        expected = {name: getattr(np, name)(z) for name in ("log2", "log10")}
+    for name in ("log2", "log10"):
+        for fun in (getattr(fnp, name), fg.jit(getattr(fnp, name))):
+            actual = np.asarray(fun(z))
+            np.testing.assert_allclose(actual.real, expected[name].real, rtol=1e-12)
+            np.testing.assert_allclose(actual.imag, expected[name].imag, rtol=1e-12)
