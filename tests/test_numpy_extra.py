@@ -85,6 +85,9 @@ def test_medians_and_quantiles_between_infinities_match_numpy():
     q = np.array([0.5, 0.75, 1.0])
     assert_close(fnp.quantile(y, q), np.quantile(y, q))
     assert_close(fnp.nanquantile(np.array([-np.inf, -np.inf, 1.0]), 0.5), -np.inf)
+    # Equal finite ends still interpolate, so the gradient at ties splits as JAX's does.
+    grad = fg.grad(lambda v: fnp.quantile(v, 0.75))(np.array([1.0, 1.0]))
+    assert_close(grad, np.array([0.25, 0.75]))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -328,8 +328,9 @@ def _sorted_quantile(x, q, valid, method: str):
     if method == "midpoint":
         return lax.mul(lax.add(low, high), np.array(0.5, x.dtype)[()])
     # NumPy's lerp: from the nearer end, so that a fraction of 1/2 between -inf and a number
-    # gives -inf (as the median does) rather than -inf + inf; equal ends (two infinities)
-    # give that end rather than inf - inf.
+    # gives -inf (as the median does) rather than -inf + inf; two equal infinities give that
+    # infinity rather than inf - inf. (Only infinite ends are selected: equal finite ends
+    # interpolate to the same value and keep JAX's gradient, split by the fraction.)
     fraction = lax.sub(position, lower_index)
     difference = lax.sub(high, low)
     one = np.array(1, x.dtype)[()]
@@ -337,7 +338,8 @@ def _sorted_quantile(x, q, valid, method: str):
     from_high = lax.sub(high, lax.mul(difference, lax.sub(one, fraction)))
     half = np.array(0.5, x.dtype)[()]
     result = lax.select(lax.ge(fraction, lax.full_like(fraction, half)), from_high, from_low)
-    return lax.select(lax.eq(low, high), low, result)
+    same_infinity = lax.bitwise_and(lax.eq(low, high), lax.bitwise_not(lax.is_finite(low)))
+    return lax.select(same_infinity, low, result)
 
 
 # ---------------------------------------------------------------------------------------------
