@@ -645,6 +645,8 @@ def test_place_and_poly_match_numpy():
     )
     roots = np.array([1.0, 2.0, -3.0])
     assert_close(fnp.poly(roots), np.poly(roots))
+    # No roots: NumPy's and JAX's poly give the scalar 1 (it was the array [1.]).
+    assert_close(fnp.poly(np.zeros(0)), np.poly(np.zeros(0)))
     check_grads(fnp.poly, (roots,), 2, **GRAD_TOL)
 
 

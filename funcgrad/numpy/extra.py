@@ -783,6 +783,9 @@ def poly(seq_of_zeros):
             f"poly: needs a 1-d array of roots, got shape {roots.shape} (the characteristic "
             "polynomial of a matrix needs eigenvalues, which funcgrad does not have)"
         )
+    if roots.shape[0] == 0:
+        # As NumPy's and JAX's: the constant polynomial 1, as a scalar.
+        return lax.full((), 1, roots.dtype)
     coefficients = lax.full((1,), 1, roots.dtype)
     for i in builtins.range(roots.shape[0]):
         factor = shape_ops.concatenate([lax.full((1,), 1, roots.dtype), -roots[i : i + 1]])
