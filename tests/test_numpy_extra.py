@@ -73,8 +73,37 @@ def test_percentile_median_and_dtypes():
         fnp.quantile(x, 0.5, method="cubic")
 
 
+def test_medians_and_quantiles_between_infinities_match_numpy():
+    # nanmedian gave NaN for [2, -inf] (-inf + inf / 2), [1, inf] and [inf, inf] (inf - inf);
+    # a quantile at 1/2 or above is interpolated from the upper end, as in NumPy.
+    x = np.array([[2.0, -np.inf, np.nan], [np.inf, np.inf, 1.0], [1.0, np.inf, np.nan]])
+    for fun in (lambda x: fnp.nanmedian(x, axis=1), lambda x: fnp.median(x[:, :2], axis=1)):
+        expected = np.array([-np.inf, np.inf, np.inf])
+        assert_close(fun(x), expected)
+        assert_close(fg.jit(fun)(x), expected)
+    y = np.array([-np.inf, 2.0])
+    q = np.array([0.5, 0.75, 1.0])
+    assert_close(fnp.quantile(y, q), np.quantile(y, q))
+    assert_close(fnp.nanquantile(np.array([-np.inf, -np.inf, 1.0]), 0.5), -np.inf)
+    # Equal finite ends still interpolate, so the gradient at ties splits as JAX's does.
+    grad = fg.grad(lambda v: fnp.quantile(v, 0.75))(np.array([1.0, 1.0]))
+    assert_close(grad, np.array([0.25, 0.75]))
+
+
 # ---------------------------------------------------------------------------------------------
 # Covariance and histograms
+
+
+def test_cov_and_corrcoef_of_complex_variables_match_numpy():
+    # cov was X @ X.T, where NumPy's is X @ conj(X).T (a Hermitian matrix with a real
+    # diagonal); corrcoef raised on the complex diagonal.
+    m = rng().normal(size=(2, 5)) + 1j * rng(1).normal(size=(2, 5))
+    weights = np.array([1, 2, 0, 3, 1])
+    for fun, kwargs in ((fnp.cov, {}), (fnp.cov, dict(fweights=weights)), (fnp.corrcoef, {})):
+        expected = getattr(np, fun.__name__)(m, **kwargs)
+        assert_close(fun(m, **kwargs), expected, rtol=1e-12, atol=1e-12)
+        jitted = fg.jit(lambda m, fun=fun, kwargs=kwargs: fun(m, **kwargs))
+        assert_close(jitted(m), expected, rtol=1e-12, atol=1e-12)
 
 
 @given(
@@ -213,6 +242,17 @@ def test_convolve_and_correlate_match_numpy(n, m, mode, seed):
     a, v = rng(seed).normal(size=n), rng(seed + 1).normal(size=m)
     assert_close(fnp.convolve(a, v, mode), np.convolve(a, v, mode), rtol=1e-12, atol=1e-12)
     assert_close(fnp.correlate(a, v, mode), np.correlate(a, v, mode), rtol=1e-12, atol=1e-12)
+
+
+def test_correlate_conjugates_a_complex_second_operand():
+    # NumPy's and JAX's correlate sums a[n + k] * conj(v[n]); v was not conjugated.
+    a = rng().normal(size=5) + 1j * rng(1).normal(size=5)
+    v = rng(2).normal(size=3) - 1j * rng(3).normal(size=3)
+    for mode in ("full", "same", "valid"):
+        for x, y in ((a, v), (v, a), (a.real, v), (a, v.real)):
+            expected = np.correlate(x, y, mode)
+            for correlate in (fnp.correlate, fg.jit(fnp.correlate, static_argnums=2)):
+                assert_close(correlate(x, y, mode), expected, rtol=1e-12, atol=1e-12)
 
 
 def test_convolution_dtypes_derivatives_and_errors():
@@ -356,6 +396,19 @@ def test_gcd_lcm_match_numpy(a, b):
     assert_same(fnp.lcm(a.astype(np.int64), b), np.lcm(a.astype(np.int64), b))
 
 
+def test_gcd_lcm_of_the_most_negative_integer_match_numpy():
+    # |int8 min| is 128, not -128: gcd(7, -128) was -1 (NumPy: 1), lcm(-127, -2) 2 (NumPy:
+    # 254 wrapped to -2).
+    for dtype in (np.int8, np.int32, np.int64):
+        low = np.iinfo(dtype).min
+        a = np.array([7, low, low, -2, 0, low + 1, 32], dtype)
+        b = np.array([low, low, 0, low, low, -2, low], dtype)
+        for fun in (fnp.gcd, fg.jit(fnp.gcd)):
+            assert_same(fun(a, b), np.gcd(a, b))
+        for fun in (fnp.lcm, fg.jit(fnp.lcm)):
+            assert_same(fun(a, b), np.lcm(a, b))
+
+
 def test_gcd_under_vmap_and_errors():
     a, b = np.array([[12, 7], [0, 9]]), np.array([18, 21])
     check_batching(fnp.gcd, [a, b], (0, None))
@@ -392,6 +445,14 @@ def test_in_place_functions_return_copies():
         fnp.put(np.arange(5), np.array([1, 7]), np.array([10, 20]), mode="wrap", inplace=False),
         numpy_in_place(np.put, np.arange(5), [1, 7], [10, 20], mode="wrap"),
     )
+    # Negative indices count from the end by default (put wrote -1 to index 0), and clip to 0
+    # under mode='clip', as in NumPy.
+    for mode in (None, "clip"):
+        expected = numpy_in_place(np.put, np.arange(5), [-1, -4], [10, 20], mode=mode or "raise")
+        for put in (fnp.put, fg.jit(fnp.put, static_argnames=("mode", "inplace"))):
+            ind, v = np.array([-1, -4], np.int8), np.array([10, 20])
+            got = put(np.arange(5), ind, v, mode=mode, inplace=False)
+            assert_same(got, expected)
     x = rng().normal(size=(3, 4))
     index = np.argsort(x, axis=1)[:, :2]
     assert_same(
@@ -584,7 +645,25 @@ def test_place_and_poly_match_numpy():
     )
     roots = np.array([1.0, 2.0, -3.0])
     assert_close(fnp.poly(roots), np.poly(roots))
+    # No roots: NumPy's and JAX's poly give the scalar 1 (it was the array [1.]).
+    assert_close(fnp.poly(np.zeros(0)), np.poly(np.zeros(0)))
     check_grads(fnp.poly, (roots,), 2, **GRAD_TOL)
+
+
+def test_setxor1d_keeps_a_nan_of_each_array_as_numpy():
+    # setxor1d([], [1, nan]) dropped the NaN (isin finds a NaN nowhere, so it was in neither);
+    # NumPy and JAX compare NaN unequal to everything: each array with NaNs adds one NaN.
+    nan = np.nan
+    cases = [
+        (np.zeros(0), np.array([2.0, nan, 1.0])),
+        (np.array([1.0, nan, nan]), np.array([1.0, 2.0])),
+        (np.array([3.0, nan, 1.0]), np.array([nan, 5.0, 1.0])),
+    ]
+    for a, b in cases:
+        expected = np.setxor1d(a, b)
+        np.testing.assert_array_equal(np.asarray(fnp.setxor1d(a, b)), expected)
+        jitted = fg.jit(lambda a, b, n=expected.size: fnp.setxor1d(a, b, size=n))
+        np.testing.assert_array_equal(np.asarray(jitted(a, b)), expected)
 
 
 @pytest.mark.parametrize("name", ["intersect1d", "union1d", "setdiff1d", "setxor1d", "isin"])

@@ -286,10 +286,18 @@ def test_take_matches_numpy(data):
     assert_same(fnp.asarray(x).take(indices, axis), np.take(x, indices, axis))
     wrapped = indices * 3 + 1
     assert_same(fnp.take(x, wrapped, axis, mode="wrap"), np.take(x, wrapped, axis, mode="wrap"))
-    assert_same(
-        fnp.take(x, wrapped, axis, mode="clip"),
-        np.take(x, np.clip(np.where(wrapped < 0, wrapped + n, wrapped), 0, n - 1), axis),
-    )
+    assert_same(fnp.take(x, wrapped, axis, mode="clip"), np.take(x, wrapped, axis, mode="clip"))
+
+
+def test_take_clip_clamps_negative_indices_to_zero():
+    # As NumPy's and JAX's: take(x, -1, mode="clip") is x[0], not x[-1].
+    x = np.arange(12.0).reshape(3, 4)
+    indices = np.array([-7, -1, 0, 2, 5])
+    for axis in (None, 0, 1):
+        expected = np.take(x, indices, axis, mode="clip")
+        assert_same(fnp.take(x, indices, axis, mode="clip"), expected)
+        jitted = fg.jit(lambda x, i, axis=axis: fnp.take(x, i, axis, mode="clip"))
+        assert_same(jitted(x, indices), expected)
 
 
 def test_take_fills_out_of_bounds_by_default():

@@ -46,6 +46,14 @@ def test_arange_of_floats_is_float32(start, stop, step):
     assert_close(fnp.arange(start, stop, step), expected.astype(np.float32), np.float32)
 
 
+def test_arange_with_an_integer_dtype_truncates_a_fractional_step():
+    # Values were the float range rounded down ([0, 0, 1, 1, ...]); NumPy and JAX convert start
+    # and step to the dtype first.
+    assert_same(fnp.arange(0, 5, 0.5, dtype=np.int32), np.arange(0, 5, 0.5, dtype=np.int32))
+    assert_same(fnp.arange(1, 5, 1.5, dtype=np.int32), np.arange(1, 5, 1.5, dtype=np.int32))
+    assert_same(fnp.arange(0.5, 4, dtype=np.int32), np.arange(0.5, 4, dtype=np.int32))
+
+
 def test_arange_dtypes_and_tracing():
     assert_same(fnp.arange(4.0), np.arange(4, dtype=np.float32))
     assert_same(fnp.arange(np.float64(3)), np.arange(3, dtype=np.float64))
@@ -107,6 +115,24 @@ def test_geomspace_matches_numpy(start, stop, num, endpoint, negative):
     assert_close(actual, expected, np.float32, rtol=1e-5)
     if num:
         assert np.asarray(actual)[0] == np.float32(start)
+
+
+def test_complex_ranges_and_array_bases_match_numpy():
+    # linspace dropped the imaginary parts (linspace(1j, 3 + 1j, 3) was [0, 1.5, 3]);
+    # geomspace(1j, 1000j) was [0, nan, nan, 0] and geomspace(-3, 7) a progression of
+    # negatives (NumPy: NaN between ends of opposite signs); an array base of logspace
+    # broadcast against the samples instead of against start and stop.
+    for fun in (fnp.linspace, fnp.geomspace, fnp.logspace):
+        for start, stop in ((1j, 3 + 1j), (1 + 1j, 8 - 8j), (-1j, 20.0)):
+            assert_close(fun(start, stop, 4), getattr(np, fun.__name__)(start, stop, 4), rtol=1e-5)
+    with np.errstate(invalid="ignore"):
+        expected = np.geomspace(-3.0, 7.0, 5)
+    for geomspace in (fnp.geomspace, fg.jit(fnp.geomspace, static_argnums=2)):
+        assert_close(geomspace(-3.0, 7.0, 5), expected)
+    base = np.array([[2.0], [10.0]])
+    for axis in (0, 1, 2):
+        expected = np.logspace(np.array([0.0, 1.0]), 3.0, 4, base=base, axis=axis)
+        assert_close(fnp.logspace(np.array([0.0, 1.0]), 3.0, 4, base=base, axis=axis), expected)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -299,8 +325,16 @@ def test_isclose_allclose_match_numpy(a, data):
         assert_same(ours(a, b, 0.0, 1e-5), theirs(a, b, 0.0, 1e-5))
 
 
-def test_isclose_of_integers_is_equality_as_in_jax():
+def test_isclose_of_integers_uses_the_tolerances_as_numpy_and_jax():
+    # Integers were compared for equality (isclose(100, 101, rtol=0.2) was False), as JAX once
+    # did; JAX 0.10 and NumPy promote them to a float and apply the tolerances.
     assert_same(fnp.isclose(np.arange(3), [0, 1, 3]), np.array([True, True, False]))
+    a, b = np.array([1, 2, 100]), np.array([1, 3, 101])
+    for kwargs in (dict(rtol=0.2), dict(atol=1.5), dict(rtol=0.0, atol=0.0)):
+        assert_same(fnp.isclose(a, b, **kwargs), np.isclose(a, b, **kwargs))
+        assert_same(fnp.allclose(a, b, **kwargs), np.allclose(a, b, **kwargs))
+    a, b = a.astype(np.uint8), np.array([1, 3, 99], np.uint8)
+    assert_same(fg.jit(fnp.isclose)(a, b, 0.0, 1.5), np.isclose(a, b, 0.0, 1.5))
 
 
 @given(small_arrays(allow_nan=True), st.data())

@@ -343,6 +343,19 @@ def test_pad_errors():
         fnp.pad(np.zeros(3), 1, mode="empty")
     with pytest.raises(ValueError, match="reflect_type"):
         fnp.pad(np.zeros(3), 1, mode="reflect", reflect_type="even-odd")
+    # stat_length=0 padded with the edge value; NumPy pads with an empty mean's NaN, JAX raises.
+    with pytest.raises(ValueError, match="stat_length 0 on axis 0"):
+        fnp.pad(np.arange(5.0), 2, mode="mean", stat_length=0)
+
+
+def test_integer_linear_ramp_under_jit_floors_as_numpy():
+    # (edge - end) * (i / width) + end, fused into one multiply-add by a compiled kernel, gave
+    # 7 * (3 / 7) - 3 = -4.4e-16, which the integer ramp floored to -1 where NumPy has 0.
+    x = np.array([[3, -1, 4], [1, 5, -9]], np.int32)
+    expected = np.pad(x, ((7, 0), (0, 9)), mode="linear_ramp", end_values=(-3, 5))
+    for pad in (fnp.pad, fg.jit(fnp.pad, static_argnums=(1, 2), static_argnames="end_values")):
+        out = pad(x, ((7, 0), (0, 9)), "linear_ramp", end_values=(-3, 5))
+        np.testing.assert_array_equal(np.asarray(out), expected)
 
 
 @pytest.mark.parametrize(

@@ -681,3 +681,16 @@ def test_rank_promotion_can_warn_or_raise_naming_the_shapes(rank_promotion):
     assert_close(out, np.ones((2, 3)) + np.arange(3.0))
     with pytest.raises(ValueError, match="must be 'allow', 'warn' or 'raise'"):
         fg.config.update("numpy_rank_promotion", "strict")
+
+
+def test_complex_log2_and_log10_of_zero_and_infinities_match_numpy():
+    # log(z) / log(10) as a complex division gave log10(0j) = -inf + nan j (NumPy: -inf + 0j)
+    # and log10(inf + 0j) = inf + nan j.
+    z = np.array([0j, complex(np.inf, 0), complex(0, np.inf), complex(1e300, 1e300), 3 - 4j])
+    with np.errstate(divide="ignore"):
+        expected = {name: getattr(np, name)(z) for name in ("log2", "log10")}
+    for name in ("log2", "log10"):
+        for fun in (getattr(fnp, name), fg.jit(getattr(fnp, name))):
+            actual = np.asarray(fun(z))
+            np.testing.assert_allclose(actual.real, expected[name].real, rtol=1e-12)
+            np.testing.assert_allclose(actual.imag, expected[name].imag, rtol=1e-12)

@@ -198,6 +198,8 @@ def quantile(
 
     A slice containing NaN has NaN quantiles, as in NumPy. A q outside [0, 1] raises a
     ValueError as in NumPy, or, when q is traced, gives NaN (JAX would clamp it to 0 or 1).
+    Between two equal infinities the quantile is that infinity, where NumPy's interpolation
+    gives inf - inf = NaN.
     """
     return _quantile("quantile", a, q, axis, out, method, keepdims, weights, ignore_nan=False)
 
@@ -251,7 +253,9 @@ def nanpercentile(
 
 
 def nanmedian(a, axis: Axis = None, out=None, overwrite_input: bool = False, keepdims=False):
-    return _quantile("nanmedian", a, 0.5, axis, out, "linear", keepdims, None, ignore_nan=True)
+    """`median` of the values that are not NaN: the mean of the middle two for an even count
+    (`midpoint`, as median's, so that inf and a number give inf rather than inf - inf)."""
+    return _quantile("nanmedian", a, 0.5, axis, out, "midpoint", keepdims, None, ignore_nan=True)
 
 
 def _quantile(name, a, q, axis, out, method, keepdims, weights, ignore_nan: bool, percent=False):
@@ -323,8 +327,19 @@ def _sorted_quantile(x, q, valid, method: str):
     low, high = values_at(lower_index), values_at(upper_index)
     if method == "midpoint":
         return lax.mul(lax.add(low, high), np.array(0.5, x.dtype)[()])
+    # NumPy's lerp: from the nearer end, so that a fraction of 1/2 between -inf and a number
+    # gives -inf (as the median does) rather than -inf + inf; two equal infinities give that
+    # infinity rather than inf - inf. (Only infinite ends are selected: equal finite ends
+    # interpolate to the same value and keep JAX's gradient, split by the fraction.)
     fraction = lax.sub(position, lower_index)
-    return lax.add(low, lax.mul(lax.sub(high, low), fraction))
+    difference = lax.sub(high, low)
+    one = np.array(1, x.dtype)[()]
+    from_low = lax.add(low, lax.mul(difference, fraction))
+    from_high = lax.sub(high, lax.mul(difference, lax.sub(one, fraction)))
+    half = np.array(0.5, x.dtype)[()]
+    result = lax.select(lax.ge(fraction, lax.full_like(fraction, half)), from_high, from_low)
+    same_infinity = lax.bitwise_and(lax.eq(low, high), lax.bitwise_not(lax.is_finite(low)))
+    return lax.select(same_infinity, low, result)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -351,13 +366,14 @@ def cov(
     if ddof is None:
         ddof = 0 if bias else 1
     weights = None
+    real_dtype = dtypes.real_dtype(dtype)
     if fweights is not None:
-        weights = _to_dtype(fweights, dtype)
+        weights = _to_dtype(fweights, real_dtype)
     if aweights is not None:
-        aweights = _to_dtype(aweights, dtype)
+        aweights = _to_dtype(aweights, real_dtype)
         weights = aweights if weights is None else weights * aweights
     mean, weights_sum = reductions.average(x, axis=1, weights=weights, returned=True)
-    weights_sum = weights_sum[0]
+    weights_sum = ufuncs.real(weights_sum[0])
     if weights is None:
         factor = x.shape[1] - ddof
     elif ddof == 0:
@@ -369,6 +385,8 @@ def cov(
     factor = ufuncs.maximum(factor, 0)
     centered = x - mean[:, None]
     weighted = centered if weights is None else centered * weights
+    if dtypes.is_complex(dtype):
+        weighted = lax.conj(weighted)
     c = linalg_ops.matmul(centered, weighted.T) / factor
     return shape_ops.squeeze(c)
 
@@ -384,12 +402,15 @@ def _observations(name: str, m, rowvar: bool):
 
 
 def corrcoef(x, y=None, rowvar: bool = True, dtype=None):
-    """Pearson correlation coefficients: the covariance scaled to a unit diagonal."""
+    """Pearson correlation coefficients: the covariance scaled to a unit diagonal (for complex
+    variables, real and imaginary parts each clipped to [-1, 1], as in NumPy)."""
     c = cov(x, y, rowvar, dtype=dtype)
     if c.ndim == 0:
         return c / c
-    stddev = ufuncs.sqrt(misc.diagonal(c))
+    stddev = ufuncs.sqrt(ufuncs.real(misc.diagonal(c)))
     c = c / stddev[:, None] / stddev[None, :]
+    if dtypes.is_complex(c.dtype):
+        return lax.complex(misc.clip(lax.real(c), -1, 1), misc.clip(lax.imag(c), -1, 1))
     return misc.clip(c, -1, 1)
 
 
@@ -698,7 +719,10 @@ def convolve(a, v, mode: str = "full", *, precision=None, preferred_element_type
 
 
 def correlate(a, v, mode: str = "valid", *, precision=None, preferred_element_type=None):
-    """The cross-correlation c[k] = sum_n a[n + k] * v[n] of two 1-d arrays."""
+    """The cross-correlation c[k] = sum_n a[n + k] * conj(v[n]) of two 1-d arrays."""
+    v = to_array(v)
+    if dtypes.is_complex(v.dtype):
+        v = lax.conj(v)
     return _convolve_1d("correlate", a, v, mode, precision, preferred_element_type, flip=False)
 
 
@@ -759,6 +783,9 @@ def poly(seq_of_zeros):
             f"poly: needs a 1-d array of roots, got shape {roots.shape} (the characteristic "
             "polynomial of a matrix needs eigenvalues, which funcgrad does not have)"
         )
+    if roots.shape[0] == 0:
+        # As NumPy's and JAX's: the constant polynomial 1, as a scalar.
+        return lax.full((), 1, roots.dtype)
     coefficients = lax.full((1,), 1, roots.dtype)
     for i in builtins.range(roots.shape[0]):
         factor = shape_ops.concatenate([lax.full((1,), 1, roots.dtype), -roots[i : i + 1]])
@@ -996,10 +1023,19 @@ def union1d(ar1, ar2, *, size=None, fill_value=None):
 
 
 def setxor1d(ar1, ar2, assume_unique: bool = False, *, size=None, fill_value=None):
-    """The sorted distinct values in exactly one of the arrays."""
+    """The sorted distinct values in exactly one of the arrays. As in NumPy and JAX, a NaN is
+    equal to nothing, itself included: each array holding NaNs adds one NaN to the result."""
     ar1, ar2 = _promote(ar1, ar2)
     values, real = _unique_padded(shape_ops.concatenate([ar1.ravel(), ar2.ravel()]))
     keep = real & (isin(values, ar1, method="sort") != isin(values, ar2, method="sort"))
+    if dtypes.is_inexact(values.dtype) and values.size:
+        nan1, nan2 = (reductions.any(ufuncs.isnan(a)) for a in (ar1, ar2))
+        keep = keep | (real & ufuncs.isnan(values))
+        # With NaNs in both, the concatenation has a NaN to spare, so the distinct values
+        # leave a padding entry, the first after the real ones, for the second NaN.
+        second = (lax.iota(dtypes.int32, values.size) == reductions.sum(real)) & nan1 & nan2
+        values = misc.where(second, np.nan, values)
+        keep = keep | second
     return _select("setxor1d", values, keep, size, fill_value, _smallest)
 
 
@@ -1195,26 +1231,42 @@ def spacing(x, /):
 def gcd(x1, x2):
     """The greatest common divisor of integers, non-negative (0 for gcd(0, 0))."""
     x1, x2 = _integers("gcd", x1, x2)
-    a, b = ufuncs.absolute(x1), ufuncs.absolute(x2)
+    a, b = _unsigned_magnitudes(x1, x2)
+    return convert(_unsigned_gcd(a, b), x1.dtype)
 
+
+def _unsigned_magnitudes(x1, x2):
+    """|x1| and |x2| as unsigned integers of their width, as NumPy's gcd and lcm take them:
+    |int8 min| is 128 there, where a signed abs leaves -128, whose remainders would turn a
+    gcd negative (gcd(7, -128) = -1). A result of 128 wraps back to -128, as in NumPy."""
+    unsigned = _UNSIGNED_OF_WIDTH[np.dtype(x1.dtype).itemsize]
+    return convert(ufuncs.absolute(x1), unsigned), convert(ufuncs.absolute(x2), unsigned)
+
+
+def _unsigned_gcd(a, b):
     def not_done(carry):
         return reductions.any(carry[1] != 0)
 
     def euclid_step(carry):
         a, b = carry
         nonzero = b != 0
-        safe_b = misc.where(nonzero, b, 1)
-        return misc.where(nonzero, b, a), misc.where(nonzero, ufuncs.remainder(a, safe_b), b)
+        safe_b = misc.where(nonzero, b, lax.full_like(b, 1))
+        return misc.where(nonzero, b, a), misc.where(nonzero, lax.rem(a, safe_b), b)
 
     return lax.while_loop(not_done, euclid_step, (a, b))[0]
+
+
+_UNSIGNED_OF_WIDTH = {np.dtype(d).itemsize: d for d in dtypes.unsigned_dtypes}
 
 
 def lcm(x1, x2):
     """The least common multiple of integers, non-negative (0 if either is 0)."""
     x1, x2 = _integers("lcm", x1, x2)
-    divisor = gcd(x1, x2)
-    safe = misc.where(divisor == 0, 1, divisor)
-    return misc.where(divisor == 0, 0, ufuncs.absolute(ufuncs.floor_divide(x1, safe) * x2))
+    a, b = _unsigned_magnitudes(x1, x2)
+    divisor = _unsigned_gcd(a, b)
+    zero = divisor == 0
+    multiple = lax.mul(lax.div(a, misc.where(zero, lax.full_like(divisor, 1), divisor)), b)
+    return convert(misc.where(zero, lax.full_like(divisor, 0), multiple), x1.dtype)
 
 
 def _integers(name: str, x1, x2):
@@ -1259,13 +1311,17 @@ def fill_diagonal(a, val, wrap: bool = False, *, inplace: bool = True):
 
 def put(a, ind, v, mode: str | None = None, *, inplace: bool = True):
     """A copy of a whose flattened entries at `ind` are v (repeated as needed). Indices out of
-    bounds are clipped unless mode='wrap'."""
+    bounds are clipped unless mode='wrap'; by default (as NumPy's and JAX's) negative ones
+    count from the end first, where mode='clip' clips them to 0."""
     _require_not_inplace("put", inplace)
     a = to_array(a)
     ind = shape_ops.ravel(to_array(ind))
     if mode == "wrap":
         ind = ufuncs.remainder(ind, a.size)
-    elif mode not in (None, "clip"):
+    elif mode is None:
+        ind = convert(ind, dtypes.promote_types(ind.dtype, dtypes.int32))
+        ind = misc.where(ind < 0, ind + a.size, ind)
+    elif mode != "clip":
         raise ValueError(f"put: mode must be 'clip' or 'wrap', got {mode!r}")
     ind = misc.clip(ind, 0, builtins.max(a.size - 1, 0))
     values = resize(_to_dtype(v, a.dtype), ind.shape)

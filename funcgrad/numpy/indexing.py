@@ -674,6 +674,12 @@ def _wrapped(indices, size: int):
     return ufuncs.remainder(indices, size)
 
 
+def _nonnegative(indices):
+    if isinstance(indices, np.ndarray):
+        return np.maximum(indices, 0)
+    return ufuncs.maximum(indices, 0)
+
+
 def _take_mode(name: str, mode, indices, size: int):
     """The gather mode for take-like functions (JAX's default: fill) and the indices to use."""
     if mode == "raise":
@@ -701,6 +707,8 @@ def take(
 
     As in JAX, out-of-bounds indices give `fill_value` by default (NaN for floats, the most
     negative value for signed integers); mode='clip' clamps them and mode='wrap' wraps them.
+    As in NumPy and JAX, mode='clip' does not count negative indices from the end: they clamp
+    to 0.
     """
     if out is not None:
         raise NotImplementedError("take: out is not supported; funcgrad arrays are immutable")
@@ -709,6 +717,8 @@ def take(
         a, axis = ravel(a), 0
     axis = canonicalize_axis(axis, a.ndim, "take")
     indices = _index_array(indices, "take")
+    if mode == "clip":
+        indices = _nonnegative(indices)
     mode, indices = _take_mode("take", mode, indices, a.shape[axis])
     items = [_full_slice(n) for n in a.shape]
     items[axis] = _IntArray(indices)

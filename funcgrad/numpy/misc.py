@@ -6,6 +6,7 @@ values to be static; `nonzero` and friends take a static `size=` to work under t
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Sequence
 
@@ -19,6 +20,7 @@ from funcgrad.numpy._promotion import (
     broadcast_to,
     convert,
     promote_args,
+    promote_args_inexact,
     result_type,
     to_array,
 )
@@ -86,12 +88,25 @@ def arange(start, stop=None, step=None, dtype=None):
     dtype = dtypes.canonicalize(dtype) if dtype is not None else result_type(*args)
     if len(values) == 1 and float(values[0]).is_integer() and dtype != dtypes.bool_:
         return lax.iota(dtype, max(int(values[0]), 0))
-    return lax.asarray(np.arange(*values).astype(dtype))
+    if dtype == dtypes.bool_:
+        return lax.asarray(np.arange(*values).astype(dtype))
+    start, stop, step = (0, *values, 1) if len(values) == 1 else (*values, 1)[:3]
+    size = max(0, math.ceil((stop - start) / step))
+    # As JAX (and NumPy): start + step * i with start and step in the result dtype, so that an
+    # integer dtype truncates a fractional step (arange(0, 5, 0.5, dtype=int32) is all zeros),
+    # rather than rounding the float values; floats narrower than float32 work in float32.
+    working = np.dtype(dtype)
+    if dtypes.is_float(working) and working.itemsize < 4:
+        working = np.dtype(np.float32)
+    start, step = np.asarray(start).astype(working), np.asarray(step).astype(working)
+    return lax.asarray((start + step * np.arange(size).astype(working)).astype(dtype))
 
 
 def _float_dtypes(start, stop, dtype) -> tuple[np.dtype, np.dtype]:
     """The result dtype (by default a float, from start and stop) and the compute dtype."""
     out_dtype = dtypes.canonicalize(dtype) if dtype is not None else result_type(start, stop, float)
+    if dtypes.is_complex(out_dtype):
+        return out_dtype, out_dtype
     compute = out_dtype if out_dtype == dtypes.float64 else dtypes.float32
     return out_dtype, compute
 
@@ -139,7 +154,8 @@ def _linspace(start, stop, num: int, endpoint: bool):
         step = lax.div(lax.sub(stop, start), lax.full(start.shape, divisions, start.dtype))
     else:
         step = lax.full(start.shape, np.nan, start.dtype)
-    positions = lax.broadcasted_iota(start.dtype, shape, 0)
+    positions = lax.broadcasted_iota(dtypes.real_dtype(start.dtype), shape, 0)
+    positions = lax.convert_element_type(positions, start.dtype)
     out = lax.add(
         lax.mul(positions, lax.broadcast_in_dim(step, shape, across)),
         lax.broadcast_in_dim(start, shape, across),
@@ -173,24 +189,35 @@ def logspace(
     dtype=None,
     axis: int = 0,
 ):
-    """`base` raised to `num` evenly spaced exponents from start to stop."""
+    """`base` raised to `num` evenly spaced exponents from start to stop. An array `base`
+    broadcasts with start and stop (one line of samples each), as in NumPy."""
     num = _check_num("logspace", num)
     out_dtype, compute = _float_dtypes(start, stop, dtype)
     start, stop = _bounds(start, stop, compute)
+    base = convert(to_array(base), compute)
+    shape = broadcast_shapes(start.shape, base.shape)
+    start, stop, base = (broadcast_to(x, shape) for x in (start, stop, base))
     exponents, _ = _linspace(start, stop, num, endpoint)
-    out = ufuncs.power(convert(to_array(base), compute), exponents)
+    base = lax.broadcast_in_dim(base, exponents.shape, tuple(range(1, exponents.ndim)))
+    out = ufuncs.power(base, exponents)
     return _to_axis(convert(out, out_dtype), axis)
 
 
 def geomspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, axis: int = 0):
-    """A geometric progression from start to stop (both nonzero, of one sign)."""
+    """A geometric progression from start to stop (both nonzero).
+
+    As in NumPy, start is rotated onto the positive real axis and stop with it: real ends of
+    opposite signs give NaN between them, and complex ends a logarithmic spiral.
+    """
     num = _check_num("geomspace", num)
     out_dtype, compute = _float_dtypes(start, stop, dtype)
     start, stop = _bounds(start, stop, compute)
-    log_start, log_stop = ufuncs.log10(lax.abs(start)), ufuncs.log10(lax.abs(stop))
+    sign = ufuncs.sign(start)
+    log_start = ufuncs.log10(lax.div(start, sign))
+    log_stop = ufuncs.log10(lax.div(stop, sign))
     exponents, _ = _linspace(log_start, log_stop, num, endpoint)
     magnitudes = ufuncs.power(lax.full((), 10.0, compute), exponents)
-    sign = lax.broadcast_in_dim(lax.sign(start), magnitudes.shape, tuple(range(1, start.ndim + 1)))
+    sign = lax.broadcast_in_dim(sign, magnitudes.shape, tuple(range(1, start.ndim + 1)))
     out = _set_ends(lax.mul(sign, magnitudes), start, stop, endpoint)
     return _to_axis(convert(out, out_dtype), axis)
 
@@ -496,11 +523,10 @@ def nan_to_num(x, copy: bool = True, nan: float = 0.0, posinf=None, neginf=None)
 def isclose(a, b, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False):
     """|a - b| <= atol + rtol * |b| elementwise, with infinities close only to themselves.
 
-    As in JAX, integer and boolean arrays are compared for equality.
+    As in NumPy and JAX, integer and boolean arrays too are compared with the tolerances (in
+    the default float, as JAX's), not for equality.
     """
-    a, b = promote_args("isclose", a, b)
-    if not dtypes.is_inexact(a.dtype):
-        return ufuncs.equal(a, b)
+    a, b = promote_args_inexact("isclose", a, b)
     tolerance = ufuncs.add(atol, ufuncs.multiply(rtol, lax.abs(b)))
     close = ufuncs.logical_and(
         ufuncs.less_equal(lax.abs(ufuncs.subtract(a, b)), tolerance), ufuncs.isfinite(b)

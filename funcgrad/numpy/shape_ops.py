@@ -636,7 +636,13 @@ def _pad_with_statistic(array, axis: int, lo: int, hi: int, mode: str, lengths):
     n = array.shape[axis]
     pieces = []
     for width, length, at_start in ((lo, lengths[0], True), (hi, lengths[1], False)):
-        length = min(max(length, 1), n)
+        if length < 1:
+            # NumPy pads with the NaN of an empty mean (or fails on an empty maximum).
+            raise ValueError(
+                f"pad: stat_length {length} on axis {axis} leaves no values for mode {mode!r} "
+                "to pad with; it must be at least 1"
+            )
+        length = min(length, n)
         region = lax.slice_in_dim(
             array, 0 if at_start else n - length, length if at_start else n, 1, axis
         )
@@ -679,12 +685,15 @@ def _pad_with_ramps(array, axis: int, lo: int, hi: int, ends):
     for width, end_value, at_start in ((lo, ends[0], True), (hi, ends[1], False)):
         edge = lax.slice_in_dim(work, 0 if at_start else n - 1, 1 if at_start else n, 1, axis)
         steps = np.arange(width) if at_start else np.arange(width)[::-1]
-        fraction = np.array(steps / max(width, 1), work.dtype)
         shape = array.shape[:axis] + (width,) + array.shape[axis + 1 :]
         end = lax.full((), float(end_value), work.dtype)
-        rise = lax.broadcast_in_dim(lax.sub(edge, end), shape, tuple(range(array.ndim)))
-        position = lax.broadcast_in_dim(lax.asarray(fraction), shape, (axis,))
-        ramp = lax.add(lax.mul(rise, position), end)
+        # As NumPy's linspace: i * ((edge - end) / width) + end. With the fraction i / width
+        # rounded first instead, 7 * (3 / 7) - 3 is -4.4e-16 once a compiled kernel fuses
+        # it into one multiply-add, which an integer ramp floors to -1 (NumPy: 0).
+        step = lax.div(lax.sub(edge, end), lax.full((), float(max(width, 1)), work.dtype))
+        step = lax.broadcast_in_dim(step, shape, tuple(range(array.ndim)))
+        position = lax.broadcast_in_dim(lax.asarray(steps.astype(work.dtype)), shape, (axis,))
+        ramp = lax.add(lax.mul(position, step), end)
         pieces.append(ramp if exact else convert(lax.floor(ramp), array.dtype))
     return lax.concatenate([pieces[0], array, pieces[1]], axis)
 
