@@ -1038,3 +1038,12 @@ def test_rows_in_a_nest_run_as_one_loop_over_the_rows():
     assert offsets and not [
         n for o in offsets for n in K.nodes(o) if isinstance(n, K.Binary) and n.op in ("div", "rem")
     ]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_lgamma_of_minus_infinity_is_the_references(dtype):
+    """The reference gives -inf there, as SciPy's gammaln does (JAX gives +inf)."""
+    x = np.array([-np.inf, np.inf, np.nan, 0.0, 1.0, 2.0, -2.0], dtype)
+    with jit_backend("numpy"):
+        expected = np.asarray(fg.jit(lax.lgamma)(x))
+    np.testing.assert_array_equal(np.asarray(fg.jit(lax.lgamma)(x)), expected)

@@ -62,7 +62,7 @@ UNARY_OPS = {
     "erf": "",
     "erfc": "",
     "erf_inv": "",
-    "lgamma": "",
+    "lgamma": "log |Gamma(x)|; -inf at -inf, as the reference (SciPy's gammaln) gives",
     "digamma": "",
 }
 

@@ -1286,6 +1286,7 @@ def lgamma(x: Expr) -> Expr:
     value = K.select(_lt(x, 1.0), below_one, from_one)
     value = K.select(_lt(x, 0.0), reflected, value)
     value = K.select(K.binary("or", _eq(x, 0.0), _eq(a, np.inf)), _c(np.inf, x), value)
+    value = K.select(_eq(x, -np.inf), x, value)  # (the reference's, SciPy's, convention)
     return K.cast(value, result)
 
 
