@@ -215,16 +215,25 @@ def _subnormal_scale(m):
     return lax.select(tiny, lax.full_like(m, 2.0**60), lax.full_like(m, 1))
 
 
-def modulus(x: Pair):
-    """|x| = m sqrt(1 + (n/m)²) with m, n the larger and smaller part magnitudes."""
+def _scaled_modulus(x: Pair):
+    """(|x| f, f) with f from `_subnormal_scale`: |x| = m sqrt(1 + (n/m)²) with m, n the
+    larger and smaller part magnitudes, scaled so that subnormal parts keep their precision
+    (in the scaled result, which may itself be subnormal once divided by f)."""
     a, b = lax.abs(x.re), lax.abs(x.im)
     m = lax.max(a, b)
     factor = _subnormal_scale(m)
     m, n = lax.mul(m, factor), lax.mul(lax.min(a, b), factor)
     safe = lax.select(lax.eq(m, _c(m, 0)), lax.full_like(m, 1), m)
     r = lax.div(n, safe)
-    result = lax.div(lax.mul(m, lax.sqrt(lax.add(_c(m, 1), lax.mul(r, r)))), factor)
-    return lax.select(lax.eq(m, _c(m, np.inf)), m, result)
+    result = lax.mul(m, lax.sqrt(lax.add(_c(m, 1), lax.mul(r, r))))
+    return lax.select(lax.eq(m, _c(m, np.inf)), m, result), factor
+
+
+def modulus(x: Pair):
+    """|x|, with neither overflow nor, until the last division, a subnormal's loss of
+    precision."""
+    scaled, factor = _scaled_modulus(x)
+    return lax.div(scaled, factor)
 
 
 def exp(x: Pair) -> Pair:
@@ -235,7 +244,9 @@ def exp(x: Pair) -> Pair:
 
 
 def log(x: Pair) -> Pair:
-    return Pair(lax.log(modulus(x)), lax.atan2(x.im, x.re))
+    # (log |x| from the scaled modulus: a subnormal |x| has lost bits that its log would show)
+    scaled, factor = _scaled_modulus(x)
+    return Pair(lax.sub(lax.log(scaled), lax.log(factor)), lax.atan2(x.im, x.re))
 
 
 def log1p(x: Pair) -> Pair:
@@ -261,16 +272,29 @@ def expm1(x: Pair) -> Pair:
 
 
 def sqrt(x: Pair) -> Pair:
-    """The principal root: t = sqrt((|z| + |a|) / 2) and b / 2t, placed by the sign of a."""
-    a, b = x.re, x.im
-    t = lax.sqrt(lax.mul(lax.add(modulus(x), lax.abs(a)), _c(a, 0.5)))
+    """The principal root: t = sqrt((|z| + |a|) / 2) and b / 2t, placed by the sign of a; on
+    the cut along the negative reals the sign of b, a zero's included, picks the side, as in
+    C99's csqrt and NumPy (sqrt(-1 - 0j) = -1j). A subnormal z is scaled by 2^60 first, its
+    root then divided by 2^30, so that its parts keep their precision."""
+    factor = _subnormal_scale(lax.max(lax.abs(x.re), lax.abs(x.im)))
+    a, b = lax.mul(x.re, factor), lax.mul(x.im, factor)
+    t = lax.sqrt(lax.mul(lax.add(modulus(Pair(a, b)), lax.abs(a)), _c(a, 0.5)))
     safe_t = lax.select(lax.eq(t, _c(t, 0)), lax.full_like(t, 1), t)
     other = lax.div(b, lax.mul(_c(t, 2), safe_t))
-    other = lax.select(lax.eq(t, _c(t, 0)), lax.full_like(t, 0), other)
+    other = lax.select(lax.eq(t, _c(t, 0)), b, other)  # (z = 0: +0 with b's zero)
     non_negative = lax.ge(a, _c(a, 0))
     re = lax.select(non_negative, t, lax.abs(other))
-    im = lax.select(non_negative, other, lax.select(lax.lt(b, _c(b, 0)), lax.neg(t), t))
-    return Pair(re, im)
+    im = lax.select(non_negative, other, lax.select(_signbit(b), lax.neg(t), t))
+    infinite = lax.eq(lax.abs(b), _c(b, np.inf))  # (sqrt(x ± inf i) = inf ± inf i, any x)
+    re, im = lax.select(infinite, lax.abs(b), re), lax.select(infinite, b, im)
+    root = lax.sqrt(factor)
+    return Pair(lax.div(re, root), lax.div(im, root))
+
+
+def _signbit(x):
+    """Whether real `x` has its sign bit set (-0.0 included)."""
+    bits = lax.bitcast_convert_type(x, np.dtype(f"i{x.dtype.itemsize}"))
+    return lax.lt(bits, lax.full_like(bits, 0))
 
 
 def sin(x: Pair) -> Pair:
@@ -318,31 +342,48 @@ def one_like(x: Pair) -> Pair:
     return Pair(lax.full_like(x.re, 1), lax.full_like(x.im, 0))
 
 
+def _conj_times(x: Pair, y: Pair) -> Pair:
+    """conj(x) y."""
+    re = lax.add(lax.mul(x.re, y.re), lax.mul(x.im, y.im))
+    return Pair(re, lax.sub(lax.mul(x.re, y.im), lax.mul(x.im, y.re)))
+
+
+def _real_plus(value: float, x: Pair) -> Pair:
+    """value + x for a real `value`: x's imaginary part, a zero's sign included, is kept."""
+    return Pair(lax.add(_c(x.re, value), x.re), x.im)
+
+
+def asin(x: Pair) -> Pair:
+    """Kahan's formulas ("Branch cuts for complex elementary functions", 1987), as for acos
+    and acosh: with s = sqrt(1 - z) and t = sqrt(1 + z), asin z = atan2(a, Re(s t)) +
+    i asinh(Im(conj(s) t)). They do not cancel near 0 or ±1, overflow only where |z| nears the
+    largest float, and on the cuts the sign of a zero part picks the side, as in C99 and
+    NumPy."""
+    s, t = sqrt(Pair(lax.sub(_c(x.re, 1), x.re), lax.neg(x.im))), sqrt(_real_plus(1, x))
+    re = lax.atan2(x.re, lax.sub(lax.mul(s.re, t.re), lax.mul(s.im, t.im)))
+    return Pair(re, lax.asinh(_conj_times(s, t).im))
+
+
+def acos(x: Pair) -> Pair:
+    """2 atan2(Re s, Re t) + i asinh(Im(conj(t) s)), s and t as for `asin`."""
+    s, t = sqrt(Pair(lax.sub(_c(x.re, 1), x.re), lax.neg(x.im))), sqrt(_real_plus(1, x))
+    re = lax.mul(_c(x.re, 2), lax.atan2(s.re, t.re))
+    return Pair(re, lax.asinh(_conj_times(t, s).im))
+
+
 def asinh(x: Pair) -> Pair:
-    """log(z + sqrt(z² + 1)), computed for Re(z) >= 0 and mirrored (asinh is odd), which
-    avoids the cancellation of z + sqrt(z² + 1) for large negative z."""
-    flip = lax.lt(x.re, _c(x.re, 0))
-    z = Pair(lax.abs(x.re), lax.select(flip, lax.neg(x.im), x.im))
-    w = log(add(z, sqrt(add(mul(z, z), one_like(z)))))
-    return Pair(lax.select(flip, lax.neg(w.re), w.re), lax.select(flip, lax.neg(w.im), w.im))
+    return times_minus_i(asin(times_i(x)))
 
 
 def acosh(x: Pair) -> Pair:
-    one = one_like(x)
-    return log(add(x, mul(sqrt(add(x, one)), sqrt(sub(x, one)))))
+    """With s = sqrt(z - 1) and t = sqrt(z + 1): asinh(Re(conj(s) t)) + 2i atan2(Im s, Re t)."""
+    s, t = sqrt(_real_plus(-1, x)), sqrt(_real_plus(1, x))
+    re = lax.asinh(_conj_times(s, t).re)
+    return Pair(re, lax.mul(_c(x.im, 2), lax.atan2(s.im, t.re)))
 
 
 def atanh(x: Pair) -> Pair:
     return scale(sub(log1p(x), log1p(neg(x))), _c(x.re, 0.5))
-
-
-def asin(x: Pair) -> Pair:
-    return times_minus_i(asinh(times_i(x)))
-
-
-def acos(x: Pair) -> Pair:
-    w = asin(x)
-    return Pair(lax.sub(_c(w.re, np.pi / 2), w.re), lax.neg(w.im))
 
 
 def atan(x: Pair) -> Pair:
