@@ -118,7 +118,7 @@ def _on_reference(fun, *args):
 
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
 @pytest.mark.parametrize(
-    "fun", [fnp.sqrt, fnp.log, fnp.arcsin, fnp.arccos, fnp.arcsinh, fnp.arccosh]
+    "fun", [fnp.sqrt, fnp.log, fnp.arcsin, fnp.arccos, fnp.arcsinh, fnp.arccosh, lax.rsqrt]
 )
 def test_compiled_functions_on_the_cuts_and_at_tiny_and_huge_arguments_match_the_reference(
     fun, dtype
@@ -138,6 +138,20 @@ def test_compiled_functions_on_the_cuts_and_at_tiny_and_huge_arguments_match_the
         assert close.all(), (z[~close], got[~close], expected[~close])
         zero = e == 0
         assert (np.signbit(g) == np.signbit(e))[zero].all(), (z[zero], got[zero])
+
+
+def test_compiled_division_and_reciprocal_by_zero_match_the_reference():
+    """1 / 0j is inf + nan j (NumPy's division), 0j ** -1 and 0j ** -2 nan + nan j (its power);
+    Smith's division gave nan + nan j for all three."""
+    z = np.array([0j, -0.0 - 0j, 2 + 0j, 1e-30j], np.complex128)
+
+    def f(z):
+        return 1 / z, (1 - 2j) / z, fnp.reciprocal(z), lax.integer_pow(z, -2)
+
+    with np.errstate(all="ignore"):
+        expected = _on_reference(f, z)
+    for got, wanted in zip(fg.jit(f)(z), expected):
+        np.testing.assert_array_equal(np.asarray(got), wanted)
 
 
 BINARY = {

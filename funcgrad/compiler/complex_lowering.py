@@ -193,7 +193,11 @@ def div(x: Pair, y: Pair) -> Pair:
     a, b = x.re, x.im
     re = lax.select(real_larger, lax.add(a, lax.mul(b, ratio)), lax.add(lax.mul(a, ratio), b))
     im = lax.select(real_larger, lax.sub(b, lax.mul(a, ratio)), lax.sub(lax.mul(b, ratio), a))
-    return Pair(lax.div(re, denominator), lax.div(im, denominator))
+    # By zero, each part of x is divided by +0, as NumPy does: 1 / 0j = inf + nan j.
+    zero = lax.eq(big, _c(big, 0))
+    divisor = lax.select(zero, lax.abs(big), denominator)
+    re, im = lax.select(zero, a, re), lax.select(zero, b, im)
+    return Pair(lax.div(re, divisor), lax.div(im, divisor))
 
 
 def neg(x: Pair) -> Pair:
@@ -413,7 +417,12 @@ def integer_power(x: Pair, n: int) -> Pair:
             base = mul(base, base)
     if result is None:
         result = one_like(x)
-    return div(one_like(x), result) if n < 0 else result
+    if n >= 0:
+        return result
+    # 0 ** -n is NaN + NaN i, as NumPy's power makes it (1 / 0j is inf + NaN i).
+    inverse = div(one_like(x), result)
+    zero = lax.bitwise_and(lax.eq(x.re, _c(x.re, 0)), lax.eq(x.im, _c(x.im, 0)))
+    return each_part(lambda part: lax.select(zero, lax.full_like(part, np.nan), part), inverse)
 
 
 def sign(x: Pair) -> Pair:
