@@ -154,6 +154,23 @@ def test_compiled_division_and_reciprocal_by_zero_match_the_reference():
         np.testing.assert_array_equal(np.asarray(got), wanted)
 
 
+def test_compiled_trigonometric_and_hyperbolic_parts_of_huge_arguments_on_the_axes():
+    """sinh(1e30 + 0j) is inf + 0j: its imaginary part cosh(1e30) sin(0) was inf * 0 = nan
+    (and likewise cosh's, and the real parts of sin and cos on the imaginary axis)."""
+    z = np.array([1e30 + 0j, 1e300 - 0j, -1e30 + 0j, 1e30j, -0.0 - 1e300j, 0j], np.complex128)
+
+    def f(z):
+        return fnp.sinh(z), fnp.cosh(z), fnp.sin(z), fnp.cos(z)
+
+    with np.errstate(all="ignore"):
+        expected = _on_reference(f, z)
+    for got, wanted in zip(fg.jit(f)(z), expected):
+        got = np.asarray(got)
+        np.testing.assert_array_equal(got, wanted)
+        np.testing.assert_array_equal(np.signbit(got.imag), np.signbit(wanted.imag))
+        np.testing.assert_array_equal(np.signbit(got.real), np.signbit(wanted.real))
+
+
 BINARY = {
     "add": (fnp.add, np.add),
     "subtract": (fnp.subtract, np.subtract),

@@ -301,24 +301,32 @@ def _signbit(x):
     return lax.lt(bits, lax.full_like(bits, 0))
 
 
+def _product(x, y):
+    """x * y, except that a zero times an infinity is a zero, signed as the product of the
+    signs: where a large argument overflows one factor of a part (cosh(1e30) in
+    sinh(1e30 + 0j)), an exact zero factor decides it, as in NumPy (inf + 0j, not inf + nan j)."""
+    product = lax.select(lax.eq(y, _c(y, 0)), lax.mul(y, lax.sign(x)), lax.mul(x, y))
+    return lax.select(lax.eq(x, _c(x, 0)), lax.mul(x, lax.sign(y)), product)
+
+
 def sin(x: Pair) -> Pair:
     a, b = x.re, x.im
-    return Pair(lax.mul(lax.sin(a), lax.cosh(b)), lax.mul(lax.cos(a), lax.sinh(b)))
+    return Pair(_product(lax.sin(a), lax.cosh(b)), _product(lax.cos(a), lax.sinh(b)))
 
 
 def cos(x: Pair) -> Pair:
     a, b = x.re, x.im
-    return Pair(lax.mul(lax.cos(a), lax.cosh(b)), lax.neg(lax.mul(lax.sin(a), lax.sinh(b))))
+    return Pair(_product(lax.cos(a), lax.cosh(b)), lax.neg(_product(lax.sin(a), lax.sinh(b))))
 
 
 def sinh(x: Pair) -> Pair:
     a, b = x.re, x.im
-    return Pair(lax.mul(lax.sinh(a), lax.cos(b)), lax.mul(lax.cosh(a), lax.sin(b)))
+    return Pair(_product(lax.sinh(a), lax.cos(b)), _product(lax.cosh(a), lax.sin(b)))
 
 
 def cosh(x: Pair) -> Pair:
     a, b = x.re, x.im
-    return Pair(lax.mul(lax.cosh(a), lax.cos(b)), lax.mul(lax.sinh(a), lax.sin(b)))
+    return Pair(_product(lax.cosh(a), lax.cos(b)), _product(lax.sinh(a), lax.sin(b)))
 
 
 def tanh(x: Pair) -> Pair:
