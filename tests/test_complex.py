@@ -171,6 +171,20 @@ def test_compiled_trigonometric_and_hyperbolic_parts_of_huge_arguments_on_the_ax
         np.testing.assert_array_equal(np.signbit(got.real), np.signbit(wanted.real))
 
 
+def test_compiled_modulus_of_an_infinite_part_beside_a_nan_is_infinite():
+    """|inf + nan j| is inf (C's hypot, NumPy): the compiled modulus took the larger part's
+    magnitude with a NaN-propagating max and gave nan, and so did log, log1p and sqrt."""
+    z = np.array([complex(np.inf, np.nan), complex(np.nan, -np.inf), complex(-np.inf, np.nan)])
+
+    def f(z):
+        return fnp.abs(z), fnp.log(z), fnp.log1p(z), fnp.sqrt(z)
+
+    with np.errstate(all="ignore"):
+        expected = _on_reference(f, z)
+    for got, wanted in zip(fg.jit(f)(z), expected):
+        np.testing.assert_array_equal(np.asarray(got), wanted)
+
+
 BINARY = {
     "add": (fnp.add, np.add),
     "subtract": (fnp.subtract, np.subtract),

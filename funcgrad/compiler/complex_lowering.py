@@ -222,7 +222,8 @@ def _subnormal_scale(m):
 def _scaled_modulus(x: Pair):
     """(|x| f, f) with f from `_subnormal_scale`: |x| = m sqrt(1 + (n/m)²) with m, n the
     larger and smaller part magnitudes, scaled so that subnormal parts keep their precision
-    (in the scaled result, which may itself be subnormal once divided by f)."""
+    (in the scaled result, which may itself be subnormal once divided by f). An infinite part
+    makes |x| infinite, the other part NaN or not (as C's hypot, and NumPy, have it)."""
     a, b = lax.abs(x.re), lax.abs(x.im)
     m = lax.max(a, b)
     factor = _subnormal_scale(m)
@@ -230,7 +231,8 @@ def _scaled_modulus(x: Pair):
     safe = lax.select(lax.eq(m, _c(m, 0)), lax.full_like(m, 1), m)
     r = lax.div(n, safe)
     result = lax.mul(m, lax.sqrt(lax.add(_c(m, 1), lax.mul(r, r))))
-    return lax.select(lax.eq(m, _c(m, np.inf)), m, result), factor
+    infinite = lax.bitwise_or(lax.eq(a, _c(a, np.inf)), lax.eq(b, _c(b, np.inf)))
+    return lax.select(infinite, lax.full_like(m, np.inf), result), factor
 
 
 def modulus(x: Pair):
