@@ -118,14 +118,26 @@ def _on_reference(fun, *args):
 
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
 @pytest.mark.parametrize(
-    "fun", [fnp.sqrt, fnp.log, fnp.arcsin, fnp.arccos, fnp.arcsinh, fnp.arccosh, lax.rsqrt]
+    "fun",
+    [
+        fnp.sqrt,
+        fnp.log,
+        fnp.arcsin,
+        fnp.arccos,
+        fnp.arcsinh,
+        fnp.arccosh,
+        fnp.arctanh,
+        fnp.arctan,
+        lax.rsqrt,
+    ],
 )
 def test_compiled_functions_on_the_cuts_and_at_tiny_and_huge_arguments_match_the_reference(
     fun, dtype
 ):
     """Compiled formulas used to lose these: sqrt(-1 - 0j) was +1j (the zero's sign picks the
-    cut's side), arcsin(1e-30j) 0, arcsinh(1e300j) inf, arccos(1 + 1e-30j) 11% off, and log
-    and sqrt of subnormal z a few digits."""
+    cut's side), arcsin(1e-30j) 0, arcsinh(1e300j) inf, arccos(1 + 1e-30j) 11% off, log
+    and sqrt of subnormal z a few digits, arctanh(1e-20 + 2j) 0 + 1.107j (right: 2e-21 +
+    1.107j) and arctan(2 + 0j) 1.107 - 0j."""
     z = _edge_values(dtype)
     with np.errstate(all="ignore"):
         expected = _on_reference(fun, z)

@@ -397,7 +397,46 @@ def acosh(x: Pair) -> Pair:
 
 
 def atanh(x: Pair) -> Pair:
-    return scale(sub(log1p(x), log1p(neg(x))), _c(x.re, 0.5))
+    """Re = sign(a) log1p(4|a| / ((1 - |a|)² + b²)) / 4 and Im = atan2(2b, (1 - a)(1 + a) - b²)
+    / 2, which keep the real part's relative accuracy where it is small beside the imaginary
+    one (log1p(z) - log1p(-z) cancels it away: atanh(1e-20 + 2j) came out 0 + 1.107j). Where
+    that quotient is large (z near ±1), Re = (log|1 + |a| + ib| - log|1 - |a| + ib|) / 2,
+    whose moduli do not underflow. Where the squares could overflow, atanh z = 1/z +
+    i (pi/2) sign(b) (the expansion's next term, 1/(3z³), is far below the rounding), an
+    infinite part's real part a signed zero."""
+    a, b = x.re, x.im
+    one = _c(a, 1)
+    info = dtypes.finfo(a.dtype)
+    large = lax.gt(lax.max(lax.abs(a), lax.abs(b)), _c(a, 2.0 ** (info.maxexp // 2 - 2)))
+    safe_a = lax.select(large, lax.full_like(a, 0), a)
+    safe_b = lax.select(large, lax.full_like(b, 0), b)
+    magnitude = lax.abs(safe_a)
+    gap = lax.sub(one, magnitude)
+    quotient = lax.div(
+        lax.mul(_c(a, 4), magnitude), lax.add(lax.mul(gap, gap), lax.mul(safe_b, safe_b))
+    )
+    apart = lax.sub(log(Pair(lax.add(one, magnitude), safe_b)).re, log(Pair(gap, safe_b)).re)
+    re = lax.select(
+        lax.lt(quotient, one),
+        lax.mul(lax.log1p(quotient), _c(a, 0.25)),
+        lax.mul(apart, _c(a, 0.5)),
+    )
+    re = lax.select(_signbit(a), lax.neg(re), re)
+    across = lax.sub(lax.mul(lax.sub(one, safe_a), lax.add(one, safe_a)), lax.mul(safe_b, safe_b))
+    im = lax.mul(lax.atan2(lax.mul(_c(b, 2), safe_b), across), _c(b, 0.5))
+    # 1/z = (a - ib) / |z|², scaled by the larger part s (Smith's division loses a zero's sign)
+    s = lax.max(lax.abs(a), lax.abs(b))
+    s = lax.select(large, s, lax.full_like(s, 1))
+    a_s, b_s = lax.div(a, s), lax.div(b, s)
+    squared = lax.mul(s, lax.add(lax.mul(a_s, a_s), lax.mul(b_s, b_s)))
+    inverse = Pair(lax.div(a_s, squared), lax.neg(lax.div(b_s, squared)))
+    quarter_turn = lax.select(
+        _signbit(b), lax.full_like(b, -np.pi / 2), lax.full_like(b, np.pi / 2)
+    )
+    infinite = lax.bitwise_or(lax.eq(lax.abs(a), _c(a, np.inf)), lax.eq(lax.abs(b), _c(b, np.inf)))
+    far_re = lax.select(infinite, lax.mul(lax.sign(a), _c(a, 0)), inverse.re)
+    far_im = lax.add(quarter_turn, lax.select(infinite, lax.full_like(b, 0), inverse.im))
+    return Pair(lax.select(large, far_re, re), lax.select(large, far_im, im))
 
 
 def atan(x: Pair) -> Pair:
