@@ -197,6 +197,16 @@ def test_compiled_modulus_of_an_infinite_part_beside_a_nan_is_infinite():
         np.testing.assert_array_equal(np.asarray(got), wanted)
 
 
+def test_compiled_log_near_the_unit_circle_keeps_the_real_parts_relative_accuracy():
+    """log|z| of z near the unit circle is small: log of the modulus kept only its absolute
+    accuracy (log(1.00000025 - 5.7e-6j) had a real part 6e-10 relative off)."""
+    z = np.array([1.0000002552786997 - 5.669757804700067e-06j, 1e-6 + 0.9999999j, -0.99999 + 1e-3j])
+    expected = _on_reference(fnp.log, z)
+    got = np.asarray(fg.jit(fnp.log)(z))
+    np.testing.assert_allclose(got.real, expected.real, rtol=1e-15)
+    np.testing.assert_allclose(got.imag, expected.imag, rtol=1e-15)
+
+
 BINARY = {
     "add": (fnp.add, np.add),
     "subtract": (fnp.subtract, np.subtract),

@@ -250,9 +250,18 @@ def exp(x: Pair) -> Pair:
 
 
 def log(x: Pair) -> Pair:
-    # (log |x| from the scaled modulus: a subnormal |x| has lost bits that its log would show)
+    """log |x| + i arg x. log |x| is taken of the scaled modulus (a subnormal |x| has lost bits
+    that its log would show), and where the larger part m is within [1/2, 2] as
+    log1p((m - 1)(m + 1) + n²) / 2, n the smaller one: log of a modulus near 1 keeps only
+    the modulus' absolute accuracy (log(1.00000025 - 5.7e-6j) was 6e-10 relative off)."""
     scaled, factor = _scaled_modulus(x)
-    return Pair(lax.sub(lax.log(scaled), lax.log(factor)), lax.atan2(x.im, x.re))
+    far = lax.sub(lax.log(scaled), lax.log(factor))
+    a, b = lax.abs(x.re), lax.abs(x.im)
+    m, n = lax.max(a, b), lax.min(a, b)
+    near_one = lax.bitwise_and(lax.ge(m, _c(m, 0.5)), lax.le(m, _c(m, 2)))
+    squares = lax.add(lax.mul(lax.sub(m, _c(m, 1)), lax.add(m, _c(m, 1))), lax.mul(n, n))
+    near = lax.mul(lax.log1p(squares), _c(m, 0.5))
+    return Pair(lax.select(near_one, near, far), lax.atan2(x.im, x.re))
 
 
 def log1p(x: Pair) -> Pair:
