@@ -452,16 +452,43 @@ def atan(x: Pair) -> Pair:
     return times_minus_i(atanh(times_i(x)))
 
 
-def power(x: Pair, y: Pair) -> Pair:
-    """exp(y log x); 0 ** y is 1 for y = 0 and 0 otherwise."""
-    result = exp(mul(y, log(x)))
-    base_zero = lax.bitwise_and(lax.eq(x.re, _c(x.re, 0)), lax.eq(x.im, _c(x.im, 0)))
-    exponent_zero = lax.bitwise_and(lax.eq(y.re, _c(y.re, 0)), lax.eq(y.im, _c(y.im, 0)))
-    at_zero = lax.select(exponent_zero, lax.full_like(result.re, 1), lax.full_like(result.re, 0))
+def _where(pred, on_true: Pair, on_false: Pair) -> Pair:
     return Pair(
-        lax.select(base_zero, at_zero, result.re),
-        lax.select(base_zero, lax.full_like(result.im, 0), result.im),
+        lax.select(pred, on_true.re, on_false.re), lax.select(pred, on_true.im, on_false.im)
     )
+
+
+def power(x: Pair, y: Pair) -> Pair:
+    """x ** y as NumPy's power computes it: 1 where y = 0; at x = 0, 0 where y is real and
+    positive, NaN + NaN i otherwise; for a whole real y with |y| < 100, by repeated squaring
+    (so (1 + 1j) ** 2 is 2j exactly, where exp(y log x) leaves 1e-16 in the real part);
+    elsewhere exp(y log x)."""
+    result = exp(mul(y, log(x)))
+    real_exponent = lax.eq(y.im, _c(y.im, 0))
+    n = lax.abs(y.re)
+    whole = lax.bitwise_and(
+        real_exponent, lax.bitwise_and(lax.eq(y.re, lax.floor(y.re)), lax.lt(n, _c(n, 100)))
+    )
+    n = lax.select(whole, n, lax.full_like(n, 0))
+    # NumPy's loop: a running product from 1 times x^(2^k) for each bit k of |y|, except
+    # that y = 1, 2 and 3 are x, x x and x (x x) (which differ from it only in zeros' signs
+    # and where a part is infinite).
+    squared, square = one_like(x), x
+    for bit in range(7):  # (|y| < 100 < 2^7)
+        taken = lax.eq(lax.rem(lax.floor(lax.mul(n, _c(n, 2.0**-bit))), _c(n, 2)), _c(n, 1))
+        squared = _where(taken, mul(squared, square), squared)
+        if bit == 0:
+            squared = _where(lax.gt(y.re, _c(y.re, 0)), _where(taken, x, squared), squared)
+        square = mul(square, square)
+    squared = _where(lax.eq(y.re, _c(y.re, 2)), mul(x, x), squared)
+    squared = _where(lax.lt(y.re, _c(y.re, 0)), div(one_like(x), squared), squared)
+    result = _where(whole, squared, result)
+    base_zero = lax.bitwise_and(lax.eq(x.re, _c(x.re, 0)), lax.eq(x.im, _c(x.im, 0)))
+    positive = lax.bitwise_and(real_exponent, lax.gt(y.re, _c(y.re, 0)))
+    at_zero = lax.select(positive, lax.full_like(result.re, 0), lax.full_like(result.re, np.nan))
+    result = _where(base_zero, Pair(at_zero, at_zero), result)
+    exponent_zero = lax.bitwise_and(real_exponent, lax.eq(y.re, _c(y.re, 0)))
+    return _where(exponent_zero, one_like(x), result)
 
 
 def integer_power(x: Pair, n: int) -> Pair:
