@@ -243,10 +243,21 @@ def modulus(x: Pair):
 
 
 def exp(x: Pair) -> Pair:
-    scale_ = lax.exp(x.re)
+    """e^a (cos b + i sin b). Where e^a overflows, its two halves e^(a/2) multiply in one
+    after the other, around cos b or sin b, which may bring a part back into range (the
+    reference's exp(90 + 1e-30j) in complex64 is inf + 1.2e9j, not inf + inf j)."""
+    a, b = x.re, x.im
+    large = lax.gt(a, _c(a, math.log(dtypes.finfo(a.dtype).max) - 1))
+    half = lax.exp(lax.mul(lax.select(large, a, lax.full_like(a, 0)), _c(a, 0.5)))
+    scale_ = lax.select(large, half, lax.exp(a))
+    outer = lax.select(large, half, lax.full_like(a, 1))
+
+    def times(part):
+        return lax.mul(lax.mul(scale_, part), outer)
+
     # exp(a + 0i) is real even where e^a is infinite (inf * sin(0) would be NaN).
-    im = lax.select(lax.eq(x.im, _c(x.im, 0)), x.im, lax.mul(scale_, lax.sin(x.im)))
-    return Pair(lax.mul(scale_, lax.cos(x.im)), im)
+    im = lax.select(lax.eq(b, _c(b, 0)), b, times(lax.sin(b)))
+    return Pair(times(lax.cos(b)), im)
 
 
 def log(x: Pair) -> Pair:
