@@ -222,16 +222,22 @@ def test_compiled_complex_powers_with_whole_real_exponents_multiply_as_numpy_doe
 
 
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
-def test_compiled_exp_past_the_overflow_of_its_modulus_keeps_the_parts_in_range(dtype):
+def test_compiled_exp_and_hyperbolic_parts_past_the_overflow_of_e_to_the_a_stay_in_range(dtype):
     """e^a overflows a little before e^a sin b does for small b: exp(90 + 1e-30j) in complex64
     is inf + 1.2e9j (the reference's), where e^a sin b gave inf + inf j."""
-    a = 90.0 if dtype == np.complex64 else 710.0
-    z = np.array([a + 1e-30j, a + 1.5707963j, a + 3j, a / 2 + 1j, a + 0j], dtype)
-    expected = _on_reference(fnp.exp, z)
-    got = np.asarray(fg.jit(fnp.exp)(z))
+    a = 90.0 if dtype == np.complex64 else 711.0
+    z = np.array([a + 1e-30j, a + 1.5707963j, a + 3j, a / 2 + 1j, a + 0j, -a + 2j], dtype)
+
+    def f(z):
+        # (sinh, cosh, sin and cos as their parts hold cosh and sinh: sinh(90 + 1e-30j) in
+        # complex64 is inf + 6.1e8j)
+        return fnp.exp(z), fnp.sinh(z), fnp.cosh(z), fnp.sin(z * 1j), fnp.cos(z * 1j)
+
     tol = 8 * np.finfo(dtypes.real_dtype(dtype)).eps
-    np.testing.assert_allclose(got.real, expected.real, rtol=tol)
-    np.testing.assert_allclose(got.imag, expected.imag, rtol=tol)
+    for got, expected in zip(fg.jit(f)(z), _on_reference(f, z)):
+        got = np.asarray(got)
+        np.testing.assert_allclose(got.real, expected.real, rtol=tol)
+        np.testing.assert_allclose(got.imag, expected.imag, rtol=tol)
 
 
 BINARY = {

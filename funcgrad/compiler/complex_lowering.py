@@ -331,24 +331,45 @@ def _product(x, y):
     return lax.select(lax.eq(x, _c(x, 0)), lax.mul(x, lax.sign(y)), product)
 
 
+def _hyperbolic_times(t, c, s):
+    """(cosh t · c, sinh t · s), products by `_product`; where cosh t and sinh t overflow
+    (|t| past log of the largest float, less 1), as e^|t| / 2 taken in halves e^(|t|/2) on each
+    side of c or s, which may bring a product back into range (sinh(90 + 1e-30j) in complex64
+    is inf + 6.1e8j)."""
+    large = lax.gt(lax.abs(t), _c(t, math.log(dtypes.finfo(t.dtype).max) - 1))
+    half = lax.exp(lax.mul(lax.select(large, lax.abs(t), lax.full_like(t, 0)), _c(t, 0.5)))
+
+    def halves(part):
+        product = lax.mul(lax.mul(lax.mul(half, _c(t, 0.5)), part), half)
+        return lax.select(lax.eq(part, _c(part, 0)), part, product)
+
+    cosh_c = lax.select(large, halves(c), _product(lax.cosh(t), c))
+    sinh_s = lax.select(large, lax.mul(lax.sign(t), halves(s)), _product(lax.sinh(t), s))
+    return cosh_c, sinh_s
+
+
 def sin(x: Pair) -> Pair:
     a, b = x.re, x.im
-    return Pair(_product(lax.sin(a), lax.cosh(b)), _product(lax.cos(a), lax.sinh(b)))
+    cosh_sin, sinh_cos = _hyperbolic_times(b, lax.sin(a), lax.cos(a))
+    return Pair(cosh_sin, sinh_cos)
 
 
 def cos(x: Pair) -> Pair:
     a, b = x.re, x.im
-    return Pair(_product(lax.cos(a), lax.cosh(b)), lax.neg(_product(lax.sin(a), lax.sinh(b))))
+    cosh_cos, sinh_sin = _hyperbolic_times(b, lax.cos(a), lax.sin(a))
+    return Pair(cosh_cos, lax.neg(sinh_sin))
 
 
 def sinh(x: Pair) -> Pair:
     a, b = x.re, x.im
-    return Pair(_product(lax.sinh(a), lax.cos(b)), _product(lax.cosh(a), lax.sin(b)))
+    cosh_sin, sinh_cos = _hyperbolic_times(a, lax.sin(b), lax.cos(b))
+    return Pair(sinh_cos, cosh_sin)
 
 
 def cosh(x: Pair) -> Pair:
     a, b = x.re, x.im
-    return Pair(_product(lax.cosh(a), lax.cos(b)), _product(lax.sinh(a), lax.sin(b)))
+    cosh_cos, sinh_sin = _hyperbolic_times(a, lax.cos(b), lax.sin(b))
+    return Pair(cosh_cos, sinh_sin)
 
 
 def tanh(x: Pair) -> Pair:
