@@ -10,7 +10,9 @@ the kernel IR, the renderers) sees real arithmetic, which it already compiles an
 
 The formulas keep the reference's accuracy where it is cheap to do so: |z| and log|z| scale
 by the larger part (no overflow of a² + b²), division is Smith's algorithm, log1p and expm1
-keep their small-argument accuracy, and tanh stays finite for large real parts.
+keep their small-argument accuracy, tanh stays finite for large real parts, the inverse
+functions keep small parts and take the sides of their cuts by the signs of zeros (Kahan's
+formulas), and whole real powers multiply as NumPy's do.
 """
 
 from __future__ import annotations
