@@ -242,6 +242,13 @@ def test_max_and_min_propagate_nan_and_sign_keeps_signed_zeros(dtype):
     assert_same_as_reference(f, x, y)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_lgamma_of_infinities_zeros_and_poles_is_the_references(dtype):
+    """C's lgamma gives +inf at -inf; the reference, after SciPy's gammaln, gives -inf."""
+    x = np.array([-np.inf, np.inf, np.nan, 0.0, -0.0, 1.0, 2.0, -1.0, -7.0], dtype)
+    assert_same_as_reference(lax.lgamma, x)
+
+
 def test_float_max_and_min_are_one_instruction_from_ampere_on():
     """A GPU of compute capability 8.0 or later computes a float maximum or minimum (NaN
     wins, -0 < +0) in one PTX instruction, which ptxas accepts; older ones, and doubles,

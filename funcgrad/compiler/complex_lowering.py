@@ -10,7 +10,9 @@ the kernel IR, the renderers) sees real arithmetic, which it already compiles an
 
 The formulas keep the reference's accuracy where it is cheap to do so: |z| and log|z| scale
 by the larger part (no overflow of a² + b²), division is Smith's algorithm, log1p and expm1
-keep their small-argument accuracy, and tanh stays finite for large real parts.
+keep their small-argument accuracy, tanh stays finite for large real parts, the inverse
+functions keep small parts and take the sides of their cuts by the signs of zeros (Kahan's
+formulas), and whole real powers multiply as NumPy's do.
 """
 
 from __future__ import annotations
@@ -193,7 +195,11 @@ def div(x: Pair, y: Pair) -> Pair:
     a, b = x.re, x.im
     re = lax.select(real_larger, lax.add(a, lax.mul(b, ratio)), lax.add(lax.mul(a, ratio), b))
     im = lax.select(real_larger, lax.sub(b, lax.mul(a, ratio)), lax.sub(lax.mul(b, ratio), a))
-    return Pair(lax.div(re, denominator), lax.div(im, denominator))
+    # By zero, each part of x is divided by +0, as NumPy does: 1 / 0j = inf + nan j.
+    zero = lax.eq(big, _c(big, 0))
+    divisor = lax.select(zero, lax.abs(big), denominator)
+    re, im = lax.select(zero, a, re), lax.select(zero, b, im)
+    return Pair(lax.div(re, divisor), lax.div(im, divisor))
 
 
 def neg(x: Pair) -> Pair:
@@ -215,27 +221,60 @@ def _subnormal_scale(m):
     return lax.select(tiny, lax.full_like(m, 2.0**60), lax.full_like(m, 1))
 
 
-def modulus(x: Pair):
-    """|x| = m sqrt(1 + (n/m)²) with m, n the larger and smaller part magnitudes."""
+def _scaled_modulus(x: Pair):
+    """(|x| f, f) with f from `_subnormal_scale`: |x| = m sqrt(1 + (n/m)²) with m, n the
+    larger and smaller part magnitudes, scaled so that subnormal parts keep their precision
+    (in the scaled result, which may itself be subnormal once divided by f). An infinite part
+    makes |x| infinite, the other part NaN or not (as C's hypot, and NumPy, have it)."""
     a, b = lax.abs(x.re), lax.abs(x.im)
     m = lax.max(a, b)
     factor = _subnormal_scale(m)
     m, n = lax.mul(m, factor), lax.mul(lax.min(a, b), factor)
     safe = lax.select(lax.eq(m, _c(m, 0)), lax.full_like(m, 1), m)
     r = lax.div(n, safe)
-    result = lax.div(lax.mul(m, lax.sqrt(lax.add(_c(m, 1), lax.mul(r, r)))), factor)
-    return lax.select(lax.eq(m, _c(m, np.inf)), m, result)
+    result = lax.mul(m, lax.sqrt(lax.add(_c(m, 1), lax.mul(r, r))))
+    infinite = lax.bitwise_or(lax.eq(a, _c(a, np.inf)), lax.eq(b, _c(b, np.inf)))
+    return lax.select(infinite, lax.full_like(m, np.inf), result), factor
+
+
+def modulus(x: Pair):
+    """|x|, with neither overflow nor, until the last division, a subnormal's loss of
+    precision."""
+    scaled, factor = _scaled_modulus(x)
+    return lax.div(scaled, factor)
 
 
 def exp(x: Pair) -> Pair:
-    scale_ = lax.exp(x.re)
+    """e^a (cos b + i sin b). Where e^a overflows, its two halves e^(a/2) multiply in one
+    after the other, around cos b or sin b, which may bring a part back into range (the
+    reference's exp(90 + 1e-30j) in complex64 is inf + 1.2e9j, not inf + inf j)."""
+    a, b = x.re, x.im
+    large = lax.gt(a, _c(a, math.log(dtypes.finfo(a.dtype).max) - 1))
+    half = lax.exp(lax.mul(lax.select(large, a, lax.full_like(a, 0)), _c(a, 0.5)))
+    scale_ = lax.select(large, half, lax.exp(a))
+    outer = lax.select(large, half, lax.full_like(a, 1))
+
+    def times(part):
+        return lax.mul(lax.mul(scale_, part), outer)
+
     # exp(a + 0i) is real even where e^a is infinite (inf * sin(0) would be NaN).
-    im = lax.select(lax.eq(x.im, _c(x.im, 0)), x.im, lax.mul(scale_, lax.sin(x.im)))
-    return Pair(lax.mul(scale_, lax.cos(x.im)), im)
+    im = lax.select(lax.eq(b, _c(b, 0)), b, times(lax.sin(b)))
+    return Pair(times(lax.cos(b)), im)
 
 
 def log(x: Pair) -> Pair:
-    return Pair(lax.log(modulus(x)), lax.atan2(x.im, x.re))
+    """log |x| + i arg x. log |x| is taken of the scaled modulus (a subnormal |x| has lost bits
+    that its log would show), and where the larger part m is within [1/2, 2] as
+    log1p((m - 1)(m + 1) + n²) / 2, n the smaller one: log of a modulus near 1 keeps only
+    the modulus' absolute accuracy (log(1.00000025 - 5.7e-6j) was 6e-10 relative off)."""
+    scaled, factor = _scaled_modulus(x)
+    far = lax.sub(lax.log(scaled), lax.log(factor))
+    a, b = lax.abs(x.re), lax.abs(x.im)
+    m, n = lax.max(a, b), lax.min(a, b)
+    near_one = lax.bitwise_and(lax.ge(m, _c(m, 0.5)), lax.le(m, _c(m, 2)))
+    squares = lax.add(lax.mul(lax.sub(m, _c(m, 1)), lax.add(m, _c(m, 1))), lax.mul(n, n))
+    near = lax.mul(lax.log1p(squares), _c(m, 0.5))
+    return Pair(lax.select(near_one, near, far), lax.atan2(x.im, x.re))
 
 
 def log1p(x: Pair) -> Pair:
@@ -261,36 +300,78 @@ def expm1(x: Pair) -> Pair:
 
 
 def sqrt(x: Pair) -> Pair:
-    """The principal root: t = sqrt((|z| + |a|) / 2) and b / 2t, placed by the sign of a."""
-    a, b = x.re, x.im
-    t = lax.sqrt(lax.mul(lax.add(modulus(x), lax.abs(a)), _c(a, 0.5)))
+    """The principal root: t = sqrt((|z| + |a|) / 2) and b / 2t, placed by the sign of a; on
+    the cut along the negative reals the sign of b, a zero's included, picks the side, as in
+    C99's csqrt and NumPy (sqrt(-1 - 0j) = -1j). A subnormal z is scaled by 2^60 first, its
+    root then divided by 2^30, so that its parts keep their precision."""
+    factor = _subnormal_scale(lax.max(lax.abs(x.re), lax.abs(x.im)))
+    a, b = lax.mul(x.re, factor), lax.mul(x.im, factor)
+    t = lax.sqrt(lax.mul(lax.add(modulus(Pair(a, b)), lax.abs(a)), _c(a, 0.5)))
     safe_t = lax.select(lax.eq(t, _c(t, 0)), lax.full_like(t, 1), t)
     other = lax.div(b, lax.mul(_c(t, 2), safe_t))
-    other = lax.select(lax.eq(t, _c(t, 0)), lax.full_like(t, 0), other)
+    other = lax.select(lax.eq(t, _c(t, 0)), b, other)  # (z = 0: +0 with b's zero)
     non_negative = lax.ge(a, _c(a, 0))
     re = lax.select(non_negative, t, lax.abs(other))
-    im = lax.select(non_negative, other, lax.select(lax.lt(b, _c(b, 0)), lax.neg(t), t))
-    return Pair(re, im)
+    im = lax.select(non_negative, other, lax.select(_signbit(b), lax.neg(t), t))
+    infinite = lax.eq(lax.abs(b), _c(b, np.inf))  # (sqrt(x ± inf i) = inf ± inf i, any x)
+    re, im = lax.select(infinite, lax.abs(b), re), lax.select(infinite, b, im)
+    root = lax.sqrt(factor)
+    return Pair(lax.div(re, root), lax.div(im, root))
+
+
+def _signbit(x):
+    """Whether real `x` has its sign bit set (-0.0 included)."""
+    bits = lax.bitcast_convert_type(x, np.dtype(f"i{x.dtype.itemsize}"))
+    return lax.lt(bits, lax.full_like(bits, 0))
+
+
+def _product(x, y):
+    """x * y, except that a zero times an infinity is a zero, signed as the product of the
+    signs: where a large argument overflows one factor of a part (cosh(1e30) in
+    sinh(1e30 + 0j)), an exact zero factor decides it, as in NumPy (inf + 0j, not inf + nan j)."""
+    product = lax.select(lax.eq(y, _c(y, 0)), lax.mul(y, lax.sign(x)), lax.mul(x, y))
+    return lax.select(lax.eq(x, _c(x, 0)), lax.mul(x, lax.sign(y)), product)
+
+
+def _hyperbolic_times(t, c, s):
+    """(cosh t · c, sinh t · s), products by `_product`; where cosh t and sinh t overflow
+    (|t| past log of the largest float, less 1), as e^|t| / 2 taken in halves e^(|t|/2) on each
+    side of c or s, which may bring a product back into range (sinh(90 + 1e-30j) in complex64
+    is inf + 6.1e8j)."""
+    large = lax.gt(lax.abs(t), _c(t, math.log(dtypes.finfo(t.dtype).max) - 1))
+    half = lax.exp(lax.mul(lax.select(large, lax.abs(t), lax.full_like(t, 0)), _c(t, 0.5)))
+
+    def halves(part):
+        product = lax.mul(lax.mul(lax.mul(half, _c(t, 0.5)), part), half)
+        return lax.select(lax.eq(part, _c(part, 0)), part, product)
+
+    cosh_c = lax.select(large, halves(c), _product(lax.cosh(t), c))
+    sinh_s = lax.select(large, lax.mul(lax.sign(t), halves(s)), _product(lax.sinh(t), s))
+    return cosh_c, sinh_s
 
 
 def sin(x: Pair) -> Pair:
     a, b = x.re, x.im
-    return Pair(lax.mul(lax.sin(a), lax.cosh(b)), lax.mul(lax.cos(a), lax.sinh(b)))
+    cosh_sin, sinh_cos = _hyperbolic_times(b, lax.sin(a), lax.cos(a))
+    return Pair(cosh_sin, sinh_cos)
 
 
 def cos(x: Pair) -> Pair:
     a, b = x.re, x.im
-    return Pair(lax.mul(lax.cos(a), lax.cosh(b)), lax.neg(lax.mul(lax.sin(a), lax.sinh(b))))
+    cosh_cos, sinh_sin = _hyperbolic_times(b, lax.cos(a), lax.sin(a))
+    return Pair(cosh_cos, lax.neg(sinh_sin))
 
 
 def sinh(x: Pair) -> Pair:
     a, b = x.re, x.im
-    return Pair(lax.mul(lax.sinh(a), lax.cos(b)), lax.mul(lax.cosh(a), lax.sin(b)))
+    cosh_sin, sinh_cos = _hyperbolic_times(a, lax.sin(b), lax.cos(b))
+    return Pair(sinh_cos, cosh_sin)
 
 
 def cosh(x: Pair) -> Pair:
     a, b = x.re, x.im
-    return Pair(lax.mul(lax.cosh(a), lax.cos(b)), lax.mul(lax.sinh(a), lax.sin(b)))
+    cosh_cos, sinh_sin = _hyperbolic_times(a, lax.cos(b), lax.sin(b))
+    return Pair(cosh_cos, sinh_sin)
 
 
 def tanh(x: Pair) -> Pair:
@@ -318,47 +399,130 @@ def one_like(x: Pair) -> Pair:
     return Pair(lax.full_like(x.re, 1), lax.full_like(x.im, 0))
 
 
-def asinh(x: Pair) -> Pair:
-    """log(z + sqrt(z² + 1)), computed for Re(z) >= 0 and mirrored (asinh is odd), which
-    avoids the cancellation of z + sqrt(z² + 1) for large negative z."""
-    flip = lax.lt(x.re, _c(x.re, 0))
-    z = Pair(lax.abs(x.re), lax.select(flip, lax.neg(x.im), x.im))
-    w = log(add(z, sqrt(add(mul(z, z), one_like(z)))))
-    return Pair(lax.select(flip, lax.neg(w.re), w.re), lax.select(flip, lax.neg(w.im), w.im))
+def _conj_times(x: Pair, y: Pair) -> Pair:
+    """conj(x) y."""
+    re = lax.add(lax.mul(x.re, y.re), lax.mul(x.im, y.im))
+    return Pair(re, lax.sub(lax.mul(x.re, y.im), lax.mul(x.im, y.re)))
 
 
-def acosh(x: Pair) -> Pair:
-    one = one_like(x)
-    return log(add(x, mul(sqrt(add(x, one)), sqrt(sub(x, one)))))
-
-
-def atanh(x: Pair) -> Pair:
-    return scale(sub(log1p(x), log1p(neg(x))), _c(x.re, 0.5))
+def _real_plus(value: float, x: Pair) -> Pair:
+    """value + x for a real `value`: x's imaginary part, a zero's sign included, is kept."""
+    return Pair(lax.add(_c(x.re, value), x.re), x.im)
 
 
 def asin(x: Pair) -> Pair:
-    return times_minus_i(asinh(times_i(x)))
+    """Kahan's formulas ("Branch cuts for complex elementary functions", 1987), as for acos
+    and acosh: with s = sqrt(1 - z) and t = sqrt(1 + z), asin z = atan2(a, Re(s t)) +
+    i asinh(Im(conj(s) t)). They do not cancel near 0 or ±1, overflow only where |z| nears the
+    largest float, and on the cuts the sign of a zero part picks the side, as in C99 and
+    NumPy."""
+    s, t = sqrt(Pair(lax.sub(_c(x.re, 1), x.re), lax.neg(x.im))), sqrt(_real_plus(1, x))
+    re = lax.atan2(x.re, lax.sub(lax.mul(s.re, t.re), lax.mul(s.im, t.im)))
+    return Pair(re, lax.asinh(_conj_times(s, t).im))
 
 
 def acos(x: Pair) -> Pair:
-    w = asin(x)
-    return Pair(lax.sub(_c(w.re, np.pi / 2), w.re), lax.neg(w.im))
+    """2 atan2(Re s, Re t) + i asinh(Im(conj(t) s)), s and t as for `asin`."""
+    s, t = sqrt(Pair(lax.sub(_c(x.re, 1), x.re), lax.neg(x.im))), sqrt(_real_plus(1, x))
+    re = lax.mul(_c(x.re, 2), lax.atan2(s.re, t.re))
+    return Pair(re, lax.asinh(_conj_times(t, s).im))
+
+
+def asinh(x: Pair) -> Pair:
+    return times_minus_i(asin(times_i(x)))
+
+
+def acosh(x: Pair) -> Pair:
+    """With s = sqrt(z - 1) and t = sqrt(z + 1): asinh(Re(conj(s) t)) + 2i atan2(Im s, Re t)."""
+    s, t = sqrt(_real_plus(-1, x)), sqrt(_real_plus(1, x))
+    re = lax.asinh(_conj_times(s, t).re)
+    return Pair(re, lax.mul(_c(x.im, 2), lax.atan2(s.im, t.re)))
+
+
+def atanh(x: Pair) -> Pair:
+    """Re = sign(a) log1p(4|a| / ((1 - |a|)² + b²)) / 4 and Im = atan2(2b, (1 - a)(1 + a) - b²)
+    / 2, which keep the real part's relative accuracy where it is small beside the imaginary
+    one (log1p(z) - log1p(-z) cancels it away: atanh(1e-20 + 2j) came out 0 + 1.107j). Where
+    that quotient is large (z near ±1), Re = (log|1 + |a| + ib| - log|1 - |a| + ib|) / 2,
+    whose moduli do not underflow. Where the squares could overflow, atanh z = 1/z +
+    i (pi/2) sign(b) (the expansion's next term, 1/(3z³), is far below the rounding), an
+    infinite part's real part a signed zero."""
+    a, b = x.re, x.im
+    one = _c(a, 1)
+    info = dtypes.finfo(a.dtype)
+    large = lax.gt(lax.max(lax.abs(a), lax.abs(b)), _c(a, 2.0 ** (info.maxexp // 2 - 2)))
+    safe_a = lax.select(large, lax.full_like(a, 0), a)
+    safe_b = lax.select(large, lax.full_like(b, 0), b)
+    magnitude = lax.abs(safe_a)
+    gap = lax.sub(one, magnitude)
+    quotient = lax.div(
+        lax.mul(_c(a, 4), magnitude), lax.add(lax.mul(gap, gap), lax.mul(safe_b, safe_b))
+    )
+    apart = lax.sub(log(Pair(lax.add(one, magnitude), safe_b)).re, log(Pair(gap, safe_b)).re)
+    re = lax.select(
+        lax.lt(quotient, one),
+        lax.mul(lax.log1p(quotient), _c(a, 0.25)),
+        lax.mul(apart, _c(a, 0.5)),
+    )
+    re = lax.select(_signbit(a), lax.neg(re), re)
+    across = lax.sub(lax.mul(lax.sub(one, safe_a), lax.add(one, safe_a)), lax.mul(safe_b, safe_b))
+    im = lax.mul(lax.atan2(lax.mul(_c(b, 2), safe_b), across), _c(b, 0.5))
+    # 1/z = (a - ib) / |z|², scaled by the larger part s (Smith's division loses a zero's sign)
+    s = lax.max(lax.abs(a), lax.abs(b))
+    s = lax.select(large, s, lax.full_like(s, 1))
+    a_s, b_s = lax.div(a, s), lax.div(b, s)
+    squared = lax.mul(s, lax.add(lax.mul(a_s, a_s), lax.mul(b_s, b_s)))
+    inverse = Pair(lax.div(a_s, squared), lax.neg(lax.div(b_s, squared)))
+    quarter_turn = lax.select(
+        _signbit(b), lax.full_like(b, -np.pi / 2), lax.full_like(b, np.pi / 2)
+    )
+    infinite = lax.bitwise_or(lax.eq(lax.abs(a), _c(a, np.inf)), lax.eq(lax.abs(b), _c(b, np.inf)))
+    far_re = lax.select(infinite, lax.mul(lax.sign(a), _c(a, 0)), inverse.re)
+    far_im = lax.add(quarter_turn, lax.select(infinite, lax.full_like(b, 0), inverse.im))
+    return Pair(lax.select(large, far_re, re), lax.select(large, far_im, im))
 
 
 def atan(x: Pair) -> Pair:
     return times_minus_i(atanh(times_i(x)))
 
 
-def power(x: Pair, y: Pair) -> Pair:
-    """exp(y log x); 0 ** y is 1 for y = 0 and 0 otherwise."""
-    result = exp(mul(y, log(x)))
-    base_zero = lax.bitwise_and(lax.eq(x.re, _c(x.re, 0)), lax.eq(x.im, _c(x.im, 0)))
-    exponent_zero = lax.bitwise_and(lax.eq(y.re, _c(y.re, 0)), lax.eq(y.im, _c(y.im, 0)))
-    at_zero = lax.select(exponent_zero, lax.full_like(result.re, 1), lax.full_like(result.re, 0))
+def _where(pred, on_true: Pair, on_false: Pair) -> Pair:
     return Pair(
-        lax.select(base_zero, at_zero, result.re),
-        lax.select(base_zero, lax.full_like(result.im, 0), result.im),
+        lax.select(pred, on_true.re, on_false.re), lax.select(pred, on_true.im, on_false.im)
     )
+
+
+def power(x: Pair, y: Pair) -> Pair:
+    """x ** y as NumPy's power computes it: 1 where y = 0; at x = 0, 0 where y is real and
+    positive, NaN + NaN i otherwise; for a whole real y with |y| < 100, by repeated squaring
+    (so (1 + 1j) ** 2 is 2j exactly, where exp(y log x) leaves 1e-16 in the real part);
+    elsewhere exp(y log x)."""
+    result = exp(mul(y, log(x)))
+    real_exponent = lax.eq(y.im, _c(y.im, 0))
+    n = lax.abs(y.re)
+    whole = lax.bitwise_and(
+        real_exponent, lax.bitwise_and(lax.eq(y.re, lax.floor(y.re)), lax.lt(n, _c(n, 100)))
+    )
+    n = lax.select(whole, n, lax.full_like(n, 0))
+    # NumPy's loop: a running product from 1 times x^(2^k) for each bit k of |y|, except
+    # that y = 1, 2 and 3 are x, x x and x (x x) (which differ from it only in zeros' signs
+    # and where a part is infinite).
+    squared, square = one_like(x), x
+    for bit in range(7):  # (|y| < 100 < 2^7)
+        taken = lax.eq(lax.rem(lax.floor(lax.mul(n, _c(n, 2.0**-bit))), _c(n, 2)), _c(n, 1))
+        squared = _where(taken, mul(squared, square), squared)
+        if bit == 0:
+            squared = _where(lax.gt(y.re, _c(y.re, 0)), _where(taken, x, squared), squared)
+        square = mul(square, square)
+    squared = _where(lax.eq(y.re, _c(y.re, 2)), mul(x, x), squared)
+    squared = _where(lax.lt(y.re, _c(y.re, 0)), div(one_like(x), squared), squared)
+    result = _where(whole, squared, result)
+    base_zero = lax.bitwise_and(lax.eq(x.re, _c(x.re, 0)), lax.eq(x.im, _c(x.im, 0)))
+    positive = lax.bitwise_and(real_exponent, lax.gt(y.re, _c(y.re, 0)))
+    at_zero = lax.select(positive, lax.full_like(result.re, 0), lax.full_like(result.re, np.nan))
+    result = _where(base_zero, Pair(at_zero, at_zero), result)
+    exponent_zero = lax.bitwise_and(real_exponent, lax.eq(y.re, _c(y.re, 0)))
+    return _where(exponent_zero, one_like(x), result)
 
 
 def integer_power(x: Pair, n: int) -> Pair:
@@ -372,7 +536,12 @@ def integer_power(x: Pair, n: int) -> Pair:
             base = mul(base, base)
     if result is None:
         result = one_like(x)
-    return div(one_like(x), result) if n < 0 else result
+    if n >= 0:
+        return result
+    # 0 ** -n is NaN + NaN i, as NumPy's power makes it (1 / 0j is inf + NaN i).
+    inverse = div(one_like(x), result)
+    zero = lax.bitwise_and(lax.eq(x.re, _c(x.re, 0)), lax.eq(x.im, _c(x.im, 0)))
+    return each_part(lambda part: lax.select(zero, lax.full_like(part, np.nan), part), inverse)
 
 
 def sign(x: Pair) -> Pair:

@@ -632,10 +632,33 @@ def reduction_fold(eqn: JaxprEqn) -> tuple[str, Expr]:
     return combine, K.const(initial(dtype), dtype)
 
 
+# Whether a reduction keeping its operand's innermost axis, whose operand is read in order
+# along a reduced axis instead (through a transpose), folds each output element in an
+# accumulator (`_reduce`): a CPU's choice. A GPU keeps the running values in the output and
+# takes their columns over its grid, which splits each column's fold into parts
+# (`parallel.columns_outer`).
+_folds_along_memory = contextvars.ContextVar("folds_along_memory", default=True)
+
+
+@contextlib.contextmanager
+def folds_along_memory(on: bool):
+    """Within it, `_reduce` folds along memory (as above) or not."""
+    token = _folds_along_memory.set(on)
+    try:
+        yield
+    finally:
+        _folds_along_memory.reset(token)
+
+
 def _reduce(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     """out[kept] = combine over the reduced axes of x[kept, reduced]. When the innermost axis is
     kept, the running values live in the output (so the inner loop walks memory in order);
-    otherwise in one accumulator per output element."""
+    otherwise in one accumulator per output element. So too, with `folds_along_memory`, where
+    x's innermost axis is kept but what it is read from runs in order along a reduced axis
+    instead (a transpose's): a fold along memory, which the renderer splits into several
+    running sums, rounds nearly as NumPy's pairwise sums do, where one running value per
+    output element folded down a column of 10^5 float32 terms gathers their rounding errors,
+    thousands of times more."""
     (x,) = eqn.invars
     (out,) = outputs
     combine, initial = _REDUCTIONS[eqn.primitive.name]
@@ -653,16 +676,19 @@ def _reduce(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
         return K.cast(builder.element(x, index), acc_dtype)
 
     if shape and (shape[-1] > 1 and (len(shape) - 1) not in axes) and acc_dtype == out_dtype:
-        initialize = loop_nest(
-            out_shape, lambda index: [K.Store(out, flat_offset(index, out_shape), init)]
-        )
-
-        def accumulate(index: list) -> list:
+        index = [K.fresh_index() for _ in shape]
+        term = operand(index)
+        along_memory = _in_order_along(term, [index[d] for d in axes], index[-1])
+        if not (along_memory and _folds_along_memory.get()):
+            initialize = loop_nest(
+                out_shape, lambda index: [K.Store(out, flat_offset(index, out_shape), init)]
+            )
             offset = flat_offset(kept(index), out_shape)
             running = K.Load(out, offset)
-            return [K.Store(out, offset, K.binary(combine, running, operand(index)))]
-
-        return initialize + loop_nest(shape, accumulate)
+            nest = [K.Store(out, offset, K.binary(combine, running, term))]
+            for i, size in reversed(list(zip(index, shape))):
+                nest = [K.Loop(i, 0, size, nest)]
+            return initialize + nest
 
     return loop_nest(
         out_shape,
@@ -670,6 +696,21 @@ def _reduce(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
             builder, eqn, index, lambda value: K.Store(out, flat_offset(index, out_shape), value)
         ),
     )
+
+
+def _in_order_along(value: Expr, reduced: list, innermost: K.Index) -> bool:
+    """Whether the loads of `value` step by one element along some reduced index and along
+    the innermost index in none."""
+
+    def strides(index: K.Index) -> set:
+        found = set()
+        for load in K.nodes(value):
+            if isinstance(load, K.Load):
+                terms, _ = K.linear_terms(load.offset)
+                found.add(abs(terms.get(id(index), (index, 0))[1]))
+        return found
+
+    return 1 not in strides(innermost) and any(1 in strides(i) for i in reduced)
 
 
 class Accumulation:

@@ -62,7 +62,7 @@ UNARY_OPS = {
     "erf": "",
     "erfc": "",
     "erf_inv": "",
-    "lgamma": "",
+    "lgamma": "log |Gamma(x)|; -inf at -inf, as the reference (SciPy's gammaln) gives",
     "digamma": "",
 }
 
@@ -419,6 +419,29 @@ def nodes(expr: Expr):
             child = getattr(e, f.name)
             if isinstance(child, Expr):
                 pending.append(child)
+
+
+def linear_terms(e: Expr):
+    """`e` as ({id(atom): (atom, coefficient)}, constant): what is not a sum, a difference or
+    a product by a constant is an atom."""
+    if isinstance(e, Const):
+        return {}, int(e.value)
+    if isinstance(e, Binary) and e.op in ("add", "sub"):
+        a, b = linear_terms(e.a), linear_terms(e.b)
+        sign = 1 if e.op == "add" else -1
+        terms = dict(a[0])
+        for key, (atom, coefficient) in b[0].items():
+            total = terms.get(key, (atom, 0))[1] + sign * coefficient
+            terms[key] = (atom, total)
+        return {k: v for k, v in terms.items() if v[1]}, a[1] + sign * b[1]
+    if isinstance(e, Binary) and e.op == "mul":
+        for scaled, factor in ((e.a, e.b), (e.b, e.a)):
+            if isinstance(factor, Const):
+                terms, constant = linear_terms(scaled)
+                f = int(factor.value)
+                scaled_terms = {k: (atom, c * f) for k, (atom, c) in terms.items() if c * f}
+                return scaled_terms, constant * f
+    return {id(e): (e, 1)}, 0
 
 
 def accumulators(body: list) -> list[Acc]:

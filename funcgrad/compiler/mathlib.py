@@ -1041,8 +1041,12 @@ def _power_magnitude(a: Expr, y: Expr) -> Expr:
     ln2_hi, ln2_lo = _LN2[F64]
     n_float = K.unary("round_even", exponent * _c(1 / math.log(2), a))
     r = (exponent - n_float * _c(ln2_hi, a)) - n_float * _c(ln2_lo, a)
-    p = _exp_taylor(r)
-    precise = _scaled(p + p * correction, n_float)
+    # e^r - 1 first, its 1 added last: the one rounding then lands on an exact power
+    # (10^15, 9^0.5) where e^r's own rounding and another for its correction missed it by one
+    one = _c(1.0, a)
+    degree = _EXP_DEGREE[F64]
+    grown = r * _horner([1 / math.factorial(k) for k in range(1, degree + 1)], r)
+    precise = _scaled((grown + (one + grown) * correction) + one, n_float)
     usable = K.binary("and", _gt(a, 0.0), _lt(a, np.inf))
     usable = K.binary("and", usable, _lt(K.unary("abs", product), 746.0))
     return K.select(usable, precise, plain)
@@ -1286,6 +1290,7 @@ def lgamma(x: Expr) -> Expr:
     value = K.select(_lt(x, 1.0), below_one, from_one)
     value = K.select(_lt(x, 0.0), reflected, value)
     value = K.select(K.binary("or", _eq(x, 0.0), _eq(a, np.inf)), _c(np.inf, x), value)
+    value = K.select(_eq(x, -np.inf), x, value)  # (the reference's, SciPy's, convention)
     return K.cast(value, result)
 
 

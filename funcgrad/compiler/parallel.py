@@ -34,6 +34,7 @@ import numpy as np
 
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import split_offset
+from funcgrad.compiler.kernel_ir import linear_terms
 from funcgrad.compiler.schedule import KernelStep, Program, inner_programs
 
 
@@ -214,29 +215,6 @@ def linear_in_loop(expr: K.Expr, loop: K.Loop, ranges: dict):
         if isinstance(e, K.Index) and e is not loop.index:
             ranges.setdefault(e, (0, 0))
     return linear(expr, loop.index, ranges)
-
-
-def linear_terms(e: K.Expr):
-    """`e` as ({id(atom): (atom, coefficient)}, constant): what is not a sum, a difference or
-    a product by a constant is an atom."""
-    if isinstance(e, K.Const):
-        return {}, int(e.value)
-    if isinstance(e, K.Binary) and e.op in ("add", "sub"):
-        a, b = linear_terms(e.a), linear_terms(e.b)
-        sign = 1 if e.op == "add" else -1
-        terms = dict(a[0])
-        for key, (atom, coefficient) in b[0].items():
-            total = terms.get(key, (atom, 0))[1] + sign * coefficient
-            terms[key] = (atom, total)
-        return {k: v for k, v in terms.items() if v[1]}, a[1] + sign * b[1]
-    if isinstance(e, K.Binary) and e.op == "mul":
-        for scaled, factor in ((e.a, e.b), (e.b, e.a)):
-            if isinstance(factor, K.Const):
-                terms, constant = linear_terms(scaled)
-                f = int(factor.value)
-                scaled_terms = {k: (atom, c * f) for k, (atom, c) in terms.items() if c * f}
-                return scaled_terms, constant * f
-    return {id(e): (e, 1)}, 0
 
 
 def _within(slot: tuple[int, int, int], form) -> bool:

@@ -7,7 +7,7 @@ import functools
 
 from funcgrad.compiler import parallel, passes, rows
 from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
-from funcgrad.compiler.fusion import SHORT_CONTRACTION, short_contractions
+from funcgrad.compiler.fusion import SHORT_CONTRACTION, folds_along_memory, short_contractions
 from funcgrad.compiler.horizontal import merge_maps
 from funcgrad.compiler.index_algebra import coalesce_loops, collapse_row_nests, simplify_offsets
 from funcgrad.compiler.memory import MemoryPlan, plan_memory
@@ -44,7 +44,9 @@ def plan(
     readers (`fusion.short_contractions`), up to `short_row_group` kernels over short rows
     share a loop (`rows.short_row_groups`), GEMMs make the updates their products feed
     (`schedule._updates`), and, for a GPU, a map kernel makes a fold down the columns of a
-    value it stores where that fold runs on blocks (`schedule.column_folds_with_maps`). Every
+    value it stores where that fold runs on blocks (`schedule.column_folds_with_maps`),
+    while a CPU's reductions read in order along a reduced axis (through a transpose) fold
+    along it (`fusion.folds_along_memory`). Every
     kernel's offsets are then simplified with its loops' ranges, and its nests of rows made
     one loop over the rows (`index_algebra`); last, a GPU's independent map kernels are
     merged into one launch (`horizontal.merge_maps`)."""
@@ -55,6 +57,7 @@ def plan(
     gpu = reductions is not None and bool(reductions.column_threads)
     on_blocks = functools.partial(parallel.column_fold_on_blocks, split=reductions) if gpu else None
     with (
+        folds_along_memory(not gpu),
         short_contractions(short_contraction),
         rows.short_row_groups(short_row_group),
         column_folds_with_maps(on_blocks),

@@ -128,6 +128,9 @@ template <class F> __device__ __forceinline__ F fg_fsign(F x) {
   return x > (F)0 ? (F)1 : (x < (F)0 ? (F)-1 : x);
 }
 template <class F> __device__ __forceinline__ bool fg_isfinite(F x) { return x - x == (F)0; }
+// log |Gamma(x)|, -inf at -inf as the reference (SciPy's gammaln) gives; C's lgamma gives +inf.
+__device__ __forceinline__ float fg_lgamma(float x) { return x == -1.0f / 0.0f ? x : lgammaf(x); }
+__device__ __forceinline__ double fg_lgamma(double x) { return x == -1.0 / 0.0 ? x : lgamma(x); }
 // Round half away from zero, and float -> int conversions that saturate (NaN -> 0).
 __device__ __forceinline__ float fg_round_away(float x) { return roundf(x); }
 __device__ __forceinline__ double fg_round_away(double x) { return round(x); }

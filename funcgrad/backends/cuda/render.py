@@ -387,6 +387,8 @@ class _KernelWriter:
             return f"{one} / {_math_name('sqrt', dtype)}({x})"
         if op == "logistic":
             return f"{one} / ({one} + {_math_name('exp', dtype)}(-{x}))"
+        if op == "lgamma":
+            return f"fg_lgamma({x})"
         if op in MATH:
             return f"{_math_name(op, dtype)}({x})"
         raise CompileError(f"the CUDA renderer has no {op} for {dtype.name}")
