@@ -110,6 +110,16 @@ def test_derivatives_match_finite_differences():
     np.testing.assert_allclose(fg.grad(fs.gammainc, argnums=1)(f64(a), f64(x)), density, rtol=1e-12)
 
 
+@pytest.mark.parametrize("name", ["i1", "i1e"])
+def test_odd_bessel_derivative_at_zero_is_one_half(name):
+    # I1(x) = x/2 + x^3/16 + ...: smooth through 0, where both slopes are 1/2 (the series
+    # once took its odd factor as sign(x) |x|, whose derivative at 0 is 0).
+    for x in (0.0, -0.0):
+        assert float(fg.grad(getattr(fs, name))(f64(x))) == 0.5
+        assert float(fg.jacfwd(getattr(fs, name))(f64(x))) == 0.5
+    check_grads(getattr(fs, name), (f64(1e-3),), order=2)
+
+
 def test_jit_and_vmap_agree_with_eager():
     a = np.array([0.5, 3.0, 40.0])
     x = np.array([0.2, 5.0, 35.0])

@@ -74,11 +74,13 @@ def _scaled_bessel(x, series, asymptotic, odd: bool):
     near = fnp.where(in_series, a, _BESSEL_SERIES_BELOW)
     far = fnp.where(in_series, _BESSEL_SERIES_BELOW, a)
     small = _horner(series, near * near / 4) * fnp.exp(-near)
-    if odd:
-        small = small * near / 2
     large = _horner(asymptotic, 1 / far) / fnp.sqrt(2 * math.pi * far)
-    value = fnp.where(in_series, small, large)
-    return fnp.sign(x) * value if odd else value
+    if odd:
+        # The series' odd factor is x itself, not sign(x) |x|: sign's derivative is 0, and at
+        # x = 0 that product would take the derivative 1/2 to 0.
+        small = small * fnp.where(in_series, x, 0.0) / 2
+        large = fnp.sign(x) * large
+    return fnp.where(in_series, small, large)
 
 
 def i0e(x):
