@@ -123,14 +123,7 @@ def vmap(
                 f"vmap({name}) got axis_size={axis_size} but the mapped arguments have size {size}"
             )
         trace = BatchTrace(core.current_trace(), size, axis_name, f"vmap({name})")
-        in_values = [
-            x
-            if axis is None
-            else _one_lane(x, axis)
-            if _is_float0(x)
-            else BatchTracer(trace, x, axis % x.ndim)
-            for x, axis in zip(leaves, axes)
-        ]
+        in_values = [_mapped_input(trace, x, axis) for x, axis in zip(leaves, axes)]
         try:
             with core.set_current_trace(trace):
                 in_args, in_kwargs = tree_util.tree_unflatten(in_tree, in_values)
@@ -158,10 +151,14 @@ def _is_float0(x) -> bool:
     return isinstance(x, np.ndarray) and x.dtype == dtypes.float0
 
 
-def _one_lane(x: np.ndarray, axis: int) -> np.ndarray:
-    shape = list(x.shape)
-    del shape[axis % x.ndim]
-    return np.zeros(shape, dtypes.float0)
+def _mapped_input(trace: BatchTrace, x, axis):
+    if axis is None:
+        return x
+    if _is_float0(x):
+        shape = list(x.shape)
+        del shape[axis % x.ndim]
+        return np.zeros(shape, dtypes.float0)
+    return BatchTracer(trace, x, axis % x.ndim)
 
 
 def _place_output(value, dim, out_axis, size: int, name: str):
