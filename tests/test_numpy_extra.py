@@ -215,6 +215,15 @@ def test_convolve_and_correlate_match_numpy(n, m, mode, seed):
     assert_close(fnp.correlate(a, v, mode), np.correlate(a, v, mode), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("mode", ["full", "same", "valid"])
+@pytest.mark.parametrize("n, m", [(5, 3), (3, 5)])
+def test_correlate_conjugates_complex_second_operand(mode, n, m):
+    # NumPy's c[k] = sum_n a[n + k] * conj(v[n]); the conjugate was once left out.
+    a = rng(0).normal(size=n) + 1j * rng(1).normal(size=n)
+    v = rng(2).normal(size=m) + 1j * rng(3).normal(size=m)
+    assert_close(fnp.correlate(a, v, mode), np.correlate(a, v, mode), rtol=1e-12, atol=1e-12)
+
+
 def test_convolution_dtypes_derivatives_and_errors():
     assert_same(fnp.convolve(np.array([1, 2, 3]), np.array([1, 1])), np.convolve([1, 2, 3], [1, 1]))
     a, v = rng().normal(size=6), rng(1).normal(size=3)

@@ -698,7 +698,10 @@ def convolve(a, v, mode: str = "full", *, precision=None, preferred_element_type
 
 
 def correlate(a, v, mode: str = "valid", *, precision=None, preferred_element_type=None):
-    """The cross-correlation c[k] = sum_n a[n + k] * v[n] of two 1-d arrays."""
+    """The cross-correlation c[k] = sum_n a[n + k] * conj(v[n]) of two 1-d arrays."""
+    a, v = _promote(a, v)
+    if dtypes.is_complex(v.dtype):
+        v = lax.conj(v)
     return _convolve_1d("correlate", a, v, mode, precision, preferred_element_type, flip=False)
 
 
