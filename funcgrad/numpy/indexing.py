@@ -710,6 +710,10 @@ def take(
     axis = canonicalize_axis(axis, a.ndim, "take")
     indices = _index_array(indices, "take")
     mode, indices = _take_mode("take", mode, indices, a.shape[axis])
+    if mode == "clip":
+        # As NumPy's and JAX's take: negative indices clip to 0, not counted from the end.
+        maximum = np.maximum if isinstance(indices, np.ndarray) else ufuncs.maximum
+        indices = maximum(indices, 0)
     items = [_full_slice(n) for n in a.shape]
     items[axis] = _IntArray(indices)
     return _gather(a, items, mode, fill_value, indices_are_sorted, unique_indices)
