@@ -407,9 +407,10 @@ def test_nested_conds_and_jit_under_grad():
 
 
 def nested_reference_traceable(x):
-    """nested_reference in funcgrad.numpy, branching in Python on the concrete point."""
-    if float(x[0]) > 0:
-        return (fnp.sin(x) if float(x[1]) > 0 else x**3) * fnp.cos(x)
+    """nested_reference in funcgrad.numpy, branching in Python on the concrete point (bool()
+    of a comparison: float() of a value being differentiated raises, as in JAX)."""
+    if x[0] > 0:
+        return (fnp.sin(x) if x[1] > 0 else x**3) * fnp.cos(x)
     return fnp.tanh(x) + x
 
 
