@@ -684,3 +684,20 @@ def test_errors_name_the_shapes_and_dtypes(fn, args, match):
         fn(*args)
     with pytest.raises(TypeError, match=match):
         fg.make_jaxpr(fn)(*args)
+
+
+def test_division_slope_in_the_divisor_where_its_square_leaves_the_range():
+    """d(x / y)/dy = -(x / y) / y: as -x / y**2 it was 0 / 0 = nan at x = 0, y = 1e-300, and
+    -inf at x = y = 1e-200 (right: -1e200), y**2 underflowing though the slope is finite."""
+    x = np.array([0.0, 1e-200, 3.0, -2.0])
+    y = np.array([1e-300, 1e-200, 2.0, 1e160])
+    expected = -(x / y) / y
+    for transform in (fg.grad, fg.jacfwd):
+        slopes = fg.vmap(transform(lax.div, argnums=1))(x, y)
+        np.testing.assert_allclose(np.asarray(slopes), expected, rtol=1e-15)
+    # hypot divides by its larger side: its slopes at tiny sides are the unit vector.
+    np.testing.assert_allclose(
+        np.asarray(fg.grad(fnp.hypot, argnums=(0, 1))(1e-300 * np.ones(()), 1e-300 * np.ones(()))),
+        [np.sqrt(0.5)] * 2,
+        rtol=1e-15,
+    )

@@ -869,10 +869,13 @@ def _mul_transpose(ct, x, y):
 
 
 mul_p.def_transpose(_mul_transpose)
+# In the divisor, -t x / y**2 as -t (x / y) / y: y**2 underflows to 0 for |y| < 1e-154 in
+# float64 (and overflows above 1e154) where x / y and the slope itself are ordinary numbers
+# (d(0 / y)/dy at y = 1e-300 was 0 / 0 = nan, d(x / x)/dx at x = 1e-200 was -inf).
 ad.defjvp(
     div_p,
     lambda t, x, y: div(t, y),
-    lambda t, x, y: div(mul(neg(t), x), integer_pow(y, 2)),
+    lambda t, x, y: div(mul(neg(t), div(x, y)), y),
 )
 
 
