@@ -175,3 +175,11 @@ def test_float_of_a_differentiated_value_raises_instead_of_dropping_its_derivati
             transform(lambda x: complex(x).real * x)(np.float64(3.0))
         assert float(transform(lambda x: int(x) * x)(np.float64(3.5))) == 3.0
         assert float(transform(lambda x: x * 2 if x > 0 else x)(np.float64(3.0))) == 2.0
+
+
+def test_jacrev_of_a_function_without_outputs():
+    # jacrev mapped its pullback over an empty basis, and vmap refused to map nothing.
+    x = np.ones((2, 3))
+    assert fg.jacrev(lambda x: [])(x) == []
+    assert fg.jacrev(lambda x: {})(x) == {}
+    assert fg.jacrev(lambda x: (x[:0], x.sum()))(x)[0].shape == (0, 3, 2, 3)
