@@ -701,3 +701,16 @@ def test_division_slope_in_the_divisor_where_its_square_leaves_the_range():
         [np.sqrt(0.5)] * 2,
         rtol=1e-15,
     )
+
+
+def test_atan2_slopes_where_the_squares_leave_the_range():
+    """d atan2(x, y) = (y dx - x dy) / (x**2 + y**2): the squares underflowed at sides below
+    1e-154 (slopes inf or nan, rather than about 1e300) and overflowed above 1e154."""
+    x = np.array([1e-300, 0.0, 1e200, 0.3])
+    y = np.array([1e-300, 1e-300, -3e200, -1.2])
+    expected_x = np.array([5e299, 1e300, -3e-201, -1.2 / 1.53])
+    expected_y = np.array([-5e299, 0.0, -1e-201, -0.3 / 1.53])
+    for transform in (fg.grad, fg.jacfwd):
+        slopes = fg.vmap(transform(lax.atan2, argnums=(0, 1)))(x, y)
+        np.testing.assert_allclose(np.asarray(slopes[0]), expected_x, rtol=1e-14)
+        np.testing.assert_allclose(np.asarray(slopes[1]), expected_y, rtol=1e-14)
