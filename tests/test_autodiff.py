@@ -9,6 +9,7 @@ import pytest
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
+from funcgrad.errors import ConcretizationTypeError
 from funcgrad.test_util import check_grads
 
 
@@ -162,3 +163,23 @@ def test_jacfwd_of_integer_outputs_is_zeros_of_their_dtype():
     assert labels.dtype == np.int32 and labels.shape == (3, 3)
     np.testing.assert_array_equal(np.asarray(labels), np.zeros((3, 3)))
     np.testing.assert_allclose(np.asarray(scaled), 2 * np.eye(3))
+
+
+def test_float_of_a_differentiated_value_raises_instead_of_dropping_its_derivative():
+    """float(x) under grad once returned x's value as a constant, so grad(float(x) * x) at 3
+    was 3, not 6. As in JAX it raises; int() and bool(), piecewise constant, still work."""
+    for transform in (fg.grad, fg.jacfwd):
+        with pytest.raises(ConcretizationTypeError, match="drop its derivative"):
+            transform(lambda x: float(x) * x)(np.float64(3.0))
+        with pytest.raises(ConcretizationTypeError, match="drop its derivative"):
+            transform(lambda x: complex(x).real * x)(np.float64(3.0))
+        assert float(transform(lambda x: int(x) * x)(np.float64(3.5))) == 3.0
+        assert float(transform(lambda x: x * 2 if x > 0 else x)(np.float64(3.0))) == 2.0
+
+
+def test_jacrev_of_a_function_without_outputs():
+    # jacrev mapped its pullback over an empty basis, and vmap refused to map nothing.
+    x = np.ones((2, 3))
+    assert fg.jacrev(lambda x: [])(x) == []
+    assert fg.jacrev(lambda x: {})(x) == {}
+    assert fg.jacrev(lambda x: (x[:0], x.sum()))(x)[0].shape == (0, 3, 2, 3)

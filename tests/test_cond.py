@@ -379,6 +379,23 @@ def test_per_example_gradients_through_cond():
     assert_close(fg.vmap(fg.grad(loss), in_axes=1)(xs.T.copy()), expected)
 
 
+def test_gradient_of_a_shared_operand_through_a_batched_predicate():
+    """grad of a sum over vmapped lanes, in an operand every lane shares: each lane runs both
+    branches, and a lane's NaN in the branch it does not take (sqrt of a negative) once made
+    the shared gradient NaN; the per-lane conds of a Python loop never run that branch."""
+    xs = np.array([3.0, 0.5, 2.0])
+
+    def f(x, w):
+        return lax.cond(x > w, lambda x, w: fnp.sqrt(x - w), lambda x, w: x * 0.0, x, w)
+
+    w = np.float64(1.0)
+    expected = sum(float(fg.grad(f, argnums=1)(x, w)) for x in xs)
+    for transform in (fg.grad, fg.jacfwd):
+        got = transform(lambda w: fnp.sum(fg.vmap(f, in_axes=(0, None))(xs, w)))(w)
+        np.testing.assert_allclose(float(got), expected, rtol=1e-12)
+    check_batching(f, (xs, np.float64(1.0)), (0, None))
+
+
 def nested(x):
     """A cond and a jit inside a branch of a cond: reverse mode splits them by their own rules."""
 
@@ -407,9 +424,10 @@ def test_nested_conds_and_jit_under_grad():
 
 
 def nested_reference_traceable(x):
-    """nested_reference in funcgrad.numpy, branching in Python on the concrete point."""
-    if float(x[0]) > 0:
-        return (fnp.sin(x) if float(x[1]) > 0 else x**3) * fnp.cos(x)
+    """nested_reference in funcgrad.numpy, branching in Python on the concrete point (bool()
+    of a comparison: float() of a value being differentiated raises, as in JAX)."""
+    if x[0] > 0:
+        return (fnp.sin(x) if x[1] > 0 else x**3) * fnp.cos(x)
     return fnp.tanh(x) + x
 
 

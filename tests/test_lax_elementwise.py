@@ -684,3 +684,33 @@ def test_errors_name_the_shapes_and_dtypes(fn, args, match):
         fn(*args)
     with pytest.raises(TypeError, match=match):
         fg.make_jaxpr(fn)(*args)
+
+
+def test_division_slope_in_the_divisor_where_its_square_leaves_the_range():
+    """d(x / y)/dy = -(x / y) / y: as -x / y**2 it was 0 / 0 = nan at x = 0, y = 1e-300, and
+    -inf at x = y = 1e-200 (right: -1e200), y**2 underflowing though the slope is finite."""
+    x = np.array([0.0, 1e-200, 3.0, -2.0])
+    y = np.array([1e-300, 1e-200, 2.0, 1e160])
+    expected = -(x / y) / y
+    for transform in (fg.grad, fg.jacfwd):
+        slopes = fg.vmap(transform(lax.div, argnums=1))(x, y)
+        np.testing.assert_allclose(np.asarray(slopes), expected, rtol=1e-15)
+    # hypot divides by its larger side: its slopes at tiny sides are the unit vector.
+    np.testing.assert_allclose(
+        np.asarray(fg.grad(fnp.hypot, argnums=(0, 1))(1e-300 * np.ones(()), 1e-300 * np.ones(()))),
+        [np.sqrt(0.5)] * 2,
+        rtol=1e-15,
+    )
+
+
+def test_atan2_slopes_where_the_squares_leave_the_range():
+    """d atan2(x, y) = (y dx - x dy) / (x**2 + y**2): the squares underflowed at sides below
+    1e-154 (slopes inf or nan, rather than about 1e300) and overflowed above 1e154."""
+    x = np.array([1e-300, 0.0, 1e200, 0.3])
+    y = np.array([1e-300, 1e-300, -3e200, -1.2])
+    expected_x = np.array([5e299, 1e300, -3e-201, -1.2 / 1.53])
+    expected_y = np.array([-5e299, 0.0, -1e-201, -0.3 / 1.53])
+    for transform in (fg.grad, fg.jacfwd):
+        slopes = fg.vmap(transform(lax.atan2, argnums=(0, 1)))(x, y)
+        np.testing.assert_allclose(np.asarray(slopes[0]), expected_x, rtol=1e-14)
+        np.testing.assert_allclose(np.asarray(slopes[1]), expected_y, rtol=1e-14)

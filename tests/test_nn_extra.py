@@ -52,6 +52,14 @@ def test_log_space_helpers():
     check_grads(lambda x: nn.sparse_plus(x * 3), (x,), 1)
 
 
+def test_log1mexp_derivative_near_zero():
+    """exp(-x) / (1 - exp(-x)) = 1 / expm1(x), about 1/x near 0: it was nan below
+    x = 1e-16, where the branch log1mexp does not take there is log1p(-1)."""
+    x = np.array([1e-300, 1e-20, 1e-17, 0.5, np.log(2), 3.0, 50.0])
+    assert_close(fg.vmap(fg.grad(nn.log1mexp))(x), 1 / np.expm1(x), rtol=1e-14)
+    assert_close(fg.vmap(fg.jacfwd(nn.log1mexp))(x), 1 / np.expm1(x), rtol=1e-14)
+
+
 def reference_attention(q, k, v, bias=None, allowed=None, scale=None):
     """Attention head by head with NumPy: each query head uses key head h // group."""
     group = q.shape[2] // k.shape[2]

@@ -378,6 +378,20 @@ def test_frexp_ldexp_modf_spacing_on_special_values(dtype):
     assert_same(fnp.spacing(x), np.spacing(x))
 
 
+def test_frexp_and_modf_fractions_have_their_slopes():
+    # modf's fraction x - trunc(x) has slope 1 on both sides of every integer (it was -1 at
+    # negative integers and -0, the slope of the copysign that gives NumPy's -0 there);
+    # frexp's mantissa x * 2**-e has slope 2**-e (it was 0: the mantissa is made of bits).
+    x = np.array([-3.0, -0.0, 0.0, -2.5, 2.0, 6.0, 1e300, -1e-310])
+    modf_slope = fg.vmap(fg.grad(lambda t: fnp.modf(t)[0]))(x)
+    np.testing.assert_array_equal(np.asarray(modf_slope), np.ones_like(x))
+    frexp_slope = fg.vmap(fg.grad(lambda t: fnp.frexp(t)[0]))(x)
+    expected = np.where(x == 0, 1.0, 2.0 ** -np.frexp(x)[1].astype(np.float64))
+    np.testing.assert_array_equal(np.asarray(frexp_slope), expected)
+    check_grads(lambda t: fnp.frexp(t)[0], (np.array([3.0, -0.3]),), order=2)
+    check_grads(lambda t: fnp.modf(t)[0], (np.array([3.5, -0.3]),), order=2)
+
+
 @given(
     fst.arrays(np.float64, (6,), min_value=-1e3, max_value=1e3),
     fst.arrays(np.int32, (6,), min_value=-1100, max_value=1100),

@@ -286,6 +286,7 @@ def test_take_matches_numpy(data):
     assert_same(fnp.asarray(x).take(indices, axis), np.take(x, indices, axis))
     wrapped = indices * 3 + 1
     assert_same(fnp.take(x, wrapped, axis, mode="wrap"), np.take(x, wrapped, axis, mode="wrap"))
+    assert_same(fnp.take(x, indices, axis, mode="clip"), np.take(x, indices, axis, mode="clip"))
     assert_same(fnp.take(x, wrapped, axis, mode="clip"), np.take(x, wrapped, axis, mode="clip"))
 
 
@@ -305,6 +306,8 @@ def test_take_fills_out_of_bounds_by_default():
     out = np.asarray(fnp.take(x, np.array([0, 4, -5])))
     assert out[0] == 0.0 and np.isnan(out[1:]).all()
     assert_same(fnp.take(np.arange(4), 9, fill_value=-7), np.int64(-7))
+    clipped = np.array([-1, -9, 5, 2])
+    assert_same(fnp.take(x, clipped, mode="clip"), np.take(x, clipped, mode="clip"))
     with pytest.raises(NotImplementedError, match="raise"):
         fnp.take(x, 1, mode="raise")
 

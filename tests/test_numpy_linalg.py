@@ -346,6 +346,15 @@ def test_det_derivatives_at_singular_and_regular_matrices(matrix):
     check_grads(fnp.linalg.det, (matrix,), order=2, atol=1e-5, rtol=1e-5)
 
 
+def test_slogdet_sign_of_a_complex_matrix_has_a_derivative():
+    """A complex determinant's phase det / |det| moves with the matrix (the sign of a real one
+    is piecewise constant); it came out constant, through sign(), whose derivative is 0."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((3, 3)) + 1j * rng.standard_normal((3, 3))
+    check_grads(lambda m: fnp.linalg.slogdet(m).sign, (a,), order=2, atol=1e-6, rtol=1e-6)
+    check_grads(lambda m: fnp.linalg.slogdet(m).logabsdet, (a,), order=1, atol=1e-6, rtol=1e-6)
+
+
 def test_det_of_empty_matrices_is_one():
     np.testing.assert_array_equal(np.asarray(fnp.linalg.det(fnp.ones((0, 0)))), 1.0)
     np.testing.assert_array_equal(np.asarray(fnp.linalg.det(fnp.ones((2, 0, 0)))), [1.0, 1.0])

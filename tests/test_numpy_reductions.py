@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import dtypes
 from tests import strategies as fst
@@ -342,3 +343,30 @@ def test_average_weights_must_fit_the_axis():
         fnp.average(np.ones((2, 3)), axis=1, weights=np.ones(4))
     with pytest.raises(TypeError, match="axis"):
         fnp.average(np.ones((2, 3)), weights=np.ones(3))
+
+
+@pytest.mark.parametrize("name", ["var", "std", "nanvar", "nanstd"])
+def test_variance_derivatives_ignore_left_out_elements(name):
+    """Elements that NaN (nanvar) or a where mask leaves out do not reach the derivative: they
+    once made it NaN everywhere (the sum's transpose gave them a cotangent of 0, times the
+    slope 2 (x - mean), NaN or inf there). The expected values are those of the variance of
+    the kept elements alone, [2, 1, 5]."""
+    x = np.array([np.nan, 2.0, 1.0, 5.0, np.inf])
+    kept = np.array([False, True, True, True, False])
+    fun = getattr(fnp, name)
+    if name.startswith("nan"):
+        x = np.where(kept, x, np.nan)
+        loss = fun
+    else:
+
+        def loss(x):
+            return fun(x, where=kept)
+
+    values = x[kept]
+    slope = 2 * (values - values.mean()) / values.size
+    if name.endswith("std"):
+        slope = slope / (2 * np.sqrt(values.var()))
+    expected = np.zeros_like(x)
+    expected[kept] = slope
+    assert_close(fg.grad(loss)(x), expected)
+    assert_close(fg.jacfwd(loss)(x), expected)

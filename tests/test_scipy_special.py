@@ -248,3 +248,14 @@ def test_log_ndtr_derivatives():
     expected = np.exp(-0.5 * x * x - 0.5 * np.log(2 * np.pi) - sc.log_ndtr(x))
     assert_close(fg.vmap(fg.grad(special.log_ndtr))(x), expected, rtol=1e-10)
     check_staging(special.log_ndtr, np.float32([-50.0, -5.0, 0.0, 5.0, 12.0]))
+
+
+def test_logit_derivative_is_finite_near_the_ends():
+    """1 / (x (1 - x)) everywhere in [0, 1]: the branch logit does not take (log1p of a ratio
+    that is -1 below x = 1e-16) once made the derivative nan there, at 0 and at 1."""
+    x = np.array([0.0, 1e-300, 1e-20, 0.3, 0.5, 0.9, 1 - 2.0**-53, 1.0])
+    with np.errstate(divide="ignore"):
+        expected = 1 / (x * (1 - x))
+    assert_close(fg.vmap(fg.grad(special.logit))(x), expected, rtol=1e-15)
+    assert_close(fg.vmap(fg.jacfwd(special.logit))(x), expected, rtol=1e-15)
+    check_grads(special.logit, (np.array([0.01, 0.3, 0.6, 0.99]),), order=2)

@@ -110,6 +110,38 @@ def test_derivatives_match_finite_differences():
     np.testing.assert_allclose(fg.grad(fs.gammainc, argnums=1)(f64(a), f64(x)), density, rtol=1e-12)
 
 
+@pytest.mark.parametrize("name", ["i1", "i1e"])
+def test_odd_bessel_derivative_at_zero_is_one_half(name):
+    # I1(x) = x/2 + x^3/16 + ...: smooth through 0, where both slopes are 1/2 (the series
+    # once took its odd factor as sign(x) |x|, whose derivative at 0 is 0).
+    for x in (0.0, -0.0):
+        assert float(fg.grad(getattr(fs, name))(f64(x))) == 0.5
+        assert float(fg.jacfwd(getattr(fs, name))(f64(x))) == 0.5
+    check_grads(getattr(fs, name), (f64(1e-3),), order=2)
+
+
+def test_shape_derivatives_for_small_shapes():
+    """The derivatives in a and b are central differences; below a = 1e-5 the step once
+    crossed into a < 0, making them NaN. As a -> 0, dQ/da -> E1(x)."""
+    for x in (1.0, 10.0):
+        for a in (1e-20, 1e-300):
+            slope = float(fg.grad(fs.gammaincc)(f64(a), f64(x)))
+            np.testing.assert_allclose(slope, sc.exp1(x), rtol=1e-12)
+            np.testing.assert_allclose(float(fg.grad(fs.gammainc)(f64(a), f64(x))), -slope)
+    a, h = 1e-6, 1e-8
+    expected = (sc.gammaincc(a + h, 0.3) - sc.gammaincc(a - h, 0.3)) / (2 * h)
+    np.testing.assert_allclose(float(fg.grad(fs.gammaincc)(f64(a), f64(0.3))), expected, rtol=1e-6)
+    for argnum in (0, 1):
+        args = [f64(2.0), f64(2.0), f64(0.3)]
+        args[argnum] = f64(a)
+        shifted = [list(args), list(args)]
+        shifted[0][argnum] += h
+        shifted[1][argnum] -= h
+        expected = (sc.betainc(*shifted[0]) - sc.betainc(*shifted[1])) / (2 * h)
+        got = float(fg.grad(fs.betainc, argnums=argnum)(*args))
+        np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
 def test_jit_and_vmap_agree_with_eager():
     a = np.array([0.5, 3.0, 40.0])
     x = np.array([0.2, 5.0, 35.0])

@@ -184,3 +184,24 @@ def test_axes_that_are_not_ints_or_none_are_a_type_error_naming_them(axes):
         fg.vmap(lambda x: (x, x), out_axes=axes)(fnp.arange(3.0))
     with pytest.raises(TypeError, match="vmap in_axes must be an int, None"):
         fg.vmap(lambda x, y: x, in_axes=axes)(fnp.arange(3.0), fnp.arange(3.0))
+
+
+def test_float0_tangents_pass_through_vmap():
+    """The float0 gradients of integer arguments (grad with allow_int=True, jvp of integer
+    inputs) gain or lose the mapped axis like any other output; vmap once rejected them."""
+    float0 = fg.dtypes.float0
+    n = np.arange(3, dtype=np.int32)
+    x = RNG.standard_normal((2, 3))
+    grads = fg.vmap(
+        fg.grad(lambda x, n: (x * n).sum(), argnums=(0, 1), allow_int=True),
+        in_axes=(0, None),
+        out_axes=(0, 1),
+    )(x, n)
+    np.testing.assert_array_equal(np.asarray(grads[0]), np.stack([n, n]).astype(np.float64))
+    assert grads[1].dtype == float0 and grads[1].shape == (3, 2)
+    tangents = np.zeros((3, 2), float0)
+    primal_out, tangent_out = fg.vmap(
+        lambda x, t: fg.jvp(lambda x, m: (x * m, m + 1), (x, n), (x, t)), in_axes=(0, 1)
+    )(x, tangents)
+    np.testing.assert_array_equal(np.asarray(tangent_out[0]), x * n)
+    assert tangent_out[1].dtype == float0 and tangent_out[1].shape == (2, 3)

@@ -19,6 +19,7 @@ import numpy as np
 
 from funcgrad import core, dtypes
 from funcgrad.core import ShapedArray
+from funcgrad.errors import ConcretizationTypeError
 from funcgrad.ir import ClosedJaxpr, Jaxpr, Literal, eval_jaxpr, literal_value
 
 float0 = dtypes.float0
@@ -91,6 +92,25 @@ class JVPTracer(core.Tracer):
         if isinstance(primal, core.Tracer):
             return primal.to_concrete_value()
         return primal
+
+    # bool() and int() are piecewise constant, so their derivative, 0, is what dropping the
+    # tangent gives; a float is not: float(x) * x would silently differentiate as x. As JAX,
+    # float() and complex() of a value being differentiated raise instead.
+    def __float__(self):
+        self._check_no_tangent("float")
+        return super().__float__()
+
+    def __complex__(self):
+        self._check_no_tangent("complex")
+        return super().__complex__()
+
+    def _check_no_tangent(self, conversion: str) -> None:
+        if type(self.tangent) is not Zero:
+            raise ConcretizationTypeError(
+                self,
+                f"{conversion}() of a value being differentiated would be a constant and drop "
+                "its derivative; keep it an array (funcgrad.numpy functions differentiate).",
+            )
 
 
 class JVPTrace(core.Trace):

@@ -869,10 +869,13 @@ def _mul_transpose(ct, x, y):
 
 
 mul_p.def_transpose(_mul_transpose)
+# In the divisor, -t x / y**2 as -t (x / y) / y: y**2 underflows to 0 for |y| < 1e-154 in
+# float64 (and overflows above 1e154) where x / y and the slope itself are ordinary numbers
+# (d(0 / y)/dy at y = 1e-300 was 0 / 0 = nan, d(x / x)/dx at x = 1e-200 was -inf).
 ad.defjvp(
     div_p,
     lambda t, x, y: div(t, y),
-    lambda t, x, y: div(mul(neg(t), x), integer_pow(y, 2)),
+    lambda t, x, y: div(mul(neg(t), div(x, y)), y),
 )
 
 
@@ -920,10 +923,22 @@ ad.defjvp_with_output(
     lambda t, ans, x, y: mul(t, _balanced_eq(x, ans, y)),
     lambda t, ans, x, y: mul(t, _balanced_eq(y, ans, x)),
 )
+
+
+def _atan2_slopes(x, y):
+    """(y, -x) / (x**2 + y**2), the sides first scaled by the larger one: the squares
+    themselves underflow below 1e-154 (float64), where the slopes are about 1e154 and more,
+    and overflow above 1e154. The scale cancels, so its derivative (through max) is 0."""
+    scale = max(abs(x), abs(y))
+    x_scaled, y_scaled = div(x, scale), div(y, scale)
+    denominator = mul(add(mul(x_scaled, x_scaled), mul(y_scaled, y_scaled)), scale)
+    return div(y_scaled, denominator), div(neg(x_scaled), denominator)
+
+
 ad.defjvp(
     atan2_p,
-    lambda t, x, y: mul(t, div(y, add(mul(x, x), mul(y, y)))),
-    lambda t, x, y: mul(t, div(neg(x), add(mul(x, x), mul(y, y)))),
+    lambda t, x, y: mul(t, _atan2_slopes(x, y)[0]),
+    lambda t, x, y: mul(t, _atan2_slopes(x, y)[1]),
 )
 ad.defjvp(nextafter_p, lambda t, x, y: _broadcast(t, np.broadcast_shapes(x.shape, y.shape)), None)
 for _prim in (

@@ -348,7 +348,11 @@ def log1mexp(x: ArrayLike):
     """log(1 - exp(-x)) for x > 0, from expm1 for small x and from log1p for large x, so
     that neither 1 - exp(-x) nor its log loses digits (Maechler's recipe)."""
     x = _inexact("log1mexp", x)
-    return fnp.where(x < math.log(2), fnp.log(-fnp.expm1(-x)), fnp.log1p(-fnp.exp(-x)))
+    # Each branch sees x only where it is taken: below x = 1e-16 log1p(-exp(-x)) is log1p(-1),
+    # whose infinite slope times the select's cotangent of 0 made the derivative nan.
+    small = x < math.log(2)
+    below, above = fnp.where(small, x, 0.5), fnp.where(small, 1.0, x)
+    return fnp.where(small, fnp.log(-fnp.expm1(-below)), fnp.log1p(-fnp.exp(-above)))
 
 
 def logmeanexp(

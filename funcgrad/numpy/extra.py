@@ -720,7 +720,7 @@ def convolve(a, v, mode: str = "full", *, precision=None, preferred_element_type
 
 def correlate(a, v, mode: str = "valid", *, precision=None, preferred_element_type=None):
     """The cross-correlation c[k] = sum_n a[n + k] * conj(v[n]) of two 1-d arrays."""
-    v = to_array(v)
+    a, v = _promote(a, v)
     if dtypes.is_complex(v.dtype):
         v = lax.conj(v)
     return _convolve_1d("correlate", a, v, mode, precision, preferred_element_type, flip=False)
@@ -1173,6 +1173,11 @@ def frexp(x, /):
     )
     mantissa = lax.bitcast_convert_type(mantissa_bits, x.dtype)
     special = (x == 0) | ufuncs.isinf(x) | ufuncs.isnan(x)
+    # The bits carry no derivative; the mantissa is x * 2**-exponent, of slope 2**-exponent,
+    # added as a term that is 0 in value (through `scaled`, as that slope overflows for
+    # subnormal x and 0 * inf would not be 0).
+    slope = lax.stop_gradient(misc.where(special, 1, mantissa / scaled))
+    mantissa = mantissa + (scaled - lax.stop_gradient(scaled)) * slope
     return misc.where(special, x, mantissa), misc.where(special, 0, exponent)
 
 
@@ -1215,8 +1220,11 @@ def modf(x, /, out=None):
     check_no_out("modf", out)
     (x,) = promote_args_inexact("modf", x)
     integral = ufuncs.trunc(x)
-    fraction = misc.where(ufuncs.isinf(x), 0, x - integral)
-    return ufuncs.copysign(fraction, x), integral
+    # x - integral is +0 at negative integers, where NumPy's fraction is -0; there negative x
+    # take -(integral - x), the same slope 1 (copysign's slope at a +0 of the other sign is -1).
+    fraction = misc.where(ufuncs.signbit(x), -(integral - x), x - integral)
+    zeros = ufuncs.copysign(lax.full(x.shape, 0, x.dtype), x)
+    return misc.where(ufuncs.isinf(x), zeros, fraction), integral
 
 
 def spacing(x, /):

@@ -459,9 +459,15 @@ def slogdet(a, *, method: str | None = None) -> SlogdetResult:
         raise ValueError(f"slogdet: method must be 'lu', got {method!r}")
     a = _matrices("slogdet", a, True)
     parity_sign, diagonal = _lu_sign_and_diagonal(a)
-    return SlogdetResult(
-        parity_sign * prod(sign(diagonal), axis=-1), sum(log(absolute(diagonal)), axis=-1)
-    )
+    magnitude = absolute(diagonal)
+    if dtypes.is_complex(a.dtype):
+        # The phase diagonal / |diagonal|, not sign(diagonal): a complex determinant's phase
+        # moves with the matrix, and sign's derivative is 0.
+        singular = magnitude == 0
+        phases = misc.where(singular, 0, diagonal / misc.where(singular, 1, magnitude))
+    else:
+        phases = sign(diagonal)
+    return SlogdetResult(parity_sign * prod(phases, axis=-1), sum(log(magnitude), axis=-1))
 
 
 def matrix_power(a, n: int):

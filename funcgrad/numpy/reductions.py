@@ -333,6 +333,11 @@ def var(
     axes = reduction_axes("var", axis, a.ndim)
     x = convert(a, _working_dtype(a, compute_dtype))
     centered = subtract(x, mean(x, axes, keepdims=True, where=where))
+    if where is not None:
+        # Zeros where the sum leaves elements out, as in nanvar: a masked-out NaN or inf
+        # would otherwise make every derivative NaN.
+        mask = _where_mask("where", where, a.shape)
+        centered = lax.select(mask, centered, lax.full_like(centered, 0))
     total = sum(squared_modulus(centered), axes, keepdims=keepdims, where=where)
     count = _reduced_count("var", a.shape, axes, where, keepdims, compute_dtype)
     # As NumPy: fewer elements than ddof divide by zero (inf, or nan for a zero sum).
@@ -588,6 +593,9 @@ def nanvar(
     x = convert(a, _working_dtype(a, compute_dtype))
     valid = _valid_mask(x, where)
     centered = subtract(x, nanmean(x, axes, keepdims=True, where=where))
+    # Zeros, not the NaNs, where the sum leaves elements out: its transpose sends them a
+    # cotangent of 0, and 0 times the slope 2 * NaN would make every derivative NaN.
+    centered = lax.select(valid, centered, lax.full_like(centered, 0))
     total = sum(squared_modulus(centered), axes, keepdims=keepdims, where=valid)
     dof = lax.sub(sum(valid, axes, dtype=total.dtype, keepdims=keepdims), scalar(ddof, total.dtype))
     # As NumPy's nanvar: no degrees of freedom left gives NaN.

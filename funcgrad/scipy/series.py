@@ -74,11 +74,13 @@ def _scaled_bessel(x, series, asymptotic, odd: bool):
     near = fnp.where(in_series, a, _BESSEL_SERIES_BELOW)
     far = fnp.where(in_series, _BESSEL_SERIES_BELOW, a)
     small = _horner(series, near * near / 4) * fnp.exp(-near)
-    if odd:
-        small = small * near / 2
     large = _horner(asymptotic, 1 / far) / fnp.sqrt(2 * math.pi * far)
-    value = fnp.where(in_series, small, large)
-    return fnp.sign(x) * value if odd else value
+    if odd:
+        # The series' odd factor is x itself, not sign(x) |x|: sign's derivative is 0, and at
+        # x = 0 that product would take the derivative 1/2 to 0.
+        small = small * fnp.where(in_series, x, 0.0) / 2
+        large = fnp.sign(x) * large
+    return fnp.where(in_series, small, large)
 
 
 def i0e(x):
@@ -241,10 +243,27 @@ def _gamma_density(a, x):
     return fnp.exp((a - 1) * fnp.log(x) - x - lax.lgamma(a))
 
 
-def _central_difference(f, a):
-    """df/da in float64, with a step scaled to a (error about 1e-10 relative)."""
+def _difference_step(a):
+    """A central difference's step for a shape parameter: scaled to a (error about 1e-10
+    relative), and for small positive a at most a / 2, so that a - h stays in the domain
+    a > 0 (it once crossed 0 below a = 1e-5, making the derivative NaN)."""
     h = 1e-5 * fnp.maximum(fnp.abs(a), 1.0)
+    return fnp.where((a > 0) & (a < 2 * h), a / 2, h)
+
+
+def _central_difference(f, a):
+    """df/da in float64."""
+    h = _difference_step(a)
     return (f(a + h) - f(a - h)) / (2 * h)
+
+
+def _gamma_shape_derivative(a, x, p):
+    """dP/da (= -dQ/da) at P = p, differenced from whichever of P and Q is below 1/2: the
+    other is near 1, where rounding keeps too few of its digits (P(1e-20, 1) rounds to 1)."""
+    h = _difference_step(a)
+    p_above, q_above = _regularized_gamma(a + h, x)
+    p_below, q_below = _regularized_gamma(a - h, x)
+    return fnp.where(p < 0.5, p_above - p_below, q_below - q_above) / (2 * h)
 
 
 @custom_jvp
@@ -257,8 +276,7 @@ def _gammainc64_jvp(primals, tangents):
     a, x = primals
     ta, tx = tangents
     value = _gammainc64(a, x)
-    da = _central_difference(lambda s: _regularized_gamma(s, x)[0], a)
-    return value, da * ta + _gamma_density(a, x) * tx
+    return value, _gamma_shape_derivative(a, x, value) * ta + _gamma_density(a, x) * tx
 
 
 @custom_jvp
@@ -271,8 +289,7 @@ def _gammaincc64_jvp(primals, tangents):
     a, x = primals
     ta, tx = tangents
     value = _gammaincc64(a, x)
-    da = _central_difference(lambda s: _regularized_gamma(s, x)[1], a)
-    return value, da * ta - _gamma_density(a, x) * tx
+    return value, -_gamma_shape_derivative(a, x, 1 - value) * ta - _gamma_density(a, x) * tx
 
 
 def gammainc(a, x):

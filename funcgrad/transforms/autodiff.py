@@ -505,7 +505,9 @@ def jacrev(
                 pullback(tree_util.tree_unflatten(out_tree, cotangent_leaves))
             )
 
-        cotangents = vmap(pull)(*basis)
+        # axis_size: a function with no outputs has no basis to map over, only its size, 0.
+        rows = sum(leaf.size for leaf in out_leaves)
+        cotangents = vmap(pull, axis_size=rows)(*basis)
         blocks = {}
         for j, (out_leaf, offset) in enumerate(zip(out_leaves, offsets)):
             for i, (leaf, ct) in enumerate(zip(in_leaves, cotangents)):

@@ -6,7 +6,9 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from funcgrad import core, tree_util
+import numpy as np
+
+from funcgrad import core, dtypes, tree_util
 from funcgrad.interpreters.batching import (
     BatchTrace,
     BatchTracer,
@@ -56,7 +58,7 @@ def _mapped_size(leaves, axes, name: str) -> int | None:
     for i, (leaf, axis) in enumerate(zip(leaves, axes)):
         if axis is None:
             continue
-        shape = core.get_aval(leaf).shape
+        shape = np.shape(leaf) if _is_float0(leaf) else core.get_aval(leaf).shape
         if not -len(shape) <= axis < len(shape):
             raise ValueError(
                 f"vmap was asked to map axis {axis} of argument {i} of {name}, which has shape "
@@ -106,7 +108,7 @@ def vmap(
         # Unmapped Python scalars reach `fun` as they are, as in JAX: one may be a jitted
         # function's static argument, or a loop bound.
         leaves = [
-            x if axis is None and type(x) in (bool, int, float) else asarray(x)
+            x if (axis is None and type(x) in (bool, int, float)) or _is_float0(x) else asarray(x)
             for x, axis in zip(leaves, axes)
         ]
         size = _mapped_size(leaves, axes, name)
@@ -121,16 +123,16 @@ def vmap(
                 f"vmap({name}) got axis_size={axis_size} but the mapped arguments have size {size}"
             )
         trace = BatchTrace(core.current_trace(), size, axis_name, f"vmap({name})")
-        in_values = [
-            x if axis is None else BatchTracer(trace, x, axis % x.ndim)
-            for x, axis in zip(leaves, axes)
-        ]
+        in_values = [_mapped_input(trace, x, axis) for x, axis in zip(leaves, axes)]
         try:
             with core.set_current_trace(trace):
                 in_args, in_kwargs = tree_util.tree_unflatten(in_tree, in_values)
                 out = fun(*in_args, **in_kwargs)
             out_leaves, out_tree = tree_util.tree_flatten(out)
-            pairs = [trace.value_and_dim(asarray(x)) for x in out_leaves]
+            pairs = [
+                (x, not_mapped) if _is_float0(x) else trace.value_and_dim(asarray(x))
+                for x in out_leaves
+            ]
         finally:
             trace.alive = False
         out_axes_flat = _flat_axes(out_axes, out, "out_axes")
@@ -143,7 +145,32 @@ def vmap(
     return vmapped
 
 
+def _is_float0(x) -> bool:
+    """float0 arrays (the tangents of integers) hold no data: vmap passes them through as
+    NumPy arrays, removing or inserting the mapped axis in their shape."""
+    return isinstance(x, np.ndarray) and x.dtype == dtypes.float0
+
+
+def _mapped_input(trace: BatchTrace, x, axis):
+    if axis is None:
+        return x
+    if _is_float0(x):
+        shape = list(x.shape)
+        del shape[axis % x.ndim]
+        return np.zeros(shape, dtypes.float0)
+    return BatchTracer(trace, x, axis % x.ndim)
+
+
 def _place_output(value, dim, out_axis, size: int, name: str):
+    if out_axis is not None and _is_float0(value):
+        ndim = value.ndim + 1
+        if not -ndim <= out_axis < ndim:
+            raise ValueError(
+                f"vmap({name}): out_axes {out_axis} is out of bounds for an output of rank {ndim}"
+            )
+        shape = list(value.shape)
+        shape.insert(out_axis % ndim, size)
+        return np.zeros(shape, dtypes.float0)
     if out_axis is None:
         if dim is not not_mapped:
             raise ValueError(

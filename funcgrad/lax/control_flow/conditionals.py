@@ -387,6 +387,14 @@ def _cond_batch(values, dims, *, branches):
         return outs, [0 if b else None for b in out_batched]
     index = batching.moveaxis(index, index_dim, 0)
     index = clamp(np.int32(0), index, np.int32(len(branches) - 1))
+    # Unbatched inexact operands are broadcast, so that _lanes_taking can mask them per lane
+    # too: a shared operand's cotangent sums over every lane, those that do not take a branch
+    # included, and one NaN there (sqrt of a negative in the branch not taken) made it NaN.
+    operands = [
+        batching.broadcast_batch(op, size, 0) if not b and _is_inexact(op) else op
+        for op, b in zip(operands, in_batched)
+    ]
+    in_batched = [b or _is_inexact(op) for op, b in zip(operands, in_batched)]
     batched = [batching.batch_jaxpr(b, in_batched, size) for b in branches]
     branch_outs = [
         eval_jaxpr(b.jaxpr, b.consts, *_lanes_taking(k, index, operands, in_batched))
@@ -397,6 +405,10 @@ def _cond_batch(values, dims, *, branches):
         for cases in zip(*branch_outs)
     ]
     return outs, [0] * len(outs)
+
+
+def _is_inexact(x) -> bool:
+    return dtypes.is_inexact(core.get_aval(x).dtype)
 
 
 def _lanes_taking(k: int, index, operands: Sequence, in_batched: Sequence[bool]) -> list:

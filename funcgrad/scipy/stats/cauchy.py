@@ -18,7 +18,9 @@ from funcgrad.numpy._promotion import promote_args_inexact
 def logpdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     x, loc, scale = promote_args_inexact("cauchy.logpdf", x, loc, scale)
     y = fnp.abs((x - loc) / scale)
-    near, far = fnp.minimum(y, 1), fnp.maximum(y, 1)
+    # Each branch's y kept in its range by a select: minimum and maximum split their
+    # derivative at the tie y = 1, which halved the slope there.
+    near, far = fnp.where(y <= 1, y, 1), fnp.where(y <= 1, 1, y)
     log1p_square = fnp.where(
         y <= 1, fnp.log1p(near * near), 2 * fnp.log(far) + fnp.log1p(1 / (far * far))
     )

@@ -21,9 +21,12 @@ def pdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
 
 def cdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     """exp(y) / 2 below loc, 1 - exp(-y) / 2 above. Each side's exponential sees only its own
-    half of y, so neither overflows into the other's derivative."""
+    half of y, so neither overflows into the other's derivative; the halves are selected, not
+    clamped by minimum and maximum, whose derivatives split at the tie y = 0 (halving the
+    density there)."""
     x, loc, scale = promote_args_inexact("laplace.cdf", x, loc, scale)
     y = (x - loc) / scale
-    lower = 0.5 * fnp.exp(fnp.minimum(y, 0))
-    upper = 1 - 0.5 * fnp.exp(-fnp.maximum(y, 0))
-    return fnp.where(y <= 0, lower, upper)
+    below = y <= 0
+    lower = 0.5 * fnp.exp(fnp.where(below, y, 0))
+    upper = 1 - 0.5 * fnp.exp(-fnp.where(below, 0, y))
+    return fnp.where(below, lower, upper)
