@@ -360,7 +360,7 @@ def _expi(x):
     negative = -_exp1_positive(_select(x < 0, -x, 1.0))
     positive = fnp.where(in_chebyshev, chebyshev, asymptotic)
     positive = fnp.where(near_root, root_value, fnp.where(x < lo, series, positive))
-    positive = fnp.where(x == fnp.inf, fnp.inf, positive)
+    positive = fnp.where(x == fnp.inf, fnp.inf, fnp.where(fnp.isnan(x), fnp.nan, positive))
     return fnp.where(x < 0, negative, fnp.where(x == 0, -fnp.inf, positive))
 
 
@@ -481,21 +481,25 @@ def _spence(x):
     lower = lower - _dilog_of_log(-fnp.log1p(-near_zero))
     upper = -_PI2_6 - 0.5 * fnp.log(far - 1) ** 2 - _dilog_of_log(fnp.log1p(-1 / far))
     value = fnp.where(low, lower, fnp.where(high, upper, in_middle))
-    value = fnp.where(x == 0, _PI2_6, fnp.where(x == fnp.inf, -fnp.inf, value))
+    value = fnp.where(x == 0, _PI2_6, fnp.where(x == fnp.inf, fnp.nan, value))
     return fnp.where(x < 0, fnp.nan, value)
 
 
 @_spence.defjvp
 def _spence_jvp(primals, tangents):
     (x,), (tangent,) = primals, tangents
-    at_one = x == 1
-    slope = fnp.log(x) / fnp.where(at_one, 1.0, 1 - x)
-    return _spence(x), tangent * fnp.where(at_one, -1.0, slope)
+    t = x - 1
+    near_one = fnp.abs(t) < 1e-3
+    # log(x) / (1 - x) = -log1p(t) / t, by its Taylor series next to t = 0
+    near = fnp.where(near_one, t, 0.0)
+    taylor = -_horner([1.0, -1 / 2, 1 / 3, -1 / 4, 1 / 5, -1 / 6], near)
+    slope = fnp.log(x) / fnp.where(near_one, 1.0, -t)
+    return _spence(x), tangent * fnp.where(near_one, taylor, slope)
 
 
 def spence(x):
-    """Spence's function int_1^x log(t) / (1 - t) dt = Li2(1 - x) for x >= 0 (NaN below, as
-    SciPy's real spence).
+    """Spence's function int_1^x log(t) / (1 - t) dt = Li2(1 - x) for x >= 0 (NaN below and at
+    inf, as SciPy's and JAX's).
 
     The dilogarithm's Bernoulli series in log x, after reflection below 1/2 and inversion
     above 2 bring its argument within log 2 of 0. Within 2 ulp of the exact value in float64
