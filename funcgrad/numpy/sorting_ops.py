@@ -22,6 +22,7 @@ from funcgrad.numpy.shape_ops import canonicalize_axis
 from funcgrad.numpy.ufuncs import isnan
 
 __all__ = [
+    "sort_complex",
     "argpartition",
     "argsort",
     "bincount",
@@ -96,6 +97,24 @@ def argsort(
     _, reversed_indices = lax.sort((lax.rev(a, (axis,)), indices), axis, stable, num_keys=1)
     last = scalar(a.shape[axis] - 1, dtypes.default_int)
     return lax.rev(lax.sub(last, reversed_indices), (axis,))
+
+
+def sort_complex(a):
+    """`a` as complex numbers sorted along its last axis by real part, then imaginary part;
+    real inputs become the complex dtype of their float width (complex64 for float32 and
+    integers, complex128 with 64-bit defaults or float64 input)."""
+    a = to_array(a)
+    if a.ndim == 0:
+        raise ValueError("sort_complex: a must have at least one axis")
+    if dtypes.is_complex(a.dtype):
+        complex_dtype = a.dtype
+    elif a.dtype == dtypes.float64:
+        complex_dtype = dtypes.complex128
+    else:
+        complex_dtype = dtypes.default_complex()
+    z = lax.convert_element_type(a, complex_dtype)
+    _, _, ordered = lax.sort((lax.real(z), lax.imag(z), z), -1, True, num_keys=2)
+    return ordered
 
 
 def lexsort(keys, axis: int = -1):

@@ -19,7 +19,9 @@ import numpy as np
 
 from funcgrad import lax
 from funcgrad import numpy as fnp
-from funcgrad.scipy.series import _horner, _narrow, _wide
+from funcgrad.numpy._float64 import horner as _horner
+from funcgrad.numpy._float64 import narrow as _narrow
+from funcgrad.numpy._float64 import wide as _wide
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
 F64 = np.float64
