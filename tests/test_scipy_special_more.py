@@ -203,3 +203,34 @@ def test_bernoulli_matches_scipy():
         fs.bernoulli(-1)
     with pytest.raises(TypeError, match="int"):
         fs.bernoulli(2.0)
+
+
+def test_hyp1f1_matches_mpmath():
+    """Measured at most 4e-13 relative (near the zeros of 1F1 for negative a, where the
+    series' terms cancel) over a in [-4.5, 7], b in [0.5, 10], |x| <= 300; eager and jit."""
+    a, b = np.meshgrid([-4.5, -0.5, 0.3, 2.5, 7.0], [0.5, 2.2, 10.0])
+    x = np.array([-300.0, -60.0, -8.0, -1e-3, 0.5, 9.0, 45.0, 250.0])
+    a, b, x = (
+        np.broadcast_to(v, (x.size, a.size)).ravel() for v in (a.ravel(), b.ravel(), x[:, None])
+    )
+    want = np.array([float(mp.hyp1f1(*map(float, args))) for args in zip(a, b, x)])
+    kept = want != 0
+    for got in (fs.hyp1f1(a, b, x), fg.jit(fs.hyp1f1)(a, b, x)):
+        rel = np.abs(np.asarray(got) - want)[kept] / np.abs(want[kept])
+        assert rel.max() < 1e-12
+    assert np.isnan(float(fs.hyp1f1(1.0, -1.0, 2.0)))
+    np.testing.assert_allclose(float(fs.hyp1f1(-2.0, 3.0, 1.5)), 0.1875, rtol=1e-7)
+    assert fs.hyp1f1(np.float32(1), 2, 3).dtype == np.float32
+
+
+def test_hyp1f1_derivatives():
+    """d/dx = (a / b) 1F1(a + 1; b + 1; x) exactly; d/da and d/db by central differences."""
+    args = (np.float64(1.5), np.float64(2.5), np.float64(-3.0))
+    check_grads(fs.hyp1f1, args, order=1)
+    got = fg.grad(fs.hyp1f1, argnums=2)(*args)
+    np.testing.assert_allclose(float(got), 1.5 / 2.5 * float(mp.hyp1f1(2.5, 3.5, -3)), rtol=1e-14)
+    mapped = fg.vmap(fg.grad(fs.hyp1f1, argnums=0))(
+        np.array([0.5, 1.0]), np.array([2.0, 2.0]), np.array([1.0, 1.0])
+    )
+    want = [float(mp.diff(lambda s: mp.hyp1f1(s, 2, 1), v)) for v in (0.5, 1.0)]
+    np.testing.assert_allclose(np.asarray(mapped), want, rtol=1e-8)

@@ -15,6 +15,7 @@ from funcgrad import numpy as fnp
 from funcgrad.nn import functions as nn
 from funcgrad.nn.functions import ArrayLike, Axis, logsumexp
 from funcgrad.numpy._promotion import promote_args_inexact
+from funcgrad.scipy.hypergeometric import hyp1f1
 from funcgrad.scipy.integrals import _bernoulli_numbers, dawsn, erfcx, exp1, expi, expn, spence
 from funcgrad.scipy.series import (
     _narrow,
@@ -56,6 +57,7 @@ __all__ = [
     "gammaincc",
     "gammaln",
     "gammasgn",
+    "hyp1f1",
     "i0",
     "i0e",
     "i1",
