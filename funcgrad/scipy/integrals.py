@@ -508,3 +508,79 @@ def spence(x):
     (SciPy's is up to 18 ulp off). The derivative is log(x) / (1 - x), -1 at x = 1."""
     (x,), kind = _wide("spence", x)
     return _narrow(_spence(x), kind)
+
+
+# -- Owen's T function ----------------------------------------------------------------------
+
+_OWENS_NODES, _OWENS_WEIGHTS = np.polynomial.legendre.leggauss(40)
+# Past h a = 5 the integrand is a narrow Gaussian: integrated in t = h x, over t <= 12.
+_OWENS_SCALED_FROM = 5.0
+_OWENS_SCALED_UP_TO = 12.0
+
+
+def _gauss_legendre(f, length):
+    """int_0^length f(x) dx by 40-point Gauss-Legendre quadrature, elementwise in length."""
+    total = fnp.zeros_like(length)
+    for node, weight in zip(_OWENS_NODES, _OWENS_WEIGHTS):
+        total = total + weight * f((node + 1) / 2 * length)
+    return total * length / 2
+
+
+def _owens_t_inner(h, a):
+    """T(h, a) for h >= 0 and 0 <= a <= 1 from its integral
+    (1 / 2 pi) int_0^a exp(-h^2 (1 + x^2) / 2) / (1 + x^2) dx."""
+    scaled = h * a > _OWENS_SCALED_FROM
+    plain_h, plain_a = fnp.where(scaled, 0.0, h), fnp.where(scaled, 0.0, a)
+    plain = _gauss_legendre(
+        lambda x: fnp.exp(-0.5 * plain_h * plain_h * (1 + x * x)) / (1 + x * x), plain_a
+    )
+    wide_h = fnp.where(scaled, h, 1.0)
+    limit = fnp.where(scaled, fnp.minimum(h * a, _OWENS_SCALED_UP_TO), 0.0)
+    narrow_part = _gauss_legendre(
+        lambda t: fnp.exp(-0.5 * t * t) / (1 + (t / wide_h) ** 2), limit
+    ) * (fnp.exp(-0.5 * wide_h * wide_h) / wide_h)
+    return fnp.where(scaled, narrow_part, plain) / (2 * math.pi)
+
+
+def _upper_normal_tail(x):
+    return 0.5 * lax.erfc(x / math.sqrt(2.0))
+
+
+@custom_jvp
+def _owens_t(h, a):
+    h_abs, a_abs = fnp.abs(h), fnp.abs(a)
+    inverted = a_abs > 1
+    inner_a = fnp.where(inverted, 1 / fnp.where(inverted, a_abs, 1.0), a_abs)
+    ah = fnp.where(fnp.isinf(a_abs) & (h_abs == 0), 0.0, a_abs * h_abs)
+    inner_h = fnp.where(inverted, ah, h_abs)
+    inner = _owens_t_inner(fnp.where(fnp.isinf(inner_h), 0.0, inner_h), inner_a)
+    inner = fnp.where(fnp.isinf(inner_h), 0.0, inner)
+    # T(h, a) = Q(h) / 2 + Q(a h) / 2 - Q(h) Q(a h) - T(a h, 1 / a) for a > 1, Q = 1 - Phi
+    tail_h, tail_ah = _upper_normal_tail(h_abs), _upper_normal_tail(ah)
+    outer = 0.5 * tail_h + 0.5 * tail_ah - tail_h * tail_ah - inner
+    value = fnp.where(inverted, outer, inner)
+    return fnp.where(a < 0, -value, value)
+
+
+@_owens_t.defjvp
+def _owens_t_jvp(primals, tangents):
+    h, a = primals
+    th, ta = tangents
+    density = fnp.exp(-0.5 * h * h) / math.sqrt(2 * math.pi)
+    dh = -0.5 * density * lax.erf(a * h / math.sqrt(2.0))
+    da = fnp.exp(-0.5 * h * h * (1 + a * a)) / (2 * math.pi * (1 + a * a))
+    return _owens_t(h, a), dh * th + da * ta
+
+
+def owens_t(h, a):
+    """Owen's T function (1 / 2 pi) int_0^a exp(-h^2 (1 + x^2) / 2) / (1 + x^2) dx, the
+    probability of the bivariate normal's region x > h, 0 < y < a x.
+
+    For |a| <= 1 its integral by 40-point Gauss-Legendre quadrature (in t = h x where
+    h |a| > 5, there a narrow Gaussian); for |a| > 1 through
+    T(h, a) = Q(h) / 2 + Q(a h) / 2 - Q(h) Q(a h) - T(a h, 1 / a) with the normal tail Q.
+    Within 2e-14 relative of SciPy's for h < 8, 2e-13 out to h = 30 (the normal tail's own
+    precision). Its derivatives are -phi(h) erf(a h / sqrt 2) / 2 in h and the integrand's
+    value at a in a."""
+    (h, a), kind = _wide("owens_t", h, a)
+    return _narrow(_owens_t(h, a), kind)

@@ -16,7 +16,16 @@ from funcgrad.nn import functions as nn
 from funcgrad.nn.functions import ArrayLike, Axis, logsumexp
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.hypergeometric import hyp1f1
-from funcgrad.scipy.integrals import _bernoulli_numbers, dawsn, erfcx, exp1, expi, expn, spence
+from funcgrad.scipy.integrals import (
+    _bernoulli_numbers,
+    dawsn,
+    erfcx,
+    exp1,
+    expi,
+    expn,
+    owens_t,
+    spence,
+)
 from funcgrad.scipy.series import (
     _narrow,
     _wide,
@@ -72,6 +81,7 @@ __all__ = [
     "ndtr",
     "ndtri",
     "poch",
+    "owens_t",
     "polygamma",
     "rel_entr",
     "softmax",
