@@ -264,3 +264,41 @@ def test_owens_t_derivatives():
     )
     want = np.exp(-h * h * (1 + a * a) / 2) / (2 * np.pi * (1 + a * a))
     np.testing.assert_allclose(np.asarray(da), want, rtol=1e-14)
+
+
+def test_sici_and_fresnel_within_a_few_ulps_of_mpmath():
+    """Measured in float64 (eager and jit): Si 1 ulp, Ci 11 ulp (next to its zero at 28.3;
+    SciPy's is 235 ulp off next to the one at 3.38), fresnel's S and C 3 ulp (SciPy's 18),
+    out to x = 1e12 where the phase pi x^2 / 2 is reduced exactly."""
+    x = _grid(np.geomspace(1e-8, 2, 12), np.linspace(2, 30, 50), [50.0, 1e3, 1e5, 1e8, 1e12])
+    exact = {
+        "si": [mp.si(v) for v in x],
+        "ci": [mp.ci(v) for v in x],
+        "s": [mp.fresnels(v) for v in x],
+        "c": [mp.fresnelc(v) for v in x],
+    }
+    exact = {k: np.array([float(v) for v in vs]) for k, vs in exact.items()}
+    for sici, fresnel in ((fs.sici, fs.fresnel), (fg.jit(fs.sici), fg.jit(fs.fresnel))):
+        si, ci = sici(x)
+        s, c = fresnel(x)
+        assert _ulps(si, exact["si"]).max() <= 2
+        assert _ulps(ci, exact["ci"]).max() <= 12
+        assert _ulps(s, exact["s"]).max() <= 4 and _ulps(c, exact["c"]).max() <= 4
+
+
+def test_sici_and_fresnel_edges_and_derivatives():
+    x = np.array([-2.0, -0.0, 0.0, 1.0, np.inf, -np.inf, np.nan])
+    for fun, reference in ((fs.sici, sc.sici), (fs.fresnel, sc.fresnel)):
+        for got, want in zip(fun(x), reference(x)):
+            np.testing.assert_allclose(np.asarray(got), want, rtol=1e-15)
+    assert np.signbit(float(fs.sici(-0.0)[0]))
+    s32, c32 = fs.fresnel(np.float32(1.5))
+    assert s32.dtype == c32.dtype == np.float32
+    check_grads(lambda t: fs.sici(t)[1], (np.float64(2.5),), order=2)
+    check_grads(lambda t: fs.fresnel(t)[0], (np.float64(1.1),), order=2)
+    t = np.array([0.0, 0.5, 3.0, 1e4 + 0.1])
+    dsi = fg.vmap(fg.grad(lambda v: fs.sici(v)[0]))(t)
+    np.testing.assert_allclose(np.asarray(dsi), np.sinc(t / np.pi), rtol=1e-13)
+    dc = fg.vmap(fg.grad(lambda v: fs.fresnel(v)[1]))(t)
+    want = [float(mp.cos(mp.pi * mp.mpf(float(v)) ** 2 / 2)) for v in t]
+    np.testing.assert_allclose(np.asarray(dc), want, rtol=1e-12, atol=1e-15)

@@ -23,7 +23,9 @@ from funcgrad.scipy.integrals import (
     exp1,
     expi,
     expn,
+    fresnel,
     owens_t,
+    sici,
     spence,
 )
 from funcgrad.scipy.series import (
@@ -65,6 +67,7 @@ __all__ = [
     "gammainc",
     "gammaincc",
     "gammaln",
+    "fresnel",
     "gammasgn",
     "hyp1f1",
     "i0",
@@ -84,6 +87,7 @@ __all__ = [
     "owens_t",
     "polygamma",
     "rel_entr",
+    "sici",
     "softmax",
     "spence",
     "xlog1py",
