@@ -15,6 +15,7 @@ from funcgrad import numpy as fnp
 from funcgrad.nn import functions as nn
 from funcgrad.nn.functions import ArrayLike, Axis, logsumexp
 from funcgrad.numpy._promotion import promote_args_inexact
+from funcgrad.scipy.bessel import bessel_jn
 from funcgrad.scipy.hypergeometric import hyp1f1
 from funcgrad.scipy.integrals import (
     _bernoulli_numbers,
@@ -45,6 +46,7 @@ from funcgrad.transforms.custom_derivatives import custom_jvp
 
 __all__ = [
     "bernoulli",
+    "bessel_jn",
     "beta",
     "betainc",
     "betaln",
