@@ -16,7 +16,7 @@ from funcgrad.nn import functions as nn
 from funcgrad.nn.functions import ArrayLike, Axis, logsumexp
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.bessel import bessel_jn
-from funcgrad.scipy.hypergeometric import hyp1f1
+from funcgrad.scipy.hypergeometric import hyp1f1, hyp2f1
 from funcgrad.scipy.integrals import (
     _bernoulli_numbers,
     dawsn,
@@ -72,6 +72,7 @@ __all__ = [
     "fresnel",
     "gammasgn",
     "hyp1f1",
+    "hyp2f1",
     "i0",
     "i0e",
     "i1",
