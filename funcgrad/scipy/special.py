@@ -16,6 +16,7 @@ from funcgrad.nn import functions as nn
 from funcgrad.nn.functions import ArrayLike, Axis, logsumexp
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.bessel import bessel_jn
+from funcgrad.scipy.faddeeva import wofz
 from funcgrad.scipy.hypergeometric import hyp1f1, hyp2f1
 from funcgrad.scipy.integrals import (
     _bernoulli_numbers,
@@ -93,6 +94,7 @@ __all__ = [
     "sici",
     "softmax",
     "spence",
+    "wofz",
     "xlog1py",
     "xlogy",
     "zeta",
