@@ -17,6 +17,7 @@ from funcgrad.nn.functions import ArrayLike, Axis, logsumexp
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.bessel import bessel_jn
 from funcgrad.scipy.faddeeva import wofz
+from funcgrad.scipy.harmonics import sph_harm_y
 from funcgrad.scipy.hypergeometric import hyp1f1, hyp2f1
 from funcgrad.scipy.integrals import (
     _bernoulli_numbers,
@@ -94,6 +95,7 @@ __all__ = [
     "sici",
     "softmax",
     "spence",
+    "sph_harm_y",
     "wofz",
     "xlog1py",
     "xlogy",
