@@ -241,7 +241,7 @@ def exp1(x):
     below, as SciPy's real exp1).
 
     Below 1 its power series, above a continued fraction evaluated backwards from 128 levels.
-    Within 6 ulp of the exact value in float64 (near x = 1, where the series' terms cancel;
+    Within 3 ulp of the exact value in float64 (near x = 1, where the series' terms cancel;
     elsewhere 2). The derivative is -exp(-x) / x."""
     (x,), kind = _wide("exp1", x)
     return _narrow(_exp1(x), kind)
@@ -440,7 +440,9 @@ def expn(n, x):
     n >= 0 and x >= 0 (NaN elsewhere; 1 / (n - 1) at x = 0 for n >= 2, inf for n <= 1).
 
     For x <= 1 its power series (with its logarithmic term), above its continued fraction
-    (128 levels). Within 6 ulp of the exact value in float64. The derivative in x is
+    (128 levels). Within 2 ulp of the exact value in float64 for n up to 30 and x from
+    1e-8 to 600 (and for n = 100, against quadrature, where mpmath's expint is itself off).
+    The derivative in x is
     -E_{n-1}(x); n, a count, has none."""
     (n, x), kind = _wide("expn", n, x)
     return _narrow(_expn(lax.stop_gradient(n), x), kind)
