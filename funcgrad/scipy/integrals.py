@@ -442,8 +442,7 @@ def expn(n, x):
     For x <= 1 its power series (with its logarithmic term), above its continued fraction
     (128 levels). Within 2 ulp of the exact value in float64 for n up to 30 and x from
     1e-8 to 600 (and for n = 100, against quadrature, where mpmath's expint is itself off).
-    The derivative in x is
-    -E_{n-1}(x); n, a count, has none."""
+    The derivative in x is -E_{n-1}(x); n, a count, has none."""
     (n, x), kind = _wide("expn", n, x)
     return _narrow(_expn(lax.stop_gradient(n), x), kind)
 
