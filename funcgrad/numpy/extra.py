@@ -771,7 +771,7 @@ def poly(seq_of_zeros):
     return coefficients
 
 
-def roots(p, *, strip_zeros: bool = True):
+def roots(p, *, strip_zeros: bool = True) -> Array:
     """The roots of the polynomial with coefficients p (highest power first): the eigenvalues
     of its companion matrix, complex. With `strip_zeros` (p must then be concrete) leading
     zeros are dropped first; without, a leading zero makes every root NaN, as in JAX.
@@ -1822,7 +1822,7 @@ def blackman(M: int):
     return _window(M, shape)
 
 
-def kaiser(M: int, beta):
+def kaiser(M: int, beta) -> Array:
     """The Kaiser window I0(beta sqrt(1 - (2n / (M - 1) - 1)^2)) / I0(beta), n = 0 .. M - 1,
     taken as a ratio of exponentially scaled I0s (so that it stays finite for large beta)."""
 

@@ -353,7 +353,7 @@ def einsum(
     )
 
 
-def einsum_path(subscripts: str, /, *operands, optimize="greedy"):
+def einsum_path(subscripts: str, /, *operands, optimize="greedy") -> tuple[list, str]:
     """The order in which einsum contracts its operands, as (path, description): path is a
     list of pairs of positions in the list of operands, each pair's result appended to its end
     (NumPy's format, without its leading "einsum_path"); the description names each step.

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from funcgrad import core, dtypes, lax
+from funcgrad.array import Array
 from funcgrad.errors import ConcretizationTypeError
 from funcgrad.numpy._promotion import convert, result_type_and_weak, to_array
 from funcgrad.numpy.reductions import cumsum, scalar
@@ -99,7 +100,7 @@ def argsort(
     return lax.rev(lax.sub(last, reversed_indices), (axis,))
 
 
-def sort_complex(a):
+def sort_complex(a) -> Array:
     """`a` as complex numbers sorted along its last axis by real part, then imaginary part;
     real inputs become the complex dtype of their float width (complex64 for float32 and
     integers, complex128 with 64-bit defaults or float64 input)."""

@@ -12,6 +12,8 @@ import numpy as np
 
 from funcgrad import lax
 from funcgrad import numpy as fnp
+from funcgrad.array import Array
+from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._float64 import narrow, wide
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
@@ -125,7 +127,7 @@ def _bessel_jn_jvp(v, primals, tangents):
     return values[: v + 1], tangent[None] * slopes
 
 
-def bessel_jn(z, *, v: int, n_iter: int = 50):
+def bessel_jn(z: ArrayLike, *, v: int, n_iter: int = 50) -> Array:
     """The Bessel functions of the first kind J_0(z) ... J_v(z) of real z, stacked on a new
     leading axis (shape (v + 1,) + z.shape), as JAX's.
 

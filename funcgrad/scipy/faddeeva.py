@@ -8,7 +8,9 @@ import numpy as np
 
 from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
+from funcgrad.array import Array
 from funcgrad.lax.elementwise import convert_element_type_p
+from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
@@ -65,7 +67,7 @@ def _wofz_jvp(primals, tangents):
     return value, tangent * (-2 * z * value + 2j / _SQRT_PI)
 
 
-def wofz(z):
+def wofz(z: ArrayLike) -> Array:
     """The Faddeeva function w(z) = exp(-z^2) erfc(-iz), complex (real z gives the complex
     dtype of its width), computed in complex128.
 

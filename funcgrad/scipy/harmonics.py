@@ -8,7 +8,9 @@ import numpy as np
 
 from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
+from funcgrad.array import Array
 from funcgrad.lax.elementwise import convert_element_type_p
+from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.numpy.shape_ops import static_value
 
@@ -38,7 +40,14 @@ def _normalized_legendre(n, m, theta, n_max: int):
     return value
 
 
-def sph_harm_y(n, m, theta, phi, diff_n: int | None = None, n_max: int | None = None):
+def sph_harm_y(
+    n: ArrayLike,
+    m: ArrayLike,
+    theta: ArrayLike,
+    phi: ArrayLike,
+    diff_n: int | None = None,
+    n_max: int | None = None,
+) -> Array:
     """The spherical harmonic Y_n^m(theta, phi) = N_n^m P_n^m(cos theta) exp(i m phi) of
     degree n >= 0 and order |m| <= n, theta the polar angle and phi the azimuth (SciPy's
     sph_harm_y and its Condon-Shortley phase; Y_n^-m = (-1)^m conj(Y_n^m)).

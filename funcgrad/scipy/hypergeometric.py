@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from funcgrad import lax
 from funcgrad import numpy as fnp
+from funcgrad.array import Array
+from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._float64 import narrow, wide
 from funcgrad.scipy.series import _central_difference, _iterate
 from funcgrad.transforms.custom_derivatives import custom_jvp
@@ -84,7 +86,7 @@ def _hyp1f1_jvp(primals, tangents):
     return value, da * ta + db * tb + dx * tx
 
 
-def hyp1f1(a, b, x):
+def hyp1f1(a: ArrayLike, b: ArrayLike, x: ArrayLike) -> Array:
     """Kummer's confluent hypergeometric function 1F1(a; b; x) = sum_k (a)_k / (b)_k x^k / k!
     (NaN where b is 0 or a negative integer).
 
@@ -179,7 +181,7 @@ def _hyp2f1_jvp(primals, tangents):
     return _hyp2f1(a, b, c, x), da * ta + db * tb + dc * tc + dx * tx
 
 
-def hyp2f1(a, b, c, x):
+def hyp2f1(a: ArrayLike, b: ArrayLike, c: ArrayLike, x: ArrayLike) -> Array:
     """Gauss's hypergeometric function 2F1(a, b; c; x) = sum_k (a)_k (b)_k / (c)_k x^k / k!
     for real x <= 1 (inf beyond, and where c is 0 or a negative integer, as SciPy's and
     JAX's; Gauss's formula at x = 1).

@@ -19,6 +19,8 @@ import numpy as np
 
 from funcgrad import lax
 from funcgrad import numpy as fnp
+from funcgrad.array import Array
+from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._float64 import horner as _horner
 from funcgrad.numpy._float64 import narrow as _narrow
 from funcgrad.numpy._float64 import wide as _wide
@@ -135,7 +137,7 @@ def _erfcx_jvp(primals, tangents):
     return value, tangent * (2 * x * value - 2 / _SQRT_PI)
 
 
-def erfcx(x):
+def erfcx(x: ArrayLike) -> Array:
     """The scaled complementary error function exp(x^2) erfc(x), which stays finite where
     erfc underflows (about 1 / (x sqrt(pi)) for large x).
 
@@ -188,7 +190,7 @@ def _dawsn_jvp(primals, tangents):
     return value, tangent * (1 - 2 * x * value)
 
 
-def dawsn(x):
+def dawsn(x: ArrayLike) -> Array:
     """Dawson's integral F(x) = exp(-x^2) int_0^x exp(t^2) dt.
 
     Below |x| = 1/2 its Taylor series, above 8 its asymptotic series, between them Rybicki's
@@ -236,7 +238,7 @@ def _exp1_jvp(primals, tangents):
     return _exp1(x), tangent * -fnp.exp(-x) / x
 
 
-def exp1(x):
+def exp1(x: ArrayLike) -> Array:
     """The exponential integral E_1(x) = int_1^inf exp(-x t) / t dt for x > 0 (inf at 0, NaN
     below, as SciPy's real exp1).
 
@@ -372,7 +374,7 @@ def _expi_jvp(primals, tangents):
     return _expi(x), tangent * fnp.exp(x) / x
 
 
-def expi(x):
+def expi(x: ArrayLike) -> Array:
     """The exponential integral Ei(x), the principal value of int_-inf^x exp(t) / t dt:
     -E_1(-x) for x < 0, -inf at 0.
 
@@ -435,7 +437,7 @@ def _expn_jvp(primals, tangents):
     return _expn(n, x), tangent * slope
 
 
-def expn(n, x):
+def expn(n: ArrayLike, x: ArrayLike) -> Array:
     """The generalized exponential integral E_n(x) = int_1^inf exp(-x t) / t^n dt, for whole
     n >= 0 and x >= 0 (NaN elsewhere; 1 / (n - 1) at x = 0 for n >= 2, inf for n <= 1).
 
@@ -500,7 +502,7 @@ def _spence_jvp(primals, tangents):
     return _spence(x), tangent * fnp.where(near_one, taylor, slope)
 
 
-def spence(x):
+def spence(x: ArrayLike) -> Array:
     """Spence's function int_1^x log(t) / (1 - t) dt = Li2(1 - x) for x >= 0 (NaN below and at
     inf, as SciPy's and JAX's).
 
@@ -573,7 +575,7 @@ def _owens_t_jvp(primals, tangents):
     return _owens_t(h, a), dh * th + da * ta
 
 
-def owens_t(h, a):
+def owens_t(h: ArrayLike, a: ArrayLike) -> Array:
     """Owen's T function (1 / 2 pi) int_0^a exp(-h^2 (1 + x^2) / 2) / (1 + x^2) dx, the
     probability of the bivariate normal's region x > h, 0 < y < a x.
 
@@ -634,7 +636,7 @@ def _sici_jvp(primals, tangents):
     return _sici(x), (tangent * sinc, tangent * fnp.cos(x) / x)
 
 
-def sici(x):
+def sici(x: ArrayLike) -> tuple[Array, Array]:
     """The sine and cosine integrals (Si(x), Ci(x)): Si(x) = int_0^x sin(t) / t dt and
     Ci(x) = gamma + log|x| + int_0^x (cos(t) - 1) / t dt (the real part for x < 0, as SciPy's).
 
@@ -718,7 +720,7 @@ def _fresnel_jvp(primals, tangents):
     return _fresnel(x), (tangent * sin, tangent * cos)
 
 
-def fresnel(x):
+def fresnel(x: ArrayLike) -> tuple[Array, Array]:
     """The Fresnel integrals (S(x), C(x)) = int_0^x (sin, cos)(pi t^2 / 2) dt, SciPy's order.
 
     Below |x| = 1.2 their power series, above from erfc's continued fraction at the complex
