@@ -6,6 +6,7 @@ from funcgrad import dtypes as _dtypes
 from funcgrad.array import Array as ndarray
 from funcgrad.numpy import array_methods as _array_methods
 from funcgrad.numpy import fft, linalg
+from funcgrad.numpy._bessel import i0
 from funcgrad.numpy._promotion import broadcast_shapes, result_type
 from funcgrad.numpy.creation import *
 from funcgrad.numpy.extra import *
@@ -24,6 +25,7 @@ bfloat16, float16, float32, float64 = (d.type for d in _dtypes.float_dtypes)
 complex64, complex128 = (d.type for d in _dtypes.complex_dtypes)
 float_ = float32
 complex_ = complex64
+csingle, cdouble = complex64, complex128
 int_ = int32
 dtype = _np.dtype
 promote_types = _dtypes.promote_types

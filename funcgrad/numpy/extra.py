@@ -21,6 +21,7 @@ import numpy as np
 from funcgrad import core, dtypes, lax
 from funcgrad.array import DLPACK_CUDA, Array, device_put, from_cuda_dlpack
 from funcgrad.numpy import (
+    _bessel,
     creation,
     indexing,
     linalg,
@@ -46,6 +47,10 @@ from funcgrad.numpy.shape_ops import canonicalize_axis, static_value
 from funcgrad.numpy.sorting_ops import _static_size
 
 __all__ = [
+    "array_repr",
+    "array_str",
+    "kaiser",
+    "roots",
     "angle",
     "append",
     "apply_along_axis",
@@ -791,6 +796,30 @@ def poly(seq_of_zeros):
         factor = shape_ops.concatenate([lax.full((1,), 1, roots.dtype), -roots[i : i + 1]])
         coefficients = convolve(coefficients, factor)
     return coefficients
+
+
+def roots(p, *, strip_zeros: bool = True) -> Array:
+    """The roots of the polynomial with coefficients p (highest power first): the eigenvalues
+    of its companion matrix, complex. With `strip_zeros` (p must then be concrete) leading
+    zeros are dropped first; without, a leading zero makes every root NaN, as in JAX.
+    Differentiable through the eigenvalues."""
+    p = promote_args_inexact("roots", p)[0]
+    if p.ndim != 1:
+        raise ValueError(f"roots: p must be one-dimensional, got shape {p.shape}")
+    if strip_zeros:
+        hint = "Pass strip_zeros=False to keep leading zeros (their roots are then NaN)."
+        leading = np.flatnonzero(static_value(p, "roots", "p with strip_zeros=True", hint))
+        p = p[int(leading[0]) if leading.size else p.shape[0] :]
+    degree = p.shape[0] - 1
+    complex_dtype = dtypes.complex128 if p.dtype == dtypes.float64 else dtypes.default_complex()
+    if dtypes.is_complex(p.dtype):
+        complex_dtype = p.dtype
+    if degree < 1:
+        return lax.full((0,), 0, complex_dtype)
+    first_row = -p[1:] / p[0]
+    below = misc.eye(degree - 1, degree, dtype=p.dtype)
+    companion = shape_ops.concatenate([first_row[None], below], axis=0)
+    return convert(linalg.eigvals(companion), complex_dtype)
 
 
 def polyadd(a1, a2):
@@ -1736,6 +1765,17 @@ def astype(x, dtype, /, *, copy: bool = False, device=None):
     return _to_dtype(x, dtypes.canonicalize(dtype))
 
 
+def array_repr(arr, max_line_width=None, precision=None, suppress_small=None) -> str:
+    """NumPy's array_repr of the array's values, named Array (as repr(Array) is)."""
+    text = np.array_repr(np.asarray(arr), max_line_width, precision, suppress_small)
+    return "Array" + text.removeprefix("array")
+
+
+def array_str(a, max_line_width=None, precision=None, suppress_small=None) -> str:
+    """NumPy's array_str of the array's values."""
+    return np.array_str(np.asarray(a), max_line_width, precision, suppress_small)
+
+
 def angle(z, deg: bool = False):
     """The argument atan2(imag, real); of real numbers pi for negative ones (and -0.0), else 0."""
     (z,) = promote_args_inexact("angle", z)
@@ -1842,6 +1882,20 @@ def blackman(M: int):
     def shape(n, M):
         phase = 2 * np.pi * n / (M - 1)
         return 0.42 - 0.5 * ufuncs.cos(phase) + 0.08 * ufuncs.cos(2 * phase)
+
+    return _window(M, shape)
+
+
+def kaiser(M: int, beta) -> Array:
+    """The Kaiser window I0(beta sqrt(1 - (2n / (M - 1) - 1)^2)) / I0(beta), n = 0 .. M - 1,
+    taken as a ratio of exponentially scaled I0s (so that it stays finite for large beta)."""
+
+    def shape(n, M):
+        b = lax.convert_element_type(to_array(beta), dtypes.float64)
+        ratio = 2 * lax.convert_element_type(n, dtypes.float64) / (M - 1) - 1
+        r = ufuncs.sqrt(1 - ratio * ratio)
+        window = _bessel.i0e(b * r) / _bessel.i0e(b) * ufuncs.exp(b * (r - 1))
+        return convert(window, dtypes.default_float)
 
     return _window(M, shape)
 

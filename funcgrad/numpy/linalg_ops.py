@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from funcgrad import dtypes, lax
 from funcgrad.array import Array
 from funcgrad.lax.linalg import dot_general_p
@@ -25,6 +27,7 @@ __all__ = [
     "cross",
     "dot",
     "einsum",
+    "einsum_path",
     "inner",
     "kron",
     "matmul",
@@ -348,6 +351,54 @@ def einsum(
         greedy=bool(optimize),
         context=f"subscripts {subscripts!r}",
     )
+
+
+def einsum_path(subscripts: str, /, *operands, optimize="greedy") -> tuple[list, str]:
+    """The order in which einsum contracts its operands, as (path, description): path is a
+    list of pairs of positions in the list of operands, each pair's result appended to its end
+    (NumPy's format, without its leading "einsum_path"); the description names each step.
+
+    The order is einsum's own: the pair giving the smallest intermediate first, or left to
+    right with optimize=False; an explicit path (a list of tuples) is returned as given. Only
+    the operands' shapes are read.
+    """
+    shapes = [tuple(np.shape(x)) for x in operands]
+    input_labels, output_labels = _parse_subscripts(subscripts, shapes)
+    sizes: dict = {}
+    for labels, shape in zip(input_labels, shapes):
+        for label, n in zip(labels, shape):
+            sizes[label] = max(sizes.get(label, 1), n)
+    if isinstance(optimize, (list, tuple)):
+        path = [tuple(step) for step in optimize if step != "einsum_path"]
+        return path, _describe_path(subscripts, path, input_labels, output_labels)
+    terms = [(None, list(labels)) for labels in input_labels]
+    path = []
+    while len(terms) > 1:
+        i, j = _greedy_pair(terms, output_labels, sizes) if optimize else (0, 1)
+        others = [t for k, t in enumerate(terms) if k not in (i, j)]
+        needed = set(output_labels).union(*(labels for _, labels in others))
+        kept = [label for label in terms[i][1] + terms[j][1] if label in needed]
+        terms = others + [(None, list(dict.fromkeys(kept)))]
+        path.append((i, j))
+    return path, _describe_path(subscripts, path, input_labels, output_labels)
+
+
+def _describe_path(subscripts: str, path: list, input_labels: list, output_labels: list) -> str:
+    def name(labels) -> str:
+        return "".join(label if isinstance(label, str) else "." for label in labels)
+
+    lines = [f"  Complete contraction:  {subscripts}"]
+    terms = [list(labels) for labels in input_labels]
+    for step in path:
+        chosen = [terms[k] for k in step]
+        terms = [t for k, t in enumerate(terms) if k not in step]
+        needed = set(output_labels).union(*terms)
+        result = list(dict.fromkeys(label for t in chosen for label in t if label in needed))
+        if not terms:
+            result = list(output_labels)
+        terms.append(result)
+        lines.append(f"  {','.join(name(t) for t in chosen)}->{name(result)}")
+    return "\n".join(lines)
 
 
 def _einsum(

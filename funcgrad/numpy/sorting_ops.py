@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from funcgrad import core, dtypes, lax
+from funcgrad.array import Array
 from funcgrad.errors import ConcretizationTypeError
 from funcgrad.numpy._promotion import convert, result_type_and_weak, to_array
 from funcgrad.numpy.reductions import cumsum, scalar
@@ -22,6 +23,7 @@ from funcgrad.numpy.shape_ops import canonicalize_axis
 from funcgrad.numpy.ufuncs import isnan
 
 __all__ = [
+    "sort_complex",
     "argpartition",
     "argsort",
     "bincount",
@@ -96,6 +98,24 @@ def argsort(
     _, reversed_indices = lax.sort((lax.rev(a, (axis,)), indices), axis, stable, num_keys=1)
     last = scalar(a.shape[axis] - 1, dtypes.default_int)
     return lax.rev(lax.sub(last, reversed_indices), (axis,))
+
+
+def sort_complex(a) -> Array:
+    """`a` as complex numbers sorted along its last axis by real part, then imaginary part;
+    real inputs become the complex dtype of their float width (complex64 for float32 and
+    integers, complex128 with 64-bit defaults or float64 input)."""
+    a = to_array(a)
+    if a.ndim == 0:
+        raise ValueError("sort_complex: a must have at least one axis")
+    if dtypes.is_complex(a.dtype):
+        complex_dtype = a.dtype
+    elif a.dtype == dtypes.float64:
+        complex_dtype = dtypes.complex128
+    else:
+        complex_dtype = dtypes.default_complex()
+    z = lax.convert_element_type(a, complex_dtype)
+    _, _, ordered = lax.sort((lax.real(z), lax.imag(z), z), -1, True, num_keys=2)
+    return ordered
 
 
 def lexsort(keys, axis: int = -1):

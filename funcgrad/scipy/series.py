@@ -1,6 +1,6 @@
 """Special functions evaluated by their series, continued fractions and asymptotic
-expansions: the exponentially scaled Bessel functions i0e and i1e, Hurwitz's zeta and
-polygamma, and the regularized incomplete gamma and beta functions.
+expansions: Hurwitz's zeta and polygamma, and the regularized incomplete gamma and beta
+functions (and, re-exported, the Bessel functions of funcgrad/numpy/_bessel.py).
 
 Each computes in float64 whatever its input dtype (the series need the range and the
 precision) and returns the inputs' promoted dtype. They are compositions of lax operations,
@@ -17,94 +17,14 @@ import numpy as np
 
 from funcgrad import lax
 from funcgrad import numpy as fnp
-from funcgrad.lax.elementwise import convert_element_type_p
-from funcgrad.numpy._promotion import promote_args_inexact
+from funcgrad.numpy._bessel import i0, i0e, i1, i1e
+from funcgrad.numpy._float64 import narrow as _narrow
+from funcgrad.numpy._float64 import wide as _wide
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
+__all__ = ["betainc", "gammainc", "gammaincc", "i0", "i0e", "i1", "i1e", "polygamma", "zeta"]
+
 F64 = np.float64
-
-
-def _wide(name: str, *xs):
-    """The arguments promoted together, in float64, and what to return (`_narrow`): their
-    dtype, weakly typed where every argument is (Python scalars), as JAX's results are."""
-    xs = promote_args_inexact(name, *xs)
-    kind = xs[0].dtype, all(x.weak_type for x in xs)
-    return [lax.convert_element_type(x, F64) for x in xs], kind
-
-
-def _narrow(x, kind: tuple):
-    dtype, weak = kind
-    return convert_element_type_p.bind(x, new_dtype=np.dtype(dtype), weak_type=weak)
-
-
-def _horner(coefficients, x):
-    result = fnp.full_like(x, coefficients[-1])
-    for c in reversed(coefficients[:-1]):
-        result = result * x + c
-    return result
-
-
-# -- Bessel functions ---------------------------------------------------------------------------
-
-# Below |x| = 30 the power series (all terms positive); above, the asymptotic expansion, whose
-# 25 terms reach 1e-19 there.
-_BESSEL_SERIES_BELOW = 30.0
-_I0_SERIES = [1 / math.factorial(k) ** 2 for k in range(75)]  # in (x/2)^2
-_I1_SERIES = [1 / (math.factorial(k) * math.factorial(k + 1)) for k in range(75)]
-
-
-def _asymptotic(order: int, terms: int = 25) -> list[float]:
-    """I_order(x) e^-x sqrt(2 pi x) = sum_k c_k / x^k, with
-    c_k = prod_{j <= k} ((2j - 1)^2 - 4 order^2) / (8j)."""
-    coefficients, c = [1.0], 1.0
-    for j in range(1, terms):
-        c *= ((2 * j - 1) ** 2 - 4 * order**2) / (8 * j)
-        coefficients.append(c)
-    return coefficients
-
-
-_I0_ASYMPTOTIC, _I1_ASYMPTOTIC = _asymptotic(0), _asymptotic(1)
-
-
-def _scaled_bessel(x, series, asymptotic, odd: bool):
-    a = fnp.abs(x)
-    # (each branch's argument kept in its range by a select, not by minimum and maximum, whose
-    # derivatives split at a tie: at |x| = 30 the branch taken would get half the derivative)
-    in_series = a < _BESSEL_SERIES_BELOW
-    near = fnp.where(in_series, a, _BESSEL_SERIES_BELOW)
-    far = fnp.where(in_series, _BESSEL_SERIES_BELOW, a)
-    small = _horner(series, near * near / 4) * fnp.exp(-near)
-    large = _horner(asymptotic, 1 / far) / fnp.sqrt(2 * math.pi * far)
-    if odd:
-        # The series' odd factor is x itself, not sign(x) |x|: sign's derivative is 0, and at
-        # x = 0 that product would take the derivative 1/2 to 0.
-        small = small * fnp.where(in_series, x, 0.0) / 2
-        large = fnp.sign(x) * large
-    return fnp.where(in_series, small, large)
-
-
-def i0e(x):
-    """exp(-|x|) I0(x), the modified Bessel function of order 0, exponentially scaled."""
-    (x,), dtype = _wide("i0e", x)
-    return _narrow(_scaled_bessel(x, _I0_SERIES, _I0_ASYMPTOTIC, odd=False), dtype)
-
-
-def i1e(x):
-    """exp(-|x|) I1(x), the modified Bessel function of order 1, exponentially scaled."""
-    (x,), dtype = _wide("i1e", x)
-    return _narrow(_scaled_bessel(x, _I1_SERIES, _I1_ASYMPTOTIC, odd=True), dtype)
-
-
-def i0(x):
-    (x,), dtype = _wide("i0", x)
-    scaled = _scaled_bessel(x, _I0_SERIES, _I0_ASYMPTOTIC, odd=False)
-    return _narrow(scaled * fnp.exp(fnp.abs(x)), dtype)
-
-
-def i1(x):
-    (x,), dtype = _wide("i1", x)
-    scaled = _scaled_bessel(x, _I1_SERIES, _I1_ASYMPTOTIC, odd=True)
-    return _narrow(scaled * fnp.exp(fnp.abs(x)), dtype)
 
 
 # -- zeta and polygamma -------------------------------------------------------------------------

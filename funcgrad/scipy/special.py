@@ -8,11 +8,29 @@ from __future__ import annotations
 import functools
 import math
 
+import numpy as np
+
 from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
 from funcgrad.nn import functions as nn
 from funcgrad.nn.functions import ArrayLike, Axis, logsumexp
 from funcgrad.numpy._promotion import promote_args_inexact
+from funcgrad.scipy.bessel import bessel_jn
+from funcgrad.scipy.faddeeva import wofz
+from funcgrad.scipy.harmonics import sph_harm_y
+from funcgrad.scipy.hypergeometric import hyp1f1, hyp2f1
+from funcgrad.scipy.integrals import (
+    _bernoulli_numbers,
+    dawsn,
+    erfcx,
+    exp1,
+    expi,
+    expn,
+    fresnel,
+    owens_t,
+    sici,
+    spence,
+)
 from funcgrad.scipy.series import (
     _narrow,
     _wide,
@@ -29,20 +47,34 @@ from funcgrad.scipy.series import (
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
 __all__ = [
+    "bernoulli",
+    "bessel_jn",
     "beta",
     "betainc",
     "betaln",
+    "boxcox",
+    "boxcox1p",
+    "comb",
+    "dawsn",
     "digamma",
     "entr",
     "erf",
     "erfc",
+    "erfcx",
     "erfinv",
+    "exp1",
+    "expi",
     "expit",
+    "expn",
     "factorial",
     "gamma",
     "gammainc",
     "gammaincc",
     "gammaln",
+    "fresnel",
+    "gammasgn",
+    "hyp1f1",
+    "hyp2f1",
     "i0",
     "i0e",
     "i1",
@@ -57,9 +89,14 @@ __all__ = [
     "ndtr",
     "ndtri",
     "poch",
+    "owens_t",
     "polygamma",
     "rel_entr",
+    "sici",
     "softmax",
+    "spence",
+    "sph_harm_y",
+    "wofz",
     "xlog1py",
     "xlogy",
     "zeta",
@@ -342,3 +379,83 @@ def kl_div(x: ArrayLike, y: ArrayLike):
     safe_x, safe_y = fnp.where(both_positive, x, 1), fnp.where(both_positive, y, 1)
     value = safe_x * fnp.log(safe_x / safe_y) - safe_x + safe_y
     return fnp.where(both_positive, value, fnp.where((x == 0) & (y >= 0), y, fnp.inf))
+
+
+def gammasgn(x: ArrayLike):
+    """The sign of Gamma(x): 1 for x > 0, -1 between -2k - 1 and -2k (and at -0, where
+    Gamma is -inf), NaN at the poles -1, -2, ... and at -inf, as SciPy's."""
+    x = _inexact("gammasgn", x)
+    negative = (x < 0) & (fnp.remainder(fnp.floor(x), 2) != 0)
+    sign = fnp.where(negative | ((x == 0) & fnp.signbit(x)), -1.0, 1.0).astype(x.dtype)
+    pole = (x < 0) & (fnp.floor(x) == x)
+    return fnp.where(pole | fnp.isnan(x), fnp.nan, sign)
+
+
+# Up to this many factors the binomial coefficient is their product, within a few ulp;
+# beyond it exp(log Gamma differences), which loses about their size in ulp.
+_COMB_PRODUCT_TERMS = 40
+
+
+def comb(N: ArrayLike, k: ArrayLike, *, repetition: bool = False):
+    """The number of combinations of N things taken k at a time, Gamma(N + 1) /
+    (Gamma(k + 1) Gamma(N - k + 1)), for real 0 <= k <= N (0 elsewhere); with `repetition`,
+    comb(N + k - 1, k).
+
+    Where k or N - k is a whole number up to 40 it is the product prod_j (N - m + j) / j over
+    the smaller m of the two (within 8 ulp in float64); elsewhere
+    exp(lgamma(N + 1) - lgamma(k + 1) - lgamma(N - k + 1)), off by about the size of those
+    logarithms in ulp (3e-13 relatively at N = 1000). Computed in float64."""
+    (N, k), kind = _wide("comb", N, k)
+    if repetition:
+        N = N + k - 1
+    valid = (k <= N) & (N >= 0) & (k >= 0)
+    safe_N, safe_k = fnp.where(valid, N, 1.0), fnp.where(valid, k, 0.0)
+    rest = safe_N - safe_k
+    use_rest = (fnp.floor(rest) == rest) & ((rest < safe_k) | (fnp.floor(safe_k) != safe_k))
+    m = fnp.where(use_rest, rest, safe_k)
+    whole = (fnp.floor(m) == m) & (m <= _COMB_PRODUCT_TERMS)
+    product = fnp.ones_like(safe_N)
+    for j in range(1, _COMB_PRODUCT_TERMS + 1):
+        factor = (safe_N - m + j) / j
+        product = fnp.where(j <= m, product * factor, product)
+    logs = lax.lgamma(safe_N + 1) - lax.lgamma(safe_k + 1) - lax.lgamma(rest + 1)
+    value = fnp.where(whole, product, fnp.exp(logs))
+    return _narrow(fnp.where(valid, value, 0.0), kind)
+
+
+def bernoulli(n: int):
+    """The Bernoulli numbers B_0 ... B_n (B_1 = -1/2, as SciPy's), exact rationals from their
+    recurrence, rounded once to the default float dtype; n must be a Python int."""
+    if not isinstance(n, (int, np.integer)) or isinstance(n, bool):
+        raise TypeError(f"bernoulli: n must be a Python int, got {n!r}")
+    if n < 0:
+        raise ValueError(f"bernoulli: n must be non-negative, got {n}")
+    return fnp.asarray([float(b) for b in _bernoulli_numbers(int(n) + 1)])
+
+
+def _boxcox_of_log(log_x, lmbda):
+    """(exp(lmbda log x) - 1) / lmbda, as log x times the Taylor series of expm1(y) / y where
+    y = lmbda log x is small (so that it is log x at lmbda = 0, with its derivative in lmbda,
+    (log x)^2 / 2, kept), and expm1(y) / lmbda elsewhere."""
+    finite_log = fnp.where(fnp.isfinite(log_x), log_x, 0.0)
+    y = lmbda * finite_log
+    small = (fnp.abs(y) < 1e-4) | (lmbda == 0)
+    near = fnp.where(small, y, 0.0)
+    taylor = log_x * (1 + near / 2 * (1 + near / 3 * (1 + near / 4 * (1 + near / 5))))
+    exact = fnp.expm1(fnp.where(small, 0.0, lmbda * log_x)) / fnp.where(small, 1.0, lmbda)
+    return fnp.where(small, taylor, exact)
+
+
+def boxcox(x: ArrayLike, lmbda: ArrayLike):
+    """The Box-Cox transformation (x^lmbda - 1) / lmbda, log x at lmbda = 0, taken as
+    expm1(lmbda log x) / lmbda (a Taylor series in lmbda log x where that is below 1e-4, so
+    that it is accurate and differentiable through lmbda = 0); NaN for x < 0."""
+    x, lmbda = promote_args_inexact("boxcox", x, lmbda)
+    return _boxcox_of_log(fnp.log(x), lmbda)
+
+
+def boxcox1p(x: ArrayLike, lmbda: ArrayLike):
+    """The Box-Cox transformation of 1 + x, ((1 + x)^lmbda - 1) / lmbda, with log1p(x) in
+    place of log x, so that it keeps its precision for small x; NaN for x < -1."""
+    x, lmbda = promote_args_inexact("boxcox1p", x, lmbda)
+    return _boxcox_of_log(fnp.log1p(x), lmbda)
