@@ -208,7 +208,7 @@ def test_clip_and_global_norm():
         ),
         (
             optim.piecewise_constant_schedule(1.0, {10: 0.5, 20: 0.1}),
-            lambda t: 1.0 * (0.5 if t > 10 else 1) * (0.1 if t > 20 else 1),
+            lambda t: 1.0 * (0.5 if t >= 10 else 1) * (0.1 if t >= 20 else 1),
         ),
         (
             optim.exponential_decay(1.0, transition_steps=4, decay_rate=0.5, staircase=True),
@@ -222,6 +222,19 @@ def test_schedules_follow_their_closed_forms(schedule, closed_form):
         np.testing.assert_allclose(
             float(fg.jit(schedule)(fnp.asarray(t, fnp.int32))), closed_form(t), rtol=1e-5, atol=1e-7
         )
+
+
+def test_piecewise_constant_schedule_scales_at_its_boundaries():
+    """Optax's definition: the product of the scales whose boundary b satisfies count >= b.
+    The scale used to start one step late (1.0 at count 10 where 0.5 is due)."""
+    schedule = optim.piecewise_constant_schedule(2.0, {20: 0.1, 10: 0.5})
+    for t, expected in [(0, 2.0), (9, 2.0), (10, 1.0), (19, 1.0), (20, 0.1), (21, 0.1)]:
+        np.testing.assert_allclose(float(schedule(t)), expected, rtol=1e-6)
+        np.testing.assert_allclose(
+            float(fg.jit(schedule)(fnp.asarray(t, fnp.int32))), expected, rtol=1e-6
+        )
+    with pytest.raises(ValueError, match="non-negative"):
+        optim.piecewise_constant_schedule(1.0, {5: -0.5})
 
 
 def test_mismatched_gradients_name_the_first_differing_path():

@@ -82,14 +82,18 @@ def warmup_cosine_decay_schedule(
 def piecewise_constant_schedule(
     init_value: float, boundaries_and_scales: dict[int, float] | None = None
 ) -> Schedule:
-    """init_value, multiplied by each scale once the count passes its boundary."""
+    """init_value, multiplied by each scale from its boundary on (count >= boundary)."""
     items = sorted((boundaries_and_scales or {}).items())
+    if any(factor < 0 for _, factor in items):
+        raise ValueError(
+            f"piecewise_constant_schedule: scales must be non-negative, got {dict(items)}"
+        )
 
     def schedule(count):
         count = fnp.asarray(count)
         value = fnp.full((), init_value, fnp.float32)
         for boundary, factor in items:
-            value = fnp.where(count > boundary, value * factor, value)
+            value = fnp.where(count >= boundary, value * factor, value)
         return value
 
     return schedule
