@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given
@@ -235,6 +236,20 @@ def test_piecewise_constant_schedule_scales_at_its_boundaries():
         )
     with pytest.raises(ValueError, match="non-negative"):
         optim.piecewise_constant_schedule(1.0, {5: -0.5})
+
+
+def test_apply_updates_rounds_low_precision_parameters_once():
+    """bfloat16 parameters plus float32 updates: the float32 sum, rounded once to bfloat16.
+    Rounding the update to bfloat16 first lost 1 + 0.0039215 (just above half an ulp of 1):
+    1.0 where Optax gives 1.0078125."""
+    bf16 = ml_dtypes.bfloat16
+    rng = np.random.default_rng(0)
+    params = np.concatenate([[1.0], rng.standard_normal(500)]).astype(bf16)
+    updates = np.concatenate([[0.0039215], rng.standard_normal(500) * 0.01]).astype(np.float32)
+    got = optim.apply_updates({"p": fnp.asarray(params)}, {"p": fnp.asarray(updates)})["p"]
+    assert got.dtype == bf16
+    expected = (params.astype(np.float64) + updates.astype(np.float64)).astype(bf16)
+    np.testing.assert_array_equal(np.asarray(got).astype(np.float32), expected.astype(np.float32))
 
 
 def test_mismatched_gradients_name_the_first_differing_path():

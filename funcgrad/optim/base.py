@@ -54,15 +54,18 @@ def chain(*transforms: GradientTransformation) -> GradientTransformation:
 
 
 def apply_updates(params, updates):
-    """params + updates, leaf by leaf, each result in its parameter's dtype."""
+    """params + updates, leaf by leaf, each result in its parameter's dtype.
+
+    The sum is taken in the promoted dtype and rounded once: bfloat16 parameters with float32
+    updates are added in float32, as Optax does. Rounding the update to bfloat16 first would
+    round twice, and an update just above half a unit in the last place would be lost."""
     check_matches(updates, params, "updates", "parameters")
-    return tree_util.tree_map(
-        lambda p, u: fnp.asarray(p + fnp.asarray(u).astype(fnp.asarray(p).dtype)).astype(
-            fnp.asarray(p).dtype
-        ),
-        params,
-        updates,
-    )
+
+    def add(p, u):
+        p = fnp.asarray(p)
+        return fnp.asarray(p + fnp.asarray(u)).astype(p.dtype)
+
+    return tree_util.tree_map(add, params, updates)
 
 
 def global_norm(updates) -> Any:
