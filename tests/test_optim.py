@@ -252,6 +252,41 @@ def test_apply_updates_rounds_low_precision_parameters_once():
     np.testing.assert_array_equal(np.asarray(got).astype(np.float32), expected.astype(np.float32))
 
 
+def test_complex_parameters_use_squared_magnitudes():
+    """Second moments and norms of complex gradients are |g|**2 (Optax's abs_sq). With g**2
+    they were complex: adam and rmsprop moved complex parameters the wrong way, adagrad
+    raised, and global_norm returned a complex number (|3+4j| gave sqrt(-7+24j))."""
+    rng = np.random.default_rng(3)
+    p0 = rng.standard_normal(5) + 1j * rng.standard_normal(5)
+    grads = [rng.standard_normal(5) + 1j * rng.standard_normal(5) for _ in range(4)]
+    lr, b1, b2, eps = 1e-2, 0.9, 0.999, 1e-8
+    cases = [
+        (optim.adam(lr), "adam"),
+        (optim.rmsprop(lr, centered=True), "rmsprop"),
+        (optim.adagrad(lr), "adagrad"),
+    ]
+    for opt, name in cases:
+        p, expected = fnp.asarray(p0, fnp.complex64), p0.copy()
+        state = opt.init(p)
+        mu, nu, total = 0.0, 0.0, 0.1
+        for t, g in enumerate(grads, start=1):
+            updates, state = opt.update(fnp.asarray(g, fnp.complex64), state, p)
+            p = optim.apply_updates(p, updates)
+            if name == "adam":
+                mu, nu = b1 * mu + (1 - b1) * g, b2 * nu + (1 - b2) * np.abs(g) ** 2
+                expected = expected - lr * (mu / (1 - b1**t)) / (np.sqrt(nu / (1 - b2**t)) + eps)
+            elif name == "rmsprop":
+                mu, nu = 0.9 * mu + 0.1 * g, 0.9 * nu + 0.1 * np.abs(g) ** 2
+                expected = expected - lr * g / np.sqrt(nu - np.abs(mu) ** 2 + eps)
+            else:
+                total = total + np.abs(g) ** 2
+                expected = expected - lr * g / np.sqrt(total + 1e-7)
+        np.testing.assert_allclose(np.asarray(p), expected, rtol=1e-5, atol=1e-6, err_msg=name)
+    norm = optim.global_norm({"a": fnp.asarray([3 + 4j], fnp.complex64), "b": fnp.ones(11)})
+    assert not np.iscomplexobj(np.asarray(norm))
+    np.testing.assert_allclose(float(norm), 6.0, rtol=1e-6)
+
+
 def test_mismatched_gradients_name_the_first_differing_path():
     params = {"layers": [{"w": fnp.ones((4, 3))}, {"w": fnp.ones(3)}]}
     opt = optim.adam(1e-3)

@@ -69,9 +69,18 @@ def apply_updates(params, updates):
 
 
 def global_norm(updates) -> Any:
-    """The l2 norm of all leaves together."""
+    """The l2 norm of all leaves together (real, with |x|**2 for complex leaves)."""
     leaves = tree_util.tree_leaves(updates)
-    return fnp.sqrt(sum(fnp.sum(fnp.square(fnp.asarray(x))) for x in leaves))
+    return fnp.sqrt(sum(fnp.sum(abs_sq(x)) for x in leaves))
+
+
+def abs_sq(g) -> Any:
+    """|g|**2, real for complex g (Optax's abs_sq): the second moments of complex gradients
+    are g * conj(g), where g**2 would be complex and wrong."""
+    g = fnp.asarray(g)
+    if fnp.iscomplexobj(g):
+        return fnp.square(fnp.real(g)) + fnp.square(fnp.imag(g))
+    return fnp.square(g)
 
 
 def zeros_like_tree(params):
