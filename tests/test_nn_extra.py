@@ -52,6 +52,28 @@ def test_log_space_helpers():
     check_grads(lambda x: nn.sparse_plus(x * 3), (x,), 1)
 
 
+def test_squareplus_keeps_its_negative_tail_and_does_not_overflow():
+    """float32 squareplus(-1e4) was 0 (x cancelling against sqrt(x**2 + 4)) and
+    squareplus(-1e20) was inf (x**2 overflowing); the value is about b / (4|x|) there."""
+    x = np.float32([-1e20, -1e30, -1e4, -30.0, -1.0, 0.0, 0.5, 7.0, 1e20, 3e38])
+    wide = x.astype(np.float64)
+    with np.errstate(over="ignore", divide="ignore"):
+        direct = (wide + np.sqrt(wide * wide + 4)) / 2
+        tail = 4 / (4 * np.abs(wide))
+    expected = np.where(wide < -1e3, tail, np.where(wide > 1e19, wide, direct))
+    assert_close(nn.squareplus(x), expected.astype(np.float32), np.float32, rtol=1e-6, atol=0)
+    assert_close(nn.squareplus(np.float32([-1e4]), b=0.0), np.float32([0.0]), np.float32)
+    moderate = np.float32([-200.0, -3.0, -0.1, 0.0, 0.1, 3.0, 200.0])
+    wide = moderate.astype(np.float64)
+    assert_close(
+        fg.vmap(fg.grad(nn.squareplus))(moderate),
+        ((1 + wide / np.sqrt(wide * wide + 4)) / 2).astype(np.float32),
+        np.float32,
+        rtol=2e-5,
+        atol=0,
+    )
+
+
 def reference_attention(q, k, v, bias=None, allowed=None, scale=None):
     """Attention head by head with NumPy: each query head uses key head h // group."""
     group = q.shape[2] // k.shape[2]

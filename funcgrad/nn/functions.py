@@ -327,9 +327,23 @@ def mish(x: ArrayLike):
 
 
 def squareplus(x: ArrayLike, b: ArrayLike = 4):
-    """(x + sqrt(x**2 + b)) / 2, a softplus made of algebraic operations."""
-    x = _inexact("squareplus", x)
-    return (x + fnp.sqrt(x * x + b)) / 2
+    """(x + sqrt(x**2 + b)) / 2, a softplus made of algebraic operations.
+
+    sqrt(x**2 + b) is hypot(x, sqrt(b)), so x**2 cannot overflow, and for negative x the
+    value is computed as b / (2 (sqrt(x**2 + b) - x)), which is the same number without the
+    cancellation of x against the root (that gave 0 at x = -1e4, and inf at -1e20, in
+    float32). Each branch sees only its own side of 0, so neither divides by 0 for the other.
+    """
+    x, b = promote_args_inexact("squareplus", x, b)
+    root_b = fnp.sqrt(b)
+    nonnegative = x >= 0
+    upper = fnp.where(nonnegative, x, 0)
+    lower = fnp.where(nonnegative, 0, x)
+    return fnp.where(
+        nonnegative,
+        upper / 2 + fnp.hypot(upper, root_b) / 2,
+        b / (2 * (fnp.hypot(lower, root_b) - lower)),
+    )
 
 
 def sparse_plus(x: ArrayLike):
