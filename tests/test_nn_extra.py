@@ -74,6 +74,16 @@ def test_squareplus_keeps_its_negative_tail_and_does_not_overflow():
     )
 
 
+def test_log1mexp_gradient_is_finite_near_zero():
+    """The derivative 1 / expm1(x): it was nan for x below 2**-24 in float32, where the
+    untaken log1p(-exp(-x)) branch is -inf."""
+    x = np.float32([1e-30, 1e-10, 1e-7, 1e-3, 0.5, 1.0, 20.0])
+    expected = 1 / np.expm1(x.astype(np.float64))
+    assert_close(fg.vmap(fg.grad(nn.log1mexp))(x), expected.astype(np.float32), np.float32)
+    assert_close(fg.jit(fg.grad(nn.log1mexp))(np.float32(0.0)), np.float32(np.inf), np.float32)
+    check_grads(nn.log1mexp, (np.array([1e-3, 0.3, 2.0, 9.0]),), 2)
+
+
 def reference_attention(q, k, v, bias=None, allowed=None, scale=None):
     """Attention head by head with NumPy: each query head uses key head h // group."""
     group = q.shape[2] // k.shape[2]

@@ -358,11 +358,19 @@ def sparse_sigmoid(x: ArrayLike):
     return fnp.clip((x + 1) / 2, 0, 1)
 
 
+@custom_jvp
 def log1mexp(x: ArrayLike):
     """log(1 - exp(-x)) for x > 0, from expm1 for small x and from log1p for large x, so
-    that neither 1 - exp(-x) nor its log loses digits (Maechler's recipe)."""
+    that neither 1 - exp(-x) nor its log loses digits (Maechler's recipe).
+
+    Its derivative is 1 / expm1(x), given directly: differentiating the selection would
+    send a zero cotangent through the untaken log1p(-exp(-x)), which is log1p(-1) = -inf
+    for x below 2**-24 in float32, and 0 * inf made the gradient nan there."""
     x = _inexact("log1mexp", x)
     return fnp.where(x < math.log(2), fnp.log(-fnp.expm1(-x)), fnp.log1p(-fnp.exp(-x)))
+
+
+log1mexp.defjvps(lambda t, ans, x: t / fnp.expm1(_inexact("log1mexp", x)))
 
 
 def logmeanexp(
