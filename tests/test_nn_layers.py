@@ -134,14 +134,26 @@ def test_conv_data_formats_and_conv1d_agree_with_the_default_layout():
         conv(floats(6, 6))
 
 
-@pytest.mark.parametrize(("padding", "size"), [("SAME", 8), ("VALID", 9)])
-def test_conv_transpose_is_the_adjoint_of_the_strided_convolution(padding, size):
+@pytest.mark.parametrize(
+    ("padding", "size", "kernel", "stride"),
+    [
+        ("SAME", 8, 3, 2),
+        ("VALID", 9, 3, 2),
+        # Kernels smaller than the stride: the SAME transpose used to pad the wrong side
+        # first, giving the right shape but values shifted by a row and a column.
+        ("SAME", 8, 1, 2),
+        ("SAME", 9, 2, 3),
+        ("SAME", 8, 4, 2),
+        ("VALID", 8, 2, 3),
+    ],
+)
+def test_conv_transpose_is_the_adjoint_of_the_strided_convolution(padding, size, kernel, stride):
     """<conv(x), y> = <conv_transpose(y), x> when the transpose holds the same kernel with
     its channel axes swapped."""
-    conv = nn.Conv2d(3, 5, 3, stride=2, padding=padding, use_bias=False, key=KEY)
+    conv = nn.Conv2d(3, 5, kernel, stride=stride, padding=padding, use_bias=False, key=KEY)
     transpose = nn.tree_at(
         lambda m: m.weight,
-        nn.ConvTranspose2d(5, 3, 3, stride=2, padding=padding, use_bias=False, key=KEY),
+        nn.ConvTranspose2d(5, 3, kernel, stride=stride, padding=padding, use_bias=False, key=KEY),
         fnp.swapaxes(conv.weight, 2, 3),
     )
     x = floats(2, size, size, 3)

@@ -246,8 +246,12 @@ class ConvTranspose2d(_Conv):
         if self.padding == "SAME":
             pads = []
             for w, s, extra in zip(window, self.stride, self.output_padding):
-                total = w + s - 2  # so that the output is exactly input * stride
-                pads.append((total - total // 2, total // 2 + extra))
+                # The convolution of an input of size n * s pads it by max(w - s, 0), the
+                # smaller half first; its transpose pads by w - 1 less that on each side,
+                # plus s - 1 at the end, so the output is exactly input * stride.
+                forward_low = max(w - s, 0) // 2
+                total = w + s - 2
+                pads.append((w - 1 - forward_low, total - (w - 1 - forward_low) + extra))
         elif self.padding == "VALID":
             pads = [(w - 1, w - 1 + extra) for w, extra in zip(window, self.output_padding)]
         else:
