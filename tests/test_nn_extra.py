@@ -133,6 +133,20 @@ def test_attention_masks_and_options():
         rtol=1e-10,
         atol=1e-10,
     )
+    # Queries past their length are padding: their outputs are 0 (they were the mean of
+    # the values, every logit of theirs removed), as JAX gives.
+    query_lengths = np.array([2, 5])
+    query_allowed = np.arange(5)[None, None, :, None] < query_lengths[:, None, None, None]
+    expected = reference_attention(q, k, v, allowed=key_allowed & query_allowed)
+    expected = expected * (np.arange(5)[None, :] < query_lengths[:, None])[..., None, None]
+    assert_close(
+        nn.dot_product_attention(
+            q, k, v, query_seq_lengths=query_lengths, key_value_seq_lengths=lengths
+        ),
+        expected,
+        rtol=1e-10,
+        atol=1e-10,
+    )
     window = np.abs(np.arange(5)[:, None] - np.arange(6)[None, :]) <= 1
     assert_close(
         nn.dot_product_attention(q[0], k[0], v[0], local_window_size=(1, 1)),

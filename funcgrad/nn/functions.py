@@ -410,8 +410,9 @@ def dot_product_attention(
     `mask` (True where attention is allowed), `is_causal`, the sequence lengths and
     `local_window_size` (left, right) all remove logits; a query with nothing to attend to
     gets the mean of the values, as the removed logits are a large negative number rather
-    than -inf. `return_residual` also returns the logsumexp of the logits, (batch, length,
-    heads). Softmax statistics are computed in float32 for 16-bit inputs.
+    than -inf. Queries past their `query_seq_lengths` are padding, and their outputs are 0.
+    `return_residual` also returns the logsumexp of the logits, (batch, length, heads).
+    Softmax statistics are computed in float32 for 16-bit inputs.
     """
     if implementation not in (None, "xla"):
         raise NotImplementedError(f"dot_product_attention: implementation {implementation!r}")
@@ -463,6 +464,11 @@ def dot_product_attention(
     weights = fnp.reshape(weights, (batch, kv_heads, group, q_len, kv_len))
     out = fnp.einsum("bkgts,bskh->btkgh", weights, value)
     out = fnp.reshape(out, (batch, q_len, heads, head_dim))
+    if query_seq_lengths is not None:
+        # Padding queries (at or past their sequence's length) give 0, as in JAX.
+        lengths = fnp.asarray(query_seq_lengths).reshape(batch, 1, 1, 1)
+        positions = lax.broadcasted_iota(dtypes.int32, (1, q_len, 1, 1), 1)
+        out = fnp.where(positions < lengths, out, fnp.zeros_like(out))
     if unbatched:
         out = out[0]
     if not return_residual:
