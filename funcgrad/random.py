@@ -22,10 +22,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from funcgrad import dtypes, lax
+from funcgrad import core, dtypes, lax
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.config import config
+from funcgrad.scipy import special
 
 __all__ = [
     "PRNGKey",
@@ -346,22 +347,59 @@ def normal(key, shape: Sequence[int] = (), dtype=float) -> Array:
     return _normal(key, shape, _float_dtype("normal", dtype))
 
 
+# Beyond this many standard deviations erf(x / sqrt 2) is too close to +-1 for float32 to
+# resolve an interval's probability (erf(5 / sqrt 2) and erf(10 / sqrt 2) are one float32).
+_NORMAL_TAIL = 3.0
+
+
 def truncated_normal(key, lower, upper, shape=None, dtype=float) -> Array:
     """Standard normal floats conditioned on lying in the open interval (lower, upper).
 
-    The shape defaults to the broadcast shape of `lower` and `upper`.
+    The shape defaults to the broadcast shape of `lower` and `upper`. Inverse-CDF sampling:
+    uniform between erf(lower / sqrt 2) and erf(upper / sqrt 2), mapped back by erf_inv, as
+    JAX samples. An interval lying beyond 3 standard deviations on one side (some element of
+    it, where the bounds are arrays) is drawn instead as its mirror image below 0, negated,
+    uniform between the normal CDFs of the bounds (which keep their relative precision
+    there) and mapped back by ndtri; through erf, (5, 10) gave a handful of distinct values.
     """
     key = _check_key("truncated_normal", key)
     dtype = _float_dtype("truncated_normal", dtype)
+    if isinstance(lower, core.Tracer) or isinstance(upper, core.Tracer):
+        far_out = None  # decided when the program runs
+    else:
+        # Known bounds (the usual case, e.g. an initializer's -2 and 2) choose the method
+        # now, and a jitted program holds only that one.
+        far_out = bool(
+            np.any(np.asarray(lower, np.float64) >= _NORMAL_TAIL)
+            or np.any(np.asarray(upper, np.float64) <= -_NORMAL_TAIL)
+        )
     lower, upper = _as_dtype(lower, dtype), _as_dtype(upper, dtype)
     if shape is None:
         shape = np.broadcast_shapes(lower.shape, upper.shape)
     shape = _canonical_shape("truncated_normal", shape)
-    # Inverse-CDF sampling: uniform between the CDFs of the bounds, mapped back by erf_inv.
-    sqrt2 = np.array(np.sqrt(2), dtype)[()]
-    cdf_lower, cdf_upper = (lax.erf(lax.div(bound, sqrt2)) for bound in (lower, upper))
-    u = _uniform("truncated_normal", key, shape, dtype, cdf_lower, cdf_upper)
-    out = lax.mul(lax.erf_inv(u), sqrt2)
+
+    def through_erf(lower, upper):
+        sqrt2 = np.array(np.sqrt(2), dtype)[()]
+        cdf_lower, cdf_upper = (lax.erf(lax.div(bound, sqrt2)) for bound in (lower, upper))
+        u = _uniform("truncated_normal", key, shape, dtype, cdf_lower, cdf_upper)
+        return lax.mul(lax.erf_inv(u), sqrt2)
+
+    def through_lower_tail(lower, upper):
+        work = np.promote_types(dtype, np.float32)
+        low, high = (fnp.broadcast_to(b, shape).astype(work) for b in (lower, upper))
+        mirrored = lax.gt(low, lax.full_like(low, 0))
+        low, high = lax.select(mirrored, -high, low), lax.select(mirrored, -low, high)
+        u = _uniform("truncated_normal", key, shape, work, special.ndtr(low), special.ndtr(high))
+        x = special.ndtri(u)
+        return lax.convert_element_type(lax.select(mirrored, -x, x), dtype)
+
+    lower = _broadcast_to("truncated_normal", lower, shape)
+    upper = _broadcast_to("truncated_normal", upper, shape)
+    if far_out is None:
+        far_out = fnp.any(lax.stop_gradient((lower >= _NORMAL_TAIL) | (upper <= -_NORMAL_TAIL)))
+        out = lax.cond(far_out, through_lower_tail, through_erf, lower, upper)
+    else:
+        out = (through_lower_tail if far_out else through_erf)(lower, upper)
     # Rounding can land on or past a bound; clamp into the open interval.
     inside_lower = lax.nextafter(lax.stop_gradient(lower), np.inf)
     inside_upper = lax.nextafter(lax.stop_gradient(upper), -np.inf)
