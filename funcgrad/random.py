@@ -758,16 +758,22 @@ def triangular(key, left, mode, right, shape=None, dtype=None) -> Array:
 
 def wald(key, mean, shape=None, dtype=None) -> Array:
     """Inverse Gaussian (Wald) floats of the given mean and shape parameter 1, by the
-    transformation of Michael, Schucany and Haas (one normal and one uniform draw)."""
+    transformation of Michael, Schucany and Haas (one normal and one uniform draw).
+
+    The smaller root of their quadratic, mean + mean / 2 (s - sqrt(s**2 + 4 s)) with
+    s = mean z**2, is computed as 4 mean / (sqrt(s) + sqrt(s + 4))**2, the same number
+    without the cancellation that made it 0 or negative for large means (40% of the draws
+    at mean 1e4 in float32)."""
     key = _check_key("wald", key)
     dtype = _draw_dtype("wald", dtype)
     shape, (mean,) = _params("wald", shape, dtype, mean)
     normal_key, uniform_key = _split2(key)
     z = _normal(normal_key, shape, dtype)
-    mean_y = mean * z * z
-    x = mean + mean / 2 * (mean_y - lax.sqrt(4 * mean_y + mean_y * mean_y))
+    s = mean * z * z
+    root = lax.sqrt(s) + lax.sqrt(s + 4)
+    x = 4 * mean / (root * root)
     u = _uniform("wald", uniform_key, shape, dtype, 0.0, 1.0)
-    return lax.select(u <= mean / (mean + x), x, mean * mean / x)
+    return lax.select(u <= mean / (mean + x), x, mean * (mean / x))
 
 
 def geometric(key, p, shape=None, dtype=None) -> Array:

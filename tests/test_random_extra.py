@@ -42,6 +42,10 @@ def assert_distributed_as(draws, cdf, *args) -> None:
         ("rayleigh", lambda k: fr.rayleigh(k, 2.0, (N,)), "rayleigh", (0, 2.0)),
         ("triangular", lambda k: fr.triangular(k, 1.0, 2.0, 4.0, (N,)), "triang", (1 / 3, 1, 3)),
         ("wald", lambda k: fr.wald(k, 1.5, (N,)), "invgauss", (1.5,)),
+        # Large means: the root of the quadratic was computed with a cancellation that gave
+        # 0 or negative draws (40% of them at mean 1e4).
+        ("wald large mean", lambda k: fr.wald(k, 1e4, (N,)), "invgauss", (1e4,)),
+        ("wald larger mean", lambda k: fr.wald(k, 1e7, (N,)), "invgauss", (1e7,)),
         ("generalized_normal", lambda k: fr.generalized_normal(k, 1.5, (N,)), "gennorm", (1.5,)),
         (
             "double_sided_maxwell",
