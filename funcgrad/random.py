@@ -851,25 +851,29 @@ def chisquare(key, df, shape=None, dtype=None) -> Array:
 
 
 def t(key, df, shape=None, dtype=None) -> Array:
-    """Student's t floats: z / sqrt(chi2(df) / df)."""
+    """Student's t floats: z / sqrt(chi2(df) / df), the scale taken in log space, where the
+    gamma draw for small df underflows while the quotient is still finite (df = 0.01 in
+    float32 gave inf for 62% of draws rather than the 40% beyond float32's range)."""
     key = _check_key("t", key)
     dtype = _draw_dtype("t", dtype)
     shape, (df,) = _params("t", shape, dtype, df)
     normal_key, gamma_key = _split2(key)
     z = _normal(normal_key, shape, dtype)
-    half_chi2 = lax.exp(_log_gamma_sample(gamma_key, df / 2))
-    return z * lax.sqrt(df / 2 / half_chi2)
+    log_half_chi2 = _log_gamma_sample(gamma_key, df / 2)
+    return z * lax.exp((lax.log(df / 2) - log_half_chi2) / 2)
 
 
 def f(key, dfnum, dfden, shape=None, dtype=None) -> Array:
-    """F floats: (chi2(dfnum) / dfnum) / (chi2(dfden) / dfden)."""
+    """F floats: (chi2(dfnum) / dfnum) / (chi2(dfden) / dfden), the quotient taken in log
+    space: for small degrees of freedom both chi-square draws underflow, and 0 / 0 made a
+    third of f(0.01, 0.01) nan in float32."""
     key = _check_key("f", key)
     dtype = _draw_dtype("f", dtype)
     shape, (dfnum, dfden) = _params("f", shape, dtype, dfnum, dfden)
     num_key, den_key = _split2(key)
-    num = chisquare(num_key, dfnum, shape, dtype)
-    den = chisquare(den_key, dfden, shape, dtype)
-    return num / dfnum / (den / dfden)
+    log_num = _log_gamma_sample(num_key, dfnum / 2) - lax.log(dfnum)
+    log_den = _log_gamma_sample(den_key, dfden / 2) - lax.log(dfden)
+    return lax.exp(log_num - log_den)
 
 
 def beta(key, a, b, shape=None, dtype=None) -> Array:

@@ -94,6 +94,31 @@ def test_geometric_and_rademacher():
     assert abs(r.mean()) < 5 / np.sqrt(N)
 
 
+def test_t_and_f_with_tiny_degrees_of_freedom_stay_in_range():
+    """For df = 0.01 the gamma draws underflow float32 while t and F are often still finite:
+    inf only as often as the distribution passes float32's largest value, and never nan
+    (f(0.01, 0.01) was nan for a third of its draws, from 0 / 0; t(0.01) inf for 62%)."""
+    n = 20_000
+    largest, smallest = (
+        float(np.finfo(np.float32).max),
+        float(np.finfo(np.float32).smallest_subnormal),
+    )
+
+    # Each frequency within 6 standard errors of its probability.
+    def assert_frequency(observed, probability):
+        assert abs(observed - probability) < 6 * np.sqrt(probability * (1 - probability) / n)
+
+    x = np.asarray(fr.t(KEY, 0.01, (n,)), np.float64)
+    assert not np.isnan(x).any()
+    assert_frequency(np.isinf(x).mean(), 2 * stats.t(0.01).sf(largest))
+    assert_frequency((x <= 1).mean(), stats.t(0.01).cdf(1))
+    y = np.asarray(fr.f(KEY, 0.01, 0.01, (n,)), np.float64)
+    assert not np.isnan(y).any()
+    assert_frequency(np.isinf(y).mean(), stats.f(0.01, 0.01).sf(largest))
+    assert_frequency((y < smallest).mean(), stats.f(0.01, 0.01).cdf(smallest))
+    assert_frequency((y <= 1).mean(), 0.5)
+
+
 def test_special_parameters_give_nan_or_minus_one():
     a = np.array([0.0, -1.0, np.nan, np.inf, 2.0])
     g = np.asarray(fr.gamma(KEY, a))
