@@ -238,6 +238,20 @@ def test_piecewise_constant_schedule_scales_at_its_boundaries():
         optim.piecewise_constant_schedule(1.0, {5: -0.5})
 
 
+def test_schedules_treat_degenerate_arguments_as_optax_does():
+    """A negative transition_begin counts as 0 and exponential_decay with decay_rate 0 is
+    constant (Optax's definitions). exponential_decay(1, 10, 0.5, transition_begin=-3) gave
+    0.81 at count 0, and decay_rate 0 gave 0 from count 1 on."""
+    cases = [
+        (optim.exponential_decay(1.0, 10, 0.5, transition_begin=-3), lambda t: 0.5 ** (t / 10)),
+        (optim.exponential_decay(2.0, 10, 0.0), lambda t: 2.0),
+        (optim.linear_schedule(1.0, 0.0, 5, transition_begin=-2), lambda t: 1 - min(t, 5) / 5),
+    ]
+    for schedule, closed_form in cases:
+        for t in [0, 1, 4, 10, 30]:
+            np.testing.assert_allclose(float(schedule(t)), closed_form(t), rtol=1e-6)
+
+
 def test_apply_updates_rounds_low_precision_parameters_once():
     """bfloat16 parameters plus float32 updates: the float32 sum, rounded once to bfloat16.
     Rounding the update to bfloat16 first lost 1 + 0.0039215 (just above half an ulp of 1):
