@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
-from funcgrad import optim
+from funcgrad import optim, tree_util
 
 STEPS = 6
 
@@ -174,6 +174,21 @@ def test_chain_with_clipping_and_masked_weight_decay():
     for k in params:
         decay = 0.5 * params[k] if k == "w" else 0.0
         np.testing.assert_allclose(updates[k], -0.1 * (grads[0][k] * scale + decay), rtol=1e-5)
+
+
+def test_weight_decay_mask_may_be_a_prefix_of_the_parameters():
+    """A bool standing for a whole subtree, as Optax's masks allow (it raised)."""
+    params = {"dense": {"w": fnp.full((2, 3), 2.0), "b": fnp.ones(3)}, "scale": fnp.ones(3)}
+    grads = tree_util.tree_map(fnp.ones_like, params)
+    opt = optim.add_decayed_weights(0.5, mask={"dense": True, "scale": False})
+    updates, _ = opt.update(grads, opt.init(params), params)
+    np.testing.assert_array_equal(updates["dense"]["w"], np.full((2, 3), 2.0))
+    np.testing.assert_array_equal(updates["dense"]["b"], np.full(3, 1.5))
+    np.testing.assert_array_equal(updates["scale"], np.ones(3))
+    by_function = optim.add_decayed_weights(0.5, mask=lambda p: {"dense": False, "scale": True})
+    updates, _ = by_function.update(grads, by_function.init(params), params)
+    np.testing.assert_array_equal(updates["dense"]["b"], np.ones(3))
+    np.testing.assert_array_equal(updates["scale"], np.full(3, 1.5))
 
 
 def test_clip_and_global_norm():

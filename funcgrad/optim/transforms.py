@@ -209,8 +209,12 @@ def trace(decay: float, nesterov: bool = False) -> GradientTransformation:
 
 
 def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransformation:
-    """updates + weight_decay * params (decoupled weight decay), on the leaves `mask` selects
-    (a pytree of bools like params, or a function of params returning one)."""
+    """updates + weight_decay * params (decoupled weight decay), on the leaves `mask` selects:
+    a pytree of bools with the structure of params or a prefix of it (a bool then stands for
+    a whole subtree, as in Optax), or a function of params returning one."""
+
+    def decay(updates, params):
+        return _map(lambda g, p: g + weight_decay * p, updates, params)
 
     def update(updates, state, params=None):
         if params is None:
@@ -218,11 +222,8 @@ def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransfo
         check_matches(updates, params, "gradients", "parameters")
         chosen = mask(params) if callable(mask) else mask
         if chosen is None:
-            decayed = _map(lambda g, p: g + weight_decay * p, updates, params)
-        else:
-            decayed = _map(
-                lambda g, p, m: g + weight_decay * p if m else g, updates, params, chosen
-            )
+            return decay(updates, params), state
+        decayed = _map(lambda m, g, p: decay(g, p) if m else g, chosen, updates, params)
         return decayed, state
 
     return GradientTransformation(lambda params: EmptyState(), update)
