@@ -187,6 +187,24 @@ def test_layer_norm_and_rms_norm_match_numpy():
         norm(floats(3, 5, 4))
 
 
+def test_norms_of_bfloat16_inputs_take_statistics_in_float32():
+    """Rows of mean 1 and deviation 0.1: a bfloat16 mean rounds to 1.0 and shifted whole
+    normalized rows (by up to 0.04); the result, in bfloat16, is within a unit in the last
+    place (1/128 below 2) of the float64 normalization."""
+    bf16 = np.dtype(fg.dtypes.bfloat16)
+    x = (np.random.default_rng(3).standard_normal((4, 1024)) * 0.1 + 1).astype(bf16)
+    wide = x.astype(np.float64)
+    centred = wide - wide.mean(-1, keepdims=True)
+    layer_norm = nn.LayerNorm(1024, dtype=bf16)(x)
+    assert layer_norm.dtype == bf16
+    expected = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(np.asarray(layer_norm).astype(np.float64), expected, atol=1 / 128)
+    rms_norm = nn.RMSNorm(1024, dtype=bf16)(x)
+    assert rms_norm.dtype == bf16
+    expected = wide / np.sqrt((wide**2).mean(-1, keepdims=True) + 1e-6)
+    np.testing.assert_allclose(np.asarray(rms_norm).astype(np.float64), expected, atol=1 / 128)
+
+
 def test_batch_norm_uses_batch_statistics_in_training_and_running_ones_in_inference():
     bn = nn.BatchNorm(3, momentum=0.9)
     x = floats(8, 2, 3) * 2 + 1
