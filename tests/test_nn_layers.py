@@ -203,6 +203,15 @@ def test_norms_of_bfloat16_inputs_take_statistics_in_float32():
     assert rms_norm.dtype == bf16
     expected = wide / np.sqrt((wide**2).mean(-1, keepdims=True) + 1e-6)
     np.testing.assert_allclose(np.asarray(rms_norm).astype(np.float64), expected, atol=1 / 128)
+    # BatchNorm over the batch axis; in inference it returned float32 (the running
+    # statistics' dtype) where training returned bfloat16.
+    batch_norm = nn.BatchNorm(4, dtype=bf16)
+    state = batch_norm.initial_state()
+    trained, state = batch_norm(x.T, state, training=True)
+    assert trained.dtype == bf16 and batch_norm(x.T, state, training=False)[0].dtype == bf16
+    centred = wide.T - wide.T.mean(0)
+    expected = centred / np.sqrt((centred**2).mean(0) + 1e-5)
+    np.testing.assert_allclose(np.asarray(trained).astype(np.float64), expected, atol=1 / 128)
 
 
 def test_batch_norm_uses_batch_statistics_in_training_and_running_ones_in_inference():

@@ -448,9 +448,11 @@ class BatchNorm(Module):
         reduced = tuple(d for d in range(x.ndim) if d != axis)
         shape = [1] * x.ndim
         shape[axis] = self.num_features
+        (x,) = promote_args_inexact("BatchNorm", x)
+        wide = _statistics_input(x)
         if training:
-            mean = x.mean(axis=reduced)
-            var = ((x - mean.reshape(shape)) ** 2).mean(axis=reduced)
+            mean = wide.mean(axis=reduced)
+            var = ((wide - mean.reshape(shape)) ** 2).mean(axis=reduced)
             count = x.size // self.num_features
             unbiased = var * (count / max(count - 1, 1))
             m = self.momentum
@@ -460,7 +462,8 @@ class BatchNorm(Module):
             }
         else:
             mean, var = state["mean"], state["var"]
-        y = (x - mean.reshape(shape)) * lax.rsqrt(var.reshape(shape) + self.eps)
+        y = (wide - mean.reshape(shape)) * lax.rsqrt(var.reshape(shape) + self.eps)
+        y = y.astype(x.dtype)
         return y * self.weight.reshape(shape) + self.bias.reshape(shape), state
 
 
