@@ -247,11 +247,13 @@ def logsumexp(
     else:
         # Terms of weight 0 count for nothing, not even in the shift. They keep their
         # exponent, so the derivative in a zero weight is exp(a) / sum rather than 0; it is
-        # only capped where exp would overflow (or is inf, where 0 * inf would be nan).
+        # only capped where exp would overflow (or is inf, where 0 * inf would be nan), and
+        # a nan there (a masked-out entry) counts as -inf, as in JAX.
         shift = _shift(fnp.where(b != 0, a, -fnp.inf), axis)
         exponent = a - shift
         cap = math.log(dtypes.finfo(exponent.dtype).max) / 2
-        terms = b * fnp.exp(fnp.where(b != 0, exponent, fnp.minimum(exponent, cap)))
+        unweighted = fnp.minimum(fnp.where(fnp.isnan(exponent), -fnp.inf, exponent), cap)
+        terms = b * fnp.exp(fnp.where(b != 0, exponent, unweighted))
     total = fnp.sum(terms, axis=axis, keepdims=keepdims)
     out = fnp.log(fnp.abs(total)) + fnp.reshape(shift, total.shape)
     sign = fnp.sign(total)
