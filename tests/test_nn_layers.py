@@ -272,6 +272,10 @@ def test_multi_head_attention_matches_numpy(causal):
         ValueError, match=r"MultiHeadAttention\(num_heads=2, embed_dim=8\).*\(3, 5, 6\)"
     ):
         mha(floats(3, 5, 6))
+    # Leading axes of the same size but another shape were flattened alike and paired the
+    # wrong sequences: queries of batch (2, 3) attended to key_value of batch (3, 2).
+    with pytest.raises(ValueError, match=r"same leading \(batch\) axes"):
+        mha(floats(2, 3, 5, 8), floats(3, 2, 7, 8))
 
 
 def test_pooling_matches_numpy_windows():

@@ -530,6 +530,11 @@ class MultiHeadAttention(Module):
                     f"got {tuple(x.shape)}"
                 )
         lead = query.shape[:-2]
+        if key_value.shape[:-2] != lead:
+            raise ValueError(
+                f"{name}: query {tuple(query.shape)} and key_value {tuple(key_value.shape)} "
+                "must have the same leading (batch) axes"
+            )
         heads, head_dim = self.num_heads, self.embed_dim // self.num_heads
 
         def split(x, length):
