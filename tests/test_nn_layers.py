@@ -397,6 +397,10 @@ def test_tree_at_replaces_one_node_or_several():
     close(both.layers[0].bias, np.ones(4))
     swapped = nn.tree_at(lambda m: m.layers[0], model, nn.Linear(3, 4, use_bias=False, key=KEY))
     assert swapped.layers[0].bias is None
+    # A list of nodes is a container of `where`'s own, not a node of the tree: it returned
+    # the model unchanged.
+    with pytest.raises(ValueError, match="not a node of the tree"):
+        nn.tree_at(lambda m: [m.layers[0].bias], model, [fnp.ones(4)])
 
 
 # -- initializers and losses --------------------------------------------------------------------
