@@ -222,6 +222,12 @@ def test_logsumexp_extremes():
     assert_close(nn.logsumexp(np.float32([1e4, 1e4])), np.float32(1e4 + math.log(2)))
     # A zero weight removes an infinite term instead of making 0 * inf = nan.
     assert_close(nn.logsumexp(np.float32([np.inf, 0.0]), b=np.float32([0.0, 2.0])), np.log(2.0))
+    # So does it a nan term (a masked-out entry), in the value and the gradient; it made both
+    # nan.
+    a, b = np.float32([np.nan, 0.0, 1.0]), np.float32([0.0, 2.0, 1.0])
+    assert_close(nn.logsumexp(a, b=b), np.float32(np.log(2 + np.e)))
+    gradient = fg.grad(lambda a: nn.logsumexp(a, b=b))(a)
+    assert_close(gradient, np.float32([0.0, 2, np.e]) / np.float32(2 + np.e))
     out, sign = nn.logsumexp(np.float32([1.0, 2.0]), b=np.float32([1.0, -1.0]), return_sign=True)
     assert_close(out, np.log(np.e**2 - np.e), rtol=1e-6)
     assert float(sign) == -1.0

@@ -60,6 +60,38 @@ def test_log1mexp_derivative_near_zero():
     assert_close(fg.vmap(fg.jacfwd(nn.log1mexp))(x), 1 / np.expm1(x), rtol=1e-14)
 
 
+def test_squareplus_keeps_its_negative_tail_and_does_not_overflow():
+    """float32 squareplus(-1e4) was 0 (x cancelling against sqrt(x**2 + 4)) and
+    squareplus(-1e20) was inf (x**2 overflowing); the value is about b / (4|x|) there."""
+    x = np.float32([-1e20, -1e30, -1e4, -30.0, -1.0, 0.0, 0.5, 7.0, 1e20, 3e38])
+    wide = x.astype(np.float64)
+    with np.errstate(over="ignore", divide="ignore"):
+        direct = (wide + np.sqrt(wide * wide + 4)) / 2
+        tail = 4 / (4 * np.abs(wide))
+    expected = np.where(wide < -1e3, tail, np.where(wide > 1e19, wide, direct))
+    assert_close(nn.squareplus(x), expected.astype(np.float32), np.float32, rtol=1e-6, atol=0)
+    assert_close(nn.squareplus(np.float32([-1e4]), b=0.0), np.float32([0.0]), np.float32)
+    moderate = np.float32([-200.0, -3.0, -0.1, 0.0, 0.1, 3.0, 200.0])
+    wide = moderate.astype(np.float64)
+    assert_close(
+        fg.vmap(fg.grad(nn.squareplus))(moderate),
+        ((1 + wide / np.sqrt(wide * wide + 4)) / 2).astype(np.float32),
+        np.float32,
+        rtol=2e-5,
+        atol=0,
+    )
+
+
+def test_log1mexp_gradient_is_finite_near_zero():
+    """The derivative 1 / expm1(x): it was nan for x below 2**-24 in float32, where the
+    untaken log1p(-exp(-x)) branch is -inf."""
+    x = np.float32([1e-30, 1e-10, 1e-7, 1e-3, 0.5, 1.0, 20.0])
+    expected = 1 / np.expm1(x.astype(np.float64))
+    assert_close(fg.vmap(fg.grad(nn.log1mexp))(x), expected.astype(np.float32), np.float32)
+    assert_close(fg.jit(fg.grad(nn.log1mexp))(np.float32(0.0)), np.float32(np.inf), np.float32)
+    check_grads(nn.log1mexp, (np.array([1e-3, 0.3, 2.0, 9.0]),), 2)
+
+
 def reference_attention(q, k, v, bias=None, allowed=None, scale=None):
     """Attention head by head with NumPy: each query head uses key head h // group."""
     group = q.shape[2] // k.shape[2]
@@ -105,6 +137,20 @@ def test_attention_masks_and_options():
     expected = reference_attention(q, k, v, allowed=key_allowed)
     assert_close(
         nn.dot_product_attention(q, k, v, key_value_seq_lengths=lengths),
+        expected,
+        rtol=1e-10,
+        atol=1e-10,
+    )
+    # Queries past their length are padding: their outputs are 0 (they were the mean of
+    # the values, every logit of theirs removed), as JAX gives.
+    query_lengths = np.array([2, 5])
+    query_allowed = np.arange(5)[None, None, :, None] < query_lengths[:, None, None, None]
+    expected = reference_attention(q, k, v, allowed=key_allowed & query_allowed)
+    expected = expected * (np.arange(5)[None, :] < query_lengths[:, None])[..., None, None]
+    assert_close(
+        nn.dot_product_attention(
+            q, k, v, query_seq_lengths=query_lengths, key_value_seq_lengths=lengths
+        ),
         expected,
         rtol=1e-10,
         atol=1e-10,

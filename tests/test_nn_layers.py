@@ -134,14 +134,26 @@ def test_conv_data_formats_and_conv1d_agree_with_the_default_layout():
         conv(floats(6, 6))
 
 
-@pytest.mark.parametrize(("padding", "size"), [("SAME", 8), ("VALID", 9)])
-def test_conv_transpose_is_the_adjoint_of_the_strided_convolution(padding, size):
+@pytest.mark.parametrize(
+    ("padding", "size", "kernel", "stride"),
+    [
+        ("SAME", 8, 3, 2),
+        ("VALID", 9, 3, 2),
+        # Kernels smaller than the stride: the SAME transpose used to pad the wrong side
+        # first, giving the right shape but values shifted by a row and a column.
+        ("SAME", 8, 1, 2),
+        ("SAME", 9, 2, 3),
+        ("SAME", 8, 4, 2),
+        ("VALID", 8, 2, 3),
+    ],
+)
+def test_conv_transpose_is_the_adjoint_of_the_strided_convolution(padding, size, kernel, stride):
     """<conv(x), y> = <conv_transpose(y), x> when the transpose holds the same kernel with
     its channel axes swapped."""
-    conv = nn.Conv2d(3, 5, 3, stride=2, padding=padding, use_bias=False, key=KEY)
+    conv = nn.Conv2d(3, 5, kernel, stride=stride, padding=padding, use_bias=False, key=KEY)
     transpose = nn.tree_at(
         lambda m: m.weight,
-        nn.ConvTranspose2d(5, 3, 3, stride=2, padding=padding, use_bias=False, key=KEY),
+        nn.ConvTranspose2d(5, 3, kernel, stride=stride, padding=padding, use_bias=False, key=KEY),
         fnp.swapaxes(conv.weight, 2, 3),
     )
     x = floats(2, size, size, 3)
@@ -173,6 +185,33 @@ def test_layer_norm_and_rms_norm_match_numpy():
     close(rms(x), wanted, 1e-4)
     with pytest.raises(ValueError, match=r"LayerNorm\(shape=\(4, 5\)\).*\(3, 5, 4\)"):
         norm(floats(3, 5, 4))
+
+
+def test_norms_of_bfloat16_inputs_take_statistics_in_float32():
+    """Rows of mean 1 and deviation 0.1: a bfloat16 mean rounds to 1.0 and shifted whole
+    normalized rows (by up to 0.04); the result, in bfloat16, is within a unit in the last
+    place (1/128 below 2) of the float64 normalization."""
+    bf16 = np.dtype(fg.dtypes.bfloat16)
+    x = (np.random.default_rng(3).standard_normal((4, 1024)) * 0.1 + 1).astype(bf16)
+    wide = x.astype(np.float64)
+    centred = wide - wide.mean(-1, keepdims=True)
+    layer_norm = nn.LayerNorm(1024, dtype=bf16)(x)
+    assert layer_norm.dtype == bf16
+    expected = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-5)
+    np.testing.assert_allclose(np.asarray(layer_norm).astype(np.float64), expected, atol=1 / 128)
+    rms_norm = nn.RMSNorm(1024, dtype=bf16)(x)
+    assert rms_norm.dtype == bf16
+    expected = wide / np.sqrt((wide**2).mean(-1, keepdims=True) + 1e-6)
+    np.testing.assert_allclose(np.asarray(rms_norm).astype(np.float64), expected, atol=1 / 128)
+    # BatchNorm over the batch axis; in inference it returned float32 (the running
+    # statistics' dtype) where training returned bfloat16.
+    batch_norm = nn.BatchNorm(4, dtype=bf16)
+    state = batch_norm.initial_state()
+    trained, state = batch_norm(x.T, state, training=True)
+    assert trained.dtype == bf16 and batch_norm(x.T, state, training=False)[0].dtype == bf16
+    centred = wide.T - wide.T.mean(0)
+    expected = centred / np.sqrt((centred**2).mean(0) + 1e-5)
+    np.testing.assert_allclose(np.asarray(trained).astype(np.float64), expected, atol=1 / 128)
 
 
 def test_batch_norm_uses_batch_statistics_in_training_and_running_ones_in_inference():
@@ -233,6 +272,10 @@ def test_multi_head_attention_matches_numpy(causal):
         ValueError, match=r"MultiHeadAttention\(num_heads=2, embed_dim=8\).*\(3, 5, 6\)"
     ):
         mha(floats(3, 5, 6))
+    # Leading axes of the same size but another shape were flattened alike and paired the
+    # wrong sequences: queries of batch (2, 3) attended to key_value of batch (3, 2).
+    with pytest.raises(ValueError, match=r"same leading \(batch\) axes"):
+        mha(floats(2, 3, 5, 8), floats(3, 2, 7, 8))
 
 
 def test_pooling_matches_numpy_windows():
@@ -357,6 +400,10 @@ def test_tree_at_replaces_one_node_or_several():
     close(both.layers[0].bias, np.ones(4))
     swapped = nn.tree_at(lambda m: m.layers[0], model, nn.Linear(3, 4, use_bias=False, key=KEY))
     assert swapped.layers[0].bias is None
+    # A list of nodes is a container of `where`'s own, not a node of the tree: it returned
+    # the model unchanged.
+    with pytest.raises(ValueError, match="not a node of the tree"):
+        nn.tree_at(lambda m: [m.layers[0].bias], model, [fnp.ones(4)])
 
 
 # -- initializers and losses --------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
-from funcgrad import optim
+from funcgrad import optim, tree_util
 
 STEPS = 6
 
@@ -175,6 +176,21 @@ def test_chain_with_clipping_and_masked_weight_decay():
         np.testing.assert_allclose(updates[k], -0.1 * (grads[0][k] * scale + decay), rtol=1e-5)
 
 
+def test_weight_decay_mask_may_be_a_prefix_of_the_parameters():
+    """A bool standing for a whole subtree, as Optax's masks allow (it raised)."""
+    params = {"dense": {"w": fnp.full((2, 3), 2.0), "b": fnp.ones(3)}, "scale": fnp.ones(3)}
+    grads = tree_util.tree_map(fnp.ones_like, params)
+    opt = optim.add_decayed_weights(0.5, mask={"dense": True, "scale": False})
+    updates, _ = opt.update(grads, opt.init(params), params)
+    np.testing.assert_array_equal(updates["dense"]["w"], np.full((2, 3), 2.0))
+    np.testing.assert_array_equal(updates["dense"]["b"], np.full(3, 1.5))
+    np.testing.assert_array_equal(updates["scale"], np.ones(3))
+    by_function = optim.add_decayed_weights(0.5, mask=lambda p: {"dense": False, "scale": True})
+    updates, _ = by_function.update(grads, by_function.init(params), params)
+    np.testing.assert_array_equal(updates["dense"]["b"], np.ones(3))
+    np.testing.assert_array_equal(updates["scale"], np.full(3, 1.5))
+
+
 def test_clip_and_global_norm():
     tree = {"a": fnp.asarray([3.0, -4.0]), "b": fnp.asarray([[12.0]])}
     np.testing.assert_allclose(optim.global_norm(tree), 13.0)
@@ -208,7 +224,7 @@ def test_clip_and_global_norm():
         ),
         (
             optim.piecewise_constant_schedule(1.0, {10: 0.5, 20: 0.1}),
-            lambda t: 1.0 * (0.5 if t > 10 else 1) * (0.1 if t > 20 else 1),
+            lambda t: 1.0 * (0.5 if t >= 10 else 1) * (0.1 if t >= 20 else 1),
         ),
         (
             optim.exponential_decay(1.0, transition_steps=4, decay_rate=0.5, staircase=True),
@@ -222,6 +238,82 @@ def test_schedules_follow_their_closed_forms(schedule, closed_form):
         np.testing.assert_allclose(
             float(fg.jit(schedule)(fnp.asarray(t, fnp.int32))), closed_form(t), rtol=1e-5, atol=1e-7
         )
+
+
+def test_piecewise_constant_schedule_scales_at_its_boundaries():
+    """Optax's definition: the product of the scales whose boundary b satisfies count >= b.
+    The scale used to start one step late (1.0 at count 10 where 0.5 is due)."""
+    schedule = optim.piecewise_constant_schedule(2.0, {20: 0.1, 10: 0.5})
+    for t, expected in [(0, 2.0), (9, 2.0), (10, 1.0), (19, 1.0), (20, 0.1), (21, 0.1)]:
+        np.testing.assert_allclose(float(schedule(t)), expected, rtol=1e-6)
+        np.testing.assert_allclose(
+            float(fg.jit(schedule)(fnp.asarray(t, fnp.int32))), expected, rtol=1e-6
+        )
+    with pytest.raises(ValueError, match="non-negative"):
+        optim.piecewise_constant_schedule(1.0, {5: -0.5})
+
+
+def test_schedules_treat_degenerate_arguments_as_optax_does():
+    """A negative transition_begin counts as 0 and exponential_decay with decay_rate 0 is
+    constant (Optax's definitions). exponential_decay(1, 10, 0.5, transition_begin=-3) gave
+    0.81 at count 0, and decay_rate 0 gave 0 from count 1 on."""
+    cases = [
+        (optim.exponential_decay(1.0, 10, 0.5, transition_begin=-3), lambda t: 0.5 ** (t / 10)),
+        (optim.exponential_decay(2.0, 10, 0.0), lambda t: 2.0),
+        (optim.linear_schedule(1.0, 0.0, 5, transition_begin=-2), lambda t: 1 - min(t, 5) / 5),
+    ]
+    for schedule, closed_form in cases:
+        for t in [0, 1, 4, 10, 30]:
+            np.testing.assert_allclose(float(schedule(t)), closed_form(t), rtol=1e-6)
+
+
+def test_apply_updates_rounds_low_precision_parameters_once():
+    """bfloat16 parameters plus float32 updates: the float32 sum, rounded once to bfloat16.
+    Rounding the update to bfloat16 first lost 1 + 0.0039215 (just above half an ulp of 1):
+    1.0 where Optax gives 1.0078125."""
+    bf16 = ml_dtypes.bfloat16
+    rng = np.random.default_rng(0)
+    params = np.concatenate([[1.0], rng.standard_normal(500)]).astype(bf16)
+    updates = np.concatenate([[0.0039215], rng.standard_normal(500) * 0.01]).astype(np.float32)
+    got = optim.apply_updates({"p": fnp.asarray(params)}, {"p": fnp.asarray(updates)})["p"]
+    assert got.dtype == bf16
+    expected = (params.astype(np.float64) + updates.astype(np.float64)).astype(bf16)
+    np.testing.assert_array_equal(np.asarray(got).astype(np.float32), expected.astype(np.float32))
+
+
+def test_complex_parameters_use_squared_magnitudes():
+    """Second moments and norms of complex gradients are |g|**2 (Optax's abs_sq). With g**2
+    they were complex: adam and rmsprop moved complex parameters the wrong way, adagrad
+    raised, and global_norm returned a complex number (|3+4j| gave sqrt(-7+24j))."""
+    rng = np.random.default_rng(3)
+    p0 = rng.standard_normal(5) + 1j * rng.standard_normal(5)
+    grads = [rng.standard_normal(5) + 1j * rng.standard_normal(5) for _ in range(4)]
+    lr, b1, b2, eps = 1e-2, 0.9, 0.999, 1e-8
+    cases = [
+        (optim.adam(lr), "adam"),
+        (optim.rmsprop(lr, centered=True), "rmsprop"),
+        (optim.adagrad(lr), "adagrad"),
+    ]
+    for opt, name in cases:
+        p, expected = fnp.asarray(p0, fnp.complex64), p0.copy()
+        state = opt.init(p)
+        mu, nu, total = 0.0, 0.0, 0.1
+        for t, g in enumerate(grads, start=1):
+            updates, state = opt.update(fnp.asarray(g, fnp.complex64), state, p)
+            p = optim.apply_updates(p, updates)
+            if name == "adam":
+                mu, nu = b1 * mu + (1 - b1) * g, b2 * nu + (1 - b2) * np.abs(g) ** 2
+                expected = expected - lr * (mu / (1 - b1**t)) / (np.sqrt(nu / (1 - b2**t)) + eps)
+            elif name == "rmsprop":
+                mu, nu = 0.9 * mu + 0.1 * g, 0.9 * nu + 0.1 * np.abs(g) ** 2
+                expected = expected - lr * g / np.sqrt(nu - np.abs(mu) ** 2 + eps)
+            else:
+                total = total + np.abs(g) ** 2
+                expected = expected - lr * g / np.sqrt(total + 1e-7)
+        np.testing.assert_allclose(np.asarray(p), expected, rtol=1e-5, atol=1e-6, err_msg=name)
+    norm = optim.global_norm({"a": fnp.asarray([3 + 4j], fnp.complex64), "b": fnp.ones(11)})
+    assert not np.iscomplexobj(np.asarray(norm))
+    np.testing.assert_allclose(float(norm), 6.0, rtol=1e-6)
 
 
 def test_mismatched_gradients_name_the_first_differing_path():

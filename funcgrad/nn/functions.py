@@ -247,11 +247,13 @@ def logsumexp(
     else:
         # Terms of weight 0 count for nothing, not even in the shift. They keep their
         # exponent, so the derivative in a zero weight is exp(a) / sum rather than 0; it is
-        # only capped where exp would overflow (or is inf, where 0 * inf would be nan).
+        # only capped where exp would overflow (or is inf, where 0 * inf would be nan), and
+        # a nan there (a masked-out entry) counts as -inf, as in JAX.
         shift = _shift(fnp.where(b != 0, a, -fnp.inf), axis)
         exponent = a - shift
         cap = math.log(dtypes.finfo(exponent.dtype).max) / 2
-        terms = b * fnp.exp(fnp.where(b != 0, exponent, fnp.minimum(exponent, cap)))
+        unweighted = fnp.minimum(fnp.where(fnp.isnan(exponent), -fnp.inf, exponent), cap)
+        terms = b * fnp.exp(fnp.where(b != 0, exponent, unweighted))
     total = fnp.sum(terms, axis=axis, keepdims=keepdims)
     out = fnp.log(fnp.abs(total)) + fnp.reshape(shift, total.shape)
     sign = fnp.sign(total)
@@ -327,9 +329,23 @@ def mish(x: ArrayLike):
 
 
 def squareplus(x: ArrayLike, b: ArrayLike = 4):
-    """(x + sqrt(x**2 + b)) / 2, a softplus made of algebraic operations."""
-    x = _inexact("squareplus", x)
-    return (x + fnp.sqrt(x * x + b)) / 2
+    """(x + sqrt(x**2 + b)) / 2, a softplus made of algebraic operations.
+
+    sqrt(x**2 + b) is hypot(x, sqrt(b)), so x**2 cannot overflow, and for negative x the
+    value is computed as b / (2 (sqrt(x**2 + b) - x)), which is the same number without the
+    cancellation of x against the root (that gave 0 at x = -1e4, and inf at -1e20, in
+    float32). Each branch sees only its own side of 0, so neither divides by 0 for the other.
+    """
+    x, b = promote_args_inexact("squareplus", x, b)
+    root_b = fnp.sqrt(b)
+    nonnegative = x >= 0
+    upper = fnp.where(nonnegative, x, 0)
+    lower = fnp.where(nonnegative, 0, x)
+    return fnp.where(
+        nonnegative,
+        upper / 2 + fnp.hypot(upper, root_b) / 2,
+        b / (2 * (fnp.hypot(lower, root_b) - lower)),
+    )
 
 
 def sparse_plus(x: ArrayLike):
@@ -344,15 +360,22 @@ def sparse_sigmoid(x: ArrayLike):
     return fnp.clip((x + 1) / 2, 0, 1)
 
 
+@custom_jvp
 def log1mexp(x: ArrayLike):
     """log(1 - exp(-x)) for x > 0, from expm1 for small x and from log1p for large x, so
-    that neither 1 - exp(-x) nor its log loses digits (Maechler's recipe)."""
+    that neither 1 - exp(-x) nor its log loses digits (Maechler's recipe).
+
+    Its derivative is 1 / expm1(x), given directly: differentiating the selection would
+    send a zero cotangent through the untaken log1p(-exp(-x)), which is log1p(-1) = -inf
+    for x below 2**-24 in float32, and 0 * inf made the gradient nan there."""
     x = _inexact("log1mexp", x)
-    # Each branch sees x only where it is taken: below x = 1e-16 log1p(-exp(-x)) is log1p(-1),
-    # whose infinite slope times the select's cotangent of 0 made the derivative nan.
+    # (each branch sees x only where it is taken: log1p(-exp(-x)) is -inf below 1e-16)
     small = x < math.log(2)
     below, above = fnp.where(small, x, 0.5), fnp.where(small, 1.0, x)
     return fnp.where(small, fnp.log(-fnp.expm1(-below)), fnp.log1p(-fnp.exp(-above)))
+
+
+log1mexp.defjvps(lambda t, ans, x: t / fnp.expm1(_inexact("log1mexp", x)))
 
 
 def logmeanexp(
@@ -392,8 +415,9 @@ def dot_product_attention(
     `mask` (True where attention is allowed), `is_causal`, the sequence lengths and
     `local_window_size` (left, right) all remove logits; a query with nothing to attend to
     gets the mean of the values, as the removed logits are a large negative number rather
-    than -inf. `return_residual` also returns the logsumexp of the logits, (batch, length,
-    heads). Softmax statistics are computed in float32 for 16-bit inputs.
+    than -inf. Queries past their `query_seq_lengths` are padding, and their outputs are 0.
+    `return_residual` also returns the logsumexp of the logits, (batch, length, heads).
+    Softmax statistics are computed in float32 for 16-bit inputs.
     """
     if implementation not in (None, "xla"):
         raise NotImplementedError(f"dot_product_attention: implementation {implementation!r}")
@@ -445,6 +469,11 @@ def dot_product_attention(
     weights = fnp.reshape(weights, (batch, kv_heads, group, q_len, kv_len))
     out = fnp.einsum("bkgts,bskh->btkgh", weights, value)
     out = fnp.reshape(out, (batch, q_len, heads, head_dim))
+    if query_seq_lengths is not None:
+        # Padding queries (at or past their sequence's length) give 0, as in JAX.
+        lengths = fnp.asarray(query_seq_lengths).reshape(batch, 1, 1, 1)
+        positions = lax.broadcasted_iota(dtypes.int32, (1, q_len, 1, 1), 1)
+        out = fnp.where(positions < lengths, out, fnp.zeros_like(out))
     if unbatched:
         out = out[0]
     if not return_residual:

@@ -222,16 +222,27 @@ def tree_at(where: Callable[[Any], Any], tree: Any, replace: Any) -> Any:
             raise ValueError("tree_at: `where` must pick nodes of the tree it is given")
         by_identity[id(target)] = (target, value)
 
+    replaced = set()
+
     def rebuild(node):
         hit = by_identity.get(id(node))
         if hit is not None and hit[0] is node:
+            replaced.add(id(node))
             return hit[1]
         if isinstance(node, _Marker):
             return node.leaf
         children, treedef = _children(node)
         return treedef.unflatten([rebuild(c) for c in children])
 
-    return rebuild(marked)
+    result = rebuild(marked)
+    if len(replaced) != len(by_identity):
+        # A container `where` built itself (a list of nodes, say) is not in the tree, and
+        # replacing nothing would return the tree unchanged without a word.
+        raise ValueError(
+            "tree_at: `where` returned a container that is not a node of the tree; return "
+            "one node of it, or a tuple of its nodes"
+        )
+    return result
 
 
 class _Marker:

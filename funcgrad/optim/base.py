@@ -54,21 +54,33 @@ def chain(*transforms: GradientTransformation) -> GradientTransformation:
 
 
 def apply_updates(params, updates):
-    """params + updates, leaf by leaf, each result in its parameter's dtype."""
+    """params + updates, leaf by leaf, each result in its parameter's dtype.
+
+    The sum is taken in the promoted dtype and rounded once: bfloat16 parameters with float32
+    updates are added in float32, as Optax does. Rounding the update to bfloat16 first would
+    round twice, and an update just above half a unit in the last place would be lost."""
     check_matches(updates, params, "updates", "parameters")
-    return tree_util.tree_map(
-        lambda p, u: fnp.asarray(p + fnp.asarray(u).astype(fnp.asarray(p).dtype)).astype(
-            fnp.asarray(p).dtype
-        ),
-        params,
-        updates,
-    )
+
+    def add(p, u):
+        p = fnp.asarray(p)
+        return fnp.asarray(p + fnp.asarray(u)).astype(p.dtype)
+
+    return tree_util.tree_map(add, params, updates)
 
 
 def global_norm(updates) -> Any:
-    """The l2 norm of all leaves together."""
+    """The l2 norm of all leaves together (real, with |x|**2 for complex leaves)."""
     leaves = tree_util.tree_leaves(updates)
-    return fnp.sqrt(sum(fnp.sum(fnp.square(fnp.asarray(x))) for x in leaves))
+    return fnp.sqrt(sum(fnp.sum(abs_sq(x)) for x in leaves))
+
+
+def abs_sq(g) -> Any:
+    """|g|**2, real for complex g (Optax's abs_sq): the second moments of complex gradients
+    are g * conj(g), where g**2 would be complex and wrong."""
+    g = fnp.asarray(g)
+    if fnp.iscomplexobj(g):
+        return fnp.square(fnp.real(g)) + fnp.square(fnp.imag(g))
+    return fnp.square(g)
 
 
 def zeros_like_tree(params):

@@ -18,9 +18,11 @@ def constant_schedule(value: float) -> Schedule:
 def linear_schedule(
     init_value: float, end_value: float, transition_steps: int, transition_begin: int = 0
 ) -> Schedule:
-    """From init_value to end_value over transition_steps, starting at transition_begin."""
+    """From init_value to end_value over transition_steps, starting at transition_begin (a
+    negative one counts as 0, as in Optax)."""
     if transition_steps <= 0:
         return constant_schedule(init_value)
+    transition_begin = max(transition_begin, 0)
 
     def schedule(count):
         done = fnp.clip(fnp.asarray(count) - transition_begin, 0, transition_steps)
@@ -82,14 +84,18 @@ def warmup_cosine_decay_schedule(
 def piecewise_constant_schedule(
     init_value: float, boundaries_and_scales: dict[int, float] | None = None
 ) -> Schedule:
-    """init_value, multiplied by each scale once the count passes its boundary."""
+    """init_value, multiplied by each scale from its boundary on (count >= boundary)."""
     items = sorted((boundaries_and_scales or {}).items())
+    if any(factor < 0 for _, factor in items):
+        raise ValueError(
+            f"piecewise_constant_schedule: scales must be non-negative, got {dict(items)}"
+        )
 
     def schedule(count):
         count = fnp.asarray(count)
         value = fnp.full((), init_value, fnp.float32)
         for boundary, factor in items:
-            value = fnp.where(count > boundary, value * factor, value)
+            value = fnp.where(count >= boundary, value * factor, value)
         return value
 
     return schedule
@@ -104,9 +110,12 @@ def exponential_decay(
     end_value: float | None = None,
 ) -> Schedule:
     """init_value * decay_rate ** ((count - transition_begin) / transition_steps), clipped at
-    end_value; with staircase, the exponent is rounded down."""
-    if transition_steps <= 0:
+    end_value; with staircase, the exponent is rounded down. As in Optax, a decay_rate of 0
+    (or transition_steps <= 0) gives the constant init_value, and a negative transition_begin
+    counts as 0."""
+    if transition_steps <= 0 or decay_rate == 0:
         return constant_schedule(init_value)
+    transition_begin = max(transition_begin, 0)
 
     def schedule(count):
         steps = fnp.maximum(fnp.asarray(count) - transition_begin, 0).astype(fnp.float32)

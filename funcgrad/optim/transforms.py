@@ -10,6 +10,7 @@ from funcgrad import lax, tree_util
 from funcgrad.optim.base import (
     EmptyState,
     GradientTransformation,
+    abs_sq,
     check_matches,
     global_norm,
     zeros_like_tree,
@@ -106,7 +107,7 @@ def scale_by_adam(
     def update(updates, state, params=None):
         check_matches(updates, state.mu, "gradients", "optimizer state")
         mu = _map(lambda g, m: b1 * m + (1 - b1) * g, updates, state.mu)
-        nu = _map(lambda g, v: b2 * v + (1 - b2) * fnp.square(g), updates, state.nu)
+        nu = _map(lambda g, v: b2 * v + (1 - b2) * abs_sq(g), updates, state.nu)
         count = _next(state.count)
         t = count.astype(fnp.float32)
         c1, c2 = 1 - b1**t, 1 - b2**t
@@ -132,7 +133,7 @@ def scale_by_rms(
 
     def update(updates, state, params=None):
         check_matches(updates, state.nu, "gradients", "optimizer state")
-        nu = _map(lambda g, v: decay * v + (1 - decay) * fnp.square(g), updates, state.nu)
+        nu = _map(lambda g, v: decay * v + (1 - decay) * abs_sq(g), updates, state.nu)
         return _map(lambda g, v: g * lax.rsqrt(v + eps), updates, nu), ScaleByRmsState(nu)
 
     return GradientTransformation(init, update)
@@ -151,8 +152,8 @@ def scale_by_stddev(
     def update(updates, state, params=None):
         check_matches(updates, state.mu, "gradients", "optimizer state")
         mu = _map(lambda g, m: decay * m + (1 - decay) * g, updates, state.mu)
-        nu = _map(lambda g, v: decay * v + (1 - decay) * fnp.square(g), updates, state.nu)
-        scaled = _map(lambda g, m, v: g * lax.rsqrt(v - fnp.square(m) + eps), updates, mu, nu)
+        nu = _map(lambda g, v: decay * v + (1 - decay) * abs_sq(g), updates, state.nu)
+        scaled = _map(lambda g, m, v: g * lax.rsqrt(v - abs_sq(m) + eps), updates, mu, nu)
         return scaled, ScaleByRStdDevState(mu, nu)
 
     return GradientTransformation(init, update)
@@ -166,9 +167,9 @@ def scale_by_rss(initial_accumulator_value: float = 0.1, eps: float = 1e-7):
 
     def update(updates, state, params=None):
         check_matches(updates, state.sum_of_squares, "gradients", "optimizer state")
-        total = _map(lambda g, s: s + fnp.square(g), updates, state.sum_of_squares)
+        total = _map(lambda g, s: s + abs_sq(g), updates, state.sum_of_squares)
         scaled = _map(
-            lambda g, s: fnp.where(s > 0, lax.rsqrt(s + eps), 0.0).astype(g.dtype) * g,
+            lambda g, s: fnp.where(fnp.real(s) > 0, lax.rsqrt(s + eps), 0.0).astype(g.dtype) * g,
             updates,
             total,
         )
@@ -208,8 +209,12 @@ def trace(decay: float, nesterov: bool = False) -> GradientTransformation:
 
 
 def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransformation:
-    """updates + weight_decay * params (decoupled weight decay), on the leaves `mask` selects
-    (a pytree of bools like params, or a function of params returning one)."""
+    """updates + weight_decay * params (decoupled weight decay), on the leaves `mask` selects:
+    a pytree of bools with the structure of params or a prefix of it (a bool then stands for
+    a whole subtree, as in Optax), or a function of params returning one."""
+
+    def decay(updates, params):
+        return _map(lambda g, p: g + weight_decay * p, updates, params)
 
     def update(updates, state, params=None):
         if params is None:
@@ -217,11 +222,8 @@ def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransfo
         check_matches(updates, params, "gradients", "parameters")
         chosen = mask(params) if callable(mask) else mask
         if chosen is None:
-            decayed = _map(lambda g, p: g + weight_decay * p, updates, params)
-        else:
-            decayed = _map(
-                lambda g, p, m: g + weight_decay * p if m else g, updates, params, chosen
-            )
+            return decay(updates, params), state
+        decayed = _map(lambda m, g, p: decay(g, p) if m else g, chosen, updates, params)
         return decayed, state
 
     return GradientTransformation(lambda params: EmptyState(), update)
