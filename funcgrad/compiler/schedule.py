@@ -538,6 +538,7 @@ def _calls() -> dict:
             ("checkpoint", "jaxpr"),
             ("custom_jvp_call", "call_jaxpr"),
             ("custom_vjp_call", "call_jaxpr"),
+            ("linear_solve", "call_jaxpr"),
         )
     }
 

@@ -1387,6 +1387,31 @@ _custom_tanh.defvjp(
     lambda x: (fnp.tanh(x), fnp.tanh(x)), lambda y, cotangent: ((1 - y * y) * cotangent,)
 )
 
+
+def _shifted(a):
+    """a made safely invertible: a + 8 I, diagonally dominant for entries in (-1, 1)."""
+    module = np if isinstance(a, np.ndarray) else fnp
+    return a + 8 * module.eye(a.shape[-1], dtype=a.dtype)
+
+
+def _linear_solve_fun(a, b):
+    matrix = _shifted(a)
+    return fg.lax.custom_linear_solve(
+        lambda x: matrix @ x,
+        b,
+        lambda matvec, y: fnp.linalg.solve(matrix, y),
+        lambda vecmat, y: fnp.linalg.solve(matrix.T, y),
+    )
+
+
+@st.composite
+def _linear_solve_case(draw):
+    n = draw(st.integers(1, 4))
+    b_shape = draw(st.sampled_from([(n,), (n, draw(st.integers(1, 3)))]))
+    dtype = np.dtype(draw(st.sampled_from(FLOATS)))
+    return Case(((n, n), b_shape), (dtype, dtype))
+
+
 RECIPES.update(
     {
         "cond": Recipe(
@@ -1432,6 +1457,13 @@ RECIPES.update(
             fun=_custom_sin,
             reference=np.sin,
             case=_same_shape_case(1, FLOATS),
+        ),
+        "linear_solve": Recipe(
+            fun=_linear_solve_fun,
+            reference=lambda a, b: np.linalg.solve(_shifted(a), b),
+            case=_linear_solve_case(),
+            domains=((-1, 1), (-2, 2)),
+            rtol_scale=100,
         ),
         "custom_vjp_call": Recipe(
             fun=_custom_tanh,

@@ -34,6 +34,7 @@ for name in (
     "checkpoint",
     "custom_jvp_call",
     "custom_vjp_call",
+    "linear_solve",
 ):
     PRIMITIVES[name].lowerings["llvm"] = schedule.schedule
 
