@@ -251,3 +251,191 @@ def test_root_has_aux_and_vmap_and_jit():
 def test_root_errors_name_the_types():
     with pytest.raises(TypeError, match="f32"):
         lax.custom_root(lambda x: x[:1], np.ones(2, np.float32), newton, scalar_tangent_solve)
+
+
+# ---------------------------------------------------------------------------------------------
+# Convolution helpers, against loops in NumPy
+
+
+def transposed_conv_reference(x, w, strides, padding):
+    """NHWC input, HWIO kernel: every input pixel scatters its kernel-weighted copy into the
+    output, offset by (kernel size - 1 - low padding)."""
+    n, height, width, _ = x.shape
+    kh, kw, _, features = w.shape
+    (sh, sw) = strides
+    full = np.zeros((n, (height - 1) * sh + kh, (width - 1) * sw + kw, features))
+    for i in range(height):
+        for j in range(width):
+            for a in range(kh):
+                for b in range(kw):
+                    full[:, i * sh + kh - 1 - a, j * sw + kw - 1 - b] += x[:, i, j] @ w[a, b]
+    if isinstance(padding, str):
+        padding = [
+            lax.convolutions._transpose_padding(k, s, padding) for k, s in zip(w.shape, strides)
+        ]
+    out_shape = [
+        (size - 1) * s + 1 + lo + hi - k + 1
+        for size, s, k, (lo, hi) in zip((height, width), strides, (kh, kw), padding)
+    ]
+    out = np.zeros((n, *out_shape, features))
+    for p in range(out_shape[0]):
+        for q in range(out_shape[1]):
+            fp, fq = p + kh - 1 - padding[0][0], q + kw - 1 - padding[1][0]
+            if 0 <= fp < full.shape[1] and 0 <= fq < full.shape[2]:
+                out[:, p, q] = full[:, fp, fq]
+    return out
+
+
+def dilate(w, axes, factor):
+    for axis in axes:
+        shape = list(w.shape)
+        shape[axis] = (shape[axis] - 1) * factor + 1
+        spread = np.zeros(shape)
+        index = [slice(None)] * w.ndim
+        index[axis] = slice(None, None, factor)
+        spread[tuple(index)] = w
+        w = spread
+    return w
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID", [(2, 1), (0, 3)]])
+@pytest.mark.parametrize("strides", [(1, 1), (2, 3), (3, 1)])
+def test_conv_transpose_against_a_scatter_loop(padding, strides):
+    x = RNG.standard_normal((2, 4, 3, 3))
+    w = RNG.standard_normal((3, 2, 3, 2))
+    out = lax.conv_transpose(x, w, strides, padding)
+    assert_allclose(out, transposed_conv_reference(x, w, strides, padding))
+    dilated = lax.conv_transpose(x, w, strides, padding, rhs_dilation=(2, 2))
+    assert_allclose(dilated, transposed_conv_reference(x, dilate(w, (0, 1), 2), strides, padding))
+    flipped = lax.conv_transpose(
+        x, w.transpose(0, 1, 3, 2), strides, padding, transpose_kernel=True
+    )
+    assert_allclose(flipped, transposed_conv_reference(x, w[::-1, ::-1], strides, padding))
+
+
+def test_conv_transpose_is_the_gradient_of_a_strided_conv():
+    # With transpose_kernel, conv_transpose is the vjp of conv_general_dilated in its input.
+    x = RNG.standard_normal((1, 6, 6, 2))
+    w = RNG.standard_normal((3, 3, 2, 4))
+    dn = ("NHWC", "HWIO", "NHWC")
+
+    def conv(x):
+        return lax.conv_general_dilated(x, w, (2, 2), "SAME", dimension_numbers=dn)
+
+    out, pullback = fg.vjp(conv, x)
+    ct = RNG.standard_normal(out.shape)
+    assert_allclose(
+        lax.conv_transpose(ct, w, (2, 2), "SAME", transpose_kernel=True), pullback(ct)[0]
+    )
+
+
+def test_conv_transpose_transformations():
+    x = RNG.standard_normal((3, 1, 4, 3, 2))
+    w = RNG.standard_normal((2, 3, 2, 2))
+
+    def f(x, w):
+        return lax.conv_transpose(x, w, (2, 1), "SAME")
+
+    check_grads(f, (x[0], w), order=1)
+    batched = fg.vmap(f, (0, None))(x, w)
+    for i in range(3):
+        assert_allclose(batched[i], f(x[i], w))
+    assert_allclose(fg.jit(f)(x[0], w), f(x[0], w))
+    nchw = lax.conv_transpose(
+        x[0].transpose(0, 3, 1, 2),
+        w.transpose(3, 2, 0, 1),
+        (2, 1),
+        "SAME",
+        dimension_numbers=("NCHW", "OIHW", "NCHW"),
+    )
+    assert_allclose(nchw, f(x[0], w).transpose(0, 3, 1, 2))
+
+
+def patches_reference(x, filter_shape, strides, padding, lhs_dilation, rhs_dilation):
+    """NCHW: the output's channel c * (kh * kw) + a * kw + b at (y, z) is the dilated, padded
+    input at (y * stride + a * dilation, z * stride + b * dilation)."""
+    x = dilate(x, (2, 3), lhs_dilation)
+    (lo_h, hi_h), (lo_w, hi_w) = padding
+    x = np.pad(x, ((0, 0), (0, 0), (lo_h, hi_h), (lo_w, hi_w)))
+    kh, kw = filter_shape
+    out_h = (x.shape[2] - ((kh - 1) * rhs_dilation + 1)) // strides[0] + 1
+    out_w = (x.shape[3] - ((kw - 1) * rhs_dilation + 1)) // strides[1] + 1
+    out = np.zeros((x.shape[0], x.shape[1] * kh * kw, out_h, out_w))
+    for c in range(x.shape[1]):
+        for a in range(kh):
+            for b in range(kw):
+                for y in range(out_h):
+                    for z in range(out_w):
+                        out[:, c * kh * kw + a * kw + b, y, z] = x[
+                            :,
+                            c,
+                            y * strides[0] + a * rhs_dilation,
+                            z * strides[1] + b * rhs_dilation,
+                        ]
+    return out
+
+
+@pytest.mark.parametrize("dilations", [(1, 1), (2, 1), (1, 2)])
+def test_conv_patches_against_a_loop(dilations):
+    x = RNG.standard_normal((2, 3, 5, 4))
+    padding = [(1, 0), (2, 1)]
+    out = lax.conv_general_dilated_patches(
+        x, (2, 3), (2, 1), padding, (dilations[0],) * 2, (dilations[1],) * 2
+    )
+    assert_allclose(out, patches_reference(x, (2, 3), (2, 1), padding, *dilations))
+    same = lax.conv_general_dilated_patches(x, (3, 3), (1, 1), "SAME")
+    assert_allclose(same, patches_reference(x, (3, 3), (1, 1), [(1, 1), (1, 1)], 1, 1))
+    nhwc = lax.conv_general_dilated_patches(
+        x.transpose(0, 2, 3, 1),
+        (2, 3),
+        (2, 1),
+        padding,
+        dimension_numbers=("NHWC", "HWIO", "NHWC"),
+    )
+    assert_allclose(nhwc, patches_reference(x, (2, 3), (2, 1), padding, 1, 1).transpose(0, 2, 3, 1))
+
+
+def test_conv_local_against_a_loop_and_transformations():
+    x = RNG.standard_normal((2, 3, 5, 4))
+    filter_shape, strides, padding = (2, 2), (1, 2), [(0, 1), (1, 0)]
+    patches = patches_reference(x, filter_shape, strides, padding, 1, 1)
+    rhs = RNG.standard_normal((4, 3 * 4, *patches.shape[2:]))  # O, C*window, output positions
+    expected = np.zeros((2, 4, *patches.shape[2:]))
+    for y in range(patches.shape[2]):
+        for z in range(patches.shape[3]):
+            expected[:, :, y, z] = patches[:, :, y, z] @ rhs[:, :, y, z].T
+
+    def local(x, rhs):
+        return lax.conv_general_dilated_local(x, rhs, strides, padding, filter_shape)
+
+    assert_allclose(local(x, rhs), expected)
+    check_grads(local, (x, rhs), order=1)
+    batched = fg.vmap(local, (None, 0))(x, np.stack([rhs, 2 * rhs]))
+    assert_allclose(batched[1], 2 * expected)
+    assert_allclose(fg.jit(local)(x, rhs), expected)
+    with pytest.raises(TypeError, match="spatial sizes"):
+        local(x, rhs[..., :1])
+
+
+def test_conv_shape_tuples():
+    dn = ("NHWC", "HWIO", "NHWC")
+    x = np.zeros((2, 7, 5, 3))
+    w = np.zeros((3, 2, 3, 4))
+    for padding in ["SAME", "VALID", [(1, 0), (2, 1)]]:
+        conv = lax.conv_general_dilated(x, w, (2, 1), padding, dimension_numbers=dn)
+        assert lax.conv_general_shape_tuple(x.shape, w.shape, (2, 1), padding, dn) == conv.shape
+        transposed = lax.conv_transpose(x, w, (2, 1), padding)
+        assert lax.conv_transpose_shape_tuple(x.shape, w.shape, (2, 1), padding, dn) == (
+            transposed.shape
+        )
+    assert lax.conv_shape_tuple((4, 3, 7, 9), (5, 3, 3, 2), (2, 1), "VALID", 2) == (2, 5, 3, 8)
+    assert lax.conv_general_permutations(("NHWC", "WHIO", "CNHW")) == (
+        (0, 3, 2, 1),
+        (3, 2, 0, 1),
+        (1, 0, 3, 2),
+    )
+    assert lax.reduce_window_shape_tuple(
+        (5, 7), (2, 3), (1, 2), [(0, 1), (2, 0)], (2, 1), (1, 2)
+    ) == (9, 3)
+    with pytest.raises(TypeError, match="'N' and 'C'"):
+        lax.conv_general_permutations(("NHW", "HWIO", "NHWC"))

@@ -9,6 +9,7 @@ import warnings
 from funcgrad.lax import complex_pairs  # noqa: F401  (the compiler's complex decompositions)
 from funcgrad.lax.base import asarray
 from funcgrad.lax.control_flow import *
+from funcgrad.lax.convolutions import *
 from funcgrad.lax.eig import *
 from funcgrad.lax.elementwise import *
 from funcgrad.lax.extra import *
