@@ -439,3 +439,163 @@ def test_conv_shape_tuples():
     ) == (9, 3)
     with pytest.raises(TypeError, match="'N' and 'C'"):
         lax.conv_general_permutations(("NHW", "HWIO", "NHWC"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Small ones
+
+
+def test_broadcast_like():
+    out = lax.broadcast_like(np.array([[1.0], [2.0]]), np.zeros((3, 2, 4)))
+    assert_allclose(out, np.broadcast_to(np.array([[1.0], [2.0]]), (3, 2, 4)))
+    assert fg.jit(lax.broadcast_like)(np.float32(2.0), np.zeros((2,))).shape == (2,)
+    with pytest.raises(ValueError, match=r"\(3,\) to shape \(2, 4\)"):
+        lax.broadcast_like(np.ones(3), np.zeros((2, 4)))
+
+
+@pytest.mark.parametrize(
+    "dtype", ["int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64"]
+)
+def test_mulhi_against_python_integers(dtype):
+    info = np.iinfo(dtype)
+    bits = info.bits
+    x = RNG.integers(info.min, info.max, size=40, dtype=dtype, endpoint=True)
+    y = RNG.integers(info.min, info.max, size=40, dtype=dtype, endpoint=True)
+    x[:4] = [info.min, info.max, 0, info.max]
+    y[:4] = [info.min, info.min, info.max, info.max]
+
+    def high(a, b):
+        value = ((int(a) * int(b)) >> bits) % (1 << bits)
+        return value - (1 << bits) if info.min < 0 and value >= 1 << (bits - 1) else value
+
+    expected = [high(a, b) for a, b in zip(x, y)]
+    out = lax.mulhi(x, y)
+    assert out.dtype == np.dtype(dtype)
+    assert np.asarray(out).tolist() == expected
+    assert np.asarray(fg.jit(lax.mulhi)(x, y)).tolist() == expected
+    assert np.asarray(fg.vmap(lax.mulhi)(x, y)).tolist() == expected
+    with pytest.raises(TypeError, match="float32"):
+        lax.mulhi(np.ones(2, np.float32), np.ones(2, np.float32))
+
+
+def test_index_take():
+    src = RNG.standard_normal((5, 4, 3))
+    rows, cols = np.array([0, 4, -1, 2]), np.array([1, 3, 3, -4])
+    out = lax.index_take(src, (rows, cols), (0, 1))
+    assert_allclose(out, src[rows, cols])
+    assert_allclose(lax.index_take(src, (cols,), (1,)), src[:, cols].transpose(1, 0, 2))
+    check_grads(lambda s: lax.index_take(s, (rows, cols), (0, 1)), (src,), order=1)
+    batched = fg.vmap(lambda s: lax.index_take(s, (rows, cols), (0, 1)))(np.stack([src, 2 * src]))
+    assert_allclose(batched[1], 2 * src[rows, cols])
+    with pytest.raises(TypeError, match="index array"):
+        lax.index_take(src, (rows, cols[:2]), (0, 1))
+
+
+def test_scatter_apply_applies_once_per_index():
+    dnums = lax.ScatterDimensionNumbers(
+        update_window_dims=(), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,)
+    )
+    operand = np.arange(6.0)
+    indices = np.array([[1], [3], [1], [5]])
+
+    def apply(x):
+        return lax.scatter_apply(x, indices, lambda v: v * 2.0 + 1.0, dnums, update_shape=(4,))
+
+    expected = operand.copy()
+    for (i,) in indices:
+        expected[i] = expected[i] * 2 + 1
+    assert_allclose(apply(operand), expected)
+    assert_allclose(fg.jit(apply)(operand), expected)
+    assert_allclose(fg.vmap(apply)(np.stack([operand, -operand]))[1], apply(-operand))
+    tangent = fg.jvp(apply, (operand,), (np.ones(6),))[1]
+    assert_allclose(tangent, [1, 4, 1, 2, 1, 2])
+
+
+def ragged_reference(lhs, rhs, group_sizes):
+    out = np.zeros((lhs.shape[0], rhs.shape[2]))
+    start = 0
+    for group, size in enumerate(group_sizes):
+        out[start : start + size] = lhs[start : start + size] @ rhs[group]
+        start += size
+    return out
+
+
+@pytest.mark.parametrize("group_sizes", [[2, 0, 4], [3, 4, 0], [1, 1, 1]])
+def test_ragged_dot(group_sizes):
+    group_sizes = np.array(group_sizes, np.int32)
+    lhs = RNG.standard_normal((7, 3))
+    rhs = RNG.standard_normal((3, 3, 2))
+    assert_allclose(lax.ragged_dot(lhs, rhs, group_sizes), ragged_reference(lhs, rhs, group_sizes))
+    check_grads(lambda a, b: lax.ragged_dot(a, b, group_sizes), (lhs, rhs), order=1)
+    assert_allclose(
+        fg.jit(lax.ragged_dot)(lhs, rhs, group_sizes), ragged_reference(lhs, rhs, group_sizes)
+    )
+    batched = fg.vmap(lax.ragged_dot, (None, None, 0))(
+        lhs, rhs, np.stack([group_sizes, group_sizes[::-1]])
+    )
+    assert_allclose(batched[1], ragged_reference(lhs, rhs, group_sizes[::-1]))
+    with pytest.raises(TypeError, match=r"\(3,\)"):
+        lax.ragged_dot(lhs, rhs, group_sizes[:2])
+
+
+def test_rng_bit_generator():
+    key = np.array([1, 2, 3, 4], np.uint32)
+    for dtype in [np.uint8, np.uint16, np.uint32, np.uint64]:
+        new_key, bits = lax.rng_bit_generator(key, (3, 5), dtype)
+        assert new_key.shape == (4,) and new_key.dtype == np.uint32
+        assert bits.shape == (3, 5) and bits.dtype == np.dtype(dtype)
+    new_key, bits = lax.rng_bit_generator(key, (2000,))
+    assert not np.array_equal(np.asarray(new_key), key)
+    assert np.array_equal(np.asarray(lax.rng_bit_generator(key, (2000,))[1]), np.asarray(bits))
+    assert not np.array_equal(
+        np.asarray(lax.rng_bit_generator(new_key, (2000,))[1]), np.asarray(bits)
+    )
+    ones = np.unpackbits(np.asarray(bits).view(np.uint8)).mean()
+    assert abs(ones - 0.5) < 0.01
+    keys = np.stack([key, np.asarray(new_key)])
+    batched = fg.vmap(lambda k: lax.rng_bit_generator(k, (4,), np.uint64))(keys)
+    for i in range(2):
+        one = lax.rng_bit_generator(keys[i], (4,), np.uint64)
+        assert np.array_equal(np.asarray(batched[1][i]), np.asarray(one[1]))
+    jitted = fg.jit(lambda k: lax.rng_bit_generator(k, (4,), np.uint8))(key)
+    assert np.array_equal(
+        np.asarray(jitted[1]), np.asarray(lax.rng_bit_generator(key, (4,), np.uint8)[1])
+    )
+    assert lax.RandomAlgorithm.RNG_DEFAULT == 0
+    with pytest.raises(TypeError, match="uint32"):
+        lax.rng_bit_generator(np.array([1, 2], np.uint32), (2,))
+    with pytest.raises(TypeError, match="int32"):
+        lax.rng_bit_generator(key, (2,), np.int32)
+
+
+def test_rng_uniform():
+    first = np.asarray(lax.rng_uniform(np.float32(-1), np.float32(2), (1000,)))
+    second = np.asarray(lax.rng_uniform(np.float32(-1), np.float32(2), (1000,)))
+    assert first.dtype == np.float32 and first.shape == (1000,)
+    assert first.min() >= -1 and first.max() < 2 and abs(first.mean() - 0.5) < 0.1
+    assert not np.array_equal(first, second)
+    wide = np.asarray(lax.rng_uniform(np.float64(0), np.float64(1e-3), (10,)))
+    assert wide.dtype == np.float64 and (wide < 1e-3).all()
+    with pytest.raises(ValueError, match="scalars"):
+        lax.rng_uniform(np.zeros(2), 1.0, (2,))
+
+
+def test_platform_dependent_follows_the_platform_that_runs():
+    from checks import jit_backend
+
+    def f(x):
+        return lax.platform_dependent(x, cpu=lambda v: v + 1.0, cuda=lambda v: v - 1.0)
+
+    x = np.ones(3, np.float32)
+    assert_allclose(f(x), 2.0)
+    assert_allclose(fg.vmap(f)(np.ones((2, 3), np.float32)), 2.0)
+    assert_allclose(fg.grad(lambda v: fnp.sum(f(v) ** 2))(x), 4.0)
+    for backend, expected in [("numpy", 2.0), ("llvm", 2.0), ("cuda_emulator", 0.0)]:
+        with jit_backend(backend):
+            assert_allclose(fg.jit(f)(x), expected)
+    g = fg.jit(lambda x: lax.platform_dependent(x, cuda=lambda v: 2 * v, default=lambda v: 3 * v))
+    assert_allclose(g(x), 3.0)
+    with pytest.raises(ValueError, match="tpu"):
+        lax.platform_dependent(x, tpu=lambda v: v)
+    with pytest.raises(NotImplementedError, match="no default"):
+        lax.platform_dependent(x, cuda=lambda v: v)
