@@ -43,6 +43,7 @@ from funcgrad.ir import ClosedJaxpr, Jaxpr, Var, eval_jaxpr
 from funcgrad.lax.base import asarray
 from funcgrad.lax.control_flow.common import avals_of, check_same_types, stage
 from funcgrad.lax.elementwise import neg
+from funcgrad.lax.shapes import full
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
 __all__ = ["custom_linear_solve", "custom_root"]
@@ -199,7 +200,7 @@ def _linear_solve_batch(values, dims, **params):
 # custom_linear_solve
 
 
-def _staged_solve(solve, matvec, b_tree, b_avals, has_aux: bool, what: str):
+def _staged_solve(solve, matvec, b_tree, b_avals, has_aux: bool, what: str, input_name: str):
     """Stage `solve(matvec, b)`; returns (jaxpr of (consts, b) -> (*x, *aux), consts, aux tree)."""
 
     def solved(b):
@@ -214,7 +215,7 @@ def _staged_solve(solve, matvec, b_tree, b_avals, has_aux: bool, what: str):
     x_tree, aux_tree = out_tree.children() if has_aux else (out_tree, None)
     num_x = x_tree.num_leaves
     check_same_types(
-        f"{what}'s solution and its right-hand side",
+        f"{what}'s solution and {input_name}",
         b_avals,
         jaxpr.out_avals[:num_x],
         b_tree,
@@ -272,7 +273,7 @@ def custom_linear_solve(
         matvec_tree,
     )
     solve_jaxpr, solve_consts, aux_tree = _staged_solve(
-        solve, matvec, b_tree, b_avals, has_aux, "custom_linear_solve solve"
+        solve, matvec, b_tree, b_avals, has_aux, "custom_linear_solve solve", "b"
     )
     if symmetric and transpose_solve is None:
         transpose_solve = solve
@@ -292,31 +293,34 @@ def custom_linear_solve(
             return tree_util.tree_unflatten(b_tree, out)
 
         tsolve_jaxpr, tsolve_consts, _ = _staged_solve(
-            transpose_solve, vecmat, b_tree, b_avals, has_aux, "custom_linear_solve transpose_solve"
+            transpose_solve,
+            vecmat,
+            b_tree,
+            b_avals,
+            has_aux,
+            "custom_linear_solve transpose_solve",
+            "b",
         )
     groups = [matvec_consts, vecmat_consts, solve_consts, tsolve_consts]
     const_lengths = tuple(len(g) for g in groups)
     operands = [asarray(c) for g in groups for c in g] + b_leaves
     avals = avals_of(operands)
-    starts = np.cumsum((0,) + const_lengths)
-    b_positions = list(range(starts[-1], len(operands)))
-
-    def over_operands(closed, group):
-        if closed is None:
-            return None
-        return _reading(closed, avals, list(range(starts[group], starts[group + 1])) + b_positions)
-
-    swapped_avals = _swap(avals, const_lengths)
-    tstarts = np.cumsum((0,) + _transposed(const_lengths))
+    b_positions = list(range(sum(const_lengths), len(operands)))
+    # Both orders put the matvec and vecmat consts first, then the solve's own.
+    solve_start = const_lengths[0] + const_lengths[1]
+    solve_reads = list(range(solve_start, solve_start + const_lengths[2]))
+    call_jaxpr = _reading(solve_jaxpr, avals, solve_reads + b_positions)
     transpose_call = None
     if tsolve_jaxpr is not None:
-        used = list(range(tstarts[2], tstarts[3])) + b_positions
-        transpose_call = _reading(tsolve_jaxpr, swapped_avals, used)
+        tsolve_reads = list(range(solve_start, solve_start + const_lengths[3]))
+        transpose_call = _reading(
+            tsolve_jaxpr, _swap(avals, const_lengths), tsolve_reads + b_positions
+        )
     outs = linear_solve_p.bind(
         *operands,
         matvec=matvec_jaxpr,
         vecmat=vecmat_jaxpr,
-        call_jaxpr=over_operands(solve_jaxpr, 2),
+        call_jaxpr=call_jaxpr,
         transpose_call_jaxpr=transpose_call,
         const_lengths=const_lengths,
     )
@@ -335,13 +339,11 @@ class _RootPrograms:
     f(x)), solve ((solve_consts, guess) -> (x, aux)) and linearize-and-solve
     ((ls_consts, x, y) -> tangent_solve(∂f/∂x at x, y))."""
 
-    def __init__(self, f, solve, linearize_and_solve, num_x: int, x_tree, aux_tree):
+    def __init__(self, f, solve, linearize_and_solve, num_x: int):
         self.f = f
         self.solve = solve
         self.linearize_and_solve = linearize_and_solve
         self.num_x = num_x
-        self.x_tree = x_tree
-        self.aux_tree = aux_tree
 
 
 def _run(closed: ClosedJaxpr, *args) -> list:
@@ -355,8 +357,6 @@ def _root_call(programs: _RootPrograms, f_consts, solve_consts, ls_consts, guess
 def _zero_tangent_like(x):
     aval = core.get_aval(x)
     if dtypes.is_inexact(aval.dtype):
-        from funcgrad.lax.shapes import full
-
         return full(aval.shape, 0, aval.dtype)
     return np.zeros(aval.shape, float0)
 
@@ -422,7 +422,7 @@ def custom_root(
         "custom_root's f(x) and initial_guess", guess_avals, f_jaxpr.out_avals, guess_tree, f_tree
     )
     solve_jaxpr, solve_consts, aux_tree = _staged_solve(
-        solve, f, guess_tree, guess_avals, has_aux, "custom_root solve"
+        solve, f, guess_tree, guess_avals, has_aux, "custom_root solve", "initial_guess"
     )
 
     def linearize_and_solve(x, y):
@@ -448,7 +448,7 @@ def custom_root(
         guess_tree,
         ls_tree,
     )
-    programs = _RootPrograms(f_jaxpr, solve_jaxpr, ls_jaxpr, num_x, guess_tree, aux_tree)
+    programs = _RootPrograms(f_jaxpr, solve_jaxpr, ls_jaxpr, num_x)
     outs = _root(programs, f_consts, solve_consts, ls_consts, guess_leaves)
     x = tree_util.tree_unflatten(guess_tree, outs[:num_x])
     if has_aux:
