@@ -8,6 +8,9 @@ which refuses reverse mode, or a stop_gradient), so a right answer shows the imp
 
 import numpy as np
 import pytest
+import strategies as fst
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
@@ -313,6 +316,27 @@ def test_conv_transpose_against_a_scatter_loop(padding, strides):
     assert_allclose(flipped, transposed_conv_reference(x, w[::-1, ::-1], strides, padding))
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    size=fst.shapes(2, 2, 1, 4),
+    kernel=fst.shapes(2, 2, 1, 3),
+    strides=st.tuples(st.integers(1, 3), st.integers(1, 3)),
+    padding=st.one_of(
+        st.sampled_from(["SAME", "VALID"]),
+        st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=2, max_size=2),
+    ),
+    seed=st.integers(0, 2**16),
+)
+def test_conv_transpose_property(size, kernel, strides, padding, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, *size, 2))
+    w = rng.standard_normal((*kernel, 2, 3))
+    out = lax.conv_transpose(x, w, strides, padding)
+    dn = ("NHWC", "HWIO", "NHWC")
+    assert out.shape == lax.conv_transpose_shape_tuple(x.shape, w.shape, strides, padding, dn)
+    assert_allclose(out, transposed_conv_reference(x, w, strides, padding))
+
+
 def test_conv_transpose_is_the_gradient_of_a_strided_conv():
     # With transpose_kernel, conv_transpose is the vjp of conv_general_dilated in its input.
     x = RNG.standard_normal((1, 6, 6, 2))
@@ -536,6 +560,21 @@ def test_ragged_dot(group_sizes):
     assert_allclose(batched[1], ragged_reference(lhs, rhs, group_sizes[::-1]))
     with pytest.raises(TypeError, match=r"\(3,\)"):
         lax.ragged_dot(lhs, rhs, group_sizes[:2])
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    group_sizes=st.lists(st.integers(0, 3), min_size=1, max_size=4),
+    extra_rows=st.integers(0, 2),
+    seed=st.integers(0, 2**16),
+)
+def test_ragged_dot_property(group_sizes, extra_rows, seed):
+    rng = np.random.default_rng(seed)
+    m = sum(group_sizes) + extra_rows  # rows after the last group come out zero
+    lhs = rng.standard_normal((m, 3))
+    rhs = rng.standard_normal((len(group_sizes), 3, 2))
+    sizes = np.array(group_sizes, np.int32)
+    assert_allclose(lax.ragged_dot(lhs, rhs, sizes), ragged_reference(lhs, rhs, sizes))
 
 
 def test_rng_bit_generator():
