@@ -469,6 +469,14 @@ def test_conv_shape_tuples():
 # Small ones
 
 
+def test_dtype():
+    assert lax.dtype(1.0) == np.float32 and lax.dtype(3) == np.int32 and lax.dtype(True) == np.bool_
+    assert lax.dtype(float) == np.float32 and lax.dtype("int8") == np.int8
+    assert lax.dtype(np.zeros(2)) == np.float64 and lax.dtype(fnp.ones(2)) == np.float32
+    with fg.enable_x64():
+        assert lax.dtype(1.0) == np.float64
+
+
 def test_broadcast_like():
     out = lax.broadcast_like(np.array([[1.0], [2.0]]), np.zeros((3, 2, 4)))
     assert_allclose(out, np.broadcast_to(np.array([[1.0], [2.0]]), (3, 2, 4)))
@@ -638,3 +646,20 @@ def test_platform_dependent_follows_the_platform_that_runs():
         lax.platform_dependent(x, tpu=lambda v: v)
     with pytest.raises(NotImplementedError, match="no default"):
         lax.platform_dependent(x, cuda=lambda v: v)
+
+
+def test_axis_size():
+    def f(x):
+        return x * lax.axis_size("i") + lax.axis_size(("i", "j"))
+
+    out = fg.vmap(fg.vmap(f, axis_name="j"), axis_name="i")(np.ones((3, 2)))
+    assert_allclose(out, np.full((3, 2), 3.0 + 6.0))
+    assert_allclose(
+        fg.vmap(fg.jit(lambda x: x * lax.axis_size("i")), axis_name="i")(np.ones(4)), 4.0
+    )
+    devices = fg.device_count("cpu")
+    assert_allclose(
+        fg.pmap(lambda x: x * lax.axis_size("d"), axis_name="d")(np.ones(devices)), devices
+    )
+    with pytest.raises(NameError, match="unbound axis name: k"):
+        lax.axis_size("k")

@@ -28,6 +28,7 @@ from funcgrad.lax.random_bits import threefry2x32
 __all__ = [
     "RandomAlgorithm",
     "broadcast_like",
+    "dtype",
     "index_take",
     "mulhi",
     "ragged_dot",
@@ -35,6 +36,17 @@ __all__ = [
     "rng_uniform",
     "scatter_apply",
 ]
+
+
+def dtype(x) -> np.dtype:
+    """The dtype funcgrad gives `x`: a value's (Python scalars take the defaults, float32 and
+    int32, or 64-bit under enable_x64), or a dtype-like's, canonicalized (`float` means the
+    default float). Unlike JAX, float64 given by the user stays float64."""
+    if dtypes.is_python_scalar(x):
+        return dtypes.scalar_dtype(x)[0]
+    if hasattr(x, "dtype"):
+        return dtypes.canonicalize(x.dtype)
+    return dtypes.canonicalize(x)
 
 
 def broadcast_like(arr, like_arr):

@@ -44,6 +44,7 @@ __all__ = [
     "all_gather",
     "all_to_all",
     "axis_index",
+    "axis_size",
     "pmax",
     "pmean",
     "pmin",
@@ -322,6 +323,12 @@ def _axis_index_axis_rule(trace, values, dims, *, axis_name):
 @_def_shard_rule(axis_index_p)
 def _axis_index_shard_rule(frame, *, axis_name):
     return np.asarray(frame.index, np.int32)
+
+
+def axis_size(axis_name: Hashable) -> int:
+    """The number of lanes of the mapped axis `axis_name` (the product over a tuple of names):
+    a Python int, since vmap and pmap know their sizes when they trace."""
+    return _axis_size(_axis_name("axis_size", axis_name))
 
 
 def axis_index(axis_name: Hashable) -> Any:
