@@ -6,6 +6,8 @@ float64 (`check_grads`) with solvers that cannot be differentiated themselves (a
 which refuses reverse mode, or a stop_gradient), so a right answer shows the implicit rule ran.
 """
 
+import functools
+
 import numpy as np
 import pytest
 import strategies as fst
@@ -663,3 +665,25 @@ def test_axis_size():
     )
     with pytest.raises(NameError, match="unbound axis name: k"):
         lax.axis_size("k")
+
+
+def test_pshuffle_and_pswapaxes():
+    x = np.arange(12.0).reshape(4, 3)
+    shuffled = fg.vmap(lambda v: lax.pshuffle(v, "i", [2, 0, 3, 1]), axis_name="i")(x)
+    assert_allclose(shuffled, x[[2, 0, 3, 1]])
+    square = np.arange(9.0).reshape(3, 3)
+    swapped = fg.vmap(lambda v: lax.pswapaxes(v, "i", 0), axis_name="i")(square)
+    assert_allclose(swapped, square.T)
+    with pytest.raises(ValueError, match="permutation"):
+        fg.vmap(lambda v: lax.pshuffle(v, "i", [0, 0, 1, 2]), axis_name="i")(x)
+
+
+def test_composite_is_its_decomposition():
+    @functools.partial(lax.composite, name="my.double")
+    def double(x):
+        return 2 * x
+
+    assert_allclose(double(np.ones(2)), 2.0)
+    softplus = lax.composite(lambda x: fnp.log1p(fnp.exp(x)), "my.softplus", version=1)
+    assert_allclose(fg.grad(softplus)(0.0), 0.5)
+    assert softplus.composite_name == "my.softplus"

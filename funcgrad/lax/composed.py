@@ -6,6 +6,7 @@ low-level random functions rng_bit_generator and rng_uniform (on threefry2x32).
 from __future__ import annotations
 
 import enum
+import functools
 import itertools
 import threading
 from collections.abc import Callable, Sequence
@@ -28,6 +29,7 @@ from funcgrad.lax.random_bits import threefry2x32
 __all__ = [
     "RandomAlgorithm",
     "broadcast_like",
+    "composite",
     "dtype",
     "index_take",
     "mulhi",
@@ -36,6 +38,22 @@ __all__ = [
     "rng_uniform",
     "scatter_apply",
 ]
+
+
+def composite(decomposition: Callable, name: str, version: int = 0) -> Callable:
+    """`decomposition` named as one operation, for compilers that recognise it by `name` and
+    `version`: funcgrad's compiler recognises none, so the result is the decomposition itself
+    (its semantics, derivatives and batching)."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"composite: name must be a non-empty string, got {name!r}")
+
+    @functools.wraps(decomposition)
+    def operation(*args, **kwargs):
+        return decomposition(*args, **kwargs)
+
+    operation.composite_name = name
+    operation.composite_version = int(version)
+    return operation
 
 
 def dtype(x) -> np.dtype:

@@ -51,6 +51,8 @@ __all__ = [
     "ppermute",
     "psum",
     "psum_scatter",
+    "pshuffle",
+    "pswapaxes",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -755,3 +757,18 @@ def all_to_all(
         )
 
     return tree_util.tree_map(exchange, x)
+
+
+def pshuffle(x: Any, axis_name: Hashable, perm: Sequence[int]) -> Any:
+    """ppermute with the permutation given by sources: lane i receives lane perm[i]'s `x`.
+    perm must name every lane of the axis once."""
+    perm = [int(p) for p in perm]
+    if sorted(perm) != list(range(len(perm))):
+        raise ValueError(f"pshuffle: perm {perm} is not a permutation of 0..{len(perm) - 1}")
+    return ppermute(x, axis_name, [(source, i) for i, source in enumerate(perm)])
+
+
+def pswapaxes(x: Any, axis_name: Hashable, axis: int, *, axis_index_groups=None) -> Any:
+    """The mapped axis `axis_name` exchanged with the unmapped `axis` of x (whose size must be
+    the number of lanes): all_to_all splitting and concatenating along `axis`."""
+    return all_to_all(x, axis_name, axis, axis, axis_index_groups=axis_index_groups)
