@@ -587,6 +587,39 @@ def test_ragged_dot_property(group_sizes, extra_rows, seed):
     assert_allclose(lax.ragged_dot(lhs, rhs, sizes), ragged_reference(lhs, rhs, sizes))
 
 
+def test_ragged_dot_general_forms():
+    sizes = np.array([2, 0, 3], np.int32)
+    dims = lax.RaggedDotDimensionNumbers
+    # A ragged non-contracting dimension with a batch dimension: rows of each group use
+    # their own rhs[g] in every batch.
+    lhs = RNG.standard_normal((2, 6, 4))
+    rhs = RNG.standard_normal((3, 2, 4, 5))
+    out = lax.ragged_dot_general(lhs, rhs, sizes, dims(((((2,), (2,)), ((0,), (1,)))), (1,), (0,)))
+    for b in range(2):
+        assert_allclose(out[b], ragged_reference(lhs[b], rhs[:, b], sizes))
+    # A ragged contracting dimension: one product per group over its columns.
+    lhs = RNG.standard_normal((5, 6))
+    rhs = RNG.standard_normal((6, 3))
+
+    def by_columns(lhs, rhs):
+        return lax.ragged_dot_general(lhs, rhs, sizes, dims((((1,), (0,)), ((), ())), (1,), ()))
+
+    out = by_columns(lhs, rhs)
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    for g in range(3):
+        cols = slice(starts[g], starts[g + 1])
+        assert_allclose(out[g], lhs[:, cols] @ rhs[cols])
+    check_grads(by_columns, (lhs, rhs), order=1)
+    batched = fg.vmap(by_columns, (0, None))(np.stack([lhs, -lhs]), rhs)
+    assert_allclose(batched[1], -out)
+    # A ragged batch dimension: dot_general.
+    lhs, rhs = RNG.standard_normal((6, 5, 4)), RNG.standard_normal((6, 4, 3))
+    out = lax.ragged_dot_general(lhs, rhs, sizes, dims((((2,), (1,)), ((0,), (0,))), (0,), ()))
+    assert_allclose(out, np.einsum("bmk,bkn->bmn", lhs, rhs))
+    with pytest.raises(TypeError, match="group dimension of size 3"):
+        lax.ragged_dot_general(lhs[0], rhs[:2], sizes, dims((((1,), (1,)), ((), ())), (0,), (0,)))
+
+
 def test_rng_bit_generator():
     key = np.array([1, 2, 3, 4], np.uint32)
     for dtype in [np.uint8, np.uint16, np.uint32, np.uint64]:

@@ -10,6 +10,7 @@ import functools
 import itertools
 import threading
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -33,7 +34,9 @@ __all__ = [
     "dtype",
     "index_take",
     "mulhi",
+    "RaggedDotDimensionNumbers",
     "ragged_dot",
+    "ragged_dot_general",
     "rng_bit_generator",
     "rng_uniform",
     "scatter_apply",
@@ -225,6 +228,113 @@ def scatter_apply(
 # Grouped products
 
 
+class RaggedDotDimensionNumbers(NamedTuple):
+    """ragged_dot_general's dimensions: dot_general's ((lhs_contracting, rhs_contracting),
+    (lhs_batch, rhs_batch)), the lhs dimension cut into groups, and the rhs dimension holding
+    one operand per group (empty when the ragged dimension is contracting or batch)."""
+
+    dot_dimension_numbers: tuple
+    lhs_ragged_dimensions: Sequence[int]
+    rhs_group_dimensions: Sequence[int]
+
+
+def _group_membership(group_sizes, size: int):
+    """bool (size, g): position i along the ragged dimension lies in group j."""
+    groups = group_sizes.shape[0]
+    ends = reductions.cumsum(group_sizes, 0)
+    starts = elementwise.sub(ends, group_sizes)
+    positions = shapes.broadcast_in_dim(shapes.iota(group_sizes.dtype, size), (size, groups), (0,))
+    return elementwise.bitwise_and(
+        elementwise.ge(positions, shapes.broadcast_in_dim(starts, (size, groups), (1,))),
+        elementwise.lt(positions, shapes.broadcast_in_dim(ends, (size, groups), (1,))),
+    )
+
+
+def _masked(x, mask, dims: tuple[int, ...]):
+    """x where the broadcast `mask` (its dimensions at `dims` of x) holds, else 0."""
+    zero = shapes.full(x.shape, 0, x.dtype)
+    return elementwise.select_n(shapes.broadcast_in_dim(mask, x.shape, dims), zero, x)
+
+
+def ragged_dot_general(
+    lhs,
+    rhs,
+    group_sizes,
+    ragged_dot_dimension_numbers: RaggedDotDimensionNumbers,
+    precision=None,
+    preferred_element_type=None,
+    group_offset=None,
+):
+    """dot_general with one lhs dimension cut into consecutive groups of `group_sizes` (a 1-d
+    integer array of g sizes; positions past the last group count as in no group):
+
+    - ragged non-contracting lhs dimension, rhs group dimension of size g: each group of lhs
+      rows is multiplied by its own rhs operand (mixture-of-experts); rows in no group give 0.
+    - ragged contracting dimension (no rhs group dimension): one product per group, summing
+      only over that group's positions, stacked on a new leading dimension of size g.
+    - ragged batch dimension: dot_general itself (each batch position is its own product).
+
+    Written as dot_general with group masks (the first form computes every group's product,
+    g times the work), so derivatives and batching are dot_general's.
+    """
+    lhs, rhs, group_sizes = asarray(lhs), asarray(rhs), asarray(group_sizes)
+    if group_offset is not None:
+        raise NotImplementedError("ragged_dot_general: group_offset is not supported")
+    dnums = ragged_dot_dimension_numbers
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = (
+        tuple(tuple(int(d) for d in dims) for dims in pair) for pair in dnums.dot_dimension_numbers
+    )
+    ragged = tuple(int(d) for d in dnums.lhs_ragged_dimensions)
+    group_dims = tuple(int(d) for d in dnums.rhs_group_dimensions)
+    if len(ragged) != 1 or len(group_dims) > 1:
+        raise TypeError(
+            f"ragged_dot_general: needs one lhs ragged dimension and at most one rhs group "
+            f"dimension, got {ragged} and {group_dims}"
+        )
+    if group_sizes.ndim != 1 or not dtypes.is_int(group_sizes.dtype):
+        raise TypeError(
+            "ragged_dot_general: group_sizes must be a 1-d integer array, got "
+            f"{group_sizes.aval.str_short()}"
+        )
+    (r,) = ragged
+    groups = group_sizes.shape[0]
+    dot_dims = ((lhs_contract, rhs_contract), (lhs_batch, rhs_batch))
+    options = dict(precision=precision, preferred_element_type=preferred_element_type)
+    if r in lhs_contract or r in lhs_batch:
+        if group_dims:
+            raise TypeError(
+                "ragged_dot_general: a ragged contracting or batch dimension takes no rhs group "
+                f"dimension, got {group_dims}"
+            )
+    elif not group_dims or rhs.shape[group_dims[0]] != groups:
+        raise TypeError(
+            f"ragged_dot_general: a ragged non-contracting dimension needs an rhs group "
+            f"dimension of size {groups}, got rhs shape {rhs.shape} and group dimensions "
+            f"{group_dims}"
+        )
+    if r in lhs_batch:
+        # Batch positions are independent products already, in a group or not (as in JAX).
+        return dot_general(lhs, rhs, dot_dims, **options)
+    membership = _group_membership(group_sizes, lhs.shape[r])  # (m, g)
+    if r in lhs_contract:
+        # A new last lhs dimension of the groups, each zero outside its group.
+        spread = shapes.broadcast_in_dim(lhs, (*lhs.shape, groups), tuple(range(lhs.ndim)))
+        spread = _masked(spread, membership, (r, lhs.ndim))
+        out = dot_general(spread, rhs, dot_dims, **options)
+        lhs_free = lhs.ndim + 1 - len(lhs_contract) - len(lhs_batch)
+        group_at = len(lhs_batch) + lhs_free - 1
+        perm = (group_at, *(d for d in range(out.ndim) if d != group_at))
+        return shapes.transpose(out, perm)
+    # Every group's product, masked to its rows, summed over the groups.
+    (g,) = group_dims
+    out = dot_general(lhs, rhs, dot_dims, **options)
+    lhs_free = [d for d in range(lhs.ndim) if d not in lhs_contract and d not in lhs_batch]
+    rhs_free = [d for d in range(rhs.ndim) if d not in rhs_contract and d not in rhs_batch]
+    row_at = len(lhs_batch) + lhs_free.index(r)
+    group_at = len(lhs_batch) + len(lhs_free) + rhs_free.index(g)
+    return reductions.reduce_sum(_masked(out, membership, (row_at, group_at)), (group_at,))
+
+
 def ragged_dot(
     lhs,
     rhs,
@@ -235,14 +345,8 @@ def ragged_dot(
 ):
     """Row groups of lhs (m, k), each multiplied by its own matrix of rhs (g, k, n): rows
     [sum(group_sizes[:i]), sum(group_sizes[:i+1])) use rhs[i]; rows after the last group are
-    zero. The mixture-of-experts product.
-
-    Written as every group's product masked to its rows (g times the work of one matmul), so
-    it differentiates in lhs and rhs and batches like dot_general.
-    """
+    zero. The mixture-of-experts product (ragged_dot_general's first form)."""
     lhs, rhs, group_sizes = asarray(lhs), asarray(rhs), asarray(group_sizes)
-    if group_offset is not None:
-        raise NotImplementedError("ragged_dot: group_offset is not supported")
     if lhs.ndim != 2 or rhs.ndim != 3 or lhs.shape[1] != rhs.shape[1]:
         raise TypeError(
             f"ragged_dot: needs lhs (m, k) and rhs (g, k, n), got shapes {lhs.shape} and "
@@ -253,24 +357,15 @@ def ragged_dot(
             f"ragged_dot: group_sizes must be integers of shape ({rhs.shape[0]},), got "
             f"{group_sizes.aval.str_short()}"
         )
-    m, groups = lhs.shape[0], rhs.shape[0]
-    ends = reductions.cumsum(group_sizes, 0)
-    starts = elementwise.sub(ends, group_sizes)
-    rows = shapes.broadcast_in_dim(shapes.iota(group_sizes.dtype, m), (m, groups), (0,))
-    in_group = elementwise.bitwise_and(
-        elementwise.ge(rows, shapes.broadcast_in_dim(starts, (m, groups), (1,))),
-        elementwise.lt(rows, shapes.broadcast_in_dim(ends, (m, groups), (1,))),
-    )
-    products = dot_general(
+    return ragged_dot_general(
         lhs,
         rhs,
-        (((1,), (1,)), ((), ())),
+        group_sizes,
+        RaggedDotDimensionNumbers((((1,), (1,)), ((), ())), (0,), (0,)),
         precision=precision,
         preferred_element_type=preferred_element_type,
-    )  # (m, g, n)
-    zero = shapes.full(products.shape, 0, products.dtype)
-    mask = shapes.broadcast_in_dim(in_group, products.shape, (0, 1))
-    return reductions.reduce_sum(elementwise.select_n(mask, zero, products), (1,))
+        group_offset=group_offset,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
