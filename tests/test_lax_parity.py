@@ -1,5 +1,9 @@
 """jax.lax names added for parity: implicit differentiation (custom_linear_solve, custom_root),
-and the functions composed from existing primitives.
+the convolution helpers (conv_transpose, patches, local convolutions, shape utilities), and the
+smaller ones (platform_dependent, ragged dots, random bits, mulhi, index_take, ...).
+
+Values are checked against loops written here in NumPy; transformations against their
+definitions (vmap against a loop, jit against eager, derivatives by `check_grads`).
 
 Derivatives of the implicit solvers are checked against central differences of the solution in
 float64 (`check_grads`) with solvers that cannot be differentiated themselves (a while loop,
