@@ -998,5 +998,6 @@ for _name, _param in (
     ("custom_jvp_call", "call_jaxpr"),
     ("custom_vjp_call", "call_jaxpr"),
     ("custom_vmap_call", "call_jaxpr"),
+    ("linear_solve", "call_jaxpr"),
 ):
     rules[_name] = _call_rule(_param)

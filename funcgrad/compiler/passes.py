@@ -481,6 +481,45 @@ simplification_rules.update(
 )
 
 # ---------------------------------------------------------------------------------------------
+# The platform
+
+
+def resolve_platform(closed: ClosedJaxpr, platform: str) -> ClosedJaxpr:
+    """`closed` with every `platform_index` (lax.platform_dependent's choice), in it or in
+    the programs its equations carry, replaced by the branch number for `platform`, the one
+    the program is compiled for."""
+    from funcgrad.lax.platform import index_for, platform_index_p
+
+    def mentions(jaxpr: Jaxpr) -> bool:
+        return any(
+            eqn.primitive is platform_index_p or any(map(mentions, _param_jaxprs(eqn.params)))
+            for eqn in jaxpr.eqns
+        )
+
+    def resolved_param(value):
+        if isinstance(value, ClosedJaxpr):
+            return resolve_platform(value, platform)
+        if isinstance(value, tuple) and any(isinstance(v, ClosedJaxpr) for v in value):
+            return tuple(map(resolved_param, value))
+        return value
+
+    if not mentions(closed.jaxpr):
+        return closed
+    rewriter = _Rewriter()
+    rewriter.changed = True
+    for eqn in closed.eqns:
+        eqn = rewriter.with_inputs_read(eqn)
+        if eqn.primitive is platform_index_p:
+            (out,) = eqn.outvars
+            index = index_for(platform, eqn.params["platforms"], eqn.params["default"])
+            rewriter.substitute(out, Literal(np.int32(index), out.aval))
+            continue
+        params = {name: resolved_param(value) for name, value in eqn.params.items()}
+        rewriter.emit(JaxprEqn(eqn.primitive, eqn.invars, eqn.outvars, params, eqn.source_info))
+    return rewriter.finish(closed)
+
+
+# ---------------------------------------------------------------------------------------------
 # The pipeline
 
 _MAX_ROUNDS = 8

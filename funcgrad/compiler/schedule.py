@@ -539,6 +539,7 @@ def _calls() -> dict:
             ("custom_jvp_call", "call_jaxpr"),
             ("custom_vjp_call", "call_jaxpr"),
             ("custom_vmap_call", "call_jaxpr"),
+            ("linear_solve", "call_jaxpr"),
         )
     }
 

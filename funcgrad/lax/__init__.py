@@ -8,7 +8,9 @@ import warnings
 
 from funcgrad.lax import complex_pairs  # noqa: F401  (the compiler's complex decompositions)
 from funcgrad.lax.base import asarray
+from funcgrad.lax.composed import *
 from funcgrad.lax.control_flow import *
+from funcgrad.lax.convolutions import *
 from funcgrad.lax.eig import *
 from funcgrad.lax.elementwise import *
 from funcgrad.lax.extra import *
@@ -17,6 +19,7 @@ from funcgrad.lax.indexing import *
 from funcgrad.lax.linalg import *
 from funcgrad.lax.linalg_decomp import *
 from funcgrad.lax.parallel import *
+from funcgrad.lax.platform import *
 from funcgrad.lax.random_bits import *
 from funcgrad.lax.reductions import *
 from funcgrad.lax.shapes import *

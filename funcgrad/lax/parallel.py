@@ -44,12 +44,15 @@ __all__ = [
     "all_gather",
     "all_to_all",
     "axis_index",
+    "axis_size",
     "pmax",
     "pmean",
     "pmin",
     "ppermute",
     "psum",
     "psum_scatter",
+    "pshuffle",
+    "pswapaxes",
 ]
 
 # ---------------------------------------------------------------------------------------------
@@ -322,6 +325,12 @@ def _axis_index_axis_rule(trace, values, dims, *, axis_name):
 @_def_shard_rule(axis_index_p)
 def _axis_index_shard_rule(frame, *, axis_name):
     return np.asarray(frame.index, np.int32)
+
+
+def axis_size(axis_name: Hashable) -> int:
+    """The number of lanes of the mapped axis `axis_name` (the product over a tuple of names):
+    a Python int, since vmap and pmap know their sizes when they trace."""
+    return _axis_size(_axis_name("axis_size", axis_name))
 
 
 def axis_index(axis_name: Hashable) -> Any:
@@ -748,3 +757,18 @@ def all_to_all(
         )
 
     return tree_util.tree_map(exchange, x)
+
+
+def pshuffle(x: Any, axis_name: Hashable, perm: Sequence[int]) -> Any:
+    """ppermute with the permutation given by sources: lane i receives lane perm[i]'s `x`.
+    perm must name every lane of the axis once."""
+    perm = [int(p) for p in perm]
+    if sorted(perm) != list(range(len(perm))):
+        raise ValueError(f"pshuffle: perm {perm} is not a permutation of 0..{len(perm) - 1}")
+    return ppermute(x, axis_name, [(source, i) for i, source in enumerate(perm)])
+
+
+def pswapaxes(x: Any, axis_name: Hashable, axis: int, *, axis_index_groups=None) -> Any:
+    """The mapped axis `axis_name` exchanged with the unmapped `axis` of x (whose size must be
+    the number of lanes): all_to_all splitting and concatenating along `axis`."""
+    return all_to_all(x, axis_name, axis, axis, axis_index_groups=axis_index_groups)

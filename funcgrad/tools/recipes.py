@@ -1391,6 +1391,31 @@ _custom_tanh.defvjp(
 _custom_vmapped = fg.custom_batching.custom_vmap(lambda x, y: fnp.sin(x) * y)
 _custom_vmapped.def_vmap(lambda size, batched, x, y: (fnp.sin(x) * y, batched[0] or batched[1]))
 
+
+def _shifted(a):
+    """a made safely invertible: a + 8 I, diagonally dominant for entries in (-1, 1)."""
+    module = np if isinstance(a, np.ndarray) else fnp
+    return a + 8 * module.eye(a.shape[-1], dtype=a.dtype)
+
+
+def _linear_solve_fun(a, b):
+    matrix = _shifted(a)
+    return fg.lax.custom_linear_solve(
+        lambda x: matrix @ x,
+        b,
+        lambda matvec, y: fnp.linalg.solve(matrix, y),
+        lambda vecmat, y: fnp.linalg.solve(matrix.T, y),
+    )
+
+
+@st.composite
+def _linear_solve_case(draw):
+    n = draw(st.integers(1, 4))
+    b_shape = draw(st.sampled_from([(n,), (n, draw(st.integers(1, 3)))]))
+    dtype = np.dtype(draw(st.sampled_from(FLOATS)))
+    return Case(((n, n), b_shape), (dtype, dtype))
+
+
 RECIPES.update(
     {
         "cond": Recipe(
@@ -1441,6 +1466,13 @@ RECIPES.update(
             fun=_custom_vmapped,
             reference=lambda x, y: np.sin(x) * y,
             case=_same_shape_case(2, FLOATS),
+        ),
+        "linear_solve": Recipe(
+            fun=_linear_solve_fun,
+            reference=lambda a, b: np.linalg.solve(_shifted(a), b),
+            case=_linear_solve_case(),
+            domains=((-1, 1), (-2, 2)),
+            rtol_scale=100,
         ),
         "custom_vjp_call": Recipe(
             fun=_custom_tanh,
@@ -1558,6 +1590,11 @@ WITHOUT_RECIPE = {
     "eig_parts": (
         "the compiler's form of eig (LAPACK geev's packed outputs), made by the complex "
         "lowering: the eig recipe's compiled checks reach it"
+    ),
+    "platform_index": (
+        "its value is the platform a program runs on, so eager and compiled runs differ by "
+        "design; tests/test_lax_parity.py checks platform_dependent eagerly and compiled for "
+        "the host and the emulated GPU"
     ),
     "custom_lin": (
         "internal to reverse mode of custom_vjp functions: the custom_vjp_call recipe reaches it "

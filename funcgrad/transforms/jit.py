@@ -77,6 +77,8 @@ def _compile(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...], gpu=Non
 
 
 def _compiled(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...], gpu):
+    platform = "cuda" if backend in ("cuda", "cuda_emulator") else "cpu"
+    jaxpr = passes.resolve_platform(jaxpr, platform)
     if backend == "llvm":
         from funcgrad.backends.llvm.executable import LlvmExecutable
 

@@ -35,6 +35,7 @@ for name in (
     "custom_jvp_call",
     "custom_vjp_call",
     "custom_vmap_call",
+    "linear_solve",
 ):
     PRIMITIVES[name].lowerings["llvm"] = schedule.schedule
 

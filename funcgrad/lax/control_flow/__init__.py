@@ -8,3 +8,4 @@ under every transformation, and compiles to native loops and branches.
 from funcgrad.lax.control_flow.conditionals import *
 from funcgrad.lax.control_flow.loops import *
 from funcgrad.lax.control_flow.scan import *
+from funcgrad.lax.control_flow.solves import *
