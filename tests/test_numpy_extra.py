@@ -714,3 +714,16 @@ def test_quantiles_out_of_range_raise_when_known_and_are_nan_when_traced():
         fnp.percentile(x, 150)
     assert np.isnan(np.asarray(fg.jit(fnp.quantile)(x, 1.5)))
     assert float(fnp.percentile(x, 100)) == 4.0
+
+
+def test_bad_inputs_of_vecmat_delete_and_histogram_name_the_cause():
+    with pytest.raises(ValueError, match=r"vecmat: takes a vector .* got shapes \(3,\) and \(3,\)"):
+        fnp.vecmat(fnp.ones(3), fnp.ones(3))
+    with pytest.raises(IndexError, match="delete: indices must be integers"):
+        fnp.delete(fnp.ones(2), float("nan"))
+    with pytest.raises(ValueError, match="need at least 2, got 1"):
+        fnp.histogram(fnp.ones(3), fnp.ones(1))
+    with pytest.raises(TypeError, match="type str is not a valid funcgrad array operand"):
+        fg.lax.full_like("abc", 1)
+    assert_close(fnp.vecmat(np.arange(3.0), np.ones((3, 2))), np.arange(3.0) @ np.ones((3, 2)))
+    assert_close(fg.lax.full_like(1.5, 2), np.float32(2.0))

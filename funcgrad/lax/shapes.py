@@ -171,7 +171,10 @@ def full(shape: Sequence[int], fill_value, dtype=None):
 
 
 def full_like(x, fill_value, dtype=None, shape=None):
-    """`full` with the shape and dtype of `x` unless given."""
+    """`full` with the shape and dtype of `x` unless given (anything with both, such as a
+    ShapeDtypeStruct, will do)."""
+    if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+        x = asarray(x)  # (a scalar; anything else is refused by name)
     return full(
         x.shape if shape is None else shape, fill_value, x.dtype if dtype is None else dtype
     )

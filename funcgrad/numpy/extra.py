@@ -430,6 +430,10 @@ def histogram_bin_edges(a, bins=10, range=None, weights=None):
     if isinstance(bins, str):
         raise NotImplementedError(f"histogram_bin_edges: bins={bins!r} is not supported")
     if np.ndim(bins) == 1 or (isinstance(bins, (Array, core.Tracer)) and bins.ndim == 1):
+        if np.shape(bins)[0] < 2:
+            raise ValueError(
+                f"histogram_bin_edges: bins given as edges need at least 2, got {np.shape(bins)[0]}"
+            )
         return _to_dtype(bins, a.dtype)
     count = operator.index(bins)
     if count < 1:
@@ -1553,6 +1557,10 @@ def delete(arr, obj, axis: int | None = None, *, assume_unique_indices: bool = F
             if removed.shape != (n,):
                 raise ValueError(f"delete: a boolean mask needs shape ({n},), got {removed.shape}")
             keep = ~removed
+        elif not np.issubdtype(removed.dtype, np.integer):
+            raise IndexError(
+                f"delete: indices must be integers or a boolean mask, got dtype {removed.dtype}"
+            )
         else:
             removed = removed.ravel().astype(np.int64)
             if removed.size and (removed.min() < -n or removed.max() >= n):
@@ -1748,7 +1756,13 @@ def matvec(x1, x2, /):
 
 def vecmat(x1, x2, /):
     """Vector-matrix products over the last axes, broadcasting the rest."""
-    return linalg_ops.matmul(to_array(x1)[..., None, :], x2)[..., 0, :]
+    x1, x2 = to_array(x1), to_array(x2)
+    if x1.ndim < 1 or x2.ndim < 2:
+        raise ValueError(
+            f"vecmat: takes a vector (at least 1-d) and a matrix (at least 2-d), got shapes "
+            f"{x1.shape} and {x2.shape}"
+        )
+    return linalg_ops.matmul(x1[..., None, :], x2)[..., 0, :]
 
 
 def fabs(x, /):
