@@ -118,6 +118,119 @@ def lion_ref(lr, b1=0.9, b2=0.99, weight_decay=1e-3):
     return update
 
 
+def adamax_ref(lr, b1=0.9, b2=0.999, eps=1e-8):
+    def update(g, p, t, m):
+        m["mu"] = b1 * m.get("mu", 0.0) + (1 - b1) * g
+        m["u"] = np.maximum(b2 * m.get("u", 0.0), np.abs(g))
+        return p - lr * m["mu"] / (1 - b1**t) / (m["u"] + eps)
+
+    return update
+
+
+def amsgrad_ref(lr, b1=0.9, b2=0.999, eps=1e-8):
+    def update(g, p, t, m):
+        m["mu"] = b1 * m.get("mu", 0.0) + (1 - b1) * g
+        m["nu"] = b2 * m.get("nu", 0.0) + (1 - b2) * g * g
+        m["nu_max"] = np.maximum(m.get("nu_max", 0.0), m["nu"] / (1 - b2**t))
+        return p - lr * m["mu"] / (1 - b1**t) / (np.sqrt(m["nu_max"]) + eps)
+
+    return update
+
+
+def nadam_ref(lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0):
+    """Dozat's look-ahead: b1 * mu / (1 - b1**(t+1)) + (1 - b1) * g / (1 - b1**t)."""
+
+    def update(g, p, t, m):
+        m["mu"] = b1 * m.get("mu", 0.0) + (1 - b1) * g
+        m["nu"] = b2 * m.get("nu", 0.0) + (1 - b2) * g * g
+        mu_hat = b1 * m["mu"] / (1 - b1 ** (t + 1)) + (1 - b1) * g / (1 - b1**t)
+        direction = mu_hat / (np.sqrt(m["nu"] / (1 - b2**t)) + eps) + weight_decay * p
+        return p - lr * direction
+
+    return update
+
+
+def radam_ref(lr, b1=0.9, b2=0.999, eps=1e-8, threshold=5.0):
+    rho_inf = 2 / (1 - b2) - 1
+
+    def update(g, p, t, m):
+        m["mu"] = b1 * m.get("mu", 0.0) + (1 - b1) * g
+        m["nu"] = b2 * m.get("nu", 0.0) + (1 - b2) * g * g
+        mu_hat, nu_hat = m["mu"] / (1 - b1**t), m["nu"] / (1 - b2**t)
+        rho = rho_inf - 2 * t * b2**t / (1 - b2**t)
+        if rho < threshold:
+            return p - lr * mu_hat
+        r = math.sqrt((rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho))
+        return p - lr * r * mu_hat / (np.sqrt(nu_hat) + eps)
+
+    return update
+
+
+def yogi_ref(lr, b1=0.9, b2=0.999, eps=1e-3, initial=1e-6):
+    def update(g, p, t, m):
+        m["mu"] = b1 * m.get("mu", initial) + (1 - b1) * g
+        nu = m.get("nu", initial)
+        m["nu"] = nu - (1 - b2) * np.sign(nu - g * g) * g * g
+        return p - lr * m["mu"] / (1 - b1**t) / (np.sqrt(m["nu"] / (1 - b2**t)) + eps)
+
+    return update
+
+
+def adadelta_ref(lr, rho=0.9, eps=1e-6, weight_decay=0.0):
+    def update(g, p, t, m):
+        g = g + weight_decay * p
+        m["e_g"] = rho * m.get("e_g", 0.0) + (1 - rho) * g * g
+        dx = np.sqrt(m.get("e_x", 0.0) + eps) / np.sqrt(m["e_g"] + eps) * g
+        m["e_x"] = rho * m.get("e_x", 0.0) + (1 - rho) * dx * dx
+        return p - lr * dx
+
+    return update
+
+
+def lamb_ref(lr, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.0):
+    adam_direction = adam_ref(1.0, b1, b2, eps, weight_decay=weight_decay)
+
+    def update(g, p, t, m):
+        direction = p - adam_direction(g, p, t, m)
+        ratio = np.linalg.norm(p) / np.linalg.norm(direction)
+        return p - lr * ratio * direction
+
+    return update
+
+
+def lars_ref(lr, weight_decay=0.0, trust_coefficient=0.001, momentum=0.9):
+    def update(g, p, t, m):
+        direction = g + weight_decay * p
+        direction = direction * trust_coefficient * np.linalg.norm(p) / np.linalg.norm(direction)
+        m["trace"] = -lr * direction + momentum * m.get("trace", 0.0)
+        return p + m["trace"]
+
+    return update
+
+
+def novograd_ref(lr, b1=0.9, b2=0.25, eps=1e-6, weight_decay=0.0):
+    """One second moment per leaf, the squared norm, taken whole at the first step."""
+
+    def update(g, p, t, m):
+        square_norm = np.sum(g * g)
+        m["nu"] = square_norm if t == 1 else b2 * m["nu"] + (1 - b2) * square_norm
+        m["mu"] = b1 * m.get("mu", 0.0) + g / (np.sqrt(m["nu"]) + eps) + weight_decay * p
+        return p - lr * m["mu"]
+
+    return update
+
+
+def adabelief_ref(lr, b1=0.9, b2=0.999, eps=1e-16, eps_root=1e-16):
+    """The second moment is that of g minus the already updated first moment."""
+
+    def update(g, p, t, m):
+        m["mu"] = b1 * m.get("mu", 0.0) + (1 - b1) * g
+        m["s"] = b2 * m.get("s", 0.0) + (1 - b2) * (g - m["mu"]) ** 2 + eps_root
+        return p - lr * m["mu"] / (1 - b1**t) / (np.sqrt(m["s"] / (1 - b2**t)) + eps)
+
+    return update
+
+
 CASES = {
     "sgd": (optim.sgd(0.1), sgd_ref(0.1)),
     "sgd momentum": (optim.sgd(0.05, momentum=0.9), sgd_ref(0.05, 0.9)),
@@ -132,6 +245,18 @@ CASES = {
     ),
     "adagrad": (optim.adagrad(0.1), adagrad_ref(0.1)),
     "lion": (optim.lion(1e-3), lion_ref(1e-3)),
+    "adamax": (optim.adamax(1e-2), adamax_ref(1e-2)),
+    "amsgrad": (optim.amsgrad(1e-2, b2=0.9), amsgrad_ref(1e-2, b2=0.9)),
+    "nadam": (optim.nadam(1e-2), nadam_ref(1e-2)),
+    "nadamw": (optim.nadamw(1e-2, weight_decay=0.1), nadam_ref(1e-2, weight_decay=0.1)),
+    # b2 = 0.99 puts the switch to the rectified update (rho_t >= 5) inside the six steps.
+    "radam": (optim.radam(1e-2, b2=0.99), radam_ref(1e-2, b2=0.99)),
+    "yogi": (optim.yogi(1e-2), yogi_ref(1e-2)),
+    "adadelta": (optim.adadelta(0.5, weight_decay=0.1), adadelta_ref(0.5, weight_decay=0.1)),
+    "lamb": (optim.lamb(1e-2, weight_decay=0.1), lamb_ref(1e-2, weight_decay=0.1)),
+    "lars": (optim.lars(0.5, weight_decay=0.1), lars_ref(0.5, weight_decay=0.1)),
+    "novograd": (optim.novograd(1e-2, weight_decay=0.1), novograd_ref(1e-2, weight_decay=0.1)),
+    "adabelief": (optim.adabelief(1e-2), adabelief_ref(1e-2)),
 }
 
 
@@ -143,7 +268,9 @@ def test_updates_follow_the_published_equations(name, seed):
     assert_history(run(opt, params, grads), reference(update, params, grads))
 
 
-@pytest.mark.parametrize("name", ["adam", "lion", "sgd momentum"])
+@pytest.mark.parametrize(
+    "name", ["adam", "lion", "sgd momentum", "nadam", "radam", "lars", "novograd", "adabelief"]
+)
 def test_jitted_updates_equal_eager(name):
     opt, _ = CASES[name]
     params, grads = params_and_grads(0)
@@ -349,3 +476,19 @@ def test_adam_minimises_a_quadratic_under_jit():
         p, state = step(p, state)
     np.testing.assert_allclose(p, target, atol=1e-2)
     assert int(state[0].count) == 300
+
+
+@pytest.mark.parametrize(
+    "make, make_ref",
+    [(optim.yogi, yogi_ref), (optim.lamb, lamb_ref), (optim.novograd, novograd_ref)],
+)
+def test_new_optimizers_take_a_schedule_as_learning_rate(make, make_ref):
+    schedule = optim.linear_schedule(0.02, 0.0, transition_steps=5)
+    lrs = [0.02 * (1 - min(t, 5) / 5) for t in range(STEPS)]
+    refs = [make_ref(lr) for lr in lrs]
+    params, grads = params_and_grads(4)
+
+    def update(g, p, t, m):
+        return refs[t - 1](g, p, t, m)
+
+    assert_history(run(make(schedule), params, grads, jit=True), reference(update, params, grads))
