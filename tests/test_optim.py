@@ -492,3 +492,127 @@ def test_new_optimizers_take_a_schedule_as_learning_rate(make, make_ref):
         return refs[t - 1](g, p, t, m)
 
     assert_history(run(make(schedule), params, grads, jit=True), reference(update, params, grads))
+
+
+def as_f32(tree):
+    return tree_util.tree_map(lambda x: fnp.asarray(x, fnp.float32), tree)
+
+
+def test_masked_transforms_the_selected_leaves_and_passes_the_rest():
+    params, grads = params_and_grads(5)
+    mask = {"w": True, "b": False, "s": True}
+    got = run(optim.chain(optim.masked(optim.adam(1e-2), mask), optim.scale(1.0)), params, grads)
+    adam_history = reference(adam_ref(1e-2), params, grads)
+    for step in range(STEPS):
+        np.testing.assert_allclose(got[step]["w"], adam_history[step]["w"], rtol=2e-5, atol=2e-6)
+        np.testing.assert_allclose(got[step]["s"], adam_history[step]["s"], rtol=2e-5, atol=2e-6)
+        raw = params["b"] + sum(gr["b"] for gr in grads[: step + 1])
+        np.testing.assert_allclose(got[step]["b"], raw, rtol=1e-5, atol=1e-5)
+    nested = {"dense": {"w": fnp.ones((2, 2)), "b": fnp.ones(2)}, "out": fnp.ones(3)}
+    by_prefix = optim.masked(optim.scale(-2.0), {"dense": True, "out": False})
+    by_function = optim.masked(optim.scale(-2.0), lambda tree: {"dense": False, "out": True})
+    updates, _ = by_prefix.update(nested, by_prefix.init(nested))
+    np.testing.assert_array_equal(updates["dense"]["b"], [-2.0, -2.0])
+    np.testing.assert_array_equal(updates["out"], np.ones(3))
+    updates, _ = fg.jit(by_function.update)(nested, by_function.init(nested))
+    np.testing.assert_array_equal(updates["dense"]["w"], np.ones((2, 2)))
+    np.testing.assert_array_equal(updates["out"], np.full(3, -2.0))
+
+
+def test_multi_transform_applies_one_transformation_per_label():
+    params, grads = params_and_grads(6)
+    labels = {"w": "adam", "b": "sgd", "s": "sgd"}
+    opt = optim.multi_transform({"adam": optim.adam(1e-2), "sgd": optim.sgd(0.1)}, labels)
+    adam_history = reference(adam_ref(1e-2), params, grads)
+    sgd_history = reference(sgd_ref(0.1), params, grads)
+    for got in (run(opt, params, grads), run(opt, params, grads, jit=True)):
+        for step in range(STEPS):
+            np.testing.assert_allclose(got[step]["w"], adam_history[step]["w"], rtol=2e-5)
+            np.testing.assert_allclose(got[step]["b"], sgd_history[step]["b"], rtol=2e-5)
+            np.testing.assert_allclose(got[step]["s"], sgd_history[step]["s"], rtol=2e-5)
+    state = opt.init(as_f32(params))
+    assert set(state.inner_states) == {"adam", "sgd"}
+    unlabelled = optim.multi_transform({"adam": optim.adam(1e-2)}, labels)
+    with pytest.raises(ValueError, match="'sgd' have no transformation"):
+        unlabelled.init(as_f32(params))
+
+
+def test_apply_if_finite_skips_non_finite_steps_until_too_many_in_a_row():
+    opt = optim.apply_if_finite(optim.sgd(0.1, momentum=0.9), max_consecutive_errors=2)
+    p = {"a": fnp.ones(3), "b": fnp.ones(())}
+    state = opt.init(p)
+    step = fg.jit(opt.update)
+    good = {"a": fnp.ones(3), "b": fnp.ones(())}
+    bad = {"a": fnp.asarray([1.0, np.nan, 1.0]), "b": fnp.ones(())}
+    updates, state = step(good, state, p)
+    np.testing.assert_allclose(updates["a"], np.full(3, -0.1), rtol=1e-6)
+    for k in (1, 2):
+        updates, state = step(bad, state, p)
+        np.testing.assert_array_equal(updates["a"], np.zeros(3))
+        assert int(state.notfinite_count) == k and not bool(state.last_finite)
+    np.testing.assert_allclose(state.inner_state[0].trace["a"], np.ones(3), rtol=1e-6)
+    updates, state = step(bad, state, p)  # the third in a row goes through
+    assert np.isnan(np.asarray(updates["a"])[1])
+    updates, state = step(good, state, p)
+    assert int(state.notfinite_count) == 0 and int(state.total_notfinite) == 3
+    assert bool(state.last_finite)
+
+
+def test_multi_steps_accumulates_k_gradients_then_steps_once():
+    params, grads = params_and_grads(7)
+    opt = optim.MultiSteps(optim.adam(1e-2), every_k_schedule=3)
+    p = as_f32(params)
+    state = opt.init(p)
+    step = fg.jit(opt.update)
+    history = []
+    for g in grads:
+        updates, state = step(as_f32(g), state, p)
+        p = optim.apply_updates(p, updates)
+        history.append(({k: np.asarray(v, np.float64) for k, v in p.items()}, state))
+    means = [
+        {k: np.mean([g[k] for g in grads[i : i + 3]], axis=0) for k in params}
+        for i in range(0, STEPS, 3)
+    ]
+    expected = reference(adam_ref(1e-2), params, means)
+    for i, (got, state) in enumerate(history):
+        assert bool(opt.has_updated(state)) == (i % 3 == 2)
+        if i % 3 == 2:
+            assert_history([got], [expected[i // 3]])
+        elif i < 3:
+            unmoved = {k: np.asarray(v, np.float32) for k, v in params.items()}
+            assert_history([got], [unmoved], rtol=0, atol=0)
+    assert int(state.gradient_step) == 2 and int(state.mini_step) == 0
+    assert not bool(opt.has_updated(opt.init(p)))
+
+
+def test_multi_steps_takes_a_schedule_and_sums_without_use_grad_mean():
+    p = {"a": fnp.zeros(2)}
+    opt = optim.MultiSteps(optim.sgd(1.0), lambda step: 1 + step, use_grad_mean=False)
+    state = opt.init(p)
+    emitted = []
+    for i in range(6):
+        updates, state = opt.update({"a": fnp.full(2, float(i))}, state, p)
+        emitted.append(float(np.asarray(updates["a"])[0]))
+    # steps of 1, 2 and 3 gradients: -0, -(1 + 2), -(3 + 4 + 5)
+    assert emitted == [0.0, 0.0, -3.0, 0.0, 0.0, -12.0]
+
+
+def test_inject_hyperparams_keeps_them_in_the_state():
+    params, grads = params_and_grads(8)
+    schedule = optim.linear_schedule(0.02, 0.0, transition_steps=5)
+    opt = optim.inject_hyperparams(optim.adam)(learning_rate=schedule, b1=0.8)
+    lrs = [0.02 * (1 - min(t, 5) / 5) for t in range(STEPS)]
+    refs = [adam_ref(lr, b1=0.8) for lr in lrs]
+    expected = reference(lambda g, p, t, m: refs[t - 1](g, p, t, m), params, grads)
+    assert_history(run(opt, params, grads, jit=True), expected)
+
+    constant = optim.inject_hyperparams(optim.sgd)(learning_rate=0.1, nesterov=False)
+    p = as_f32(params)
+    state = constant.init(p)
+    assert set(state.hyperparams) == {"learning_rate"}  # momentum None and a bool stay fixed
+    state = state._replace(hyperparams={**state.hyperparams, "learning_rate": fnp.asarray(0.5)})
+    updates, state = fg.jit(constant.update)(as_f32(grads[0]), state, p)
+    np.testing.assert_allclose(updates["w"], -0.5 * grads[0]["w"], rtol=1e-6)
+    np.testing.assert_allclose(float(state.hyperparams["learning_rate"]), 0.5)
+    with pytest.raises(ValueError, match="static_args"):
+        optim.inject_hyperparams(optim.sgd, static_args="decay")
