@@ -5,6 +5,10 @@ signatures and update equations.
     state = opt.init(params)
     updates, state = opt.update(grads, state, params)
     params = optim.apply_updates(params, updates)
+
+Wrappers change how an optimizer is applied: `masked` and `multi_transform` (to some leaves),
+`apply_if_finite` (skip NaN steps), `MultiSteps` (gradient accumulation), `inject_hyperparams`
+(learning rate and the rest in the state, where they may be schedules or changed by hand).
 """
 
 from funcgrad.optim.base import (

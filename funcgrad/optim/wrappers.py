@@ -216,6 +216,15 @@ class MultiSteps:
         return GradientTransformation(self.init, self.update)
 
 
+def _widest_float(params):
+    dtypes = [
+        fnp.asarray(leaf).dtype
+        for leaf in tree_util.tree_leaves(params)
+        if fnp.issubdtype(fnp.asarray(leaf).dtype, fnp.floating)
+    ]
+    return max(dtypes, key=lambda d: d.itemsize, default=fnp.float32)
+
+
 def inject_hyperparams(
     inner_factory: Callable[..., GradientTransformation],
     static_args: str | Iterable[str] = (),
@@ -248,25 +257,29 @@ def inject_hyperparams(
             else:
                 fixed[name] = value
 
-        def as_hyperparam(value):
-            value = fnp.asarray(value)
-            if hyperparam_dtype is not None and fnp.issubdtype(value.dtype, fnp.floating):
-                return value.astype(hyperparam_dtype)
-            return value
+        def current(hyperparams, count, params):
+            """The hyperparameters at `count`, floats in hyperparam_dtype or else in the
+            widest float dtype of the parameters (Optax's choice)."""
+            dtype = hyperparam_dtype or _widest_float(params)
 
-        def current(hyperparams, count):
-            values = {k: as_hyperparam(v) for k, v in hyperparams.items()}
-            values.update({k: as_hyperparam(f(count)) for k, f in schedules.items()})
+            def convert(value):
+                value = fnp.asarray(value)
+                if fnp.issubdtype(value.dtype, fnp.floating):
+                    return value.astype(dtype)
+                return value
+
+            values = {k: convert(v) for k, v in hyperparams.items()}
+            values.update({k: convert(f(count)) for k, f in schedules.items()})
             return values
 
         def init(params):
             count = _count()
-            hyperparams = current(numeric, count)
+            hyperparams = current(numeric, count, params)
             inner_state = inner_factory(**fixed, **hyperparams).init(params)
             return InjectHyperparamsState(count, hyperparams, inner_state)
 
         def update(updates, state, params=None):
-            hyperparams = current(state.hyperparams, state.count)
+            hyperparams = current(state.hyperparams, state.count, params)
             updates, inner_state = inner_factory(**fixed, **hyperparams).update(
                 updates, state.inner_state, params
             )
