@@ -121,8 +121,8 @@ def lion_ref(lr, b1=0.9, b2=0.99, weight_decay=1e-3):
 def adamax_ref(lr, b1=0.9, b2=0.999, eps=1e-8):
     def update(g, p, t, m):
         m["mu"] = b1 * m.get("mu", 0.0) + (1 - b1) * g
-        m["u"] = np.maximum(b2 * m.get("u", 0.0), np.abs(g))
-        return p - lr * m["mu"] / (1 - b1**t) / (m["u"] + eps)
+        m["u"] = np.maximum(b2 * m.get("u", 0.0), np.abs(g) + eps)
+        return p - lr * m["mu"] / (1 - b1**t) / m["u"]
 
     return update
 
@@ -245,18 +245,25 @@ CASES = {
     ),
     "adagrad": (optim.adagrad(0.1), adagrad_ref(0.1)),
     "lion": (optim.lion(1e-3), lion_ref(1e-3)),
-    "adamax": (optim.adamax(1e-2), adamax_ref(1e-2)),
-    "amsgrad": (optim.amsgrad(1e-2, b2=0.9), amsgrad_ref(1e-2, b2=0.9)),
-    "nadam": (optim.nadam(1e-2), nadam_ref(1e-2)),
+    # Large eps where its placement in the equations would otherwise go unseen.
+    "adamax": (optim.adamax(1e-2, eps=0.5), adamax_ref(1e-2, eps=0.5)),
+    "amsgrad": (optim.amsgrad(1e-2, b2=0.9, eps=0.1), amsgrad_ref(1e-2, b2=0.9, eps=0.1)),
+    "nadam": (optim.nadam(1e-2, eps=0.1), nadam_ref(1e-2, eps=0.1)),
     "nadamw": (optim.nadamw(1e-2, weight_decay=0.1), nadam_ref(1e-2, weight_decay=0.1)),
     # b2 = 0.99 puts the switch to the rectified update (rho_t >= 5) inside the six steps.
-    "radam": (optim.radam(1e-2, b2=0.99), radam_ref(1e-2, b2=0.99)),
+    "radam": (optim.radam(1e-2, b2=0.99, eps=0.1), radam_ref(1e-2, b2=0.99, eps=0.1)),
     "yogi": (optim.yogi(1e-2), yogi_ref(1e-2)),
     "adadelta": (optim.adadelta(0.5, weight_decay=0.1), adadelta_ref(0.5, weight_decay=0.1)),
     "lamb": (optim.lamb(1e-2, weight_decay=0.1), lamb_ref(1e-2, weight_decay=0.1)),
     "lars": (optim.lars(0.5, weight_decay=0.1), lars_ref(0.5, weight_decay=0.1)),
-    "novograd": (optim.novograd(1e-2, weight_decay=0.1), novograd_ref(1e-2, weight_decay=0.1)),
-    "adabelief": (optim.adabelief(1e-2), adabelief_ref(1e-2)),
+    "novograd": (
+        optim.novograd(1e-2, eps=0.3, weight_decay=0.1),
+        novograd_ref(1e-2, eps=0.3, weight_decay=0.1),
+    ),
+    "adabelief": (
+        optim.adabelief(1e-2, eps=0.1, eps_root=0.01),
+        adabelief_ref(1e-2, eps=0.1, eps_root=0.01),
+    ),
 }
 
 

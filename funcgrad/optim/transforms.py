@@ -178,7 +178,8 @@ def scale_by_adam(
 
 
 def scale_by_adamax(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
-    """m_hat / (u + eps), u <- max(b2 * u, |g|): Adam under the infinity norm."""
+    """m_hat / u, u <- max(b2 * u, |g| + eps): Adam under the infinity norm. As in Optax,
+    eps is inside the maximum, so it decays with u rather than being added at the end."""
 
     def init(params):
         return ScaleByAdamState(_count(), zeros_like_tree(params), zeros_like_tree(params))
@@ -186,9 +187,9 @@ def scale_by_adamax(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
     def update(updates, state, params=None):
         check_matches(updates, state.mu, "gradients", "optimizer state")
         mu = _ema(updates, state.mu, b1)
-        nu = _map(lambda g, u: fnp.maximum(b2 * u, fnp.abs(g)), updates, state.nu)
+        nu = _map(lambda g, u: fnp.maximum(b2 * u, fnp.abs(g) + eps), updates, state.nu)
         count = _next(state.count)
-        scaled = _map(lambda m, u: m / (u + eps), _bias_corrected(mu, b1, count), nu)
+        scaled = _map(lambda m, u: m / u, _bias_corrected(mu, b1, count), nu)
         return scaled, ScaleByAdamState(count, mu, nu)
 
     return GradientTransformation(init, update)
