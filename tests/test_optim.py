@@ -118,6 +118,119 @@ def lion_ref(lr, b1=0.9, b2=0.99, weight_decay=1e-3):
     return update
 
 
+def adamax_ref(lr, b1=0.9, b2=0.999, eps=1e-8):
+    def update(g, p, t, m):
+        m["mu"] = b1 * m.get("mu", 0.0) + (1 - b1) * g
+        m["u"] = np.maximum(b2 * m.get("u", 0.0), np.abs(g) + eps)
+        return p - lr * m["mu"] / (1 - b1**t) / m["u"]
+
+    return update
+
+
+def amsgrad_ref(lr, b1=0.9, b2=0.999, eps=1e-8):
+    def update(g, p, t, m):
+        m["mu"] = b1 * m.get("mu", 0.0) + (1 - b1) * g
+        m["nu"] = b2 * m.get("nu", 0.0) + (1 - b2) * g * g
+        m["nu_max"] = np.maximum(m.get("nu_max", 0.0), m["nu"] / (1 - b2**t))
+        return p - lr * m["mu"] / (1 - b1**t) / (np.sqrt(m["nu_max"]) + eps)
+
+    return update
+
+
+def nadam_ref(lr, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0):
+    """Dozat's look-ahead: b1 * mu / (1 - b1**(t+1)) + (1 - b1) * g / (1 - b1**t)."""
+
+    def update(g, p, t, m):
+        m["mu"] = b1 * m.get("mu", 0.0) + (1 - b1) * g
+        m["nu"] = b2 * m.get("nu", 0.0) + (1 - b2) * g * g
+        mu_hat = b1 * m["mu"] / (1 - b1 ** (t + 1)) + (1 - b1) * g / (1 - b1**t)
+        direction = mu_hat / (np.sqrt(m["nu"] / (1 - b2**t)) + eps) + weight_decay * p
+        return p - lr * direction
+
+    return update
+
+
+def radam_ref(lr, b1=0.9, b2=0.999, eps=1e-8, threshold=5.0):
+    rho_inf = 2 / (1 - b2) - 1
+
+    def update(g, p, t, m):
+        m["mu"] = b1 * m.get("mu", 0.0) + (1 - b1) * g
+        m["nu"] = b2 * m.get("nu", 0.0) + (1 - b2) * g * g
+        mu_hat, nu_hat = m["mu"] / (1 - b1**t), m["nu"] / (1 - b2**t)
+        rho = rho_inf - 2 * t * b2**t / (1 - b2**t)
+        if rho < threshold:
+            return p - lr * mu_hat
+        r = math.sqrt((rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho))
+        return p - lr * r * mu_hat / (np.sqrt(nu_hat) + eps)
+
+    return update
+
+
+def yogi_ref(lr, b1=0.9, b2=0.999, eps=1e-3, initial=1e-6):
+    def update(g, p, t, m):
+        m["mu"] = b1 * m.get("mu", initial) + (1 - b1) * g
+        nu = m.get("nu", initial)
+        m["nu"] = nu - (1 - b2) * np.sign(nu - g * g) * g * g
+        return p - lr * m["mu"] / (1 - b1**t) / (np.sqrt(m["nu"] / (1 - b2**t)) + eps)
+
+    return update
+
+
+def adadelta_ref(lr, rho=0.9, eps=1e-6, weight_decay=0.0):
+    def update(g, p, t, m):
+        g = g + weight_decay * p
+        m["e_g"] = rho * m.get("e_g", 0.0) + (1 - rho) * g * g
+        dx = np.sqrt(m.get("e_x", 0.0) + eps) / np.sqrt(m["e_g"] + eps) * g
+        m["e_x"] = rho * m.get("e_x", 0.0) + (1 - rho) * dx * dx
+        return p - lr * dx
+
+    return update
+
+
+def lamb_ref(lr, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.0):
+    adam_direction = adam_ref(1.0, b1, b2, eps, weight_decay=weight_decay)
+
+    def update(g, p, t, m):
+        direction = p - adam_direction(g, p, t, m)
+        ratio = np.linalg.norm(p) / np.linalg.norm(direction)
+        return p - lr * ratio * direction
+
+    return update
+
+
+def lars_ref(lr, weight_decay=0.0, trust_coefficient=0.001, momentum=0.9):
+    def update(g, p, t, m):
+        direction = g + weight_decay * p
+        direction = direction * trust_coefficient * np.linalg.norm(p) / np.linalg.norm(direction)
+        m["trace"] = -lr * direction + momentum * m.get("trace", 0.0)
+        return p + m["trace"]
+
+    return update
+
+
+def novograd_ref(lr, b1=0.9, b2=0.25, eps=1e-6, weight_decay=0.0):
+    """One second moment per leaf, the squared norm, taken whole at the first step."""
+
+    def update(g, p, t, m):
+        square_norm = np.sum(g * g)
+        m["nu"] = square_norm if t == 1 else b2 * m["nu"] + (1 - b2) * square_norm
+        m["mu"] = b1 * m.get("mu", 0.0) + g / (np.sqrt(m["nu"]) + eps) + weight_decay * p
+        return p - lr * m["mu"]
+
+    return update
+
+
+def adabelief_ref(lr, b1=0.9, b2=0.999, eps=1e-16, eps_root=1e-16):
+    """The second moment is that of g minus the already updated first moment."""
+
+    def update(g, p, t, m):
+        m["mu"] = b1 * m.get("mu", 0.0) + (1 - b1) * g
+        m["s"] = b2 * m.get("s", 0.0) + (1 - b2) * (g - m["mu"]) ** 2 + eps_root
+        return p - lr * m["mu"] / (1 - b1**t) / (np.sqrt(m["s"] / (1 - b2**t)) + eps)
+
+    return update
+
+
 CASES = {
     "sgd": (optim.sgd(0.1), sgd_ref(0.1)),
     "sgd momentum": (optim.sgd(0.05, momentum=0.9), sgd_ref(0.05, 0.9)),
@@ -132,6 +245,25 @@ CASES = {
     ),
     "adagrad": (optim.adagrad(0.1), adagrad_ref(0.1)),
     "lion": (optim.lion(1e-3), lion_ref(1e-3)),
+    # Large eps where its placement in the equations would otherwise go unseen.
+    "adamax": (optim.adamax(1e-2, eps=0.5), adamax_ref(1e-2, eps=0.5)),
+    "amsgrad": (optim.amsgrad(1e-2, b2=0.9, eps=0.1), amsgrad_ref(1e-2, b2=0.9, eps=0.1)),
+    "nadam": (optim.nadam(1e-2, eps=0.1), nadam_ref(1e-2, eps=0.1)),
+    "nadamw": (optim.nadamw(1e-2, weight_decay=0.1), nadam_ref(1e-2, weight_decay=0.1)),
+    # b2 = 0.99 puts the switch to the rectified update (rho_t >= 5) inside the six steps.
+    "radam": (optim.radam(1e-2, b2=0.99, eps=0.1), radam_ref(1e-2, b2=0.99, eps=0.1)),
+    "yogi": (optim.yogi(1e-2), yogi_ref(1e-2)),
+    "adadelta": (optim.adadelta(0.5, weight_decay=0.1), adadelta_ref(0.5, weight_decay=0.1)),
+    "lamb": (optim.lamb(1e-2, weight_decay=0.1), lamb_ref(1e-2, weight_decay=0.1)),
+    "lars": (optim.lars(0.5, weight_decay=0.1), lars_ref(0.5, weight_decay=0.1)),
+    "novograd": (
+        optim.novograd(1e-2, eps=0.3, weight_decay=0.1),
+        novograd_ref(1e-2, eps=0.3, weight_decay=0.1),
+    ),
+    "adabelief": (
+        optim.adabelief(1e-2, eps=0.1, eps_root=0.01),
+        adabelief_ref(1e-2, eps=0.1, eps_root=0.01),
+    ),
 }
 
 
@@ -143,7 +275,9 @@ def test_updates_follow_the_published_equations(name, seed):
     assert_history(run(opt, params, grads), reference(update, params, grads))
 
 
-@pytest.mark.parametrize("name", ["adam", "lion", "sgd momentum"])
+@pytest.mark.parametrize(
+    "name", ["adam", "lion", "sgd momentum", "nadam", "radam", "lars", "novograd", "adabelief"]
+)
 def test_jitted_updates_equal_eager(name):
     opt, _ = CASES[name]
     params, grads = params_and_grads(0)
@@ -349,3 +483,143 @@ def test_adam_minimises_a_quadratic_under_jit():
         p, state = step(p, state)
     np.testing.assert_allclose(p, target, atol=1e-2)
     assert int(state[0].count) == 300
+
+
+@pytest.mark.parametrize(
+    "make, make_ref",
+    [(optim.yogi, yogi_ref), (optim.lamb, lamb_ref), (optim.novograd, novograd_ref)],
+)
+def test_new_optimizers_take_a_schedule_as_learning_rate(make, make_ref):
+    schedule = optim.linear_schedule(0.02, 0.0, transition_steps=5)
+    lrs = [0.02 * (1 - min(t, 5) / 5) for t in range(STEPS)]
+    refs = [make_ref(lr) for lr in lrs]
+    params, grads = params_and_grads(4)
+
+    def update(g, p, t, m):
+        return refs[t - 1](g, p, t, m)
+
+    assert_history(run(make(schedule), params, grads, jit=True), reference(update, params, grads))
+
+
+def as_f32(tree):
+    return tree_util.tree_map(lambda x: fnp.asarray(x, fnp.float32), tree)
+
+
+def test_masked_transforms_the_selected_leaves_and_passes_the_rest():
+    params, grads = params_and_grads(5)
+    mask = {"w": True, "b": False, "s": True}
+    got = run(optim.chain(optim.masked(optim.adam(1e-2), mask), optim.scale(1.0)), params, grads)
+    adam_history = reference(adam_ref(1e-2), params, grads)
+    for step in range(STEPS):
+        np.testing.assert_allclose(got[step]["w"], adam_history[step]["w"], rtol=2e-5, atol=2e-6)
+        np.testing.assert_allclose(got[step]["s"], adam_history[step]["s"], rtol=2e-5, atol=2e-6)
+        raw = params["b"] + sum(gr["b"] for gr in grads[: step + 1])
+        np.testing.assert_allclose(got[step]["b"], raw, rtol=1e-5, atol=1e-5)
+    nested = {"dense": {"w": fnp.ones((2, 2)), "b": fnp.ones(2)}, "out": fnp.ones(3)}
+    by_prefix = optim.masked(optim.scale(-2.0), {"dense": True, "out": False})
+    by_function = optim.masked(optim.scale(-2.0), lambda tree: {"dense": False, "out": True})
+    updates, _ = by_prefix.update(nested, by_prefix.init(nested))
+    np.testing.assert_array_equal(updates["dense"]["b"], [-2.0, -2.0])
+    np.testing.assert_array_equal(updates["out"], np.ones(3))
+    updates, _ = fg.jit(by_function.update)(nested, by_function.init(nested))
+    np.testing.assert_array_equal(updates["dense"]["w"], np.ones((2, 2)))
+    np.testing.assert_array_equal(updates["out"], np.full(3, -2.0))
+
+
+def test_multi_transform_applies_one_transformation_per_label():
+    params, grads = params_and_grads(6)
+    labels = {"w": "adam", "b": "sgd", "s": "sgd"}
+    opt = optim.multi_transform({"adam": optim.adam(1e-2), "sgd": optim.sgd(0.1)}, labels)
+    adam_history = reference(adam_ref(1e-2), params, grads)
+    sgd_history = reference(sgd_ref(0.1), params, grads)
+    for got in (run(opt, params, grads), run(opt, params, grads, jit=True)):
+        for step in range(STEPS):
+            np.testing.assert_allclose(got[step]["w"], adam_history[step]["w"], rtol=2e-5)
+            np.testing.assert_allclose(got[step]["b"], sgd_history[step]["b"], rtol=2e-5)
+            np.testing.assert_allclose(got[step]["s"], sgd_history[step]["s"], rtol=2e-5)
+    state = opt.init(as_f32(params))
+    assert set(state.inner_states) == {"adam", "sgd"}
+    unlabelled = optim.multi_transform({"adam": optim.adam(1e-2)}, labels)
+    with pytest.raises(ValueError, match="'sgd' have no transformation"):
+        unlabelled.init(as_f32(params))
+
+
+def test_apply_if_finite_skips_non_finite_steps_until_too_many_in_a_row():
+    opt = optim.apply_if_finite(optim.sgd(0.1, momentum=0.9), max_consecutive_errors=2)
+    p = {"a": fnp.ones(3), "b": fnp.ones(())}
+    state = opt.init(p)
+    step = fg.jit(opt.update)
+    good = {"a": fnp.ones(3), "b": fnp.ones(())}
+    bad = {"a": fnp.asarray([1.0, np.nan, 1.0]), "b": fnp.ones(())}
+    updates, state = step(good, state, p)
+    np.testing.assert_allclose(updates["a"], np.full(3, -0.1), rtol=1e-6)
+    for k in (1, 2):
+        updates, state = step(bad, state, p)
+        np.testing.assert_array_equal(updates["a"], np.zeros(3))
+        assert int(state.notfinite_count) == k and not bool(state.last_finite)
+    np.testing.assert_allclose(state.inner_state[0].trace["a"], np.ones(3), rtol=1e-6)
+    updates, state = step(bad, state, p)  # the third in a row goes through
+    assert np.isnan(np.asarray(updates["a"])[1])
+    updates, state = step(good, state, p)
+    assert int(state.notfinite_count) == 0 and int(state.total_notfinite) == 3
+    assert bool(state.last_finite)
+
+
+def test_multi_steps_accumulates_k_gradients_then_steps_once():
+    params, grads = params_and_grads(7)
+    opt = optim.MultiSteps(optim.adam(1e-2), every_k_schedule=3)
+    p = as_f32(params)
+    state = opt.init(p)
+    step = fg.jit(opt.update)
+    history = []
+    for g in grads:
+        updates, state = step(as_f32(g), state, p)
+        p = optim.apply_updates(p, updates)
+        history.append(({k: np.asarray(v, np.float64) for k, v in p.items()}, state))
+    means = [
+        {k: np.mean([g[k] for g in grads[i : i + 3]], axis=0) for k in params}
+        for i in range(0, STEPS, 3)
+    ]
+    expected = reference(adam_ref(1e-2), params, means)
+    for i, (got, state) in enumerate(history):
+        assert bool(opt.has_updated(state)) == (i % 3 == 2)
+        if i % 3 == 2:
+            assert_history([got], [expected[i // 3]])
+        elif i < 3:
+            unmoved = {k: np.asarray(v, np.float32) for k, v in params.items()}
+            assert_history([got], [unmoved], rtol=0, atol=0)
+    assert int(state.gradient_step) == 2 and int(state.mini_step) == 0
+    assert not bool(opt.has_updated(opt.init(p)))
+
+
+def test_multi_steps_takes_a_schedule_and_sums_without_use_grad_mean():
+    p = {"a": fnp.zeros(2)}
+    opt = optim.MultiSteps(optim.sgd(1.0), lambda step: 1 + step, use_grad_mean=False)
+    state = opt.init(p)
+    emitted = []
+    for i in range(6):
+        updates, state = opt.update({"a": fnp.full(2, float(i))}, state, p)
+        emitted.append(float(np.asarray(updates["a"])[0]))
+    # steps of 1, 2 and 3 gradients: -0, -(1 + 2), -(3 + 4 + 5)
+    assert emitted == [0.0, 0.0, -3.0, 0.0, 0.0, -12.0]
+
+
+def test_inject_hyperparams_keeps_them_in_the_state():
+    params, grads = params_and_grads(8)
+    schedule = optim.linear_schedule(0.02, 0.0, transition_steps=5)
+    opt = optim.inject_hyperparams(optim.adam)(learning_rate=schedule, b1=0.8)
+    lrs = [0.02 * (1 - min(t, 5) / 5) for t in range(STEPS)]
+    refs = [adam_ref(lr, b1=0.8) for lr in lrs]
+    expected = reference(lambda g, p, t, m: refs[t - 1](g, p, t, m), params, grads)
+    assert_history(run(opt, params, grads, jit=True), expected)
+
+    constant = optim.inject_hyperparams(optim.sgd)(learning_rate=0.1, nesterov=False)
+    p = as_f32(params)
+    state = constant.init(p)
+    assert set(state.hyperparams) == {"learning_rate"}  # momentum None and a bool stay fixed
+    state = state._replace(hyperparams={**state.hyperparams, "learning_rate": fnp.asarray(0.5)})
+    updates, state = fg.jit(constant.update)(as_f32(grads[0]), state, p)
+    np.testing.assert_allclose(updates["w"], -0.5 * grads[0]["w"], rtol=1e-6)
+    np.testing.assert_allclose(float(state.hyperparams["learning_rate"]), 0.5)
+    with pytest.raises(ValueError, match="static_args"):
+        optim.inject_hyperparams(optim.sgd, static_args="decay")

@@ -5,6 +5,10 @@ signatures and update equations.
     state = opt.init(params)
     updates, state = opt.update(grads, state, params)
     params = optim.apply_updates(params, updates)
+
+Wrappers change how an optimizer is applied: `masked` and `multi_transform` (to some leaves),
+`apply_if_finite` (skip NaN steps), `MultiSteps` (gradient accumulation), `inject_hyperparams`
+(learning rate and the rest in the state, where they may be schedules or changed by hand).
 """
 
 from funcgrad.optim.base import (
@@ -15,7 +19,25 @@ from funcgrad.optim.base import (
     global_norm,
     identity,
 )
-from funcgrad.optim.optimizers import adagrad, adam, adamw, lion, rmsprop, sgd
+from funcgrad.optim.optimizers import (
+    adabelief,
+    adadelta,
+    adagrad,
+    adam,
+    adamax,
+    adamw,
+    amsgrad,
+    lamb,
+    lars,
+    lion,
+    nadam,
+    nadamw,
+    novograd,
+    radam,
+    rmsprop,
+    sgd,
+    yogi,
+)
 from funcgrad.optim.schedules import (
     constant_schedule,
     cosine_decay_schedule,
@@ -26,23 +48,48 @@ from funcgrad.optim.schedules import (
     warmup_cosine_decay_schedule,
 )
 from funcgrad.optim.transforms import (
+    ScaleByAdaDeltaState,
     ScaleByAdamState,
+    ScaleByAmsgradState,
+    ScaleByBeliefState,
     ScaleByLionState,
+    ScaleByNovogradState,
     ScaleByRmsState,
     ScaleByRssState,
     ScaleByRStdDevState,
     ScaleByScheduleState,
+    ScaleByTrustRatioState,
     TraceState,
     add_decayed_weights,
     clip,
     clip_by_global_norm,
     scale,
+    scale_by_adadelta,
     scale_by_adam,
+    scale_by_adamax,
+    scale_by_amsgrad,
+    scale_by_belief,
     scale_by_learning_rate,
     scale_by_lion,
+    scale_by_novograd,
+    scale_by_radam,
     scale_by_rms,
     scale_by_rss,
     scale_by_schedule,
     scale_by_stddev,
+    scale_by_trust_ratio,
+    scale_by_yogi,
     trace,
+)
+from funcgrad.optim.wrappers import (
+    ApplyIfFiniteState,
+    InjectHyperparamsState,
+    MaskedState,
+    MultiSteps,
+    MultiStepsState,
+    MultiTransformState,
+    apply_if_finite,
+    inject_hyperparams,
+    masked,
+    multi_transform,
 )

@@ -52,6 +52,34 @@ class TraceState(NamedTuple):
     trace: Any
 
 
+class ScaleByAmsgradState(NamedTuple):
+    count: Any
+    mu: Any
+    nu: Any
+    nu_max: Any
+
+
+class ScaleByAdaDeltaState(NamedTuple):
+    e_g: Any
+    e_x: Any
+
+
+class ScaleByNovogradState(NamedTuple):
+    count: Any
+    mu: Any
+    nu: Any  # one scalar per leaf: the decaying mean of the leaf's squared norm
+
+
+class ScaleByBeliefState(NamedTuple):
+    count: Any
+    mu: Any
+    nu: Any
+
+
+class ScaleByTrustRatioState(NamedTuple):
+    """scale_by_trust_ratio keeps no state."""
+
+
 def _count() -> Any:
     return fnp.zeros((), fnp.int32)
 
@@ -96,31 +124,298 @@ def scale_by_learning_rate(learning_rate: ScalarOrSchedule, *, flip_sign: bool =
     return scale(sign * learning_rate)
 
 
+def _bias_corrected(moments, decay, count):
+    """moments / (1 - decay**count), leaf by leaf."""
+    correction = 1 - decay ** count.astype(fnp.float32)
+    return _map(lambda m: m / correction.astype(fnp.asarray(m).dtype), moments)
+
+
+def _first_moment_hat(mu, updates, b1, count, nesterov):
+    """The bias-corrected first moment, or with `nesterov` its look-ahead (Dozat's NAdam):
+    b1 * mu_hat(count + 1) + (1 - b1) * g_hat(count)."""
+    if not nesterov:
+        return _bias_corrected(mu, b1, count)
+    return _map(
+        lambda m, g: b1 * m + (1 - b1) * g,
+        _bias_corrected(mu, b1, _next(count)),
+        _bias_corrected(updates, b1, count),
+    )
+
+
+def _ema(updates, moments, decay):
+    return _map(lambda g, m: decay * m + (1 - decay) * g, updates, moments)
+
+
+def _ema_sq(updates, moments, decay):
+    return _map(lambda g, v: decay * v + (1 - decay) * abs_sq(g), updates, moments)
+
+
 def scale_by_adam(
-    b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    eps_root: float = 0.0,
+    *,
+    nesterov: bool = False,
 ) -> GradientTransformation:
-    """m_hat / (sqrt(v_hat + eps_root) + eps) with bias-corrected moments (Kingma & Ba)."""
+    """m_hat / (sqrt(v_hat + eps_root) + eps) with bias-corrected moments (Kingma & Ba);
+    `nesterov` uses NAdam's look-ahead first moment."""
 
     def init(params):
         return ScaleByAdamState(_count(), zeros_like_tree(params), zeros_like_tree(params))
 
     def update(updates, state, params=None):
         check_matches(updates, state.mu, "gradients", "optimizer state")
-        mu = _map(lambda g, m: b1 * m + (1 - b1) * g, updates, state.mu)
-        nu = _map(lambda g, v: b2 * v + (1 - b2) * abs_sq(g), updates, state.nu)
+        mu = _ema(updates, state.mu, b1)
+        nu = _ema_sq(updates, state.nu, b2)
+        count = _next(state.count)
+        mu_hat = _first_moment_hat(mu, updates, b1, count, nesterov)
+        nu_hat = _bias_corrected(nu, b2, count)
+        scaled = _map(lambda m, v: m / (fnp.sqrt(v + eps_root) + eps), mu_hat, nu_hat)
+        return scaled, ScaleByAdamState(count, mu, nu)
+
+    return GradientTransformation(init, update)
+
+
+def scale_by_adamax(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
+    """m_hat / u, u <- max(b2 * u, |g| + eps): Adam under the infinity norm. As in Optax,
+    eps is inside the maximum, so it decays with u rather than being added at the end."""
+
+    def init(params):
+        return ScaleByAdamState(_count(), zeros_like_tree(params), zeros_like_tree(params))
+
+    def update(updates, state, params=None):
+        check_matches(updates, state.mu, "gradients", "optimizer state")
+        mu = _ema(updates, state.mu, b1)
+        nu = _map(lambda g, u: fnp.maximum(b2 * u, fnp.abs(g) + eps), updates, state.nu)
+        count = _next(state.count)
+        scaled = _map(lambda m, u: m / u, _bias_corrected(mu, b1, count), nu)
+        return scaled, ScaleByAdamState(count, mu, nu)
+
+    return GradientTransformation(init, update)
+
+
+def scale_by_amsgrad(
+    b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0
+) -> GradientTransformation:
+    """Adam with the running maximum of the bias-corrected second moment as denominator
+    (Reddi et al.), so the step size never grows."""
+
+    def init(params):
+        zeros = zeros_like_tree(params)
+        return ScaleByAmsgradState(_count(), zeros, zeros, zeros)
+
+    def update(updates, state, params=None):
+        check_matches(updates, state.mu, "gradients", "optimizer state")
+        mu = _ema(updates, state.mu, b1)
+        nu = _ema_sq(updates, state.nu, b2)
+        count = _next(state.count)
+        nu_max = _map(fnp.maximum, state.nu_max, _bias_corrected(nu, b2, count))
+        scaled = _map(
+            lambda m, v: m / (fnp.sqrt(v + eps_root) + eps),
+            _bias_corrected(mu, b1, count),
+            nu_max,
+        )
+        return scaled, ScaleByAmsgradState(count, mu, nu, nu_max)
+
+    return GradientTransformation(init, update)
+
+
+def scale_by_radam(
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    eps_root: float = 0.0,
+    threshold: float = 5.0,
+    *,
+    nesterov: bool = False,
+) -> GradientTransformation:
+    """Rectified Adam (Liu et al.): while the variance of the adaptive rate is intractable
+    (rho_t < threshold) the update is the bias-corrected momentum alone; after, Adam's
+    update times the rectification r_t."""
+    rho_inf = 2.0 / (1 - b2) - 1
+
+    def init(params):
+        return ScaleByAdamState(_count(), zeros_like_tree(params), zeros_like_tree(params))
+
+    def update(updates, state, params=None):
+        check_matches(updates, state.mu, "gradients", "optimizer state")
+        mu = _ema(updates, state.mu, b1)
+        nu = _ema_sq(updates, state.nu, b2)
         count = _next(state.count)
         t = count.astype(fnp.float32)
-        c1, c2 = 1 - b1**t, 1 - b2**t
+        b2t = b2**t
+        rho = rho_inf - 2 * t * b2t / (1 - b2t)
+        tractable = rho >= threshold
+        # Clamped below at 4 so the square root is real on the branch `where` discards.
+        safe_rho = fnp.maximum(rho, 4.0)
+        r = fnp.sqrt(
+            (safe_rho - 4) * (safe_rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * safe_rho)
+        )
+        mu_hat = _first_moment_hat(mu, updates, b1, count, nesterov)
+        nu_hat = _bias_corrected(nu, b2, count)
         scaled = _map(
-            lambda m, v: (
-                (m / c1.astype(m.dtype)) / (fnp.sqrt(v / c2.astype(v.dtype) + eps_root) + eps)
-            ),
-            mu,
-            nu,
+            lambda m, v: fnp.where(
+                tractable, r.astype(m.dtype) * m / (fnp.sqrt(v + eps_root) + eps), m
+            ).astype(m.dtype),
+            mu_hat,
+            nu_hat,
         )
         return scaled, ScaleByAdamState(count, mu, nu)
 
     return GradientTransformation(init, update)
+
+
+def scale_by_yogi(
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-3,
+    eps_root: float = 0.0,
+    initial_accumulator_value: float = 1e-6,
+) -> GradientTransformation:
+    """Adam whose second moment moves additively, v <- v - (1 - b2) sign(v - g**2) g**2
+    (Zaheer et al.), both moments starting at initial_accumulator_value."""
+
+    def init(params):
+        start = _map(lambda p: fnp.full_like(p, initial_accumulator_value), params)
+        return ScaleByAdamState(_count(), start, start)
+
+    def update(updates, state, params=None):
+        check_matches(updates, state.mu, "gradients", "optimizer state")
+        mu = _ema(updates, state.mu, b1)
+        nu = _map(
+            lambda g, v: v - (1 - b2) * fnp.sign(v - abs_sq(g)) * abs_sq(g), updates, state.nu
+        )
+        count = _next(state.count)
+        scaled = _map(
+            lambda m, v: m / (fnp.sqrt(v + eps_root) + eps),
+            _bias_corrected(mu, b1, count),
+            _bias_corrected(nu, b2, count),
+        )
+        return scaled, ScaleByAdamState(count, mu, nu)
+
+    return GradientTransformation(init, update)
+
+
+def scale_by_adadelta(rho: float = 0.9, eps: float = 1e-6) -> GradientTransformation:
+    """g * sqrt(E[dx**2] + eps) / sqrt(E[g**2] + eps) (Zeiler): the units of the update are
+    the parameters' own, the previous steps' mean square setting the scale."""
+
+    def init(params):
+        return ScaleByAdaDeltaState(zeros_like_tree(params), zeros_like_tree(params))
+
+    def update(updates, state, params=None):
+        check_matches(updates, state.e_g, "gradients", "optimizer state")
+        e_g = _ema_sq(updates, state.e_g, rho)
+        scaled = _map(
+            lambda g, eg, ex: fnp.sqrt(ex + eps) / fnp.sqrt(eg + eps) * g,
+            updates,
+            e_g,
+            state.e_x,
+        )
+        e_x = _ema_sq(scaled, state.e_x, rho)
+        return scaled, ScaleByAdaDeltaState(e_g, e_x)
+
+    return GradientTransformation(init, update)
+
+
+def scale_by_novograd(
+    b1: float = 0.9,
+    b2: float = 0.25,
+    eps: float = 1e-8,
+    eps_root: float = 0.0,
+    weight_decay: float = 0.0,
+) -> GradientTransformation:
+    """NovoGrad (Ginsburg et al.): the second moment is one number per leaf, the decaying
+    mean of its squared norm (the first step takes the norm itself); the first moment
+    accumulates g / (sqrt(nu + eps_root) + eps) + weight_decay * params without (1 - b1),
+    from zero, so its first value is that term alone."""
+
+    def init(params):
+        nu = _map(lambda p: fnp.zeros((), fnp.asarray(p).dtype), params)
+        return ScaleByNovogradState(_count(), zeros_like_tree(params), nu)
+
+    def update(updates, state, params=None):
+        if params is None:
+            raise ValueError("scale_by_novograd needs params: call update(grads, state, params)")
+        check_matches(updates, state.mu, "gradients", "optimizer state")
+        count = _next(state.count)
+        first = count == 1
+        nu = _map(
+            lambda g, n: fnp.where(
+                first, fnp.sum(abs_sq(g)), b2 * n + (1 - b2) * fnp.sum(abs_sq(g))
+            ).astype(n.dtype),
+            updates,
+            state.nu,
+        )
+        mu = _map(
+            lambda g, p, m, n: b1 * m + g / (fnp.sqrt(n + eps_root) + eps) + weight_decay * p,
+            updates,
+            params,
+            state.mu,
+            nu,
+        )
+        return mu, ScaleByNovogradState(count, mu, nu)
+
+    return GradientTransformation(init, update)
+
+
+def scale_by_belief(
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-16,
+    eps_root: float = 1e-16,
+    *,
+    nesterov: bool = False,
+) -> GradientTransformation:
+    """AdaBelief (Zhuang et al.): Adam whose second moment tracks (g - mu)**2, the belief in
+    the gradient's prediction by the (already updated) first moment, plus eps_root."""
+
+    def init(params):
+        return ScaleByBeliefState(_count(), zeros_like_tree(params), zeros_like_tree(params))
+
+    def update(updates, state, params=None):
+        check_matches(updates, state.mu, "gradients", "optimizer state")
+        mu = _ema(updates, state.mu, b1)
+        surprise = _map(lambda g, m: g - m, updates, mu)
+        nu = _map(lambda v: v + eps_root, _ema_sq(surprise, state.nu, b2))
+        count = _next(state.count)
+        scaled = _map(
+            lambda m, v: m / (fnp.sqrt(v) + eps),
+            _first_moment_hat(mu, updates, b1, count, nesterov),
+            _bias_corrected(nu, b2, count),
+        )
+        return scaled, ScaleByBeliefState(count, mu, nu)
+
+    return GradientTransformation(init, update)
+
+
+def _safe_norm(x, min_norm: float):
+    """The l2 norm of x, min_norm where that is smaller."""
+    norm = fnp.sqrt(fnp.sum(abs_sq(x)))
+    return fnp.where(norm <= min_norm, min_norm, norm).astype(norm.dtype)
+
+
+def scale_by_trust_ratio(
+    min_norm: float = 0.0, trust_coefficient: float = 1.0, eps: float = 0.0
+) -> GradientTransformation:
+    """Each leaf times trust_coefficient * |params| / (|update| + eps) (LARS, LAMB), or
+    unchanged where either norm is 0."""
+
+    def update(updates, state, params=None):
+        if params is None:
+            raise ValueError("scale_by_trust_ratio needs params: call update(grads, state, params)")
+        check_matches(updates, params, "gradients", "parameters")
+
+        def rescale(u, p):
+            param_norm, update_norm = _safe_norm(p, min_norm), _safe_norm(u, min_norm)
+            ratio = trust_coefficient * param_norm / (update_norm + eps)
+            degenerate = (param_norm == 0.0) | (update_norm == 0.0)
+            return u * fnp.where(degenerate, 1.0, ratio).astype(u.dtype)
+
+        return _map(rescale, updates, params), state
+
+    return GradientTransformation(lambda params: ScaleByTrustRatioState(), update)
 
 
 def scale_by_rms(

@@ -1,0 +1,290 @@
+"""Transformations of transformations, with Optax's names and semantics: apply one to some
+leaves only (`masked`, `multi_transform`), skip non-finite steps (`apply_if_finite`),
+accumulate gradients over steps (`MultiSteps`), keep hyperparameters in the state
+(`inject_hyperparams`).
+
+Every choice made per step is a `where` on both outcomes, never Python control flow, so each
+wrapper traces under jit into one program."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+import funcgrad.numpy as fnp
+from funcgrad import tree_util
+from funcgrad.optim.base import GradientTransformation, zeros_like_tree
+from funcgrad.optim.transforms import _count, _next
+
+
+class MaskedState(NamedTuple):
+    inner_state: Any
+
+
+class MultiTransformState(NamedTuple):
+    inner_states: Any  # dict: label -> MaskedState
+
+
+class ApplyIfFiniteState(NamedTuple):
+    notfinite_count: Any
+    last_finite: Any
+    total_notfinite: Any
+    inner_state: Any
+
+
+class MultiStepsState(NamedTuple):
+    mini_step: Any
+    gradient_step: Any
+    inner_opt_state: Any
+    acc_grads: Any
+    skip_state: Any = ()
+
+
+class InjectHyperparamsState(NamedTuple):
+    count: Any
+    hyperparams: Any  # dict: name -> scalar array
+    inner_state: Any
+
+
+def _select(condition, on_true, on_false):
+    """Leaf-wise where over two trees of one structure, each leaf keeping its dtype."""
+    return tree_util.tree_map(
+        lambda a, b: fnp.where(condition, a, b).astype(fnp.asarray(b).dtype), on_true, on_false
+    )
+
+
+def _spread(prefix, tree) -> list:
+    """The value of `prefix` (a tree whose leaves stand for whole subtrees of `tree`) at
+    each leaf of `tree`, in leaf order."""
+    full = tree_util.tree_map(lambda v, sub: tree_util.tree_map(lambda _: v, sub), prefix, tree)
+    return tree_util.tree_leaves(full)
+
+
+def masked(inner: GradientTransformation, mask) -> GradientTransformation:
+    """`inner` on the leaves `mask` selects, the rest passed through unchanged. The mask is a
+    pytree of bools with the structure of the parameters or a prefix of it, or a function
+    of the parameters (of the updates, in `update`) returning one. `inner` sees the
+    selected leaves as a flat list, so its state is made for that list."""
+
+    def chosen(tree) -> list[bool]:
+        flags = _spread(mask(tree) if callable(mask) else mask, tree)
+        return [bool(f) for f in flags]
+
+    def pick(tree, flags):
+        return [x for x, f in zip(tree_util.tree_leaves(tree), flags) if f]
+
+    def init(params):
+        return MaskedState(inner.init(pick(params, chosen(params))))
+
+    def update(updates, state, params=None):
+        flags = chosen(updates)
+        leaves, treedef = tree_util.tree_flatten(updates)
+        if len(flags) != len(leaves):
+            raise ValueError(
+                f"masked: the mask covers {len(flags)} leaves where the updates have {len(leaves)}"
+            )
+        inner_params = None if params is None else pick(params, flags)
+        new, inner_state = inner.update(pick(updates, flags), state.inner_state, inner_params)
+        new = iter(new)
+        out = [next(new) if f else x for x, f in zip(leaves, flags)]
+        return tree_util.tree_unflatten(treedef, out), MaskedState(inner_state)
+
+    return GradientTransformation(init, update)
+
+
+def multi_transform(transforms: dict[Any, GradientTransformation], param_labels):
+    """A different transformation per group of leaves: `param_labels` (a pytree of labels
+    with the parameters' structure or a prefix of it, or a function of the parameters
+    returning one) names each leaf's key in `transforms`."""
+
+    def masks(tree):
+        labels = param_labels(tree) if callable(param_labels) else param_labels
+        flat = _spread(labels, tree)
+        missing = sorted({repr(label) for label in flat if label not in transforms})
+        if missing:
+            raise ValueError(
+                f"multi_transform: labels {', '.join(missing)} have no transformation; "
+                f"transforms has {sorted(map(repr, transforms))}"
+            )
+        treedef = tree_util.tree_structure(tree)
+        return {
+            label: tree_util.tree_unflatten(treedef, [lab == label for lab in flat])
+            for label in transforms
+        }
+
+    def init(params):
+        return MultiTransformState(
+            {
+                label: masked(transforms[label], mask).init(params)
+                for label, mask in masks(params).items()
+            }
+        )
+
+    def update(updates, state, params=None):
+        new_states = {}
+        for label, mask in masks(updates).items():
+            updates, new_states[label] = masked(transforms[label], mask).update(
+                updates, state.inner_states[label], params
+            )
+        return updates, MultiTransformState(new_states)
+
+    return GradientTransformation(init, update)
+
+
+def apply_if_finite(
+    inner: GradientTransformation, max_consecutive_errors: int
+) -> GradientTransformation:
+    """`inner`'s update where every incoming update is finite; otherwise zero updates and
+    `inner`'s state unchanged, unless more than `max_consecutive_errors` non-finite steps
+    came in a row (then the update goes through, NaN and all)."""
+
+    def init(params):
+        return ApplyIfFiniteState(_count(), fnp.asarray(True), _count(), inner.init(params))
+
+    def update(updates, state, params=None):
+        finite = fnp.asarray(True)
+        for leaf in tree_util.tree_leaves(updates):
+            finite = finite & fnp.all(fnp.isfinite(leaf))
+        notfinite_count = fnp.where(finite, 0, _next(state.notfinite_count)).astype(fnp.int32)
+        total = fnp.where(finite, state.total_notfinite, _next(state.total_notfinite))
+        apply = finite | (notfinite_count > max_consecutive_errors)
+        new, inner_state = inner.update(updates, state.inner_state, params)
+        new = _select(apply, new, zeros_like_tree(updates))
+        inner_state = _select(apply, inner_state, state.inner_state)
+        return new, ApplyIfFiniteState(
+            notfinite_count, finite, total.astype(fnp.int32), inner_state
+        )
+
+    return GradientTransformation(init, update)
+
+
+class MultiSteps:
+    """Gradient accumulation: `opt` steps once every k calls (k = every_k_schedule(number
+    of steps taken so far), or a constant) on the mean of the k gradients (their sum with
+    use_grad_mean=False); the calls in between return zero updates."""
+
+    def __init__(
+        self,
+        opt: GradientTransformation,
+        every_k_schedule: int | Callable[[Any], Any],
+        use_grad_mean: bool = True,
+    ):
+        self.inner_opt = opt
+        self.use_grad_mean = use_grad_mean
+        if callable(every_k_schedule):
+            self.every_k_schedule = every_k_schedule
+        else:
+            self.every_k_schedule = lambda step: every_k_schedule
+
+    def init(self, params) -> MultiStepsState:
+        return MultiStepsState(
+            mini_step=_count(),
+            gradient_step=_count(),
+            inner_opt_state=self.inner_opt.init(params),
+            acc_grads=zeros_like_tree(params),
+        )
+
+    def update(self, updates, state: MultiStepsState, params=None):
+        k_steps = fnp.asarray(self.every_k_schedule(state.gradient_step)).astype(fnp.int32)
+        n = state.mini_step.astype(fnp.float32)
+
+        def accumulate(g, acc):
+            if self.use_grad_mean:
+                return acc + (g - acc) / (n + 1).astype(fnp.asarray(acc).dtype)
+            return acc + g
+
+        acc_grads = tree_util.tree_map(accumulate, updates, state.acc_grads)
+        new, inner_state = self.inner_opt.update(acc_grads, state.inner_opt_state, params)
+        emit = state.mini_step == k_steps - 1
+        new_state = MultiStepsState(
+            mini_step=fnp.where(emit, 0, _next(state.mini_step)).astype(fnp.int32),
+            gradient_step=fnp.where(emit, _next(state.gradient_step), state.gradient_step),
+            inner_opt_state=_select(emit, inner_state, state.inner_opt_state),
+            acc_grads=_select(emit, zeros_like_tree(acc_grads), acc_grads),
+            skip_state=state.skip_state,
+        )
+        return _select(emit, new, zeros_like_tree(new)), new_state
+
+    def has_updated(self, state: MultiStepsState) -> Any:
+        """Whether the last `update` stepped the inner optimizer."""
+        return (state.mini_step == 0) & (state.gradient_step > 0)
+
+    def gradient_transformation(self) -> GradientTransformation:
+        return GradientTransformation(self.init, self.update)
+
+
+def _widest_float(params):
+    dtypes = [
+        fnp.asarray(leaf).dtype
+        for leaf in tree_util.tree_leaves(params)
+        if fnp.issubdtype(fnp.asarray(leaf).dtype, fnp.floating)
+    ]
+    return max(dtypes, key=lambda d: d.itemsize, default=fnp.float32)
+
+
+def inject_hyperparams(
+    inner_factory: Callable[..., GradientTransformation],
+    static_args: str | Iterable[str] = (),
+    hyperparam_dtype=None,
+) -> Callable[..., GradientTransformation]:
+    """Wrap an optimizer factory so that its numeric arguments live in the state
+    (`state.hyperparams[name]`, which may be changed between steps) and callable ones are
+    schedules evaluated at the step count. Bools, the names in `static_args` and other
+    values stay fixed arguments of the factory."""
+    static = {static_args} if isinstance(static_args, str) else set(static_args)
+    signature = inspect.signature(inner_factory)
+    unknown = static - set(signature.parameters)
+    if unknown:
+        raise ValueError(
+            f"inject_hyperparams: static_args {sorted(unknown)} are not parameters of "
+            f"{inner_factory.__name__} ({', '.join(signature.parameters)})"
+        )
+
+    def wrapped(*args, **kwargs) -> GradientTransformation:
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        schedules, numeric, fixed = {}, {}, {}
+        for name, value in bound.arguments.items():
+            if name in static or isinstance(value, bool):
+                fixed[name] = value
+            elif callable(value):
+                schedules[name] = value
+            elif isinstance(value, (int, float, np.ndarray, fnp.ndarray)):
+                numeric[name] = value
+            else:
+                fixed[name] = value
+
+        def current(hyperparams, count, params):
+            """The hyperparameters at `count`, floats in hyperparam_dtype or else in the
+            widest float dtype of the parameters (Optax's choice)."""
+            dtype = hyperparam_dtype or _widest_float(params)
+
+            def convert(value):
+                value = fnp.asarray(value)
+                if fnp.issubdtype(value.dtype, fnp.floating):
+                    return value.astype(dtype)
+                return value
+
+            values = {k: convert(v) for k, v in hyperparams.items()}
+            values.update({k: convert(f(count)) for k, f in schedules.items()})
+            return values
+
+        def init(params):
+            count = _count()
+            hyperparams = current(numeric, count, params)
+            inner_state = inner_factory(**fixed, **hyperparams).init(params)
+            return InjectHyperparamsState(count, hyperparams, inner_state)
+
+        def update(updates, state, params=None):
+            hyperparams = current(state.hyperparams, state.count, params)
+            updates, inner_state = inner_factory(**fixed, **hyperparams).update(
+                updates, state.inner_state, params
+            )
+            return updates, InjectHyperparamsState(_next(state.count), hyperparams, inner_state)
+
+        return GradientTransformation(init, update)
+
+    return wrapped
