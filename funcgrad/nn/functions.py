@@ -369,7 +369,8 @@ def log1mexp(x: ArrayLike):
     send a zero cotangent through the untaken log1p(-exp(-x)), which is log1p(-1) = -inf
     for x below 2**-24 in float32, and 0 * inf made the gradient nan there."""
     x = _inexact("log1mexp", x)
-    # (each branch sees x only where it is taken: log1p(-exp(-x)) is -inf below 1e-16)
+    # Each branch sees x only where it is taken: log1p(-exp(-x)) is -inf below 1e-16, which
+    # an untaken lane would still compute (and debug_infs report).
     small = x < math.log(2)
     below, above = fnp.where(small, x, 0.5), fnp.where(small, 1.0, x)
     return fnp.where(small, fnp.log(-fnp.expm1(-below)), fnp.log1p(-fnp.exp(-above)))

@@ -142,6 +142,11 @@ def _first_moment_hat(mu, updates, b1, count, nesterov):
     )
 
 
+def _adam_step(mu_hat, nu_hat, eps, eps_root):
+    """Adam's step from (bias-corrected) moments: m / (sqrt(v + eps_root) + eps)."""
+    return _map(lambda m, v: m / (fnp.sqrt(v + eps_root) + eps), mu_hat, nu_hat)
+
+
 def _ema(updates, moments, decay):
     return _map(lambda g, m: decay * m + (1 - decay) * g, updates, moments)
 
@@ -171,8 +176,7 @@ def scale_by_adam(
         count = _next(state.count)
         mu_hat = _first_moment_hat(mu, updates, b1, count, nesterov)
         nu_hat = _bias_corrected(nu, b2, count)
-        scaled = _map(lambda m, v: m / (fnp.sqrt(v + eps_root) + eps), mu_hat, nu_hat)
-        return scaled, ScaleByAdamState(count, mu, nu)
+        return _adam_step(mu_hat, nu_hat, eps, eps_root), ScaleByAdamState(count, mu, nu)
 
     return GradientTransformation(init, update)
 
@@ -211,11 +215,7 @@ def scale_by_amsgrad(
         nu = _ema_sq(updates, state.nu, b2)
         count = _next(state.count)
         nu_max = _map(fnp.maximum, state.nu_max, _bias_corrected(nu, b2, count))
-        scaled = _map(
-            lambda m, v: m / (fnp.sqrt(v + eps_root) + eps),
-            _bias_corrected(mu, b1, count),
-            nu_max,
-        )
+        scaled = _adam_step(_bias_corrected(mu, b1, count), nu_max, eps, eps_root)
         return scaled, ScaleByAmsgradState(count, mu, nu, nu_max)
 
     return GradientTransformation(init, update)
@@ -287,10 +287,8 @@ def scale_by_yogi(
             lambda g, v: v - (1 - b2) * fnp.sign(v - abs_sq(g)) * abs_sq(g), updates, state.nu
         )
         count = _next(state.count)
-        scaled = _map(
-            lambda m, v: m / (fnp.sqrt(v + eps_root) + eps),
-            _bias_corrected(mu, b1, count),
-            _bias_corrected(nu, b2, count),
+        scaled = _adam_step(
+            _bias_corrected(mu, b1, count), _bias_corrected(nu, b2, count), eps, eps_root
         )
         return scaled, ScaleByAdamState(count, mu, nu)
 
