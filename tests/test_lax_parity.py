@@ -724,3 +724,14 @@ def test_composite_is_its_decomposition():
     softplus = lax.composite(lambda x: fnp.log1p(fnp.exp(x)), "my.softplus", version=1)
     assert_allclose(fg.grad(softplus)(0.0), 0.5)
     assert softplus.composite_name == "my.softplus"
+
+
+def test_conv_transpose_shape_tuple_is_never_negative():
+    # A 3-wide kernel over one unpadded position leaves no output, not -1 of them.
+    x = np.zeros((1, 1, 2, 2))
+    w = np.zeros((3, 1, 2, 3))
+    dn = ("NHWC", "HWIO", "NHWC")
+    out = lax.conv_transpose(x, w, (1, 1), [(0, 0), (0, 0)])
+    assert out.shape == (1, 0, 2, 3)
+    shape = lax.conv_transpose_shape_tuple(x.shape, w.shape, (1, 1), [(0, 0), (0, 0)], dn)
+    assert shape == (1, 0, 2, 3)

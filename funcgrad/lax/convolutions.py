@@ -345,7 +345,11 @@ def conv_transpose_shape_tuple(
     padding: str | Sequence[tuple[int, int]],
     dimension_numbers: tuple[str, str, str],
 ) -> tuple[int, ...]:
-    """The output shape of conv_transpose with layouts `dimension_numbers`."""
+    """The output shape of conv_transpose with layouts `dimension_numbers`.
+
+    A window wider than the padded, dilated input leaves no output position, so a spatial
+    size is never below 0: this is the shape conv_transpose returns.
+    """
     lhs_perm, rhs_perm, out_perm = conv_general_permutations(dimension_numbers)
     lhs_canonical = [int(lhs_shape[i]) for i in lhs_perm]
     rhs_canonical = [int(rhs_shape[i]) for i in rhs_perm]
@@ -355,7 +359,7 @@ def conv_transpose_shape_tuple(
             for k, s in zip(rhs_canonical[2:], window_strides)
         ]
     spatial = [
-        (n - 1) * int(s) - k + 2 + int(lo) + int(hi)
+        max(0, (n - 1) * int(s) - k + 2 + int(lo) + int(hi))
         for n, k, s, (lo, hi) in zip(lhs_canonical[2:], rhs_canonical[2:], window_strides, padding)
     ]
     canonical = (lhs_canonical[0], rhs_canonical[0], *spatial)
