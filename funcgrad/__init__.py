@@ -3,14 +3,18 @@
 from funcgrad import (
     checkpoints,
     custom_batching,
+    custom_derivatives,
     data,
     debug,
     distributed,
+    dlpack,
     dtypes,
+    flatten_util,
     image,
     lax,
     nn,
     numpy,
+    ops,
     optim,
     random,
     scipy,
@@ -18,12 +22,21 @@ from funcgrad import (
     testing,
     tree,
     tree_util,
+    version,
     viz,
 )
 from funcgrad.array import Array, Device, block_until_ready, device_get, device_put
 from funcgrad.caches import clear_caches
 from funcgrad.callbacks import pure_callback
-from funcgrad.config import config, default_matmul_precision, disable_jit, enable_x64
+from funcgrad.config import (
+    config,
+    debug_infs,
+    debug_nans,
+    default_matmul_precision,
+    disable_jit,
+    enable_x64,
+    log_compiles,
+)
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
 from funcgrad.devices import (
     default_backend,
@@ -64,7 +77,8 @@ from funcgrad.transforms.vmap import vmap
 jacobian = jacrev
 float0 = dtypes.float0
 
-__version__ = "0.1.0"
+__version__ = version.__version__
+__version_info__ = version.__version_info__
 
 __all__ = [
     "print_environment_info",
@@ -83,10 +97,13 @@ __all__ = [
     "config",
     "checkpoint_policies",
     "custom_batching",
+    "custom_derivatives",
     "custom_gradient",
     "custom_jvp",
     "custom_vjp",
     "debug",
+    "debug_infs",
+    "debug_nans",
     "default_backend",
     "default_device",
     "default_matmul_precision",
@@ -96,9 +113,11 @@ __all__ = [
     "devices",
     "disable_jit",
     "distributed",
+    "dlpack",
     "dtypes",
     "enable_x64",
     "eval_shape",
+    "flatten_util",
     "float0",
     "grad",
     "hessian",
@@ -113,9 +132,11 @@ __all__ = [
     "local_devices",
     "lax",
     "linear_transpose",
+    "log_compiles",
     "make_jaxpr",
     "nn",
     "numpy",
+    "ops",
     "pmap",
     "process_count",
     "process_index",
@@ -127,6 +148,7 @@ __all__ = [
     "tree",
     "tree_util",
     "value_and_grad",
+    "version",
     "vmap",
     "vjp",
 ]

@@ -50,6 +50,10 @@ class Config:
         # "allow" (NumPy's rule), "warn" or "raise", for code that means to keep ranks apart.
         self.numpy_rank_promotion = "allow"
         self.disable_jit = False
+        # Log each program jit traces for a new signature (at WARNING level, on the "funcgrad"
+        # logger), with the function's name and argument types: a loop that retraces at every
+        # step shows itself.
+        self.log_compiles = False
         # Where jitted programs run: "llvm" compiles them to native code, "numpy" runs them on
         # the reference backend, "cuda" on a CUDA GPU through CuPy, and "cuda_emulator" runs
         # the generated CUDA C on the host (for testing it without a GPU).
@@ -116,8 +120,8 @@ class Config:
             from funcgrad import dtypes  # (dtypes needs nothing from here)
 
             dtypes.use_x64(value)
-        elif name == "enable_compilation_cache" and not isinstance(value, bool):
-            raise TypeError(f"enable_compilation_cache must be True or False, got {value!r}")
+        elif name in _SWITCHES and not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, got {value!r}")
         elif name == "compilation_cache_dir":
             if not isinstance(value, (str, os.PathLike)):
                 raise TypeError(
@@ -125,6 +129,10 @@ class Config:
                 )
             value = os.fspath(value)
         setattr(self, name, value)
+
+
+# The options that are True or False.
+_SWITCHES = ("debug_nans", "debug_infs", "log_compiles", "enable_compilation_cache")
 
 
 def _usable_cores() -> int:
@@ -168,35 +176,45 @@ config = Config()
 
 
 @contextlib.contextmanager
-def disable_jit(disable: bool = True) -> Iterator[None]:
-    """Run jitted functions as plain Python inside the block (to debug them with prints)."""
-    previous = config.disable_jit
-    config.disable_jit = disable
+def _scoped(name: str, value) -> Iterator[None]:
+    """Option `name` set to `value` (checked as `config.update` checks it) inside the block,
+    and back to what it was after, however the block ends."""
+    previous = getattr(config, name)
+    config.update(name, value)
     try:
         yield
     finally:
-        config.disable_jit = previous
+        config.update(name, previous)
 
 
-@contextlib.contextmanager
-def default_matmul_precision(name: str | None) -> Iterator[None]:
+def disable_jit(disable: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Run jitted functions as plain Python inside the block (to debug them with prints)."""
+    return _scoped("disable_jit", disable)
+
+
+def default_matmul_precision(name: str | None) -> contextlib.AbstractContextManager[None]:
     """Inside the block, float32 contractions that name no precision run at `name` (see
     `config.default_matmul_precision`)."""
-    previous = config.default_matmul_precision
-    config.update("default_matmul_precision", name)
-    try:
-        yield
-    finally:
-        config.default_matmul_precision = previous
+    return _scoped("default_matmul_precision", name)
 
 
-@contextlib.contextmanager
-def enable_x64(enabled: bool = True) -> Iterator[None]:
+def enable_x64(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
     """Inside the block, the defaults are 64-bit (or 32-bit, for `False`): see
     `config.enable_x64`."""
-    previous = config.enable_x64
-    config.update("enable_x64", enabled)
-    try:
-        yield
-    finally:
-        config.update("enable_x64", previous)
+    return _scoped("enable_x64", enabled)
+
+
+def debug_nans(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, an operation that makes a NaN raises, naming the primitive and the
+    line (see `config.debug_nans`)."""
+    return _scoped("debug_nans", enabled)
+
+
+def debug_infs(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, an operation that makes an infinity raises (see `config.debug_infs`)."""
+    return _scoped("debug_infs", enabled)
+
+
+def log_compiles(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, each program jit traces is logged (see `config.log_compiles`)."""
+    return _scoped("log_compiles", enabled)

@@ -15,7 +15,9 @@ import contextlib
 import functools
 import gc
 import inspect
+import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 
 from funcgrad import caches, core, tree_util
@@ -39,6 +41,8 @@ from funcgrad.interpreters.staging import StagingTrace, trace_to_jaxpr
 from funcgrad.ir import ClosedJaxpr, Jaxpr
 from funcgrad.lax.base import asarray
 from funcgrad.transforms.make_jaxpr import function_name
+
+logger = logging.getLogger("funcgrad")
 
 # ---------------------------------------------------------------------------------------------
 # The call primitive
@@ -542,14 +546,34 @@ class Jitted:
             static_kwargs = {k: v for k, v in kwargs.items() if k in self.static_argnames}
             return self.fun(*full, **static_kwargs, **dynamic_kwargs)
 
+        started = time.perf_counter()
         with collection_paused():  # staging allocates in bursts too
             closed, out_tree = trace_to_jaxpr(
                 flat_fun, [core.get_aval(x) for x in leaves], f"jit({self.name})"
             )
+        if config.log_compiles:
+            self._log_trace(args, kwargs, static_positions, leaves, time.perf_counter() - started)
         donated = self._donated_leaves(args, static_positions)
         num_consts = len(closed.consts)
         return _Entry(
             _hoisted(closed), out_tree, closed.consts, tuple(num_consts + i for i in donated)
+        )
+
+    def _log_trace(self, args, kwargs, static_positions, leaves, seconds: float) -> None:
+        """One line per new program (config.log_compiles): the function, its arguments'
+        types in flatten order, the static values it was traced for and the time it took."""
+        types = ", ".join(
+            ("weak " if aval.weak_type else "") + aval.str_short()
+            for aval in map(core.get_aval, leaves)
+        )
+        static = [f"args[{i}]={args[i]!r}" for i in sorted(static_positions)]
+        static += [f"{k}={v!r}" for k, v in sorted(kwargs.items()) if k in self.static_argnames]
+        logger.warning(
+            "jit(%s): traced a new program for arguments (%s)%s in %.1f ms",
+            self.name,
+            types,
+            f" and static arguments {', '.join(static)}" if static else "",
+            seconds * 1e3,
         )
 
     def _donated_leaves(self, args: tuple, static_positions: set) -> list[int]:
