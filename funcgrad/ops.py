@@ -4,8 +4,9 @@ Each is one scatter (add, mul, max or min) of `data` into an array of `num_segme
 filled with the operation's identity, so a segment no id names holds the identity (0, 1, the
 lowest or the highest value of the dtype) and an id outside [0, num_segments) is dropped
 (`mode="clip"` clamps it instead). Being scatters, they are differentiated, batched and
-compiled by the scatter primitives' rules; the product's derivative with respect to `data` is
-written below, since with colliding indices it is the product of each element's neighbours.
+compiled by the scatter primitives' rules, except the product's derivative with respect to
+`data`, written below: with colliding indices it is each row's product of the other rows of
+its segment.
 
 `bucket_size` scatters consecutive runs of that many elements into rows of their own and
 reduces the rows after: the same result, summed or multiplied in a different order, which
@@ -274,49 +275,53 @@ def _segment_prod_jvp(
     num_segments, indices_are_sorted, unique_indices, bucket_size, mode, primals, tangents
 ):
     """d out[s] = sum over the rows i of segment s of (the product of the segment's other
-    rows) * d data[i]. The others' product is the segment's product of nonzero rows, divided
-    by row i when it is nonzero and there is no zero in the segment, taken whole when row i
-    is the segment's only zero, and 0 when the segment has another zero."""
+    rows) * d data[i], with the others' products taken without division (see
+    `_products_of_others`), so exact where rows are 0, and differentiable again."""
     data, ids = primals
     data_tangent = tangents[0]
-    static = (num_segments, indices_are_sorted, unique_indices, bucket_size, mode)
-    out = _segment_prod(data, ids, *static)
-    if num_segments == 0 or data.size == 0:
-        return out, fnp.zeros_like(out)
-    is_zero = data == 0
-    nonzero = fnp.where(is_zero, fnp.ones_like(data), data)
-    zeros_in_segment = _segment_reduce(
-        lax.scatter_add,
-        lax.reduce_sum,
-        0,
-        is_zero.astype(np.int32),
-        ids,
-        num_segments,
-        indices_are_sorted,
-        unique_indices,
-        bucket_size,
-        mode,
+    out = _segment_prod(
+        data, ids, num_segments, indices_are_sorted, unique_indices, bucket_size, mode
     )
-    nonzero_product = _segment_prod(nonzero, ids, *static)
-    # Each row reads its own segment's values; a row whose id is dropped contributes nothing
-    # to the sum below, so clamping its id to a valid row only avoids reading out of bounds.
-    rows = fnp.clip(ids, 0, num_segments - 1)
-    zeros_here, product_here = zeros_in_segment[rows], nonzero_product[rows]
-    others = fnp.where(
-        is_zero,
-        fnp.where(zeros_here == 1, product_here, 0),
-        fnp.where(zeros_here == 0, product_here / nonzero, 0),
-    ).astype(data.dtype)
+    if num_segments == 0 or ids.shape[0] == 0:
+        return out, fnp.zeros_like(out)
+    # Rows meet in one segment when their ids are equal after clamping (mode="clip"); rows
+    # with other out-of-range ids are dropped by the sum below, whatever they are grouped with.
+    clamps = GatherScatterMode.from_any(mode) == GatherScatterMode.CLIP
+    groups = fnp.clip(ids, 0, num_segments - 1) if clamps else ids
+    order = fnp.argsort(groups, stable=True)
+    others = _products_of_others(data[order], groups[order])
     tangent = _segment_reduce(
         lax.scatter_add,
         lax.reduce_sum,
         0,
-        others * data_tangent,
-        ids,
+        others * data_tangent[order],
+        ids[order],
         num_segments,
-        indices_are_sorted,
+        True,
         unique_indices,
         bucket_size,
         mode,
     )
     return out, tangent
+
+
+def _products_of_others(rows: Array, groups: Array) -> Array:
+    """For rows sorted by group, each row's product of the other rows of its group: the
+    product of those before it in the group times that of those after it, each a segmented
+    prefix product (running products restarting where a group starts)."""
+    changes = groups[1:] != groups[:-1]
+    first = fnp.concatenate([fnp.ones(1, bool), changes])  # rows that start their group
+    last = fnp.concatenate([changes, fnp.ones(1, bool)])  # rows that end it
+    row_shape = (-1,) + (1,) * (rows.ndim - 1)
+
+    def restarting_product(a, b):
+        (a_restarts, a_product), (b_restarts, b_product) = a, b
+        product = fnp.where(b_restarts.reshape(row_shape), b_product, a_product * b_product)
+        return a_restarts | b_restarts, product
+
+    _, through = lax.associative_scan(restarting_product, (first, rows))
+    _, from_end = lax.associative_scan(restarting_product, (last, rows), reverse=True)
+    one = fnp.ones_like(rows[:1])
+    before = fnp.where(first.reshape(row_shape), 1, fnp.concatenate([one, through[:-1]]))
+    after = fnp.where(last.reshape(row_shape), 1, fnp.concatenate([from_end[1:], one]))
+    return before * after
