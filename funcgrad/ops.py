@@ -231,6 +231,8 @@ def _segment_reduce(
     """`data`'s rows scattered with `scatter` into `num_segments` rows of `identity`; with a
     bucket size, into one such block per bucket, reduced with `reduce` after."""
     window_dims = tuple(range(1, data.ndim))
+    if bucket_size is not None and ids.shape[0] == 0:
+        bucket_size = None  # no buckets: nothing to reduce across them
     if bucket_size is None:
         out = lax.full((num_segments, *data.shape[1:]), identity, data.dtype)
         indices = ids.reshape((-1, 1))

@@ -215,6 +215,15 @@ def test_segment_prod_derivative_with_zeros(bucket_size):
         np.testing.assert_allclose(g, others_product(x, i, 3) * coefficients)
 
 
+@pytest.mark.parametrize("name", list(REDUCTIONS))
+@pytest.mark.parametrize("bucket_size", [None, 2])
+def test_derivatives_of_no_rows(name, bucket_size):
+    fun = REDUCTIONS[name][0]
+    no_ids = np.zeros(0, np.int32)
+    got = fg.grad(lambda x: fun(x, no_ids, 3, bucket_size=bucket_size)[0, 0])(np.zeros((0, 2)))
+    assert got.shape == (0, 2)
+
+
 def test_segment_max_ties_share_the_derivative():
     data, ids = np.array([1.0, 3.0, 3.0, 2.0]), np.array([0, 0, 0, 1])
     got = fg.grad(lambda x: ops.segment_max(x, ids, 2).sum())(data)
@@ -373,7 +382,7 @@ def test_arrays_export_through_dlpack():
 def test_is_supported_dtype():
     for dtype in (np.float16, np.float32, np.float64, np.int8, np.uint64, np.bool_, np.complex128):
         assert fg.dlpack.is_supported_dtype(dtype)
-    for dtype in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, np.float128, np.str_):
+    for dtype in (ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.int4, np.str_):
         assert not fg.dlpack.is_supported_dtype(dtype)
 
 
