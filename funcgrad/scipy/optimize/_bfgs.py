@@ -47,6 +47,7 @@ def minimize_bfgs(
     if maxiter is None:
         maxiter = 200 * x0.shape[0]
     f0, g0 = value_and_grad(fun)(x0)
+    f0, g0 = f0.astype(x0.dtype), g0.astype(x0.dtype)
     state = BFGSResults(
         converged=fnp.linalg.norm(g0, ord=norm) < gtol,
         failed=fnp.asarray(False),

@@ -91,6 +91,7 @@ def minimize_lbfgs(
         maxiter = 200 * d
     maxiter, maxfun, maxgrad = (math.inf if m is None else m for m in (maxiter, maxfun, maxgrad))
     f0, g0 = value_and_grad(fun)(x0)
+    f0, g0 = f0.astype(x0.dtype), g0.astype(x0.dtype)
     state = LBFGSResults(
         converged=fnp.linalg.norm(g0, ord=norm) < gtol,
         failed=fnp.asarray(False),
