@@ -237,9 +237,9 @@ def _without_line(segment, axis: int):
     centred = segment - fnp.mean(segment, axis=axis, keepdims=True)
     if n < 2:
         return centred
-    t = np.arange(n) - (n - 1) / 2
+    offsets = np.arange(n) - (n - 1) / 2
     shape = [1] * segment.ndim
     shape[axis] = n
-    t = fnp.asarray(t.reshape(shape), dtype=dtypes.real_dtype(segment.dtype))
-    slope = fnp.sum(t * centred, axis=axis, keepdims=True) / float(np.sum(t * t))
+    t = fnp.asarray(offsets.reshape(shape), dtype=dtypes.real_dtype(segment.dtype))
+    slope = fnp.sum(t * centred, axis=axis, keepdims=True) / float(np.sum(offsets * offsets))
     return centred - slope * t
