@@ -68,11 +68,13 @@ class RegularGridInterpolator:
                 )
             grid.append(p)
         if fill_value is not None:
-            fill_value = fnp.asarray(fill_value)
-            if dtypes.is_complex(fill_value.dtype) and not dtypes.is_complex(values.dtype):
+            if dtypes.is_complex(fnp.asarray(fill_value).dtype) and not dtypes.is_complex(
+                values.dtype
+            ):
                 raise ValueError(
                     f"RegularGridInterpolator: a complex fill_value for {values.dtype} values"
                 )
+            fill_value = fnp.asarray(fill_value, dtype=values.dtype)
         self.method = method
         self.bounds_error = bounds_error
         self.grid = tuple(grid)

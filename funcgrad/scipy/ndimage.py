@@ -95,7 +95,7 @@ def map_coordinates(
                 operator.and_,
                 [(index >= 0) & (index < size) for (index, _), size in zip(corner, input.shape)],
             )
-            values = fnp.where(inside, values, convert(fnp.asarray(cval), input.dtype))
+            values = fnp.where(inside, values, fnp.asarray(cval, dtype=input.dtype))
         for _, weight in corner:
             if weight is not None:
                 values = values * weight

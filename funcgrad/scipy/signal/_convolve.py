@@ -16,7 +16,7 @@ import numpy as np
 from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
-from funcgrad.numpy._promotion import broadcast_shapes, convert, promote_dtypes_inexact
+from funcgrad.numpy._promotion import broadcast_shapes, promote_dtypes_inexact
 from funcgrad.numpy.shape_ops import canonicalize_axes, canonicalize_axis
 
 _MODES = ("full", "same", "valid")
@@ -127,7 +127,7 @@ def _convolve_2d(name: str, in1, in2, mode: str, boundary: str, fillvalue, preci
     ]
     pad_mode = _BOUNDARY_PADS[boundary]
     if pad_mode == "constant":
-        fill = convert(fnp.asarray(fillvalue), in1.dtype)
+        fill = fnp.asarray(fillvalue, dtype=in1.dtype)
         extended = lax.pad(in1, fill, [(lo, hi, 0) for lo, hi in widths])
     else:
         extended = fnp.pad(in1, widths, mode=pad_mode)
