@@ -104,8 +104,15 @@ def correlate(in1, in2, mode: str = "full", method: str = "auto", precision=None
 # ---------------------------------------------------------------------------------------------
 # Two dimensions with a boundary rule
 
-_BOUNDARY_PADS = {"fill": "constant", "pad": "constant", "wrap": "wrap", "circular": "wrap"}
-_BOUNDARY_PADS.update(symm="symmetric", symmetric="symmetric")
+# boundary -> the padding mode of funcgrad.numpy.pad that extends in1 by it
+_BOUNDARY_PADS = {
+    "fill": "constant",
+    "pad": "constant",
+    "wrap": "wrap",
+    "circular": "wrap",
+    "symm": "symmetric",
+    "symmetric": "symmetric",
+}
 
 
 def _convolve_2d(name: str, in1, in2, mode: str, boundary: str, fillvalue, precision, same_start):

@@ -193,10 +193,8 @@ def istft(
     overlap-added, divided by the overlapping windows' summed squares."""
     if scaling not in ("spectrum", "psd"):
         raise ValueError(f"istft: scaling must be 'spectrum' or 'psd', got {scaling!r}")
-    zxx = fnp.asarray(Zxx)
-    zxx = convert(
-        zxx, dtypes.complex_dtype(dtypes.real_dtype(promote_dtypes_inexact(zxx)[0].dtype))
-    )
+    (zxx,) = promote_dtypes_inexact(Zxx)
+    zxx = convert(zxx, dtypes.complex_dtype(dtypes.real_dtype(zxx.dtype)))
     if zxx.ndim < 2:
         raise ValueError(f"istft: the stft must have at least 2 axes, got shape {zxx.shape}")
     freq_axis = canonicalize_axis(freq_axis, zxx.ndim, "istft")
