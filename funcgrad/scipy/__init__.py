@@ -1,5 +1,31 @@
 """funcgrad.scipy: SciPy's functions over funcgrad arrays, with SciPy's names."""
 
-from funcgrad.scipy import integrate, linalg, optimize, sparse, special, stats
+from funcgrad.scipy import (
+    cluster,
+    fft,
+    integrate,
+    interpolate,
+    linalg,
+    ndimage,
+    optimize,
+    signal,
+    sparse,
+    spatial,
+    special,
+    stats,
+)
 
-__all__ = ["integrate", "linalg", "optimize", "sparse", "special", "stats"]
+__all__ = [
+    "cluster",
+    "fft",
+    "integrate",
+    "interpolate",
+    "linalg",
+    "ndimage",
+    "optimize",
+    "signal",
+    "sparse",
+    "spatial",
+    "special",
+    "stats",
+]
