@@ -6,9 +6,14 @@ signatures and update equations.
     updates, state = opt.update(grads, state, params)
     params = optim.apply_updates(params, updates)
 
-Wrappers change how an optimizer is applied: `masked` and `multi_transform` (to some leaves),
-`apply_if_finite` (skip NaN steps), `MultiSteps` (gradient accumulation), `inject_hyperparams`
-(learning rate and the rest in the state, where they may be schedules or changed by hand).
+Wrappers change how an optimizer is applied: `masked`, `partition` (alias `multi_transform`)
+and `freeze` (to some leaves), `flatten` (to all leaves as one vector), `apply_if_finite` (skip
+NaN steps), `MultiSteps` (gradient accumulation), `conditionally_transform` (on some steps),
+`lookahead` (slow and fast weights), `inject_hyperparams` (learning rate and the rest in the
+state, where they may be schedules or changed by hand).
+
+`update` may take extra keyword arguments (`value=loss` for `polyak_sgd`); `chain` and the
+wrappers pass them to the transformations that take them.
 """
 
 from funcgrad.optim.base import (
