@@ -767,3 +767,105 @@ def test_schedules_reject_bad_arguments():
     for make in (optim.linear_onecycle_schedule, optim.cosine_onecycle_schedule):
         with pytest.raises(ValueError, match="transition_steps"):
             make(0, 1.0)
+
+
+def lbfgs_direction(g, pairs, first_norm=None):
+    """H g with H from the BFGS inverse update (Nocedal & Wright 6.17) over the pairs
+    (s, y), oldest first, from gamma I: gamma = <y, s> / |y|**2 for the newest pair, or
+    min(1, 1 / |g|) with no pairs yet."""
+    if not pairs:
+        return min(1.0, 1.0 / np.linalg.norm(g)) * g
+    s_new, y_new = pairs[-1]
+    h = np.eye(g.size) * (y_new @ s_new) / (y_new @ y_new)
+    for s, y in pairs:
+        rho = 1.0 / (y @ s)
+        left = np.eye(g.size) - rho * np.outer(s, y)
+        h = left @ h @ left.T + rho * np.outer(s, s)
+    return h @ g
+
+
+def test_lbfgs_direction_is_the_bfgs_inverse_update_over_its_memory():
+    rng = np.random.default_rng(17)
+    memory = 3
+    xs = [rng.standard_normal(5) for _ in range(6)]
+    gs = [rng.standard_normal(5) for _ in range(6)]
+    gs = [x * np.array([3.0, 2.0, 1.0, 0.5, 4.0]) + 0.1 * g for x, g in zip(xs, gs)]
+    opt = optim.scale_by_lbfgs(memory_size=memory)
+    split = lambda v: {"a": fnp.asarray(v[:3], fnp.float32), "b": fnp.asarray(v[3:], fnp.float32)}  # noqa: E731
+    state = opt.init(split(xs[0]))
+    update = fg.jit(opt.update)
+    for k in range(6):
+        direction, state = update(split(gs[k]), state, split(xs[k]))
+        pairs = [(xs[i] - xs[i - 1], gs[i] - gs[i - 1]) for i in range(1, k + 1)][-memory:]
+        got = np.concatenate([np.asarray(direction["a"]), np.asarray(direction["b"])])
+        np.testing.assert_allclose(got, lbfgs_direction(gs[k], pairs), rtol=2e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="memory_size"):
+        optim.scale_by_lbfgs(memory_size=0)
+
+
+def test_backtracking_linesearch_takes_the_first_step_with_sufficient_decrease():
+    a = np.array([4.0, 1.0, 0.25])
+
+    def value_fn(x, shift):
+        return 0.5 * fnp.sum(fnp.asarray(a, fnp.float32) * (x["x"] - shift) ** 2)
+
+    opt = optim.chain(
+        optim.scale(-1.0),
+        optim.scale_by_backtracking_linesearch(
+            20, decrease_factor=0.5, increase_factor=2.0, max_learning_rate=3.0, store_grad=True
+        ),
+    )
+    x = {"x": fnp.asarray([1.0, -2.0, 3.0])}
+    state = opt.init(x)
+    value_and_grad = optim.value_and_grad_from_state(value_fn)
+
+    @fg.jit
+    def step(x, state):
+        value, grad = value_and_grad(x, 0.5, state=state)
+        updates, state = opt.update(
+            grad, state, x, value=value, grad=grad, value_fn=value_fn, shift=0.5
+        )
+        return optim.apply_updates(x, updates), state
+
+    expected, lr = np.array([1.0, -2.0, 3.0]), 1.0
+    for _ in range(4):
+        x, state = step(x, state)
+        f = lambda z: 0.5 * np.sum(a * (z - 0.5) ** 2)  # noqa: E731
+        g = a * (expected - 0.5)
+        lr = min(2.0 * lr, 3.0)
+        while f(expected - lr * g) > f(expected) - lr * 1e-4 * (g @ g):
+            lr *= 0.5
+        expected = expected - lr * g
+        np.testing.assert_allclose(np.asarray(x["x"]), expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(float(state[1].learning_rate), lr, rtol=1e-6)
+        # the stored gradient is the one at the accepted point
+        np.testing.assert_allclose(np.asarray(state[1].grad["x"]), a * (expected - 0.5), rtol=1e-5)
+    with pytest.raises(ValueError, match="store_grad=True"):
+        optim.value_and_grad_from_state(value_fn)(x, 0.5, state=optim.adam(0.1).init(x))
+    with pytest.raises(TypeError, match="'scale'"):
+        opt.update(x, state, x, value=1.0, grad=x, value_fn=value_fn, shift=0.5, scale=2.0)
+
+
+def test_lbfgs_with_backtracking_minimises_a_quadratic():
+    hessian = np.array([[3.0, 0.5, 0.1], [0.5, 2.0, 0.3], [0.1, 0.3, 1.0]])
+    target = np.array([1.0, -2.0, 0.5])
+
+    def value_fn(x):
+        d = x - fnp.asarray(target, fnp.float32)
+        return 0.5 * d @ fnp.asarray(hessian, fnp.float32) @ d
+
+    opt = optim.chain(
+        optim.scale_by_lbfgs(), optim.scale(-1.0), optim.scale_by_backtracking_linesearch(15)
+    )
+    x = fnp.zeros(3)
+    state = opt.init(x)
+
+    @fg.jit
+    def step(x, state):
+        value, grad = fg.value_and_grad(value_fn)(x)
+        updates, state = opt.update(grad, state, x, value=value, grad=grad, value_fn=value_fn)
+        return optim.apply_updates(x, updates), state
+
+    for _ in range(12):
+        x, state = step(x, state)
+    np.testing.assert_allclose(np.asarray(x), target, atol=1e-4)

@@ -56,6 +56,14 @@ from funcgrad.optim.factorized import (
     scale_by_factored_rms,
     scale_by_sm3,
 )
+from funcgrad.optim.lbfgs import (
+    BacktrackingLinesearchInfo,
+    ScaleByBacktrackingLinesearchState,
+    ScaleByLBFGSState,
+    scale_by_backtracking_linesearch,
+    scale_by_lbfgs,
+    value_and_grad_from_state,
+)
 from funcgrad.optim.lookahead import LookaheadParams, LookaheadState, lookahead
 from funcgrad.optim.optimizers import (
     adabelief,
