@@ -6,47 +6,130 @@ signatures and update equations.
     updates, state = opt.update(grads, state, params)
     params = optim.apply_updates(params, updates)
 
-Wrappers change how an optimizer is applied: `masked` and `multi_transform` (to some leaves),
-`apply_if_finite` (skip NaN steps), `MultiSteps` (gradient accumulation), `inject_hyperparams`
-(learning rate and the rest in the state, where they may be schedules or changed by hand).
+Wrappers change how an optimizer is applied: `masked`, `partition` (alias `multi_transform`)
+and `freeze` (to some leaves), `flatten` (to all leaves as one vector), `apply_if_finite` (skip
+NaN steps), `MultiSteps` (gradient accumulation), `conditionally_transform` (on some steps),
+`lookahead` (slow and fast weights), `inject_hyperparams` (learning rate and the rest in the
+state, where they may be schedules or changed by hand).
+
+`update` may take extra keyword arguments (`value=loss` for `polyak_sgd`); `chain` and the
+wrappers pass them to the transformations that take them.
 """
 
 from funcgrad.optim.base import (
     EmptyState,
     GradientTransformation,
+    GradientTransformationExtraArgs,
     apply_updates,
     chain,
     global_norm,
     identity,
+    named_chain,
+    set_to_zero,
+    stateless,
+    stateless_with_tree_map,
+    with_extra_args_support,
 )
+from funcgrad.optim.conditional import (
+    ApplyEvery,
+    ConditionallyMaskState,
+    ConditionallyTransformState,
+    apply_every,
+    conditionally_mask,
+    conditionally_transform,
+)
+from funcgrad.optim.constraints import (
+    NonNegativeParamsState,
+    ZeroNansState,
+    adaptive_grad_clip,
+    centralize,
+    clip_by_block_rms,
+    keep_params_nonnegative,
+    scale_by_param_block_norm,
+    scale_by_param_block_rms,
+    scale_gradient,
+    zero_nans,
+)
+from funcgrad.optim.factorized import (
+    FactoredState,
+    ScaleBySM3State,
+    scale_by_factored_rms,
+    scale_by_sm3,
+)
+from funcgrad.optim.lbfgs import (
+    BacktrackingLinesearchInfo,
+    ScaleByBacktrackingLinesearchState,
+    ScaleByLBFGSState,
+    scale_by_backtracking_linesearch,
+    scale_by_lbfgs,
+    value_and_grad_from_state,
+)
+from funcgrad.optim.lookahead import LookaheadParams, LookaheadState, lookahead
 from funcgrad.optim.optimizers import (
     adabelief,
     adadelta,
+    adafactor,
     adagrad,
     adam,
     adamax,
+    adamaxw,
     adamw,
+    adan,
     amsgrad,
+    fromage,
     lamb,
     lars,
     lion,
     nadam,
     nadamw,
+    noisy_sgd,
     novograd,
+    optimistic_adam,
+    optimistic_adam_v2,
+    optimistic_gradient_descent,
+    polyak_sgd,
     radam,
     rmsprop,
+    rprop,
     sgd,
+    sign_sgd,
+    signum,
+    sm3,
     yogi,
+)
+from funcgrad.optim.scaling import (
+    AddNoiseState,
+    EmaState,
+    ScaleByAdanState,
+    ScaleByDistanceOverGradientsState,
+    ScaleByOptimisticGradientState,
+    ScaleByRpropState,
+    add_noise,
+    ema,
+    scale_by_adan,
+    scale_by_distance_over_gradients,
+    scale_by_optimistic_gradient,
+    scale_by_polyak,
+    scale_by_rprop,
+    scale_by_sign,
 )
 from funcgrad.optim.schedules import (
     constant_schedule,
     cosine_decay_schedule,
+    cosine_onecycle_schedule,
     exponential_decay,
     join_schedules,
+    linear_onecycle_schedule,
     linear_schedule,
     piecewise_constant_schedule,
+    piecewise_interpolate_schedule,
+    polynomial_schedule,
+    sgdr_schedule,
+    warmup_constant_schedule,
     warmup_cosine_decay_schedule,
+    warmup_exponential_decay_schedule,
 )
+from funcgrad.optim.state_utils import SnapshotState, snapshot, tree_map_params
 from funcgrad.optim.transforms import (
     ScaleByAdaDeltaState,
     ScaleByAdamState,
@@ -88,8 +171,14 @@ from funcgrad.optim.wrappers import (
     MultiSteps,
     MultiStepsState,
     MultiTransformState,
+    PartitionState,
     apply_if_finite,
+    flatten,
+    freeze,
     inject_hyperparams,
     masked,
     multi_transform,
+    partition,
+    skip_large_updates,
+    skip_not_finite,
 )

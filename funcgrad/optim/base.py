@@ -22,8 +22,29 @@ class GradientTransformation(NamedTuple):
     update: Callable[..., tuple[Any, Any]]
 
 
+class GradientTransformationExtraArgs(GradientTransformation):
+    """A transformation whose `update(updates, state, params=None, **extra_args)` takes
+    keyword arguments beyond the three (the loss `value` for Polyak's step, `value_fn` for
+    a line search); `chain` and the wrappers hand them on to the transformations that take
+    them and leave them out for the rest."""
+
+    __slots__ = ()
+
+
 class EmptyState(NamedTuple):
     """The state of a transformation that keeps none."""
+
+
+def with_extra_args_support(transform: GradientTransformation) -> GradientTransformationExtraArgs:
+    """`transform` with an update that accepts, and ignores if it takes none, extra keyword
+    arguments."""
+    if isinstance(transform, GradientTransformationExtraArgs):
+        return transform
+
+    def update(updates, state, params=None, **extra_args):
+        return transform.update(updates, state, params)
+
+    return GradientTransformationExtraArgs(transform.init, update)
 
 
 def identity() -> GradientTransformation:
@@ -33,24 +54,72 @@ def identity() -> GradientTransformation:
     return GradientTransformation(lambda params: EmptyState(), update)
 
 
-def chain(*transforms: GradientTransformation) -> GradientTransformation:
-    """Apply `transforms` in order; the state is the tuple of their states."""
+def set_to_zero() -> GradientTransformation:
+    """Zero updates: the parameters stay where they are (see `freeze`)."""
+    return stateless(lambda updates, params: zeros_like_tree(updates))
+
+
+def stateless(f: Callable[[Any, Any], Any]) -> GradientTransformation:
+    """The transformation `updates -> f(updates, params)`, keeping no state."""
+
+    def update(updates, state, params=None):
+        return f(updates, params), EmptyState()
+
+    return GradientTransformation(lambda params: EmptyState(), update)
+
+
+def stateless_with_tree_map(f: Callable[[Any, Any], Any]) -> GradientTransformation:
+    """`f(update, param)` leaf by leaf (param None when no parameters are given)."""
+
+    def apply(updates, params):
+        if params is None:
+            return tree_util.tree_map(lambda u: f(u, None), updates)
+        return tree_util.tree_map(f, updates, params)
+
+    return stateless(apply)
+
+
+def chain(*transforms: GradientTransformation) -> GradientTransformationExtraArgs:
+    """Apply `transforms` in order; the state is the tuple of their states. Extra keyword
+    arguments of `update` go to each transformation that takes them."""
+    transforms = tuple(with_extra_args_support(t) for t in transforms)
 
     def init(params):
         return tuple(t.init(params) for t in transforms)
 
-    def update(updates, state, params=None):
+    def update(updates, state, params=None, **extra_args):
         if len(state) != len(transforms):
             raise ValueError(
                 f"chain of {len(transforms)} transformations given a state of {len(state)}"
             )
         new_state = []
         for t, s in zip(transforms, state):
-            updates, s = t.update(updates, s, params)
+            updates, s = t.update(updates, s, params, **extra_args)
             new_state.append(s)
         return updates, tuple(new_state)
 
-    return GradientTransformation(init, update)
+    return GradientTransformationExtraArgs(init, update)
+
+
+def named_chain(*transforms: tuple[str, GradientTransformation]) -> GradientTransformationExtraArgs:
+    """`chain` of (name, transformation) pairs whose state is a dict keyed by the names, so a
+    transformation's state is found by name rather than by position."""
+    names = [name for name, _ in transforms]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValueError(f"named_chain: names must be unique, {repeated} repeat in {names}")
+    named = [(name, with_extra_args_support(t)) for name, t in transforms]
+
+    def init(params):
+        return {name: t.init(params) for name, t in named}
+
+    def update(updates, state, params=None, **extra_args):
+        new_state = {}
+        for name, t in named:
+            updates, new_state[name] = t.update(updates, state[name], params, **extra_args)
+        return updates, new_state
+
+    return GradientTransformationExtraArgs(init, update)
 
 
 def apply_updates(params, updates):

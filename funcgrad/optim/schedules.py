@@ -4,7 +4,7 @@ Optax's names and definitions."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import funcgrad.numpy as fnp
 
@@ -15,11 +15,16 @@ def constant_schedule(value: float) -> Schedule:
     return lambda count: fnp.full((), value, fnp.float32)
 
 
-def linear_schedule(
-    init_value: float, end_value: float, transition_steps: int, transition_begin: int = 0
+def polynomial_schedule(
+    init_value: float,
+    end_value: float,
+    power: float,
+    transition_steps: int,
+    transition_begin: int = 0,
 ) -> Schedule:
-    """From init_value to end_value over transition_steps, starting at transition_begin (a
-    negative one counts as 0, as in Optax)."""
+    """From init_value to end_value as (init - end) * (1 - t / transition_steps) ** power + end,
+    t the steps since transition_begin (a negative one counts as 0), capped at
+    transition_steps; a transition_steps <= 0 gives the constant init_value."""
     if transition_steps <= 0:
         return constant_schedule(init_value)
     transition_begin = max(transition_begin, 0)
@@ -27,9 +32,21 @@ def linear_schedule(
     def schedule(count):
         done = fnp.clip(fnp.asarray(count) - transition_begin, 0, transition_steps)
         fraction = 1 - done.astype(fnp.float32) / transition_steps
-        return (init_value - end_value) * fraction + end_value
+        return (init_value - end_value) * fraction**power + end_value
 
     return schedule
+
+
+def linear_schedule(
+    init_value: float, end_value: float, transition_steps: int, transition_begin: int = 0
+) -> Schedule:
+    """From init_value to end_value over transition_steps, starting at transition_begin."""
+    return polynomial_schedule(init_value, end_value, 1, transition_steps, transition_begin)
+
+
+def warmup_constant_schedule(init_value: float, peak_value: float, warmup_steps: int) -> Schedule:
+    """Linear from init_value to peak_value over warmup_steps, then peak_value."""
+    return linear_schedule(init_value, peak_value, warmup_steps)
 
 
 def cosine_decay_schedule(
@@ -129,3 +146,131 @@ def exponential_decay(
         return value
 
     return schedule
+
+
+def warmup_exponential_decay_schedule(
+    init_value: float,
+    peak_value: float,
+    warmup_steps: int,
+    transition_steps: int,
+    decay_rate: float,
+    transition_begin: int = 0,
+    staircase: bool = False,
+    end_value: float | None = None,
+) -> Schedule:
+    """Linear warmup from init_value to peak_value, then `exponential_decay` from peak_value,
+    its count starting again at 0 when the warmup ends."""
+    return join_schedules(
+        [
+            linear_schedule(init_value, peak_value, warmup_steps),
+            exponential_decay(
+                peak_value, transition_steps, decay_rate, transition_begin, staircase, end_value
+            ),
+        ],
+        [warmup_steps],
+    )
+
+
+def sgdr_schedule(cosine_kwargs: Iterable[dict]) -> Schedule:
+    """Warm restarts (Loshchilov & Hutter): one `warmup_cosine_decay_schedule` per dict of
+    its arguments, each starting when the previous one's decay_steps are over."""
+    schedules, boundaries, step = [], [], 0
+    for kwargs in cosine_kwargs:
+        schedules.append(warmup_cosine_decay_schedule(**kwargs))
+        step += kwargs["decay_steps"]
+        boundaries.append(step)
+    return join_schedules(schedules, boundaries[:-1])
+
+
+def _linear_interpolate(start, end, fraction):
+    return start + (end - start) * fraction
+
+
+def _cosine_interpolate(start, end, fraction):
+    return end + (start - end) / 2 * (fnp.cos(math.pi * fraction) + 1)
+
+
+def piecewise_interpolate_schedule(
+    interpolate_type: str, init_value: float, boundaries_and_scales: dict[int, float] | None = None
+) -> Schedule:
+    """Interpolate ('linear' or 'cosine') between the values init_value * (product of the
+    scales up to each boundary), reaching each boundary's value at that boundary; the last
+    value from the last boundary on. Counts below 0 give 0."""
+    interpolations = {"linear": _linear_interpolate, "cosine": _cosine_interpolate}
+    if interpolate_type not in interpolations:
+        raise ValueError(
+            f"piecewise_interpolate_schedule: interpolate_type must be 'linear' or 'cosine', "
+            f"got {interpolate_type!r}"
+        )
+    interpolate = interpolations[interpolate_type]
+    items = sorted((boundaries_and_scales or {}).items())
+    if any(factor < 0 for _, factor in items):
+        raise ValueError(
+            f"piecewise_interpolate_schedule: scales must be non-negative, got {dict(items)}"
+        )
+    bounds = [0] + [boundary for boundary, _ in items]
+    values = [init_value]
+    for _, factor in items:
+        values.append(values[-1] * factor)
+
+    def schedule(count):
+        count = fnp.asarray(count)
+        value = fnp.where(count >= bounds[-1], values[-1], 0.0).astype(fnp.float32)
+        for i in range(len(items)):
+            start, end = bounds[i], bounds[i + 1]
+            fraction = (count - start).astype(fnp.float32) / max(end - start, 1)
+            inside = (count >= start) & (count < end)
+            value = fnp.where(inside, interpolate(values[i], values[i + 1], fraction), value)
+        return value
+
+    return schedule
+
+
+def linear_onecycle_schedule(
+    transition_steps: int,
+    peak_value: float,
+    pct_start: float = 0.3,
+    pct_final: float = 0.85,
+    div_factor: float = 25.0,
+    final_div_factor: float = 1e4,
+) -> Schedule:
+    """One cycle (Smith & Topin), linearly: from peak_value / div_factor up to peak_value at
+    pct_start of transition_steps, back down at pct_final, then to
+    peak_value / (div_factor * final_div_factor) at transition_steps."""
+    if transition_steps <= 0:
+        raise ValueError(
+            f"linear_onecycle_schedule: transition_steps must be positive, got {transition_steps}"
+        )
+    return piecewise_interpolate_schedule(
+        "linear",
+        peak_value / div_factor,
+        {
+            int(pct_start * transition_steps): div_factor,
+            int(pct_final * transition_steps): 1.0 / div_factor,
+            transition_steps: 1.0 / final_div_factor,
+        },
+    )
+
+
+def cosine_onecycle_schedule(
+    transition_steps: int,
+    peak_value: float,
+    pct_start: float = 0.3,
+    div_factor: float = 25.0,
+    final_div_factor: float = 1e4,
+) -> Schedule:
+    """One cycle with cosine interpolation: from peak_value / div_factor up to peak_value at
+    pct_start of transition_steps, then down to peak_value / (div_factor *
+    final_div_factor) at transition_steps."""
+    if transition_steps <= 0:
+        raise ValueError(
+            f"cosine_onecycle_schedule: transition_steps must be positive, got {transition_steps}"
+        )
+    return piecewise_interpolate_schedule(
+        "cosine",
+        peak_value / div_factor,
+        {
+            int(pct_start * transition_steps): div_factor,
+            transition_steps: 1.0 / (div_factor * final_div_factor),
+        },
+    )

@@ -501,25 +501,36 @@ def trace(decay: float, nesterov: bool = False) -> GradientTransformation:
     return GradientTransformation(init, update)
 
 
-def add_decayed_weights(weight_decay: float = 0.0, mask=None) -> GradientTransformation:
+class WeightDecaySchedule(NamedTuple):
+    count: Any  # int32 steps taken, the argument of a scheduled weight decay
+
+
+def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0, mask=None) -> GradientTransformation:
     """updates + weight_decay * params (decoupled weight decay), on the leaves `mask` selects:
     a pytree of bools with the structure of params or a prefix of it (a bool then stands for
-    a whole subtree, as in Optax), or a function of params returning one."""
+    a whole subtree, as in Optax), or a function of params returning one. A callable
+    weight_decay is a schedule of the step count."""
+    scheduled = callable(weight_decay)
 
-    def decay(updates, params):
-        return _map(lambda g, p: g + weight_decay * p, updates, params)
+    def decay(updates, params, rate):
+        return _map(lambda g, p: g + fnp.asarray(rate).astype(p.dtype) * p, updates, params)
+
+    def init(params):
+        return WeightDecaySchedule(_count()) if scheduled else EmptyState()
 
     def update(updates, state, params=None):
         if params is None:
             raise ValueError("add_decayed_weights needs params: call update(grads, state, params)")
         check_matches(updates, params, "gradients", "parameters")
+        rate = weight_decay(state.count) if scheduled else weight_decay
+        new_state = WeightDecaySchedule(_next(state.count)) if scheduled else state
         chosen = mask(params) if callable(mask) else mask
         if chosen is None:
-            return decay(updates, params), state
-        decayed = _map(lambda m, g, p: decay(g, p) if m else g, chosen, updates, params)
-        return decayed, state
+            return decay(updates, params, rate), new_state
+        decayed = _map(lambda m, g, p: decay(g, p, rate) if m else g, chosen, updates, params)
+        return decayed, new_state
 
-    return GradientTransformation(lambda params: EmptyState(), update)
+    return GradientTransformation(init, update)
 
 
 def clip(max_delta: float) -> GradientTransformation:

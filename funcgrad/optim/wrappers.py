@@ -16,7 +16,14 @@ import numpy as np
 
 import funcgrad.numpy as fnp
 from funcgrad import tree_util
-from funcgrad.optim.base import GradientTransformation, zeros_like_tree
+from funcgrad.optim.base import (
+    GradientTransformation,
+    GradientTransformationExtraArgs,
+    abs_sq,
+    set_to_zero,
+    with_extra_args_support,
+    zeros_like_tree,
+)
 from funcgrad.optim.transforms import _count, _next
 
 
@@ -26,6 +33,9 @@ class MaskedState(NamedTuple):
 
 class MultiTransformState(NamedTuple):
     inner_states: Any  # dict: label -> MaskedState
+
+
+PartitionState = MultiTransformState
 
 
 class ApplyIfFiniteState(NamedTuple):
@@ -63,11 +73,12 @@ def _spread(prefix, tree) -> list:
     return tree_util.tree_leaves(full)
 
 
-def masked(inner: GradientTransformation, mask) -> GradientTransformation:
+def masked(inner: GradientTransformation, mask) -> GradientTransformationExtraArgs:
     """`inner` on the leaves `mask` selects, the rest passed through unchanged. The mask is a
     pytree of bools with the structure of the parameters or a prefix of it, or a function
     of the parameters (of the updates, in `update`) returning one. `inner` sees the
     selected leaves as a flat list, so its state is made for that list."""
+    inner = with_extra_args_support(inner)
 
     def chosen(tree) -> list[bool]:
         flags = _spread(mask(tree) if callable(mask) else mask, tree)
@@ -79,7 +90,7 @@ def masked(inner: GradientTransformation, mask) -> GradientTransformation:
     def init(params):
         return MaskedState(inner.init(pick(params, chosen(params))))
 
-    def update(updates, state, params=None):
+    def update(updates, state, params=None, **extra_args):
         flags = chosen(updates)
         leaves, treedef = tree_util.tree_flatten(updates)
         if len(flags) != len(leaves):
@@ -87,15 +98,25 @@ def masked(inner: GradientTransformation, mask) -> GradientTransformation:
                 f"masked: the mask covers {len(flags)} leaves where the updates have {len(leaves)}"
             )
         inner_params = None if params is None else pick(params, flags)
-        new, inner_state = inner.update(pick(updates, flags), state.inner_state, inner_params)
+        new, inner_state = inner.update(
+            pick(updates, flags), state.inner_state, inner_params, **extra_args
+        )
         new = iter(new)
         out = [next(new) if f else x for x, f in zip(leaves, flags)]
         return tree_util.tree_unflatten(treedef, out), MaskedState(inner_state)
 
-    return GradientTransformation(init, update)
+    return GradientTransformationExtraArgs(init, update)
 
 
-def multi_transform(transforms: dict[Any, GradientTransformation], param_labels):
+def freeze(mask) -> GradientTransformationExtraArgs:
+    """Zero updates on the leaves `mask` selects (a mask as `masked` takes), so those
+    parameters stay where they are; the rest pass through."""
+    return masked(set_to_zero(), mask)
+
+
+def partition(
+    transforms: dict[Any, GradientTransformation], param_labels
+) -> GradientTransformationExtraArgs:
     """A different transformation per group of leaves: `param_labels` (a pytree of labels
     with the parameters' structure or a prefix of it, or a function of the parameters
     returning one) names each leaf's key in `transforms`."""
@@ -106,7 +127,7 @@ def multi_transform(transforms: dict[Any, GradientTransformation], param_labels)
         missing = sorted({repr(label) for label in flat if label not in transforms})
         if missing:
             raise ValueError(
-                f"multi_transform: labels {', '.join(missing)} have no transformation; "
+                f"partition: labels {', '.join(missing)} have no transformation; "
                 f"transforms has {sorted(map(repr, transforms))}"
             )
         treedef = tree_util.tree_structure(tree)
@@ -123,15 +144,18 @@ def multi_transform(transforms: dict[Any, GradientTransformation], param_labels)
             }
         )
 
-    def update(updates, state, params=None):
+    def update(updates, state, params=None, **extra_args):
         new_states = {}
         for label, mask in masks(updates).items():
             updates, new_states[label] = masked(transforms[label], mask).update(
-                updates, state.inner_states[label], params
+                updates, state.inner_states[label], params, **extra_args
             )
         return updates, MultiTransformState(new_states)
 
-    return GradientTransformation(init, update)
+    return GradientTransformationExtraArgs(init, update)
+
+
+multi_transform = partition
 
 
 def apply_if_finite(
@@ -140,54 +164,91 @@ def apply_if_finite(
     """`inner`'s update where every incoming update is finite; otherwise zero updates and
     `inner`'s state unchanged, unless more than `max_consecutive_errors` non-finite steps
     came in a row (then the update goes through, NaN and all)."""
+    inner = with_extra_args_support(inner)
 
     def init(params):
         return ApplyIfFiniteState(_count(), fnp.asarray(True), _count(), inner.init(params))
 
-    def update(updates, state, params=None):
+    def update(updates, state, params=None, **extra_args):
         finite = fnp.asarray(True)
         for leaf in tree_util.tree_leaves(updates):
             finite = finite & fnp.all(fnp.isfinite(leaf))
         notfinite_count = fnp.where(finite, 0, _next(state.notfinite_count)).astype(fnp.int32)
         total = fnp.where(finite, state.total_notfinite, _next(state.total_notfinite))
         apply = finite | (notfinite_count > max_consecutive_errors)
-        new, inner_state = inner.update(updates, state.inner_state, params)
+        new, inner_state = inner.update(updates, state.inner_state, params, **extra_args)
         new = _select(apply, new, zeros_like_tree(updates))
         inner_state = _select(apply, inner_state, state.inner_state)
         return new, ApplyIfFiniteState(
             notfinite_count, finite, total.astype(fnp.int32), inner_state
         )
 
-    return GradientTransformation(init, update)
+    return GradientTransformationExtraArgs(init, update)
+
+
+def skip_not_finite(updates, gradient_step, params) -> tuple[Any, dict]:
+    """A `should_skip_update_fn` for MultiSteps: skip gradients with an inf or a NaN."""
+    count = sum(
+        fnp.sum(~fnp.isfinite(leaf)).astype(fnp.int32) for leaf in tree_util.tree_leaves(updates)
+    )
+    should_skip = fnp.asarray(count > 0)
+    return should_skip, {"should_skip": should_skip, "num_not_finite": fnp.asarray(count)}
+
+
+def skip_large_updates(updates, gradient_step, params, max_squared_norm: float):
+    """A `should_skip_update_fn` for MultiSteps (bind max_squared_norm with
+    functools.partial): skip gradients whose squared global norm is not below it (NaN
+    included)."""
+    norm_sq = sum(fnp.sum(abs_sq(leaf)) for leaf in tree_util.tree_leaves(updates))
+    should_skip = ~(fnp.asarray(norm_sq) < max_squared_norm)
+    return should_skip, {"should_skip": should_skip, "norm_squared": fnp.asarray(norm_sq)}
+
+
+def _never_skip(updates, gradient_step, params):
+    return fnp.asarray(False), ()
 
 
 class MultiSteps:
     """Gradient accumulation: `opt` steps once every k calls (k = every_k_schedule(number
     of steps taken so far), or a constant) on the mean of the k gradients (their sum with
-    use_grad_mean=False); the calls in between return zero updates."""
+    use_grad_mean=False); the calls in between return zero updates. A call for which
+    should_skip_update_fn(updates, gradient_step, params) returns (True, _) is ignored:
+    zero updates, nothing accumulated, only `skip_state` (its second result) recorded."""
 
     def __init__(
         self,
         opt: GradientTransformation,
         every_k_schedule: int | Callable[[Any], Any],
         use_grad_mean: bool = True,
+        should_skip_update_fn: Callable[..., tuple[Any, Any]] | None = None,
     ):
-        self.inner_opt = opt
+        self.inner_opt = with_extra_args_support(opt)
         self.use_grad_mean = use_grad_mean
+        self.should_skip_update_fn = should_skip_update_fn or _never_skip
         if callable(every_k_schedule):
             self.every_k_schedule = every_k_schedule
         else:
             self.every_k_schedule = lambda step: every_k_schedule
 
     def init(self, params) -> MultiStepsState:
+        gradient_step = _count()
+        _, skip_state = self.should_skip_update_fn(zeros_like_tree(params), gradient_step, params)
         return MultiStepsState(
             mini_step=_count(),
-            gradient_step=_count(),
+            gradient_step=gradient_step,
             inner_opt_state=self.inner_opt.init(params),
             acc_grads=zeros_like_tree(params),
+            skip_state=skip_state,
         )
 
-    def update(self, updates, state: MultiStepsState, params=None):
+    def update(self, updates, state: MultiStepsState, params=None, **extra_args):
+        should_skip, skip_state = self.should_skip_update_fn(updates, state.gradient_step, params)
+        should_skip = fnp.asarray(should_skip)
+        if should_skip.dtype != fnp.bool_ or should_skip.shape != ():
+            raise ValueError(
+                "MultiSteps: should_skip_update_fn must return a boolean scalar first, got "
+                f"dtype {should_skip.dtype} and shape {should_skip.shape}"
+            )
         k_steps = fnp.asarray(self.every_k_schedule(state.gradient_step)).astype(fnp.int32)
         n = state.mini_step.astype(fnp.float32)
 
@@ -197,23 +258,26 @@ class MultiSteps:
             return acc + g
 
         acc_grads = tree_util.tree_map(accumulate, updates, state.acc_grads)
-        new, inner_state = self.inner_opt.update(acc_grads, state.inner_opt_state, params)
+        new, inner_state = self.inner_opt.update(
+            acc_grads, state.inner_opt_state, params, **extra_args
+        )
         emit = state.mini_step == k_steps - 1
-        new_state = MultiStepsState(
+        stepped = MultiStepsState(
             mini_step=fnp.where(emit, 0, _next(state.mini_step)).astype(fnp.int32),
             gradient_step=fnp.where(emit, _next(state.gradient_step), state.gradient_step),
             inner_opt_state=_select(emit, inner_state, state.inner_opt_state),
             acc_grads=_select(emit, zeros_like_tree(acc_grads), acc_grads),
-            skip_state=state.skip_state,
+            skip_state=skip_state,
         )
-        return _select(emit, new, zeros_like_tree(new)), new_state
+        new_state = _select(should_skip, state._replace(skip_state=skip_state), stepped)
+        return _select(emit & ~should_skip, new, zeros_like_tree(new)), new_state
 
     def has_updated(self, state: MultiStepsState) -> Any:
         """Whether the last `update` stepped the inner optimizer."""
         return (state.mini_step == 0) & (state.gradient_step > 0)
 
-    def gradient_transformation(self) -> GradientTransformation:
-        return GradientTransformation(self.init, self.update)
+    def gradient_transformation(self) -> GradientTransformationExtraArgs:
+        return GradientTransformationExtraArgs(self.init, self.update)
 
 
 def _widest_float(params):
@@ -278,13 +342,43 @@ def inject_hyperparams(
             inner_state = inner_factory(**fixed, **hyperparams).init(params)
             return InjectHyperparamsState(count, hyperparams, inner_state)
 
-        def update(updates, state, params=None):
+        def update(updates, state, params=None, **extra_args):
             hyperparams = current(state.hyperparams, state.count, params)
-            updates, inner_state = inner_factory(**fixed, **hyperparams).update(
-                updates, state.inner_state, params
-            )
+            inner = with_extra_args_support(inner_factory(**fixed, **hyperparams))
+            updates, inner_state = inner.update(updates, state.inner_state, params, **extra_args)
             return updates, InjectHyperparamsState(_next(state.count), hyperparams, inner_state)
 
-        return GradientTransformation(init, update)
+        return GradientTransformationExtraArgs(init, update)
 
     return wrapped
+
+
+def flatten(inner: GradientTransformation) -> GradientTransformationExtraArgs:
+    """`inner` on all leaves raveled and joined into one vector, the result split back into
+    the leaves' shapes (and dtypes): fewer, larger operations for transformations that act
+    element by element."""
+    inner = with_extra_args_support(inner)
+
+    def ravel(tree):
+        leaves = [fnp.ravel(leaf) for leaf in tree_util.tree_leaves(tree)]
+        return fnp.concatenate(leaves) if leaves else fnp.zeros((0,), fnp.float32)
+
+    def unravel(flat, like):
+        leaves, treedef = tree_util.tree_flatten(like)
+        out, start = [], 0
+        for leaf in leaves:
+            size = int(np.size(leaf))
+            piece = flat[start : start + size]
+            out.append(fnp.reshape(piece, np.shape(leaf)).astype(fnp.asarray(leaf).dtype))
+            start += size
+        return tree_util.tree_unflatten(treedef, out)
+
+    def init(params):
+        return inner.init(ravel(params))
+
+    def update(updates, state, params=None, **extra_args):
+        flat_params = None if params is None else ravel(params)
+        flat, state = inner.update(ravel(updates), state, flat_params, **extra_args)
+        return unravel(flat, updates), state
+
+    return GradientTransformationExtraArgs(init, update)

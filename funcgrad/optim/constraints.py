@@ -1,0 +1,170 @@
+"""Per-leaf rescaling, clipping and constraints: gradient centralization, block-RMS and
+adaptive (unit-wise) clipping, scaling by the parameters' own size, NaNs to zero,
+non-negative parameters, and `scale_gradient` for the backward pass alone."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import funcgrad.numpy as fnp
+from funcgrad import lax, tree_util
+from funcgrad.optim.base import EmptyState, GradientTransformation, abs_sq, check_matches
+from funcgrad.optim.transforms import _map, _safe_norm, _stateless
+from funcgrad.transforms.custom_derivatives import custom_vjp
+
+
+class ZeroNansState(NamedTuple):
+    found_nan: Any  # per leaf: whether the last update had a NaN there
+
+
+class NonNegativeParamsState(NamedTuple):
+    """keep_params_nonnegative keeps no state."""
+
+
+def _needs_params(name: str, params) -> None:
+    if params is None:
+        raise ValueError(f"{name} needs params: call update(grads, state, params)")
+
+
+def centralize() -> GradientTransformation:
+    """Gradient centralization (Yong et al.): each leaf of rank 2 or more minus its mean over
+    every axis but the first; vectors and scalars unchanged."""
+
+    def subtract_mean(g):
+        if fnp.ndim(g) < 2:
+            return g
+        return g - fnp.mean(g, axis=tuple(range(1, fnp.ndim(g))), keepdims=True)
+
+    return _stateless(lambda updates, params: _map(subtract_mean, updates))
+
+
+def clip_by_block_rms(threshold: float) -> GradientTransformation:
+    """Each leaf divided by max(1, rms(leaf) / threshold), so no leaf's root mean square
+    exceeds threshold."""
+
+    def clip(u):
+        rms = fnp.sqrt(fnp.mean(abs_sq(u)))
+        return u / fnp.maximum(1.0, rms / threshold).astype(rms.dtype)
+
+    return _stateless(lambda updates, params: _map(clip, updates))
+
+
+def _safe_rms(x, min_rms: float):
+    """The root mean square of x, min_rms where that is smaller."""
+    rms = fnp.sqrt(fnp.mean(abs_sq(x)))
+    return fnp.where(rms <= min_rms, min_rms, rms).astype(rms.dtype)
+
+
+def _scale_by_param_block(name: str, size) -> GradientTransformation:
+    def update(updates, state, params=None):
+        _needs_params(name, params)
+        check_matches(updates, params, "gradients", "parameters")
+        return _map(lambda u, p: u * size(p).astype(u.dtype), updates, params), state
+
+    return GradientTransformation(lambda params: EmptyState(), update)
+
+
+def scale_by_param_block_norm(min_scale: float = 1e-3) -> GradientTransformation:
+    """Each leaf times the l2 norm of its parameter (at least min_scale)."""
+    return _scale_by_param_block("scale_by_param_block_norm", lambda p: _safe_norm(p, min_scale))
+
+
+def scale_by_param_block_rms(min_scale: float = 1e-3) -> GradientTransformation:
+    """Each leaf times the root mean square of its parameter (at least min_scale)."""
+    return _scale_by_param_block("scale_by_param_block_rms", lambda p: _safe_rms(p, min_scale))
+
+
+def _unitwise_norm(x, axis):
+    """The l2 norm per output unit, broadcast to x's shape: over `axis` when given, else over
+    everything for scalars and vectors, the input axis 0 of a dense (or multi-head) kernel,
+    and the spatial and input axes of HWIO / DHWIO convolution kernels."""
+    x = fnp.asarray(x)
+    if axis is None:
+        squeezed_rank = sum(1 for size in x.shape if size != 1)
+        if squeezed_rank <= 1:
+            axis = tuple(range(x.ndim))
+        elif x.ndim in (2, 3):
+            axis = 0
+        elif x.ndim in (4, 5):
+            axis = tuple(range(x.ndim - 1))
+        else:
+            raise ValueError(
+                f"adaptive_grad_clip: no default unit axes for a parameter of shape {x.shape}; "
+                "pass axis= to name the axes to take the norm over"
+            )
+    squared = fnp.sum(abs_sq(x), axis=axis, keepdims=True)
+    return fnp.broadcast_to(fnp.sqrt(squared), x.shape)
+
+
+def adaptive_grad_clip(
+    clipping: float, eps: float = 1e-3, axis: int | tuple[int, ...] | None = None
+) -> GradientTransformation:
+    """Adaptive gradient clipping (Brock et al.): a unit's gradient is scaled down to
+    clipping * max(|unit's parameters|, eps) where its norm exceeds that."""
+
+    def update(updates, state, params=None):
+        _needs_params("adaptive_grad_clip", params)
+        check_matches(updates, params, "gradients", "parameters")
+
+        def clip(g, p):
+            g_norm, p_norm = _unitwise_norm(g, axis), _unitwise_norm(p, axis)
+            max_norm = clipping * fnp.maximum(p_norm, eps)
+            clipped = g * (max_norm / fnp.maximum(g_norm, 1e-6)).astype(g.dtype)
+            return fnp.where(g_norm < max_norm, g, clipped).astype(g.dtype)
+
+        return _map(clip, updates, params), state
+
+    return GradientTransformation(lambda params: EmptyState(), update)
+
+
+def zero_nans() -> GradientTransformation:
+    """NaNs in the updates replaced by 0; the state records, per leaf, whether the last
+    update had any."""
+
+    def init(params):
+        return ZeroNansState(_map(lambda p: fnp.asarray(False), params))
+
+    def update(updates, state, params=None):
+        found = _map(lambda u: fnp.any(fnp.isnan(u)), updates)
+        cleaned = _map(lambda u: fnp.where(fnp.isnan(u), 0, u).astype(u.dtype), updates)
+        return cleaned, ZeroNansState(found)
+
+    return GradientTransformation(init, update)
+
+
+def keep_params_nonnegative() -> GradientTransformation:
+    """Where an update would take a parameter below 0, it takes it to 0 instead (-param)."""
+
+    def update(updates, state, params=None):
+        _needs_params("keep_params_nonnegative", params)
+        check_matches(updates, params, "updates", "parameters")
+        kept = _map(lambda u, p: fnp.where(p + u < 0, -p, u).astype(u.dtype), updates, params)
+        return kept, state
+
+    return GradientTransformation(lambda params: NonNegativeParamsState(), update)
+
+
+@custom_vjp
+def _scale_gradient(inputs, scale):
+    return inputs
+
+
+def _scale_gradient_fwd(inputs, scale):
+    return inputs, scale
+
+
+def _scale_gradient_bwd(scale, cotangents):
+    return tree_util.tree_map(lambda c: c * scale, cotangents), None
+
+
+_scale_gradient.defvjp(_scale_gradient_fwd, _scale_gradient_bwd)
+
+
+def scale_gradient(inputs, scale: float):
+    """`inputs` unchanged on the forward pass, their gradient times `scale` on the backward
+    pass (a scale of 0 stops it, 1 leaves the computation untouched)."""
+    if isinstance(scale, (int, float)) and scale == 1.0:
+        return inputs
+    if isinstance(scale, (int, float)) and scale == 0.0:
+        return tree_util.tree_map(lax.stop_gradient, inputs)
+    return _scale_gradient(inputs, scale)
