@@ -68,6 +68,10 @@ def softmax_cross_entropy(
         )
     where = _where_over_classes(where, logits.ndim, axis)
     log_probs = F.log_softmax(logits, axis=axis, where=where)
+    if where is not None:
+        # The masked-out log-probabilities are -inf; as 0 they give their labels a derivative
+        # of 0 rather than 0 * inf.
+        log_probs = fnp.where(where, log_probs, 0)
     return -fnp.sum(labels * log_probs, axis=axis, where=where)
 
 
@@ -103,8 +107,8 @@ def softmax_cross_entropy_with_integer_labels(
     batch_shape = tuple(logits.shape[a] for a in batch_axes)
     if tuple(labels.shape) != batch_shape:
         raise ValueError(
-            "softmax_cross_entropy_with_integer_labels: labels must have the logits' shape "
-            f"without the class axes {class_axes}, {batch_shape}, got {tuple(labels.shape)}"
+            f"softmax_cross_entropy_with_integer_labels: labels must have shape {batch_shape} "
+            f"(the logits' without the class axes {class_axes}), got {tuple(labels.shape)}"
         )
     where = _where_over_classes(where, logits.ndim, class_axes)
 
