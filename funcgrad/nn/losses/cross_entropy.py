@@ -87,7 +87,10 @@ def safe_softmax_cross_entropy(logits: ArrayLike, labels: ArrayLike):
 
 
 def softmax_cross_entropy_with_integer_labels(
-    logits: ArrayLike, labels: ArrayLike, axis: int | tuple[int, ...] = -1, where=None
+    logits: ArrayLike,
+    labels: ArrayLike,
+    axis: int | tuple[int, ...] = -1,
+    where: ArrayLike | None = None,
 ):
     """-log_softmax(logits)[label] for integer class labels, one per example.
 

@@ -20,8 +20,8 @@ def kl_divergence(
 ):
     """KL(targets || predictions) = sum(targets * (log(targets) - log_predictions)).
 
-    A target of 0 adds 0 (0 log 0 = 0) against any finite log-prediction. Its log is taken of
-    1 in its place, so that the derivative in the target is not 0 * inf there either."""
+    A target of 0 adds 0 (0 log 0 = 0) against any finite log-prediction; its log is computed
+    at 1 instead, so that the derivative in the target is not 0 * inf there either."""
     log_predictions, targets = promote_args_inexact("kl_divergence", log_predictions, targets)
     zero = targets == 0
     log_targets = fnp.where(zero, 0, fnp.log(fnp.where(zero, 1, targets)))

@@ -53,7 +53,7 @@ def huber_loss(predictions: ArrayLike, targets: ArrayLike | None = None, *, delt
     l2 loss with its derivative clipped to [-delta, delta].
 
     Written as the quadratic part min(|e|, delta) plus the linear rest |e| - min(|e|, delta),
-    so that at |e| == delta the two halves of a tie in min give delta once, not twice."""
+    so that the derivative at |e| == delta is delta however min splits the tie."""
     magnitude = fnp.abs(_error("huber_loss", predictions, targets))
     quadratic = fnp.minimum(magnitude, delta)
     return 0.5 * quadratic * quadratic + delta * (magnitude - quadratic)
