@@ -182,3 +182,28 @@ from funcgrad.optim.wrappers import (
     skip_large_updates,
     skip_not_finite,
 )
+
+# isort: split
+# Losses: the module, and the names that Optax's top level also gives them.
+from funcgrad.optim import losses
+from funcgrad.optim.losses import (
+    convex_kl_divergence,
+    cosine_distance,
+    cosine_similarity,
+    ctc_loss,
+    ctc_loss_with_forward_probs,
+    generalized_kl_divergence,
+    hinge_loss,
+    huber_loss,
+    kl_divergence,
+    l2_loss,
+    log_cosh,
+    ntxent,
+    safe_softmax_cross_entropy,
+    sigmoid_binary_cross_entropy,
+    sigmoid_focal_loss,
+    smooth_labels,
+    softmax_cross_entropy,
+    softmax_cross_entropy_with_integer_labels,
+    squared_error,
+)
