@@ -5,14 +5,13 @@ It computes in float64 whatever its inputs' dtype and returns their promoted dty
 
 from __future__ import annotations
 
-import math
-
 from funcgrad import lax
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._float64 import narrow, wide
-from funcgrad.scipy.series import _ZETA_TAIL, _central_difference, _iterate
+from funcgrad.scipy.gamma_differences import expm1_over, log_gamma_slope
+from funcgrad.scipy.series import _central_difference, _iterate
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
 # Up to this |x| the power series (its terms summed until below 1e-17 of the sum, at most
@@ -113,10 +112,6 @@ _GAUSS_SERIES_UP_TO = 0.9
 _NEAR_WHOLE = 0.05
 _MOST_WHOLE_ORDER = 30
 
-# Stirling's series' coefficients B_2k / (2k (2k - 1)), for ln Gamma at arguments >= 10.
-_STIRLING = [b * math.factorial(2 * k - 2) for k, b in enumerate(_ZETA_TAIL[:8], start=1)]
-_STIRLING_FROM = 10
-
 
 def _gauss_series(a, b, c, w):
     """sum_k (a)_k (b)_k / (c)_k w^k / k! for 0 <= w < 1, summed until its terms fall below
@@ -135,57 +130,6 @@ def _gauss_series(a, b, c, w):
 
     ones = fnp.ones_like(w)
     return _iterate(step, (0, ones, ones, fnp.zeros_like(w, bool)), 3)[2]
-
-
-def _log1p_over(u):
-    """log1p(u) / u, 1 at u = 0."""
-    zero = u == 0
-    return fnp.where(zero, 1.0, fnp.log1p(u) / fnp.where(zero, 1.0, u))
-
-
-def _expm1_over(u):
-    """expm1(u) / u, 1 at u = 0."""
-    zero = u == 0
-    return fnp.where(zero, 1.0, fnp.expm1(u) / fnp.where(zero, 1.0, u))
-
-
-def _log_gamma_slope_right(x, d):
-    """ln(Gamma(x + d) / Gamma(x)) / d for x > 0, x + d > 0 and |d| <= 1/2: the recurrence
-    carries x past _STIRLING_FROM, where Stirling's series is differenced term by term, each
-    difference written with log1p and expm1 so that none cancels as d goes to 0."""
-    total = fnp.zeros_like(x + d)
-    for j in range(_STIRLING_FROM):
-        total = total - _log1p_over(d / (x + j)) / (x + j)
-    y = x + _STIRLING_FROM
-    slope = _log1p_over(d / y)  # log1p(d / y) / (d / y)
-    total = total + (y - 0.5) / y * slope + fnp.log(y + d) - 1
-    for k, coefficient in enumerate(_STIRLING, start=1):
-        power = (1 - 2 * k) * slope / y  # d/dd of (1 - 2k) log(y + d), differenced
-        total = total + coefficient * y ** (1 - 2 * k) * _expm1_over(d * power) * power
-    return total
-
-
-def _log_gamma_slope(x, d):
-    """ln|Gamma(x + d) / Gamma(x)| / d for |d| <= 1/2 (digamma(x) at d = 0), without the
-    cancellation of differencing lgamma, and the ratio's sign. Where x or x + d is not
-    positive by the reflection formula (then 1 - x and 1 - x - d are above 1/2), where
-    sin(pi (x + d)) / sin(pi x) = 1 + z."""
-    left = (x <= 0) | (x + d <= 0)
-    # (cot(pi x) from x less its nearest whole number, exact, so that it keeps its digits
-    # near the poles)
-    reduced = fnp.where(left, x - fnp.round(x), 0.25)
-    z_over_d = fnp.pi / fnp.tan(fnp.pi * reduced) * fnp.sinc(d) - (
-        fnp.pi * fnp.sin(fnp.pi * d / 2) * fnp.sinc(d / 2)
-    )
-    z = d * z_over_d
-    near = fnp.abs(z) < 0.5
-    safe_d = fnp.where(d == 0, 1.0, d)
-    log_sine_ratio = fnp.where(
-        near, _log1p_over(fnp.where(near, z, 0.0)) * z_over_d, fnp.log(fnp.abs(1 + z)) / safe_d
-    )
-    right = _log_gamma_slope_right(fnp.where(left, 1 - x, x), fnp.where(left, -d, d))
-    sign = fnp.where(left & (z < -1), -1.0, 1.0)
-    return fnp.where(left, right - log_sine_ratio, right), sign
 
 
 def _gamma(x):
@@ -217,7 +161,7 @@ def _gauss_near_one(a, b, c, v):
     terms of the first series stand alone, and the remaining terms of the two series pair
     up as (pi e / sin(pi e)) d_n v^(m + n), where d_n = (E_n - F_n) / e is a divided
     difference of two products of gamma functions that agree at e = 0. d_0 is taken from
-    ln Gamma's divided differences (_log_gamma_slope); the later d_n follow from E's and
+    ln Gamma's divided differences (log_gamma_slope); the later d_n follow from E's and
     F's term ratios, whose difference is a polynomial in e divisible by e."""
     s, low = _sum_with_error(c, -a)
     s, lower = _sum_with_error(s, -b)
@@ -225,7 +169,7 @@ def _gauss_near_one(a, b, c, v):
     e = (s - m) + (low + lower)  # c - a - b - m rounded once, as the terms below take it
     s = m + e
     # ln Gamma's divided differences at a + m, b + m, m + 1 and (over -e) 1, in one pass
-    slopes, signs = _log_gamma_slope(
+    slopes, signs = log_gamma_slope(
         fnp.stack([a + m, b + m, m + 1, fnp.ones_like(e)]), fnp.stack([e, e, e, -e])
     )
     slope_a, slope_b, slope_m, one_slope = slopes
@@ -251,11 +195,11 @@ def _gauss_near_one(a, b, c, v):
     factorial_m = fnp.exp(lax.lgamma(m + 1))
     # d_0 = (1 / Gamma(1 - e) - v^e Gamma(a+m+e) Gamma(b+m+e) m! / (Gamma(a+m) Gamma(b+m)
     # Gamma(m+1+e))) / (e m!), each part written as expm1(e t) / e
-    first = _expm1_over(e * one_slope) * one_slope
+    first = expm1_over(e * one_slope) * one_slope
     slope = fnp.log(v) + slope_a + slope_b - slope_m
     ratio = sign * fnp.exp(e * slope)  # v^e Gamma(a+m+e) ... / (Gamma(a+m) ...), F_0 m!
     safe_e = fnp.where(e == 0, 1.0, e)
-    second = fnp.where(sign > 0, _expm1_over(e * slope) * slope, (ratio - 1) / safe_e)
+    second = fnp.where(sign > 0, expm1_over(e * slope) * slope, (ratio - 1) / safe_e)
     init = (0, (first - second) / factorial_m, ratio / factorial_m, fnp.ones_like(v))
     init = init + ((first - second) / factorial_m, fnp.zeros_like(v, bool))
 
