@@ -225,3 +225,23 @@ def test_per_example_gradients():
     grad = fg.grad(loss, argnums=(0, 2))
     check_batching(grad, [x, i, u, starts], [0, 0, 0, 0])
     check_batching(grad, [x[0], i, u[0], starts], [None, 0, None, 0], 1)
+
+
+def test_empty_batches_of_gathers_have_the_lanes_shape():
+    """A lane's own slice of a batched operand is 1 wide along the batch, which gather once
+    required to fit the operand's batch dimension: an empty batch (size 0) raised. The shape
+    is the per-lane result's with 0 lanes in front, eagerly and under jit."""
+    zeros, indices = fnp.zeros, lambda *shape: fnp.zeros(shape, np.int32)
+    cases = [
+        (lambda x, i: x[i], (zeros((0, 3)), indices(0)), (0,)),
+        (lambda x, i: x[:, i], (zeros((0, 3, 5)), indices(0, 2)), (0, 3, 2)),
+        (lambda x, i: fnp.take_along_axis(x, i, 0), (zeros((0, 3)), indices(0, 2)), (0, 2)),
+        (lambda x, i: lax.dynamic_slice(x, (i,), (2,)), (zeros((0, 5)), indices(0)), (0, 2)),
+        (lambda x, i: x.at[i].add(1.0), (zeros((0, 5)), indices(0, 3)), (0, 5)),
+        (fg.grad(lambda x, i: x[i].sum()), (zeros((0, 5)), indices(0, 2)), (0, 5)),
+        (lambda x: x[indices(0)], (zeros((2, 4, 3)),), (2, 0, 3)),
+    ]
+    for fun, args, shape in cases:
+        for batched in (fg.vmap(fun), fg.jit(fg.vmap(fun))):
+            got = batched(*args)
+            assert got.shape == shape and got.dtype == np.float32

@@ -670,3 +670,17 @@ def test_compiled_scatters_of_complex_updates():
 
         np.testing.assert_allclose(fg.jit(scatter)(x, u), expected, atol=1e-12)
         np.testing.assert_allclose(scatter(fnp.asarray(x), u), expected, atol=1e-12)
+
+
+def test_log1p_of_small_complex_numbers_keeps_their_digits():
+    """The reference (eager, NumPy backend) took log|1 + z| as NumPy does, to its absolute
+    accuracy only: log1p(1e-20j) had real part 0 for 5e-41, log1p(1e-10 + 1e-10j) 8e-8 off.
+    Against mpmath, as the compiled programs already were."""
+    import mpmath as mp
+
+    z = np.array([1e-10 + 1e-10j, 1e-20j, 1e-8 - 3e-9j, -1e-12 + 1e-3j, 0.3 - 0.2j])
+    want = np.array([complex(mp.log1p(mp.mpc(v))) for v in z])
+    with jit_backend("numpy"):
+        for got in (fnp.log1p(z), fg.jit(fnp.log1p)(z)):
+            np.testing.assert_allclose(np.asarray(got).real, want.real, rtol=1e-15)
+            np.testing.assert_allclose(np.asarray(got).imag, want.imag, rtol=1e-15)

@@ -74,3 +74,20 @@ def test_unsupported_dtypes_are_named():
         dtypes.check_supported(np.longdouble)
     assert dtypes.canonicalize(float) == dtypes.float32
     assert dtypes.canonicalize(int) == dtypes.int32
+
+
+def test_default_scalar_types_follow_enable_x64():
+    """fnp.float_, int_ and complex_ name the defaults: 32-bit, 64-bit under enable_x64 (they
+    were float32, int32 and complex64 constants, so fnp.zeros(2, fnp.float_) stayed float32
+    under x64)."""
+    import funcgrad as fg
+    import funcgrad.numpy as fnp
+
+    assert (fnp.float_, fnp.int_, fnp.complex_) == (np.float32, np.int32, np.complex64)
+    with fg.enable_x64():
+        assert (fnp.float_, fnp.int_, fnp.complex_) == (np.float64, np.int64, np.complex128)
+        assert fnp.zeros(2, fnp.float_).dtype == np.float64
+        assert fnp.arange(3, dtype=fnp.int_).dtype == np.int64
+    assert fnp.zeros(2, fnp.float_).dtype == np.float32
+    with pytest.raises(AttributeError, match="no attribute 'float128'"):
+        fnp.float128  # noqa: B018

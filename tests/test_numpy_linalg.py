@@ -358,3 +358,35 @@ def test_slogdet_sign_of_a_complex_matrix_has_a_derivative():
 def test_det_of_empty_matrices_is_one():
     np.testing.assert_array_equal(np.asarray(fnp.linalg.det(fnp.ones((0, 0)))), 1.0)
     np.testing.assert_array_equal(np.asarray(fnp.linalg.det(fnp.ones((2, 0, 0)))), [1.0, 1.0])
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (3, 0, 0)])
+def test_empty_matrices_give_empty_results(shape):
+    """The reference LU reshaped its stack with -1, which an empty stack cannot resolve: lu,
+    slogdet, inv and solve raised on 0 x 0 matrices (and matrix_rank reduced an empty max).
+    Against NumPy, eagerly and under jit."""
+    import scipy.linalg as sl
+
+    import funcgrad.scipy.linalg as fsl
+    from funcgrad import lax
+
+    a, b = np.zeros(shape), np.zeros((*shape[:-1], 2))
+    cases = [
+        (lambda m: fnp.linalg.slogdet(m), lambda m: np.linalg.slogdet(m)),
+        (fnp.linalg.inv, np.linalg.inv),
+        (lambda m: fnp.linalg.solve(m, b), lambda m: np.linalg.solve(m, b)),
+        (fnp.linalg.det, np.linalg.det),
+        (fnp.linalg.matrix_rank, np.linalg.matrix_rank),
+        (lambda m: fg.grad(lambda t: fnp.linalg.slogdet(t)[1].sum())(m), np.zeros_like),
+    ]
+    if len(shape) == 2:
+        cases.append((fsl.lu_factor, sl.lu_factor))
+        cases.append((lambda m: fsl.solve(m, b), lambda m: sl.solve(m, b)))
+    for ours, theirs in cases:
+        want = theirs(a)
+        for got in (ours(a), fg.jit(ours)(a)):
+            for g, w in zip(fg.tree_util.tree_leaves(got), fg.tree_util.tree_leaves(want)):
+                np.testing.assert_array_equal(np.asarray(g), w)
+                assert np.shape(g) == np.shape(w)
+    lu, pivots, permutation = lax.linalg.lu(a)
+    assert (lu.shape, pivots.shape, permutation.shape) == (shape, shape[:-1], shape[:-1])

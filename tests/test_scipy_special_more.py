@@ -15,7 +15,7 @@ import scipy.special as sc
 import funcgrad as fg
 import funcgrad.scipy.special as fs
 from funcgrad.test_util import check_grads
-from tests.checks import check_batching
+from tests.checks import check_batching, jit_backend
 
 mp.mp.dps = 40
 
@@ -334,11 +334,11 @@ def test_bessel_jn_derivatives():
 
 
 def test_hyp2f1_matches_mpmath():
-    """Measured within 2e-11 relative over a in [-3.5, 4.6], b in [-1.2, 5], c in [0.5, 7.9],
-    x in [-20, 0.999] where c - a - b is not within 0.05 of a whole number (and where it is,
-    for x <= 0.95); edges as SciPy's and JAX's."""
+    """Measured within 2e-11 relative over a in [-3.5, 4.6], b in [-1.2, 5], c in [0.5, 31],
+    x from -1e8 to 1 - 1e-12 (c - a - b whole, or near it, too); edges as SciPy's and
+    JAX's."""
     a, b, c, x = np.meshgrid(
-        [-3.5, -0.7, 1.3, 4.6], [-1.2, 2.2], [0.5, 3.3], [-20, -1, 0.1, 0.55, 0.95]
+        [-3.5, -0.7, 1.3, 4.6], [-1.2, 2.2], [0.5, 3.3], [-20, -1, 0.1, 0.55, 0.95, 0.999]
     )
     a, b, c, x = (v.ravel() for v in (a, b, c, x))
     want = np.array([float(mp.hyp2f1(*map(float, r))) for r in zip(a, b, c, x)])
@@ -359,6 +359,35 @@ def test_hyp2f1_matches_mpmath():
     )
     slope = fg.grad(fs.hyp2f1, argnums=3)(1.0, 2.0, 3.0, np.float64(0.5))
     np.testing.assert_allclose(float(slope), 2 / 3 * float(mp.hyp2f1(2, 3, 4, 0.5)), rtol=1e-14)
+
+
+def test_hyp2f1_near_one_where_c_minus_a_minus_b_is_whole():
+    """Near x = 1 (and, by Pfaff's transformation, for large negative x when b - a is whole)
+    where c - a - b is a whole number or within 1e-9 of one: the logarithmic case, which
+    the series alone was 0.45 off at 1 - 1e-8 (1.7e-4 at 0.999). Measured within 5e-16."""
+    rows = [
+        (1.0, 1.0, 2.0, 0.99),  # -log(1 - x) / x
+        (1.0, 1.0, 2.0, 0.999),
+        (1.0, 1.0, 2.0, 1 - 1e-8),
+        (0.5, 0.5, 1.0, 0.999),  # (2 / pi) K(x)
+        (0.5, 0.5, 1.0, 1 - 1e-12),
+        (1.5, 0.5, 2 + 1e-9, 0.9999),
+        (0.3, 1.7, 4.0, 0.995),  # c - a - b = 2
+        (2.5, 1.5, 3 - 1e-10, 0.99),  # c - a - b just below -1
+        (-0.7, 1.3, 2.6, 1 - 1e-6),
+        (1.0, 1.0, 2.0, -1e3),  # log(1 - x) / -x
+        (2.5, 2.5, 1.5, -1e6),
+        (0.5, 1.0, 1.5, -1e8),
+    ]
+    a, b, c, x = (np.array(column) for column in zip(*rows))
+    want = np.array([float(mp.hyp2f1(*map(mp.mpf, row))) for row in rows])
+    np.testing.assert_allclose(np.asarray(fs.hyp2f1(a, b, c, x)), want, rtol=2e-15)
+    with jit_backend("numpy"):
+        compiled = fg.jit(fs.hyp2f1)(a, b, c, x)
+    np.testing.assert_allclose(np.asarray(compiled), want, rtol=2e-15)
+    np.testing.assert_allclose(
+        float(fs.hyp2f1(1.0, 1.0, 2.0, np.float64(0.999))), -np.log(1e-3) / 0.999, rtol=1e-15
+    )
 
 
 def test_wofz_matches_mpmath():

@@ -2,6 +2,7 @@
 float64 (and float32), their derivatives against finite differences, and their special
 values."""
 
+import mpmath as mp
 import numpy as np
 import pytest
 import scipy.special as sc
@@ -140,6 +141,30 @@ def test_shape_derivatives_for_small_shapes():
         expected = (sc.betainc(*shifted[0]) - sc.betainc(*shifted[1])) / (2 * h)
         got = float(fg.grad(fs.betainc, argnums=argnum)(*args))
         np.testing.assert_allclose(got, expected, rtol=1e-6)
+
+
+def test_small_shapes_below_x_of_a_plus_one():
+    """Below x = a + 1 Q was 1 - P, which rounds away Q's digits as a -> 0 (Q(1e-20, 0.1) was
+    1e4 times too large, dQ/da at a = 1e-10 and x = 1 - 1e-12 off by 8e-6); I_x(a, b) near
+    1 likewise for its shape derivatives (1.6e-4 off at a = 1e-12). Against mpmath."""
+    mp.mp.dps = 30
+    for a in (1e-20, 1e-10, 1e-3, 0.0999):
+        for x in (1e-5, 0.1, 0.56, 1 - 1e-12):
+            q = float(mp.gammainc(a, x, mp.inf, regularized=True))
+            slope = float(mp.diff(lambda s, x=x: mp.gammainc(s, x, mp.inf, regularized=True), a))
+            np.testing.assert_allclose(float(fs.gammaincc(f64(a), f64(x))), q, rtol=5e-15)
+            got = float(fg.grad(fs.gammainc)(f64(a), f64(x)))
+            np.testing.assert_allclose(got, -slope, rtol=1e-8 if a > 1e-5 else 1e-13)
+    for argnum, args in ((0, (1e-12, 2.0, 0.5)), (1, (2.0, 1e-12, 0.5))):
+
+        def regularized(s, args=args, argnum=argnum):
+            shifted = list(args)
+            shifted[argnum] = s
+            return mp.betainc(shifted[0], shifted[1], 0, shifted[2], regularized=True)
+
+        slope = float(mp.diff(regularized, args[argnum]))
+        got = float(fg.grad(fs.betainc, argnums=argnum)(*map(f64, args)))
+        np.testing.assert_allclose(got, slope, rtol=1e-13)
 
 
 def test_jit_and_vmap_agree_with_eager():

@@ -551,7 +551,10 @@ def _gather_abstract_eval(
         dn.start_indices_batching_dims,
         "start_indices_batching_dims",
     )
-    if len(slice_sizes) != rank or not all(0 <= s <= n for s, n in zip(slice_sizes, operand.shape)):
+    # (a batching dimension's slice is 1 wide even where the batch is empty: there are no
+    # lanes to read it)
+    bounds = [1 if d in dn.operand_batching_dims else n for d, n in enumerate(operand.shape)]
+    if len(slice_sizes) != rank or not all(0 <= s <= n for s, n in zip(slice_sizes, bounds)):
         raise TypeError(
             f"gather: slice_sizes {slice_sizes} must give a size between 0 and the dimension's "
             f"size for each dimension of the operand of shape {operand.shape}"

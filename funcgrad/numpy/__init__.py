@@ -23,10 +23,7 @@ int8, int16, int32, int64 = (d.type for d in _dtypes.signed_dtypes)
 uint8, uint16, uint32, uint64 = (d.type for d in _dtypes.unsigned_dtypes)
 bfloat16, float16, float32, float64 = (d.type for d in _dtypes.float_dtypes)
 complex64, complex128 = (d.type for d in _dtypes.complex_dtypes)
-float_ = float32
-complex_ = complex64
 csingle, cdouble = complex64, complex128
-int_ = int32
 dtype = _np.dtype
 promote_types = _dtypes.promote_types
 finfo = _dtypes.finfo
@@ -44,3 +41,15 @@ pi, e, inf, nan, euler_gamma = _np.pi, _np.e, _np.inf, _np.nan, _np.euler_gamma
 newaxis = None
 
 _array_methods.install()
+
+
+def __getattr__(name: str):
+    """float_, int_ and complex_: the default dtypes' scalar types, read when asked for, so
+    that they follow `enable_x64` (float64, int64 and complex128 under it)."""
+    if name == "float_":
+        return _dtypes.default_float.type
+    if name == "int_":
+        return _dtypes.default_int.type
+    if name == "complex_":
+        return _dtypes.default_complex().type
+    raise AttributeError(f"module 'funcgrad.numpy' has no attribute {name!r}")

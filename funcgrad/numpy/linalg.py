@@ -504,7 +504,7 @@ def matrix_rank(M, rtol=None, *, hermitian: bool = False, tol=None):
     if tol is None:
         if rtol is None:
             rtol = builtins.max(M.shape[-2:]) * dtypes.finfo(M.dtype).eps
-        tol = max(s, axis=-1, keepdims=True) * rtol
+        tol = max(s, axis=-1, keepdims=True, initial=0.0) * rtol  # (0 for an empty matrix)
     elif np.ndim(tol) > 0:
         tol = to_array(tol)[..., None]
     return convert(count_nonzero(s > tol, axis=-1), dtypes.default_int)

@@ -137,6 +137,10 @@ def linspace(
     along `axis`). Integer results are floored, as in NumPy."""
     num = _check_num("linspace", num)
     out_dtype, compute = _float_dtypes(start, stop, dtype)
+    if not dtypes.is_inexact(out_dtype):
+        # floored from float64 samples, as NumPy's: float32's round differently next to
+        # whole numbers (linspace(-21, 9, 27, dtype=int32)[13] was -6, NumPy's -7)
+        compute = dtypes.float64
     start, stop = _bounds(start, stop, compute)
     out, step = _linspace(start, stop, num, endpoint)
     if dtypes.is_int(out_dtype):

@@ -10,6 +10,7 @@ from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._float64 import narrow, wide
+from funcgrad.scipy.gamma_differences import expm1_over, log_gamma_slope
 from funcgrad.scipy.series import _central_difference, _iterate
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
@@ -103,10 +104,13 @@ def hyp1f1(a: ArrayLike, b: ArrayLike, x: ArrayLike) -> Array:
 
 # -- Gauss's hypergeometric function --------------------------------------------------------
 
-# Beyond this w (after Pfaff's transformation into [0, 1)) the series in 1 - w, unless
-# c - a - b is within this of a whole number, where its two terms would cancel.
-_GAUSS_SERIES_UP_TO = 0.5
+# Up to this w (after Pfaff's transformation into [0, 1)) the series in w; beyond, series in
+# 1 - w: A&S 15.3.6 where c - a - b is further than _NEAR_WHOLE from a whole number, nearer
+# _gauss_near_one, up to |c - a - b| of _MOST_WHOLE_ORDER + 1/2 (beyond, the series in w,
+# whose terms then fall like k^-31).
+_GAUSS_SERIES_UP_TO = 0.9
 _NEAR_WHOLE = 0.05
+_MOST_WHOLE_ORDER = 30
 
 
 def _gauss_series(a, b, c, w):
@@ -116,7 +120,10 @@ def _gauss_series(a, b, c, w):
     def step(carry):
         rounds, term, total, done = carry
         k = lax.convert_element_type(rounds, term.dtype)
-        term = term * (a + k) * (b + k) / ((c + k) * (k + 1)) * w
+        # (a c + k of 0 is met only after the series has ended, or at a pole of c the
+        # caller answers itself)
+        pole_free = fnp.where(c + k == 0, 1.0, c + k)
+        term = term * (a + k) * (b + k) / (pole_free * (k + 1)) * w
         total = total + term
         small = fnp.abs(term) <= 1e-17 * fnp.abs(total)
         return rounds + 1, term, total, done | small
@@ -129,33 +136,147 @@ def _gamma(x):
     return _gamma_sign(x) * fnp.exp(lax.lgamma(x))
 
 
-def _gauss_unit_interval(a, b, c, w):
-    """2F1(a, b; c; w) for 0 <= w < 1: its series up to 1/2 (and wherever it ends or the
-    transformation below cancels), above Abramowitz and Stegun 15.3.6 in 1 - w."""
-    s = c - a - b
-    whole_s = fnp.abs(s - fnp.round(s)) < _NEAR_WHOLE
-    ends = ((a <= 0) & (fnp.floor(a) == a)) | ((b <= 0) & (fnp.floor(b) == b))
-    direct = (w <= _GAUSS_SERIES_UP_TO) | whole_s | ends
-    series = _gauss_series(a, b, c, fnp.where(direct, w, 0.0))
-    # (parameters made safe where the transformation is not taken)
-    ta, tb = fnp.where(direct, 0.25, a), fnp.where(direct, 0.5, b)
-    tc, tw = fnp.where(direct, 2.0, c), fnp.where(direct, 0.75, w)
-    ts = tc - ta - tb
-    v = 1 - tw
-    first = _gamma(tc) * _gamma(ts) / (_gamma(tc - ta) * _gamma(tc - tb))
-    second = _gamma(tc) * _gamma(-ts) / (_gamma(ta) * _gamma(tb))
-    transformed = first * _gauss_series(ta, tb, 1 - ts, v) + second * v**ts * _gauss_series(
-        tc - ta, tc - tb, 1 + ts, v
+def _gamma_ratio(c, p, q):
+    """Gamma(c) / (Gamma(p) Gamma(q)), 0 where p or q is a pole."""
+    sign = _gamma_sign(c) * _gamma_sign(p) * _gamma_sign(q)
+    return sign * fnp.exp(lax.lgamma(c) - lax.lgamma(p) - lax.lgamma(q))
+
+
+def _sum_with_error(x, y):
+    """x + y rounded, and the rounding error (Knuth's two-sum)."""
+    total = x + y
+    y_part = total - x
+    x_part = total - y_part
+    return total, (x - x_part) + (y - y_part)
+
+
+def _gauss_near_one(a, b, c, v):
+    """2F1(a, b; c; 1 - v) for v <= 0.1, where c - a - b = m + e with m a whole number
+    from 0 to _MOST_WHOLE_ORDER and |e| <= 1/2 (taken for |e| <= _NEAR_WHOLE), and a, b,
+    c - a and c - b do not end the series.
+
+    The transformation into series in v (Abramowitz and Stegun 15.3.6) has two terms whose
+    gamma factors have poles at e = 0; in their sum the poles cancel, and A&S 15.3.11 is
+    the limit. Here the sum is written for every e without the cancellation: the first m
+    terms of the first series stand alone, and the remaining terms of the two series pair
+    up as (pi e / sin(pi e)) d_n v^(m + n), where d_n = (E_n - F_n) / e is a divided
+    difference of two products of gamma functions that agree at e = 0. d_0 is taken from
+    ln Gamma's divided differences (log_gamma_slope); the later d_n follow from E's and
+    F's term ratios, whose difference is a polynomial in e divisible by e."""
+    s, low = _sum_with_error(c, -a)
+    s, lower = _sum_with_error(s, -b)
+    m = fnp.round(s)
+    e = (s - m) + (low + lower)  # c - a - b - m rounded once, as the terms below take it
+    s = m + e
+    # ln Gamma's divided differences at a + m, b + m, m + 1 and (over -e) 1, in one pass
+    slopes, signs = log_gamma_slope(
+        fnp.stack([a + m, b + m, m + 1, fnp.ones_like(e)]), fnp.stack([e, e, e, -e])
     )
-    return fnp.where(direct, series, transformed)
+    slope_a, slope_b, slope_m, one_slope = slopes
+    sign = signs[0] * signs[1]
+    # Gamma(c) / (Gamma(c - b) Gamma(c - a)), from Gamma(a + m) and Gamma(b + m) and the
+    # slopes: near a pole of c - a or c - b these cancel the terms' own, computed alike
+    front = _gamma_ratio(c, a + m, b + m) * sign * fnp.exp(-e * (slope_a + slope_b))
+
+    def finite_step(k, carry):
+        finite, term, rising = carry  # (rising: (a)_m (b)_m)
+        k = lax.convert_element_type(k, v.dtype)
+        taken = k < m
+        finite = finite + fnp.where(taken, term, 0.0)
+        pole_free = fnp.where(k + 1 < m, 1 - s + k, 1.0)
+        rising = fnp.where(taken, rising * (a + k) * (b + k), rising)
+        return finite, term * (a + k) * (b + k) / (pole_free * (k + 1)) * v, rising
+
+    ones = fnp.ones_like(v)
+    init = (fnp.zeros_like(v), ones, ones)
+    finite, _, rising = lax.fori_loop(0, _MOST_WHOLE_ORDER, finite_step, init)
+    finite = finite * fnp.exp(lax.lgamma(fnp.where(m >= 1, s, 1.0))) * front
+
+    factorial_m = fnp.exp(lax.lgamma(m + 1))
+    # d_0 = (1 / Gamma(1 - e) - v^e Gamma(a+m+e) Gamma(b+m+e) m! / (Gamma(a+m) Gamma(b+m)
+    # Gamma(m+1+e))) / (e m!), each part written as expm1(e t) / e
+    first = expm1_over(e * one_slope) * one_slope
+    slope = fnp.log(v) + slope_a + slope_b - slope_m
+    ratio = sign * fnp.exp(e * slope)  # v^e Gamma(a+m+e) ... / (Gamma(a+m) ...), F_0 m!
+    safe_e = fnp.where(e == 0, 1.0, e)
+    second = fnp.where(sign > 0, expm1_over(e * slope) * slope, (ratio - 1) / safe_e)
+    init = (0, (first - second) / factorial_m, ratio / factorial_m, fnp.ones_like(v))
+    init = init + ((first - second) / factorial_m, fnp.zeros_like(v, bool))
+
+    def step(carry):
+        rounds, d, f, power, total, done = carry
+        n = lax.convert_element_type(rounds, v.dtype)
+        p, q, r, t = a + m + n, b + m + n, m + n + 1, n + 1
+        # (E_{n+1} / E_n - F_{n+1} / F_n) / e, its numerator divided by e exactly
+        numerator = p * q * t + r * p * q - r * t * (p + q) + e * (r * (p + q) - r * t) + r * e * e
+        d = p * q / ((t - e) * r) * d + f * numerator / ((t - e) * r * (r + e) * t)
+        f = f * (p + e) * (q + e) / ((r + e) * t)
+        power = power * v
+        total = total + power * d
+        small = fnp.abs(power * d) <= 1e-17 * fnp.abs(total)
+        return rounds + 1, d, f, power, total, done | small
+
+    paired = _iterate(step, init, 5)[4]
+    parity = 1 - 2 * fnp.remainder(m, 2)
+    tail = front * parity * rising * v**m / fnp.sinc(e) * paired
+    return finite + tail
+
+
+def _gauss_unit_interval(a, b, c, w, v):
+    """2F1(a, b; c; w) for 0 <= w < 1, v = 1 - w given unrounded.
+
+    Up to w = 0.9, and wherever a or b ends the series, the series in w. Above, series in
+    v: A&S 15.3.6 where c - a - b is more than _NEAR_WHOLE from a whole number (or where
+    c - a or c - b ends the series and leaves one of its terms); nearer, _gauss_near_one,
+    after Euler's transformation 2F1(a, b; c; w) = v^(c - a - b) 2F1(c - a, c - b; c; w)
+    where c - a - b rounds below 0; beyond |c - a - b| = _MOST_WHOLE_ORDER + 1/2 the series
+    in w after that transformation, whose terms then fall fast."""
+    a, b, c, w, v = fnp.broadcast_arrays(a, b, c, w, v)
+    s = c - a - b
+
+    def ends(p):
+        return (p <= 0) & (fnp.floor(p) == p)
+
+    ends_euler = ends(c - a) | ends(c - b)
+    near = (w > _GAUSS_SERIES_UP_TO) & ~(ends(a) | ends(b))
+    two_term = near & ((fnp.abs(s - fnp.round(s)) > _NEAR_WHOLE) | ends_euler)
+    rest = near & ~two_term
+    paired = rest & (fnp.abs(s) <= _MOST_WHOLE_ORDER + 0.5)
+    flipped = rest & (fnp.round(s) < 0)
+    fa, fb = fnp.where(flipped, c - a, a), fnp.where(flipped, c - b, b)
+    # (parameters made safe where a formula is not taken)
+    ta, tb = fnp.where(two_term, a, 0.25), fnp.where(two_term, b, 0.5)
+    tc, tv = fnp.where(two_term, c, 2.0), fnp.where(two_term, v, 0.25)
+    ts = tc - ta - tb
+    # the series in w and 15.3.6's two series in v, summed in one loop
+    series = _gauss_series(
+        fnp.stack([fa, ta, tc - ta]),
+        fnp.stack([fb, tb, tc - tb]),
+        fnp.stack([c, 1 - ts, 1 + ts]),
+        fnp.stack([fnp.where(paired | two_term, 0.0, w), tv, tv]),
+    )
+    # (where c - a or c - b ends, 1 / Gamma of it is 0 and only the second term remains;
+    # c - a - b is then not a whole number >= 0, or a or b would end)
+    first = _gamma_ratio(tc, tc - ta, tc - tb) * _gamma(ts) * series[1]
+    first = fnp.where(ends_euler, 0.0, first)
+    second = _gamma_ratio(tc, ta, tb) * _gamma(-ts) * tv**ts * series[2]
+    pa, pb = fnp.where(paired, fa, 0.25), fnp.where(paired, fb, 0.5)
+    pc, pv = fnp.where(paired, c, 2.0), fnp.where(paired, v, 0.05)
+    value = fnp.where(paired, _gauss_near_one(pa, pb, pc, pv), series[0])
+    value = fnp.where(flipped, v ** fnp.where(flipped, s, 0.0), 1.0) * value
+    return fnp.where(two_term, first + second, value)
 
 
 def _gauss(a, b, c, x):
     negative = x < 0
     # Pfaff: 2F1(a, b; c; x) = (1 - x)^-a 2F1(a, c - b; c; x / (x - 1)) for x < 0
     w = fnp.where(negative, x / (x - 1), x)
+    inside = (w >= 0) & (w < 1)
+    v = fnp.where(negative, 1 / (1 - x), 1 - x)  # 1 - w, without its rounding
     inner_b = fnp.where(negative, c - b, b)
-    value = _gauss_unit_interval(a, inner_b, c, fnp.where((w >= 0) & (w < 1), w, 0.0))
+    value = _gauss_unit_interval(
+        a, inner_b, c, fnp.where(inside, w, 0.0), fnp.where(inside, v, 1.0)
+    )
     value = fnp.where(negative, (1 - x) ** -a * value, value)
     s = c - a - b
     at_one = fnp.where(s > 0, _gamma(c) * _gamma(fnp.where(s > 0, s, 1.0)), fnp.inf)
@@ -186,12 +307,15 @@ def hyp2f1(a: ArrayLike, b: ArrayLike, c: ArrayLike, x: ArrayLike) -> Array:
     for real x <= 1 (inf beyond, and where c is 0 or a negative integer, as SciPy's and
     JAX's; Gauss's formula at x = 1).
 
-    For x < 0 Pfaff's transformation maps x into [0, 1); there the series up to 1/2, above
-    the transformation into series in 1 - x (Abramowitz and Stegun 15.3.6), except where
-    c - a - b is within 0.05 of a whole number (the series then, capped at 5000 terms: it
-    is then off near x = 1, by 0.1 relative at x = 0.999, where the transformation's
-    logarithmic form is needed and missing). Elsewhere within 2e-11 relative of mpmath for
-    a in [-3.5, 4.6], b in [-1.2, 5], c in [0.5, 7.9], x in [-20, 0.999].
+    For x < 0 Pfaff's transformation maps x into [0, 1); there the series up to 0.9, above
+    series in 1 - x: the transformation of Abramowitz and Stegun 15.3.6, and where
+    c - a - b is within 0.05 of a whole number (15.3.6's terms then cancel; 15.3.10-12, its
+    logarithmic limits, at whole numbers) a form of it without the cancellation, valid on
+    both sides of the whole number. Within 2e-11 relative of mpmath for a in [-3.5, 4.6],
+    b in [-1.2, 5], c in [0.5, 31] and x from -1e8 to 1 - 1e-12, whole c - a - b and those
+    within 1e-12 of one included (about 1e-15 where a, b and c - a - b are small). Where c
+    is negative, too, as far as the parameters and Pfaff's c - b keep their digits (not,
+    say, where x is below -1e3 and c - a rounds to within 1e-16 of a pole).
     The derivative in x is (a b / c) 2F1(a + 1, b + 1; c + 1; x); in a, b and
     c it is taken by central differences in float64 (about 1e-10 relative)."""
     (a, b, c, x), kind = wide("hyp2f1", a, b, c, x)

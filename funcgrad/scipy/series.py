@@ -20,6 +20,7 @@ from funcgrad import numpy as fnp
 from funcgrad.numpy._bessel import i0, i0e, i1, i1e
 from funcgrad.numpy._float64 import narrow as _narrow
 from funcgrad.numpy._float64 import wide as _wide
+from funcgrad.scipy.gamma_differences import log_gamma_1p
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
 __all__ = ["betainc", "gammainc", "gammaincc", "i0", "i0e", "i1", "i1e", "polygamma", "zeta"]
@@ -141,6 +142,27 @@ def _upper_gamma_fraction(a, x):
     return h * fnp.exp(a * fnp.log(x) - x - lax.lgamma(a))
 
 
+# Below this shape, and x < a + 1, Q is summed directly (_small_shape_upper_gamma): there it
+# falls to about a E1(x), which 1 - P would round away (Q(1e-10, 0.1) had 6 digits).
+_SMALL_SHAPE = 0.1
+_SMALL_SHAPE_TERMS = 25  # (-x)^n / n! below 1e-24 for x < 1.1
+
+
+def _small_shape_upper_gamma(a, x):
+    """Q(a, x) for 0 < a < _SMALL_SHAPE and 0 < x < a + 1, from Gamma(a, x) = Gamma(a) -
+    gamma(a, x) written as (Gamma(1 + a) - 1 - (x^a - 1) - a x^a sum_{n>=1} (-x)^n /
+    (n! (a + n))) / Gamma(1 + a): the two differences from 1 by expm1, each to a's relative
+    precision, so that nothing of size 1 cancels."""
+    log_gamma = log_gamma_1p(a)
+    total, term = fnp.zeros_like(x), fnp.ones_like(x)
+    for n in range(1, _SMALL_SHAPE_TERMS + 1):
+        term = -term * x / n
+        total = total + term / (a + n)
+    log_x_a = a * fnp.log(x)
+    upper = fnp.expm1(log_gamma) - fnp.expm1(log_x_a) - a * fnp.exp(log_x_a) * total
+    return upper * fnp.exp(-log_gamma)
+
+
 def _regularized_gamma(a, x):
     """(P, Q) in float64 for a > 0, x >= 0 (NaN elsewhere)."""
     valid = (a > 0) & (x >= 0)
@@ -150,8 +172,12 @@ def _regularized_gamma(a, x):
     fraction_x = fnp.where(valid & ~use_series & fnp.isfinite(x), x, safe_a + 2)
     lower = _lower_gamma_series(safe_a, series_x)
     upper = _upper_gamma_fraction(safe_a, fraction_x)
+    small = use_series & (safe_a < _SMALL_SHAPE)
+    small_upper = _small_shape_upper_gamma(
+        fnp.where(small, safe_a, 0.05), fnp.where(small, series_x, 0.5)
+    )
     p = fnp.where(use_series, lower, 1 - upper)
-    q = fnp.where(use_series, 1 - lower, upper)
+    q = fnp.where(small, small_upper, fnp.where(use_series, 1 - lower, upper))
     p = fnp.where(x == 0, 0.0, fnp.where(x == fnp.inf, 1.0, p))
     q = fnp.where(x == 0, 1.0, fnp.where(x == fnp.inf, 0.0, q))
     nan = fnp.full_like(p, fnp.nan)
@@ -262,6 +288,8 @@ def _betaln(a, b):
 
 
 def _regularized_beta(a, b, x):
+    """(I_x(a, b), 1 - I_x(a, b)), each summed where it is the smaller, so that neither is
+    rounded to 1 less a few digits."""
     valid = (a > 0) & (b > 0) & (x >= 0) & (x <= 1)
     inner = valid & (x > 0) & (x < 1)
     safe_a, safe_b = fnp.where(valid, a, 1.0), fnp.where(valid, b, 1.0)
@@ -269,15 +297,29 @@ def _regularized_beta(a, b, x):
     swap = safe_x > (safe_a + 1) / (safe_a + safe_b + 2)
     lo_a, lo_b = fnp.where(swap, safe_b, safe_a), fnp.where(swap, safe_a, safe_b)
     lo_x = fnp.where(swap, 1 - safe_x, safe_x)
-    value = _beta_fraction(lo_a, lo_b, lo_x)
-    value = fnp.where(swap, 1 - value, value)
+    fraction = _beta_fraction(lo_a, lo_b, lo_x)
+    value = fnp.where(swap, 1 - fraction, fraction)
+    complement = fnp.where(swap, fraction, 1 - fraction)
     value = fnp.where(x == 0, 0.0, fnp.where(x == 1, 1.0, value))
-    return fnp.where(valid, value, fnp.nan)
+    complement = fnp.where(x == 0, 1.0, fnp.where(x == 1, 0.0, complement))
+    return fnp.where(valid, value, fnp.nan), fnp.where(valid, complement, fnp.nan)
+
+
+def _beta_shape_derivative(regularized, at, value):
+    """d I / d s at s = at, I = regularized(s) = value, differenced from whichever of I and
+    1 - I is below 1/2 (as for gammainc's: I(1e-12, 2, 0.5) is 1 less 2e-13)."""
+    h = _difference_step(at)
+    value_above, complement_above = regularized(at + h)
+    value_below, complement_below = regularized(at - h)
+    difference = fnp.where(
+        value < 0.5, value_above - value_below, complement_below - complement_above
+    )
+    return difference / (2 * h)
 
 
 @custom_jvp
 def _betainc64(a, b, x):
-    return _regularized_beta(a, b, x)
+    return _regularized_beta(a, b, x)[0]
 
 
 @_betainc64.defjvp
@@ -285,8 +327,8 @@ def _betainc64_jvp(primals, tangents):
     a, b, x = primals
     ta, tb, tx = tangents
     value = _betainc64(a, b, x)
-    da = _central_difference(lambda s: _regularized_beta(s, b, x), a)
-    db = _central_difference(lambda s: _regularized_beta(a, s, x), b)
+    da = _beta_shape_derivative(lambda s: _regularized_beta(s, b, x), a, value)
+    db = _beta_shape_derivative(lambda s: _regularized_beta(a, s, x), b, value)
     density = fnp.exp((a - 1) * fnp.log(x) + (b - 1) * fnp.log1p(-x) - _betaln(a, b))
     return value, da * ta + db * tb + density * tx
 
