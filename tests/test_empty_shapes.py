@@ -1,0 +1,123 @@
+"""Size-0 arrays under every transform: vmap over zero lanes, derivatives of operations that
+read or write nothing, and the compiled backends on empty operands.
+
+An empty batch or an empty index set is where a rule that builds a helper operation (a
+gather for a batched slice, a gather for a scatter's cotangent) meets shape checks written
+for the non-empty case. References: the empty results NumPy gives, a loop over the lanes,
+and, for derivatives, central finite differences (`check_grads`).
+"""
+
+import numpy as np
+import pytest
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad import lax
+from funcgrad.config import config
+from funcgrad.test_util import check_grads
+
+BACKENDS = ["numpy", "llvm"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    previous = config.jit_backend
+    config.update("jit_backend", request.param)
+    yield request.param
+    config.update("jit_backend", previous)
+
+
+# ---------------------------------------------------------------------------------------------
+# Gathers vmapped over zero lanes: the batched gather slices 1 from a batch axis of size 0
+
+
+def _dynamic_slice(x, i):
+    return lax.dynamic_slice(x, (i, 0), (2, 3))
+
+
+def _take_along(x, i):
+    return fnp.take_along_axis(x, i, axis=1)
+
+
+def _index(x, i):
+    return lax.dynamic_index_in_dim(x, i, 1, keepdims=False)
+
+
+@pytest.mark.parametrize(
+    "fun, lane_shapes",
+    [
+        (_dynamic_slice, [(4, 3), ()]),
+        (_take_along, [(4, 3), (4, 2)]),
+        (_index, [(3, 2), ()]),
+    ],
+    ids=["dynamic_slice", "take_along_axis", "dynamic_index_in_dim"],
+)
+def test_vmap_of_a_gather_over_zero_lanes(backend, fun, lane_shapes):
+    x = np.zeros((0,) + lane_shapes[0])
+    i = np.zeros((0,) + lane_shapes[1], np.int32)
+    lane_out = fg.eval_shape(fun, np.zeros(lane_shapes[0]), np.zeros(lane_shapes[1], np.int32))
+    for batched in (fg.vmap(fun), fg.jit(fg.vmap(fun))):
+        out = batched(x, i)
+        assert out.shape == (0,) + lane_out.shape and out.dtype == lane_out.dtype
+    grad = fg.jit(fg.grad(lambda x: fg.vmap(fun)(x, i).sum()))(x)
+    assert grad.shape == x.shape
+
+
+def test_vmap_of_a_gather_over_lanes_whose_operand_is_empty(backend):
+    x = np.zeros((2, 0, 3))
+    i = np.array([1, 5], np.int32)
+
+    def fun(x, i):
+        return lax.dynamic_slice(x, (i, i), (0, 2))
+
+    out = fg.jit(fg.vmap(fun))(x, i)
+    assert out.shape == (2, 0, 2)
+    assert fg.jit(fg.grad(lambda x: fg.vmap(fun)(x, i).sum()))(x).shape == x.shape
+
+
+def test_gather_still_checks_the_windows_it_reads():
+    dn = lax.GatherDimensionNumbers(
+        offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,)
+    )
+    with pytest.raises(TypeError, match="slice_sizes"):
+        lax.gather(np.zeros((0, 3)), np.zeros((2, 1), np.int32), dn, (1, 3))
+
+
+# ---------------------------------------------------------------------------------------------
+# Scatters into an operand none of whose windows fit: dropped updates get zero cotangents
+
+_ROWS = lax.ScatterDimensionNumbers(
+    update_window_dims=(1,), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,)
+)
+
+
+@pytest.mark.parametrize("scatter", [lax.scatter, lax.scatter_add, lax.scatter_max])
+def test_scatter_into_an_empty_axis_drops_every_update(backend, scatter):
+    x, indices, updates = np.zeros((0, 3)), np.array([[0], [1]], np.int32), np.ones((2, 3))
+
+    def fun(x, updates):
+        return (scatter(x, indices, updates, _ROWS) ** 2).sum() + (updates**3).sum()
+
+    check_grads(fun, (x, updates), order=1)
+    ct_x, ct_updates = fg.jit(fg.grad(fun, argnums=(0, 1)))(x, updates)
+    assert ct_x.shape == (0, 3)
+    np.testing.assert_array_equal(ct_updates, 3 * updates**2)
+
+
+def test_at_set_into_an_empty_array_under_grad_and_vmap():
+    indices = np.array([0, 1])
+
+    def fun(updates):
+        return fnp.zeros((0, 3)).at[indices].set(updates).sum() + (updates**2).sum()
+
+    updates = np.arange(6.0).reshape(2, 3)
+    np.testing.assert_array_equal(fg.grad(fun)(updates), 2 * updates)
+    lanes = np.stack([updates, updates + 1])
+    np.testing.assert_array_equal(fg.vmap(fg.grad(fun))(lanes), 2 * lanes)
+
+
+def test_clip_scatter_into_an_empty_axis_raises():
+    with pytest.raises(TypeError, match="'clip' cannot place the 2 update windows"):
+        lax.scatter(
+            np.zeros((0, 3)), np.array([[0], [1]], np.int32), np.ones((2, 3)), _ROWS, mode="clip"
+        )
