@@ -121,3 +121,57 @@ def test_clip_scatter_into_an_empty_axis_raises():
         lax.scatter(
             np.zeros((0, 3)), np.array([[0], [1]], np.int32), np.ones((2, 3)), _ROWS, mode="clip"
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# Linear algebra of empty matrices and of empty stacks
+
+EMPTY_MATRICES = [(0, 0), (3, 0, 0), (0, 2, 2)]
+
+
+def _stack_of(shape):
+    """Well-conditioned matrices of `shape` (any of its sides may be 0)."""
+    return np.broadcast_to(np.eye(shape[-1]) * 2 + 0.5, shape).copy()
+
+
+_LU_BASED = {
+    "inv": (fnp.linalg.inv, np.linalg.inv),
+    "det": (fnp.linalg.det, np.linalg.det),
+    "slogdet": (fnp.linalg.slogdet, np.linalg.slogdet),
+    "solve": (
+        lambda a: fnp.linalg.solve(a, np.ones(a.shape[:-1] + (1,))),
+        lambda a: np.linalg.solve(a, np.ones(a.shape[:-1] + (1,))),
+    ),
+}
+
+
+@pytest.mark.parametrize("shape", EMPTY_MATRICES, ids=str)
+@pytest.mark.parametrize("name", sorted(_LU_BASED))
+def test_linalg_of_empty_matrices(backend, name, shape):
+    fun, reference = _LU_BASED[name]
+    a = _stack_of(shape)
+    expected = [np.asarray(x) for x in fg.tree_util.tree_leaves(reference(a))]
+    for got in (fun(a), fg.jit(fun)(a)):
+        got = fg.tree_util.tree_leaves(got)
+        assert len(got) == len(expected)
+        for g, e in zip(got, expected):
+            assert g.shape == e.shape
+            np.testing.assert_allclose(np.asarray(g), e, rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(0, 0), (3, 0), (0, 2), (2, 3, 0)], ids=str)
+def test_lu_of_an_empty_matrix(backend, shape):
+    for lu in (lax.linalg.lu, fg.jit(lax.linalg.lu)):
+        factors, pivots, permutation = lu(np.zeros(shape))
+        *batch, m, n = shape
+        assert factors.shape == shape and pivots.shape == (*batch, 0)
+        np.testing.assert_array_equal(permutation, np.broadcast_to(np.arange(m), (*batch, m)))
+
+
+@pytest.mark.parametrize("shape", EMPTY_MATRICES, ids=str)
+def test_derivatives_of_lu_based_linalg_of_empty_matrices(shape):
+    a = _stack_of(shape)
+    check_grads(lambda a: fnp.linalg.det(a), (a,), order=1)
+    check_grads(lambda a: fnp.linalg.inv(a), (a,), order=1)
+    grad = fg.jit(fg.grad(lambda a: fnp.linalg.slogdet(a)[1].sum()))(a)
+    np.testing.assert_allclose(grad, np.linalg.inv(a).swapaxes(-1, -2), rtol=1e-12)

@@ -9,6 +9,7 @@ positive definite for cholesky, no convergence for svd) gives NaNs rather than a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -326,7 +327,7 @@ def _lu_impl(a):
     """
     *batch, m, n = a.shape
     k = min(m, n)
-    lu = np.array(a, copy=True).reshape(-1, m, n)
+    lu = np.array(a, copy=True).reshape(math.prod(batch), m, n)
     stack = np.arange(len(lu))
     pivots = np.zeros((len(lu), k), np.int32)
     permutation = np.tile(np.arange(m, dtype=np.int32), (len(lu), 1))
