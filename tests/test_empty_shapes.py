@@ -142,6 +142,7 @@ _LU_BASED = {
         lambda a: fnp.linalg.solve(a, np.ones(a.shape[:-1] + (1,))),
         lambda a: np.linalg.solve(a, np.ones(a.shape[:-1] + (1,))),
     ),
+    "matrix_rank": (fnp.linalg.matrix_rank, np.linalg.matrix_rank),
 }
 
 
@@ -175,3 +176,16 @@ def test_derivatives_of_lu_based_linalg_of_empty_matrices(shape):
     check_grads(lambda a: fnp.linalg.inv(a), (a,), order=1)
     grad = fg.jit(fg.grad(lambda a: fnp.linalg.slogdet(a)[1].sum()))(a)
     np.testing.assert_allclose(grad, np.linalg.inv(a).swapaxes(-1, -2), rtol=1e-12)
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (0, 3), (0, 0), (2, 3, 0)], ids=str)
+@pytest.mark.parametrize("ord", [1, -1, 2, -2, np.inf, -np.inf, "nuc", "fro"], ids=str)
+def test_matrix_norms_of_empty_matrices(shape, ord):
+    x = np.zeros(shape)
+    try:
+        expected = np.linalg.norm(x, ord, axis=(-2, -1))
+    except ValueError:  # the smallest sum or singular value of none
+        with pytest.raises(ValueError):
+            fnp.linalg.norm(x, ord, axis=(-2, -1))
+        return
+    np.testing.assert_array_equal(fnp.linalg.norm(x, ord, axis=(-2, -1)), expected)
