@@ -189,3 +189,14 @@ def test_matrix_norms_of_empty_matrices(shape, ord):
             fnp.linalg.norm(x, ord, axis=(-2, -1))
         return
     np.testing.assert_array_equal(fnp.linalg.norm(x, ord, axis=(-2, -1)), expected)
+
+
+@pytest.mark.parametrize("shape", [(3, 0), (0, 3), (2, 3, 0)], ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64], ids=str)
+def test_full_svd_of_an_empty_matrix_gives_identity_bases(backend, shape, dtype):
+    a = np.zeros(shape, dtype)
+    u, s, vh = fg.jit(lambda a: fnp.linalg.svd(a, full_matrices=True))(a)
+    expected_u, expected_s, expected_vh = np.linalg.svd(a, full_matrices=True)
+    np.testing.assert_array_equal(u, expected_u)
+    np.testing.assert_array_equal(vh, expected_vh)
+    assert s.shape == expected_s.shape and u.dtype == dtype
