@@ -123,6 +123,27 @@ def test_gradients_through_spectral_code():
     np.testing.assert_allclose(lanes, np.fft.rfft(x, 6), atol=1e-12)
 
 
+@pytest.mark.parametrize(
+    "name, shape, options",
+    [
+        ("fft", (0,), dict(n=2)),
+        ("ifft", (3, 0), dict(n=3, axis=1)),
+        ("rfft", (0,), dict(n=4)),
+        ("fft2", (0, 0), dict(s=(2, 3))),
+        ("fftn", (2, 0), dict(s=(2, 2))),
+    ],
+)
+def test_a_given_length_zero_pads_an_empty_axis(name, shape, options):
+    x = np.zeros(shape)
+    transform = getattr(fnp.fft, name)
+    expected = getattr(np.fft, name)(x, **options)
+    for got in (transform(x, **options), fg.jit(lambda x: transform(x, **options))(x)):
+        assert got.shape == expected.shape
+        np.testing.assert_array_equal(got, expected)
+    grad = fg.grad(lambda x: fnp.sum(fnp.abs(transform(x, **options) + 1)))(x)
+    assert grad.shape == shape
+
+
 def test_bad_lengths_and_empty_axes_are_named():
     with pytest.raises(ValueError, match="at least 1"):
         fnp.fft.fft(np.ones(4), 0)

@@ -334,9 +334,31 @@ def svd(scheduler, eqn: JaxprEqn) -> None:
     if not compute_uv:
         _from_column_major(scheduler, singular, 0, k, outs[0], shapes[0], info)
         return
+    if k == 0:
+        # gesdd returns at once for an empty matrix, leaving u and vt unset; the full bases
+        # of the two sides are then the identity, as the reference gives.
+        _identity(scheduler, outs[0], shapes[0], pairs)
+        _identity(scheduler, outs[2], shapes[2], pairs)
+        return
     _from_column_major(scheduler, u, m, m * u_cols, outs[0], shapes[0], info, pairs=pairs)
     _from_column_major(scheduler, singular, 0, k, outs[1], shapes[1], info)
     _from_column_major(scheduler, vt, vt_rows, vt_rows * n, outs[2], shapes[2], info, pairs=pairs)
+
+
+def _identity(scheduler, out: K.Buffer, shape, pairs: bool) -> None:
+    """out[..., i, j] = (i == j): a stack of identity matrices (with `pairs`, as interleaved
+    complex parts, the imaginary ones zero)."""
+    builder = KernelBuilder(scheduler.producer, scheduler.buffer_of)
+    zero, one = K.const(0, out.dtype), K.const(1, out.dtype)
+
+    def body(index: list) -> list:
+        i, j = index[-3:-1] if pairs else index[-2:]
+        value = K.select(K.binary("eq", i, j), one, zero)
+        if pairs:
+            value = K.select(K.binary("eq", index[-1], _i(0)), value, zero)
+        return [K.Store(out, flat_offset(index, tuple(shape)), value)]
+
+    scheduler._kernel(builder, [out], loop_nest(tuple(shape), body), [])
 
 
 def cholesky(scheduler, eqn: JaxprEqn) -> None:

@@ -551,10 +551,12 @@ def _gather_abstract_eval(
         dn.start_indices_batching_dims,
         "start_indices_batching_dims",
     )
-    # (a batching dimension's slice is 1 wide even where the batch is empty: there are no
-    # lanes to read it)
-    bounds = [1 if d in dn.operand_batching_dims else n for d, n in enumerate(operand.shape)]
-    if len(slice_sizes) != rank or not all(0 <= s <= n for s, n in zip(slice_sizes, bounds)):
+    # With no index vectors no window is read, so none has to fit: a gather vmapped over zero
+    # lanes slices 1 from its batch axis of size 0.
+    reads = math.prod(batch_shape) > 0
+    if len(slice_sizes) != rank or not all(
+        0 <= s and (s <= n or not reads) for s, n in zip(slice_sizes, operand.shape)
+    ):
         raise TypeError(
             f"gather: slice_sizes {slice_sizes} must give a size between 0 and the dimension's "
             f"size for each dimension of the operand of shape {operand.shape}"
@@ -943,6 +945,14 @@ def _scatter_abstract_eval(
             f"indices' batch shape {indices.shape[:-1]} outside update_window_dims "
             f"{dn.update_window_dims}, and windows no larger than operand dimensions {window_dims}"
         )
+    unit_dims = dn.inserted_window_dims + dn.operand_batching_dims
+    empty_dims = tuple(d for d in unit_dims if operand.shape[d] == 0)
+    if mode == GatherScatterMode.CLIP and math.prod(scatter_shape) > 0 and empty_dims:
+        # The other modes drop every window, as none fits; clamping has nowhere to put one.
+        raise TypeError(
+            f"{name}: mode 'clip' cannot place the {math.prod(scatter_shape)} update windows, "
+            f"each of size 1 in dimensions {empty_dims}, in the operand of shape {operand.shape}"
+        )
     return ShapedArray(operand.shape, dtype)
 
 
@@ -1032,8 +1042,10 @@ def _scattered_values(x, indices, updates_shape, *, dimension_numbers, mode, **p
     )
     window_sizes = iter(updates_shape[d] for d in dn.update_window_dims)
     dropped = set(dn.inserted_window_dims) | set(dn.operand_batching_dims)
-    rank = core.get_aval(x).ndim
-    slice_sizes = tuple(1 if d in dropped else next(window_sizes) for d in range(rank))
+    x_aval = core.get_aval(x)
+    slice_sizes = tuple(1 if d in dropped else next(window_sizes) for d in range(x_aval.ndim))
+    if any(x_aval.shape[d] == 0 for d in dropped):  # no window fits: the scatter drops all
+        return full(updates_shape, 0, x_aval.dtype)
     clips = mode == GatherScatterMode.CLIP
     return gather_p.bind(
         x,

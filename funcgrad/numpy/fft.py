@@ -65,8 +65,9 @@ def _resized(x, axis: int, size: int):
 
 
 def _axes_and_lengths(name: str, x, s, axes, default_all: bool, fft_type: FftType):
-    """The transformed axes and their lengths. Every transformed axis must hold data, except
-    that an inverse real transform reads only its last axis's."""
+    """The transformed axes and their lengths. Lengths taken from the input need data on
+    every transformed axis (an inverse real transform's only on its last); lengths given in
+    `s` zero-pad even an empty axis."""
     if axes is None:
         if s is not None:
             axes = tuple(range(x.ndim - len(s), x.ndim))
@@ -75,10 +76,10 @@ def _axes_and_lengths(name: str, x, s, axes, default_all: bool, fft_type: FftTyp
     axes = tuple(int(a) % x.ndim if x.ndim else int(a) for a in axes)
     if len(set(axes)) != len(axes):
         raise ValueError(f"{name}: repeated axis in {axes}")
-    for i, a in enumerate(axes):
-        if x.shape[a] == 0 and (fft_type != FftType.IRFFT or i == len(axes) - 1):
-            raise ValueError(f"{name}: axis {a} has length 0; there is nothing to transform")
     if s is None:
+        for i, a in enumerate(axes):
+            if x.shape[a] == 0 and (fft_type != FftType.IRFFT or i == len(axes) - 1):
+                raise ValueError(f"{name}: axis {a} has length 0; there is nothing to transform")
         s = tuple(x.shape[a] for a in axes)
     s = tuple(int(n) for n in s)
     if len(s) != len(axes):

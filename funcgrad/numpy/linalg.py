@@ -152,10 +152,13 @@ def _matrix_norm(x, ord, axes: tuple[int, ...], keepdims: bool):
         raise ValueError(f"norm: a matrix norm needs two different axes, got {axes}")
     if ord in ("fro", "f"):
         return sqrt(sum(squared_modulus(x), axes, keepdims=keepdims))
+    # The norms that take a largest value are 0 for an empty matrix; the smallest has none.
     if ord in (2, -2, "nuc"):
         singular_values = svdvals(moveaxis(x, (rows, columns), (-2, -1)))
-        reduce = {2: max, -2: min, "nuc": sum}[ord]
-        result = reduce(singular_values, -1)
+        if ord == 2:
+            result = max(singular_values, -1, initial=0.0)
+        else:
+            result = (min if ord == -2 else sum)(singular_values, -1)
         if keepdims:
             return lax.expand_dims(result, sorted(axes))
         return result
@@ -166,9 +169,11 @@ def _matrix_norm(x, ord, axes: tuple[int, ...], keepdims: bool):
         summed, over = columns, rows
     else:
         raise ValueError(f"norm: ord={ord!r} is not a matrix norm")
-    extremum = max if ord > 0 else min
     sums = sum(absolute(x), summed, keepdims=True)
-    result = extremum(sums, over, keepdims=True)
+    if ord > 0:
+        result = max(sums, over, keepdims=True, initial=0.0)
+    else:
+        result = min(sums, over, keepdims=True)
     if keepdims:
         return result
     return lax.reshape(result, tuple(d for i, d in enumerate(x.shape) if i not in axes))

@@ -10,6 +10,8 @@ hypothesis `data` object and asserts one rule against an independent definition:
     transpose       the adjoint identity <ct, J t> = <J^T ct, t> of the linearized function
     batch           vmap against a Python loop over lanes, for a drawn placement of the batch
                     dimension of each operand (first, last, middle or unbatched), >= 2 lanes
+    empty_batch     vmap over zero lanes, eager and compiled on the CPU backends, and its
+                    jvp and vjp: every result is empty, with the lane's shape and dtype
     jit             a jitted call on each compiled backend against eager execution
 
 Each check also asserts that the example reached the rule it checks, so a recipe that misses
@@ -36,7 +38,7 @@ from funcgrad.lax.base import asarray
 from funcgrad.test_util import _conj, _inner, check_grads
 from funcgrad.tools.recipes import COMPILED_BACKENDS, CUDA_BACKENDS, RECIPES, Case, Recipe
 
-RULE_CHECKS = ("impl", "abstract_eval", "jvp", "transpose", "batch", "jit")
+RULE_CHECKS = ("impl", "abstract_eval", "jvp", "transpose", "batch", "empty_batch", "jit")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,6 +318,68 @@ def check_batch(name: str, data) -> None:
             _assert_values(actual, expected, recipe.tolerance(actual.dtype), what)
 
 
+def check_empty_batch(name: str, data) -> None:
+    """vmap over a batch of zero lanes: every operand batched along a leading axis of size 0.
+
+    Batching rules build helper operations (gathers, scatters, broadcasts) whose own shape
+    checks meet an empty axis here; so do the jvp and transpose rules on empty operands, and
+    the compiled programs. Each result must be empty with the lane's shape and dtype; a
+    derivative with respect to an empty operand is empty too.
+    """
+    recipe = RECIPES[name]
+    case = _draw_case(data, recipe)
+    operands = _draw_operands(data, recipe, case)
+    fun = _bound(recipe, case)
+    lane = _leaves(fun(*operands))
+    expected = [((0,) + x.shape, x.dtype) for x in lane]
+    no_lanes = [_no_lanes(x) for x in operands]
+    with watched(core.PRIMITIVES[name], "batch") as calls:
+        eager = _leaves(fg.vmap(fun)(*no_lanes))
+    _reached(calls, name, "batch")
+    _assert_empty_results(eager, expected, f"{name} vmapped over zero lanes")
+    previous = config.jit_backend
+    for backend in () if "jit" in recipe.reasons else ("numpy", "llvm"):
+        try:
+            config.update("jit_backend", backend)
+            jitted = _leaves(fg.jit(fg.vmap(fun))(*no_lanes))
+        finally:
+            config.update("jit_backend", previous)
+        _assert_empty_results(jitted, expected, f"{name} vmapped over zero lanes, jit[{backend}]")
+    if "jvp" not in checked_rules(name) or not _has_float(case.dtypes):
+        return
+    case = recipe.derivative_case(case)
+    no_lanes = [_no_lanes(x) for x in _draw_operands(data, recipe, case)]
+    batched = _float_outputs(fg.vmap(_bound(recipe, case)))
+    rng = np.random.default_rng(0)
+    tangents = [_random_tangent(x, rng) for x in no_lanes]
+    _, tangent_out = fg.jvp(batched, tuple(no_lanes), tuple(tangents))
+    assert all(np.size(t) == 0 for t in tangent_out), f"{name}: tangents of empty outputs"
+    if "transpose" in recipe.reasons:  # (not reverse-differentiable)
+        return
+    out, pullback = fg.vjp(batched, *no_lanes)
+    zeros = tree_util.tree_map(lambda x: _cotangent_arg(np.zeros(x.shape, x.dtype)), out)
+    cotangents = pullback(zeros)
+    for i, (x, ct) in enumerate(zip(no_lanes, cotangents)):
+        if x.dtype.kind in "fc":
+            assert ct.shape == x.shape and ct.dtype == x.dtype, (
+                f"{name}: the cotangent of empty operand {i} is {ct.aval}, not {x.dtype}{x.shape}"
+            )
+
+
+def _no_lanes(x) -> np.ndarray:
+    """An empty stack of arrays like `x`: a leading axis of size 0."""
+    x = np.asarray(x)
+    return np.zeros((0,) + x.shape, x.dtype)
+
+
+def _assert_empty_results(actual: list, expected: list, what: str) -> None:
+    assert len(actual) == len(expected), f"{what}: {len(actual)} outputs vs {len(expected)}"
+    for j, (value, (shape, dtype)) in enumerate(zip(actual, expected)):
+        assert value.shape == shape and value.dtype == dtype, (
+            f"{what}: output {j} is {value.dtype}{value.shape}, not {dtype}{shape}"
+        )
+
+
 def check_jit(name: str, data, backend: str) -> None:
     recipe = RECIPES[name]
     case = _draw_case(data, recipe)
@@ -374,7 +438,11 @@ CHECKS: dict[str, Callable] = {
     "jvp": check_jvp,
     "transpose": check_transpose,
     "batch": check_batch,
+    "empty_batch": check_empty_batch,
 }
+
+# Checks named for what they draw rather than for the rule they exercise.
+_NEEDS = {"empty_batch": "batch"}
 
 
 def checked_rules(name: str) -> list[str]:
@@ -386,7 +454,9 @@ def checked_rules(name: str) -> list[str]:
     rules = [
         rule
         for rule in CHECKS
-        if rule not in recipe.reasons and (rule == "abstract_eval" or primitive.has_rule(rule))
+        if rule not in recipe.reasons
+        and _NEEDS.get(rule, rule) not in recipe.reasons
+        and (rule == "abstract_eval" or primitive.has_rule(_NEEDS.get(rule, rule)))
     ]
     if "jit" in recipe.reasons:  # (what cannot be compiled cannot run on a GPU either)
         return rules
