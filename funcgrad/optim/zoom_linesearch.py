@@ -150,13 +150,14 @@ def scale_by_zoom_linesearch(
     f(x + eta u) <= f(x) + slope_rtol * eta * s(0) + tol, and small curvature,
     |s(eta)| <= curv_rtol * |s(0)| + tol, s(eta) being the slope of f along u at x + eta u.
     Unless approx_dec_rtol is None, a step with f(x + eta u) <= f(x) + approx_dec_rtol |f(x)|
-    and s(eta) <= (2 slope_rtol - 1) s(0) + tol counts as decreasing enough.
+    + tol and s(eta) <= (2 slope_rtol - 1) s(0) + tol counts as decreasing enough.
 
     The first trial is 1 (initial_guess_strategy='one', for quasi-Newton directions) or the
-    last step taken ('keep'); it grows by increase_factor, at most to max_learning_rate,
-    until a step is bracketed. When the bracket is narrower than stepsize_precision, or
-    max_linesearch_steps trials are spent, the search takes the lowest trial with
-    sufficient decrease; with none, the last trial (or no step where f was not finite).
+    last step taken ('keep', 1 after no step); it grows by increase_factor, at most to
+    max_learning_rate, until a step is bracketed. When the bracket is narrower than
+    stepsize_precision, or max_linesearch_steps trials are spent, the search takes the lowest
+    trial with sufficient decrease; with none, the last trial (or no step where f was not
+    finite).
 
     The state keeps f and its gradient at the accepted point for `value_and_grad_from_state`,
     and `info` how far the step taken is from each condition; verbose prints why when it
