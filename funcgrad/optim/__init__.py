@@ -79,6 +79,7 @@ from funcgrad.optim.optimizers import (
     fromage,
     lamb,
     lars,
+    lbfgs,
     lion,
     nadam,
     nadamw,
@@ -181,6 +182,11 @@ from funcgrad.optim.wrappers import (
     partition,
     skip_large_updates,
     skip_not_finite,
+)
+from funcgrad.optim.zoom_linesearch import (
+    ScaleByZoomLinesearchState,
+    ZoomLinesearchInfo,
+    scale_by_zoom_linesearch,
 )
 
 # isort: split

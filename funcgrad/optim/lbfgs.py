@@ -55,6 +55,12 @@ def _vdot(a, b):
     return fnp.asarray(total)
 
 
+def value_dtype(params):
+    """The dtype of the objective and of the step sizes: real, as the first parameter's."""
+    leaves = tree_util.tree_leaves(params)
+    return fnp.real(fnp.zeros((), fnp.asarray(leaves[0]).dtype)).dtype if leaves else fnp.float32
+
+
 def _add_scaled(x, scale, y):
     return _map(lambda a, b: (a + scale * b).astype(a.dtype), x, y)
 
@@ -159,10 +165,7 @@ def scale_by_backtracking_linesearch(
     `value_and_grad_from_state`."""
 
     def init(params):
-        leaves = tree_util.tree_leaves(params)
-        dtype = (
-            fnp.real(fnp.zeros((), fnp.asarray(leaves[0]).dtype)).dtype if leaves else fnp.float32
-        )
+        dtype = value_dtype(params)
         return ScaleByBacktrackingLinesearchState(
             learning_rate=fnp.asarray(1.0, dtype),
             value=fnp.asarray(fnp.inf, dtype),

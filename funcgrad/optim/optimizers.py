@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import funcgrad.numpy as fnp
-from funcgrad.optim.base import GradientTransformation, chain, identity
+from funcgrad.optim.base import (
+    GradientTransformation,
+    GradientTransformationExtraArgs,
+    chain,
+    identity,
+)
 from funcgrad.optim.constraints import clip_by_block_rms, scale_by_param_block_rms
 from funcgrad.optim.factorized import scale_by_factored_rms, scale_by_sm3
+from funcgrad.optim.lbfgs import scale_by_lbfgs
 from funcgrad.optim.scaling import (
     add_noise,
     ema,
@@ -36,6 +42,7 @@ from funcgrad.optim.transforms import (
     trace,
 )
 from funcgrad.optim.wrappers import masked
+from funcgrad.optim.zoom_linesearch import scale_by_zoom_linesearch
 
 
 def sgd(
@@ -467,4 +474,26 @@ def polyak_sgd(
     return chain(
         sgd(learning_rate=scaling),
         scale_by_polyak(f_min, max_learning_rate, eps, variant),
+    )
+
+
+# A transformation holds no state of its own, so one default serves every lbfgs.
+_LBFGS_LINESEARCH = scale_by_zoom_linesearch(max_linesearch_steps=20, initial_guess_strategy="one")
+
+
+def lbfgs(
+    learning_rate: ScalarOrSchedule | None = None,
+    memory_size: int = 10,
+    scale_init_precond: bool = True,
+    linesearch: GradientTransformation | None = _LBFGS_LINESEARCH,
+) -> GradientTransformationExtraArgs:
+    """L-BFGS: the descent direction -H g of `scale_by_lbfgs`, times the learning rate, with
+    its step size from `linesearch` (None: the learning rate alone). A line search evaluates
+    f, so pass update(grads, state, params, value=f(params), grad=grads, value_fn=f); with
+    the default one, `value_and_grad_from_state(f)` reuses what it computed at the accepted
+    point."""
+    return chain(
+        scale_by_lbfgs(memory_size, scale_init_precond),
+        scale(-1.0) if learning_rate is None else scale_by_learning_rate(learning_rate),
+        identity() if linesearch is None else linesearch,
     )

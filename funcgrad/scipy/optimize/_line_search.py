@@ -50,16 +50,24 @@ def _select(pred, on_true: _Point, on_false: _Point) -> _Point:
     return _Point(*(fnp.where(pred, t, f) for t, f in zip(on_true, on_false)))
 
 
+def cubic_minimizer(a, phi_a, dphi_a, b, phi_b, dphi_b) -> Array:
+    """The local minimizer of the cubic matching phi and its slope dphi at a and at b (N&W eq.
+    3.59), NaN where that cubic has none. Shared by the line searches that interpolate between
+    two trial steps; each keeps its own safeguard against points too close to an end."""
+    d1 = dphi_a + dphi_b - 3 * (phi_a - phi_b) / (a - b)
+    radicand = d1 * d1 - dphi_a * dphi_b
+    d2 = fnp.sign(b - a) * fnp.sqrt(fnp.maximum(radicand, 0))
+    step = b - (b - a) * (dphi_b + d2 - d1) / (dphi_b - dphi_a + 2 * d2)
+    return fnp.where(radicand >= 0, step, fnp.nan)
+
+
 def _cubic_minimizer(lo: _Point, hi: _Point) -> Array:
-    """The minimizer of the cubic matching phi and its slope at both ends (N&W eq. 3.59), or
-    the midpoint where that is undefined or too close to an end to make progress."""
-    d1 = lo.dphi + hi.dphi - 3 * (lo.phi - hi.phi) / (lo.a - hi.a)
-    radicand = d1 * d1 - lo.dphi * hi.dphi
-    d2 = fnp.sign(hi.a - lo.a) * fnp.sqrt(fnp.maximum(radicand, 0))
-    a = hi.a - (hi.a - lo.a) * (hi.dphi + d2 - d1) / (hi.dphi - lo.dphi + 2 * d2)
+    """`cubic_minimizer` between lo and hi, or the midpoint where that is undefined or too close
+    to an end to make progress."""
+    a = cubic_minimizer(lo.a, lo.phi, lo.dphi, hi.a, hi.phi, hi.dphi)
     left, right = fnp.minimum(lo.a, hi.a), fnp.maximum(lo.a, hi.a)
     margin = 0.1 * (right - left)
-    usable = (radicand >= 0) & fnp.isfinite(a) & (a > left + margin) & (a < right - margin)
+    usable = fnp.isfinite(a) & (a > left + margin) & (a < right - margin)
     return fnp.where(usable, a, (lo.a + hi.a) / 2)
 
 
