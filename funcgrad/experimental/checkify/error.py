@@ -265,7 +265,9 @@ class Error:
 def layout_avals(layout: tuple[Signature, ...]) -> list[core.ShapedArray]:
     """The avals of the values of an error with `layout`, in the order `leaves` gives them."""
     avals = [core.ShapedArray((), np.dtype(bool)), core.ShapedArray((), np.dtype(np.int32))]
-    return avals + [core.ShapedArray(shape, np.dtype(dtype)) for sig in layout for shape, dtype in sig]
+    return avals + [
+        core.ShapedArray(shape, np.dtype(dtype)) for sig in layout for shape, dtype in sig
+    ]
 
 
 def failure_error(failed, failure: Failure, payload=()) -> Error:
