@@ -80,7 +80,7 @@ def test_check_staged_outside_checkify_raises_at_trace_time():
         lax.scan(lambda c, x: (positive_sin(c), x), 1.0, fnp.ones(2))
 
 
-@pytest.mark.parametrize("backend", ["numpy", "llvm"])
+@pytest.mark.parametrize("backend", ["numpy", "llvm", "cuda_emulator"])
 def test_check_cached_inside_checkify_still_checks_when_run_without_it(backend):
     # jit(f) traced inside checkify keeps the staged check: run on its own, it raises there.
     jitted = fg.jit(positive_sin)
@@ -349,3 +349,16 @@ def test_grad_of_a_check_outside_checkify_checks_the_primal():
     np.testing.assert_allclose(fg.grad(positive_sin)(1.0), np.cos(1.0), rtol=1e-6)
     with pytest.raises(ck.FailedCheckError, match="got -1.0"):
         fg.grad(positive_sin)(-1.0)
+
+
+def test_check_error_of_a_batched_error_keeps_its_first_failing_lane():
+    def f(xs):
+        err, out = fg.vmap(fg.vmap(ck.checkify(negative_doubled)))(xs)
+        ck.check_error(err)
+        return out
+
+    xs = fnp.array([[-1.0, -2.0], [3.0, 4.0]])
+    assert ck.checkify(f)(xs)[0].get() == "lane value 3.0 (`check` failed)"
+    assert ck.checkify(f)(-fnp.abs(xs))[0].get() is None
+    with pytest.raises(ck.FailedCheckError, match="^lane value 3.0"):
+        f(xs)

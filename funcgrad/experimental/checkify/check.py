@@ -151,4 +151,9 @@ def check_error(error: Error) -> None:
     outer one's)."""
     if not isinstance(error, Error):
         raise TypeError(f"check_error takes a checkify Error, got {type(error).__name__}")
+    lanes = core.get_aval(error.flag).shape
+    if lanes:
+        # An error returned through vmap: its first failing lane, as one error.
+        flat = [fnp.reshape(v, (-1, *core.get_aval(v).shape[len(lanes) :])) for v in error.leaves()]
+        error = first_failed_lane(Error.tree_unflatten(error.tree_flatten()[1], flat))
     _bind(error, False)
