@@ -62,3 +62,8 @@ def _trace_description(tracer) -> str:
 class OutOfDeviceMemoryError(MemoryError):
     """A device could not hold a compiled call's buffers; the message names each one's size.
     Nothing ran, so no output or argument was written."""
+
+
+class FuncgradRuntimeError(ValueError):
+    """A failure found while a program ran: a `checkify.check` whose predicate was false, or an
+    automatic check (a NaN, a division by zero, an index out of bounds) that `checkify` added."""

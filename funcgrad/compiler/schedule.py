@@ -520,9 +520,10 @@ def _spreads_input(eqn: JaxprEqn) -> bool:
 # ---------------------------------------------------------------------------------------------
 # Scheduling
 
-# Primitives the compiled program hands back to Python: callbacks, and pmap, whose shards run
-# on the devices' threads (each compiling its per-device program itself).
-_HOST_CALLS = ("debug_callback", "pure_callback", "pmap")
+# Primitives the compiled program hands back to Python: callbacks, checkify's checks (which
+# raise there where a check staged inside checkify reaches a program run without it), and
+# pmap, whose shards run on the devices' threads (each compiling its per-device program itself).
+_HOST_CALLS = ("debug_callback", "check", "pure_callback", "pmap")
 
 
 @functools.cache

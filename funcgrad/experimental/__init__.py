@@ -1,5 +1,5 @@
 """funcgrad.experimental: APIs that may still change, under JAX's experimental names."""
 
-from funcgrad.experimental import ode
+from funcgrad.experimental import checkify, ode
 
-__all__ = ["ode"]
+__all__ = ["checkify", "ode"]

@@ -1563,6 +1563,7 @@ WITHOUT_RECIPE = {
     "psum": _COLLECTIVE,
     "psum_scatter": _COLLECTIVE,
     "debug_callback": "effect-only: it returns nothing to compare (tests/test_debug.py)",
+    "check": "effect-only: it returns nothing to compare (tests/test_checkify.py)",
     "pure_callback": (
         "runs an arbitrary Python function, so there is no operand domain or reference to draw "
         "(tests/test_parity_callback.py checks it on each backend and vmap method)"

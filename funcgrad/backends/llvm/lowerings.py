@@ -28,6 +28,7 @@ for name in (
     "while",
     "scan",
     "debug_callback",
+    "check",
     "pmap",
     "pure_callback",
     "jit",
