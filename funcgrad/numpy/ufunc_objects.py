@@ -226,9 +226,10 @@ class ufunc:
         mask = None
         if where is not None:
             mask = _stack_axes_first(_where_mask(name, where, a.shape), axes)
-        start = initial
-        if start is None and (mask is not None or x.shape[0] == 0):
-            start = self.identity
+        start = None if initial is None else convert(initial, dtype)
+        if start is None and self.identity is not None and (mask is not None or x.shape[0] == 0):
+            # Through NumPy, which wraps an identity of -1 to all bits set in unsigned dtypes.
+            start = lax.asarray(np.asarray(self.identity).astype(dtype))
         if start is None:
             if mask is not None:
                 raise ValueError(
@@ -242,7 +243,7 @@ class ufunc:
                 )
             carry, xs = x[0], (x[1:],)
         else:
-            carry, xs = broadcast_to(convert(start, dtype), kept_shape), (x,)
+            carry, xs = broadcast_to(start, kept_shape), (x,)
             if mask is not None:
                 xs = (x, mask)
 
