@@ -239,7 +239,7 @@ def test_at_keeps_the_dtype_of_the_updated_array():
 # ---------------------------------------------------------------------------------------------
 # reduceat and outer
 
-REDUCEAT_INDICES = [[0, 2, 5], [5, 2, 7], [0, 0, 3, 3], [7], [4, 1]]
+REDUCEAT_INDICES = [[0, 2, 5], [5, 2, 7], [0, 0, 3, 3], [7], [4, 1], np.zeros(0, np.int32)]
 
 
 @pytest.mark.parametrize("name", ["add", "maximum", "subtract", "logaddexp", "bitwise_or"])

@@ -81,7 +81,6 @@ class ufunc:
         accumulate: Callable | None = None,
         at: Callable | None = None,
     ):
-        self._func = func
         self.__name__ = name or func.__name__
         self.nin = operator.index(nin)
         self.nout = operator.index(nout)
@@ -171,7 +170,7 @@ class ufunc:
             dtype = dtypes.canonicalize(dtype)
         x = convert(moveaxis(a, axis, 0), dtype)
         length = x.shape[0]
-        ends = lax.concatenate([starts[1:], lax.full((1,), length, starts.dtype)], 0)
+        ends = lax.concatenate([starts, lax.full((1,), length, starts.dtype)], 0)[1:]
         segment_shape = (starts.shape[0],) + (1,) * (x.ndim - 1)
         first_elements = x[starts]
         starts, ends = lax.reshape(starts, segment_shape), lax.reshape(ends, segment_shape)
