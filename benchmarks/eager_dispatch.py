@@ -45,6 +45,7 @@ def cases(xp, make):
     return {
         "x + y": lambda: x + y,
         "x * 2.0": lambda: x * 2.0,
+        "add(x, y)": lambda: xp.add(x, y),
         "sin(x)": lambda: xp.sin(x),
         "exp(x) / y": lambda: xp.exp(x) / y,
         "x > 0": lambda: x > 0,

@@ -16,6 +16,7 @@ from funcgrad.numpy.misc import *
 from funcgrad.numpy.reductions import *
 from funcgrad.numpy.shape_ops import *
 from funcgrad.numpy.sorting_ops import *
+from funcgrad.numpy.ufunc_objects import *
 from funcgrad.numpy.ufuncs import *
 
 bool_ = _dtypes.bool_.type
