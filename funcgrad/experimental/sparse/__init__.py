@@ -1,0 +1,40 @@
+"""funcgrad.experimental.sparse: sparse arrays in the batched coordinate (BCOO) format.
+
+A `BCOO` array stores only its specified elements: their values (`data`) and their indices
+(`indices`). It is a pytree, and every operation on it is made of gathers, scatters and
+products, so jit, grad, vmap and the compiled backends apply to code that uses it.
+"""
+
+from funcgrad.experimental.sparse.api import empty, eye, todense
+from funcgrad.experimental.sparse.bcoo import (
+    BCOO,
+    bcoo_dot_general,
+    bcoo_extract,
+    bcoo_fromdense,
+    bcoo_multiply_dense,
+    bcoo_reduce_sum,
+    bcoo_reshape,
+    bcoo_sort_indices,
+    bcoo_sum_duplicates,
+    bcoo_todense,
+    bcoo_transpose,
+)
+from funcgrad.experimental.sparse.random import random_bcoo
+
+__all__ = [
+    "BCOO",
+    "bcoo_dot_general",
+    "bcoo_extract",
+    "bcoo_fromdense",
+    "bcoo_multiply_dense",
+    "bcoo_reduce_sum",
+    "bcoo_reshape",
+    "bcoo_sort_indices",
+    "bcoo_sum_duplicates",
+    "bcoo_todense",
+    "bcoo_transpose",
+    "empty",
+    "eye",
+    "random_bcoo",
+    "todense",
+]

@@ -1,0 +1,97 @@
+"""Format-independent entry points: `todense` of any array, and the constructors `empty` and
+`eye` (BCOO is the only format)."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+
+import numpy as np
+
+from funcgrad import dtypes
+from funcgrad import numpy as fnp
+from funcgrad.array import Array
+from funcgrad.experimental.sparse.bcoo import BCOO, bcoo_fromdense
+
+__all__ = ["empty", "eye", "todense"]
+
+
+def todense(arr) -> Array:
+    """The dense form of a BCOO array; a dense array is returned as it is."""
+    return arr.todense() if isinstance(arr, BCOO) else fnp.asarray(arr)
+
+
+def _check_format(sparse_format: str, name: str) -> None:
+    if sparse_format != "bcoo":
+        raise ValueError(f"{name}: sparse_format={sparse_format!r} is not supported; use 'bcoo'")
+
+
+def _layout_split(shape, n_batch: int, n_dense: int, name: str) -> int:
+    n_sparse = len(shape) - n_batch - n_dense
+    if n_batch < 0 or n_dense < 0 or n_sparse < 0:
+        raise ValueError(
+            f"{name}: n_batch={n_batch} and n_dense={n_dense} must be non-negative and together "
+            f"at most the rank of shape {tuple(shape)}"
+        )
+    return n_sparse
+
+
+def empty(
+    shape: Sequence[int],
+    dtype=None,
+    index_dtype="int32",
+    sparse_format: str = "bcoo",
+    *,
+    n_batch: int = 0,
+    n_dense: int = 0,
+    nse: int = 0,
+) -> BCOO:
+    """An all-zero sparse array: `nse` padding elements per batch."""
+    _check_format(sparse_format, "empty")
+    shape = tuple(operator.index(s) for s in shape)
+    n_sparse = _layout_split(shape, n_batch, n_dense, "empty")
+    if nse < 0:
+        raise ValueError(f"empty: nse must be non-negative, got {nse}")
+    dtype = dtypes.default_float if dtype is None else np.dtype(dtype)
+    batch_shape, sparse_shape = shape[:n_batch], shape[n_batch : n_batch + n_sparse]
+    data = fnp.zeros((*batch_shape, nse, *shape[n_batch + n_sparse :]), dtype)
+    padding = np.array(sparse_shape, np.dtype(index_dtype))
+    indices = fnp.asarray(np.broadcast_to(padding, (*batch_shape, nse, n_sparse)))
+    return BCOO((data, indices), shape=shape, indices_sorted=True, unique_indices=True)
+
+
+def eye(
+    N: int,
+    M: int | None = None,
+    k: int = 0,
+    dtype=None,
+    index_dtype="int32",
+    sparse_format: str = "bcoo",
+    *,
+    n_batch: int = 0,
+    n_dense: int = 0,
+) -> BCOO:
+    """The N x M matrix with ones on diagonal `k` (above the main one for k > 0)."""
+    _check_format(sparse_format, "eye")
+    N = operator.index(N)
+    M = N if M is None else operator.index(M)
+    k = operator.index(k)
+    _layout_split((N, M), n_batch, n_dense, "eye")
+    dtype = dtypes.default_float if dtype is None else np.dtype(dtype)
+    index_dtype = np.dtype(index_dtype)
+    if n_batch == 0 and n_dense == 0:
+        rows = np.arange(max(-k, 0), min(N, M - k))
+        indices = np.stack([rows, rows + k], axis=-1).astype(index_dtype).reshape(-1, 2)
+        data = fnp.ones(len(rows), dtype)
+        return BCOO((data, indices), shape=(N, M), indices_sorted=True, unique_indices=True)
+    if n_batch == 1 and n_dense == 0:
+        rows = np.arange(N)
+        columns = rows + k
+        on_diagonal = (columns >= 0) & (columns < M)
+        indices = np.where(on_diagonal, columns, M).astype(index_dtype).reshape(N, 1, 1)
+        data = fnp.asarray(on_diagonal.astype(dtype).reshape(N, 1))
+        return BCOO((data, indices), shape=(N, M), indices_sorted=True, unique_indices=True)
+    # Every other layout stores the zeros of its dense blocks anyway.
+    return bcoo_fromdense(
+        fnp.eye(N, M, k, dtype=dtype), n_batch=n_batch, n_dense=n_dense, index_dtype=index_dtype
+    )
