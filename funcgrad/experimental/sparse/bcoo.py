@@ -243,7 +243,7 @@ class BCOO:
         if isinstance(other, BCOO):
             return _add_sparse(self, other)
         other = fnp.asarray(other)
-        if other.shape != np.broadcast_shapes(self.shape, other.shape):
+        if not _broadcasts_to(self.shape, other.shape):
             raise NotImplementedError(
                 f"adding a BCOO array of shape {self.shape} and a dense array of shape "
                 f"{other.shape} would broadcast the dense one; convert the BCOO array with "
@@ -288,6 +288,13 @@ def _normalize_axis(axis: int, ndim: int, name: str) -> int:
     if not -ndim <= axis < ndim:
         raise ValueError(f"{name}: axis {axis} is out of range for an array of rank {ndim}")
     return axis % ndim
+
+
+def _broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """Whether an array of `shape` broadcasts to `target` without growing it."""
+    if len(shape) > len(target):
+        return False
+    return all(s in (1, t) for s, t in zip(shape[::-1], target[::-1]))
 
 
 def _check_layout(data, indices, shape: tuple[int, ...]) -> None:
@@ -495,7 +502,7 @@ def bcoo_multiply_dense(sp_mat: BCOO, v) -> Array:
     multiplied, so the dense form of `v` times zero is never formed."""
     sp_mat = _as_bcoo(sp_mat, "bcoo_multiply_dense")
     v = fnp.asarray(v)
-    if v.ndim > sp_mat.ndim or np.broadcast_shapes(v.shape, sp_mat.shape) != sp_mat.shape:
+    if not _broadcasts_to(v.shape, sp_mat.shape):
         raise ValueError(
             f"bcoo_multiply_dense: v of shape {v.shape} must broadcast to the BCOO array's "
             f"shape {sp_mat.shape}"
@@ -586,8 +593,8 @@ def bcoo_sort_indices(mat: BCOO) -> BCOO:
     """The stored elements of every batch in lexicographic order of their indices (padding
     last)."""
     mat = _as_bcoo(mat, "bcoo_sort_indices")
-    if mat.n_sparse == 0:
-        return mat
+    if mat.n_sparse == 0:  # every element has the one (empty) index
+        return mat._like(mat.data, indices_sorted=True)
     data, indices = _order.sort_indices(mat.data, mat.indices, mat.shape[mat.n_batch :])
     return mat._like(data, indices, indices_sorted=True)
 

@@ -1,0 +1,545 @@
+"""funcgrad.experimental.sparse: BCOO arrays against their dense forms in NumPy (conversions,
+products for drawn shapes and dimension numbers, sums, transposes, duplicates, padding),
+derivatives against central finite differences, jit against eager, vmap against a loop of the
+lanes, and the errors that name a bad argument."""
+
+from __future__ import annotations
+
+import math
+import string
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad.errors import ConcretizationTypeError
+from funcgrad.experimental import sparse
+from funcgrad.experimental.sparse import BCOO
+from funcgrad.test_util import check_grads
+
+
+def sparse_array(rng, shape, density=0.4, dtype=np.float64):
+    """A dense NumPy array with about `density` of its entries nonzero."""
+    values = rng.normal(size=shape).astype(dtype)
+    return np.where(rng.random(shape) < density, values, 0).astype(dtype)
+
+
+def einsum_dot_general(lhs, rhs, dimension_numbers):
+    """dot_general of two NumPy arrays, written as an einsum."""
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+    letters = iter(string.ascii_letters)
+    lhs_names = [next(letters) for _ in range(lhs.ndim)]
+    rhs_names = [next(letters) for _ in range(rhs.ndim)]
+    for lhs_dim, rhs_dim in zip(lhs_contract + lhs_batch, rhs_contract + rhs_batch):
+        rhs_names[rhs_dim] = lhs_names[lhs_dim]
+    paired_lhs, paired_rhs = set(lhs_contract + lhs_batch), set(rhs_contract + rhs_batch)
+    out = (
+        [lhs_names[d] for d in lhs_batch]
+        + [n for d, n in enumerate(lhs_names) if d not in paired_lhs]
+        + [n for d, n in enumerate(rhs_names) if d not in paired_rhs]
+    )
+    spec = f"{''.join(lhs_names)},{''.join(rhs_names)}->{''.join(out)}"
+    return np.einsum(spec, lhs, rhs)
+
+
+@st.composite
+def layouts(draw, min_dims=1, max_dims=4, min_side=0):
+    """A shape with its n_batch and n_dense, and a seed for its values."""
+    ndim = draw(st.integers(min_dims, max_dims))
+    shape = tuple(draw(st.lists(st.integers(min_side, 4), min_size=ndim, max_size=ndim)))
+    n_batch = draw(st.integers(0, ndim))
+    n_dense = draw(st.integers(0, ndim - n_batch))
+    return shape, n_batch, n_dense, draw(st.integers(0, 2**16))
+
+
+# ---- conversions
+
+
+@settings(deadline=None, max_examples=25)
+@given(layouts(), st.integers(0, 2))
+def test_fromdense_todense_round_trip(layout, extra_nse):
+    shape, n_batch, n_dense, seed = layout
+    dense = sparse_array(np.random.default_rng(seed), shape)
+    n_sparse = len(shape) - n_batch - n_dense
+    nonzero = np.any(dense != 0, axis=tuple(range(n_batch + n_sparse, len(shape))))
+    counts = nonzero.sum(axis=tuple(range(n_batch, n_batch + n_sparse)))
+    nse = int(np.max(counts, initial=0))
+
+    mat = BCOO.fromdense(dense, n_batch=n_batch, n_dense=n_dense)
+    assert (mat.nse, mat.n_batch, mat.n_sparse, mat.n_dense) == (nse, n_batch, n_sparse, n_dense)
+    assert mat.shape == shape and mat.ndim == len(shape) and mat.size == dense.size
+    assert mat.dtype == np.float64 and mat.indices.dtype == np.int32
+    np.testing.assert_array_equal(mat.todense(), dense)
+
+    padded = BCOO.fromdense(dense, nse=nse + extra_nse, n_batch=n_batch, n_dense=n_dense)
+    assert padded.data.shape == (*shape[:n_batch], nse + extra_nse, *shape[n_batch + n_sparse :])
+    np.testing.assert_array_equal(sparse.todense(padded), dense)
+    # Per batch: the nonzero positions in row-major order, then padding at the sparse shape.
+    sparse_shape = shape[n_batch : n_batch + n_sparse]
+    batch_size = math.prod(shape[:n_batch])
+    indices = np.asarray(padded.indices).reshape(batch_size, nse + extra_nse, n_sparse)
+    for batch, batch_indices in zip(nonzero.reshape(batch_size, *sparse_shape), indices):
+        expected = np.argwhere(batch) if n_sparse else np.zeros((int(batch), 0))
+        count = len(expected)
+        np.testing.assert_array_equal(batch_indices[:count], expected)
+        np.testing.assert_array_equal(
+            batch_indices[count:],
+            np.broadcast_to(sparse_shape, (nse + extra_nse - count, n_sparse)),
+        )
+
+
+def test_fromdense_keeps_the_first_nse_nonzeros():
+    dense = np.array([[0.0, 2.0, 0.0], [1.0, 0.0, 4.0]])
+    mat = BCOO.fromdense(dense, nse=2)
+    np.testing.assert_array_equal(mat.indices, [[0, 1], [1, 0]])
+    np.testing.assert_array_equal(mat.todense(), [[0.0, 2.0, 0.0], [1.0, 0.0, 0.0]])
+
+
+def test_constructor_and_layout_properties():
+    data = np.array([1.0, 3.0, 5.0], np.float32)
+    indices = np.array([[0, 0], [1, 1], [2, 2]])
+    mat = BCOO((data, indices), shape=(3, 3))
+    assert repr(mat) == "BCOO(float32[3, 3], nse=3)"
+    np.testing.assert_array_equal(mat.todense(), np.diag([1.0, 3.0, 5.0]))
+    assert sparse.todense(np.eye(2)).shape == (2, 2)  # a dense array passes through
+    batched = BCOO.fromdense(np.ones((2, 3, 4)), n_batch=1, n_dense=1)
+    assert repr(batched) == "BCOO(float64[2, 3, 4], nse=3, n_batch=1, n_dense=1)"
+    assert len(batched) == 2
+
+
+def test_empty_and_eye_match_numpy():
+    empty = sparse.empty((3, 4), dtype=np.float32, n_batch=1, nse=2)
+    assert empty.data.shape == (3, 2) and empty.dtype == np.float32
+    np.testing.assert_array_equal(empty.todense(), np.zeros((3, 4)))
+    for n, m, k in [(3, None, 0), (3, 5, 1), (4, 3, -2), (3, 3, 5)]:
+        for n_batch, n_dense in [(0, 0), (1, 0), (0, 1), (2, 0)]:
+            eye = sparse.eye(n, m, k, n_batch=n_batch, n_dense=n_dense)
+            assert (eye.n_batch, eye.n_dense) == (n_batch, n_dense)
+            np.testing.assert_array_equal(eye.todense(), np.eye(n, m, k))
+
+
+def test_random_bcoo_draws_distinct_indices_in_range():
+    mat = sparse.random_bcoo(fg.random.key(3), (2, 5, 6, 3), nse=0.3, n_batch=1, n_dense=1)
+    assert mat.data.shape == (2, 9, 3) and mat.indices.shape == (2, 9, 2)
+    indices = np.asarray(mat.indices)
+    assert np.all((indices >= 0) & (indices < [5, 6]))
+    for batch in indices:
+        assert len({tuple(i) for i in batch}) == 9
+    assert np.all((np.asarray(mat.data) >= 0) & (np.asarray(mat.data) < 1))
+    ordered = sparse.random_bcoo(fg.random.key(3), (7, 7), nse=10, sorted_indices=True)
+    flat = np.ravel_multi_index(np.asarray(ordered.indices).T, (7, 7))
+    assert np.all(np.diff(flat) > 0)
+
+
+# ---- products
+
+
+@st.composite
+def dot_general_cases(draw):
+    """A BCOO layout, a dense operand and dimension numbers pairing them."""
+    shape, n_batch, n_dense, seed = draw(layouts(min_dims=1, max_dims=4, min_side=1))
+    roles = draw(
+        st.lists(
+            st.sampled_from(["contract", "batch", "free"]), min_size=len(shape), max_size=len(shape)
+        )
+    )
+    paired = [d for d, r in enumerate(roles) if r != "free"]
+    n_free = draw(st.integers(0, 2))
+    rhs_rank = len(paired) + n_free
+    placement = draw(st.permutations(range(rhs_rank)))
+    rhs_shape = [0] * rhs_rank
+    pair_to_rhs = {}
+    for lhs_dim, rhs_dim in zip(paired, placement):
+        rhs_shape[rhs_dim] = shape[lhs_dim]
+        pair_to_rhs[lhs_dim] = rhs_dim
+    for rhs_dim in placement[len(paired) :]:
+        rhs_shape[rhs_dim] = draw(st.integers(1, 3))
+    lhs_contract = tuple(d for d in paired if roles[d] == "contract")
+    lhs_batch = tuple(draw(st.permutations([d for d in paired if roles[d] == "batch"])))
+    dimension_numbers = (
+        (lhs_contract, tuple(pair_to_rhs[d] for d in lhs_contract)),
+        (lhs_batch, tuple(pair_to_rhs[d] for d in lhs_batch)),
+    )
+    return shape, n_batch, n_dense, seed, tuple(rhs_shape), dimension_numbers
+
+
+@settings(deadline=None, max_examples=40)
+@given(dot_general_cases())
+def test_dot_general_matches_dense_product(case):
+    shape, n_batch, n_dense, seed, rhs_shape, dimension_numbers = case
+    rng = np.random.default_rng(seed)
+    dense = sparse_array(rng, shape)
+    other = rng.normal(size=rhs_shape)
+    mat = BCOO.fromdense(dense, n_batch=n_batch, n_dense=n_dense)
+    out = sparse.bcoo_dot_general(mat, other, dimension_numbers=dimension_numbers)
+    expected = einsum_dot_general(dense, other, dimension_numbers)
+    assert out.shape == expected.shape and out.dtype == np.float64
+    np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)
+    # The same product with the dense operand on the left.
+    (lc, rc), (lb, rb) = dimension_numbers
+    swapped = ((rc, lc), (rb, lb))
+    out = sparse.bcoo_dot_general(other, mat, dimension_numbers=swapped)
+    np.testing.assert_allclose(
+        out, einsum_dot_general(other, dense, swapped), rtol=1e-12, atol=1e-12
+    )
+
+
+@pytest.mark.parametrize(
+    "sparse_shape, dense_shape, n_batch",
+    [
+        ((3, 4), (4,), 0),
+        ((3, 4), (4, 2), 0),
+        ((4,), (4, 2), 0),
+        ((4,), (4,), 0),
+        ((3, 4), (2, 4, 5), 0),
+        ((2, 3, 4), (2, 4, 5), 1),
+        ((2, 3, 4), (4, 5), 1),
+        ((2, 3, 4), (4,), 1),
+    ],
+)
+def test_matmul_follows_numpy_shapes(sparse_shape, dense_shape, n_batch):
+    rng = np.random.default_rng(0)
+    dense = sparse_array(rng, sparse_shape)
+    mat = BCOO.fromdense(dense, n_batch=n_batch)
+    other = rng.normal(size=dense_shape)
+    np.testing.assert_allclose(mat @ other, dense @ other, rtol=1e-12)
+    np.testing.assert_allclose(mat @ fnp.asarray(other), dense @ other, rtol=1e-12)
+    transposed = np.swapaxes(other, -1, -2) if other.ndim > 1 else other
+    flipped = np.swapaxes(dense, -1, -2) if dense.ndim > 1 else dense
+    mat_t = BCOO.fromdense(flipped, n_batch=n_batch)
+    np.testing.assert_allclose(transposed @ mat_t, transposed @ flipped, rtol=1e-12)
+    np.testing.assert_allclose(fnp.asarray(transposed) @ mat_t, transposed @ flipped, rtol=1e-12)
+
+
+def test_matmul_promotes_dtypes():
+    mat = BCOO.fromdense(np.eye(3, dtype=np.float32))
+    assert (mat @ np.ones(3, np.float64)).dtype == np.float64
+    assert (mat @ fnp.ones(3, np.int32)).dtype == np.float32
+
+
+def test_elementwise_operators_stay_sparse():
+    rng = np.random.default_rng(1)
+    dense = sparse_array(rng, (3, 4, 2))
+    mat = BCOO.fromdense(dense, n_batch=1, n_dense=1)
+    scale = rng.normal(size=(4, 1))
+    for result, expected in [
+        (mat * 2.5, dense * 2.5),
+        (3 * mat, 3 * dense),
+        (mat * scale, dense * scale),
+        (scale * mat, dense * scale),
+        (-mat, -dense),
+        (mat + mat, 2 * dense),
+        (mat - 2 * mat, -dense),
+    ]:
+        assert isinstance(result, BCOO) and result.shape == dense.shape
+        np.testing.assert_allclose(result.todense(), expected, rtol=1e-12)
+    np.testing.assert_allclose(mat + dense, 2 * dense)  # with a dense array: dense
+    position = np.minimum(np.asarray(mat.indices)[..., 0], 3)  # padding holds 0 anyway
+    np.testing.assert_allclose(sparse.bcoo_multiply_dense(mat, scale), mat.data * scale[position])
+    assert (mat + mat).nse == 2 * mat.nse
+    assert mat.astype(np.float32).dtype == np.float32
+
+
+# ---- padding
+
+
+def padded_matrix():
+    """A 3x4 matrix with two real elements and three entries whose indices lie outside (the
+    usual padding at the shape, one past it and a negative one), all holding nonzero data."""
+    data = np.array([1.0, 2.0, 7.0, 8.0, 9.0])
+    indices = np.array([[0, 1], [2, 3], [3, 4], [1, 4], [-1, 0]], np.int32)
+    dense = np.zeros((3, 4))
+    dense[0, 1], dense[2, 3] = 1.0, 2.0
+    return BCOO((data, indices), shape=(3, 4)), dense
+
+
+def test_out_of_range_entries_are_ignored():
+    mat, dense = padded_matrix()
+    np.testing.assert_array_equal(mat.todense(), dense)
+    x, y = np.arange(4.0) + 1, np.arange(3.0) + 1
+    np.testing.assert_allclose(mat @ x, dense @ x)
+    np.testing.assert_allclose(y @ mat, y @ dense)
+    np.testing.assert_allclose(mat.T @ y, dense.T @ y)
+    np.testing.assert_allclose((mat * np.arange(4.0)).todense(), dense * np.arange(4.0))
+    for axis in (0, 1):
+        np.testing.assert_allclose(mat.sum(axis).todense(), dense.sum(axis))
+    assert float(mat.sum()) == dense.sum()
+    np.testing.assert_allclose(mat.reshape(2, 6).todense(), dense.reshape(2, 6))
+    deduplicated = mat.sum_duplicates(remove_zeros=False)
+    assert deduplicated.nse == 2
+    np.testing.assert_array_equal(deduplicated.indices, [[0, 1], [2, 3]])
+
+
+def test_padding_has_no_gradient():
+    mat, _ = padded_matrix()
+
+    def loss(data):
+        return fnp.sum(BCOO((data, mat.indices), shape=mat.shape) @ fnp.arange(4.0))
+
+    np.testing.assert_allclose(fg.grad(loss)(mat.data), [1.0, 3.0, 0.0, 0.0, 0.0])
+
+
+# ---- ordering and duplicates
+
+
+def test_sum_duplicates_merges_sorts_and_pads():
+    data = np.array([[1.0, 2.0, 3.0, 5.0, 0.0], [4.0, 4.0, 4.0, 4.0, 4.0]])
+    indices = np.array(
+        [[[1, 0], [0, 1], [1, 0], [2, 2], [0, 0]], [[0, 0], [0, 0], [0, 0], [0, 0], [0, 0]]],
+        np.int32,
+    )
+    mat = BCOO((data, indices), shape=(2, 2, 3))
+    expected_dense = mat.todense()
+    summed = sparse.bcoo_sum_duplicates(mat)
+    assert summed.nse == 3 and summed.unique_indices and summed.indices_sorted
+    np.testing.assert_array_equal(summed.indices[0], [[0, 0], [0, 1], [1, 0]])
+    np.testing.assert_array_equal(summed.data[0], [0.0, 2.0, 4.0])
+    np.testing.assert_array_equal(summed.indices[1], [[0, 0], [2, 3], [2, 3]])
+    np.testing.assert_array_equal(summed.data[1], [20.0, 0.0, 0.0])
+    np.testing.assert_array_equal(summed.todense(), expected_dense)
+    # The method drops zeros too; a larger nse pads, a smaller one cuts.
+    assert mat.sum_duplicates().nse == 2
+    np.testing.assert_array_equal(mat.sum_duplicates(nse=5).todense(), expected_dense)
+    assert mat.sum_duplicates(nse=5).nse == 5
+    cut = sparse.bcoo_sum_duplicates(mat, nse=1)
+    np.testing.assert_array_equal(cut.indices[:, 0], [[0, 0], [0, 0]])
+
+
+@settings(deadline=None, max_examples=20)
+@given(layouts(min_dims=1, max_dims=3, min_side=1), st.integers(1, 6))
+def test_sum_duplicates_and_sort_indices_keep_the_array(layout, nse):
+    shape, n_batch, n_dense, seed = layout
+    rng = np.random.default_rng(seed)
+    n_sparse = len(shape) - n_batch - n_dense
+    sparse_shape = shape[n_batch : n_batch + n_sparse]
+    batch_shape, dense_shape = shape[:n_batch], shape[n_batch + n_sparse :]
+    # Indices from a small range so that they repeat, and some one past the end.
+    indices = rng.integers(0, np.array(sparse_shape) + 1, size=(*batch_shape, nse, n_sparse))
+    data = rng.normal(size=(*batch_shape, nse, *dense_shape))
+    mat = BCOO((data, indices.astype(np.int32)), shape=shape)
+    expected = np.asarray(mat.todense())
+    batch_size = math.prod(batch_shape)
+    for result in (mat.sum_duplicates(remove_zeros=False), mat.sort_indices()):
+        np.testing.assert_allclose(result.todense(), expected, rtol=1e-12, atol=1e-12)
+        assert result.indices_sorted
+        for batch in np.asarray(result.indices).reshape(batch_size, result.nse, n_sparse):
+            inside = np.all(batch < sparse_shape, axis=-1)
+            assert np.all(inside[:-1] >= inside[1:])  # valid first, then padding
+            keys = [tuple(i) for i in batch[inside]]
+            assert keys == sorted(keys)
+    deduplicated = mat.sum_duplicates(remove_zeros=False)
+    for batch in np.asarray(deduplicated.indices).reshape(batch_size, deduplicated.nse, n_sparse):
+        keys = [tuple(i) for i in batch if np.all(i < sparse_shape)]
+        assert len(keys) == len(set(keys))
+
+
+def test_extract_reads_dense_values_at_the_indices():
+    data = np.array([1.0, 2.0, 3.0])
+    indices = np.array([[0, 1], [0, 1], [1, 0]], np.int32)
+    mat = BCOO((data, indices), shape=(2, 2))
+    dense = np.array([[5.0, 6.0], [7.0, 8.0]])
+    np.testing.assert_array_equal(
+        sparse.bcoo_extract(mat, dense, assume_unique=True).data, [6.0, 6.0, 7.0]
+    )
+    once = sparse.bcoo_extract(mat, dense)  # indices not known to be unique: first copy only
+    np.testing.assert_array_equal(once.data, [6.0, 0.0, 7.0])
+    np.testing.assert_array_equal(once.todense(), [[0.0, 6.0], [7.0, 0.0]])
+
+
+# ---- structure
+
+
+@settings(deadline=None, max_examples=20)
+@given(layouts(min_dims=1, max_dims=4), st.data())
+def test_transpose_permutes_within_groups(layout, data):
+    shape, n_batch, n_dense, seed = layout
+    dense = sparse_array(np.random.default_rng(seed), shape)
+    mat = BCOO.fromdense(dense, n_batch=n_batch, n_dense=n_dense)
+    n_positional = len(shape) - n_dense
+    permutation = (
+        data.draw(st.permutations(range(n_batch)))
+        + data.draw(st.permutations(range(n_batch, n_positional)))
+        + data.draw(st.permutations(range(n_positional, len(shape))))
+    )
+    out = sparse.bcoo_transpose(mat, permutation=permutation)
+    np.testing.assert_array_equal(out.todense(), np.transpose(dense, permutation))
+    assert out.unique_indices
+
+
+def test_transpose_property_and_matrix_transpose():
+    dense = sparse_array(np.random.default_rng(2), (3, 5))
+    mat = BCOO.fromdense(dense)
+    np.testing.assert_array_equal(mat.T.todense(), dense.T)
+    assert mat.indices_sorted and not mat.T.indices_sorted
+
+
+@settings(deadline=None, max_examples=20)
+@given(layouts(min_dims=1, max_dims=4), st.data())
+def test_reduce_sum_matches_numpy(layout, data):
+    shape, n_batch, n_dense, seed = layout
+    dense = sparse_array(np.random.default_rng(seed), shape)
+    mat = BCOO.fromdense(dense, n_batch=n_batch, n_dense=n_dense)
+    axes = tuple(data.draw(st.sets(st.integers(0, len(shape) - 1))))
+    out = sparse.bcoo_reduce_sum(mat, axes=axes)
+    assert isinstance(out, BCOO)
+    np.testing.assert_allclose(out.todense(), dense.sum(axis=axes), rtol=1e-12, atol=1e-12)
+
+
+def test_sum_method_and_negative_axes():
+    dense = sparse_array(np.random.default_rng(3), (2, 3, 4))
+    mat = BCOO.fromdense(dense, n_batch=1)
+    np.testing.assert_allclose(mat.sum(-1).todense(), dense.sum(-1))
+    np.testing.assert_allclose(mat.sum((0, 2)).todense(), dense.sum((0, 2)))
+    np.testing.assert_allclose(mat.sum(), dense.sum())
+
+
+def test_reshape_and_batch_indexing():
+    dense = sparse_array(np.random.default_rng(4), (2, 3, 4, 2))
+    mat = BCOO.fromdense(dense, n_batch=1, n_dense=1)
+    for new_shape in [(2, 12, 2), (1, 2, 2, 6, 2), (2, 4, 3, 2), (2, -1, 2)]:
+        out = mat.reshape(new_shape)
+        np.testing.assert_array_equal(out.todense(), dense.reshape(new_shape))
+    np.testing.assert_array_equal(mat[1].todense(), dense[1])
+    np.testing.assert_array_equal(mat[-1:].todense(), dense[-1:])
+    batched = BCOO.fromdense(dense, n_batch=2)
+    np.testing.assert_array_equal(batched[0, 1:].todense(), dense[0, 1:])
+    np.testing.assert_array_equal(batched[:, 2].todense(), dense[:, 2])
+
+
+# ---- transformations
+
+
+def test_grad_through_matmul_matches_finite_differences():
+    rng = np.random.default_rng(5)
+    dense = sparse_array(rng, (4, 5))
+    mat = BCOO.fromdense(dense, nse=9)
+    x = rng.normal(size=(5, 2))
+
+    def loss(data, x):
+        product = BCOO((data, mat.indices), shape=mat.shape) @ x
+        return fnp.sum(fnp.sin(product) * product)
+
+    check_grads(loss, (mat.data, x), order=2, modes=("fwd", "rev"))
+    grad_data, grad_x = fg.grad(loss, argnums=(0, 1))(mat.data, x)
+    product = dense @ x
+    outer = np.cos(product) * product + np.sin(product)
+    np.testing.assert_allclose(grad_x, dense.T @ outer, rtol=1e-10)
+    rows, cols = np.asarray(mat.indices).T
+    expected = np.where(rows < 4, (outer @ x.T)[np.minimum(rows, 3), np.minimum(cols, 4)], 0)
+    np.testing.assert_allclose(grad_data, expected, rtol=1e-10)
+
+
+def test_grad_through_the_other_operations():
+    rng = np.random.default_rng(6)
+    dense = sparse_array(rng, (2, 3, 4), density=0.6)
+    mat = BCOO.fromdense(dense, n_batch=1, nse=8)
+    weights = rng.normal(size=(3, 4))
+
+    def through_structure(data):
+        a = BCOO((data, mat.indices), shape=mat.shape)
+        summed = a.sum(0).T.reshape(12) * fnp.arange(12.0)
+        merged = (a + a * 2.0).sum_duplicates(nse=8, remove_zeros=False)
+        return fnp.sum(summed.todense() ** 2) + fnp.sum(merged.todense() * weights)
+
+    check_grads(through_structure, (mat.data,), order=2)
+    # Without zeros the pattern stays put under the finite differences' steps.
+    full = rng.normal(size=(2, 3, 4))
+    check_grads(lambda m: BCOO.fromdense(m, nse=12, n_batch=1).data, (full,), order=1)
+    check_grads(lambda m: sparse.bcoo_extract(mat, m).data, (dense,), order=1)
+
+
+def test_jit_matches_eager():
+    rng = np.random.default_rng(7)
+    dense = sparse_array(rng, (2, 4, 5))
+    mat = BCOO.fromdense(dense, n_batch=1)
+    x = rng.normal(size=(5, 3))
+
+    def f(mat, x):
+        product = mat @ x
+        deduplicated = (mat + mat).sum_duplicates(nse=mat.nse, remove_zeros=False)
+        return product, deduplicated, mat.transpose((0, 2, 1)).sum(1)
+
+    eager = f(mat, x)
+    jitted = fg.jit(f)(mat, x)
+    for a, b in zip(fg.tree_util.tree_leaves(eager), fg.tree_util.tree_leaves(jitted)):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12)
+    assert fg.tree_util.tree_structure(eager) == fg.tree_util.tree_structure(jitted)
+    roundtrip = fg.jit(lambda m: BCOO.fromdense(m, nse=mat.nse, n_batch=1).todense())(dense)
+    np.testing.assert_array_equal(roundtrip, dense)
+
+
+def test_nse_must_be_static_under_jit():
+    dense = np.eye(3)
+    with pytest.raises(ConcretizationTypeError, match="pass nse="):
+        fg.jit(lambda m: BCOO.fromdense(m))(dense)
+    mat = BCOO.fromdense(dense)
+    with pytest.raises(ConcretizationTypeError, match="pass nse="):
+        fg.jit(lambda m: m.sum_duplicates())(mat)
+    with pytest.raises(ConcretizationTypeError, match="nse sets the shapes"):
+        fg.jit(lambda m, n: BCOO.fromdense(m, nse=n))(dense, 3)
+
+
+def test_vmap_over_a_dense_operand_matches_a_loop():
+    rng = np.random.default_rng(8)
+    dense = sparse_array(rng, (3, 4))
+    mat = BCOO.fromdense(dense)
+    xs = rng.normal(size=(5, 4))
+    batched = fg.vmap(lambda x: mat @ x)(xs)
+    np.testing.assert_allclose(batched, np.stack([np.asarray(mat @ x) for x in xs]), rtol=1e-12)
+    batched = fg.vmap(lambda x: x @ mat.T, in_axes=1)(xs.T)
+    np.testing.assert_allclose(batched, xs @ dense.T, rtol=1e-12)
+
+
+def test_vmap_over_data_and_over_batch_dimensions_matches_a_loop():
+    rng = np.random.default_rng(9)
+    dense = sparse_array(rng, (3, 4, 5))
+    mat = BCOO.fromdense(dense, n_batch=1)
+    x = rng.normal(size=(3, 5))
+
+    def apply(m, v):
+        return (m * 2.0).sum_duplicates(nse=m.nse, remove_zeros=False) @ v
+
+    batched = fg.vmap(apply)(mat, x)
+    lanes = [np.asarray(apply(mat[i], x[i])) for i in range(3)]
+    np.testing.assert_allclose(batched, np.stack(lanes), rtol=1e-12)
+    # One sparsity pattern, many values: data mapped, indices shared.
+    flat = BCOO.fromdense(dense[0])
+    datas = rng.normal(size=(4, flat.nse))
+    batched = fg.vmap(lambda d: BCOO((d, flat.indices), shape=flat.shape).todense())(datas)
+    lanes = [np.asarray(BCOO((d, flat.indices), shape=flat.shape).todense()) for d in datas]
+    np.testing.assert_array_equal(batched, np.stack(lanes))
+    # A BCOO result stacks into a new batch dimension.
+    stacked = fg.vmap(lambda m: BCOO.fromdense(m, nse=20))(dense)
+    assert stacked.n_batch == 1 and stacked.shape == dense.shape
+    np.testing.assert_array_equal(stacked.todense(), dense)
+
+
+# ---- errors
+
+
+def test_errors_name_the_shapes():
+    mat = BCOO.fromdense(np.eye(3))
+    with pytest.raises(ValueError, match=r"\(3, 3\) and \(4,\) do not align"):
+        mat @ np.ones(4)
+    with pytest.raises(TypeError, match="contracting dimension sizes must match"):
+        sparse.bcoo_dot_general(mat, np.ones((4, 2)), dimension_numbers=(((1,), (0,)), ((), ())))
+    with pytest.raises(NotImplementedError, match="two BCOO arrays"):
+        mat @ mat
+    with pytest.raises(ValueError, match="do not describe an array of shape"):
+        BCOO((np.ones(3), np.zeros((2, 2), np.int32)), shape=(3, 3))
+    with pytest.raises(TypeError, match="indices must be integers"):
+        BCOO((np.ones(2), np.zeros((2, 2))), shape=(3, 3))
+    with pytest.raises(ValueError, match="kept among themselves"):
+        BCOO.fromdense(np.ones((2, 3, 4)), n_batch=1).transpose((1, 0, 2))
+    with pytest.raises(IndexError, match="batch dimensions"):
+        mat[0]
+    with pytest.raises(ValueError, match="must broadcast"):
+        mat * np.ones(4)
+    with pytest.raises(ValueError, match="n_batch=3 and n_dense=0"):
+        BCOO.fromdense(np.eye(3), n_batch=3)
+    with pytest.raises(ValueError, match="one shape and layout"):
+        mat + BCOO.fromdense(np.eye(3), n_batch=1)
