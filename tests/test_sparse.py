@@ -543,3 +543,48 @@ def test_errors_name_the_shapes():
         BCOO.fromdense(np.eye(3), n_batch=3)
     with pytest.raises(ValueError, match="one shape and layout"):
         mat + BCOO.fromdense(np.eye(3), n_batch=1)
+
+
+# ---- sparsify
+
+
+def test_sparsify_runs_dense_code_on_sparse_arguments():
+    rng = np.random.default_rng(10)
+    dense = sparse_array(rng, (3, 4))
+    mat = BCOO.fromdense(dense)
+    x, y = rng.normal(size=4), rng.normal(size=3)
+
+    def f(a, x, y):
+        return (
+            2.0 * (a @ x),
+            y @ a,
+            fnp.sum(a, axis=0),
+            fnp.sum(a),
+            (-a).T,
+            a * x,
+            a + a - a,
+            a.astype(np.float32),
+        )
+
+    expected = f(fnp.asarray(dense), x, y)
+    results = sparse.sparsify(f)(mat, x, y)
+    for result, want in zip(results, expected):
+        np.testing.assert_allclose(sparse.todense(result), want, rtol=1e-12, atol=1e-12)
+        assert sparse.todense(result).dtype == want.dtype
+    assert [isinstance(r, BCOO) for r in results] == [False, False, True, False] + [True] * 4
+    # Under jit and grad, through the data.
+    jitted = fg.jit(sparse.sparsify(f))(mat, x, y)
+    for a, b in zip(fg.tree_util.tree_leaves(results), fg.tree_util.tree_leaves(jitted)):
+        np.testing.assert_allclose(b, a, rtol=1e-12, atol=1e-12)
+
+    def loss(data, x):
+        a = BCOO((data, mat.indices), shape=mat.shape)
+        return sparse.sparsify(lambda a, x: fnp.sum((a @ x) ** 2))(a, x)
+
+    check_grads(loss, (mat.data, x), order=2)
+
+
+def test_sparsify_names_a_primitive_without_a_sparse_rule():
+    mat = BCOO.fromdense(np.eye(2))
+    with pytest.raises(NotImplementedError, match="primitive exp has no sparse rule"):
+        sparse.sparsify(fnp.exp)(mat)

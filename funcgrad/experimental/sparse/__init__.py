@@ -20,6 +20,7 @@ from funcgrad.experimental.sparse.bcoo import (
     bcoo_transpose,
 )
 from funcgrad.experimental.sparse.random import random_bcoo
+from funcgrad.experimental.sparse.transform import sparsify
 
 __all__ = [
     "BCOO",
@@ -36,5 +37,6 @@ __all__ = [
     "empty",
     "eye",
     "random_bcoo",
+    "sparsify",
     "todense",
 ]
