@@ -19,7 +19,9 @@ from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.experimental.sparse._convert import gather_slices, position_columns
 
-DimensionNumbers = tuple[tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, ...], ...]]
+DimensionNumbers = tuple[
+    tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]
+]
 
 
 def canonical_dimension_numbers(dimension_numbers) -> DimensionNumbers:

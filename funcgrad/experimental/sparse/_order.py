@@ -29,12 +29,6 @@ def _sorted(indices, valid) -> tuple[list[Array], Array, Array]:
     return columns, invalid == 0, permutation
 
 
-def _stack(columns, indices) -> Array:
-    if not columns:
-        return indices
-    return fnp.stack(columns, axis=-1)
-
-
 def _permute(data, permutation, n_batch: int) -> Array:
     """`data` reordered along its nse axis by `permutation`."""
     n_dense = data.ndim - n_batch - 1
@@ -44,9 +38,9 @@ def _permute(data, permutation, n_batch: int) -> Array:
 
 
 def sort_indices(data, indices, sparse_shape) -> tuple[Array, Array]:
-    """The stored elements of every batch ordered by index."""
+    """The stored elements of every batch ordered by index (n_sparse > 0)."""
     columns, _, permutation = _sorted(indices, in_range(indices, sparse_shape))
-    return _permute(data, permutation, indices.ndim - 2), _stack(columns, indices)
+    return _permute(data, permutation, indices.ndim - 2), fnp.stack(columns, axis=-1)
 
 
 class Duplicates(NamedTuple):

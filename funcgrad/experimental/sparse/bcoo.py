@@ -280,7 +280,7 @@ def _traced(x) -> bool:
 def _is_integer_index(i) -> bool:
     if isinstance(i, (int, np.integer)):
         return True
-    return hasattr(i, "dtype") and np.ndim(i) == 0 and dtypes.is_int(i.dtype)
+    return getattr(i, "ndim", None) == 0 and dtypes.is_int(i.dtype)
 
 
 def _normalize_axis(axis: int, ndim: int, name: str) -> int:
