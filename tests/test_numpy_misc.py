@@ -25,6 +25,28 @@ def small_arrays(dtype=fst.any_dtypes, min_dims=0, max_dims=3, min_side=0, max_s
     return fst.arrays(dtype, fst.shapes(min_dims, max_dims, min_side, max_side), **bounds)
 
 
+def assert_numpys(actual, expected) -> None:
+    """The same dtype and values, zeros' signs included."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    if expected.dtype.kind in "fcV":  # V: bfloat16, which NumPy compares as float32
+        expected, actual = expected.astype(np.complex128), actual.astype(np.complex128)
+        np.testing.assert_array_equal(actual, expected, strict=True)
+        for part in (np.real, np.imag):
+            np.testing.assert_array_equal(np.signbit(part(actual)), np.signbit(part(expected)))
+    else:
+        assert_same(actual, expected)
+
+
+def eager_and_jitted(f, *args) -> list:
+    """f(*args) eagerly, and jitted on the LLVM and the NumPy reference backends."""
+    results = [f(*args)]
+    for backend in ("llvm", "numpy"):
+        with jit_backend(backend):
+            results.append(fg.jit(f)(*args))
+    return results
+
+
 # ---------------------------------------------------------------------------------------------
 # Ranges
 
@@ -54,6 +76,27 @@ def test_arange_with_an_integer_dtype_truncates_a_fractional_step():
     assert_same(fnp.arange(0.5, 4, dtype=np.int32), np.arange(0.5, 4, dtype=np.int32))
 
 
+def test_arange_is_numpys_in_the_result_dtype():
+    """NumPy converts start and start + step to the dtype and spaces the rest as those two:
+    arange(0.5, 10, 1.5, dtype=int32) steps by 2 (it stepped by int(1.5) = 1), and a bfloat16
+    or float32 range is spaced by its converted first step."""
+    cases = [
+        ((0.5, 10, 1.5), np.int32),
+        ((-0.5, -10, -1.5), np.int16),
+        ((0, 1, 0.1), fnp.bfloat16),
+        ((0, 1, 0.1), np.float16),
+        ((np.float32(0.1), np.float32(2.3), np.float32(0.3)), np.float32),
+        ((10, -3.5, -0.7), np.float64),
+    ]
+    for args, dtype in cases:
+        expected = np.arange(*args, dtype=dtype)
+        for actual in eager_and_jitted(
+            lambda args=args, dtype=dtype: fnp.arange(*args, dtype=dtype)
+        ):
+            assert_numpys(actual, expected)
+    assert_numpys(fnp.arange(0.1, 1.0, 0.1), np.arange(0.1, 1.0, 0.1, dtype=np.float32))
+
+
 def test_arange_dtypes_and_tracing():
     assert_same(fnp.arange(4.0), np.arange(4, dtype=np.float32))
     assert_same(fnp.arange(np.float64(3)), np.arange(3, dtype=np.float64))
@@ -62,28 +105,6 @@ def test_arange_dtypes_and_tracing():
     assert names == ["iota"]
     with pytest.raises(ConcretizationTypeError, match="arange"):
         fg.make_jaxpr(lambda n: fnp.arange(n))(3)
-
-
-def assert_numpys(actual, expected) -> None:
-    """The same dtype and values, zeros' signs included."""
-    actual, expected = np.asarray(actual), np.asarray(expected)
-    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
-    if expected.dtype.kind in "fcV":  # V: bfloat16, which NumPy compares as float32
-        expected, actual = expected.astype(np.complex128), actual.astype(np.complex128)
-        np.testing.assert_array_equal(actual, expected, strict=True)
-        for part in (np.real, np.imag):
-            np.testing.assert_array_equal(np.signbit(part(actual)), np.signbit(part(expected)))
-    else:
-        assert_same(actual, expected)
-
-
-def eager_and_jitted(f, *args) -> list:
-    """f(*args) eagerly, and jitted on the LLVM and the NumPy reference backends."""
-    results = [f(*args)]
-    for backend in ("llvm", "numpy"):
-        with jit_backend(backend):
-            results.append(fg.jit(f)(*args))
-    return results
 
 
 # Bounds NumPy computes ranges of in float64: Python ints, and float64 values (which a jitted

@@ -6,7 +6,6 @@ values to be static; `nonzero` and friends take a static `size=` to work under t
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Sequence
 
@@ -74,7 +73,7 @@ def _static_scalar(x, name: str):
     value = static_value(x, name, "each bound and step")
     if value.ndim != 0:
         raise ValueError(f"{name}: bounds and step must be scalars, got shape {value.shape}")
-    return value.item()
+    return value[()]
 
 
 def arange(start, stop=None, step=None, dtype=None):
@@ -82,7 +81,10 @@ def arange(start, stop=None, step=None, dtype=None):
 
     As in JAX, integer arguments give the default int and any float the default float (int32
     and float32 unless `enable_x64`; NumPy values keep their dtype); `arange(n)` is a single
-    iota.
+    iota. The values are NumPy's arange in that dtype: its length from the arguments as given,
+    its first two values start and start + step converted to the dtype, and the rest spaced
+    as those two are (so arange(0.5, 10, 1.5, dtype=int32) is 0, 2, 4, ... 12, and
+    arange(0, 5, 0.5, dtype=int32) all zeros).
     """
     args = [a for a in (start, stop, step) if a is not None]
     values = [_static_scalar(a, "arange") for a in args]
@@ -91,16 +93,7 @@ def arange(start, stop=None, step=None, dtype=None):
         return lax.iota(dtype, max(int(values[0]), 0))
     if dtype == dtypes.bool_:
         return lax.asarray(np.arange(*values).astype(dtype))
-    start, stop, step = (0, *values, 1) if len(values) == 1 else (*values, 1)[:3]
-    size = max(0, math.ceil((stop - start) / step))
-    # As JAX (and NumPy): start + step * i with start and step in the result dtype, so that an
-    # integer dtype truncates a fractional step (arange(0, 5, 0.5, dtype=int32) is all zeros),
-    # rather than rounding the float values; floats narrower than float32 work in float32.
-    working = np.dtype(dtype)
-    if dtypes.is_float(working) and working.itemsize < 4:
-        working = np.dtype(np.float32)
-    start, step = np.asarray(start).astype(working), np.asarray(step).astype(working)
-    return lax.asarray((start + step * np.arange(size).astype(working)).astype(dtype))
+    return lax.asarray(np.arange(*values, dtype=dtype))
 
 
 def _numpy_working_dtype(*args) -> np.dtype:
