@@ -638,6 +638,30 @@ def test_random_bits_and_reduce_precision():
     assert_same_as_reference(f, key, x32, rtol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_reduce_precision_to_the_own_format_rounds_a_product_before_the_sum(dtype):
+    """A product and a sum may fuse into one rounding, but not a product reduced to its own
+    format (nor a choice between products): (1 + e)(1 + e) rounds to 1 + 2e, so adding
+    -(1 + 2e) gives 0, where one rounding gives e^2. Many elements, so that the vectorized
+    loop computes them too."""
+    e = float(np.finfo(dtype).eps) ** 0.5 / 2
+    a = np.full(1000, 1 + e, dtype)
+    c = np.full(1000, -(1 + 2 * e), dtype)
+    info = fnp.finfo(dtype)
+
+    def rounded(x):
+        return lax.reduce_precision(x, info.nexp, info.nmant)
+
+    def product_then_sum(a, c):
+        return rounded(a * a) + c
+
+    def chosen_product_then_sum(a, c):
+        return rounded(lax.select(a > 0, a * a, a * c)) + c
+
+    for f in (product_then_sum, chosen_product_then_sum):
+        np.testing.assert_array_equal(np.asarray(fg.jit(f)(a, c)), np.zeros(1000, dtype))
+
+
 def test_convolutions_pooling_and_their_gradients():
     images = rng.standard_normal((2, 6, 7, 3)).astype(np.float32)
     kernel = rng.standard_normal((3, 3, 3, 4)).astype(np.float32)

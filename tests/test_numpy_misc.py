@@ -25,6 +25,28 @@ def small_arrays(dtype=fst.any_dtypes, min_dims=0, max_dims=3, min_side=0, max_s
     return fst.arrays(dtype, fst.shapes(min_dims, max_dims, min_side, max_side), **bounds)
 
 
+def assert_numpys(actual, expected) -> None:
+    """The same dtype and values, zeros' signs included."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.dtype == expected.dtype, (actual.dtype, expected.dtype)
+    if expected.dtype.kind in "fcV":  # V: bfloat16, which NumPy compares as float32
+        expected, actual = expected.astype(np.complex128), actual.astype(np.complex128)
+        np.testing.assert_array_equal(actual, expected, strict=True)
+        for part in (np.real, np.imag):
+            np.testing.assert_array_equal(np.signbit(part(actual)), np.signbit(part(expected)))
+    else:
+        assert_same(actual, expected)
+
+
+def eager_and_jitted(f, *args) -> list:
+    """f(*args) eagerly, and jitted on the LLVM and the NumPy reference backends."""
+    results = [f(*args)]
+    for backend in ("llvm", "numpy"):
+        with jit_backend(backend):
+            results.append(fg.jit(f)(*args))
+    return results
+
+
 # ---------------------------------------------------------------------------------------------
 # Ranges
 
@@ -54,6 +76,27 @@ def test_arange_with_an_integer_dtype_truncates_a_fractional_step():
     assert_same(fnp.arange(0.5, 4, dtype=np.int32), np.arange(0.5, 4, dtype=np.int32))
 
 
+def test_arange_is_numpys_in_the_result_dtype():
+    """NumPy converts start and start + step to the dtype and spaces the rest as those two:
+    arange(0.5, 10, 1.5, dtype=int32) steps by 2 (it stepped by int(1.5) = 1), and a bfloat16
+    or float32 range is spaced by its converted first step."""
+    cases = [
+        ((0.5, 10, 1.5), np.int32),
+        ((-0.5, -10, -1.5), np.int16),
+        ((0, 1, 0.1), fnp.bfloat16),
+        ((0, 1, 0.1), np.float16),
+        ((np.float32(0.1), np.float32(2.3), np.float32(0.3)), np.float32),
+        ((10, -3.5, -0.7), np.float64),
+    ]
+    for args, dtype in cases:
+        expected = np.arange(*args, dtype=dtype)
+        for actual in eager_and_jitted(
+            lambda args=args, dtype=dtype: fnp.arange(*args, dtype=dtype)
+        ):
+            assert_numpys(actual, expected)
+    assert_numpys(fnp.arange(0.1, 1.0, 0.1), np.arange(0.1, 1.0, 0.1, dtype=np.float32))
+
+
 def test_arange_dtypes_and_tracing():
     assert_same(fnp.arange(4.0), np.arange(4, dtype=np.float32))
     assert_same(fnp.arange(np.float64(3)), np.arange(3, dtype=np.float64))
@@ -64,44 +107,48 @@ def test_arange_dtypes_and_tracing():
         fg.make_jaxpr(lambda n: fnp.arange(n))(3)
 
 
-@given(
-    st.floats(-10, 10),
-    st.floats(-10, 10),
-    st.integers(0, 9),
-    st.booleans(),
-    st.sampled_from([None, np.float32, np.float64, np.int32]),
-)
-def test_linspace_matches_numpy(start, stop, num, endpoint, dtype):
-    actual, step = fnp.linspace(start, stop, num, endpoint, retstep=True, dtype=dtype)
-    expected, expected_step = np.linspace(start, stop, num, endpoint, retstep=True, dtype=dtype)
-    out_dtype = np.float32 if dtype is None else dtype
-    if np.dtype(out_dtype).kind == "i":
-        # floored from float64 samples, as NumPy's: exactly NumPy's
-        np.testing.assert_array_equal(np.asarray(actual), expected)
-        assert np.asarray(actual).dtype == out_dtype
-    else:
-        assert_close(actual, expected.astype(out_dtype), out_dtype, rtol=1e-5, atol=1e-5)
-    assert_close(step, np.float32(expected_step), rtol=1e-5, atol=1e-6)
+# Bounds NumPy computes ranges of in float64: Python ints, and float64 values (which a jitted
+# function receives as float64, where a Python float would arrive as a float32).
+range_bounds = st.integers(-60, 60) | st.floats(-1e3, 1e3).map(np.float64)
+range_dtypes = [None, np.float32, np.float64, np.float16, fnp.bfloat16, np.int32, np.int16]
 
 
-def test_integer_linspace_is_numpys():
-    """Integer samples are floored from float64 samples, as NumPy's; float32 ones round
-    differently next to whole numbers (linspace(-21, 9, 27, dtype=int32)[13] was -6, NumPy's
-    float64 sample is just below -6: -7). Eagerly and under jit on the NumPy reference
-    backend (LLVM contracts k * step + start into one rounding and can still differ)."""
-    cases = [(-32, 20, 46, False), (-21, 9, 27, True), (6, -8, 49, False), (58, -5, 50, True)]
-    cases += [(26, -14, 36, False), (-55, 57, 47, True), (0, 10, 6, True), (0.5, 7.25, 9, True)]
-    for start, stop, num, endpoint in cases:
-        expected = np.linspace(start, stop, num, endpoint, dtype=np.int32)
-        actual = fnp.linspace(start, stop, num, endpoint, dtype=np.int32)
-        np.testing.assert_array_equal(np.asarray(actual), expected)
-        with jit_backend("numpy"):
-            compiled = fg.jit(
-                lambda a, b, num=num, endpoint=endpoint: fnp.linspace(
-                    a, b, num, endpoint, dtype=np.int32
-                )
-            )
-            np.testing.assert_array_equal(np.asarray(compiled(start, stop)), expected)
+@given(range_bounds, range_bounds, st.integers(0, 60), st.booleans(), st.sampled_from(range_dtypes))
+def test_linspace_is_numpys_bit_for_bit(start, stop, num, endpoint, dtype):
+    """Samples computed in float64 as NumPy computes them: k * step + start, rounded twice
+    (LLVM fused them into one rounding: integer samples were floored from the wrong side of
+    a whole number in ~2% of cases), then rounded to the result dtype or floored to an integer
+    one (float32 samples were computed in float32)."""
+    expected, expected_step = np.linspace(start, stop, num, endpoint, retstep=True)
+    out_dtype = fnp.result_type(start, stop, float) if dtype is None else np.dtype(dtype)
+    expected = (np.floor(expected) if out_dtype.kind == "i" else expected).astype(out_dtype)
+    step_dtype = out_dtype if out_dtype.kind == "f" or out_dtype == fnp.bfloat16 else np.float64
+
+    def f(a, b):
+        return fnp.linspace(a, b, num, endpoint, retstep=True, dtype=dtype)
+
+    for samples, step in eager_and_jitted(f, start, stop):
+        assert_numpys(samples, expected)
+        assert_numpys(step, np.asarray(expected_step).astype(step_dtype))
+
+
+def test_linspace_is_numpys_next_to_whole_numbers_and_zero_steps():
+    # integer samples floored from float64 ones next to whole numbers: float32 samples gave
+    # linspace(-21, 9, 27, dtype=int32)[13] = -6 (NumPy: -7); LLVM's fused k * step + start
+    # gave linspace(37, -49, 7, dtype=int32)[3] = -7 (NumPy: -6)
+    for start, stop, num in ((-21, 9, 27), (37, -49, 7), (-8, -2, 43), (24, -31, 46)):
+        expected = np.linspace(start, stop, num, dtype=np.int32)
+        for actual in eager_and_jitted(
+            lambda a, b, num=num: fnp.linspace(a, b, num, dtype=np.int32), start, stop
+        ):
+            assert_numpys(actual, expected)
+    # NumPy computes every line as (k / divisions) * delta + start where any line's step is
+    # zero; the first sample is 0 * step + start (+0.0 from a start of -0.0)
+    start, stop = np.array([0.0, 0.0, -0.0]), np.array([0.1, 0.0, 1.0])
+    expected = np.linspace(start, stop, 6)
+    assert not np.array_equal(expected[:, 0], np.linspace(0.0, 0.1, 6))
+    for actual in eager_and_jitted(lambda a, b: fnp.linspace(a, b, 6), start, stop):
+        assert_numpys(actual, expected)
 
 
 def test_linspace_of_arrays_along_an_axis():
@@ -135,6 +182,23 @@ def test_geomspace_matches_numpy(start, stop, num, endpoint, negative):
     assert_close(actual, expected, np.float32, rtol=1e-5)
     if num:
         assert np.asarray(actual)[0] == np.float32(start)
+
+
+def test_geomspace_computes_in_numpys_dtype_with_exact_ends():
+    # NumPy's dtype includes the requested one: float32 bounds give a float64 progression
+    # for dtype=float64 (it was computed in float32), whose integer samples are truncated
+    start, stop = np.float32(3), np.float32(7)
+    expected = np.geomspace(start, stop, 5, dtype=np.float64)
+    truncated = np.geomspace(start, stop, 5, dtype=np.int32)
+    for dtype in (np.float64, np.int32):
+        for actual in eager_and_jitted(
+            lambda a, b, dtype=dtype: fnp.geomspace(a, b, 5, dtype=dtype), start, stop
+        ):
+            if dtype == np.int32:
+                assert_numpys(actual, truncated)
+            else:
+                assert_close(actual, expected, np.float64, rtol=1e-14, atol=0)
+                assert_numpys(np.asarray(actual)[[0, -1]], expected[[0, -1]])
 
 
 def test_complex_ranges_and_array_bases_match_numpy():

@@ -98,7 +98,7 @@ def hosted(kernel: K.Kernel, output: K.Buffer, host: K.Buffer) -> K.Kernel:
         elif isinstance(e, K.Unary):
             new = K.Unary(e.op, expr(e.x))
         elif isinstance(e, K.Binary):
-            new = K.Binary(e.op, expr(e.a), expr(e.b))
+            new = K.Binary(e.op, expr(e.a), expr(e.b), e.contract)
         elif isinstance(e, K.Select):
             new = K.Select(expr(e.pred), expr(e.on_true), expr(e.on_false))
         elif isinstance(e, (K.Cast, K.Bitcast)):

@@ -1092,14 +1092,17 @@ def _threefry2x32(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> list[Ex
 
 def _reduce_precision(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
     """Round the mantissa to nearest even, then flush exponents outside the narrower range
-    (to infinity above, to signed zero below), on the bits; NaN stays NaN."""
+    (to infinity above, to signed zero below), on the bits; NaN stays NaN. The value's own
+    format leaves it unchanged, but rounded where it is made (`K.rounded`)."""
     from funcgrad import dtypes as fg_dtypes
 
     (x,) = eqn.invars
     value = builder.element(x, index)
     info = fg_dtypes.finfo(x.aval.dtype)
-    unsigned = np.dtype(f"uint{info.bits}")
     exponent_bits, mantissa_bits = eqn.params["exponent_bits"], eqn.params["mantissa_bits"]
+    if exponent_bits >= info.nexp and mantissa_bits >= info.nmant:
+        return K.rounded(value)
+    unsigned = np.dtype(f"uint{info.bits}")
 
     def u(v: int) -> Expr:
         return K.const(v, unsigned)

@@ -170,9 +170,14 @@ class Unary(Expr):
 
 @dataclass(eq=False)
 class Binary(Expr):
+    """`op(a, b)`. A float add, sub or mul may be fused with a neighbouring product or sum into
+    one rounding (a fused multiply-add) unless `contract` is False: a value that must equal a
+    separately rounded reference is made by `rounded`."""
+
     op: str
     a: Expr
     b: Expr
+    contract: bool = True
     dtype: np.dtype = field(init=False)
 
     def __post_init__(self):
@@ -353,6 +358,16 @@ def binary(op: str, a: Expr, b: Expr) -> Expr:
     return Binary(op, a, b)
 
 
+def rounded(x: Expr) -> Expr:
+    """`x` rounded to its dtype where it is made: a float sum or product (or a choice between
+    such) that no neighbouring operation may absorb into a single rounding."""
+    if isinstance(x, Binary) and x.op in ("add", "sub", "mul") and x.contract:
+        return Binary(x.op, x.a, x.b, contract=False)
+    if isinstance(x, Select):
+        return Select(x.pred, rounded(x.on_true), rounded(x.on_false))
+    return x
+
+
 def select(pred: Expr, on_true: Expr, on_false: Expr) -> Expr:
     if isinstance(pred, Const):
         return on_true if pred.value else on_false
@@ -477,7 +492,8 @@ def _pp_expr(e: Expr, names: dict) -> str:
     elif isinstance(e, Unary):
         text = f"{e.op}({_pp_expr(e.x, names)})"
     elif isinstance(e, Binary):
-        text = f"{e.op}({_pp_expr(e.a, names)}, {_pp_expr(e.b, names)})"
+        op = e.op if e.contract else f"{e.op}<rounded>"
+        text = f"{op}({_pp_expr(e.a, names)}, {_pp_expr(e.b, names)})"
     elif isinstance(e, Select):
         parts = [_pp_expr(x, names) for x in (e.pred, e.on_true, e.on_false)]
         text = "select(" + ", ".join(parts) + ")"

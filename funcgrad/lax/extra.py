@@ -98,7 +98,9 @@ defvectorized(reduce_precision_p)
 
 def reduce_precision(operand, exponent_bits: int, mantissa_bits: int):
     """operand rounded to a float format of `exponent_bits` and `mantissa_bits` (e.g. 8 and 7
-    for bfloat16, 5 and 10 for float16), keeping its dtype."""
+    for bfloat16, 5 and 10 for float16), keeping its dtype. The operand's own format leaves
+    its value as it is, rounded where it is made: the compiler does not fuse the product that
+    makes it into a following sum with one rounding."""
     return reduce_precision_p.bind(
         asarray(operand), exponent_bits=int(exponent_bits), mantissa_bits=int(mantissa_bits)
     )

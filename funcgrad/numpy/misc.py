@@ -6,7 +6,6 @@ values to be static; `nonzero` and friends take a static `size=` to work under t
 
 from __future__ import annotations
 
-import math
 import operator
 from collections.abc import Sequence
 
@@ -19,6 +18,7 @@ from funcgrad.numpy._promotion import (
     broadcast_shapes,
     broadcast_to,
     convert,
+    dtype_and_weak,
     promote_args,
     promote_args_inexact,
     result_type,
@@ -73,7 +73,7 @@ def _static_scalar(x, name: str):
     value = static_value(x, name, "each bound and step")
     if value.ndim != 0:
         raise ValueError(f"{name}: bounds and step must be scalars, got shape {value.shape}")
-    return value.item()
+    return value[()]
 
 
 def arange(start, stop=None, step=None, dtype=None):
@@ -81,7 +81,10 @@ def arange(start, stop=None, step=None, dtype=None):
 
     As in JAX, integer arguments give the default int and any float the default float (int32
     and float32 unless `enable_x64`; NumPy values keep their dtype); `arange(n)` is a single
-    iota.
+    iota. The values are NumPy's arange in that dtype: its length from the arguments as given,
+    its first two values start and start + step converted to the dtype, and the rest spaced
+    as those two are (so arange(0.5, 10, 1.5, dtype=int32) is 0, 2, 4, ... 12, and
+    arange(0, 5, 0.5, dtype=int32) all zeros).
     """
     args = [a for a in (start, stop, step) if a is not None]
     values = [_static_scalar(a, "arange") for a in args]
@@ -90,29 +93,36 @@ def arange(start, stop=None, step=None, dtype=None):
         return lax.iota(dtype, max(int(values[0]), 0))
     if dtype == dtypes.bool_:
         return lax.asarray(np.arange(*values).astype(dtype))
-    start, stop, step = (0, *values, 1) if len(values) == 1 else (*values, 1)[:3]
-    size = max(0, math.ceil((stop - start) / step))
-    # As JAX (and NumPy): start + step * i with start and step in the result dtype, so that an
-    # integer dtype truncates a fractional step (arange(0, 5, 0.5, dtype=int32) is all zeros),
-    # rather than rounding the float values; floats narrower than float32 work in float32.
-    working = np.dtype(dtype)
-    if dtypes.is_float(working) and working.itemsize < 4:
-        working = np.dtype(np.float32)
-    start, step = np.asarray(start).astype(working), np.asarray(step).astype(working)
-    return lax.asarray((start + step * np.arange(size).astype(working)).astype(dtype))
+    return lax.asarray(np.arange(*values, dtype=dtype))
+
+
+def _numpy_working_dtype(*args) -> np.dtype:
+    """The dtype NumPy computes ranges of these arguments in: their promotion with weakly typed
+    values standing for Python scalars (so ints and Python floats give float64), made
+    inexact."""
+    examples = []
+    for a in args:
+        dtype, weak = (dtypes.canonicalize(a), False) if _is_dtype(a) else dtype_and_weak(a)
+        examples.append(np.zeros((), dtype).item() if weak else np.zeros((), dtype))
+    try:
+        working = np.result_type(*examples)
+    except TypeError:  # bfloat16 mixed with a type NumPy has no promotion to it for
+        working = result_type(*args)
+    return working if dtypes.is_inexact(working) else dtypes.float64
+
+
+def _is_dtype(x) -> bool:
+    return isinstance(x, (np.dtype, type)) or (isinstance(x, str) and bool(x))
 
 
 def _float_dtypes(start, stop, dtype) -> tuple[np.dtype, np.dtype]:
-    """The result dtype (by default a float, from start and stop) and the compute dtype."""
+    """The result dtype (by default a float, from start and stop) and NumPy's compute dtype."""
     out_dtype = dtypes.canonicalize(dtype) if dtype is not None else result_type(start, stop, float)
-    if dtypes.is_complex(out_dtype):
-        return out_dtype, out_dtype
-    compute = out_dtype if out_dtype == dtypes.float64 else dtypes.float32
-    return out_dtype, compute
+    return out_dtype, _numpy_working_dtype(start, stop)
 
 
 def _bounds(start, stop, compute: np.dtype):
-    start, stop = convert(to_array(start), compute), convert(to_array(stop), compute)
+    start, stop = convert(start, compute), convert(stop, compute)
     shape = broadcast_shapes(start.shape, stop.shape)
     return broadcast_to(start, shape), broadcast_to(stop, shape)
 
@@ -134,50 +144,61 @@ def linspace(
     axis: int = 0,
 ):
     """`num` evenly spaced samples from start to stop (arrays of bounds give one line each,
-    along `axis`). Integer results are floored, as in NumPy."""
+    along `axis`). The samples are NumPy's, bit for bit: computed in the dtype NumPy computes
+    in (float64 for Python numbers), then rounded to the result dtype, or floored to an integer
+    one."""
     num = _check_num("linspace", num)
     out_dtype, compute = _float_dtypes(start, stop, dtype)
-    if not dtypes.is_inexact(out_dtype):
-        # floored from float64 samples, as NumPy's: float32's round differently next to
-        # whole numbers (linspace(-21, 9, 27, dtype=int32)[13] was -6, NumPy's -7)
-        compute = dtypes.float64
     start, stop = _bounds(start, stop, compute)
     out, step = _linspace(start, stop, num, endpoint)
     if dtypes.is_int(out_dtype):
         out = lax.floor(out)
     out = _to_axis(convert(out, out_dtype), axis)
-    return (out, step) if retstep else out
+    if not retstep:
+        return out
+    return out, convert(step, out_dtype if dtypes.is_inexact(out_dtype) else compute)
+
+
+def _rounded(x):
+    """`x` rounded to its dtype where it is made: the compiler may not fuse the product making
+    it into the next sum (one rounding where NumPy has two)."""
+    if dtypes.is_complex(x.dtype):
+        return lax.complex(_rounded(lax.real(x)), _rounded(lax.imag(x)))
+    info = dtypes.finfo(x.dtype)
+    return lax.reduce_precision(x, info.nexp, info.nmant)
 
 
 def _linspace(start, stop, num: int, endpoint: bool):
-    """Samples along a new leading axis, and the step between them."""
+    """Samples along a new leading axis, and the step between them, as NumPy computes them:
+    k * step + start, each operation rounded, with stop itself last (with endpoint). Where a
+    step is zero (a tiny difference, or equal bounds), every line is (k / divisions) * delta
+    + start instead, as in NumPy."""
     divisions = num - 1 if endpoint else num
     shape = (num,) + start.shape
     across = tuple(range(1, len(shape)))
-    if divisions > 0:
-        step = lax.div(lax.sub(stop, start), lax.full(start.shape, divisions, start.dtype))
-    else:
-        step = lax.full(start.shape, np.nan, start.dtype)
+
+    def spread(x):
+        return lax.broadcast_in_dim(x, shape, across)
+
+    delta = lax.sub(stop, start)
     positions = lax.broadcasted_iota(dtypes.real_dtype(start.dtype), shape, 0)
     positions = lax.convert_element_type(positions, start.dtype)
-    out = lax.add(
-        lax.mul(positions, lax.broadcast_in_dim(step, shape, across)),
-        lax.broadcast_in_dim(start, shape, across),
-    )
-    return _set_ends(out, start, stop, endpoint), step
-
-
-def _set_ends(out, start, stop, endpoint: bool):
-    """`out` (samples along axis 0) with exactly `start` first and, with endpoint, `stop` last."""
-    num = out.shape[0]
-    if num == 0:
-        return out
-    rows = [lax.expand_dims(start, (0,))]
-    middle_end = num - 1 if endpoint and num > 1 else num
-    rows.append(lax.slice_in_dim(out, 1, middle_end, 1, 0))
+    if divisions > 0:
+        step = lax.div(delta, lax.full(start.shape, divisions, start.dtype))
+        by_step = lax.mul(positions, spread(step))
+        fractions = lax.div(positions, lax.full(shape, divisions, start.dtype))
+        by_fraction = lax.mul(fractions, spread(delta))
+        any_zero_step = reductions.any(lax.eq(step, lax.full(step.shape, 0, step.dtype)))
+        offsets = lax.select(lax.broadcast_in_dim(any_zero_step, shape, ()), by_fraction, by_step)
+    else:
+        step = lax.full(start.shape, np.nan, start.dtype)
+        offsets = lax.mul(positions, spread(delta))
+    out = lax.add(_rounded(offsets), spread(start))
     if endpoint and num > 1:
-        rows.append(lax.expand_dims(stop, (0,)))
-    return lax.concatenate(rows, 0)
+        out = lax.concatenate(
+            [lax.slice_in_dim(out, 0, num - 1, 1, 0), lax.expand_dims(stop, (0,))], 0
+        )
+    return out, step
 
 
 def _to_axis(out, axis: int):
@@ -194,36 +215,44 @@ def logspace(
     axis: int = 0,
 ):
     """`base` raised to `num` evenly spaced exponents from start to stop. An array `base`
-    broadcasts with start and stop (one line of samples each), as in NumPy."""
+    broadcasts with start and stop (one line of samples each), as in NumPy. The exponents are
+    linspace's; the powers are taken in the dtype NumPy takes them in."""
     num = _check_num("logspace", num)
     out_dtype, compute = _float_dtypes(start, stop, dtype)
+    power_dtype = _numpy_working_dtype(base, compute)
     start, stop = _bounds(start, stop, compute)
-    base = convert(to_array(base), compute)
+    base = convert(base, power_dtype)
     shape = broadcast_shapes(start.shape, base.shape)
     start, stop, base = (broadcast_to(x, shape) for x in (start, stop, base))
     exponents, _ = _linspace(start, stop, num, endpoint)
     base = lax.broadcast_in_dim(base, exponents.shape, tuple(range(1, exponents.ndim)))
-    out = ufuncs.power(base, exponents)
+    out = lax.pow(base, convert(exponents, power_dtype))
     return _to_axis(convert(out, out_dtype), axis)
 
 
 def geomspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, axis: int = 0):
-    """A geometric progression from start to stop (both nonzero).
+    """A geometric progression from start to stop (both nonzero), NumPy's to the bit.
 
     As in NumPy, start is rotated onto the positive real axis and stop with it: real ends of
-    opposite signs give NaN between them, and complex ends a logarithmic spiral.
+    opposite signs give NaN between them, and complex ends a logarithmic spiral. The ends are
+    start and stop themselves; an integer dtype truncates the others toward zero.
     """
     num = _check_num("geomspace", num)
-    out_dtype, compute = _float_dtypes(start, stop, dtype)
+    out_dtype = dtypes.canonicalize(dtype) if dtype is not None else result_type(start, stop, float)
+    given = () if dtype is None else (dtypes.canonicalize(dtype),)
+    compute = _numpy_working_dtype(start, stop, 1.0, *given)
     start, stop = _bounds(start, stop, compute)
     sign = ufuncs.sign(start)
-    log_start = ufuncs.log10(lax.div(start, sign))
-    log_stop = ufuncs.log10(lax.div(stop, sign))
-    exponents, _ = _linspace(log_start, log_stop, num, endpoint)
-    magnitudes = ufuncs.power(lax.full((), 10.0, compute), exponents)
-    sign = lax.broadcast_in_dim(sign, magnitudes.shape, tuple(range(1, start.ndim + 1)))
-    out = _set_ends(lax.mul(sign, magnitudes), start, stop, endpoint)
-    return _to_axis(convert(out, out_dtype), axis)
+    start, stop = lax.div(start, sign), lax.div(stop, sign)
+    exponents, _ = _linspace(ufuncs.log10(start), ufuncs.log10(stop), num, endpoint)
+    out = lax.pow(lax.full(exponents.shape, 10.0, compute), exponents)
+    if num > 0:
+        rows = [lax.expand_dims(start, (0,)), lax.slice_in_dim(out, 1, num, 1, 0)]
+        if endpoint and num > 1:
+            rows[1:] = [lax.slice_in_dim(out, 1, num - 1, 1, 0), lax.expand_dims(stop, (0,))]
+        out = lax.concatenate(rows, 0)
+    sign = lax.broadcast_in_dim(sign, out.shape, tuple(range(1, out.ndim)))
+    return _to_axis(convert(lax.mul(out, sign), out_dtype), axis)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -119,12 +119,7 @@ _FLOAT_COMPARE = {"eq": "oeq", "ne": "une", "lt": "olt", "le": "ole", "gt": "ogt
 _SIGNED_COMPARE = {"eq": "eq", "ne": "ne", "lt": "slt", "le": "sle", "gt": "sgt", "ge": "sge"}
 _UNSIGNED_COMPARE = {"eq": "eq", "ne": "ne", "lt": "ult", "le": "ule", "gt": "ugt", "ge": "uge"}
 _INT_ARITH = {"add": "add", "sub": "sub", "mul": "mul", "and": "and", "or": "or", "xor": "xor"}
-_FLOAT_ARITH = {
-    "add": "fadd contract",
-    "sub": "fsub contract",
-    "mul": "fmul contract",
-    "div": "fdiv",
-}
+_FLOAT_ARITH = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
 
 
 class _Function:
@@ -312,14 +307,15 @@ class _Function:
             return self.assign(f"icmp {table[op]} {t} {a}, {b}")
         if _is_float(dtype):
             if op in _FLOAT_ARITH:
-                instruction = _FLOAT_ARITH[op]
-                if any(isinstance(v, K.Cast) and v.x.dtype == F16 for v in (e.a, e.b)):
-                    # Half precision computes in float32 rounded back at every operation, as
-                    # the reference rounds; LLVM shrinks such operations to half ones where
-                    # the CPU has them (AVX512-FP16), and must not then fuse a product into a
-                    # sum with one rounding.
-                    instruction = instruction.removesuffix(" contract")
-                return self.assign(f"{instruction} {flags}{t} {a}, {b}")
+                # A product and a sum may fuse into one rounding (both need `contract`), unless
+                # the kernel asks for this one rounded on its own. Half precision computes in
+                # float32 rounded back at every operation, as the reference rounds; LLVM
+                # shrinks such operations to half ones where the CPU has them (AVX512-FP16),
+                # and must not then fuse a product into a sum with one rounding.
+                half = any(isinstance(v, K.Cast) and v.x.dtype == F16 for v in (e.a, e.b))
+                if op != "div" and e.contract and not half:
+                    flags = "contract " + flags
+                return self.assign(f"{_FLOAT_ARITH[op]} {flags}{t} {a}, {b}")
             if op in ("max", "min"):
                 # IEEE maximum/minimum: NaN wins (as in the reference), -0 < +0; they
                 # vectorize, reductions included.
