@@ -1,5 +1,5 @@
 """funcgrad.experimental: APIs that may still change, under JAX's experimental names."""
 
-from funcgrad.experimental import checkify, ode
+from funcgrad.experimental import checkify, ode, shard_map
 
-__all__ = ["checkify", "ode"]
+__all__ = ["checkify", "ode", "shard_map"]
