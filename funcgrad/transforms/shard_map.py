@@ -400,17 +400,19 @@ def _varying_axes(jaxpr: Jaxpr, in_varying: list[frozenset]) -> list[frozenset]:
     return [read(v) for v in jaxpr.outvars]
 
 
-def _check_replication(jaxpr: ClosedJaxpr, in_names, out_names, out_paths, mesh, name) -> None:
+def _check_replication(jaxpr: ClosedJaxpr, in_names, out_names, out_specs, mesh, name) -> None:
+    """Refuse a result that may differ along a mesh axis its spec leaves out; `out_specs`
+    holds (where the result is in the output, its spec)."""
     from funcgrad.compiler import passes
 
     closed = passes.inline_calls(jaxpr)
     in_varying = [frozenset(a for e in names for a in e) for names in in_names]
     outs = _varying_axes(closed.jaxpr, in_varying)
-    for path, names, axes in zip(out_paths, out_names, outs):
+    for (path, spec), names, axes in zip(out_specs, out_names, outs):
         left_out = [a for a in _unmentioned(names, mesh) if a in axes]
         if left_out:
             raise ValueError(
-                f"shard_map({name}): out_specs for output{path} is {_spec(names)}, which "
+                f"shard_map({name}): out_specs for {_output(path)} is {spec}, which "
                 f"leaves out mesh axis {', '.join(map(repr, left_out))}, so the output must be "
                 f"the same on every device along it; but it may differ along it (it depends on "
                 f"a value split over it, or on axis_index, ppermute, psum_scatter or all_to_all "
@@ -425,6 +427,10 @@ def _check_replication(jaxpr: ClosedJaxpr, in_names, out_names, out_paths, mesh,
 
 def _is_spec(x: Any) -> bool:
     return isinstance(x, PartitionSpec)
+
+
+def _output(path: str) -> str:
+    return f"output{path}" if path else "the output"
 
 
 def _names_for(spec: Any, mesh: Mesh, rank: int, what: str) -> Names:
@@ -530,12 +536,12 @@ class ShardMapped:
             trace = parallel.AxisEnvTrace(trace, axis_name, size, f"shard_map({self.name})")
         with core.set_current_trace(trace):
             closed, out_tree = trace_to_jaxpr(flat_fun, block_avals, f"shard_map({self.name})")
-        out_names, out_paths = self._out_names(mesh, closed, out_tree)
+        out_names, out_specs = self._out_names(mesh, closed, out_tree)
         hoisted = _hoisted(closed)
         if self.check_vma:
             consts_names = [((),) * np.ndim(c) for c in closed.consts]
             _check_replication(
-                hoisted, consts_names + list(in_names), out_names, out_paths, mesh, self.name
+                hoisted, consts_names + list(in_names), out_names, out_specs, mesh, self.name
             )
         return hoisted, closed.consts, out_tree, out_names
 
@@ -546,10 +552,12 @@ class ShardMapped:
             self.out_specs, placeholder, _is_spec, f"shard_map({self.name}) out_specs"
         )
         out_names = tuple(
-            _names_for(spec, mesh, aval.ndim, f"shard_map({self.name}): out_specs for output{path}")
+            _names_for(
+                spec, mesh, aval.ndim, f"shard_map({self.name}): out_specs for {_output(path)}"
+            )
             for path, spec, aval in zip(paths, specs, closed.out_avals)
         )
-        return out_names, paths
+        return out_names, list(zip(paths, specs))
 
     def __repr__(self) -> str:
         return f"<shard_mapped function {self.name}>"
