@@ -286,8 +286,9 @@ def block_shape(
         if shape[dim] % count:
             axes = " x ".join(f"{name!r} (size {mesh.shape[name]})" for name in entry)
             raise ValueError(
-                f"{what} splits dimension {dim} of the array of shape {shape} over mesh axis "
-                f"{axes}, but its size {shape[dim]} is not a multiple of {count}"
+                f"{what} splits dimension {dim} of the array of shape {shape} over mesh "
+                f"{'axis' if len(entry) == 1 else 'axes'} {axes}, but its size {shape[dim]} is "
+                f"not a multiple of {count}"
             )
         block[dim] = shape[dim] // count
     return tuple(block)
@@ -433,11 +434,14 @@ def resolve(sharding: Any, what: str) -> Sharding:
     return sharding
 
 
-def broadcast_prefix(prefix: Any, tree: Any, is_leaf, what: str) -> list:
+def broadcast_prefix(prefix: Any, tree: Any, is_leaf, what: str, leaf_kind: str) -> list:
     """One entry of `prefix` per leaf of `tree`, `prefix` being a tree prefix of it whose
-    leaves are those `is_leaf` accepts."""
+    leaves are those `is_leaf` accepts (`leaf_kind` names them)."""
     if is_leaf(prefix):
         return [prefix] * len(tree_util.tree_leaves(tree))
+    leaves = tree_util.tree_leaves(prefix)
+    if len(leaves) == 1 and leaves[0] is prefix:
+        raise TypeError(f"{what} must hold {leaf_kind}s, got {type(prefix).__name__} {prefix!r}")
 
     def one_level(x):
         return tree_util.tree_flatten(x, is_leaf=lambda y: y is not x)
@@ -452,7 +456,7 @@ def broadcast_prefix(prefix: Any, tree: Any, is_leaf, what: str) -> list:
     return [
         leaf
         for p, t in zip(prefix_children, tree_children)
-        for leaf in broadcast_prefix(p, t, is_leaf, what)
+        for leaf in broadcast_prefix(p, t, is_leaf, what, leaf_kind)
     ]
 
 
@@ -478,7 +482,7 @@ def put(x: Any, shardings: Any) -> Any:
     from funcgrad.lax.base import asarray
 
     leaves, tree = tree_util.tree_flatten(x)
-    per_leaf = broadcast_prefix(shardings, x, _is_sharding, "device_put's shardings")
+    per_leaf = broadcast_prefix(shardings, x, _is_sharding, "device_put's shardings", "sharding")
     outs = [laid_out(asarray(leaf), resolve(s, "device_put")) for leaf, s in zip(leaves, per_leaf)]
     return tree_util.tree_unflatten(tree, outs)
 
@@ -490,7 +494,7 @@ def with_sharding_constraint(x: Any, shardings: Any) -> Any:
     from funcgrad.lax.base import asarray
 
     leaves, tree = tree_util.tree_flatten(x)
-    per_leaf = broadcast_prefix(shardings, x, _is_sharding, "with_sharding_constraint")
+    per_leaf = broadcast_prefix(shardings, x, _is_sharding, "with_sharding_constraint", "sharding")
     outs = []
     for leaf, s in zip(leaves, per_leaf):
         sharding = resolve(s, "with_sharding_constraint")

@@ -111,7 +111,11 @@ def _unmentioned(names: Names, mesh: Mesh) -> tuple[str, ...]:
 
 
 def _spec(names: Names) -> PartitionSpec:
-    return PartitionSpec(*[None if not e else e[0] if len(e) == 1 else e for e in names])
+    """The spec splitting dimensions as `names` says, without trailing None entries."""
+    entries = [None if not e else e[0] if len(e) == 1 else e for e in names]
+    while entries and entries[-1] is None:
+        entries.pop()
+    return PartitionSpec(*entries)
 
 
 @shard_map_p.def_abstract_eval
@@ -492,7 +496,9 @@ class ShardMapped:
             x if type(x) is Array or isinstance(x, core.Tracer) else asarray(x)
             for _, x in path_leaves
         ]
-        specs = broadcast_prefix(self.in_specs, args, _is_spec, f"shard_map({self.name}) in_specs")
+        specs = broadcast_prefix(
+            self.in_specs, args, _is_spec, f"shard_map({self.name}) in_specs", "PartitionSpec"
+        )
         avals = [core.get_aval(x) for x in leaves]
         in_names = []
         for path, spec, aval in zip(paths, specs, avals):
@@ -549,7 +555,11 @@ class ShardMapped:
         placeholder = tree_util.tree_unflatten(out_tree, [0] * out_tree.num_leaves)
         paths = [tree_util.keystr(p) for p, _ in tree_util.tree_leaves_with_path(placeholder)]
         specs = broadcast_prefix(
-            self.out_specs, placeholder, _is_spec, f"shard_map({self.name}) out_specs"
+            self.out_specs,
+            placeholder,
+            _is_spec,
+            f"shard_map({self.name}) out_specs",
+            "PartitionSpec",
         )
         out_names = tuple(
             _names_for(
