@@ -10,6 +10,7 @@ from checks import assert_close
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import lax
+from funcgrad.devices import gpu_available
 from funcgrad.experimental.shard_map import shard_map as experimental_shard_map
 from funcgrad.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 from funcgrad.test_util import check_grads
@@ -325,6 +326,47 @@ def test_vmap_equals_loop(mesh):
     )
 
 
+def test_vmap_of_a_closure_and_second_derivatives(mesh):
+    x = _x()
+
+    def scaled(s):
+        return fg.shard_map(
+            lambda a: lax.psum(a * s, "j"), mesh=mesh, in_specs=P("i", "j"), out_specs=P("i")
+        )(x)
+
+    scales = np.array([1.0, 2.0, 3.0])
+    assert_close(fg.vmap(scaled)(scales), np.stack([np.asarray(scaled(s)) for s in scales]))
+    loss = fg.shard_map(
+        lambda w, a: lax.psum(fnp.sum(fnp.sin(a * w)), ("i", "j")),
+        mesh=mesh,
+        in_specs=(P(), P("i", "j")),
+        out_specs=P(),
+    )
+    assert_close(fg.hessian(loss)(0.1, x), -np.sum(np.sin(0.1 * x) * x * x))
+
+
+def test_collectives_inside_control_flow(mesh):
+    x = _x()
+
+    def accumulate(a):
+        def step(total, _):
+            return total + lax.psum(a, "j"), None
+
+        return lax.scan(step, fnp.zeros_like(a), None, length=3)[0]
+
+    expected = 3 * x.reshape(8, 4, 3).sum(1)
+    out = fg.shard_map(accumulate, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i", "j"))(x)
+    assert_close(out, np.tile(expected, (1, 4)))
+    # The check bounds a loop by its operands (here `a`, split over j), so a result the same
+    # along j is refused unless trusted.
+    with pytest.raises(ValueError, match="leaves out mesh axis 'j'"):
+        fg.shard_map(accumulate, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i"))(x)
+    trusted = fg.shard_map(
+        accumulate, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i"), check_vma=False
+    )
+    assert_close(trusted(x), expected)
+
+
 def test_context_mesh_and_experimental_name(mesh):
     x = _x()
     with mesh:
@@ -430,3 +472,41 @@ def test_replication_check(mesh):
     assert_close(run(lambda a: lax.psum(a, ("i", "j")), P()), x.reshape(2, 4, 4, 3).sum((0, 2)))
     # Unchecked, the devices at position 0 along the left-out axis give the result.
     assert_close(run(lambda a: a, P("i"), check_vma=False), np.concatenate([x[:4, :3], x[4:, :3]]))
+
+
+# ---------------------------------------------------------------------------------------------
+# GPUs
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", ["cuda_emulator"] + (["gpu"] if gpu_available() else []))
+def test_on_gpus(kind):
+    """Blocks on each GPU of the mesh (the emulated GPUs, as many as the virtual CPU devices;
+    a machine's GPUs, however many), collectives over one axis (within groups of GPUs, met on
+    the host) and over the whole mesh, results on the mesh's first GPU."""
+    gpus = fg.devices(kind)
+    rows = 2 if len(gpus) % 2 == 0 else 1
+    mesh = fg.make_mesh((rows, len(gpus) // rows), ("i", "j"), devices=gpus)
+    x = np.arange(4 * rows * 2 * mesh.shape["j"], dtype=np.float32).reshape(4 * rows, -1) / 8
+
+    def per_device(a):
+        return lax.psum(a, "j"), lax.all_gather(a, "i", tiled=True), lax.psum(a, ("i", "j"))
+
+    f = fg.shard_map(
+        per_device, mesh=mesh, in_specs=P("i", "j"), out_specs=(P("i"), P(None, "j"), P())
+    )
+    summed, gathered, total = f(x)
+    cols = mesh.shape["j"]
+    assert summed.device is gpus[0]
+    assert_close(summed, x.reshape(4 * rows, cols, 2).sum(1))
+    assert_close(gathered, x)
+    assert_close(total, x.reshape(rows, 4, cols, 2).sum((0, 2)))
+    loss = fg.shard_map(
+        lambda w, a: lax.psum(fnp.sum(fnp.tanh(a * w)), ("i", "j")),
+        mesh=mesh,
+        in_specs=(P(), P("i", "j")),
+        out_specs=P(),
+    )
+    w = np.float32(0.3)
+    expected = np.sum((1 - np.tanh(x * w) ** 2) * x)
+    assert_close(fg.grad(loss)(w, x), expected, rtol=1e-4)

@@ -526,7 +526,7 @@ class ShardMapped:
             *leaves,
             jaxpr=jaxpr,
             mesh=mesh,
-            in_names=tuple(((),) * np.ndim(c) for c in consts) + tuple(in_names),
+            in_names=tuple(((),) * core.get_aval(c).ndim for c in consts) + tuple(in_names),
             out_names=out_names,
             check_vma=self.check_vma,
             name=self.name,
@@ -545,7 +545,7 @@ class ShardMapped:
         out_names, out_specs = self._out_names(mesh, closed, out_tree)
         hoisted = _hoisted(closed)
         if self.check_vma:
-            consts_names = [((),) * np.ndim(c) for c in closed.consts]
+            consts_names = [((),) * core.get_aval(c).ndim for c in closed.consts]
             _check_replication(
                 hoisted, consts_names + list(in_names), out_names, out_specs, mesh, self.name
             )
