@@ -82,8 +82,7 @@ from funcgrad.transforms.pmap import _device_executable
 # The primitive
 #
 # params: jaxpr (one device's program, no consts), mesh, in_names / out_names (per operand and
-# result, per dimension: the mesh axes splitting it, a tuple as long as its rank), check_vma,
-# name.
+# result, per dimension: the mesh axes splitting it, a tuple as long as its rank), name.
 
 shard_map_p = Primitive("shard_map", multiple_results=True, higher_order=True)
 # Its blocks run on its mesh's devices, wherever its operands are.
@@ -166,7 +165,7 @@ def _assembled(blocks: list[Array], names: Names, mesh: Mesh, devices: list) -> 
 
 
 @shard_map_p.def_impl
-def _shard_map_impl(*args, jaxpr, mesh, in_names, out_names, check_vma, name):
+def _shard_map_impl(*args, jaxpr, mesh, in_names, out_names, name):
     devices = list(mesh.devices.flat)
     if isinstance(devices[0], GpuDevice):
         runs = [_device_executable(jaxpr, d.backend, d) for d in devices]
@@ -528,7 +527,6 @@ class ShardMapped:
             mesh=mesh,
             in_names=tuple(((),) * core.get_aval(c).ndim for c in consts) + tuple(in_names),
             out_names=out_names,
-            check_vma=self.check_vma,
             name=self.name,
         )
         return tree_util.tree_unflatten(out_tree, outs)
