@@ -19,6 +19,7 @@ from funcgrad import (
     optim,
     random,
     scipy,
+    sharding,
     test_util,
     testing,
     tree,
@@ -50,6 +51,7 @@ from funcgrad.devices import (
     process_index,
 )
 from funcgrad.environment import print_environment_info
+from funcgrad.sharding import P, make_mesh, set_mesh
 from funcgrad.transforms.autodiff import (
     grad,
     hessian,
@@ -66,6 +68,7 @@ from funcgrad.transforms.jit import jit
 from funcgrad.transforms.linear_transpose import linear_transpose
 from funcgrad.transforms.make_jaxpr import eval_shape, make_jaxpr
 from funcgrad.transforms.pmap import pmap
+from funcgrad.transforms.shard_map import shard_map
 from funcgrad.transforms.tracing_tools import (
     closure_convert,
     ensure_compile_time_eval,
@@ -139,7 +142,12 @@ __all__ = [
     "nn",
     "numpy",
     "ops",
+    "P",
+    "make_mesh",
     "pmap",
+    "set_mesh",
+    "shard_map",
+    "sharding",
     "process_count",
     "process_index",
     "pure_callback",

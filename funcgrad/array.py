@@ -192,13 +192,17 @@ class DeviceValue(_Sized):
         return complex(np.asarray(self))
 
 
-def device_put(x, device: Device | None = None):
+def device_put(x, device=None):
     """Place a pytree of arrays on `device`: the host CPU, a GPU, or the emulated GPU; by
-    default, the default platform's first device. Arrays already there stay as they are."""
-    from funcgrad import tree_util
+    default, the default platform's first device. Arrays already there stay as they are.
+    Given a sharding (or a tree prefix of them), the arrays are laid out as it says
+    (`funcgrad.sharding`)."""
+    from funcgrad import sharding, tree_util
     from funcgrad.devices import devices
     from funcgrad.lax.base import asarray
 
+    if device is not None and not isinstance(device, Device):
+        return sharding.put(x, device)
     if device is None:
         device = default_gpu()
     if isinstance(device, GpuDevice):
@@ -282,6 +286,7 @@ def block_until_ready(x):
 class Shard(NamedTuple):
     device: Device
     data: Array
+    index: tuple  # the slices (or, for pmap's rows, the row) of the array it holds
 
 
 def sharded(buffers: list, devices: list[Device], weak_type: bool = False) -> Array:
@@ -328,11 +333,13 @@ class Array:
     A sharded array (made by `sharded`, e.g. as pmap's result) also holds `_shards`: the
     devices of its leading axis and the slice each holds, which pmap hands back to each device
     as it is. On virtual CPU devices the slices are views of `_value`; on GPUs they are the
-    devices' buffers and `_value` is stacked from them on the first GPU when read. The slot is
-    left unset on other arrays, so they pay nothing for it.
+    devices' buffers and `_value` is stacked from them on the first GPU when read. An array
+    laid out over a mesh (`device_put` with a NamedSharding, shard_map's results) holds its
+    `_sharding`, its value whole on the host. The slots are left unset on other arrays, so
+    they pay nothing for them.
     """
 
-    __slots__ = ("_value", "weak_type", "_shards")
+    __slots__ = ("_value", "weak_type", "_shards", "_sharding")
     __array_priority__ = 100
 
     def __init__(self, value, weak_type: bool = False):
@@ -379,13 +386,27 @@ class Array:
         return {self.device} if shards is None else {device for device, _ in shards}
 
     @property
+    def sharding(self):
+        """How the array is laid out over devices (`funcgrad.sharding`)."""
+        from funcgrad.sharding import sharding_of
+
+        return sharding_of(self)
+
+    @property
     def addressable_shards(self) -> list[Shard]:
         """The buffers of this array and the devices holding them (one, for an unsharded
-        array)."""
+        array; one per device of its mesh, for an array laid out over one)."""
+        if hasattr(self, "_sharding"):
+            from funcgrad.sharding import shards_of
+
+            return shards_of(self)
         shards = getattr(self, "_shards", None)
         if shards is None:
-            return [Shard(self.device, self)]
-        return [Shard(device, Array(buffer, self.weak_type)) for device, buffer in shards]
+            return [Shard(self.device, self, (slice(None),) * self.ndim)]
+        return [
+            Shard(device, Array(buffer, self.weak_type), (i,))
+            for i, (device, buffer) in enumerate(shards)
+        ]
 
     def block_until_ready(self) -> Array:
         """Wait until the array's value is computed (GPU work runs asynchronously), on every
@@ -404,6 +425,8 @@ class Array:
         return type(self._value) is _Deleted
 
     def is_fully_replicated(self) -> bool:
+        if hasattr(self, "_sharding"):
+            return self._sharding.is_fully_replicated
         return not hasattr(self, "_shards")
 
     # Conversions out of funcgrad: always read-only views, so the array stays immutable.

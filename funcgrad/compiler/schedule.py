@@ -522,8 +522,9 @@ def _spreads_input(eqn: JaxprEqn) -> bool:
 
 # Primitives the compiled program hands back to Python: callbacks, checkify's checks (which
 # raise there where a check staged inside checkify reaches a program run without it), and
-# pmap, whose shards run on the devices' threads (each compiling its per-device program itself).
-_HOST_CALLS = ("debug_callback", "check", "pure_callback", "pmap")
+# pmap and shard_map, whose shards run on the devices' threads (each compiling its per-device
+# program itself).
+_HOST_CALLS = ("debug_callback", "check", "pure_callback", "pmap", "shard_map")
 
 
 @functools.cache

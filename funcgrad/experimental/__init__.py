@@ -1,5 +1,5 @@
 """funcgrad.experimental: APIs that may still change, under JAX's experimental names."""
 
-from funcgrad.experimental import checkify, ode, sparse
+from funcgrad.experimental import checkify, ode, shard_map, sparse
 
-__all__ = ["checkify", "ode", "sparse"]
+__all__ = ["checkify", "ode", "shard_map", "sparse"]

@@ -17,6 +17,7 @@ for the others fails with `CollectiveTimeoutError`. Nothing waits forever.
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -132,16 +133,22 @@ class Communicator:
 
 
 class ShardFrame:
-    """What a device thread knows while it runs its shard of a pmap."""
+    """What a device thread knows while it runs its shard of a pmap or shard_map.
 
-    __slots__ = ("axis_name", "axis_size", "index", "local_index", "communicator")
+    `axes` holds the names and sizes of the axes the devices span: pmap's one axis, or a
+    shard_map's mesh axes, the devices numbered row-major over them (`index`)."""
 
-    def __init__(self, axis_name, axis_size: int, index: int, local_index: int, communicator):
-        self.axis_name = axis_name
-        self.axis_size = axis_size
-        self.index = index  # position along the axis, over all processes
+    __slots__ = ("axes", "index", "local_index", "communicator")
+
+    def __init__(self, axes: tuple, index: int, local_index: int, communicator):
+        self.axes = axes  # ((name, size), ...)
+        self.index = index  # position over all the axes (row-major), over all processes
         self.local_index = local_index
         self.communicator = communicator
+
+    @property
+    def axis_size(self) -> int:
+        return math.prod(size for _, size in self.axes)
 
     @property
     def device(self) -> Device:
@@ -155,6 +162,42 @@ class ShardFrame:
 
     def meet(self, what: str) -> None:
         self.communicator.meet(self.local_index, what)
+
+
+class AxisGroup:
+    """A device's view of a collective over some of a mesh's axes (or all of them in another
+    order): the group of devices that differ from it only along those axes, numbered
+    row-major over them in the collective's order. Every device of the mesh runs the same
+    collectives, so all of them meet at each exchange; each keeps its group's buffers."""
+
+    def __init__(self, frame: ShardFrame, names: tuple):
+        sizes = dict(frame.axes)
+        grid = np.arange(frame.axis_size).reshape(tuple(sizes.values()))
+        position = dict(zip(sizes, np.unravel_index(frame.index, grid.shape)))
+        # This device's group: its own coordinate along the other axes, every one along the
+        # named axes, which are then put in the collective's order.
+        kept = [name for name in sizes if name in names]
+        group = grid[tuple(slice(None) if name in names else position[name] for name in sizes)]
+        self.members = group.transpose([kept.index(name) for name in names]).reshape(-1)
+        self.frame = frame
+        self.axis_size = len(self.members)
+        self.index = int(np.flatnonzero(self.members == frame.index)[0])
+        self.local_index = frame.local_index
+        self.communicator = frame.communicator
+
+    @property
+    def device(self) -> Device:
+        return self.frame.device
+
+    def all_gather(self, value, what: str) -> list:
+        every = self.frame.all_gather(value, what)
+        return [every[m] for m in self.members]
+
+    def all_reduce(self, value, combine, op: str, what: str):
+        return functools.reduce(combine, self.all_gather(value, what))
+
+    def meet(self, what: str) -> None:
+        self.frame.meet(what)
 
 
 class _Frames(threading.local):
@@ -171,15 +214,21 @@ def current_frame() -> ShardFrame | None:
     return _frames.frame
 
 
-def frame_of(axis_name) -> ShardFrame:
-    """This device's frame, when it runs inside a pmap binding `axis_name` (a name or a
-    tuple of names); anywhere else the name is unbound."""
+def frame_of(axis_name) -> ShardFrame | AxisGroup:
+    """This device's frame, when it runs inside a pmap or shard_map binding every name of
+    `axis_name` (a name or a tuple of names); a group of its devices for some of a mesh's
+    axes; anywhere else the name is unbound."""
     names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
     frame = _frames.frame
+    bound = () if frame is None else tuple(name for name, _ in frame.axes)
     for name in names:
-        if frame is None or name != frame.axis_name:
+        if name not in bound:
             raise NameError(f"unbound axis name: {name}")
-    return frame
+    if names == bound:
+        return frame
+    if len(set(names)) != len(names):
+        raise ValueError(f"the axis names {names!r} repeat a name")
+    return AxisGroup(frame, names)
 
 
 def apply_collective(primitive: core.Primitive, values: Sequence, params: dict):
@@ -206,23 +255,24 @@ def run_on_devices(
     runs: Sequence[Callable],
     device_args: Sequence[Sequence],
     devices: Sequence[Device],
-    axis_name: Hashable,
-    axis_size: int,
+    axes: tuple[tuple[Hashable, int], ...],
 ) -> list:
     """`runs[i](*device_args[i])` for every local device i, each on its own thread (one
-    device runs on the calling thread), with collectives spanning `axis_size` devices in all.
-    A thread computes on its device: a GPU's, or the CPU for a virtual CPU device."""
+    device runs on the calling thread), with collectives spanning the devices of `axes` (names
+    and sizes: pmap's one axis, or a mesh's) in all. A thread computes on its device: a
+    GPU's, or the CPU for a virtual CPU device."""
     if _frames.frame is not None:
-        raise NotImplementedError("pmap inside pmap is not supported; use vmap inside pmap")
+        raise NotImplementedError(
+            "pmap inside pmap (or shard_map inside either) is not supported; use vmap inside it"
+        )
     num_local = len(device_args)
-    communicator = Communicator(devices, axis_name)
+    names = tuple(name for name, _ in axes)
+    communicator = Communicator(devices, names[0] if len(names) == 1 else names)
     first_index = distributed.process_index() * num_local
 
     def run_device(local_index: int):
         device = devices[local_index]
-        _frames.frame = ShardFrame(
-            axis_name, axis_size, first_index + local_index, local_index, communicator
-        )
+        _frames.frame = ShardFrame(axes, first_index + local_index, local_index, communicator)
         previous = placement.device
         placement.device = device if isinstance(device, GpuDevice) else CPU
         try:

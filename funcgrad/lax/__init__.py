@@ -25,6 +25,7 @@ from funcgrad.lax.reductions import *
 from funcgrad.lax.shapes import *
 from funcgrad.lax.sorting import *
 from funcgrad.lax.special import *
+from funcgrad.sharding import with_sharding_constraint
 
 # The NumPy reference implementations produce IEEE results (inf, nan) for out-of-domain inputs
 # exactly as compiled code does; NumPy's warnings about them are noise to a funcgrad user. They

@@ -27,6 +27,7 @@ from hypothesis.extra import numpy as hnp
 import funcgrad as fg
 from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
+from funcgrad.array import GpuDevice
 from funcgrad.devices import gpu_available
 from funcgrad.lax.elementwise import ge_p
 from funcgrad.tools.strategies import arrays, axes, shapes
@@ -1385,6 +1386,16 @@ def _device_case():
     )
 
 
+def _shard_mapped_sin(x):
+    """Each device's rows, on a mesh of every CPU device, or of the GPUs of the kind holding
+    `x` (as many as the CPU's virtual devices, for the emulated GPUs)."""
+    device = x.device if type(x) is fg.Array else None
+    kind = device.backend if isinstance(device, GpuDevice) else "cpu"
+    mesh = fg.make_mesh((fg.device_count("cpu"),), ("i",), devices=fg.devices(kind))
+    spec = fg.sharding.PartitionSpec("i")
+    return fg.shard_map(lambda a: fnp.sin(a) * 2.0, mesh=mesh, in_specs=spec, out_specs=spec)(x)
+
+
 _custom_sin = fg.custom_jvp(lambda x: fnp.sin(x))
 _custom_sin.defjvp(
     lambda primals, tangents: (fnp.sin(primals[0]), fnp.cos(primals[0]) * tangents[0])
@@ -1464,6 +1475,11 @@ RECIPES.update(
                 "jit": "a jit containing a pmap does not compile on the llvm backend yet (the "
                 "compiler has no host step with outputs); pmap itself runs compiled programs"
             },
+        ),
+        "shard_map": Recipe(
+            fun=_shard_mapped_sin,
+            reference=lambda x: np.sin(x) * 2.0,
+            case=_device_case(),
         ),
         "custom_jvp_call": Recipe(
             fun=_custom_sin,

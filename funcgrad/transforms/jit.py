@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from funcgrad import caches, core, tree_util
 from funcgrad.array import Array, DeviceValue, device_put, on_gpu
@@ -441,6 +442,8 @@ class Jitted:
         static_argnums=(),
         static_argnames=(),
         donate_argnums=(),
+        in_shardings=None,
+        out_shardings=None,
     ):
         functools.update_wrapper(self, fun)
         self.fun = fun
@@ -457,6 +460,14 @@ class Jitted:
                 f"jit({self.name}): arguments {sorted(overlap)} are both static and donated; "
                 "a static argument has no buffer to donate"
             )
+        # Layouts over a mesh (`funcgrad.sharding`): checked against the arguments, and
+        # recorded on the results, around a call of the same function jitted without them;
+        # there is no partitioner to place the program's parts.
+        self.in_shardings = in_shardings
+        self.out_shardings = out_shardings
+        self._unlaid = None
+        if in_shardings is not None or out_shardings is not None:
+            self._unlaid = Jitted(fun, static_argnums, static_argnames, donate_argnums)
         self._cache: dict = {}
         caches.track(self)
         # Calls without keywords whose arguments are arrays, by the signature found without
@@ -590,6 +601,8 @@ class Jitted:
         return positions
 
     def __call__(self, *args, **kwargs):
+        if self._unlaid is not None:
+            return self._laid_out_call(args, kwargs)
         if config.disable_jit:
             return self.fun(*args, **kwargs)
         eager = core.current_trace() is core.eval_trace()
@@ -615,6 +628,17 @@ class Jitted:
         else:
             outs = jit_p.bind(*entry.consts, *leaves, jaxpr=entry.jaxpr, name=self.name)
         return entry.outputs(outs)
+
+    def _laid_out_call(self, args: tuple, kwargs: dict):
+        from funcgrad.sharding import with_sharding_constraint
+
+        if self.in_shardings is not None:
+            _, _, dynamic_args, _ = self._split(args, kwargs)
+            with_sharding_constraint(tuple(dynamic_args), self.in_shardings)
+        out = self._unlaid(*args, **kwargs)
+        if self.out_shardings is None:
+            return out
+        return with_sharding_constraint(out, self.out_shardings)
 
     def lower(self, *args, **kwargs) -> Lowered:
         entry, _ = self._entry(args, kwargs, config.default_matmul_precision, abstract=True)
@@ -744,8 +768,15 @@ def jit(
     static_argnums: int | Sequence[int] = (),
     static_argnames: str | Sequence[str] = (),
     donate_argnums: int | Sequence[int] = (),
+    *,
+    in_shardings: Any = None,
+    out_shardings: Any = None,
 ) -> Jitted:
-    """Compile `fun`: trace it once per signature and run the staged program thereafter."""
+    """Compile `fun`: trace it once per signature and run the staged program thereafter.
+
+    `in_shardings` and `out_shardings` (shardings or PartitionSpecs over the current mesh, or
+    tree prefixes of the dynamic positional arguments and of the output) check the arguments'
+    shapes against the layouts and record the layouts on the results (`funcgrad.sharding`)."""
     if not callable(fun):
         raise TypeError(f"jit expects a callable, got {type(fun).__name__}")
-    return Jitted(fun, static_argnums, static_argnames, donate_argnums)
+    return Jitted(fun, static_argnums, static_argnames, donate_argnums, in_shardings, out_shardings)

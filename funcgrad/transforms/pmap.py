@@ -243,7 +243,7 @@ def _pmap_impl(*args, jaxpr, axis_name, axis_size, devices, in_mapped, out_mappe
     else:
         runs = [_device_executable(jaxpr, config.jit_backend)] * len(devices)
     device_args = _device_operands(args, in_mapped, devices)
-    outs = parallel.run_on_devices(runs, device_args, devices, axis_name, axis_size)
+    outs = parallel.run_on_devices(runs, device_args, devices, ((axis_name, axis_size),))
     if isinstance(devices[0], GpuDevice):  # literal results were made on the host
         outs = [[put_on_gpu(o, d) for o in device_outs] for device_outs, d in zip(outs, devices)]
     return [

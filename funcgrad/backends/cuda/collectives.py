@@ -22,7 +22,7 @@ import numpy as np
 
 from funcgrad import distributed, dtypes
 from funcgrad.array import DeviceValue
-from funcgrad.interpreters.parallel import ShardFrame
+from funcgrad.interpreters.parallel import AxisGroup, ShardFrame
 from funcgrad.lax.parallel import (
     all_gather_p,
     all_to_all_p,
@@ -184,11 +184,14 @@ def _nccl(devices: tuple) -> NcclTransport | None:
         return None
 
 
-def transport(frame: ShardFrame):
-    """The transport between the GPUs of `frame`'s pmap: NCCL on CUDA GPUs where CuPy has
-    it, the host communicator on the emulated ones; None where neither serves."""
+def transport(frame: ShardFrame | AxisGroup):
+    """The transport between the GPUs of `frame`'s pmap or shard_map: NCCL on CUDA GPUs where
+    CuPy has it, the host communicator on the emulated ones; None where neither serves (and
+    for a group of a mesh's devices, which NCCL's one communicator of all does not form)."""
     if frame.device.backend == "cuda_emulator":
         return HostTransport()
+    if isinstance(frame, AxisGroup):
+        return None
     with _made:  # the first device thread makes the transport of all
         return _nccl(tuple(frame.communicator.devices))
 

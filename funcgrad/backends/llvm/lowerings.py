@@ -30,6 +30,7 @@ for name in (
     "debug_callback",
     "check",
     "pmap",
+    "shard_map",
     "pure_callback",
     "jit",
     "checkpoint",

@@ -1,0 +1,512 @@
+"""shard_map over a mesh of virtual CPU devices: values against NumPy references built from
+the blocks each device holds, collectives by mesh axis name (one axis, several, and their
+order), composition with jit, grad and vmap, layouts from device_put and NamedSharding, and
+bad specs, which must be refused with errors naming the dimension and the axis."""
+
+import numpy as np
+import pytest
+from checks import assert_close
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad import lax
+from funcgrad.devices import gpu_available
+from funcgrad.experimental.shard_map import shard_map as experimental_shard_map
+from funcgrad.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
+from funcgrad.test_util import check_grads
+
+P = PartitionSpec
+NUM_DEVICES = 8
+
+
+@pytest.fixture(autouse=True)
+def eight_devices():
+    previous = fg.config.num_cpu_devices
+    fg.config.update("num_cpu_devices", NUM_DEVICES)
+    yield
+    fg.config.update("num_cpu_devices", previous)
+
+
+@pytest.fixture
+def mesh():
+    return fg.make_mesh((2, 4), ("i", "j"))
+
+
+def _x(shape=(8, 12)):
+    return np.arange(np.prod(shape), dtype=np.float64).reshape(shape) / 10.0
+
+
+def _block(x, i, j, rows: int, cols: int):
+    """The block of `x` that the device at mesh position (i, j) holds when the rows split
+    `rows` ways and the columns `cols` ways, over i and j as given."""
+    r, c = x.shape[0] // rows, x.shape[1] // cols
+    return x[i * r : (i + 1) * r, j * c : (j + 1) * c]
+
+
+# ---------------------------------------------------------------------------------------------
+# Meshes and specs
+
+
+def test_make_mesh_and_mesh(mesh):
+    assert mesh.shape == {"i": 2, "j": 4}
+    assert mesh.axis_names == ("i", "j") and mesh.size == 8
+    np.testing.assert_array_equal(mesh.device_ids, np.arange(8).reshape(2, 4))
+    same = Mesh(np.array(fg.devices()).reshape(2, 4), ("i", "j"))
+    assert same == mesh and hash(same) == hash(mesh)
+    assert Mesh(fg.devices()[:4], "k").shape == {"k": 4}
+    assert fg.P is P and fg.sharding.P is P
+    with pytest.raises(ValueError, match="needs 16 devices but only 8"):
+        fg.make_mesh((4, 4), ("a", "b"))
+    with pytest.raises(ValueError, match="2 axis names"):
+        Mesh(fg.devices(), ("a", "b"))
+    with pytest.raises(ValueError, match="repeat"):
+        fg.make_mesh((2, 2), ("a", "a"))
+
+
+def test_partition_spec():
+    assert P("i", None) == P("i", None) != P("i")
+    assert P(["i", "j"]) == P(("i", "j"))
+    assert tuple(P(("i", "j"), None)) == (("i", "j"), None)
+    assert repr(P("i", None)) == "PartitionSpec('i', None)"
+    with pytest.raises(TypeError, match="axis names"):
+        P(3)
+
+
+# ---------------------------------------------------------------------------------------------
+# Values
+
+
+@pytest.mark.parametrize(
+    "spec", [P("i", "j"), P(("i", "j"), None), P(("j", "i"), None), P(None, "j"), P()]
+)
+def test_elementwise_equals_unsharded(mesh, spec):
+    x = _x()
+    f = fg.shard_map(lambda a: fnp.sin(a) * a + 1.0, mesh=mesh, in_specs=spec, out_specs=spec)
+    y = f(x)
+    assert_close(y, np.sin(x) * x + 1.0)
+    assert y.sharding.mesh == mesh
+    assert y.sharding.shard_shape(x.shape) == NamedSharding(mesh, spec).shard_shape(x.shape)
+
+
+def test_blocks_each_device_sees(mesh):
+    """Each device's block, gathered as a new leading axis split over the whole mesh."""
+    x = _x()
+
+    def each(spec):
+        f = fg.shard_map(lambda a: a[None], mesh=mesh, in_specs=spec, out_specs=P(("i", "j")))
+        return np.asarray(f(x))
+
+    blocks = each(P("i", "j"))
+    for i in range(2):
+        for j in range(4):
+            np.testing.assert_array_equal(blocks[4 * i + j], _block(x, i, j, 2, 4))
+    # Rows split over (j, i): device (i, j) holds row block 2 * j + i.
+    blocks = each(P(("j", "i")))
+    for i in range(2):
+        for j in range(4):
+            np.testing.assert_array_equal(blocks[4 * i + j], x[2 * j + i : 2 * j + i + 1])
+    # Columns split over j only: the same block on both devices along i.
+    blocks = each(P(None, "j"))
+    for i in range(2):
+        for j in range(4):
+            np.testing.assert_array_equal(blocks[4 * i + j], _block(x, 0, j, 1, 4))
+
+
+def test_psum_over_one_and_two_axes(mesh):
+    x = _x()
+    over_j = fg.shard_map(
+        lambda a: lax.psum(a, "j"), mesh=mesh, in_specs=P("i", "j"), out_specs=P("i")
+    )(x)
+    expected = np.concatenate([sum(_block(x, i, j, 2, 4) for j in range(4)) for i in range(2)])
+    assert_close(over_j, expected)
+
+    over_i = fg.shard_map(
+        lambda a: lax.psum(a, "i"), mesh=mesh, in_specs=P("i", "j"), out_specs=P(None, "j")
+    )(x)
+    expected = np.concatenate([sum(_block(x, i, j, 2, 4) for i in range(2)) for j in range(4)], 1)
+    assert_close(over_i, expected)
+
+    for names in [("i", "j"), ("j", "i")]:
+        total = fg.shard_map(
+            lambda a, names=names: lax.psum(a, names),
+            mesh=mesh,
+            in_specs=P("i", "j"),
+            out_specs=P(),
+        )(x)
+        blocks = [_block(x, i, j, 2, 4) for i in range(2) for j in range(4)]
+        assert_close(total, sum(blocks))
+
+    means = fg.shard_map(
+        lambda a: (lax.pmean(a, "j"), lax.pmax(a, "i")),
+        mesh=mesh,
+        in_specs=P("i", "j"),
+        out_specs=(P("i"), P(None, "j")),
+    )(x)
+    assert_close(means[0], x.reshape(8, 4, 3).mean(1))
+    assert_close(means[1], np.maximum(x[:4], x[4:]))
+
+
+def test_axis_index(mesh):
+    def indices():
+        return fnp.stack(
+            [
+                lax.axis_index("i"),
+                lax.axis_index("j"),
+                lax.axis_index(("i", "j")),
+                lax.axis_index(("j", "i")),
+            ]
+        )[None, None]
+
+    out = fg.shard_map(indices, mesh=mesh, in_specs=(), out_specs=P("i", "j"))()
+    for i in range(2):
+        for j in range(4):
+            assert list(np.asarray(out[i, j])) == [i, j, 4 * i + j, 2 * j + i]
+
+
+def test_all_gather(mesh):
+    x = _x()
+    untiled = fg.shard_map(
+        lambda a: lax.all_gather(a, "j"), mesh=mesh, in_specs=P("i", "j"), out_specs=P(None, "i")
+    )(x)
+    # Device (i, j) gets the 4 column blocks of row block i stacked: (4, 4, 3) per device,
+    # the row blocks side by side along the second axis.
+    assert untiled.shape == (4, 8, 3)
+    for i in range(2):
+        for j in range(4):
+            np.testing.assert_array_equal(untiled[j, 4 * i : 4 * i + 4], _block(x, i, j, 2, 4))
+    tiled = fg.shard_map(
+        lambda a: lax.all_gather(a, "j", axis=1, tiled=True),
+        mesh=mesh,
+        in_specs=P("i", "j"),
+        out_specs=P("i"),
+    )(x)
+    assert_close(tiled, x)
+    everything = fg.shard_map(
+        lambda a: lax.all_gather(a, ("i", "j"), tiled=True),
+        mesh=mesh,
+        in_specs=P(("i", "j")),
+        out_specs=P(),
+    )(x)
+    assert_close(everything, x)
+
+
+def test_ppermute_ring_shift(mesh):
+    x = _x()
+    ring = [(k, (k + 1) % 4) for k in range(4)]
+    shifted = fg.shard_map(
+        lambda a: lax.ppermute(a, "j", ring), mesh=mesh, in_specs=P("i", "j"), out_specs=P("i", "j")
+    )(x)
+    # Device (i, j) receives the block of device (i, j - 1).
+    for i in range(2):
+        for j in range(4):
+            np.testing.assert_array_equal(
+                _block(np.asarray(shifted), i, j, 2, 4), _block(x, i, (j - 1) % 4, 2, 4)
+            )
+
+
+def test_psum_scatter_and_all_to_all(mesh):
+    x = _x()
+    scattered = fg.shard_map(
+        lambda a: lax.psum_scatter(a, "j", scatter_dimension=1, tiled=True),
+        mesh=mesh,
+        in_specs=P("i"),
+        out_specs=P("i", "j"),
+    )(x)
+    assert_close(scattered, 4 * x)  # each device summed the same 4 copies of its row block
+    swapped = fg.shard_map(
+        lambda a: lax.all_to_all(a, "j", 1, 0, tiled=True),
+        mesh=mesh,
+        in_specs=P(("i", "j")),
+        out_specs=P("i", "j"),
+    )(x)
+    # Along j the row blocks become column blocks: row block i of the result, columns block
+    # j, is the j-th row of row block i of x, ... i.e. the blocks land transposed.
+    for i in range(2):
+        for j in range(4):
+            expected = np.concatenate(
+                [x[4 * i + k : 4 * i + k + 1, 3 * j : 3 * j + 3] for k in range(4)]
+            )
+            np.testing.assert_array_equal(_block(np.asarray(swapped), i, j, 2, 4), expected)
+
+
+def test_one_device_mesh():
+    single = fg.make_mesh((1,), ("d",))
+    x = _x((3, 4))
+    f = fg.shard_map(
+        lambda a: lax.psum(a * 2.0, "d"), mesh=single, in_specs=P("d"), out_specs=P("d")
+    )
+    assert_close(f(x), 2 * x)
+    assert_close(fg.jit(f)(x), 2 * x)
+
+
+def test_pytrees_closures_and_several_results(mesh):
+    w = np.linspace(-1.0, 1.0, 12)
+
+    def f(tree):
+        a, b = tree["a"], tree["b"]
+        return {"sum": lax.psum(fnp.sum(a * w[:3]), ("i", "j")), "b": b * 2}
+
+    x = _x()
+    out = fg.shard_map(
+        f, mesh=mesh, in_specs=({"a": P("i", "j"), "b": P()},), out_specs={"sum": P(), "b": P()}
+    )({"a": x, "b": np.ones(2)})
+    assert_close(out["sum"], np.sum(x * np.tile(w[:3], 4)))
+    assert_close(out["b"], 2 * np.ones(2))
+
+
+# ---------------------------------------------------------------------------------------------
+# Transformations
+
+
+def _loss_sharded(mesh):
+    def per_device(w, x):
+        return lax.psum(fnp.sum(fnp.tanh(x @ w) ** 2), ("i", "j"))
+
+    return fg.shard_map(per_device, mesh=mesh, in_specs=(P(), P(("i", "j"))), out_specs=P())
+
+
+def _loss(w, x):
+    return fnp.sum(fnp.tanh(x @ w) ** 2)
+
+
+def test_grad_through_psum_equals_unsharded_grad(mesh):
+    x = _x((16, 5)) / 10.0
+    w = np.linspace(-1.0, 1.0, 15).reshape(5, 3)
+    loss = _loss_sharded(mesh)
+    assert_close(loss(w, x), _loss(w, x))
+    assert_close(fg.grad(loss)(w, x), fg.grad(_loss)(w, x))
+    assert_close(fg.grad(loss, argnums=1)(w, x), fg.grad(_loss, argnums=1)(w, x))
+    assert_close(fg.jit(fg.grad(loss))(w, x), fg.grad(_loss)(w, x))
+    check_grads(lambda w: loss(w, x), (w,), order=1, modes=("fwd", "rev"))
+
+
+def test_grad_through_collectives(mesh):
+    """all_gather, ppermute and a result replicated over an axis, against central
+    differences."""
+    x = _x((8, 4)) / 10.0
+    ring = [(k, (k + 1) % 4) for k in range(4)]
+
+    def per_device(a):
+        gathered = lax.all_gather(fnp.sin(a), "j", tiled=True)
+        shifted = lax.ppermute(a * a, "j", ring)
+        return fnp.sum(gathered) * shifted
+
+    f = fg.shard_map(per_device, mesh=mesh, in_specs=P("j", "i"), out_specs=P("j", "i"))
+    check_grads(f, (x,), order=1, modes=("fwd", "rev"))
+    replicated = fg.shard_map(
+        lambda a: lax.pmean(fnp.cos(a), "i"), mesh=mesh, in_specs=P("j", "i"), out_specs=P("j")
+    )
+    check_grads(replicated, (x,), order=1, modes=("fwd", "rev"))
+
+
+def test_jit_equals_eager(mesh):
+    x = _x()
+
+    def per_device(a):
+        return lax.psum(fnp.exp(a / 10.0), "j") + lax.axis_index("i")
+
+    f = fg.shard_map(per_device, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i"))
+    assert_close(fg.jit(f)(x), f(x))
+    assert_close(fg.jit(lambda a: f(a) * 2.0)(x), 2.0 * np.asarray(f(x)))
+
+
+def test_vmap_equals_loop(mesh):
+    xs = _x((3, 8, 12))
+
+    def per_device(a, b):
+        return lax.psum(a * b, "j")
+
+    f = fg.shard_map(per_device, mesh=mesh, in_specs=(P("i", "j"), P()), out_specs=P("i"))
+    b = 0.5
+    batched = fg.vmap(f, in_axes=(0, None))(xs, b)
+    assert_close(batched, np.stack([np.asarray(f(x, b)) for x in xs]))
+    batched = fg.vmap(f, in_axes=(1, None), out_axes=1)(np.moveaxis(xs, 0, 1), b)
+    assert_close(
+        np.moveaxis(np.asarray(batched), 1, 0), np.stack([np.asarray(f(x, b)) for x in xs])
+    )
+
+
+def test_vmap_of_a_closure_and_second_derivatives(mesh):
+    x = _x()
+
+    def scaled(s):
+        return fg.shard_map(
+            lambda a: lax.psum(a * s, "j"), mesh=mesh, in_specs=P("i", "j"), out_specs=P("i")
+        )(x)
+
+    scales = np.array([1.0, 2.0, 3.0])
+    assert_close(fg.vmap(scaled)(scales), np.stack([np.asarray(scaled(s)) for s in scales]))
+    loss = fg.shard_map(
+        lambda w, a: lax.psum(fnp.sum(fnp.sin(a * w)), ("i", "j")),
+        mesh=mesh,
+        in_specs=(P(), P("i", "j")),
+        out_specs=P(),
+    )
+    assert_close(fg.hessian(loss)(0.1, x), -np.sum(np.sin(0.1 * x) * x * x))
+
+
+def test_collectives_inside_control_flow(mesh):
+    x = _x()
+
+    def accumulate(a):
+        def step(total, _):
+            return total + lax.psum(a, "j"), None
+
+        return lax.scan(step, fnp.zeros_like(a), None, length=3)[0]
+
+    expected = 3 * x.reshape(8, 4, 3).sum(1)
+    out = fg.shard_map(accumulate, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i", "j"))(x)
+    assert_close(out, np.tile(expected, (1, 4)))
+    # The check bounds a loop by its operands (here `a`, split over j), so a result the same
+    # along j is refused unless trusted.
+    with pytest.raises(ValueError, match="leaves out mesh axis 'j'"):
+        fg.shard_map(accumulate, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i"))(x)
+    trusted = fg.shard_map(
+        accumulate, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i"), check_vma=False
+    )
+    assert_close(trusted(x), expected)
+
+
+def test_context_mesh_and_experimental_name(mesh):
+    x = _x()
+    with mesh:
+        f = fg.shard_map(lambda a: a * 3.0, in_specs=P("i"), out_specs=P("i"))
+        assert_close(f(x), 3 * x)
+    with pytest.raises(ValueError, match="has no mesh"):
+        f(x)
+    with fg.set_mesh(mesh):
+        assert_close(f(x), 3 * x)
+    g = experimental_shard_map(lambda a: lax.psum(a, "i"), mesh, P("i"), P(), check_rep=True)
+    assert_close(g(x), x[:4] + x[4:])
+
+
+# ---------------------------------------------------------------------------------------------
+# Layouts
+
+
+def test_device_put_with_named_sharding(mesh):
+    x = _x()
+    sharding = NamedSharding(mesh, P("i", "j"))
+    y = fg.device_put(x, sharding)
+    assert y.sharding == sharding and not y.is_fully_replicated()
+    np.testing.assert_array_equal(y, x)
+    shards = y.addressable_shards
+    assert [s.device for s in shards] == fg.devices()
+    for k, shard in enumerate(shards):
+        i, j = divmod(k, 4)
+        assert shard.data.shape == (4, 3) == sharding.shard_shape(x.shape)
+        np.testing.assert_array_equal(shard.data, _block(x, i, j, 2, 4))
+        np.testing.assert_array_equal(shard.data, x[shard.index])
+
+    replicated = fg.device_put(x, NamedSharding(mesh, P(None, "j")))
+    assert [s.data.shape for s in replicated.addressable_shards] == [(8, 3)] * 8
+    assert fg.device_put(x, NamedSharding(mesh, P())).is_fully_replicated()
+    assert fg.numpy.asarray(x).sharding == SingleDeviceSharding(fg.devices()[0])
+
+
+def test_with_sharding_constraint_and_jit_shardings(mesh):
+    x = _x()
+    sharding = NamedSharding(mesh, P("i"))
+
+    @fg.jit
+    def f(a):
+        return lax.with_sharding_constraint(a * 2.0, sharding)
+
+    assert_close(f(x), 2 * x)
+    assert lax.with_sharding_constraint(x, sharding).sharding == sharding
+    g = fg.jit(lambda a: a + 1.0, in_shardings=sharding, out_shardings=NamedSharding(mesh, P("j")))
+    out = g(x)
+    assert_close(out, x + 1.0)
+    assert out.sharding == NamedSharding(mesh, P("j"))
+    with pytest.raises(ValueError, match="dimension 0 .* size 3 is not a multiple of 2"):
+        g(np.ones((3, 4)))
+    with mesh:
+        assert lax.with_sharding_constraint(x, P(None, "j")).sharding.spec == P(None, "j")
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input
+
+
+def test_bad_specs(mesh):
+    x = _x((6, 12))
+
+    def run(in_specs, out_specs=None):
+        out_specs = P() if out_specs is None else out_specs
+        return fg.shard_map(
+            lambda a: a, mesh=mesh, in_specs=in_specs, out_specs=out_specs, check_vma=False
+        )(x)
+
+    with pytest.raises(ValueError, match=r"args\[0\].*dimension 0 .*'j' \(size 4\).*size 6 is not"):
+        run(P("j"))
+    with pytest.raises(ValueError, match=r"dimension 1 .*'i' \(size 2\) x 'j' \(size 4\)"):
+        run(P(None, ("i", "j")))
+    with pytest.raises(ValueError, match="names mesh axis 'k'.*axes 'i', 'j'"):
+        run(P("k"))
+    with pytest.raises(ValueError, match="3 entries.*rank 2"):
+        run(P("i", None, None))
+    with pytest.raises(ValueError, match="'i' twice"):
+        run(P("i", "i"))
+    with pytest.raises(ValueError, match="out_specs for the output .*3 entries.*rank 2"):
+        run(P("i"), P("i", None, None))
+    with pytest.raises(TypeError, match="must hold PartitionSpecs, got str 'i'"):
+        run("i")
+    with pytest.raises(ValueError, match="tree prefix"):
+        run((P(), P()))
+    with pytest.raises(NameError, match="unbound axis name: k"):
+        fg.shard_map(lambda a: lax.psum(a, "k"), mesh=mesh, in_specs=P(), out_specs=P())(x)
+
+
+def test_replication_check(mesh):
+    x = _x()
+
+    def run(fun, out_specs, check_vma=True):
+        return fg.shard_map(
+            fun, mesh=mesh, in_specs=P("i", "j"), out_specs=out_specs, check_vma=check_vma
+        )(x)
+
+    with pytest.raises(ValueError, match="leaves out mesh axis 'j'.*check_vma=False"):
+        run(lambda a: a, P("i"))
+    with pytest.raises(ValueError, match="leaves out mesh axis 'i'"):
+        run(lambda a: lax.psum(a, "j") + lax.axis_index("i"), P())
+    assert_close(run(lambda a: lax.psum(a, ("i", "j")), P()), x.reshape(2, 4, 4, 3).sum((0, 2)))
+    # Unchecked, the devices at position 0 along the left-out axis give the result.
+    assert_close(run(lambda a: a, P("i"), check_vma=False), np.concatenate([x[:4, :3], x[4:, :3]]))
+
+
+# ---------------------------------------------------------------------------------------------
+# GPUs
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", ["cuda_emulator"] + (["gpu"] if gpu_available() else []))
+def test_on_gpus(kind):
+    """Blocks on each GPU of the mesh (the emulated GPUs, as many as the virtual CPU devices;
+    a machine's GPUs, however many), collectives over one axis (within groups of GPUs, met on
+    the host) and over the whole mesh, results on the mesh's first GPU."""
+    gpus = fg.devices(kind)
+    rows = 2 if len(gpus) % 2 == 0 else 1
+    mesh = fg.make_mesh((rows, len(gpus) // rows), ("i", "j"), devices=gpus)
+    x = np.arange(4 * rows * 2 * mesh.shape["j"], dtype=np.float32).reshape(4 * rows, -1) / 8
+
+    def per_device(a):
+        return lax.psum(a, "j"), lax.all_gather(a, "i", tiled=True), lax.psum(a, ("i", "j"))
+
+    f = fg.shard_map(
+        per_device, mesh=mesh, in_specs=P("i", "j"), out_specs=(P("i"), P(None, "j"), P())
+    )
+    summed, gathered, total = f(x)
+    cols = mesh.shape["j"]
+    assert summed.device is gpus[0]
+    assert_close(summed, x.reshape(4 * rows, cols, 2).sum(1))
+    assert_close(gathered, x)
+    assert_close(total, x.reshape(rows, 4, cols, 2).sum((0, 2)))
+    loss = fg.shard_map(
+        lambda w, a: lax.psum(fnp.sum(fnp.tanh(a * w)), ("i", "j")),
+        mesh=mesh,
+        in_specs=(P(), P("i", "j")),
+        out_specs=P(),
+    )
+    w = np.float32(0.3)
+    expected = np.sum((1 - np.tanh(x * w) ** 2) * x)
+    assert_close(fg.grad(loss)(w, x), expected, rtol=1e-4)
