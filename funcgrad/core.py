@@ -377,9 +377,12 @@ def _leaked_tracers(trace: Trace) -> list[Tracer]:
 
 
 def _leak_description(trace: Trace, tracer: Tracer, checker_list: int) -> str:
-    aval, primitive, where = trace.origins.get(id(tracer), (None, None, None))
-    if aval != tracer.aval:  # an input (none recorded), or a dead tracer's id reused
-        origin = "made by the transformation (an input of the traced function)"
+    # None recorded: an input, a trace begun before the option was on, or a dead tracer's id
+    # reused by one of another type.
+    aval, primitive, where = (trace.origins or {}).get(id(tracer), (None, None, None))
+    if aval != tracer.aval:
+        origin = "with no recorded origin (an input of the traced function, or made before "
+        origin += "leak checking began)"
     else:
         origin = f"made by {primitive}" + (f" at {where}" if where is not None else "")
     holders = sorted(
