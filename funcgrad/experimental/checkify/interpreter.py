@@ -77,18 +77,18 @@ def _stage_with_error(
     followed by `outs`. Returns it, its output error's layout and the messages it adds."""
     error_avals = layout_avals(layout)
     num_error = len(error_avals)
-    out_error = None
+    found = {}  # the output error's static part (its values are tracers of the staging)
 
     def flat_fun(*flat):
-        nonlocal out_error
         error = Error.from_leaves(layout, flat[error_at : error_at + num_error], {})
         args = list(flat[:error_at]) + list(flat[error_at + num_error :])
         outs, out_error = fun(error, args)
+        found.update(layout=out_error.layout, messages=tuple(out_error.messages.items()))
         return out_error.leaves() + list(outs)
 
     avals = list(in_avals[:error_at]) + error_avals + list(in_avals[error_at:])
     closed, _ = trace_to_jaxpr(flat_fun, avals, f"checkify({what})")
-    return closed, out_error.layout, tuple(out_error.messages.items())
+    return closed, found["layout"], found["messages"]
 
 
 @caches.program_cache
