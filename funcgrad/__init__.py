@@ -31,6 +31,7 @@ from funcgrad.array import Array, Device, block_until_ready, device_get, device_
 from funcgrad.caches import clear_caches
 from funcgrad.callbacks import pure_callback
 from funcgrad.config import (
+    checking_leaks,
     config,
     debug_infs,
     debug_nans,
@@ -100,6 +101,7 @@ __all__ = [
     "checkpoint",
     "config",
     "checkpoint_policies",
+    "checking_leaks",
     "custom_batching",
     "custom_derivatives",
     "custom_gradient",

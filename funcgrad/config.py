@@ -50,6 +50,11 @@ class Config:
         # "allow" (NumPy's rule), "warn" or "raise", for code that means to keep ranks apart.
         self.numpy_rank_promotion = "allow"
         self.disable_jit = False
+        # When a transformation returns, raise if a tracer it made is still referenced (stored
+        # in a global, a list or a closure that outlives it), naming the line that made it,
+        # instead of failing later where the escaped tracer is used
+        # (FUNCGRAD_CHECK_TRACER_LEAKS). Each transformation then costs a scan of the heap.
+        self.check_tracer_leaks = _flag_from_environment("FUNCGRAD_CHECK_TRACER_LEAKS", False)
         # Log each program jit traces for a new signature (at WARNING level, on the "funcgrad"
         # logger), with the function's name and argument types: a loop that retraces at every
         # step shows itself.
@@ -132,7 +137,13 @@ class Config:
 
 
 # The options that are True or False.
-_SWITCHES = ("debug_nans", "debug_infs", "log_compiles", "enable_compilation_cache")
+_SWITCHES = (
+    "debug_nans",
+    "debug_infs",
+    "log_compiles",
+    "enable_compilation_cache",
+    "check_tracer_leaks",
+)
 
 
 def _usable_cores() -> int:
@@ -218,3 +229,9 @@ def debug_infs(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
 def log_compiles(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
     """Inside the block, each program jit traces is logged (see `config.log_compiles`)."""
     return _scoped("log_compiles", enabled)
+
+
+def checking_leaks() -> contextlib.AbstractContextManager[None]:
+    """Inside the block, a transformation that returns while a tracer it made is still
+    referenced raises (see `config.check_tracer_leaks`)."""
+    return _scoped("check_tracer_leaks", True)

@@ -5,23 +5,28 @@ A transformation makes a child trace whose parent is the trace that was current,
 current while the user's function runs, and runs its rules with the parent current again. So a
 tracer of an outer trace is simply a constant to an inner one, and no global level counter is
 needed. The current trace lives in a thread-local context; at the bottom is the eval trace,
-which runs each primitive's NumPy implementation.
+which runs each primitive's NumPy implementation. A trace's tracers are valid while its
+transformation runs (`trace_lifetime`), which can check, on request, that none outlives it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from funcgrad import dtypes
+from funcgrad.config import config
 from funcgrad.errors import (
     ConcretizationTypeError,
     TracerArrayConversionError,
     TracerBoolConversionError,
     TracerIntegerConversionError,
+    TracerLeakError,
     UnexpectedTracerError,
 )
 
@@ -266,6 +271,13 @@ class Trace:
         self.parent = parent
         self.debug_info = debug_info
         self.alive = True
+        # Where each tracer made by an operation came from, by id, for the leak checker's
+        # message. Recording wraps this trace's `process_primitive`, so that with the checker
+        # off nothing is added to the path every operation takes.
+        self.origins: dict[int, Any] | None = None
+        if config.check_tracer_leaks:
+            self.origins = {}
+            self.process_primitive = _recording_origins(self, self.process_primitive)
 
     def process_primitive(self, primitive: Primitive, args: Sequence[Any], params: dict):
         raise NotImplementedError
@@ -316,6 +328,72 @@ class set_current_trace:
 
 def bind(primitive: Primitive, *args, **params):
     return _context.trace.process_primitive(primitive, args, params)
+
+
+# ---------------------------------------------------------------------------------------------
+# The lifetime of a trace, and the leak checker
+
+
+@contextlib.contextmanager
+def trace_lifetime(trace: Trace) -> Iterator[None]:
+    """The block in which `trace`'s tracers may be used: after it, using one raises
+    `UnexpectedTracerError`. With `config.check_tracer_leaks`, a block that ends normally
+    must have dropped its own references to them (`del`), and any tracer of `trace` still
+    referenced then has escaped: `TracerLeakError` names each one and the line that made it."""
+    try:
+        yield
+    finally:
+        trace.alive = False
+    if config.check_tracer_leaks:
+        leaked = _leaked_tracers(trace)
+        if leaked:
+            described = [_leak_description(trace, x, id(leaked)) for x in leaked]
+            raise TracerLeakError(trace.debug_info, described)
+
+
+def _recording_origins(trace: Trace, process_primitive: Callable) -> Callable:
+    from funcgrad.interpreters.staging import user_source_info  # (staging builds on this)
+
+    def recording(primitive, args, params):
+        out = process_primitive(primitive, args, params)
+        where = user_source_info()
+        for x in out if primitive.multiple_results else [out]:
+            if isinstance(x, Tracer) and x._trace is trace:
+                trace.origins[id(x)] = (x.aval, primitive.name, where)
+        return out
+
+    return recording
+
+
+def _leaked_tracers(trace: Trace) -> list[Tracer]:
+    """The tracers of `trace` that something still references (found through their reference
+    to the trace: no list of them is kept, which would keep them alive)."""
+    held = [x for x in gc.get_referrers(trace) if isinstance(x, Tracer)]
+    if held:
+        del held
+        gc.collect()  # tracers kept only by reference cycles are garbage, not leaks
+        held = [x for x in gc.get_referrers(trace) if isinstance(x, Tracer)]
+    return held
+
+
+def _leak_description(trace: Trace, tracer: Tracer, checker_list: int) -> str:
+    # None recorded: an input, a trace begun before the option was on, or a dead tracer's id
+    # reused by one of another type.
+    aval, primitive, where = (trace.origins or {}).get(id(tracer), (None, None, None))
+    if aval != tracer.aval:
+        origin = "with no recorded origin (an input of the traced function, or made before "
+        origin += "leak checking began)"
+    else:
+        origin = f"made by {primitive}" + (f" at {where}" if where is not None else "")
+    holders = sorted(
+        {
+            type(r).__name__
+            for r in gc.get_referrers(tracer)
+            if id(r) != checker_list and not isinstance(r, Tracer)
+        }
+    )
+    held = f", held by a {' and a '.join(holders)}" if holders else ""
+    return f"{tracer.aval.str_short()} {origin}{held}"
 
 
 # ---------------------------------------------------------------------------------------------

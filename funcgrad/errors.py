@@ -53,6 +53,21 @@ class UnexpectedTracerError(FuncgradTypeError):
         )
 
 
+class TracerLeakError(FuncgradTypeError):
+    """A transformation returned while a tracer it made was still referenced (raised where
+    `config.check_tracer_leaks` is on)."""
+
+    def __init__(self, transformation: str | None, tracers: list[str]):
+        listed = "\n".join(f"  {t}" for t in tracers)
+        super().__init__(
+            f"{len(tracers)} tracer(s) leaked from {transformation or 'a transformation'}: it "
+            f"has returned, but these values it traced are still referenced:\n{listed}\n"
+            "A traced value stored outside the function (in a global, a list, a closure or an "
+            "attribute that outlives the call) is abstract and invalid once the transformation "
+            "returns. Return the value from the transformed function instead."
+        )
+
+
 def _trace_description(tracer) -> str:
     trace = getattr(tracer, "_trace", None)
     info = getattr(trace, "debug_info", None)

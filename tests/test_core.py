@@ -10,6 +10,7 @@ from funcgrad.errors import (
     ConcretizationTypeError,
     TracerArrayConversionError,
     TracerBoolConversionError,
+    TracerLeakError,
     UnexpectedTracerError,
 )
 from funcgrad.interpreters.staging import StagingTrace
@@ -114,7 +115,9 @@ def test_int_and_numpy_conversion_of_a_traced_value_raise():
         fg.make_jaxpr(lambda x: np.asarray(x))(np.ones(2, np.float32))
 
 
-def test_escaped_tracer_is_reported_where_it_was_created():
+def test_escaped_tracer_is_reported_where_it_was_created(monkeypatch):
+    # Found where the escaped tracer is used, also with the leak checker off (as by default).
+    monkeypatch.setattr(fg.config, "check_tracer_leaks", False)
     leaked = []
 
     def leak(x):
@@ -128,7 +131,9 @@ def test_escaped_tracer_is_reported_where_it_was_created():
         fg.make_jaxpr(lambda y: y + leaked[0])(np.ones(2, np.float32))
 
 
-def test_nested_staging_treats_outer_tracers_as_constants():
+def test_nested_staging_treats_outer_tracers_as_constants(monkeypatch):
+    # The inner jaxpr is kept to be read, with the outer tracer it holds: a leak, on purpose.
+    monkeypatch.setattr(fg.config, "check_tracer_leaks", False)
     inner_jaxprs = []
 
     def outer(x):
@@ -184,3 +189,79 @@ def test_tracer_shape_properties():
         return x
 
     fg.make_jaxpr(f)(np.ones((2, 3), np.float32))
+
+
+# ---------------------------------------------------------------------------------------------
+# The tracer leak checker
+
+
+def _leak_into(store: list):
+    def f(x):
+        doubled = x * 2.0
+        store.append(doubled)
+        return fnp.sin(x)
+
+    return f
+
+
+_LEAK_LINE = _leak_into.__code__.co_firstlineno + 2  # the line of `doubled = x * 2.0`
+
+
+@pytest.mark.parametrize(
+    "transform, arg, name, expected",
+    [
+        (fg.jit, np.float32(1.0), "jit", np.sin(1.0)),
+        (fg.grad, np.float32(1.0), "vjp", np.cos(1.0)),
+        (fg.vmap, np.ones(3, np.float32), "vmap", np.sin(np.ones(3))),
+        (lambda f: lambda x: fg.jvp(f, (x,), (x,))[1], np.float32(1.0), "jvp", np.cos(1.0)),
+    ],
+)
+def test_leak_checker_names_the_transformation_value_and_line(
+    transform, arg, name, expected, monkeypatch
+):
+    leaked = []
+    with fg.checking_leaks():
+        with pytest.raises(TracerLeakError) as info:
+            transform(_leak_into(leaked))(arg)
+    message = str(info.value)
+    assert f"leaked from {name}(" in message
+    assert f"f32[] made by mul at {__file__}:{_LEAK_LINE} (f), held by a list" in message
+    # Off (the default), the transformation returns, and the escaped tracer fails where used.
+    monkeypatch.setattr(fg.config, "check_tracer_leaks", False)
+    leaked.clear()
+    np.testing.assert_allclose(transform(_leak_into(leaked))(arg), expected, rtol=1e-6)
+    with pytest.raises(UnexpectedTracerError):
+        leaked[0] + 1
+
+
+def test_leak_checker_finds_inputs_and_closures_and_takes_its_option_names():
+    keep = {}
+
+    def closure_leak(x):
+        keep["later"] = lambda: x
+        return x
+
+    fg.config.update("jax_check_tracer_leaks", True)
+    try:
+        with pytest.raises(
+            TracerLeakError, match=r"f32\[2\] with no recorded origin \(an input.*held by a cell"
+        ):
+            fg.jit(closure_leak)(np.ones(2, np.float32))
+    finally:
+        fg.config.update("check_tracer_leaks", False)
+    assert not fg.config.check_tracer_leaks
+    with pytest.raises(TypeError, match="True or False"):
+        fg.config.update("check_tracer_leaks", 1)
+
+
+def test_leak_checker_passes_clean_nested_transformations():
+    def f(x):
+        inner = fg.jit(lambda y: fg.vmap(lambda z: z * y)(fnp.ones(3)))(x)
+        return fnp.sum(inner * x)
+
+    with fg.checking_leaks():
+        grads = fg.vmap(fg.grad(f))(np.arange(3.0, dtype=np.float32))
+        values = fg.jit(fg.vmap(f))(np.arange(3.0, dtype=np.float32))
+    np.testing.assert_allclose(grads, 6 * np.arange(3.0), rtol=1e-6)  # d/dx 3x^2
+    np.testing.assert_allclose(values, 3 * np.arange(3.0) ** 2, rtol=1e-6)
+    assert not fg.config.check_tracer_leaks

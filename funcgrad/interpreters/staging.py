@@ -132,15 +132,14 @@ def trace_to_jaxpr(
     Returns the jaxpr, whose outputs are the flattened output leaves, and the output treedef.
     """
     trace = StagingTrace(core.current_trace(), debug_info)
-    args = [trace.new_arg(aval) for aval in in_avals]
-    try:
+    with core.trace_lifetime(trace):
+        args = [trace.new_arg(aval) for aval in in_avals]
         with core.set_current_trace(trace):
             out = fun(*args)
         out_leaves, out_tree = tree_util.tree_flatten(out)
-        out_leaves = [_as_operand(x) for x in out_leaves]
-        return trace.to_closed_jaxpr(out_leaves), out_tree
-    finally:
-        trace.alive = False
+        closed = trace.to_closed_jaxpr([_as_operand(x) for x in out_leaves])
+        del args, out, out_leaves  # (the leak checker finds any tracer still referenced)
+    return closed, out_tree
 
 
 def _as_operand(x):

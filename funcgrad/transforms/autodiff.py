@@ -85,7 +85,7 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
         expected = tangent_aval(primal.aval)
         tangent = _check_tangent(tangent, expected)
         in_values.append(primal if type(tangent) is Zero else JVPTracer(trace, primal, tangent))
-    try:
+    with core.trace_lifetime(trace):
         with core.set_current_trace(trace):
             out = fun(*tree_util.tree_unflatten(in_tree, in_values))
         if has_aux:
@@ -93,8 +93,7 @@ def jvp(fun: Callable, primals: Sequence, tangents: Sequence, has_aux: bool = Fa
             aux = _strip_tangents(aux, trace)
         out_leaves, out_tree = _output_leaves(out, "jvp")
         pairs = [trace.primal_and_tangent(x) for x in out_leaves]
-    finally:
-        trace.alive = False
+        del in_values, out, out_leaves  # (the leak checker finds any tracer still referenced)
     primals_out = [p for p, _ in pairs]
     tangents_out = [_materialize(t, core.get_aval(p)) for p, t in pairs]
     result = (
@@ -155,27 +154,28 @@ def _linearize_flat(
     pe_trace = PartialEvalTrace(core.current_trace(), debug_info)
     jvp_trace = JVPTrace(pe_trace, debug_info)
     in_avals = [p.aval for p in primal_leaves]
-    in_values = []
-    for primal, aval in zip(primal_leaves, in_avals):
-        tangent = pe_trace.new_arg(tangent_aval(aval))
-        is_float = tangent.aval.dtype != float0
-        in_values.append(JVPTracer(jvp_trace, primal, tangent) if is_float else primal)
+    # Every input gets a tangent input of the linear program (float0 ones too, unused).
+    tangents = [pe_trace.new_arg(tangent_aval(aval)) for aval in in_avals]
+    in_values = [
+        JVPTracer(jvp_trace, primal, tangent) if tangent.aval.dtype != float0 else primal
+        for primal, tangent in zip(primal_leaves, tangents)
+    ]
+    del tangents
     aux = None
-    try:
-        with core.set_current_trace(jvp_trace):
-            out = fun(*in_values)
-        if has_aux:
-            out, aux = _split_aux(out, name)
-            aux = _strip_tangents(aux, jvp_trace)
-        out_leaves, out_tree = _output_leaves(out, name)
-        pairs = [jvp_trace.primal_and_tangent(x) for x in out_leaves]
-        jvp_trace.alive = False
+    with core.trace_lifetime(pe_trace):
+        with core.trace_lifetime(jvp_trace):
+            with core.set_current_trace(jvp_trace):
+                out = fun(*in_values)
+            if has_aux:
+                out, aux = _split_aux(out, name)
+                aux = _strip_tangents(aux, jvp_trace)
+            out_leaves, out_tree = _output_leaves(out, name)
+            pairs = [jvp_trace.primal_and_tangent(x) for x in out_leaves]
+            del in_values, out, out_leaves  # (the leak checker finds any tracer still referenced)
         out_is_zero = [type(t) is Zero for _, t in pairs]
         linear_jaxpr = pe_trace.to_closed_jaxpr([t for _, t in pairs if type(t) is not Zero])
-    finally:
-        jvp_trace.alive = False
-        pe_trace.alive = False
-    primals_out = [p for p, _ in pairs]
+        primals_out = [p for p, _ in pairs]
+        del pairs
     return _Linearized(primals_out, linear_jaxpr, out_is_zero, in_avals, aux), out_tree
 
 

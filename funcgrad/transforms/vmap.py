@@ -124,7 +124,7 @@ def vmap(
             )
         trace = BatchTrace(core.current_trace(), size, axis_name, f"vmap({name})")
         in_values = [_mapped_input(trace, x, axis) for x, axis in zip(leaves, axes)]
-        try:
+        with core.trace_lifetime(trace):
             with core.set_current_trace(trace):
                 in_args, in_kwargs = tree_util.tree_unflatten(in_tree, in_values)
                 out = fun(*in_args, **in_kwargs)
@@ -133,9 +133,9 @@ def vmap(
                 (x, not_mapped) if _is_float0(x) else trace.value_and_dim(asarray(x))
                 for x in out_leaves
             ]
-        finally:
-            trace.alive = False
-        out_axes_flat = _flat_axes(out_axes, out, "out_axes")
+            out_axes_flat = _flat_axes(out_axes, out, "out_axes")
+            # (the leak checker finds any tracer still referenced)
+            del in_values, in_args, in_kwargs, out, out_leaves
         results = [
             _place_output(value, dim, axis, size, name)
             for (value, dim), axis in zip(pairs, out_axes_flat)

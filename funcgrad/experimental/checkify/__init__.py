@@ -17,7 +17,6 @@ from funcgrad.experimental.checkify.check import (
     check,
     check_error,
     debug_check,
-    functionalizing,
 )
 from funcgrad.experimental.checkify.error import (
     DivisionByZeroError,
@@ -70,7 +69,11 @@ def checkify(f: Callable, errors: frozenset = user_checks) -> Callable:
     in `f`), `nan_checks`, `div_checks`, `index_checks`, `float_checks` (nan and div),
     `automatic_checks` and `all_checks`. `f` is staged (so its Python control flow cannot
     depend on array values); the checkified function works under jit, vmap and grad, and
-    checks inside cond, while_loop, scan and jitted functions are carried out of them.
+    checks inside cond, while_loop, scan, jitted, pmapped and remat functions, custom_jvp,
+    custom_vjp and custom_vmap functions and custom_linear_solve / custom_root solvers are
+    carried out of them. The user's derivative and batching rules are not checked: where a
+    transformation outside checkify runs them in place of the function, the error passes
+    through them unchanged.
     """
     enabled = frozenset(errors)
     for category in enabled:
@@ -84,9 +87,8 @@ def checkify(f: Callable, errors: frozenset = user_checks) -> Callable:
     @functools.wraps(f)
     def checked(*args, **kwargs):
         # The arguments are closed over, not abstracted: static values reach `f` as they are.
-        with functionalizing():
-            closed, out_tree = trace_to_jaxpr(lambda: f(*args, **kwargs), [], f"checkify({name})")
-            outs, error = eval_checkified(closed.jaxpr, closed.consts, [], init_error, enabled)
+        closed, out_tree = trace_to_jaxpr(lambda: f(*args, **kwargs), [], f"checkify({name})")
+        outs, error = eval_checkified(closed.jaxpr, closed.consts, [], init_error, enabled)
         return error, tree_util.tree_unflatten(out_tree, outs)
 
     return checked

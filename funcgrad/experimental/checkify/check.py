@@ -1,16 +1,17 @@
 """`check`, `debug_check` and `check_error`: the one `check` primitive and its rules.
 
 The primitive's operands are an error's values and its params the error's static part, so a
-new check (an error holding one failure) and a re-raised error are the same equation. Run
-eagerly it raises the error's failure. `checkify` turns each equation into an update of the
-error value it threads through the program. A staged program cannot raise, so staging a check
-outside `checkify` fails at once, naming the fix; a `debug_check` is then dropped instead.
+new check (an error holding one failure) and a re-raised error are the same equation.
+`checkify` turns each equation into an update of the error value it threads through the
+program. Anywhere else a check is an assertion, the same wherever it runs: eagerly it raises
+the error's failure, and staged (by jit, make_jaxpr, control flow) it is an equation like any
+other, which a compiled program runs as a host call that raises the failure when the program
+runs. So a function traces alike inside checkify and out, and a jitted function keeps its
+checks whether it was first traced inside checkify or not. A `debug_check` does nothing
+outside checkify.
 """
 
 from __future__ import annotations
-
-import contextlib
-import threading
 
 from funcgrad import core, tree_util
 from funcgrad import numpy as fnp
@@ -33,38 +34,8 @@ check_p = Primitive("check", multiple_results=True)
 check_p.has_effects = True
 
 
-class _Functionalizing(threading.local):
-    depth = 0
-
-
-_functionalizing = _Functionalizing()
-
-
-@contextlib.contextmanager
-def functionalizing():
-    """Within it, checks may be staged: checkify is tracing them, to turn them into values."""
-    _functionalizing.depth += 1
-    try:
-        yield
-    finally:
-        _functionalizing.depth -= 1
-
-
-_STAGED_OUTSIDE_CHECKIFY = (
-    "checkify.check was staged into a program (by jit, a control-flow primitive, make_jaxpr, "
-    "...) outside checkify.checkify. A staged program cannot raise a Python exception: wrap the "
-    "function in funcgrad.experimental.checkify.checkify, which returns the first failed check "
-    "as an error value beside the outputs (err.throw() raises it), or use "
-    "checkify.debug_check, which programs staged without checkify skip."
-)
-
-
 @check_p.def_abstract_eval
 def _check_abstract_eval(*avals, error_aux, debug):
-    # Eager execution validates operands with this rule too; only staging must refuse.
-    staging = core.current_trace() is not core.eval_trace()
-    if staging and not debug and not _functionalizing.depth:
-        raise ValueError(_STAGED_OUTSIDE_CHECKIFY)
     return []
 
 
@@ -132,8 +103,9 @@ def _check(pred, msg: str, debug: bool, fmt_args: tuple, fmt_kwargs: dict) -> No
 def check(pred, msg: str, *fmt_args, debug: bool = False, **fmt_kwargs) -> None:
     """Fail with `msg.format(*fmt_args, **fmt_kwargs)` where the scalar `pred` is false.
 
-    Eagerly a failed check raises a `FailedCheckError`; inside `checkify` it becomes the error
-    value checkify returns, which works under jit, vmap, grad and control flow. The format
+    Inside `checkify` a failed check becomes the error value checkify returns, which works
+    under jit, vmap, grad and control flow. Elsewhere it raises a `FailedCheckError`: eagerly
+    at once, and in a jitted function when the compiled program runs. The format
     arguments may be traced arrays: the message shows their run-time values. `debug=True`
     makes it a `debug_check`.
     """
