@@ -1386,12 +1386,20 @@ def _device_case():
     )
 
 
-def _shard_mapped_sin(x):
-    """Each device's rows, on a mesh of every CPU device, or of the GPUs of the kind holding
-    `x` (as many as the CPU's virtual devices, for the emulated GPUs)."""
+def _devices_holding(x) -> list:
+    """Every CPU device, or the GPUs of the kind holding `x` (as many as the CPU's virtual
+    devices, for the emulated GPUs)."""
     device = x.device if type(x) is fg.Array else None
-    kind = device.backend if isinstance(device, GpuDevice) else "cpu"
-    mesh = fg.make_mesh((fg.device_count("cpu"),), ("i",), devices=fg.devices(kind))
+    return fg.devices(device.backend if isinstance(device, GpuDevice) else "cpu")
+
+
+def _pmapped_sin(x):
+    return fg.pmap(lambda a: fnp.sin(a) * 2.0, devices=_devices_holding(x)[: x.shape[0]])(x)
+
+
+def _shard_mapped_sin(x):
+    """Each device's rows, on a mesh of the devices `_devices_holding(x)`."""
+    mesh = fg.make_mesh((fg.device_count("cpu"),), ("i",), devices=_devices_holding(x))
     spec = fg.sharding.PartitionSpec("i")
     return fg.shard_map(lambda a: fnp.sin(a) * 2.0, mesh=mesh, in_specs=spec, out_specs=spec)(x)
 
@@ -1468,13 +1476,9 @@ RECIPES.update(
             case=_same_shape_case(1, FLOATS),
         ),
         "pmap": Recipe(
-            fun=lambda x: fg.pmap(lambda a: fnp.sin(a) * 2.0)(x),
+            fun=_pmapped_sin,
             reference=lambda x: np.sin(x) * 2.0,
             case=_device_case(),
-            reasons={
-                "jit": "a jit containing a pmap does not compile on the llvm backend yet (the "
-                "compiler has no host step with outputs); pmap itself runs compiled programs"
-            },
         ),
         "shard_map": Recipe(
             fun=_shard_mapped_sin,
