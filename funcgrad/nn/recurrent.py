@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import funcgrad.numpy as fnp
-from funcgrad import lax, random
+from funcgrad import lax, random, tree_util
 from funcgrad.nn import functions as F
 from funcgrad.nn import initializers
 from funcgrad.nn.layers import _FLOAT, _check_trailing
@@ -165,7 +165,8 @@ class RNN(Module):
     features) with `time_major=True`: `carry, outputs = rnn(x)` gives the final carry and the
     cell's output at every step, on the input's layout. With `reverse=True` the sequence is
     read from its end, and output t is still the step that read input t. The carry starts
-    at the cell's zeros unless `initial_carry` is given."""
+    at the cell's zeros unless `initial_carry` is given: any cell with `initial_carry(batch_shape,
+    dtype)` and the `(carry, x) -> (carry, y)` call may be scanned."""
 
     cell: Module
     time_major: bool = field(static=True)
@@ -183,7 +184,7 @@ class RNN(Module):
             )
         steps = x if self.time_major else fnp.moveaxis(x, -2, 0)
         if initial_carry is None:
-            dtype = fnp.result_type(x, self.cell.input_weight)
+            dtype = fnp.result_type(x, *tree_util.tree_leaves(self.cell))
             initial_carry = self.cell.initial_carry(steps.shape[1:-1], dtype)
         carry, outputs = lax.scan(self.cell, initial_carry, steps, reverse=self.reverse)
         return carry, outputs if self.time_major else fnp.moveaxis(outputs, 0, -2)
