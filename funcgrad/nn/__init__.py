@@ -1,5 +1,6 @@
 """funcgrad.nn: activation functions with jax.nn's names, and layers as pytree modules
-(`Module`, `Linear`, `Conv2d`, ...; see `funcgrad.nn.module`), initializers, pooling,
+(`Module`, `Linear`, `Conv2d`, ...; see `funcgrad.nn.module`), recurrent cells and `RNN`,
+initializers, pooling,
 losses (`nn.losses`) and parameter filtering (`partition`, `combine`, `tree_at`)."""
 
 from funcgrad.nn import initializers, losses
@@ -39,17 +40,24 @@ from funcgrad.nn.functions import (
 )
 from funcgrad.nn.layers import (
     MLP,
+    AvgPool1d,
     AvgPool2d,
+    AvgPool3d,
     BatchNorm,
     Conv1d,
     Conv2d,
+    Conv3d,
+    ConvTranspose1d,
     ConvTranspose2d,
+    ConvTranspose3d,
     Dropout,
     Embedding,
     Lambda,
     LayerNorm,
     Linear,
+    MaxPool1d,
     MaxPool2d,
+    MaxPool3d,
     MultiHeadAttention,
     RMSNorm,
     Sequential,
@@ -65,24 +73,40 @@ from funcgrad.nn.module import (
     partition,
     tree_at,
 )
+from funcgrad.nn.normalization import GroupNorm, InstanceNorm
+from funcgrad.nn.recurrent import RNN, Bidirectional, GRUCell, LSTMCell, SimpleRNNCell
 
 __all__ = [
     "MLP",
+    "RNN",
+    "AvgPool1d",
     "AvgPool2d",
+    "AvgPool3d",
     "BatchNorm",
+    "Bidirectional",
     "Conv1d",
     "Conv2d",
+    "Conv3d",
+    "ConvTranspose1d",
     "ConvTranspose2d",
+    "ConvTranspose3d",
     "Dropout",
     "Embedding",
+    "GRUCell",
+    "GroupNorm",
+    "InstanceNorm",
+    "LSTMCell",
     "Lambda",
     "LayerNorm",
     "Linear",
+    "MaxPool1d",
     "MaxPool2d",
+    "MaxPool3d",
     "Module",
     "MultiHeadAttention",
     "RMSNorm",
     "Sequential",
+    "SimpleRNNCell",
     "avg_pool",
     "combine",
     "field",

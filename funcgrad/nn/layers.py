@@ -107,6 +107,7 @@ def _padding(padding, n: int):
 _LAYOUTS = {
     1: {"NWC": ("NWC", "WIO", "NWC"), "NCW": ("NCW", "WIO", "NCW")},
     2: {"NHWC": ("NHWC", "HWIO", "NHWC"), "NCHW": ("NCHW", "HWIO", "NCHW")},
+    3: {"NDHWC": ("NDHWC", "DHWIO", "NDHWC"), "NCDHW": ("NCDHW", "DHWIO", "NCDHW")},
 }
 
 
@@ -226,19 +227,26 @@ class Conv2d(_Conv):
     spatial = 2
 
 
-class ConvTranspose2d(_Conv):
-    """The transpose of Conv2d with the same arguments (the gradient of a strided convolution
-    with respect to its input, as a layer): it upsamples by `stride`. With padding "SAME" the
-    output is input size times stride; `output_padding` adds rows and columns at the end."""
+class Conv3d(_Conv):
+    """3-d convolution on (N, D, H, W, C) ("NDHWC", the default) or (N, C, D, H, W)
+    ("NCDHW")."""
+
+    spatial = 3
+
+
+class _ConvTranspose(_Conv):
+    """The transpose of the convolution with the same arguments (the gradient of a strided
+    convolution with respect to its input, as a layer): it upsamples by `stride`. With padding
+    "SAME" the output is input size times stride; `output_padding` adds positions at the end
+    of each spatial axis."""
 
     output_padding: tuple = field(static=True)
-    spatial = 2
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, *, output_padding=0, **kw):
         if kw.get("groups", 1) != 1:
-            raise ValueError("ConvTranspose2d: groups other than 1 are not supported")
+            raise ValueError(f"{type(self).__name__}: groups other than 1 are not supported")
         super().__init__(in_channels, out_channels, kernel_size, **kw)
-        self.output_padding = _tuple(output_padding, 2, "output_padding")
+        self.output_padding = _tuple(output_padding, self.spatial, "output_padding")
 
     def __call__(self, x, *, key=None):
         x, unbatched = self._batched(x)
@@ -262,15 +270,33 @@ class ConvTranspose2d(_Conv):
         x, weight = _promoted(x, self.weight)
         y = lax.conv_general_dilated(
             x,
-            fnp.flip(weight, axis=(0, 1)),
-            (1, 1),
+            fnp.flip(weight, axis=tuple(range(self.spatial))),
+            (1,) * self.spatial,
             pads,
             lhs_dilation=self.stride,
             rhs_dilation=self.dilation,
-            dimension_numbers=_LAYOUTS[2][self.data_format],
+            dimension_numbers=_LAYOUTS[self.spatial][self.data_format],
         )
         y = self._with_bias(y)
         return y[0] if unbatched else y
+
+
+class ConvTranspose1d(_ConvTranspose):
+    """The transpose of Conv1d; layouts as Conv1d's."""
+
+    spatial = 1
+
+
+class ConvTranspose2d(_ConvTranspose):
+    """The transpose of Conv2d; layouts as Conv2d's."""
+
+    spatial = 2
+
+
+class ConvTranspose3d(_ConvTranspose):
+    """The transpose of Conv3d; layouts as Conv3d's."""
+
+    spatial = 3
 
 
 def _promoted(x, weight) -> tuple:
@@ -314,22 +340,57 @@ def avg_pool(x, window_shape: Sequence[int], strides=None, padding="VALID"):
     return y[0] if unbatched else y
 
 
-class MaxPool2d(Module):
-    window_shape: tuple = field(static=True)
-    strides: Any = field(static=True, default=None)
-    padding: Any = field(static=True, default="VALID")
+class _Pool(Module):
+    """A pooling layer over the spatial axes of (batch, *spatial, features) or of one
+    example; `window_shape` and `strides` take an int for every axis alike."""
 
+    window_shape: tuple = field(static=True)
+    strides: Any = field(static=True)
+    padding: Any = field(static=True)
+
+    spatial = 0  # set by the subclasses
+
+    def __init__(self, window_shape, strides=None, padding="VALID"):
+        name = type(self).__name__
+        self.window_shape = _tuple(window_shape, self.spatial, f"{name}: window_shape")
+        if strides is not None:
+            strides = _tuple(strides, self.spatial, f"{name}: strides")
+        self.strides = strides
+        self.padding = _padding(padding, self.spatial)
+
+
+class _MaxPool(_Pool):
     def __call__(self, x, *, key=None):
         return max_pool(x, self.window_shape, self.strides, self.padding)
 
 
-class AvgPool2d(Module):
-    window_shape: tuple = field(static=True)
-    strides: Any = field(static=True, default=None)
-    padding: Any = field(static=True, default="VALID")
-
+class _AvgPool(_Pool):
     def __call__(self, x, *, key=None):
         return avg_pool(x, self.window_shape, self.strides, self.padding)
+
+
+class MaxPool1d(_MaxPool):
+    spatial = 1
+
+
+class MaxPool2d(_MaxPool):
+    spatial = 2
+
+
+class MaxPool3d(_MaxPool):
+    spatial = 3
+
+
+class AvgPool1d(_AvgPool):
+    spatial = 1
+
+
+class AvgPool2d(_AvgPool):
+    spatial = 2
+
+
+class AvgPool3d(_AvgPool):
+    spatial = 3
 
 
 # -- normalization ------------------------------------------------------------------------------
