@@ -655,7 +655,8 @@ def bcoo_sort_indices(mat: BCOO) -> BCOO:
     mat = _as_bcoo(mat, "bcoo_sort_indices")
     if mat.n_sparse == 0:  # every element has the one (empty) index
         return mat._like(mat.data, indices_sorted=True)
-    data, indices = _order.sort_indices(mat.data, mat.indices, mat.shape[mat.n_batch :])
+    sparse_shape = mat.shape[mat.n_batch : mat.n_batch + mat.n_sparse]
+    data, indices = _order.sort_indices(mat.data, mat.indices, sparse_shape)
     return mat._like(data, indices, indices_sorted=True)
 
 
