@@ -872,3 +872,35 @@ def test_sort_indices_with_dense_dimensions():
     ordered = shuffled.sort_indices()
     np.testing.assert_array_equal(ordered.indices, mat.indices)
     np.testing.assert_array_equal(ordered.todense(), dense)
+
+
+def test_sparsify_covers_sparse_products_and_structure_and_traces_once():
+    rng = np.random.default_rng(40)
+    a, b = sparse_array(rng, (3, 4)), sparse_array(rng, (3, 4))
+    traces = []
+
+    def f(a, b):
+        traces.append(None)
+        return (
+            a * b,
+            a @ b.T,
+            fnp.concatenate([a, b], axis=1),
+            a[1:, ::2],
+            a[2],
+            fnp.broadcast_to(b[1], (2, 4)),  # a new leading (batch) dimension
+        )
+
+    expected = f(fnp.asarray(a), fnp.asarray(b))
+    sparsified = sparse.sparsify(f)
+    for _ in range(2):
+        results = sparsified(BCOO.fromdense(a), BCOO.fromdense(b))
+        assert all(isinstance(r, BCOO) for r in results)
+        for result, want in zip(results, expected):
+            np.testing.assert_allclose(result.todense(), want, rtol=1e-12, atol=1e-12)
+    assert len(traces) == 2  # the dense call, then one staging for both sparse calls
+    sparsified(BCOO.fromdense(a, nse=12), BCOO.fromdense(b))  # a new nse: same program
+    assert len(traces) == 2
+    sparsified(BCOO.fromdense(a[:2]), BCOO.fromdense(b[:2]))  # a new shape: staged again
+    assert len(traces) == 3
+    with pytest.raises(NotImplementedError, match="concatenating sparse and dense"):
+        sparse.sparsify(lambda a, x: fnp.concatenate([a, x]))(BCOO.fromdense(a), a)
