@@ -10,6 +10,7 @@ import string
 
 import numpy as np
 import pytest
+import scipy.sparse
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -527,16 +528,28 @@ def test_errors_name_the_shapes():
         mat @ np.ones(4)
     with pytest.raises(TypeError, match="contracting dimension sizes must match"):
         sparse.bcoo_dot_general(mat, np.ones((4, 2)), dimension_numbers=(((1,), (0,)), ((), ())))
-    with pytest.raises(NotImplementedError, match="two BCOO arrays"):
-        mat @ mat
+    with pytest.raises(NotImplementedError, match="dense dimensions"):
+        mat @ BCOO.fromdense(np.eye(3), n_dense=1)
     with pytest.raises(ValueError, match="do not describe an array of shape"):
         BCOO((np.ones(3), np.zeros((2, 2), np.int32)), shape=(3, 3))
     with pytest.raises(TypeError, match="indices must be integers"):
         BCOO((np.ones(2), np.zeros((2, 2))), shape=(3, 3))
     with pytest.raises(ValueError, match="kept among themselves"):
         BCOO.fromdense(np.ones((2, 3, 4)), n_batch=1).transpose((1, 0, 2))
-    with pytest.raises(IndexError, match="batch dimensions"):
-        mat[0]
+    with pytest.raises(IndexError, match="out of bounds for dimension 1"):
+        mat[0, 3]
+    with pytest.raises(IndexError, match="steps must be positive"):
+        mat[::-1]
+    with pytest.raises(ValueError, match="must agree in every dimension but 0"):
+        sparse.bcoo_concatenate([mat, BCOO.fromdense(np.eye(2))], dimension=0)
+    with pytest.raises(sparse.SparseEfficiencyError, match="sizes \\(3,\\)"):
+        sparse.bcoo_update_layout(mat, n_batch=1)
+    with pytest.raises(ValueError, match="must all have size 1"):
+        sparse.bcoo_squeeze(mat, dimensions=(0,))
+    with pytest.raises(ValueError, match="sparse dimensions \\(1,\\) of size > 1"):
+        sparse.bcoo_broadcast_in_dim(mat, shape=(3, 2, 3), broadcast_dimensions=(0, 2))
+    with pytest.raises(ValueError, match="operands must have one shape"):
+        mat * BCOO.fromdense(np.eye(2))
     with pytest.raises(ValueError, match="must broadcast"):
         mat * np.ones(4)
     with pytest.raises(ValueError, match="n_batch=3 and n_dense=0"):
@@ -588,3 +601,306 @@ def test_sparsify_names_a_primitive_without_a_sparse_rule():
     mat = BCOO.fromdense(np.eye(2))
     with pytest.raises(NotImplementedError, match="primitive exp has no sparse rule"):
         sparse.sparsify(fnp.exp)(mat)
+
+
+# ---- products of two sparse arrays
+
+
+SPDOT_CASES = [
+    # (lhs shape, lhs n_batch, rhs shape, rhs n_batch, dimension_numbers)
+    ((3, 4), 0, (4, 5), 0, (((1,), (0,)), ((), ()))),
+    ((4, 3), 0, (4, 5), 0, (((0,), (0,)), ((), ()))),
+    ((4,), 0, (4,), 0, (((0,), (0,)), ((), ()))),
+    ((3, 4), 0, (4,), 0, (((1,), (0,)), ((), ()))),
+    ((3, 4), 0, (5, 2), 0, (((), ()), ((), ()))),
+    ((2, 3, 4), 1, (2, 4, 5), 1, (((2,), (1,)), ((0,), (0,)))),
+    ((2, 3, 4), 1, (4, 5), 0, (((2,), (0,)), ((), ()))),
+]
+
+
+@pytest.mark.parametrize("case", range(len(SPDOT_CASES)))
+def test_spdot_general_matches_dense_product(case):
+    lhs_shape, lhs_n_batch, rhs_shape, rhs_n_batch, dimension_numbers = SPDOT_CASES[case]
+    rng = np.random.default_rng(case)
+    lhs, rhs = sparse_array(rng, lhs_shape), sparse_array(rng, rhs_shape)
+    lhs_mat = BCOO.fromdense(lhs, n_batch=lhs_n_batch)
+    rhs_mat = BCOO.fromdense(rhs, n_batch=rhs_n_batch)
+    out = sparse.bcoo_dot_general(lhs_mat, rhs_mat, dimension_numbers=dimension_numbers)
+    assert isinstance(out, BCOO)
+    want = einsum_dot_general(lhs, rhs, dimension_numbers)
+    np.testing.assert_allclose(out.todense(), want, rtol=1e-12, atol=1e-12)
+    out_n_sparse = out.n_sparse
+    # nse: the pairs of stored elements, counting 1 for a side with every sparse dim contracted
+    pairs = (lhs_mat.nse if lhs_mat.n_sparse > len(dimension_numbers[0][0]) else 1) * (
+        rhs_mat.nse if rhs_mat.n_sparse > len(dimension_numbers[0][1]) else 1
+    )
+    assert out.nse == min(pairs, math.prod(out.shape[out.n_batch :]))
+    assert out_n_sparse == len(out.shape) - out.n_batch
+
+    def product(lhs_data, rhs_data):
+        a = BCOO((lhs_data, lhs_mat.indices), shape=lhs_shape)
+        b = BCOO((rhs_data, rhs_mat.indices), shape=rhs_shape)
+        return sparse.bcoo_dot_general(a, b, dimension_numbers=dimension_numbers).todense()
+
+    check_grads(product, (lhs_mat.data, rhs_mat.data), order=1)
+    jitted = fg.jit(product)(lhs_mat.data, rhs_mat.data)
+    np.testing.assert_allclose(jitted, out.todense(), rtol=1e-12, atol=1e-12)
+
+
+def test_sparse_matmul_counts_duplicates_and_ignores_padding():
+    # Duplicated indices add up and padding (index = shape) is no element.
+    lhs = BCOO(
+        (np.array([1.0, 2.0, 5.0]), np.array([[0, 1], [0, 1], [2, 3]], np.int32)), shape=(2, 3)
+    )
+    rhs = BCOO((np.array([3.0, 7.0]), np.array([[1, 0], [3, 0]], np.int32)), shape=(3, 1))
+    np.testing.assert_array_equal((lhs @ rhs).todense(), [[9.0], [0.0]])
+
+
+@settings(deadline=None, max_examples=20)
+@given(layouts(max_dims=3), st.integers(0, 3), st.integers(0, 3))
+def test_multiply_sparse_matches_numpy(layout, rhs_n_batch, rhs_n_dense):
+    shape, n_batch, n_dense, seed = layout
+    rhs_n_batch = min(rhs_n_batch, len(shape))
+    rhs_n_dense = min(rhs_n_dense, len(shape) - rhs_n_batch)
+    rng = np.random.default_rng(seed)
+    lhs, rhs = sparse_array(rng, shape), sparse_array(rng, shape, density=0.6)
+    lhs_mat = BCOO.fromdense(lhs, n_batch=n_batch, n_dense=n_dense)
+    rhs_mat = BCOO.fromdense(rhs, n_batch=rhs_n_batch, n_dense=rhs_n_dense)
+    out = lhs_mat * rhs_mat
+    assert isinstance(out, BCOO)
+    assert (out.n_batch, out.n_dense) == (min(n_batch, rhs_n_batch), min(n_dense, rhs_n_dense))
+    np.testing.assert_allclose(out.todense(), lhs * rhs, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(
+        sparse.bcoo_multiply_sparse(rhs_mat, lhs_mat).todense(), lhs * rhs, rtol=1e-12
+    )
+
+
+def test_multiply_sparse_grad_and_jit():
+    rng = np.random.default_rng(20)
+    lhs_mat = BCOO.fromdense(sparse_array(rng, (3, 4), density=0.7))
+    rhs_mat = BCOO.fromdense(sparse_array(rng, (3, 4), density=0.7))
+
+    def product(lhs_data, rhs_data):
+        a = BCOO((lhs_data, lhs_mat.indices), shape=lhs_mat.shape)
+        b = BCOO((rhs_data, rhs_mat.indices), shape=rhs_mat.shape)
+        return (a * b).todense()
+
+    check_grads(product, (lhs_mat.data, rhs_mat.data), order=1)
+    np.testing.assert_allclose(
+        fg.jit(product)(lhs_mat.data, rhs_mat.data),
+        product(lhs_mat.data, rhs_mat.data),
+        rtol=1e-12,
+    )
+
+
+# ---- structure: layout, concatenation, slices, broadcasting, indexing
+
+
+@settings(deadline=None, max_examples=25)
+@given(layouts(max_dims=3), st.data())
+def test_update_layout_keeps_the_array(layout, data):
+    shape, n_batch, n_dense, seed = layout
+    dense = sparse_array(np.random.default_rng(seed), shape)
+    mat = BCOO.fromdense(dense, n_batch=n_batch, n_dense=n_dense)
+    new_n_batch = data.draw(st.integers(0, len(shape)))
+    new_n_dense = data.draw(st.integers(0, len(shape) - new_n_batch))
+    out = sparse.bcoo_update_layout(
+        mat, n_batch=new_n_batch, n_dense=new_n_dense, on_inefficient=None
+    )
+    assert (out.n_batch, out.n_dense, out.shape) == (new_n_batch, new_n_dense, shape)
+    np.testing.assert_array_equal(out.todense(), dense)
+
+
+@settings(deadline=None, max_examples=25)
+@given(layouts(min_dims=1, max_dims=3, min_side=1), st.data())
+def test_concatenate_matches_numpy(layout, data):
+    shape, n_batch, n_dense, seed = layout
+    rng = np.random.default_rng(seed)
+    dimension = data.draw(st.integers(0, len(shape) - 1))
+    other_shape = shape[:dimension] + (data.draw(st.integers(0, 3)),) + shape[dimension + 1 :]
+    first, second = sparse_array(rng, shape), sparse_array(rng, other_shape)
+    other_n_batch = data.draw(st.integers(0, n_batch))
+    operands = [
+        BCOO.fromdense(first, n_batch=n_batch, n_dense=n_dense),
+        BCOO.fromdense(second, n_batch=other_n_batch, n_dense=n_dense),
+    ]
+    out = sparse.bcoo_concatenate(operands, dimension=dimension)
+    np.testing.assert_array_equal(out.todense(), np.concatenate([first, second], dimension))
+
+
+@settings(deadline=None, max_examples=25)
+@given(layouts(min_dims=1, max_dims=3, min_side=1), st.data())
+def test_slice_and_dynamic_slice_match_numpy(layout, data):
+    shape, n_batch, n_dense, seed = layout
+    dense = sparse_array(np.random.default_rng(seed), shape)
+    mat = BCOO.fromdense(dense, n_batch=n_batch, n_dense=n_dense)
+    start = [data.draw(st.integers(0, s)) for s in shape]
+    limit = [data.draw(st.integers(lo, s)) for lo, s in zip(start, shape)]
+    strides = [data.draw(st.integers(1, 3)) for _ in shape]
+    out = sparse.bcoo_slice(mat, start_indices=start, limit_indices=limit, strides=strides)
+    want = dense[tuple(slice(*w) for w in zip(start, limit, strides))]
+    np.testing.assert_array_equal(out.todense(), want)
+    sizes = [hi - lo for lo, hi in zip(start, limit)]
+    # Starts past the end clamp, as lax.dynamic_slice's do.
+    offsets = [data.draw(st.integers(-1, s + 1)) for s in shape]
+    clamped = [min(max(o, 0), s - w) for o, s, w in zip(offsets, shape, sizes)]
+    want = dense[tuple(slice(c, c + w) for c, w in zip(clamped, sizes))]
+    dynamic = fg.jit(lambda m, o: sparse.bcoo_dynamic_slice(m, list(o), sizes).todense())
+    np.testing.assert_array_equal(dynamic(mat, np.array(offsets)), want)
+    eager = sparse.bcoo_dynamic_slice(mat, offsets, sizes).todense()
+    np.testing.assert_array_equal(eager, want)
+
+
+def test_getitem_on_any_dimension_matches_numpy():
+    dense = sparse_array(np.random.default_rng(21), (3, 5, 4))
+    items = [
+        1,
+        -1,
+        (slice(0, 2), 2),
+        (Ellipsis, 1),
+        (-1, slice(1, 5, 2), slice(None, None, 3)),
+        (slice(1, 3), 4, 1),
+        (0, 0, 0),
+    ]
+    for n_batch, n_dense in [(0, 0), (1, 0), (0, 1), (1, 1), (2, 1), (0, 2)]:
+        mat = BCOO.fromdense(dense, n_batch=n_batch, n_dense=n_dense)
+        for item in items:
+            np.testing.assert_array_equal(mat[item].todense(), dense[item])
+        traced = fg.jit(lambda m, i: m[1, i].todense())
+        for i in (2, -1):
+            np.testing.assert_array_equal(traced(mat, i), dense[1, i])
+
+
+def test_squeeze_and_broadcast_in_dim_match_numpy():
+    dense = sparse_array(np.random.default_rng(22), (2, 1, 3, 1), density=0.7)
+    for n_batch, n_dense in [(0, 0), (1, 0), (2, 0), (1, 1), (0, 2)]:
+        mat = BCOO.fromdense(dense, n_batch=n_batch, n_dense=n_dense)
+        out = sparse.bcoo_squeeze(mat, dimensions=(1, -1))
+        np.testing.assert_array_equal(out.todense(), dense[:, 0, :, 0])
+        # A new leading batch dimension; batch and dense dimensions of size 1 grow.
+        shape = (4, 2, 1, 3, 5) if n_dense else (4, 2, 1, 3, 1)
+        grown = sparse.bcoo_broadcast_in_dim(mat, shape=shape, broadcast_dimensions=(1, 2, 3, 4))
+        np.testing.assert_array_equal(grown.todense(), np.broadcast_to(dense, shape))
+    vector = dense[0, 0, :, 0]
+    out = sparse.bcoo_broadcast_in_dim(
+        BCOO.fromdense(vector), shape=(3, 1), broadcast_dimensions=(0,)
+    )
+    assert (out.n_batch, out.n_sparse) == (0, 2)  # the new trailing dimension is sparse
+    np.testing.assert_array_equal(out.todense(), vector[:, None])
+
+
+def test_grad_through_structure_operations():
+    rng = np.random.default_rng(23)
+    mat = BCOO.fromdense(sparse_array(rng, (3, 4, 2), density=0.7), n_batch=1)
+    other = BCOO.fromdense(sparse_array(rng, (3, 2, 2), density=0.7), n_batch=1)
+
+    def f(data, other_data):
+        a = BCOO((data, mat.indices), shape=mat.shape)
+        b = BCOO((other_data, other.indices), shape=other.shape)
+        joined = sparse.bcoo_concatenate([a, b], dimension=1)
+        window = sparse.bcoo_slice(joined, start_indices=(0, 1, 0), limit_indices=(3, 6, 2))
+        relaid = sparse.bcoo_update_layout(window, n_batch=0, n_dense=1, on_inefficient=None)
+        return relaid[1:, ::2].todense() * 2.0
+
+    check_grads(f, (mat.data, other.data), order=1)
+    np.testing.assert_array_equal(fg.jit(f)(mat.data, other.data), f(mat.data, other.data))
+
+
+# ---- BCSR
+
+
+def test_bcsr_fromdense_matches_scipy_csr():
+    dense = sparse_array(np.random.default_rng(30), (4, 6))
+    mat = sparse.BCSR.fromdense(dense)
+    reference = scipy.sparse.csr_matrix(dense)
+    np.testing.assert_array_equal(mat.indptr, reference.indptr)
+    np.testing.assert_array_equal(mat.indices, reference.indices)
+    np.testing.assert_array_equal(mat.data, reference.data)
+    np.testing.assert_array_equal(mat.todense(), dense)
+    np.testing.assert_array_equal(sparse.todense(mat), dense)
+    padded = sparse.bcsr_fromdense(dense, nse=mat.nse + 3)
+    np.testing.assert_array_equal(padded.indptr, reference.indptr)
+    np.testing.assert_array_equal(sparse.bcsr_todense(padded), dense)
+
+
+def test_bcsr_batches_dense_blocks_and_bcoo_round_trip():
+    dense = sparse_array(np.random.default_rng(31), (2, 3, 4, 2))
+    mat = sparse.BCSR.fromdense(dense, n_batch=1, n_dense=1)
+    assert (mat.shape, mat.n_batch, mat.n_dense) == (dense.shape, 1, 1)
+    np.testing.assert_array_equal(mat.todense(), dense)
+    for b in range(2):
+        reference = scipy.sparse.csr_matrix(np.any(dense[b] != 0, axis=-1))
+        np.testing.assert_array_equal(mat.indptr[b], reference.indptr)
+    # From a BCOO array with unsorted, duplicated and out-of-range elements.
+    coo = BCOO(
+        (np.array([1.0, 2.0, 3.0, 4.0]), np.array([[2, 1], [0, 3], [2, 1], [1, 9]], np.int32)),
+        shape=(3, 4),
+    )
+    csr = sparse.BCSR.from_bcoo(coo)
+    np.testing.assert_array_equal(csr.todense(), coo.todense())
+    np.testing.assert_array_equal(csr.to_bcoo().todense(), coo.todense())
+
+
+def test_bcsr_products_grad_and_jit():
+    rng = np.random.default_rng(32)
+    dense = sparse_array(rng, (3, 4))
+    mat = sparse.BCSR.fromdense(dense)
+    x, y = rng.normal(size=(4, 2)), rng.normal(size=3)
+    np.testing.assert_allclose(mat @ x, dense @ x, rtol=1e-12)
+    np.testing.assert_allclose(y @ mat, y @ dense, rtol=1e-12)
+    dimension_numbers = (((0,), (0,)), ((), ()))
+    out = sparse.bcsr_dot_general(mat, y, dimension_numbers=dimension_numbers)
+    np.testing.assert_allclose(out, y @ dense, rtol=1e-12)
+
+    def f(data, x):
+        return (sparse.BCSR((data, mat.indices, mat.indptr), shape=mat.shape) @ x) ** 2
+
+    check_grads(f, (mat.data, x), order=1)
+    np.testing.assert_allclose(fg.jit(f)(mat.data, x), f(mat.data, x), rtol=1e-12)
+    # A pytree: through jit whole, with nse fixed for tracing.
+    fromdense = fg.jit(lambda d: sparse.BCSR.fromdense(d, nse=mat.nse))
+    np.testing.assert_array_equal(fromdense(dense).indptr, mat.indptr)
+    with pytest.raises(ValueError, match="exactly two sparse dimensions"):
+        sparse.BCSR.fromdense(np.ones(3))
+
+
+def test_sort_indices_with_dense_dimensions():
+    # The bounds that send out-of-range elements last are the sparse shape alone.
+    dense = sparse_array(np.random.default_rng(33), (3, 4, 2), density=0.6)
+    mat = BCOO.fromdense(dense, n_dense=1)
+    shuffled = BCOO((mat.data[::-1], mat.indices[::-1]), shape=mat.shape)
+    ordered = shuffled.sort_indices()
+    np.testing.assert_array_equal(ordered.indices, mat.indices)
+    np.testing.assert_array_equal(ordered.todense(), dense)
+
+
+def test_sparsify_covers_sparse_products_and_structure_and_traces_once():
+    rng = np.random.default_rng(40)
+    a, b = sparse_array(rng, (3, 4)), sparse_array(rng, (3, 4))
+    traces = []
+
+    def f(a, b):
+        traces.append(None)
+        return (
+            a * b,
+            a @ b.T,
+            fnp.concatenate([a, b], axis=1),
+            a[1:, ::2],
+            a[2],
+            fnp.broadcast_to(b[1], (2, 4)),  # a new leading (batch) dimension
+        )
+
+    expected = f(fnp.asarray(a), fnp.asarray(b))
+    sparsified = sparse.sparsify(f)
+    for _ in range(2):
+        results = sparsified(BCOO.fromdense(a), BCOO.fromdense(b))
+        assert all(isinstance(r, BCOO) for r in results)
+        for result, want in zip(results, expected):
+            np.testing.assert_allclose(result.todense(), want, rtol=1e-12, atol=1e-12)
+    assert len(traces) == 2  # the dense call, then one staging for both sparse calls
+    sparsified(BCOO.fromdense(a, nse=12), BCOO.fromdense(b))  # a new nse: same program
+    assert len(traces) == 2
+    sparsified(BCOO.fromdense(a[:2]), BCOO.fromdense(b[:2]))  # a new shape: staged again
+    assert len(traces) == 3
+    with pytest.raises(NotImplementedError, match="concatenating sparse and dense"):
+        sparse.sparsify(lambda a, x: fnp.concatenate([a, x]))(BCOO.fromdense(a), a)

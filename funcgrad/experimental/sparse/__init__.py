@@ -1,4 +1,5 @@
-"""funcgrad.experimental.sparse: sparse arrays in the batched coordinate (BCOO) format.
+"""funcgrad.experimental.sparse: sparse arrays in the batched coordinate (BCOO) and batched
+compressed-row (BCSR) formats.
 
 A `BCOO` array stores only its specified elements: their values (`data`) and their indices
 (`indices`). It is a pytree, and every operation on it is made of gathers, scatters and
@@ -12,28 +13,53 @@ from funcgrad.experimental.sparse.bcoo import (
     bcoo_extract,
     bcoo_fromdense,
     bcoo_multiply_dense,
+    bcoo_multiply_sparse,
     bcoo_reduce_sum,
     bcoo_reshape,
     bcoo_sort_indices,
+    bcoo_spdot_general,
     bcoo_sum_duplicates,
     bcoo_todense,
     bcoo_transpose,
 )
+from funcgrad.experimental.sparse.bcoo_structure import (
+    SparseEfficiencyError,
+    bcoo_broadcast_in_dim,
+    bcoo_concatenate,
+    bcoo_dynamic_slice,
+    bcoo_slice,
+    bcoo_squeeze,
+    bcoo_update_layout,
+)
+from funcgrad.experimental.sparse.bcsr import BCSR, bcsr_dot_general, bcsr_fromdense, bcsr_todense
 from funcgrad.experimental.sparse.random import random_bcoo
 from funcgrad.experimental.sparse.transform import sparsify
 
 __all__ = [
     "BCOO",
+    "BCSR",
+    "SparseEfficiencyError",
+    "bcoo_broadcast_in_dim",
+    "bcoo_concatenate",
     "bcoo_dot_general",
+    "bcoo_dynamic_slice",
     "bcoo_extract",
     "bcoo_fromdense",
     "bcoo_multiply_dense",
+    "bcoo_multiply_sparse",
     "bcoo_reduce_sum",
     "bcoo_reshape",
+    "bcoo_slice",
     "bcoo_sort_indices",
+    "bcoo_spdot_general",
+    "bcoo_squeeze",
     "bcoo_sum_duplicates",
     "bcoo_todense",
     "bcoo_transpose",
+    "bcoo_update_layout",
+    "bcsr_dot_general",
+    "bcsr_fromdense",
+    "bcsr_todense",
     "empty",
     "eye",
     "random_bcoo",

@@ -1,5 +1,5 @@
 """Format-independent entry points: `todense` of any array, and the constructors `empty` and
-`eye` (BCOO is the only format)."""
+`eye` (of BCOO arrays)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ from funcgrad import dtypes
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.experimental.sparse.bcoo import BCOO, bcoo_fromdense
+from funcgrad.experimental.sparse.bcsr import BCSR
 
 __all__ = ["empty", "eye", "todense"]
 
 
 def todense(arr) -> Array:
-    """The dense form of a BCOO array; a dense array is returned as it is."""
-    return arr.todense() if isinstance(arr, BCOO) else fnp.asarray(arr)
+    """The dense form of a BCOO or BCSR array; a dense array is returned as it is."""
+    return arr.todense() if isinstance(arr, (BCOO, BCSR)) else fnp.asarray(arr)
 
 
 def _check_format(sparse_format: str, name: str) -> None:

@@ -26,7 +26,7 @@ from funcgrad import core, dtypes, lax, tree_util
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.errors import ConcretizationTypeError
-from funcgrad.experimental.sparse import _convert, _dot, _layout, _order
+from funcgrad.experimental.sparse import _convert, _dot, _layout, _order, _relayout, _spdot
 
 __all__ = [
     "BCOO",
@@ -34,9 +34,11 @@ __all__ = [
     "bcoo_extract",
     "bcoo_fromdense",
     "bcoo_multiply_dense",
+    "bcoo_multiply_sparse",
     "bcoo_reduce_sum",
     "bcoo_reshape",
     "bcoo_sort_indices",
+    "bcoo_spdot_general",
     "bcoo_sum_duplicates",
     "bcoo_todense",
     "bcoo_transpose",
@@ -205,18 +207,11 @@ class BCOO:
         return out.todense() if out.ndim == 0 else out
 
     def __getitem__(self, item) -> BCOO:
-        items = item if isinstance(item, tuple) else (item,)
-        simple = all(
-            isinstance(i, slice) or (not isinstance(i, bool) and _is_integer_index(i))
-            for i in items
-        )
-        if not simple or len(items) > self.n_batch:
-            raise IndexError(
-                f"BCOO indexing supports only integers and slices over the batch dimensions "
-                f"(n_batch={self.n_batch}), got {item!r} for an array of shape {self.shape}; "
-                "index its dense form (.todense()) otherwise"
-            )
-        return self._like(self.data[items], self.indices[items])
+        """Integers (static or traced), positive-step slices and an ellipsis, over any
+        dimensions."""
+        from funcgrad.experimental.sparse.bcoo_structure import getitem  # it imports BCOO
+
+        return getitem(self, item)
 
     # ---- arithmetic
 
@@ -228,10 +223,7 @@ class BCOO:
 
     def __mul__(self, other) -> BCOO:
         if isinstance(other, BCOO):
-            raise NotImplementedError(
-                "multiplying two BCOO arrays elementwise is not implemented; multiply one by "
-                "the other's dense form (.todense())"
-            )
+            return bcoo_multiply_sparse(self, other)
         other = fnp.asarray(other)
         if other.ndim == 0:
             return self._like(self.data * other)
@@ -259,18 +251,13 @@ class BCOO:
     def __rsub__(self, other) -> BCOO | Array:
         return (-self) + other
 
-    def __matmul__(self, other) -> Array:
+    def __matmul__(self, other) -> Array | BCOO:
         if isinstance(other, BCOO):
-            raise NotImplementedError(_SPARSE_SPARSE)
+            return _matmul(self, other, sparse_first=True)
         return _matmul(self, fnp.asarray(other), sparse_first=True)
 
     def __rmatmul__(self, other) -> Array:
         return _matmul(self, fnp.asarray(other), sparse_first=False)
-
-
-_SPARSE_SPARSE = (
-    "products of two BCOO arrays are not implemented; convert one operand with .todense()"
-)
 
 
 def _traced(x) -> bool:
@@ -420,12 +407,19 @@ def bcoo_extract(sparr: BCOO, arr, *, assume_unique: bool | None = None) -> BCOO
 
 def bcoo_dot_general(
     lhs, rhs, *, dimension_numbers, precision=None, preferred_element_type=None
-) -> Array:
-    """`lax.dot_general` with a BCOO array as one operand and a dense array as the other; the
-    result is dense. The product never forms the sparse operand's dense form."""
+) -> Array | BCOO:
+    """`lax.dot_general` with a BCOO array as one operand or both. With one, the result is
+    dense; with both, it is a BCOO array (see `bcoo_spdot_general`). The product never forms
+    the sparse operands' dense forms."""
     dimension_numbers = _dot.canonical_dimension_numbers(dimension_numbers)
     if isinstance(lhs, BCOO) and isinstance(rhs, BCOO):
-        raise NotImplementedError(_SPARSE_SPARSE)
+        return bcoo_spdot_general(
+            lhs,
+            rhs,
+            dimension_numbers=dimension_numbers,
+            precision=precision,
+            preferred_element_type=preferred_element_type,
+        )
     if not isinstance(lhs, BCOO) and not isinstance(rhs, BCOO):
         return lax.dot_general(lhs, rhs, dimension_numbers, precision, preferred_element_type)
     if isinstance(lhs, BCOO):
@@ -442,6 +436,67 @@ def bcoo_dot_general(
         *range(n_batch, n_batch + n_rhs_free),
     )
     return fnp.transpose(out, permutation)
+
+
+def bcoo_spdot_general(
+    lhs: BCOO, rhs: BCOO, *, dimension_numbers, precision=None, preferred_element_type=None
+) -> BCOO:
+    """`lax.dot_general` of two BCOO arrays without dense dimensions, as a BCOO array. The batch
+    dimensions must be batch dimensions of both, and the contracting ones sparse dimensions.
+    The result's batch dimensions are the paired batch dimensions, then each operand's
+    unpaired ones; it stores, per batch, the product of the operands' nse (an operand whose
+    sparse dimensions are all contracted counts 1), at most one per position."""
+    lhs, rhs = _as_bcoo(lhs, "bcoo_spdot_general"), _as_bcoo(rhs, "bcoo_spdot_general")
+    dimension_numbers = _dot.canonical_dimension_numbers(dimension_numbers)
+    out_shape = _dot.output_shape(lhs.shape, rhs.shape, dimension_numbers)
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+    problems = []
+    if lhs.n_dense or rhs.n_dense:
+        problems.append("neither operand may have dense dimensions")
+    for side, mat, contract, batch in (
+        ("lhs", lhs, lhs_contract, lhs_batch),
+        ("rhs", rhs, rhs_contract, rhs_batch),
+    ):
+        if any(d >= mat.n_batch for d in batch):
+            problems.append(f"{side} batch dims {batch} must be among its {mat.n_batch} batch dims")
+        if any(d < mat.n_batch for d in contract):
+            problems.append(f"{side} contracting dims {contract} must be sparse dims")
+    lhs_free_sparse = lhs.n_sparse > len(lhs_contract)
+    if rhs.n_batch > len(rhs_batch) and lhs_free_sparse:
+        problems.append(
+            "rhs may have unpaired batch dims only when every lhs sparse dim is contracted"
+        )
+    if problems:
+        raise NotImplementedError(
+            f"bcoo_spdot_general of {lhs!r} and {rhs!r} with dimension_numbers "
+            f"{dimension_numbers}: " + "; ".join(problems)
+        )
+    dtype = np.dtype(preferred_element_type or fnp.result_type(lhs.data, rhs.data))
+    data, indices = _spdot.spdot_general(lhs, rhs, dimension_numbers, out_shape, dtype)
+    return BCOO((data, indices), shape=out_shape)
+
+
+def bcoo_multiply_sparse(lhs: BCOO, rhs: BCOO) -> BCOO:
+    """The elementwise product of two BCOO arrays of one shape, storing the product of their
+    nse per batch (in the layout with the fewer batch and dense dimensions of the two)."""
+    lhs, rhs = _as_bcoo(lhs, "bcoo_multiply_sparse"), _as_bcoo(rhs, "bcoo_multiply_sparse")
+    if lhs.shape != rhs.shape:
+        raise ValueError(
+            f"bcoo_multiply_sparse: operands must have one shape, got {lhs.shape} and {rhs.shape}"
+        )
+    n_batch, n_dense = min(lhs.n_batch, rhs.n_batch), min(lhs.n_dense, rhs.n_dense)
+    lhs, rhs = (_relaid(mat, n_batch, n_dense) for mat in (lhs, rhs))
+    dtype = fnp.result_type(lhs.data, rhs.data)
+    data, indices = _spdot.multiply_sparse(lhs, rhs, dtype)
+    return BCOO((data, indices), shape=lhs.shape)
+
+
+def _relaid(mat: BCOO, n_batch: int, n_dense: int) -> BCOO:
+    """`mat` with at most as many batch and dense dimensions as it has (never inefficient)."""
+    if (n_batch, n_dense) == (mat.n_batch, mat.n_dense):
+        return mat
+    data, indices = _relayout.update_layout(mat.data, mat.indices, mat.shape, n_batch, n_dense)
+    return BCOO((data, indices), shape=mat.shape)
 
 
 def _sparse_dot_dense(sparse, dense, dimension_numbers, precision, preferred_element_type):
@@ -461,7 +516,7 @@ def _sparse_dot_dense(sparse, dense, dimension_numbers, precision, preferred_ele
     )
 
 
-def _matmul(sparse: BCOO, dense, sparse_first: bool) -> Array:
+def _matmul(sparse: BCOO, dense, sparse_first: bool) -> Array | BCOO:
     """`sparse @ dense` or `dense @ sparse` with NumPy's matmul rules for the shapes: vectors
     are promoted and removed, and stacks of matrices pair up (equal stack shapes, or one
     operand a single matrix)."""
@@ -492,6 +547,11 @@ def _matmul(sparse: BCOO, dense, sparse_first: bool) -> Array:
     lhs, rhs = (sparse, dense) if sparse_first else (dense, sparse)
     out = bcoo_dot_general(lhs, rhs, dimension_numbers=(((a_contract,), (b_contract,)), batch))
     if move_rows:
+        if isinstance(out, BCOO):
+            raise NotImplementedError(
+                f"matmul of a sparse matrix of shape {a_shape} and a sparse stack of shape "
+                f"{b_shape} is not implemented; convert one operand with .todense()"
+            )
         out = fnp.moveaxis(out, 0, -2)
     return out
 
@@ -595,7 +655,8 @@ def bcoo_sort_indices(mat: BCOO) -> BCOO:
     mat = _as_bcoo(mat, "bcoo_sort_indices")
     if mat.n_sparse == 0:  # every element has the one (empty) index
         return mat._like(mat.data, indices_sorted=True)
-    data, indices = _order.sort_indices(mat.data, mat.indices, mat.shape[mat.n_batch :])
+    sparse_shape = mat.shape[mat.n_batch : mat.n_batch + mat.n_sparse]
+    data, indices = _order.sort_indices(mat.data, mat.indices, sparse_shape)
     return mat._like(data, indices, indices_sorted=True)
 
 

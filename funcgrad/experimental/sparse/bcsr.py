@@ -1,0 +1,191 @@
+"""BCSR, the batched compressed-row format, and its conversions and products.
+
+`BCSR((data, indices, indptr), shape=shape)` is a (batch of) matrices with dense blocks:
+`data` has shape (*batch, nse, *dense), `indices` (*batch, nse) holds each stored element's
+column, and `indptr` (*batch, rows + 1) says where each row's elements start: row r stores the
+elements indptr[r] to indptr[r + 1] - 1, and the slots from indptr[rows] on are padding. Like
+BCOO it is a pytree of its three arrays; its operations go through the BCOO form, which is
+the same elements with their rows written out.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from funcgrad import dtypes, lax, tree_util
+from funcgrad import numpy as fnp
+from funcgrad.array import Array
+from funcgrad.experimental.sparse._convert import in_range
+from funcgrad.experimental.sparse.bcoo import (
+    BCOO,
+    bcoo_dot_general,
+    bcoo_fromdense,
+    bcoo_sort_indices,
+)
+
+__all__ = ["BCSR", "bcsr_dot_general", "bcsr_fromdense", "bcsr_todense"]
+
+
+@tree_util.register_pytree_node_class
+class BCSR:
+    """A sparse (batch of) matrices in compressed-row format (see the module docstring)."""
+
+    __array_ufunc__ = None  # NumPy arrays defer to BCSR's reflected operators
+
+    def __init__(self, args: tuple[Any, Any, Any], *, shape: Sequence[int]):
+        data, indices, indptr = (fnp.asarray(a) for a in args)
+        shape = tuple(operator.index(s) for s in shape)
+        n_batch = indices.ndim - 1
+        if not (dtypes.is_int(indices.dtype) and dtypes.is_int(indptr.dtype)):
+            raise TypeError(
+                f"BCSR: indices and indptr must be integers, got {indices.dtype} and {indptr.dtype}"
+            )
+        batch_shape = shape[:n_batch]
+        if (
+            n_batch < 0
+            or len(shape) < n_batch + 2
+            or indices.shape[:n_batch] != batch_shape
+            or indptr.shape != (*batch_shape, shape[n_batch] + 1)
+            or data.shape != (*indices.shape, *shape[n_batch + 2 :])
+        ):
+            raise ValueError(
+                f"BCSR: data of shape {data.shape}, indices of shape {indices.shape} and indptr "
+                f"of shape {indptr.shape} do not describe an array of shape {shape}: indices "
+                "(*batch, nse) fix the batch shape, which the shape must start with, followed "
+                "by (rows, columns); indptr must have shape (*batch, rows + 1) and data "
+                "(*batch, nse, *dense)"
+            )
+        self.data, self.indices, self.indptr = data, indices, indptr
+        self._trailing_shape = shape[n_batch:]
+
+    def tree_flatten(self):
+        return (self.data, self.indices, self.indptr), self._trailing_shape
+
+    @classmethod
+    def tree_unflatten(cls, trailing_shape, children) -> BCSR:
+        mat = object.__new__(cls)
+        mat.data, mat.indices, mat.indptr = children
+        mat._trailing_shape = trailing_shape
+        return mat
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.indices.shape[:-1]) + self._trailing_shape
+
+    @property
+    def nse(self) -> int:
+        return self.indices.shape[-1]
+
+    @property
+    def n_batch(self) -> int:
+        return self.indices.ndim - 1
+
+    @property
+    def n_sparse(self) -> int:
+        return 2
+
+    @property
+    def n_dense(self) -> int:
+        return len(self.shape) - self.n_batch - 2
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def __repr__(self) -> str:
+        return f"BCSR({self.dtype.name}{list(self.shape)}, nse={self.nse}, n_batch={self.n_batch})"
+
+    @classmethod
+    def fromdense(
+        cls,
+        mat,
+        *,
+        nse: int | None = None,
+        index_dtype=np.int32,
+        n_dense: int = 0,
+        n_batch: int = 0,
+    ) -> BCSR:
+        return bcsr_fromdense(
+            mat, nse=nse, index_dtype=index_dtype, n_dense=n_dense, n_batch=n_batch
+        )
+
+    @classmethod
+    def from_bcoo(cls, arr: BCOO) -> BCSR:
+        """The BCSR form of a BCOO array with two sparse dimensions (sorting its elements)."""
+        if not isinstance(arr, BCOO) or arr.n_sparse != 2:
+            raise ValueError(
+                f"BCSR.from_bcoo: expected a BCOO array with two sparse dimensions, got {arr!r}"
+            )
+        arr = bcoo_sort_indices(arr)
+        n_batch = arr.n_batch
+        rows = arr.shape[n_batch]
+        # Elements outside the matrix sort last; give them the row past the last one so that
+        # no row's range reaches them.
+        valid = in_range(arr.indices, arr.shape[n_batch : n_batch + 2])
+        row = fnp.where(valid, arr.indices[..., 0], rows)
+        boundary = lax.broadcasted_iota(row.dtype, (rows + 1, 1), 0)
+        indptr = fnp.sum(row[..., None, :] < boundary, axis=-1, dtype=arr.indices.dtype)
+        return cls((arr.data, arr.indices[..., 1], indptr), shape=arr.shape)
+
+    def to_bcoo(self) -> BCOO:
+        """The same elements with their rows written out: row r for slots indptr[r] to
+        indptr[r + 1] - 1, and the row count (outside the matrix) for padding slots."""
+        slot = lax.broadcasted_iota(self.indptr.dtype, (1, self.nse), 1)
+        row = fnp.sum(self.indptr[..., 1:, None] <= slot, axis=-2, dtype=self.indices.dtype)
+        indices = fnp.stack([row, self.indices.astype(row.dtype)], axis=-1)
+        return BCOO((self.data, indices), shape=self.shape)
+
+    def todense(self) -> Array:
+        return self.to_bcoo().todense()
+
+    def __matmul__(self, other) -> Array:
+        return self.to_bcoo() @ other
+
+    def __rmatmul__(self, other) -> Array:
+        return other @ self.to_bcoo()
+
+
+def bcsr_fromdense(
+    mat, *, nse: int | None = None, n_batch: int = 0, n_dense: int = 0, index_dtype=np.int32
+) -> BCSR:
+    """The BCSR form of a dense array, whose dimensions after the first `n_batch` and before
+    the last `n_dense` are the rows and columns. `nse` as in `bcoo_fromdense`."""
+    mat = fnp.asarray(mat)
+    if mat.ndim - n_batch - n_dense != 2:
+        raise ValueError(
+            f"bcsr_fromdense: an array of shape {mat.shape} with n_batch={n_batch} and "
+            f"n_dense={n_dense} must leave exactly two sparse dimensions (rows, columns)"
+        )
+    coo = bcoo_fromdense(mat, nse=nse, n_batch=n_batch, n_dense=n_dense, index_dtype=index_dtype)
+    return BCSR.from_bcoo(coo)
+
+
+def bcsr_todense(mat: BCSR) -> Array:
+    return mat.todense()
+
+
+def bcsr_dot_general(
+    lhs, rhs, *, dimension_numbers, precision=None, preferred_element_type=None
+) -> Array:
+    """`lax.dot_general` with a BCSR array as one operand and a dense array as the other."""
+    if isinstance(lhs, BCSR) == isinstance(rhs, BCSR):
+        raise TypeError(
+            "bcsr_dot_general: exactly one operand must be a BCSR array, got "
+            f"{type(lhs).__name__} and {type(rhs).__name__}"
+        )
+    lhs, rhs = (x.to_bcoo() if isinstance(x, BCSR) else fnp.asarray(x) for x in (lhs, rhs))
+    return bcoo_dot_general(
+        lhs,
+        rhs,
+        dimension_numbers=dimension_numbers,
+        precision=precision,
+        preferred_element_type=preferred_element_type,
+    )
