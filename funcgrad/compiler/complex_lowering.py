@@ -12,7 +12,10 @@ The formulas keep the reference's accuracy where it is cheap to do so: |z| and l
 by the larger part (no overflow of a² + b²), division is Smith's algorithm, log1p and expm1
 keep their small-argument accuracy, tanh stays finite for large real parts, the inverse
 functions keep small parts and take the sides of their cuts by the signs of zeros (Kahan's
-formulas), and whole real powers multiply as NumPy's do.
+formulas), and whole real powers multiply as NumPy's do. Where a part is infinite or NaN they
+give the values of C99's Annex G that NumPy gives (exp(-inf + inf j) = 0, arcsin(inf) =
+pi/2 + inf j), and NumPy's own where it has its own formula (expm1, sign): selects on those
+rare parts, which leave the finite arithmetic as it was.
 """
 
 from __future__ import annotations
@@ -582,34 +585,27 @@ def _where(pred, on_true: Pair, on_false: Pair) -> Pair:
 def mul_keeping_infinities(x: Pair, y: Pair) -> Pair:
     """x y as C99's Annex G multiplies (NumPy's power takes it from the C library's cpow):
     where both parts come out NaN but a factor or a partial product is infinite, the product
-    is infinite: it is taken again with the infinite parts as ±1 and the NaN ones as ±0, and
-    scaled by infinity."""
+    is infinite: it is taken again with an infinite factor's parts as ±1 and ±0 and the NaN
+    parts of the others as ±0, and scaled by infinity."""
     a, b, c, d = x.re, x.im, y.re, y.im
-    product = mul(x, y)
+    partials = ac, bd, ad, bc = lax.mul(a, c), lax.mul(b, d), lax.mul(a, d), lax.mul(b, c)
+    product = Pair(lax.sub(ac, bd), lax.add(ad, bc))
     lost = lax.bitwise_and(_is_nan(product.re), _is_nan(product.im))
-    inf = lax.full_like(a, np.inf)
-
-    def unit(p):
-        return _copysign(lax.select(_is_inf(p), lax.full_like(p, 1), lax.full_like(p, 0)), p)
-
-    def unnan(p):
-        return lax.select(_is_nan(p), _copysign(lax.full_like(p, 0), p), p)
-
     infinite_x = lax.bitwise_or(_is_inf(a), _is_inf(b))
-    a, b = lax.select(infinite_x, unit(a), a), lax.select(infinite_x, unit(b), b)
-    c, d = lax.select(infinite_x, unnan(c), c), lax.select(infinite_x, unnan(d), d)
     infinite_y = lax.bitwise_or(_is_inf(c), _is_inf(d))
-    c, d = lax.select(infinite_y, unit(c), c), lax.select(infinite_y, unit(d), d)
-    a, b = lax.select(infinite_y, unnan(a), a), lax.select(infinite_y, unnan(b), b)
-    partials = (lax.mul(x.re, y.re), lax.mul(x.im, y.im), lax.mul(x.re, y.im), lax.mul(x.im, y.re))
+
+    def boxed(part, infinite_factor):
+        ones, zeros = lax.full_like(part, 1), lax.full_like(part, 0)
+        unit = lax.select(_is_inf(part), ones, zeros)
+        return _copysign(
+            lax.select(infinite_factor, unit, lax.select(_is_nan(part), zeros, part)), part
+        )
+
+    unit_x = Pair(boxed(a, infinite_x), boxed(b, infinite_x))
+    again = scale(mul(unit_x, Pair(boxed(c, infinite_y), boxed(d, infinite_y))), _c(a, np.inf))
     overflow = functools.reduce(lax.bitwise_or, [_is_inf(p) for p in partials])
-    overflow = lax.bitwise_and(overflow, lax.bitwise_not(lax.bitwise_or(infinite_x, infinite_y)))
-    a, b, c, d = (lax.select(overflow, unnan(p), p) for p in (a, b, c, d))
-    again = scale(mul(Pair(a, b), Pair(c, d)), inf)
-    recomputed = lax.bitwise_and(
-        lost, lax.bitwise_or(lax.bitwise_or(infinite_x, infinite_y), overflow)
-    )
-    return _where(recomputed, again, product)
+    recomputed = functools.reduce(lax.bitwise_or, [infinite_x, infinite_y, overflow])
+    return _where(lax.bitwise_and(lost, recomputed), again, product)
 
 
 def power(x: Pair, y: Pair) -> Pair:
@@ -679,20 +675,24 @@ def integer_power(x: Pair, n: int) -> Pair:
 
 
 def sign(x: Pair) -> Pair:
-    """z / |z| (+0 at 0), with subnormal z rescaled first (see `_subnormal_scale`); as NumPy
-    has it, an infinite part gives ±1 on its axis, two of them NaN + NaN i."""
+    """z / |z| as (u, v) / sqrt(u² + v²) with u = a / m and v = b / m, m the larger part's
+    magnitude: one of u and v is ±1, so nothing overflows and a subnormal z keeps its
+    precision. +0 at 0; as NumPy has it, an infinite part gives ±1 on its axis, two of them
+    NaN + NaN i."""
     a, b = x.re, x.im
-    x = scale(x, _subnormal_scale(lax.max(lax.abs(a), lax.abs(b))))
-    m = modulus(x)
+    abs_a, abs_b = lax.abs(a), lax.abs(b)
+    m = lax.max(abs_a, abs_b)
     zero = lax.eq(m, _c(m, 0))
     safe = lax.select(zero, lax.full_like(m, 1), m)
+    u, v = lax.div(a, safe), lax.div(b, safe)
+    modulus_ = lax.sqrt(lax.add(lax.mul(u, u), lax.mul(v, v)))
     zeros = lax.full_like(m, 0)
-    re = lax.select(zero, zeros, lax.div(x.re, safe))
-    im = lax.select(zero, zeros, lax.div(x.im, safe))
-    infinite_a, infinite_b = _is_inf(a), _is_inf(b)
+    re = lax.select(zero, zeros, lax.div(u, modulus_))
+    im = lax.select(zero, zeros, lax.div(v, modulus_))
+    infinite_a, infinite_b = lax.eq(abs_a, _c(a, np.inf)), lax.eq(abs_b, _c(b, np.inf))
     on_axis = lax.select(lax.bitwise_and(infinite_a, infinite_b), lax.full_like(m, np.nan), zeros)
-    re = lax.select(infinite_b, on_axis, lax.select(infinite_a, lax.sign(a), re))
-    im = lax.select(infinite_a, on_axis, lax.select(infinite_b, lax.sign(b), im))
+    re = lax.select(infinite_b, on_axis, lax.select(infinite_a, lax.clamp(-1.0, a, 1.0), re))
+    im = lax.select(infinite_a, on_axis, lax.select(infinite_b, lax.clamp(-1.0, b, 1.0), im))
     return Pair(re, im)
 
 
