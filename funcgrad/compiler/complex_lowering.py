@@ -168,9 +168,12 @@ def _not_finite(x):
 
 
 def _copysign(magnitude, sign_source):
-    """|magnitude| with the sign bit of `sign_source`."""
-    m = lax.abs(magnitude)
-    return lax.select(_signbit(sign_source), lax.neg(m), m)
+    """|magnitude| with the sign bit of `sign_source` (bit operations: two instructions)."""
+    integer = np.dtype(f"i{magnitude.dtype.itemsize}")
+    sign_bit = lax.full_like(lax.bitcast_convert_type(sign_source, integer), np.iinfo(integer).min)
+    sign = lax.bitwise_and(lax.bitcast_convert_type(sign_source, integer), sign_bit)
+    bits = lax.bitwise_or(lax.bitcast_convert_type(lax.abs(magnitude), integer), sign)
+    return lax.bitcast_convert_type(bits, magnitude.dtype)
 
 
 def each_part(fn: Callable, z: Pair) -> Pair:
@@ -281,13 +284,11 @@ def exp(x: Pair) -> Pair:
 
     # exp(a + 0i) is real even where e^a is infinite (inf * sin(0) would be NaN).
     re, im = times(lax.cos(b)), lax.select(lax.eq(b, _c(b, 0)), b, times(lax.sin(b)))
-    # An infinite a beside an infinite or NaN b: inf + NaN i, or a zero (C99's Annex G, and
-    # NumPy), where e^a times NaN would be NaN + NaN i.
-    special = lax.bitwise_and(_is_inf(a), _not_finite(b))
-    zero = lax.full_like(a, 0)
-    re = lax.select(special, lax.max(a, zero), re)
-    at_minus_inf = _copysign(zero, b)
-    im = lax.select(special, lax.select(lax.gt(a, zero), lax.sub(b, b), at_minus_inf), im)
+    # An infinite a beside an infinite or NaN b (where e^a cos b is NaN): inf + NaN i, or a
+    # zero signed as b (C99's Annex G, and NumPy), as max(a, 0) + i max(a, 0) (±0).
+    special = lax.bitwise_and(_is_inf(a), _is_nan(re))
+    re = lax.select(special, lax.max(a, lax.full_like(a, 0)), re)
+    im = lax.select(special, lax.mul(re, _copysign(lax.full_like(b, 0), b)), im)
     return Pair(re, im)
 
 
