@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import dtypes, lax
+from funcgrad.backends.cuda import emulator
 from funcgrad.test_util import check_grads
+from funcgrad.tools.recipes import COMPILED_BACKENDS
 from tests import strategies as fst
 
 TOLERANCE = {
@@ -238,6 +240,85 @@ def test_compiled_exp_and_hyperbolic_parts_past_the_overflow_of_e_to_the_a_stay_
         got = np.asarray(got)
         np.testing.assert_allclose(got.real, expected.real, rtol=tol)
         np.testing.assert_allclose(got.imag, expected.imag, rtol=tol)
+
+
+# Infinite and NaN parts, where C99's Annex G defines the values NumPy gives. The large part
+# is a power of two, so that products of parts round alike with and without fused
+# multiply-adds (the LLVM backend's).
+SPECIAL_UNARY = (
+    "exp exp2 log log2 log10 log1p expm1 sqrt sin cos tan sinh cosh tanh arcsin arccos "
+    "arctan arcsinh arccosh arctanh reciprocal square absolute sign"
+).split()
+# Whole exponents as Python ints (integer_pow), the others together as an array (pow).
+WHOLE_EXPONENTS = [3, 5, -1, -2]
+EXPONENTS = [2.0, 4.0, -3.0, 0.5, -2.5, 1j, 0.5 + 1j]
+
+
+def _special_values(dtype) -> np.ndarray:
+    large = 2.0**500 if dtype == np.complex128 else 2.0**60
+    parts = [0.0, -0.0, 0.25, 1.5, -1.5, large, -large, np.inf, -np.inf, np.nan]
+    return np.array([complex(a, b) for a in parts for b in parts], dtype)
+
+
+def _special_functions(z):
+    unary = [getattr(fnp, name)(z) for name in SPECIAL_UNARY]
+    powers = [fnp.power(z, n) for n in WHOLE_EXPONENTS]
+    return unary + powers + [fnp.power(z[:, None], np.array(EXPONENTS, z.dtype))]
+
+
+def _parts_differ(got, expected, signed_zeros):
+    """Where parts differ: NaN against a number (a NaN's sign and payload do not count), a
+    zero or an infinity of the other sign (zeros' signs only where `signed_zeros`), or
+    numbers further apart than a few ulp."""
+    eps = np.finfo(got.dtype).eps
+    with np.errstate(invalid="ignore"):
+        close = np.abs(got - expected) <= 8 * eps * np.abs(expected)
+    same = (got == expected) & ((np.signbit(got) == np.signbit(expected)) | ~signed_zeros)
+    same |= close & (expected != 0) & np.isfinite(expected)
+    return ~((np.isnan(got) & np.isnan(expected)) | same)
+
+
+@pytest.mark.parametrize(
+    "backend, dtype",
+    [(backend, np.complex128) for backend in ["eager", *COMPILED_BACKENDS]]
+    # (complex64's thresholds are the lowering's, which the CUDA renderer shares with LLVM's)
+    + [(backend, np.complex64) for backend in ["eager", "numpy", "llvm"]],
+)
+def test_functions_at_infinite_and_nan_parts_match_numpy(backend, dtype):
+    """The compiled formulas gave nan + nan j where Annex G has values: exp(-inf + inf j) is
+    a zero, arcsin(inf + 0j) pi/2 + inf j, arcsinh(inf j) inf + (pi/2) j, tanh(inf + nan j)
+    1 + 0j, z ** 0.5 at inf j inf + nan j; eagerly log10(inf + nan j) was nan + nan j."""
+    if backend.startswith("cuda") and emulator.compiler() is None:
+        pytest.skip("the emulator needs a C++ compiler")
+    z = _special_values(dtype)
+    with np.errstate(all="ignore"):
+        expected = [getattr(np, name)(z) for name in SPECIAL_UNARY]
+        expected += [np.power(z, n) for n in WHOLE_EXPONENTS]
+        expected += [np.power(z[:, None], np.array(EXPONENTS, z.dtype))]
+        if backend == "eager":
+            results = _special_functions(z)
+        else:
+            with jit_backend(backend):
+                results = fg.jit(_special_functions)(z)
+    names = SPECIAL_UNARY + [f"power(z, {n})" for n in WHOLE_EXPONENTS] + ["power"]
+    # A zero's sign taken from a NaN's is not specified (power(inf + nan j, -2.5) is a zero).
+    nan_part = np.isnan(z.real) | np.isnan(z.imag)
+    failures = []
+    for name, got, wanted in zip(names, results, expected):
+        got, wanted = np.asarray(got), np.asarray(wanted)
+        assert got.dtype == wanted.dtype, (name, got.dtype, wanted.dtype)
+        signed = np.broadcast_to(~nan_part if "power" in name else True, z.shape)
+        signed = np.broadcast_to(signed.reshape(signed.shape + (1,) * (got.ndim - 1)), got.shape)
+        if got.dtype.kind == "c":
+            wrong = _parts_differ(got.real, wanted.real, signed)
+            wrong |= _parts_differ(got.imag, wanted.imag, signed)
+        else:
+            wrong = _parts_differ(got, wanted, signed)
+        for index in zip(*np.nonzero(wrong)):
+            exponent = f", {EXPONENTS[index[1]]}" if len(index) > 1 else ""
+            place = f"{name}({z[index[0]]}{exponent})"
+            failures.append(f"{place} = {got[index]}, not {wanted[index]}")
+    assert not failures, "\n".join(failures[:40])
 
 
 BINARY = {

@@ -12,7 +12,10 @@ The formulas keep the reference's accuracy where it is cheap to do so: |z| and l
 by the larger part (no overflow of a² + b²), division is Smith's algorithm, log1p and expm1
 keep their small-argument accuracy, tanh stays finite for large real parts, the inverse
 functions keep small parts and take the sides of their cuts by the signs of zeros (Kahan's
-formulas), and whole real powers multiply as NumPy's do.
+formulas), and whole real powers multiply as NumPy's do. Where a part is infinite or NaN they
+give the values of C99's Annex G that NumPy gives (exp(-inf + inf j) = 0, arcsin(inf) =
+pi/2 + inf j), and NumPy's own where it has its own formula (expm1, sign): selects on those
+rare parts, which leave the finite arithmetic as it was.
 """
 
 from __future__ import annotations
@@ -152,6 +155,27 @@ def _c(x, value):
     return Array(np.array(value, x.dtype)[()], False)
 
 
+def _is_inf(x):
+    return lax.eq(lax.abs(x), _c(x, np.inf))
+
+
+def _is_nan(x):
+    return lax.ne(x, x)
+
+
+def _not_finite(x):
+    return lax.bitwise_not(lax.is_finite(x))
+
+
+def _copysign(magnitude, sign_source):
+    """|magnitude| with the sign bit of `sign_source` (bit operations: two instructions)."""
+    integer = np.dtype(f"i{magnitude.dtype.itemsize}")
+    sign_bit = lax.full_like(lax.bitcast_convert_type(sign_source, integer), np.iinfo(integer).min)
+    sign = lax.bitwise_and(lax.bitcast_convert_type(sign_source, integer), sign_bit)
+    bits = lax.bitwise_or(lax.bitcast_convert_type(lax.abs(magnitude), integer), sign)
+    return lax.bitcast_convert_type(bits, magnitude.dtype)
+
+
 def each_part(fn: Callable, z: Pair) -> Pair:
     """`fn` applied to the real and to the imaginary part."""
     return Pair(fn(z.re), fn(z.im))
@@ -195,8 +219,9 @@ def div(x: Pair, y: Pair) -> Pair:
     a, b = x.re, x.im
     re = lax.select(real_larger, lax.add(a, lax.mul(b, ratio)), lax.add(lax.mul(a, ratio), b))
     im = lax.select(real_larger, lax.sub(b, lax.mul(a, ratio)), lax.sub(lax.mul(b, ratio), a))
-    # By zero, each part of x is divided by +0, as NumPy does: 1 / 0j = inf + nan j.
-    zero = lax.eq(big, _c(big, 0))
+    # By zero, each part of x is divided by +0, as NumPy does: 1 / 0j = inf + nan j (but a
+    # NaN part beside a zero one is no zero: 1 / (nan + 0j) is nan + nan j).
+    zero = lax.bitwise_and(lax.eq(big, _c(big, 0)), lax.eq(small, _c(small, 0)))
     divisor = lax.select(zero, lax.abs(big), denominator)
     re, im = lax.select(zero, a, re), lax.select(zero, b, im)
     return Pair(lax.div(re, divisor), lax.div(im, divisor))
@@ -258,8 +283,13 @@ def exp(x: Pair) -> Pair:
         return lax.mul(lax.mul(scale_, part), outer)
 
     # exp(a + 0i) is real even where e^a is infinite (inf * sin(0) would be NaN).
-    im = lax.select(lax.eq(b, _c(b, 0)), b, times(lax.sin(b)))
-    return Pair(times(lax.cos(b)), im)
+    re, im = times(lax.cos(b)), lax.select(lax.eq(b, _c(b, 0)), b, times(lax.sin(b)))
+    # An infinite a beside an infinite or NaN b (where e^a cos b is NaN): inf + NaN i, or a
+    # zero signed as b (C99's Annex G, and NumPy), as max(a, 0) + i max(a, 0) (±0).
+    special = lax.bitwise_and(_is_inf(a), _is_nan(re))
+    re = lax.select(special, lax.max(a, lax.full_like(a, 0)), re)
+    im = lax.select(special, lax.mul(re, _copysign(lax.full_like(b, 0), b)), im)
+    return Pair(re, im)
 
 
 def log(x: Pair) -> Pair:
@@ -291,12 +321,13 @@ def log1p(x: Pair) -> Pair:
 
 
 def expm1(x: Pair) -> Pair:
-    # Re(e^z - 1) = expm1(a) cos b - 2 sin²(b/2), without the cancellation of e^a cos b - 1.
+    """Re(e^z - 1) = expm1(a) cos b - 2 sin²(b/2), without the cancellation of e^a cos b - 1,
+    and Im = e^a sin b, as NumPy computes them: expm1(inf + 0j) is inf + nan j there (e^a
+    times sin 0), not C99's exp(z) - 1 = inf + 0j."""
     a, b = x.re, x.im
     half_sin = lax.sin(lax.mul(b, _c(b, 0.5)))
     re = lax.sub(lax.mul(lax.expm1(a), lax.cos(b)), lax.mul(_c(b, 2), lax.mul(half_sin, half_sin)))
-    im = lax.select(lax.eq(b, _c(b, 0)), b, lax.mul(lax.exp(a), lax.sin(b)))
-    return Pair(re, im)
+    return Pair(re, lax.mul(lax.exp(a), lax.sin(b)))
 
 
 def sqrt(x: Pair) -> Pair:
@@ -350,28 +381,42 @@ def _hyperbolic_times(t, c, s):
     return cosh_c, sinh_s
 
 
-def sin(x: Pair) -> Pair:
-    a, b = x.re, x.im
-    cosh_sin, sinh_cos = _hyperbolic_times(b, lax.sin(a), lax.cos(a))
-    return Pair(cosh_sin, sinh_cos)
-
-
-def cos(x: Pair) -> Pair:
-    a, b = x.re, x.im
-    cosh_cos, sinh_sin = _hyperbolic_times(b, lax.cos(a), lax.sin(a))
-    return Pair(cosh_cos, lax.neg(sinh_sin))
-
-
 def sinh(x: Pair) -> Pair:
+    """sinh a cos b + i cosh a sin b. Where b is infinite or NaN (cos b and sin b are NaN),
+    and where a is NaN beside a zero b, C99's Annex G (and NumPy) keep what the parts still
+    decide: sinh(±0 + inf i) = ±0 + NaN i, sinh(±inf + NaN i) = inf + NaN i,
+    sinh(NaN + 0i) = NaN + 0i."""
     a, b = x.re, x.im
     cosh_sin, sinh_cos = _hyperbolic_times(a, lax.sin(b), lax.cos(b))
-    return Pair(sinh_cos, cosh_sin)
+    off_axis = lax.select(
+        _is_inf(a), lax.abs(a), lax.select(lax.eq(a, _c(a, 0)), a, lax.full_like(a, np.nan))
+    )
+    re = lax.select(_not_finite(b), off_axis, sinh_cos)
+    return Pair(re, lax.select(lax.eq(b, _c(b, 0)), b, cosh_sin))
 
 
 def cosh(x: Pair) -> Pair:
+    """cosh a cos b + i sinh a sin b, with Annex G's values where b is infinite or NaN
+    (cosh(±inf + NaN i) = inf + NaN i, cosh(±0 + NaN i) = NaN + 0i) and at NaN + 0i."""
     a, b = x.re, x.im
     cosh_cos, sinh_sin = _hyperbolic_times(a, lax.cos(b), lax.sin(b))
-    return Pair(cosh_cos, sinh_sin)
+    off_axis = _not_finite(b)
+    re = lax.select(lax.bitwise_and(off_axis, _is_inf(a)), lax.abs(a), cosh_cos)
+    im = lax.select(lax.bitwise_and(off_axis, lax.eq(a, _c(a, 0))), lax.full_like(b, 0), sinh_sin)
+    im = lax.select(lax.bitwise_and(_is_nan(a), lax.eq(b, _c(b, 0))), b, im)
+    return Pair(re, im)
+
+
+def sin(x: Pair) -> Pair:
+    """-i sinh(i z), except that NumPy makes sin(±inf ± inf i) and sin(NaN ± inf i)
+    NaN + inf i (an infinity of either sign, in Annex G)."""
+    z = times_minus_i(sinh(times_i(x)))
+    unsigned = lax.bitwise_and(_not_finite(x.re), _is_inf(x.im))
+    return Pair(z.re, lax.select(unsigned, lax.abs(x.im), z.im))
+
+
+def cos(x: Pair) -> Pair:
+    return cosh(times_i(x))
 
 
 def tanh(x: Pair) -> Pair:
@@ -388,7 +433,15 @@ def tanh(x: Pair) -> Pair:
     sin_cos = lax.mul(sin_b, cos_b)
     tail = lax.mul(lax.mul(_c(b, 4), sin_cos), lax.exp(lax.mul(lax.abs(a), _c(a, -2))))
     im = lax.select(large, tail, lax.div(sin_cos, denominator))
-    return Pair(re, im)
+    # Annex G (and NumPy) where a part is not finite: tanh(a + NaN i) = NaN + NaN i for finite
+    # a, but ±0 + NaN i at a = ±0; tanh(NaN + 0i) = NaN + 0i; tanh(±inf + NaN i) = ±1 + 0i
+    # (the zero signed as b).
+    finite_a = lax.bitwise_and(lax.is_finite(a), _not_finite(b))
+    beside = lax.select(lax.eq(a, _c(a, 0)), a, lax.full_like(a, np.nan))
+    re = lax.select(finite_a, beside, re)
+    im = lax.select(lax.eq(b, _c(b, 0)), b, im)
+    at_infinity = lax.bitwise_and(_is_inf(a), _not_finite(b))
+    return Pair(re, lax.select(at_infinity, _copysign(lax.full_like(b, 0), b), im))
 
 
 def tan(x: Pair) -> Pair:
@@ -405,6 +458,17 @@ def _conj_times(x: Pair, y: Pair) -> Pair:
     return Pair(re, lax.sub(lax.mul(x.re, y.im), lax.mul(x.im, y.re)))
 
 
+def _not_finite_pair(x: Pair):
+    return lax.bitwise_or(_not_finite(x.re), _not_finite(x.im))
+
+
+def _infinite_or_nan(x: Pair, infinite):
+    """`infinite` where a part of `x` is infinite, else NaN (for x with a part not finite)."""
+    return lax.select(
+        lax.bitwise_or(_is_inf(x.re), _is_inf(x.im)), infinite, lax.full_like(infinite, np.nan)
+    )
+
+
 def _real_plus(value: float, x: Pair) -> Pair:
     """value + x for a real `value`: x's imaginary part, a zero's sign included, is kept."""
     return Pair(lax.add(_c(x.re, value), x.re), x.im)
@@ -416,16 +480,31 @@ def asin(x: Pair) -> Pair:
     i asinh(Im(conj(s) t)). They do not cancel near 0 or ±1, overflow only where |z| nears the
     largest float, and on the cuts the sign of a zero part picks the side, as in C99 and
     NumPy."""
-    s, t = sqrt(Pair(lax.sub(_c(x.re, 1), x.re), lax.neg(x.im))), sqrt(_real_plus(1, x))
-    re = lax.atan2(x.re, lax.sub(lax.mul(s.re, t.re), lax.mul(s.im, t.im)))
-    return Pair(re, lax.asinh(_conj_times(s, t).im))
+    a, b = x.re, x.im
+    s, t = sqrt(Pair(lax.sub(_c(a, 1), a), lax.neg(b))), sqrt(_real_plus(1, x))
+    # Where a part is infinite or NaN, Annex G's values: asin z = atan2(a, |b|) + i·inf signed
+    # as b for an infinite part, NaN + NaN i for a NaN one, and ±0 + NaN i at ±0 + NaN i.
+    special = _not_finite_pair(x)
+    re = lax.atan2(
+        a, lax.select(special, lax.abs(b), lax.sub(lax.mul(s.re, t.re), lax.mul(s.im, t.im)))
+    )
+    re = lax.select(lax.eq(a, _c(a, 0)), a, re)
+    far = _infinite_or_nan(x, _copysign(lax.full_like(b, np.inf), b))
+    return Pair(re, lax.select(special, far, lax.asinh(_conj_times(s, t).im)))
 
 
 def acos(x: Pair) -> Pair:
     """2 atan2(Re s, Re t) + i asinh(Im(conj(t) s)), s and t as for `asin`."""
-    s, t = sqrt(Pair(lax.sub(_c(x.re, 1), x.re), lax.neg(x.im))), sqrt(_real_plus(1, x))
-    re = lax.mul(_c(x.re, 2), lax.atan2(s.re, t.re))
-    return Pair(re, lax.asinh(_conj_times(t, s).im))
+    a, b = x.re, x.im
+    s, t = sqrt(Pair(lax.sub(_c(a, 1), a), lax.neg(b))), sqrt(_real_plus(1, x))
+    # Annex G's values where a part is not finite: atan2(|b|, a) - i·inf signed as b, and
+    # pi/2 on the imaginary axis (exact there for finite b too).
+    special = _not_finite_pair(x)
+    angle = lax.atan2(lax.select(special, lax.abs(b), s.re), lax.select(special, a, t.re))
+    re = lax.select(special, angle, lax.mul(_c(a, 2), angle))
+    re = lax.select(lax.eq(a, _c(a, 0)), lax.full_like(a, np.pi / 2), re)
+    far = _infinite_or_nan(x, lax.neg(_copysign(lax.full_like(b, np.inf), b)))
+    return Pair(re, lax.select(special, far, lax.asinh(_conj_times(t, s).im)))
 
 
 def asinh(x: Pair) -> Pair:
@@ -434,9 +513,16 @@ def asinh(x: Pair) -> Pair:
 
 def acosh(x: Pair) -> Pair:
     """With s = sqrt(z - 1) and t = sqrt(z + 1): asinh(Re(conj(s) t)) + 2i atan2(Im s, Re t)."""
+    a, b = x.re, x.im
     s, t = sqrt(_real_plus(-1, x)), sqrt(_real_plus(1, x))
-    re = lax.asinh(_conj_times(s, t).re)
-    return Pair(re, lax.mul(_c(x.im, 2), lax.atan2(s.im, t.re)))
+    # Annex G's values where a part is not finite: inf + i atan2(|b|, a) signed as b, and
+    # ±pi/2 signed as b on the imaginary axis (exact there for finite b too).
+    special = _not_finite_pair(x)
+    angle = lax.atan2(lax.select(special, lax.abs(b), s.im), lax.select(special, a, t.re))
+    im = lax.select(special, _copysign(angle, b), lax.mul(_c(b, 2), angle))
+    im = lax.select(lax.eq(a, _c(a, 0)), _copysign(lax.full_like(b, np.pi / 2), b), im)
+    far = _infinite_or_nan(x, lax.full_like(a, np.inf))
+    return Pair(lax.select(special, far, lax.asinh(_conj_times(s, t).re)), im)
 
 
 def atanh(x: Pair) -> Pair:
@@ -476,10 +562,15 @@ def atanh(x: Pair) -> Pair:
     quarter_turn = lax.select(
         _signbit(b), lax.full_like(b, -np.pi / 2), lax.full_like(b, np.pi / 2)
     )
-    infinite = lax.bitwise_or(lax.eq(lax.abs(a), _c(a, np.inf)), lax.eq(lax.abs(b), _c(b, np.inf)))
-    far_re = lax.select(infinite, lax.mul(lax.sign(a), _c(a, 0)), inverse.re)
+    # An infinite part (beside a NaN too, which `large` misses): ±0 + i (pi/2) signed as b, a
+    # NaN b's imaginary part NaN (Annex G's values); a zero a gives a zero real part.
+    infinite = lax.bitwise_or(_is_inf(a), _is_inf(b))
+    far = lax.bitwise_or(large, infinite)
+    far_re = lax.select(infinite, _copysign(lax.full_like(a, 0), a), inverse.re)
     far_im = lax.add(quarter_turn, lax.select(infinite, lax.full_like(b, 0), inverse.im))
-    return Pair(lax.select(large, far_re, re), lax.select(large, far_im, im))
+    re = lax.select(lax.eq(a, _c(a, 0)), a, lax.select(far, far_re, re))
+    im = lax.select(_is_nan(b), b, lax.select(far, far_im, im))
+    return Pair(re, im)
 
 
 def atan(x: Pair) -> Pair:
@@ -492,12 +583,38 @@ def _where(pred, on_true: Pair, on_false: Pair) -> Pair:
     )
 
 
+def mul_keeping_infinities(x: Pair, y: Pair) -> Pair:
+    """x y as C99's Annex G multiplies (NumPy's power takes it from the C library's cpow):
+    where both parts come out NaN but a factor or a partial product is infinite, the product
+    is infinite: it is taken again with an infinite factor's parts as ±1 and ±0 and the NaN
+    parts of the others as ±0, and scaled by infinity."""
+    a, b, c, d = x.re, x.im, y.re, y.im
+    partials = ac, bd, ad, bc = lax.mul(a, c), lax.mul(b, d), lax.mul(a, d), lax.mul(b, c)
+    product = Pair(lax.sub(ac, bd), lax.add(ad, bc))
+    lost = lax.bitwise_and(_is_nan(product.re), _is_nan(product.im))
+    infinite_x = lax.bitwise_or(_is_inf(a), _is_inf(b))
+    infinite_y = lax.bitwise_or(_is_inf(c), _is_inf(d))
+
+    def boxed(part, infinite_factor):
+        ones, zeros = lax.full_like(part, 1), lax.full_like(part, 0)
+        unit = lax.select(_is_inf(part), ones, zeros)
+        return _copysign(
+            lax.select(infinite_factor, unit, lax.select(_is_nan(part), zeros, part)), part
+        )
+
+    unit_x = Pair(boxed(a, infinite_x), boxed(b, infinite_x))
+    again = scale(mul(unit_x, Pair(boxed(c, infinite_y), boxed(d, infinite_y))), _c(a, np.inf))
+    overflow = functools.reduce(lax.bitwise_or, [_is_inf(p) for p in partials])
+    recomputed = functools.reduce(lax.bitwise_or, [infinite_x, infinite_y, overflow])
+    return _where(lax.bitwise_and(lost, recomputed), again, product)
+
+
 def power(x: Pair, y: Pair) -> Pair:
-    """x ** y as NumPy's power computes it: 1 where y = 0; at x = 0, 0 where y is real and
-    positive, NaN + NaN i otherwise; for a whole real y with |y| < 100, by repeated squaring
-    (so (1 + 1j) ** 2 is 2j exactly, where exp(y log x) leaves 1e-16 in the real part);
+    """x ** y as NumPy's power computes it: 1 where y = 0; at x = 0, 0 where Re y > 0,
+    NaN + NaN i otherwise; for a whole real y with |y| < 100, by repeated squaring (so
+    (1 + 1j) ** 2 is 2j exactly, where exp(y log x) leaves 1e-16 in the real part);
     elsewhere exp(y log x)."""
-    result = exp(mul(y, log(x)))
+    result = exp(mul_keeping_infinities(y, log(x)))
     real_exponent = lax.eq(y.im, _c(y.im, 0))
     n = lax.abs(y.re)
     whole = lax.bitwise_and(
@@ -512,13 +629,14 @@ def power(x: Pair, y: Pair) -> Pair:
         taken = lax.eq(lax.rem(lax.floor(lax.mul(n, _c(n, 2.0**-bit))), _c(n, 2)), _c(n, 1))
         squared = _where(taken, mul(squared, square), squared)
         if bit == 0:
-            squared = _where(lax.gt(y.re, _c(y.re, 0)), _where(taken, x, squared), squared)
+            one_or_three = lax.bitwise_or(lax.eq(y.re, _c(y.re, 1)), lax.eq(y.re, _c(y.re, 3)))
+            squared = _where(one_or_three, x, squared)
         square = mul(square, square)
     squared = _where(lax.eq(y.re, _c(y.re, 2)), mul(x, x), squared)
     squared = _where(lax.lt(y.re, _c(y.re, 0)), div(one_like(x), squared), squared)
     result = _where(whole, squared, result)
     base_zero = lax.bitwise_and(lax.eq(x.re, _c(x.re, 0)), lax.eq(x.im, _c(x.im, 0)))
-    positive = lax.bitwise_and(real_exponent, lax.gt(y.re, _c(y.re, 0)))
+    positive = lax.gt(y.re, _c(y.re, 0))
     at_zero = lax.select(positive, lax.full_like(result.re, 0), lax.full_like(result.re, np.nan))
     result = _where(base_zero, Pair(at_zero, at_zero), result)
     exponent_zero = lax.bitwise_and(real_exponent, lax.eq(y.re, _c(y.re, 0)))
@@ -526,31 +644,57 @@ def power(x: Pair, y: Pair) -> Pair:
 
 
 def integer_power(x: Pair, n: int) -> Pair:
-    """Repeated squaring, as the reference's multiplication does it exactly for small n."""
-    result, base, k = None, x, abs(n)
-    while k:
-        if k & 1:
-            result = base if result is None else mul(result, base)
-        k >>= 1
-        if k:
-            base = mul(base, base)
-    if result is None:
-        result = one_like(x)
-    if n >= 0:
-        return result
-    # 0 ** -n is NaN + NaN i, as NumPy's power makes it (1 / 0j is inf + NaN i).
-    inverse = div(one_like(x), result)
+    """x ** n as NumPy's power computes a whole exponent below 100 in magnitude: x, x x and
+    x (x x) for n = 1, 2 and 3, else a running product from 1 times x^(2^k) for each bit k of
+    |n| (divided into 1 for n < 0), and 0 ** n 0 for n > 0, NaN + NaN i for n < 0; the
+    products' zeros' signs and infinities are NumPy's. Larger |n| are `power`'s exp(n log x),
+    as there."""
+    if n == 0:
+        return one_like(x)
+    if abs(n) >= 100:
+        exponent = Pair(lax.full_like(x.re, n), lax.full_like(x.im, 0))
+        return power(x, exponent)
+    if n == 1:
+        result = x
+    elif n == 2:
+        result = mul(x, x)
+    elif n == 3:
+        result = mul(x, mul(x, x))
+    else:
+        result, base, k = one_like(x), x, abs(n)
+        while k:
+            if k & 1:
+                result = mul(result, base)
+            k >>= 1
+            if k:
+                base = mul(base, base)
+        if n < 0:
+            result = div(one_like(x), result)
     zero = lax.bitwise_and(lax.eq(x.re, _c(x.re, 0)), lax.eq(x.im, _c(x.im, 0)))
-    return each_part(lambda part: lax.select(zero, lax.full_like(part, np.nan), part), inverse)
+    at_zero = lax.full_like(x.re, 0 if n > 0 else np.nan)
+    return each_part(lambda part: lax.select(zero, at_zero, part), result)
 
 
 def sign(x: Pair) -> Pair:
-    """z / |z| (0 at 0), with subnormal z rescaled first (see `_subnormal_scale`)."""
-    x = scale(x, _subnormal_scale(lax.max(lax.abs(x.re), lax.abs(x.im))))
-    m = modulus(x)
+    """z / |z| as (u, v) / sqrt(u² + v²) with u = a / m and v = b / m, m the larger part's
+    magnitude: one of u and v is ±1, so nothing overflows and a subnormal z keeps its
+    precision. +0 at 0; as NumPy has it, an infinite part gives ±1 on its axis, two of them
+    NaN + NaN i."""
+    a, b = x.re, x.im
+    abs_a, abs_b = lax.abs(a), lax.abs(b)
+    m = lax.max(abs_a, abs_b)
     zero = lax.eq(m, _c(m, 0))
     safe = lax.select(zero, lax.full_like(m, 1), m)
-    return Pair(lax.div(x.re, safe), lax.div(x.im, safe))
+    u, v = lax.div(a, safe), lax.div(b, safe)
+    modulus_ = lax.sqrt(lax.add(lax.mul(u, u), lax.mul(v, v)))
+    zeros = lax.full_like(m, 0)
+    re = lax.select(zero, zeros, lax.div(u, modulus_))
+    im = lax.select(zero, zeros, lax.div(v, modulus_))
+    infinite_a, infinite_b = lax.eq(abs_a, _c(a, np.inf)), lax.eq(abs_b, _c(b, np.inf))
+    on_axis = lax.select(lax.bitwise_and(infinite_a, infinite_b), lax.full_like(m, np.nan), zeros)
+    re = lax.select(infinite_b, on_axis, lax.select(infinite_a, lax.clamp(-1.0, a, 1.0), re))
+    im = lax.select(infinite_a, on_axis, lax.select(infinite_b, lax.clamp(-1.0, b, 1.0), im))
+    return Pair(re, im)
 
 
 def _unary(fn: Callable) -> Callable:

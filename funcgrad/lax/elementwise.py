@@ -188,12 +188,20 @@ def _sign(x):
         # Subnormal z is first scaled by an exact 2^60, which gives it its full precision
         # (|z| of the smallest subnormals rounds to one of its parts), and each part divides
         # by the real modulus (a complex division by a subnormal modulus would lose it).
+        # As NumPy has it, an infinite part gives ±1 on its axis, two of them NaN + NaN i.
         tiny = dtypes.finfo(x.dtype).tiny
         x = np.where(np.maximum(np.abs(x.real), np.abs(x.imag)) < tiny, x * 2.0**60, x)
-        magnitude = np.abs(x)
-        safe = np.where(magnitude == 0, 1, magnitude)
-        out = np.where(magnitude == 0, 0, np.real(x) / safe + 1j * (np.imag(x) / safe))
-        return out.astype(x.dtype)
+        with np.errstate(invalid="ignore"):
+            magnitude = np.abs(x)
+            safe = np.where(magnitude == 0, 1, magnitude)
+            re = np.where(magnitude == 0, 0, np.real(x) / safe)
+            im = np.where(magnitude == 0, 0, np.imag(x) / safe)
+        infinite_re, infinite_im = np.isinf(x.real), np.isinf(x.imag)
+        on_axis = np.where(infinite_re & infinite_im, np.nan, 0)
+        out = np.empty(np.shape(x), x.dtype)
+        out.real = np.where(infinite_im, on_axis, np.where(infinite_re, np.sign(x.real), re))
+        out.imag = np.where(infinite_re, on_axis, np.where(infinite_im, np.sign(x.imag), im))
+        return out[()] if out.ndim == 0 else out
     if dtypes.is_float(x.dtype):
         # XLA keeps the sign of zero (sign(-0.0) is -0.0); NumPy's sign gives +0.0.
         return np.copysign(np.sign(x), x)
@@ -298,7 +306,11 @@ def _complex_abstract_eval(x: ShapedArray, y: ShapedArray) -> ShapedArray:
 
 @complex_p.def_impl
 def _complex_impl(x, y):
-    out = np.asarray(x) + np.asarray(y) * np.array(1j, dtypes.complex_dtype(np.asarray(x).dtype))
+    # Parts assigned, not x + 1j y: that sum loses a zero's sign and turns an infinite y's
+    # real part into NaN (inf * 0).
+    x, y = np.broadcast_arrays(x, y)
+    out = np.empty(x.shape, dtypes.complex_dtype(x.dtype))
+    out.real, out.imag = x, y
     return out[()] if out.ndim == 0 else out
 
 
@@ -327,6 +339,9 @@ def _integer_pow(x, *, y):
     if dtypes.is_int(x.dtype):
         # uint64 arithmetic wraps like every narrower integer type, so truncating is exact.
         return np.power(x.astype(np.uint64), np.uint64(y)).astype(x.dtype)
+    if dtypes.is_complex(x.dtype) and abs(y) <= 2**24:
+        # In the operand's precision, as NumPy's power of complex64 overflows in its products.
+        return np.power(x, x.dtype.type(y))
     return np.power(x, np.float64(y)).astype(x.dtype)
 
 

@@ -286,12 +286,32 @@ def _round_int(a, factor: int):
 
 def square(x, /):
     (x,) = promote_args_numeric("square", x)
+    if dtypes.is_complex(x.dtype):
+        # z z, as NumPy squares: its power makes 0 ** 2 +0 + 0j, where square(-0j) is -0j.
+        return lax.mul(x, x)
     return lax.integer_pow(x, 2)
 
 
 def reciprocal(x, /):
     (x,) = promote_args_inexact("reciprocal", x)
+    if dtypes.is_complex(x.dtype):
+        return _complex_reciprocal(x)
     return lax.integer_pow(x, -1)
+
+
+def _complex_reciprocal(z):
+    """1 / z as NumPy's reciprocal takes it, which differs from its division and its power in
+    zeros' signs and at zero and infinity (1 / (1.5 + 0j) is 0.667 - 0j, 1 / inf j -0j and
+    1 / 0j nan + nan j): with r the smaller part over the larger and d = larger + smaller r,
+    the parts are 1 / d and -r / d, in the order of the larger part."""
+    a, b = lax.real(z), lax.imag(z)
+    real_larger = lax.le(lax.abs(b), lax.abs(a))
+    larger, smaller = lax.select(real_larger, a, b), lax.select(real_larger, b, a)
+    ratio = lax.div(smaller, larger)
+    d = lax.add(larger, lax.mul(smaller, ratio))
+    inverse, ratio_over = lax.div(_full_like_scalar(d, 1), d), lax.div(ratio, d)
+    re = lax.select(real_larger, inverse, ratio_over)
+    return lax.complex(re, lax.neg(lax.select(real_larger, ratio_over, inverse)))
 
 
 def log2(x, /):
