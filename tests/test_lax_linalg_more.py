@@ -5,7 +5,7 @@ against eager and vmap against a Python loop."""
 
 import numpy as np
 import pytest
-from scipy.linalg import lapack
+from scipy.linalg import lapack, polar
 
 import funcgrad as fg
 from funcgrad import lax
@@ -208,3 +208,34 @@ def test_tridiagonal_matches_sytrd(dtype, prefix, lower):
     np.testing.assert_allclose(np.linalg.eigvalsh(t), np.linalg.eigvalsh(hermitian), atol=1e-12)
     jitted = fg.jit(lambda x: linalg.tridiagonal(x, lower=lower))(a)
     np.testing.assert_allclose(jitted[0], packed, atol=1e-14)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128, np.float32])
+def test_qdwh_matches_polar(dtype):
+    rng = np.random.default_rng(9)
+    x = random_matrix(rng, (6, 4), dtype)
+    u, h, num_iters, is_converged = linalg.qdwh(x)
+    expected_u, expected_h = polar(x)
+    tol = 1e-5 if dtype == np.float32 else 1e-13
+    np.testing.assert_allclose(u, expected_u, atol=tol)
+    np.testing.assert_allclose(h, expected_h, atol=10 * tol)
+    assert bool(is_converged) and 0 < int(num_iters) <= 10
+    jitted = fg.jit(linalg.qdwh)(x)
+    np.testing.assert_allclose(jitted[0], u, atol=tol)
+
+
+def test_qdwh_ill_conditioned_vmap_and_errors():
+    rng = np.random.default_rng(10)
+    # Singular values 1e-10 .. 3: the QR steps carry it.
+    q, _ = np.linalg.qr(rng.normal(size=(3, 3)))
+    x = q @ np.diag([3.0, 1.0, 1e-10])
+    u, h, _, is_converged = linalg.qdwh(x)
+    np.testing.assert_allclose(u, q, atol=1e-9)
+    np.testing.assert_allclose(np.asarray(u) @ np.asarray(h), x, atol=1e-13)
+    assert bool(is_converged)
+    stacked = rng.normal(size=(2, 4, 3))
+    batched = fg.vmap(linalg.qdwh)(stacked)
+    for i in range(2):
+        np.testing.assert_allclose(batched[0][i], linalg.qdwh(stacked[i])[0], atol=1e-14)
+    with pytest.raises(ValueError, match="m >= n"):
+        linalg.qdwh(stacked[0].T)

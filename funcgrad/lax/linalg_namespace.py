@@ -18,6 +18,7 @@ from funcgrad.lax.householder import hessenberg, householder_product, tridiagona
 from funcgrad.lax.indexing import dynamic_slice_in_dim
 from funcgrad.lax.linalg_decomp import _swap_last, cholesky, eigh, lu, qr, svd, triangular_solve
 from funcgrad.lax.linalg_structured import cholesky_update, symmetric_product, tridiagonal_solve
+from funcgrad.lax.qdwh import qdwh
 from funcgrad.lax.reductions import argmax, reduce_sum
 from funcgrad.lax.shapes import broadcast_in_dim, broadcasted_iota, full
 
@@ -30,6 +31,7 @@ __all__ = [
     "householder_product",
     "lu",
     "lu_pivots_to_permutation",
+    "qdwh",
     "qr",
     "svd",
     "symmetric_product",
