@@ -14,20 +14,30 @@ from funcgrad.lax.control_flow import fori_loop
 from funcgrad.lax.eig import _inverse
 from funcgrad.lax.eig import eig as _eig_without_left
 from funcgrad.lax.elementwise import abs, conj, convert_element_type, div, eq, mul, select, sqrt
+from funcgrad.lax.householder import hessenberg, householder_product, tridiagonal
 from funcgrad.lax.indexing import dynamic_slice_in_dim
 from funcgrad.lax.linalg_decomp import _swap_last, cholesky, eigh, lu, qr, svd, triangular_solve
+from funcgrad.lax.linalg_structured import cholesky_update, symmetric_product, tridiagonal_solve
+from funcgrad.lax.qdwh import qdwh
 from funcgrad.lax.reductions import argmax, reduce_sum
 from funcgrad.lax.shapes import broadcast_in_dim, broadcasted_iota, full
 
 __all__ = [
     "cholesky",
+    "cholesky_update",
     "eig",
     "eigh",
+    "hessenberg",
+    "householder_product",
     "lu",
     "lu_pivots_to_permutation",
+    "qdwh",
     "qr",
     "svd",
+    "symmetric_product",
     "triangular_solve",
+    "tridiagonal",
+    "tridiagonal_solve",
 ]
 
 
