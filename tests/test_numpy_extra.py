@@ -143,6 +143,21 @@ def test_histogram_matches_numpy(a, bins, weighted, density):
     assert_close(hist, expected_hist.astype(np.float64), rtol=1e-9, atol=1e-9)
 
 
+def test_histogram_bin_edges_of_float32_data_computed_as_numpy():
+    # NumPy spaces edges given as Python numbers in float64, rounding them to float32 at the
+    # end; spacing the float32-rounded bounds in float32 was an ulp off for most of these.
+    a = np.linspace(-1, 1, 8, dtype=np.float32)
+    for low, high, bins in [(-2.3, 1.7, 7), (0.1, 0.7, 13), (-3.0, -0.9, 29), (0.2, 0.2, 5)]:
+        expected = np.histogram_bin_edges(a, bins, range=(low, high))
+        for edges_of in (
+            fnp.histogram_bin_edges,
+            fg.jit(fnp.histogram_bin_edges, static_argnums=(1, 2)),
+        ):
+            edges = edges_of(a, bins, (low, high))
+            assert edges.dtype == np.float32
+            np.testing.assert_array_equal(np.asarray(edges), expected)
+
+
 def test_histogram_edges_ranges_and_more_dimensions():
     a = rng().normal(size=40)
     edges = np.array([-1.0, 0.0, 0.5, 2.0])

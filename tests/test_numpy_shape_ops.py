@@ -358,6 +358,21 @@ def test_integer_linear_ramp_under_jit_floors_as_numpy():
         np.testing.assert_array_equal(np.asarray(out), expected)
 
 
+@pytest.mark.parametrize("ends", [(0.3, -4.1), ((0.3, -1.7), (2.9, -4.1))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float_linear_ramp_rounds_as_numpy(dtype, ends):
+    # NumPy's ramp is a linspace with i * step and + end rounded apart, which a compiled kernel
+    # fused into one multiply-add; and in float64 for one pair of end values (their dtype), in
+    # the array's dtype for more (taken as Python numbers).
+    x = (np.random.default_rng(2).standard_normal((3, 4)) * 5).astype(dtype)
+    widths = ((5, 6), (7, 3))
+    expected = np.pad(x, widths, mode="linear_ramp", end_values=ends)
+    for pad in (fnp.pad, fg.jit(fnp.pad, static_argnums=(1, 2), static_argnames="end_values")):
+        out = pad(x, widths, "linear_ramp", end_values=ends)
+        assert out.dtype == dtype
+        np.testing.assert_array_equal(np.asarray(out), expected)
+
+
 @pytest.mark.parametrize(
     "mode, options",
     [

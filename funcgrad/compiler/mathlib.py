@@ -47,7 +47,8 @@ the loop. Each follows the textbook construction:
   small results keep their precision.
 - pow: e^(y log|x|) with IEEE 754's special cases; in float64, log|x| and y log|x| are carried
   as pairs of float64s (reduction by the nearest 2^(i/16), exact sums and products), since
-  an error of one part in 2^53 of y log|x| would cost up to 700 ulp.
+  an error of one part in 2^53 of y log|x| would cost up to 700 ulp, and so is exp's reduced
+  argument r, with 1 + r + r^2/2 summed exactly: the result is rounded about once.
 - erf, erfc: Taylor's series of erf below |x| = 1/2; above, erfc(a) = e^(-a^2) erfcx(a),
   with e^(-a^2) corrected by a^2's rounding error and the scaled function erfcx a polynomial
   interpolating it up to a = 3 (fitted at first use in 80-digit decimal arithmetic) or
@@ -70,7 +71,7 @@ every size up to the largest finite; log1p's float32 maximum over every float32 
              everything else 0.5
     float64: exp 1.0, log 2.0, log1p 2.4, expm1 2.3, exp2 0.9, tanh 1.3, sin 1.9, cos 1.9,
              tan 3.5, atan 2.2, atan2 2.2, asin 2.9, acos 2.6, sinh 1.6, cosh 1.2, asinh 3.3,
-             acosh 3.1, atanh 2.7, cbrt 0.7, pow 1.3, logistic 2.4; nextafter exact;
+             acosh 3.1, atanh 2.7, cbrt 0.7, pow 0.6, logistic 2.4; nextafter exact;
              erf 2.0 and erfc 5.0 against the C library's (itself up to 2.2 ulp off); lgamma
              6 for positive x and 5 ulp of max(|result|, 1) for negative x, against decimal
              arithmetic (float32: 0.5 in both)
@@ -1034,19 +1035,28 @@ def _power_magnitude(a: Expr, y: Expr) -> Expr:
     log_high, log_low = _log_double(a)
     product, error = _two_product(y, log_high)
     correction = error + y * log_low
-    exponent = product + correction
-    correction = correction - (exponent - product)
-    # exp's steps, with the correction applied before the power of two (one rounding even
-    # where the result is subnormal).
+    # exp's steps with r carried as a pair: r = hi - n ln2_hi exactly, minus n ln2_lo with
+    # its rounding error kept, plus the correction. Then e^r = 1 + r + r^2/2 + r^3 q(r),
+    # whose two leading sums are exact (two-sums, r^2 as an exact product): what is left to
+    # round is far under an ulp, so the one rounding of the final sum is nearly all the error,
+    # and powers that are floats come out exactly.
     ln2_hi, ln2_lo = _LN2[F64]
-    n_float = K.unary("round_even", exponent * _c(1 / math.log(2), a))
-    r = (exponent - n_float * _c(ln2_hi, a)) - n_float * _c(ln2_lo, a)
-    # e^r - 1 first, its 1 added last: the one rounding then lands on an exact power
-    # (10^15, 9^0.5) where e^r's own rounding and another for its correction missed it by one
+    n_float = K.unary("round_even", product * _c(1 / math.log(2), a))
+    r, r_error = _two_sum(
+        product - n_float * _c(ln2_hi, a), K.unary("neg", n_float * _c(ln2_lo, a))
+    )
+    r_low = r_error + correction
     one = _c(1.0, a)
-    degree = _EXP_DEGREE[F64]
-    grown = r * _horner([1 / math.factorial(k) for k in range(1, degree + 1)], r)
-    precise = _scaled((grown + (one + grown) * correction) + one, n_float)
+    square, square_error = _two_product(r, r)
+    half_square = square * _c(0.5, a)
+    head, head_error = _two_sum(one, r)
+    head, head_error2 = _two_sum(head, half_square)
+    cube_terms = [1 / math.factorial(k) for k in range(3, _EXP_DEGREE[F64] + 1)]
+    tail = (head_error + head_error2) + square_error * _c(0.5, a)
+    tail = tail + (r * square) * _horner(cube_terms, r)
+    # e^(r + r_low) = e^r (1 + r_low), the product with e^r whole (|r_low| < 2^-42)
+    tail = tail + r_low * (head + tail)
+    precise = _scaled(head + tail, n_float)
     usable = K.binary("and", _gt(a, 0.0), _lt(a, np.inf))
     usable = K.binary("and", usable, _lt(K.unary("abs", product), 746.0))
     return K.select(usable, precise, plain)

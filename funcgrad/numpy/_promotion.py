@@ -63,6 +63,15 @@ def convert(x, dtype: np.dtype, weak_type: bool = False):
     return convert_element_type_p.bind(x, new_dtype=dtype, weak_type=weak_type)
 
 
+def rounded_alone(x):
+    """`x` rounded to its dtype where it is made: the compiler may not fuse the product making
+    it into the next sum (one rounding where NumPy has two)."""
+    if dtypes.is_complex(x.dtype):
+        return lax.complex(rounded_alone(lax.real(x)), rounded_alone(lax.imag(x)))
+    info = dtypes.finfo(x.dtype)
+    return lax.reduce_precision(x, info.nexp, info.nmant)
+
+
 def to_array(x):
     if type(x) is Array or isinstance(x, core.Tracer):
         return x

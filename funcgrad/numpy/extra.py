@@ -443,7 +443,10 @@ def histogram_bin_edges(a, bins=10, range=None, weights=None):
         high = reductions.max(a, initial=-np.inf) if a.size else 1.0
     else:
         low, high = range
-    low, high = (_to_dtype(v, a.dtype) for v in (low, high))
+    # NumPy computes the edges in its promotion of the bounds (float64 for Python numbers),
+    # rounding to the data's dtype only at the end.
+    working = misc._numpy_working_dtype(low, high)
+    low, high = (_to_dtype(v, working) for v in (low, high))
     widen = lax.eq(low, high)
     low = misc.where(widen, low - 0.5, low)
     high = misc.where(widen, high + 0.5, high)

@@ -22,6 +22,7 @@ from funcgrad.numpy._promotion import (
     promote_args,
     promote_args_inexact,
     result_type,
+    rounded_alone,
     to_array,
 )
 from funcgrad.numpy.creation import array
@@ -159,15 +160,6 @@ def linspace(
     return out, convert(step, out_dtype if dtypes.is_inexact(out_dtype) else compute)
 
 
-def _rounded(x):
-    """`x` rounded to its dtype where it is made: the compiler may not fuse the product making
-    it into the next sum (one rounding where NumPy has two)."""
-    if dtypes.is_complex(x.dtype):
-        return lax.complex(_rounded(lax.real(x)), _rounded(lax.imag(x)))
-    info = dtypes.finfo(x.dtype)
-    return lax.reduce_precision(x, info.nexp, info.nmant)
-
-
 def _linspace(start, stop, num: int, endpoint: bool):
     """Samples along a new leading axis, and the step between them, as NumPy computes them:
     k * step + start, each operation rounded, with stop itself last (with endpoint). Where a
@@ -193,7 +185,7 @@ def _linspace(start, stop, num: int, endpoint: bool):
     else:
         step = lax.full(start.shape, np.nan, start.dtype)
         offsets = lax.mul(positions, spread(delta))
-    out = lax.add(_rounded(offsets), spread(start))
+    out = lax.add(rounded_alone(offsets), spread(start))
     if endpoint and num > 1:
         out = lax.concatenate(
             [lax.slice_in_dim(out, 0, num - 1, 1, 0), lax.expand_dims(stop, (0,))], 0

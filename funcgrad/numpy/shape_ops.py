@@ -17,7 +17,13 @@ from funcgrad.array import Array
 from funcgrad.errors import ConcretizationTypeError
 from funcgrad.lax.shapes import reshape_p
 from funcgrad.numpy import _promotion
-from funcgrad.numpy._promotion import broadcast_shapes, convert, result_type, to_array
+from funcgrad.numpy._promotion import (
+    broadcast_shapes,
+    convert,
+    result_type,
+    rounded_alone,
+    to_array,
+)
 
 __all__ = [
     "array_split",
@@ -574,14 +580,16 @@ def pad(
         else:
             lengths = _pad_widths(stat_length, array.ndim)
     if mode == "linear_ramp":
-        ends = np.broadcast_to(static_value(end_values, "pad", "end_values"), (array.ndim, 2))
+        end_values = static_value(end_values, "pad", "end_values")
+        ends = np.broadcast_to(end_values, (array.ndim, 2))
+        ramp_dtype = _ramp_dtype(end_values, array.dtype)
     for axis, (lo, hi) in enumerate(widths):
         if not (lo or hi):
             continue
         if mode in _STAT_MODES:
             array = _pad_with_statistic(array, axis, lo, hi, mode, lengths[axis])
         elif mode == "linear_ramp":
-            array = _pad_with_ramps(array, axis, lo, hi, ends[axis])
+            array = _pad_with_ramps(array, axis, lo, hi, ends[axis], ramp_dtype)
         elif reflect_type == "odd" and mode in ("reflect", "symmetric"):
             array = _pad_odd_reflection(array, axis, lo, hi, mode)
         else:
@@ -674,27 +682,45 @@ def _statistic(region, axis: int, mode: str, dtype):
     return convert(lax.round(value, lax.RoundingMethod.TO_NEAREST_EVEN), dtype)
 
 
-def _pad_with_ramps(array, axis: int, lo: int, hi: int, ends):
+def _ramp_dtype(end_values: np.ndarray, dtype: np.dtype) -> np.dtype:
+    """The dtype NumPy's pad computes linear ramps in: one end value, or one pair for every
+    axis, keeps its dtype in the promotion with the array's; more are taken as Python numbers,
+    so the array's dtype rules. Integers compute in float64."""
+    one_pair = end_values.size == 1 or (end_values.size == 2 and end_values.shape != (2, 1))
+    working = np.result_type(end_values.dtype, dtype) if one_pair else dtype
+    return working if dtypes.is_inexact(working) else dtypes.float64
+
+
+def _pad_with_ramps(array, axis: int, lo: int, hi: int, ends, working: np.dtype):
     """Pad each end with a linear ramp from its end value to (not including) the edge value,
-    as NumPy's linspace(end, edge, width, endpoint=False); integers round down as it does."""
+    as NumPy's linspace(end, edge, width, endpoint=False): in the `working` dtype, each
+    operation rounded, then rounded to the array's dtype (integers round down)."""
     _check_nonempty_axis(array, axis, "linear_ramp")
     n = array.shape[axis]
-    exact = dtypes.is_inexact(array.dtype)
-    work = array if exact else convert(array, dtypes.float64)
+    work = convert(array, working)
     pieces = []
     for width, end_value, at_start in ((lo, ends[0], True), (hi, ends[1], False)):
         edge = lax.slice_in_dim(work, 0 if at_start else n - 1, 1 if at_start else n, 1, axis)
         steps = np.arange(width) if at_start else np.arange(width)[::-1]
         shape = array.shape[:axis] + (width,) + array.shape[axis + 1 :]
-        end = lax.full((), float(end_value), work.dtype)
-        # As NumPy's linspace: i * ((edge - end) / width) + end. With the fraction i / width
-        # rounded first instead, 7 * (3 / 7) - 3 is -4.4e-16 once a compiled kernel fuses
-        # it into one multiply-add, which an integer ramp floors to -1 (NumPy: 0).
-        step = lax.div(lax.sub(edge, end), lax.full((), float(max(width, 1)), work.dtype))
-        step = lax.broadcast_in_dim(step, shape, tuple(range(array.ndim)))
-        position = lax.broadcast_in_dim(lax.asarray(steps.astype(work.dtype)), shape, (axis,))
-        ramp = lax.add(lax.mul(position, step), end)
-        pieces.append(ramp if exact else convert(lax.floor(ramp), array.dtype))
+        end = lax.full((), float(end_value), working)
+        width_value = lax.full((), float(max(width, 1)), working)
+        # As NumPy's linspace: i * ((edge - end) / width) + end, the product rounded on its own
+        # so that no compiled kernel fuses it into the sum (with one rounding, 7 * (3 / 7) - 3
+        # is -4.4e-16, which an integer ramp floors to -1 where NumPy has 0); where any step
+        # of the side is zero, (i / width) * (edge - end) + end throughout.
+        delta = lax.broadcast_in_dim(lax.sub(edge, end), shape, tuple(range(array.ndim)))
+        step = lax.div(delta, width_value)
+        position = lax.broadcast_in_dim(lax.asarray(steps.astype(working)), shape, (axis,))
+        by_step = lax.mul(position, step)
+        by_fraction = lax.mul(lax.div(position, width_value), delta)
+        zero_step = lax.eq(step, lax.full((), 0, working))
+        any_zero_step = lax.reduce_or(zero_step, tuple(range(array.ndim)))
+        offsets = lax.select(lax.broadcast(any_zero_step, shape), by_fraction, by_step)
+        ramp = lax.add(rounded_alone(offsets), end)
+        if not dtypes.is_inexact(array.dtype):
+            ramp = lax.floor(ramp)
+        pieces.append(convert(ramp, array.dtype))
     return lax.concatenate([pieces[0], array, pieces[1]], axis)
 
 
