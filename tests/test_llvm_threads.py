@@ -260,7 +260,7 @@ def test_devices_running_at_once_share_openblas_threads():
     config.update("num_threads", 4)
     try:
         count = library.scipy_openblas_get_num_threads64_
-        seen = parallel.run_on_devices([count, count], [(), ()], [CPU, CPU], "i", 2)
+        seen = parallel.run_on_devices([count, count], [(), ()], [CPU, CPU], (("i", 2),))
     finally:
         config.update("num_threads", previous)
     assert seen == [2, 2]
