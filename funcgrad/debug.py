@@ -1,5 +1,6 @@
 """Host callbacks inside transformed functions: `funcgrad.debug.print`, `.log`, `.callback`
-and `.breakpoint` (`funcgrad/debugger.py`).
+and `.breakpoint` (`funcgrad/debugger.py`); and shardings drawn as text
+(`funcgrad/sharding_text.py`).
 
 A Python `print` inside a jitted function runs once, while it is traced, and sees abstract
 values. These functions instead stage one `debug_callback` equation that calls the user's Python
@@ -26,8 +27,21 @@ from funcgrad.debugger import breakpoint
 from funcgrad.interpreters import batching
 from funcgrad.lax.base import asarray
 from funcgrad.lax.shapes import index_in_dim
+from funcgrad.sharding_text import (
+    inspect_array_sharding,
+    visualize_array_sharding,
+    visualize_sharding,
+)
 
-__all__ = ["breakpoint", "callback", "log", "print"]
+__all__ = [
+    "breakpoint",
+    "callback",
+    "inspect_array_sharding",
+    "log",
+    "print",
+    "visualize_array_sharding",
+    "visualize_sharding",
+]
 
 # Params: `callback` (the user's function, hashed by identity), `in_tree` (the structure of
 # `(args, kwargs)`), `static_leaves` (the leaves that are not arrays, as (position, value)
