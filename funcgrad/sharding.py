@@ -33,6 +33,7 @@ __all__ = [
     "SingleDeviceSharding",
     "get_mesh",
     "make_mesh",
+    "make_single_device_sharding",
     "reshard",
     "set_mesh",
 ]
@@ -367,6 +368,24 @@ class SingleDeviceSharding(Sharding):
 
     def __repr__(self) -> str:
         return f"SingleDeviceSharding(device={self.device!r})"
+
+
+def make_single_device_sharding(
+    device: Device, *, memory_kind: str | None = None
+) -> SingleDeviceSharding:
+    """The sharding that puts whole arrays on `device`. funcgrad's devices have one memory
+    each, so `memory_kind` can only be None."""
+    if not isinstance(device, Device):
+        raise TypeError(
+            f"make_single_device_sharding takes a device (an entry of funcgrad.devices()), got "
+            f"{type(device).__name__} {device!r}"
+        )
+    if memory_kind is not None:
+        raise ValueError(
+            f"make_single_device_sharding: memory_kind {memory_kind!r} is not available; "
+            "funcgrad's devices have one memory each (memory_kind None)"
+        )
+    return SingleDeviceSharding(device)
 
 
 class NamedSharding(Sharding):

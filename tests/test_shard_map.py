@@ -440,6 +440,17 @@ def test_reshard_lays_out_concrete_arrays_and_passes_traced_ones(mesh):
         fg.sharding.reshard(x, NamedSharding(mesh, P(None, ("i", "j"))))
 
 
+def test_make_single_device_sharding_puts_whole_arrays_on_its_device():
+    device = fg.devices()[3]
+    sharding = fg.sharding.make_single_device_sharding(device)
+    assert sharding == SingleDeviceSharding(device) and sharding.device_set == {device}
+    assert sharding.devices_indices_map((2, 3)) == {device: (slice(0, 2), slice(0, 3))}
+    with pytest.raises(TypeError, match="takes a device .* got str"):
+        fg.sharding.make_single_device_sharding("cpu:3")
+    with pytest.raises(ValueError, match="memory_kind 'pinned_host' is not available"):
+        fg.sharding.make_single_device_sharding(device, memory_kind="pinned_host")
+
+
 # Expected drawings, written by hand from the mesh: device k sits at row k // 4 (axis 'i') and
 # column k % 4 (axis 'j') of the (2, 4) mesh.
 GRID_I_J = """\
