@@ -1,4 +1,6 @@
-"""Host callbacks inside transformed functions: `funcgrad.debug.print` and `.callback`.
+"""Host callbacks inside transformed functions: `funcgrad.debug.print`, `.log`, `.callback`
+and `.breakpoint` (`funcgrad/debugger.py`); and shardings drawn as text
+(`funcgrad/sharding_text.py`).
 
 A Python `print` inside a jitted function runs once, while it is traced, and sees abstract
 values. These functions instead stage one `debug_callback` equation that calls the user's Python
@@ -10,6 +12,8 @@ to keep it although nothing reads it.
 from __future__ import annotations
 
 import builtins
+import inspect
+import logging
 import string
 from collections.abc import Callable
 from typing import Any
@@ -19,11 +23,25 @@ import numpy as np
 from funcgrad import core, tree_util
 from funcgrad.array import Array
 from funcgrad.core import Primitive
+from funcgrad.debugger import breakpoint
 from funcgrad.interpreters import batching
 from funcgrad.lax.base import asarray
 from funcgrad.lax.shapes import index_in_dim
+from funcgrad.sharding_text import (
+    inspect_array_sharding,
+    visualize_array_sharding,
+    visualize_sharding,
+)
 
-__all__ = ["callback", "print"]
+__all__ = [
+    "breakpoint",
+    "callback",
+    "inspect_array_sharding",
+    "log",
+    "print",
+    "visualize_array_sharding",
+    "visualize_sharding",
+]
 
 # Params: `callback` (the user's function, hashed by identity), `in_tree` (the structure of
 # `(args, kwargs)`), `static_leaves` (the leaves that are not arrays, as (position, value)
@@ -136,11 +154,54 @@ def print(fmt: str, *args, ordered: bool = False, **kwargs) -> None:
     (a Python print inside a jitted function runs only once, at trace time)."""
     if not isinstance(fmt, str):
         raise TypeError(f"debug.print expects a format string, got {type(fmt).__name__}")
-    _check_fields(fmt, len(args), kwargs)
+    _check_fields("debug.print", fmt, len(args), kwargs)
     callback(_FormattedPrint(fmt), *args, ordered=ordered, **kwargs)
 
 
-def _check_fields(fmt: str, num_args: int, kwargs: dict) -> None:
+_logger = logging.getLogger(__name__)
+
+
+class _FormattedLog:
+    """debug.log's callback: the formatted message as an INFO record of the `funcgrad.debug`
+    logger, attributed to the line that called debug.log (not to this module)."""
+
+    __slots__ = ("fmt", "filename", "lineno")
+
+    def __init__(self, fmt: str, filename: str, lineno: int):
+        self.fmt = fmt
+        self.filename = filename
+        self.lineno = lineno
+
+    def __call__(self, *args, **kwargs) -> None:
+        if not _logger.isEnabledFor(logging.INFO):
+            return
+        message = self.fmt.format(*args, **kwargs)
+        record = _logger.makeRecord(
+            _logger.name, logging.INFO, self.filename, self.lineno, message, (), None
+        )
+        _logger.handle(record)
+
+    def __repr__(self) -> str:
+        return f"log({self.fmt!r})"
+
+
+def log(fmt: str, *args, ordered: bool = False, **kwargs) -> None:
+    """`print`, to the `funcgrad.debug` logger at INFO level instead of standard output: each
+    time the program runs, one record of `fmt.format(*args, **kwargs)` with the run-time
+    values, carrying the file and line of this call."""
+    if not isinstance(fmt, str):
+        raise TypeError(f"debug.log expects a format string, got {type(fmt).__name__}")
+    _check_fields("debug.log", fmt, len(args), kwargs)
+    caller = inspect.currentframe().f_back
+    callback(
+        _FormattedLog(fmt, caller.f_code.co_filename, caller.f_lineno),
+        *args,
+        ordered=ordered,
+        **kwargs,
+    )
+
+
+def _check_fields(name: str, fmt: str, num_args: int, kwargs: dict) -> None:
     """Reject a format string whose fields name missing arguments now, at trace time, rather
     than from inside a compiled program."""
     next_index = 0
@@ -152,11 +213,11 @@ def _check_fields(fmt: str, num_args: int, kwargs: dict) -> None:
             key, next_index = str(next_index), next_index + 1
         if key.isdigit() and int(key) >= num_args:
             raise IndexError(
-                f"debug.print: format string {fmt!r} refers to positional argument {key}, but "
+                f"{name}: format string {fmt!r} refers to positional argument {key}, but "
                 f"{num_args} positional argument(s) were given"
             )
         if not key.isdigit() and key not in kwargs:
             raise KeyError(
-                f"debug.print: format string {fmt!r} refers to keyword argument {key!r}, but "
+                f"{name}: format string {fmt!r} refers to keyword argument {key!r}, but "
                 f"only {sorted(kwargs)} were given"
             )

@@ -33,6 +33,8 @@ __all__ = [
     "SingleDeviceSharding",
     "get_mesh",
     "make_mesh",
+    "make_single_device_sharding",
+    "reshard",
     "set_mesh",
 ]
 
@@ -354,6 +356,10 @@ class SingleDeviceSharding(Sharding):
     def shard_shape(self, global_shape: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(global_shape)
 
+    def devices_indices_map(self, global_shape: tuple[int, ...]) -> dict[Device, tuple]:
+        """The device with the slices of the array it holds: all of it."""
+        return {self.device: tuple(slice(0, n) for n in global_shape)}
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, SingleDeviceSharding) and other.device is self.device
 
@@ -362,6 +368,24 @@ class SingleDeviceSharding(Sharding):
 
     def __repr__(self) -> str:
         return f"SingleDeviceSharding(device={self.device!r})"
+
+
+def make_single_device_sharding(
+    device: Device, *, memory_kind: str | None = None
+) -> SingleDeviceSharding:
+    """The sharding that puts whole arrays on `device`. funcgrad's devices have one memory
+    each, so `memory_kind` can only be None."""
+    if not isinstance(device, Device):
+        raise TypeError(
+            f"make_single_device_sharding takes a device (an entry of funcgrad.devices()), got "
+            f"{type(device).__name__} {device!r}"
+        )
+    if memory_kind is not None:
+        raise ValueError(
+            f"make_single_device_sharding: memory_kind {memory_kind!r} is not available; "
+            "funcgrad's devices have one memory each (memory_kind None)"
+        )
+    return SingleDeviceSharding(device)
 
 
 class NamedSharding(Sharding):
@@ -503,6 +527,14 @@ def with_sharding_constraint(x: Any, shardings: Any) -> Any:
             sharding.shard_shape(core.get_aval(leaf).shape)
         outs.append(leaf if isinstance(leaf, core.Tracer) else laid_out(leaf, sharding))
     return tree_util.tree_unflatten(tree, outs)
+
+
+def reshard(x: Any, out_shardings: Any) -> Any:
+    """`x` laid out as `out_shardings` say (a sharding, a PartitionSpec over the current
+    mesh, or a tree prefix of them). Without a partitioner this is `with_sharding_constraint`:
+    concrete arrays are laid out anew (as `device_put` does), traced ones are checked against
+    the shardings and pass through."""
+    return with_sharding_constraint(x, out_shardings)
 
 
 def sharding_of(x: Array) -> Sharding:

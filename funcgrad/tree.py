@@ -106,21 +106,9 @@ def reduce_associative(
     """The leaves of `tree` combined by an associative `operation` as a balanced tree of calls
     (halves first), so that the reduction's depth is logarithmic in the number of leaves;
     `identity` is the result for a tree without leaves."""
-    leaves = tree_util.tree_leaves(tree, is_leaf)
-    if not leaves:
-        if identity is _MISSING:
-            raise TypeError("tree.reduce_associative: the tree has no leaves; pass identity")
-        return identity
-    return _combine_halves(operation, leaves)
-
-
-def _combine_halves(operation: Callable[[Any, Any], Any], leaves: list[Any]) -> Any:
-    if len(leaves) == 1:
-        return leaves[0]
-    half = len(leaves) // 2
-    return operation(
-        _combine_halves(operation, leaves[:half]), _combine_halves(operation, leaves[half:])
-    )
+    if identity is _MISSING:
+        return tree_util.tree_reduce_associative(operation, tree, is_leaf=is_leaf)
+    return tree_util.tree_reduce_associative(operation, tree, identity=identity, is_leaf=is_leaf)
 
 
 def structure(tree: Any, is_leaf: IsLeaf | None = None) -> PyTreeDef:
@@ -153,14 +141,7 @@ def unflatten(treedef: PyTreeDef, leaves: Iterable[Any]) -> Any:
 def broadcast(prefix_tree: Any, full_tree: Any, is_leaf: IsLeaf | None = None) -> Any:
     """A tree of the structure of `full_tree` in which each leaf of `prefix_tree` (whose
     structure is a prefix of it) fills every leaf of the subtree where it stands."""
-    leaves, treedef = tree_util.tree_flatten(prefix_tree, is_leaf)
-    subtrees = treedef.flatten_up_to(full_tree)
-    return treedef.unflatten(_fill(subtree, leaf) for leaf, subtree in zip(leaves, subtrees))
-
-
-def _fill(tree: Any, value: Any) -> Any:
-    """`tree` with `value` at each of its leaves."""
-    return tree_util.tree_map(lambda _: value, tree)
+    return tree_util.tree_broadcast(prefix_tree, full_tree, is_leaf)
 
 
 def static(**kwargs: Any) -> Any:

@@ -16,17 +16,25 @@ __all__ = [
     "DictKey",
     "FlattenedIndexKey",
     "GetAttrKey",
+    "KeyEntry",
+    "KeyPath",
     "Partial",
     "PyTreeDef",
     "SequenceKey",
     "all_leaves",
+    "default_registry",
+    "flatten_one_level",
+    "flatten_one_level_with_keys",
+    "is_tree_node",
     "keystr",
     "register_dataclass",
     "register_pytree_node",
     "register_pytree_node_class",
     "register_pytree_with_keys",
     "register_pytree_with_keys_class",
+    "register_static",
     "tree_all",
+    "tree_broadcast",
     "tree_flatten",
     "tree_flatten_with_path",
     "tree_leaves",
@@ -34,11 +42,13 @@ __all__ = [
     "tree_map",
     "tree_map_with_path",
     "tree_reduce",
+    "tree_reduce_associative",
     "tree_structure",
     "tree_transpose",
     "tree_unflatten",
     "treedef_children",
     "treedef_is_leaf",
+    "treedef_tuple",
 ]
 
 IsLeaf = Callable[[Any], bool]
@@ -309,6 +319,43 @@ def tree_reduce(
     return functools.reduce(function, leaves, initializer)
 
 
+def tree_reduce_associative(
+    operation: Callable[[Any, Any], Any],
+    tree: Any,
+    *,
+    identity: Any = _MISSING,
+    is_leaf: IsLeaf | None = None,
+) -> Any:
+    """The leaves of ``tree`` combined by an associative ``operation`` as a balanced tree of
+    calls (each half of the leaves first), so that the reduction's depth is logarithmic in the
+    number of leaves; ``identity`` is the result for a tree without leaves."""
+    leaves = tree_leaves(tree, is_leaf)
+    if not leaves:
+        if identity is _MISSING:
+            raise TypeError("tree_reduce_associative: the tree has no leaves; pass identity")
+        return identity
+    return _combine_halves(operation, leaves)
+
+
+def _combine_halves(operation: Callable[[Any, Any], Any], leaves: list[Any]) -> Any:
+    if len(leaves) == 1:
+        return leaves[0]
+    half = len(leaves) // 2
+    return operation(
+        _combine_halves(operation, leaves[:half]), _combine_halves(operation, leaves[half:])
+    )
+
+
+def tree_broadcast(prefix_tree: Any, full_tree: Any, is_leaf: IsLeaf | None = None) -> Any:
+    """A tree of the structure of ``full_tree`` in which each leaf of ``prefix_tree`` (whose
+    structure is a prefix of it) fills every leaf of the subtree where it stands."""
+    leaves, treedef = tree_flatten(prefix_tree, is_leaf)
+    subtrees = _up_to("tree_broadcast", treedef, full_tree)
+    return treedef.unflatten(
+        tree_map(lambda _, leaf=leaf: leaf, subtree) for leaf, subtree in zip(leaves, subtrees)
+    )
+
+
 def tree_transpose(
     outer_treedef: PyTreeDef, inner_treedef: PyTreeDef, pytree_to_transpose: Any
 ) -> Any:
@@ -333,6 +380,15 @@ def treedef_children(treedef: PyTreeDef) -> list[PyTreeDef]:
 def treedef_is_leaf(treedef: PyTreeDef) -> bool:
     """True for a single node: a leaf, or (as in JAX) a childless node like ``None`` or ``()``."""
     return treedef.num_nodes == 1
+
+
+def treedef_tuple(treedefs: Iterable[PyTreeDef]) -> PyTreeDef:
+    """The structure of a tuple whose elements have the structures ``treedefs``."""
+    children = tuple(treedefs)
+    for child in children:
+        if not isinstance(child, PyTreeDef):
+            raise TypeError(f"treedef_tuple takes PyTreeDefs, got {type(child).__name__} {child!r}")
+    return PyTreeDef(tuple, _NODE_KINDS[tuple], None, children)
 
 
 def all_leaves(iterable: Iterable[Any], is_leaf: IsLeaf | None = None) -> bool:
@@ -384,8 +440,10 @@ class FlattenedIndexKey:
         return f"[<flat index {self.key}>]"
 
 
-# Keys are the four classes above, or whatever a custom node's flatten_with_keys gives.
-KeyPath = tuple[Any, ...]
+# One step of a key path: one of the four classes above, or whatever hashable key a custom
+# node's flatten_with_keys gives.
+KeyEntry = SequenceKey | DictKey | GetAttrKey | FlattenedIndexKey | Hashable
+KeyPath = tuple[KeyEntry, ...]
 
 
 def _simple_str(key: Any) -> str:
@@ -468,6 +526,74 @@ def tree_map_with_path(
     return treedef.unflatten([f(p, *xs) for p, *xs in zip(paths, *leaf_lists)])
 
 
+# --- one level -------------------------------------------------------------------------------
+
+
+def _kind_of(node_type: type) -> _NodeKind | None:
+    """How nodes of ``node_type`` are taken apart; None for a leaf type."""
+    kind = _NODE_KINDS.get(node_type)
+    if kind is None and issubclass(node_type, tuple) and hasattr(node_type, "_fields"):
+        return _NAMEDTUPLE
+    return kind
+
+
+def is_tree_node(typ: type) -> bool:
+    """True when values of type ``typ`` are pytree nodes (built in, registered, or a
+    namedtuple class) rather than leaves."""
+    return isinstance(typ, type) and _kind_of(typ) is not None
+
+
+def _node_kind(name: str, tree: Any) -> _NodeKind:
+    kind = _kind_of(type(tree))
+    if kind is None:
+        raise ValueError(
+            f"{name}: {tree!r} of type {type(tree).__name__} is a leaf, not a pytree node; "
+            "only built-in containers, namedtuples and registered types have children"
+        )
+    return kind
+
+
+def flatten_one_level(tree: Any) -> tuple[list[Any], Any]:
+    """The immediate children of the node ``tree`` (whole subtrees, not leaves) and its
+    auxiliary data, for code that walks a tree one node at a time."""
+    children, aux = _node_kind("flatten_one_level", tree).flatten(tree)
+    return list(children), aux
+
+
+def flatten_one_level_with_keys(tree: Any) -> tuple[list[tuple[KeyEntry, Any]], Any]:
+    """``flatten_one_level``, with each child paired with the key that leads to it."""
+    return _node_keyed_children(tree, _node_kind("flatten_one_level_with_keys", tree))
+
+
+class _Registry:
+    """The table of node types behind this module's functions, as an object: code written
+    against a registry argument receives ``default_registry``. Its one-level flattens give
+    None for a leaf instead of raising."""
+
+    def flatten(self, tree: Any, is_leaf: IsLeaf | None = None) -> tuple[list[Any], PyTreeDef]:
+        return tree_flatten(tree, is_leaf)
+
+    def flatten_with_path(
+        self, tree: Any, is_leaf: IsLeaf | None = None
+    ) -> tuple[list[tuple[KeyPath, Any]], PyTreeDef]:
+        return tree_flatten_with_path(tree, is_leaf)
+
+    def flatten_one_level(self, tree: Any) -> tuple[list[Any], Any] | None:
+        return flatten_one_level(tree) if self.is_node(type(tree)) else None
+
+    def flatten_one_level_with_keys(self, tree: Any) -> tuple[list[tuple[Any, Any]], Any] | None:
+        return flatten_one_level_with_keys(tree) if self.is_node(type(tree)) else None
+
+    def is_node(self, typ: type) -> bool:
+        return is_tree_node(typ)
+
+    def __repr__(self) -> str:
+        return "default_registry"
+
+
+default_registry = _Registry()
+
+
 # --- registration -------------------------------------------------------------------------------
 
 
@@ -546,6 +672,22 @@ def register_pytree_with_keys_class(cls: type) -> type:
     register_pytree_with_keys(
         cls, operator.methodcaller("tree_flatten_with_keys"), cls.tree_unflatten, flatten
     )
+    return cls
+
+
+def register_static(cls: type) -> type:
+    """Class decorator making instances of ``cls`` pytree nodes without children, the instance
+    itself their auxiliary data: they are part of a tree's structure, so transformations treat
+    them as static (like jit's ``static_argnums``) and key their caches on them, which is why
+    ``cls`` must be hashable."""
+    if not isinstance(cls, type):
+        raise TypeError(f"register_static takes a class, got {type(cls).__name__} {cls!r}")
+    if cls.__hash__ is None:
+        raise TypeError(
+            f"register_static: {cls.__name__} is not hashable (its __hash__ is None); a static "
+            "value keys the caches of transformations, so define __hash__ and __eq__"
+        )
+    register_pytree_with_keys(cls, lambda x: ((), x), lambda aux, _children: aux)
     return cls
 
 

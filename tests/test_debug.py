@@ -2,6 +2,9 @@
 source locations in staged programs, and the errors that explain tracing to a user."""
 
 import inspect
+import io
+import logging
+import os
 
 import numpy as np
 import pytest
@@ -186,6 +189,173 @@ def test_print_checks_its_format_fields_at_trace_time():
         fg.make_jaxpr(lambda x: fg.debug.print("{y}", x))(1.0)
     with pytest.raises(TypeError, match="expects a callable"):
         fg.debug.callback("not callable", 1.0)
+
+
+def test_log_records_each_run_at_info_with_the_callers_line(caplog):
+    @fg.jit
+    def f(x):
+        fg.debug.log("x={} tag={tag}", x, tag="t")
+        return x + 1
+
+    caplog.set_level(logging.INFO, logger="funcgrad.debug")
+    f(1.0)
+    f(2.0)
+    assert [r.getMessage() for r in caplog.records] == ["x=1.0 tag=t", "x=2.0 tag=t"]
+    for record in caplog.records:
+        assert (record.name, record.levelno) == ("funcgrad.debug", logging.INFO)
+        assert (record.pathname, record.lineno) == (THIS_FILE, line_of(f, "debug.log"))
+    with pytest.raises(IndexError, match="debug.log: format string 'x={}' refers to positional"):
+        fg.debug.log("x={}")
+
+
+def test_log_below_the_loggers_level_records_nothing(caplog):
+    caplog.set_level(logging.WARNING, logger="funcgrad.debug")
+    fg.debug.log("quiet {}", 1)
+    assert caplog.records == []
+
+
+# ---------------------------------------------------------------------------------------------
+# debug.breakpoint, driven through its stdin and stdout
+
+
+def scripted(*commands: str) -> dict:
+    """Streams for a breakpoint's debugger: it reads `commands` (every session continuing
+    where the last stopped) and writes what it shows to `stdout`."""
+    return {"stdin": io.StringIO("".join(c + "\n" for c in commands)), "stdout": io.StringIO()}
+
+
+def test_breakpoint_under_jit_shows_each_runs_values():
+    streams = scripted("p y", "p params['w'] * 10", "c", "p y", "c")
+
+    @fg.jit
+    def f(x):
+        params = {"w": x, "scale": 2}
+        y = params["w"] * params["scale"] + 1
+        fg.debug.breakpoint(**streams)
+        return y
+
+    f.lower(np.zeros(2, np.float32))  # tracing alone opens no debugger
+    assert streams["stdout"].getvalue() == ""
+    np.testing.assert_array_equal(f(np.array([0.0, 1.0], np.float32)), [1.0, 3.0])
+    f(np.array([2.0, 3.0], np.float32))
+    assert streams["stdout"].getvalue() == (
+        "Entering fgdb:\n"
+        "(fgdb) Array([1., 3.], dtype=float32)\n"
+        "(fgdb) Array([ 0., 10.], dtype=float32)\n"
+        "(fgdb) Entering fgdb:\n"
+        "(fgdb) Array([5., 7.], dtype=float32)\n"
+        "(fgdb) "
+    )
+
+
+def test_breakpoint_under_vmap_opens_once_per_lane():
+    streams = scripted("p x, y", "c", "p x, y", "c")
+
+    def f(x):
+        y = x * 3
+        fg.debug.breakpoint(**streams)
+        return y
+
+    fg.vmap(f)(np.array([1.0, 2.0], np.float32))
+    assert streams["stdout"].getvalue() == (
+        "Entering fgdb:\n"
+        "(fgdb) (Array(1., dtype=float32), Array(3., dtype=float32))\n"
+        "(fgdb) Entering fgdb:\n"
+        "(fgdb) (Array(2., dtype=float32), Array(6., dtype=float32))\n"
+        "(fgdb) "
+    )
+
+
+def test_breakpoint_under_grad_shows_primals_once_and_keeps_the_gradient():
+    streams = scripted("p x", "c")
+
+    def f(x):
+        fg.debug.breakpoint(**streams)
+        return x * x
+
+    assert float(fg.grad(f)(3.0)) == 6.0
+    assert streams["stdout"].getvalue() == (
+        "Entering fgdb:\n(fgdb) Array(3., dtype=float32, weak_type=True)\n(fgdb) "
+    )
+
+
+def test_breakpoint_moves_between_frames_and_lists_source():
+    streams = scripted("w", "up", "p outer_value", "down", "p nope", "c")
+
+    def inner(x):
+        fg.debug.breakpoint(**streams)
+        return x
+
+    def outer(x):
+        outer_value = x + 1
+        return inner(outer_value)
+
+    fg.jit(outer)(1.0)
+    inner_line = line_of(inner, "debug.breakpoint")
+    outer_line = line_of(outer, "return inner")
+    top_line = line_of(test_breakpoint_moves_between_frames_and_lists_source, "fg.jit(outer)")
+    shown = streams["stdout"].getvalue().split("(fgdb) ")
+    assert shown[0] == "Entering fgdb:\n"
+    # `where`: the frames outside funcgrad, outermost first, down to the breakpoint's caller.
+    where = shown[1].splitlines()
+    assert where[0] == "Traceback:"
+    assert where[-4:] == [
+        f'  File "{THIS_FILE}", line {outer_line}, in outer',
+        "    return inner(outer_value)",
+        f'  File "{THIS_FILE}", line {inner_line}, in inner',
+        "    fg.debug.breakpoint(**streams)",
+    ]
+    assert f'  File "{THIS_FILE}", line {top_line}, in ' in shown[1]
+    assert "funcgrad" + os.sep not in shown[1].replace(THIS_FILE, "")
+    assert shown[2] == (
+        f"> {THIS_FILE}({outer_line})outer()\n"
+        "        def outer(x):\n"
+        "            outer_value = x + 1\n"
+        "->          return inner(outer_value)\n"
+    )
+    assert shown[3] == "Array(2., dtype=float32, weak_type=True)\n"
+    assert shown[4] == (
+        f"> {THIS_FILE}({inner_line})inner()\n"
+        "        def inner(x):\n"
+        "->          fg.debug.breakpoint(**streams)\n"
+        "            return x\n"
+    )
+    assert shown[5] == "*** NameError: name 'nope' is not defined\n"
+
+
+def test_breakpoint_frame_selection():
+    streams = scripted("w", "c", "w", "c")
+
+    @fg.jit
+    def f(x):
+        fg.debug.breakpoint(num_frames=1, **streams)
+        fg.debug.breakpoint(filter_frames=False, num_frames=2, **streams)
+        return x
+
+    f(1.0)
+    first, second = streams["stdout"].getvalue().split("Entering fgdb:\n")[1:]
+    assert first.splitlines() == [
+        "(fgdb) Traceback:",
+        f'  File "{THIS_FILE}", line {line_of(f, "num_frames=1")}, in f',
+        "    fg.debug.breakpoint(num_frames=1, **streams)",
+        "(fgdb) ",
+    ]
+    # Unfiltered, the frame above the function is funcgrad's own (the jit tracing it).
+    caller_file = second.splitlines()[1].split('"')[1]
+    assert os.path.dirname(fg.__file__) in caller_file
+
+
+def test_breakpoint_returns_the_token_and_checks_its_arguments():
+    streams = scripted("c")
+    token = {"a": fnp.ones(2)}
+    assert fg.debug.breakpoint(token=token, **streams) is token
+    assert streams["stdout"].getvalue() == "Entering fgdb:\n(fgdb) "
+    with pytest.raises(ValueError, match="`ordered` and `token` cannot be given together"):
+        fg.debug.breakpoint(token=token, ordered=True)
+    with pytest.raises(ValueError, match=r"unknown backend 'web'; available: \['cli'\]"):
+        fg.debug.breakpoint(backend="web")
+    with pytest.raises(ValueError, match="num_frames must be a positive int, got 0"):
+        fg.debug.breakpoint(num_frames=0)
 
 
 # ---------------------------------------------------------------------------------------------

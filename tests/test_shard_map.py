@@ -424,6 +424,117 @@ def test_with_sharding_constraint_and_jit_shardings(mesh):
         assert lax.with_sharding_constraint(x, P(None, "j")).sharding.spec == P(None, "j")
 
 
+def test_reshard_lays_out_concrete_arrays_and_passes_traced_ones(mesh):
+    x = _x()
+    rows, cols = NamedSharding(mesh, P("i")), NamedSharding(mesh, P(None, "j"))
+    y = fg.sharding.reshard(fg.device_put(x, rows), cols)
+    assert y.sharding == cols
+    np.testing.assert_array_equal(y, x)
+    assert [s.data.shape for s in y.addressable_shards] == [(8, 3)] * 8
+    tree = fg.sharding.reshard({"a": x, "b": x[:4]}, rows)
+    assert tree["a"].sharding == tree["b"].sharding == rows
+    with mesh:
+        assert fg.sharding.reshard(x, P("j")).sharding == NamedSharding(mesh, P("j"))
+    assert_close(fg.jit(lambda a: fg.sharding.reshard(a * 2.0, cols))(x), 2 * x)
+    with pytest.raises(ValueError, match="dimension 1 .* size 12 is not a multiple of 8"):
+        fg.sharding.reshard(x, NamedSharding(mesh, P(None, ("i", "j"))))
+
+
+def test_make_single_device_sharding_puts_whole_arrays_on_its_device():
+    device = fg.devices()[3]
+    sharding = fg.sharding.make_single_device_sharding(device)
+    assert sharding == SingleDeviceSharding(device) and sharding.device_set == {device}
+    assert sharding.devices_indices_map((2, 3)) == {device: (slice(0, 2), slice(0, 3))}
+    with pytest.raises(TypeError, match="takes a device .* got str"):
+        fg.sharding.make_single_device_sharding("cpu:3")
+    with pytest.raises(ValueError, match="memory_kind 'pinned_host' is not available"):
+        fg.sharding.make_single_device_sharding(device, memory_kind="pinned_host")
+
+
+# Expected drawings, written by hand from the mesh: device k sits at row k // 4 (axis 'i') and
+# column k % 4 (axis 'j') of the (2, 4) mesh.
+GRID_I_J = """\
+┌───────┬───────┬───────┬───────┐
+│ CPU 0 │ CPU 1 │ CPU 2 │ CPU 3 │
+├───────┼───────┼───────┼───────┤
+│ CPU 4 │ CPU 5 │ CPU 6 │ CPU 7 │
+└───────┴───────┴───────┴───────┘
+"""
+GRID_J_I = """\
+┌───────┬───────┐
+│ CPU 0 │ CPU 4 │
+├───────┼───────┤
+│ CPU 1 │ CPU 5 │
+├───────┼───────┤
+│ CPU 2 │ CPU 6 │
+├───────┼───────┤
+│ CPU 3 │ CPU 7 │
+└───────┴───────┘
+"""
+GRID_COLUMNS_OVER_J = """\
+┌─────────┬─────────┬─────────┬─────────┐
+│ CPU 0,4 │ CPU 1,5 │ CPU 2,6 │ CPU 3,7 │
+└─────────┴─────────┴─────────┴─────────┘
+"""
+GRID_ROWS_OVER_I = """\
+┌─────────────┐
+│ CPU 0,1,2,3 │
+├─────────────┤
+│ CPU 4,5,6,7 │
+└─────────────┘
+"""
+GRID_REPLICATED = """\
+┌─────────────────────┐
+│ CPU 0,1,2,3,4,5,6,7 │
+└─────────────────────┘
+"""
+
+
+@pytest.mark.parametrize(
+    "shape, spec, expected",
+    [
+        ((8, 12), P("i", "j"), GRID_I_J),
+        ((8, 12), P("j", "i"), GRID_J_I),
+        ((8, 12), P(None, "j"), GRID_COLUMNS_OVER_J),
+        ((8, 12), P("i"), GRID_ROWS_OVER_I),
+        ((8, 12), P(), GRID_REPLICATED),
+        ((12,), P("j"), GRID_COLUMNS_OVER_J),  # a vector's blocks make one row
+        ((), P(), GRID_REPLICATED),
+    ],
+)
+def test_visualize_sharding_draws_each_block_with_its_devices(mesh, capsys, shape, spec, expected):
+    fg.debug.visualize_sharding(shape, NamedSharding(mesh, spec))
+    assert capsys.readouterr().out == expected
+
+
+def test_visualize_array_sharding_of_laid_out_single_device_and_pmap_arrays(mesh, capsys):
+    fg.debug.visualize_array_sharding(fg.device_put(_x(), NamedSharding(mesh, P("j", "i"))))
+    assert capsys.readouterr().out == GRID_J_I
+    fg.debug.visualize_array_sharding(fnp.ones(3))
+    assert capsys.readouterr().out == "┌───────┐\n│ CPU 0 │\n└───────┘\n"
+    # pmap's output: one row of the leading axis per device.
+    fg.debug.visualize_array_sharding(fg.pmap(lambda a: a * 2.0)(np.ones((8, 2))))
+    rows = [f"│ CPU {k} │" for k in range(8)]
+    assert capsys.readouterr().out.splitlines()[1::2] == rows
+
+
+def test_inspect_array_sharding_and_bad_input(mesh):
+    seen = []
+    x = fg.device_put(_x(), NamedSharding(mesh, P("i")))
+    fg.debug.inspect_array_sharding({"a": x, "b": fnp.ones(2)}, callback=seen.append)
+    assert seen == [NamedSharding(mesh, P("i")), SingleDeviceSharding(fg.devices()[0])]
+    with pytest.raises(TypeError, match="needs a concrete array, got a traced value"):
+        fg.jit(lambda a: fg.debug.inspect_array_sharding(a, callback=print))(x)
+    with pytest.raises(TypeError, match="needs a concrete array, got a traced value"):
+        fg.jit(fg.debug.visualize_array_sharding)(x)
+    with pytest.raises(ValueError, match=r"at most two dimensions; the shape \(2, 4, 8\) has 3"):
+        fg.debug.visualize_sharding((2, 4, 8), NamedSharding(mesh, P("i")))
+    with pytest.raises(TypeError, match="takes a Sharding, got PartitionSpec"):
+        fg.debug.visualize_sharding((8, 8), P("i"))
+    with pytest.raises(ValueError, match="not a multiple of 4"):
+        fg.debug.visualize_sharding((8, 6), NamedSharding(mesh, P(None, "j")))
+
+
 # ---------------------------------------------------------------------------------------------
 # Bad input
 

@@ -1,6 +1,7 @@
 import collections
 import dataclasses
 import functools
+import math
 import operator
 
 import pytest
@@ -8,6 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from trees import Point, ref_map, tree_strategy
 
+import funcgrad as fg
 import funcgrad.tree_util as tu
 
 scalars = st.integers(-1000, 1000) | st.floats(allow_nan=False, allow_infinity=False)
@@ -322,3 +324,191 @@ def test_registering_twice_raises():
         tu.register_pytree_node(Twice, lambda t: ((), None), lambda aux, ch: Twice())
     with pytest.raises(ValueError, match="already registered"):
         tu.register_pytree_node(tuple, lambda t: (t, None), lambda aux, ch: tuple(ch))
+
+
+# --- one level, broadcast, associative reduce, static nodes ------------------------------------
+
+
+def ref_children_with_keys(node):
+    """The immediate children of a node `trees` draws, with the keys that lead to them."""
+    if node is None:
+        return []
+    if isinstance(node, dict):
+        return [(tu.DictKey(k), node[k]) for k in sorted(node)]
+    if isinstance(node, Point):
+        return [(tu.GetAttrKey(f), getattr(node, f)) for f in Point._fields]
+    return [(tu.SequenceKey(i), c) for i, c in enumerate(node)]
+
+
+def is_node(tree):
+    return tree is None or isinstance(tree, (list, tuple, dict))
+
+
+@given(trees)
+def test_flatten_one_level_gives_the_immediate_children(tree):
+    if not is_node(tree):
+        for flatten in (tu.flatten_one_level, tu.flatten_one_level_with_keys):
+            with pytest.raises(ValueError, match="is a leaf, not a pytree node"):
+                flatten(tree)
+        assert tu.default_registry.flatten_one_level(tree) is None
+        return
+    want = ref_children_with_keys(tree)
+    children, aux = tu.flatten_one_level(tree)
+    assert len(children) == len(want)
+    for child, (_, expected) in zip(children, want):
+        assert child is expected  # whole subtrees, not their leaves
+    assert aux == (tuple(sorted(tree)) if isinstance(tree, dict) else None)
+    pairs, keyed_aux = tu.flatten_one_level_with_keys(tree)
+    assert [k for k, _ in pairs] == [k for k, _ in want] and keyed_aux == aux
+    assert all(c is e for (_, c), (_, e) in zip(pairs, want))
+    assert tu.default_registry.flatten_one_level(tree) == (children, aux)
+    assert tu.default_registry.flatten_one_level_with_keys(tree) == (pairs, aux)
+
+
+def test_is_tree_node():
+    class Registered:
+        pass
+
+    tu.register_pytree_node(Registered, lambda r: ((), None), lambda aux, ch: Registered())
+    nodes = [list, tuple, dict, type(None), collections.OrderedDict, collections.defaultdict]
+    for typ in [*nodes, Point, Registered, tu.Partial]:
+        assert tu.is_tree_node(typ) and tu.default_registry.is_node(typ), typ
+    for typ in [int, float, str, object, type("MyList", (list,), {})]:
+        assert not tu.is_tree_node(typ), typ
+    assert not tu.is_tree_node([1, 2])  # a value, not a type
+
+
+@given(st.lists(trees, max_size=3))
+def test_treedef_tuple_is_the_structure_of_a_tuple(elements):
+    treedef = tu.treedef_tuple(tu.tree_structure(e) for e in elements)
+    assert treedef == tu.tree_structure(tuple(elements))
+    assert hash(treedef) == hash(tu.tree_structure(tuple(elements)))
+    leaves = tu.tree_leaves(tuple(elements))
+    assert_identical(treedef.unflatten(leaves), tuple(elements))
+    with pytest.raises(TypeError, match="takes PyTreeDefs, got list"):
+        tu.treedef_tuple([[1]])
+
+
+def ref_fill(value, tree):
+    """`tree` with `value` at each leaf (None, a node, keeps none)."""
+    return ref_map(lambda _: value, tree)
+
+
+@given(trees, st.data())
+def test_tree_broadcast_fills_each_prefix_leafs_subtree(full, data):
+    count = iter(range(10**6))
+
+    def cut(tree):
+        """A prefix of `tree`: some subtrees replaced by one fresh leaf each."""
+        if not is_node(tree) or data.draw(st.booleans()):
+            return f"leaf{next(count)}"
+        if isinstance(tree, dict):
+            return {k: cut(v) for k, v in tree.items()}
+        if isinstance(tree, Point):
+            return Point(*map(cut, tree))
+        return None if tree is None else type(tree)(map(cut, tree))
+
+    def ref_broadcast(prefix, tree):
+        if isinstance(prefix, str):
+            return ref_fill(prefix, tree)
+        if prefix is None:
+            return None
+        if isinstance(prefix, dict):
+            return {k: ref_broadcast(prefix[k], tree[k]) for k in sorted(prefix)}
+        children = [ref_broadcast(p, t) for p, t in zip(prefix, tree)]
+        return Point(*children) if isinstance(prefix, Point) else type(prefix)(children)
+
+    prefix = cut(full)
+    want = ref_broadcast(prefix, full)
+    assert_identical(tu.tree_broadcast(prefix, full), want)
+    assert_identical(fg.tree.broadcast(prefix, full), want)
+
+
+def test_tree_broadcast_errors_and_is_leaf():
+    with pytest.raises(ValueError, match=r"tree_broadcast: .* it has \[\*\] where that"):
+        tu.tree_broadcast([1, 2], [3])
+    # is_leaf applies to the prefix: there the pair is one value filling the subtree.
+    got = tu.tree_broadcast([(1, 2)], [[3, 4]], is_leaf=lambda x: isinstance(x, tuple))
+    assert got == [[(1, 2), (1, 2)]]
+
+
+def depth(reduced):
+    return 1 + max(depth(reduced[0]), depth(reduced[1])) if isinstance(reduced, tuple) else 0
+
+
+def in_order(reduced):
+    if isinstance(reduced, tuple):
+        return [*in_order(reduced[0]), *in_order(reduced[1])]
+    return [reduced]
+
+
+@given(trees)
+def test_tree_reduce_associative_is_a_balanced_tree_of_calls(tree):
+    leaves = tu.tree_leaves(tree)
+    if not leaves:
+        with pytest.raises(TypeError, match="the tree has no leaves; pass identity"):
+            tu.tree_reduce_associative(pair, tree)
+        assert tu.tree_reduce_associative(pair, tree, identity="e") == "e"
+        assert fg.tree.reduce_associative(pair, tree, identity="e") == "e"
+        return
+    reduced = tu.tree_reduce_associative(pair, tree)
+    # The nested pairs, read left to right, are the leaves in order; a balanced tree of calls
+    # over n leaves is ceil(log2 n) calls deep.
+    assert in_order(reduced) == leaves
+    assert depth(reduced) == math.ceil(math.log2(len(leaves)))
+    assert fg.tree.reduce_associative(pair, tree) == reduced
+
+
+def test_tree_reduce_associative_grouping_and_is_leaf():
+    # The grouping for five leaves: the first half is the two leading ones.
+    assert tu.tree_reduce_associative(pair, [1, 2, 3, 4, 5]) == ((1, 2), (3, (4, 5)))
+    assert tu.tree_reduce_associative(operator.add, {"a": [1, 2], "b": 3}) == 6
+    got = tu.tree_reduce_associative(
+        operator.add, [(1, 2), (3, 4)], is_leaf=lambda x: isinstance(x, tuple)
+    )
+    assert got == (1, 2, 3, 4)
+
+
+def test_register_static_makes_instances_structure():
+    @tu.register_static
+    class Mode(str):
+        pass
+
+    add, sub = Mode("add"), Mode("sub")
+    leaves, treedef = tu.tree_flatten([add, 2.0])
+    assert leaves == [2.0]
+    assert treedef != tu.tree_structure([sub, 2.0])
+    assert treedef == tu.tree_structure([Mode("add"), 1.0])
+    assert tu.tree_unflatten(treedef, [5.0]) == [add, 5.0]
+    assert tu.tree_leaves_with_path({"m": add, "x": 1}) == [((tu.DictKey("x"),), 1)]
+    assert tu.flatten_one_level(add) == ([], add)
+
+    traces = []
+
+    @fg.jit
+    def f(x, mode):
+        traces.append(mode)
+        return x + 1.0 if mode == "add" else x - 1.0
+
+    assert float(f(2.0, add)) == 3.0
+    assert float(f(2.0, sub)) == 1.0
+    assert float(f(5.0, Mode("add"))) == 6.0  # equal static value: the cached program
+    assert traces == ["add", "sub"]
+
+
+def test_register_static_rejects_unhashable_classes():
+    @dataclasses.dataclass
+    class Config:  # eq without frozen: __hash__ is None
+        size: int
+
+    with pytest.raises(TypeError, match="Config is not hashable"):
+        tu.register_static(Config)
+    assert not tu.is_tree_node(Config)
+    with pytest.raises(TypeError, match="takes a class"):
+        tu.register_static(Config(1))
+
+
+def test_key_entry_covers_the_key_classes():
+    for path, _ in tu.tree_leaves_with_path({"a": [Point(1, 2)]}):
+        assert all(isinstance(key, tu.KeyEntry) for key in path)
+    assert not isinstance([0], tu.KeyEntry)
