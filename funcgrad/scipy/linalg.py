@@ -761,8 +761,8 @@ def solve_sylvester(
     """
     if method == "schur":
         raise NotImplementedError(
-            "solve_sylvester: method='schur' (Bartels-Stewart) is not implemented; "
-            "method='eigen' solves through eigendecompositions"
+            "solve_sylvester: method='schur' (Bartels-Stewart, on Schur forms) is not "
+            "implemented; method='eigen' solves through eigendecompositions"
         )
     if method != "eigen":
         raise ValueError(f"solve_sylvester: method must be 'schur' or 'eigen', got {method!r}")

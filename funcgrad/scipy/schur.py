@@ -76,11 +76,15 @@ def rsf2csf(T: ArrayLike, Z: ArrayLike, check_finite: bool = True) -> tuple[Arra
         block = lax.dynamic_slice_in_dim(lax.dynamic_slice_in_dim(T, m - 1, 2, -2), m - 1, 2, -1)
         a, b = block[..., 0, 0], block[..., 0, 1]
         c, d = block[..., 1, 0], block[..., 1, 1]
+        wanted = fnp.abs(c) > eps * (fnp.abs(a) + fnp.abs(d))
         # The block's eigenvalue a/2 + d/2 + sqrt(((a - d)/2)^2 + bc) (the principal root: a
-        # real block's complex pair gives the one of positive imaginary part), less d.
+        # real block's complex pair gives the one of positive imaginary part), less d. Blocks
+        # left alone compute with stand-ins, so that no infinite derivative (of a square root
+        # at zero) meets a zero cotangent in reverse mode.
         half = (a - d) / 2
-        mu = half + fnp.sqrt(half * half + b * c)
-        r = fnp.sqrt(fnp.abs(mu) ** 2 + fnp.abs(c) ** 2)
+        mu = half + fnp.sqrt(fnp.where(wanted, half * half + b * c, 1))
+        squared = fnp.real(mu * fnp.conj(mu) + c * fnp.conj(c))
+        r = fnp.sqrt(fnp.where(wanted, squared, 1))
         cos, sin = (mu / r)[..., None, None], (c / r)[..., None, None]
         rotated = T
         previous_row = lax.dynamic_slice_in_dim(T, m - 1, 1, -2)
@@ -94,18 +98,15 @@ def rsf2csf(T: ArrayLike, Z: ArrayLike, check_finite: bool = True) -> tuple[Arra
         def from_right(x, mask):
             previous = lax.dynamic_slice_in_dim(x, m - 1, 1, -1)
             current = lax.dynamic_slice_in_dim(x, m, 1, -1)
-            x = fnp.where(
-                (columns == m - 1) & mask, previous * cos + current * fnp.conj(sin), x
-            )
+            x = fnp.where((columns == m - 1) & mask, previous * cos + current * fnp.conj(sin), x)
             return fnp.where(
                 (columns == m) & mask, current * fnp.conj(cos) - previous * fnp.conj(sin), x
             )
 
         rotated = from_right(rotated, rows <= m)
         rotated_z = from_right(Z, True)
-        wanted = (fnp.abs(c) > eps * (fnp.abs(a) + fnp.abs(d)))[..., None, None]
-        T = fnp.where(wanted, rotated, T)
-        Z = fnp.where(wanted, rotated_z, Z)
+        T = fnp.where(wanted[..., None, None], rotated, T)
+        Z = fnp.where(wanted[..., None, None], rotated_z, Z)
         T = fnp.where((rows == m) & (columns == m - 1), 0, T)
         return T, Z
 
@@ -158,10 +159,11 @@ def sqrtm(A: ArrayLike, blocksize: int = 1) -> Array:
 
 def funm(A: ArrayLike, func: Callable, disp: bool = True) -> Array | tuple[Array, Array]:
     """func extended to square matrices, func(A) = Z F Z^H from A's complex Schur form
-    T = Z^H A Z (a real A's real form made complex by `rsf2csf`): F's diagonal is func of T's, and F_ij, i < j, follows from F T = T F:
-    (T_ij (F_jj - F_ii) + sum over i < k < j of T_ik F_kj - F_ik T_kj) / (T_jj - T_ii), a
-    superdiagonal at a time (Schur–Parlett; Golub and Van Loan, Algorithm 11.1.1). `func`
-    takes and returns arrays (it is applied to the vector of eigenvalues).
+    T = Z^H A Z (a real A's real form made complex by `rsf2csf`): F's diagonal is func of
+    T's, and F_ij, i < j, follows from F T = T F: (T_ij (F_jj - F_ii) + sum over i < k < j of
+    T_ik F_kj - F_ik T_kj) / (T_jj - T_ii), a superdiagonal at a time (Schur–Parlett; Golub
+    and Van Loan, Algorithm 11.1.1). `func` takes and returns arrays (it is applied to the
+    vector of eigenvalues).
 
     The recurrence divides by differences of eigenvalues, so A must have distinct eigenvalues,
     well apart: close ones make the result inaccurate and equal ones leave the entries
