@@ -141,7 +141,7 @@ def sqrtm(A: ArrayLike, blocksize: int = 1) -> Array:
     complex Schur form T = Z^H A Z, U U = T solved a superdiagonal at a time (Björck and
     Hammarling, 1983), X = Z U Z^H. An entry whose numerator is exactly zero is zero, so a
     singular A with a zero eigenvalue of one Jordan block still has a root. `blocksize` must
-    be 1 (SciPy's blocked algorithm is not implemented). Not differentiable."""
+    be 1 (the blocked algorithm is not implemented). Not differentiable."""
     if blocksize != 1:
         raise NotImplementedError("sqrtm: only blocksize=1 is implemented")
     T, Z = _complex_schur("sqrtm", A)
@@ -168,8 +168,8 @@ def funm(A: ArrayLike, func: Callable, disp: bool = True) -> Array | tuple[Array
     The recurrence divides by differences of eigenvalues, so A must have distinct eigenvalues,
     well apart: close ones make the result inaccurate and equal ones leave the entries
     undivided (wrong unless the numerator is zero). The result is complex for any input.
-    With `disp` False the result comes with an estimate of its relative error (that of SciPy's
-    funm); with `disp` True, no estimate is printed. Not differentiable."""
+    With `disp` False the result comes with an estimate of its relative error
+    (`_funm_error`); with `disp` True, no estimate is printed. Not differentiable."""
     T, Z = rsf2csf(*_lax_schur(_matrices("funm", A, square=True)))
     values = fnp.asarray(func(_diagonal(T))).astype(T.dtype)
     differences = _diagonal(T)[..., None, :] - _diagonal(T)[..., :, None]
