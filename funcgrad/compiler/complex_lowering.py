@@ -1089,7 +1089,7 @@ def _eig_rule(out_avals, a, **params):
 
 
 rules["eig"] = _eig_rule
-for _name in ("lu", "triangular_solve", "cholesky", "qr", "eigh", "svd"):
+for _name in ("lu", "triangular_solve", "cholesky", "qr", "eigh", "svd", "schur"):
     rules[_name] = _through_pairs(_name)
 
 

@@ -158,9 +158,17 @@ def _call(
     """Append the call of `routine` at `dtype` (by default the operand's), with workspaces
     sized by the query (or `minimum`) in place of the placeholders."""
     dtype = np.dtype(dtype or eqn.invars[0].aval.dtype)
+    resolved = with_workspaces(routine, dtype, args, minimum, workspace_query, _scratch)
+    scheduler.steps.append(FortranCall(routine, dtype, resolved, batch, eqn))
+
+
+def with_workspaces(routine: str, dtype: np.dtype, args: list, minimum: dict, query, make) -> list:
+    """`args` with workspaces `make(dtype, size)` and their sizes in place of the placeholders,
+    sized by `query` (when given) or `minimum`. Shared with eager decompositions that call
+    LAPACK from the host, so both size their workspaces alike."""
     sizes = dict(minimum)
-    if workspace_query is not None and WORK in args:
-        queried = dict(workspace_query(routine, dtype, args))
+    if query is not None and WORK in args:
+        queried = dict(query(routine, dtype, args))
         # geev does not report its real workspace (what it leaves there is not a size): the
         # documented minimum stands unless the query asks for more.
         if LRWORK in queried and LRWORK in sizes:
@@ -169,13 +177,13 @@ def _call(
     # Workspaces are real scratch: a complex one holds twice as many real parts.
     part = {np.complex64: np.float32, np.complex128: np.float64}.get(dtype.type, dtype)
     parts = 2 if dtype.kind == "c" else 1
-    work = {WORK: (_scratch(part, parts * sizes[LWORK]), 0)} if LWORK in sizes else {}
+    work = {WORK: (make(part, parts * sizes[LWORK]), 0)} if LWORK in sizes else {}
     if LIWORK in sizes:
-        work[IWORK] = (_scratch(np.int64, sizes[LIWORK]), 0)
+        work[IWORK] = (make(np.int64, sizes[LIWORK]), 0)
     if LRWORK in sizes:
-        work[RWORK] = (_scratch(part, sizes[LRWORK]), 0)
-    resolved = [work[a] if a in work else sizes[a] if a in sizes else a for a in args]
-    scheduler.steps.append(FortranCall(routine, dtype, resolved, batch, eqn))
+        work[RWORK] = (make(part, sizes[LRWORK]), 0)
+    placeholders = {**sizes, **work}
+    return [placeholders.get(a, a) if isinstance(a, str) else a for a in args]
 
 
 def qr(scheduler, eqn: JaxprEqn) -> None:
@@ -291,6 +299,50 @@ def eig_parts(scheduler, eqn: JaxprEqn) -> None:
     _from_column_major(scheduler, real, 0, n, outs[0], shapes[0], info)
     _from_column_major(scheduler, imaginary, 0, n, outs[1], shapes[1], info)
     _from_column_major(scheduler, vectors, n, n * n, outs[2], shapes[2], info)
+
+
+def gees_arguments(n: int, parts: int, matrices, eigenvalues: list, vectors, unused, info) -> list:
+    """gees's arguments (Schur vectors wanted, eigenvalues not reordered) on a stack of
+    column-major n x n matrices, complex ones (`parts` 2) as interleaved parts. `eigenvalues`
+    is [w] for complex matrices and [wr, wi] for real ones; `unused` stands in for the
+    selection function, the count of selected eigenvalues and the logical workspace, which
+    gees does not read when it does not reorder. Shared by the compiled and the eager schur."""
+    ld = max(n, 1)
+    head = ["V", "N", (unused, 0), n, (matrices, n * n * parts), ld, (unused, 0)]
+    values = [(v, n * parts) for v in eigenvalues]
+    real_work = [RWORK] if parts == 2 else []
+    tail = [(vectors, n * n * parts), ld, WORK, LWORK, *real_work, (unused, 0), (info, 1)]
+    return head + values + tail
+
+
+def gees_minimum(n: int, parts: int) -> dict:
+    """gees's documented minimum workspaces."""
+    if parts == 2:
+        return {LWORK: max(2 * n, 1), LRWORK: max(n, 1)}
+    return {LWORK: max(3 * n, 1)}
+
+
+def schur(scheduler, eqn: JaxprEqn) -> None:
+    """gees, the Schur form left in place of the matrix; `schur_pairs` (complex matrices as
+    interleaved parts) calls zgees, in complex128 as the reference computes complex64."""
+    (a,) = eqn.invars
+    parts = _parts(eqn)
+    pairs = parts == 2
+    outs = [scheduler.buffer_of[v] for v in eqn.outvars]
+    *batch_shape, n, _ = _matrices_shape(a, parts)
+    batch = math.prod(batch_shape)
+    work = working_dtype(a.aval.dtype)
+    matrices = _to_column_major(scheduler, a, n, n, n, work, pairs=pairs)
+    eigenvalues = [_scratch(work, batch * n * parts) for _ in range(3 - parts)]
+    vectors = _scratch(work, batch * n * n * parts)
+    unused, info = _scratch(np.int64, 1), _scratch(np.int64, batch)
+    args = gees_arguments(n, parts, matrices, eigenvalues, vectors, unused, info)
+    routine_dtype = _complex_of(work) if pairs else work
+    _call(scheduler, "gees", eqn, batch, args, gees_minimum(n, parts), routine_dtype)
+    shapes = [v.aval.shape for v in eqn.outvars]
+    _from_column_major(scheduler, matrices, n, n * n, outs[0], shapes[0], info, pairs=pairs)
+    if len(outs) == 2:  # compute_schur_vectors
+        _from_column_major(scheduler, vectors, n, n * n, outs[1], shapes[1], info, pairs=pairs)
 
 
 def svd(scheduler, eqn: JaxprEqn) -> None:
@@ -489,4 +541,6 @@ DECOMPOSITIONS = {
     "eig_parts": eig_parts,
     "eig_pairs": eig_pairs,
     "svd": svd,
+    "schur": schur,
+    "schur_pairs": schur,
 }

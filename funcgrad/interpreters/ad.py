@@ -127,8 +127,10 @@ class JVPTrace(core.Trace):
             with core.set_current_trace(self.parent):
                 return primitive.bind(*primals, **params)
         if primitive.jvp is None:
+            reason = primitive.not_applicable.get("jvp")
             raise NotImplementedError(
                 f"differentiation rule for primitive '{primitive.name}' is not implemented"
+                + (f": {reason}" if reason else "")
             )
         with core.set_current_trace(self.parent):
             primal_out, tangent_out = primitive.jvp(list(primals), list(tangents), **params)

@@ -14,7 +14,7 @@ import numpy as np
 
 from funcgrad import dtypes
 from funcgrad.core import Primitive, ShapedArray
-from funcgrad.lax import eig, linalg_decomp
+from funcgrad.lax import eig, linalg_decomp, schur
 
 
 def _as_complex(x) -> np.ndarray:
@@ -75,5 +75,6 @@ PAIRS = {
         linalg_decomp.eigh_p,
         linalg_decomp.svd_p,
         eig.eig_p,
+        schur.schur_p,
     )
 }

@@ -20,6 +20,7 @@ from funcgrad.lax.linalg_decomp import _swap_last, cholesky, eigh, lu, qr, svd, 
 from funcgrad.lax.linalg_structured import cholesky_update, symmetric_product, tridiagonal_solve
 from funcgrad.lax.qdwh import qdwh
 from funcgrad.lax.reductions import argmax, reduce_sum
+from funcgrad.lax.schur import schur
 from funcgrad.lax.shapes import broadcast_in_dim, broadcasted_iota, full
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "lu_pivots_to_permutation",
     "qdwh",
     "qr",
+    "schur",
     "svd",
     "symmetric_product",
     "triangular_solve",

@@ -10,9 +10,8 @@ Matrices are the last two axes and any leading axes are a batch. A right-hand si
 axis is one vector; with more axes it is a stack of matrices whose batch broadcasts against
 the matrix's, as in funcgrad.numpy.linalg.solve.
 
-Not here, for want of a primitive to build them from: `schur` (a Schur decomposition), and
-what needs one: `sqrtm`, `funm`, `rsf2csf` (which only converts schur's output), and
-`solve_sylvester`'s default method (its method='eigen' is here).
+`schur`, `rsf2csf`, `sqrtm` and `funm` live in `schur.py`. Not here: `solve_sylvester`'s
+default method, Bartels-Stewart (its method='eigen' is here).
 """
 
 from __future__ import annotations
@@ -36,6 +35,7 @@ from funcgrad.numpy._promotion import (
     to_array,
 )
 from funcgrad.numpy.linalg import _adjoint, _matrices
+from funcgrad.scipy.schur import funm, rsf2csf, schur, sqrtm
 from funcgrad.transforms.autodiff import jvp
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "expm_frechet",
     "fiedler",
     "fiedler_companion",
+    "funm",
     "hadamard",
     "hankel",
     "helmert",
@@ -70,9 +71,12 @@ __all__ = [
     "polar",
     "qr",
     "qr_multiply",
+    "rsf2csf",
+    "schur",
     "solve",
     "solve_sylvester",
     "solve_triangular",
+    "sqrtm",
     "svd",
     "toeplitz",
 ]
@@ -753,12 +757,12 @@ def solve_sylvester(
     where A, B and C are. NaN where some ra_i + rb_j is within `tol` of 0 (no unique X).
 
     The eigenvectors of A and B must be well conditioned; the Bartels-Stewart method
-    ('schur', SciPy's and JAX's default) needs a Schur decomposition, which funcgrad lacks.
+    ('schur', SciPy's and JAX's default) is not implemented.
     """
     if method == "schur":
         raise NotImplementedError(
-            "solve_sylvester: method='schur' needs a Schur decomposition, which funcgrad does "
-            "not have; method='eigen' solves through eigendecompositions"
+            "solve_sylvester: method='schur' (Bartels-Stewart, on Schur forms) is not "
+            "implemented; method='eigen' solves through eigendecompositions"
         )
     if method != "eigen":
         raise ValueError(f"solve_sylvester: method must be 'schur' or 'eigen', got {method!r}")

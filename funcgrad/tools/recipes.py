@@ -1280,6 +1280,51 @@ RECIPES["eig"] = Recipe(
 )
 
 
+def _schur_fun(a, compute_schur_vectors):
+    """What any Schur decomposition of `a` has: the traces of T^k, k = 1..n (those of A^k),
+    T's entries below its first subdiagonal (zero), and with the vectors Z^H Z (the identity)
+    and Z T Z^H (the matrix itself). The form itself is not unique."""
+    outs = lax.linalg.schur(a, compute_schur_vectors=compute_schur_vectors)
+    form = outs[0]
+    checks = [_trace_powers(form, fnp), fnp.tril(form, -2)]
+    if compute_schur_vectors:
+        z = outs[1]
+        z_h = fnp.conj(fnp.swapaxes(z, -1, -2))
+        checks += [z_h @ z, z @ form @ z_h]
+    return checks
+
+
+def _schur_reference(a, compute_schur_vectors):
+    checks = [_trace_powers(a, np), np.zeros_like(a)]
+    if compute_schur_vectors:
+        checks += [np.broadcast_to(np.eye(a.shape[-1], dtype=a.dtype), a.shape), a]
+    return checks
+
+
+def _trace_powers(a, module):
+    power, traces = a, []
+    for _ in range(a.shape[-1]):
+        traces.append(module.trace(power, axis1=-2, axis2=-1))
+        power = power @ a
+    return module.stack(traces, -1)
+
+
+RECIPES["schur"] = Recipe(
+    fun=_schur_fun,
+    reference=_schur_reference,
+    case=_matrix_case(
+        extra=st.fixed_dictionaries({"compute_schur_vectors": st.booleans()}),
+        dtype_choices=FLOATS + COMPLEXES,
+    ),
+    values=_well_conditioned,
+    reasons={
+        "jvp": "schur has no derivative rule (the Schur form is not unique)",
+        "transpose": "schur has no derivative rule, so nothing to transpose",
+    },
+    rtol_scale=100,
+)
+
+
 @st.composite
 def _triangular_solve_case(draw):
     n, k = draw(st.integers(2, 4)), draw(st.integers(1, 3))
@@ -1615,6 +1660,10 @@ WITHOUT_RECIPE = {
     "eig_pairs": (
         "the compiler's form of eig on complex matrices (zgeev), made by the complex "
         "lowering: tests/test_linalg_eig.py compiles complex eig against the reference"
+    ),
+    "schur_pairs": (
+        "the compiler's form of schur on complex matrices (zgees), made by the complex "
+        "lowering: the schur recipe's compiled checks reach it"
     ),
     "eig_parts": (
         "the compiler's form of eig (LAPACK geev's packed outputs), made by the complex "

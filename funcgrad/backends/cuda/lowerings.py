@@ -3,8 +3,8 @@
 
 The CUDA backend shares the whole compiler with the LLVM backend up to the kernel IR, so it
 lowers what that backend lowers, the same way, and needs no lowering where it needs none. The
-decompositions' LAPACK calls run as cuSOLVER's (`solver.py`), gesdd and geev on the host's
-LAPACK (`executable._Walk.lapack`).
+decompositions' LAPACK calls run as cuSOLVER's (`solver.py`), gesdd, geev and gees on the
+host's LAPACK (`executable._Walk.lapack`).
 """
 
 from __future__ import annotations

@@ -11,9 +11,9 @@ of a batched routine where the libraries have one (`_batched`). The GPU runs the
 calls through CuPy (`Gpu.solve`); the emulator runs them with the host's LAPACK
 (`emulated_call`), which checks the translation without a GPU.
 
-Two routines stay on the host: gesdd (cuSOLVER has gesvd, another algorithm, whose singular
-vectors may differ in sign from the reference's, and which takes no wide matrices) and geev
-(not in CuPy).
+Three routines stay on the host: gesdd (cuSOLVER has gesvd, another algorithm, whose singular
+vectors may differ in sign from the reference's, and which takes no wide matrices), geev
+(not in CuPy) and gees (cuSOLVER has no Schur decomposition).
 """
 
 from __future__ import annotations
