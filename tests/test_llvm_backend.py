@@ -244,6 +244,27 @@ def test_indexing_gather_and_dynamic_slices():
     assert_same_as_reference(f, x, idx)
 
 
+def test_uint64_indices_past_int64_saturate_instead_of_wrapping_negative():
+    # Cast to int64, 2**63 + 5 was negative: clamped to the start where it is past the end.
+    x = np.arange(17, dtype=np.float32)
+    i = np.array([2**63 + 5, 3], np.uint64)
+    dn = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,), start_index_map=(0,))
+    sdn = lax.ScatterDimensionNumbers(
+        update_window_dims=(), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,)
+    )
+
+    def f(a, i):
+        return (
+            lax.dynamic_slice(a, [i[0]], [5]),
+            lax.dynamic_update_slice(a, fnp.zeros(5, a.dtype), [i[0]]),
+            lax.gather(a, i[:, None], dn, (1,), mode="clip"),
+            lax.scatter(a, i[:, None], -a[:2], sdn, mode="clip"),
+        )
+
+    assert_same_as_reference(f, x, i)
+    np.testing.assert_array_equal(fg.jit(f)(x, i)[0], x[12:])
+
+
 def test_dot_general_layouts():
     a = rng.standard_normal((3, 4, 5)).astype(np.float32)
     b = rng.standard_normal((3, 5, 2)).astype(np.float32)

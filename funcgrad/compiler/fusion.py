@@ -511,8 +511,16 @@ def _shifted(index: list, axis: int, start: int) -> list:
     return shifted
 
 
+def _as_index(i: Expr) -> Expr:
+    """An index value as an int64; uint64 values beyond its range saturate (they are past any
+    axis's end, where a cast would wrap them to negative ones)."""
+    if i.dtype == np.uint64:
+        i = K.binary("min", i, K.const(np.iinfo(np.int64).max, np.uint64))
+    return K.cast(i, INDEX)
+
+
 def _scalar_index(builder: KernelBuilder, atom) -> Expr:
-    return K.cast(builder.element(atom, []), INDEX)
+    return _as_index(builder.element(atom, []))
 
 
 def _clamp_index(i: Expr, hi: int) -> Expr:
@@ -562,7 +570,7 @@ def _gather(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
     window_index = dict(zip(window_dims, (index[d] for d in dn.offset_dims)))
     starts: list[Expr] = [_index_const(0)] * rank
     for k, d in enumerate(dn.start_index_map):
-        starts[d] = K.cast(builder.element(indices, batch_index + [_index_const(k)]), INDEX)
+        starts[d] = _as_index(builder.element(indices, batch_index + [_index_const(k)]))
     for operand_dim, indices_dim in zip(dn.operand_batching_dims, dn.start_indices_batching_dims):
         starts[operand_dim] = batch_index[indices_dim]
     in_bounds: Expr | None = None
@@ -1017,7 +1025,7 @@ def _scatter(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
         window_index = {d: u_index[u] for d, u in zip(window_dims, dn.update_window_dims)}
         starts: list[Expr] = [_index_const(0)] * rank
         for k, d in enumerate(dn.scatter_dims_to_operand_dims):
-            starts[d] = K.cast(builder.element(indices, batch_index + [_index_const(k)]), INDEX)
+            starts[d] = _as_index(builder.element(indices, batch_index + [_index_const(k)]))
         for operand_dim, indices_dim in zip(
             dn.operand_batching_dims, dn.scatter_indices_batching_dims
         ):
