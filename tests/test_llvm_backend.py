@@ -143,6 +143,18 @@ def test_conversions_between_dtypes(dtype):
     assert_same_as_reference(f, values)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_high_integer_powers_stay_within_a_few_ulp_of_the_reference(dtype):
+    # Repeated squaring doubles the error it inherits at each step: x^100 was 80 ulp from
+    # the reference's power and x^-1000 800.
+    x = (1 + rng.random(1000) * 0.01).astype(dtype)
+    for y in (7, 100, -1000):
+        expected = np.asarray(lax.integer_pow(x, y))
+        got = np.asarray(fg.jit(lambda a, y=y: lax.integer_pow(a, y))(x))
+        ulps = np.abs(got - expected) / np.spacing(expected)
+        assert ulps.max() <= 2, (y, ulps.max())
+
+
 def test_half_precision_arithmetic_rounds_each_operation():
     x = (x32 * 100).astype(fg.numpy.bfloat16)
     assert_same_as_reference(lambda a: a * a + a, x, rtol=1e-2)
