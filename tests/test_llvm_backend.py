@@ -155,6 +155,15 @@ def test_high_integer_powers_stay_within_a_few_ulp_of_the_reference(dtype):
         assert ulps.max() <= 2, (y, ulps.max())
 
 
+def test_negative_integer_powers_reach_subnormal_results():
+    # 1 / x^2 overflowed to 1 / inf = 0 where x^-2 is a subnormal.
+    for x in (np.float32(2.0**64), np.float64(1e160), fnp.bfloat16(2.0**64)):
+        expected = np.asarray(lax.integer_pow(x, -2))
+        assert expected != 0
+        assert_same_as_reference(lambda a: (lax.integer_pow(a, -2), lax.integer_pow(a, -3)), x)
+        assert np.asarray(fg.jit(lambda a: lax.integer_pow(a, -2))(x)) == expected
+
+
 def test_half_precision_arithmetic_rounds_each_operation():
     x = (x32 * 100).astype(fg.numpy.bfloat16)
     assert_same_as_reference(lambda a: a * a + a, x, rtol=1e-2)

@@ -304,26 +304,33 @@ def _round(x: Expr, *, rounding_method) -> Expr:
 
 
 def _integer_pow(x: Expr, *, y: int) -> Expr:
-    """x ** y by repeated squaring (negative y: the reciprocal, for floats). Each squaring
-    doubles the relative error it inherits, so past a square a float32 chain runs in float64
-    (then rounded once) and past x^4 a float64 power is `pow`'s (x^100 by squaring was 80
-    ulp from the reference's power, x^1000 800)."""
-    if x.dtype.kind == "f" and abs(y) > 2:
-        if x.dtype == np.float32:
-            return K.cast(_integer_pow(K.cast(x, np.float64), y=y), x.dtype)
-        if abs(y) > 4:
-            return K.binary("pow", x, K.const(float(y), x.dtype))
+    """x ** y by repeated squaring. Each squaring doubles the relative error it inherits, so
+    a float32 power other than x^2 and 1/x runs in float64 (then rounded once) and a float64
+    one past x^4 is `pow`'s (x^100 by squaring was 80 ulp from the reference's power, x^1000
+    800). A negative float power is that of the reciprocal: 1 / x^n overflowed to 0 where
+    x^-n is a subnormal."""
+    if x.dtype.kind != "f":
+        return _power_by_squaring(x, y)
+    if x.dtype == np.float32 and not -1 <= y <= 2:
+        return K.cast(_integer_pow(K.cast(x, np.float64), y=y), x.dtype)
+    if abs(y) > 4:
+        return K.binary("pow", x, K.const(float(y), x.dtype))
+    if y < 0:
+        return _power_by_squaring(K.binary("div", K.const(1, x.dtype), x), -y)
+    return _power_by_squaring(x, y)
+
+
+def _power_by_squaring(x: Expr, n: int) -> Expr:
+    """x ** n for n >= 0 (integer powers are never negative)."""
     result: Expr | None = None
-    power, n = x, abs(y)
+    power = x
     while n:
         if n & 1:
             result = power if result is None else result * power
         n >>= 1
         if n:
             power = power * power
-    if result is None:
-        return K.const(1, x.dtype)
-    return K.binary("div", K.const(1, x.dtype), result) if y < 0 else result
+    return K.const(1, x.dtype) if result is None else result
 
 
 def _select_n(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
