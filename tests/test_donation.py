@@ -137,6 +137,19 @@ def test_the_same_array_donated_and_read_twice():
     np.testing.assert_allclose(second, np.zeros_like(value))
 
 
+def test_an_output_of_another_shape_takes_over_a_donated_buffer_in_its_own_shape():
+    # An output as large as the donated input may live in its buffer whatever its shape; the
+    # result was the input's array, of the input's shape.
+    f = fg.jit(lambda x: x.reshape(6) + 1.0, donate_argnums=0)
+    with jit_backend("llvm"):
+        x = fresh((2, 3))
+        value = np.asarray(x).copy()
+        where = address(x)
+        flat = f(x)
+    assert address(flat) == where and flat.shape == (6,)
+    np.testing.assert_allclose(flat, value.reshape(6) + 1.0)
+
+
 def test_unusable_donation_warns_and_keeps_the_argument():
     f = fg.jit(lambda x, y: x.sum() + y, donate_argnums=0)
     unusable = r"donated buffers were not usable: f32\[5\]"

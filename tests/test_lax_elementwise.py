@@ -618,6 +618,16 @@ def test_bitcast_convert_type_examples():
     assert pairs.shape == (2, 3, 2)
 
 
+def test_bitcast_convert_type_between_bool_and_other_types_is_an_error():
+    # Eager made bools of any byte; compiled code failed to build (LLVM bitcasts i8 to i1).
+    for x, dst in ((np.int8(2), np.bool_), (np.uint8(1), np.bool_), (np.True_, np.int8)):
+        with pytest.raises(TypeError, match="between bool and other types"):
+            lax.bitcast_convert_type(x, dst)
+        with pytest.raises(TypeError, match="between bool and other types"):
+            fg.jit(lambda v, dst=dst: lax.bitcast_convert_type(v, dst))(x)
+    assert lax.bitcast_convert_type(np.array([True, False]), np.bool_).tolist() == [True, False]
+
+
 @given(x=fst.arrays(fst.any_dtypes, fst.shapes(max_dims=3)))
 def test_stop_gradient_is_the_identity_on_values(x):
     out = lax.stop_gradient(x)

@@ -143,6 +143,27 @@ def test_conversions_between_dtypes(dtype):
     assert_same_as_reference(f, values)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_high_integer_powers_stay_within_a_few_ulp_of_the_reference(dtype):
+    # Repeated squaring doubles the error it inherits at each step: x^100 was 80 ulp from
+    # the reference's power and x^-1000 800.
+    x = (1 + rng.random(1000) * 0.01).astype(dtype)
+    for y in (7, 100, -1000):
+        expected = np.asarray(lax.integer_pow(x, y))
+        got = np.asarray(fg.jit(lambda a, y=y: lax.integer_pow(a, y))(x))
+        ulps = np.abs(got - expected) / np.spacing(expected)
+        assert ulps.max() <= 2, (y, ulps.max())
+
+
+def test_negative_integer_powers_reach_subnormal_results():
+    # 1 / x^2 overflowed to 1 / inf = 0 where x^-2 is a subnormal.
+    for x in (np.float32(2.0**64), np.float64(1e160), fnp.bfloat16(2.0**64)):
+        expected = np.asarray(lax.integer_pow(x, -2))
+        assert expected != 0
+        assert_same_as_reference(lambda a: (lax.integer_pow(a, -2), lax.integer_pow(a, -3)), x)
+        assert np.asarray(fg.jit(lambda a: lax.integer_pow(a, -2))(x)) == expected
+
+
 def test_half_precision_arithmetic_rounds_each_operation():
     x = (x32 * 100).astype(fg.numpy.bfloat16)
     assert_same_as_reference(lambda a: a * a + a, x, rtol=1e-2)
@@ -242,6 +263,27 @@ def test_indexing_gather_and_dynamic_slices():
         return a[i], a[:, 1], lax.dynamic_slice(a, (i[1], 1), (3, 2)), a.at[2].set(1.0)
 
     assert_same_as_reference(f, x, idx)
+
+
+def test_uint64_indices_past_int64_saturate_instead_of_wrapping_negative():
+    # Cast to int64, 2**63 + 5 was negative: clamped to the start where it is past the end.
+    x = np.arange(17, dtype=np.float32)
+    i = np.array([2**63 + 5, 3], np.uint64)
+    dn = lax.GatherDimensionNumbers(offset_dims=(), collapsed_slice_dims=(0,), start_index_map=(0,))
+    sdn = lax.ScatterDimensionNumbers(
+        update_window_dims=(), inserted_window_dims=(0,), scatter_dims_to_operand_dims=(0,)
+    )
+
+    def f(a, i):
+        return (
+            lax.dynamic_slice(a, [i[0]], [5]),
+            lax.dynamic_update_slice(a, fnp.zeros(5, a.dtype), [i[0]]),
+            lax.gather(a, i[:, None], dn, (1,), mode="clip"),
+            lax.scatter(a, i[:, None], -a[:2], sdn, mode="clip"),
+        )
+
+    assert_same_as_reference(f, x, i)
+    np.testing.assert_array_equal(fg.jit(f)(x, i)[0], x[12:])
 
 
 def test_dot_general_layouts():

@@ -163,6 +163,16 @@ def test_out_of_bounds_reads_clamp_by_default_and_fill_when_asked():
     assert_same(fx.at[11].get(fill_value=7.0), np.float64(7.0))
 
 
+def test_static_uint64_indices_past_int64_read_as_far_out_of_bounds():
+    # A static index converted to int64 wrapped to a negative one: clamped to the start where
+    # a traced index of the same value clamps to the end.
+    x = fnp.arange(17.0)
+    far = np.array([2**63 + 5, 3], np.uint64)
+    assert_close(x[far], np.array([16.0, 3.0]))
+    assert_close(fnp.take(x, far, mode="clip"), np.array([16.0, 3.0]))
+    assert_close(fg.jit(lambda a, i: a[i])(x, far), np.array([16.0, 3.0]))
+
+
 def test_indexing_errors():
     x = fnp.zeros((2, 3))
     with pytest.raises(IndexError, match="too many indices.*shape \\(2, 3\\).*but 3 were indexed"):

@@ -554,6 +554,12 @@ bitcast_convert_type_p = Primitive("bitcast_convert_type")
 
 @bitcast_convert_type_p.def_abstract_eval
 def _bitcast_abstract_eval(x: ShapedArray, *, new_dtype: np.dtype) -> ShapedArray:
+    if (x.dtype == np.bool_) != (np.dtype(new_dtype) == np.bool_):
+        # A bool's byte holds 0 or 1 only; other bytes read as bools would be neither.
+        raise TypeError(
+            f"bitcast_convert_type does not convert between bool and other types (got "
+            f"{x.dtype.name} to {np.dtype(new_dtype).name}); use convert_element_type"
+        )
     old_size, new_size = x.dtype.itemsize, np.dtype(new_dtype).itemsize
     if old_size == new_size:
         return ShapedArray(x.shape, new_dtype)

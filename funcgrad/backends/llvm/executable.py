@@ -179,7 +179,8 @@ class LlvmExecutable:
         for k, i in self.donated.items():
             if not sole[i] or any(x is inputs[i] for j, x in enumerate(inputs) if j != i):
                 inputs[i] = inputs[i].copy()
-            outputs[k] = inputs[i]
+            # (an output only as large as the input, maybe of another shape: a view of it)
+            outputs[k] = inputs[i].reshape(self._out_specs[k][1])
         pointers = [_address(x) for x in inputs] + [_address(x) for x in outputs]
         arena = self._arena()
         pointers.append(None if arena is None else _address(arena))
