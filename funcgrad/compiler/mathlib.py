@@ -95,8 +95,8 @@ _BOTH = (F32, F64)
 _EXPANDED = {
     op: _BOTH
     for op in (
-        "exp exp2 log log1p expm1 tanh sin cos tan atan asin acos sinh cosh asinh acosh atanh "
-        "cbrt atan2 nextafter pow logistic erf erfc lgamma"
+        "exp exp2 log log1p log10 log2 expm1 tanh sin cos tan atan asin acos sinh cosh asinh "
+        "acosh atanh cbrt atan2 nextafter pow logistic erf erfc lgamma"
     ).split()
 }
 
@@ -241,9 +241,14 @@ def log(x: Expr) -> Expr:
     series = _horner([1 / (2 * k + 1) for k in range(_LOG_TERMS[x.dtype])], s2)
     ln2_hi, ln2_lo = _LN2[x.dtype]
     result = e * _c(ln2_hi, x) + (e * _c(ln2_lo, x) + _c(2, x) * s * series)
+    return _with_log_special_values(x, result)
+
+
+def _with_log_special_values(x: Expr, result: Expr) -> Expr:
+    """result where x is positive and finite; inf at inf, -inf at zero, NaN below zero and at
+    NaN (a logarithm in any base)."""
     result = K.select(K.binary("eq", x, _c(np.inf, x)), x, result)
     result = K.select(K.binary("eq", x, _c(0.0, x)), _c(-np.inf, x), result)
-    # Negative numbers and NaN give NaN.
     return K.select(K.unary("not", K.binary("ge", x, _c(0.0, x))), _c(np.nan, x), result)
 
 
@@ -1090,6 +1095,32 @@ def _power(x: Expr, y: Expr, magnitude_of) -> Expr:
     return K.select(K.binary("or", _eq(y, 0.0), unit_base), _c(1.0, x), result)
 
 
+def _inverse_log(base: int) -> tuple[float, float]:
+    """1 / ln(base) as the float64 nearest it plus the float64 nearest the rest."""
+    from decimal import Decimal, getcontext
+
+    getcontext().prec = 70
+    return _split(str(1 / Decimal(base).ln()))
+
+
+_INVERSE_LOG = {10: _inverse_log(10), 2: _inverse_log(2)}
+
+
+def _log_in_base(x: Expr, base: int) -> Expr:
+    """log x / ln(base). float64: log x as a pair times 1/ln(base) as a pair, the leading
+    product exact, so one rounding is nearly the whole error and exact powers of the base come
+    out exact (the plain quotient is an ulp off at 1000 and 2^-1000). float32: plain log in
+    float64, whose error is far under a float32 ulp, rounded once."""
+    inverse_high, inverse_low = _INVERSE_LOG[base]
+    if x.dtype == F32:
+        wide = K.cast(x, F64)
+        return K.cast(log(wide) * _c(inverse_high, wide), F32)
+    high, low = _log_double(x)
+    product, error = _two_product(high, _c(inverse_high, x))
+    result = product + (error + (low * _c(inverse_high, x) + high * _c(inverse_low, x)))
+    return _with_log_special_values(x, result)
+
+
 def nextafter(x: Expr, y: Expr, storage: np.dtype | None = None) -> Expr:
     """The neighbour of x toward y by stepping its bit pattern: sign and magnitude bits, so the
     magnitude grows by one step when y lies beyond x away from zero. From zero the step is the
@@ -1309,6 +1340,8 @@ _FUNCTIONS = {
     "exp2": exp2,
     "log": log,
     "log1p": log1p,
+    "log10": lambda x: _log_in_base(x, 10),
+    "log2": lambda x: _log_in_base(x, 2),
     "expm1": expm1,
     "tanh": tanh,
     "sin": lambda x: _trig(x, "sin"),

@@ -169,8 +169,8 @@ def _int_literal(value: int, dtype: np.dtype) -> str:
 MATH = {
     op: op
     for op in (
-        "sqrt cbrt exp exp2 expm1 log log1p sin cos tan asin acos atan sinh cosh tanh asinh "
-        "acosh atanh erf erfc lgamma floor ceil pow atan2 nextafter"
+        "sqrt cbrt exp exp2 expm1 log log1p log10 log2 sin cos tan asin acos atan sinh cosh tanh "
+        "asinh acosh atanh erf erfc lgamma floor ceil pow atan2 nextafter"
     ).split()
 } | {"round_even": "rint", "rem": "fmod"}
 _INFIX = {
