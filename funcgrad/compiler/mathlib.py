@@ -19,6 +19,9 @@ the loop. Each follows the textbook construction:
   (2^n - 1) + 2^n r (e^r - 1)/r with (e^r - 1)/r by its Taylor polynomial: 2^n - 1 is exact,
   so nothing cancels (2^n (1 + ...) - 1 once 2^n dwarfs 1).
 - exp2: 2^n e^(r ln 2) with n = round(x), r = x - n exact, through exp's polynomial.
+- log10, log2: in float64, log x as a pair of float64s (pow's, below) times 1/ln(base) as a
+  pair, so the result is rounded about once and exact powers of the base come out exact;
+  float32 takes float64's plain log times 1/ln(base), rounded once.
 - sin, cos, tan: the argument is reduced in float64, r = x - j pi/2 with j the nearest integer
   to x 2/pi. Arguments below 2^30 (float32) or 2^20 (float64) subtract j times pi/2 in four
   pieces (Cody-Waite: three of 23 or 33 bits, so j times each is exact, and the rest; for
@@ -69,9 +72,10 @@ every size up to the largest finite; log1p's float32 maximum over every float32 
 
     float32: exp 1.2, log 2.2, log1p 2.6, expm1 2.2, tanh 1.6, exp2 0.9, logistic 2.3,
              everything else 0.5
-    float64: exp 1.0, log 2.0, log1p 2.4, expm1 2.3, exp2 0.9, tanh 1.3, sin 1.9, cos 1.9,
-             tan 3.5, atan 2.2, atan2 2.2, asin 2.9, acos 2.6, sinh 1.6, cosh 1.2, asinh 3.3,
-             acosh 3.1, atanh 2.7, cbrt 0.7, pow 0.6, logistic 2.4; nextafter exact;
+    float64: exp 1.0, log 2.0, log1p 2.4, expm1 2.3, exp2 0.9, log10 0.5, log2 0.5, tanh 1.3,
+             sin 1.9, cos 1.9, tan 3.5, atan 2.2, atan2 2.2, asin 2.9, acos 2.6, sinh 1.6,
+             cosh 1.2, asinh 3.3, acosh 3.1, atanh 2.7, cbrt 0.7, pow 0.6, logistic 2.4;
+             nextafter exact;
              erf 2.0 and erfc 5.0 against the C library's (itself up to 2.2 ulp off); lgamma
              6 for positive x and 5 ulp of max(|result|, 1) for negative x, against decimal
              arithmetic (float32: 0.5 in both)
