@@ -49,9 +49,10 @@ the loop. Each follows the textbook construction:
   logistic: 1 / (1 + e) for x >= 0, e / (1 + e) below, e = e^-|x|: one exponential, and
   small results keep their precision.
 - pow: e^(y log|x|) with IEEE 754's special cases; in float64, log|x| and y log|x| are carried
-  as pairs of float64s (reduction by the nearest 2^(i/16), exact sums and products), since
-  an error of one part in 2^53 of y log|x| would cost up to 700 ulp, and so is exp's reduced
-  argument r, with 1 + r + r^2/2 summed exactly: the result is rounded about once.
+  as pairs of float64s (log by a 128-piece table of 1/c and log c: r = x/c - 1 exact, log1p(r)
+  by its series; exact sums and products), since an error of one part in 2^53 of y log|x|
+  would cost up to 700 ulp, and so is exp's reduced argument r, with 1 + r + r^2/2 summed
+  exactly: the result is rounded about once.
 - erf, erfc: Taylor's series of erf below |x| = 1/2; above, erfc(a) = e^(-a^2) erfcx(a),
   with e^(-a^2) corrected by a^2's rounding error and the scaled function erfcx a polynomial
   interpolating it up to a = 3 (fitted at first use in 80-digit decimal arithmetic) or
@@ -983,57 +984,78 @@ def _two_product(a: Expr, b: Expr) -> tuple[Expr, Expr]:
     return product, error + a_low * b_low
 
 
-def _log_pivots() -> list[tuple[float, float, float, float]]:
-    """(c, log c as two float64s, the midpoint to the next c) for c = 2^(i/16), i = -8..8."""
-    from decimal import Decimal, getcontext
+# _log_double's reduction: z = x / 2^k in [0.6875, 1.375), cut into 2^_LOG_TABLE_BITS pieces by
+# the bits after its float64 pattern's offset from 0.6875's (widths 2^-8 below 1, 2^-7 above).
+_LOG_TABLE_BITS = 7
+_LOG_START = 0x3FE6000000000000  # 0.6875
+_LOG_PIECE_SHIFT = 52 - _LOG_TABLE_BITS
 
-    getcontext().prec = 60
-    pivots = []
-    for i in range(-8, 9):
-        c = 2.0 ** (i / 16)
-        log_c = Decimal(c).ln()
-        pivots.append(
-            (c, float(log_c), float(log_c - Decimal(float(log_c))), 2 ** ((i + 0.5) / 16))
+
+@functools.cache
+def _log_table() -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+    """Per piece of z: 1/c for its midpoint c, rounded to a multiple of 2^-10 (11 bits, so that
+    its products with z's parts are exact; 1 for the two pieces next to 1, where z - 1 needs
+    no table and log x is small), and -log of that, to a multiple of 2^-32 (on k ln2_hi's grid,
+    so their sum is exact) plus the float64 nearest the rest. Made when first rendered."""
+    from decimal import Decimal, localcontext
+
+    inverses, highs, lows = [], [], []
+    for i in range(1 << _LOG_TABLE_BITS):
+        start, end = (
+            float(np.int64(_LOG_START + (j << _LOG_PIECE_SHIFT)).view(F64)) for j in (i, i + 1)
         )
-    return pivots
-
-
-_LOG_PIVOTS = _log_pivots()
+        inverse = 1.0 if 1.0 in (start, end) else round(2048 / (start + end)) / 1024
+        with localcontext() as context:
+            context.prec = 60
+            log_c = -Decimal(inverse).ln()
+            high = math.ldexp(round(log_c * 2**32), -32)
+            low = float(log_c - Decimal(high))
+        inverses.append(inverse)
+        highs.append(high)
+        lows.append(low)
+    return tuple(inverses), tuple(highs), tuple(lows)
 
 
 def _log_double(a: Expr) -> tuple[Expr, Expr]:
-    """log a as a pair of float64s (about 2^-90 relative) for positive finite a. With
-    a = m 2^e and c the nearest 2^(i/16) to m, log a = e ln 2 + log c + 2 atanh(s) for
-    s = (m - c)/(m + c), |s| < 0.011: m - c is exact, m + c is carried as a pair, s as a 26-bit
-    head plus the exactly computed rest of the division, and the large terms are summed
-    without error; the series' tail, under 2^-20 of the result, is computed plainly."""
-    e, m = _exponent_and_mantissa(a)
-    c, log_c_hi, log_c_lo = (
-        _c(_LOG_PIVOTS[-1][0], a),
-        _c(_LOG_PIVOTS[-1][1], a),
-        _c(_LOG_PIVOTS[-1][2], a),
+    """log a as a pair of float64s (about 2^-67 relative) for positive finite a: with
+    a = z 2^k and 1/c, log c from the table (`_log_table`), log a = k ln 2 + log c + log1p(r)
+    for r = z/c - 1, |r| <= 2^-7. z's first 21 bits and the rest, each times 1/c, give r as an
+    exact pair; k ln2_hi + log c's head is exact, r and r^2/2's head (26 bits squared) join it
+    by exact sums, and the rest of the Taylor series (degree 10: 2^-73 short) and every error
+    go into the low part, whose rounding (2^-53 of r^3/3 at most) is the error."""
+    index_type = np.dtype(np.int64)
+
+    def integer(value: int) -> Expr:
+        return K.const(value, index_type)
+
+    subnormal = _lt(a, float(np.finfo(F64).tiny))
+    bits = K.Bitcast(K.select(subnormal, a * _c(2.0**52, a), a), index_type)
+    shifted = bits - integer(_LOG_START)
+    k = K.binary("shr_arith", shifted, integer(52))
+    k = k - K.select(subnormal, integer(52), integer(0))
+    z = K.Bitcast(bits - K.binary("and", shifted, integer(-1 << 52)), F64)
+    piece = K.binary(
+        "and",
+        K.binary("shr_logical", shifted, integer(_LOG_PIECE_SHIFT)),
+        integer((1 << _LOG_TABLE_BITS) - 1),
     )
-    for pivot, high, low, upper in reversed(_LOG_PIVOTS[:-1]):
-        below = _lt(m, upper)
-        c = K.select(below, _c(pivot, a), c)
-        log_c_hi = K.select(below, _c(high, a), log_c_hi)
-        log_c_lo = K.select(below, _c(low, a), log_c_lo)
-    f = m - c  # exact
-    u, u_error = _two_sum(m, c)
-    s_head = _high_half(_div(f, u))
-    u_high = _high_half(u)
-    rest = ((f - s_head * u_high) - s_head * (u - u_high)) - s_head * u_error
-    s_rest = _div(rest, u)
-    s = s_head + s_rest
-    s2 = s * s
-    two = _c(2, a)
-    tail = two * s * s2 * _horner([1 / (2 * k + 3) for k in range(4)], s2)
+    inverses, highs, lows = _log_table()
+    inverse = K.lookup(inverses, piece, F64)
+    z_high = K.Bitcast(K.binary("and", K.Bitcast(z, index_type), integer(-1 << 32)), F64)
+    r, r_error = _two_sum(z_high * inverse - _c(1, a), (z - z_high) * inverse)
+    r_high = _high_half(r)
+    r_low = r - r_high
+    e = K.cast(k, F64)
     ln2_hi, ln2_lo = _LN2[F64]
-    high, error = _two_sum(e * _c(ln2_hi, a), log_c_hi)  # e ln2_hi is exact
-    high, error2 = _two_sum(high, two * s_head)
-    low = (error + error2) + (((e * _c(ln2_lo, a) + log_c_lo) + two * s_rest) + tail)
-    total = high + low
-    return total, low - (total - high)
+    anchor = e * _c(ln2_hi, a) + K.lookup(highs, piece, F64)  # exact; 0 or above |r|
+    high, error = _fast_two_sum(anchor, r)
+    high, error2 = _fast_two_sum(high, r_high * (r_high * _c(-0.5, a)))
+    half_square_rest = r_low * (r_high + r_low * _c(0.5, a))
+    series = _horner([(-1) ** (n + 1) / n for n in range(3, 11)], r)
+    low = (e * _c(ln2_lo, a) + K.lookup(lows, piece, F64)) + (error + error2)
+    low = low + ((r_error - r * r_error) - half_square_rest)  # log1p(r + dr) - log1p(r)
+    low = low + r * r * r * series
+    return _fast_two_sum(high, low)
 
 
 def _power_magnitude(a: Expr, y: Expr) -> Expr:
