@@ -184,6 +184,14 @@ def test_geomspace_matches_numpy(start, stop, num, endpoint, negative):
         assert np.asarray(actual)[0] == np.float32(start)
 
 
+def test_integer_geomspace_matches_numpy():
+    # log10(256) / log10(1) came out an ulp low, so the integer samples truncated to
+    # [1 1 3 7 15 ...] where NumPy's are [1 2 4 7 16 ...]
+    expected = np.geomspace(1, 256, 9, dtype=np.int32)
+    for actual in eager_and_jitted(lambda a, b: fnp.geomspace(a, b, 9, dtype=np.int32), 1, 256):
+        assert_numpys(actual, expected)
+
+
 def test_geomspace_computes_in_numpys_dtype_with_exact_ends():
     # NumPy's dtype includes the requested one: float32 bounds give a float64 progression
     # for dtype=float64 (it was computed in float32), whose integer samples are truncated

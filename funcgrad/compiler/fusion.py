@@ -228,6 +228,8 @@ _UNARY = {
     "exp2": "exp2",
     "log": "log",
     "log1p": "log1p",
+    "log10": "log10",
+    "log2": "log2",
     "expm1": "expm1",
     "tanh": "tanh",
     "logistic": "logistic",

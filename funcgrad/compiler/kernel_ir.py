@@ -46,6 +46,8 @@ UNARY_OPS = {
     "expm1": "",
     "log": "",
     "log1p": "",
+    "log10": "",
+    "log2": "",
     "sin": "",
     "cos": "",
     "tan": "",

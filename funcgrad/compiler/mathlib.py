@@ -19,6 +19,9 @@ the loop. Each follows the textbook construction:
   (2^n - 1) + 2^n r (e^r - 1)/r with (e^r - 1)/r by its Taylor polynomial: 2^n - 1 is exact,
   so nothing cancels (2^n (1 + ...) - 1 once 2^n dwarfs 1).
 - exp2: 2^n e^(r ln 2) with n = round(x), r = x - n exact, through exp's polynomial.
+- log10, log2: in float64, log x as a pair of float64s (pow's, below) times 1/ln(base) as a
+  pair, so the result is rounded about once and exact powers of the base come out exact;
+  float32 takes float64's plain log times 1/ln(base), rounded once.
 - sin, cos, tan: the argument is reduced in float64, r = x - j pi/2 with j the nearest integer
   to x 2/pi. Arguments below 2^30 (float32) or 2^20 (float64) subtract j times pi/2 in four
   pieces (Cody-Waite: three of 23 or 33 bits, so j times each is exact, and the rest; for
@@ -46,9 +49,10 @@ the loop. Each follows the textbook construction:
   logistic: 1 / (1 + e) for x >= 0, e / (1 + e) below, e = e^-|x|: one exponential, and
   small results keep their precision.
 - pow: e^(y log|x|) with IEEE 754's special cases; in float64, log|x| and y log|x| are carried
-  as pairs of float64s (reduction by the nearest 2^(i/16), exact sums and products), since
-  an error of one part in 2^53 of y log|x| would cost up to 700 ulp, and so is exp's reduced
-  argument r, with 1 + r + r^2/2 summed exactly: the result is rounded about once.
+  as pairs of float64s (log by a 128-piece table of 1/c and log c: r = x/c - 1 exact, log1p(r)
+  by its series; exact sums and products), since an error of one part in 2^53 of y log|x|
+  would cost up to 700 ulp, and so is exp's reduced argument r, with 1 + r + r^2/2 summed
+  exactly: the result is rounded about once.
 - erf, erfc: Taylor's series of erf below |x| = 1/2; above, erfc(a) = e^(-a^2) erfcx(a),
   with e^(-a^2) corrected by a^2's rounding error and the scaled function erfcx a polynomial
   interpolating it up to a = 3 (fitted at first use in 80-digit decimal arithmetic) or
@@ -69,9 +73,10 @@ every size up to the largest finite; log1p's float32 maximum over every float32 
 
     float32: exp 1.2, log 2.2, log1p 2.6, expm1 2.2, tanh 1.6, exp2 0.9, logistic 2.3,
              everything else 0.5
-    float64: exp 1.0, log 2.0, log1p 2.4, expm1 2.3, exp2 0.9, tanh 1.3, sin 1.9, cos 1.9,
-             tan 3.5, atan 2.2, atan2 2.2, asin 2.9, acos 2.6, sinh 1.6, cosh 1.2, asinh 3.3,
-             acosh 3.1, atanh 2.7, cbrt 0.7, pow 0.6, logistic 2.4; nextafter exact;
+    float64: exp 1.0, log 2.0, log1p 2.4, expm1 2.3, exp2 0.9, log10 0.5, log2 0.5, tanh 1.3,
+             sin 1.9, cos 1.9, tan 3.5, atan 2.2, atan2 2.2, asin 2.9, acos 2.6, sinh 1.6,
+             cosh 1.2, asinh 3.3, acosh 3.1, atanh 2.7, cbrt 0.7, pow 0.6, logistic 2.4;
+             nextafter exact;
              erf 2.0 and erfc 5.0 against the C library's (itself up to 2.2 ulp off); lgamma
              6 for positive x and 5 ulp of max(|result|, 1) for negative x, against decimal
              arithmetic (float32: 0.5 in both)
@@ -95,8 +100,8 @@ _BOTH = (F32, F64)
 _EXPANDED = {
     op: _BOTH
     for op in (
-        "exp exp2 log log1p expm1 tanh sin cos tan atan asin acos sinh cosh asinh acosh atanh "
-        "cbrt atan2 nextafter pow logistic erf erfc lgamma"
+        "exp exp2 log log1p log10 log2 expm1 tanh sin cos tan atan asin acos sinh cosh asinh "
+        "acosh atanh cbrt atan2 nextafter pow logistic erf erfc lgamma"
     ).split()
 }
 
@@ -241,9 +246,14 @@ def log(x: Expr) -> Expr:
     series = _horner([1 / (2 * k + 1) for k in range(_LOG_TERMS[x.dtype])], s2)
     ln2_hi, ln2_lo = _LN2[x.dtype]
     result = e * _c(ln2_hi, x) + (e * _c(ln2_lo, x) + _c(2, x) * s * series)
+    return _with_log_special_values(x, result)
+
+
+def _with_log_special_values(x: Expr, result: Expr) -> Expr:
+    """result where x is positive and finite; inf at inf, -inf at zero, NaN below zero and at
+    NaN (a logarithm in any base)."""
     result = K.select(K.binary("eq", x, _c(np.inf, x)), x, result)
     result = K.select(K.binary("eq", x, _c(0.0, x)), _c(-np.inf, x), result)
-    # Negative numbers and NaN give NaN.
     return K.select(K.unary("not", K.binary("ge", x, _c(0.0, x))), _c(np.nan, x), result)
 
 
@@ -974,57 +984,78 @@ def _two_product(a: Expr, b: Expr) -> tuple[Expr, Expr]:
     return product, error + a_low * b_low
 
 
-def _log_pivots() -> list[tuple[float, float, float, float]]:
-    """(c, log c as two float64s, the midpoint to the next c) for c = 2^(i/16), i = -8..8."""
-    from decimal import Decimal, getcontext
+# _log_double's reduction: z = x / 2^k in [0.6875, 1.375), cut into 2^_LOG_TABLE_BITS pieces by
+# the bits after its float64 pattern's offset from 0.6875's (widths 2^-8 below 1, 2^-7 above).
+_LOG_TABLE_BITS = 7
+_LOG_START = 0x3FE6000000000000  # 0.6875
+_LOG_PIECE_SHIFT = 52 - _LOG_TABLE_BITS
 
-    getcontext().prec = 60
-    pivots = []
-    for i in range(-8, 9):
-        c = 2.0 ** (i / 16)
-        log_c = Decimal(c).ln()
-        pivots.append(
-            (c, float(log_c), float(log_c - Decimal(float(log_c))), 2 ** ((i + 0.5) / 16))
+
+@functools.cache
+def _log_table() -> tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]]:
+    """Per piece of z: 1/c for its midpoint c, rounded to a multiple of 2^-10 (11 bits, so that
+    its products with z's parts are exact; 1 for the two pieces next to 1, where z - 1 needs
+    no table and log x is small), and -log of that, to a multiple of 2^-32 (on k ln2_hi's grid,
+    so their sum is exact) plus the float64 nearest the rest. Made when first rendered."""
+    from decimal import Decimal, localcontext
+
+    inverses, highs, lows = [], [], []
+    for i in range(1 << _LOG_TABLE_BITS):
+        start, end = (
+            float(np.int64(_LOG_START + (j << _LOG_PIECE_SHIFT)).view(F64)) for j in (i, i + 1)
         )
-    return pivots
-
-
-_LOG_PIVOTS = _log_pivots()
+        inverse = 1.0 if 1.0 in (start, end) else round(2048 / (start + end)) / 1024
+        with localcontext() as context:
+            context.prec = 60
+            log_c = -Decimal(inverse).ln()
+            high = math.ldexp(round(log_c * 2**32), -32)
+            low = float(log_c - Decimal(high))
+        inverses.append(inverse)
+        highs.append(high)
+        lows.append(low)
+    return tuple(inverses), tuple(highs), tuple(lows)
 
 
 def _log_double(a: Expr) -> tuple[Expr, Expr]:
-    """log a as a pair of float64s (about 2^-90 relative) for positive finite a. With
-    a = m 2^e and c the nearest 2^(i/16) to m, log a = e ln 2 + log c + 2 atanh(s) for
-    s = (m - c)/(m + c), |s| < 0.011: m - c is exact, m + c is carried as a pair, s as a 26-bit
-    head plus the exactly computed rest of the division, and the large terms are summed
-    without error; the series' tail, under 2^-20 of the result, is computed plainly."""
-    e, m = _exponent_and_mantissa(a)
-    c, log_c_hi, log_c_lo = (
-        _c(_LOG_PIVOTS[-1][0], a),
-        _c(_LOG_PIVOTS[-1][1], a),
-        _c(_LOG_PIVOTS[-1][2], a),
+    """log a as a pair of float64s (about 2^-67 relative) for positive finite a: with
+    a = z 2^k and 1/c, log c from the table (`_log_table`), log a = k ln 2 + log c + log1p(r)
+    for r = z/c - 1, |r| <= 2^-7. z's first 21 bits and the rest, each times 1/c, give r as an
+    exact pair; k ln2_hi + log c's head is exact, r and r^2/2's head (26 bits squared) join it
+    by exact sums, and the rest of the Taylor series (degree 10: 2^-73 short) and every error
+    go into the low part, whose rounding (2^-53 of r^3/3 at most) is the error."""
+    index_type = np.dtype(np.int64)
+
+    def integer(value: int) -> Expr:
+        return K.const(value, index_type)
+
+    subnormal = _lt(a, float(np.finfo(F64).tiny))
+    bits = K.Bitcast(K.select(subnormal, a * _c(2.0**52, a), a), index_type)
+    shifted = bits - integer(_LOG_START)
+    k = K.binary("shr_arith", shifted, integer(52))
+    k = k - K.select(subnormal, integer(52), integer(0))
+    z = K.Bitcast(bits - K.binary("and", shifted, integer(-1 << 52)), F64)
+    piece = K.binary(
+        "and",
+        K.binary("shr_logical", shifted, integer(_LOG_PIECE_SHIFT)),
+        integer((1 << _LOG_TABLE_BITS) - 1),
     )
-    for pivot, high, low, upper in reversed(_LOG_PIVOTS[:-1]):
-        below = _lt(m, upper)
-        c = K.select(below, _c(pivot, a), c)
-        log_c_hi = K.select(below, _c(high, a), log_c_hi)
-        log_c_lo = K.select(below, _c(low, a), log_c_lo)
-    f = m - c  # exact
-    u, u_error = _two_sum(m, c)
-    s_head = _high_half(_div(f, u))
-    u_high = _high_half(u)
-    rest = ((f - s_head * u_high) - s_head * (u - u_high)) - s_head * u_error
-    s_rest = _div(rest, u)
-    s = s_head + s_rest
-    s2 = s * s
-    two = _c(2, a)
-    tail = two * s * s2 * _horner([1 / (2 * k + 3) for k in range(4)], s2)
+    inverses, highs, lows = _log_table()
+    inverse = K.lookup(inverses, piece, F64)
+    z_high = K.Bitcast(K.binary("and", K.Bitcast(z, index_type), integer(-1 << 32)), F64)
+    r, r_error = _two_sum(z_high * inverse - _c(1, a), (z - z_high) * inverse)
+    r_high = _high_half(r)
+    r_low = r - r_high
+    e = K.cast(k, F64)
     ln2_hi, ln2_lo = _LN2[F64]
-    high, error = _two_sum(e * _c(ln2_hi, a), log_c_hi)  # e ln2_hi is exact
-    high, error2 = _two_sum(high, two * s_head)
-    low = (error + error2) + (((e * _c(ln2_lo, a) + log_c_lo) + two * s_rest) + tail)
-    total = high + low
-    return total, low - (total - high)
+    anchor = e * _c(ln2_hi, a) + K.lookup(highs, piece, F64)  # exact; 0 or above |r|
+    high, error = _fast_two_sum(anchor, r)
+    high, error2 = _fast_two_sum(high, r_high * (r_high * _c(-0.5, a)))
+    half_square_rest = r_low * (r_high + r_low * _c(0.5, a))
+    series = _horner([(-1) ** (n + 1) / n for n in range(3, 11)], r)
+    low = (e * _c(ln2_lo, a) + K.lookup(lows, piece, F64)) + (error + error2)
+    low = low + ((r_error - r * r_error) - half_square_rest)  # log1p(r + dr) - log1p(r)
+    low = low + r * r * r * series
+    return _fast_two_sum(high, low)
 
 
 def _power_magnitude(a: Expr, y: Expr) -> Expr:
@@ -1088,6 +1119,32 @@ def _power(x: Expr, y: Expr, magnitude_of) -> Expr:
     )
     result = K.select(_eq(y, 1.0), x, result)
     return K.select(K.binary("or", _eq(y, 0.0), unit_base), _c(1.0, x), result)
+
+
+def _inverse_log(base: int) -> tuple[float, float]:
+    """1 / ln(base) as the float64 nearest it plus the float64 nearest the rest."""
+    from decimal import Decimal, getcontext
+
+    getcontext().prec = 70
+    return _split(str(1 / Decimal(base).ln()))
+
+
+_INVERSE_LOG = {10: _inverse_log(10), 2: _inverse_log(2)}
+
+
+def _log_in_base(x: Expr, base: int) -> Expr:
+    """log x / ln(base). float64: log x as a pair times 1/ln(base) as a pair, the leading
+    product exact, so one rounding is nearly the whole error and exact powers of the base come
+    out exact (the plain quotient is an ulp off at 1000 and 2^-1000). float32: plain log in
+    float64, whose error is far under a float32 ulp, rounded once."""
+    inverse_high, inverse_low = _INVERSE_LOG[base]
+    if x.dtype == F32:
+        wide = K.cast(x, F64)
+        return K.cast(log(wide) * _c(inverse_high, wide), F32)
+    high, low = _log_double(x)
+    product, error = _two_product(high, _c(inverse_high, x))
+    result = product + (error + (low * _c(inverse_high, x) + high * _c(inverse_low, x)))
+    return _with_log_special_values(x, result)
 
 
 def nextafter(x: Expr, y: Expr, storage: np.dtype | None = None) -> Expr:
@@ -1309,6 +1366,8 @@ _FUNCTIONS = {
     "exp2": exp2,
     "log": log,
     "log1p": log1p,
+    "log10": lambda x: _log_in_base(x, 10),
+    "log2": lambda x: _log_in_base(x, 2),
     "expm1": expm1,
     "tanh": tanh,
     "sin": lambda x: _trig(x, "sin"),

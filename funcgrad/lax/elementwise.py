@@ -228,6 +228,18 @@ def _log1p(x):
     return out
 
 
+def _in_float64(f):
+    """f of a narrower float computed in float64 and rounded once (NumPy's float32 log10 is an
+    ulp off at 100, 1000 and other exact powers of 10)."""
+
+    def impl(x):
+        if x.dtype == np.float64:
+            return f(x)
+        return f(x.astype(np.float64)).astype(x.dtype)
+
+    return impl
+
+
 def _population_count(x):
     # Count the bits of the two's complement pattern; NumPy's bitwise_count counts those of |x|.
     unsigned = np.asarray(x).view(np.dtype(f"u{x.dtype.itemsize}"))
@@ -242,6 +254,11 @@ is_finite_p = unary_primitive("is_finite", np.isfinite, FLOAT, result_dtype=dtyp
 exp_p = unary_primitive("exp", np.exp, INEXACT)
 exp2_p = unary_primitive("exp2", np.exp2, INEXACT)
 log_p = unary_primitive("log", np.log, INEXACT)
+# log10 and log2 of real operands: the quotient log(x) / log(base) is an ulp off at exact
+# powers of the base (log(1000) / log(10) is 2.9999999999999996); funcgrad.numpy takes
+# complex operands through log.
+log10_p = unary_primitive("log10", _in_float64(np.log10), FLOAT)
+log2_p = unary_primitive("log2", _in_float64(np.log2), FLOAT)
 log1p_p = unary_primitive("log1p", _log1p, INEXACT)
 expm1_p = unary_primitive("expm1", np.expm1, INEXACT)
 tanh_p = unary_primitive("tanh", np.tanh, INEXACT)
@@ -811,6 +828,8 @@ for _prim in (sign_p, floor_p, ceil_p, round_p, is_finite_p, not_p, population_c
 ad.defjvp_with_output(exp_p, lambda t, ans, x: mul(t, ans))
 ad.defjvp_with_output(exp2_p, lambda t, ans, x: mul(t, mul(ans, _const(x, np.log(2)))))
 ad.defjvp(log_p, lambda t, x: div(t, x))
+ad.defjvp(log10_p, lambda t, x: div(t, mul(x, _const(x, np.log(10)))))
+ad.defjvp(log2_p, lambda t, x: div(t, mul(x, _const(x, np.log(2)))))
 ad.defjvp(log1p_p, lambda t, x: div(t, add(x, _const(x, 1.0))))
 ad.defjvp_with_output(expm1_p, lambda t, ans, x: mul(t, add(ans, _const(x, 1.0))))
 ad.defjvp_with_output(tanh_p, lambda t, ans, x: mul(t, sub(_const(x, 1.0), mul(ans, ans))))

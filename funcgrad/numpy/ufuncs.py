@@ -316,20 +316,20 @@ def _complex_reciprocal(z):
 
 def log2(x, /):
     (x,) = promote_args_inexact("log2", x)
-    return _log_base(x, 2.0)
+    return _log_base(x, ew.log2_p, 2.0)
 
 
 def log10(x, /):
     (x,) = promote_args_inexact("log10", x)
-    return _log_base(x, 10.0)
+    return _log_base(x, ew.log10_p, 10.0)
 
 
-def _log_base(x, base: float):
-    """log(x) / log(base). A complex log is divided part by part by the real log(base): a
-    complex division would give log10(0) = -inf + nan j, where NumPy's is -inf + 0j."""
-    log = lax.log(x)
+def _log_base(x, real_log, base: float):
+    """The primitive for real x. A complex log is divided part by part by the real log(base):
+    a complex division would give log10(0) = -inf + nan j, where NumPy's is -inf + 0j."""
     if not dtypes.is_complex(x.dtype):
-        return lax.div(log, lax.log(_full_like_scalar(x, base)))
+        return real_log.bind(x)
+    log = lax.log(x)
     real, imag = lax.real(log), lax.imag(log)
     scale = lax.log(_full_like_scalar(real, base))
     return lax.complex(lax.div(real, scale), lax.div(imag, scale))

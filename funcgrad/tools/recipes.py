@@ -248,6 +248,8 @@ _UNARY = {
     "expm1": (lax.expm1, np.expm1, (-10, 10), {}),
     "log": (lax.log, np.log, (0.1, 10), {}),
     "log1p": (lax.log1p, np.log1p, (-0.9, 10), {}),
+    "log10": (fnp.log10, np.log10, (0.1, 10), {}),
+    "log2": (fnp.log2, np.log2, (0.1, 10), {}),
     "logistic": (lax.logistic, lambda x: 1 / (1 + np.exp(-x)), (-10, 10), {}),
     "sqrt": (lax.sqrt, np.sqrt, (0.1, 10), {}),
     "rsqrt": (lax.rsqrt, lambda x: 1 / np.sqrt(x), (0.1, 10), {}),

@@ -169,8 +169,8 @@ def _int_literal(value: int, dtype: np.dtype) -> str:
 MATH = {
     op: op
     for op in (
-        "sqrt cbrt exp exp2 expm1 log log1p sin cos tan asin acos atan sinh cosh tanh asinh "
-        "acosh atanh erf erfc lgamma floor ceil pow atan2 nextafter"
+        "sqrt cbrt exp exp2 expm1 log log1p log10 log2 sin cos tan asin acos atan sinh cosh tanh "
+        "asinh acosh atanh erf erfc lgamma floor ceil pow atan2 nextafter"
     ).split()
 } | {"round_even": "rint", "rem": "fmod"}
 _INFIX = {
@@ -389,6 +389,10 @@ class _KernelWriter:
             return f"{one} / ({one} + {_math_name('exp', dtype)}(-{x}))"
         if op == "lgamma":
             return f"fg_lgamma({x})"
+        if op in ("log10", "log2") and dtype != F64:
+            # In double and rounded once, as the other backends take it: CUDA's log10f may be
+            # 2 ulp off, and then log10(1000) would miss 3.
+            return f"(float){MATH[op]}((double){x})"
         if op in MATH:
             return f"{_math_name(op, dtype)}({x})"
         raise CompileError(f"the CUDA renderer has no {op} for {dtype.name}")

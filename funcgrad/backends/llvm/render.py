@@ -104,8 +104,8 @@ def constant_text(value, dtype: np.dtype) -> str:
 _LIBM = {
     op: op
     for op in (
-        "exp exp2 expm1 log log1p sin cos tan asin acos atan sinh cosh tanh asinh acosh atanh "
-        "cbrt erf erfc lgamma pow atan2 nextafter"
+        "exp exp2 expm1 log log1p log10 log2 sin cos tan asin acos atan sinh cosh tanh asinh "
+        "acosh atanh cbrt erf erfc lgamma pow atan2 nextafter"
     ).split()
 } | {"rem": "fmod"}
 _INTRINSIC_UNARY = {

@@ -32,9 +32,9 @@ _NAN_PRIMITIVES = (
     "acos", "acosh", "add", "asin", "asinh", "atan", "atan2", "atanh", "cbrt",
     "conv_general_dilated", "cos", "cosh", "cumlogsumexp", "cumprod", "cumsum", "digamma",
     "div", "dot_general", "erf", "erf_inv", "erfc", "exp", "exp2", "expm1", "fft",
-    "integer_pow", "lgamma", "log", "log1p", "logistic", "mul", "pow", "reduce_prod",
-    "reduce_sum", "reduce_window_sum", "rem", "rsqrt", "sin", "sinh", "sqrt", "sub", "tan",
-    "tanh",
+    "integer_pow", "lgamma", "log", "log10", "log1p", "log2", "logistic", "mul", "pow",
+    "reduce_prod", "reduce_sum", "reduce_window_sum", "rem", "rsqrt", "sin", "sinh", "sqrt",
+    "sub", "tan", "tanh",
 )  # fmt: skip
 
 
