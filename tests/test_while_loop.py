@@ -267,6 +267,30 @@ def test_grad_where_the_loop_is_constant_in_the_input():
     assert_close(fg.grad(lambda x: doublings(x) * x)(np.float64(5.0)), 8.0)
 
 
+@pytest.mark.parametrize("branch", ["cond", "switch"])
+def test_linearize_through_a_branch_in_the_body_returns_known_primals(branch):
+    """The jvp'd cond in the body reads primal and tangent carries together; its primal outputs
+    are still known, so linearize returns values, not tracers of the staged loop."""
+
+    def step(c):
+        if branch == "cond":
+            return lax.cond(c[0] > 0, fnp.sin, fnp.cos, c)
+        return lax.switch(fnp.argmax(c), [fnp.sin, fnp.cos], c)
+
+    def loop(x):
+        return lax.while_loop(lambda s: s[0] < 3, lambda s: (s[0] + 1, step(s[1])), (0, x))[1]
+
+    x, tangent = np.array([0.3, -0.2]), np.array([1.0, -0.5])
+    out, loop_lin = fg.linearize(loop, x)
+    expected = x
+    for _ in range(3):
+        takes_sin = expected[0] > 0 if branch == "cond" else np.argmax(expected) == 0
+        expected = np.sin(expected) if takes_sin else np.cos(expected)
+    assert_close(np.asarray(out), expected)
+    assert_close(loop_lin(tangent), fg.jvp(loop, (x,), (tangent,))[1])
+    check_jvp(loop, (x,))
+
+
 # ---------------------------------------------------------------------------------------------
 # Batching
 

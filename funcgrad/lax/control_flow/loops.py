@@ -20,13 +20,9 @@ from funcgrad.config import config
 from funcgrad.core import Primitive, ShapedArray
 from funcgrad.interpreters import batching
 from funcgrad.interpreters.ad import Zero, instantiate, jvp_jaxpr, tangent_aval, zeros_like_aval
-from funcgrad.interpreters.partial_eval import (
-    PartialEvalTrace,
-    partial_eval_jaxpr,
-    unknown_outputs,
-)
+from funcgrad.interpreters.partial_eval import PartialEvalTrace, split_jaxpr
 from funcgrad.interpreters.staging import StagingTrace, trace_to_jaxpr
-from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, eval_jaxpr
+from funcgrad.ir import ClosedJaxpr, JaxprEqn, eval_jaxpr
 from funcgrad.lax.base import asarray
 from funcgrad.lax.control_flow.common import avals_of, check_same_types, stage
 from funcgrad.lax.elementwise import convert_element_type, select_n
@@ -211,8 +207,12 @@ def _while_partial_eval(trace: PartialEvalTrace, args: Sequence, params: dict) -
         return staged
     cond_consts, body_consts, carry = _split(args, cond_nconsts, body_nconsts)
     known = [not u for u in carry_unknown]
-    cond_jaxpr = _known_part(params["cond_jaxpr"], cond_unknown + carry_unknown, [True])
-    body_jaxpr = _known_part(params["body_jaxpr"], const_unknown + carry_unknown, known)
+    cond_jaxpr = _known_part(
+        params["cond_jaxpr"], cond_unknown + carry_unknown, [True], "a while_loop predicate"
+    )
+    body_jaxpr = _known_part(
+        params["body_jaxpr"], const_unknown + carry_unknown, known, "a while_loop body"
+    )
     known_cond_consts = [c for c, u in zip(cond_consts, cond_unknown) if not u]
     known_body_consts = [c for c, u in zip(body_consts, const_unknown) if not u]
     with core.set_current_trace(trace.parent):
@@ -230,16 +230,15 @@ def _while_partial_eval(trace: PartialEvalTrace, args: Sequence, params: dict) -
     return [next(known_outs) if k else out for out, k in zip(staged, known)]
 
 
-def _known_part(closed: ClosedJaxpr, unknowns: list, outputs: list) -> ClosedJaxpr:
+def _known_part(closed: ClosedJaxpr, unknowns: list, outputs: list, what: str) -> ClosedJaxpr:
     """`closed` on its known inputs alone, returning the `outputs` marked (which depend on no
-    unknown input)."""
-    out_unknown = [not keep for keep in outputs]
-    known, _, _ = partial_eval_jaxpr(closed, unknowns, out_unknown, lambda *_, **__: True)
-    jaxpr = known.jaxpr
-    num_outputs = sum(outputs)
-    return ClosedJaxpr(
-        Jaxpr(jaxpr.constvars, jaxpr.invars, jaxpr.outvars[:num_outputs], jaxpr.eqns),
-        known.consts,
+    unknown input). The program is split by evaluation, so a cond or scan in it that computes
+    primal and tangent values together gives up its known part."""
+    split = split_jaxpr(closed, unknowns, what=what)
+    kept = [keep for keep, unknown in zip(outputs, split.out_unknown) if not unknown]
+    num_known_inputs = len(split.known.in_avals)
+    return passes.prune_jaxpr(
+        split.known, kept + [False] * split.num_residuals, [True] * num_known_inputs
     )
 
 
@@ -249,12 +248,17 @@ while_p.partial_eval = _while_partial_eval
 def _dependency_fixed_point(cond_jaxpr, body_jaxpr, cond_marked, const_marked, carry_marked):
     """Which carries depend on the marked (unknown) operands over any number of iterations,
     and whether the predicate does. A marked predicate marks every carry: which
-    iteration a carry stops at then depends on the marked values."""
+    iteration a carry stops at then depends on the marked values. The programs are split by
+    evaluation, not by a pass over their equations: a cond in a jvp'd body reads primal and
+    tangent carries together, yet its primal outputs stay known."""
     while True:
-        (pred_marked,) = unknown_outputs(cond_jaxpr.jaxpr, cond_marked + carry_marked)
-        if pred_marked:
+        cond_split = split_jaxpr(
+            cond_jaxpr, cond_marked + carry_marked, what="a while_loop predicate"
+        )
+        if cond_split.out_unknown[0]:
             return [True] * len(carry_marked), True
-        out_marked = unknown_outputs(body_jaxpr.jaxpr, const_marked + carry_marked)
+        body_split = split_jaxpr(body_jaxpr, const_marked + carry_marked, what="a while_loop body")
+        out_marked = body_split.out_unknown
         grown = [c or o for c, o in zip(carry_marked, out_marked)]
         if grown == carry_marked:
             return carry_marked, False
