@@ -500,6 +500,8 @@ def _tie_share(x, z, y):
 
 
 def _cumulative_chooser_coefficients(x, y, axis):
+    # The running extreme is the left fold y[i] = max(y[i - 1], x[i]), each step splitting a
+    # tie as max does: along a run of equal values the newest gets 1/2, the one before 1/4, ...
     # NaN before the first element: it equals nothing, so the first element gets its own tangent.
     previous = _shifted(y, np.nan, axis)
     return _tie_share(previous, y, x), _tie_share(x, y, previous)
