@@ -127,6 +127,7 @@ def test_transpose_of_transpose_is_the_function():
         (lambda x: (x, fnp.ones(2)), "not zero"),
         (lambda x: 1.0 / x, "'div'"),
         (fg.jit(lambda x: fnp.exp(x)), "'exp'"),
+        (fg.checkpoint(lambda x: 2.0 * fnp.exp(x)), "'exp'.*test_top_level_parity.py"),
     ],
 )
 def test_linear_transpose_refuses_nonlinear_functions(fun, message):
@@ -147,6 +148,43 @@ def test_linear_transpose_checks_dtypes_and_cotangents():
         transpose(np.ones(4, np.float32))
     with pytest.raises(TypeError, match="structure"):
         transpose((np.ones(3, np.float32),))
+
+
+# A checkpoint's derivative keeps a cond or scan inside it as one program computing primal and
+# tangent values together; a nonlinear function of its primal outputs must not make the
+# linearized function look nonlinear.
+_MIXED_IN_CHECKPOINT = {
+    "cond": lambda a: fnp.arctan(fg.lax.cond(a[0] > 0, fnp.sin, fnp.cos, a)),
+    "switch": lambda a: fnp.arctan(fg.lax.switch(1, [fnp.sin, fnp.cos, fnp.tanh], a)),
+    "scan": lambda a: fnp.arctan(
+        fg.lax.scan(lambda c, y: (fnp.sin(c) * y, c), a, fnp.stack([a, 2.0 * a]))[0]
+    ),
+    "fori_loop": lambda a: fnp.arctan(fg.lax.fori_loop(0, 3, lambda i, c: fnp.sin(c) * c, a)),
+    "jit": lambda a: fnp.arctan(fg.jit(lambda b: fg.lax.cond(b[1] > 0, fnp.sin, fnp.cos, b))(a)),
+    "checkpoint": lambda a: fnp.arctan(
+        fg.checkpoint(lambda b: fg.lax.cond(b[0] > 0, fnp.sin, fnp.exp, b))(a) ** 2
+    ),
+}
+
+
+@pytest.mark.parametrize("inner", _MIXED_IN_CHECKPOINT)
+def test_linear_transpose_of_linearized_checkpoint_holding_control_flow(inner):
+    def f(x):
+        return fg.checkpoint(_MIXED_IN_CHECKPOINT[inner])(x)
+
+    x = np.array([0.3, -0.7, 1.1])
+    ct, t = np.array([1.0, 2.0, -0.5]), np.array([-0.4, 0.9, 0.2])
+    _, f_lin = fg.linearize(f, x)
+    (got,) = fg.linear_transpose(f_lin, x)(ct)
+    # Central differences give the Jacobian independently of funcgrad's derivative rules.
+    eps = 1e-6
+    jac = np.stack(
+        [(np.asarray(f(x + eps * e)) - np.asarray(f(x - eps * e))) / (2 * eps) for e in np.eye(3)],
+        axis=1,
+    )
+    assert_allclose(got, jac.T @ ct, rtol=1e-6, atol=1e-8)
+    assert_allclose(got, fg.vjp(f, x)[1](ct)[0])
+    assert_allclose(np.dot(ct, f_lin(t)), np.dot(got, t))
 
 
 # ---------------------------------------------------------------------------------------------

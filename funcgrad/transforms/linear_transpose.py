@@ -1,8 +1,9 @@
 """linear_transpose: the transpose of a function that is linear in its inputs.
 
-The function is staged once with every input unknown, checked to be linear, and its program is
-run backwards by `backward_pass`, the same machinery that gives vjp its pullback: each
-primitive's transpose rule. The transposed function binds primitives, so it composes with jit,
+The function is staged once with every input unknown; what does not depend on the inputs is
+computed (nested conds and scans split by partial evaluation), and the rest is checked to be
+linear and run backwards by `backward_pass`, the same machinery that gives vjp its pullback:
+each primitive's transpose rule. The transposed function binds primitives, so it composes with jit,
 vmap, grad and with linear_transpose itself.
 
 A program is linear when every equation that reads the inputs is a linear primitive in the
@@ -19,6 +20,7 @@ from funcgrad import core, dtypes, tree_util
 from funcgrad.compiler.passes import inline_calls
 from funcgrad.core import PRIMITIVES
 from funcgrad.interpreters.ad import UndefinedPrimal, backward_pass, instantiate, tangent_aval
+from funcgrad.interpreters.partial_eval import PartialEvalTrace
 from funcgrad.interpreters.staging import abstractify, trace_to_jaxpr
 from funcgrad.ir import ClosedJaxpr, JaxprEqn, Literal, literal_value
 from funcgrad.lax.base import asarray
@@ -72,6 +74,7 @@ def linear_transpose(fun: Callable, *primals, reduce_axes: tuple = ()) -> Callab
     closed = inline_calls(closed, _calls())
     out_avals = closed.out_avals
     _check_dtypes(in_avals, out_avals)
+    closed = _linear_part(closed, name)
     _check_linear(closed, name)
 
     def transposed_fun(out_cotangent):
@@ -113,15 +116,43 @@ def _checked_cotangent(ct, aval: core.ShapedArray, name: str):
     return ct
 
 
+def _linear_part(closed: ClosedJaxpr, name: str) -> ClosedJaxpr:
+    """The program with what does not depend on its inputs computed now, kept as constants.
+
+    A checkpoint's derivative can leave a cond or scan that computes primal and tangent values
+    together; only splitting it with its own partial-evaluation rule separates the primal
+    outputs (which a nonlinear primitive may read) from the tangent ones. Each staged equation
+    keeps the source line of the equation it came from, for the errors of `_check_linear`.
+    """
+    jaxpr = closed.jaxpr
+    trace = PartialEvalTrace(core.current_trace(), f"linear_transpose({name})")
+    env: dict = dict(zip(jaxpr.constvars, closed.consts))
+    env.update((v, trace.new_arg(v.aval)) for v in jaxpr.invars)
+
+    def read(atom):
+        return literal_value(atom) if type(atom) is Literal else env[atom]
+
+    try:
+        with core.set_current_trace(trace):
+            for eqn in jaxpr.eqns:
+                first_staged = len(trace.eqns)
+                outs = eqn.primitive.bind(*map(read, eqn.invars), **eqn.params)
+                for staged in trace.eqns[first_staged:]:
+                    staged.source_info = eqn.source_info
+                env.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
+            return trace.to_closed_jaxpr([read(v) for v in jaxpr.outvars])
+    finally:
+        trace.alive = False
+
+
 def _check_linear(closed: ClosedJaxpr, name: str) -> None:
     """Raise a TypeError at the first equation that makes the program nonlinear in its inputs.
 
-    Values that do not depend on the inputs are computed (when the program's constants are
-    concrete), so that an added constant is accepted exactly when it is zero.
+    Values that do not depend on the inputs are the program's constants (`_linear_part`
+    computed them), so that an added constant is accepted exactly when it is zero.
     """
     jaxpr = closed.jaxpr
-    concrete = not any(isinstance(c, core.Tracer) for c in closed.consts)
-    known: dict = dict(zip(jaxpr.constvars, closed.consts)) if concrete else {}
+    known = {v: c for v, c in zip(jaxpr.constvars, closed.consts) if not isinstance(c, core.Tracer)}
     linear = set(jaxpr.invars)
 
     def is_linear(atom) -> bool:
@@ -138,8 +169,6 @@ def _check_linear(closed: ClosedJaxpr, name: str) -> None:
     for eqn in jaxpr.eqns:
         carried = [i for i, v in enumerate(eqn.invars) if is_linear(v)]
         if not carried:
-            if concrete:
-                _evaluate_known(eqn, known)
             continue
         _check_equation(eqn, carried, is_linear, is_zero, name)
         linear.update(eqn.outvars)
@@ -149,18 +178,6 @@ def _check_linear(closed: ClosedJaxpr, name: str) -> None:
                 f"linear_transpose needs a linear function, but {name} returns an output that "
                 "does not depend on its inputs and is not zero (an affine map)"
             )
-
-
-def _evaluate_known(eqn: JaxprEqn, known: dict) -> None:
-    def read(atom):
-        return literal_value(atom) if type(atom) is Literal else known.get(atom)
-
-    operands = [read(v) for v in eqn.invars]
-    if any(x is None for x in operands) or eqn.primitive.higher_order:
-        return
-    with core.set_current_trace(core.eval_trace()):
-        outs = eqn.primitive.bind(*operands, **eqn.params)
-    known.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
 
 
 def _check_equation(eqn: JaxprEqn, carried: list[int], is_linear, is_zero, name: str) -> None:
