@@ -976,8 +976,9 @@ def _two_sum(a: Expr, b: Expr) -> tuple[Expr, Expr]:
 
 def _two_product(a: Expr, b: Expr) -> tuple[Expr, Expr]:
     """a b rounded, and its rounding error (Dekker's product; the halves' products are exact,
-    so fusing any of them into an add changes nothing)."""
-    product = a * b
+    so fusing any of them into an add changes nothing, but the product itself must keep the
+    rounding its error describes wherever it is added)."""
+    product = K.rounded(a * b)
     a_high, b_high = _high_half(a), _high_half(b)
     a_low, b_low = a - a_high, b - b_high
     error = ((a_high * b_high - product) + a_high * b_low) + a_low * b_high
