@@ -207,7 +207,7 @@ class BCOO:
     def __getitem__(self, item) -> BCOO:
         """Integers (static or traced), positive-step slices and an ellipsis, over any
         dimensions."""
-        from funcgrad.experimental.sparse.bcoo_structure import getitem
+        from funcgrad.experimental.sparse.bcoo_structure import getitem  # it builds on BCOO
 
         return getitem(self, item)
 
