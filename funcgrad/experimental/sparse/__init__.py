@@ -9,18 +9,20 @@ products, so jit, grad, vmap and the compiled backends apply to code that uses i
 from funcgrad.experimental.sparse.api import empty, eye, todense
 from funcgrad.experimental.sparse.bcoo import (
     BCOO,
-    bcoo_dot_general,
     bcoo_extract,
     bcoo_fromdense,
-    bcoo_multiply_dense,
-    bcoo_multiply_sparse,
     bcoo_reduce_sum,
     bcoo_reshape,
     bcoo_sort_indices,
-    bcoo_spdot_general,
     bcoo_sum_duplicates,
     bcoo_todense,
     bcoo_transpose,
+)
+from funcgrad.experimental.sparse.bcoo_products import (
+    bcoo_dot_general,
+    bcoo_multiply_dense,
+    bcoo_multiply_sparse,
+    bcoo_spdot_general,
 )
 from funcgrad.experimental.sparse.bcoo_structure import (
     SparseEfficiencyError,

@@ -20,12 +20,8 @@ from funcgrad import dtypes, lax, tree_util
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.experimental.sparse._convert import in_range
-from funcgrad.experimental.sparse.bcoo import (
-    BCOO,
-    bcoo_dot_general,
-    bcoo_fromdense,
-    bcoo_sort_indices,
-)
+from funcgrad.experimental.sparse.bcoo import BCOO, bcoo_fromdense, bcoo_sort_indices
+from funcgrad.experimental.sparse.bcoo_products import bcoo_dot_general
 
 __all__ = ["BCSR", "bcsr_dot_general", "bcsr_fromdense", "bcsr_todense"]
 

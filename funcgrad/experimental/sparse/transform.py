@@ -14,12 +14,8 @@ import functools
 from collections.abc import Callable
 
 from funcgrad import core, tree_util
-from funcgrad.experimental.sparse.bcoo import (
-    BCOO,
-    bcoo_dot_general,
-    bcoo_reduce_sum,
-    bcoo_transpose,
-)
+from funcgrad.experimental.sparse.bcoo import BCOO, bcoo_reduce_sum, bcoo_transpose
+from funcgrad.experimental.sparse.bcoo_products import bcoo_dot_general
 from funcgrad.experimental.sparse.bcoo_structure import (
     bcoo_broadcast_in_dim,
     bcoo_concatenate,
