@@ -117,6 +117,11 @@ def test_transpose_of_transpose_is_the_function():
     assert_allclose(got, linear_map(x))
 
 
+# A predicate that does not depend on the input, unknown to tracing (a Python bool would pick
+# the branch while tracing).
+_FLAG = np.bool_(True)
+
+
 @pytest.mark.parametrize(
     "fun, message",
     [
@@ -128,11 +133,39 @@ def test_transpose_of_transpose_is_the_function():
         (lambda x: 1.0 / x, "'div'"),
         (fg.jit(lambda x: fnp.exp(x)), "'exp'"),
         (fg.checkpoint(lambda x: 2.0 * fnp.exp(x)), "'exp'.*test_top_level_parity.py"),
+        # Nonlinear inside the programs that cond and scan carry: named with the line of the
+        # cond or scan, before their transpose rules meet what they cannot transpose.
+        (
+            lambda x: fg.lax.cond(_FLAG, fnp.sin, lambda y: 2.0 * y, x),
+            "'sin', which is not linear.*inside 'cond' .*test_top_level_parity.py",
+        ),
+        (
+            lambda x: fg.lax.scan(lambda c, y: (c * c, y), x, np.ones((2, 3)))[0],
+            "'mul' to operands \\[0, 1\\].*inside 'scan' .*test_top_level_parity.py",
+        ),
+        (
+            lambda x: fg.lax.cond(_FLAG, lambda y: fg.jit(fnp.exp)(y), lambda y: y, x),
+            "'exp'.*inside 'jit'.*inside 'cond'",
+        ),
+        (
+            lambda x: fg.lax.scan(lambda c, y: (c + y, c), np.ones(3), fnp.stack([x, x]))[0],
+            "affine",
+        ),
     ],
 )
 def test_linear_transpose_refuses_nonlinear_functions(fun, message):
     with pytest.raises(TypeError, match=message):
         fg.linear_transpose(fun, np.ones(3))
+
+
+def test_linear_transpose_through_linear_cond_and_scan():
+    def f(x):
+        y = fg.lax.cond(_FLAG, lambda v: 3.0 * v, lambda v: -v, x)
+        return fg.lax.scan(lambda c, w: (2.0 * c + w * x, c), y, np.ones((2, 3)))[0]
+
+    (got,) = fg.linear_transpose(f, np.ones(3))(np.array([1.0, 2.0, 3.0]))
+    # f(x) = 2 (2 (3x) + x) + x = 15x, a scalar multiple, so its transpose too.
+    assert_allclose(got, 15.0 * np.array([1.0, 2.0, 3.0]))
 
 
 def test_linear_transpose_accepts_added_zeros():

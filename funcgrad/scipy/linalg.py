@@ -10,8 +10,8 @@ Matrices are the last two axes and any leading axes are a batch. A right-hand si
 axis is one vector; with more axes it is a stack of matrices whose batch broadcasts against
 the matrix's, as in funcgrad.numpy.linalg.solve.
 
-`schur`, `rsf2csf`, `sqrtm` and `funm` live in `schur.py`. Not here: `solve_sylvester`'s
-default method, Bartels-Stewart (its method='eigen' is here).
+`schur`, `rsf2csf`, `sqrtm` and `funm` live in `schur.py`; `solve_sylvester`'s default
+method builds on `schur`.
 """
 
 from __future__ import annotations
@@ -752,19 +752,15 @@ def expm_frechet(
 def solve_sylvester(
     A: ArrayLike, B: ArrayLike, C: ArrayLike, *, method: str = "schur", tol: float = 1e-8
 ) -> Array:
-    """X with A @ X + X @ B = C, through the eigendecompositions A = Ua diag(ra) Ua^-1 and
-    B = Ub diag(rb) Ub^-1 (method 'eigen'): X = Ua ((Ua^-1 C Ub) / (ra_i + rb_j)) Ub^-1, real
-    where A, B and C are. NaN where some ra_i + rb_j is within `tol` of 0 (no unique X).
+    """X with A @ X + X @ B = C, real where A, B and C are; leading axes are a batch. NaN where
+    an eigenvalue of A is within `tol` of minus one of B's (no unique X).
 
-    The eigenvectors of A and B must be well conditioned; the Bartels-Stewart method
-    ('schur', SciPy's and JAX's default) is not implemented.
+    method 'schur' (Bartels-Stewart) works on complex Schur forms, which every matrix has, so
+    it is accurate for defective and non-normal A and B; it has no derivative, as the Schur
+    decomposition has none. method 'eigen' works on eigendecompositions: it differentiates,
+    but loses accuracy as the eigenvectors of A or B lose their conditioning.
     """
-    if method == "schur":
-        raise NotImplementedError(
-            "solve_sylvester: method='schur' (Bartels-Stewart, on Schur forms) is not "
-            "implemented; method='eigen' solves through eigendecompositions"
-        )
-    if method != "eigen":
+    if method not in ("schur", "eigen"):
         raise ValueError(f"solve_sylvester: method must be 'schur' or 'eigen', got {method!r}")
     A, B, C = promote_dtypes_inexact(A, B, C)
     A = _matrices("solve_sylvester", A, square=True)
@@ -776,15 +772,49 @@ def solve_sylvester(
             f"B {B.shape}, C {C.shape}"
         )
     A, B, C = _common_batch((A, 2), (B, 2), (C, 2))
+    solve = _sylvester_schur if method == "schur" else _sylvester_eigen
+    x, ra, rb = solve(A, B, C)
+    if not dtypes.is_complex(C.dtype):
+        x = fnp.real(x)
+    singular = fnp.any(fnp.abs(ra[..., :, None] + rb[..., None, :]) < tol, axis=(-2, -1))
+    return fnp.where(singular[..., None, None], np.nan, x)
+
+
+def _sylvester_eigen(A, B, C):
+    """X from A = Ua diag(ra) Ua^-1 and B = Ub diag(rb) Ub^-1: X = Ua (F / (ra_i + rb_j))
+    Ub^-1 with F = Ua^-1 C Ub; with A's and B's eigenvalues."""
     ra, ua = fnp.linalg.eig(A)
     rb, ub = fnp.linalg.eig(B)
     f = fnp.linalg.solve(ua, fnp.matmul(convert(C, ua.dtype), ub))
     sums = ra[..., :, None] + rb[..., None, :]
-    x = fnp.matmul(fnp.matmul(ua, f / sums), fnp.linalg.inv(ub))
-    if not dtypes.is_complex(C.dtype):
-        x = fnp.real(x)
-    singular = fnp.any(fnp.abs(sums) < tol, axis=(-2, -1))
-    return fnp.where(singular[..., None, None], np.nan, x)
+    return fnp.matmul(fnp.matmul(ua, f / sums), fnp.linalg.inv(ub)), ra, rb
+
+
+def _sylvester_schur(A, B, C):
+    """X from the complex Schur forms A = U R U^H and B = V S V^H: R Y + Y S = U^H C V with
+    R and S upper triangular is solved a column of Y at a time, X = U Y V^H; with A's and B's
+    eigenvalues (R's and S's diagonals).
+
+    Column k of R Y + Y S = F reads (R + S[k, k] I) y_k = f_k - sum_{j<k} S[j, k] y_j, a
+    triangular solve once the columns left of it are known."""
+    R, U = schur(A, output="complex")
+    S, V = schur(B, output="complex")
+    F = fnp.matmul(_adjoint(U), fnp.matmul(convert(C, U.dtype), V))
+    m, n = F.shape[-2:]
+    identity = fnp.eye(m, dtype=R.dtype)
+
+    def column(k, Y):
+        s_k = lax.dynamic_slice_in_dim(S, k, 1, -1)
+        s_kk = lax.dynamic_slice_in_dim(s_k, k, 1, -2)
+        # Y's columns from k on are still zero, so Y @ s_k sums over the columns left of k.
+        rhs = lax.dynamic_slice_in_dim(F, k, 1, -1) - fnp.matmul(Y, s_k)
+        y_k = _triangular(R + s_kk * identity, rhs, False, 0)
+        return lax.dynamic_update_slice_in_dim(Y, y_k, k, -1)
+
+    # No columns (an empty B) leave no loop to trace: its slices of S would be out of range.
+    Y = lax.fori_loop(0, n, column, fnp.zeros_like(F)) if n else F
+    X = fnp.matmul(U, fnp.matmul(Y, _adjoint(V)))
+    return X, fnp.diagonal(R, axis1=-2, axis2=-1), fnp.diagonal(S, axis1=-2, axis2=-1)
 
 
 # ---------------------------------------------------------------------------------------------

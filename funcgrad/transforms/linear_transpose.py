@@ -9,7 +9,9 @@ vmap, grad and with linear_transpose itself.
 A program is linear when every equation that reads the inputs is a linear primitive in the
 operands that carry them: a product or quotient of two input-dependent values, a nonlinear
 primitive (sin, exp, ...) applied to one, or an added constant that is not zero (an affine map)
-makes the function nonlinear, and the error names the equation and the user's line.
+makes the function nonlinear, and the error names the equation and the user's line. The
+check follows the inputs into the programs of conds (each branch), scans (the body, until the
+set of carries holding them stops growing) and calls.
 """
 
 from __future__ import annotations
@@ -153,7 +155,23 @@ def _check_linear(closed: ClosedJaxpr, name: str) -> None:
     """
     jaxpr = closed.jaxpr
     known = {v: c for v, c in zip(jaxpr.constvars, closed.consts) if not isinstance(c, core.Tracer)}
-    linear = set(jaxpr.invars)
+    linear_outs, zero_outs = _check_program(jaxpr, known, [True] * len(jaxpr.invars), name, "")
+    if not all(linear or zero for linear, zero in zip(linear_outs, zero_outs)):
+        raise TypeError(
+            f"linear_transpose needs a linear function, but {name} returns an output that "
+            "does not depend on its inputs and is not zero (an affine map)"
+        )
+
+
+def _check_program(jaxpr, known: dict, linear_ins: list[bool], name: str, context: str):
+    """Check the equations of `jaxpr` whose inputs flagged in `linear_ins` carry the function's
+    inputs, nested programs included; `known` holds the values of its variables that are
+    constants, and `context` names the equations holding it, for errors. Returns, for each
+    output, whether it carries the inputs and whether it is (or may be) zero.
+
+    A value that cannot be computed here (a tracer of an enclosing jit, a loop's carry, a
+    value computed inside a nested program) gets the benefit of the doubt: it may be zero."""
+    linear = {v for v, flag in zip(jaxpr.invars, linear_ins) if flag}
 
     def is_linear(atom) -> bool:
         return type(atom) is not Literal and atom in linear
@@ -162,34 +180,109 @@ def _check_linear(closed: ClosedJaxpr, name: str) -> None:
         if type(atom) is Literal:
             return not literal_value(atom).any()
         value = known.get(atom)
-        # A value that cannot be computed here (a tracer of an enclosing jit) gets the benefit
-        # of the doubt.
         return value is None or not asarray(value)._value.any()
 
     for eqn in jaxpr.eqns:
         carried = [i for i, v in enumerate(eqn.invars) if is_linear(v)]
         if not carried:
             continue
-        _check_equation(eqn, carried, is_linear, is_zero, name)
-        linear.update(eqn.outvars)
-    for atom in jaxpr.outvars:
-        if not is_linear(atom) and not is_zero(atom):
-            raise TypeError(
-                f"linear_transpose needs a linear function, but {name} returns an output that "
-                "does not depend on its inputs and is not zero (an affine map)"
-            )
+        _check_equation(eqn, carried, is_linear, is_zero, name, context)
+        flags = [is_linear(v) for v in eqn.invars]
+        outs = _nested_linear_outputs(eqn, flags, known, is_zero, name, context)
+        linear.update(v for v, flag in zip(eqn.outvars, outs) if flag)
+    return [is_linear(v) for v in jaxpr.outvars], [is_zero(v) for v in jaxpr.outvars]
 
 
-def _check_equation(eqn: JaxprEqn, carried: list[int], is_linear, is_zero, name: str) -> None:
+def _check_nested(eqn: JaxprEqn, closed: ClosedJaxpr, operands, known, linear_ins, name, context):
+    """`_check_program` of a program nested in `eqn`, whose inputs are `operands` of the
+    outer one. Restaging a nested program (splitting it by partial evaluation) can lose its
+    equations' lines, so errors also name the line of the equation holding it."""
+    context = f" inside '{eqn.primitive.name}'{_at(eqn)}{context}"
+    inner = closed.jaxpr
+    inner_known = {
+        v: c for v, c in zip(inner.constvars, closed.consts) if not isinstance(c, core.Tracer)
+    }
+    for v, atom in zip(inner.invars, operands):
+        value = literal_value(atom) if type(atom) is Literal else known.get(atom)
+        if value is not None:
+            inner_known[v] = value
+    return _check_program(inner, inner_known, linear_ins, name, context)
+
+
+def _at(eqn: JaxprEqn) -> str:
+    return f" (at {eqn.source_info})" if eqn.source_info else ""
+
+
+def _affine_output(name: str, what: str, eqn: JaxprEqn, context: str) -> TypeError:
+    return TypeError(
+        f"linear_transpose needs a linear function, but in {name} {what} that depends on its "
+        f"inputs on one path and is a constant that is not zero on another (an affine "
+        f"map){_at(eqn)}{context}"
+    )
+
+
+def _nested_linear_outputs(eqn: JaxprEqn, flags, known: dict, is_zero, name: str, context: str):
+    """Which outputs of `eqn` carry the inputs, given which of its operands do; a cond's
+    branches, a scan's body and a call's program are checked on the way."""
     prim = eqn.primitive
-    where = f" (at {eqn.source_info})" if eqn.source_info else ""
+    if prim.name == "cond":
+        operands, branch_flags = eqn.invars[1:], flags[1:]
+        results = [
+            _check_nested(eqn, b, operands, known, branch_flags, name, context)
+            for b in eqn.params["branches"]
+        ]
+        outs = [any(r[0][i] for r in results) for i in range(len(eqn.outvars))]
+        for linear_outs, zero_outs in results:
+            if any(o and not (lin or z) for o, lin, z in zip(outs, linear_outs, zero_outs)):
+                raise _affine_output(name, "a branch of 'cond' returns a value", eqn, context)
+        return outs
+    if prim.name == "scan":
+        return _scan_linear_outputs(eqn, flags, known, is_zero, name, context)
+    calls = _calls()
+    if prim in calls:
+        program = eqn.params[calls[prim]]
+        return _check_nested(eqn, program, eqn.invars, known, flags, name, context)[0]
+    return [True] * len(eqn.outvars)
+
+
+def _scan_linear_outputs(eqn: JaxprEqn, flags, known: dict, is_zero, name: str, context: str):
+    """A carry carries the inputs when its initial value does or when the body makes it from
+    one that does: the body is checked until the carried set stops growing."""
+    num_consts, num_carry = eqn.params["num_consts"], eqn.params["num_carry"]
+    body = eqn.params["jaxpr"]
+    carry = flags[num_consts : num_consts + num_carry]
+    # A loop's carry changes between iterations, so only its constants and xs are known
+    # (zero-ness of a slice of xs is that of the whole array).
+    operands = list(eqn.invars)
+    for i in range(num_consts, num_consts + num_carry):
+        operands[i] = None
+    while True:
+        body_flags = flags[:num_consts] + carry + flags[num_consts + num_carry :]
+        linear_outs, zero_outs = _check_nested(
+            eqn, body, operands, known, body_flags, name, context
+        )
+        grown = [a or b for a, b in zip(carry, linear_outs[:num_carry])]
+        if grown == carry:
+            break
+        carry = grown
+    for i, carried in enumerate(carry):
+        init = eqn.invars[num_consts + i]
+        body_constant = not linear_outs[i] and not zero_outs[i]
+        if carried and (body_constant or (not flags[num_consts + i] and not is_zero(init))):
+            raise _affine_output(name, "a carry of 'scan' is a value", eqn, context)
+    return carry + linear_outs[num_carry:]
+
+
+def _check_equation(eqn: JaxprEqn, carried: list[int], is_linear, is_zero, name, context) -> None:
+    prim = eqn.primitive
+    where = _at(eqn) + context
     if prim.transpose is None:
         raise TypeError(
             f"linear_transpose needs a linear function, but {name} applies '{prim.name}', which "
             f"is not linear, to a value that depends on its inputs{where}"
         )
     if prim.higher_order:
-        return  # its own transpose rule checks the program it carries
+        return  # _nested_linear_outputs checks the programs it carries
     if prim.name in _ONE_LINEAR_OPERAND:
         allowed = _ONE_LINEAR_OPERAND[prim.name]
         if len(carried) > 1 or carried[0] not in allowed:
