@@ -480,6 +480,21 @@ def test_integer_conv_wraps_around():
     assert out.dtype == np.int8 and int(out[0, 0, 0]) == np.int16(300).astype(np.int8)
 
 
+def test_padding_and_dilation_holes_skip_non_finite_kernel_taps():
+    # Padded and dilation-hole positions hold no input element, so an inf or nan kernel tap
+    # over them contributes nothing rather than 0 * inf = nan; eager and jit agree on it.
+    lhs = np.array([[[1.0, 2.0], [3.0, -1.0]]])
+    rhs = np.repeat(np.array([[[np.inf, 1.0, np.nan]], [[2.0, -np.inf, 0.5]]]), 2, axis=1)
+    params = dict(window_strides=(1,), padding=((2, 1),), lhs_dilation=(2,))
+    expected = conv_reference(lhs, rhs, (1,), ((2, 1),), (2,), (1,), 1, 1)
+    assert np.isfinite(expected).any() and np.isnan(expected).any()
+    eager = lax.conv_general_dilated(lhs, rhs, **params)
+    np.testing.assert_array_equal(eager, expected)
+    np.testing.assert_array_equal(
+        fg.jit(lambda x, w: lax.conv_general_dilated(x, w, **params))(lhs, rhs), eager
+    )
+
+
 def test_zero_sized_convolutions():
     empty_batch = lax.conv(
         np.ones((0, 2, 4), np.float32), np.ones((3, 2, 2), np.float32), (1,), "VALID"

@@ -601,18 +601,42 @@ def _conv_general_dilated_impl(lhs, rhs, **params):
     x = _dilate_and_pad(x, params["lhs_dilation"], params["padding"])
     w = rhs.astype(compute, copy=False).transpose(rhs_spec)
     extent = tuple(_dilate_dim(k, d) for k, d in zip(w.shape[2:], rhs_dilation))
-    windows = sliding_window_view(x, extent, axis=tuple(range(2, x.ndim)))
-    # windows: (N, C, positions..., offsets...); keep every stride-th position and every
-    # dilation-th offset.
-    patches = windows[
-        (slice(None), slice(None))
-        + tuple(slice(None, None, s) for s in strides)
-        + tuple(slice(None, None, d) for d in rhs_dilation)
-    ]
-    out = _grouped_contraction(
-        patches, w, params["feature_group_count"], params["batch_group_count"]
-    )
+
+    def patches_of(spread):
+        # (N, C, positions..., offsets...), keeping every stride-th position and every
+        # dilation-th offset.
+        windows = sliding_window_view(spread, extent, axis=tuple(range(2, spread.ndim)))
+        return windows[
+            (slice(None), slice(None))
+            + tuple(slice(None, None, s) for s in strides)
+            + tuple(slice(None, None, d) for d in rhs_dilation)
+        ]
+
+    patches = patches_of(x)
+    groups = (params["feature_group_count"], params["batch_group_count"])
+    if np.all(np.isfinite(w)):
+        out = _grouped_contraction(patches, w, *groups)
+    else:
+        # Padding and dilation holes contribute nothing, not 0 * w: an inf or nan kernel tap
+        # that lands only on holes must leave the output finite.
+        ones = np.ones((1, 1) + tuple(lhs.shape[d] for d in lhs_spec[2:]), bool)
+        real = patches_of(_dilate_and_pad(ones, params["lhs_dilation"], params["padding"]))
+        out = _masked_contraction(patches, w, real[0, 0], groups)
     return _finish(out.transpose(np.argsort(out_spec)), out_aval.dtype)
+
+
+def _masked_contraction(patches, w, real, groups) -> np.ndarray:
+    """`_grouped_contraction` that drops every product of a kernel tap with a padded element.
+
+    `real` (out..., k...) says which patch elements come from the lhs. One kernel tap at a time,
+    every feature of a patch element is real or none is, so masking each tap's sum is exact.
+    """
+    out = 0
+    for tap in np.ndindex(w.shape[2:]):
+        keep = (Ellipsis,) + tuple(slice(k, k + 1) for k in tap)
+        term = _grouped_contraction(patches[keep], w[keep], *groups)
+        out = out + np.where(real[(Ellipsis,) + tap], term, 0)
+    return out
 
 
 def _grouped_contraction(patches, w, feature_groups: int, batch_groups: int) -> np.ndarray:
