@@ -527,3 +527,27 @@ def test_the_garbage_collector_pauses_while_a_program_is_staged_and_compiled(ena
         gc.set_threshold(*threshold)
         gc.enable()
     np.testing.assert_allclose(executable(np.ones(8, np.float32)), chain(np.ones(8, np.float32)))
+
+
+def test_float0_tangents_come_out_of_jit_as_they_do_eagerly():
+    """jvp of a boolean output, and grad with allow_int for an integer argument, give float0
+    tangents: no data, so the program does not compute them, and jit hands them back
+    unchanged, alone or beside computed outputs, nested, mapped and abstractly."""
+
+    def f(x):
+        return fg.jvp(lambda a: (a > 0, a * 2), (x,), (fnp.ones(3),))
+
+    x = fnp.asarray([1.0, -2.0, 3.0])
+    eager = f(x)
+    for jitted in (fg.jit(f), fg.jit(lambda x: fg.jit(f)(x))):
+        (positive, doubled), (bool_tangent, tangent) = jitted(x)
+        np.testing.assert_array_equal(positive, eager[0][0])
+        np.testing.assert_array_equal(doubled, eager[0][1])
+        np.testing.assert_array_equal(tangent, [2.0, 2.0, 2.0])
+        assert bool_tangent.dtype == fg.dtypes.float0 and bool_tangent.shape == (3,)
+    assert fg.jit(f).eval_shape(x)[1][0].dtype == fg.dtypes.float0
+    assert fg.vmap(fg.jit(f))(fnp.stack([x, x]))[1][0].shape == (2, 3)
+    _, integer_grad = fg.jit(
+        lambda x: fg.grad(lambda a, i: (a * i).sum(), argnums=(0, 1), allow_int=True)(x, 3)
+    )(x)
+    assert integer_grad.dtype == fg.dtypes.float0 and integer_grad.shape == ()

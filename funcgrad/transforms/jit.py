@@ -21,7 +21,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from funcgrad import caches, core, tree_util
+import numpy as np
+
+from funcgrad import caches, core, dtypes, tree_util
 from funcgrad.array import Array, DeviceValue, device_put, on_gpu
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import passes
@@ -332,18 +334,30 @@ class _Entry:
         "consts",
         "donated",
         "single_output",
+        "float0_leaves",
         "_backend",
         "_executable",
         "_gpu_consts",
     )
 
-    def __init__(self, jaxpr: ClosedJaxpr, out_tree, consts: list, donated: tuple[int, ...]):
+    def __init__(
+        self,
+        jaxpr: ClosedJaxpr,
+        out_tree,
+        consts: list,
+        donated: tuple[int, ...],
+        float0_leaves: tuple[tuple[int, tuple[int, ...]], ...] = (),
+    ):
         self.jaxpr = jaxpr
         self.precision = config.default_matmul_precision
         self.out_tree = out_tree
         self.consts = consts
         self.donated = donated  # the program's inputs (consts first) that the caller donates
-        self.single_output = out_tree == tree_util.tree_structure(0)
+        # (position, shape) of the outputs that are float0 tangents (of integer or boolean
+        # values): they hold no data, so the program does not compute them; they are made
+        # again around each call.
+        self.float0_leaves = float0_leaves
+        self.single_output = out_tree == tree_util.tree_structure(0) and not float0_leaves
         self._backend = None
         self._executable = None
         self._gpu_consts: dict = {}
@@ -365,7 +379,15 @@ class _Entry:
         return executable.on_device([*consts, *leaves], device)
 
     def outputs(self, outs: list):
+        if self.float0_leaves:
+            outs = list(outs)
+            for position, shape in self.float0_leaves:
+                outs.insert(position, np.zeros(shape, dtypes.float0))
         return outs[0] if self.single_output else tree_util.tree_unflatten(self.out_tree, outs)
+
+
+def _is_float0(leaf) -> bool:
+    return isinstance(leaf, np.ndarray) and leaf.dtype == dtypes.float0
 
 
 def _array_key(leaf):
@@ -555,19 +577,33 @@ class Jitted:
                 args[i] if i in static_positions else next(dynamic_iter) for i in range(len(args))
             ]
             static_kwargs = {k: v for k, v in kwargs.items() if k in self.static_argnames}
-            return self.fun(*full, **static_kwargs, **dynamic_kwargs)
+            out_leaves, out_tree = tree_util.tree_flatten(
+                self.fun(*full, **static_kwargs, **dynamic_kwargs)
+            )
+            structure.append(out_tree)
+            float0_leaves.extend(
+                (i, leaf.shape) for i, leaf in enumerate(out_leaves) if _is_float0(leaf)
+            )
+            return [leaf for leaf in out_leaves if not _is_float0(leaf)]
 
+        structure: list = []
+        float0_leaves: list = []
         started = time.perf_counter()
         with collection_paused():  # staging allocates in bursts too
-            closed, out_tree = trace_to_jaxpr(
+            closed, _ = trace_to_jaxpr(
                 flat_fun, [core.get_aval(x) for x in leaves], f"jit({self.name})"
             )
+        (out_tree,) = structure
         if config.log_compiles:
             self._log_trace(args, kwargs, static_positions, leaves, time.perf_counter() - started)
         donated = self._donated_leaves(args, static_positions)
         num_consts = len(closed.consts)
         return _Entry(
-            _hoisted(closed), out_tree, closed.consts, tuple(num_consts + i for i in donated)
+            _hoisted(closed),
+            out_tree,
+            closed.consts,
+            tuple(num_consts + i for i in donated),
+            tuple(float0_leaves),
         )
 
     def _log_trace(self, args, kwargs, static_positions, leaves, seconds: float) -> None:
@@ -649,6 +685,8 @@ class Jitted:
         shapes = [
             core.ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in entry.jaxpr.out_avals
         ]
+        for position, shape in entry.float0_leaves:
+            shapes.insert(position, core.ShapeDtypeStruct(shape, dtypes.float0))
         return tree_util.tree_unflatten(entry.out_tree, shapes)
 
     def clear_cache(self) -> None:
