@@ -153,6 +153,26 @@ def is_bool(dtype) -> bool:
     return np.dtype(dtype) == bool_
 
 
+def lowest(dtype) -> np.generic:
+    """The identity of max: nothing of `dtype` is smaller (-inf, the least integer, False)."""
+    dtype = np.dtype(dtype)
+    if is_float(dtype):
+        return dtype.type(-np.inf)
+    if is_bool(dtype):
+        return dtype.type(False)
+    return dtype.type(np.iinfo(dtype).min)
+
+
+def highest(dtype) -> np.generic:
+    """The identity of min: nothing of `dtype` is larger (inf, the greatest integer, True)."""
+    dtype = np.dtype(dtype)
+    if is_float(dtype):
+        return dtype.type(np.inf)
+    if is_bool(dtype):
+        return dtype.type(True)
+    return dtype.type(np.iinfo(dtype).max)
+
+
 def check_supported(dtype) -> np.dtype:
     """Return `dtype` as a NumPy dtype, or raise naming it when funcgrad does not support it."""
     try:

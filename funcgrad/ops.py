@@ -100,7 +100,7 @@ def segment_max(
     return _segment_reduce(
         lax.scatter_max,
         lax.reduce_max,
-        _lowest(data.dtype),
+        dtypes.lowest(data.dtype),
         data,
         ids,
         num_segments,
@@ -126,7 +126,7 @@ def segment_min(
     return _segment_reduce(
         lax.scatter_min,
         lax.reduce_min,
-        _highest(data.dtype),
+        dtypes.highest(data.dtype),
         data,
         ids,
         num_segments,
@@ -202,18 +202,6 @@ def _checked_bucket_size(bucket_size) -> int | None:
     if bucket_size < 1:
         raise ValueError(f"bucket_size must be a positive int or None, got {bucket_size}")
     return int(bucket_size)
-
-
-def _lowest(dtype: np.dtype):
-    if dtypes.is_bool(dtype):
-        return False
-    return dtypes.iinfo(dtype).min if dtypes.is_int(dtype) else -np.inf
-
-
-def _highest(dtype: np.dtype):
-    if dtypes.is_bool(dtype):
-        return True
-    return dtypes.iinfo(dtype).max if dtypes.is_int(dtype) else np.inf
 
 
 def _segment_reduce(

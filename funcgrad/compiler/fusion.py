@@ -623,28 +623,12 @@ element_rules[PRIMITIVES["gather"]] = _gather
 # Root rules: reductions
 
 
-def _lowest(dtype: np.dtype):
-    if dtype.kind == "f":
-        return -np.inf
-    if dtype == K.BOOL:
-        return False
-    return np.iinfo(dtype).min
-
-
-def _highest(dtype: np.dtype):
-    if dtype.kind == "f":
-        return np.inf
-    if dtype == K.BOOL:
-        return True
-    return np.iinfo(dtype).max
-
-
 # name -> (combining op, initial value of the accumulator for a dtype)
 _REDUCTIONS = {
     "reduce_sum": ("add", lambda dtype: 0),
     "reduce_prod": ("mul", lambda dtype: 1),
-    "reduce_max": ("max", _lowest),
-    "reduce_min": ("min", _highest),
+    "reduce_max": ("max", dtypes.lowest),
+    "reduce_min": ("min", dtypes.highest),
     "reduce_and": ("and", lambda dtype: True if dtype == K.BOOL else -1),
     "reduce_or": ("or", lambda dtype: 0),
 }
@@ -1186,8 +1170,8 @@ def _all(conditions: list) -> Expr | None:
 
 _WINDOW_REDUCTIONS = {
     "reduce_window_sum": ("add", lambda dtype: 0),
-    "reduce_window_max": ("max", _lowest),
-    "reduce_window_min": ("min", _highest),
+    "reduce_window_max": ("max", dtypes.lowest),
+    "reduce_window_min": ("min", dtypes.highest),
 }
 
 

@@ -51,24 +51,6 @@ __all__ = [
 # Shared helpers
 
 
-def _lowest(dtype: np.dtype) -> np.generic:
-    """The identity of max: nothing of `dtype` is smaller."""
-    if dtypes.is_float(dtype):
-        return dtype.type(-np.inf)
-    if dtypes.is_bool(dtype):
-        return dtype.type(False)
-    return dtype.type(np.iinfo(dtype).min)
-
-
-def _highest(dtype: np.dtype) -> np.generic:
-    """The identity of min: nothing of `dtype` is larger."""
-    if dtypes.is_float(dtype):
-        return dtype.type(np.inf)
-    if dtypes.is_bool(dtype):
-        return dtype.type(True)
-    return dtype.type(np.iinfo(dtype).max)
-
-
 def _zero(dtype: np.dtype) -> np.generic:
     return dtype.type(0)
 
@@ -150,12 +132,12 @@ def _reduce_prod(x, *, axes):
 
 def _reduce_max(x, *, axes):
     x = np.asarray(x)
-    return _result(np.maximum.reduce(x, axis=axes, initial=_lowest(x.dtype)), x.dtype)
+    return _result(np.maximum.reduce(x, axis=axes, initial=dtypes.lowest(x.dtype)), x.dtype)
 
 
 def _reduce_min(x, *, axes):
     x = np.asarray(x)
-    return _result(np.minimum.reduce(x, axis=axes, initial=_highest(x.dtype)), x.dtype)
+    return _result(np.minimum.reduce(x, axis=axes, initial=dtypes.highest(x.dtype)), x.dtype)
 
 
 def _reduce_and(x, *, axes):
@@ -665,8 +647,8 @@ def _window_primitive(name: str, accepted, identity: Callable, np_reduce: np.ufu
 
 
 reduce_window_sum_p = _window_primitive("reduce_window_sum", NUMERIC, _zero, np.add)
-reduce_window_max_p = _window_primitive("reduce_window_max", REAL, _lowest, np.maximum)
-reduce_window_min_p = _window_primitive("reduce_window_min", REAL, _highest, np.minimum)
+reduce_window_max_p = _window_primitive("reduce_window_max", REAL, dtypes.lowest, np.maximum)
+reduce_window_min_p = _window_primitive("reduce_window_min", REAL, dtypes.highest, np.minimum)
 
 
 # Derivatives. Sum pooling is linear; max and min pooling pass on the tangent of the element
@@ -793,8 +775,8 @@ for _prim in (reduce_window_sum_p, reduce_window_max_p, reduce_window_min_p):
 # The computations reduce_window accepts: each has a primitive and an identity init_value.
 _WINDOW_REDUCTIONS = {
     elementwise.add: (reduce_window_sum_p, _zero),
-    elementwise.max: (reduce_window_max_p, _lowest),
-    elementwise.min: (reduce_window_min_p, _highest),
+    elementwise.max: (reduce_window_max_p, dtypes.lowest),
+    elementwise.min: (reduce_window_min_p, dtypes.highest),
 }
 
 

@@ -143,24 +143,12 @@ class _Monoid(NamedTuple):
     accumulates: bool = False
 
 
-def _lowest(dtype: np.dtype):
-    if dtypes.is_bool(dtype):
-        return False
-    return -np.inf if dtypes.is_float(dtype) else dtypes.iinfo(dtype).min
-
-
-def _highest(dtype: np.dtype):
-    if dtypes.is_bool(dtype):
-        return True
-    return np.inf if dtypes.is_float(dtype) else dtypes.iinfo(dtype).max
-
-
 # The lax reductions are looked up when called, so that importing this module never depends on
 # the order in which funcgrad.lax's family modules are loaded.
 _SUM = _Monoid("sum", lambda x, axes: lax.reduce_sum(x, axes), lax.add, lambda d: 0, True)
 _PROD = _Monoid("prod", lambda x, axes: lax.reduce_prod(x, axes), lax.mul, lambda d: 1, True)
-_MAX = _Monoid("max", lambda x, axes: lax.reduce_max(x, axes), lax.max, _lowest)
-_MIN = _Monoid("min", lambda x, axes: lax.reduce_min(x, axes), lax.min, _highest)
+_MAX = _Monoid("max", lambda x, axes: lax.reduce_max(x, axes), lax.max, dtypes.lowest)
+_MIN = _Monoid("min", lambda x, axes: lax.reduce_min(x, axes), lax.min, dtypes.highest)
 _ALL = _Monoid("all", lambda x, axes: lax.reduce_and(x, axes), lax.bitwise_and, lambda d: True)
 _ANY = _Monoid("any", lambda x, axes: lax.reduce_or(x, axes), lax.bitwise_or, lambda d: False)
 
@@ -539,12 +527,12 @@ def nanprod(
 
 def nanmax(a, axis: Axis = None, out=None, keepdims: bool = False, initial=None, where=None):
     check_no_out("nanmax", out)
-    return _nan_extremum(max, _lowest, a, axis, keepdims, initial, where)
+    return _nan_extremum(max, dtypes.lowest, a, axis, keepdims, initial, where)
 
 
 def nanmin(a, axis: Axis = None, out=None, keepdims: bool = False, initial=None, where=None):
     check_no_out("nanmin", out)
-    return _nan_extremum(min, _highest, a, axis, keepdims, initial, where)
+    return _nan_extremum(min, dtypes.highest, a, axis, keepdims, initial, where)
 
 
 def _nan_extremum(reduction: Callable, identity: Callable, a, axis, keepdims, initial, where):
