@@ -384,68 +384,62 @@ def _subtract_at(a, indices, b):
     return a.at[indices].add(ufuncs.negative(convert(b, a.dtype)))
 
 
-add = ufunc(
+def _elementwise(func: Callable, nin: int, **options: Any) -> ufunc:
+    """The ufunc of one of funcgrad's own elementwise functions, which broadcast already, so
+    calling the ufunc calls the function itself."""
+    return ufunc(func, nin, 1, call=func, **options)
+
+
+add = _elementwise(
     ufuncs.add,
     2,
-    1,
     identity=0,
-    call=ufuncs.add,
     reduce=_sum,
     accumulate=_cumulative_sum,
     at=lambda a, indices, b: a.at[indices].add(b),
 )
-multiply = ufunc(
+multiply = _elementwise(
     ufuncs.multiply,
     2,
-    1,
     identity=1,
-    call=ufuncs.multiply,
     reduce=_prod,
     accumulate=_cumulative_prod,
     at=lambda a, indices, b: a.at[indices].multiply(b),
 )
-maximum = ufunc(
+maximum = _elementwise(
     ufuncs.maximum,
     2,
-    1,
-    call=ufuncs.maximum,
     reduce=_extremum(reductions.max),
     accumulate=_cumulative_extremum(lax.cummax),
     at=lambda a, indices, b: a.at[indices].max(b),
 )
-minimum = ufunc(
+minimum = _elementwise(
     ufuncs.minimum,
     2,
-    1,
-    call=ufuncs.minimum,
     reduce=_extremum(reductions.min),
     accumulate=_cumulative_extremum(lax.cummin),
     at=lambda a, indices, b: a.at[indices].min(b),
 )
-subtract = ufunc(ufuncs.subtract, 2, 1, call=ufuncs.subtract, at=_subtract_at)
-logical_and = ufunc(
+subtract = _elementwise(ufuncs.subtract, 2, at=_subtract_at)
+logical_and = _elementwise(
     ufuncs.logical_and,
     2,
-    1,
     identity=True,
-    call=ufuncs.logical_and,
     reduce=_logical(reductions.all, ufuncs.logical_and),
 )
-logical_or = ufunc(
+logical_or = _elementwise(
     ufuncs.logical_or,
     2,
-    1,
     identity=False,
-    call=ufuncs.logical_or,
     reduce=_logical(reductions.any, ufuncs.logical_or),
 )
-logical_xor = ufunc(ufuncs.logical_xor, 2, 1, identity=False, call=ufuncs.logical_xor)
-bitwise_and = ufunc(ufuncs.bitwise_and, 2, 1, identity=-1, call=ufuncs.bitwise_and)
-bitwise_or = ufunc(ufuncs.bitwise_or, 2, 1, identity=0, call=ufuncs.bitwise_or)
-bitwise_xor = ufunc(ufuncs.bitwise_xor, 2, 1, identity=0, call=ufuncs.bitwise_xor)
-logaddexp = ufunc(ufuncs.logaddexp, 2, 1, identity=-np.inf, call=ufuncs.logaddexp)
-logaddexp2 = ufunc(ufuncs.logaddexp2, 2, 1, identity=-np.inf, call=ufuncs.logaddexp2)
-negative = ufunc(ufuncs.negative, 1, 1, call=ufuncs.negative)
+logical_xor = _elementwise(ufuncs.logical_xor, 2, identity=False)
+bitwise_and = _elementwise(ufuncs.bitwise_and, 2, identity=-1)
+bitwise_or = _elementwise(ufuncs.bitwise_or, 2, identity=0)
+bitwise_xor = _elementwise(ufuncs.bitwise_xor, 2, identity=0)
+logaddexp = _elementwise(ufuncs.logaddexp, 2, identity=-np.inf)
+logaddexp2 = _elementwise(ufuncs.logaddexp2, 2, identity=-np.inf)
+negative = _elementwise(ufuncs.negative, 1)
 
 
 def frompyfunc(func: Callable, /, nin: int, nout: int, *, identity: Any = None) -> ufunc:
