@@ -72,6 +72,9 @@ class Config:
         # Random keys and bits as JAX derives them by default (see funcgrad.random); False
         # gives JAX's earlier scheme.
         self.threefry_partitionable = True
+        # The precision of Gumbel draws whose `mode` is None (random.gumbel, categorical,
+        # choice): "high" when True, "low" when False, as JAX's option of the same name.
+        self.use_high_dynamic_range_gumbel = False
         # Virtual CPU devices per process (pmap runs one thread per device).
         self.num_cpu_devices = _from_environment("FUNCGRAD_NUM_CPU_DEVICES", int, 1)
         # Threads a compiled program may use for its large loops (FUNCGRAD_NUM_THREADS); by
@@ -143,6 +146,7 @@ _SWITCHES = (
     "log_compiles",
     "enable_compilation_cache",
     "check_tracer_leaks",
+    "use_high_dynamic_range_gumbel",
 )
 
 
