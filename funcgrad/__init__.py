@@ -54,6 +54,7 @@ from funcgrad.devices import (
 from funcgrad.environment import print_environment_info
 from funcgrad.sharding import P, make_mesh, set_mesh
 from funcgrad.transforms.autodiff import (
+    fwd_and_bwd,
     grad,
     hessian,
     jacfwd,
@@ -126,6 +127,7 @@ __all__ = [
     "experimental",
     "flatten_util",
     "float0",
+    "fwd_and_bwd",
     "grad",
     "hessian",
     "image",
