@@ -32,7 +32,7 @@ from funcgrad.interpreters.ad import Zero
 from funcgrad.lax.base import asarray
 from funcgrad.lax.shapes import concatenate, expand_dims, index_in_dim
 
-__all__ = ["io_callback", "pure_callback"]
+__all__ = ["effects_barrier", "io_callback", "pure_callback"]
 
 VMAP_METHODS = (
     "sequential",
@@ -287,3 +287,8 @@ def pure_callback(
         vmap_method=vmap_method,
     )
     return tree_util.tree_unflatten(result_tree, outs)
+
+
+def effects_barrier() -> None:
+    """Wait for the callbacks of the calls made so far: there is nothing to wait for, since a
+    program runs each callback as it reaches it, before the call returns."""

@@ -235,6 +235,24 @@ def log_compiles(enabled: bool = True) -> contextlib.AbstractContextManager[None
     return _scoped("log_compiles", enabled)
 
 
+def check_tracer_leaks(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, tracer leaks are checked (or not, for `False`): see
+    `config.check_tracer_leaks` and `checking_leaks`."""
+    return _scoped("check_tracer_leaks", enabled)
+
+
+def numpy_rank_promotion(value: str) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, broadcasting operands of different ranks is "allow"ed, "warn"s or
+    "raise"s (see `config.numpy_rank_promotion`)."""
+    return _scoped("numpy_rank_promotion", value)
+
+
+def threefry_partitionable(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, random bits are derived by the partitionable scheme, or the earlier
+    one for `False` (see `config.threefry_partitionable`)."""
+    return _scoped("threefry_partitionable", enabled)
+
+
 def checking_leaks() -> contextlib.AbstractContextManager[None]:
     """Inside the block, a transformation that returns while a tracer it made is still
     referenced raises (see `config.check_tracer_leaks`)."""
