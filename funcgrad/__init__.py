@@ -20,17 +20,20 @@ from funcgrad import (
     random,
     scipy,
     sharding,
+    stages,
     test_util,
     testing,
     tree,
     tree_util,
+    typing,
     version,
     viz,
 )
 from funcgrad.array import Array, Device, block_until_ready, device_get, device_put
 from funcgrad.caches import clear_caches
-from funcgrad.callbacks import pure_callback
+from funcgrad.callbacks import effects_barrier, pure_callback
 from funcgrad.config import (
+    check_tracer_leaks,
     checking_leaks,
     config,
     debug_infs,
@@ -39,6 +42,8 @@ from funcgrad.config import (
     disable_jit,
     enable_x64,
     log_compiles,
+    numpy_rank_promotion,
+    threefry_partitionable,
 )
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
 from funcgrad.devices import (
@@ -50,10 +55,12 @@ from funcgrad.devices import (
     local_devices,
     process_count,
     process_index,
+    process_indices,
 )
 from funcgrad.environment import print_environment_info
-from funcgrad.sharding import P, make_mesh, set_mesh
+from funcgrad.sharding import NamedSharding, P, make_mesh, set_mesh
 from funcgrad.transforms.autodiff import (
+    fwd_and_bwd,
     grad,
     hessian,
     jacfwd,
@@ -101,6 +108,7 @@ __all__ = [
     "checkpoint",
     "config",
     "checkpoint_policies",
+    "check_tracer_leaks",
     "checking_leaks",
     "custom_batching",
     "custom_derivatives",
@@ -121,11 +129,13 @@ __all__ = [
     "distributed",
     "dlpack",
     "dtypes",
+    "effects_barrier",
     "enable_x64",
     "eval_shape",
     "experimental",
     "flatten_util",
     "float0",
+    "fwd_and_bwd",
     "grad",
     "hessian",
     "image",
@@ -141,8 +151,10 @@ __all__ = [
     "linear_transpose",
     "log_compiles",
     "make_jaxpr",
+    "NamedSharding",
     "nn",
     "numpy",
+    "numpy_rank_promotion",
     "ops",
     "P",
     "make_mesh",
@@ -150,15 +162,19 @@ __all__ = [
     "set_mesh",
     "shard_map",
     "sharding",
+    "stages",
     "process_count",
     "process_index",
+    "process_indices",
     "pure_callback",
     "random",
     "remat",
     "scipy",
     "test_util",
+    "threefry_partitionable",
     "tree",
     "tree_util",
+    "typing",
     "value_and_grad",
     "version",
     "vmap",

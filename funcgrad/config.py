@@ -72,6 +72,9 @@ class Config:
         # Random keys and bits as JAX derives them by default (see funcgrad.random); False
         # gives JAX's earlier scheme.
         self.threefry_partitionable = True
+        # The precision of Gumbel draws whose `mode` is None (random.gumbel, categorical,
+        # choice): "high" when True, "low" when False, as JAX's option of the same name.
+        self.use_high_dynamic_range_gumbel = False
         # Virtual CPU devices per process (pmap runs one thread per device).
         self.num_cpu_devices = _from_environment("FUNCGRAD_NUM_CPU_DEVICES", int, 1)
         # Threads a compiled program may use for its large loops (FUNCGRAD_NUM_THREADS); by
@@ -143,6 +146,7 @@ _SWITCHES = (
     "log_compiles",
     "enable_compilation_cache",
     "check_tracer_leaks",
+    "use_high_dynamic_range_gumbel",
 )
 
 
@@ -229,6 +233,24 @@ def debug_infs(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
 def log_compiles(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
     """Inside the block, each program jit traces is logged (see `config.log_compiles`)."""
     return _scoped("log_compiles", enabled)
+
+
+def check_tracer_leaks(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, tracer leaks are checked (or not, for `False`): see
+    `config.check_tracer_leaks` and `checking_leaks`."""
+    return _scoped("check_tracer_leaks", enabled)
+
+
+def numpy_rank_promotion(value: str) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, broadcasting operands of different ranks is "allow"ed, "warn"s or
+    "raise"s (see `config.numpy_rank_promotion`)."""
+    return _scoped("numpy_rank_promotion", value)
+
+
+def threefry_partitionable(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, random bits are derived by the partitionable scheme, or the earlier
+    one for `False` (see `config.threefry_partitionable`)."""
+    return _scoped("threefry_partitionable", enabled)
 
 
 def checking_leaks() -> contextlib.AbstractContextManager[None]:

@@ -52,7 +52,18 @@ _SHORT_DTYPE_NAMES = {
 
 
 def short_dtype_name(dtype: np.dtype) -> str:
-    return _SHORT_DTYPE_NAMES.get(dtype.name, dtype.name)
+    return _SHORT_DTYPE_NAMES.get(dtype.name, dtype_name(dtype))
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    """A dtype's name, float0's included (NumPy calls its structured dtype "void")."""
+    return "float0" if dtype == dtypes.float0 else dtype.name
+
+
+def is_float0(x) -> bool:
+    """True for the tangent of an integer or boolean value: a NumPy array of float0, which
+    holds no data and so is never traced or staged."""
+    return isinstance(x, np.ndarray) and x.dtype == dtypes.float0
 
 
 class ShapedArray:
@@ -132,7 +143,7 @@ class ShapeDtypeStruct:
         return hash((self.shape, self.dtype))
 
     def __repr__(self) -> str:
-        return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype.name})"
+        return f"ShapeDtypeStruct(shape={self.shape}, dtype={dtype_name(self.dtype)})"
 
 
 def get_aval(x) -> ShapedArray:

@@ -183,4 +183,9 @@ def process_count(backend: str | None = None) -> int:
     return distributed.process_count()
 
 
+def process_indices(backend: str | None = None) -> list[int]:
+    """The indices of all the processes of the job: 0 .. process_count() - 1."""
+    return list(range(process_count(backend)))
+
+
 use_platform(config.platform)

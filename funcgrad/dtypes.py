@@ -296,6 +296,56 @@ def iinfo(dtype) -> np.iinfo:
 
 
 def issubdtype(a, b) -> bool:
+    if isinstance(a, type) and issubclass(a, extended):
+        return isinstance(b, type) and issubclass(a, b)
     if np.dtype(a) == bfloat16:
         return b in (bfloat16, np.floating, np.inexact, np.number, np.generic)
     return np.issubdtype(a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# JAX's `jax.dtypes` names over the above
+
+
+class extended(np.generic):
+    """The dtypes beyond NumPy's. funcgrad has none: its keys are uint32 arrays, so
+    `issubdtype(key.dtype, prng_key)` is False, as for JAX's raw `PRNGKey` keys."""
+
+
+class prng_key(extended):
+    """The dtype of typed PRNG keys, which funcgrad does not have (see `extended`)."""
+
+
+def canonicalize_dtype(dtype, allow_extended_dtype: bool = False) -> np.dtype:
+    """The dtype an array requested as `dtype` gets: Python's types become the defaults;
+    float64 and int64 stay themselves, as funcgrad keeps 64-bit data."""
+    del allow_extended_dtype  # (there are no extended dtypes)
+    return canonicalize(dtype)
+
+
+def result_type(*args, return_weak_type_flag: bool = False):
+    """The dtype arrays, scalars and dtypes promote to, with its weak type if asked."""
+    from funcgrad.numpy._promotion import result_type_and_weak  # (it reads arrays and tracers)
+
+    dtype, weak_type = result_type_and_weak(*args)
+    return (dtype, weak_type) if return_weak_type_flag else dtype
+
+
+def scalar_type_of(x) -> type:
+    """The Python scalar type (bool, int, float or complex) of x's dtype."""
+    dtype = result_type(x)
+    if is_bool(dtype):
+        return builtins.bool
+    if is_int(dtype):
+        return builtins.int
+    return builtins.complex if is_complex(dtype) else builtins.float
+
+
+def itemsize_bits(dtype) -> int:
+    """Bits per element: a dtype narrower than a byte still takes a whole byte in NumPy."""
+    dtype = np.dtype(dtype)
+    if is_int(dtype):
+        return ml_dtypes.iinfo(dtype).bits
+    if is_float(dtype):
+        return ml_dtypes.finfo(dtype).bits
+    return 8 * dtype.itemsize

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from funcgrad import core
+from funcgrad import core, dtypes
 from funcgrad.core import ShapedArray
 
 
@@ -30,7 +30,9 @@ class Var:
 
 
 class Literal:
-    """A scalar constant written inline in the program text."""
+    """A scalar constant written inline in the program text; or a float0 array of any shape,
+    which holds no data, among the outputs of `make_jaxpr`'s programs (the tangents of
+    integer and boolean values)."""
 
     __slots__ = ("val", "aval")
 
@@ -183,7 +185,14 @@ def eval_jaxpr(jaxpr: Jaxpr, consts: Sequence[Any], *args) -> list[Any]:
 def literal_value(literal: Literal):
     from funcgrad.array import Array
 
+    if core.is_float0(literal.val):
+        return literal.val  # (as transformations give float0 values: NumPy arrays)
     return Array(literal.val, literal.aval.weak_type)
+
+
+def float0_literal(shape: tuple[int, ...]) -> Literal:
+    """The float0 zeros of `shape`, written inline."""
+    return Literal(np.zeros(shape, dtypes.float0), ShapedArray(shape, dtypes.float0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -219,6 +228,8 @@ def _nth_name(n: int) -> str:
 
 
 def _literal_text(val) -> str:
+    if core.is_float0(val):
+        return "0"
     value = np.asarray(val).item()
     if isinstance(value, float):
         return repr(value)

@@ -51,6 +51,7 @@ __all__ = [
     "gumbel",
     "key",
     "key_data",
+    "key_impl",
     "laplace",
     "loggamma",
     "logistic",
@@ -218,18 +219,34 @@ def _concrete_int(name: str, x) -> int:
     return x if isinstance(x, int) else operator.index(_integer_scalar(name, x))
 
 
-def PRNGKey(seed) -> Array:
+def _check_impl(name: str, impl) -> None:
+    if impl not in (None, _IMPL):
+        raise ValueError(f"{name}: unknown PRNG impl {impl!r}; funcgrad has {_IMPL!r}")
+
+
+_IMPL = "threefry2x32"
+
+
+def PRNGKey(seed, *, impl=None) -> Array:
     """A key from an integer seed: the seed's high and low 32 bits as a 64-bit integer.
 
     Python ints are 64-bit (so a negative seed fills the high word); integer arrays of 32 bits
-    or fewer have a zero high word.
+    or fewer have a zero high word. `impl` may name the one generator there is, threefry2x32.
     """
+    _check_impl("PRNGKey", impl)
     return _seed_words(_integer_scalar("PRNGKey", seed))
 
 
-def key(seed) -> Array:
+def key(seed, *, impl=None) -> Array:
     """The same uint32[2] key as `PRNGKey` (funcgrad has no typed key arrays)."""
+    _check_impl("key", impl)
     return PRNGKey(seed)
+
+
+def key_impl(keys) -> str:
+    """The name of the generator keys are for: threefry2x32, the only one."""
+    _check_key_words("key_impl", keys)
+    return _IMPL
 
 
 def split(key, num: int | Sequence[int] = 2) -> Array:
@@ -267,8 +284,7 @@ def key_data(keys) -> Array:
 
 def wrap_key_data(key_bits_array, *, impl=None) -> Array:
     """Keys from uint32 words of shape (..., 2); only the default threefry2x32 impl exists."""
-    if impl not in (None, "threefry2x32"):
-        raise ValueError(f"wrap_key_data: unknown PRNG impl {impl!r}; funcgrad has threefry2x32")
+    _check_impl("wrap_key_data", impl)
     return _check_key_words("wrap_key_data", key_bits_array)
 
 
@@ -445,12 +461,34 @@ def _open_unit(name: str, key, shape, dtype):
     return _uniform(name, key, shape, dtype, dtypes.finfo(dtype).tiny, 1.0)
 
 
-def gumbel(key, shape: Sequence[int] = (), dtype=float) -> Array:
-    """Standard Gumbel floats, -log(-log(u)) for u uniform in (0, 1)."""
+def gumbel(key, shape: Sequence[int] = (), dtype=float, mode: str | None = None) -> Array:
+    """Standard Gumbel floats, -log(-log(u)) for u uniform in (0, 1).
+
+    `mode="high"` draws u with twice the bits below 1/2, where the largest values come from
+    (in float32 up to about 32 rather than 16), at twice the cost; None reads
+    `config.use_high_dynamic_range_gumbel`.
+    """
     key = _check_key("gumbel", key)
     dtype = _float_dtype("gumbel", dtype)
-    u = _open_unit("gumbel", key, _canonical_shape("gumbel", shape), dtype)
-    return lax.neg(lax.log(lax.neg(lax.log(u))))
+    shape = _canonical_shape("gumbel", shape)
+    if _gumbel_mode("gumbel", mode) == "low":
+        u = _open_unit("gumbel", key, shape, dtype)
+        return lax.neg(lax.log(lax.neg(lax.log(u))))
+    info = dtypes.finfo(dtype)
+    both = _uniform("gumbel", key, (2, *shape), dtype, 0.0, 1.0)
+    high, low = (lax.index_in_dim(both, i, keepdims=False) for i in range(2))
+    # Below 1/2, `low` fills the bits under high's last one; 1 - u is then exact in log1p.
+    finer = high + low * float(2.0**-info.nmant) + float(info.tiny)
+    u = lax.select(lax.ge(high, np.array(0.5, dtype)[()]), high, finer)
+    return lax.neg(lax.log(lax.neg(lax.log1p(lax.neg(u)))))
+
+
+def _gumbel_mode(name: str, mode: str | None) -> str:
+    if mode is None:
+        return "high" if config.use_high_dynamic_range_gumbel else "low"
+    if mode not in ("low", "high"):
+        raise ValueError(f"{name}: mode must be 'low', 'high' or None, got {mode!r}")
+    return mode
 
 
 def exponential(key, shape: Sequence[int] = (), dtype=float) -> Array:
@@ -465,16 +503,27 @@ def exponential(key, shape: Sequence[int] = (), dtype=float) -> Array:
 # Discrete distributions
 
 
-def bernoulli(key, p=0.5, shape=None) -> Array:
-    """Booleans that are True with probability `p` (which broadcasts to `shape`)."""
+def bernoulli(key, p=0.5, shape=None, mode: str = "low") -> Array:
+    """Booleans that are True with probability `p` (which broadcasts to `shape`).
+
+    `mode="high"` compares with a uniform number of twice the bits, so that probabilities
+    below the float's resolution (about 1e-7 in float32) are drawn correctly, at twice the cost.
+    """
     key = _check_key("bernoulli", key)
+    if mode not in ("low", "high"):
+        raise ValueError(f"bernoulli: mode must be 'low' or 'high', got {mode!r}")
     p = lax.asarray(p)
     if not dtypes.is_float(p.dtype):
         raise TypeError(f"bernoulli: the probability p must be floating-point, got {p.dtype.name}")
     shape = p.shape if shape is None else _canonical_shape("bernoulli", shape)
     work = _computing_dtype(p.dtype)
-    u = _uniform("bernoulli", key, shape, work, 0.0, 1.0)
-    return lax.lt(u, _broadcast_to("bernoulli", lax.convert_element_type(p, work), shape))
+    p = _broadcast_to("bernoulli", lax.convert_element_type(p, work), shape)
+    if mode == "low":
+        return lax.lt(_uniform("bernoulli", key, shape, work, 0.0, 1.0), p)
+    both = _uniform("bernoulli", key, (2, *shape), work, 0.0, 1.0)
+    high, low = (lax.index_in_dim(both, i, keepdims=False) for i in range(2))
+    # u = high + low * 2^-nmant < p, with the subtraction kept exact for p near high.
+    return lax.lt(low * float(2.0 ** -dtypes.finfo(work).nmant), p - high)
 
 
 def _integer_bound(x, dtype: np.dtype):
@@ -550,11 +599,15 @@ def randint(key, shape: Sequence[int], minval, maxval, dtype=int) -> Array:
     return lax.add(minval, lax.convert_element_type(offset, dtype))
 
 
-def categorical(key, logits, axis: int = -1, shape=None) -> Array:
+def categorical(
+    key, logits, axis: int = -1, shape=None, replace: bool = True, mode: str | None = None
+) -> Array:
     """Indices drawn with probabilities softmax(logits) along `axis` (the Gumbel-max trick).
 
     `shape` defaults to the shape of `logits` without `axis`; a longer shape draws several
-    samples per distribution, and must end with (a broadcast of) that shape.
+    samples per distribution, and must end with (a broadcast of) that shape. Without
+    `replace` the samples of one distribution are distinct (the Gumbel-top-k trick), and
+    `shape` must end with that shape exactly. `mode` is `gumbel`'s.
     """
     key = _check_key("categorical", key)
     logits = lax.asarray(logits)
@@ -571,11 +624,33 @@ def categorical(key, logits, axis: int = -1, shape=None) -> Array:
             f"categorical: shape {shape} must end with the batch shape {batch_shape} (or a "
             f"broadcast of it) of logits {logits.shape} without axis {axis}"
         )
-    draw_shape = shape[: prefix + axis] + (logits.shape[axis],) + shape[prefix + axis :]
     work = _computing_dtype(logits.dtype)
-    noise = gumbel(key, draw_shape, work)
+    if not replace:
+        return _categorical_distinct(key, logits, axis, shape, prefix, work, mode)
+    draw_shape = shape[: prefix + axis] + (logits.shape[axis],) + shape[prefix + axis :]
+    noise = gumbel(key, draw_shape, work, mode)
     logits = _broadcast_to("categorical", lax.convert_element_type(logits, work), draw_shape)
     return lax.argmax(lax.add(noise, logits), prefix + axis, dtypes.default_int)
+
+
+def _categorical_distinct(key, logits, axis: int, shape, prefix: int, work, mode):
+    """The k = prod(shape[:prefix]) largest of logits + Gumbel noise along `axis`, which are k
+    draws without replacement, laid out as `shape`."""
+    batch_shape = logits.shape[:axis] + logits.shape[axis + 1 :]
+    if shape[prefix:] != batch_shape:
+        raise ValueError(
+            f"categorical: without replacement, shape {shape} must end with the batch shape "
+            f"{batch_shape} itself"
+        )
+    k = math.prod(shape[:prefix])
+    if k > logits.shape[axis]:
+        raise ValueError(
+            f"categorical: cannot draw {k} distinct samples from {logits.shape[axis]} categories"
+        )
+    noisy = lax.add(gumbel(key, logits.shape, work, mode), lax.convert_element_type(logits, work))
+    _, indices = lax.top_k(fnp.moveaxis(noisy, axis, -1), k)  # batch_shape + (k,)
+    indices = lax.convert_element_type(indices, dtypes.default_int)
+    return lax.reshape(fnp.moveaxis(indices, -1, 0), shape)
 
 
 def _shuffle(key, x, axis: int, same_for_all_slices: bool):
@@ -613,11 +688,20 @@ def permutation(key, x, axis: int = 0, independent: bool = False) -> Array:
     return _shuffle(key, x, axis, same_for_all_slices=not independent and x.ndim > 1)
 
 
-def choice(key, a, shape: Sequence[int] = (), replace: bool = True, p=None, axis: int = 0) -> Array:
+def choice(
+    key,
+    a,
+    shape: Sequence[int] = (),
+    replace: bool = True,
+    p=None,
+    axis: int = 0,
+    mode: str | None = None,
+) -> Array:
     """Draws from range(a) for an integer `a`, or from the slices of `a` along `axis`.
 
     `p` gives the probability of each candidate (uniform if None); without `replace` no
-    candidate is drawn twice. Array results have `shape` in place of `axis`.
+    candidate is drawn twice. Array results have `shape` in place of `axis`. `mode` is
+    `gumbel`'s, for weighted draws without replacement.
     """
     key = _check_key("choice", key)
     shape = _canonical_shape("choice", shape)
@@ -646,13 +730,13 @@ def choice(key, a, shape: Sequence[int] = (), replace: bool = True, p=None, axis
     if p is None:
         indices = randint(key, (n_draws,), 0, n_inputs)
     else:
-        indices = _weighted_indices(key, p, n_inputs, n_draws, replace)
+        indices = _weighted_indices(key, p, n_inputs, n_draws, replace, mode)
     if arr is None:
         return lax.reshape(indices, out_shape)
     return lax.reshape(fnp.take(arr, indices, axis=axis), out_shape)
 
 
-def _weighted_indices(key, p, n_inputs: int, n_draws: int, replace: bool):
+def _weighted_indices(key, p, n_inputs: int, n_draws: int, replace: bool, mode):
     p = lax.asarray(p)
     float_dtype = p.dtype if dtypes.is_float(p.dtype) else dtypes.default_float
     p = lax.convert_element_type(p, _computing_dtype(float_dtype))
@@ -668,7 +752,7 @@ def _weighted_indices(key, p, n_inputs: int, n_draws: int, replace: bool):
         targets = lax.mul(lax.sub(np.array(1, p.dtype)[()], u), total)
         return lax.convert_element_type(fnp.searchsorted(cumulative, targets), dtypes.default_int)
     # Without replacement: the k largest of log(p) + Gumbel noise (the Gumbel-top-k trick).
-    noise = gumbel(key, (n_inputs,), p.dtype)
+    noise = gumbel(key, (n_inputs,), p.dtype, mode)
     return lax.top_k(lax.add(noise, lax.log(p)), n_draws)[1]
 
 

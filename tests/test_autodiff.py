@@ -61,6 +61,65 @@ def test_has_aux():
     np.testing.assert_allclose(np.asarray(value), np.sum(X * X))
 
 
+def test_aux_may_hold_any_python_value():
+    def f(x):
+        return fnp.sum(x * x), {"name": "square", "count": 3, "norm": fnp.sqrt(fnp.sum(x * x))}
+
+    gradient, aux = fg.grad(f, has_aux=True)(X)
+    np.testing.assert_allclose(np.asarray(gradient), 2 * X)
+    assert aux["name"] == "square" and aux["count"] == 3 and type(aux["count"]) is int
+    assert fg.jvp(f, (X,), (X,), has_aux=True)[2]["name"] == "square"
+    assert fg.vjp(f, X, has_aux=True)[2]["name"] == "square"
+
+
+def test_pullbacks_are_pytrees_of_their_residuals():
+    """vjp's and linearize's functions hold the residuals as pytree leaves: a jitted function
+    can return them, and another take them."""
+
+    def f(x):
+        return fnp.sin(x) * x
+
+    x = fnp.asarray(X)
+    out, pullback = fg.jit(lambda x: fg.vjp(f, x))(x)
+    np.testing.assert_allclose(np.asarray(out), np.sin(X) * X)
+    assert len(fg.tree_util.tree_leaves(pullback)) >= 2  # sin(x), cos(x) or x: residuals
+    (cotangent,) = pullback(np.ones(4))
+    np.testing.assert_allclose(np.asarray(cotangent), df_scalar(X), rtol=1e-12)
+    _, f_jvp = fg.jit(lambda x: fg.linearize(f, x))(x)
+    np.testing.assert_allclose(np.asarray(f_jvp(np.ones(4))), df_scalar(X), rtol=1e-12)
+    backward = fg.jit(lambda pullback, g: pullback(g))
+    for scale in (1.0, 2.0, 3.0):
+        _, pullback = fg.vjp(f, x * scale)
+        (cotangent,) = backward(pullback, np.ones(4))
+        np.testing.assert_allclose(np.asarray(cotangent), df_scalar(X * scale), rtol=1e-12)
+
+
+def test_fwd_and_bwd_compile_once_and_match_vjp():
+    def f(x, w, bias):
+        return fnp.tanh(x @ w) + bias, fnp.sum(w)
+
+    rng = np.random.default_rng(0)
+    x, w = rng.normal(size=(3, 4)), rng.normal(size=(4, 2))
+    fwd, bwd = fg.fwd_and_bwd(f, argnums=(0, 1), has_aux=True)
+    g = rng.normal(size=(3, 2))
+    for step in range(3):
+        out, residuals, aux = fwd(x + step, w, 1.0)
+        cotangents = bwd(residuals, g)
+        # vjp's pullback, and the derivative by hand: d tanh = 1 - tanh^2.
+        _, pullback, _ = fg.vjp(lambda x, w: f(x, w, 1.0), x + step, w, has_aux=True)
+        dt = g * (1 - np.tanh((x + step) @ w) ** 2)
+        expected = ((x + step).T @ dt).T
+        np.testing.assert_allclose(np.asarray(cotangents[1]).T, expected, rtol=1e-10)
+        np.testing.assert_allclose(np.asarray(cotangents[0]), dt @ w.T, rtol=1e-10)
+        np.testing.assert_allclose(np.asarray(pullback(g)[0]), dt @ w.T, rtol=1e-10)
+        np.testing.assert_allclose(np.asarray(aux), w.sum())
+    assert len(fwd._cache) == 1 and len(bwd._cache) == 1
+    fwd_one, bwd_one = fg.fwd_and_bwd(lambda x: (fnp.sum(x**3), "aux"), 0, True, jitted=False)
+    _, residuals, aux = fwd_one(fnp.asarray(X))
+    assert aux == "aux"
+    np.testing.assert_allclose(np.asarray(bwd_one(residuals, np.float64(1))), 3 * X**2, rtol=1e-12)
+
+
 def test_jvp_and_linearize_agree():
     tangent = np.array([1.0, -1.0, 0.5, 2.0])
     out, tangent_out = fg.jvp(lambda x: fnp.sin(x) * x, (X,), (tangent,))

@@ -67,6 +67,43 @@ def test_eval_jaxpr_reproduces_eager_values():
     np.testing.assert_array_equal(np.asarray(out), np.asarray(f(x, y)))
 
 
+def test_make_jaxpr_of_float0_tangents():
+    """Tangents of integer values hold no data: returned, they are literal outputs of the
+    program; passed in, they are inputs nothing reads. The program still evaluates to what the
+    function returns."""
+    count = np.int32(3)
+    float0 = fg.dtypes.float0
+
+    def f(x):
+        return fg.jvp(lambda a, i: (a * i, i), (x, count), (np.float32(1), np.zeros((), float0)))
+
+    closed, shapes = fg.make_jaxpr(f, return_shape=True)(np.float32(2))
+    assert str(closed).endswith("  in (c, 3:i32[], d, 0:float0[]) }")
+    assert closed.out_avals[3] == core.ShapedArray((), float0)
+    assert shapes[1][1] == fg.ShapeDtypeStruct((), float0)
+    assert repr(shapes[1][1]) == "ShapeDtypeStruct(shape=(), dtype=float0)"
+    *values, tangent = eval_jaxpr(closed.jaxpr, closed.consts, fnp.asarray(np.float32(2)))
+    np.testing.assert_array_equal(values, [6.0, 3.0, 3.0])
+    assert tangent.dtype == float0 and tangent.shape == ()
+
+    def push(x, t):
+        return fg.jvp(lambda a: a * 2, (x,), (t,))
+
+    ints, zeros = np.ones(3, np.int32), np.zeros(3, float0)
+    closed = fg.make_jaxpr(push)(ints, zeros)
+    assert str(closed) == (
+        "{ lambda ; a:i32[3] b:float0[3]. let\n"
+        "    c:i32[3] = mul a 2:i32[]\n"
+        "  in (c, 0:float0[3]) }"
+    )
+    doubled, tangent = eval_jaxpr(closed.jaxpr, closed.consts, fnp.asarray(ints), zeros)
+    np.testing.assert_array_equal(doubled, [2, 2, 2])
+    assert tangent.dtype == float0 and tangent.shape == (3,)
+    # The program runs under jit too: the float0 output comes back as jit returns them.
+    _, jitted = fg.jit(lambda x: eval_jaxpr(closed.jaxpr, closed.consts, x, zeros))(ints)
+    assert jitted.dtype == float0 and jitted.shape == (3,)
+
+
 def test_static_argnums_are_python_values_in_the_trace():
     def f(x, n):
         for _ in range(n):

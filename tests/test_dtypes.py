@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import funcgrad as fg
 from funcgrad import dtypes
 
 NODES = [(d, False) for d in dtypes.supported_dtypes] + [
@@ -91,3 +92,38 @@ def test_default_scalar_types_follow_enable_x64():
     assert fnp.zeros(2, fnp.float_).dtype == np.float32
     with pytest.raises(AttributeError, match="no attribute 'float128'"):
         fnp.float128  # noqa: B018
+
+
+def test_prng_key_dtype_names_no_funcgrad_key():
+    """Keys are uint32 arrays, so code that unwraps typed keys first leaves them alone."""
+    key = fg.random.key(0)
+    assert not dtypes.issubdtype(key.dtype, dtypes.prng_key)
+    assert not fg.numpy.issubdtype(np.float32, dtypes.extended)
+    assert dtypes.issubdtype(dtypes.prng_key, dtypes.extended)
+    assert dtypes.issubdtype(dtypes.prng_key, dtypes.prng_key)
+    assert not dtypes.issubdtype(dtypes.extended, dtypes.prng_key)
+
+
+def test_jax_dtypes_helpers():
+    assert dtypes.canonicalize_dtype(float) == np.float32
+    assert dtypes.canonicalize_dtype(np.float64) == np.float64
+    assert dtypes.result_type(1.0, np.float16) == np.float16
+    assert dtypes.result_type(1.0, return_weak_type_flag=True) == (np.float32, True)
+    assert dtypes.result_type(fg.numpy.ones(2, np.int8), 3, return_weak_type_flag=True) == (
+        np.int8,
+        False,
+    )
+    scalar_types = [
+        (True, bool),
+        (np.ones(2, np.uint8), int),
+        (fg.numpy.ones(2, dtypes.bfloat16), float),
+        (1j, complex),
+        (np.float16(1), float),
+    ]
+    for value, expected in scalar_types:
+        assert dtypes.scalar_type_of(value) is expected
+    bits = {np.bool_: 8, np.int8: 8, dtypes.bfloat16: 16, np.float32: 32, np.complex128: 128}
+    for dtype, expected in bits.items():
+        assert dtypes.itemsize_bits(dtype) == expected
+    with pytest.raises(TypeError, match="does not support dtype"):
+        dtypes.canonicalize_dtype(np.str_)

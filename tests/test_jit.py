@@ -20,6 +20,7 @@ from strategies import arrays, float_dtypes, shapes
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
+from funcgrad import core
 from funcgrad.errors import UnexpectedTracerError
 
 RNG = np.random.default_rng(0)
@@ -551,3 +552,22 @@ def test_float0_tangents_come_out_of_jit_as_they_do_eagerly():
         lambda x: fg.grad(lambda a, i: (a * i).sum(), argnums=(0, 1), allow_int=True)(x, 3)
     )(x)
     assert integer_grad.dtype == fg.dtypes.float0 and integer_grad.shape == ()
+
+
+def test_float0_arguments_are_not_program_inputs():
+    """A float0 argument (a tangent for an integer primal) holds no data: the program does not
+    take it, and the function gets it as it was passed, as eagerly."""
+
+    def push(x, t):
+        return fg.jvp(lambda a: a * 2, (x,), (t,))
+
+    ints, zeros = np.arange(3, dtype=np.int32), np.zeros(3, fg.dtypes.float0)
+    (doubled, tangent), eager = fg.jit(push)(ints, zeros), push(ints, zeros)
+    np.testing.assert_array_equal(doubled, eager[0])
+    assert tangent.dtype == fg.dtypes.float0 and tangent.shape == (3,)
+    assert fg.jit(push).lower(ints, zeros).jaxpr.in_avals == [core.ShapedArray((3,), np.int32)]
+    assert fg.jit(push).eval_shape(ints, zeros)[1].dtype == fg.dtypes.float0
+    # Donation counts the program's inputs, which the float0 argument is not.
+    passed, scaled = fg.jit(lambda t, x: (t, x * 2), donate_argnums=(1,))(zeros, fnp.ones(3))
+    assert passed.dtype == fg.dtypes.float0
+    np.testing.assert_array_equal(scaled, [2.0, 2.0, 2.0])

@@ -9,6 +9,7 @@ from scipy.linalg import lapack, polar
 
 import funcgrad as fg
 from funcgrad import lax
+from funcgrad.lax.householder import geqrf
 from funcgrad.test_util import check_grads
 
 linalg = lax.linalg
@@ -156,6 +157,8 @@ def test_householder_product_matches_orgqr(dtype, prefix):
     # Fewer reflectors than columns.
     q_two = orgqr(packed, taus[:2])[0]
     np.testing.assert_allclose(linalg.householder_product(packed, taus[:2]), q_two, atol=1e-14)
+    # No reflectors at all (the loop's body, traced though it never runs, indexed no taus).
+    np.testing.assert_allclose(linalg.householder_product(packed, taus[:0]), np.eye(6, 4))
     stacked = np.stack([packed, 2 * packed])
     stacked_taus = np.stack([taus, taus])
     looped = [linalg.householder_product(stacked[i], stacked_taus[i]) for i in range(2)]
@@ -239,3 +242,125 @@ def test_qdwh_ill_conditioned_vmap_and_errors():
         np.testing.assert_allclose(batched[0][i], linalg.qdwh(stacked[i])[0], atol=1e-14)
     with pytest.raises(ValueError, match="m >= n"):
         linalg.qdwh(stacked[0].T)
+
+
+def lapack_ormqr(prefix, packed, taus, c, left, transpose):
+    """LAPACK's own product with Q, from the packed a's first k columns."""
+    ormqr = lapack.dormqr if prefix == "d" else lapack.zunmqr
+    trans = ("T" if prefix == "d" else "C") if transpose else "N"
+    k = len(taus)
+    return ormqr("L" if left else "R", trans, packed[:, :k], taus, c, max(c.shape) * 64)[0]
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (4, 4), (1, 3)])
+@pytest.mark.parametrize("dtype, prefix", REAL_OR_COMPLEX)
+def test_geqrf_and_ormqr_match_lapack(dtype, prefix, shape):
+    rng = np.random.default_rng(11)
+    a = random_matrix(rng, shape, dtype)
+    expected_packed, expected_taus, *_ = getattr(lapack, prefix + "geqrf")(a)
+    packed, taus = geqrf(a)
+    np.testing.assert_allclose(packed, expected_packed, atol=1e-13)
+    np.testing.assert_allclose(taus, expected_taus, atol=1e-13)
+    raw_h, raw_taus = fg.numpy.linalg.qr(a, mode="raw")
+    expected_h, expected_raw_taus = np.linalg.qr(a, mode="raw")
+    np.testing.assert_allclose(raw_h, expected_h, atol=1e-13)
+    np.testing.assert_allclose(raw_taus, expected_raw_taus, atol=1e-13)
+    m = shape[0]
+    for left in (True, False):
+        for transpose in (False, True):
+            c = random_matrix(rng, (m, 2) if left else (2, m), dtype)
+            product = linalg.ormqr(
+                expected_packed, expected_taus, c, left=left, transpose=transpose
+            )
+            expected = lapack_ormqr(prefix, expected_packed, expected_taus, c, left, transpose)
+            np.testing.assert_allclose(product, expected, atol=1e-13)
+
+
+def test_ormqr_fewer_reflectors_and_float32():
+    rng = np.random.default_rng(12)
+    a = rng.normal(size=(5, 3))
+    packed, taus, *_ = lapack.dgeqrf(a)
+    c = rng.normal(size=(5, 4))
+    # Two reflectors: Q = H_0 H_1, built here from the reflectors one by one.
+    q = np.eye(5)
+    for i in range(2):
+        v = np.concatenate([np.zeros(i), [1.0], packed[i + 1 :, i]])
+        q = q @ (np.eye(5) - taus[i] * np.outer(v, v))
+    np.testing.assert_allclose(linalg.ormqr(packed, taus[:2], c), q @ c, atol=1e-14)
+    np.testing.assert_allclose(linalg.ormqr(packed, taus[:0], c), c)
+    empty_packed, empty_taus = geqrf(np.ones((0, 3)))
+    assert empty_packed.shape == (0, 3) and empty_taus.shape == (0,)
+    single = linalg.ormqr(packed.astype(np.float32), taus.astype(np.float32), c.astype(np.float32))
+    assert np.asarray(single).dtype == np.float32
+    np.testing.assert_allclose(single, lapack_ormqr("d", packed, taus, c, True, False), atol=1e-5)
+
+
+def test_ormqr_and_geqrf_grads_vmap_jit():
+    rng = np.random.default_rng(13)
+    a = rng.normal(size=(4, 3))
+    packed, taus, *_ = lapack.dgeqrf(a)
+    c = rng.normal(size=(3, 4))
+    for left, transpose in [(True, False), (False, True)]:
+        operand = c.T if left else c
+
+        def f(packed, taus, operand, left=left, transpose=transpose):
+            return linalg.ormqr(packed, taus, operand, left=left, transpose=transpose)
+
+        check_grads(f, (packed, taus, operand), order=2, modes=("fwd", "rev"))
+        stacked = (np.stack([packed, 2 * packed]), np.stack([taus, -taus]), np.stack([operand] * 2))
+        looped = np.stack([f(*(x[i] for x in stacked)) for i in range(2)])
+        np.testing.assert_allclose(fg.vmap(f)(*stacked), looped, atol=1e-14)
+        np.testing.assert_allclose(fg.jit(f)(packed, taus, operand), f(packed, taus, operand))
+    check_grads(geqrf, (a,), order=1, modes=("fwd", "rev"))
+    complex_a = random_matrix(rng, (4, 3), np.complex128)
+    check_grads(geqrf, (complex_a,), order=1, modes=("fwd", "rev"))
+    batch = np.stack([a, a[::-1]])
+    looped = [geqrf(x)[0] for x in batch]
+    np.testing.assert_allclose(fg.vmap(geqrf)(batch)[0], np.stack(looped), atol=1e-14)
+
+
+def test_ormqr_rejects_bad_operands():
+    packed, taus = geqrf(np.ones((4, 3)))
+    with pytest.raises(ValueError, match="left=True needs c \\[..., 4, p\\]"):
+        linalg.ormqr(packed, taus, np.ones((3, 2)))
+    with pytest.raises(ValueError, match="left=False needs c \\[..., 4, p\\]"):
+        linalg.ormqr(packed, taus, np.ones((4, 2)), left=False)
+    with pytest.raises(ValueError, match="batch shape"):
+        linalg.ormqr(packed, taus, np.ones((2, 4, 2)))
+    with pytest.raises(ValueError, match="k <= min"):
+        linalg.ormqr(packed, np.ones(4), np.ones((4, 2)))
+    with pytest.raises(TypeError, match="c of a's dtype float64, got float32"):
+        linalg.ormqr(packed, taus, np.ones((4, 2), np.float32))
+    with pytest.raises(TypeError, match="does not accept dtype int32"):
+        linalg.ormqr(np.ones((4, 3), np.int32), np.ones(3, np.int32), np.ones((4, 2), np.int32))
+
+
+def test_decomposition_choices():
+    x = np.array([[2.0, 1.0], [1.0, 3.0]])
+    w = np.linalg.eigvalsh(x)
+    for implementation in (*linalg.EighImplementation, "qr", None):
+        np.testing.assert_allclose(linalg.eigh(x, implementation=implementation)[1], w)
+    for algorithm in linalg.SvdAlgorithm:
+        np.testing.assert_allclose(linalg.svd(x, algorithm=algorithm)[1], w[::-1])
+    for implementation in linalg.EigImplementation:
+        values = linalg.eig(x, implementation=implementation)[0]
+        np.testing.assert_allclose(np.sort(np.asarray(values).real), w)
+    with pytest.raises(ValueError, match="EighImplementation.QR"):
+        linalg.eigh(x, implementation="magma")
+    with pytest.raises(ValueError, match="SvdAlgorithm.POLAR"):
+        linalg.svd(x, algorithm=linalg.EighImplementation.QR)
+
+
+def test_householder_family_under_x64():
+    """Under x64 the loops' step index is int64; the row masks compare it with int32 rows."""
+    rng = np.random.default_rng(14)
+    a = rng.normal(size=(4, 4))
+    packed, taus, *_ = lapack.dgeqrf(a)
+    with fg.enable_x64():
+        np.testing.assert_allclose(geqrf(a)[0], packed, atol=1e-13)
+        q = linalg.householder_product(packed, taus)
+        np.testing.assert_allclose(linalg.ormqr(packed, taus, np.eye(4)), q, atol=1e-14)
+        np.testing.assert_allclose(linalg.hessenberg(a)[0], lapack.dgehrd(a)[0], atol=1e-13)
+        np.testing.assert_allclose(
+            linalg.tridiagonal(a)[0], lapack.dsytrd(a, lower=1)[0], atol=1e-13
+        )

@@ -294,6 +294,17 @@ def test_standardize_where():
     assert_close(nn.standardize(x, where=where), expected)
 
 
+def test_standardize_algorithms_both_avoid_cancellation():
+    """Around 1e4, float32's E[x^2] - E[x]^2 loses the variance of 1 to rounding; both
+    algorithms give the deviations' own."""
+    x = np.float32([[1e4 - 1, 1e4, 1e4 + 1]])
+    expected = np.array([[-1.0, 0.0, 1.0]]) / np.sqrt(2 / 3 + 1e-5)
+    for algorithm in ("fast", "stable"):
+        assert_close(nn.standardize(x, algorithm=algorithm), expected)
+    with pytest.raises(ValueError, match="algorithm must be 'fast' or 'stable'"):
+        nn.standardize(x, algorithm="welford")
+
+
 # ---------------------------------------------------------------------------------------------
 # Staging
 

@@ -121,3 +121,64 @@ def test_differentiation_is_an_error_naming_pure_callback():
         fg.grad(f)(X)
     with pytest.raises(TypeError, match="pure_callback .* has no derivative"):
         fg.jvp(f, (X,), (X,))
+
+
+# ---------------------------------------------------------------------------------------------
+# io_callback: a callback with side effects
+
+
+def recorder():
+    """A callback that records each array it sees and returns it doubled."""
+    seen = []
+
+    def record(x):
+        seen.append(np.array(x))
+        return 2 * x
+
+    return seen, record
+
+
+def test_io_callback_runs_each_time_even_when_unused(backend):
+    seen, record = recorder()
+
+    def f(x):
+        doubled = fg.experimental.io_callback(record, like(x), x)
+        fg.experimental.io_callback(record, like(x), x + 1)  # result unused: it still runs
+        return doubled + 1
+
+    np.testing.assert_array_equal(f(X), 2 * X + 1)
+    jitted = fg.jit(f)
+    for _ in range(2):
+        np.testing.assert_array_equal(jitted(X), 2 * X + 1)
+    assert len(seen) == 6
+    for k, array in enumerate(seen):  # in program order: x, then x + 1
+        np.testing.assert_array_equal(array, X + k % 2)
+
+
+def test_io_callback_under_vmap_runs_once_per_example():
+    seen, record = recorder()
+    batch = np.stack([X, -X, 3 * X])
+    out = fg.vmap(lambda x: fg.experimental.io_callback(record, like(x), x))(batch)
+    np.testing.assert_array_equal(out, 2 * batch)
+    assert len(seen) == 3
+    for lane, array in zip(batch, seen):
+        np.testing.assert_array_equal(array, lane)
+    with pytest.raises(ValueError, match="an ordered callback cannot be vmapped"):
+        fg.vmap(lambda x: fg.experimental.io_callback(record, like(x), x, ordered=True))(batch)
+
+
+def test_io_callback_differentiates_only_around_constant_inputs():
+    _, record = recorder()
+
+    def f(x, through):
+        value = fg.experimental.io_callback(record, like(x), through(x))
+        return fnp.sum(x * x + value)
+
+    np.testing.assert_allclose(fg.grad(f)(X, fg.lax.stop_gradient), 2 * X)
+    with pytest.raises(TypeError, match="io_callback \\(record\\) has no derivative"):
+        fg.grad(f)(X, lambda x: x)
+
+
+def test_io_callback_checks_its_results():
+    with pytest.raises(TypeError, match="io_callback: result 0 of .* has shape \\(4,\\)"):
+        fg.experimental.io_callback(lambda x: x, fg.ShapeDtypeStruct((3,), np.float32), X)

@@ -589,3 +589,97 @@ def test_categorical_batches_and_axes():
     assert np.abs(freq - np.exp(logits[1])).max() < 0.02
     with pytest.raises(ValueError, match=r"shape \(5,\) must end with the batch shape \(2,\)"):
         fr.categorical(fr.PRNGKey(21), logits, shape=(5,))
+
+
+# ---------------------------------------------------------------------------------------------
+# High-resolution modes, draws without replacement, key implementations
+
+
+def two_uniforms(key, shape, dtype=np.float32):
+    """The two uniform draws the high modes are built from, as float64."""
+    both = np.asarray(fr.uniform(key, (2, *shape), dtype), np.float64)
+    return both[0], both[1]
+
+
+def test_gumbel_high_mode_refines_small_uniforms():
+    key = fr.PRNGKey(30)
+    high, low = two_uniforms(key, (N,))
+    nmant, tiny = np.finfo(np.float32).nmant, np.finfo(np.float32).tiny
+    u = np.where(high >= 0.5, high, high + low * 2.0**-nmant + tiny)
+    expected = -np.log(-np.log1p(-u))
+    g = np.asarray(fr.gumbel(key, (N,), mode="high"), np.float64)
+    np.testing.assert_allclose(g, expected, rtol=1e-5, atol=1e-5)
+    assert abs(g.mean() - np.euler_gamma) < 0.05 and abs(g.var() - math.pi**2 / 6) < 0.1
+    np.testing.assert_array_equal(fr.gumbel(key, (4,), mode="low"), fr.gumbel(key, (4,)))
+    jitted = fg.jit(lambda k: fr.gumbel(k, (64,), mode="high"))(key)
+    np.testing.assert_allclose(jitted, fr.gumbel(key, (64,), mode="high"), rtol=1e-6, atol=1e-6)
+    fg.config.update("use_high_dynamic_range_gumbel", True)
+    try:
+        np.testing.assert_array_equal(fr.gumbel(key, (4,)), fr.gumbel(key, (4,), mode="high"))
+    finally:
+        fg.config.update("use_high_dynamic_range_gumbel", False)
+    with pytest.raises(ValueError, match="mode must be 'low', 'high' or None"):
+        fr.gumbel(key, (4,), mode="highest")
+
+
+def test_bernoulli_high_mode():
+    key = fr.PRNGKey(31)
+    p = np.array([0.0, 2.0**-30, 0.3, 1.0], np.float32)
+    high, low = two_uniforms(key, (N // 4, 4))
+    expected = high + low * 2.0**-23 < p  # exact in float64: 2 x 23 bits
+    x = np.asarray(fr.bernoulli(key, p, (N // 4, 4), mode="high"))
+    np.testing.assert_array_equal(x, expected)
+    jitted = fg.jit(lambda k: fr.bernoulli(k, p, (N // 4, 4), mode="high"))(key)
+    np.testing.assert_array_equal(jitted, x)
+    assert not x[:, 0].any() and x[:, 3].all() and abs(x[:, 2].mean() - 0.3) < 0.03
+    with pytest.raises(ValueError, match="mode must be 'low' or 'high'"):
+        fr.bernoulli(key, 0.5, mode="medium")
+
+
+def test_categorical_without_replacement_follows_plackett_luce():
+    """The first draw of each sample follows softmax(logits) and the second the distribution of
+    a second draw without replacement, sum over i != j of p_i p_j / (1 - p_i)."""
+    p = np.array([0.5, 0.3, 0.15, 0.05])
+    logits = np.log(p).astype(np.float32)
+    keys = fr.split(fr.PRNGKey(32), N)
+    draws = np.asarray(
+        fg.vmap(lambda k: fr.categorical(k, logits, shape=(3,), replace=False))(keys)
+    )
+    assert draws.shape == (N, 3) and draws.dtype == np.int32
+    assert all(len(set(row)) == 3 for row in draws[:200])
+    assert (np.sort(draws, axis=1)[:, 1:] != np.sort(draws, axis=1)[:, :-1]).all()
+    second = np.array([sum(p[i] * p[j] / (1 - p[i]) for i in range(4) if i != j) for j in range(4)])
+    np.testing.assert_allclose(np.bincount(draws[:, 0], minlength=4) / N, p, atol=0.015)
+    np.testing.assert_allclose(np.bincount(draws[:, 1], minlength=4) / N, second, atol=0.015)
+
+
+def test_categorical_without_replacement_batches_and_errors():
+    logits = np.log(np.array([[0.7, 0.2, 0.1], [0.1, 0.1, 0.8]], np.float32))
+    key = fr.PRNGKey(33)
+    draws = np.asarray(fr.categorical(key, logits, shape=(3, 2), replace=False))
+    assert sorted(draws[:, 0]) == [0, 1, 2] and sorted(draws[:, 1]) == [0, 1, 2]
+    along_rows = np.asarray(fr.categorical(key, logits.T, axis=0, shape=(3, 2), replace=False))
+    assert sorted(along_rows[:, 0]) == [0, 1, 2] and sorted(along_rows[:, 1]) == [0, 1, 2]
+    assert fr.categorical(key, logits, replace=False).shape == (2,)
+    draw = fg.jit(lambda k: fr.categorical(k, logits, shape=(3, 2), replace=False))
+    np.testing.assert_array_equal(draw(key), draws)
+    with pytest.raises(ValueError, match="cannot draw 4 distinct samples from 3 categories"):
+        fr.categorical(key, logits, shape=(4, 2), replace=False)
+    with pytest.raises(ValueError, match="must end with the batch shape \\(1,\\) itself"):
+        fr.categorical(key, logits[:1], shape=(2, 4), replace=False)  # broadcasts with it
+
+
+def test_choice_weighted_without_replacement_in_high_mode():
+    p = np.array([0.2, 0.3, 0.5, 0.0], np.float32)
+    x = np.asarray(fr.choice(fr.PRNGKey(34), 4, (3,), replace=False, p=p, mode="high"))
+    assert sorted(x) == [0, 1, 2]
+
+
+def test_key_impl_names_the_generator():
+    key = fr.key(0, impl="threefry2x32")
+    np.testing.assert_array_equal(key, fr.PRNGKey(0, impl="threefry2x32"))
+    assert fr.key_impl(key) == "threefry2x32" and fr.key_impl(fr.split(key, 3)) == "threefry2x32"
+    with pytest.raises(ValueError, match="unknown PRNG impl 'rbg'"):
+        fr.key(0, impl="rbg")
+    with pytest.raises(TypeError, match="keys are uint32 arrays of shape"):
+        fr.key_impl(np.zeros(3, np.uint32))

@@ -543,3 +543,72 @@ def test_new_names_are_public():
     assert names <= set(fg.__all__)
     assert {"resize", "scale_and_translate", "ResizeMethod"} <= set(fg.image.__all__)
     assert {"custom_vmap", "sequential_vmap"} <= set(fg.custom_batching.__all__)
+
+
+# ---------------------------------------------------------------------------------------------
+# Option scopes, namespaces and small names
+
+
+def test_option_scopes_set_and_restore():
+    for scope, option, inside in [
+        (fg.check_tracer_leaks(), "check_tracer_leaks", True),
+        (fg.numpy_rank_promotion("raise"), "numpy_rank_promotion", "raise"),
+        (fg.threefry_partitionable(False), "threefry_partitionable", False),
+    ]:
+        before = getattr(fg.config, option)
+        with scope:
+            assert getattr(fg.config, option) == inside
+        assert getattr(fg.config, option) == before
+    with fg.numpy_rank_promotion("raise"):
+        with pytest.raises(ValueError, match="rank"):
+            fnp.add(fnp.ones(3), fnp.ones((2, 3)))
+    with pytest.raises(ValueError, match="numpy_rank_promotion must be"):
+        with fg.numpy_rank_promotion("sometimes"):
+            pass
+    # The earlier derivation: the counters 0 .. 2n-1 halved into blocks, not one per key.
+    with fg.threefry_partitionable(False):
+        earlier = np.asarray(fg.random.split(fg.random.PRNGKey(0), 3))
+    counters = np.arange(6, dtype=np.uint32)
+    expected = fg.lax.threefry2x32(np.uint32(0), np.uint32(0), counters[:3], counters[3:])
+    np.testing.assert_array_equal(earlier, np.concatenate(expected).reshape(3, 2))
+
+
+def test_lax_exports_its_primitives_under_their_names():
+    def f(x):
+        return fg.lax.cond(True, fnp.sin, fnp.cos, x) + fnp.linalg.qr(x)[0]
+
+    closed = fg.make_jaxpr(f)(np.eye(2))
+    for eqn in closed.eqns:
+        namespace = fg.lax.linalg if eqn.primitive.name == "qr" else fg.lax
+        assert getattr(namespace, f"{eqn.primitive.name}_p") is eqn.primitive
+    assert {"add_p", "scan_p", "while_p", "psum_p", "dot_general_p"} <= set(dir(fg.lax))
+
+
+def test_effects_barrier_finds_callbacks_done():
+    seen = []
+    f = fg.jit(lambda x: fg.debug.callback(seen.append, x) or x + 1)
+    f(np.float32(1))
+    assert len(seen) == 1
+    assert fg.effects_barrier() is None and len(seen) == 1
+
+
+def test_stages_typing_and_other_namespaces(tmp_path):
+    jitted = fg.jit(lambda x: x * 2)
+    lowered = jitted.lower(np.ones(2, np.float32))
+    assert isinstance(jitted, fg.stages.Wrapped) and isinstance(lowered, fg.stages.Lowered)
+    assert isinstance(lowered.compile(), fg.stages.Compiled)
+    for value in (fnp.ones(2), np.ones(2), np.float32(1), 3, 2.5, True, 1j):
+        assert isinstance(value, fg.typing.ArrayLike)
+    assert not isinstance("3", fg.typing.ArrayLike)
+    assert fg.NamedSharding is fg.sharding.NamedSharding
+    assert fg.process_indices() == list(range(fg.process_count())) == [0]
+    from funcgrad.experimental.compilation_cache import compilation_cache
+
+    before = fg.config.compilation_cache_dir
+    try:
+        compilation_cache.set_cache_dir(tmp_path)
+        assert fg.config.compilation_cache_dir == str(tmp_path)
+        compilation_cache.reset_cache()
+        assert fg.config.compilation_cache_dir != str(tmp_path)
+    finally:
+        fg.config.update("compilation_cache_dir", before)

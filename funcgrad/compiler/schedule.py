@@ -524,7 +524,7 @@ def _spreads_input(eqn: JaxprEqn) -> bool:
 # raise there where a check staged inside checkify reaches a program run without it), and
 # pmap and shard_map, whose shards run on the devices' threads (each compiling its per-device
 # program itself).
-_HOST_CALLS = ("debug_callback", "check", "pure_callback", "pmap", "shard_map")
+_HOST_CALLS = ("debug_callback", "check", "pure_callback", "io_callback", "pmap", "shard_map")
 
 
 @functools.cache

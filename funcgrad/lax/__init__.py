@@ -4,8 +4,10 @@ Each family module declares its primitives with all their rules and lists its pu
 in `__all__`.
 """
 
+import sys
 import warnings
 
+from funcgrad import core
 from funcgrad.lax import complex_pairs  # noqa: F401  (the compiler's complex decompositions)
 from funcgrad.lax.base import asarray
 from funcgrad.lax.composed import *
@@ -26,6 +28,37 @@ from funcgrad.lax.shapes import *
 from funcgrad.lax.sorting import *
 from funcgrad.lax.special import *
 from funcgrad.sharding import with_sharding_constraint
+
+# Every primitive under its name and "_p" (`add_p`, `scan_p`), as JAX's lax exports its own:
+# interpreters of programs compare `eqn.primitive` with them.
+_FAMILIES = (
+    "control_flow.conditionals",
+    "control_flow.loops",
+    "control_flow.scan",
+    "control_flow.solves",
+    "eig",
+    "elementwise",
+    "extra",
+    "fft",
+    "indexing",
+    "linalg",
+    "linalg_decomp",
+    "parallel",
+    "platform",
+    "random_bits",
+    "reductions",
+    "schur",
+    "shapes",
+    "sorting",
+)
+globals().update(
+    {
+        name: value
+        for family in _FAMILIES
+        for name, value in vars(sys.modules[f"{__name__}.{family}"]).items()
+        if isinstance(value, core.Primitive) and name == f"{value.name}_p"
+    }
+)
 
 # The NumPy reference implementations produce IEEE results (inf, nan) for out-of-domain inputs
 # exactly as compiled code does; NumPy's warnings about them are noise to a funcgrad user. They

@@ -1,9 +1,12 @@
 """Householder reductions in LAPACK's packed form: `hessenberg` (gehrd), `tridiagonal` (sytrd
-and hetrd) and `householder_product` (orgqr), reached as `funcgrad.lax.linalg.<name>`.
+and hetrd), `geqrf` (QR), and the products with their unitary factor: `householder_product`
+(orgqr) and `ormqr`, reached as `funcgrad.lax.linalg.<name>` (geqrf, which JAX keeps
+internal, as `funcgrad.numpy.linalg.qr(mode="raw")`).
 
 Each reflection is H = I - tau v v^H with v[p] = 1 and zeros above p, made as larfg makes it,
 so the reflectors and taus agree with LAPACK's and `householder_product` rebuilds the unitary
-factor from them. The steps are `fori_loop`s whose row and column picks are masks and dynamic
+factor from them. Being compositions of differentiable primitives, all have derivatives and
+batch under vmap. The steps are `fori_loop`s whose row and column picks are masks and dynamic
 slices, so one traced body serves every step, under jit and vmap alike.
 """
 
@@ -43,7 +46,7 @@ from funcgrad.lax.linalg_decomp import (
 )
 from funcgrad.lax.reductions import reduce_sum
 
-__all__ = ["hessenberg", "householder_product", "tridiagonal"]
+__all__ = ["geqrf", "hessenberg", "householder_product", "ormqr", "tridiagonal"]
 
 
 def _is_complex(x) -> bool:
@@ -60,6 +63,11 @@ def _real(x):
 
 def _squared_modulus(x):
     return _real(mul(x, _conj(x)))
+
+
+def _step_index(k):
+    """A loop's step index as int32, the rows' iota dtype (under x64 the index is int64)."""
+    return convert_element_type(k, dtypes.int32)
 
 
 def _column(a, k):
@@ -147,6 +155,7 @@ def _reduce_to_hessenberg(a):
 
     def step(k, carry):
         a, reflectors, taus = carry
+        k = _step_index(k)
         v, tau, _ = _reflector(_column(a, k), k + 1)
         a = _apply_right(_apply_left(a, v, tau), v, tau)
         return a, _set_column(reflectors, v, k), _set_entry(taus, tau, k)
@@ -235,30 +244,93 @@ def _real_band(band, d, e):
     )
 
 
+def geqrf(a):
+    """(a, taus): the QR decomposition of [..., m, n] matrices in LAPACK's packed form, R in
+    a's upper triangle and reflector i's tail below its diagonal entry in column i, with the
+    min(m, n) taus. Q = H_0 ... H_{k-1} (`householder_product`, `ormqr`)."""
+    a = asarray(a)
+    _check_matrix("geqrf", a, complex_ok=True)
+    steps = min(a.shape[-2:])
+    taus = shapes.full((*a.shape[:-2], steps), 0, a.dtype)
+    if steps == 0:  # (a loop's body is traced even when it runs no step)
+        return a, taus
+
+    def step(k, carry):
+        a, reflectors, taus = carry
+        k = _step_index(k)
+        v, tau, _ = _reflector(_column(a, k), k)
+        a = _apply_left(a, v, tau)
+        return a, _set_column(reflectors, v, k), _set_entry(taus, tau, k)
+
+    reduced, reflectors, taus = fori_loop(0, steps, step, (a, _zeros_like(a), taus))
+    return add(_triu(reduced), _tril(reflectors, -1)), taus
+
+
+def _check_packed(name: str, a, taus) -> None:
+    """a [..., m, n] holding reflectors below its diagonal and taus [..., k] of a's dtype and
+    batch shape, k <= min(m, n)."""
+    _check_matrix(name, a, complex_ok=True)
+    if taus.dtype != a.dtype:
+        raise TypeError(f"{name} needs taus of a's dtype {a.dtype.name}, got {taus.dtype.name}")
+    if taus.ndim < 1 or taus.shape[:-1] != a.shape[:-2] or taus.shape[-1] > min(a.shape[-2:]):
+        raise ValueError(
+            f"{name} takes a [..., m, n] and taus [..., k] with k <= min(m, n) and a's batch "
+            f"shape, got shapes {a.shape} and {taus.shape}"
+        )
+
+
+def _packed_reflector(a, taus, i, rows):
+    """(v, tau) of reflector i of a packed QR: v = (1, a[i + 1:, i]) from row i on."""
+    column = _column(a, i)
+    v = select(gt(rows, i), column, _zeros_like(column))
+    return select(eq(rows, i), shapes.full(v.shape, 1, v.dtype), v), _entry(taus, i)
+
+
 def householder_product(a, taus):
     """The first n columns of Q = H_0 ... H_{k-1} for a of shape [..., m, n] (m >= n) holding
     reflector i's tail below its diagonal entry in column i, and taus of shape [..., k],
     k <= n."""
     a, taus = asarray(a), asarray(taus)
-    _check_matrix("householder_product", a, complex_ok=True)
-    if taus.dtype != a.dtype:
-        raise TypeError(
-            f"householder_product needs taus of a's dtype {a.dtype.name}, got {taus.dtype.name}"
-        )
+    _check_packed("householder_product", a, taus)
     m, n = a.shape[-2:]
-    if m < n or taus.shape[:-1] != a.shape[:-2] or taus.shape[-1] > n:
+    if m < n:
         raise ValueError(
-            f"householder_product takes a [..., m, n] with m >= n and taus [..., k] with k <= n "
-            f"and a's batch shape, got shapes {a.shape} and {taus.shape}"
+            f"householder_product takes a [..., m, n] with m >= n, got shape {a.shape}"
         )
     k = taus.shape[-1]
     rows = shapes.broadcasted_iota(dtypes.int32, (*a.shape[:-2], m), a.ndim - 2)
 
     def reflect(j, q):
-        i = k - 1 - j
-        column = _column(a, i)
-        v = select(gt(rows, i), column, _zeros_like(column))
-        v = select(eq(rows, i), shapes.full(v.shape, 1, v.dtype), v)
-        return _apply_left(q, v, _conj(_entry(taus, i)))  # H q = (H^H)^H q
+        v, tau = _packed_reflector(a, taus, _step_index(k - 1 - j), rows)
+        return _apply_left(q, v, _conj(tau))  # H q = (H^H)^H q
 
-    return fori_loop(0, k, reflect, _eye_like(a))
+    return fori_loop(0, k, reflect, _eye_like(a)) if k else _eye_like(a)
+
+
+def ormqr(a, taus, c, *, left: bool = True, transpose: bool = False):
+    """Q c (`left`) or c Q, with Q^H for Q if `transpose`, where Q = H_0 ... H_{k-1} is the
+    m x m unitary factor that the packed a [..., m, n] and taus [..., k] describe (as `geqrf`
+    makes them). Q is never formed: each reflection costs two products with c."""
+    a, taus, c = asarray(a), asarray(taus), asarray(c)
+    _check_packed("ormqr", a, taus)
+    if c.dtype != a.dtype:
+        raise TypeError(f"ormqr needs c of a's dtype {a.dtype.name}, got {c.dtype.name}")
+    m = a.shape[-2]
+    if c.ndim != a.ndim or c.shape[:-2] != a.shape[:-2] or c.shape[-2 if left else -1] != m:
+        side = "rows" if left else "columns"
+        raise ValueError(
+            f"ormqr with left={left} needs c [..., {m}, p] (a's m = {m} {side}) with a's batch "
+            f"shape, got a of shape {a.shape} and c of shape {c.shape}"
+        )
+    k = taus.shape[-1]
+    rows = shapes.broadcasted_iota(dtypes.int32, (*a.shape[:-2], m), a.ndim - 2)
+    # Q c and c Q^H take the reflections from the last; Q^H c and c Q from the first.
+    from_first = left == transpose
+
+    def reflect(j, c):
+        v, tau = _packed_reflector(a, taus, _step_index(j if from_first else k - 1 - j), rows)
+        if left:  # H^H c, or H c = (H^H with conj(tau)) c
+            return _apply_left(c, v, tau if transpose else _conj(tau))
+        return _apply_right(c, v, _conj(tau) if transpose else tau)  # c H, or c H^H
+
+    return fori_loop(0, k, reflect, c) if k else c

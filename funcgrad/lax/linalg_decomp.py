@@ -9,6 +9,7 @@ positive definite for cholesky, no convergence for svd) gives NaNs rather than a
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Callable
 
@@ -551,6 +552,35 @@ eigh_p.not_applicable["transpose"] = "not linear"
 _batch_to_front(eigh_p)
 
 
+class EighImplementation(enum.Enum):
+    """The eigensolvers `eigh(implementation=...)` may name. funcgrad has one per platform and
+    uses it whichever is named: the choice is a hint about speed, never about the result."""
+
+    QR = "qr"
+    JACOBI = "jacobi"
+    QDWH = "qdwh"
+
+
+class SvdAlgorithm(enum.Enum):
+    """The SVD algorithms `svd(algorithm=...)` may name; as with `EighImplementation`, one
+    routine serves them all."""
+
+    DEFAULT = "default"
+    QR = "QR"
+    JACOBI = "Jacobi"
+    POLAR = "polar"
+    DIVIDE_AND_CONQUER = "divide_and_conquer"
+
+
+def check_choice(function: str, parameter: str, value, choices: type[enum.Enum]) -> None:
+    """Refuses a `value` that is neither None, nor one of `choices`, nor one's value."""
+    if value is None or value in choices.__members__.values():
+        return
+    if value not in {member.value for member in choices}:
+        names = ", ".join(f"{choices.__name__}.{name}" for name in choices.__members__)
+        raise ValueError(f"{function}: {parameter} must be None or one of {names}, got {value!r}")
+
+
 def eigh(
     x,
     *,
@@ -566,6 +596,7 @@ def eigh(
     (x + x.T) / 2. Eigenvalues are always sorted, which `sort_eigenvalues=False` allows.
     `subset_by_index=(lo, hi)` keeps eigenpairs lo..hi-1.
     """
+    check_choice("eigh", "implementation", implementation, EighImplementation)
     x = asarray(x)
     if symmetrize_input:
         x = _symmetrized(x)
@@ -672,6 +703,7 @@ def svd(
 ):
     """Singular values s (descending) of the last two axes, with (u, s, vh) if `compute_uv`:
     x = u @ diag(s) @ vh. `subset_by_index=(lo, hi)` keeps singular triplets lo..hi-1."""
+    check_choice("svd", "algorithm", algorithm, SvdAlgorithm)
     out = svd_p.bind(asarray(x), full_matrices=bool(full_matrices), compute_uv=bool(compute_uv))
     if subset_by_index is not None:
         lo, hi = (int(i) for i in subset_by_index)

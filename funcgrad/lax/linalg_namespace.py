@@ -1,46 +1,86 @@
 """JAX's `lax.linalg` namespace: the matrix decompositions under their `lax.linalg` names and
 signatures, reached as `funcgrad.lax.linalg.<name>`.
 
-Most are the decomposition primitives' own functions. Two need more than those give: `eig`
-returns left eigenvectors (computed by default, as in JAX), and `lu_pivots_to_permutation`
-replays LU's row swaps.
+Most are the decomposition primitives' own functions (the primitives are here too, `qr_p`).
+Two need more than those give: `eig` returns left eigenvectors (computed by default, as in
+JAX), and `lu_pivots_to_permutation` replays LU's row swaps.
 """
 
 from __future__ import annotations
 
+import enum
+
 from funcgrad import dtypes
 from funcgrad.lax.base import asarray
 from funcgrad.lax.control_flow import fori_loop
-from funcgrad.lax.eig import _inverse
+from funcgrad.lax.eig import _inverse, eig_p
 from funcgrad.lax.eig import eig as _eig_without_left
 from funcgrad.lax.elementwise import abs, conj, convert_element_type, div, eq, mul, select, sqrt
-from funcgrad.lax.householder import hessenberg, householder_product, tridiagonal
+from funcgrad.lax.householder import hessenberg, householder_product, ormqr, tridiagonal
 from funcgrad.lax.indexing import dynamic_slice_in_dim
-from funcgrad.lax.linalg_decomp import _swap_last, cholesky, eigh, lu, qr, svd, triangular_solve
+from funcgrad.lax.linalg_decomp import (
+    EighImplementation,
+    SvdAlgorithm,
+    _swap_last,
+    check_choice,
+    cholesky,
+    cholesky_p,
+    eigh,
+    eigh_p,
+    lu,
+    lu_p,
+    qr,
+    qr_p,
+    svd,
+    svd_p,
+    triangular_solve,
+    triangular_solve_p,
+)
 from funcgrad.lax.linalg_structured import cholesky_update, symmetric_product, tridiagonal_solve
 from funcgrad.lax.qdwh import qdwh
 from funcgrad.lax.reductions import argmax, reduce_sum
-from funcgrad.lax.schur import schur
+from funcgrad.lax.schur import schur, schur_p
 from funcgrad.lax.shapes import broadcast_in_dim, broadcasted_iota, full
 
 __all__ = [
+    "EigImplementation",
+    "EighImplementation",
+    "SvdAlgorithm",
     "cholesky",
+    "cholesky_p",
     "cholesky_update",
     "eig",
+    "eig_p",
     "eigh",
+    "eigh_p",
     "hessenberg",
     "householder_product",
     "lu",
+    "lu_p",
     "lu_pivots_to_permutation",
+    "ormqr",
     "qdwh",
     "qr",
+    "qr_p",
     "schur",
+    "schur_p",
     "svd",
+    "svd_p",
     "symmetric_product",
     "triangular_solve",
+    "triangular_solve_p",
     "tridiagonal",
     "tridiagonal_solve",
 ]
+
+
+class EigImplementation(enum.Enum):
+    """The eigensolvers `eig(implementation=...)` may name; funcgrad uses its one whichever is
+    named."""
+
+    LAPACK = "lapack"
+    CUSOLVER = "cusolver"
+    MAGMA = "magma"
 
 
 def eig(
@@ -61,6 +101,7 @@ def eig(
     The left eigenvectors come from the inverse of the right ones, so a defective matrix (whose
     right eigenvectors do not span the space) has no finite left ones here.
     """
+    check_choice("eig", "implementation", implementation, EigImplementation)
     if enable_eigvec_derivs:
         raise NotImplementedError("eig: the derivatives of eigenvectors are not implemented")
     if not compute_left_eigenvectors:

@@ -75,6 +75,7 @@ from funcgrad.nn.module import (
 )
 from funcgrad.nn.normalization import GroupNorm, InstanceNorm
 from funcgrad.nn.recurrent import RNN, Bidirectional, GRUCell, LSTMCell, SimpleRNNCell
+from funcgrad.nn.scaled import get_scaled_dot_general_config, scaled_dot_general, scaled_matmul
 
 __all__ = [
     "MLP",
@@ -121,6 +122,7 @@ __all__ = [
     "dot_product_attention",
     "elu",
     "gelu",
+    "get_scaled_dot_general_config",
     "glu",
     "hard_sigmoid",
     "hard_silu",
@@ -137,6 +139,8 @@ __all__ = [
     "one_hot",
     "relu",
     "relu6",
+    "scaled_dot_general",
+    "scaled_matmul",
     "selu",
     "sigmoid",
     "silu",

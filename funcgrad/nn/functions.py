@@ -271,12 +271,17 @@ def standardize(
     variance: ArrayLike | None = None,
     epsilon: ArrayLike = 1e-5,
     where: ArrayLike | None = None,
+    *,
+    algorithm: str = "fast",
 ):
     """(x - mean) / sqrt(variance + epsilon), with the statistics over `axis` unless given.
 
     The variance is x's own, computed from the deviations about x's mean; unlike
-    E[x^2] - E[x]^2 it cannot lose all its digits to cancellation or turn negative.
+    E[x^2] - E[x]^2 it cannot lose all its digits to cancellation or turn negative. So
+    `algorithm` "fast" and "stable" both compute it that way.
     """
+    if algorithm not in ("fast", "stable"):
+        raise ValueError(f"standardize: algorithm must be 'fast' or 'stable', got {algorithm!r}")
     x = _inexact("standardize", x)
     if mean is None:
         mean = fnp.mean(x, axis=axis, keepdims=True, where=where)

@@ -15,6 +15,7 @@ import numpy as np
 
 from funcgrad import dtypes, lax
 from funcgrad.array import Array
+from funcgrad.lax.householder import geqrf
 from funcgrad.numpy import misc
 from funcgrad.numpy._promotion import (
     broadcast_shapes,
@@ -257,9 +258,14 @@ def _lower(name: str, UPLO: str | None) -> bool:
 
 
 def qr(a, mode: str = "reduced"):
-    """QR decomposition; mode 'reduced' or 'complete' gives (Q, R), mode 'r' only R."""
-    if mode not in ("reduced", "complete", "r"):
-        raise ValueError(f"qr: mode must be 'reduced', 'complete' or 'r', got {mode!r}")
+    """QR decomposition; mode 'reduced' or 'complete' gives (Q, R), mode 'r' only R, and mode
+    'raw' LAPACK's packed form (h, tau) as NumPy returns it: h [..., n, m] is the transpose of
+    the packed [..., m, n] matrix that `lax.linalg.ormqr` and `householder_product` take."""
+    if mode not in ("reduced", "complete", "r", "raw"):
+        raise ValueError(f"qr: mode must be 'reduced', 'complete', 'r' or 'raw', got {mode!r}")
+    if mode == "raw":
+        packed, taus = geqrf(_matrices("qr", a))
+        return QRResult(matrix_transpose(packed), taus)
     q, r = lax.qr(_matrices("qr", a), full_matrices=mode == "complete")
     return r if mode == "r" else QRResult(q, r)
 

@@ -1635,6 +1635,10 @@ WITHOUT_RECIPE = {
         "runs an arbitrary Python function, so there is no operand domain or reference to draw "
         "(tests/test_parity_callback.py checks it on each backend and vmap method)"
     ),
+    "io_callback": (
+        "runs an arbitrary Python function for its effects (tests/test_parity_callback.py "
+        "checks it on each backend, under vmap and differentiation)"
+    ),
     "lu_pairs": (
         "the compiler's form of lu on complex matrices (interleaved parts for zgetrf), made "
         "by the complex lowering: the lu recipe's compiled checks reach it"

@@ -27,6 +27,7 @@ from funcgrad.interpreters.ad import (
 from funcgrad.interpreters.partial_eval import PartialEvalTrace
 from funcgrad.ir import ClosedJaxpr, eval_jaxpr
 from funcgrad.lax.base import asarray
+from funcgrad.transforms.jit import jit
 from funcgrad.transforms.make_jaxpr import function_name
 
 
@@ -122,8 +123,11 @@ def _check_tangent(tangent, expected: core.ShapedArray):
 
 
 def _strip_tangents(tree, trace: JVPTrace):
-    """Auxiliary outputs are not differentiated: keep only their primal values."""
-    return tree_util.tree_map(lambda x: trace.primal_and_tangent(x)[0], tree)
+    """Auxiliary outputs are not differentiated: keep only their primal values (and any other
+    Python value as it is)."""
+    return tree_util.tree_map(
+        lambda x: trace.primal_and_tangent(x)[0] if isinstance(x, core.Tracer) else x, tree
+    )
 
 
 def _split_aux(out, who: str):
@@ -179,27 +183,66 @@ def _linearize_flat(
     return _Linearized(primals_out, linear_jaxpr, out_is_zero, in_avals, aux), out_tree
 
 
+class _LinearMap:
+    """The linear map of one linearization without its residuals (the linear program's
+    constants), which it is called with: `tree_util.Partial(map, residuals)` is the map as a
+    pytree whose leaves are the residuals, so it can be returned from a jitted function and
+    passed to one, which then traces it once."""
+
+    def __init__(self, lin: _Linearized, in_tree, out_tree):
+        self.jaxpr = lin.linear_jaxpr.jaxpr
+        self.out_is_zero = tuple(lin.out_is_zero)
+        self.in_avals = tuple(lin.in_avals)
+        self.out_avals = tuple(p.aval for p in lin.primals_out)
+        self.in_tree = in_tree
+        self.out_tree = out_tree
+
+
+class _Jvp(_LinearMap):
+    def __call__(self, residuals, *tangents):
+        tangent_leaves, tangent_tree = tree_util.tree_flatten(tangents)
+        if tangent_tree != self.in_tree:
+            raise TypeError(
+                f"f_jvp expects tangents with structure {self.in_tree}, got {tangent_tree}"
+            )
+        checked = [
+            _check_tangent(t, tangent_aval(a)) for t, a in zip(tangent_leaves, self.in_avals)
+        ]
+        nonzero = iter(eval_jaxpr(self.jaxpr, residuals, *map(_jaxpr_arg, checked)))
+        outs = [
+            _materialize(Zero(tangent_aval(aval)), aval) if zero else next(nonzero)
+            for aval, zero in zip(self.out_avals, self.out_is_zero)
+        ]
+        return tree_util.tree_unflatten(self.out_tree, outs)
+
+
+class _Vjp(_LinearMap):
+    def __call__(self, residuals, cotangents):
+        ct_leaves, ct_tree = tree_util.tree_flatten(cotangents)
+        if ct_tree != self.out_tree:
+            raise TypeError(
+                f"the cotangent must have the structure of the function's output "
+                f"{self.out_tree}, got {ct_tree}"
+            )
+        cts = []
+        for ct, aval, zero in zip(ct_leaves, self.out_avals, self.out_is_zero):
+            if not zero:
+                cts.append(_check_tangent(ct, tangent_aval(aval)))
+        args = [UndefinedPrimal(v.aval) for v in self.jaxpr.invars]
+        cts_in = backward_pass(self.jaxpr, residuals, args, cts)
+        cts_in = [_materialize(ct, aval) for ct, aval in zip(cts_in, self.in_avals)]
+        return tree_util.tree_unflatten(self.in_tree, cts_in)
+
+
 def linearize(fun: Callable, *primals, has_aux: bool = False):
     """(fun(*primals), f_jvp) where f_jvp evaluates the linear map of tangents, with the
-    primal computation already done (its residuals are kept, not recomputed)."""
+    primal computation already done (its residuals are kept, not recomputed). f_jvp is a
+    pytree of the residuals."""
     primal_leaves, in_tree = tree_util.tree_flatten(primals)
     primal_leaves = [_as_primal(p) for p in primal_leaves]
     flat_fun = _flatten_fun(fun, in_tree)
     lin, out_tree = _linearize_flat(flat_fun, primal_leaves, "linearize", has_aux, fun)
-
-    def f_jvp(*tangents):
-        tangent_leaves, tangent_tree = tree_util.tree_flatten(tangents)
-        if tangent_tree != in_tree:
-            raise TypeError(f"f_jvp expects tangents with structure {in_tree}, got {tangent_tree}")
-        checked = [_check_tangent(t, tangent_aval(a)) for t, a in zip(tangent_leaves, lin.in_avals)]
-        jaxpr = lin.linear_jaxpr
-        nonzero = iter(eval_jaxpr(jaxpr.jaxpr, jaxpr.consts, *map(_jaxpr_arg, checked)))
-        outs = [
-            _materialize(Zero(tangent_aval(p.aval)), p.aval) if zero else next(nonzero)
-            for p, zero in zip(lin.primals_out, lin.out_is_zero)
-        ]
-        return tree_util.tree_unflatten(out_tree, outs)
-
+    f_jvp = tree_util.Partial(_Jvp(lin, in_tree, out_tree), list(lin.linear_jaxpr.consts))
     primals_out = tree_util.tree_unflatten(out_tree, lin.primals_out)
     return (primals_out, f_jvp, lin.aux) if has_aux else (primals_out, f_jvp)
 
@@ -217,32 +260,44 @@ def _flatten_fun(fun: Callable, in_tree) -> Callable:
 
 
 def vjp(fun: Callable, *primals, has_aux: bool = False):
-    """(fun(*primals), vjp_fn) where vjp_fn maps an output cotangent to input cotangents."""
+    """(fun(*primals), vjp_fn) where vjp_fn maps an output cotangent to input cotangents.
+    vjp_fn is a pytree of the residuals, so a jitted function may return it, and another take
+    it (`fwd_and_bwd`)."""
     primal_leaves, in_tree = tree_util.tree_flatten(primals)
     primal_leaves = [_as_primal(p) for p in primal_leaves]
     flat_fun = _flatten_fun(fun, in_tree)
     lin, out_tree = _linearize_flat(flat_fun, primal_leaves, "vjp", has_aux, fun)
-    out_avals = [p.aval for p in lin.primals_out]
-
-    def vjp_fn(cotangents):
-        ct_leaves, ct_tree = tree_util.tree_flatten(cotangents)
-        if ct_tree != out_tree:
-            raise TypeError(
-                f"the cotangent must have the structure of the function's output {out_tree}, "
-                f"got {ct_tree}"
-            )
-        cts = []
-        for ct, aval, zero in zip(ct_leaves, out_avals, lin.out_is_zero):
-            if not zero:
-                cts.append(_check_tangent(ct, tangent_aval(aval)))
-        jaxpr = lin.linear_jaxpr
-        args = [UndefinedPrimal(v.aval) for v in jaxpr.jaxpr.invars]
-        cts_in = backward_pass(jaxpr.jaxpr, jaxpr.consts, args, cts)
-        cts_in = [_materialize(ct, aval) for ct, aval in zip(cts_in, lin.in_avals)]
-        return tree_util.tree_unflatten(in_tree, cts_in)
-
+    vjp_fn = tree_util.Partial(_Vjp(lin, in_tree, out_tree), list(lin.linear_jaxpr.consts))
     primals_out = tree_util.tree_unflatten(out_tree, lin.primals_out)
     return (primals_out, vjp_fn, lin.aux) if has_aux else (primals_out, vjp_fn)
+
+
+def fwd_and_bwd(
+    fun: Callable, argnums: int | Sequence[int], has_aux: bool = False, jitted: bool = True
+) -> tuple[Callable, Callable]:
+    """(fwd, bwd): fwd(*args) is `vjp` of fun in the arguments `argnums` ((out, vjp_fn), and
+    aux with `has_aux`), bwd(vjp_fn, cotangent) the cotangents of those arguments (one
+    without a sequence of argnums). Jitted (by default), each compiles once however many
+    times a loop calls them."""
+
+    def fwd(*args):
+        nums = _argnums_tuple(argnums, len(args), "fwd_and_bwd")
+
+        def of_differentiated(*differentiated):
+            full = list(args)
+            for i, x in zip(nums, differentiated):
+                full[i] = x
+            return fun(*full)
+
+        return vjp(of_differentiated, *(args[i] for i in nums), has_aux=has_aux)
+
+    def bwd(vjp_fn, cotangent):
+        cotangents = vjp_fn(cotangent)
+        return cotangents[0] if isinstance(argnums, int) else cotangents
+
+    if jitted:
+        return jit(fwd), jit(bwd)
+    return fwd, bwd
 
 
 # ---------------------------------------------------------------------------------------------

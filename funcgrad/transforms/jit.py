@@ -319,6 +319,8 @@ def _aval_key(x):
     if type(x) is Array:
         value = x._value
         return (value.shape, value.dtype, x.weak_type)
+    if core.is_float0(x):
+        return (x.shape, x.dtype, False)
     aval = core.get_aval(x)
     return (aval.shape, aval.dtype, aval.weak_type)
 
@@ -384,10 +386,6 @@ class _Entry:
             for position, shape in self.float0_leaves:
                 outs.insert(position, np.zeros(shape, dtypes.float0))
         return outs[0] if self.single_output else tree_util.tree_unflatten(self.out_tree, outs)
-
-
-def _is_float0(leaf) -> bool:
-    return isinstance(leaf, np.ndarray) and leaf.dtype == dtypes.float0
 
 
 def _array_key(leaf):
@@ -567,10 +565,14 @@ class Jitted:
             # A program closing over a transformation's tracers belongs to that one trace.
             if not any(isinstance(c, core.Tracer) for c in entry.consts):
                 self._cache[key] = entry
-        return entry, leaves
+        return entry, [x for x in leaves if not core.is_float0(x)]
 
     def _trace(self, args, kwargs, static_positions, in_tree, leaves) -> _Entry:
         def flat_fun(*flat):
+            # float0 arguments (tangents of integer and boolean values) hold no data: the
+            # program does not take them, and the function gets them as they are.
+            staged = iter(flat)
+            flat = [x if core.is_float0(x) else next(staged) for x in leaves]
             dynamic_args, dynamic_kwargs = tree_util.tree_unflatten(in_tree, flat)
             dynamic_iter = iter(dynamic_args)
             full = [
@@ -582,16 +584,18 @@ class Jitted:
             )
             structure.append(out_tree)
             float0_leaves.extend(
-                (i, leaf.shape) for i, leaf in enumerate(out_leaves) if _is_float0(leaf)
+                (i, leaf.shape) for i, leaf in enumerate(out_leaves) if core.is_float0(leaf)
             )
-            return [leaf for leaf in out_leaves if not _is_float0(leaf)]
+            return [leaf for leaf in out_leaves if not core.is_float0(leaf)]
 
         structure: list = []
         float0_leaves: list = []
         started = time.perf_counter()
         with collection_paused():  # staging allocates in bursts too
             closed, _ = trace_to_jaxpr(
-                flat_fun, [core.get_aval(x) for x in leaves], f"jit({self.name})"
+                flat_fun,
+                [core.get_aval(x) for x in leaves if not core.is_float0(x)],
+                f"jit({self.name})",
             )
         (out_tree,) = structure
         if config.log_compiles:
@@ -610,8 +614,10 @@ class Jitted:
         """One line per new program (config.log_compiles): the function, its arguments'
         types in flatten order, the static values it was traced for and the time it took."""
         types = ", ".join(
-            ("weak " if aval.weak_type else "") + aval.str_short()
-            for aval in map(core.get_aval, leaves)
+            f"float0{list(x.shape)}"
+            if core.is_float0(x)
+            else ("weak " if core.get_aval(x).weak_type else "") + core.get_aval(x).str_short()
+            for x in leaves
         )
         static = [f"args[{i}]={args[i]!r}" for i in sorted(static_positions)]
         static += [f"{k}={v!r}" for k, v in sorted(kwargs.items()) if k in self.static_argnames]
@@ -624,13 +630,14 @@ class Jitted:
         )
 
     def _donated_leaves(self, args: tuple, static_positions: set) -> list[int]:
-        """The flat positions of the donated positional arguments' leaves."""
+        """The flat positions of the donated positional arguments' leaves among the program's
+        inputs (which float0 leaves are not)."""
         donated = {i % len(args) for i in self.donate_argnums if -len(args) <= i < len(args)}
         positions, start = [], 0
         for i, arg in enumerate(args):
             if i in static_positions:
                 continue
-            count = len(tree_util.tree_leaves(arg))
+            count = sum(not core.is_float0(x) for x in tree_util.tree_leaves(arg))
             if i in donated:
                 positions += range(start, start + count)
             start += count
@@ -698,7 +705,7 @@ class Jitted:
 
 
 def _operand(x, name: str):
-    if type(x) is Array or isinstance(x, core.Tracer):
+    if type(x) is Array or isinstance(x, core.Tracer) or core.is_float0(x):
         return x
     try:
         return asarray(x)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
-from funcgrad import tree_util
-from funcgrad.core import ShapeDtypeStruct
+from funcgrad import dtypes, tree_util
+from funcgrad.core import ShapedArray, ShapeDtypeStruct, is_float0
 from funcgrad.interpreters.staging import abstractify, trace_to_jaxpr
-from funcgrad.ir import ClosedJaxpr
+from funcgrad.ir import ClosedJaxpr, Jaxpr, float0_literal
 
 
 def function_name(fun: Callable) -> str:
@@ -32,17 +32,27 @@ def make_jaxpr(
         static = {i: args[i] for i in static_argnums}
         dynamic = [a for i, a in enumerate(args) if i not in static]
         leaves, in_tree = tree_util.tree_flatten((dynamic, kwargs))
-        in_avals = [abstractify(x) for x in leaves]
+        in_avals = [_float0_aval(x) if is_float0(x) else abstractify(x) for x in leaves]
+        structure: list = []
 
         def flat_fun(*flat_args):
+            # float0 values hold no data: the function gets the arguments as they are (the
+            # program keeps an input for each, which nothing reads), and the outputs become
+            # literals of the program.
+            flat_args = [x if is_float0(x) else a for x, a in zip(leaves, flat_args)]
             dyn_args, dyn_kwargs = tree_util.tree_unflatten(in_tree, flat_args)
             dyn_iter = iter(dyn_args)
             full_args = [static[i] if i in static else next(dyn_iter) for i in range(len(args))]
-            return fun(*full_args, **dyn_kwargs)
+            out_leaves, out_tree = tree_util.tree_flatten(fun(*full_args, **dyn_kwargs))
+            structure.append(
+                (out_tree, [leaf.shape if is_float0(leaf) else None for leaf in out_leaves])
+            )
+            return [leaf for leaf in out_leaves if not is_float0(leaf)]
 
-        closed_jaxpr, out_tree = trace_to_jaxpr(
-            flat_fun, in_avals, f"make_jaxpr({function_name(fun)})"
-        )
+        closed_jaxpr, _ = trace_to_jaxpr(flat_fun, in_avals, f"make_jaxpr({function_name(fun)})")
+        ((out_tree, float0_shapes),) = structure
+        if any(shape is not None for shape in float0_shapes):
+            closed_jaxpr = _with_float0_outputs(closed_jaxpr, float0_shapes)
         if return_shape:
             shapes = [
                 ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in closed_jaxpr.out_avals
@@ -51,6 +61,18 @@ def make_jaxpr(
         return closed_jaxpr
 
     return make_jaxpr_fun
+
+
+def _float0_aval(x) -> ShapedArray:
+    return ShapedArray(x.shape, dtypes.float0)
+
+
+def _with_float0_outputs(closed: ClosedJaxpr, float0_shapes: list) -> ClosedJaxpr:
+    """The program with a float0 literal output where `float0_shapes` has a shape."""
+    staged = iter(closed.jaxpr.outvars)
+    outvars = [next(staged) if shape is None else float0_literal(shape) for shape in float0_shapes]
+    jaxpr = closed.jaxpr
+    return ClosedJaxpr(Jaxpr(jaxpr.constvars, jaxpr.invars, outvars, jaxpr.eqns), closed.consts)
 
 
 def eval_shape(fun: Callable, *args, **kwargs):

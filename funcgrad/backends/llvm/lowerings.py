@@ -32,6 +32,7 @@ for name in (
     "pmap",
     "shard_map",
     "pure_callback",
+    "io_callback",
     "jit",
     "checkpoint",
     "custom_jvp_call",
