@@ -228,9 +228,82 @@ def test_same_conv_transpose_upsamples_by_the_stride_as_the_adjoint(layer, trans
     close(np.vdot(np.asarray(conv(x)), y), np.vdot(upsampled, x), 1e-3)
 
 
-def test_conv_transpose_rejects_groups():
-    with pytest.raises(ValueError, match="ConvTranspose3d: groups"):
-        nn.ConvTranspose3d(2, 2, 2, groups=2, key=KEY)
+def grouped_conv_transpose_reference(x, w, groups, *args):
+    """Each channel group through its own ungrouped transpose, the outputs side by side."""
+    cin_g, per_group = x.shape[-1] // groups, w.shape[-1] // groups
+    return np.concatenate(
+        [
+            conv_transpose_reference(
+                x[..., g * cin_g : (g + 1) * cin_g],
+                w[..., g * per_group : (g + 1) * per_group],
+                *args,
+            )
+            for g in range(groups)
+        ],
+        axis=-1,
+    )
+
+
+@pytest.mark.parametrize(
+    "layer, spatial, groups, padding, data_format",
+    [
+        (nn.ConvTranspose1d, (5,), 2, "VALID", None),
+        (nn.ConvTranspose1d, (4,), 3, ((1, 2),), "NCW"),
+        (nn.ConvTranspose2d, (3, 4), 2, ((0, 1), (1, 0)), None),
+        (nn.ConvTranspose2d, (3, 3), 3, "VALID", "NCHW"),
+        (nn.ConvTranspose3d, (2, 3, 2), 2, "VALID", None),
+    ],
+)
+def test_grouped_conv_transpose_is_one_transpose_per_group(
+    layer, spatial, groups, padding, data_format
+):
+    n = len(spatial)
+    kernel, stride = (3, 2, 2)[:n], (2, 1, 3)[:n]
+    conv = layer(
+        2 * groups,
+        3 * groups,
+        kernel,
+        stride=stride,
+        padding=padding,
+        groups=groups,
+        data_format=data_format,
+        key=KEY,
+    )
+    assert conv.weight.shape == (*kernel, 2, 3 * groups)
+    conv = with_param(conv, "bias", floats(3 * groups))
+    x = floats(2, *spatial, 2 * groups)
+    crop = [(0, 0)] * n if padding == "VALID" else padding
+    w = np.asarray(conv.weight)
+    wanted = grouped_conv_transpose_reference(x, w, groups, stride, crop, (0,) * n)
+    wanted = wanted + np.asarray(conv.bias)
+    if data_format is None:
+        close(conv(x), wanted, 1e-4)
+    else:  # channels first in and out
+        got = conv(np.moveaxis(x, -1, 1))
+        close(np.moveaxis(np.asarray(got), 1, -1), wanted, 1e-4)
+
+
+def test_grouped_same_conv_transpose_is_the_adjoint_of_the_grouped_convolution():
+    """The transpose of Conv2d(4, 6, groups=2) is ConvTranspose2d(6, 4, groups=2) holding, for
+    each group, that group's kernel block with its channel axes swapped."""
+    groups, stride = 2, (2, 3)
+    conv = nn.Conv2d(4, 6, (3, 2), stride=stride, groups=groups, use_bias=False, key=KEY)
+    w = np.asarray(conv.weight)  # (3, 2, 2, 6)
+    blocks = [np.swapaxes(w[..., 3 * g : 3 * (g + 1)], -2, -1) for g in range(groups)]
+    back = nn.ConvTranspose2d(6, 4, (3, 2), stride=stride, groups=groups, use_bias=False, key=KEY)
+    back = with_param(back, "weight", np.concatenate(blocks, axis=-1))
+    x = floats(2, 6, 9, 4)
+    y = floats(*np.asarray(conv(x)).shape)
+    upsampled = np.asarray(back(y))
+    assert upsampled.shape == x.shape
+    close(np.vdot(np.asarray(conv(x)), y), np.vdot(upsampled, x), 1e-3)
+
+
+def test_conv_transpose_groups_must_divide_the_channels():
+    with pytest.raises(ValueError, match=r"ConvTranspose3d: groups=2 must divide in_channels=3"):
+        nn.ConvTranspose3d(3, 2, 2, groups=2, key=KEY)
+    with pytest.raises(ValueError, match=r"ConvTranspose1d: groups=2 .* out_channels=3"):
+        nn.ConvTranspose1d(4, 3, 2, groups=2, key=KEY)
 
 
 # -- pooling ------------------------------------------------------------------------------------
@@ -435,6 +508,7 @@ def summed(module, x):
     [
         (lambda key: nn.Conv3d(2, 2, 2, stride=(1, 2, 1), key=key), (1, 3, 3, 2, 2)),
         (lambda key: nn.ConvTranspose1d(2, 1, 3, stride=2, key=key), (1, 3, 2)),
+        (lambda key: nn.ConvTranspose1d(4, 2, 3, stride=2, groups=2, key=key), (1, 3, 4)),
         (lambda key: nn.GroupNorm(2, 4), (2, 3, 4)),
         (lambda key: nn.RNN(nn.GRUCell(2, 3, key=key)), (2, 3, 2)),
         (lambda key: nn.RNN(nn.LSTMCell(2, 2, key=key), reverse=True), (3, 2)),
