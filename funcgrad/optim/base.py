@@ -35,16 +35,16 @@ class EmptyState(NamedTuple):
     """The state of a transformation that keeps none."""
 
 
-def with_extra_args_support(transform: GradientTransformation) -> GradientTransformationExtraArgs:
-    """`transform` with an update that accepts, and ignores if it takes none, extra keyword
+def with_extra_args_support(tx: GradientTransformation) -> GradientTransformationExtraArgs:
+    """`tx` with an update that accepts, and ignores if it takes none, extra keyword
     arguments."""
-    if isinstance(transform, GradientTransformationExtraArgs):
-        return transform
+    if isinstance(tx, GradientTransformationExtraArgs):
+        return tx
 
     def update(updates, state, params=None, **extra_args):
-        return transform.update(updates, state, params)
+        return tx.update(updates, state, params)
 
-    return GradientTransformationExtraArgs(transform.init, update)
+    return GradientTransformationExtraArgs(tx.init, update)
 
 
 def identity() -> GradientTransformation:
