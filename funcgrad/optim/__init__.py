@@ -192,6 +192,10 @@ from funcgrad.optim.zoom_linesearch import (
 )
 
 # isort: split
+# Pytree arithmetic, under Optax's two spellings (tree_utils.tree_add, tree.add).
+from funcgrad.optim import tree, tree_utils
+
+# isort: split
 # Losses: the module, and the names that Optax's top level also gives them.
 from funcgrad.optim import losses
 from funcgrad.optim.losses import (
