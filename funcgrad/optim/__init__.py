@@ -45,6 +45,8 @@ from funcgrad.optim.constraints import (
     centralize,
     clip_by_block_rms,
     keep_params_nonnegative,
+    per_example_global_norm_clip,
+    per_example_layer_norm_clip,
     scale_by_param_block_norm,
     scale_by_param_block_rms,
     scale_gradient,
@@ -192,8 +194,9 @@ from funcgrad.optim.zoom_linesearch import (
 )
 
 # isort: split
-# Pytree arithmetic, under Optax's two spellings (tree_utils.tree_add, tree.add).
-from funcgrad.optim import tree, tree_utils
+# Pytree arithmetic, under Optax's two spellings (tree_utils.tree_add, tree.add), and the
+# newer optimizers Optax keeps in contrib.
+from funcgrad.optim import contrib, tree, tree_utils
 
 # isort: split
 # Losses: the module, and the names that Optax's top level also gives them.

@@ -194,7 +194,7 @@ def _ema(updates, moments, decay):
 
 
 def _ema_sq(updates, moments, decay):
-    return _map(lambda g, v: decay * v + (1 - decay) * abs_sq(g), updates, moments)
+    return _map(lambda g, v: decay * _widened(v, g) + (1 - decay) * abs_sq(g), updates, moments)
 
 
 def scale_by_adam(
