@@ -187,3 +187,56 @@ def test_tree_get_and_set_find_hyperparameters_and_states_by_name():
     assert float(tu.tree_get(replaced, "trace")["w"][0]) == 1.0
     with pytest.raises(KeyError, match="'momentum' is found nowhere"):
         tu.tree_set(state, momentum=0.9)
+
+
+# -- the top level's small utilities --------------------------------------------------------------
+
+
+def test_target_network_updates():
+    online = {"w": fnp.asarray([1.0, 2.0]), "skip": None}
+    target = {"w": fnp.asarray([0.0, 4.0]), "skip": None}
+    mixed = optim.incremental_update(online, target, 0.25)
+    np.testing.assert_allclose(np.asarray(mixed["w"]), [0.25, 3.5])
+    assert mixed["skip"] is None
+    copy_every_3 = fg.jit(lambda step: optim.periodic_update(online, target, step, 3))
+    for step in range(7):
+        wanted = [1.0, 2.0] if step % 3 == 0 else [0.0, 4.0]
+        np.testing.assert_array_equal(np.asarray(copy_every_3(step)["w"]), wanted)
+
+
+def test_safe_norms_clamp_and_keep_finite_gradients():
+    x = np.array([[3.0, 4.0], [0.0, 0.0]])
+    np.testing.assert_allclose(np.asarray(optim.safe_norm(fnp.asarray(x), 0.5, axis=1)), [5.0, 0.5])
+    kept = optim.safe_norm(fnp.asarray(x), 0.5, axis=1, keepdims=True)
+    assert kept.shape == (2, 1)
+    assert float(optim.safe_norm(fnp.asarray(x), 0.5, ord=1)) == np.linalg.norm(x, 1)  # matrix
+    assert float(optim.safe_norm(fnp.zeros(3), 1e-3)) == pytest.approx(1e-3)
+    grad = fg.grad(lambda v: optim.safe_norm(v, 1e-3))(fnp.zeros(3))
+    np.testing.assert_array_equal(np.asarray(grad), np.zeros(3))
+    rms = optim.safe_root_mean_squares(fnp.asarray([3.0, 4.0]), 0.1)
+    assert float(rms) == pytest.approx(np.sqrt(12.5))
+    grad = fg.grad(lambda v: optim.safe_root_mean_squares(v, 0.1))(fnp.zeros(2))
+    np.testing.assert_array_equal(np.asarray(grad), np.zeros(2))
+
+
+def test_safe_increment_saturates():
+    top = np.iinfo(np.int32).max
+    assert int(optim.safe_int32_increment(fnp.asarray(top - 1, fnp.int32))) == top
+    assert int(optim.safe_increment(fnp.asarray(top, fnp.int32))) == top
+    assert float(optim.safe_increment(fnp.asarray(2.5))) == 3.5
+    with pytest.raises(ValueError, match="integer or a float"):
+        optim.safe_increment(fnp.asarray(True))
+
+
+def test_normalize_by_update_norm_and_selective_transform():
+    g = {"a": fnp.asarray([3.0, 0.0]), "b": fnp.asarray(4.0)}
+    opt = optim.normalize_by_update_norm(scale_factor=2.0, eps=0.0)
+    out, _ = opt.update(g, opt.init(g))
+    np.testing.assert_allclose(np.asarray(out["a"]), [1.2, 0.0])
+    assert float(out["b"]) == pytest.approx(1.6)
+    frozen = optim.selective_transform(optim.sgd(0.5), freeze_mask={"a": True, "b": False})
+    out, _ = frozen.update(g, frozen.init(g), g)
+    np.testing.assert_array_equal(np.asarray(out["a"]), [0.0, 0.0])
+    assert float(out["b"]) == -2.0
+    assert optim.init_empty_state(g) == optim.EmptyState() == optim.ScaleState()
+    assert optim.update_moment is tu.tree_update_moment

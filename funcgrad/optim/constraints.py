@@ -21,6 +21,9 @@ class NonNegativeParamsState(NamedTuple):
     """keep_params_nonnegative keeps no state."""
 
 
+AdaptiveGradClipState = EmptyState
+
+
 def _needs_params(name: str, params) -> None:
     if params is None:
         raise ValueError(f"{name} needs params: call update(grads, state, params)")

@@ -91,6 +91,10 @@ class ScaleByTrustRatioState(NamedTuple):
     """scale_by_trust_ratio keeps no state."""
 
 
+# The states of the transformations that keep none, by Optax's names.
+AddDecayedWeightsState = ClipState = ClipByGlobalNormState = ScaleState = EmptyState
+
+
 def _count() -> Any:
     return fnp.zeros((), fnp.int32)
 
@@ -656,6 +660,18 @@ def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0, mask=None) -> Grad
         return decayed, new_state
 
     return GradientTransformation(init, update)
+
+
+def normalize_by_update_norm(
+    scale_factor: float = 1.0, eps: float = 1e-6
+) -> GradientTransformation:
+    """The updates times scale_factor / (their global norm + eps): steps of one length."""
+
+    def rescale(updates, params):
+        norm = (global_norm(updates) + eps) / scale_factor
+        return _map(lambda g: g / norm.astype(g.dtype), updates)
+
+    return _stateless(rescale)
 
 
 def clip(max_delta: float) -> GradientTransformation:

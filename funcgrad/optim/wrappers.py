@@ -123,6 +123,18 @@ def freeze(mask) -> GradientTransformationExtraArgs:
     return masked(set_to_zero(), mask)
 
 
+def selective_transform(
+    optimizer: GradientTransformation, *, freeze_mask
+) -> GradientTransformationExtraArgs:
+    """`optimizer` on the leaves `freeze_mask` leaves trainable (False), zero updates on the
+    frozen ones (True); the mask is a pytree of bools like the parameters, or a prefix."""
+
+    def labels(params):
+        return tree_util.tree_map(lambda frozen: "freeze" if frozen else "train", freeze_mask)
+
+    return partition({"train": optimizer, "freeze": set_to_zero()}, labels)
+
+
 def partition(
     transforms: dict[Any, GradientTransformation],
     param_labels,
