@@ -228,9 +228,82 @@ def test_same_conv_transpose_upsamples_by_the_stride_as_the_adjoint(layer, trans
     close(np.vdot(np.asarray(conv(x)), y), np.vdot(upsampled, x), 1e-3)
 
 
-def test_conv_transpose_rejects_groups():
-    with pytest.raises(ValueError, match="ConvTranspose3d: groups"):
-        nn.ConvTranspose3d(2, 2, 2, groups=2, key=KEY)
+def grouped_conv_transpose_reference(x, w, groups, *args):
+    """Each channel group through its own ungrouped transpose, the outputs side by side."""
+    cin_g, per_group = x.shape[-1] // groups, w.shape[-1] // groups
+    return np.concatenate(
+        [
+            conv_transpose_reference(
+                x[..., g * cin_g : (g + 1) * cin_g],
+                w[..., g * per_group : (g + 1) * per_group],
+                *args,
+            )
+            for g in range(groups)
+        ],
+        axis=-1,
+    )
+
+
+@pytest.mark.parametrize(
+    "layer, spatial, groups, padding, data_format",
+    [
+        (nn.ConvTranspose1d, (5,), 2, "VALID", None),
+        (nn.ConvTranspose1d, (4,), 3, ((1, 2),), "NCW"),
+        (nn.ConvTranspose2d, (3, 4), 2, ((0, 1), (1, 0)), None),
+        (nn.ConvTranspose2d, (3, 3), 3, "VALID", "NCHW"),
+        (nn.ConvTranspose3d, (2, 3, 2), 2, "VALID", None),
+    ],
+)
+def test_grouped_conv_transpose_is_one_transpose_per_group(
+    layer, spatial, groups, padding, data_format
+):
+    n = len(spatial)
+    kernel, stride = (3, 2, 2)[:n], (2, 1, 3)[:n]
+    conv = layer(
+        2 * groups,
+        3 * groups,
+        kernel,
+        stride=stride,
+        padding=padding,
+        groups=groups,
+        data_format=data_format,
+        key=KEY,
+    )
+    assert conv.weight.shape == (*kernel, 2, 3 * groups)
+    conv = with_param(conv, "bias", floats(3 * groups))
+    x = floats(2, *spatial, 2 * groups)
+    crop = [(0, 0)] * n if padding == "VALID" else padding
+    w = np.asarray(conv.weight)
+    wanted = grouped_conv_transpose_reference(x, w, groups, stride, crop, (0,) * n)
+    wanted = wanted + np.asarray(conv.bias)
+    if data_format is None:
+        close(conv(x), wanted, 1e-4)
+    else:  # channels first in and out
+        got = conv(np.moveaxis(x, -1, 1))
+        close(np.moveaxis(np.asarray(got), 1, -1), wanted, 1e-4)
+
+
+def test_grouped_same_conv_transpose_is_the_adjoint_of_the_grouped_convolution():
+    """The transpose of Conv2d(4, 6, groups=2) is ConvTranspose2d(6, 4, groups=2) holding, for
+    each group, that group's kernel block with its channel axes swapped."""
+    groups, stride = 2, (2, 3)
+    conv = nn.Conv2d(4, 6, (3, 2), stride=stride, groups=groups, use_bias=False, key=KEY)
+    w = np.asarray(conv.weight)  # (3, 2, 2, 6)
+    blocks = [np.swapaxes(w[..., 3 * g : 3 * (g + 1)], -2, -1) for g in range(groups)]
+    back = nn.ConvTranspose2d(6, 4, (3, 2), stride=stride, groups=groups, use_bias=False, key=KEY)
+    back = with_param(back, "weight", np.concatenate(blocks, axis=-1))
+    x = floats(2, 6, 9, 4)
+    y = floats(*np.asarray(conv(x)).shape)
+    upsampled = np.asarray(back(y))
+    assert upsampled.shape == x.shape
+    close(np.vdot(np.asarray(conv(x)), y), np.vdot(upsampled, x), 1e-3)
+
+
+def test_conv_transpose_groups_must_divide_the_channels():
+    with pytest.raises(ValueError, match=r"ConvTranspose3d: groups=2 must divide in_channels=3"):
+        nn.ConvTranspose3d(3, 2, 2, groups=2, key=KEY)
+    with pytest.raises(ValueError, match=r"ConvTranspose1d: groups=2 .* out_channels=3"):
+        nn.ConvTranspose1d(4, 3, 2, groups=2, key=KEY)
 
 
 # -- pooling ------------------------------------------------------------------------------------
@@ -435,6 +508,7 @@ def summed(module, x):
     [
         (lambda key: nn.Conv3d(2, 2, 2, stride=(1, 2, 1), key=key), (1, 3, 3, 2, 2)),
         (lambda key: nn.ConvTranspose1d(2, 1, 3, stride=2, key=key), (1, 3, 2)),
+        (lambda key: nn.ConvTranspose1d(4, 2, 3, stride=2, groups=2, key=key), (1, 3, 4)),
         (lambda key: nn.GroupNorm(2, 4), (2, 3, 4)),
         (lambda key: nn.RNN(nn.GRUCell(2, 3, key=key)), (2, 3, 2)),
         (lambda key: nn.RNN(nn.LSTMCell(2, 2, key=key), reverse=True), (3, 2)),
@@ -488,3 +562,146 @@ def test_an_lstm_learns_to_recall_the_first_input():
         model, state, value = train_step(model, state)
         losses.append(float(value))
     assert losses[-1] < 0.8 * losses[0], losses
+
+
+# -- padded sequences ---------------------------------------------------------------------------
+
+
+def run_padded(step, start, x, lengths, reverse=False):
+    """Per sequence, a loop over its first `length` steps (read backwards with `reverse`),
+    then on over the padding (from the end, with `reverse`): the carry after the valid steps
+    and each step's output at the position of the input it read."""
+    hidden = start[0].shape[-1] if isinstance(start, tuple) else start.shape[-1]
+    carries, outputs = [], np.zeros((*x.shape[:2], hidden))
+    for b, length in enumerate(lengths):
+        start_b = tuple(part[b] for part in start) if isinstance(start, tuple) else start[b]
+        valid = range(length - 1, -1, -1) if reverse else range(length)
+        padding = range(x.shape[1] - 1, length - 1, -1) if reverse else range(length, x.shape[1])
+        carry = start_b
+        for t in valid:
+            carry = step(carry, x[b, t])
+            outputs[b, t] = carry[0] if isinstance(carry, tuple) else carry
+        carries.append(carry)
+        running = carry
+        for t in padding:
+            running = step(running, x[b, t])
+            outputs[b, t] = running[0] if isinstance(running, tuple) else running
+    if isinstance(start, tuple):
+        return tuple(np.stack(parts) for parts in zip(*carries)), outputs
+    return np.stack(carries), outputs
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("kind", ["simple", "gru", "lstm"])
+def test_rnn_with_seq_lengths_matches_a_loop_over_each_truncated_sequence(kind, reverse):
+    key1, key2 = random.split(KEY)
+    cell = {
+        "simple": lambda: nn.SimpleRNNCell(3, 4, key=key1),
+        "gru": lambda: nn.GRUCell(3, 4, key=key1),
+        "lstm": lambda: nn.LSTMCell(3, 4, key=key1),
+    }[kind]()
+    cell = with_random_biases(cell)
+    step = {
+        "simple": lambda h, xt: simple_step(cell, h, xt),
+        "gru": lambda h, xt: gru_step(cell, h, xt),
+        "lstm": lambda c, xt: lstm_step(cell, c, xt),
+    }[kind]
+    x = floats(4, 6, 3)  # (batch, time, features)
+    lengths = np.array([6, 3, 0, 1])
+    start = (floats(4, 4), floats(4, 4)) if kind == "lstm" else floats(4, 4)
+    wanted_carry, wanted = run_padded(step, start, x, lengths, reverse)
+    carry, outputs = nn.RNN(cell, reverse=reverse)(x, start, seq_lengths=lengths)
+    close(outputs, wanted, 1e-5)
+    for got, expected in zip(
+        fg.tree_util.tree_leaves(carry), fg.tree_util.tree_leaves(wanted_carry)
+    ):
+        close(got, expected, 1e-5)
+    # the same on the time-major layout, with the lengths as a jitted argument
+    time_major = nn.RNN(cell, time_major=True, reverse=reverse)
+    carry, outputs = fg.jit(lambda v, c, n: time_major(v, c, seq_lengths=n))(
+        x.transpose(1, 0, 2), start, fnp.asarray(lengths)
+    )
+    close(np.asarray(outputs).transpose(1, 0, 2), wanted, 1e-5)
+    for got, expected in zip(
+        fg.tree_util.tree_leaves(carry), fg.tree_util.tree_leaves(wanted_carry)
+    ):
+        close(got, expected, 1e-5)
+
+
+def test_full_lengths_change_nothing_and_lengths_take_any_batch_shape():
+    gru = with_random_biases(nn.GRUCell(2, 3, key=KEY))
+    x = floats(2, 3, 5, 2)  # two batch axes
+    for reverse in (False, True):
+        rnn = nn.RNN(gru, reverse=reverse)
+        plain_carry, plain = rnn(x)
+        carry, outputs = rnn(x, seq_lengths=np.full((2, 3), 5))
+        close(outputs, np.asarray(plain), 1e-6)
+        close(carry, np.asarray(plain_carry), 1e-6)
+    lengths = np.array([[5, 2, 4], [1, 3, 0]])
+    carry, outputs = nn.RNN(gru, reverse=True)(x, seq_lengths=lengths)
+    flat_carry, flat = nn.RNN(gru, reverse=True)(x.reshape(6, 5, 2), seq_lengths=lengths.ravel())
+    close(outputs, np.asarray(flat).reshape(2, 3, 5, 3), 1e-6)
+    close(carry, np.asarray(flat_carry).reshape(2, 3, 3), 1e-6)
+    # one length for the whole batch broadcasts; lengths past the end are clipped
+    close(nn.RNN(gru)(x, seq_lengths=9)[0], np.asarray(nn.RNN(gru)(x)[0]), 1e-6)
+    close(
+        nn.RNN(gru)(x, seq_lengths=2)[0],
+        np.asarray(nn.RNN(gru)(x[:, :, :2])[0]),
+        1e-6,
+    )
+
+
+def test_seq_lengths_vmap_as_a_loop_and_name_bad_lengths():
+    lstm = with_random_biases(nn.LSTMCell(2, 3, key=KEY))
+    rnn = nn.RNN(lstm, reverse=True)
+    x, lengths = floats(4, 5, 2), np.array([2, 5, 0, 3])
+    (h, c), outputs = fg.vmap(lambda v, n: rnn(v, seq_lengths=n))(x, lengths)
+    for b in range(4):
+        (hb, cb), out_b = rnn(x[b], seq_lengths=lengths[b])
+        close(h[b], np.asarray(hb), 1e-6)
+        close(c[b], np.asarray(cb), 1e-6)
+        close(outputs[b], np.asarray(out_b), 1e-6)
+    with pytest.raises(TypeError, match="seq_lengths must be integers, got float32"):
+        rnn(x, seq_lengths=np.ones(4, np.float32))
+    with pytest.raises(ValueError, match=r"seq_lengths of shape \(3,\).*batch shape \(4,\)"):
+        rnn(x, seq_lengths=np.ones(3, int))
+
+
+def test_bidirectional_with_seq_lengths_reads_each_sequence_back_from_its_end():
+    key1, key2 = random.split(KEY)
+    forward = with_random_biases(nn.GRUCell(3, 4, key=key1))
+    backward = with_random_biases(nn.SimpleRNNCell(3, 2, key=key2))
+    x, lengths = floats(3, 5, 3), np.array([5, 2, 4])
+    forward_carry, forward_out = run_padded(
+        lambda h, xt: gru_step(forward, h, xt), np.zeros((3, 4)), x, lengths
+    )
+    backward_carry, backward_out = run_padded(
+        lambda h, xt: simple_step(backward, h, xt), np.zeros((3, 2)), x, lengths, reverse=True
+    )
+    (got_forward, got_backward), outputs = nn.Bidirectional(forward, backward)(
+        x, seq_lengths=lengths
+    )
+    close(got_forward, forward_carry, 1e-5)
+    close(got_backward, backward_carry, 1e-5)
+    close(outputs, np.concatenate([forward_out, backward_out], axis=-1), 1e-5)
+    for b, length in enumerate(lengths):  # the valid steps ignore the padding's values
+        alone = nn.Bidirectional(forward, backward)(x[b, :length])[1]
+        close(outputs[b, :length], np.asarray(alone), 1e-5)
+
+
+def test_seq_lengths_gradients_match_finite_differences_and_skip_the_padding():
+    with fg.enable_x64():
+        cell = fg.tree_util.tree_map(
+            lambda p: fnp.asarray(p, fnp.float64), nn.LSTMCell(2, 2, key=KEY)
+        )
+        rnn = nn.RNN(cell, reverse=True)
+        x = fnp.asarray(rng.standard_normal((2, 4, 2)))
+        lengths = np.array([3, 1])
+
+        def loss(module, v):
+            (h, c), outputs = module(v, seq_lengths=lengths)
+            return (h**2).sum() + c.sum() + (outputs[:, :1] ** 2).sum()
+
+        check_grads(loss, (rnn, x), order=1, modes=("rev",))
+        grad_x = np.asarray(fg.grad(loss, argnums=1)(rnn, x))
+        assert np.all(grad_x[0, 3] == 0) and np.all(grad_x[1, 1:] == 0)

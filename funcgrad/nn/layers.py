@@ -238,13 +238,14 @@ class _ConvTranspose(_Conv):
     """The transpose of the convolution with the same arguments (the gradient of a strided
     convolution with respect to its input, as a layer): it upsamples by `stride`. With padding
     "SAME" the output is input size times stride; `output_padding` adds positions at the end
-    of each spatial axis."""
+    of each spatial axis. With `groups`, input channel group g feeds only output channel group
+    g, through kernel columns g * out_channels / groups onwards (the kernel is (*window,
+    in_channels / groups, out_channels), as Conv's); that is the transpose of the grouped
+    convolution whose kernel has each group's channel axes swapped."""
 
     output_padding: tuple = field(static=True)
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size, *, output_padding=0, **kw):
-        if kw.get("groups", 1) != 1:
-            raise ValueError(f"{type(self).__name__}: groups other than 1 are not supported")
         super().__init__(in_channels, out_channels, kernel_size, **kw)
         self.output_padding = _tuple(output_padding, self.spatial, "output_padding")
 
@@ -276,6 +277,7 @@ class _ConvTranspose(_Conv):
             lhs_dilation=self.stride,
             rhs_dilation=self.dilation,
             dimension_numbers=_LAYOUTS[self.spatial][self.data_format],
+            feature_group_count=self.groups,
         )
         y = self._with_bias(y)
         return y[0] if unbatched else y

@@ -166,7 +166,15 @@ class RNN(Module):
     cell's output at every step, on the input's layout. With `reverse=True` the sequence is
     read from its end, and output t is still the step that read input t. The carry starts
     at the cell's zeros unless `initial_carry` is given: any cell with `initial_carry(batch_shape,
-    dtype)` and the `(carry, x) -> (carry, y)` call may be scanned."""
+    dtype)` and the `(carry, x) -> (carry, y)` call may be scanned.
+
+    Padded sequences: `seq_lengths`, integers of the batch shape (...), marks steps from each
+    sequence's length on as padding. The carry returned is the one after the sequence's last
+    valid step (the initial carry for length 0), and with `reverse=True` each sequence is
+    read from its last valid step back to its first, so padding never reaches the valid
+    steps. Outputs at padded steps are not zeroed: as in Flax, the cell runs on over the
+    padding (the backward reading takes it from the end, after the valid steps), and output
+    t is still the step that read input t. Lengths are clipped to [0, time]."""
 
     cell: Module
     time_major: bool = field(static=True)
@@ -175,7 +183,7 @@ class RNN(Module):
     def __init__(self, cell: Module, *, time_major: bool = False, reverse: bool = False):
         self.cell, self.time_major, self.reverse = cell, time_major, reverse
 
-    def __call__(self, x, initial_carry=None, *, key=None):
+    def __call__(self, x, initial_carry=None, *, seq_lengths=None, key=None):
         x = fnp.asarray(x)
         if x.ndim < 2:
             layout = "(time, ..., features)" if self.time_major else "(..., time, features)"
@@ -186,14 +194,81 @@ class RNN(Module):
         if initial_carry is None:
             dtype = fnp.result_type(x, *tree_util.tree_leaves(self.cell))
             initial_carry = self.cell.initial_carry(steps.shape[1:-1], dtype)
-        carry, outputs = lax.scan(self.cell, initial_carry, steps, reverse=self.reverse)
+        if seq_lengths is None:
+            carry, outputs = lax.scan(self.cell, initial_carry, steps, reverse=self.reverse)
+        else:
+            lengths = _lengths(seq_lengths, steps.shape)
+            carry, outputs = self._scan_padded(initial_carry, steps, lengths)
         return carry, outputs if self.time_major else fnp.moveaxis(outputs, 0, -2)
+
+    def _scan_padded(self, initial_carry, steps, lengths) -> tuple:
+        """The scan over time-major `steps`, the cell running over every step while a second
+        carry keeps each sequence's state at its last valid step."""
+        if self.reverse:
+            steps = _flip_valid(steps, lengths)
+
+        def step(carries, inputs):
+            running, kept = carries
+            x, t = inputs
+            running, y = self.cell(running, x)
+            valid = t < lengths
+            kept = tree_util.tree_map(
+                lambda new, old: fnp.where(_expand(valid, new), new, old), running, kept
+            )
+            return (running, kept), y
+
+        time = fnp.arange(steps.shape[0], dtype=lengths.dtype)
+        (_, carry), outputs = lax.scan(step, (initial_carry, initial_carry), (steps, time))
+        if self.reverse:
+            outputs = tree_util.tree_map(lambda y: _flip_valid(y, lengths), outputs)
+        return carry, outputs
+
+
+def _lengths(seq_lengths, steps_shape) -> Any:
+    """`seq_lengths` as int32 of the batch shape, clipped to [0, time]."""
+    lengths = fnp.asarray(seq_lengths)
+    batch_shape = tuple(steps_shape[1:-1])
+    if not fnp.issubdtype(lengths.dtype, fnp.integer):
+        raise TypeError(f"RNN: seq_lengths must be integers, got {lengths.dtype}")
+    if not _broadcasts(tuple(lengths.shape), batch_shape):
+        raise ValueError(
+            f"RNN: seq_lengths of shape {tuple(lengths.shape)} does not match the batch shape "
+            f"{batch_shape} of a sequence with time steps {steps_shape[0]}"
+        )
+    lengths = fnp.broadcast_to(lengths.astype(fnp.int32), batch_shape)
+    return fnp.clip(lengths, 0, steps_shape[0])
+
+
+def _broadcasts(shape: tuple, target: tuple) -> bool:
+    if len(shape) > len(target):
+        return False
+    return all(a in (1, b) for a, b in zip(shape[::-1], target[::-1]))
+
+
+def _expand(per_sequence, leaf):
+    """`per_sequence` (batch shape) with trailing axes of size 1 up to `leaf`'s rank."""
+    return per_sequence.reshape(per_sequence.shape + (1,) * (leaf.ndim - per_sequence.ndim))
+
+
+def _flip_valid(steps, lengths):
+    """Time-major `steps` with each sequence's first `length` steps reversed, and its padding
+    reversed after them: step t reads step (length - 1 - t) mod time. The map is its own
+    inverse, so it also puts outputs of the reversed reading back in place."""
+    time = steps.shape[0]
+    if time == 0:
+        return steps
+    t = fnp.arange(time, dtype=lengths.dtype).reshape((time,) + (1,) * lengths.ndim)
+    source = (lengths - 1 - t) % time
+    source = source.reshape(source.shape + (1,) * (steps.ndim - source.ndim))
+    source = fnp.broadcast_to(source, steps.shape)
+    return fnp.take_along_axis(steps, source, axis=0)
 
 
 class Bidirectional(Module):
     """Two cells over one sequence, one forwards and one backwards; their outputs at each
     step are concatenated on the feature axis. Returns ((forward carry, backward carry),
-    outputs); `initial_carry`, when given, is such a pair too."""
+    outputs); `initial_carry`, when given, is such a pair too. `seq_lengths` marks padding
+    as RNN's does, so the backward cell starts at each sequence's last valid step."""
 
     forward: RNN
     backward: RNN
@@ -202,9 +277,9 @@ class Bidirectional(Module):
         self.forward = RNN(forward_cell, time_major=time_major)
         self.backward = RNN(backward_cell, time_major=time_major, reverse=True)
 
-    def __call__(self, x, initial_carry=None, *, key=None):
+    def __call__(self, x, initial_carry=None, *, seq_lengths=None, key=None):
         forward_carry, backward_carry = initial_carry or (None, None)
-        forward_carry, forward_outputs = self.forward(x, forward_carry)
-        backward_carry, backward_outputs = self.backward(x, backward_carry)
+        forward_carry, forward_outputs = self.forward(x, forward_carry, seq_lengths=seq_lengths)
+        backward_carry, backward_outputs = self.backward(x, backward_carry, seq_lengths=seq_lengths)
         outputs = fnp.concatenate([forward_outputs, backward_outputs], axis=-1)
         return (forward_carry, backward_carry), outputs

@@ -20,11 +20,20 @@ from funcgrad.optim.base import (
     EmptyState,
     GradientTransformation,
     GradientTransformationExtraArgs,
+    OptState,
+    Params,
+    TransformInitFn,
+    TransformUpdateExtraArgsFn,
+    TransformUpdateFn,
+    Updates,
     apply_updates,
     chain,
     global_norm,
     identity,
+    incremental_update,
+    init_empty_state,
     named_chain,
+    periodic_update,
     set_to_zero,
     stateless,
     stateless_with_tree_map,
@@ -39,12 +48,15 @@ from funcgrad.optim.conditional import (
     conditionally_transform,
 )
 from funcgrad.optim.constraints import (
+    AdaptiveGradClipState,
     NonNegativeParamsState,
     ZeroNansState,
     adaptive_grad_clip,
     centralize,
     clip_by_block_rms,
     keep_params_nonnegative,
+    per_example_global_norm_clip,
+    per_example_layer_norm_clip,
     scale_by_param_block_norm,
     scale_by_param_block_rms,
     scale_gradient,
@@ -65,6 +77,12 @@ from funcgrad.optim.lbfgs import (
     value_and_grad_from_state,
 )
 from funcgrad.optim.lookahead import LookaheadParams, LookaheadState, lookahead
+from funcgrad.optim.numerics import (
+    safe_increment,
+    safe_int32_increment,
+    safe_norm,
+    safe_root_mean_squares,
+)
 from funcgrad.optim.optimizers import (
     adabelief,
     adadelta,
@@ -132,6 +150,10 @@ from funcgrad.optim.schedules import (
 )
 from funcgrad.optim.state_utils import SnapshotState, snapshot, tree_map_params
 from funcgrad.optim.transforms import (
+    AddDecayedWeightsState,
+    ClipByGlobalNormState,
+    ClipState,
+    ScalarOrSchedule,
     ScaleByAdaDeltaState,
     ScaleByAdamState,
     ScaleByAmsgradState,
@@ -139,14 +161,19 @@ from funcgrad.optim.transforms import (
     ScaleByLionState,
     ScaleByNovogradState,
     ScaleByRmsState,
+    ScaleByRmsWithCountState,
     ScaleByRssState,
     ScaleByRStdDevState,
+    ScaleByRStdDevWithCountState,
     ScaleByScheduleState,
     ScaleByTrustRatioState,
+    ScaleState,
+    Schedule,
     TraceState,
     add_decayed_weights,
     clip,
     clip_by_global_norm,
+    normalize_by_update_norm,
     scale,
     scale_by_adadelta,
     scale_by_adam,
@@ -180,6 +207,7 @@ from funcgrad.optim.wrappers import (
     masked,
     multi_transform,
     partition,
+    selective_transform,
     skip_large_updates,
     skip_not_finite,
 )
@@ -188,6 +216,11 @@ from funcgrad.optim.zoom_linesearch import (
     ZoomLinesearchInfo,
     scale_by_zoom_linesearch,
 )
+
+# isort: split
+# Pytree arithmetic, under Optax's two spellings (tree_utils.tree_add, tree.add), and the
+# newer optimizers Optax keeps in contrib.
+from funcgrad.optim import contrib, tree, tree_utils
 
 # isort: split
 # Losses: the module, and the names that Optax's top level also gives them.
@@ -213,3 +246,9 @@ from funcgrad.optim.losses import (
     softmax_cross_entropy_with_integer_labels,
     squared_error,
 )
+
+# Optax's top level names the moment helpers without the tree_ prefix too.
+bias_correction = tree_utils.tree_bias_correction
+update_moment = tree_utils.tree_update_moment
+update_infinity_moment = tree_utils.tree_update_infinity_moment
+update_moment_per_elem_norm = tree_utils.tree_update_moment_per_elem_norm

@@ -14,7 +14,15 @@ from typing import Any, NamedTuple
 import numpy as np
 
 import funcgrad.numpy as fnp
-from funcgrad import tree_util
+from funcgrad import lax, tree_util
+
+# The names Optax gives the parts of a transformation, for type hints.
+Params = Any
+Updates = Any
+OptState = Any
+TransformInitFn = Callable[[Params], OptState]
+TransformUpdateFn = Callable[..., tuple[Updates, OptState]]
+TransformUpdateExtraArgsFn = Callable[..., tuple[Updates, OptState]]
 
 
 class GradientTransformation(NamedTuple):
@@ -35,16 +43,21 @@ class EmptyState(NamedTuple):
     """The state of a transformation that keeps none."""
 
 
-def with_extra_args_support(transform: GradientTransformation) -> GradientTransformationExtraArgs:
-    """`transform` with an update that accepts, and ignores if it takes none, extra keyword
+def init_empty_state(params) -> EmptyState:
+    """The init of a transformation that keeps no state."""
+    return EmptyState()
+
+
+def with_extra_args_support(tx: GradientTransformation) -> GradientTransformationExtraArgs:
+    """`tx` with an update that accepts, and ignores if it takes none, extra keyword
     arguments."""
-    if isinstance(transform, GradientTransformationExtraArgs):
-        return transform
+    if isinstance(tx, GradientTransformationExtraArgs):
+        return tx
 
     def update(updates, state, params=None, **extra_args):
-        return transform.update(updates, state, params)
+        return tx.update(updates, state, params)
 
-    return GradientTransformationExtraArgs(transform.init, update)
+    return GradientTransformationExtraArgs(tx.init, update)
 
 
 def identity() -> GradientTransformation:
@@ -135,6 +148,23 @@ def apply_updates(params, updates):
         return fnp.asarray(p + fnp.asarray(u)).astype(p.dtype)
 
     return tree_util.tree_map(add, params, updates)
+
+
+def incremental_update(new_tensors, old_tensors, step_size) -> Any:
+    """step_size * new + (1 - step_size) * old, leaf by leaf: a target network's Polyak
+    average of the online one (None leaves stay None)."""
+    return tree_util.tree_map(
+        lambda new, old: None if new is None else step_size * new + (1.0 - step_size) * old,
+        new_tensors,
+        old_tensors,
+        is_leaf=lambda x: x is None,
+    )
+
+
+def periodic_update(new_tensors, old_tensors, steps, update_period) -> Any:
+    """new_tensors on the steps that are multiples of update_period, old_tensors on the
+    others (a target network copied every update_period steps); traceable in steps."""
+    return lax.cond(steps % update_period == 0, lambda: new_tensors, lambda: old_tensors)
 
 
 def global_norm(updates) -> Any:

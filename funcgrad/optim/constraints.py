@@ -21,6 +21,9 @@ class NonNegativeParamsState(NamedTuple):
     """keep_params_nonnegative keeps no state."""
 
 
+AdaptiveGradClipState = EmptyState
+
+
 def _needs_params(name: str, params) -> None:
     if params is None:
         raise ValueError(f"{name} needs params: call update(grads, state, params)")
@@ -168,3 +171,45 @@ def scale_gradient(inputs, scale: float):
     if isinstance(scale, (int, float)) and scale == 0.0:
         return tree_util.tree_map(lax.stop_gradient, inputs)
     return _scale_gradient(inputs, scale)
+
+
+def _check_batched(name: str, leaves: list) -> None:
+    if not leaves:
+        return
+    batch = fnp.shape(leaves[0])[:1]
+    if not all(fnp.ndim(g) >= 1 and fnp.shape(g)[:1] == batch for g in leaves):
+        shapes = [tuple(fnp.shape(g)) for g in leaves]
+        raise ValueError(
+            f"{name}: every gradient needs the same leading batch (example) axis, got shapes "
+            f"{shapes}"
+        )
+
+
+def per_example_global_norm_clip(grads, l2_norm_clip: float) -> tuple[Any, Any]:
+    """Per-example gradients (every leaf with the examples on axis 0) each scaled down to
+    global l2 norm at most l2_norm_clip, then summed over the examples (Abadi et al.'s
+    DP-SGD); also the number of examples clipped. A zero gradient is left as it is."""
+    leaves, treedef = tree_util.tree_flatten(grads)
+    _check_batched("per_example_global_norm_clip", leaves)
+    norms = fnp.sqrt(sum(fnp.sum(abs_sq(g).reshape(g.shape[0], -1), axis=1) for g in leaves))
+    multipliers = fnp.where(norms == 0, 1.0, fnp.minimum(l2_norm_clip / norms, 1.0))
+    clipped = [fnp.tensordot(multipliers.astype(g.dtype), g, axes=1) for g in leaves]
+    return tree_util.tree_unflatten(treedef, clipped), fnp.sum(multipliers < 1.0)
+
+
+def per_example_layer_norm_clip(
+    grads, global_l2_norm_clip: float, uniform: bool = True
+) -> tuple[Any, Any]:
+    """Per-example gradients clipped leaf by leaf (McMahan et al.), then summed over the
+    examples: leaf i of K is clipped to C / sqrt(K), or with uniform=False to C * sqrt(D_i /
+    D), D_i its size per example of D in all; also the number clipped, per leaf."""
+    leaves, treedef = tree_util.tree_flatten(grads)
+    _check_batched("per_example_layer_norm_clip", leaves)
+    total = sum(g[0].size for g in leaves)
+    sums, counts = [], []
+    for g in leaves:
+        share = 1.0 / len(leaves) if uniform else g[0].size / total
+        clipped, count = per_example_global_norm_clip([g], global_l2_norm_clip * share**0.5)
+        sums.append(clipped[0])
+        counts.append(count)
+    return tree_util.tree_unflatten(treedef, sums), tree_util.tree_unflatten(treedef, counts)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import funcgrad.numpy as fnp
-from funcgrad import lax, tree_util
+from funcgrad import debug, lax, tree_util
 from funcgrad.optim.base import (
     GradientTransformation,
     GradientTransformationExtraArgs,
@@ -156,13 +156,14 @@ def scale_by_backtracking_linesearch(
     atol: float = 0.0,
     rtol: float = 0.0,
     store_grad: bool = False,
+    verbose: bool = False,
 ) -> GradientTransformationExtraArgs:
     """The updates u times the first step size eta, from min(increase_factor * the last one,
     max_learning_rate) down by decrease_factor at most max_backtracking_steps times, that
     decreases f enough (Armijo): f(x + eta u) <= (1 + rtol) f(x) + eta * slope_rtol *
     <u, grad f(x)> + atol. If none does, the last one tried, or 0 where f was not finite
-    there. With store_grad the state keeps the gradient at the accepted point for
-    `value_and_grad_from_state`."""
+    there; verbose then prints why. With store_grad the state keeps the gradient at the
+    accepted point for `value_and_grad_from_state`."""
 
     def init(params):
         dtype = value_dtype(params)
@@ -223,6 +224,8 @@ def scale_by_backtracking_linesearch(
         )
         search = lax.while_loop(searching, try_step, start)
         step = fnp.where(fnp.isinf(search.decrease_error), 0.0, search.learning_rate).astype(dtype)
+        if verbose:
+            debug.callback(_report_backtracking, value, slope, step, search.decrease_error, atol)
         new_state = ScaleByBacktrackingLinesearchState(
             learning_rate=step,
             value=search.new_value,
@@ -232,6 +235,24 @@ def scale_by_backtracking_linesearch(
         return _map(lambda u: (step * u).astype(u.dtype), updates), new_state
 
     return GradientTransformationExtraArgs(init, update)
+
+
+def _report_backtracking(value, slope, step, decrease_error, atol) -> None:
+    """Why no step decreased f enough (a debug callback of verbose=True)."""
+    if decrease_error <= atol:
+        return
+    lines = [
+        "scale_by_backtracking_linesearch: no step size tried decreases f enough",
+        f"  value at the parameters: {value}, slope along the updates: {slope}",
+        f"  step size taken: {step}, decrease error: {decrease_error}",
+    ]
+    if slope >= 0:
+        lines.append("  the updates are not a descent direction: the slope must be negative")
+    elif decrease_error == float("inf"):
+        lines.append("  f is not finite at the steps tried: no step is taken")
+    else:
+        lines.append("  more max_backtracking_steps, or float64, may help")
+    print("\n".join(lines))
 
 
 def _find_value_and_grad(state):

@@ -46,10 +46,13 @@ from funcgrad.optim.zoom_linesearch import scale_by_zoom_linesearch
 
 
 def sgd(
-    learning_rate: ScalarOrSchedule, momentum: float | None = None, nesterov: bool = False
+    learning_rate: ScalarOrSchedule,
+    momentum: float | None = None,
+    nesterov: bool = False,
+    accumulator_dtype=None,
 ) -> GradientTransformation:
     return chain(
-        trace(momentum, nesterov) if momentum is not None else identity(),
+        trace(momentum, nesterov, accumulator_dtype) if momentum is not None else identity(),
         scale_by_learning_rate(learning_rate),
     )
 
@@ -60,8 +63,16 @@ def adam(
     b2: float = 0.999,
     eps: float = 1e-8,
     eps_root: float = 0.0,
+    mu_dtype=None,
+    *,
+    nesterov: bool = False,
 ) -> GradientTransformation:
-    return chain(scale_by_adam(b1, b2, eps, eps_root), scale_by_learning_rate(learning_rate))
+    """Adam (Kingma & Ba); `nesterov` makes it NAdam, `mu_dtype` stores the first moment in
+    that dtype."""
+    return chain(
+        scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov),
+        scale_by_learning_rate(learning_rate),
+    )
 
 
 def adamw(
@@ -70,12 +81,15 @@ def adamw(
     b2: float = 0.999,
     eps: float = 1e-8,
     eps_root: float = 0.0,
+    mu_dtype=None,
     weight_decay: float = 1e-4,
     mask=None,
+    *,
+    nesterov: bool = False,
 ) -> GradientTransformation:
     """Adam with decoupled weight decay (Loshchilov & Hutter), scaled by the learning rate."""
     return chain(
-        scale_by_adam(b1, b2, eps, eps_root),
+        scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov),
         add_decayed_weights(weight_decay, mask),
         scale_by_learning_rate(learning_rate),
     )
@@ -86,13 +100,15 @@ def rmsprop(
     decay: float = 0.9,
     eps: float = 1e-8,
     initial_scale: float = 0.0,
+    eps_in_sqrt: bool = True,
     centered: bool = False,
     momentum: float | None = None,
     nesterov: bool = False,
+    bias_correction: bool = False,
 ) -> GradientTransformation:
     scaling = scale_by_stddev if centered else scale_by_rms
     return chain(
-        scaling(decay, eps, initial_scale),
+        scaling(decay, eps, initial_scale, eps_in_sqrt, bias_correction),
         scale_by_learning_rate(learning_rate),
         trace(momentum, nesterov) if momentum is not None else identity(),
     )
@@ -110,11 +126,12 @@ def lion(
     learning_rate: ScalarOrSchedule,
     b1: float = 0.9,
     b2: float = 0.99,
+    mu_dtype=None,
     weight_decay: float = 1e-3,
     mask=None,
 ) -> GradientTransformation:
     return chain(
-        scale_by_lion(b1, b2),
+        scale_by_lion(b1, b2, mu_dtype),
         add_decayed_weights(weight_decay, mask),
         scale_by_learning_rate(learning_rate),
     )
@@ -133,9 +150,15 @@ def amsgrad(
     b2: float = 0.999,
     eps: float = 1e-8,
     eps_root: float = 0.0,
+    mu_dtype=None,
+    bias_correction_mu: bool = True,
+    bias_correction_nu: bool = True,
 ) -> GradientTransformation:
     """Adam whose denominator is the running maximum of the second moment."""
-    return chain(scale_by_amsgrad(b1, b2, eps, eps_root), scale_by_learning_rate(learning_rate))
+    return chain(
+        scale_by_amsgrad(b1, b2, eps, eps_root, mu_dtype, bias_correction_mu, bias_correction_nu),
+        scale_by_learning_rate(learning_rate),
+    )
 
 
 def nadam(
@@ -144,10 +167,15 @@ def nadam(
     b2: float = 0.999,
     eps: float = 1e-8,
     eps_root: float = 0.0,
+    mu_dtype=None,
+    *,
+    nesterov: bool = True,
 ) -> GradientTransformation:
-    """Adam with Nesterov's look-ahead in the first moment (Dozat)."""
+    """Adam with Nesterov's look-ahead in the first moment (Dozat); plain Adam with
+    nesterov=False."""
     return chain(
-        scale_by_adam(b1, b2, eps, eps_root, nesterov=True), scale_by_learning_rate(learning_rate)
+        scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov),
+        scale_by_learning_rate(learning_rate),
     )
 
 
@@ -157,12 +185,15 @@ def nadamw(
     b2: float = 0.999,
     eps: float = 1e-8,
     eps_root: float = 0.0,
+    mu_dtype=None,
     weight_decay: float = 1e-4,
     mask=None,
+    *,
+    nesterov: bool = True,
 ) -> GradientTransformation:
     """NAdam with decoupled weight decay."""
     return chain(
-        scale_by_adam(b1, b2, eps, eps_root, nesterov=True),
+        scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov),
         add_decayed_weights(weight_decay, mask),
         scale_by_learning_rate(learning_rate),
     )
@@ -193,13 +224,14 @@ def yogi(
 
 
 def adadelta(
-    learning_rate: ScalarOrSchedule,
+    learning_rate: ScalarOrSchedule | None = None,
     rho: float = 0.9,
     eps: float = 1e-6,
     weight_decay: float = 0.0,
     weight_decay_mask=None,
 ) -> GradientTransformation:
-    """The weight decay is added to the gradient before Adadelta's rescaling."""
+    """The weight decay is added to the gradient before Adadelta's rescaling. Without a
+    learning rate the rescaled gradient is the update as it is (not negated), as Optax's."""
     return chain(
         add_decayed_weights(weight_decay, weight_decay_mask),
         scale_by_adadelta(rho, eps),
@@ -373,10 +405,16 @@ def fromage(learning_rate: ScalarOrSchedule, min_norm: float = 1e-6) -> Gradient
 
 
 def noisy_sgd(
-    learning_rate: ScalarOrSchedule, eta: float = 0.01, gamma: float = 0.55, key=None
+    learning_rate: ScalarOrSchedule,
+    eta: float = 0.01,
+    gamma: float = 0.55,
+    key=None,
+    *,
+    seed: int | None = None,
 ) -> GradientTransformation:
-    """SGD on gradients plus Gaussian noise of variance eta / t**gamma at step t."""
-    return chain(add_noise(eta, gamma, key), scale_by_learning_rate(learning_rate))
+    """SGD on gradients plus Gaussian noise of variance eta / t**gamma at step t; `seed` is
+    the older name of an integer `key`."""
+    return chain(add_noise(eta, gamma, key, seed=seed), scale_by_learning_rate(learning_rate))
 
 
 def sign_sgd(learning_rate: ScalarOrSchedule) -> GradientTransformation:
@@ -423,6 +461,7 @@ def optimistic_adam(
     b2: float = 0.999,
     eps: float = 1e-8,
     eps_root: float = 0.0,
+    mu_dtype=None,
     *,
     nesterov: bool = True,
 ) -> GradientTransformation:
@@ -434,7 +473,7 @@ def optimistic_adam(
             "optimistic_adam takes a number as learning_rate; use optimistic_adam_v2 for a schedule"
         )
     return chain(
-        scale_by_adam(b1, b2, eps, eps_root, nesterov=nesterov),
+        scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov),
         scale_by_optimistic_gradient(
             learning_rate, learning_rate if optimism is None else optimism
         ),
@@ -451,12 +490,13 @@ def optimistic_adam_v2(
     b2: float = 0.999,
     eps: float = 1e-8,
     eps_root: float = 0.0,
+    mu_dtype=None,
     nesterov: bool = True,
 ) -> GradientTransformation:
     """Optimistic Adam: (alpha + beta) * d - beta * d_prev on NAdam's direction d, times
     the learning rate."""
     return chain(
-        scale_by_adam(b1, b2, eps, eps_root, nesterov=nesterov),
+        scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov),
         scale_by_optimistic_gradient(alpha, beta),
         scale_by_learning_rate(learning_rate),
     )

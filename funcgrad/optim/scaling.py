@@ -255,9 +255,16 @@ def ema(decay: float, debias: bool = True, accumulator_dtype=None) -> GradientTr
     return GradientTransformation(init, update)
 
 
-def add_noise(eta: float, gamma: float, key=None) -> GradientTransformation:
+def add_noise(
+    eta: float, gamma: float, key=None, *, seed: int | None = None
+) -> GradientTransformation:
     """g + N(0, eta / t**gamma) noise at step t (Neelakantan et al.), independent per
-    element; `key` is an `fg.random` key or an integer seed (0 when None)."""
+    element; `key` is an `fg.random` key or an integer seed (0 when None), `seed` the older
+    name of an integer key."""
+    if seed is not None:
+        if key is not None:
+            raise ValueError("add_noise: give key or seed, not both")
+        key = seed
 
     def init(params):
         rng_key = random.PRNGKey(0 if key is None else key) if _is_seed(key) else key

@@ -1,8 +1,11 @@
 """Looking into optimizer states: map a function over the parts that mirror the parameters
-(`tree_map_params`), record a measurement of each step's updates (`snapshot`)."""
+(`tree_map_params`), find and replace parts by name (`tree_get`, `tree_set`: a
+hyperparameter of `inject_hyperparams`, a moment, a whole sub-state by its class name), record
+a measurement of each step's updates (`snapshot`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -67,3 +70,107 @@ def snapshot(measure_name: str, measure: Callable[[Any], Any]) -> GradientTransf
         return updates, SnapshotState({measure_name: measure(updates)})
 
     return GradientTransformation(init, update)
+
+
+@dataclasses.dataclass(frozen=True)
+class NamedTupleKey:
+    """A step of a path into a namedtuple state: its class name and the field."""
+
+    tuple_name: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.tuple_name}.{self.name}"
+
+
+def _is_namedtuple(node) -> bool:
+    return isinstance(node, tuple) and hasattr(node, "_fields")
+
+
+def _children_with_keys(node) -> list[tuple[Any, Any]]:
+    """The children of a node searched by name, each with the path step to it: namedtuple
+    fields, dict entries, list and tuple items; none for anything else."""
+    if _is_namedtuple(node):
+        name = type(node).__name__
+        return [(NamedTupleKey(name, field), getattr(node, field)) for field in node._fields]
+    if isinstance(node, dict):
+        return [(tree_util.DictKey(k), v) for k, v in node.items()]
+    if isinstance(node, (list, tuple)):
+        return [(tree_util.SequenceKey(i), v) for i, v in enumerate(node)]
+    return []
+
+
+def _step_name(step):
+    if isinstance(step, NamedTupleKey):
+        return step.name
+    if isinstance(step, tree_util.DictKey):
+        return step.key
+    return None
+
+
+def tree_get_all_with_path(
+    tree, key, filtering: Callable[[tuple, Any], bool] | None = None
+) -> list[tuple[tuple, Any]]:
+    """Every (path, value) in `tree` found under `key`: a namedtuple field or dict entry of
+    that name, or a whole namedtuple of that class name; nested finds included. `filtering(
+    path, value)` keeps some of them."""
+    found = []
+
+    def search(node, path):
+        if _is_namedtuple(node) and type(node).__name__ == key:
+            found.append((path, node))
+        for step, child in _children_with_keys(node):
+            child_path = (*path, step)
+            if _step_name(step) == key:
+                found.append((child_path, child))
+            search(child, child_path)
+
+    search(tree, ())
+    if filtering is not None:
+        found = [(path, value) for path, value in found if filtering(path, value)]
+    return found
+
+
+def tree_get(tree, key, default=None, filtering: Callable[[tuple, Any], bool] | None = None):
+    """The one value of `tree` found under `key` (as tree_get_all_with_path finds them),
+    `default` when there is none; more than one raises, naming their paths."""
+    found = tree_get_all_with_path(tree, key, filtering)
+    if len(found) > 1:
+        paths = ", ".join(tree_util.keystr(path) or "the root" for path, _ in found)
+        raise KeyError(f"tree_get: {key!r} is found at several places: {paths}")
+    return found[0][1] if found else default
+
+
+def tree_set(tree, filtering: Callable[[tuple, Any], bool] | None = None, /, **kwargs):
+    """`tree` with every value found under each keyword's name (a field, a dict entry, or a
+    namedtuple of that class name) replaced by the keyword's value, where
+    `filtering(path, value)` allows. A name found nowhere raises."""
+    for key in kwargs:
+        if not tree_get_all_with_path(tree, key, filtering):
+            where = " where filtering allows" if filtering is not None else ""
+            raise KeyError(f"tree_set: {key!r} is found nowhere in the tree{where}")
+
+    def allowed(path, value) -> bool:
+        return filtering is None or filtering(path, value)
+
+    def rebuild(node, path):
+        if _is_namedtuple(node) and type(node).__name__ in kwargs and allowed(path, node):
+            return kwargs[type(node).__name__]
+        children = _children_with_keys(node)
+        if not children:
+            return node
+        new = []
+        for step, child in children:
+            child_path = (*path, step)
+            name = _step_name(step)
+            if name in kwargs and allowed(child_path, child):
+                new.append(kwargs[name])
+            else:
+                new.append(rebuild(child, child_path))
+        if _is_namedtuple(node):
+            return type(node)(*new)
+        if isinstance(node, dict):
+            return type(node)(zip(node.keys(), new))
+        return type(node)(new)
+
+    return rebuild(tree, ())

@@ -34,7 +34,18 @@ class ScaleByRmsState(NamedTuple):
     nu: Any
 
 
+class ScaleByRmsWithCountState(NamedTuple):
+    count: Any
+    nu: Any
+
+
 class ScaleByRStdDevState(NamedTuple):
+    mu: Any
+    nu: Any
+
+
+class ScaleByRStdDevWithCountState(NamedTuple):
+    count: Any
     mu: Any
     nu: Any
 
@@ -80,6 +91,10 @@ class ScaleByTrustRatioState(NamedTuple):
     """scale_by_trust_ratio keeps no state."""
 
 
+# The states of the transformations that keep none, by Optax's names.
+AddDecayedWeightsState = ClipState = ClipByGlobalNormState = ScaleState = EmptyState
+
+
 def _count() -> Any:
     return fnp.zeros((), fnp.int32)
 
@@ -92,6 +107,25 @@ def _next(count) -> Any:
 
 def _map(f, *trees):
     return tree_util.tree_map(f, *trees)
+
+
+def _zeros(params, dtype=None):
+    """Zeros like each leaf, in `dtype` when given."""
+    if dtype is None:
+        return zeros_like_tree(params)
+    return _map(lambda p: fnp.zeros(fnp.shape(p), dtype), params)
+
+
+def _cast(tree, dtype):
+    """Each leaf in `dtype` (an accumulator's chosen dtype), unchanged when None."""
+    if dtype is None:
+        return tree
+    return _map(lambda x: fnp.asarray(x).astype(dtype), tree)
+
+
+def _cast_like(tree, like):
+    """Each leaf in the dtype of its counterpart in `like` (the state it replaces)."""
+    return _map(lambda x, y: fnp.asarray(x).astype(fnp.asarray(y).dtype), tree, like)
 
 
 def _stateless(f) -> GradientTransformation:
@@ -116,8 +150,13 @@ def scale_by_schedule(step_size_fn: Schedule) -> GradientTransformation:
     return GradientTransformation(lambda params: ScaleByScheduleState(_count()), update)
 
 
-def scale_by_learning_rate(learning_rate: ScalarOrSchedule, *, flip_sign: bool = True):
-    """-learning_rate * updates (descent), the learning rate a number or a schedule."""
+def scale_by_learning_rate(
+    learning_rate: ScalarOrSchedule | None = None, *, flip_sign: bool = True
+) -> GradientTransformation:
+    """-learning_rate * updates (descent), the learning rate a number or a schedule; None
+    leaves the updates as they are (not negated either)."""
+    if learning_rate is None:
+        return _stateless(lambda updates, params: updates)
     sign = -1.0 if flip_sign else 1.0
     if callable(learning_rate):
         return scale_by_schedule(lambda count: sign * learning_rate(count))
@@ -147,12 +186,19 @@ def _adam_step(mu_hat, nu_hat, eps, eps_root):
     return _map(lambda m, v: m / (fnp.sqrt(v + eps_root) + eps), mu_hat, nu_hat)
 
 
+def _widened(moment, g):
+    """A moment stored narrower than the gradient (a bfloat16 `mu_dtype`) in the wider dtype,
+    so that a step rounds it only once, when it is stored again."""
+    moment = fnp.asarray(moment)
+    return moment.astype(fnp.promote_types(moment.dtype, fnp.asarray(g).dtype))
+
+
 def _ema(updates, moments, decay):
-    return _map(lambda g, m: decay * m + (1 - decay) * g, updates, moments)
+    return _map(lambda g, m: decay * _widened(m, g) + (1 - decay) * g, updates, moments)
 
 
 def _ema_sq(updates, moments, decay):
-    return _map(lambda g, v: decay * v + (1 - decay) * abs_sq(g), updates, moments)
+    return _map(lambda g, v: decay * _widened(v, g) + (1 - decay) * abs_sq(g), updates, moments)
 
 
 def scale_by_adam(
@@ -160,14 +206,17 @@ def scale_by_adam(
     b2: float = 0.999,
     eps: float = 1e-8,
     eps_root: float = 0.0,
+    mu_dtype=None,
     *,
     nesterov: bool = False,
 ) -> GradientTransformation:
     """m_hat / (sqrt(v_hat + eps_root) + eps) with bias-corrected moments (Kingma & Ba);
-    `nesterov` uses NAdam's look-ahead first moment."""
+    `nesterov` uses NAdam's look-ahead first moment. The first moment is kept in `mu_dtype`
+    when given (e.g. bfloat16 to halve its memory): each step computes with it widened and
+    rounds only what is stored."""
 
     def init(params):
-        return ScaleByAdamState(_count(), zeros_like_tree(params), zeros_like_tree(params))
+        return ScaleByAdamState(_count(), _zeros(params, mu_dtype), zeros_like_tree(params))
 
     def update(updates, state, params=None):
         check_matches(updates, state.mu, "gradients", "optimizer state")
@@ -176,7 +225,8 @@ def scale_by_adam(
         count = _next(state.count)
         mu_hat = _first_moment_hat(mu, updates, b1, count, nesterov)
         nu_hat = _bias_corrected(nu, b2, count)
-        return _adam_step(mu_hat, nu_hat, eps, eps_root), ScaleByAdamState(count, mu, nu)
+        new_state = ScaleByAdamState(count, _cast(mu, mu_dtype), _cast_like(nu, state.nu))
+        return _adam_step(mu_hat, nu_hat, eps, eps_root), new_state
 
     return GradientTransformation(init, update)
 
@@ -200,23 +250,32 @@ def scale_by_adamax(b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8):
 
 
 def scale_by_amsgrad(
-    b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, eps_root: float = 0.0
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    eps_root: float = 0.0,
+    mu_dtype=None,
+    bias_correction_mu: bool = True,
+    bias_correction_nu: bool = True,
 ) -> GradientTransformation:
-    """Adam with the running maximum of the bias-corrected second moment as denominator
-    (Reddi et al.), so the step size never grows."""
+    """Adam with the running maximum of the (bias-corrected) second moment as denominator
+    (Reddi et al.), so the step size never grows; each bias correction may be turned off.
+    The first moment is kept in `mu_dtype` when given."""
 
     def init(params):
         zeros = zeros_like_tree(params)
-        return ScaleByAmsgradState(_count(), zeros, zeros, zeros)
+        return ScaleByAmsgradState(_count(), _zeros(params, mu_dtype), zeros, zeros)
 
     def update(updates, state, params=None):
         check_matches(updates, state.mu, "gradients", "optimizer state")
         mu = _ema(updates, state.mu, b1)
         nu = _ema_sq(updates, state.nu, b2)
         count = _next(state.count)
-        nu_max = _map(fnp.maximum, state.nu_max, _bias_corrected(nu, b2, count))
-        scaled = _adam_step(_bias_corrected(mu, b1, count), nu_max, eps, eps_root)
-        return scaled, ScaleByAmsgradState(count, mu, nu, nu_max)
+        mu_hat = _bias_corrected(mu, b1, count) if bias_correction_mu else mu
+        nu_hat = _bias_corrected(nu, b2, count) if bias_correction_nu else nu
+        nu_max = _map(fnp.maximum, state.nu_max, nu_hat)
+        scaled = _adam_step(mu_hat, nu_max, eps, eps_root)
+        return scaled, ScaleByAmsgradState(count, _cast(mu, mu_dtype), nu, nu_max)
 
     return GradientTransformation(init, update)
 
@@ -323,15 +382,17 @@ def scale_by_novograd(
     eps: float = 1e-8,
     eps_root: float = 0.0,
     weight_decay: float = 0.0,
+    mu_dtype=None,
 ) -> GradientTransformation:
     """NovoGrad (Ginsburg et al.): the second moment is one number per leaf, the decaying
     mean of its squared norm (the first step takes the norm itself); the first moment
     accumulates g / (sqrt(nu + eps_root) + eps) + weight_decay * params without (1 - b1),
-    from zero, so its first value is that term alone."""
+    from zero, so its first value is that term alone. The update is the first moment, kept
+    (and returned) in `mu_dtype` when given."""
 
     def init(params):
         nu = _map(lambda p: fnp.zeros((), fnp.asarray(p).dtype), params)
-        return ScaleByNovogradState(_count(), zeros_like_tree(params), nu)
+        return ScaleByNovogradState(_count(), _zeros(params, mu_dtype), nu)
 
     def update(updates, state, params=None):
         if params is None:
@@ -347,12 +408,15 @@ def scale_by_novograd(
             state.nu,
         )
         mu = _map(
-            lambda g, p, m, n: b1 * m + g / (fnp.sqrt(n + eps_root) + eps) + weight_decay * p,
+            lambda g, p, m, n: (
+                b1 * _widened(m, g) + g / (fnp.sqrt(n + eps_root) + eps) + weight_decay * p
+            ),
             updates,
             params,
             state.mu,
             nu,
         )
+        mu = _cast(mu, mu_dtype)
         return mu, ScaleByNovogradState(count, mu, nu)
 
     return GradientTransformation(init, update)
@@ -416,38 +480,79 @@ def scale_by_trust_ratio(
     return GradientTransformation(lambda params: ScaleByTrustRatioState(), update)
 
 
+def _inverse_root(variance, eps, eps_in_sqrt: bool):
+    """1 / sqrt(variance + eps), or 1 / (sqrt(variance) + eps) without eps_in_sqrt."""
+    if eps_in_sqrt:
+        return lax.rsqrt(variance + eps)
+    return 1 / (fnp.sqrt(variance) + eps)
+
+
 def scale_by_rms(
-    decay: float = 0.9, eps: float = 1e-8, initial_scale: float = 0.0
+    decay: float = 0.9,
+    eps: float = 1e-8,
+    initial_scale: float = 0.0,
+    eps_in_sqrt: bool = True,
+    bias_correction: bool = False,
 ) -> GradientTransformation:
-    """g / sqrt(nu + eps), nu the decaying mean of g**2 (RMSProp)."""
+    """g / sqrt(nu + eps), nu the decaying mean of g**2 (RMSProp); eps outside the root
+    without eps_in_sqrt, and nu divided by 1 - decay**t with bias_correction (the state
+    then counts steps)."""
 
     def init(params):
-        return ScaleByRmsState(_map(lambda p: fnp.full_like(p, initial_scale), params))
+        nu = _map(lambda p: fnp.full_like(p, initial_scale), params)
+        return ScaleByRmsWithCountState(_count(), nu) if bias_correction else ScaleByRmsState(nu)
 
     def update(updates, state, params=None):
         check_matches(updates, state.nu, "gradients", "optimizer state")
-        nu = _map(lambda g, v: decay * v + (1 - decay) * abs_sq(g), updates, state.nu)
-        return _map(lambda g, v: g * lax.rsqrt(v + eps), updates, nu), ScaleByRmsState(nu)
+        nu = _ema_sq(updates, state.nu, decay)
+        if bias_correction:
+            count = _next(state.count)
+            nu_hat, new_state = (
+                _bias_corrected(nu, decay, count),
+                ScaleByRmsWithCountState(count, nu),
+            )
+        else:
+            nu_hat, new_state = nu, ScaleByRmsState(nu)
+        scaled = _map(lambda g, v: g * _inverse_root(v, eps, eps_in_sqrt), updates, nu_hat)
+        return scaled, new_state
 
     return GradientTransformation(init, update)
 
 
 def scale_by_stddev(
-    decay: float = 0.9, eps: float = 1e-8, initial_scale: float = 0.0
+    decay: float = 0.9,
+    eps: float = 1e-8,
+    initial_scale: float = 0.0,
+    eps_in_sqrt: bool = True,
+    bias_correction: bool = False,
 ) -> GradientTransformation:
-    """g / sqrt(nu - mu**2 + eps): RMSProp centered by the decaying mean of g."""
+    """g / sqrt(nu - mu**2 + eps): RMSProp centered by the decaying mean of g; eps outside
+    the root without eps_in_sqrt, both moments bias-corrected with bias_correction."""
 
     def init(params):
-        return ScaleByRStdDevState(
-            zeros_like_tree(params), _map(lambda p: fnp.full_like(p, initial_scale), params)
-        )
+        mu = zeros_like_tree(params)
+        nu = _map(lambda p: fnp.full_like(p, initial_scale), params)
+        if bias_correction:
+            return ScaleByRStdDevWithCountState(_count(), mu, nu)
+        return ScaleByRStdDevState(mu, nu)
 
     def update(updates, state, params=None):
         check_matches(updates, state.mu, "gradients", "optimizer state")
-        mu = _map(lambda g, m: decay * m + (1 - decay) * g, updates, state.mu)
-        nu = _map(lambda g, v: decay * v + (1 - decay) * abs_sq(g), updates, state.nu)
-        scaled = _map(lambda g, m, v: g * lax.rsqrt(v - abs_sq(m) + eps), updates, mu, nu)
-        return scaled, ScaleByRStdDevState(mu, nu)
+        mu = _ema(updates, state.mu, decay)
+        nu = _ema_sq(updates, state.nu, decay)
+        if bias_correction:
+            count = _next(state.count)
+            mu_hat, nu_hat = _bias_corrected(mu, decay, count), _bias_corrected(nu, decay, count)
+            new_state = ScaleByRStdDevWithCountState(count, mu, nu)
+        else:
+            mu_hat, nu_hat, new_state = mu, nu, ScaleByRStdDevState(mu, nu)
+        scaled = _map(
+            lambda g, m, v: g * _inverse_root(v - abs_sq(m), eps, eps_in_sqrt),
+            updates,
+            mu_hat,
+            nu_hat,
+        )
+        return scaled, new_state
 
     return GradientTransformation(init, update)
 
@@ -471,32 +576,56 @@ def scale_by_rss(initial_accumulator_value: float = 0.1, eps: float = 1e-7):
     return GradientTransformation(init, update)
 
 
-def scale_by_lion(b1: float = 0.9, b2: float = 0.99) -> GradientTransformation:
-    """sign(b1 * mu + (1 - b1) * g), then mu <- b2 * mu + (1 - b2) * g (Chen et al. 2023)."""
+_LION_MODES = {
+    "hard": lambda x, beta: fnp.sign(x),
+    "smooth": lambda x, beta: fnp.tanh(beta * x),
+    "refined": lambda x, beta: fnp.where(fnp.abs(x) < 1.0, x, fnp.sign(x)),
+}
+
+
+def scale_by_lion(
+    b1: float = 0.9,
+    b2: float = 0.99,
+    mu_dtype=None,
+    *,
+    mode: str = "hard",
+    smooth_beta: float = 1.0,
+) -> GradientTransformation:
+    """sign(b1 * mu + (1 - b1) * g), then mu <- b2 * mu + (1 - b2) * g (Chen et al. 2023).
+    mode "smooth" takes tanh(smooth_beta * x) in place of the sign, "refined" keeps x where
+    |x| < 1; mu is kept in `mu_dtype` when given."""
+    if mode not in _LION_MODES:
+        raise ValueError(f"scale_by_lion: mode must be one of {sorted(_LION_MODES)}, got {mode!r}")
+    direction_of = _LION_MODES[mode]
 
     def init(params):
-        return ScaleByLionState(_count(), zeros_like_tree(params))
+        return ScaleByLionState(_count(), _zeros(params, mu_dtype))
 
     def update(updates, state, params=None):
         check_matches(updates, state.mu, "gradients", "optimizer state")
-        direction = _map(lambda g, m: fnp.sign(b1 * m + (1 - b1) * g), updates, state.mu)
-        mu = _map(lambda g, m: b2 * m + (1 - b2) * g, updates, state.mu)
+        direction = _map(
+            lambda g, m: direction_of(b1 * _widened(m, g) + (1 - b1) * g, smooth_beta),
+            updates,
+            state.mu,
+        )
+        mu = _cast(_ema(updates, state.mu, b2), mu_dtype)
         return direction, ScaleByLionState(_next(state.count), mu)
 
     return GradientTransformation(init, update)
 
 
-def trace(decay: float, nesterov: bool = False) -> GradientTransformation:
-    """Momentum: t <- g + decay * t; the update is t, or g + decay * t with Nesterov."""
+def trace(decay: float, nesterov: bool = False, accumulator_dtype=None) -> GradientTransformation:
+    """Momentum: t <- g + decay * t; the update is t, or g + decay * t with Nesterov. The
+    trace is stored in `accumulator_dtype` when given."""
 
     def init(params):
-        return TraceState(zeros_like_tree(params))
+        return TraceState(_zeros(params, accumulator_dtype))
 
     def update(updates, state, params=None):
         check_matches(updates, state.trace, "gradients", "optimizer state")
-        new = _map(lambda g, t: g + decay * t, updates, state.trace)
+        new = _map(lambda g, t: g + decay * _widened(t, g), updates, state.trace)
         out = _map(lambda g, t: g + decay * t, updates, new) if nesterov else new
-        return out, TraceState(new)
+        return out, TraceState(_cast(new, accumulator_dtype))
 
     return GradientTransformation(init, update)
 
@@ -531,6 +660,18 @@ def add_decayed_weights(weight_decay: ScalarOrSchedule = 0.0, mask=None) -> Grad
         return decayed, new_state
 
     return GradientTransformation(init, update)
+
+
+def normalize_by_update_norm(
+    scale_factor: float = 1.0, eps: float = 1e-6
+) -> GradientTransformation:
+    """The updates times scale_factor / (their global norm + eps): steps of one length."""
+
+    def rescale(updates, params):
+        norm = (global_norm(updates) + eps) / scale_factor
+        return _map(lambda g: g / norm.astype(g.dtype), updates)
+
+    return _stateless(rescale)
 
 
 def clip(max_delta: float) -> GradientTransformation:

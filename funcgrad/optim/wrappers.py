@@ -73,11 +73,15 @@ def _spread(prefix, tree) -> list:
     return tree_util.tree_leaves(full)
 
 
-def masked(inner: GradientTransformation, mask) -> GradientTransformationExtraArgs:
+def masked(
+    inner: GradientTransformation, mask, *, mask_compatible_extra_args: bool = False
+) -> GradientTransformationExtraArgs:
     """`inner` on the leaves `mask` selects, the rest passed through unchanged. The mask is a
     pytree of bools with the structure of the parameters or a prefix of it, or a function
     of the parameters (of the updates, in `update`) returning one. `inner` sees the
-    selected leaves as a flat list, so its state is made for that list."""
+    selected leaves as a flat list, so its state is made for that list. With
+    mask_compatible_extra_args, extra arguments of `update` that have the updates' tree
+    structure reach `inner` as the same selection."""
     inner = with_extra_args_support(inner)
 
     def chosen(tree) -> list[bool]:
@@ -98,6 +102,11 @@ def masked(inner: GradientTransformation, mask) -> GradientTransformationExtraAr
                 f"masked: the mask covers {len(flags)} leaves where the updates have {len(leaves)}"
             )
         inner_params = None if params is None else pick(params, flags)
+        if mask_compatible_extra_args:
+            extra_args = {
+                name: pick(value, flags) if tree_util.tree_structure(value) == treedef else value
+                for name, value in extra_args.items()
+            }
         new, inner_state = inner.update(
             pick(updates, flags), state.inner_state, inner_params, **extra_args
         )
@@ -114,12 +123,28 @@ def freeze(mask) -> GradientTransformationExtraArgs:
     return masked(set_to_zero(), mask)
 
 
+def selective_transform(
+    optimizer: GradientTransformation, *, freeze_mask
+) -> GradientTransformationExtraArgs:
+    """`optimizer` on the leaves `freeze_mask` leaves trainable (False), zero updates on the
+    frozen ones (True); the mask is a pytree of bools like the parameters, or a prefix."""
+
+    def labels(params):
+        return tree_util.tree_map(lambda frozen: "freeze" if frozen else "train", freeze_mask)
+
+    return partition({"train": optimizer, "freeze": set_to_zero()}, labels)
+
+
 def partition(
-    transforms: dict[Any, GradientTransformation], param_labels
+    transforms: dict[Any, GradientTransformation],
+    param_labels,
+    *,
+    mask_compatible_extra_args: bool = False,
 ) -> GradientTransformationExtraArgs:
     """A different transformation per group of leaves: `param_labels` (a pytree of labels
     with the parameters' structure or a prefix of it, or a function of the parameters
-    returning one) names each leaf's key in `transforms`."""
+    returning one) names each leaf's key in `transforms`. mask_compatible_extra_args hands
+    each group its part of the extra arguments shaped as the updates, as `masked` does."""
 
     def masks(tree):
         labels = param_labels(tree) if callable(param_labels) else param_labels
@@ -136,10 +161,12 @@ def partition(
             for label in transforms
         }
 
+    compatible = {"mask_compatible_extra_args": mask_compatible_extra_args}
+
     def init(params):
         return MultiTransformState(
             {
-                label: masked(transforms[label], mask).init(params)
+                label: masked(transforms[label], mask, **compatible).init(params)
                 for label, mask in masks(params).items()
             }
         )
@@ -147,7 +174,7 @@ def partition(
     def update(updates, state, params=None, **extra_args):
         new_states = {}
         for label, mask in masks(updates).items():
-            updates, new_states[label] = masked(transforms[label], mask).update(
+            updates, new_states[label] = masked(transforms[label], mask, **compatible).update(
                 updates, state.inner_states[label], params, **extra_args
             )
         return updates, MultiTransformState(new_states)
