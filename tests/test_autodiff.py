@@ -242,3 +242,16 @@ def test_jacrev_of_a_function_without_outputs():
     assert fg.jacrev(lambda x: [])(x) == []
     assert fg.jacrev(lambda x: {})(x) == {}
     assert fg.jacrev(lambda x: (x[:0], x.sum()))(x)[0].shape == (0, 3, 2, 3)
+
+
+def test_a_gradient_has_the_weak_type_of_its_primal():
+    # At a Python scalar the gradient is weakly typed, even where the function met strongly
+    # typed values, so it promotes as the scalar did; at a typed value it is strongly typed.
+    dx, dy = fg.grad(lambda x, y: x * y, argnums=(0, 1))(1.0, np.float32(2))
+    assert dx.weak_type and not dy.weak_type
+    assert float(dx) == 2.0 and float(dy) == 1.0
+    assert (fg.grad(lambda x: x**2)(1.0) + np.ones(2, np.float16)).dtype == np.float16
+    assert fg.jit(fg.grad(lambda x: x**3))(2.0).weak_type
+    assert not fg.grad(lambda x: x**2)(np.float32(1.0)).weak_type
+    _, pullback = fg.vjp(lambda x: x * np.float32(3), 1.0)
+    assert pullback(np.float32(1))[0].weak_type

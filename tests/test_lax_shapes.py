@@ -359,3 +359,15 @@ def test_shape_ops_keep_the_weak_type_of_a_python_scalar():
     ):
         assert out.weak_type
     assert not lax.pad(x, np.float32(0), [(1, 1, 0), (0, 0, 0)]).weak_type
+
+
+def test_full_like_is_weakly_typed_like_its_model_unless_given_a_dtype():
+    out = lax.full_like(2.0, 3)
+    assert out.weak_type and out.dtype == np.float32 and float(out) == 3.0
+    # so it promotes as the Python scalar would: to the other operand's dtype
+    assert (lax.full_like(2.0, 3, shape=(2,)) + np.ones(2, np.float16)).dtype == np.float16
+    assert lax.full_like(1, 2.7).dtype == np.int32 and int(lax.full_like(1, 2.7)) == 2
+    assert not lax.full_like(2.0, 3, dtype=np.float32).weak_type
+    assert not lax.full_like(np.float32(2.0), 3).weak_type
+    traced = fg.jit(lambda x, fill: lax.full_like(x, fill, shape=(2,)))(1.0, np.float32(4))
+    assert traced.weak_type and traced.tolist() == [4.0, 4.0]

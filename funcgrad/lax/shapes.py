@@ -9,11 +9,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from funcgrad import core, dtypes
+from funcgrad.array import Array
 from funcgrad.core import Primitive, ShapedArray, never_weak
 from funcgrad.interpreters.ad import defjvp_zero, deflinear, is_undefined
 from funcgrad.interpreters.batching import broadcast_batch, moveaxis, not_mapped
 from funcgrad.lax.base import asarray, canonical_axes, check_same_dtypes
-from funcgrad.lax.elementwise import binary_operands, select, sub
+from funcgrad.lax.elementwise import binary_operands, convert_element_type_p, select, sub
 
 # The builtin, which this module's `slice` wrapper shadows.
 _py_slice = slice
@@ -175,9 +176,20 @@ def full_like(x, fill_value, dtype=None, shape=None):
     ShapeDtypeStruct, will do)."""
     if not (hasattr(x, "shape") and hasattr(x, "dtype")):
         x = asarray(x)  # (a scalar; anything else is refused by name)
-    return full(
-        x.shape if shape is None else shape, fill_value, x.dtype if dtype is None else dtype
-    )
+    shape = x.shape if shape is None else shape
+    if dtype is None and core.get_aval(x).weak_type:
+        # Like x, weakly typed: a value made in x's image promotes as x would.
+        return broadcast_in_dim(_weak_scalar(fill_value, x.dtype), _int_tuple(shape), ())
+    return full(shape, fill_value, x.dtype if dtype is None else dtype)
+
+
+def _weak_scalar(value, dtype):
+    if isinstance(value, core.Tracer):
+        return convert_element_type_p.bind(value, new_dtype=dtype, weak_type=True)
+    scalar = np.asarray(value)
+    if scalar.ndim != 0:
+        raise TypeError(f"full_like: fill_value must be a scalar, got shape {scalar.shape}")
+    return Array(scalar.astype(dtype)[()], True)
 
 
 def expand_dims(array, dimensions: Sequence[int]):

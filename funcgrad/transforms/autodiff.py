@@ -61,6 +61,17 @@ def _materialize(tangent, aval):
     return instantiate(tangent)
 
 
+def _as_cotangent_of(ct, aval):
+    """An input's cotangent with its primal's weak type: the gradient at a Python scalar is
+    weakly typed, as the scalar was, whatever strongly typed values it met on the way (so
+    `grad(f)(1.0)` added to a bfloat16 array stays bfloat16)."""
+    if ct.dtype == float0 or core.get_aval(ct).weak_type == aval.weak_type:
+        return ct
+    from funcgrad.lax.elementwise import convert_element_type_p
+
+    return convert_element_type_p.bind(ct, new_dtype=ct.dtype, weak_type=aval.weak_type)
+
+
 # ---------------------------------------------------------------------------------------------
 # Forward mode
 
@@ -230,7 +241,10 @@ class _Vjp(_LinearMap):
                 cts.append(_check_tangent(ct, tangent_aval(aval)))
         args = [UndefinedPrimal(v.aval) for v in self.jaxpr.invars]
         cts_in = backward_pass(self.jaxpr, residuals, args, cts)
-        cts_in = [_materialize(ct, aval) for ct, aval in zip(cts_in, self.in_avals)]
+        cts_in = [
+            _as_cotangent_of(_materialize(ct, aval), aval)
+            for ct, aval in zip(cts_in, self.in_avals)
+        ]
         return tree_util.tree_unflatten(self.in_tree, cts_in)
 
 
@@ -431,9 +445,9 @@ def _check_scalar_output(out, who: str, holomorphic: bool) -> None:
 
 
 def _one_like(out):
-    from funcgrad.lax.shapes import full
+    from funcgrad.lax.shapes import full_like
 
-    return full((), 1, out.dtype)
+    return full_like(out, 1)
 
 
 def _jacobian_tree(out_tree, in_tree, blocks: dict, num_out: int, num_in: int, single: bool):
