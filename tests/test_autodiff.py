@@ -255,3 +255,13 @@ def test_a_gradient_has_the_weak_type_of_its_primal():
     assert not fg.grad(lambda x: x**2)(np.float32(1.0)).weak_type
     _, pullback = fg.vjp(lambda x: x * np.float32(3), 1.0)
     assert pullback(np.float32(1))[0].weak_type
+
+
+def test_a_python_float_tangent_or_cotangent_takes_the_primal_dtype():
+    _, pullback = fg.vjp(lambda x: x * 2, np.float64(1.0))
+    (ct,) = pullback(1.0)
+    assert ct.dtype == np.float64 and float(ct) == 2.0
+    _, tangent = fg.jvp(lambda x: x * 2, (np.float16(1.0),), (3.0,))
+    assert tangent.dtype == np.float16 and float(tangent) == 6.0
+    with pytest.raises(TypeError, match="the primal is f32\\[\\], the tangent i32\\[\\]"):
+        fg.vjp(lambda x: x * 2, np.float32(1.0))[1](2)  # an int is no cotangent of a float
