@@ -122,7 +122,7 @@ def names_for_testing() -> dict:
     return {"my_layer": lambda x: fnp.tanh(x) * 2.0, "my_loss": lambda x: (fnp.sin(x) ** 2).sum()}
 
 
-# What each example assumes is defined, and what shows that it ran as it says.
+# The names each example takes as defined.
 EXAMPLE_NAMES = {"funcgrad.optim": names_for_optim, "funcgrad.testing": names_for_testing}
 
 
@@ -133,8 +133,10 @@ def test_the_docstring_examples_are_known():
 
 
 def test_the_optim_docstring_example_runs():
-    (code,) = set(docstring_examples()["funcgrad.optim"])
-    namespace = {"optim": __import__("funcgrad.optim").optim, **names_for_optim()}
+    from funcgrad import optim
+
+    (code,) = docstring_examples()["funcgrad.optim"]
+    namespace = {"optim": optim, **names_for_optim()}
     exec(compile(code, "funcgrad/optim/__init__.py", "exec"), namespace)
     # clipped to norm 1, AdamW's first step is -lr * sign(g) (plus the weight decay)
     expected = 1.0 - 1e-3 * (np.sign([3.0, -4.0, 0.0]) + 1e-4 * 1.0)
@@ -144,7 +146,7 @@ def test_the_optim_docstring_example_runs():
 def test_the_testing_docstring_example_runs():
     from hypothesis import settings
 
-    (code,) = set(docstring_examples()["funcgrad.testing"])
+    (code,) = docstring_examples()["funcgrad.testing"]
     namespace = names_for_testing()
     exec(compile(code, "funcgrad/testing.py", "exec"), namespace)
     settings(max_examples=3)(namespace["test_my_layer"])()
