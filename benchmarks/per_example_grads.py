@@ -2,8 +2,8 @@
 
     python benchmarks/per_example_grads.py
 
-funcgrad and JAX are shown both eagerly and jitted (funcgrad's jit runs on the NumPy
-reference backend until the compiled backends land), torch.func's vmap(grad) eagerly. Each
+funcgrad and JAX are shown both eagerly and jitted (funcgrad's jit on its default backend,
+native code through LLVM), torch.func's vmap(grad) eagerly. Each
 variant is timed in alternating rounds; the table gives medians in milliseconds and ratios
 against funcgrad's vmap(grad).
 """

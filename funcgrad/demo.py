@@ -1,6 +1,7 @@
 """Train a small convolutional network on scikit-learn's handwritten digits.
 
-    python -m funcgrad.demo [--epochs N] [--batch-size B] [--seed S] [--no-progress]
+    python -m funcgrad.demo [--epochs N] [--batch-size B] [--learning-rate LR] [--seed S]
+                            [--no-progress]
 
 The whole training step (forward pass, gradients by `value_and_grad`, Adam's update) is one
 function compiled by `fg.jit` to native code; the data are the 1797 8x8 digits that ship with
