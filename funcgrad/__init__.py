@@ -29,7 +29,7 @@ from funcgrad import (
     version,
     viz,
 )
-from funcgrad.array import Array, Device, block_until_ready, device_get, device_put
+from funcgrad.array import Array, Device, Shard, block_until_ready, device_get, device_put
 from funcgrad.caches import clear_caches
 from funcgrad.callbacks import effects_barrier, pure_callback
 from funcgrad.config import (
@@ -58,7 +58,7 @@ from funcgrad.devices import (
     process_indices,
 )
 from funcgrad.environment import print_environment_info
-from funcgrad.sharding import NamedSharding, P, make_mesh, set_mesh
+from funcgrad.sharding import NamedSharding, P, make_mesh, reshard, set_mesh
 from funcgrad.transforms.autodiff import (
     fwd_and_bwd,
     grad,
@@ -159,7 +159,9 @@ __all__ = [
     "P",
     "make_mesh",
     "pmap",
+    "reshard",
     "set_mesh",
+    "Shard",
     "shard_map",
     "sharding",
     "stages",

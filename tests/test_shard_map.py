@@ -428,6 +428,8 @@ def test_reshard_lays_out_concrete_arrays_and_passes_traced_ones(mesh):
     x = _x()
     rows, cols = NamedSharding(mesh, P("i")), NamedSharding(mesh, P(None, "j"))
     y = fg.sharding.reshard(fg.device_put(x, rows), cols)
+    assert fg.reshard is fg.sharding.reshard
+    assert all(type(s) is fg.Shard for s in y.addressable_shards)
     assert y.sharding == cols
     np.testing.assert_array_equal(y, x)
     assert [s.data.shape for s in y.addressable_shards] == [(8, 3)] * 8
