@@ -125,10 +125,11 @@ def _check_tangent(tangent, expected: core.ShapedArray):
             )
         return Zero(expected)
     tangent = _as_primal(tangent)
-    if tangent.aval.weak_type and dtypes.is_inexact(tangent.dtype):
+    if tangent.aval.weak_type and tangent.dtype != expected.dtype:
         # A Python float takes the dtype it would take in arithmetic with the primal's.
         promoted, _ = dtypes.result_type_of([(tangent.dtype, True), (expected.dtype, False)])
-        if promoted == expected.dtype and tangent.shape == expected.shape:
+        inexact = dtypes.is_inexact(tangent.dtype)
+        if inexact and promoted == expected.dtype and tangent.shape == expected.shape:
             tangent = tangent.astype(expected.dtype)
     if tangent.shape != expected.shape or tangent.dtype != expected.dtype:
         raise TypeError(
