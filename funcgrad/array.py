@@ -239,8 +239,9 @@ def place(value, device: GpuDevice) -> DeviceValue:
     """A copy of `value` (host data, or a value on another GPU) on GPU `device`."""
     host = np.asarray(value)
     flat = np.ascontiguousarray(host).reshape(-1)  # (which makes a 0-d value 1-d)
-    bits = flat.view(np.uint16) if host.dtype == dtypes.bfloat16 else flat
-    return DeviceValue(device.runtime.upload(bits), host.shape, host.dtype, device)
+    if host.dtype == dtypes.bfloat16 or dtypes.is_narrow(host.dtype):  # CuPy knows neither
+        flat = flat.view(np.dtype(f"uint{8 * host.dtype.itemsize}"))  # (their bits)
+    return DeviceValue(device.runtime.upload(flat), host.shape, host.dtype, device)
 
 
 # DLPack's device type of CUDA memory (kDLCUDA).

@@ -48,6 +48,9 @@ _DTYPE_CODES = {
     dtypes.bfloat16: "BF16",
     dtypes.float32: "F32",
     dtypes.float64: "F64",
+    # safetensors' 8-bit floats (its F8_E4M3 is the finite e4m3fn, as PyTorch's)
+    dtypes.float8_e5m2: "F8_E5M2",
+    dtypes.float8_e4m3fn: "F8_E4M3",
 }
 _CODE_DTYPES = {code: dtype for dtype, code in _DTYPE_CODES.items()}
 _LEAF = "*"

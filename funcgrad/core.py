@@ -48,6 +48,12 @@ _SHORT_DTYPE_NAMES = {
     "float16": "f16",
     "float32": "f32",
     "float64": "f64",
+    "int2": "i2",
+    "int4": "i4",
+    "uint2": "u2",
+    "uint4": "u4",
+    # float8_e4m3fn is f8_e4m3fn, float4_e2m1fn f4_e2m1fn
+    **{d.name: d.name.replace("float", "f", 1) for d in dtypes.narrow_float_dtypes},
 }
 
 

@@ -24,4 +24,5 @@ _SUPPORTED_KINDS = "biufc"
 def is_supported_dtype(dtype) -> bool:
     """Whether funcgrad arrays of `dtype` can be exchanged through DLPack."""
     dtype = np.dtype(dtype)
-    return dtype in dtypes.supported_dtypes and dtype.kind in _SUPPORTED_KINDS
+    supported = dtype in dtypes.supported_dtypes and dtype.kind in _SUPPORTED_KINDS
+    return supported and not dtypes.is_narrow(dtype)  # (float8_e5m2's kind is "f")

@@ -6,6 +6,11 @@ and int64 under `config.enable_x64`), and float64 given by the user is kept, nev
 downcast. Complex numbers sit above the
 floats: float32 meets complex64 in complex64, float64 meets it in complex128, and a Python
 complex scalar is a weak complex that takes the width of the floats it meets.
+
+The narrow formats (8- and 4-bit floats, 2- and 4-bit integers) sit above the weak scalars of
+their kind and below nothing: they meet Python scalars, booleans and (the floats) integers, and
+any other dtype only through an explicit conversion (`TypePromotionError` otherwise), so that
+no computation widens or narrows them unnoticed.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import functools
 
 import ml_dtypes
 import numpy as np
+
+from funcgrad.errors import TypePromotionError
 
 bool_ = np.dtype(np.bool_)
 int8 = np.dtype(np.int8)
@@ -34,6 +41,41 @@ complex128 = np.dtype(np.complex128)
 # The half-precision floats, which compute in float32 and round after every operation.
 HALF_FLOATS = (float16, bfloat16)
 
+float8_e3m4 = np.dtype(ml_dtypes.float8_e3m4)
+float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3)
+float8_e4m3b11fnuz = np.dtype(ml_dtypes.float8_e4m3b11fnuz)
+float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
+float8_e4m3fnuz = np.dtype(ml_dtypes.float8_e4m3fnuz)
+float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
+float8_e5m2fnuz = np.dtype(ml_dtypes.float8_e5m2fnuz)
+float8_e8m0fnu = np.dtype(ml_dtypes.float8_e8m0fnu)
+float4_e2m1fn = np.dtype(ml_dtypes.float4_e2m1fn)
+int2 = np.dtype(ml_dtypes.int2)
+int4 = np.dtype(ml_dtypes.int4)
+uint2 = np.dtype(ml_dtypes.uint2)
+uint4 = np.dtype(ml_dtypes.uint4)
+
+# The narrow floats, one value a byte (the 4-bit one in its low bits), each with how it spells
+# infinity and NaN, which decides where rounding sends overflow and NaN:
+#   "ieee":   both, as IEEE formats do (all-ones exponent); overflow rounds to infinity.
+#   "fn":     no infinity; NaN is all ones after the sign; overflow and infinity give NaN.
+#   "fnuz":   no infinity and no -0; the one NaN is the pattern of -0; overflow gives NaN.
+#   "e8m0":   a power of two, unsigned; NaN is all ones; zero, negatives and overflow give NaN.
+#   "finite": neither; overflow and infinity saturate to the largest value.
+NARROW_FLOATS = {
+    float8_e3m4: "ieee",
+    float8_e4m3: "ieee",
+    float8_e5m2: "ieee",
+    float8_e4m3fn: "fn",
+    float8_e4m3fnuz: "fnuz",
+    float8_e4m3b11fnuz: "fnuz",
+    float8_e5m2fnuz: "fnuz",
+    float8_e8m0fnu: "e8m0",
+    float4_e2m1fn: "finite",
+}
+# The narrow integers, one value a byte, in its low bits.
+NARROW_INTS = (int2, int4, uint2, uint4)
+
 # The dtype of tangents of integer and boolean values: they carry no information.
 float0 = np.dtype([("float0", np.void, 0)])
 
@@ -50,7 +92,24 @@ unsigned_dtypes = (uint8, uint16, uint32, uint64)
 int_dtypes = signed_dtypes + unsigned_dtypes
 float_dtypes = (bfloat16, float16, float32, float64)
 complex_dtypes = (complex64, complex128)
-supported_dtypes = frozenset(bool_dtypes + int_dtypes + float_dtypes + complex_dtypes)
+narrow_float_dtypes = tuple(NARROW_FLOATS)
+narrow_int_dtypes = NARROW_INTS
+narrow_dtypes = narrow_float_dtypes + narrow_int_dtypes
+supported_dtypes = frozenset(
+    bool_dtypes + int_dtypes + float_dtypes + complex_dtypes + narrow_dtypes
+)
+
+# What arithmetic on a storage dtype runs in: each operation widens its operands, computes,
+# and rounds its result back (the narrow integers wrap, as their arithmetic does).
+_COMPUTED_IN = {
+    float16: float32,
+    bfloat16: float32,
+    **{d: float32 for d in narrow_float_dtypes},
+    **{d: int32 for d in narrow_int_dtypes},
+}
+NARROW = frozenset(narrow_dtypes)
+_EXTENSION_FLOATS = frozenset((bfloat16, *narrow_float_dtypes))
+_NARROW_UNSIGNED = frozenset((uint2, uint4))
 
 # The promotion lattice: each node lists the nodes directly above it. `i*` and `f*` are the
 # weak int, float and complex of Python scalars, which sit below every array type of their kind.
@@ -59,7 +118,7 @@ _WEAK_FLOAT = "f*"
 _WEAK_COMPLEX = "c*"
 _LATTICE_UP: dict = {
     bool_: [_WEAK_INT],
-    _WEAK_INT: [uint8, int8],
+    _WEAK_INT: [uint8, int8, *narrow_int_dtypes],
     uint8: [int16, uint16],
     uint16: [int32, uint32],
     uint32: [int64, uint64],
@@ -68,7 +127,7 @@ _LATTICE_UP: dict = {
     int16: [int32],
     int32: [int64],
     int64: [_WEAK_FLOAT],
-    _WEAK_FLOAT: [bfloat16, float16, _WEAK_COMPLEX],
+    _WEAK_FLOAT: [bfloat16, float16, *narrow_float_dtypes, _WEAK_COMPLEX],
     bfloat16: [float32],
     float16: [float32],
     float32: [float64, complex64],
@@ -76,6 +135,7 @@ _LATTICE_UP: dict = {
     _WEAK_COMPLEX: [complex64],
     complex64: [complex128],
     complex128: [],
+    **{d: [] for d in narrow_dtypes},
 }
 
 
@@ -100,13 +160,44 @@ def _join(a, b):
     for candidate in common:
         if common <= _UPPER[candidate]:
             return candidate
-    raise TypeError(f"no common type for {a} and {b}")  # unreachable: the lattice is complete
+    # Only the narrow formats lack common bounds: they sit below nothing.
+    narrow = next(node for node in (a, b) if node in NARROW)
+    other = b if narrow is a else a
+    partners = (
+        "Python ints and floats, booleans and integers"
+        if is_float(narrow)
+        else "Python ints and booleans"
+    )
+    raise TypePromotionError(
+        f"{_node_name(a)} and {_node_name(b)} have no implicit promotion: {bit_width(narrow)}-bit "
+        f"{'floats' if is_float(narrow) else 'integers'} meet only {partners} implicitly, so "
+        "that no computation widens or narrows them unnoticed. Convert explicitly, e.g. "
+        f"x.astype({_suggestion(other, narrow)!r})"
+    )
+
+
+def bit_width(dtype: np.dtype) -> int:
+    """The bits of its byte a narrow format uses (the low ones)."""
+    return {float4_e2m1fn: 4, int2: 2, uint2: 2, int4: 4, uint4: 4}.get(np.dtype(dtype), 8)
+
+
+def _node_name(node) -> str:
+    weak = {_WEAK_INT: "Python int", _WEAK_FLOAT: "Python float", _WEAK_COMPLEX: "Python complex"}
+    return weak.get(node) or node.name
+
+
+def _suggestion(other, narrow: np.dtype) -> str:
+    """The dtype to suggest converting to: the other operand's, or the default of the narrow
+    operand's kind where the other is a weak scalar or itself narrow."""
+    if other in NARROW or other in (_WEAK_INT, _WEAK_FLOAT, _WEAK_COMPLEX):
+        return "float32" if is_float(narrow) else "int32"
+    return other.name
 
 
 def _node(dtype: np.dtype, weak_type: bool):
-    if weak_type and dtype.kind in "iu":
+    if weak_type and is_int(dtype):
         return _WEAK_INT
-    if weak_type and dtype.kind == "f":
+    if weak_type and is_float(dtype):
         return _WEAK_FLOAT
     if weak_type and dtype.kind == "c":
         return _WEAK_COMPLEX
@@ -115,7 +206,8 @@ def _node(dtype: np.dtype, weak_type: bool):
 
 def is_float(dtype) -> bool:
     """True for the real floating-point dtypes (complex ones are not)."""
-    return np.dtype(dtype).kind == "f" or np.dtype(dtype) == bfloat16
+    dtype = np.dtype(dtype)
+    return dtype.kind == "f" or dtype in _EXTENSION_FLOATS
 
 
 def is_complex(dtype) -> bool:
@@ -142,11 +234,26 @@ def complex_dtype(dtype) -> np.dtype:
 
 
 def is_int(dtype) -> bool:
-    return np.dtype(dtype).kind in "iu"
+    dtype = np.dtype(dtype)
+    return dtype.kind in "iu" or dtype in NARROW_INTS
 
 
 def is_unsigned(dtype) -> bool:
-    return np.dtype(dtype).kind == "u"
+    dtype = np.dtype(dtype)
+    return dtype.kind == "u" or dtype in _NARROW_UNSIGNED
+
+
+def is_narrow(dtype) -> bool:
+    """True for the formats stored as a few bits of a byte (ml_dtypes' float8, float4, int2,
+    int4 and their unsigned kin)."""
+    return (dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)) in NARROW
+
+
+def compute_dtype(dtype) -> np.dtype:
+    """The dtype arithmetic on `dtype` runs in: float32 for the half and narrow floats, int32
+    for the narrow integers (each operation's result rounds or wraps back), else `dtype`."""
+    dtype = np.dtype(dtype)
+    return _COMPUTED_IN.get(dtype, dtype)
 
 
 def is_bool(dtype) -> bool:
@@ -157,20 +264,24 @@ def lowest(dtype) -> np.generic:
     """The identity of max: nothing of `dtype` is smaller (-inf, the least integer, False)."""
     dtype = np.dtype(dtype)
     if is_float(dtype):
-        return dtype.type(-np.inf)
+        return dtype.type(-np.inf if _has_infinity(dtype) else finfo(dtype).min)
     if is_bool(dtype):
         return dtype.type(False)
-    return dtype.type(np.iinfo(dtype).min)
+    return dtype.type(iinfo(dtype).min)
 
 
 def highest(dtype) -> np.generic:
     """The identity of min: nothing of `dtype` is larger (inf, the greatest integer, True)."""
     dtype = np.dtype(dtype)
     if is_float(dtype):
-        return dtype.type(np.inf)
+        return dtype.type(np.inf if _has_infinity(dtype) else finfo(dtype).max)
     if is_bool(dtype):
         return dtype.type(True)
-    return dtype.type(np.iinfo(dtype).max)
+    return dtype.type(iinfo(dtype).max)
+
+
+def _has_infinity(dtype: np.dtype) -> bool:
+    return NARROW_FLOATS.get(dtype, "ieee") == "ieee"
 
 
 def check_supported(dtype) -> np.dtype:
@@ -291,15 +402,25 @@ def finfo(dtype) -> ml_dtypes.finfo:
     return ml_dtypes.finfo(real_dtype(check_supported(dtype)))
 
 
-def iinfo(dtype) -> np.iinfo:
-    return np.iinfo(check_supported(dtype))
+def iinfo(dtype) -> ml_dtypes.iinfo:
+    return ml_dtypes.iinfo(check_supported(dtype))
 
 
 def issubdtype(a, b) -> bool:
+    """NumPy's issubdtype, which places ml_dtypes' types under no abstract type: here they sit
+    where their kind does (bfloat16 and float8_e5m2 under np.floating, int4 under
+    np.signedinteger)."""
     if isinstance(a, type) and issubclass(a, extended):
         return isinstance(b, type) and issubclass(a, b)
-    if np.dtype(a) == bfloat16:
-        return b in (bfloat16, np.floating, np.inexact, np.number, np.generic)
+    try:
+        a = np.dtype(a)
+    except TypeError:
+        return np.issubdtype(a, b)
+    if a in _EXTENSION_FLOATS:
+        return b in (a.type, a, np.floating, np.inexact, np.number, np.generic)
+    if a in NARROW_INTS:
+        family = np.unsignedinteger if a in _NARROW_UNSIGNED else np.signedinteger
+        return b in (a.type, a, family, np.integer, np.number, np.generic)
     return np.issubdtype(a, b)
 
 

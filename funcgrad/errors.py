@@ -82,3 +82,7 @@ class OutOfDeviceMemoryError(MemoryError):
 class FuncgradRuntimeError(ValueError):
     """A failure found while a program ran: a `checkify.check` whose predicate was false, or an
     automatic check (a NaN, a division by zero, an index out of bounds) that `checkify` added."""
+
+
+class TypePromotionError(ValueError):
+    """Two dtypes have no implicit promotion (a narrow format met another dtype)."""

@@ -351,6 +351,10 @@ def _uniform(name: str, key, shape, dtype, minval, maxval):
     minval = _broadcast_to(name, _as_dtype(minval, dtype), shape)
     maxval = _broadcast_to(name, _as_dtype(maxval, dtype), shape)
     info = dtypes.finfo(dtype)
+    if info.bits < 8:
+        raise TypeError(
+            f"{name} draws floats of 8 bits or more, got {dtype.name}: draw float32 and convert"
+        )
     uint_dtype = np.dtype(f"uint{info.bits}")
     # Random mantissa bits under the exponent of 1.0 make a float uniform in [1, 2). Types with
     # fewer than 8 mantissa bits draw 8 random bits, as JAX does.
@@ -446,9 +450,10 @@ def truncated_normal(key, lower, upper, shape=None, dtype=float) -> Array:
         out = lax.cond(far_out, through_lower_tail, through_erf, lower, upper)
     else:
         out = (through_lower_tail if far_out else through_erf)(lower, upper)
-    # Rounding can land on or past a bound; clamp into the open interval.
-    inside_lower = lax.nextafter(lax.stop_gradient(lower), np.inf)
-    inside_upper = lax.nextafter(lax.stop_gradient(upper), -np.inf)
+    # Rounding can land on or past a bound; clamp into the open interval. (Toward the format's
+    # extremes, not infinity, which float8_e4m3fn spells NaN.)
+    inside_lower = lax.nextafter(lax.stop_gradient(lower), dtypes.highest(dtype))
+    inside_upper = lax.nextafter(lax.stop_gradient(upper), dtypes.lowest(dtype))
     return lax.clamp(
         _broadcast_to("truncated_normal", inside_lower, shape),
         out,
@@ -528,14 +533,14 @@ def bernoulli(key, p=0.5, shape=None, mode: str = "low") -> Array:
 
 def _integer_bound(x, dtype: np.dtype):
     """`x` clipped into the range of `dtype` and converted, and whether it lay above that range."""
-    info = np.iinfo(dtype)
+    info = dtypes.iinfo(dtype)
     if isinstance(x, int) and not isinstance(x, bool):
         clipped = lax.full((), min(max(x, info.min), info.max), dtype)
         return clipped, lax.asarray(x > info.max)
     x = lax.asarray(x)
     if not dtypes.is_int(x.dtype):
         x = lax.convert_element_type(x, dtypes.int32)
-    own = np.iinfo(x.dtype)
+    own = dtypes.iinfo(x.dtype)
     low, high = max(own.min, info.min), min(own.max, info.max)
     return lax.convert_element_type(lax.clamp(low, x, high), dtype), lax.gt(x, high)
 
@@ -553,6 +558,14 @@ def randint(key, shape: Sequence[int], minval, maxval, dtype=int) -> Array:
         raise TypeError(f"randint draws integers, got dtype {dtype.name}")
     minval, _ = _integer_bound(minval, dtype)
     maxval, above_range = _integer_bound(maxval, dtype)
+    if dtypes.is_narrow(dtype):
+        # Drawn as int32 between the bounds clipped into the format's range (a maxval past its
+        # top includes the top), then converted: exact, where the format's own arithmetic
+        # would wrap the span.
+        wide = dtypes.compute_dtype(dtype)
+        low, high = (lax.convert_element_type(x, wide) for x in (minval, maxval))
+        high = lax.add(high, lax.convert_element_type(above_range, wide))
+        return lax.convert_element_type(randint(key, shape, low, high, wide), dtype)
     minval, maxval, above_range = (
         _broadcast_to("randint", x, shape) for x in (minval, maxval, above_range)
     )

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from funcgrad import tree_util
+from funcgrad import dtypes, tree_util
 from funcgrad.interpreters.ad import float0
 
 _DEFAULT_EPS = {np.dtype(np.float64): 1e-5, np.dtype(np.float32): 1e-2}
@@ -27,7 +27,7 @@ for _real, _complex in ((np.float64, np.complex128), (np.float32, np.complex64))
 
 
 def _inexact(dtype) -> bool:
-    return dtype.kind in "fc" or dtype.name == "bfloat16"
+    return dtypes.is_inexact(dtype)
 
 
 def _wide(x: np.ndarray) -> np.ndarray:

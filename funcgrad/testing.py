@@ -69,6 +69,19 @@ def broadcastable_shapes(n: int = 2, min_dims: int = 0, max_dims: int = 3, max_s
     ).map(lambda drawn: drawn.input_shapes)
 
 
+def narrow_bounds(dtype: np.dtype, min_value, max_value) -> tuple:
+    """Bounds within a narrow format's finite range: floats default to [-10, 10], integers to
+    the whole range."""
+    if dtypes.is_float(dtype):
+        info = dtypes.finfo(dtype)
+        lo = -10.0 if min_value is None else min_value
+        hi = 10.0 if max_value is None else max_value
+        return max(lo, float(info.min)), min(hi, float(info.max))
+    info = dtypes.iinfo(dtype)
+    lo = info.min if min_value is None else max(int(min_value), int(info.min))
+    return lo, info.max if max_value is None else min(int(max_value), int(info.max))
+
+
 def arrays(
     dtype: Any = np.float32,
     shape: Any = None,
@@ -87,6 +100,18 @@ def arrays(
         dtype = np.dtype(dtype)
         if dtype == dtypes.bfloat16:
             return build(np.float32, shape).map(lambda a: a.astype(dtypes.bfloat16))
+        if dtypes.is_narrow(dtype):
+            # Drawn in the compute dtype within the format's range, and rounded to it.
+            lo, hi = narrow_bounds(dtype, min_value, max_value)
+            wide = arrays(
+                dtypes.compute_dtype(dtype),
+                shape,
+                min_value=lo,
+                max_value=hi,
+                allow_nan=allow_nan,
+                allow_infinity=allow_infinity,
+            )
+            return wide.map(lambda a: a.astype(dtype))
         if dtype.kind == "f":
             width = min(dtype.itemsize * 8, 64)
             narrow = np.dtype(f"float{width}").type

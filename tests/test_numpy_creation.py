@@ -91,7 +91,8 @@ def test_dtype_argument(dtype):
     for source in ([1, 0, 1], np.array([1.0, 0.0, 1.0]), 1):
         out = fnp.array(source, dtype=dtype)
         assert out.dtype == expected and not out.weak_type
-        np.testing.assert_array_equal(out, np.array(source).astype(expected))
+        # (bytes: NumPy's comparisons see no NaN of ml_dtypes' float8_e8m0fnu, 0 as it holds)
+        assert np.asarray(out).tobytes() == np.array(source).astype(expected).tobytes()
     assert fnp.asarray(np.ones(2), dtype=dtype).dtype == expected
 
 
@@ -229,7 +230,7 @@ def test_repr():
 
 @given(
     x=fst.arrays(
-        st.sampled_from([d for d in ALL_DTYPES if d != dtypes.bfloat16]),
+        st.sampled_from([d for d in ALL_DTYPES if fg.dlpack.is_supported_dtype(d)]),
         fst.shapes(min_dims=1, max_dims=3),
     )
 )

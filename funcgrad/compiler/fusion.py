@@ -199,9 +199,9 @@ def _mentions(statements: list, nodes: set) -> bool:
 # Elementwise rules
 
 
-def compute_dtype(dtype: np.dtype) -> np.dtype:
-    """Half-precision values are computed in float32 and rounded after each operation."""
-    return dtypes.float32 if dtype.itemsize == 2 and dtype in dtypes.HALF_FLOATS else dtype
+# Half-precision and narrow values are computed in float32 (narrow integers in int32) and
+# rounded after each operation.
+compute_dtype = dtypes.compute_dtype
 
 
 def _operand(builder: KernelBuilder, atom, index: list) -> Expr:
@@ -289,16 +289,40 @@ for _name, _op in _BINARY.items():
 
 
 def _nextafter(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
-    """Half-precision operands are computed in float32, whose neighbour of a half rounds back
-    to that half: the step is taken in the half's own format."""
+    """Half-precision and narrow operands are computed in float32, whose neighbour of such a
+    value rounds back to it: the step is taken in the operands' own format."""
     a, b = (_operand(builder, v, index) for v in eqn.invars)
     dtype = eqn.outvars[0].aval.dtype
-    if dtype in dtypes.HALF_FLOATS:
+    if compute_dtype(dtype) != dtype:
         return K.cast(mathlib.nextafter(a, b, storage=dtype), dtype)
     return K.cast(K.binary("nextafter", a, b), dtype)
 
 
 element_rules[PRIMITIVES["nextafter"]] = _nextafter
+
+
+def _on_bit_patterns(op: str) -> ElementRule:
+    """A logical shift or a bit count of signed narrow integers sees the format's own bits,
+    not its int32 compute value's sign extension: the operands are masked to those bits, as
+    the reference widens them (`lax.elementwise.computed_wide`)."""
+
+    def rule(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
+        operands = []
+        for atom in eqn.invars:
+            value = _operand(builder, atom, index)
+            dtype = atom.aval.dtype
+            if dtypes.is_narrow(dtype) and not dtypes.is_unsigned(dtype):
+                mask = K.const((1 << dtypes.bit_width(dtype)) - 1, value.dtype)
+                value = K.binary("and", value, mask)
+            operands.append(value)
+        computed = K.unary(op, *operands) if len(operands) == 1 else K.binary(op, *operands)
+        return K.cast(computed, eqn.outvars[0].aval.dtype)
+
+    return rule
+
+
+element_rules[PRIMITIVES["shift_right_logical"]] = _on_bit_patterns("shr_logical")
+element_rules[PRIMITIVES["population_count"]] = _on_bit_patterns("popcount")
 
 
 def _round(x: Expr, *, rounding_method) -> Expr:
@@ -1103,14 +1127,20 @@ def _reduce_precision(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Exp
     """Round the mantissa to nearest even, then flush exponents outside the narrower range
     (to infinity above, to signed zero below), on the bits; NaN stays NaN. The value's own
     format leaves it unchanged, but rounded where it is made (`K.rounded`)."""
-    from funcgrad import dtypes as fg_dtypes
-
     (x,) = eqn.invars
     value = builder.element(x, index)
-    info = fg_dtypes.finfo(x.aval.dtype)
+    info = dtypes.finfo(x.aval.dtype)
     exponent_bits, mantissa_bits = eqn.params["exponent_bits"], eqn.params["mantissa_bits"]
     if exponent_bits >= info.nexp and mantissa_bits >= info.nmant:
         return K.rounded(value)
+    if dtypes.is_narrow(x.aval.dtype):  # rounded in float32, as the reference does
+        wide = K.cast(value, compute_dtype(x.aval.dtype))
+        return K.cast(_reduce_bits(wide, exponent_bits, mantissa_bits), x.aval.dtype)
+    return _reduce_bits(value, exponent_bits, mantissa_bits)
+
+
+def _reduce_bits(value: Expr, exponent_bits: int, mantissa_bits: int) -> Expr:
+    info = dtypes.finfo(value.dtype)
     unsigned = np.dtype(f"uint{info.bits}")
 
     def u(v: int) -> Expr:
@@ -1134,10 +1164,10 @@ def _reduce_precision(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Exp
         bits = K.select(K.binary("le", exponent, u(source_bias - target_bias)), sign, bits)
     is_nan = (
         K.binary("ne", value, value)
-        if value.dtype != fg_dtypes.bfloat16
+        if value.dtype != dtypes.bfloat16
         else K.binary("ne", K.cast(value, np.float32), K.cast(value, np.float32))
     )
-    return K.select(is_nan, value, K.Bitcast(bits, x.aval.dtype))
+    return K.select(is_nan, value, K.Bitcast(bits, value.dtype))
 
 
 element_rules[PRIMITIVES["threefry2x32"]] = _threefry2x32
@@ -1428,11 +1458,7 @@ def _merge_sort(builder: KernelBuilder, lines: int, n: int, before) -> tuple[lis
 
 
 def _sort_value(value: Expr) -> Expr:
-    return (
-        K.cast(value, compute_dtype(value.dtype))
-        if value.dtype.kind == "f" or (value.dtype == dtypes.bfloat16)
-        else value
-    )
+    return K.cast(value, compute_dtype(value.dtype))
 
 
 def _is_nan(x: Expr) -> Expr:

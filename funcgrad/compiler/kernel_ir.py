@@ -7,7 +7,10 @@ is computed once per loop iteration), so renderers memoize what they emit per no
 
 Scalar types are NumPy dtypes; indices and offsets are int64. Booleans are `bool` in registers
 and one byte in memory. float16 and bfloat16 are storage types: the compiler computes in float32
-and rounds after every operation, as the reference backend does.
+and rounds after every operation, as the reference backend does. So are the narrow formats
+(8- and 4-bit floats, 2- and 4-bit integers, one value a byte), which compute in float32 or
+int32: `cast` spells their conversions in integer operations (`narrow_casts`), so expressions
+only load, store, select and bitcast them, and operations refuse them.
 
 Operations (`Unary.op`, `Binary.op`) are a small fixed vocabulary, listed in UNARY_OPS and
 BINARY_OPS with their semantics; transcendental functions are among them so that each renderer
@@ -21,6 +24,8 @@ import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from funcgrad import dtypes
 
 INDEX = np.dtype(np.int64)
 BOOL = np.dtype(np.bool_)
@@ -167,6 +172,7 @@ class Unary(Expr):
     dtype: np.dtype = field(init=False)
 
     def __post_init__(self):
+        _check_computable(self.op, self.x.dtype)
         self.dtype = BOOL if self.op == "is_finite" else self.x.dtype
 
 
@@ -185,7 +191,20 @@ class Binary(Expr):
     def __post_init__(self):
         if self.a.dtype is not self.b.dtype and self.a.dtype != self.b.dtype:
             raise TypeError(f"kernel IR {self.op}: operand dtypes differ: {self.a} and {self.b}")
+        _check_computable(self.op, self.a.dtype)
         self.dtype = BOOL if self.op in COMPARISONS else self.a.dtype
+
+
+def _narrow(dtype: np.dtype) -> bool:
+    return dtype.itemsize == 1 and dtype in dtypes.NARROW  # (the first test is the quick one)
+
+
+def _check_computable(op: str, dtype: np.dtype) -> None:
+    if _narrow(dtype):
+        raise TypeError(
+            f"kernel IR {op} on {dtype.name}, a storage format: cast it to "
+            f"{dtypes.compute_dtype(dtype).name} first"
+        )
 
 
 @dataclass(eq=False)
@@ -387,6 +406,10 @@ def cast(x: Expr, dtype) -> Expr:
     dtype = np.dtype(dtype)
     if x.dtype == dtype:
         return x
+    if _narrow(x.dtype) or _narrow(dtype):
+        from funcgrad.compiler import narrow_casts
+
+        return narrow_casts.cast(x, dtype)
     if isinstance(x, Const) and dtype.kind != "V":
         return const(x.value, dtype) if x.dtype.kind != "f" or dtype.kind == "f" else Cast(x, dtype)
     return Cast(x, dtype)

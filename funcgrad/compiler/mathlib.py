@@ -1152,14 +1152,20 @@ def nextafter(x: Expr, y: Expr, storage: np.dtype | None = None) -> Expr:
     """The neighbour of x toward y by stepping its bit pattern: sign and magnitude bits, so the
     magnitude grows by one step when y lies beyond x away from zero. From zero the step is the
     smallest subnormal with y's sign; x == y gives y, and NaN in either gives NaN. With a
-    half-precision `storage` dtype, whose values float32 x and y hold, the step is one of that
-    format's (a float32 step from a half rounds back to it)."""
+    half-precision or narrow `storage` dtype, whose values float32 x and y hold, the step is
+    one of that format's (a float32 step from such a value rounds back to it)."""
     dtype = x.dtype if storage is None else storage
     bits_dtype = np.dtype(f"int{dtype.itemsize * 8}")
     bits = K.Bitcast(x if storage is None else K.cast(x, storage), bits_dtype)
     away = K.binary("eq", _gt(y, x), _gt(x, 0.0))
     step = K.select(away, K.const(1, bits_dtype), K.const(-1, bits_dtype))
-    result = K.Bitcast(bits + step, dtype)
+    stepped = bits + step
+    if dtypes.NARROW_FLOATS.get(dtype) == "fnuz":
+        # The step from the least negative value toward zero lands on -0's pattern, which
+        # these formats spend on NaN: it is zero.
+        minus_zero = K.binary("eq", stepped, K.const(np.iinfo(bits_dtype).min, bits_dtype))
+        stepped = K.select(minus_zero, K.const(0, bits_dtype), stepped)
+    result = K.Bitcast(stepped, dtype)
     result = result if storage is None else K.cast(result, x.dtype)
     tiniest = _c(float(dtypes.finfo(dtype).smallest_subnormal), x)
     result = K.select(_eq(x, 0.0), _copysign(tiniest, y), result)

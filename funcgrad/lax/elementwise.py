@@ -110,8 +110,39 @@ __all__ = [
 ]
 
 
-def unary_primitive(name: str, impl, accepted=NUMERIC, result_dtype=None) -> Primitive:
-    """Declare a one-operand elementwise primitive; `result_dtype` fixes the output dtype."""
+def computed_wide(impl, narrow: str = "value"):
+    """`impl` that takes the narrow formats (8- and 4-bit floats, 2- and 4-bit integers) in
+    their compute dtype (float32, int32) and rounds the result back to the operand's dtype (the
+    integers wrap), as compiled programs compute them. `narrow` says what widens: "value"; or
+    "pattern", where a signed narrow integer widens as its bit pattern (a logical shift or a
+    bit count sees the format's own bits, not the sign extended over 32); or "own": nothing,
+    the impl works in the format itself (nextafter steps to the format's own neighbour)."""
+    if narrow == "own":
+        return impl
+
+    def computed(x, *rest, **params):
+        dtype = x.dtype
+        if dtype.itemsize != 1 or dtype not in dtypes.NARROW:  # (the eager path's common case)
+            return impl(x, *rest, **params)
+        wide = [_widen(operand, narrow == "pattern") for operand in (x, *rest)]
+        out = impl(*wide, **params)
+        return out if out.dtype == np.bool_ else out.astype(dtype)
+
+    return computed
+
+
+def _widen(x, pattern: bool):
+    wide = np.asarray(x).astype(dtypes.compute_dtype(x.dtype))
+    if pattern and dtypes.is_int(x.dtype):
+        wide = wide & np.int32((1 << dtypes.bit_width(x.dtype)) - 1)
+    return wide[()] if wide.ndim == 0 else wide
+
+
+def unary_primitive(
+    name: str, impl, accepted=NUMERIC, result_dtype=None, narrow: str = "value"
+) -> Primitive:
+    """Declare a one-operand elementwise primitive; `result_dtype` fixes the output dtype and
+    `narrow` how the narrow formats compute (`computed_wide`)."""
     prim = Primitive(name)
 
     @prim.def_abstract_eval
@@ -119,14 +150,16 @@ def unary_primitive(name: str, impl, accepted=NUMERIC, result_dtype=None) -> Pri
         check_dtype_class(name, x, accepted)
         return ShapedArray(x.shape, result_dtype or x.dtype)
 
-    prim.def_impl(impl)
+    prim.def_impl(computed_wide(impl, narrow))
     if result_dtype is not None:
         prim.def_weak_type(never_weak)
     batching.defvectorized(prim)
     return prim
 
 
-def binary_primitive(name: str, impl, accepted=NUMERIC, result_dtype=None) -> Primitive:
+def binary_primitive(
+    name: str, impl, accepted=NUMERIC, result_dtype=None, narrow: str = "value"
+) -> Primitive:
     """Declare a two-operand elementwise primitive with operands of one dtype."""
     prim = Primitive(name)
 
@@ -136,7 +169,7 @@ def binary_primitive(name: str, impl, accepted=NUMERIC, result_dtype=None) -> Pr
         check_dtype_class(name, x, accepted)
         return ShapedArray(elementwise_shape(name, [x, y]), result_dtype or dtype)
 
-    prim.def_impl(impl)
+    prim.def_impl(computed_wide(impl, narrow))
     if result_dtype is not None:
         prim.def_weak_type(never_weak)
     batching.defbroadcasting(prim)
@@ -283,7 +316,7 @@ erf_inv_p = unary_primitive("erf_inv", _special.erf_inv, FLOAT)
 lgamma_p = unary_primitive("lgamma", _special.lgamma, FLOAT)
 digamma_p = unary_primitive("digamma", _special.digamma, FLOAT)
 not_p = unary_primitive("not", _not, INT_OR_BOOL)
-population_count_p = unary_primitive("population_count", _population_count, INT)
+population_count_p = unary_primitive("population_count", _population_count, INT, narrow="pattern")
 
 # ---------------------------------------------------------------------------------------------
 # Complex numbers: their parts, and the primitives whose result is real for complex operands
@@ -298,7 +331,7 @@ def part_primitive(name: str, impl, accepted) -> Primitive:
         check_dtype_class(name, x, accepted)
         return ShapedArray(x.shape, dtypes.real_dtype(x.dtype))
 
-    prim.def_impl(impl)
+    prim.def_impl(computed_wide(impl))
     batching.defvectorized(prim)
     return prim
 
@@ -373,7 +406,7 @@ def _integer_pow_abstract_eval(x: ShapedArray, *, y: int) -> ShapedArray:
     return ShapedArray(x.shape, x.dtype)
 
 
-integer_pow_p.def_impl(_integer_pow)
+integer_pow_p.def_impl(computed_wide(_integer_pow))
 
 # ---------------------------------------------------------------------------------------------
 # Binary math
@@ -448,7 +481,7 @@ def _nextafter(x, y):
     return np.where(x == y, y, stepped).astype(np.float16)
 
 
-nextafter_p = binary_primitive("nextafter", _nextafter, FLOAT)
+nextafter_p = binary_primitive("nextafter", _nextafter, FLOAT, narrow="own")
 eq_p = binary_primitive("eq", np.equal, ANY, result_dtype=dtypes.bool_)
 ne_p = binary_primitive("ne", np.not_equal, ANY, result_dtype=dtypes.bool_)
 lt_p = binary_primitive("lt", np.less, REAL, result_dtype=dtypes.bool_)
@@ -459,7 +492,9 @@ and_p = binary_primitive("and", np.bitwise_and, INT_OR_BOOL)
 or_p = binary_primitive("or", np.bitwise_or, INT_OR_BOOL)
 xor_p = binary_primitive("xor", np.bitwise_xor, INT_OR_BOOL)
 shift_left_p = binary_primitive("shift_left", _shift_left, INT)
-shift_right_logical_p = binary_primitive("shift_right_logical", _shift_right_logical, INT)
+shift_right_logical_p = binary_primitive(
+    "shift_right_logical", _shift_right_logical, INT, narrow="pattern"
+)
 shift_right_arithmetic_p = binary_primitive("shift_right_arithmetic", _shift_right_arithmetic, INT)
 
 # ---------------------------------------------------------------------------------------------
@@ -544,6 +579,10 @@ def _convert_abstract_eval(x: ShapedArray, *, new_dtype: np.dtype, weak_type: bo
 
 @convert_element_type_p.def_impl
 def _convert_impl(x, *, new_dtype, weak_type):
+    if dtypes.is_narrow(x.dtype):
+        # Through the compute dtype, which holds each value exactly (ml_dtypes converts
+        # between some narrow formats only so).
+        x = np.asarray(x).astype(dtypes.compute_dtype(x.dtype))
     if dtypes.is_complex(x.dtype) and new_dtype == dtypes.bool_:
         return np.asarray(x != 0)[()]  # true for any nonzero part
     if dtypes.is_complex(x.dtype) and not dtypes.is_complex(new_dtype):
@@ -552,7 +591,7 @@ def _convert_impl(x, *, new_dtype, weak_type):
         # Float to int truncates toward zero, maps NaN to 0 and saturates out-of-range values.
         # The range is checked in float64, where the maximum of a 64-bit type rounds up to
         # 2**63 or 2**64: values at or above it saturate instead of overflowing the cast.
-        info = np.iinfo(new_dtype)
+        info = dtypes.iinfo(new_dtype)
         wide = np.trunc(np.nan_to_num(np.asarray(x, np.float64), nan=0.0))
         too_low, too_high = wide <= info.min, wide >= info.max
         inside = np.where(too_low | too_high, 0, wide).astype(new_dtype)
@@ -577,6 +616,14 @@ def _bitcast_abstract_eval(x: ShapedArray, *, new_dtype: np.dtype) -> ShapedArra
             f"bitcast_convert_type does not convert between bool and other types (got "
             f"{x.dtype.name} to {np.dtype(new_dtype).name}); use convert_element_type"
         )
+    for dtype in (x.dtype, np.dtype(new_dtype)):
+        if dtypes.is_narrow(dtype) and dtypes.bit_width(dtype) < 8:
+            # NumPy holds each in a byte of its own; their bits would be packed two or four a
+            # byte, and only convert_element_type gives their values.
+            raise TypeError(
+                f"bitcast_convert_type does not take the sub-byte dtype {dtype.name} (got "
+                f"{x.dtype.name} to {np.dtype(new_dtype).name}); use convert_element_type"
+            )
     old_size, new_size = x.dtype.itemsize, np.dtype(new_dtype).itemsize
     if old_size == new_size:
         return ShapedArray(x.shape, new_dtype)

@@ -64,9 +64,16 @@ def _reduce_precision_abstract_eval(
 def _reduce_precision_impl(x, *, exponent_bits, mantissa_bits):
     """Round to nearest even at `mantissa_bits`, then send exponents beyond the smaller
     format's range to infinity, and below its smallest normal number to zero (as XLA does:
-    no subnormals). NaNs stay NaN."""
+    no subnormals). NaNs stay NaN. A narrow format is rounded in float32, unless the format
+    asked for holds its own."""
     x = np.asarray(x)
     info = dtypes.finfo(x.dtype)
+    if dtypes.is_narrow(x.dtype):
+        if exponent_bits >= info.nexp and mantissa_bits >= info.nmant:
+            return x[()] if x.ndim == 0 else x
+        wide = x.astype(dtypes.compute_dtype(x.dtype))
+        out = _reduce_precision_impl(wide, exponent_bits=exponent_bits, mantissa_bits=mantissa_bits)
+        return np.asarray(out).astype(x.dtype)[()] if x.ndim == 0 else out.astype(x.dtype)
     unsigned = np.dtype(f"uint{info.bits}")
     u = x.view(unsigned)
     one = unsigned.type(1)

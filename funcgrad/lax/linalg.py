@@ -103,9 +103,15 @@ def _canonical_preferred(preferred_element_type):
 # ---------------------------------------------------------------------------------------------
 # Result and accumulation dtypes, shared by dot_general and conv_general_dilated
 
-# Kinds in the order a preferred_element_type may widen them: bool -> integer -> float ->
-# complex.
-_KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2, "V": 2, "c": 3}  # "V": bfloat16
+
+def _kind_rank(dtype: np.dtype) -> int:
+    """Kinds in the order a preferred_element_type may widen them: bool -> integer -> float ->
+    complex (by funcgrad's classes: NumPy's kind is "V" for ml_dtypes' floats and ints)."""
+    if dtypes.is_bool(dtype):
+        return 0
+    if dtypes.is_int(dtype):
+        return 1
+    return 2 if dtypes.is_float(dtype) else 3
 
 
 def _result_dtype(name: str, lhs: np.dtype, rhs: np.dtype, preferred: np.dtype | None):
@@ -122,7 +128,7 @@ def _result_dtype(name: str, lhs: np.dtype, rhs: np.dtype, preferred: np.dtype |
             and dtypes.is_int(preferred)
             and preferred.itemsize < operand.itemsize
         )
-        if _KIND_RANK[preferred.kind] < _KIND_RANK[operand.kind] or narrower_int:
+        if _kind_rank(preferred) < _kind_rank(operand) or narrower_int:
             raise TypeError(
                 f"{name}: preferred_element_type {preferred.name} cannot hold the result of "
                 f"contracting {lhs.name} and {rhs.name} operands"
@@ -131,9 +137,10 @@ def _result_dtype(name: str, lhs: np.dtype, rhs: np.dtype, preferred: np.dtype |
 
 
 def _accumulation_dtype(out: np.dtype, lhs: np.dtype, rhs: np.dtype) -> np.dtype:
-    """Integers and bools contract in the result type; floats in at least float32."""
+    """Integers and bools contract in the result type (the narrow integers in int32, which
+    wraps as they do); floats in at least float32."""
     if not dtypes.is_float(out):
-        return out
+        return dtypes.compute_dtype(out)
     return dtypes.float64 if dtypes.float64 in (out, lhs, rhs) else dtypes.float32
 
 

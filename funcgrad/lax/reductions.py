@@ -56,11 +56,17 @@ def _zero(dtype: np.dtype) -> np.generic:
 
 
 def _accumulation_dtype(dtype: np.dtype) -> np.dtype:
-    # float16 and bfloat16 sums and products accumulate in float32 and round once at the end, as
-    # XLA's backends do: a running float16 sum of ones stops growing at 2048 (bfloat16: 256).
-    if dtype == dtypes.float16 or dtype == dtypes.bfloat16:
-        return dtypes.float32
-    return dtype
+    # float16, bfloat16 and the narrow formats accumulate in their compute dtype (float32, or
+    # int32 for the narrow integers) and round once at the end, as XLA's backends do: a running
+    # float16 sum of ones stops growing at 2048 (bfloat16: 256).
+    return dtypes.compute_dtype(dtype)
+
+
+def _comparable(x: np.ndarray) -> np.ndarray:
+    # NumPy's searches and sorts of ml_dtypes' types do not treat NaN specially, and its
+    # extrema of the narrow integers come back as int8; float32 (int32) holds every value of
+    # the half and narrow formats exactly, and does.
+    return x.astype(dtypes.compute_dtype(x.dtype), copy=False)
 
 
 def _result(out, dtype: np.dtype):
@@ -132,12 +138,14 @@ def _reduce_prod(x, *, axes):
 
 def _reduce_max(x, *, axes):
     x = np.asarray(x)
-    return _result(np.maximum.reduce(x, axis=axes, initial=dtypes.lowest(x.dtype)), x.dtype)
+    wide = _comparable(x) if dtypes.is_narrow(x.dtype) else x
+    return _result(np.maximum.reduce(wide, axis=axes, initial=dtypes.lowest(x.dtype)), x.dtype)
 
 
 def _reduce_min(x, *, axes):
     x = np.asarray(x)
-    return _result(np.minimum.reduce(x, axis=axes, initial=dtypes.highest(x.dtype)), x.dtype)
+    wide = _comparable(x) if dtypes.is_narrow(x.dtype) else x
+    return _result(np.minimum.reduce(wide, axis=axes, initial=dtypes.highest(x.dtype)), x.dtype)
 
 
 def _reduce_and(x, *, axes):
@@ -275,14 +283,6 @@ for _prim in (
 # argmax and argmin
 
 
-def _comparable(x: np.ndarray) -> np.ndarray:
-    # NumPy's searches and sorts of ml_dtypes' bfloat16 do not treat NaN specially; float32
-    # holds every float16 and bfloat16 value exactly and does.
-    if x.dtype == dtypes.float16 or x.dtype == dtypes.bfloat16:
-        return x.astype(dtypes.float32)
-    return x
-
-
 def _index_reduction_primitive(name: str, np_search: Callable) -> Primitive:
     """argmax/argmin: a NaN counts as the extreme value and ties go to the first index."""
     prim = Primitive(name)
@@ -373,11 +373,11 @@ def _cumprod(x, axis):
 
 
 def _cummax(x, axis):
-    return np.maximum.accumulate(x, axis=axis)
+    return np.maximum.accumulate(_comparable(x), axis=axis).astype(x.dtype, copy=False)
 
 
 def _cummin(x, axis):
-    return np.minimum.accumulate(x, axis=axis)
+    return np.minimum.accumulate(_comparable(x), axis=axis).astype(x.dtype, copy=False)
 
 
 def _cumlogsumexp(x, axis):
@@ -638,8 +638,12 @@ def _window_primitive(name: str, accepted, identity: Callable, np_reduce: np.ufu
     @prim.def_impl
     def impl(x, **window):
         x = np.asarray(x)
-        acc = _accumulation_dtype(x.dtype) if np_reduce is np.add else x.dtype
-        windows = _windows(x.astype(acc, copy=False), identity(np.dtype(acc)), **window)
+        # Sums accumulate in the accumulation dtype from its zero; extrema compare in the
+        # narrow formats' compute dtype, from the format's own extreme.
+        widen = np_reduce is np.add or dtypes.is_narrow(x.dtype)
+        acc = _accumulation_dtype(x.dtype) if widen else x.dtype
+        fill = identity(np.dtype(acc)) if np_reduce is np.add else identity(x.dtype)
+        windows = _windows(x.astype(acc, copy=False), fill, **window)
         window_axes = tuple(range(x.ndim, 2 * x.ndim))
         return _result(np_reduce.reduce(windows, axis=window_axes, dtype=acc), x.dtype)
 

@@ -221,7 +221,10 @@ def _iota_abstract_eval(*, dtype: np.dtype, shape: tuple[int, ...], dimension: i
 
 @iota_p.def_impl
 def _iota_impl(*, dtype, shape, dimension):
-    line = np.arange(shape[dimension], dtype=dtype)
+    if dtypes.is_narrow(dtype):  # (ml_dtypes' arange steps in the format: 0 + 1 is NaN in e8m0)
+        line = np.arange(shape[dimension]).astype(dtype)
+    else:
+        line = np.arange(shape[dimension], dtype=dtype)
     expanded = [1] * len(shape)
     expanded[dimension] = shape[dimension]
     return np.broadcast_to(line.reshape(expanded), shape)

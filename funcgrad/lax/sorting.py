@@ -22,11 +22,10 @@ __all__ = ["sort", "sort_key_val", "top_k"]
 
 
 def _sort_key(x: np.ndarray) -> np.ndarray:
-    # NumPy sorts float32/float64 with NaNs last and -0.0 == 0.0, but compares ml_dtypes'
-    # bfloat16 without regard to NaN; float32 holds every float16 and bfloat16 value exactly.
-    if x.dtype == dtypes.float16 or x.dtype == dtypes.bfloat16:
-        return x.astype(dtypes.float32)
-    return x
+    # NumPy sorts float32/float64 with NaNs last and -0.0 == 0.0, but compares ml_dtypes' types
+    # without regard to NaN; float32 (int32) holds every value of the half and narrow formats
+    # exactly.
+    return x.astype(dtypes.compute_dtype(x.dtype), copy=False)
 
 
 def _normalize_dimension(name: str, dimension: int, shape: tuple[int, ...]) -> int:

@@ -182,10 +182,10 @@ def _common_strong_dtype(args) -> np.dtype | None:
     return dtype
 
 
-_FLOAT_DTYPES = frozenset(dtypes.float_dtypes)
+_FLOAT_DTYPES = frozenset(dtypes.float_dtypes + dtypes.narrow_float_dtypes)
 _COMPLEX_DTYPES = frozenset(dtypes.complex_dtypes)
 _INEXACT_DTYPES = _FLOAT_DTYPES | _COMPLEX_DTYPES
-_NUMERIC_DTYPES = _INEXACT_DTYPES | frozenset(dtypes.int_dtypes)
+_NUMERIC_DTYPES = _INEXACT_DTYPES | frozenset(dtypes.int_dtypes + dtypes.narrow_int_dtypes)
 # For each Python scalar type, the strong dtypes it joins without changing them.
 _SCALAR_FITS = {
     complex: _COMPLEX_DTYPES,

@@ -39,8 +39,12 @@ __all__ = [
 ]
 
 
-def _promote_dtypes(*args) -> list:
-    """The operands as arrays of their common dtype, shapes untouched."""
+def _promote_dtypes(*args, preferred=None) -> list:
+    """The operands as arrays of their common dtype, shapes untouched; with a preferred result
+    dtype, as they are: each product converts its operands exactly into that dtype's
+    accumulation, so operands with no common dtype (two float8 formats) contract too."""
+    if preferred is not None:
+        return [to_array(a) for a in args]
     first = args[0]
     if type(first) is Array and not first.weak_type:
         dtype = first._value.dtype
@@ -100,7 +104,7 @@ def matmul(a, b, *, precision=None, preferred_element_type=None):
         fast = _eager_matmul(a, b)
         if fast is not None:
             return fast
-    a, b = _promote_dtypes(a, b)
+    a, b = _promote_dtypes(a, b, preferred=preferred_element_type)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(
             f"matmul: operands must have at least one dimension, got shapes {a.shape} and "
@@ -141,7 +145,7 @@ def _batch_labels(rank: int, own_rank: int) -> list[int]:
 
 def dot(a, b, *, precision=None, preferred_element_type=None):
     """NumPy's dot: the last axis of `a` against the second-to-last of `b` (its only, if 1-d)."""
-    a, b = _promote_dtypes(a, b)
+    a, b = _promote_dtypes(a, b, preferred=preferred_element_type)
     if a.ndim == 0 or b.ndim == 0:
         return multiply(a, b)
     b_axis = max(b.ndim - 2, 0)
@@ -158,7 +162,7 @@ def dot(a, b, *, precision=None, preferred_element_type=None):
 
 def vdot(a, b, *, precision=None, preferred_element_type=None):
     """The dot product of the flattened operands, the first conjugated."""
-    a, b = _promote_dtypes(a, b)
+    a, b = _promote_dtypes(a, b, preferred=preferred_element_type)
     if dtypes.is_complex(a.dtype):
         a = lax.conj(a)
     if a.size != b.size:
@@ -169,7 +173,7 @@ def vdot(a, b, *, precision=None, preferred_element_type=None):
 
 def vecdot(x1, x2, /, *, axis: int = -1, precision=None, preferred_element_type=None):
     """Dot products of vectors along `axis` (the first conjugated), broadcasting the rest."""
-    x1, x2 = _promote_dtypes(x1, x2)
+    x1, x2 = _promote_dtypes(x1, x2, preferred=preferred_element_type)
     if dtypes.is_complex(x1.dtype):
         x1 = lax.conj(x1)
     axis1 = canonicalize_axis(axis, x1.ndim, "vecdot")
@@ -200,7 +204,7 @@ def _move_axis_last(x, axis: int):
 
 def inner(a, b, *, precision=None, preferred_element_type=None):
     """Contract the last axis of `a` with the last axis of `b`."""
-    a, b = _promote_dtypes(a, b)
+    a, b = _promote_dtypes(a, b, preferred=preferred_element_type)
     if a.ndim == 0 or b.ndim == 0:
         return multiply(a, b)
     if a.shape[-1] != b.shape[-1]:
@@ -223,7 +227,7 @@ def outer(a, b, out=None):
 
 def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):
     """Contract the last `axes` axes of `a` with the first of `b`, or the listed pairs."""
-    a, b = _promote_dtypes(a, b)
+    a, b = _promote_dtypes(a, b, preferred=preferred_element_type)
     if isinstance(axes, int):
         if not 0 <= axes <= min(a.ndim, b.ndim):
             raise ValueError(
@@ -340,7 +344,7 @@ def einsum(
         )
     if not isinstance(subscripts, str):
         raise TypeError(f"einsum: subscripts must be a string, got {type(subscripts).__name__}")
-    arrays = _promote_dtypes(*operands) if operands else []
+    arrays = _promote_dtypes(*operands, preferred=preferred_element_type) if operands else []
     input_labels, output_labels = _parse_subscripts(subscripts, [x.shape for x in arrays])
     return _einsum(
         arrays,

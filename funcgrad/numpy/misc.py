@@ -94,6 +94,8 @@ def arange(start, stop=None, step=None, dtype=None):
         return lax.iota(dtype, max(int(values[0]), 0))
     if dtype == dtypes.bool_:
         return lax.asarray(np.arange(*values).astype(dtype))
+    if dtypes.is_narrow(dtype):  # stepped in the compute dtype, then rounded once
+        return lax.asarray(np.arange(*values, dtype=dtypes.compute_dtype(dtype)).astype(dtype))
     return lax.asarray(np.arange(*values, dtype=dtype))
 
 

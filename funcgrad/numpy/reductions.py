@@ -2,7 +2,8 @@
 
 Dtypes follow JAX: sums and products of booleans and narrow integers accumulate in the default
 int (int32, or uint32 for unsigned) rather than NumPy's int64; means and variances of integers
-are float32; float16 and bfloat16 accumulate in float32 and are cast back at the end.
+are float32; float16, bfloat16 and the 8- and 4-bit floats accumulate in float32 and are cast back
+at the end.
 """
 
 from __future__ import annotations
@@ -87,8 +88,9 @@ def scalar(value, dtype: np.dtype):
 
 
 def accumulation_dtype(dtype: np.dtype) -> np.dtype:
-    """Half-precision floats accumulate in float32, so long sums keep their precision."""
-    return dtypes.float32 if dtype in dtypes.HALF_FLOATS else dtype
+    """Half-precision and narrow floats accumulate in float32, so long sums keep their
+    precision."""
+    return dtypes.compute_dtype(dtype) if dtypes.is_float(dtype) else dtype
 
 
 def _promoted_int(dtype: np.dtype) -> np.dtype:

@@ -71,7 +71,7 @@ class Case:
         """The same example with float operands in float64, for finite differences."""
         widened = tuple(
             np.dtype(dtypes.float64)
-            if np.dtype(d).kind == "f" or d == dtypes.bfloat16
+            if dtypes.is_float(d)
             else np.dtype(dtypes.complex128)
             if np.dtype(d).kind == "c"
             else d

@@ -30,7 +30,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 
 import funcgrad as fg
-from funcgrad import core, tree_util
+from funcgrad import core, dtypes, tree_util
 from funcgrad.config import config
 from funcgrad.interpreters.ad import Zero, float0
 from funcgrad.ir import eval_jaxpr
@@ -149,7 +149,7 @@ def _leaves(tree) -> list[np.ndarray]:
 def _as_float64(x: np.ndarray) -> np.ndarray:
     if x.dtype.kind == "c":
         return x.astype(np.complex128)
-    return x.astype(np.float64) if x.dtype.kind == "f" or x.dtype.name == "bfloat16" else x
+    return x.astype(np.float64) if dtypes.is_float(x.dtype) else x
 
 
 def _assert_values(actual, expected, tolerance: dict, what: str) -> None:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from funcgrad import dtypes
+from funcgrad.testing import narrow_bounds
 
 float_dtypes = st.sampled_from([dtypes.float32, dtypes.float64])
 complex_dtypes = st.sampled_from([dtypes.complex64, dtypes.complex128])
@@ -46,13 +47,19 @@ def arrays(dtype, shape, *, min_value=None, max_value=None, allow_nan: bool = Fa
 
     Floats default to [-10, 10] so that math functions stay in their well-conditioned range
     (complex numbers: both parts);
-    bfloat16 is drawn as float32 and cast, since hypothesis has no bfloat16 support.
+    bfloat16 and the narrow formats are drawn as float32 (int32) and cast, since hypothesis has
+    no support for them.
     """
 
     def build(dtype, shape):
         dtype = np.dtype(dtype)
         if dtype == dtypes.bfloat16:
             return build(dtypes.float32, shape).map(lambda a: a.astype(dtypes.bfloat16))
+        if dtypes.is_narrow(dtype):
+            # Drawn in the compute dtype within the format's range, and rounded to it.
+            lo, hi = narrow_bounds(dtype, min_value, max_value)
+            wide = arrays(dtypes.compute_dtype(dtype), shape, min_value=lo, max_value=hi)
+            return wide.map(lambda a: a.astype(dtype))
         if dtype.kind == "f":
             width = min(dtype.itemsize * 8, 64)
             lo = _inward(-10.0 if min_value is None else min_value, width, up=True)

@@ -200,9 +200,15 @@ def _storage(value: DeviceValue):
     return value.device.runtime.view(value.storage, value.dtype)
 
 
+def _kept_as_bits(dtype: np.dtype) -> bool:
+    """Whether a dtype's GPU buffers hold bits CuPy cannot compute on (bfloat16, the narrow
+    formats): their combinations are gathered. (float16's sums need an order too.)"""
+    return dtype in dtypes.HALF_FLOATS or dtypes.is_narrow(dtype)
+
+
 def _reduction(op: str):
     def rule(frame: ShardFrame, moving, value: DeviceValue, *, axis_name) -> DeviceValue | None:
-        if value.dtype in dtypes.HALF_FLOATS:  # (CuPy has no bfloat16; their sums need an order)
+        if _kept_as_bits(value.dtype):
             return None
         runtime = value.device.runtime
         with runtime.context():
@@ -252,7 +258,7 @@ def _psum_scatter(
     """The devices' buffers summed, each device keeping its block of `scatter_dimension`:
     that dimension moved first, so that the blocks lie one after another as a reduce-scatter
     hands them out, and moved back."""
-    if value.dtype in dtypes.HALF_FLOATS:
+    if _kept_as_bits(value.dtype):
         return None
     runtime, xp = value.device.runtime, value.device.runtime.xp
     dim = scatter_dimension

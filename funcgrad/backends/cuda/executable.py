@@ -598,8 +598,10 @@ class Gpu:
         return self.xp.cuda.get_elapsed_time(start, end) / 1000
 
     def shaped(self, value):
-        if value.dtype == dtypes.bfloat16:
-            raise TypeError("CuPy has no bfloat16: export the array as float32 first")
+        if value.dtype == dtypes.bfloat16 or dtypes.is_narrow(value.dtype):
+            raise TypeError(
+                f"CuPy has no {value.dtype.name}: export the array as float32 (or int32) first"
+            )
         return value.storage.reshape(value.shape)
 
     def view(self, raw, dtype: np.dtype):
@@ -1170,10 +1172,13 @@ def _tf32(x: np.ndarray) -> np.ndarray:
 
 
 def _storage(dtype: np.dtype) -> np.dtype:
-    """The dtype a GPU buffer of `dtype` is made of: CuPy knows no bfloat16 (its bits are
-    kept) and no float0, whose values hold no data (a placeholder byte each, never read)."""
+    """The dtype a GPU buffer of `dtype` is made of: CuPy knows no bfloat16 and no narrow
+    format (their bits are kept) and no float0, whose values hold no data (a placeholder byte
+    each, never read)."""
     if dtype == dtypes.bfloat16:
         return np.dtype(np.uint16)
+    if dtypes.is_narrow(dtype):
+        return np.dtype(np.uint8)
     return np.dtype(np.bool_) if dtype == dtypes.float0 else dtype
 
 

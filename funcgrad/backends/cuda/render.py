@@ -111,11 +111,13 @@ def value_type(dtype: np.dtype) -> str:
         return "bool"
     if dtype in HALVES:
         return "float"
+    if dtypes.is_narrow(dtype):
+        return "unsigned char"  # a narrow format is its byte (kernel_ir converts it)
     return _C_TYPES[dtype.name]
 
 
 def memory_type(dtype: np.dtype) -> str:
-    if dtype == K.BOOL:
+    if dtype == K.BOOL or dtypes.is_narrow(dtype):
         return "unsigned char"
     if dtype in HALVES:
         return "unsigned short"
@@ -123,12 +125,15 @@ def memory_type(dtype: np.dtype) -> str:
 
 
 def _is_float(dtype: np.dtype) -> bool:
-    return dtype.kind == "f" or dtype == BF16  # (bfloat16's NumPy kind is "V")
+    # (bfloat16's NumPy kind is "V"; float8_e5m2's is "f", but it is a narrow format's byte)
+    return (dtype.kind == "f" or dtype == BF16) and not dtypes.is_narrow(dtype)
 
 
 def constant_text(value, dtype: np.dtype) -> str:
     if dtype == K.BOOL:
         return "true" if value else "false"
+    if dtypes.is_narrow(dtype):
+        return f"((unsigned char){int(np.array(value, dtype).view(np.uint8))}u)"
     if _is_float(dtype):
         compute = F64 if dtype == F64 else F32
         x = np.array(value, dtype).astype(compute)[()]

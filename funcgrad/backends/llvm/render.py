@@ -70,6 +70,8 @@ def value_type(dtype: np.dtype) -> str:
         return "i16"  # bfloat16 is carried as its bits and converted through float32
     if dtype == F16:
         return "half"
+    if dtypes.is_narrow(dtype):
+        return "i8"  # a narrow format is its byte (kernel_ir converts it)
     if dtype.kind == "f":
         return {4: "float", 8: "double"}[dtype.itemsize]
     return f"i{dtype.itemsize * 8}"
@@ -80,7 +82,7 @@ def memory_type(dtype: np.dtype) -> str:
 
 
 def _is_float(dtype: np.dtype) -> bool:
-    return dtype.kind == "f" and dtype != BF16
+    return dtype.kind == "f" and dtype != BF16 and not dtypes.is_narrow(dtype)
 
 
 def constant_text(value, dtype: np.dtype) -> str:
@@ -90,6 +92,8 @@ def constant_text(value, dtype: np.dtype) -> str:
         return str(int(np.array(value, BF16).view(np.int16)))
     if dtype == F16:
         return f"0xH{int(np.array(value, F16).view(np.uint16)):04X}"
+    if dtypes.is_narrow(dtype):
+        return str(int(np.array(value, dtype).view(np.int8)))
     if dtype.kind == "f":
         # LLVM writes float constants as the double with the same value, in hex.
         as_double = float(np.array(value, dtype).astype(np.float64))
