@@ -73,7 +73,7 @@ def same_values(got: np.ndarray, expected: np.ndarray) -> None:
 @pytest.mark.parametrize("name", NAMES)
 def test_every_format_is_a_scalar_type_and_a_dtype(name):
     scalar_type = getattr(fnp, name)
-    assert scalar_type is getattr(ml_dtypes, name)
+    assert scalar_type == getattr(ml_dtypes, name) and scalar_type.dtype == np.dtype(name)
     assert fnp.dtype(scalar_type) == fnp.dtype(name) == getattr(dtypes, name)
     x = fnp.asarray([1, 0], scalar_type)
     assert x.dtype == np.dtype(scalar_type)

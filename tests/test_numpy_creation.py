@@ -309,3 +309,42 @@ def test_arrays_are_unhashable():
         hash(fnp.array([1.0]))
     with pytest.raises(TypeError, match="unhashable"):
         {fnp.array(1.0): 0}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "bool_",
+        "int8",
+        "uint32",
+        "int64",
+        "float16",
+        "bfloat16",
+        "float32",
+        "float64",
+        "complex64",
+        "float8_e4m3fn",
+        "int4",
+    ],
+)
+def test_scalar_types_are_dtypes_and_make_arrays_even_of_traced_values(name):
+    scalar_type = getattr(fnp, name)
+    dtype = np.dtype(scalar_type)  # NumPy reads the dtype from the name
+    assert dtype == scalar_type.dtype and np.zeros(2, scalar_type).dtype == dtype
+    assert scalar_type == dtype.type and hash(scalar_type) == hash(dtype.type)
+    assert isinstance(dtype.type(1), scalar_type) and not isinstance(fnp.ones(2), scalar_type)
+    assert fnp.ones(2).astype(scalar_type).dtype == dtype
+    value = scalar_type(1)
+    assert isinstance(value, fg.Array) and value.dtype == dtype and int(value.real) == 1
+    traced = fg.jit(lambda x: scalar_type(x))(np.float32(1.0))
+    assert traced.dtype == dtype and int(traced.real) == 1
+
+
+def test_scalar_types_convert_as_numpy_does_and_pickle_by_name():
+    np.testing.assert_array_equal(fnp.int32([2.7, -2.7]), np.int32([2.7, -2.7]))
+    assert fnp.float32("1.5").dtype == np.float32 and float(fnp.float32("1.5")) == 1.5
+    assert float(fnp.float8_e4m3fn(3.3)) == float(ml_dtypes.float8_e4m3fn(3.3))
+    assert fnp.issubdtype(fnp.float32, fnp.floating) and np.issubdtype(fnp.int8, np.integer)
+    assert pickle.loads(pickle.dumps(fnp.float32)) is fnp.float32
+    assert repr(fnp.float32) == "<class 'funcgrad.numpy.float32'>"
+    assert fnp.float_ == (np.float64 if fg.config.enable_x64 else np.float32)

@@ -112,5 +112,5 @@ def test_array_repr_and_str_format_the_values_as_numpy():
 
 
 def test_complex_aliases():
-    assert fnp.csingle is np.complex64 and fnp.cdouble is np.complex128
+    assert fnp.csingle == np.complex64 and fnp.cdouble == np.complex128
     assert fnp.zeros(2, fnp.csingle).dtype == np.complex64

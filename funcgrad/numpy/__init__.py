@@ -14,26 +14,27 @@ from funcgrad.numpy.indexing import *
 from funcgrad.numpy.linalg_ops import *
 from funcgrad.numpy.misc import *
 from funcgrad.numpy.reductions import *
+from funcgrad.numpy.scalar_types import scalar_type as _scalar_type
 from funcgrad.numpy.shape_ops import *
 from funcgrad.numpy.sorting_ops import *
 from funcgrad.numpy.ufunc_objects import *
 from funcgrad.numpy.ufuncs import *
 
-bool_ = _dtypes.bool_.type
-int8, int16, int32, int64 = (d.type for d in _dtypes.signed_dtypes)
-uint8, uint16, uint32, uint64 = (d.type for d in _dtypes.unsigned_dtypes)
-bfloat16, float16, float32, float64 = (d.type for d in _dtypes.float_dtypes)
-complex64, complex128 = (d.type for d in _dtypes.complex_dtypes)
-float8_e3m4 = _dtypes.float8_e3m4.type
-float8_e4m3 = _dtypes.float8_e4m3.type
-float8_e4m3b11fnuz = _dtypes.float8_e4m3b11fnuz.type
-float8_e4m3fn = _dtypes.float8_e4m3fn.type
-float8_e4m3fnuz = _dtypes.float8_e4m3fnuz.type
-float8_e5m2 = _dtypes.float8_e5m2.type
-float8_e5m2fnuz = _dtypes.float8_e5m2fnuz.type
-float8_e8m0fnu = _dtypes.float8_e8m0fnu.type
-float4_e2m1fn = _dtypes.float4_e2m1fn.type
-int2, int4, uint2, uint4 = (d.type for d in _dtypes.narrow_int_dtypes)
+bool_ = _scalar_type(_dtypes.bool_)
+int8, int16, int32, int64 = map(_scalar_type, _dtypes.signed_dtypes)
+uint8, uint16, uint32, uint64 = map(_scalar_type, _dtypes.unsigned_dtypes)
+bfloat16, float16, float32, float64 = map(_scalar_type, _dtypes.float_dtypes)
+complex64, complex128 = map(_scalar_type, _dtypes.complex_dtypes)
+float8_e3m4 = _scalar_type(_dtypes.float8_e3m4)
+float8_e4m3 = _scalar_type(_dtypes.float8_e4m3)
+float8_e4m3b11fnuz = _scalar_type(_dtypes.float8_e4m3b11fnuz)
+float8_e4m3fn = _scalar_type(_dtypes.float8_e4m3fn)
+float8_e4m3fnuz = _scalar_type(_dtypes.float8_e4m3fnuz)
+float8_e5m2 = _scalar_type(_dtypes.float8_e5m2)
+float8_e5m2fnuz = _scalar_type(_dtypes.float8_e5m2fnuz)
+float8_e8m0fnu = _scalar_type(_dtypes.float8_e8m0fnu)
+float4_e2m1fn = _scalar_type(_dtypes.float4_e2m1fn)
+int2, int4, uint2, uint4 = map(_scalar_type, _dtypes.narrow_int_dtypes)
 csingle, cdouble = complex64, complex128
 dtype = _np.dtype
 promote_types = _dtypes.promote_types
@@ -58,9 +59,9 @@ def __getattr__(name: str):
     """float_, int_ and complex_: the default dtypes' scalar types, read when asked for, so
     that they follow `enable_x64` (float64, int64 and complex128 under it)."""
     if name == "float_":
-        return _dtypes.default_float.type
+        return _scalar_type(_dtypes.default_float)
     if name == "int_":
-        return _dtypes.default_int.type
+        return _scalar_type(_dtypes.default_int)
     if name == "complex_":
-        return _dtypes.default_complex().type
+        return _scalar_type(_dtypes.default_complex())
     raise AttributeError(f"module 'funcgrad.numpy' has no attribute {name!r}")
