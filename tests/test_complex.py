@@ -753,6 +753,29 @@ def test_compiled_scatters_of_complex_updates():
         np.testing.assert_allclose(scatter(fnp.asarray(x), u), expected, atol=1e-12)
 
 
+@pytest.mark.parametrize("backend", COMPILED_BACKENDS)
+def test_compiled_gathers_of_complex_values_fill_each_part_with_its_own_part(backend):
+    """A gather's fill value is a parameter the complex lowering gave both parts whole: 2.5
+    filled as 2.5 + 2.5j, the default NaN as nan + nan j, and 1j as 0j (found by fuzzing)."""
+    if backend.startswith("cuda") and emulator.compiler() is None:
+        pytest.skip("the emulator needs a C++ compiler")
+    x = np.array([1 + 2j, 3 - 4j], np.complex64)
+    index = np.array([1, 5, -7, 0], np.int32)
+
+    def gathers(x, index):
+        return (
+            x.at[index].get(mode="fill", fill_value=2.5),
+            x.at[index].get(mode="fill"),
+            fnp.take(x, index, mode="fill", fill_value=-1j),
+        )
+
+    with jit_backend(backend):
+        results = [np.asarray(r) for r in fg.jit(gathers)(x, index)]
+    inside = x[[1, 0, 0, 0]]
+    for got, fill in zip(results, [2.5, complex(np.nan, 0), -1j]):
+        np.testing.assert_array_equal(got, np.where([True, False, False, True], inside, fill))
+
+
 def test_log1p_of_small_complex_numbers_keeps_their_digits():
     """The reference (eager, NumPy backend) took log|1 + z| as NumPy does, to its absolute
     accuracy only: log1p(1e-20j) had real part 0 for 5e-41, log1p(1e-10 + 1e-10j) 8e-8 off.

@@ -807,6 +807,15 @@ _PARTWISE = (
 ).split()
 
 
+def _part_params(params: dict, which: str) -> dict:
+    """The parameters for one part: a gather's fill value is a parameter, not an operand, so
+    each part fills with its own part of it (2.5 fills as 2.5 + 0j)."""
+    fill = params.get("fill_value")
+    if fill is None:
+        return params
+    return {**params, "fill_value": getattr(complex(fill), "real" if which == "re" else "imag")}
+
+
 def _partwise(name: str) -> Callable:
     prim = PRIMITIVES[name]
 
@@ -814,7 +823,8 @@ def _partwise(name: str) -> Callable:
         def part(which):
             return [getattr(v, which) if isinstance(v, Pair) else v for v in operands]
 
-        re, im = prim.bind(*part("re"), **params), prim.bind(*part("im"), **params)
+        re = prim.bind(*part("re"), **_part_params(params, "re"))
+        im = prim.bind(*part("im"), **_part_params(params, "im"))
         if prim.multiple_results:
             return [Pair(r, i) for r, i in zip(re, im)]
         return Pair(re, im)
