@@ -833,18 +833,10 @@ def _partwise(name: str) -> Callable:
 
 
 def _scatter_mul_rule(out_avals, operand, indices, updates, **params):
-    """Products of complex updates in polar form: the moduli multiply (a real scatter_mul)
-    and the arguments add (a scatter_add); the operand is then multiplied by the result."""
-    updates = _parts(updates)
-    moduli = modulus(updates)
-    angles = lax.atan2(updates.im, updates.re)
-    operand = _parts(operand)
-    ones = lax.full_like(operand.re, 1)
-    zeros = lax.full_like(operand.re, 0)
-    magnitude = PRIMITIVES["scatter_mul"].bind(ones, indices, moduli, **params)
-    turn = PRIMITIVES["scatter_add"].bind(zeros, indices, angles, **params)
-    factor = Pair(lax.mul(magnitude, lax.cos(turn)), lax.mul(magnitude, lax.sin(turn)))
-    return mul(operand, factor)
+    """The updates landing on an element multiply it in turn as complex numbers, each
+    product's parts from the last one's (`scatter_mul_pairs`), as the reference does."""
+    parts = [_interleave(_parts(operand)), indices, _interleave(_parts(updates))]
+    return _split(PAIRS["scatter_mul"].bind(*parts, **params))
 
 
 def _bilinear(name: str) -> Callable:
