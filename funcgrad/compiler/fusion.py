@@ -71,7 +71,10 @@ class Delinearized(list):
 
 
 def flat_offset(index: list, shape: tuple[int, ...]) -> Expr:
-    if isinstance(index, Delinearized) and index.shape == tuple(shape):
+    # A rank-0 value's offset is 0, never its reader's flat offset: an empty index has no
+    # component to key the builder's memo by, so that expression would reach other readers,
+    # outside the loops that define it.
+    if isinstance(index, Delinearized) and index.shape == tuple(shape) and shape:
         return index.linear
     return K.row_major_offset(list(index), shape)
 
