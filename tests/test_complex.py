@@ -107,7 +107,8 @@ EDGE_PARTS = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 700.0, -700.0, 1e-30, 1e30]
 
 def _edge_values(dtype) -> np.ndarray:
     info = np.finfo(dtypes.real_dtype(dtype))
-    parts = np.array(EDGE_PARTS + [info.smallest_subnormal * 6072, info.max / 8], info.dtype)
+    huge = [info.max / 8, info.max, -info.max / 2]
+    parts = np.array(EDGE_PARTS + [info.smallest_subnormal * 6072] + huge, info.dtype)
     z = np.empty(len(parts) ** 2, dtype)
     z.real, z.imag = np.repeat(parts, len(parts)), np.tile(parts, len(parts))
     return z
@@ -139,7 +140,9 @@ def test_compiled_functions_on_the_cuts_and_at_tiny_and_huge_arguments_match_the
     """Compiled formulas used to lose these: sqrt(-1 - 0j) was +1j (the zero's sign picks the
     cut's side), arcsin(1e-30j) 0, arcsinh(1e300j) inf, arccos(1 + 1e-30j) 11% off, log
     and sqrt of subnormal z a few digits, arctanh(1e-20 + 2j) 0 + 1.107j (right: 2e-21 +
-    1.107j) and arctan(2 + 0j) 1.107 - 0j."""
+    1.107j) and arctan(2 + 0j) 1.107 - 0j; near the largest float, where |z| or a sum of
+    parts overflows, log(3e38 + 3e38j) was inf + 0.785j in complex64, sqrt(-3e38 + 1j) 0 +
+    inf j and arcsinh(3e38 + 3e38j) inf + 0.785j (found by fuzzing)."""
     z = _edge_values(dtype)
     with np.errstate(all="ignore"):
         expected = _on_reference(fun, z)
