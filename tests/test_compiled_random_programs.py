@@ -3,7 +3,13 @@ reductions, slices and concatenation, selects, casts, cond, scan and fori_loop, 
 float64, int32, complex64 and complex128, then applies jit, grad or vmap on top; each compiled
 backend (LLVM, and the CUDA renderer's code run by the host emulator) must agree with the NumPy
 reference backend on every one, at each of three calls with new arguments (on a GPU: walked step
-by step, captured as a graph, replayed)."""
+by step, captured as a graph, replayed).
+
+A second kind of program, exact, draws gathers and scatters in every mode, dynamic slices,
+sorts, cumulative ops, interior padding, conversions, switch, cond, while_loop and reversed
+scans on whole numbers with NaN, infinities and signed zeros among them and indices outside
+their ranges, in int32, uint8, float16, float32 and complex64, under jit or vmap: the compiled
+results must equal the reference's element for element."""
 
 from __future__ import annotations
 
@@ -338,3 +344,174 @@ def test_random_programs_compile_to_what_the_reference_computes(backend, case, s
             np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
         else:
             assert_close_or_as_near_the_truth(got, expected, 2e-4, lambda k=k: exact()[k])
+
+
+# ---------------------------------------------------------------------------------------------
+# Indexing, data movement and control flow, exactly: whole numbers (so that no sum or product
+# rounds, in whatever order it is taken) with NaN, infinities and signed zeros among them,
+# indices and trip counts that reach outside their ranges, in integer, half, single and complex
+# dtypes. Each compiled backend must give the reference's values element for element.
+
+EXACT_DTYPES = [np.int32, np.uint8, np.float32, np.float16, np.complex64]
+EXACT_STEPS = [
+    "take_fill",
+    "take_clip",
+    "scatter_add",
+    "scatter_mul",
+    "scatter_max",
+    "update_slice",
+    "slice_row",
+    "sort_by",
+    "argsort_take",
+    "cumulative",
+    "pad_interior",
+    "corner",
+    "reverse",
+    "where",
+    "convert",
+    "switch",
+    "cond",
+    "while",
+    "scan_reverse",
+]
+
+
+def _order_key(v):
+    """A real value to compare by: a complex value's real part."""
+    return fnp.real(v) if fnp.iscomplexobj(v) else v
+
+
+def _filler(dtype) -> np.ndarray:
+    """2.5 (7 for integers): a fill or padding value whose parts differ for complex values."""
+    return np.asarray(7 if np.issubdtype(dtype, np.integer) else 2.5, dtype)
+
+
+def apply_exact_step(step: str, pool: list, pick: list[int], at, k):
+    """One step on values of one shape (rows, cols) and dtype; `at` (cols,) and `k` are
+    traced int32 indices that may lie outside the values."""
+    a, b = pool[pick[0] % len(pool)], pool[pick[1] % len(pool)]
+    is_complex = fnp.iscomplexobj(a)
+    cols = a.shape[1]
+    if step == "take_fill":
+        return fnp.take(a, at, axis=1, mode="fill", fill_value=_filler(a.dtype))
+    if step == "take_clip":
+        return fnp.take(b, at, axis=1, mode="clip")
+    if step == "scatter_add":
+        return a.at[:, at].add(b, mode="drop")
+    if step == "scatter_mul":  # (exact factors: 2, and -1 or i)
+        factor = fnp.where(_order_key(b) > 0, 2, 1j if is_complex else -1).astype(a.dtype)
+        return a.at[:, at].multiply(factor, mode="clip")
+    if step == "scatter_max":
+        if is_complex:
+            return a.at[:, at[:1]].set(b[:, :1])
+        return a.at[:, at].max(b)
+    if step == "update_slice":
+        return lax.dynamic_update_slice(a, b[:1, : max(1, cols // 2)], (k, k - 2))
+    if step == "slice_row":
+        return fnp.broadcast_to(lax.dynamic_slice(b, (k, 0), (1, cols)), a.shape)
+    if step == "sort_by":
+        return lax.sort((_order_key(b), a), dimension=1, num_keys=1)[1]
+    if step == "argsort_take":
+        return fnp.take_along_axis(a, fnp.argsort(_order_key(b), axis=1, stable=True), axis=1)
+    if step == "cumulative":
+        if is_complex or np.issubdtype(a.dtype, np.integer):
+            return lax.cumsum(a, 1, reverse=True)
+        return lax.cummax(a, 1)
+    if step == "pad_interior":
+        padded = lax.pad(a, _filler(a.dtype), ((0, 0, 0), (-1, 1, 1)))
+        return padded[:, :cols]
+    if step == "corner":  # (scalars, the input k among them, through a reshape into a pad)
+        first = fnp.where(k > 1, a[0, 0], k.astype(a.dtype))
+        padding = ((a.shape[0] - 1, 0, 0), (0, cols - 1, 0))
+        return lax.pad(lax.reshape(first, (1, 1)), _filler(a.dtype), padding)
+    if step == "reverse":
+        return lax.rev(a, (0, 1))
+    if step == "where":
+        return fnp.where(_order_key(a) > _order_key(b), a, b)
+    if step == "convert":  # floats to int32 saturate (NaN is 0); integers through float16
+        middle = np.float16 if np.issubdtype(a.dtype, np.integer) else np.int32
+        return lax.convert_element_type(lax.convert_element_type(a, middle), a.dtype)
+    if step == "switch":  # (an index outside the branches takes the nearest one)
+        branches = [lambda u, v: u, lambda u, v: v, lambda u, v: lax.rev(u, (1,))]
+        return lax.switch(k, branches, a, b)
+    if step == "cond":
+        return lax.cond(k > 1, lambda u, v: lax.rev(v, (0,)), lambda u, v: u, a, b)
+    if step == "while":  # (as many turns as k says, none when it is negative)
+
+        def rotate(carry):
+            i, v = carry
+            return i + 1, fnp.concatenate([v[:, 1:], v[:, :1]], axis=1)
+
+        return lax.while_loop(lambda c: (c[0] < k) & (c[0] < 5), rotate, (0, a))[1]
+    if step == "scan_reverse":  # (carries of three dtypes)
+
+        def row_step(carry, row):
+            kept, count, flag = carry
+            kept = fnp.where(flag, kept, row)
+            return (kept, count + 1, ~flag), kept
+
+        (_, count, _), rows = lax.scan(row_step, (b[0], k, k > 0), a, reverse=True)
+        return lax.dynamic_update_slice(rows, b[:1], (count % a.shape[0], 0))
+    raise AssertionError(step)
+
+
+@st.composite
+def exact_programs(draw):
+    dtype = draw(st.sampled_from(EXACT_DTYPES))
+    program = draw(
+        st.lists(
+            st.tuples(st.sampled_from(EXACT_STEPS), st.integers(0, 9), st.integers(0, 9)),
+            min_size=1,
+            max_size=8,
+        )
+    )
+    rows, cols = draw(st.integers(1, 4)), draw(st.one_of(st.integers(2, 6), st.just(130)))
+    return dtype, program, (rows, cols), draw(st.sampled_from(["jit", "vmap"]))
+
+
+def exact_arguments(rng, dtype, shape) -> list[np.ndarray]:
+    """Two whole-number operands, with NaN, infinities and -0.0 among the floats; indices
+    along a row from twice the row's length below to twice above; a scalar index around the
+    rows."""
+    rows, cols = shape
+    operands = []
+    for _ in range(2):
+        values = rng.integers(0 if dtype == np.uint8 else -20, 21, shape).astype(np.float64)
+        if not np.issubdtype(dtype, np.integer):
+            special = np.array([np.nan, np.inf, -np.inf, -0.0])[rng.integers(0, 4, shape)]
+            values = np.where(rng.random(shape) < 0.15, special, values)
+        if np.issubdtype(dtype, np.complexfloating):
+            values = values + 1j * rng.integers(-20, 21, shape)
+        operands.append(values.astype(dtype))
+    at = rng.integers(-2 * cols, 2 * cols, cols).astype(np.int32)
+    return operands + [at, np.int32(rng.integers(-3, rows + 3))]
+
+
+@pytest.mark.parametrize(
+    "backend", ["llvm"] + [pytest.param(b, marks=pytest.mark.cuda) for b in CUDA_BACKENDS]
+)
+@settings(deadline=None)
+@given(exact_programs(), st.integers(0, 2**31 - 1))
+def test_random_indexing_and_control_programs_compile_exactly(backend, case, seed):
+    dtype, program, shape, transform = case
+    rng = np.random.default_rng(seed)
+
+    def f(x, y, at, k):
+        pool = [x, y]
+        for step, i, j in program:
+            pool.append(apply_exact_step(step, pool, [i, j], at, k))
+        return pool[-1]
+
+    calls = [exact_arguments(rng, dtype, shape) for _ in range(3)]
+    fun = f
+    if transform == "vmap":  # (the indices too: each lane its own)
+        fun = fg.vmap(f, in_axes=(0, None, 0, 0))
+        calls = [
+            [np.stack([x, x[::-1], y]), y, np.stack([at, at[::-1], -at]), np.stack([k, k + 1, -k])]
+            for x, y, at, k in calls
+        ]
+    with np.errstate(all="ignore"):
+        results = zip(run_on(backend, fun, calls), run_on("numpy", fun, calls))
+    for got, expected in results:
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        np.testing.assert_array_equal(got, expected)

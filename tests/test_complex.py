@@ -107,7 +107,8 @@ EDGE_PARTS = [0.0, -0.0, 1.0, -1.0, 0.5, -2.5, 700.0, -700.0, 1e-30, 1e30]
 
 def _edge_values(dtype) -> np.ndarray:
     info = np.finfo(dtypes.real_dtype(dtype))
-    parts = np.array(EDGE_PARTS + [info.smallest_subnormal * 6072, info.max / 8], info.dtype)
+    huge = [info.max / 8, info.max, -info.max / 2]
+    parts = np.array(EDGE_PARTS + [info.smallest_subnormal * 6072] + huge, info.dtype)
     z = np.empty(len(parts) ** 2, dtype)
     z.real, z.imag = np.repeat(parts, len(parts)), np.tile(parts, len(parts))
     return z
@@ -139,7 +140,9 @@ def test_compiled_functions_on_the_cuts_and_at_tiny_and_huge_arguments_match_the
     """Compiled formulas used to lose these: sqrt(-1 - 0j) was +1j (the zero's sign picks the
     cut's side), arcsin(1e-30j) 0, arcsinh(1e300j) inf, arccos(1 + 1e-30j) 11% off, log
     and sqrt of subnormal z a few digits, arctanh(1e-20 + 2j) 0 + 1.107j (right: 2e-21 +
-    1.107j) and arctan(2 + 0j) 1.107 - 0j."""
+    1.107j) and arctan(2 + 0j) 1.107 - 0j; near the largest float, where |z| or a sum of
+    parts overflows, log(3e38 + 3e38j) was inf + 0.785j in complex64, sqrt(-3e38 + 1j) 0 +
+    inf j and arcsinh(3e38 + 3e38j) inf + 0.785j (found by fuzzing)."""
     z = _edge_values(dtype)
     with np.errstate(all="ignore"):
         expected = _on_reference(fun, z)
@@ -751,6 +754,60 @@ def test_compiled_scatters_of_complex_updates():
 
         np.testing.assert_allclose(fg.jit(scatter)(x, u), expected, atol=1e-12)
         np.testing.assert_allclose(scatter(fnp.asarray(x), u), expected, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", COMPILED_BACKENDS)
+def test_compiled_complex_scatter_mul_multiplies_in_turn_as_the_reference(backend):
+    """Each update multiplies its element as a complex number, infinite and NaN parts as in
+    NumPy's product: the compiled scatter_mul took the updates in polar form (moduli
+    multiplied, angles added), so (5.5 + 9e18j)(inf - 2j) came out nan + inf j, not inf + inf
+    j, and finite products a few ulp off the reference's (found by fuzzing)."""
+    if backend.startswith("cuda") and emulator.compiler() is None:
+        pytest.skip("the emulator needs a C++ compiler")
+    rng = np.random.default_rng(7)
+    x = (rng.normal(size=(3, 6)) + 1j * rng.normal(size=(3, 6))).astype(np.complex128)
+    x[0, :2] = [5.5 + 9.2e18j, 1 + 0j]
+    u = (rng.normal(size=(3, 5)) + 1j * rng.normal(size=(3, 5))).astype(np.complex128)
+    u[0, :2] = [np.inf - 2j, np.inf + 0j]
+    index = np.array([0, 1, 2, 9, 2], np.int32)  # a place outside, and a repeat
+
+    def scatter(x, u):
+        return x.at[index].multiply(u), x.at[index].multiply(u, mode="clip")
+
+    batched = fg.vmap(scatter)  # (a scatter with batching dimensions)
+    with np.errstate(all="ignore"), jit_backend("numpy"):
+        expected = [np.asarray(r) for r in fg.jit(batched)(x, u)]
+    with jit_backend(backend):
+        results = [np.asarray(r) for r in fg.jit(batched)(x, u)]
+    for got, wanted in zip(results, expected):
+        # (LLVM may fuse a product into the sum of the parts: an ulp apart)
+        np.testing.assert_allclose(got, wanted, rtol=1e-15)
+        np.testing.assert_array_equal(
+            got[0, :2], [complex(np.inf, np.inf), complex(np.inf, np.nan)]
+        )
+
+
+@pytest.mark.parametrize("backend", COMPILED_BACKENDS)
+def test_compiled_gathers_of_complex_values_fill_each_part_with_its_own_part(backend):
+    """A gather's fill value is a parameter the complex lowering gave both parts whole: 2.5
+    filled as 2.5 + 2.5j, the default NaN as nan + nan j, and 1j as 0j (found by fuzzing)."""
+    if backend.startswith("cuda") and emulator.compiler() is None:
+        pytest.skip("the emulator needs a C++ compiler")
+    x = np.array([1 + 2j, 3 - 4j], np.complex64)
+    index = np.array([1, 5, -7, 0], np.int32)
+
+    def gathers(x, index):
+        return (
+            x.at[index].get(mode="fill", fill_value=2.5),
+            x.at[index].get(mode="fill"),
+            fnp.take(x, index, mode="fill", fill_value=-1j),
+        )
+
+    with jit_backend(backend):
+        results = [np.asarray(r) for r in fg.jit(gathers)(x, index)]
+    inside = x[[1, 0, 0, 0]]
+    for got, fill in zip(results, [2.5, complex(np.nan, 0), -1j]):
+        np.testing.assert_array_equal(got, np.where([True, False, False, True], inside, fill))
 
 
 def test_log1p_of_small_complex_numbers_keeps_their_digits():

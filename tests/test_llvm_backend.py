@@ -286,6 +286,27 @@ def test_uint64_indices_past_int64_saturate_instead_of_wrapping_negative():
     np.testing.assert_array_equal(fg.jit(f)(x, i)[0], x[12:])
 
 
+def test_a_fused_scalar_read_through_a_reshape_reads_its_one_element():
+    """A rank-0 value read through a reshape took its reader's flat offset as its own (out of
+    range, in the arm of a pad's select that is discarded), and where a kernel's flat loop
+    gave way to a nest of loops, that offset named the flat loop's index, which no loop
+    defined there: the compiler failed (found by fuzzing)."""
+
+    def square(x, y):
+        return lax.reshape(fnp.where(x > y, x, y), (1, 1))
+
+    def padded(x, y):
+        return lax.pad(square(x, y), np.float32(-1), ((1, 0, 0), (1, 1, 0)))
+
+    def emptied(x, y):
+        return lax.slice(square(x, y), (1, 1), (1, 1), (1, 2))
+
+    x, y = np.float32(3), np.float32(2)
+    for f in (padded, emptied):
+        assert_same_as_reference(f, x, y)
+    np.testing.assert_array_equal(fg.jit(padded)(x, y), [[-1, -1, -1], [-1, 3, -1]])
+
+
 def test_dot_general_layouts():
     a = rng.standard_normal((3, 4, 5)).astype(np.float32)
     b = rng.standard_normal((3, 5, 2)).astype(np.float32)

@@ -239,21 +239,27 @@ def times_minus_i(x: Pair) -> Pair:
     return Pair(x.im, lax.neg(x.re))
 
 
-def _subnormal_scale(m):
-    """2^60 where `m` is below the smallest normal number, else 1: an exact rescaling that
-    gives subnormal values their full precision before they are divided and squared."""
-    tiny = lax.lt(m, _c(m, dtypes.finfo(m.dtype).tiny))
-    return lax.select(tiny, lax.full_like(m, 2.0**60), lax.full_like(m, 1))
+def _range_scale(m):
+    """2^60 where `m` is below the smallest normal number, 1/4 where it passes a quarter of
+    the largest, else 1: an exact rescaling (a square's root too) that gives subnormal values
+    their full precision before they are divided and squared, and keeps a modulus and sums of
+    parts near the largest float from overflowing (log(3e38 + 3e38j) was inf in complex64,
+    sqrt(-3e38 + 1j) inf j)."""
+    info = dtypes.finfo(m.dtype)
+    tiny, huge = lax.lt(m, _c(m, info.tiny)), lax.gt(m, _c(m, float(info.max) / 4))
+    unscaled = lax.select(huge, lax.full_like(m, 0.25), lax.full_like(m, 1))
+    return lax.select(tiny, lax.full_like(m, 2.0**60), unscaled)
 
 
 def _scaled_modulus(x: Pair):
-    """(|x| f, f) with f from `_subnormal_scale`: |x| = m sqrt(1 + (n/m)²) with m, n the
-    larger and smaller part magnitudes, scaled so that subnormal parts keep their precision
-    (in the scaled result, which may itself be subnormal once divided by f). An infinite part
-    makes |x| infinite, the other part NaN or not (as C's hypot, and NumPy, have it)."""
+    """(|x| f, f) with f from `_range_scale`: |x| = m sqrt(1 + (n/m)²) with m, n the larger
+    and smaller part magnitudes, scaled so that subnormal parts keep their precision (in the
+    scaled result, which may itself be subnormal once divided by f) and huge ones do not
+    overflow (the result divided by f may). An infinite part makes |x| infinite, the other
+    part NaN or not (as C's hypot, and NumPy, have it)."""
     a, b = lax.abs(x.re), lax.abs(x.im)
     m = lax.max(a, b)
-    factor = _subnormal_scale(m)
+    factor = _range_scale(m)
     m, n = lax.mul(m, factor), lax.mul(lax.min(a, b), factor)
     safe = lax.select(lax.eq(m, _c(m, 0)), lax.full_like(m, 1), m)
     r = lax.div(n, safe)
@@ -334,8 +340,9 @@ def sqrt(x: Pair) -> Pair:
     """The principal root: t = sqrt((|z| + |a|) / 2) and b / 2t, placed by the sign of a; on
     the cut along the negative reals the sign of b, a zero's included, picks the side, as in
     C99's csqrt and NumPy (sqrt(-1 - 0j) = -1j). A subnormal z is scaled by 2^60 first, its
-    root then divided by 2^30, so that its parts keep their precision."""
-    factor = _subnormal_scale(lax.max(lax.abs(x.re), lax.abs(x.im)))
+    root then divided by 2^30, so that its parts keep their precision; a huge one by 1/4, its
+    root doubled, so that |z| + |a| stays finite."""
+    factor = _range_scale(lax.max(lax.abs(x.re), lax.abs(x.im)))
     a, b = lax.mul(x.re, factor), lax.mul(x.im, factor)
     t = lax.sqrt(lax.mul(lax.add(modulus(Pair(a, b)), lax.abs(a)), _c(a, 0.5)))
     safe_t = lax.select(lax.eq(t, _c(t, 0)), lax.full_like(t, 1), t)
@@ -452,6 +459,19 @@ def one_like(x: Pair) -> Pair:
     return Pair(lax.full_like(x.re, 1), lax.full_like(x.im, 0))
 
 
+def _halved(x: Pair) -> Pair:
+    return Pair(lax.mul(x.re, _c(x.re, 0.5)), lax.mul(x.im, _c(x.im, 0.5)))
+
+
+def _asinh_of_four_times(q):
+    """asinh(4q), q a part of the product of Kahan's roots halved (a quarter of the roots'
+    product, exactly): 4q overflows only where |z| nears the largest float, and there
+    asinh(4q) is log|8q| signed as q (asinh y = log 2y to the last bit once y passes 2^30)."""
+    y = lax.mul(q, _c(q, 4))
+    far = _copysign(lax.add(lax.log(lax.abs(q)), _c(q, math.log(8))), q)
+    return lax.select(_is_inf(y), far, lax.asinh(y))
+
+
 def _conj_times(x: Pair, y: Pair) -> Pair:
     """conj(x) y."""
     re = lax.add(lax.mul(x.re, y.re), lax.mul(x.im, y.im))
@@ -485,12 +505,19 @@ def asin(x: Pair) -> Pair:
     # Where a part is infinite or NaN, Annex G's values: asin z = atan2(a, |b|) + i·inf signed
     # as b for an infinite part, NaN + NaN i for a NaN one, and ±0 + NaN i at ±0 + NaN i.
     special = _not_finite_pair(x)
-    re = lax.atan2(
-        a, lax.select(special, lax.abs(b), lax.sub(lax.mul(s.re, t.re), lax.mul(s.im, t.im)))
-    )
+    # (Re(s t) overflows only where |z| nears the largest float: there a quarter of it, and
+    # of a, give the angle)
+    half_s, half_t = _halved(s), _halved(t)
+    product = lax.sub(lax.mul(s.re, t.re), lax.mul(s.im, t.im))
+    quarter = lax.sub(lax.mul(half_s.re, half_t.re), lax.mul(half_s.im, half_t.im))
+    overflow = _is_inf(product)
+    side = lax.select(overflow, lax.mul(a, _c(a, 0.25)), a)
+    product = lax.select(overflow, quarter, product)
+    re = lax.atan2(side, lax.select(special, lax.abs(b), product))
     re = lax.select(lax.eq(a, _c(a, 0)), a, re)
     far = _infinite_or_nan(x, _copysign(lax.full_like(b, np.inf), b))
-    return Pair(re, lax.select(special, far, lax.asinh(_conj_times(s, t).im)))
+    imaginary = _asinh_of_four_times(_conj_times(half_s, half_t).im)
+    return Pair(re, lax.select(special, far, imaginary))
 
 
 def acos(x: Pair) -> Pair:
@@ -504,7 +531,8 @@ def acos(x: Pair) -> Pair:
     re = lax.select(special, angle, lax.mul(_c(a, 2), angle))
     re = lax.select(lax.eq(a, _c(a, 0)), lax.full_like(a, np.pi / 2), re)
     far = _infinite_or_nan(x, lax.neg(_copysign(lax.full_like(b, np.inf), b)))
-    return Pair(re, lax.select(special, far, lax.asinh(_conj_times(t, s).im)))
+    imaginary = _asinh_of_four_times(_conj_times(_halved(t), _halved(s)).im)
+    return Pair(re, lax.select(special, far, imaginary))
 
 
 def asinh(x: Pair) -> Pair:
@@ -522,7 +550,8 @@ def acosh(x: Pair) -> Pair:
     im = lax.select(special, _copysign(angle, b), lax.mul(_c(b, 2), angle))
     im = lax.select(lax.eq(a, _c(a, 0)), _copysign(lax.full_like(b, np.pi / 2), b), im)
     far = _infinite_or_nan(x, lax.full_like(a, np.inf))
-    return Pair(lax.select(special, far, lax.asinh(_conj_times(s, t).re)), im)
+    real = _asinh_of_four_times(_conj_times(_halved(s), _halved(t)).re)
+    return Pair(lax.select(special, far, real), im)
 
 
 def atanh(x: Pair) -> Pair:
@@ -807,6 +836,15 @@ _PARTWISE = (
 ).split()
 
 
+def _part_params(params: dict, which: str) -> dict:
+    """The parameters for one part: a gather's fill value is a parameter, not an operand, so
+    each part fills with its own part of it (2.5 fills as 2.5 + 0j)."""
+    fill = params.get("fill_value")
+    if fill is None:
+        return params
+    return {**params, "fill_value": getattr(complex(fill), "real" if which == "re" else "imag")}
+
+
 def _partwise(name: str) -> Callable:
     prim = PRIMITIVES[name]
 
@@ -814,7 +852,8 @@ def _partwise(name: str) -> Callable:
         def part(which):
             return [getattr(v, which) if isinstance(v, Pair) else v for v in operands]
 
-        re, im = prim.bind(*part("re"), **params), prim.bind(*part("im"), **params)
+        re = prim.bind(*part("re"), **_part_params(params, "re"))
+        im = prim.bind(*part("im"), **_part_params(params, "im"))
         if prim.multiple_results:
             return [Pair(r, i) for r, i in zip(re, im)]
         return Pair(re, im)
@@ -823,18 +862,10 @@ def _partwise(name: str) -> Callable:
 
 
 def _scatter_mul_rule(out_avals, operand, indices, updates, **params):
-    """Products of complex updates in polar form: the moduli multiply (a real scatter_mul)
-    and the arguments add (a scatter_add); the operand is then multiplied by the result."""
-    updates = _parts(updates)
-    moduli = modulus(updates)
-    angles = lax.atan2(updates.im, updates.re)
-    operand = _parts(operand)
-    ones = lax.full_like(operand.re, 1)
-    zeros = lax.full_like(operand.re, 0)
-    magnitude = PRIMITIVES["scatter_mul"].bind(ones, indices, moduli, **params)
-    turn = PRIMITIVES["scatter_add"].bind(zeros, indices, angles, **params)
-    factor = Pair(lax.mul(magnitude, lax.cos(turn)), lax.mul(magnitude, lax.sin(turn)))
-    return mul(operand, factor)
+    """The updates landing on an element multiply it in turn as complex numbers, each
+    product's parts from the last one's (`scatter_mul_pairs`), as the reference does."""
+    parts = [_interleave(_parts(operand)), indices, _interleave(_parts(updates))]
+    return _split(PAIRS["scatter_mul"].bind(*parts, **params))
 
 
 def _bilinear(name: str) -> Callable:

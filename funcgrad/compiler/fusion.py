@@ -71,7 +71,10 @@ class Delinearized(list):
 
 
 def flat_offset(index: list, shape: tuple[int, ...]) -> Expr:
-    if isinstance(index, Delinearized) and index.shape == tuple(shape):
+    # A rank-0 value's offset is 0, never its reader's flat offset: an empty index has no
+    # component to key the builder's memo by, so that expression would reach other readers,
+    # outside the loops that define it.
+    if isinstance(index, Delinearized) and index.shape == tuple(shape) and shape:
         return index.linear
     return K.row_major_offset(list(index), shape)
 
@@ -1024,25 +1027,32 @@ _SCATTER_COMBINE = {
 def _scatter(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     """Copy the operand, then combine each update into its place, in order (the last of
     several writes to one place wins, as in the reference). Windows that reach outside the
-    operand are clamped (CLIP) or dropped (the other modes)."""
+    operand are clamped (CLIP) or dropped (the other modes). `scatter_mul_pairs` (a complex
+    scatter_mul, its operand and updates as parts on a last axis of 2) multiplies each
+    element by its updates as complex numbers, both parts from the same old ones."""
     from funcgrad.lax.indexing import GatherScatterMode
 
     operand, indices, updates = eqn.invars
     (out,) = outputs
     dn = eqn.params["dimension_numbers"]
-    shape = operand.aval.shape
+    stored_shape = operand.aval.shape
+    pairs = eqn.primitive.name == "scatter_mul_pairs"
+    shape = stored_shape[:-1] if pairs else stored_shape
+    updates_shape = updates.aval.shape[:-1] if pairs else updates.aval.shape
     rank = len(shape)
-    combine = _SCATTER_COMBINE[eqn.primitive.name]
+    combine = _SCATTER_COMBINE.get(eqn.primitive.name)
     dtype = operand.aval.dtype
     window_dims = [
         d
         for d in range(rank)
         if d not in dn.inserted_window_dims and d not in dn.operand_batching_dims
     ]
-    window_size = {d: updates.aval.shape[u] for d, u in zip(window_dims, dn.update_window_dims)}
+    window_size = {d: updates_shape[u] for d, u in zip(window_dims, dn.update_window_dims)}
     copy = loop_nest(
-        shape,
-        lambda index: [K.Store(out, flat_offset(index, shape), builder.element(operand, index))],
+        stored_shape,
+        lambda index: [
+            K.Store(out, flat_offset(index, stored_shape), builder.element(operand, index))
+        ],
     )
 
     def update(u_index: list) -> list:
@@ -1066,15 +1076,22 @@ def _scatter(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
                 ok = _in_range(start, 0, limit + 1)
                 in_bounds = ok if in_bounds is None else K.binary("and", in_bounds, ok)
             position.append(K.binary("add", start, window_index.get(d, _index_const(0))))
-        offset = flat_offset(position, shape)
-        if in_bounds is not None:
-            # A dropped window rewrites the element at its own position from the origin of
-            # its batch's slice (in range): only this window position of this batch element
-            # ever writes there, which lets a GPU give each a thread (`parallel._scatter_split`).
-            own = [window_index.get(d, _index_const(0)) for d in range(rank)]
-            for d in dn.operand_batching_dims:
-                own[d] = starts[d]
-            offset = K.select(in_bounds, offset, flat_offset(own, shape))
+        # A dropped window rewrites the element at its own position from the origin of its
+        # batch's slice (in range): only this window position of this batch element ever
+        # writes there, which lets a GPU give each a thread (`parallel._scatter_split`).
+        own = [window_index.get(d, _index_const(0)) for d in range(rank)]
+        for d in dn.operand_batching_dims:
+            own[d] = starts[d]
+
+        def offset_of(part: list) -> Expr:
+            offset = flat_offset(position + part, stored_shape)
+            if in_bounds is None:
+                return offset
+            return K.select(in_bounds, offset, flat_offset(own + part, stored_shape))
+
+        if pairs:
+            return _complex_product_stores(builder, out, offset_of, updates, u_index, in_bounds)
+        offset = offset_of([])
         old = K.Load(out, offset)
         value = builder.element(updates, u_index)
         if combine is not None:
@@ -1086,10 +1103,28 @@ def _scatter(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
             value = K.select(in_bounds, value, old)  # a dropped window rewrites what is there
         return [K.Store(out, offset, value)]
 
-    return copy + loop_nest(updates.aval.shape, update)
+    return copy + loop_nest(updates_shape, update)
 
 
-for _name in _SCATTER_COMBINE:
+def _complex_product_stores(builder, out, offset_of, updates, u_index, in_bounds) -> list:
+    """(a + bi)(c + di) written over the parts a, b at `offset_of([0])` and `offset_of([1])`:
+    both new parts are taken from the old ones before either is stored."""
+    offsets = [offset_of([_index_const(k)]) for k in (0, 1)]
+    a, b = (K.Load(out, offset) for offset in offsets)
+    c, d = (builder.element(updates, u_index + [_index_const(k)]) for k in (0, 1))
+    parts = [
+        K.binary("sub", K.binary("mul", a, c), K.binary("mul", b, d)),
+        K.binary("add", K.binary("mul", a, d), K.binary("mul", b, c)),
+    ]
+    if in_bounds is not None:
+        parts = [K.select(in_bounds, new, old) for new, old in zip(parts, (a, b))]
+    accs = [K.fresh_acc(out.dtype) for _ in parts]
+    return [K.SetAcc(acc, part) for acc, part in zip(accs, parts)] + [
+        K.Store(out, offset, acc.read()) for acc, offset in zip(accs, offsets)
+    ]
+
+
+for _name in [*_SCATTER_COMBINE, "scatter_mul_pairs"]:
     root_rules[PRIMITIVES[_name]] = _scatter
 
 

@@ -819,12 +819,15 @@ def _scatter_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
     operand, updates = eqn.invars[0].aval.shape, eqn.invars[2].aval.shape
     if not isinstance(kernel.body[-1], K.Loop):
         return None
+    copy = K.Kernel(f"{kernel.name}_copy", kernel.inputs, kernel.outputs, kernel.body[:-1])
+    if eqn.primitive.name == "scatter_mul_pairs":  # (complex products: each part's store
+        # reads both parts, so the updates stay on one thread, after the copy on the grid)
+        return [copy, K.Kernel(kernel.name, kernel.inputs, kernel.outputs, kernel.body[-1:])]
     loops = perfect_nest(kernel.body[-1])
     store = loops[-1].body[0] if len(loops[-1].body) == 1 else None
     sizes = [(loop.start, loop.stop) for loop in loops]
     if not isinstance(store, K.Store) or sizes != [(0, n) for n in updates]:
         return None
-    copy = K.Kernel(f"{kernel.name}_copy", kernel.inputs, kernel.outputs, kernel.body[:-1])
     dn = eqn.params["dimension_numbers"]
     windows = [d for d in range(len(operand)) if d not in dn.inserted_window_dims]
     windows = [d for d in windows if d not in dn.operand_batching_dims]
@@ -1268,7 +1271,15 @@ def _stores_only(statement, buffers: set) -> bool:
 # How a GPU spreads the kernels of these primitives, which the scheduler writes for one thread.
 _SPREAD_BY_ROOT = {
     **dict.fromkeys(
-        ("scatter", "scatter_add", "scatter_mul", "scatter_min", "scatter_max"), _scatter_split
+        (
+            "scatter",
+            "scatter_add",
+            "scatter_mul",
+            "scatter_min",
+            "scatter_max",
+            "scatter_mul_pairs",
+        ),
+        _scatter_split,
     ),
     **dict.fromkeys(("sort", "top_k"), _sort_split),
     **dict.fromkeys(("argmax", "argmin"), _argreduction_split),

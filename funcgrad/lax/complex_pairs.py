@@ -1,11 +1,13 @@
-"""Complex decompositions in the compiler's form: complex matrices as real arrays with a
-trailing axis of 2 (real and imaginary parts interleaved, NumPy's layout), so that after the
-complex lowering LAPACK's complex routines can work on them in place.
+"""Complex decompositions, and scatter_mul, in the compiler's form: complex arrays as real
+arrays with a trailing axis of 2 (real and imaginary parts interleaved, NumPy's layout), so
+that after the complex lowering LAPACK's complex routines can work on them in place, and a
+scatter can multiply the complex numbers that land on one element in turn (no scatter of a
+real part alone computes the product's parts).
 
-`PAIRS[name]` is the `<name>_pairs` form of the decomposition `name`: it exists only inside
-compiled programs, made by `compiler.complex_lowering` from a decomposition of complex
-matrices. Its shape rule and impl are the decomposition's own, applied to the parts viewed as
-complex numbers (its complex results held as parts too), so both backends agree.
+`PAIRS[name]` is the `<name>_pairs` form of the primitive `name`: it exists only inside
+compiled programs, made by `compiler.complex_lowering` from `name` on complex values. Its
+shape rule and impl are the primitive's own, applied to the parts viewed as complex numbers
+(its complex results held as parts too), so both backends agree.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 
 from funcgrad import dtypes
 from funcgrad.core import Primitive, ShapedArray
-from funcgrad.lax import eig, linalg_decomp, schur
+from funcgrad.lax import eig, indexing, linalg_decomp, schur
 
 
 def _as_complex(x) -> np.ndarray:
@@ -45,20 +47,28 @@ def _pairs_aval(aval: ShapedArray) -> ShapedArray:
 _COMPILER_ONLY = "exists only inside compiled programs, after every transformation has run"
 
 
-def _pairs_primitive(decomposition: Primitive) -> Primitive:
-    prim = Primitive(f"{decomposition.name}_pairs", multiple_results=decomposition.multiple_results)
+def _pairs_primitive(primitive: Primitive, complex_operands: tuple[int, ...] | None = None):
+    """The `_pairs` form of `primitive`, whose operands at `complex_operands` (all of them by
+    default) are complex."""
+    prim = Primitive(f"{primitive.name}_pairs", multiple_results=primitive.multiple_results)
 
     def each(out, convert):
-        return [convert(o) for o in out] if decomposition.multiple_results else convert(out)
+        return [convert(o) for o in out] if primitive.multiple_results else convert(out)
+
+    def converted(operands, convert) -> list:
+        return [
+            convert(v) if complex_operands is None or k in complex_operands else v
+            for k, v in enumerate(operands)
+        ]
 
     @prim.def_abstract_eval
     def abstract_eval(*operands: ShapedArray, **params):
-        out = decomposition.abstract_eval(*map(_complex_aval, operands), **params)
+        out = primitive.abstract_eval(*converted(operands, _complex_aval), **params)
         return each(out, _pairs_aval)
 
     @prim.def_impl
     def impl(*operands, **params):
-        return each(decomposition.impl(*map(_as_complex, operands), **params), _as_pairs)
+        return each(primitive.impl(*converted(operands, _as_complex), **params), _as_pairs)
 
     for rule in ("jvp", "transpose", "batch"):
         prim.not_applicable[rule] = _COMPILER_ONLY
@@ -78,3 +88,4 @@ PAIRS = {
         schur.schur_p,
     )
 }
+PAIRS["scatter_mul"] = _pairs_primitive(indexing.scatter_mul_p, complex_operands=(0, 2))

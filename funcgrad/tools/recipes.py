@@ -1671,6 +1671,11 @@ WITHOUT_RECIPE = {
         "the compiler's form of schur on complex matrices (zgees), made by the complex "
         "lowering: the schur recipe's compiled checks reach it"
     ),
+    "scatter_mul_pairs": (
+        "the compiler's form of scatter_mul on complex values (each element multiplied by its "
+        "updates in turn as complex numbers), made by the complex lowering: "
+        "tests/test_complex.py compiles complex scatter_mul against the reference"
+    ),
     "eig_parts": (
         "the compiler's form of eig (LAPACK geev's packed outputs), made by the complex "
         "lowering: the eig recipe's compiled checks reach it"
