@@ -165,7 +165,7 @@ __all__ = [
 
 def _inexact(x):
     x = to_array(x)
-    return x if dtypes.is_inexact(x.dtype) else convert(x, dtypes.default_float)
+    return x if dtypes.is_inexact(x.dtype) else convert(x, dtypes.to_inexact(x.dtype))
 
 
 def _to_dtype(x, dtype):
@@ -1034,21 +1034,22 @@ def _select(name: str, values, keep, size, fill_value, default_fill):
         moved = lax.pad(moved, lax.full((), 0, moved.dtype), [(0, size - n, 0)])
     moved = moved[:size]
     if fill_value is None:
-        fill_value = default_fill(moved)
+        fill_value = default_fill(moved, count)
     position = lax.iota(dtypes.int32, size)
     return misc.where(position < count, moved, _to_dtype(fill_value, moved.dtype))
 
 
-def _smallest(values):
-    return values[0] if values.shape[0] else 0
+def _smallest(moved, count):
+    """The smallest kept value (the first), or 0 where none is kept."""
+    return misc.where(count > 0, moved[0], 0) if moved.shape[0] else 0
 
 
 def setdiff1d(ar1, ar2, assume_unique: bool = False, *, size=None, fill_value=None):
-    """The sorted distinct values of ar1 that are not in ar2 (padded with 0 given `size`)."""
-    ar1, ar2 = _promote(ar1, ar2)
+    """The sorted distinct values of ar1 that are not in ar2 (padded with 0 given `size`), in
+    ar1's dtype."""
     values, real = _unique_padded(ar1)
     keep = real & isin(values, ar2, invert=True, method="sort")
-    return _select("setdiff1d", values, keep, size, fill_value, lambda moved: 0)
+    return _select("setdiff1d", values, keep, size, fill_value, lambda moved, count: 0)
 
 
 def union1d(ar1, ar2, *, size=None, fill_value=None):
@@ -1229,7 +1230,9 @@ def ldexp(x1, x2, /):
     # applied in three powers of two that are each normal numbers, so each product is exact
     # except the last, which rounds once.
     limit = (info.maxexp - info.minexp) + info.nmant + 2
-    n = convert(misc.clip(x2, -limit, limit), dtypes.int32)
+    bounds = dtypes.iinfo(x2.dtype)
+    low, high = builtins.max(-limit, bounds.min), builtins.min(limit, bounds.max)
+    n = convert(misc.clip(x2, x2.dtype.type(low), x2.dtype.type(high)), dtypes.int32)
     n = broadcast_to(n, x1.shape)
     first = ufuncs.floor_divide(n, 3)
     second = ufuncs.floor_divide(n - first, 2)
@@ -1314,10 +1317,11 @@ def lcm(x1, x2):
 
 
 def _integers(name: str, x1, x2):
+    """The operands promoted and broadcast to one shape (Euclid's loop carries them)."""
     x1, x2 = promote_args(name, x1, x2)
     if not dtypes.is_int(x1.dtype):
         raise TypeError(f"{name}: needs integer arguments, got {x1.dtype.name}")
-    return x1, x2
+    return shape_ops.broadcast_arrays(x1, x2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1758,8 +1762,9 @@ def matvec(x1, x2, /):
 
 
 def vecmat(x1, x2, /):
-    """Vector-matrix products over the last axes, broadcasting the rest."""
-    x1, x2 = to_array(x1), to_array(x2)
+    """Vector-matrix products over the last axes, broadcasting the rest; the vector is
+    conjugated, as in vecdot."""
+    x1, x2 = ufuncs.conj(to_array(x1)), to_array(x2)
     if x1.ndim < 1 or x2.ndim < 2:
         raise ValueError(
             f"vecmat: takes a vector (at least 1-d) and a matrix (at least 2-d), got shapes "
@@ -1770,6 +1775,7 @@ def vecmat(x1, x2, /):
 
 def fabs(x, /):
     (x,) = promote_args_inexact("fabs", x)
+    ufuncs.check_real("fabs", x)
     return ufuncs.absolute(x)
 
 
@@ -1875,44 +1881,49 @@ def isdtype(dtype, kind) -> bool:
 
 
 def _window(M: int, shape: Callable):
-    """shape(n, M) at the points n = 0, ..., M - 1 (as floats); ones for M <= 1."""
+    """shape(n, M) at NumPy's points n = 1 - M, 3 - M, ..., M - 1, with NumPy's formulas,
+    computed in float64 and rounded once to the default float (so a window is NumPy's,
+    rounded); ones for M <= 1."""
     M = operator.index(M)
     if M <= 1:
         return lax.full((builtins.max(M, 0),), 1, dtypes.default_float)
-    n = lax.convert_element_type(lax.iota(dtypes.int32, M), dtypes.default_float)
-    return shape(n, M)
+    n = 2 * lax.convert_element_type(lax.iota(dtypes.int32, M), dtypes.float64) + (1 - M)
+    return convert(shape(n, M), dtypes.default_float)
 
 
 def bartlett(M: int):
-    return _window(M, lambda n, M: 1 - ufuncs.absolute(2 * n / (M - 1) - 1))
+    return _window(M, lambda n, M: misc.where(n <= 0, 1 + n / (M - 1), 1 - n / (M - 1)))
 
 
 def hanning(M: int):
-    return _window(M, lambda n, M: 0.5 - 0.5 * ufuncs.cos(2 * np.pi * n / (M - 1)))
+    return _window(M, lambda n, M: 0.5 + 0.5 * ufuncs.cos(np.pi * n / (M - 1)))
 
 
 def hamming(M: int):
-    return _window(M, lambda n, M: 0.54 - 0.46 * ufuncs.cos(2 * np.pi * n / (M - 1)))
+    return _window(M, lambda n, M: 0.54 + 0.46 * ufuncs.cos(np.pi * n / (M - 1)))
 
 
 def blackman(M: int):
     def shape(n, M):
-        phase = 2 * np.pi * n / (M - 1)
-        return 0.42 - 0.5 * ufuncs.cos(phase) + 0.08 * ufuncs.cos(2 * phase)
+        return (
+            0.42
+            + 0.5 * ufuncs.cos(np.pi * n / (M - 1))
+            + 0.08 * ufuncs.cos(2.0 * np.pi * n / (M - 1))
+        )
 
     return _window(M, shape)
 
 
 def kaiser(M: int, beta) -> Array:
-    """The Kaiser window I0(beta sqrt(1 - (2n / (M - 1) - 1)^2)) / I0(beta), n = 0 .. M - 1,
-    taken as a ratio of exponentially scaled I0s (so that it stays finite for large beta)."""
+    """The Kaiser window I0(beta sqrt(1 - (n / (M - 1))^2)) / I0(beta), taken as a ratio of
+    exponentially scaled I0s (so that it stays finite for large beta)."""
 
     def shape(n, M):
         b = lax.convert_element_type(to_array(beta), dtypes.float64)
-        ratio = 2 * lax.convert_element_type(n, dtypes.float64) / (M - 1) - 1
+        ratio = n / (M - 1)
         r = ufuncs.sqrt(1 - ratio * ratio)
-        window = _bessel.i0e(b * r) / _bessel.i0e(b) * ufuncs.exp(b * (r - 1))
-        return convert(window, dtypes.default_float)
+        # I0 is even, and i0e(x) = exp(-|x|) I0(x)
+        return _bessel.i0e(b * r) / _bessel.i0e(b) * ufuncs.exp(ufuncs.absolute(b) * (r - 1))
 
     return _window(M, shape)
 
