@@ -124,6 +124,14 @@ def test_cov_and_corrcoef_match_numpy(x, rowvar, ddof, data):
     assert_close(fnp.corrcoef(x, rowvar=rowvar), expected.astype(x.dtype), x.dtype, **tol)
 
 
+def test_cov_and_corrcoef_of_no_variables_are_empty_matrices():
+    """They indexed the weights' sum of the first variable and failed."""
+    for m in (np.zeros((0, 3)), np.zeros((0, 2), np.int16)):
+        assert_same(fnp.cov(m), np.cov(m).astype(fnp.cov(m).dtype))
+        assert fnp.corrcoef(m).shape == (0, 0)
+    assert fnp.cov(np.zeros((0, 2)), y=np.zeros((0, 2))).shape == (0, 0)
+
+
 def test_cov_of_two_variables_and_gradient():
     x, y = rng().normal(size=5), rng(1).normal(size=5)
     assert_close(fnp.cov(x, y), np.cov(x, y))

@@ -219,6 +219,16 @@ def test_at_set_matches_numpy_assignment(args, values_form):
     assert_same(fnp.asarray(x).at[ours].set(values), expected)
 
 
+def test_at_updates_cast_the_values_to_the_arrays_dtype_first():
+    """NumPy's assignment rule (docs/differences.md): JAX computes in the promoted dtype and
+    casts back, so an int32 array updated with a float loses its untouched elements beyond
+    float32's 24 bits (16777217 became 16777216)."""
+    x = fnp.asarray(np.array([16777217, 0], np.int32))
+    assert_same(x.at[1].set(2.5), np.array([16777217, 2], np.int32))
+    assert_same(x.at[1].add(2.5), np.array([16777217, 2], np.int32))
+    assert_same(x.at[0].multiply(0.5), np.array([0, 0], np.int32))
+
+
 UPDATES = {
     "add": np.add.at,
     "multiply": np.multiply.at,

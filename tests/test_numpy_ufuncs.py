@@ -768,3 +768,12 @@ def test_log10_and_log2_gradients():
     for fun in (fnp.log10, fnp.log2):
         fg.test_util.check_grads(fun, (np.array([0.3, 2.0, 1e3]),), order=2)
         fg.test_util.check_grads(fg.jit(fun), (np.array([0.3, 2.0, 1e3]),), order=1)
+
+
+def test_python_ints_out_of_the_arrays_integer_range_raise():
+    """As in NumPy 2 (docs/differences.md): JAX wraps them silently (int8 + 300 is 47)."""
+    with pytest.raises(OverflowError, match="300"):
+        fnp.add(np.array([3], np.int8), 300)
+    with pytest.raises(OverflowError, match="-1"):
+        fnp.asarray(np.array([9], np.uint32)) - (-1)
+    np.testing.assert_array_equal(fnp.add(np.array([3], np.int8), 100), np.int8([103]))

@@ -368,6 +368,8 @@ def cov(
         x = shape_ops.concatenate([x, _observations("cov", y, rowvar)], axis=0)
     dtype = dtypes.canonicalize(dtype) if dtype is not None else result_type(x, float)
     x = convert(x, dtype)
+    if x.shape[0] == 0:  # no variables: NumPy's empty matrix
+        return lax.full((0, 0), 0, dtype)
     if ddof is None:
         ddof = 0 if bias else 1
     weights = None
