@@ -181,6 +181,8 @@ def test_histogram_edges_ranges_and_more_dimensions():
         fnp.histogram2d(a, b, bins=(3, 4)), np.histogram2d(a, b, bins=(3, 4))
     ):
         assert_close(actual, expected, rtol=1e-12, atol=1e-12)
+    # counts are floats, as NumPy's (docs/differences.md: JAX counts in integers)
+    assert fnp.histogram2d(a, b)[0].dtype == fnp.histogramdd(a[:, None])[0].dtype == np.float64
     sample = np.stack([a, b, a * b], axis=1)
     hist, edges = fnp.histogramdd(sample, bins=3, density=True)
     expected_hist, expected_edges = np.histogramdd(sample, bins=3, density=True)

@@ -103,6 +103,7 @@ def test_integers_up_to_32_bits_become_float32_where_a_float_is_needed(x64):
             fnp.median(x),
             fnp.linalg.norm(x),
             fnp.interp(x, x, x),
+            fnp.cov(np.stack([x, x])),
         ):
             assert out.dtype == np.float32, (x.dtype, out.dtype)
         assert fnp.fft.fft(x).dtype == np.complex64

@@ -366,7 +366,7 @@ def cov(
     x = _observations("cov", m, rowvar)
     if y is not None:
         x = shape_ops.concatenate([x, _observations("cov", y, rowvar)], axis=0)
-    dtype = dtypes.canonicalize(dtype) if dtype is not None else result_type(x, float)
+    dtype = dtypes.canonicalize(dtype) if dtype is not None else dtypes.to_inexact(x.dtype)
     x = convert(x, dtype)
     if x.shape[0] == 0:  # no variables: NumPy's empty matrix
         return lax.full((0, 0), 0, dtype)
