@@ -777,3 +777,14 @@ def test_python_ints_out_of_the_arrays_integer_range_raise():
     with pytest.raises(OverflowError, match="-1"):
         fnp.asarray(np.array([9], np.uint32)) - (-1)
     np.testing.assert_array_equal(fnp.add(np.array([3], np.int8), 100), np.int8([103]))
+
+
+@pytest.mark.parametrize("name", ["deg2rad", "degrees", "rad2deg", "radians", "sinc", "reciprocal"])
+def test_functions_of_python_numbers_stay_weakly_typed(name):
+    """Their constants were strong float32 arrays, so degrees(2.5) * float16 was float32."""
+    for value in (2.5, 1 + 2j):
+        out = getattr(fnp, name)(value)
+        assert out.weak_type, (name, value)
+    half = np.ones(2, np.float16)
+    assert (getattr(fnp, name)(2.5) * half).dtype == np.float16
+    assert not getattr(fnp, name)(np.float32(2.5)).weak_type

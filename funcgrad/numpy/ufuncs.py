@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from funcgrad import dtypes, lax
+from funcgrad.array import Array
 from funcgrad.lax import elementwise as ew
 from funcgrad.numpy._promotion import (
     broadcast_shapes,
@@ -678,5 +679,6 @@ def _zero(x):
 
 
 def _full_like_scalar(x, value):
-    """A rank-0 array of `x`'s dtype (elementwise primitives broadcast rank-0 operands)."""
-    return lax.asarray(np.array(value, x.dtype)[()])
+    """A rank-0 array of `x`'s dtype and weak type (elementwise primitives broadcast rank-0
+    operands), so that a function of Python numbers stays weakly typed."""
+    return Array(np.array(value, x.dtype)[()], x.weak_type)
