@@ -537,6 +537,7 @@ def test_numpy_layer_parts_and_predicates():
     "fun, name",
     [
         (lambda z: fnp.max(z), "max"),
+        (lambda z: fnp.nanmin(z, initial=3.5), "min"),
         (lambda z: fnp.argmax(z), "argmax"),
         (lambda z: fnp.floor(z), "floor"),
         (lambda z: fnp.signbit(z), "signbit"),

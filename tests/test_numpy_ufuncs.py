@@ -788,3 +788,10 @@ def test_functions_of_python_numbers_stay_weakly_typed(name):
     half = np.ones(2, np.float16)
     assert (getattr(fnp, name)(2.5) * half).dtype == np.float16
     assert not getattr(fnp, name)(np.float32(2.5)).weak_type
+
+
+def test_sign_refuses_booleans_as_numpy_does():
+    """It returned int32 ones and zeros."""
+    with pytest.raises(TypeError, match="sign does not accept booleans"):
+        fnp.sign(np.array([True, False]))
+    assert fnp.sign(np.array([-2, 0, 3], np.int8)).dtype == np.int8

@@ -113,6 +113,9 @@ def test_integers_up_to_32_bits_become_float32_where_a_float_is_needed(x64):
     assert fnp.fft.fft(wide).dtype == np.complex128
     assert fnp.sqrt(3).dtype == fnp.divide(3, 4).dtype == np.float64
     assert fnp.divide(np.int32(3), 4).dtype == np.float32
+    assert fnp.sort_complex(np.ones(2, np.float16)).dtype == np.complex64
+    assert fnp.sort_complex(np.ones(2, np.int32)).dtype == np.complex64
+    assert fnp.sort_complex(np.ones(2, np.int64)).dtype == np.complex128
     assert fnp.arctan2(np.int32(1), np.int64(1)).dtype == np.float64
     assert_close(fnp.sqrt(np.array([4, 9], np.int32)), np.float32([2, 3]), rtol=0, atol=0)
 

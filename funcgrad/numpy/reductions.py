@@ -540,6 +540,8 @@ def nanmin(a, axis: Axis = None, out=None, keepdims: bool = False, initial=None,
 
 def _nan_extremum(reduction: Callable, identity: Callable, a, axis, keepdims, initial, where):
     a = to_array(a)
+    if dtypes.is_complex(a.dtype):
+        return reduction(a, axis, None, keepdims, initial, where)  # which names the cause
     result = reduction(_replace_nan(a, identity), axis, None, keepdims, initial, where)
     if not dtypes.is_float(a.dtype) or initial is not None:
         return result

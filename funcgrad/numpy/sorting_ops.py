@@ -117,17 +117,13 @@ def argsort(
 
 def sort_complex(a) -> Array:
     """`a` as complex numbers sorted along its last axis by real part, then imaginary part;
-    real inputs become the complex dtype of their float width (complex64 for float32 and
-    integers, complex128 with 64-bit defaults or float64 input)."""
+    real inputs become the complex dtype of their float width (complex64 for float32, half
+    floats and integers of up to 32 bits, complex128 for float64 and, under enable_x64,
+    64-bit integers)."""
     a = to_array(a)
     if a.ndim == 0:
         raise ValueError("sort_complex: a must have at least one axis")
-    if dtypes.is_complex(a.dtype):
-        complex_dtype = a.dtype
-    elif a.dtype == dtypes.float64:
-        complex_dtype = dtypes.complex128
-    else:
-        complex_dtype = dtypes.default_complex()
+    complex_dtype = dtypes.complex_dtype(dtypes.to_inexact(a.dtype))
     return _sorted_along(lax.convert_element_type(a, complex_dtype), a.ndim - 1, True)
 
 

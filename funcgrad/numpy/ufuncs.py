@@ -195,7 +195,14 @@ def negative(x, /):
     return lax.neg(x)
 
 
-sign = _unary(ew.sign_p, "sign", promote_args_numeric)
+def sign(x, /):
+    """-1, 0 or 1 (x / |x| for complex x); booleans are refused, as NumPy and JAX do."""
+    if dtypes.is_bool(to_array(x).dtype):
+        raise TypeError("sign does not accept booleans; convert them to integers first")
+    (x,) = promote_args_numeric("sign", x)
+    return ew.sign_p.bind(x)
+
+
 exp = _unary(ew.exp_p, "exp", promote_args_inexact)
 exp2 = _unary(ew.exp2_p, "exp2", promote_args_inexact)
 expm1 = _unary(ew.expm1_p, "expm1", promote_args_inexact)
