@@ -132,6 +132,28 @@ def test_cov_and_corrcoef_of_no_variables_are_empty_matrices():
     assert fnp.cov(np.zeros((0, 2)), y=np.zeros((0, 2))).shape == (0, 0)
 
 
+@pytest.mark.parametrize("edge_order", [1, 2])
+def test_gradient_with_one_spacing_leaves_the_centre_sample_out(edge_order):
+    """NumPy's (f[i + 1] - f[i - 1]) / 2h: the general three-point formula gave the centre an
+    explicit weight 0, and 0 * inf made the derivative beside an infinity NaN."""
+    f = np.array([[1.0, 4.0, 2.0, 7.0], [0.5, -np.inf, 3.0, 1.0], [2.0, 1.0, 5.0, 3.0]])
+    for spacing in ((), (0.5,)):
+        for ours, expected in zip(
+            fnp.gradient(f, *spacing, edge_order=edge_order),
+            np.gradient(f, *spacing, edge_order=edge_order),
+        ):
+            np.testing.assert_array_equal(ours, expected)
+
+
+def test_histogram_counts_weights_in_the_weights_and_samples_common_dtype():
+    """float16 weights give float16 counts, as in NumPy and JAX (they were float32)."""
+    a, w = np.array([10, 6, 10, 4], np.uint32), np.array([8.5, 80.5, 1.0, 2.0], np.float16)
+    hist, edges = fnp.histogram(a, weights=w)
+    assert_same(hist, np.histogram(a, weights=w)[0])
+    assert edges.dtype == np.float16
+    assert fnp.histogramdd(a[:, None], weights=w)[0].dtype == np.float16
+
+
 def test_cov_of_two_variables_and_gradient():
     x, y = rng().normal(size=5), rng(1).normal(size=5)
     assert_close(fnp.cov(x, y), np.cov(x, y))

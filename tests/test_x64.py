@@ -65,6 +65,7 @@ def test_indices_and_counts_are_int64_like_numpys(x64):
         (fnp.ravel_multi_index((fnp.array([1]), fnp.array([2])), (2, 3)),
          np.ravel_multi_index((np.array([1]), np.array([2])), (2, 3))),
         (fnp.linalg.matrix_rank(fnp.eye(3)), np.linalg.matrix_rank(np.eye(3))),
+        (fnp.linalg.lstsq(fnp.eye(3), fnp.ones(3))[2], np.int64(3)),
     ]  # fmt: skip
     for ours_value, numpy_value in pairs:
         assert ours_value.dtype == numpy_value.dtype == np.int64

@@ -84,7 +84,7 @@ def to_array(x):
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     """NumPy's broadcasting of shapes, with an error naming every shape."""
-    ndim = max(len(s) for s in shapes)
+    ndim = max((len(s) for s in shapes), default=0)
     result = []
     for axis in range(-ndim, 0):
         size = 1

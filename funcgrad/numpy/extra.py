@@ -458,7 +458,7 @@ def histogram_bin_edges(a, bins=10, range=None, weights=None):
 def histogram(a, bins=10, range=None, weights=None, density=None):
     """Counts (or summed weights) of the flattened `a` in each bin, and the bin edges. The
     last bin includes its right edge; values outside the edges are not counted."""
-    a = _inexact(a)
+    a, weights = _sample_and_weights(a, weights)
     edges = histogram_bin_edges(a, bins, range, weights)
     hist, (edges,) = _histogram_nd(shape_ops.ravel(a)[:, None], [edges], weights, density)
     return hist, edges
@@ -476,7 +476,7 @@ def histogram2d(x, y, bins=10, range=None, weights=None, density=None):
 def histogramdd(sample, bins=10, range=None, weights=None, density=None):
     """The histogram of the rows of an (N, D) sample: (hist, list of D edge arrays). `bins`
     and `range` are one for every dimension, or one per dimension."""
-    sample = _inexact(sample)
+    sample, weights = _sample_and_weights(sample, weights)
     if sample.ndim == 1:
         sample = sample[:, None]
     if sample.ndim != 2:
@@ -494,6 +494,14 @@ def histogramdd(sample, bins=10, range=None, weights=None, density=None):
         for d, (b, r) in enumerate(zip(bins_per_dim, ranges))
     ]
     return _histogram_nd(sample, edges, weights, density)
+
+
+def _sample_and_weights(sample, weights):
+    """The sample and its weights in their common float dtype (the sample's alone without
+    weights): float16 weights give float16 counts."""
+    if weights is None:
+        return _inexact(sample), None
+    return promote_dtypes_inexact(sample, weights)
 
 
 def _histogram_nd(sample, edges: list, weights, density):
@@ -680,16 +688,24 @@ def _gradient_along(f, axis: int, spacing, edge_order: int):
     def weighted(weights, points):
         return builtins.sum(w * sample(i) for w, i in zip(weights, points))
 
-    # Inside: the exact derivative of the parabola through three neighbouring samples.
+    # Inside: the exact derivative of the parabola through three neighbouring samples. With
+    # one spacing h that is NumPy's (f[i + 1] - f[i - 1]) / 2h, which leaves f[i] out (its
+    # weight 0 would turn an infinite f[i] into NaN).
     h1, h2 = steps[:-1], steps[1:]
-    inner = (
-        (-h2 / (h1 * (h1 + h2))) * _slice(f, 0, n - 2, last)
-        + ((h2 - h1) / (h1 * h2)) * _slice(f, 1, n - 1, last)
-        + (h1 / (h2 * (h1 + h2))) * _slice(f, 2, n, last)
-    )
+    if spacing.ndim == 0:
+        inner = (_slice(f, 2, n, last) - _slice(f, 0, n - 2, last)) / (2 * spacing)
+    else:
+        inner = (
+            (-h2 / (h1 * (h1 + h2))) * _slice(f, 0, n - 2, last)
+            + ((h2 - h1) / (h1 * h2)) * _slice(f, 1, n - 1, last)
+            + (h1 / (h2 * (h1 + h2))) * _slice(f, 2, n, last)
+        )
     if edge_order == 1:
         first = (sample(1) - sample(0)) / steps[0]
         final = (sample(-1) - sample(-2)) / steps[-1]
+    elif spacing.ndim == 0:
+        first = weighted([-1.5 / spacing, 2.0 / spacing, -0.5 / spacing], [0, 1, 2])
+        final = weighted([0.5 / spacing, -2.0 / spacing, 1.5 / spacing], [-3, -2, -1])
     else:
         h1, h2 = steps[0], steps[1]
         first = weighted(

@@ -572,7 +572,7 @@ def lstsq(a, b, rcond=None, *, numpy_resid: bool = False):
     if rcond is None:
         rcond = dtypes.finfo(a.dtype).eps * builtins.max(m, n)
     kept = s > max(s, initial=0.0) * rcond
-    rank = convert(count_nonzero(kept), dtypes.int32)
+    rank = convert(count_nonzero(kept), dtypes.default_int)
     s_inverse = misc.where(kept, 1 / misc.where(kept, s, 1), 0)
     x = _adjoint(vh) @ (s_inverse[:, None] * (_adjoint(u) @ b))
     residuals = sum(squared_modulus(b - a @ x), axis=0)
