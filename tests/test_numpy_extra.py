@@ -575,6 +575,33 @@ def test_insert_and_delete_match_numpy(obj, values, axis):
         assert_same(fnp.delete(a, delete_obj, axis=1), np.delete(a, delete_obj, axis=1))
 
 
+def test_rollaxis_counts_a_negative_start_from_the_end_of_the_axes():
+    """NumPy adds ndim to a negative start; funcgrad took it modulo ndim + 1, one place off."""
+    x = np.arange(10).reshape(2, 1, 5)
+    for axis in range(-3, 3):
+        for start in range(-3, 4):
+            assert_same(fnp.rollaxis(x, axis, start), np.rollaxis(x, axis, start))
+
+
+@pytest.mark.parametrize("y_shape", [None, (1, 4), (4,), (2, 4)])
+def test_cov_of_columns_transposes_m_unless_it_is_1d(y_shape):
+    """With rowvar=False NumPy transposes every 2-d m, a single row included (funcgrad kept a
+    (1, N) m as one variable), and a y unless it has one row."""
+    rng = np.random.default_rng(0)
+    m = rng.normal(size=(1, 4))
+    y = None if y_shape is None else rng.normal(size=y_shape)
+    for rowvar in (True, False):
+        try:
+            expected = np.cov(m, y, rowvar=rowvar)
+        except ValueError:
+            with pytest.raises(ValueError):
+                fnp.cov(m, y, rowvar=rowvar)
+            continue
+        assert_close(fnp.cov(m, y, rowvar=rowvar), expected)
+        with np.errstate(all="ignore"):
+            assert_close(fnp.corrcoef(m, y, rowvar=rowvar), np.corrcoef(m, y, rowvar=rowvar))
+
+
 def test_building_and_reshaping_match_numpy():
     blocks = [[np.eye(2), np.zeros((2, 1))], [np.ones((1, 2)), np.array([[5.0]])]]
     assert_same(fnp.block(blocks), np.block(blocks))

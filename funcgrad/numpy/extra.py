@@ -363,13 +363,18 @@ def cov(
 ):
     """The covariance matrix of the variables in the rows of m (columns unless `rowvar`),
     with integer frequency weights and/or observation weights as NumPy defines them."""
-    x = _observations("cov", m, rowvar)
-    if y is not None:
-        x = shape_ops.concatenate([x, _observations("cov", y, rowvar)], axis=0)
-    dtype = dtypes.canonicalize(dtype) if dtype is not None else dtypes.to_inexact(x.dtype)
-    x = convert(x, dtype)
-    if x.shape[0] == 0:  # no variables: NumPy's empty matrix
+    # NumPy's rules: m's columns are the variables unless rowvar or m is 1-d, y's unless
+    # rowvar or y has one row; no variables in m give an empty matrix whatever y holds.
+    x = _observations("cov", m, not rowvar and np.ndim(m) != 1)
+    result_dtype = to_array(m).dtype if y is None else result_type(m, y)
+    dtype = dtypes.canonicalize(dtype) if dtype is not None else dtypes.to_inexact(result_dtype)
+    if x.shape[0] == 0:
         return lax.full((0, 0), 0, dtype)
+    if y is not None:
+        rows = _observations("cov", y, False)
+        rows = rows.T if not rowvar and rows.shape[0] != 1 else rows
+        x = shape_ops.concatenate([convert(x, dtype), convert(rows, dtype)], axis=0)
+    x = convert(x, dtype)
     if ddof is None:
         ddof = 0 if bias else 1
     weights = None
@@ -398,14 +403,13 @@ def cov(
     return shape_ops.squeeze(c)
 
 
-def _observations(name: str, m, rowvar: bool):
+def _observations(name: str, m, transpose: bool):
+    """m as a 2-d array whose rows are the variables."""
     x = to_array(m)
     if x.ndim > 2:
         raise ValueError(f"{name}: m has more than two dimensions, shape {x.shape}")
     x = shape_ops.atleast_2d(x)
-    if not rowvar and x.shape[0] != 1:
-        x = x.T
-    return x
+    return x.T if transpose else x
 
 
 def corrcoef(x, y=None, rowvar: bool = True, dtype=None):
@@ -1465,7 +1469,8 @@ def rollaxis(a, axis: int, start: int = 0):
     axis = canonicalize_axis(axis, a.ndim, "rollaxis")
     if not -a.ndim <= start <= a.ndim:
         raise ValueError(f"rollaxis: start {start} is out of range for rank {a.ndim}")
-    start %= a.ndim + 1
+    if start < 0:  # counted from the end of the axes, as NumPy counts it (not of ndim + 1)
+        start += a.ndim
     if axis < start:
         start -= 1
     return shape_ops.moveaxis(a, axis, start)
