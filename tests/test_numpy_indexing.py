@@ -377,6 +377,13 @@ def test_index_constructors_match_numpy():
     for ours, theirs in zip(fnp.ix_([1, 0], [2], [0, 1, 2]), np.ix_([1, 0], [2], [0, 1, 2])):
         assert ours.shape == theirs.shape
         assert_same(ours, theirs.astype(np.int32))
+    # empty indices of any dtype are empty default ints (int16 stayed int16, float raised)
+    empty = fnp.ix_(np.zeros(0, np.int16), np.zeros(0), [])
+    assert [(m.dtype, m.shape) for m in empty] == [
+        (np.int32, (0, 1, 1)),
+        (np.int32, (1, 0, 1)),
+        (np.int32, (1, 1, 0)),
+    ]
     for ours, theirs in [
         (fnp.diag_indices(3, 3), np.diag_indices(3, 3)),
         (fnp.diag_indices_from(np.zeros((2, 2))), np.diag_indices_from(np.zeros((2, 2)))),
