@@ -545,6 +545,7 @@ def test_numpy_layer_parts_and_predicates():
         (lambda z: fnp.fabs(z), "fabs"),
         (lambda z: fnp.isposinf(z), "isposinf"),
         (lambda z: fnp.i0(z), "i0"),
+        (lambda z: fnp.frexp(z), "frexp"),
         (lambda z: lax.erf(z), "erf"),
     ],
 )

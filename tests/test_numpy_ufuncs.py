@@ -795,3 +795,15 @@ def test_sign_refuses_booleans_as_numpy_does():
     with pytest.raises(TypeError, match="sign does not accept booleans"):
         fnp.sign(np.array([True, False]))
     assert fnp.sign(np.array([-2, 0, 3], np.int8)).dtype == np.int8
+
+
+def test_integer_floor_division_by_zero_gives_numpys_zero():
+    """docs/differences.md: JAX gives -2 for -3 // 0 and 4294967295 for uint32 7 // 0."""
+    a, b = np.array([-3, 7, 0, -7], np.int32), np.array([0, 0, 0, 2], np.int32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(fnp.floor_divide(a, b), np.floor_divide(a, b))
+        np.testing.assert_array_equal(fnp.divmod(a, b)[1], np.remainder(a, b))
+    np.testing.assert_array_equal(fnp.asarray(np.uint32([7])) // np.uint32(0), np.uint32([0]))
+    assert fnp.tri(2).dtype == np.float32
+    with fg.enable_x64():
+        assert fnp.tri(2).dtype == np.float64  # the default float, as eye's (JAX: float32)

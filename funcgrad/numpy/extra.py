@@ -1212,6 +1212,7 @@ def frexp(x, /):
     """Mantissas in [0.5, 1) (signed) and int32 exponents with x = mantissa * 2**exponent;
     (x, 0) for zeros, infinities and NaNs. Subnormal numbers are handled exactly."""
     (x,) = promote_args_inexact("frexp", x)
+    ufuncs.check_real("frexp", x)  # the bits of a complex number are not one float's
     info = dtypes.finfo(x.dtype)
     # Scaling subnormals up into the normal range keeps the bit manipulation simple.
     subnormal = ufuncs.absolute(x) < info.tiny
