@@ -132,6 +132,12 @@ def test_cov_and_corrcoef_of_no_variables_are_empty_matrices():
     assert fnp.cov(np.zeros((0, 2)), y=np.zeros((0, 2))).shape == (0, 0)
 
 
+def test_trapezoid_over_an_axis_without_samples_is_zero():
+    """Slicing from 1 past an empty axis failed."""
+    for y, options in [(np.zeros((4, 0)), {}), (np.zeros((4, 0)), {"x": np.zeros(0)})]:
+        assert_same(fnp.trapezoid(y, **options), np.trapezoid(y, **options))
+
+
 @pytest.mark.parametrize("edge_order", [1, 2])
 def test_gradient_with_one_spacing_leaves_the_centre_sample_out(edge_order):
     """NumPy's (f[i + 1] - f[i - 1]) / 2h: the general three-point formula gave the centre an

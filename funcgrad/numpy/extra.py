@@ -588,7 +588,7 @@ def trapezoid(y, x=None, dx=1.0, axis: int = -1):
     if x is not None and x.ndim != 1:
         spacing = shape_ops.moveaxis(spacing, axis, -1)
     n = y.shape[-1]
-    average = (_slice(y, 1, n, y.ndim - 1) + _slice(y, 0, max(n - 1, 0), y.ndim - 1)) / 2
+    average = (_slice(y, min(1, n), n, y.ndim - 1) + _slice(y, 0, max(n - 1, 0), y.ndim - 1)) / 2
     return reductions.sum(spacing * average, axis=-1)
 
 
