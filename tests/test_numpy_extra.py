@@ -132,6 +132,11 @@ def test_cov_and_corrcoef_of_no_variables_are_empty_matrices():
     assert fnp.cov(np.zeros((0, 2)), y=np.zeros((0, 2))).shape == (0, 0)
 
 
+def test_diff_of_order_zero_is_the_input_whatever_its_rank():
+    assert_same(fnp.diff(np.float32(3), n=0), np.asarray(np.diff(np.float32(3), n=0)))
+    assert_same(fnp.diff(np.arange(3), n=0, prepend=5), np.diff(np.arange(3), n=0, prepend=5))
+
+
 def test_trapezoid_over_an_axis_without_samples_is_zero():
     """Slicing from 1 past an empty axis failed."""
     for y, options in [(np.zeros((4, 0)), {}), (np.zeros((4, 0)), {"x": np.zeros(0)})]:

@@ -602,14 +602,14 @@ def diff(a, n: int = 1, axis: int = -1, prepend=None, append=None):
     """The n-th discrete difference along `axis` (inequality for booleans), after adding
     `prepend` and `append` (broadcast to a's shape, or scalars) at the ends."""
     a = to_array(a)
-    if a.ndim == 0:
-        raise ValueError("diff: needs an array of rank at least 1, got a scalar")
-    axis = canonicalize_axis(axis, a.ndim, "diff")
     n = operator.index(n)
     if n < 0:
         raise ValueError(f"diff: the order n must be non-negative, got {n}")
-    if n == 0:
+    if n == 0:  # a itself, whatever its rank, as in NumPy
         return a
+    if a.ndim == 0:
+        raise ValueError("diff: needs an array of rank at least 1, got a scalar")
+    axis = canonicalize_axis(axis, a.ndim, "diff")
     parts = []
     for extra in (prepend, a, append):
         if extra is None:
