@@ -225,6 +225,17 @@ def real_dtype(dtype) -> np.dtype:
     return {complex64: float32, complex128: float64}.get(dtype, dtype)
 
 
+def to_inexact(dtype) -> np.dtype:
+    """The dtype a function that needs floating point (sqrt, mean, divide, fft) computes
+    booleans and integers in: float32 for bool and integers of up to 32 bits, the default
+    float for 64-bit integers (float64 under `enable_x64`), as in JAX, so an int32 array
+    does not silently widen to float64 under the flag. Inexact dtypes stay as they are."""
+    dtype = np.dtype(dtype)
+    if is_inexact(dtype):
+        return dtype
+    return default_float if dtype.itemsize == 8 else float32
+
+
 def complex_dtype(dtype) -> np.dtype:
     """The complex dtype whose parts are `dtype` (half floats widen to complex64)."""
     dtype = np.dtype(dtype)
@@ -371,7 +382,15 @@ def result_type_of(dtypes_and_weak: list[tuple[np.dtype, bool]]) -> tuple[np.dty
     if node == _WEAK_COMPLEX:
         parts = [(real_dtype(dtype), weak) for dtype, weak in dtypes_and_weak]
         return complex_dtype(_widest_weak(parts, "f", default_float)), True
+    if node.itemsize == 8 and default_int == int32:
+        # Without enable_x64, 64 bits are kept only where an operand brought them: uint32
+        # meeting a signed integer gives int32 there, not int64.
+        if all(dtype.itemsize < 8 for dtype, _ in dtypes_and_weak):
+            return _THIRTY_TWO_BIT[node], False
     return node, False
+
+
+_THIRTY_TWO_BIT = {int64: int32, uint64: uint32, float64: float32, complex128: complex64}
 
 
 def _widest_weak(dtypes_and_weak, kinds: str, default: np.dtype) -> np.dtype:

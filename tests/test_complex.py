@@ -539,19 +539,66 @@ def test_numpy_layer_parts_and_predicates():
 @pytest.mark.parametrize(
     "fun, name",
     [
-        (lambda z: z < z, "lt"),
-        (lambda z: fnp.maximum(z, z), "max"),
-        (lambda z: fnp.max(z), "reduce_max"),
+        (lambda z: fnp.max(z), "max"),
+        (lambda z: fnp.nanmin(z, initial=3.5), "min"),
         (lambda z: fnp.argmax(z), "argmax"),
-        (lambda z: fnp.sort(z), "sort"),
         (lambda z: fnp.floor(z), "floor"),
+        (lambda z: fnp.signbit(z), "signbit"),
+        (lambda z: fnp.copysign(z, 1.0), "copysign"),
+        (lambda z: fnp.fabs(z), "fabs"),
+        (lambda z: fnp.isposinf(z), "isposinf"),
+        (lambda z: fnp.i0(z), "i0"),
+        (lambda z: fnp.frexp(z), "frexp"),
         (lambda z: lax.erf(z), "erf"),
     ],
 )
 def test_complex_values_where_real_ones_are_required_raise(fun, name):
+    """signbit, copysign, fabs, isposinf and i0 gave real answers from the parts' bits or the
+    real parts; NumPy refuses complex values there."""
     z = fnp.array([1 + 1j, 2.0])
     with pytest.raises(TypeError, match=f"{name}.*complex64|complex64.*{name}"):
         fun(z)
+
+
+def _complex_grid(seed: int, shape) -> np.ndarray:
+    """Complex numbers with many ties in either part and NaNs in either or both parts."""
+    rng = np.random.default_rng(seed)
+    parts = rng.integers(-2, 3, size=(2, *shape)).astype(np.float32)
+    parts[rng.random(parts.shape) < 0.15] = np.nan
+    z = np.empty(shape, np.complex64)
+    z.real, z.imag = parts
+    return z
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["less", "less_equal", "greater", "greater_equal", "maximum", "minimum", "fmax", "fmin"],
+)
+def test_complex_numbers_compare_in_numpys_order(name):
+    """By real part, then imaginary part; a NaN in either part compares false, and maximum and
+    minimum return it (these raised on complex operands)."""
+    x, y = _complex_grid(0, (40,)), _complex_grid(1, (40,))
+    expected = getattr(np, name)(x, y)
+    for ours in (getattr(fnp, name)(x, y), fg.jit(getattr(fnp, name))(x, y)):
+        np.testing.assert_array_equal(np.asarray(ours), expected)
+    np.testing.assert_array_equal(np.asarray(fnp.asarray(x) > y), x > y)
+
+
+def test_complex_numbers_sort_by_real_then_imaginary_part():
+    """sort and argsort take complex arrays (they raised), ordering as sort_complex does: by
+    real part, then imaginary part, NaNs last in each."""
+    z = _complex_grid(2, (3, 30))
+    order = np.stack([np.lexsort((row.imag, row.real)) for row in z])
+    np.testing.assert_array_equal(fnp.argsort(z), order)
+    np.testing.assert_array_equal(fnp.sort(z), np.take_along_axis(z, order, -1))
+    descending = np.asarray(fnp.sort(z, descending=True))
+    np.testing.assert_array_equal(descending, np.take_along_axis(z, order, -1)[:, ::-1])
+    np.testing.assert_array_equal(fg.jit(fnp.sort)(z), np.take_along_axis(z, order, -1))
+
+
+def test_rint_rounds_both_parts_of_complex_numbers():
+    z = np.array([0.5 + 1.5j, -2.5 - 0.5j, np.nan + 2.7j], np.complex64)
+    np.testing.assert_array_equal(fnp.rint(z), np.rint(z))
 
 
 def test_grad_of_complex_outputs_needs_holomorphic():

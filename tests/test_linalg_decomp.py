@@ -372,6 +372,17 @@ def test_decomposition_wrappers_match_numpy(a):
         )
 
 
+def test_upper_cholesky_factor_of_a_complex_matrix_is_the_conjugate_transpose():
+    """U = L^H, so that a = U^H U; it was L^T, whose off-diagonal imaginary parts have the
+    wrong sign."""
+    rng = _rng()
+    z = rng.normal(size=(2, 3, 3)) + 1j * rng.normal(size=(2, 3, 3))
+    x = z @ np.conj(np.swapaxes(z, -1, -2)) + 3 * np.eye(3)
+    upper = np.asarray(fnp.linalg.cholesky(x, upper=True))
+    assert_close(upper, np.linalg.cholesky(x, upper=True))
+    assert_close(np.conj(np.swapaxes(upper, -1, -2)) @ upper, x, rtol=1e-12, atol=1e-12)
+
+
 def test_symmetric_wrappers():
     x = spd(_rng().normal(size=(2, 4, 4)))
     w, v = fnp.linalg.eigh(x)

@@ -219,6 +219,16 @@ def test_at_set_matches_numpy_assignment(args, values_form):
     assert_same(fnp.asarray(x).at[ours].set(values), expected)
 
 
+def test_at_updates_cast_the_values_to_the_arrays_dtype_first():
+    """NumPy's assignment rule (docs/differences.md): JAX computes in the promoted dtype and
+    casts back, so an int32 array updated with a float loses its untouched elements beyond
+    float32's 24 bits (16777217 became 16777216)."""
+    x = fnp.asarray(np.array([16777217, 0], np.int32))
+    assert_same(x.at[1].set(2.5), np.array([16777217, 2], np.int32))
+    assert_same(x.at[1].add(2.5), np.array([16777217, 2], np.int32))
+    assert_same(x.at[0].multiply(0.5), np.array([0, 0], np.int32))
+
+
 UPDATES = {
     "add": np.add.at,
     "multiply": np.multiply.at,
@@ -367,6 +377,13 @@ def test_index_constructors_match_numpy():
     for ours, theirs in zip(fnp.ix_([1, 0], [2], [0, 1, 2]), np.ix_([1, 0], [2], [0, 1, 2])):
         assert ours.shape == theirs.shape
         assert_same(ours, theirs.astype(np.int32))
+    # empty indices of any dtype are empty default ints (int16 stayed int16, float raised)
+    empty = fnp.ix_(np.zeros(0, np.int16), np.zeros(0), [])
+    assert [(m.dtype, m.shape) for m in empty] == [
+        (np.int32, (0, 1, 1)),
+        (np.int32, (1, 0, 1)),
+        (np.int32, (1, 1, 0)),
+    ]
     for ours, theirs in [
         (fnp.diag_indices(3, 3), np.diag_indices(3, 3)),
         (fnp.diag_indices_from(np.zeros((2, 2))), np.diag_indices_from(np.zeros((2, 2)))),

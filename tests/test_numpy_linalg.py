@@ -65,6 +65,15 @@ def test_matmul_promotes_dtypes():
     assert fnp.matmul(np.ones((2, 2), np.bool_), np.ones((2, 2), np.bool_)).dtype == np.bool_
 
 
+def test_batch_axes_of_size_one_broadcast_against_size_zero():
+    """A 1 met by a 0 took the larger size, 1 (dot_general then refused the shapes)."""
+    for a, b in [((0, 2, 5), (1, 5, 1)), ((1, 2, 5), (0, 5, 1)), ((2, 1, 2, 5), (0, 5, 3))]:
+        assert fnp.matmul(np.ones(a), np.ones(b)).shape == np.matmul(np.ones(a), np.ones(b)).shape
+    for a, b in [((0, 5), (1, 1, 5)), ((3, 0, 5), (1, 5))]:
+        assert fnp.vecdot(np.ones(a), np.ones(b)).shape == np.vecdot(np.ones(a), np.ones(b)).shape
+    assert fnp.broadcast_shapes() == np.broadcast_shapes() == ()
+
+
 def test_matmul_errors_name_both_shapes():
     with pytest.raises(ValueError, match=r"\(2, 3\).*\(4, 5\)"):
         fnp.matmul(np.ones((2, 3)), np.ones((4, 5)))

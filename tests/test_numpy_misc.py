@@ -210,6 +210,17 @@ def test_geomspace_computes_in_numpys_dtype_with_exact_ends():
                 assert_numpys(np.asarray(actual)[[0, -1]], expected[[0, -1]])
 
 
+def test_geomspace_computes_in_float64_by_default_as_numpy_does():
+    """NumPy's working dtype takes in zeros((), dtype), float64 for dtype=None, and arrays of
+    Python start and stop values: float32 bounds were computed in float32, 4 ulps off."""
+    start = np.array([2.2189783e23, 2.0341387e10, 1.0], np.float32)
+    for stop in (10, np.float32(3)):
+        expected = np.geomspace(start, stop, 9).astype(np.float32)
+        assert_numpys(fnp.geomspace(start, stop, 9), expected)
+    expected = np.geomspace(1, 1000, 5, dtype=np.complex64)
+    assert_close(fnp.geomspace(1, 1000, 5, dtype=np.complex64), expected, rtol=1e-6, atol=0)
+
+
 def test_complex_ranges_and_array_bases_match_numpy():
     # linspace dropped the imaginary parts (linspace(1j, 3 + 1j, 3) was [0, 1.5, 3]);
     # geomspace(1j, 1000j) was [0, nan, nan, 0] and geomspace(-3, 7) a progression of

@@ -201,11 +201,14 @@ def test_cumulative_matches_numpy(name, args):
     assert_close(getattr(fnp, name)(x, axis), expected, dtype, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["cumulative_sum", "cumulative_prod"])
 @given(fst.arrays(fst.int_dtypes, fst.shapes(1, 1), min_value=-3, max_value=3), st.booleans())
-def test_cumulative_sum_widens_and_includes_initial(x, include_initial):
+def test_cumulative_sum_and_prod_widen_and_include_initial(name, x, include_initial):
+    """Both widen small integers as sum and prod do (docs/differences.md: JAX's
+    cumulative_prod keeps int8)."""
     dtype = SUM_DTYPES[x.dtype.name]
-    expected = np.cumulative_sum(x, dtype=dtype, include_initial=include_initial)
-    assert_close(fnp.cumulative_sum(x, include_initial=include_initial), expected, dtype)
+    expected = getattr(np, name)(x, dtype=dtype, include_initial=include_initial)
+    assert_close(getattr(fnp, name)(x, include_initial=include_initial), expected, dtype)
 
 
 @pytest.mark.parametrize("name", ["nansum", "nanprod", "nanmax", "nanmin", "nanmean"])

@@ -334,13 +334,24 @@ def test_pad_matches_numpy_in_every_mode(data):
         assert_same(fnp.pad(x, pad_width, mode), np.pad(x, pad_width, mode))
 
 
+def test_pad_mode_empty_keeps_the_values_and_shapes_the_padding():
+    x = np.arange(6.0).reshape(2, 3)
+    out = np.asarray(fnp.pad(x, ((1, 0), (2, 1)), "empty"))
+    assert out.shape == (3, 6) and out.dtype == x.dtype
+    np.testing.assert_array_equal(out[1:, 2:5], x)
+
+
+def test_broadcast_arrays_of_nothing_is_an_empty_list():
+    assert fnp.broadcast_arrays() == []
+
+
 def test_pad_errors():
     with pytest.raises(ValueError, match="non-negative"):
         fnp.pad(np.zeros(3), (-1, 2))
     with pytest.raises(ValueError, match=r"axis 0 of an array of shape \(0, 2\)"):
         fnp.pad(np.zeros((0, 2)), 1, mode="reflect")
-    with pytest.raises(NotImplementedError, match="'empty'"):
-        fnp.pad(np.zeros(3), 1, mode="empty")
+    with pytest.raises(NotImplementedError, match="'sideways'"):
+        fnp.pad(np.zeros(3), 1, mode="sideways")
     with pytest.raises(ValueError, match="reflect_type"):
         fnp.pad(np.zeros(3), 1, mode="reflect", reflect_type="even-odd")
     # stat_length=0 padded with the edge value; NumPy pads with an empty mean's NaN, JAX raises.

@@ -86,7 +86,7 @@ def test_partition_puts_kth_in_place(x, data):
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
-@pytest.mark.parametrize("method", ["scan", "compare_all"])
+@pytest.mark.parametrize("method", ["scan", "compare_all", "scan_unrolled", "sort"])
 @given(
     a=arrays_with_ties(fst.numeric_dtypes, fst.shapes(1, 1, max_side=9)),
     v=arrays_with_ties(fst.numeric_dtypes, fst.shapes(0, 2)),
@@ -125,6 +125,8 @@ def test_searchsorted_errors():
         fnp.searchsorted(np.ones((2, 2)), 1.0)
     with pytest.raises(ValueError, match="side"):
         fnp.searchsorted(np.ones(2), 1.0, side="middle")
+    with pytest.raises(ValueError, match="method must be"):
+        fnp.searchsorted(np.ones(2), 1.0, method="bisect")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -153,14 +155,17 @@ def test_unique_along_axis_matches_numpy(x, data):
 
 @given(arrays_with_ties(fst.numeric_dtypes), st.integers(0, 8), st.none() | st.integers(5, 9))
 def test_unique_with_size_pads_and_truncates(x, size, fill_value):
+    """The index pads with where the smallest value first occurs (it padded with 0, an index
+    that need not hold the padding value)."""
     values, index, counts = np.unique(x, return_index=True, return_counts=True)
     n = min(size, len(values))
     fill = (values[0] if len(values) else 0) if fill_value is None else fill_value
     padded = np.concatenate([values[:n], np.full(size - n, fill, x.dtype)])
     zeros = np.zeros(size - n, np.int64)
+    first = np.full(size - n, index[0] if len(values) else 0)
     actual = fnp.unique(x, return_index=True, return_counts=True, size=size, fill_value=fill_value)
     assert_close(actual[0], padded, x.dtype)
-    assert_close(actual[1], np.concatenate([index[:n], zeros]), np.int32)
+    assert_close(actual[1], np.concatenate([index[:n], first]), np.int32)
     assert_close(actual[2], np.concatenate([counts[:n], zeros]), np.int32)
 
 
@@ -189,6 +194,11 @@ def test_bincount_matches_numpy(x, minlength, weighted, data):
     length = len(expected) + 2
     expected_long = np.concatenate([expected, np.zeros(2)]).astype(dtype)
     assert_close(fnp.bincount(x, weights, length=length), expected_long, dtype)
+
+
+def test_bincount_counts_booleans_as_numpy_does():
+    x = np.array([True, False, True, True])
+    assert_close(fnp.bincount(x, minlength=3), np.bincount(x, minlength=3), np.int32)
 
 
 def test_bincount_under_tracing_needs_length():

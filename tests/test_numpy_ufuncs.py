@@ -97,6 +97,15 @@ def test_table_covers_every_supported_dtype():
     assert all(PROMOTION[a, b] == PROMOTION[b, a] for a, b in itertools.product(CODES, CODES))
 
 
+def expected_dtype(a: str, b: str) -> np.dtype:
+    """The table's result for codes a and b without enable_x64: there a 64-bit result that no
+    operand brought (uint32 meeting a signed integer gives int64) is narrowed to 32 bits."""
+    result = DTYPE_OF_CODE[PROMOTION[a, b]]
+    if result == dtypes.int64 and not a.endswith("8") and not b.endswith("8"):
+        return dtypes.int32
+    return result
+
+
 def test_result_type_matches_jax_table():
     def operand(c):
         return PYTHON_SCALAR[c] if c in PYTHON_SCALAR else DTYPE_OF_CODE[c]
@@ -104,9 +113,23 @@ def test_result_type_matches_jax_table():
     wrong = [
         (a, b, fnp.result_type(operand(a), operand(b)))
         for a, b in itertools.product(CODES, CODES)
-        if fnp.result_type(operand(a), operand(b)) != DTYPE_OF_CODE[PROMOTION[a, b]]
+        if fnp.result_type(operand(a), operand(b)) != expected_dtype(a, b)
     ]
     assert wrong == []
+    with fg.enable_x64():
+        assert fnp.result_type(np.uint32, np.int8) == fnp.result_type(np.int32, np.int64)
+        assert fnp.result_type(np.uint32, np.int8) == dtypes.int64
+
+
+def test_uint32_and_signed_integers_meet_in_int32_without_x64():
+    """JAX's int64 there is canonicalized to int32; funcgrad gave int64 arrays, doubling the
+    memory of, say, an int32 index plus a uint32 offset."""
+    u32, i16 = np.array([4294967295, 7], np.uint32), np.array([-1, 2], np.int16)
+    out = fnp.add(u32, i16)
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, (u32.astype(np.int64) + i16).astype(np.int32))
+    assert fnp.concatenate([u32, i16]).dtype == np.int32
+    assert fnp.add(u32, np.int64(1)).dtype == np.int64  # 64 bits an operand brought stay
 
 
 def test_arithmetic_promotes_by_the_table():
@@ -119,7 +142,7 @@ def test_arithmetic_promotes_by_the_table():
     for a, b in itertools.product(CODES, CODES):
         out = fnp.add(operand(a), operand(b))
         result = PROMOTION[a, b]
-        if (out.dtype, out.weak_type) != (DTYPE_OF_CODE[result], "*" in result):
+        if (out.dtype, out.weak_type) != (expected_dtype(a, b), "*" in result):
             wrong.append((a, b, out.aval))
     assert wrong == []
 
@@ -403,6 +426,12 @@ def test_bitwise_not_and_count(x):
     assert count.dtype == dtypes.uint8
     np.testing.assert_array_equal(count, np.bitwise_count(x))
     check_staging(fnp.bitwise_count, x)
+
+
+def test_bitwise_count_of_booleans_is_numpys():
+    x = np.array([True, False])
+    np.testing.assert_array_equal(fnp.bitwise_count(x), np.bitwise_count(x))
+    assert fnp.bitwise_count(x).dtype == np.uint8
 
 
 def test_aliases():
@@ -741,3 +770,42 @@ def test_log10_and_log2_gradients():
     for fun in (fnp.log10, fnp.log2):
         fg.test_util.check_grads(fun, (np.array([0.3, 2.0, 1e3]),), order=2)
         fg.test_util.check_grads(fg.jit(fun), (np.array([0.3, 2.0, 1e3]),), order=1)
+
+
+def test_python_ints_out_of_the_arrays_integer_range_raise():
+    """As in NumPy 2 (docs/differences.md): JAX wraps them silently (int8 + 300 is 47)."""
+    with pytest.raises(OverflowError, match="300"):
+        fnp.add(np.array([3], np.int8), 300)
+    with pytest.raises(OverflowError, match="-1"):
+        fnp.asarray(np.array([9], np.uint32)) - (-1)
+    np.testing.assert_array_equal(fnp.add(np.array([3], np.int8), 100), np.int8([103]))
+
+
+@pytest.mark.parametrize("name", ["deg2rad", "degrees", "rad2deg", "radians", "sinc", "reciprocal"])
+def test_functions_of_python_numbers_stay_weakly_typed(name):
+    """Their constants were strong float32 arrays, so degrees(2.5) * float16 was float32."""
+    for value in (2.5, 1 + 2j):
+        out = getattr(fnp, name)(value)
+        assert out.weak_type, (name, value)
+    half = np.ones(2, np.float16)
+    assert (getattr(fnp, name)(2.5) * half).dtype == np.float16
+    assert not getattr(fnp, name)(np.float32(2.5)).weak_type
+
+
+def test_sign_refuses_booleans_as_numpy_does():
+    """It returned int32 ones and zeros."""
+    with pytest.raises(TypeError, match="sign does not accept booleans"):
+        fnp.sign(np.array([True, False]))
+    assert fnp.sign(np.array([-2, 0, 3], np.int8)).dtype == np.int8
+
+
+def test_integer_floor_division_by_zero_gives_numpys_zero():
+    """docs/differences.md: JAX gives -2 for -3 // 0 and 4294967295 for uint32 7 // 0."""
+    a, b = np.array([-3, 7, 0, -7], np.int32), np.array([0, 0, 0, 2], np.int32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.testing.assert_array_equal(fnp.floor_divide(a, b), np.floor_divide(a, b))
+        np.testing.assert_array_equal(fnp.divmod(a, b)[1], np.remainder(a, b))
+    np.testing.assert_array_equal(fnp.asarray(np.uint32([7])) // np.uint32(0), np.uint32([0]))
+    assert fnp.tri(2).dtype == np.float32
+    with fg.enable_x64():
+        assert fnp.tri(2).dtype == np.float64  # the default float, as eye's (JAX: float32)

@@ -65,6 +65,7 @@ def test_indices_and_counts_are_int64_like_numpys(x64):
         (fnp.ravel_multi_index((fnp.array([1]), fnp.array([2])), (2, 3)),
          np.ravel_multi_index((np.array([1]), np.array([2])), (2, 3))),
         (fnp.linalg.matrix_rank(fnp.eye(3)), np.linalg.matrix_rank(np.eye(3))),
+        (fnp.linalg.lstsq(fnp.eye(3), fnp.ones(3))[2], np.int64(3)),
     ]  # fmt: skip
     for ours_value, numpy_value in pairs:
         assert ours_value.dtype == numpy_value.dtype == np.int64
@@ -88,6 +89,36 @@ def test_weak_types_still_take_the_arrays_dtype(x64):
     assert (i32 + 1).dtype == np.int32
     assert (f32 + fnp.arange(3)).dtype == np.float32  # JAX's lattice: ints meet floats below
     assert lax.add(f32, 1.0).dtype == np.float32
+
+
+def test_integers_up_to_32_bits_become_float32_where_a_float_is_needed(x64):
+    """As in JAX: bool and integers of up to 32 bits compute in float32, 64-bit integers (and
+    Python ints) in float64; funcgrad gave float64 for every integer under the flag."""
+    narrow = [np.ones(3, d) for d in (np.bool_, np.int8, np.uint16, np.int32, np.uint32)]
+    for x in narrow:
+        for out in (
+            fnp.sqrt(x),
+            fnp.mean(x),
+            fnp.divide(x, x),
+            fnp.std(x),
+            fnp.median(x),
+            fnp.linalg.norm(x),
+            fnp.interp(x, x, x),
+            fnp.cov(np.stack([x, x])),
+        ):
+            assert out.dtype == np.float32, (x.dtype, out.dtype)
+        assert fnp.fft.fft(x).dtype == np.complex64
+        assert fnp.fft.irfft(x).dtype == np.float32
+    wide = np.ones(3, np.int64)
+    assert fnp.sqrt(wide).dtype == fnp.mean(wide).dtype == np.float64
+    assert fnp.fft.fft(wide).dtype == np.complex128
+    assert fnp.sqrt(3).dtype == fnp.divide(3, 4).dtype == np.float64
+    assert fnp.divide(np.int32(3), 4).dtype == np.float32
+    assert fnp.sort_complex(np.ones(2, np.float16)).dtype == np.complex64
+    assert fnp.sort_complex(np.ones(2, np.int32)).dtype == np.complex64
+    assert fnp.sort_complex(np.ones(2, np.int64)).dtype == np.complex128
+    assert fnp.arctan2(np.int32(1), np.int64(1)).dtype == np.float64
+    assert_close(fnp.sqrt(np.array([4, 9], np.int32)), np.float32([2, 3]), rtol=0, atol=0)
 
 
 def test_python_scalars_compute_in_float64(x64):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from funcgrad import lax
+from funcgrad import dtypes, lax
 from funcgrad.lax.elementwise import convert_element_type_p
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.numpy.creation import full_like
@@ -18,6 +18,9 @@ def wide(name: str, *xs):
     """The arguments promoted together, in float64, and what to return (`narrow`): their
     dtype, weakly typed where every argument is (Python scalars), as JAX's results are."""
     xs = promote_args_inexact(name, *xs)
+    if dtypes.is_complex(xs[0].dtype):
+        # float64 would keep only the real parts
+        raise TypeError(f"{name} takes real arguments, got {xs[0].dtype.name}")
     kind = xs[0].dtype, all(x.weak_type for x in xs)
     return [lax.convert_element_type(x, F64) for x in xs], kind
 

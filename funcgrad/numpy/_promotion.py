@@ -84,7 +84,7 @@ def to_array(x):
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     """NumPy's broadcasting of shapes, with an error naming every shape."""
-    ndim = max(len(s) for s in shapes)
+    ndim = max((len(s) for s in shapes), default=0)
     result = []
     for axis in range(-ndim, 0):
         size = 1
@@ -240,7 +240,8 @@ _PY_SCALAR_TYPES = frozenset(_PY_SCALARS)
 
 
 def promote_args_inexact(name: str, *args) -> list:
-    """Like `promote_args`, but integer and boolean results become the default float."""
+    """Like `promote_args`, but integer and boolean results become floats
+    (`dtypes.to_inexact`: float32, or float64 for 64-bit integers under `enable_x64`)."""
     if len(args) == 1:
         (x,) = args
         if type(x) is Array and not x.weak_type and x._value.dtype in _INEXACT_DTYPES:
@@ -253,18 +254,15 @@ def promote_args_inexact(name: str, *args) -> list:
     if dtype in _INEXACT_DTYPES:
         return _broadcast_operands([_scalar_as(a, dtype) for a in args])
     dtype, weak = result_type_and_weak(*args)
-    if not dtypes.is_inexact(dtype):
-        dtype = dtypes.default_float
-    return _broadcast_operands([convert(a, dtype, weak) for a in args])
+    return _broadcast_operands([convert(a, dtypes.to_inexact(dtype), weak) for a in args])
 
 
 def promote_dtypes_inexact(*args) -> list:
-    """The arguments in their common dtype, the default float where that is not inexact
-    (integers, bools), each keeping its own shape (matrices and their right-hand sides, a
-    distribution's vector arguments); Python numbers convert exactly, not through float32."""
-    dtype = result_type(*args)
-    if not dtypes.is_inexact(dtype):
-        dtype = dtypes.default_float
+    """The arguments in their common dtype, a float where that is not inexact (integers and
+    bools, as `dtypes.to_inexact` says), each keeping its own shape (matrices and their
+    right-hand sides, a distribution's vector arguments); Python numbers convert exactly, not
+    through float32."""
+    dtype = dtypes.to_inexact(result_type(*args))
     return [convert(a if dtypes.is_python_scalar(a) else to_array(a), dtype) for a in args]
 
 

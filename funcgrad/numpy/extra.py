@@ -165,7 +165,7 @@ __all__ = [
 
 def _inexact(x):
     x = to_array(x)
-    return x if dtypes.is_inexact(x.dtype) else convert(x, dtypes.default_float)
+    return x if dtypes.is_inexact(x.dtype) else convert(x, dtypes.to_inexact(x.dtype))
 
 
 def _to_dtype(x, dtype):
@@ -363,10 +363,17 @@ def cov(
 ):
     """The covariance matrix of the variables in the rows of m (columns unless `rowvar`),
     with integer frequency weights and/or observation weights as NumPy defines them."""
-    x = _observations("cov", m, rowvar)
+    # NumPy's rules: m's columns are the variables unless rowvar or m is 1-d, y's unless
+    # rowvar or y has one row; no variables in m give an empty matrix whatever y holds.
+    x = _observations("cov", m, not rowvar and np.ndim(m) != 1)
+    result_dtype = to_array(m).dtype if y is None else result_type(m, y)
+    dtype = dtypes.canonicalize(dtype) if dtype is not None else dtypes.to_inexact(result_dtype)
+    if x.shape[0] == 0:
+        return lax.full((0, 0), 0, dtype)
     if y is not None:
-        x = shape_ops.concatenate([x, _observations("cov", y, rowvar)], axis=0)
-    dtype = dtypes.canonicalize(dtype) if dtype is not None else result_type(x, float)
+        rows = _observations("cov", y, False)
+        rows = rows.T if not rowvar and rows.shape[0] != 1 else rows
+        x = shape_ops.concatenate([convert(x, dtype), convert(rows, dtype)], axis=0)
     x = convert(x, dtype)
     if ddof is None:
         ddof = 0 if bias else 1
@@ -396,14 +403,13 @@ def cov(
     return shape_ops.squeeze(c)
 
 
-def _observations(name: str, m, rowvar: bool):
+def _observations(name: str, m, transpose: bool):
+    """m as a 2-d array whose rows are the variables."""
     x = to_array(m)
     if x.ndim > 2:
         raise ValueError(f"{name}: m has more than two dimensions, shape {x.shape}")
     x = shape_ops.atleast_2d(x)
-    if not rowvar and x.shape[0] != 1:
-        x = x.T
-    return x
+    return x.T if transpose else x
 
 
 def corrcoef(x, y=None, rowvar: bool = True, dtype=None):
@@ -456,7 +462,7 @@ def histogram_bin_edges(a, bins=10, range=None, weights=None):
 def histogram(a, bins=10, range=None, weights=None, density=None):
     """Counts (or summed weights) of the flattened `a` in each bin, and the bin edges. The
     last bin includes its right edge; values outside the edges are not counted."""
-    a = _inexact(a)
+    a, weights = _sample_and_weights(a, weights)
     edges = histogram_bin_edges(a, bins, range, weights)
     hist, (edges,) = _histogram_nd(shape_ops.ravel(a)[:, None], [edges], weights, density)
     return hist, edges
@@ -474,7 +480,7 @@ def histogram2d(x, y, bins=10, range=None, weights=None, density=None):
 def histogramdd(sample, bins=10, range=None, weights=None, density=None):
     """The histogram of the rows of an (N, D) sample: (hist, list of D edge arrays). `bins`
     and `range` are one for every dimension, or one per dimension."""
-    sample = _inexact(sample)
+    sample, weights = _sample_and_weights(sample, weights)
     if sample.ndim == 1:
         sample = sample[:, None]
     if sample.ndim != 2:
@@ -492,6 +498,14 @@ def histogramdd(sample, bins=10, range=None, weights=None, density=None):
         for d, (b, r) in enumerate(zip(bins_per_dim, ranges))
     ]
     return _histogram_nd(sample, edges, weights, density)
+
+
+def _sample_and_weights(sample, weights):
+    """The sample and its weights in their common float dtype (the sample's alone without
+    weights): float16 weights give float16 counts."""
+    if weights is None:
+        return _inexact(sample), None
+    return promote_dtypes_inexact(sample, weights)
 
 
 def _histogram_nd(sample, edges: list, weights, density):
@@ -574,7 +588,7 @@ def trapezoid(y, x=None, dx=1.0, axis: int = -1):
     if x is not None and x.ndim != 1:
         spacing = shape_ops.moveaxis(spacing, axis, -1)
     n = y.shape[-1]
-    average = (_slice(y, 1, n, y.ndim - 1) + _slice(y, 0, max(n - 1, 0), y.ndim - 1)) / 2
+    average = (_slice(y, min(1, n), n, y.ndim - 1) + _slice(y, 0, max(n - 1, 0), y.ndim - 1)) / 2
     return reductions.sum(spacing * average, axis=-1)
 
 
@@ -588,14 +602,14 @@ def diff(a, n: int = 1, axis: int = -1, prepend=None, append=None):
     """The n-th discrete difference along `axis` (inequality for booleans), after adding
     `prepend` and `append` (broadcast to a's shape, or scalars) at the ends."""
     a = to_array(a)
-    if a.ndim == 0:
-        raise ValueError("diff: needs an array of rank at least 1, got a scalar")
-    axis = canonicalize_axis(axis, a.ndim, "diff")
     n = operator.index(n)
     if n < 0:
         raise ValueError(f"diff: the order n must be non-negative, got {n}")
-    if n == 0:
+    if n == 0:  # a itself, whatever its rank, as in NumPy
         return a
+    if a.ndim == 0:
+        raise ValueError("diff: needs an array of rank at least 1, got a scalar")
+    axis = canonicalize_axis(axis, a.ndim, "diff")
     parts = []
     for extra in (prepend, a, append):
         if extra is None:
@@ -678,16 +692,24 @@ def _gradient_along(f, axis: int, spacing, edge_order: int):
     def weighted(weights, points):
         return builtins.sum(w * sample(i) for w, i in zip(weights, points))
 
-    # Inside: the exact derivative of the parabola through three neighbouring samples.
+    # Inside: the exact derivative of the parabola through three neighbouring samples. With
+    # one spacing h that is NumPy's (f[i + 1] - f[i - 1]) / 2h, which leaves f[i] out (its
+    # weight 0 would turn an infinite f[i] into NaN).
     h1, h2 = steps[:-1], steps[1:]
-    inner = (
-        (-h2 / (h1 * (h1 + h2))) * _slice(f, 0, n - 2, last)
-        + ((h2 - h1) / (h1 * h2)) * _slice(f, 1, n - 1, last)
-        + (h1 / (h2 * (h1 + h2))) * _slice(f, 2, n, last)
-    )
+    if spacing.ndim == 0:
+        inner = (_slice(f, 2, n, last) - _slice(f, 0, n - 2, last)) / (2 * spacing)
+    else:
+        inner = (
+            (-h2 / (h1 * (h1 + h2))) * _slice(f, 0, n - 2, last)
+            + ((h2 - h1) / (h1 * h2)) * _slice(f, 1, n - 1, last)
+            + (h1 / (h2 * (h1 + h2))) * _slice(f, 2, n, last)
+        )
     if edge_order == 1:
         first = (sample(1) - sample(0)) / steps[0]
         final = (sample(-1) - sample(-2)) / steps[-1]
+    elif spacing.ndim == 0:
+        first = weighted([-1.5 / spacing, 2.0 / spacing, -0.5 / spacing], [0, 1, 2])
+        final = weighted([0.5 / spacing, -2.0 / spacing, 1.5 / spacing], [-3, -2, -1])
     else:
         h1, h2 = steps[0], steps[1]
         first = weighted(
@@ -1034,21 +1056,22 @@ def _select(name: str, values, keep, size, fill_value, default_fill):
         moved = lax.pad(moved, lax.full((), 0, moved.dtype), [(0, size - n, 0)])
     moved = moved[:size]
     if fill_value is None:
-        fill_value = default_fill(moved)
+        fill_value = default_fill(moved, count)
     position = lax.iota(dtypes.int32, size)
     return misc.where(position < count, moved, _to_dtype(fill_value, moved.dtype))
 
 
-def _smallest(values):
-    return values[0] if values.shape[0] else 0
+def _smallest(moved, count):
+    """The smallest kept value (the first), or 0 where none is kept."""
+    return misc.where(count > 0, moved[0], 0) if moved.shape[0] else 0
 
 
 def setdiff1d(ar1, ar2, assume_unique: bool = False, *, size=None, fill_value=None):
-    """The sorted distinct values of ar1 that are not in ar2 (padded with 0 given `size`)."""
-    ar1, ar2 = _promote(ar1, ar2)
+    """The sorted distinct values of ar1 that are not in ar2 (padded with 0 given `size`), in
+    ar1's dtype."""
     values, real = _unique_padded(ar1)
     keep = real & isin(values, ar2, invert=True, method="sort")
-    return _select("setdiff1d", values, keep, size, fill_value, lambda moved: 0)
+    return _select("setdiff1d", values, keep, size, fill_value, lambda moved, count: 0)
 
 
 def union1d(ar1, ar2, *, size=None, fill_value=None):
@@ -1189,6 +1212,7 @@ def frexp(x, /):
     """Mantissas in [0.5, 1) (signed) and int32 exponents with x = mantissa * 2**exponent;
     (x, 0) for zeros, infinities and NaNs. Subnormal numbers are handled exactly."""
     (x,) = promote_args_inexact("frexp", x)
+    ufuncs.check_real("frexp", x)  # the bits of a complex number are not one float's
     info = dtypes.finfo(x.dtype)
     # Scaling subnormals up into the normal range keeps the bit manipulation simple.
     subnormal = ufuncs.absolute(x) < info.tiny
@@ -1229,7 +1253,9 @@ def ldexp(x1, x2, /):
     # applied in three powers of two that are each normal numbers, so each product is exact
     # except the last, which rounds once.
     limit = (info.maxexp - info.minexp) + info.nmant + 2
-    n = convert(misc.clip(x2, -limit, limit), dtypes.int32)
+    bounds = dtypes.iinfo(x2.dtype)
+    low, high = builtins.max(-limit, bounds.min), builtins.min(limit, bounds.max)
+    n = convert(misc.clip(x2, x2.dtype.type(low), x2.dtype.type(high)), dtypes.int32)
     n = broadcast_to(n, x1.shape)
     first = ufuncs.floor_divide(n, 3)
     second = ufuncs.floor_divide(n - first, 2)
@@ -1314,10 +1340,11 @@ def lcm(x1, x2):
 
 
 def _integers(name: str, x1, x2):
+    """The operands promoted and broadcast to one shape (Euclid's loop carries them)."""
     x1, x2 = promote_args(name, x1, x2)
     if not dtypes.is_int(x1.dtype):
         raise TypeError(f"{name}: needs integer arguments, got {x1.dtype.name}")
-    return x1, x2
+    return shape_ops.broadcast_arrays(x1, x2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1443,7 +1470,8 @@ def rollaxis(a, axis: int, start: int = 0):
     axis = canonicalize_axis(axis, a.ndim, "rollaxis")
     if not -a.ndim <= start <= a.ndim:
         raise ValueError(f"rollaxis: start {start} is out of range for rank {a.ndim}")
-    start %= a.ndim + 1
+    if start < 0:  # counted from the end of the axes, as NumPy counts it (not of ndim + 1)
+        start += a.ndim
     if axis < start:
         start -= 1
     return shape_ops.moveaxis(a, axis, start)
@@ -1758,8 +1786,9 @@ def matvec(x1, x2, /):
 
 
 def vecmat(x1, x2, /):
-    """Vector-matrix products over the last axes, broadcasting the rest."""
-    x1, x2 = to_array(x1), to_array(x2)
+    """Vector-matrix products over the last axes, broadcasting the rest; the vector is
+    conjugated, as in vecdot."""
+    x1, x2 = ufuncs.conj(to_array(x1)), to_array(x2)
     if x1.ndim < 1 or x2.ndim < 2:
         raise ValueError(
             f"vecmat: takes a vector (at least 1-d) and a matrix (at least 2-d), got shapes "
@@ -1770,6 +1799,7 @@ def vecmat(x1, x2, /):
 
 def fabs(x, /):
     (x,) = promote_args_inexact("fabs", x)
+    ufuncs.check_real("fabs", x)
     return ufuncs.absolute(x)
 
 
@@ -1875,44 +1905,49 @@ def isdtype(dtype, kind) -> bool:
 
 
 def _window(M: int, shape: Callable):
-    """shape(n, M) at the points n = 0, ..., M - 1 (as floats); ones for M <= 1."""
+    """shape(n, M) at NumPy's points n = 1 - M, 3 - M, ..., M - 1, with NumPy's formulas,
+    computed in float64 and rounded once to the default float (so a window is NumPy's,
+    rounded); ones for M <= 1."""
     M = operator.index(M)
     if M <= 1:
         return lax.full((builtins.max(M, 0),), 1, dtypes.default_float)
-    n = lax.convert_element_type(lax.iota(dtypes.int32, M), dtypes.default_float)
-    return shape(n, M)
+    n = 2 * lax.convert_element_type(lax.iota(dtypes.int32, M), dtypes.float64) + (1 - M)
+    return convert(shape(n, M), dtypes.default_float)
 
 
 def bartlett(M: int):
-    return _window(M, lambda n, M: 1 - ufuncs.absolute(2 * n / (M - 1) - 1))
+    return _window(M, lambda n, M: misc.where(n <= 0, 1 + n / (M - 1), 1 - n / (M - 1)))
 
 
 def hanning(M: int):
-    return _window(M, lambda n, M: 0.5 - 0.5 * ufuncs.cos(2 * np.pi * n / (M - 1)))
+    return _window(M, lambda n, M: 0.5 + 0.5 * ufuncs.cos(np.pi * n / (M - 1)))
 
 
 def hamming(M: int):
-    return _window(M, lambda n, M: 0.54 - 0.46 * ufuncs.cos(2 * np.pi * n / (M - 1)))
+    return _window(M, lambda n, M: 0.54 + 0.46 * ufuncs.cos(np.pi * n / (M - 1)))
 
 
 def blackman(M: int):
     def shape(n, M):
-        phase = 2 * np.pi * n / (M - 1)
-        return 0.42 - 0.5 * ufuncs.cos(phase) + 0.08 * ufuncs.cos(2 * phase)
+        return (
+            0.42
+            + 0.5 * ufuncs.cos(np.pi * n / (M - 1))
+            + 0.08 * ufuncs.cos(2.0 * np.pi * n / (M - 1))
+        )
 
     return _window(M, shape)
 
 
 def kaiser(M: int, beta) -> Array:
-    """The Kaiser window I0(beta sqrt(1 - (2n / (M - 1) - 1)^2)) / I0(beta), n = 0 .. M - 1,
-    taken as a ratio of exponentially scaled I0s (so that it stays finite for large beta)."""
+    """The Kaiser window I0(beta sqrt(1 - (n / (M - 1))^2)) / I0(beta), taken as a ratio of
+    exponentially scaled I0s (so that it stays finite for large beta)."""
 
     def shape(n, M):
         b = lax.convert_element_type(to_array(beta), dtypes.float64)
-        ratio = 2 * lax.convert_element_type(n, dtypes.float64) / (M - 1) - 1
+        ratio = n / (M - 1)
         r = ufuncs.sqrt(1 - ratio * ratio)
-        window = _bessel.i0e(b * r) / _bessel.i0e(b) * ufuncs.exp(b * (r - 1))
-        return convert(window, dtypes.default_float)
+        # I0 is even, and i0e(x) = exp(-|x|) I0(x)
+        return _bessel.i0e(b * r) / _bessel.i0e(b) * ufuncs.exp(ufuncs.absolute(b) * (r - 1))
 
     return _window(M, shape)
 

@@ -100,9 +100,10 @@ def _transform(name: str, a, s, axes, norm, fft_type: FftType, default_all: bool
     if fft_type == FftType.RFFT:
         if dtypes.is_complex(x.dtype):
             raise TypeError(f"{name} takes real input, got {x.dtype.name}")
-        x = convert(x, dtypes.float64 if x.dtype == dtypes.float64 else dtypes.float32)
+        wide = dtypes.to_inexact(x.dtype) == dtypes.float64
+        x = convert(x, dtypes.float64 if wide else dtypes.float32)
     else:
-        x = convert(x, dtypes.complex_dtype(dtypes.real_dtype(x.dtype)))
+        x = convert(x, dtypes.complex_dtype(dtypes.real_dtype(dtypes.to_inexact(x.dtype))))
     # Bring the axes to the end, in the order given, and size them.
     rest = [d for d in range(x.ndim) if d not in axes]
     order = rest + list(axes)

@@ -780,10 +780,12 @@ def ix_(*args) -> tuple:
     meshes = []
     for i, seq in enumerate(args):
         if isinstance(seq, (list, tuple)) and not seq:
-            seq = np.zeros(0, np.int32)
+            seq = np.zeros(0, dtypes.default_int)
         a = asarray(seq)
+        if a.ndim == 1 and a.size == 0:  # of any dtype, as NumPy takes them
+            a = lax.full((0,), 0, dtypes.default_int)
         if dtypes.is_bool(a.dtype):
-            a = lax.asarray(np.nonzero(_concrete_mask(a))[0].astype(np.int32))
+            a = lax.asarray(np.nonzero(_concrete_mask(a))[0].astype(dtypes.default_int))
         if a.ndim != 1:
             raise ValueError(f"ix_: each index must be 1-d, got shape {a.shape} at position {i}")
         if not dtypes.is_int(a.dtype):

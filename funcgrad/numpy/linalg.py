@@ -38,7 +38,7 @@ from funcgrad.numpy.reductions import (
     sum,
 )
 from funcgrad.numpy.shape_ops import canonicalize_axes, concatenate, flip, moveaxis, reshape
-from funcgrad.numpy.ufuncs import absolute, isnan, log, power, sign, sqrt
+from funcgrad.numpy.ufuncs import absolute, conj, isnan, log, power, sign, sqrt
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
 __all__ = [
@@ -83,7 +83,7 @@ __all__ = [
 
 def _inexact(x):
     x = to_array(x)
-    return x if dtypes.is_inexact(x.dtype) else convert(x, dtypes.default_float)
+    return x if dtypes.is_inexact(x.dtype) else convert(x, dtypes.to_inexact(x.dtype))
 
 
 def norm(x, ord=None, axis: int | Sequence[int] | None = None, keepdims: bool = False):
@@ -220,10 +220,10 @@ def _matrices(name: str, a, square: bool = False):
 
 
 def cholesky(a, *, upper: bool = False, symmetrize_input: bool = True):
-    """The Cholesky factor of symmetric positive definite matrices: L with a = L @ L.T, or U
-    with a = U.T @ U if `upper`. NaNs where a matrix is not positive definite."""
+    """The Cholesky factor of Hermitian positive definite matrices: L with a = L @ L^H, or U
+    = L^H with a = U^H @ U if `upper`. NaNs where a matrix is not positive definite."""
     factor = lax.cholesky(_matrices("cholesky", a, True), symmetrize_input=symmetrize_input)
-    return matrix_transpose(factor) if upper else factor
+    return conj(matrix_transpose(factor)) if upper else factor
 
 
 def eig(a) -> EigResult:
@@ -578,7 +578,7 @@ def lstsq(a, b, rcond=None, *, numpy_resid: bool = False):
     if rcond is None:
         rcond = dtypes.finfo(a.dtype).eps * builtins.max(m, n)
     kept = s > max(s, initial=0.0) * rcond
-    rank = convert(count_nonzero(kept), dtypes.int32)
+    rank = convert(count_nonzero(kept), dtypes.default_int)
     s_inverse = misc.where(kept, 1 / misc.where(kept, s, 1), 0)
     x = _adjoint(vh) @ (s_inverse[:, None] * (_adjoint(u) @ b))
     residuals = sum(squared_modulus(b - a @ x), axis=0)

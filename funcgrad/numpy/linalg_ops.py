@@ -517,7 +517,7 @@ def _label_sizes(context: str, arrays: list, input_labels: list) -> dict:
         for label, size in zip(labels, x.shape):
             known = sizes.setdefault(label, size)
             if known == size or (isinstance(label, int) and 1 in (known, size)):
-                sizes[label] = max(known, size)
+                sizes[label] = size if known == 1 else known  # 1 yields, also to 0
                 continue
             raise ValueError(
                 f"einsum: in {context}, "

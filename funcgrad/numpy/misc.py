@@ -233,8 +233,11 @@ def geomspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, axi
     """
     num = _check_num("geomspace", num)
     out_dtype = dtypes.canonicalize(dtype) if dtype is not None else result_type(start, stop, float)
-    given = () if dtype is None else (dtypes.canonicalize(dtype),)
-    compute = _numpy_working_dtype(start, stop, 1.0, *given)
+    # NumPy's working dtype: that of arrays of start and stop (where Python numbers are 64-bit),
+    # float(num) and zeros((), dtype), which is float64 for dtype=None.
+    ends = [np.asarray(x) if dtypes.is_python_scalar(x) else x for x in (start, stop)]
+    given = dtypes.float64 if dtype is None else dtypes.canonicalize(dtype)
+    compute = _numpy_working_dtype(*ends, 1.0, given)
     start, stop = _bounds(start, stop, compute)
     sign = ufuncs.sign(start)
     start, stop = lax.div(start, sign), lax.div(stop, sign)

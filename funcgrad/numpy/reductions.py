@@ -109,7 +109,7 @@ def _inexact_dtype(a, dtype) -> np.dtype:
     """The result dtype of mean-like reductions: the requested one, else a float."""
     if dtype is not None:
         return dtypes.canonicalize(dtype)
-    return a.dtype if dtypes.is_inexact(a.dtype) else dtypes.default_float
+    return dtypes.to_inexact(a.dtype)
 
 
 def _where_mask(name: str, where, shape: tuple[int, ...]):
@@ -168,6 +168,11 @@ def _reduce(
 ):
     """Reduce `a`, converted to `dtype`, over `axis`."""
     a = to_array(a)
+    if monoid in (_MAX, _MIN) and dtypes.is_complex(dtype):
+        raise TypeError(
+            f"{monoid.name}: takes real arrays, got {np.dtype(dtype).name}; reduce the real "
+            "parts or the moduli instead"
+        )
     axes = reduction_axes(monoid.name, axis, a.ndim)
     compute_dtype = accumulation_dtype(dtype) if monoid.accumulates else dtype
     x = convert(a, compute_dtype)
@@ -379,9 +384,7 @@ def average(a, axis: Axis = None, weights=None, returned: bool = False, keepdims
         weights_sum = lax.full(avg.shape, count, avg.dtype)
     else:
         weights = to_array(weights)
-        dtype = result_type(a, weights)
-        if not dtypes.is_inexact(dtype):
-            dtype = dtypes.default_float
+        dtype = dtypes.to_inexact(result_type(a, weights))
         a, weights = convert(a, dtype), convert(weights, dtype)
         if weights.shape != a.shape:
             weights = _broadcast_weights(a.shape, weights, axis, axes)
@@ -539,6 +542,8 @@ def nanmin(a, axis: Axis = None, out=None, keepdims: bool = False, initial=None,
 
 def _nan_extremum(reduction: Callable, identity: Callable, a, axis, keepdims, initial, where):
     a = to_array(a)
+    if dtypes.is_complex(a.dtype):
+        return reduction(a, axis, None, keepdims, initial, where)  # which names the cause
     result = reduction(_replace_nan(a, identity), axis, None, keepdims, initial, where)
     if not dtypes.is_float(a.dtype) or initial is not None:
         return result

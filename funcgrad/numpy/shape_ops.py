@@ -243,6 +243,8 @@ def broadcast_to(array, shape):
 
 def broadcast_arrays(*args) -> list:
     arrays = [to_array(a) for a in args]
+    if not arrays:
+        return []
     common = broadcast_shapes(*(a.shape for a in arrays))
     return [_promotion.broadcast_to(a, common) for a in arrays]
 
@@ -536,6 +538,7 @@ def rot90(m, k: int = 1, axes: tuple[int, int] = (0, 1)):
 _PAD_MODES = (
     "constant",
     "edge",
+    "empty",
     "linear_ramp",
     "maximum",
     "mean",
@@ -568,6 +571,8 @@ def pad(
     widths = _pad_widths(pad_width, array.ndim)
     if mode == "constant":
         return _pad_constant(array, widths, constant_values)
+    if mode == "empty":  # the padding is undefined; zeros are as good as anything
+        return _pad_constant(array, widths, 0)
     if mode not in _PAD_MODES:
         raise NotImplementedError(
             f"pad: mode {mode!r} is not supported; supported modes: " + ", ".join(_PAD_MODES)

@@ -71,8 +71,21 @@ def sort(
         a, axis = _flatten(a), 0
     axis = canonicalize_axis(axis, a.ndim, "sort")
     if descending:
-        return lax.rev(lax.sort(lax.rev(a, (axis,)), axis, stable), (axis,))
-    return lax.sort(a, axis, stable)
+        return lax.rev(_sorted_along(lax.rev(a, (axis,)), axis, stable), (axis,))
+    return _sorted_along(a, axis, stable)
+
+
+def _sort_keys(a) -> tuple:
+    """What `a` sorts by: itself, or for complex numbers the real part, then the imaginary
+    part (each with NaNs last), the order NumPy and `sort_complex` use."""
+    return (lax.real(a), lax.imag(a)) if dtypes.is_complex(a.dtype) else (a,)
+
+
+def _sorted_along(a, axis: int, stable: bool):
+    keys = _sort_keys(a)
+    if len(keys) == 1:
+        return lax.sort(a, axis, stable)
+    return lax.sort((*keys, a), axis, stable, num_keys=len(keys))[-1]
 
 
 def argsort(
@@ -93,29 +106,25 @@ def argsort(
     axis = canonicalize_axis(axis, a.ndim, "argsort")
     indices = lax.broadcasted_iota(dtypes.default_int, a.shape, axis)
     if not descending:
-        return lax.sort((a, indices), axis, stable, num_keys=1)[1]
+        keys = _sort_keys(a)
+        return lax.sort((*keys, indices), axis, stable, num_keys=len(keys))[-1]
     # Sorting the reversed array finds positions counted from the end; map them back.
-    _, reversed_indices = lax.sort((lax.rev(a, (axis,)), indices), axis, stable, num_keys=1)
+    keys = _sort_keys(lax.rev(a, (axis,)))
+    reversed_indices = lax.sort((*keys, indices), axis, stable, num_keys=len(keys))[-1]
     last = scalar(a.shape[axis] - 1, dtypes.default_int)
     return lax.rev(lax.sub(last, reversed_indices), (axis,))
 
 
 def sort_complex(a) -> Array:
     """`a` as complex numbers sorted along its last axis by real part, then imaginary part;
-    real inputs become the complex dtype of their float width (complex64 for float32 and
-    integers, complex128 with 64-bit defaults or float64 input)."""
+    real inputs become the complex dtype of their float width (complex64 for float32, half
+    floats and integers of up to 32 bits, complex128 for float64 and, under enable_x64,
+    64-bit integers)."""
     a = to_array(a)
     if a.ndim == 0:
         raise ValueError("sort_complex: a must have at least one axis")
-    if dtypes.is_complex(a.dtype):
-        complex_dtype = a.dtype
-    elif a.dtype == dtypes.float64:
-        complex_dtype = dtypes.complex128
-    else:
-        complex_dtype = dtypes.default_complex()
-    z = lax.convert_element_type(a, complex_dtype)
-    _, _, ordered = lax.sort((lax.real(z), lax.imag(z), z), -1, True, num_keys=2)
-    return ordered
+    complex_dtype = dtypes.complex_dtype(dtypes.to_inexact(a.dtype))
+    return _sorted_along(lax.convert_element_type(a, complex_dtype), a.ndim - 1, True)
 
 
 def lexsort(keys, axis: int = -1):
@@ -178,14 +187,17 @@ def _at_most(x, y):
 def searchsorted(a, v, side: str = "left", sorter=None, *, method: str = "scan"):
     """Where each element of `v` would go in the sorted 1-d `a` to keep it sorted (int32).
 
-    method="scan" is a binary search unrolled into ceil(log2(len(a) + 1)) vectorized steps;
-    method="compare_all" compares every element of `v` with every element of `a`, which is
-    faster for short `a`.
+    method="scan" is a binary search unrolled into ceil(log2(len(a) + 1)) vectorized steps
+    ("scan_unrolled" and "sort" name the same search here); method="compare_all" compares
+    every element of `v` with every element of `a`, which is faster for short `a`.
     """
     if side not in ("left", "right"):
         raise ValueError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
-    if method not in ("scan", "compare_all"):
-        raise ValueError(f"searchsorted: method must be 'scan' or 'compare_all', got {method!r}")
+    if method not in ("scan", "scan_unrolled", "sort", "compare_all"):
+        raise ValueError(
+            "searchsorted: method must be 'scan', 'scan_unrolled', 'sort' or 'compare_all', "
+            f"got {method!r}"
+        )
     a, v = to_array(a), to_array(v)
     if a.ndim != 1:
         raise ValueError(f"searchsorted: a must be 1-d, got shape {a.shape}")
@@ -273,8 +285,9 @@ def unique(
     """The sorted unique elements (or slices along `axis`) of `ar`.
 
     With `size`, exactly `size` results are returned: the smallest ones, padded with
-    `fill_value` (by default the smallest unique value) and, for the index and the counts, with
-    zeros. Without `size` the input must be concrete, since the count depends on its values.
+    `fill_value` (by default the smallest unique value), the index with where the smallest
+    value first occurs and the counts with zeros. Without `size` the input must be concrete,
+    since the count depends on its values.
     """
     ar = to_array(ar)
     if axis is None:
@@ -302,7 +315,8 @@ def unique(
     results = [values]
     zero = scalar(0, found.count.dtype)
     if return_index:
-        results.append(_resize(found.first_index, size, found.count, zero))
+        first = lax.index_in_dim(found.first_index, 0, 0, False) if rows.shape[0] else zero
+        results.append(_resize(found.first_index, size, found.count, first))
     if return_inverse:
         results.append(found.inverse if axis is not None else lax.reshape(found.inverse, ar.shape))
     if return_counts:
@@ -388,6 +402,8 @@ def bincount(x, weights=None, minlength: int = 0, *, length: int | None = None):
     x = to_array(x)
     if x.ndim != 1:
         raise ValueError(f"bincount: x must be 1-d, got shape {x.shape}")
+    if dtypes.is_bool(x.dtype):  # NumPy casts booleans to 0 and 1 safely
+        x = lax.convert_element_type(x, dtypes.int32)
     if not dtypes.is_int(x.dtype):
         raise TypeError(f"bincount: x must be of an integer dtype, got {x.dtype.name}")
     if length is None:

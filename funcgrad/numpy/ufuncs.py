@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from funcgrad import dtypes, lax
+from funcgrad.array import Array
 from funcgrad.lax import elementwise as ew
 from funcgrad.numpy._promotion import (
     broadcast_shapes,
@@ -130,14 +131,53 @@ divide = true_divide
 _float_power = _binary(ew.pow_p, "float_power", promote_args_inexact)
 arctan2 = _binary(ew.atan2_p, "arctan2", promote_args_inexact)
 nextafter = _binary(ew.nextafter_p, "nextafter", promote_args_inexact)
-maximum = _binary(ew.max_p, "maximum")
-minimum = _binary(ew.min_p, "minimum")
 equal = _binary(ew.eq_p, "equal")
 not_equal = _binary(ew.ne_p, "not_equal")
-less = _binary(ew.lt_p, "less")
-less_equal = _binary(ew.le_p, "less_equal")
-greater = _binary(ew.gt_p, "greater")
-greater_equal = _binary(ew.ge_p, "greater_equal")
+
+
+def _ordered(prim, name: str, complex_rule):
+    """An order comparison or extremum: `prim` on real operands (its lax primitive takes no
+    complex ones), `complex_rule` on complex operands, in NumPy's order of complex numbers."""
+
+    def op(x, y, /):
+        x, y = promote_args(name, x, y)
+        return complex_rule(x, y) if dtypes.is_complex(x.dtype) else prim.bind(x, y)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (
+        f"NumPy's `{name}`: elementwise, with NumPy's broadcasting and type promotion; complex "
+        "numbers are ordered by real part, then imaginary part."
+    )
+    return op
+
+
+def _complex_greater(x, y, or_equal: bool):
+    """x > y (x >= y with `or_equal`) as NumPy orders complex numbers: by real part, ties by
+    imaginary part; a NaN imaginary part makes the real parts' order void too."""
+    x_real, x_imag, y_real, y_imag = lax.real(x), lax.imag(x), lax.real(y), lax.imag(y)
+    imag_ordered = lax.bitwise_not(lax.bitwise_or(isnan(x_imag), isnan(y_imag)))
+    by_real = lax.bitwise_and(lax.gt(x_real, y_real), imag_ordered)
+    by_imag = lax.bitwise_and(
+        lax.eq(x_real, y_real), (lax.ge if or_equal else lax.gt)(x_imag, y_imag)
+    )
+    return lax.bitwise_or(by_real, by_imag)
+
+
+greater = _ordered(ew.gt_p, "greater", lambda x, y: _complex_greater(x, y, False))
+greater_equal = _ordered(ew.ge_p, "greater_equal", lambda x, y: _complex_greater(x, y, True))
+less = _ordered(ew.lt_p, "less", lambda x, y: _complex_greater(y, x, False))
+less_equal = _ordered(ew.le_p, "less_equal", lambda x, y: _complex_greater(y, x, True))
+# A complex NaN (in either part) wins, as NumPy's maximum and minimum propagate NaNs.
+maximum = _ordered(
+    ew.max_p,
+    "maximum",
+    lambda x, y: _select(lax.bitwise_or(isnan(x), _complex_greater(x, y, True)), x, y),
+)
+minimum = _ordered(
+    ew.min_p,
+    "minimum",
+    lambda x, y: _select(lax.bitwise_or(isnan(x), _complex_greater(y, x, True)), x, y),
+)
 bitwise_and = _binary(ew.and_p, "bitwise_and")
 bitwise_or = _binary(ew.or_p, "bitwise_or")
 bitwise_xor = _binary(ew.xor_p, "bitwise_xor")
@@ -155,7 +195,14 @@ def negative(x, /):
     return lax.neg(x)
 
 
-sign = _unary(ew.sign_p, "sign", promote_args_numeric)
+def sign(x, /):
+    """-1, 0 or 1 (x / |x| for complex x); booleans are refused, as NumPy and JAX do."""
+    if dtypes.is_bool(to_array(x).dtype):
+        raise TypeError("sign does not accept booleans; convert them to integers first")
+    (x,) = promote_args_numeric("sign", x)
+    return ew.sign_p.bind(x)
+
+
 exp = _unary(ew.exp_p, "exp", promote_args_inexact)
 exp2 = _unary(ew.exp2_p, "exp2", promote_args_inexact)
 expm1 = _unary(ew.expm1_p, "expm1", promote_args_inexact)
@@ -215,26 +262,26 @@ def absolute(x, /):
 abs = absolute
 
 
-def _check_real(name: str, x) -> None:
+def check_real(name: str, x) -> None:
     if dtypes.is_complex(x.dtype):
         raise TypeError(f"{name} does not accept complex values (dtype {x.dtype.name})")
 
 
 def floor(x, /):
     (x,) = promote_args("floor", x)
-    _check_real("floor", x)
+    check_real("floor", x)
     return lax.floor(x) if dtypes.is_float(x.dtype) else x
 
 
 def ceil(x, /):
     (x,) = promote_args("ceil", x)
-    _check_real("ceil", x)
+    check_real("ceil", x)
     return lax.ceil(x) if dtypes.is_float(x.dtype) else x
 
 
 def trunc(x, /):
     (x,) = promote_args("trunc", x)
-    _check_real("trunc", x)
+    check_real("trunc", x)
     if not dtypes.is_float(x.dtype):
         return x
     return _select(lax.lt(x, _zero(x)), lax.ceil(x), lax.floor(x))
@@ -245,6 +292,8 @@ fix = trunc
 
 def rint(x, /):
     (x,) = promote_args_inexact("rint", x)
+    if dtypes.is_complex(x.dtype):
+        return lax.complex(rint(lax.real(x)), rint(lax.imag(x)))
     return lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN)
 
 
@@ -436,6 +485,8 @@ invert = bitwise_not
 
 def bitwise_count(x, /):
     (x,) = promote_args("bitwise_count", x)
+    if dtypes.is_bool(x.dtype):
+        return lax.convert_element_type(x, np.uint8)
     return lax.convert_element_type(lax.population_count(lax.abs(x)), np.uint8)
 
 
@@ -480,16 +531,19 @@ def isinf(x, /):
 
 def isposinf(x, /):
     (x,) = promote_args_inexact("isposinf", x)
+    check_real("isposinf", x)
     return lax.eq(x, _full_like_scalar(x, np.inf))
 
 
 def isneginf(x, /):
     (x,) = promote_args_inexact("isneginf", x)
+    check_real("isneginf", x)
     return lax.eq(x, _full_like_scalar(x, -np.inf))
 
 
 def signbit(x, /):
     (x,) = promote_args("signbit", x)
+    check_real("signbit", x)
     if dtypes.is_unsigned(x.dtype) or dtypes.is_bool(x.dtype):
         return lax.full_like(x, False, dtypes.bool_)
     if dtypes.is_int(x.dtype):
@@ -500,6 +554,7 @@ def signbit(x, /):
 
 def copysign(x1, x2, /):
     x1, x2 = promote_args_inexact("copysign", x1, x2)
+    check_real("copysign", x1)
     return _select(signbit(x2), lax.neg(lax.abs(x1)), lax.abs(x1))
 
 
@@ -527,12 +582,12 @@ def fmax(x1, x2, /):
     A choice rather than lax.max, so a tie sends the whole derivative to x2.
     """
     x1, x2 = promote_args("fmax", x1, x2)
-    return _select(lax.bitwise_or(lax.gt(x1, x2), isnan(x2)), x1, x2)
+    return _select(lax.bitwise_or(greater(x1, x2), isnan(x2)), x1, x2)
 
 
 def fmin(x1, x2, /):
     x1, x2 = promote_args("fmin", x1, x2)
-    return _select(lax.bitwise_or(lax.lt(x1, x2), isnan(x2)), x1, x2)
+    return _select(lax.bitwise_or(less(x1, x2), isnan(x2)), x1, x2)
 
 
 def heaviside(x1, x2, /):
@@ -631,5 +686,6 @@ def _zero(x):
 
 
 def _full_like_scalar(x, value):
-    """A rank-0 array of `x`'s dtype (elementwise primitives broadcast rank-0 operands)."""
-    return lax.asarray(np.array(value, x.dtype)[()])
+    """A rank-0 array of `x`'s dtype and weak type (elementwise primitives broadcast rank-0
+    operands), so that a function of Python numbers stays weakly typed."""
+    return Array(np.array(value, x.dtype)[()], x.weak_type)
