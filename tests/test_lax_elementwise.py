@@ -12,6 +12,7 @@ import math
 import operator
 
 import ml_dtypes
+import mpmath
 import numpy as np
 import pytest
 import strategies as fst
@@ -398,6 +399,23 @@ def test_logistic_keeps_relative_precision_in_its_negative_tail(dtype, backend):
         with jit_backend(backend):
             got = fg.jit(lax.logistic)(x)
     np.testing.assert_allclose(np.asarray(got), expected, rtol=4 * np.finfo(dtype).eps, atol=0)
+
+
+@pytest.mark.parametrize("backend", ["eager", *COMPILED_BACKENDS])
+def test_complex_logistic_keeps_the_left_half_plane(backend):
+    # 0.5 tanh(z / 2) + 0.5 cancelled to a zero real part at -23 + 1e4 j (the true one is
+    # -8.5e-11); 1 / (1 + e^-z) overflowed to NaN at -100 + 3j in complex64.
+    points = [-23.140423 + 1e4j, -100 + 3j, -1e4 + 1j, 100 - 3j, 0.3 + 0.2j, -0.3 - 1e-3j]
+    x = np.array(points, np.complex64)
+    expected = np.array([complex(1 / (1 + mpmath.exp(-mpmath.mpc(complex(z))))) for z in x])
+    if backend == "eager":
+        got = lax.logistic(x)
+    else:
+        with jit_backend(backend):
+            got = fg.jit(lax.logistic)(x)
+    error = np.abs(np.asarray(got).astype(np.complex128) - expected)
+    info = np.finfo(np.float32)  # (-100 + 3j gives subnormal parts)
+    assert np.all(error <= 4 * info.eps * np.abs(expected) + info.tiny), (got, expected)
 
 
 @pytest.mark.parametrize("backend", COMPILED_BACKENDS)

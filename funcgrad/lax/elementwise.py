@@ -167,14 +167,16 @@ def _weak_scalar(value, dtype: np.dtype) -> Array:
 
 
 def _logistic(x):
-    if dtypes.is_complex(x.dtype):
-        half = x.dtype.type(0.5)
-        return half * np.tanh(half * x) + half
-    # e / (1 + e) below 0 and 1 / (1 + e) above, e = exp(-|x|): exp never overflows, and the
-    # negative tail keeps its relative precision (0.5 tanh(x / 2) + 0.5 gave 0 below -17 in
-    # float32, where the values down to 1e-38 are representable).
-    e = np.exp(-np.abs(x))
+    # e / (1 + e) below 0 and 1 / (1 + e) above, e = exp(-|x|) (of the real part for complex
+    # x): exp never overflows, and the negative tail keeps its relative precision (0.5 tanh(x /
+    # 2) + 0.5 gave 0 below -17 in float32, where the values down to 1e-38 are representable,
+    # and lost the real part of complex values far into the left half plane).
     one = x.dtype.type(1)
+    if dtypes.is_complex(x.dtype):
+        left = x.real < 0
+        e = np.exp(np.where(left, x, -x))
+        return np.where(left, e / (one + e), one / (one + e))
+    e = np.exp(-np.abs(x))
     return np.where(x >= 0, one / (one + e), e / (one + e))
 
 
