@@ -64,18 +64,31 @@ def _hurwitz(s, q):
 
 def zeta(x, q=None):
     """Hurwitz's zeta function sum_k (q + k)^-x (Riemann's when q is omitted, q = 1): inf at
-    x = 1 and, for x > 1, at the poles q = 0, -1, -2, ...; NaN for x < 1 or other q < 0."""
+    x = 1 and, for x > 1, at the poles q = 0, -1, -2, ...; NaN for x < 1, and for q < 0 unless
+    x is whole (else the terms (q + k)^-x are not real).
+
+    At negative q the terms up to q + k < 0 are reflected: with f = q - floor(q) and
+    g = ceil(q) - q (both exact, in (0, 1)), zeta(x, q) = zeta(x, f) + (-1)^x (zeta(x, g) -
+    zeta(x, 1 - q)), three sums at positive arguments however far left q lies."""
     (x, q), dtype = _wide("zeta", x, 1.0 if q is None else q)
+    whole_q = fnp.floor(q) == q
     valid = (x > 1) & (q > 0)
-    pole = (x == 1) | ((x > 1) & (q <= 0) & (fnp.floor(q) == q))
-    value = _hurwitz(fnp.where(valid, x, 2.0), fnp.where(valid, q, 1.0))
-    value = fnp.where(pole, fnp.inf, fnp.where(valid, value, fnp.nan))
+    left = (x > 1) & (q < 0) & ~whole_q & (fnp.floor(x) == x)
+    pole = (x == 1) | ((x > 1) & (q <= 0) & whole_q)
+    s = fnp.where(valid | left, x, 2.0)
+    value = _hurwitz(s, fnp.where(valid, q, fnp.where(left, q - fnp.floor(q), 1.0)))
+    sign = fnp.where(fnp.fmod(s, 2.0) == 0, 1.0, -1.0)
+    near = sign * _hurwitz(s, fnp.where(left, fnp.ceil(q) - q, 1.0))
+    far = sign * _hurwitz(s, fnp.where(left, 1 - q, 1.0))
+    # (the two nearby sums first: for odd x at f = 1/2 they cancel exactly, leaving the far one)
+    value = fnp.where(left, (value + near) - far, value)
+    value = fnp.where(pole, fnp.inf, fnp.where(valid | left, value, fnp.nan))
     return _narrow(value, dtype)
 
 
 def polygamma(n, x):
     """The n-th derivative of digamma: digamma for n = 0, (-1)^(n+1) n! zeta(n + 1, x) for
-    whole n >= 1 (x > 0); NaN for other n."""
+    whole n >= 1 (inf at the poles x = 0, -1, ...); NaN for other n."""
     (n, x), dtype = _wide("polygamma", n, x)
     whole = (n >= 0) & (fnp.floor(n) == n)
     order = fnp.where(whole, n, 1.0)
