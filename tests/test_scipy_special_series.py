@@ -68,6 +68,38 @@ def test_zeta_and_polygamma_at_negative_arguments():
     check_grads(lambda q: fs.zeta(f64(3.0), q), (f64(-2.3),), order=1)
 
 
+def _lower_gamma_by_series(a: float, x: float) -> float:
+    """P(a, x) = x^a e^-x / Gamma(a + 1) sum_n x^n / ((a + 1) ... (a + n)) in 40 digits."""
+    with mp.workdps(40):
+        a, x = mp.mpf(a), mp.mpf(x)
+        term = total = mp.mpf(1)
+        n = 0
+        while term > total * mp.mpf(10) ** -35:
+            n += 1
+            term *= x / (a + n)
+            total += term
+        return float(mp.exp(a * mp.log(x) - x - mp.loggamma(a + 1)) * total)
+
+
+def test_incomplete_gamma_at_large_shapes():
+    # Near x = a the series and the continued fraction need ~9 sqrt(a) rounds: past a = 3e6
+    # they stopped short (P(1e8, 1e8) was 0.19), and their prefactor's a log(a) cancellation
+    # left P(1e6, 1e6) 6e-7 off. Temme's expansion takes over from a = 1000.
+    a = 1e6
+    for x in (a, a - 4e3, a + 3e3, a - 300):
+        want = _lower_gamma_by_series(a, x)
+        assert relative_error(fs.gammainc(f64(a), f64(x)), want) < 1e-14
+        assert relative_error(fs.gammaincc(f64(a), f64(x)), 1 - want) < 1e-12
+    for a in (1234.5, 3e4):  # either side of where every x is left to the expansion
+        for x in (0.55 * a, 0.9 * a, a + 3 * a**0.5, 1.5 * a):
+            want = _lower_gamma_by_series(a, x)
+            assert relative_error(fs.gammainc(f64(a), f64(x)), want) < 1e-12
+    # Far out: P(a, a) = 1/2 + 1 / (3 sqrt(2 pi a)) + O(a^-3/2) (DLMF 8.12's c_0(0) = -1/3).
+    a = 1e12
+    np.testing.assert_allclose(fs.gammainc(f64(a), f64(a)), 0.5 + 1 / (3 * (2 * np.pi * a) ** 0.5))
+    check_grads(fs.gammainc, (f64(2e4), f64(2e4 + 150)), order=1)
+
+
 @given(a=st.floats(0.01, 500.0), x=st.floats(0.0, 800.0))
 def test_incomplete_gamma_matches_scipy(a, x):
     for name in ("gammainc", "gammaincc"):

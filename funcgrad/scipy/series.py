@@ -20,6 +20,7 @@ from funcgrad import numpy as fnp
 from funcgrad.numpy._bessel import i0, i0e, i1, i1e
 from funcgrad.numpy._float64 import narrow as _narrow
 from funcgrad.numpy._float64 import wide as _wide
+from funcgrad.scipy import gamma_asymptotic
 from funcgrad.scipy.gamma_differences import log_gamma_1p
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
@@ -177,12 +178,14 @@ def _small_shape_upper_gamma(a, x):
 
 
 def _regularized_gamma(a, x):
-    """(P, Q) in float64 for a > 0, x >= 0 (NaN elsewhere)."""
+    """(P, Q) in float64 for a > 0, x >= 0 (NaN elsewhere); near x = a for large a by Temme's
+    expansion (gamma_asymptotic)."""
     valid = (a > 0) & (x >= 0)
+    large = valid & gamma_asymptotic.applies(a, x)  # (the other methods get stand-ins there)
     use_series = x < a + 1
-    safe_a = fnp.where(valid, a, 1.0)
-    series_x = fnp.where(valid & use_series & (x > 0), x, 0.5)
-    fraction_x = fnp.where(valid & ~use_series & fnp.isfinite(x), x, safe_a + 2)
+    safe_a = fnp.where(valid & ~large, a, 1.0)
+    series_x = fnp.where(valid & ~large & use_series & (x > 0), x, 0.5)
+    fraction_x = fnp.where(valid & ~large & ~use_series & fnp.isfinite(x), x, safe_a + 2)
     lower = _lower_gamma_series(safe_a, series_x)
     upper = _upper_gamma_fraction(safe_a, fraction_x)
     small = use_series & (safe_a < _SMALL_SHAPE)
@@ -191,6 +194,11 @@ def _regularized_gamma(a, x):
     )
     p = fnp.where(use_series, lower, 1 - upper)
     q = fnp.where(small, small_upper, fnp.where(use_series, 1 - lower, upper))
+    large_p, large_q = gamma_asymptotic.regularized_gamma(
+        fnp.where(large, a, gamma_asymptotic.SMALLEST_SHAPE),
+        fnp.where(large, x, gamma_asymptotic.SMALLEST_SHAPE),
+    )
+    p, q = fnp.where(large, large_p, p), fnp.where(large, large_q, q)
     p = fnp.where(x == 0, 0.0, fnp.where(x == fnp.inf, 1.0, p))
     q = fnp.where(x == 0, 1.0, fnp.where(x == fnp.inf, 0.0, q))
     nan = fnp.full_like(p, fnp.nan)
