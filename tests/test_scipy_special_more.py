@@ -361,6 +361,26 @@ def test_hyp2f1_matches_mpmath():
     np.testing.assert_allclose(float(slope), 2 / 3 * float(mp.hyp2f1(2, 3, 4, 0.5)), rtol=1e-14)
 
 
+def test_hypergeometric_series_stop_at_once_on_nan(monkeypatch):
+    # A NaN term never fell below 1e-17 of the sum: every loop ran its 5000 rounds (1 s).
+    from funcgrad.scipy import hypergeometric
+
+    rounds = []
+
+    def counting(step, init, done_index):
+        carry = iterate(step, init, done_index)
+        rounds.append(int(carry[0]))
+        return carry
+
+    iterate = hypergeometric._iterate
+    monkeypatch.setattr(hypergeometric, "_iterate", counting)
+    nan = np.float64(np.nan)
+    assert np.isnan(float(fs.hyp2f1(nan, 2.0, 3.0, 0.5)))
+    assert np.isnan(float(fs.hyp2f1(1.0, 2.0, nan, 0.9)))
+    assert np.isnan(float(fs.hyp1f1(nan, 2.0, 0.5)))
+    assert rounds and max(rounds) < 100, rounds
+
+
 def test_hyp2f1_near_one_where_c_minus_a_minus_b_is_whole():
     """Near x = 1 (and, by Pfaff's transformation, for large negative x when b - a is whole)
     where c - a - b is a whole number or within 1e-9 of one: the logarithmic case, which

@@ -28,7 +28,7 @@ def _power_series(a, b, y):
         k = lax.convert_element_type(rounds, term.dtype)
         term = term * (a + k) / (b + k) * y / (k + 1)
         total = total + term
-        small = fnp.abs(term) <= 1e-17 * fnp.abs(total)
+        small = ~(fnp.abs(term) > 1e-17 * fnp.abs(total))  # (NaN is done)
         return rounds + 1, term, total, done | small
 
     ones = fnp.ones_like(y)
@@ -125,7 +125,7 @@ def _gauss_series(a, b, c, w):
         pole_free = fnp.where(c + k == 0, 1.0, c + k)
         term = term * (a + k) * (b + k) / (pole_free * (k + 1)) * w
         total = total + term
-        small = fnp.abs(term) <= 1e-17 * fnp.abs(total)
+        small = ~(fnp.abs(term) > 1e-17 * fnp.abs(total))  # (NaN is done)
         return rounds + 1, term, total, done | small
 
     ones = fnp.ones_like(w)
@@ -213,7 +213,7 @@ def _gauss_near_one(a, b, c, v):
         f = f * (p + e) * (q + e) / ((r + e) * t)
         power = power * v
         total = total + power * d
-        small = fnp.abs(power * d) <= 1e-17 * fnp.abs(total)
+        small = ~(fnp.abs(power * d) > 1e-17 * fnp.abs(total))  # (NaN is done)
         return rounds + 1, d, f, power, total, done | small
 
     paired = _iterate(step, init, 5)[4]
