@@ -144,6 +144,38 @@ def test_incomplete_functions_edges_and_invalid_arguments():
     assert np.isnan(np.asarray(fs.betainc(np.array([-1.0, 1.0]), 2.0, np.array([0.5, 1.5])))).all()
 
 
+def test_betainc_at_infinite_and_huge_shapes():
+    # The limits (SciPy's): a = inf is a step at x = 1, b = inf one past x = 0; both: NaN.
+    # These were NaN, as were finite shapes past 1e154, whose products in the continued
+    # fraction overflowed.
+    inf = np.inf
+    a = np.array([inf, inf, 1.0, 1.0, inf, 1e300, 2.5, 1e200])
+    b = np.array([1.0, 2.0, inf, inf, inf, 1.0, 1e300, 3.0])
+    x = np.array([0.3, 1.0, 0.3, 0.0, 0.5, 0.3, 0.3, 0.9])
+    np.testing.assert_array_equal(
+        np.asarray(fs.betainc(a, b, x)), [0.0, 1.0, 1.0, 0.0, np.nan, 0.0, 1.0, 0.0]
+    )
+    # a b x = 1e-1 stays a gamma-like tail: I_x(2, b) -> P(2, b x) = 1 - 1.1 e^-0.1
+    got = float(fs.betainc(f64(2.0), f64(1e160), f64(1e-161)))
+    assert relative_error(got, 1 - 1.1 * np.exp(-0.1)) < 1e-13
+
+
+def test_betaln_of_large_shapes():
+    # lgamma(a) + lgamma(b) - lgamma(a + b) cancelled: betaln(1e300, 1) was 0, betaln(1e15, 3)
+    # -108 (for -102.9), and the front factor of betainc(2, 1e20, 1e-21) 1e-40 too small.
+    a = np.array([1e300, 1e15, 0.5, 12.0, 2.9e8, 45.7, 9.99, 1e17])
+    b = np.array([1.0, 3.0, 1e20, 12.000001, 71.8, 22.4, 1e5, 1e17])
+    with mp.workdps(340):  # (a + b exact)
+        pairs = [(mp.mpf(p), mp.mpf(q)) for p, q in zip(a, b)]
+        logs = [mp.loggamma(p) + mp.loggamma(q) - mp.loggamma(p + q) for p, q in pairs]
+        want = [float(v) for v in logs]
+    assert relative_error(fs.betaln(a, b), want).max() < 1e-14
+    got = float(fs.betainc(f64(2.0), f64(1e20), f64(1e-21)))
+    assert relative_error(got, 1 - 1.1 * np.exp(-0.1)) < 1e-13
+    assert np.asarray(fs.betaln(np.float32(1e30), np.float32(2.0))).dtype == np.float32
+    check_grads(fs.betaln, (f64(30.0), f64(1e6)), order=1)
+
+
 def test_derivatives_match_finite_differences():
     check_grads(fs.gammainc, (f64(2.5), f64(1.7)), order=1)
     check_grads(fs.gammaincc, (f64(0.7), f64(3.1)), order=1)
@@ -193,24 +225,26 @@ def test_small_shapes_below_x_of_a_plus_one():
     """Below x = a + 1 Q was 1 - P, which rounds away Q's digits as a -> 0 (Q(1e-20, 0.1) was
     1e4 times too large, dQ/da at a = 1e-10 and x = 1 - 1e-12 off by 8e-6); I_x(a, b) near
     1 likewise for its shape derivatives (1.6e-4 off at a = 1e-12). Against mpmath."""
-    mp.mp.dps = 30
-    for a in (1e-20, 1e-10, 1e-3, 0.0999):
-        for x in (1e-5, 0.1, 0.56, 1 - 1e-12):
-            q = float(mp.gammainc(a, x, mp.inf, regularized=True))
-            slope = float(mp.diff(lambda s, x=x: mp.gammainc(s, x, mp.inf, regularized=True), a))
-            np.testing.assert_allclose(float(fs.gammaincc(f64(a), f64(x))), q, rtol=5e-15)
-            got = float(fg.grad(fs.gammainc)(f64(a), f64(x)))
-            np.testing.assert_allclose(got, -slope, rtol=1e-8 if a > 1e-5 else 1e-13)
-    for argnum, args in ((0, (1e-12, 2.0, 0.5)), (1, (2.0, 1e-12, 0.5))):
+    with mp.workdps(30):  # (not for the modules that run after this one)
+        for a in (1e-20, 1e-10, 1e-3, 0.0999):
+            for x in (1e-5, 0.1, 0.56, 1 - 1e-12):
+                q = float(mp.gammainc(a, x, mp.inf, regularized=True))
+                slope = float(
+                    mp.diff(lambda s, x=x: mp.gammainc(s, x, mp.inf, regularized=True), a)
+                )
+                np.testing.assert_allclose(float(fs.gammaincc(f64(a), f64(x))), q, rtol=5e-15)
+                got = float(fg.grad(fs.gammainc)(f64(a), f64(x)))
+                np.testing.assert_allclose(got, -slope, rtol=1e-8 if a > 1e-5 else 1e-13)
+        for argnum, args in ((0, (1e-12, 2.0, 0.5)), (1, (2.0, 1e-12, 0.5))):
 
-        def regularized(s, args=args, argnum=argnum):
-            shifted = list(args)
-            shifted[argnum] = s
-            return mp.betainc(shifted[0], shifted[1], 0, shifted[2], regularized=True)
+            def regularized(s, args=args, argnum=argnum):
+                shifted = list(args)
+                shifted[argnum] = s
+                return mp.betainc(shifted[0], shifted[1], 0, shifted[2], regularized=True)
 
-        slope = float(mp.diff(regularized, args[argnum]))
-        got = float(fg.grad(fs.betainc, argnums=argnum)(*map(f64, args)))
-        np.testing.assert_allclose(got, slope, rtol=1e-13)
+            slope = float(mp.diff(regularized, args[argnum]))
+            got = float(fg.grad(fs.betainc, argnums=argnum)(*map(f64, args)))
+            np.testing.assert_allclose(got, slope, rtol=1e-13)
 
 
 def test_jit_and_vmap_agree_with_eager():

@@ -21,7 +21,7 @@ from funcgrad.numpy._bessel import i0, i0e, i1, i1e
 from funcgrad.numpy._float64 import narrow as _narrow
 from funcgrad.numpy._float64 import wide as _wide
 from funcgrad.scipy import gamma_asymptotic
-from funcgrad.scipy.gamma_differences import log_gamma_1p
+from funcgrad.scipy.gamma_differences import log_beta, log_gamma_1p
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
 __all__ = ["betainc", "gammainc", "gammaincc", "i0", "i0e", "i1", "i1e", "polygamma", "zeta"]
@@ -108,7 +108,7 @@ _TINY = 1e-300
 
 def _iterate(step, init, done_index: int):
     """Run `step` on the carry until every element's done flag (carry[done_index]) is set,
-    or _MAX_ROUNDS rounds."""
+    or _MAX_ROUNDS rounds. (The steps count a NaN as done: it would never converge.)"""
 
     def go_on(carry):
         return (~fnp.all(carry[done_index])) & (carry[0] < _MAX_ROUNDS)
@@ -124,7 +124,7 @@ def _lower_gamma_series(a, x):
         rounds, term, total, done = carry
         term = term * x / (a + rounds + 1)
         total = total + term
-        return rounds + 1, term, total, done | (fnp.abs(term) < fnp.abs(total) * _EPSILON)
+        return rounds + 1, term, total, done | ~(fnp.abs(term) >= fnp.abs(total) * _EPSILON)
 
     ones = fnp.ones_like(a)
     _, _, total, _ = _iterate(step, (0, ones, ones, fnp.zeros_like(a, bool)), 3)
@@ -149,7 +149,7 @@ def _upper_gamma_fraction(a, x):
         c = fnp.where(fnp.abs(c) < _TINY, _TINY, c)
         d = 1 / d
         delta = d * c
-        return rounds + 1, b, c, d, h * delta, done | (fnp.abs(delta - 1) < _EPSILON)
+        return rounds + 1, b, c, d, h * delta, done | ~(fnp.abs(delta - 1) >= _EPSILON)
 
     init = (0, b, c, d, h, fnp.zeros_like(a, bool))
     h = _iterate(step, init, 5)[4]
@@ -289,23 +289,20 @@ def _beta_fraction(a, b, x):
         rounds, c, d, h, done = carry
         m = rounds + 1.0
         m2 = 2 * m
-        even = m * (b - m) * x / ((qam + m2) * (a + m2))
+        # (each factor a ratio of its own size: products of the shapes overflowed past 1e154)
+        even = m * (b - m) / (qam + m2) * (x / (a + m2))
         d = 1 / clamp(1 + even * d)
         c = clamp(1 + even / c)
         h = h * d * c
-        odd = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        odd = -(a + m) / (a + m2) * ((qab + m) / (qap + m2)) * x
         d = 1 / clamp(1 + odd * d)
         c = clamp(1 + odd / c)
         delta = d * c
-        return rounds + 1, c, d, h * delta, done | (fnp.abs(delta - 1) < _EPSILON)
+        return rounds + 1, c, d, h * delta, done | ~(fnp.abs(delta - 1) >= _EPSILON)
 
     h = _iterate(step, (0, c, d, h, fnp.zeros_like(a, bool)), 4)[3]
-    front = fnp.exp(a * fnp.log(x) + b * fnp.log1p(-x) - _betaln(a, b)) / a
+    front = fnp.exp(a * fnp.log(x) + b * fnp.log1p(-x) - log_beta(a, b)) / a
     return front * h
-
-
-def _betaln(a, b):
-    return lax.lgamma(a) + lax.lgamma(b) - lax.lgamma(a + b)
 
 
 def _regularized_beta(a, b, x):
@@ -350,18 +347,19 @@ def _betainc64_jvp(primals, tangents):
     value = _betainc64(a, b, x)
     da = _beta_shape_derivative(lambda s: _regularized_beta(s, b, x), a, value)
     db = _beta_shape_derivative(lambda s: _regularized_beta(a, s, x), b, value)
-    density = fnp.exp((a - 1) * fnp.log(x) + (b - 1) * fnp.log1p(-x) - _betaln(a, b))
+    density = fnp.exp((a - 1) * fnp.log(x) + (b - 1) * fnp.log1p(-x) - log_beta(a, b))
     return value, da * ta + db * tb + density * tx
 
 
 def betainc(a, b, x):
     """The regularized incomplete beta function I_x(a, b), for a, b > 0 and x in [0, 1], and
-    its limits where one of a and b is 0: a step to 1 past x = 0 (a = 0) or at x = 1 (b = 0)
-    (NaN elsewhere): its continued fraction, on the side of x where it converges quickly."""
+    its limits where one of a and b is 0 or infinite: a step to 1 past x = 0 (a = 0, b = inf)
+    or at x = 1 (b = 0, a = inf) (NaN elsewhere): its continued fraction, on the side of x
+    where it converges quickly."""
     (a, b, x), dtype = _wide("betainc", a, b, x)
     inside = (x >= 0) & (x <= 1)
-    step_up = (a == 0) & (b > 0) & inside
-    step_at_one = (b == 0) & (a > 0) & inside
+    step_up = (((a == 0) & (b > 0)) | ((b == fnp.inf) & fnp.isfinite(a) & (a > 0))) & inside
+    step_at_one = (((b == 0) & (a > 0)) | ((a == fnp.inf) & fnp.isfinite(b) & (b > 0))) & inside
     value = _betainc64(a, b, x)
     value = fnp.where(step_up, fnp.where(x > 0, 1.0, 0.0), value)
     value = fnp.where(step_at_one, fnp.where(x == 1, 1.0, 0.0), value)

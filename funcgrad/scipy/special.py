@@ -14,9 +14,11 @@ from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
 from funcgrad.nn import functions as nn
 from funcgrad.nn.functions import ArrayLike, Axis, logsumexp
+from funcgrad.numpy._float64 import narrow, wide
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.bessel import bessel_jn
 from funcgrad.scipy.faddeeva import wofz
+from funcgrad.scipy.gamma_differences import log_beta
 from funcgrad.scipy.harmonics import sph_harm_y
 from funcgrad.scipy.hypergeometric import hyp1f1, hyp2f1
 from funcgrad.scipy.integrals import (
@@ -330,9 +332,10 @@ def loggamma(x: ArrayLike):
 
 
 def betaln(a: ArrayLike, b: ArrayLike):
-    """log|B(a, b)| = log|Gamma(a)| + log|Gamma(b)| - log|Gamma(a + b)|."""
-    a, b = promote_args_inexact("betaln", a, b)
-    return lax.lgamma(a) + lax.lgamma(b) - lax.lgamma(a + b)
+    """log|B(a, b)| = log|Gamma(a)| + log|Gamma(b)| - log|Gamma(a + b)|, in float64 and
+    without the cancellation of the lgamma of large arguments (gamma_differences.log_beta)."""
+    (a, b), dtype = wide("betaln", a, b)
+    return narrow(log_beta(a, b), dtype)
 
 
 def beta(a: ArrayLike, b: ArrayLike):
