@@ -281,6 +281,21 @@ def test_integer_pow_exponents_the_dtype_cannot_hold():
     assert float(lax.integer_pow(np.float16(-1), 2049)) == -1.0
 
 
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.complex64])
+@pytest.mark.parametrize("exponent_dtype", [np.int8, np.uint8, np.int32])
+def test_pow_takes_an_integer_exponent_of_any_integer_dtype(dtype, exponent_dtype):
+    # As integer_pow with a traced exponent: these raised for the dtypes' mismatch.
+    x = np.array([-1.5, -1.0, 0.5, 2.0, 0.0], dtype)
+    y = np.array([3, 127, 2, 5, 3], exponent_dtype)
+    got = lax.pow(x, y)
+    assert got.dtype == x.dtype
+    want = np.array([complex(v) ** int(k) for v, k in zip(x, y)])
+    assert_close(got, (want if dtypes.is_complex(dtype) else want.real).astype(dtype), dtype)
+    assert float(np.real(lax.pow(np.float16(-1), np.int32(2049)))) == -1.0  # (parity kept)
+    slope = fg.grad(lambda t: lax.pow(t, np.int32(3)))(np.float32(2.0))
+    assert float(slope) == 12.0
+
+
 @given(x=fst.arrays(fst.float_dtypes, fst.shapes(max_dims=2), min_value=0.5, max_value=4))
 def test_square_and_reciprocal(x):
     assert_close(lax.square(x), reference(lambda v: v * v, x.dtype, x), x.dtype)

@@ -674,7 +674,20 @@ sub = _binary(sub_p)
 mul = _binary(mul_p)
 div = _binary(div_p)
 rem = _binary(rem_p)
-pow = _binary(pow_p)
+
+
+def pow(x, y):
+    """x ** y: y of x's dtype or, for a floating or complex x, of any integer dtype. A whole
+    exponent is raised in float64 (complex128), which holds it exactly to 2^53 and so keeps
+    its parity, the sign of a negative x's power (float16 rounds 2049 to 2048)."""
+    x, y = binary_operands(x, y)
+    if dtypes.is_inexact(x.dtype) and dtypes.is_int(y.dtype):
+        wide = dtypes.complex128 if dtypes.is_complex(x.dtype) else dtypes.float64
+        power = pow_p.bind(convert_element_type(x, wide), convert_element_type(y, wide))
+        return convert_element_type(power, x.dtype)
+    return pow_p.bind(x, y)
+
+
 max = _binary(max_p)
 min = _binary(min_p)
 atan2 = _binary(atan2_p)
