@@ -187,6 +187,17 @@ def test_boxcox_matches_scipy_and_is_smooth_in_lambda():
     )
     small = np.float64(1e-20)
     np.testing.assert_allclose(float(fs.boxcox1p(small, 0.5)), 1e-20, rtol=1e-15)
+    # At x = 0 and inf, -1 / lmbda for a positive and a negative lmbda (-inf was given for
+    # every lmbda at 0: the infinite log took the Taylor branch).
+    x = np.array([0.0, 0.0, 0.0, np.inf, np.inf, np.inf])
+    lmbda = np.array([16.4375, 0.5, -1.0, 2.0, -0.5, 0.0])
+    for dtype in (np.float16, np.float32, np.float64):
+        want = sc.boxcox(x, lmbda).astype(dtype)
+        np.testing.assert_array_equal(
+            np.asarray(fs.boxcox(x.astype(dtype), lmbda.astype(dtype))), want
+        )
+        got = fs.boxcox1p((x - 1).astype(dtype), lmbda.astype(dtype))
+        np.testing.assert_array_equal(np.asarray(got), want)
     # d/dlmbda at 0 is (log x)^2 / 2, through the Taylor branch
     slope = fg.grad(fs.boxcox, argnums=1)(np.float64(3.0), np.float64(0.0))
     np.testing.assert_allclose(float(slope), np.log(3.0) ** 2 / 2, rtol=1e-15)

@@ -440,9 +440,9 @@ def _boxcox_of_log(log_x, lmbda):
     """(exp(lmbda log x) - 1) / lmbda, as log x times the Taylor series of expm1(y) / y where
     y = lmbda log x is small (so that it is log x at lmbda = 0, with its derivative in lmbda,
     (log x)^2 / 2, kept), and expm1(y) / lmbda elsewhere."""
-    finite_log = fnp.where(fnp.isfinite(log_x), log_x, 0.0)
-    y = lmbda * finite_log
-    small = (fnp.abs(y) < 1e-4) | (lmbda == 0)
+    finite = fnp.isfinite(log_x)  # (x = 0 or inf: the limits -1 / lmbda, and inf or 0 there)
+    y = lmbda * fnp.where(finite, log_x, 0.0)
+    small = (finite & (fnp.abs(y) < 1e-4)) | (lmbda == 0)
     near = fnp.where(small, y, 0.0)
     taylor = log_x * (1 + near / 2 * (1 + near / 3 * (1 + near / 4 * (1 + near / 5))))
     exact = fnp.expm1(fnp.where(small, 0.0, lmbda * log_x)) / fnp.where(small, 1.0, lmbda)
