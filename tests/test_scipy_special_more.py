@@ -234,6 +234,14 @@ def test_hyp1f1_matches_mpmath():
         assert rel.max() < 1e-12
     assert np.isnan(float(fs.hyp1f1(1.0, -1.0, 2.0)))
     np.testing.assert_allclose(float(fs.hyp1f1(-2.0, 3.0, 1.5)), 0.1875, rtol=1e-7)
+    # Past x = -709 Kummer's e^x and the expansion's e^-x each overflowed (NaN); they cancel.
+    a, b, x = (
+        np.array([0.527, 0.527, 2.5, 0.3]),
+        np.array([-0.738, -1.738, 3.5, 0.7]),
+        np.array([-65504.0, -1e3, -1e5, -1e300]),
+    )
+    want = np.array([float(mp.hyp1f1(*map(float, args))) for args in zip(a, b, x)])
+    assert (np.abs(np.asarray(fs.hyp1f1(a, b, x)) - want) / np.abs(want)).max() < 1e-13
     assert fs.hyp1f1(np.float32(1), 2, 3).dtype == np.float32
 
 
