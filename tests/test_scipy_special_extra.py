@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mpmath
 import numpy as np
 import pytest
 import scipy.special as sc
@@ -57,3 +58,22 @@ def test_divergences_match_scipy_including_edges(name):
     y = np.array([0.0, 1.0, 2.0, 0.0, 1.0, -1.0, 0.25])
     assert_close(getattr(special, name)(x, y), getattr(sc, name)(x, y))
     check_grads(getattr(special, name), (x[[2, 6]], y[[2, 6]]), 2)
+    # A NaN gave inf; x / y overflowed float32 at a subnormal y (now computed in float64).
+    x32 = np.array([np.nan, 1.0, 6.9345], np.float32)
+    y32 = np.array([1.0, np.nan, 1.4e-45], np.float32)
+    got = getattr(special, name)(x32, y32)
+    assert got.dtype == np.float32
+    want = getattr(sc, name)(x32.astype(np.float64), y32.astype(np.float64)).astype(np.float32)
+    assert_close(got, want, np.float32)
+
+
+def test_beta_of_shapes_whose_gammas_overflow():
+    # Gamma(a) Gamma(b) / Gamma(a + b) was inf / inf = NaN from B(18, 18) on in float32 and
+    # B(86, 86) in float64, though B itself is far from overflowing.
+    a = np.array([30.0, 200.0, 1e4, 2.5, -2.5, -7.986])
+    b = np.array([30.0, 200.0, 3.0, 3.5, 3.25, -2e-7])
+    with mpmath.workdps(30):  # (SciPy's B(1e4, 3) is 1.5e-12 off)
+        want = np.array([float(mpmath.beta(*map(mpmath.mpf, ab))) for ab in zip(a, b)])
+    assert_close(special.beta(a, b), want, rtol=5e-13)  # (exp scales log B's rounding by 279)
+    got = special.beta(a.astype(np.float32), b.astype(np.float32))
+    assert_close(got, want.astype(np.float32), np.float32, rtol=2e-6)

@@ -339,9 +339,15 @@ def betaln(a: ArrayLike, b: ArrayLike):
 
 
 def beta(a: ArrayLike, b: ArrayLike):
-    """B(a, b) = Gamma(a) Gamma(b) / Gamma(a + b), with its sign."""
-    a, b = promote_args_inexact("beta", a, b)
-    return gamma(a) * gamma(b) / gamma(a + b)
+    """B(a, b) = Gamma(a) Gamma(b) / Gamma(a + b), with its sign: exp(betaln) in float64,
+    since the gammas themselves overflow long before their ratio does (B(30, 30) was NaN in
+    float32, B(200, 200) in float64)."""
+    (a, b), kind = wide("beta", a, b)
+
+    def sign(x):
+        return fnp.where((x < 0) & (fnp.remainder(fnp.floor(x), 2) != 0), -1.0, 1.0)
+
+    return narrow(sign(a) * sign(b) * sign(a + b) * fnp.exp(log_beta(a, b)), kind)
 
 
 def factorial(n: ArrayLike, exact: bool = False):
@@ -366,22 +372,28 @@ def multigammaln(a: ArrayLike, d: int):
     return d * (d - 1) / 4 * math.log(math.pi) + fnp.sum(terms, axis=0)
 
 
-def rel_entr(x: ArrayLike, y: ArrayLike):
-    """x log(x / y) for x, y > 0; 0 where x = 0 <= y; inf otherwise."""
-    x, y = promote_args_inexact("rel_entr", x, y)
+def _relative_entropy(name: str, x: ArrayLike, y: ArrayLike, offset: bool):
+    """x log(x / y) (- x + y with `offset`) for x, y > 0 in float64, where x / y does not
+    overflow (7 / 1e-45 did in float32); 0 (y) where x = 0 <= y; NaN for a NaN; else inf."""
+    (x, y), kind = wide(name, x, y)
     both_positive = (x > 0) & (y > 0)
     safe_x, safe_y = fnp.where(both_positive, x, 1), fnp.where(both_positive, y, 1)
     value = safe_x * fnp.log(safe_x / safe_y)
-    return fnp.where(both_positive, value, fnp.where((x == 0) & (y >= 0), 0, fnp.inf))
+    zero_x = 0.0
+    if offset:
+        value, zero_x = value - safe_x + safe_y, y
+    value = fnp.where(both_positive, value, fnp.where((x == 0) & (y >= 0), zero_x, fnp.inf))
+    return narrow(fnp.where(fnp.isnan(x) | fnp.isnan(y), fnp.nan, value), kind)
+
+
+def rel_entr(x: ArrayLike, y: ArrayLike):
+    """x log(x / y) for x, y > 0; 0 where x = 0 <= y; inf otherwise."""
+    return _relative_entropy("rel_entr", x, y, offset=False)
 
 
 def kl_div(x: ArrayLike, y: ArrayLike):
     """x log(x / y) - x + y for x, y > 0; y where x = 0 <= y; inf otherwise."""
-    x, y = promote_args_inexact("kl_div", x, y)
-    both_positive = (x > 0) & (y > 0)
-    safe_x, safe_y = fnp.where(both_positive, x, 1), fnp.where(both_positive, y, 1)
-    value = safe_x * fnp.log(safe_x / safe_y) - safe_x + safe_y
-    return fnp.where(both_positive, value, fnp.where((x == 0) & (y >= 0), y, fnp.inf))
+    return _relative_entropy("kl_div", x, y, offset=True)
 
 
 def gammasgn(x: ArrayLike):
