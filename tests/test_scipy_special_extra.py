@@ -77,3 +77,13 @@ def test_beta_of_shapes_whose_gammas_overflow():
     assert_close(special.beta(a, b), want, rtol=5e-13)  # (exp scales log B's rounding by 279)
     got = special.beta(a.astype(np.float32), b.astype(np.float32))
     assert_close(got, want.astype(np.float32), np.float32, rtol=2e-6)
+
+
+def test_poch_of_arguments_whose_gammas_overflow():
+    # Gamma(z + m) / Gamma(z) was inf / inf = NaN: poch(200, 2) for 40200.
+    z = np.array([200.0, 1e10, 1e5, 30.0, -2.5, 3.0, 2.5])
+    m = np.array([2.0, 3.0, 0.5, 5.0, 3.0, -2.0, 0.0])
+    want = np.array([200 * 201, 1e10 * (1e10 + 1) * (1e10 + 2), 316.2273707323775])
+    want = np.concatenate([want, [30 * 31 * 32 * 33 * 34, -2.5 * -1.5 * -0.5, 1 / (2 * 1), 1.0]])
+    assert_close(special.poch(z, m), want, rtol=1e-14)
+    check_grads(special.poch, (np.float64(2.5), np.float64(1.5)), 1)

@@ -359,9 +359,14 @@ def factorial(n: ArrayLike, exact: bool = False):
 
 
 def poch(z: ArrayLike, m: ArrayLike):
-    """The rising factorial Gamma(z + m) / Gamma(z)."""
-    z, m = promote_args_inexact("poch", z, m)
-    return gamma(z + m) / gamma(z)
+    """The rising factorial Gamma(z + m) / Gamma(z); for z, m > 0 as Gamma(m) / B(z, m) by
+    betaln in float64, since the gammas overflow long before their ratio does (poch(200, 2)
+    was inf / inf = NaN, for 40200)."""
+    (z, m), kind = wide("poch", z, m)
+    positive = (z > 0) & (m > 0)
+    safe_z, safe_m = fnp.where(positive, z, 1.0), fnp.where(positive, m, 1.0)
+    ratio = fnp.exp(lax.lgamma(safe_m) - log_beta(safe_z, safe_m))
+    return narrow(fnp.where(positive, ratio, gamma(z + m) / gamma(z)), kind)
 
 
 def multigammaln(a: ArrayLike, d: int):
