@@ -87,3 +87,11 @@ def test_poch_of_arguments_whose_gammas_overflow():
     want = np.concatenate([want, [30 * 31 * 32 * 33 * 34, -2.5 * -1.5 * -0.5, 1 / (2 * 1), 1.0]])
     assert_close(special.poch(z, m), want, rtol=1e-14)
     check_grads(special.poch, (np.float64(2.5), np.float64(1.5)), 1)
+
+
+def test_gamma_at_its_poles_and_at_minus_zero():
+    # SciPy's and JAX's values: NaN at the poles (was inf), -inf at -0 (was inf).
+    x = np.array([-0.0, 0.0, -2.0, -1e20, -2.5, np.inf, -np.inf])
+    for dtype in (np.float32, np.float64):
+        got = np.asarray(special.gamma(x.astype(dtype)))
+        np.testing.assert_array_equal(got, sc.gamma(x).astype(dtype))

@@ -144,6 +144,14 @@ def test_incomplete_functions_edges_and_invalid_arguments():
     assert np.isnan(np.asarray(fs.betainc(np.array([-1.0, 1.0]), 2.0, np.array([0.5, 1.5])))).all()
 
 
+def test_incomplete_gamma_at_infinite_shape():
+    # P(inf, x) = 0 and Q(inf, x) = 1 for finite x (SciPy's); NaN at x = inf. They were NaN.
+    x = np.array([0.0, 2.9, 1e300, np.inf, -1.0])
+    for name in ("gammainc", "gammaincc"):
+        got = np.asarray(getattr(fs, name)(np.inf, x))
+        np.testing.assert_array_equal(got, getattr(sc, name)(np.inf, x), err_msg=name)
+
+
 def test_betainc_at_infinite_and_huge_shapes():
     # The limits (SciPy's): a = inf is a step at x = 1, b = inf one past x = 0; both: NaN.
     # These were NaN, as were finite shapes past 1e154, whose products in the continued

@@ -259,19 +259,29 @@ def _gammaincc64_jvp(primals, tangents):
     return value, -_gamma_shape_derivative(a, x, 1 - value) * ta - _gamma_density(a, x) * tx
 
 
+def _at_infinite_shape(a, x, value, limit):
+    """`value` with the limit at a = inf (P = 0, Q = 1 for finite x >= 0; NaN at x = inf), as
+    SciPy's."""
+    infinite = a == fnp.inf
+    at_limit = fnp.where((x >= 0) & fnp.isfinite(x), limit, fnp.nan)
+    return fnp.where(infinite, at_limit, value)
+
+
 def gammainc(a, x):
     """The regularized lower incomplete gamma function P(a, x) = gamma(a, x) / Gamma(a), for
     a > 0 and x >= 0, and its limit 1 at a = 0 for x > 0 (NaN elsewhere); its series below
     x = a + 1, the continued fraction of 1 - P above."""
     (a, x), dtype = _wide("gammainc", a, x)
-    return _narrow(fnp.where((a == 0) & (x > 0), 1.0, _gammainc64(a, x)), dtype)
+    value = fnp.where((a == 0) & (x > 0), 1.0, _gammainc64(a, x))
+    return _narrow(_at_infinite_shape(a, x, value, 0.0), dtype)
 
 
 def gammaincc(a, x):
     """The regularized upper incomplete gamma function Q(a, x) = 1 - P(a, x), computed
     directly where it is small (no cancellation); 0 at a = 0 for x > 0."""
     (a, x), dtype = _wide("gammaincc", a, x)
-    return _narrow(fnp.where((a == 0) & (x > 0), 0.0, _gammaincc64(a, x)), dtype)
+    value = fnp.where((a == 0) & (x > 0), 0.0, _gammaincc64(a, x))
+    return _narrow(_at_infinite_shape(a, x, value, 1.0), dtype)
 
 
 def _beta_fraction(a, b, x):

@@ -317,12 +317,18 @@ def log_softmax(x: ArrayLike, axis: Axis = None):
 
 
 def gamma(x: ArrayLike):
-    """Gamma(x) as sign * exp(log|Gamma(x)|): negative between -2k - 1 and -2k. Narrower
-    floats compute in float64: exp magnifies log|Gamma|'s rounding by its size (62 ulp at
-    x = 29 in float32)."""
+    """Gamma(x) as sign * exp(log|Gamma(x)|): negative between -2k - 1 and -2k, -inf at -0
+    and NaN at the poles -1, -2, ... (as SciPy's and JAX's). Narrower floats compute in
+    float64: exp magnifies log|Gamma|'s rounding by its size (62 ulp at x = 29 in float32)."""
     (wide,), kind = _wide("gamma", x)
-    negative = (wide < 0) & (fnp.remainder(fnp.floor(wide), 2) != 0)
-    return _narrow(fnp.where(negative, -1, 1) * fnp.exp(lax.lgamma(wide)), kind)
+    sign = fnp.where((wide == 0) & fnp.signbit(wide), -1.0, _gamma_sign(wide))
+    value = sign * fnp.exp(lax.lgamma(wide))
+    return _narrow(fnp.where((wide < 0) & (fnp.floor(wide) == wide), fnp.nan, value), kind)
+
+
+def _gamma_sign(x):
+    """The sign of Gamma(x) off its poles: -1 between -2k - 1 and -2k."""
+    return fnp.where((x < 0) & (fnp.remainder(fnp.floor(x), 2) != 0), -1.0, 1.0)
 
 
 def loggamma(x: ArrayLike):
@@ -343,11 +349,8 @@ def beta(a: ArrayLike, b: ArrayLike):
     since the gammas themselves overflow long before their ratio does (B(30, 30) was NaN in
     float32, B(200, 200) in float64)."""
     (a, b), kind = wide("beta", a, b)
-
-    def sign(x):
-        return fnp.where((x < 0) & (fnp.remainder(fnp.floor(x), 2) != 0), -1.0, 1.0)
-
-    return narrow(sign(a) * sign(b) * sign(a + b) * fnp.exp(log_beta(a, b)), kind)
+    sign = _gamma_sign(a) * _gamma_sign(b) * _gamma_sign(a + b)
+    return narrow(sign * fnp.exp(log_beta(a, b)), kind)
 
 
 def factorial(n: ArrayLike, exact: bool = False):
@@ -366,7 +369,10 @@ def poch(z: ArrayLike, m: ArrayLike):
     positive = (z > 0) & (m > 0)
     safe_z, safe_m = fnp.where(positive, z, 1.0), fnp.where(positive, m, 1.0)
     ratio = fnp.exp(lax.lgamma(safe_m) - log_beta(safe_z, safe_m))
-    return narrow(fnp.where(positive, ratio, gamma(z + m) / gamma(z)), kind)
+    # (elsewhere the sign and log of each gamma: a pole above is inf, below 0)
+    sign = _gamma_sign(z + m) * _gamma_sign(z)
+    other = sign * fnp.exp(lax.lgamma(z + m) - lax.lgamma(z))
+    return narrow(fnp.where(positive, ratio, other), kind)
 
 
 def multigammaln(a: ArrayLike, d: int):
