@@ -12,6 +12,7 @@ import math
 import operator
 
 import ml_dtypes
+import mpmath
 import numpy as np
 import pytest
 import strategies as fst
@@ -283,6 +284,21 @@ def test_integer_pow_exponents_the_dtype_cannot_hold():
     assert float(lax.integer_pow(np.float16(-1), 2049)) == -1.0
 
 
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.complex64])
+@pytest.mark.parametrize("exponent_dtype", [np.int8, np.uint8, np.int32])
+def test_pow_takes_an_integer_exponent_of_any_integer_dtype(dtype, exponent_dtype):
+    # As integer_pow with a traced exponent: these raised for the dtypes' mismatch.
+    x = np.array([-1.5, -1.0, 0.5, 2.0, 0.0], dtype)
+    y = np.array([3, 127, 2, 5, 3], exponent_dtype)
+    got = lax.pow(x, y)
+    assert got.dtype == x.dtype
+    want = np.array([complex(v) ** int(k) for v, k in zip(x, y)])
+    assert_close(got, (want if dtypes.is_complex(dtype) else want.real).astype(dtype), dtype)
+    assert float(np.real(lax.pow(np.float16(-1), np.int32(2049)))) == -1.0  # (parity kept)
+    slope = fg.grad(lambda t: lax.pow(t, np.int32(3)))(np.float32(2.0))
+    assert float(slope) == 12.0
+
+
 @given(x=fst.arrays(fst.float_dtypes, fst.shapes(max_dims=2), min_value=0.5, max_value=4))
 def test_square_and_reciprocal(x):
     assert_close(lax.square(x), reference(lambda v: v * v, x.dtype, x), x.dtype)
@@ -401,6 +417,23 @@ def test_logistic_keeps_relative_precision_in_its_negative_tail(dtype, backend):
         with jit_backend(backend):
             got = fg.jit(lax.logistic)(x)
     np.testing.assert_allclose(np.asarray(got), expected, rtol=4 * np.finfo(dtype).eps, atol=0)
+
+
+@pytest.mark.parametrize("backend", ["eager", *COMPILED_BACKENDS])
+def test_complex_logistic_keeps_the_left_half_plane(backend):
+    # 0.5 tanh(z / 2) + 0.5 cancelled to a zero real part at -23 + 1e4 j (the true one is
+    # -8.5e-11); 1 / (1 + e^-z) overflowed to NaN at -100 + 3j in complex64.
+    points = [-23.140423 + 1e4j, -100 + 3j, -1e4 + 1j, 100 - 3j, 0.3 + 0.2j, -0.3 - 1e-3j]
+    x = np.array(points, np.complex64)
+    expected = np.array([complex(1 / (1 + mpmath.exp(-mpmath.mpc(complex(z))))) for z in x])
+    if backend == "eager":
+        got = lax.logistic(x)
+    else:
+        with jit_backend(backend):
+            got = fg.jit(lax.logistic)(x)
+    error = np.abs(np.asarray(got).astype(np.complex128) - expected)
+    info = np.finfo(np.float32)  # (-100 + 3j gives subnormal parts)
+    assert np.all(error <= 4 * info.eps * np.abs(expected) + info.tiny), (got, expected)
 
 
 @pytest.mark.parametrize("backend", COMPILED_BACKENDS)

@@ -169,6 +169,31 @@ def test_integer_dot_wraps_around_in_the_operand_type():
     assert int(lax.dot(x, x, preferred_element_type=np.int32)) == 30000
 
 
+@pytest.mark.parametrize(
+    "lhs_dtype, rhs_dtype, expected",
+    [
+        (np.int16, np.int8, np.int16),
+        (np.bool_, np.uint8, np.uint8),
+        (np.uint8, np.int8, np.int8),  # (signed wins a tie of widths)
+        (np.float32, np.float16, np.float32),
+        (np.float32, np.int32, np.float32),
+        (dtypes.bfloat16, np.float32, np.float32),
+        (np.float16, dtypes.bfloat16, dtypes.bfloat16),  # (the wider exponent)
+        (np.complex64, np.float64, np.complex64),
+        (np.float32, np.float64, np.float64),
+    ],
+)
+def test_dot_of_mixed_dtypes_gives_the_higher_precision_one(lhs_dtype, rhs_dtype, expected):
+    # They raised; JAX contracts them in the operand type of higher precision.
+    lhs = np.arange(6).reshape(2, 3).astype(lhs_dtype)
+    rhs = np.arange(6).reshape(3, 2).astype(rhs_dtype)
+    out = lax.dot(lhs, rhs)
+    assert out.dtype == np.dtype(expected)
+    want = lhs.astype(np.float64) @ rhs.astype(np.float64)
+    np.testing.assert_array_equal(np.asarray(out).astype(np.float64), want.astype(expected))
+    assert fg.jit(lax.dot)(lhs, rhs).dtype == np.dtype(expected)
+
+
 def test_bool_dot_is_or_of_ands():
     a = np.array([[True, False], [False, False]])
     b = np.array([[False, True], [True, True]])
@@ -226,8 +251,6 @@ def test_dot_general_errors_name_shapes_dims_and_dtypes():
         lax.dot_general(f32, f32, (((2,), (1,)), ((), ())))
     with pytest.raises(TypeError, match=r"at most once.*\(0,\).*\(0,\)"):
         lax.dot_general(f32, f32, (((0,), (0,)), ((0,), (0,))))
-    with pytest.raises(TypeError, match="float32 and float64"):
-        lax.dot(f32, np.ones((3, 2)))
     with pytest.raises(TypeError, match="preferred_element_type int32.*float32"):
         lax.dot(f32, f32.T, preferred_element_type=np.int32)
     with pytest.raises(TypeError, match="preferred_element_type int8.*int32"):

@@ -181,6 +181,17 @@ def test_top_k(data):
     check_staging(lambda x: lax.top_k(x, k), without_bfloat16_nans(x), exact=True)
 
 
+@given(st.data())
+def test_top_k_along_any_axis(data):
+    x = data.draw(tie_heavy_arrays(EVERY_DTYPE, fst.shapes(1, 3, 1, 4)))
+    axis = data.draw(st.integers(-x.ndim, x.ndim - 1))
+    k = data.draw(st.integers(0, x.shape[axis]))
+    values, indices = lax.top_k(x, k, axis=axis)
+    expected_values, expected_indices = top_k_reference(np.moveaxis(x, axis, -1), k)
+    assert_same_bits(values, np.moveaxis(expected_values, -1, axis))
+    assert_same_bits(indices, np.moveaxis(expected_indices, -1, axis))
+
+
 def test_top_k_example():
     x = np.array([[1.0, np.nan, 3.0, 3.0, -0.0, 0.0]], np.float32)
     values, indices = lax.top_k(x, 5)
@@ -202,3 +213,5 @@ def test_top_k_errors_name_the_shape():
         fg.make_jaxpr(lambda x: top_k_p.bind(x, k=-1))(np.zeros(3))
     with pytest.raises(TypeError, match=r"rank at least 1, got shape \(\)"):
         fg.make_jaxpr(lambda x: lax.top_k(x, 1))(np.float32(1))
+    with pytest.raises(ValueError, match=r"axis 2 is out of range.*\(2, 3\)"):
+        lax.top_k(np.zeros((2, 3)), 1, axis=2)

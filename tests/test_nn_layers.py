@@ -433,6 +433,24 @@ def test_variance_scaling_initializers_have_their_variance(name, variance):
         assert np.abs(sample).max() <= 2 * math.sqrt(variance) / 0.8796 + 1e-6
 
 
+@pytest.mark.parametrize(
+    ("mode", "fan"), [("fan_in", 20), ("fan_out", 6), ("fan_geo_avg", math.sqrt(120))]
+)
+def test_variance_scaling_with_several_axes_a_batch_axis_and_the_geometric_mean(mode, fan):
+    # JAX's signature: in_axis and out_axis may name several axes, batch_axis leaves the
+    # receptive field; these raised (and fan_geo_avg was refused).
+    init = nn.initializers.variance_scaling(
+        1.0, mode, "uniform", in_axis=(0, 1), out_axis=2, batch_axis=3
+    )
+    sample = np.asarray(init(KEY, (4, 5, 6, 300)))
+    limit = math.sqrt(3 / fan)
+    assert np.abs(sample).max() <= limit * (1 + 1e-6)
+    assert np.abs(sample).max() > 0.99 * limit
+    assert abs(sample.var() / (1 / fan) - 1) < 0.05
+    kernel = np.asarray(nn.initializers.lecun_normal(batch_axis=0)(KEY, (50, 3, 40, 60)))
+    assert abs(kernel.var() / (1 / (3 * 40)) - 1) < 0.05
+
+
 def test_conv_kernel_fans_include_the_window_and_simple_initializers():
     kernel = np.asarray(nn.initializers.he_normal()(KEY, (3, 3, 40, 60)))
     assert abs(kernel.var() / (2 / (9 * 40)) - 1) < 0.05

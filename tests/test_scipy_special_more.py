@@ -187,6 +187,17 @@ def test_boxcox_matches_scipy_and_is_smooth_in_lambda():
     )
     small = np.float64(1e-20)
     np.testing.assert_allclose(float(fs.boxcox1p(small, 0.5)), 1e-20, rtol=1e-15)
+    # At x = 0 and inf, -1 / lmbda for a positive and a negative lmbda (-inf was given for
+    # every lmbda at 0: the infinite log took the Taylor branch).
+    x = np.array([0.0, 0.0, 0.0, np.inf, np.inf, np.inf])
+    lmbda = np.array([16.4375, 0.5, -1.0, 2.0, -0.5, 0.0])
+    for dtype in (np.float16, np.float32, np.float64):
+        want = sc.boxcox(x, lmbda).astype(dtype)
+        np.testing.assert_array_equal(
+            np.asarray(fs.boxcox(x.astype(dtype), lmbda.astype(dtype))), want
+        )
+        got = fs.boxcox1p((x - 1).astype(dtype), lmbda.astype(dtype))
+        np.testing.assert_array_equal(np.asarray(got), want)
     # d/dlmbda at 0 is (log x)^2 / 2, through the Taylor branch
     slope = fg.grad(fs.boxcox, argnums=1)(np.float64(3.0), np.float64(0.0))
     np.testing.assert_allclose(float(slope), np.log(3.0) ** 2 / 2, rtol=1e-15)
@@ -223,6 +234,14 @@ def test_hyp1f1_matches_mpmath():
         assert rel.max() < 1e-12
     assert np.isnan(float(fs.hyp1f1(1.0, -1.0, 2.0)))
     np.testing.assert_allclose(float(fs.hyp1f1(-2.0, 3.0, 1.5)), 0.1875, rtol=1e-7)
+    # Past x = -709 Kummer's e^x and the expansion's e^-x each overflowed (NaN); they cancel.
+    a, b, x = (
+        np.array([0.527, 0.527, 2.5, 0.3]),
+        np.array([-0.738, -1.738, 3.5, 0.7]),
+        np.array([-65504.0, -1e3, -1e5, -1e300]),
+    )
+    want = np.array([float(mp.hyp1f1(*map(float, args))) for args in zip(a, b, x)])
+    assert (np.abs(np.asarray(fs.hyp1f1(a, b, x)) - want) / np.abs(want)).max() < 1e-13
     assert fs.hyp1f1(np.float32(1), 2, 3).dtype == np.float32
 
 
@@ -359,6 +378,26 @@ def test_hyp2f1_matches_mpmath():
     )
     slope = fg.grad(fs.hyp2f1, argnums=3)(1.0, 2.0, 3.0, np.float64(0.5))
     np.testing.assert_allclose(float(slope), 2 / 3 * float(mp.hyp2f1(2, 3, 4, 0.5)), rtol=1e-14)
+
+
+def test_hypergeometric_series_stop_at_once_on_nan(monkeypatch):
+    # A NaN term never fell below 1e-17 of the sum: every loop ran its 5000 rounds (1 s).
+    from funcgrad.scipy import hypergeometric
+
+    rounds = []
+
+    def counting(step, init, done_index):
+        carry = iterate(step, init, done_index)
+        rounds.append(int(carry[0]))
+        return carry
+
+    iterate = hypergeometric._iterate
+    monkeypatch.setattr(hypergeometric, "_iterate", counting)
+    nan = np.float64(np.nan)
+    assert np.isnan(float(fs.hyp2f1(nan, 2.0, 3.0, 0.5)))
+    assert np.isnan(float(fs.hyp2f1(1.0, 2.0, nan, 0.9)))
+    assert np.isnan(float(fs.hyp1f1(nan, 2.0, 0.5)))
+    assert rounds and max(rounds) < 100, rounds
 
 
 def test_hyp2f1_near_one_where_c_minus_a_minus_b_is_whole():

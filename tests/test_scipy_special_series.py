@@ -44,7 +44,7 @@ def test_zeta_matches_scipy(s, q):
 def test_zeta_and_polygamma_special_values():
     np.testing.assert_allclose(np.asarray(fs.zeta(f64(2.0))), np.pi**2 / 6, rtol=1e-15)
     assert np.isinf(fs.zeta(1.0, 3.0)) and np.isnan(fs.zeta(0.5, 1.0))
-    # (poles at the non-positive integers q, as SciPy's; other negative q stay NaN here)
+    # (poles at the non-positive integers q, as SciPy's; other negative q need a whole x)
     q = np.array([0.0, -1.0, -3.0])
     np.testing.assert_array_equal(np.asarray(fs.zeta(f64(2.0), q)), sc.zeta(2.0, q))
     assert np.isnan(fs.zeta(2.5, -1.5)) and np.isnan(fs.zeta(0.5, -1.0))
@@ -52,6 +52,52 @@ def test_zeta_and_polygamma_special_values():
     x = np.linspace(0.1, 12, 40)[None]
     assert relative_error(fs.polygamma(n, x), sc.polygamma(n.astype(int), x)).max() < 1e-13
     assert np.isnan(fs.polygamma(1.5, 2.0)) and np.isnan(fs.polygamma(-1.0, 2.0))
+
+
+def test_zeta_and_polygamma_at_negative_arguments():
+    # A whole order x makes every term (q + k)^-x real: these were NaN (SciPy sums them).
+    q = np.array([-1e-3, -0.5, -0.57, -0.999, -5.3, -20.5, -1000.3])
+    for s in (2.0, 3.0, 6.0):
+        assert relative_error(fs.zeta(f64(s), q), sc.zeta(s, q)).max() < 1e-12
+    n = np.arange(4, dtype=np.float64)[:, None]
+    assert relative_error(fs.polygamma(n, q), sc.polygamma(n.astype(int), q)).max() < 1e-12
+    # psi''(x) = psi''(1 - x) at half-integers (the reflection's cot'' vanishes there); SciPy's
+    # direct sum loses three digits this far left.
+    far = fs.polygamma(f64(2.0), f64(-1e6 - 0.5))
+    assert relative_error(far, fs.polygamma(f64(2.0), f64(1e6 + 1.5))) < 1e-13
+    check_grads(lambda q: fs.zeta(f64(3.0), q), (f64(-2.3),), order=1)
+
+
+def _lower_gamma_by_series(a: float, x: float) -> float:
+    """P(a, x) = x^a e^-x / Gamma(a + 1) sum_n x^n / ((a + 1) ... (a + n)) in 40 digits."""
+    with mp.workdps(40):
+        a, x = mp.mpf(a), mp.mpf(x)
+        term = total = mp.mpf(1)
+        n = 0
+        while term > total * mp.mpf(10) ** -35:
+            n += 1
+            term *= x / (a + n)
+            total += term
+        return float(mp.exp(a * mp.log(x) - x - mp.loggamma(a + 1)) * total)
+
+
+def test_incomplete_gamma_at_large_shapes():
+    # Near x = a the series and the continued fraction need ~9 sqrt(a) rounds: past a = 3e6
+    # they stopped short (P(1e8, 1e8) was 0.19), and their prefactor's a log(a) cancellation
+    # left P(1e6, 1e6) 6e-7 off. Temme's expansion takes over from a = 1000.
+    a = 1e6
+    for x in (a, a - 4e3, a + 3e3, a - 300):
+        want = _lower_gamma_by_series(a, x)
+        assert relative_error(fs.gammainc(f64(a), f64(x)), want) < 1e-14
+        assert relative_error(fs.gammaincc(f64(a), f64(x)), 1 - want) < 1e-12
+    for a in (1234.5, 3e4):  # either side of where every x is left to the expansion
+        for x in (0.55 * a, 0.9 * a, a + 3 * a**0.5, 1.5 * a):
+            want = _lower_gamma_by_series(a, x)
+            assert relative_error(fs.gammainc(f64(a), f64(x)), want) < 1e-12
+    # Far out: P(a, a) = 1/2 + 1 / (3 sqrt(2 pi a)) + O(a^-3/2) (DLMF 8.12's c_0(0) = -1/3).
+    a = 1e12
+    np.testing.assert_allclose(fs.gammainc(f64(a), f64(a)), 0.5 + 1 / (3 * (2 * np.pi * a) ** 0.5))
+    check_grads(fs.gammainc, (f64(2e4), f64(2e4 + 150)), order=1)
 
 
 @given(a=st.floats(0.01, 500.0), x=st.floats(0.0, 800.0))
@@ -96,6 +142,46 @@ def test_incomplete_functions_edges_and_invalid_arguments():
         np.asarray(fs.betainc(2.0, 3.0, np.array([0.0, 1.0]))), [0.0, 1.0]
     )
     assert np.isnan(np.asarray(fs.betainc(np.array([-1.0, 1.0]), 2.0, np.array([0.5, 1.5])))).all()
+
+
+def test_incomplete_gamma_at_infinite_shape():
+    # P(inf, x) = 0 and Q(inf, x) = 1 for finite x (SciPy's); NaN at x = inf. They were NaN.
+    x = np.array([0.0, 2.9, 1e300, np.inf, -1.0])
+    for name in ("gammainc", "gammaincc"):
+        got = np.asarray(getattr(fs, name)(np.inf, x))
+        np.testing.assert_array_equal(got, getattr(sc, name)(np.inf, x), err_msg=name)
+
+
+def test_betainc_at_infinite_and_huge_shapes():
+    # The limits (SciPy's): a = inf is a step at x = 1, b = inf one past x = 0; both: NaN.
+    # These were NaN, as were finite shapes past 1e154, whose products in the continued
+    # fraction overflowed.
+    inf = np.inf
+    a = np.array([inf, inf, 1.0, 1.0, inf, 1e300, 2.5, 1e200])
+    b = np.array([1.0, 2.0, inf, inf, inf, 1.0, 1e300, 3.0])
+    x = np.array([0.3, 1.0, 0.3, 0.0, 0.5, 0.3, 0.3, 0.9])
+    np.testing.assert_array_equal(
+        np.asarray(fs.betainc(a, b, x)), [0.0, 1.0, 1.0, 0.0, np.nan, 0.0, 1.0, 0.0]
+    )
+    # a b x = 1e-1 stays a gamma-like tail: I_x(2, b) -> P(2, b x) = 1 - 1.1 e^-0.1
+    got = float(fs.betainc(f64(2.0), f64(1e160), f64(1e-161)))
+    assert relative_error(got, 1 - 1.1 * np.exp(-0.1)) < 1e-13
+
+
+def test_betaln_of_large_shapes():
+    # lgamma(a) + lgamma(b) - lgamma(a + b) cancelled: betaln(1e300, 1) was 0, betaln(1e15, 3)
+    # -108 (for -102.9), and the front factor of betainc(2, 1e20, 1e-21) 1e-40 too small.
+    a = np.array([1e300, 1e15, 0.5, 12.0, 2.9e8, 45.7, 9.99, 1e17])
+    b = np.array([1.0, 3.0, 1e20, 12.000001, 71.8, 22.4, 1e5, 1e17])
+    with mp.workdps(340):  # (a + b exact)
+        pairs = [(mp.mpf(p), mp.mpf(q)) for p, q in zip(a, b)]
+        logs = [mp.loggamma(p) + mp.loggamma(q) - mp.loggamma(p + q) for p, q in pairs]
+        want = [float(v) for v in logs]
+    assert relative_error(fs.betaln(a, b), want).max() < 1e-14
+    got = float(fs.betainc(f64(2.0), f64(1e20), f64(1e-21)))
+    assert relative_error(got, 1 - 1.1 * np.exp(-0.1)) < 1e-13
+    assert np.asarray(fs.betaln(np.float32(1e30), np.float32(2.0))).dtype == np.float32
+    check_grads(fs.betaln, (f64(30.0), f64(1e6)), order=1)
 
 
 def test_derivatives_match_finite_differences():
@@ -147,24 +233,26 @@ def test_small_shapes_below_x_of_a_plus_one():
     """Below x = a + 1 Q was 1 - P, which rounds away Q's digits as a -> 0 (Q(1e-20, 0.1) was
     1e4 times too large, dQ/da at a = 1e-10 and x = 1 - 1e-12 off by 8e-6); I_x(a, b) near
     1 likewise for its shape derivatives (1.6e-4 off at a = 1e-12). Against mpmath."""
-    mp.mp.dps = 30
-    for a in (1e-20, 1e-10, 1e-3, 0.0999):
-        for x in (1e-5, 0.1, 0.56, 1 - 1e-12):
-            q = float(mp.gammainc(a, x, mp.inf, regularized=True))
-            slope = float(mp.diff(lambda s, x=x: mp.gammainc(s, x, mp.inf, regularized=True), a))
-            np.testing.assert_allclose(float(fs.gammaincc(f64(a), f64(x))), q, rtol=5e-15)
-            got = float(fg.grad(fs.gammainc)(f64(a), f64(x)))
-            np.testing.assert_allclose(got, -slope, rtol=1e-8 if a > 1e-5 else 1e-13)
-    for argnum, args in ((0, (1e-12, 2.0, 0.5)), (1, (2.0, 1e-12, 0.5))):
+    with mp.workdps(30):  # (not for the modules that run after this one)
+        for a in (1e-20, 1e-10, 1e-3, 0.0999):
+            for x in (1e-5, 0.1, 0.56, 1 - 1e-12):
+                q = float(mp.gammainc(a, x, mp.inf, regularized=True))
+                slope = float(
+                    mp.diff(lambda s, x=x: mp.gammainc(s, x, mp.inf, regularized=True), a)
+                )
+                np.testing.assert_allclose(float(fs.gammaincc(f64(a), f64(x))), q, rtol=5e-15)
+                got = float(fg.grad(fs.gammainc)(f64(a), f64(x)))
+                np.testing.assert_allclose(got, -slope, rtol=1e-8 if a > 1e-5 else 1e-13)
+        for argnum, args in ((0, (1e-12, 2.0, 0.5)), (1, (2.0, 1e-12, 0.5))):
 
-        def regularized(s, args=args, argnum=argnum):
-            shifted = list(args)
-            shifted[argnum] = s
-            return mp.betainc(shifted[0], shifted[1], 0, shifted[2], regularized=True)
+            def regularized(s, args=args, argnum=argnum):
+                shifted = list(args)
+                shifted[argnum] = s
+                return mp.betainc(shifted[0], shifted[1], 0, shifted[2], regularized=True)
 
-        slope = float(mp.diff(regularized, args[argnum]))
-        got = float(fg.grad(fs.betainc, argnums=argnum)(*map(f64, args)))
-        np.testing.assert_allclose(got, slope, rtol=1e-13)
+            slope = float(mp.diff(regularized, args[argnum]))
+            got = float(fg.grad(fs.betainc, argnums=argnum)(*map(f64, args)))
+            np.testing.assert_allclose(got, slope, rtol=1e-13)
 
 
 def test_jit_and_vmap_agree_with_eager():

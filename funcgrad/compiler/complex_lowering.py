@@ -422,6 +422,18 @@ def sin(x: Pair) -> Pair:
     return Pair(z.re, lax.select(unsigned, lax.abs(x.im), z.im))
 
 
+def logistic(x: Pair) -> Pair:
+    """1 / (1 + e^-x) where the real part is not negative, e^x / (1 + e^x) where it is: the
+    exponential never overflows, so the left half plane keeps its tiny values."""
+    left = lax.lt(x.re, _c(x.re, 0))
+    e = exp(Pair(lax.select(left, x.re, lax.neg(x.re)), lax.select(left, x.im, lax.neg(x.im))))
+    numerator = Pair(
+        lax.select(left, e.re, lax.full_like(e.re, 1)),
+        lax.select(left, e.im, lax.full_like(e.im, 0)),
+    )
+    return div(numerator, Pair(lax.add(e.re, _c(e.re, 1)), e.im))
+
+
 def cos(x: Pair) -> Pair:
     return cosh(times_i(x))
 
@@ -769,7 +781,7 @@ for _name, _fn in {
     "asinh": asinh,
     "acosh": acosh,
     "atanh": atanh,
-    "logistic": lambda x: div(one_like(x), add(one_like(x), exp(neg(x)))),
+    "logistic": logistic,
     "stop_gradient": lambda x: x,
 }.items():
     rules[_name] = _unary(_fn)

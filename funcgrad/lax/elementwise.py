@@ -200,14 +200,16 @@ def _weak_scalar(value, dtype: np.dtype) -> Array:
 
 
 def _logistic(x):
-    if dtypes.is_complex(x.dtype):
-        half = x.dtype.type(0.5)
-        return half * np.tanh(half * x) + half
-    # e / (1 + e) below 0 and 1 / (1 + e) above, e = exp(-|x|): exp never overflows, and the
-    # negative tail keeps its relative precision (0.5 tanh(x / 2) + 0.5 gave 0 below -17 in
-    # float32, where the values down to 1e-38 are representable).
-    e = np.exp(-np.abs(x))
+    # e / (1 + e) below 0 and 1 / (1 + e) above, e = exp(-|x|) (of the real part for complex
+    # x): exp never overflows, and the negative tail keeps its relative precision (0.5 tanh(x /
+    # 2) + 0.5 gave 0 below -17 in float32, where the values down to 1e-38 are representable,
+    # and lost the real part of complex values far into the left half plane).
     one = x.dtype.type(1)
+    if dtypes.is_complex(x.dtype):
+        left = x.real < 0
+        e = np.exp(np.where(left, x, -x))
+        return np.where(left, e / (one + e), one / (one + e))
+    e = np.exp(-np.abs(x))
     return np.where(x >= 0, one / (one + e), e / (one + e))
 
 
@@ -719,7 +721,20 @@ sub = _binary(sub_p)
 mul = _binary(mul_p)
 div = _binary(div_p)
 rem = _binary(rem_p)
-pow = _binary(pow_p)
+
+
+def pow(x, y):
+    """x ** y: y of x's dtype or, for a floating or complex x, of any integer dtype. A whole
+    exponent is raised in float64 (complex128), which holds it exactly to 2^53 and so keeps
+    its parity, the sign of a negative x's power (float16 rounds 2049 to 2048)."""
+    x, y = binary_operands(x, y)
+    if dtypes.is_inexact(x.dtype) and dtypes.is_int(y.dtype):
+        wide = dtypes.complex128 if dtypes.is_complex(x.dtype) else dtypes.float64
+        power = pow_p.bind(convert_element_type(x, wide), convert_element_type(y, wide))
+        return convert_element_type(power, x.dtype)
+    return pow_p.bind(x, y)
+
+
 max = _binary(max_p)
 min = _binary(min_p)
 atan2 = _binary(atan2_p)

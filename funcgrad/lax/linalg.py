@@ -363,13 +363,33 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     """Contract `dimension_numbers[0]` and pair up `dimension_numbers[1]` of two arrays.
 
     The result's dimensions are the batch dimensions, then lhs's free dimensions, then rhs's.
+    Operands of different dtypes give the one of higher precision (complex over real, then
+    the wider exponent, the longer mantissa, more bits, signed over unsigned), as in JAX.
     """
+    lhs, rhs = asarray(lhs), asarray(rhs)
+    preferred_element_type = _canonical_preferred(preferred_element_type)
+    if preferred_element_type is None and lhs.dtype != rhs.dtype:
+        preferred_element_type = max(lhs.dtype, rhs.dtype, key=_precision_rank)
     return dot_general_p.bind(
-        asarray(lhs),
-        asarray(rhs),
+        lhs,
+        rhs,
         dimension_numbers=_canonical_dot_dimension_numbers(dimension_numbers),
         precision=_canonical_precision(precision),
-        preferred_element_type=_canonical_preferred(preferred_element_type),
+        preferred_element_type=preferred_element_type,
+    )
+
+
+def _precision_rank(dtype: np.dtype) -> tuple:
+    real = dtypes.real_dtype(dtype) if dtypes.is_complex(dtype) else dtype
+    floating = dtypes.is_float(real)
+    info = dtypes.finfo(real) if floating else None
+    bits = 1 if real == dtypes.bool_ else 8 * real.itemsize
+    return (
+        dtypes.is_complex(dtype),
+        info.maxexp if floating else -1,
+        info.nmant if floating else -1,
+        bits,
+        not dtypes.is_unsigned(real),
     )
 
 

@@ -221,7 +221,18 @@ def _top_k_batch(values, dims, *, k):
     return top_k_p.bind(x, k=k), [dim, dim]
 
 
-def top_k(operand, k: int):
-    """The `k` largest elements along the last axis, and their indices (int32)."""
-    values, indices = top_k_p.bind(asarray(operand), k=int(k))
-    return values, indices
+def top_k(operand, k: int, *, axis: int = -1):
+    """The `k` largest elements along `axis` (the last by default), and their indices
+    (int32)."""
+    operand = asarray(operand)
+    rank = max(operand.ndim, 1)
+    if not -rank <= axis < rank:
+        raise ValueError(f"top_k: axis {axis} is out of range for shape {operand.shape}")
+    axis %= rank
+    last = operand.ndim - 1
+    if operand.ndim == 0 or axis == last:
+        return tuple(top_k_p.bind(operand, k=int(k)))
+    order = [d for d in range(operand.ndim) if d != axis] + [axis]
+    values, indices = top_k_p.bind(shapes.transpose(operand, order), k=int(k))
+    back = list(np.argsort(order))
+    return shapes.transpose(values, back), shapes.transpose(indices, back)

@@ -2,8 +2,8 @@
 
 Each function returns an initializer `init(key, shape, dtype=float)` (the default float).
 Fans follow JAX's convention: a kernel's last axis is its output axis and the one before it
-its input axis (`in_axis=-2`, `out_axis=-1`); the remaining axes (a convolution's window)
-multiply both fans.
+its input axis (`in_axis=-2`, `out_axis=-1`; either may name several axes); the remaining
+axes other than `batch_axis` (a convolution's window) multiply both fans.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import funcgrad.numpy as fnp
 from funcgrad import random
 
 Initializer = Callable[..., object]
+Axes = int | Sequence[int]
 _DEFAULT = float  # the default float: float32, or float64 under enable_x64
 
 
@@ -56,15 +57,23 @@ def truncated_normal(stddev: float = 1e-2, dtype=_DEFAULT, lower=-2.0, upper=2.0
     return init
 
 
-def _fans(shape: Sequence[int], in_axis: int, out_axis: int) -> tuple[float, float]:
-    if len(shape) < 2:
+def _fans(
+    shape: Sequence[int], in_axis: Axes, out_axis: Axes, batch_axis: Axes = ()
+) -> tuple[float, float]:
+    """(fan in, fan out): the sizes of the input and output axes, each times the receptive
+    field, the size of the axes that are neither these nor batch axes."""
+    if isinstance(in_axis, int) and in_axis == -2 and len(shape) < 2:
         raise ValueError(
             f"variance scaling needs a kernel of at least 2 dimensions to find its fans, "
-            f"got shape {tuple(shape)}"
+            f"got shape {tuple(shape)} (or name its in_axis)"
         )
-    in_axis, out_axis = in_axis % len(shape), out_axis % len(shape)
-    receptive = math.prod(d for k, d in enumerate(shape) if k not in (in_axis, out_axis))
-    return shape[in_axis] * receptive, shape[out_axis] * receptive
+
+    def size(axes: Axes) -> int:
+        return math.prod(shape[a] for a in ((axes,) if isinstance(axes, int) else axes))
+
+    sizes = size(in_axis), size(out_axis), size(batch_axis)
+    receptive = math.prod(shape) / math.prod(sizes) if math.prod(sizes) else 0
+    return sizes[0] * receptive, sizes[1] * receptive
 
 
 # The standard deviation of a standard normal truncated to [-2, 2]: dividing by it keeps the
@@ -76,15 +85,18 @@ def variance_scaling(
     scale: float,
     mode: str,
     distribution: str,
-    in_axis: int = -2,
-    out_axis: int = -1,
+    in_axis: Axes = -2,
+    out_axis: Axes = -1,
+    batch_axis: Axes = (),
     dtype=_DEFAULT,
 ) -> Initializer:
-    """Samples with variance scale / n, n the fan in, the fan out or their mean (`mode`
-    "fan_in", "fan_out", "fan_avg"), from a "truncated_normal", "normal" or "uniform"
-    distribution."""
-    if mode not in ("fan_in", "fan_out", "fan_avg"):
-        raise ValueError(f"variance_scaling: mode must be fan_in, fan_out or fan_avg, got {mode!r}")
+    """Samples with variance scale / n, n the fan in, the fan out, their mean or their
+    geometric mean (`mode` "fan_in", "fan_out", "fan_avg", "fan_geo_avg"), from a
+    "truncated_normal", "normal" or "uniform" distribution. Each axis argument may name
+    several axes."""
+    modes = ("fan_in", "fan_out", "fan_avg", "fan_geo_avg")
+    if mode not in modes:
+        raise ValueError(f"variance_scaling: mode must be one of {modes}, got {mode!r}")
     if distribution not in ("truncated_normal", "normal", "uniform"):
         raise ValueError(
             "variance_scaling: distribution must be truncated_normal, normal or uniform, "
@@ -92,8 +104,13 @@ def variance_scaling(
         )
 
     def init(key, shape: Sequence[int], dtype=dtype):
-        fan_in, fan_out = _fans(shape, in_axis, out_axis)
-        n = {"fan_in": fan_in, "fan_out": fan_out, "fan_avg": (fan_in + fan_out) / 2}[mode]
+        fan_in, fan_out = _fans(shape, in_axis, out_axis, batch_axis)
+        n = {
+            "fan_in": fan_in,
+            "fan_out": fan_out,
+            "fan_avg": (fan_in + fan_out) / 2,
+            "fan_geo_avg": math.sqrt(fan_in * fan_out),
+        }[mode]
         variance = scale / max(n, 1)
         if distribution == "normal":
             return random.normal(key, shape, dtype) * math.sqrt(variance)
@@ -106,28 +123,42 @@ def variance_scaling(
     return init
 
 
-def glorot_normal(in_axis=-2, out_axis=-1, dtype=_DEFAULT) -> Initializer:
-    return variance_scaling(1.0, "fan_avg", "truncated_normal", in_axis, out_axis, dtype)
+def glorot_normal(
+    in_axis: Axes = -2, out_axis: Axes = -1, batch_axis: Axes = (), dtype=_DEFAULT
+) -> Initializer:
+    return variance_scaling(
+        1.0, "fan_avg", "truncated_normal", in_axis, out_axis, batch_axis, dtype
+    )
 
 
-def glorot_uniform(in_axis=-2, out_axis=-1, dtype=_DEFAULT) -> Initializer:
-    return variance_scaling(1.0, "fan_avg", "uniform", in_axis, out_axis, dtype)
+def glorot_uniform(
+    in_axis: Axes = -2, out_axis: Axes = -1, batch_axis: Axes = (), dtype=_DEFAULT
+) -> Initializer:
+    return variance_scaling(1.0, "fan_avg", "uniform", in_axis, out_axis, batch_axis, dtype)
 
 
-def he_normal(in_axis=-2, out_axis=-1, dtype=_DEFAULT) -> Initializer:
-    return variance_scaling(2.0, "fan_in", "truncated_normal", in_axis, out_axis, dtype)
+def he_normal(
+    in_axis: Axes = -2, out_axis: Axes = -1, batch_axis: Axes = (), dtype=_DEFAULT
+) -> Initializer:
+    return variance_scaling(2.0, "fan_in", "truncated_normal", in_axis, out_axis, batch_axis, dtype)
 
 
-def he_uniform(in_axis=-2, out_axis=-1, dtype=_DEFAULT) -> Initializer:
-    return variance_scaling(2.0, "fan_in", "uniform", in_axis, out_axis, dtype)
+def he_uniform(
+    in_axis: Axes = -2, out_axis: Axes = -1, batch_axis: Axes = (), dtype=_DEFAULT
+) -> Initializer:
+    return variance_scaling(2.0, "fan_in", "uniform", in_axis, out_axis, batch_axis, dtype)
 
 
-def lecun_normal(in_axis=-2, out_axis=-1, dtype=_DEFAULT) -> Initializer:
-    return variance_scaling(1.0, "fan_in", "truncated_normal", in_axis, out_axis, dtype)
+def lecun_normal(
+    in_axis: Axes = -2, out_axis: Axes = -1, batch_axis: Axes = (), dtype=_DEFAULT
+) -> Initializer:
+    return variance_scaling(1.0, "fan_in", "truncated_normal", in_axis, out_axis, batch_axis, dtype)
 
 
-def lecun_uniform(in_axis=-2, out_axis=-1, dtype=_DEFAULT) -> Initializer:
-    return variance_scaling(1.0, "fan_in", "uniform", in_axis, out_axis, dtype)
+def lecun_uniform(
+    in_axis: Axes = -2, out_axis: Axes = -1, batch_axis: Axes = (), dtype=_DEFAULT
+) -> Initializer:
+    return variance_scaling(1.0, "fan_in", "uniform", in_axis, out_axis, batch_axis, dtype)
 
 
 xavier_normal, xavier_uniform = glorot_normal, glorot_uniform

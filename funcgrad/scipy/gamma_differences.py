@@ -7,8 +7,10 @@ incomplete gamma function takes Gamma(1 + a) - 1 from them for small shapes.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
+from funcgrad import lax
 from funcgrad import numpy as fnp
 
 # Stirling's series' coefficients B_2k / (2k (2k - 1)), for ln Gamma at arguments >= 10.
@@ -82,3 +84,40 @@ def log_gamma_slope(x, d):
 def log_gamma_1p(a):
     """ln Gamma(1 + a) for |a| <= 1/2, to a's own relative precision."""
     return a * log_gamma_slope_right(fnp.ones_like(a), a)
+
+
+def _stirling_remainder(x):
+    """ln Gamma(x) - ((x - 1/2) ln x - x + ln(2 pi) / 2), for x >= _STIRLING_FROM."""
+    total = fnp.zeros_like(x)
+    for k, coefficient in enumerate(_STIRLING, start=1):
+        total = total + coefficient * x ** (1 - 2 * k)
+    return total
+
+
+def log_beta(a, b):
+    """ln|B(a, b)| = ln|Gamma(a)| + ln|Gamma(b)| - ln|Gamma(a + b)|, without subtracting the
+    lgamma of a large argument from another: with p <= q, from q = _STIRLING_FROM on the
+    lgamma difference of q and p + q is written by Stirling's series around log1p(-p / (p +
+    q)) (lgamma(1e15) - lgamma(1e15 + 3) kept 2 digits; betaln(1e300, 1) was 0, not -690.8),
+    and from p = _STIRLING_FROM on lgamma(p) too."""
+    p, q = fnp.minimum(a, b), fnp.maximum(a, b)
+    big_q = (p > 0) & (q >= _STIRLING_FROM) & fnp.isfinite(q)
+    big_p = big_q & (p >= _STIRLING_FROM)
+    safe_p = fnp.where(big_q, p, 1.0)
+    safe_q = fnp.where(big_q, q, _STIRLING_FROM)
+    total = safe_p + safe_q
+    shrink = fnp.log1p(-safe_p / total)  # ln(q / (p + q))
+    # lgamma(q) - lgamma(p + q), and lgamma(p) by its Stirling form where p is large too
+    difference = _stirling_remainder(safe_q) - _stirling_remainder(total)
+    difference = difference + (safe_q - 0.5) * shrink - safe_p * fnp.log(total) + safe_p
+    stirling_p = fnp.where(big_p, safe_p, _STIRLING_FROM)
+    stirling_p = (
+        (stirling_p - 0.5) * fnp.log(stirling_p)
+        - stirling_p
+        + 0.5 * math.log(2 * math.pi)
+        + _stirling_remainder(stirling_p)
+    )
+    large = fnp.where(big_p, stirling_p, lax.lgamma(safe_p)) + difference
+    plain = lax.lgamma(a) + lax.lgamma(b) - lax.lgamma(a + b)
+    beyond = (p > 0) & fnp.isinf(q)
+    return fnp.where(big_q, large, fnp.where(beyond, -fnp.inf, plain))

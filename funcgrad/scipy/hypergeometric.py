@@ -28,7 +28,7 @@ def _power_series(a, b, y):
         k = lax.convert_element_type(rounds, term.dtype)
         term = term * (a + k) / (b + k) * y / (k + 1)
         total = total + term
-        small = fnp.abs(term) <= 1e-17 * fnp.abs(total)
+        small = ~(fnp.abs(term) > 1e-17 * fnp.abs(total))  # (NaN is done)
         return rounds + 1, term, total, done | small
 
     ones = fnp.ones_like(y)
@@ -36,16 +36,17 @@ def _power_series(a, b, y):
     return _iterate(step, init, 3)[2]
 
 
-def _asymptotic(a, b, y):
-    """Gamma(b) / Gamma(a) e^y y^(a - b) sum_k (b - a)_k (1 - a)_k / (k! y^k) for large y,
-    the sum cut where its terms stop falling."""
+def _asymptotic(a, b, y, shift):
+    """Gamma(b) / Gamma(a) e^(y + shift) y^(a - b) sum_k (b - a)_k (1 - a)_k / (k! y^k) for
+    large y, the sum cut where its terms stop falling (the factor e^shift taken in the
+    exponent, where e^y alone may overflow)."""
     term, total = fnp.ones_like(y), fnp.ones_like(y)
     for k in range(_ASYMPTOTIC_TERMS):
         following = term * (b - a + k) * (1 - a + k) / ((k + 1) * y)
         term = fnp.where(fnp.abs(following) < fnp.abs(term), following, 0.0)
         total = total + term
     sign = _gamma_sign(b) * _gamma_sign(a)
-    log_scale = lax.lgamma(b) - lax.lgamma(a) + y + (a - b) * fnp.log(y)
+    log_scale = lax.lgamma(b) - lax.lgamma(a) + (y + shift) + (a - b) * fnp.log(y)
     return sign * fnp.exp(log_scale) * total
 
 
@@ -64,9 +65,13 @@ def _kummer(a, b, x):
     in_series = (y < _SERIES_BELOW) | polynomial
     series = _power_series(a, b, fnp.where(in_series, y, 0.0))
     far = fnp.where(in_series, _SERIES_BELOW, y)
-    asymptotic = _asymptotic(fnp.where(in_series, 1.0, a), b, far)
-    value = fnp.where(in_series, series, asymptotic)
-    return fnp.where(negative, fnp.exp(x) * value, value)
+    # (for x < 0 the e^x of the transformation cancels the expansion's e^-x exactly: taken
+    # apart, both overflowed past x = -709, giving NaN)
+    shift = fnp.where(negative & ~in_series, x, 0.0)
+    asymptotic = _asymptotic(fnp.where(in_series, 1.0, a), b, far, shift)
+    return fnp.where(
+        in_series & negative, fnp.exp(x) * series, fnp.where(in_series, series, asymptotic)
+    )
 
 
 @custom_jvp
@@ -125,7 +130,7 @@ def _gauss_series(a, b, c, w):
         pole_free = fnp.where(c + k == 0, 1.0, c + k)
         term = term * (a + k) * (b + k) / (pole_free * (k + 1)) * w
         total = total + term
-        small = fnp.abs(term) <= 1e-17 * fnp.abs(total)
+        small = ~(fnp.abs(term) > 1e-17 * fnp.abs(total))  # (NaN is done)
         return rounds + 1, term, total, done | small
 
     ones = fnp.ones_like(w)
@@ -213,7 +218,7 @@ def _gauss_near_one(a, b, c, v):
         f = f * (p + e) * (q + e) / ((r + e) * t)
         power = power * v
         total = total + power * d
-        small = fnp.abs(power * d) <= 1e-17 * fnp.abs(total)
+        small = ~(fnp.abs(power * d) > 1e-17 * fnp.abs(total))  # (NaN is done)
         return rounds + 1, d, f, power, total, done | small
 
     paired = _iterate(step, init, 5)[4]

@@ -20,7 +20,8 @@ from funcgrad import numpy as fnp
 from funcgrad.numpy._bessel import i0, i0e, i1, i1e
 from funcgrad.numpy._float64 import narrow as _narrow
 from funcgrad.numpy._float64 import wide as _wide
-from funcgrad.scipy.gamma_differences import log_gamma_1p
+from funcgrad.scipy import gamma_asymptotic
+from funcgrad.scipy.gamma_differences import log_beta, log_gamma_1p
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
 __all__ = ["betainc", "gammainc", "gammaincc", "i0", "i0e", "i1", "i1e", "polygamma", "zeta"]
@@ -64,18 +65,31 @@ def _hurwitz(s, q):
 
 def zeta(x, q=None):
     """Hurwitz's zeta function sum_k (q + k)^-x (Riemann's when q is omitted, q = 1): inf at
-    x = 1 and, for x > 1, at the poles q = 0, -1, -2, ...; NaN for x < 1 or other q < 0."""
+    x = 1 and, for x > 1, at the poles q = 0, -1, -2, ...; NaN for x < 1, and for q < 0 unless
+    x is whole (else the terms (q + k)^-x are not real).
+
+    At negative q the terms up to q + k < 0 are reflected: with f = q - floor(q) and
+    g = ceil(q) - q (both exact, in (0, 1)), zeta(x, q) = zeta(x, f) + (-1)^x (zeta(x, g) -
+    zeta(x, 1 - q)), three sums at positive arguments however far left q lies."""
     (x, q), dtype = _wide("zeta", x, 1.0 if q is None else q)
+    whole_q = fnp.floor(q) == q
     valid = (x > 1) & (q > 0)
-    pole = (x == 1) | ((x > 1) & (q <= 0) & (fnp.floor(q) == q))
-    value = _hurwitz(fnp.where(valid, x, 2.0), fnp.where(valid, q, 1.0))
-    value = fnp.where(pole, fnp.inf, fnp.where(valid, value, fnp.nan))
+    left = (x > 1) & (q < 0) & ~whole_q & (fnp.floor(x) == x)
+    pole = (x == 1) | ((x > 1) & (q <= 0) & whole_q)
+    s = fnp.where(valid | left, x, 2.0)
+    value = _hurwitz(s, fnp.where(valid, q, fnp.where(left, q - fnp.floor(q), 1.0)))
+    sign = fnp.where(fnp.fmod(s, 2.0) == 0, 1.0, -1.0)
+    near = sign * _hurwitz(s, fnp.where(left, fnp.ceil(q) - q, 1.0))
+    far = sign * _hurwitz(s, fnp.where(left, 1 - q, 1.0))
+    # (the two nearby sums first: for odd x at f = 1/2 they cancel exactly, leaving the far one)
+    value = fnp.where(left, (value + near) - far, value)
+    value = fnp.where(pole, fnp.inf, fnp.where(valid | left, value, fnp.nan))
     return _narrow(value, dtype)
 
 
 def polygamma(n, x):
     """The n-th derivative of digamma: digamma for n = 0, (-1)^(n+1) n! zeta(n + 1, x) for
-    whole n >= 1 (x > 0); NaN for other n."""
+    whole n >= 1 (inf at the poles x = 0, -1, ...); NaN for other n."""
     (n, x), dtype = _wide("polygamma", n, x)
     whole = (n >= 0) & (fnp.floor(n) == n)
     order = fnp.where(whole, n, 1.0)
@@ -94,7 +108,7 @@ _TINY = 1e-300
 
 def _iterate(step, init, done_index: int):
     """Run `step` on the carry until every element's done flag (carry[done_index]) is set,
-    or _MAX_ROUNDS rounds."""
+    or _MAX_ROUNDS rounds. (The steps count a NaN as done: it would never converge.)"""
 
     def go_on(carry):
         return (~fnp.all(carry[done_index])) & (carry[0] < _MAX_ROUNDS)
@@ -110,7 +124,7 @@ def _lower_gamma_series(a, x):
         rounds, term, total, done = carry
         term = term * x / (a + rounds + 1)
         total = total + term
-        return rounds + 1, term, total, done | (fnp.abs(term) < fnp.abs(total) * _EPSILON)
+        return rounds + 1, term, total, done | ~(fnp.abs(term) >= fnp.abs(total) * _EPSILON)
 
     ones = fnp.ones_like(a)
     _, _, total, _ = _iterate(step, (0, ones, ones, fnp.zeros_like(a, bool)), 3)
@@ -135,7 +149,7 @@ def _upper_gamma_fraction(a, x):
         c = fnp.where(fnp.abs(c) < _TINY, _TINY, c)
         d = 1 / d
         delta = d * c
-        return rounds + 1, b, c, d, h * delta, done | (fnp.abs(delta - 1) < _EPSILON)
+        return rounds + 1, b, c, d, h * delta, done | ~(fnp.abs(delta - 1) >= _EPSILON)
 
     init = (0, b, c, d, h, fnp.zeros_like(a, bool))
     h = _iterate(step, init, 5)[4]
@@ -164,12 +178,14 @@ def _small_shape_upper_gamma(a, x):
 
 
 def _regularized_gamma(a, x):
-    """(P, Q) in float64 for a > 0, x >= 0 (NaN elsewhere)."""
+    """(P, Q) in float64 for a > 0, x >= 0 (NaN elsewhere); near x = a for large a by Temme's
+    expansion (gamma_asymptotic)."""
     valid = (a > 0) & (x >= 0)
+    large = valid & gamma_asymptotic.applies(a, x)  # (the other methods get stand-ins there)
     use_series = x < a + 1
-    safe_a = fnp.where(valid, a, 1.0)
-    series_x = fnp.where(valid & use_series & (x > 0), x, 0.5)
-    fraction_x = fnp.where(valid & ~use_series & fnp.isfinite(x), x, safe_a + 2)
+    safe_a = fnp.where(valid & ~large, a, 1.0)
+    series_x = fnp.where(valid & ~large & use_series & (x > 0), x, 0.5)
+    fraction_x = fnp.where(valid & ~large & ~use_series & fnp.isfinite(x), x, safe_a + 2)
     lower = _lower_gamma_series(safe_a, series_x)
     upper = _upper_gamma_fraction(safe_a, fraction_x)
     small = use_series & (safe_a < _SMALL_SHAPE)
@@ -178,6 +194,11 @@ def _regularized_gamma(a, x):
     )
     p = fnp.where(use_series, lower, 1 - upper)
     q = fnp.where(small, small_upper, fnp.where(use_series, 1 - lower, upper))
+    large_p, large_q = gamma_asymptotic.regularized_gamma(
+        fnp.where(large, a, gamma_asymptotic.SMALLEST_SHAPE),
+        fnp.where(large, x, gamma_asymptotic.SMALLEST_SHAPE),
+    )
+    p, q = fnp.where(large, large_p, p), fnp.where(large, large_q, q)
     p = fnp.where(x == 0, 0.0, fnp.where(x == fnp.inf, 1.0, p))
     q = fnp.where(x == 0, 1.0, fnp.where(x == fnp.inf, 0.0, q))
     nan = fnp.full_like(p, fnp.nan)
@@ -238,19 +259,29 @@ def _gammaincc64_jvp(primals, tangents):
     return value, -_gamma_shape_derivative(a, x, 1 - value) * ta - _gamma_density(a, x) * tx
 
 
+def _at_infinite_shape(a, x, value, limit):
+    """`value` with the limit at a = inf (P = 0, Q = 1 for finite x >= 0; NaN at x = inf), as
+    SciPy's."""
+    infinite = a == fnp.inf
+    at_limit = fnp.where((x >= 0) & fnp.isfinite(x), limit, fnp.nan)
+    return fnp.where(infinite, at_limit, value)
+
+
 def gammainc(a, x):
     """The regularized lower incomplete gamma function P(a, x) = gamma(a, x) / Gamma(a), for
     a > 0 and x >= 0, and its limit 1 at a = 0 for x > 0 (NaN elsewhere); its series below
     x = a + 1, the continued fraction of 1 - P above."""
     (a, x), dtype = _wide("gammainc", a, x)
-    return _narrow(fnp.where((a == 0) & (x > 0), 1.0, _gammainc64(a, x)), dtype)
+    value = fnp.where((a == 0) & (x > 0), 1.0, _gammainc64(a, x))
+    return _narrow(_at_infinite_shape(a, x, value, 0.0), dtype)
 
 
 def gammaincc(a, x):
     """The regularized upper incomplete gamma function Q(a, x) = 1 - P(a, x), computed
     directly where it is small (no cancellation); 0 at a = 0 for x > 0."""
     (a, x), dtype = _wide("gammaincc", a, x)
-    return _narrow(fnp.where((a == 0) & (x > 0), 0.0, _gammaincc64(a, x)), dtype)
+    value = fnp.where((a == 0) & (x > 0), 0.0, _gammaincc64(a, x))
+    return _narrow(_at_infinite_shape(a, x, value, 1.0), dtype)
 
 
 def _beta_fraction(a, b, x):
@@ -268,23 +299,20 @@ def _beta_fraction(a, b, x):
         rounds, c, d, h, done = carry
         m = rounds + 1.0
         m2 = 2 * m
-        even = m * (b - m) * x / ((qam + m2) * (a + m2))
+        # (each factor a ratio of its own size: products of the shapes overflowed past 1e154)
+        even = m * (b - m) / (qam + m2) * (x / (a + m2))
         d = 1 / clamp(1 + even * d)
         c = clamp(1 + even / c)
         h = h * d * c
-        odd = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        odd = -(a + m) / (a + m2) * ((qab + m) / (qap + m2)) * x
         d = 1 / clamp(1 + odd * d)
         c = clamp(1 + odd / c)
         delta = d * c
-        return rounds + 1, c, d, h * delta, done | (fnp.abs(delta - 1) < _EPSILON)
+        return rounds + 1, c, d, h * delta, done | ~(fnp.abs(delta - 1) >= _EPSILON)
 
     h = _iterate(step, (0, c, d, h, fnp.zeros_like(a, bool)), 4)[3]
-    front = fnp.exp(a * fnp.log(x) + b * fnp.log1p(-x) - _betaln(a, b)) / a
+    front = fnp.exp(a * fnp.log(x) + b * fnp.log1p(-x) - log_beta(a, b)) / a
     return front * h
-
-
-def _betaln(a, b):
-    return lax.lgamma(a) + lax.lgamma(b) - lax.lgamma(a + b)
 
 
 def _regularized_beta(a, b, x):
@@ -329,18 +357,19 @@ def _betainc64_jvp(primals, tangents):
     value = _betainc64(a, b, x)
     da = _beta_shape_derivative(lambda s: _regularized_beta(s, b, x), a, value)
     db = _beta_shape_derivative(lambda s: _regularized_beta(a, s, x), b, value)
-    density = fnp.exp((a - 1) * fnp.log(x) + (b - 1) * fnp.log1p(-x) - _betaln(a, b))
+    density = fnp.exp((a - 1) * fnp.log(x) + (b - 1) * fnp.log1p(-x) - log_beta(a, b))
     return value, da * ta + db * tb + density * tx
 
 
 def betainc(a, b, x):
     """The regularized incomplete beta function I_x(a, b), for a, b > 0 and x in [0, 1], and
-    its limits where one of a and b is 0: a step to 1 past x = 0 (a = 0) or at x = 1 (b = 0)
-    (NaN elsewhere): its continued fraction, on the side of x where it converges quickly."""
+    its limits where one of a and b is 0 or infinite: a step to 1 past x = 0 (a = 0, b = inf)
+    or at x = 1 (b = 0, a = inf) (NaN elsewhere): its continued fraction, on the side of x
+    where it converges quickly."""
     (a, b, x), dtype = _wide("betainc", a, b, x)
     inside = (x >= 0) & (x <= 1)
-    step_up = (a == 0) & (b > 0) & inside
-    step_at_one = (b == 0) & (a > 0) & inside
+    step_up = (((a == 0) & (b > 0)) | ((b == fnp.inf) & fnp.isfinite(a) & (a > 0))) & inside
+    step_at_one = (((b == 0) & (a > 0)) | ((a == fnp.inf) & fnp.isfinite(b) & (b > 0))) & inside
     value = _betainc64(a, b, x)
     value = fnp.where(step_up, fnp.where(x > 0, 1.0, 0.0), value)
     value = fnp.where(step_at_one, fnp.where(x == 1, 1.0, 0.0), value)

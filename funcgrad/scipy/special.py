@@ -14,9 +14,11 @@ from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
 from funcgrad.nn import functions as nn
 from funcgrad.nn.functions import ArrayLike, Axis, logsumexp
+from funcgrad.numpy._float64 import narrow, wide
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.bessel import bessel_jn
 from funcgrad.scipy.faddeeva import wofz
+from funcgrad.scipy.gamma_differences import log_beta
 from funcgrad.scipy.harmonics import sph_harm_y
 from funcgrad.scipy.hypergeometric import hyp1f1, hyp2f1
 from funcgrad.scipy.integrals import (
@@ -315,12 +317,18 @@ def log_softmax(x: ArrayLike, axis: Axis = None):
 
 
 def gamma(x: ArrayLike):
-    """Gamma(x) as sign * exp(log|Gamma(x)|): negative between -2k - 1 and -2k. Narrower
-    floats compute in float64: exp magnifies log|Gamma|'s rounding by its size (62 ulp at
-    x = 29 in float32)."""
+    """Gamma(x) as sign * exp(log|Gamma(x)|): negative between -2k - 1 and -2k, -inf at -0
+    and NaN at the poles -1, -2, ... (as SciPy's and JAX's). Narrower floats compute in
+    float64: exp magnifies log|Gamma|'s rounding by its size (62 ulp at x = 29 in float32)."""
     (wide,), kind = _wide("gamma", x)
-    negative = (wide < 0) & (fnp.remainder(fnp.floor(wide), 2) != 0)
-    return _narrow(fnp.where(negative, -1, 1) * fnp.exp(lax.lgamma(wide)), kind)
+    sign = fnp.where((wide == 0) & fnp.signbit(wide), -1.0, _gamma_sign(wide))
+    value = sign * fnp.exp(lax.lgamma(wide))
+    return _narrow(fnp.where((wide < 0) & (fnp.floor(wide) == wide), fnp.nan, value), kind)
+
+
+def _gamma_sign(x):
+    """The sign of Gamma(x) off its poles: -1 between -2k - 1 and -2k."""
+    return fnp.where((x < 0) & (fnp.remainder(fnp.floor(x), 2) != 0), -1.0, 1.0)
 
 
 def loggamma(x: ArrayLike):
@@ -330,15 +338,19 @@ def loggamma(x: ArrayLike):
 
 
 def betaln(a: ArrayLike, b: ArrayLike):
-    """log|B(a, b)| = log|Gamma(a)| + log|Gamma(b)| - log|Gamma(a + b)|."""
-    a, b = promote_args_inexact("betaln", a, b)
-    return lax.lgamma(a) + lax.lgamma(b) - lax.lgamma(a + b)
+    """log|B(a, b)| = log|Gamma(a)| + log|Gamma(b)| - log|Gamma(a + b)|, in float64 and
+    without the cancellation of the lgamma of large arguments (gamma_differences.log_beta)."""
+    (a, b), dtype = wide("betaln", a, b)
+    return narrow(log_beta(a, b), dtype)
 
 
 def beta(a: ArrayLike, b: ArrayLike):
-    """B(a, b) = Gamma(a) Gamma(b) / Gamma(a + b), with its sign."""
-    a, b = promote_args_inexact("beta", a, b)
-    return gamma(a) * gamma(b) / gamma(a + b)
+    """B(a, b) = Gamma(a) Gamma(b) / Gamma(a + b), with its sign: exp(betaln) in float64,
+    since the gammas themselves overflow long before their ratio does (B(30, 30) was NaN in
+    float32, B(200, 200) in float64)."""
+    (a, b), kind = wide("beta", a, b)
+    sign = _gamma_sign(a) * _gamma_sign(b) * _gamma_sign(a + b)
+    return narrow(sign * fnp.exp(log_beta(a, b)), kind)
 
 
 def factorial(n: ArrayLike, exact: bool = False):
@@ -350,9 +362,17 @@ def factorial(n: ArrayLike, exact: bool = False):
 
 
 def poch(z: ArrayLike, m: ArrayLike):
-    """The rising factorial Gamma(z + m) / Gamma(z)."""
-    z, m = promote_args_inexact("poch", z, m)
-    return gamma(z + m) / gamma(z)
+    """The rising factorial Gamma(z + m) / Gamma(z); for z, m > 0 as Gamma(m) / B(z, m) by
+    betaln in float64, since the gammas overflow long before their ratio does (poch(200, 2)
+    was inf / inf = NaN, for 40200)."""
+    (z, m), kind = wide("poch", z, m)
+    positive = (z > 0) & (m > 0)
+    safe_z, safe_m = fnp.where(positive, z, 1.0), fnp.where(positive, m, 1.0)
+    ratio = fnp.exp(lax.lgamma(safe_m) - log_beta(safe_z, safe_m))
+    # (elsewhere the sign and log of each gamma: a pole above is inf, below 0)
+    sign = _gamma_sign(z + m) * _gamma_sign(z)
+    other = sign * fnp.exp(lax.lgamma(z + m) - lax.lgamma(z))
+    return narrow(fnp.where(positive, ratio, other), kind)
 
 
 def multigammaln(a: ArrayLike, d: int):
@@ -363,22 +383,28 @@ def multigammaln(a: ArrayLike, d: int):
     return d * (d - 1) / 4 * math.log(math.pi) + fnp.sum(terms, axis=0)
 
 
-def rel_entr(x: ArrayLike, y: ArrayLike):
-    """x log(x / y) for x, y > 0; 0 where x = 0 <= y; inf otherwise."""
-    x, y = promote_args_inexact("rel_entr", x, y)
+def _relative_entropy(name: str, x: ArrayLike, y: ArrayLike, offset: bool):
+    """x log(x / y) (- x + y with `offset`) for x, y > 0 in float64, where x / y does not
+    overflow (7 / 1e-45 did in float32); 0 (y) where x = 0 <= y; NaN for a NaN; else inf."""
+    (x, y), kind = wide(name, x, y)
     both_positive = (x > 0) & (y > 0)
     safe_x, safe_y = fnp.where(both_positive, x, 1), fnp.where(both_positive, y, 1)
     value = safe_x * fnp.log(safe_x / safe_y)
-    return fnp.where(both_positive, value, fnp.where((x == 0) & (y >= 0), 0, fnp.inf))
+    zero_x = 0.0
+    if offset:
+        value, zero_x = value - safe_x + safe_y, y
+    value = fnp.where(both_positive, value, fnp.where((x == 0) & (y >= 0), zero_x, fnp.inf))
+    return narrow(fnp.where(fnp.isnan(x) | fnp.isnan(y), fnp.nan, value), kind)
+
+
+def rel_entr(x: ArrayLike, y: ArrayLike):
+    """x log(x / y) for x, y > 0; 0 where x = 0 <= y; inf otherwise."""
+    return _relative_entropy("rel_entr", x, y, offset=False)
 
 
 def kl_div(x: ArrayLike, y: ArrayLike):
     """x log(x / y) - x + y for x, y > 0; y where x = 0 <= y; inf otherwise."""
-    x, y = promote_args_inexact("kl_div", x, y)
-    both_positive = (x > 0) & (y > 0)
-    safe_x, safe_y = fnp.where(both_positive, x, 1), fnp.where(both_positive, y, 1)
-    value = safe_x * fnp.log(safe_x / safe_y) - safe_x + safe_y
-    return fnp.where(both_positive, value, fnp.where((x == 0) & (y >= 0), y, fnp.inf))
+    return _relative_entropy("kl_div", x, y, offset=True)
 
 
 def gammasgn(x: ArrayLike):
@@ -437,9 +463,9 @@ def _boxcox_of_log(log_x, lmbda):
     """(exp(lmbda log x) - 1) / lmbda, as log x times the Taylor series of expm1(y) / y where
     y = lmbda log x is small (so that it is log x at lmbda = 0, with its derivative in lmbda,
     (log x)^2 / 2, kept), and expm1(y) / lmbda elsewhere."""
-    finite_log = fnp.where(fnp.isfinite(log_x), log_x, 0.0)
-    y = lmbda * finite_log
-    small = (fnp.abs(y) < 1e-4) | (lmbda == 0)
+    finite = fnp.isfinite(log_x)  # (x = 0 or inf: the limits -1 / lmbda, and inf or 0 there)
+    y = lmbda * fnp.where(finite, log_x, 0.0)
+    small = (finite & (fnp.abs(y) < 1e-4)) | (lmbda == 0)
     near = fnp.where(small, y, 0.0)
     taylor = log_x * (1 + near / 2 * (1 + near / 3 * (1 + near / 4 * (1 + near / 5))))
     exact = fnp.expm1(fnp.where(small, 0.0, lmbda * log_x)) / fnp.where(small, 1.0, lmbda)
