@@ -109,6 +109,19 @@ def test_linear_transpose_inside_jit():
     assert_allclose(f(np.arange(3.0), 2.0), 2.0 * np.arange(3.0))
 
 
+def test_linear_transpose_inside_jit_of_a_program_holding_literals():
+    # The padding value 0.0 reaches the linearity check as a literal; under jit, reading it
+    # through an Array method staged the read and asked a tracer for its truth value.
+    def pad_and_stride(t):
+        return fg.lax.slice(fg.lax.pad(t, 0.0, ((0, 1, 0),)), (0,), (4,), (2,))
+
+    def transposed(ct):
+        return fg.linear_transpose(pad_and_stride, np.ones(3))(ct)[0]
+
+    ct = np.array([1.0, 2.0])
+    assert_allclose(fg.jit(transposed)(ct), [1.0, 0.0, 2.0])
+
+
 def test_transpose_of_transpose_is_the_function():
     x = RNG.standard_normal((3, 2))
     transpose = fg.linear_transpose(linear_map, x)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from funcgrad import core, dtypes, tree_util
 from funcgrad.compiler.passes import inline_calls
 from funcgrad.core import PRIMITIVES
@@ -177,8 +179,8 @@ def _check_program(jaxpr, known: dict, linear_ins: list[bool], name: str, contex
         return type(atom) is not Literal and atom in linear
 
     def is_zero(atom) -> bool:
-        if type(atom) is Literal:
-            return not literal_value(atom).any()
+        if type(atom) is Literal:  # read by NumPy: under jit an Array's .any() would stage
+            return core.is_float0(atom.val) or not np.any(atom.val)
         value = known.get(atom)
         return value is None or not asarray(value)._value.any()
 
