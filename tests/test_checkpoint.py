@@ -216,6 +216,21 @@ def test_integer_inputs_and_outputs():
     assert int(index) == 1 and index_tangent.dtype == fg.dtypes.float0
 
 
+def test_float0_arguments_and_outputs_pass_around_the_checkpointed_program():
+    # The tangent of an integer output is a float0 array, which holds no data to stage.
+    def tangents(x):
+        return fg.jvp(lambda v: (fnp.sin(v), fnp.argmax(v)), (x,), (fnp.cos(x),))[1]
+
+    x = np.array([0.3, 0.5])
+    out, index_tangent = fg.checkpoint(tangents)(x)
+    np.testing.assert_allclose(np.asarray(out), np.cos(x) ** 2, rtol=1e-12)
+    assert index_tangent.dtype == fg.dtypes.float0 and index_tangent.shape == ()
+    grad = fg.grad(lambda x: fnp.sum(fg.checkpoint(tangents)(x)[0]))(x)
+    np.testing.assert_allclose(np.asarray(grad), -2 * np.cos(x) * np.sin(x), rtol=1e-12)
+    passed = fg.checkpoint(lambda v, t: (2.0 * v, t))(x, np.zeros(3, fg.dtypes.float0))
+    assert passed[1].dtype == fg.dtypes.float0 and passed[1].shape == (3,)
+
+
 def test_a_tangent_known_to_be_zero_inside_checkpoint():
     # The custom rule returns a tangent that does not depend on the input tangents.
     @fg.custom_jvp

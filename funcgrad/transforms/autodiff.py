@@ -51,7 +51,9 @@ def _output_leaves(out, what: str) -> tuple[list, Any]:
                 f"{what} needs the function to return arrays (or pytrees of them); it returned a "
                 f"value of type {type(leaf).__name__}: {leaf!r}"
             )
-    return [_as_primal(x) for x in leaves], tree
+    # float0 outputs (another transformation's tangents of integers) hold no data: they are
+    # constants, whose tangents and cotangents are float0 too.
+    return [x if core.is_float0(x) else _as_primal(x) for x in leaves], tree
 
 
 def _materialize(tangent, aval):
@@ -193,7 +195,7 @@ class _LinearMap:
         self.jaxpr = lin.linear_jaxpr.jaxpr
         self.out_is_zero = tuple(lin.out_is_zero)
         self.in_avals = tuple(lin.in_avals)
-        self.out_avals = tuple(p.aval for p in lin.primals_out)
+        self.out_avals = tuple(core.get_aval(p) for p in lin.primals_out)
         self.in_tree = in_tree
         self.out_tree = out_tree
 

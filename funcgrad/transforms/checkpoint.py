@@ -181,28 +181,40 @@ def checkpoint(
         static_values = {i: args[i] for i in static}
         dynamic = [a for i, a in enumerate(args) if i not in static]
         leaves, in_tree = tree_util.tree_flatten(dynamic)
-        leaves = [asarray(x) for x in leaves]
+        leaves = [x if core.is_float0(x) else asarray(x) for x in leaves]
+        # float0 values (tangents of integers) hold no data: the function gets such arguments
+        # as they are, and such outputs are put back around the staged program, as jit does.
+        structure: list = []
 
         def flat_fun(*flat):
+            staged = iter(flat)
+            flat = [x if core.is_float0(x) else next(staged) for x in leaves]
             dynamic_args = iter(tree_util.tree_unflatten(in_tree, flat))
             full = [
                 static_values[i] if i in static else next(dynamic_args) for i in range(len(args))
             ]
-            return fun(*full)
+            out_leaves, out_tree = tree_util.tree_flatten(fun(*full))
+            structure.append((out_tree, [x if core.is_float0(x) else None for x in out_leaves]))
+            return [x for x in out_leaves if not core.is_float0(x)]
 
-        closed, out_tree = trace_to_jaxpr(
-            flat_fun, [x.aval for x in leaves], f"checkpoint({function_name(fun)})"
+        inputs = [x for x in leaves if not core.is_float0(x)]
+        closed, _ = trace_to_jaxpr(
+            flat_fun, [x.aval for x in inputs], f"checkpoint({function_name(fun)})"
         )
+        ((out_tree, float0_outs),) = structure
         jaxpr = closed.jaxpr
         hoisted = Jaxpr([], jaxpr.constvars + jaxpr.invars, jaxpr.outvars, jaxpr.eqns)
-        outs = checkpoint_p.bind(
-            *closed.consts,
-            *leaves,
-            jaxpr=ClosedJaxpr(hoisted, []),
-            policy=policy,
-            prevent_cse=prevent_cse,
+        outs = iter(
+            checkpoint_p.bind(
+                *closed.consts,
+                *inputs,
+                jaxpr=ClosedJaxpr(hoisted, []),
+                policy=policy,
+                prevent_cse=prevent_cse,
+            )
         )
-        return tree_util.tree_unflatten(out_tree, outs)
+        out_leaves = [next(outs) if x is None else x for x in float0_outs]
+        return tree_util.tree_unflatten(out_tree, out_leaves)
 
     return checkpointed
 
