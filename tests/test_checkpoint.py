@@ -231,6 +231,36 @@ def test_float0_arguments_and_outputs_pass_around_the_checkpointed_program():
     assert passed[1].dtype == fg.dtypes.float0 and passed[1].shape == (3,)
 
 
+@fg.custom_vjp
+def _sin_by_vjp(x):
+    return fnp.sin(x)
+
+
+_sin_by_vjp.defvjp(lambda x: (fnp.sin(x), x), lambda x, ct: (ct * fnp.cos(x),))
+
+
+@pytest.mark.parametrize(
+    "inner",
+    [
+        lambda x: fg.lax.map(_sin_by_vjp, x),
+        lambda x: fg.lax.cond(x[0, 0] > 0, _sin_by_vjp, fnp.sin, x),
+    ],
+    ids=["map", "cond"],
+)
+def test_forward_over_reverse_through_a_checkpoint_of_control_flow_holding_custom_vjp(inner):
+    # The primal outputs are computed again around the control flow; differentiated forward
+    # (hessian, jvp of grad) they must be the custom_vjp's fwd rule, as forward mode refuses
+    # the custom_vjp function itself.
+    def loss(x):
+        return fnp.sum(fg.checkpoint(inner)(x))
+
+    x = np.array([[0.3, 0.5], [0.1, -0.2]])
+    hessian = np.asarray(fg.hessian(loss)(x)).reshape(4, 4)
+    np.testing.assert_allclose(hessian, np.diag(-np.sin(x).ravel()), rtol=1e-12, atol=1e-15)
+    _, tangent = fg.jvp(fg.grad(loss), (x,), (np.ones_like(x),))
+    np.testing.assert_allclose(np.asarray(tangent), -np.sin(x), rtol=1e-12)
+
+
 def test_a_tangent_known_to_be_zero_inside_checkpoint():
     # The custom rule returns a tangent that does not depend on the input tangents.
     @fg.custom_jvp

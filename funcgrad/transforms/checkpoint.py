@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable, Sequence
 
 from funcgrad import core, tree_util
-from funcgrad.compiler.passes import inline_calls
+from funcgrad.compiler.passes import dead_code_elimination, inline_calls
 from funcgrad.core import Primitive
 from funcgrad.interpreters import batching
 from funcgrad.interpreters.ad import (
@@ -28,6 +28,7 @@ from funcgrad.interpreters.ad import (
 from funcgrad.interpreters.partial_eval import (
     PartialEvalTrace,
     partial_eval_jaxpr,
+    split_jaxpr,
     unknown_outputs,
 )
 from funcgrad.interpreters.staging import trace_to_jaxpr
@@ -102,7 +103,8 @@ def _checkpoint_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, policy, prevent_cs
     if any(unknown_outputs(jvp_closed.jaxpr, unknowns)[:num_primal_out]):
         # A higher-order equation (cond, scan, ...) computes primal and tangent values
         # together, so the policy cannot split it: save only the inputs and recompute all.
-        primal_outs = checkpoint_p.bind(*primals, jaxpr=jaxpr, **params)
+        primal_jaxpr = _forward_pass(jvp_closed, unknowns, num_primal_out)
+        primal_outs = checkpoint_p.bind(*primals, jaxpr=primal_jaxpr or jaxpr, **params)
         tangent_jaxpr = _outputs_from(jvp_closed, num_primal_out)
         tangent_outs = checkpoint_p.bind(*primals, *nonzero_tangents, jaxpr=tangent_jaxpr, **params)
     else:
@@ -118,6 +120,20 @@ def _checkpoint_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, policy, prevent_cs
         next(tangent_iter) if nz else Zero(tangent_aval(aval))
         for nz, aval in zip(out_nonzero, jaxpr.out_avals)
     ]
+
+
+def _forward_pass(jvp_closed: ClosedJaxpr, unknowns: list, num_primal_out: int):
+    """The primal outputs as the jvp program computes them, split from its tangents by
+    evaluation (nested conds and scans split themselves), or None if they do not split off.
+    A transformation differentiating the primal outputs further must see this forward pass
+    rather than the original program: a custom_vjp function's forward pass is its fwd rule,
+    while the function itself refuses forward mode."""
+    split = split_jaxpr(jvp_closed, unknowns, what="the jvp of a checkpoint")
+    if any(split.out_unknown[:num_primal_out]):
+        return None
+    known = split.known.jaxpr
+    primal_only = Jaxpr(known.constvars, known.invars, known.outvars[:num_primal_out], known.eqns)
+    return dead_code_elimination(ClosedJaxpr(primal_only, split.known.consts))
 
 
 def _outputs_from(closed: ClosedJaxpr, start: int) -> ClosedJaxpr:
