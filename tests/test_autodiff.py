@@ -207,6 +207,17 @@ def test_float0_outputs_of_a_function_are_differentiated_as_constants():
     np.testing.assert_allclose(np.asarray(pulled), hand, rtol=1e-12)
 
 
+def test_jacobians_pass_keyword_arguments_through_undifferentiated():
+    def f(x, scale=1.0, *, offset):
+        return fnp.sin(x) * scale + offset
+
+    expected = np.diag(2.0 * np.cos(X))
+    np.testing.assert_allclose(np.asarray(fg.jacfwd(f)(X, scale=2.0, offset=1.0)), expected)
+    np.testing.assert_allclose(np.asarray(fg.jacrev(f)(X, scale=2.0, offset=1.0)), expected)
+    hessian = fg.hessian(lambda x, *, scale: fnp.sum(f(x, scale, offset=0.0)))(X, scale=2.0)
+    np.testing.assert_allclose(np.asarray(hessian), np.diag(-2.0 * np.sin(X)), rtol=1e-12)
+
+
 def test_symbolic_zero_tangents_cost_nothing():
     # Differentiating w.r.t. x only: y's computation stays a constant, not part of the
     # linear program.

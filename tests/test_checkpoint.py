@@ -261,6 +261,16 @@ def test_forward_over_reverse_through_a_checkpoint_of_control_flow_holding_custo
     np.testing.assert_allclose(np.asarray(tangent), -np.sin(x), rtol=1e-12)
 
 
+def test_keyword_arguments_are_traced_and_differentiated_like_positional_ones():
+    def f(x, *, weight):
+        return fnp.sum(fnp.sin(x) * weight)
+
+    x, weight = np.array([0.3, -0.2]), np.array([2.0, 3.0])
+    grads = fg.grad(lambda x, w: fg.checkpoint(f)(x, weight=w), argnums=(0, 1))(x, weight)
+    np.testing.assert_allclose(np.asarray(grads[0]), np.cos(x) * weight, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(grads[1]), np.sin(x), rtol=1e-12)
+
+
 def test_a_tangent_known_to_be_zero_inside_checkpoint():
     # The custom rule returns a tangent that does not depend on the input tangents.
     @fg.custom_jvp

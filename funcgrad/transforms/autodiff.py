@@ -465,13 +465,15 @@ def _standard_basis(leaves: list) -> tuple[list, list[int]]:
     return basis, [int(o) for o in offsets]
 
 
-def _partial_in(fun: Callable, args: tuple, nums: tuple[int, ...]) -> Callable:
+def _partial_in(fun: Callable, args: tuple, nums: tuple[int, ...], kwargs: dict) -> Callable:
+    """`fun` of the arguments `nums` alone, the others and the keyword arguments fixed."""
+
     @functools.wraps(fun)
     def partial_fun(*diff):
         full = list(args)
         for i, value in zip(nums, diff):
             full[i] = value
-        return fun(*full)
+        return fun(*full, **kwargs)
 
     return partial_fun
 
@@ -487,12 +489,12 @@ def jacfwd(
     from funcgrad.transforms.vmap import vmap
 
     @functools.wraps(fun)
-    def jacfwd_fun(*args):
+    def jacfwd_fun(*args, **kwargs):
         nums = _argnums_tuple(argnums, len(args), "jacfwd")
         diff_args = tuple(tree_util.tree_map(_as_primal, args[i]) for i in nums)
         _check_grad_inputs(diff_args, "jacfwd", True, holomorphic, complex_allowed=False)
         in_leaves, in_tree = tree_util.tree_flatten(diff_args)
-        partial_fun = _partial_in(fun, args, nums)
+        partial_fun = _partial_in(fun, args, nums, kwargs)
 
         def flat_fun(*leaves):
             return partial_fun(*tree_util.tree_unflatten(in_tree, leaves))
@@ -544,11 +546,11 @@ def jacrev(
     from funcgrad.transforms.vmap import vmap
 
     @functools.wraps(fun)
-    def jacrev_fun(*args):
+    def jacrev_fun(*args, **kwargs):
         nums = _argnums_tuple(argnums, len(args), "jacrev")
         diff_args = tuple(tree_util.tree_map(_as_primal, args[i]) for i in nums)
         _check_grad_inputs(diff_args, "jacrev", True, holomorphic)
-        result = vjp(_partial_in(fun, args, nums), *diff_args, has_aux=has_aux)
+        result = vjp(_partial_in(fun, args, nums, kwargs), *diff_args, has_aux=has_aux)
         pullback = result[1]
         out_leaves, out_tree = tree_util.tree_flatten(result[0])
         for leaf in out_leaves:

@@ -193,10 +193,10 @@ def checkpoint(
     static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
     @functools.wraps(fun)
-    def checkpointed(*args):
+    def checkpointed(*args, **kwargs):
         static_values = {i: args[i] for i in static}
         dynamic = [a for i, a in enumerate(args) if i not in static]
-        leaves, in_tree = tree_util.tree_flatten(dynamic)
+        leaves, in_tree = tree_util.tree_flatten((dynamic, kwargs))
         leaves = [x if core.is_float0(x) else asarray(x) for x in leaves]
         # float0 values (tangents of integers) hold no data: the function gets such arguments
         # as they are, and such outputs are put back around the staged program, as jit does.
@@ -205,11 +205,12 @@ def checkpoint(
         def flat_fun(*flat):
             staged = iter(flat)
             flat = [x if core.is_float0(x) else next(staged) for x in leaves]
-            dynamic_args = iter(tree_util.tree_unflatten(in_tree, flat))
+            dynamic_args, dynamic_kwargs = tree_util.tree_unflatten(in_tree, flat)
+            dynamic_args = iter(dynamic_args)
             full = [
                 static_values[i] if i in static else next(dynamic_args) for i in range(len(args))
             ]
-            out_leaves, out_tree = tree_util.tree_flatten(fun(*full))
+            out_leaves, out_tree = tree_util.tree_flatten(fun(*full, **dynamic_kwargs))
             structure.append((out_tree, [x if core.is_float0(x) else None for x in out_leaves]))
             return [x for x in out_leaves if not core.is_float0(x)]
 
