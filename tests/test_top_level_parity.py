@@ -122,6 +122,23 @@ def test_linear_transpose_inside_jit_of_a_program_holding_literals():
     assert_allclose(fg.jit(transposed)(ct), [1.0, 0.0, 2.0])
 
 
+def test_linear_transpose_checks_only_the_branch_a_known_index_takes():
+    # The linearization of a program holding a cond keeps the cond, its index known; the
+    # branch not taken may compute anything (here a constant), as it never runs.
+    scale = np.array([-2.0, 3.0])
+
+    def switched(t):
+        return fg.lax.switch(1, [lambda t: fnp.ones_like(t), lambda t: scale * t], t)
+
+    def conditional(t):
+        return fg.lax.cond(scale[0] > 0, lambda t: fnp.ones_like(t), lambda t: scale * t, t)
+
+    ct = np.array([1.0, 2.0])
+    for linear_map in (switched, conditional):
+        (got,) = fg.linear_transpose(linear_map, np.ones(2))(ct)
+        assert_allclose(got, scale * ct)
+
+
 def test_transpose_of_transpose_is_the_function():
     x = RNG.standard_normal((3, 2))
     transpose = fg.linear_transpose(linear_map, x)

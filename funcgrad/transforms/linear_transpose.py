@@ -229,9 +229,13 @@ def _nested_linear_outputs(eqn: JaxprEqn, flags, known: dict, is_zero, name: str
     prim = eqn.primitive
     if prim.name == "cond":
         operands, branch_flags = eqn.invars[1:], flags[1:]
+        branches = eqn.params["branches"]
+        index = eqn.invars[0]
+        index = index.val if type(index) is Literal else known.get(index)
+        if index is not None:  # only the branch taken runs (others may be anything)
+            branches = [branches[int(np.clip(np.asarray(index), 0, len(branches) - 1))]]
         results = [
-            _check_nested(eqn, b, operands, known, branch_flags, name, context)
-            for b in eqn.params["branches"]
+            _check_nested(eqn, b, operands, known, branch_flags, name, context) for b in branches
         ]
         outs = [any(r[0][i] for r in results) for i in range(len(eqn.outvars))]
         for linear_outs, zero_outs in results:
