@@ -139,6 +139,13 @@ def test_linear_transpose_checks_only_the_branch_a_known_index_takes():
         assert_allclose(got, scale * ct)
 
 
+def test_errors_name_a_partial_application_by_its_function_not_its_arrays():
+    quadratic = fg.tree_util.Partial(lambda c, t: t * t + c, np.full(3, 7.0))
+    with pytest.raises(TypeError, match="<lambda> applies 'mul'") as error:
+        fg.linear_transpose(quadratic, np.ones(3))
+    assert "7." not in str(error.value)
+
+
 def test_transpose_of_transpose_is_the_function():
     x = RNG.standard_normal((3, 2))
     transpose = fg.linear_transpose(linear_map, x)

@@ -201,6 +201,8 @@ class _LinearMap:
 
 
 class _Jvp(_LinearMap):
+    __name__ = "f_jvp"  # what errors call it (`function_name`)
+
     def __call__(self, residuals, *tangents):
         tangent_leaves, tangent_tree = tree_util.tree_flatten(tangents)
         if tangent_tree != self.in_tree:
@@ -219,6 +221,8 @@ class _Jvp(_LinearMap):
 
 
 class _Vjp(_LinearMap):
+    __name__ = "vjp_fn"
+
     def __call__(self, residuals, cotangents):
         ct_leaves, ct_tree = tree_util.tree_flatten(cotangents)
         if ct_tree != self.out_tree:
