@@ -133,10 +133,18 @@ def test_linear_transpose_checks_only_the_branch_a_known_index_takes():
     def conditional(t):
         return fg.lax.cond(scale[0] > 0, lambda t: fnp.ones_like(t), lambda t: scale * t, t)
 
+    def in_a_loop(t):  # the index comes from the scanned array: each iteration's differs
+        def body(total, i):
+            return total + fg.lax.switch(i, [lambda t: 2.0 * t, lambda t: scale * t], t), None
+
+        return fg.lax.scan(body, np.zeros(2), np.array([0, 1, 1]))[0]
+
     ct = np.array([1.0, 2.0])
     for linear_map in (switched, conditional):
         (got,) = fg.linear_transpose(linear_map, np.ones(2))(ct)
         assert_allclose(got, scale * ct)
+    (got,) = fg.linear_transpose(in_a_loop, np.ones(2))(ct)
+    assert_allclose(got, (2.0 + 2 * scale) * ct)
 
 
 def test_errors_name_a_partial_application_by_its_function_not_its_arrays():

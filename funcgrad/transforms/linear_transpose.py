@@ -231,9 +231,10 @@ def _nested_linear_outputs(eqn: JaxprEqn, flags, known: dict, is_zero, name: str
         operands, branch_flags = eqn.invars[1:], flags[1:]
         branches = eqn.params["branches"]
         index = eqn.invars[0]
-        index = index.val if type(index) is Literal else known.get(index)
-        if index is not None:  # only the branch taken runs (others may be anything)
-            branches = [branches[int(np.clip(np.asarray(index), 0, len(branches) - 1))]]
+        value = index.val if type(index) is Literal else known.get(index)
+        # (a scan's xs are known as the whole array, to tell zeros: not one iteration's index)
+        if value is not None and np.shape(value) == ():  # only the branch taken runs
+            branches = [branches[int(np.clip(np.asarray(value), 0, len(branches) - 1))]]
         results = [
             _check_nested(eqn, b, operands, known, branch_flags, name, context) for b in branches
         ]
