@@ -157,6 +157,8 @@ def get_aval(x) -> ShapedArray:
     aval = getattr(x, "aval", None)
     if aval is not None:
         return aval
+    if is_float0(x):
+        return ShapedArray(x.shape, dtypes.float0)
     if isinstance(x, (np.ndarray, np.generic)):
         return ShapedArray(x.shape, dtypes.check_supported(x.dtype), False)
     if isinstance(x, (bool, int, float, complex)):

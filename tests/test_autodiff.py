@@ -186,6 +186,38 @@ def test_integer_inputs_get_float0_zero_tangents():
     assert tangent.dtype == fg.dtypes.float0
 
 
+def _sin_and_argmax_tangents(x):
+    # jvp of a function with an integer output: its second tangent is float0.
+    return fg.jvp(lambda v: (fnp.sin(v), fnp.argmax(v)), (x,), (fnp.cos(x),))[1]
+
+
+def test_float0_outputs_of_a_function_are_differentiated_as_constants():
+    # Forward over forward and reverse over forward with an integer output in between (the
+    # float0 tangent it gets was refused as an output of the outer transformation).
+    x = np.array([0.3, 0.5])
+    float0_zero = np.zeros((), fg.dtypes.float0)
+    hand = -np.sin(x) * np.cos(x) * np.ones(2) - np.cos(x) * np.sin(x)  # d/dx cos(x) cos(x)
+    primal, tangent = fg.jvp(_sin_and_argmax_tangents, (x,), (np.ones(2),))
+    np.testing.assert_allclose(np.asarray(tangent[0]), hand, rtol=1e-12)
+    assert primal[1].dtype == tangent[1].dtype == fg.dtypes.float0
+    _, f_jvp = fg.linearize(_sin_and_argmax_tangents, x)
+    np.testing.assert_allclose(np.asarray(f_jvp(np.ones(2))[0]), hand, rtol=1e-12)
+    assert f_jvp(np.ones(2))[1].dtype == fg.dtypes.float0
+    (pulled,) = fg.vjp(_sin_and_argmax_tangents, x)[1]((np.ones(2), float0_zero))
+    np.testing.assert_allclose(np.asarray(pulled), hand, rtol=1e-12)
+
+
+def test_jacobians_pass_keyword_arguments_through_undifferentiated():
+    def f(x, scale=1.0, *, offset):
+        return fnp.sin(x) * scale + offset
+
+    expected = np.diag(2.0 * np.cos(X))
+    np.testing.assert_allclose(np.asarray(fg.jacfwd(f)(X, scale=2.0, offset=1.0)), expected)
+    np.testing.assert_allclose(np.asarray(fg.jacrev(f)(X, scale=2.0, offset=1.0)), expected)
+    hessian = fg.hessian(lambda x, *, scale: fnp.sum(f(x, scale, offset=0.0)))(X, scale=2.0)
+    np.testing.assert_allclose(np.asarray(hessian), np.diag(-2.0 * np.sin(X)), rtol=1e-12)
+
+
 def test_symbolic_zero_tangents_cost_nothing():
     # Differentiating w.r.t. x only: y's computation stays a constant, not part of the
     # linear program.

@@ -216,6 +216,61 @@ def test_integer_inputs_and_outputs():
     assert int(index) == 1 and index_tangent.dtype == fg.dtypes.float0
 
 
+def test_float0_arguments_and_outputs_pass_around_the_checkpointed_program():
+    # The tangent of an integer output is a float0 array, which holds no data to stage.
+    def tangents(x):
+        return fg.jvp(lambda v: (fnp.sin(v), fnp.argmax(v)), (x,), (fnp.cos(x),))[1]
+
+    x = np.array([0.3, 0.5])
+    out, index_tangent = fg.checkpoint(tangents)(x)
+    np.testing.assert_allclose(np.asarray(out), np.cos(x) ** 2, rtol=1e-12)
+    assert index_tangent.dtype == fg.dtypes.float0 and index_tangent.shape == ()
+    grad = fg.grad(lambda x: fnp.sum(fg.checkpoint(tangents)(x)[0]))(x)
+    np.testing.assert_allclose(np.asarray(grad), -2 * np.cos(x) * np.sin(x), rtol=1e-12)
+    passed = fg.checkpoint(lambda v, t: (2.0 * v, t))(x, np.zeros(3, fg.dtypes.float0))
+    assert passed[1].dtype == fg.dtypes.float0 and passed[1].shape == (3,)
+
+
+@fg.custom_vjp
+def _sin_by_vjp(x):
+    return fnp.sin(x)
+
+
+_sin_by_vjp.defvjp(lambda x: (fnp.sin(x), x), lambda x, ct: (ct * fnp.cos(x),))
+
+
+@pytest.mark.parametrize(
+    "inner",
+    [
+        lambda x: fg.lax.map(_sin_by_vjp, x),
+        lambda x: fg.lax.cond(x[0, 0] > 0, _sin_by_vjp, fnp.sin, x),
+    ],
+    ids=["map", "cond"],
+)
+def test_forward_over_reverse_through_a_checkpoint_of_control_flow_holding_custom_vjp(inner):
+    # The primal outputs are computed again around the control flow; differentiated forward
+    # (hessian, jvp of grad) they must be the custom_vjp's fwd rule, as forward mode refuses
+    # the custom_vjp function itself.
+    def loss(x):
+        return fnp.sum(fg.checkpoint(inner)(x))
+
+    x = np.array([[0.3, 0.5], [0.1, -0.2]])
+    hessian = np.asarray(fg.hessian(loss)(x)).reshape(4, 4)
+    np.testing.assert_allclose(hessian, np.diag(-np.sin(x).ravel()), rtol=1e-12, atol=1e-15)
+    _, tangent = fg.jvp(fg.grad(loss), (x,), (np.ones_like(x),))
+    np.testing.assert_allclose(np.asarray(tangent), -np.sin(x), rtol=1e-12)
+
+
+def test_keyword_arguments_are_traced_and_differentiated_like_positional_ones():
+    def f(x, *, weight):
+        return fnp.sum(fnp.sin(x) * weight)
+
+    x, weight = np.array([0.3, -0.2]), np.array([2.0, 3.0])
+    grads = fg.grad(lambda x, w: fg.checkpoint(f)(x, weight=w), argnums=(0, 1))(x, weight)
+    np.testing.assert_allclose(np.asarray(grads[0]), np.cos(x) * weight, rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(grads[1]), np.sin(x), rtol=1e-12)
+
+
 def test_a_tangent_known_to_be_zero_inside_checkpoint():
     # The custom rule returns a tangent that does not depend on the input tangents.
     @fg.custom_jvp

@@ -452,6 +452,15 @@ def test_mismatched_branch_outputs_name_both_types():
         lax.switch(0, [fnp.sin, fnp.cos, fnp.sum], x)
 
 
+def test_a_branch_returning_a_float0_tangent_is_refused_by_name():
+    def index_tangent(x):  # the float0 tangent of an integer output
+        return fg.jvp(fnp.argmax, (x,), (x,))[1]
+
+    x = np.array([0.3, -0.1])
+    with pytest.raises(TypeError, match=r"returned a float0 array of shape \(\)"):
+        lax.cond(x[0] > 0, index_tangent, index_tangent, x)
+
+
 def test_bad_predicates_and_indices():
     x = np.ones(2)
     with pytest.raises(TypeError, match=r"pred must be a scalar.*shape \(2,\)"):

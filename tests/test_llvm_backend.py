@@ -255,6 +255,21 @@ def test_shape_ops_fuse_and_match():
     assert_same_as_reference(f, x)
 
 
+def test_one_scalar_reshaped_twice_into_a_concatenation():
+    # Both operands of the concatenation read the scalar at the index (), but at different
+    # flat offsets; fused by one builder they were one memoized load at the second's offset,
+    # so the first element read before the buffer. A branch keeps the two reshapes apart
+    # (CSE merges them at the top level).
+    def twice(b):
+        w = b[0:1].squeeze(0)[0:1].reshape(())
+        return fnp.concatenate([w.reshape(1), w.reshape(1)])
+
+    x = np.full((2, 3), 1.5, np.float32)
+    with jit_backend("llvm"):
+        got = fg.jit(lambda i, b: lax.switch(i, [lambda b: fnp.zeros(2), twice], b))(1, x)
+    np.testing.assert_array_equal(np.asarray(got), [1.5, 1.5])
+
+
 def test_indexing_gather_and_dynamic_slices():
     x = rng.standard_normal((6, 5)).astype(np.float32)
     idx = np.array([0, 5, 2, 7, -1], np.int32)

@@ -109,6 +109,51 @@ def test_linear_transpose_inside_jit():
     assert_allclose(f(np.arange(3.0), 2.0), 2.0 * np.arange(3.0))
 
 
+def test_linear_transpose_inside_jit_of_a_program_holding_literals():
+    # The padding value 0.0 reaches the linearity check as a literal; under jit, reading it
+    # through an Array method staged the read and asked a tracer for its truth value.
+    def pad_and_stride(t):
+        return fg.lax.slice(fg.lax.pad(t, 0.0, ((0, 1, 0),)), (0,), (4,), (2,))
+
+    def transposed(ct):
+        return fg.linear_transpose(pad_and_stride, np.ones(3))(ct)[0]
+
+    ct = np.array([1.0, 2.0])
+    assert_allclose(fg.jit(transposed)(ct), [1.0, 0.0, 2.0])
+
+
+def test_linear_transpose_checks_only_the_branch_a_known_index_takes():
+    # The linearization of a program holding a cond keeps the cond, its index known; the
+    # branch not taken may compute anything (here a constant), as it never runs.
+    scale = np.array([-2.0, 3.0])
+
+    def switched(t):
+        return fg.lax.switch(1, [lambda t: fnp.ones_like(t), lambda t: scale * t], t)
+
+    def conditional(t):
+        return fg.lax.cond(scale[0] > 0, lambda t: fnp.ones_like(t), lambda t: scale * t, t)
+
+    def in_a_loop(t):  # the index comes from the scanned array: each iteration's differs
+        def body(total, i):
+            return total + fg.lax.switch(i, [lambda t: 2.0 * t, lambda t: scale * t], t), None
+
+        return fg.lax.scan(body, np.zeros(2), np.array([0, 1, 1]))[0]
+
+    ct = np.array([1.0, 2.0])
+    for linear_map in (switched, conditional):
+        (got,) = fg.linear_transpose(linear_map, np.ones(2))(ct)
+        assert_allclose(got, scale * ct)
+    (got,) = fg.linear_transpose(in_a_loop, np.ones(2))(ct)
+    assert_allclose(got, (2.0 + 2 * scale) * ct)
+
+
+def test_errors_name_a_partial_application_by_its_function_not_its_arrays():
+    quadratic = fg.tree_util.Partial(lambda c, t: t * t + c, np.full(3, 7.0))
+    with pytest.raises(TypeError, match="<lambda> applies 'mul'") as error:
+        fg.linear_transpose(quadratic, np.ones(3))
+    assert "7." not in str(error.value)
+
+
 def test_transpose_of_transpose_is_the_function():
     x = RNG.standard_normal((3, 2))
     transpose = fg.linear_transpose(linear_map, x)

@@ -137,6 +137,8 @@ class KernelBuilder:
             return K.Load(self.input(atom), flat_offset(index, shape))
         eqn = self.producer[atom]
         key = (id(eqn), tuple(map(id, index)))
+        if isinstance(index, Delinearized):  # its flat offset is read too (`flat_offset`)
+            key += (id(index.linear), index.shape)
         hit = self._memo.get(key)
         if hit is None:
             if not fusible(eqn):

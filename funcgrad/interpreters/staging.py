@@ -145,6 +145,12 @@ def trace_to_jaxpr(
 def _as_operand(x):
     if isinstance(x, (Array, core.Tracer)):
         return x
+    if core.is_float0(x):
+        raise TypeError(
+            f"a staged function (a control-flow branch or body, a custom rule's function) "
+            f"returned a float0 array of shape {x.shape}, the tangent of an integer value; it "
+            "holds no data, so return it outside the staged function instead"
+        )
     from funcgrad.lax import asarray
 
     try:

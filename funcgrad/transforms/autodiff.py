@@ -51,7 +51,9 @@ def _output_leaves(out, what: str) -> tuple[list, Any]:
                 f"{what} needs the function to return arrays (or pytrees of them); it returned a "
                 f"value of type {type(leaf).__name__}: {leaf!r}"
             )
-    return [_as_primal(x) for x in leaves], tree
+    # float0 outputs (another transformation's tangents of integers) hold no data: they are
+    # constants, whose tangents and cotangents are float0 too.
+    return [x if core.is_float0(x) else _as_primal(x) for x in leaves], tree
 
 
 def _materialize(tangent, aval):
@@ -210,12 +212,14 @@ class _LinearMap:
         self.jaxpr = lin.linear_jaxpr.jaxpr
         self.out_is_zero = tuple(lin.out_is_zero)
         self.in_avals = tuple(lin.in_avals)
-        self.out_avals = tuple(p.aval for p in lin.primals_out)
+        self.out_avals = tuple(core.get_aval(p) for p in lin.primals_out)
         self.in_tree = in_tree
         self.out_tree = out_tree
 
 
 class _Jvp(_LinearMap):
+    __name__ = "f_jvp"  # what errors call it (`function_name`)
+
     def __call__(self, residuals, *tangents):
         tangent_leaves, tangent_tree = tree_util.tree_flatten(tangents)
         if tangent_tree != self.in_tree:
@@ -234,6 +238,8 @@ class _Jvp(_LinearMap):
 
 
 class _Vjp(_LinearMap):
+    __name__ = "vjp_fn"
+
     def __call__(self, residuals, cotangents):
         ct_leaves, ct_tree = tree_util.tree_flatten(cotangents)
         if ct_tree != self.out_tree:
@@ -483,13 +489,15 @@ def _standard_basis(leaves: list) -> tuple[list, list[int]]:
     return basis, [int(o) for o in offsets]
 
 
-def _partial_in(fun: Callable, args: tuple, nums: tuple[int, ...]) -> Callable:
+def _partial_in(fun: Callable, args: tuple, nums: tuple[int, ...], kwargs: dict) -> Callable:
+    """`fun` of the arguments `nums` alone, the others and the keyword arguments fixed."""
+
     @functools.wraps(fun)
     def partial_fun(*diff):
         full = list(args)
         for i, value in zip(nums, diff):
             full[i] = value
-        return fun(*full)
+        return fun(*full, **kwargs)
 
     return partial_fun
 
@@ -505,12 +513,12 @@ def jacfwd(
     from funcgrad.transforms.vmap import vmap
 
     @functools.wraps(fun)
-    def jacfwd_fun(*args):
+    def jacfwd_fun(*args, **kwargs):
         nums = _argnums_tuple(argnums, len(args), "jacfwd")
         diff_args = tuple(tree_util.tree_map(_as_primal, args[i]) for i in nums)
         _check_grad_inputs(diff_args, "jacfwd", True, holomorphic, complex_allowed=False)
         in_leaves, in_tree = tree_util.tree_flatten(diff_args)
-        partial_fun = _partial_in(fun, args, nums)
+        partial_fun = _partial_in(fun, args, nums, kwargs)
 
         def flat_fun(*leaves):
             return partial_fun(*tree_util.tree_unflatten(in_tree, leaves))
@@ -562,11 +570,11 @@ def jacrev(
     from funcgrad.transforms.vmap import vmap
 
     @functools.wraps(fun)
-    def jacrev_fun(*args):
+    def jacrev_fun(*args, **kwargs):
         nums = _argnums_tuple(argnums, len(args), "jacrev")
         diff_args = tuple(tree_util.tree_map(_as_primal, args[i]) for i in nums)
         _check_grad_inputs(diff_args, "jacrev", True, holomorphic)
-        result = vjp(_partial_in(fun, args, nums), *diff_args, has_aux=has_aux)
+        result = vjp(_partial_in(fun, args, nums, kwargs), *diff_args, has_aux=has_aux)
         pullback = result[1]
         out_leaves, out_tree = tree_util.tree_flatten(result[0])
         for leaf in out_leaves:

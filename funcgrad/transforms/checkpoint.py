@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable, Sequence
 
 from funcgrad import core, tree_util
-from funcgrad.compiler.passes import inline_calls
+from funcgrad.compiler.passes import dead_code_elimination, inline_calls
 from funcgrad.core import Primitive
 from funcgrad.interpreters import batching
 from funcgrad.interpreters.ad import (
@@ -28,6 +28,7 @@ from funcgrad.interpreters.ad import (
 from funcgrad.interpreters.partial_eval import (
     PartialEvalTrace,
     partial_eval_jaxpr,
+    split_jaxpr,
     unknown_outputs,
 )
 from funcgrad.interpreters.staging import trace_to_jaxpr
@@ -102,7 +103,8 @@ def _checkpoint_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, policy, prevent_cs
     if any(unknown_outputs(jvp_closed.jaxpr, unknowns)[:num_primal_out]):
         # A higher-order equation (cond, scan, ...) computes primal and tangent values
         # together, so the policy cannot split it: save only the inputs and recompute all.
-        primal_outs = checkpoint_p.bind(*primals, jaxpr=jaxpr, **params)
+        primal_jaxpr = _forward_pass(jvp_closed, unknowns, num_primal_out)
+        primal_outs = checkpoint_p.bind(*primals, jaxpr=primal_jaxpr or jaxpr, **params)
         tangent_jaxpr = _outputs_from(jvp_closed, num_primal_out)
         tangent_outs = checkpoint_p.bind(*primals, *nonzero_tangents, jaxpr=tangent_jaxpr, **params)
     else:
@@ -118,6 +120,20 @@ def _checkpoint_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, policy, prevent_cs
         next(tangent_iter) if nz else Zero(tangent_aval(aval))
         for nz, aval in zip(out_nonzero, jaxpr.out_avals)
     ]
+
+
+def _forward_pass(jvp_closed: ClosedJaxpr, unknowns: list, num_primal_out: int):
+    """The primal outputs as the jvp program computes them, split from its tangents by
+    evaluation (nested conds and scans split themselves), or None if they do not split off.
+    A transformation differentiating the primal outputs further must see this forward pass
+    rather than the original program: a custom_vjp function's forward pass is its fwd rule,
+    while the function itself refuses forward mode."""
+    split = split_jaxpr(jvp_closed, unknowns, what="the jvp of a checkpoint")
+    if any(split.out_unknown[:num_primal_out]):
+        return None
+    known = split.known.jaxpr
+    primal_only = Jaxpr(known.constvars, known.invars, known.outvars[:num_primal_out], known.eqns)
+    return dead_code_elimination(ClosedJaxpr(primal_only, split.known.consts))
 
 
 def _outputs_from(closed: ClosedJaxpr, start: int) -> ClosedJaxpr:
@@ -177,32 +193,45 @@ def checkpoint(
     static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
 
     @functools.wraps(fun)
-    def checkpointed(*args):
+    def checkpointed(*args, **kwargs):
         static_values = {i: args[i] for i in static}
         dynamic = [a for i, a in enumerate(args) if i not in static]
-        leaves, in_tree = tree_util.tree_flatten(dynamic)
-        leaves = [asarray(x) for x in leaves]
+        leaves, in_tree = tree_util.tree_flatten((dynamic, kwargs))
+        leaves = [x if core.is_float0(x) else asarray(x) for x in leaves]
+        # float0 values (tangents of integers) hold no data: the function gets such arguments
+        # as they are, and such outputs are put back around the staged program, as jit does.
+        structure: list = []
 
         def flat_fun(*flat):
-            dynamic_args = iter(tree_util.tree_unflatten(in_tree, flat))
+            staged = iter(flat)
+            flat = [x if core.is_float0(x) else next(staged) for x in leaves]
+            dynamic_args, dynamic_kwargs = tree_util.tree_unflatten(in_tree, flat)
+            dynamic_args = iter(dynamic_args)
             full = [
                 static_values[i] if i in static else next(dynamic_args) for i in range(len(args))
             ]
-            return fun(*full)
+            out_leaves, out_tree = tree_util.tree_flatten(fun(*full, **dynamic_kwargs))
+            structure.append((out_tree, [x if core.is_float0(x) else None for x in out_leaves]))
+            return [x for x in out_leaves if not core.is_float0(x)]
 
-        closed, out_tree = trace_to_jaxpr(
-            flat_fun, [x.aval for x in leaves], f"checkpoint({function_name(fun)})"
+        inputs = [x for x in leaves if not core.is_float0(x)]
+        closed, _ = trace_to_jaxpr(
+            flat_fun, [x.aval for x in inputs], f"checkpoint({function_name(fun)})"
         )
+        ((out_tree, float0_outs),) = structure
         jaxpr = closed.jaxpr
         hoisted = Jaxpr([], jaxpr.constvars + jaxpr.invars, jaxpr.outvars, jaxpr.eqns)
-        outs = checkpoint_p.bind(
-            *closed.consts,
-            *leaves,
-            jaxpr=ClosedJaxpr(hoisted, []),
-            policy=policy,
-            prevent_cse=prevent_cse,
+        outs = iter(
+            checkpoint_p.bind(
+                *closed.consts,
+                *inputs,
+                jaxpr=ClosedJaxpr(hoisted, []),
+                policy=policy,
+                prevent_cse=prevent_cse,
+            )
         )
-        return tree_util.tree_unflatten(out_tree, outs)
+        out_leaves = [next(outs) if x is None else x for x in float0_outs]
+        return tree_util.tree_unflatten(out_tree, out_leaves)
 
     return checkpointed
 

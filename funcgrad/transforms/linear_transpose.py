@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
+
 from funcgrad import core, dtypes, tree_util
 from funcgrad.compiler.passes import inline_calls
 from funcgrad.core import PRIMITIVES
@@ -177,8 +179,8 @@ def _check_program(jaxpr, known: dict, linear_ins: list[bool], name: str, contex
         return type(atom) is not Literal and atom in linear
 
     def is_zero(atom) -> bool:
-        if type(atom) is Literal:
-            return not literal_value(atom).any()
+        if type(atom) is Literal:  # read by NumPy: under jit an Array's .any() would stage
+            return core.is_float0(atom.val) or not np.any(atom.val)
         value = known.get(atom)
         return value is None or not asarray(value)._value.any()
 
@@ -227,9 +229,14 @@ def _nested_linear_outputs(eqn: JaxprEqn, flags, known: dict, is_zero, name: str
     prim = eqn.primitive
     if prim.name == "cond":
         operands, branch_flags = eqn.invars[1:], flags[1:]
+        branches = eqn.params["branches"]
+        index = eqn.invars[0]
+        value = index.val if type(index) is Literal else known.get(index)
+        # (a scan's xs are known as the whole array, to tell zeros: not one iteration's index)
+        if value is not None and np.shape(value) == ():  # only the branch taken runs
+            branches = [branches[int(np.clip(np.asarray(value), 0, len(branches) - 1))]]
         results = [
-            _check_nested(eqn, b, operands, known, branch_flags, name, context)
-            for b in eqn.params["branches"]
+            _check_nested(eqn, b, operands, known, branch_flags, name, context) for b in branches
         ]
         outs = [any(r[0][i] for r in results) for i in range(len(eqn.outvars))]
         for linear_outs, zero_outs in results:

@@ -12,7 +12,12 @@ from funcgrad.ir import ClosedJaxpr, Jaxpr, float0_literal
 
 
 def function_name(fun: Callable) -> str:
-    return getattr(fun, "__qualname__", None) or getattr(fun, "__name__", None) or repr(fun)
+    """The name errors and programs call `fun` by: a partial application by its function's
+    name (its repr would print the bound arrays), a callable object by its class's."""
+    if isinstance(fun, functools.partial):
+        return function_name(fun.func)
+    name = getattr(fun, "__qualname__", None) or getattr(fun, "__name__", None)
+    return name or type(fun).__name__
 
 
 def make_jaxpr(
