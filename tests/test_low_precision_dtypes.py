@@ -541,12 +541,14 @@ def test_operations_on_formats_without_zero_or_beyond_jax():
     assert int(fnp.sum(i4)) == -4 and fnp.sum(i4).dtype == np.int32
 
 
-def test_products_of_two_float8_formats_need_a_preferred_type():
+def test_products_of_two_float8_formats_promote_only_in_lax():
     a, b = fnp.ones((2, 3), fnp.float8_e4m3fn), fnp.ones((3, 2), fnp.float8_e5m2)
     with pytest.raises(TypePromotionError):
         a @ b
-    with pytest.raises(TypeError, match="preferred_element_type"):
-        lax.dot_general(a, b, (((1,), (0,)), ((), ())))
+    # lax.dot_general contracts mixed operands into the wider exponent's format
+    out = lax.dot_general(a, b, (((1,), (0,)), ((), ())))
+    assert out.dtype == fnp.float8_e5m2
+    np.testing.assert_array_equal(np.asarray(out, np.float32), np.full((2, 2), 3.0))
 
 
 @pytest.mark.parametrize("place", PLACES)
