@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import assume, given
@@ -208,6 +209,17 @@ def test_geomspace_computes_in_numpys_dtype_with_exact_ends():
             else:
                 assert_close(actual, expected, np.float64, rtol=1e-14, atol=0)
                 assert_numpys(np.asarray(actual)[[0, -1]], expected[[0, -1]])
+
+
+def test_ranges_of_bfloat16_bounds_compute_in_float64_as_numpys_do():
+    """They computed in bfloat16: logspace(bfloat16([111.5]), 10) rounded its exponent 36.93
+    to 37 or 36.75, samples 60% off."""
+    bounds = np.array([111.5, 148.0, 29.375], ml_dtypes.bfloat16)
+    for name in ("linspace", "logspace"):
+        expected = getattr(np, name)(bounds, 10, 7).astype(ml_dtypes.bfloat16)
+        assert_numpys(getattr(fnp, name)(bounds, 10, 7), expected)
+    expected = np.logspace(bounds, 10, dtype=np.float32, axis=-1)
+    assert_numpys(fnp.logspace(bounds, 10, dtype=np.float32, axis=-1), expected)
 
 
 def test_geomspace_computes_in_float64_by_default_as_numpy_does():

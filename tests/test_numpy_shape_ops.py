@@ -341,6 +341,15 @@ def test_pad_mode_empty_keeps_the_values_and_shapes_the_padding():
     np.testing.assert_array_equal(out[1:, 2:5], x)
 
 
+@pytest.mark.parametrize("mode", ["mean", "median"])
+def test_pad_statistics_of_booleans_are_true_where_any_is(mode):
+    """NumPy casts the statistic to bool, so a mean of 0.5 is True (it rounded to False)."""
+    x = np.array([True, False, True, False, True])
+    for stat_length in (None, 2):
+        expected = np.pad(x, (3, 1), mode, stat_length=stat_length)
+        np.testing.assert_array_equal(fnp.pad(x, (3, 1), mode, stat_length=stat_length), expected)
+
+
 def test_broadcast_arrays_of_nothing_is_an_empty_list():
     assert fnp.broadcast_arrays() == []
 

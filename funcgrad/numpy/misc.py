@@ -111,6 +111,10 @@ def _numpy_working_dtype(*args) -> np.dtype:
         working = np.result_type(*examples)
     except TypeError:  # bfloat16 mixed with a type NumPy has no promotion to it for
         working = result_type(*args)
+    if working == dtypes.bfloat16:
+        # NumPy's ranges compute bfloat16 bounds in float64 (exponents rounded to bfloat16
+        # put logspace's samples tens of percent off)
+        return dtypes.float64
     return working if dtypes.is_inexact(working) else dtypes.float64
 
 

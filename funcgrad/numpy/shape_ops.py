@@ -684,6 +684,8 @@ def _statistic(region, axis: int, mode: str, dtype):
         value = lax.div(lax.add(low, high), lax.full((), 2, work.dtype))
     if exact:
         return value
+    if dtypes.is_bool(dtype):  # True where any is: NumPy casts the statistic, 0.5 included
+        return lax.ne(value, lax.full((), 0, value.dtype))
     return convert(lax.round(value, lax.RoundingMethod.TO_NEAREST_EVEN), dtype)
 
 
