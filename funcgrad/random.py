@@ -409,8 +409,9 @@ def truncated_normal(key, lower, upper, shape=None, dtype=float) -> Array:
     uniform between erf(lower / sqrt 2) and erf(upper / sqrt 2), mapped back by erf_inv, as
     JAX samples. An interval lying beyond 3 standard deviations on one side (some element of
     it, where the bounds are arrays) is drawn instead as its mirror image below 0, negated,
-    uniform between the normal CDFs of the bounds (which keep their relative precision
-    there) and mapped back by ndtri; through erf, (5, 10) gave a handful of distinct values.
+    uniform between the normal CDFs of the bounds (in float64 and in logs, which keep their
+    relative precision there however far out) and mapped back by ndtri's tail; through erf,
+    (5, 10) gave a handful of distinct values.
     """
     key = _check_key("truncated_normal", key)
     dtype = _float_dtype("truncated_normal", dtype)
@@ -435,12 +436,15 @@ def truncated_normal(key, lower, upper, shape=None, dtype=float) -> Array:
         return lax.mul(lax.erf_inv(u), sqrt2)
 
     def through_lower_tail(lower, upper):
-        work = np.promote_types(dtype, np.float32)
-        low, high = (fnp.broadcast_to(b, shape).astype(work) for b in (lower, upper))
+        # In float64 and in logs: the CDFs underflowed float32 past -13 (every draw of
+        # (-30, -29) came out at -30), and float64 past -37.
+        low, high = (fnp.broadcast_to(b, shape).astype(np.float64) for b in (lower, upper))
         mirrored = lax.gt(low, lax.full_like(low, 0))
         low, high = lax.select(mirrored, -high, low), lax.select(mirrored, -low, high)
-        u = _uniform("truncated_normal", key, shape, work, special.ndtr(low), special.ndtr(high))
-        x = special.ndtri(u)
+        log_low, log_high = special.log_ndtr(low), special.log_ndtr(high)
+        u = _uniform("truncated_normal", key, shape, np.float64, 0.0, 1.0)
+        ratio = lax.exp(log_low - log_high)  # ndtr(low) / ndtr(high)
+        x = special.lower_tail_ndtri(log_high + lax.log(ratio + u * (1 - ratio)))
         return lax.convert_element_type(lax.select(mirrored, -x, x), dtype)
 
     lower = _broadcast_to("truncated_normal", lower, shape)

@@ -251,13 +251,9 @@ def ndtri(p: ArrayLike):
     return _narrow(_ndtri(wide), kind)
 
 
-@custom_jvp
-def _ndtri(p):
-    upper = p > 0.5
-    q = fnp.where(upper, 1 - p, p)
-    tail = q < _NDTRI_TAIL
-    middle = _SQRT_2 * lax.erf_inv(2 * fnp.where(tail, 0.5, p) - 1)
-    log_q = fnp.log(fnp.where(tail & (q > 0), q, _NDTRI_TAIL))
+def lower_tail_ndtri(log_q):
+    """ndtri(q) from log q, for q below exp(-2) (float64): the root of log_ndtr(x) = log q
+    (see ndtri), so q may lie far below the smallest float."""
     t = fnp.sqrt(-2 * log_q)
     numerator = _AS_NUMERATOR[0] + t * (_AS_NUMERATOR[1] + t * _AS_NUMERATOR[2])
     denominator = _AS_DENOMINATOR[0] + t * (
@@ -267,6 +263,16 @@ def _ndtri(p):
     for _ in range(_NDTRI_NEWTON_STEPS):
         value = _log_ndtr(x, 3)
         x = x - (value - log_q) * fnp.exp(value + 0.5 * x * x + _LOG_SQRT_2PI)
+    return x
+
+
+@custom_jvp
+def _ndtri(p):
+    upper = p > 0.5
+    q = fnp.where(upper, 1 - p, p)
+    tail = q < _NDTRI_TAIL
+    middle = _SQRT_2 * lax.erf_inv(2 * fnp.where(tail, 0.5, p) - 1)
+    x = lower_tail_ndtri(fnp.log(fnp.where(tail & (q > 0), q, _NDTRI_TAIL)))
     quantile = fnp.where(tail, fnp.where(upper, -x, x), middle)
     quantile = fnp.where(p == 0, -fnp.inf, fnp.where(p == 1, fnp.inf, quantile))
     return fnp.where((p >= 0) & (p <= 1), quantile, fnp.nan)
