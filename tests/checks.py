@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
+import ml_dtypes
 import numpy as np
 
 import funcgrad as fg
@@ -27,12 +28,16 @@ def tolerance(dtype) -> dict:
     dtype = np.dtype(dtype)
     if dtype.kind != "f" and dtype.name != "bfloat16":
         return dict(rtol=0, atol=0)
-    return {
+    known = {
         "float64": dict(rtol=1e-12, atol=1e-12),
         "float32": dict(rtol=2e-6, atol=2e-6),
         "float16": dict(rtol=2e-3, atol=2e-3),
         "bfloat16": dict(rtol=2e-2, atol=2e-2),
-    }[dtype.name]
+    }
+    if dtype.name in known:
+        return known[dtype.name]
+    eps = float(ml_dtypes.finfo(dtype).eps)  # the 8-bit formats: one step of their mantissa
+    return dict(rtol=eps, atol=eps)
 
 
 def assert_close(actual, expected, dtype=None, **tol) -> None:
@@ -84,9 +89,10 @@ def check_staging(fun, *args, exact: bool = False) -> None:
 
 
 def _comparable(x) -> np.ndarray:
-    # NumPy's testing helpers do not recognise bfloat16 NaNs; float32 holds bfloat16 exactly.
+    # NumPy's testing helpers see the formats it does not know (bfloat16, float4, the 4- and
+    # 2-bit integers, float8_e8m0fnu) as opaque and miss their NaNs; float32 holds each exactly.
     value = np.asarray(x)
-    return value.astype(np.float32) if value.dtype.name == "bfloat16" else value
+    return value.astype(np.float32) if value.dtype.kind == "V" else value
 
 
 def check_batching(fun, args, in_axes, out_axes=0, **tol) -> None:
