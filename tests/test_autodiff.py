@@ -218,6 +218,16 @@ def test_jacobians_pass_keyword_arguments_through_undifferentiated():
     np.testing.assert_allclose(np.asarray(hessian), np.diag(-2.0 * np.sin(X)), rtol=1e-12)
 
 
+def test_jacobians_of_integer_inputs_are_refused_unless_jacrev_allows_them():
+    double = lambda n: n * 2.0  # noqa: E731
+    for jacobian in (fg.jacfwd, fg.jacrev, fg.hessian):
+        with pytest.raises(TypeError, match="requires floating-point inputs.*int"):
+            jacobian(double)(np.arange(3))
+    blocks = fg.jacrev(double, allow_int=True)(np.arange(3))
+    np.testing.assert_array_equal(np.asarray(blocks), np.zeros((3, 3), np.arange(3).dtype))
+    assert blocks.dtype == np.arange(3).dtype
+
+
 def test_symbolic_zero_tangents_cost_nothing():
     # Differentiating w.r.t. x only: y's computation stays a constant, not part of the
     # linear program.
