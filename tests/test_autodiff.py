@@ -266,6 +266,11 @@ def test_jacfwd_of_integer_outputs_is_zeros_of_their_dtype():
     np.testing.assert_allclose(np.asarray(scaled), 2 * np.eye(3))
 
 
+def test_jacrev_of_integer_outputs_points_to_vjp():
+    with pytest.raises(TypeError, match="must be real floating-point.*int32.*use vjp"):
+        fg.jacrev(lambda x: ((x > 0).astype(np.int32), 2 * x))(fnp.array([-1.0, 0.5]))
+
+
 def test_float_of_a_differentiated_value_raises_instead_of_dropping_its_derivative():
     """float(x) under grad once returned x's value as a constant, so grad(float(x) * x) at 3
     was 3, not 6. As in JAX it raises; int() and bool(), piecewise constant, still work."""

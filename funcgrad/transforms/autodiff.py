@@ -363,7 +363,7 @@ def _check_output_dtype(aval, who: str, holomorphic: bool) -> None:
             " For a holomorphic function pass holomorphic=True; for a non-holomorphic function "
             "with complex outputs use vjp directly."
             if dtypes.is_complex(aval.dtype)
-            else ""
+            else " For a function with integer or boolean outputs use vjp directly."
         )
         raise TypeError(
             f"{who}: the output must be real floating-point to be differentiated, got "
@@ -566,8 +566,7 @@ def jacrev(
         pullback = result[1]
         out_leaves, out_tree = tree_util.tree_flatten(result[0])
         for leaf in out_leaves:
-            if dtypes.is_inexact(core.get_aval(leaf).dtype):
-                _check_output_dtype(core.get_aval(leaf), "jacrev", holomorphic)
+            _check_output_dtype(core.get_aval(leaf), "jacrev", holomorphic)
         in_leaves, in_tree = tree_util.tree_flatten(diff_args)
         basis, offsets = _standard_basis(out_leaves)
 
