@@ -248,6 +248,16 @@ def test_linear_transpose_accepts_added_zeros():
     assert_allclose(transpose((np.ones(3), np.ones(2, np.float32)))[0], np.ones(3))
 
 
+def test_linear_transpose_ignores_unused_values_that_are_not_linear():
+    # A jvp rule can leave such a value behind in a linearized program (here written out).
+    def doubled(t):
+        unused = fnp.sin(t) + 1.0  # noqa: F841
+        return 2.0 * t
+
+    (got,) = fg.linear_transpose(doubled, np.ones(3))(np.arange(3.0))
+    assert_allclose(got, 2.0 * np.arange(3.0))
+
+
 def test_linear_transpose_checks_dtypes_and_cotangents():
     with pytest.raises(TypeError, match="floating point or complex"):
         fg.linear_transpose(lambda x: x, np.ones(3, np.int32))

@@ -21,6 +21,7 @@ from collections.abc import Callable
 import numpy as np
 
 from funcgrad import core, dtypes, tree_util
+from funcgrad.compiler.passes import dead_code_elimination
 from funcgrad.core import PRIMITIVES
 from funcgrad.interpreters.ad import UndefinedPrimal, backward_pass, instantiate, tangent_aval
 from funcgrad.interpreters.partial_eval import PartialEvalTrace
@@ -78,7 +79,8 @@ def linear_transpose(fun: Callable, *primals, reduce_axes: tuple = ()) -> Callab
     closed, out_tree = trace_to_jaxpr(flat_fun, in_avals, f"linear_transpose({name})")
     out_avals = closed.out_avals
     _check_dtypes(in_avals, out_avals)
-    closed = _linear_part(closed, name)
+    # (dead code need not be linear: a jvp rule may leave an unused tangent that is not)
+    closed = dead_code_elimination(_linear_part(closed, name))
     _check_linear(closed, name)
 
     def transposed_fun(out_cotangent):
