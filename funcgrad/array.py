@@ -512,7 +512,13 @@ class Array:
         return np.asarray(self._value).tolist()
 
     def copy(self) -> Array:
-        return self
+        """A distinct array of the same value. Arrays are immutable, so the two share the
+        buffer; but donating one to a jitted call (which deletes it) leaves the other."""
+        copied = Array(self._value, self.weak_type)
+        for slot in ("_shards", "_sharding"):
+            if hasattr(self, slot):
+                setattr(copied, slot, getattr(self, slot))
+        return copied
 
     def __copy__(self) -> Array:
         return self

@@ -218,6 +218,16 @@ def test_jacobians_pass_keyword_arguments_through_undifferentiated():
     np.testing.assert_allclose(np.asarray(hessian), np.diag(-2.0 * np.sin(X)), rtol=1e-12)
 
 
+def test_jacobians_of_integer_inputs_are_refused_unless_jacrev_allows_them():
+    double = lambda n: n * 2.0  # noqa: E731
+    for jacobian in (fg.jacfwd, fg.jacrev, fg.hessian):
+        with pytest.raises(TypeError, match="requires floating-point inputs.*int"):
+            jacobian(double)(np.arange(3))
+    blocks = fg.jacrev(double, allow_int=True)(np.arange(3))
+    np.testing.assert_array_equal(np.asarray(blocks), np.zeros((3, 3), np.arange(3).dtype))
+    assert blocks.dtype == np.arange(3).dtype
+
+
 def test_symbolic_zero_tangents_cost_nothing():
     # Differentiating w.r.t. x only: y's computation stays a constant, not part of the
     # linear program.
@@ -254,6 +264,11 @@ def test_jacfwd_of_integer_outputs_is_zeros_of_their_dtype():
     assert labels.dtype == np.int32 and labels.shape == (3, 3)
     np.testing.assert_array_equal(np.asarray(labels), np.zeros((3, 3)))
     np.testing.assert_allclose(np.asarray(scaled), 2 * np.eye(3))
+
+
+def test_jacrev_of_integer_outputs_points_to_vjp():
+    with pytest.raises(TypeError, match="must be real floating-point.*int32.*use vjp"):
+        fg.jacrev(lambda x: ((x > 0).astype(np.int32), 2 * x))(fnp.array([-1.0, 0.5]))
 
 
 def test_float_of_a_differentiated_value_raises_instead_of_dropping_its_derivative():

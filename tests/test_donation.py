@@ -54,6 +54,26 @@ def test_optimizer_step_updates_parameters_in_place():
         np.asarray(p)
 
 
+@pytest.mark.parametrize(
+    "copy",
+    [lambda a: a.copy(), fnp.copy, fnp.array, lambda a: fnp.asarray(a, copy=True)],
+    ids=["method", "fnp.copy", "fnp.array", "asarray(copy=True)"],
+)
+def test_donating_a_copy_leaves_the_original(copy):
+    # Copies shared the array object itself, so donating the copy deleted the original.
+    step = fg.jit(lambda p: p * 2.0, donate_argnums=0)
+    p = fresh(100)
+    expected = 2 * np.asarray(p)
+    with jit_backend("llvm"):
+        out = step(copy(p))
+    np.testing.assert_allclose(out, expected, rtol=1e-6)
+    assert not p.is_deleted()
+    np.testing.assert_allclose(p * 2.0, expected, rtol=1e-6)
+    # (a traced value's copy is the value: nothing is donated while tracing)
+    np.testing.assert_allclose(fg.jit(lambda p: copy(p) * 2.0)(p), expected, rtol=1e-6)
+    np.testing.assert_allclose(fg.grad(lambda p: (copy(p) * 2.0).sum())(p), 2.0 * np.ones(100))
+
+
 def test_a_gemm_updates_a_donated_parameter_where_it_is():
     """A gradient step whose gradient is a GEMM's product is that GEMM (`GemmStep.addend`),
     which updates the donated parameter in place: no copy, no kernel. A parameter the GEMM

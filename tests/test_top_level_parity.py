@@ -154,6 +154,36 @@ def test_errors_name_a_partial_application_by_its_function_not_its_arrays():
     assert "7." not in str(error.value)
 
 
+@fg.custom_jvp
+def _sin_with_slope_100(x):
+    return fnp.sin(x)
+
+
+_sin_with_slope_100.defjvp(lambda primals, tangents: (fnp.sin(primals[0]), 100.0 * tangents[0]))
+
+
+@fg.custom_vjp
+def _sin_with_slope_7(x):
+    return fnp.sin(x)
+
+
+_sin_with_slope_7.defvjp(lambda x: (fnp.sin(x), None), lambda _, ct: (7.0 * ct,))
+
+
+@pytest.mark.parametrize("custom, slope", [(_sin_with_slope_100, 100.0), (_sin_with_slope_7, 7.0)])
+def test_derivatives_of_a_transpose_keep_the_custom_rules_of_its_constants(custom, slope):
+    # The transpose of t -> custom(x) t is custom(x): differentiated in x, by the custom rule
+    # (the custom function was inlined, and differentiated as its body, sin, instead).
+    def transposed(x):
+        return fg.linear_transpose(lambda t: t * custom(x), x)(np.float64(1.0))[0]
+
+    x = np.float64(0.3)
+    assert_allclose(transposed(x), np.sin(x))
+    assert_allclose(fg.grad(transposed)(x), slope)
+    if custom is _sin_with_slope_100:  # (forward mode refuses a custom_vjp function)
+        assert_allclose(fg.jvp(transposed, (x,), (np.float64(1.0),))[1], slope)
+
+
 def test_transpose_of_transpose_is_the_function():
     x = RNG.standard_normal((3, 2))
     transpose = fg.linear_transpose(linear_map, x)
@@ -216,6 +246,16 @@ def test_linear_transpose_through_linear_cond_and_scan():
 def test_linear_transpose_accepts_added_zeros():
     transpose = fg.linear_transpose(lambda x: (x + fnp.zeros(3), fnp.zeros(2)), np.ones(3))
     assert_allclose(transpose((np.ones(3), np.ones(2, np.float32)))[0], np.ones(3))
+
+
+def test_linear_transpose_ignores_unused_values_that_are_not_linear():
+    # A jvp rule can leave such a value behind in a linearized program (here written out).
+    def doubled(t):
+        unused = fnp.sin(t) + 1.0  # noqa: F841
+        return 2.0 * t
+
+    (got,) = fg.linear_transpose(doubled, np.ones(3))(np.arange(3.0))
+    assert_allclose(got, 2.0 * np.arange(3.0))
 
 
 def test_linear_transpose_checks_dtypes_and_cotangents():

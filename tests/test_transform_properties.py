@@ -687,9 +687,18 @@ def _custom(draw, shape, y_len, depth, feats):
     def plain(h, y, n):  # integer `n` and second output have float0 tangents and cotangents
         return run(sub, h, y) + 0.01 * n, fnp.argmin(fnp.ravel(h))
 
+    # An opaque function's body differentiates to zero, so that a transformation which
+    # differentiates the body instead of applying the rule gives a wrong derivative.
+    opaque = draw(st.booleans())
+
+    def body(h, y, n):
+        return (
+            fg.tree_util.tree_map(lax.stop_gradient, plain(h, y, n)) if opaque else plain(h, y, n)
+        )
+
     if kind == "custom_jvp":
         # The rule is the program's own jvp: the true derivative, through the custom machinery.
-        wrapped = fg.custom_jvp(plain)
+        wrapped = fg.custom_jvp(body)
         wrapped.defjvp(lambda primals, tangents: fg.jvp(plain, primals, tangents))
     else:
 
@@ -697,14 +706,14 @@ def _custom(draw, shape, y_len, depth, feats):
             h, y, n = res
             return (*fg.vjp(lambda h, y: plain(h, y, n)[0], h, y)[1](cts[0]), None)
 
-        wrapped = fg.custom_vjp(plain)
+        wrapped = fg.custom_vjp(body)
         wrapped.defvjp(lambda h, y, n: (plain(h, y, n), (h, y, n)), bwd)
 
     def fn(h, y):
         out, k = wrapped(h, y, fnp.argmax(fnp.ravel(h)))
         return out + 0.01 * k
 
-    return Op(f"{kind}{list(sub)}", fn), new_shape
+    return Op(f"{kind}{'[opaque]' if opaque else ''}{list(sub)}", fn), new_shape
 
 
 SIMPLE = [

@@ -1,8 +1,9 @@
 """Random stacks of transformations over programs taking and returning pytrees.
 
 The programs are test_transform_properties' random programs, taking a dict holding a None leaf
-and returning a dict with a list holding a None leaf and an integer leaf, so that pytrees,
-None leaves and float0 tangents flow through every stage. Each stage of a stack is checked
+and returning a dict with a None leaf, an integer leaf, an argument and a constant, so that
+pytrees, None leaves, float0 tangents and outputs that are inputs or depend on none flow
+through every stage. Each stage of a stack is checked
 against its definition applied to the stage below it, as that stage is: jit and checkpoint
 against the function itself, vmap against a loop of the lanes, and every derivative against
 central differences in float64 along random directions. A stage that fails is thus the one
@@ -207,13 +208,14 @@ def _random_like(rng, tree):
 
 def tree_program(case) -> Callable:
     """The case's program on a dict of arguments, returning a dict with None and integer
-    leaves."""
+    leaves, an argument as it came and a constant."""
 
     def f(params):
         x, (y, unused) = params["x"], params["y"]
         assert unused is None
         out = case.f(x, y)
-        return {"out": out, "more": [fnp.sin(y), None], "index": fnp.argmax(fnp.ravel(out))}
+        more = [fnp.sin(y), None, y, fnp.zeros(2)]  # an input as it is, and a constant
+        return {"out": out, "more": more, "index": fnp.argmax(fnp.ravel(out))}
 
     return f
 

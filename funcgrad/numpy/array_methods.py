@@ -178,6 +178,12 @@ def _flatten(self, order="C"):
     return fnp.ravel(self, order=order)
 
 
+def _tracer_copy(self):
+    """A traced value's copy is the value: it is immutable, and nothing is donated while
+    tracing (a concrete array's `copy` is a distinct array, for donation's sake)."""
+    return self
+
+
 def install() -> None:
     # Imported here, once: these modules import this one's package, so not at module level.
     from funcgrad.numpy.indexing import getitem
@@ -195,3 +201,4 @@ def install() -> None:
         cls.transpose = _transpose
         cls.flatten = _flatten
     core.Tracer.__iter__ = _tracer_iter
+    core.Tracer.copy = _tracer_copy

@@ -40,6 +40,8 @@ def array(object, dtype=None, copy: bool = True, ndmin: int = 0):
     out = _array(object, dtype)
     if out.ndim < ndmin:
         out = lax.broadcast_to_rank(out, ndmin)
+    if copy and out is object and type(out) is Array:  # donating it leaves `object` alive
+        return out.copy()
     return out if isinstance(object, Array) else on_default_device(out)
 
 
@@ -85,6 +87,8 @@ def _rebuild(seq, leaves):
 
 def asarray(a, dtype=None, copy=None):
     out = _array(a, dtype)
+    if copy and out is a and type(out) is Array:
+        return out.copy()
     return out if isinstance(a, Array) else on_default_device(out)
 
 

@@ -601,7 +601,8 @@ def array_equiv(a1, a2):
 
 
 def copy(a, order=None):
-    """`a` as a funcgrad array (funcgrad arrays are immutable, so no copy is ever needed)."""
+    """`a` as a distinct funcgrad array (sharing the immutable buffer: donating it to a
+    jitted call leaves `a` alive)."""
     return array(a)
 
 

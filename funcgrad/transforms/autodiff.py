@@ -359,10 +359,15 @@ def _check_grad_inputs(
                 "complex inputs use jvp directly."
             )
         if not dtypes.is_inexact(dtype) and not allow_int:
+            remedy = (
+                "use jvp"  # jacfwd has no allow_int
+                if who == "jacfwd"
+                else "pass allow_int=True to get float0 zero gradients for them"
+            )
             raise TypeError(
                 f"{who} requires floating-point inputs, got an input of dtype {dtype.name}. "
-                "Differentiate with respect to float arguments only (argnums), or pass "
-                "allow_int=True to get float0 zero gradients for integer inputs."
+                f"Differentiate with respect to float arguments only (argnums), or for integer "
+                f"inputs {remedy}."
             )
 
 
@@ -378,7 +383,7 @@ def _check_output_dtype(aval, who: str, holomorphic: bool) -> None:
             " For a holomorphic function pass holomorphic=True; for a non-holomorphic function "
             "with complex outputs use vjp directly."
             if dtypes.is_complex(aval.dtype)
-            else ""
+            else " For a function with integer or boolean outputs use vjp directly."
         )
         raise TypeError(
             f"{who}: the output must be real floating-point to be differentiated, got "
@@ -516,7 +521,7 @@ def jacfwd(
     def jacfwd_fun(*args, **kwargs):
         nums = _argnums_tuple(argnums, len(args), "jacfwd")
         diff_args = tuple(tree_util.tree_map(_as_primal, args[i]) for i in nums)
-        _check_grad_inputs(diff_args, "jacfwd", True, holomorphic, complex_allowed=False)
+        _check_grad_inputs(diff_args, "jacfwd", False, holomorphic, complex_allowed=False)
         in_leaves, in_tree = tree_util.tree_flatten(diff_args)
         partial_fun = _partial_in(fun, args, nums, kwargs)
 
@@ -565,21 +570,23 @@ def jacrev(
     argnums: int | Sequence[int] = 0,
     has_aux: bool = False,
     holomorphic: bool = False,
+    allow_int: bool = False,
 ) -> Callable:
-    """The Jacobian by reverse mode: the pullback vmapped over the output basis vectors."""
+    """The Jacobian by reverse mode: the pullback vmapped over the output basis vectors.
+    With `allow_int`, integer inputs get zero blocks of their dtype."""
+    from funcgrad import numpy as fnp
     from funcgrad.transforms.vmap import vmap
 
     @functools.wraps(fun)
     def jacrev_fun(*args, **kwargs):
         nums = _argnums_tuple(argnums, len(args), "jacrev")
         diff_args = tuple(tree_util.tree_map(_as_primal, args[i]) for i in nums)
-        _check_grad_inputs(diff_args, "jacrev", True, holomorphic)
+        _check_grad_inputs(diff_args, "jacrev", allow_int, holomorphic)
         result = vjp(_partial_in(fun, args, nums, kwargs), *diff_args, has_aux=has_aux)
         pullback = result[1]
         out_leaves, out_tree = tree_util.tree_flatten(result[0])
         for leaf in out_leaves:
-            if dtypes.is_inexact(core.get_aval(leaf).dtype):
-                _check_output_dtype(core.get_aval(leaf), "jacrev", holomorphic)
+            _check_output_dtype(core.get_aval(leaf), "jacrev", holomorphic)
         in_leaves, in_tree = tree_util.tree_flatten(diff_args)
         basis, offsets = _standard_basis(out_leaves)
 
@@ -594,8 +601,12 @@ def jacrev(
         blocks = {}
         for j, (out_leaf, offset) in enumerate(zip(out_leaves, offsets)):
             for i, (leaf, ct) in enumerate(zip(in_leaves, cotangents)):
+                shape = tuple(out_leaf.shape) + tuple(leaf.shape)
+                if core.is_float0(ct):  # an integer input (allow_int): zeros of its dtype
+                    blocks[(j, i)] = fnp.zeros(shape, leaf.dtype)
+                    continue
                 rows = ct[offset : offset + out_leaf.size]
-                blocks[(j, i)] = rows.reshape(tuple(out_leaf.shape) + tuple(leaf.shape))
+                blocks[(j, i)] = rows.reshape(shape)
         jac = _jacobian_tree(
             out_tree, in_tree, blocks, len(out_leaves), len(in_leaves), isinstance(argnums, int)
         )

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 
 from funcgrad import core, dtypes, tree_util
-from funcgrad.compiler.passes import inline_calls
+from funcgrad.compiler.passes import dead_code_elimination
 from funcgrad.core import PRIMITIVES
 from funcgrad.interpreters.ad import UndefinedPrimal, backward_pass, instantiate, tangent_aval
 from funcgrad.interpreters.partial_eval import PartialEvalTrace
@@ -44,8 +44,10 @@ _ONE_LINEAR_OPERAND: dict[str, tuple[int, ...]] = {
 
 
 def _calls() -> dict:
-    """The call primitives whose programs are transposed in place: a custom derivative rule
-    says nothing about a transpose, and the check must see inside calls."""
+    """The call primitives whose programs are transposed in place where they read the inputs:
+    a custom derivative rule says nothing about a transpose, and the check must see inside
+    calls. A call of constants alone stays a call, so that transformations of the transpose
+    differentiate it with its own rules."""
     names = ("jit", "checkpoint", "custom_jvp_call", "custom_vjp_call")
     params = ("jaxpr", "jaxpr", "call_jaxpr", "call_jaxpr")
     return {PRIMITIVES[n]: p for n, p in zip(names, params) if n in PRIMITIVES}
@@ -75,10 +77,10 @@ def linear_transpose(fun: Callable, *primals, reduce_axes: tuple = ()) -> Callab
         return fun(*tree_util.tree_unflatten(in_tree, flat))
 
     closed, out_tree = trace_to_jaxpr(flat_fun, in_avals, f"linear_transpose({name})")
-    closed = inline_calls(closed, _calls())
     out_avals = closed.out_avals
     _check_dtypes(in_avals, out_avals)
-    closed = _linear_part(closed, name)
+    # (dead code need not be linear: a jvp rule may leave an unused tangent that is not)
+    closed = dead_code_elimination(_linear_part(closed, name))
     _check_linear(closed, name)
 
     def transposed_fun(out_cotangent):
@@ -128,25 +130,38 @@ def _linear_part(closed: ClosedJaxpr, name: str) -> ClosedJaxpr:
     outputs (which a nonlinear primitive may read) from the tangent ones. Each staged equation
     keeps the source line of the equation it came from, for the errors of `_check_linear`.
     """
-    jaxpr = closed.jaxpr
     trace = PartialEvalTrace(core.current_trace(), f"linear_transpose({name})")
-    env: dict = dict(zip(jaxpr.constvars, closed.consts))
-    env.update((v, trace.new_arg(v.aval)) for v in jaxpr.invars)
+    inputs = [trace.new_arg(v.aval) for v in closed.jaxpr.invars]
+    try:
+        with core.set_current_trace(trace):
+            outs = _evaluate(closed.jaxpr, closed.consts, inputs, trace, _calls())
+            return trace.to_closed_jaxpr(outs)
+    finally:
+        trace.alive = False
+
+
+def _evaluate(jaxpr, consts, args, trace: PartialEvalTrace, calls: dict) -> list:
+    """Bind the equations of `jaxpr` under `trace`, a call that reads the inputs by the
+    equations of its program (recursively)."""
+    env: dict = dict(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
 
     def read(atom):
         return literal_value(atom) if type(atom) is Literal else env[atom]
 
-    try:
-        with core.set_current_trace(trace):
-            for eqn in jaxpr.eqns:
-                first_staged = len(trace.eqns)
-                outs = eqn.primitive.bind(*map(read, eqn.invars), **eqn.params)
-                for staged in trace.eqns[first_staged:]:
-                    staged.source_info = eqn.source_info
-                env.update(zip(eqn.outvars, outs if eqn.primitive.multiple_results else [outs]))
-            return trace.to_closed_jaxpr([read(v) for v in jaxpr.outvars])
-    finally:
-        trace.alive = False
+    for eqn in jaxpr.eqns:
+        operands = list(map(read, eqn.invars))
+        if eqn.primitive in calls and any(map(trace.is_unknown, operands)):
+            program = eqn.params[calls[eqn.primitive]]
+            outs = _evaluate(program.jaxpr, program.consts, operands, trace, calls)
+        else:
+            first_staged = len(trace.eqns)
+            outs = eqn.primitive.bind(*operands, **eqn.params)
+            for staged in trace.eqns[first_staged:]:
+                staged.source_info = eqn.source_info
+            outs = outs if eqn.primitive.multiple_results else [outs]
+        env.update(zip(eqn.outvars, outs))
+    return [read(v) for v in jaxpr.outvars]
 
 
 def _check_linear(closed: ClosedJaxpr, name: str) -> None:
