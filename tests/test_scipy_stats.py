@@ -452,6 +452,15 @@ def test_heavy_and_light_tails():
     assert_close(stats.cauchy.sf(f64(1e10)), 1 / (math.pi * 1e10), rtol=1e-12)
     huge = np.float32(1e30)  # y^2 overflows float32; the density does not
     assert_close(stats.cauchy.logpdf(huge), ss.cauchy.logpdf(1e30), rtol=1e-6)
+    # log of a side rounded to 1 (logsf(-3.6e6) was 32% off in float32), and the quantile
+    # near its poles (isf(0.0026) 11% off in float16); both against SciPy in float64.
+    x = np.float32([-3.6e6, -656.0, 656.0, 3.6e6])
+    assert_close(stats.cauchy.logsf(x), ss.cauchy.logsf(x.astype(np.float64)), rtol=1e-6)
+    assert_close(stats.cauchy.logcdf(x), ss.cauchy.logcdf(x.astype(np.float64)), rtol=1e-6)
+    q = np.float16([0.0026, 0.1, 0.5, 0.9, 0.9974, 0.0, 1.0])
+    want = ss.cauchy.isf(q.astype(np.float64), 0.0, 1.07).astype(np.float16)
+    assert_close(stats.cauchy.isf(q, 0.0, np.float16(1.07)), want, rtol=2e-3)
+    assert_close(stats.cauchy.ppf(np.array([-0.1, 1.1])), [np.nan, np.nan])
     assert_close(stats.expon.cdf(f64(1e-20)), 1e-20, rtol=1e-12)
     assert_close(stats.expon.logcdf(f64(50.0)), -math.exp(-50.0), rtol=1e-12)
     assert_close(stats.expon.logcdf(f64(1e-10)), math.log(-math.expm1(-1e-10)), rtol=1e-14)
@@ -466,6 +475,9 @@ def test_heavy_and_light_tails():
     assert_close(
         stats.vonmises.logpdf(f64(0.5), 2000.0), ss.vonmises.logpdf(0.5, 2000.0), rtol=1e-10
     )
+    # cos(x) - 1 rounded to 0 near the peak of a large concentration (392 for 241.79).
+    got = stats.vonmises.pdf(np.float32(1e-3), np.float32(946176.0))
+    assert_close(got, ss.vonmises.pdf(float(np.float32(1e-3)), 946176.0), rtol=1e-5)
     assert_close(
         stats.truncnorm.logpdf(f64(30.5), 30.0, 31.0),
         ss.truncnorm.logpdf(30.5, 30.0, 31.0),
