@@ -447,6 +447,27 @@ def test_normal_tails_keep_their_precision():
     assert_close(stats.norm.logcdf(np.float32(-40.0)), ss.norm.logcdf(-40.0), rtol=1e-6)
 
 
+def test_log_densities_of_large_counts_and_shapes_in_float32():
+    # Their lgamma terms, of size n log n, cancel to a result of size log n: in float32 that
+    # left binom.logpmf(5e6; 1e7, 0.5) at -16 (for -8.28), poisson.logpmf(1e8; 1e8) at 0 (for
+    # -10.13) and chi2.logpdf(1e8; 1e8) at -0.69 (for -10.48). They compute in float64 now.
+    f32 = np.float32
+    cases = [
+        (stats.binom.logpmf, ss.binom.logpmf, (5e6, 1e7, 0.5)),
+        (stats.binom.logpmf, ss.binom.logpmf, (3.0, 1e6, 0.25)),
+        (stats.poisson.logpmf, ss.poisson.logpmf, (1e8, 1e8)),
+        (stats.nbinom.logpmf, ss.nbinom.logpmf, (1e6, 1e6, 0.5)),
+        (stats.betabinom.logpmf, ss.betabinom.logpmf, (5e5, 1e6, 2.0, 3.0)),
+        (stats.gamma.logpdf, ss.gamma.logpdf, (1e6, 1e6)),
+        (stats.chi2.logpdf, ss.chi2.logpdf, (1e8, 1e8)),
+        (stats.beta.logpdf, ss.beta.logpdf, (0.5, 1e6, 1e6)),
+    ]
+    for ours, scipys, args in cases:
+        got = ours(*map(f32, args))
+        assert got.dtype == np.float32
+        assert_close(got, scipys(*[float(f32(a)) for a in args]), rtol=2e-7)
+
+
 def test_heavy_and_light_tails():
     assert_close(stats.cauchy.cdf(f64(-1e10)), 1 / (math.pi * 1e10), rtol=1e-12)
     assert_close(stats.cauchy.sf(f64(1e10)), 1 / (math.pi * 1e10), rtol=1e-12)
