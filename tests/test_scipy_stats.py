@@ -466,6 +466,12 @@ def test_log_densities_of_large_counts_and_shapes_in_float32():
         got = ours(*map(f32, args))
         assert got.dtype == np.float32
         assert_close(got, scipys(*[float(f32(a)) for a in args]), rtol=2e-7)
+    x, alpha = np.array([0.25, 0.25, 0.5]), np.array([1e6, 2e6, 3e6])
+    got = stats.dirichlet.logpdf(x.astype(f32), alpha.astype(f32))
+    assert_close(got, ss.dirichlet.logpdf(x, alpha), np.float32, rtol=2e-7)
+    counts, p = np.array([2_500_000, 2_500_000, 5_000_000], np.int32), np.array([0.25, 0.25, 0.5])
+    got = stats.multinomial.logpmf(counts, np.int32(10**7), p.astype(f32))
+    assert_close(got, ss.multinomial.logpmf(counts, 10**7, p), np.float32, rtol=2e-7)
 
 
 def test_heavy_and_light_tails():
