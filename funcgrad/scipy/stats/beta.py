@@ -49,7 +49,7 @@ def logcdf(
     x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1
 ) -> Array:
     x, a, b, loc, scale = promote_args_inexact("beta.logcdf", x, a, b, loc, scale)
-    return log_in_float64(cdf, x, a, b, loc, scale)
+    return log_in_float64(cdf, sf, x, a, b, loc, scale)
 
 
 def sf(x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
@@ -68,4 +68,4 @@ def logsf(
     x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1
 ) -> Array:
     x, a, b, loc, scale = promote_args_inexact("beta.logsf", x, a, b, loc, scale)
-    return log_in_float64(sf, x, a, b, loc, scale)
+    return log_in_float64(sf, cdf, x, a, b, loc, scale)

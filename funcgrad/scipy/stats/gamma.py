@@ -37,7 +37,7 @@ def cdf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) ->
 
 def logcdf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     x, a, loc, scale = promote_args_inexact("gamma.logcdf", x, a, loc, scale)
-    return log_in_float64(cdf, x, a, loc, scale)
+    return log_in_float64(cdf, sf, x, a, loc, scale)
 
 
 def sf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
@@ -47,4 +47,4 @@ def sf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> 
 
 def logsf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     x, a, loc, scale = promote_args_inexact("gamma.logsf", x, a, loc, scale)
-    return log_in_float64(sf, x, a, loc, scale)
+    return log_in_float64(sf, cdf, x, a, loc, scale)
