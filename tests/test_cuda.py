@@ -249,6 +249,15 @@ def test_lgamma_of_infinities_zeros_and_poles_is_the_references(dtype):
     assert_same_as_reference(lax.lgamma, x)
 
 
+def test_the_negation_of_a_negative_constant_compiles():
+    # -x rendered beside a literal -30.0 read `--30.0`, a decrement that NVRTC refused.
+    def f(x):
+        minus_thirty = lax.full_like(x, -30.0)
+        return lax.exp(lax.neg(minus_thirty)) + x, lax.logistic(minus_thirty) + x
+
+    assert_same_as_reference(f, np.ones(3))
+
+
 def test_float_max_and_min_are_one_instruction_from_ampere_on():
     """A GPU of compute capability 8.0 or later computes a float maximum or minimum (NaN
     wins, -0 < +0) in one PTX instruction, which ptxas accepts; older ones, and doubles,

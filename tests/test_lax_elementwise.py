@@ -378,6 +378,20 @@ def test_div_and_rem_follow_c_semantics():
     np.testing.assert_array_equal(lax.rem(xf, yf), [1.5, -1.5, 1.5, -1.5])
 
 
+@pytest.mark.parametrize("backend", ["eager", *COMPILED_BACKENDS])
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint8, np.uint32])
+def test_integer_division_by_zero_gives_zero(dtype, backend):
+    # NumPy's value for // and % by 0 (docs/differences.md: JAX gives -1 and the dividend).
+    x, zero = np.array([7, 0, 3], dtype), np.zeros(3, dtype)
+    for op in (lax.div, lax.rem):
+        if backend == "eager":
+            got = op(x, zero)
+        else:
+            with jit_backend(backend):
+                got = fg.jit(op)(x, zero)
+        np.testing.assert_array_equal(np.asarray(got), [0, 0, 0])
+
+
 @given(data=st.data())
 def test_nextafter_steps_one_ulp(data):
     x, y = data.draw(operands(fst.all_float_dtypes, min_value=-2, max_value=2))

@@ -151,6 +151,9 @@ def test_sort_errors_name_the_shapes():
         )
     with pytest.raises(TypeError, match="at least one operand"):
         lax.sort(())
+    # (docs/differences.md: JAX orders complex keys by real, then imaginary part)
+    with pytest.raises(TypeError, match="complex keys"):
+        lax.sort(np.array([1 + 2j, 1 - 1j], np.complex64))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -191,6 +191,11 @@ def test_error_messages_name_the_shapes():
         lax.eigh(np.ones(3))
     with pytest.raises(TypeError, match="qr does not accept dtype int32"):
         lax.qr(np.ones((2, 2), np.int32))
+    # (symmetrizing an integer matrix failed first, on the dtypes of x + x^H and 0.5)
+    with pytest.raises(TypeError, match="cholesky does not accept dtype int32"):
+        lax.cholesky(np.eye(2, dtype=np.int32))
+    with pytest.raises(TypeError, match="eigh does not accept dtype int32"):
+        lax.eigh(np.eye(2, dtype=np.int32))
     with pytest.raises(TypeError, match="svd does not accept dtype float16"):
         lax.svd(np.ones((2, 2), np.float16))
     with pytest.raises(ValueError, match=r"b of shape \(3, 2\) does not match a of shape \(2, 2\)"):

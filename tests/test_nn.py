@@ -92,8 +92,14 @@ def test_integer_inputs():
     ints = np.array([-7, 0, 3, 9], np.int32)
     assert nn.relu(ints).dtype == dtypes.int32
     np.testing.assert_array_equal(np.asarray(nn.relu6(ints)), [0, 0, 3, 6])
-    for fn in (nn.sigmoid, nn.softplus, nn.gelu, nn.elu, nn.softmax):
+    for fn in (nn.sigmoid, nn.softplus, nn.gelu, nn.elu, nn.softmax, nn.relu6):
         assert fn(ints).dtype == dtypes.float32
+    # x + 3 wrapped in int8 (127 -> -126): hard_sigmoid gave 0 for 1, hard_silu 0 for 127.
+    small = np.array([127, -128, 2, -3], np.int8)
+    want = np.float32([1.0, 0.0, 5 / 6, 0.0])
+    np.testing.assert_array_equal(np.asarray(nn.hard_sigmoid(small)), want)
+    np.testing.assert_array_equal(np.asarray(nn.hard_silu(small)), small * want)
+    assert nn.hard_silu(np.int16(32767)) == 32767.0
 
 
 @pytest.mark.parametrize("dtype", [dtypes.float32, dtypes.float64])

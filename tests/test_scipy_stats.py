@@ -447,11 +447,63 @@ def test_normal_tails_keep_their_precision():
     assert_close(stats.norm.logcdf(np.float32(-40.0)), ss.norm.logcdf(-40.0), rtol=1e-6)
 
 
+def test_log_densities_of_large_counts_and_shapes_in_float32():
+    # Their lgamma terms, of size n log n, cancel to a result of size log n: in float32 that
+    # left binom.logpmf(5e6; 1e7, 0.5) at -16 (for -8.28), poisson.logpmf(1e8; 1e8) at 0 (for
+    # -10.13) and chi2.logpdf(1e8; 1e8) at -0.69 (for -10.48). They compute in float64 now.
+    f32 = np.float32
+    cases = [
+        (stats.binom.logpmf, ss.binom.logpmf, (5e6, 1e7, 0.5)),
+        (stats.binom.logpmf, ss.binom.logpmf, (3.0, 1e6, 0.25)),
+        (stats.poisson.logpmf, ss.poisson.logpmf, (1e8, 1e8)),
+        (stats.nbinom.logpmf, ss.nbinom.logpmf, (1e6, 1e6, 0.5)),
+        (stats.betabinom.logpmf, ss.betabinom.logpmf, (5e5, 1e6, 2.0, 3.0)),
+        (stats.gamma.logpdf, ss.gamma.logpdf, (1e6, 1e6)),
+        (stats.chi2.logpdf, ss.chi2.logpdf, (1e8, 1e8)),
+        (stats.beta.logpdf, ss.beta.logpdf, (0.5, 1e6, 1e6)),
+    ]
+    for ours, scipys, args in cases:
+        got = ours(*map(f32, args))
+        assert got.dtype == np.float32
+        assert_close(got, scipys(*[float(f32(a)) for a in args]), rtol=2e-7)
+    x, alpha = np.array([0.25, 0.25, 0.5]), np.array([1e6, 2e6, 3e6])
+    got = stats.dirichlet.logpdf(x.astype(f32), alpha.astype(f32))
+    assert_close(got, ss.dirichlet.logpdf(x, alpha), np.float32, rtol=2e-7)
+    counts, p = np.array([2_500_000, 2_500_000, 5_000_000], np.int32), np.array([0.25, 0.25, 0.5])
+    got = stats.multinomial.logpmf(counts, np.int32(10**7), p.astype(f32))
+    assert_close(got, ss.multinomial.logpmf(counts, 10**7, p), np.float32, rtol=2e-7)
+
+
 def test_heavy_and_light_tails():
     assert_close(stats.cauchy.cdf(f64(-1e10)), 1 / (math.pi * 1e10), rtol=1e-12)
     assert_close(stats.cauchy.sf(f64(1e10)), 1 / (math.pi * 1e10), rtol=1e-12)
     huge = np.float32(1e30)  # y^2 overflows float32; the density does not
     assert_close(stats.cauchy.logpdf(huge), ss.cauchy.logpdf(1e30), rtol=1e-6)
+    # log of a side rounded to 1 (logsf(-3.6e6) was 32% off in float32), and the quantile
+    # near its poles (isf(0.0026) 11% off in float16); both against SciPy in float64.
+    x = np.float32([-3.6e6, -656.0, 656.0, 3.6e6])
+    assert_close(stats.cauchy.logsf(x), ss.cauchy.logsf(x.astype(np.float64)), rtol=1e-6)
+    assert_close(stats.cauchy.logcdf(x), ss.cauchy.logcdf(x.astype(np.float64)), rtol=1e-6)
+    q = np.float16([0.0026, 0.1, 0.5, 0.9, 0.9974, 0.0, 1.0])
+    want = ss.cauchy.isf(q.astype(np.float64), 0.0, 1.07).astype(np.float16)
+    assert_close(stats.cauchy.isf(q, 0.0, np.float16(1.07)), want, rtol=2e-3)
+    assert_close(stats.cauchy.ppf(np.array([-0.1, 1.1])), [np.nan, np.nan])
+    # t: the gammaln difference of its normalizer cancelled (27% off at df = 1e7 in float32),
+    # z^2 overflowed (-inf at 1e20), and df = inf (the normal) was NaN.
+    x = np.float32([0.5, 0.5, 0.5, 1e20, 1e4, -3.0])
+    df = np.float32([1e5, 1e7, np.inf, 3.0, 1e-3, 0.1])
+    want = ss.t.logpdf(x.astype(np.float64), df.astype(np.float64))
+    assert_close(stats.t.logpdf(x, df), want, rtol=1e-6)
+    # The log of a probability near 1 is log1p of the other side (was 8.5e-6 off here).
+    args = (f64(16.64594958823473), f64(4.011938197584579e-07), f64(0.21881426767181897))
+    assert_close(stats.chi2.logcdf(*args), ss.chi2.logcdf(*args), rtol=1e-12)
+    assert_close(stats.beta.logsf(f64(1e-9), 2.0, 3.0), ss.beta.logsf(1e-9, 2.0, 3.0), rtol=1e-9)
+    # exp(y) underflowed and the log with it: gumbel_l.logcdf(-200) was -inf in float32.
+    # (SciPy's own is -inf from -746 on in float64; log(1 - exp(-e^y)) is y there.)
+    y = np.float32([-1e30, -800.0, -200.0, -25.0, -19.9, -5.0, 3.0])
+    want = np.where(y < -700, y, ss.gumbel_l.logcdf(y.astype(np.float64)))
+    assert_close(stats.gumbel_l.logcdf(y), want, rtol=1e-6)
+    assert_close(stats.gumbel_r.logsf(-y), want, rtol=1e-6)
     assert_close(stats.expon.cdf(f64(1e-20)), 1e-20, rtol=1e-12)
     assert_close(stats.expon.logcdf(f64(50.0)), -math.exp(-50.0), rtol=1e-12)
     assert_close(stats.expon.logcdf(f64(1e-10)), math.log(-math.expm1(-1e-10)), rtol=1e-14)
@@ -466,6 +518,9 @@ def test_heavy_and_light_tails():
     assert_close(
         stats.vonmises.logpdf(f64(0.5), 2000.0), ss.vonmises.logpdf(0.5, 2000.0), rtol=1e-10
     )
+    # cos(x) - 1 rounded to 0 near the peak of a large concentration (392 for 241.79).
+    got = stats.vonmises.pdf(np.float32(1e-3), np.float32(946176.0))
+    assert_close(got, ss.vonmises.pdf(float(np.float32(1e-3)), 946176.0), rtol=1e-5)
     assert_close(
         stats.truncnorm.logpdf(f64(30.5), 30.0, 31.0),
         ss.truncnorm.logpdf(30.5, 30.0, 31.0),

@@ -446,9 +446,9 @@ def cholesky(x, *, symmetrize_input: bool = True):
 
 
 def _symmetrized(x):
-    """(x + x^H) / 2; anything but a stack of square matrices is left for the primitive's
-    shape check to report."""
-    if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+    """(x + x^H) / 2; anything but a stack of square floating or complex matrices is left for
+    the primitive's shape and dtype checks to report (an integer x met the 0.5 first)."""
+    if x.ndim < 2 or x.shape[-1] != x.shape[-2] or not dtypes.is_inexact(x.dtype):
         return x
     return mul(add(x, _adjoint(x)), 0.5)
 

@@ -82,8 +82,9 @@ relu.defjvps(lambda t, ans, x: fnp.where(x > 0, t, fnp.zeros_like(t)))
 
 @custom_jvp
 def relu6(x: ArrayLike):
-    """min(max(x, 0), 6), with derivative 0 at both corners, as relu at 0."""
-    return fnp.minimum(fnp.maximum(x, 0), 6)
+    """min(max(x, 0), 6), with derivative 0 at both corners, as relu at 0. As in JAX, the
+    bound is the float 6.0, so integer inputs give floats."""
+    return fnp.minimum(fnp.maximum(x, 0), 6.0)
 
 
 relu6.defjvps(lambda t, ans, x: fnp.where((x > 0) & (x < 6), t, fnp.zeros_like(t)))
@@ -96,8 +97,9 @@ def hard_tanh(x: ArrayLike):
 
 
 def hard_sigmoid(x: ArrayLike):
-    """A piecewise-linear sigmoid, relu6(x + 3) / 6, cheap where exp is not."""
-    return relu6(fnp.asarray(x) + 3) / 6
+    """A piecewise-linear sigmoid, relu6(x + 3) / 6, cheap where exp is not; integers are
+    taken as floats first (int8's 127 + 3 wrapped to -126, giving 0 for 1)."""
+    return relu6(fnp.asarray(x) + 3.0) / 6
 
 
 def hard_silu(x: ArrayLike):

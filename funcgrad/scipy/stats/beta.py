@@ -12,6 +12,7 @@ from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
+from funcgrad.numpy._float64 import narrow, wide
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.special import betainc, betaln, xlog1py, xlogy
 from funcgrad.scipy.stats._logs import log_in_float64
@@ -20,7 +21,7 @@ from funcgrad.scipy.stats._logs import log_in_float64
 def logpdf(
     x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1
 ) -> Array:
-    x, a, b, loc, scale = promote_args_inexact("beta.logpdf", x, a, b, loc, scale)
+    (x, a, b, loc, scale), kind = wide("beta.logpdf", x, a, b, loc, scale)
     outside = (x < loc) | (x > loc + scale)
     # Outside the support y is replaced by a point inside, so that the discarded branch
     # stays finite and passes no nan to derivatives; inside, the clip keeps a rounding of
@@ -28,7 +29,7 @@ def logpdf(
     y = fnp.where(outside, 0.5, fnp.clip((x - loc) / scale, 0, 1))
     value = xlogy(a - 1, y) + xlog1py(b - 1, -y) - betaln(a, b) - fnp.log(scale)
     value = fnp.where(outside, -fnp.inf, value)
-    return fnp.where((a <= 0) | (b <= 0) | (scale <= 0), fnp.nan, value)
+    return narrow(fnp.where((a <= 0) | (b <= 0) | (scale <= 0), fnp.nan, value), kind)
 
 
 def pdf(
@@ -48,7 +49,7 @@ def logcdf(
     x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1
 ) -> Array:
     x, a, b, loc, scale = promote_args_inexact("beta.logcdf", x, a, b, loc, scale)
-    return log_in_float64(cdf, x, a, b, loc, scale)
+    return log_in_float64(cdf, sf, x, a, b, loc, scale)
 
 
 def sf(x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
@@ -67,4 +68,4 @@ def logsf(
     x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1
 ) -> Array:
     x, a, b, loc, scale = promote_args_inexact("beta.logsf", x, a, b, loc, scale)
-    return log_in_float64(sf, x, a, b, loc, scale)
+    return log_in_float64(sf, cdf, x, a, b, loc, scale)

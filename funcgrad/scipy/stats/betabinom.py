@@ -7,7 +7,7 @@ from __future__ import annotations
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
-from funcgrad.numpy._promotion import promote_args_inexact
+from funcgrad.numpy._float64 import narrow, wide
 from funcgrad.scipy.special import betaln
 from funcgrad.scipy.stats._support import off_support
 
@@ -15,14 +15,14 @@ from funcgrad.scipy.stats._support import off_support
 def logpmf(k: ArrayLike, n: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0) -> Array:
     """log C(n, y) + log B(y + a, n - y + b) - log B(a, b), with the binomial coefficient
     written as 1 / ((n + 1) B(n - y + 1, y + 1))."""
-    k, n, a, b, loc = promote_args_inexact("betabinom.logpmf", k, n, a, b, loc)
+    (k, n, a, b, loc), kind = wide("betabinom.logpmf", k, n, a, b, loc)
     y = k - loc
     outside = off_support(y, n)
     y = fnp.where(outside, 0, y)
     log_choose = -fnp.log1p(n) - betaln(n - y + 1, y + 1)
     value = log_choose + betaln(y + a, n - y + b) - betaln(a, b)
     value = fnp.where(outside, -fnp.inf, value)
-    return fnp.where((n < 0) | (a <= 0) | (b <= 0), fnp.nan, value)
+    return narrow(fnp.where((n < 0) | (a <= 0) | (b <= 0), fnp.nan, value), kind)
 
 
 def pmf(k: ArrayLike, n: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0) -> Array:

@@ -37,7 +37,7 @@ def cdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
 
 
 def logcdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
-    return fnp.log(cdf(x, loc, scale))
+    return _log_of_one_side(cdf(x, loc, scale), sf(x, loc, scale))
 
 
 def sf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
@@ -46,14 +46,32 @@ def sf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
 
 
 def logsf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
-    return fnp.log(sf(x, loc, scale))
+    return _log_of_one_side(sf(x, loc, scale), cdf(x, loc, scale))
+
+
+def _log_of_one_side(side, other):
+    """log(side) as log1p(-other) where side is near 1: log of a side rounded to 1 lost the
+    other tail's small mass (logsf(-3.6e6) was 32% off in float32)."""
+    return fnp.where(side > 0.5, fnp.log1p(-other), fnp.log(side))
+
+
+def _standard_quantile(q):
+    """tan(pi (q - 1/2)), as -cot(pi q) and cot(pi (1 - q)) in the outer quarters: there the
+    tangent's argument, rounded near pi/2, was its pole's magnified error (isf(0.0026) 11% off
+    in float16)."""
+    low, high = q < 0.25, q > 0.75
+    middle = fnp.tan(math.pi * (fnp.where(low | high, 0.5, q) - 0.5))
+    outer = math.pi * fnp.where(low, q, fnp.where(high, 1 - q, 0.25))
+    cotangent = 1 / fnp.tan(outer)
+    value = fnp.where(low, -cotangent, fnp.where(high, cotangent, middle))
+    return fnp.where((q >= 0) & (q <= 1), value, fnp.nan)
 
 
 def ppf(q: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     q, loc, scale = promote_args_inexact("cauchy.ppf", q, loc, scale)
-    return loc + scale * fnp.tan(math.pi * (q - 0.5))
+    return loc + scale * _standard_quantile(q)
 
 
 def isf(q: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     q, loc, scale = promote_args_inexact("cauchy.isf", q, loc, scale)
-    return loc + scale * fnp.tan(math.pi * (0.5 - q))
+    return loc - scale * _standard_quantile(q)

@@ -8,6 +8,8 @@ off the simplex: where a component is not positive or the components sum to 1 on
 
 from __future__ import annotations
 
+import numpy as np
+
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
@@ -36,8 +38,11 @@ def logpdf(x: ArrayLike, alpha: ArrayLike) -> Array:
     # Off the simplex x is replaced by its centre, so that the discarded branch passes no nan
     # to derivatives.
     x = fnp.where(on_simplex, x, 1 / size)
+    # (in float64: the lgamma terms cancel, which float32 lost: 10.0 for 15.56 at alpha =
+    # (1e6, 2e6, 3e6))
+    dtype, x, alpha = x.dtype, x.astype(np.float64), alpha.astype(np.float64)
     log_normalizer = fnp.sum(gammaln(alpha)) - gammaln(fnp.sum(alpha))
-    value = fnp.sum(xlogy(alpha - 1, x), axis=0) - log_normalizer
+    value = (fnp.sum(xlogy(alpha - 1, x), axis=0) - log_normalizer).astype(dtype)
     return fnp.where(on_simplex, value, -fnp.inf)
 
 

@@ -10,19 +10,20 @@ from __future__ import annotations
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
+from funcgrad.numpy._float64 import narrow, wide
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.special import gammainc, gammaincc, gammaln, xlogy
 from funcgrad.scipy.stats._logs import log_in_float64
 
 
 def logpdf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
-    x, a, loc, scale = promote_args_inexact("gamma.logpdf", x, a, loc, scale)
+    (x, a, loc, scale), kind = wide("gamma.logpdf", x, a, loc, scale)
     below = x < loc
     # Below loc, y is replaced by a point inside the support, so that the discarded branch
     # passes no nan to derivatives.
     y = fnp.where(below, 1, (x - loc) / scale)
     value = xlogy(a - 1, y) - y - gammaln(a) - fnp.log(scale)
-    return fnp.where(below, -fnp.inf, value)
+    return narrow(fnp.where(below, -fnp.inf, value), kind)
 
 
 def pdf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
@@ -36,7 +37,7 @@ def cdf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) ->
 
 def logcdf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     x, a, loc, scale = promote_args_inexact("gamma.logcdf", x, a, loc, scale)
-    return log_in_float64(cdf, x, a, loc, scale)
+    return log_in_float64(cdf, sf, x, a, loc, scale)
 
 
 def sf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
@@ -46,4 +47,4 @@ def sf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> 
 
 def logsf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     x, a, loc, scale = promote_args_inexact("gamma.logsf", x, a, loc, scale)
-    return log_in_float64(sf, x, a, loc, scale)
+    return log_in_float64(sf, cdf, x, a, loc, scale)

@@ -25,9 +25,18 @@ def pdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     return fnp.exp(logpdf(x, loc, scale))
 
 
+def standard_logcdf(y):
+    """log(1 - exp(-exp(y))); below y = -20 as y - exp(y) / 2 (next term exp(2y) / 24, under
+    1e-18), since exp(y) underflowed to 0 there and the log to -inf (logcdf(-200) in
+    float32)."""
+    far = y < -20
+    near = log1mexp(fnp.exp(fnp.where(far, 0.0, y)))
+    return fnp.where(far, y - fnp.exp(y) / 2, near)
+
+
 def logcdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     y, _ = _standardized("gumbel_l.logcdf", x, loc, scale)
-    return log1mexp(fnp.exp(y))
+    return standard_logcdf(y)
 
 
 def cdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:

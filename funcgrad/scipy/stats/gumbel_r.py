@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
-from funcgrad.nn.functions import ArrayLike, log1mexp
+from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._promotion import promote_args_inexact
+from funcgrad.scipy.stats import gumbel_l
 
 
 def _standardized(name: str, x, loc, scale):
@@ -35,7 +36,7 @@ def cdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
 
 def logsf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     y, _ = _standardized("gumbel_r.logsf", x, loc, scale)
-    return log1mexp(fnp.exp(-y))
+    return gumbel_l.standard_logcdf(-y)  # (the mirror image)
 
 
 def sf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:

@@ -7,6 +7,8 @@ are counts and must have integer dtypes. logpmf is -inf where the counts do not 
 
 from __future__ import annotations
 
+import numpy as np
+
 from funcgrad import dtypes
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
@@ -24,9 +26,11 @@ def logpmf(x: ArrayLike, n: ArrayLike, p: ArrayLike) -> Array:
         )
     (p,) = promote_args_inexact("multinomial.logpmf", p)
     sums_to_n = fnp.sum(x, axis=-1) == n
-    x, n = x.astype(p.dtype), n.astype(p.dtype)
-    value = gammaln(n + 1) + fnp.sum(xlogy(x, p) - gammaln(x + 1), axis=-1)
-    return fnp.where(sums_to_n, value, -fnp.inf)
+    # (in float64: the lgamma terms cancel, which float32 lost)
+    dtype, wide_p = p.dtype, p.astype(np.float64)
+    x, n = x.astype(np.float64), n.astype(np.float64)
+    value = gammaln(n + 1) + fnp.sum(xlogy(x, wide_p) - gammaln(x + 1), axis=-1)
+    return fnp.where(sums_to_n, value.astype(dtype), -fnp.inf)
 
 
 def pmf(x: ArrayLike, n: ArrayLike, p: ArrayLike) -> Array:

@@ -8,17 +8,18 @@ import math
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
+from funcgrad.numpy._float64 import narrow, wide
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.special import gammaincc, gammaln, xlogy
 from funcgrad.scipy.stats._support import off_support
 
 
 def logpmf(k: ArrayLike, mu: ArrayLike, loc: ArrayLike = 0) -> Array:
-    k, mu, loc = promote_args_inexact("poisson.logpmf", k, mu, loc)
+    (k, mu, loc), kind = wide("poisson.logpmf", k, mu, loc)
     y = k - loc
     outside = off_support(y)
     y = fnp.where(outside, 0, y)
-    return fnp.where(outside, -fnp.inf, xlogy(y, mu) - gammaln(y + 1) - mu)
+    return narrow(fnp.where(outside, -fnp.inf, xlogy(y, mu) - gammaln(y + 1) - mu), kind)
 
 
 def pmf(k: ArrayLike, mu: ArrayLike, loc: ArrayLike = 0) -> Array:
