@@ -384,6 +384,36 @@ def per_example_grads_case():
     return runs, None, 20
 
 
+def jet_case():
+    """Taylor mode: the first four derivatives of a two-layer tanh network along a path of
+    its batch of inputs, in one jitted jet."""
+    from funcgrad.experimental.jet import jet
+
+    rng = np.random.default_rng(6)
+    w1 = (rng.standard_normal((64, 128)) / 8).astype(np.float32)
+    w2 = (rng.standard_normal((128, 64)) / 8).astype(np.float32)
+    x = rng.standard_normal((256, 64)).astype(np.float32)
+    terms = [rng.standard_normal(x.shape).astype(np.float32) for _ in range(4)]
+
+    def taylor(xp, jet_fun):
+        def net(x):
+            return xp.tanh(xp.tanh(x @ w1) @ w2)
+
+        return lambda x, *terms: jet_fun(net, (x,), (list(terms),))
+
+    runs = {
+        "funcgrad-llvm": _funcgrad("llvm", taylor(fnp, jet), x, *terms),
+        "funcgrad-numpy": _funcgrad("numpy", taylor(fnp, jet), x, *terms),
+    }
+    jax = _jax()
+    if jax:
+        from jax.experimental.jet import jet as jax_jet
+
+        f = jax[0].jit(taylor(jax[1], jax_jet))
+        runs["jax-jit"] = lambda: jax[0].block_until_ready(f(x, *terms))
+    return runs, None, 50
+
+
 def call_overhead_case():
     x = np.ones(16, np.float32)
     runs = {
@@ -611,6 +641,7 @@ CASES = {
     "per-example grads": per_example_grads_case,
     "conv step (batch 64, 28x28)": conv_step_case,
     "transformer step 32x64x128": transformer_case,
+    "jet order 4, tanh net": jet_case,
     "jit call x*2+1": call_overhead_case,
     "jit call 10 ops": call_overhead_ten_ops_case,
     "jit call pytree layer": call_overhead_pytree_case,
