@@ -222,6 +222,14 @@ def test_control_flow_and_calls():
     check_program(program, (4,))
 
 
+def test_a_jitted_function_stays_one_compiled_call():
+    inner = fg.jit(lambda v: fnp.tanh(v @ v.T) @ v)
+    staged = fg.make_jaxpr(lambda x, t1, t2: jet(inner, (x,), ([t1, t2],)))(*[np.ones((3, 3))] * 3)
+    (call,) = staged.jaxpr.eqns
+    assert call.primitive.name == "jit" and call.params["name"].startswith("jet(")
+    check_program(inner, (3, 3))
+
+
 def test_scan_with_carry_and_outputs():
     def program(x, w):
         def step(carry, row):

@@ -17,8 +17,10 @@ No primitive declares a rule of its own for this:
   of the same path, whose rule asks for sin again: the jets each call computes are memoized by
   the identity of their terms, so an elementwise function of order K costs O(K) jets of
   products, O(K^3) operations, rather than the O(2^K) of nested jvps.
-Calls (jit, checkpoint) and custom_vjp functions are inlined; a custom_jvp function's Taylor
-terms come from its jvp rule, so that its first term is the rule's jvp.
+A jitted function's program is transformed into the jet program of the same order, and that is
+jitted (compiled once for each order and set of operands on paths); checkpoint calls and
+custom_vjp functions are inlined; a custom_jvp function's Taylor terms come from its jvp rule,
+so that its first term is the rule's jvp.
 """
 
 from __future__ import annotations
@@ -26,10 +28,10 @@ from __future__ import annotations
 import math
 from functools import reduce
 
-from funcgrad import core, dtypes
+from funcgrad import caches, core, dtypes
 from funcgrad.errors import ConcretizationTypeError
 from funcgrad.interpreters.ad import Zero, zeros_like_aval
-from funcgrad.ir import eval_jaxpr
+from funcgrad.ir import ClosedJaxpr, eval_jaxpr
 
 # Linear in each of these operands alone; when another operand carries a path too, the
 # product rule (`_BILINEAR`), the quotient rule (`div`) or the jvp rule applies instead.
@@ -40,8 +42,8 @@ _LINEAR_OPERANDS: dict[str, tuple[int, ...]] = {
     "select_and_scatter_add": (0,),
 }
 _BILINEAR = ("mul", "dot_general", "conv_general_dilated")
-# Calls whose program is evaluated on the paths directly.
-_INLINED = {"jit": "jaxpr", "checkpoint": "jaxpr", "custom_vjp_call": "call_jaxpr"}
+# Calls whose program is evaluated on the paths directly (jit's is transformed and compiled).
+_INLINED = {"checkpoint": "jaxpr", "custom_vjp_call": "call_jaxpr"}
 
 
 class JetTracer(core.Tracer):
@@ -93,6 +95,8 @@ class JetTrace(core.Trace):
         if all(terms is None for _, terms in paths):
             with core.set_current_trace(self.parent):
                 return primitive.bind(*(p for p, _ in paths), **params)
+        if primitive.name == "jit":
+            return _jet_of_jit(self, paths, **params)
         if primitive.name in _INLINED:
             closed = params[_INLINED[primitive.name]]
             with core.set_current_trace(self):
@@ -257,3 +261,47 @@ def _through_jvp(trace: JetTrace, primitive, paths: list, params: dict) -> list:
     if key is not None:
         trace.memo[key] = (outs, paths)  # (the paths keep the ids in the key unique)
     return outs
+
+
+@caches.program_cache
+def _jet_program(closed: ClosedJaxpr, on_path: tuple[bool, ...], order: int):
+    """(primals, the terms of those `on_path`) -> (primal outs, the terms of outs on paths),
+    and which outputs are on paths."""
+    from funcgrad.interpreters.staging import trace_to_jaxpr
+
+    out_on_path: list[bool] = []
+
+    def jet_fun(*flat):
+        primals, terms = flat[: len(on_path)], iter(flat[len(on_path) :])
+        trace = JetTrace(core.current_trace(), order, {}, "jet of a jaxpr")
+        inputs = [
+            JetTracer(trace, p, [next(terms) for _ in range(order)]) if carried else p
+            for p, carried in zip(primals, on_path)
+        ]
+        with core.set_current_trace(trace):
+            outs = eval_jaxpr(closed.jaxpr, closed.consts, *inputs)
+        paths = [trace.path_of(x) for x in outs]
+        trace.alive = False
+        out_on_path.extend(t is not None for _, t in paths)
+        return [p for p, _ in paths] + [term for _, t in paths if t is not None for term in t]
+
+    term_avals = [
+        a for a, carried in zip(closed.in_avals, on_path) if carried for _ in range(order)
+    ]
+    jet_closed, _ = trace_to_jaxpr(jet_fun, [*closed.in_avals, *term_avals], "jet of a jaxpr")
+    return jet_closed, tuple(out_on_path)
+
+
+def _jet_of_jit(trace: JetTrace, paths: list, *, jaxpr: ClosedJaxpr, name: str) -> list:
+    from funcgrad.transforms.jit import jit_p
+
+    on_path = tuple(t is not None for _, t in paths)
+    with core.set_current_trace(trace.parent):
+        jet_closed, out_on_path = _jet_program(jaxpr, on_path, trace.order)
+        terms_in = [term for _, t in paths if t is not None for term in t]
+        outs = jit_p.bind(*(p for p, _ in paths), *terms_in, jaxpr=jet_closed, name=f"jet({name})")
+    primals_out, terms_out = outs[: len(out_on_path)], iter(outs[len(out_on_path) :])
+    return [
+        trace.wrap(p, [next(terms_out) for _ in range(trace.order)] if carried else None)
+        for p, carried in zip(primals_out, out_on_path)
+    ]
