@@ -13,6 +13,7 @@ import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import lax
 from funcgrad.experimental.jet import jet
+from funcgrad.ir import ClosedJaxpr
 from funcgrad.scipy import special
 from tests.test_transform_properties import Features, cases
 
@@ -240,6 +241,41 @@ def test_scan_with_carry_and_outputs():
         return final.sum() + (sums**2).sum()
 
     check_program(program, (4, 3), (3, 3))
+
+
+def test_loops_with_constant_and_integer_carries():
+    def program(x, xs):
+        def step(carry, x_row):
+            count, constant, value = carry
+            return (count + 1, constant * 2.0, fnp.sin(value) * x_row + constant), value * count
+
+        (_, constant, value), ys = lax.scan(step, (0, fnp.ones(()), x[0]), xs)
+        looped = lax.while_loop(
+            lambda c: c[0] < 4, lambda c: (c[0] + 1, c[1] * 0.5, fnp.tanh(c[2]) + c[1]), (0, 1.0, x)
+        )
+        return value + ys.sum() + constant + looped[2].sum() + looped[1]
+
+    check_program(program, (3,), (5,), order=4)
+
+
+def test_control_flow_cost_grows_polynomially_with_the_order():
+    # Through their jvp rules, each order would triple the loop body: order 8 stages about
+    # 80,000 equations where the loop's own jet program stages some 600.
+    def taylor(x, *terms):
+        loop = lambda v: lax.fori_loop(0, 10, lambda i, c: fnp.sin(c) * c + 0.1, v)  # noqa: E731
+        return jet(loop, (x,), (list(terms),))
+
+    def size(jaxpr) -> int:
+        inner = [
+            size(p.jaxpr)
+            for e in jaxpr.eqns
+            for v in e.params.values()
+            for p in (v if isinstance(v, tuple) else (v,))
+            if isinstance(p, ClosedJaxpr)
+        ]
+        return len(jaxpr.eqns) + sum(inner)
+
+    assert size(fg.make_jaxpr(taylor)(1.0, *([1.0] * 8)).jaxpr) < 2000
 
 
 def test_custom_jvp_terms_come_from_its_rule():

@@ -18,14 +18,16 @@ No primitive declares a rule of its own for this:
   the identity of their terms, so an elementwise function of order K costs O(K) jets of
   products, O(K^3) operations, rather than the O(2^K) of nested jvps.
 A jitted function's program is transformed into the jet program of the same order, and that is
-jitted (compiled once for each order and set of operands on paths); checkpoint calls and
-custom_vjp functions are inlined; a custom_jvp function's Taylor terms come from its jvp rule,
-so that its first term is the rule's jvp.
+jitted (compiled once for each order and set of operands on paths); scan, while and cond run on
+the jet programs of their body and branches (through their jvp rules, each order would triple
+the body); checkpoint calls and custom_vjp functions are inlined; a custom_jvp function's
+Taylor terms come from its jvp rule, so that its first term is the rule's jvp.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import reduce
 
 from funcgrad import caches, core, dtypes
@@ -95,8 +97,8 @@ class JetTrace(core.Trace):
         if all(terms is None for _, terms in paths):
             with core.set_current_trace(self.parent):
                 return primitive.bind(*(p for p, _ in paths), **params)
-        if primitive.name == "jit":
-            return _jet_of_jit(self, paths, **params)
+        if primitive.name in _HIGHER_ORDER_RULES:
+            return _HIGHER_ORDER_RULES[primitive.name](self, paths, **params)
         if primitive.name in _INLINED:
             closed = params[_INLINED[primitive.name]]
             with core.set_current_trace(self):
@@ -107,7 +109,7 @@ class JetTrace(core.Trace):
         return wrapped if primitive.multiple_results else wrapped[0]
 
     def wrap(self, primal, terms):
-        if terms is None or not dtypes.is_inexact(core.get_aval(primal).dtype):
+        if terms is None or not _is_inexact(primal):
             return primal  # integer values have no derivatives
         return JetTracer(self, primal, terms)
 
@@ -263,45 +265,197 @@ def _through_jvp(trace: JetTrace, primitive, paths: list, params: dict) -> list:
     return outs
 
 
+def _grouped(primals: list, terms: list, groups: tuple[int, ...]) -> list:
+    """Operands in a higher-order primitive's layout: each group's primals, then the terms of
+    its members on paths (all K of one member, then the next), as its jvp lays out tangents."""
+    flat: list = []
+    start = 0
+    for size in groups:
+        members = range(start, start + size)
+        flat += [primals[i] for i in members]
+        flat += [term for i in members if terms[i] is not None for term in terms[i]]
+        start += size
+    return flat
+
+
+def _ungrouped(flat, on_path, groups: tuple[int, ...], order: int) -> list:
+    """The (primal, terms or None) pairs of a flat list in `_grouped`'s layout."""
+    values = iter(flat)
+    paths: list = []
+    start = 0
+    for size in groups:
+        members = range(start, start + size)
+        primals = [next(values) for _ in members]
+        paths += [
+            (p, [next(values) for _ in range(order)] if on_path[i] else None)
+            for p, i in zip(primals, members)
+        ]
+        start += size
+    return paths
+
+
 @caches.program_cache
-def _jet_program(closed: ClosedJaxpr, on_path: tuple[bool, ...], order: int):
-    """(primals, the terms of those `on_path`) -> (primal outs, the terms of outs on paths),
-    and which outputs are on paths."""
+def _jet_program(
+    closed: ClosedJaxpr,
+    on_path: tuple[bool, ...],
+    order: int,
+    in_groups: tuple[int, ...],
+    out_groups: tuple[int, ...],
+    forced_out: tuple[bool, ...],
+):
+    """The jet of `closed` as a program in `_grouped`'s layout, and which outputs are on paths.
+    Outputs `forced_out` are on paths even when constant (zero terms): a loop's carry must keep
+    its type and a cond's branches must agree."""
     from funcgrad.interpreters.staging import trace_to_jaxpr
 
     out_on_path: list[bool] = []
 
     def jet_fun(*flat):
-        primals, terms = flat[: len(on_path)], iter(flat[len(on_path) :])
         trace = JetTrace(core.current_trace(), order, {}, "jet of a jaxpr")
         inputs = [
-            JetTracer(trace, p, [next(terms) for _ in range(order)]) if carried else p
-            for p, carried in zip(primals, on_path)
+            p if t is None else JetTracer(trace, p, t)
+            for p, t in _ungrouped(flat, on_path, in_groups, order)
         ]
         with core.set_current_trace(trace):
             outs = eval_jaxpr(closed.jaxpr, closed.consts, *inputs)
         paths = [trace.path_of(x) for x in outs]
         trace.alive = False
+        paths = [
+            (p, [_zeros(p) for _ in range(order)] if t is None and forced else t)
+            for (p, t), forced in zip(paths, forced_out)
+        ]
         out_on_path.extend(t is not None for _, t in paths)
-        return [p for p, _ in paths] + [term for _, t in paths if t is not None for term in t]
+        return _grouped([p for p, _ in paths], [t for _, t in paths], out_groups)
 
-    term_avals = [
-        a for a, carried in zip(closed.in_avals, on_path) if carried for _ in range(order)
-    ]
-    jet_closed, _ = trace_to_jaxpr(jet_fun, [*closed.in_avals, *term_avals], "jet of a jaxpr")
+    term_avals = [[a] * order if carried else None for a, carried in zip(closed.in_avals, on_path)]
+    in_avals = _grouped(closed.in_avals, term_avals, in_groups)
+    jet_closed, _ = trace_to_jaxpr(jet_fun, in_avals, "jet of a jaxpr")
     return jet_closed, tuple(out_on_path)
+
+
+def _is_inexact(x) -> bool:
+    return dtypes.is_inexact(core.get_aval(x).dtype)
+
+
+def _inexact(avals) -> tuple[bool, ...]:
+    return tuple(dtypes.is_inexact(a.dtype) for a in avals)
+
+
+def _on_paths(trace: JetTrace, paths: list, forced: Sequence[bool]) -> list:
+    """`paths` with those `forced` on paths, constant ones with zero terms."""
+    return [
+        (p, [_zeros(p) for _ in range(trace.order)] if t is None and force else t)
+        for (p, t), force in zip(paths, forced)
+    ]
 
 
 def _jet_of_jit(trace: JetTrace, paths: list, *, jaxpr: ClosedJaxpr, name: str) -> list:
     from funcgrad.transforms.jit import jit_p
 
     on_path = tuple(t is not None for _, t in paths)
+    groups, out_groups = (len(paths),), (len(jaxpr.out_avals),)
+    no_force = (False,) * len(jaxpr.out_avals)
     with core.set_current_trace(trace.parent):
-        jet_closed, out_on_path = _jet_program(jaxpr, on_path, trace.order)
-        terms_in = [term for _, t in paths if t is not None for term in t]
-        outs = jit_p.bind(*(p for p, _ in paths), *terms_in, jaxpr=jet_closed, name=f"jet({name})")
-    primals_out, terms_out = outs[: len(out_on_path)], iter(outs[len(out_on_path) :])
-    return [
-        trace.wrap(p, [next(terms_out) for _ in range(trace.order)] if carried else None)
-        for p, carried in zip(primals_out, out_on_path)
-    ]
+        program, out_on_path = _jet_program(
+            jaxpr, on_path, trace.order, groups, out_groups, no_force
+        )
+        operands = _grouped([p for p, _ in paths], [t for _, t in paths], groups)
+        outs = jit_p.bind(*operands, jaxpr=program, name=f"jet({name})")
+    return [trace.wrap(p, t) for p, t in _ungrouped(outs, out_on_path, out_groups, trace.order)]
+
+
+def _jet_of_scan(trace: JetTrace, paths: list, *, jaxpr, num_consts, num_carry, **params) -> list:
+    from funcgrad.lax.control_flow.scan import scan_p
+
+    order = trace.order
+    num_xs, num_ys = len(paths) - num_consts - num_carry, len(jaxpr.out_avals) - num_carry
+    carries = range(num_consts, num_consts + num_carry)
+    with core.set_current_trace(trace.parent):
+        carried = [i in carries and _is_inexact(p) for i, (p, _) in enumerate(paths)]
+        paths = _on_paths(trace, paths, carried)
+        on_path = tuple(t is not None for _, t in paths)
+        forced = _inexact(jaxpr.out_avals[:num_carry]) + (False,) * num_ys
+        groups, out_groups = (num_consts, num_carry, num_xs), (num_carry, num_ys)
+        body, out_on_path = _jet_program(jaxpr, on_path, order, groups, out_groups, forced)
+        outs = scan_p.bind(
+            *_grouped([p for p, _ in paths], [t for _, t in paths], groups),
+            jaxpr=body,
+            num_consts=num_consts + order * sum(on_path[:num_consts]),
+            num_carry=num_carry + order * sum(on_path[num_consts : num_consts + num_carry]),
+            **params,
+        )
+    return [trace.wrap(p, t) for p, t in _ungrouped(outs, out_on_path, out_groups, order)]
+
+
+@caches.program_cache
+def _cond_of_primals(cond_jaxpr: ClosedJaxpr, term_avals: tuple) -> ClosedJaxpr:
+    """A while loop's cond that also takes the carries' terms, and reads only the primals."""
+    from funcgrad.interpreters.staging import trace_to_jaxpr
+
+    num_primal = len(cond_jaxpr.in_avals)
+
+    def cond(*args):
+        return eval_jaxpr(cond_jaxpr.jaxpr, cond_jaxpr.consts, *args[:num_primal])
+
+    return trace_to_jaxpr(cond, [*cond_jaxpr.in_avals, *term_avals], "jet of a while cond")[0]
+
+
+def _jet_of_while(
+    trace: JetTrace, paths: list, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nconsts
+) -> list:
+    from funcgrad.lax.control_flow.loops import while_p
+
+    order = trace.order
+    cond_consts, body_paths = [p for p, _ in paths[:cond_nconsts]], paths[cond_nconsts:]
+    num_carry = len(body_paths) - body_nconsts
+    with core.set_current_trace(trace.parent):
+        carry_forced = _inexact(body_jaxpr.out_avals)
+        body_paths = _on_paths(trace, body_paths, (False,) * body_nconsts + carry_forced)
+        on_path = tuple(t is not None for _, t in body_paths)
+        groups = (body_nconsts, num_carry)
+        body, out_on_path = _jet_program(
+            body_jaxpr, on_path, order, groups, (num_carry,), carry_forced
+        )
+        term_avals = tuple(
+            a
+            for a, carried in zip(body_jaxpr.out_avals, carry_forced)
+            if carried
+            for _ in range(order)
+        )
+        outs = while_p.bind(
+            *cond_consts,
+            *_grouped([p for p, _ in body_paths], [t for _, t in body_paths], groups),
+            cond_jaxpr=_cond_of_primals(cond_jaxpr, term_avals),
+            body_jaxpr=body,
+            cond_nconsts=cond_nconsts,
+            body_nconsts=body_nconsts + order * sum(on_path[:body_nconsts]),
+        )
+    return [trace.wrap(p, t) for p, t in _ungrouped(outs, out_on_path, (num_carry,), order)]
+
+
+def _jet_of_cond(trace: JetTrace, paths: list, *, branches) -> list:
+    from funcgrad.lax.control_flow.conditionals import _join_outputs, cond_p
+
+    order = trace.order
+    (index, _), operands = paths[0], paths[1:]
+    on_path = tuple(t is not None for _, t in operands)
+    out_avals = branches[0].out_avals
+    forced = _inexact(out_avals)
+    groups, out_groups = (len(operands),), (len(out_avals),)
+    with core.set_current_trace(trace.parent):
+        programs = [_jet_program(b, on_path, order, groups, out_groups, forced) for b in branches]
+        outs = cond_p.bind(
+            index,
+            *_grouped([p for p, _ in operands], [t for _, t in operands], groups),
+            branches=_join_outputs([program for program, _ in programs]),
+        )
+    out_on_path = programs[0][1]
+    return [trace.wrap(p, t) for p, t in _ungrouped(outs, out_on_path, out_groups, order)]
+
+
+_HIGHER_ORDER_RULES = {
+    "jit": _jet_of_jit,
+    "scan": _jet_of_scan,
+    "while": _jet_of_while,
+    "cond": _jet_of_cond,
+}
