@@ -202,6 +202,27 @@ def test_compiled_modulus_of_an_infinite_part_beside_a_nan_is_infinite():
         np.testing.assert_array_equal(np.asarray(got), wanted)
 
 
+@pytest.mark.parametrize("backend", ["eager", *COMPILED_BACKENDS])
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_sign_of_numbers_whose_modulus_overflows_is_their_direction(backend, dtype):
+    """sign(3e38 + 3e38j) in complex64 is (1 + 1j) / sqrt(2): the reference took |z|, which
+    overflows to inf there, and gave 0 (eager and on the NumPy backend). Against mpmath."""
+    import mpmath as mp
+
+    huge = np.finfo(dtypes.real_dtype(dtype)).max
+    z = np.array([huge + huge * 1j, -huge / 2 + huge * 1j, 0.9 * huge - 0.8j * huge, 1 + 1j], dtype)
+    want = np.array([complex(mp.mpc(complex(v)) / abs(mp.mpc(complex(v)))) for v in z])
+    want = want.astype(dtype)
+    if backend == "eager":
+        got = np.asarray(fnp.sign(z))
+    else:
+        with jit_backend(backend):
+            got = np.asarray(fg.jit(lax.sign)(z))
+    eps = np.finfo(dtypes.real_dtype(dtype)).eps
+    np.testing.assert_allclose(got.real, want.real, rtol=4 * eps, atol=0)
+    np.testing.assert_allclose(got.imag, want.imag, rtol=4 * eps, atol=0)
+
+
 def test_compiled_log_near_the_unit_circle_keeps_the_real_parts_relative_accuracy():
     """log|z| of z near the unit circle is small: log of the modulus kept only its absolute
     accuracy (log(1.00000025 - 5.7e-6j) had a real part 6e-10 relative off)."""
