@@ -1022,9 +1022,24 @@ def _reshape(z: Pair, shape) -> Pair:
 
 
 def _dft_last(z: Pair, inverse: bool) -> Pair:
-    """The unscaled DFT (the inverse's sign when `inverse`) along the last axis."""
+    """The unscaled DFT (the inverse's sign when `inverse`) along the last axis. Lengths 1 and
+    2 multiply by nothing (the identity; a sum and a difference), as the reference's FFT does:
+    their matrix's products by 0 made NaN of an infinite part, and spread a NaN part to the
+    other part of every output (fft([nan]) was nan + nan j, fft([inf]) inf + nan j)."""
     n = z.re.shape[-1]
     dtype = z.re.dtype
+    if n == 1:
+        return z
+    if n == 2:
+        last = z.re.ndim - 1
+        first, second = (
+            each_part(lambda p, i=i: lax.slice_in_dim(p, i, i + 1, 1, last), z) for i in (0, 1)
+        )
+        total, difference = add(first, second), sub(first, second)
+        return Pair(
+            lax.concatenate([total.re, difference.re], last),
+            lax.concatenate([total.im, difference.im], last),
+        )
     split = max((d for d in range(2, math.isqrt(n) + 1) if n % d == 0), default=1)
     if n <= _DIRECT_DFT or split == 1:
         index = np.arange(n)
