@@ -878,6 +878,36 @@ def test_compiled_gathers_of_complex_values_fill_each_part_with_its_own_part(bac
         np.testing.assert_array_equal(got, np.where([True, False, False, True], inside, fill))
 
 
+@pytest.mark.parametrize("backend", ["eager", *COMPILED_BACKENDS])
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_iota_counts_in_the_real_part(backend, dtype):
+    """iota of a complex dtype is the count plus 0j (it was refused as "not numeric"), and so
+    are funcgrad.numpy.arange's and broadcasted_iota's; bool is still refused, by name."""
+
+    def make():
+        return (
+            lax.iota(dtype, 5),
+            lax.broadcasted_iota(dtype, (2, 3), 1) * (1 - 2j),
+            fnp.arange(1, 3, 0.5, dtype=dtype),
+        )
+
+    if backend == "eager":
+        got = make()
+    else:
+        with jit_backend(backend):
+            got = fg.jit(make)()
+    wanted = (
+        np.arange(5, dtype=dtype),
+        np.broadcast_to(np.arange(3, dtype=dtype), (2, 3)) * dtype(1 - 2j),
+        np.arange(1, 3, 0.5, dtype=dtype),
+    )
+    for g, w in zip(got, wanted):
+        assert np.asarray(g).dtype == dtype
+        np.testing.assert_array_equal(np.asarray(g), w)
+    with pytest.raises(TypeError, match="integer, floating or complex type, got bool"):
+        lax.iota(np.bool_, 3)
+
+
 def test_log1p_of_small_complex_numbers_keeps_their_digits():
     """The reference (eager, NumPy backend) took log|1 + z| as NumPy does, to its absolute
     accuracy only: log1p(1e-20j) had real part 0 for 5e-41, log1p(1e-10 + 1e-10j) 8e-8 off.

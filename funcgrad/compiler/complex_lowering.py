@@ -804,6 +804,15 @@ def _complex_rule(out_avals, x, y):
 
 
 rules["complex"] = _complex_rule
+
+
+def _iota_rule(out_avals, *, dtype, shape, dimension):
+    """The count as the real part, 0 as the imaginary one."""
+    re = lax.broadcasted_iota(dtypes.real_dtype(dtype), shape, dimension)
+    return Pair(re, lax.full_like(re, 0))
+
+
+rules["iota"] = _iota_rule
 rules["integer_pow"] = lambda out_avals, x, *, y: integer_power(x, y)
 
 
