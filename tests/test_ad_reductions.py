@@ -197,6 +197,27 @@ def test_cummax_cummin_ties_split_like_max():
     np.testing.assert_allclose(jvp_tangent(reverse, x[::-1].copy(), t), [55, 55, 100, 1000])
 
 
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("prim", [lax.cummax, lax.cummin])
+def test_cummax_cummin_first_output_is_the_first_element_even_when_nan(prim, reverse):
+    """y[0] is x[0] by definition (the scan's first element meets no comparison), so its
+    derivative is 1 there, NaN or not: the tie rule compared NaN with itself and gave 0. Later
+    NaN outputs take no tangent (max's rule: NaN equals neither operand)."""
+    x = np.array([np.nan, 1.0, 3.0, 2.0])
+    f = functools.partial(prim, reverse=reverse)
+    if reverse:
+        x = x[::-1].copy()
+    t = np.array([1.0, 10.0, 100.0, 1000.0])
+    first = -1 if reverse else 0
+    expected = np.zeros(4)
+    expected[first] = t[first]
+    np.testing.assert_array_equal(jvp_tangent(f, x, t), expected)
+    np.testing.assert_array_equal(vjp_cotangent(f, x, t), expected)
+    np.testing.assert_array_equal(
+        np.asarray(fg.jit(fg.grad(lambda v: f(v)[first]))(x)), expected / t
+    )
+
+
 def test_cumlogsumexp_at_infinities():
     f = lax.cumlogsumexp
     x = np.array([-np.inf, -np.inf, 0.0, 1.0])

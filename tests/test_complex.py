@@ -202,6 +202,27 @@ def test_compiled_modulus_of_an_infinite_part_beside_a_nan_is_infinite():
         np.testing.assert_array_equal(np.asarray(got), wanted)
 
 
+@pytest.mark.parametrize("backend", ["eager", *COMPILED_BACKENDS])
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_sign_of_numbers_whose_modulus_overflows_is_their_direction(backend, dtype):
+    """sign(3e38 + 3e38j) in complex64 is (1 + 1j) / sqrt(2): the reference took |z|, which
+    overflows to inf there, and gave 0 (eager and on the NumPy backend). Against mpmath."""
+    import mpmath as mp
+
+    huge = np.finfo(dtypes.real_dtype(dtype)).max
+    z = np.array([huge + huge * 1j, -huge / 2 + huge * 1j, 0.9 * huge - 0.8j * huge, 1 + 1j], dtype)
+    want = np.array([complex(mp.mpc(complex(v)) / abs(mp.mpc(complex(v)))) for v in z])
+    want = want.astype(dtype)
+    if backend == "eager":
+        got = np.asarray(fnp.sign(z))
+    else:
+        with jit_backend(backend):
+            got = np.asarray(fg.jit(lax.sign)(z))
+    eps = np.finfo(dtypes.real_dtype(dtype)).eps
+    np.testing.assert_allclose(got.real, want.real, rtol=4 * eps, atol=0)
+    np.testing.assert_allclose(got.imag, want.imag, rtol=4 * eps, atol=0)
+
+
 def test_compiled_log_near_the_unit_circle_keeps_the_real_parts_relative_accuracy():
     """log|z| of z near the unit circle is small: log of the modulus kept only its absolute
     accuracy (log(1.00000025 - 5.7e-6j) had a real part 6e-10 relative off)."""
@@ -855,6 +876,36 @@ def test_compiled_gathers_of_complex_values_fill_each_part_with_its_own_part(bac
     inside = x[[1, 0, 0, 0]]
     for got, fill in zip(results, [2.5, complex(np.nan, 0), -1j]):
         np.testing.assert_array_equal(got, np.where([True, False, False, True], inside, fill))
+
+
+@pytest.mark.parametrize("backend", ["eager", *COMPILED_BACKENDS])
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_complex_iota_counts_in_the_real_part(backend, dtype):
+    """iota of a complex dtype is the count plus 0j (it was refused as "not numeric"), and so
+    are funcgrad.numpy.arange's and broadcasted_iota's; bool is still refused, by name."""
+
+    def make():
+        return (
+            lax.iota(dtype, 5),
+            lax.broadcasted_iota(dtype, (2, 3), 1) * (1 - 2j),
+            fnp.arange(1, 3, 0.5, dtype=dtype),
+        )
+
+    if backend == "eager":
+        got = make()
+    else:
+        with jit_backend(backend):
+            got = fg.jit(make)()
+    wanted = (
+        np.arange(5, dtype=dtype),
+        np.broadcast_to(np.arange(3, dtype=dtype), (2, 3)) * dtype(1 - 2j),
+        np.arange(1, 3, 0.5, dtype=dtype),
+    )
+    for g, w in zip(got, wanted):
+        assert np.asarray(g).dtype == dtype
+        np.testing.assert_array_equal(np.asarray(g), w)
+    with pytest.raises(TypeError, match="integer, floating or complex type, got bool"):
+        lax.iota(np.bool_, 3)
 
 
 def test_log1p_of_small_complex_numbers_keeps_their_digits():

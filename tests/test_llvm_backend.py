@@ -610,6 +610,46 @@ def test_library_gemm_for_every_layout(spec, dtype):
     assert "gemm[" in compiled(f, lhs, rhs).fusion_plan()
 
 
+@pytest.mark.parametrize(
+    "lhs_dtype, rhs_dtype, preferred",
+    [
+        (fnp.bfloat16, np.float32, np.float32),
+        (fnp.bfloat16, fnp.bfloat16, np.float32),
+        (np.float16, np.float32, np.float32),
+        (np.float32, np.float32, np.float64),
+        (fnp.bfloat16, np.float64, np.float64),
+    ],
+)
+@pytest.mark.parametrize("backend", ["llvm", "cuda_emulator"])
+def test_narrower_float_operands_of_a_wider_product_take_the_library_gemm(
+    lhs_dtype, rhs_dtype, preferred, backend
+):
+    """A bfloat16 operand beside a float32 one, with preferred_element_type float32, is
+    converted (exactly) into float32 and contracted by the GEMM: it ran as a loop kernel, 3x
+    slower than the GEMM at 512x512x512. Against NumPy's product of the converted operands;
+    the second product reads its rhs transposed."""
+    lhs = rng.standard_normal((48, 40)).astype(lhs_dtype)
+    rhs = rng.standard_normal((40, 32)).astype(rhs_dtype)
+    rhs_t = np.ascontiguousarray(rhs.T)
+
+    def f(p, q, q_t):
+        straight = lax.dot_general(p, q, (((1,), (0,)), ((), ())), preferred_element_type=preferred)
+        crossed = lax.dot_general(
+            p, q_t, (((1,), (1,)), ((), ())), preferred_element_type=preferred
+        )
+        return straight, crossed
+
+    wanted = np.matmul(lhs.astype(preferred), rhs.astype(preferred))
+    with jit_backend(backend):
+        results = fg.jit(f)(lhs, rhs, rhs_t)
+        plan = fg.jit(f).lower(lhs, rhs, rhs_t).compile().executable.fusion_plan()
+    rtol = 1e-5 if preferred == np.float32 else 1e-12
+    for got in results:
+        assert np.asarray(got).dtype == preferred
+        np.testing.assert_allclose(np.asarray(got), wanted, rtol=rtol, atol=rtol)
+    assert plan.count("gemm[") == 2, plan
+
+
 def test_a_transposed_product_is_written_in_its_readers_layout():
     """A transpose that is a product's only reader becomes the product of the swapped
     operands: a weight gradient (a product over the batch, transposed to the weights' layout)

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from checks import jit_backend
 from hypothesis import given
 from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad.test_util import check_grads
+from funcgrad.tools.recipes import COMPILED_BACKENDS
 from tests import strategies as fst
 
 NORMS = st.sampled_from([None, "backward", "ortho", "forward"])
@@ -107,6 +109,60 @@ def test_compiled_transforms_of_many_lengths(n):
     x = z.real.astype(np.float64)
     spectrum = fg.jit(fnp.fft.rfft)(x)
     np.testing.assert_allclose(fg.jit(lambda v: fnp.fft.irfft(v, n))(spectrum), x, atol=1e-12)
+
+
+def _same_parts(got, wanted):
+    """Equal, NaN for NaN, part by part (a NaN in one part is not a NaN in the other)."""
+    got, wanted = np.asarray(got), np.asarray(wanted)
+    for g, w in ((got.real, wanted.real), (np.imag(got), np.imag(wanted))):
+        np.testing.assert_allclose(g, w, rtol=1e-6, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("backend", COMPILED_BACKENDS)
+@pytest.mark.parametrize("n", [1, 2])
+def test_compiled_transforms_of_lengths_one_and_two_keep_nan_and_inf_to_their_parts(n, backend):
+    """The compiled transforms multiplied length 1 and 2 by their DFT matrix, whose zeros made
+    NaN of an infinite part's products and spread a NaN part to the other part of every
+    output: fft([inf]) was inf + nan j, fft([nan, 1]) nan + nan j twice (NumPy: nan + 0j)."""
+    parts = [np.nan, np.inf, -np.inf, 1.5]
+    z = np.array([complex(a, b) for a in parts for b in parts[::-1]])
+    z = np.stack([np.roll(z, shift)[:n] for shift in range(len(z))])
+    x = z.real
+    with np.errstate(all="ignore"):
+        wanted = [
+            np.fft.fft(z),
+            np.fft.ifft(z),
+            np.fft.rfft(x),
+            np.fft.irfft(np.fft.rfft(x), n),
+            np.fft.irfft(z, n),
+        ]
+    with jit_backend(backend):
+        got = fg.jit(
+            lambda z, x: (
+                fnp.fft.fft(z),
+                fnp.fft.ifft(z),
+                fnp.fft.rfft(x),
+                fnp.fft.irfft(fnp.fft.rfft(x), n),
+                fnp.fft.irfft(z, n),
+            )
+        )(z, x)
+    for g, w in zip(got, wanted):
+        _same_parts(g, w)
+
+
+@pytest.mark.parametrize("backend", COMPILED_BACKENDS)
+def test_compiled_transforms_turn_by_exact_quarter_turns(backend):
+    """Twiddles at multiples of a quarter turn are exactly 0 and ±1: cos(π/2) rounded to 6e-17
+    gave fft([1, 2, 3, 4])[2] the imaginary part -7e-16 (NumPy: exactly -2). Integer inputs
+    then have exact spectra at length 4, and exact real bins 0 and n/2 at length 8 and 16."""
+    z = np.array([1.0, 2.0, 3.0, 4.0]) + 1j * np.array([0.0, -1.0, 5.0, 2.0])
+    with jit_backend(backend):
+        np.testing.assert_array_equal(fg.jit(fnp.fft.fft)(z), np.fft.fft(z))
+        np.testing.assert_array_equal(fg.jit(fnp.fft.ifft)(z), np.fft.ifft(z))
+        for n in (8, 16):
+            x = np.arange(1.0, n + 1) ** 2
+            got = np.asarray(fg.jit(fnp.fft.rfft)(x))
+            np.testing.assert_array_equal(got[[0, -1]], np.fft.rfft(x)[[0, -1]])
 
 
 def test_gradients_through_spectral_code():

@@ -81,6 +81,33 @@ def test_float32_problems_stay_float32(method):
     np.testing.assert_allclose(result.x, reference, atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    "method, x0, tol",
+    [
+        ("l-bfgs-experimental-do-not-rely-on-this", [-1.2, 1.0, -1.2, 1.0], None),
+        ("l-bfgs-experimental-do-not-rely-on-this", [0.0, 0.0, 0.0, 0.0, 0.0], None),
+        ("BFGS", [-1.2, 1.0, -1.2, 1.0, -1.2, 1.0], None),
+        ("BFGS", [0.5, -0.5, 1.5], 1e-8),
+    ],
+)
+def test_float32_searches_that_stop_at_the_minimum_succeed(method, x0, tol):
+    """float32's Rosenbrock has gradients of 1e-4 at its minimum to float32's precision (the
+    rounding of 400 x (x² - y)): below the default gtol of 1e-5 they never get, and the
+    searches stopped by ftol or a failed line search with success False, at (1, ..., 1) to
+    3e-6. Now a stop where the gradient is within sqrt(eps) max(|f|, 1) succeeds."""
+    result = minimize(rosenbrock, np.array(x0, np.float32), method=method, tol=tol)
+    np.testing.assert_allclose(np.asarray(result.x), np.ones(len(x0)), atol=1e-4)
+    assert bool(result.success) and int(result.status) == 0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("method", METHODS)
+def test_a_search_stuck_at_a_kink_still_fails(method, dtype):
+    # The line search cannot pass the kink of |x - 0.3|, where the gradient stays 100.
+    result = minimize(lambda x: 100 * fnp.sum(fnp.abs(x - 0.3)), np.zeros(2, dtype), method=method)
+    assert not bool(result.success) and int(result.status) != 0
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_maxiter_option(method):
     result = minimize(rosenbrock, np.array([-1.2, 1.0]), method=method, options={"maxiter": 3})

@@ -380,6 +380,38 @@ def test_hyp2f1_matches_mpmath():
     np.testing.assert_allclose(float(slope), 2 / 3 * float(mp.hyp2f1(2, 3, 4, 0.5)), rtol=1e-14)
 
 
+def test_hyp2f1_of_a_series_that_ends_is_its_polynomial():
+    """Where a or b is a whole number -m <= 0 the series is a polynomial of degree m: finite
+    at x = 1 (where c - a - b <= 0 gave inf; 2F1(-1, 2.5; 0.5; 1) is -4), beyond it, and at
+    c = -n with n >= m (inf before). Against mpmath, with c = -n + tiny beside them (accurate
+    before too: the parameters keep their digits in float64)."""
+    rows = [
+        (-1.0, 2.5, 0.5, 1.0),
+        (-2.0, 2.5, 0.5, 1.0),
+        (-1.0, 2.5, -1 + 1e-3, 1.0),
+        (2.5, -2.0, -3.0, 1.0),
+        (-1.0, 2.5, 0.5, 2.0),
+        (-3.0, 2.5, 0.5, 7.0),
+        (-1.0, 2.5, -2.0, 0.3),
+        (2.5, -3.0, -3.0, 0.4),
+        (-4.0, 1.5, -6.0, -3.0),
+        (-2.0, -3.0, -3.0, 0.4),
+        (0.5, 1.5, -1 + 1e-10, 0.7),
+        (2.0, 3.0, -5 + 1e-14, 0.95),
+        (1.3, -0.7, -2 - 1e-10, -5.0),
+    ]
+    a, b, c, x = (np.array(v) for v in zip(*rows))
+    want = np.array([float(mp.hyp2f1(*row)) for row in rows])
+    np.testing.assert_allclose(np.asarray(fs.hyp2f1(a, b, c, x)), want, rtol=1e-13)
+    # (exactly 0 by Chu and Vandermonde's product, where the sum of terms cancels)
+    assert float(fs.hyp2f1(-3.0, 2.5, 0.5, np.float64(1.0))) == 0.0
+    # past the polynomial's end, c's pole stays a pole
+    assert np.isinf(float(fs.hyp2f1(-3.0, 2.5, -2.0, np.float64(0.3))))
+    slope = fg.grad(fs.hyp2f1, argnums=3)(-2.0, 2.5, 0.5, np.float64(1.5))
+    want_slope = float(mp.diff(lambda t: mp.hyp2f1(-2, 2.5, 0.5, t), 1.5))
+    np.testing.assert_allclose(float(slope), want_slope, rtol=1e-14)
+
+
 def test_hypergeometric_series_stop_at_once_on_nan(monkeypatch):
     # A NaN term never fell below 1e-17 of the sum: every loop ran its 5000 rounds (1 s).
     from funcgrad.scipy import hypergeometric

@@ -380,12 +380,25 @@ GPU_GEMM_DTYPES = GEMM_DTYPES + (np.dtype(dtypes.float16), np.dtype(dtypes.bfloa
 GEMM_MIN_FLOPS = 4096  # below this, a fused loop beats the call
 
 
+def _converts_exactly(operand: np.dtype, result: np.dtype) -> bool:
+    """Whether a GEMM in `result` may take an operand of dtype `operand` converted to it: its
+    own dtype, or a narrower float widened to float32 or float64, where every value converts
+    exactly and the reference contracts in `result` too (a bfloat16 operand beside a float32
+    one, given preferred_element_type=float32)."""
+    if operand == result:
+        return True
+    wide = result in (np.dtype(np.float32), np.dtype(np.float64))
+    return wide and dtypes.is_float(operand) and operand.itemsize < result.itemsize
+
+
 def _gemm_shape(eqn: JaxprEqn, gemm_dtypes: tuple):
-    """(batch, m, n, k) when a dot_general suits a library GEMM: one of `gemm_dtypes`
-    throughout, enough work, and batch dimensions leading on both sides."""
+    """(batch, m, n, k) when a dot_general suits a library GEMM: its result one of
+    `gemm_dtypes`, each operand of that dtype or converting to it exactly, enough work, and
+    batch dimensions leading on both sides."""
     lhs, rhs = eqn.invars
     out = eqn.outvars[0].aval
-    if not all(a.aval.dtype == out.dtype for a in (lhs, rhs)) or out.dtype not in gemm_dtypes:
+    exact = all(_converts_exactly(np.dtype(a.aval.dtype), np.dtype(out.dtype)) for a in (lhs, rhs))
+    if not exact or out.dtype not in gemm_dtypes:
         return None
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
     batch = math.prod(lhs.aval.shape[d] for d in lhs_batch)
@@ -902,9 +915,10 @@ class _Scheduler:
         batch, m, n, k = _gemm_shape(eqn, self.gemm_dtypes)
         lhs, rhs = eqn.invars
         (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = eqn.params["dimension_numbers"]
-        lhs_buffer, transpose_lhs = self._gemm_operand(lhs, lhs_batch, lhs_contract, (batch, m, k))
+        dtype = np.dtype(eqn.outvars[0].aval.dtype)
+        lhs_buffer, transpose_lhs = self._gemm_operand(lhs, lhs_batch, lhs_contract, dtype)
         rhs_buffer, transpose_rhs = self._gemm_operand(
-            rhs, rhs_batch, rhs_contract, (batch, k, n), contract_first=True
+            rhs, rhs_batch, rhs_contract, dtype, contract_first=True
         )
         out, made = self.buffer_of[eqn.outvars[0]], {}
         if update is not None:
@@ -968,7 +982,7 @@ class _Scheduler:
 
         self._kernel(builder, [patches], loop_nest(patch_shape, gather), self._fused_eqns([eqn]))
         weights, transposed = self._gemm_operand(
-            rhs, [], [*rhs_spec[2:], rhs_spec[1]], (1, depth, out_features), contract_first=True
+            rhs, [], [*rhs_spec[2:], rhs_spec[1]], dtype, contract_first=True
         )
         out = self.buffer_of[out_var]
         row_dims = (*out_spec[2:], out_spec[0]) if batch_inner else (out_spec[0], *out_spec[2:])
@@ -1045,9 +1059,9 @@ class _Scheduler:
         rhs_free = [d for d in range(rhs.aval.ndim) if d != rhs_spec[1]]
         rows = math.prod(lhs.aval.shape[d] for d in lhs_free)
         cols = math.prod(rhs.aval.shape[d] for d in rhs_free)
-        inputs, inputs_transposed = self._gemm_operand(lhs, [], [lhs_spec[1]], None)
+        inputs, inputs_transposed = self._gemm_operand(lhs, [], [lhs_spec[1]], dtype)
         weights, weights_transposed = self._gemm_operand(
-            rhs, [], [rhs_spec[1]], None, contract_first=True
+            rhs, [], [rhs_spec[1]], dtype, contract_first=True
         )
         products = K.Buffer(f"t{next(_counter)}", dtype, rows * cols)
         gemm = (inputs, weights, products, 1, rows, cols, in_features)
@@ -1104,15 +1118,15 @@ class _Scheduler:
         walk = loop_nest(tuple(out_shape[d] for d in order), in_order)
         self._kernel(builder, [out], walk, [eqn])
 
-    def _gemm_operand(self, var, batch_dims, contract_dims, canonical, contract_first=False):
-        """A buffer holding `var` as row-major matrices (batch, rows, cols) and whether it is
-        stored transposed. A buffer already laid out so is used as it is; anything else is
-        copied into that layout by a fused kernel."""
+    def _gemm_operand(self, var, batch_dims, contract_dims, dtype, contract_first=False):
+        """A buffer holding `var` in `dtype` as row-major matrices (batch, rows, cols) and
+        whether it is stored transposed. A buffer of that dtype already laid out so is used as
+        it is; anything else is copied (and converted) into that layout by a fused kernel."""
         ndim = var.aval.ndim
         free = [d for d in range(ndim) if d not in batch_dims and d not in contract_dims]
         contract = list(contract_dims)
         base, dims_in_base = self._through_transposes(var)
-        if base in self.buffer_of:
+        if base in self.buffer_of and np.dtype(var.aval.dtype) == dtype:
             placed = [dims_in_base[d] for d in batch_dims]
             if placed == list(range(len(batch_dims))):
                 rest = list(range(len(batch_dims), ndim))
@@ -1128,14 +1142,15 @@ class _Scheduler:
                     return self.buffer_of[base], True
         order = list(batch_dims) + (contract + free if contract_first else free + contract)
         shape = tuple(var.aval.shape[d] for d in order)
-        buffer = K.Buffer(f"t{next(_counter)}", np.dtype(var.aval.dtype), var.aval.size)
+        buffer = K.Buffer(f"t{next(_counter)}", dtype, var.aval.size)
         builder = KernelBuilder(self.producer, self.buffer_of)
 
         def body(index):
             source = [None] * ndim
             for position, d in enumerate(order):
                 source[d] = index[position]
-            return [K.Store(buffer, _flat_offset(index, shape), builder.element(var, source))]
+            value = K.cast(builder.element(var, source), dtype)
+            return [K.Store(buffer, _flat_offset(index, shape), value)]
 
         self._kernel(builder, [buffer], loop_nest(shape, body), [])
         return buffer, False

@@ -220,22 +220,29 @@ def _rsqrt(x):
 def _sign(x):
     if dtypes.is_complex(x.dtype):
         # z / |z|, and 0 at 0 (NumPy's complex sign is the sign of the real part before 2.0).
-        # Subnormal z is first scaled by an exact 2^60, which gives it its full precision
-        # (|z| of the smallest subnormals rounds to one of its parts), and each part divides
-        # by the real modulus (a complex division by a subnormal modulus would lose it).
-        # As NumPy has it, an infinite part gives ±1 on its axis, two of them NaN + NaN i.
-        tiny = dtypes.finfo(x.dtype).tiny
-        x = np.where(np.maximum(np.abs(x.real), np.abs(x.imag)) < tiny, x * 2.0**60, x)
+        # z is first scaled by an exact power of two: 2^60 where it is subnormal, which gives
+        # it its full precision (|z| of the smallest subnormals rounds to one of its parts),
+        # 1/4 where a part passes a quarter of the largest float, where |z| would overflow
+        # (sign(3e38 + 3e38j) was 0 in complex64). Each part divides by the real modulus (a
+        # complex division by a subnormal modulus would lose it). As NumPy has it, an
+        # infinite part gives ±1 on its axis, two of them NaN + NaN i.
+        info = dtypes.finfo(x.dtype)
+        larger = np.maximum(np.abs(x.real), np.abs(x.imag))
+        scale = np.where(larger < info.tiny, 2.0**60, np.where(larger > info.max / 4, 0.25, 1.0))
+        # (each part on its own: a complex product by scale + 0i would turn an infinite
+        # part's 0 * inf into NaN and lose zeros' signs)
+        scale = scale.astype(x.real.dtype)
+        real, imag = x.real * scale, x.imag * scale
         with np.errstate(invalid="ignore"):
-            magnitude = np.abs(x)
+            magnitude = np.hypot(real, imag)
             safe = np.where(magnitude == 0, 1, magnitude)
-            re = np.where(magnitude == 0, 0, np.real(x) / safe)
-            im = np.where(magnitude == 0, 0, np.imag(x) / safe)
-        infinite_re, infinite_im = np.isinf(x.real), np.isinf(x.imag)
+            re = np.where(magnitude == 0, 0, real / safe)
+            im = np.where(magnitude == 0, 0, imag / safe)
+        infinite_re, infinite_im = np.isinf(real), np.isinf(imag)
         on_axis = np.where(infinite_re & infinite_im, np.nan, 0)
         out = np.empty(np.shape(x), x.dtype)
-        out.real = np.where(infinite_im, on_axis, np.where(infinite_re, np.sign(x.real), re))
-        out.imag = np.where(infinite_re, on_axis, np.where(infinite_im, np.sign(x.imag), im))
+        out.real = np.where(infinite_im, on_axis, np.where(infinite_re, np.sign(real), re))
+        out.imag = np.where(infinite_re, on_axis, np.where(infinite_im, np.sign(imag), im))
         return out[()] if out.ndim == 0 else out
     if dtypes.is_float(x.dtype):
         # XLA keeps the sign of zero (sign(-0.0) is -0.0); NumPy's sign gives +0.0.

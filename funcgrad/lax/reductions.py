@@ -485,8 +485,11 @@ def _cumulative_chooser_coefficients(x, y, axis):
     # The running extreme is the left fold y[i] = max(y[i - 1], x[i]), each step splitting a
     # tie as max does: along a run of equal values the newest gets 1/2, the one before 1/4, ...
     # NaN before the first element: it equals nothing, so the first element gets its own tangent.
+    # y[0] is x[0] itself, a NaN too (which equals nothing either): its share is 1 outright.
     previous = _shifted(y, np.nan, axis)
-    return _tie_share(previous, y, x), _tie_share(x, y, previous)
+    own = _tie_share(x, y, previous)
+    own = _pad_along(shapes.slice_in_dim(own, 1, None, 1, axis), 1, axis, (1, 0, 0))
+    return _tie_share(previous, y, x), own
 
 
 def _cumlogsumexp_coefficients(x, y, axis):

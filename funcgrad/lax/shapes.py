@@ -214,8 +214,10 @@ iota_p = Primitive("iota")
 def _iota_abstract_eval(*, dtype: np.dtype, shape: tuple[int, ...], dimension: int) -> ShapedArray:
     if not 0 <= dimension < len(shape):
         raise TypeError(f"iota: dimension {dimension} is out of range for shape {shape}")
-    if not (dtypes.is_int(dtype) or dtypes.is_float(dtype)):
-        raise TypeError(f"iota: dtype must be numeric, got {np.dtype(dtype).name}")
+    if not (dtypes.is_int(dtype) or dtypes.is_inexact(dtype)):
+        raise TypeError(
+            f"iota: dtype must be an integer, floating or complex type, got {np.dtype(dtype).name}"
+        )
     return ShapedArray(shape, dtype)
 
 

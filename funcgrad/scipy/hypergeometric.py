@@ -272,6 +272,34 @@ def _gauss_unit_interval(a, b, c, w, v):
     return fnp.where(two_term, first + second, value)
 
 
+def _ends(p):
+    """Where the rising factorials (p)_k reach 0: p a whole number <= 0."""
+    return (p <= 0) & (fnp.floor(p) == p)
+
+
+def _polynomial(a, b, c, x, degree):
+    """2F1 where a or b is -degree and the series ends there, before any pole of c: its
+    terms summed through x^degree, for any real x; at x = 1 by Chu and Vandermonde's product
+    (c - b)_m / (c)_m (b taken as the parameter that does not end it first), which keeps
+    its relative precision where the sum cancels (2F1(-3, 2.5; 0.5; 1) is exactly 0)."""
+    other = fnp.where(_ends(a) & (-a == degree), b, a)
+
+    def step(carry):
+        rounds, term, total, product, done = carry
+        k = lax.convert_element_type(rounds, term.dtype)
+        taken = k < degree
+        # (c + k of 0 is not met before degree: the caller takes only series that end first)
+        safe_c = fnp.where(taken, c + k, 1.0)
+        term = fnp.where(taken, term * (a + k) * (b + k) / (safe_c * (k + 1)) * x, 0.0)
+        product = fnp.where(taken, product * (c - other + k) / safe_c, product)
+        return rounds + 1, term, total + term, product, ~(k + 1 < degree)
+
+    ones = fnp.ones_like(x)
+    init = (0, ones, ones, ones, degree <= 0)
+    _, _, total, product, _ = _iterate(step, init, 4)
+    return fnp.where(x == 1, product, total)
+
+
 def _gauss(a, b, c, x):
     negative = x < 0
     # Pfaff: 2F1(a, b; c; x) = (1 - x)^-a 2F1(a, c - b; c; x / (x - 1)) for x < 0
@@ -287,8 +315,17 @@ def _gauss(a, b, c, x):
     at_one = fnp.where(s > 0, _gamma(c) * _gamma(fnp.where(s > 0, s, 1.0)), fnp.inf)
     at_one = at_one / fnp.where(s > 0, _gamma(c - a) * _gamma(c - b), 1.0)
     value = fnp.where(x == 1, at_one, fnp.where(x > 1, fnp.inf, value))
-    pole = (c <= 0) & (fnp.floor(c) == c)
-    return fnp.where(pole, fnp.inf, value)
+    pole = _ends(c)
+    value = fnp.where(pole, fnp.inf, value)
+    # A series that ends (a or b a whole number -m <= 0) before c's pole, if any, is a
+    # polynomial of degree m: finite for every x, at x = 1 where c - a - b <= 0 too, and
+    # at c = -n >= -m
+    degree = fnp.minimum(fnp.where(_ends(a), -a, fnp.inf), fnp.where(_ends(b), -b, fnp.inf))
+    polynomial = (degree < fnp.inf) & (~pole | (degree <= -c))
+    direct = polynomial & (pole | (x >= 1))
+    safe = [fnp.where(direct, p, 0.0) for p in (a, b, x, degree)]
+    at_direct = _polynomial(safe[0], safe[1], fnp.where(direct, c, 1.0), safe[2], safe[3])
+    return fnp.where(direct, at_direct, value)
 
 
 @custom_jvp
@@ -310,7 +347,9 @@ def _hyp2f1_jvp(primals, tangents):
 def hyp2f1(a: ArrayLike, b: ArrayLike, c: ArrayLike, x: ArrayLike) -> Array:
     """Gauss's hypergeometric function 2F1(a, b; c; x) = sum_k (a)_k (b)_k / (c)_k x^k / k!
     for real x <= 1 (inf beyond, and where c is 0 or a negative integer, as SciPy's and
-    JAX's; Gauss's formula at x = 1).
+    JAX's; Gauss's formula at x = 1). Where a or b is a whole number -m <= 0 the series ends
+    at x^m, and is that polynomial for every real x, and for c = -n with n >= m too (as
+    SciPy's and mpmath's; JAX's gives inf or NaN there).
 
     For x < 0 Pfaff's transformation maps x into [0, 1); there the series up to 0.9, above
     series in 1 - x: the transformation of Abramowitz and Stegun 15.3.6, and where

@@ -12,7 +12,7 @@ import numpy as np
 from funcgrad import lax
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
-from funcgrad.scipy.optimize._line_search import line_search
+from funcgrad.scipy.optimize._line_search import line_search, stalled_at_a_minimum
 from funcgrad.transforms.autodiff import value_and_grad
 
 _HIGHEST = lax.Precision.HIGHEST
@@ -43,7 +43,8 @@ def minimize_bfgs(
 ) -> BFGSResults:
     """Minimize fun from x0 until ‖∇fun‖ (in `norm`) < gtol, the line search fails or maxiter
     iterations (default 200 per variable) have run. status: 0 converged, 1 out of iterations,
-    2 + the line search's status when it failed."""
+    2 + the line search's status when it failed. A failed line search where the gradient is
+    as small as x's dtype resolves (`stalled_at_a_minimum`) counts as converged."""
     if maxiter is None:
         maxiter = 200 * x0.shape[0]
     f0, g0 = value_and_grad(fun)(x0)
@@ -90,9 +91,10 @@ def minimize_bfgs(
             + (rho * rho * yHy + rho) * fnp.outer(s, s)
         )
         H = fnp.where(fnp.isfinite(rho), H, state.H_k)
+        at_minimum = search.failed & stalled_at_a_minimum(search.f_k, search.g_k, norm)
         return BFGSResults(
-            converged=fnp.linalg.norm(search.g_k, ord=norm) < gtol,
-            failed=search.failed,
+            converged=(fnp.linalg.norm(search.g_k, ord=norm) < gtol) | at_minimum,
+            failed=search.failed & ~at_minimum,
             k=state.k + 1,
             nfev=state.nfev + search.nfev,
             ngev=state.ngev + search.ngev,

@@ -13,7 +13,7 @@ import numpy as np
 from funcgrad import lax
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
-from funcgrad.scipy.optimize._line_search import line_search
+from funcgrad.scipy.optimize._line_search import line_search, stalled_at_a_minimum
 from funcgrad.transforms.autodiff import value_and_grad
 
 _HIGHEST = lax.Precision.HIGHEST
@@ -85,7 +85,9 @@ def minimize_lbfgs(
     """Minimize fun from x0 until ‖∇fun‖ (in `norm`) < gtol. It also stops, unsuccessfully,
     with status 1 after maxiter iterations (default 200 per variable when no limit is given),
     2 after maxfun evaluations of fun, 3 after maxgrad of its gradient, 4 when a step lowers
-    fun by less than ftol relative to max(|f|, 1), and 5 when the line search fails."""
+    fun by less than ftol relative to max(|f|, 1), and 5 when the line search fails. Those
+    last two count as converged where the gradient is as small as x's dtype resolves
+    (`stalled_at_a_minimum`)."""
     d = x0.shape[0]
     if maxiter is None and maxfun is None and maxgrad is None:
         maxiter = 200 * d
@@ -132,7 +134,9 @@ def minimize_lbfgs(
         status = fnp.where(nfev >= maxfun, 2, status)
         status = fnp.where(k >= maxiter, 1, status)
         status = fnp.where(search.failed, 5, status)
-        converged = fnp.linalg.norm(search.g_k, ord=norm) < gtol
+        stalled = (decrease <= ftol) | search.failed
+        at_minimum = stalled & stalled_at_a_minimum(search.f_k, search.g_k, norm)
+        converged = (fnp.linalg.norm(search.g_k, ord=norm) < gtol) | at_minimum
         return LBFGSResults(
             converged=converged,
             failed=(status > 0) & ~converged,

@@ -14,11 +14,12 @@ from funcgrad.scipy.optimize._lbfgs import minimize_lbfgs
 
 class OptimizeResults(NamedTuple):
     """x: the solution found; success: whether the gradient got below its tolerance without a
-    failure; status: the method's code (0 converged; BFGS: 1 out of iterations, 3 narrowing
-    the line search failed, 5 out of line-search iterations; L-BFGS: see its options); fun,
-    jac: the objective and its gradient at x; hess_inv: the inverse Hessian estimate (None
-    for L-BFGS); nfev, njev: evaluations of the objective and of its gradient; nit: the
-    method's iterations."""
+    failure, or the search stalled where the gradient is as small as x's dtype resolves
+    (`stalled_at_a_minimum`); status: the method's code (0 converged; BFGS: 1 out of
+    iterations, 3 narrowing the line search failed, 5 out of line-search iterations; L-BFGS:
+    see its options); fun, jac: the objective and its gradient at x; hess_inv: the inverse
+    Hessian estimate (None for L-BFGS); nfev, njev: evaluations of the objective and of its
+    gradient; nit: the method's iterations."""
 
     x: Array
     success: Array
