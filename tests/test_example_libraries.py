@@ -1,7 +1,10 @@
-"""example_libraries.stax: every layer's init shape is its output's shape and its values are
-NumPy's (loops for convolutions and pools)."""
+"""example_libraries.stax and .optimizers: every layer's init shape is its output's shape and
+its values are NumPy's (loops for convolutions and pools); every optimizer follows its update
+formula, written out here as a NumPy loop, eagerly and jitted with the step traced; schedules
+follow their formulas; states survive pickling; a small network learns."""
 
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -11,7 +14,7 @@ from hypothesis import strategies as st
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import random
-from funcgrad.example_libraries import stax
+from funcgrad.example_libraries import optimizers, stax
 
 KEY = random.PRNGKey(0)
 
@@ -473,3 +476,376 @@ def test_stax_network_under_jit_grad_and_vmap():
 
     grads = fg.grad(loss)(params)
     assert fg.tree_util.tree_structure(grads) == fg.tree_util.tree_structure(params)
+
+
+# ---------------------------------------------------------------------------------------------
+# optimizers: each against its update formula as a NumPy loop
+
+
+def numpy_sgd(lr):
+    def step(i, g, x, s):
+        return x - lr * g, s
+
+    return step
+
+
+def numpy_momentum(lr, mass, nesterov=False):
+    def step(i, g, x, s):
+        v = mass * s.get("v", 0) + g
+        return x - lr * ((mass * v + g) if nesterov else v), {"v": v}
+
+    return step
+
+
+def numpy_adagrad(lr, momentum=0.9):
+    def step(i, g, x, s):
+        G = s.get("G", 0) + g**2
+        scaled = np.where(G > 0, g / np.sqrt(np.where(G > 0, G, 1)), 0)
+        m = (1 - momentum) * scaled + momentum * s.get("m", 0)
+        return x - lr * m, {"G": G, "m": m}
+
+    return step
+
+
+def numpy_rmsprop(lr, gamma=0.9, eps=1e-8):
+    def step(i, g, x, s):
+        a = gamma * s.get("a", 0) + (1 - gamma) * g**2
+        return x - lr * g / np.sqrt(a + eps), {"a": a}
+
+    return step
+
+
+def numpy_rmsprop_momentum(lr, gamma=0.9, eps=1e-8, momentum=0.9):
+    def step(i, g, x, s):
+        a = gamma * s.get("a", 0) + (1 - gamma) * g**2
+        v = momentum * s.get("v", 0) + lr * g / np.sqrt(a + eps)
+        return x - v, {"a": a, "v": v}
+
+    return step
+
+
+def numpy_adam(lr, b1=0.9, b2=0.999, eps=1e-8):
+    def step(i, g, x, s):
+        m = b1 * s.get("m", 0) + (1 - b1) * g
+        v = b2 * s.get("v", 0) + (1 - b2) * g**2
+        m_hat, v_hat = m / (1 - b1 ** (i + 1)), v / (1 - b2 ** (i + 1))
+        return x - lr * m_hat / (np.sqrt(v_hat) + eps), {"m": m, "v": v}
+
+    return step
+
+
+def numpy_adamax(lr, b1=0.9, b2=0.999, eps=1e-8):
+    def step(i, g, x, s):
+        m = b1 * s.get("m", 0) + (1 - b1) * g
+        u = np.maximum(b2 * s.get("u", 0), np.abs(g))
+        return x - lr / (1 - b1 ** (i + 1)) * m / (u + eps), {"m": m, "u": u}
+
+    return step
+
+
+def numpy_sm3(lr, momentum=0.9):
+    """Accumulators: one vector per axis (a scalar is a vector of one); the accumulator of
+    an entry is the least of its axes' entries plus g^2, and each vector then keeps the
+    largest accumulator along its axis."""
+
+    def step(i, g, x, s):
+        shape = np.shape(x)
+        g2 = np.atleast_1d(g)
+        vectors = s.get("vectors", [np.zeros(n) for n in g2.shape])
+        least = np.full(g2.shape, np.inf)
+        for axis, vector in enumerate(vectors):
+            least = np.minimum(
+                least, np.expand_dims(vector, [a for a in range(g2.ndim) if a != axis])
+            )
+        accumulator = least + g2**2
+        scaled = np.where(
+            accumulator > 0, g2 / np.sqrt(np.where(accumulator > 0, accumulator, 1)), 0
+        )
+        m = (1 - momentum) * scaled + momentum * s.get("m", 0)
+        vectors = [
+            accumulator.max(axis=tuple(a for a in range(g2.ndim) if a != axis), initial=-np.inf)
+            for axis in range(g2.ndim)
+        ]
+        return (np.atleast_1d(x) - lr * m).reshape(shape), {"m": m, "vectors": vectors}
+
+    return step
+
+
+OPTIMIZERS = {
+    "sgd": ((0.1,), numpy_sgd(0.1)),
+    "momentum": ((0.1, 0.9), numpy_momentum(0.1, 0.9)),
+    "nesterov": ((0.1, 0.8), numpy_momentum(0.1, 0.8, nesterov=True)),
+    "adagrad": ((0.1,), numpy_adagrad(0.1)),
+    "adagrad(momentum=0.5)": ((0.1, 0.5), numpy_adagrad(0.1, 0.5)),
+    "rmsprop": ((0.05, 0.8, 1e-6), numpy_rmsprop(0.05, 0.8, 1e-6)),
+    "rmsprop_momentum": ((0.05,), numpy_rmsprop_momentum(0.05)),
+    "adam": ((0.1,), numpy_adam(0.1)),
+    "adam(b1=0.5, b2=0.9)": ((0.1, 0.5, 0.9), numpy_adam(0.1, 0.5, 0.9)),
+    "adamax": ((0.1,), numpy_adamax(0.1)),
+    "sm3": ((0.1,), numpy_sm3(0.1)),
+}
+
+
+def parameters_and_gradients(steps=5):
+    """A tree of a matrix, a vector and a scalar, and `steps` gradients for it, some entries
+    exactly zero (where adagrad's and sm3's accumulators stay 0)."""
+    rng = np.random.default_rng(1)
+    params = {"W": rng.normal(size=(3, 2)), "b": rng.normal(size=2), "scale": np.float64(0.5)}
+    grads = []
+    for _ in range(steps):
+        g = {k: rng.normal(size=np.shape(v)) for k, v in params.items()}
+        g["W"][0, 0] = 0.0
+        grads.append(g)
+    return params, grads
+
+
+def to_funcgrad(tree):
+    return fg.tree_util.tree_map(lambda v: fnp.asarray(np.float32(v)), tree)
+
+
+@pytest.mark.parametrize("jitted", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_optimizer_follows_its_update_formula(name, jitted):
+    args, numpy_step = OPTIMIZERS[name]
+    init_fun, update_fun, get_params = getattr(optimizers, name.split("(")[0])(*args)
+    if jitted:
+        update_fun = fg.jit(update_fun)
+    params, grads = parameters_and_gradients()
+    opt_state = init_fun(to_funcgrad(params))
+    expected = {k: np.asarray(v, np.float64) for k, v in params.items()}
+    numpy_states = {k: {} for k in params}
+    for i, g in enumerate(grads):
+        opt_state = update_fun(i, to_funcgrad(g), opt_state)
+        for k in params:
+            expected[k], numpy_states[k] = numpy_step(i, g[k], expected[k], numpy_states[k])
+        got = get_params(opt_state)
+        for k in params:
+            assert got[k].shape == np.shape(params[k])
+            np.testing.assert_allclose(np.asarray(got[k]), expected[k], rtol=2e-5, atol=2e-6)
+
+
+def test_jitted_update_traces_once_for_all_steps():
+    traces = []
+
+    def schedule(i):
+        traces.append(i)
+        return 0.1
+
+    init_fun, update_fun, get_params = optimizers.adam(schedule)
+    update_fun = fg.jit(update_fun)
+    opt_state = init_fun(fnp.ones(3))
+    for i in range(4):
+        opt_state = update_fun(i, fnp.ones(3), opt_state)
+    assert len(traces) == 1 and isinstance(traces[0], fg.core.Tracer)
+
+
+def test_optimizer_state_is_a_pytree_of_its_arrays():
+    init_fun, _, _ = optimizers.momentum(0.1, 0.9)
+    opt_state = init_fun({"a": fnp.ones(2), "b": (fnp.zeros(3),)})
+    leaves = fg.tree_util.tree_leaves(opt_state)
+    assert [leaf.shape for leaf in leaves] == [(2,), (2,), (3,), (3,)]
+    assert isinstance(opt_state, optimizers.OptimizerState)
+    assert opt_state.packed_state[0][0].shape == (2,)
+
+
+def test_a_state_unpacked_pickled_and_packed_continues_the_same():
+    params, grads = parameters_and_gradients(6)
+    for name in ["adam", "sm3", "momentum"]:
+        init_fun, update_fun, get_params = getattr(optimizers, name)(
+            0.1, *([0.9] if name == "momentum" else [])
+        )
+        uninterrupted = init_fun(to_funcgrad(params))
+        for i, g in enumerate(grads):
+            uninterrupted = update_fun(i, to_funcgrad(g), uninterrupted)
+        opt_state = init_fun(to_funcgrad(params))
+        for i, g in enumerate(grads[:3]):
+            opt_state = update_fun(i, to_funcgrad(g), opt_state)
+        marked = optimizers.unpack_optimizer_state(opt_state)
+        assert all(
+            isinstance(leaf, optimizers.JoinPoint) for leaf in fg.tree_util.tree_leaves(marked)
+        )
+        opt_state = optimizers.pack_optimizer_state(pickle.loads(pickle.dumps(marked)))
+        for i, g in enumerate(grads[3:], start=3):
+            opt_state = update_fun(i, to_funcgrad(g), opt_state)
+        for a, b in zip(
+            fg.tree_util.tree_leaves(opt_state), fg.tree_util.tree_leaves(uninterrupted)
+        ):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+        assert fg.tree_util.tree_structure(opt_state) == fg.tree_util.tree_structure(uninterrupted)
+
+
+def test_pack_of_a_tree_without_join_points_names_the_leaf():
+    with pytest.raises(TypeError, match="leaves are all JoinPoints; got a leaf 3"):
+        optimizers.pack_optimizer_state({"a": 3})
+
+
+def test_update_with_gradients_of_another_structure_names_both():
+    init_fun, update_fun, _ = optimizers.sgd(0.1)
+    opt_state = init_fun({"a": fnp.ones(2), "b": fnp.ones(2)})
+    with pytest.raises(TypeError, match=r"gradients of structure .*'a'.*initialized for .*'b'"):
+        update_fun(0, {"a": fnp.ones(2)}, opt_state)
+
+
+def test_the_optimizer_decorator_lifts_a_single_array_optimizer():
+    @optimizers.optimizer
+    def halving():
+        def init(x0):
+            return x0, fnp.zeros(())
+
+        def update(i, g, state):
+            x, count = state
+            return x / 2 - g, count + 1
+
+        return init, update, lambda state: state[0]
+
+    init_fun, update_fun, get_params = halving()
+    assert isinstance(halving(), optimizers.Optimizer) and halving.__name__ == "halving"
+    opt_state = update_fun(
+        0, [fnp.ones(2), fnp.ones(())], init_fun([fnp.full(2, 4.0), fnp.full((), 2.0)])
+    )
+    got = get_params(opt_state)
+    np.testing.assert_array_equal(np.asarray(got[0]), [1.0, 1.0])
+    assert float(got[1]) == 0.0
+
+    @optimizers.optimizer
+    def changing():
+        return (lambda x0: (x0,)), (lambda i, g, state: (state[0], g)), (lambda state: state[0])
+
+    init_fun, update_fun, _ = changing()
+    with pytest.raises(
+        TypeError, match="update returned a state of structure.*must keep its structure"
+    ):
+        update_fun(0, fnp.ones(2), init_fun(fnp.ones(2)))
+
+
+def test_a_jitted_training_step_with_value_and_grad():
+    init_fun, update_fun, get_params = optimizers.sgd(0.5)
+
+    def loss(params):
+        return fnp.sum((params["x"] - 3.0) ** 2)
+
+    @fg.jit
+    def step(i, opt_state):
+        value, grads = fg.value_and_grad(loss)(get_params(opt_state))
+        return value, update_fun(i, grads, opt_state)
+
+    opt_state = init_fun({"x": fnp.zeros(2)})
+    for i in range(3):
+        _, opt_state = step(i, opt_state)
+    # x <- x - 0.5 * 2 (x - 3) lands on 3 in one step.
+    np.testing.assert_allclose(np.asarray(get_params(opt_state)["x"]), [3.0, 3.0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Schedules
+
+
+SCHEDULES = {
+    "constant(0.3)": (optimizers.constant(0.3), lambda i: 0.3),
+    "exponential_decay(0.1, 4, 0.5)": (
+        optimizers.exponential_decay(0.1, 4, 0.5),
+        lambda i: 0.1 * 0.5 ** (i / 4),
+    ),
+    "inverse_time_decay(0.1, 3, 2.0)": (
+        optimizers.inverse_time_decay(0.1, 3, 2.0),
+        lambda i: 0.1 / (1 + 2.0 * i / 3),
+    ),
+    "inverse_time_decay(staircase)": (
+        optimizers.inverse_time_decay(0.1, 3, 2.0, staircase=True),
+        lambda i: 0.1 / (1 + 2.0 * (i // 3)),
+    ),
+    "polynomial_decay(0.1, 5, 0.01, 2)": (
+        optimizers.polynomial_decay(0.1, 5, 0.01, 2.0),
+        lambda i: (0.1 - 0.01) * (1 - min(i, 5) / 5) ** 2 + 0.01,
+    ),
+    "piecewise_constant": (
+        optimizers.piecewise_constant([2, 5], [1.0, 0.5, 0.1]),
+        lambda i: 1.0 if i <= 2 else 0.5 if i <= 5 else 0.1,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+def test_schedule_follows_its_formula(name):
+    schedule, formula = SCHEDULES[name]
+    jitted = fg.jit(schedule)
+    for i in range(9):
+        assert float(schedule(i)) == pytest.approx(formula(i), rel=1e-6)
+        assert float(jitted(i)) == pytest.approx(formula(i), rel=1e-6)
+
+
+def test_sgd_takes_a_schedule():
+    init_fun, update_fun, get_params = optimizers.sgd(
+        optimizers.piecewise_constant([1], [1.0, 0.1])
+    )
+    opt_state = init_fun(fnp.zeros(()))
+    steps = []
+    for i in range(3):
+        before = float(get_params(opt_state))
+        opt_state = fg.jit(update_fun)(i, fnp.ones(()), opt_state)
+        steps.append(before - float(get_params(opt_state)))
+    np.testing.assert_allclose(steps, [1.0, 1.0, 0.1], rtol=1e-6)
+
+
+def test_make_schedule():
+    assert optimizers.make_schedule(0.25)(7) == 0.25
+    schedule = optimizers.exponential_decay(1.0, 1, 0.5)
+    assert optimizers.make_schedule(schedule) is schedule
+    with pytest.raises(TypeError, match=r"scalar or a schedule.*shape \(3,\)"):
+        optimizers.make_schedule(np.ones(3))
+
+
+def test_piecewise_constant_with_mismatched_lengths_names_the_cause():
+    with pytest.raises(
+        ValueError, match="one value more than boundaries.*2 boundaries and 2 values"
+    ):
+        optimizers.piecewise_constant([1, 2], [1.0, 2.0])
+    with pytest.raises(ValueError, match=r"must be sequences \(1-d\)"):
+        optimizers.piecewise_constant([[1, 2]], [1.0, 2.0, 3.0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Utilities
+
+
+def test_l2_norm_and_clip_grads():
+    tree = {"a": rand(3, 2), "b": (rand(4, seed=1),)}
+    norm = math.sqrt(sum(float(np.sum(v**2)) for v in [tree["a"], tree["b"][0]]))
+    assert float(optimizers.l2_norm(to_funcgrad(tree))) == pytest.approx(norm, rel=1e-6)
+    clipped = optimizers.clip_grads(to_funcgrad(tree), norm / 2)
+    np.testing.assert_allclose(np.asarray(clipped["a"]), tree["a"] / 2, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(clipped["b"][0]), tree["b"][0] / 2, rtol=1e-6)
+    kept = optimizers.clip_grads(to_funcgrad(tree), norm * 2)
+    np.testing.assert_array_equal(np.asarray(kept["a"]), tree["a"])
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end
+
+
+def test_a_stax_mlp_trained_with_adam_fits_a_small_problem():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 2)).astype(np.float32)
+    labels = (x[:, 0] * x[:, 1] > 0).astype(np.int32)  # XOR of the signs: not linearly separable
+    targets = fnp.asarray(np.eye(2, dtype=np.float32)[labels])
+    init_fun, apply_fun = stax.serial(
+        stax.Dense(16), stax.Relu, stax.Dense(16), stax.Relu, stax.Dense(2), stax.LogSoftmax
+    )
+    _, params = init_fun(random.PRNGKey(3), (-1, 2))
+    opt_init, opt_update, get_params = optimizers.adam(0.05)
+
+    def loss(params):
+        return -fnp.mean(fnp.sum(apply_fun(params, fnp.asarray(x)) * targets, axis=1))
+
+    @fg.jit
+    def step(i, opt_state):
+        value, grads = fg.value_and_grad(loss)(get_params(opt_state))
+        return value, opt_update(i, grads, opt_state)
+
+    opt_state = opt_init(params)
+    first, _ = step(0, opt_state)
+    for i in range(150):
+        value, opt_state = step(i, opt_state)
+    assert float(value) < 0.3 * float(first)
+    predictions = np.argmax(np.asarray(apply_fun(get_params(opt_state), fnp.asarray(x))), 1)
+    assert np.mean(predictions == labels) > 0.9
