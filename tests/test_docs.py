@@ -122,8 +122,26 @@ def names_for_testing() -> dict:
     return {"my_layer": lambda x: fnp.tanh(x) * 2.0, "my_loss": lambda x: (fnp.sin(x) ** 2).sum()}
 
 
+def names_for_stax() -> dict:
+    from funcgrad import random
+    from funcgrad.example_libraries import stax
+
+    return {"stax": stax, "random": random, "images": np.ones((2, 784), np.float32)}
+
+
+def names_for_optimizers() -> dict:
+    from funcgrad.example_libraries import optimizers
+
+    return {"optimizers": optimizers, "step": 0, **names_for_optim()}
+
+
 # The names each example takes as defined.
-EXAMPLE_NAMES = {"funcgrad.optim": names_for_optim, "funcgrad.testing": names_for_testing}
+EXAMPLE_NAMES = {
+    "funcgrad.optim": names_for_optim,
+    "funcgrad.testing": names_for_testing,
+    "funcgrad.example_libraries.stax": names_for_stax,
+    "funcgrad.example_libraries.optimizers": names_for_optimizers,
+}
 
 
 def test_the_docstring_examples_are_known():
@@ -150,3 +168,18 @@ def test_the_testing_docstring_example_runs():
     namespace = names_for_testing()
     exec(compile(code, "funcgrad/testing.py", "exec"), namespace)
     settings(max_examples=3)(namespace["test_my_layer"])()
+
+
+def test_the_example_libraries_docstring_examples_run():
+    (code,) = docstring_examples()["funcgrad.example_libraries.stax"]
+    namespace = names_for_stax()
+    exec(compile(code, "funcgrad/example_libraries/stax.py", "exec"), namespace)
+    assert namespace["out_shape"] == (-1, 10)
+    np.testing.assert_allclose(np.exp(np.asarray(namespace["log_probs"])).sum(1), 1, rtol=1e-5)
+
+    (code,) = docstring_examples()["funcgrad.example_libraries.optimizers"]
+    namespace = names_for_optimizers()
+    exec(compile(code, "funcgrad/example_libraries/optimizers.py", "exec"), namespace)
+    # Adam's first step is -lr * sign(g) (0 where g is 0)
+    expected = 1.0 - 1e-3 * np.sign([3.0, -4.0, 0.0])
+    np.testing.assert_allclose(np.asarray(namespace["params"]["w"]), expected, rtol=1e-6)
