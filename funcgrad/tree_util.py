@@ -118,6 +118,11 @@ class PyTreeDef:
     def num_nodes(self) -> int:
         return self._num_nodes
 
+    def __reduce__(self):
+        # A node's kind holds functions, which do not pickle: a treedef is saved as its types,
+        # auxiliary data and children, and each type's kind is looked up again when loaded.
+        return _treedef_from_pickle, (self._type, self._aux, self._children)
+
     def children(self) -> list[PyTreeDef]:
         """The treedefs of the immediate subtrees (empty for a leaf)."""
         return list(self._children)
@@ -199,6 +204,18 @@ class PyTreeDef:
 
 
 _LEAF = PyTreeDef(None, None, None, ())
+
+
+def _treedef_from_pickle(node_type: type | None, aux: Any, children: tuple) -> PyTreeDef:
+    if node_type is None:
+        return _LEAF
+    kind = _kind_of(node_type)
+    if kind is None:
+        raise TypeError(
+            f"cannot load a tree structure with nodes of type {node_type.__qualname__}: that "
+            "type is not a registered pytree node in this process; register it before loading"
+        )
+    return PyTreeDef(node_type, kind, aux, children)
 
 
 def _shallow(tree: Any, kind: _NodeKind | None, aux: Any, children: list[Any]) -> str:

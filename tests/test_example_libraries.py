@@ -672,6 +672,11 @@ def test_a_state_unpacked_pickled_and_packed_continues_the_same():
         ):
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
         assert fg.tree_util.tree_structure(opt_state) == fg.tree_util.tree_structure(uninterrupted)
+        # The state itself pickles too (its tree structures do).
+        loaded = pickle.loads(pickle.dumps(uninterrupted))
+        assert fg.tree_util.tree_structure(loaded) == fg.tree_util.tree_structure(uninterrupted)
+        for a, b in zip(fg.tree_util.tree_leaves(loaded), fg.tree_util.tree_leaves(uninterrupted)):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def test_pack_of_a_tree_without_join_points_names_the_leaf():

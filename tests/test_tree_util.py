@@ -512,3 +512,22 @@ def test_key_entry_covers_the_key_classes():
     for path, _ in tu.tree_leaves_with_path({"a": [Point(1, 2)]}):
         assert all(isinstance(key, tu.KeyEntry) for key in path)
     assert not isinstance([0], tu.KeyEntry)
+
+
+@given(tree_strategy(st.integers()))
+def test_a_tree_structure_pickles(tree):
+    import pickle
+
+    treedef = tu.tree_structure(tree)
+    loaded = pickle.loads(pickle.dumps(treedef))
+    assert loaded == treedef and hash(loaded) == hash(treedef)
+    leaves = list(range(treedef.num_leaves))
+    assert loaded.unflatten(leaves) == treedef.unflatten(leaves)
+
+
+def test_loading_a_structure_with_an_unregistered_node_type_names_it():
+    class Unregistered:
+        pass
+
+    with pytest.raises(TypeError, match="Unregistered: that type is not a registered pytree"):
+        tu._treedef_from_pickle(Unregistered, None, ())
