@@ -281,3 +281,49 @@ def test_a_fold_first_set_in_an_inner_loop_is_private_only_where_that_loop_runs(
     inner = K.Loop(j, 0, 1 if runs else 0, [K.SetAcc(acc, K.Load(x, i))])
     kernel = K.Kernel("k", [x], [y], [K.Loop(i, 0, 8, [inner, K.Store(y, i, acc.read())])])
     assert (parallel_loop(kernel) is not None) == runs
+
+
+# (m, k, n) of products large enough to run in blocks: taller than wide (row blocks), wider
+# than tall (column blocks), a single row.
+BLOCKED_SHAPES = [(256, 784, 1024), (1024, 256, 784), (70, 300, 257), (1, 2048, 1024)]
+
+
+@pytest.mark.parametrize("m, k, n", BLOCKED_SHAPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_large_products_run_in_blocks_on_the_pool(m, k, n, dtype, threads):
+    """Each transposition of each operand, a batch, and a product fused with a scaled addend
+    (an SGD step's update), against NumPy in float64; the library's thread count comes back."""
+    rng = np.random.default_rng(m + k + n)
+    a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((k, n)).astype(dtype)
+    c = rng.standard_normal((m, n)).astype(dtype)
+    a64, b64, c64 = (x.astype(np.float64) for x in (a, b, c))
+    cases = [
+        (lambda a, b, c: a @ b, (a, b, c), a64 @ b64),
+        (lambda at, b, c: at.T @ b, (a.T.copy(), b, c), a64 @ b64),
+        (lambda a, bt, c: a @ bt.T, (a, b.T.copy(), c), a64 @ b64),
+        (lambda at, bt, c: at.T @ bt.T, (a.T.copy(), b.T.copy(), c), a64 @ b64),
+        (lambda a, b, c: c - 0.01 * (a @ b), (a, b, c), c64 - 0.01 * (a64 @ b64)),
+        (
+            lambda a, b, c: fnp.stack([a, 2 * a]) @ b,
+            (a, b, c),
+            np.stack([a64 @ b64, 2 * a64 @ b64]),
+        ),
+    ]
+    library = blas_library()
+    before = library.scipy_openblas_get_num_threads64_()
+    with settings(threads=threads):
+        for f, args, expected in cases:
+            compiled = fg.jit(f).lower(*args).compile()
+            assert render.GEMM_BLOCKS in compiled.executable.ir
+            got = np.asarray(compiled(*args), np.float64)
+            scale = np.abs(expected).max()
+            tol = 1e-5 if dtype == np.float32 else 1e-12
+            np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * scale)
+    assert library.scipy_openblas_get_num_threads64_() == before
+
+
+def blas_library():
+    from funcgrad.backends.llvm import blas
+
+    return blas.library()

@@ -21,7 +21,12 @@ import numpy as np
 from funcgrad.array import Array
 from funcgrad.backends.llvm import blas, buffers, engine, pool, render
 from funcgrad.backends.llvm.engine import Compiled
-from funcgrad.backends.llvm.render import CALLBACK_TABLE, PROFILE_COUNTERS, ModuleRenderer
+from funcgrad.backends.llvm.render import (
+    CALLBACK_TABLE,
+    GEMM_BLOCKS,
+    PROFILE_COUNTERS,
+    ModuleRenderer,
+)
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import cache, fingerprint, stages
 from funcgrad.compiler.donation import donated_outputs, warn_unusable
@@ -81,6 +86,8 @@ class LlvmExecutable:
         # thread count is not worth looking up): both fixed per program.
         self._arguments = ctypes.c_void_p * (len(self._in_dtypes) + len(out_avals) + 2)
         self._threaded = "parallel_for(" in self.ir  # fg_parallel_for, or parallel_for
+        if f"@{GEMM_BLOCKS}" in self.ir:  # products in blocks on the pool's threads
+            self._entry = _library_threads_off(self._entry)
 
     def _compile(self, closed: ClosedJaxpr, donated: tuple[int, ...]) -> None:
         self.donated = donated_outputs(self.program, donated)  # output -> input whose memory
@@ -251,6 +258,17 @@ def _plan_context() -> tuple[str, ...]:
 @functools.cache
 def _library_name() -> str:
     return os.path.basename(blas.library()._name)
+
+
+def _library_threads_off(entry):
+    """`entry` run with the library's own threads off: the pool's threads each run one block
+    of a product, whose library call must not start threads of its own."""
+
+    def run(arguments) -> None:
+        with blas.threads_limited_to(1):
+            entry(arguments)
+
+    return run
 
 
 def _native_threads() -> int:
