@@ -42,6 +42,7 @@ from funcgrad.config import (
     disable_jit,
     enable_x64,
     log_compiles,
+    numpy_dtype_promotion,
     numpy_rank_promotion,
     threefry_partitionable,
 )
@@ -154,6 +155,7 @@ __all__ = [
     "NamedSharding",
     "nn",
     "numpy",
+    "numpy_dtype_promotion",
     "numpy_rank_promotion",
     "ops",
     "P",

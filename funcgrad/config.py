@@ -49,6 +49,11 @@ class Config:
         # What funcgrad.numpy does where operands of different ranks broadcast together:
         # "allow" (NumPy's rule), "warn" or "raise", for code that means to keep ranks apart.
         self.numpy_rank_promotion = "allow"
+        # How funcgrad.numpy promotes operands of different dtypes: "standard" (the lattice of
+        # funcgrad.dtypes) or "strict", where arrays of different dtypes do not meet and Python
+        # scalars meet only arrays of their kind or above, so every widening is written out.
+        # jit keys its traces by it.
+        self.numpy_dtype_promotion = "standard"
         self.disable_jit = False
         # When a transformation returns, raise if a tracer it made is still referenced (stored
         # in a global, a list or a closure that outlives it), naming the line that made it,
@@ -122,6 +127,14 @@ class Config:
                 raise ValueError(
                     f"numpy_rank_promotion must be 'allow', 'warn' or 'raise', got {value!r}"
                 )
+        elif name == "numpy_dtype_promotion":
+            if value not in ("standard", "strict"):
+                raise ValueError(
+                    f"numpy_dtype_promotion must be 'standard' or 'strict', got {value!r}"
+                )
+            from funcgrad import dtypes
+
+            dtypes.use_promotion(value)
         elif name == "enable_x64":
             if not isinstance(value, bool):
                 raise TypeError(f"enable_x64 must be True or False, got {value!r}")
@@ -245,6 +258,12 @@ def numpy_rank_promotion(value: str) -> contextlib.AbstractContextManager[None]:
     """Inside the block, broadcasting operands of different ranks is "allow"ed, "warn"s or
     "raise"s (see `config.numpy_rank_promotion`)."""
     return _scoped("numpy_rank_promotion", value)
+
+
+def numpy_dtype_promotion(value: str) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, operands of different dtypes promote as "standard" or "strict" says
+    (see `config.numpy_dtype_promotion`)."""
+    return _scoped("numpy_dtype_promotion", value)
 
 
 def threefry_partitionable(enabled: bool = True) -> contextlib.AbstractContextManager[None]:

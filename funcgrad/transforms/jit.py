@@ -558,7 +558,14 @@ class Jitted:
             for x in leaves
         ]
         typed_static = tuple((where, _typed_static_key(value)) for where, value in static)
-        key = (in_tree, tuple(map(_aval_key, leaves)), typed_static, precision, config.enable_x64)
+        key = (
+            in_tree,
+            tuple(map(_aval_key, leaves)),
+            typed_static,
+            precision,
+            config.enable_x64,
+            config.numpy_dtype_promotion,
+        )
         entry = self._cache.get(key)
         if entry is None:
             entry = self._trace(args, kwargs, static_positions, in_tree, leaves)
@@ -651,9 +658,12 @@ class Jitted:
         eager = core.current_trace() is core.eval_trace()
         precision = config.default_matmul_precision
         found = None if kwargs else self._signature(args)
-        if found is not None and (precision is not None or config.enable_x64):
+        promotion = config.numpy_dtype_promotion
+        if found is not None and (
+            precision is not None or config.enable_x64 or promotion != "standard"
+        ):
             # (a trace of its own per setting)
-            found = ((precision, config.enable_x64, found[0]), found[1])
+            found = ((precision, config.enable_x64, promotion, found[0]), found[1])
         entry = self._array_cache.get(found[0]) if found is not None else None
         if entry is None:
             entry, leaves = self._entry(args, kwargs, precision)
