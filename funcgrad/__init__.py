@@ -17,6 +17,7 @@ from funcgrad import (
     numpy,
     ops,
     optim,
+    profiler,
     random,
     scipy,
     sharding,
@@ -29,7 +30,15 @@ from funcgrad import (
     version,
     viz,
 )
-from funcgrad.array import Array, Device, Shard, block_until_ready, device_get, device_put
+from funcgrad.array import (
+    Array,
+    Device,
+    Shard,
+    block_until_ready,
+    device_get,
+    device_put,
+    live_arrays,
+)
 from funcgrad.caches import clear_caches
 from funcgrad.callbacks import effects_barrier, pure_callback
 from funcgrad.config import (
@@ -106,6 +115,8 @@ __all__ = [
     "ShapeDtypeStruct",
     "ShapedArray",
     "block_until_ready",
+    "live_arrays",
+    "profiler",
     "checkpoint",
     "config",
     "checkpoint_policies",
