@@ -68,6 +68,11 @@ from funcgrad.devices import (
     process_indices,
 )
 from funcgrad.environment import print_environment_info
+from funcgrad.global_arrays import (
+    make_array_from_callback,
+    make_array_from_process_local_data,
+    make_array_from_single_device_arrays,
+)
 from funcgrad.sharding import NamedSharding, P, make_mesh, reshard, set_mesh
 from funcgrad.transforms.autodiff import (
     fwd_and_bwd,
@@ -116,6 +121,9 @@ __all__ = [
     "ShapedArray",
     "block_until_ready",
     "live_arrays",
+    "make_array_from_callback",
+    "make_array_from_process_local_data",
+    "make_array_from_single_device_arrays",
     "profiler",
     "checkpoint",
     "config",
