@@ -64,6 +64,13 @@ class Config:
         # logger), with the function's name and argument types: a loop that retraces at every
         # step shows itself.
         self.log_compiles = False
+        # Log (at WARNING, on the "funcgrad" logger) why each jitted function traced again: the
+        # argument whose shape, dtype or weak type, the static value or the setting that
+        # differs from the nearest signature it had traced, or that it never traced.
+        self.explain_cache_misses = False
+        # Raise where a jitted function would trace (its cache misses): a block that should
+        # only run programs already traced (a timed loop, a served model) proves it does.
+        self.no_tracing = False
         # Where jitted programs run: "llvm" compiles them to native code, "numpy" runs them on
         # the reference backend, "cuda" on a CUDA GPU through CuPy, and "cuda_emulator" runs
         # the generated CUDA C on the host (for testing it without a GPU).
@@ -160,6 +167,8 @@ _SWITCHES = (
     "enable_compilation_cache",
     "check_tracer_leaks",
     "use_high_dynamic_range_gumbel",
+    "explain_cache_misses",
+    "no_tracing",
 )
 
 
@@ -246,6 +255,18 @@ def debug_infs(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
 def log_compiles(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
     """Inside the block, each program jit traces is logged (see `config.log_compiles`)."""
     return _scoped("log_compiles", enabled)
+
+
+def explain_cache_misses(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, each time a jitted function traces again, the reason is logged (see
+    `config.explain_cache_misses`)."""
+    return _scoped("explain_cache_misses", enabled)
+
+
+def no_tracing(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, a jitted function that would trace raises instead (see
+    `config.no_tracing`)."""
+    return _scoped("no_tracing", enabled)
 
 
 def check_tracer_leaks(enabled: bool = True) -> contextlib.AbstractContextManager[None]:

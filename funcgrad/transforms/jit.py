@@ -324,6 +324,45 @@ def _static_argnums_and_names(fun: Callable, name: str, argnums: tuple, argnames
     return tuple(nums), tuple(names)
 
 
+_SETTINGS = ("default_matmul_precision", "enable_x64", "numpy_dtype_promotion")
+
+
+def _miss_reason(key: tuple, known: list[tuple]) -> str:
+    """What tells `key` (a signature of `Jitted._entry`) from the nearest of the `known` ones."""
+    if not known:
+        return "as it never traced before"
+
+    def differences(other: tuple) -> list[str]:
+        in_tree, avals, static, *settings = key
+        found = []
+        if other[0] != in_tree:
+            found.append(f"the arguments' structure is {in_tree}, was {other[0]}")
+        elif other[1] != avals:
+            for i, (new, old) in enumerate(zip(avals, other[1])):
+                if new != old:
+                    found.append(f"argument leaf {i} is {_shown_aval(new)}, was {_shown_aval(old)}")
+        if other[2] != static:
+            found.append(
+                f"the static arguments are {_shown_static(static)}, were {_shown_static(other[2])}"
+            )
+        for name, new, old in zip(_SETTINGS, settings, other[3:]):
+            if new != old:
+                found.append(f"{name} is {new!r}, was {old!r}")
+        return found
+
+    nearest = min((differences(k) for k in reversed(known)), key=len)  # (ties: the latest)
+    return "as " + "; ".join(nearest) + f" (it has traced {len(known)} signature(s))"
+
+
+def _shown_aval(aval_key: tuple) -> str:
+    shape, dtype, weak = aval_key
+    return f"{'weak ' if weak else ''}{np.dtype(dtype).name}{list(shape)}"
+
+
+def _shown_static(static: tuple) -> str:
+    return ", ".join(f"{where}={value!r}" for where, (_, value) in static) or "none"
+
+
 def _aval_key(x):
     if type(x) is Array:
         value = x._value
@@ -601,6 +640,8 @@ class Jitted:
         )
         entry = self._cache.get(key)
         if entry is None:
+            if config.no_tracing or config.explain_cache_misses:
+                self._explain_miss(key)
             entry = self._trace(args, kwargs, static_positions, in_tree, leaves)
             # A program closing over a transformation's tracers belongs to that one trace.
             if not any(isinstance(c, core.Tracer) for c in entry.consts):
@@ -650,6 +691,16 @@ class Jitted:
             tuple(num_consts + i for i in donated),
             tuple(float0_leaves),
         )
+
+    def _explain_miss(self, key: tuple) -> None:
+        """Raise under `config.no_tracing`; log why `key` missed under
+        `config.explain_cache_misses`."""
+        reason = _miss_reason(key, list(self._cache))
+        if config.no_tracing:
+            raise RuntimeError(
+                f"jit({self.name}) would trace a new program ({reason}), but no_tracing is set"
+            )
+        logger.warning("jit(%s) traces a new program %s", self.name, reason)
 
     def _log_trace(self, args, kwargs, static_positions, leaves, seconds: float) -> None:
         """One line per new program (config.log_compiles): the function, its arguments'
