@@ -17,6 +17,7 @@ from funcgrad import (
     numpy,
     ops,
     optim,
+    profiler,
     random,
     scipy,
     sharding,
@@ -29,7 +30,15 @@ from funcgrad import (
     version,
     viz,
 )
-from funcgrad.array import Array, Device, Shard, block_until_ready, device_get, device_put
+from funcgrad.array import (
+    Array,
+    Device,
+    Shard,
+    block_until_ready,
+    device_get,
+    device_put,
+    live_arrays,
+)
 from funcgrad.caches import clear_caches
 from funcgrad.callbacks import effects_barrier, pure_callback
 from funcgrad.config import (
@@ -41,7 +50,10 @@ from funcgrad.config import (
     default_matmul_precision,
     disable_jit,
     enable_x64,
+    explain_cache_misses,
     log_compiles,
+    no_tracing,
+    numpy_dtype_promotion,
     numpy_rank_promotion,
     threefry_partitionable,
 )
@@ -58,6 +70,11 @@ from funcgrad.devices import (
     process_indices,
 )
 from funcgrad.environment import print_environment_info
+from funcgrad.global_arrays import (
+    make_array_from_callback,
+    make_array_from_process_local_data,
+    make_array_from_single_device_arrays,
+)
 from funcgrad.sharding import NamedSharding, P, make_mesh, reshard, set_mesh
 from funcgrad.transforms.autodiff import (
     fwd_and_bwd,
@@ -105,6 +122,11 @@ __all__ = [
     "ShapeDtypeStruct",
     "ShapedArray",
     "block_until_ready",
+    "live_arrays",
+    "make_array_from_callback",
+    "make_array_from_process_local_data",
+    "make_array_from_single_device_arrays",
+    "profiler",
     "checkpoint",
     "config",
     "checkpoint_policies",
@@ -131,6 +153,8 @@ __all__ = [
     "dtypes",
     "effects_barrier",
     "enable_x64",
+    "explain_cache_misses",
+    "no_tracing",
     "eval_shape",
     "experimental",
     "flatten_util",
@@ -154,6 +178,7 @@ __all__ = [
     "NamedSharding",
     "nn",
     "numpy",
+    "numpy_dtype_promotion",
     "numpy_rank_promotion",
     "ops",
     "P",

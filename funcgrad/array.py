@@ -274,6 +274,20 @@ def to_host(array: Array) -> Array:
     return Array(value[()] if value.ndim == 0 else value, array.weak_type)
 
 
+def live_arrays(platform: str | None = None) -> list[Array]:
+    """The funcgrad arrays alive now and not deleted (on `platform`'s devices: "cpu", "gpu"
+    or "cuda", when given). Arrays keep no registry, so that making one costs nothing more;
+    they are found by a walk over the objects Python's collector tracks, which costs a pass
+    over the heap each time."""
+    import gc
+
+    found = [x for x in gc.get_objects() if isinstance(x, Array) and not x.is_deleted()]
+    if platform is None:
+        return found
+    wanted = "gpu" if platform == "cuda" else platform
+    return [x for x in found if x.device.platform == wanted]
+
+
 def block_until_ready(x):
     """Wait for every array in the pytree `x` to be computed, and return `x`."""
     from funcgrad import tree_util

@@ -49,6 +49,11 @@ class Config:
         # What funcgrad.numpy does where operands of different ranks broadcast together:
         # "allow" (NumPy's rule), "warn" or "raise", for code that means to keep ranks apart.
         self.numpy_rank_promotion = "allow"
+        # How funcgrad.numpy promotes operands of different dtypes: "standard" (the lattice of
+        # funcgrad.dtypes) or "strict", where arrays of different dtypes do not meet and Python
+        # scalars meet only arrays of their kind or above, so every widening is written out.
+        # jit keys its traces by it.
+        self.numpy_dtype_promotion = "standard"
         self.disable_jit = False
         # When a transformation returns, raise if a tracer it made is still referenced (stored
         # in a global, a list or a closure that outlives it), naming the line that made it,
@@ -59,6 +64,13 @@ class Config:
         # logger), with the function's name and argument types: a loop that retraces at every
         # step shows itself.
         self.log_compiles = False
+        # Log (at WARNING, on the "funcgrad" logger) why each jitted function traced again: the
+        # argument whose shape, dtype or weak type, the static value or the setting that
+        # differs from the nearest signature it had traced, or that it never traced.
+        self.explain_cache_misses = False
+        # Raise where a jitted function would trace (its cache misses): a block that should
+        # only run programs already traced (a timed loop, a served model) proves it does.
+        self.no_tracing = False
         # Where jitted programs run: "llvm" compiles them to native code, "numpy" runs them on
         # the reference backend, "cuda" on a CUDA GPU through CuPy, and "cuda_emulator" runs
         # the generated CUDA C on the host (for testing it without a GPU).
@@ -122,6 +134,14 @@ class Config:
                 raise ValueError(
                     f"numpy_rank_promotion must be 'allow', 'warn' or 'raise', got {value!r}"
                 )
+        elif name == "numpy_dtype_promotion":
+            if value not in ("standard", "strict"):
+                raise ValueError(
+                    f"numpy_dtype_promotion must be 'standard' or 'strict', got {value!r}"
+                )
+            from funcgrad import dtypes
+
+            dtypes.use_promotion(value)
         elif name == "enable_x64":
             if not isinstance(value, bool):
                 raise TypeError(f"enable_x64 must be True or False, got {value!r}")
@@ -147,6 +167,8 @@ _SWITCHES = (
     "enable_compilation_cache",
     "check_tracer_leaks",
     "use_high_dynamic_range_gumbel",
+    "explain_cache_misses",
+    "no_tracing",
 )
 
 
@@ -235,6 +257,18 @@ def log_compiles(enabled: bool = True) -> contextlib.AbstractContextManager[None
     return _scoped("log_compiles", enabled)
 
 
+def explain_cache_misses(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, each time a jitted function traces again, the reason is logged (see
+    `config.explain_cache_misses`)."""
+    return _scoped("explain_cache_misses", enabled)
+
+
+def no_tracing(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, a jitted function that would trace raises instead (see
+    `config.no_tracing`)."""
+    return _scoped("no_tracing", enabled)
+
+
 def check_tracer_leaks(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
     """Inside the block, tracer leaks are checked (or not, for `False`): see
     `config.check_tracer_leaks` and `checking_leaks`."""
@@ -245,6 +279,12 @@ def numpy_rank_promotion(value: str) -> contextlib.AbstractContextManager[None]:
     """Inside the block, broadcasting operands of different ranks is "allow"ed, "warn"s or
     "raise"s (see `config.numpy_rank_promotion`)."""
     return _scoped("numpy_rank_promotion", value)
+
+
+def numpy_dtype_promotion(value: str) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, operands of different dtypes promote as "standard" or "strict" says
+    (see `config.numpy_dtype_promotion`)."""
+    return _scoped("numpy_dtype_promotion", value)
 
 
 def threefry_partitionable(enabled: bool = True) -> contextlib.AbstractContextManager[None]:

@@ -139,27 +139,74 @@ _LATTICE_UP: dict = {
 }
 
 
-def _upper_bounds(node) -> frozenset:
+# The lattice of `numpy_dtype_promotion("strict")`: a Python scalar still meets any array of
+# its kind or above it (an int a float, a float a complex), but no two different array dtypes
+# meet, and booleans meet only booleans.
+_STRICT_LATTICE_UP: dict = {
+    **{node: [] for node in _LATTICE_UP},
+    _WEAK_INT: [_WEAK_FLOAT, *int_dtypes, *narrow_int_dtypes],
+    _WEAK_FLOAT: [_WEAK_COMPLEX, *float_dtypes, *narrow_float_dtypes],
+    _WEAK_COMPLEX: list(complex_dtypes),
+}
+
+
+def _upper_bounds(node, lattice: dict) -> frozenset:
     seen = {node}
     stack = [node]
     while stack:
-        for above in _LATTICE_UP[stack.pop()]:
+        for above in lattice[stack.pop()]:
             if above not in seen:
                 seen.add(above)
                 stack.append(above)
     return frozenset(seen)
 
 
-_UPPER = {node: _upper_bounds(node) for node in _LATTICE_UP}
+_UPPER = {node: _upper_bounds(node, _LATTICE_UP) for node in _LATTICE_UP}
+_STRICT_UPPER = {node: _upper_bounds(node, _STRICT_LATTICE_UP) for node in _LATTICE_UP}
+
+# How implicit promotion between different dtypes behaves (`config.numpy_dtype_promotion`,
+# which sets it through `use_promotion`): "standard" (the lattice above) or "strict".
+promotion = "standard"
+
+
+_INEXACT = frozenset(float_dtypes + narrow_float_dtypes + complex_dtypes)
+# For each Python scalar type, the strong dtypes it meets without changing them: the fast path
+# of funcgrad.numpy's promotion reads it (under "strict" a bool meets only bools).
+scalar_fits = {
+    builtins.complex: frozenset(complex_dtypes),
+    builtins.float: _INEXACT,
+    builtins.int: _INEXACT | frozenset(int_dtypes + narrow_int_dtypes),
+    builtins.bool: supported_dtypes,
+}
+
+
+def use_promotion(mode: str) -> None:
+    """Promote along the standard or the strict lattice; only
+    `config.update("numpy_dtype_promotion", ...)` calls this."""
+    global promotion
+    promotion = mode
+    scalar_fits[builtins.bool] = frozenset((bool_,)) if mode == "strict" else supported_dtypes
 
 
 @functools.cache
-def _join(a, b):
-    common = _UPPER[a] & _UPPER[b]
+def _join(a, b, strict: bool):
+    upper = _STRICT_UPPER if strict else _UPPER
+    common = upper[a] & upper[b]
     # The least upper bound is the common bound that every other common bound lies above.
     for candidate in common:
-        if common <= _UPPER[candidate]:
+        if common <= upper[candidate]:
             return candidate
+    if strict:
+        standard = _join(a, b, False)  # (raises where the standard lattice has no join either)
+        weak_defaults = {_WEAK_INT: "int32", _WEAK_FLOAT: "float32", _WEAK_COMPLEX: "complex64"}
+        raise TypePromotionError(
+            f"{_node_name(a)} and {_node_name(b)} have no implicit promotion under "
+            "numpy_dtype_promotion('strict'), where arrays of different dtypes do not meet and "
+            "Python scalars meet only arrays of their kind or above (an int a float, a float a "
+            "complex; a bool only bools). Convert explicitly, e.g. "
+            f"x.astype({weak_defaults.get(standard) or standard.name!r}), or use "
+            "numpy_dtype_promotion('standard')"
+        )
     # Only the narrow formats lack common bounds: they sit below nothing.
     narrow = next(node for node in (a, b) if node in NARROW)
     other = b if narrow is a else a
@@ -360,19 +407,32 @@ def scalar_dtype(x) -> tuple[np.dtype, bool]:
 
 
 def promote_types(a, b) -> np.dtype:
-    """Promote two (strong) dtypes along funcgrad's lattice."""
+    """Promote two (strong) dtypes along funcgrad's lattice (the strict one under
+    `numpy_dtype_promotion("strict")`, where only equal dtypes meet)."""
     return result_type_of([(check_supported(a), False), (check_supported(b), False)])[0]
 
 
-def result_type_of(dtypes_and_weak: list[tuple[np.dtype, bool]]) -> tuple[np.dtype, bool]:
-    """The promoted (dtype, weak_type) of operands given as (dtype, weak_type) pairs.
+def widened(a, b) -> np.dtype:
+    """The standard promotion of two strong dtypes whatever `promotion` says: for code of
+    funcgrad's own that computes in at least a dtype it chose (statistics in float32)."""
+    return result_type_of([(check_supported(a), False), (check_supported(b), False)], False)[0]
+
+
+def result_type_of(
+    dtypes_and_weak: list[tuple[np.dtype, bool]], strict: bool | None = None
+) -> tuple[np.dtype, bool]:
+    """The promoted (dtype, weak_type) of operands given as (dtype, weak_type) pairs, along
+    the strict lattice if `strict`, the standard one if False, and as `promotion` says if None
+    (code of funcgrad's own that widens to a dtype it chose passes False).
 
     The result is weak only when every operand is weak: `weak_f32 * f16_array` is f16.
     """
+    if strict is None:
+        strict = promotion == "strict"
     node = None
     for dtype, weak in dtypes_and_weak:
         here = _node(dtype, weak)
-        node = here if node is None else _join(node, here)
+        node = here if node is None else _join(node, here, strict)
     if node == _WEAK_INT:
         weak_dtype = _widest_weak(dtypes_and_weak, "iu", default_int)
         return weak_dtype, True

@@ -1,6 +1,25 @@
 """funcgrad.experimental: APIs that may still change, under JAX's experimental names."""
 
 from funcgrad.callbacks import io_callback
-from funcgrad.experimental import checkify, compilation_cache, jet, ode, shard_map, sparse
+from funcgrad.experimental import (
+    checkify,
+    compilation_cache,
+    jet,
+    mesh_utils,
+    multihost_utils,
+    ode,
+    shard_map,
+    sparse,
+)
 
-__all__ = ["checkify", "compilation_cache", "io_callback", "jet", "ode", "shard_map", "sparse"]
+__all__ = [
+    "checkify",
+    "compilation_cache",
+    "io_callback",
+    "jet",
+    "mesh_utils",
+    "multihost_utils",
+    "ode",
+    "shard_map",
+    "sparse",
+]

@@ -452,7 +452,7 @@ def dot_product_attention(
     grouped = fnp.reshape(query, (batch, q_len, kv_heads, group, head_dim))
     logits = fnp.einsum("btkgh,bskh->bkgts", grouped, key)
     logits = fnp.reshape(logits, (batch, heads, q_len, kv_len))
-    compute_dtype = fnp.promote_types(logits.dtype, fnp.float32)
+    compute_dtype = dtypes.widened(logits.dtype, fnp.float32)
     logits = logits.astype(compute_dtype) * scale
     if bias is not None:
         bias = fnp.asarray(bias)

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 import funcgrad.numpy as fnp
-from funcgrad import lax, random
+from funcgrad import dtypes, lax, random
 from funcgrad.nn import functions as F
 from funcgrad.nn import initializers
 from funcgrad.nn.module import Module, field
@@ -402,7 +402,7 @@ def _statistics_input(x):
     """x in at least float32, for the statistics of the norms: a float16 or bfloat16 mean
     is rounded to the input's precision, which for inputs of mean 1 and deviation 0.1 in
     bfloat16 shifted whole rows by 0.016 after normalization (as Flax, not as the dtype)."""
-    return x.astype(fnp.promote_types(x.dtype, fnp.float32))
+    return x.astype(dtypes.widened(x.dtype, fnp.float32))
 
 
 class LayerNorm(Module):

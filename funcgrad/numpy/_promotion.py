@@ -33,12 +33,13 @@ def dtype_and_weak(x) -> tuple[np.dtype, bool]:
     raise TypeError(f"{type(x).__name__} {x!r} is not a valid funcgrad array value")
 
 
-def result_type(*args) -> np.dtype:
-    """The dtype NumPy-style functions compute in for these arguments (weakness dropped)."""
-    return result_type_and_weak(*args)[0]
+def result_type(*args, strict: bool | None = None) -> np.dtype:
+    """The dtype NumPy-style functions compute in for these arguments (weakness dropped);
+    `strict` as `dtypes.result_type_of` takes it."""
+    return result_type_and_weak(*args, strict=strict)[0]
 
 
-def result_type_and_weak(*args) -> tuple[np.dtype, bool]:
+def result_type_and_weak(*args, strict: bool | None = None) -> tuple[np.dtype, bool]:
     pairs = []
     for a in args:
         if a is int or a is float or a is complex:
@@ -48,7 +49,7 @@ def result_type_and_weak(*args) -> tuple[np.dtype, bool]:
             pairs.append((dtypes.canonicalize(a), False))
         else:
             pairs.append(dtype_and_weak(a))
-    return dtypes.result_type_of(pairs)
+    return dtypes.result_type_of(pairs, strict)
 
 
 def convert(x, dtype: np.dtype, weak_type: bool = False):
@@ -168,31 +169,13 @@ def _common_strong_dtype(args) -> np.dtype | None:
         return None
     for a in args:
         kind = type(a)
-        if kind is float:
-            if dtype not in _INEXACT_DTYPES:
+        fits = dtypes.scalar_fits.get(kind)
+        if fits is not None:
+            if dtype not in fits:
                 return None
-        elif kind is complex:
-            if dtype not in _COMPLEX_DTYPES:
-                return None
-        elif kind is int:
-            if dtype == dtypes.bool_:
-                return None
-        elif kind is not bool and kind is not Array and not isinstance(a, core.Tracer):
+        elif kind is not Array and not isinstance(a, core.Tracer):
             return None
     return dtype
-
-
-_FLOAT_DTYPES = frozenset(dtypes.float_dtypes + dtypes.narrow_float_dtypes)
-_COMPLEX_DTYPES = frozenset(dtypes.complex_dtypes)
-_INEXACT_DTYPES = _FLOAT_DTYPES | _COMPLEX_DTYPES
-_NUMERIC_DTYPES = _INEXACT_DTYPES | frozenset(dtypes.int_dtypes + dtypes.narrow_int_dtypes)
-# For each Python scalar type, the strong dtypes it joins without changing them.
-_SCALAR_FITS = {
-    complex: _COMPLEX_DTYPES,
-    float: _INEXACT_DTYPES,
-    int: _NUMERIC_DTYPES,
-    bool: frozenset(dtypes.supported_dtypes),
-}
 
 
 def _promote_pair(x, y):
@@ -208,12 +191,12 @@ def _promote_pair(x, y):
             if other.shape == value.shape or not other.shape or not value.shape:
                 return (x, y)
             return None
-        fits = _SCALAR_FITS.get(type(y))
+        fits = dtypes.scalar_fits.get(type(y))
         if fits is not None and value.dtype in fits:
             return (x, Array(value.dtype.type(y), False))
         return None
     if type(y) is Array and not y.weak_type:
-        fits = _SCALAR_FITS.get(type(x))
+        fits = dtypes.scalar_fits.get(type(x))
         if fits is not None and y._value.dtype in fits:
             return (Array(y._value.dtype.type(x), False), y)
     return None
@@ -237,6 +220,7 @@ def _scalar_as(a, dtype: np.dtype):
 
 
 _PY_SCALAR_TYPES = frozenset(_PY_SCALARS)
+_INEXACT_DTYPES = dtypes.scalar_fits[float]
 
 
 def promote_args_inexact(name: str, *args) -> list:

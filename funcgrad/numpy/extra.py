@@ -418,7 +418,7 @@ def corrcoef(x, y=None, rowvar: bool = True, dtype=None):
     c = cov(x, y, rowvar, dtype=dtype)
     if c.ndim == 0:
         return c / c
-    stddev = ufuncs.sqrt(ufuncs.real(misc.diagonal(c)))
+    stddev = convert(ufuncs.sqrt(ufuncs.real(misc.diagonal(c))), c.dtype)
     c = c / stddev[:, None] / stddev[None, :]
     if dtypes.is_complex(c.dtype):
         return lax.complex(misc.clip(lax.real(c), -1, 1), misc.clip(lax.imag(c), -1, 1))
@@ -1063,7 +1063,7 @@ def _select(name: str, values, keep, size, fill_value, default_fill):
 
 def _smallest(moved, count):
     """The smallest kept value (the first), or 0 where none is kept."""
-    return misc.where(count > 0, moved[0], 0) if moved.shape[0] else 0
+    return misc.where(count > 0, moved[0], convert(0, moved.dtype)) if moved.shape[0] else 0
 
 
 def setdiff1d(ar1, ar2, assume_unique: bool = False, *, size=None, fill_value=None):
@@ -1390,7 +1390,7 @@ def put(a, ind, v, mode: str | None = None, *, inplace: bool = True):
     if mode == "wrap":
         ind = ufuncs.remainder(ind, a.size)
     elif mode is None:
-        ind = convert(ind, dtypes.promote_types(ind.dtype, dtypes.int32))
+        ind = convert(ind, dtypes.widened(ind.dtype, dtypes.int32))
         ind = misc.where(ind < 0, ind + a.size, ind)
     elif mode != "clip":
         raise ValueError(f"put: mode must be 'clip' or 'wrap', got {mode!r}")
@@ -1616,11 +1616,16 @@ def trim_zeros(filt, trim: str = "fb", axis=None):
     return filt[start:stop]
 
 
+def _nonzero_mask(x):
+    """x != 0, booleans as they are (they meet no Python int under strict promotion)."""
+    return x if x.dtype == dtypes.bool_ else ufuncs.not_equal(x, 0)
+
+
 def compress(condition, a, axis: int | None = None, *, size=None, fill_value=0, out=None):
     """The slices of a along axis where the 1-d condition holds (given `size`, the first
     size of them, padded with fill_value)."""
     check_no_out("compress", out)
-    condition = ufuncs.not_equal(shape_ops.ravel(to_array(condition)), 0)
+    condition = _nonzero_mask(shape_ops.ravel(to_array(condition)))
     a = to_array(a)
     if axis is None:
         a, axis = shape_ops.ravel(a), 0
@@ -1960,7 +1965,7 @@ def packbits(a, axis: int | None = None, bitorder: str = "big"):
     if axis is None:
         a, axis = shape_ops.ravel(a), 0
     axis = canonicalize_axis(axis, a.ndim, "packbits")
-    bits = convert(ufuncs.not_equal(a, 0), dtypes.uint8)
+    bits = convert(_nonzero_mask(a), dtypes.uint8)
     n = bits.shape[axis]
     pad = [(0, 0, 0)] * bits.ndim
     pad[axis] = (0, -n % 8, 0)

@@ -32,7 +32,13 @@ from funcgrad.lax.indexing import (
 )
 from funcgrad.lax.shapes import slice_p, squeeze_p
 from funcgrad.numpy import ufuncs
-from funcgrad.numpy._promotion import broadcast_shapes, broadcast_to, convert, to_array
+from funcgrad.numpy._promotion import (
+    broadcast_shapes,
+    broadcast_to,
+    convert,
+    result_type_and_weak,
+    to_array,
+)
 from funcgrad.numpy.shape_ops import canonicalize_axis, ravel
 
 __all__ = [
@@ -511,6 +517,8 @@ def _update(x, index, values, kind: str, mode, indices_are_sorted: bool, unique_
     new_axes, items = _parse(x.shape, index)
     y = lax.expand_dims(x, new_axes) if new_axes else x
     plan = _plan(items, y.shape)
+    if dtypes.promotion == "strict":
+        result_type_and_weak(x, values)  # (raises where the values' dtype does not meet x's)
     values = _fit_values(convert(values, x.dtype, x.weak_type), plan.result_shape)
     scatter, combine = _UPDATES[kind]
     if _selects_nothing(plan, y.shape):

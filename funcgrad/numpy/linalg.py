@@ -475,7 +475,8 @@ def slogdet(a, *, method: str | None = None) -> SlogdetResult:
         # The phase diagonal / |diagonal|, not sign(diagonal): a complex determinant's phase
         # moves with the matrix, and sign's derivative is 0.
         singular = magnitude == 0
-        phases = misc.where(singular, 0, diagonal / misc.where(singular, 1, magnitude))
+        divisor = convert(misc.where(singular, 1, magnitude), diagonal.dtype)
+        phases = misc.where(singular, 0, diagonal / divisor)
     else:
         phases = sign(diagonal)
     return SlogdetResult(parity_sign * prod(phases, axis=-1), sum(log(magnitude), axis=-1))
@@ -537,7 +538,7 @@ def pinv(a, rtol=None, hermitian: bool = False, *, rcond=None):
 def _pinv(a, rtol):
     u, s, vh = svd(a, full_matrices=False)
     cutoff = max(s, axis=-1, keepdims=True, initial=0.0) * rtol[..., None]
-    s_inverse = misc.where(s > cutoff, 1 / misc.where(s > cutoff, s, 1), 0)
+    s_inverse = convert(misc.where(s > cutoff, 1 / misc.where(s > cutoff, s, 1), 0), u.dtype)
     return matmul(_adjoint(vh) * s_inverse[..., None, :], _adjoint(u))
 
 
@@ -579,7 +580,7 @@ def lstsq(a, b, rcond=None, *, numpy_resid: bool = False):
         rcond = dtypes.finfo(a.dtype).eps * builtins.max(m, n)
     kept = s > max(s, initial=0.0) * rcond
     rank = convert(count_nonzero(kept), dtypes.default_int)
-    s_inverse = misc.where(kept, 1 / misc.where(kept, s, 1), 0)
+    s_inverse = convert(misc.where(kept, 1 / misc.where(kept, s, 1), 0), u.dtype)
     x = _adjoint(vh) @ (s_inverse[:, None] * (_adjoint(u) @ b))
     residuals = sum(squared_modulus(b - a @ x), axis=0)
     if numpy_resid and (m <= n or int(rank) < n):

@@ -110,7 +110,7 @@ def _numpy_working_dtype(*args) -> np.dtype:
     try:
         working = np.result_type(*examples)
     except TypeError:  # bfloat16 mixed with a type NumPy has no promotion to it for
-        working = result_type(*args)
+        working = result_type(*args, strict=False)  # (NumPy's rule, not the user's setting)
     if working == dtypes.bfloat16:
         # NumPy's ranges compute bfloat16 bounds in float64 (exponents rounded to bfloat16
         # put logspace's samples tens of percent off)
@@ -124,7 +124,11 @@ def _is_dtype(x) -> bool:
 
 def _float_dtypes(start, stop, dtype) -> tuple[np.dtype, np.dtype]:
     """The result dtype (by default a float, from start and stop) and NumPy's compute dtype."""
-    out_dtype = dtypes.canonicalize(dtype) if dtype is not None else result_type(start, stop, float)
+    out_dtype = (
+        dtypes.canonicalize(dtype)
+        if dtype is not None
+        else dtypes.to_inexact(result_type(start, stop))
+    )
     return out_dtype, _numpy_working_dtype(start, stop)
 
 
@@ -236,7 +240,11 @@ def geomspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, axi
     start and stop themselves; an integer dtype truncates the others toward zero.
     """
     num = _check_num("geomspace", num)
-    out_dtype = dtypes.canonicalize(dtype) if dtype is not None else result_type(start, stop, float)
+    out_dtype = (
+        dtypes.canonicalize(dtype)
+        if dtype is not None
+        else dtypes.to_inexact(result_type(start, stop))
+    )
     # NumPy's working dtype: that of arrays of start and stop (where Python numbers are 64-bit),
     # float(num) and zeros((), dtype), which is float64 for dtype=None.
     ends = [np.asarray(x) if dtypes.is_python_scalar(x) else x for x in (start, stop)]

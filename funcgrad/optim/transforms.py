@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import funcgrad.numpy as fnp
-from funcgrad import lax, tree_util
+from funcgrad import dtypes, lax, tree_util
 from funcgrad.optim.base import (
     EmptyState,
     GradientTransformation,
@@ -190,7 +190,7 @@ def _widened(moment, g):
     """A moment stored narrower than the gradient (a bfloat16 `mu_dtype`) in the wider dtype,
     so that a step rounds it only once, when it is stored again."""
     moment = fnp.asarray(moment)
-    return moment.astype(fnp.promote_types(moment.dtype, fnp.asarray(g).dtype))
+    return moment.astype(dtypes.widened(moment.dtype, fnp.asarray(g).dtype))
 
 
 def _ema(updates, moments, decay):

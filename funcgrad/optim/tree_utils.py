@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import funcgrad.numpy as fnp
-from funcgrad import random, tree_util
+from funcgrad import dtypes, random, tree_util
 from funcgrad.optim.base import abs_sq
 from funcgrad.optim.state_utils import (
     NamedTupleKey,
@@ -293,7 +293,7 @@ def tree_dtype(tree: Any, mixed_dtype_handler: str | None = None):
 
 def _lower(a, b):
     """The one of two dtypes that promotes to the other."""
-    promoted = fnp.promote_types(a, b)
+    promoted = dtypes.widened(a, b)
     if promoted == a:
         return b
     if promoted == b:

@@ -41,8 +41,11 @@ def _backward_fraction(x, terms: int, partial_numerator, partial_denominator):
     """The continued fraction b_0 + a_1 / (b_1 + a_2 / (b_2 + ...)) cut after `terms` levels and
     evaluated from the innermost level out, which keeps its rounding to a few ulp."""
 
+    # (k is complex where x is, so that the terms' arithmetic never mixes kinds)
+    k_dtype = np.complex128 if fnp.iscomplexobj(x) else F64
+
     def level(i, tail):
-        k = lax.convert_element_type(terms - i, F64)
+        k = lax.convert_element_type(terms - i, k_dtype)
         return partial_denominator(k - 1) + partial_numerator(k) / tail
 
     return lax.fori_loop(0, terms, level, partial_denominator(fnp.full_like(x, terms)))

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from funcgrad import caches, core, dtypes, tree_util
+from funcgrad import caches, core, dtypes, trace_events, tree_util
 from funcgrad.array import Array, DeviceValue, device_put, on_gpu
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import passes
@@ -84,6 +84,11 @@ def _compile(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...], gpu=Non
 
 
 def _compiled(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...], gpu):
+    with trace_events.span(f"compile ({backend})", equations=len(jaxpr.jaxpr.eqns)):
+        return _compiled_now(jaxpr, backend, donated, gpu)
+
+
+def _compiled_now(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...], gpu):
     platform = "cuda" if backend in ("cuda", "cuda_emulator") else "cpu"
     jaxpr = passes.resolve_platform(jaxpr, platform)
     if backend == "llvm":
@@ -143,8 +148,12 @@ def gpu_of(args):
 def _jit_impl(*args, jaxpr: ClosedJaxpr, name: str):
     device = gpu_of(args)
     if device is not None:  # computation follows the data; results stay there
-        return _compile(jaxpr, device.backend, (), device.runtime).on_device(args, device)
-    return compile_jaxpr(jaxpr)(*args)
+        program = _compile(jaxpr, device.backend, (), device.runtime)
+        with trace_events.span(f"jit({name})", device=device):
+            return program.on_device(args, device)
+    program = compile_jaxpr(jaxpr)
+    with trace_events.span(f"jit({name})"):
+        return program(*args)
 
 
 @jit_p.def_abstract_eval
@@ -315,6 +324,45 @@ def _static_argnums_and_names(fun: Callable, name: str, argnums: tuple, argnames
     return tuple(nums), tuple(names)
 
 
+_SETTINGS = ("default_matmul_precision", "enable_x64", "numpy_dtype_promotion")
+
+
+def _miss_reason(key: tuple, known: list[tuple]) -> str:
+    """What tells `key` (a signature of `Jitted._entry`) from the nearest of the `known` ones."""
+    if not known:
+        return "as it never traced before"
+
+    def differences(other: tuple) -> list[str]:
+        in_tree, avals, static, *settings = key
+        found = []
+        if other[0] != in_tree:
+            found.append(f"the arguments' structure is {in_tree}, was {other[0]}")
+        elif other[1] != avals:
+            for i, (new, old) in enumerate(zip(avals, other[1])):
+                if new != old:
+                    found.append(f"argument leaf {i} is {_shown_aval(new)}, was {_shown_aval(old)}")
+        if other[2] != static:
+            found.append(
+                f"the static arguments are {_shown_static(static)}, were {_shown_static(other[2])}"
+            )
+        for name, new, old in zip(_SETTINGS, settings, other[3:]):
+            if new != old:
+                found.append(f"{name} is {new!r}, was {old!r}")
+        return found
+
+    nearest = min((differences(k) for k in reversed(known)), key=len)  # (ties: the latest)
+    return "as " + "; ".join(nearest) + f" (it has traced {len(known)} signature(s))"
+
+
+def _shown_aval(aval_key: tuple) -> str:
+    shape, dtype, weak = aval_key
+    return f"{'weak ' if weak else ''}{np.dtype(dtype).name}{list(shape)}"
+
+
+def _shown_static(static: tuple) -> str:
+    return ", ".join(f"{where}={value!r}" for where, (_, value) in static) or "none"
+
+
 def _aval_key(x):
     if type(x) is Array:
         value = x._value
@@ -331,6 +379,7 @@ class _Entry:
 
     __slots__ = (
         "jaxpr",
+        "name",
         "precision",
         "out_tree",
         "consts",
@@ -345,12 +394,14 @@ class _Entry:
     def __init__(
         self,
         jaxpr: ClosedJaxpr,
+        name: str,
         out_tree,
         consts: list,
         donated: tuple[int, ...],
         float0_leaves: tuple[tuple[int, tuple[int, ...]], ...] = (),
     ):
         self.jaxpr = jaxpr
+        self.name = name
         self.precision = config.default_matmul_precision
         self.out_tree = out_tree
         self.consts = consts
@@ -364,12 +415,18 @@ class _Entry:
         self._executable = None
         self._gpu_consts: dict = {}
 
-    @property
-    def executable(self):
+    def program(self):
         if self._backend is not config.jit_backend:
             self._executable = compile_jaxpr(self.jaxpr, self.donated)
             self._backend = config.jit_backend
         return self._executable
+
+    # The program an eager call runs: `_timed_program` while a profile is taken (a span per
+    # call, see `_time_calls`), else the program itself.
+    executable = property(program)
+
+    def _timed_program(self):
+        return functools.partial(_timed_call, self.program(), f"jit({self.name})")
 
     def on_gpu(self, device, leaves: list) -> list[Array]:
         """A call on `device` (the GPU holding some of the arguments), results left there; the
@@ -378,7 +435,8 @@ class _Entry:
         if consts is None:
             consts = self._gpu_consts[device] = [device_put(c, device) for c in self.consts]
         executable = _compile(self.jaxpr, device.backend, self.donated, device.runtime)
-        return executable.on_device([*consts, *leaves], device)
+        with trace_events.span(f"jit({self.name})", device=device):
+            return executable.on_device([*consts, *leaves], device)
 
     def outputs(self, outs: list):
         if self.float0_leaves:
@@ -386,6 +444,20 @@ class _Entry:
             for position, shape in self.float0_leaves:
                 outs.insert(position, np.zeros(shape, dtypes.float0))
         return outs[0] if self.single_output else tree_util.tree_unflatten(self.out_tree, outs)
+
+
+def _timed_call(program, name: str, *args):
+    with trace_events.span(name):
+        return program(*args)
+
+
+def _time_calls(recording: bool) -> None:
+    """Eager calls of jitted functions record a span each while a profile is taken; the
+    property is swapped rather than tested, so that calls pay nothing otherwise."""
+    _Entry.executable = property(_Entry._timed_program if recording else _Entry.program)
+
+
+trace_events.listeners.append(_time_calls)
 
 
 def _array_key(leaf):
@@ -558,9 +630,18 @@ class Jitted:
             for x in leaves
         ]
         typed_static = tuple((where, _typed_static_key(value)) for where, value in static)
-        key = (in_tree, tuple(map(_aval_key, leaves)), typed_static, precision, config.enable_x64)
+        key = (
+            in_tree,
+            tuple(map(_aval_key, leaves)),
+            typed_static,
+            precision,
+            config.enable_x64,
+            config.numpy_dtype_promotion,
+        )
         entry = self._cache.get(key)
         if entry is None:
+            if config.no_tracing or config.explain_cache_misses:
+                self._explain_miss(key)
             entry = self._trace(args, kwargs, static_positions, in_tree, leaves)
             # A program closing over a transformation's tracers belongs to that one trace.
             if not any(isinstance(c, core.Tracer) for c in entry.consts):
@@ -591,7 +672,7 @@ class Jitted:
         structure: list = []
         float0_leaves: list = []
         started = time.perf_counter()
-        with collection_paused():  # staging allocates in bursts too
+        with collection_paused(), trace_events.span(f"jit({self.name}): trace"):
             closed, _ = trace_to_jaxpr(
                 flat_fun,
                 [core.get_aval(x) for x in leaves if not core.is_float0(x)],
@@ -604,11 +685,22 @@ class Jitted:
         num_consts = len(closed.consts)
         return _Entry(
             _hoisted(closed),
+            self.name,
             out_tree,
             closed.consts,
             tuple(num_consts + i for i in donated),
             tuple(float0_leaves),
         )
+
+    def _explain_miss(self, key: tuple) -> None:
+        """Raise under `config.no_tracing`; log why `key` missed under
+        `config.explain_cache_misses`."""
+        reason = _miss_reason(key, list(self._cache))
+        if config.no_tracing:
+            raise RuntimeError(
+                f"jit({self.name}) would trace a new program ({reason}), but no_tracing is set"
+            )
+        logger.warning("jit(%s) traces a new program %s", self.name, reason)
 
     def _log_trace(self, args, kwargs, static_positions, leaves, seconds: float) -> None:
         """One line per new program (config.log_compiles): the function, its arguments'
@@ -651,9 +743,12 @@ class Jitted:
         eager = core.current_trace() is core.eval_trace()
         precision = config.default_matmul_precision
         found = None if kwargs else self._signature(args)
-        if found is not None and (precision is not None or config.enable_x64):
+        promotion = config.numpy_dtype_promotion
+        if found is not None and (
+            precision is not None or config.enable_x64 or promotion != "standard"
+        ):
             # (a trace of its own per setting)
-            found = ((precision, config.enable_x64, found[0]), found[1])
+            found = ((precision, config.enable_x64, promotion, found[0]), found[1])
         entry = self._array_cache.get(found[0]) if found is not None else None
         if entry is None:
             entry, leaves = self._entry(args, kwargs, precision)
@@ -752,7 +847,7 @@ class Compiled:
     def __init__(self, jitted: Jitted, entry: _Entry):
         self._jitted = jitted
         self._entry = entry
-        self.executable = entry.executable
+        self.executable = entry.program()
 
     def as_text(self) -> str:
         """The compiled program: LLVM IR on the llvm backend, the jaxpr on the numpy one."""
@@ -805,7 +900,9 @@ class Compiled:
                 f"this compiled jit({self._jitted.name}) was lowered for other argument shapes, "
                 "dtypes or static values; lower and compile again for these arguments"
             )
-        return entry.outputs(self.executable(*entry.consts, *leaves))
+        with trace_events.span(f"jit({self._jitted.name})"):
+            outs = self.executable(*entry.consts, *leaves)
+        return entry.outputs(outs)
 
 
 def jit(

@@ -529,6 +529,7 @@ class Pmapped:
             axis_size,
             config.default_matmul_precision,  # (its products' precision, as traced)
             config.enable_x64,  # (its defaults' widths, as traced)
+            config.numpy_dtype_promotion,  # (which promotions it allowed)
         )
         entry = self._cache.get(key)
         if entry is None:

@@ -513,6 +513,7 @@ class ShardMapped:
             mesh,
             config.default_matmul_precision,
             config.enable_x64,
+            config.numpy_dtype_promotion,
         )
         entry = self._cache.get(key)
         if entry is None:
