@@ -13,6 +13,7 @@ from funcgrad.lax.base import asarray
 from funcgrad.lax.composed import *
 from funcgrad.lax.control_flow import *
 from funcgrad.lax.convolutions import *
+from funcgrad.lax.dot_algorithms import *
 from funcgrad.lax.eig import *
 from funcgrad.lax.elementwise import *
 from funcgrad.lax.extra import *

@@ -24,6 +24,7 @@ from funcgrad.config import config
 from funcgrad.core import Primitive, ShapedArray
 from funcgrad.interpreters.ad import Zero, defjvp, is_undefined, tangent_aval
 from funcgrad.interpreters.batching import batch_size, moveaxis
+from funcgrad.lax import dot_algorithms
 from funcgrad.lax.base import asarray
 from funcgrad.lax.elementwise import convert_element_type
 from funcgrad.lax.reductions import padtype_to_pads
@@ -79,7 +80,7 @@ def _canonical_precision(precision):
     product naming none takes `config.default_matmul_precision` where one is set as it is
     traced (or run eagerly), as JAX's does: a `default_matmul_precision` block inside a jitted
     function reaches its products, and jit keys its traces by the setting."""
-    if precision is None:
+    if precision is None or precision is dot_algorithms.DotAlgorithmPreset.DEFAULT:
         name = config.default_matmul_precision
         return None if name is None else PRECISION_NAMES[name]
     if isinstance(precision, Precision):
@@ -89,8 +90,8 @@ def _canonical_precision(precision):
     if isinstance(precision, (tuple, list)) and len(precision) == 2:
         return tuple(_canonical_precision(p) for p in precision)
     raise TypeError(
-        f"precision must be None, a Precision, one of {sorted(PRECISION_NAMES)}, or a pair of "
-        f"them, got {precision!r}"
+        f"precision must be None, a Precision, one of {sorted(PRECISION_NAMES)}, a pair of "
+        f"them, a DotAlgorithm or a DotAlgorithmPreset, got {precision!r}"
     )
 
 
@@ -370,10 +371,24 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     preferred_element_type = _canonical_preferred(preferred_element_type)
     if preferred_element_type is None and lhs.dtype != rhs.dtype:
         preferred_element_type = max(lhs.dtype, rhs.dtype, key=_precision_rank)
+    dimension_numbers = _canonical_dot_dimension_numbers(dimension_numbers)
+    if dot_algorithms.is_algorithm(precision):
+
+        def product(lhs, rhs, accumulation):
+            return dot_general_p.bind(
+                lhs,
+                rhs,
+                dimension_numbers=dimension_numbers,
+                precision=Precision.HIGHEST,
+                preferred_element_type=accumulation,
+            )
+
+        result = preferred_element_type or lhs.dtype
+        return dot_algorithms.contract(product, lhs, rhs, precision, result, "dot_general")
     return dot_general_p.bind(
         lhs,
         rhs,
-        dimension_numbers=_canonical_dot_dimension_numbers(dimension_numbers),
+        dimension_numbers=dimension_numbers,
         precision=_canonical_precision(precision),
         preferred_element_type=preferred_element_type,
     )
@@ -935,9 +950,7 @@ def conv_general_dilated(
         raise TypeError(
             f"conv_general_dilated: padding must be a string or (low, high) pairs, got {padding!r}"
         ) from None
-    return conv_general_dilated_p.bind(
-        lhs,
-        rhs,
+    params = dict(
         window_strides=window_strides,
         padding=padding,
         lhs_dilation=lhs_dilation,
@@ -945,8 +958,28 @@ def conv_general_dilated(
         dimension_numbers=dnums,
         feature_group_count=int(feature_group_count),
         batch_group_count=int(batch_group_count),
+    )
+    preferred_element_type = _canonical_preferred(preferred_element_type)
+    if dot_algorithms.is_algorithm(precision):
+
+        def product(lhs, rhs, accumulation):
+            return conv_general_dilated_p.bind(
+                lhs,
+                rhs,
+                **params,
+                precision=Precision.HIGHEST,
+                preferred_element_type=accumulation,
+            )
+
+        result = preferred_element_type or lhs.dtype
+        name = "conv_general_dilated"
+        return dot_algorithms.contract(product, lhs, rhs, precision, result, name)
+    return conv_general_dilated_p.bind(
+        lhs,
+        rhs,
+        **params,
         precision=_canonical_precision(precision),
-        preferred_element_type=_canonical_preferred(preferred_element_type),
+        preferred_element_type=preferred_element_type,
     )
 
 
