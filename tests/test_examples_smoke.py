@@ -61,3 +61,9 @@ def test_char_transformer_beats_the_unigram_entropy(capsys):
     assert result["loss"] < result["unigram_entropy"] - 0.5
     out = capsys.readouterr().out
     assert "unigram entropy" in out and "sample:" in out
+
+
+def test_taylor_ode_agrees_with_a_fine_runge_kutta(capsys):
+    result = load("taylor_ode").main(["--time", "5"])
+    assert result["difference"] < 1e-8 and result["energy_drift"] < 1e-9
+    assert "energy drift" in capsys.readouterr().out
