@@ -218,9 +218,9 @@ from funcgrad.optim.zoom_linesearch import (
 )
 
 # isort: split
-# Pytree arithmetic, under Optax's two spellings (tree_utils.tree_add, tree.add), and the
-# newer optimizers Optax keeps in contrib.
-from funcgrad.optim import contrib, tree, tree_utils
+# Pytree arithmetic, under Optax's two spellings (tree_utils.tree_add, tree.add), the newer
+# optimizers Optax keeps in contrib, and the projections onto constraint sets.
+from funcgrad.optim import contrib, projections, tree, tree_utils
 
 # isort: split
 # Losses: the module, and the names that Optax's top level also gives them.
