@@ -43,6 +43,7 @@ from funcgrad.optim.conditional import (
     ApplyEvery,
     ConditionallyMaskState,
     ConditionallyTransformState,
+    ConditionFn,
     apply_every,
     conditionally_mask,
     conditionally_transform,
@@ -77,6 +78,13 @@ from funcgrad.optim.lbfgs import (
     value_and_grad_from_state,
 )
 from funcgrad.optim.lookahead import LookaheadParams, LookaheadState, lookahead
+from funcgrad.optim.monitoring import (
+    MonitorState,
+    SnapshotState,
+    measure_with_ema,
+    monitor,
+    snapshot,
+)
 from funcgrad.optim.numerics import (
     safe_increment,
     safe_int32_increment,
@@ -148,7 +156,7 @@ from funcgrad.optim.schedules import (
     warmup_cosine_decay_schedule,
     warmup_exponential_decay_schedule,
 )
-from funcgrad.optim.state_utils import SnapshotState, snapshot, tree_map_params
+from funcgrad.optim.state_utils import tree_map_params
 from funcgrad.optim.transforms import (
     AddDecayedWeightsState,
     ClipByGlobalNormState,
@@ -195,15 +203,20 @@ from funcgrad.optim.transforms import (
 from funcgrad.optim.wrappers import (
     ApplyIfFiniteState,
     InjectHyperparamsState,
+    InjectStatefulHyperparamsState,
     MaskedState,
     MultiSteps,
     MultiStepsState,
     MultiTransformState,
     PartitionState,
+    ShouldSkipUpdateFunction,
+    StatefulSchedule,
+    WrappedSchedule,
     apply_if_finite,
     flatten,
     freeze,
     inject_hyperparams,
+    inject_stateful_hyperparams,
     masked,
     multi_transform,
     partition,

@@ -6,7 +6,7 @@ traces under jit into one program."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import funcgrad.numpy as fnp
 from funcgrad.optim.base import (
@@ -18,6 +18,14 @@ from funcgrad.optim.base import (
 )
 from funcgrad.optim.transforms import _count, _map, _next
 from funcgrad.optim.wrappers import _select
+
+
+class ConditionFn(Protocol):
+    """The condition of `conditionally_transform` and `conditionally_mask`: whether to
+    apply the inner transformation at `step` (the extra arguments of `update` too, with
+    forward_extra_args)."""
+
+    def __call__(self, step: Any, **extra_args: Any) -> Any: ...
 
 
 class ConditionallyMaskState(NamedTuple):

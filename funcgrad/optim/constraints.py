@@ -77,7 +77,7 @@ def scale_by_param_block_rms(min_scale: float = 1e-3) -> GradientTransformation:
     return _scale_by_param_block("scale_by_param_block_rms", lambda p: _safe_rms(p, min_scale))
 
 
-def _unitwise_norm(x, axis):
+def unitwise_norm(x: Any, axis: int | tuple[int, ...] | None = None) -> Any:
     """The l2 norm per output unit, broadcast to x's shape: over `axis` when given, else over
     everything for scalars and vectors, the input axis 0 of a dense (or multi-head) kernel,
     and the spatial and input axes of HWIO / DHWIO convolution kernels."""
@@ -92,11 +92,26 @@ def _unitwise_norm(x, axis):
             axis = tuple(range(x.ndim - 1))
         else:
             raise ValueError(
-                f"adaptive_grad_clip: no default unit axes for a parameter of shape {x.shape}; "
+                f"unitwise_norm: no default unit axes for a parameter of shape {x.shape}; "
                 "pass axis= to name the axes to take the norm over"
             )
     squared = fnp.sum(abs_sq(x), axis=axis, keepdims=True)
     return fnp.broadcast_to(fnp.sqrt(squared), x.shape)
+
+
+def unitwise_clip(g_norm: Any, max_norm: Any, grad: Any, div_eps: float = 1e-6) -> Any:
+    """`grad` scaled to norm `max_norm` wherever its unit norm `g_norm` reaches it (all three
+    of one shape, as `unitwise_norm` gives them); div_eps only keeps the unused branch of a
+    zero norm finite."""
+    shapes = {fnp.shape(g_norm), fnp.shape(max_norm), fnp.shape(grad)}
+    if len(shapes) != 1:
+        raise ValueError(
+            "unitwise_clip: g_norm, max_norm and grad must have one shape, got "
+            f"{fnp.shape(g_norm)}, {fnp.shape(max_norm)} and {fnp.shape(grad)}"
+        )
+    grad = fnp.asarray(grad)
+    clipped = grad * (max_norm / fnp.maximum(g_norm, div_eps)).astype(grad.dtype)
+    return fnp.where(g_norm < max_norm, grad, clipped).astype(grad.dtype)
 
 
 def adaptive_grad_clip(
@@ -110,10 +125,8 @@ def adaptive_grad_clip(
         check_matches(updates, params, "gradients", "parameters")
 
         def clip(g, p):
-            g_norm, p_norm = _unitwise_norm(g, axis), _unitwise_norm(p, axis)
-            max_norm = clipping * fnp.maximum(p_norm, eps)
-            clipped = g * (max_norm / fnp.maximum(g_norm, 1e-6)).astype(g.dtype)
-            return fnp.where(g_norm < max_norm, g, clipped).astype(g.dtype)
+            g_norm, p_norm = unitwise_norm(g, axis), unitwise_norm(p, axis)
+            return unitwise_clip(g_norm, clipping * fnp.maximum(p_norm, eps), g)
 
         return _map(clip, updates, params), state
 

@@ -1,5 +1,6 @@
 """Learning-rate schedules: functions of the step count (a traced int32 inside jit), with
-Optax's names and definitions."""
+Optax's names and definitions. As in Optax's `schedules`, `inject_hyperparams` and the
+stateful schedules it takes are named here too."""
 
 from __future__ import annotations
 
@@ -7,6 +8,37 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 
 import funcgrad.numpy as fnp
+from funcgrad.optim.wrappers import (
+    InjectHyperparamsState,
+    InjectStatefulHyperparamsState,
+    StatefulSchedule,
+    WrappedSchedule,
+    inject_hyperparams,
+    inject_stateful_hyperparams,
+)
+
+__all__ = [
+    "InjectHyperparamsState",
+    "InjectStatefulHyperparamsState",
+    "StatefulSchedule",
+    "WrappedSchedule",
+    "constant_schedule",
+    "cosine_decay_schedule",
+    "cosine_onecycle_schedule",
+    "exponential_decay",
+    "inject_hyperparams",
+    "inject_stateful_hyperparams",
+    "join_schedules",
+    "linear_onecycle_schedule",
+    "linear_schedule",
+    "piecewise_constant_schedule",
+    "piecewise_interpolate_schedule",
+    "polynomial_schedule",
+    "sgdr_schedule",
+    "warmup_constant_schedule",
+    "warmup_cosine_decay_schedule",
+    "warmup_exponential_decay_schedule",
+]
 
 Schedule = Callable
 

@@ -1,16 +1,14 @@
 """Looking into optimizer states: map a function over the parts that mirror the parameters
 (`tree_map_params`), find and replace parts by name (`tree_get`, `tree_set`: a
-hyperparameter of `inject_hyperparams`, a moment, a whole sub-state by its class name), record
-a measurement of each step's updates (`snapshot`)."""
+hyperparameter of `inject_hyperparams`, a moment, a whole sub-state by its class name)."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from funcgrad import tree_util
-from funcgrad.optim.base import GradientTransformation
 
 
 @tree_util.register_pytree_node_class
@@ -53,23 +51,6 @@ def tree_map_params(
     return tree_util.tree_map(
         map_part, template, state, is_leaf=lambda x: isinstance(x, _ParamsPlaceholder)
     )
-
-
-class SnapshotState(NamedTuple):
-    measurement: Any  # dict: measure_name -> measure(the last updates)
-
-
-def snapshot(measure_name: str, measure: Callable[[Any], Any]) -> GradientTransformation:
-    """Updates unchanged; the state keeps measure(updates) of the last step under
-    measure_name (measure(params) after init)."""
-
-    def init(params):
-        return SnapshotState({measure_name: measure(params)})
-
-    def update(updates, state, params=None):
-        return updates, SnapshotState({measure_name: measure(updates)})
-
-    return GradientTransformation(init, update)
 
 
 @dataclasses.dataclass(frozen=True)

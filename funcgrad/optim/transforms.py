@@ -1,7 +1,10 @@
-"""The building blocks optimizers chain together, with Optax's names and update equations."""
+"""The building blocks optimizers chain together, with Optax's names and update equations.
+As `optim.transforms` this is also Optax's namespace of that name, which adds the wrappers,
+per-unit clipping and monitors defined in the modules named at the end."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -693,3 +696,64 @@ def clip_by_global_norm(max_norm: float) -> GradientTransformation:
         )
 
     return _stateless(rescale)
+
+
+# Optax's `transforms` namespace also names the wrappers, clipping rules and monitors, which
+# live in modules that import this one; they are looked up there on first access.
+_DEFINED_ELSEWHERE = {
+    "funcgrad.optim.base": ("chain", "named_chain"),
+    "funcgrad.optim.scaling": ("AddNoiseState", "EmaState", "add_noise", "ema"),
+    "funcgrad.optim.conditional": (
+        "ConditionFn",
+        "ConditionallyMaskState",
+        "ConditionallyTransformState",
+        "conditionally_mask",
+        "conditionally_transform",
+    ),
+    "funcgrad.optim.constraints": (
+        "NonNegativeParamsState",
+        "ZeroNansState",
+        "adaptive_grad_clip",
+        "clip_by_block_rms",
+        "keep_params_nonnegative",
+        "per_example_global_norm_clip",
+        "per_example_layer_norm_clip",
+        "unitwise_clip",
+        "unitwise_norm",
+        "zero_nans",
+    ),
+    "funcgrad.optim.monitoring": (
+        "MonitorState",
+        "SnapshotState",
+        "measure_with_ema",
+        "monitor",
+        "snapshot",
+    ),
+    "funcgrad.optim.wrappers": (
+        "ApplyIfFiniteState",
+        "MaskedState",
+        "MultiSteps",
+        "MultiStepsState",
+        "PartitionState",
+        "ShouldSkipUpdateFunction",
+        "apply_if_finite",
+        "flatten",
+        "freeze",
+        "masked",
+        "partition",
+        "selective_transform",
+        "skip_large_updates",
+        "skip_not_finite",
+    ),
+}
+_HOME_MODULE = {name: module for module, names in _DEFINED_ELSEWHERE.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HOME_MODULE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_HOME_MODULE[name]), name)
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOME_MODULE])

@@ -9,8 +9,9 @@ wrapper traces under jit into one program."""
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -57,6 +58,48 @@ class InjectHyperparamsState(NamedTuple):
     count: Any
     hyperparams: Any  # dict: name -> scalar array
     inner_state: Any
+
+
+class InjectStatefulHyperparamsState(NamedTuple):
+    """What `inject_hyperparams` keeps: beside the values, each schedule's own state."""
+
+    count: Any
+    hyperparams: Any  # dict: name -> scalar array
+    hyperparams_states: Any  # dict: scheduled name -> its schedule's state
+    inner_state: Any
+
+
+@runtime_checkable
+class StatefulSchedule(Protocol):
+    """A schedule that keeps a state of its own, advanced once per step and given the extra
+    arguments of `update` (a loss value, say): `init()`, `update(state, **extra_args)` and
+    `__call__(state, **extra_args)` for the value at that state."""
+
+    def init(self) -> Any: ...
+
+    def update(self, state: Any, **extra_args: Any) -> Any: ...
+
+    def __call__(self, state: Any, **extra_args: Any) -> Any: ...
+
+
+class WrappedScheduleState(NamedTuple):
+    count: Any  # int32 steps taken
+
+
+class WrappedSchedule:
+    """A schedule of the step count as a `StatefulSchedule` whose state is that count."""
+
+    def __init__(self, schedule_fn: Callable[[Any], Any]):
+        self.schedule_fn = schedule_fn
+
+    def init(self) -> WrappedScheduleState:
+        return WrappedScheduleState(_count())
+
+    def update(self, state: WrappedScheduleState, **extra_args: Any) -> WrappedScheduleState:
+        return WrappedScheduleState(_next(state.count))
+
+    def __call__(self, state: WrappedScheduleState, **extra_args: Any) -> Any:
+        return self.schedule_fn(state.count)
 
 
 def _select(condition, on_true, on_false):
@@ -213,6 +256,13 @@ def apply_if_finite(
     return GradientTransformationExtraArgs(init, update)
 
 
+class ShouldSkipUpdateFunction(Protocol):
+    """MultiSteps' `should_skip_update_fn`: whether to drop this step's gradients, and a
+    dict of values to keep in `MultiStepsState.skip_state`."""
+
+    def __call__(self, updates: Any, gradient_step: Any, params: Any) -> tuple[Any, Any]: ...
+
+
 def skip_not_finite(updates, gradient_step, params) -> tuple[Any, dict]:
     """A `should_skip_update_fn` for MultiSteps: skip gradients with an inf or a NaN."""
     count = sum(
@@ -320,11 +370,12 @@ def inject_hyperparams(
     inner_factory: Callable[..., GradientTransformation],
     static_args: str | Iterable[str] = (),
     hyperparam_dtype=None,
-) -> Callable[..., GradientTransformation]:
+) -> Callable[..., GradientTransformationExtraArgs]:
     """Wrap an optimizer factory so that its numeric arguments live in the state
     (`state.hyperparams[name]`, which may be changed between steps) and callable ones are
-    schedules evaluated at the step count. Bools, the names in `static_args` and other
-    values stay fixed arguments of the factory."""
+    schedules: a `StatefulSchedule` as it is, a function of the step count as a
+    `WrappedSchedule`, each evaluated and advanced once per update. Bools, the names in
+    `static_args` and other values stay fixed arguments of the factory."""
     static = {static_args} if isinstance(static_args, str) else set(static_args)
     signature = inspect.signature(inner_factory)
     unknown = static - set(signature.parameters)
@@ -334,50 +385,71 @@ def inject_hyperparams(
             f"{inner_factory.__name__} ({', '.join(signature.parameters)})"
         )
 
-    def wrapped(*args, **kwargs) -> GradientTransformation:
+    def wrapped(*args, **kwargs) -> GradientTransformationExtraArgs:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         schedules, numeric, fixed = {}, {}, {}
         for name, value in bound.arguments.items():
             if name in static or isinstance(value, bool):
                 fixed[name] = value
-            elif callable(value):
+            elif isinstance(value, StatefulSchedule):
                 schedules[name] = value
+            elif callable(value):
+                schedules[name] = WrappedSchedule(value)
             elif isinstance(value, (int, float, np.ndarray, fnp.ndarray)):
                 numeric[name] = value
             else:
                 fixed[name] = value
 
-        def current(hyperparams, count, params):
-            """The hyperparameters at `count`, floats in hyperparam_dtype or else in the
-            widest float dtype of the parameters (Optax's choice)."""
-            dtype = hyperparam_dtype or _widest_float(params)
-
-            def convert(value):
-                value = fnp.asarray(value)
-                if fnp.issubdtype(value.dtype, fnp.floating):
-                    return value.astype(dtype)
-                return value
-
-            values = {k: convert(v) for k, v in hyperparams.items()}
-            values.update({k: convert(f(count)) for k, f in schedules.items()})
-            return values
+        def convert(value, params):
+            """Floats in hyperparam_dtype, or else in the widest float dtype of the
+            parameters (Optax's choice)."""
+            value = fnp.asarray(value)
+            if fnp.issubdtype(value.dtype, fnp.floating):
+                return value.astype(hyperparam_dtype or _widest_float(params))
+            return value
 
         def init(params):
-            count = _count()
-            hyperparams = current(numeric, count, params)
+            schedule_states = {k: f.init() for k, f in schedules.items()}
+            hyperparams = {k: convert(v, params) for k, v in numeric.items()}
+            for k, f in schedules.items():
+                hyperparams[k] = convert(f(schedule_states[k]), params)
             inner_state = inner_factory(**fixed, **hyperparams).init(params)
-            return InjectHyperparamsState(count, hyperparams, inner_state)
+            return InjectStatefulHyperparamsState(
+                _count(), hyperparams, schedule_states, inner_state
+            )
 
         def update(updates, state, params=None, **extra_args):
-            hyperparams = current(state.hyperparams, state.count, params)
+            hyperparams = {k: convert(v, params) for k, v in state.hyperparams.items()}
+            schedule_states = {}
+            for k, f in schedules.items():
+                hyperparams[k] = convert(f(state.hyperparams_states[k], **extra_args), params)
+                schedule_states[k] = f.update(state.hyperparams_states[k], **extra_args)
             inner = with_extra_args_support(inner_factory(**fixed, **hyperparams))
             updates, inner_state = inner.update(updates, state.inner_state, params, **extra_args)
-            return updates, InjectHyperparamsState(_next(state.count), hyperparams, inner_state)
+            new_state = InjectStatefulHyperparamsState(
+                _next(state.count), hyperparams, schedule_states, inner_state
+            )
+            return updates, new_state
 
         return GradientTransformationExtraArgs(init, update)
 
     return wrapped
+
+
+def inject_stateful_hyperparams(
+    inner_factory: Callable[..., GradientTransformation],
+    static_args: str | Iterable[str] = (),
+    hyperparam_dtype=None,
+) -> Callable[..., GradientTransformationExtraArgs]:
+    """The older name of `inject_hyperparams`, which now takes stateful schedules itself."""
+    warnings.warn(
+        "inject_stateful_hyperparams is deprecated: use inject_hyperparams, which takes "
+        "stateful schedules",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return inject_hyperparams(inner_factory, static_args, hyperparam_dtype)
 
 
 def flatten(inner: GradientTransformation) -> GradientTransformationExtraArgs:
