@@ -232,8 +232,10 @@ from funcgrad.optim.zoom_linesearch import (
 
 # isort: split
 # Pytree arithmetic, under Optax's two spellings (tree_utils.tree_add, tree.add), the newer
-# optimizers Optax keeps in contrib, and the projections onto constraint sets.
-from funcgrad.optim import contrib, projections, tree, tree_utils
+# optimizers Optax keeps in contrib, the projections onto constraint sets, and evaluation in
+# microbatches.
+from funcgrad.optim import contrib, microbatching, projections, tree, tree_utils
+from funcgrad.optim.microbatching import microbatch
 
 # isort: split
 # Losses: the module, and the names that Optax's top level also gives them.
