@@ -232,9 +232,25 @@ from funcgrad.optim.zoom_linesearch import (
 
 # isort: split
 # Pytree arithmetic, under Optax's two spellings (tree_utils.tree_add, tree.add), the newer
-# optimizers Optax keeps in contrib, the projections onto constraint sets, and evaluation in
-# microbatches.
-from funcgrad.optim import contrib, microbatching, projections, tree, tree_utils
+# optimizers Optax keeps in contrib, and Optax's other submodules: projections onto
+# constraint sets, evaluation in microbatches, curvature, perturbed smoothing, assignment.
+from funcgrad.optim import (
+    assignment,
+    contrib,
+    microbatching,
+    perturbations,
+    projections,
+    second_order,
+    tree,
+    tree_utils,
+)
+from funcgrad.optim.linear_algebra import (
+    MultiNormalDiagFromLogScale,
+    matrix_inverse_pth_root,
+    multi_normal,
+    nnls,
+    power_iteration,
+)
 from funcgrad.optim.microbatching import microbatch
 
 # isort: split

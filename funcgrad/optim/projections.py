@@ -1,10 +1,7 @@
 """Euclidean projections of a pytree onto convex sets (and the l1 and l2 spheres), with
 Optax's `projections` names: the nearest point argmin_p ||x - p||^2 of the set, the tree
-treated as one vector. Projected gradient descent applies one after each step:
-
-    params = optim.apply_updates(params, updates)
-    params = optim.projections.projection_simplex(params)
-"""
+treated as one vector. Projected gradient descent applies one after each step
+(`params = projection_simplex(apply_updates(params, updates))`)."""
 
 from __future__ import annotations
 
