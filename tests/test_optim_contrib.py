@@ -543,6 +543,22 @@ def simplified_ademamix_ref(lr, b1=0.99, b2=0.95, alpha=0.0, eps=1e-8):
     return update
 
 
+def acprop_ref(lr, b1=0.9, b2=0.999, eps=1e-16, eps_root=1e-16, wd=0.0):
+    """Zhuang et al.: g / (sqrt(s_hat) + eps) with s_hat the bias-corrected mean of the
+    squared prediction errors (g - m)**2 of the steps before (1 at the first), then m and s
+    updated with this step's g (s gaining eps_root)."""
+
+    def update(g, p, t, m):
+        previous = 1.0 if t == 1 else m["s"] / (1 - b2 ** (t - 1))
+        direction = g / (np.sqrt(previous) + eps)
+        error = g - m.get("m", 0.0)
+        m["m"] = b1 * m.get("m", 0.0) + (1 - b1) * g
+        m["s"] = b2 * m.get("s", 0.0) + (1 - b2) * error**2 + eps_root
+        return p - lr * (direction + wd * p)
+
+    return update
+
+
 def madgrad_ref(lr, momentum=0.9, eps=1e-6, wd=0.0):
     """Defazio & Jelassi: lambda_k = (lr + eps) sqrt(k + 1), s += lambda g, nu += lambda g**2,
     z = x0 - s / (cbrt(nu) + eps), x = (1 - momentum) z + momentum x."""
@@ -578,6 +594,8 @@ def madgrad_ref(lr, momentum=0.9, eps=1e-6, wd=0.0):
             simplified_ademamix_ref(0.01, alpha=2.0),
         ),
         (lambda: contrib.madgrad(0.05, weight_decay=0.1), madgrad_ref(0.05, wd=0.1)),
+        (lambda: contrib.acprop(0.01, weight_decay=0.1), acprop_ref(0.01, wd=0.1)),
+        (lambda: contrib.acprop(0.01, eps=1e-3), acprop_ref(0.01, eps=1e-3)),
     ],
 )
 def test_adam_relatives_follow_their_equations(opt, ref):

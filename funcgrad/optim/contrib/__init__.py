@@ -1,14 +1,16 @@
 """funcgrad.optim.contrib: newer optimizers, with the names, signatures and update equations
 of Optax's `contrib`: learning-rate-free methods (`prodigy`, `dadapt_adamw`, `mechanize`,
 `cocob`, `dog`, `dowg`, `momo`), schedule-free training (`schedule_free_adamw`, ...), `sam`,
-`muon`, `adopt`, `ademamix`, `madgrad`, `sophia`, `reduce_on_plateau`, DP-SGD (`dpsgd`) and
-`split_real_and_imaginary` for complex parameters."""
+`muon`, `galore`, `adopt`, `ademamix`, `acprop`, `madgrad`, `sophia`, `reduce_on_plateau`,
+DP-SGD (`dpsgd`) and `split_real_and_imaginary` for complex parameters."""
 
 from funcgrad.optim.contrib.adam_like import (
     ScaleByAdemamixState,
     ScaleBySimplifiedAdEMAMixState,
+    acprop,
     ademamix,
     adopt,
+    scale_by_acprop,
     scale_by_ademamix,
     scale_by_adopt,
     scale_by_simplified_ademamix,

@@ -1,6 +1,8 @@
-"""Adam's relatives: ADOPT (Taniguchi et al. 2024; the second moment of the previous steps
-normalizes the gradient before the momentum) and AdEMAMix (Pagliardini et al. 2024; a
-second, slow momentum added to Adam's), with its simplified form."""
+"""Adam's relatives: ACProp (Zhuang et al. 2021; scaled by the spread of the gradients
+around the momentum, as seen before this step), ADOPT (Taniguchi et al. 2024; the second
+moment of the previous steps normalizes the gradient before the momentum) and AdEMAMix
+(Pagliardini et al. 2024; a second, slow momentum added to Adam's), with its simplified
+form."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from funcgrad.optim.base import GradientTransformation, abs_sq, chain, zeros_lik
 from funcgrad.optim.transforms import (
     ScalarOrSchedule,
     ScaleByAdamState,
+    ScaleByBeliefState,
     _bias_corrected,
     _cast,
     _count,
@@ -203,6 +206,47 @@ def simplified_ademamix(
     """Simplified AdEMAMix with decoupled weight decay."""
     return chain(
         scale_by_simplified_ademamix(b1, b2, alpha, eps, eps_root),
+        add_decayed_weights(weight_decay, mask),
+        scale_by_learning_rate(learning_rate),
+    )
+
+
+def scale_by_acprop(
+    b1: float = 0.9, b2: float = 0.999, eps: float = 1e-16, eps_root: float = 1e-16
+) -> GradientTransformation:
+    """ACProp (Zhuang et al. 2021): the gradient divided by sqrt(s_hat) + eps, where s is
+    the decaying mean of the squared prediction errors (g - m)^2 of the momentum m (plus
+    eps_root each step) and s_hat its bias-corrected value from before this step, so the
+    scale does not depend on the current gradient (1 on the first step)."""
+
+    def init(params):
+        return ScaleByBeliefState(_count(), zeros_like_tree(params), zeros_like_tree(params))
+
+    def update(updates, state, params=None):
+        mu = _ema(updates, state.mu, b1)
+        errors = _map(lambda g, m: g - m, updates, state.mu)
+        nu = _map(lambda s: s + eps_root, _ema_sq(errors, state.nu, b2))
+        count = _next(state.count)
+        first = state.count == 0
+        previous = _bias_corrected(state.nu, b2, fnp.where(first, count, state.count))
+        out = _map(lambda g, s: g / (fnp.sqrt(fnp.where(first, 1, s)) + eps), updates, previous)
+        return out, ScaleByBeliefState(count, mu, nu)
+
+    return GradientTransformation(init, update)
+
+
+def acprop(
+    learning_rate: ScalarOrSchedule,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-16,
+    eps_root: float = 1e-16,
+    weight_decay: float = 0.0,
+    mask: Any | Callable[[Any], Any] | None = None,
+) -> GradientTransformation:
+    """ACProp with decoupled weight decay."""
+    return chain(
+        scale_by_acprop(b1, b2, eps, eps_root),
         add_decayed_weights(weight_decay, mask),
         scale_by_learning_rate(learning_rate),
     )
