@@ -35,6 +35,12 @@ from funcgrad.optim.contrib.dog import (
     scale_by_dog,
     scale_by_dowg,
 )
+from funcgrad.optim.contrib.galore import (
+    GaLoreDimensionNumbers,
+    GaLoreState,
+    galore,
+    scale_by_galore,
+)
 from funcgrad.optim.contrib.madgrad import MadgradState, madgrad, scale_by_madgrad
 from funcgrad.optim.contrib.mechanic import MechanicState, mechanize
 from funcgrad.optim.contrib.momo import MomoAdamState, MomoState, momo, momo_adam
