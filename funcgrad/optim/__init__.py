@@ -92,6 +92,7 @@ from funcgrad.optim.numerics import (
     safe_root_mean_squares,
 )
 from funcgrad.optim.optimizers import (
+    MaskOrFn,
     adabelief,
     adadelta,
     adafactor,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import funcgrad.numpy as fnp
 from funcgrad.optim.base import (
     GradientTransformation,
@@ -43,6 +46,10 @@ from funcgrad.optim.transforms import (
 )
 from funcgrad.optim.wrappers import masked
 from funcgrad.optim.zoom_linesearch import scale_by_zoom_linesearch
+
+# The `mask` of the optimizers with weight decay: a tree of bools like the parameters (or a
+# prefix of it), a function of the parameters returning one, or None for every leaf.
+MaskOrFn = Any | Callable[[Any], Any] | None
 
 
 def sgd(
