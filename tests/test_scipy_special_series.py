@@ -54,6 +54,20 @@ def test_zeta_and_polygamma_special_values():
     assert np.isnan(fs.polygamma(1.5, 2.0)) and np.isnan(fs.polygamma(-1.0, 2.0))
 
 
+def test_zeta_at_large_and_infinite_orders_is_its_first_term():
+    # The Euler-Maclaurin tail multiplied s (s + 1) ... before dividing by w^2: at s = 1e300
+    # that overflowed to 0 * inf = NaN, and at s = inf its s w^(-s-1) was inf * 0.
+    q = np.array([0.5, 1.0, 1.5, 2.0, 7.0])
+    for s in (1e20, 1e300):
+        want = [float(mp.zeta(s, v)) for v in q]
+        np.testing.assert_array_equal(np.asarray(fs.zeta(f64(s), q)), want)
+    np.testing.assert_array_equal(np.asarray(fs.zeta(f64(np.inf), q)), [np.inf, 1, 0, 0, 0])
+    assert np.asarray(fs.zeta(np.float32(np.inf))) == 1
+    # whole non-positive q stay poles; other negative q alternate in sign without a limit
+    assert np.isinf(fs.zeta(np.inf, -2.0)) and np.isnan(fs.zeta(np.inf, -1.5))
+    np.testing.assert_allclose(np.asarray(fs.zeta(f64(300.0), 1.01)), float(mp.zeta(300, 1.01)))
+
+
 def test_zeta_and_polygamma_at_negative_arguments():
     # A whole order x makes every term (q + k)^-x real: these were NaN (SciPy sums them).
     q = np.array([-1e-3, -0.5, -0.57, -0.999, -5.3, -20.5, -1000.3])

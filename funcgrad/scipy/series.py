@@ -59,14 +59,16 @@ def _hurwitz(s, q):
     factor = s * w ** (-s - 1)  # s (s+1) ... (s + 2j - 2) w^(-s - 2j + 1), j = 1
     for j, coefficient in enumerate(_ZETA_TAIL, start=1):
         total = total + coefficient * factor
-        factor = factor * (s + 2 * j - 1) * (s + 2 * j) / (w * w)
+        # (divided by w before multiplying: at large s, (s + 2j - 1)(s + 2j) overflows)
+        factor = factor * ((s + 2 * j - 1) / w) * ((s + 2 * j) / w)
     return total
 
 
 def zeta(x, q=None):
     """Hurwitz's zeta function sum_k (q + k)^-x (Riemann's when q is omitted, q = 1): inf at
     x = 1 and, for x > 1, at the poles q = 0, -1, -2, ...; NaN for x < 1, and for q < 0 unless
-    x is whole (else the terms (q + k)^-x are not real).
+    x is whole and finite (else the terms (q + k)^-x are not real). At x = inf only the term
+    q^-x is left: inf, 1 or 0 as q < 1, q = 1 or q > 1.
 
     At negative q the terms up to q + k < 0 are reflected: with f = q - floor(q) and
     g = ceil(q) - q (both exact, in (0, 1)), zeta(x, q) = zeta(x, f) + (-1)^x (zeta(x, g) -
@@ -74,7 +76,9 @@ def zeta(x, q=None):
     (x, q), dtype = _wide("zeta", x, 1.0 if q is None else q)
     whole_q = fnp.floor(q) == q
     valid = (x > 1) & (q > 0)
-    left = (x > 1) & (q < 0) & ~whole_q & (fnp.floor(x) == x)
+    infinite = (x == fnp.inf) & (q > 0)
+    valid = valid & ~infinite
+    left = (x > 1) & (q < 0) & ~whole_q & (fnp.floor(x) == x) & (x < fnp.inf)
     pole = (x == 1) | ((x > 1) & (q <= 0) & whole_q)
     s = fnp.where(valid | left, x, 2.0)
     value = _hurwitz(s, fnp.where(valid, q, fnp.where(left, q - fnp.floor(q), 1.0)))
@@ -84,7 +88,8 @@ def zeta(x, q=None):
     # (the two nearby sums first: for odd x at f = 1/2 they cancel exactly, leaving the far one)
     value = fnp.where(left, (value + near) - far, value)
     value = fnp.where(pole, fnp.inf, fnp.where(valid | left, value, fnp.nan))
-    return _narrow(value, dtype)
+    limit = fnp.where(q < 1, fnp.inf, fnp.where(q == 1, 1.0, 0.0))
+    return _narrow(fnp.where(infinite, limit, value), dtype)
 
 
 def polygamma(n, x):
