@@ -79,6 +79,22 @@ def test_beta_of_shapes_whose_gammas_overflow():
     assert_close(got, want.astype(np.float32), np.float32, rtol=2e-6)
 
 
+def test_betaln_of_a_negative_shape_beside_a_large_one():
+    # ln Gamma(q) - ln Gamma(p + q) for negative p was differenced directly: betaln(-30.5, 1e30)
+    # was ln|Gamma(-30.5)| + 6.8e31 - 6.8e31 = 0 (for 2031.6), betaln(-30.5, 1e10) 7e-9 off.
+    a = np.array([-30.5, -30.5, -0.25, -100.5, -1e10 + 0.5])
+    b = np.array([1e30, 1e10, 1e12, 150.0, 1e30])
+    with mpmath.workdps(60):
+        want = np.array(
+            [float(mpmath.log(abs(mpmath.beta(*map(mpmath.mpf, ab))))) for ab in zip(a, b)]
+        )
+    assert_close(special.betaln(a, b), want, rtol=1e-13)
+    assert_close(special.betaln(b, a), want, rtol=1e-13)
+    with mpmath.workdps(60):
+        sign = np.sign([float(mpmath.beta(mpmath.mpf(x), mpmath.mpf(y))) for x, y in zip(a, b)])
+    assert_close(special.beta(a[1:4], b[1:4]), sign[1:4] * np.exp(want[1:4]), rtol=1e-11)
+
+
 def test_poch_of_arguments_whose_gammas_overflow():
     # Gamma(z + m) / Gamma(z) was inf / inf = NaN: poch(200, 2) for 40200.
     z = np.array([200.0, 1e10, 1e5, 30.0, -2.5, 3.0, 2.5])
