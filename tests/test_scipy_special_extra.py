@@ -105,6 +105,20 @@ def test_poch_of_arguments_whose_gammas_overflow():
     check_grads(special.poch, (np.float64(2.5), np.float64(1.5)), 1)
 
 
+def test_poch_at_the_poles_of_both_gammas_and_of_a_large_argument_downwards():
+    # Gamma(z + m) / Gamma(z) with z and z + m both poles was inf - inf = NaN (SciPy takes the
+    # product z (z + 1) ... (z + m - 1)); Gamma(1e10 - 2) / Gamma(1e10) lost 5 digits to the
+    # difference of lgammas, and poch(1e300, -1) was 1 (1e-300).
+    z = np.array([-3.0, -3.0, -3.0, -1000.0, -1000.0, 0.0, -5.0, -1e10, 1e10, 1e300, 7.0])
+    m = np.array([2.0, 4.0, -2.0, -2.0, 1.0, 3.0, 0.0, -2.0, -2.0, -1.0, -3.0])
+    want = [6.0, 0.0, 1 / 20, 1 / (1001 * 1002), -1000.0, 0.0, 1.0, 1 / ((1e10 + 1) * (1e10 + 2))]
+    want = want + [1 / ((1e10 - 1) * (1e10 - 2)), 1e-300, 1 / (6 * 5 * 4)]
+    # (exp of ln poch(1e300, -1) = -690.8 scales its rounding by 690)
+    assert_close(special.poch(z, m), np.array(want), rtol=5e-14)
+    assert np.isnan(special.poch(np.nan, 2.0)) and float(special.poch(np.inf, 0.0)) == 1
+    assert_close(special.poch(np.float32(-4), np.float32(3)), np.float32(-24), np.float32)
+
+
 def test_gamma_at_its_poles_and_at_minus_zero():
     # SciPy's and JAX's values: NaN at the poles (was inf), -inf at -0 (was inf).
     x = np.array([-0.0, 0.0, -2.0, -1e20, -2.5, np.inf, -np.inf])

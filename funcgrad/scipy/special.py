@@ -368,17 +368,29 @@ def factorial(n: ArrayLike, exact: bool = False):
 
 
 def poch(z: ArrayLike, m: ArrayLike):
-    """The rising factorial Gamma(z + m) / Gamma(z); for z, m > 0 as Gamma(m) / B(z, m) by
-    betaln in float64, since the gammas overflow long before their ratio does (poch(200, 2)
-    was inf / inf = NaN, for 40200)."""
+    """The rising factorial Gamma(z + m) / Gamma(z) in float64. Where z and z + m are positive
+    as Gamma(m) / B(z, m) (or its inverse for m < 0) by betaln, since the gammas overflow long
+    before their ratio does (poch(200, 2) was inf / inf = NaN, for 40200). For whole m and
+    whole z <= 0, where both gammas may be at poles, by the reflection (z)_m = (-1)^m
+    (1 - z - m)_m (poch(-3, 2) was NaN, for 6); 1 at m = 0."""
     (z, m), kind = wide("poch", z, m)
-    positive = (z > 0) & (m > 0)
-    safe_z, safe_m = fnp.where(positive, z, 1.0), fnp.where(positive, m, 1.0)
-    ratio = fnp.exp(lax.lgamma(safe_m) - log_beta(safe_z, safe_m))
+    whole = (fnp.floor(z) == z) & (fnp.floor(m) == m)
+    reflect = whole & (z <= 0) & (fnp.abs(m) < 2.0**52)
+    odd = reflect & (fnp.fmod(m, 2.0) != 0)
+    top = fnp.where(reflect, 1 - z, z + m)  # (1 - z - m) + m, without rounding 1 - z - m
+    z = fnp.where(reflect, 1 - z - m, z)
+    # (for m < 0 the ratio is 1 / (z + m)_(-m), from the smaller argument up)
+    down = m < 0
+    low, step = fnp.where(down, top, z), fnp.abs(m)
+    positive = (low > 0) & (step > 0)
+    safe_low, safe_step = fnp.where(positive, low, 1.0), fnp.where(positive, step, 1.0)
+    log_ratio = lax.lgamma(safe_step) - log_beta(safe_low, safe_step)
+    ratio = fnp.exp(fnp.where(down, -log_ratio, log_ratio))
     # (elsewhere the sign and log of each gamma: a pole above is inf, below 0)
-    sign = _gamma_sign(z + m) * _gamma_sign(z)
-    other = sign * fnp.exp(lax.lgamma(z + m) - lax.lgamma(z))
-    return narrow(fnp.where(positive, ratio, other), kind)
+    sign = _gamma_sign(top) * _gamma_sign(z)
+    other = sign * fnp.exp(lax.lgamma(top) - lax.lgamma(z))
+    value = fnp.where(odd, -1.0, 1.0) * fnp.where(positive, ratio, other)
+    return narrow(fnp.where(m == 0, 1.0, value), kind)
 
 
 def multigammaln(a: ArrayLike, d: int):
