@@ -280,9 +280,10 @@ def test_owens_t_matches_scipy():
     want = sc.owens_t(h, a)
     for got in (fs.owens_t(h, a), fg.jit(fs.owens_t)(h, a)):
         np.testing.assert_allclose(np.asarray(got), want, rtol=2e-13, atol=0)
+    # (T(inf, NaN) was 0)
     h, a = (
-        np.array([0.0, 1, -1, np.inf, 1, np.nan, 0]),
-        np.array([1.0, 0.5, 0.5, 1, np.inf, 1, np.inf]),
+        np.array([0.0, 1, -1, np.inf, 1, np.nan, 0, np.inf, -np.inf, np.inf]),
+        np.array([1.0, 0.5, 0.5, 1, np.inf, 1, np.inf, np.nan, np.nan, 0]),
     )
     np.testing.assert_allclose(np.asarray(fs.owens_t(h, a)), sc.owens_t(h, a), rtol=1e-15)
     assert fs.owens_t(np.float32(1), np.float32(0.5)).dtype == np.float32
