@@ -68,6 +68,21 @@ def test_zeta_at_large_and_infinite_orders_is_its_first_term():
     np.testing.assert_allclose(np.asarray(fs.zeta(f64(300.0), 1.01)), float(mp.zeta(300, 1.01)))
 
 
+def test_riemann_zeta_below_one_is_continued():
+    # zeta(x) was NaN for x < 1 (SciPy continues Riemann's; zeta(x, q) with q stays NaN there).
+    x = np.array([0.9, 0.5, 1e-8, 0.0, -1e-8, -0.2, -0.5, -1.0, -1.5, -2.0 + 1e-8, -2.5, -7.0])
+    x = np.concatenate([x, [-10.0, -10.0 + 1e-9, -30.5, -171.5, -200.0, -250.5]])
+    with mp.workdps(40):
+        want = np.array([float(mp.zeta(v)) for v in x])
+    for got in (fs.zeta(x), fg.jit(fs.zeta)(x)):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-13)
+    assert np.asarray(fs.zeta(np.array([-1e3, -1e300]))).tolist() == [0.0, 0.0]
+    assert np.isinf(fs.zeta(-260.5)) and np.isnan(fs.zeta(-np.inf)) and np.isnan(fs.zeta(0.5, 1.0))
+    np.testing.assert_allclose(np.asarray(fs.zeta(np.float32(-1.0))), -1 / 12, rtol=1e-7)
+    for at in (0.5, -0.1, -2.0, -7.3):  # (-2 a trivial zero, with a slope)
+        check_grads(fs.zeta, (f64(at),), order=1)
+
+
 def test_zeta_and_polygamma_at_negative_arguments():
     # A whole order x makes every term (q + k)^-x real: these were NaN (SciPy sums them).
     q = np.array([-1e-3, -0.5, -0.57, -0.999, -5.3, -20.5, -1000.3])

@@ -64,16 +64,38 @@ def _hurwitz(s, q):
     return total
 
 
+def _riemann_below_one(s):
+    """Riemann's zeta continued to s < 1: on (-1/4, 1) by the Euler-Maclaurin sum, whose formula
+    holds there too; below by the functional equation zeta(s) = 2^s pi^(s-1) sin(pi s / 2)
+    Gamma(1 - s) zeta(1 - s), its magnitude through logarithms (Gamma(1 - s) overflows from
+    s = -170 on, where the product need not) and the sine of s less its nearest even number
+    2n (exact) times (-1)^n, so that it keeps its digits beside the trivial zeros at the
+    negative even integers and is exactly 0 on them."""
+    near = s > -0.25
+    direct = _hurwitz(fnp.where(near, s, 0.5), fnp.ones_like(s))
+    far = fnp.where(near, -3.0, s)
+    half_turns = fnp.round(far / 2)
+    sine = fnp.sin(0.5 * math.pi * (far - 2 * half_turns))
+    sine = fnp.where(fnp.fmod(half_turns, 2.0) == 0, sine, -sine)
+    log_rest = far * math.log(2.0) + (far - 1) * math.log(math.pi) + lax.lgamma(1 - far)
+    log_rest = log_rest + fnp.log(_hurwitz(1 - far, fnp.ones_like(far)))
+    # (at a trivial zero beyond s = -170 the magnitude overflows: capped, 0 times it stays 0)
+    reflected = sine * fnp.exp(fnp.where(sine == 0, fnp.minimum(log_rest, 700.0), log_rest))
+    return fnp.where(near, direct, reflected)
+
+
 def zeta(x, q=None):
     """Hurwitz's zeta function sum_k (q + k)^-x (Riemann's when q is omitted, q = 1): inf at
-    x = 1 and, for x > 1, at the poles q = 0, -1, -2, ...; NaN for x < 1, and for q < 0 unless
-    x is whole and finite (else the terms (q + k)^-x are not real). At x = inf only the term
-    q^-x is left: inf, 1 or 0 as q < 1, q = 1 or q > 1.
+    x = 1 and, for x > 1, at the poles q = 0, -1, -2, ...; for x < 1 Riemann's continued
+    (as SciPy's; NaN where q is given, as SciPy's), and NaN for q < 0 unless x is whole and
+    finite (else the terms (q + k)^-x are not real). At x = inf only the term q^-x is left:
+    inf, 1 or 0 as q < 1, q = 1 or q > 1.
 
     At negative q the terms up to q + k < 0 are reflected: with f = q - floor(q) and
     g = ceil(q) - q (both exact, in (0, 1)), zeta(x, q) = zeta(x, f) + (-1)^x (zeta(x, g) -
     zeta(x, 1 - q)), three sums at positive arguments however far left q lies."""
-    (x, q), dtype = _wide("zeta", x, 1.0 if q is None else q)
+    riemann = q is None
+    (x, q), dtype = _wide("zeta", x, 1.0 if riemann else q)
     whole_q = fnp.floor(q) == q
     valid = (x > 1) & (q > 0)
     infinite = (x == fnp.inf) & (q > 0)
@@ -89,7 +111,11 @@ def zeta(x, q=None):
     value = fnp.where(left, (value + near) - far, value)
     value = fnp.where(pole, fnp.inf, fnp.where(valid | left, value, fnp.nan))
     limit = fnp.where(q < 1, fnp.inf, fnp.where(q == 1, 1.0, 0.0))
-    return _narrow(fnp.where(infinite, limit, value), dtype)
+    value = fnp.where(infinite, limit, value)
+    if riemann:
+        below = x < 1
+        value = fnp.where(below, _riemann_below_one(fnp.where(below, x, 0.5)), value)
+    return _narrow(value, dtype)
 
 
 def polygamma(n, x):
