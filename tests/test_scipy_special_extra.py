@@ -9,6 +9,7 @@ import scipy.special as sc
 from hypothesis import given
 
 import funcgrad.scipy.special as special
+from funcgrad import jit
 from funcgrad.test_util import check_grads
 from tests import strategies as fst
 from tests.checks import assert_close
@@ -93,6 +94,23 @@ def test_betaln_of_a_negative_shape_beside_a_large_one():
     with mpmath.workdps(60):
         sign = np.sign([float(mpmath.beta(mpmath.mpf(x), mpmath.mpf(y))) for x, y in zip(a, b)])
     assert_close(special.beta(a[1:4], b[1:4]), sign[1:4] * np.exp(want[1:4]), rtol=1e-11)
+
+
+def test_beta_where_gamma_has_poles_above_and_below():
+    # Gamma(-3) Gamma(2) / Gamma(-1) was inf / inf = NaN; the limit is 1 / ((-3) (-2)) (SciPy's).
+    a = np.array([-3.0, -3.0, 2.0, -1000.0, -1000.0, -1e10, -3.0])
+    b = np.array([2.0, 3.0, -3.0, 1.0, 7.0, 3.0, 4.0])
+    products = [(-3) * (-2), (-3) * (-2) * (-1) / 2, (-3) * (-2), -1000.0]
+    products = products + [
+        np.prod(np.arange(-1000.0, -993.0)) / 720,
+        -1e10 * (-1e10 + 1) * (-1e10 + 2) / 2,
+    ]
+    want = 1 / np.array(products)
+    for f in (special.beta, jit(special.beta)):
+        assert_close(f(a[:-1], b[:-1]), want, rtol=1e-14)
+    assert_close(special.betaln(a[:-1], b[:-1]), np.log(np.abs(want)), rtol=1e-14)
+    assert np.isinf(special.beta(a[-1], b[-1]))  # (a + b = 1: a pole above only)
+    assert_close(special.beta(np.float32(-4), np.float32(2)), np.float32(1 / 12), np.float32)
 
 
 def test_poch_of_arguments_whose_gammas_overflow():

@@ -343,11 +343,30 @@ def loggamma(x: ArrayLike):
     return fnp.where(x < 0, fnp.nan, lax.lgamma(x))
 
 
+def _beta_at_double_poles(a, b):
+    """Where one shape is a whole number <= 0 and the other a whole number > 0 with their sum
+    <= 0, Gamma has poles above and below: B(-n, m) = (-1)^m B(m, n + 1 - m), finite (SciPy's
+    beta(-3, 2) is 1/6). (where, ln|B| there, its sign)."""
+
+    def double(pole, other):
+        whole = (fnp.floor(pole) == pole) & (fnp.floor(other) == other)
+        return whole & (pole <= 0) & (other > 0) & (pole + other <= 0)
+
+    first, second = double(a, b), double(b, a)
+    where = first | second
+    pole, other = fnp.where(first, a, b), fnp.where(first, b, a)
+    safe_other = fnp.where(where, other, 1.0)
+    safe_rest = fnp.where(where, 1 - pole - other, 1.0)
+    sign = fnp.where(fnp.fmod(safe_other, 2.0) == 0, 1.0, -1.0)
+    return where, log_beta(safe_other, safe_rest), sign
+
+
 def betaln(a: ArrayLike, b: ArrayLike):
     """log|B(a, b)| = log|Gamma(a)| + log|Gamma(b)| - log|Gamma(a + b)|, in float64 and
     without the cancellation of the lgamma of large arguments (gamma_differences.log_beta)."""
     (a, b), dtype = wide("betaln", a, b)
-    return narrow(log_beta(a, b), dtype)
+    double, log_double, _ = _beta_at_double_poles(a, b)
+    return narrow(fnp.where(double, log_double, log_beta(a, b)), dtype)
 
 
 def beta(a: ArrayLike, b: ArrayLike):
@@ -355,8 +374,10 @@ def beta(a: ArrayLike, b: ArrayLike):
     since the gammas themselves overflow long before their ratio does (B(30, 30) was NaN in
     float32, B(200, 200) in float64)."""
     (a, b), kind = wide("beta", a, b)
+    double, log_double, sign_double = _beta_at_double_poles(a, b)
     sign = _gamma_sign(a) * _gamma_sign(b) * _gamma_sign(a + b)
-    return narrow(sign * fnp.exp(log_beta(a, b)), kind)
+    value = sign * fnp.exp(log_beta(a, b))
+    return narrow(fnp.where(double, sign_double * fnp.exp(log_double), value), kind)
 
 
 def factorial(n: ArrayLike, exact: bool = False):
