@@ -218,6 +218,26 @@ def test_boxcox_matches_scipy_and_is_smooth_in_lambda():
         check_grads(fs.boxcox1p, (np.float64(0.5), np.float64(lm)), order=2)
 
 
+def test_boxcox_where_x_to_the_lmbda_overflows_but_the_result_does_not():
+    # expm1(lmbda log x) overflowed before the division by lmbda: boxcox(2.5, 100) was inf in
+    # float32 (for 6.2e37), boxcox(1.5, 1760) in float64 (for 4.7e306).
+    x = np.array([2.5, 0.5, 1.5, np.e])
+    lmbda = np.array([100.0, -127.0, 1760.0, 41.0])
+    with mp.workdps(30):
+        want = np.array([float(mp.expm1(mp.mpf(lm) * mp.log(v)) / lm) for v, lm in zip(x, lmbda)])
+    np.testing.assert_allclose(np.asarray(fs.boxcox(x, lmbda)), want, rtol=1e-13)
+    got32 = fs.boxcox(x[:2].astype(np.float32), lmbda[:2].astype(np.float32))
+    np.testing.assert_allclose(np.asarray(got32), want[:2].astype(np.float32), rtol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(fs.boxcox1p(np.float32(1e-8), np.float32(1e10))),
+        sc.boxcox1p(float(np.float32(1e-8)), 1e10),
+        rtol=1e-5,
+    )
+    check_grads(fs.boxcox, (np.float64(np.e), np.float64(41.0)), order=1)
+    slope = fg.grad(fs.boxcox, argnums=1)(np.float64(1.5), np.float64(1760.0))  # (was NaN)
+    assert np.isfinite(slope)
+
+
 def test_bernoulli_matches_scipy():
     exact = [float(mp.bernoulli(n)) for n in range(31)]
     exact[1] = -0.5
