@@ -68,6 +68,18 @@ def test_divergences_match_scipy_including_edges(name):
     assert_close(got, want, np.float32)
 
 
+def test_divergences_where_the_ratio_leaves_float64():
+    # x / y under- or overflowed even in float64: rel_entr(1e-200, 1e200) was x log 0 = -inf,
+    # rel_entr(1e300, 1e-300) inf, and kl_div(1e-200, 1e200) -inf (SciPy's too), not about y.
+    x = np.array([1e-200, 1e300, 5e-324, 3e-310])
+    y = np.array([1e200, 1e-300, 2.0, 7e5])
+    with mpmath.workdps(30):
+        logs = [mpmath.log(mpmath.mpf(a) / mpmath.mpf(b)) for a, b in zip(x, y)]
+        want = np.array([float(mpmath.mpf(a) * v) for a, v in zip(x, logs)])
+    assert_close(special.rel_entr(x, y), want, rtol=1e-14, atol=0)
+    assert_close(special.kl_div(x, y), want - x + y, rtol=1e-14, atol=0)
+
+
 def test_beta_of_shapes_whose_gammas_overflow():
     # Gamma(a) Gamma(b) / Gamma(a + b) was inf / inf = NaN from B(18, 18) on in float32 and
     # B(86, 86) in float64, though B itself is far from overflowing.

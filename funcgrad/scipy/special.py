@@ -424,11 +424,18 @@ def multigammaln(a: ArrayLike, d: int):
 
 def _relative_entropy(name: str, x: ArrayLike, y: ArrayLike, offset: bool):
     """x log(x / y) (- x + y with `offset`) for x, y > 0 in float64, where x / y does not
-    overflow (7 / 1e-45 did in float32); 0 (y) where x = 0 <= y; NaN for a NaN; else inf."""
+    overflow (7 / 1e-45 did in float32); 0 (y) where x = 0 <= y; NaN for a NaN; else inf.
+    Where even float64's x / y leaves [1e-300, 1e300], as x (log x - log y), whose difference
+    is then too large to cancel (rel_entr(1e-200, 1e200) was x log 0 = -inf)."""
     (x, y), kind = wide(name, x, y)
     both_positive = (x > 0) & (y > 0)
     safe_x, safe_y = fnp.where(both_positive, x, 1), fnp.where(both_positive, y, 1)
-    value = safe_x * fnp.log(safe_x / safe_y)
+    ratio = safe_x / safe_y
+    extreme = (ratio < 1e-300) | (ratio > 1e300)
+    log_ratio = fnp.where(
+        extreme, fnp.log(safe_x) - fnp.log(safe_y), fnp.log(fnp.where(extreme, 1.0, ratio))
+    )
+    value = safe_x * log_ratio
     zero_x = 0.0
     if offset:
         value, zero_x = value - safe_x + safe_y, y
