@@ -80,6 +80,21 @@ def test_divergences_where_the_ratio_leaves_float64():
     assert_close(special.kl_div(x, y), want - x + y, rtol=1e-14, atol=0)
 
 
+def test_divergences_of_nearly_equal_arguments_keep_their_digits():
+    # log(x / y) rounded x / y near 1 (rel_entr(0.5, 0.499999999) lost 8 digits), and kl_div's
+    # x log(x / y) - x + y, of order (x - y)^2 / 2y, cancelled to nothing (SciPy's too).
+    x = np.array([0.5, 1.0, 2.0, 3.0, 7.0, 1e5])
+    y = np.array([0.499999999, 1.0 + 1e-12, 2.00000001, 3.3, 5.0, 1e5 * (1 + 1e-6)])
+    with mpmath.workdps(40):
+        pairs = [(mpmath.mpf(a), mpmath.mpf(b)) for a, b in zip(x, y)]
+        entropy = np.array([float(a * mpmath.log(a / b)) for a, b in pairs])
+        divergence = np.array([float(a * mpmath.log(a / b) - a + b) for a, b in pairs])
+    assert_close(special.rel_entr(x, y), entropy, rtol=1e-15, atol=0)
+    assert_close(special.kl_div(x, y), divergence, rtol=1e-14, atol=0)
+    for at in ((1.0, 1.05), (1.0, 1.5), (2.0, 0.7)):
+        check_grads(special.kl_div, tuple(map(np.float64, at)), order=2)
+
+
 def test_beta_of_shapes_whose_gammas_overflow():
     # Gamma(a) Gamma(b) / Gamma(a + b) was inf / inf = NaN from B(18, 18) on in float32 and
     # B(86, 86) in float64, though B itself is far from overflowing.
