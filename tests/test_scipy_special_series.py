@@ -181,6 +181,19 @@ def test_incomplete_gamma_at_infinite_shape():
         np.testing.assert_array_equal(got, getattr(sc, name)(np.inf, x), err_msg=name)
 
 
+def test_betainc_small_past_the_swap():
+    # A small b leaves I_x(a, b) small where x is past (a + 1) / (a + b + 2), where it was
+    # 1 less a continued fraction near 1: I_0.99(5, 1e-10) kept 5 digits, I_0.88(1.2, 2.3e-12) 4.
+    a = np.array([5.0, 1.2, 0.48, 120.0, 4.3, 0.0916, 50.0, 733.0])
+    b = np.array([1e-10, 2.3e-12, 1.3e-12, 1.1e-12, 1.1e-12, 1.63e-6, 1e-3, 5.6e-7])
+    x = np.array([0.99, 0.88, 0.68, 1 - 1e-6, 1 - 1e-9, 0.943, 0.999, 1 - 1.24e-5])
+    with mp.workdps(40):
+        want = [float(mp.betainc(p, q, 0, v, regularized=True)) for p, q, v in zip(a, b, x)]
+    for f in (fs.betainc, fg.jit(fs.betainc)):
+        np.testing.assert_allclose(np.asarray(f(a, b, x)), want, rtol=1e-11)
+    check_grads(lambda x: fs.betainc(f64(5.0), f64(1e-3), x), (f64(0.995),), order=1)
+
+
 def test_betainc_at_infinite_and_huge_shapes():
     # The limits (SciPy's): a = inf is a step at x = 1, b = inf one past x = 0; both: NaN.
     # These were NaN, as were finite shapes past 1e154, whose products in the continued

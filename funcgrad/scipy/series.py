@@ -21,7 +21,7 @@ from funcgrad.numpy._bessel import i0, i0e, i1, i1e
 from funcgrad.numpy._float64 import narrow as _narrow
 from funcgrad.numpy._float64 import wide as _wide
 from funcgrad.scipy import gamma_asymptotic
-from funcgrad.scipy.gamma_differences import log_beta, log_gamma_1p
+from funcgrad.scipy.gamma_differences import log_beta, log_gamma_1p, log_gamma_slope
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
 __all__ = ["betainc", "gammainc", "gammaincc", "i0", "i0e", "i1", "i1e", "polygamma", "zeta"]
@@ -346,6 +346,25 @@ def _beta_fraction(a, b, x):
     return front * h
 
 
+_BETA_RECHECK_FROM = 1e-5  # 1 - x: the unswapped fraction takes up to about 2500 rounds
+_BETA_NEAR_ONE_TERMS = 20
+
+
+def _beta_near_one(a, b, y):
+    """I_x(a, b) = 1 - I_y(b, a) at y = 1 - x below 1e-5 (with a y < 1/10), for small b: from
+    I_y(b, a) = y^b / (b B(a, b)) (1 + b sum_j (1 - a)_j / j! y^j / (b + j)) as
+    -expm1(L) - e^L b T, L = b ln y + ln(1 / (b B(a, b))), whose ln Gamma(a + b) - ln Gamma(a)
+    and ln Gamma(1 + b) are taken without differencing, so that nothing cancels as b -> 0."""
+    slope, _ = log_gamma_slope(a, fnp.minimum(b, 0.5))
+    log_scale = b * slope - log_gamma_1p(fnp.minimum(b, 0.5))
+    exponent = b * fnp.log(y) + log_scale
+    term, total = fnp.ones_like(y), fnp.zeros_like(y)
+    for j in range(1, _BETA_NEAR_ONE_TERMS + 1):
+        term = term * ((j - a) / j * y)
+        total = total + term / (b + j)
+    return -fnp.expm1(exponent) - fnp.exp(exponent) * b * total
+
+
 def _regularized_beta(a, b, x):
     """(I_x(a, b), 1 - I_x(a, b)), each summed where it is the smaller, so that neither is
     rounded to 1 less a few digits."""
@@ -359,6 +378,34 @@ def _regularized_beta(a, b, x):
     fraction = _beta_fraction(lo_a, lo_b, lo_x)
     value = fnp.where(swap, 1 - fraction, fraction)
     complement = fnp.where(swap, fraction, 1 - fraction)
+    # A small b can leave I small past the swap, as 1 less a fraction near 1 (I_0.99(5, 1e-10)
+    # kept 5 digits): there the unswapped fraction, which still converges, within about
+    # 8 / sqrt(1 - x) rounds; nearer 1 the series of I_y(b, a) in y = 1 - x. (Each only
+    # where some element needs it: they doubled the time of every call.)
+    y = 1 - safe_x
+    small_past_swap = swap & (value < 1e-3)  # (above, 1 - fraction keeps 13 digits)
+    recheck = small_past_swap & (y >= _BETA_RECHECK_FROM)
+    near_one = small_past_swap & (y < _BETA_RECHECK_FROM) & (safe_a * y < 0.1) & (safe_b < 0.5)
+
+    def unswapped(value):
+        direct = _beta_fraction(
+            fnp.where(recheck, safe_a, 1.0),
+            fnp.where(recheck, safe_b, 1.0),
+            fnp.where(recheck, safe_x, 0.5),
+        )
+        return fnp.where(recheck, direct, value)
+
+    def by_series(value):
+        series = _beta_near_one(
+            fnp.where(near_one, safe_a, 1.0),
+            fnp.where(near_one, safe_b, 0.25),
+            fnp.where(near_one, y, 1e-6),
+        )
+        return fnp.where(near_one, series, value)
+
+    value = lax.cond(fnp.any(recheck), unswapped, lambda v: v, value)
+    value = lax.cond(fnp.any(near_one), by_series, lambda v: v, value)
+    complement = fnp.where(recheck | near_one, 1 - value, complement)
     value = fnp.where(x == 0, 0.0, fnp.where(x == 1, 1.0, value))
     complement = fnp.where(x == 0, 1.0, fnp.where(x == 1, 0.0, complement))
     return fnp.where(valid, value, fnp.nan), fnp.where(valid, complement, fnp.nan)
