@@ -49,6 +49,23 @@ def test_tuple_of_coordinate_arrays():
     )
 
 
+@pytest.mark.parametrize("method", ["linear", "nearest"])
+def test_complex_values_interpolate_at_real_points(method):
+    # The points were promoted with the values to complex, and searching the grid for them
+    # failed deep inside ("lt does not accept dtype complex128").
+    rng = np.random.default_rng(4)
+    grid = (np.linspace(0, 1, 4), np.array([-2.0, -0.5, 1.0]))
+    values = rng.standard_normal((4, 3)) + 1j * rng.standard_normal((4, 3))
+    xi = np.array([[0.2, -1.0], [0.9, 0.7], [1.5, 0.0]])
+    want = si.RegularGridInterpolator(grid, values, method, bounds_error=False)(xi)
+    interpolator = RegularGridInterpolator(grid, values, method)
+    for got in (interpolator(xi), fg.jit(lambda x: interpolator(x))(xi)):
+        assert np.asarray(got).dtype == np.complex128
+        assert_close(got, want, rtol=1e-12, atol=1e-12)
+    with pytest.raises(TypeError, match="must be real"):
+        interpolator(xi + 1j)
+
+
 def test_built_inside_jit_and_differentiated():
     points, values, xi = problem()
     xi = xi[1:]  # away from the NaN

@@ -54,6 +54,30 @@ def test_integer_input_rounds_and_coordinates_broadcast():
     assert_close(out, expected, dtype=np.int32)
 
 
+@pytest.mark.parametrize("order", [0, 1])
+def test_coordinates_beyond_int32_and_nan_coordinates(order):
+    # Indices were converted to int32 before the mode folded them: 3e9 wrapped over 5 samples
+    # read sample 2 (for 0), and 2^31 + 0.5 in "nearest" read sample 2, not the edge. A NaN
+    # coordinate read sample 0 at order 0.
+    image = np.arange(5.0)
+    far = np.array([3e9, -3e9 - 1, 1e10 + 3, 2.0**40 + 4])
+    for mode, scipy_mode in MODES.items():
+        f = lambda c, mode=mode: map_coordinates(image, [c], order, mode, -7.0)  # noqa: E731
+        want = sn.map_coordinates(image, [far], order=order, mode=scipy_mode, cval=-7.0)
+        for got in (f(far), fg.jit(f)(far)):
+            assert_close(got, want, rtol=0, atol=0)
+    for g in (map_coordinates, fg.jit(map_coordinates, static_argnums=(2, 3))):
+        for mode in MODES:
+            got = g(image, [np.array([np.nan, 1.0])], order, mode)
+            assert np.isnan(got[0]) and float(got[1]) == 1.0
+    # (a periodic mode has no sample for an infinite coordinate; an integer image gives cval)
+    assert np.isnan(map_coordinates(image, [np.array([np.inf])], order, "wrap")[0])
+    nearest = float(map_coordinates(image, [np.array([np.inf])], order, "nearest")[0])
+    assert nearest == 4 if order == 0 else np.isnan(nearest)  # (inf - inf weighs order 1's)
+    integers = map_coordinates(np.arange(5), [np.array([np.nan, 2.0])], order, "mirror", 9)
+    np.testing.assert_array_equal(np.asarray(integers), [9, 2])
+
+
 def test_jit_vmap_and_derivatives():
     rng = np.random.default_rng(1)
     image = rng.standard_normal((4, 5))

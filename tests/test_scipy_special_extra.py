@@ -9,6 +9,7 @@ import scipy.special as sc
 from hypothesis import given
 
 import funcgrad.scipy.special as special
+from funcgrad import jit
 from funcgrad.test_util import check_grads
 from tests import strategies as fst
 from tests.checks import assert_close
@@ -67,6 +68,33 @@ def test_divergences_match_scipy_including_edges(name):
     assert_close(got, want, np.float32)
 
 
+def test_divergences_where_the_ratio_leaves_float64():
+    # x / y under- or overflowed even in float64: rel_entr(1e-200, 1e200) was x log 0 = -inf,
+    # rel_entr(1e300, 1e-300) inf, and kl_div(1e-200, 1e200) -inf (SciPy's too), not about y.
+    x = np.array([1e-200, 1e300, 5e-324, 3e-310])
+    y = np.array([1e200, 1e-300, 2.0, 7e5])
+    with mpmath.workdps(30):
+        logs = [mpmath.log(mpmath.mpf(a) / mpmath.mpf(b)) for a, b in zip(x, y)]
+        want = np.array([float(mpmath.mpf(a) * v) for a, v in zip(x, logs)])
+    assert_close(special.rel_entr(x, y), want, rtol=1e-14, atol=0)
+    assert_close(special.kl_div(x, y), want - x + y, rtol=1e-14, atol=0)
+
+
+def test_divergences_of_nearly_equal_arguments_keep_their_digits():
+    # log(x / y) rounded x / y near 1 (rel_entr(0.5, 0.499999999) lost 8 digits), and kl_div's
+    # x log(x / y) - x + y, of order (x - y)^2 / 2y, cancelled to nothing (SciPy's too).
+    x = np.array([0.5, 1.0, 2.0, 3.0, 7.0, 1e5])
+    y = np.array([0.499999999, 1.0 + 1e-12, 2.00000001, 3.3, 5.0, 1e5 * (1 + 1e-6)])
+    with mpmath.workdps(40):
+        pairs = [(mpmath.mpf(a), mpmath.mpf(b)) for a, b in zip(x, y)]
+        entropy = np.array([float(a * mpmath.log(a / b)) for a, b in pairs])
+        divergence = np.array([float(a * mpmath.log(a / b) - a + b) for a, b in pairs])
+    assert_close(special.rel_entr(x, y), entropy, rtol=1e-15, atol=0)
+    assert_close(special.kl_div(x, y), divergence, rtol=1e-14, atol=0)
+    for at in ((1.0, 1.05), (1.0, 1.5), (2.0, 0.7)):
+        check_grads(special.kl_div, tuple(map(np.float64, at)), order=2)
+
+
 def test_beta_of_shapes_whose_gammas_overflow():
     # Gamma(a) Gamma(b) / Gamma(a + b) was inf / inf = NaN from B(18, 18) on in float32 and
     # B(86, 86) in float64, though B itself is far from overflowing.
@@ -79,6 +107,39 @@ def test_beta_of_shapes_whose_gammas_overflow():
     assert_close(got, want.astype(np.float32), np.float32, rtol=2e-6)
 
 
+def test_betaln_of_a_negative_shape_beside_a_large_one():
+    # ln Gamma(q) - ln Gamma(p + q) for negative p was differenced directly: betaln(-30.5, 1e30)
+    # was ln|Gamma(-30.5)| + 6.8e31 - 6.8e31 = 0 (for 2031.6), betaln(-30.5, 1e10) 7e-9 off.
+    a = np.array([-30.5, -30.5, -0.25, -100.5, -1e10 + 0.5])
+    b = np.array([1e30, 1e10, 1e12, 150.0, 1e30])
+    with mpmath.workdps(60):
+        want = np.array(
+            [float(mpmath.log(abs(mpmath.beta(*map(mpmath.mpf, ab))))) for ab in zip(a, b)]
+        )
+    assert_close(special.betaln(a, b), want, rtol=1e-13)
+    assert_close(special.betaln(b, a), want, rtol=1e-13)
+    with mpmath.workdps(60):
+        sign = np.sign([float(mpmath.beta(mpmath.mpf(x), mpmath.mpf(y))) for x, y in zip(a, b)])
+    assert_close(special.beta(a[1:4], b[1:4]), sign[1:4] * np.exp(want[1:4]), rtol=1e-11)
+
+
+def test_beta_where_gamma_has_poles_above_and_below():
+    # Gamma(-3) Gamma(2) / Gamma(-1) was inf / inf = NaN; the limit is 1 / ((-3) (-2)) (SciPy's).
+    a = np.array([-3.0, -3.0, 2.0, -1000.0, -1000.0, -1e10, -3.0])
+    b = np.array([2.0, 3.0, -3.0, 1.0, 7.0, 3.0, 4.0])
+    products = [(-3) * (-2), (-3) * (-2) * (-1) / 2, (-3) * (-2), -1000.0]
+    products = products + [
+        np.prod(np.arange(-1000.0, -993.0)) / 720,
+        -1e10 * (-1e10 + 1) * (-1e10 + 2) / 2,
+    ]
+    want = 1 / np.array(products)
+    for f in (special.beta, jit(special.beta)):
+        assert_close(f(a[:-1], b[:-1]), want, rtol=1e-14)
+    assert_close(special.betaln(a[:-1], b[:-1]), np.log(np.abs(want)), rtol=1e-14)
+    assert np.isinf(special.beta(a[-1], b[-1]))  # (a + b = 1: a pole above only)
+    assert_close(special.beta(np.float32(-4), np.float32(2)), np.float32(1 / 12), np.float32)
+
+
 def test_poch_of_arguments_whose_gammas_overflow():
     # Gamma(z + m) / Gamma(z) was inf / inf = NaN: poch(200, 2) for 40200.
     z = np.array([200.0, 1e10, 1e5, 30.0, -2.5, 3.0, 2.5])
@@ -87,6 +148,20 @@ def test_poch_of_arguments_whose_gammas_overflow():
     want = np.concatenate([want, [30 * 31 * 32 * 33 * 34, -2.5 * -1.5 * -0.5, 1 / (2 * 1), 1.0]])
     assert_close(special.poch(z, m), want, rtol=1e-14)
     check_grads(special.poch, (np.float64(2.5), np.float64(1.5)), 1)
+
+
+def test_poch_at_the_poles_of_both_gammas_and_of_a_large_argument_downwards():
+    # Gamma(z + m) / Gamma(z) with z and z + m both poles was inf - inf = NaN (SciPy takes the
+    # product z (z + 1) ... (z + m - 1)); Gamma(1e10 - 2) / Gamma(1e10) lost 5 digits to the
+    # difference of lgammas, and poch(1e300, -1) was 1 (1e-300).
+    z = np.array([-3.0, -3.0, -3.0, -1000.0, -1000.0, 0.0, -5.0, -1e10, 1e10, 1e300, 7.0])
+    m = np.array([2.0, 4.0, -2.0, -2.0, 1.0, 3.0, 0.0, -2.0, -2.0, -1.0, -3.0])
+    want = [6.0, 0.0, 1 / 20, 1 / (1001 * 1002), -1000.0, 0.0, 1.0, 1 / ((1e10 + 1) * (1e10 + 2))]
+    want = want + [1 / ((1e10 - 1) * (1e10 - 2)), 1e-300, 1 / (6 * 5 * 4)]
+    # (exp of ln poch(1e300, -1) = -690.8 scales its rounding by 690)
+    assert_close(special.poch(z, m), np.array(want), rtol=5e-14)
+    assert np.isnan(special.poch(np.nan, 2.0)) and float(special.poch(np.inf, 0.0)) == 1
+    assert_close(special.poch(np.float32(-4), np.float32(3)), np.float32(-24), np.float32)
 
 
 def test_gamma_at_its_poles_and_at_minus_zero():

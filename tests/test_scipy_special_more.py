@@ -158,8 +158,7 @@ def test_vmap_and_jit_agree_with_eager():
 
 
 def test_comb_matches_scipy():
-    """Whole k or N - k up to 40 by the product (measured within 8 ulp); elsewhere by log
-    gamma differences."""
+    """Whole k or N - k up to 40 by the product (measured within 8 ulp); elsewhere by betaln."""
     N = np.array([5.0, 5, 5, -1, 5.5, 3, 10, 60, 1000, 7.5, 30.25])
     k = np.array([2.0, 6, -1, 2, 2, 3.5, 0, 30, 3, 2.5, 30.0])
     want = sc.comb(N, k)
@@ -170,6 +169,19 @@ def test_comb_matches_scipy():
     big = fs.comb(np.float64(1000), np.float64(500))
     np.testing.assert_allclose(float(big), float(mp.binomial(1000, 500)), rtol=1e-12)
     assert fs.comb(5, 2).dtype == np.float32 and float(fs.comb(5, 2)) == 10.0
+
+
+def test_comb_of_a_fractional_k_and_a_large_n():
+    # lgamma(N + 1) - lgamma(k + 1) - lgamma(N - k + 1) cancelled: comb(1e20, 0.5) was
+    # 1 / Gamma(1.5) (for 1.1e10), comb(1e10, 1e-3) 1.2e-5 off (SciPy's is still 3.5e-15 off).
+    N = np.array([1e20, 1e10, 1e6, 1e15, 50.0])
+    k = np.array([0.5, 1e-3, 0.1, 7.25, 20.5])
+    with mp.workdps(40):
+        want = np.array([float(mp.binomial(mp.mpf(n), mp.mpf(j))) for n, j in zip(N, k)])
+    np.testing.assert_allclose(np.asarray(fs.comb(N, k)), want, rtol=1e-13)
+    fits = [0, 1, 2, 4]  # (comb(1e15, 7.25) overflows float32)
+    got32 = np.asarray(fs.comb(N[fits].astype(np.float32), k[fits].astype(np.float32)))
+    np.testing.assert_allclose(got32, want[fits].astype(np.float32), rtol=1e-6)
 
 
 def test_gammasgn_matches_scipy():
@@ -204,6 +216,26 @@ def test_boxcox_matches_scipy_and_is_smooth_in_lambda():
     for lm in (0.0, 1e-6, 0.7):
         check_grads(fs.boxcox, (np.float64(2.5), np.float64(lm)), order=2)
         check_grads(fs.boxcox1p, (np.float64(0.5), np.float64(lm)), order=2)
+
+
+def test_boxcox_where_x_to_the_lmbda_overflows_but_the_result_does_not():
+    # expm1(lmbda log x) overflowed before the division by lmbda: boxcox(2.5, 100) was inf in
+    # float32 (for 6.2e37), boxcox(1.5, 1760) in float64 (for 4.7e306).
+    x = np.array([2.5, 0.5, 1.5, np.e])
+    lmbda = np.array([100.0, -127.0, 1760.0, 41.0])
+    with mp.workdps(30):
+        want = np.array([float(mp.expm1(mp.mpf(lm) * mp.log(v)) / lm) for v, lm in zip(x, lmbda)])
+    np.testing.assert_allclose(np.asarray(fs.boxcox(x, lmbda)), want, rtol=1e-13)
+    got32 = fs.boxcox(x[:2].astype(np.float32), lmbda[:2].astype(np.float32))
+    np.testing.assert_allclose(np.asarray(got32), want[:2].astype(np.float32), rtol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(fs.boxcox1p(np.float32(1e-8), np.float32(1e10))),
+        sc.boxcox1p(float(np.float32(1e-8)), 1e10),
+        rtol=1e-5,
+    )
+    check_grads(fs.boxcox, (np.float64(np.e), np.float64(41.0)), order=1)
+    slope = fg.grad(fs.boxcox, argnums=1)(np.float64(1.5), np.float64(1760.0))  # (was NaN)
+    assert np.isfinite(slope)
 
 
 def test_bernoulli_matches_scipy():
@@ -268,9 +300,10 @@ def test_owens_t_matches_scipy():
     want = sc.owens_t(h, a)
     for got in (fs.owens_t(h, a), fg.jit(fs.owens_t)(h, a)):
         np.testing.assert_allclose(np.asarray(got), want, rtol=2e-13, atol=0)
+    # (T(inf, NaN) was 0)
     h, a = (
-        np.array([0.0, 1, -1, np.inf, 1, np.nan, 0]),
-        np.array([1.0, 0.5, 0.5, 1, np.inf, 1, np.inf]),
+        np.array([0.0, 1, -1, np.inf, 1, np.nan, 0, np.inf, -np.inf, np.inf]),
+        np.array([1.0, 0.5, 0.5, 1, np.inf, 1, np.inf, np.nan, np.nan, 0]),
     )
     np.testing.assert_allclose(np.asarray(fs.owens_t(h, a)), sc.owens_t(h, a), rtol=1e-15)
     assert fs.owens_t(np.float32(1), np.float32(0.5)).dtype == np.float32

@@ -54,6 +54,35 @@ def test_zeta_and_polygamma_special_values():
     assert np.isnan(fs.polygamma(1.5, 2.0)) and np.isnan(fs.polygamma(-1.0, 2.0))
 
 
+def test_zeta_at_large_and_infinite_orders_is_its_first_term():
+    # The Euler-Maclaurin tail multiplied s (s + 1) ... before dividing by w^2: at s = 1e300
+    # that overflowed to 0 * inf = NaN, and at s = inf its s w^(-s-1) was inf * 0.
+    q = np.array([0.5, 1.0, 1.5, 2.0, 7.0])
+    for s in (1e20, 1e300):
+        want = [float(mp.zeta(s, v)) for v in q]
+        np.testing.assert_array_equal(np.asarray(fs.zeta(f64(s), q)), want)
+    np.testing.assert_array_equal(np.asarray(fs.zeta(f64(np.inf), q)), [np.inf, 1, 0, 0, 0])
+    assert np.asarray(fs.zeta(np.float32(np.inf))) == 1
+    # whole non-positive q stay poles; other negative q alternate in sign without a limit
+    assert np.isinf(fs.zeta(np.inf, -2.0)) and np.isnan(fs.zeta(np.inf, -1.5))
+    np.testing.assert_allclose(np.asarray(fs.zeta(f64(300.0), 1.01)), float(mp.zeta(300, 1.01)))
+
+
+def test_riemann_zeta_below_one_is_continued():
+    # zeta(x) was NaN for x < 1 (SciPy continues Riemann's; zeta(x, q) with q stays NaN there).
+    x = np.array([0.9, 0.5, 1e-8, 0.0, -1e-8, -0.2, -0.5, -1.0, -1.5, -2.0 + 1e-8, -2.5, -7.0])
+    x = np.concatenate([x, [-10.0, -10.0 + 1e-9, -30.5, -171.5, -200.0, -250.5]])
+    with mp.workdps(40):
+        want = np.array([float(mp.zeta(v)) for v in x])
+    for got in (fs.zeta(x), fg.jit(fs.zeta)(x)):
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-13)
+    assert np.asarray(fs.zeta(np.array([-1e3, -1e300]))).tolist() == [0.0, 0.0]
+    assert np.isinf(fs.zeta(-260.5)) and np.isnan(fs.zeta(-np.inf)) and np.isnan(fs.zeta(0.5, 1.0))
+    np.testing.assert_allclose(np.asarray(fs.zeta(np.float32(-1.0))), -1 / 12, rtol=1e-7)
+    for at in (0.5, -0.1, -2.0, -7.3):  # (-2 a trivial zero, with a slope)
+        check_grads(fs.zeta, (f64(at),), order=1)
+
+
 def test_zeta_and_polygamma_at_negative_arguments():
     # A whole order x makes every term (q + k)^-x real: these were NaN (SciPy sums them).
     q = np.array([-1e-3, -0.5, -0.57, -0.999, -5.3, -20.5, -1000.3])
@@ -150,6 +179,19 @@ def test_incomplete_gamma_at_infinite_shape():
     for name in ("gammainc", "gammaincc"):
         got = np.asarray(getattr(fs, name)(np.inf, x))
         np.testing.assert_array_equal(got, getattr(sc, name)(np.inf, x), err_msg=name)
+
+
+def test_betainc_small_past_the_swap():
+    # A small b leaves I_x(a, b) small where x is past (a + 1) / (a + b + 2), where it was
+    # 1 less a continued fraction near 1: I_0.99(5, 1e-10) kept 5 digits, I_0.88(1.2, 2.3e-12) 4.
+    a = np.array([5.0, 1.2, 0.48, 120.0, 4.3, 0.0916, 50.0, 733.0])
+    b = np.array([1e-10, 2.3e-12, 1.3e-12, 1.1e-12, 1.1e-12, 1.63e-6, 1e-3, 5.6e-7])
+    x = np.array([0.99, 0.88, 0.68, 1 - 1e-6, 1 - 1e-9, 0.943, 0.999, 1 - 1.24e-5])
+    with mp.workdps(40):
+        want = [float(mp.betainc(p, q, 0, v, regularized=True)) for p, q, v in zip(a, b, x)]
+    for f in (fs.betainc, fg.jit(fs.betainc)):
+        np.testing.assert_allclose(np.asarray(f(a, b, x)), want, rtol=1e-11)
+    check_grads(lambda x: fs.betainc(f64(5.0), f64(1e-3), x), (f64(0.995),), order=1)
 
 
 def test_betainc_at_infinite_and_huge_shapes():

@@ -96,12 +96,13 @@ def _stirling_remainder(x):
 
 def log_beta(a, b):
     """ln|B(a, b)| = ln|Gamma(a)| + ln|Gamma(b)| - ln|Gamma(a + b)|, without subtracting the
-    lgamma of a large argument from another: with p <= q, from q = _STIRLING_FROM on the
-    lgamma difference of q and p + q is written by Stirling's series around log1p(-p / (p +
-    q)) (lgamma(1e15) - lgamma(1e15 + 3) kept 2 digits; betaln(1e300, 1) was 0, not -690.8),
-    and from p = _STIRLING_FROM on lgamma(p) too."""
+    lgamma of a large argument from another: with p <= q, where q and p + q are both from
+    _STIRLING_FROM on, the lgamma difference of q and p + q is written by Stirling's series
+    around log1p(-p / (p + q)) (lgamma(1e15) - lgamma(1e15 + 3) kept 2 digits; betaln(1e300, 1)
+    was 0, not -690.8; betaln(-30.5, 1e30) was 0, not 2031.6), and from p = _STIRLING_FROM on
+    lgamma(p) too."""
     p, q = fnp.minimum(a, b), fnp.maximum(a, b)
-    big_q = (p > 0) & (q >= _STIRLING_FROM) & fnp.isfinite(q)
+    big_q = (p + q >= _STIRLING_FROM) & fnp.isfinite(q) & fnp.isfinite(p)
     big_p = big_q & (p >= _STIRLING_FROM)
     safe_p = fnp.where(big_q, p, 1.0)
     safe_q = fnp.where(big_q, q, _STIRLING_FROM)

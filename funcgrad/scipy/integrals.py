@@ -565,7 +565,8 @@ def _owens_t(h, a):
     tail_h, tail_ah = _upper_normal_tail(h_abs), _upper_normal_tail(ah)
     outer = 0.5 * tail_h + 0.5 * tail_ah - tail_h * tail_ah - inner
     value = fnp.where(inverted, outer, inner)
-    return fnp.where(a < 0, -value, value)
+    # (an infinite h zeroes the integrand whatever a is, but a NaN a is still unknown)
+    return fnp.where(fnp.isnan(a), fnp.nan, fnp.where(a < 0, -value, value))
 
 
 @_owens_t.defjvp

@@ -108,8 +108,14 @@ class RegularGridInterpolator:
                 f"RegularGridInterpolator: the query points have {xi.shape[-1]} coordinates, "
                 f"the grid has {ndim} axes"
             )
+        if dtypes.is_complex(xi.dtype):
+            raise TypeError(
+                f"RegularGridInterpolator: the query points must be real, got {xi.dtype}"
+            )
         leading = xi.shape[:-1]
         xi, values = promote_dtypes_inexact(fnp.reshape(xi, (-1, ndim)), self.values)
+        # (complex values promote the points to complex too; their coordinates stay real)
+        xi = fnp.real(xi)
         coordinates = [xi[:, axis] for axis in range(ndim)]
         lowers, fractions = zip(*(_cell(x, g) for x, g in zip(coordinates, self.grid)))
         if method == "linear":

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
-from funcgrad.numpy._promotion import convert, promote_dtypes_inexact
+from funcgrad.numpy._promotion import convert
 
 __all__ = ["map_coordinates"]
 
@@ -48,16 +48,31 @@ _INDEXERS: dict[str, Callable] = {
 _ALIASES = {"grid-constant": "constant", "grid-wrap": "wrap", "grid-mirror": "reflect"}
 
 
-def _neighbours(coordinate, order: int):
-    """(index, weight) pairs of the samples that a coordinate reads."""
+def _folded(index, size: int, mode: str):
+    """A whole-valued float index brought into a range that int32 holds, reading the same
+    samples: periodic modes reduce it by their period, the others clip it to [-2, size] (the
+    samples beyond are all the edge's or all cval). An infinite index becomes NaN in the
+    periodic modes, which have no sample for it."""
+    period = {"wrap": size, "reflect": 2 * size, "mirror": max(2 * (size - 1), 1)}.get(mode)
+    if period is None:
+        return fnp.clip(index, -2, size)
+    return fnp.remainder(index, period)
+
+
+def _neighbours(coordinate, order: int, size: int, mode: str):
+    """(index, weight) pairs of the samples that a coordinate reads, and where the coordinate
+    names no position (NaN, or infinite in a periodic mode)."""
+    if not dtypes.is_inexact(coordinate.dtype):
+        return [(convert(coordinate, dtypes.int32), None)], fnp.zeros(coordinate.shape, bool)
     if order == 0:
-        index = coordinate if not dtypes.is_inexact(coordinate.dtype) else lax.round(coordinate)
-        return [(convert(index, dtypes.int32), None)]
-    (coordinate,) = promote_dtypes_inexact(coordinate)
+        folded = _folded(lax.round(coordinate), size, mode)
+        index = convert(fnp.where(fnp.isnan(folded), 0, folded), dtypes.int32)
+        return [(index, None)], fnp.isnan(folded)
     lower = fnp.floor(coordinate)
     above = coordinate - lower
-    index = convert(lower, dtypes.int32)
-    return [(index, 1 - above), (index + 1, above)]
+    folded = _folded(lower, size, mode)
+    index = convert(fnp.where(fnp.isnan(folded), 0, folded), dtypes.int32)
+    return [(index, 1 - above), (index + 1, above)], fnp.isnan(folded)
 
 
 def map_coordinates(
@@ -65,7 +80,9 @@ def map_coordinates(
 ) -> Array:
     """`input` interpolated at the points whose i-th coordinates are coordinates[i] (arrays
     that broadcast together; the result takes their shape). An integer input's result is
-    rounded to its dtype."""
+    rounded to its dtype. A NaN coordinate, or an infinite one in a periodic mode, gives NaN
+    (`cval` for an integer input); coordinates beyond int32's range read the samples their
+    mode assigns them."""
     input = fnp.asarray(input)
     mode = _ALIASES.get(mode, mode)
     if mode not in _INDEXERS:
@@ -85,7 +102,9 @@ def map_coordinates(
         return input
     coordinates = fnp.broadcast_arrays(*coordinates)
     indexer = _INDEXERS[mode]
-    per_axis = [_neighbours(c, order) for c in coordinates]
+    per_axis, nowhere = zip(
+        *[_neighbours(c, order, size, mode) for c, size in zip(coordinates, input.shape)]
+    )
     result = None
     for corner in itertools.product(*per_axis):
         indices = tuple(indexer(index, size) for (index, _), size in zip(corner, input.shape))
@@ -102,4 +121,6 @@ def map_coordinates(
         result = values if result is None else result + values
     if not dtypes.is_inexact(input.dtype) and dtypes.is_inexact(result.dtype):
         result = lax.round(result)
-    return convert(result, input.dtype)
+    result = convert(result, input.dtype)
+    unknown = fnp.nan if dtypes.is_inexact(input.dtype) else cval
+    return fnp.where(functools.reduce(operator.or_, nowhere), unknown, result).astype(input.dtype)

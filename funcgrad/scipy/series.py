@@ -21,7 +21,7 @@ from funcgrad.numpy._bessel import i0, i0e, i1, i1e
 from funcgrad.numpy._float64 import narrow as _narrow
 from funcgrad.numpy._float64 import wide as _wide
 from funcgrad.scipy import gamma_asymptotic
-from funcgrad.scipy.gamma_differences import log_beta, log_gamma_1p
+from funcgrad.scipy.gamma_differences import log_beta, log_gamma_1p, log_gamma_slope
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
 __all__ = ["betainc", "gammainc", "gammaincc", "i0", "i0e", "i1", "i1e", "polygamma", "zeta"]
@@ -59,22 +59,48 @@ def _hurwitz(s, q):
     factor = s * w ** (-s - 1)  # s (s+1) ... (s + 2j - 2) w^(-s - 2j + 1), j = 1
     for j, coefficient in enumerate(_ZETA_TAIL, start=1):
         total = total + coefficient * factor
-        factor = factor * (s + 2 * j - 1) * (s + 2 * j) / (w * w)
+        # (divided by w before multiplying: at large s, (s + 2j - 1)(s + 2j) overflows)
+        factor = factor * ((s + 2 * j - 1) / w) * ((s + 2 * j) / w)
     return total
+
+
+def _riemann_below_one(s):
+    """Riemann's zeta continued to s < 1: on (-1/4, 1) by the Euler-Maclaurin sum, whose formula
+    holds there too; below by the functional equation zeta(s) = 2^s pi^(s-1) sin(pi s / 2)
+    Gamma(1 - s) zeta(1 - s), its magnitude through logarithms (Gamma(1 - s) overflows from
+    s = -170 on, where the product need not) and the sine of s less its nearest even number
+    2n (exact) times (-1)^n, so that it keeps its digits beside the trivial zeros at the
+    negative even integers and is exactly 0 on them."""
+    near = s > -0.25
+    direct = _hurwitz(fnp.where(near, s, 0.5), fnp.ones_like(s))
+    far = fnp.where(near, -3.0, s)
+    half_turns = fnp.round(far / 2)
+    sine = fnp.sin(0.5 * math.pi * (far - 2 * half_turns))
+    sine = fnp.where(fnp.fmod(half_turns, 2.0) == 0, sine, -sine)
+    log_rest = far * math.log(2.0) + (far - 1) * math.log(math.pi) + lax.lgamma(1 - far)
+    log_rest = log_rest + fnp.log(_hurwitz(1 - far, fnp.ones_like(far)))
+    # (at a trivial zero beyond s = -170 the magnitude overflows: capped, 0 times it stays 0)
+    reflected = sine * fnp.exp(fnp.where(sine == 0, fnp.minimum(log_rest, 700.0), log_rest))
+    return fnp.where(near, direct, reflected)
 
 
 def zeta(x, q=None):
     """Hurwitz's zeta function sum_k (q + k)^-x (Riemann's when q is omitted, q = 1): inf at
-    x = 1 and, for x > 1, at the poles q = 0, -1, -2, ...; NaN for x < 1, and for q < 0 unless
-    x is whole (else the terms (q + k)^-x are not real).
+    x = 1 and, for x > 1, at the poles q = 0, -1, -2, ...; for x < 1 Riemann's continued
+    (as SciPy's; NaN where q is given, as SciPy's), and NaN for q < 0 unless x is whole and
+    finite (else the terms (q + k)^-x are not real). At x = inf only the term q^-x is left:
+    inf, 1 or 0 as q < 1, q = 1 or q > 1.
 
     At negative q the terms up to q + k < 0 are reflected: with f = q - floor(q) and
     g = ceil(q) - q (both exact, in (0, 1)), zeta(x, q) = zeta(x, f) + (-1)^x (zeta(x, g) -
     zeta(x, 1 - q)), three sums at positive arguments however far left q lies."""
-    (x, q), dtype = _wide("zeta", x, 1.0 if q is None else q)
+    riemann = q is None
+    (x, q), dtype = _wide("zeta", x, 1.0 if riemann else q)
     whole_q = fnp.floor(q) == q
     valid = (x > 1) & (q > 0)
-    left = (x > 1) & (q < 0) & ~whole_q & (fnp.floor(x) == x)
+    infinite = (x == fnp.inf) & (q > 0)
+    valid = valid & ~infinite
+    left = (x > 1) & (q < 0) & ~whole_q & (fnp.floor(x) == x) & (x < fnp.inf)
     pole = (x == 1) | ((x > 1) & (q <= 0) & whole_q)
     s = fnp.where(valid | left, x, 2.0)
     value = _hurwitz(s, fnp.where(valid, q, fnp.where(left, q - fnp.floor(q), 1.0)))
@@ -84,6 +110,11 @@ def zeta(x, q=None):
     # (the two nearby sums first: for odd x at f = 1/2 they cancel exactly, leaving the far one)
     value = fnp.where(left, (value + near) - far, value)
     value = fnp.where(pole, fnp.inf, fnp.where(valid | left, value, fnp.nan))
+    limit = fnp.where(q < 1, fnp.inf, fnp.where(q == 1, 1.0, 0.0))
+    value = fnp.where(infinite, limit, value)
+    if riemann:
+        below = x < 1
+        value = fnp.where(below, _riemann_below_one(fnp.where(below, x, 0.5)), value)
     return _narrow(value, dtype)
 
 
@@ -315,6 +346,25 @@ def _beta_fraction(a, b, x):
     return front * h
 
 
+_BETA_RECHECK_FROM = 1e-5  # 1 - x: the unswapped fraction takes up to about 2500 rounds
+_BETA_NEAR_ONE_TERMS = 20
+
+
+def _beta_near_one(a, b, y):
+    """I_x(a, b) = 1 - I_y(b, a) at y = 1 - x below 1e-5 (with a y < 1/10), for small b: from
+    I_y(b, a) = y^b / (b B(a, b)) (1 + b sum_j (1 - a)_j / j! y^j / (b + j)) as
+    -expm1(L) - e^L b T, L = b ln y + ln(1 / (b B(a, b))), whose ln Gamma(a + b) - ln Gamma(a)
+    and ln Gamma(1 + b) are taken without differencing, so that nothing cancels as b -> 0."""
+    slope, _ = log_gamma_slope(a, fnp.minimum(b, 0.5))
+    log_scale = b * slope - log_gamma_1p(fnp.minimum(b, 0.5))
+    exponent = b * fnp.log(y) + log_scale
+    term, total = fnp.ones_like(y), fnp.zeros_like(y)
+    for j in range(1, _BETA_NEAR_ONE_TERMS + 1):
+        term = term * ((j - a) / j * y)
+        total = total + term / (b + j)
+    return -fnp.expm1(exponent) - fnp.exp(exponent) * b * total
+
+
 def _regularized_beta(a, b, x):
     """(I_x(a, b), 1 - I_x(a, b)), each summed where it is the smaller, so that neither is
     rounded to 1 less a few digits."""
@@ -328,6 +378,34 @@ def _regularized_beta(a, b, x):
     fraction = _beta_fraction(lo_a, lo_b, lo_x)
     value = fnp.where(swap, 1 - fraction, fraction)
     complement = fnp.where(swap, fraction, 1 - fraction)
+    # A small b can leave I small past the swap, as 1 less a fraction near 1 (I_0.99(5, 1e-10)
+    # kept 5 digits): there the unswapped fraction, which still converges, within about
+    # 8 / sqrt(1 - x) rounds; nearer 1 the series of I_y(b, a) in y = 1 - x. (Each only
+    # where some element needs it: they doubled the time of every call.)
+    y = 1 - safe_x
+    small_past_swap = swap & (value < 1e-3)  # (above, 1 - fraction keeps 13 digits)
+    recheck = small_past_swap & (y >= _BETA_RECHECK_FROM)
+    near_one = small_past_swap & (y < _BETA_RECHECK_FROM) & (safe_a * y < 0.1) & (safe_b < 0.5)
+
+    def unswapped(value):
+        direct = _beta_fraction(
+            fnp.where(recheck, safe_a, 1.0),
+            fnp.where(recheck, safe_b, 1.0),
+            fnp.where(recheck, safe_x, 0.5),
+        )
+        return fnp.where(recheck, direct, value)
+
+    def by_series(value):
+        series = _beta_near_one(
+            fnp.where(near_one, safe_a, 1.0),
+            fnp.where(near_one, safe_b, 0.25),
+            fnp.where(near_one, y, 1e-6),
+        )
+        return fnp.where(near_one, series, value)
+
+    value = lax.cond(fnp.any(recheck), unswapped, lambda v: v, value)
+    value = lax.cond(fnp.any(near_one), by_series, lambda v: v, value)
+    complement = fnp.where(recheck | near_one, 1 - value, complement)
     value = fnp.where(x == 0, 0.0, fnp.where(x == 1, 1.0, value))
     complement = fnp.where(x == 0, 1.0, fnp.where(x == 1, 0.0, complement))
     return fnp.where(valid, value, fnp.nan), fnp.where(valid, complement, fnp.nan)

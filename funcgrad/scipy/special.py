@@ -343,11 +343,30 @@ def loggamma(x: ArrayLike):
     return fnp.where(x < 0, fnp.nan, lax.lgamma(x))
 
 
+def _beta_at_double_poles(a, b):
+    """Where one shape is a whole number <= 0 and the other a whole number > 0 with their sum
+    <= 0, Gamma has poles above and below: B(-n, m) = (-1)^m B(m, n + 1 - m), finite (SciPy's
+    beta(-3, 2) is 1/6). (where, ln|B| there, its sign)."""
+
+    def double(pole, other):
+        whole = (fnp.floor(pole) == pole) & (fnp.floor(other) == other)
+        return whole & (pole <= 0) & (other > 0) & (pole + other <= 0)
+
+    first, second = double(a, b), double(b, a)
+    where = first | second
+    pole, other = fnp.where(first, a, b), fnp.where(first, b, a)
+    safe_other = fnp.where(where, other, 1.0)
+    safe_rest = fnp.where(where, 1 - pole - other, 1.0)
+    sign = fnp.where(fnp.fmod(safe_other, 2.0) == 0, 1.0, -1.0)
+    return where, log_beta(safe_other, safe_rest), sign
+
+
 def betaln(a: ArrayLike, b: ArrayLike):
     """log|B(a, b)| = log|Gamma(a)| + log|Gamma(b)| - log|Gamma(a + b)|, in float64 and
     without the cancellation of the lgamma of large arguments (gamma_differences.log_beta)."""
     (a, b), dtype = wide("betaln", a, b)
-    return narrow(log_beta(a, b), dtype)
+    double, log_double, _ = _beta_at_double_poles(a, b)
+    return narrow(fnp.where(double, log_double, log_beta(a, b)), dtype)
 
 
 def beta(a: ArrayLike, b: ArrayLike):
@@ -355,8 +374,10 @@ def beta(a: ArrayLike, b: ArrayLike):
     since the gammas themselves overflow long before their ratio does (B(30, 30) was NaN in
     float32, B(200, 200) in float64)."""
     (a, b), kind = wide("beta", a, b)
+    double, log_double, sign_double = _beta_at_double_poles(a, b)
     sign = _gamma_sign(a) * _gamma_sign(b) * _gamma_sign(a + b)
-    return narrow(sign * fnp.exp(log_beta(a, b)), kind)
+    value = sign * fnp.exp(log_beta(a, b))
+    return narrow(fnp.where(double, sign_double * fnp.exp(log_double), value), kind)
 
 
 def factorial(n: ArrayLike, exact: bool = False):
@@ -368,17 +389,29 @@ def factorial(n: ArrayLike, exact: bool = False):
 
 
 def poch(z: ArrayLike, m: ArrayLike):
-    """The rising factorial Gamma(z + m) / Gamma(z); for z, m > 0 as Gamma(m) / B(z, m) by
-    betaln in float64, since the gammas overflow long before their ratio does (poch(200, 2)
-    was inf / inf = NaN, for 40200)."""
+    """The rising factorial Gamma(z + m) / Gamma(z) in float64. Where z and z + m are positive
+    as Gamma(m) / B(z, m) (or its inverse for m < 0) by betaln, since the gammas overflow long
+    before their ratio does (poch(200, 2) was inf / inf = NaN, for 40200). For whole m and
+    whole z <= 0, where both gammas may be at poles, by the reflection (z)_m = (-1)^m
+    (1 - z - m)_m (poch(-3, 2) was NaN, for 6); 1 at m = 0."""
     (z, m), kind = wide("poch", z, m)
-    positive = (z > 0) & (m > 0)
-    safe_z, safe_m = fnp.where(positive, z, 1.0), fnp.where(positive, m, 1.0)
-    ratio = fnp.exp(lax.lgamma(safe_m) - log_beta(safe_z, safe_m))
+    whole = (fnp.floor(z) == z) & (fnp.floor(m) == m)
+    reflect = whole & (z <= 0) & (fnp.abs(m) < 2.0**52)
+    odd = reflect & (fnp.fmod(m, 2.0) != 0)
+    top = fnp.where(reflect, 1 - z, z + m)  # (1 - z - m) + m, without rounding 1 - z - m
+    z = fnp.where(reflect, 1 - z - m, z)
+    # (for m < 0 the ratio is 1 / (z + m)_(-m), from the smaller argument up)
+    down = m < 0
+    low, step = fnp.where(down, top, z), fnp.abs(m)
+    positive = (low > 0) & (step > 0)
+    safe_low, safe_step = fnp.where(positive, low, 1.0), fnp.where(positive, step, 1.0)
+    log_ratio = lax.lgamma(safe_step) - log_beta(safe_low, safe_step)
+    ratio = fnp.exp(fnp.where(down, -log_ratio, log_ratio))
     # (elsewhere the sign and log of each gamma: a pole above is inf, below 0)
-    sign = _gamma_sign(z + m) * _gamma_sign(z)
-    other = sign * fnp.exp(lax.lgamma(z + m) - lax.lgamma(z))
-    return narrow(fnp.where(positive, ratio, other), kind)
+    sign = _gamma_sign(top) * _gamma_sign(z)
+    other = sign * fnp.exp(lax.lgamma(top) - lax.lgamma(z))
+    value = fnp.where(odd, -1.0, 1.0) * fnp.where(positive, ratio, other)
+    return narrow(fnp.where(m == 0, 1.0, value), kind)
 
 
 def multigammaln(a: ArrayLike, d: int):
@@ -389,16 +422,41 @@ def multigammaln(a: ArrayLike, d: int):
     return d * (d - 1) / 4 * math.log(math.pi) + fnp.sum(terms, axis=0)
 
 
+def _log1p_minus(u):
+    """log1p(u) - u: for |u| < 0.1 its series -u^2/2 + u^3/3 - ... (to u^17), else directly."""
+    small = fnp.abs(u) < 0.1
+    near = fnp.where(small, u, 0.0)
+    series = fnp.zeros_like(u)
+    for k in range(17, 1, -1):
+        series = (series + (-1.0) ** (k + 1) / k) * near
+    return fnp.where(small, series * near, fnp.log1p(u) - u)
+
+
 def _relative_entropy(name: str, x: ArrayLike, y: ArrayLike, offset: bool):
     """x log(x / y) (- x + y with `offset`) for x, y > 0 in float64, where x / y does not
-    overflow (7 / 1e-45 did in float32); 0 (y) where x = 0 <= y; NaN for a NaN; else inf."""
+    overflow (7 / 1e-45 did in float32); 0 (y) where x = 0 <= y; NaN for a NaN; else inf.
+    Where even float64's x / y leaves [1e-300, 1e300], as x (log x - log y), whose difference
+    is then too large to cancel (rel_entr(1e-200, 1e200) was x log 0 = -inf); where x / y is
+    within [1/2, 2], as x log1p((x - y) / y), x - y exact (the rounding of x / y near 1 cost
+    rel_entr(0.5, 0.499999999) 8 digits). kl_div there is y ((log1p(u) - u) + u log1p(u))
+    with u = (x - y) / y, log1p(u) - u by its series for |u| < 0.1, so that the difference of
+    x log(x / y) and x - y, of order u^2 / 2, does not cancel to nothing."""
     (x, y), kind = wide(name, x, y)
     both_positive = (x > 0) & (y > 0)
     safe_x, safe_y = fnp.where(both_positive, x, 1), fnp.where(both_positive, y, 1)
-    value = safe_x * fnp.log(safe_x / safe_y)
+    ratio = safe_x / safe_y
+    extreme = (ratio < 1e-300) | (ratio > 1e300)
+    near = (ratio >= 0.5) & (ratio <= 2)
+    log_ratio = fnp.where(
+        extreme, fnp.log(safe_x) - fnp.log(safe_y), fnp.log(fnp.where(extreme, 1.0, ratio))
+    )
+    u = (safe_x - safe_y) / safe_y
+    log_ratio = fnp.where(near, fnp.log1p(u), log_ratio)
+    value = safe_x * log_ratio
     zero_x = 0.0
     if offset:
         value, zero_x = value - safe_x + safe_y, y
+        value = fnp.where(near, safe_y * (_log1p_minus(u) + u * fnp.log1p(u)), value)
     value = fnp.where(both_positive, value, fnp.where((x == 0) & (y >= 0), zero_x, fnp.inf))
     return narrow(fnp.where(fnp.isnan(x) | fnp.isnan(y), fnp.nan, value), kind)
 
@@ -434,9 +492,9 @@ def comb(N: ArrayLike, k: ArrayLike, *, repetition: bool = False):
     comb(N + k - 1, k).
 
     Where k or N - k is a whole number up to 40 it is the product prod_j (N - m + j) / j over
-    the smaller m of the two (within 8 ulp in float64); elsewhere
-    exp(lgamma(N + 1) - lgamma(k + 1) - lgamma(N - k + 1)), off by about the size of those
-    logarithms in ulp (3e-13 relatively at N = 1000). Computed in float64."""
+    the smaller m of the two (within 8 ulp in float64); elsewhere 1 / ((N + 1) B(k + 1,
+    N - k + 1)) by betaln, which does not difference the lgamma of large arguments
+    (comb(1e20, 0.5) was 1, for 1.1e10). Computed in float64."""
     (N, k), kind = _wide("comb", N, k)
     if repetition:
         N = N + k - 1
@@ -450,7 +508,7 @@ def comb(N: ArrayLike, k: ArrayLike, *, repetition: bool = False):
     for j in range(1, _COMB_PRODUCT_TERMS + 1):
         factor = (safe_N - m + j) / j
         product = fnp.where(j <= m, product * factor, product)
-    logs = lax.lgamma(safe_N + 1) - lax.lgamma(safe_k + 1) - lax.lgamma(rest + 1)
+    logs = -fnp.log1p(safe_N) - log_beta(safe_k + 1, rest + 1)
     value = fnp.where(whole, product, fnp.exp(logs))
     return _narrow(fnp.where(valid, value, 0.0), kind)
 
@@ -468,14 +526,21 @@ def bernoulli(n: int):
 def _boxcox_of_log(log_x, lmbda):
     """(exp(lmbda log x) - 1) / lmbda, as log x times the Taylor series of expm1(y) / y where
     y = lmbda log x is small (so that it is log x at lmbda = 0, with its derivative in lmbda,
-    (log x)^2 / 2, kept), and expm1(y) / lmbda elsewhere."""
+    (log x)^2 / 2, kept), expm1(y) / lmbda elsewhere, and from y = 40 on (where the 1 is
+    below the rounding) exp(y - log|lmbda|), which does not overflow before the result does
+    (boxcox(2.5, 100) was inf in float32, for 6.2e37)."""
     finite = fnp.isfinite(log_x)  # (x = 0 or inf: the limits -1 / lmbda, and inf or 0 there)
     y = lmbda * fnp.where(finite, log_x, 0.0)
     small = (finite & (fnp.abs(y) < 1e-4)) | (lmbda == 0)
+    large = finite & (y > 40)
     near = fnp.where(small, y, 0.0)
     taylor = log_x * (1 + near / 2 * (1 + near / 3 * (1 + near / 4 * (1 + near / 5))))
-    exact = fnp.expm1(fnp.where(small, 0.0, lmbda * log_x)) / fnp.where(small, 1.0, lmbda)
-    return fnp.where(small, taylor, exact)
+    elsewhere = small | large
+    exact = fnp.expm1(fnp.where(elsewhere, 0.0, lmbda * log_x)) / fnp.where(elsewhere, 1.0, lmbda)
+    safe_lmbda = fnp.where(large, lmbda, 1.0)
+    log_scaled = fnp.where(large, y, 0.0) - fnp.log(fnp.abs(safe_lmbda))
+    scaled = fnp.sign(safe_lmbda) * fnp.exp(log_scaled)
+    return fnp.where(small, taylor, fnp.where(large, scaled, exact))
 
 
 def boxcox(x: ArrayLike, lmbda: ArrayLike):
