@@ -410,6 +410,21 @@ def test_reshape_and_batch_indexing():
     np.testing.assert_array_equal(batched[:, 2].todense(), dense[:, 2])
 
 
+def test_reshape_drops_padding_with_the_last_sparse_dimension_and_splits_empty_batches():
+    # A padding element (index 1 of a sparse dimension of size 1) must stay inert when the
+    # reshape leaves no sparse dimension to mark it.
+    data = np.array([[5.0, 2.0], [3.0, 7.0]])
+    indices = np.array([[[1], [0]], [[0], [-1]]])
+    mat = BCOO((data, indices), shape=(2, 1))
+    expected = np.array([[2.0], [3.0]])
+    np.testing.assert_array_equal(mat.todense(), expected)
+    np.testing.assert_array_equal(mat.reshape(2).todense(), expected.reshape(2))
+    # With an empty batch, (0, 0, 1, 1) splits into batch (0, 0) and sparse (1, 1) only.
+    empty_batch = BCOO.fromdense(np.zeros((4, 3, 0)), n_batch=3)
+    out = empty_batch.reshape(0, 0, 1, 1)
+    assert out.shape == (0, 0, 1, 1) and (out.n_batch, out.n_sparse) == (2, 2)
+
+
 # ---- transformations
 
 
