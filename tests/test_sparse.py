@@ -671,6 +671,18 @@ def test_sparse_matmul_counts_duplicates_and_ignores_padding():
     np.testing.assert_array_equal((lhs @ rhs).todense(), [[9.0], [0.0]])
 
 
+def test_spdot_general_with_an_operand_storing_nothing():
+    # An operand with every sparse dimension contracted and nse=0 contributes nothing.
+    empty = sparse.empty((3,), nse=0)
+    other = BCOO.fromdense(np.arange(6.0).reshape(3, 2))
+    for lhs, rhs, dimension_numbers in [
+        (empty, other, (((0,), (0,)), ((), ()))),
+        (other, empty, (((0,), (0,)), ((), ()))),
+    ]:
+        out = sparse.bcoo_dot_general(lhs, rhs, dimension_numbers=dimension_numbers)
+        np.testing.assert_array_equal(out.todense(), np.zeros(2))
+
+
 @settings(deadline=None, max_examples=20)
 @given(layouts(max_dims=3), st.integers(0, 3), st.integers(0, 3))
 def test_multiply_sparse_matches_numpy(layout, rhs_n_batch, rhs_n_dense):
