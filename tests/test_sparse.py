@@ -768,14 +768,31 @@ def test_slice_and_dynamic_slice_match_numpy(layout, data):
     want = dense[tuple(slice(*w) for w in zip(start, limit, strides))]
     np.testing.assert_array_equal(out.todense(), want)
     sizes = [hi - lo for lo, hi in zip(start, limit)]
-    # Starts past the end clamp, as lax.dynamic_slice's do.
-    offsets = [data.draw(st.integers(-1, s + 1)) for s in shape]
-    clamped = [min(max(o, 0), s - w) for o, s, w in zip(offsets, shape, sizes)]
+    # As lax.dynamic_slice's: negative starts count from the end, then starts clamp.
+    offsets = [data.draw(st.integers(-s - 1, s + 1)) for s in shape]
+    clamped = [min(max(o + s if o < 0 else o, 0), s - w) for o, s, w in zip(offsets, shape, sizes)]
     want = dense[tuple(slice(c, c + w) for c, w in zip(clamped, sizes))]
+    np.testing.assert_array_equal(fg.lax.dynamic_slice(dense, offsets, sizes), want)
     dynamic = fg.jit(lambda m, o: sparse.bcoo_dynamic_slice(m, list(o), sizes).todense())
     np.testing.assert_array_equal(dynamic(mat, np.array(offsets)), want)
     eager = sparse.bcoo_dynamic_slice(mat, offsets, sizes).todense()
     np.testing.assert_array_equal(eager, want)
+
+
+def test_dynamic_slice_counts_negative_starts_from_the_end():
+    # Start -1 of a window of 3 in 4 is 3, clamped to 1: the dense array's window, not [0, 3).
+    mat = BCOO.fromdense(np.array([4.0, 3.0, 0.0, 5.0]))
+    want = [3.0, 0.0, 5.0]
+    np.testing.assert_array_equal(sparse.bcoo_dynamic_slice(mat, [-1], [3]).todense(), want)
+    jitted = fg.jit(lambda m, s: sparse.bcoo_dynamic_slice(m, [s], [3]).todense())
+    np.testing.assert_array_equal(jitted(mat, -1), want)
+
+    def first(data):
+        window = sparse.bcoo_dynamic_slice(BCOO((data, mat.indices), shape=(4,)), [-1], [3])
+        return window.todense()[0]
+
+    grad = fg.grad(first)
+    np.testing.assert_array_equal(grad(mat.data), [0.0, 1.0, 0.0])
 
 
 def test_getitem_on_any_dimension_matches_numpy():

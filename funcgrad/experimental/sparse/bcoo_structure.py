@@ -185,8 +185,9 @@ def bcoo_slice(
 
 
 def bcoo_dynamic_slice(mat: BCOO, start_indices, slice_sizes: Sequence[int]) -> BCOO:
-    """The window of `slice_sizes` at `start_indices` (which may be traced; each is clamped so
-    that the window lies inside the array), as `lax.dynamic_slice`."""
+    """The window of `slice_sizes` at `start_indices` (which may be traced; a negative one
+    counts from the end, then each is clamped so that the window lies inside the array), as
+    `lax.dynamic_slice`."""
     mat = _as_bcoo(mat, "bcoo_dynamic_slice")
     slice_sizes = tuple(operator.index(s) for s in slice_sizes)
     start_indices = list(start_indices)
@@ -303,7 +304,7 @@ def getitem(mat: BCOO, item) -> BCOO:
             continue
         squeezed.append(dim)
         if isinstance(i, core.Tracer):
-            dynamic[dim] = fnp.where(i < 0, i + size, i)
+            dynamic[dim] = i  # bcoo_dynamic_slice counts a negative one from the end
             windows.append((0, size, 1))
             continue
         position = operator.index(i)
