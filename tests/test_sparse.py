@@ -555,6 +555,8 @@ def test_errors_name_the_shapes():
         mat[0, 3]
     with pytest.raises(IndexError, match="steps must be positive"):
         mat[::-1]
+    with pytest.raises(IndexError, match="supports integers, slices and an ellipsis"):
+        mat[np.array([0, 1])]  # compared with Ellipsis elementwise, it used to crash
     with pytest.raises(ValueError, match="must agree in every dimension but 0"):
         sparse.bcoo_concatenate([mat, BCOO.fromdense(np.eye(2))], dimension=0)
     with pytest.raises(sparse.SparseEfficiencyError, match="sizes \\(3,\\)"):

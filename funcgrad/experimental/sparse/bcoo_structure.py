@@ -280,10 +280,12 @@ def getitem(mat: BCOO, item) -> BCOO:
     """`mat[item]` for integers (Python or traced) and slices with positive steps, with at
     most one Ellipsis."""
     items = list(item) if isinstance(item, tuple) else [item]
-    if items.count(Ellipsis) > 1:
+    # By identity: `==` against an array index would compare elementwise.
+    ellipses = [at for at, i in enumerate(items) if i is Ellipsis]
+    if len(ellipses) > 1:
         raise IndexError("BCOO indexing: an index can only have a single ellipsis ('...')")
-    if Ellipsis in items:
-        at = items.index(Ellipsis)
+    if ellipses:
+        at = ellipses[0]
         items[at : at + 1] = [slice(None)] * (mat.ndim - len(items) + 1)
     if len(items) > mat.ndim or not all(
         isinstance(i, slice) or (not isinstance(i, bool) and _is_integer_index(i)) for i in items
