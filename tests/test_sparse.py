@@ -1086,3 +1086,25 @@ def test_vmap_of_bcsr_matmul_matches_a_loop():
     ]
     np.testing.assert_allclose(batched, np.stack(lanes), rtol=1e-12)
     np.testing.assert_allclose(batched, dense @ x, rtol=1e-12)
+
+
+def test_vmap_over_a_dimension_that_is_not_a_batch_dimension_raises():
+    # The treedef holds only the non-batch shape; mapping the nse axis (or stacking lanes
+    # after the batch dimensions) used to give leaves of another array, silently.
+    dense = sparse_array(np.random.default_rng(54), (2, 3, 4))
+    batched = BCOO.fromdense(dense, n_batch=1, nse=12)
+    with pytest.raises(ValueError, match="only along its batch dimensions"):
+        fg.vmap(lambda a: a.todense(), in_axes=1)(batched)
+    with pytest.raises(ValueError, match="only along its batch dimensions"):
+        fg.vmap(lambda a: a.todense())(BCOO.fromdense(dense))
+    with pytest.raises(ValueError, match="only along its batch dimensions"):
+        fg.vmap(lambda a: a, out_axes=1)(batched)
+    with pytest.raises(ValueError, match="only along its batch dimensions"):
+        # (nse = rows + 1, so that vmap finds the mapped axes of one size)
+        fg.vmap(lambda a: a.todense(), in_axes=1)(sparse.BCSR.fromdense(dense, n_batch=1, nse=4))
+    # Batch dimensions map and stack anywhere among the batch dimensions.
+    twice = BCOO.fromdense(dense, n_batch=2)
+    lanes = fg.vmap(lambda a: a.todense(), in_axes=1)(twice)
+    np.testing.assert_array_equal(lanes, np.swapaxes(dense, 0, 1))
+    restacked = fg.vmap(lambda a: a, out_axes=1)(twice)
+    np.testing.assert_array_equal(restacked.todense(), np.swapaxes(dense, 0, 1))

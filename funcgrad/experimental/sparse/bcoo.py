@@ -75,14 +75,15 @@ class BCOO:
         self.unique_indices = bool(unique_indices)
 
     def tree_flatten(self):
-        aux = (self._trailing_shape, self.indices_sorted, self.unique_indices)
+        aux = (self._trailing_shape, self.nse, self.indices_sorted, self.unique_indices)
         return (self.data, self.indices), aux
 
     @classmethod
     def tree_unflatten(cls, aux, children) -> BCOO:
         mat = object.__new__(cls)
         mat.data, mat.indices = children
-        mat._trailing_shape, mat.indices_sorted, mat.unique_indices = aux
+        mat._trailing_shape, nse, mat.indices_sorted, mat.unique_indices = aux
+        check_stored_count("BCOO", mat.indices, -2, nse)
         return mat
 
     # ---- layout
@@ -90,11 +91,6 @@ class BCOO:
     @property
     def shape(self) -> tuple[int, ...]:
         """The batch shape comes from the leaves, so that a vmapped lane has its own."""
-        if self.indices.ndim < 2:
-            raise ValueError(
-                f"BCOO: indices of shape {self.indices.shape} have no (nse, n_sparse) axes; "
-                "vmap can map a BCOO array only over its batch dimensions (n_batch > 0)"
-            )
         return tuple(self.indices.shape[:-2]) + self._trailing_shape
 
     @property
@@ -266,6 +262,24 @@ class BCOO:
         from funcgrad.experimental.sparse.bcoo_products import matmul
 
         return matmul(self, fnp.asarray(other), sparse_first=False)
+
+
+def check_stored_count(name: str, indices, nse_axis: int, nse: int) -> None:
+    """Raise unless `indices` (when it is an array) still has `nse` entries along `nse_axis`.
+
+    A sparse array's treedef holds only its non-batch shape, so that a vmap over a batch
+    dimension gives each lane the array less that dimension. A vmap over any other dimension
+    (or outputs stacked at one) would give leaves that describe some other array, silently;
+    the count of stored elements, which no batch dimension changes, catches that."""
+    shape = getattr(indices, "shape", None)
+    if not isinstance(shape, tuple):  # a tree of placeholders, such as vmap's in_axes
+        return
+    if len(shape) < -nse_axis or shape[nse_axis] != nse:
+        raise ValueError(
+            f"{name}: indices of shape {shape} do not hold the {nse} stored elements per batch "
+            f"of the array whose leaves they replace: vmap can map a {name} array (in_axes) or "
+            "stack one (out_axes) only along its batch dimensions"
+        )
 
 
 def _traced(x) -> bool:

@@ -20,7 +20,12 @@ from funcgrad import dtypes, lax, tree_util
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.experimental.sparse._convert import in_range
-from funcgrad.experimental.sparse.bcoo import BCOO, bcoo_fromdense, bcoo_sort_indices
+from funcgrad.experimental.sparse.bcoo import (
+    BCOO,
+    bcoo_fromdense,
+    bcoo_sort_indices,
+    check_stored_count,
+)
 from funcgrad.experimental.sparse.bcoo_products import bcoo_dot_general
 
 __all__ = ["BCSR", "bcsr_dot_general", "bcsr_fromdense", "bcsr_todense"]
@@ -59,13 +64,14 @@ class BCSR:
         self._trailing_shape = shape[n_batch:]
 
     def tree_flatten(self):
-        return (self.data, self.indices, self.indptr), self._trailing_shape
+        return (self.data, self.indices, self.indptr), (self._trailing_shape, self.nse)
 
     @classmethod
-    def tree_unflatten(cls, trailing_shape, children) -> BCSR:
+    def tree_unflatten(cls, aux, children) -> BCSR:
         mat = object.__new__(cls)
         mat.data, mat.indices, mat.indptr = children
-        mat._trailing_shape = trailing_shape
+        mat._trailing_shape, nse = aux
+        check_stored_count("BCSR", mat.indices, -1, nse)
         return mat
 
     @property
