@@ -1108,3 +1108,23 @@ def test_vmap_over_a_dimension_that_is_not_a_batch_dimension_raises():
     np.testing.assert_array_equal(lanes, np.swapaxes(dense, 0, 1))
     restacked = fg.vmap(lambda a: a, out_axes=1)(twice)
     np.testing.assert_array_equal(restacked.todense(), np.swapaxes(dense, 0, 1))
+
+
+def test_index_dtypes_too_narrow_for_the_shape_raise():
+    # int8 indices cannot hold positions 128..199 nor the padding index 200; eye used to wrap
+    # them around silently (its trace came out 128).
+    np.testing.assert_array_equal(sparse.eye(127, index_dtype=np.int8).todense(), np.eye(127))
+    narrow = "int8 indices cannot hold the positions of a sparse dimension of size 200"
+    for make in [
+        lambda: sparse.eye(200, index_dtype=np.int8),
+        lambda: sparse.eye(200, index_dtype=np.int8, n_batch=1),
+        lambda: sparse.empty((200,), index_dtype=np.int8),
+        lambda: BCOO.fromdense(np.ones(200), index_dtype=np.int8),
+        lambda: BCOO((np.ones(1), np.zeros((1, 1), np.int8)), shape=(200,)),
+        lambda: BCOO.fromdense(np.ones((10, 20)), index_dtype=np.int8).reshape(200),
+        lambda: sparse.bcoo_concatenate(
+            [BCOO.fromdense(np.ones(100), index_dtype=np.int8)] * 2, dimension=0
+        ),
+    ]:
+        with pytest.raises(ValueError, match=narrow):
+            make()

@@ -14,7 +14,12 @@ import numpy as np
 
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
-from funcgrad.experimental.sparse._convert import gather_slices, in_range, position_columns
+from funcgrad.experimental.sparse._convert import (
+    check_index_dtype,
+    gather_slices,
+    in_range,
+    position_columns,
+)
 
 
 def _zero_where_invalid(data, valid) -> Array:
@@ -98,6 +103,7 @@ def reshape(data, indices, shape, new_shape: tuple[int, ...], name: str):
     data = data.reshape(*new_batch_shape, nse, *dense_shape)
     indices = indices.reshape(*new_batch_shape, nse, n_sparse)
     if tuple(new_sparse_shape) != tuple(sparse_shape):
+        check_index_dtype(new_sparse_shape, indices.dtype, name)
         valid = in_range(indices, sparse_shape)
         indices = _reindex(indices, valid, sparse_shape, new_sparse_shape, name)
         if not new_sparse_shape:  # no index is left to mark padding: its data must be 0

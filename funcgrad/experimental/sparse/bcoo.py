@@ -326,6 +326,7 @@ def _check_layout(data, indices, shape: tuple[int, ...]) -> None:
             f"the batch shape {batch_shape}, and data must have shape (*batch, nse, *dense)"
             + (f" = {expected}" if n_dense >= 0 else "")
         )
+    _convert.check_index_dtype(shape[n_batch : n_batch + n_sparse], indices.dtype, "BCOO")
 
 
 def _as_bcoo(mat, name: str) -> BCOO:
@@ -385,8 +386,9 @@ def bcoo_fromdense(
             f"together at most the rank {mat.ndim} of the array of shape {mat.shape}"
         )
     index_dtype = np.dtype(index_dtype)
-    if not dtypes.is_int(index_dtype):
-        raise TypeError(f"bcoo_fromdense: index_dtype must be an integer type, got {index_dtype}")
+    _convert.check_index_dtype(
+        mat.shape[n_batch : mat.ndim - n_dense], index_dtype, "bcoo_fromdense"
+    )
     if nse is None:
         nse = _static_nse(_convert.nonzero_count(mat, n_batch, n_dense), "bcoo_fromdense")
     else:

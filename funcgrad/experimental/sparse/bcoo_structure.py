@@ -16,7 +16,7 @@ import numpy as np
 from funcgrad import core, lax
 from funcgrad import numpy as fnp
 from funcgrad.experimental.sparse import _relayout, _slicing
-from funcgrad.experimental.sparse._convert import in_range
+from funcgrad.experimental.sparse._convert import check_index_dtype, in_range
 from funcgrad.experimental.sparse.bcoo import (
     BCOO,
     _as_bcoo,
@@ -108,6 +108,7 @@ def bcoo_concatenate(operands: Sequence[BCOO], *, dimension: int) -> BCOO:
     shape[dimension] = sum(sizes)
     n_positional = n_batch + first.ndim - n_batch - n_dense
     sparse_shape = tuple(shape[n_batch:n_positional])
+    check_index_dtype(sparse_shape, index_dtype, "bcoo_concatenate")
     if dimension < n_batch:
         nse = max(op.nse for op in operands)
         padded = [_pad_nse(d, i, nse, sparse_shape) for d, i in zip(datas, indices)]
