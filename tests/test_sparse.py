@@ -1128,3 +1128,20 @@ def test_index_dtypes_too_narrow_for_the_shape_raise():
     ]:
         with pytest.raises(ValueError, match=narrow):
             make()
+
+
+def test_astype_to_integers_and_bool_sums_duplicates_first():
+    # Truncation and bool conversion do not distribute over the sum of duplicated elements:
+    # the dense form holds 1.2 and 0.0, so int gives [1, 0, 0] and bool [True, False, False].
+    data, indices = np.array([0.6, 0.6, 0.5, -0.5]), np.array([[0], [0], [2], [2]], np.int32)
+    mat = BCOO((data, indices), shape=(3,))
+    dense = np.asarray(mat.todense())
+    for dtype in [np.int32, np.uint8, bool]:
+        want = dense.astype(dtype)
+        np.testing.assert_array_equal(mat.astype(dtype).todense(), want)
+        np.testing.assert_array_equal(fg.jit(lambda m, t=dtype: m.astype(t).todense())(mat), want)
+        sparsified = sparse.sparsify(lambda m, t=dtype: m.astype(t))(mat)
+        np.testing.assert_array_equal(sparsified.todense(), want)
+    # Conversions that distribute keep the stored elements as they are.
+    assert mat.astype(np.float32).nse == 4
+    np.testing.assert_array_equal(mat.astype(np.complex64).todense(), dense.astype(np.complex64))

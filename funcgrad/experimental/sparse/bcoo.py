@@ -165,7 +165,14 @@ class BCOO:
         return bcoo_todense(self)
 
     def astype(self, dtype) -> BCOO:
-        return self._like(self.data.astype(dtype))
+        """The array converted elementwise. A conversion to an integer or boolean type does
+        not distribute over sums (0.6 + 0.6 truncates to 1, each 0.6 to 0), so elements that
+        share an index are summed first, unless `unique_indices` promises there are none."""
+        dtype = np.dtype(dtype)
+        mat = self
+        if not self.unique_indices and not _distributes_over_sums(self.dtype, dtype):
+            mat = bcoo_sum_duplicates(self, nse=self.nse)
+        return mat._like(mat.data.astype(dtype))
 
     def sum_duplicates(self, nse: int | None = None, remove_zeros: bool = True) -> BCOO:
         """One element per distinct index, in sorted order (see `bcoo_sum_duplicates`);
@@ -280,6 +287,15 @@ def check_stored_count(name: str, indices, nse_axis: int, nse: int) -> None:
             f"of the array whose leaves they replace: vmap can map a {name} array (in_axes) or "
             "stack one (out_axes) only along its batch dimensions"
         )
+
+
+def _distributes_over_sums(source: np.dtype, target: np.dtype) -> bool:
+    """Whether converting a sum from `source` to `target` equals summing the converted terms
+    (up to rounding): conversions between numbers, but not onto integers from other kinds, and
+    none to or from bool but bool's own."""
+    if "b" in (source.kind, target.kind):
+        return source == target
+    return target.kind not in "iu" or source.kind in "iu"
 
 
 def _traced(x) -> bool:
