@@ -1145,3 +1145,68 @@ def test_astype_to_integers_and_bool_sums_duplicates_first():
     # Conversions that distribute keep the stored elements as they are.
     assert mat.astype(np.float32).nse == 4
     np.testing.assert_array_equal(mat.astype(np.complex64).todense(), dense.astype(np.complex64))
+
+
+# ---- arrays with duplicated, unsorted, padding and out-of-range indices
+
+
+def dense_of_stored(data, indices, shape):
+    """The dense form by a loop over the stored elements: each one inside the array adds its
+    data at its batch position and index; the others (padding, negative, too large) add
+    nothing."""
+    n_batch = indices.ndim - 2
+    sparse_shape = shape[n_batch : n_batch + indices.shape[-1]]
+    out = np.zeros(shape, data.dtype)
+    for position in np.ndindex(*indices.shape[:-1]):
+        index = indices[position]
+        if all(0 <= i < size for i, size in zip(index, sparse_shape)):
+            out[position[:-1] + tuple(index)] += data[position]
+    return out
+
+
+@st.composite
+def messy_bcoo(draw):
+    """A BCOO array whose indices are drawn freely: unsorted, repeated, padding (the size),
+    negative or past the size; with its dense form from the loop above."""
+    shape, n_batch, n_dense, seed = draw(layouts(min_dims=1, max_dims=4))
+    rng = np.random.default_rng(seed)
+    nse = draw(st.integers(0, 5))
+    n_sparse = len(shape) - n_batch - n_dense
+    sparse_shape = np.array(shape[n_batch : n_batch + n_sparse], np.int32)
+    lead = (*shape[:n_batch], nse)
+    inside = rng.integers(0, np.maximum(sparse_shape, 1), size=(*lead, n_sparse))
+    outside = rng.choice([-1, 0, 1], size=(*lead, n_sparse)) + sparse_shape
+    indices = np.where(rng.random(lead + (1,)) < 0.7, inside, outside).astype(np.int32)
+    data = rng.normal(size=(*lead, *shape[n_batch + n_sparse :]))
+    return BCOO((data, indices), shape=shape), dense_of_stored(data, indices, shape), rng
+
+
+@settings(deadline=None)
+@given(messy_bcoo())
+def test_operations_on_messy_indices_match_numpy(case):
+    mat, dense, rng = case
+    np.testing.assert_allclose(mat.todense(), dense, atol=1e-12)
+    merged = sparse.bcoo_sum_duplicates(mat, nse=mat.nse)
+    np.testing.assert_allclose(merged.todense(), dense, atol=1e-12)
+    np.testing.assert_allclose(mat.sort_indices().todense(), dense, atol=1e-12)
+    axes = tuple(d for d in range(mat.ndim) if rng.random() < 0.5)
+    summed = sparse.bcoo_reduce_sum(mat, axes=axes).todense()
+    np.testing.assert_allclose(summed, dense.sum(axes), atol=1e-12)
+    # Every reshape that keeps the batch size leading and the dense dimensions trailing.
+    n_positional = mat.n_batch + mat.n_sparse
+    sparse_size = math.prod(mat.shape[mat.n_batch : n_positional])
+    new_shape = (math.prod(mat.shape[: mat.n_batch]), sparse_size, *mat.shape[n_positional:])
+    shapes = [new_shape, new_shape[:1] + (1,) + new_shape[1:]]
+    if new_shape[0] == 1:  # a batch of one may vanish
+        shapes.append(new_shape[1:])
+    for shape in shapes:
+        np.testing.assert_allclose(mat.reshape(shape).todense(), dense.reshape(shape))
+    sizes = [int(rng.integers(0, s + 1)) for s in mat.shape]
+    starts = [int(rng.integers(-s - 1, s + 2)) for s in mat.shape]
+    window = np.asarray(fg.lax.dynamic_slice(dense, starts, sizes))
+    np.testing.assert_allclose(sparse.bcoo_dynamic_slice(mat, starts, sizes).todense(), window)
+    other = rng.normal(size=mat.shape[-1:])
+    product = sparse.bcoo_dot_general(
+        mat, other, dimension_numbers=(((mat.ndim - 1,), (0,)), ((), ()))
+    )
+    np.testing.assert_allclose(product, dense @ other, atol=1e-12)
