@@ -1210,3 +1210,18 @@ def test_operations_on_messy_indices_match_numpy(case):
         mat, other, dimension_numbers=(((mat.ndim - 1,), (0,)), ((), ()))
     )
     np.testing.assert_allclose(product, dense @ other, atol=1e-12)
+
+
+def test_bcsr_counts_more_stored_elements_than_its_index_dtype_holds():
+    # 400 elements of a 20 x 20 matrix with int8 columns: indptr and the slots it bounds
+    # run past 127 and used to wrap around (rows 7 on came out wrong).
+    dense = np.arange(1.0, 401.0).reshape(20, 20)
+    for index_dtype in [np.int8, np.uint8]:
+        mat = sparse.bcsr_fromdense(dense, index_dtype=index_dtype)
+        assert mat.indices.dtype == index_dtype
+        np.testing.assert_array_equal(mat.todense(), dense)
+    assert sparse.bcsr_fromdense(np.eye(3), index_dtype=np.int8).indptr.dtype == np.int8
+    # Slots past indptr's last entry are padding, however many there are.
+    data, columns = np.ones(200), np.zeros(200, np.int8)
+    mat = sparse.BCSR((data, columns, np.array([0, 2], np.int8)), shape=(1, 3))
+    np.testing.assert_array_equal(mat.todense(), [[2.0, 0.0, 0.0]])
