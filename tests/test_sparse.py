@@ -410,6 +410,21 @@ def test_reshape_and_batch_indexing():
     np.testing.assert_array_equal(batched[:, 2].todense(), dense[:, 2])
 
 
+def test_reshape_drops_padding_with_the_last_sparse_dimension_and_splits_empty_batches():
+    # A padding element (index 1 of a sparse dimension of size 1) must stay inert when the
+    # reshape leaves no sparse dimension to mark it.
+    data = np.array([[5.0, 2.0], [3.0, 7.0]])
+    indices = np.array([[[1], [0]], [[0], [-1]]])
+    mat = BCOO((data, indices), shape=(2, 1))
+    expected = np.array([[2.0], [3.0]])
+    np.testing.assert_array_equal(mat.todense(), expected)
+    np.testing.assert_array_equal(mat.reshape(2).todense(), expected.reshape(2))
+    # With an empty batch, (0, 0, 1, 1) splits into batch (0, 0) and sparse (1, 1) only.
+    empty_batch = BCOO.fromdense(np.zeros((4, 3, 0)), n_batch=3)
+    out = empty_batch.reshape(0, 0, 1, 1)
+    assert out.shape == (0, 0, 1, 1) and (out.n_batch, out.n_sparse) == (2, 2)
+
+
 # ---- transformations
 
 
@@ -540,6 +555,8 @@ def test_errors_name_the_shapes():
         mat[0, 3]
     with pytest.raises(IndexError, match="steps must be positive"):
         mat[::-1]
+    with pytest.raises(IndexError, match="supports integers, slices and an ellipsis"):
+        mat[np.array([0, 1])]  # compared with Ellipsis elementwise, it used to crash
     with pytest.raises(ValueError, match="must agree in every dimension but 0"):
         sparse.bcoo_concatenate([mat, BCOO.fromdense(np.eye(2))], dimension=0)
     with pytest.raises(sparse.SparseEfficiencyError, match="sizes \\(3,\\)"):
@@ -656,6 +673,18 @@ def test_sparse_matmul_counts_duplicates_and_ignores_padding():
     np.testing.assert_array_equal((lhs @ rhs).todense(), [[9.0], [0.0]])
 
 
+def test_spdot_general_with_an_operand_storing_nothing():
+    # An operand with every sparse dimension contracted and nse=0 contributes nothing.
+    empty = sparse.empty((3,), nse=0)
+    other = BCOO.fromdense(np.arange(6.0).reshape(3, 2))
+    for lhs, rhs, dimension_numbers in [
+        (empty, other, (((0,), (0,)), ((), ()))),
+        (other, empty, (((0,), (0,)), ((), ()))),
+    ]:
+        out = sparse.bcoo_dot_general(lhs, rhs, dimension_numbers=dimension_numbers)
+        np.testing.assert_array_equal(out.todense(), np.zeros(2))
+
+
 @settings(deadline=None, max_examples=20)
 @given(layouts(max_dims=3), st.integers(0, 3), st.integers(0, 3))
 def test_multiply_sparse_matches_numpy(layout, rhs_n_batch, rhs_n_dense):
@@ -741,14 +770,31 @@ def test_slice_and_dynamic_slice_match_numpy(layout, data):
     want = dense[tuple(slice(*w) for w in zip(start, limit, strides))]
     np.testing.assert_array_equal(out.todense(), want)
     sizes = [hi - lo for lo, hi in zip(start, limit)]
-    # Starts past the end clamp, as lax.dynamic_slice's do.
-    offsets = [data.draw(st.integers(-1, s + 1)) for s in shape]
-    clamped = [min(max(o, 0), s - w) for o, s, w in zip(offsets, shape, sizes)]
+    # As lax.dynamic_slice's: negative starts count from the end, then starts clamp.
+    offsets = [data.draw(st.integers(-s - 1, s + 1)) for s in shape]
+    clamped = [min(max(o + s if o < 0 else o, 0), s - w) for o, s, w in zip(offsets, shape, sizes)]
     want = dense[tuple(slice(c, c + w) for c, w in zip(clamped, sizes))]
+    np.testing.assert_array_equal(fg.lax.dynamic_slice(dense, offsets, sizes), want)
     dynamic = fg.jit(lambda m, o: sparse.bcoo_dynamic_slice(m, list(o), sizes).todense())
     np.testing.assert_array_equal(dynamic(mat, np.array(offsets)), want)
     eager = sparse.bcoo_dynamic_slice(mat, offsets, sizes).todense()
     np.testing.assert_array_equal(eager, want)
+
+
+def test_dynamic_slice_counts_negative_starts_from_the_end():
+    # Start -1 of a window of 3 in 4 is 3, clamped to 1: the dense array's window, not [0, 3).
+    mat = BCOO.fromdense(np.array([4.0, 3.0, 0.0, 5.0]))
+    want = [3.0, 0.0, 5.0]
+    np.testing.assert_array_equal(sparse.bcoo_dynamic_slice(mat, [-1], [3]).todense(), want)
+    jitted = fg.jit(lambda m, s: sparse.bcoo_dynamic_slice(m, [s], [3]).todense())
+    np.testing.assert_array_equal(jitted(mat, -1), want)
+
+    def first(data):
+        window = sparse.bcoo_dynamic_slice(BCOO((data, mat.indices), shape=(4,)), [-1], [3])
+        return window.todense()[0]
+
+    grad = fg.grad(first)
+    np.testing.assert_array_equal(grad(mat.data), [0.0, 1.0, 0.0])
 
 
 def test_getitem_on_any_dimension_matches_numpy():
@@ -1040,3 +1086,142 @@ def test_vmap_of_bcsr_matmul_matches_a_loop():
     ]
     np.testing.assert_allclose(batched, np.stack(lanes), rtol=1e-12)
     np.testing.assert_allclose(batched, dense @ x, rtol=1e-12)
+
+
+def test_vmap_over_a_dimension_that_is_not_a_batch_dimension_raises():
+    # The treedef holds only the non-batch shape; mapping the nse axis (or stacking lanes
+    # after the batch dimensions) used to give leaves of another array, silently.
+    dense = sparse_array(np.random.default_rng(54), (2, 3, 4))
+    batched = BCOO.fromdense(dense, n_batch=1, nse=12)
+    with pytest.raises(ValueError, match="only along its batch dimensions"):
+        fg.vmap(lambda a: a.todense(), in_axes=1)(batched)
+    with pytest.raises(ValueError, match="only along its batch dimensions"):
+        fg.vmap(lambda a: a.todense())(BCOO.fromdense(dense))
+    with pytest.raises(ValueError, match="only along its batch dimensions"):
+        fg.vmap(lambda a: a, out_axes=1)(batched)
+    with pytest.raises(ValueError, match="only along its batch dimensions"):
+        # (nse = rows + 1, so that vmap finds the mapped axes of one size)
+        fg.vmap(lambda a: a.todense(), in_axes=1)(sparse.BCSR.fromdense(dense, n_batch=1, nse=4))
+    # Batch dimensions map and stack anywhere among the batch dimensions.
+    twice = BCOO.fromdense(dense, n_batch=2)
+    lanes = fg.vmap(lambda a: a.todense(), in_axes=1)(twice)
+    np.testing.assert_array_equal(lanes, np.swapaxes(dense, 0, 1))
+    restacked = fg.vmap(lambda a: a, out_axes=1)(twice)
+    np.testing.assert_array_equal(restacked.todense(), np.swapaxes(dense, 0, 1))
+
+
+def test_index_dtypes_too_narrow_for_the_shape_raise():
+    # int8 indices cannot hold positions 128..199 nor the padding index 200; eye used to wrap
+    # them around silently (its trace came out 128).
+    np.testing.assert_array_equal(sparse.eye(127, index_dtype=np.int8).todense(), np.eye(127))
+    narrow = "int8 indices cannot hold the positions of a sparse dimension of size 200"
+    for make in [
+        lambda: sparse.eye(200, index_dtype=np.int8),
+        lambda: sparse.eye(200, index_dtype=np.int8, n_batch=1),
+        lambda: sparse.empty((200,), index_dtype=np.int8),
+        lambda: BCOO.fromdense(np.ones(200), index_dtype=np.int8),
+        lambda: BCOO((np.ones(1), np.zeros((1, 1), np.int8)), shape=(200,)),
+        lambda: BCOO.fromdense(np.ones((10, 20)), index_dtype=np.int8).reshape(200),
+        lambda: sparse.bcoo_concatenate(
+            [BCOO.fromdense(np.ones(100), index_dtype=np.int8)] * 2, dimension=0
+        ),
+    ]:
+        with pytest.raises(ValueError, match=narrow):
+            make()
+
+
+def test_astype_to_integers_and_bool_sums_duplicates_first():
+    # Truncation and bool conversion do not distribute over the sum of duplicated elements:
+    # the dense form holds 1.2 and 0.0, so int gives [1, 0, 0] and bool [True, False, False].
+    data, indices = np.array([0.6, 0.6, 0.5, -0.5]), np.array([[0], [0], [2], [2]], np.int32)
+    mat = BCOO((data, indices), shape=(3,))
+    dense = np.asarray(mat.todense())
+    for dtype in [np.int32, np.uint8, bool]:
+        want = dense.astype(dtype)
+        np.testing.assert_array_equal(mat.astype(dtype).todense(), want)
+        np.testing.assert_array_equal(fg.jit(lambda m, t=dtype: m.astype(t).todense())(mat), want)
+        sparsified = sparse.sparsify(lambda m, t=dtype: m.astype(t))(mat)
+        np.testing.assert_array_equal(sparsified.todense(), want)
+    # Conversions that distribute keep the stored elements as they are.
+    assert mat.astype(np.float32).nse == 4
+    np.testing.assert_array_equal(mat.astype(np.complex64).todense(), dense.astype(np.complex64))
+
+
+# ---- arrays with duplicated, unsorted, padding and out-of-range indices
+
+
+def dense_of_stored(data, indices, shape):
+    """The dense form by a loop over the stored elements: each one inside the array adds its
+    data at its batch position and index; the others (padding, negative, too large) add
+    nothing."""
+    n_batch = indices.ndim - 2
+    sparse_shape = shape[n_batch : n_batch + indices.shape[-1]]
+    out = np.zeros(shape, data.dtype)
+    for position in np.ndindex(*indices.shape[:-1]):
+        index = indices[position]
+        if all(0 <= i < size for i, size in zip(index, sparse_shape)):
+            out[position[:-1] + tuple(index)] += data[position]
+    return out
+
+
+@st.composite
+def messy_bcoo(draw):
+    """A BCOO array whose indices are drawn freely: unsorted, repeated, padding (the size),
+    negative or past the size; with its dense form from the loop above."""
+    shape, n_batch, n_dense, seed = draw(layouts(min_dims=1, max_dims=4))
+    rng = np.random.default_rng(seed)
+    nse = draw(st.integers(0, 5))
+    n_sparse = len(shape) - n_batch - n_dense
+    sparse_shape = np.array(shape[n_batch : n_batch + n_sparse], np.int32)
+    lead = (*shape[:n_batch], nse)
+    inside = rng.integers(0, np.maximum(sparse_shape, 1), size=(*lead, n_sparse))
+    outside = rng.choice([-1, 0, 1], size=(*lead, n_sparse)) + sparse_shape
+    indices = np.where(rng.random(lead + (1,)) < 0.7, inside, outside).astype(np.int32)
+    data = rng.normal(size=(*lead, *shape[n_batch + n_sparse :]))
+    return BCOO((data, indices), shape=shape), dense_of_stored(data, indices, shape), rng
+
+
+@settings(deadline=None)
+@given(messy_bcoo())
+def test_operations_on_messy_indices_match_numpy(case):
+    mat, dense, rng = case
+    np.testing.assert_allclose(mat.todense(), dense, atol=1e-12)
+    merged = sparse.bcoo_sum_duplicates(mat, nse=mat.nse)
+    np.testing.assert_allclose(merged.todense(), dense, atol=1e-12)
+    np.testing.assert_allclose(mat.sort_indices().todense(), dense, atol=1e-12)
+    axes = tuple(d for d in range(mat.ndim) if rng.random() < 0.5)
+    summed = sparse.bcoo_reduce_sum(mat, axes=axes).todense()
+    np.testing.assert_allclose(summed, dense.sum(axes), atol=1e-12)
+    # Every reshape that keeps the batch size leading and the dense dimensions trailing.
+    n_positional = mat.n_batch + mat.n_sparse
+    sparse_size = math.prod(mat.shape[mat.n_batch : n_positional])
+    new_shape = (math.prod(mat.shape[: mat.n_batch]), sparse_size, *mat.shape[n_positional:])
+    shapes = [new_shape, new_shape[:1] + (1,) + new_shape[1:]]
+    if new_shape[0] == 1:  # a batch of one may vanish
+        shapes.append(new_shape[1:])
+    for shape in shapes:
+        np.testing.assert_allclose(mat.reshape(shape).todense(), dense.reshape(shape))
+    sizes = [int(rng.integers(0, s + 1)) for s in mat.shape]
+    starts = [int(rng.integers(-s - 1, s + 2)) for s in mat.shape]
+    window = np.asarray(fg.lax.dynamic_slice(dense, starts, sizes))
+    np.testing.assert_allclose(sparse.bcoo_dynamic_slice(mat, starts, sizes).todense(), window)
+    other = rng.normal(size=mat.shape[-1:])
+    product = sparse.bcoo_dot_general(
+        mat, other, dimension_numbers=(((mat.ndim - 1,), (0,)), ((), ()))
+    )
+    np.testing.assert_allclose(product, dense @ other, atol=1e-12)
+
+
+def test_bcsr_counts_more_stored_elements_than_its_index_dtype_holds():
+    # 400 elements of a 20 x 20 matrix with int8 columns: indptr and the slots it bounds
+    # run past 127 and used to wrap around (rows 7 on came out wrong).
+    dense = np.arange(1.0, 401.0).reshape(20, 20)
+    for index_dtype in [np.int8, np.uint8]:
+        mat = sparse.bcsr_fromdense(dense, index_dtype=index_dtype)
+        assert mat.indices.dtype == index_dtype
+        np.testing.assert_array_equal(mat.todense(), dense)
+    assert sparse.bcsr_fromdense(np.eye(3), index_dtype=np.int8).indptr.dtype == np.int8
+    # Slots past indptr's last entry are padding, however many there are.
+    data, columns = np.ones(200), np.zeros(200, np.int8)
+    mat = sparse.BCSR((data, columns, np.array([0, 2], np.int8)), shape=(1, 3))
+    np.testing.assert_array_equal(mat.todense(), [[2.0, 0.0, 0.0]])

@@ -16,9 +16,24 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from funcgrad import lax
+from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
+
+
+def check_index_dtype(sparse_shape: Sequence[int], index_dtype, name: str) -> None:
+    """Raise unless indices of `index_dtype` hold every position of `sparse_shape` and the
+    padding index (the shape itself); a narrower type would wrap them around silently."""
+    index_dtype = np.dtype(index_dtype)
+    if not dtypes.is_int(index_dtype):
+        raise TypeError(f"{name}: indices must be integers, got {index_dtype}")
+    largest = max(sparse_shape, default=0)
+    if largest > np.iinfo(index_dtype).max:
+        raise ValueError(
+            f"{name}: {index_dtype.name} indices cannot hold the positions of a sparse "
+            f"dimension of size {largest} (nor its padding index, the size itself); use a "
+            "wider index_dtype"
+        )
 
 
 def position_columns(indices, dims: Sequence[int]) -> Array:

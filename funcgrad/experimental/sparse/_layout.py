@@ -14,7 +14,12 @@ import numpy as np
 
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
-from funcgrad.experimental.sparse._convert import gather_slices, in_range, position_columns
+from funcgrad.experimental.sparse._convert import (
+    check_index_dtype,
+    gather_slices,
+    in_range,
+    position_columns,
+)
 
 
 def _zero_where_invalid(data, valid) -> Array:
@@ -81,15 +86,11 @@ def reshape(data, indices, shape, new_shape: tuple[int, ...], name: str):
     n_positional = n_batch + n_sparse
     batch_shape, sparse_shape = shape[:n_batch], shape[n_batch:n_positional]
     dense_shape = shape[n_positional:]
-    new_n_batch = _leading_dims_of_size(new_shape, math.prod(batch_shape))
     new_dense_start = len(new_shape) - len(dense_shape)
-    new_sparse_shape = new_shape[new_n_batch:new_dense_start] if new_n_batch is not None else ()
-    if (
-        new_n_batch is None
-        or new_dense_start < new_n_batch
-        or tuple(new_shape[new_dense_start:]) != dense_shape
-        or math.prod(new_sparse_shape) != math.prod(sparse_shape)
-    ):
+    new_n_batch = _batch_split(
+        new_shape, new_dense_start, math.prod(batch_shape), math.prod(sparse_shape)
+    )
+    if new_n_batch is None or tuple(new_shape[new_dense_start:]) != dense_shape:
         raise ValueError(
             f"{name}: cannot reshape a BCOO array of shape {shape} (batch {batch_shape}, sparse "
             f"{sparse_shape}, dense {dense_shape}) into {new_shape}: the batch dimensions must "
@@ -97,35 +98,40 @@ def reshape(data, indices, shape, new_shape: tuple[int, ...], name: str):
             "stay the trailing ones"
         )
     new_batch_shape = new_shape[:new_n_batch]
+    new_sparse_shape = new_shape[new_n_batch:new_dense_start]
     nse = indices.shape[-2]
     data = data.reshape(*new_batch_shape, nse, *dense_shape)
     indices = indices.reshape(*new_batch_shape, nse, n_sparse)
     if tuple(new_sparse_shape) != tuple(sparse_shape):
-        indices = _reindex(indices, sparse_shape, new_sparse_shape, name)
+        check_index_dtype(new_sparse_shape, indices.dtype, name)
+        valid = in_range(indices, sparse_shape)
+        indices = _reindex(indices, valid, sparse_shape, new_sparse_shape, name)
+        if not new_sparse_shape:  # no index is left to mark padding: its data must be 0
+            data = _zero_where_invalid(data, valid)
     return data, indices, tuple(new_shape)
 
 
-def _leading_dims_of_size(shape, size: int) -> int | None:
-    """The fewest leading dimensions of `shape` whose product is `size`."""
-    product = 1
-    for count in range(len(shape) + 1):
-        if product == size:
+def _batch_split(new_shape, dense_start: int, batch_size: int, sparse_size: int) -> int | None:
+    """The fewest leading dimensions of `new_shape` that hold `batch_size` elements while the
+    ones up to `dense_start` hold `sparse_size` (sizes of 0 make several splits fit)."""
+    for count in range(dense_start + 1):
+        if (
+            math.prod(new_shape[:count]) == batch_size
+            and math.prod(new_shape[count:dense_start]) == sparse_size
+        ):
             return count
-        if count < len(shape):
-            product *= shape[count]
     return None
 
 
-def _reindex(indices, sparse_shape, new_sparse_shape, name: str) -> Array:
+def _reindex(indices, valid, sparse_shape, new_sparse_shape, name: str) -> Array:
     """Indices into `sparse_shape` as indices into `new_sparse_shape` of the same size, through
-    their row-major offset; padding stays padding."""
+    their row-major offset; the elements not `valid` (inside the array) become padding."""
     dtype = np.promote_types(indices.dtype, np.int32)
     if math.prod(sparse_shape) > np.iinfo(dtype).max:
         raise ValueError(
             f"{name}: the sparse dimensions {tuple(sparse_shape)} hold more positions than "
             f"{np.dtype(dtype).name} indices can count; reshaping them needs wider indices"
         )
-    valid = in_range(indices, sparse_shape)
     offset = fnp.zeros(indices.shape[:-1], dtype)
     for i, size in enumerate(sparse_shape):
         offset = offset * size + indices[..., i].astype(dtype)
@@ -133,6 +139,8 @@ def _reindex(indices, sparse_shape, new_sparse_shape, name: str) -> Array:
     for size in reversed(new_sparse_shape):
         columns.append(offset % size)
         offset = offset // size
+    if not columns:
+        return indices[..., :0]
     new_indices = fnp.stack(columns[::-1], axis=-1).astype(indices.dtype)
     padding = fnp.asarray(np.array(new_sparse_shape, indices.dtype))
     return fnp.where(valid[..., None], new_indices, padding)

@@ -52,14 +52,14 @@ def slice_(data, indices, shape, start, limit, strides) -> tuple[Array, Array, t
 
 
 def dynamic_slice(data, indices, shape, start_indices, slice_sizes) -> tuple[Array, Array]:
-    """`start_indices` may be traced; like `lax.dynamic_slice`, each is clamped so that the
-    window lies inside the array."""
+    """`start_indices` may be traced; as in `lax.dynamic_slice`, a negative one counts from
+    the end, and then each is clamped so that the window lies inside the array."""
     n_batch, n_sparse = indices.ndim - 2, indices.shape[-1]
     n_positional = n_batch + n_sparse
-    starts = [
-        fnp.clip(fnp.asarray(s).astype(np.int32), 0, size - window)
-        for s, size, window in zip(start_indices, shape, slice_sizes)
-    ]
+    starts = []
+    for s, size, window in zip(start_indices, shape, slice_sizes):
+        s = fnp.asarray(s).astype(np.int32)
+        starts.append(fnp.clip(fnp.where(s < 0, s + size, s), 0, size - window))
     zero = fnp.zeros((), np.int32)
     data = lax.dynamic_slice(
         data,

@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from funcgrad import lax
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.experimental.sparse import _order
@@ -23,6 +24,14 @@ from funcgrad.experimental.sparse._convert import in_range
 
 def _padding(sparse_shape, shape, dtype) -> Array:
     return fnp.broadcast_to(fnp.asarray(np.array(sparse_shape, dtype)), shape)
+
+
+def _first_along(x, axis: int) -> Array:
+    """The first entry of `x` along `axis`, kept as an axis of size 1; zeros where there is no
+    entry (an operand storing no elements, whose slot `kept` then marks as padding)."""
+    if x.shape[axis] == 0:
+        return fnp.zeros((*x.shape[:axis], 1, *x.shape[axis + 1 :]), x.dtype)
+    return lax.slice_in_dim(x, 0, 1, axis=axis)
 
 
 def _agree(lhs_indices, rhs_indices, lhs_columns, rhs_columns, lhs_valid, rhs_valid) -> Array:
@@ -90,7 +99,7 @@ def spdot_general(lhs, rhs, dimension_numbers, out_shape, dtype) -> tuple[Array,
         if not free:
             product = fnp.sum(product, axis=axis, keepdims=True, dtype=dtype)
             kept = fnp.any(kept, axis=axis, keepdims=True)
-            indices = fnp.take(indices, np.array([0]), axis=axis)
+            indices = _first_along(indices, axis)
     padding = _padding(out_sparse_shape, indices.shape, index_dtype)
     indices = fnp.where(kept[..., None], indices, padding)
     nse = product.shape[-2] * product.shape[-1]

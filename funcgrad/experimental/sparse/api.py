@@ -11,6 +11,7 @@ import numpy as np
 from funcgrad import dtypes
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
+from funcgrad.experimental.sparse._convert import check_index_dtype
 from funcgrad.experimental.sparse.bcoo import BCOO, bcoo_fromdense
 from funcgrad.experimental.sparse.bcsr import BCSR
 
@@ -55,6 +56,7 @@ def empty(
         raise ValueError(f"empty: nse must be non-negative, got {nse}")
     dtype = dtypes.default_float if dtype is None else np.dtype(dtype)
     batch_shape, sparse_shape = shape[:n_batch], shape[n_batch : n_batch + n_sparse]
+    check_index_dtype(sparse_shape, index_dtype, "empty")
     data = fnp.zeros((*batch_shape, nse, *shape[n_batch + n_sparse :]), dtype)
     padding = np.array(sparse_shape, np.dtype(index_dtype))
     indices = fnp.asarray(np.broadcast_to(padding, (*batch_shape, nse, n_sparse)))
@@ -80,6 +82,7 @@ def eye(
     _layout_split((N, M), n_batch, n_dense, "eye")
     dtype = dtypes.default_float if dtype is None else np.dtype(dtype)
     index_dtype = np.dtype(index_dtype)
+    check_index_dtype((N, M)[n_batch : 2 - n_dense], index_dtype, "eye")
     if n_batch == 0 and n_dense == 0:
         rows = np.arange(max(-k, 0), min(N, M - k))
         indices = np.stack([rows, rows + k], axis=-1).astype(index_dtype).reshape(-1, 2)

@@ -75,14 +75,15 @@ class BCOO:
         self.unique_indices = bool(unique_indices)
 
     def tree_flatten(self):
-        aux = (self._trailing_shape, self.indices_sorted, self.unique_indices)
+        aux = (self._trailing_shape, self.nse, self.indices_sorted, self.unique_indices)
         return (self.data, self.indices), aux
 
     @classmethod
     def tree_unflatten(cls, aux, children) -> BCOO:
         mat = object.__new__(cls)
         mat.data, mat.indices = children
-        mat._trailing_shape, mat.indices_sorted, mat.unique_indices = aux
+        mat._trailing_shape, nse, mat.indices_sorted, mat.unique_indices = aux
+        check_stored_count("BCOO", mat.indices, -2, nse)
         return mat
 
     # ---- layout
@@ -90,11 +91,6 @@ class BCOO:
     @property
     def shape(self) -> tuple[int, ...]:
         """The batch shape comes from the leaves, so that a vmapped lane has its own."""
-        if self.indices.ndim < 2:
-            raise ValueError(
-                f"BCOO: indices of shape {self.indices.shape} have no (nse, n_sparse) axes; "
-                "vmap can map a BCOO array only over its batch dimensions (n_batch > 0)"
-            )
         return tuple(self.indices.shape[:-2]) + self._trailing_shape
 
     @property
@@ -169,7 +165,14 @@ class BCOO:
         return bcoo_todense(self)
 
     def astype(self, dtype) -> BCOO:
-        return self._like(self.data.astype(dtype))
+        """The array converted elementwise. A conversion to an integer or boolean type does
+        not distribute over sums (0.6 + 0.6 truncates to 1, each 0.6 to 0), so elements that
+        share an index are summed first, unless `unique_indices` promises there are none."""
+        dtype = np.dtype(dtype)
+        mat = self
+        if not self.unique_indices and not _distributes_over_sums(self.dtype, dtype):
+            mat = bcoo_sum_duplicates(self, nse=self.nse)
+        return mat._like(mat.data.astype(dtype))
 
     def sum_duplicates(self, nse: int | None = None, remove_zeros: bool = True) -> BCOO:
         """One element per distinct index, in sorted order (see `bcoo_sum_duplicates`);
@@ -268,6 +271,33 @@ class BCOO:
         return matmul(self, fnp.asarray(other), sparse_first=False)
 
 
+def check_stored_count(name: str, indices, nse_axis: int, nse: int) -> None:
+    """Raise unless `indices` (when it is an array) still has `nse` entries along `nse_axis`.
+
+    A sparse array's treedef holds only its non-batch shape, so that a vmap over a batch
+    dimension gives each lane the array less that dimension. A vmap over any other dimension
+    (or outputs stacked at one) would give leaves that describe some other array, silently;
+    the count of stored elements, which no batch dimension changes, catches that."""
+    shape = getattr(indices, "shape", None)
+    if not isinstance(shape, tuple):  # a tree of placeholders, such as vmap's in_axes
+        return
+    if len(shape) < -nse_axis or shape[nse_axis] != nse:
+        raise ValueError(
+            f"{name}: indices of shape {shape} do not hold the {nse} stored elements per batch "
+            f"of the array whose leaves they replace: vmap can map a {name} array (in_axes) or "
+            "stack one (out_axes) only along its batch dimensions"
+        )
+
+
+def _distributes_over_sums(source: np.dtype, target: np.dtype) -> bool:
+    """Whether converting a sum from `source` to `target` equals summing the converted terms
+    (up to rounding): conversions between numbers, but not onto integers from other kinds, and
+    none to or from bool but bool's own."""
+    if "b" in (source.kind, target.kind):
+        return source == target
+    return target.kind not in "iu" or source.kind in "iu"
+
+
 def _traced(x) -> bool:
     return isinstance(x, core.Tracer)
 
@@ -312,6 +342,7 @@ def _check_layout(data, indices, shape: tuple[int, ...]) -> None:
             f"the batch shape {batch_shape}, and data must have shape (*batch, nse, *dense)"
             + (f" = {expected}" if n_dense >= 0 else "")
         )
+    _convert.check_index_dtype(shape[n_batch : n_batch + n_sparse], indices.dtype, "BCOO")
 
 
 def _as_bcoo(mat, name: str) -> BCOO:
@@ -371,8 +402,9 @@ def bcoo_fromdense(
             f"together at most the rank {mat.ndim} of the array of shape {mat.shape}"
         )
     index_dtype = np.dtype(index_dtype)
-    if not dtypes.is_int(index_dtype):
-        raise TypeError(f"bcoo_fromdense: index_dtype must be an integer type, got {index_dtype}")
+    _convert.check_index_dtype(
+        mat.shape[n_batch : mat.ndim - n_dense], index_dtype, "bcoo_fromdense"
+    )
     if nse is None:
         nse = _static_nse(_convert.nonzero_count(mat, n_batch, n_dense), "bcoo_fromdense")
     else:

@@ -16,7 +16,7 @@ import numpy as np
 from funcgrad import core, lax
 from funcgrad import numpy as fnp
 from funcgrad.experimental.sparse import _relayout, _slicing
-from funcgrad.experimental.sparse._convert import in_range
+from funcgrad.experimental.sparse._convert import check_index_dtype, in_range
 from funcgrad.experimental.sparse.bcoo import (
     BCOO,
     _as_bcoo,
@@ -108,6 +108,7 @@ def bcoo_concatenate(operands: Sequence[BCOO], *, dimension: int) -> BCOO:
     shape[dimension] = sum(sizes)
     n_positional = n_batch + first.ndim - n_batch - n_dense
     sparse_shape = tuple(shape[n_batch:n_positional])
+    check_index_dtype(sparse_shape, index_dtype, "bcoo_concatenate")
     if dimension < n_batch:
         nse = max(op.nse for op in operands)
         padded = [_pad_nse(d, i, nse, sparse_shape) for d, i in zip(datas, indices)]
@@ -185,8 +186,9 @@ def bcoo_slice(
 
 
 def bcoo_dynamic_slice(mat: BCOO, start_indices, slice_sizes: Sequence[int]) -> BCOO:
-    """The window of `slice_sizes` at `start_indices` (which may be traced; each is clamped so
-    that the window lies inside the array), as `lax.dynamic_slice`."""
+    """The window of `slice_sizes` at `start_indices` (which may be traced; a negative one
+    counts from the end, then each is clamped so that the window lies inside the array), as
+    `lax.dynamic_slice`."""
     mat = _as_bcoo(mat, "bcoo_dynamic_slice")
     slice_sizes = tuple(operator.index(s) for s in slice_sizes)
     start_indices = list(start_indices)
@@ -279,10 +281,12 @@ def getitem(mat: BCOO, item) -> BCOO:
     """`mat[item]` for integers (Python or traced) and slices with positive steps, with at
     most one Ellipsis."""
     items = list(item) if isinstance(item, tuple) else [item]
-    if items.count(Ellipsis) > 1:
+    # By identity: `==` against an array index would compare elementwise.
+    ellipses = [at for at, i in enumerate(items) if i is Ellipsis]
+    if len(ellipses) > 1:
         raise IndexError("BCOO indexing: an index can only have a single ellipsis ('...')")
-    if Ellipsis in items:
-        at = items.index(Ellipsis)
+    if ellipses:
+        at = ellipses[0]
         items[at : at + 1] = [slice(None)] * (mat.ndim - len(items) + 1)
     if len(items) > mat.ndim or not all(
         isinstance(i, slice) or (not isinstance(i, bool) and _is_integer_index(i)) for i in items
@@ -303,7 +307,7 @@ def getitem(mat: BCOO, item) -> BCOO:
             continue
         squeezed.append(dim)
         if isinstance(i, core.Tracer):
-            dynamic[dim] = fnp.where(i < 0, i + size, i)
+            dynamic[dim] = i  # bcoo_dynamic_slice counts a negative one from the end
             windows.append((0, size, 1))
             continue
         position = operator.index(i)
