@@ -243,6 +243,14 @@ def test_ppermute_of_an_unbatched_value():
     assert_close(out, [[1.0, 2.0], [1.0, 2.0]])
 
 
+def test_psum_and_pmean_count_booleans():
+    flags = np.array([True, False, True])
+    counted = fg.vmap(lambda f: lax.psum(f, "i"), axis_name="i")(flags)
+    assert_close(counted, np.full(3, 2, np.int32), np.int32)
+    mean = fg.vmap(lambda f: lax.pmean(f, "i"), axis_name="i")(flags)
+    assert_close(mean, np.full(3, 2 / 3, np.float32), np.float32)
+
+
 @fg.custom_jvp
 def _psum_with_custom_jvp(v):
     return lax.psum(v, "i")
@@ -699,7 +707,11 @@ def test_binding_a_collective_eagerly_raises_name_error():
             NotImplementedError,
             "psum: axis_index_groups",
         ),
-        (lambda v: lax.psum(fnp.ones(2, bool), "i"), TypeError, "psum does not accept dtype bool"),
+        (
+            lambda v: lax.pmax(fnp.ones(2, np.complex64), "i"),
+            TypeError,
+            "pmax does not accept dtype complex64",
+        ),
     ],
 )
 def test_errors(fun, error, match):

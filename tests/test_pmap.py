@@ -268,6 +268,11 @@ def test_pmean_divides_by_the_device_count():
     assert_close(out, np.broadcast_to(x.mean(0), x.shape).astype(np.float32))
 
 
+def test_psum_counts_booleans():
+    flags = np.array([True, False, True, True])
+    assert_close(fg.pmap(lambda f: lax.psum(f, "i"), "i")(flags), np.full(4, 3, np.int32), np.int32)
+
+
 # ---------------------------------------------------------------------------------------------
 # Composition with vmap (each transformation names its own axis)
 
