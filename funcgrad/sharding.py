@@ -492,13 +492,26 @@ def laid_out(x: Array, sharding: Sharding) -> Array:
     """`x` recorded as laid out by `sharding`: on the host (the virtual CPU devices' memory),
     or, for one device, on it."""
     if isinstance(sharding, SingleDeviceSharding):
-        if isinstance(sharding.device, GpuDevice):
-            return put_on_gpu(x, sharding.device)
-        return to_host(x)
+        return _on_one_device(x, sharding)
     sharding.shard_shape(x.shape)  # (checks the spec fits)
     out = Array(to_host(x)._value, x.weak_type)
     out._sharding = sharding
     return out
+
+
+def _on_one_device(x: Array, sharding: SingleDeviceSharding) -> Array:
+    """`x` whole on `sharding`'s device, no longer laid out over the devices it was (pmap's or
+    a mesh's). A virtual CPU device other than the first, where unplaced arrays are, is
+    recorded, as the host memory they share cannot tell them apart."""
+    if hasattr(x, "_sharding") or hasattr(x, "_shards"):
+        x = Array(x._value, x.weak_type)
+    if isinstance(sharding.device, GpuDevice):
+        return put_on_gpu(x, sharding.device)
+    x = to_host(x)
+    if sharding.device is not x.device:
+        x = Array(x._value, x.weak_type)
+        x._sharding = sharding
+    return x
 
 
 def put(x: Any, shardings: Any) -> Any:

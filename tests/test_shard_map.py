@@ -402,6 +402,28 @@ def test_device_put_with_named_sharding(mesh):
     assert [s.data.shape for s in replicated.addressable_shards] == [(8, 3)] * 8
     assert fg.device_put(x, NamedSharding(mesh, P())).is_fully_replicated()
     assert fg.numpy.asarray(x).sharding == SingleDeviceSharding(fg.devices()[0])
+    assert y.devices() == set(fg.devices())
+
+
+@pytest.mark.parametrize("how", ["device", "sharding"])
+def test_device_put_on_one_device_leaves_the_layout_it_had(mesh, how):
+    """Put on one device, an array laid out over a mesh (or by pmap) is whole on that device."""
+    x = _x()
+    third = fg.devices()[3]
+    target = third if how == "device" else SingleDeviceSharding(third)
+    sources = [
+        x,
+        fg.device_put(x, NamedSharding(mesh, P("i", "j"))),
+        fg.pmap(lambda v: v)(x),
+    ]
+    for source in sources:
+        y = fg.device_put(source, target)
+        assert y.sharding == SingleDeviceSharding(third)
+        assert y.device is third and y.devices() == {third} and y.is_fully_replicated()
+        [shard] = y.addressable_shards
+        assert shard.device is third
+        np.testing.assert_array_equal(shard.data, x)
+        np.testing.assert_array_equal(y, x)
 
 
 def test_with_sharding_constraint_and_jit_shardings(mesh):
