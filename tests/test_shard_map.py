@@ -357,14 +357,71 @@ def test_collectives_inside_control_flow(mesh):
     expected = 3 * x.reshape(8, 4, 3).sum(1)
     out = fg.shard_map(accumulate, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i", "j"))(x)
     assert_close(out, np.tile(expected, (1, 4)))
-    # The check bounds a loop by its operands (here `a`, split over j), so a result the same
-    # along j is refused unless trusted.
-    with pytest.raises(ValueError, match="leaves out mesh axis 'j'"):
-        fg.shard_map(accumulate, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i"))(x)
+    # The check follows the loop: its carry only ever adds a psum over j, so it is the same
+    # along j although the loop reads `a`, which is split over j.
+    replicated = fg.shard_map(accumulate, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i"))
+    assert_close(replicated(x), expected)
     trusted = fg.shard_map(
         accumulate, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i"), check_vma=False
     )
     assert_close(trusted(x), expected)
+
+
+def _psum_j_loop(kind: str):
+    """A loop whose carry is a psum over j of the block `a` each step, in each form."""
+
+    def step(c, a):
+        return c + lax.psum(a, "j")
+
+    def run(a):
+        zero = fnp.zeros_like(a)
+        if kind == "scan":
+            return lax.scan(lambda c, _: (step(c, a), None), zero, None, length=2)[0]
+        if kind == "fori":
+            return lax.fori_loop(0, 2, lambda i, c: step(c, a), zero)
+        if kind == "while":
+            return lax.while_loop(
+                lambda c: c[1] < 2, lambda c: (step(c[0], a), c[1] + 1), (zero, 0)
+            )[0]
+        return lax.cond(lax.psum(a.sum(), "j") > 0, lambda: step(zero, a), lambda: step(zero, -a))
+
+    return run
+
+
+@pytest.mark.parametrize("kind", ["scan", "fori", "while", "cond"])
+def test_replication_check_follows_control_flow(mesh, kind):
+    x = _x()
+    run = fg.shard_map(_psum_j_loop(kind), mesh=mesh, in_specs=P(None, "j"), out_specs=P())
+    sums = x.reshape(8, 4, 3).sum(1)
+    assert_close(run(x), (1 if kind == "cond" else 2) * sums)  # (x's sum is positive)
+
+
+@pytest.mark.parametrize(
+    "fun",
+    [
+        # The carry picks up the block itself.
+        lambda a: lax.fori_loop(0, 2, lambda i, c: c + lax.psum(c, "j") + a, fnp.zeros_like(a)),
+        # The devices may run different numbers of iterations.
+        lambda a: lax.while_loop(
+            lambda c: c[1] < lax.axis_index("j"), lambda c: (lax.psum(c[0], "j"), c[1] + 1), (a, 0)
+        )[0],
+        # The devices may take different branches.
+        lambda a: lax.cond(
+            lax.axis_index("j") == 0, lambda: lax.psum(a, "j"), lambda: 2 * lax.psum(a, "j")
+        ),
+        # An iteration after the first makes the carry differ.
+        lambda a: lax.scan(
+            lambda c, _: ((c[1], c[0] + lax.axis_index("j")), None),
+            (lax.psum(a, "j"), lax.psum(a, "j")),
+            None,
+            length=3,
+        )[0][0],
+    ],
+    ids=["carry", "trip count", "branch", "second iteration"],
+)
+def test_replication_check_refuses_what_control_flow_makes_differ(mesh, fun):
+    with pytest.raises(ValueError, match="leaves out mesh axis 'j'"):
+        fg.shard_map(fun, mesh=mesh, in_specs=P(None, "j"), out_specs=P())(_x())
 
 
 def test_context_mesh_and_experimental_name(mesh):
