@@ -397,6 +397,13 @@ def test_more_entries_than_devices():
         fg.pmap(lambda a: a)(np.zeros(5))
 
 
+def test_an_empty_mapped_axis_is_refused():
+    with pytest.raises(ValueError, match="mapped axis has size 0"):
+        fg.pmap(lambda a: a)(np.zeros((0, 3)))
+    with pytest.raises(ValueError, match="mapped axis has size 0"):
+        fg.pmap(lambda a: a, in_axes=1)(np.zeros((2, 0)))
+
+
 def test_mapped_size_must_equal_given_devices():
     with pytest.raises(ValueError, match="size 3 but 2 devices"):
         fg.pmap(lambda a: a, devices=fg.devices()[:2])(np.zeros(3))

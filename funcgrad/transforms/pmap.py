@@ -483,6 +483,11 @@ class Pmapped:
         return axes + [0] * len(tree_util.tree_leaves(kwargs))  # keyword arguments map axis 0
 
     def _devices_for(self, size: int) -> tuple[Device, ...]:
+        if size == 0:
+            raise ValueError(
+                f"pmap({self.name}): the mapped axis has size 0; a pmap runs one entry on each "
+                "device, so it needs at least one entry"
+            )
         if self.devices is not None:
             if size != len(self.devices):
                 raise ValueError(
