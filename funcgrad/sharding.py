@@ -458,9 +458,11 @@ def resolve(sharding: Any, what: str) -> Sharding:
     return sharding
 
 
-def broadcast_prefix(prefix: Any, tree: Any, is_leaf, what: str, leaf_kind: str) -> list:
-    """One entry of `prefix` per leaf of `tree`, `prefix` being a tree prefix of it whose
-    leaves are those `is_leaf` accepts (`leaf_kind` names them)."""
+def broadcast_prefix(
+    prefix: Any, tree: Any, is_leaf, what: str, leaf_kind: str, of: str = "the arguments"
+) -> list:
+    """One entry of `prefix` per leaf of `tree` (`of` says what the tree is), `prefix` being a
+    tree prefix of it whose leaves are those `is_leaf` accepts (`leaf_kind` names them)."""
     if is_leaf(prefix):
         return [prefix] * len(tree_util.tree_leaves(tree))
     leaves = tree_util.tree_leaves(prefix)
@@ -474,13 +476,13 @@ def broadcast_prefix(prefix: Any, tree: Any, is_leaf, what: str, leaf_kind: str)
     tree_children, tree_node = one_level(tree)
     if prefix_node != tree_node:
         raise ValueError(
-            f"{what} must be a tree prefix of the arguments: {prefix!r} does not match the "
+            f"{what} must be a tree prefix of {of}: {prefix!r} does not match the "
             f"structure {tree_util.tree_structure(tree)}"
         )
     return [
         leaf
         for p, t in zip(prefix_children, tree_children)
-        for leaf in broadcast_prefix(p, t, is_leaf, what, leaf_kind)
+        for leaf in broadcast_prefix(p, t, is_leaf, what, leaf_kind, of)
     ]
 
 
@@ -519,7 +521,9 @@ def put(x: Any, shardings: Any) -> Any:
     from funcgrad.lax.base import asarray
 
     leaves, tree = tree_util.tree_flatten(x)
-    per_leaf = broadcast_prefix(shardings, x, _is_sharding, "device_put's shardings", "sharding")
+    per_leaf = broadcast_prefix(
+        shardings, x, _is_sharding, "device_put's shardings", "sharding", "its operand"
+    )
     outs = [laid_out(asarray(leaf), resolve(s, "device_put")) for leaf, s in zip(leaves, per_leaf)]
     return tree_util.tree_unflatten(tree, outs)
 
@@ -528,13 +532,19 @@ def with_sharding_constraint(x: Any, shardings: Any) -> Any:
     """`x` constrained to be laid out as `shardings` say (a sharding, a PartitionSpec over the
     current mesh, or a tree prefix of them): checked against the shapes, and recorded on
     concrete arrays; traced values pass through, as funcgrad has no partitioner to tell."""
+    return constrained(x, shardings, "with_sharding_constraint", "its operand")
+
+
+def constrained(x: Any, shardings: Any, what: str, of: str) -> Any:
+    """`with_sharding_constraint` for `what` (jit's in_shardings, ...), whose errors name it
+    and say what `x` is (`of`)."""
     from funcgrad.lax.base import asarray
 
     leaves, tree = tree_util.tree_flatten(x)
-    per_leaf = broadcast_prefix(shardings, x, _is_sharding, "with_sharding_constraint", "sharding")
+    per_leaf = broadcast_prefix(shardings, x, _is_sharding, what, "sharding", of)
     outs = []
     for leaf, s in zip(leaves, per_leaf):
-        sharding = resolve(s, "with_sharding_constraint")
+        sharding = resolve(s, what)
         leaf = leaf if isinstance(leaf, core.Tracer) else asarray(leaf)
         if isinstance(sharding, NamedSharding):
             sharding.shard_shape(core.get_aval(leaf).shape)

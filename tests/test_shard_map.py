@@ -503,6 +503,37 @@ def test_with_sharding_constraint_and_jit_shardings(mesh):
         assert lax.with_sharding_constraint(x, P(None, "j")).sharding.spec == P(None, "j")
 
 
+def test_compiled_jit_lays_out_its_results_as_the_jitted_function_does(mesh):
+    x = _x()
+    rows, cols = NamedSharding(mesh, P("i")), NamedSharding(mesh, P(None, "j"))
+    g = fg.jit(lambda a: (a + 1.0, a.T), in_shardings=rows, out_shardings=(rows, cols))
+    compiled = g.lower(x).compile()
+    for call in (g, compiled):
+        first, second = call(x)
+        assert_close(first, x + 1.0)
+        assert_close(second, x.T)
+        assert first.sharding == rows and second.sharding == cols
+    with pytest.raises(ValueError, match="dimension 0 .* size 3 is not a multiple of 2"):
+        fg.jit(lambda a: a, in_shardings=rows).lower(np.ones((3, 4))).compile()(np.ones((3, 4)))
+
+
+def test_shardings_of_the_wrong_structure_are_named(mesh):
+    rows = NamedSharding(mesh, P("i"))
+    x = _x()
+    with pytest.raises(
+        ValueError, match=r"jit\(.*\) out_shardings must be a tree prefix of the out"
+    ):
+        fg.jit(lambda a: (a, a), out_shardings=(rows,))(x)
+    with pytest.raises(
+        ValueError, match=r"jit\(.*\) in_shardings must be a tree prefix of the dyn"
+    ):
+        fg.jit(lambda a, b: a, in_shardings=(rows,))(x, x)
+    with pytest.raises(ValueError, match=r"jit\(.*\) out_shardings: PartitionSpec\('i'\) needs a"):
+        fg.jit(lambda a: a, out_shardings=P("i"))(x)
+    with pytest.raises(ValueError, match="out_specs must be a tree prefix of the output"):
+        fg.shard_map(lambda a: (a, a), mesh=mesh, in_specs=P("i"), out_specs=(P("i"),))(x)
+
+
 def test_reshard_lays_out_concrete_arrays_and_passes_traced_ones(mesh):
     x = _x()
     rows, cols = NamedSharding(mesh, P("i")), NamedSharding(mesh, P(None, "j"))

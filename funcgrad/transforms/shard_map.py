@@ -638,6 +638,7 @@ class ShardMapped:
             _is_spec,
             f"shard_map({self.name}) out_specs",
             "PartitionSpec",
+            "the output",
         )
         out_names = tuple(
             _names_for(
