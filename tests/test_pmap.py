@@ -5,6 +5,7 @@ bad input and failing devices, which must end in a clear error and never in a ha
 
 import functools
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -266,6 +267,14 @@ def test_pmean_divides_by_the_device_count():
     out = fg.pmap(lambda v: lax.pmean(v, "i"), "i")(x)
     assert out.dtype == np.float32
     assert_close(out, np.broadcast_to(x.mean(0), x.shape).astype(np.float32))
+
+
+def test_psum_of_opposite_infinities_is_nan_without_a_warning():
+    x = np.array([[np.inf], [-np.inf], [1.0], [2.0]], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = fg.pmap(lambda v: lax.psum(v, "i"), "i")(x)
+    assert np.isnan(np.asarray(out)).all()
 
 
 def test_psum_counts_booleans():

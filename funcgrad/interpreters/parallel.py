@@ -96,7 +96,8 @@ class Communicator:
             return
         if self.reduction is not None:
             combine, op = self.reduction
-            local = np.asarray(functools.reduce(combine, self.slots))
+            with np.errstate(all="ignore"):  # (inf - inf is NaN, silently, as elsewhere)
+                local = np.asarray(functools.reduce(combine, self.slots))
             if distributed.process_count() > 1:
                 total = distributed.all_reduce(local, op, where)
                 if total is None:
