@@ -313,6 +313,26 @@ def test_vmap_of_pmap(axis_name):
     )
 
 
+@pytest.mark.parametrize("names", [("j", "i"), ("i", "j")])
+def test_vmap_of_pmap_with_collectives_needing_both_sizes(names):
+    """axis_index, all_gather and psum_scatter over the vmap's axis and the device axis
+    together: batching the devices' program needs the device axis's size."""
+    x = _lanes((3, NUM_DEVICES))  # x[j, i]
+
+    def per_device(v):
+        gathered = lax.all_gather(v, names)
+        scattered = lax.psum_scatter(fnp.ones(12) * v, names, tiled=True)
+        return v + 100 * lax.axis_index(names), gathered, scattered
+
+    index, gathered, scattered = fg.vmap(fg.pmap(per_device, "i"), axis_name="j")(x)
+    j, i = np.meshgrid(np.arange(3), np.arange(NUM_DEVICES), indexing="ij")
+    position = j * NUM_DEVICES + i if names == ("j", "i") else i * 3 + j
+    assert_close(index, x + 100 * position)
+    order = x.reshape(-1) if names == ("j", "i") else x.T.reshape(-1)
+    assert_close(gathered, np.broadcast_to(order, (3, NUM_DEVICES, 12)))
+    assert_close(scattered, np.full((3, NUM_DEVICES, 1), x.sum()))
+
+
 def test_vmap_of_pmap_with_a_shared_argument():
     w = _lanes((3, 2))
     x = _lanes((NUM_DEVICES, 2))

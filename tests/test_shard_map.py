@@ -326,6 +326,22 @@ def test_vmap_equals_loop(mesh):
     )
 
 
+def test_vmap_of_collectives_over_its_axis_and_the_mesh(mesh):
+    """Batching the devices' program needs the sizes of the mesh axes next to vmap's own."""
+    xs = _x((3, 2, 4))  # [b, i, j], one element per device
+
+    def per_device(a):
+        return a + 100 * lax.axis_index(("b", "i", "j")), lax.all_gather(a, ("j", "b"), tiled=True)
+
+    f = fg.shard_map(per_device, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i", "j"))
+    index, gathered = fg.vmap(f, axis_name="b")(xs)
+    assert_close(index, xs + 100 * np.arange(24).reshape(3, 2, 4))
+    # Device (i, j) of every lane gathers xs[b', i, j'] in (j', b') order: rows i * 12 + k of
+    # column j of the whole.
+    gathered_by_row = np.concatenate([xs[:, i, :].T.reshape(-1) for i in range(2)])
+    assert_close(gathered, np.broadcast_to(gathered_by_row[:, None], (3, 24, 4)))
+
+
 def test_vmap_of_a_closure_and_second_derivatives(mesh):
     x = _x()
 

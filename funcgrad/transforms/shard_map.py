@@ -274,7 +274,9 @@ def _shard_map_batch(values, dims, *, jaxpr, in_names, out_names, name, **params
     size = batching.batch_size(values, dims)
     values = [v if d is None else batching.moveaxis(v, d, 0) for v, d in zip(values, dims)]
     in_batched = tuple(d is not None for d in dims)
-    batched, out_batched = _batched_program(jaxpr, in_batched, size, batching.current_axis_name())
+    axis_name = batching.current_axis_name()
+    with parallel.axes_bound(tuple(params["mesh"].shape.items()), f"vmap of shard_map({name})"):
+        batched, out_batched = _batched_program(jaxpr, in_batched, size, axis_name)
     outs = shard_map_p.bind(
         *values,
         jaxpr=batched,
@@ -615,10 +617,7 @@ class ShardMapped:
         def flat_fun(*flat):
             return self.fun(*tree_util.tree_unflatten(in_tree, flat))
 
-        trace = core.current_trace()
-        for axis_name, size in mesh.shape.items():
-            trace = parallel.AxisEnvTrace(trace, axis_name, size, f"shard_map({self.name})")
-        with core.set_current_trace(trace):
+        with parallel.axes_bound(tuple(mesh.shape.items()), f"shard_map({self.name})"):
             closed, out_tree = trace_to_jaxpr(flat_fun, block_avals, f"shard_map({self.name})")
         out_names, out_specs = self._out_names(mesh, closed, out_tree)
         hoisted = _hoisted(closed)
