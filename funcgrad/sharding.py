@@ -410,7 +410,9 @@ class NamedSharding(Sharding):
 
     @property
     def is_fully_replicated(self) -> bool:
-        return not any(self._names)
+        """Whether every device holds the whole array: the spec splits over no axis longer
+        than 1."""
+        return all(self.mesh.shape[name] == 1 for entry in self._names for name in entry)
 
     def shard_shape(self, global_shape: tuple[int, ...]) -> tuple[int, ...]:
         return block_shape(tuple(global_shape), self._names, self.mesh, f"spec {self.spec}")

@@ -474,6 +474,10 @@ def test_device_put_with_named_sharding(mesh):
     replicated = fg.device_put(x, NamedSharding(mesh, P(None, "j")))
     assert [s.data.shape for s in replicated.addressable_shards] == [(8, 3)] * 8
     assert fg.device_put(x, NamedSharding(mesh, P())).is_fully_replicated()
+    # Split over axes of one device each, the blocks are the whole array.
+    thin = fg.make_mesh((1, 8), ("one", "all"))
+    assert fg.device_put(x, NamedSharding(thin, P("one"))).is_fully_replicated()
+    assert not NamedSharding(thin, P("one", "all")).is_fully_replicated
     assert fg.numpy.asarray(x).sharding == SingleDeviceSharding(fg.devices()[0])
     assert y.devices() == set(fg.devices())
 
