@@ -205,11 +205,11 @@ def device_put(x, device=None):
         return sharding.put(x, device)
     if device is None:
         device = default_gpu()
-    if isinstance(device, GpuDevice):
-        return tree_util.tree_map(lambda leaf: put_on_gpu(asarray(leaf), device), x)
-    if device is not None and device not in devices("cpu"):
+    if device is None:
+        return tree_util.tree_map(lambda leaf: to_host(asarray(leaf)), x)
+    if not isinstance(device, GpuDevice) and device not in devices("cpu"):
         raise ValueError(f"unknown device {device!r}; available: {devices('cpu')}")
-    return tree_util.tree_map(lambda leaf: to_host(asarray(leaf)), x)
+    return sharding.put(x, sharding.SingleDeviceSharding(device))
 
 
 def device_get(x):
@@ -394,9 +394,13 @@ class Array:
         if type(self._value) is DeviceValue:
             return self._value.device
         shards = getattr(self, "_shards", None)
-        return CPU if shards is None else shards[0][0]
+        if shards is not None:
+            return shards[0][0]
+        return getattr(getattr(self, "_sharding", None), "device", CPU)
 
     def devices(self) -> set[Device]:
+        if hasattr(self, "_sharding"):
+            return set(self._sharding.device_set)
         shards = getattr(self, "_shards", None)
         return {self.device} if shards is None else {device for device, _ in shards}
 

@@ -410,7 +410,9 @@ class NamedSharding(Sharding):
 
     @property
     def is_fully_replicated(self) -> bool:
-        return not any(self._names)
+        """Whether every device holds the whole array: the spec splits over no axis longer
+        than 1."""
+        return all(self.mesh.shape[name] == 1 for entry in self._names for name in entry)
 
     def shard_shape(self, global_shape: tuple[int, ...]) -> tuple[int, ...]:
         return block_shape(tuple(global_shape), self._names, self.mesh, f"spec {self.spec}")
@@ -458,9 +460,11 @@ def resolve(sharding: Any, what: str) -> Sharding:
     return sharding
 
 
-def broadcast_prefix(prefix: Any, tree: Any, is_leaf, what: str, leaf_kind: str) -> list:
-    """One entry of `prefix` per leaf of `tree`, `prefix` being a tree prefix of it whose
-    leaves are those `is_leaf` accepts (`leaf_kind` names them)."""
+def broadcast_prefix(
+    prefix: Any, tree: Any, is_leaf, what: str, leaf_kind: str, of: str = "the arguments"
+) -> list:
+    """One entry of `prefix` per leaf of `tree` (`of` says what the tree is), `prefix` being a
+    tree prefix of it whose leaves are those `is_leaf` accepts (`leaf_kind` names them)."""
     if is_leaf(prefix):
         return [prefix] * len(tree_util.tree_leaves(tree))
     leaves = tree_util.tree_leaves(prefix)
@@ -474,13 +478,13 @@ def broadcast_prefix(prefix: Any, tree: Any, is_leaf, what: str, leaf_kind: str)
     tree_children, tree_node = one_level(tree)
     if prefix_node != tree_node:
         raise ValueError(
-            f"{what} must be a tree prefix of the arguments: {prefix!r} does not match the "
+            f"{what} must be a tree prefix of {of}: {prefix!r} does not match the "
             f"structure {tree_util.tree_structure(tree)}"
         )
     return [
         leaf
         for p, t in zip(prefix_children, tree_children)
-        for leaf in broadcast_prefix(p, t, is_leaf, what, leaf_kind)
+        for leaf in broadcast_prefix(p, t, is_leaf, what, leaf_kind, of)
     ]
 
 
@@ -492,13 +496,26 @@ def laid_out(x: Array, sharding: Sharding) -> Array:
     """`x` recorded as laid out by `sharding`: on the host (the virtual CPU devices' memory),
     or, for one device, on it."""
     if isinstance(sharding, SingleDeviceSharding):
-        if isinstance(sharding.device, GpuDevice):
-            return put_on_gpu(x, sharding.device)
-        return to_host(x)
+        return _on_one_device(x, sharding)
     sharding.shard_shape(x.shape)  # (checks the spec fits)
     out = Array(to_host(x)._value, x.weak_type)
     out._sharding = sharding
     return out
+
+
+def _on_one_device(x: Array, sharding: SingleDeviceSharding) -> Array:
+    """`x` whole on `sharding`'s device, no longer laid out over the devices it was (pmap's or
+    a mesh's). A virtual CPU device other than the first, where unplaced arrays are, is
+    recorded, as the host memory they share cannot tell them apart."""
+    if hasattr(x, "_sharding") or hasattr(x, "_shards"):
+        x = Array(x._value, x.weak_type)
+    if isinstance(sharding.device, GpuDevice):
+        return put_on_gpu(x, sharding.device)
+    x = to_host(x)
+    if sharding.device is not x.device:
+        x = Array(x._value, x.weak_type)
+        x._sharding = sharding
+    return x
 
 
 def put(x: Any, shardings: Any) -> Any:
@@ -506,7 +523,9 @@ def put(x: Any, shardings: Any) -> Any:
     from funcgrad.lax.base import asarray
 
     leaves, tree = tree_util.tree_flatten(x)
-    per_leaf = broadcast_prefix(shardings, x, _is_sharding, "device_put's shardings", "sharding")
+    per_leaf = broadcast_prefix(
+        shardings, x, _is_sharding, "device_put's shardings", "sharding", "its operand"
+    )
     outs = [laid_out(asarray(leaf), resolve(s, "device_put")) for leaf, s in zip(leaves, per_leaf)]
     return tree_util.tree_unflatten(tree, outs)
 
@@ -515,13 +534,19 @@ def with_sharding_constraint(x: Any, shardings: Any) -> Any:
     """`x` constrained to be laid out as `shardings` say (a sharding, a PartitionSpec over the
     current mesh, or a tree prefix of them): checked against the shapes, and recorded on
     concrete arrays; traced values pass through, as funcgrad has no partitioner to tell."""
+    return constrained(x, shardings, "with_sharding_constraint", "its operand")
+
+
+def constrained(x: Any, shardings: Any, what: str, of: str) -> Any:
+    """`with_sharding_constraint` for `what` (jit's in_shardings, ...), whose errors name it
+    and say what `x` is (`of`)."""
     from funcgrad.lax.base import asarray
 
     leaves, tree = tree_util.tree_flatten(x)
-    per_leaf = broadcast_prefix(shardings, x, _is_sharding, "with_sharding_constraint", "sharding")
+    per_leaf = broadcast_prefix(shardings, x, _is_sharding, what, "sharding", of)
     outs = []
     for leaf, s in zip(leaves, per_leaf):
-        sharding = resolve(s, "with_sharding_constraint")
+        sharding = resolve(s, what)
         leaf = leaf if isinstance(leaf, core.Tracer) else asarray(leaf)
         if isinstance(sharding, NamedSharding):
             sharding.shard_shape(core.get_aval(leaf).shape)

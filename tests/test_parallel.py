@@ -243,6 +243,72 @@ def test_ppermute_of_an_unbatched_value():
     assert_close(out, [[1.0, 2.0], [1.0, 2.0]])
 
 
+def test_psum_and_pmean_count_booleans():
+    flags = np.array([True, False, True])
+    counted = fg.vmap(lambda f: lax.psum(f, "i"), axis_name="i")(flags)
+    assert_close(counted, np.full(3, 2, np.int32), np.int32)
+    mean = fg.vmap(lambda f: lax.pmean(f, "i"), axis_name="i")(flags)
+    assert_close(mean, np.full(3, 2 / 3, np.float32), np.float32)
+
+
+@fg.custom_jvp
+def _psum_with_custom_jvp(v):
+    return lax.psum(v, "i")
+
+
+_psum_with_custom_jvp.defjvp(lambda p, t: (_psum_with_custom_jvp(p[0]), lax.psum(t[0], "i")))
+
+_Y = np.array([1.0, 2.0])
+_LANES = np.arange(3.0)[:, None]  # each lane's index, as a column
+
+# A program of unbatched operands holding a collective over the vmap's axis: its results
+# depend on the lanes, so it must be batched although no operand is.
+UNBATCHED_PROGRAMS = {
+    "cond": (
+        lambda y: lax.cond(y.sum() > 0, lambda v: lax.psum(v, "i"), lambda v: v, y),
+        3 * _Y,
+    ),
+    "cond axis_index": (
+        lambda y: lax.cond(y.sum() > 0, lambda v: v + lax.axis_index("i"), lambda v: v, y),
+        _Y + _LANES,
+    ),
+    "while": (lambda y: lax.while_loop(lambda v: v[0] < 5, lambda v: lax.psum(v, "i"), y), 9 * _Y),
+    "scan": (
+        lambda y: lax.scan(lambda v, _: (lax.psum(v, "i"), None), y, None, length=2)[0],
+        9 * _Y,
+    ),
+    "checkpoint": (lambda y: fg.checkpoint(lambda v: lax.psum(v, "i"))(y), 3 * _Y),
+    "jit": (
+        lambda y: fg.jit(lambda v: lax.ppermute(v + lax.axis_index("i"), "i", [(0, 1), (1, 2)]))(y),
+        [0 * _Y, _Y, _Y + 1],
+    ),
+    "jit of no operands": (
+        lambda y: fg.jit(lambda: lax.axis_index("i") * fnp.ones(2))(),
+        _LANES * np.ones(2),
+    ),
+    "custom_jvp": (_psum_with_custom_jvp, 3 * _Y),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNBATCHED_PROGRAMS))
+def test_program_of_unbatched_operands_collecting_over_the_axis(name):
+    fun, expected = UNBATCHED_PROGRAMS[name]
+    lanes = np.zeros((3, 2))
+    vmapped = fg.vmap(lambda lane, y: fun(y) + lane, in_axes=(0, None), axis_name="i")
+    assert_close(vmapped(lanes, _Y), np.broadcast_to(expected, (3, 2)))
+    assert_close(fg.jit(vmapped)(lanes, _Y), np.broadcast_to(expected, (3, 2)))
+
+
+def test_grad_of_a_cond_of_unbatched_operands_collecting_over_the_axis():
+    def total(y):
+        branch = lambda v: lax.psum(v * v, "i")  # noqa: E731
+        lane = lambda z, v: lax.cond(v.sum() > 0, branch, lambda u: u, v) + z  # noqa: E731
+        return fnp.sum(fg.vmap(lane, in_axes=(0, None), axis_name="i")(np.zeros((3, 2)), y))
+
+    # Three lanes, each sum(3 y**2).
+    assert_close(fg.grad(total)(_Y), 18 * _Y)
+
+
 @st.composite
 def all_to_all_case(draw):
     n = draw(st.integers(1, 3))
@@ -641,7 +707,11 @@ def test_binding_a_collective_eagerly_raises_name_error():
             NotImplementedError,
             "psum: axis_index_groups",
         ),
-        (lambda v: lax.psum(fnp.ones(2, bool), "i"), TypeError, "psum does not accept dtype bool"),
+        (
+            lambda v: lax.pmax(fnp.ones(2, np.complex64), "i"),
+            TypeError,
+            "pmax does not accept dtype complex64",
+        ),
     ],
 )
 def test_errors(fun, error, match):

@@ -5,6 +5,7 @@ bad input and failing devices, which must end in a clear error and never in a ha
 
 import functools
 import threading
+import warnings
 
 import numpy as np
 import pytest
@@ -268,6 +269,19 @@ def test_pmean_divides_by_the_device_count():
     assert_close(out, np.broadcast_to(x.mean(0), x.shape).astype(np.float32))
 
 
+def test_psum_of_opposite_infinities_is_nan_without_a_warning():
+    x = np.array([[np.inf], [-np.inf], [1.0], [2.0]], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = fg.pmap(lambda v: lax.psum(v, "i"), "i")(x)
+    assert np.isnan(np.asarray(out)).all()
+
+
+def test_psum_counts_booleans():
+    flags = np.array([True, False, True, True])
+    assert_close(fg.pmap(lambda f: lax.psum(f, "i"), "i")(flags), np.full(4, 3, np.int32), np.int32)
+
+
 # ---------------------------------------------------------------------------------------------
 # Composition with vmap (each transformation names its own axis)
 
@@ -297,6 +311,26 @@ def test_vmap_of_pmap(axis_name):
     assert_close(
         out, 2 * np.broadcast_to(sums.get(axis_name, x.sum((0, 1), keepdims=True)), x.shape)
     )
+
+
+@pytest.mark.parametrize("names", [("j", "i"), ("i", "j")])
+def test_vmap_of_pmap_with_collectives_needing_both_sizes(names):
+    """axis_index, all_gather and psum_scatter over the vmap's axis and the device axis
+    together: batching the devices' program needs the device axis's size."""
+    x = _lanes((3, NUM_DEVICES))  # x[j, i]
+
+    def per_device(v):
+        gathered = lax.all_gather(v, names)
+        scattered = lax.psum_scatter(fnp.ones(12) * v, names, tiled=True)
+        return v + 100 * lax.axis_index(names), gathered, scattered
+
+    index, gathered, scattered = fg.vmap(fg.pmap(per_device, "i"), axis_name="j")(x)
+    j, i = np.meshgrid(np.arange(3), np.arange(NUM_DEVICES), indexing="ij")
+    position = j * NUM_DEVICES + i if names == ("j", "i") else i * 3 + j
+    assert_close(index, x + 100 * position)
+    order = x.reshape(-1) if names == ("j", "i") else x.T.reshape(-1)
+    assert_close(gathered, np.broadcast_to(order, (3, NUM_DEVICES, 12)))
+    assert_close(scattered, np.full((3, NUM_DEVICES, 1), x.sum()))
 
 
 def test_vmap_of_pmap_with_a_shared_argument():
@@ -390,6 +424,13 @@ def test_mismatched_mapped_sizes_name_both():
 def test_more_entries_than_devices():
     with pytest.raises(ValueError, match="size 5, more than the 4 local device"):
         fg.pmap(lambda a: a)(np.zeros(5))
+
+
+def test_an_empty_mapped_axis_is_refused():
+    with pytest.raises(ValueError, match="mapped axis has size 0"):
+        fg.pmap(lambda a: a)(np.zeros((0, 3)))
+    with pytest.raises(ValueError, match="mapped axis has size 0"):
+        fg.pmap(lambda a: a, in_axes=1)(np.zeros((2, 0)))
 
 
 def test_mapped_size_must_equal_given_devices():

@@ -326,6 +326,22 @@ def test_vmap_equals_loop(mesh):
     )
 
 
+def test_vmap_of_collectives_over_its_axis_and_the_mesh(mesh):
+    """Batching the devices' program needs the sizes of the mesh axes next to vmap's own."""
+    xs = _x((3, 2, 4))  # [b, i, j], one element per device
+
+    def per_device(a):
+        return a + 100 * lax.axis_index(("b", "i", "j")), lax.all_gather(a, ("j", "b"), tiled=True)
+
+    f = fg.shard_map(per_device, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i", "j"))
+    index, gathered = fg.vmap(f, axis_name="b")(xs)
+    assert_close(index, xs + 100 * np.arange(24).reshape(3, 2, 4))
+    # Device (i, j) of every lane gathers xs[b', i, j'] in (j', b') order: rows i * 12 + k of
+    # column j of the whole.
+    gathered_by_row = np.concatenate([xs[:, i, :].T.reshape(-1) for i in range(2)])
+    assert_close(gathered, np.broadcast_to(gathered_by_row[:, None], (3, 24, 4)))
+
+
 def test_vmap_of_a_closure_and_second_derivatives(mesh):
     x = _x()
 
@@ -357,14 +373,71 @@ def test_collectives_inside_control_flow(mesh):
     expected = 3 * x.reshape(8, 4, 3).sum(1)
     out = fg.shard_map(accumulate, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i", "j"))(x)
     assert_close(out, np.tile(expected, (1, 4)))
-    # The check bounds a loop by its operands (here `a`, split over j), so a result the same
-    # along j is refused unless trusted.
-    with pytest.raises(ValueError, match="leaves out mesh axis 'j'"):
-        fg.shard_map(accumulate, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i"))(x)
+    # The check follows the loop: its carry only ever adds a psum over j, so it is the same
+    # along j although the loop reads `a`, which is split over j.
+    replicated = fg.shard_map(accumulate, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i"))
+    assert_close(replicated(x), expected)
     trusted = fg.shard_map(
         accumulate, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i"), check_vma=False
     )
     assert_close(trusted(x), expected)
+
+
+def _psum_j_loop(kind: str):
+    """A loop whose carry is a psum over j of the block `a` each step, in each form."""
+
+    def step(c, a):
+        return c + lax.psum(a, "j")
+
+    def run(a):
+        zero = fnp.zeros_like(a)
+        if kind == "scan":
+            return lax.scan(lambda c, _: (step(c, a), None), zero, None, length=2)[0]
+        if kind == "fori":
+            return lax.fori_loop(0, 2, lambda i, c: step(c, a), zero)
+        if kind == "while":
+            return lax.while_loop(
+                lambda c: c[1] < 2, lambda c: (step(c[0], a), c[1] + 1), (zero, 0)
+            )[0]
+        return lax.cond(lax.psum(a.sum(), "j") > 0, lambda: step(zero, a), lambda: step(zero, -a))
+
+    return run
+
+
+@pytest.mark.parametrize("kind", ["scan", "fori", "while", "cond"])
+def test_replication_check_follows_control_flow(mesh, kind):
+    x = _x()
+    run = fg.shard_map(_psum_j_loop(kind), mesh=mesh, in_specs=P(None, "j"), out_specs=P())
+    sums = x.reshape(8, 4, 3).sum(1)
+    assert_close(run(x), (1 if kind == "cond" else 2) * sums)  # (x's sum is positive)
+
+
+@pytest.mark.parametrize(
+    "fun",
+    [
+        # The carry picks up the block itself.
+        lambda a: lax.fori_loop(0, 2, lambda i, c: c + lax.psum(c, "j") + a, fnp.zeros_like(a)),
+        # The devices may run different numbers of iterations.
+        lambda a: lax.while_loop(
+            lambda c: c[1] < lax.axis_index("j"), lambda c: (lax.psum(c[0], "j"), c[1] + 1), (a, 0)
+        )[0],
+        # The devices may take different branches.
+        lambda a: lax.cond(
+            lax.axis_index("j") == 0, lambda: lax.psum(a, "j"), lambda: 2 * lax.psum(a, "j")
+        ),
+        # An iteration after the first makes the carry differ.
+        lambda a: lax.scan(
+            lambda c, _: ((c[1], c[0] + lax.axis_index("j")), None),
+            (lax.psum(a, "j"), lax.psum(a, "j")),
+            None,
+            length=3,
+        )[0][0],
+    ],
+    ids=["carry", "trip count", "branch", "second iteration"],
+)
+def test_replication_check_refuses_what_control_flow_makes_differ(mesh, fun):
+    with pytest.raises(ValueError, match="leaves out mesh axis 'j'"):
+        fg.shard_map(fun, mesh=mesh, in_specs=P(None, "j"), out_specs=P())(_x())
 
 
 def test_context_mesh_and_experimental_name(mesh):
@@ -401,7 +474,33 @@ def test_device_put_with_named_sharding(mesh):
     replicated = fg.device_put(x, NamedSharding(mesh, P(None, "j")))
     assert [s.data.shape for s in replicated.addressable_shards] == [(8, 3)] * 8
     assert fg.device_put(x, NamedSharding(mesh, P())).is_fully_replicated()
+    # Split over axes of one device each, the blocks are the whole array.
+    thin = fg.make_mesh((1, 8), ("one", "all"))
+    assert fg.device_put(x, NamedSharding(thin, P("one"))).is_fully_replicated()
+    assert not NamedSharding(thin, P("one", "all")).is_fully_replicated
     assert fg.numpy.asarray(x).sharding == SingleDeviceSharding(fg.devices()[0])
+    assert y.devices() == set(fg.devices())
+
+
+@pytest.mark.parametrize("how", ["device", "sharding"])
+def test_device_put_on_one_device_leaves_the_layout_it_had(mesh, how):
+    """Put on one device, an array laid out over a mesh (or by pmap) is whole on that device."""
+    x = _x()
+    third = fg.devices()[3]
+    target = third if how == "device" else SingleDeviceSharding(third)
+    sources = [
+        x,
+        fg.device_put(x, NamedSharding(mesh, P("i", "j"))),
+        fg.pmap(lambda v: v)(x),
+    ]
+    for source in sources:
+        y = fg.device_put(source, target)
+        assert y.sharding == SingleDeviceSharding(third)
+        assert y.device is third and y.devices() == {third} and y.is_fully_replicated()
+        [shard] = y.addressable_shards
+        assert shard.device is third
+        np.testing.assert_array_equal(shard.data, x)
+        np.testing.assert_array_equal(y, x)
 
 
 def test_with_sharding_constraint_and_jit_shardings(mesh):
@@ -422,6 +521,37 @@ def test_with_sharding_constraint_and_jit_shardings(mesh):
         g(np.ones((3, 4)))
     with mesh:
         assert lax.with_sharding_constraint(x, P(None, "j")).sharding.spec == P(None, "j")
+
+
+def test_compiled_jit_lays_out_its_results_as_the_jitted_function_does(mesh):
+    x = _x()
+    rows, cols = NamedSharding(mesh, P("i")), NamedSharding(mesh, P(None, "j"))
+    g = fg.jit(lambda a: (a + 1.0, a.T), in_shardings=rows, out_shardings=(rows, cols))
+    compiled = g.lower(x).compile()
+    for call in (g, compiled):
+        first, second = call(x)
+        assert_close(first, x + 1.0)
+        assert_close(second, x.T)
+        assert first.sharding == rows and second.sharding == cols
+    with pytest.raises(ValueError, match="dimension 0 .* size 3 is not a multiple of 2"):
+        fg.jit(lambda a: a, in_shardings=rows).lower(np.ones((3, 4))).compile()(np.ones((3, 4)))
+
+
+def test_shardings_of_the_wrong_structure_are_named(mesh):
+    rows = NamedSharding(mesh, P("i"))
+    x = _x()
+    with pytest.raises(
+        ValueError, match=r"jit\(.*\) out_shardings must be a tree prefix of the out"
+    ):
+        fg.jit(lambda a: (a, a), out_shardings=(rows,))(x)
+    with pytest.raises(
+        ValueError, match=r"jit\(.*\) in_shardings must be a tree prefix of the dyn"
+    ):
+        fg.jit(lambda a, b: a, in_shardings=(rows,))(x, x)
+    with pytest.raises(ValueError, match=r"jit\(.*\) out_shardings: PartitionSpec\('i'\) needs a"):
+        fg.jit(lambda a: a, out_shardings=P("i"))(x)
+    with pytest.raises(ValueError, match="out_specs must be a tree prefix of the output"):
+        fg.shard_map(lambda a: (a, a), mesh=mesh, in_specs=P("i"), out_specs=(P("i"),))(x)
 
 
 def test_reshard_lays_out_concrete_arrays_and_passes_traced_ones(mesh):

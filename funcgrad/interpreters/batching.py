@@ -18,6 +18,7 @@ from typing import Any
 
 from funcgrad import core
 from funcgrad.core import ShapedArray
+from funcgrad.ir import ClosedJaxpr, Jaxpr
 
 not_mapped = None
 
@@ -65,7 +66,7 @@ class BatchTrace(core.Trace):
                 with core.set_current_trace(self.parent):
                     out, out_dim = collective(self, list(values), list(dims), **params)
                 return self.wrap(out, out_dim, primitive.multiple_results)
-        if all(d is not_mapped for d in dims):
+        if all(d is not_mapped for d in dims) and not self._collects_over_own_axis(params):
             with core.set_current_trace(self.parent):
                 return primitive.bind(*values, **params)
         if primitive.batch is None:
@@ -79,6 +80,14 @@ class BatchTrace(core.Trace):
         finally:
             _rule_context.trace = previous
         return self.wrap(out, out_dim, primitive.multiple_results)
+
+    def _collects_over_own_axis(self, params: dict) -> bool:
+        """Whether programs in `params` hold a collective over this trace's axis: such a
+        primitive is batched even when no operand is, since the collective's result depends on
+        the lanes (a psum of an unbatched value is the value times the axis size)."""
+        if self.axis_name is None:
+            return False
+        return any(_collects_over(jaxpr, self.axis_name) for jaxpr in _programs(params))
 
     def wrap(self, out, out_dim, multiple_results: bool):
         if multiple_results:
@@ -109,6 +118,24 @@ def current_axis_name() -> Any:
 def _axis_names(params: dict) -> tuple:
     names = params["axis_name"]
     return names if isinstance(names, tuple) else (names,)
+
+
+def _programs(params: dict):
+    for value in params.values():
+        for item in value if isinstance(value, tuple | list) else (value,):
+            if isinstance(item, ClosedJaxpr):
+                yield item.jaxpr
+            elif isinstance(item, Jaxpr):
+                yield item
+
+
+def _collects_over(jaxpr: Jaxpr, axis_name: Any) -> bool:
+    for eqn in jaxpr.eqns:
+        if eqn.primitive in collective_axis_rules and axis_name in _axis_names(eqn.params):
+            return True
+        if any(_collects_over(inner, axis_name) for inner in _programs(eqn.params)):
+            return True
+    return False
 
 
 _CURRENT = object()  # default axis name: the running rule's vmap's
@@ -154,9 +181,13 @@ def bdim_at_front(x, dim: int | None, size: int):
 
 
 def batch_size(values: Sequence, dims: Sequence) -> int:
+    """The size of the batched operands' batch axis; with none batched (a program holding a
+    collective over the vmap's axis), the running vmap's size."""
     for value, dim in zip(values, dims):
         if dim is not not_mapped:
             return core.get_aval(value).shape[dim]
+    if _rule_context.trace is not None:
+        return _rule_context.trace.axis_size
     raise ValueError("no operand is batched")
 
 

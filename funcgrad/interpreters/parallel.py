@@ -16,6 +16,7 @@ for the others fails with `CollectiveTimeoutError`. Nothing waits forever.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import threading
@@ -43,6 +44,19 @@ class AxisEnvTrace(core.Trace):
     def process_primitive(self, primitive, args, params):
         with core.set_current_trace(self.parent):
             return primitive.bind(*args, **params)
+
+
+@contextlib.contextmanager
+def axes_bound(axes: Sequence[tuple[Hashable, int]], debug_info: str):
+    """Within the block, the current trace binds `axes` (names and sizes, outermost first), as
+    while a pmap's or shard_map's function is staged; so a rule transforming the staged
+    program (vmap's, whose collectives over its own axis and these compute the lane's index
+    from their sizes) finds them."""
+    trace = core.current_trace()
+    for axis_name, axis_size in axes:
+        trace = AxisEnvTrace(trace, axis_name, axis_size, debug_info)
+    with core.set_current_trace(trace):
+        yield
 
 
 class Communicator:
@@ -96,7 +110,8 @@ class Communicator:
             return
         if self.reduction is not None:
             combine, op = self.reduction
-            local = np.asarray(functools.reduce(combine, self.slots))
+            with np.errstate(all="ignore"):  # (inf - inf is NaN, silently, as elsewhere)
+                local = np.asarray(functools.reduce(combine, self.slots))
             if distributed.process_count() > 1:
                 total = distributed.all_reduce(local, op, where)
                 if total is None:

@@ -268,8 +268,21 @@ def _tree_collective(name: str, prim: Primitive):
     return collective
 
 
-psum = _tree_collective("psum", psum_p)
-psum.__doc__ = "The sum of `x` (an array or a pytree of arrays) over the lanes of `axis_name`."
+def _counted(leaf):
+    """A leaf as psum adds it: booleans count as int32, as a sum of flags is a count."""
+    leaf = asarray(leaf)
+    if leaf.dtype == np.bool_:
+        return elementwise.convert_element_type(leaf, np.int32)
+    return leaf
+
+
+def psum(x: Any, axis_name: Hashable, *, axis_index_groups=None) -> Any:
+    """The sum of `x` (an array or a pytree of arrays) over the lanes of `axis_name`; booleans
+    are counted (int32)."""
+    axis_name = _axis_name("psum", axis_name, axis_index_groups)
+    return tree_util.tree_map(lambda leaf: psum_p.bind(_counted(leaf), axis_name=axis_name), x)
+
+
 pmax = _tree_collective("pmax", pmax_p)
 pmax.__doc__ = "The maximum of `x` over the lanes of `axis_name`."
 pmin = _tree_collective("pmin", pmin_p)
@@ -282,7 +295,7 @@ def pmean(x: Any, axis_name: Hashable, *, axis_index_groups=None) -> Any:
     size = _axis_size(axis_name)
 
     def mean(leaf):
-        total = psum_p.bind(asarray(leaf), axis_name=axis_name)
+        total = psum_p.bind(_counted(leaf), axis_name=axis_name)
         if not dtypes.is_inexact(total.dtype):
             total = elementwise.convert_element_type(total, dtypes.default_float)
         return elementwise.div(total, size)

@@ -768,15 +768,23 @@ class Jitted:
         return entry.outputs(outs)
 
     def _laid_out_call(self, args: tuple, kwargs: dict):
-        from funcgrad.sharding import with_sharding_constraint
+        self._check_in_shardings(args, kwargs)
+        return self._lay_out_results(self._unlaid(*args, **kwargs))
+
+    def _check_in_shardings(self, args: tuple, kwargs: dict) -> None:
+        from funcgrad.sharding import constrained
 
         if self.in_shardings is not None:
             _, _, dynamic_args, _ = self._split(args, kwargs)
-            with_sharding_constraint(tuple(dynamic_args), self.in_shardings)
-        out = self._unlaid(*args, **kwargs)
+            what = f"jit({self.name}) in_shardings"
+            constrained(tuple(dynamic_args), self.in_shardings, what, "the dynamic arguments")
+
+    def _lay_out_results(self, out):
+        from funcgrad.sharding import constrained
+
         if self.out_shardings is None:
             return out
-        return with_sharding_constraint(out, self.out_shardings)
+        return constrained(out, self.out_shardings, f"jit({self.name}) out_shardings", "the output")
 
     def lower(self, *args, **kwargs) -> Lowered:
         entry, _ = self._entry(args, kwargs, config.default_matmul_precision, abstract=True)
@@ -900,9 +908,10 @@ class Compiled:
                 f"this compiled jit({self._jitted.name}) was lowered for other argument shapes, "
                 "dtypes or static values; lower and compile again for these arguments"
             )
+        self._jitted._check_in_shardings(args, kwargs)
         with trace_events.span(f"jit({self._jitted.name})"):
             outs = self.executable(*entry.consts, *leaves)
-        return entry.outputs(outs)
+        return self._jitted._lay_out_results(entry.outputs(outs))
 
 
 def jit(

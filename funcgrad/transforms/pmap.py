@@ -349,7 +349,10 @@ def _pmap_batch(values, dims, *, jaxpr, in_mapped, out_mapped, name, **params):
         for v, d, m in zip(values, dims, in_mapped)
     ]
     in_batched = tuple(d is not None for d in dims)
-    batched, out_batched = _batched_program(jaxpr, in_batched, size, batching.current_axis_name())
+    axis_name = batching.current_axis_name()
+    device_axis = ((params["axis_name"], params["axis_size"]),)
+    with parallel.axes_bound(device_axis, f"vmap of pmap({name})"):
+        batched, out_batched = _batched_program(jaxpr, in_batched, size, axis_name)
     outs = pmap_p.bind(
         *values,
         jaxpr=batched,
@@ -483,6 +486,11 @@ class Pmapped:
         return axes + [0] * len(tree_util.tree_leaves(kwargs))  # keyword arguments map axis 0
 
     def _devices_for(self, size: int) -> tuple[Device, ...]:
+        if size == 0:
+            raise ValueError(
+                f"pmap({self.name}): the mapped axis has size 0; a pmap runs one entry on each "
+                "device, so it needs at least one entry"
+            )
         if self.devices is not None:
             if size != len(self.devices):
                 raise ValueError(

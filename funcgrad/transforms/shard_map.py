@@ -14,9 +14,11 @@ With `check_vma` (the default) the staged program is checked to make that so: ea
 followed by the mesh axes along which it may differ (the operands' split axes, plus the axes
 of axis_index, ppermute, psum_scatter and all_to_all; psum, pmax, pmin and all_gather make
 their results the same along theirs), and a result that may differ along an axis its spec
-leaves out is an error. Inside control flow the check assumes no collective removes a
-difference, so it may refuse a program that is in fact the same everywhere; `check_vma=False`
-then trusts it.
+leaves out is an error. Control flow is followed: a cond's result may differ where any branch's
+may or where the devices pick different branches, and a loop's carry where an iteration can
+make it differ (found by growing its axes until they settle), or where the devices' trip
+counts can differ. `check_vma=False` trusts a program the check cannot see is the same
+everywhere.
 
 The rules are those of a call, as pmap's: jvp is a shard_map of the jvp program, transpose a
 shard_map of the transposed program (a result read from position 0 along the axes its spec
@@ -272,7 +274,9 @@ def _shard_map_batch(values, dims, *, jaxpr, in_names, out_names, name, **params
     size = batching.batch_size(values, dims)
     values = [v if d is None else batching.moveaxis(v, d, 0) for v, d in zip(values, dims)]
     in_batched = tuple(d is not None for d in dims)
-    batched, out_batched = _batched_program(jaxpr, in_batched, size, batching.current_axis_name())
+    axis_name = batching.current_axis_name()
+    with parallel.axes_bound(tuple(params["mesh"].shape.items()), f"vmap of shard_map({name})"):
+        batched, out_batched = _batched_program(jaxpr, in_batched, size, axis_name)
     outs = shard_map_p.bind(
         *values,
         jaxpr=batched,
@@ -380,26 +384,103 @@ def _axes_made_different(jaxpr: Jaxpr) -> frozenset:
     return axes
 
 
+def _union(first: list[frozenset], second: list[frozenset]) -> list[frozenset]:
+    return [a | b for a, b in zip(first, second)]
+
+
+def _loop_fixpoint(carry: list[frozenset], step: Callable) -> list[frozenset]:
+    """The axes a loop's carry may differ along after any number of iterations: its initial
+    axes grown by `step` (one iteration's result axes, from the carry's) until they settle,
+    which they do, as they only grow and the mesh has finitely many."""
+    while True:
+        grown = _union(carry, step(carry))
+        if grown == carry:
+            return carry
+        carry = grown
+
+
+def _cond_varying(eqn, in_varying: list[frozenset]) -> list[frozenset]:
+    """Any branch may run, and the devices disagree on which where the index differs."""
+    index, operands = in_varying[0], in_varying[1:]
+    outs = [index] * len(eqn.outvars)
+    for branch in eqn.params["branches"]:
+        outs = _union(outs, _varying_axes(branch.jaxpr, operands))
+    return outs
+
+
+def _while_varying(eqn, in_varying: list[frozenset]) -> list[frozenset]:
+    """The carry, where the predicate differing means the devices' trip counts may too."""
+    params = eqn.params
+    cond_end = params["cond_nconsts"]
+    body_end = cond_end + params["body_nconsts"]
+    cond_consts, body_consts = in_varying[:cond_end], in_varying[cond_end:body_end]
+
+    def step(carry):
+        (predicate,) = _varying_axes(params["cond_jaxpr"].jaxpr, cond_consts + carry)
+        body = _varying_axes(params["body_jaxpr"].jaxpr, body_consts + carry)
+        return [axes | predicate for axes in body]
+
+    return _loop_fixpoint(in_varying[body_end:], step)
+
+
+def _scan_varying(eqn, in_varying: list[frozenset]) -> list[frozenset]:
+    params = eqn.params
+    body = params["jaxpr"].jaxpr
+    consts_end = params["num_consts"]
+    carry_end = consts_end + params["num_carry"]
+    consts, xs = in_varying[:consts_end], in_varying[carry_end:]
+
+    def step(carry):
+        return _varying_axes(body, consts + carry + xs)[: len(carry)]
+
+    carry = _loop_fixpoint(in_varying[consts_end:carry_end], step)
+    return carry + _varying_axes(body, consts + carry + xs)[len(carry) :]
+
+
+_CONTROL_FLOW = {"cond": _cond_varying, "while": _while_varying, "scan": _scan_varying}
+
+
+def _eqn_varying(eqn, in_varying: list[frozenset]) -> list[frozenset]:
+    """The axes each result of an equation holding programs may differ along: followed into
+    control flow and into a call of one program on the equation's operands (checkpoint, a
+    custom derivative's function); otherwise bounded by the operands' axes and those its
+    collectives make different."""
+    rule = _CONTROL_FLOW.get(eqn.primitive.name)
+    if rule is not None:
+        return rule(eqn, in_varying)
+    programs = list(_sub_jaxprs(eqn.params))
+    if (
+        len(programs) == 1
+        and len(programs[0].invars) == len(eqn.invars)
+        and len(programs[0].outvars) == len(eqn.outvars)
+    ):
+        return _varying_axes(programs[0], in_varying)
+    axes = frozenset().union(*in_varying)
+    for inner in programs:
+        axes |= _axes_made_different(inner)
+    return [axes] * len(eqn.outvars)
+
+
 def _varying_axes(jaxpr: Jaxpr, in_varying: list[frozenset]) -> list[frozenset]:
     """Per result of one device's program, the axes along which it may differ between
-    devices. An equation holding programs (control flow) differs along its operands' axes
-    and those its collectives make different: an upper bound."""
+    devices."""
     varying = dict(zip(jaxpr.invars, in_varying))
 
     def read(v) -> frozenset:
         return varying.get(v, frozenset()) if type(v) is Var else frozenset()
 
     for eqn in jaxpr.eqns:
-        axes = frozenset().union(*map(read, eqn.invars))
-        if eqn.primitive in _SAME_ALONG:
-            axes -= _axis_names(eqn.params["axis_name"])
-        elif eqn.primitive in _DIFFERS_ALONG:
-            axes |= _axis_names(eqn.params["axis_name"])
+        operands = [read(v) for v in eqn.invars]
+        if any(True for _ in _sub_jaxprs(eqn.params)):
+            outs = _eqn_varying(eqn, operands)
         else:
-            for inner in _sub_jaxprs(eqn.params):
-                axes |= _axes_made_different(inner)
-        for v in eqn.outvars:
-            varying[v] = axes
+            axes = frozenset().union(*operands)
+            if eqn.primitive in _SAME_ALONG:
+                axes -= _axis_names(eqn.params["axis_name"])
+            elif eqn.primitive in _DIFFERS_ALONG:
+                axes |= _axis_names(eqn.params["axis_name"])
+            outs = [axes] * len(eqn.outvars)
+        varying.update(zip(eqn.outvars, outs))
     return [read(v) for v in jaxpr.outvars]
 
 
@@ -536,10 +617,7 @@ class ShardMapped:
         def flat_fun(*flat):
             return self.fun(*tree_util.tree_unflatten(in_tree, flat))
 
-        trace = core.current_trace()
-        for axis_name, size in mesh.shape.items():
-            trace = parallel.AxisEnvTrace(trace, axis_name, size, f"shard_map({self.name})")
-        with core.set_current_trace(trace):
+        with parallel.axes_bound(tuple(mesh.shape.items()), f"shard_map({self.name})"):
             closed, out_tree = trace_to_jaxpr(flat_fun, block_avals, f"shard_map({self.name})")
         out_names, out_specs = self._out_names(mesh, closed, out_tree)
         hoisted = _hoisted(closed)
@@ -559,6 +637,7 @@ class ShardMapped:
             _is_spec,
             f"shard_map({self.name}) out_specs",
             "PartitionSpec",
+            "the output",
         )
         out_names = tuple(
             _names_for(
