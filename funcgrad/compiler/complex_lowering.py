@@ -32,6 +32,7 @@ from funcgrad.compiler.passes import _param_jaxprs
 from funcgrad.core import PRIMITIVES, ShapedArray
 from funcgrad.interpreters.staging import trace_to_jaxpr
 from funcgrad.ir import ClosedJaxpr, Jaxpr, Literal, literal_value
+from funcgrad.lax import fft_passes
 from funcgrad.lax.complex_pairs import PAIRS
 from funcgrad.lax.eig import eig_parts_p
 from funcgrad.lax.fft import FftType
@@ -994,18 +995,26 @@ rules["cumprod"] = _cumprod_rule
 
 
 # ---------------------------------------------------------------------------------------------
-# Fourier transforms: matrix products with the DFT's twiddle factors, split by Cooley and
+# Fourier transforms. An axis whose length has only prime factors up to _LARGEST_RADIX is
+# transformed by radix passes (`lax.fft_passes`): Stockham's autosort steps, one loop kernel
+# each, which vectorize over the columns after the axis. An axis with few columns and many
+# points takes the four-step method (a transform down the columns of an n1 x n2 matrix, a
+# transpose with the twiddle factors, a transform down the columns again), so both halves
+# have n2 or n1 columns. Other lengths are products with DFT matrices, split by Cooley and
 # Tukey's four-step method once an axis is long enough that its matrix would cost more than
 # two smaller ones and a twiddle multiplication.
 
 _DIRECT_DFT = 64  # the longest axis transformed by its whole DFT matrix
+_LARGEST_RADIX = 13  # the largest prime a radix pass takes (its DFT is written out in scalars)
+_COLUMNS = 16  # columns enough to fill the vector lanes of a pass
+_FOUR_STEP = 256  # the shortest axis with fewer columns split by the four-step method
 
 
-def _twiddles(rows, columns, n: int, inverse: bool, dtype) -> Pair:
-    """exp(∓2πi r c / n) for the outer product of `rows` and `columns` (reduced mod n first,
-    so the angle is exact to rounding for any n). Multiples of a quarter turn are exactly 0
-    and ±1 (cos(π/2) is 6e-17 in floating point, which gave fft([1, 2, 3, 4])[2] an imaginary
-    part of -7e-16)."""
+def _turns(rows, columns, n: int, inverse: bool) -> np.ndarray:
+    """exp(∓2πi r c / n) for the outer product of `rows` and `columns`, in complex128 (the
+    angle reduced mod n first, so it is exact to rounding for any n). Multiples of a quarter
+    turn are exactly 0 and ±1 (cos(π/2) is 6e-17 in floating point, which gave fft([1, 2, 3,
+    4])[2] an imaginary part of -7e-16)."""
     turns = np.multiply.outer(rows, columns) % n
     angle = 2 * np.pi * turns / n
     sign = 1.0 if inverse else -1.0
@@ -1014,8 +1023,54 @@ def _twiddles(rows, columns, n: int, inverse: bool, dtype) -> Pair:
     quadrant = (4 * turns) // n
     cos = np.where(quarter, np.array([1.0, 0.0, -1.0, 0.0])[quadrant % 4], cos)
     sin = np.where(quarter, np.array([0.0, 1.0, 0.0, -1.0])[quadrant % 4], sin)
-    parts = cos.astype(dtype), (sign * sin).astype(dtype)
+    return cos + 1j * sign * sin
+
+
+def _twiddles(rows, columns, n: int, inverse: bool, dtype) -> Pair:
+    """`_turns` as a Pair of constants of `dtype`."""
+    turns = _turns(rows, columns, n, inverse)
+    parts = turns.real.astype(dtype), turns.imag.astype(dtype)
     return Pair(*(Array(np.ascontiguousarray(p)) for p in parts))
+
+
+def _radices(n: int) -> list[int] | None:
+    """The radices of the passes transforming n points (fours first, then a two, then odd
+    primes), or None where n has a prime factor larger than _LARGEST_RADIX."""
+    radices = []
+    while n % 4 == 0:
+        radices.append(4)
+        n //= 4
+    for p in (2, 3, 5, 7, 11, 13):
+        while n % p == 0:
+            radices.append(p)
+            n //= p
+    return radices if n == 1 else None
+
+
+def _dft_columns(z: Pair, inverse: bool) -> Pair:
+    """The unscaled DFT along the middle axis of parts shaped (G, n, B)."""
+    groups, n, columns = z.re.shape
+    dtype = z.re.dtype
+    if columns < _COLUMNS and n >= _FOUR_STEP:
+        n1 = max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
+        if n1 >= _COLUMNS:
+            n2 = n // n1
+            y = _dft_columns(_reshape(z, (groups, n1, n2 * columns)), inverse)
+            factors = _twiddles(np.arange(n1), np.arange(n2), n, inverse, dtype)
+            y = _reshape(y, (groups, n1, n2, columns))
+            y = Pair(*fft_passes.fft_transpose_pass(y.re, y.im, factors.re, factors.im))
+            y = _dft_columns(_reshape(y, (groups, n2, n1 * columns)), inverse)
+            return _reshape(y, (groups, n, columns))
+    length, stride = 1, n
+    for radix in _radices(n):
+        stride //= radix
+        factors = _twiddles(np.arange(length), np.arange(1, radix), length * radix, inverse, dtype)
+        parts = fft_passes.fft_radix_pass(
+            z.re, z.im, factors.re, factors.im, radix=radix, stride=stride, inverse=inverse
+        )
+        z = Pair(*parts)
+        length *= radix
+    return z
 
 
 def _contract_last(z: Pair, matrix: Pair) -> Pair:
@@ -1039,10 +1094,11 @@ def _reshape(z: Pair, shape) -> Pair:
 
 
 def _dft_last(z: Pair, inverse: bool) -> Pair:
-    """The unscaled DFT (the inverse's sign when `inverse`) along the last axis. Lengths 1 and
-    2 multiply by nothing (the identity; a sum and a difference), as the reference's FFT does:
-    their matrix's products by 0 made NaN of an infinite part, and spread a NaN part to the
-    other part of every output (fft([nan]) was nan + nan j, fft([inf]) inf + nan j)."""
+    """The unscaled DFT (the inverse's sign when `inverse`) along the last axis by DFT
+    matrices. Lengths 1 and 2 multiply by nothing (the identity; a sum and a difference), as
+    the reference's FFT does: their matrix's products by 0 made NaN of an infinite part, and
+    spread a NaN part to the other part of every output (fft([nan]) was nan + nan j, fft([inf])
+    inf + nan j)."""
     n = z.re.shape[-1]
     dtype = z.re.dtype
     if n == 1:
@@ -1074,6 +1130,11 @@ def _dft_last(z: Pair, inverse: bool) -> Pair:
 
 
 def _dft_axis(z: Pair, axis: int, inverse: bool) -> Pair:
+    shape = z.re.shape
+    n = shape[axis]
+    if n > 2 and _radices(n) is not None:
+        columns = (math.prod(shape[:axis]), n, math.prod(shape[axis + 1 :]))
+        return _reshape(_dft_columns(_reshape(z, columns), inverse), shape)
     last = z.re.ndim - 1
     if axis == last:
         return _dft_last(z, inverse)
@@ -1086,16 +1147,64 @@ def _dft_axis(z: Pair, axis: int, inverse: bool) -> Pair:
     return each_part(swapped, _dft_last(each_part(swapped, z), inverse))
 
 
+def _rfft_last(x, n: int) -> Pair:
+    """The non-negative frequencies of real x's last axis (n even, at least 4) from one complex
+    transform of half the length: z = x[0::2] + i x[1::2] has Z = E + i O, E and O the
+    spectra of the even and odd points, and each spectrum of real points is its own mirror
+    image conjugated, so E[k] = (Z[k] + conj Z[h-k]) / 2, O[k] = (Z[k] - conj Z[h-k]) / 2i and
+    X[k] = E[k] + ω^k O[k] (h = n / 2). Bins 0 and h are Re Z[0] ± Im Z[0]."""
+    last = x.ndim - 1
+    half = n // 2
+    z = Pair(lax.slice_in_dim(x, 0, n, 2, last), lax.slice_in_dim(x, 1, n, 2, last))
+    spectrum = _dft_axis(z, last, False)
+    first = each_part(lambda p: lax.slice_in_dim(p, 0, 1, 1, last), spectrum)
+    ahead = each_part(lambda p: lax.slice_in_dim(p, 1, half, 1, last), spectrum)
+    mirror = each_part(lambda p: lax.rev(p, (last,)), ahead)
+    # With f = ω^k / 2i, X = (a + conj m) / 2 + f (a - conj m), written so that every
+    # intermediate is read once (and fuses) and only slices of Z are read twice:
+    # Re X = a.re p + m.re q - f.im (a.im + m.im), Im X = a.im p - m.im q + f.im (a.re - m.re),
+    # p = 1/2 + f.re, q = 1/2 - f.re.
+    f = _turns(np.arange(1, half), 1, n, False) / 2j
+    shape = ahead.re.shape
+
+    def table(values):
+        return lax.broadcast_in_dim(Array(values.astype(x.dtype)), shape, (last,))
+
+    p, q, f_im = table(0.5 + f.real), table(0.5 - f.real), table(f.imag)
+    middle = Pair(
+        lax.sub(
+            lax.add(lax.mul(ahead.re, p), lax.mul(mirror.re, q)),
+            lax.mul(lax.add(ahead.im, mirror.im), f_im),
+        ),
+        lax.add(
+            lax.sub(lax.mul(ahead.im, p), lax.mul(mirror.im, q)),
+            lax.mul(lax.sub(ahead.re, mirror.re), f_im),
+        ),
+    )
+    zero = lax.full_like(first.re, 0)
+    bins = lax.add(first.re, first.im), lax.sub(first.re, first.im)
+    return Pair(
+        lax.concatenate([bins[0], middle.re, bins[1]], last),
+        lax.concatenate([zero, middle.im, zero], last),
+    )
+
+
 def _fft_rule(out_avals, x, *, fft_type, fft_lengths):
     k = len(fft_lengths)
     inverse = fft_type in (FftType.IFFT, FftType.IRFFT)
-    z = _parts(x)
-    ndim = z.re.ndim
+    ndim = x.re.ndim if isinstance(x, Pair) else x.ndim
     axes = list(range(ndim - k, ndim))
+    n = fft_lengths[-1]
+    if fft_type == FftType.RFFT and n % 2 == 0 and n >= 4 and _radices(n // 2) is not None:
+        z = _rfft_last(x, n)
+        for axis in reversed(axes[:-1]):
+            z = _dft_axis(z, axis, False)
+        return z
+    z = _parts(x)
     if fft_type == FftType.IRFFT:
         # The stored halves of a Hermitian spectrum: the rest is their mirror image's
         # conjugate; the imaginary parts of the real frequencies (0 and n / 2) do not count.
-        n, stored = fft_lengths[-1], z.re.shape[-1]
+        stored = z.re.shape[-1]
         for axis in axes[:-1]:
             z = _dft_axis(z, axis, True)
         last = ndim - 1
@@ -1116,7 +1225,7 @@ def _fft_rule(out_avals, x, *, fft_type, fft_lengths):
     for axis in reversed(axes):
         z = _dft_axis(z, axis, inverse)
         if fft_type == FftType.RFFT and axis == ndim - 1:
-            stored = fft_lengths[-1] // 2 + 1
+            stored = n // 2 + 1
             z = each_part(lambda p, end=stored: lax.slice_in_dim(p, 0, end, 1, ndim - 1), z)
     if inverse:
         z = scale(z, _c(z.re, 1 / math.prod(fft_lengths)))

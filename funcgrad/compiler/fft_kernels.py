@@ -1,0 +1,188 @@
+"""The loop kernels of a Fourier transform's passes (`funcgrad.lax.fft_passes`).
+
+A radix pass loads, at each position, its r points, multiplies all but the first by their
+twiddle factors, combines them by a small DFT written out in scalar arithmetic, and stores the
+r results. Its innermost loop runs over the B columns (or, with one column, the stride's
+classes), which are contiguous in memory on both sides, so the loop vectorizes; the twiddle
+factors depend only on an outer index.
+
+Multiplications by 1, -1 and ±i are left out or done as negations and swaps, and a point at
+the transform's first position is never multiplied by its twiddle (which is exactly 1): so a
+NaN or infinite part stays in its own part where the reference FFT keeps it there, instead of
+reaching the other part through a product with 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler.fusion import KernelBuilder, root_rules
+from funcgrad.compiler.kernel_ir import INDEX, Expr
+from funcgrad.ir import JaxprEqn
+from funcgrad.lax.fft_passes import fft_radix_pass_p, fft_transpose_pass_p
+
+Complex = tuple[Expr, Expr]
+
+# The side of the square blocks a transpose pass moves at a time (both blocks, read and
+# written, stay in the first-level cache).
+_BLOCK = 16
+
+
+def _neg(x: Expr) -> Expr:
+    return K.unary("neg", x)
+
+
+def _add(a: Complex, b: Complex) -> Complex:
+    return a[0] + b[0], a[1] + b[1]
+
+
+def _sub(a: Complex, b: Complex) -> Complex:
+    return a[0] - b[0], a[1] - b[1]
+
+
+def _mul(a: Complex, b: Complex) -> Complex:
+    return a[0] * b[0] - a[1] * b[1], a[0] * b[1] + a[1] * b[0]
+
+
+def _times(a: Complex, turns: int, of: int) -> Complex:
+    """`a` times exp(2 pi i turns / of), exactly where that is 1, -1 or ±i."""
+    if (4 * turns) % of == 0:
+        quadrant = (4 * turns) // of % 4
+        return [a, (_neg(a[1]), a[0]), (_neg(a[0]), _neg(a[1])), (a[1], _neg(a[0]))][quadrant]
+    angle = 2 * math.pi * turns / of
+    dtype = a[0].dtype
+    return _mul(a, (K.const(math.cos(angle), dtype), K.const(math.sin(angle), dtype)))
+
+
+def _smallest_factor(n: int) -> int:
+    return next(d for d in range(2, n + 1) if n % d == 0)
+
+
+def small_dft(points: list[Complex], sign: int) -> list[Complex]:
+    """The DFT of `points` (exp(sign 2 pi i j k / r)) in scalar arithmetic: split by the
+    smallest prime factor p of r into p transforms of r / p points (decimation in time), and
+    a prime length as the sums and differences of points paired with their mirror images."""
+    r = len(points)
+    if r == 1:
+        return list(points)
+    p = _smallest_factor(r)
+    if p == r:
+        return _prime_dft(points, sign)
+    m = r // p
+    parts = [small_dft(points[q::p], sign) for q in range(p)]
+    out: list = [None] * r
+    for k2 in range(m):
+        column = [_times(parts[q][k2], sign * q * k2, r) for q in range(p)]
+        for k1, value in enumerate(_prime_dft(column, sign)):
+            out[k2 + m * k1] = value
+    return out
+
+
+def _prime_dft(points: list[Complex], sign: int) -> list[Complex]:
+    r = len(points)
+    if r == 2:
+        return [_add(points[0], points[1]), _sub(points[0], points[1])]
+    dtype = points[0][0].dtype
+    half = (r - 1) // 2
+    sums = [_add(points[j], points[r - j]) for j in range(1, half + 1)]
+    differences = [_sub(points[j], points[r - j]) for j in range(1, half + 1)]
+    total = points[0]
+    for s in sums:
+        total = _add(total, s)
+    out = [total]
+    for k in range(1, r):
+        re, im = points[0]
+        for j in range(1, half + 1):
+            angle = 2 * math.pi * ((j * k) % r) / r
+            cos = K.const(math.cos(angle), dtype)
+            sin = K.const(sign * math.sin(angle), dtype)
+            s, d = sums[j - 1], differences[j - 1]
+            re = re + s[0] * cos - d[1] * sin
+            im = im + s[1] * cos + d[0] * sin
+        out.append((re, im))
+    return out
+
+
+def _nest(sizes: list[int], body) -> list:
+    """Loops over `sizes`, outermost first, leaving out those of one iteration (their index is
+    the constant 0): the first loop that remains is the one threads split."""
+    indices = [K.fresh_index() if size > 1 else K.const(0, INDEX) for size in sizes]
+    statements = body(*indices)
+    for index, size in reversed(list(zip(indices, sizes))):
+        if size > 1:
+            statements = [K.Loop(index, 0, size, statements)]
+    return statements
+
+
+def _index(value: int) -> Expr:
+    return K.const(value, INDEX)
+
+
+def _radix_pass(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
+    re, im, twiddle_re, twiddle_im = eqn.invars
+    radix, stride = eqn.params["radix"], eqn.params["stride"]
+    sign = 1 if eqn.params["inverse"] else -1
+    groups, n, columns = re.aval.shape
+    length = n // (radix * stride)
+    out_re, out_im = outputs
+
+    def body(g, k2, c, b):
+        first = K.binary("eq", k2, _index(0))
+        points = []
+        for j in range(radix):
+            at = [g, k2 * _index(radix * stride) + _index(j * stride) + c, b]
+            point = builder.element(re, at), builder.element(im, at)
+            if j and length > 1:
+                where = [k2, _index(j - 1)]
+                twiddle = builder.element(twiddle_re, where), builder.element(twiddle_im, where)
+                turned = _mul(point, twiddle)
+                point = K.select(first, point[0], turned[0]), K.select(first, point[1], turned[1])
+            points.append(point)
+        stores = []
+        for k1, value in enumerate(small_dft(points, sign)):
+            position = k2 + _index(length * k1)
+            offset = ((g * _index(n) + position * _index(stride) + c) * _index(columns)) + b
+            stores += [K.Store(out_re, offset, value[0]), K.Store(out_im, offset, value[1])]
+        return stores
+
+    # Every iteration writes its own r points and reads only the operand.
+    builder.independent_outer = True
+    return _nest([groups, length, stride, columns], body)
+
+
+def _block(n1: int, n2: int) -> int:
+    return math.gcd(n1, n2, _BLOCK)
+
+
+def _transpose_pass(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
+    re, im, twiddle_re, twiddle_im = eqn.invars
+    groups, n1, n2, columns = re.aval.shape
+    block = _block(n1, n2)
+    out_re, out_im = outputs
+
+    def body(g, row_block, column_block, j, i, b):
+        row = row_block * _index(block) + i
+        column = column_block * _index(block) + j
+        at = [g, row, column, b]
+        point = builder.element(re, at), builder.element(im, at)
+        twiddle = (
+            builder.element(twiddle_re, [row, column]),
+            builder.element(twiddle_im, [row, column]),
+        )
+        turned = _mul(point, twiddle)
+        # The first row and column have the factor 1.
+        one = K.binary("or", K.binary("eq", row, _index(0)), K.binary("eq", column, _index(0)))
+        offset = ((g * _index(n2) + column) * _index(n1) + row) * _index(columns) + b
+        return [
+            K.Store(out_re, offset, K.select(one, point[0], turned[0])),
+            K.Store(out_im, offset, K.select(one, point[1], turned[1])),
+        ]
+
+    builder.independent_outer = True
+    sizes = [groups, n1 // block, n2 // block, block, block, columns]
+    return _nest(sizes, body)
+
+
+root_rules[fft_radix_pass_p] = _radix_pass
+root_rules[fft_transpose_pass_p] = _transpose_pass
