@@ -40,12 +40,19 @@ from funcgrad.lax.sorting import sort_p
 
 
 class Pair:
-    """A complex value as its real and imaginary parts (real arrays of one shape and dtype)."""
+    """A complex value as its real and imaginary parts (real arrays of one shape and dtype),
+    and where some operation wrote them so, the array holding them interleaved."""
 
-    __slots__ = ("re", "im")
+    __slots__ = ("re", "im", "interleaved")
 
-    def __init__(self, re, im):
-        self.re, self.im = re, im
+    def __init__(self, re, im, interleaved=None):
+        self.re, self.im, self.interleaved = re, im, interleaved
+
+    @classmethod
+    def of_interleaved(cls, parts) -> Pair:
+        last = parts.ndim - 1
+        re, im = (lax.index_in_dim(parts, i, last, False) for i in (0, 1))
+        return cls(re, im, parts)
 
 
 tree_util.register_pytree_node(Pair, lambda p: ((p.re, p.im), None), lambda _, c: Pair(*c))
@@ -97,6 +104,8 @@ def _split(x) -> Pair:
 
 
 def _interleave(z: Pair):
+    if z.interleaved is not None:
+        return z.interleaved
     last = z.re.ndim
     return lax.concatenate([lax.expand_dims(z.re, (last,)), lax.expand_dims(z.im, (last,))], last)
 
@@ -997,17 +1006,15 @@ rules["cumprod"] = _cumprod_rule
 # ---------------------------------------------------------------------------------------------
 # Fourier transforms. An axis whose length has only prime factors up to _LARGEST_RADIX is
 # transformed by radix passes (`lax.fft_passes`): Stockham's autosort steps, one loop kernel
-# each, which vectorize over the columns after the axis. An axis with few columns and many
-# points takes the four-step method (a transform down the columns of an n1 x n2 matrix, a
-# transpose with the twiddle factors, a transform down the columns again), so both halves
-# have n2 or n1 columns. Other lengths are products with DFT matrices, split by Cooley and
-# Tukey's four-step method once an axis is long enough that its matrix would cost more than
-# two smaller ones and a twiddle multiplication.
+# each, which vectorize over the columns after the axis, or with few columns over the
+# positions of the butterflies. Other lengths are products with DFT matrices, split by Cooley
+# and Tukey's four-step method once an axis is long enough that its matrix would cost more
+# than two smaller ones and a twiddle multiplication. (The four-step method with radix passes
+# and a blocked transpose between them was slower: the transpose of 2^20 points alone took
+# twice as long as the ten passes, its rows 4 KiB apart contending for cache sets.)
 
 _DIRECT_DFT = 64  # the longest axis transformed by its whole DFT matrix
 _LARGEST_RADIX = 13  # the largest prime a radix pass takes (its DFT is written out in scalars)
-_COLUMNS = 16  # columns enough to fill the vector lanes of a pass
-_FOUR_STEP = 256  # the shortest axis with fewer columns split by the four-step method
 
 
 def _turns(rows, columns, n: int, inverse: bool) -> np.ndarray:
@@ -1034,41 +1041,47 @@ def _twiddles(rows, columns, n: int, inverse: bool, dtype) -> Pair:
 
 
 def _radices(n: int) -> list[int] | None:
-    """The radices of the passes transforming n points (fours first, then a two, then odd
-    primes), or None where n has a prime factor larger than _LARGEST_RADIX."""
-    radices = []
-    while n % 4 == 0:
-        radices.append(4)
-        n //= 4
-    for p in (2, 3, 5, 7, 11, 13):
+    """The radices of the passes transforming n points, or None where n has a prime factor
+    larger than _LARGEST_RADIX. The odd primes go first and the powers of two as fours, then
+    an eight last (or a two, or a four): a pass's classes are the product of the later
+    radices, and with 3 to 7 of them (a four before the last four) its loop is too short to
+    vectorize and its points too far apart to interleave."""
+    odd = []
+    for p in (3, 5, 7, 11, 13):
         while n % p == 0:
-            radices.append(p)
+            odd.append(p)
             n //= p
-    return radices if n == 1 else None
+    twos = n.bit_length() - 1
+    if n != 1 << twos:
+        return None
+    if twos < 3:
+        return odd + ([n] if n > 1 else [])
+    fours, two = divmod(twos - 3, 2)
+    return odd + [2] * two + [4] * fours + [8]
 
 
-def _dft_columns(z: Pair, inverse: bool) -> Pair:
-    """The unscaled DFT along the middle axis of parts shaped (G, n, B)."""
-    groups, n, columns = z.re.shape
+def _dft_columns(z: Pair, inverse: bool, interleaved: bool = False) -> Pair:
+    """The unscaled DFT along the middle axis of parts shaped (G, n, B); its last pass writes
+    the parts interleaved where asked to."""
+    n = z.re.shape[1]
     dtype = z.re.dtype
-    if columns < _COLUMNS and n >= _FOUR_STEP:
-        n1 = max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
-        if n1 >= _COLUMNS:
-            n2 = n // n1
-            y = _dft_columns(_reshape(z, (groups, n1, n2 * columns)), inverse)
-            factors = _twiddles(np.arange(n1), np.arange(n2), n, inverse, dtype)
-            y = _reshape(y, (groups, n1, n2, columns))
-            y = Pair(*fft_passes.fft_transpose_pass(y.re, y.im, factors.re, factors.im))
-            y = _dft_columns(_reshape(y, (groups, n2, n1 * columns)), inverse)
-            return _reshape(y, (groups, n, columns))
     length, stride = 1, n
-    for radix in _radices(n):
+    radices = _radices(n)
+    for i, radix in enumerate(radices):
         stride //= radix
-        factors = _twiddles(np.arange(length), np.arange(1, radix), length * radix, inverse, dtype)
+        factors = _twiddles(np.arange(1, radix), np.arange(length), length * radix, inverse, dtype)
+        last = interleaved and i == len(radices) - 1
         parts = fft_passes.fft_radix_pass(
-            z.re, z.im, factors.re, factors.im, radix=radix, stride=stride, inverse=inverse
+            z.re,
+            z.im,
+            factors.re,
+            factors.im,
+            radix=radix,
+            stride=stride,
+            inverse=inverse,
+            interleaved=last,
         )
-        z = Pair(*parts)
+        z = Pair.of_interleaved(parts[0]) if last else Pair(*parts)
         length *= radix
     return z
 
@@ -1090,6 +1103,8 @@ def _swap_last(z: Pair) -> Pair:
 
 
 def _reshape(z: Pair, shape) -> Pair:
+    if z.interleaved is not None:
+        return Pair.of_interleaved(lax.reshape(z.interleaved, tuple(shape) + (2,)))
     return each_part(lambda p: lax.reshape(p, tuple(shape)), z)
 
 
@@ -1129,12 +1144,14 @@ def _dft_last(z: Pair, inverse: bool) -> Pair:
     return _reshape(_swap_last(y), lead + (n,))
 
 
-def _dft_axis(z: Pair, axis: int, inverse: bool) -> Pair:
+def _dft_axis(z: Pair, axis: int, inverse: bool, interleaved: bool = False) -> Pair:
+    """The unscaled DFT along `axis`; by radix passes, the last writes the parts interleaved
+    where asked to (the transform's result, which the program's output holds so)."""
     shape = z.re.shape
     n = shape[axis]
     if n > 2 and _radices(n) is not None:
         columns = (math.prod(shape[:axis]), n, math.prod(shape[axis + 1 :]))
-        return _reshape(_dft_columns(_reshape(z, columns), inverse), shape)
+        return _reshape(_dft_columns(_reshape(z, columns), inverse, interleaved), shape)
     last = z.re.ndim - 1
     if axis == last:
         return _dft_last(z, inverse)
@@ -1149,44 +1166,15 @@ def _dft_axis(z: Pair, axis: int, inverse: bool) -> Pair:
 
 def _rfft_last(x, n: int) -> Pair:
     """The non-negative frequencies of real x's last axis (n even, at least 4) from one complex
-    transform of half the length: z = x[0::2] + i x[1::2] has Z = E + i O, E and O the
-    spectra of the even and odd points, and each spectrum of real points is its own mirror
-    image conjugated, so E[k] = (Z[k] + conj Z[h-k]) / 2, O[k] = (Z[k] - conj Z[h-k]) / 2i and
-    X[k] = E[k] + ω^k O[k] (h = n / 2). Bins 0 and h are Re Z[0] ± Im Z[0]."""
+    transform of the h = n / 2 points x[2j] + i x[2j+1] (`lax.fft_passes.fft_real_pass`)."""
     last = x.ndim - 1
     half = n // 2
     z = Pair(lax.slice_in_dim(x, 0, n, 2, last), lax.slice_in_dim(x, 1, n, 2, last))
-    spectrum = _dft_axis(z, last, False)
-    first = each_part(lambda p: lax.slice_in_dim(p, 0, 1, 1, last), spectrum)
-    ahead = each_part(lambda p: lax.slice_in_dim(p, 1, half, 1, last), spectrum)
-    mirror = each_part(lambda p: lax.rev(p, (last,)), ahead)
-    # With f = ω^k / 2i, X = (a + conj m) / 2 + f (a - conj m), written so that every
-    # intermediate is read once (and fuses) and only slices of Z are read twice:
-    # Re X = a.re p + m.re q - f.im (a.im + m.im), Im X = a.im p - m.im q + f.im (a.re - m.re),
-    # p = 1/2 + f.re, q = 1/2 - f.re.
-    f = _turns(np.arange(1, half), 1, n, False) / 2j
-    shape = ahead.re.shape
-
-    def table(values):
-        return lax.broadcast_in_dim(Array(values.astype(x.dtype)), shape, (last,))
-
-    p, q, f_im = table(0.5 + f.real), table(0.5 - f.real), table(f.imag)
-    middle = Pair(
-        lax.sub(
-            lax.add(lax.mul(ahead.re, p), lax.mul(mirror.re, q)),
-            lax.mul(lax.add(ahead.im, mirror.im), f_im),
-        ),
-        lax.add(
-            lax.sub(lax.mul(ahead.im, p), lax.mul(mirror.im, q)),
-            lax.mul(lax.sub(ahead.re, mirror.re), f_im),
-        ),
-    )
-    zero = lax.full_like(first.re, 0)
-    bins = lax.add(first.re, first.im), lax.sub(first.re, first.im)
-    return Pair(
-        lax.concatenate([bins[0], middle.re, bins[1]], last),
-        lax.concatenate([zero, middle.im, zero], last),
-    )
+    spectrum = _reshape(_dft_axis(z, last, False), (math.prod(x.shape[:-1]), half))
+    factors = _turns(np.arange(half), 1, n, False) / 2j
+    table = Pair(*(Array(part.astype(x.dtype)) for part in (factors.real, factors.imag)))
+    out = fft_passes.fft_real_pass(spectrum.re, spectrum.im, table.re, table.im)
+    return Pair.of_interleaved(lax.reshape(out, x.shape[:-1] + (half + 1, 2)))
 
 
 def _fft_rule(out_avals, x, *, fft_type, fft_lengths):
@@ -1198,7 +1186,7 @@ def _fft_rule(out_avals, x, *, fft_type, fft_lengths):
     if fft_type == FftType.RFFT and n % 2 == 0 and n >= 4 and _radices(n // 2) is not None:
         z = _rfft_last(x, n)
         for axis in reversed(axes[:-1]):
-            z = _dft_axis(z, axis, False)
+            z = _dft_axis(z, axis, False, axis == axes[0])
         return z
     z = _parts(x)
     if fft_type == FftType.IRFFT:
@@ -1223,7 +1211,7 @@ def _fft_rule(out_avals, x, *, fft_type, fft_lengths):
         out = _dft_axis(full, last, True).re
         return lax.mul(out, _c(out, 1 / math.prod(fft_lengths)))
     for axis in reversed(axes):
-        z = _dft_axis(z, axis, inverse)
+        z = _dft_axis(z, axis, inverse, fft_type == FftType.FFT and axis == axes[0])
         if fft_type == FftType.RFFT and axis == ndim - 1:
             stored = n // 2 + 1
             z = each_part(lambda p, end=stored: lax.slice_in_dim(p, 0, end, 1, ndim - 1), z)

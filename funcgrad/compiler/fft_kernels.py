@@ -20,13 +20,12 @@ from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import KernelBuilder, root_rules
 from funcgrad.compiler.kernel_ir import INDEX, Expr
 from funcgrad.ir import JaxprEqn
-from funcgrad.lax.fft_passes import fft_radix_pass_p, fft_transpose_pass_p
+from funcgrad.lax.fft_passes import fft_radix_pass_p, fft_real_pass_p
 
 Complex = tuple[Expr, Expr]
 
-# The side of the square blocks a transpose pass moves at a time (both blocks, read and
-# written, stay in the first-level cache).
-_BLOCK = 16
+# Classes times columns enough for a pass's inner loop to run over them (a vector's lanes).
+_LANES = 8
 
 
 def _neg(x: Expr) -> Expr:
@@ -120,22 +119,23 @@ def _index(value: int) -> Expr:
 
 
 def _radix_pass(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
+    """With fewer than _LANES classes and columns together, the loop over them would be too
+    short to vectorize: they are written out in the body instead, and the loop over positions
+    (whose points lie r S B apart, a pattern the vectorizer interleaves) is the inner one."""
     re, im, twiddle_re, twiddle_im = eqn.invars
     radix, stride = eqn.params["radix"], eqn.params["stride"]
     sign = 1 if eqn.params["inverse"] else -1
     groups, n, columns = re.aval.shape
     length = n // (radix * stride)
-    out_re, out_im = outputs
+    store = _parts_stored(outputs)
 
-    def body(g, k2, c, b):
-        first = K.binary("eq", k2, _index(0))
+    def butterflies(g, k2, c, b, twiddles):
         points = []
         for j in range(radix):
             at = [g, k2 * _index(radix * stride) + _index(j * stride) + c, b]
             point = builder.element(re, at), builder.element(im, at)
-            if j and length > 1:
-                where = [k2, _index(j - 1)]
-                twiddle = builder.element(twiddle_re, where), builder.element(twiddle_im, where)
+            if j and twiddles:
+                first, twiddle = twiddles[0], twiddles[j]
                 turned = _mul(point, twiddle)
                 point = K.select(first, point[0], turned[0]), K.select(first, point[1], turned[1])
             points.append(point)
@@ -143,46 +143,83 @@ def _radix_pass(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
         for k1, value in enumerate(small_dft(points, sign)):
             position = k2 + _index(length * k1)
             offset = ((g * _index(n) + position * _index(stride) + c) * _index(columns)) + b
-            stores += [K.Store(out_re, offset, value[0]), K.Store(out_im, offset, value[1])]
+            stores += store(offset, value)
         return stores
+
+    def twiddles_at(k2) -> list:
+        if length == 1:
+            return []
+        where = [[_index(j - 1), k2] for j in range(1, radix)]
+        return [K.binary("eq", k2, _index(0))] + [
+            (builder.element(twiddle_re, w), builder.element(twiddle_im, w)) for w in where
+        ]
 
     # Every iteration writes its own r points and reads only the operand.
     builder.independent_outer = True
-    return _nest([groups, length, stride, columns], body)
-
-
-def _block(n1: int, n2: int) -> int:
-    return math.gcd(n1, n2, _BLOCK)
-
-
-def _transpose_pass(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
-    re, im, twiddle_re, twiddle_im = eqn.invars
-    groups, n1, n2, columns = re.aval.shape
-    block = _block(n1, n2)
-    out_re, out_im = outputs
-
-    def body(g, row_block, column_block, j, i, b):
-        row = row_block * _index(block) + i
-        column = column_block * _index(block) + j
-        at = [g, row, column, b]
-        point = builder.element(re, at), builder.element(im, at)
-        twiddle = (
-            builder.element(twiddle_re, [row, column]),
-            builder.element(twiddle_im, [row, column]),
+    if stride * columns >= _LANES:
+        return _nest(
+            [groups, length, stride, columns],
+            lambda g, k2, c, b: butterflies(g, k2, c, b, twiddles_at(k2)),
         )
-        turned = _mul(point, twiddle)
-        # The first row and column have the factor 1.
-        one = K.binary("or", K.binary("eq", row, _index(0)), K.binary("eq", column, _index(0)))
-        offset = ((g * _index(n2) + column) * _index(n1) + row) * _index(columns) + b
+
+    def unrolled(g, k2):
+        twiddles = twiddles_at(k2)
         return [
-            K.Store(out_re, offset, K.select(one, point[0], turned[0])),
-            K.Store(out_im, offset, K.select(one, point[1], turned[1])),
+            statement
+            for c in range(stride)
+            for b in range(columns)
+            for statement in butterflies(g, k2, _index(c), _index(b), twiddles)
         ]
 
+    return _nest([groups, length], unrolled)
+
+
+def _parts_stored(outputs: list):
+    """Stores of a complex value at an element offset: into two buffers of parts, or one
+    buffer holding them interleaved."""
+    if len(outputs) == 2:
+        out_re, out_im = outputs
+        return lambda offset, value: [
+            K.Store(out_re, offset, value[0]),
+            K.Store(out_im, offset, value[1]),
+        ]
+    (out,) = outputs
+
+    def interleaved(offset, value):
+        at = offset * _index(2)
+        return [K.Store(out, at, value[0]), K.Store(out, at + _index(1), value[1])]
+
+    return interleaved
+
+
+def _real_pass(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
+    re, im, twiddle_re, twiddle_im = eqn.invars
+    groups, half = re.aval.shape
+    store = _parts_stored(outputs)
+
+    def point(g, k):
+        return builder.element(re, [g, k]), builder.element(im, [g, k])
+
+    def row(g):
+        base = g * _index(half + 1)
+        first = point(g, _index(0))
+        ends = store(base, (first[0] + first[1], K.const(0, first[0].dtype)))
+        ends += store(base + _index(half), (first[0] - first[1], K.const(0, first[0].dtype)))
+        k = K.fresh_index()
+        ahead, mirror = point(g, k), point(g, _index(half) - k)
+        conjugate = mirror[0], _neg(mirror[1])
+        total, difference = _add(ahead, conjugate), _sub(ahead, conjugate)
+        factor = builder.element(twiddle_re, [k]), builder.element(twiddle_im, [k])
+        two = K.const(0.5, total[0].dtype)
+        value = _add((total[0] * two, total[1] * two), _mul(factor, difference))
+        return ends + [K.Loop(k, 1, half, store(base + k, value))]
+
+    if groups == 1:
+        return row(_index(0))
+    g = K.fresh_index()
     builder.independent_outer = True
-    sizes = [groups, n1 // block, n2 // block, block, block, columns]
-    return _nest(sizes, body)
+    return [K.Loop(g, 0, groups, row(g))]
 
 
 root_rules[fft_radix_pass_p] = _radix_pass
-root_rules[fft_transpose_pass_p] = _transpose_pass
+root_rules[fft_real_pass_p] = _real_pass

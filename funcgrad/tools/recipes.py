@@ -1684,9 +1684,9 @@ WITHOUT_RECIPE = {
         "a pass of the compiler's fft, made by the complex lowering: the fft recipe's compiled "
         "checks reach it, and tests/test_fft_passes.py checks it against NumPy's transforms"
     ),
-    "fft_transpose_pass": (
-        "the four-step method's transpose in the compiler's fft, made by the complex lowering: "
-        "tests/test_fft_passes.py checks the long transforms that take it"
+    "fft_real_pass": (
+        "the last pass of the compiler's rfft, made by the complex lowering: the fft recipe's "
+        "compiled checks reach it, and tests/test_fft_passes.py checks it against NumPy's rfft"
     ),
     "platform_index": (
         "its value is the platform a program runs on, so eager and compiled runs differ by "
