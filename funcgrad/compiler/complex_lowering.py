@@ -1060,9 +1060,9 @@ def _radices(n: int) -> list[int] | None:
     return odd + [2] * two + [4] * fours + [8]
 
 
-def _dft_columns(z: Pair, inverse: bool, interleaved: bool = False) -> Pair:
-    """The unscaled DFT along the middle axis of parts shaped (G, n, B); its last pass writes
-    the parts interleaved where asked to."""
+def _dft_columns(z: Pair, inverse: bool, interleaved: tuple | None = None) -> Pair:
+    """The unscaled DFT along the middle axis of parts shaped (G, n, B); given `interleaved`,
+    its last pass writes the parts interleaved in an array of that shape."""
     n = z.re.shape[1]
     dtype = z.re.dtype
     length, stride = 1, n
@@ -1070,7 +1070,7 @@ def _dft_columns(z: Pair, inverse: bool, interleaved: bool = False) -> Pair:
     for i, radix in enumerate(radices):
         stride //= radix
         factors = _twiddles(np.arange(1, radix), np.arange(length), length * radix, inverse, dtype)
-        last = interleaved and i == len(radices) - 1
+        last = interleaved is not None and i == len(radices) - 1
         parts = fft_passes.fft_radix_pass(
             z.re,
             z.im,
@@ -1079,7 +1079,7 @@ def _dft_columns(z: Pair, inverse: bool, interleaved: bool = False) -> Pair:
             radix=radix,
             stride=stride,
             inverse=inverse,
-            interleaved=last,
+            interleaved=interleaved if last else None,
         )
         z = Pair.of_interleaved(parts[0]) if last else Pair(*parts)
         length *= radix
@@ -1150,8 +1150,10 @@ def _dft_axis(z: Pair, axis: int, inverse: bool, interleaved: bool = False) -> P
     shape = z.re.shape
     n = shape[axis]
     if n > 2 and _radices(n) is not None:
-        columns = (math.prod(shape[:axis]), n, math.prod(shape[axis + 1 :]))
-        return _reshape(_dft_columns(_reshape(z, columns), inverse, interleaved), shape)
+        columns = _reshape(z, (math.prod(shape[:axis]), n, math.prod(shape[axis + 1 :])))
+        if interleaved:
+            return _dft_columns(columns, inverse, shape + (2,))
+        return _reshape(_dft_columns(columns, inverse), shape)
     last = z.re.ndim - 1
     if axis == last:
         return _dft_last(z, inverse)
@@ -1173,8 +1175,10 @@ def _rfft_last(x, n: int) -> Pair:
     spectrum = _reshape(_dft_axis(z, last, False), (math.prod(x.shape[:-1]), half))
     factors = _turns(np.arange(half), 1, n, False) / 2j
     table = Pair(*(Array(part.astype(x.dtype)) for part in (factors.real, factors.imag)))
-    out = fft_passes.fft_real_pass(spectrum.re, spectrum.im, table.re, table.im)
-    return Pair.of_interleaved(lax.reshape(out, x.shape[:-1] + (half + 1, 2)))
+    shape = x.shape[:-1] + (half + 1, 2)
+    return Pair.of_interleaved(
+        fft_passes.fft_real_pass(spectrum.re, spectrum.im, table.re, table.im, shape=shape)
+    )
 
 
 def _fft_rule(out_avals, x, *, fft_type, fft_lengths):

@@ -4,9 +4,10 @@ The complex lowering writes a Fourier transform as a sequence of these (`compile
 complex_lowering`), so that every pass is one loop kernel over memory.
 
 - `fft_radix_pass`: one Stockham step of radix r along the middle axis of (G, n, B) parts (G
-  transforms one after another, each over n points of B columns side by side). Holding for each of the S * r classes of
-  points (class c: the points c, c + S r, ...) the length-L transforms of its points, at L x r
-  x S, it combines r classes into one, whose transform of length L r it writes at r x L x S:
+  transforms one after another, each over n points of B columns side by side). Holding for
+  each of the S r classes of points (class c: the points c, c + S r, ...) the length-L
+  transforms of its points, at L x r x S, it combines r classes into one, whose transform of
+  length L r it writes at r x L x S:
 
       out[k1, k2, c] = sum_j w_r^(j k1) t[j, k2] in[k2, j, c],   t[j, k2] = w_(L r)^(j k2)
 
@@ -17,9 +18,9 @@ complex_lowering`), so that every pass is one loop kernel over memory.
   conjugated: X[k] = (Z[k] + conj Z[h-k]) / 2 + f[k] (Z[k] - conj Z[h-k]), f[k] = w_n^k / 2i
   (Z[h] = Z[0]), for 2-D parts (G, h).
 
-A radix pass may write the last transform's result as one array with the parts interleaved
-(the layout of a complex array in memory), as `fft_real_pass` always does, so that no copy
-pass interleaves them.
+A radix pass may write the last transform's result as one array of the shape `interleaved`
+holding the parts interleaved (the layout of a complex array in memory), as `fft_real_pass`
+always does (of the shape `shape`), so that no copy pass interleaves or reshapes them.
 
 The twiddle factors are operands (tables the lowering computes in float64, rounded to the
 parts' dtype; the radix pass's for j >= 1 only), so the reference implementation applies
@@ -27,6 +28,8 @@ exactly what the compiled kernels apply.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -63,16 +66,24 @@ def _radix_abstract_eval(re, im, twiddle_re, twiddle_im, *, radix, stride, inver
             raise TypeError(
                 f"fft_radix_pass: twiddles must be {re.dtype.name}{table}, got {twiddle}"
             )
-    return [ShapedArray(re.shape + (2,), re.dtype)] if interleaved else [re, im]
+    if interleaved is None:
+        return [re, im]
+    _check_interleaved("fft_radix_pass", interleaved, 2 * re.size)
+    return [ShapedArray(interleaved, re.dtype)]
+
+
+def _check_interleaved(name: str, shape: tuple, size: int) -> None:
+    if shape[-1:] != (2,) or math.prod(shape) != size:
+        raise ValueError(f"{name}: cannot write {size // 2} complex numbers as parts of {shape}")
 
 
 def _as_complex(re, im) -> np.ndarray:
     return np.asarray(re, np.float64) + 1j * np.asarray(im, np.float64)
 
 
-def _as_parts(z: np.ndarray, dtype, interleaved: bool = False) -> list:
-    if interleaved:
-        return [np.stack([z.real, z.imag], -1).astype(dtype)]
+def _as_parts(z: np.ndarray, dtype, interleaved: tuple | None = None) -> list:
+    if interleaved is not None:
+        return [np.stack([z.real, z.imag], -1).astype(dtype).reshape(interleaved)]
     return [np.ascontiguousarray(z.real).astype(dtype), np.ascontiguousarray(z.imag).astype(dtype)]
 
 
@@ -91,7 +102,7 @@ def _radix_impl(re, im, twiddle_re, twiddle_im, *, radix, stride, inverse, inter
 
 
 @fft_real_pass_p.def_abstract_eval
-def _real_abstract_eval(re, im, twiddle_re, twiddle_im):
+def _real_abstract_eval(re, im, twiddle_re, twiddle_im, *, shape):
     _check_parts("fft_real_pass", re, im, 2)
     table = re.shape[1:]
     for twiddle in (twiddle_re, twiddle_im):
@@ -100,18 +111,19 @@ def _real_abstract_eval(re, im, twiddle_re, twiddle_im):
                 f"fft_real_pass: twiddles must be {re.dtype.name}{table}, got {twiddle}"
             )
     g, half = re.shape
-    return ShapedArray((g, half + 1, 2), re.dtype)
+    _check_interleaved("fft_real_pass", shape, 2 * g * (half + 1))
+    return ShapedArray(shape, re.dtype)
 
 
 @fft_real_pass_p.def_impl
-def _real_impl(re, im, twiddle_re, twiddle_im):
+def _real_impl(re, im, twiddle_re, twiddle_im, *, shape):
     dtype = np.asarray(re).dtype
     z = _as_complex(re, im)
     ahead = np.concatenate([z, z[:, :1]], 1)
     mirror = np.conj(np.concatenate([z[:, :1], z[:, :0:-1], z[:, :1]], 1))
     factors = np.concatenate([_as_complex(twiddle_re, twiddle_im), [0.5j]])
     out = (ahead + mirror) / 2 + factors * (ahead - mirror)
-    return _as_parts(out, dtype, True)[0]
+    return _as_parts(out, dtype, shape)[0]
 
 
 _COMPILER_ONLY = "exists only inside compiled programs, after every transformation has run"
@@ -121,7 +133,15 @@ for _primitive in (fft_radix_pass_p, fft_real_pass_p):
 
 
 def fft_radix_pass(
-    re, im, twiddle_re, twiddle_im, *, radix: int, stride: int, inverse: bool, interleaved: bool
+    re,
+    im,
+    twiddle_re,
+    twiddle_im,
+    *,
+    radix: int,
+    stride: int,
+    inverse: bool,
+    interleaved: tuple[int, ...] | None,
 ):
     return fft_radix_pass_p.bind(
         re,
@@ -135,5 +155,5 @@ def fft_radix_pass(
     )
 
 
-def fft_real_pass(re, im, twiddle_re, twiddle_im):
-    return fft_real_pass_p.bind(re, im, twiddle_re, twiddle_im)
+def fft_real_pass(re, im, twiddle_re, twiddle_im, *, shape: tuple[int, ...]):
+    return fft_real_pass_p.bind(re, im, twiddle_re, twiddle_im, shape=shape)
