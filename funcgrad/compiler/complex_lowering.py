@@ -1060,9 +1060,9 @@ def _radices(n: int) -> list[int] | None:
     return odd + [2] * two + [4] * fours + [8]
 
 
-def _dft_columns(z: Pair, inverse: bool, interleaved: tuple | None = None) -> Pair:
-    """The unscaled DFT along the middle axis of parts shaped (G, n, B); given `interleaved`,
-    its last pass writes the parts interleaved in an array of that shape."""
+def _radix_passes(z: Pair, inverse: bool, interleaved: tuple | None = None, scale=1.0):
+    """The DFT along the middle axis of parts shaped (G, n, B), times `scale`: a Pair, or
+    given `interleaved`, one array of that shape holding the parts interleaved."""
     n = z.re.shape[1]
     dtype = z.re.dtype
     length, stride = 1, n
@@ -1070,7 +1070,7 @@ def _dft_columns(z: Pair, inverse: bool, interleaved: tuple | None = None) -> Pa
     for i, radix in enumerate(radices):
         stride //= radix
         factors = _twiddles(np.arange(1, radix), np.arange(length), length * radix, inverse, dtype)
-        last = interleaved is not None and i == len(radices) - 1
+        last = i == len(radices) - 1
         parts = fft_passes.fft_radix_pass(
             z.re,
             z.im,
@@ -1080,8 +1080,11 @@ def _dft_columns(z: Pair, inverse: bool, interleaved: tuple | None = None) -> Pa
             stride=stride,
             inverse=inverse,
             interleaved=interleaved if last else None,
+            scale=scale if last else 1.0,
         )
-        z = Pair.of_interleaved(parts[0]) if last else Pair(*parts)
+        if last and interleaved is not None:
+            return parts[0]
+        z = Pair(*parts)
         length *= radix
     return z
 
@@ -1144,31 +1147,38 @@ def _dft_last(z: Pair, inverse: bool) -> Pair:
     return _reshape(_swap_last(y), lead + (n,))
 
 
-def _dft_axis(z: Pair, axis: int, inverse: bool, interleaved: bool = False) -> Pair:
-    """The unscaled DFT along `axis`; by radix passes, the last writes the parts interleaved
-    where asked to (the transform's result, which the program's output holds so)."""
+def _dft_axis(z: Pair, axis: int, inverse: bool, interleaved: bool = False, scale=1.0) -> Pair:
+    """The DFT along `axis` times `scale`; by radix passes, the last writes the parts
+    interleaved where asked to (the transform's result, which the program's output holds so)."""
     shape = z.re.shape
     n = shape[axis]
     if n > 2 and _radices(n) is not None:
         columns = _reshape(z, (math.prod(shape[:axis]), n, math.prod(shape[axis + 1 :])))
         if interleaved:
-            return _dft_columns(columns, inverse, shape + (2,))
-        return _reshape(_dft_columns(columns, inverse), shape)
+            return Pair.of_interleaved(_radix_passes(columns, inverse, shape + (2,), scale))
+        return _reshape(_radix_passes(columns, inverse, None, scale), shape)
     last = z.re.ndim - 1
     if axis == last:
-        return _dft_last(z, inverse)
-    order = list(range(z.re.ndim))
-    order[axis], order[last] = last, axis
+        z = _dft_last(z, inverse)
+    else:
+        order = list(range(z.re.ndim))
+        order[axis], order[last] = last, axis
 
-    def swapped(p):
-        return lax.transpose(p, tuple(order))
+        def swapped(p):
+            return lax.transpose(p, tuple(order))
 
-    return each_part(swapped, _dft_last(each_part(swapped, z), inverse))
+        z = each_part(swapped, _dft_last(each_part(swapped, z), inverse))
+    return z if scale == 1 else each_part(lambda p: lax.mul(p, _c(p, scale)), z)
+
+
+def _halves(n: int) -> bool:
+    """Whether a real transform of length n goes through a complex one of length n / 2."""
+    return n % 2 == 0 and n >= 4 and _radices(n // 2) is not None
 
 
 def _rfft_last(x, n: int) -> Pair:
-    """The non-negative frequencies of real x's last axis (n even, at least 4) from one complex
-    transform of the h = n / 2 points x[2j] + i x[2j+1] (`lax.fft_passes.fft_real_pass`)."""
+    """The non-negative frequencies of real x's last axis from one complex transform of the
+    h = n / 2 points x[2j] + i x[2j+1] (`lax.fft_passes.fft_real_pass`)."""
     last = x.ndim - 1
     half = n // 2
     z = Pair(lax.slice_in_dim(x, 0, n, 2, last), lax.slice_in_dim(x, 1, n, 2, last))
@@ -1181,25 +1191,49 @@ def _rfft_last(x, n: int) -> Pair:
     )
 
 
+def _irfft_last(z: Pair, n: int, scale: float):
+    """n real points from the h + 1 stored frequencies along z's last axis, times `scale`:
+    `lax.fft_passes.fft_real_inverse_pass` gives the Z whose inverse transform of length h
+    holds them as x[2j] + i x[2j+1], which its last pass writes as the output."""
+    lead = z.re.shape[:-1]
+    half = n // 2
+    rows = _reshape(z, (math.prod(lead), half + 1))
+    factors = 1j * scale * _turns(np.arange(half), 1, n, True)
+    dtype = z.re.dtype
+    table = Pair(*(Array(part.astype(dtype)) for part in (factors.real, factors.imag)))
+    parts = fft_passes.fft_real_inverse_pass(rows.re, rows.im, table.re, table.im, scale=scale)
+    packed = _reshape(Pair(*parts), (math.prod(lead), half, 1))
+    return _radix_passes(packed, True, lead + (n,))
+
+
 def _fft_rule(out_avals, x, *, fft_type, fft_lengths):
     k = len(fft_lengths)
     inverse = fft_type in (FftType.IFFT, FftType.IRFFT)
     ndim = x.re.ndim if isinstance(x, Pair) else x.ndim
     axes = list(range(ndim - k, ndim))
     n = fft_lengths[-1]
-    if fft_type == FftType.RFFT and n % 2 == 0 and n >= 4 and _radices(n // 2) is not None:
+    last = ndim - 1
+    scale = 1 / math.prod(fft_lengths) if inverse else 1.0
+    if fft_type == FftType.RFFT and _halves(n):
         z = _rfft_last(x, n)
         for axis in reversed(axes[:-1]):
             z = _dft_axis(z, axis, False, axis == axes[0])
         return z
     z = _parts(x)
+    if fft_type == FftType.RFFT:
+        for axis in reversed(axes):
+            z = _dft_axis(z, axis, False)
+            if axis == last:
+                z = each_part(lambda p: lax.slice_in_dim(p, 0, n // 2 + 1, 1, last), z)
+        return z
     if fft_type == FftType.IRFFT:
+        for axis in axes[:-1]:
+            z = _dft_axis(z, axis, True)
+        if _halves(n):
+            return _irfft_last(z, n, scale)
         # The stored halves of a Hermitian spectrum: the rest is their mirror image's
         # conjugate; the imaginary parts of the real frequencies (0 and n / 2) do not count.
         stored = z.re.shape[-1]
-        for axis in axes[:-1]:
-            z = _dft_axis(z, axis, True)
-        last = ndim - 1
         real_bins = np.zeros(stored, bool)
         real_bins[0] = True
         real_bins[-1] = n % 2 == 0
@@ -1212,15 +1246,10 @@ def _fft_rule(out_avals, x, *, fft_type, fft_lengths):
             lax.concatenate([z.re, mirrored.re], last),
             lax.concatenate([z.im, lax.neg(mirrored.im)], last),
         )
-        out = _dft_axis(full, last, True).re
-        return lax.mul(out, _c(out, 1 / math.prod(fft_lengths)))
+        return _dft_axis(full, last, True, scale=scale).re
     for axis in reversed(axes):
-        z = _dft_axis(z, axis, inverse, fft_type == FftType.FFT and axis == axes[0])
-        if fft_type == FftType.RFFT and axis == ndim - 1:
-            stored = n // 2 + 1
-            z = each_part(lambda p, end=stored: lax.slice_in_dim(p, 0, end, 1, ndim - 1), z)
-    if inverse:
-        z = scale(z, _c(z.re, 1 / math.prod(fft_lengths)))
+        first = axis == axes[0]  # transformed last
+        z = _dft_axis(z, axis, inverse, first, scale if first else 1.0)
     return z
 
 

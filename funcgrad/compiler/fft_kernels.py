@@ -20,7 +20,11 @@ from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import KernelBuilder, root_rules
 from funcgrad.compiler.kernel_ir import INDEX, Expr
 from funcgrad.ir import JaxprEqn
-from funcgrad.lax.fft_passes import fft_radix_pass_p, fft_real_pass_p
+from funcgrad.lax.fft_passes import (
+    fft_radix_pass_p,
+    fft_real_inverse_pass_p,
+    fft_real_pass_p,
+)
 
 Complex = tuple[Expr, Expr]
 
@@ -127,6 +131,7 @@ def _radix_pass(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     sign = 1 if eqn.params["inverse"] else -1
     groups, n, columns = re.aval.shape
     length = n // (radix * stride)
+    scale, dtype = eqn.params["scale"], re.aval.dtype
     store = _parts_stored(outputs)
 
     def butterflies(g, k2, c, b, twiddles):
@@ -141,6 +146,8 @@ def _radix_pass(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
             points.append(point)
         stores = []
         for k1, value in enumerate(small_dft(points, sign)):
+            if scale != 1:
+                value = value[0] * K.const(scale, dtype), value[1] * K.const(scale, dtype)
             position = k2 + _index(length * k1)
             offset = ((g * _index(n) + position * _index(stride) + c) * _index(columns)) + b
             stores += store(offset, value)
@@ -221,5 +228,36 @@ def _real_pass(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     return [K.Loop(g, 0, groups, row(g))]
 
 
+def _real_inverse_pass(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
+    re, im, twiddle_re, twiddle_im = eqn.invars
+    groups, stored = re.aval.shape
+    half = stored - 1
+    scale = K.const(eqn.params["scale"], re.aval.dtype)
+    store = _parts_stored(outputs)
+
+    def row(g):
+        # One loop over k = 0 .. h - 1: at k = 0 the mirror is X[h], and the imaginary parts
+        # of X[0] and X[h] count as 0.
+        base = g * _index(half)
+        k = K.fresh_index()
+        first = K.binary("eq", k, _index(0))
+        zero = K.const(0, re.aval.dtype)
+        ahead = builder.element(re, [g, k]), K.select(first, zero, builder.element(im, [g, k]))
+        at = [g, _index(half) - k]
+        mirror_im = K.select(first, zero, builder.element(im, at))
+        conjugate = builder.element(re, at), _neg(mirror_im)
+        total, difference = _add(ahead, conjugate), _sub(ahead, conjugate)
+        factor = builder.element(twiddle_re, [k]), builder.element(twiddle_im, [k])
+        value = _add((total[0] * scale, total[1] * scale), _mul(factor, difference))
+        return [K.Loop(k, 0, half, store(base + k, value))]
+
+    if groups == 1:
+        return row(_index(0))
+    g = K.fresh_index()
+    builder.independent_outer = True
+    return [K.Loop(g, 0, groups, row(g))]
+
+
 root_rules[fft_radix_pass_p] = _radix_pass
 root_rules[fft_real_pass_p] = _real_pass
+root_rules[fft_real_inverse_pass_p] = _real_inverse_pass

@@ -11,12 +11,17 @@ complex_lowering`), so that every pass is one loop kernel over memory.
 
       out[k1, k2, c] = sum_j w_r^(j k1) t[j, k2] in[k2, j, c],   t[j, k2] = w_(L r)^(j k2)
 
-  (w_m = exp(-2 pi i / m), its conjugate for the inverse). From L = 1 to L = n the points end
-  in their natural order, with no reordering pass.
+  (w_m = exp(-2 pi i / m), its conjugate for the inverse), times `scale` (the last pass of an
+  inverse takes its 1 / n). From L = 1 to L = n the points end in their natural order, with no
+  reordering pass.
 - `fft_real_pass`: the spectrum of n real points from the transform Z of the h = n / 2
   complex points x[2j] + i x[2j+1], each spectrum of real points being its own mirror image
   conjugated: X[k] = (Z[k] + conj Z[h-k]) / 2 + f[k] (Z[k] - conj Z[h-k]), f[k] = w_n^k / 2i
   (Z[h] = Z[0]), for 2-D parts (G, h).
+- `fft_real_inverse_pass`: back, the h + 1 stored frequencies X of n real points to the Z
+  whose inverse transform of length h holds those points as x[2j] + i x[2j+1]: with M[k] =
+  X[h-k], Z[k] = s (X[k] + conj M[k]) + f[k] (X[k] - conj M[k]), f[k] = i s w_n^-k, s the
+  transform's scale (the imaginary parts of X[0] and X[h] do not count).
 
 A radix pass may write the last transform's result as one array of the shape `interleaved`
 holding the parts interleaved (the layout of a complex array in memory), as `fft_real_pass`
@@ -36,12 +41,13 @@ import numpy as np
 from funcgrad import dtypes
 from funcgrad.core import Primitive, ShapedArray
 
-__all__ = ["fft_radix_pass", "fft_real_pass"]
+__all__ = ["fft_radix_pass", "fft_real_inverse_pass", "fft_real_pass"]
 
 _REAL = (dtypes.float32, dtypes.float64)
 
 fft_radix_pass_p = Primitive("fft_radix_pass", multiple_results=True)
 fft_real_pass_p = Primitive("fft_real_pass")
+fft_real_inverse_pass_p = Primitive("fft_real_inverse_pass", multiple_results=True)
 
 
 def _check_parts(name: str, re: ShapedArray, im: ShapedArray, rank: int) -> None:
@@ -53,7 +59,9 @@ def _check_parts(name: str, re: ShapedArray, im: ShapedArray, rank: int) -> None
 
 
 @fft_radix_pass_p.def_abstract_eval
-def _radix_abstract_eval(re, im, twiddle_re, twiddle_im, *, radix, stride, inverse, interleaved):
+def _radix_abstract_eval(
+    re, im, twiddle_re, twiddle_im, *, radix, stride, inverse, interleaved, scale
+):
     _check_parts("fft_radix_pass", re, im, 3)
     n = re.shape[1]
     if radix < 2 or stride < 1 or n % (radix * stride):
@@ -73,7 +81,7 @@ def _radix_abstract_eval(re, im, twiddle_re, twiddle_im, *, radix, stride, inver
 
 
 def _check_interleaved(name: str, shape: tuple, size: int) -> None:
-    if shape[-1:] != (2,) or math.prod(shape) != size:
+    if math.prod(shape) != size:
         raise ValueError(f"{name}: cannot write {size // 2} complex numbers as parts of {shape}")
 
 
@@ -88,7 +96,7 @@ def _as_parts(z: np.ndarray, dtype, interleaved: tuple | None = None) -> list:
 
 
 @fft_radix_pass_p.def_impl
-def _radix_impl(re, im, twiddle_re, twiddle_im, *, radix, stride, inverse, interleaved):
+def _radix_impl(re, im, twiddle_re, twiddle_im, *, radix, stride, inverse, interleaved, scale):
     dtype = np.asarray(re).dtype
     g, n, b = np.shape(re)
     length = n // (radix * stride)
@@ -98,7 +106,7 @@ def _radix_impl(re, im, twiddle_re, twiddle_im, *, radix, stride, inverse, inter
     turns = np.outer(np.arange(radix), np.arange(radix)) % radix
     matrix = np.exp((2j if inverse else -2j) * np.pi * turns / radix)
     out = np.einsum("kj,gljcb->gklcb", matrix, z).reshape(g, n, b)
-    return _as_parts(out, dtype, interleaved)
+    return _as_parts(out * scale if scale != 1 else out, dtype, interleaved)
 
 
 @fft_real_pass_p.def_abstract_eval
@@ -126,8 +134,34 @@ def _real_impl(re, im, twiddle_re, twiddle_im, *, shape):
     return _as_parts(out, dtype, shape)[0]
 
 
+@fft_real_inverse_pass_p.def_abstract_eval
+def _real_inverse_abstract_eval(re, im, twiddle_re, twiddle_im, *, scale):
+    _check_parts("fft_real_inverse_pass", re, im, 2)
+    g, stored = re.shape
+    table = (stored - 1,)
+    for twiddle in (twiddle_re, twiddle_im):
+        if twiddle.shape != table or twiddle.dtype != re.dtype:
+            raise TypeError(
+                f"fft_real_inverse_pass: twiddles must be {re.dtype.name}{table}, got {twiddle}"
+            )
+    half = ShapedArray((g, stored - 1), re.dtype)
+    return [half, half]
+
+
+@fft_real_inverse_pass_p.def_impl
+def _real_inverse_impl(re, im, twiddle_re, twiddle_im, *, scale):
+    dtype = np.asarray(re).dtype
+    x = _as_complex(re, im)
+    half = x.shape[1] - 1
+    # The imaginary parts of the real frequencies 0 and h do not count.
+    x[:, [0, half]] = x[:, [0, half]].real
+    ahead, mirror = x[:, :half], np.conj(x[:, :0:-1])
+    factors = _as_complex(twiddle_re, twiddle_im)
+    return _as_parts(scale * (ahead + mirror) + factors * (ahead - mirror), dtype)
+
+
 _COMPILER_ONLY = "exists only inside compiled programs, after every transformation has run"
-for _primitive in (fft_radix_pass_p, fft_real_pass_p):
+for _primitive in (fft_radix_pass_p, fft_real_pass_p, fft_real_inverse_pass_p):
     for _rule in ("jvp", "transpose", "batch"):
         _primitive.not_applicable[_rule] = _COMPILER_ONLY
 
@@ -142,6 +176,7 @@ def fft_radix_pass(
     stride: int,
     inverse: bool,
     interleaved: tuple[int, ...] | None,
+    scale: float = 1.0,
 ):
     return fft_radix_pass_p.bind(
         re,
@@ -152,8 +187,13 @@ def fft_radix_pass(
         stride=stride,
         inverse=inverse,
         interleaved=interleaved,
+        scale=scale,
     )
 
 
 def fft_real_pass(re, im, twiddle_re, twiddle_im, *, shape: tuple[int, ...]):
     return fft_real_pass_p.bind(re, im, twiddle_re, twiddle_im, shape=shape)
+
+
+def fft_real_inverse_pass(re, im, twiddle_re, twiddle_im, *, scale: float):
+    return fft_real_inverse_pass_p.bind(re, im, twiddle_re, twiddle_im, scale=scale)
