@@ -255,7 +255,8 @@ def _real_inverse_pass(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> 
         return row(_index(0))
     g = K.fresh_index()
     builder.independent_outer = True
-    return [K.Loop(g, 0, groups, row(g))]
+    (inner,) = row(g)
+    return [K.Loop(inner.index, 0, half, [K.Loop(g, 0, groups, inner.body)])]
 
 
 root_rules[fft_radix_pass_p] = _radix_pass
