@@ -1047,7 +1047,7 @@ def _radices(n: int) -> list[int] | None:
     radices, and with 3 to 7 of them (a four before the last four) its loop is too short to
     vectorize and its points too far apart to interleave."""
     odd = []
-    for p in (3, 5, 7, 11, 13):
+    for p in range(3, _LARGEST_RADIX + 1, 2):  # (odd composites find no factor left)
         while n % p == 0:
             odd.append(p)
             n //= p

@@ -2,9 +2,10 @@
 
 A radix pass loads, at each position, its r points, multiplies all but the first by their
 twiddle factors, combines them by a small DFT written out in scalar arithmetic, and stores the
-r results. Its innermost loop runs over the B columns (or, with one column, the stride's
-classes), which are contiguous in memory on both sides, so the loop vectorizes; the twiddle
-factors depend only on an outer index.
+r results. Its innermost loop runs over the classes and columns, which are contiguous in
+memory on both sides, so the loop vectorizes with the twiddle factors fixed; where there are
+too few of them for a vector, over the positions, with the classes and columns written out in
+its body (the twiddle tables lie along the positions).
 
 Multiplications by 1, -1 and ±i are left out or done as negations and swaps, and a point at
 the transform's first position is never multiplied by its twiddle (which is exactly 1): so a
@@ -272,11 +273,10 @@ def _real_inverse_pass(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> 
             ),
         ]
 
-    # Each row writes and reads back its own outputs only.
-    builder.independent_outer = True
     if groups == 1:
         return row(_index(0))
     g = K.fresh_index()
+    builder.independent_outer = True  # each row writes, and reads back, its own outputs only
     return [K.Loop(g, 0, groups, row(g))]
 
 
