@@ -166,6 +166,28 @@ def test_a_nan_at_the_first_point_stays_in_its_part(backend):
     np.testing.assert_allclose(got.imag, wanted.imag, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("backend", [b for b in COMPILED_BACKENDS if b != "numpy"])
+def test_nan_and_inf_reach_the_parts_numpy_s_transforms_reach_at_powers_of_two(backend):
+    """With every multiplication by 1, -1 or ±i left out, a NaN or an infinity at any point
+    of 8 or 16 makes NaN (or infinite) exactly the parts NumPy's FFT makes so."""
+    cases = []
+    for n in (8, 16):
+        for position in range(n):
+            for bad in (np.nan, np.inf, complex(0, np.inf)):
+                z = np.arange(n, dtype=np.complex128)
+                z[position] = bad
+                cases.append(z)
+    with jit_backend(backend):
+        transform = fg.jit(fnp.fft.fft)
+        got = [np.asarray(transform(z)) for z in cases]
+    with np.errstate(invalid="ignore"):
+        wanted = [np.fft.fft(z) for z in cases]
+    for z, g, w in zip(cases, got, wanted):
+        for part_got, part_wanted in ((g.real, w.real), (g.imag, w.imag)):
+            assert np.array_equal(np.isnan(part_got), np.isnan(part_wanted)), (z, g, w)
+            assert np.array_equal(np.isinf(part_got), np.isinf(part_wanted)), (z, g, w)
+
+
 def loads_out_of_bounds(fun, *args) -> list:
     """Every load of the compiled kernels of `fun` whose offset leaves its buffer at some
     iteration of the loops around it (selects compute both sides, so a load in a branch not
