@@ -231,6 +231,41 @@ def matmul_2048_case():
     return _matmul_case(2048)
 
 
+def _fft_case(x, name: str, repeat: int):
+    """The transform `name` of numpy.fft along x's last axis."""
+    runs = {
+        "funcgrad-llvm": _funcgrad("llvm", getattr(fnp.fft, name), x),
+        "numpy": lambda: getattr(np.fft, name)(x),
+    }
+    jax = _jax()
+    if jax:
+        f, xj = jax[0].jit(getattr(jax[1].fft, name)), jax[1].asarray(x)
+        runs["jax-jit"] = lambda: f(xj).block_until_ready()
+    torch = _torch()
+    if torch:
+        xt = torch.from_numpy(x)
+        runs["torch"] = lambda: getattr(torch.fft, name)(xt)
+    return runs, 2 * x.nbytes, repeat  # read once, written once (rfft: about as many bytes)
+
+
+def _complex_points(n: int) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    return (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(np.complex64)
+
+
+def fft_1m_case():
+    return _fft_case(_complex_points(2**20), "fft", 3)
+
+
+def fft_64k_case():
+    return _fft_case(_complex_points(2**16), "fft", 50)
+
+
+def rfft_rows_case():
+    x = np.random.default_rng(8).standard_normal((256, 1024)).astype(np.float32)
+    return _fft_case(x, "rfft", 50)
+
+
 def _mlp_params(rng, sizes):
     return [
         ((rng.standard_normal((m, n)) / np.sqrt(m)).astype(np.float32), np.zeros(n, np.float32))
@@ -642,6 +677,9 @@ CASES = {
     "conv step (batch 64, 28x28)": conv_step_case,
     "transformer step 32x64x128": transformer_case,
     "jet order 4, tanh net": jet_case,
+    "fft 2^20 complex64": fft_1m_case,
+    "fft 2^16 complex64": fft_64k_case,
+    "rfft 256x1024 float32": rfft_rows_case,
     "jit call x*2+1": call_overhead_case,
     "jit call 10 ops": call_overhead_ten_ops_case,
     "jit call pytree layer": call_overhead_pytree_case,

@@ -32,6 +32,7 @@ from funcgrad.compiler.passes import _param_jaxprs
 from funcgrad.core import PRIMITIVES, ShapedArray
 from funcgrad.interpreters.staging import trace_to_jaxpr
 from funcgrad.ir import ClosedJaxpr, Jaxpr, Literal, literal_value
+from funcgrad.lax import fft_passes
 from funcgrad.lax.complex_pairs import PAIRS
 from funcgrad.lax.eig import eig_parts_p
 from funcgrad.lax.fft import FftType
@@ -39,12 +40,19 @@ from funcgrad.lax.sorting import sort_p
 
 
 class Pair:
-    """A complex value as its real and imaginary parts (real arrays of one shape and dtype)."""
+    """A complex value as its real and imaginary parts (real arrays of one shape and dtype),
+    and where some operation wrote them so, the array holding them interleaved."""
 
-    __slots__ = ("re", "im")
+    __slots__ = ("re", "im", "interleaved")
 
-    def __init__(self, re, im):
-        self.re, self.im = re, im
+    def __init__(self, re, im, interleaved=None):
+        self.re, self.im, self.interleaved = re, im, interleaved
+
+    @classmethod
+    def of_interleaved(cls, parts) -> Pair:
+        last = parts.ndim - 1
+        re, im = (lax.index_in_dim(parts, i, last, False) for i in (0, 1))
+        return cls(re, im, parts)
 
 
 tree_util.register_pytree_node(Pair, lambda p: ((p.re, p.im), None), lambda _, c: Pair(*c))
@@ -96,6 +104,8 @@ def _split(x) -> Pair:
 
 
 def _interleave(z: Pair):
+    if z.interleaved is not None:
+        return z.interleaved
     last = z.re.ndim
     return lax.concatenate([lax.expand_dims(z.re, (last,)), lax.expand_dims(z.im, (last,))], last)
 
@@ -994,18 +1004,24 @@ rules["cumprod"] = _cumprod_rule
 
 
 # ---------------------------------------------------------------------------------------------
-# Fourier transforms: matrix products with the DFT's twiddle factors, split by Cooley and
-# Tukey's four-step method once an axis is long enough that its matrix would cost more than
-# two smaller ones and a twiddle multiplication.
+# Fourier transforms. An axis whose length has only prime factors up to _LARGEST_RADIX is
+# transformed by radix passes (`lax.fft_passes`): Stockham's autosort steps, one loop kernel
+# each, which vectorize over the columns after the axis, or with few columns over the
+# positions of the butterflies. Other lengths are products with DFT matrices, split by Cooley
+# and Tukey's four-step method once an axis is long enough that its matrix would cost more
+# than two smaller ones and a twiddle multiplication. (The four-step method with radix passes
+# and a blocked transpose between them was slower: the transpose of 2^20 points alone took
+# twice as long as the ten passes, its rows 4 KiB apart contending for cache sets.)
 
 _DIRECT_DFT = 64  # the longest axis transformed by its whole DFT matrix
+_LARGEST_RADIX = 13  # the largest prime a radix pass takes (its DFT is written out in scalars)
 
 
-def _twiddles(rows, columns, n: int, inverse: bool, dtype) -> Pair:
-    """exp(∓2πi r c / n) for the outer product of `rows` and `columns` (reduced mod n first,
-    so the angle is exact to rounding for any n). Multiples of a quarter turn are exactly 0
-    and ±1 (cos(π/2) is 6e-17 in floating point, which gave fft([1, 2, 3, 4])[2] an imaginary
-    part of -7e-16)."""
+def _turns(rows, columns, n: int, inverse: bool) -> np.ndarray:
+    """exp(∓2πi r c / n) for the outer product of `rows` and `columns`, in complex128 (the
+    angle reduced mod n first, so it is exact to rounding for any n). Multiples of a quarter
+    turn are exactly 0 and ±1 (cos(π/2) is 6e-17 in floating point, which gave fft([1, 2, 3,
+    4])[2] an imaginary part of -7e-16)."""
     turns = np.multiply.outer(rows, columns) % n
     angle = 2 * np.pi * turns / n
     sign = 1.0 if inverse else -1.0
@@ -1014,8 +1030,63 @@ def _twiddles(rows, columns, n: int, inverse: bool, dtype) -> Pair:
     quadrant = (4 * turns) // n
     cos = np.where(quarter, np.array([1.0, 0.0, -1.0, 0.0])[quadrant % 4], cos)
     sin = np.where(quarter, np.array([0.0, 1.0, 0.0, -1.0])[quadrant % 4], sin)
-    parts = cos.astype(dtype), (sign * sin).astype(dtype)
+    return cos + 1j * sign * sin
+
+
+def _twiddles(rows, columns, n: int, inverse: bool, dtype) -> Pair:
+    """`_turns` as a Pair of constants of `dtype`."""
+    turns = _turns(rows, columns, n, inverse)
+    parts = turns.real.astype(dtype), turns.imag.astype(dtype)
     return Pair(*(Array(np.ascontiguousarray(p)) for p in parts))
+
+
+def _radices(n: int) -> list[int] | None:
+    """The radices of the passes transforming n points, or None where n has a prime factor
+    larger than _LARGEST_RADIX. The odd primes go first and the powers of two as fours, then
+    an eight last (or a two, or a four): a pass's classes are the product of the later
+    radices, and with 3 to 7 of them (a four before the last four) its loop is too short to
+    vectorize and its points too far apart to interleave."""
+    odd = []
+    for p in range(3, _LARGEST_RADIX + 1, 2):  # (odd composites find no factor left)
+        while n % p == 0:
+            odd.append(p)
+            n //= p
+    twos = n.bit_length() - 1
+    if n != 1 << twos:
+        return None
+    if twos < 3:
+        return odd + ([n] if n > 1 else [])
+    fours, two = divmod(twos - 3, 2)
+    return odd + [2] * two + [4] * fours + [8]
+
+
+def _radix_passes(z: Pair, inverse: bool, interleaved: tuple | None = None, scale=1.0):
+    """The DFT along the middle axis of parts shaped (G, n, B), times `scale`: a Pair, or
+    given `interleaved`, one array of that shape holding the parts interleaved."""
+    n = z.re.shape[1]
+    dtype = z.re.dtype
+    length, stride = 1, n
+    radices = _radices(n)
+    for i, radix in enumerate(radices):
+        stride //= radix
+        factors = _twiddles(np.arange(1, radix), np.arange(length), length * radix, inverse, dtype)
+        last = i == len(radices) - 1
+        parts = fft_passes.fft_radix_pass(
+            z.re,
+            z.im,
+            factors.re,
+            factors.im,
+            radix=radix,
+            stride=stride,
+            inverse=inverse,
+            interleaved=interleaved if last else None,
+            scale=scale if last else 1.0,
+        )
+        if last and interleaved is not None:
+            return parts[0]
+        z = Pair(*parts)
+        length *= radix
+    return z
 
 
 def _contract_last(z: Pair, matrix: Pair) -> Pair:
@@ -1035,14 +1106,17 @@ def _swap_last(z: Pair) -> Pair:
 
 
 def _reshape(z: Pair, shape) -> Pair:
+    if z.interleaved is not None:
+        return Pair.of_interleaved(lax.reshape(z.interleaved, tuple(shape) + (2,)))
     return each_part(lambda p: lax.reshape(p, tuple(shape)), z)
 
 
 def _dft_last(z: Pair, inverse: bool) -> Pair:
-    """The unscaled DFT (the inverse's sign when `inverse`) along the last axis. Lengths 1 and
-    2 multiply by nothing (the identity; a sum and a difference), as the reference's FFT does:
-    their matrix's products by 0 made NaN of an infinite part, and spread a NaN part to the
-    other part of every output (fft([nan]) was nan + nan j, fft([inf]) inf + nan j)."""
+    """The unscaled DFT (the inverse's sign when `inverse`) along the last axis by DFT
+    matrices. Lengths 1 and 2 multiply by nothing (the identity; a sum and a difference), as
+    the reference's FFT does: their matrix's products by 0 made NaN of an infinite part, and
+    spread a NaN part to the other part of every output (fft([nan]) was nan + nan j, fft([inf])
+    inf + nan j)."""
     n = z.re.shape[-1]
     dtype = z.re.dtype
     if n == 1:
@@ -1073,32 +1147,93 @@ def _dft_last(z: Pair, inverse: bool) -> Pair:
     return _reshape(_swap_last(y), lead + (n,))
 
 
-def _dft_axis(z: Pair, axis: int, inverse: bool) -> Pair:
+def _dft_axis(z: Pair, axis: int, inverse: bool, interleaved: bool = False, scale=1.0) -> Pair:
+    """The DFT along `axis` times `scale`; by radix passes, the last writes the parts
+    interleaved where asked to (the transform's result, which the program's output holds so)."""
+    shape = z.re.shape
+    n = shape[axis]
+    if n > 2 and _radices(n) is not None:
+        columns = _reshape(z, (math.prod(shape[:axis]), n, math.prod(shape[axis + 1 :])))
+        if interleaved:
+            return Pair.of_interleaved(_radix_passes(columns, inverse, shape + (2,), scale))
+        return _reshape(_radix_passes(columns, inverse, None, scale), shape)
     last = z.re.ndim - 1
     if axis == last:
-        return _dft_last(z, inverse)
-    order = list(range(z.re.ndim))
-    order[axis], order[last] = last, axis
+        z = _dft_last(z, inverse)
+    else:
+        order = list(range(z.re.ndim))
+        order[axis], order[last] = last, axis
 
-    def swapped(p):
-        return lax.transpose(p, tuple(order))
+        def swapped(p):
+            return lax.transpose(p, tuple(order))
 
-    return each_part(swapped, _dft_last(each_part(swapped, z), inverse))
+        z = each_part(swapped, _dft_last(each_part(swapped, z), inverse))
+    return z if scale == 1 else each_part(lambda p: lax.mul(p, _c(p, scale)), z)
+
+
+def _halves(n: int) -> bool:
+    """Whether a real transform of length n goes through a complex one of length n / 2."""
+    return n % 2 == 0 and n >= 4 and _radices(n // 2) is not None
+
+
+def _rfft_last(x, n: int) -> Pair:
+    """The non-negative frequencies of real x's last axis from one complex transform of the
+    h = n / 2 points x[2j] + i x[2j+1] (`lax.fft_passes.fft_real_pass`)."""
+    last = x.ndim - 1
+    half = n // 2
+    z = Pair(lax.slice_in_dim(x, 0, n, 2, last), lax.slice_in_dim(x, 1, n, 2, last))
+    spectrum = _reshape(_dft_axis(z, last, False), (math.prod(x.shape[:-1]), half))
+    factors = _turns(np.arange(half), 1, n, False) / 2j
+    table = Pair(*(Array(part.astype(x.dtype)) for part in (factors.real, factors.imag)))
+    shape = x.shape[:-1] + (half + 1, 2)
+    return Pair.of_interleaved(
+        fft_passes.fft_real_pass(spectrum.re, spectrum.im, table.re, table.im, shape=shape)
+    )
+
+
+def _irfft_last(z: Pair, n: int, scale: float):
+    """n real points from the h + 1 stored frequencies along z's last axis, times `scale`:
+    `lax.fft_passes.fft_real_inverse_pass` gives the Z whose inverse transform of length h
+    holds them as x[2j] + i x[2j+1], which its last pass writes as the output."""
+    lead = z.re.shape[:-1]
+    half = n // 2
+    rows = _reshape(z, (math.prod(lead), half + 1))
+    factors = 1j * scale * _turns(np.arange(half), 1, n, True)
+    dtype = z.re.dtype
+    table = Pair(*(Array(part.astype(dtype)) for part in (factors.real, factors.imag)))
+    parts = fft_passes.fft_real_inverse_pass(rows.re, rows.im, table.re, table.im, scale=scale)
+    packed = _reshape(Pair(*parts), (math.prod(lead), half, 1))
+    return _radix_passes(packed, True, lead + (n,))
 
 
 def _fft_rule(out_avals, x, *, fft_type, fft_lengths):
     k = len(fft_lengths)
     inverse = fft_type in (FftType.IFFT, FftType.IRFFT)
-    z = _parts(x)
-    ndim = z.re.ndim
+    ndim = x.re.ndim if isinstance(x, Pair) else x.ndim
     axes = list(range(ndim - k, ndim))
+    n = fft_lengths[-1]
+    last = ndim - 1
+    scale = 1 / math.prod(fft_lengths) if inverse else 1.0
+    if fft_type == FftType.RFFT and _halves(n):
+        z = _rfft_last(x, n)
+        for axis in reversed(axes[:-1]):
+            z = _dft_axis(z, axis, False, axis == axes[0])
+        return z
+    z = _parts(x)
+    if fft_type == FftType.RFFT:
+        for axis in reversed(axes):
+            z = _dft_axis(z, axis, False)
+            if axis == last:
+                z = each_part(lambda p: lax.slice_in_dim(p, 0, n // 2 + 1, 1, last), z)
+        return z
     if fft_type == FftType.IRFFT:
-        # The stored halves of a Hermitian spectrum: the rest is their mirror image's
-        # conjugate; the imaginary parts of the real frequencies (0 and n / 2) do not count.
-        n, stored = fft_lengths[-1], z.re.shape[-1]
         for axis in axes[:-1]:
             z = _dft_axis(z, axis, True)
-        last = ndim - 1
+        if _halves(n):
+            return _irfft_last(z, n, scale)
+        # The stored halves of a Hermitian spectrum: the rest is their mirror image's
+        # conjugate; the imaginary parts of the real frequencies (0 and n / 2) do not count.
+        stored = z.re.shape[-1]
         real_bins = np.zeros(stored, bool)
         real_bins[0] = True
         real_bins[-1] = n % 2 == 0
@@ -1111,15 +1246,10 @@ def _fft_rule(out_avals, x, *, fft_type, fft_lengths):
             lax.concatenate([z.re, mirrored.re], last),
             lax.concatenate([z.im, lax.neg(mirrored.im)], last),
         )
-        out = _dft_axis(full, last, True).re
-        return lax.mul(out, _c(out, 1 / math.prod(fft_lengths)))
+        return _dft_axis(full, last, True, scale=scale).re
     for axis in reversed(axes):
-        z = _dft_axis(z, axis, inverse)
-        if fft_type == FftType.RFFT and axis == ndim - 1:
-            stored = fft_lengths[-1] // 2 + 1
-            z = each_part(lambda p, end=stored: lax.slice_in_dim(p, 0, end, 1, ndim - 1), z)
-    if inverse:
-        z = scale(z, _c(z.re, 1 / math.prod(fft_lengths)))
+        first = axis == axes[0]  # transformed last
+        z = _dft_axis(z, axis, inverse, first, scale if first else 1.0)
     return z
 
 

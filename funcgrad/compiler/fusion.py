@@ -106,6 +106,9 @@ class KernelBuilder:
         # Variables that live in scratch for one iteration of a shared outer loop: var ->
         # (scratch buffer, number of outer dimensions its index drops).
         self.local: dict = {}
+        # Whether a root rule proved its outer loop's iterations independent where the
+        # offsets do not show it (`K.Kernel.independent_outer`).
+        self.independent_outer = False
         self._memo: dict = {}
 
     def scratch_buffer(self, dtype, size: int) -> K.Buffer:
@@ -540,15 +543,25 @@ def _concatenate(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
         start += size
     if not pieces:  # every operand is empty, and so is the result: no element is computed
         return K.const(0, eqn.outvars[0].aval.dtype)
+    # Each piece's index is clamped into its bounds, where it is not taken too: a select
+    # computes both sides, and a load before a piece's first element (of a piece read
+    # reversed, past its end) can fall outside memory (rfft's last bin read Z[-4]).
     x, start, size = pieces[-1]
-    result = builder.element(x, _shifted(index, axis, start))
+    result = builder.element(x, _clamped(index, axis, start, size, last=True))
     for x, start, size in reversed(pieces[:-1]):
-        # Each earlier piece's index is clamped so that it stays in bounds when not taken.
         here = K.binary("lt", index[axis], _index_const(start + size))
-        piece_index = _shifted(index, axis, start)
-        piece_index[axis] = K.binary("min", piece_index[axis], _index_const(size - 1))
+        piece_index = _clamped(index, axis, start, size, last=False)
         result = K.select(here, builder.element(x, piece_index), result)
     return result
+
+
+def _clamped(index: list, axis: int, start: int, size: int, last: bool) -> list:
+    clamped = _shifted(index, axis, start)
+    if start > 0:
+        clamped[axis] = K.binary("max", clamped[axis], _index_const(0))
+    if not last:
+        clamped[axis] = K.binary("min", clamped[axis], _index_const(size - 1))
+    return clamped
 
 
 def _shifted(index: list, axis: int, start: int) -> list:

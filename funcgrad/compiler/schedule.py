@@ -31,13 +31,14 @@ import numpy as np
 
 from funcgrad import dtypes
 from funcgrad.array import Array
-from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler import (
+    fft_kernels,  # noqa: F401  (registers the Fourier transform's passes)
     lapack,
     passes,
     rows,
     special,  # noqa: F401  (registers erf_inv and digamma)
 )
+from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import (
     REDUCTIONS,
     CompileError,
@@ -730,7 +731,12 @@ class _Scheduler:
     def _kernel(self, builder: KernelBuilder, outputs: list, body: list, eqns: list) -> None:
         name = f"k{next(_counter)}_" + (eqns[-1].primitive.name if eqns else "copy")
         kernel = K.Kernel(
-            name, list(builder.inputs), outputs + builder.scratch, body, list(builder.scratch)
+            name,
+            list(builder.inputs),
+            outputs + builder.scratch,
+            body,
+            list(builder.scratch),
+            independent_outer=builder.independent_outer,
         )
         self.steps.append(KernelStep(kernel, eqns))
 

@@ -8,7 +8,10 @@ import sys
 import warnings
 
 from funcgrad import core
-from funcgrad.lax import complex_pairs  # noqa: F401  (the compiler's complex decompositions)
+from funcgrad.lax import (
+    complex_pairs,  # noqa: F401  (the compiler's complex decompositions)
+    fft_passes,  # noqa: F401  (the compiler's Fourier transform passes)
+)
 from funcgrad.lax.base import asarray
 from funcgrad.lax.composed import *
 from funcgrad.lax.control_flow import *

@@ -1680,6 +1680,18 @@ WITHOUT_RECIPE = {
         "the compiler's form of eig (LAPACK geev's packed outputs), made by the complex "
         "lowering: the eig recipe's compiled checks reach it"
     ),
+    "fft_radix_pass": (
+        "a pass of the compiler's fft, made by the complex lowering: the fft recipe's compiled "
+        "checks reach it, and tests/test_fft_passes.py checks it against NumPy's transforms"
+    ),
+    "fft_real_pass": (
+        "the last pass of the compiler's rfft, made by the complex lowering: the fft recipe's "
+        "compiled checks reach it, and tests/test_fft_passes.py checks it against NumPy's rfft"
+    ),
+    "fft_real_inverse_pass": (
+        "the first pass of the compiler's irfft, made by the complex lowering: the fft recipe's "
+        "compiled checks reach it, and tests/test_fft_passes.py checks it against NumPy's irfft"
+    ),
     "platform_index": (
         "its value is the platform a program runs on, so eager and compiled runs differ by "
         "design; tests/test_lax_parity.py checks platform_dependent eagerly and compiled for "

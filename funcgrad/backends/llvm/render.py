@@ -1269,5 +1269,15 @@ def _global_array(name: str, data: np.ndarray, dtype: np.dtype) -> str:
     if data.size == 0:
         return f"{name} = private constant [1 x i8] zeroinitializer, align 64"
     raw = data.astype(np.uint8) if dtype == K.BOOL else data
-    body = "".join(f"\\{byte:02X}" for byte in raw.tobytes())
+    # Each byte as \XX, spelled by NumPy (a Python loop over the bytes took 2.6 s of the
+    # 4.3 s compiling a 2^20-point FFT, whose twiddle tables are 8 MB).
+    byte = np.frombuffer(raw.tobytes(), np.uint8)
+    spelled = np.empty((byte.size, 3), np.uint8)
+    spelled[:, 0] = ord("\\")
+    spelled[:, 1] = _HEX_DIGITS[byte >> 4]
+    spelled[:, 2] = _HEX_DIGITS[byte & 15]
+    body = spelled.tobytes().decode("ascii")
     return f'{name} = private constant [{raw.nbytes} x i8] c"{body}", align 64'
+
+
+_HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", np.uint8)

@@ -1,0 +1,239 @@
+"""Compiled Fourier transforms (radix passes, `lax.fft_passes`) against NumPy's in float64.
+
+Tolerances grow with the length: a transform by log n passes errs by a few ulp times log n
+relative to the spectrum's largest magnitude."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from checks import jit_backend
+from hypothesis import given
+from hypothesis import strategies as st
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler import schedule
+from funcgrad.compiler.complex_lowering import lower_complex
+from funcgrad.compiler.parallel import value_at
+from funcgrad.ir import eval_jaxpr
+from funcgrad.tools.recipes import COMPILED_BACKENDS
+
+# Powers of 2, 3 and 5, mixed radices, lengths 1 and 2, primes that radix passes take (7, 11,
+# 13) and ones that keep the DFT matrices (17, 97), and lengths whose real transforms go
+# through half the length (even) or not (odd).
+LENGTHS = [1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 16, 17, 25, 27, 30, 32, 60, 64, 97, 120, 128]
+LONG = [256, 243, 625, 1000, 1024, 4096, 6 * 97, 65536]
+
+
+def tolerance(n: int, dtype) -> float:
+    """Error bound relative to the largest magnitude: 8 ulp per pass, at least 16 ulp."""
+    return float(np.finfo(dtype).eps) * 8 * max(2.0, np.log2(max(n, 2)))
+
+
+def assert_close(got, wanted, n: int, dtype) -> None:
+    got, wanted = np.asarray(got), np.asarray(wanted)
+    assert got.shape == wanted.shape, (got.shape, wanted.shape)
+    scale = max(np.abs(wanted).max(), np.finfo(np.float64).tiny)
+    error = np.abs(got.astype(wanted.dtype) - wanted).max() / scale
+    assert error <= tolerance(n, dtype), (n, dtype, error / np.finfo(dtype).eps)
+
+
+def complex_values(rng, shape, dtype):
+    return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+
+
+def check_transforms(n: int, lead: tuple, real_dtype) -> None:
+    """fft, ifft, rfft and irfft of `lead` rows of n points, compiled, against NumPy's."""
+    rng = np.random.default_rng(n)
+    complex_dtype = np.result_type(real_dtype, np.complex64)
+    z = complex_values(rng, lead + (n,), complex_dtype)
+    x = rng.standard_normal(lead + (n,)).astype(real_dtype)
+    spectrum = complex_values(rng, lead + (n // 2 + 1,), complex_dtype)
+    wide = z.astype(np.complex128)
+    assert_close(fg.jit(fnp.fft.fft)(z), np.fft.fft(wide), n, real_dtype)
+    assert_close(fg.jit(fnp.fft.ifft)(z), np.fft.ifft(wide), n, real_dtype)
+    assert_close(fg.jit(fnp.fft.rfft)(x), np.fft.rfft(x.astype(np.float64)), n, real_dtype)
+    got = fg.jit(lambda s: fnp.fft.irfft(s, n))(spectrum)
+    assert_close(got, np.fft.irfft(spectrum.astype(np.complex128), n), n, real_dtype)
+    assert np.asarray(got).dtype == real_dtype
+    assert np.asarray(fg.jit(fnp.fft.rfft)(x)).dtype == complex_dtype
+
+
+@pytest.mark.parametrize("real_dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", LENGTHS)
+def test_transforms_of_many_lengths_match_numpy(n, real_dtype):
+    check_transforms(n, (3,), real_dtype)
+
+
+@pytest.mark.parametrize("n", LONG)
+def test_long_transforms_match_numpy(n):
+    check_transforms(n, (), np.float32 if n > 4096 else np.float64)
+
+
+@pytest.mark.parametrize("lead", [(), (1,), (2, 3), (16,)])
+def test_batches_of_transforms_match_numpy(lead):
+    for n in (8, 12, 64, 250):
+        check_transforms(n, lead, np.float32)
+
+
+@given(
+    n=st.sampled_from([2, 3, 4, 6, 8, 10, 16, 24, 45, 64]),
+    before=st.integers(1, 3),
+    after=st.sampled_from([1, 2, 5, 16, 17]),
+    inverse=st.booleans(),
+    single=st.booleans(),
+)
+def test_a_middle_axis_is_transformed_in_place_of_its_columns(n, before, after, inverse, single):
+    """An axis with columns after it: the passes run down the columns (no transposes)."""
+    dtype = np.complex64 if single else np.complex128
+    z = complex_values(np.random.default_rng(n), (before, n, after), dtype)
+    ours, reference = (fnp.fft.ifft, np.fft.ifft) if inverse else (fnp.fft.fft, np.fft.fft)
+    got = fg.jit(lambda v: ours(v, axis=1))(z)
+    wanted = reference(z.astype(np.complex128), axis=1)
+    assert_close(got, wanted, n, np.float32 if single else np.float64)
+
+
+def test_many_axes_match_numpy():
+    rng = np.random.default_rng(0)
+    z = complex_values(rng, (2, 12, 16), np.complex128)
+    x = rng.standard_normal((2, 12, 16))
+    wide = z.astype(np.complex128)
+    assert_close(fg.jit(fnp.fft.fftn)(z), np.fft.fftn(wide), 384, np.float64)
+    assert_close(fg.jit(fnp.fft.ifft2)(z), np.fft.ifft2(wide), 192, np.float64)
+    assert_close(fg.jit(fnp.fft.rfftn)(x), np.fft.rfftn(x), 384, np.float64)
+    spectrum = np.fft.rfft2(x)
+    got = fg.jit(lambda s: fnp.fft.irfft2(s, (12, 16)))(spectrum)
+    assert_close(got, np.fft.irfft2(spectrum, (12, 16)), 192, np.float64)
+
+
+@pytest.mark.parametrize("backend", [b for b in COMPILED_BACKENDS if b != "numpy"])
+def test_each_compiled_backend_runs_the_passes(backend):
+    """Every radix (8, 4, 2, 3, 5, 7), a pass over columns and rfft/irfft's packing passes on
+    each backend that renders kernels."""
+    rng = np.random.default_rng(1)
+    z = complex_values(rng, (2, 840, 3), np.complex64)
+    x = rng.standard_normal((3, 96)).astype(np.float32)
+    with jit_backend(backend):
+        got = fg.jit(lambda v: (fnp.fft.fft(v, axis=1), fnp.fft.ifft(v[..., 0])))(z)
+        real = fg.jit(lambda v: (fnp.fft.rfft(v), fnp.fft.irfft(fnp.fft.rfft(v), 96)))(x)
+    assert_close(got[0], np.fft.fft(z.astype(np.complex128), axis=1), 840, np.float32)
+    assert_close(got[1], np.fft.ifft(z[..., 0].astype(np.complex128)), 840, np.float32)
+    assert_close(real[0], np.fft.rfft(x.astype(np.float64)), 96, np.float32)
+    assert_close(real[1], x, 96, np.float32)
+
+
+def test_the_passes_reference_implementations_compose_to_numpys_transforms():
+    """The lowered program (radix, packing and unpacking passes) run by the primitives' own
+    NumPy implementations equals NumPy's FFT: the reference the compiled kernels follow."""
+    rng = np.random.default_rng(2)
+    z = complex_values(rng, (2, 60), np.complex128)
+    x = rng.standard_normal((2, 64))
+    cases = [
+        (fnp.fft.fft, z, np.fft.fft(z)),
+        (fnp.fft.ifft, z, np.fft.ifft(z)),
+        (fnp.fft.rfft, x, np.fft.rfft(x)),
+        (lambda s: fnp.fft.irfft(s, 64), np.fft.rfft(x), x),
+    ]
+    for fun, value, wanted in cases:
+        closed = fg.make_jaxpr(fun)(value)
+        lowered = lower_complex(closed)
+        names = {eqn.primitive.name for eqn in lowered.jaxpr.eqns}
+        assert "fft" not in names and "fft_radix_pass" in names, names
+        argument = value
+        if value.dtype.kind == "c":
+            argument = np.ascontiguousarray(value).view(np.float64).reshape(value.shape + (2,))
+        (out,) = eval_jaxpr(lowered.jaxpr, lowered.consts, fnp.asarray(argument))
+        out = np.asarray(out)
+        if wanted.dtype.kind == "c":
+            out = out[..., 0] + 1j * out[..., 1]
+        np.testing.assert_allclose(out, wanted, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", [b for b in COMPILED_BACKENDS if b != "numpy"])
+def test_a_nan_at_the_first_point_stays_in_its_part(backend):
+    """The first point is never multiplied by a twiddle factor (exactly 1 there), so a NaN in
+    its real part leaves every imaginary part finite, as in NumPy (the DFT matrices' products
+    made every output nan + nan j)."""
+    z = np.arange(1.0, 17.0) + 1j * np.arange(16.0, 0.0, -1.0)
+    z[0] = complex(np.nan, 2.0)
+    with np.errstate(invalid="ignore"):
+        wanted = np.fft.fft(z)
+    with jit_backend(backend):
+        got = np.asarray(fg.jit(fnp.fft.fft)(z))
+    assert np.isnan(got.real).all() and np.isnan(wanted.real).all()
+    np.testing.assert_allclose(got.imag, wanted.imag, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("backend", [b for b in COMPILED_BACKENDS if b != "numpy"])
+def test_nan_and_inf_reach_the_parts_numpy_s_transforms_reach_at_powers_of_two(backend):
+    """With every multiplication by 1, -1 or ±i left out, a NaN or an infinity at any point
+    of 8 or 16 makes NaN (or infinite) exactly the parts NumPy's FFT makes so."""
+    cases = []
+    for n in (8, 16):
+        for position in range(n):
+            for bad in (np.nan, np.inf, complex(0, np.inf)):
+                z = np.arange(n, dtype=np.complex128)
+                z[position] = bad
+                cases.append(z)
+    with jit_backend(backend):
+        transform = fg.jit(fnp.fft.fft)
+        got = [np.asarray(transform(z)) for z in cases]
+    with np.errstate(invalid="ignore"):
+        wanted = [np.fft.fft(z) for z in cases]
+    for z, g, w in zip(cases, got, wanted):
+        for part_got, part_wanted in ((g.real, w.real), (g.imag, w.imag)):
+            assert np.array_equal(np.isnan(part_got), np.isnan(part_wanted)), (z, g, w)
+            assert np.array_equal(np.isinf(part_got), np.isinf(part_wanted)), (z, g, w)
+
+
+def loads_out_of_bounds(fun, *args) -> list:
+    """Every load of the compiled kernels of `fun` whose offset leaves its buffer at some
+    iteration of the loops around it (selects compute both sides, so a load in a branch not
+    taken still reads memory)."""
+    executable = fg.jit(fun).lower(*args).compile().executable
+    found = []
+
+    def visit(body: list, at: dict) -> None:
+        for statement in body:
+            if isinstance(statement, K.Loop):
+                values = np.arange(statement.start, statement.stop)
+                inner = {i: v[..., None] for i, v in at.items()}
+                visit(statement.body, {**inner, statement.index: values})
+                continue
+            roots = [statement.value] + ([statement.offset] if hasattr(statement, "offset") else [])
+            for root in roots:
+                for node in K.nodes(root):
+                    if isinstance(node, K.Load):
+                        offsets = np.asarray(value_at(node.offset, at))
+                        if offsets.min() < 0 or offsets.max() >= node.buffer.size:
+                            found.append((node.buffer, int(offsets.min()), int(offsets.max())))
+
+    for step in schedule.all_steps(executable.program):
+        if isinstance(step, schedule.KernelStep):
+            visit(step.kernel.body, {})
+    return found
+
+
+def test_every_load_of_the_passes_stays_in_its_buffer():
+    z = complex_values(np.random.default_rng(3), (3, 48, 2), np.complex64)
+    x = np.ones((3, 40), np.float32)
+    assert loads_out_of_bounds(lambda v: fnp.fft.fft(v, axis=1), z) == []
+    assert loads_out_of_bounds(lambda v: fnp.fft.irfft(fnp.fft.rfft(v), 40), x) == []
+
+
+def test_concatenate_keeps_each_pieces_loads_in_bounds():
+    """A concatenate computes every piece at every position and selects one: a later piece's
+    index was only clamped from above, so before its start it read before its buffer (the
+    first rfft of length 8 read Z[-4], and crashed)."""
+    x = np.arange(12.0, dtype=np.float32).reshape(3, 4)
+
+    def mirrored(v):
+        first = v[:, :1]
+        return fnp.concatenate([first, v[:, :0:-1] * 2, first], axis=1)
+
+    assert loads_out_of_bounds(mirrored, x) == []
+    np.testing.assert_array_equal(
+        fg.jit(mirrored)(x), np.concatenate([x[:, :1], x[:, :0:-1] * 2, x[:, :1]], 1)
+    )
