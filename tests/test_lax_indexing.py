@@ -432,6 +432,35 @@ def test_scatter_set_with_duplicates_keeps_the_last_update():
     assert_close(out, np.array([0.0, 6.0, 7.0]))
 
 
+def test_colliding_windows_are_written_in_the_order_of_the_updates_array():
+    """The window dimension leads the updates: eager execution wrote them batch element by
+    batch element, the compiled loop in the updates' own order, and jit's result differed
+    (the 2026-12-03 seed). Both now follow the updates array; position 1 is last written by
+    updates[1, 1, 0]."""
+    dn = ScatterDimensionNumbers(
+        update_window_dims=(0,), inserted_window_dims=(), scatter_dims_to_operand_dims=(0,)
+    )
+    indices = np.array([[[0], [0]], [[0], [1]]], np.int32)
+    updates = np.array([[[1, 1], [1, 0]], [[1, 1], [1, 1]]], np.float32)
+
+    def f(x, i, u):
+        return lax.scatter(x, i, u, dn)
+
+    expected = np.array([1.0, 1.0, 1.0], np.float32)
+    for fun in (f, fg.jit(f)):
+        np.testing.assert_array_equal(fun(np.zeros(3, np.float32), indices, updates), expected)
+    # Sums round in that order too: position 1 takes 1 and then 2^-24 three times (each a
+    # tie, rounded to the even 1), where 3 * 2^-24 first and then 1 would round to 1 + 2^-22.
+    small = 2.0**-24
+    updates = np.array([[[0, 0], [0, 1]], [[small, small], [small, 0]]], np.float32)
+
+    def g(x, i, u):
+        return lax.scatter_add(x, i, u, dn)
+
+    for fun in (g, fg.jit(g)):
+        np.testing.assert_array_equal(fun(np.zeros(3, np.float32), indices, updates), [0, 1, 0])
+
+
 def test_scatter_default_mode_drops_whole_windows_that_reach_outside():
     x = np.zeros((4,), np.int32)
     dn = ScatterDimensionNumbers(

@@ -974,7 +974,12 @@ def _scatter_impl(
     window_sizes = dict(zip(window_dims, (updates.shape[d] for d in dn.update_window_dims)))
     window_shape = tuple(window_sizes.get(d, 1) for d in range(rank))
     window_axes = range(batch_rank, updates.ndim)
+    # Colliding updates are combined in the order of the updates array itself (the last
+    # write wins, sums round in that order), as compiled kernels loop over it.
+    order = np.arange(updates.size).reshape(updates.shape)
+    order = np.moveaxis(order, dn.update_window_dims, window_axes)
     updates = np.moveaxis(updates, dn.update_window_dims, window_axes)
+    order = order.reshape(indices.shape[:-1] + window_shape)
     updates = updates.reshape(indices.shape[:-1] + window_shape)
     starts = _window_starts(
         indices,
@@ -987,9 +992,10 @@ def _scatter_impl(
     starts, in_bounds = _window_bounds(starts, window_shape, operand.shape, clamp)
     positions = _flat_positions(starts, window_shape, operand.shape)
     if not clamp:  # the other modes drop every window that reaches outside the operand
-        positions, updates = positions[in_bounds], updates[in_bounds]
+        positions, updates, order = positions[in_bounds], updates[in_bounds], order[in_bounds]
+    in_order = np.argsort(order.reshape(-1))
     out = np.array(operand, copy=True).reshape(-1)
-    combine(out, positions.reshape(-1), updates.reshape(-1))
+    combine(out, positions.reshape(-1)[in_order], updates.reshape(-1)[in_order])
     return scalar_if_0d(out.reshape(operand.shape))
 
 
