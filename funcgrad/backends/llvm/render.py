@@ -127,6 +127,33 @@ _INT_ARITH = {"add": "add", "sub": "sub", "mul": "mul", "and": "and", "or": "or"
 _FLOAT_ARITH = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
 
 
+def _gemm_symbol(dtype: np.dtype) -> str:
+    return blas.SGEMM if dtype == F32 else blas.DGEMM
+
+
+def _leading_dimensions(step: GemmStep) -> tuple[int, int]:
+    """The row strides of a GEMM's two operands as they are stored."""
+    lda = max(step.m if step.transpose_lhs else step.k, 1)
+    ldb = max(step.k if step.transpose_rhs else step.n, 1)
+    return lda, ldb
+
+
+def _gemm_call(step: GemmStep, rows, columns, a: str, b: str, c: str) -> str:
+    """The library call computing `rows` x `columns` of `step`'s product from the operands
+    at `a` and `b` into `c` (each a number or an IR value)."""
+    dtype = step.out.dtype
+    t = value_type(dtype)
+    lda, ldb = _leading_dimensions(step)
+    trans_a = blas.TRANS if step.transpose_lhs else blas.NO_TRANS
+    trans_b = blas.TRANS if step.transpose_rhs else blas.NO_TRANS
+    return (
+        f"call void @{_gemm_symbol(dtype)}(i32 {blas.ROW_MAJOR}, i32 {trans_a}, i32 {trans_b}, "
+        f"i64 {rows}, i64 {columns}, i64 {step.k}, {t} {constant_text(step.alpha, dtype)}, "
+        f"ptr {a}, i64 {lda}, ptr {b}, i64 {ldb}, {t} {constant_text(step.beta, dtype)}, "
+        f"ptr {c}, i64 {max(step.n, 1)})"
+    )
+
+
 class _Range(NamedTuple):
     """A parallel loop's iterations [start, stop), where no kernel loop is split."""
 
@@ -1139,26 +1166,16 @@ class ModuleRenderer:
         """
         f = self.entry
         dtype = step.out.dtype
-        name = blas.SGEMM if dtype == F32 else blas.DGEMM
         t = value_type(dtype)
-        self.declare(
-            name,
-            "void",
-            ["i32", "i32", "i32", "i64", "i64", "i64", t, "ptr", "i64"]
-            + ["ptr", "i64", t, "ptr", "i64"],
-        )
-        m, n, k = step.m, step.n, step.k
-        lda = max(m if step.transpose_lhs else k, 1)
-        ldb = max(k if step.transpose_rhs else n, 1)
-        trans_a = blas.TRANS if step.transpose_lhs else blas.NO_TRANS
-        trans_b = blas.TRANS if step.transpose_rhs else blas.NO_TRANS
-        size = dtype.itemsize
+        signature = ["i32", "i32", "i32", "i64", "i64", "i64", t, "ptr", "i64", "ptr", "i64", t]
+        self.declare(_gemm_symbol(dtype), "void", [*signature, "ptr", "i64"])
+        m, n, k, size = step.m, step.n, step.k, dtype.itemsize
         lhs, rhs, out = (self.pointer(f, b) for b in (step.lhs, step.rhs, step.out))
         if step.addend is not None and self.storage.get(step.out, step.out) is not step.addend:
             self.copy(out, self.pointer(f, step.addend), nbytes(step.out))
         blocks = None
         if pool.available() and m * n * k >= GEMM_SPLIT_WORK and max(m, n) > 1:
-            blocks = self._gemm_blocks(step, name, t, lda, ldb, trans_a, trans_b)
+            blocks = self._gemm_blocks(step)
         index = f.new_label("gemm_b")
 
         def one_matrix():
@@ -1169,30 +1186,24 @@ class ModuleRenderer:
             a, b, c = at(lhs, m * k), at(rhs, k * n), at(out, m * n)
             if blocks is not None:
                 self.parallel_call(blocks, [a, b, c], _Range(0, m if m >= n else n))
-                return
-            f.emit(
-                f"call void @{name}(i32 {blas.ROW_MAJOR}, i32 {trans_a}, i32 {trans_b}, "
-                f"i64 {m}, i64 {n}, i64 {k}, {t} {constant_text(step.alpha, dtype)}, ptr {a}, "
-                f"i64 {lda}, ptr {b}, i64 {ldb}, {t} {constant_text(step.beta, dtype)}, ptr {c}, "
-                f"i64 {max(n, 1)})"
-            )
+            else:
+                f.emit(_gemm_call(step, m, n, a, b, c))
 
         f.loop(index, 0, step.batch, one_matrix)
 
-    def _gemm_blocks(self, step: GemmStep, gemm: str, t: str, lda, ldb, trans_a, trans_b) -> str:
+    def _gemm_blocks(self, step: GemmStep) -> str:
         """`gemm_blocks{i}(a, b, c, lo, hi)`: rows lo..hi of one product (columns, when it is
         wider than tall) by one library call."""
-        dtype = step.out.dtype
-        m, n, k, size = step.m, step.n, step.k, dtype.itemsize
+        m, n, size = step.m, step.n, step.out.dtype.itemsize
+        lda, ldb = _leading_dimensions(step)
         name = f"{GEMM_BLOCKS}{len(self.functions)}"
-        by_rows = m >= n
         # Where block lo starts, in elements per unit of lo, in the operand it moves along.
-        if by_rows:
+        if m >= n:
             step_a, step_b, step_c = (1 if step.transpose_lhs else lda), 0, n
-            shape = f"i64 %count, i64 {n}"
+            rows, columns = "%count", n
         else:
             step_a, step_b, step_c = 0, (ldb if step.transpose_rhs else 1), 1
-            shape = f"i64 {m}, i64 %count"
+            rows, columns = m, "%count"
         lines = [
             f"define internal void @{name}(ptr %a, ptr %b, ptr %c, i64 %lo, i64 %hi) #0 {{",
             "entry:",
@@ -1203,11 +1214,7 @@ class ModuleRenderer:
             lines.append(
                 f"  %{operand}.at = getelementptr i8, ptr %{operand}, i64 %{operand}.offset"
             )
-        lines.append(
-            f"  call void @{gemm}(i32 {blas.ROW_MAJOR}, i32 {trans_a}, i32 {trans_b}, {shape}, "
-            f"i64 {k}, {t} {constant_text(step.alpha, dtype)}, ptr %a.at, i64 {lda}, ptr %b.at, "
-            f"i64 {ldb}, {t} {constant_text(step.beta, dtype)}, ptr %c.at, i64 {max(n, 1)})"
-        )
+        lines.append("  " + _gemm_call(step, rows, columns, "%a.at", "%b.at", "%c.at"))
         lines += ["  ret void", "}"]
         self.functions.append("\n".join(lines))
         return name
