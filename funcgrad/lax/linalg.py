@@ -372,25 +372,34 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     if preferred_element_type is None and lhs.dtype != rhs.dtype:
         preferred_element_type = max(lhs.dtype, rhs.dtype, key=_precision_rank)
     dimension_numbers = _canonical_dot_dimension_numbers(dimension_numbers)
+    return _bind_contraction(
+        dot_general_p,
+        lhs,
+        rhs,
+        precision,
+        preferred_element_type,
+        dimension_numbers=dimension_numbers,
+    )
+
+
+def _bind_contraction(primitive, lhs, rhs, precision, preferred, **params):
+    """Bind dot_general or conv_general_dilated; a DotAlgorithm as `precision` becomes its
+    rounding, exact products and accumulation (`dot_algorithms.contract`)."""
     if dot_algorithms.is_algorithm(precision):
 
         def product(lhs, rhs, accumulation):
-            return dot_general_p.bind(
-                lhs,
-                rhs,
-                dimension_numbers=dimension_numbers,
-                precision=Precision.HIGHEST,
-                preferred_element_type=accumulation,
+            return primitive.bind(
+                lhs, rhs, **params, precision=Precision.HIGHEST, preferred_element_type=accumulation
             )
 
-        result = preferred_element_type or lhs.dtype
-        return dot_algorithms.contract(product, lhs, rhs, precision, result, "dot_general")
-    return dot_general_p.bind(
+        result = preferred or lhs.dtype
+        return dot_algorithms.contract(product, lhs, rhs, precision, result, primitive.name)
+    return primitive.bind(
         lhs,
         rhs,
-        dimension_numbers=dimension_numbers,
+        **params,
         precision=_canonical_precision(precision),
-        preferred_element_type=preferred_element_type,
+        preferred_element_type=preferred,
     )
 
 
@@ -960,26 +969,8 @@ def conv_general_dilated(
         batch_group_count=int(batch_group_count),
     )
     preferred_element_type = _canonical_preferred(preferred_element_type)
-    if dot_algorithms.is_algorithm(precision):
-
-        def product(lhs, rhs, accumulation):
-            return conv_general_dilated_p.bind(
-                lhs,
-                rhs,
-                **params,
-                precision=Precision.HIGHEST,
-                preferred_element_type=accumulation,
-            )
-
-        result = preferred_element_type or lhs.dtype
-        name = "conv_general_dilated"
-        return dot_algorithms.contract(product, lhs, rhs, precision, result, name)
-    return conv_general_dilated_p.bind(
-        lhs,
-        rhs,
-        **params,
-        precision=_canonical_precision(precision),
-        preferred_element_type=preferred_element_type,
+    return _bind_contraction(
+        conv_general_dilated_p, lhs, rhs, precision, preferred_element_type, **params
     )
 
 
