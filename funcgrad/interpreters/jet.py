@@ -32,7 +32,7 @@ from functools import reduce
 
 from funcgrad import caches, core, dtypes
 from funcgrad.errors import ConcretizationTypeError
-from funcgrad.interpreters.ad import Zero, zeros_like_aval
+from funcgrad.interpreters.ad import Zero, instantiate, zeros_like_aval
 from funcgrad.ir import ClosedJaxpr, eval_jaxpr
 
 # Linear in each of these operands alone; when another operand carries a path too, the
@@ -155,13 +155,9 @@ def _linear(order: int, primitive, paths: list, params: dict) -> list:
     for i, y in enumerate(_outputs(primitive, primal_out)):
         terms = [tangents_k[i] for tangents_k in out_terms]
         outs.append(
-            (y, None if all(type(t) is Zero for t in terms) else list(map(_instantiate, terms)))
+            (y, None if all(type(t) is Zero for t in terms) else list(map(instantiate, terms)))
         )
     return outs
-
-
-def _instantiate(term):
-    return zeros_like_aval(term.aval) if type(term) is Zero else term
 
 
 def _bilinear_in_one(order: int, primitive, paths: list, params: dict) -> list:
@@ -320,10 +316,7 @@ def _jet_program(
             outs = eval_jaxpr(closed.jaxpr, closed.consts, *inputs)
         paths = [trace.path_of(x) for x in outs]
         trace.alive = False
-        paths = [
-            (p, [_zeros(p) for _ in range(order)] if t is None and forced else t)
-            for (p, t), forced in zip(paths, forced_out)
-        ]
+        paths = _on_paths(order, paths, forced_out)
         out_on_path.extend(t is not None for _, t in paths)
         return _grouped([p for p, _ in paths], [t for _, t in paths], out_groups)
 
@@ -341,10 +334,10 @@ def _inexact(avals) -> tuple[bool, ...]:
     return tuple(dtypes.is_inexact(a.dtype) for a in avals)
 
 
-def _on_paths(trace: JetTrace, paths: list, forced: Sequence[bool]) -> list:
-    """`paths` with those `forced` on paths, constant ones with zero terms."""
+def _on_paths(order: int, paths: list, forced: Sequence[bool]) -> list:
+    """`paths` with those `forced` on paths, constant ones with `order` zero terms."""
     return [
-        (p, [_zeros(p) for _ in range(trace.order)] if t is None and force else t)
+        (p, [_zeros(p) for _ in range(order)] if t is None and force else t)
         for (p, t), force in zip(paths, forced)
     ]
 
@@ -372,7 +365,7 @@ def _jet_of_scan(trace: JetTrace, paths: list, *, jaxpr, num_consts, num_carry, 
     carries = range(num_consts, num_consts + num_carry)
     with core.set_current_trace(trace.parent):
         carried = [i in carries and _is_inexact(p) for i, (p, _) in enumerate(paths)]
-        paths = _on_paths(trace, paths, carried)
+        paths = _on_paths(order, paths, carried)
         on_path = tuple(t is not None for _, t in paths)
         forced = _inexact(jaxpr.out_avals[:num_carry]) + (False,) * num_ys
         groups, out_groups = (num_consts, num_carry, num_xs), (num_carry, num_ys)
@@ -410,7 +403,7 @@ def _jet_of_while(
     num_carry = len(body_paths) - body_nconsts
     with core.set_current_trace(trace.parent):
         carry_forced = _inexact(body_jaxpr.out_avals)
-        body_paths = _on_paths(trace, body_paths, (False,) * body_nconsts + carry_forced)
+        body_paths = _on_paths(order, body_paths, (False,) * body_nconsts + carry_forced)
         on_path = tuple(t is not None for _, t in body_paths)
         groups = (body_nconsts, num_carry)
         body, out_on_path = _jet_program(
