@@ -70,6 +70,13 @@ def _column_owners(costs):
     return owner[1:]
 
 
+def _owners_of_wide(cost_matrix) -> tuple[Any, bool]:
+    """Each column's assigned row (1-based, 0 if free) of the matrix laid out wide (a taller
+    one transposed), and whether it was transposed."""
+    transpose = cost_matrix.shape[0] > cost_matrix.shape[1]
+    return _column_owners(cost_matrix.T if transpose else cost_matrix), transpose
+
+
 def _empty(costs) -> bool:
     if fnp.ndim(costs) != 2:
         raise ValueError(
@@ -85,10 +92,8 @@ def hungarian_algorithm(cost_matrix: Any) -> tuple[Any, Any]:
     cost_matrix = fnp.asarray(cost_matrix)
     if _empty(cost_matrix):
         return fnp.zeros(0, fnp.int32), fnp.zeros(0, fnp.int32)
-    transpose = cost_matrix.shape[0] > cost_matrix.shape[1]
-    costs = cost_matrix.T if transpose else cost_matrix
-    rows, cols = costs.shape
-    owner = _column_owners(costs)
+    owner, transpose = _owners_of_wide(cost_matrix)
+    rows, cols = sorted(cost_matrix.shape)
     if rows == cols:
         row_of_pair, column_of_pair = owner, fnp.arange(cols, dtype=fnp.int32)
     else:
@@ -105,10 +110,8 @@ def base_hungarian_algorithm(cost_matrix: Any) -> tuple[Any, Any]:
     cost_matrix = fnp.asarray(cost_matrix)
     if _empty(cost_matrix):
         return fnp.zeros(0, fnp.int32), fnp.zeros(0, fnp.int32)
-    transpose = cost_matrix.shape[0] > cost_matrix.shape[1]
-    costs = cost_matrix.T if transpose else cost_matrix
-    rows, cols = costs.shape
-    owner = _column_owners(costs)
+    owner, transpose = _owners_of_wide(cost_matrix)
+    rows, cols = sorted(cost_matrix.shape)
     # Each row's column: scatter the assigned columns to their rows (free ones to a spare).
     column_of_row = fnp.full(rows + 1, -1, fnp.int32)
     column_of_row = column_of_row.at[fnp.where(owner > 0, owner - 1, rows)].set(
