@@ -543,8 +543,9 @@ def test_errors_name_the_shapes():
         mat @ np.ones(4)
     with pytest.raises(TypeError, match="contracting dimension sizes must match"):
         sparse.bcoo_dot_general(mat, np.ones((4, 2)), dimension_numbers=(((1,), (0,)), ((), ())))
-    with pytest.raises(NotImplementedError, match="dense dimensions"):
-        mat @ BCOO.fromdense(np.eye(3), n_dense=1)
+    with pytest.raises(NotImplementedError, match=r"lhs dim 1 \(dense\) with rhs dim 0 \(sparse\)"):
+        batched = BCOO.fromdense(np.ones((3, 3)), n_dense=1)
+        sparse.bcoo_dot_general(batched, mat, dimension_numbers=(((0,), (1,)), ((1,), (0,))))
     with pytest.raises(ValueError, match="do not describe an array of shape"):
         BCOO((np.ones(3), np.zeros((2, 2), np.int32)), shape=(3, 3))
     with pytest.raises(TypeError, match="indices must be integers"):
@@ -1225,3 +1226,97 @@ def test_bcsr_counts_more_stored_elements_than_its_index_dtype_holds():
     data, columns = np.ones(200), np.zeros(200, np.int8)
     mat = sparse.BCSR((data, columns, np.array([0, 2], np.int8)), shape=(1, 3))
     np.testing.assert_array_equal(mat.todense(), [[2.0, 0.0, 0.0]])
+
+
+# ---- products of two sparse arrays with dense dimensions
+
+
+@st.composite
+def sparse_dot_general_cases(draw):
+    """Two BCOO layouts (any batch and dense dimensions) and dimension numbers pairing them."""
+    shape, n_batch, n_dense, seed, rhs_shape, dimension_numbers = draw(dot_general_cases())
+    rhs_n_batch = draw(st.integers(0, len(rhs_shape)))
+    rhs_n_dense = draw(st.integers(0, len(rhs_shape) - rhs_n_batch))
+    return shape, (n_batch, n_dense), rhs_shape, (rhs_n_batch, rhs_n_dense), dimension_numbers, seed
+
+
+@settings(deadline=None, max_examples=40)
+@given(sparse_dot_general_cases())
+def test_spdot_general_with_any_layouts_matches_dense_product(case):
+    lhs_shape, lhs_layout, rhs_shape, rhs_layout, dimension_numbers, seed = case
+    rng = np.random.default_rng(seed)
+    lhs, rhs = sparse_array(rng, lhs_shape), sparse_array(rng, rhs_shape)
+    lhs_mat = BCOO.fromdense(lhs, n_batch=lhs_layout[0], n_dense=lhs_layout[1])
+    rhs_mat = BCOO.fromdense(rhs, n_batch=rhs_layout[0], n_dense=rhs_layout[1])
+    try:
+        out = sparse.bcoo_dot_general(lhs_mat, rhs_mat, dimension_numbers=dimension_numbers)
+    except NotImplementedError as error:
+        # The one refusal: a batch pair that is not batch with batch nor dense with dense.
+        assert "batch dimensions must pair batch with batch" in str(error)
+        assert dimension_numbers[1][0]
+        return
+    assert isinstance(out, BCOO)
+    want = einsum_dot_general(lhs, rhs, dimension_numbers)
+    assert out.shape == want.shape
+    np.testing.assert_allclose(out.todense(), want, rtol=1e-12, atol=1e-12)
+
+
+SPDOT_DENSE_CASES = [
+    # (lhs shape, lhs (n_batch, n_dense), rhs shape, rhs (n_batch, n_dense), dimension_numbers)
+    ((3, 4), (0, 1), (4, 5), (0, 0), (((1,), (0,)), ((), ()))),  # dense with sparse
+    ((3, 4), (0, 0), (4, 5), (0, 1), (((1,), (0,)), ((), ()))),  # a dense result dimension
+    ((3, 4, 2), (0, 1), (4, 2), (0, 1), (((1, 2), (0, 1)), ((), ()))),  # dense with dense
+    ((2, 3, 4), (0, 1), (5, 4), (0, 1), (((2,), (1,)), ((), ()))),
+    ((2, 3, 4), (0, 1), (3, 4), (0, 0), (((1,), (0,)), ((), ()))),  # lhs free dense
+    ((3, 4, 2), (0, 1), (5, 2), (0, 1), (((), ()), ((2,), (1,)))),  # dense batch pair
+    ((2, 3, 4), (1, 0), (2, 4, 5), (0, 0), (((0,), (0,)), ((), ()))),  # batch contracted
+    ((3, 4), (1, 0), (2, 5), (1, 0), (((), ()), ((), ()))),  # unpaired batch on both
+    ((2, 3, 4), (1, 1), (2, 4, 5), (1, 1), (((2,), (1,)), ((0,), (0,)))),
+]
+
+
+@pytest.mark.parametrize("case", range(len(SPDOT_DENSE_CASES)))
+def test_spdot_general_with_dense_dimensions(case):
+    lhs_shape, lhs_layout, rhs_shape, rhs_layout, dimension_numbers = SPDOT_DENSE_CASES[case]
+    rng = np.random.default_rng(60 + case)
+    lhs, rhs = sparse_array(rng, lhs_shape), sparse_array(rng, rhs_shape)
+    lhs_mat = BCOO.fromdense(lhs, n_batch=lhs_layout[0], n_dense=lhs_layout[1])
+    rhs_mat = BCOO.fromdense(rhs, n_batch=rhs_layout[0], n_dense=rhs_layout[1])
+    out = sparse.bcoo_dot_general(lhs_mat, rhs_mat, dimension_numbers=dimension_numbers)
+    want = einsum_dot_general(lhs, rhs, dimension_numbers)
+    np.testing.assert_allclose(out.todense(), want, rtol=1e-12, atol=1e-12)
+
+    def product(lhs_data, rhs_data):
+        a = BCOO((lhs_data, lhs_mat.indices), shape=lhs_shape)
+        b = BCOO((rhs_data, rhs_mat.indices), shape=rhs_shape)
+        return sparse.bcoo_dot_general(a, b, dimension_numbers=dimension_numbers).todense()
+
+    check_grads(product, (lhs_mat.data, rhs_mat.data), order=1)
+    jitted = fg.jit(product)(lhs_mat.data, rhs_mat.data)
+    np.testing.assert_allclose(jitted, want, rtol=1e-12, atol=1e-12)
+
+
+def test_spdot_general_keeps_a_free_dense_dimension_dense():
+    # A sparse matrix times one with dense columns: the result's columns stay dense, and it
+    # stores one element per stored row of the left operand, not one per product entry.
+    lhs = BCOO.fromdense(np.diag([1.0, 2.0, 0.0]))
+    rhs = BCOO.fromdense(np.arange(12.0).reshape(3, 4), n_dense=1)
+    out = lhs @ rhs
+    assert (out.n_dense, out.nse) == (1, 2)
+    np.testing.assert_allclose(
+        out.todense(), np.diag([1.0, 2.0, 0.0]) @ np.arange(12.0).reshape(3, 4)
+    )
+
+
+@pytest.mark.parametrize("case", [0, 2, 5, 8])
+def test_vmap_of_spdot_general_with_dense_dimensions_matches_a_loop(case):
+    lhs_shape, lhs_layout, rhs_shape, rhs_layout, dimension_numbers = SPDOT_DENSE_CASES[case]
+    rng = np.random.default_rng(70 + case)
+    lhs = stacked_bcoo(rng, lhs_shape, *lhs_layout)
+    rhs = stacked_bcoo(rng, rhs_shape, *rhs_layout)
+
+    def product(a, b):
+        return sparse.bcoo_spdot_general(a, b, dimension_numbers=dimension_numbers)
+
+    assert_vmap_matches_loop(product, (lhs, rhs), (0, 0))
+    assert_vmap_matches_loop(product, (lhs, bcoo_lane(rhs, 1)), (0, None))

@@ -58,38 +58,34 @@ def bcoo_dot_general(
 def bcoo_spdot_general(
     lhs: BCOO, rhs: BCOO, *, dimension_numbers, precision=None, preferred_element_type=None
 ) -> BCOO:
-    """`lax.dot_general` of two BCOO arrays without dense dimensions, as a BCOO array. The batch
-    dimensions must be batch dimensions of both, and the contracting ones sparse dimensions.
-    The result's batch dimensions are the paired batch dimensions, then each operand's
-    unpaired ones; it stores, per batch, the product of the operands' nse (an operand whose
-    sparse dimensions are all contracted counts 1), at most one per position."""
+    """`lax.dot_general` of two BCOO arrays, as a BCOO array.
+
+    The operands are first relaid out where the pairing needs it, always by turning batch or
+    dense dimensions into sparse ones (which stores no zeros): a contracted dimension paired
+    with one of another kind, or a contracted batch dimension, becomes sparse; so do rhs's
+    unpaired batch dimensions when lhs has free sparse or dense ones, and lhs's free dense
+    dimensions when rhs has free batch or sparse ones. Each batch pair must then pair batch
+    with batch or dense with dense dimensions. The result's batch dimensions are the paired
+    ones, then each operand's unpaired ones; its dense dimensions each operand's free dense
+    ones. It stores, per batch, the product of the operands' nse (an operand whose sparse
+    dimensions are all contracted counts 1), at most one per position."""
     lhs, rhs = _as_bcoo(lhs, "bcoo_spdot_general"), _as_bcoo(rhs, "bcoo_spdot_general")
     dimension_numbers = _dot.canonical_dimension_numbers(dimension_numbers)
     out_shape = _dot.output_shape(lhs.shape, rhs.shape, dimension_numbers)
-    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
-    problems = []
-    if lhs.n_dense or rhs.n_dense:
-        problems.append("neither operand may have dense dimensions")
-    for side, mat, contract, batch in (
-        ("lhs", lhs, lhs_contract, lhs_batch),
-        ("rhs", rhs, rhs_contract, rhs_batch),
-    ):
-        if any(d >= mat.n_batch for d in batch):
-            problems.append(f"{side} batch dims {batch} must be among its {mat.n_batch} batch dims")
-        if any(d < mat.n_batch for d in contract):
-            problems.append(f"{side} contracting dims {contract} must be sparse dims")
-    lhs_free_sparse = lhs.n_sparse > len(lhs_contract)
-    if rhs.n_batch > len(rhs_batch) and lhs_free_sparse:
-        problems.append(
-            "rhs may have unpaired batch dims only when every lhs sparse dim is contracted"
-        )
-    if problems:
+    left, right = _spdot.operand_layouts(lhs, rhs, dimension_numbers)
+    mismatched = _spdot.mismatched_batch_pairs(left, right, dimension_numbers)
+    if mismatched:
         raise NotImplementedError(
             f"bcoo_spdot_general of {lhs!r} and {rhs!r} with dimension_numbers "
-            f"{dimension_numbers}: " + "; ".join(problems)
+            f"{dimension_numbers}: batch dimensions must pair batch with batch dimensions or "
+            f"dense with dense ones, got {'; '.join(mismatched)} (in the layouts the "
+            "contraction needs). A sparse dimension would have to become a batch one, storing "
+            "a copy of every element per position: change the layouts with bcoo_update_layout "
+            "if that is meant"
         )
+    lhs, rhs = _relaid(lhs, *left.state()), _relaid(rhs, *right.state())
     dtype = np.dtype(preferred_element_type or fnp.result_type(lhs.data, rhs.data))
-    data, indices = _spdot.spdot_general(lhs, rhs, dimension_numbers, out_shape, dtype)
+    data, indices = _spdot.spdot_general(lhs, rhs, dimension_numbers, out_shape, dtype, precision)
     return BCOO((data, indices), shape=out_shape)
 
 
