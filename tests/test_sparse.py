@@ -1320,3 +1320,151 @@ def test_vmap_of_spdot_general_with_dense_dimensions_matches_a_loop(case):
 
     assert_vmap_matches_loop(product, (lhs, rhs), (0, 0))
     assert_vmap_matches_loop(product, (lhs, bcoo_lane(rhs, 1)), (0, None))
+
+
+# ---- checks on the arrays a user builds
+
+
+def test_bcsr_rejects_row_pointers_that_do_not_describe_rows():
+    data, columns = np.array([1.0, 2.0, 3.0]), np.array([0, 2, 1])
+    assert sparse.BCSR((data, columns, np.array([0, 2, 3])), shape=(2, 3)).nse == 3
+    for indptr in ([0, 3, 2], [1, 2, 3], [-1, 2, 3], [0, 2, 4]):
+        # These used to give some other array silently: rows overlapping, or slots before
+        # the first row given to it.
+        with pytest.raises(ValueError, match="must start at 0, never decrease and end at most"):
+            sparse.BCSR((data, columns, np.array(indptr)), shape=(2, 3))
+    with pytest.raises(ValueError, match=r"\(batch \(1,\)\)"):
+        sparse.BCSR(
+            (np.ones((2, 2)), np.zeros((2, 2), np.int32), np.array([[0, 1, 2], [0, 2, 1]])),
+            shape=(2, 2, 3),
+        )
+    with pytest.raises(ValueError, match=r"indptr must have shape \(\*batch, rows \+ 1\)"):
+        sparse.BCSR((data, columns, np.array([0, 3])), shape=(2, 3))
+    with pytest.raises(TypeError, match=r"the tuple \(data, indices, indptr\)"):
+        sparse.BCSR((data, columns), shape=(2, 3))
+    with pytest.raises(ValueError, match="negative size"):
+        sparse.BCSR((data, columns, np.array([0, 2, 3])), shape=(2, -3))
+    # Traced row pointers are taken as given: the check needs values.
+    mat = sparse.BCSR.fromdense(np.eye(3))
+    rebuilt = fg.jit(lambda p: sparse.BCSR((mat.data, mat.indices, p), shape=(3, 3)).todense())
+    np.testing.assert_array_equal(rebuilt(mat.indptr), np.eye(3))
+
+
+def test_bcoo_constructor_names_bad_arguments():
+    data, indices = np.ones(2), np.array([[0], [1]])
+    with pytest.raises(TypeError, match=r"the tuple \(data, indices\), got a tuple of length 3"):
+        BCOO((data, indices, indices), shape=(2,))
+    with pytest.raises(TypeError, match="shape must be a sequence of integers, got None"):
+        BCOO((data, indices), shape=None)
+    with pytest.raises(TypeError, match="shape must be a sequence of integers"):
+        BCOO((data, indices), shape=(2.0,))
+    with pytest.raises(ValueError, match=r"shape \(-2,\) has a negative size"):
+        BCOO((data, indices), shape=(-2,))
+
+
+# ---- elementwise operators and reversal, with padding and duplicated indices
+
+
+@settings(deadline=None)
+@given(messy_bcoo())
+def test_elementwise_operators_and_rev_on_messy_indices_match_numpy(case):
+    mat, dense, rng = case
+    divisor = rng.uniform(0.5, 2.0, size=mat.shape[-1:]) * rng.choice([-1, 1], mat.shape[-1:])
+    for result, expected in [
+        (abs(mat), np.abs(dense)),
+        (mat**2, dense**2),
+        (abs(mat) ** 1.5, np.abs(dense) ** 1.5),
+        (mat / 4.0, dense / 4.0),
+        (mat / divisor, dense / divisor),
+    ]:
+        assert isinstance(result, BCOO)
+        np.testing.assert_allclose(result.todense(), expected, rtol=1e-12, atol=1e-12)
+    dimensions = [d for d in range(mat.ndim) if rng.random() < 0.5]
+    flipped = sparse.bcoo_rev(mat, dimensions)
+    np.testing.assert_allclose(flipped.todense(), np.flip(dense, dimensions), atol=1e-12)
+
+
+def test_elementwise_operators_refuse_dense_results_and_keep_padding_out_of_gradients():
+    mat = BCOO((np.array([4.0, 9.0, 5.0]), np.array([[0], [2], [3]])), shape=(3,))  # padding
+    for bad in (lambda: mat**0, lambda: mat**-1.0, lambda: 2.0**mat):
+        with pytest.raises(NotImplementedError, match="dense"):
+            bad()
+    for bad in (lambda: 1.0 / mat, lambda: mat / mat):
+        with pytest.raises(NotImplementedError, match="dividing by a BCOO array"):
+            bad()
+    with pytest.raises(ValueError, match="must broadcast"):
+        mat / np.ones(2)
+
+    # sqrt's derivative is infinite at 0, the data padding gets: it must not reach padding.
+    def root_sum(data):
+        a = BCOO((data, mat.indices), shape=(3,), unique_indices=True)
+        return fnp.sum((a**0.5).todense())
+
+    np.testing.assert_allclose(fg.grad(root_sum)(np.array([4.0, 9.0, 0.0])), [0.25, 1 / 6, 0.0])
+    # Elements that share an index are merged before a nonlinear map: |-1 + 1| = 0.
+    duplicated = BCOO((np.array([-1.0, 1.0]), np.array([[1], [1]])), shape=(3,))
+    np.testing.assert_array_equal(abs(duplicated).todense(), [0.0, 0.0, 0.0])
+
+
+def test_bcoo_rev_keeps_batch_and_dense_dimensions_and_checks_them():
+    dense = sparse_array(np.random.default_rng(80), (2, 3, 4, 2))
+    mat = BCOO.fromdense(dense, n_batch=1, n_dense=1)
+    for dimensions in [(0,), (1, 2), (3,), (0, 1, 2, 3), ()]:
+        out = sparse.bcoo_rev(mat, dimensions)
+        assert (out.n_batch, out.n_dense, out.nse) == (1, 1, mat.nse)
+        np.testing.assert_array_equal(out.todense(), np.flip(dense, dimensions))
+    with pytest.raises(ValueError, match="must be distinct dimensions"):
+        sparse.bcoo_rev(mat, (4,))
+
+
+def test_bcoo_and_bcsr_methods_of_the_array_api():
+    rng = np.random.default_rng(81)
+    dense = sparse_array(rng, (4, 5))
+    mat = BCOO.fromdense(dense)
+    assert mat.block_until_ready() is mat
+    relaid = mat.update_layout(n_batch=1, on_inefficient=None)
+    assert relaid.n_batch == 1
+    np.testing.assert_array_equal(relaid.todense(), dense)
+    reference = scipy.sparse.random(4, 5, density=0.5, format="csc", random_state=1)
+    reference = reference + reference  # (canonical, but any order is read)
+    for index_dtype in (None, np.int16):
+        coo = BCOO.from_scipy_sparse(reference, index_dtype=index_dtype)
+        assert coo.indices.dtype == (index_dtype or np.int32)
+        np.testing.assert_allclose(coo.todense(), reference.toarray())
+        csr = sparse.BCSR.from_scipy_sparse(reference, index_dtype=index_dtype)
+        np.testing.assert_array_equal(csr.indptr, reference.tocsr().indptr)
+        np.testing.assert_allclose(csr.todense(), reference.toarray())
+    with pytest.raises(NotImplementedError, match="n_batch=1"):
+        BCOO.from_scipy_sparse(reference, n_batch=1)
+    csr = sparse.BCSR.fromdense(dense)
+    assert (csr.size, len(csr), csr.block_until_ready()) == (20, 4, csr)
+    # Duplicated columns within a row: summed, sorted and counted once.
+    duplicated = sparse.BCSR(
+        (np.array([1.0, 2.0, 3.0, 0.0]), np.array([3, 1, 3, 0]), np.array([0, 3, 4, 4, 4])),
+        shape=(4, 5),
+    )
+    expected = np.zeros((4, 5))
+    expected[0, 3], expected[0, 1] = 4.0, 2.0
+    merged = sparse.bcsr_sum_duplicates(duplicated)
+    assert merged.nse == 3  # the stored zero stays (sum_duplicates keeps zeros)
+    np.testing.assert_array_equal(merged.todense(), expected)
+    np.testing.assert_array_equal(merged.indptr, [0, 2, 3, 3, 3])
+    assert duplicated.sum_duplicates().nse == 2  # the method drops zeros
+    np.testing.assert_array_equal(sparse.bcsr_extract(csr.indices, csr.indptr, dense), csr.data)
+    np.testing.assert_array_equal(
+        sparse.bcsr_extract(csr.indices, csr.indptr, 2 * dense), 2 * csr.data
+    )
+
+
+def test_empty_bcsr_and_the_efficiency_warning():
+    empty = sparse.empty((2, 3, 4, 2), sparse_format="bcsr", n_batch=1, n_dense=1, nse=3)
+    assert isinstance(empty, sparse.BCSR) and empty.data.shape == (2, 3, 2)
+    np.testing.assert_array_equal(empty.todense(), np.zeros((2, 3, 4, 2)))
+    with pytest.raises(ValueError, match="two sparse dimensions"):
+        sparse.empty((3, 4, 5), sparse_format="bcsr")
+    with pytest.raises(ValueError, match="sparse_format='coo' is not supported"):
+        sparse.empty((3, 4), sparse_format="coo")
+    mat = BCOO.fromdense(np.eye(3))
+    with pytest.warns(sparse.SparseEfficiencyWarning, match="sizes \\(3,\\)"):
+        relaid = mat.update_layout(n_batch=1, on_inefficient="warn")
+    np.testing.assert_array_equal(relaid.todense(), np.eye(3))

@@ -26,14 +26,23 @@ from funcgrad.experimental.sparse.bcoo_products import (
 )
 from funcgrad.experimental.sparse.bcoo_structure import (
     SparseEfficiencyError,
+    SparseEfficiencyWarning,
     bcoo_broadcast_in_dim,
     bcoo_concatenate,
     bcoo_dynamic_slice,
+    bcoo_rev,
     bcoo_slice,
     bcoo_squeeze,
     bcoo_update_layout,
 )
-from funcgrad.experimental.sparse.bcsr import BCSR, bcsr_dot_general, bcsr_fromdense, bcsr_todense
+from funcgrad.experimental.sparse.bcsr import (
+    BCSR,
+    bcsr_dot_general,
+    bcsr_extract,
+    bcsr_fromdense,
+    bcsr_sum_duplicates,
+    bcsr_todense,
+)
 from funcgrad.experimental.sparse.random import random_bcoo
 from funcgrad.experimental.sparse.transform import sparsify
 
@@ -41,6 +50,7 @@ __all__ = [
     "BCOO",
     "BCSR",
     "SparseEfficiencyError",
+    "SparseEfficiencyWarning",
     "bcoo_broadcast_in_dim",
     "bcoo_concatenate",
     "bcoo_dot_general",
@@ -51,6 +61,7 @@ __all__ = [
     "bcoo_multiply_sparse",
     "bcoo_reduce_sum",
     "bcoo_reshape",
+    "bcoo_rev",
     "bcoo_slice",
     "bcoo_sort_indices",
     "bcoo_spdot_general",
@@ -60,7 +71,9 @@ __all__ = [
     "bcoo_transpose",
     "bcoo_update_layout",
     "bcsr_dot_general",
+    "bcsr_extract",
     "bcsr_fromdense",
+    "bcsr_sum_duplicates",
     "bcsr_todense",
     "empty",
     "eye",

@@ -12,6 +12,7 @@ drop them and the gathers read 0 there.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -34,6 +35,25 @@ def check_index_dtype(sparse_shape: Sequence[int], index_dtype, name: str) -> No
             f"dimension of size {largest} (nor its padding index, the size itself); use a "
             "wider index_dtype"
         )
+
+
+def checked_shape(shape, name: str) -> tuple[int, ...]:
+    """`shape` as a tuple of non-negative Python ints, or an error naming it."""
+    try:
+        shape = tuple(operator.index(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"{name}: shape must be a sequence of integers, got {shape!r}") from None
+    if any(s < 0 for s in shape):
+        raise ValueError(f"{name}: shape {shape} has a negative size")
+    return shape
+
+
+def unpacked(args, count: int, names: str, name: str) -> tuple:
+    """The `count` buffers of a sparse array's constructor, or an error naming them."""
+    if not isinstance(args, (tuple, list)) or len(args) != count:
+        got = f"a {type(args).__name__} of length {len(args)}" if hasattr(args, "__len__") else args
+        raise TypeError(f"{name}: the first argument must be the tuple ({names}), got {got}")
+    return tuple(args)
 
 
 def position_columns(indices, dims: Sequence[int]) -> Array:

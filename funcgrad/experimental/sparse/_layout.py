@@ -146,13 +146,33 @@ def _reindex(indices, valid, sparse_shape, new_sparse_shape, name: str) -> Array
     return fnp.where(valid[..., None], new_indices, padding)
 
 
-def multiply_dense(data, indices, shape, v) -> Array:
-    """The data of the elementwise product with `v`, which broadcasts to `shape`: each stored
-    element times the values of `v` at its position."""
+def dense_values(indices, shape, v) -> Array:
+    """The values of `v`, which broadcasts to `shape`, at each stored element's position:
+    (*batch, nse, *v's dense dimensions), or size 1 where `v` does not vary; 0 at positions
+    outside the array along the sparse dimensions where `v` varies."""
     n_positional = indices.ndim - 2 + indices.shape[-1]
     v = v.reshape((1,) * (len(shape) - v.ndim) + v.shape)
     varying = [d for d in range(n_positional) if v.shape[d] != 1]
+    if not varying:  # the same values at every position
+        return v.reshape((1,) * (indices.ndim - 1) + v.shape[n_positional:])
     v = v.reshape(*(v.shape[d] for d in varying), *v.shape[n_positional:])
     coordinates = position_columns(indices, varying)
-    values = gather_slices(v, coordinates, range(len(varying)))
-    return data * values
+    return gather_slices(v, coordinates, range(len(varying)))
+
+
+def multiply_dense(data, indices, shape, v) -> Array:
+    """The data of the elementwise product with `v`, which broadcasts to `shape`: each stored
+    element times the values of `v` at its position."""
+    return data * dense_values(indices, shape, v)
+
+
+def divide_dense(data, indices, shape, v, divide) -> Array:
+    """The data of the elementwise quotient by `v`, which broadcasts to `shape`, with `divide`
+    (true or truncating division). Padding is divided by 1, so that neither a division by
+    zero nor its derivative reaches it."""
+    values = dense_values(indices, shape, v)
+    n_batch, n_sparse = indices.ndim - 2, indices.shape[-1]
+    valid = in_range(indices, shape[n_batch : n_batch + n_sparse])
+    valid = valid.reshape(valid.shape + (1,) * (values.ndim - valid.ndim))
+    values = fnp.where(valid, values, fnp.ones((), values.dtype))
+    return divide(data, fnp.broadcast_to(values, data.shape))

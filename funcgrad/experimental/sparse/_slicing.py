@@ -1,8 +1,9 @@
-"""Windows of a BCOO array: static and dynamic slices, and removing dimensions of size 1.
+"""Windows of a BCOO array: static and dynamic slices, reversals, and removing dimensions of
+size 1.
 
-Batch and dense dimensions are sliced in the leaves themselves; a sparse dimension is sliced
-by moving every index into the window's coordinates, with the elements that fall outside the
-window becoming padding.
+Batch and dense dimensions are sliced (or reversed) in the leaves themselves; a sparse
+dimension is sliced by moving every index into the window's coordinates, with the elements
+that fall outside the window becoming padding.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy as np
 from funcgrad import lax
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
+from funcgrad.experimental.sparse._convert import in_range
 
 
 def _masked(data, indices, keep, sparse_shape) -> tuple[Array, Array]:
@@ -100,3 +102,28 @@ def squeeze(data, indices, shape, dimensions) -> tuple[Array, Array, tuple]:
             data, fnp.take(indices, kept_columns, axis=-1), keep, new_sparse_shape
         )
     return data, indices, new_shape
+
+
+def rev(data, indices, shape, dimensions) -> tuple[Array, Array]:
+    """The array reversed along `dimensions`: batch and dense ones in the leaves, a sparse one
+    by mirroring every index in it (padding stays padding)."""
+    n_batch, n_sparse = indices.ndim - 2, indices.shape[-1]
+    n_positional = n_batch + n_sparse
+    batch_dims = [d for d in dimensions if d < n_batch]
+    dense_axes = [d - n_sparse + 1 for d in dimensions if d >= n_positional]
+    if batch_dims:
+        indices = lax.rev(indices, tuple(batch_dims))
+    if batch_dims or dense_axes:
+        data = lax.rev(data, tuple(batch_dims + dense_axes))
+    sparse_columns = [d - n_batch for d in dimensions if n_batch <= d < n_positional]
+    if sparse_columns:
+        sparse_shape = shape[n_batch:n_positional]
+        valid = in_range(indices, sparse_shape)
+        columns = [
+            sparse_shape[i] - 1 - indices[..., i] if i in sparse_columns else indices[..., i]
+            for i in range(n_sparse)
+        ]
+        mirrored = fnp.stack(columns, axis=-1).astype(indices.dtype)
+        padding = fnp.asarray(np.array(sparse_shape, indices.dtype))
+        indices = fnp.where(valid[..., None], mirrored, padding)
+    return data, indices

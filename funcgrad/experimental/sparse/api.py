@@ -23,9 +23,11 @@ def todense(arr) -> Array:
     return arr.todense() if isinstance(arr, (BCOO, BCSR)) else fnp.asarray(arr)
 
 
-def _check_format(sparse_format: str, name: str) -> None:
-    if sparse_format != "bcoo":
-        raise ValueError(f"{name}: sparse_format={sparse_format!r} is not supported; use 'bcoo'")
+def _check_format(sparse_format: str, name: str, formats=("bcoo",)) -> None:
+    if sparse_format not in formats:
+        raise ValueError(
+            f"{name}: sparse_format={sparse_format!r} is not supported; use one of {formats}"
+        )
 
 
 def _layout_split(shape, n_batch: int, n_dense: int, name: str) -> int:
@@ -47,9 +49,10 @@ def empty(
     n_batch: int = 0,
     n_dense: int = 0,
     nse: int = 0,
-) -> BCOO:
-    """An all-zero sparse array: `nse` padding elements per batch."""
-    _check_format(sparse_format, "empty")
+) -> BCOO | BCSR:
+    """An all-zero sparse array: `nse` padding elements per batch (BCOO), or `nse` slots past
+    every row (BCSR, with two sparse dimensions)."""
+    _check_format(sparse_format, "empty", ("bcoo", "bcsr"))
     shape = tuple(operator.index(s) for s in shape)
     n_sparse = _layout_split(shape, n_batch, n_dense, "empty")
     if nse < 0:
@@ -58,6 +61,15 @@ def empty(
     batch_shape, sparse_shape = shape[:n_batch], shape[n_batch : n_batch + n_sparse]
     check_index_dtype(sparse_shape, index_dtype, "empty")
     data = fnp.zeros((*batch_shape, nse, *shape[n_batch + n_sparse :]), dtype)
+    if sparse_format == "bcsr":
+        if n_sparse != 2:
+            raise ValueError(
+                f"empty: a BCSR array needs two sparse dimensions, got shape {shape} with "
+                f"n_batch={n_batch} and n_dense={n_dense}"
+            )
+        columns = fnp.zeros((*batch_shape, nse), index_dtype)
+        indptr = fnp.zeros((*batch_shape, sparse_shape[0] + 1), index_dtype)
+        return BCSR((data, columns, indptr), shape=shape)
     padding = np.array(sparse_shape, np.dtype(index_dtype))
     indices = fnp.asarray(np.broadcast_to(padding, (*batch_shape, nse, n_sparse)))
     return BCOO((data, indices), shape=shape, indices_sorted=True, unique_indices=True)

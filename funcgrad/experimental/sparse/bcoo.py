@@ -66,9 +66,9 @@ class BCOO:
         indices_sorted: bool = False,
         unique_indices: bool = False,
     ):
-        data, indices = args
+        data, indices = _convert.unpacked(args, 2, "data, indices", "BCOO")
         self.data, self.indices = fnp.asarray(data), fnp.asarray(indices)
-        shape = tuple(operator.index(s) for s in shape)
+        shape = _convert.checked_shape(shape, "BCOO")
         _check_layout(self.data, self.indices, shape)
         self._trailing_shape = shape[self.indices.ndim - 2 :]
         self.indices_sorted = bool(indices_sorted)
@@ -161,8 +161,44 @@ class BCOO:
             mat, nse=nse, n_batch=n_batch, n_dense=n_dense, index_dtype=index_dtype
         )
 
+    @classmethod
+    def from_scipy_sparse(
+        cls, mat, *, index_dtype=None, n_dense: int = 0, n_batch: int = 0
+    ) -> BCOO:
+        """The BCOO form of a SciPy sparse matrix of any format (read through `tocoo()`), its
+        elements in SciPy's order with duplicates kept. Relay it out with `update_layout`."""
+        if n_batch or n_dense:
+            raise NotImplementedError(
+                f"BCOO.from_scipy_sparse: n_batch={n_batch} and n_dense={n_dense} must be 0; "
+                "change the layout of the result with update_layout"
+            )
+        coo = mat.tocoo()
+        index_dtype = np.dtype(index_dtype or np.int32)
+        indices = np.stack([coo.row, coo.col], axis=-1).astype(index_dtype)
+        return cls((np.asarray(coo.data), indices), shape=coo.shape)
+
     def todense(self) -> Array:
         return bcoo_todense(self)
+
+    def block_until_ready(self) -> BCOO:
+        self.data.block_until_ready()
+        self.indices.block_until_ready()
+        return self
+
+    def update_layout(
+        self,
+        *,
+        n_batch: int | None = None,
+        n_dense: int | None = None,
+        on_inefficient: str | None = "error",
+    ) -> BCOO:
+        """The same array with another split into batch, sparse and dense dimensions (see
+        `bcoo_update_layout`)."""
+        from funcgrad.experimental.sparse.bcoo_structure import bcoo_update_layout
+
+        return bcoo_update_layout(
+            self, n_batch=n_batch, n_dense=n_dense, on_inefficient=on_inefficient
+        )
 
     def astype(self, dtype) -> BCOO:
         """The array converted elementwise. A conversion to an integer or boolean type does
@@ -222,6 +258,48 @@ class BCOO:
 
     def __pos__(self) -> BCOO:
         return self
+
+    def __abs__(self) -> BCOO:
+        return map_values(self, fnp.abs, linear=False)
+
+    def __pow__(self, exponent) -> BCOO:
+        """The elementwise power by a positive scalar (0 ** y is 0 only for y > 0)."""
+        if not _positive_scalar(exponent):
+            raise NotImplementedError(
+                f"BCOO ** {exponent!r}: only a positive scalar exponent keeps the array sparse "
+                "(0 ** y is not 0 for y <= 0); convert the array with .todense() first"
+            )
+        return map_values(self, lambda data: data**exponent, linear=False)
+
+    def __rpow__(self, base):
+        raise NotImplementedError(
+            "raising to a BCOO power gives a dense result (x ** 0 is 1); convert the exponent "
+            "with .todense() first"
+        )
+
+    def __truediv__(self, other) -> BCOO:
+        """The elementwise quotient by a dense array that broadcasts to this one's shape (a
+        scalar included); only the stored elements are divided."""
+        if isinstance(other, BCOO):
+            raise NotImplementedError(
+                "dividing by a BCOO array gives a dense result (x / 0 is not 0); convert the "
+                "divisor with .todense() first"
+            )
+        other = fnp.asarray(other)
+        if not _broadcasts_to(other.shape, self.shape):
+            raise ValueError(
+                f"dividing a BCOO array of shape {self.shape} by a dense array of shape "
+                f"{other.shape}: the divisor must broadcast to the BCOO array's shape"
+            )
+        return self._like(
+            _layout.divide_dense(self.data, self.indices, self.shape, other, fnp.true_divide)
+        )
+
+    def __rtruediv__(self, other):
+        raise NotImplementedError(
+            "dividing by a BCOO array gives a dense result (x / 0 is not 0); convert the "
+            "divisor with .todense() first"
+        )
 
     def __mul__(self, other) -> BCOO:
         from funcgrad.experimental.sparse.bcoo_products import (
@@ -300,6 +378,29 @@ def _distributes_over_sums(source: np.dtype, target: np.dtype) -> bool:
 
 def _traced(x) -> bool:
     return isinstance(x, core.Tracer)
+
+
+def _positive_scalar(x) -> bool:
+    """Whether `x` is a concrete real scalar greater than 0."""
+    if isinstance(x, core.Tracer) or np.ndim(x) != 0 or isinstance(x, (bool, np.bool_)):
+        return False
+    value = np.asarray(x)
+    return value.dtype.kind in "iuf" and bool(value > 0)
+
+
+def map_values(mat: BCOO, fn, *, linear: bool) -> BCOO:
+    """The array with `fn`, which maps 0 to 0, applied to its values: to every stored
+    element's data. Unless `fn` is linear, elements that share an index are merged first
+    (abs(-1 + 1) is not abs(-1) + abs(1)), and padding's data becomes 0, where `fn`'s
+    derivative is cut off from it (sqrt's is infinite there)."""
+    if linear:
+        return mat._like(fn(mat.data))
+    if not mat.unique_indices:
+        mat = bcoo_sum_duplicates(mat, nse=mat.nse)
+    sparse_shape = mat.shape[mat.n_batch : mat.n_batch + mat.n_sparse]
+    valid = _convert.in_range(mat.indices, sparse_shape)
+    valid = valid.reshape(valid.shape + (1,) * mat.n_dense)
+    return mat._like(fn(fnp.where(valid, mat.data, fnp.zeros((), mat.dtype))))
 
 
 def _is_integer_index(i) -> bool:

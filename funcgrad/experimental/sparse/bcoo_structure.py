@@ -1,5 +1,6 @@
 """BCOO counterparts of the lax structural operations: changing the layout, concatenating,
-slicing, broadcasting and squeezing, and the indexing of `BCOO.__getitem__` built on them.
+slicing, reversing, broadcasting and squeezing, and the indexing of `BCOO.__getitem__` built on
+them.
 
 Each keeps the array sparse; none forms a dense array.
 """
@@ -26,9 +27,11 @@ from funcgrad.experimental.sparse.bcoo import (
 
 __all__ = [
     "SparseEfficiencyError",
+    "SparseEfficiencyWarning",
     "bcoo_broadcast_in_dim",
     "bcoo_concatenate",
     "bcoo_dynamic_slice",
+    "bcoo_rev",
     "bcoo_slice",
     "bcoo_squeeze",
     "bcoo_update_layout",
@@ -37,6 +40,10 @@ __all__ = [
 
 class SparseEfficiencyError(ValueError):
     """A layout change would store far more elements than the array has."""
+
+
+class SparseEfficiencyWarning(UserWarning):
+    """A layout change stores far more elements than the array has (`on_inefficient='warn'`)."""
 
 
 def bcoo_update_layout(
@@ -77,7 +84,7 @@ def bcoo_update_layout(
         )
         if on_inefficient == "error":
             raise SparseEfficiencyError(message)
-        warnings.warn(message, stacklevel=2)
+        warnings.warn(message, SparseEfficiencyWarning, stacklevel=2)
     data, indices = _relayout.update_layout(mat.data, mat.indices, mat.shape, n_batch, n_dense)
     return BCOO((data, indices), shape=mat.shape)
 
@@ -206,6 +213,21 @@ def bcoo_dynamic_slice(mat: BCOO, start_indices, slice_sizes: Sequence[int]) -> 
         mat.data, mat.indices, mat.shape, start_indices, slice_sizes
     )
     return BCOO((data, indices), shape=slice_sizes)
+
+
+def bcoo_rev(operand: BCOO, dimensions: Sequence[int]) -> BCOO:
+    """The array reversed along `dimensions`, as `lax.rev`."""
+    operand = _as_bcoo(operand, "bcoo_rev")
+    dimensions = tuple(operator.index(d) for d in dimensions)
+    if len(set(dimensions)) != len(dimensions) or any(
+        not 0 <= d < operand.ndim for d in dimensions
+    ):
+        raise ValueError(
+            f"bcoo_rev: dimensions {dimensions} must be distinct dimensions of the shape "
+            f"{operand.shape}"
+        )
+    data, indices = _slicing.rev(operand.data, operand.indices, operand.shape, dimensions)
+    return BCOO((data, indices), shape=operand.shape, unique_indices=operand.unique_indices)
 
 
 def bcoo_squeeze(mat: BCOO, *, dimensions: Sequence[int]) -> BCOO:

@@ -10,25 +10,34 @@ the same elements with their rows written out.
 
 from __future__ import annotations
 
-import operator
+import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from funcgrad import dtypes, lax, tree_util
+from funcgrad import core, dtypes, lax, tree_util
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
-from funcgrad.experimental.sparse._convert import in_range
+from funcgrad.experimental.sparse._convert import checked_shape, in_range, unpacked
 from funcgrad.experimental.sparse.bcoo import (
     BCOO,
+    bcoo_extract,
     bcoo_fromdense,
     bcoo_sort_indices,
+    bcoo_sum_duplicates,
     check_stored_count,
 )
 from funcgrad.experimental.sparse.bcoo_products import bcoo_dot_general
 
-__all__ = ["BCSR", "bcsr_dot_general", "bcsr_fromdense", "bcsr_todense"]
+__all__ = [
+    "BCSR",
+    "bcsr_dot_general",
+    "bcsr_extract",
+    "bcsr_fromdense",
+    "bcsr_sum_duplicates",
+    "bcsr_todense",
+]
 
 
 @tree_util.register_pytree_node_class
@@ -38,8 +47,9 @@ class BCSR:
     __array_ufunc__ = None  # NumPy arrays defer to BCSR's reflected operators
 
     def __init__(self, args: tuple[Any, Any, Any], *, shape: Sequence[int]):
-        data, indices, indptr = (fnp.asarray(a) for a in args)
-        shape = tuple(operator.index(s) for s in shape)
+        buffers = unpacked(args, 3, "data, indices, indptr", "BCSR")
+        data, indices, indptr = (fnp.asarray(a) for a in buffers)
+        shape = checked_shape(shape, "BCSR")
         n_batch = indices.ndim - 1
         if not (dtypes.is_int(indices.dtype) and dtypes.is_int(indptr.dtype)):
             raise TypeError(
@@ -60,6 +70,7 @@ class BCSR:
                 "by (rows, columns); indptr must have shape (*batch, rows + 1) and data "
                 "(*batch, nse, *dense)"
             )
+        _check_row_pointers(indptr, indices.shape[-1])
         self.data, self.indices, self.indptr = data, indices, indptr
         self._trailing_shape = shape[n_batch:]
 
@@ -97,6 +108,13 @@ class BCSR:
     @property
     def dtype(self) -> np.dtype:
         return self.data.dtype
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def __len__(self) -> int:
+        return self.shape[0]
 
     @property
     def ndim(self) -> int:
@@ -138,6 +156,31 @@ class BCSR:
         indptr = fnp.sum(row[..., None, :] < boundary, axis=-1, dtype=indptr_dtype)
         return cls((arr.data, arr.indices[..., 1], indptr), shape=arr.shape)
 
+    @classmethod
+    def from_scipy_sparse(
+        cls, mat, *, index_dtype=None, n_dense: int = 0, n_batch: int = 0
+    ) -> BCSR:
+        """The BCSR form of a SciPy sparse matrix of any format (read through `tocsr()`)."""
+        if n_batch or n_dense:
+            raise NotImplementedError(
+                f"BCSR.from_scipy_sparse: n_batch={n_batch} and n_dense={n_dense} must be 0"
+            )
+        csr = mat.tocsr()
+        index_dtype = np.dtype(index_dtype or np.int32)
+        return cls(
+            (np.asarray(csr.data), csr.indices.astype(index_dtype), csr.indptr.astype(index_dtype)),
+            shape=csr.shape,
+        )
+
+    def sum_duplicates(self, nse: int | None = None, remove_zeros: bool = True) -> BCSR:
+        """One element per distinct index, in sorted order (see `BCOO.sum_duplicates`)."""
+        return BCSR.from_bcoo(self.to_bcoo().sum_duplicates(nse, remove_zeros))
+
+    def block_until_ready(self) -> BCSR:
+        for buffer in (self.data, self.indices, self.indptr):
+            buffer.block_until_ready()
+        return self
+
     def to_bcoo(self) -> BCOO:
         """The same elements with their rows written out: row r for slots indptr[r] to
         indptr[r + 1] - 1, and the row count (outside the matrix) for padding slots."""
@@ -156,6 +199,26 @@ class BCSR:
 
     def __rmatmul__(self, other) -> Array:
         return other @ self.to_bcoo()
+
+
+def _check_row_pointers(indptr, nse: int) -> None:
+    """Raise unless every batch's `indptr` starts at 0, never decreases and ends at most at
+    `nse`: otherwise rows would overlap or claim slots that do not exist, and the array would
+    silently mean something else. Known only from concrete values: a traced `indptr` (under
+    jit or vmap) is taken as given."""
+    if isinstance(indptr, core.Tracer):
+        return
+    pointers = np.asarray(indptr)
+    bad = (pointers[..., 0] != 0) | (pointers[..., -1] > nse)
+    bad |= np.any(np.diff(pointers, axis=-1) < 0, axis=-1)
+    if np.any(bad):
+        batch = tuple(int(i) for i in np.argwhere(bad)[0])
+        where = f" (batch {batch})" if batch else ""
+        raise ValueError(
+            f"BCSR: indptr {pointers[batch].tolist()}{where} must start at 0, never decrease "
+            f"and end at most at nse={nse}: row r stores the elements indptr[r] to "
+            "indptr[r + 1] - 1"
+        )
 
 
 def _counting_dtype(index_dtype, nse: int) -> np.dtype:
@@ -184,6 +247,25 @@ def bcsr_fromdense(
 
 def bcsr_todense(mat: BCSR) -> Array:
     return mat.todense()
+
+
+def bcsr_sum_duplicates(mat: BCSR, nse: int | None = None) -> BCSR:
+    """One element per distinct index of each batch, holding the sum of the data there (see
+    `bcoo_sum_duplicates`)."""
+    if not isinstance(mat, BCSR):
+        raise TypeError(f"bcsr_sum_duplicates: expected a BCSR array, got {type(mat).__name__}")
+    return BCSR.from_bcoo(bcoo_sum_duplicates(mat.to_bcoo(), nse=nse))
+
+
+def bcsr_extract(indices, indptr, mat) -> Array:
+    """The values of the dense `mat` at the elements that `indices` and `indptr` describe (the
+    data a BCSR array with them has where it agrees with `mat`)."""
+    mat = fnp.asarray(mat)
+    indices, indptr = fnp.asarray(indices), fnp.asarray(indptr)
+    n_batch = indices.ndim - 1
+    data_shape = (*indices.shape, *mat.shape[n_batch + 2 :])
+    pattern = BCSR((fnp.zeros(data_shape, mat.dtype), indices, indptr), shape=mat.shape)
+    return bcoo_extract(pattern.to_bcoo(), mat, assume_unique=True).data
 
 
 def bcsr_dot_general(
