@@ -135,12 +135,28 @@ def names_for_optimizers() -> dict:
     return {"optimizers": optimizers, "step": 0, **names_for_optim()}
 
 
+def names_for_export() -> dict:
+    import funcgrad
+    import funcgrad.numpy as fnp
+    from funcgrad import export
+
+    return {
+        "export": export,
+        "funcgrad": funcgrad,
+        "ShapeDtypeStruct": funcgrad.ShapeDtypeStruct,
+        "np": np,
+        "f": fnp.sin,
+        "x": np.float32([0.5, 1.0, 2.0]),
+    }
+
+
 # The names each example takes as defined.
 EXAMPLE_NAMES = {
     "funcgrad.optim": names_for_optim,
     "funcgrad.testing": names_for_testing,
     "funcgrad.example_libraries.stax": names_for_stax,
     "funcgrad.example_libraries.optimizers": names_for_optimizers,
+    "funcgrad.export": names_for_export,
 }
 
 
@@ -183,3 +199,10 @@ def test_the_example_libraries_docstring_examples_run():
     # Adam's first step is -lr * sign(g) (0 where g is 0)
     expected = 1.0 - 1e-3 * np.sign([3.0, -4.0, 0.0])
     np.testing.assert_allclose(np.asarray(namespace["params"]["w"]), expected, rtol=1e-6)
+
+
+def test_the_export_docstring_example_runs():
+    (code,) = docstring_examples()["funcgrad.export"]
+    namespace = names_for_export()
+    exec(compile(code, "funcgrad/export/__init__.py", "exec"), namespace)
+    np.testing.assert_allclose(namespace["y"], np.sin(namespace["x"]), rtol=1e-6)

@@ -1526,11 +1526,13 @@ RECIPES.update(
             fun=_pmapped_sin,
             reference=lambda x: np.sin(x) * 2.0,
             case=_device_case(),
+            reasons={"export": "a program over this process's devices is not exported"},
         ),
         "shard_map": Recipe(
             fun=_shard_mapped_sin,
             reference=lambda x: np.sin(x) * 2.0,
             case=_device_case(),
+            reasons={"export": "a program over this process's devices is not exported"},
         ),
         "custom_jvp_call": Recipe(
             fun=_custom_sin,

@@ -408,6 +408,28 @@ def check_jit(name: str, data, backend: str) -> None:
             )
 
 
+def check_export(name: str, data) -> None:
+    """The primitive's program exported, written to bytes and read back (`funcgrad.export`):
+    the copy computes what the original does, bit for bit on the reference backend."""
+    recipe = RECIPES[name]
+    case = _draw_case(data, recipe)
+    operands = _draw_operands(data, recipe, case)
+    jitted = fg.jit(_bound(recipe, case))
+    specs = [core.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype) for x in operands]
+    restored = fg.export.deserialize(fg.export.export(jitted)(*specs).serialize())
+    previous = config.jit_backend
+    try:
+        config.update("jit_backend", "numpy")
+        expected = tree_util.tree_leaves(jitted(*operands))
+        actual = tree_util.tree_leaves(restored.call(*operands))
+    finally:
+        config.update("jit_backend", previous)
+    assert len(actual) == len(expected)
+    for j, (value, leaf) in enumerate(zip(actual, expected)):
+        assert value.aval == leaf.aval, f"{name} output {j}: {leaf.aval} vs exported {value.aval}"
+        np.testing.assert_array_equal(_as_float64(np.asarray(value)), _as_float64(np.asarray(leaf)))
+
+
 def check_eager_on_gpu(name: str, data, backend: str) -> None:
     """The primitive applied eagerly to operands placed on a GPU (or the emulated one):
     computed there, left there, equal to the host's eager result."""
@@ -460,7 +482,8 @@ def checked_rules(name: str) -> list[str]:
     ]
     if "jit" in recipe.reasons:  # (what cannot be compiled cannot run on a GPU either)
         return rules
-    return rules + [f"jit[{b}]" for b in COMPILED_BACKENDS] + [f"eager[{b}]" for b in CUDA_BACKENDS]
+    compiled = [f"jit[{b}]" for b in COMPILED_BACKENDS] + [f"eager[{b}]" for b in CUDA_BACKENDS]
+    return rules + compiled + ([] if "export" in recipe.reasons else ["export"])
 
 
 def run_check(name: str, rule: str, data, jvp_order: int | None = None) -> None:
@@ -470,5 +493,7 @@ def run_check(name: str, rule: str, data, jvp_order: int | None = None) -> None:
         check_eager_on_gpu(name, data, rule[6:-1])
     elif rule == "jvp":
         check_jvp(name, data, jvp_order)
+    elif rule == "export":
+        check_export(name, data)
     else:
         CHECKS[rule](name, data)

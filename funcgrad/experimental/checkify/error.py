@@ -283,3 +283,19 @@ def failure_error(failed, failure: Failure, payload=()) -> Error:
 
 
 init_error = Error(asarray(np.False_), asarray(np.int32(0)), {}, {})
+
+
+def _register_export() -> None:
+    """Exported checkified functions return an Error: its messages (aux data) are written as
+    programs' parameters are."""
+    from funcgrad.export import encoding, trees
+
+    trees.register_pytree_node_serialization(
+        Error,
+        serialized_name="funcgrad.experimental.checkify.Error",
+        serialize_auxdata=encoding.to_bytes,
+        deserialize_auxdata=encoding.from_bytes,
+    )
+
+
+_register_export()
