@@ -13,6 +13,9 @@ import textwrap
 
 import numpy as np
 import pytest
+import test_compiled_random_programs as random_programs
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
@@ -353,3 +356,34 @@ def test_checks_platform_branches_and_remat_policies():
     assert error.get() == "x must be positive, got 1.0 (`check` failed)"
     grad = fg.grad(lambda x: restored.call(x)[1].sum())(np.array([1.0, 2.0]))
     _close(grad, fg.grad(lambda x: checked(x)[1].sum())(np.array([1.0, 2.0])), 1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# The compiler's random programs, read back
+
+
+@settings(deadline=None)
+@given(st.data())
+def test_random_programs_read_back_compute_the_same(data):
+    dtype, program, shape, transform = data.draw(random_programs.exact_programs())
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**31 - 1)))
+
+    def f(x, y, at, k):
+        pool = [x, y]
+        for step, i, j in program:
+            pool.append(random_programs.apply_exact_step(step, pool, [i, j], at, k))
+        return pool[-1]
+
+    args = random_programs.exact_arguments(rng, dtype, shape)
+    fun = fg.vmap(f, in_axes=(0, None, 0, 0)) if transform == "vmap" else f
+    if transform == "vmap":
+        x, y, at, k = args
+        args = [np.stack([x, y]), y, np.stack([at, -at]), np.stack([k, k + 1])]
+    restored = export.deserialize(export.export(fg.jit(fun))(*args).serialize())
+    previous = fg.config.jit_backend
+    try:
+        fg.config.update("jit_backend", "numpy")
+        with np.errstate(all="ignore"):
+            np.testing.assert_array_equal(restored.call(*args), fg.jit(fun)(*args))
+    finally:
+        fg.config.update("jit_backend", previous)
