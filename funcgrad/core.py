@@ -270,6 +270,12 @@ class Primitive:
 PRIMITIVES: dict[str, Primitive] = {}
 
 
+def library_primitives() -> dict[str, Primitive]:
+    """funcgrad's own primitives: the registry without those a user declared
+    (`funcgrad.extend.core.Primitive`), which the coverage matrix and rule checks leave out."""
+    return {n: p for n, p in PRIMITIVES.items() if not getattr(p, "user_defined", False)}
+
+
 def never_weak(weak_flags: Sequence[bool], **params) -> bool:
     """The weak-type rule of primitives whose output dtype does not come from their inputs."""
     return False

@@ -13,7 +13,8 @@ rewrites); primitives without an entry are left as they are.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -116,14 +117,15 @@ class _Rewriter:
 inlinable_calls: set[Primitive] = set()
 
 
-def inline_calls(closed: ClosedJaxpr, calls: dict[Primitive, str] | None = None) -> ClosedJaxpr:
+def inline_calls(closed: ClosedJaxpr, calls: Mapping[Primitive, Any] | None = None) -> ClosedJaxpr:
     """Replace every call equation (`jit`) by the equations of its program, so that later
     passes see across call boundaries. Inner variables are renamed (one program may be called
     twice); inner consts become consts of the outer program, each distinct value once.
 
-    `calls` maps the call primitives to inline to the param holding their program (default:
-    `inlinable_calls`, whose program is `jaxpr`); the compiler also inlines custom-derivative
-    and checkpoint calls, whose rules matter only to transformations."""
+    `calls` maps the call primitives to inline to the param holding their program, or to a
+    function of the equation making it (default: `inlinable_calls`, whose program is
+    `jaxpr`); the compiler also inlines custom-derivative and checkpoint calls, whose rules
+    matter only to transformations, and the composites of the user's primitives."""
     if calls is None:
         calls = dict.fromkeys(inlinable_calls, "jaxpr")
     if not any(eqn.primitive in calls for eqn in closed.eqns):
@@ -142,7 +144,8 @@ def inline_calls(closed: ClosedJaxpr, calls: dict[Primitive, str] | None = None)
     rewriter.changed = True
 
     def splice(eqn: JaxprEqn) -> None:
-        inner = inline_calls(eqn.params[calls[eqn.primitive]], calls)
+        program = calls[eqn.primitive]
+        inner = inline_calls(program(eqn) if callable(program) else eqn.params[program], calls)
         renamed: dict[Var, Atom] = {}
 
         def rename(atom: Atom) -> Atom:

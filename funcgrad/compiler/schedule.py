@@ -537,27 +537,44 @@ def _spreads_input(eqn: JaxprEqn) -> bool:
 # Primitives the compiled program hands back to Python: callbacks, checkify's checks (which
 # raise there where a check staged inside checkify reaches a program run without it), and
 # pmap and shard_map, whose shards run on the devices' threads (each compiling its per-device
-# program itself).
+# program itself). So do the user's primitives without a composite, running their impl.
 _HOST_CALLS = ("debug_callback", "check", "pure_callback", "io_callback", "pmap", "shard_map")
 
 
-@functools.cache
-def _calls() -> dict:
-    """Call primitives whose programs the compiler inlines, and the param holding the program:
-    looked up at the first compilation, as the transformations declaring them may be imported
-    after the compiler (a GPU as the default platform loads the compiler while funcgrad is
-    imported)."""
-    return {
-        PRIMITIVES[name]: param
-        for name, param in (
-            ("jit", "jaxpr"),
-            ("checkpoint", "jaxpr"),
-            ("custom_jvp_call", "call_jaxpr"),
-            ("custom_vjp_call", "call_jaxpr"),
-            ("custom_vmap_call", "call_jaxpr"),
-            ("linear_solve", "call_jaxpr"),
+class _Calls(dict):
+    """Call primitives whose programs the compiler inlines, and the param holding the program;
+    and any primitive of the user's with a composite (`funcgrad.extend.core`), whose program
+    is its composite traced on the equation's operand types."""
+
+    def __contains__(self, primitive) -> bool:
+        return super().__contains__(primitive) or getattr(primitive, "composite", None) is not None
+
+    def __getitem__(self, primitive):
+        if super().__contains__(primitive):
+            return super().__getitem__(primitive)
+        return lambda eqn: primitive.composite_program(
+            tuple(v.aval for v in eqn.invars), eqn.params
         )
-    }
+
+
+@functools.cache
+def _calls() -> _Calls:
+    """The calls to inline (`_Calls`): looked up at the first compilation, as the
+    transformations declaring them may be imported after the compiler (a GPU as the default
+    platform loads the compiler while funcgrad is imported)."""
+    return _Calls(
+        {
+            PRIMITIVES[name]: param
+            for name, param in (
+                ("jit", "jaxpr"),
+                ("checkpoint", "jaxpr"),
+                ("custom_jvp_call", "call_jaxpr"),
+                ("custom_vjp_call", "call_jaxpr"),
+                ("custom_vmap_call", "call_jaxpr"),
+                ("linear_solve", "call_jaxpr"),
+            )
+        }
+    )
 
 
 _counter = itertools.count()
@@ -800,7 +817,7 @@ class _Scheduler:
             self._while(eqn)
         elif primitive.name == "scan":
             self._scan(eqn)
-        elif primitive.name in _HOST_CALLS:
+        elif primitive.name in _HOST_CALLS or getattr(primitive, "user_defined", False):
             operands = [self._source(v) for v in eqn.invars]
             results = [self.buffer_of[v] for v in eqn.outvars]
             self.steps.append(CallbackStep(eqn, operands, results))

@@ -18,7 +18,7 @@ import sys
 
 import funcgrad  # noqa: F401  (declares every primitive)
 import funcgrad.backends.cuda.lowerings  # noqa: F401  (fills the llvm and cuda columns)
-from funcgrad.core import PRIMITIVES, Primitive
+from funcgrad.core import Primitive, library_primitives
 
 COLUMNS = ("abstract_eval", "impl", "jvp", "transpose", "batch", "llvm", "cuda")
 REQUIRED = ("abstract_eval", "impl", "jvp", "transpose", "batch", "llvm", "cuda")
@@ -30,8 +30,8 @@ def generically_checked() -> dict[str, set[str]]:
     try:
         from funcgrad.tools.rule_checks import checked_rules
     except ImportError:
-        return {name: set(Primitive.RULES) for name in PRIMITIVES}
-    return {name: set(checked_rules(name)) for name in PRIMITIVES}
+        return {name: set(Primitive.RULES) for name in library_primitives()}
+    return {name: set(checked_rules(name)) for name in library_primitives()}
 
 
 def cell(primitive: Primitive, rule: str, checked: dict[str, set[str]] | None = None) -> str:
@@ -48,25 +48,26 @@ def missing(columns=REQUIRED) -> list[tuple[str, str]]:
     """(primitive, rule) pairs with neither a rule nor a written reason."""
     return [
         (name, rule)
-        for name, primitive in sorted(PRIMITIVES.items())
+        for name, primitive in sorted(library_primitives().items())
         for rule in columns
         if cell(primitive, rule) == "-"
     ]
 
 
 def matrix_text() -> str:
-    name_width = max(len(name) for name in PRIMITIVES)
+    primitives = library_primitives()
+    name_width = max(len(name) for name in primitives)
     header = "primitive".ljust(name_width) + "  " + "  ".join(COLUMNS)
     lines = [header, "-" * len(header)]
     checked = generically_checked()
-    for name, primitive in sorted(PRIMITIVES.items()):
+    for name, primitive in sorted(primitives.items()):
         cells = "  ".join(cell(primitive, rule, checked).center(len(rule)) for rule in COLUMNS)
         lines.append(name.ljust(name_width) + "  " + cells)
-    filled = {rule: sum(p.has_rule(rule) for p in PRIMITIVES.values()) for rule in COLUMNS}
+    filled = {rule: sum(p.has_rule(rule) for p in primitives.values()) for rule in COLUMNS}
     lines.append("-" * len(header))
     totals = "  ".join(f"{filled[rule]}".center(len(rule)) for rule in COLUMNS)
-    lines.append(f"{len(PRIMITIVES)} primitives".ljust(name_width) + "  " + totals)
-    tested = {rule: sum(rule in checked[name] for name in PRIMITIVES) for rule in COLUMNS}
+    lines.append(f"{len(primitives)} primitives".ljust(name_width) + "  " + totals)
+    tested = {rule: sum(rule in checked[name] for name in primitives) for rule in COLUMNS}
     totals = "  ".join(f"{tested[rule]}".center(len(rule)) for rule in COLUMNS)
     lines.append("generically checked".ljust(name_width) + "  " + totals)
     return "\n".join(lines)
@@ -74,7 +75,7 @@ def matrix_text() -> str:
 
 def reasons_text() -> str:
     lines = []
-    for name, primitive in sorted(PRIMITIVES.items()):
+    for name, primitive in sorted(library_primitives().items()):
         for rule, reason in sorted(primitive.not_applicable.items()):
             lines.append(f"{name}.{rule}: {reason}")
     return "\n".join(lines)
