@@ -658,7 +658,7 @@ def test_unbound_axis_name(fun):
 
 def test_binding_a_collective_eagerly_raises_name_error():
     with pytest.raises(NameError, match="unbound axis name: i"):
-        parallel.psum_p.bind(fnp.ones(3), axis_name="i")
+        parallel.psum_p.bind(fnp.ones(3), axis_name="i", axis_index_groups=None)
     with pytest.raises(NameError, match="unbound axis name: j"):
         parallel.axis_index_p.bind(axis_name=("j", "i"))
 

@@ -229,6 +229,57 @@ def test_psum_scatter_and_all_to_all(mesh):
             np.testing.assert_array_equal(_block(np.asarray(swapped), i, j, 2, 4), expected)
 
 
+def test_collectives_over_axis_index_groups(mesh):
+    """Groups of positions along one mesh axis, and along two (numbered row-major in the
+    collective's order of the names): each device combines its group's blocks only."""
+    x = _x()
+    blocks = {(i, j): _block(x, i, j, 2, 4) for i in range(2) for j in range(4)}
+    groups_j = ((0, 2), (3, 1))
+    summed = fg.shard_map(
+        lambda a: lax.psum(a, "j", axis_index_groups=groups_j),
+        mesh=mesh,
+        in_specs=P("i", "j"),
+        out_specs=P("i", "j"),
+    )(x)
+    for (i, j), _ in blocks.items():
+        [group] = [g for g in groups_j if j in g]
+        expected = sum(blocks[i, k] for k in group)
+        assert_close(_block(np.asarray(summed), i, j, 2, 4), expected)
+
+    # Over ("j", "i"), device (i, j) is at position 2 * j + i.
+    groups = ((0, 5), (6, 3), (1, 2), (4, 7))
+    gathered = fg.shard_map(
+        lambda a: lax.all_gather(a, ("j", "i"), axis_index_groups=groups, tiled=True),
+        mesh=mesh,
+        in_specs=P("i", "j"),
+        out_specs=P("i", "j"),
+    )(x)
+    for i, j in blocks:
+        [group] = [g for g in groups if 2 * j + i in g]
+        expected = np.concatenate([blocks[p % 2, p // 2] for p in group])
+        np.testing.assert_array_equal(_block(np.asarray(gathered), i, j, 2, 4), expected)
+
+    # A group's sum is the same within the group only, so out_specs must name the axis.
+    grouped_sum = lambda a: lax.psum(a, "j", axis_index_groups=groups_j)  # noqa: E731
+    with pytest.raises(ValueError, match="leaves out mesh axis 'j'.*axis_index_groups"):
+        fg.shard_map(grouped_sum, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i"))(x)
+    unchecked = fg.shard_map(
+        grouped_sum, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i"), check_vma=False
+    )(x)
+    assert_close(unchecked, np.concatenate([blocks[i, 0] + blocks[i, 2] for i in range(2)]))
+
+    def loss(a):
+        f = fg.shard_map(
+            lambda b: lax.psum(b**2, "j", axis_index_groups=groups_j) * b,
+            mesh=mesh,
+            in_specs=P("i", "j"),
+            out_specs=P("i", "j"),
+        )
+        return fnp.sum(fnp.sin(f(a)))
+
+    check_grads(loss, (x,), order=1, modes=["rev"], eps=1e-6)
+
+
 def test_one_device_mesh():
     single = fg.make_mesh((1,), ("d",))
     x = _x((3, 4))

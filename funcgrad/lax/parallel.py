@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -81,16 +82,41 @@ def _axis_size(axis_name) -> int:
     return size
 
 
-def _axis_name(name: str, axis_name, axis_index_groups=None):
+def _axis_name(name: str, axis_name):
     """`axis_name` in its canonical hashable form, after checking that every name is bound."""
-    if axis_index_groups is not None:
-        raise NotImplementedError(f"{name}: axis_index_groups is not supported")
     if isinstance(axis_name, list):
         axis_name = tuple(axis_name)
     if axis_name is None or (isinstance(axis_name, tuple) and not axis_name):
         raise ValueError(f"{name}: axis_name must name an axis, got {axis_name!r}")
     _axis_size(axis_name)
     return axis_name
+
+
+def _index_groups(name: str, axis_name, axis_index_groups, *, equal: bool) -> tuple | None:
+    """`axis_index_groups` as a tuple of tuples, after checking that the groups hold every
+    position of `axis_name` exactly once (and, where `equal`, that they have one size: a
+    gather or an exchange needs as many blocks from every group). None stays None."""
+    if axis_index_groups is None:
+        return None
+    try:
+        groups = tuple(tuple(operator.index(i) for i in group) for group in axis_index_groups)
+    except TypeError:
+        raise TypeError(
+            f"{name}: axis_index_groups must be a sequence of sequences of axis positions "
+            f"(ints), got {axis_index_groups!r}"
+        ) from None
+    size = _axis_size(axis_name)
+    positions = [i for group in groups for i in group]
+    if sorted(positions) != list(range(size)):
+        raise ValueError(
+            f"{name}: axis_index_groups {groups} must hold each position 0..{size - 1} of axis "
+            f"{axis_name!r} (size {size}) exactly once"
+        )
+    if equal and len({len(group) for group in groups}) > 1:
+        raise ValueError(
+            f"{name}: the groups of axis_index_groups {groups} must all have the same size"
+        )
+    return groups
 
 
 def _split_names(axis_name, own: Hashable) -> tuple[tuple, tuple]:
@@ -136,6 +162,11 @@ def _def_axis_rule(prim: Primitive):
 
     def register(rule):
         def checked(trace, values, dims, **params):
+            if params.get("axis_index_groups") is not None:
+                raise NotImplementedError(
+                    f"{prim.name}: axis_index_groups is not supported over a vmapped axis "
+                    f"({trace.axis_name!r}); use it inside pmap or shard_map"
+                )
             prim.abstract_eval(*map(_lane_aval, values, dims), **params)
             return rule(trace, values, dims, **params)
 
@@ -176,14 +207,14 @@ def _reduction_collective(name: str, accepted) -> Primitive:
     prim = _collective_primitive(name)
 
     @prim.def_abstract_eval
-    def abstract_eval(x: ShapedArray, *, axis_name) -> ShapedArray:
+    def abstract_eval(x: ShapedArray, *, axis_name, axis_index_groups) -> ShapedArray:
         check_dtype_class(name, x, accepted)
         return ShapedArray(x.shape, x.dtype)
 
     @prim.def_batch
-    def batch(values, dims, *, axis_name):
+    def batch(values, dims, **params):
         # Over another trace's axis the reduction is lane-wise in this trace's batch.
-        return prim.bind(values[0], axis_name=axis_name), dims[0]
+        return prim.bind(values[0], **params), dims[0]
 
     return prim
 
@@ -194,10 +225,10 @@ pmax_p = _reduction_collective("pmax", REAL)
 pmin_p = _reduction_collective("pmin", REAL)
 
 
-def _psum_transpose(ct, x, *, axis_name):
-    # Every lane's output is the sum of every lane's input, so every input's cotangent is the
-    # sum of the output cotangents over the lanes.
-    return [psum_p.bind(ct, axis_name=axis_name)]
+def _psum_transpose(ct, x, **params):
+    # Every lane's output is the sum of every lane's input (in its group), so every input's
+    # cotangent is the sum of the output cotangents over the lanes (of its group).
+    return [psum_p.bind(ct, **params)]
 
 
 deflinear(psum_p, _psum_transpose)
@@ -208,12 +239,12 @@ def _extremum_jvp(prim: Primitive) -> None:
     (as reduce_max's derivative does, so a derivative inside vmap equals one outside it).
     JAX has no derivative for these; this one extends it."""
 
-    def jvp(primals, tangents, *, axis_name):
+    def jvp(primals, tangents, **params):
         (x,), (t,) = primals, tangents
-        ans = prim.bind(x, axis_name=axis_name)
+        ans = prim.bind(x, **params)
         attains = elementwise.convert_element_type(elementwise.eq(x, ans), x.dtype)
-        count = psum_p.bind(attains, axis_name=axis_name)
-        total = psum_p.bind(elementwise.mul(t, attains), axis_name=axis_name)
+        count = psum_p.bind(attains, **params)
+        total = psum_p.bind(elementwise.mul(t, attains), **params)
         return ans, elementwise.div(total, elementwise.max(count, 1))
 
     prim.def_jvp(jvp)
@@ -227,12 +258,12 @@ _extremum_jvp(pmin_p)
 def _reduction_axis_rule(prim: Primitive, reduce, unbatched):
     """Reduce over the batch axis; the result is the same in every lane (unbatched)."""
 
-    def rule(trace, values, dims, *, axis_name):
+    def rule(trace, values, dims, *, axis_name, axis_index_groups):
         (x,), (dim,) = values, dims
         out = unbatched(x, trace.axis_size) if dim is not_mapped else reduce(x, (dim,))
         prefix, suffix = _split_names(axis_name, trace.axis_name)
         if prefix or suffix:
-            out = prim.bind(out, axis_name=prefix + suffix)
+            out = prim.bind(out, axis_name=prefix + suffix, axis_index_groups=None)
         return out, not_mapped
 
     _def_axis_rule(prim)(rule)
@@ -244,10 +275,10 @@ _reduction_axis_rule(pmin_p, reduce_min, lambda x, size: x)
 
 
 def _reduction_shard_rule(prim: Primitive, combine, op: str) -> None:
-    """Every device gets the buffers of all devices combined (this process's in device order,
-    then across processes)."""
+    """Every device gets the buffers of all devices (of its group) combined (this process's in
+    device order, then across processes)."""
 
-    def rule(frame, x, *, axis_name):
+    def rule(frame, x, *, axis_name, axis_index_groups):
         # Each device gets its own copy of the combined buffer, as it would of its own result.
         return np.array(frame.all_reduce(x, combine, op, prim.name), x.dtype)
 
@@ -261,8 +292,12 @@ _reduction_shard_rule(pmin_p, np.minimum, "min")
 
 def _tree_collective(name: str, prim: Primitive):
     def collective(x: Any, axis_name: Hashable, *, axis_index_groups=None) -> Any:
-        axis_name = _axis_name(name, axis_name, axis_index_groups)
-        return tree_util.tree_map(lambda leaf: prim.bind(asarray(leaf), axis_name=axis_name), x)
+        axis_name = _axis_name(name, axis_name)
+        groups = _index_groups(name, axis_name, axis_index_groups, equal=False)
+        return tree_util.tree_map(
+            lambda leaf: prim.bind(asarray(leaf), axis_name=axis_name, axis_index_groups=groups),
+            x,
+        )
 
     collective.__name__ = collective.__qualname__ = name
     return collective
@@ -277,10 +312,14 @@ def _counted(leaf):
 
 
 def psum(x: Any, axis_name: Hashable, *, axis_index_groups=None) -> Any:
-    """The sum of `x` (an array or a pytree of arrays) over the lanes of `axis_name`; booleans
-    are counted (int32)."""
-    axis_name = _axis_name("psum", axis_name, axis_index_groups)
-    return tree_util.tree_map(lambda leaf: psum_p.bind(_counted(leaf), axis_name=axis_name), x)
+    """The sum of `x` (an array or a pytree of arrays) over the lanes of `axis_name`, or over
+    those of each lane's group of `axis_index_groups` (lists of positions along the axis);
+    booleans are counted (int32)."""
+    axis_name = _axis_name("psum", axis_name)
+    groups = _index_groups("psum", axis_name, axis_index_groups, equal=False)
+    return tree_util.tree_map(
+        lambda leaf: psum_p.bind(_counted(leaf), axis_name=axis_name, axis_index_groups=groups), x
+    )
 
 
 pmax = _tree_collective("pmax", pmax_p)
@@ -290,14 +329,24 @@ pmin.__doc__ = "The minimum of `x` over the lanes of `axis_name`."
 
 
 def pmean(x: Any, axis_name: Hashable, *, axis_index_groups=None) -> Any:
-    """The mean of `x` over the lanes of `axis_name`; integers average to the default float."""
-    axis_name = _axis_name("pmean", axis_name, axis_index_groups)
-    size = _axis_size(axis_name)
+    """The mean of `x` over the lanes of `axis_name` (of each lane's group of
+    `axis_index_groups`); integers average to the default float."""
+    axis_name = _axis_name("pmean", axis_name)
+    groups = _index_groups("pmean", axis_name, axis_index_groups, equal=False)
+    params = dict(axis_name=axis_name, axis_index_groups=groups)
+    if groups is None:
+        size = _axis_size(axis_name)
+    elif len({len(group) for group in groups}) == 1:
+        size = len(groups[0])
+    else:  # each lane divides by the size of its own group
+        size = psum_p.bind(asarray(np.int32(1)), **params)
 
     def mean(leaf):
-        total = psum_p.bind(_counted(leaf), axis_name=axis_name)
+        total = psum_p.bind(_counted(leaf), **params)
         if not dtypes.is_inexact(total.dtype):
             total = elementwise.convert_element_type(total, dtypes.default_float)
+        if not isinstance(size, int):
+            return elementwise.div(total, elementwise.convert_element_type(size, total.dtype))
         return elementwise.div(total, size)
 
     return tree_util.tree_map(mean, x)
@@ -359,7 +408,13 @@ all_gather_p = _collective_primitive("all_gather")
 
 @all_gather_p.def_abstract_eval
 def _all_gather_abstract_eval(
-    x: ShapedArray, *, axis_name, all_gather_dimension: int, axis_size: int, tiled: bool
+    x: ShapedArray,
+    *,
+    axis_name,
+    axis_index_groups,
+    all_gather_dimension: int,
+    axis_size: int,
+    tiled: bool,
 ) -> ShapedArray:
     dim = all_gather_dimension
     shape = list(x.shape)
@@ -372,11 +427,14 @@ def _all_gather_abstract_eval(
     return ShapedArray(tuple(shape), x.dtype)
 
 
-def _all_gather_transpose(ct, x, *, axis_name, all_gather_dimension, axis_size, tiled):
+def _all_gather_transpose(
+    ct, x, *, axis_name, axis_index_groups, all_gather_dimension, axis_size, tiled
+):
     return [
         psum_scatter_p.bind(
             ct,
             axis_name=axis_name,
+            axis_index_groups=axis_index_groups,
             scatter_dimension=all_gather_dimension,
             axis_size=axis_size,
             tiled=tiled,
@@ -414,6 +472,7 @@ def _all_gather_axis_rule(trace, values, dims, *, axis_name, all_gather_dimensio
             out = all_gather_p.bind(
                 out,
                 axis_name=names,
+                axis_index_groups=None,
                 all_gather_dimension=at,
                 axis_size=_axis_size(names),
                 tiled=False,
@@ -422,7 +481,9 @@ def _all_gather_axis_rule(trace, values, dims, *, axis_name, all_gather_dimensio
 
 
 @_def_shard_rule(all_gather_p)
-def _all_gather_shard_rule(frame, x, *, axis_name, all_gather_dimension, axis_size, tiled):
+def _all_gather_shard_rule(
+    frame, x, *, axis_name, axis_index_groups, all_gather_dimension, axis_size, tiled
+):
     buffers = frame.all_gather(x, "all_gather")
     join = np.concatenate if tiled else np.stack
     return join(buffers, axis=all_gather_dimension)
@@ -432,9 +493,11 @@ def all_gather(
     x: Any, axis_name: Hashable, *, axis_index_groups=None, axis: int = 0, tiled: bool = False
 ) -> Any:
     """Every lane receives the lanes' `x` stacked along a new axis `axis` (concatenated along
-    `axis` when `tiled`)."""
-    axis_name = _axis_name("all_gather", axis_name, axis_index_groups)
-    size = _axis_size(axis_name)
+    `axis` when `tiled`); with `axis_index_groups`, those of its group's lanes, in the group's
+    order."""
+    axis_name = _axis_name("all_gather", axis_name)
+    groups = _index_groups("all_gather", axis_name, axis_index_groups, equal=True)
+    size = _axis_size(axis_name) if groups is None else len(groups[0])
 
     def gather_leaf(leaf):
         leaf = asarray(leaf)
@@ -443,6 +506,7 @@ def all_gather(
         return all_gather_p.bind(
             leaf,
             axis_name=axis_name,
+            axis_index_groups=groups,
             all_gather_dimension=axis % rank,
             axis_size=size,
             tiled=bool(tiled),
@@ -456,7 +520,13 @@ psum_scatter_p = _collective_primitive("psum_scatter")
 
 @psum_scatter_p.def_abstract_eval
 def _psum_scatter_abstract_eval(
-    x: ShapedArray, *, axis_name, scatter_dimension: int, axis_size: int, tiled: bool
+    x: ShapedArray,
+    *,
+    axis_name,
+    axis_index_groups,
+    scatter_dimension: int,
+    axis_size: int,
+    tiled: bool,
 ) -> ShapedArray:
     check_dtype_class("psum_scatter", x, NUMERIC)
     dim = scatter_dimension
@@ -479,11 +549,14 @@ def _psum_scatter_abstract_eval(
     return ShapedArray(tuple(shape), x.dtype)
 
 
-def _psum_scatter_transpose(ct, x, *, axis_name, scatter_dimension, axis_size, tiled):
+def _psum_scatter_transpose(
+    ct, x, *, axis_name, axis_index_groups, scatter_dimension, axis_size, tiled
+):
     return [
         all_gather_p.bind(
             ct,
             axis_name=axis_name,
+            axis_index_groups=axis_index_groups,
             all_gather_dimension=scatter_dimension,
             axis_size=axis_size,
             tiled=tiled,
@@ -518,11 +591,13 @@ def _psum_scatter_axis_rule(trace, values, dims, *, axis_name, scatter_dimension
     return total, scatter_dimension
 
 
-def _psum_scatter_by_slicing(trace, x, dim, axis_name, scatter_dimension, axis_size, tiled):
+def _psum_scatter_by_slicing(
+    trace, x, dim, axis_name, scatter_dimension, axis_size, tiled, axis_index_groups
+):
     """Over several axes: psum over all of them, then each lane slices out its own block."""
     with core.set_current_trace(trace):
         value = x if dim is not_mapped else BatchTracer(trace, x, dim)
-        total = psum_p.bind(value, axis_name=axis_name)
+        total = psum_p.bind(value, axis_name=axis_name, axis_index_groups=None)
         block = core.get_aval(total).shape[scatter_dimension] // axis_size
         start = elementwise.mul(axis_index_p.bind(axis_name=axis_name), block)
         out = dynamic_slice_in_dim(total, start, block, scatter_dimension)
@@ -532,7 +607,9 @@ def _psum_scatter_by_slicing(trace, x, dim, axis_name, scatter_dimension, axis_s
 
 
 @_def_shard_rule(psum_scatter_p)
-def _psum_scatter_shard_rule(frame, x, *, axis_name, scatter_dimension, axis_size, tiled):
+def _psum_scatter_shard_rule(
+    frame, x, *, axis_name, axis_index_groups, scatter_dimension, axis_size, tiled
+):
     total = np.asarray(functools.reduce(np.add, frame.all_gather(x, "psum_scatter")), x.dtype)
     if not tiled:
         return np.take(total, frame.index, axis=scatter_dimension)
@@ -550,15 +627,22 @@ def psum_scatter(
     tiled: bool = False,
 ) -> Any:
     """psum, of which each lane keeps only its block along `scatter_dimension`: lane i gets
-    index i of that axis (of size the axis size), or the i-th of equal blocks when `tiled`."""
-    axis_name = _axis_name("psum_scatter", axis_name, axis_index_groups)
-    size = _axis_size(axis_name)
+    index i of that axis (of size the axis size), or the i-th of equal blocks when `tiled`.
+    With `axis_index_groups`, the sum is over each lane's group, and i its place there."""
+    axis_name = _axis_name("psum_scatter", axis_name)
+    groups = _index_groups("psum_scatter", axis_name, axis_index_groups, equal=True)
+    size = _axis_size(axis_name) if groups is None else len(groups[0])
 
     def scatter_leaf(leaf):
         leaf = asarray(leaf)
         dim = scatter_dimension + leaf.ndim if scatter_dimension < 0 else scatter_dimension
         return psum_scatter_p.bind(
-            leaf, axis_name=axis_name, scatter_dimension=dim, axis_size=size, tiled=bool(tiled)
+            leaf,
+            axis_name=axis_name,
+            axis_index_groups=groups,
+            scatter_dimension=dim,
+            axis_size=size,
+            tiled=bool(tiled),
         )
 
     return tree_util.tree_map(scatter_leaf, x)
@@ -664,7 +748,14 @@ all_to_all_p = _collective_primitive("all_to_all")
 
 @all_to_all_p.def_abstract_eval
 def _all_to_all_abstract_eval(
-    x: ShapedArray, *, axis_name, split_axis: int, concat_axis: int, axis_size: int, tiled: bool
+    x: ShapedArray,
+    *,
+    axis_name,
+    axis_index_groups,
+    split_axis: int,
+    concat_axis: int,
+    axis_size: int,
+    tiled: bool,
 ) -> ShapedArray:
     _check_axis("all_to_all", "split_axis", split_axis, x.ndim, x.shape)
     _check_axis("all_to_all", "concat_axis", concat_axis, x.ndim, x.shape)
@@ -732,7 +823,9 @@ def _all_to_all_axis_rule(trace, values, dims, *, axis_name, split_axis, concat_
 
 
 @_def_shard_rule(all_to_all_p)
-def _all_to_all_shard_rule(frame, x, *, axis_name, split_axis, concat_axis, axis_size, tiled):
+def _all_to_all_shard_rule(
+    frame, x, *, axis_name, axis_index_groups, split_axis, concat_axis, axis_size, tiled
+):
     """This device's block of every device's buffer, joined along the concatenated axis."""
     buffers = frame.all_gather(x, "all_to_all")
     if tiled:
@@ -753,9 +846,11 @@ def all_to_all(
 ) -> Any:
     """Lane i sends block j of `x` (split along `split_axis` into one block per lane) to lane
     j, and receives the lanes' blocks along `concat_axis`: a new axis of the lanes' size at
-    `concat_axis` replacing `split_axis`, or, when `tiled`, concatenated along it."""
-    axis_name = _axis_name("all_to_all", axis_name, axis_index_groups)
-    size = _axis_size(axis_name)
+    `concat_axis` replacing `split_axis`, or, when `tiled`, concatenated along it. With
+    `axis_index_groups`, the lanes of each group exchange among themselves."""
+    axis_name = _axis_name("all_to_all", axis_name)
+    groups = _index_groups("all_to_all", axis_name, axis_index_groups, equal=True)
+    size = _axis_size(axis_name) if groups is None else len(groups[0])
 
     def exchange(leaf):
         leaf = asarray(leaf)
@@ -763,6 +858,7 @@ def all_to_all(
         return all_to_all_p.bind(
             leaf,
             axis_name=axis_name,
+            axis_index_groups=groups,
             split_axis=split,
             concat_axis=concat,
             axis_size=size,

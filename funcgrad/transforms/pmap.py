@@ -310,7 +310,9 @@ def _transpose_program(
             cts_out.append(ct)
         cts_in = backward_pass(jaxpr.jaxpr, jaxpr.consts, operands, cts_out)
         return [
-            instantiate(ct) if m else psum_p.bind(instantiate(ct), axis_name=axis_name)
+            instantiate(ct)
+            if m
+            else psum_p.bind(instantiate(ct), axis_name=axis_name, axis_index_groups=None)
             for ct, u, m in zip(cts_in, undefined, in_mapped)
             if u
         ]

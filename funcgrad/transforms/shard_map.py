@@ -13,7 +13,8 @@ out is the same on every device along it and is read from the devices at positio
 With `check_vma` (the default) the staged program is checked to make that so: each value is
 followed by the mesh axes along which it may differ (the operands' split axes, plus the axes
 of axis_index, ppermute, psum_scatter and all_to_all; psum, pmax, pmin and all_gather make
-their results the same along theirs), and a result that may differ along an axis its spec
+their results the same along theirs, unless they combine groups of an axis's positions, each
+its own: `axis_index_groups`), and a result that may differ along an axis its spec
 leaves out is an error. Control flow is followed: a cond's result may differ where any branch's
 may or where the devices pick different branches, and a loop's carry where an iteration can
 make it differ (found by growing its axes until they settle), or where the devices' trip
@@ -240,7 +241,11 @@ def _transpose_program(
             if u:
                 unmentioned = _unmentioned(names, mesh)
                 ct = instantiate(ct)
-                outs.append(psum_p.bind(ct, axis_name=unmentioned) if unmentioned else ct)
+                outs.append(
+                    psum_p.bind(ct, axis_name=unmentioned, axis_index_groups=None)
+                    if unmentioned
+                    else ct
+                )
         return outs
 
     closed, _ = trace_to_jaxpr(transposed, defined_avals + ct_avals, "transpose of a shard_map")
@@ -358,9 +363,20 @@ def _axis_names(axis_name) -> frozenset:
     return frozenset(axis_name if isinstance(axis_name, tuple) else (axis_name,))
 
 
-# Collectives whose result is the same along their axes, and those whose result differs.
+# Collectives whose result is the same along their axes (unless they combine groups of the
+# axis's positions, each group its own), and those whose result differs.
 _SAME_ALONG = (psum_p, pmax_p, pmin_p, all_gather_p)
 _DIFFERS_ALONG = (axis_index_p, ppermute_p, psum_scatter_p, all_to_all_p)
+
+
+def _makes_same(eqn) -> bool:
+    return eqn.primitive in _SAME_ALONG and eqn.params["axis_index_groups"] is None
+
+
+def _makes_differ(eqn) -> bool:
+    return eqn.primitive in _DIFFERS_ALONG or (
+        eqn.primitive in _SAME_ALONG and eqn.params["axis_index_groups"] is not None
+    )
 
 
 def _sub_jaxprs(params: dict):
@@ -377,7 +393,7 @@ def _axes_made_different(jaxpr: Jaxpr) -> frozenset:
     differs along them."""
     axes: frozenset = frozenset()
     for eqn in jaxpr.eqns:
-        if eqn.primitive in _DIFFERS_ALONG:
+        if _makes_differ(eqn):
             axes |= _axis_names(eqn.params["axis_name"])
         for inner in _sub_jaxprs(eqn.params):
             axes |= _axes_made_different(inner)
@@ -475,9 +491,9 @@ def _varying_axes(jaxpr: Jaxpr, in_varying: list[frozenset]) -> list[frozenset]:
             outs = _eqn_varying(eqn, operands)
         else:
             axes = frozenset().union(*operands)
-            if eqn.primitive in _SAME_ALONG:
+            if _makes_same(eqn):
                 axes -= _axis_names(eqn.params["axis_name"])
-            elif eqn.primitive in _DIFFERS_ALONG:
+            elif _makes_differ(eqn):
                 axes |= _axis_names(eqn.params["axis_name"])
             outs = [axes] * len(eqn.outvars)
         varying.update(zip(eqn.outvars, outs))
@@ -499,9 +515,10 @@ def _check_replication(jaxpr: ClosedJaxpr, in_names, out_names, out_specs, mesh,
                 f"shard_map({name}): out_specs for {_output(path)} is {spec}, which "
                 f"leaves out mesh axis {', '.join(map(repr, left_out))}, so the output must be "
                 f"the same on every device along it; but it may differ along it (it depends on "
-                f"a value split over it, or on axis_index, ppermute, psum_scatter or all_to_all "
-                f"over it). Reduce or gather it over that axis (psum, pmean, all_gather), name "
-                f"the axis in out_specs, or pass check_vma=False to trust that it is the same"
+                f"a value split over it, or on axis_index, ppermute, psum_scatter, all_to_all "
+                f"or a collective over axis_index_groups over it). Reduce or gather it over "
+                f"that axis (psum, pmean, all_gather), name the axis in out_specs, or pass "
+                f"check_vma=False to trust that it is the same"
             )
 
 
