@@ -20,6 +20,7 @@ from test_parallel import (
     ref_all_gather,
     ref_all_to_all,
     ref_axis_index,
+    ref_pbroadcast,
     ref_pmax,
     ref_pmin,
     ref_ppermute,
@@ -205,6 +206,15 @@ def test_ppermute(data):
     perm = data.draw(perms(np.moveaxis(x, in_axis, 0).shape[0]))
     out = run_pmap(lambda v: lax.ppermute(v, "i", perm), x, in_axis)
     assert_close(out, single_reference(lambda ls: ref_ppermute(ls, perm), x, in_axis), x.dtype)
+
+
+@given(data=st.data())
+def test_pbroadcast(data):
+    x, in_axis, _ = data.draw(batched(dtype=fst.numeric_dtypes))
+    source = data.draw(st.integers(0, np.moveaxis(x, in_axis, 0).shape[0] - 1))
+    out = run_pmap(lambda v: lax.pbroadcast(v, "i", source), x, in_axis)
+    expected = single_reference(lambda ls: ref_pbroadcast(ls, source), x, in_axis)
+    assert_close(out, expected, x.dtype)
 
 
 @given(data=st.data())
@@ -502,6 +512,8 @@ COLLECTIVE_FUNS = {
     "all_gather_tiled": lambda v: lax.all_gather(v, "i", axis=1, tiled=True)[:, 3:7] * v,
     "psum_scatter": lambda v: lax.psum_scatter(v * v, "i", scatter_dimension=1, tiled=True),
     "ppermute": lambda v: lax.ppermute(v**2, "i", [(0, 1), (1, 2), (3, 0)]),
+    "pbroadcast": lambda v: lax.pbroadcast(fnp.sin(v), "i", 2) * v,
+    "pcast": lambda v: lax.pcast(v, "i", to="varying") ** 2,
     "all_to_all": lambda v: lax.all_to_all(v, "i", 1, 0, tiled=True) ** 2,
     "axis_index": lambda v: v * lax.axis_index("i"),
 }

@@ -28,6 +28,7 @@ from test_pmap import (  # noqa: F401 (re-collected here, on the emulated GPUs)
     test_in_axes_out_axes_and_pytrees,
     test_jit_of_pmap,
     test_more_entries_than_devices,
+    test_pbroadcast,
     test_pmap_of_jit,
     test_pmap_of_vmap,
     test_pmean_divides_by_the_device_count,

@@ -280,6 +280,32 @@ def test_collectives_over_axis_index_groups(mesh):
     check_grads(loss, (x,), order=1, modes=["rev"], eps=1e-6)
 
 
+def test_pbroadcast_and_pcast(mesh):
+    x = _x()
+    from_third = fg.shard_map(
+        lambda a: lax.pbroadcast(a, "j", 2), mesh=mesh, in_specs=P("i", "j"), out_specs=P("i")
+    )(x)
+    assert_close(from_third, np.concatenate([_block(x, i, 2, 2, 4) for i in range(2)]))
+    # Over ("j", "i"), position 5 is the device at i = 1, j = 2.
+    from_fifth = fg.shard_map(
+        lambda a: lax.pbroadcast(a, ("j", "i"), 5), mesh=mesh, in_specs=P("i", "j"), out_specs=P()
+    )(x)
+    assert_close(from_fifth, _block(x, 1, 2, 2, 4))
+
+    def scaled(w, a):
+        return fg.shard_map(
+            lambda w, a: lax.pcast(w, ("i", "j"), to="varying") * a + lax.pbroadcast(a, "i", 1),
+            mesh=mesh,
+            in_specs=(P(), P("i", "j")),
+            out_specs=P("i", "j"),
+        )(w, a)
+
+    w = _x((4, 3)) - 0.5
+    rows = np.concatenate([_block(x, 1, j, 2, 4) for j in range(4)], 1)
+    assert_close(scaled(w, x), np.tile(w, (2, 4)) * x + np.tile(rows, (2, 1)))
+    check_grads(scaled, (w, x), order=1, eps=1e-6)
+
+
 def test_one_device_mesh():
     single = fg.make_mesh((1,), ("d",))
     x = _x((3, 4))

@@ -863,7 +863,7 @@ rules["bitcast_convert_type"] = _bitcast_rule
 _PARTWISE = (
     "broadcast_in_dim reshape transpose squeeze rev slice dynamic_slice "
     "dynamic_update_slice concatenate pad gather scatter scatter_add select_n reduce_sum "
-    "cumsum reduce_window_sum psum psum_scatter all_gather ppermute all_to_all"
+    "cumsum reduce_window_sum psum psum_scatter all_gather ppermute all_to_all pbroadcast"
 ).split()
 
 

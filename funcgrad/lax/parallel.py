@@ -17,8 +17,8 @@ and binds the collective again with the remaining names, for the traces above it
 
 Derivatives follow JAX: the linear collectives transpose to collectives (psum to psum,
 all_gather to psum_scatter, ppermute to the inverse permutation, all_to_all to all_to_all with
-its axes swapped), so reverse mode inside vmap differentiates the sum over lanes of the
-per-lane outputs.
+its axes swapped, pbroadcast to a psum kept by the source lane), so reverse mode inside vmap
+differentiates the sum over lanes of the per-lane outputs.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ __all__ = [
     "all_to_all",
     "axis_index",
     "axis_size",
+    "pbroadcast",
+    "pcast",
     "pmax",
     "pmean",
     "pmin",
@@ -866,6 +868,103 @@ def all_to_all(
         )
 
     return tree_util.tree_map(exchange, x)
+
+
+# ---------------------------------------------------------------------------------------------
+# pbroadcast
+
+pbroadcast_p = _collective_primitive("pbroadcast")
+
+
+@pbroadcast_p.def_abstract_eval
+def _pbroadcast_abstract_eval(x: ShapedArray, *, axis_name, source: int) -> ShapedArray:
+    return ShapedArray(x.shape, x.dtype)
+
+
+def _pbroadcast_transpose(ct, x, *, axis_name, source):
+    # Every lane's output is lane `source`'s input, so that input's cotangent is the sum of
+    # the output cotangents over the lanes, and the other lanes' inputs get none.
+    total = psum_p.bind(ct, axis_name=axis_name, axis_index_groups=None)
+    is_source = elementwise.eq(axis_index_p.bind(axis_name=axis_name), np.int32(source))
+    shape = core.get_aval(total).shape
+    chosen = shapes.broadcast_in_dim(is_source, shape, ())
+    return [elementwise.select(chosen, total, shapes.full(shape, 0, total.dtype))]
+
+
+deflinear(pbroadcast_p, _pbroadcast_transpose)
+
+
+@pbroadcast_p.def_batch
+def _pbroadcast_batch(values, dims, **params):
+    return pbroadcast_p.bind(values[0], **params), dims[0]
+
+
+@_def_axis_rule(pbroadcast_p)
+def _pbroadcast_axis_rule(trace, values, dims, *, axis_name, source):
+    """The lanes gathered over every name of the axis, and the source's taken: every lane's
+    result is the same (unbatched)."""
+    (x,), (dim,) = values, dims
+    with core.set_current_trace(trace):
+        value = x if dim is not_mapped else BatchTracer(trace, x, dim)
+        gathered = all_gather_p.bind(
+            value,
+            axis_name=axis_name,
+            axis_index_groups=None,
+            all_gather_dimension=0,
+            axis_size=_axis_size(axis_name),
+            tiled=False,
+        )
+        return trace.value_and_dim(shapes.index_in_dim(gathered, source, 0, keepdims=False))
+
+
+@_def_shard_rule(pbroadcast_p)
+def _pbroadcast_shard_rule(frame, x, *, axis_name, source):
+    return frame.all_gather(x, "pbroadcast")[source]
+
+
+def pbroadcast(x: Any, axis_name: Hashable, source: int) -> Any:
+    """Every lane receives lane `source`'s `x`: a broadcast from one lane of `axis_name`
+    (row-major position over a tuple of names)."""
+    axis_name = _axis_name("pbroadcast", axis_name)
+    size = _axis_size(axis_name)
+    source = operator.index(source)
+    if not 0 <= source < size:
+        raise ValueError(
+            f"pbroadcast: source {source} is not a lane of axis {axis_name!r} (size {size})"
+        )
+    return tree_util.tree_map(
+        lambda leaf: pbroadcast_p.bind(asarray(leaf), axis_name=axis_name, source=source), x
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# pcast
+
+PCAST_TARGETS = ("varying", "reduced", "unreduced")
+
+
+def pcast(x: Any, axis_name: Hashable, *, to: str) -> Any:
+    """`x` unchanged, cast to a value that may differ along `axis_name` (`to="varying"`).
+
+    Programs whose values carry the axes they vary along in their types need the cast where a
+    value the same on every device meets one that differs (a loop's carry, say). funcgrad's
+    values carry no such axes: shard_map's `check_vma` follows them through the program by
+    itself, and a value cast is still the same value everywhere. So the cast checks its
+    names and changes nothing; its derivative is the identity too, as the cotangents of a
+    value the same on every device are summed over the devices where shard_map takes it."""
+    if isinstance(axis_name, set | frozenset):
+        raise TypeError(f"pcast: axis_name must be a name or a tuple of names, got {axis_name!r}")
+    if to not in PCAST_TARGETS:
+        raise ValueError(f"pcast: to must be one of {PCAST_TARGETS}, got {to!r}")
+    if to != "varying":
+        raise NotImplementedError(
+            f"pcast to {to!r} needs mesh axes whose shardings are part of the values' types "
+            "(explicit sharding), which funcgrad does not have; only to='varying' is supported"
+        )
+    if axis_name == ():
+        return x
+    _axis_name("pcast", axis_name)
+    return tree_util.tree_map(asarray, x)
 
 
 def pshuffle(x: Any, axis_name: Hashable, perm: Sequence[int]) -> Any:

@@ -1624,6 +1624,7 @@ WITHOUT_RECIPE = {
     "all_gather": _COLLECTIVE,
     "all_to_all": _COLLECTIVE,
     "axis_index": _COLLECTIVE,
+    "pbroadcast": _COLLECTIVE,
     "pmax": _COLLECTIVE,
     "pmin": _COLLECTIVE,
     "ppermute": _COLLECTIVE,

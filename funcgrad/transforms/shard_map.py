@@ -12,9 +12,9 @@ operand is the one its position along those axes picks; a result whose spec leav
 out is the same on every device along it and is read from the devices at position 0 there.
 With `check_vma` (the default) the staged program is checked to make that so: each value is
 followed by the mesh axes along which it may differ (the operands' split axes, plus the axes
-of axis_index, ppermute, psum_scatter and all_to_all; psum, pmax, pmin and all_gather make
-their results the same along theirs, unless they combine groups of an axis's positions, each
-its own: `axis_index_groups`), and a result that may differ along an axis its spec
+of axis_index, ppermute, psum_scatter and all_to_all; psum, pmax, pmin, all_gather and
+pbroadcast make their results the same along theirs, unless they combine groups of an axis's
+positions, each its own: `axis_index_groups`), and a result that may differ along an axis its spec
 leaves out is an error. Control flow is followed: a cond's result may differ where any branch's
 may or where the devices pick different branches, and a loop's carry where an iteration can
 make it differ (found by growing its axes until they settle), or where the devices' trip
@@ -60,6 +60,7 @@ from funcgrad.lax.parallel import (
     all_gather_p,
     all_to_all_p,
     axis_index_p,
+    pbroadcast_p,
     pmax_p,
     pmin_p,
     ppermute_p,
@@ -365,17 +366,17 @@ def _axis_names(axis_name) -> frozenset:
 
 # Collectives whose result is the same along their axes (unless they combine groups of the
 # axis's positions, each group its own), and those whose result differs.
-_SAME_ALONG = (psum_p, pmax_p, pmin_p, all_gather_p)
+_SAME_ALONG = (psum_p, pmax_p, pmin_p, all_gather_p, pbroadcast_p)
 _DIFFERS_ALONG = (axis_index_p, ppermute_p, psum_scatter_p, all_to_all_p)
 
 
 def _makes_same(eqn) -> bool:
-    return eqn.primitive in _SAME_ALONG and eqn.params["axis_index_groups"] is None
+    return eqn.primitive in _SAME_ALONG and eqn.params.get("axis_index_groups") is None
 
 
 def _makes_differ(eqn) -> bool:
     return eqn.primitive in _DIFFERS_ALONG or (
-        eqn.primitive in _SAME_ALONG and eqn.params["axis_index_groups"] is not None
+        eqn.primitive in _SAME_ALONG and eqn.params.get("axis_index_groups") is not None
     )
 
 
