@@ -793,6 +793,7 @@ for _name, _fn in {
     "atanh": atanh,
     "logistic": logistic,
     "stop_gradient": lambda x: x,
+    "sharding_constraint": lambda x: x,
 }.items():
     rules[_name] = _unary(_fn)
 

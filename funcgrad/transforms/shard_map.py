@@ -67,6 +67,7 @@ from funcgrad.lax.parallel import (
     psum_p,
     psum_scatter_p,
 )
+from funcgrad.lax.sharding_constraint import result_layout_rules
 from funcgrad.sharding import (
     Mesh,
     NamedSharding,
@@ -78,7 +79,13 @@ from funcgrad.sharding import (
     get_mesh,
     mesh_coords,
 )
-from funcgrad.transforms.jit import _batched_program, _hoisted, _jvp_program, _split_program
+from funcgrad.transforms.jit import (
+    _batched_program,
+    _hoisted,
+    _jvp_program,
+    _split_program,
+    _typed_static_key,
+)
 from funcgrad.transforms.make_jaxpr import function_name
 from funcgrad.transforms.pmap import _device_executable
 
@@ -354,6 +361,9 @@ def _shard_map_partial_eval(trace: PartialEvalTrace, args: Sequence, params: dic
 
 
 shard_map_p.partial_eval = _shard_map_partial_eval
+result_layout_rules[shard_map_p] = lambda eqn, k: NamedSharding(
+    eqn.params["mesh"], _spec(eqn.params["out_names"][k])
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -531,6 +541,21 @@ def _is_spec(x: Any) -> bool:
     return isinstance(x, PartitionSpec)
 
 
+def _is_spec_or_none(x: Any) -> bool:
+    return x is None or isinstance(x, PartitionSpec)
+
+
+def _static_key(values: list) -> tuple | None:
+    """The cache key of the arguments passed as they are (a None in_spec): each value with its
+    type; None where one cannot be hashed (an array), whose call is traced anew."""
+    key = tuple(_typed_static_key(v) for v in values)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _output(path: str) -> str:
     return f"output{path}" if path else "the output"
 
@@ -589,24 +614,34 @@ class ShardMapped:
             )
         mesh = self._mesh()
         path_leaves, in_tree = tree_util.tree_flatten_with_path(args)
-        paths = [tree_util.keystr(path) for path, _ in path_leaves]
-        leaves = [
-            x if type(x) is Array or isinstance(x, core.Tracer) else asarray(x)
-            for _, x in path_leaves
-        ]
         specs = broadcast_prefix(
-            self.in_specs, args, _is_spec, f"shard_map({self.name}) in_specs", "PartitionSpec"
+            self.in_specs,
+            args,
+            _is_spec_or_none,
+            f"shard_map({self.name}) in_specs",
+            "PartitionSpec",
         )
-        avals = [core.get_aval(x) for x in leaves]
-        in_names = []
-        for path, spec, aval in zip(paths, specs, avals):
-            what = f"shard_map({self.name}): in_specs for args{path}"
+        # A None spec passes its arguments to the function as they are, on every device.
+        passed = tuple(spec is None for spec in specs)
+        static = [x for (_, x), p in zip(path_leaves, passed) if p]
+        leaves, in_names = [], []
+        for (path, x), spec in zip(path_leaves, specs):
+            if spec is None:
+                continue
+            x = x if type(x) is Array or isinstance(x, core.Tracer) else asarray(x)
+            aval = core.get_aval(x)
+            what = f"shard_map({self.name}): in_specs for args{tree_util.keystr(path)}"
             names = _names_for(spec, mesh, aval.ndim, what)
             block_shape(aval.shape, names, mesh, what)
+            leaves.append(x)
             in_names.append(names)
+        avals = [core.get_aval(x) for x in leaves]
         block_avals = tuple(_block_aval(a, n, mesh) for a, n in zip(avals, in_names))
+        static_key = _static_key(static)
         key = (
             in_tree,
+            passed,
+            static_key,
             block_avals,
             tuple(in_names),
             mesh,
@@ -616,8 +651,9 @@ class ShardMapped:
         )
         entry = self._cache.get(key)
         if entry is None:
-            entry = self._trace(mesh, in_tree, block_avals, tuple(in_names))
-            if not any(isinstance(c, core.Tracer) for c in entry[1]):
+            entry = self._trace(mesh, in_tree, passed, static, block_avals, tuple(in_names))
+            closes_over_tracers = any(isinstance(c, core.Tracer) for c in entry[1])
+            if static_key is not None and not closes_over_tracers:
                 self._cache[key] = entry
         jaxpr, consts, out_tree, out_names = entry
         outs = shard_map_p.bind(
@@ -631,9 +667,11 @@ class ShardMapped:
         )
         return tree_util.tree_unflatten(out_tree, outs)
 
-    def _trace(self, mesh: Mesh, in_tree, block_avals, in_names):
+    def _trace(self, mesh: Mesh, in_tree, passed, static, block_avals, in_names):
         def flat_fun(*flat):
-            return self.fun(*tree_util.tree_unflatten(in_tree, flat))
+            staged, given = iter(flat), iter(static)
+            leaves = [next(given) if p else next(staged) for p in passed]
+            return self.fun(*tree_util.tree_unflatten(in_tree, leaves))
 
         with parallel.axes_bound(tuple(mesh.shape.items()), f"shard_map({self.name})"):
             closed, out_tree = trace_to_jaxpr(flat_fun, block_avals, f"shard_map({self.name})")
