@@ -16,6 +16,7 @@ them.
 
 from __future__ import annotations
 
+import enum
 import math
 import threading
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ from funcgrad import core, tree_util
 from funcgrad.array import Array, Device, GpuDevice, Shard, put_on_gpu, to_host
 
 __all__ = [
+    "AxisType",
     "Mesh",
     "NamedSharding",
     "PartitionSpec",
@@ -45,6 +47,33 @@ class _CurrentMesh(threading.local):
 
 
 _current = _CurrentMesh()
+
+
+class AxisType(enum.Enum):
+    """How a program treats a mesh axis. Without a partitioner funcgrad records the types
+    (`Mesh.axis_types`) and treats every axis alike: shard_map maps over the axes it is given,
+    and layouts are recorded on arrays, whatever the type."""
+
+    Auto = enum.auto()
+    Explicit = enum.auto()
+    Manual = enum.auto()
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _axis_types(axis_types: Any, names: tuple[str, ...]) -> tuple[AxisType, ...]:
+    if axis_types is None:
+        return (AxisType.Auto,) * len(names)
+    types = (axis_types,) if isinstance(axis_types, AxisType) else tuple(axis_types)
+    if not all(isinstance(t, AxisType) for t in types):
+        raise TypeError(f"Mesh: axis_types must be AxisType members, got {axis_types!r}")
+    if len(types) != len(names):
+        raise ValueError(
+            f"Mesh: {len(types)} axis_types {types} for {len(names)} axis names {names}; give "
+            "one type per axis"
+        )
+    return types
 
 
 class Mesh:
@@ -78,7 +107,7 @@ class Mesh:
         grid.flags.writeable = False
         self.devices = grid
         self.axis_names = names
-        self.axis_types = axis_types
+        self.axis_types = _axis_types(axis_types, names)
         self._previous: list[Mesh | None] = []
 
     @property

@@ -274,6 +274,26 @@ def test_ppermute_of_an_unbatched_value():
     assert_close(out, [[1.0, 2.0], [1.0, 2.0]])
 
 
+@pytest.mark.parametrize(
+    "collective, reduce",
+    [(lax.psum, np.sum), (lax.pmax, np.max), (lax.pmin, np.min), (lax.pmean, np.mean)],
+    ids=["psum", "pmax", "pmin", "pmean"],
+)
+def test_reductions_over_dimensions_named_by_position(collective, reduce):
+    """Ints in axis_name name dimensions of each lane's value, reduced there (before the
+    named axes, if any); no names at all leave the value as it is."""
+    x = np.random.default_rng(3).standard_normal((3, 2, 4))
+    assert_close(collective(x, 1), reduce(x, axis=1))
+    assert_close(collective(x, (0, -1)), reduce(x, axis=(0, 2)))
+    within_then_over = fg.vmap(lambda v: collective(v, ("i", 1)), axis_name="i")(x)
+    expected = np.broadcast_to(reduce(x, axis=(0, 2)), (3, 2))
+    assert_close(within_then_over, expected)
+    unreduced = collective(x, ())
+    assert unreduced is x if collective is not lax.pmean else np.allclose(unreduced, x)
+    with pytest.raises(ValueError, match="axis_index_groups apply to named axes only"):
+        collective(x, 0, axis_index_groups=[[0]])
+
+
 def test_psum_and_pmean_count_booleans():
     flags = np.array([True, False, True])
     counted = fg.vmap(lambda f: lax.psum(f, "i"), axis_name="i")(flags)

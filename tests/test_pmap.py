@@ -657,6 +657,13 @@ def test_pmap_inside_pmap_is_refused():
         fg.pmap(lambda v: inner(v[None]))(np.zeros(2))
 
 
+def test_axis_size_must_be_the_mapped_size():
+    x = np.ones((NUM_DEVICES, 2))
+    assert_close(fg.pmap(lambda v: v * lax.axis_size("i"), "i", axis_size=NUM_DEVICES)(x), 4 * x)
+    with pytest.raises(ValueError, match="axis_size=3, but its mapped axes have size 4"):
+        fg.pmap(lambda v: v, "i", axis_size=3)(x)
+
+
 def test_in_axes_must_match_the_arguments():
     with pytest.raises(ValueError, match="in_axes of length 1 for 2 positional arguments"):
         fg.pmap(lambda a, b: a, in_axes=(0,))(np.zeros(2), np.zeros(2))

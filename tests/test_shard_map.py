@@ -63,6 +63,18 @@ def test_make_mesh_and_mesh(mesh):
         fg.make_mesh((2, 2), ("a", "a"))
 
 
+def test_axis_types_are_recorded():
+    AxisType = fg.sharding.AxisType
+    devices = np.array(fg.devices()).reshape(2, 4)
+    assert Mesh(devices, ("i", "j")).axis_types == (AxisType.Auto, AxisType.Auto)
+    explicit = fg.make_mesh((2, 4), ("i", "j"), axis_types=(AxisType.Explicit, AxisType.Auto))
+    assert explicit.axis_types == (AxisType.Explicit, AxisType.Auto)
+    with pytest.raises(ValueError, match="1 axis_types .* for 2 axis names"):
+        Mesh(devices, ("i", "j"), axis_types=AxisType.Explicit)
+    with pytest.raises(TypeError, match="axis_types must be AxisType members"):
+        Mesh(devices, ("i", "j"), axis_types=("auto", "auto"))
+
+
 def test_partition_spec():
     assert P("i", None) == P("i", None) != P("i")
     assert P(["i", "j"]) == P(("i", "j"))

@@ -37,7 +37,7 @@ from funcgrad.interpreters import batching, parallel
 from funcgrad.interpreters.ad import defjvp_zero, deflinear
 from funcgrad.interpreters.batching import BatchTracer, broadcast_batch, moveaxis, not_mapped
 from funcgrad.lax import elementwise, shapes
-from funcgrad.lax.base import NUMERIC, REAL, asarray, check_dtype_class
+from funcgrad.lax.base import NUMERIC, REAL, asarray, canonical_axes, check_dtype_class
 from funcgrad.lax.indexing import GatherDimensionNumbers, dynamic_slice_in_dim, gather
 from funcgrad.lax.reductions import reduce_max, reduce_min, reduce_sum
 
@@ -292,14 +292,50 @@ _reduction_shard_rule(pmax_p, np.maximum, "max")
 _reduction_shard_rule(pmin_p, np.minimum, "min")
 
 
-def _tree_collective(name: str, prim: Primitive):
-    def collective(x: Any, axis_name: Hashable, *, axis_index_groups=None) -> Any:
-        axis_name = _axis_name(name, axis_name)
-        groups = _index_groups(name, axis_name, axis_index_groups, equal=False)
-        return tree_util.tree_map(
-            lambda leaf: prim.bind(asarray(leaf), axis_name=axis_name, axis_index_groups=groups),
-            x,
+def _positional(name: str, axis_name, axis_index_groups) -> tuple[tuple[int, ...], Any]:
+    """`axis_name` split into the array dimensions it names by position (its ints, which
+    psum, pmax, pmin and pmean reduce within each lane, as NumPy's reductions do) and the named
+    axes (None for none), after checking the names are bound."""
+    if isinstance(axis_name, list):
+        axis_name = tuple(axis_name)
+    names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+    dims = tuple(a for a in names if isinstance(a, int))
+    if not dims:
+        return (), (_axis_name(name, axis_name) if names else None)
+    if axis_index_groups is not None:
+        raise ValueError(
+            f"{name}: axis_index_groups apply to named axes only, and {axis_name!r} names "
+            "dimensions by position"
         )
+    named = tuple(a for a in names if not isinstance(a, int))
+    return dims, (_axis_name(name, named) if named else None)
+
+
+def _reduce_within(reduce, leaf, dims: tuple[int, ...], name: str):
+    if not dims:
+        return leaf
+    return reduce(leaf, canonical_axes(dims, leaf.ndim, name))
+
+
+def _reduction(name: str, prim: Primitive, reduce, prepare):
+    """psum, pmax or pmin of a pytree: each leaf (as `prepare` makes it) reduced over the
+    dimensions `axis_name` names by position, then over its named axes."""
+
+    def collective(x: Any, axis_name: Hashable, *, axis_index_groups=None) -> Any:
+        dims, named = _positional(name, axis_name, axis_index_groups)
+        if not dims and named is None:
+            return x
+        groups = (
+            None if named is None else _index_groups(name, named, axis_index_groups, equal=False)
+        )
+
+        def leaf_result(leaf):
+            out = _reduce_within(reduce, prepare(leaf), dims, name)
+            if named is None:
+                return out
+            return prim.bind(out, axis_name=named, axis_index_groups=groups)
+
+        return tree_util.tree_map(leaf_result, x)
 
     collective.__name__ = collective.__qualname__ = name
     return collective
@@ -313,43 +349,44 @@ def _counted(leaf):
     return leaf
 
 
-def psum(x: Any, axis_name: Hashable, *, axis_index_groups=None) -> Any:
-    """The sum of `x` (an array or a pytree of arrays) over the lanes of `axis_name`, or over
-    those of each lane's group of `axis_index_groups` (lists of positions along the axis);
-    booleans are counted (int32)."""
-    axis_name = _axis_name("psum", axis_name)
-    groups = _index_groups("psum", axis_name, axis_index_groups, equal=False)
-    return tree_util.tree_map(
-        lambda leaf: psum_p.bind(_counted(leaf), axis_name=axis_name, axis_index_groups=groups), x
-    )
-
-
-pmax = _tree_collective("pmax", pmax_p)
-pmax.__doc__ = "The maximum of `x` over the lanes of `axis_name`."
-pmin = _tree_collective("pmin", pmin_p)
-pmin.__doc__ = "The minimum of `x` over the lanes of `axis_name`."
+psum = _reduction("psum", psum_p, reduce_sum, _counted)
+psum.__doc__ = """The sum of `x` (an array or a pytree of arrays) over the lanes of `axis_name`,
+    or over those of each lane's group of `axis_index_groups` (lists of positions along the
+    axis); booleans are counted (int32). Ints in `axis_name` name dimensions of `x`, summed
+    within each lane."""
+pmax = _reduction("pmax", pmax_p, reduce_max, asarray)
+pmax.__doc__ = "The maximum of `x` over the lanes of `axis_name` (as psum takes them)."
+pmin = _reduction("pmin", pmin_p, reduce_min, asarray)
+pmin.__doc__ = "The minimum of `x` over the lanes of `axis_name` (as psum takes them)."
 
 
 def pmean(x: Any, axis_name: Hashable, *, axis_index_groups=None) -> Any:
     """The mean of `x` over the lanes of `axis_name` (of each lane's group of
-    `axis_index_groups`); integers average to the default float."""
-    axis_name = _axis_name("pmean", axis_name)
-    groups = _index_groups("pmean", axis_name, axis_index_groups, equal=False)
-    params = dict(axis_name=axis_name, axis_index_groups=groups)
-    if groups is None:
-        size = _axis_size(axis_name)
+    `axis_index_groups`; over the dimensions its ints name too); integers average to the
+    default float."""
+    dims, named = _positional("pmean", axis_name, axis_index_groups)
+    groups = (
+        None if named is None else _index_groups("pmean", named, axis_index_groups, equal=False)
+    )
+    if named is None:
+        lanes = 1
+    elif groups is None:
+        lanes = _axis_size(named)
     elif len({len(group) for group in groups}) == 1:
-        size = len(groups[0])
+        lanes = len(groups[0])
     else:  # each lane divides by the size of its own group
-        size = psum_p.bind(asarray(np.int32(1)), **params)
+        lanes = psum_p.bind(asarray(np.int32(1)), axis_name=named, axis_index_groups=groups)
 
     def mean(leaf):
-        total = psum_p.bind(_counted(leaf), **params)
+        leaf = _counted(leaf)
+        total = psum(leaf, axis_name, axis_index_groups=axis_index_groups)
         if not dtypes.is_inexact(total.dtype):
             total = elementwise.convert_element_type(total, dtypes.default_float)
-        if not isinstance(size, int):
-            return elementwise.div(total, elementwise.convert_element_type(size, total.dtype))
-        return elementwise.div(total, size)
+        within = math.prod(leaf.shape[d] for d in canonical_axes(dims, leaf.ndim, "pmean"))
+        if isinstance(lanes, int):
+            return elementwise.div(total, lanes * within)
+        count = elementwise.mul(lanes, np.int32(within)) if within != 1 else lanes
+        return elementwise.div(total, elementwise.convert_element_type(count, total.dtype))
 
     return tree_util.tree_map(mean, x)
 
