@@ -9,12 +9,14 @@ collectives (`lax.psum`, `all_gather`, ...) name the mesh's axes.
 funcgrad has no partitioner that rewrites whole-array programs for a mesh: a sharding is
 carried by the arrays that `device_put`, `shard_map` and jit's `out_shardings` make, so that
 `.sharding` and `.addressable_shards` describe their layout, and `with_sharding_constraint`
-checks a layout without moving data. Virtual CPU devices share the host's memory, so their
-arrays are whole on the host and the shards are views of them.
+(`lax/sharding_constraint.py`) records a layout without moving data. Virtual CPU devices
+share the host's memory, so their arrays are whole on the host and the shards are views of
+them.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import threading
 from collections.abc import Sequence
@@ -26,6 +28,7 @@ from funcgrad import core, tree_util
 from funcgrad.array import Array, Device, GpuDevice, Shard, put_on_gpu, to_host
 
 __all__ = [
+    "AxisType",
     "Mesh",
     "NamedSharding",
     "PartitionSpec",
@@ -44,6 +47,33 @@ class _CurrentMesh(threading.local):
 
 
 _current = _CurrentMesh()
+
+
+class AxisType(enum.Enum):
+    """How a program treats a mesh axis. Without a partitioner funcgrad records the types
+    (`Mesh.axis_types`) and treats every axis alike: shard_map maps over the axes it is given,
+    and layouts are recorded on arrays, whatever the type."""
+
+    Auto = enum.auto()
+    Explicit = enum.auto()
+    Manual = enum.auto()
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _axis_types(axis_types: Any, names: tuple[str, ...]) -> tuple[AxisType, ...]:
+    if axis_types is None:
+        return (AxisType.Auto,) * len(names)
+    types = (axis_types,) if isinstance(axis_types, AxisType) else tuple(axis_types)
+    if not all(isinstance(t, AxisType) for t in types):
+        raise TypeError(f"Mesh: axis_types must be AxisType members, got {axis_types!r}")
+    if len(types) != len(names):
+        raise ValueError(
+            f"Mesh: {len(types)} axis_types {types} for {len(names)} axis names {names}; give "
+            "one type per axis"
+        )
+    return types
 
 
 class Mesh:
@@ -77,7 +107,7 @@ class Mesh:
         grid.flags.writeable = False
         self.devices = grid
         self.axis_names = names
-        self.axis_types = axis_types
+        self.axis_types = _axis_types(axis_types, names)
         self._previous: list[Mesh | None] = []
 
     @property
@@ -488,8 +518,8 @@ def broadcast_prefix(
     ]
 
 
-def _is_sharding(x: Any) -> bool:
-    return isinstance(x, Sharding | PartitionSpec)
+def _is_sharding_or_none(x: Any) -> bool:
+    return x is None or isinstance(x, Sharding | PartitionSpec)
 
 
 def laid_out(x: Array, sharding: Sharding) -> Array:
@@ -520,32 +550,34 @@ def _on_one_device(x: Array, sharding: SingleDeviceSharding) -> Array:
 
 def put(x: Any, shardings: Any) -> Any:
     """`device_put` with a sharding (or a tree prefix of shardings) for a pytree of arrays."""
+    from funcgrad.array import device_put
     from funcgrad.lax.base import asarray
 
     leaves, tree = tree_util.tree_flatten(x)
     per_leaf = broadcast_prefix(
-        shardings, x, _is_sharding, "device_put's shardings", "sharding", "its operand"
+        shardings, x, _is_sharding_or_none, "device_put's shardings", "sharding", "its operand"
     )
-    outs = [laid_out(asarray(leaf), resolve(s, "device_put")) for leaf, s in zip(leaves, per_leaf)]
+    outs = [
+        device_put(leaf) if s is None else laid_out(asarray(leaf), resolve(s, "device_put"))
+        for leaf, s in zip(leaves, per_leaf)
+    ]
     return tree_util.tree_unflatten(tree, outs)
 
 
-def with_sharding_constraint(x: Any, shardings: Any) -> Any:
-    """`x` constrained to be laid out as `shardings` say (a sharding, a PartitionSpec over the
-    current mesh, or a tree prefix of them): checked against the shapes, and recorded on
-    concrete arrays; traced values pass through, as funcgrad has no partitioner to tell."""
-    return constrained(x, shardings, "with_sharding_constraint", "its operand")
-
-
 def constrained(x: Any, shardings: Any, what: str, of: str) -> Any:
-    """`with_sharding_constraint` for `what` (jit's in_shardings, ...), whose errors name it
-    and say what `x` is (`of`)."""
+    """`x` laid out as `shardings` say, for jit's in_shardings and out_shardings (`what`,
+    which errors name with what `x` is, `of`): checked against the shapes and recorded on
+    concrete arrays; traced values pass through. A None sharding leaves its values as they
+    are (their layout unspecified)."""
     from funcgrad.lax.base import asarray
 
     leaves, tree = tree_util.tree_flatten(x)
-    per_leaf = broadcast_prefix(shardings, x, _is_sharding, what, "sharding", of)
+    per_leaf = broadcast_prefix(shardings, x, _is_sharding_or_none, what, "sharding", of)
     outs = []
     for leaf, s in zip(leaves, per_leaf):
+        if s is None:
+            outs.append(leaf)
+            continue
         sharding = resolve(s, what)
         leaf = leaf if isinstance(leaf, core.Tracer) else asarray(leaf)
         if isinstance(sharding, NamedSharding):
@@ -557,8 +589,9 @@ def constrained(x: Any, shardings: Any, what: str, of: str) -> Any:
 def reshard(x: Any, out_shardings: Any) -> Any:
     """`x` laid out as `out_shardings` say (a sharding, a PartitionSpec over the current
     mesh, or a tree prefix of them). Without a partitioner this is `with_sharding_constraint`:
-    concrete arrays are laid out anew (as `device_put` does), traced ones are checked against
-    the shardings and pass through."""
+    concrete arrays are laid out anew (as `device_put` does), traced ones are constrained."""
+    from funcgrad.lax.sharding_constraint import with_sharding_constraint
+
     return with_sharding_constraint(x, out_shardings)
 
 

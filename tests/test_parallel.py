@@ -23,6 +23,7 @@ from funcgrad.lax import parallel
 from funcgrad.test_util import check_grads
 
 COLLECTIVES = {
+    "pbroadcast",
     "psum",
     "pmax",
     "pmin",
@@ -74,6 +75,10 @@ def ref_all_to_all(lanes, split_axis, concat_axis, tiled):
         return [np.concatenate([blocks[j][i] for j in range(n)], concat_axis) for i in range(n)]
     received = [[np.squeeze(blocks[j][i], split_axis) for j in range(n)] for i in range(n)]
     return [np.stack(pieces, concat_axis) for pieces in received]
+
+
+def ref_pbroadcast(lanes, source):
+    return [lanes[source]] * len(lanes)
 
 
 def ref_psum_scatter(lanes, scatter_dimension, tiled):
@@ -235,12 +240,58 @@ def test_ppermute(data):
     check_staging(fg.vmap(fun, in_axes=in_axis, axis_name="i"), x)
 
 
+@given(data=st.data())
+def test_pbroadcast(data):
+    x, in_axis, _ = data.draw(batched(dtype=fst.numeric_dtypes))
+    source = data.draw(st.integers(0, np.moveaxis(x, in_axis, 0).shape[0] - 1))
+
+    def fun(v):
+        return lax.pbroadcast(v, "i", source)
+
+    expected = single_reference(lambda ls: ref_pbroadcast(ls, source), x, in_axis)
+    assert_close(run_single(fun, x, in_axis), expected, x.dtype)
+    check_staging(fg.vmap(fun, in_axes=in_axis, axis_name="i"), x)
+    # The source's value is every lane's, so it may leave vmap unmapped.
+    out = fg.vmap(fun, in_axes=in_axis, axis_name="i", out_axes=None)(x)
+    assert_close(out, np.take(x, source, axis=in_axis), x.dtype)
+
+
+def test_pcast_to_varying_changes_nothing():
+    x = np.arange(6.0).reshape(3, 2)
+    out = fg.vmap(lambda v: lax.pcast({"a": v, "b": 2.0}, "i", to="varying"), axis_name="i")(x)
+    assert_close(out["a"], x)
+    assert_close(out["b"], np.full(3, 2.0, np.float32))
+    assert_close(fg.vmap(lambda v: lax.pcast(v, (), to="varying"), axis_name="i")(x), x)
+    cast_squares = lambda v: fnp.sum(lax.pcast(v, "i", to="varying") ** 2)  # noqa: E731
+    assert_close(fg.vmap(fg.grad(cast_squares), axis_name="i")(x), 2 * x)
+
+
 def test_ppermute_of_an_unbatched_value():
     y = np.array([1.0, 2.0])
     out = fg.vmap(lambda v: lax.ppermute(y, "i", [(0, 1), (1, 2)]), axis_name="i")(np.zeros(3))
     assert_close(out, [[0.0, 0.0], [1.0, 2.0], [1.0, 2.0]])
     out = fg.vmap(lambda v: lax.ppermute(y, "i", [(0, 1), (1, 0)]), axis_name="i")(np.zeros(2))
     assert_close(out, [[1.0, 2.0], [1.0, 2.0]])
+
+
+@pytest.mark.parametrize(
+    "collective, reduce",
+    [(lax.psum, np.sum), (lax.pmax, np.max), (lax.pmin, np.min), (lax.pmean, np.mean)],
+    ids=["psum", "pmax", "pmin", "pmean"],
+)
+def test_reductions_over_dimensions_named_by_position(collective, reduce):
+    """Ints in axis_name name dimensions of each lane's value, reduced there (before the
+    named axes, if any); no names at all leave the value as it is."""
+    x = np.random.default_rng(3).standard_normal((3, 2, 4))
+    assert_close(collective(x, 1), reduce(x, axis=1))
+    assert_close(collective(x, (0, -1)), reduce(x, axis=(0, 2)))
+    within_then_over = fg.vmap(lambda v: collective(v, ("i", 1)), axis_name="i")(x)
+    expected = np.broadcast_to(reduce(x, axis=(0, 2)), (3, 2))
+    assert_close(within_then_over, expected)
+    unreduced = collective(x, ())
+    assert unreduced is x if collective is not lax.pmean else np.allclose(unreduced, x)
+    with pytest.raises(ValueError, match="axis_index_groups apply to named axes only"):
+        collective(x, 0, axis_index_groups=[[0]])
 
 
 def test_psum_and_pmean_count_booleans():
@@ -466,6 +517,18 @@ def test_nested_ppermute_and_all_to_all(axis_name, data):
         assert_close(run_nested(fun, z, outer, inner), expected)
 
 
+@pytest.mark.parametrize("axis_name", ["i", "j", ("i", "j"), ("j", "i")])
+@given(data=nested(), last=st.booleans())
+def test_nested_pbroadcast(axis_name, data, last):
+    x, outer, inner, _ = data
+    ni, nj = x.shape[outer], np.moveaxis(x, outer, 0).shape[inner + 1]
+    size = {"i": ni, "j": nj}.get(axis_name, ni * nj)
+    source = size - 1 if last else 0
+    out = run_nested(lambda v: lax.pbroadcast(v, axis_name, source), x, outer, inner)
+    ref = lambda ls: ref_pbroadcast(ls, source)  # noqa: E731
+    assert_close(out, nested_reference(ref, x, outer, inner, axis_name))
+
+
 @pytest.mark.parametrize("names", list(itertools.permutations("ijk")))
 def test_three_axes(names):
     """Lanes of a tuple of names are numbered row-major in the order of the names."""
@@ -552,6 +615,7 @@ DIFFERENTIABLE = {
     "all_gather_tiled": lambda v: fnp.cos(lax.all_gather(v, "i", tiled=True)),
     "psum_scatter": lambda v: lax.psum_scatter(fnp.outer(v[:3], v), "i") * v,
     "ppermute": lambda v: lax.ppermute(v * v, "i", [(0, 2), (2, 1)]) * v,
+    "pbroadcast": lambda v: lax.pbroadcast(v * v, "i", 2) * v,
     "all_to_all": lambda v: lax.all_to_all(fnp.outer(v[:3], v) ** 2, "i", 0, 1, tiled=True),
     "axis_index": lambda v: v * lax.axis_index("i"),
 }
@@ -562,7 +626,9 @@ def test_derivatives_inside_vmap(name):
     check_inside_vmap(DIFFERENTIABLE[name], X)
 
 
-@pytest.mark.parametrize("name", ["psum", "pmax", "all_gather", "ppermute", "all_to_all"])
+@pytest.mark.parametrize(
+    "name", ["psum", "pmax", "all_gather", "ppermute", "pbroadcast", "all_to_all"]
+)
 def test_derivatives_of_the_vmapped_function(name):
     check_grads(fg.vmap(DIFFERENTIABLE[name], axis_name="i"), (X,), order=2)
 
@@ -642,6 +708,8 @@ UNBOUND = [
     lambda x: lax.all_to_all(x, "i", 0, 0),
     lambda x: lax.psum_scatter(x, "i"),
     lambda x: lax.psum(x, ("i", "j")),
+    lambda x: lax.pbroadcast(x, "i", 0),
+    lambda x: lax.pcast(x, "i", to="varying"),
 ]
 
 
@@ -658,7 +726,7 @@ def test_unbound_axis_name(fun):
 
 def test_binding_a_collective_eagerly_raises_name_error():
     with pytest.raises(NameError, match="unbound axis name: i"):
-        parallel.psum_p.bind(fnp.ones(3), axis_name="i")
+        parallel.psum_p.bind(fnp.ones(3), axis_name="i", axis_index_groups=None)
     with pytest.raises(NameError, match="unbound axis name: j"):
         parallel.axis_index_p.bind(axis_name=("j", "i"))
 
@@ -707,6 +775,14 @@ def test_binding_a_collective_eagerly_raises_name_error():
             NotImplementedError,
             "psum: axis_index_groups",
         ),
+        (
+            lambda v: lax.pbroadcast(v, "i", 2),
+            ValueError,
+            r"pbroadcast: source 2 is not a lane of axis 'i' \(size 2\)",
+        ),
+        (lambda v: lax.pcast(v, {"i"}, to="varying"), TypeError, "a name or a tuple of names"),
+        (lambda v: lax.pcast(v, "i", to="constant"), ValueError, "to must be one of"),
+        (lambda v: lax.pcast(v, "i", to="reduced"), NotImplementedError, "explicit sharding"),
         (
             lambda v: lax.pmax(fnp.ones(2, np.complex64), "i"),
             TypeError,

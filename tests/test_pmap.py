@@ -20,6 +20,7 @@ from test_parallel import (
     ref_all_gather,
     ref_all_to_all,
     ref_axis_index,
+    ref_pbroadcast,
     ref_pmax,
     ref_pmin,
     ref_ppermute,
@@ -208,6 +209,15 @@ def test_ppermute(data):
 
 
 @given(data=st.data())
+def test_pbroadcast(data):
+    x, in_axis, _ = data.draw(batched(dtype=fst.numeric_dtypes))
+    source = data.draw(st.integers(0, np.moveaxis(x, in_axis, 0).shape[0] - 1))
+    out = run_pmap(lambda v: lax.pbroadcast(v, "i", source), x, in_axis)
+    expected = single_reference(lambda ls: ref_pbroadcast(ls, source), x, in_axis)
+    assert_close(out, expected, x.dtype)
+
+
+@given(data=st.data())
 def test_all_to_all(data):
     n, lane, split_axis, concat_axis, tiled = data.draw(all_to_all_case())
     x, in_axis, _ = data.draw(batched(dtype=fst.numeric_dtypes, lane=lane, size=n))
@@ -231,6 +241,136 @@ def test_psum_scatter(data):
     )
     expected = single_reference(lambda ls: ref_psum_scatter(ls, dim, tiled), x, in_axis)
     assert_close(out, expected, x.dtype, **_tol(x.dtype))
+
+
+# ---------------------------------------------------------------------------------------------
+# axis_index_groups: each group of devices runs the collective among its own
+
+
+@st.composite
+def index_groups(draw, n: int, equal: bool):
+    """A partition of the positions 0..n-1 into groups, each in an order of its own: of one
+    size when `equal`, of any sizes otherwise."""
+    order = draw(st.permutations(range(n)))
+    if equal:
+        size = draw(st.sampled_from([d for d in range(1, n + 1) if n % d == 0]))
+        cuts = list(range(size, n, size))
+    else:
+        cuts = sorted(draw(st.sets(st.integers(1, n - 1))))
+    bounds = [0, *cuts, n]
+    return tuple(tuple(order[a:b]) for a, b in zip(bounds, bounds[1:]))
+
+
+def grouped_reference(ref, lanes, groups):
+    """`ref` run on each group's lanes (in the group's order), its results put back at the
+    group's positions."""
+    out = [None] * len(lanes)
+    for group in groups:
+        for position, result in zip(group, ref([lanes[p] for p in group])):
+            out[position] = result
+    return np.stack(out)
+
+
+def ref_pmean(lanes):
+    return [np.mean(np.stack(lanes), axis=0)] * len(lanes)
+
+
+# name: (groups of one size, lane shape for groups of size n, collective, reference)
+GROUPED = {
+    "psum": (False, lambda n: (2, 3), lax.psum, ref_psum),
+    "pmax": (False, lambda n: (2, 3), lax.pmax, ref_pmax),
+    "pmin": (False, lambda n: (2, 3), lax.pmin, ref_pmin),
+    "pmean": (False, lambda n: (2, 3), lax.pmean, ref_pmean),
+    "all_gather": (
+        True,
+        lambda n: (2, 3),
+        functools.partial(lax.all_gather, axis=1),
+        lambda ls: ref_all_gather(ls, 1, False),
+    ),
+    "all_gather_tiled": (
+        True,
+        lambda n: (2, 3),
+        functools.partial(lax.all_gather, axis=1, tiled=True),
+        lambda ls: ref_all_gather(ls, 1, True),
+    ),
+    "psum_scatter": (
+        True,
+        lambda n: (2, n),
+        functools.partial(lax.psum_scatter, scatter_dimension=1),
+        lambda ls: ref_psum_scatter(ls, 1, False),
+    ),
+    "psum_scatter_tiled": (
+        True,
+        lambda n: (2 * n, 3),
+        functools.partial(lax.psum_scatter, tiled=True),
+        lambda ls: ref_psum_scatter(ls, 0, True),
+    ),
+    "all_to_all": (
+        True,
+        lambda n: (n, 3),
+        lambda v, name, **kw: lax.all_to_all(v, name, 0, 1, **kw),
+        lambda ls: ref_all_to_all(ls, 0, 1, False),
+    ),
+    "all_to_all_tiled": (
+        True,
+        lambda n: (2, 2 * n),
+        lambda v, name, **kw: lax.all_to_all(v, name, 1, 0, tiled=True, **kw),
+        lambda ls: ref_all_to_all(ls, 1, 0, True),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GROUPED))
+@given(data=st.data())
+def test_collectives_over_axis_index_groups(name, data):
+    """Each group's devices (in the group's order) against the collective's reference run on
+    their lanes alone; reductions take groups of any sizes, the others of one size."""
+    equal, lane, collective, ref = GROUPED[name]
+    groups = data.draw(index_groups(NUM_DEVICES, equal))
+    dtype = data.draw(st.sampled_from([np.float32, np.float64]))
+    x = data.draw(fst.arrays(dtype, (NUM_DEVICES, *lane(len(groups[0])))))
+    out = fg.pmap(lambda v: collective(v, "i", axis_index_groups=groups), "i")(x)
+    expected = grouped_reference(ref, list(x), groups)
+    assert_close(out, expected, dtype, **_tol(dtype))
+
+
+GROUPED_FUNS = {
+    "psum": lambda v: lax.psum(v, "i", axis_index_groups=[[0, 2], [1, 3]]) * v,
+    "pmean_uneven": lambda v: fnp.sin(lax.pmean(v, "i", axis_index_groups=[[3], [0, 2, 1]])),
+    "pmax": lambda v: lax.pmax(v, "i", axis_index_groups=[[1, 0], [3, 2]]) * v,
+    "all_gather": lambda v: (
+        fnp.sum(lax.all_gather(v, "i", axis_index_groups=[[3, 0], [1, 2]]) ** 2, axis=0) * v
+    ),
+    "psum_scatter": lambda v: lax.psum_scatter(
+        v * v, "i", scatter_dimension=1, tiled=True, axis_index_groups=[[0, 1], [2, 3]]
+    ),
+    "all_to_all": lambda v: (
+        lax.all_to_all(v, "i", 1, 0, tiled=True, axis_index_groups=[[2, 0], [3, 1]]) ** 2
+    ),
+}
+
+
+@pytest.mark.parametrize("name", GROUPED_FUNS)
+def test_derivatives_of_collectives_over_axis_index_groups(name):
+    x = _lanes((NUM_DEVICES, 2, 4))
+    check_grads(fg.pmap(GROUPED_FUNS[name], "i"), (x,), order=1, eps=1e-6)
+
+
+def test_bad_axis_index_groups_are_refused():
+    x = np.ones((NUM_DEVICES, 2), np.float32)
+    with pytest.raises(ValueError, match=r"must hold each position 0..3 of axis 'i' .* once"):
+        fg.pmap(lambda v: lax.psum(v, "i", axis_index_groups=[[0, 1], [2]]), "i")(x)
+    with pytest.raises(ValueError, match=r"must hold each position 0..3 of axis 'i' .* once"):
+        fg.pmap(lambda v: lax.pmax(v, "i", axis_index_groups=[[0, 1, 2], [2, 3]]), "i")(x)
+    with pytest.raises(ValueError, match="all_gather: the groups .* must all have the same size"):
+        fg.pmap(lambda v: lax.all_gather(v, "i", axis_index_groups=[[0], [1, 2, 3]]), "i")(x)
+    with pytest.raises(TypeError, match="sequence of sequences of axis positions"):
+        fg.pmap(lambda v: lax.psum(v, "i", axis_index_groups=[[0.0, 1], [2, 3]]), "i")(x)
+    with pytest.raises(ValueError, match="must have the axis size 2"):
+        groups = [[0, 1], [2, 3]]
+        fg.pmap(lambda v: lax.psum_scatter(v[:1], "i", axis_index_groups=groups), "i")(x)
+    with pytest.raises(NotImplementedError, match="psum: axis_index_groups is not supported over"):
+        fg.vmap(lambda v: lax.psum(v, "i", axis_index_groups=[[0, 1], [2, 3]]), axis_name="i")(x)
 
 
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
@@ -372,6 +512,8 @@ COLLECTIVE_FUNS = {
     "all_gather_tiled": lambda v: lax.all_gather(v, "i", axis=1, tiled=True)[:, 3:7] * v,
     "psum_scatter": lambda v: lax.psum_scatter(v * v, "i", scatter_dimension=1, tiled=True),
     "ppermute": lambda v: lax.ppermute(v**2, "i", [(0, 1), (1, 2), (3, 0)]),
+    "pbroadcast": lambda v: lax.pbroadcast(fnp.sin(v), "i", 2) * v,
+    "pcast": lambda v: lax.pcast(v, "i", to="varying") ** 2,
     "all_to_all": lambda v: lax.all_to_all(v, "i", 1, 0, tiled=True) ** 2,
     "axis_index": lambda v: v * lax.axis_index("i"),
 }
@@ -513,6 +655,13 @@ def test_pmap_inside_pmap_is_refused():
     inner = fg.pmap(lambda v: v + 1)
     with pytest.raises(NotImplementedError, match="pmap inside pmap"):
         fg.pmap(lambda v: inner(v[None]))(np.zeros(2))
+
+
+def test_axis_size_must_be_the_mapped_size():
+    x = np.ones((NUM_DEVICES, 2))
+    assert_close(fg.pmap(lambda v: v * lax.axis_size("i"), "i", axis_size=NUM_DEVICES)(x), 4 * x)
+    with pytest.raises(ValueError, match="axis_size=3, but its mapped axes have size 4"):
+        fg.pmap(lambda v: v, "i", axis_size=3)(x)
 
 
 def test_in_axes_must_match_the_arguments():

@@ -63,6 +63,18 @@ def test_make_mesh_and_mesh(mesh):
         fg.make_mesh((2, 2), ("a", "a"))
 
 
+def test_axis_types_are_recorded():
+    AxisType = fg.sharding.AxisType
+    devices = np.array(fg.devices()).reshape(2, 4)
+    assert Mesh(devices, ("i", "j")).axis_types == (AxisType.Auto, AxisType.Auto)
+    explicit = fg.make_mesh((2, 4), ("i", "j"), axis_types=(AxisType.Explicit, AxisType.Auto))
+    assert explicit.axis_types == (AxisType.Explicit, AxisType.Auto)
+    with pytest.raises(ValueError, match="1 axis_types .* for 2 axis names"):
+        Mesh(devices, ("i", "j"), axis_types=AxisType.Explicit)
+    with pytest.raises(TypeError, match="axis_types must be AxisType members"):
+        Mesh(devices, ("i", "j"), axis_types=("auto", "auto"))
+
+
 def test_partition_spec():
     assert P("i", None) == P("i", None) != P("i")
     assert P(["i", "j"]) == P(("i", "j"))
@@ -227,6 +239,83 @@ def test_psum_scatter_and_all_to_all(mesh):
                 [x[4 * i + k : 4 * i + k + 1, 3 * j : 3 * j + 3] for k in range(4)]
             )
             np.testing.assert_array_equal(_block(np.asarray(swapped), i, j, 2, 4), expected)
+
+
+def test_collectives_over_axis_index_groups(mesh):
+    """Groups of positions along one mesh axis, and along two (numbered row-major in the
+    collective's order of the names): each device combines its group's blocks only."""
+    x = _x()
+    blocks = {(i, j): _block(x, i, j, 2, 4) for i in range(2) for j in range(4)}
+    groups_j = ((0, 2), (3, 1))
+    summed = fg.shard_map(
+        lambda a: lax.psum(a, "j", axis_index_groups=groups_j),
+        mesh=mesh,
+        in_specs=P("i", "j"),
+        out_specs=P("i", "j"),
+    )(x)
+    for (i, j), _ in blocks.items():
+        [group] = [g for g in groups_j if j in g]
+        expected = sum(blocks[i, k] for k in group)
+        assert_close(_block(np.asarray(summed), i, j, 2, 4), expected)
+
+    # Over ("j", "i"), device (i, j) is at position 2 * j + i.
+    groups = ((0, 5), (6, 3), (1, 2), (4, 7))
+    gathered = fg.shard_map(
+        lambda a: lax.all_gather(a, ("j", "i"), axis_index_groups=groups, tiled=True),
+        mesh=mesh,
+        in_specs=P("i", "j"),
+        out_specs=P("i", "j"),
+    )(x)
+    for i, j in blocks:
+        [group] = [g for g in groups if 2 * j + i in g]
+        expected = np.concatenate([blocks[p % 2, p // 2] for p in group])
+        np.testing.assert_array_equal(_block(np.asarray(gathered), i, j, 2, 4), expected)
+
+    # A group's sum is the same within the group only, so out_specs must name the axis.
+    grouped_sum = lambda a: lax.psum(a, "j", axis_index_groups=groups_j)  # noqa: E731
+    with pytest.raises(ValueError, match="leaves out mesh axis 'j'.*axis_index_groups"):
+        fg.shard_map(grouped_sum, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i"))(x)
+    unchecked = fg.shard_map(
+        grouped_sum, mesh=mesh, in_specs=P("i", "j"), out_specs=P("i"), check_vma=False
+    )(x)
+    assert_close(unchecked, np.concatenate([blocks[i, 0] + blocks[i, 2] for i in range(2)]))
+
+    def loss(a):
+        f = fg.shard_map(
+            lambda b: lax.psum(b**2, "j", axis_index_groups=groups_j) * b,
+            mesh=mesh,
+            in_specs=P("i", "j"),
+            out_specs=P("i", "j"),
+        )
+        return fnp.sum(fnp.sin(f(a)))
+
+    check_grads(loss, (x,), order=1, modes=["rev"], eps=1e-6)
+
+
+def test_pbroadcast_and_pcast(mesh):
+    x = _x()
+    from_third = fg.shard_map(
+        lambda a: lax.pbroadcast(a, "j", 2), mesh=mesh, in_specs=P("i", "j"), out_specs=P("i")
+    )(x)
+    assert_close(from_third, np.concatenate([_block(x, i, 2, 2, 4) for i in range(2)]))
+    # Over ("j", "i"), position 5 is the device at i = 1, j = 2.
+    from_fifth = fg.shard_map(
+        lambda a: lax.pbroadcast(a, ("j", "i"), 5), mesh=mesh, in_specs=P("i", "j"), out_specs=P()
+    )(x)
+    assert_close(from_fifth, _block(x, 1, 2, 2, 4))
+
+    def scaled(w, a):
+        return fg.shard_map(
+            lambda w, a: lax.pcast(w, ("i", "j"), to="varying") * a + lax.pbroadcast(a, "i", 1),
+            mesh=mesh,
+            in_specs=(P(), P("i", "j")),
+            out_specs=P("i", "j"),
+        )(w, a)
+
+    w = _x((4, 3)) - 0.5
+    rows = np.concatenate([_block(x, 1, j, 2, 4) for j in range(4)], 1)
+    assert_close(scaled(w, x), np.tile(w, (2, 4)) * x + np.tile(rows, (2, 1)))
+    check_grads(scaled, (w, x), order=1, eps=1e-6)
 
 
 def test_one_device_mesh():
@@ -521,6 +610,129 @@ def test_with_sharding_constraint_and_jit_shardings(mesh):
         g(np.ones((3, 4)))
     with mesh:
         assert lax.with_sharding_constraint(x, P(None, "j")).sharding.spec == P(None, "j")
+
+
+@pytest.mark.parametrize("backend", ["numpy", "llvm"])
+def test_with_sharding_constraint_inside_jit_lays_out_the_results(mesh, backend):
+    """A constraint staged in a program computes its operand and lays out the jitted call's
+    result it makes (through nested jits, vmap, derivatives and control flow too)."""
+    previous = fg.config.jit_backend
+    fg.config.update("jit_backend", backend)
+    try:
+        x = _x()
+        rows, cols = NamedSharding(mesh, P("i")), NamedSharding(mesh, P(None, "j"))
+        f = fg.jit(lambda a: (lax.with_sharding_constraint(a * 2.0, rows), a + 1.0))
+        constrained, plain = f(x)
+        assert_close(constrained, 2 * x)
+        assert_close(plain, x + 1.0)
+        assert constrained.sharding == rows
+        assert plain.sharding == SingleDeviceSharding(fg.devices()[0])
+        assert [s.data.shape for s in constrained.addressable_shards] == [(4, 12)] * 8
+        assert fg.jit(lambda a: f(a)[0] + 0.0)(x).sharding != rows  # (only what it makes)
+        assert fg.jit(lambda a: f(a)[0])(x).sharding == rows
+        assert fg.jit(f).lower(x).compile()(x)[0].sharding == rows
+        text = fg.make_jaxpr(lambda a: lax.with_sharding_constraint(a, cols))(x)
+        assert "sharding_constraint" in str(text)
+
+        stacked = np.stack([x, -x, 2 * x])
+        batched = fg.jit(fg.vmap(lambda a: lax.with_sharding_constraint(a * a, cols)))(stacked)
+        assert_close(batched, stacked**2)
+        assert batched.sharding == NamedSharding(mesh, P(None, None, "j"))
+
+        grad = fg.jit(fg.grad(lambda a: fnp.sum(fnp.sin(lax.with_sharding_constraint(a, cols)))))
+        assert_close(grad(x), np.cos(x))
+        primal, tangent = fg.jvp(lambda a: lax.with_sharding_constraint(a**2, rows), (x,), (x,))
+        assert primal.sharding == rows
+        assert_close(tangent, 2 * x * x)
+
+        def looped(a):
+            body = lambda c, _: (lax.with_sharding_constraint(c * 2.0, rows), None)  # noqa: E731
+            return lax.scan(body, a, None, length=3)[0]
+
+        assert_close(fg.jit(looped)(x), 8 * x)
+        mapped = fg.shard_map(lambda a: a * 3.0, mesh=mesh, in_specs=P("i"), out_specs=P("i"))
+        assert fg.jit(mapped)(x).sharding == rows
+    finally:
+        fg.config.update("jit_backend", previous)
+
+
+def test_with_sharding_constraint_refuses_what_cannot_be_laid_out(mesh):
+    x = _x()
+    rows = NamedSharding(mesh, P("i"))
+    with pytest.raises(ValueError, match=r"has 1 entries but the array has rank 0"):
+        fg.jit(lambda a: lax.with_sharding_constraint(fnp.sum(a), rows))(x)
+    with pytest.raises(ValueError, match="size 5 is not a multiple of 2"):
+        fg.jit(lambda a: lax.with_sharding_constraint(a[:5], rows))(x)
+    with pytest.raises(ValueError, match="a sharding is None"):
+        lax.with_sharding_constraint((x, x), (rows, None))
+    inside = lambda spec: fg.shard_map(  # noqa: E731
+        lambda a: lax.with_sharding_constraint(a, NamedSharding(mesh, spec)),
+        mesh=mesh,
+        in_specs=P("i"),
+        out_specs=P("i"),
+    )
+    with pytest.raises(ValueError, match="names mesh axis 'i', which the shard_map"):
+        inside(P("i"))(x)
+    assert_close(inside(P())(x), x)
+
+
+def test_none_shardings_leave_their_values_as_they_are(mesh):
+    x = _x()
+    rows = NamedSharding(mesh, P("i"))
+    first, second = fg.jit(lambda a: (a * 2.0, a), out_shardings=(rows, None))(x)
+    assert first.sharding == rows and second.sharding == SingleDeviceSharding(fg.devices()[0])
+    assert_close(fg.jit(lambda a, b: a * b, in_shardings=(rows, None))(x, x[:1]), x * x[:1])
+    put = fg.device_put((x, x), (rows, None))
+    assert put[0].sharding == rows and put[1].sharding == SingleDeviceSharding(fg.devices()[0])
+
+
+def test_none_in_specs_pass_arguments_as_they_are(mesh):
+    """A None in in_specs gives the function its arguments unsplit and untraced, on every
+    device: Python values stay Python values (and key the trace), arrays are whole."""
+    x = _x()
+    seen = []
+
+    def scale(a, k, name):
+        seen.append((type(k), name))
+        return a * k * len(name)
+
+    f = fg.shard_map(scale, mesh=mesh, in_specs=(P("i", "j"), None, None), out_specs=P("i", "j"))
+    assert_close(f(x, 3, "ab"), 6 * x)
+    assert_close(f(x, 2, "abc"), 6 * x)
+    assert_close(f(x, 3, "ab"), 6 * x)
+    assert seen == [(int, "ab"), (int, "abc")]  # (traced once per static value)
+    assert_close(f(x, 0.5, "ab"), x)
+    assert seen[-1] == (float, "ab")
+
+    whole = fg.shard_map(lambda a: a * 2.0, mesh=mesh, in_specs=None, out_specs=P())(x)
+    assert_close(whole, 2 * x)
+    nested = fg.shard_map(
+        lambda d: d["a"] * float(np.asarray(d["w"]).sum()),  # (w is concrete on the devices)
+        mesh=mesh,
+        in_specs=({"a": P("i"), "w": None, "n": None},),
+        out_specs=P("i"),
+    )({"a": x, "w": np.ones(3), "n": None})
+    assert_close(nested, 3 * x)
+
+    def scaled(a, w):
+        return fg.shard_map(
+            lambda a, w: fnp.sin(a * w),
+            mesh=mesh,
+            in_specs=(P("i", "j"), None),
+            out_specs=P("i", "j"),
+        )(a, w)
+
+    w = _x((4, 3)) - 0.3
+    assert_close(scaled(x, w), np.sin(x * np.tile(w, (2, 4))))
+    assert_close(fg.jit(scaled)(x, w), np.sin(x * np.tile(w, (2, 4))))
+    check_grads(lambda w: fnp.sum(scaled(x, w)), (w,), order=1, eps=1e-6)
+
+    both = fg.shard_map(lambda a: (a, None), mesh=mesh, in_specs=P("i"), out_specs=(P("i"), None))
+    out, nothing = both(x)
+    assert_close(out, x)
+    assert nothing is None
+    with pytest.raises(ValueError, match="out_specs must be a tree prefix of the output"):
+        fg.shard_map(lambda a: (a, a), mesh=mesh, in_specs=P("i"), out_specs=(P("i"), None))(x)
 
 
 def test_compiled_jit_lays_out_its_results_as_the_jitted_function_does(mesh):

@@ -793,6 +793,7 @@ for _name, _fn in {
     "atanh": atanh,
     "logistic": logistic,
     "stop_gradient": lambda x: x,
+    "sharding_constraint": lambda x: x,
 }.items():
     rules[_name] = _unary(_fn)
 
@@ -863,7 +864,7 @@ rules["bitcast_convert_type"] = _bitcast_rule
 _PARTWISE = (
     "broadcast_in_dim reshape transpose squeeze rev slice dynamic_slice "
     "dynamic_update_slice concatenate pad gather scatter scatter_add select_n reduce_sum "
-    "cumsum reduce_window_sum psum psum_scatter all_gather ppermute all_to_all"
+    "cumsum reduce_window_sum psum psum_scatter all_gather ppermute all_to_all pbroadcast"
 ).split()
 
 

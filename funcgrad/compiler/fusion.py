@@ -425,6 +425,8 @@ element_rules[PRIMITIVES["clamp"]] = _elementwise(_clamp)
 element_rules[PRIMITIVES["convert_element_type"]] = _convert
 element_rules[PRIMITIVES["bitcast_convert_type"]] = _bitcast
 element_rules[PRIMITIVES["stop_gradient"]] = _identity
+# (at the top of a program, simplification has removed it; inside a loop or branch it stays)
+element_rules[PRIMITIVES["sharding_constraint"]] = _identity
 
 # ---------------------------------------------------------------------------------------------
 # Shape rules: each maps the output index to the operand index it reads.

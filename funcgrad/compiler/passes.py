@@ -30,6 +30,7 @@ from funcgrad.lax.elementwise import (
     sub_p,
 )
 from funcgrad.lax.shapes import broadcast_in_dim_p, reshape_p, transpose_p
+from funcgrad.lax.sharding_constraint import sharding_constraint_p
 
 Atom = Var | Literal
 
@@ -440,6 +441,12 @@ def _identity_if_same_type(eqn, producer):
     return eqn.invars[0]
 
 
+def _operand(eqn, producer):
+    """A sharding constraint computes its operand: the layout it holds is read off the
+    program before it is compiled (`lax.sharding_constraint.result_layouts`)."""
+    return eqn.invars[0]
+
+
 def _transpose_simplify(eqn, producer):
     (x,) = eqn.invars
     permutation = eqn.params["permutation"]
@@ -480,6 +487,7 @@ simplification_rules.update(
         broadcast_in_dim_p: _identity_if_same_type,
         transpose_p: _transpose_simplify,
         reshape_p: _reshape_simplify,
+        sharding_constraint_p: _operand,
     }
 )
 

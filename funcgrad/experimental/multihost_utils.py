@@ -123,7 +123,7 @@ def _local_mesh(mesh: Mesh) -> Mesh:
             "this process's devices do not make up a sub-grid of the mesh; give a mesh whose "
             "processes own sub-grids of it"
         )
-    return Mesh(grid, mesh.axis_names)
+    return Mesh(grid, mesh.axis_names, mesh.axis_types)
 
 
 def global_array_to_host_local_array(global_inputs: Any, global_mesh: Mesh, pspecs: Any) -> Any:

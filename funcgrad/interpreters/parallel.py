@@ -181,11 +181,13 @@ class ShardFrame:
 
 class AxisGroup:
     """A device's view of a collective over some of a mesh's axes (or all of them in another
-    order): the group of devices that differ from it only along those axes, numbered
-    row-major over them in the collective's order. Every device of the mesh runs the same
-    collectives, so all of them meet at each exchange; each keeps its group's buffers."""
+    order), or over groups of an axis's positions (`axis_index_groups`): the group of devices
+    that differ from it only along those axes, numbered row-major over them in the
+    collective's order, and of those, the ones whose positions share its index group (in the
+    group's order). Every device of the mesh runs the same collectives, so all of them meet at
+    each exchange; each keeps its group's buffers."""
 
-    def __init__(self, frame: ShardFrame, names: tuple):
+    def __init__(self, frame: ShardFrame, names: tuple, index_groups: tuple | None = None):
         sizes = dict(frame.axes)
         grid = np.arange(frame.axis_size).reshape(tuple(sizes.values()))
         position = dict(zip(sizes, np.unravel_index(frame.index, grid.shape)))
@@ -193,7 +195,11 @@ class AxisGroup:
         # named axes, which are then put in the collective's order.
         kept = [name for name in sizes if name in names]
         group = grid[tuple(slice(None) if name in names else position[name] for name in sizes)]
-        self.members = group.transpose([kept.index(name) for name in names]).reshape(-1)
+        members = group.transpose([kept.index(name) for name in names]).reshape(-1)
+        if index_groups is not None:
+            mine = int(np.flatnonzero(members == frame.index)[0])
+            members = members[list(next(g for g in index_groups if mine in g))]
+        self.members = members
         self.frame = frame
         self.axis_size = len(self.members)
         self.index = int(np.flatnonzero(self.members == frame.index)[0])
@@ -229,27 +235,27 @@ def current_frame() -> ShardFrame | None:
     return _frames.frame
 
 
-def frame_of(axis_name) -> ShardFrame | AxisGroup:
+def frame_of(axis_name, axis_index_groups: tuple | None = None) -> ShardFrame | AxisGroup:
     """This device's frame, when it runs inside a pmap or shard_map binding every name of
     `axis_name` (a name or a tuple of names); a group of its devices for some of a mesh's
-    axes; anywhere else the name is unbound."""
+    axes, or for the index groups of `axis_index_groups`; anywhere else the name is unbound."""
     names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
     frame = _frames.frame
     bound = () if frame is None else tuple(name for name, _ in frame.axes)
     for name in names:
         if name not in bound:
             raise NameError(f"unbound axis name: {name}")
-    if names == bound:
+    if names == bound and axis_index_groups is None:
         return frame
     if len(set(names)) != len(names):
         raise ValueError(f"the axis names {names!r} repeat a name")
-    return AxisGroup(frame, names)
+    return AxisGroup(frame, names, axis_index_groups)
 
 
 def apply_collective(primitive: core.Primitive, values: Sequence, params: dict):
     """Run a collective on this device's buffers (its eager implementation), giving a host
     buffer: only inside a pmap whose axis it names."""
-    frame = frame_of(params["axis_name"])
+    frame = frame_of(params["axis_name"], params.get("axis_index_groups"))
     # A GPU's buffers meet the others' on the host.
     values = [np.asarray(v) if type(v) is DeviceValue else v for v in values]
     return shard_rules[primitive](frame, *values, **params)

@@ -29,9 +29,9 @@ from funcgrad.lax.platform import *
 from funcgrad.lax.random_bits import *
 from funcgrad.lax.reductions import *
 from funcgrad.lax.shapes import *
+from funcgrad.lax.sharding_constraint import *
 from funcgrad.lax.sorting import *
 from funcgrad.lax.special import *
-from funcgrad.sharding import with_sharding_constraint
 
 # Every primitive under its name and "_p" (`add_p`, `scan_p`), as JAX's lax exports its own:
 # interpreters of programs compare `eqn.primitive` with them.
@@ -53,6 +53,7 @@ _FAMILIES = (
     "reductions",
     "schur",
     "shapes",
+    "sharding_constraint",
     "sorting",
 )
 globals().update(

@@ -17,14 +17,15 @@ and binds the collective again with the remaining names, for the traces above it
 
 Derivatives follow JAX: the linear collectives transpose to collectives (psum to psum,
 all_gather to psum_scatter, ppermute to the inverse permutation, all_to_all to all_to_all with
-its axes swapped), so reverse mode inside vmap differentiates the sum over lanes of the
-per-lane outputs.
+its axes swapped, pbroadcast to a psum kept by the source lane), so reverse mode inside vmap
+differentiates the sum over lanes of the per-lane outputs.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Hashable, Sequence
 from typing import Any
 
@@ -36,7 +37,7 @@ from funcgrad.interpreters import batching, parallel
 from funcgrad.interpreters.ad import defjvp_zero, deflinear
 from funcgrad.interpreters.batching import BatchTracer, broadcast_batch, moveaxis, not_mapped
 from funcgrad.lax import elementwise, shapes
-from funcgrad.lax.base import NUMERIC, REAL, asarray, check_dtype_class
+from funcgrad.lax.base import NUMERIC, REAL, asarray, canonical_axes, check_dtype_class
 from funcgrad.lax.indexing import GatherDimensionNumbers, dynamic_slice_in_dim, gather
 from funcgrad.lax.reductions import reduce_max, reduce_min, reduce_sum
 
@@ -45,6 +46,8 @@ __all__ = [
     "all_to_all",
     "axis_index",
     "axis_size",
+    "pbroadcast",
+    "pcast",
     "pmax",
     "pmean",
     "pmin",
@@ -81,16 +84,41 @@ def _axis_size(axis_name) -> int:
     return size
 
 
-def _axis_name(name: str, axis_name, axis_index_groups=None):
+def _axis_name(name: str, axis_name):
     """`axis_name` in its canonical hashable form, after checking that every name is bound."""
-    if axis_index_groups is not None:
-        raise NotImplementedError(f"{name}: axis_index_groups is not supported")
     if isinstance(axis_name, list):
         axis_name = tuple(axis_name)
     if axis_name is None or (isinstance(axis_name, tuple) and not axis_name):
         raise ValueError(f"{name}: axis_name must name an axis, got {axis_name!r}")
     _axis_size(axis_name)
     return axis_name
+
+
+def _index_groups(name: str, axis_name, axis_index_groups, *, equal: bool) -> tuple | None:
+    """`axis_index_groups` as a tuple of tuples, after checking that the groups hold every
+    position of `axis_name` exactly once (and, where `equal`, that they have one size: a
+    gather or an exchange needs as many blocks from every group). None stays None."""
+    if axis_index_groups is None:
+        return None
+    try:
+        groups = tuple(tuple(operator.index(i) for i in group) for group in axis_index_groups)
+    except TypeError:
+        raise TypeError(
+            f"{name}: axis_index_groups must be a sequence of sequences of axis positions "
+            f"(ints), got {axis_index_groups!r}"
+        ) from None
+    size = _axis_size(axis_name)
+    positions = [i for group in groups for i in group]
+    if sorted(positions) != list(range(size)):
+        raise ValueError(
+            f"{name}: axis_index_groups {groups} must hold each position 0..{size - 1} of axis "
+            f"{axis_name!r} (size {size}) exactly once"
+        )
+    if equal and len({len(group) for group in groups}) > 1:
+        raise ValueError(
+            f"{name}: the groups of axis_index_groups {groups} must all have the same size"
+        )
+    return groups
 
 
 def _split_names(axis_name, own: Hashable) -> tuple[tuple, tuple]:
@@ -136,6 +164,11 @@ def _def_axis_rule(prim: Primitive):
 
     def register(rule):
         def checked(trace, values, dims, **params):
+            if params.get("axis_index_groups") is not None:
+                raise NotImplementedError(
+                    f"{prim.name}: axis_index_groups is not supported over a vmapped axis "
+                    f"({trace.axis_name!r}); use it inside pmap or shard_map"
+                )
             prim.abstract_eval(*map(_lane_aval, values, dims), **params)
             return rule(trace, values, dims, **params)
 
@@ -176,14 +209,14 @@ def _reduction_collective(name: str, accepted) -> Primitive:
     prim = _collective_primitive(name)
 
     @prim.def_abstract_eval
-    def abstract_eval(x: ShapedArray, *, axis_name) -> ShapedArray:
+    def abstract_eval(x: ShapedArray, *, axis_name, axis_index_groups) -> ShapedArray:
         check_dtype_class(name, x, accepted)
         return ShapedArray(x.shape, x.dtype)
 
     @prim.def_batch
-    def batch(values, dims, *, axis_name):
+    def batch(values, dims, **params):
         # Over another trace's axis the reduction is lane-wise in this trace's batch.
-        return prim.bind(values[0], axis_name=axis_name), dims[0]
+        return prim.bind(values[0], **params), dims[0]
 
     return prim
 
@@ -194,10 +227,10 @@ pmax_p = _reduction_collective("pmax", REAL)
 pmin_p = _reduction_collective("pmin", REAL)
 
 
-def _psum_transpose(ct, x, *, axis_name):
-    # Every lane's output is the sum of every lane's input, so every input's cotangent is the
-    # sum of the output cotangents over the lanes.
-    return [psum_p.bind(ct, axis_name=axis_name)]
+def _psum_transpose(ct, x, **params):
+    # Every lane's output is the sum of every lane's input (in its group), so every input's
+    # cotangent is the sum of the output cotangents over the lanes (of its group).
+    return [psum_p.bind(ct, **params)]
 
 
 deflinear(psum_p, _psum_transpose)
@@ -208,12 +241,12 @@ def _extremum_jvp(prim: Primitive) -> None:
     (as reduce_max's derivative does, so a derivative inside vmap equals one outside it).
     JAX has no derivative for these; this one extends it."""
 
-    def jvp(primals, tangents, *, axis_name):
+    def jvp(primals, tangents, **params):
         (x,), (t,) = primals, tangents
-        ans = prim.bind(x, axis_name=axis_name)
+        ans = prim.bind(x, **params)
         attains = elementwise.convert_element_type(elementwise.eq(x, ans), x.dtype)
-        count = psum_p.bind(attains, axis_name=axis_name)
-        total = psum_p.bind(elementwise.mul(t, attains), axis_name=axis_name)
+        count = psum_p.bind(attains, **params)
+        total = psum_p.bind(elementwise.mul(t, attains), **params)
         return ans, elementwise.div(total, elementwise.max(count, 1))
 
     prim.def_jvp(jvp)
@@ -227,12 +260,12 @@ _extremum_jvp(pmin_p)
 def _reduction_axis_rule(prim: Primitive, reduce, unbatched):
     """Reduce over the batch axis; the result is the same in every lane (unbatched)."""
 
-    def rule(trace, values, dims, *, axis_name):
+    def rule(trace, values, dims, *, axis_name, axis_index_groups):
         (x,), (dim,) = values, dims
         out = unbatched(x, trace.axis_size) if dim is not_mapped else reduce(x, (dim,))
         prefix, suffix = _split_names(axis_name, trace.axis_name)
         if prefix or suffix:
-            out = prim.bind(out, axis_name=prefix + suffix)
+            out = prim.bind(out, axis_name=prefix + suffix, axis_index_groups=None)
         return out, not_mapped
 
     _def_axis_rule(prim)(rule)
@@ -244,10 +277,10 @@ _reduction_axis_rule(pmin_p, reduce_min, lambda x, size: x)
 
 
 def _reduction_shard_rule(prim: Primitive, combine, op: str) -> None:
-    """Every device gets the buffers of all devices combined (this process's in device order,
-    then across processes)."""
+    """Every device gets the buffers of all devices (of its group) combined (this process's in
+    device order, then across processes)."""
 
-    def rule(frame, x, *, axis_name):
+    def rule(frame, x, *, axis_name, axis_index_groups):
         # Each device gets its own copy of the combined buffer, as it would of its own result.
         return np.array(frame.all_reduce(x, combine, op, prim.name), x.dtype)
 
@@ -259,10 +292,50 @@ _reduction_shard_rule(pmax_p, np.maximum, "max")
 _reduction_shard_rule(pmin_p, np.minimum, "min")
 
 
-def _tree_collective(name: str, prim: Primitive):
+def _positional(name: str, axis_name, axis_index_groups) -> tuple[tuple[int, ...], Any]:
+    """`axis_name` split into the array dimensions it names by position (its ints, which
+    psum, pmax, pmin and pmean reduce within each lane, as NumPy's reductions do) and the named
+    axes (None for none), after checking the names are bound."""
+    if isinstance(axis_name, list):
+        axis_name = tuple(axis_name)
+    names = axis_name if isinstance(axis_name, tuple) else (axis_name,)
+    dims = tuple(a for a in names if isinstance(a, int))
+    if not dims:
+        return (), (_axis_name(name, axis_name) if names else None)
+    if axis_index_groups is not None:
+        raise ValueError(
+            f"{name}: axis_index_groups apply to named axes only, and {axis_name!r} names "
+            "dimensions by position"
+        )
+    named = tuple(a for a in names if not isinstance(a, int))
+    return dims, (_axis_name(name, named) if named else None)
+
+
+def _reduce_within(reduce, leaf, dims: tuple[int, ...], name: str):
+    if not dims:
+        return leaf
+    return reduce(leaf, canonical_axes(dims, leaf.ndim, name))
+
+
+def _reduction(name: str, prim: Primitive, reduce, prepare):
+    """psum, pmax or pmin of a pytree: each leaf (as `prepare` makes it) reduced over the
+    dimensions `axis_name` names by position, then over its named axes."""
+
     def collective(x: Any, axis_name: Hashable, *, axis_index_groups=None) -> Any:
-        axis_name = _axis_name(name, axis_name, axis_index_groups)
-        return tree_util.tree_map(lambda leaf: prim.bind(asarray(leaf), axis_name=axis_name), x)
+        dims, named = _positional(name, axis_name, axis_index_groups)
+        if not dims and named is None:
+            return x
+        groups = (
+            None if named is None else _index_groups(name, named, axis_index_groups, equal=False)
+        )
+
+        def leaf_result(leaf):
+            out = _reduce_within(reduce, prepare(leaf), dims, name)
+            if named is None:
+                return out
+            return prim.bind(out, axis_name=named, axis_index_groups=groups)
+
+        return tree_util.tree_map(leaf_result, x)
 
     collective.__name__ = collective.__qualname__ = name
     return collective
@@ -276,29 +349,44 @@ def _counted(leaf):
     return leaf
 
 
-def psum(x: Any, axis_name: Hashable, *, axis_index_groups=None) -> Any:
-    """The sum of `x` (an array or a pytree of arrays) over the lanes of `axis_name`; booleans
-    are counted (int32)."""
-    axis_name = _axis_name("psum", axis_name, axis_index_groups)
-    return tree_util.tree_map(lambda leaf: psum_p.bind(_counted(leaf), axis_name=axis_name), x)
-
-
-pmax = _tree_collective("pmax", pmax_p)
-pmax.__doc__ = "The maximum of `x` over the lanes of `axis_name`."
-pmin = _tree_collective("pmin", pmin_p)
-pmin.__doc__ = "The minimum of `x` over the lanes of `axis_name`."
+psum = _reduction("psum", psum_p, reduce_sum, _counted)
+psum.__doc__ = """The sum of `x` (an array or a pytree of arrays) over the lanes of `axis_name`,
+    or over those of each lane's group of `axis_index_groups` (lists of positions along the
+    axis); booleans are counted (int32). Ints in `axis_name` name dimensions of `x`, summed
+    within each lane."""
+pmax = _reduction("pmax", pmax_p, reduce_max, asarray)
+pmax.__doc__ = "The maximum of `x` over the lanes of `axis_name` (as psum takes them)."
+pmin = _reduction("pmin", pmin_p, reduce_min, asarray)
+pmin.__doc__ = "The minimum of `x` over the lanes of `axis_name` (as psum takes them)."
 
 
 def pmean(x: Any, axis_name: Hashable, *, axis_index_groups=None) -> Any:
-    """The mean of `x` over the lanes of `axis_name`; integers average to the default float."""
-    axis_name = _axis_name("pmean", axis_name, axis_index_groups)
-    size = _axis_size(axis_name)
+    """The mean of `x` over the lanes of `axis_name` (of each lane's group of
+    `axis_index_groups`; over the dimensions its ints name too); integers average to the
+    default float."""
+    dims, named = _positional("pmean", axis_name, axis_index_groups)
+    groups = (
+        None if named is None else _index_groups("pmean", named, axis_index_groups, equal=False)
+    )
+    if named is None:
+        lanes = 1
+    elif groups is None:
+        lanes = _axis_size(named)
+    elif len({len(group) for group in groups}) == 1:
+        lanes = len(groups[0])
+    else:  # each lane divides by the size of its own group
+        lanes = psum_p.bind(asarray(np.int32(1)), axis_name=named, axis_index_groups=groups)
 
     def mean(leaf):
-        total = psum_p.bind(_counted(leaf), axis_name=axis_name)
+        leaf = _counted(leaf)
+        total = psum(leaf, axis_name, axis_index_groups=axis_index_groups)
         if not dtypes.is_inexact(total.dtype):
             total = elementwise.convert_element_type(total, dtypes.default_float)
-        return elementwise.div(total, size)
+        within = math.prod(leaf.shape[d] for d in canonical_axes(dims, leaf.ndim, "pmean"))
+        if isinstance(lanes, int):
+            return elementwise.div(total, lanes * within)
+        count = elementwise.mul(lanes, np.int32(within)) if within != 1 else lanes
+        return elementwise.div(total, elementwise.convert_element_type(count, total.dtype))
 
     return tree_util.tree_map(mean, x)
 
@@ -359,7 +447,13 @@ all_gather_p = _collective_primitive("all_gather")
 
 @all_gather_p.def_abstract_eval
 def _all_gather_abstract_eval(
-    x: ShapedArray, *, axis_name, all_gather_dimension: int, axis_size: int, tiled: bool
+    x: ShapedArray,
+    *,
+    axis_name,
+    axis_index_groups,
+    all_gather_dimension: int,
+    axis_size: int,
+    tiled: bool,
 ) -> ShapedArray:
     dim = all_gather_dimension
     shape = list(x.shape)
@@ -372,11 +466,14 @@ def _all_gather_abstract_eval(
     return ShapedArray(tuple(shape), x.dtype)
 
 
-def _all_gather_transpose(ct, x, *, axis_name, all_gather_dimension, axis_size, tiled):
+def _all_gather_transpose(
+    ct, x, *, axis_name, axis_index_groups, all_gather_dimension, axis_size, tiled
+):
     return [
         psum_scatter_p.bind(
             ct,
             axis_name=axis_name,
+            axis_index_groups=axis_index_groups,
             scatter_dimension=all_gather_dimension,
             axis_size=axis_size,
             tiled=tiled,
@@ -414,6 +511,7 @@ def _all_gather_axis_rule(trace, values, dims, *, axis_name, all_gather_dimensio
             out = all_gather_p.bind(
                 out,
                 axis_name=names,
+                axis_index_groups=None,
                 all_gather_dimension=at,
                 axis_size=_axis_size(names),
                 tiled=False,
@@ -422,7 +520,9 @@ def _all_gather_axis_rule(trace, values, dims, *, axis_name, all_gather_dimensio
 
 
 @_def_shard_rule(all_gather_p)
-def _all_gather_shard_rule(frame, x, *, axis_name, all_gather_dimension, axis_size, tiled):
+def _all_gather_shard_rule(
+    frame, x, *, axis_name, axis_index_groups, all_gather_dimension, axis_size, tiled
+):
     buffers = frame.all_gather(x, "all_gather")
     join = np.concatenate if tiled else np.stack
     return join(buffers, axis=all_gather_dimension)
@@ -432,9 +532,11 @@ def all_gather(
     x: Any, axis_name: Hashable, *, axis_index_groups=None, axis: int = 0, tiled: bool = False
 ) -> Any:
     """Every lane receives the lanes' `x` stacked along a new axis `axis` (concatenated along
-    `axis` when `tiled`)."""
-    axis_name = _axis_name("all_gather", axis_name, axis_index_groups)
-    size = _axis_size(axis_name)
+    `axis` when `tiled`); with `axis_index_groups`, those of its group's lanes, in the group's
+    order."""
+    axis_name = _axis_name("all_gather", axis_name)
+    groups = _index_groups("all_gather", axis_name, axis_index_groups, equal=True)
+    size = _axis_size(axis_name) if groups is None else len(groups[0])
 
     def gather_leaf(leaf):
         leaf = asarray(leaf)
@@ -443,6 +545,7 @@ def all_gather(
         return all_gather_p.bind(
             leaf,
             axis_name=axis_name,
+            axis_index_groups=groups,
             all_gather_dimension=axis % rank,
             axis_size=size,
             tiled=bool(tiled),
@@ -456,7 +559,13 @@ psum_scatter_p = _collective_primitive("psum_scatter")
 
 @psum_scatter_p.def_abstract_eval
 def _psum_scatter_abstract_eval(
-    x: ShapedArray, *, axis_name, scatter_dimension: int, axis_size: int, tiled: bool
+    x: ShapedArray,
+    *,
+    axis_name,
+    axis_index_groups,
+    scatter_dimension: int,
+    axis_size: int,
+    tiled: bool,
 ) -> ShapedArray:
     check_dtype_class("psum_scatter", x, NUMERIC)
     dim = scatter_dimension
@@ -479,11 +588,14 @@ def _psum_scatter_abstract_eval(
     return ShapedArray(tuple(shape), x.dtype)
 
 
-def _psum_scatter_transpose(ct, x, *, axis_name, scatter_dimension, axis_size, tiled):
+def _psum_scatter_transpose(
+    ct, x, *, axis_name, axis_index_groups, scatter_dimension, axis_size, tiled
+):
     return [
         all_gather_p.bind(
             ct,
             axis_name=axis_name,
+            axis_index_groups=axis_index_groups,
             all_gather_dimension=scatter_dimension,
             axis_size=axis_size,
             tiled=tiled,
@@ -518,11 +630,13 @@ def _psum_scatter_axis_rule(trace, values, dims, *, axis_name, scatter_dimension
     return total, scatter_dimension
 
 
-def _psum_scatter_by_slicing(trace, x, dim, axis_name, scatter_dimension, axis_size, tiled):
+def _psum_scatter_by_slicing(
+    trace, x, dim, axis_name, scatter_dimension, axis_size, tiled, axis_index_groups
+):
     """Over several axes: psum over all of them, then each lane slices out its own block."""
     with core.set_current_trace(trace):
         value = x if dim is not_mapped else BatchTracer(trace, x, dim)
-        total = psum_p.bind(value, axis_name=axis_name)
+        total = psum_p.bind(value, axis_name=axis_name, axis_index_groups=None)
         block = core.get_aval(total).shape[scatter_dimension] // axis_size
         start = elementwise.mul(axis_index_p.bind(axis_name=axis_name), block)
         out = dynamic_slice_in_dim(total, start, block, scatter_dimension)
@@ -532,7 +646,9 @@ def _psum_scatter_by_slicing(trace, x, dim, axis_name, scatter_dimension, axis_s
 
 
 @_def_shard_rule(psum_scatter_p)
-def _psum_scatter_shard_rule(frame, x, *, axis_name, scatter_dimension, axis_size, tiled):
+def _psum_scatter_shard_rule(
+    frame, x, *, axis_name, axis_index_groups, scatter_dimension, axis_size, tiled
+):
     total = np.asarray(functools.reduce(np.add, frame.all_gather(x, "psum_scatter")), x.dtype)
     if not tiled:
         return np.take(total, frame.index, axis=scatter_dimension)
@@ -550,15 +666,22 @@ def psum_scatter(
     tiled: bool = False,
 ) -> Any:
     """psum, of which each lane keeps only its block along `scatter_dimension`: lane i gets
-    index i of that axis (of size the axis size), or the i-th of equal blocks when `tiled`."""
-    axis_name = _axis_name("psum_scatter", axis_name, axis_index_groups)
-    size = _axis_size(axis_name)
+    index i of that axis (of size the axis size), or the i-th of equal blocks when `tiled`.
+    With `axis_index_groups`, the sum is over each lane's group, and i its place there."""
+    axis_name = _axis_name("psum_scatter", axis_name)
+    groups = _index_groups("psum_scatter", axis_name, axis_index_groups, equal=True)
+    size = _axis_size(axis_name) if groups is None else len(groups[0])
 
     def scatter_leaf(leaf):
         leaf = asarray(leaf)
         dim = scatter_dimension + leaf.ndim if scatter_dimension < 0 else scatter_dimension
         return psum_scatter_p.bind(
-            leaf, axis_name=axis_name, scatter_dimension=dim, axis_size=size, tiled=bool(tiled)
+            leaf,
+            axis_name=axis_name,
+            axis_index_groups=groups,
+            scatter_dimension=dim,
+            axis_size=size,
+            tiled=bool(tiled),
         )
 
     return tree_util.tree_map(scatter_leaf, x)
@@ -664,7 +787,14 @@ all_to_all_p = _collective_primitive("all_to_all")
 
 @all_to_all_p.def_abstract_eval
 def _all_to_all_abstract_eval(
-    x: ShapedArray, *, axis_name, split_axis: int, concat_axis: int, axis_size: int, tiled: bool
+    x: ShapedArray,
+    *,
+    axis_name,
+    axis_index_groups,
+    split_axis: int,
+    concat_axis: int,
+    axis_size: int,
+    tiled: bool,
 ) -> ShapedArray:
     _check_axis("all_to_all", "split_axis", split_axis, x.ndim, x.shape)
     _check_axis("all_to_all", "concat_axis", concat_axis, x.ndim, x.shape)
@@ -732,7 +862,9 @@ def _all_to_all_axis_rule(trace, values, dims, *, axis_name, split_axis, concat_
 
 
 @_def_shard_rule(all_to_all_p)
-def _all_to_all_shard_rule(frame, x, *, axis_name, split_axis, concat_axis, axis_size, tiled):
+def _all_to_all_shard_rule(
+    frame, x, *, axis_name, axis_index_groups, split_axis, concat_axis, axis_size, tiled
+):
     """This device's block of every device's buffer, joined along the concatenated axis."""
     buffers = frame.all_gather(x, "all_to_all")
     if tiled:
@@ -753,9 +885,11 @@ def all_to_all(
 ) -> Any:
     """Lane i sends block j of `x` (split along `split_axis` into one block per lane) to lane
     j, and receives the lanes' blocks along `concat_axis`: a new axis of the lanes' size at
-    `concat_axis` replacing `split_axis`, or, when `tiled`, concatenated along it."""
-    axis_name = _axis_name("all_to_all", axis_name, axis_index_groups)
-    size = _axis_size(axis_name)
+    `concat_axis` replacing `split_axis`, or, when `tiled`, concatenated along it. With
+    `axis_index_groups`, the lanes of each group exchange among themselves."""
+    axis_name = _axis_name("all_to_all", axis_name)
+    groups = _index_groups("all_to_all", axis_name, axis_index_groups, equal=True)
+    size = _axis_size(axis_name) if groups is None else len(groups[0])
 
     def exchange(leaf):
         leaf = asarray(leaf)
@@ -763,6 +897,7 @@ def all_to_all(
         return all_to_all_p.bind(
             leaf,
             axis_name=axis_name,
+            axis_index_groups=groups,
             split_axis=split,
             concat_axis=concat,
             axis_size=size,
@@ -770,6 +905,103 @@ def all_to_all(
         )
 
     return tree_util.tree_map(exchange, x)
+
+
+# ---------------------------------------------------------------------------------------------
+# pbroadcast
+
+pbroadcast_p = _collective_primitive("pbroadcast")
+
+
+@pbroadcast_p.def_abstract_eval
+def _pbroadcast_abstract_eval(x: ShapedArray, *, axis_name, source: int) -> ShapedArray:
+    return ShapedArray(x.shape, x.dtype)
+
+
+def _pbroadcast_transpose(ct, x, *, axis_name, source):
+    # Every lane's output is lane `source`'s input, so that input's cotangent is the sum of
+    # the output cotangents over the lanes, and the other lanes' inputs get none.
+    total = psum_p.bind(ct, axis_name=axis_name, axis_index_groups=None)
+    is_source = elementwise.eq(axis_index_p.bind(axis_name=axis_name), np.int32(source))
+    shape = core.get_aval(total).shape
+    chosen = shapes.broadcast_in_dim(is_source, shape, ())
+    return [elementwise.select(chosen, total, shapes.full(shape, 0, total.dtype))]
+
+
+deflinear(pbroadcast_p, _pbroadcast_transpose)
+
+
+@pbroadcast_p.def_batch
+def _pbroadcast_batch(values, dims, **params):
+    return pbroadcast_p.bind(values[0], **params), dims[0]
+
+
+@_def_axis_rule(pbroadcast_p)
+def _pbroadcast_axis_rule(trace, values, dims, *, axis_name, source):
+    """The lanes gathered over every name of the axis, and the source's taken: every lane's
+    result is the same (unbatched)."""
+    (x,), (dim,) = values, dims
+    with core.set_current_trace(trace):
+        value = x if dim is not_mapped else BatchTracer(trace, x, dim)
+        gathered = all_gather_p.bind(
+            value,
+            axis_name=axis_name,
+            axis_index_groups=None,
+            all_gather_dimension=0,
+            axis_size=_axis_size(axis_name),
+            tiled=False,
+        )
+        return trace.value_and_dim(shapes.index_in_dim(gathered, source, 0, keepdims=False))
+
+
+@_def_shard_rule(pbroadcast_p)
+def _pbroadcast_shard_rule(frame, x, *, axis_name, source):
+    return frame.all_gather(x, "pbroadcast")[source]
+
+
+def pbroadcast(x: Any, axis_name: Hashable, source: int) -> Any:
+    """Every lane receives lane `source`'s `x`: a broadcast from one lane of `axis_name`
+    (row-major position over a tuple of names)."""
+    axis_name = _axis_name("pbroadcast", axis_name)
+    size = _axis_size(axis_name)
+    source = operator.index(source)
+    if not 0 <= source < size:
+        raise ValueError(
+            f"pbroadcast: source {source} is not a lane of axis {axis_name!r} (size {size})"
+        )
+    return tree_util.tree_map(
+        lambda leaf: pbroadcast_p.bind(asarray(leaf), axis_name=axis_name, source=source), x
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# pcast
+
+PCAST_TARGETS = ("varying", "reduced", "unreduced")
+
+
+def pcast(x: Any, axis_name: Hashable, *, to: str) -> Any:
+    """`x` unchanged, cast to a value that may differ along `axis_name` (`to="varying"`).
+
+    Programs whose values carry the axes they vary along in their types need the cast where a
+    value the same on every device meets one that differs (a loop's carry, say). funcgrad's
+    values carry no such axes: shard_map's `check_vma` follows them through the program by
+    itself, and a value cast is still the same value everywhere. So the cast checks its
+    names and changes nothing; its derivative is the identity too, as the cotangents of a
+    value the same on every device are summed over the devices where shard_map takes it."""
+    if isinstance(axis_name, set | frozenset):
+        raise TypeError(f"pcast: axis_name must be a name or a tuple of names, got {axis_name!r}")
+    if to not in PCAST_TARGETS:
+        raise ValueError(f"pcast: to must be one of {PCAST_TARGETS}, got {to!r}")
+    if to != "varying":
+        raise NotImplementedError(
+            f"pcast to {to!r} needs mesh axes whose shardings are part of the values' types "
+            "(explicit sharding), which funcgrad does not have; only to='varying' is supported"
+        )
+    if axis_name == ():
+        return x
+    _axis_name("pcast", axis_name)
+    return tree_util.tree_map(asarray, x)
 
 
 def pshuffle(x: Any, axis_name: Hashable, perm: Sequence[int]) -> Any:

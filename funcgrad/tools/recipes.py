@@ -486,6 +486,16 @@ RECIPES["stop_gradient"] = elementwise(
 )
 
 
+def _constrained_where_it_is(x):
+    """x constrained to a layout that fits every shape: whole on one device, the one a
+    concrete x is on (a GPU's array stays there), the first CPU device for a traced x."""
+    device = x.device if isinstance(x, fg.Array) else fg.devices("cpu")[0]
+    return lax.with_sharding_constraint(x, fg.sharding.SingleDeviceSharding(device))
+
+
+RECIPES["sharding_constraint"] = elementwise(_constrained_where_it_is, lambda x: x)
+
+
 # ---------------------------------------------------------------------------------------------
 # Reductions, scans and sorting
 
@@ -1626,6 +1636,7 @@ WITHOUT_RECIPE = {
     "all_gather": _COLLECTIVE,
     "all_to_all": _COLLECTIVE,
     "axis_index": _COLLECTIVE,
+    "pbroadcast": _COLLECTIVE,
     "pmax": _COLLECTIVE,
     "pmin": _COLLECTIVE,
     "ppermute": _COLLECTIVE,

@@ -43,6 +43,8 @@ from funcgrad.interpreters.partial_eval import PartialEvalTrace, SplitJaxpr, spl
 from funcgrad.interpreters.staging import StagingTrace, trace_to_jaxpr
 from funcgrad.ir import ClosedJaxpr, Jaxpr
 from funcgrad.lax.base import asarray
+from funcgrad.lax.sharding_constraint import result_layout_rules, result_layouts
+from funcgrad.sharding import laid_out
 from funcgrad.transforms.make_jaxpr import function_name
 
 logger = logging.getLogger("funcgrad")
@@ -273,6 +275,15 @@ def _jit_partial_eval(trace: PartialEvalTrace, args: Sequence, params: dict) -> 
 
 
 jit_p.partial_eval = _jit_partial_eval
+
+
+def _jit_result_layout(eqn, k: int):
+    """A jitted call's result is laid out as its program's result is."""
+    layouts = result_layouts(eqn.params["jaxpr"].jaxpr)
+    return None if layouts is None else layouts[k]
+
+
+result_layout_rules[jit_p] = _jit_result_layout
 passes.inlinable_calls.add(jit_p)
 passes.dce_rules[jit_p] = passes.dce_call
 
@@ -386,6 +397,7 @@ class _Entry:
         "donated",
         "single_output",
         "float0_leaves",
+        "layouts",
         "_backend",
         "_executable",
         "_gpu_consts",
@@ -411,6 +423,8 @@ class _Entry:
         # again around each call.
         self.float0_leaves = float0_leaves
         self.single_output = out_tree == tree_util.tree_structure(0) and not float0_leaves
+        # The layouts the program's sharding constraints ask of its results (None: none).
+        self.layouts = result_layouts(jaxpr.jaxpr)
         self._backend = None
         self._executable = None
         self._gpu_consts: dict = {}
@@ -439,6 +453,11 @@ class _Entry:
             return executable.on_device([*consts, *leaves], device)
 
     def outputs(self, outs: list):
+        if self.layouts is not None:
+            outs = [
+                laid_out(out, layout) if layout is not None and type(out) is Array else out
+                for out, layout in zip(outs, self.layouts)
+            ]
         if self.float0_leaves:
             outs = list(outs)
             for position, shape in self.float0_leaves:

@@ -310,7 +310,9 @@ def _transpose_program(
             cts_out.append(ct)
         cts_in = backward_pass(jaxpr.jaxpr, jaxpr.consts, operands, cts_out)
         return [
-            instantiate(ct) if m else psum_p.bind(instantiate(ct), axis_name=axis_name)
+            instantiate(ct)
+            if m
+            else psum_p.bind(instantiate(ct), axis_name=axis_name, axis_index_groups=None)
             for ct, u, m in zip(cts_in, undefined, in_mapped)
             if u
         ]
@@ -432,6 +434,7 @@ class Pmapped:
         devices: Sequence[Device] | None,
         backend: str | None,
         donate_argnums,
+        axis_size: int | None = None,
     ):
         functools.update_wrapper(self, fun)
         self.fun = fun
@@ -444,6 +447,7 @@ class Pmapped:
         self.backend = backend
         # Buffers are not reused by the NumPy backend, so donation is accepted and ignored.
         self.donate_argnums = _static_tuple(donate_argnums)
+        self.axis_size = axis_size  # (checked against the mapped size, as a promise)
         self._cache: dict = {}
         caches.track(self)
 
@@ -581,7 +585,13 @@ class Pmapped:
             raise ValueError(
                 f"pmap({self.name}) got inconsistent sizes for the mapped axes: {described}"
             )
-        return next(iter(sizes.values()))
+        size = next(iter(sizes.values()))
+        if self.axis_size is not None and self.axis_size != size:
+            raise ValueError(
+                f"pmap({self.name}) was given axis_size={self.axis_size}, but its mapped axes "
+                f"have size {size}"
+            )
+        return size
 
     def _trace(self, args, static_positions, in_tree, device_avals, axis_size):
         def flat_fun(*flat):
@@ -656,8 +666,6 @@ def pmap(
         raise ValueError(
             f"pmap: unknown backend {backend!r}; choose one of cpu, {', '.join(GPU_BACKENDS)}"
         )
-    if axis_size is not None:
-        raise NotImplementedError("pmap: axis_size is not supported; map an argument instead")
     return Pmapped(
         fun,
         axis_name,
@@ -667,4 +675,5 @@ def pmap(
         devices,
         backend,
         donate_argnums,
+        axis_size,
     )

@@ -12,8 +12,9 @@ operand is the one its position along those axes picks; a result whose spec leav
 out is the same on every device along it and is read from the devices at position 0 there.
 With `check_vma` (the default) the staged program is checked to make that so: each value is
 followed by the mesh axes along which it may differ (the operands' split axes, plus the axes
-of axis_index, ppermute, psum_scatter and all_to_all; psum, pmax, pmin and all_gather make
-their results the same along theirs), and a result that may differ along an axis its spec
+of axis_index, ppermute, psum_scatter and all_to_all; psum, pmax, pmin, all_gather and
+pbroadcast make their results the same along theirs, unless they combine groups of an axis's
+positions, each its own: `axis_index_groups`), and a result that may differ along an axis its spec
 leaves out is an error. Control flow is followed: a cond's result may differ where any branch's
 may or where the devices pick different branches, and a loop's carry where an iteration can
 make it differ (found by growing its axes until they settle), or where the devices' trip
@@ -59,12 +60,14 @@ from funcgrad.lax.parallel import (
     all_gather_p,
     all_to_all_p,
     axis_index_p,
+    pbroadcast_p,
     pmax_p,
     pmin_p,
     ppermute_p,
     psum_p,
     psum_scatter_p,
 )
+from funcgrad.lax.sharding_constraint import result_layout_rules
 from funcgrad.sharding import (
     Mesh,
     NamedSharding,
@@ -76,7 +79,13 @@ from funcgrad.sharding import (
     get_mesh,
     mesh_coords,
 )
-from funcgrad.transforms.jit import _batched_program, _hoisted, _jvp_program, _split_program
+from funcgrad.transforms.jit import (
+    _batched_program,
+    _hoisted,
+    _jvp_program,
+    _split_program,
+    _typed_static_key,
+)
 from funcgrad.transforms.make_jaxpr import function_name
 from funcgrad.transforms.pmap import _device_executable
 
@@ -240,7 +249,11 @@ def _transpose_program(
             if u:
                 unmentioned = _unmentioned(names, mesh)
                 ct = instantiate(ct)
-                outs.append(psum_p.bind(ct, axis_name=unmentioned) if unmentioned else ct)
+                outs.append(
+                    psum_p.bind(ct, axis_name=unmentioned, axis_index_groups=None)
+                    if unmentioned
+                    else ct
+                )
         return outs
 
     closed, _ = trace_to_jaxpr(transposed, defined_avals + ct_avals, "transpose of a shard_map")
@@ -348,6 +361,9 @@ def _shard_map_partial_eval(trace: PartialEvalTrace, args: Sequence, params: dic
 
 
 shard_map_p.partial_eval = _shard_map_partial_eval
+result_layout_rules[shard_map_p] = lambda eqn, k: NamedSharding(
+    eqn.params["mesh"], _spec(eqn.params["out_names"][k])
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,9 +374,20 @@ def _axis_names(axis_name) -> frozenset:
     return frozenset(axis_name if isinstance(axis_name, tuple) else (axis_name,))
 
 
-# Collectives whose result is the same along their axes, and those whose result differs.
-_SAME_ALONG = (psum_p, pmax_p, pmin_p, all_gather_p)
+# Collectives whose result is the same along their axes (unless they combine groups of the
+# axis's positions, each group its own), and those whose result differs.
+_SAME_ALONG = (psum_p, pmax_p, pmin_p, all_gather_p, pbroadcast_p)
 _DIFFERS_ALONG = (axis_index_p, ppermute_p, psum_scatter_p, all_to_all_p)
+
+
+def _makes_same(eqn) -> bool:
+    return eqn.primitive in _SAME_ALONG and eqn.params.get("axis_index_groups") is None
+
+
+def _makes_differ(eqn) -> bool:
+    return eqn.primitive in _DIFFERS_ALONG or (
+        eqn.primitive in _SAME_ALONG and eqn.params.get("axis_index_groups") is not None
+    )
 
 
 def _sub_jaxprs(params: dict):
@@ -377,7 +404,7 @@ def _axes_made_different(jaxpr: Jaxpr) -> frozenset:
     differs along them."""
     axes: frozenset = frozenset()
     for eqn in jaxpr.eqns:
-        if eqn.primitive in _DIFFERS_ALONG:
+        if _makes_differ(eqn):
             axes |= _axis_names(eqn.params["axis_name"])
         for inner in _sub_jaxprs(eqn.params):
             axes |= _axes_made_different(inner)
@@ -475,9 +502,9 @@ def _varying_axes(jaxpr: Jaxpr, in_varying: list[frozenset]) -> list[frozenset]:
             outs = _eqn_varying(eqn, operands)
         else:
             axes = frozenset().union(*operands)
-            if eqn.primitive in _SAME_ALONG:
+            if _makes_same(eqn):
                 axes -= _axis_names(eqn.params["axis_name"])
-            elif eqn.primitive in _DIFFERS_ALONG:
+            elif _makes_differ(eqn):
                 axes |= _axis_names(eqn.params["axis_name"])
             outs = [axes] * len(eqn.outvars)
         varying.update(zip(eqn.outvars, outs))
@@ -499,9 +526,10 @@ def _check_replication(jaxpr: ClosedJaxpr, in_names, out_names, out_specs, mesh,
                 f"shard_map({name}): out_specs for {_output(path)} is {spec}, which "
                 f"leaves out mesh axis {', '.join(map(repr, left_out))}, so the output must be "
                 f"the same on every device along it; but it may differ along it (it depends on "
-                f"a value split over it, or on axis_index, ppermute, psum_scatter or all_to_all "
-                f"over it). Reduce or gather it over that axis (psum, pmean, all_gather), name "
-                f"the axis in out_specs, or pass check_vma=False to trust that it is the same"
+                f"a value split over it, or on axis_index, ppermute, psum_scatter, all_to_all "
+                f"or a collective over axis_index_groups over it). Reduce or gather it over "
+                f"that axis (psum, pmean, all_gather), name the axis in out_specs, or pass "
+                f"check_vma=False to trust that it is the same"
             )
 
 
@@ -511,6 +539,21 @@ def _check_replication(jaxpr: ClosedJaxpr, in_names, out_names, out_specs, mesh,
 
 def _is_spec(x: Any) -> bool:
     return isinstance(x, PartitionSpec)
+
+
+def _is_spec_or_none(x: Any) -> bool:
+    return x is None or isinstance(x, PartitionSpec)
+
+
+def _static_key(values: list) -> tuple | None:
+    """The cache key of the arguments passed as they are (a None in_spec): each value with its
+    type; None where one cannot be hashed (an array), whose call is traced anew."""
+    key = tuple(_typed_static_key(v) for v in values)
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def _output(path: str) -> str:
@@ -571,24 +614,34 @@ class ShardMapped:
             )
         mesh = self._mesh()
         path_leaves, in_tree = tree_util.tree_flatten_with_path(args)
-        paths = [tree_util.keystr(path) for path, _ in path_leaves]
-        leaves = [
-            x if type(x) is Array or isinstance(x, core.Tracer) else asarray(x)
-            for _, x in path_leaves
-        ]
         specs = broadcast_prefix(
-            self.in_specs, args, _is_spec, f"shard_map({self.name}) in_specs", "PartitionSpec"
+            self.in_specs,
+            args,
+            _is_spec_or_none,
+            f"shard_map({self.name}) in_specs",
+            "PartitionSpec",
         )
-        avals = [core.get_aval(x) for x in leaves]
-        in_names = []
-        for path, spec, aval in zip(paths, specs, avals):
-            what = f"shard_map({self.name}): in_specs for args{path}"
+        # A None spec passes its arguments to the function as they are, on every device.
+        passed = tuple(spec is None for spec in specs)
+        static = [x for (_, x), p in zip(path_leaves, passed) if p]
+        leaves, in_names = [], []
+        for (path, x), spec in zip(path_leaves, specs):
+            if spec is None:
+                continue
+            x = x if type(x) is Array or isinstance(x, core.Tracer) else asarray(x)
+            aval = core.get_aval(x)
+            what = f"shard_map({self.name}): in_specs for args{tree_util.keystr(path)}"
             names = _names_for(spec, mesh, aval.ndim, what)
             block_shape(aval.shape, names, mesh, what)
+            leaves.append(x)
             in_names.append(names)
+        avals = [core.get_aval(x) for x in leaves]
         block_avals = tuple(_block_aval(a, n, mesh) for a, n in zip(avals, in_names))
+        static_key = _static_key(static)
         key = (
             in_tree,
+            passed,
+            static_key,
             block_avals,
             tuple(in_names),
             mesh,
@@ -598,8 +651,9 @@ class ShardMapped:
         )
         entry = self._cache.get(key)
         if entry is None:
-            entry = self._trace(mesh, in_tree, block_avals, tuple(in_names))
-            if not any(isinstance(c, core.Tracer) for c in entry[1]):
+            entry = self._trace(mesh, in_tree, passed, static, block_avals, tuple(in_names))
+            closes_over_tracers = any(isinstance(c, core.Tracer) for c in entry[1])
+            if static_key is not None and not closes_over_tracers:
                 self._cache[key] = entry
         jaxpr, consts, out_tree, out_names = entry
         outs = shard_map_p.bind(
@@ -613,9 +667,11 @@ class ShardMapped:
         )
         return tree_util.tree_unflatten(out_tree, outs)
 
-    def _trace(self, mesh: Mesh, in_tree, block_avals, in_names):
+    def _trace(self, mesh: Mesh, in_tree, passed, static, block_avals, in_names):
         def flat_fun(*flat):
-            return self.fun(*tree_util.tree_unflatten(in_tree, flat))
+            staged, given = iter(flat), iter(static)
+            leaves = [next(given) if p else next(staged) for p in passed]
+            return self.fun(*tree_util.tree_unflatten(in_tree, leaves))
 
         with parallel.axes_bound(tuple(mesh.shape.items()), f"shard_map({self.name})"):
             closed, out_tree = trace_to_jaxpr(flat_fun, block_avals, f"shard_map({self.name})")

@@ -207,7 +207,9 @@ def _kept_as_bits(dtype: np.dtype) -> bool:
 
 
 def _reduction(op: str):
-    def rule(frame: ShardFrame, moving, value: DeviceValue, *, axis_name) -> DeviceValue | None:
+    def rule(
+        frame: ShardFrame, moving, value: DeviceValue, *, axis_name, axis_index_groups
+    ) -> DeviceValue | None:
         if _kept_as_bits(value.dtype):
             return None
         runtime = value.device.runtime
@@ -232,6 +234,7 @@ def _all_gather(
     value: DeviceValue,
     *,
     axis_name,
+    axis_index_groups,
     all_gather_dimension,
     axis_size,
     tiled,
@@ -253,7 +256,15 @@ def _all_gather(
 
 
 def _psum_scatter(
-    frame: ShardFrame, moving, value: DeviceValue, *, axis_name, scatter_dimension, axis_size, tiled
+    frame: ShardFrame,
+    moving,
+    value: DeviceValue,
+    *,
+    axis_name,
+    axis_index_groups,
+    scatter_dimension,
+    axis_size,
+    tiled,
 ) -> DeviceValue | None:
     """The devices' buffers summed, each device keeping its block of `scatter_dimension`:
     that dimension moved first, so that the blocks lie one after another as a reduce-scatter
@@ -300,6 +311,7 @@ def _all_to_all(
     value: DeviceValue,
     *,
     axis_name,
+    axis_index_groups,
     split_axis,
     concat_axis,
     axis_size,

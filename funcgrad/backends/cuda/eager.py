@@ -63,7 +63,9 @@ class _Collective:
 
         rule = device_rules.get(self.primitive)
         if rule is not None:
-            frame = parallel.frame_of(self.params["axis_name"])
+            frame = parallel.frame_of(
+                self.params["axis_name"], self.params.get("axis_index_groups")
+            )
             moving = transport(frame)
             value = args[0]._value
             if type(value) is not DeviceValue:

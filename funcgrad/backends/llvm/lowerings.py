@@ -55,6 +55,7 @@ for name in (
     "ppermute",
     "all_to_all",
     "axis_index",
+    "pbroadcast",
 ):
     PRIMITIVES[name].not_applicable.setdefault("llvm", _COLLECTIVE_REASON)
 PRIMITIVES["custom_lin"].not_applicable.setdefault(
