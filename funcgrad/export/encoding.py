@@ -75,7 +75,10 @@ class Writer:
             numbers[v] = len(numbers)
             return self.aval(v.aval)
 
+        aliases: dict[Var, Any] = {}  # the results of layout constraints: their operands
+
         def atom(v):
+            v = aliases.get(v, v)
             if type(v) is Literal:
                 return {"literal": self.value(v.val), "aval": self.aval(v.aval)}
             return numbers[v]
@@ -84,6 +87,10 @@ class Writer:
         invars = [define(v) for v in jaxpr.invars]
         eqns = []
         for number, eqn in enumerate(jaxpr.eqns):
+            if eqn.primitive.name == "sharding_constraint":
+                # (an exported program runs on one device: a layout there is the identity)
+                aliases[eqn.outvars[0]] = aliases.get(eqn.invars[0], eqn.invars[0])
+                continue
             if eqn.primitive.name == "custom_vmap_call":
                 eqn = _as_call(eqn)
             self.where.append(f"equation {number} ({eqn.primitive.name})")
