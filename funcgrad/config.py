@@ -71,6 +71,10 @@ class Config:
         # Raise where a jitted function would trace (its cache misses): a block that should
         # only run programs already traced (a timed loop, a served model) proves it does.
         self.no_tracing = False
+        # Type-check every program as it is staged, and again after each compiler pass
+        # (`ir.check_jaxpr`; FUNCGRAD_ENABLE_CHECKS): a transformation or pass that builds an
+        # ill-typed program is named where it does, not where the program later fails.
+        self.enable_checks = _flag_from_environment("FUNCGRAD_ENABLE_CHECKS", False)
         # Where jitted programs run: "llvm" compiles them to native code, "numpy" runs them on
         # the reference backend, "cuda" on a CUDA GPU through CuPy, and "cuda_emulator" runs
         # the generated CUDA C on the host (for testing it without a GPU).
@@ -169,6 +173,7 @@ _SWITCHES = (
     "use_high_dynamic_range_gumbel",
     "explain_cache_misses",
     "no_tracing",
+    "enable_checks",
 )
 
 

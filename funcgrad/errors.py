@@ -79,6 +79,12 @@ class OutOfDeviceMemoryError(MemoryError):
     Nothing ran, so no output or argument was written."""
 
 
+class JaxprTypeError(TypeError):
+    """A jaxpr that does not type: a variable used before it is defined or defined twice, or
+    an equation whose result types are not those its primitive's rules give (raised by
+    `ir.check_jaxpr`, and where `config.enable_checks` is on)."""
+
+
 class FuncgradRuntimeError(ValueError):
     """A failure found while a program ran: a `checkify.check` whose predicate was false, or an
     automatic check (a NaN, a division by zero, an index out of bounds) that `checkify` added."""

@@ -196,6 +196,104 @@ def float0_literal(shape: tuple[int, ...]) -> Literal:
 
 
 # ---------------------------------------------------------------------------------------------
+# Type checking
+
+
+def check_jaxpr(jaxpr: Jaxpr | ClosedJaxpr) -> None:
+    """Raise `JaxprTypeError` unless every variable is defined once before it is read, every
+    literal's value has its type, and every equation's results have the types its primitive's
+    abstract evaluation gives its operands (nested programs too). What a transformation or a
+    compiler pass builds must type as what tracing builds; `config.enable_checks` checks each
+    program as it is made."""
+    if type(jaxpr) is ClosedJaxpr:
+        _check_consts(jaxpr, "the program")
+        jaxpr = jaxpr.jaxpr
+    _check(jaxpr, [])
+
+
+def _check(jaxpr: Jaxpr, where: list[str]) -> None:
+    from funcgrad.errors import JaxprTypeError
+
+    defined: set = set()
+
+    def fail(message: str, *variables):
+        """`message` with `{}` for the names `variables` have in the program printed below."""
+        namer = _Namer()
+        text = "\n".join(_pp_jaxpr_lines(jaxpr, namer, 0, False))
+        message = message.format(*map(namer, variables))
+        place = " in ".join(reversed(where))
+        raise JaxprTypeError(f"{message}{' in ' + place if place else ''}:\n{text}")
+
+    def define(v) -> None:
+        if type(v) is not Var:
+            fail(f"{v!r} stands where a variable is defined")
+        if v in defined:
+            fail("variable {} is defined twice", v)
+        defined.add(v)
+
+    def read(v, what: str) -> None:
+        if type(v) is Literal:
+            value = np.asarray(v.val)
+            if value.shape != v.aval.shape or (
+                value.dtype != v.aval.dtype and not core.is_float0(v.val)
+            ):
+                fail(
+                    f"literal {value} of {what}, a {value.dtype} of shape {value.shape}, is "
+                    f"typed {v.aval.str_short()}"
+                )
+        elif v not in defined:
+            fail(what + " reads variable {}, which is not defined before it", v)
+
+    for v in (*jaxpr.constvars, *jaxpr.invars):
+        define(v)
+    for number, eqn in enumerate(jaxpr.eqns):
+        what = f"equation {number} ({eqn.primitive.name})"
+        for v in eqn.invars:
+            read(v, what)
+        try:
+            produced = eqn.primitive.abstract_eval(*(v.aval for v in eqn.invars), **eqn.params)
+        except Exception as error:
+            fail(f"{what} does not type: {type(error).__name__}: {error}")
+        produced = produced if eqn.primitive.multiple_results else [produced]
+        recorded = [v.aval for v in eqn.outvars]
+        if [(a.shape, a.dtype) for a in produced] != [(a.shape, a.dtype) for a in recorded]:
+            fail(
+                f"{what} makes {[a.str_short() for a in produced]} but its results are typed "
+                f"{[a.str_short() for a in recorded]}"
+            )
+        for v in eqn.outvars:
+            define(v)
+        for name, value in eqn.params.items():
+            for inner in _programs_in(value):
+                if type(inner) is ClosedJaxpr:
+                    _check_consts(inner, f"parameter {name!r} of {what}")
+                    inner = inner.jaxpr
+                _check(inner, [*where, f"parameter {name!r} of {what}"])
+    for v in jaxpr.outvars:
+        read(v, "the program's outputs")
+
+
+def _check_consts(closed: ClosedJaxpr, what: str) -> None:
+    from funcgrad.errors import JaxprTypeError
+
+    for v, c in zip(closed.jaxpr.constvars, closed.consts):
+        aval = core.get_aval(c)
+        if (aval.shape, aval.dtype) != (v.aval.shape, v.aval.dtype):
+            raise JaxprTypeError(
+                f"a constant of {what} is a {aval.str_short()} for a variable typed "
+                f"{v.aval.str_short()}"
+            )
+
+
+def _programs_in(value) -> list:
+    if type(value) in (Jaxpr, ClosedJaxpr):
+        return [value]
+    if type(value) in (tuple, list):
+        return [p for v in value for p in _programs_in(v)]
+    return []
+
+
+# ---------------------------------------------------------------------------------------------
 # Pretty-printing
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from funcgrad.core import PRIMITIVES
+from funcgrad.core import library_primitives
 from funcgrad.tools import mutate_rules
 from funcgrad.tools.mutate_rules import MUTABLE_RULES, mutation_caught, survivor_reason
 
-MUTANTS, UNCHECKED = mutate_rules._mutants(MUTABLE_RULES, sorted(PRIMITIVES))
+MUTANTS, UNCHECKED = mutate_rules._mutants(MUTABLE_RULES, sorted(library_primitives()))
 
 
 @pytest.mark.parametrize("name, rule", MUTANTS, ids=[f"{n}.{r}" for n, r in MUTANTS])

@@ -20,8 +20,10 @@ import numpy as np
 
 from funcgrad import core, dtypes
 from funcgrad.array import CPU, Array
+from funcgrad.config import config
 from funcgrad.core import Primitive
-from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var
+from funcgrad.errors import JaxprTypeError
+from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, Var, check_jaxpr
 from funcgrad.lax.elementwise import (
     add_p,
     convert_element_type_p,
@@ -543,6 +545,13 @@ _PIPELINE = (
 )
 
 
+def _checked(closed: ClosedJaxpr, pass_name: str) -> None:
+    try:
+        check_jaxpr(closed)
+    except JaxprTypeError as error:
+        raise JaxprTypeError(f"after the compiler pass {pass_name}: {error}") from None
+
+
 def optimize(closed: ClosedJaxpr) -> ClosedJaxpr:
     """Run every pass in turn until a whole round changes nothing. Each round leaves fewer
     calls, equations or non-literal operands, so a fixed point comes in a few rounds; the bound
@@ -551,6 +560,8 @@ def optimize(closed: ClosedJaxpr) -> ClosedJaxpr:
         start = closed
         for run_pass in _PIPELINE:
             closed = run_pass(closed)
+            if config.enable_checks:
+                _checked(closed, run_pass.__name__)
         if closed is start:
             break
     return closed

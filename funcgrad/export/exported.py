@@ -14,16 +14,16 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 
 import funcgrad
 from funcgrad import core, dtypes, tree_util
 from funcgrad.config import config
+from funcgrad.errors import JaxprTypeError
 from funcgrad.export import rules, trees
 from funcgrad.export.encoding import ExportError, Reader, Writer
-from funcgrad.ir import ClosedJaxpr, Jaxpr
+from funcgrad.ir import ClosedJaxpr, Jaxpr, check_jaxpr
 from funcgrad.lax.base import asarray
 
 _MAGIC = b"funcgrad export\n"
@@ -304,36 +304,12 @@ def _takes_scalar(dtype: np.dtype, scalar) -> bool:
 
 
 def _check_types(jaxpr: Jaxpr, name: str, version: str) -> None:
-    """Each equation's result types as this funcgrad's rules give them, against those the
-    file records: a program written by a funcgrad whose primitives took other parameters is
-    refused here rather than computing something else."""
-    for number, eqn in enumerate(jaxpr.eqns):
-        try:
-            produced = eqn.primitive.abstract_eval(*(v.aval for v in eqn.invars), **eqn.params)
-        except Exception as error:
-            raise ExportError(
-                f"the exported function {name} (written by funcgrad {version}) does not type "
-                f"here: equation {number} ({eqn.primitive.name}) raised {error!r}"
-            ) from None
-        produced = produced if eqn.primitive.multiple_results else [produced]
-        recorded = [v.aval for v in eqn.outvars]
-        if [(a.shape, a.dtype) for a in produced] != [(a.shape, a.dtype) for a in recorded]:
-            raise ExportError(
-                f"the exported function {name} (written by funcgrad {version}) does not type "
-                f"here: equation {number} ({eqn.primitive.name}) makes "
-                f"{[a.str_short() for a in produced]} where the file says "
-                f"{[a.str_short() for a in recorded]}"
-            )
-        for value in eqn.params.values():
-            for inner in _inner_jaxprs(value):
-                _check_types(inner, name, version)
-
-
-def _inner_jaxprs(value: Any) -> list[Jaxpr]:
-    if isinstance(value, ClosedJaxpr):
-        return [value.jaxpr]
-    if isinstance(value, Jaxpr):
-        return [value]
-    if isinstance(value, (tuple, list)):
-        return [j for v in value for j in _inner_jaxprs(v)]
-    return []
+    """The program typed by this funcgrad's rules: a file written by a funcgrad whose
+    primitives took other parameters is refused here rather than computing something else."""
+    try:
+        check_jaxpr(jaxpr)
+    except JaxprTypeError as error:
+        raise ExportError(
+            f"the exported function {name} (written by funcgrad {version}) does not type "
+            f"here: {error}"
+        ) from None

@@ -18,8 +18,9 @@ import numpy as np
 
 from funcgrad import core, tree_util
 from funcgrad.array import Array
+from funcgrad.config import config
 from funcgrad.core import ShapedArray
-from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, SourceInfo, Var
+from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Literal, SourceInfo, Var, check_jaxpr
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -108,8 +109,10 @@ class StagingTrace(core.Trace):
 
     def to_closed_jaxpr(self, outs: Sequence[Any]) -> ClosedJaxpr:
         outvars = [self.var_of(x) for x in outs]
-        jaxpr = Jaxpr(self.constvars, self.invars, outvars, self.eqns)
-        return ClosedJaxpr(jaxpr, self.consts)
+        closed = ClosedJaxpr(Jaxpr(self.constvars, self.invars, outvars, self.eqns), self.consts)
+        if config.enable_checks:
+            check_jaxpr(closed)
+        return closed
 
 
 def abstractify(x) -> ShapedArray:

@@ -21,7 +21,7 @@ import sys
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from funcgrad.core import PRIMITIVES
+from funcgrad.core import PRIMITIVES, library_primitives
 from funcgrad.tools.recipes import RECIPES, WITHOUT_RECIPE
 from funcgrad.tools.rule_checks import mutated, run_check
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--primitive", action="append", metavar="NAME")
     parser.add_argument("--examples", type=int, default=10, help="examples per mutant")
     args = parser.parse_args(argv)
-    names = args.primitive or sorted(PRIMITIVES)
+    names = args.primitive or sorted(library_primitives())
     unknown = [n for n in names if n not in PRIMITIVES]
     if unknown:
         parser.error(f"unknown primitives: {', '.join(unknown)}")
