@@ -350,11 +350,13 @@ class Array:
     as it is. On virtual CPU devices the slices are views of `_value`; on GPUs they are the
     devices' buffers and `_value` is stacked from them on the first GPU when read. An array
     laid out over a mesh (`device_put` with a NamedSharding, shard_map's results) holds its
-    `_sharding`, its value whole on the host. The slots are left unset on other arrays, so
+    `_sharding`, its value whole on the host. While key reuse is checked
+    (`funcgrad.key_reuse`), an array given to or made from a random key holds `_key_cells`,
+    whether each of its elements is used up. The slots are left unset on other arrays, so
     they pay nothing for them.
     """
 
-    __slots__ = ("_value", "weak_type", "_shards", "_sharding")
+    __slots__ = ("_value", "weak_type", "_shards", "_sharding", "_key_cells")
     __array_priority__ = 100
 
     def __init__(self, value, weak_type: bool = False):
@@ -533,7 +535,7 @@ class Array:
         """A distinct array of the same value. Arrays are immutable, so the two share the
         buffer; but donating one to a jitted call (which deletes it) leaves the other."""
         copied = Array(self._value, self.weak_type)
-        for slot in ("_shards", "_sharding"):
+        for slot in ("_shards", "_sharding", "_key_cells"):
             if hasattr(self, slot):
                 setattr(copied, slot, getattr(self, slot))
         return copied

@@ -87,6 +87,10 @@ class Config:
         # The precision of Gumbel draws whose `mode` is None (random.gumbel, categorical,
         # choice): "high" when True, "low" when False, as JAX's option of the same name.
         self.use_high_dynamic_range_gumbel = False
+        # Raise KeyReuseError where a random key is used up twice: drawn from (or split) twice,
+        # eagerly or in a traced program before it runs (see funcgrad.key_reuse). jit keys its
+        # traces by it.
+        self.debug_key_reuse = False
         # Virtual CPU devices per process (pmap runs one thread per device).
         self.num_cpu_devices = _from_environment("FUNCGRAD_NUM_CPU_DEVICES", int, 1)
         # Threads a compiled program may use for its large loops (FUNCGRAD_NUM_THREADS); by
@@ -150,6 +154,12 @@ class Config:
             dtypes.use_x64(value)
         elif name in _SWITCHES and not isinstance(value, bool):
             raise TypeError(f"{name} must be True or False, got {value!r}")
+        elif name == "debug_key_reuse":
+            if not isinstance(value, bool):
+                raise TypeError(f"debug_key_reuse must be True or False, got {value!r}")
+            from funcgrad import key_reuse  # (it builds on everything)
+
+            key_reuse.use(value)
         elif name == "compilation_cache_dir":
             if not isinstance(value, (str, os.PathLike)):
                 raise TypeError(
@@ -245,6 +255,12 @@ def debug_nans(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
     """Inside the block, an operation that makes a NaN raises, naming the primitive and the
     line (see `config.debug_nans`)."""
     return _scoped("debug_nans", enabled)
+
+
+def debug_key_reuse(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, a random key used up twice raises KeyReuseError (see
+    `config.debug_key_reuse`)."""
+    return _scoped("debug_key_reuse", enabled)
 
 
 def debug_infs(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
