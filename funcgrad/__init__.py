@@ -57,6 +57,10 @@ from funcgrad.config import (
     numpy_dtype_promotion,
     numpy_rank_promotion,
     threefry_partitionable,
+    transfer_guard,
+    transfer_guard_device_to_device,
+    transfer_guard_device_to_host,
+    transfer_guard_host_to_device,
 )
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
 from funcgrad.devices import (
@@ -201,6 +205,10 @@ __all__ = [
     "scipy",
     "test_util",
     "threefry_partitionable",
+    "transfer_guard",
+    "transfer_guard_device_to_device",
+    "transfer_guard_device_to_host",
+    "transfer_guard_host_to_device",
     "tree",
     "tree_util",
     "typing",

@@ -91,6 +91,13 @@ class Config:
         # eagerly or in a traced program before it runs (see funcgrad.key_reuse). jit keys its
         # traces by it.
         self.debug_key_reuse = False
+        # Transfer guards (funcgrad.transfer_guards): for each direction data moves in, "allow"
+        # (None means the same), "log" or "disallow" (implicit transfers), "log_explicit" or
+        # "disallow_explicit" (every transfer). Updating transfer_guard sets all three.
+        self.transfer_guard = None
+        self.transfer_guard_host_to_device = None
+        self.transfer_guard_device_to_host = None
+        self.transfer_guard_device_to_device = None
         # Virtual CPU devices per process (pmap runs one thread per device).
         self.num_cpu_devices = _from_environment("FUNCGRAD_NUM_CPU_DEVICES", int, 1)
         # Threads a compiled program may use for its large loops (FUNCGRAD_NUM_THREADS); by
@@ -154,6 +161,20 @@ class Config:
             dtypes.use_x64(value)
         elif name in _SWITCHES and not isinstance(value, bool):
             raise TypeError(f"{name} must be True or False, got {value!r}")
+        elif name.startswith("transfer_guard"):
+            from funcgrad import transfer_guards  # (it reads this module)
+
+            if value is not None and value not in transfer_guards.LEVELS:
+                raise ValueError(
+                    f"{name} must be one of {', '.join(map(repr, transfer_guards.LEVELS))} or "
+                    f"None, got {value!r}"
+                )
+            if name == "transfer_guard":
+                for direction in transfer_guards.DIRECTIONS:
+                    setattr(self, f"transfer_guard_{direction}", value)
+            setattr(self, name, value)
+            transfer_guards.refresh()
+            return
         elif name == "debug_key_reuse":
             if not isinstance(value, bool):
                 raise TypeError(f"debug_key_reuse must be True or False, got {value!r}")
@@ -261,6 +282,36 @@ def debug_key_reuse(enabled: bool = True) -> contextlib.AbstractContextManager[N
     """Inside the block, a random key used up twice raises KeyReuseError (see
     `config.debug_key_reuse`)."""
     return _scoped("debug_key_reuse", enabled)
+
+
+@contextlib.contextmanager
+def transfer_guard(level: str) -> Iterator[None]:
+    """Inside the block, transfers in every direction are allowed, logged or refused as
+    `level` says (see funcgrad.transfer_guards); each direction's own setting is back as it
+    was after."""
+    directions = ("host_to_device", "device_to_device", "device_to_host")
+    with contextlib.ExitStack() as stack:
+        for name in (*(f"transfer_guard_{d}" for d in directions), "transfer_guard"):
+            stack.enter_context(_scoped(name, level))
+        yield
+
+
+def transfer_guard_host_to_device(level: str) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, host-to-device transfers are allowed, logged or refused as `level`
+    says (see funcgrad.transfer_guards)."""
+    return _scoped("transfer_guard_host_to_device", level)
+
+
+def transfer_guard_device_to_host(level: str) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, device-to-host transfers are allowed, logged or refused as `level`
+    says (see funcgrad.transfer_guards)."""
+    return _scoped("transfer_guard_device_to_host", level)
+
+
+def transfer_guard_device_to_device(level: str) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, device-to-device transfers are allowed, logged or refused as
+    `level` says (see funcgrad.transfer_guards)."""
+    return _scoped("transfer_guard_device_to_device", level)
 
 
 def debug_infs(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
