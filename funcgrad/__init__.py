@@ -48,6 +48,7 @@ from funcgrad.config import (
     checking_leaks,
     config,
     debug_infs,
+    debug_key_reuse,
     debug_nans,
     default_matmul_precision,
     disable_jit,
@@ -58,6 +59,10 @@ from funcgrad.config import (
     numpy_dtype_promotion,
     numpy_rank_promotion,
     threefry_partitionable,
+    transfer_guard,
+    transfer_guard_device_to_device,
+    transfer_guard_device_to_host,
+    transfer_guard_host_to_device,
 )
 from funcgrad.core import ShapedArray, ShapeDtypeStruct
 from funcgrad.devices import (
@@ -141,6 +146,7 @@ __all__ = [
     "custom_vjp",
     "debug",
     "debug_infs",
+    "debug_key_reuse",
     "debug_nans",
     "default_backend",
     "default_device",
@@ -203,6 +209,10 @@ __all__ = [
     "scipy",
     "test_util",
     "threefry_partitionable",
+    "transfer_guard",
+    "transfer_guard_device_to_device",
+    "transfer_guard_device_to_host",
+    "transfer_guard_host_to_device",
     "tree",
     "tree_util",
     "typing",

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from funcgrad import dtypes
+from funcgrad import dtypes, transfer_guards
 from funcgrad.core import ShapedArray, short_dtype_name
 
 
@@ -172,6 +172,8 @@ class DeviceValue(_Sized):
         if self.dtype == dtypes.float0:  # (no data: its storage is a placeholder byte each)
             host = np.zeros(self.shape, self.dtype)
             return host if dtype is None else host.astype(dtype)
+        if transfer_guards.active:
+            transfer_guards.guard("device_to_host", self.shape, self.dtype, "the host")
         host = self.device.runtime.download(self.storage)
         host = (host.view(self.dtype) if host.dtype != self.dtype else host).reshape(self.shape)
         return host if dtype is None else host.astype(dtype)
@@ -197,6 +199,13 @@ def device_put(x, device=None):
     default, the default platform's first device. Arrays already there stay as they are.
     Given a sharding (or a tree prefix of them), the arrays are laid out as it says
     (`funcgrad.sharding`)."""
+    if transfer_guards.active:
+        with transfer_guards.explicit():
+            return _put(x, device)
+    return _put(x, device)
+
+
+def _put(x, device):
     from funcgrad import sharding, tree_util
     from funcgrad.devices import devices
     from funcgrad.lax.base import asarray
@@ -209,6 +218,9 @@ def device_put(x, device=None):
         return tree_util.tree_map(lambda leaf: to_host(asarray(leaf)), x)
     if not isinstance(device, GpuDevice) and device not in devices("cpu"):
         raise ValueError(f"unknown device {device!r}; available: {devices('cpu')}")
+    if transfer_guards.active and isinstance(device, GpuDevice):
+        with transfer_guards.guarded():  # (host data is guarded where it is copied to the GPU)
+            x = tree_util.tree_map(asarray, x)
     return sharding.put(x, sharding.SingleDeviceSharding(device))
 
 
@@ -217,7 +229,13 @@ def device_get(x):
     back); other leaves as they are."""
     from funcgrad import tree_util
 
-    return tree_util.tree_map(lambda leaf: np.asarray(leaf) if type(leaf) is Array else leaf, x)
+    def get(leaf):
+        return np.asarray(leaf) if type(leaf) is Array else leaf
+
+    if transfer_guards.active:
+        with transfer_guards.explicit():
+            return tree_util.tree_map(get, x)
+    return tree_util.tree_map(get, x)
 
 
 def on_default_device(array):
@@ -237,7 +255,12 @@ def put_on_gpu(array: Array, device: GpuDevice) -> Array:
 
 def place(value, device: GpuDevice) -> DeviceValue:
     """A copy of `value` (host data, or a value on another GPU) on GPU `device`."""
-    host = np.asarray(value)
+    if transfer_guards.active:
+        transfer_guards.to_device(value, device)
+        with transfer_guards.guarded():
+            host = np.asarray(value)
+    else:
+        host = np.asarray(value)
     flat = np.ascontiguousarray(host).reshape(-1)  # (which makes a 0-d value 1-d)
     if host.dtype == dtypes.bfloat16 or dtypes.is_narrow(host.dtype):  # CuPy knows neither
         flat = flat.view(np.dtype(f"uint{8 * host.dtype.itemsize}"))  # (their bits)
@@ -350,11 +373,13 @@ class Array:
     as it is. On virtual CPU devices the slices are views of `_value`; on GPUs they are the
     devices' buffers and `_value` is stacked from them on the first GPU when read. An array
     laid out over a mesh (`device_put` with a NamedSharding, shard_map's results) holds its
-    `_sharding`, its value whole on the host. The slots are left unset on other arrays, so
+    `_sharding`, its value whole on the host. While key reuse is checked
+    (`funcgrad.key_reuse`), an array given to or made from a random key holds `_key_cells`,
+    whether each of its elements is used up. The slots are left unset on other arrays, so
     they pay nothing for them.
     """
 
-    __slots__ = ("_value", "weak_type", "_shards", "_sharding")
+    __slots__ = ("_value", "weak_type", "_shards", "_sharding", "_key_cells")
     __array_priority__ = 100
 
     def __init__(self, value, weak_type: bool = False):
@@ -533,7 +558,7 @@ class Array:
         """A distinct array of the same value. Arrays are immutable, so the two share the
         buffer; but donating one to a jitted call (which deletes it) leaves the other."""
         copied = Array(self._value, self.weak_type)
-        for slot in ("_shards", "_sharding"):
+        for slot in ("_shards", "_sharding", "_key_cells"):
             if hasattr(self, slot):
                 setattr(copied, slot, getattr(self, slot))
         return copied

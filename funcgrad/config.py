@@ -91,6 +91,17 @@ class Config:
         # The precision of Gumbel draws whose `mode` is None (random.gumbel, categorical,
         # choice): "high" when True, "low" when False, as JAX's option of the same name.
         self.use_high_dynamic_range_gumbel = False
+        # Raise KeyReuseError where a random key is used up twice: drawn from (or split) twice,
+        # eagerly or in a traced program before it runs (see funcgrad.key_reuse). jit keys its
+        # traces by it.
+        self.debug_key_reuse = False
+        # Transfer guards (funcgrad.transfer_guards): for each direction data moves in, "allow"
+        # (None means the same), "log" or "disallow" (implicit transfers), "log_explicit" or
+        # "disallow_explicit" (every transfer). Updating transfer_guard sets all three.
+        self.transfer_guard = None
+        self.transfer_guard_host_to_device = None
+        self.transfer_guard_device_to_host = None
+        self.transfer_guard_device_to_device = None
         # Virtual CPU devices per process (pmap runs one thread per device).
         self.num_cpu_devices = _from_environment("FUNCGRAD_NUM_CPU_DEVICES", int, 1)
         # Threads a compiled program may use for its large loops (FUNCGRAD_NUM_THREADS); by
@@ -154,6 +165,26 @@ class Config:
             dtypes.use_x64(value)
         elif name in _SWITCHES and not isinstance(value, bool):
             raise TypeError(f"{name} must be True or False, got {value!r}")
+        elif name.startswith("transfer_guard"):
+            from funcgrad import transfer_guards  # (it reads this module)
+
+            if value is not None and value not in transfer_guards.LEVELS:
+                raise ValueError(
+                    f"{name} must be one of {', '.join(map(repr, transfer_guards.LEVELS))} or "
+                    f"None, got {value!r}"
+                )
+            if name == "transfer_guard":
+                for direction in transfer_guards.DIRECTIONS:
+                    setattr(self, f"transfer_guard_{direction}", value)
+            setattr(self, name, value)
+            transfer_guards.refresh()
+            return
+        elif name == "debug_key_reuse":
+            if not isinstance(value, bool):
+                raise TypeError(f"debug_key_reuse must be True or False, got {value!r}")
+            from funcgrad import key_reuse  # (it builds on everything)
+
+            key_reuse.use(value)
         elif name == "compilation_cache_dir":
             if not isinstance(value, (str, os.PathLike)):
                 raise TypeError(
@@ -250,6 +281,42 @@ def debug_nans(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
     """Inside the block, an operation that makes a NaN raises, naming the primitive and the
     line (see `config.debug_nans`)."""
     return _scoped("debug_nans", enabled)
+
+
+def debug_key_reuse(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, a random key used up twice raises KeyReuseError (see
+    `config.debug_key_reuse`)."""
+    return _scoped("debug_key_reuse", enabled)
+
+
+@contextlib.contextmanager
+def transfer_guard(level: str) -> Iterator[None]:
+    """Inside the block, transfers in every direction are allowed, logged or refused as
+    `level` says (see funcgrad.transfer_guards); each direction's own setting is back as it
+    was after."""
+    directions = ("host_to_device", "device_to_device", "device_to_host")
+    with contextlib.ExitStack() as stack:
+        for name in (*(f"transfer_guard_{d}" for d in directions), "transfer_guard"):
+            stack.enter_context(_scoped(name, level))
+        yield
+
+
+def transfer_guard_host_to_device(level: str) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, host-to-device transfers are allowed, logged or refused as `level`
+    says (see funcgrad.transfer_guards)."""
+    return _scoped("transfer_guard_host_to_device", level)
+
+
+def transfer_guard_device_to_host(level: str) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, device-to-host transfers are allowed, logged or refused as `level`
+    says (see funcgrad.transfer_guards)."""
+    return _scoped("transfer_guard_device_to_host", level)
+
+
+def transfer_guard_device_to_device(level: str) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, device-to-device transfers are allowed, logged or refused as
+    `level` says (see funcgrad.transfer_guards)."""
+    return _scoped("transfer_guard_device_to_device", level)
 
 
 def debug_infs(enabled: bool = True) -> contextlib.AbstractContextManager[None]:

@@ -92,3 +92,9 @@ class FuncgradRuntimeError(ValueError):
 
 class TypePromotionError(ValueError):
     """Two dtypes have no implicit promotion (a narrow format met another dtype)."""
+
+
+class KeyReuseError(FuncgradTypeError):
+    """A random key was consumed twice (raised where `config.debug_key_reuse` is on): the two
+    draws it gave would be the same numbers, or derived from each other's. Split the key (or
+    fold in a counter) to get a new key for each use."""

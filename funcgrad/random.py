@@ -12,6 +12,10 @@ element i depends on i alone, so any slice of a draw can be computed on its own.
 JAX's earlier scheme: the counters 0 .. 2n-1 are cut in halves that form the blocks, and bits
 of several widths are packed into and out of 32-bit words. `fold_in` and `PRNGKey` are the
 same in both.
+
+With `config.debug_key_reuse` on, every function that draws from a key or splits it records
+that it used the key up (`_check_key`; `fold_in` does not, as in JAX), and a second use raises
+`KeyReuseError` (`funcgrad.key_reuse`).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from funcgrad import core, dtypes, lax
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.config import config
+from funcgrad.lax.random_bits import random_clone, random_consume
 from funcgrad.scipy import special
 
 __all__ = [
@@ -81,13 +86,22 @@ __all__ = [
 # Argument checks
 
 
-def _check_key(name: str, key):
+def _key_argument(name: str, key):
     key = lax.asarray(key)
     if key.shape != (2,) or key.dtype != dtypes.uint32:
         raise TypeError(
             f"{name} takes a single key, a uint32[2] array (from PRNGKey, key or split), got "
             f"{key.aval.str_short()}; map over a batch of keys with vmap"
         )
+    return key
+
+
+def _check_key(name: str, key):
+    """The key a function draws from (or splits), which that uses up: with
+    `config.debug_key_reuse` on, the use is recorded (`funcgrad.key_reuse`)."""
+    key = _key_argument(name, key)
+    if config.debug_key_reuse:
+        key = random_consume(key, f"random.{name}")
     return key
 
 
@@ -269,8 +283,9 @@ def _split2(key):
 
 
 def fold_in(key, data) -> Array:
-    """A new key from `key` and a 32-bit integer, e.g. a step number or a device index."""
-    key = _check_key("fold_in", key)
+    """A new key from `key` and a 32-bit integer, e.g. a step number or a device index.
+    `key` is not used up (as in JAX): fold_in it with other numbers, or draw from it, too."""
+    key = _key_argument("fold_in", key)
     if isinstance(data, int) and not isinstance(data, bool):
         data = np.uint32(data & 0xFFFFFFFF)
     data = lax.convert_element_type(_integer_scalar("fold_in", data), dtypes.uint32)
@@ -278,14 +293,20 @@ def fold_in(key, data) -> Array:
 
 
 def key_data(keys) -> Array:
-    """The uint32 words of keys (keys already are their data in funcgrad)."""
-    return _check_key_words("key_data", keys)
+    """The uint32 words of keys (keys already are their data in funcgrad). Under
+    `config.debug_key_reuse` the words are a new array, whose uses are not the keys'."""
+    return _unconsumed_copy(_check_key_words("key_data", keys))
 
 
 def wrap_key_data(key_bits_array, *, impl=None) -> Array:
-    """Keys from uint32 words of shape (..., 2); only the default threefry2x32 impl exists."""
+    """Keys from uint32 words of shape (..., 2); only the default threefry2x32 impl exists.
+    Under `config.debug_key_reuse` they are new keys, unused whatever the words were."""
     _check_impl("wrap_key_data", impl)
-    return _check_key_words("wrap_key_data", key_bits_array)
+    return _unconsumed_copy(_check_key_words("wrap_key_data", key_bits_array))
+
+
+def _unconsumed_copy(keys):
+    return random_clone(keys) if config.debug_key_reuse else keys
 
 
 def _check_key_words(name: str, keys):
@@ -1308,5 +1329,7 @@ def orthogonal(key, n: int, shape: Sequence[int] = (), dtype=None, m: int | None
 
 
 def clone(key) -> Array:
-    """The key itself: funcgrad keys are values, never consumed, so a copy is the same key."""
-    return _check_key_words("clone", key)
+    """A key of the same bits that counts as unused: under `config.debug_key_reuse`, drawing
+    from the clone does not use up `key`, nor the other way round (otherwise keys are values,
+    and the clone is the key itself)."""
+    return _unconsumed_copy(_check_key_words("clone", key))

@@ -427,6 +427,10 @@ element_rules[PRIMITIVES["bitcast_convert_type"]] = _bitcast
 element_rules[PRIMITIVES["stop_gradient"]] = _identity
 # (at the top of a program, simplification has removed it; inside a loop or branch it stays)
 element_rules[PRIMITIVES["sharding_constraint"]] = _identity
+# The key-use markers of key-reuse checking (funcgrad.key_reuse); simplification drops them
+# first, so these are only for a program compiled without the passes.
+element_rules[PRIMITIVES["random_consume"]] = _identity
+element_rules[PRIMITIVES["random_clone"]] = _identity
 
 # ---------------------------------------------------------------------------------------------
 # Shape rules: each maps the output index to the operand index it reads.

@@ -31,6 +31,7 @@ from funcgrad.lax.elementwise import (
     neg_p,
     sub_p,
 )
+from funcgrad.lax.random_bits import random_clone_p, random_consume_p
 from funcgrad.lax.shapes import broadcast_in_dim_p, reshape_p, transpose_p
 from funcgrad.lax.sharding_constraint import sharding_constraint_p
 
@@ -439,7 +440,8 @@ def _neg_simplify(eqn, producer):
 def _identity_if_same_type(eqn, producer):
     """convert_element_type and broadcast_in_dim are the identity exactly when their output has
     their operand's aval (broadcast dimensions of a same-shape broadcast can only be 0, 1, ...),
-    which is what `algebraic_simplification` checks before substituting."""
+    which is what `algebraic_simplification` checks before substituting; the key-use markers
+    always are (they only tell key-reuse checking what happened to a key)."""
     return eqn.invars[0]
 
 
@@ -490,6 +492,8 @@ simplification_rules.update(
         transpose_p: _transpose_simplify,
         reshape_p: _reshape_simplify,
         sharding_constraint_p: _operand,
+        random_consume_p: _identity_if_same_type,
+        random_clone_p: _identity_if_same_type,
     }
 )
 

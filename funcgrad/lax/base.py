@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from funcgrad import core, dtypes
+from funcgrad import core, dtypes, transfer_guards
 from funcgrad.array import Array
 from funcgrad.core import ShapedArray
 from funcgrad.interpreters import eval as _eval  # noqa: F401  (the bottom trace must exist)
@@ -36,6 +36,8 @@ def asarray(x, dtype=None):
         return Array(x if dtype is None else x.astype(dtypes.canonicalize(dtype)), False)
     if isinstance(x, np.ndarray):
         dtypes.check_supported(x.dtype)
+        if transfer_guards.active:
+            transfer_guards.host_data(x)
         value = np.array(x, dtype=None if dtype is None else dtypes.canonicalize(dtype))
         return Array(value[()] if value.ndim == 0 else value, False)
     raise TypeError(

@@ -1,4 +1,5 @@
-"""The threefry2x32 counter-based random bit generator, as a primitive.
+"""The threefry2x32 counter-based random bit generator, as a primitive; and the two markers
+that key-reuse checking records keys' uses with.
 
 Threefry-2x32 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011) is a
 block cipher: it maps a 64-bit key and a 64-bit counter to 64 random-looking bits. Random
@@ -105,3 +106,51 @@ def threefry2x32(key1, key2, x1, x2) -> list:
         for v in (key1, key2, x1, x2)
     ]
     return threefry2x32_p.bind(*operands)
+
+
+# ---------------------------------------------------------------------------------------------
+# Key-use markers
+#
+# With `config.debug_key_reuse` on, funcgrad.random records in the program what it does with a
+# key: `random_consume` where a function draws from it (or splits it), `random_clone` where it
+# hands out a key of the same bits that counts as new (clone, key_data, wrap_key_data). Both
+# are the identity on the key's words; `funcgrad.key_reuse` reads them, and the compiler drops
+# them. Keys are uint32 arrays of shape (..., 2): under vmap a marker sees a batch of keys.
+
+
+def _declare_marker(name: str) -> Primitive:
+    marker = Primitive(name)
+
+    @marker.def_abstract_eval
+    def _abstract_eval(keys: ShapedArray, **params) -> ShapedArray:
+        if keys.dtype != dtypes.uint32 or keys.shape[-1:] != (2,):
+            raise TypeError(
+                f"{name} takes keys, uint32 arrays of shape (..., 2), got {keys.str_short()}"
+            )
+        return ShapedArray(keys.shape, keys.dtype)
+
+    marker.def_weak_type(never_weak)
+    marker.def_impl(lambda keys, **params: keys)
+    defjvp_zero(marker)
+    marker.not_applicable["transpose"] = "not linear (integer bits)"
+
+    def batch(values, dims, **params):
+        (keys,), (dim,) = values, dims
+        return marker.bind(moveaxis(keys, dim, 0), **params), 0
+
+    marker.def_batch(batch)
+    return marker
+
+
+random_consume_p = _declare_marker("random_consume")
+random_clone_p = _declare_marker("random_clone")
+
+
+def random_consume(keys, by: str):
+    """`keys`, recorded as used up by funcgrad.random's function `by`."""
+    return random_consume_p.bind(asarray(keys), by=by)
+
+
+def random_clone(keys):
+    """`keys` as a new key (or batch of keys) whose uses are counted apart."""
+    return random_clone_p.bind(asarray(keys))

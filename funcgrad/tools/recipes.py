@@ -29,6 +29,7 @@ from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
 from funcgrad.array import GpuDevice
 from funcgrad.devices import gpu_available
+from funcgrad.lax import random_bits
 from funcgrad.lax.elementwise import ge_p
 from funcgrad.tools.strategies import arrays, axes, shapes
 
@@ -1607,6 +1608,32 @@ RECIPES["threefry2x32"] = Recipe(
     fun=lambda *words: lax.threefry2x32(*words),
     reference=_threefry_reference,
     case=_same_shape_case(4, (dtypes.uint32,)),
+    domains=((None, None),),
+    reasons=NOT_DIFFERENTIABLE,
+)
+
+
+def _keys_case(params: dict):
+    """Keys: uint32 arrays of shape (..., 2), with `params`."""
+    return st.builds(
+        lambda shape: Case((shape + (2,),), (np.dtype(dtypes.uint32),), params),
+        shapes(0, 2, 1, 3),
+    )
+
+
+# The key-use markers of key-reuse checking: the identity on keys (funcgrad.key_reuse reads
+# them; tests/test_key_reuse.py checks what they record).
+RECIPES["random_consume"] = Recipe(
+    fun=lambda keys, by: random_bits.random_consume(keys, by),
+    reference=lambda keys, by: keys,
+    case=_keys_case({"by": "random.normal"}),
+    domains=((None, None),),
+    reasons=NOT_DIFFERENTIABLE,
+)
+RECIPES["random_clone"] = Recipe(
+    fun=random_bits.random_clone,
+    reference=lambda keys: keys,
+    case=_keys_case({}),
     domains=((None, None),),
     reasons=NOT_DIFFERENTIABLE,
 )

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from funcgrad import core, tree_util
 from funcgrad.compiler.passes import dead_code_elimination, inline_calls
+from funcgrad.config import config
 from funcgrad.core import Primitive
 from funcgrad.interpreters import batching
 from funcgrad.interpreters.ad import (
@@ -105,7 +106,7 @@ def _checkpoint_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, policy, prevent_cs
         # together, so the policy cannot split it: save only the inputs and recompute all.
         primal_jaxpr = _forward_pass(jvp_closed, unknowns, num_primal_out)
         primal_outs = checkpoint_p.bind(*primals, jaxpr=primal_jaxpr or jaxpr, **params)
-        tangent_jaxpr = _outputs_from(jvp_closed, num_primal_out)
+        tangent_jaxpr = _recomputation(_outputs_from(jvp_closed, num_primal_out))
         tangent_outs = checkpoint_p.bind(*primals, *nonzero_tangents, jaxpr=tangent_jaxpr, **params)
     else:
         out_unknown = [i >= num_primal_out for i in range(len(jvp_closed.out_avals))]
@@ -114,6 +115,7 @@ def _checkpoint_jvp(primals, tangents, *, jaxpr: ClosedJaxpr, policy, prevent_cs
         )
         known_outs = checkpoint_p.bind(*primals, jaxpr=known, **params)
         primal_outs, residuals = known_outs[:num_primal_out], known_outs[num_primal_out:]
+        unknown = _recomputation(unknown)
         tangent_outs = checkpoint_p.bind(*residuals, *nonzero_tangents, jaxpr=unknown, **params)
     tangent_iter = iter(tangent_outs)
     return primal_outs, [
@@ -134,6 +136,16 @@ def _forward_pass(jvp_closed: ClosedJaxpr, unknowns: list, num_primal_out: int):
     known = split.known.jaxpr
     primal_only = Jaxpr(known.constvars, known.invars, known.outvars[:num_primal_out], known.eqns)
     return dead_code_elimination(ClosedJaxpr(primal_only, split.known.consts))
+
+
+def _recomputation(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """The part of the jvp program that recomputes primal values: under key-reuse checking,
+    without the key uses the primal computation has recorded already."""
+    if not config.debug_key_reuse:
+        return closed
+    from funcgrad.key_reuse import without_key_uses  # (it builds on this module)
+
+    return without_key_uses(closed)
 
 
 def _outputs_from(closed: ClosedJaxpr, start: int) -> ClosedJaxpr:

@@ -335,7 +335,7 @@ def _static_argnums_and_names(fun: Callable, name: str, argnums: tuple, argnames
     return tuple(nums), tuple(names)
 
 
-_SETTINGS = ("default_matmul_precision", "enable_x64", "numpy_dtype_promotion")
+_SETTINGS = ("default_matmul_precision", "enable_x64", "numpy_dtype_promotion", "debug_key_reuse")
 
 
 def _miss_reason(key: tuple, known: list[tuple]) -> str:
@@ -435,12 +435,18 @@ class _Entry:
             self._backend = config.jit_backend
         return self._executable
 
-    # The program an eager call runs: `_timed_program` while a profile is taken (a span per
-    # call, see `_time_calls`), else the program itself.
+    # The program an eager call runs: the program itself, or `_wrapped_program` while a
+    # profile is taken (a span per call, see `_time_calls`) or key reuse is checked (see
+    # `check_keys`).
     executable = property(program)
 
-    def _timed_program(self):
-        return functools.partial(_timed_call, self.program(), f"jit({self.name})")
+    def _wrapped_program(self):
+        program = self.program()
+        if _Calls.timed:
+            program = functools.partial(_timed_call, program, f"jit({self.name})")
+        if _Calls.key_checker is not None:
+            program = functools.partial(_Calls.key_checker, program, self.jaxpr, self.name)
+        return program
 
     def on_gpu(self, device, leaves: list) -> list[Array]:
         """A call on `device` (the GPU holding some of the arguments), results left there; the
@@ -449,8 +455,14 @@ class _Entry:
         if consts is None:
             consts = self._gpu_consts[device] = [device_put(c, device) for c in self.consts]
         executable = _compile(self.jaxpr, device.backend, self.donated, device.runtime)
-        with trace_events.span(f"jit({self.name})", device=device):
-            return executable.on_device([*consts, *leaves], device)
+
+        def run(*args):
+            with trace_events.span(f"jit({self.name})", device=device):
+                return executable.on_device(list(args), device)
+
+        if _Calls.key_checker is not None:
+            return _Calls.key_checker(run, self.jaxpr, self.name, *consts, *leaves)
+        return run(*consts, *leaves)
 
     def outputs(self, outs: list):
         if self.layouts is not None:
@@ -470,10 +482,30 @@ def _timed_call(program, name: str, *args):
         return program(*args)
 
 
+class _Calls:
+    """What wraps eager calls of jitted functions: a span each while a profile is taken
+    (`timed`), and the key-reuse check of `funcgrad.key_reuse` while it is on. The property
+    `_Entry.executable` is swapped rather than these tested, so that calls pay nothing
+    otherwise."""
+
+    timed = False
+    key_checker: Callable | None = None
+
+    @classmethod
+    def install(cls) -> None:
+        wrapped = cls.timed or cls.key_checker is not None
+        _Entry.executable = property(_Entry._wrapped_program if wrapped else _Entry.program)
+
+
 def _time_calls(recording: bool) -> None:
-    """Eager calls of jitted functions record a span each while a profile is taken; the
-    property is swapped rather than tested, so that calls pay nothing otherwise."""
-    _Entry.executable = property(_Entry._timed_program if recording else _Entry.program)
+    _Calls.timed = recording
+    _Calls.install()
+
+
+def check_keys(checker: Callable | None) -> None:
+    """Run eager calls through `checker(program, jaxpr, name, *args)` (None: directly)."""
+    _Calls.key_checker = checker
+    _Calls.install()
 
 
 trace_events.listeners.append(_time_calls)
@@ -656,6 +688,7 @@ class Jitted:
             precision,
             config.enable_x64,
             config.numpy_dtype_promotion,
+            config.debug_key_reuse,
         )
         entry = self._cache.get(key)
         if entry is None:
@@ -702,7 +735,7 @@ class Jitted:
             self._log_trace(args, kwargs, static_positions, leaves, time.perf_counter() - started)
         donated = self._donated_leaves(args, static_positions)
         num_consts = len(closed.consts)
-        return _Entry(
+        entry = _Entry(
             _hoisted(closed),
             self.name,
             out_tree,
@@ -710,6 +743,11 @@ class Jitted:
             tuple(num_consts + i for i in donated),
             tuple(float0_leaves),
         )
+        if config.debug_key_reuse:
+            from funcgrad.key_reuse import check_key_reuse_jaxpr
+
+            check_key_reuse_jaxpr(entry.jaxpr)
+        return entry
 
     def _explain_miss(self, key: tuple) -> None:
         """Raise under `config.no_tracing`; log why `key` missed under
@@ -764,10 +802,14 @@ class Jitted:
         found = None if kwargs else self._signature(args)
         promotion = config.numpy_dtype_promotion
         if found is not None and (
-            precision is not None or config.enable_x64 or promotion != "standard"
+            precision is not None
+            or config.enable_x64
+            or promotion != "standard"
+            or config.debug_key_reuse
         ):
             # (a trace of its own per setting)
-            found = ((precision, config.enable_x64, promotion, found[0]), found[1])
+            settings = (precision, config.enable_x64, promotion, config.debug_key_reuse)
+            found = ((*settings, found[0]), found[1])
         entry = self._array_cache.get(found[0]) if found is not None else None
         if entry is None:
             entry, leaves = self._entry(args, kwargs, precision)

@@ -6,6 +6,7 @@ import functools
 from collections.abc import Callable, Sequence
 
 from funcgrad import dtypes, tree_util
+from funcgrad.config import config
 from funcgrad.core import ShapedArray, ShapeDtypeStruct, is_float0
 from funcgrad.interpreters.staging import abstractify, trace_to_jaxpr
 from funcgrad.ir import ClosedJaxpr, Jaxpr, float0_literal
@@ -55,6 +56,10 @@ def make_jaxpr(
             return [leaf for leaf in out_leaves if not is_float0(leaf)]
 
         closed_jaxpr, _ = trace_to_jaxpr(flat_fun, in_avals, f"make_jaxpr({function_name(fun)})")
+        if config.debug_key_reuse:
+            from funcgrad.key_reuse import check_key_reuse_jaxpr  # (it builds on transforms)
+
+            check_key_reuse_jaxpr(closed_jaxpr)
         ((out_tree, float0_shapes),) = structure
         if any(shape is not None for shape in float0_shapes):
             closed_jaxpr = _with_float0_outputs(closed_jaxpr, float0_shapes)

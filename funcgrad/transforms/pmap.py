@@ -542,6 +542,7 @@ class Pmapped:
             config.default_matmul_precision,  # (its products' precision, as traced)
             config.enable_x64,  # (its defaults' widths, as traced)
             config.numpy_dtype_promotion,  # (which promotions it allowed)
+            config.debug_key_reuse,  # (whether its key uses are recorded)
         )
         entry = self._cache.get(key)
         if entry is None:

@@ -648,6 +648,7 @@ class ShardMapped:
             config.default_matmul_precision,
             config.enable_x64,
             config.numpy_dtype_promotion,
+            config.debug_key_reuse,
         )
         entry = self._cache.get(key)
         if entry is None:

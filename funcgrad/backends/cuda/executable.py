@@ -29,7 +29,7 @@ import warnings
 
 import numpy as np
 
-from funcgrad import dtypes
+from funcgrad import dtypes, transfer_guards
 from funcgrad.array import Array, DeviceValue, GpuDevice, to_host
 from funcgrad.backends.cuda import cublas as cublas_calls
 from funcgrad.backends.cuda import graphs, nvrtc, regions, solver
@@ -1006,6 +1006,8 @@ class CudaExecutable:
         value = arg._value if type(arg) is Array else arg
         if type(value) is DeviceValue:
             return self.device.view(value.storage, dtype)
+        if transfer_guards.active and np.ndim(value):
+            transfer_guards.guard("host_to_device", np.shape(value), dtype, self.device.name)
         return _on_device(self.device, np.ascontiguousarray(value, dtype), dtype)
 
     def _arena(self, views: dict) -> None:
