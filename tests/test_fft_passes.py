@@ -188,12 +188,17 @@ def test_nan_and_inf_reach_the_parts_numpy_s_transforms_reach_at_powers_of_two(b
             assert np.array_equal(np.isinf(part_got), np.isinf(part_wanted)), (z, g, w)
 
 
-def loads_out_of_bounds(fun, *args) -> list:
-    """Every load of the compiled kernels of `fun` whose offset leaves its buffer at some
-    iteration of the loops around it (selects compute both sides, so a load in a branch not
-    taken still reads memory)."""
+def accesses_out_of_bounds(fun, *args) -> list:
+    """Every load and store of the compiled kernels of `fun` whose offset leaves its buffer at
+    some iteration of the loops around it (selects compute both sides, so a load in a branch
+    not taken still reads memory)."""
     executable = fg.jit(fun).lower(*args).compile().executable
     found = []
+
+    def check(buffer, offset, at) -> None:
+        offsets = np.asarray(value_at(offset, at))
+        if offsets.size and (offsets.min() < 0 or offsets.max() >= buffer.size):
+            found.append((buffer, int(offsets.min()), int(offsets.max())))
 
     def visit(body: list, at: dict) -> None:
         for statement in body:
@@ -202,13 +207,13 @@ def loads_out_of_bounds(fun, *args) -> list:
                 inner = {i: v[..., None] for i, v in at.items()}
                 visit(statement.body, {**inner, statement.index: values})
                 continue
+            if isinstance(statement, K.Store):
+                check(statement.buffer, statement.offset, at)
             roots = [statement.value] + ([statement.offset] if hasattr(statement, "offset") else [])
             for root in roots:
                 for node in K.nodes(root):
                     if isinstance(node, K.Load):
-                        offsets = np.asarray(value_at(node.offset, at))
-                        if offsets.min() < 0 or offsets.max() >= node.buffer.size:
-                            found.append((node.buffer, int(offsets.min()), int(offsets.max())))
+                        check(node.buffer, node.offset, at)
 
     for step in schedule.all_steps(executable.program):
         if isinstance(step, schedule.KernelStep):
@@ -216,11 +221,22 @@ def loads_out_of_bounds(fun, *args) -> list:
     return found
 
 
-def test_every_load_of_the_passes_stays_in_its_buffer():
+def test_every_access_of_the_passes_stays_in_its_buffer():
     z = complex_values(np.random.default_rng(3), (3, 48, 2), np.complex64)
     x = np.ones((3, 40), np.float32)
-    assert loads_out_of_bounds(lambda v: fnp.fft.fft(v, axis=1), z) == []
-    assert loads_out_of_bounds(lambda v: fnp.fft.irfft(fnp.fft.rfft(v), 40), x) == []
+    assert accesses_out_of_bounds(lambda v: fnp.fft.fft(v, axis=1), z) == []
+    assert accesses_out_of_bounds(lambda v: fnp.fft.irfft(fnp.fft.rfft(v), 40), x) == []
+
+
+@pytest.mark.parametrize("shape", [(0, 8), (0, 17), (2, 0, 12)])
+def test_transforms_of_an_empty_batch_write_nothing(shape):
+    """A radix pass over no rows left its empty loop out and ran its body once: it wrote
+    past the end of its empty buffers (the heap corrupted, the process crashed later)."""
+    z = np.zeros(shape, np.complex64)
+    x = np.zeros(shape, np.float32)
+    assert accesses_out_of_bounds(fnp.fft.fft, z) == []
+    assert accesses_out_of_bounds(lambda v: fnp.fft.irfft(fnp.fft.rfft(v), shape[-1]), x) == []
+    assert np.asarray(fg.jit(fnp.fft.ifft)(z)).shape == shape
 
 
 def test_concatenate_keeps_each_pieces_loads_in_bounds():
@@ -233,7 +249,7 @@ def test_concatenate_keeps_each_pieces_loads_in_bounds():
         first = v[:, :1]
         return fnp.concatenate([first, v[:, :0:-1] * 2, first], axis=1)
 
-    assert loads_out_of_bounds(mirrored, x) == []
+    assert accesses_out_of_bounds(mirrored, x) == []
     np.testing.assert_array_equal(
         fg.jit(mirrored)(x), np.concatenate([x[:, :1], x[:, :0:-1] * 2, x[:, :1]], 1)
     )
