@@ -261,6 +261,11 @@ def fft_64k_case():
     return _fft_case(_complex_points(2**16), "fft", 50)
 
 
+def fft_prime_case():
+    """A prime length: Bluestein's convolution through radix passes of 20160 points."""
+    return _fft_case(_complex_points(10007), "fft", 50)
+
+
 def rfft_rows_case():
     x = np.random.default_rng(8).standard_normal((256, 1024)).astype(np.float32)
     return _fft_case(x, "rfft", 50)
@@ -679,6 +684,7 @@ CASES = {
     "jet order 4, tanh net": jet_case,
     "fft 2^20 complex64": fft_1m_case,
     "fft 2^16 complex64": fft_64k_case,
+    "fft 10007 complex64": fft_prime_case,
     "rfft 256x1024 float32": rfft_rows_case,
     "jit call x*2+1": call_overhead_case,
     "jit call 10 ops": call_overhead_ten_ops_case,

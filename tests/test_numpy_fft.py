@@ -97,7 +97,7 @@ def test_two_dimensional_shorthands_and_helpers():
 
 @pytest.mark.parametrize("n", [1, 6, 7, 64, 100, 1024, 3 * 97])
 def test_compiled_transforms_of_many_lengths(n):
-    # Long axes are split into smaller transforms (four-step); primes stay whole.
+    # 3 * 97 has a prime factor above 13: Bluestein's convolution by radix passes.
     rng = np.random.default_rng(n)
     z = (rng.normal(size=(2, n)) + 1j * rng.normal(size=(2, n))).astype(np.complex64)
     np.testing.assert_allclose(

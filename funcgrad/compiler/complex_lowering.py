@@ -1008,13 +1008,11 @@ rules["cumprod"] = _cumprod_rule
 # Fourier transforms. An axis whose length has only prime factors up to _LARGEST_RADIX is
 # transformed by radix passes (`lax.fft_passes`): Stockham's autosort steps, one loop kernel
 # each, which vectorize over the columns after the axis, or with few columns over the
-# positions of the butterflies. Other lengths are products with DFT matrices, split by Cooley
-# and Tukey's four-step method once an axis is long enough that its matrix would cost more
-# than two smaller ones and a twiddle multiplication. (The four-step method with radix passes
+# positions of the butterflies. Any other length is Bluestein's convolution, done by radix
+# passes over about twice the length (`_bluestein`). (The four-step method with radix passes
 # and a blocked transpose between them was slower: the transpose of 2^20 points alone took
 # twice as long as the ten passes, its rows 4 KiB apart contending for cache sets.)
 
-_DIRECT_DFT = 64  # the longest axis transformed by its whole DFT matrix
 _LARGEST_RADIX = 13  # the largest prime a radix pass takes (its DFT is written out in scalars)
 
 
@@ -1090,91 +1088,117 @@ def _radix_passes(z: Pair, inverse: bool, interleaved: tuple | None = None, scal
     return z
 
 
-def _contract_last(z: Pair, matrix: Pair) -> Pair:
-    """z's last axis contracted with the first of `matrix` (complex matrix product)."""
-    numbers = (((z.re.ndim - 1,), (0,)), ((), ()))
-
-    def dot(u, v):
-        return lax.dot_general(u, v, numbers)
-
-    re = lax.sub(dot(z.re, matrix.re), dot(z.im, matrix.im))
-    return Pair(re, lax.add(dot(z.re, matrix.im), dot(z.im, matrix.re)))
-
-
-def _swap_last(z: Pair) -> Pair:
-    order = tuple(range(z.re.ndim - 2)) + (z.re.ndim - 1, z.re.ndim - 2)
-    return each_part(lambda p: lax.transpose(p, order), z)
-
-
 def _reshape(z: Pair, shape) -> Pair:
     if z.interleaved is not None:
         return Pair.of_interleaved(lax.reshape(z.interleaved, tuple(shape) + (2,)))
     return each_part(lambda p: lax.reshape(p, tuple(shape)), z)
 
 
-def _dft_last(z: Pair, inverse: bool) -> Pair:
-    """The unscaled DFT (the inverse's sign when `inverse`) along the last axis by DFT
-    matrices. Lengths 1 and 2 multiply by nothing (the identity; a sum and a difference), as
-    the reference's FFT does: their matrix's products by 0 made NaN of an infinite part, and
-    spread a NaN part to the other part of every output (fft([nan]) was nan + nan j, fft([inf])
-    inf + nan j)."""
-    n = z.re.shape[-1]
-    dtype = z.re.dtype
-    if n == 1:
+def _one_or_two_points(z: Pair) -> Pair:
+    """The DFT along the middle axis of parts shaped (G, n, B) for n of 1 or 2: the points
+    themselves, or their sum and difference. Nothing is multiplied, as in the reference's FFT:
+    a product with 0 would make NaN of an infinite part and spread a NaN part to the other
+    part of every output (fft([nan]) was nan + nan j, fft([inf]) inf + nan j)."""
+    if z.re.shape[1] == 1:
         return z
-    if n == 2:
-        last = z.re.ndim - 1
-        first, second = (
-            each_part(lambda p, i=i: lax.slice_in_dim(p, i, i + 1, 1, last), z) for i in (0, 1)
-        )
-        total, difference = add(first, second), sub(first, second)
-        return Pair(
-            lax.concatenate([total.re, difference.re], last),
-            lax.concatenate([total.im, difference.im], last),
-        )
-    split = max((d for d in range(2, math.isqrt(n) + 1) if n % d == 0), default=1)
-    if n <= _DIRECT_DFT or split == 1:
-        index = np.arange(n)
-        return _contract_last(z, _twiddles(index, index, n, inverse, dtype))
-    n1, n2 = split, n // split
-    lead = z.re.shape[:-1]
-    # x[j1 n2 + j2]: transform along j1 for each j2, twiddle by ω^(j2 k1), transform along j2,
-    # and read the result at k1 + n1 k2.
-    y = _dft_last(_swap_last(_reshape(z, lead + (n1, n2))), inverse)  # (.., j2, k1)
-    factors = _twiddles(np.arange(n2), np.arange(n1), n, inverse, dtype)
-    dims = (len(lead), len(lead) + 1)
-    y = mul(y, each_part(lambda f: lax.broadcast_in_dim(f, y.re.shape, dims), factors))
-    y = _dft_last(_swap_last(y), inverse)  # (.., k1, k2)
-    return _reshape(_swap_last(y), lead + (n,))
+    first, second = (
+        each_part(lambda p, i=i: lax.slice_in_dim(p, i, i + 1, 1, 1), z) for i in (0, 1)
+    )
+    total, difference = add(first, second), sub(first, second)
+    return Pair(
+        lax.concatenate([total.re, difference.re], 1),
+        lax.concatenate([total.im, difference.im], 1),
+    )
+
+
+def _convolution_length(n: int) -> int:
+    """The smallest m >= 2n - 1 that is 8 times a number with no prime factor above 7.
+    Bluestein's convolution of n points needs at least 2n - 1; such lengths are at most a few
+    percent longer for long axes (a power of two can be twice as long) and their radix passes
+    take about as long per point, and with the factor 8 every pass but the last has at least 8
+    classes, so none is unrolled (an unrolled pass with the chirp's products fused into its
+    loads took a second to compile)."""
+    least = -(-(2 * n - 1) // 8)
+    best = 1 << (least - 1).bit_length()
+    odd3 = 1
+    while odd3 < best:
+        odd5 = odd3
+        while odd5 < best:
+            odd7 = odd5
+            while odd7 < best:
+                twos = (-(-least // odd7) - 1).bit_length()  # the fewest with odd7 2^twos >= least
+                best = min(best, odd7 << twos)
+                odd7 *= 7
+            odd5 *= 5
+        odd3 *= 3
+    return 8 * best
+
+
+def _chirp(n: int, inverse: bool) -> np.ndarray:
+    """c[t] = exp(∓πi t² / n) for t < n in complex128, its angle taken from the exact integer
+    t² mod 2n: π t² / n rounded as a float errs by about eps t² / n radians, 1e-11 near
+    t = n = 10^4, which float64 transforms would show."""
+    t = np.arange(n, dtype=np.int64)
+    return _turns(t * t % (2 * n), 1, 2 * n, inverse)
+
+
+def _bluestein(z: Pair, inverse: bool, scale: float) -> Pair:
+    """The DFT along the middle axis of parts shaped (G, n, B), times `scale`, by Bluestein's
+    chirp-z transform. With c = `_chirp(n)`, jk = (j² + k² - (k - j)²) / 2 turns the DFT into a
+    convolution:
+
+        X[k] = c[k] sum_j (c[j] x[j]) conj(c[k - j]),
+
+    computed as a cyclic one of m >= 2n - 1 points (the c[j] x[j] padded with zeros, conj c
+    wrapped around so that it holds conj c[-t] = conj c[t] at m - t): radix passes forward, a
+    product with the spectrum of that wrapped conj c, and radix passes back. The spectrum is
+    computed here in float64 with the inverse's 1 / m and `scale` in it, and rounded once; the
+    products with c fuse into the first pass's loads and into the reader of the result."""
+    n = z.re.shape[1]
+    m = _convolution_length(n)
+    dtype = z.re.dtype
+    chirp = _chirp(n, inverse)
+    wrapped = np.zeros(m, np.complex128)
+    wrapped[:n] = np.conj(chirp)
+    wrapped[m - n + 1 :] = np.conj(chirp[:0:-1])
+    spectrum = np.fft.fft(wrapped) * (scale / m)
+
+    def along_axis(values: np.ndarray, shape) -> Pair:
+        parts = values.real.astype(dtype), values.imag.astype(dtype)
+        return Pair(*(lax.broadcast_in_dim(Array(part), shape, (1,)) for part in parts))
+
+    chirped = mul(z, along_axis(chirp, z.re.shape))
+    padding = [(0, 0, 0), (0, m - n, 0), (0, 0, 0)]
+    padded = each_part(lambda p: lax.pad(p, _c(p, 0), padding), chirped)
+    forward = _radix_passes(padded, inverse=False)
+    convolved = _radix_passes(mul(forward, along_axis(spectrum, forward.re.shape)), inverse=True)
+    kept = each_part(lambda p: lax.slice_in_dim(p, 0, n, 1, 1), convolved)
+    return mul(kept, along_axis(chirp, kept.re.shape))
 
 
 def _dft_axis(z: Pair, axis: int, inverse: bool, interleaved: bool = False, scale=1.0) -> Pair:
-    """The DFT along `axis` times `scale`; by radix passes, the last writes the parts
-    interleaved where asked to (the transform's result, which the program's output holds so)."""
+    """The DFT along `axis` times `scale`, on the parts reshaped to (G, n, B) with the axis in
+    the middle (no transposes); by radix passes, the last writes the parts interleaved where
+    asked to (the transform's result, which the program's output holds so)."""
     shape = z.re.shape
     n = shape[axis]
-    if n > 2 and _radices(n) is not None:
-        columns = _reshape(z, (math.prod(shape[:axis]), n, math.prod(shape[axis + 1 :])))
-        if interleaved:
-            return Pair.of_interleaved(_radix_passes(columns, inverse, shape + (2,), scale))
-        return _reshape(_radix_passes(columns, inverse, None, scale), shape)
-    last = z.re.ndim - 1
-    if axis == last:
-        z = _dft_last(z, inverse)
+    columns = _reshape(z, (math.prod(shape[:axis]), n, math.prod(shape[axis + 1 :])))
+    if n <= 2:
+        z = _one_or_two_points(columns)
+        if scale != 1:
+            z = each_part(lambda p: lax.mul(p, _c(p, scale)), z)
+    elif _radices(n) is None:
+        z = _bluestein(columns, inverse, scale)
+    elif interleaved:
+        return Pair.of_interleaved(_radix_passes(columns, inverse, shape + (2,), scale))
     else:
-        order = list(range(z.re.ndim))
-        order[axis], order[last] = last, axis
-
-        def swapped(p):
-            return lax.transpose(p, tuple(order))
-
-        z = each_part(swapped, _dft_last(each_part(swapped, z), inverse))
-    return z if scale == 1 else each_part(lambda p: lax.mul(p, _c(p, scale)), z)
+        z = _radix_passes(columns, inverse, None, scale)
+    return _reshape(z, shape)
 
 
 def _halves(n: int) -> bool:
     """Whether a real transform of length n goes through a complex one of length n / 2."""
-    return n % 2 == 0 and n >= 4 and _radices(n // 2) is not None
+    return n % 2 == 0 and n >= 4
 
 
 def _rfft_last(x, n: int) -> Pair:
@@ -1195,7 +1219,8 @@ def _rfft_last(x, n: int) -> Pair:
 def _irfft_last(z: Pair, n: int, scale: float):
     """n real points from the h + 1 stored frequencies along z's last axis, times `scale`:
     `lax.fft_passes.fft_real_inverse_pass` gives the Z whose inverse transform of length h
-    holds them as x[2j] + i x[2j+1], which its last pass writes as the output."""
+    holds them as x[2j] + i x[2j+1], which its last radix pass writes as the output (or
+    Bluestein's convolution returns, for the output's kernel to interleave)."""
     lead = z.re.shape[:-1]
     half = n // 2
     rows = _reshape(z, (math.prod(lead), half + 1))
@@ -1204,6 +1229,8 @@ def _irfft_last(z: Pair, n: int, scale: float):
     table = Pair(*(Array(part.astype(dtype)) for part in (factors.real, factors.imag)))
     parts = fft_passes.fft_real_inverse_pass(rows.re, rows.im, table.re, table.im, scale=scale)
     packed = _reshape(Pair(*parts), (math.prod(lead), half, 1))
+    if _radices(half) is None:
+        return lax.reshape(_interleave(_bluestein(packed, True, 1.0)), lead + (n,))
     return _radix_passes(packed, True, lead + (n,))
 
 

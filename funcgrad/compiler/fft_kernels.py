@@ -110,7 +110,11 @@ def _prime_dft(points: list[Complex], sign: int) -> list[Complex]:
 
 def _nest(sizes: list[int], body) -> list:
     """Loops over `sizes`, outermost first, leaving out those of one iteration (their index is
-    the constant 0): the first loop that remains is the one threads split."""
+    the constant 0): the first loop that remains is the one threads split. With a size of 0
+    there is nothing to do (leaving its loop out ran the body once, and wrote the first
+    butterfly's points past the end of an empty batch's buffer)."""
+    if 0 in sizes:
+        return []
     indices = [K.fresh_index() if size > 1 else K.const(0, INDEX) for size in sizes]
     statements = body(*indices)
     for index, size in reversed(list(zip(indices, sizes))):

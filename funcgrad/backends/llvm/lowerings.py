@@ -15,8 +15,9 @@ from funcgrad.core import PRIMITIVES
 for primitive, rule in {**fusion.element_rules, **fusion.root_rules}.items():
     primitive.lowerings["llvm"] = rule
 
-# The parts of complex numbers, Fourier transforms (matrix products with twiddle factors) and
-# eig (geev's real outputs, unpacked) exist only before `complex_lowering` rewrites them.
+# The parts of complex numbers, Fourier transforms (radix passes, and Bluestein's convolution
+# through them) and eig (geev's real outputs, unpacked) exist only before `complex_lowering`
+# rewrites them.
 for name in ("complex", "real", "imag", "conj", "fft", "eig"):
     PRIMITIVES[name].lowerings["llvm"] = complex_lowering.lower_complex
 
