@@ -25,6 +25,7 @@ import struct
 import tempfile
 import warnings
 
+from funcgrad import monitoring
 from funcgrad.config import config
 
 logger = logging.getLogger("funcgrad.compilation_cache")
@@ -65,6 +66,8 @@ def load(kind: str, key: bytes) -> bytes | None:
             data = file.read()
     except FileNotFoundError:
         logger.debug("miss %s", path)
+        if monitoring.listening:
+            monitoring.record_event("/funcgrad/compilation_cache/cache_misses", kind=kind)
         return None
     except OSError as error:
         logger.debug("miss %s (cannot read: %s)", path, error)
@@ -72,6 +75,8 @@ def load(kind: str, key: bytes) -> bytes | None:
     problem = _problem(data, key)
     if problem is None:
         logger.debug("hit %s", path)
+        if monitoring.listening:
+            monitoring.record_event("/funcgrad/compilation_cache/cache_hits", kind=kind)
         return data[_HEADER.size :]
     logger.debug("rejected %s: %s", path, problem)
     try:

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from funcgrad import caches, core, dtypes, trace_events, tree_util
+from funcgrad import caches, core, dtypes, monitoring, trace_events, tree_util
 from funcgrad.array import Array, DeviceValue, device_put, on_gpu
 from funcgrad.backends.numpy.executor import NumpyExecutable
 from funcgrad.compiler import passes
@@ -86,8 +86,17 @@ def _compile(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...], gpu=Non
 
 
 def _compiled(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...], gpu):
+    started = time.perf_counter()
     with trace_events.span(f"compile ({backend})", equations=len(jaxpr.jaxpr.eqns)):
-        return _compiled_now(jaxpr, backend, donated, gpu)
+        program = _compiled_now(jaxpr, backend, donated, gpu)
+    if monitoring.listening:
+        monitoring.record_event_duration_secs(
+            "/funcgrad/jit/compile_duration",
+            time.perf_counter() - started,
+            backend=backend,
+            equations=len(jaxpr.jaxpr.eqns),
+        )
+    return program
 
 
 def _compiled_now(jaxpr: ClosedJaxpr, backend: str, donated: tuple[int, ...], gpu):
@@ -733,6 +742,10 @@ class Jitted:
         (out_tree,) = structure
         if config.log_compiles:
             self._log_trace(args, kwargs, static_positions, leaves, time.perf_counter() - started)
+        if monitoring.listening:
+            monitoring.record_event_duration_secs(
+                "/funcgrad/jit/trace_duration", time.perf_counter() - started, fun=self.name
+            )
         donated = self._donated_leaves(args, static_positions)
         num_consts = len(closed.consts)
         entry = _Entry(
