@@ -48,8 +48,10 @@ _SHORT_DTYPE_NAMES = {
     "float16": "f16",
     "float32": "f32",
     "float64": "f64",
+    "int1": "i1",
     "int2": "i2",
     "int4": "i4",
+    "uint1": "u1",
     "uint2": "u2",
     "uint4": "u4",
     # float8_e4m3fn is f8_e4m3fn, float4_e2m1fn f4_e2m1fn

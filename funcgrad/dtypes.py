@@ -49,14 +49,18 @@ float8_e4m3fnuz = np.dtype(ml_dtypes.float8_e4m3fnuz)
 float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
 float8_e5m2fnuz = np.dtype(ml_dtypes.float8_e5m2fnuz)
 float8_e8m0fnu = np.dtype(ml_dtypes.float8_e8m0fnu)
+float6_e2m3fn = np.dtype(ml_dtypes.float6_e2m3fn)
+float6_e3m2fn = np.dtype(ml_dtypes.float6_e3m2fn)
 float4_e2m1fn = np.dtype(ml_dtypes.float4_e2m1fn)
+int1 = np.dtype(ml_dtypes.int1)
+uint1 = np.dtype(ml_dtypes.uint1)
 int2 = np.dtype(ml_dtypes.int2)
 int4 = np.dtype(ml_dtypes.int4)
 uint2 = np.dtype(ml_dtypes.uint2)
 uint4 = np.dtype(ml_dtypes.uint4)
 
-# The narrow floats, one value a byte (the 4-bit one in its low bits), each with how it spells
-# infinity and NaN, which decides where rounding sends overflow and NaN:
+# The narrow floats, one value a byte (the 6- and 4-bit ones in its low bits), each with how it
+# spells infinity and NaN, which decides where rounding sends overflow and NaN:
 #   "ieee":   both, as IEEE formats do (all-ones exponent); overflow rounds to infinity.
 #   "fn":     no infinity; NaN is all ones after the sign; overflow and infinity give NaN.
 #   "fnuz":   no infinity and no -0; the one NaN is the pattern of -0; overflow gives NaN.
@@ -71,10 +75,12 @@ NARROW_FLOATS = {
     float8_e4m3b11fnuz: "fnuz",
     float8_e5m2fnuz: "fnuz",
     float8_e8m0fnu: "e8m0",
+    float6_e2m3fn: "finite",
+    float6_e3m2fn: "finite",
     float4_e2m1fn: "finite",
 }
 # The narrow integers, one value a byte, in its low bits.
-NARROW_INTS = (int2, int4, uint2, uint4)
+NARROW_INTS = (int1, int2, int4, uint1, uint2, uint4)
 
 # The dtype of tangents of integer and boolean values: they carry no information.
 float0 = np.dtype([("float0", np.void, 0)])
@@ -109,7 +115,7 @@ _COMPUTED_IN = {
 }
 NARROW = frozenset(narrow_dtypes)
 _EXTENSION_FLOATS = frozenset((bfloat16, *narrow_float_dtypes))
-_NARROW_UNSIGNED = frozenset((uint2, uint4))
+_NARROW_UNSIGNED = frozenset((uint1, uint2, uint4))
 
 # The promotion lattice: each node lists the nodes directly above it. `i*` and `f*` are the
 # weak int, float and complex of Python scalars, which sit below every array type of their kind.
@@ -225,7 +231,9 @@ def _join(a, b, strict: bool):
 
 def bit_width(dtype: np.dtype) -> int:
     """The bits of its byte a narrow format uses (the low ones)."""
-    return {float4_e2m1fn: 4, int2: 2, uint2: 2, int4: 4, uint4: 4}.get(np.dtype(dtype), 8)
+    widths = {float6_e2m3fn: 6, float6_e3m2fn: 6, float4_e2m1fn: 4, int1: 1, uint1: 1}
+    widths.update({int2: 2, uint2: 2, int4: 4, uint4: 4})
+    return widths.get(np.dtype(dtype), 8)
 
 
 def _node_name(node) -> str:
