@@ -503,3 +503,120 @@ def test_custom_vjp_closing_over_a_differentiated_value_is_an_error():
 
     with pytest.raises(TypeError, match="scaled closes over a value that is being differ"):
         fg.grad(outer)(np.array([1.0, 2.0, 3.0]))
+
+
+# ---------------------------------------------------------------------------------------------
+# symbolic_zeros=True
+
+
+def test_symbolic_zero_tangents_reach_the_jvp_rule_and_may_come_back():
+    from funcgrad.custom_derivatives import SymbolicZero
+
+    seen = []
+
+    @fg.custom_jvp
+    def scaled(x, y):
+        return x * y, y
+
+    def scaled_jvp(primals, tangents):
+        (x, y), (tx, ty) = primals, tangents
+        seen.append((isinstance(tx, SymbolicZero), isinstance(ty, SymbolicZero)))
+        t = fnp.zeros_like(x)
+        if not isinstance(tx, SymbolicZero):
+            t = t + tx * y
+        if not isinstance(ty, SymbolicZero):
+            t = t + x * ty
+        # y's own tangent passes through: a symbolic zero stays one
+        return (x * y, y), (t, ty)
+
+    scaled.defjvp(scaled_jvp, symbolic_zeros=True)
+    x, y = np.array([1.5, -2.0]), np.array([0.5, 3.0])
+    grad_x = fg.grad(lambda x: scaled(x, y)[0].sum())(x)
+    np.testing.assert_allclose(grad_x, y)
+    assert seen[-1] == (False, True)
+    grad_y = fg.jit(fg.grad(lambda y: (scaled(x, y)[0] + scaled(x, y)[1]).sum()))(y)
+    np.testing.assert_allclose(grad_y, x + 1)
+    assert seen[-1] == (True, False)
+    per_lane = fg.vmap(fg.grad(lambda x, y: scaled(x, y)[0]))(x, y)
+    np.testing.assert_allclose(per_lane, y)
+    check_grads(lambda x, y: scaled(x, y)[0], (x, y), order=2, modes=("fwd", "rev"))
+
+    @fg.custom_jvp
+    def wrong(x):
+        return x
+
+    wrong.defjvp(
+        lambda p, t: (p[0], SymbolicZero(fg.core.ShapedArray((3,), np.float64))),
+        symbolic_zeros=True,
+    )
+    with pytest.raises(TypeError, match=r"returned a SymbolicZero\(f64\[3\]\) for an output"):
+        fg.jvp(wrong, (x,), (x,))
+
+
+def test_custom_vjp_with_symbolic_zeros_sees_what_is_differentiated():
+    from funcgrad.custom_derivatives import (
+        CustomVJPPrimal,
+        SymbolicZero,
+        custom_vjp_primal_tree_values,
+        zero_from_primal,
+    )
+
+    seen = []
+
+    @fg.custom_vjp
+    def product_and_sum(x, y):
+        return x * y, x + y
+
+    def fwd(x, y):
+        assert isinstance(x, CustomVJPPrimal) and isinstance(y, CustomVJPPrimal)
+        seen.append(("perturbed", x.perturbed, y.perturbed))
+        values = custom_vjp_primal_tree_values((x, y))
+        return product_and_sum(*values), values
+
+    def bwd(residuals, cts):
+        (x, y), (ct_product, ct_sum) = residuals, cts
+        seen.append(
+            ("zero cts", isinstance(ct_product, SymbolicZero), isinstance(ct_sum, SymbolicZero))
+        )
+        gx, gy = zero_from_primal((x, y))
+        if not isinstance(ct_product, SymbolicZero):
+            gx, gy = gx + ct_product * y, gy + ct_product * x
+        if not isinstance(ct_sum, SymbolicZero):
+            gx, gy = gx + ct_sum, gy + ct_sum
+        return gx, gy
+
+    product_and_sum.defvjp(fwd, bwd, symbolic_zeros=True)
+    x, y = np.array([1.5, -2.0]), np.array([0.5, 3.0])
+    grad_x = fg.grad(lambda x: product_and_sum(x, y)[0].sum())(x)
+    np.testing.assert_allclose(grad_x, y)
+    assert seen[-2:] == [("perturbed", True, False), ("zero cts", False, True)]
+    both = fg.jit(fg.grad(lambda x, y: product_and_sum(x, y)[1].sum(), argnums=(0, 1)))(x, y)
+    np.testing.assert_allclose(both[0], np.ones(2))
+    np.testing.assert_allclose(both[1], np.ones(2))
+    lanes = fg.vmap(fg.grad(lambda x, y: product_and_sum(x, y)[0]))(x, y)
+    np.testing.assert_allclose(lanes, y)
+    check_grads(lambda x, y: sum(product_and_sum(x, y)), (x, y), order=1, modes=("rev",))
+
+    @fg.custom_vjp
+    def stops_y(x, y):
+        return x * y
+
+    stops_y.defvjp(
+        lambda x, y: (stops_y(x.value, y.value), y.value),
+        lambda y, ct: (ct * y, SymbolicZero.from_primal_value(y)),
+        symbolic_zeros=True,
+    )
+    grads = fg.grad(lambda x, y: stops_y(x, y).sum(), argnums=(0, 1))(x, y)
+    np.testing.assert_allclose(grads[0], y)
+    np.testing.assert_array_equal(grads[1], np.zeros(2))
+
+
+def test_symbolic_zeros_from_primal_values():
+    from funcgrad.custom_derivatives import SymbolicZero, zero_from_primal
+
+    zeros = zero_from_primal({"w": np.ones((2, 3), np.float32), "n": np.int32(3)})
+    np.testing.assert_array_equal(zeros["w"], np.zeros((2, 3)))
+    symbolic = zero_from_primal({"w": np.ones((2, 3), np.float32)}, symbolic_zeros=True)["w"]
+    assert isinstance(symbolic, SymbolicZero)
+    assert symbolic.shape == (2, 3) and symbolic.dtype == np.float32
+    assert SymbolicZero.from_primal_value(np.int32(1)).dtype == fg.dtypes.float0

@@ -103,6 +103,71 @@ def _declare_call(name: str) -> Primitive:
 
 
 # ---------------------------------------------------------------------------------------------
+# Symbolic zeros: what rules defined with `symbolic_zeros=True` see of a zero tangent or
+# cotangent, and of whether an argument is differentiated at all.
+
+
+class SymbolicZero:
+    """A tangent or cotangent known to be zero, never computed: a rule may skip the work it
+    would feed (its `shape`, `dtype` and `aval` are the zero's)."""
+
+    __slots__ = ("aval",)
+
+    def __init__(self, aval: core.ShapedArray):
+        self.aval = aval
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.aval.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.aval.dtype
+
+    @staticmethod
+    def from_primal_value(value) -> SymbolicZero:
+        """The symbolic zero tangent of `value`."""
+        return SymbolicZero(tangent_aval(core.get_aval(asarray(value))))
+
+    def __repr__(self) -> str:
+        return f"SymbolicZero({self.aval.str_short()})"
+
+
+class CustomVJPPrimal:
+    """An argument's value as a `custom_vjp` fwd defined with `symbolic_zeros=True` gets it:
+    `perturbed` is False where the argument is not differentiated (its cotangent is never
+    asked for), so fwd may keep no residuals for it."""
+
+    __slots__ = ("value", "perturbed")
+
+    def __init__(self, value, perturbed: bool):
+        self.value = value
+        self.perturbed = perturbed
+
+    def __repr__(self) -> str:
+        return f"CustomVJPPrimal({self.value!r}, perturbed={self.perturbed})"
+
+
+def custom_vjp_primal_tree_values(tree):
+    """The values of a pytree of `CustomVJPPrimal`s."""
+    return tree_util.tree_map(
+        lambda x: x.value, tree, is_leaf=lambda x: isinstance(x, CustomVJPPrimal)
+    )
+
+
+def zero_from_primal(value, symbolic_zeros: bool = False):
+    """Zero tangents for a pytree of primal values: `SymbolicZero`s, or arrays of zeros."""
+    from funcgrad import numpy as fnp
+
+    make = SymbolicZero.from_primal_value if symbolic_zeros else fnp.zeros_like
+    return tree_util.tree_map(make, value)
+
+
+def _symbolic(tangent):
+    return SymbolicZero(tangent.aval) if type(tangent) is Zero else tangent
+
+
+# ---------------------------------------------------------------------------------------------
 # custom_jvp
 
 custom_jvp_call_p = _declare_call("custom_jvp_call")
@@ -111,7 +176,9 @@ custom_jvp_call_p = _declare_call("custom_jvp_call")
 class _FlatJVPRule:
     """The user's jvp rule on flat lists of leaves, checked against the function's outputs."""
 
-    def __init__(self, rule, static, nondiff_argnums, in_tree, out_tree, out_avals, name):
+    def __init__(
+        self, rule, static, nondiff_argnums, in_tree, out_tree, out_avals, name, symbolic_zeros
+    ):
         self.rule = rule
         self.static = static
         self.nondiff_argnums = nondiff_argnums
@@ -119,10 +186,13 @@ class _FlatJVPRule:
         self.out_tree = out_tree
         self.out_avals = out_avals
         self.__name__ = name
+        # Whether the rule takes zero tangents as `SymbolicZero`s (its caller then passes
+        # symbolic `Zero`s on rather than instantiating them).
+        self.symbolic_zeros = symbolic_zeros
 
     def __call__(self, primals: list, tangents: list) -> tuple[list, list]:
         primal_args = tree_util.tree_unflatten(self.in_tree, primals)
-        tangent_args = tree_util.tree_unflatten(self.in_tree, tangents)
+        tangent_args = tree_util.tree_unflatten(self.in_tree, [_symbolic(t) for t in tangents])
         out = self.rule(*self.static, tuple(primal_args), tuple(tangent_args))
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
             raise TypeError(
@@ -149,6 +219,13 @@ class _FlatJVPRule:
 
     def _checked_tangent(self, tangent, aval):
         expected = tangent_aval(aval)
+        if isinstance(tangent, SymbolicZero):
+            if tangent.shape != expected.shape or tangent.dtype != expected.dtype:
+                raise TypeError(
+                    f"the jvp rule of {self.__name__} returned a {tangent!r} for an output of "
+                    f"type {aval.str_short()}"
+                )
+            return Zero(expected)
         if expected.dtype == float0:
             if getattr(tangent, "dtype", None) != float0 or tangent.shape != expected.shape:
                 raise TypeError(
@@ -169,6 +246,8 @@ class _FlatJVPRule:
 def _custom_jvp_call_jvp(primals, tangents, *, call_jaxpr, jvp, num_consts):
     _check_no_closed_over_tangents(jvp.__name__, tangents[:num_consts])
     args = primals[num_consts:]
+    if getattr(jvp, "symbolic_zeros", False):
+        return jvp(args, list(tangents[num_consts:]))
     return jvp(args, [instantiate(t) for t in tangents[num_consts:]])
 
 
@@ -189,11 +268,13 @@ class custom_jvp:
         self.fun = fun
         self.nondiff_argnums = tuple(nondiff_argnums)
         self.jvp: Callable | None = None
+        self.symbolic_zeros = False
 
     def defjvp(self, jvp: Callable, symbolic_zeros: bool = False) -> Callable:
-        if symbolic_zeros:
-            raise NotImplementedError("custom_jvp with symbolic_zeros=True is not supported yet")
+        """`symbolic_zeros=True`: the rule gets a `SymbolicZero` for each tangent known to be
+        zero (an argument not differentiated), and may return one."""
         self.jvp = jvp
+        self.symbolic_zeros = symbolic_zeros
         return jvp
 
     def defjvps(self, *tangent_rules: Callable | None) -> None:
@@ -239,6 +320,7 @@ class custom_jvp:
             out_tree,
             call_jaxpr.out_avals,
             name,
+            self.symbolic_zeros,
         )
         outs = custom_jvp_call_p.bind(
             *consts, *leaves, call_jaxpr=call_jaxpr, jvp=rule, num_consts=len(consts)
@@ -255,7 +337,9 @@ custom_vjp_call_p = _declare_call("custom_vjp_call")
 class _FlatVJPRules:
     """The user's fwd and bwd on flat lists of leaves."""
 
-    def __init__(self, fwd, bwd, static, nondiff_argnums, in_tree, out_tree, in_avals, name):
+    def __init__(
+        self, fwd, bwd, static, nondiff_argnums, in_tree, out_tree, in_avals, name, symbolic_zeros
+    ):
         self.fwd = fwd
         self.bwd = bwd
         self.static = static
@@ -265,8 +349,15 @@ class _FlatVJPRules:
         self.in_avals = in_avals
         self.__name__ = name
         self.residual_tree = None
+        # Whether fwd takes `CustomVJPPrimal`s and bwd `SymbolicZero` cotangents (its callers
+        # then say which arguments are perturbed, and pass symbolic `Zero`s on).
+        self.symbolic_zeros = symbolic_zeros
 
-    def forward(self, primals: list) -> tuple[list, list]:
+    def forward(self, primals: list, perturbed: Sequence[bool] | None = None) -> tuple[list, list]:
+        """`perturbed`: per argument leaf, whether it is differentiated (all, if not said)."""
+        if self.symbolic_zeros:
+            flags = [True] * len(primals) if perturbed is None else perturbed
+            primals = [CustomVJPPrimal(p, bool(f)) for p, f in zip(primals, flags)]
         args = _merge_static(
             self.static, tree_util.tree_unflatten(self.in_tree, primals), self.nondiff_argnums
         )
@@ -284,7 +375,7 @@ class _FlatVJPRules:
 
     def backward(self, residuals: list, cotangents: list) -> list:
         res = tree_util.tree_unflatten(self.residual_tree, residuals)
-        ct = tree_util.tree_unflatten(self.out_tree, cotangents)
+        ct = tree_util.tree_unflatten(self.out_tree, [_symbolic(c) for c in cotangents])
         cts_in = self.bwd(*self.static, res, ct)
         if not isinstance(cts_in, (tuple, list)):
             raise TypeError(
@@ -318,7 +409,7 @@ class _FlatVJPRules:
 
     def _checked_cotangent(self, ct, aval):
         expected = tangent_aval(aval)
-        if ct is None or expected.dtype == float0:
+        if ct is None or isinstance(ct, SymbolicZero) or expected.dtype == float0:
             return Zero(expected)
         ct = asarray(ct)
         # A Python scalar argument is weakly typed: its cotangent may come in any float dtype.
@@ -341,7 +432,11 @@ def _is_none(x) -> bool:
 @custom_vjp_call_p.def_jvp
 def _custom_vjp_call_jvp(primals, tangents, *, call_jaxpr, rules, num_consts):
     _check_no_closed_over_tangents(rules.__name__, tangents[:num_consts])
-    primal_outs, residuals = rules.forward(primals[num_consts:])
+    if getattr(rules, "symbolic_zeros", False):
+        perturbed = [type(t) is not Zero for t in tangents[num_consts:]]
+        primal_outs, residuals = rules.forward(primals[num_consts:], perturbed)
+    else:
+        primal_outs, residuals = rules.forward(primals[num_consts:])
     # Integer arguments have float0 tangents, which are no operands: custom_lin skips them.
     arg_tangents = [instantiate(t) for t in tangents[num_consts:] if t.aval.dtype != float0]
     tangent_outs = custom_lin_p.bind(
@@ -379,7 +474,8 @@ def _custom_lin_impl(*args, num_residuals, rules, out_avals):
 @custom_lin_p.def_transpose
 def _custom_lin_transpose(cotangents, *operands, num_residuals, rules, out_avals):
     residuals = list(operands[:num_residuals])
-    cts = [instantiate(ct) for ct in cotangents]
+    symbolic = getattr(rules, "symbolic_zeros", False)
+    cts = list(cotangents) if symbolic else [instantiate(ct) for ct in cotangents]
     cts_in = rules.backward(residuals, cts)
     return [None] * num_residuals + [
         ct for ct, aval in zip(cts_in, rules.in_avals) if tangent_aval(aval).dtype != float0
@@ -407,12 +503,15 @@ class custom_vjp:
         self.nondiff_argnums = tuple(nondiff_argnums)
         self.fwd: Callable | None = None
         self.bwd: Callable | None = None
+        self.symbolic_zeros = False
 
     def defvjp(self, fwd: Callable, bwd: Callable, symbolic_zeros: bool = False) -> None:
-        if symbolic_zeros:
-            raise NotImplementedError("custom_vjp with symbolic_zeros=True is not supported yet")
+        """`symbolic_zeros=True`: fwd gets each argument leaf as a `CustomVJPPrimal` (its value,
+        and whether it is differentiated), and bwd a `SymbolicZero` for each cotangent known
+        to be zero; bwd may return `SymbolicZero`s (or None) for zero cotangents."""
         self.fwd = fwd
         self.bwd = bwd
+        self.symbolic_zeros = symbolic_zeros
 
     def __call__(self, *args, **kwargs):
         name = function_name(self.fun)
@@ -435,6 +534,7 @@ class custom_vjp:
             out_tree,
             [x.aval for x in leaves],
             name,
+            self.symbolic_zeros,
         )
         outs = custom_vjp_call_p.bind(
             *consts, *leaves, call_jaxpr=call_jaxpr, rules=rules, num_consts=len(consts)
