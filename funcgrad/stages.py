@@ -1,7 +1,8 @@
 """The stages of a jitted function under JAX's `jax.stages` names, for annotations:
-`jit(f)` is `Wrapped`, `.lower(...)` gives `Lowered`, `.compile()` gives `Compiled`."""
+`jit(f)` is `Wrapped`, `.trace(...)` gives `Traced`, `.lower(...)` (of either) gives
+`Lowered`, `.compile()` gives `Compiled`."""
 
-from funcgrad.transforms.jit import Compiled, Lowered
+from funcgrad.transforms.jit import Compiled, Lowered, Traced
 from funcgrad.transforms.jit import Jitted as Wrapped
 
-__all__ = ["Compiled", "Lowered", "Wrapped"]
+__all__ = ["Compiled", "Lowered", "Traced", "Wrapped"]

@@ -571,3 +571,22 @@ def test_float0_arguments_are_not_program_inputs():
     passed, scaled = fg.jit(lambda t, x: (t, x * 2), donate_argnums=(1,))(zeros, fnp.ones(3))
     assert passed.dtype == fg.dtypes.float0
     np.testing.assert_array_equal(scaled, [2.0, 2.0, 2.0])
+
+
+def test_trace_gives_the_program_and_its_types_before_lowering():
+    def f(x, scale=1.0):
+        return x * scale, {"total": x.sum(), "count": fnp.int32(x.size)}
+
+    traced = fg.jit(f).trace(fg.ShapeDtypeStruct((3,), np.float32), scale=2.0)
+    assert isinstance(traced, fg.stages.Traced) and traced.fun_name == "f"
+    assert traced.in_tree == fg.tree_util.tree_structure(((0,), {"scale": 0}))
+    assert [a.str_short() for a in fg.tree_util.tree_leaves(traced.in_avals)] == ["f32[3]", "f32[]"]
+    out = traced.out_info
+    assert out[0].shape == (3,) and out[1]["total"].dtype == np.float32
+    assert out[1]["count"].dtype == np.int32
+    assert "reduce_sum" in str(traced.jaxpr)
+    compiled = traced.lower().compile()
+    scaled, extra = compiled(np.arange(3, dtype=np.float32), scale=2.0)
+    np.testing.assert_array_equal(scaled, [0.0, 2.0, 4.0])
+    assert float(extra["total"]) == 3.0 and int(extra["count"]) == 3
+    assert fg.jit(f).eval_shape(np.ones(3, np.float32))[1]["total"].shape == ()

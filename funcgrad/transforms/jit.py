@@ -864,14 +864,15 @@ class Jitted:
         entry, _ = self._entry(args, kwargs, config.default_matmul_precision, abstract=True)
         return Lowered(self, entry)
 
-    def eval_shape(self, *args, **kwargs):
+    def trace(self, *args, **kwargs) -> Traced:
+        """The traced program for these arguments (arrays or `ShapeDtypeStruct`s), before
+        lowering: its jaxpr and the types in and out."""
         entry, _ = self._entry(args, kwargs, config.default_matmul_precision, abstract=True)
-        shapes = [
-            core.ShapeDtypeStruct(a.shape, a.dtype, a.weak_type) for a in entry.jaxpr.out_avals
-        ]
-        for position, shape in entry.float0_leaves:
-            shapes.insert(position, core.ShapeDtypeStruct(shape, dtypes.float0))
-        return tree_util.tree_unflatten(entry.out_tree, shapes)
+        _, _, dynamic_args, dynamic_kwargs = self._split(args, kwargs)
+        return Traced(self, entry, tree_util.tree_structure((tuple(dynamic_args), dynamic_kwargs)))
+
+    def eval_shape(self, *args, **kwargs):
+        return self.trace(*args, **kwargs).out_info
 
     def clear_cache(self) -> None:
         self._cache.clear()
@@ -892,6 +893,51 @@ def _operand(x, name: str):
             "functions are arrays, scalars or pytrees of them; pass other values as static "
             "(static_argnums / static_argnames)."
         ) from None
+
+
+class Traced:
+    """A jit signature traced (`Jitted.trace`): its program, the structures and types of its
+    arguments and results, and the way on (`lower`)."""
+
+    def __init__(self, jitted: Jitted, entry: _Entry, in_tree):
+        self._jitted = jitted
+        self._entry = entry
+        self.in_tree = in_tree
+        self.fun_name = getattr(jitted, "__name__", jitted.name)
+        self.donate_argnums = jitted.donate_argnums
+
+    @property
+    def jaxpr(self) -> ClosedJaxpr:
+        return Lowered(self._jitted, self._entry).jaxpr
+
+    @property
+    def in_avals(self) -> tuple:
+        avals = self.jaxpr.in_avals
+        return tuple(tree_util.tree_unflatten(self.in_tree, avals))
+
+    @property
+    def out_tree(self):
+        return self._entry.out_tree
+
+    @property
+    def out_avals(self):
+        return tree_util.tree_map(
+            lambda s: core.ShapedArray(s.shape, s.dtype, s.weak_type), self.out_info
+        )
+
+    @property
+    def out_info(self):
+        """The results' shapes and dtypes, as `ShapeDtypeStruct`s in the results' structure."""
+        shapes = [
+            core.ShapeDtypeStruct(a.shape, a.dtype, a.weak_type)
+            for a in self._entry.jaxpr.out_avals
+        ]
+        for position, shape in self._entry.float0_leaves:
+            shapes.insert(position, core.ShapeDtypeStruct(shape, dtypes.float0))
+        return tree_util.tree_unflatten(self._entry.out_tree, shapes)
+
+    def lower(self) -> Lowered:
+        return Lowered(self._jitted, self._entry)
 
 
 class Lowered:
