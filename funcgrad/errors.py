@@ -79,6 +79,11 @@ class OutOfDeviceMemoryError(MemoryError):
     Nothing ran, so no output or argument was written."""
 
 
+class NonConcreteBooleanIndexError(IndexError):
+    """A boolean mask indexing an array while it is traced: the result's shape would depend
+    on the mask's values."""
+
+
 class JaxprTypeError(TypeError):
     """A jaxpr that does not type: a variable used before it is defined or defined twice, or
     an equation whose result types are not those its primitive's rules give (raised by

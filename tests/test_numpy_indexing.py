@@ -185,7 +185,7 @@ def test_indexing_errors():
         x[fnp.ones(2)]
     with pytest.raises(IndexError, match=r"boolean index of shape \(3,\) .* shape \(2, 3\)"):
         x[np.array([True, False, True])]
-    with pytest.raises(IndexError, match="boolean index must be concrete.*fnp.where"):
+    with pytest.raises(fg.errors.NonConcreteBooleanIndexError, match="concrete.*fnp.where"):
         fg.make_jaxpr(lambda x: x[x > 0])(x)
     with pytest.raises(IndexError, match="slice bounds must be static.*dynamic_slice"):
         fg.make_jaxpr(lambda x, i: x[i:])(x, 1)

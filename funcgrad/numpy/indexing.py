@@ -23,7 +23,7 @@ import numpy as np
 
 from funcgrad import core, dtypes, lax
 from funcgrad.array import Array
-from funcgrad.errors import ConcretizationTypeError
+from funcgrad.errors import ConcretizationTypeError, NonConcreteBooleanIndexError
 from funcgrad.lax.indexing import (
     GatherDimensionNumbers,
     GatherScatterMode,
@@ -148,7 +148,7 @@ def _concrete_mask(mask) -> np.ndarray:
         try:
             return np.asarray(mask.to_concrete_value())
         except ConcretizationTypeError:
-            raise IndexError(
+            raise NonConcreteBooleanIndexError(
                 f"a boolean index must be concrete, but got the traced value {mask.aval}: "
                 "the number of elements it selects, and so the shape of the result, would "
                 "depend on values that are unknown while tracing. Use fnp.where(mask, x, y) to "
