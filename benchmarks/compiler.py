@@ -105,6 +105,19 @@ def _funcgrad(backend: str, fun, *args):
     return run
 
 
+def blas_kernels() -> str:
+    """Which of OpenBLAS's kernel sets NumPy's library (and funcgrad's GEMMs) run, and whether
+    the environment chose it: a forced older set halves GEMMs on some CPUs."""
+    import ctypes
+
+    from funcgrad.backends.llvm import blas
+
+    corename = blas.library().scipy_openblas_get_corename64_
+    corename.restype = ctypes.c_char_p
+    forced = os.environ.get("OPENBLAS_CORETYPE")
+    return corename().decode() + (f" (OPENBLAS_CORETYPE={forced})" if forced else "")
+
+
 def copy_bandwidth() -> float:
     """GB/s of a 64 MiB float32 copy (read + write), NumPy's memcpy."""
     a = np.ones(16 * 2**20, np.float32)
@@ -786,7 +799,8 @@ def compile_time() -> list[tuple[str, str, float]]:
 
 def main(selected: list[str]) -> None:
     bandwidth = copy_bandwidth()
-    print(f"copy bandwidth (NumPy, 64 MiB): {bandwidth:.1f} GB/s\n")
+    print(f"copy bandwidth (NumPy, 64 MiB): {bandwidth:.1f} GB/s")
+    print(f"OpenBLAS kernels: {blas_kernels()}\n")
     header = (
         f"{'case':30} {'framework':16} {'median ms':>10} {'x vs llvm':>10} {'GB/s':>7} "
         f"{'of copy':>8}"
