@@ -6,6 +6,7 @@ A `BCOO` array stores only its specified elements: their values (`data`) and the
 products, so jit, grad, vmap and the compiled backends apply to code that uses it.
 """
 
+from funcgrad.experimental.sparse.ad import grad, jacfwd, jacobian, jacrev, value_and_grad
 from funcgrad.experimental.sparse.api import empty, eye, todense
 from funcgrad.experimental.sparse.bcoo import (
     BCOO,
@@ -19,7 +20,9 @@ from funcgrad.experimental.sparse.bcoo import (
     bcoo_transpose,
 )
 from funcgrad.experimental.sparse.bcoo_products import (
+    bcoo_conv_general_dilated,
     bcoo_dot_general,
+    bcoo_dot_general_sampled,
     bcoo_multiply_dense,
     bcoo_multiply_sparse,
     bcoo_spdot_general,
@@ -30,6 +33,7 @@ from funcgrad.experimental.sparse.bcoo_structure import (
     bcoo_broadcast_in_dim,
     bcoo_concatenate,
     bcoo_dynamic_slice,
+    bcoo_gather,
     bcoo_rev,
     bcoo_slice,
     bcoo_squeeze,
@@ -37,6 +41,8 @@ from funcgrad.experimental.sparse.bcoo_structure import (
 )
 from funcgrad.experimental.sparse.bcsr import (
     BCSR,
+    bcsr_broadcast_in_dim,
+    bcsr_concatenate,
     bcsr_dot_general,
     bcsr_extract,
     bcsr_fromdense,
@@ -53,10 +59,13 @@ __all__ = [
     "SparseEfficiencyWarning",
     "bcoo_broadcast_in_dim",
     "bcoo_concatenate",
+    "bcoo_conv_general_dilated",
     "bcoo_dot_general",
+    "bcoo_dot_general_sampled",
     "bcoo_dynamic_slice",
     "bcoo_extract",
     "bcoo_fromdense",
+    "bcoo_gather",
     "bcoo_multiply_dense",
     "bcoo_multiply_sparse",
     "bcoo_reduce_sum",
@@ -70,6 +79,8 @@ __all__ = [
     "bcoo_todense",
     "bcoo_transpose",
     "bcoo_update_layout",
+    "bcsr_broadcast_in_dim",
+    "bcsr_concatenate",
     "bcsr_dot_general",
     "bcsr_extract",
     "bcsr_fromdense",
@@ -77,7 +88,12 @@ __all__ = [
     "bcsr_todense",
     "empty",
     "eye",
+    "grad",
+    "jacfwd",
+    "jacobian",
+    "jacrev",
     "random_bcoo",
     "sparsify",
     "todense",
+    "value_and_grad",
 ]

@@ -547,11 +547,15 @@ def bcoo_extract(sparr: BCOO, arr, *, assume_unique: bool | None = None) -> BCOO
 
 
 def _add_sparse(a: BCOO, b: BCOO) -> BCOO:
-    """The sum of two BCOO arrays of one shape and layout: both sets of stored elements."""
+    """The sum of two BCOO arrays of one shape and layout: both sets of stored elements, or,
+    for arrays with the same indices (x + x, or in a loop), the sums of their data, which
+    keeps the number of stored elements."""
     if a.shape != b.shape or (a.n_batch, a.n_dense) != (b.n_batch, b.n_dense):
         raise ValueError(f"adding BCOO arrays needs one shape and layout, got {a!r} and {b!r}")
-    nse_axis = a.n_batch
     dtype = fnp.result_type(a.data, b.data)
+    if a.indices is b.indices:
+        return a._like(a.data.astype(dtype) + b.data.astype(dtype))
+    nse_axis = a.n_batch
     data = fnp.concatenate([a.data.astype(dtype), b.data.astype(dtype)], axis=nse_axis)
     index_dtype = np.promote_types(a.indices.dtype, b.indices.dtype)
     indices = fnp.concatenate(
