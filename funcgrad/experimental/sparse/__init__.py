@@ -1,5 +1,5 @@
 """funcgrad.experimental.sparse: sparse arrays in the batched coordinate (BCOO) and batched
-compressed-row (BCSR) formats.
+compressed-row (BCSR) formats, and the older matrix formats COO, CSR and CSC built on them.
 
 A `BCOO` array stores only its specified elements: their values (`data`) and their indices
 (`indices`). It is a pytree, and every operation on it is made of gathers, scatters and
@@ -49,12 +49,30 @@ from funcgrad.experimental.sparse.bcsr import (
     bcsr_sum_duplicates,
     bcsr_todense,
 )
+from funcgrad.experimental.sparse.coo import (
+    COO,
+    coo_fromdense,
+    coo_matmat,
+    coo_matvec,
+    coo_todense,
+)
+from funcgrad.experimental.sparse.csr import (
+    CSC,
+    CSR,
+    csr_fromdense,
+    csr_matmat,
+    csr_matvec,
+    csr_todense,
+)
 from funcgrad.experimental.sparse.random import random_bcoo
 from funcgrad.experimental.sparse.transform import sparsify
 
 __all__ = [
     "BCOO",
     "BCSR",
+    "COO",
+    "CSC",
+    "CSR",
     "SparseEfficiencyError",
     "SparseEfficiencyWarning",
     "bcoo_broadcast_in_dim",
@@ -86,6 +104,14 @@ __all__ = [
     "bcsr_fromdense",
     "bcsr_sum_duplicates",
     "bcsr_todense",
+    "coo_fromdense",
+    "coo_matmat",
+    "coo_matvec",
+    "coo_todense",
+    "csr_fromdense",
+    "csr_matmat",
+    "csr_matvec",
+    "csr_todense",
     "empty",
     "eye",
     "grad",

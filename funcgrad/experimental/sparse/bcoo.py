@@ -244,11 +244,16 @@ class BCOO:
         return out.todense() if out.ndim == 0 else out
 
     def __getitem__(self, item) -> BCOO:
-        """Integers (static or traced), positive-step slices and an ellipsis, over any
-        dimensions."""
-        from funcgrad.experimental.sparse.bcoo_structure import getitem  # it builds on BCOO
+        """NumPy's indexing. Integers (static or traced), positive-step slices and an ellipsis
+        are read from the stored elements directly; other indices (integer arrays, None,
+        negative steps) go through sparsify's rules (gathers, reversals, broadcasts)."""
+        # (both modules build on this one)
+        from funcgrad.experimental.sparse.bcoo_structure import getitem, is_basic_index
+        from funcgrad.experimental.sparse.transform import sparsify
 
-        return getitem(self, item)
+        if is_basic_index(item):
+            return getitem(self, item)
+        return sparsify(lambda mat: mat[item])(self)
 
     # ---- arithmetic (the products live in bcoo_products, which builds on this module; hence
     # the imports inside the methods)

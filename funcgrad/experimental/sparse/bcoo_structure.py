@@ -424,32 +424,36 @@ def _permutable(mat: BCOO, permutation: tuple[int, ...]) -> BCOO:
     raise AssertionError("an array with only sparse dimensions takes any permutation")
 
 
-def getitem(mat: BCOO, item) -> BCOO:
-    """`mat[item]` for integers (Python or traced) and slices with positive steps, with at
-    most one Ellipsis."""
-    items = list(item) if isinstance(item, tuple) else [item]
+def is_basic_index(item) -> bool:
+    """Whether `item` holds only integers (Python or traced scalars), slices with positive
+    (or no) steps and at most one Ellipsis, which `getitem` reads directly."""
+    items = item if isinstance(item, tuple) else (item,)
     # By identity: `==` against an array index would compare elementwise.
+    ellipses = sum(i is Ellipsis for i in items)
+    return ellipses <= 1 and all(
+        i is Ellipsis
+        or (isinstance(i, slice) and (i.step is None or operator.index(i.step) > 0))
+        or (not isinstance(i, bool) and _is_integer_index(i))
+        for i in items
+    )
+
+
+def getitem(mat: BCOO, item) -> BCOO:
+    """`mat[item]` for an `is_basic_index` item."""
+    items = list(item) if isinstance(item, tuple) else [item]
     ellipses = [at for at, i in enumerate(items) if i is Ellipsis]
-    if len(ellipses) > 1:
-        raise IndexError("BCOO indexing: an index can only have a single ellipsis ('...')")
     if ellipses:
         at = ellipses[0]
         items[at : at + 1] = [slice(None)] * (mat.ndim - len(items) + 1)
-    if len(items) > mat.ndim or not all(
-        isinstance(i, slice) or (not isinstance(i, bool) and _is_integer_index(i)) for i in items
-    ):
+    if len(items) > mat.ndim:
         raise IndexError(
-            f"BCOO indexing supports integers, slices and an ellipsis, at most one per "
-            f"dimension, got {item!r} for an array of shape {mat.shape}; index the dense form "
-            "(.todense()) otherwise"
+            f"BCOO indexing: too many indices ({len(items)}) for an array of shape {mat.shape}"
         )
     items += [slice(None)] * (mat.ndim - len(items))
     windows, dynamic, squeezed = [], {}, []  # windows: (start, limit, stride) per dimension
     for dim, (i, size) in enumerate(zip(items, mat.shape)):
         if isinstance(i, slice):
             lo, hi, step = i.indices(size)
-            if step < 1:
-                raise IndexError(f"BCOO indexing: slice steps must be positive, got {i!r}")
             windows.append((lo, max(lo, hi), step))
             continue
         squeezed.append(dim)

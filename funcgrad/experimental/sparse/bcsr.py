@@ -198,6 +198,13 @@ class BCSR:
     def todense(self) -> Array:
         return self.to_bcoo().todense()
 
+    def __getitem__(self, item) -> BCSR | BCOO:
+        """NumPy's indexing, through sparsify's rules: BCSR where the rows stay whole, else
+        BCOO."""
+        from funcgrad.experimental.sparse.transform import sparsify  # it builds on BCSR
+
+        return sparsify(lambda mat: mat[item])(self)
+
     def __matmul__(self, other) -> Array:
         return self.to_bcoo() @ other
 
