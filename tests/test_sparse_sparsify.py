@@ -478,9 +478,14 @@ def test_while_loop_carries_sparse_arrays_and_keeps_their_structure():
     # Forward mode through the loop, against finite differences.
     looped = data_function(mat, lambda a, x: f(a, x)[2])
     check_grads(looped, (mat.data, x), order=1, modes=("fwd",))
-    # A sparse carry that the body makes dense is dense from the start.
+    # A sparse carry that the body makes dense is dense from the start; a dense carry that
+    # the body makes sparse stays dense.
     out = sparse.sparsify(lambda a, x: lax.fori_loop(0, 2, lambda i, c: c * 0.5 + x, a))(mat, x)
     np.testing.assert_allclose(out, dense * 0.25 + 1.5 * x, rtol=1e-12)
+    ones = np.ones((3, 4))
+    out = sparse.sparsify(lambda a, c: lax.fori_loop(0, 2, lambda i, c: c * a, c))(mat, ones)
+    assert not isinstance(out, BCOO)
+    np.testing.assert_allclose(out, dense**2, rtol=1e-12)
     # A body that changes the number of stored elements is refused, naming the structures.
     with pytest.raises(NotImplementedError, match="changes the structure of its carry"):
         sparse.sparsify(lambda a: lax.fori_loop(0, 2, lambda i, c: c * a, a))(mat)
@@ -572,10 +577,11 @@ def test_gather_modes_and_batched_gathers():
     expected = np.stack([np.asarray(stacked.todense())[b][picks[b]] for b in range(2)])
     np.testing.assert_allclose(out.todense(), expected, atol=1e-12)
     numbers = lax.GatherDimensionNumbers((1,), (0,), (0,))
-    with pytest.raises(NotImplementedError, match="sparse indices"):
-        sparse.sparsify(lambda x, i: lax.gather(x, i, numbers, (1, 4)))(
-            dense, BCOO.fromdense(np.array([[1], [0]]))
-        )
+    for operand in (dense, mat):
+        with pytest.raises(NotImplementedError, match="sparse indices"):
+            sparse.sparsify(lambda x, i: lax.gather(x, i, numbers, (1, 4)))(
+                operand, BCOO.fromdense(np.array([[1], [0]]))
+            )
 
 
 # ---- convolutions

@@ -107,7 +107,7 @@ def _dynamic_slice(operand, *start_indices, slice_sizes):
 
 
 def _gather(operand, start_indices, **params):
-    if not is_sparse(operand):
+    if is_sparse(start_indices):
         raise NotImplementedError(
             "sparsify: gather with sparse indices is not implemented; convert the indices "
             "with .todense() first"
