@@ -240,7 +240,11 @@ def test_elementwise_operators_stay_sparse():
     np.testing.assert_allclose(mat + dense, 2 * dense)  # with a dense array: dense
     position = np.minimum(np.asarray(mat.indices)[..., 0], 3)  # padding holds 0 anyway
     np.testing.assert_allclose(sparse.bcoo_multiply_dense(mat, scale), mat.data * scale[position])
-    assert (mat + mat).nse == 2 * mat.nse
+    # Arrays with other indices store both sets of elements; with the same indices, the
+    # sums of their data (the number of stored elements stays).
+    other = BCOO((mat.data, mat.indices[:, ::-1]), shape=mat.shape)
+    assert (mat + other).nse == 2 * mat.nse
+    assert (mat + mat).nse == (mat - 2 * mat).nse == mat.nse
     assert mat.astype(np.float32).dtype == np.float32
 
 
@@ -554,10 +558,8 @@ def test_errors_name_the_shapes():
         BCOO.fromdense(np.ones((2, 3, 4)), n_batch=1).transpose((1, 0, 2))
     with pytest.raises(IndexError, match="out of bounds for dimension 1"):
         mat[0, 3]
-    with pytest.raises(IndexError, match="steps must be positive"):
-        mat[::-1]
-    with pytest.raises(IndexError, match="supports integers, slices and an ellipsis"):
-        mat[np.array([0, 1])]  # compared with Ellipsis elementwise, it used to crash
+    with pytest.raises(IndexError, match="too many indices"):
+        mat[0, 1, 2]
     with pytest.raises(ValueError, match="must agree in every dimension but 0"):
         sparse.bcoo_concatenate([mat, BCOO.fromdense(np.eye(2))], dimension=0)
     with pytest.raises(sparse.SparseEfficiencyError, match="sizes \\(3,\\)"):
@@ -808,6 +810,12 @@ def test_getitem_on_any_dimension_matches_numpy():
         (-1, slice(1, 5, 2), slice(None, None, 3)),
         (slice(1, 3), 4, 1),
         (0, 0, 0),
+        # read through sparsify's rules: integer arrays, new axes and negative steps
+        np.array([2, 0, 2]),
+        (slice(None), np.array([[4, 0], [1, 1]])),
+        (np.array([0, 2]), slice(None), np.array([3, -1])),
+        (None, 1, slice(None, None, -2)),
+        (Ellipsis, None),
     ]
     for n_batch, n_dense in [(0, 0), (1, 0), (0, 1), (1, 1), (2, 1), (0, 2)]:
         mat = BCOO.fromdense(dense, n_batch=n_batch, n_dense=n_dense)
@@ -816,6 +824,11 @@ def test_getitem_on_any_dimension_matches_numpy():
         traced = fg.jit(lambda m, i: m[1, i].todense())
         for i in (2, -1):
             np.testing.assert_array_equal(traced(mat, i), dense[1, i])
+        rows = fg.jit(lambda m, i: m[i].todense())(mat, np.array([2, 1]))
+        np.testing.assert_array_equal(rows, dense[[2, 1]])
+    compressed = sparse.BCSR.fromdense(dense[0])
+    np.testing.assert_array_equal(compressed[np.array([4, 1])].todense(), dense[0][[4, 1]])
+    np.testing.assert_array_equal(compressed[1:3].todense(), dense[0][1:3])
 
 
 def test_squeeze_and_broadcast_in_dim_match_numpy():
@@ -1462,9 +1475,118 @@ def test_empty_bcsr_and_the_efficiency_warning():
     np.testing.assert_array_equal(empty.todense(), np.zeros((2, 3, 4, 2)))
     with pytest.raises(ValueError, match="two sparse dimensions"):
         sparse.empty((3, 4, 5), sparse_format="bcsr")
-    with pytest.raises(ValueError, match="sparse_format='coo' is not supported"):
-        sparse.empty((3, 4), sparse_format="coo")
+    with pytest.raises(ValueError, match="sparse_format='dia' is not supported"):
+        sparse.empty((3, 4), sparse_format="dia")
+    with pytest.raises(ValueError, match="sparse_format='bcsr' is not supported"):
+        sparse.eye(3, sparse_format="bcsr")
     mat = BCOO.fromdense(np.eye(3))
     with pytest.warns(sparse.SparseEfficiencyWarning, match="sizes \\(3,\\)"):
         relaid = mat.update_layout(n_batch=1, on_inefficient="warn")
     np.testing.assert_array_equal(relaid.todense(), np.eye(3))
+
+
+# ---- sampled products, gathers, convolutions and BCSR structure
+
+
+@settings(deadline=None, max_examples=30)
+@given(dot_general_cases(), st.data())
+def test_dot_general_sampled_reads_the_product_at_the_indices(case, data):
+    lhs_shape, _, _, seed, rhs_shape, dimension_numbers = case
+    rng = np.random.default_rng(seed)
+    A, B = rng.normal(size=lhs_shape), rng.normal(size=rhs_shape)
+    product = einsum_dot_general(A, B, dimension_numbers)
+    n_batch = data.draw(st.integers(0, product.ndim))
+    n_dense = data.draw(st.integers(0, product.ndim - n_batch))
+    pattern = BCOO.fromdense(
+        sparse_array(rng, product.shape), n_batch=n_batch, n_dense=n_dense, nse=None
+    )
+    padded = BCOO.fromdense(
+        np.asarray(pattern.todense()), n_batch=n_batch, n_dense=n_dense, nse=pattern.nse + 1
+    )
+    for mat in (pattern, padded):
+        out = sparse.bcoo_dot_general_sampled(
+            A, B, mat.indices, dimension_numbers=dimension_numbers
+        )
+        expected = sparse.bcoo_extract(mat, product).data
+        np.testing.assert_allclose(out, expected, rtol=1e-12, atol=1e-12)
+
+
+def test_dot_general_sampled_grad_and_errors():
+    rng = np.random.default_rng(60)
+    A, B = rng.normal(size=(3, 4)), rng.normal(size=(4, 5))
+    indices = BCOO.fromdense(sparse_array(rng, (3, 5)), n_batch=1).indices
+    numbers = (((1,), (0,)), ((), ()))
+
+    def f(A, B):
+        return sparse.bcoo_dot_general_sampled(A, B, indices, dimension_numbers=numbers)
+
+    check_grads(f, (A, B), order=2)
+    np.testing.assert_allclose(fg.jit(f)(A, B), f(A, B), rtol=1e-12)
+    with pytest.raises(ValueError, match="not the indices of a BCOO array"):
+        sparse.bcoo_dot_general_sampled(A, B, indices[:2], dimension_numbers=numbers)
+
+
+GATHER_CASES = [
+    # operand shape, n_batch, n_dense, indices, dimension numbers, slice sizes
+    ((5, 4), 0, 0, [[1], [4], [0]], ((1,), (0,), (0,)), (1, 4)),
+    ((5, 4), 1, 0, [[3, 1], [0, 2]], ((), (0, 1), (0, 1)), (1, 1)),
+    ((5, 4), 0, 1, [[[2]], [[1]]], ((2,), (1,), (1,)), (5, 1)),
+    ((5, 4, 3), 1, 1, [[1, 0], [3, 2]], ((1, 2), (0,), (0, 1)), (1, 2, 3)),
+    ((5, 4, 3), 0, 0, [[2, 1], [0, 0], [4, 3]], ((1, 2, 3), (), (0, 2)), (2, 3, 2)),
+]
+
+
+@pytest.mark.parametrize("case", range(len(GATHER_CASES)))
+def test_bcoo_gather_matches_the_dense_gather(case):
+    shape, n_batch, n_dense, index, numbers, slice_sizes = GATHER_CASES[case]
+    offset_dims, collapsed, start_index_map = numbers
+    numbers = fg.lax.GatherDimensionNumbers(offset_dims, collapsed, start_index_map)
+    rng = np.random.default_rng(61 + case)
+    dense = sparse_array(rng, shape)
+    mat = BCOO.fromdense(dense, n_batch=n_batch, n_dense=n_dense)
+    index = np.asarray(index, np.int32)
+    out = sparse.bcoo_gather(mat, index, numbers, slice_sizes)
+    expected = fg.lax.gather(dense, index, numbers, slice_sizes)
+    assert isinstance(out, BCOO)
+    np.testing.assert_allclose(out.todense(), expected, rtol=1e-12)
+    jitted = fg.jit(lambda m, i: sparse.bcoo_gather(m, i, numbers, slice_sizes))(mat, index)
+    np.testing.assert_allclose(jitted.todense(), expected, rtol=1e-12)
+
+
+def test_bcoo_conv_general_dilated_with_other_layouts():
+    rng = np.random.default_rng(62)
+    signal, kernel = sparse_array(rng, (7,)), rng.normal(size=3)
+    numbers = ("NWC", "WIO", "NWC")
+    lhs = BCOO.fromdense(signal.reshape(1, 7, 1), n_dense=1)
+    out = sparse.bcoo_conv_general_dilated(
+        lhs, kernel.reshape(3, 1, 1), window_strides=(1,), padding="SAME", dimension_numbers=numbers
+    )
+    assert isinstance(out, BCOO) and out.shape == (1, 7, 1)
+    expected = np.convolve(signal, kernel[::-1], "same")
+    np.testing.assert_allclose(out.todense()[0, :, 0], expected, atol=1e-12)
+
+
+def test_bcsr_concatenate_and_broadcast_in_dim_match_numpy():
+    rng = np.random.default_rng(63)
+    dense = sparse_array(rng, (2, 3, 4, 2))
+    mat = sparse.BCSR.fromdense(dense, n_batch=1, n_dense=1)
+    other = sparse.BCSR.fromdense(dense[::-1], n_batch=1, n_dense=1)
+    for dimension in range(4):
+        out = sparse.bcsr_concatenate([mat, other], dimension=dimension)
+        assert isinstance(out, sparse.BCSR) and out.n_batch == 1 and out.n_dense == 1
+        np.testing.assert_allclose(out.todense(), np.concatenate([dense, dense[::-1]], dimension))
+    out = sparse.bcsr_broadcast_in_dim(
+        mat, shape=(5, 2, 3, 4, 2), broadcast_dimensions=(1, 2, 3, 4)
+    )
+    assert isinstance(out, sparse.BCSR) and out.n_batch == 2
+    np.testing.assert_allclose(out.todense(), np.broadcast_to(dense, (5, 2, 3, 4, 2)))
+    out = sparse.bcsr_broadcast_in_dim(
+        mat, shape=(2, 3, 4, 2, 6), broadcast_dimensions=(0, 1, 2, 3)
+    )
+    np.testing.assert_allclose(out.todense(), np.broadcast_to(dense[..., None], out.shape))
+    with pytest.raises(TypeError, match="expected a BCSR array"):
+        sparse.bcsr_concatenate([mat, mat.to_bcoo()], dimension=0)
+    with pytest.raises(ValueError, match="has 3 sparse dimensions"):
+        sparse.bcsr_broadcast_in_dim(
+            sparse.BCSR.fromdense(dense[0, ..., 0]), shape=(3, 1, 4), broadcast_dimensions=(0, 2)
+        )

@@ -12,7 +12,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from funcgrad import lax
+import numpy as np
+
+from funcgrad import core, lax
 from funcgrad import numpy as fnp
 from funcgrad.core import Primitive
 from funcgrad.experimental.sparse import _layout
@@ -25,11 +27,16 @@ from funcgrad.experimental.sparse.bcoo import (
     bcoo_transpose,
     map_values,
 )
-from funcgrad.experimental.sparse.bcoo_products import _relaid, bcoo_dot_general
+from funcgrad.experimental.sparse.bcoo_products import (
+    _relaid,
+    bcoo_conv_general_dilated,
+    bcoo_dot_general,
+)
 from funcgrad.experimental.sparse.bcoo_structure import (
     bcoo_broadcast_in_dim,
     bcoo_concatenate,
     bcoo_dynamic_slice,
+    bcoo_gather,
     bcoo_rev,
     bcoo_slice,
     bcoo_squeeze,
@@ -99,6 +106,15 @@ def _dynamic_slice(operand, *start_indices, slice_sizes):
     return bcoo_dynamic_slice(operand, start_indices, slice_sizes)
 
 
+def _gather(operand, start_indices, **params):
+    if is_sparse(start_indices):
+        raise NotImplementedError(
+            "sparsify: gather with sparse indices is not implemented; convert the indices "
+            "with .todense() first"
+        )
+    return bcoo_gather(operand, start_indices, **params)
+
+
 def _broadcast_in_dim(operand, *, shape, broadcast_dimensions, **params):
     return bcoo_broadcast_in_dim(operand, shape=shape, broadcast_dimensions=broadcast_dimensions)
 
@@ -128,6 +144,40 @@ def _pow(x, y):
             "first if a dense result is meant"
         )
     return map_values(x, lambda data: lax.pow(data, fnp.asarray(y, data.dtype)), linear=False)
+
+
+def _extremum(primitive: Primitive, keeps_zero) -> Callable:
+    """The rule of max or min against zeros or a constant scalar `c` for which the extremum of
+    0 and c is 0 (`keeps_zero(c)`), as relu's max(x, 0) is: the result is zero wherever the
+    sparse operand is."""
+
+    def rule(x, y):
+        sparse, other = (x, y) if is_sparse(x) else (y, x)
+        if is_sparse(other):
+            raise NotImplementedError(
+                f"sparsify: {primitive.name} of two sparse arrays is not implemented; convert "
+                "one with .todense() first"
+            )
+        if other is not None and not (
+            _constant_scalar(other) and bool(keeps_zero(np.asarray(other)))
+        ):
+            raise NotImplementedError(
+                f"sparsify: {primitive.name} keeps a sparse operand sparse only against zeros "
+                f"or a constant scalar c with {primitive.name}(0, c) = 0; convert the operand "
+                "with .todense() first if a dense result is meant"
+            )
+        value = 0 if other is None else other
+        return map_values(
+            sparse,
+            lambda data: primitive.bind(data, fnp.asarray(value, data.dtype)),
+            linear=False,
+        )
+
+    return rule
+
+
+def _constant_scalar(x) -> bool:
+    return not isinstance(x, core.Tracer) and np.ndim(x) == 0
 
 
 def _todense(x, like):
@@ -222,15 +272,24 @@ SPARSE_RULES: dict[str, Callable] = {
     "concatenate": _concatenate,
     "slice": _slice,
     "dynamic_slice": _dynamic_slice,
+    "gather": _gather,
+    "conv_general_dilated": bcoo_conv_general_dilated,
     "squeeze": lambda x, *, dimensions: bcoo_squeeze(x, dimensions=dimensions),
     "broadcast_in_dim": _broadcast_in_dim,
     "select_n": _select_n,
+    "max": _extremum(elementwise.max_p, lambda c: c <= 0),
+    "min": _extremum(elementwise.min_p, lambda c: c >= 0),
     **{p.name: _unary(p, linear=True) for p in _LINEAR_UNARY},
     **{p.name: _unary(p, linear=False) for p in _NONLINEAR_UNARY},
 }
 
 # The rules told which operands, from the given position on, the program makes of zeros.
-ZERO_AWARE = {"select_n": 1}
+ZERO_AWARE = {"select_n": 1, "max": 0, "min": 0}
+
+# The primitives whose rule maps every stored value, keeping the array's structure.
+MAPS = frozenset(
+    {"integer_pow", "pow", "max", "min", *(p.name for p in _LINEAR_UNARY + _NONLINEAR_UNARY)}
+)
 
 # Elementwise primitives whose result is nonzero where the operand is 0: a sparse operand
 # would give a dense result.

@@ -244,11 +244,16 @@ class BCOO:
         return out.todense() if out.ndim == 0 else out
 
     def __getitem__(self, item) -> BCOO:
-        """Integers (static or traced), positive-step slices and an ellipsis, over any
-        dimensions."""
-        from funcgrad.experimental.sparse.bcoo_structure import getitem  # it builds on BCOO
+        """NumPy's indexing. Integers (static or traced), positive-step slices and an ellipsis
+        are read from the stored elements directly; other indices (integer arrays, None,
+        negative steps) go through sparsify's rules (gathers, reversals, broadcasts)."""
+        # (both modules build on this one)
+        from funcgrad.experimental.sparse.bcoo_structure import getitem, is_basic_index
+        from funcgrad.experimental.sparse.transform import sparsify
 
-        return getitem(self, item)
+        if is_basic_index(item):
+            return getitem(self, item)
+        return sparsify(lambda mat: mat[item])(self)
 
     # ---- arithmetic (the products live in bcoo_products, which builds on this module; hence
     # the imports inside the methods)
@@ -547,11 +552,15 @@ def bcoo_extract(sparr: BCOO, arr, *, assume_unique: bool | None = None) -> BCOO
 
 
 def _add_sparse(a: BCOO, b: BCOO) -> BCOO:
-    """The sum of two BCOO arrays of one shape and layout: both sets of stored elements."""
+    """The sum of two BCOO arrays of one shape and layout: both sets of stored elements, or,
+    for arrays with the same indices (x + x, or in a loop), the sums of their data, which
+    keeps the number of stored elements."""
     if a.shape != b.shape or (a.n_batch, a.n_dense) != (b.n_batch, b.n_dense):
         raise ValueError(f"adding BCOO arrays needs one shape and layout, got {a!r} and {b!r}")
-    nse_axis = a.n_batch
     dtype = fnp.result_type(a.data, b.data)
+    if a.indices is b.indices:
+        return a._like(a.data.astype(dtype) + b.data.astype(dtype))
+    nse_axis = a.n_batch
     data = fnp.concatenate([a.data.astype(dtype), b.data.astype(dtype)], axis=nse_axis)
     index_dtype = np.promote_types(a.indices.dtype, b.indices.dtype)
     indices = fnp.concatenate(

@@ -8,14 +8,22 @@ from __future__ import annotations
 
 import numpy as np
 
-from funcgrad import lax
+from funcgrad import core, lax
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.experimental.sparse import _dot, _layout, _relayout, _spdot
+from funcgrad.experimental.sparse._convert import gather_slices, in_range, positions
 from funcgrad.experimental.sparse.bcoo import BCOO, _as_bcoo, _broadcasts_to
+from funcgrad.experimental.sparse.bcoo_structure import (
+    bcoo_broadcast_in_dim,
+    bcoo_squeeze,
+    bcoo_update_layout,
+)
 
 __all__ = [
+    "bcoo_conv_general_dilated",
     "bcoo_dot_general",
+    "bcoo_dot_general_sampled",
     "bcoo_multiply_dense",
     "bcoo_multiply_sparse",
     "bcoo_spdot_general",
@@ -181,3 +189,144 @@ def bcoo_multiply_dense(sp_mat: BCOO, v) -> Array:
             f"shape {sp_mat.shape}"
         )
     return _layout.multiply_dense(sp_mat.data, sp_mat.indices, sp_mat.shape, v)
+
+
+def bcoo_dot_general_sampled(A, B, indices, *, dimension_numbers) -> Array:
+    """The data of `lax.dot_general(A, B)` at the stored positions `indices` (of a BCOO array
+    of the product's shape): each element's value is the contraction of the slices of A and B
+    its position selects, so the dense product is never formed (0 at padding)."""
+    A, B, indices = fnp.asarray(A), fnp.asarray(B), fnp.asarray(indices)
+    dimension_numbers = _dot.canonical_dimension_numbers(dimension_numbers)
+    (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = dimension_numbers
+    out_shape = _dot.output_shape(A.shape, B.shape, dimension_numbers)
+    n_batch = indices.ndim - 2
+    n_positional = n_batch + (indices.shape[-1] if indices.ndim >= 2 else 0)
+    if (
+        indices.ndim < 2
+        or n_positional > len(out_shape)
+        or indices.shape[:n_batch] != tuple(out_shape[:n_batch])
+    ):
+        raise ValueError(
+            f"bcoo_dot_general_sampled: indices of shape {indices.shape} are not the indices of "
+            f"a BCOO array of the product's shape {out_shape}"
+        )
+    # Where each output dimension comes from: (A's dimension or None, B's dimension or None).
+    lhs_free = _dot._free(A.ndim, lhs_contract, lhs_batch)
+    rhs_free = _dot._free(B.ndim, rhs_contract, rhs_batch)
+    sources = (
+        list(zip(lhs_batch, rhs_batch))
+        + [(d, None) for d in lhs_free]
+        + [(None, d) for d in rhs_free]
+    )
+    coordinates = positions(indices)
+    gathered, kept = [], []
+    for side, operand in enumerate((A, B)):
+        dims = [(out, src[side]) for out, src in enumerate(sources[:n_positional])]
+        dims = [(out, d) for out, d in dims if d is not None]
+        operand_dims = [d for _, d in dims]
+        if operand_dims:
+            columns = fnp.take(coordinates, np.array([out for out, _ in dims], np.int32), axis=-1)
+            gathered.append(gather_slices(operand, columns, operand_dims))
+        else:
+            lead_shape = coordinates.shape[:-1]
+            gathered.append(fnp.broadcast_to(operand, (*lead_shape, *operand.shape)))
+        kept.append([d for d in range(operand.ndim) if d not in operand_dims])
+    n_lead = n_batch + 1
+
+    def moved(side: int, dims) -> tuple[int, ...]:
+        return tuple(n_lead + kept[side].index(d) for d in dims)
+
+    remaining = sources[n_positional : len(lhs_batch)]
+    lead = tuple(range(n_lead))
+    contract = (moved(0, lhs_contract), moved(1, rhs_contract))
+    batch = (
+        lead + moved(0, [a for a, _ in remaining]),
+        lead + moved(1, [b for _, b in remaining]),
+    )
+    return lax.dot_general(gathered[0], gathered[1], (contract, batch))
+
+
+def bcoo_conv_general_dilated(
+    lhs,
+    rhs,
+    *,
+    window_strides,
+    padding,
+    lhs_dilation=None,
+    rhs_dilation=None,
+    dimension_numbers=None,
+    feature_group_count: int = 1,
+    batch_group_count: int = 1,
+    precision=None,
+    preferred_element_type=None,
+) -> BCOO:
+    """`lax.conv_general_dilated` with a BCOO array as one operand or both, as a BCOO array:
+    one spatial dimension, with the batch and feature dimensions of size 1 (a 1-D signal and
+    one kernel). Every pair of stored elements lands at the one output position where the
+    kernel element meets the signal element, if any (so the result stores the product of the
+    operands' nse, at most one per pair)."""
+    from funcgrad.transforms.make_jaxpr import make_jaxpr  # transforms build on this package
+
+    def dense_conv(a, b):
+        return lax.conv_general_dilated(
+            a,
+            b,
+            window_strides,
+            padding,
+            lhs_dilation,
+            rhs_dilation,
+            dimension_numbers,
+            feature_group_count,
+            batch_group_count,
+            precision,
+            preferred_element_type,
+        )
+
+    avals = [core.ShapeDtypeStruct(x.shape, x.dtype) for x in (lhs, rhs)]
+    program, out = make_jaxpr(dense_conv, return_shape=True)(*avals)
+    (params,) = [e.params for e in program.jaxpr.eqns if e.primitive.name == "conv_general_dilated"]
+    lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
+    lhs_sizes = tuple(lhs.shape[d] for d in lhs_spec[:2])
+    rhs_sizes = tuple(rhs.shape[d] for d in rhs_spec[:2])
+    if len(lhs.shape) != 3 or lhs_sizes != (1, 1) or rhs_sizes != (1, 1):
+        raise NotImplementedError(
+            f"bcoo_conv_general_dilated: operands of shapes {lhs.shape} and {rhs.shape} (with "
+            f"dimension numbers {params['dimension_numbers']}) must have one spatial dimension "
+            "and batch and feature dimensions of size 1 (one signal, one kernel)"
+        )
+    ((pad_low, _),) = params["padding"]
+    (stride,), (lhs_step,), (rhs_step,) = (
+        params[k] for k in ("window_strides", "lhs_dilation", "rhs_dilation")
+    )
+    width = out.shape[out_spec[2]]
+    signal, kernel = _signal(lhs, lhs_spec), _signal(rhs, rhs_spec)
+    dtype = np.dtype(preferred_element_type or fnp.result_type(signal.data, kernel.data))
+    index_dtype = np.promote_types(
+        np.promote_types(signal.indices.dtype, kernel.indices.dtype), np.int32
+    )
+    # Signal element i meets kernel element j at output o where o * stride + j * rhs_step equals
+    # i * lhs_step + pad_low (positions in the dilated, padded signal).
+    i = signal.indices[:, None, 0].astype(index_dtype)
+    j = kernel.indices[None, :, 0].astype(index_dtype)
+    offset = i * lhs_step + pad_low - j * rhs_step
+    position = offset // stride
+    valid = (offset >= 0) & (offset % stride == 0) & (position < width)
+    valid = valid & in_range(signal.indices, signal.shape)[:, None]
+    valid = valid & in_range(kernel.indices, kernel.shape)[None, :]
+    products = signal.data.astype(dtype)[:, None] * kernel.data.astype(dtype)[None, :]
+    data = fnp.where(valid, products, fnp.zeros((), dtype)).reshape(-1)
+    indices = fnp.where(valid, position, width).reshape(-1, 1).astype(index_dtype)
+    line = BCOO((data, indices), shape=(width,))
+    return bcoo_broadcast_in_dim(line, shape=out.shape, broadcast_dimensions=(out_spec[2],))
+
+
+def _signal(x, spec) -> BCOO:
+    """An operand of a 1-D convolution as a one-dimensional BCOO array along its spatial
+    dimension, with only sparse dimensions (a dense operand stores every position)."""
+    if isinstance(x, BCOO):
+        line = bcoo_squeeze(x, dimensions=spec[:2])
+        return bcoo_update_layout(line, n_batch=0, n_dense=0)
+    x = fnp.asarray(x)
+    data = x.reshape(-1)
+    indices = lax.broadcasted_iota(np.int32, (data.shape[0], 1), 0)
+    return BCOO((data, indices), shape=data.shape, indices_sorted=True, unique_indices=True)

@@ -23,6 +23,8 @@ from funcgrad.experimental.sparse.bcoo import (
     _as_bcoo,
     _is_integer_index,
     _normalize_axis,
+    bcoo_reshape,
+    bcoo_transpose,
 )
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "bcoo_broadcast_in_dim",
     "bcoo_concatenate",
     "bcoo_dynamic_slice",
+    "bcoo_gather",
     "bcoo_rev",
     "bcoo_slice",
     "bcoo_squeeze",
@@ -299,32 +302,158 @@ def bcoo_broadcast_in_dim(
     return BCOO((data, indices), shape=shape)
 
 
-def getitem(mat: BCOO, item) -> BCOO:
-    """`mat[item]` for integers (Python or traced) and slices with positive steps, with at
-    most one Ellipsis."""
-    items = list(item) if isinstance(item, tuple) else [item]
+def bcoo_gather(
+    operand: BCOO,
+    start_indices,
+    dimension_numbers: lax.GatherDimensionNumbers,
+    slice_sizes: Sequence[int],
+    *,
+    unique_indices: bool = False,
+    indices_are_sorted: bool = False,
+    mode=None,
+    fill_value=None,
+) -> BCOO:
+    """`lax.gather` of a BCOO array: one window per index vector, each a dynamic slice of the
+    array (storing all of its nse elements, those outside the window as padding), stacked
+    along a new batch dimension and arranged as the gather's output.
+
+    Windows that reach outside are clamped (modes 'clip' and 'promise_in_bounds', as
+    `lax.gather`), or, in mode 'fill', hold `fill_value`, which must then be 0 to keep the
+    result sparse."""
+    operand = _as_bcoo(operand, "bcoo_gather")
+    start_indices = fnp.asarray(start_indices)
+    parsed_mode = lax.GatherScatterMode.from_any(
+        lax.GatherScatterMode.PROMISE_IN_BOUNDS if mode is None else mode
+    )
+    fills = parsed_mode == lax.GatherScatterMode.FILL_OR_DROP
+    if fills and (fill_value is None or np.asarray(fill_value) != 0):
+        raise NotImplementedError(
+            f"bcoo_gather: mode 'fill' with fill_value={fill_value!r} fills windows that reach "
+            "outside the array with a nonzero value (by default NaN), which a sparse result "
+            "cannot hold; pass fill_value=0, another mode, or gather from the dense form"
+        )
+    out_shape = _gather_shape(operand, start_indices, dimension_numbers, slice_sizes)
+    dimension_numbers, start_indices = _without_batching_dims(dimension_numbers, start_indices)
+    batch_shape = start_indices.shape[:-1]
+    starts = start_indices.reshape(-1, start_indices.shape[-1]).astype(np.int32)
+    full_starts = []  # every dimension's start: 0 where the indices give none
+    in_bounds = fnp.ones(starts.shape[:1], bool)
+    for dim, (size, window) in enumerate(zip(operand.shape, slice_sizes)):
+        if dim not in dimension_numbers.start_index_map:
+            full_starts.append(fnp.zeros(starts.shape[:1], np.int32))
+            continue
+        start = starts[:, dimension_numbers.start_index_map.index(dim)]
+        in_bounds = in_bounds & (start >= 0) & (start <= size - window)
+        full_starts.append(fnp.clip(start, 0, size - window))
+    collapsed = tuple(dimension_numbers.collapsed_slice_dims)
+
+    def window_at(starts_of_window):
+        window = bcoo_dynamic_slice(operand, starts_of_window, slice_sizes)
+        return bcoo_squeeze(window, dimensions=collapsed) if collapsed else window
+
+    from funcgrad.transforms.vmap import vmap  # transforms build on this package's imports
+
+    windows = vmap(window_at)(full_starts)
+    if fills:
+        kept = in_bounds.reshape(in_bounds.shape + (1,) * (windows.data.ndim - 1))
+        windows = windows._like(fnp.where(kept, windows.data, fnp.zeros((), windows.dtype)))
+    if len(batch_shape) != 1:
+        windows = bcoo_reshape(windows, new_sizes=(*batch_shape, *windows.shape[1:]))
+    # The windows' dimensions (batch dimensions, then window dimensions) moved to the output's.
+    offset_dims = tuple(dimension_numbers.offset_dims)
+    batch_dims = tuple(d for d in range(len(out_shape)) if d not in offset_dims)
+    permutation = np.zeros(len(out_shape), int)
+    permutation[np.array(batch_dims + offset_dims, int)] = np.arange(len(out_shape))
+    permutation = tuple(int(p) for p in permutation)
+    if permutation != tuple(range(len(out_shape))):
+        windows = bcoo_transpose(_permutable(windows, permutation), permutation=permutation)
+    return windows
+
+
+def _gather_shape(operand, start_indices, dimension_numbers, slice_sizes) -> tuple[int, ...]:
+    """The shape `lax.gather` gives (which checks the arguments)."""
+    from funcgrad.transforms.make_jaxpr import eval_shape
+
+    def dense_gather(o, i):
+        return lax.gather(o, i, dimension_numbers, slice_sizes)
+
+    dense = core.ShapeDtypeStruct(operand.shape, operand.dtype)
+    indices = core.ShapeDtypeStruct(start_indices.shape, start_indices.dtype)
+    return tuple(eval_shape(dense_gather, dense, indices).shape)
+
+
+def _without_batching_dims(dimension_numbers, start_indices):
+    """The same gather with its operand batching dimensions indexed as ordinary collapsed
+    dimensions: each window's start there is its position along the matching dimension of the
+    indices."""
+    operand_dims = tuple(dimension_numbers.operand_batching_dims)
+    if not operand_dims:
+        return dimension_numbers, start_indices
+    grid = start_indices.shape[:-1] + (1,)
+    positions = [
+        lax.broadcasted_iota(start_indices.dtype, grid, d)
+        for d in dimension_numbers.start_indices_batching_dims
+    ]
+    start_indices = fnp.concatenate([start_indices, *positions], axis=-1)
+    return (
+        lax.GatherDimensionNumbers(
+            offset_dims=tuple(dimension_numbers.offset_dims),
+            collapsed_slice_dims=tuple(
+                sorted((*dimension_numbers.collapsed_slice_dims, *operand_dims))
+            ),
+            start_index_map=(*dimension_numbers.start_index_map, *operand_dims),
+        ),
+        start_indices,
+    )
+
+
+def _permutable(mat: BCOO, permutation: tuple[int, ...]) -> BCOO:
+    """`mat`, with its batch (and if need be its dense) dimensions made sparse (which stores no
+    zeros), so that `permutation` keeps the batch, sparse and dense dimensions apart."""
+
+    def keeps_groups(m: BCOO) -> bool:
+        n_positional = m.n_batch + m.n_sparse
+        return sorted(permutation[: m.n_batch]) == list(range(m.n_batch)) and sorted(
+            permutation[n_positional:]
+        ) == list(range(n_positional, m.ndim))
+
+    for n_batch, n_dense in ((mat.n_batch, mat.n_dense), (0, mat.n_dense), (0, 0)):
+        relaid = bcoo_update_layout(mat, n_batch=n_batch, n_dense=n_dense)
+        if keeps_groups(relaid):
+            return relaid
+    raise AssertionError("an array with only sparse dimensions takes any permutation")
+
+
+def is_basic_index(item) -> bool:
+    """Whether `item` holds only integers (Python or traced scalars), slices with positive
+    (or no) steps and at most one Ellipsis, which `getitem` reads directly."""
+    items = item if isinstance(item, tuple) else (item,)
     # By identity: `==` against an array index would compare elementwise.
+    ellipses = sum(i is Ellipsis for i in items)
+    return ellipses <= 1 and all(
+        i is Ellipsis
+        or (isinstance(i, slice) and (i.step is None or operator.index(i.step) > 0))
+        or (not isinstance(i, bool) and _is_integer_index(i))
+        for i in items
+    )
+
+
+def getitem(mat: BCOO, item) -> BCOO:
+    """`mat[item]` for an `is_basic_index` item."""
+    items = list(item) if isinstance(item, tuple) else [item]
     ellipses = [at for at, i in enumerate(items) if i is Ellipsis]
-    if len(ellipses) > 1:
-        raise IndexError("BCOO indexing: an index can only have a single ellipsis ('...')")
     if ellipses:
         at = ellipses[0]
         items[at : at + 1] = [slice(None)] * (mat.ndim - len(items) + 1)
-    if len(items) > mat.ndim or not all(
-        isinstance(i, slice) or (not isinstance(i, bool) and _is_integer_index(i)) for i in items
-    ):
+    if len(items) > mat.ndim:
         raise IndexError(
-            f"BCOO indexing supports integers, slices and an ellipsis, at most one per "
-            f"dimension, got {item!r} for an array of shape {mat.shape}; index the dense form "
-            "(.todense()) otherwise"
+            f"BCOO indexing: too many indices ({len(items)}) for an array of shape {mat.shape}"
         )
     items += [slice(None)] * (mat.ndim - len(items))
     windows, dynamic, squeezed = [], {}, []  # windows: (start, limit, stride) per dimension
     for dim, (i, size) in enumerate(zip(items, mat.shape)):
         if isinstance(i, slice):
             lo, hi, step = i.indices(size)
-            if step < 1:
-                raise IndexError(f"BCOO indexing: slice steps must be positive, got {i!r}")
             windows.append((lo, max(lo, hi), step))
             continue
         squeezed.append(dim)

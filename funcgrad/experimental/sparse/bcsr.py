@@ -29,9 +29,12 @@ from funcgrad.experimental.sparse.bcoo import (
     check_stored_count,
 )
 from funcgrad.experimental.sparse.bcoo_products import bcoo_dot_general
+from funcgrad.experimental.sparse.bcoo_structure import bcoo_broadcast_in_dim, bcoo_concatenate
 
 __all__ = [
     "BCSR",
+    "bcsr_broadcast_in_dim",
+    "bcsr_concatenate",
     "bcsr_dot_general",
     "bcsr_extract",
     "bcsr_fromdense",
@@ -144,7 +147,8 @@ class BCSR:
             raise ValueError(
                 f"BCSR.from_bcoo: expected a BCOO array with two sparse dimensions, got {arr!r}"
             )
-        arr = bcoo_sort_indices(arr)
+        if not arr.indices_sorted:
+            arr = bcoo_sort_indices(arr)
         n_batch = arr.n_batch
         rows = arr.shape[n_batch]
         # Elements outside the matrix sort last; give them the row past the last one so that
@@ -193,6 +197,13 @@ class BCSR:
 
     def todense(self) -> Array:
         return self.to_bcoo().todense()
+
+    def __getitem__(self, item) -> BCSR | BCOO:
+        """NumPy's indexing, through sparsify's rules: BCSR where the rows stay whole, else
+        BCOO."""
+        from funcgrad.experimental.sparse.transform import sparsify  # it builds on BCSR
+
+        return sparsify(lambda mat: mat[item])(self)
 
     def __matmul__(self, other) -> Array:
         return self.to_bcoo() @ other
@@ -285,3 +296,38 @@ def bcsr_dot_general(
         precision=precision,
         preferred_element_type=preferred_element_type,
     )
+
+
+def _as_bcsr(mat, name: str) -> BCSR:
+    if not isinstance(mat, BCSR):
+        raise TypeError(f"{name}: expected a BCSR array, got {type(mat).__name__}")
+    return mat
+
+
+def _compressed(mat: BCOO, name: str) -> BCSR:
+    if mat.n_sparse != 2:
+        raise ValueError(
+            f"{name}: the result {mat!r} has {mat.n_sparse} sparse dimensions; a BCSR array "
+            "has two (rows and columns)"
+        )
+    return BCSR.from_bcoo(mat)
+
+
+def bcsr_broadcast_in_dim(
+    mat: BCSR, *, shape: Sequence[int], broadcast_dimensions: Sequence[int], sharding=None
+) -> BCSR:
+    """`lax.broadcast_in_dim` of a BCSR array, as `bcoo_broadcast_in_dim` places dimensions; the
+    result must keep two sparse dimensions (new dimensions go before the rows, as batch
+    dimensions, or after the columns, as dense ones)."""
+    mat = _as_bcsr(mat, "bcsr_broadcast_in_dim")
+    out = bcoo_broadcast_in_dim(
+        mat.to_bcoo(), shape=shape, broadcast_dimensions=broadcast_dimensions
+    )
+    return _compressed(out, "bcsr_broadcast_in_dim")
+
+
+def bcsr_concatenate(operands: Sequence[BCSR], *, dimension: int) -> BCSR:
+    """The BCSR arrays joined along `dimension` (see `bcoo_concatenate`)."""
+    operands = [_as_bcsr(op, "bcsr_concatenate") for op in operands]
+    out = bcoo_concatenate([op.to_bcoo() for op in operands], dimension=dimension)
+    return _compressed(out, "bcsr_concatenate")
