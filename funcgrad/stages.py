@@ -2,7 +2,7 @@
 `jit(f)` is `Wrapped`, `.trace(...)` gives `Traced`, `.lower(...)` (of either) gives
 `Lowered`, `.compile()` gives `Compiled`."""
 
-from funcgrad.transforms.jit import Compiled, Lowered, Traced
+from funcgrad.transforms.jit import ArgInfo, Compiled, Lowered, Traced
 from funcgrad.transforms.jit import Jitted as Wrapped
 
-__all__ = ["Compiled", "Lowered", "Traced", "Wrapped"]
+__all__ = ["ArgInfo", "Compiled", "Lowered", "Traced", "Wrapped"]

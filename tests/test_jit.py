@@ -590,3 +590,13 @@ def test_trace_gives_the_program_and_its_types_before_lowering():
     np.testing.assert_array_equal(scaled, [0.0, 2.0, 4.0])
     assert float(extra["total"]) == 3.0 and int(extra["count"]) == 3
     assert fg.jit(f).eval_shape(np.ones(3, np.float32))[1]["total"].shape == ()
+
+
+def test_traced_args_info_says_what_is_donated():
+    traced = fg.jit(lambda w, x: w - x, donate_argnums=0).trace(
+        np.ones((2, 3), np.float32), fg.ShapeDtypeStruct((2, 3), np.float32)
+    )
+    (w_info, x_info), kwargs = traced.args_info
+    assert kwargs == {}
+    assert isinstance(w_info, fg.stages.ArgInfo) and w_info.donated and not x_info.donated
+    assert w_info.shape == (2, 3) and x_info.dtype == np.float32

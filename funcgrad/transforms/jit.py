@@ -12,6 +12,7 @@ eagerly, the program executes on the backend (today the NumPy reference backend)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import gc
 import inspect
@@ -895,6 +896,22 @@ def _operand(x, name: str):
         ) from None
 
 
+@dataclasses.dataclass(frozen=True)
+class ArgInfo:
+    """An argument of a traced jit signature: its type, and whether the call donates it."""
+
+    aval: core.ShapedArray
+    donated: bool
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.aval.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.aval.dtype
+
+
 class Traced:
     """A jit signature traced (`Jitted.trace`): its program, the structures and types of its
     arguments and results, and the way on (`lower`)."""
@@ -912,8 +929,18 @@ class Traced:
 
     @property
     def in_avals(self) -> tuple:
-        avals = self.jaxpr.in_avals
-        return tuple(tree_util.tree_unflatten(self.in_tree, avals))
+        return tuple(tree_util.tree_unflatten(self.in_tree, self.jaxpr.in_avals))
+
+    @property
+    def args_info(self) -> tuple:
+        """Per argument leaf, its type and whether it is donated (`ArgInfo`), in the
+        structure of `(args, kwargs)`."""
+        num_consts = len(self._entry.consts)
+        donated = set(self._entry.donated)
+        infos = [
+            ArgInfo(aval, num_consts + i in donated) for i, aval in enumerate(self.jaxpr.in_avals)
+        ]
+        return tuple(tree_util.tree_unflatten(self.in_tree, infos))
 
     @property
     def out_tree(self):
