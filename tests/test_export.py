@@ -387,3 +387,15 @@ def test_random_programs_read_back_compute_the_same(data):
             np.testing.assert_array_equal(restored.call(*args), fg.jit(fun)(*args))
     finally:
         fg.config.update("jit_backend", previous)
+
+
+def test_programs_with_float0_literals_are_written():
+    from funcgrad.export.encoding import Reader, Writer
+    from funcgrad.ir import check_jaxpr
+
+    grad = fg.grad(lambda x, n: x * n, argnums=(0, 1), allow_int=True)
+    closed = fg.make_jaxpr(grad)(np.float32(2), np.int32(3))
+    writer = Writer()
+    read = Reader(writer.blobs, []).closed(writer.closed(closed))
+    check_jaxpr(read)
+    assert str(read) == str(closed) and "0:float0[]" in str(read)
