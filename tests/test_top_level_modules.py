@@ -392,8 +392,10 @@ def test_is_supported_dtype():
 
 def test_custom_derivatives_module():
     cd = fg.custom_derivatives
-    assert set(cd.__all__) == {"custom_jvp", "custom_vjp", "custom_gradient", "closure_convert"}
-    for name in cd.__all__:
+    transformations = {"custom_jvp", "custom_vjp", "custom_gradient", "closure_convert"}
+    symbolic = {"SymbolicZero", "CustomVJPPrimal", "custom_vjp_primal_tree_values"}
+    assert set(cd.__all__) == transformations | symbolic | {"zero_from_primal"}
+    for name in transformations:
         assert getattr(cd, name) is getattr(fg, name)
 
     @cd.custom_jvp
