@@ -173,6 +173,16 @@ def test_static_uint64_indices_past_int64_read_as_far_out_of_bounds():
     assert_close(fg.jit(lambda a, i: a[i])(x, far), np.array([16.0, 3.0]))
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
+def test_static_narrow_unsigned_indices_out_of_bounds_clamp(dtype):
+    # Bounding them by int64's largest value, a Python int, overflowed the narrow dtype.
+    x = fnp.arange(3.0)
+    index = np.array([0, 255, 2, 1], dtype)
+    assert_same(x[index], np.array([0.0, 2.0, 2.0, 1.0], np.float32))
+    filled = x.at[index].get(mode="fill", fill_value=-1.0)
+    assert_same(filled, np.array([0.0, -1.0, 2.0, 1.0], np.float32))
+
+
 def test_indexing_errors():
     x = fnp.zeros((2, 3))
     with pytest.raises(IndexError, match="too many indices.*shape \\(2, 3\\).*but 3 were indexed"):

@@ -243,8 +243,8 @@ def _index_value(item, size: int):
     value = item.value
     if isinstance(value, (int, np.ndarray)):
         value = np.asarray(value)
-        if value.dtype.kind == "u":  # (past int64's range: out of bounds, never negative)
-            value = np.minimum(value, np.iinfo(np.int64).max)
+        if value.dtype == np.uint64:  # (past int64's range: out of bounds, never negative)
+            value = np.minimum(value, np.uint64(np.iinfo(np.int64).max))
         value = value.astype(np.int64)
         # Out-of-bounds positions stay out of bounds (-1 or size) but fit in int32.
         return np.asarray(np.clip(np.where(value < 0, value + size, value), -1, size), np.int32)
