@@ -791,6 +791,21 @@ def test_place_and_poly_match_numpy():
     check_grads(fnp.poly, (roots,), 2, **GRAD_TOL)
 
 
+def test_poly_of_a_matrix_is_its_characteristic_polynomial():
+    # It raised NotImplementedError; as JAX's, the coefficients come out complex.
+    matrix = np.random.default_rng(0).normal(size=(4, 4))
+    expected = np.poly(matrix)
+    for result in (fnp.poly(matrix), fg.jit(fnp.poly)(matrix)):
+        assert result.dtype == np.complex128
+        assert_close(result, expected.astype(np.complex128), rtol=1e-10, atol=1e-10)
+    assert_close(
+        fnp.poly(np.array([[4, -3], [4, 3]], np.int16)), np.array([1, -7, 24], np.complex64)
+    )
+    for shape in [(0, 0), (2, 3), (2, 2, 2)]:
+        with pytest.raises(ValueError, match="square matrix"):
+            fnp.poly(np.zeros(shape))
+
+
 def test_setxor1d_keeps_a_nan_of_each_array_as_numpy():
     # setxor1d([], [1, nan]) dropped the NaN (isin finds a NaN nowhere, so it was in neither);
     # NumPy and JAX compare NaN unequal to everything: each array with NaNs adds one NaN.

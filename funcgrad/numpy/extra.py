@@ -810,12 +810,15 @@ def polyval(p, x, *, unroll: int = 16):
 
 
 def poly(seq_of_zeros):
-    """The coefficients (highest power first, leading 1) of the polynomial with these roots."""
+    """The coefficients (highest power first, leading 1) of the polynomial with these roots, or
+    of a square matrix's characteristic polynomial (complex, from its eigenvalues)."""
     roots = _inexact(seq_of_zeros)
-    if roots.ndim != 1:
-        raise NotImplementedError(
-            f"poly: needs a 1-d array of roots, got shape {roots.shape} (the characteristic "
-            "polynomial of a matrix needs eigenvalues, which funcgrad does not have)"
+    if roots.ndim == 2 and roots.shape[0] == roots.shape[1] != 0:
+        roots = linalg.eigvals(roots)
+    elif roots.ndim != 1:
+        raise ValueError(
+            f"poly: needs a 1-d array of roots or a non-empty square matrix, got shape "
+            f"{roots.shape}"
         )
     if roots.shape[0] == 0:
         # As NumPy's and JAX's: the constant polynomial 1, as a scalar.
