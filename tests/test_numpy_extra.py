@@ -667,6 +667,17 @@ def test_selection_matches_numpy():
         np.testing.assert_array_equal(actual, expected)
 
 
+def test_mode_raise_needs_concrete_indices():
+    # Traced indices went unchecked: out-of-range ones gave some value silently.
+    choices = [np.arange(3), 10 + np.arange(3)]
+    with pytest.raises(fg.errors.ConcretizationTypeError, match="mode='raise'"):
+        fg.jit(lambda a: fnp.choose(a, choices))(np.array([0, 5, 1]))
+    with pytest.raises(fg.errors.ConcretizationTypeError, match="mode='raise'"):
+        fg.jit(lambda i: fnp.ravel_multi_index((i, i), (2, 3)))(np.array([0, 1]))
+    clipped = fg.jit(lambda a: fnp.choose(a, choices, mode="clip"))(np.array([0, 5, 1]))
+    assert_same(clipped, np.choose([0, 5, 1], choices, mode="clip"))
+
+
 # ---------------------------------------------------------------------------------------------
 # Mapping, grids, products, windows, bits, dtype queries
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from funcgrad import core, dtypes, lax
 from funcgrad.array import DLPACK_CUDA, Array, device_put, from_cuda_dlpack
+from funcgrad.errors import ConcretizationTypeError
 from funcgrad.numpy import (
     _bessel,
     creation,
@@ -1657,7 +1658,7 @@ def extract(condition, arr, *, size=None, fill_value=0):
 
 def choose(a, choices, out=None, mode: str = "raise"):
     """choices[a[i]][i] for every position i (all broadcast together). Out-of-range choices
-    raise for a concrete `a`; mode 'clip' and 'wrap' bring them into range."""
+    raise (so `a` must be concrete); mode 'clip' and 'wrap' bring them into range."""
     check_no_out("choose", out)
     a = to_array(a)
     choices = [to_array(c) for c in choices] if isinstance(choices, Sequence) else list(choices)
@@ -1667,10 +1668,9 @@ def choose(a, choices, out=None, mode: str = "raise"):
     elif mode == "clip":
         a = misc.clip(a, 0, n - 1)
     elif mode == "raise":
-        if not isinstance(a, core.Tracer):
-            value = np.asarray(a)
-            if value.size and (value.min() < 0 or value.max() >= n):
-                raise ValueError(f"choose: index out of range for {n} choices")
+        value = _checked_value("choose", a)
+        if value.size and (value.min() < 0 or value.max() >= n):
+            raise ValueError(f"choose: index out of range for {n} choices")
     else:
         raise ValueError(f"choose: mode must be 'raise', 'wrap' or 'clip', got {mode!r}")
     stacked = shape_ops.stack(shape_ops.broadcast_arrays(*choices))
@@ -1704,9 +1704,23 @@ def piecewise(x, condlist, funclist: list, *args, **kw):
     return result
 
 
+def _checked_value(name: str, index) -> np.ndarray:
+    """The value of an index that mode='raise' checks, which a traced index does not have."""
+    if isinstance(index, core.Tracer):
+        try:
+            return np.asarray(index.to_concrete_value())
+        except ConcretizationTypeError:
+            raise ConcretizationTypeError(
+                index,
+                f"{name}: mode='raise' checks the values of the indices, which are not known "
+                "while tracing; use mode='wrap' or mode='clip'.",
+            ) from None
+    return np.asarray(index)
+
+
 def ravel_multi_index(multi_index: Sequence, dims: Sequence[int], mode: str = "raise", order="C"):
     """Flat indices of the index arrays into an array of shape dims. Out-of-range indices raise
-    for concrete indices; mode 'clip' and 'wrap' bring them into range."""
+    (so the indices must be concrete); mode 'clip' and 'wrap' bring them into range."""
     dims = tuple(operator.index(d) for d in dims)
     if len(multi_index) != len(dims):
         raise ValueError(f"ravel_multi_index: {len(multi_index)} index arrays for {len(dims)} dims")
@@ -1722,10 +1736,9 @@ def ravel_multi_index(multi_index: Sequence, dims: Sequence[int], mode: str = "r
         indices = [misc.clip(i, 0, d - 1) for i, d in zip(indices, dims)]
     elif mode == "raise":
         for index, d in zip(indices, dims):
-            if not isinstance(index, core.Tracer):
-                value = np.asarray(index)
-                if value.size and (value.min() < 0 or value.max() >= d):
-                    raise ValueError(f"ravel_multi_index: an index is out of bounds for size {d}")
+            value = _checked_value("ravel_multi_index", index)
+            if value.size and (value.min() < 0 or value.max() >= d):
+                raise ValueError(f"ravel_multi_index: an index is out of bounds for size {d}")
     else:
         raise ValueError(f"ravel_multi_index: mode must be 'raise', 'wrap' or 'clip', got {mode!r}")
     if order == "F":
