@@ -275,6 +275,9 @@ def test_differences_of_other_kinds():
         fnp.ediff1d(np.array([[1, 3], [6, 10]]), to_begin=[-1], to_end=99),
         np.ediff1d([[1, 3], [6, 10]], to_begin=[-1], to_end=99),
     )
+    # NumPy's and JAX's ediff1d refuse booleans (it gave their exclusive or).
+    with pytest.raises(TypeError, match="ediff1d: booleans"):
+        fnp.ediff1d(np.array([True, False]))
     f = rng().normal(size=(4, 5))
     for actual, expected in zip(fnp.gradient(f, 2.0), np.gradient(f, 2.0)):
         assert_close(actual, expected)
@@ -872,6 +875,11 @@ def test_quantiles_out_of_range_raise_when_known_and_are_nan_when_traced():
 def test_bad_inputs_of_vecmat_delete_and_histogram_name_the_cause():
     with pytest.raises(ValueError, match=r"vecmat: takes a vector .* got shapes \(3,\) and \(3,\)"):
         fnp.vecmat(fnp.ones(3), fnp.ones(3))
+    # matvec of a vector and a matrix gave the matrix times the vector as a column.
+    with pytest.raises(
+        ValueError, match=r"matvec: takes a matrix .* got shapes \(3,\) and \(1, 3\)"
+    ):
+        fnp.matvec(fnp.ones(3), fnp.ones((1, 3)))
     with pytest.raises(IndexError, match="delete: indices must be integers"):
         fnp.delete(fnp.ones(2), float("nan"))
     with pytest.raises(ValueError, match="need at least 2, got 1"):

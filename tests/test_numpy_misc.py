@@ -107,6 +107,11 @@ def test_arange_dtypes_and_tracing():
     assert names == ["iota"]
     with pytest.raises(ConcretizationTypeError, match="arange"):
         fg.make_jaxpr(lambda n: fnp.arange(n))(3)
+    assert_same(fnp.arange(3, dtype=np.complex64), np.arange(3, dtype=np.complex64))
+    # Complex bounds are refused, as by NumPy (arange(3 + 0j) gave [0, 1, 2]; NumPy's is empty).
+    for bounds in [(3 + 0j,), (2.5, 3 + 0j), (0, 5, 1j)]:
+        with pytest.raises(TypeError, match="must be real numbers"):
+            fnp.arange(*bounds)
 
 
 # Bounds NumPy computes ranges of in float64: Python ints, and float64 values (which a jitted

@@ -635,6 +635,8 @@ def diff(a, n: int = 1, axis: int = -1, prepend=None, append=None):
 def ediff1d(ary, to_end=None, to_begin=None):
     """Differences of consecutive elements of the flattened array, with extras at the ends."""
     ary = shape_ops.ravel(to_array(ary))
+    if dtypes.is_bool(ary.dtype):
+        raise TypeError("ediff1d: booleans have no difference; convert them to integers first")
     parts = [diff(ary)] if ary.size else [ary]
     if to_begin is not None:
         parts.insert(0, shape_ops.ravel(_to_dtype(to_begin, ary.dtype)))
@@ -1803,7 +1805,13 @@ def apply_over_axes(func: Callable, a, axes: Sequence[int]):
 
 def matvec(x1, x2, /):
     """Matrix-vector products over the last axes, broadcasting the rest."""
-    return linalg_ops.matmul(x1, to_array(x2)[..., None])[..., 0]
+    x1, x2 = to_array(x1), to_array(x2)
+    if x1.ndim < 2 or x2.ndim < 1:
+        raise ValueError(
+            f"matvec: takes a matrix (at least 2-d) and a vector (at least 1-d), got shapes "
+            f"{x1.shape} and {x2.shape}"
+        )
+    return linalg_ops.matmul(x1, x2[..., None])[..., 0]
 
 
 def vecmat(x1, x2, /):

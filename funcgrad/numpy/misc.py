@@ -89,6 +89,9 @@ def arange(start, stop=None, step=None, dtype=None):
     """
     args = [a for a in (start, stop, step) if a is not None]
     values = [_static_scalar(a, "arange") for a in args]
+    if any(np.iscomplexobj(v) for v in values):
+        given = [v.item() for v in values]
+        raise TypeError(f"arange: start, stop and step must be real numbers, got {given}")
     dtype = dtypes.canonicalize(dtype) if dtype is not None else result_type(*args)
     if len(values) == 1 and float(values[0]).is_integer() and dtype != dtypes.bool_:
         return lax.iota(dtype, max(int(values[0]), 0))
