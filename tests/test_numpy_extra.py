@@ -236,8 +236,9 @@ def test_interp_matches_numpy(n, m, period, seed):
     r = rng(seed)
     xp, fp, x = np.sort(r.normal(size=n)), r.normal(size=n), 2 * r.normal(size=m)
     assert_close(fnp.interp(x, xp, fp, period=period), np.interp(x, xp, fp, period=period))
-    if period is None:
-        assert_close(fnp.interp(x, xp, fp, -5.0, 7.0), np.interp(x, xp, fp, -5.0, 7.0))
+    # With a period left and right are ignored, as NumPy ignores them (they raised).
+    expected = np.interp(x, xp, fp, -5.0, 7.0, period=period)
+    assert_close(fnp.interp(x, xp, fp, -5.0, 7.0, period=period), expected)
 
 
 def test_interp_extrapolates_and_differentiates():
@@ -515,6 +516,12 @@ def test_ldexp_takes_exponents_of_small_unsigned_dtypes():
     np.testing.assert_array_equal(fnp.ldexp(np.float32(1.5), e16), np.ldexp(np.float32(1.5), e16))
 
 
+def test_ldexp_takes_boolean_exponents():
+    # As NumPy's and JAX's (it raised "the exponent x2 must be integers, got bool").
+    e = np.array([True, False])
+    np.testing.assert_array_equal(fnp.ldexp(np.float32(3), e), np.ldexp(np.float32(3), e))
+
+
 def test_gcd_under_vmap_and_errors():
     a, b = np.array([[12, 7], [0, 9]]), np.array([18, 21])
     check_batching(fnp.gcd, [a, b], (0, None))
@@ -640,6 +647,11 @@ def test_selection_matches_numpy():
     a = np.arange(6).reshape(2, 3)
     condition = np.array([True, False, True])
     assert_same(fnp.compress(condition, a, axis=1), np.compress(condition, a, axis=1))
+    # Entries past the axis may be given when they are False, as in NumPy (this raised).
+    longer = np.array([True, False, True, False, False])
+    assert_same(fnp.compress(longer, a, axis=1), np.compress(longer, a, axis=1))
+    with pytest.raises(ValueError, match="selects past axis 1"):
+        fnp.compress(np.array([True, False, True, True]), a, axis=1)
     compressed = fg.jit(lambda c, a: fnp.compress(c, a, axis=1, size=3, fill_value=-1))(
         condition, a
     )

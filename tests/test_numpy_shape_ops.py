@@ -279,6 +279,15 @@ def test_repeat_total_repeat_length_cuts_or_pads_with_the_last_element():
     assert_same(fnp.repeat(x, 2, total_repeat_length=6), np.repeat(x, 2))
 
 
+@pytest.mark.parametrize("axis", [None, 0, -1])
+def test_repeat_of_a_0d_array_repeats_it_as_1d(axis):
+    # As NumPy's; axis 0 and -1 raised AxisError.
+    x = np.array(3.5)
+    assert_same(fnp.repeat(x, 2, axis=axis), np.repeat(x, 2, axis=axis))
+    with pytest.raises(ValueError, match="axis 1"):
+        fnp.repeat(x, 2, axis=1)
+
+
 @given(st.data())
 def test_flips_and_rot90_match_numpy(data):
     x = data.draw(small_arrays())

@@ -544,7 +544,8 @@ def _histogram_nd(sample, edges: list, weights, density):
 def interp(x, xp, fp, left=None, right=None, period=None):
     """Piecewise-linear interpolation of the points (xp, fp), xp increasing, at x. Outside
     xp's range the values are `left` and `right` (fp's end values by default; 'extrapolate'
-    continues the end segments); with a `period`, x and xp are angles modulo it."""
+    continues the end segments); with a `period`, x and xp are angles modulo it, and `left`
+    and `right` are ignored, as in NumPy."""
     x, xp, fp = promote_dtypes_inexact(x, xp, fp)
     if xp.ndim != 1 or fp.ndim != 1 or xp.shape != fp.shape or xp.shape[0] == 0:
         raise ValueError(
@@ -552,8 +553,7 @@ def interp(x, xp, fp, left=None, right=None, period=None):
             f"{fp.shape}"
         )
     if period is not None:
-        if left is not None or right is not None:
-            raise ValueError("interp: left and right do not apply with a period")
+        left = right = None
         x = ufuncs.remainder(x, period)
         xp = ufuncs.remainder(xp, period)
         order = sorting_ops.argsort(xp)
@@ -1250,6 +1250,8 @@ def frexp(x, /):
 def ldexp(x1, x2, /):
     """x1 * 2**x2 for integer x2, without overflowing in 2**x2 where the product fits."""
     x2 = to_array(x2)
+    if dtypes.is_bool(x2.dtype):  # (NumPy's and JAX's ldexp take booleans as 0 and 1)
+        x2 = convert(x2, dtypes.int8)
     if not dtypes.is_int(x2.dtype):
         raise TypeError(f"ldexp: the exponent x2 must be integers, got {x2.dtype.name}")
     (x1,) = promote_args_inexact("ldexp", x1)
@@ -1638,10 +1640,18 @@ def compress(condition, a, axis: int | None = None, *, size=None, fill_value=0, 
     axis = canonicalize_axis(axis, a.ndim, "compress")
     n = a.shape[axis]
     if condition.shape[0] > n:
-        raise ValueError(
-            f"compress: condition of length {condition.shape[0]} is longer than axis {axis} of "
-            f"shape {a.shape}"
-        )
+        # As NumPy and JAX: entries past the axis may be given, if they select nothing.
+        extra = condition[n:]
+        if isinstance(extra, core.Tracer) or np.asarray(extra).any():
+            raise ValueError(
+                f"compress: condition of length {condition.shape[0]} selects past axis {axis} "
+                f"of shape {a.shape}"
+                + (
+                    " (a traced condition must not be longer)"
+                    if isinstance(extra, core.Tracer)
+                    else ""
+                )
+            )
     condition = condition[:n]
     a = _slice(a, 0, condition.shape[0], axis)
     if size is None:

@@ -426,8 +426,8 @@ def repeat(a, repeats, axis: int | None = None, *, total_repeat_length: int | No
     the result is cut to that length, or padded by repeating its last element.
     """
     a = to_array(a)
-    if axis is None:
-        a, axis = ravel(a), 0
+    if axis is None or a.ndim == 0:  # (NumPy repeats a 0-d array as a 1-d one)
+        a, axis = ravel(a), 0 if axis is None else axis
     axis = canonicalize_axis(axis, a.ndim, "repeat")
     n = a.shape[axis]
     counts = static_value(repeats, "repeat", "repeats").astype(np.int64)
