@@ -297,6 +297,23 @@ def test_out_of_bounds_updates_are_dropped_or_clipped():
     assert_same(fx.at[-1].set(2.0), np.array([0.0, 0, 0, 0, 2]))
 
 
+def test_updates_at_an_integer_into_an_empty_axis_raise_as_reads_do():
+    # x[0] raised IndexError, x.at[0].set(v) returned x unchanged (JAX raises for both).
+    x = fnp.zeros((0, 3))
+    for update in (
+        lambda a: a.at[0].set(1.0),
+        lambda a: a.at[-1].add(1.0, mode="drop"),
+        lambda a: a.at[0, 1].max(1.0),
+    ):
+        with pytest.raises(IndexError, match="out of bounds for axis 0 with size 0"):
+            update(x)
+        with pytest.raises(IndexError, match="out of bounds for axis 0 with size 0"):
+            fg.jit(update)(x)
+    with pytest.raises(IndexError, match=r"index \(traced\) is out of bounds"):
+        fg.jit(lambda a, i: a.at[i].set(1.0))(x, 0)
+    assert_same(x.at[:, 1].set(2.0), np.zeros((0, 3), np.float32))
+
+
 def test_updates_stage_like_eager():
     x = np.arange(24.0).reshape(2, 3, 4)
     i = np.array([2, 0, 2])
