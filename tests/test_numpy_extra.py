@@ -165,6 +165,17 @@ def test_histogram_counts_weights_in_the_weights_and_samples_common_dtype():
     assert fnp.histogramdd(a[:, None], weights=w)[0].dtype == np.float16
 
 
+@pytest.mark.parametrize("dtype", [np.float16, fnp.bfloat16])
+def test_histogram_counts_of_half_precision_samples_do_not_stall(dtype):
+    # Counted one by one in the samples' dtype they stopped at 2048 (float16), 256 (bfloat16).
+    a = np.zeros(3000, dtype)
+    expected = np.array([0, 3000]).astype(dtype)
+    assert_same(fnp.histogram(a, bins=2)[0], expected)
+    assert_same(fnp.histogram(a, bins=2, weights=np.ones(3000, dtype))[0], expected)
+    assert_same(fnp.histogramdd(a[:, None], bins=2)[0], expected)
+    assert_same(fg.jit(lambda a: fnp.histogram2d(a, a, bins=2)[0])(a), np.diag(expected))
+
+
 def test_cov_of_two_variables_and_gradient():
     x, y = rng().normal(size=5), rng(1).normal(size=5)
     assert_close(fnp.cov(x, y), np.cov(x, y))

@@ -465,7 +465,8 @@ def histogram(a, bins=10, range=None, weights=None, density=None):
     last bin includes its right edge; values outside the edges are not counted."""
     a, weights = _sample_and_weights(a, weights)
     edges = histogram_bin_edges(a, bins, range, weights)
-    hist, (edges,) = _histogram_nd(shape_ops.ravel(a)[:, None], [edges], weights, density)
+    sample = shape_ops.ravel(a)[:, None]
+    hist, (edges,) = _histogram_nd(sample, [edges], weights, density, a.dtype)
     return hist, edges
 
 
@@ -498,7 +499,7 @@ def histogramdd(sample, bins=10, range=None, weights=None, density=None):
         histogram_bin_edges(sample[:, d], b, r)
         for d, (b, r) in enumerate(zip(bins_per_dim, ranges))
     ]
-    return _histogram_nd(sample, edges, weights, density)
+    return _histogram_nd(sample, edges, weights, density, sample.dtype)
 
 
 def _sample_and_weights(sample, weights):
@@ -509,8 +510,12 @@ def _sample_and_weights(sample, weights):
     return promote_dtypes_inexact(sample, weights)
 
 
-def _histogram_nd(sample, edges: list, weights, density):
-    """Counts of the rows of sample (N, D) in the grid of bins that `edges` give."""
+def _histogram_nd(sample, edges: list, weights, density, dtype):
+    """Counts of the rows of sample (N, D) in the grid of bins that `edges` give, as `dtype`.
+
+    Counts accumulate in int32 and summed weights in at least float32, rounded to `dtype`
+    once at the end: added one by one in float16 or bfloat16, counts stopped growing at 2048
+    or 256."""
     shape = tuple(e.shape[0] - 1 for e in edges)
     flat = lax.full((sample.shape[0],), 0, dtypes.int32)
     inside = lax.full((sample.shape[0],), True, dtypes.bool_)
@@ -522,19 +527,22 @@ def _histogram_nd(sample, edges: list, weights, density):
         inside = inside & (index >= 0) & (index < shape[d])
         flat = flat * shape[d] + misc.clip(index, 0, shape[d] - 1)
     if weights is None:
-        weights = lax.full((sample.shape[0],), 1, sample.dtype)
-    weights = convert(shape_ops.ravel(to_array(weights)), sample.dtype)
-    weights = misc.where(inside, weights, 0)
-    counts = lax.full((math.prod(shape),), 0, sample.dtype).at[flat].add(weights)
-    hist = lax.reshape(counts, shape)
+        totals_dtype, weights = dtypes.int32, convert(inside, dtypes.int32)
+    else:
+        totals_dtype = reductions.accumulation_dtype(sample.dtype)
+        weights = convert(shape_ops.ravel(to_array(weights)), totals_dtype)
+        weights = misc.where(inside, weights, 0)
+    totals = lax.full((math.prod(shape),), 0, totals_dtype).at[flat].add(weights)
+    hist = lax.reshape(totals, shape)
     if density:
         # NumPy's order of divisions (each axis's widths, then the total), so that results
         # round, overflow and underflow as NumPy's do.
+        hist = convert(hist, reductions.accumulation_dtype(sample.dtype))
         total = reductions.sum(hist)
         for d, e in enumerate(edges):
-            hist = hist / lax.broadcast_in_dim(diff(e), shape, (d,))
+            hist = hist / lax.broadcast_in_dim(convert(diff(e), hist.dtype), shape, (d,))
         hist = hist / total
-    return hist, edges
+    return convert(hist, dtype), edges
 
 
 # ---------------------------------------------------------------------------------------------
