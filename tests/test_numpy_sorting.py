@@ -201,6 +201,15 @@ def test_bincount_counts_booleans_as_numpy_does():
     assert_close(fnp.bincount(x, minlength=3), np.bincount(x, minlength=3), np.int32)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, fnp.bfloat16])
+def test_bincount_of_half_precision_weights_does_not_stall(dtype):
+    # Added one by one in the weights' dtype, totals stopped growing at 2048 (or 256).
+    x, weights = np.zeros(3000, np.int32), np.ones(3000, dtype)
+    expected = np.bincount(x, weights).astype(dtype)
+    assert_close(fnp.bincount(x, weights), expected, dtype)
+    assert_close(fg.jit(lambda x, w: fnp.bincount(x, w, length=1))(x, weights), expected, dtype)
+
+
 def test_bincount_under_tracing_needs_length():
     with pytest.raises(ConcretizationTypeError, match="bincount.*length"):
         fg.make_jaxpr(fnp.bincount)(np.arange(3))

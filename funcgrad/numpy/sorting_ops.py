@@ -17,7 +17,7 @@ from funcgrad import core, dtypes, lax
 from funcgrad.array import Array
 from funcgrad.errors import ConcretizationTypeError
 from funcgrad.numpy._promotion import convert, result_type_and_weak, to_array
-from funcgrad.numpy.reductions import cumsum, scalar
+from funcgrad.numpy.reductions import accumulation_dtype, cumsum, scalar
 from funcgrad.numpy.reductions import sum as _sum
 from funcgrad.numpy.shape_ops import canonicalize_axis
 from funcgrad.numpy.ufuncs import isnan
@@ -419,4 +419,9 @@ def bincount(x, weights=None, minlength: int = 0, *, length: int | None = None):
             f"bincount: weights of shape {weights.shape} must match x of shape {x.shape}"
         )
     bins = lax.max(x, scalar(0, x.dtype))
-    return lax.full((length,), 0, weights.dtype).at[bins].add(weights, mode="drop")
+    # Half-precision weights sum in float32, rounded once: added one by one in float16 the
+    # totals stopped growing at 2048.
+    totals_dtype = accumulation_dtype(weights.dtype)
+    totals = lax.full((length,), 0, totals_dtype)
+    totals = totals.at[bins].add(convert(weights, totals_dtype), mode="drop")
+    return convert(totals, weights.dtype)
