@@ -120,6 +120,19 @@ def test_digitize_matches_numpy(right, x, bins, decreasing):
     assert_close(fnp.digitize(x, bins, right), np.digitize(x, bins, right), np.int32)
 
 
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("method", ["scan", "compare_all"])
+def test_searchsorted_of_complex_values_orders_by_real_then_imaginary_part(side, method):
+    # It raised "lt does not accept dtype complex64".
+    rng = np.random.default_rng(0)
+    a = np.sort((rng.integers(-2, 3, 9) + 1j * rng.integers(-2, 3, 9)).astype(np.complex64))
+    v = (rng.integers(-3, 4, 12) + 1j * rng.integers(-3, 4, 12)).astype(np.complex64)
+    expected = np.searchsorted(a, v, side=side)
+    assert_close(fnp.searchsorted(a, v, side=side, method=method), expected, np.int32)
+    real = np.array([1.0, 2.0, 3.0])
+    assert int(fnp.searchsorted(real, 2 + 1j, side=side)) == np.searchsorted(real, 2 + 1j, side)
+
+
 def test_searchsorted_errors():
     with pytest.raises(ValueError, match=r"1-d.*\(2, 2\)"):
         fnp.searchsorted(np.ones((2, 2)), 1.0)

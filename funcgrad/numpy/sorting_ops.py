@@ -173,7 +173,14 @@ def _check_kth(name: str, kth, size: int) -> None:
 
 
 def _less(x, y):
-    """x < y in sort order: NaN is larger than every number (as lax.sort orders it)."""
+    """x < y in sort order: NaN is larger than every number (as lax.sort orders it); complex
+    numbers by real part, then imaginary part (as `sort` orders them)."""
+    if dtypes.is_complex(x.dtype):
+        x_re, y_re = lax.real(x), lax.real(y)
+        tied = lax.bitwise_not(lax.bitwise_or(_less(x_re, y_re), _less(y_re, x_re)))
+        return lax.bitwise_or(
+            _less(x_re, y_re), lax.bitwise_and(tied, _less(lax.imag(x), lax.imag(y)))
+        )
     if not dtypes.is_float(x.dtype):
         return lax.lt(x, y)
     return lax.bitwise_or(lax.lt(x, y), lax.bitwise_and(isnan(y), lax.bitwise_not(isnan(x))))
