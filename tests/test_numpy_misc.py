@@ -199,6 +199,14 @@ def test_integer_geomspace_matches_numpy():
         assert_numpys(actual, expected)
 
 
+def test_geomspace_refuses_a_concrete_zero_end():
+    # As NumPy (it gave NaNs); a traced zero gives NaN, as in JAX.
+    for start, stop in [(0, 100), (1.0, 0), (np.array([1.0, 0.0]), 2.0), (-0.0, 3)]:
+        with pytest.raises(ValueError, match="cannot include zero"):
+            fnp.geomspace(start, stop, 4)
+    assert np.isnan(np.asarray(fg.jit(lambda a: fnp.geomspace(a, 100.0, 3))(0.0))).all()
+
+
 def test_geomspace_computes_in_numpys_dtype_with_exact_ends():
     # NumPy's dtype includes the requested one: float32 bounds give a float64 progression
     # for dtype=float64 (it was computed in float32), whose integer samples are truncated

@@ -236,7 +236,8 @@ def logspace(
 
 
 def geomspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, axis: int = 0):
-    """A geometric progression from start to stop (both nonzero), NumPy's to the bit.
+    """A geometric progression from start to stop (both nonzero: a concrete zero raises),
+    NumPy's to the bit.
 
     As in NumPy, start is rotated onto the positive real axis and stop with it: real ends of
     opposite signs give NaN between them, and complex ends a logarithmic spiral. The ends are
@@ -254,6 +255,10 @@ def geomspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, axi
     given = dtypes.float64 if dtype is None else dtypes.canonicalize(dtype)
     compute = _numpy_working_dtype(*ends, 1.0, given)
     start, stop = _bounds(start, stop, compute)
+    for end in (start, stop):
+        # As NumPy's (traced ends give NaN there, as JAX's do)
+        if not isinstance(end, core.Tracer) and (np.asarray(end) == 0).any():
+            raise ValueError("geomspace: a geometric sequence cannot include zero")
     sign = ufuncs.sign(start)
     start, stop = lax.div(start, sign), lax.div(stop, sign)
     exponents, _ = _linspace(ufuncs.log10(start), ufuncs.log10(stop), num, endpoint)
