@@ -296,6 +296,11 @@ def test_differences_of_other_kinds():
     phases = np.cumsum(rng().normal(size=30) * 3)
     assert_close(fnp.unwrap(phases), np.unwrap(phases))
     assert_close(fnp.unwrap(phases, period=4.0), np.unwrap(phases, period=4.0))
+    # Integers with an integer period stay integers, as in NumPy and JAX (they became float32).
+    steps = np.array([0, 3, 7, 1, -9, 2], np.int16)
+    for period in (4, 5):
+        assert_same(fnp.unwrap(steps, period=period), np.unwrap(steps, period=period))
+        assert_same(fnp.unwrap(steps, 2, period=period), np.unwrap(steps, 2, period=period))
     check_grads(lambda y: fnp.gradient(y, edge_order=2), (f,), 1, **GRAD_TOL)
     with pytest.raises(ValueError, match="at least 3 samples"):
         fnp.gradient(np.ones(2), edge_order=2)

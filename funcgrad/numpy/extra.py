@@ -738,16 +738,26 @@ def _gradient_along(f, axis: int, spacing, edge_order: int):
 
 def unwrap(p, discont=None, axis: int = -1, period=2 * np.pi):
     """p with jumps between consecutive values larger than max(discont, period / 2) along
-    `axis` replaced by their complement modulo `period`."""
-    p = _inexact(p)
+    `axis` replaced by their complement modulo `period`. Integers with an integer period stay
+    integers, as in NumPy and JAX (half an odd period rounds down)."""
+    p = to_array(p)
+    dtype = result_type(p, period)
+    if not dtypes.is_int(dtype):
+        dtype = dtypes.to_inexact(dtype)
+    p = convert(p, dtype)
     axis = canonicalize_axis(axis, p.ndim, "unwrap")
     if p.shape[axis] == 0:
         return p
-    half = period / 2
+    if dtypes.is_int(dtype):
+        half = ufuncs.floor_divide(period, 2)
+        # (an odd period's jumps of -half are not jumps of +half beyond it)
+        ambiguous = ufuncs.remainder(period, 2) == 0
+    else:
+        half, ambiguous = period / 2, True
     discont = half if discont is None else ufuncs.maximum(discont, half)
     jumps = diff(p, axis=axis)
     wrapped = ufuncs.remainder(jumps + half, period) - half
-    wrapped = misc.where((wrapped == -half) & (jumps > 0), half, wrapped)
+    wrapped = misc.where((wrapped == -half) & (jumps > 0) & ambiguous, half, wrapped)
     correction = misc.where(ufuncs.absolute(jumps) < discont, 0, wrapped - jumps)
     correction = reductions.cumsum(correction, axis=axis)
     zero = lax.full(p.shape[:axis] + (1,) + p.shape[axis + 1 :], 0, p.dtype)
