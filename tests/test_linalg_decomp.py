@@ -191,6 +191,14 @@ def test_svd_of_nan_is_nan_not_an_error():
     assert np.all(np.isnan(s))
 
 
+def test_eigh_of_an_infinite_matrix_is_nan_for_that_matrix_only():
+    # LAPACK fails to converge on it: eagerly this raised LinAlgError, where jit gave NaNs.
+    a = np.stack([np.diag([1.0, 2.0]), np.array([[1.0, np.inf], [np.inf, 2.0]])])
+    for v, w in (lax.eigh(a), fg.jit(lax.eigh)(a)):
+        np.testing.assert_array_equal(np.asarray(w)[0], [1.0, 2.0])
+        assert np.all(np.isnan(np.asarray(w)[1])) and np.all(np.isnan(np.asarray(v)[1]))
+
+
 def test_error_messages_name_the_shapes():
     with pytest.raises(ValueError, match=r"cholesky needs square matrices.*\(2, 3\)"):
         lax.cholesky(np.ones((2, 3)))

@@ -156,6 +156,23 @@ def test_full_fill_values():
     assert fnp.ones(2, float).dtype == dtypes.float32
 
 
+def test_float_fill_values_of_integer_arrays_convert_as_arrays_do():
+    # A Python float filling an integer array converts as an array of it does (NaN to 0, the
+    # rest truncated and held to the dtype's range); NaN and the infinities raised ValueError.
+    values = np.array([np.nan, np.inf, -np.inf, 1e10, -1.5, 2.7])
+    for dtype in [np.int8, np.uint8, np.int32]:
+        expected = np.asarray(fnp.asarray(values).astype(dtype))
+        for k, value in enumerate(values.tolist()):
+            filled = fnp.full(2, value, dtype=dtype)
+            np.testing.assert_array_equal(filled, np.full(2, expected[k]), strict=True)
+            like = fnp.full_like(np.zeros(2, dtype), value)
+            np.testing.assert_array_equal(like, np.full(2, expected[k]), strict=True)
+    multiplied = np.asarray(fnp.zeros(2, np.int32).at[0].multiply(np.nan))
+    np.testing.assert_array_equal(multiplied, np.zeros(2, np.int32), strict=True)
+    with pytest.raises(ValueError, match="NaN"):  # as NumPy: an array of NaN is not made
+        fnp.asarray(np.nan, dtype=np.int32)
+
+
 @given(x=fst.arrays(st.sampled_from(ALL_DTYPES), fst.shapes(max_dims=3)))
 def test_like_functions_take_shape_and_dtype(x):
     for make, value in ((fnp.zeros_like, 0), (fnp.ones_like, 1), (fnp.empty_like, None)):

@@ -165,6 +165,17 @@ def test_histogram_counts_weights_in_the_weights_and_samples_common_dtype():
     assert fnp.histogramdd(a[:, None], weights=w)[0].dtype == np.float16
 
 
+@pytest.mark.parametrize("dtype", [np.float16, fnp.bfloat16])
+def test_histogram_counts_of_half_precision_samples_do_not_stall(dtype):
+    # Counted one by one in the samples' dtype they stopped at 2048 (float16), 256 (bfloat16).
+    a = np.zeros(3000, dtype)
+    expected = np.array([0, 3000]).astype(dtype)
+    assert_same(fnp.histogram(a, bins=2)[0], expected)
+    assert_same(fnp.histogram(a, bins=2, weights=np.ones(3000, dtype))[0], expected)
+    assert_same(fnp.histogramdd(a[:, None], bins=2)[0], expected)
+    assert_same(fg.jit(lambda a: fnp.histogram2d(a, a, bins=2)[0])(a), np.diag(expected))
+
+
 def test_cov_of_two_variables_and_gradient():
     x, y = rng().normal(size=5), rng(1).normal(size=5)
     assert_close(fnp.cov(x, y), np.cov(x, y))
@@ -236,8 +247,9 @@ def test_interp_matches_numpy(n, m, period, seed):
     r = rng(seed)
     xp, fp, x = np.sort(r.normal(size=n)), r.normal(size=n), 2 * r.normal(size=m)
     assert_close(fnp.interp(x, xp, fp, period=period), np.interp(x, xp, fp, period=period))
-    if period is None:
-        assert_close(fnp.interp(x, xp, fp, -5.0, 7.0), np.interp(x, xp, fp, -5.0, 7.0))
+    # With a period left and right are ignored, as NumPy ignores them (they raised).
+    expected = np.interp(x, xp, fp, -5.0, 7.0, period=period)
+    assert_close(fnp.interp(x, xp, fp, -5.0, 7.0, period=period), expected)
 
 
 def test_interp_extrapolates_and_differentiates():
@@ -275,12 +287,20 @@ def test_differences_of_other_kinds():
         fnp.ediff1d(np.array([[1, 3], [6, 10]]), to_begin=[-1], to_end=99),
         np.ediff1d([[1, 3], [6, 10]], to_begin=[-1], to_end=99),
     )
+    # NumPy's and JAX's ediff1d refuse booleans (it gave their exclusive or).
+    with pytest.raises(TypeError, match="ediff1d: booleans"):
+        fnp.ediff1d(np.array([True, False]))
     f = rng().normal(size=(4, 5))
     for actual, expected in zip(fnp.gradient(f, 2.0), np.gradient(f, 2.0)):
         assert_close(actual, expected)
     phases = np.cumsum(rng().normal(size=30) * 3)
     assert_close(fnp.unwrap(phases), np.unwrap(phases))
     assert_close(fnp.unwrap(phases, period=4.0), np.unwrap(phases, period=4.0))
+    # Integers with an integer period stay integers, as in NumPy and JAX (they became float32).
+    steps = np.array([0, 3, 7, 1, -9, 2], np.int16)
+    for period in (4, 5):
+        assert_same(fnp.unwrap(steps, period=period), np.unwrap(steps, period=period))
+        assert_same(fnp.unwrap(steps, 2, period=period), np.unwrap(steps, 2, period=period))
     check_grads(lambda y: fnp.gradient(y, edge_order=2), (f,), 1, **GRAD_TOL)
     with pytest.raises(ValueError, match="at least 3 samples"):
         fnp.gradient(np.ones(2), edge_order=2)
@@ -512,6 +532,12 @@ def test_ldexp_takes_exponents_of_small_unsigned_dtypes():
     np.testing.assert_array_equal(fnp.ldexp(np.float32(1.5), e16), np.ldexp(np.float32(1.5), e16))
 
 
+def test_ldexp_takes_boolean_exponents():
+    # As NumPy's and JAX's (it raised "the exponent x2 must be integers, got bool").
+    e = np.array([True, False])
+    np.testing.assert_array_equal(fnp.ldexp(np.float32(3), e), np.ldexp(np.float32(3), e))
+
+
 def test_gcd_under_vmap_and_errors():
     a, b = np.array([[12, 7], [0, 9]]), np.array([18, 21])
     check_batching(fnp.gcd, [a, b], (0, None))
@@ -637,6 +663,11 @@ def test_selection_matches_numpy():
     a = np.arange(6).reshape(2, 3)
     condition = np.array([True, False, True])
     assert_same(fnp.compress(condition, a, axis=1), np.compress(condition, a, axis=1))
+    # Entries past the axis may be given when they are False, as in NumPy (this raised).
+    longer = np.array([True, False, True, False, False])
+    assert_same(fnp.compress(longer, a, axis=1), np.compress(longer, a, axis=1))
+    with pytest.raises(ValueError, match="selects past axis 1"):
+        fnp.compress(np.array([True, False, True, True]), a, axis=1)
     compressed = fg.jit(lambda c, a: fnp.compress(c, a, axis=1, size=3, fill_value=-1))(
         condition, a
     )
@@ -665,6 +696,17 @@ def test_selection_matches_numpy():
     )
     for actual, expected in zip(fnp.mask_indices(3, fnp.triu, 1), np.mask_indices(3, np.triu, 1)):
         np.testing.assert_array_equal(actual, expected)
+
+
+def test_mode_raise_needs_concrete_indices():
+    # Traced indices went unchecked: out-of-range ones gave some value silently.
+    choices = [np.arange(3), 10 + np.arange(3)]
+    with pytest.raises(fg.errors.ConcretizationTypeError, match="mode='raise'"):
+        fg.jit(lambda a: fnp.choose(a, choices))(np.array([0, 5, 1]))
+    with pytest.raises(fg.errors.ConcretizationTypeError, match="mode='raise'"):
+        fg.jit(lambda i: fnp.ravel_multi_index((i, i), (2, 3)))(np.array([0, 1]))
+    clipped = fg.jit(lambda a: fnp.choose(a, choices, mode="clip"))(np.array([0, 5, 1]))
+    assert_same(clipped, np.choose([0, 5, 1], choices, mode="clip"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -791,6 +833,21 @@ def test_place_and_poly_match_numpy():
     check_grads(fnp.poly, (roots,), 2, **GRAD_TOL)
 
 
+def test_poly_of_a_matrix_is_its_characteristic_polynomial():
+    # It raised NotImplementedError; as JAX's, the coefficients come out complex.
+    matrix = np.random.default_rng(0).normal(size=(4, 4))
+    expected = np.poly(matrix)
+    for result in (fnp.poly(matrix), fg.jit(fnp.poly)(matrix)):
+        assert result.dtype == np.complex128
+        assert_close(result, expected.astype(np.complex128), rtol=1e-10, atol=1e-10)
+    assert_close(
+        fnp.poly(np.array([[4, -3], [4, 3]], np.int16)), np.array([1, -7, 24], np.complex64)
+    )
+    for shape in [(0, 0), (2, 3), (2, 2, 2)]:
+        with pytest.raises(ValueError, match="square matrix"):
+            fnp.poly(np.zeros(shape))
+
+
 def test_setxor1d_keeps_a_nan_of_each_array_as_numpy():
     # setxor1d([], [1, nan]) dropped the NaN (isin finds a NaN nowhere, so it was in neither);
     # NumPy and JAX compare NaN unequal to everything: each array with NaNs adds one NaN.
@@ -846,6 +903,11 @@ def test_quantiles_out_of_range_raise_when_known_and_are_nan_when_traced():
 def test_bad_inputs_of_vecmat_delete_and_histogram_name_the_cause():
     with pytest.raises(ValueError, match=r"vecmat: takes a vector .* got shapes \(3,\) and \(3,\)"):
         fnp.vecmat(fnp.ones(3), fnp.ones(3))
+    # matvec of a vector and a matrix gave the matrix times the vector as a column.
+    with pytest.raises(
+        ValueError, match=r"matvec: takes a matrix .* got shapes \(3,\) and \(1, 3\)"
+    ):
+        fnp.matvec(fnp.ones(3), fnp.ones((1, 3)))
     with pytest.raises(IndexError, match="delete: indices must be integers"):
         fnp.delete(fnp.ones(2), float("nan"))
     with pytest.raises(ValueError, match="need at least 2, got 1"):

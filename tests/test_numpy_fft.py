@@ -209,3 +209,17 @@ def test_bad_lengths_and_empty_axes_are_named():
         fnp.fft.fft(np.ones(4), norm="sideways")
     with pytest.raises(TypeError, match="real input"):
         fnp.fft.rfft(np.ones(4) * 1j)
+
+
+def test_axes_out_of_range_raise_axis_errors():
+    # They were taken modulo the rank: fft(x, axis=3) of a 3-d x transformed axis 0.
+    x = np.ones((2, 1, 3))
+    with pytest.raises(np.exceptions.AxisError, match="axis 3 is out of bounds"):
+        fnp.fft.fft(x, axis=3)
+    with pytest.raises(np.exceptions.AxisError, match="axis -4 is out of bounds"):
+        fnp.fft.ifft(x, axis=-4)
+    with pytest.raises(np.exceptions.AxisError, match="axis 1 is out of bounds"):
+        fnp.fft.fftn(np.ones(3), axes=(1,))
+    with pytest.raises(np.exceptions.AxisError, match="axis 5 is out of bounds"):
+        fnp.fft.irfftn(x, axes=(0, 5))
+    np.testing.assert_allclose(fnp.fft.fft(x, axis=-3), np.fft.fft(x, axis=-3), rtol=1e-6)

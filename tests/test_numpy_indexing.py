@@ -173,6 +173,16 @@ def test_static_uint64_indices_past_int64_read_as_far_out_of_bounds():
     assert_close(fg.jit(lambda a, i: a[i])(x, far), np.array([16.0, 3.0]))
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
+def test_static_narrow_unsigned_indices_out_of_bounds_clamp(dtype):
+    # Bounding them by int64's largest value, a Python int, overflowed the narrow dtype.
+    x = fnp.arange(3.0)
+    index = np.array([0, 255, 2, 1], dtype)
+    assert_same(x[index], np.array([0.0, 2.0, 2.0, 1.0], np.float32))
+    filled = x.at[index].get(mode="fill", fill_value=-1.0)
+    assert_same(filled, np.array([0.0, -1.0, 2.0, 1.0], np.float32))
+
+
 def test_indexing_errors():
     x = fnp.zeros((2, 3))
     with pytest.raises(IndexError, match="too many indices.*shape \\(2, 3\\).*but 3 were indexed"):
@@ -285,6 +295,23 @@ def test_out_of_bounds_updates_are_dropped_or_clipped():
     assert_same(fx.at[9].add(1.0), x)
     assert_same(fx.at[np.array([7, -9])].set(1.0, mode="clip"), np.array([1.0, 0, 0, 0, 1]))
     assert_same(fx.at[-1].set(2.0), np.array([0.0, 0, 0, 0, 2]))
+
+
+def test_updates_at_an_integer_into_an_empty_axis_raise_as_reads_do():
+    # x[0] raised IndexError, x.at[0].set(v) returned x unchanged (JAX raises for both).
+    x = fnp.zeros((0, 3))
+    for update in (
+        lambda a: a.at[0].set(1.0),
+        lambda a: a.at[-1].add(1.0, mode="drop"),
+        lambda a: a.at[0, 1].max(1.0),
+    ):
+        with pytest.raises(IndexError, match="out of bounds for axis 0 with size 0"):
+            update(x)
+        with pytest.raises(IndexError, match="out of bounds for axis 0 with size 0"):
+            fg.jit(update)(x)
+    with pytest.raises(IndexError, match=r"index \(traced\) is out of bounds"):
+        fg.jit(lambda a, i: a.at[i].set(1.0))(x, 0)
+    assert_same(x.at[:, 1].set(2.0), np.zeros((0, 3), np.float32))
 
 
 def test_updates_stage_like_eager():

@@ -326,6 +326,16 @@ def test_norm_errors():
         fnp.linalg.norm(np.ones(3), "fro")
 
 
+def test_cond_of_empty_and_hermitian_rank_of_rectangular_matrices_raise():
+    # As NumPy's (they gave 0.0 and a rank computed as if hermitian were not set).
+    for p in (None, "fro"):
+        with pytest.raises(ValueError, match="cond: is not defined for empty matrices"):
+            fnp.linalg.cond(np.zeros((2, 0, 0)), p)
+    with pytest.raises(ValueError, match="hermitian=True needs square matrices"):
+        fnp.linalg.matrix_rank(np.ones((2, 3)), hermitian=True)
+    assert int(fnp.linalg.matrix_rank(np.diag([1.0, 0.0, 2.0]), hermitian=True)) == 2
+
+
 def test_linalg_reexports_products():
     assert fnp.linalg.matmul is fnp.matmul
     assert fnp.linalg.outer is fnp.outer

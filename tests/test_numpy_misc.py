@@ -107,6 +107,11 @@ def test_arange_dtypes_and_tracing():
     assert names == ["iota"]
     with pytest.raises(ConcretizationTypeError, match="arange"):
         fg.make_jaxpr(lambda n: fnp.arange(n))(3)
+    assert_same(fnp.arange(3, dtype=np.complex64), np.arange(3, dtype=np.complex64))
+    # Complex bounds are refused, as by NumPy (arange(3 + 0j) gave [0, 1, 2]; NumPy's is empty).
+    for bounds in [(3 + 0j,), (2.5, 3 + 0j), (0, 5, 1j)]:
+        with pytest.raises(TypeError, match="must be real numbers"):
+            fnp.arange(*bounds)
 
 
 # Bounds NumPy computes ranges of in float64: Python ints, and float64 values (which a jitted
@@ -192,6 +197,14 @@ def test_integer_geomspace_matches_numpy():
     expected = np.geomspace(1, 256, 9, dtype=np.int32)
     for actual in eager_and_jitted(lambda a, b: fnp.geomspace(a, b, 9, dtype=np.int32), 1, 256):
         assert_numpys(actual, expected)
+
+
+def test_geomspace_refuses_a_concrete_zero_end():
+    # As NumPy (it gave NaNs); a traced zero gives NaN, as in JAX.
+    for start, stop in [(0, 100), (1.0, 0), (np.array([1.0, 0.0]), 2.0), (-0.0, 3)]:
+        with pytest.raises(ValueError, match="cannot include zero"):
+            fnp.geomspace(start, stop, 4)
+    assert np.isnan(np.asarray(fg.jit(lambda a: fnp.geomspace(a, 100.0, 3))(0.0))).all()
 
 
 def test_geomspace_computes_in_numpys_dtype_with_exact_ends():

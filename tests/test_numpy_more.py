@@ -30,6 +30,15 @@ def test_i0_matches_numpy_with_i1_as_its_derivative():
     check_grads(fnp.i0, (np.float64(1.3),), order=2)
 
 
+def test_i0_of_the_largest_floats_overflows_to_inf():
+    # 2 pi x overflowed past 2.8e307, so the scaled form was 0 and I0 = 0 * inf = NaN.
+    x = np.array([1e307, 5e307, -1.7e308, np.finfo(np.float64).max])
+    with np.errstate(over="ignore"):
+        want = np.i0(x)
+    np.testing.assert_array_equal(np.asarray(fnp.i0(x)), want)
+    np.testing.assert_array_equal(np.asarray(fg.jit(fnp.i0)(x)), want)
+
+
 @pytest.mark.parametrize("M", [0, 1, 2, 5, 12])
 @pytest.mark.parametrize("beta", [0.0, 3.0, 14.0])
 def test_kaiser_matches_numpy(M, beta):

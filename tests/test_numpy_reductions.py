@@ -293,6 +293,60 @@ def test_mean_var_std_of_integers_are_float32(dtype):
         assert fn(x).dtype == np.float32
 
 
+BOOLEAN_ACCUMULATIONS = ["sum", "prod", "nansum", "nanprod", "cumsum", "cumprod", "nancumsum"]
+
+
+@pytest.mark.parametrize("name", BOOLEAN_ACCUMULATIONS)
+@pytest.mark.parametrize("axis", [None, 0, 1])
+def test_sums_and_products_in_booleans_are_ors_and_ands(name, axis):
+    # They failed deep inside ("reduce_sum does not accept dtype bool").
+    x = np.array([[0, 2, 0, -1], [3, 0, 1, 1]], np.int8)
+    expected = getattr(np, name)(x, axis=axis, dtype=bool)
+    assert_close(getattr(fnp, name)(x, axis=axis, dtype=bool), expected, dtype=np.bool_)
+    jitted = fg.jit(lambda a: getattr(fnp, name)(a, axis=axis, dtype=bool))(x)
+    assert_close(jitted, expected, dtype=np.bool_)
+
+
+@pytest.mark.parametrize("name", ["cumulative_sum", "cumulative_prod"])
+@pytest.mark.parametrize("include_initial", [False, True])
+def test_cumulative_sum_and_prod_in_booleans(name, include_initial):
+    x = np.array([[0, 2, 0, -1], [3, 0, 1, 1]], np.int8)
+    options = dict(axis=1, dtype=bool, include_initial=include_initial)
+    assert_close(getattr(fnp, name)(x, **options), getattr(np, name)(x, **options))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64])
+@pytest.mark.parametrize("ddof", [0, 1, 2])
+def test_var_in_an_integer_dtype_computes_as_numpy(dtype, ddof):
+    # The mean is truncated in the dtype, each squared deviation converted to it; this failed
+    # deep inside ("div requires arguments to have the same dtypes").
+    x = np.array([0.5, 1.7, 3.2, -2.6, 7.9])
+    assert_close(fnp.var(x, dtype=dtype, ddof=ddof), np.var(x, dtype=dtype, ddof=ddof), dtype)
+    counts = np.array([[1, 2, 3, 4, 10], [5, -3, 2, 2, 9]], np.int8)
+    expected = np.var(counts, axis=1, dtype=dtype, ddof=ddof)
+    assert_close(fnp.var(counts, axis=1, dtype=dtype, ddof=ddof), expected)
+    assert_close(fnp.nanvar(counts, axis=1, dtype=dtype, ddof=ddof), expected)
+
+
+@pytest.mark.parametrize("name", ["std", "nanstd"])
+def test_std_refuses_an_integer_dtype(name):
+    with pytest.raises(TypeError, match="dtype must be inexact"):
+        getattr(fnp, name)(np.arange(6), dtype=np.int32)
+
+
+@pytest.mark.parametrize("name", ["nanmean", "nanvar", "nanstd"])
+def test_nan_statistics_of_floats_refuse_an_integer_dtype(name):
+    # As NumPy: there is no integer to leave out for a NaN (nanvar gave 2 for NumPy's 3).
+    with pytest.raises(TypeError, match="dtype must be inexact"):
+        getattr(fnp, name)(np.arange(6.0), dtype=np.int32)
+
+
+@pytest.mark.parametrize("name", ["mean", "var", "std"])
+def test_statistics_refuse_a_boolean_dtype(name):
+    with pytest.raises(TypeError, match="dtype"):
+        getattr(fnp, name)(np.arange(6.0), dtype=bool)
+
+
 @pytest.mark.parametrize("dtype", [dtypes.float16, dtypes.bfloat16])
 def test_half_precision_mean_and_sum_accumulate_in_float32(dtype):
     # A float16 running sum of 0.1s stalls near 256 (ulp 0.25); float32 accumulation does not.

@@ -279,6 +279,15 @@ def test_repeat_total_repeat_length_cuts_or_pads_with_the_last_element():
     assert_same(fnp.repeat(x, 2, total_repeat_length=6), np.repeat(x, 2))
 
 
+@pytest.mark.parametrize("axis", [None, 0, -1])
+def test_repeat_of_a_0d_array_repeats_it_as_1d(axis):
+    # As NumPy's; axis 0 and -1 raised AxisError.
+    x = np.array(3.5)
+    assert_same(fnp.repeat(x, 2, axis=axis), np.repeat(x, 2, axis=axis))
+    with pytest.raises(ValueError, match="axis 1"):
+        fnp.repeat(x, 2, axis=1)
+
+
 @given(st.data())
 def test_flips_and_rot90_match_numpy(data):
     x = data.draw(small_arrays())
@@ -415,10 +424,35 @@ def test_pad_statistic_ramp_and_odd_modes_match_numpy(mode, options, dtype, pad_
     expected = np.pad(x, pad_width, mode, **options)
     out = fnp.pad(x, pad_width, mode, **options)
     assert out.dtype == expected.dtype and out.shape == expected.shape
-    # Wide odd reflections sum several terms, in another order than NumPy's.
     np.testing.assert_allclose(
         np.asarray(out), expected, rtol=0, atol=1e-6 * np.abs(expected).max()
     )
+
+
+@pytest.mark.parametrize("mode", ["reflect", "symmetric"])
+@pytest.mark.parametrize("pad_width", [((2, 3), (1, 1)), ((13, 11), (0, 2))])
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.bool_, np.complex64])
+def test_pad_odd_reflections_are_numpys_and_keep_non_finite_values_apart(mode, pad_width, dtype):
+    # An infinity or NaN anywhere made every element NaN, the original ones too: the
+    # reflection was a product with a matrix of coefficients, whose zeros met it.
+    x = (np.random.default_rng(1).standard_normal((3, 2)) * 5).astype(dtype)
+    if dtype == np.float32:
+        x[1, 0], x[2, 1] = np.inf, np.nan
+    with np.errstate(invalid="ignore"):
+        expected = np.pad(x, pad_width, mode, reflect_type="odd")
+    for out in (
+        fnp.pad(x, pad_width, mode, reflect_type="odd"),
+        fg.jit(lambda a: fnp.pad(a, pad_width, mode, reflect_type="odd"))(x),
+    ):
+        assert_same(out, expected)
+
+
+def test_pad_linear_ramp_of_bfloat16():
+    # NumPy promotes no integer end value with bfloat16: this raised DTypePromotionError.
+    x = np.array([4.3, 2.2, -1.3], fnp.bfloat16)
+    expected = np.pad(x.astype(np.float32), (2, 3), "linear_ramp", end_values=1)
+    out = fnp.pad(x, (2, 3), "linear_ramp", end_values=1)
+    assert_same(out, expected.astype(fnp.bfloat16))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -120,6 +120,19 @@ def test_digitize_matches_numpy(right, x, bins, decreasing):
     assert_close(fnp.digitize(x, bins, right), np.digitize(x, bins, right), np.int32)
 
 
+@pytest.mark.parametrize("side", ["left", "right"])
+@pytest.mark.parametrize("method", ["scan", "compare_all"])
+def test_searchsorted_of_complex_values_orders_by_real_then_imaginary_part(side, method):
+    # It raised "lt does not accept dtype complex64".
+    rng = np.random.default_rng(0)
+    a = np.sort((rng.integers(-2, 3, 9) + 1j * rng.integers(-2, 3, 9)).astype(np.complex64))
+    v = (rng.integers(-3, 4, 12) + 1j * rng.integers(-3, 4, 12)).astype(np.complex64)
+    expected = np.searchsorted(a, v, side=side)
+    assert_close(fnp.searchsorted(a, v, side=side, method=method), expected, np.int32)
+    real = np.array([1.0, 2.0, 3.0])
+    assert int(fnp.searchsorted(real, 2 + 1j, side=side)) == np.searchsorted(real, 2 + 1j, side)
+
+
 def test_searchsorted_errors():
     with pytest.raises(ValueError, match=r"1-d.*\(2, 2\)"):
         fnp.searchsorted(np.ones((2, 2)), 1.0)
@@ -199,6 +212,15 @@ def test_bincount_matches_numpy(x, minlength, weighted, data):
 def test_bincount_counts_booleans_as_numpy_does():
     x = np.array([True, False, True, True])
     assert_close(fnp.bincount(x, minlength=3), np.bincount(x, minlength=3), np.int32)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, fnp.bfloat16])
+def test_bincount_of_half_precision_weights_does_not_stall(dtype):
+    # Added one by one in the weights' dtype, totals stopped growing at 2048 (or 256).
+    x, weights = np.zeros(3000, np.int32), np.ones(3000, dtype)
+    expected = np.bincount(x, weights).astype(dtype)
+    assert_close(fnp.bincount(x, weights), expected, dtype)
+    assert_close(fg.jit(lambda x, w: fnp.bincount(x, w, length=1))(x, weights), expected, dtype)
 
 
 def test_bincount_under_tracing_needs_length():

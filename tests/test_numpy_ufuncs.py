@@ -556,6 +556,15 @@ def test_shifts_match_numpy(name, data):
     check_staging(fn, x, amounts)
 
 
+@pytest.mark.parametrize("name", ["left_shift", "right_shift"])
+def test_shifts_of_booleans_compute_in_int32(name):
+    # As JAX's (NumPy's in int8); they raised "shift_left does not accept dtype bool".
+    x, amounts = np.array([True, False, True]), np.array([True, True, False])
+    expected = getattr(np, name)(x, amounts).astype(np.int32)
+    assert_close(getattr(fnp, name)(x, amounts), expected, np.int32)
+    assert_close(getattr(fnp, name)(x, True), getattr(np, name)(x, 1).astype(np.int32))
+
+
 # ---------------------------------------------------------------------------------------------
 # Special values
 

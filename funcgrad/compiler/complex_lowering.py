@@ -893,11 +893,16 @@ def _partwise(name: str) -> Callable:
     return rule
 
 
-def _scatter_mul_rule(out_avals, operand, indices, updates, **params):
-    """The updates landing on an element multiply it in turn as complex numbers, each
-    product's parts from the last one's (`scatter_mul_pairs`), as the reference does."""
-    parts = [_interleave(_parts(operand)), indices, _interleave(_parts(updates))]
-    return _split(PAIRS["scatter_mul"].bind(*parts, **params))
+def _scatter_pairs_rule(name: str) -> Callable:
+    """The updates landing on an element multiply it (scatter_mul) or are compared with it
+    (scatter_min/max, NumPy's order of complex numbers) in turn, as complex numbers: each
+    result's parts from the last one's (`<name>_pairs`), as the reference does."""
+
+    def rule(out_avals, operand, indices, updates, **params):
+        parts = [_interleave(_parts(operand)), indices, _interleave(_parts(updates))]
+        return _split(PAIRS[name].bind(*parts, **params))
+
+    return rule
 
 
 def _bilinear(name: str) -> Callable:
@@ -996,7 +1001,8 @@ def _cumprod_rule(out_avals, x, *, axis, reverse):
 
 for _name in _PARTWISE:
     rules[_name] = _partwise(_name)
-rules["scatter_mul"] = _scatter_mul_rule
+for _name in ("scatter_mul", "scatter_min", "scatter_max"):
+    rules[_name] = _scatter_pairs_rule(_name)
 rules["dot_general"] = _bilinear("dot_general")
 rules["conv_general_dilated"] = _bilinear("conv_general_dilated")
 rules["sort"] = _sort_rule

@@ -1050,14 +1050,15 @@ def _scatter(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     several writes to one place wins, as in the reference). Windows that reach outside the
     operand are clamped (CLIP) or dropped (the other modes). `scatter_mul_pairs` (a complex
     scatter_mul, its operand and updates as parts on a last axis of 2) multiplies each
-    element by its updates as complex numbers, both parts from the same old ones."""
+    element by its updates as complex numbers, both parts from the same old ones;
+    `scatter_min_pairs` and `scatter_max_pairs` keep the smaller or larger in NumPy's order."""
     from funcgrad.lax.indexing import GatherScatterMode
 
     operand, indices, updates = eqn.invars
     (out,) = outputs
     dn = eqn.params["dimension_numbers"]
     stored_shape = operand.aval.shape
-    pairs = eqn.primitive.name == "scatter_mul_pairs"
+    pairs = eqn.primitive.name in _COMPLEX_SCATTER_STORES
     shape = stored_shape[:-1] if pairs else stored_shape
     updates_shape = updates.aval.shape[:-1] if pairs else updates.aval.shape
     rank = len(shape)
@@ -1111,7 +1112,8 @@ def _scatter(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
             return K.select(in_bounds, offset, flat_offset(own + part, stored_shape))
 
         if pairs:
-            return _complex_product_stores(builder, out, offset_of, updates, u_index, in_bounds)
+            stores = _COMPLEX_SCATTER_STORES[eqn.primitive.name]
+            return stores(builder, out, offset_of, updates, u_index, in_bounds)
         offset = offset_of([])
         old = K.Load(out, offset)
         value = builder.element(updates, u_index)
@@ -1127,25 +1129,65 @@ def _scatter(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     return copy + loop_nest(updates_shape, update)
 
 
-def _complex_product_stores(builder, out, offset_of, updates, u_index, in_bounds) -> list:
-    """(a + bi)(c + di) written over the parts a, b at `offset_of([0])` and `offset_of([1])`:
-    both new parts are taken from the old ones before either is stored."""
-    offsets = [offset_of([_index_const(k)]) for k in (0, 1)]
-    a, b = (K.Load(out, offset) for offset in offsets)
-    c, d = (builder.element(updates, u_index + [_index_const(k)]) for k in (0, 1))
-    parts = [
+def _complex_scatter_stores(combine: Callable) -> Callable:
+    """The stores of one complex update: `combine(a, b, c, d)` gives the new parts from the
+    old ones a, b (at `offset_of([0])` and `offset_of([1])`) and the update's c, d; both are
+    taken before either is stored."""
+
+    def stores(builder, out, offset_of, updates, u_index, in_bounds) -> list:
+        offsets = [offset_of([_index_const(k)]) for k in (0, 1)]
+        a, b = (K.Load(out, offset) for offset in offsets)
+        c, d = (builder.element(updates, u_index + [_index_const(k)]) for k in (0, 1))
+        parts = combine(a, b, c, d)
+        if in_bounds is not None:
+            parts = [K.select(in_bounds, new, old) for new, old in zip(parts, (a, b))]
+        accs = [K.fresh_acc(out.dtype) for _ in parts]
+        return [K.SetAcc(acc, part) for acc, part in zip(accs, parts)] + [
+            K.Store(out, offset, acc.read()) for acc, offset in zip(accs, offsets)
+        ]
+
+    return stores
+
+
+def _complex_product(a, b, c, d) -> list:
+    """(a + bi)(c + di)."""
+    return [
         K.binary("sub", K.binary("mul", a, c), K.binary("mul", b, d)),
         K.binary("add", K.binary("mul", a, d), K.binary("mul", b, c)),
     ]
-    if in_bounds is not None:
-        parts = [K.select(in_bounds, new, old) for new, old in zip(parts, (a, b))]
-    accs = [K.fresh_acc(out.dtype) for _ in parts]
-    return [K.SetAcc(acc, part) for acc, part in zip(accs, parts)] + [
-        K.Store(out, offset, acc.read()) for acc, offset in zip(accs, offsets)
-    ]
 
 
-for _name in [*_SCATTER_COMBINE, "scatter_mul_pairs"]:
+def _complex_extremum(keeps: str) -> Callable:
+    """NumPy's maximum (`keeps` "gt") or minimum ("lt") of complex numbers: the old value a + bi
+    stays where it has a NaN part or comes first in the order by real part, then imaginary
+    part (where the parts compare without NaNs); else the update c + di replaces it, so a
+    NaN propagates."""
+    ties = {"gt": "ge", "lt": "le"}[keeps]
+
+    def combine(a, b, c, d) -> list:
+        def is_nan(x):
+            return K.binary("ne", x, x)
+
+        no_nan_part = K.unary("not", K.binary("or", is_nan(b), is_nan(d)))
+        first = K.binary(
+            "or",
+            K.binary("and", K.binary(keeps, a, c), no_nan_part),
+            K.binary("and", K.binary("eq", a, c), K.binary(ties, b, d)),
+        )
+        keep = K.binary("or", K.binary("or", is_nan(a), is_nan(b)), first)
+        return [K.select(keep, a, c), K.select(keep, b, d)]
+
+    return combine
+
+
+_COMPLEX_SCATTER_STORES = {
+    "scatter_mul_pairs": _complex_scatter_stores(_complex_product),
+    "scatter_min_pairs": _complex_scatter_stores(_complex_extremum("lt")),
+    "scatter_max_pairs": _complex_scatter_stores(_complex_extremum("gt")),
+}
+
+
+for _name in [*_SCATTER_COMBINE, *_COMPLEX_SCATTER_STORES]:
     root_rules[PRIMITIVES[_name]] = _scatter
 
 

@@ -820,7 +820,7 @@ def _scatter_split(kernel: K.Kernel, eqn) -> list[K.Kernel] | None:
     if not isinstance(kernel.body[-1], K.Loop):
         return None
     copy = K.Kernel(f"{kernel.name}_copy", kernel.inputs, kernel.outputs, kernel.body[:-1])
-    if eqn.primitive.name == "scatter_mul_pairs":  # (complex products: each part's store
+    if eqn.primitive.name.endswith("_pairs"):  # (complex updates: each part's store
         # reads both parts, so the updates stay on one thread, after the copy on the grid)
         return [copy, K.Kernel(kernel.name, kernel.inputs, kernel.outputs, kernel.body[-1:])]
     loops = perfect_nest(kernel.body[-1])
@@ -1278,6 +1278,8 @@ _SPREAD_BY_ROOT = {
             "scatter_min",
             "scatter_max",
             "scatter_mul_pairs",
+            "scatter_min_pairs",
+            "scatter_max_pairs",
         ),
         _scatter_split,
     ),

@@ -1,8 +1,8 @@
-"""Complex decompositions, and scatter_mul, in the compiler's form: complex arrays as real
-arrays with a trailing axis of 2 (real and imaginary parts interleaved, NumPy's layout), so
-that after the complex lowering LAPACK's complex routines can work on them in place, and a
-scatter can multiply the complex numbers that land on one element in turn (no scatter of a
-real part alone computes the product's parts).
+"""Complex decompositions, and scatter_mul/min/max, in the compiler's form: complex arrays as
+real arrays with a trailing axis of 2 (real and imaginary parts interleaved, NumPy's layout),
+so that after the complex lowering LAPACK's complex routines can work on them in place, and a
+scatter can multiply or compare the complex numbers that land on one element in turn (no
+scatter of a real part alone computes the product's parts or picks the larger number).
 
 `PAIRS[name]` is the `<name>_pairs` form of the primitive `name`: it exists only inside
 compiled programs, made by `compiler.complex_lowering` from `name` on complex values. Its
@@ -88,4 +88,5 @@ PAIRS = {
         schur.schur_p,
     )
 }
-PAIRS["scatter_mul"] = _pairs_primitive(indexing.scatter_mul_p, complex_operands=(0, 2))
+for _scatter in (indexing.scatter_mul_p, indexing.scatter_min_p, indexing.scatter_max_p):
+    PAIRS[_scatter.name] = _pairs_primitive(_scatter, complex_operands=(0, 2))

@@ -527,7 +527,8 @@ def _eigh_abstract_eval(a: ShapedArray, *, lower: bool) -> list[ShapedArray]:
 
 @eigh_p.def_impl
 def _eigh_impl(a, *, lower):
-    w, v = np.linalg.eigh(a, UPLO="L" if lower else "U")
+    uplo = "L" if lower else "U"
+    w, v = _per_matrix(lambda m: tuple(np.linalg.eigh(m, UPLO=uplo)), np.asarray(a))
     return [v, w]
 
 

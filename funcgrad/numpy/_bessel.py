@@ -45,7 +45,8 @@ def _scaled_bessel(x, series, asymptotic, odd: bool):
     near = where(in_series, a, _BESSEL_SERIES_BELOW)
     far = where(in_series, _BESSEL_SERIES_BELOW, a)
     small = horner(series, near * near / 4) * ufuncs.exp(-near)
-    large = horner(asymptotic, 1 / far) / ufuncs.sqrt(2 * math.pi * far)
+    # (2 pi |x| overflows for |x| past 2.8e307: the root of each factor does not)
+    large = horner(asymptotic, 1 / far) / (math.sqrt(2 * math.pi) * ufuncs.sqrt(far))
     if odd:
         # The series' odd factor is x itself, not sign(x) |x|: sign's derivative is 0, and at
         # x = 0 that product would take the derivative 1/2 to 0.

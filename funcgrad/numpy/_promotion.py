@@ -55,6 +55,11 @@ def result_type_and_weak(*args, strict: bool | None = None) -> tuple[np.dtype, b
 def convert(x, dtype: np.dtype, weak_type: bool = False):
     """`x` as a funcgrad array of `dtype`, keeping weak typing where the promotion kept it."""
     if dtypes.is_python_scalar(x):
+        if isinstance(x, float) and dtypes.is_int(dtype):
+            # As arrays convert: NaN to 0, the infinities and values out of range to the
+            # nearest end (NumPy refuses NaN and the infinities of a scalar).
+            x = Array(np.array(x, dtypes.float64)[()], False)
+            return convert_element_type_p.bind(x, new_dtype=dtype, weak_type=weak_type)
         return Array(np.array(x, dtype)[()], weak_type)
     x = to_array(x)
     # Weakness is dropped explicitly too, as in JAX: functions like copysign build their result

@@ -96,6 +96,8 @@ def full(shape, fill_value, dtype=None):
     shape = _shape_tuple(shape)
     if dtype is None:
         fill = array(fill_value)
+    elif dtypes.is_python_scalar(fill_value):
+        fill = convert(fill_value, dtypes.canonicalize(dtype))
     else:
         fill = array(fill_value, dtype)
     if fill.ndim:

@@ -20,6 +20,7 @@ import numpy as np
 
 from funcgrad import core, dtypes, lax
 from funcgrad.array import DLPACK_CUDA, Array, device_put, from_cuda_dlpack
+from funcgrad.errors import ConcretizationTypeError
 from funcgrad.numpy import (
     _bessel,
     creation,
@@ -464,7 +465,8 @@ def histogram(a, bins=10, range=None, weights=None, density=None):
     last bin includes its right edge; values outside the edges are not counted."""
     a, weights = _sample_and_weights(a, weights)
     edges = histogram_bin_edges(a, bins, range, weights)
-    hist, (edges,) = _histogram_nd(shape_ops.ravel(a)[:, None], [edges], weights, density)
+    sample = shape_ops.ravel(a)[:, None]
+    hist, (edges,) = _histogram_nd(sample, [edges], weights, density, a.dtype)
     return hist, edges
 
 
@@ -497,7 +499,7 @@ def histogramdd(sample, bins=10, range=None, weights=None, density=None):
         histogram_bin_edges(sample[:, d], b, r)
         for d, (b, r) in enumerate(zip(bins_per_dim, ranges))
     ]
-    return _histogram_nd(sample, edges, weights, density)
+    return _histogram_nd(sample, edges, weights, density, sample.dtype)
 
 
 def _sample_and_weights(sample, weights):
@@ -508,8 +510,12 @@ def _sample_and_weights(sample, weights):
     return promote_dtypes_inexact(sample, weights)
 
 
-def _histogram_nd(sample, edges: list, weights, density):
-    """Counts of the rows of sample (N, D) in the grid of bins that `edges` give."""
+def _histogram_nd(sample, edges: list, weights, density, dtype):
+    """Counts of the rows of sample (N, D) in the grid of bins that `edges` give, as `dtype`.
+
+    Counts accumulate in int32 and summed weights in at least float32, rounded to `dtype`
+    once at the end: added one by one in float16 or bfloat16, counts stopped growing at 2048
+    or 256."""
     shape = tuple(e.shape[0] - 1 for e in edges)
     flat = lax.full((sample.shape[0],), 0, dtypes.int32)
     inside = lax.full((sample.shape[0],), True, dtypes.bool_)
@@ -521,19 +527,22 @@ def _histogram_nd(sample, edges: list, weights, density):
         inside = inside & (index >= 0) & (index < shape[d])
         flat = flat * shape[d] + misc.clip(index, 0, shape[d] - 1)
     if weights is None:
-        weights = lax.full((sample.shape[0],), 1, sample.dtype)
-    weights = convert(shape_ops.ravel(to_array(weights)), sample.dtype)
-    weights = misc.where(inside, weights, 0)
-    counts = lax.full((math.prod(shape),), 0, sample.dtype).at[flat].add(weights)
-    hist = lax.reshape(counts, shape)
+        totals_dtype, weights = dtypes.int32, convert(inside, dtypes.int32)
+    else:
+        totals_dtype = reductions.accumulation_dtype(sample.dtype)
+        weights = convert(shape_ops.ravel(to_array(weights)), totals_dtype)
+        weights = misc.where(inside, weights, 0)
+    totals = lax.full((math.prod(shape),), 0, totals_dtype).at[flat].add(weights)
+    hist = lax.reshape(totals, shape)
     if density:
         # NumPy's order of divisions (each axis's widths, then the total), so that results
         # round, overflow and underflow as NumPy's do.
+        hist = convert(hist, reductions.accumulation_dtype(sample.dtype))
         total = reductions.sum(hist)
         for d, e in enumerate(edges):
-            hist = hist / lax.broadcast_in_dim(diff(e), shape, (d,))
+            hist = hist / lax.broadcast_in_dim(convert(diff(e), hist.dtype), shape, (d,))
         hist = hist / total
-    return hist, edges
+    return convert(hist, dtype), edges
 
 
 # ---------------------------------------------------------------------------------------------
@@ -543,7 +552,8 @@ def _histogram_nd(sample, edges: list, weights, density):
 def interp(x, xp, fp, left=None, right=None, period=None):
     """Piecewise-linear interpolation of the points (xp, fp), xp increasing, at x. Outside
     xp's range the values are `left` and `right` (fp's end values by default; 'extrapolate'
-    continues the end segments); with a `period`, x and xp are angles modulo it."""
+    continues the end segments); with a `period`, x and xp are angles modulo it, and `left`
+    and `right` are ignored, as in NumPy."""
     x, xp, fp = promote_dtypes_inexact(x, xp, fp)
     if xp.ndim != 1 or fp.ndim != 1 or xp.shape != fp.shape or xp.shape[0] == 0:
         raise ValueError(
@@ -551,8 +561,7 @@ def interp(x, xp, fp, left=None, right=None, period=None):
             f"{fp.shape}"
         )
     if period is not None:
-        if left is not None or right is not None:
-            raise ValueError("interp: left and right do not apply with a period")
+        left = right = None
         x = ufuncs.remainder(x, period)
         xp = ufuncs.remainder(xp, period)
         order = sorting_ops.argsort(xp)
@@ -634,6 +643,8 @@ def diff(a, n: int = 1, axis: int = -1, prepend=None, append=None):
 def ediff1d(ary, to_end=None, to_begin=None):
     """Differences of consecutive elements of the flattened array, with extras at the ends."""
     ary = shape_ops.ravel(to_array(ary))
+    if dtypes.is_bool(ary.dtype):
+        raise TypeError("ediff1d: booleans have no difference; convert them to integers first")
     parts = [diff(ary)] if ary.size else [ary]
     if to_begin is not None:
         parts.insert(0, shape_ops.ravel(_to_dtype(to_begin, ary.dtype)))
@@ -727,16 +738,26 @@ def _gradient_along(f, axis: int, spacing, edge_order: int):
 
 def unwrap(p, discont=None, axis: int = -1, period=2 * np.pi):
     """p with jumps between consecutive values larger than max(discont, period / 2) along
-    `axis` replaced by their complement modulo `period`."""
-    p = _inexact(p)
+    `axis` replaced by their complement modulo `period`. Integers with an integer period stay
+    integers, as in NumPy and JAX (half an odd period rounds down)."""
+    p = to_array(p)
+    dtype = result_type(p, period)
+    if not dtypes.is_int(dtype):
+        dtype = dtypes.to_inexact(dtype)
+    p = convert(p, dtype)
     axis = canonicalize_axis(axis, p.ndim, "unwrap")
     if p.shape[axis] == 0:
         return p
-    half = period / 2
+    if dtypes.is_int(dtype):
+        half = ufuncs.floor_divide(period, 2)
+        # (an odd period's jumps of -half are not jumps of +half beyond it)
+        ambiguous = ufuncs.remainder(period, 2) == 0
+    else:
+        half, ambiguous = period / 2, True
     discont = half if discont is None else ufuncs.maximum(discont, half)
     jumps = diff(p, axis=axis)
     wrapped = ufuncs.remainder(jumps + half, period) - half
-    wrapped = misc.where((wrapped == -half) & (jumps > 0), half, wrapped)
+    wrapped = misc.where((wrapped == -half) & (jumps > 0) & ambiguous, half, wrapped)
     correction = misc.where(ufuncs.absolute(jumps) < discont, 0, wrapped - jumps)
     correction = reductions.cumsum(correction, axis=axis)
     zero = lax.full(p.shape[:axis] + (1,) + p.shape[axis + 1 :], 0, p.dtype)
@@ -810,12 +831,15 @@ def polyval(p, x, *, unroll: int = 16):
 
 
 def poly(seq_of_zeros):
-    """The coefficients (highest power first, leading 1) of the polynomial with these roots."""
+    """The coefficients (highest power first, leading 1) of the polynomial with these roots, or
+    of a square matrix's characteristic polynomial (complex, from its eigenvalues)."""
     roots = _inexact(seq_of_zeros)
-    if roots.ndim != 1:
-        raise NotImplementedError(
-            f"poly: needs a 1-d array of roots, got shape {roots.shape} (the characteristic "
-            "polynomial of a matrix needs eigenvalues, which funcgrad does not have)"
+    if roots.ndim == 2 and roots.shape[0] == roots.shape[1] != 0:
+        roots = linalg.eigvals(roots)
+    elif roots.ndim != 1:
+        raise ValueError(
+            f"poly: needs a 1-d array of roots or a non-empty square matrix, got shape "
+            f"{roots.shape}"
         )
     if roots.shape[0] == 0:
         # As NumPy's and JAX's: the constant polynomial 1, as a scalar.
@@ -1244,6 +1268,8 @@ def frexp(x, /):
 def ldexp(x1, x2, /):
     """x1 * 2**x2 for integer x2, without overflowing in 2**x2 where the product fits."""
     x2 = to_array(x2)
+    if dtypes.is_bool(x2.dtype):  # (NumPy's and JAX's ldexp take booleans as 0 and 1)
+        x2 = convert(x2, dtypes.int8)
     if not dtypes.is_int(x2.dtype):
         raise TypeError(f"ldexp: the exponent x2 must be integers, got {x2.dtype.name}")
     (x1,) = promote_args_inexact("ldexp", x1)
@@ -1632,10 +1658,18 @@ def compress(condition, a, axis: int | None = None, *, size=None, fill_value=0, 
     axis = canonicalize_axis(axis, a.ndim, "compress")
     n = a.shape[axis]
     if condition.shape[0] > n:
-        raise ValueError(
-            f"compress: condition of length {condition.shape[0]} is longer than axis {axis} of "
-            f"shape {a.shape}"
-        )
+        # As NumPy and JAX: entries past the axis may be given, if they select nothing.
+        extra = condition[n:]
+        if isinstance(extra, core.Tracer) or np.asarray(extra).any():
+            raise ValueError(
+                f"compress: condition of length {condition.shape[0]} selects past axis {axis} "
+                f"of shape {a.shape}"
+                + (
+                    " (a traced condition must not be longer)"
+                    if isinstance(extra, core.Tracer)
+                    else ""
+                )
+            )
     condition = condition[:n]
     a = _slice(a, 0, condition.shape[0], axis)
     if size is None:
@@ -1654,7 +1688,7 @@ def extract(condition, arr, *, size=None, fill_value=0):
 
 def choose(a, choices, out=None, mode: str = "raise"):
     """choices[a[i]][i] for every position i (all broadcast together). Out-of-range choices
-    raise for a concrete `a`; mode 'clip' and 'wrap' bring them into range."""
+    raise (so `a` must be concrete); mode 'clip' and 'wrap' bring them into range."""
     check_no_out("choose", out)
     a = to_array(a)
     choices = [to_array(c) for c in choices] if isinstance(choices, Sequence) else list(choices)
@@ -1664,10 +1698,9 @@ def choose(a, choices, out=None, mode: str = "raise"):
     elif mode == "clip":
         a = misc.clip(a, 0, n - 1)
     elif mode == "raise":
-        if not isinstance(a, core.Tracer):
-            value = np.asarray(a)
-            if value.size and (value.min() < 0 or value.max() >= n):
-                raise ValueError(f"choose: index out of range for {n} choices")
+        value = _checked_value("choose", a)
+        if value.size and (value.min() < 0 or value.max() >= n):
+            raise ValueError(f"choose: index out of range for {n} choices")
     else:
         raise ValueError(f"choose: mode must be 'raise', 'wrap' or 'clip', got {mode!r}")
     stacked = shape_ops.stack(shape_ops.broadcast_arrays(*choices))
@@ -1701,9 +1734,23 @@ def piecewise(x, condlist, funclist: list, *args, **kw):
     return result
 
 
+def _checked_value(name: str, index) -> np.ndarray:
+    """The value of an index that mode='raise' checks, which a traced index does not have."""
+    if isinstance(index, core.Tracer):
+        try:
+            return np.asarray(index.to_concrete_value())
+        except ConcretizationTypeError:
+            raise ConcretizationTypeError(
+                index,
+                f"{name}: mode='raise' checks the values of the indices, which are not known "
+                "while tracing; use mode='wrap' or mode='clip'.",
+            ) from None
+    return np.asarray(index)
+
+
 def ravel_multi_index(multi_index: Sequence, dims: Sequence[int], mode: str = "raise", order="C"):
     """Flat indices of the index arrays into an array of shape dims. Out-of-range indices raise
-    for concrete indices; mode 'clip' and 'wrap' bring them into range."""
+    (so the indices must be concrete); mode 'clip' and 'wrap' bring them into range."""
     dims = tuple(operator.index(d) for d in dims)
     if len(multi_index) != len(dims):
         raise ValueError(f"ravel_multi_index: {len(multi_index)} index arrays for {len(dims)} dims")
@@ -1719,10 +1766,9 @@ def ravel_multi_index(multi_index: Sequence, dims: Sequence[int], mode: str = "r
         indices = [misc.clip(i, 0, d - 1) for i, d in zip(indices, dims)]
     elif mode == "raise":
         for index, d in zip(indices, dims):
-            if not isinstance(index, core.Tracer):
-                value = np.asarray(index)
-                if value.size and (value.min() < 0 or value.max() >= d):
-                    raise ValueError(f"ravel_multi_index: an index is out of bounds for size {d}")
+            value = _checked_value("ravel_multi_index", index)
+            if value.size and (value.min() < 0 or value.max() >= d):
+                raise ValueError(f"ravel_multi_index: an index is out of bounds for size {d}")
     else:
         raise ValueError(f"ravel_multi_index: mode must be 'raise', 'wrap' or 'clip', got {mode!r}")
     if order == "F":
@@ -1787,7 +1833,13 @@ def apply_over_axes(func: Callable, a, axes: Sequence[int]):
 
 def matvec(x1, x2, /):
     """Matrix-vector products over the last axes, broadcasting the rest."""
-    return linalg_ops.matmul(x1, to_array(x2)[..., None])[..., 0]
+    x1, x2 = to_array(x1), to_array(x2)
+    if x1.ndim < 2 or x2.ndim < 1:
+        raise ValueError(
+            f"matvec: takes a matrix (at least 2-d) and a vector (at least 1-d), got shapes "
+            f"{x1.shape} and {x2.shape}"
+        )
+    return linalg_ops.matmul(x1, x2[..., None])[..., 0]
 
 
 def vecmat(x1, x2, /):

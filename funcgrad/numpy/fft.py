@@ -15,6 +15,7 @@ import numpy as np
 from funcgrad import dtypes, lax
 from funcgrad.lax.fft import FftType
 from funcgrad.numpy._promotion import convert, to_array
+from funcgrad.numpy.shape_ops import canonicalize_axis
 
 __all__ = [
     "fft",
@@ -73,7 +74,7 @@ def _axes_and_lengths(name: str, x, s, axes, default_all: bool, fft_type: FftTyp
             axes = tuple(range(x.ndim - len(s), x.ndim))
         else:
             axes = tuple(range(x.ndim)) if default_all else (x.ndim - 1,)
-    axes = tuple(int(a) % x.ndim if x.ndim else int(a) for a in axes)
+    axes = tuple(canonicalize_axis(a, x.ndim, name) for a in axes)
     if len(set(axes)) != len(axes):
         raise ValueError(f"{name}: repeated axis in {axes}")
     if s is None:

@@ -243,8 +243,8 @@ def _index_value(item, size: int):
     value = item.value
     if isinstance(value, (int, np.ndarray)):
         value = np.asarray(value)
-        if value.dtype.kind == "u":  # (past int64's range: out of bounds, never negative)
-            value = np.minimum(value, np.iinfo(np.int64).max)
+        if value.dtype == np.uint64:  # (past int64's range: out of bounds, never negative)
+            value = np.minimum(value, np.uint64(np.iinfo(np.int64).max))
         value = value.astype(np.int64)
         # Out-of-bounds positions stay out of bounds (-1 or size) but fit in int32.
         return np.asarray(np.clip(np.where(value < 0, value + size, value), -1, size), np.int32)
@@ -321,15 +321,21 @@ def _as_array_item(item):
     return item
 
 
+def _check_ints_have_positions(shape: tuple[int, ...], items) -> None:
+    """An integer index into an empty axis has no position to clamp to."""
+    for d, item in enumerate(items):
+        if isinstance(item, (_Int, _Scalar)) and shape[d] == 0:
+            value = item.value if isinstance(item, _Int) else "(traced)"
+            raise IndexError(f"index {value} is out of bounds for axis {d} with size 0")
+
+
 def _basic_indexing(y, items):
     """Ints and slices only: static slices, one dynamic_slice for traced ints, one squeeze.
 
     Out-of-bounds ints are clamped, like the starts of a dynamic_slice.
     """
+    _check_ints_have_positions(y.shape, items)
     dropped = [d for d, it in enumerate(items) if not isinstance(it, _Slice)]
-    for d in dropped:
-        if y.shape[d] == 0:
-            raise IndexError(f"index {items[d].value} is out of bounds for axis {d} with size 0")
     y = _apply_slices(y, [_clamped_int(it, n) for it, n in zip(items, y.shape)])
     if any(isinstance(it, _Scalar) for it in items):
         starts = [
@@ -516,6 +522,7 @@ def _update(x, index, values, kind: str, mode, indices_are_sorted: bool, unique_
     x = to_array(x)
     new_axes, items = _parse(x.shape, index)
     y = lax.expand_dims(x, new_axes) if new_axes else x
+    _check_ints_have_positions(y.shape, items)
     plan = _plan(items, y.shape)
     if dtypes.promotion == "strict":
         result_type_and_weak(x, values)  # (raises where the values' dtype does not meet x's)

@@ -512,6 +512,8 @@ def matrix_rank(M, rtol=None, *, hermitian: bool = False, tol=None):
     M = _inexact(M)
     if M.ndim < 2:
         return convert(count_nonzero(M) > 0, dtypes.default_int)
+    if hermitian and M.shape[-1] != M.shape[-2]:
+        raise ValueError(f"matrix_rank: hermitian=True needs square matrices, got shape {M.shape}")
     s = svdvals(M)
     if tol is None:
         if rtol is None:
@@ -594,6 +596,8 @@ def cond(x, p=None):
     """The condition number in norm p: s_max / s_min for p in (None, 2), the reverse for -2,
     else norm(x, p) * norm(inv(x), p). Singular matrices give inf."""
     x = _matrices("cond", x)
+    if 0 in x.shape[-2:]:
+        raise ValueError(f"cond: is not defined for empty matrices, got shape {x.shape}")
     if p in (None, 2, -2):
         s = svdvals(x)
         largest, smallest = s[..., 0], s[..., -1]

@@ -89,6 +89,9 @@ def arange(start, stop=None, step=None, dtype=None):
     """
     args = [a for a in (start, stop, step) if a is not None]
     values = [_static_scalar(a, "arange") for a in args]
+    if any(np.iscomplexobj(v) for v in values):
+        given = [v.item() for v in values]
+        raise TypeError(f"arange: start, stop and step must be real numbers, got {given}")
     dtype = dtypes.canonicalize(dtype) if dtype is not None else result_type(*args)
     if len(values) == 1 and float(values[0]).is_integer() and dtype != dtypes.bool_:
         return lax.iota(dtype, max(int(values[0]), 0))
@@ -233,7 +236,8 @@ def logspace(
 
 
 def geomspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, axis: int = 0):
-    """A geometric progression from start to stop (both nonzero), NumPy's to the bit.
+    """A geometric progression from start to stop (both nonzero: a concrete zero raises),
+    NumPy's to the bit.
 
     As in NumPy, start is rotated onto the positive real axis and stop with it: real ends of
     opposite signs give NaN between them, and complex ends a logarithmic spiral. The ends are
@@ -251,6 +255,10 @@ def geomspace(start, stop, num: int = 50, endpoint: bool = True, dtype=None, axi
     given = dtypes.float64 if dtype is None else dtypes.canonicalize(dtype)
     compute = _numpy_working_dtype(*ends, 1.0, given)
     start, stop = _bounds(start, stop, compute)
+    for end in (start, stop):
+        # As NumPy's (traced ends give NaN there, as JAX's do)
+        if not isinstance(end, core.Tracer) and (np.asarray(end) == 0).any():
+            raise ValueError("geomspace: a geometric sequence cannot include zero")
     sign = ufuncs.sign(start)
     start, stop = lax.div(start, sign), lax.div(stop, sign)
     exponents, _ = _linspace(ufuncs.log10(start), ufuncs.log10(stop), num, endpoint)

@@ -105,11 +105,14 @@ def _promoted_int(dtype: np.dtype) -> np.dtype:
     return dtype
 
 
-def _inexact_dtype(a, dtype) -> np.dtype:
+def _inexact_dtype(a, dtype, name: str) -> np.dtype:
     """The result dtype of mean-like reductions: the requested one, else a float."""
-    if dtype is not None:
-        return dtypes.canonicalize(dtype)
-    return dtypes.to_inexact(a.dtype)
+    if dtype is None:
+        return dtypes.to_inexact(a.dtype)
+    dtype = dtypes.canonicalize(dtype)
+    if dtypes.is_bool(dtype):
+        raise TypeError(f"{name}: dtype bool cannot hold a {name}; ask for a numeric dtype")
+    return dtype
 
 
 def _where_mask(name: str, where, shape: tuple[int, ...]):
@@ -224,6 +227,8 @@ def sum(
     check_no_out("sum", out)
     a = to_array(a)
     dtype = _accumulating_dtype(a.dtype, dtype, promote_integers)
+    if dtypes.is_bool(dtype):  # a sum in booleans is NumPy's logical or
+        return _reduce(_ANY, _as_bool(a), axis, dtype, keepdims, initial, where)
     return _reduce(_SUM, a, axis, dtype, keepdims, initial, where)
 
 
@@ -243,6 +248,8 @@ def prod(
     check_no_out("prod", out)
     a = to_array(a)
     dtype = _accumulating_dtype(a.dtype, dtype, promote_integers)
+    if dtypes.is_bool(dtype):  # a product in booleans is NumPy's logical and
+        return _reduce(_ALL, _as_bool(a), axis, dtype, keepdims, initial, where)
     return _reduce(_PROD, a, axis, dtype, keepdims, initial, where)
 
 
@@ -300,7 +307,7 @@ def count_nonzero(a, axis: Axis = None, keepdims: bool = False):
 def mean(a, axis: Axis = None, dtype=None, out=None, keepdims: bool = False, *, where=None):
     check_no_out("mean", out)
     a = to_array(a)
-    result_dtype = _inexact_dtype(a, dtype)
+    result_dtype = _inexact_dtype(a, dtype, "mean")
     compute_dtype = accumulation_dtype(result_dtype)
     axes = reduction_axes("mean", axis, a.ndim)
     total = sum(a, axes, dtype=compute_dtype, keepdims=keepdims, where=where)
@@ -323,9 +330,11 @@ def var(
     ddof = _ddof("var", ddof, correction)
     a = to_array(a)
     # The variance of complex numbers is the mean of |x - mean|², a real number.
-    result_dtype = dtypes.real_dtype(_inexact_dtype(a, dtype))
-    compute_dtype = accumulation_dtype(result_dtype)
+    result_dtype = dtypes.real_dtype(_inexact_dtype(a, dtype, "var"))
     axes = reduction_axes("var", axis, a.ndim)
+    if not dtypes.is_inexact(result_dtype):
+        return _integer_var(a, axes, result_dtype, ddof, keepdims, where)
+    compute_dtype = accumulation_dtype(result_dtype)
     x = convert(a, _working_dtype(a, compute_dtype))
     centered = subtract(x, mean(x, axes, keepdims=True, where=where))
     if where is not None:
@@ -340,6 +349,19 @@ def var(
     return convert(lax.div(total, dof), result_dtype)
 
 
+def _integer_var(a, axes, dtype: np.dtype, ddof, keepdims: bool, where):
+    """A variance asked for in an integer dtype, computed as NumPy does: the mean in `dtype`
+    (truncated), the squared deviations converted to `dtype` and summed there, and the sum
+    divided in `dtype` (0 where no degrees of freedom are left)."""
+    centered = subtract(a, mean(a, axes, dtype, keepdims=True, where=where))
+    total = sum(squared_modulus(centered), axes, dtype, keepdims=keepdims, where=where)
+    count = _reduced_count("var", a.shape, axes, where, keepdims, dtype)
+    dof = lax.sub(count, scalar(ddof, dtype))
+    positive = lax.gt(dof, scalar(0, dtype))
+    quotient = lax.div(total, lax.select(positive, dof, lax.full_like(dof, 1)))
+    return lax.select(positive, quotient, lax.full_like(quotient, 0))
+
+
 def std(
     a,
     axis: Axis = None,
@@ -352,7 +374,14 @@ def std(
     correction: int | float | None = None,
 ):
     check_no_out("std", out)
+    _check_inexact_dtype("std", dtype)
     return sqrt(var(a, axis, dtype, None, ddof, keepdims, where=where, correction=correction))
+
+
+def _check_inexact_dtype(name: str, dtype) -> None:
+    """A standard deviation is a square root: it has no integer dtype to be computed in."""
+    if dtype is not None and not dtypes.is_inexact(dtypes.canonicalize(dtype)):
+        raise TypeError(f"{name}: dtype must be inexact, got {np.dtype(dtype).name}")
 
 
 def _working_dtype(a, real_dtype: np.dtype) -> np.dtype:
@@ -419,7 +448,7 @@ def median(a, axis: Axis = None, out=None, overwrite_input: bool = False, keepdi
     check_no_out("median", out)
     a = to_array(a)
     axes = reduction_axes("median", axis, a.ndim)
-    dtype = _inexact_dtype(a, None)
+    dtype = _inexact_dtype(a, None, "median")
     x = _move_to_last_flattened(convert(a, dtype), axes)
     n = x.shape[-1]
     if n == 0:
@@ -557,7 +586,7 @@ def nanmean(a, axis: Axis = None, dtype=None, out=None, keepdims: bool = False, 
     a = to_array(a)
     if not dtypes.is_inexact(a.dtype):
         return mean(a, axis, dtype, keepdims=keepdims, where=where)
-    result_dtype = _inexact_dtype(a, dtype)
+    result_dtype = _nan_reduction_dtype("nanmean", a, dtype)
     compute_dtype = accumulation_dtype(result_dtype)
     axes = reduction_axes("nanmean", axis, a.ndim)
     valid = _valid_mask(a, where)
@@ -582,7 +611,7 @@ def nanvar(
     if not dtypes.is_inexact(a.dtype):
         return var(a, axis, dtype, None, ddof, keepdims, where=where, correction=correction)
     ddof = _ddof("nanvar", ddof, correction)
-    result_dtype = dtypes.real_dtype(_inexact_dtype(a, dtype))
+    result_dtype = dtypes.real_dtype(_nan_reduction_dtype("nanvar", a, dtype))
     compute_dtype = accumulation_dtype(result_dtype)
     axes = reduction_axes("nanvar", axis, a.ndim)
     x = convert(a, _working_dtype(a, compute_dtype))
@@ -612,7 +641,19 @@ def nanstd(
     correction: int | float | None = None,
 ):
     check_no_out("nanstd", out)
+    _check_inexact_dtype("nanstd", dtype)
     return sqrt(nanvar(a, axis, dtype, None, ddof, keepdims, where=where, correction=correction))
+
+
+def _nan_reduction_dtype(name: str, a, dtype) -> np.dtype:
+    """The result dtype of a NaN-ignoring mean or variance of an inexact `a`: a NaN has no
+    integer counterpart to leave out, so an integer dtype is refused (as in NumPy)."""
+    dtype = _inexact_dtype(a, dtype, name)
+    if not dtypes.is_inexact(dtype):
+        raise TypeError(
+            f"{name}: the array is {a.dtype.name}, so dtype must be inexact too, got {dtype.name}"
+        )
+    return dtype
 
 
 def _valid_mask(a, where):
@@ -657,8 +698,13 @@ def _cumulative(name: str, scan: Callable, a, axis, dtype, promote_integers: boo
     if axis is None:
         a, axis = lax.reshape(a, (a.size,)), 0
     axis = canonicalize_axis(axis, a.ndim, name)
-    a = convert(a, _accumulating_dtype(a.dtype, dtype, promote_integers))
-    return scan(a, axis)
+    dtype = _accumulating_dtype(a.dtype, dtype, promote_integers)
+    if dtypes.is_bool(dtype):
+        # Running sums in booleans are NumPy's running ors, running products its running ands.
+        extremum = lax.cummax if scan is lax.cumsum else lax.cummin
+        bits = convert(_as_bool(a), dtypes.uint8)
+        return lax.ne(extremum(bits, axis), scalar(0, dtypes.uint8))
+    return scan(convert(a, dtype), axis)
 
 
 def cumulative_sum(x, /, *, axis: int | None = None, dtype=None, include_initial: bool = False):

@@ -426,8 +426,8 @@ def repeat(a, repeats, axis: int | None = None, *, total_repeat_length: int | No
     the result is cut to that length, or padded by repeating its last element.
     """
     a = to_array(a)
-    if axis is None:
-        a, axis = ravel(a), 0
+    if axis is None or a.ndim == 0:  # (NumPy repeats a 0-d array as a 1-d one)
+        a, axis = ravel(a), 0 if axis is None else axis
     axis = canonicalize_axis(axis, a.ndim, "repeat")
     n = a.shape[axis]
     counts = static_value(repeats, "repeat", "repeats").astype(np.int64)
@@ -694,7 +694,10 @@ def _ramp_dtype(end_values: np.ndarray, dtype: np.dtype) -> np.dtype:
     axis, keeps its dtype in the promotion with the array's; more are taken as Python numbers,
     so the array's dtype rules. Integers compute in float64."""
     one_pair = end_values.size == 1 or (end_values.size == 2 and end_values.shape != (2, 1))
-    working = np.result_type(end_values.dtype, dtype) if one_pair else dtype
+    try:
+        working = np.result_type(end_values.dtype, dtype) if one_pair else dtype
+    except TypeError:  # NumPy promotes no integer with bfloat16 or the narrow floats
+        return dtypes.compute_dtype(dtype)
     return working if dtypes.is_inexact(working) else dtypes.float64
 
 
@@ -732,16 +735,53 @@ def _pad_with_ramps(array, axis: int, lo: int, hi: int, ends, working: np.dtype)
 
 
 def _pad_odd_reflection(array, axis: int, lo: int, hi: int, mode: str):
-    """Odd reflection is linear in the axis' elements (2 * edge - mirror image, repeated for
-    wide pads): NumPy's own pad of an identity matrix gives its matrix, applied as one dot."""
+    """Odd reflection (2 * edge - mirror image) as NumPy computes it: chunks of at most the
+    filled length are added at each end in turn, each from the values already there, so wide
+    pads reflect reflections. Only the new values are computed, so a NaN or an infinity
+    spoils no element but those reflected from it (a product with a matrix of coefficients
+    made 0 * inf = NaN everywhere)."""
     _check_nonempty_axis(array, axis, mode)
     n = array.shape[axis]
-    # Integer coefficients (2, -1, ...), so integers stay integers (wrapping as NumPy's do).
-    matrix = np.pad(np.eye(n, dtype=array.dtype), [(lo, hi), (0, 0)], mode=mode, reflect_type="odd")
-    mixed = lax.dot_general(lax.asarray(matrix), array, (((1,), (axis,)), ((), ())))
-    # dot_general puts the padded axis first.
-    order = list(range(1, axis + 1)) + [0] + list(range(axis + 1, array.ndim))
-    return lax.transpose(mixed, order)
+    if n == 1:  # NumPy extends a single element as its edge
+        return _pad_by_copying(array, axis, lo, hi, "edge")
+    dtype = array.dtype
+    # As NumPy's 2 * edge - chunk: booleans compute as integers (True where either is),
+    # integers wrap.
+    work = convert(array, dtypes.int8) if dtypes.is_bool(dtype) else array
+    two = lax.full((), 2, work.dtype)
+    filled = work
+    include_edge = mode == "symmetric"
+    while lo > 0 or hi > 0:
+        length = filled.shape[axis]
+        if include_edge:
+            chunk_limit = length // n * n
+        else:
+            chunk_limit = (length - 1) // (n - 1) * (n - 1)
+        if lo > 0:
+            size = min(chunk_limit, lo)
+            start = 0 if include_edge else 1
+            mirror = lax.rev(lax.slice_in_dim(filled, start, start + size, 1, axis), (axis,))
+            edge = lax.slice_in_dim(filled, 0, 1, 1, axis)
+            filled = lax.concatenate([_reflected(two, edge, mirror), filled], axis)
+            lo -= size
+        if hi > 0:
+            size = min(chunk_limit, hi)
+            end = filled.shape[axis] - (0 if include_edge else 1)
+            mirror = lax.rev(lax.slice_in_dim(filled, end - size, end, 1, axis), (axis,))
+            last = filled.shape[axis]
+            edge = lax.slice_in_dim(filled, last - 1, last, 1, axis)
+            filled = lax.concatenate([filled, _reflected(two, edge, mirror)], axis)
+            hi -= size
+    if dtypes.is_bool(dtype):
+        return lax.ne(filled, lax.full((), 0, filled.dtype))
+    return filled
+
+
+def _reflected(two, edge, mirror):
+    """2 * edge - mirror, the edge broadcast along the padded axis."""
+    doubled = lax.mul(lax.broadcast_in_dim(two, edge.shape, ()), edge)
+    dims = tuple(range(edge.ndim))
+    return lax.sub(lax.broadcast_in_dim(doubled, mirror.shape, dims), mirror)
 
 
 def _pad_by_copying(array, axis: int, lo: int, hi: int, mode: str):

@@ -17,7 +17,7 @@ from funcgrad import core, dtypes, lax
 from funcgrad.array import Array
 from funcgrad.errors import ConcretizationTypeError
 from funcgrad.numpy._promotion import convert, result_type_and_weak, to_array
-from funcgrad.numpy.reductions import cumsum, scalar
+from funcgrad.numpy.reductions import accumulation_dtype, cumsum, scalar
 from funcgrad.numpy.reductions import sum as _sum
 from funcgrad.numpy.shape_ops import canonicalize_axis
 from funcgrad.numpy.ufuncs import isnan
@@ -173,7 +173,14 @@ def _check_kth(name: str, kth, size: int) -> None:
 
 
 def _less(x, y):
-    """x < y in sort order: NaN is larger than every number (as lax.sort orders it)."""
+    """x < y in sort order: NaN is larger than every number (as lax.sort orders it); complex
+    numbers by real part, then imaginary part (as `sort` orders them)."""
+    if dtypes.is_complex(x.dtype):
+        x_re, y_re = lax.real(x), lax.real(y)
+        tied = lax.bitwise_not(lax.bitwise_or(_less(x_re, y_re), _less(y_re, x_re)))
+        return lax.bitwise_or(
+            _less(x_re, y_re), lax.bitwise_and(tied, _less(lax.imag(x), lax.imag(y)))
+        )
     if not dtypes.is_float(x.dtype):
         return lax.lt(x, y)
     return lax.bitwise_or(lax.lt(x, y), lax.bitwise_and(isnan(y), lax.bitwise_not(isnan(x))))
@@ -419,4 +426,9 @@ def bincount(x, weights=None, minlength: int = 0, *, length: int | None = None):
             f"bincount: weights of shape {weights.shape} must match x of shape {x.shape}"
         )
     bins = lax.max(x, scalar(0, x.dtype))
-    return lax.full((length,), 0, weights.dtype).at[bins].add(weights, mode="drop")
+    # Half-precision weights sum in float32, rounded once: added one by one in float16 the
+    # totals stopped growing at 2048.
+    totals_dtype = accumulation_dtype(weights.dtype)
+    totals = lax.full((length,), 0, totals_dtype)
+    totals = totals.at[bins].add(convert(weights, totals_dtype), mode="drop")
+    return convert(totals, weights.dtype)

@@ -181,7 +181,12 @@ minimum = _ordered(
 bitwise_and = _binary(ew.and_p, "bitwise_and")
 bitwise_or = _binary(ew.or_p, "bitwise_or")
 bitwise_xor = _binary(ew.xor_p, "bitwise_xor")
-left_shift = _binary(ew.shift_left_p, "left_shift")
+
+
+def left_shift(x1, x2, /):
+    """Booleans shift as int32, as in JAX."""
+    x1, x2 = promote_args_numeric("left_shift", x1, x2)
+    return lax.shift_left(x1, x2)
 
 
 def negative(x, /):
@@ -469,7 +474,8 @@ def divmod(x1, x2, /):
 
 
 def right_shift(x1, x2, /):
-    x1, x2 = promote_args("right_shift", x1, x2)
+    """Booleans shift as int32, as in JAX."""
+    x1, x2 = promote_args_numeric("right_shift", x1, x2)
     if dtypes.is_unsigned(x1.dtype):
         return lax.shift_right_logical(x1, x2)
     return lax.shift_right_arithmetic(x1, x2)

@@ -1717,6 +1717,16 @@ WITHOUT_RECIPE = {
         "updates in turn as complex numbers), made by the complex lowering: "
         "tests/test_complex.py compiles complex scatter_mul against the reference"
     ),
+    "scatter_min_pairs": (
+        "the compiler's form of scatter_min on complex values (each element compared with its "
+        "updates in turn in NumPy's order), made by the complex lowering: "
+        "tests/test_complex.py compiles complex scatter_min against the reference"
+    ),
+    "scatter_max_pairs": (
+        "the compiler's form of scatter_max on complex values (each element compared with its "
+        "updates in turn in NumPy's order), made by the complex lowering: "
+        "tests/test_complex.py compiles complex scatter_max against the reference"
+    ),
     "eig_parts": (
         "the compiler's form of eig (LAPACK geev's packed outputs), made by the complex "
         "lowering: the eig recipe's compiled checks reach it"
