@@ -19,8 +19,8 @@ from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.bessel import bessel_jn
 from funcgrad.scipy.faddeeva import wofz
 from funcgrad.scipy.gamma_differences import log_beta
-from funcgrad.scipy.harmonics import sph_harm_y
 from funcgrad.scipy.gauss_hypergeometric import hyp2f1
+from funcgrad.scipy.harmonics import sph_harm_y
 from funcgrad.scipy.hypergeometric import hyp1f1
 from funcgrad.scipy.integrals import (
     _bernoulli_numbers,
