@@ -194,15 +194,51 @@ class DeviceValue(_Sized):
         return complex(np.asarray(self))
 
 
-def device_put(x, device=None):
+def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
     """Place a pytree of arrays on `device`: the host CPU, a GPU, or the emulated GPU; by
     default, the default platform's first device. Arrays already there stay as they are.
     Given a sharding (or a tree prefix of them), the arrays are laid out as it says
-    (`funcgrad.sharding`)."""
+    (`funcgrad.sharding`).
+
+    `src`, where `x` lives, is not needed (arrays know their device). Donation is a hint that
+    funcgrad does not take here: `x` stays usable. With `may_alias=False` (or a tree prefix
+    of bools) every array comes back a distinct array, even one already in place."""
+    if donate is True and may_alias is True:
+        raise ValueError("device_put: may_alias and donate cannot both be True")
+    if not isinstance(donate, bool):
+        _per_leaf_flags(donate, x, "donate")
     if transfer_guards.active:
         with transfer_guards.explicit():
-            return _put(x, device)
-    return _put(x, device)
+            out = _put(x, device)
+    else:
+        out = _put(x, device)
+    if may_alias is None or may_alias is True:
+        return out
+    return _copied_where_aliased(x, out, may_alias)
+
+
+def _per_leaf_flags(flag, x, name: str) -> list:
+    """`donate` or `may_alias` (a bool, None, or a tree prefix of them), one per leaf of `x`."""
+    from funcgrad.sharding import broadcast_prefix
+
+    def is_flag(v) -> bool:
+        return v is None or isinstance(v, bool)
+
+    return broadcast_prefix(flag, x, is_flag, f"device_put's {name}", "bool", "its operand")
+
+
+def _copied_where_aliased(x, out, may_alias) -> list:
+    """`out` with each array that is the very array of `x` it came from copied, where
+    `may_alias` is False for it."""
+    from funcgrad import tree_util
+
+    flags = _per_leaf_flags(may_alias, x, "may_alias")
+    leaves, tree = tree_util.tree_flatten(out)
+    copied = [
+        leaf.copy() if flag is False and type(leaf) is Array and leaf is original else leaf
+        for leaf, original, flag in zip(leaves, tree_util.tree_leaves(x), flags)
+    ]
+    return tree_util.tree_unflatten(tree, copied)
 
 
 def _put(x, device):
@@ -215,13 +251,20 @@ def _put(x, device):
     if device is None:
         device = default_gpu()
     if device is None:
-        return tree_util.tree_map(lambda leaf: to_host(asarray(leaf)), x)
+        return tree_util.tree_map(_on_host, x)
     if not isinstance(device, GpuDevice) and device not in devices("cpu"):
         raise ValueError(f"unknown device {device!r}; available: {devices('cpu')}")
     if transfer_guards.active and isinstance(device, GpuDevice):
         with transfer_guards.guarded():  # (host data is guarded where it is copied to the GPU)
             x = tree_util.tree_map(asarray, x)
     return sharding.put(x, sharding.SingleDeviceSharding(device))
+
+
+def _on_host(leaf):
+    from funcgrad.core import Tracer
+    from funcgrad.lax.base import asarray
+
+    return leaf if isinstance(leaf, Tracer) else to_host(asarray(leaf))
 
 
 def device_get(x):

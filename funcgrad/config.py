@@ -265,104 +265,104 @@ def disable_jit(disable: bool = True) -> contextlib.AbstractContextManager[None]
     return _scoped("disable_jit", disable)
 
 
-def default_matmul_precision(name: str | None) -> contextlib.AbstractContextManager[None]:
-    """Inside the block, float32 contractions that name no precision run at `name` (see
+def default_matmul_precision(new_val: str | None) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, float32 contractions that name no precision run at `new_val` (see
     `config.default_matmul_precision`)."""
-    return _scoped("default_matmul_precision", name)
+    return _scoped("default_matmul_precision", new_val)
 
 
-def enable_x64(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+def enable_x64(new_val: bool = True) -> contextlib.AbstractContextManager[None]:
     """Inside the block, the defaults are 64-bit (or 32-bit, for `False`): see
     `config.enable_x64`."""
-    return _scoped("enable_x64", enabled)
+    return _scoped("enable_x64", new_val)
 
 
-def debug_nans(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+def debug_nans(new_val: bool = True) -> contextlib.AbstractContextManager[None]:
     """Inside the block, an operation that makes a NaN raises, naming the primitive and the
     line (see `config.debug_nans`)."""
-    return _scoped("debug_nans", enabled)
+    return _scoped("debug_nans", new_val)
 
 
-def debug_key_reuse(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+def debug_key_reuse(new_val: bool = True) -> contextlib.AbstractContextManager[None]:
     """Inside the block, a random key used up twice raises KeyReuseError (see
     `config.debug_key_reuse`)."""
-    return _scoped("debug_key_reuse", enabled)
+    return _scoped("debug_key_reuse", new_val)
 
 
 @contextlib.contextmanager
-def transfer_guard(level: str) -> Iterator[None]:
+def transfer_guard(new_val: str) -> Iterator[None]:
     """Inside the block, transfers in every direction are allowed, logged or refused as
-    `level` says (see funcgrad.transfer_guards); each direction's own setting is back as it
+    `new_val` says (see funcgrad.transfer_guards); each direction's own setting is back as it
     was after."""
     directions = ("host_to_device", "device_to_device", "device_to_host")
     with contextlib.ExitStack() as stack:
         for name in (*(f"transfer_guard_{d}" for d in directions), "transfer_guard"):
-            stack.enter_context(_scoped(name, level))
+            stack.enter_context(_scoped(name, new_val))
         yield
 
 
-def transfer_guard_host_to_device(level: str) -> contextlib.AbstractContextManager[None]:
-    """Inside the block, host-to-device transfers are allowed, logged or refused as `level`
+def transfer_guard_host_to_device(new_val: str) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, host-to-device transfers are allowed, logged or refused as `new_val`
     says (see funcgrad.transfer_guards)."""
-    return _scoped("transfer_guard_host_to_device", level)
+    return _scoped("transfer_guard_host_to_device", new_val)
 
 
-def transfer_guard_device_to_host(level: str) -> contextlib.AbstractContextManager[None]:
-    """Inside the block, device-to-host transfers are allowed, logged or refused as `level`
+def transfer_guard_device_to_host(new_val: str) -> contextlib.AbstractContextManager[None]:
+    """Inside the block, device-to-host transfers are allowed, logged or refused as `new_val`
     says (see funcgrad.transfer_guards)."""
-    return _scoped("transfer_guard_device_to_host", level)
+    return _scoped("transfer_guard_device_to_host", new_val)
 
 
-def transfer_guard_device_to_device(level: str) -> contextlib.AbstractContextManager[None]:
+def transfer_guard_device_to_device(new_val: str) -> contextlib.AbstractContextManager[None]:
     """Inside the block, device-to-device transfers are allowed, logged or refused as
-    `level` says (see funcgrad.transfer_guards)."""
-    return _scoped("transfer_guard_device_to_device", level)
+    `new_val` says (see funcgrad.transfer_guards)."""
+    return _scoped("transfer_guard_device_to_device", new_val)
 
 
-def debug_infs(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+def debug_infs(new_val: bool = True) -> contextlib.AbstractContextManager[None]:
     """Inside the block, an operation that makes an infinity raises (see `config.debug_infs`)."""
-    return _scoped("debug_infs", enabled)
+    return _scoped("debug_infs", new_val)
 
 
-def log_compiles(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+def log_compiles(new_val: bool = True) -> contextlib.AbstractContextManager[None]:
     """Inside the block, each program jit traces is logged (see `config.log_compiles`)."""
-    return _scoped("log_compiles", enabled)
+    return _scoped("log_compiles", new_val)
 
 
-def explain_cache_misses(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+def explain_cache_misses(new_val: bool = True) -> contextlib.AbstractContextManager[None]:
     """Inside the block, each time a jitted function traces again, the reason is logged (see
     `config.explain_cache_misses`)."""
-    return _scoped("explain_cache_misses", enabled)
+    return _scoped("explain_cache_misses", new_val)
 
 
-def no_tracing(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+def no_tracing(new_val: bool = True) -> contextlib.AbstractContextManager[None]:
     """Inside the block, a jitted function that would trace raises instead (see
     `config.no_tracing`)."""
-    return _scoped("no_tracing", enabled)
+    return _scoped("no_tracing", new_val)
 
 
-def check_tracer_leaks(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+def check_tracer_leaks(new_val: bool = True) -> contextlib.AbstractContextManager[None]:
     """Inside the block, tracer leaks are checked (or not, for `False`): see
     `config.check_tracer_leaks` and `checking_leaks`."""
-    return _scoped("check_tracer_leaks", enabled)
+    return _scoped("check_tracer_leaks", new_val)
 
 
-def numpy_rank_promotion(value: str) -> contextlib.AbstractContextManager[None]:
+def numpy_rank_promotion(new_val: str) -> contextlib.AbstractContextManager[None]:
     """Inside the block, broadcasting operands of different ranks is "allow"ed, "warn"s or
     "raise"s (see `config.numpy_rank_promotion`)."""
-    return _scoped("numpy_rank_promotion", value)
+    return _scoped("numpy_rank_promotion", new_val)
 
 
-def numpy_dtype_promotion(value: str) -> contextlib.AbstractContextManager[None]:
+def numpy_dtype_promotion(new_val: str) -> contextlib.AbstractContextManager[None]:
     """Inside the block, operands of different dtypes promote as "standard" or "strict" says
     (see `config.numpy_dtype_promotion`)."""
-    return _scoped("numpy_dtype_promotion", value)
+    return _scoped("numpy_dtype_promotion", new_val)
 
 
-def threefry_partitionable(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+def threefry_partitionable(new_val: bool = True) -> contextlib.AbstractContextManager[None]:
     """Inside the block, random bits are derived by the partitionable scheme, or the earlier
     one for `False` (see `config.threefry_partitionable`)."""
-    return _scoped("threefry_partitionable", enabled)
+    return _scoped("threefry_partitionable", new_val)
 
 
 def checking_leaks() -> contextlib.AbstractContextManager[None]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 
 from funcgrad import distributed
 from funcgrad.array import CPU, Device, DeviceValue, GpuDevice, placement
@@ -74,17 +75,17 @@ def devices(backend: str | None = None) -> list[Device]:
 
 
 @contextlib.contextmanager
-def default_device(device: Device):
-    """Within the block, new arrays and computations without a placed operand go to `device`
+def default_device(new_val: Device):
+    """Within the block, new arrays and computations without a placed operand go to `new_val`
     in this thread (a GPU, or the CPU where a GPU is the default), as JAX's
     `default_device` does."""
-    if not isinstance(device, Device):
+    if not isinstance(new_val, Device):
         raise TypeError(
             f"default_device takes a device (an entry of funcgrad.devices(...)), got "
-            f"{type(device).__name__} {device!r}"
+            f"{type(new_val).__name__} {new_val!r}"
         )
-    previous, placement.device = placement.device, device
-    if isinstance(device, GpuDevice):
+    previous, placement.device = placement.device, new_val
+    if isinstance(new_val, GpuDevice):
         DeviceValue.made = True  # eager operations and jit calls look for the GPU from now
     try:
         yield
@@ -159,8 +160,23 @@ def _missing_gpu_part() -> str:
     return "CuPy finds no CUDA GPU" if count == 0 else "the GPU could not be opened"
 
 
-def local_devices(process_index: int | None = None, backend: str | None = None) -> list[Device]:
-    """The devices of this process (or of process `process_index`)."""
+def local_devices(
+    process_index: int | None = None, backend: str | None = None, host_id: int | None = None
+) -> list[Device]:
+    """The devices of this process (or of process `process_index`; `host_id` is its older
+    name)."""
+    if host_id is not None:
+        if process_index is not None and process_index != host_id:
+            raise ValueError(
+                f"local_devices: process_index={process_index} and host_id={host_id} (its older "
+                "name) disagree; give process_index alone"
+            )
+        warnings.warn(
+            "local_devices: host_id is renamed process_index; pass process_index",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        process_index = host_id
     index = distributed.process_index() if process_index is None else process_index
     return [d for d in devices(backend) if d.process_index == index]
 

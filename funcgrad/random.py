@@ -20,9 +20,11 @@ that it used the key up (`_check_key`; `fold_in` does not, as in JAX), and a sec
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -31,6 +33,7 @@ from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.config import config
 from funcgrad.lax.random_bits import random_clone, random_consume
+from funcgrad.lax.sharding_constraint import placed
 from funcgrad.scipy import special
 
 __all__ = [
@@ -84,6 +87,24 @@ __all__ = [
 
 # ---------------------------------------------------------------------------------------------
 # Argument checks
+
+
+def _takes_out_sharding(sampler: Callable) -> Callable:
+    """`sampler` taking a keyword `out_sharding`, which lays its draws out as
+    `with_sharding_constraint` lays values out (a NamedSharding, or a PartitionSpec over the
+    current mesh); the numbers drawn are the same whatever the layout."""
+
+    @functools.wraps(sampler)
+    def draw(*args, out_sharding=None, **kwargs):
+        drawn = sampler(*args, **kwargs)
+        if out_sharding is None:
+            return drawn
+        return placed(drawn, f"random.{sampler.__name__}", out_sharding=out_sharding)
+
+    signature = inspect.signature(sampler)
+    keyword = inspect.Parameter("out_sharding", inspect.Parameter.KEYWORD_ONLY, default=None)
+    draw.__signature__ = signature.replace(parameters=[*signature.parameters.values(), keyword])
+    return draw
 
 
 def _key_argument(name: str, key):
@@ -251,9 +272,19 @@ def PRNGKey(seed, *, impl=None) -> Array:
     return _seed_words(_integer_scalar("PRNGKey", seed))
 
 
-def key(seed, *, impl=None) -> Array:
-    """The same uint32[2] key as `PRNGKey` (funcgrad has no typed key arrays)."""
+def _check_key_dtype(name: str, dtype) -> None:
+    if dtype is not None:
+        raise NotImplementedError(
+            f"{name}: dtype={dtype!r} is not supported: funcgrad's keys are uint32 arrays of "
+            "shape (..., 2), with no key dtypes; leave dtype None"
+        )
+
+
+def key(seed, *, impl=None, dtype=None) -> Array:
+    """The same uint32[2] key as `PRNGKey` (funcgrad has no typed key arrays, so no key
+    `dtype` but None)."""
     _check_impl("key", impl)
+    _check_key_dtype("key", dtype)
     return PRNGKey(seed)
 
 
@@ -298,10 +329,12 @@ def key_data(keys) -> Array:
     return _unconsumed_copy(_check_key_words("key_data", keys))
 
 
-def wrap_key_data(key_bits_array, *, impl=None) -> Array:
-    """Keys from uint32 words of shape (..., 2); only the default threefry2x32 impl exists.
-    Under `config.debug_key_reuse` they are new keys, unused whatever the words were."""
+def wrap_key_data(key_bits_array, *, impl=None, dtype=None) -> Array:
+    """Keys from uint32 words of shape (..., 2); only the default threefry2x32 impl exists,
+    and no key `dtype` but None. Under `config.debug_key_reuse` they are new keys, unused
+    whatever the words were."""
     _check_impl("wrap_key_data", impl)
+    _check_key_dtype("wrap_key_data", dtype)
     return _unconsumed_copy(_check_key_words("wrap_key_data", key_bits_array))
 
 
@@ -352,6 +385,7 @@ def _random_bits(key, bit_width: int, shape: tuple[int, ...]):
     return lax.reshape(bits, shape)
 
 
+@_takes_out_sharding
 def bits(key, shape: Sequence[int] = (), dtype=None) -> Array:
     """Uniformly random unsigned integers (of the default int's width unless `dtype` names
     another unsigned type)."""
@@ -389,6 +423,7 @@ def _uniform(name: str, key, shape, dtype, minval, maxval):
     return lax.max(minval, scaled)  # rounding of the affine map must not dip below minval
 
 
+@_takes_out_sharding
 def uniform(key, shape: Sequence[int] = (), dtype=float, minval=0.0, maxval=1.0) -> Array:
     """Floats uniform in [minval, maxval); `minval` and `maxval` broadcast to `shape`."""
     key = _check_key("uniform", key)
@@ -404,6 +439,7 @@ def _normal(key, shape, dtype):
     return lax.mul(lax.erf_inv(u), np.array(np.sqrt(2), dtype)[()])
 
 
+@_takes_out_sharding
 def normal(key, shape: Sequence[int] = (), dtype=float) -> Array:
     """Standard normal floats; for a complex dtype, standard complex normal numbers (real and
     imaginary parts independent, each of variance 1/2, as in JAX)."""
@@ -423,6 +459,7 @@ def normal(key, shape: Sequence[int] = (), dtype=float) -> Array:
 _NORMAL_TAIL = 3.0
 
 
+@_takes_out_sharding
 def truncated_normal(key, lower, upper, shape=None, dtype=float) -> Array:
     """Standard normal floats conditioned on lying in the open interval (lower, upper).
 
@@ -491,6 +528,7 @@ def _open_unit(name: str, key, shape, dtype):
     return _uniform(name, key, shape, dtype, dtypes.finfo(dtype).tiny, 1.0)
 
 
+@_takes_out_sharding
 def gumbel(key, shape: Sequence[int] = (), dtype=float, mode: str | None = None) -> Array:
     """Standard Gumbel floats, -log(-log(u)) for u uniform in (0, 1).
 
@@ -521,6 +559,7 @@ def _gumbel_mode(name: str, mode: str | None) -> str:
     return mode
 
 
+@_takes_out_sharding
 def exponential(key, shape: Sequence[int] = (), dtype=float) -> Array:
     """Exponential floats of rate 1, -log(1 - u) for u uniform in [0, 1)."""
     key = _check_key("exponential", key)
@@ -533,6 +572,7 @@ def exponential(key, shape: Sequence[int] = (), dtype=float) -> Array:
 # Discrete distributions
 
 
+@_takes_out_sharding
 def bernoulli(key, p=0.5, shape=None, mode: str = "low") -> Array:
     """Booleans that are True with probability `p` (which broadcasts to `shape`).
 
@@ -570,6 +610,7 @@ def _integer_bound(x, dtype: np.dtype):
     return lax.convert_element_type(lax.clamp(low, x, high), dtype), lax.gt(x, high)
 
 
+@_takes_out_sharding
 def randint(key, shape: Sequence[int], minval, maxval, dtype=int) -> Array:
     """Integers uniform in [minval, maxval) (just `minval` where maxval <= minval).
 
@@ -637,6 +678,7 @@ def randint(key, shape: Sequence[int], minval, maxval, dtype=int) -> Array:
     return lax.add(minval, lax.convert_element_type(offset, dtype))
 
 
+@_takes_out_sharding
 def categorical(
     key, logits, axis: int = -1, shape=None, replace: bool = True, mode: str | None = None
 ) -> Array:
@@ -710,6 +752,7 @@ def _shuffle(key, x, axis: int, same_for_all_slices: bool):
     return x
 
 
+@_takes_out_sharding
 def permutation(key, x, axis: int = 0, independent: bool = False) -> Array:
     """A random permutation of range(x) for an integer `x`, or of `x` along `axis`.
 
@@ -805,6 +848,7 @@ def _draw_dtype(name: str, dtype) -> np.dtype:
     return _float_dtype(name, float if dtype is None else dtype)
 
 
+@_takes_out_sharding
 def laplace(key, shape: Sequence[int] = (), dtype=None) -> Array:
     """Standard Laplace floats (density exp(-|x|) / 2), by inverting the CDF."""
     key = _check_key("laplace", key)
@@ -814,6 +858,7 @@ def laplace(key, shape: Sequence[int] = (), dtype=None) -> Array:
     return -lax.sign(u) * lax.log1p(-lax.abs(u))
 
 
+@_takes_out_sharding
 def logistic(key, shape: Sequence[int] = (), dtype=None) -> Array:
     """Standard logistic floats, log(u / (1 - u)) for u uniform in (0, 1)."""
     key = _check_key("logistic", key)
@@ -822,6 +867,7 @@ def logistic(key, shape: Sequence[int] = (), dtype=None) -> Array:
     return lax.log(u) - lax.log1p(-u)
 
 
+@_takes_out_sharding
 def cauchy(key, shape: Sequence[int] = (), dtype=None) -> Array:
     """Standard Cauchy floats, tan(pi (u - 1/2)) for u uniform in (0, 1)."""
     key = _check_key("cauchy", key)
@@ -830,6 +876,7 @@ def cauchy(key, shape: Sequence[int] = (), dtype=None) -> Array:
     return lax.tan(np.pi * (u - 0.5))
 
 
+@_takes_out_sharding
 def rademacher(key, shape: Sequence[int] = (), dtype=None) -> Array:
     """-1 or 1 with equal probability (the default int unless `dtype` says otherwise)."""
     key = _check_key("rademacher", key)
@@ -838,6 +885,7 @@ def rademacher(key, shape: Sequence[int] = (), dtype=None) -> Array:
     return lax.convert_element_type(coin, dtype) * 2 - 1
 
 
+@_takes_out_sharding
 def maxwell(key, shape: Sequence[int] = (), dtype=None) -> Array:
     """Maxwell-Boltzmann floats of scale 1: the length of a standard normal 3-vector."""
     key = _check_key("maxwell", key)
@@ -857,6 +905,7 @@ def double_sided_maxwell(key, loc, scale, shape: Sequence[int] = (), dtype=None)
     return magnitude * rademacher(sign_key, shape, dtype) * scale + loc
 
 
+@_takes_out_sharding
 def lognormal(key, sigma=1.0, shape=None, dtype=None) -> Array:
     """exp(sigma * z) for standard normal z."""
     key = _check_key("lognormal", key)
@@ -865,6 +914,7 @@ def lognormal(key, sigma=1.0, shape=None, dtype=None) -> Array:
     return lax.exp(_normal(key, shape, dtype) * sigma)
 
 
+@_takes_out_sharding
 def pareto(key, b, shape=None, dtype=None) -> Array:
     """Pareto floats of shape b and scale 1 (at least 1): exp(E / b) for exponential E."""
     key = _check_key("pareto", key)
@@ -881,6 +931,7 @@ def weibull_min(key, scale, concentration, shape: Sequence[int] = (), dtype=None
     return scale * exponential(key, shape, dtype) ** (1 / concentration)
 
 
+@_takes_out_sharding
 def rayleigh(key, scale, shape=None, dtype=None) -> Array:
     """Rayleigh floats: scale * sqrt(2 E) for exponential E."""
     key = _check_key("rayleigh", key)
@@ -889,6 +940,7 @@ def rayleigh(key, scale, shape=None, dtype=None) -> Array:
     return scale * lax.sqrt(2 * exponential(key, shape, dtype))
 
 
+@_takes_out_sharding
 def triangular(key, left, mode, right, shape=None, dtype=None) -> Array:
     """Triangular floats on [left, right] peaking at mode, by inverting the CDF."""
     key = _check_key("triangular", key)
@@ -901,6 +953,7 @@ def triangular(key, left, mode, right, shape=None, dtype=None) -> Array:
     return lax.select(u < (mode - left) / width, rising, falling)
 
 
+@_takes_out_sharding
 def wald(key, mean, shape=None, dtype=None) -> Array:
     """Inverse Gaussian (Wald) floats of the given mean and shape parameter 1, by the
     transformation of Michael, Schucany and Haas (one normal and one uniform draw).
@@ -921,6 +974,7 @@ def wald(key, mean, shape=None, dtype=None) -> Array:
     return lax.select(u <= mean / (mean + x), x, mean * (mean / x))
 
 
+@_takes_out_sharding
 def geometric(key, p, shape=None, dtype=None) -> Array:
     """The number of Bernoulli(p) trials up to and including the first success (of the
     default int unless `dtype` says otherwise)."""
@@ -967,6 +1021,7 @@ def _log_gamma_sample(key, a):
     return lax.select(a >= 0, log_sample, lax.full_like(a, np.nan))
 
 
+@_takes_out_sharding
 def loggamma(key, a, shape=None, dtype=None) -> Array:
     """log of Gamma(a, 1) floats, accurate also where the samples underflow (small a)."""
     key = _check_key("loggamma", key)
@@ -975,6 +1030,7 @@ def loggamma(key, a, shape=None, dtype=None) -> Array:
     return _rounded(_log_gamma_sample(key, a), dtype)
 
 
+@_takes_out_sharding
 def gamma(key, a, shape=None, dtype=None) -> Array:
     """Gamma(a, 1) floats (divide by a rate for other rates), by Marsaglia and Tsang's method.
 
@@ -987,6 +1043,7 @@ def gamma(key, a, shape=None, dtype=None) -> Array:
     return _rounded(lax.exp(_log_gamma_sample(key, a)), dtype)
 
 
+@_takes_out_sharding
 def chisquare(key, df, shape=None, dtype=None) -> Array:
     """Chi-square floats with df degrees of freedom: 2 Gamma(df / 2)."""
     key = _check_key("chisquare", key)
@@ -995,6 +1052,7 @@ def chisquare(key, df, shape=None, dtype=None) -> Array:
     return _rounded(2 * lax.exp(_log_gamma_sample(key, df / 2)), dtype)
 
 
+@_takes_out_sharding
 def t(key, df, shape=None, dtype=None) -> Array:
     """Student's t floats: z / sqrt(chi2(df) / df), the scale taken in log space, where the
     gamma draw for small df underflows while the quotient is still finite (df = 0.01 in
@@ -1008,6 +1066,7 @@ def t(key, df, shape=None, dtype=None) -> Array:
     return _rounded(z * lax.exp((lax.log(df / 2) - log_half_chi2) / 2), dtype)
 
 
+@_takes_out_sharding
 def f(key, dfnum, dfden, shape=None, dtype=None) -> Array:
     """F floats: (chi2(dfnum) / dfnum) / (chi2(dfden) / dfden), the quotient taken in log
     space: for small degrees of freedom both chi-square draws underflow, and 0 / 0 made a
@@ -1021,6 +1080,7 @@ def f(key, dfnum, dfden, shape=None, dtype=None) -> Array:
     return _rounded(lax.exp(log_num - log_den), dtype)
 
 
+@_takes_out_sharding
 def beta(key, a, b, shape=None, dtype=None) -> Array:
     """Beta(a, b) floats: Ga / (Ga + Gb) for gamma draws, scaled in log space first."""
     key = _check_key("beta", key)
@@ -1033,6 +1093,7 @@ def beta(key, a, b, shape=None, dtype=None) -> Array:
     return _rounded(ga / (ga + gb), dtype)
 
 
+@_takes_out_sharding
 def dirichlet(key, alpha, shape=None, dtype=None) -> Array:
     """Dirichlet(alpha) floats along the last axis: normalized gamma draws, scaled in log
     space first; `shape` is the batch shape (alpha's leading axes by default)."""
@@ -1048,6 +1109,7 @@ def dirichlet(key, alpha, shape=None, dtype=None) -> Array:
     return _rounded(g / fnp.sum(g, axis=-1, keepdims=True), dtype)
 
 
+@_takes_out_sharding
 def poisson(key, lam, shape=None, dtype=None) -> Array:
     """Poisson(lam) integers (of the default int): Knuth's multiplication method for lam < 10,
     Hormann's transformed rejection with squeeze (PTRS) from 10 on; -1 for a negative,
@@ -1258,6 +1320,7 @@ def multinomial(key, n, p, *, shape=None, dtype=float, unroll=1) -> Array:
     return _rounded(fnp.moveaxis(counts, 0, -1), dtype)
 
 
+@_takes_out_sharding
 def generalized_normal(key, p: float, shape: Sequence[int] = (), dtype=None) -> Array:
     """Floats of density proportional to exp(-|x|**p): random signs on Gamma(1/p)**(1/p)."""
     key = _check_key("generalized_normal", key)
@@ -1269,6 +1332,7 @@ def generalized_normal(key, p: float, shape: Sequence[int] = (), dtype=None) -> 
     return magnitude * rademacher(sign_key, shape, dtype)
 
 
+@_takes_out_sharding
 def ball(key, d: int, p: float = 2, shape: Sequence[int] = (), dtype=None) -> Array:
     """Points uniform in the d-dimensional unit p-ball (of shape shape + (d,)): generalized
     normal coordinates divided by the p-norm of themselves and one exponential draw
@@ -1283,6 +1347,7 @@ def ball(key, d: int, p: float = 2, shape: Sequence[int] = (), dtype=None) -> Ar
     return g / norm[..., None]
 
 
+@_takes_out_sharding
 def multivariate_normal(key, mean, cov, shape=None, dtype=None, method: str = "cholesky") -> Array:
     """Normal vectors of mean (..., n) and covariance (..., n, n): mean + A z with
     A A^T = cov from a Cholesky ('cholesky'), eigen ('eigh') or singular value ('svd')
@@ -1314,6 +1379,7 @@ def multivariate_normal(key, mean, cov, shape=None, dtype=None, method: str = "c
     return mean + fnp.matmul(factor, z[..., None])[..., 0]
 
 
+@_takes_out_sharding
 def orthogonal(key, n: int, shape: Sequence[int] = (), dtype=None, m: int | None = None) -> Array:
     """Random (n, m) matrices with orthonormal columns (rows if n < m), Haar-distributed: the
     Q of a QR decomposition of a normal matrix, its column signs fixed by R's diagonal."""

@@ -557,11 +557,25 @@ def put(x: Any, shardings: Any) -> Any:
     per_leaf = broadcast_prefix(
         shardings, x, _is_sharding_or_none, "device_put's shardings", "sharding", "its operand"
     )
-    outs = [
-        device_put(leaf) if s is None else laid_out(asarray(leaf), resolve(s, "device_put"))
-        for leaf, s in zip(leaves, per_leaf)
-    ]
+    outs = []
+    for leaf, s in zip(leaves, per_leaf):
+        if s is None:
+            outs.append(device_put(leaf))
+        elif isinstance(leaf, core.Tracer):
+            outs.append(_put_traced(leaf, resolve(s, "device_put")))
+        else:
+            outs.append(laid_out(asarray(leaf), resolve(s, "device_put")))
     return tree_util.tree_unflatten(tree, outs)
+
+
+def _put_traced(x: core.Tracer, sharding: Sharding) -> Any:
+    """`device_put` of a traced value: a layout over a mesh is a sharding constraint; one
+    device leaves the value where the program runs, as a program's values all live there."""
+    if isinstance(sharding, SingleDeviceSharding):
+        return x
+    from funcgrad.lax.sharding_constraint import with_sharding_constraint
+
+    return with_sharding_constraint(x, sharding)
 
 
 def constrained(x: Any, shardings: Any, what: str, of: str) -> Any:
@@ -586,13 +600,14 @@ def constrained(x: Any, shardings: Any, what: str, of: str) -> Any:
     return tree_util.tree_unflatten(tree, outs)
 
 
-def reshard(x: Any, out_shardings: Any) -> Any:
-    """`x` laid out as `out_shardings` say (a sharding, a PartitionSpec over the current
-    mesh, or a tree prefix of them). Without a partitioner this is `with_sharding_constraint`:
-    concrete arrays are laid out anew (as `device_put` does), traced ones are constrained."""
+def reshard(xs: Any, out_shardings: Any) -> Any:
+    """`xs` (a pytree of arrays) laid out as `out_shardings` say (a sharding, a PartitionSpec
+    over the current mesh, or a tree prefix of them). Without a partitioner this is
+    `with_sharding_constraint`: concrete arrays are laid out anew (as `device_put` does),
+    traced ones are constrained."""
     from funcgrad.lax.sharding_constraint import with_sharding_constraint
 
-    return with_sharding_constraint(x, out_shardings)
+    return with_sharding_constraint(xs, out_shardings)
 
 
 def sharding_of(x: Array) -> Sharding:

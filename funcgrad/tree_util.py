@@ -628,13 +628,20 @@ def register_pytree_node(
     nodetype: type,
     flatten_func: Callable[[Any], tuple[Iterable[Any], Hashable]],
     unflatten_func: Callable[[Any, tuple[Any, ...]], Any],
+    flatten_with_keys_func: Callable[[Any], tuple[Iterable[tuple[Any, Any]], Hashable]]
+    | None = None,
 ) -> None:
     """Make ``nodetype`` a pytree node.
 
     ``flatten_func(x)`` returns ``(children, aux_data)``; ``unflatten_func(aux_data, children)``
     rebuilds the node. ``aux_data`` is static: it is part of the treedef and so must be hashable
-    and comparable for the treedef to be usable as a cache key.
+    and comparable for the treedef to be usable as a cache key. ``flatten_with_keys_func``, if
+    given, returns ``(((key, child), ...), aux_data)``: the keys of the children's key paths
+    (as ``register_pytree_with_keys``).
     """
+    if flatten_with_keys_func is not None:
+        register_pytree_with_keys(nodetype, flatten_with_keys_func, unflatten_func, flatten_func)
+        return
     _register(
         nodetype,
         _NodeKind(
@@ -712,33 +719,39 @@ def register_dataclass(
     nodetype: type,
     data_fields: Iterable[str] | None = None,
     meta_fields: Iterable[str] | None = None,
+    drop_fields: Iterable[str] = (),
 ) -> type:
     """Register a dataclass-like type whose ``data_fields`` are children and ``meta_fields`` aux.
 
     With neither list given, ``nodetype`` must be a dataclass: fields declared with
-    ``metadata=dict(static=True)`` are meta, the other ``init`` fields are data. Returns
-    ``nodetype`` so it also works as a class decorator.
+    ``metadata=dict(static=True)`` are meta, the other ``init`` fields are data.
+    ``drop_fields`` are init fields left out of both, which unflattening leaves to their
+    defaults. Returns ``nodetype`` so it also works as a class decorator.
     """
+    drop = set(drop_fields)
     if data_fields is None and meta_fields is None:
         if not dataclasses.is_dataclass(nodetype):
             raise TypeError(
                 f"register_dataclass: {nodetype!r} is not a dataclass; "
                 "pass data_fields and meta_fields explicitly"
             )
-        fields = [f for f in dataclasses.fields(nodetype) if f.init]
+        fields = [f for f in dataclasses.fields(nodetype) if f.init and f.name not in drop]
         data_fields = [f.name for f in fields if not f.metadata.get("static", False)]
         meta_fields = [f.name for f in fields if f.metadata.get("static", False)]
     elif data_fields is None or meta_fields is None:
         raise TypeError("register_dataclass: pass both data_fields and meta_fields, or neither")
     data = tuple(data_fields)
     meta = tuple(meta_fields)
+    if overlap := (set(data) | set(meta)) & drop:
+        raise ValueError(f"register_dataclass: fields {sorted(overlap)} are kept and dropped")
     if dataclasses.is_dataclass(nodetype):
         # A missing init field would make unflatten fail much later, far from the mistake.
-        init_fields = {f.name for f in dataclasses.fields(nodetype) if f.init}
+        init_fields = {f.name for f in dataclasses.fields(nodetype) if f.init} - drop
         if set(data) | set(meta) != init_fields:
             raise ValueError(
                 f"register_dataclass: data_fields {data} and meta_fields {meta} must together "
-                f"name exactly the init fields of {nodetype.__name__}: {sorted(init_fields)}"
+                f"name exactly the init fields of {nodetype.__name__} not in drop_fields: "
+                f"{sorted(init_fields)} (name a field in drop_fields to leave it out)"
             )
 
     def flatten(x: Any) -> tuple[list[Any], tuple[Any, ...]]:

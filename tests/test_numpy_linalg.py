@@ -336,9 +336,25 @@ def test_cond_of_empty_and_hermitian_rank_of_rectangular_matrices_raise():
     assert int(fnp.linalg.matrix_rank(np.diag([1.0, 0.0, 2.0]), hermitian=True)) == 2
 
 
-def test_linalg_reexports_products():
-    assert fnp.linalg.matmul is fnp.matmul
-    assert fnp.linalg.outer is fnp.outer
+def test_linalg_products_take_the_array_apis_operands():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(2, 3, 4)), rng.normal(size=(4, 5))
+    np.testing.assert_allclose(fnp.linalg.matmul(a, b), np.linalg.matmul(a, b), rtol=1e-12)
+    u, v = rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
+    np.testing.assert_allclose(fnp.linalg.cross(u, v), np.linalg.cross(u, v), rtol=1e-12)
+    np.testing.assert_allclose(
+        fnp.linalg.cross(u.T, v.T, axis=0), np.cross(u.T, v.T, axis=0), rtol=1e-12
+    )
+    x, y = rng.normal(size=3), rng.normal(size=4)
+    np.testing.assert_allclose(fnp.linalg.outer(x, y), np.linalg.outer(x, y), rtol=1e-12)
+    c = rng.normal(size=(4, 5, 2))
+    np.testing.assert_allclose(
+        fnp.linalg.tensordot(b, c, axes=2), np.linalg.tensordot(b, c, axes=2), rtol=1e-12
+    )
+    with pytest.raises(ValueError, match="3-vectors"):
+        fnp.linalg.cross(u[:, :2], v[:, :2])  # numpy.cross takes 2-vectors, linalg.cross not
+    with pytest.raises(ValueError, match="1-d"):
+        fnp.linalg.outer(u, v)
 
 
 def test_det_gradient_at_a_singular_matrix_is_the_adjugate_transposed():

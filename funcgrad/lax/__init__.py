@@ -12,6 +12,7 @@ from funcgrad.lax import (
     complex_pairs,  # noqa: F401  (the compiler's complex decompositions)
     fft_passes,  # noqa: F401  (the compiler's Fourier transform passes)
 )
+from funcgrad.lax.accuracy import *
 from funcgrad.lax.base import asarray
 from funcgrad.lax.composed import *
 from funcgrad.lax.control_flow import *

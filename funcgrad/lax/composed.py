@@ -26,6 +26,7 @@ from funcgrad.lax.indexing import (
 )
 from funcgrad.lax.linalg import dot_general
 from funcgrad.lax.random_bits import threefry2x32
+from funcgrad.lax.sharding_constraint import placed
 
 __all__ = [
     "RandomAlgorithm",
@@ -264,6 +265,7 @@ def ragged_dot_general(
     precision=None,
     preferred_element_type=None,
     group_offset=None,
+    out_sharding=None,
 ):
     """dot_general with one lhs dimension cut into consecutive groups of `group_sizes` (a 1-d
     integer array of g sizes; positions past the last group count as in no group):
@@ -277,10 +279,24 @@ def ragged_dot_general(
     Written as dot_general with group masks (the first form computes every group's product,
     g times the work), so derivatives and batching are dot_general's.
     """
+    out = _ragged_dot_general(
+        lhs,
+        rhs,
+        group_sizes,
+        ragged_dot_dimension_numbers,
+        precision,
+        preferred_element_type,
+        group_offset,
+    )
+    return placed(out, "ragged_dot_general", out_sharding=out_sharding)
+
+
+def _ragged_dot_general(
+    lhs, rhs, group_sizes, dnums, precision, preferred_element_type, group_offset
+):
     lhs, rhs, group_sizes = asarray(lhs), asarray(rhs), asarray(group_sizes)
     if group_offset is not None:
         raise NotImplementedError("ragged_dot_general: group_offset is not supported")
-    dnums = ragged_dot_dimension_numbers
     (lhs_contract, rhs_contract), (lhs_batch, rhs_batch) = (
         tuple(tuple(int(d) for d in dims) for dims in pair) for pair in dnums.dot_dimension_numbers
     )
@@ -342,6 +358,7 @@ def ragged_dot(
     precision=None,
     preferred_element_type=None,
     group_offset=None,
+    out_sharding=None,
 ):
     """Row groups of lhs (m, k), each multiplied by its own matrix of rhs (g, k, n): rows
     [sum(group_sizes[:i]), sum(group_sizes[:i+1])) use rhs[i]; rows after the last group are
@@ -365,6 +382,7 @@ def ragged_dot(
         precision=precision,
         preferred_element_type=preferred_element_type,
         group_offset=group_offset,
+        out_sharding=out_sharding,
     )
 
 
@@ -385,15 +403,26 @@ _BIT_DTYPES = (dtypes.uint8, dtypes.uint16, dtypes.uint32, dtypes.uint64)
 
 
 def rng_bit_generator(
-    key, shape: Sequence[int], dtype=np.uint32, algorithm=RandomAlgorithm.RNG_DEFAULT
+    key,
+    shape: Sequence[int],
+    dtype=np.uint32,
+    algorithm=RandomAlgorithm.RNG_DEFAULT,
+    *,
+    out_sharding=None,
 ):
     """(new_key, bits): uniformly random unsigned integers of `shape` and `dtype` from a
-    uint32[4] key, and the key to use next, as XLA's RngBitGenerator.
+    uint32[4] key, and the key to use next, as XLA's RngBitGenerator; `out_sharding` lays out
+    the bits.
 
     funcgrad's own counter-based bits: key words 0-1 are a threefry2x32 key and words 2-3 a
     counter; element j's bits encrypt the counter advanced by j, and the new key encrypts two
     counters no draw of any shape uses. The values differ from XLA's generators.
     """
+    new_key, bits = _rng_bit_generator(key, shape, dtype)
+    return new_key, placed(bits, "rng_bit_generator", out_sharding=out_sharding)
+
+
+def _rng_bit_generator(key, shape: Sequence[int], dtype):
     key = asarray(key)
     dtype = np.dtype(dtype)
     if dtype not in _BIT_DTYPES:

@@ -78,6 +78,23 @@ def _transpose_padding(kernel: int, stride: int, padding: str) -> tuple[int, int
     return low, total - low
 
 
+def _forward_padding_transposed(padding, kernel: list[int]) -> list[tuple[int, int]]:
+    """The padding of the dilated input that transposes a forward convolution padded by
+    `padding` ((low, high) per spatial dimension) with kernels of `kernel` sizes."""
+    try:
+        pairs = [(int(low), int(high)) for low, high in padding]
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"conv_transpose: padding must be 'SAME', 'VALID' or (low, high) pairs, got {padding!r}"
+        ) from None
+    if len(pairs) != len(kernel):
+        raise TypeError(
+            f"conv_transpose: needs one (low, high) pair per spatial dimension ({len(kernel)}), "
+            f"got {padding!r}"
+        )
+    return [(k - 1 - low, k - 1 - high) for (low, high), k in zip(pairs, kernel)]
+
+
 def conv_transpose(
     lhs,
     rhs,
@@ -88,14 +105,18 @@ def conv_transpose(
     transpose_kernel: bool = False,
     precision=None,
     preferred_element_type=None,
+    use_consistent_padding: bool = False,
 ):
     """The transposed ("deconvolution") convolution: an input dilated by `strides`, convolved.
 
     Its layouts default to channels-last (NHWC, HWIO, NHWC and their 1-3 spatial-dimension
     forms). String padding follows JAX: 'VALID' gives (n - 1) * s + k outputs per spatial
-    dimension, 'SAME' n * s; explicit (low, high) pairs pad the dilated input. With
-    `transpose_kernel` the kernel is flipped spatially and its I and O roles swapped, so the
-    result is the gradient of conv_general_dilated with that kernel.
+    dimension, 'SAME' n * s; explicit (low, high) pairs pad the dilated input, or, with
+    `use_consistent_padding`, are the padding of the forward convolution this one transposes
+    (the dilated input is padded by k - 1 - low and k - 1 - high, k the dilated kernel's size,
+    as PyTorch reads them). With `transpose_kernel` the kernel is flipped spatially and its I
+    and O roles swapped, so the result is the gradient of conv_general_dilated with that
+    kernel.
     """
     lhs, rhs = asarray(lhs), asarray(rhs)
     if lhs.ndim != rhs.ndim or lhs.ndim < 2:
@@ -118,9 +139,11 @@ def conv_transpose(
             f"conv_transpose: needs one stride per spatial dimension ({spatial}), got {strides}"
         )
     rhs_dilation = (1,) * spatial if rhs_dilation is None else tuple(int(r) for r in rhs_dilation)
+    kernel = [_dilate_dim(rhs.shape[d], r) for d, r in zip(dnums.rhs_spec[2:], rhs_dilation)]
     if isinstance(padding, str):
-        kernel = [_dilate_dim(rhs.shape[d], r) for d, r in zip(dnums.rhs_spec[2:], rhs_dilation)]
         padding = [_transpose_padding(k, s, padding) for k, s in zip(kernel, strides)]
+    elif use_consistent_padding:
+        padding = _forward_padding_transposed(padding, kernel)
     if transpose_kernel:
         rhs = rev(rhs, tuple(dnums.rhs_spec[2:]))
         out_dim, in_dim = dnums.rhs_spec[:2]

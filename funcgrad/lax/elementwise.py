@@ -16,6 +16,7 @@ from funcgrad.array import Array
 from funcgrad.core import Primitive, ShapedArray, never_weak
 from funcgrad.interpreters import ad, batching
 from funcgrad.lax import _special
+from funcgrad.lax.accuracy import check_accuracy
 from funcgrad.lax.base import (
     ANY,
     COMPLEX,
@@ -675,6 +676,20 @@ def _unary(prim: Primitive):
     return op
 
 
+def _unary_with_accuracy(prim: Primitive):
+    """The wrapper of a transcendental function, which takes an `accuracy` request
+    (funcgrad.lax.accuracy: checked, and computed the same way whatever it says)."""
+
+    def op(x, *, accuracy=None):
+        if accuracy is not None:
+            check_accuracy(prim.name, accuracy)
+        return prim.bind(asarray(x))
+
+    op.__name__ = op.__qualname__ = prim.name
+    op.__doc__ = f"Elementwise {prim.name} (the `{prim.name}` primitive)."
+    return op
+
+
 def _binary(prim: Primitive):
     def op(x, y):
         return prim.bind(*binary_operands(x, y))
@@ -692,16 +707,16 @@ sign = _unary(sign_p)
 floor = _unary(floor_p)
 ceil = _unary(ceil_p)
 is_finite = _unary(is_finite_p)
-exp = _unary(exp_p)
-exp2 = _unary(exp2_p)
-log = _unary(log_p)
-log1p = _unary(log1p_p)
-expm1 = _unary(expm1_p)
-tanh = _unary(tanh_p)
-logistic = _unary(logistic_p)
-sin = _unary(sin_p)
-cos = _unary(cos_p)
-tan = _unary(tan_p)
+exp = _unary_with_accuracy(exp_p)
+exp2 = _unary_with_accuracy(exp2_p)
+log = _unary_with_accuracy(log_p)
+log1p = _unary_with_accuracy(log1p_p)
+expm1 = _unary_with_accuracy(expm1_p)
+tanh = _unary_with_accuracy(tanh_p)
+logistic = _unary_with_accuracy(logistic_p)
+sin = _unary_with_accuracy(sin_p)
+cos = _unary_with_accuracy(cos_p)
+tan = _unary_with_accuracy(tan_p)
 asin = _unary(asin_p)
 acos = _unary(acos_p)
 atan = _unary(atan_p)
@@ -710,9 +725,9 @@ cosh = _unary(cosh_p)
 asinh = _unary(asinh_p)
 acosh = _unary(acosh_p)
 atanh = _unary(atanh_p)
-sqrt = _unary(sqrt_p)
-rsqrt = _unary(rsqrt_p)
-cbrt = _unary(cbrt_p)
+sqrt = _unary_with_accuracy(sqrt_p)
+rsqrt = _unary_with_accuracy(rsqrt_p)
+cbrt = _unary_with_accuracy(cbrt_p)
 abs = _unary(abs_p)
 erf = _unary(erf_p)
 erfc = _unary(erfc_p)
@@ -725,7 +740,17 @@ population_count = _unary(population_count_p)
 add = _binary(add_p)
 complex = _binary(complex_p)
 sub = _binary(sub_p)
-mul = _binary(mul_p)
+
+
+def mul(x, y, *, out_dtype=None):
+    """Elementwise product (the `mul` primitive); with `out_dtype`, of the operands converted
+    to it (int8 operands multiply to an int32 product without wrapping)."""
+    x, y = binary_operands(x, y)
+    if out_dtype is not None:
+        x, y = convert_element_type(x, out_dtype), convert_element_type(y, out_dtype)
+    return mul_p.bind(x, y)
+
+
 div = _binary(div_p)
 rem = _binary(rem_p)
 
@@ -745,7 +770,13 @@ def pow(x, y):
 max = _binary(max_p)
 min = _binary(min_p)
 atan2 = _binary(atan2_p)
-nextafter = _binary(nextafter_p)
+
+
+def nextafter(x1, x2):
+    """The next representable number after `x1` in the direction of `x2`."""
+    return nextafter_p.bind(*binary_operands(x1, x2))
+
+
 eq = _binary(eq_p)
 ne = _binary(ne_p)
 lt = _binary(lt_p)

@@ -18,6 +18,7 @@ from funcgrad.interpreters.batching import defvectorized
 from funcgrad.lax import elementwise, reductions, shapes
 from funcgrad.lax.base import asarray, canonical_axes
 from funcgrad.lax.indexing import scatter_add
+from funcgrad.lax.sharding_constraint import placed
 from funcgrad.lax.sorting import top_k
 
 __all__ = [
@@ -126,13 +127,24 @@ _MONOID_REDUCERS = {
 }
 
 
-def reduce(operands, init_values, computation: Callable, dimensions: Sequence[int]):
+def reduce(
+    operands,
+    init_values,
+    computation: Callable,
+    dimensions: Sequence[int],
+    out_sharding=None,
+):
     """Reduce `dimensions` of operands with `computation`, starting from init_values.
 
     The computation must be one of the monoids funcgrad has reductions for: addition,
     multiplication, max, min, and logical and/or (e.g. lax.add, or lambda x, y: x * y).
     It is recognised by tracing it on two scalars.
     """
+    reduced = _reduce(operands, init_values, computation, dimensions)
+    return placed(reduced, "reduce", out_sharding=out_sharding)
+
+
+def _reduce(operands, init_values, computation: Callable, dimensions: Sequence[int]):
     flat_operands, tree = tree_util.tree_flatten(operands)
     flat_inits, init_tree = tree_util.tree_flatten(init_values)
     if init_tree != tree:
@@ -346,9 +358,10 @@ def tile(operand, reps: Sequence[int]):
     return shapes.reshape(spread, tuple(r * d for r, d in zip(reps, x.shape)))
 
 
-def empty(shape: Sequence[int], dtype):
+def empty(shape: Sequence[int], dtype, *, out_sharding=None):
     """An array of shape and dtype whose values do not matter (zeros)."""
-    return shapes.full(tuple(shape), 0, dtypes.canonicalize(dtype))
+    out = shapes.full(tuple(shape), 0, dtypes.canonicalize(dtype))
+    return placed(out, "empty", out_sharding=out_sharding)
 
 
 def optimization_barrier(operand, /):

@@ -93,12 +93,16 @@ def _check_start_indices(name: str, operand: ShapedArray, indices: Sequence[Shap
         )
 
 
-def _start_index_operands(name: str, operand, start_indices) -> list:
-    """Scalar index operands; a negative start index counts from the end of its dimension.
+def _start_index_operands(
+    name: str, operand, start_indices, allow_negative_indices: bool | Sequence[bool] = True
+) -> list:
+    """Scalar index operands; a negative start index counts from the end of its dimension,
+    where `allow_negative_indices` (one bool, or one per dimension) allows it.
 
     `start_indices` is a sequence of scalars or one 1-d array. The wrapping of negative
-    indices happens here, in the wrapper (as in JAX): the primitive itself only clamps. Python
-    ints take the dtype of the array indices, if any.
+    indices happens here, in the wrapper (as in JAX): the primitive itself only clamps, so an
+    index that may not be negative and is clamps to 0; a negative Python int there is an
+    error. Python ints take the dtype of the array indices, if any.
     """
     if not isinstance(start_indices, Sequence):
         vector = asarray(start_indices)
@@ -113,16 +117,32 @@ def _start_index_operands(name: str, operand, start_indices) -> list:
             f"{name}: got {len(start_indices)} start indices for the operand of shape "
             f"{operand.shape}; it needs one per dimension"
         )
+    if isinstance(allow_negative_indices, bool):
+        allow_negative_indices = (allow_negative_indices,) * operand.ndim
+    allow_negative_indices = tuple(allow_negative_indices)
+    if len(allow_negative_indices) != operand.ndim:
+        raise TypeError(
+            f"{name}: allow_negative_indices must be one bool or one per dimension of the "
+            f"operand of shape {operand.shape}, got {allow_negative_indices}"
+        )
     index_dtype = next(
         (asarray(i).dtype for i in start_indices if not isinstance(i, int)), dtypes.default_int
     )
     operands = []
-    for index, size in zip(start_indices, operand.shape):
+    for index, size, wrap in zip(start_indices, operand.shape, allow_negative_indices):
         if isinstance(index, int):
+            if index < 0 and not wrap:
+                raise ValueError(
+                    f"{name}: start index {index} is negative for dimension of size {size}, "
+                    "where allow_negative_indices=False"
+                )
             index = index + size if index < 0 else index
             operands.append(asarray(np.array(index, index_dtype)[()]))
             continue
         index = asarray(index)
+        if not wrap:
+            operands.append(index)
+            continue
         if index.ndim == 0 and dtypes.is_int(index.dtype) and not dtypes.is_unsigned(index.dtype):
             # The size wraps modulo the index dtype, as a conversion would in compiled code.
             size = asarray(np.array(size).astype(index.dtype)[()])
@@ -234,14 +254,20 @@ def _dynamic_slice_batch(values, dims, *, slice_sizes):
     return out, 0
 
 
-def dynamic_slice(operand, start_indices: Sequence, slice_sizes: Sequence[int]):
+def dynamic_slice(
+    operand,
+    start_indices: Sequence,
+    slice_sizes: Sequence[int],
+    *,
+    allow_negative_indices: bool | Sequence[bool] = True,
+):
     """The block of `slice_sizes` at `start_indices` (traceable scalars).
 
-    Negative start indices count from the end; then each start is clamped so that the block
-    lies inside the operand.
+    Negative start indices count from the end (unless `allow_negative_indices` says not to);
+    then each start is clamped so that the block lies inside the operand.
     """
     operand = asarray(operand)
-    indices = _start_index_operands("dynamic_slice", operand, start_indices)
+    indices = _start_index_operands("dynamic_slice", operand, start_indices, allow_negative_indices)
     sizes = tuple(int(s) for s in slice_sizes)
     return dynamic_slice_p.bind(operand, *indices, slice_sizes=sizes)
 
@@ -262,20 +288,32 @@ def _one_axis_indices(operand, index, axis: int) -> list:
     return indices
 
 
-def dynamic_slice_in_dim(operand, start_index, slice_size: int = 1, axis: int = 0):
+def dynamic_slice_in_dim(
+    operand,
+    start_index,
+    slice_size: int = 1,
+    axis: int = 0,
+    *,
+    allow_negative_indices: bool = True,
+):
     """`dynamic_slice` along one axis, taking the whole of every other axis."""
     operand = asarray(operand)
     axis = _canonical_axis(axis, operand, "dynamic_slice_in_dim")
     sizes = list(operand.shape)
     sizes[axis] = int(slice_size)
-    return dynamic_slice(operand, _one_axis_indices(operand, start_index, axis), sizes)
+    indices = _one_axis_indices(operand, start_index, axis)
+    return dynamic_slice(operand, indices, sizes, allow_negative_indices=allow_negative_indices)
 
 
-def dynamic_index_in_dim(operand, index, axis: int = 0, keepdims: bool = True):
+def dynamic_index_in_dim(
+    operand, index, axis: int = 0, keepdims: bool = True, *, allow_negative_indices: bool = True
+):
     """Element `index` (traceable) along `axis`, keeping the axis if asked."""
     operand = asarray(operand)
     axis = _canonical_axis(axis, operand, "dynamic_index_in_dim")
-    result = dynamic_slice_in_dim(operand, index, 1, axis)
+    result = dynamic_slice_in_dim(
+        operand, index, 1, axis, allow_negative_indices=allow_negative_indices
+    )
     return result if keepdims else squeeze(result, (axis,))
 
 
@@ -361,28 +399,44 @@ def _dynamic_update_slice_batch(values, dims):
     return out, dim
 
 
-def dynamic_update_slice(operand, update, start_indices: Sequence):
+def dynamic_update_slice(
+    operand,
+    update,
+    start_indices: Sequence,
+    *,
+    allow_negative_indices: bool | Sequence[bool] = True,
+):
     """`operand` with `update` written at `start_indices`, wrapped and clamped as in
     `dynamic_slice`, so that the whole update is written."""
     operand, update = binary_operands(operand, update)
-    indices = _start_index_operands("dynamic_update_slice", operand, start_indices)
+    indices = _start_index_operands(
+        "dynamic_update_slice", operand, start_indices, allow_negative_indices
+    )
     return dynamic_update_slice_p.bind(operand, update, *indices)
 
 
-def dynamic_update_slice_in_dim(operand, update, start_index, axis: int):
+def dynamic_update_slice_in_dim(
+    operand, update, start_index, axis: int, *, allow_negative_indices: bool = True
+):
     operand = asarray(operand)
     axis = _canonical_axis(axis, operand, "dynamic_update_slice_in_dim")
     indices = _one_axis_indices(operand, start_index, axis)
-    return dynamic_update_slice(operand, update, indices)
+    return dynamic_update_slice(
+        operand, update, indices, allow_negative_indices=allow_negative_indices
+    )
 
 
-def dynamic_update_index_in_dim(operand, update, index, axis: int):
+def dynamic_update_index_in_dim(
+    operand, update, index, axis: int, *, allow_negative_indices: bool = True
+):
     """Write `update` at position `index` of `axis`; `update` may lack that axis."""
     operand, update = binary_operands(operand, update)
     axis = _canonical_axis(axis, operand, "dynamic_update_index_in_dim")
     if update.ndim == operand.ndim - 1:
         update = expand_dims(update, (axis,))
-    return dynamic_update_slice_in_dim(operand, update, index, axis)
+    return dynamic_update_slice_in_dim(
+        operand, update, index, axis, allow_negative_indices=allow_negative_indices
+    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from funcgrad.lax.base import asarray
 from funcgrad.lax.elementwise import convert_element_type
 from funcgrad.lax.reductions import padtype_to_pads
 from funcgrad.lax.shapes import full, reshape, rev, transpose
+from funcgrad.lax.sharding_constraint import placed
 
 __all__ = [
     "ConvDimensionNumbers",
@@ -360,7 +361,9 @@ def _canonical_dot_dimension_numbers(dimension_numbers):
         ) from None
 
 
-def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+def dot_general(
+    lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, *, out_sharding=None
+):
     """Contract `dimension_numbers[0]` and pair up `dimension_numbers[1]` of two arrays.
 
     The result's dimensions are the batch dimensions, then lhs's free dimensions, then rhs's.
@@ -372,7 +375,7 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
     if preferred_element_type is None and lhs.dtype != rhs.dtype:
         preferred_element_type = max(lhs.dtype, rhs.dtype, key=_precision_rank)
     dimension_numbers = _canonical_dot_dimension_numbers(dimension_numbers)
-    return _bind_contraction(
+    out = _bind_contraction(
         dot_general_p,
         lhs,
         rhs,
@@ -380,6 +383,9 @@ def dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_t
         preferred_element_type,
         dimension_numbers=dimension_numbers,
     )
+    if out_sharding is not None:
+        return placed(out, "dot_general", out_sharding=out_sharding)
+    return out
 
 
 def _bind_contraction(primitive, lhs, rhs, precision, preferred, **params):
@@ -417,16 +423,33 @@ def _precision_rank(dtype: np.dtype) -> tuple:
     )
 
 
-def dot(lhs, rhs, precision=None, preferred_element_type=None):
-    """Vector/matrix products: the last dimension of `lhs` against the first of `rhs`."""
+def dot(
+    lhs,
+    rhs,
+    precision=None,
+    preferred_element_type=None,
+    *,
+    dimension_numbers=None,
+    out_sharding=None,
+):
+    """Vector/matrix products: the last dimension of `lhs` against the first of `rhs`; with
+    `dimension_numbers`, `dot_general` of any ranks."""
     lhs, rhs = asarray(lhs), asarray(rhs)
-    if lhs.ndim not in (1, 2) or rhs.ndim not in (1, 2):
-        raise TypeError(
-            f"dot takes vectors and matrices, got shapes {lhs.shape} and {rhs.shape} "
-            "(use dot_general for higher ranks)"
-        )
-    dimension_numbers = (((lhs.ndim - 1,), (0,)), ((), ()))
-    return dot_general(lhs, rhs, dimension_numbers, precision, preferred_element_type)
+    if dimension_numbers is None:
+        if lhs.ndim not in (1, 2) or rhs.ndim not in (1, 2):
+            raise TypeError(
+                f"dot takes vectors and matrices, got shapes {lhs.shape} and {rhs.shape} "
+                "(pass dimension_numbers, or use dot_general, for higher ranks)"
+            )
+        dimension_numbers = (((lhs.ndim - 1,), (0,)), ((), ()))
+    return dot_general(
+        lhs,
+        rhs,
+        dimension_numbers,
+        precision,
+        preferred_element_type,
+        out_sharding=out_sharding,
+    )
 
 
 def batch_matmul(lhs, rhs, precision=None):
@@ -932,6 +955,7 @@ def conv_general_dilated(
     batch_group_count: int = 1,
     precision=None,
     preferred_element_type=None,
+    out_sharding=None,
 ):
     """N-d convolution (XLA's cross-correlation) with strides, padding, dilations and groups.
 
@@ -969,9 +993,10 @@ def conv_general_dilated(
         batch_group_count=int(batch_group_count),
     )
     preferred_element_type = _canonical_preferred(preferred_element_type)
-    return _bind_contraction(
+    out = _bind_contraction(
         conv_general_dilated_p, lhs, rhs, precision, preferred_element_type, **params
     )
+    return placed(out, "conv_general_dilated", out_sharding=out_sharding)
 
 
 def conv(lhs, rhs, window_strides, padding, precision=None, preferred_element_type=None):

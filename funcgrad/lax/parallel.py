@@ -529,11 +529,28 @@ def _all_gather_shard_rule(
 
 
 def all_gather(
-    x: Any, axis_name: Hashable, *, axis_index_groups=None, axis: int = 0, tiled: bool = False
+    x: Any,
+    axis_name: Hashable,
+    *,
+    axis_index_groups=None,
+    axis: int = 0,
+    tiled: bool = False,
+    to: str = "varying",
 ) -> Any:
     """Every lane receives the lanes' `x` stacked along a new axis `axis` (concatenated along
     `axis` when `tiled`); with `axis_index_groups`, those of its group's lanes, in the group's
-    order."""
+    order.
+
+    `to` names the result's kind, "varying" or "invarying" (the same on every lane). Values
+    carry no varying axes in funcgrad's types (shard_map's `check_vma` knows that an
+    all_gather's result is the same along its axes), so both compute the same."""
+    if to not in ("varying", "invarying"):
+        raise ValueError(
+            f"all_gather: to must be 'varying' or 'invarying', got {to!r} (funcgrad has no "
+            "explicit sharding, so no 'reduced' results)"
+        )
+    if to == "invarying" and axis_index_groups is not None:
+        raise NotImplementedError("all_gather: to='invarying' takes no axis_index_groups")
     axis_name = _axis_name("all_gather", axis_name)
     groups = _index_groups("all_gather", axis_name, axis_index_groups, equal=True)
     size = _axis_size(axis_name) if groups is None else len(groups[0])

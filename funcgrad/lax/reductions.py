@@ -177,7 +177,19 @@ def _reduction_wrapper(prim: Primitive) -> Callable:
     return reduce
 
 
-reduce_sum = _reduction_wrapper(reduce_sum_p)
+_reduce_sum_wrapper = _reduction_wrapper(reduce_sum_p)
+
+
+def reduce_sum(operand, axes: Sequence[int], *, out_sharding=None):
+    """Sum `operand` over `axes` (the `reduce_sum` primitive)."""
+    out = _reduce_sum_wrapper(operand, axes)
+    if out_sharding is not None:
+        from funcgrad.lax.sharding_constraint import placed
+
+        return placed(out, "reduce_sum", out_sharding=out_sharding)
+    return out
+
+
 reduce_prod = _reduction_wrapper(reduce_prod_p)
 reduce_max = _reduction_wrapper(reduce_max_p)
 reduce_min = _reduction_wrapper(reduce_min_p)

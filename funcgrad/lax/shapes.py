@@ -15,6 +15,7 @@ from funcgrad.interpreters.ad import defjvp_zero, deflinear, is_undefined
 from funcgrad.interpreters.batching import broadcast_batch, moveaxis, not_mapped
 from funcgrad.lax.base import asarray, canonical_axes, check_same_dtypes
 from funcgrad.lax.elementwise import binary_operands, convert_element_type_p, select, sub
+from funcgrad.lax.sharding_constraint import placed
 
 # The builtin, which this module's `slice` wrapper shadows.
 _py_slice = slice
@@ -140,20 +141,29 @@ def _broadcast_in_dim_batch(values, dims, *, shape, broadcast_dimensions):
     return out, out_dim
 
 
-def broadcast_in_dim(operand, shape: Sequence[int], broadcast_dimensions: Sequence[int]):
+def broadcast_in_dim(
+    operand, shape: Sequence[int], broadcast_dimensions: Sequence[int], *, out_sharding=None
+):
     operand = asarray(operand)
     shape = _int_tuple(shape)
     broadcast_dimensions = _int_tuple(broadcast_dimensions)
     if operand.shape == shape and broadcast_dimensions == tuple(range(len(shape))):
-        return operand
-    return broadcast_in_dim_p.bind(operand, shape=shape, broadcast_dimensions=broadcast_dimensions)
+        out = operand
+    else:
+        out = broadcast_in_dim_p.bind(
+            operand, shape=shape, broadcast_dimensions=broadcast_dimensions
+        )
+    if out_sharding is not None:
+        return placed(out, "broadcast_in_dim", out_sharding=out_sharding)
+    return out
 
 
-def broadcast(operand, sizes: Sequence[int]):
+def broadcast(operand, sizes: Sequence[int], *, out_sharding=None):
     """Add leading dimensions of the given sizes."""
     operand = asarray(operand)
     dims = tuple(range(len(sizes), len(sizes) + operand.ndim))
-    return broadcast_in_dim(operand, tuple(sizes) + operand.shape, dims)
+    out = broadcast_in_dim(operand, tuple(sizes) + operand.shape, dims)
+    return placed(out, "broadcast", out_sharding=out_sharding)
 
 
 def broadcast_to_rank(x, rank: int):
@@ -162,16 +172,20 @@ def broadcast_to_rank(x, rank: int):
     return broadcast(x, (1,) * missing) if missing > 0 else x
 
 
-def full(shape: Sequence[int], fill_value, dtype=None):
-    """An array of `shape` filled with `fill_value` (a broadcast of one scalar)."""
+def full(shape: Sequence[int], fill_value, dtype=None, *, sharding=None):
+    """An array of `shape` filled with `fill_value` (a broadcast of one scalar), placed as
+    `device_put` places arrays on `sharding` if given."""
     shape = _int_tuple(shape)
     fill = asarray(fill_value, dtype)
     if fill.ndim != 0:
         raise TypeError(f"full: fill_value must be a scalar, got shape {fill.shape}")
-    return broadcast_in_dim(fill, shape, ())
+    out = broadcast_in_dim(fill, shape, ())
+    if sharding is not None:
+        return placed(out, "full", device=sharding)
+    return out
 
 
-def full_like(x, fill_value, dtype=None, shape=None):
+def full_like(x, fill_value, dtype=None, shape=None, sharding=None):
     """`full` with the shape and dtype of `x` unless given (anything with both, such as a
     ShapeDtypeStruct, will do)."""
     if not (hasattr(x, "shape") and hasattr(x, "dtype")):
@@ -179,8 +193,10 @@ def full_like(x, fill_value, dtype=None, shape=None):
     shape = x.shape if shape is None else shape
     if dtype is None and core.get_aval(x).weak_type:
         # Like x, weakly typed: a value made in x's image promotes as x would.
-        return broadcast_in_dim(_weak_scalar(fill_value, x.dtype), _int_tuple(shape), ())
-    return full(shape, fill_value, x.dtype if dtype is None else dtype)
+        out = broadcast_in_dim(_weak_scalar(fill_value, x.dtype), _int_tuple(shape), ())
+    else:
+        out = full(shape, fill_value, x.dtype if dtype is None else dtype)
+    return placed(out, "full_like", device=sharding)
 
 
 def _weak_scalar(value, dtype):
@@ -243,10 +259,13 @@ def iota(dtype, size: int):
     return broadcasted_iota(dtype, (int(size),), 0)
 
 
-def broadcasted_iota(dtype, shape: Sequence[int], dimension: int):
+def broadcasted_iota(dtype, shape: Sequence[int], dimension: int, *, out_sharding=None):
     """An array of `shape` whose values count along `dimension`."""
     shape = _int_tuple(shape)
-    return iota_p.bind(dtype=dtypes.canonicalize(dtype), shape=shape, dimension=int(dimension))
+    out = iota_p.bind(dtype=dtypes.canonicalize(dtype), shape=shape, dimension=int(dimension))
+    if out_sharding is not None:
+        return placed(out, "broadcasted_iota", out_sharding=out_sharding)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -311,7 +330,9 @@ def _reshape_batch(values, dims, *, new_sizes, dimensions):
     return reshape(x, (size,) + new_sizes, (dim,) + _lane_axes(lane_order, dim)), 0
 
 
-def reshape(operand, new_sizes: Sequence[int], dimensions: Sequence[int] | None = None):
+def reshape(
+    operand, new_sizes: Sequence[int], dimensions: Sequence[int] | None = None, *, out_sharding=None
+):
     """Reshape in row-major order, after transposing by `dimensions` when it is given."""
     operand = asarray(operand)
     new_sizes = _int_tuple(new_sizes)
@@ -319,8 +340,12 @@ def reshape(operand, new_sizes: Sequence[int], dimensions: Sequence[int] | None 
     if dims == tuple(range(operand.ndim)):
         dims = None
     if dims is None and new_sizes == operand.shape:
-        return operand
-    return reshape_p.bind(operand, new_sizes=new_sizes, dimensions=dims)
+        out = operand
+    else:
+        out = reshape_p.bind(operand, new_sizes=new_sizes, dimensions=dims)
+    if out_sharding is not None:
+        return placed(out, "reshape", out_sharding=out_sharding)
+    return out
 
 
 def collapse(operand, start_dimension: int, stop_dimension: int | None = None):

@@ -137,6 +137,33 @@ def with_sharding_constraint(x: Any, shardings: Any) -> Any:
     return tree_util.tree_unflatten(tree, outs)
 
 
+def placed(x: Any, what: str, device: Any = None, out_sharding: Any = None) -> Any:
+    """The result `x` (an array or a pytree of them) of `what`, where its `device=` or
+    `out_sharding=` argument puts it: placed as `device_put` places arrays, or laid out as
+    `with_sharding_constraint` lays them out (`out_sharding` a NamedSharding, or a
+    PartitionSpec over the current mesh)."""
+    if device is not None:
+        if out_sharding is not None:
+            raise ValueError(
+                f"{what}: give device or out_sharding, not both; got device={device!r} and "
+                f"out_sharding={out_sharding!r}"
+            )
+        from funcgrad.array import device_put
+
+        return device_put(x, device)
+    if out_sharding is None:
+        return x
+    if not isinstance(out_sharding, NamedSharding | PartitionSpec):
+        raise TypeError(
+            f"{what}: out_sharding must be a NamedSharding or a PartitionSpec, got "
+            f"{type(out_sharding).__name__} {out_sharding!r}; place a result on one device with "
+            "device_put"
+        )
+    sharding = resolve(out_sharding, what)
+    _check_unmapped(sharding, what)
+    return tree_util.tree_map(lambda leaf: _constrained(leaf, sharding), x)
+
+
 # ---------------------------------------------------------------------------------------------
 # The layouts of a program's results
 

@@ -42,7 +42,6 @@ dtype = _np.dtype
 promote_types = _dtypes.promote_types
 finfo = _dtypes.finfo
 iinfo = _dtypes.iinfo
-issubdtype = _dtypes.issubdtype
 floating, integer, signedinteger, unsignedinteger = (
     _np.floating,
     _np.integer,

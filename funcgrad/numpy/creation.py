@@ -6,6 +6,7 @@ import numpy as np
 
 from funcgrad import core, dtypes, lax
 from funcgrad.array import Array, on_default_device
+from funcgrad.lax.sharding_constraint import placed
 from funcgrad.numpy._promotion import convert, dtype_and_weak, result_type_and_weak
 
 __all__ = [
@@ -31,18 +32,39 @@ def _shape_tuple(shape) -> tuple[int, ...]:
         raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
 
 
-def array(object, dtype=None, copy: bool = True, ndmin: int = 0):
+def array(
+    object,
+    dtype=None,
+    copy: bool = True,
+    order: str | None = "K",
+    ndmin: int = 0,
+    *,
+    device=None,
+    out_sharding=None,
+):
     """A funcgrad array from an array, a scalar, or nested lists/tuples of them.
 
     Python floats become float32 and ints int32 (funcgrad's defaults; float64 and int64 under
-    `enable_x64`); NumPy arrays keep their dtype, so float64 data stays float64.
+    `enable_x64`); NumPy arrays keep their dtype, so float64 data stays float64. Arrays have
+    no memory order to choose, so `order` is "K" (or None).
     """
+    _check_order("array", order, ("K", None))
     out = _array(object, dtype)
     if out.ndim < ndmin:
         out = lax.broadcast_to_rank(out, ndmin)
     if copy and out is object and type(out) is Array:  # donating it leaves `object` alive
-        return out.copy()
-    return out if isinstance(object, Array) else on_default_device(out)
+        out = out.copy()
+    elif not isinstance(object, Array):
+        out = on_default_device(out)
+    return placed(out, "array", device, out_sharding)
+
+
+def _check_order(name: str, order, accepted: tuple) -> None:
+    if order not in accepted:
+        raise NotImplementedError(
+            f"{name}: order={order!r} is not supported; funcgrad arrays have no memory layout "
+            f"to choose, so order can only be {' or '.join(map(repr, accepted))}"
+        )
 
 
 def _array(object, dtype):
@@ -85,14 +107,17 @@ def _rebuild(seq, leaves):
     return [_rebuild(x, leaves) if isinstance(x, (list, tuple)) else next(leaves) for x in seq]
 
 
-def asarray(a, dtype=None, copy=None):
+def asarray(a, dtype=None, order: str | None = None, *, copy=None, device=None, out_sharding=None):
+    _check_order("asarray", order, ("K", None))
     out = _array(a, dtype)
     if copy and out is a and type(out) is Array:
-        return out.copy()
-    return out if isinstance(a, Array) else on_default_device(out)
+        out = out.copy()
+    elif not isinstance(a, Array):
+        out = on_default_device(out)
+    return placed(out, "asarray", device, out_sharding)
 
 
-def full(shape, fill_value, dtype=None):
+def full(shape, fill_value, dtype=None, *, device=None, out_sharding=None):
     shape = _shape_tuple(shape)
     if dtype is None:
         fill = array(fill_value)
@@ -103,20 +128,24 @@ def full(shape, fill_value, dtype=None):
     if fill.ndim:
         from funcgrad.numpy._promotion import broadcast_to
 
-        return broadcast_to(fill, shape)
-    return lax.broadcast_in_dim(fill, shape, ())
+        out = broadcast_to(fill, shape)
+    else:
+        out = lax.broadcast_in_dim(fill, shape, ())
+    return placed(out, "full", device, out_sharding)
 
 
-def zeros(shape, dtype=None):
-    return lax.full(_shape_tuple(shape), 0, dtypes.canonicalize(dtype or dtypes.default_float))
+def zeros(shape, dtype=None, *, device=None, out_sharding=None):
+    out = lax.full(_shape_tuple(shape), 0, dtypes.canonicalize(dtype or dtypes.default_float))
+    return placed(out, "zeros", device, out_sharding)
 
 
-def ones(shape, dtype=None):
-    return lax.full(_shape_tuple(shape), 1, dtypes.canonicalize(dtype or dtypes.default_float))
+def ones(shape, dtype=None, *, device=None, out_sharding=None):
+    out = lax.full(_shape_tuple(shape), 1, dtypes.canonicalize(dtype or dtypes.default_float))
+    return placed(out, "ones", device, out_sharding)
 
 
-def empty(shape, dtype=None):
-    return zeros(shape, dtype)
+def empty(shape, dtype=None, *, device=None, out_sharding=None):
+    return placed(zeros(shape, dtype), "empty", device, out_sharding)
 
 
 def _like(a, dtype, shape):
@@ -135,20 +164,22 @@ def _scalar_like(a, value, dtype, shape):
     return lax.broadcast_in_dim(convert(value, dtype, weak), shape, ())
 
 
-def zeros_like(a, dtype=None, shape=None):
-    return _scalar_like(a, 0, dtype, shape)
+def zeros_like(a, dtype=None, shape=None, *, device=None, out_sharding=None):
+    return placed(_scalar_like(a, 0, dtype, shape), "zeros_like", device, out_sharding)
 
 
-def ones_like(a, dtype=None, shape=None):
-    return _scalar_like(a, 1, dtype, shape)
+def ones_like(a, dtype=None, shape=None, *, device=None, out_sharding=None):
+    return placed(_scalar_like(a, 1, dtype, shape), "ones_like", device, out_sharding)
 
 
-def empty_like(a, dtype=None, shape=None):
-    return zeros_like(a, dtype, shape)
+def empty_like(prototype, dtype=None, shape=None, *, device=None):
+    return placed(_scalar_like(prototype, 0, dtype, shape), "empty_like", device)
 
 
-def full_like(a, fill_value, dtype=None, shape=None):
+def full_like(a, fill_value, dtype=None, shape=None, *, device=None, out_sharding=None):
     if isinstance(fill_value, (bool, int, float)):
-        return _scalar_like(a, fill_value, dtype, shape)
-    dtype, shape = _like(a, dtype, shape)
-    return full(shape, fill_value, dtype)
+        out = _scalar_like(a, fill_value, dtype, shape)
+    else:
+        dtype, shape = _like(a, dtype, shape)
+        out = full(shape, fill_value, dtype)
+    return placed(out, "full_like", device, out_sharding)

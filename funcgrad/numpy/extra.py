@@ -21,6 +21,7 @@ import numpy as np
 from funcgrad import core, dtypes, lax
 from funcgrad.array import DLPACK_CUDA, Array, device_put, from_cuda_dlpack
 from funcgrad.errors import ConcretizationTypeError
+from funcgrad.lax.sharding_constraint import placed
 from funcgrad.numpy import (
     _bessel,
     creation,
@@ -235,11 +236,13 @@ def percentile(
     keepdims: bool = False,
     *,
     weights=None,
+    out_sharding=None,
 ):
     """`quantile` with q in percent."""
-    return _quantile(
+    result = _quantile(
         "percentile", a, q, axis, out, method, keepdims, weights, ignore_nan=False, percent=True
     )
+    return placed(result, "percentile", out_sharding=out_sharding)
 
 
 def nanpercentile(
@@ -1748,10 +1751,21 @@ def _checked_value(name: str, index) -> np.ndarray:
     return np.asarray(index)
 
 
-def ravel_multi_index(multi_index: Sequence, dims: Sequence[int], mode: str = "raise", order="C"):
-    """Flat indices of the index arrays into an array of shape dims. Out-of-range indices raise
-    (so the indices must be concrete); mode 'clip' and 'wrap' bring them into range."""
+def ravel_multi_index(
+    multi_index: Sequence, dims: Sequence[int], mode: str = "raise", order="C", *, dtype=None
+):
+    """Flat indices (of `dtype`, by default the default int) of the index arrays into an array
+    of shape dims. Out-of-range indices raise (so the indices must be concrete); mode 'clip'
+    and 'wrap' bring them into range."""
     dims = tuple(operator.index(d) for d in dims)
+    dtype = dtypes.default_int if dtype is None else dtypes.canonicalize(dtype)
+    if not dtypes.is_int(dtype):
+        raise TypeError(f"ravel_multi_index: dtype must be an integer dtype, got {dtype.name}")
+    if math.prod(dims) - 1 > np.iinfo(dtype).max:
+        raise ValueError(
+            f"ravel_multi_index: dtype {dtype.name} cannot hold the flat indices of an array of "
+            f"shape {dims}"
+        )
     if len(multi_index) != len(dims):
         raise ValueError(f"ravel_multi_index: {len(multi_index)} index arrays for {len(dims)} dims")
     if order not in ("C", "F"):
@@ -1773,9 +1787,9 @@ def ravel_multi_index(multi_index: Sequence, dims: Sequence[int], mode: str = "r
         raise ValueError(f"ravel_multi_index: mode must be 'raise', 'wrap' or 'clip', got {mode!r}")
     if order == "F":
         indices, dims = indices[::-1], dims[::-1]
-    flat = _to_dtype(0, dtypes.default_int)
+    flat = _to_dtype(0, dtype)
     for index, d in zip(indices, dims):
-        flat = flat * d + convert(index, dtypes.default_int)
+        flat = flat * d + convert(index, dtype)
     return flat
 
 

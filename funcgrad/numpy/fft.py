@@ -199,19 +199,19 @@ def ihfft(a, n: int | None = None, axis: int = -1, norm: str | None = None):
     return lax.conj(rfft(a, n, axis, _SWAPPED[norm]))
 
 
-def fftfreq(n: int, d: float = 1.0, *, dtype=None):
+def fftfreq(n: int, d: float = 1.0, *, dtype=None, device=None):
     """The sample frequencies of an n-point transform with sample spacing d."""
     from funcgrad.numpy.creation import asarray
 
     values = np.fft.fftfreq(int(n), d)
-    return asarray(values, dtype=dtype or dtypes.default_float)
+    return asarray(values, dtype=dtype or dtypes.default_float, device=device)
 
 
-def rfftfreq(n: int, d: float = 1.0, *, dtype=None):
+def rfftfreq(n: int, d: float = 1.0, *, dtype=None, device=None):
     from funcgrad.numpy.creation import asarray
 
     values = np.fft.rfftfreq(int(n), d)
-    return asarray(values, dtype=dtype or dtypes.default_float)
+    return asarray(values, dtype=dtype or dtypes.default_float, device=device)
 
 
 def _shift(x, axes, sign: int):

@@ -698,6 +698,21 @@ def _nonnegative(indices):
     return ufuncs.maximum(indices, 0)
 
 
+def _negatives_out_of_bounds(indices, mode, size: int):
+    """`indices` whose negative entries are out of bounds rather than counted from the end:
+    clamped to 0 where the mode clamps, past the end where it fills."""
+    if mode in ("clip", "promise_in_bounds"):
+        return _nonnegative(indices)
+    if mode == "wrap" or dtypes.is_unsigned(indices.dtype):
+        return indices
+    if isinstance(indices, np.ndarray):
+        return np.where(indices < 0, size, indices.astype(np.int64))
+    wide = (
+        indices if indices.dtype.itemsize >= 4 else lax.convert_element_type(indices, dtypes.int32)
+    )
+    return lax.select(lax.lt(wide, lax.full_like(wide, 0)), lax.full_like(wide, size), wide)
+
+
 def _take_mode(name: str, mode, indices, size: int):
     """The gather mode for take-like functions (JAX's default: fill) and the indices to use."""
     if mode == "raise":
@@ -743,8 +758,20 @@ def take(
     return _gather(a, items, mode, fill_value, indices_are_sorted, unique_indices)
 
 
-def take_along_axis(arr, indices, axis: int | None, mode=None, fill_value=None):
-    """`arr` at `indices` along `axis`, the other axes matched (broadcast) position by position."""
+def take_along_axis(
+    arr,
+    indices,
+    axis: int | None,
+    mode=None,
+    fill_value=None,
+    *,
+    wrap_negative_indices: bool | None = None,
+):
+    """`arr` at `indices` along `axis`, the other axes matched (broadcast) position by position.
+
+    Negative indices count from the end, unless `wrap_negative_indices` is False (by default
+    it is, for mode="promise_in_bounds"): then they are out of bounds, which `mode` handles.
+    """
     arr = to_array(arr)
     indices = _index_array(indices, "take_along_axis")
     if axis is None:
@@ -760,6 +787,10 @@ def take_along_axis(arr, indices, axis: int | None, mode=None, fill_value=None):
             "must have the same number of dimensions"
         )
     axis = canonicalize_axis(axis, arr.ndim, "take_along_axis")
+    if wrap_negative_indices is None:
+        wrap_negative_indices = mode != "promise_in_bounds"
+    if not wrap_negative_indices:
+        indices = _negatives_out_of_bounds(indices, mode, arr.shape[axis])
     mode, indices = _take_mode("take_along_axis", mode, indices, arr.shape[axis])
     others = tuple(d for d in range(arr.ndim) if d != axis)
     if arr.size and all(indices.shape[d] == arr.shape[d] for d in others):

@@ -16,7 +16,7 @@ import numpy as np
 from funcgrad import dtypes, lax
 from funcgrad.array import Array
 from funcgrad.lax.householder import geqrf
-from funcgrad.numpy import misc
+from funcgrad.numpy import linalg_ops, misc
 from funcgrad.numpy._promotion import (
     broadcast_shapes,
     broadcast_to,
@@ -25,7 +25,7 @@ from funcgrad.numpy._promotion import (
     to_array,
 )
 from funcgrad.numpy.creation import ones
-from funcgrad.numpy.linalg_ops import cross, matmul, matrix_transpose, outer, tensordot, vecdot
+from funcgrad.numpy.linalg_ops import matrix_transpose, vecdot
 from funcgrad.numpy.reductions import (
     count_nonzero,
     cumprod,
@@ -704,3 +704,47 @@ def trace(x, /, *, offset: int = 0, dtype=None):
 def diagonal(x, /, *, offset: int = 0):
     """The diagonal of the last two axes."""
     return misc.diagonal(x, offset, -2, -1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The array API's forms of numpy's products: operands by position, options by name
+
+
+def cross(x1, x2, /, *, axis: int = -1):
+    """Cross products of the 3-vectors along `axis` (numpy.cross also takes 2-vectors)."""
+    x1, x2 = to_array(x1), to_array(x2)
+    sizes = [x.shape[canonicalize_axes(axis, x.ndim, "linalg.cross")[0]] for x in (x1, x2)]
+    if sizes != [3, 3]:
+        raise ValueError(
+            f"linalg.cross: both operands must hold 3-vectors along axis {axis}, got sizes "
+            f"{sizes[0]} and {sizes[1]} (shapes {x1.shape} and {x2.shape})"
+        )
+    return linalg_ops.cross(x1, x2, axis=axis)
+
+
+def matmul(x1, x2, /, *, precision=None, preferred_element_type=None):
+    return linalg_ops.matmul(
+        x1, x2, precision=precision, preferred_element_type=preferred_element_type
+    )
+
+
+def outer(x1, x2, /):
+    """Every product of an element of the vector `x1` with one of the vector `x2`."""
+    x1, x2 = to_array(x1), to_array(x2)
+    if x1.ndim != 1 or x2.ndim != 1:
+        raise ValueError(
+            f"linalg.outer: operands must be 1-d, got shapes {x1.shape} and {x2.shape} "
+            "(numpy.outer flattens them)"
+        )
+    return linalg_ops.outer(x1, x2)
+
+
+def tensordot(x1, x2, /, *, axes=2, precision=None, preferred_element_type=None, out_sharding=None):
+    return linalg_ops.tensordot(
+        x1,
+        x2,
+        axes,
+        precision=precision,
+        preferred_element_type=preferred_element_type,
+        out_sharding=out_sharding,
+    )

@@ -14,6 +14,7 @@ import numpy as np
 from funcgrad import dtypes, lax
 from funcgrad.array import Array
 from funcgrad.lax.linalg import dot_general_p
+from funcgrad.lax.sharding_constraint import placed
 from funcgrad.numpy._promotion import (
     broadcast_shapes,
     convert,
@@ -94,16 +95,21 @@ _MATRIX_PRODUCT_PARAMS = dict(
 )
 
 
-def matmul(a, b, *, precision=None, preferred_element_type=None):
+def matmul(a, b, *, precision=None, preferred_element_type=None, out_sharding=None):
     """NumPy's matmul: matrix products over the last two axes, broadcasting the rest.
 
     A 1-d operand is a vector: it is treated as a row (for `a`) or a column (for `b`) and that
     axis is dropped from the result.
     """
-    if precision is None and preferred_element_type is None:
+    if precision is None and preferred_element_type is None and out_sharding is None:
         fast = _eager_matmul(a, b)
         if fast is not None:
             return fast
+    out = _matmul(a, b, precision, preferred_element_type)
+    return placed(out, "matmul", out_sharding=out_sharding)
+
+
+def _matmul(a, b, precision, preferred_element_type):
     a, b = _promote_dtypes(a, b, preferred=preferred_element_type)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError(
@@ -143,8 +149,13 @@ def _batch_labels(rank: int, own_rank: int) -> list[int]:
     return list(range(rank - own_rank, rank))
 
 
-def dot(a, b, *, precision=None, preferred_element_type=None):
+def dot(a, b, *, precision=None, preferred_element_type=None, out_sharding=None):
     """NumPy's dot: the last axis of `a` against the second-to-last of `b` (its only, if 1-d)."""
+    out = _dot(a, b, precision, preferred_element_type)
+    return placed(out, "dot", out_sharding=out_sharding)
+
+
+def _dot(a, b, precision, preferred_element_type):
     a, b = _promote_dtypes(a, b, preferred=preferred_element_type)
     if a.ndim == 0 or b.ndim == 0:
         return multiply(a, b)
@@ -225,8 +236,13 @@ def outer(a, b, out=None):
     return multiply(column, row)
 
 
-def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None):
+def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None, out_sharding=None):
     """Contract the last `axes` axes of `a` with the first of `b`, or the listed pairs."""
+    out = _tensordot(a, b, axes, precision, preferred_element_type)
+    return placed(out, "tensordot", out_sharding=out_sharding)
+
+
+def _tensordot(a, b, axes, precision, preferred_element_type):
     a, b = _promote_dtypes(a, b, preferred=preferred_element_type)
     if isinstance(axes, int):
         if not 0 <= axes <= min(a.ndim, b.ndim):
@@ -331,12 +347,16 @@ def einsum(
     optimize=True,
     precision=None,
     preferred_element_type=None,
+    _dot_general=lax.dot_general,
+    out_sharding=None,
 ):
     """Einstein summation: contract operands pairwise, each pair with one dot_general.
 
     Repeated labels within one operand take a diagonal; labels in a single operand and not in
     the output are summed before any contraction. The pair contracted next is the one whose
-    result is smallest (greedy), or left to right with optimize=False.
+    result is smallest (greedy), or left to right with optimize=False. `_dot_general` (with
+    `lax.dot_general`'s signature) contracts each pair, for a caller that computes products
+    its own way.
     """
     if out is not None:
         raise NotImplementedError(
@@ -346,7 +366,7 @@ def einsum(
         raise TypeError(f"einsum: subscripts must be a string, got {type(subscripts).__name__}")
     arrays = _promote_dtypes(*operands, preferred=preferred_element_type) if operands else []
     input_labels, output_labels = _parse_subscripts(subscripts, [x.shape for x in arrays])
-    return _einsum(
+    result = _einsum(
         arrays,
         input_labels,
         output_labels,
@@ -354,7 +374,9 @@ def einsum(
         preferred_element_type,
         greedy=bool(optimize),
         context=f"subscripts {subscripts!r}",
+        dot_general=_dot_general,
     )
+    return placed(result, "einsum", out_sharding=out_sharding)
 
 
 def einsum_path(subscripts: str, /, *operands, optimize="greedy") -> tuple[list, str]:
@@ -413,6 +435,7 @@ def _einsum(
     preferred,
     greedy: bool = True,
     context: str = "",
+    dot_general=lax.dot_general,
 ):
     """Contract labelled operands (of one dtype) into the labelled output."""
     sizes = _label_sizes(context, arrays, input_labels)
@@ -426,7 +449,7 @@ def _einsum(
         i, j = _greedy_pair(terms, output_labels, sizes) if greedy else (0, 1)
         others = [t for k, t in enumerate(terms) if k not in (i, j)]
         needed = set(output_labels).union(*(labels for _, labels in others))
-        contracted = _contract(terms[i], terms[j], needed, precision, preferred)
+        contracted = _contract(terms[i], terms[j], needed, precision, preferred, dot_general)
         terms = others[:i] + [contracted] + others[i:]
     x, labels = terms[0]
     if labels != output_labels:
@@ -583,23 +606,20 @@ def _greedy_pair(terms: list, output_labels: list, sizes: dict) -> tuple[int, in
     return best[1], best[2]
 
 
-def _contract(lhs, rhs, needed: set, precision, preferred):
+def _contract(lhs, rhs, needed: set, precision, preferred, dot_general=lax.dot_general):
     """One dot_general: shared labels still needed are batch axes, the rest contracted."""
     (x, x_labels), (y, y_labels) = lhs, rhs
     shared = [label for label in x_labels if label in y_labels]
     batch = [label for label in shared if label in needed]
     contracted = [label for label in shared if label not in needed]
-    out = _dot_general(
-        x,
-        y,
+    dimension_numbers = (
         (
             tuple(x_labels.index(l) for l in contracted),
             tuple(y_labels.index(l) for l in contracted),
         ),
         (tuple(x_labels.index(l) for l in batch), tuple(y_labels.index(l) for l in batch)),
-        precision,
-        preferred,
     )
+    out = dot_general(x, y, dimension_numbers, precision, preferred_element_type=preferred)
     out_labels = (
         batch
         + [label for label in x_labels if label not in shared]

@@ -13,6 +13,7 @@ import numpy as np
 
 from funcgrad import core, dtypes, lax
 from funcgrad.array import Array
+from funcgrad.lax.sharding_constraint import placed
 from funcgrad.numpy import reductions, ufuncs
 from funcgrad.numpy._promotion import (
     broadcast_shapes,
@@ -53,6 +54,7 @@ __all__ = [
     "iscomplexobj",
     "isclose",
     "isscalar",
+    "issubdtype",
     "linspace",
     "logspace",
     "meshgrid",
@@ -77,7 +79,7 @@ def _static_scalar(x, name: str):
     return value[()]
 
 
-def arange(start, stop=None, step=None, dtype=None):
+def arange(start, stop=None, step=None, dtype=None, *, device=None, out_sharding=None):
     """Evenly spaced values in [start, stop); the bounds are static.
 
     As in JAX, integer arguments give the default int and any float the default float (int32
@@ -87,6 +89,11 @@ def arange(start, stop=None, step=None, dtype=None):
     as those two are (so arange(0.5, 10, 1.5, dtype=int32) is 0, 2, 4, ... 12, and
     arange(0, 5, 0.5, dtype=int32) all zeros).
     """
+    out = _arange(start, stop, step, dtype)
+    return placed(out, "arange", device, out_sharding)
+
+
+def _arange(start, stop, step, dtype):
     args = [a for a in (start, stop, step) if a is not None]
     values = [_static_scalar(a, "arange") for a in args]
     if any(np.iscomplexobj(v) for v in values):
@@ -156,6 +163,8 @@ def linspace(
     retstep: bool = False,
     dtype=None,
     axis: int = 0,
+    *,
+    device=None,
 ):
     """`num` evenly spaced samples from start to stop (arrays of bounds give one line each,
     along `axis`). The samples are NumPy's, bit for bit: computed in the dtype NumPy computes
@@ -167,7 +176,7 @@ def linspace(
     out, step = _linspace(start, stop, num, endpoint)
     if dtypes.is_int(out_dtype):
         out = lax.floor(out)
-    out = _to_axis(convert(out, out_dtype), axis)
+    out = placed(_to_axis(convert(out, out_dtype), axis), "linspace", device)
     if not retstep:
         return out
     return out, convert(step, out_dtype if dtypes.is_inexact(out_dtype) else compute)
@@ -290,10 +299,10 @@ def _diagonal_number(n: int, m: int):
     return lax.sub(columns, rows)
 
 
-def eye(N: int, M: int | None = None, k: int = 0, dtype=None):
+def eye(N: int, M: int | None = None, k: int = 0, dtype=None, *, device=None):
     n, m = _dims("eye", N, N if M is None else M)
     mask = lax.eq(_diagonal_number(n, m), operator.index(k))
-    return convert(mask, dtypes.canonicalize(dtype or dtypes.default_float))
+    return placed(convert(mask, dtypes.canonicalize(dtype or dtypes.default_float)), "eye", device)
 
 
 def identity(n: int, dtype=None):
@@ -467,8 +476,8 @@ def select(condlist: Sequence, choicelist: Sequence, default=0):
     return out
 
 
-def clip(a, /, min=None, max=None, *, a_min=None, a_max=None):
-    """`a` limited to [min, max] (either may be None); a_min/a_max are NumPy's older names."""
+def clip(arr, /, min=None, max=None, *, a_min=None, a_max=None):
+    """`arr` limited to [min, max] (either may be None); a_min/a_max are NumPy's older names."""
     if a_min is not None:
         if min is not None:
             raise TypeError("clip: give min or a_min, not both")
@@ -477,12 +486,18 @@ def clip(a, /, min=None, max=None, *, a_min=None, a_max=None):
         if max is not None:
             raise TypeError("clip: give max or a_max, not both")
         max = a_max
-    a = to_array(a)
+    arr = to_array(arr)
     if min is not None:
-        a = ufuncs.maximum(min, a)
+        arr = ufuncs.maximum(min, arr)
     if max is not None:
-        a = ufuncs.minimum(max, a)
-    return a
+        arr = ufuncs.minimum(max, arr)
+    return arr
+
+
+def issubdtype(arg1, arg2) -> bool:
+    """Whether dtype `arg1` is `arg2` or lies under it in NumPy's hierarchy of types, with
+    ml_dtypes' types where their kind puts them (`funcgrad.dtypes.issubdtype`)."""
+    return dtypes.issubdtype(arg1, arg2)
 
 
 def nonzero(a, *, size: int | None = None, fill_value=None) -> tuple:

@@ -16,7 +16,13 @@ import numpy as np
 from funcgrad import dtypes, lax
 from funcgrad.array import Array
 from funcgrad.lax.reductions import reduce_sum_p
-from funcgrad.numpy._promotion import broadcast_to, convert, result_type, to_array
+from funcgrad.numpy._promotion import (
+    broadcast_shapes,
+    broadcast_to,
+    convert,
+    result_type,
+    to_array,
+)
 from funcgrad.numpy.shape_ops import canonicalize_axes, canonicalize_axis
 from funcgrad.numpy.ufuncs import isnan, multiply, sqrt, subtract
 
@@ -315,6 +321,9 @@ def mean(a, axis: Axis = None, dtype=None, out=None, keepdims: bool = False, *, 
     return convert(lax.div(total, count), result_dtype)
 
 
+_mean = mean  # (under a name that the variances' `mean` parameter does not hide)
+
+
 def var(
     a,
     axis: Axis = None,
@@ -324,8 +333,11 @@ def var(
     keepdims: bool = False,
     *,
     where=None,
+    mean=None,
     correction: int | float | None = None,
 ):
+    """The variance; a given `mean` (of the shape a keepdims=True mean has, or one that
+    broadcasts to `a`) is taken as the center instead of computing it."""
     check_no_out("var", out)
     ddof = _ddof("var", ddof, correction)
     a = to_array(a)
@@ -336,7 +348,10 @@ def var(
         return _integer_var(a, axes, result_dtype, ddof, keepdims, where)
     compute_dtype = accumulation_dtype(result_dtype)
     x = convert(a, _working_dtype(a, compute_dtype))
-    centered = subtract(x, mean(x, axes, keepdims=True, where=where))
+    if mean is None:
+        centered = subtract(x, _mean(x, axes, keepdims=True, where=where))
+    else:
+        centered = subtract(x, _given_mean("var", mean, x))
     if where is not None:
         # Zeros where the sum leaves elements out, as in nanvar: a masked-out NaN or inf
         # would otherwise make every derivative NaN.
@@ -371,11 +386,30 @@ def std(
     keepdims: bool = False,
     *,
     where=None,
+    mean=None,
     correction: int | float | None = None,
 ):
     check_no_out("std", out)
     _check_inexact_dtype("std", dtype)
-    return sqrt(var(a, axis, dtype, None, ddof, keepdims, where=where, correction=correction))
+    variance = var(
+        a, axis, dtype, None, ddof, keepdims, where=where, mean=mean, correction=correction
+    )
+    return sqrt(variance)
+
+
+def _given_mean(name: str, mean, x):
+    """A variance's `mean` argument, in `x`'s dtype, after checking that it broadcasts to x."""
+    mean = to_array(mean)
+    try:
+        fits = broadcast_shapes(mean.shape, x.shape) == x.shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"{name}: mean of shape {mean.shape} does not broadcast to the array's shape "
+            f"{x.shape}; give the mean with the reduced axes kept (keepdims=True)"
+        )
+    return convert(mean, x.dtype)
 
 
 def _check_inexact_dtype(name: str, dtype) -> None:
@@ -604,19 +638,27 @@ def nanvar(
     keepdims: bool = False,
     *,
     where=None,
+    mean=None,
     correction: int | float | None = None,
 ):
+    """The variance of the elements that are not NaN; a given `mean` is taken as the center
+    (as in `var`)."""
     check_no_out("nanvar", out)
     a = to_array(a)
     if not dtypes.is_inexact(a.dtype):
-        return var(a, axis, dtype, None, ddof, keepdims, where=where, correction=correction)
+        return var(
+            a, axis, dtype, None, ddof, keepdims, where=where, mean=mean, correction=correction
+        )
     ddof = _ddof("nanvar", ddof, correction)
     result_dtype = dtypes.real_dtype(_nan_reduction_dtype("nanvar", a, dtype))
     compute_dtype = accumulation_dtype(result_dtype)
     axes = reduction_axes("nanvar", axis, a.ndim)
     x = convert(a, _working_dtype(a, compute_dtype))
     valid = _valid_mask(x, where)
-    centered = subtract(x, nanmean(x, axes, keepdims=True, where=where))
+    if mean is None:
+        centered = subtract(x, nanmean(x, axes, keepdims=True, where=where))
+    else:
+        centered = subtract(x, _given_mean("nanvar", mean, x))
     # Zeros, not the NaNs, where the sum leaves elements out: its transpose sends them a
     # cotangent of 0, and 0 times the slope 2 * NaN would make every derivative NaN.
     centered = lax.select(valid, centered, lax.full_like(centered, 0))
@@ -638,11 +680,15 @@ def nanstd(
     keepdims: bool = False,
     *,
     where=None,
+    mean=None,
     correction: int | float | None = None,
 ):
     check_no_out("nanstd", out)
     _check_inexact_dtype("nanstd", dtype)
-    return sqrt(nanvar(a, axis, dtype, None, ddof, keepdims, where=where, correction=correction))
+    variance = nanvar(
+        a, axis, dtype, None, ddof, keepdims, where=where, mean=mean, correction=correction
+    )
+    return sqrt(variance)
 
 
 def _nan_reduction_dtype(name: str, a, dtype) -> np.dtype:

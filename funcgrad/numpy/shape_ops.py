@@ -16,6 +16,7 @@ from funcgrad import core, dtypes, lax
 from funcgrad.array import Array
 from funcgrad.errors import ConcretizationTypeError
 from funcgrad.lax.shapes import reshape_p
+from funcgrad.lax.sharding_constraint import placed
 from funcgrad.numpy import _promotion
 from funcgrad.numpy._promotion import (
     broadcast_shapes,
@@ -149,16 +150,21 @@ def _resolve_shape(old_shape: tuple[int, ...], new_shape: tuple[int, ...]) -> tu
     return new_shape
 
 
-def reshape(a, shape, order: str = "C"):
+def reshape(a, shape, order: str = "C", *, copy: bool | None = None, out_sharding=None):
     """`a` with a new shape holding the same elements; one dimension may be -1 (inferred).
 
-    order='F' reads and writes the elements in column-major order.
+    order='F' reads and writes the elements in column-major order. Arrays are immutable, so
+    whether the result copies `a` cannot be seen: `copy` changes nothing.
     """
-    if type(a) is Array and type(shape) is tuple and order == "C":
+    if type(a) is Array and type(shape) is tuple and order == "C" and out_sharding is None:
         value = a._value
         if shape != value.shape and -1 not in shape and math.prod(shape) == value.size:
             # The eager hot path: the reshape the general path stages, bound directly.
             return reshape_p.bind(a, new_sizes=tuple(map(operator.index, shape)), dimensions=None)
+    return placed(_reshape(a, shape, order), "reshape", out_sharding=out_sharding)
+
+
+def _reshape(a, shape, order: str):
     a = to_array(a)
     new_shape = _resolve_shape(a.shape, _shape_arg(shape))
     if order == "C":
@@ -170,8 +176,8 @@ def reshape(a, shape, order: str = "C"):
     raise ValueError(f"reshape: order must be 'C' or 'F', got {order!r}")
 
 
-def ravel(a, order: str = "C"):
-    return reshape(a, (-1,), order=order)
+def ravel(a, order: str = "C", *, out_sharding=None):
+    return reshape(a, (-1,), order=order, out_sharding=out_sharding)
 
 
 def transpose(a, axes: Sequence[int] | None = None):
@@ -237,8 +243,9 @@ def expand_dims(a, axis: int | Sequence[int]):
 # Broadcasting and minimum ranks
 
 
-def broadcast_to(array, shape):
-    return _promotion.broadcast_to(array, _shape_arg(shape))
+def broadcast_to(array, shape, *, out_sharding=None):
+    out = _promotion.broadcast_to(array, _shape_arg(shape))
+    return placed(out, "broadcast_to", out_sharding=out_sharding)
 
 
 def broadcast_arrays(*args) -> list:
@@ -309,7 +316,12 @@ def concatenate(arrays, axis: int | None = 0, dtype=None):
     return lax.concatenate(arrays, axis)
 
 
-def stack(arrays, axis: int = 0, dtype=None):
+def stack(arrays, axis: int = 0, out=None, dtype=None):
+    if out is not None:
+        raise NotImplementedError(
+            "stack: the out argument is not supported, because funcgrad arrays are immutable; "
+            "use the returned array instead"
+        )
     arrays = _promoted("stack", arrays, dtype)
     shapes = {a.shape for a in arrays}
     if len(shapes) != 1:
@@ -419,12 +431,24 @@ def tile(A, reps):
     return lax.reshape(copies, tuple(r * s for r, s in zip(reps, A.shape)))
 
 
-def repeat(a, repeats, axis: int | None = None, *, total_repeat_length: int | None = None):
+def repeat(
+    a,
+    repeats,
+    axis: int | None = None,
+    *,
+    total_repeat_length: int | None = None,
+    out_sharding=None,
+):
     """Repeat each element along `axis` (the flattened array if None) `repeats` times.
 
     `repeats` is static: one count, or one per element. With `total_repeat_length`, as in JAX,
     the result is cut to that length, or padded by repeating its last element.
     """
+    out = _repeat(a, repeats, axis, total_repeat_length)
+    return placed(out, "repeat", out_sharding=out_sharding)
+
+
+def _repeat(a, repeats, axis: int | None, total_repeat_length: int | None):
     a = to_array(a)
     if axis is None or a.ndim == 0:  # (NumPy repeats a 0-d array as a 1-d one)
         a, axis = ravel(a), 0 if axis is None else axis

@@ -16,6 +16,7 @@ import numpy as np
 from funcgrad import core, dtypes, lax
 from funcgrad.array import Array
 from funcgrad.errors import ConcretizationTypeError
+from funcgrad.lax.sharding_constraint import placed
 from funcgrad.numpy._promotion import convert, result_type_and_weak, to_array
 from funcgrad.numpy.reductions import accumulation_dtype, cumsum, scalar
 from funcgrad.numpy.reductions import sum as _sum
@@ -96,23 +97,39 @@ def argsort(
     order=None,
     stable: bool = True,
     descending: bool = False,
+    dtype=None,
 ):
-    """Indices (of the default int) that sort `a` along `axis`; ties keep their original
-    order."""
+    """Indices (of `dtype`, by default the default int) that sort `a` along `axis`; ties keep
+    their original order."""
     _check_order("argsort", order)
     a = to_array(a)
     if axis is None:
         a, axis = _flatten(a), 0
     axis = canonicalize_axis(axis, a.ndim, "argsort")
-    indices = lax.broadcasted_iota(dtypes.default_int, a.shape, axis)
+    dtype = _index_dtype("argsort", dtype, a.shape[axis])
+    indices = lax.broadcasted_iota(dtype, a.shape, axis)
     if not descending:
         keys = _sort_keys(a)
         return lax.sort((*keys, indices), axis, stable, num_keys=len(keys))[-1]
     # Sorting the reversed array finds positions counted from the end; map them back.
     keys = _sort_keys(lax.rev(a, (axis,)))
     reversed_indices = lax.sort((*keys, indices), axis, stable, num_keys=len(keys))[-1]
-    last = scalar(a.shape[axis] - 1, dtypes.default_int)
+    last = scalar(a.shape[axis] - 1, dtype)
     return lax.rev(lax.sub(last, reversed_indices), (axis,))
+
+
+def _index_dtype(name: str, dtype, length: int) -> np.dtype:
+    """The integer dtype asked for indices below `length` (the default int if None)."""
+    if dtype is None:
+        return dtypes.default_int
+    dtype = dtypes.canonicalize(dtype)
+    if not dtypes.is_int(dtype):
+        raise TypeError(f"{name}: dtype must be an integer dtype, got {dtype.name}")
+    if length - 1 > np.iinfo(dtype).max:
+        raise ValueError(
+            f"{name}: dtype {dtype.name} cannot hold the indices of an axis of length {length}"
+        )
+    return dtype
 
 
 def sort_complex(a) -> Array:
@@ -243,16 +260,18 @@ def _search_binary(a, v, goes_after):
     return low
 
 
-def digitize(x, bins, right: bool = False):
-    """The index of the bin each element of `x` falls in (`bins` increasing or decreasing)."""
+def digitize(x, bins, right: bool = False, *, method: str | None = None):
+    """The index of the bin each element of `x` falls in (`bins` increasing or decreasing),
+    found by `searchsorted` with `method` (by default its own)."""
     x, bins = to_array(x), to_array(bins)
     if bins.ndim != 1:
         raise ValueError(f"digitize: bins must be 1-d, got shape {bins.shape}")
     if bins.shape[0] == 0:
         return lax.full(x.shape, 0, dtypes.int32)
     side = "left" if right else "right"
-    increasing = searchsorted(bins, x, side)
-    flipped = searchsorted(lax.rev(bins, (0,)), x, side)
+    options = {} if method is None else {"method": method}
+    increasing = searchsorted(bins, x, side, **options)
+    flipped = searchsorted(lax.rev(bins, (0,)), x, side, **options)
     decreasing = lax.sub(scalar(bins.shape[0], dtypes.int32), flipped)
     first = lax.index_in_dim(bins, 0, 0, keepdims=False)
     last = lax.index_in_dim(bins, bins.shape[0] - 1, 0, keepdims=False)
@@ -288,13 +307,15 @@ def unique(
     equal_nan: bool = True,
     size: int | None = None,
     fill_value=None,
+    sorted: bool = True,
 ):
     """The sorted unique elements (or slices along `axis`) of `ar`.
 
     With `size`, exactly `size` results are returned: the smallest ones, padded with
     `fill_value` (by default the smallest unique value), the index with where the smallest
     value first occurs and the counts with zeros. Without `size` the input must be concrete,
-    since the count depends on its values.
+    since the count depends on its values. The results are sorted whatever `sorted` says (it
+    allows any order, and sorted is one).
     """
     ar = to_array(ar)
     if axis is None:
@@ -400,12 +421,17 @@ def _resize(x, size: int, count, fill):
     return lax.select(keep, x, lax.broadcast_in_dim(fill, x.shape, tuple(range(1, x.ndim))))
 
 
-def bincount(x, weights=None, minlength: int = 0, *, length: int | None = None):
+def bincount(x, weights=None, minlength: int = 0, *, length: int | None = None, out_sharding=None):
     """How often each non-negative integer occurs in `x` (or the sum of its weights).
 
     As in JAX, negative values count as 0 and values at or past `length` are dropped. Without
     `length` the input must be concrete, since the result's size depends on its values.
     """
+    counts = _bincount(x, weights, minlength, length)
+    return placed(counts, "bincount", out_sharding=out_sharding)
+
+
+def _bincount(x, weights, minlength: int, length: int | None):
     x = to_array(x)
     if x.ndim != 1:
         raise ValueError(f"bincount: x must be 1-d, got shape {x.shape}")

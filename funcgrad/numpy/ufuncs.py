@@ -116,6 +116,40 @@ def _binary(prim, name: str, promote=promote_args):
     return op
 
 
+def check_ufunc_options(name: str, out, where) -> None:
+    """Refuse NumPy's `out` and `where` of a ufunc call unless they are at their defaults.
+
+    The ufunc functions take them positional-or-keyword rather than keyword-only: CPython
+    specialises calls of functions without keyword-only parameters, so `fnp.add(x, y)` pays
+    nothing for them.
+    """
+    if out is not None:
+        raise NotImplementedError(
+            f"{name}: the out argument is not supported, because funcgrad arrays are immutable; "
+            "use the returned array instead"
+        )
+    if where is not None and where is not True:
+        raise NotImplementedError(
+            f"{name}: the where argument is not supported: without out, NumPy leaves the "
+            f"masked-out elements undefined; write fnp.where(where, fnp.{name}(...), default) "
+            "to choose them"
+        )
+
+
+def _binary_ufunc(prim, name: str):
+    """A binary function that one of funcgrad.numpy's ufunc objects calls, taking `out` and
+    `where` at their defaults (`check_ufunc_options`)."""
+
+    def op(x1, x2, /, out=None, where=None):
+        if out is not None or where is not None:
+            check_ufunc_options(name, out, where)
+        return prim.bind(*promote_args(name, x1, x2))
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"NumPy's `{name}`: elementwise, with NumPy's broadcasting and type promotion."
+    return op
+
+
 def _unary(prim, name: str, promote=promote_args):
     def op(x, /):
         return prim.bind(*promote(name, x))
@@ -125,19 +159,31 @@ def _unary(prim, name: str, promote=promote_args):
     return op
 
 
-subtract = _binary(ew.sub_p, "subtract")
-true_divide = _binary(ew.div_p, "true_divide", promote_args_inexact)
+subtract = _binary_ufunc(ew.sub_p, "subtract")
+
+
+def true_divide(x1, x2, /):
+    """NumPy's `true_divide` (`/`): integers divide as floats."""
+    return ew.div_p.bind(*promote_args_inexact("true_divide", x1, x2))
+
+
 divide = true_divide
 _float_power = _binary(ew.pow_p, "float_power", promote_args_inexact)
-arctan2 = _binary(ew.atan2_p, "arctan2", promote_args_inexact)
+
+
+def arctan2(x1, x2, /):
+    """The angle of the point (x2, x1) from the positive x axis, in (-pi, pi]."""
+    return ew.atan2_p.bind(*promote_args_inexact("arctan2", x1, x2))
+
+
 nextafter = _binary(ew.nextafter_p, "nextafter", promote_args_inexact)
 equal = _binary(ew.eq_p, "equal")
 not_equal = _binary(ew.ne_p, "not_equal")
 
 
 def _ordered(prim, name: str, complex_rule):
-    """An order comparison or extremum: `prim` on real operands (its lax primitive takes no
-    complex ones), `complex_rule` on complex operands, in NumPy's order of complex numbers."""
+    """An order comparison: `prim` on real operands (its lax primitive takes no complex ones),
+    `complex_rule` on complex operands, in NumPy's order of complex numbers."""
 
     def op(x, y, /):
         x, y = promote_args(name, x, y)
@@ -167,20 +213,40 @@ greater = _ordered(ew.gt_p, "greater", lambda x, y: _complex_greater(x, y, False
 greater_equal = _ordered(ew.ge_p, "greater_equal", lambda x, y: _complex_greater(x, y, True))
 less = _ordered(ew.lt_p, "less", lambda x, y: _complex_greater(y, x, False))
 less_equal = _ordered(ew.le_p, "less_equal", lambda x, y: _complex_greater(y, x, True))
+
+
+def _extremum(prim, name: str, complex_rule):
+    """`maximum` or `minimum`, the ufuncs: `prim` on real operands, `complex_rule` on complex
+    ones, in NumPy's order of complex numbers."""
+
+    def op(x1, x2, /, out=None, where=None):
+        if out is not None or where is not None:
+            check_ufunc_options(name, out, where)
+        x1, x2 = promote_args(name, x1, x2)
+        return complex_rule(x1, x2) if dtypes.is_complex(x1.dtype) else prim.bind(x1, x2)
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = (
+        f"NumPy's `{name}`: elementwise, with NumPy's broadcasting and type promotion; complex "
+        "numbers are ordered by real part, then imaginary part, and NaNs propagate."
+    )
+    return op
+
+
 # A complex NaN (in either part) wins, as NumPy's maximum and minimum propagate NaNs.
-maximum = _ordered(
+maximum = _extremum(
     ew.max_p,
     "maximum",
     lambda x, y: _select(lax.bitwise_or(isnan(x), _complex_greater(x, y, True)), x, y),
 )
-minimum = _ordered(
+minimum = _extremum(
     ew.min_p,
     "minimum",
     lambda x, y: _select(lax.bitwise_or(isnan(x), _complex_greater(y, x, True)), x, y),
 )
-bitwise_and = _binary(ew.and_p, "bitwise_and")
-bitwise_or = _binary(ew.or_p, "bitwise_or")
-bitwise_xor = _binary(ew.xor_p, "bitwise_xor")
+bitwise_and = _binary_ufunc(ew.and_p, "bitwise_and")
+bitwise_or = _binary_ufunc(ew.or_p, "bitwise_or")
+bitwise_xor = _binary_ufunc(ew.xor_p, "bitwise_xor")
 
 
 def left_shift(x1, x2, /):
@@ -189,8 +255,10 @@ def left_shift(x1, x2, /):
     return lax.shift_left(x1, x2)
 
 
-def negative(x, /):
+def negative(x, /, out=None, where=None):
     """NumPy's `negative`; booleans are refused, as NumPy and JAX do."""
+    if out is not None or where is not None:
+        check_ufunc_options("negative", out, where)
     if dtypes.is_bool(to_array(x).dtype):
         raise TypeError(
             "negative: the `-` operator is not supported for booleans; use `~` or "
@@ -242,14 +310,18 @@ asin, acos, atan, atan2 = arcsin, arccos, arctan, arctan2
 asinh, acosh, atanh = arcsinh, arccosh, arctanh
 
 
-def add(x1, x2, /):
+def add(x1, x2, /, out=None, where=None):
     """NumPy's `add`; on booleans it is logical or, as in NumPy and JAX."""
+    if out is not None or where is not None:
+        check_ufunc_options("add", out, where)
     x1, x2 = promote_args("add", x1, x2)
     return (ew.or_p if x1.dtype == dtypes.bool_ else ew.add_p).bind(x1, x2)
 
 
-def multiply(x1, x2, /):
+def multiply(x1, x2, /, out=None, where=None):
     """NumPy's `multiply`; on booleans it is logical and, as in NumPy and JAX."""
+    if out is not None or where is not None:
+        check_ufunc_options("multiply", out, where)
     x1, x2 = promote_args("multiply", x1, x2)
     return (ew.and_p if x1.dtype == dtypes.bool_ else ew.mul_p).bind(x1, x2)
 
@@ -505,15 +577,21 @@ def logical_not(x, /):
     return lax.bitwise_not(_as_bool("logical_not", x))
 
 
-def logical_and(x1, x2, /):
+def logical_and(x1, x2, /, out=None, where=None):
+    if out is not None or where is not None:
+        check_ufunc_options("logical_and", out, where)
     return lax.bitwise_and(*promote_args("", _as_bool("logical_and", x1), _as_bool("", x2)))
 
 
-def logical_or(x1, x2, /):
+def logical_or(x1, x2, /, out=None, where=None):
+    if out is not None or where is not None:
+        check_ufunc_options("logical_or", out, where)
     return lax.bitwise_or(*promote_args("", _as_bool("logical_or", x1), _as_bool("", x2)))
 
 
-def logical_xor(x1, x2, /):
+def logical_xor(x1, x2, /, out=None, where=None):
+    if out is not None or where is not None:
+        check_ufunc_options("logical_xor", out, where)
     return lax.bitwise_xor(*promote_args("", _as_bool("logical_xor", x1), _as_bool("", x2)))
 
 
@@ -535,13 +613,17 @@ def isinf(x, /):
     return lax.eq(lax.abs(x), _full_like_scalar(x, np.inf))
 
 
-def isposinf(x, /):
+def isposinf(x, /, out=None):
+    if out is not None:
+        check_ufunc_options("isposinf", out, None)
     (x,) = promote_args_inexact("isposinf", x)
     check_real("isposinf", x)
     return lax.eq(x, _full_like_scalar(x, np.inf))
 
 
-def isneginf(x, /):
+def isneginf(x, /, out=None):
+    if out is not None:
+        check_ufunc_options("isneginf", out, None)
     (x,) = promote_args_inexact("isneginf", x)
     check_real("isneginf", x)
     return lax.eq(x, _full_like_scalar(x, -np.inf))
@@ -621,7 +703,9 @@ def rad2deg(x, /):
 radians, degrees = deg2rad, rad2deg
 
 
-def logaddexp(x1, x2, /):
+def logaddexp(x1, x2, /, out=None, where=None):
+    if out is not None or where is not None:
+        check_ufunc_options("logaddexp", out, where)
     x1, x2 = promote_args_inexact("logaddexp", x1, x2)
     # log(e^a + e^b) = hi + log1p(e^(lo - hi)). hi and lo are picked by select (not max and
     # abs), so at a tie the formula is still a + log1p(e^(b - a)), smooth in both operands, and
@@ -636,7 +720,9 @@ def logaddexp(x1, x2, /):
     return _select(isnan(delta), lax.add(x1, x2), out)
 
 
-def logaddexp2(x1, x2, /):
+def logaddexp2(x1, x2, /, out=None, where=None):
+    if out is not None or where is not None:
+        check_ufunc_options("logaddexp2", out, where)
     x1, x2 = promote_args_inexact("logaddexp2", x1, x2)
     ln2 = _full_like_scalar(x1, np.log(2))
     return lax.div(logaddexp(lax.mul(x1, ln2), lax.mul(x2, ln2)), ln2)
@@ -675,9 +761,9 @@ def conjugate(x, /):
 conj = conjugate
 
 
-def real(x, /):
-    x = to_array(x)
-    return lax.real(x) if dtypes.is_complex(x.dtype) else x
+def real(val, /):
+    val = to_array(val)
+    return lax.real(val) if dtypes.is_complex(val.dtype) else val
 
 
 def _select(pred, on_true, on_false):

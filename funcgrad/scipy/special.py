@@ -114,16 +114,16 @@ def _inexact(name: str, x: ArrayLike):
     return x
 
 
-def erf(z: ArrayLike):
-    return lax.erf(_inexact("erf", z))
+def erf(x: ArrayLike):
+    return lax.erf(_inexact("erf", x))
 
 
 def erfc(x: ArrayLike):
     return lax.erfc(_inexact("erfc", x))
 
 
-def erfinv(y: ArrayLike):
-    return lax.erf_inv(_inexact("erfinv", y))
+def erfinv(x: ArrayLike):
+    return lax.erf_inv(_inexact("erfinv", x))
 
 
 def expit(x: ArrayLike):
@@ -462,14 +462,14 @@ def _relative_entropy(name: str, x: ArrayLike, y: ArrayLike, offset: bool):
     return narrow(fnp.where(fnp.isnan(x) | fnp.isnan(y), fnp.nan, value), kind)
 
 
-def rel_entr(x: ArrayLike, y: ArrayLike):
-    """x log(x / y) for x, y > 0; 0 where x = 0 <= y; inf otherwise."""
-    return _relative_entropy("rel_entr", x, y, offset=False)
+def rel_entr(p: ArrayLike, q: ArrayLike):
+    """p log(p / q) for p, q > 0; 0 where p = 0 <= q; inf otherwise."""
+    return _relative_entropy("rel_entr", p, q, offset=False)
 
 
-def kl_div(x: ArrayLike, y: ArrayLike):
-    """x log(x / y) - x + y for x, y > 0; y where x = 0 <= y; inf otherwise."""
-    return _relative_entropy("kl_div", x, y, offset=True)
+def kl_div(p: ArrayLike, q: ArrayLike):
+    """p log(p / q) - p + q for p, q > 0; q where p = 0 <= q; inf otherwise."""
+    return _relative_entropy("kl_div", p, q, offset=True)
 
 
 def gammasgn(x: ArrayLike):

@@ -285,10 +285,19 @@ def _flatten_fun(fun: Callable, in_tree) -> Callable:
     return flat_fun
 
 
-def vjp(fun: Callable, *primals, has_aux: bool = False):
+def _check_no_reduce_axes(name: str, reduce_axes) -> None:
+    if tuple(reduce_axes):
+        raise NotImplementedError(
+            f"{name}: reduce_axes is no longer supported; sum the cotangents over the named "
+            f"axes yourself (lax.psum), got reduce_axes={reduce_axes!r}"
+        )
+
+
+def vjp(fun: Callable, *primals, has_aux: bool = False, reduce_axes=()):
     """(fun(*primals), vjp_fn) where vjp_fn maps an output cotangent to input cotangents.
     vjp_fn is a pytree of the residuals, so a jitted function may return it, and another take
-    it (`fwd_and_bwd`)."""
+    it (`fwd_and_bwd`). `reduce_axes` is gone (only () is accepted)."""
+    _check_no_reduce_axes("vjp", reduce_axes)
     primal_leaves, in_tree = tree_util.tree_flatten(primals)
     primal_leaves = [_as_primal(p) for p in primal_leaves]
     flat_fun = _flatten_fun(fun, in_tree)
@@ -397,9 +406,12 @@ def value_and_grad(
     has_aux: bool = False,
     holomorphic: bool = False,
     allow_int: bool = False,
+    reduce_axes: Sequence = (),
 ) -> Callable:
-    """A function returning (fun(*args), the gradient of fun with respect to args[argnums])."""
+    """A function returning (fun(*args), the gradient of fun with respect to args[argnums]).
+    `reduce_axes` is gone (only () is accepted)."""
     name = f"value_and_grad({function_name(fun)})"
+    _check_no_reduce_axes(name, reduce_axes)
 
     @functools.wraps(fun)
     def value_and_grad_fun(*args, **kwargs):
@@ -430,8 +442,11 @@ def grad(
     has_aux: bool = False,
     holomorphic: bool = False,
     allow_int: bool = False,
+    reduce_axes: Sequence = (),
 ) -> Callable:
-    """The gradient of a scalar-valued `fun` with respect to its argument(s) `argnums`."""
+    """The gradient of a scalar-valued `fun` with respect to its argument(s) `argnums`.
+    `reduce_axes` is gone (only () is accepted)."""
+    _check_no_reduce_axes(f"grad({function_name(fun)})", reduce_axes)
     value_and_grad_fun = value_and_grad(fun, argnums, has_aux, holomorphic, allow_int)
 
     @functools.wraps(fun)

@@ -11,7 +11,9 @@ every intermediate.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+import inspect
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from funcgrad import core, tree_util
 from funcgrad.compiler.passes import dead_code_elimination, inline_calls
@@ -190,24 +192,43 @@ def _checkpoint_batch(values, dims, *, jaxpr: ClosedJaxpr, policy, prevent_cse: 
 # The public transform
 
 
+# The default of checkpoint's `concrete`, an option that no longer exists.
+_NO_CONCRETE = object()
+
+
 def checkpoint(
     fun: Callable,
     *,
     prevent_cse: bool = True,
     policy: Callable | None = None,
     static_argnums: int | Sequence[int] = (),
+    static_argnames: str | Iterable[str] = (),
+    concrete: Any = _NO_CONCRETE,
 ) -> Callable:
     """`fun`, differentiated by recomputing its intermediates instead of storing them.
 
     `policy(primitive, *avals, **params) -> bool` names the values that may be saved anyway,
-    e.g. `checkpoint_policies.dots_saveable`; by default only the inputs are saved.
+    e.g. `checkpoint_policies.dots_saveable`; by default only the inputs are saved. The
+    arguments `static_argnums` and `static_argnames` point at (by position or by name, either
+    way they are passed) reach `fun` as the Python values they are, not traced.
     """
+    if concrete is not _NO_CONCRETE:
+        raise NotImplementedError(
+            "checkpoint: the concrete option is gone; mark the arguments Python control flow "
+            "depends on with static_argnums or static_argnames instead"
+        )
     static = (static_argnums,) if isinstance(static_argnums, int) else tuple(static_argnums)
+    static_names = (
+        (static_argnames,) if isinstance(static_argnames, str) else tuple(static_argnames)
+    )
+    static = static + _positions_of(fun, static_names)
 
     @functools.wraps(fun)
     def checkpointed(*args, **kwargs):
-        static_values = {i: args[i] for i in static}
+        static_values = {i: args[i] for i in static if i < len(args)}
         dynamic = [a for i, a in enumerate(args) if i not in static]
+        static_kwargs = {k: v for k, v in kwargs.items() if k in static_names}
+        kwargs = {k: v for k, v in kwargs.items() if k not in static_names}
         leaves, in_tree = tree_util.tree_flatten((dynamic, kwargs))
         leaves = [x if core.is_float0(x) else asarray(x) for x in leaves]
         # float0 values (tangents of integers) hold no data: the function gets such arguments
@@ -222,7 +243,8 @@ def checkpoint(
             full = [
                 static_values[i] if i in static else next(dynamic_args) for i in range(len(args))
             ]
-            out_leaves, out_tree = tree_util.tree_flatten(fun(*full, **dynamic_kwargs))
+            out = fun(*full, **dynamic_kwargs, **static_kwargs)
+            out_leaves, out_tree = tree_util.tree_flatten(out)
             structure.append((out_tree, [x if core.is_float0(x) else None for x in out_leaves]))
             return [x for x in out_leaves if not core.is_float0(x)]
 
@@ -246,6 +268,19 @@ def checkpoint(
         return tree_util.tree_unflatten(out_tree, out_leaves)
 
     return checkpointed
+
+
+def _positions_of(fun: Callable, names: tuple[str, ...]) -> tuple[int, ...]:
+    """The positions of `fun`'s parameters named `names` that may be passed by position."""
+    if not names:
+        return ()
+    try:
+        parameters = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):  # no signature: the names are static when passed by name
+        return ()
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    positional = [p.name for p in parameters if p.kind in kinds]
+    return tuple(i for i, name in enumerate(positional) if name in names)
 
 
 remat = checkpoint

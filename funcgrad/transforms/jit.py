@@ -319,10 +319,13 @@ def _static_tuple(argnums) -> tuple:
     return tuple(argnums)
 
 
-def _static_argnums_and_names(fun: Callable, name: str, argnums: tuple, argnames: tuple):
-    """Complete each of static_argnums and static_argnames from the other through `fun`'s
-    signature, as JAX does: a parameter declared static by name is static when passed by
-    position too, and the reverse. Positions the signature cannot have are an error."""
+def _static_argnums_and_names(
+    fun: Callable, name: str, argnums: tuple, argnames: tuple, what: str = "static_argnums"
+):
+    """Complete each of static_argnums and static_argnames (or `what`, donate_argnums and its
+    names) from the other through `fun`'s signature, as JAX does: a parameter declared static
+    by name is static when passed by position too, and the reverse. Positions the signature
+    cannot have are an error."""
     try:
         parameters = list(inspect.signature(fun).parameters.values())
     except (TypeError, ValueError):  # no signature (some builtins): take them as given
@@ -332,7 +335,7 @@ def _static_argnums_and_names(fun: Callable, name: str, argnums: tuple, argnames
         for i in argnums:
             if not -len(positional) <= i < len(positional):
                 raise ValueError(
-                    f"jit({name}): static_argnums {argnums} out of range: the function takes "
+                    f"jit({name}): {what} {argnums} out of range: the function takes "
                     f"{len(positional)} positional argument(s)"
                 )
     nums, names = list(argnums), list(argnames)
@@ -597,6 +600,10 @@ class Jitted:
         donate_argnums=(),
         in_shardings=None,
         out_shardings=None,
+        *,
+        donate_argnames=(),
+        device=None,
+        inline: bool = False,
     ):
         functools.update_wrapper(self, fun)
         self.fun = fun
@@ -606,21 +613,37 @@ class Jitted:
         )
         # Outputs may be written into donated arguments' buffers (the compiled backend does;
         # the NumPy reference backend allocates every result).
-        self.donate_argnums = _static_tuple(donate_argnums)
+        self.donate_argnums, self.donate_argnames = _static_argnums_and_names(
+            fun,
+            self.name,
+            _static_tuple(donate_argnums),
+            _static_tuple(donate_argnames),
+            "donate_argnums",
+        )
         overlap = set(self.donate_argnums) & set(self.static_argnums)
+        overlap |= set(self.donate_argnames) & set(self.static_argnames)
         if overlap:
             raise ValueError(
-                f"jit({self.name}): arguments {sorted(overlap)} are both static and donated; "
-                "a static argument has no buffer to donate"
+                f"jit({self.name}): arguments {sorted(overlap, key=str)} are both static and "
+                "donated; a static argument has no buffer to donate"
             )
         # Layouts over a mesh (`funcgrad.sharding`): checked against the arguments, and
         # recorded on the results, around a call of the same function jitted without them;
-        # there is no partitioner to place the program's parts.
+        # there is no partitioner to place the program's parts. A device to run on, and
+        # inlining into an enclosing trace, go around that call too.
         self.in_shardings = in_shardings
         self.out_shardings = out_shardings
+        self.device = device
+        self.inline = inline
         self._unlaid = None
-        if in_shardings is not None or out_shardings is not None:
-            self._unlaid = Jitted(fun, static_argnums, static_argnames, donate_argnums)
+        if in_shardings is not None or out_shardings is not None or device is not None or inline:
+            self._unlaid = Jitted(
+                fun,
+                static_argnums,
+                static_argnames,
+                donate_argnums,
+                donate_argnames=donate_argnames,
+            )
         self._cache: dict = {}
         caches.track(self)
         # Calls without keywords whose arguments are arrays, by the signature found without
@@ -747,7 +770,7 @@ class Jitted:
             monitoring.record_event_duration_secs(
                 "/funcgrad/jit/trace_duration", time.perf_counter() - started, fun=self.name
             )
-        donated = self._donated_leaves(args, static_positions)
+        donated = self._donated_leaves(args, kwargs, static_positions)
         num_consts = len(closed.consts)
         entry = _Entry(
             _hoisted(closed),
@@ -792,16 +815,21 @@ class Jitted:
             seconds * 1e3,
         )
 
-    def _donated_leaves(self, args: tuple, static_positions: set) -> list[int]:
-        """The flat positions of the donated positional arguments' leaves among the program's
-        inputs (which float0 leaves are not)."""
+    def _donated_leaves(self, args: tuple, kwargs: dict, static_positions: set) -> list[int]:
+        """The flat positions of the donated arguments' leaves among the program's inputs
+        (which float0 leaves are not): the positional ones', then those of the keyword
+        arguments donate_argnames names (the dynamic keywords flatten in sorted order)."""
         donated = {i % len(args) for i in self.donate_argnums if -len(args) <= i < len(args)}
+        dynamic = [(i in donated, a) for i, a in enumerate(args) if i not in static_positions]
+        dynamic += [
+            (k in self.donate_argnames, v)
+            for k, v in sorted(kwargs.items())
+            if k not in self.static_argnames
+        ]
         positions, start = [], 0
-        for i, arg in enumerate(args):
-            if i in static_positions:
-                continue
+        for is_donated, arg in dynamic:
             count = sum(not core.is_float0(x) for x in tree_util.tree_leaves(arg))
-            if i in donated:
+            if is_donated:
                 positions += range(start, start + count)
             start += count
         return positions
@@ -844,7 +872,21 @@ class Jitted:
 
     def _laid_out_call(self, args: tuple, kwargs: dict):
         self._check_in_shardings(args, kwargs)
-        return self._lay_out_results(self._unlaid(*args, **kwargs))
+        if self.inline and core.current_trace() is not core.eval_trace():
+            return self._lay_out_results(self.fun(*args, **kwargs))
+        if self.device is None:
+            return self._lay_out_results(self._unlaid(*args, **kwargs))
+        from funcgrad.devices import default_device
+
+        static = self._static_positions_of(len(args))
+        args = tuple(a if i in static else _placed(a, self.device) for i, a in enumerate(args))
+        kwargs = {
+            k: v if k in self.static_argnames else _placed(v, self.device)
+            for k, v in kwargs.items()
+        }
+        with default_device(self.device):
+            out = self._unlaid(*args, **kwargs)
+        return self._lay_out_results(_placed(out, self.device))
 
     def _check_in_shardings(self, args: tuple, kwargs: dict) -> None:
         from funcgrad.sharding import constrained
@@ -881,6 +923,15 @@ class Jitted:
 
     def __repr__(self) -> str:
         return f"<jit-compiled function {self.name}>"
+
+
+def _placed(arg, device):
+    """`arg` with its arrays moved to `device`; Python scalars stay, for the program to place."""
+
+    def place(leaf):
+        return device_put(leaf, device) if isinstance(leaf, Array | np.ndarray) else leaf
+
+    return tree_util.tree_map(place, arg)
 
 
 def _operand(x, name: str):
@@ -1069,12 +1120,49 @@ def jit(
     *,
     in_shardings: Any = None,
     out_shardings: Any = None,
+    donate_argnames: str | Sequence[str] = (),
+    keep_unused: bool = False,
+    device: Any = None,
+    backend: str | None = None,
+    inline: bool = False,
+    compiler_options: dict[str, Any] | None = None,
 ) -> Jitted:
     """Compile `fun`: trace it once per signature and run the staged program thereafter.
 
     `in_shardings` and `out_shardings` (shardings or PartitionSpecs over the current mesh, or
     tree prefixes of the dynamic positional arguments and of the output) check the arguments'
-    shapes against the layouts and record the layouts on the results (`funcgrad.sharding`)."""
+    shapes against the layouts and record the layouts on the results (`funcgrad.sharding`).
+    `donate_argnames` donates arguments by name, as `donate_argnums` by position. `device` (or
+    the first device of `backend`, "cpu" or "gpu") is where calls run: their arrays are moved
+    there first. With `inline`, a call inside another traced function is traced into it
+    rather than staged as a call of its own. `keep_unused` changes nothing (a program takes
+    every argument it is given), and there are no `compiler_options` to set."""
     if not callable(fun):
         raise TypeError(f"jit expects a callable, got {type(fun).__name__}")
-    return Jitted(fun, static_argnums, static_argnames, donate_argnums, in_shardings, out_shardings)
+    if compiler_options:
+        raise ValueError(
+            f"jit: funcgrad's compiler takes no options, got compiler_options "
+            f"{sorted(compiler_options)}; choose the backend with config jit_backend"
+        )
+    if backend is not None:
+        if device is not None:
+            raise ValueError("jit: give device or backend, not both")
+        from funcgrad.devices import devices
+
+        device = devices(backend)[0]
+    if device is not None and (in_shardings is not None or out_shardings is not None):
+        raise ValueError(
+            "jit: give device (or backend) or in_shardings/out_shardings, not both: shardings "
+            "say where arguments and results are"
+        )
+    return Jitted(
+        fun,
+        static_argnums,
+        static_argnames,
+        donate_argnums,
+        in_shardings,
+        out_shardings,
+        donate_argnames=donate_argnames,
+        device=device,
+        inline=inline,
+    )

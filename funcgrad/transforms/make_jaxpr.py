@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+import operator
+from collections.abc import Callable, Hashable, Sequence
 
 from funcgrad import dtypes, tree_util
 from funcgrad.config import config
 from funcgrad.core import ShapedArray, ShapeDtypeStruct, is_float0
+from funcgrad.interpreters.parallel import axes_bound
 from funcgrad.interpreters.staging import abstractify, trace_to_jaxpr
 from funcgrad.ir import ClosedJaxpr, Jaxpr, float0_literal
 
@@ -22,13 +24,19 @@ def function_name(fun: Callable) -> str:
 
 
 def make_jaxpr(
-    fun: Callable, static_argnums: int | Sequence[int] = (), return_shape: bool = False
+    fun: Callable,
+    static_argnums: int | Sequence[int] = (),
+    axis_env: Sequence[tuple[Hashable, int]] | None = None,
+    return_shape: bool = False,
 ) -> Callable[..., ClosedJaxpr]:
     """Return a function that stages `fun` on its arguments and returns the ClosedJaxpr.
 
     Arguments may be pytrees of arrays and scalars; only their shapes and dtypes are used.
-    With `return_shape=True` it also returns the output pytree of `ShapeDtypeStruct`s.
+    `axis_env`, (name, size) pairs, binds axis names for the collectives `fun` calls, as a
+    pmap over them would. With `return_shape=True` it also returns the output pytree of
+    `ShapeDtypeStruct`s.
     """
+    axis_env = _checked_axis_env(axis_env)
     if isinstance(static_argnums, int):
         static_argnums = (static_argnums,)
     static_argnums = tuple(static_argnums)
@@ -55,7 +63,9 @@ def make_jaxpr(
             )
             return [leaf for leaf in out_leaves if not is_float0(leaf)]
 
-        closed_jaxpr, _ = trace_to_jaxpr(flat_fun, in_avals, f"make_jaxpr({function_name(fun)})")
+        what = f"make_jaxpr({function_name(fun)})"
+        with axes_bound(axis_env, what):
+            closed_jaxpr, _ = trace_to_jaxpr(flat_fun, in_avals, what)
         if config.debug_key_reuse:
             from funcgrad.key_reuse import check_key_reuse_jaxpr  # (it builds on transforms)
 
@@ -71,6 +81,20 @@ def make_jaxpr(
         return closed_jaxpr
 
     return make_jaxpr_fun
+
+
+def _checked_axis_env(axis_env) -> tuple[tuple[Hashable, int], ...]:
+    if axis_env is None:
+        return ()
+    try:
+        pairs = tuple((name, operator.index(size)) for name, size in axis_env)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"make_jaxpr: axis_env must be a sequence of (axis name, size) pairs, got {axis_env!r}"
+        ) from None
+    if any(size < 1 for _, size in pairs):
+        raise ValueError(f"make_jaxpr: axis sizes in axis_env must be positive, got {pairs}")
+    return pairs
 
 
 def _float0_aval(x) -> ShapedArray:

@@ -17,6 +17,7 @@ from funcgrad.interpreters.batching import (
     not_mapped,
 )
 from funcgrad.lax.base import asarray
+from funcgrad.lax.reductions import reduce_sum
 from funcgrad.transforms.make_jaxpr import function_name
 
 
@@ -80,13 +81,15 @@ def vmap(
     axis_name: Any = None,
     axis_size: int | None = None,
     spmd_axis_name: Any = None,
+    sum_match: bool = False,
 ) -> Callable:
     """Vectorize `fun` over the axes `in_axes` of its arguments, stacking results at `out_axes`.
 
     Axes are ints (negative ones count from the end), None (not mapped), or pytree prefixes of
     the positional arguments; keyword arguments are always mapped along axis 0. `axis_name`
     names the axis for collectives (psum, ...); `axis_size` gives the size when no argument is
-    mapped.
+    mapped. An output that varies along the mapped axis may have out_axes None only with
+    `sum_match`, which sums it over that axis.
     """
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)
@@ -137,7 +140,7 @@ def vmap(
             # (the leak checker finds any tracer still referenced)
             del in_values, in_args, in_kwargs, out, out_leaves
         results = [
-            _place_output(value, dim, axis, size, name)
+            _place_output(value, dim, axis, size, name, sum_match)
             for (value, dim), axis in zip(pairs, out_axes_flat)
         ]
         return tree_util.tree_unflatten(out_tree, results)
@@ -161,7 +164,7 @@ def _mapped_input(trace: BatchTrace, x, axis):
     return BatchTracer(trace, x, axis % x.ndim)
 
 
-def _place_output(value, dim, out_axis, size: int, name: str):
+def _place_output(value, dim, out_axis, size: int, name: str, sum_match: bool):
     if out_axis is not None and _is_float0(value):
         ndim = value.ndim + 1
         if not -ndim <= out_axis < ndim:
@@ -172,13 +175,15 @@ def _place_output(value, dim, out_axis, size: int, name: str):
         shape.insert(out_axis % ndim, size)
         return np.zeros(shape, dtypes.float0)
     if out_axis is None:
-        if dim is not not_mapped:
-            raise ValueError(
-                f"vmap({name}) has an output that varies along the mapped axis, but its "
-                "out_axes is None; only outputs that do not depend on mapped inputs may have "
-                "out_axes None"
-            )
-        return value
+        if dim is not_mapped:
+            return value
+        if sum_match:
+            return reduce_sum(value, (dim,))
+        raise ValueError(
+            f"vmap({name}) has an output that varies along the mapped axis, but its "
+            "out_axes is None; only outputs that do not depend on mapped inputs may have "
+            "out_axes None (or pass sum_match=True to sum them over the mapped axis)"
+        )
     # The output's rank: the value's own, plus the batch axis it gains if it has none yet.
     ndim = core.get_aval(value).ndim + (dim is not_mapped)
     if not -ndim <= out_axis < ndim:

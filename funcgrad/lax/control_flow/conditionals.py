@@ -449,12 +449,30 @@ def _batch_outputs(
 # Public wrappers
 
 
-def cond(pred, true_fun: Callable, false_fun: Callable, *operands):
+# The default of `operand`, which no caller's value can be.
+_NO_OPERAND = object()
+
+
+def _single_operand(name: str, operands: tuple, operand) -> tuple:
+    """The operands of a cond or switch called in the older form with one `operand=`."""
+    if operand is _NO_OPERAND:
+        return operands
+    if operands:
+        raise TypeError(
+            f"{name}: pass the operands by position or one operand= by name, not both; got "
+            f"operand={operand!r} and {len(operands)} operand(s) by position"
+        )
+    return (operand,)
+
+
+def cond(pred, true_fun: Callable, false_fun: Callable, *operands, operand=_NO_OPERAND):
     """`true_fun(*operands)` if `pred` else `false_fun(*operands)`, as one staged primitive.
 
     Both functions are staged (so both must return the same pytree of shapes and dtypes);
     only the chosen one runs, except under vmap with a batched `pred`, where both run.
+    `operand=x` is the older spelling of one operand x.
     """
+    operands = _single_operand("cond", operands, operand)
     pred = asarray(pred)
     if pred.ndim != 0:
         raise TypeError(f"cond: pred must be a scalar, got an array of shape {pred.shape}")
@@ -472,12 +490,14 @@ def cond(pred, true_fun: Callable, false_fun: Callable, *operands):
     return tree_util.tree_unflatten(out_tree, outs)
 
 
-def switch(index, branches: Sequence[Callable], *operands):
+def switch(index, branches: Sequence[Callable], *operands, operand=_NO_OPERAND):
     """`branches[index](*operands)`, with `index` clamped to the valid range.
 
     Every branch is staged and must return the same pytree of shapes and dtypes; only the
-    chosen one runs, except under vmap with a batched `index`, where all run.
+    chosen one runs, except under vmap with a batched `index`, where all run. `operand=x` is
+    the older spelling of one operand x.
     """
+    operands = _single_operand("switch", operands, operand)
     branches = tuple(branches)
     if not branches:
         raise ValueError("switch: branches must be a non-empty sequence of functions")

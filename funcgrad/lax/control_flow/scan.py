@@ -638,10 +638,12 @@ def scan(
     length: int | None = None,
     reverse: bool = False,
     unroll: int | bool = 1,
+    _split_transpose: bool = False,
 ):
     """Loop `f(carry, x) -> (carry, y)` over the leading axis of `xs`; return the final carry
     and the stacked ys. One traced body, so it stages, differentiates and batches as one
-    loop instead of `length` copies of the body."""
+    loop instead of `length` copies of the body. `_split_transpose` asks for the reverse loop
+    of a derivative in two parts, which changes no value: it is accepted and not used."""
     in_tree = tree_util.tree_structure((init, xs))
     init_leaves, init_tree = tree_util.tree_flatten(init)
     init_leaves = [asarray(x) for x in init_leaves]
