@@ -249,10 +249,10 @@ bitwise_or = _binary_ufunc(ew.or_p, "bitwise_or")
 bitwise_xor = _binary_ufunc(ew.xor_p, "bitwise_xor")
 
 
-def left_shift(x1, x2, /):
+def left_shift(x, y, /):
     """Booleans shift as int32, as in JAX."""
-    x1, x2 = promote_args_numeric("left_shift", x1, x2)
-    return lax.shift_left(x1, x2)
+    x, y = promote_args_numeric("left_shift", x, y)
+    return lax.shift_left(x, y)
 
 
 def negative(x, /, out=None, where=None):
