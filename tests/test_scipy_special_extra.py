@@ -164,6 +164,19 @@ def test_poch_at_the_poles_of_both_gammas_and_of_a_large_argument_downwards():
     assert_close(special.poch(np.float32(-4), np.float32(3)), np.float32(-24), np.float32)
 
 
+def test_poch_next_to_the_poles():
+    # z and z + m both within 1e-9 of poles of Gamma: the ratio of lgammas of the rounded
+    # arguments kept 3 to 5 digits (poch(-457 - 6.6e-11, -93) was 5.392e-252, for 5.388e-252)
+    z = np.array([-457.0000000000662, -303.0000000000018, -488.99999999698804, -27 + 6.06e-12])
+    m = np.array([-93.0, 1.563008900933829e-09, 4.205631421282917e-10, -112.48812226549785])
+    z = np.concatenate([z, [-395.0, 2.5 - 1e-12, -0.5]])
+    m = np.concatenate([m, [314.0562291917538, -3.5, 0.5 - 1e-13]])
+    with mpmath.workdps(60):
+        want = np.array([float(mpmath.rf(mpmath.mpf(p), mpmath.mpf(q))) for p, q in zip(z, m)])
+    assert_close(special.poch(z, m), want, rtol=1e-12)
+    check_grads(special.poch, (np.float64(-2.5), np.float64(1.25)), 1)
+
+
 def test_gamma_at_its_poles_and_at_minus_zero():
     # SciPy's and JAX's values: NaN at the poles (was inf), -inf at -0 (was inf).
     x = np.array([-0.0, 0.0, -2.0, -1e20, -2.5, np.inf, -np.inf])

@@ -226,6 +226,28 @@ def test_betaln_of_large_shapes():
     check_grads(fs.betaln, (f64(30.0), f64(1e6)), order=1)
 
 
+def test_polygamma_where_its_zeta_underflows():
+    # zeta(60, 2e5) is near float64's smallest numbers, n! zeta(n + 1, x) kept 7 digits
+    n = np.array([59.0, 30.0, 100.0, 3.0])
+    x = np.array([209592.00469420603, 1e9, 50.0, 1e200])
+    with mp.workdps(40):
+        want = [float(mp.polygamma(int(k), mp.mpf(v))) for k, v in zip(n, x)]
+    assert relative_error(fs.polygamma(n, x), want).max() < 1e-12
+
+
+def test_betainc_of_huge_shapes():
+    # x^a y^b / B(a, b) as exp(a log x + b log y - ln B(a, b)) lost about a u of its
+    # relative precision: betainc(1e8, 1e8, 0.5) was 0.49999988
+    a = np.array([1e6, 1e7, 1e8])
+    got = np.asarray(fs.betainc(a, a, np.full(3, 0.5)))
+    np.testing.assert_allclose(got, 0.5, rtol=2e-11)
+    # (SciPy's, Boost's ibeta: mpmath takes minutes here)
+    got = fs.betainc(f64(2e5), f64(6e5), f64(0.2505))
+    assert relative_error(got, sc.betainc(2e5, 6e5, 0.2505)) < 1e-11
+    # past what the continued fraction converges on within its rounds: NaN, not a number
+    assert np.isnan(float(fs.betainc(f64(1e10), f64(1e10), f64(0.5))))
+
+
 def test_derivatives_match_finite_differences():
     check_grads(fs.gammainc, (f64(2.5), f64(1.7)), order=1)
     check_grads(fs.gammaincc, (f64(0.7), f64(3.1)), order=1)

@@ -86,7 +86,7 @@ def log_gamma_1p(a):
     return a * log_gamma_slope_right(fnp.ones_like(a), a)
 
 
-def _stirling_remainder(x):
+def stirling_remainder(x):
     """ln Gamma(x) - ((x - 1/2) ln x - x + ln(2 pi) / 2), for x >= _STIRLING_FROM."""
     total = fnp.zeros_like(x)
     for k, coefficient in enumerate(_STIRLING, start=1):
@@ -109,14 +109,14 @@ def log_beta(a, b):
     total = safe_p + safe_q
     shrink = fnp.log1p(-safe_p / total)  # ln(q / (p + q))
     # lgamma(q) - lgamma(p + q), and lgamma(p) by its Stirling form where p is large too
-    difference = _stirling_remainder(safe_q) - _stirling_remainder(total)
+    difference = stirling_remainder(safe_q) - stirling_remainder(total)
     difference = difference + (safe_q - 0.5) * shrink - safe_p * fnp.log(total) + safe_p
     stirling_p = fnp.where(big_p, safe_p, _STIRLING_FROM)
     stirling_p = (
         (stirling_p - 0.5) * fnp.log(stirling_p)
         - stirling_p
         + 0.5 * math.log(2 * math.pi)
-        + _stirling_remainder(stirling_p)
+        + stirling_remainder(stirling_p)
     )
     large = fnp.where(big_p, stirling_p, lax.lgamma(safe_p)) + difference
     plain = lax.lgamma(a) + lax.lgamma(b) - lax.lgamma(a + b)

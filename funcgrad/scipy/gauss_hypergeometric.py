@@ -276,7 +276,8 @@ def _gauss(a, b, c, x):
     log_s = (s[0] + s[1]) * log_v
 
     def one_factor_lanes(up_to, only):
-        plain = (regular & ((fnp.abs(x) <= up_to) | (s[0] > far_order))) | polynomial
+        plain = regular & ((fnp.abs(x) <= up_to) | ((x > 0) & (s[0] > far_order)))
+        plain = plain | polynomial
         euler = regular & (x > -1)
         euler = euler & ((fnp.abs(x) <= up_to) | (s[0] < -far_order) | ends_cma | ends_cmb)
         pfaff_a = pfaff & ((w <= up_to) | (bma[0] > far_order) | ends_cmb)

@@ -10,7 +10,10 @@ and NaN where even that is above _TOLERANCE:
   series alternate;
 - for |x| from _ASYMPTOTIC_FROM, the asymptotic expansion of the part that grows as e^x
   (x > 0) or falls as |x|^-a (x < 0), its error the first term left out plus a bound on
-  the other part, which it leaves out.
+  the other part, which it leaves out;
+- where these fall short for large -a (x > 0; large a - b for x < 0, after Kummer's
+  transformation), the recurrence in a, taken down from a in (0, 1], its error measured
+  by summing it again with nudged steps.
 """
 
 from __future__ import annotations
@@ -94,11 +97,10 @@ def _asymptotic(a, b, x, bma):
     return hs.times(hs.Part(total, 0.0, error), fnp.where(usable, kept, 0.0), sign, log_error)
 
 
-def _kummer(a, b, x):
-    """1F1(a; b; x) for b off the poles, NaN where no formula keeps _TOLERANCE: the
-    asymptotic expansion first where |x| is large (a few dozen terms), the series only where
-    it is not enough (their terms peak near k = |x|)."""
-    a, b, x = fnp.broadcast_arrays(a, b, x)
+def _direct(a, b, x):
+    """1F1(a; b; x) for b off the poles as (Part, relative error bound): the asymptotic
+    expansion first where |x| is large (a few dozen terms), the series only where it is not
+    enough (their terms peak near k = |x|)."""
     bma = hs.exact_sum(b, -a)
     zero = fnp.zeros_like(x)
     far = fnp.abs(x) >= _ASYMPTOTIC_FROM
@@ -121,7 +123,97 @@ def _kummer(a, b, x):
     summed = summed._replace(converged=summed.converged & fnp.stack([plain, kummer]))
     plain_sum, kummer_sum = (hs.Sum(*(field[i] for field in summed)) for i in range(2))
     candidates = [value, hs.part(plain_sum, zero, 1.0, zero), hs.part(kummer_sum, x, 1.0, zero)]
-    return hs.value_within(*hs.best(candidates), TOLERANCE)
+    return hs.best(candidates)
+
+
+# The rounding of each step of the recurrence is bounded by summing it again with every
+# step's result moved by this many roundings, alternately up and down, and taking this
+# many times the difference.
+_NUDGE = 4.0
+_NUDGE_SAFETY = 16.0
+
+
+def _recurrence(p, b, y, applies):
+    """1F1(p; b; y) for p < -1 and y > 0 (p a pair, hs.exact_sum), by the recurrence
+    (b - a) M(a - 1) = a M(a + 1) - (2a - b + y) M(a), taken down from a0 = p + n in (0, 1]
+    (where their series' terms have one sign, for b > 0), as a Part.
+
+    Where a y < -(y - b)^2 / 4 the recurrence's solutions oscillate alike and errors grow
+    slowly; elsewhere one outgrows the other, and 1F1 is often the one outgrown going down,
+    its errors magnified without bound. Neither is assumed: the errors are measured. The
+    recurrence is run four times in one loop: on the start values; on them again with each
+    step's result nudged by _NUDGE roundings (the difference bounds the rounding's effect);
+    and on the start values (1, 0) and (0, 1), whose results give how much the start values'
+    own errors are magnified."""
+    steps = fnp.where(applies, fnp.floor(-p[0]) + 1, 0.0)
+    start = (p[0] + steps) + p[1]  # in (0, 1]
+    start = fnp.where(applies, start, 0.5)
+    zero, one = fnp.zeros_like(y), fnp.ones_like(y)
+    pair = fnp.stack([zero, zero])
+    summed = hs.series(
+        [(fnp.stack([start, start + 1]), pair)], (fnp.stack([b, b]), pair), fnp.stack([y, y]), 0.0
+    )
+    # (both on the larger scale; they are within a factor of about y of each other)
+    scale = fnp.maximum(summed.scale[0], summed.scale[1])
+    first, second = (
+        total * fnp.exp((lane_scale - scale) * hs.LOG_RESCALE)
+        for total, lane_scale in zip(summed.total, summed.scale)
+    )
+    error = [
+        fnp.where(converged, bound / fnp.maximum(fnp.abs(total), 1e-300), fnp.inf)
+        for converged, bound, total in zip(summed.converged, summed.error, summed.total)
+    ]
+    # lanes: the values, the nudged values, and the two basis solutions
+    current = fnp.stack([first, first, one, zero])
+    following = fnp.stack([second, second, zero, one])
+    nudge = fnp.stack([zero, one, zero, zero]) * (_NUDGE * _U)
+
+    def step(carry):
+        k, current, following, scale = carry
+        a = start - k
+        active = k < steps
+        previous = (a * following - (2 * a - b + y) * current) / (b - a)
+        previous = previous * (1 + nudge * (1 - 2 * (k % 2)))
+        current, following = (
+            fnp.where(active, previous, current),
+            fnp.where(active, current, following),
+        )
+        size = fnp.max(fnp.abs(fnp.stack([current, following])), axis=(0, 1))
+        large = size > hs.RESCALE_ABOVE
+        current, following = hs.shrunk(large, current, following)
+        return k + 1, current, following, scale + large
+
+    def go_on(carry):
+        return fnp.any(carry[0] < steps) & (carry[0] < hs.MAX_TERMS)
+
+    init = (0.0, current, following, scale)
+    k, current, _, scale = lax.while_loop(go_on, step, init)
+    result, nudged, basis_first, basis_second = current
+    size = fnp.abs(result)
+    start_size = fnp.abs(basis_first * first) * error[0] + fnp.abs(basis_second * second) * error[1]
+    error = _NUDGE_SAFETY * fnp.abs(nudged - result) + start_size + 4 * _U * size
+    error = fnp.where(applies & (k >= steps) & fnp.isfinite(error), error, fnp.inf)
+    return hs.Part(result, scale * hs.LOG_RESCALE, error)
+
+
+def _kummer(a, b, x):
+    """1F1(a; b; x) for b off the poles, NaN where no formula keeps _TOLERANCE: _direct,
+    and where it falls short for large -a (x > 0) or large a - b (x < 0, after Kummer's
+    transformation e^x 1F1(b - a; b; -x)) the recurrence in a."""
+    a, b, x = fnp.broadcast_arrays(a, b, x)
+    value, error = _direct(a, b, x)
+    bma = hs.exact_sum(b, -a)
+    positive = x > 0
+    p = [fnp.where(positive, a, bma[0]), fnp.where(positive, 0.0, bma[1])]
+    applies = (error > TOLERANCE) & (x != 0) & (p[0] < -1) & (fnp.abs(p[0]) < hs.MAX_TERMS)
+
+    def recurrence():
+        down = _recurrence(p, b, fnp.abs(x), applies)
+        down = hs.times(down, fnp.where(positive, 0.0, x), 1.0, 2 * _U * fnp.abs(x))
+        return hs.best([value, down])
+
+    value, error = hs.when_any(applies, recurrence, lambda: (value, error))
+    return hs.value_within(value, error, TOLERANCE)
 
 
 @custom_jvp

@@ -84,6 +84,24 @@ def later_ratio_bound(tops, bottom, w, n):
     return fnp.abs(w) * fnp.minimum(paired, crossed)
 
 
+def _peak(tops, bottom, w):
+    """About where the terms stop growing: the larger root k of |w| prod (t + k) = (bottom +
+    k) (k + 1) (0 where they never grow)."""
+    size = fnp.abs(w)
+    if len(tops) == 1:
+        # k^2 + (q + 1 - |w|) k + (q - |w| t) = 0
+        half = 0.5 * (bottom + 1 - size)
+        constant = bottom - size * tops[0]
+        root = -half + fnp.sqrt(fnp.maximum(half * half - constant, 0.0))
+    else:
+        # (1 - |w|) k^2 + (q + 1 - |w| (t1 + t2)) k + (q - |w| t1 t2) = 0
+        lead = fnp.maximum(1 - size, 1e-300)
+        half = 0.5 * (bottom + 1 - size * (tops[0] + tops[1])) / lead
+        constant = (bottom - size * tops[0] * tops[1]) / lead
+        root = -half + fnp.sqrt(fnp.maximum(half * half - constant, 0.0))
+    return fnp.maximum(fnp.where(fnp.isnan(root), 0.0, root), 0.0)
+
+
 def _ending(high, low):
     """The index k at which the factor p + k of (p)_k is 0, p = high + low a whole number
     <= 0 (inf elsewhere)."""
@@ -108,6 +126,10 @@ def series(tops, bottom, w, w_slack) -> Sum:
         settled = fnp.maximum(settled, -top)
     settled = fnp.minimum(settled, ends_at + 1)
     highs = [top for top, _ in tops]
+    # a series whose terms still grow at MAX_TERMS is not summed at all (its lane would hold
+    # every other for MAX_TERMS rounds)
+    hopeless = (_peak(highs, bottom, w) > MAX_TERMS) & (ends_at > MAX_TERMS)
+    w = fnp.where(hopeless, 0.0, w)
 
     def step(carry):
         rounds, term, total, weighted, scale, done = carry
@@ -140,7 +162,7 @@ def series(tops, bottom, w, w_slack) -> Sum:
     init = (0, ones, ones, ones, fnp.zeros_like(w), fnp.isnan(w) | infinite)
     _, _, total, weighted, scale, done = lax.while_loop(go_on, step, init)
     error = (_ROUNDINGS_PER_TERM * ROUND_OFF + w_slack) * weighted
-    return Sum(total, scale, error, done & ~infinite)
+    return Sum(total, scale, error, done & ~infinite & ~hopeless)
 
 
 class Part(NamedTuple):

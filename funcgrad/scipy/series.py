@@ -21,7 +21,12 @@ from funcgrad.numpy._bessel import i0, i0e, i1, i1e
 from funcgrad.numpy._float64 import narrow as _narrow
 from funcgrad.numpy._float64 import wide as _wide
 from funcgrad.scipy import gamma_asymptotic
-from funcgrad.scipy.gamma_differences import log_beta, log_gamma_1p, log_gamma_slope
+from funcgrad.scipy.gamma_differences import (
+    log_beta,
+    log_gamma_1p,
+    log_gamma_slope,
+    stirling_remainder,
+)
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
 __all__ = ["betainc", "gammainc", "gammaincc", "i0", "i0e", "i1", "i1e", "polygamma", "zeta"]
@@ -118,6 +123,28 @@ def zeta(x, q=None):
     return _narrow(value, dtype)
 
 
+def _hurwitz_scaled(s, q):
+    """q^s zeta(s, q) = sum_k (1 + k / q)^-s, for s > 1 and q > 0, by _hurwitz's sum with
+    q^-s taken out of every term: that factor underflows long before polygamma's n! q^-s
+    does (polygamma(59, 2e5) kept 7 digits)."""
+    total = fnp.zeros_like(s + q)
+    for k in range(_ZETA_SHIFT):
+        total = total + fnp.exp(-s * fnp.log1p(k / q))
+    w = q + _ZETA_SHIFT
+    base = fnp.exp(-s * fnp.log1p(_ZETA_SHIFT / q))  # (w / q)^-s
+    total = total + base * (w / (s - 1) + 0.5)
+    factor = s / w * base
+    for j, coefficient in enumerate(_ZETA_TAIL, start=1):
+        total = total + coefficient * factor
+        factor = factor * ((s + 2 * j - 1) / w) * ((s + 2 * j) / w)
+    return total
+
+
+# Beyond this (n + 1) log x, x^-(n+1) is near float64's smallest numbers, and polygamma is
+# taken as exp(log n! - (n + 1) log x) times the scaled sum.
+_POLYGAMMA_SCALED_FROM = 500.0
+
+
 def polygamma(n, x):
     """The n-th derivative of digamma: digamma for n = 0, (-1)^(n+1) n! zeta(n + 1, x) for
     whole n >= 1 (inf at the poles x = 0, -1, ...); NaN for other n."""
@@ -125,8 +152,13 @@ def polygamma(n, x):
     whole = (n >= 0) & (fnp.floor(n) == n)
     order = fnp.where(whole, n, 1.0)
     sign = fnp.where(fnp.fmod(order, 2.0) == 0, -1.0, 1.0)
-    higher = sign * fnp.exp(lax.lgamma(order + 1)) * zeta(order + 1, x)
-    value = fnp.where(n == 0, lax.digamma(x), higher)
+    log_factorial = lax.lgamma(order + 1)
+    higher = sign * fnp.exp(log_factorial) * zeta(order + 1, x)
+    scaled = (x > 0) & ((order + 1) * fnp.log(fnp.where(x > 0, x, 1.0)) > _POLYGAMMA_SCALED_FROM)
+    safe_x = fnp.where(scaled, x, 2.0)
+    log_size = log_factorial - (order + 1) * fnp.log(safe_x)
+    far = sign * fnp.exp(log_size) * _hurwitz_scaled(order + 1, safe_x)
+    value = fnp.where(n == 0, lax.digamma(x), fnp.where(scaled, far, higher))
     return _narrow(fnp.where(whole, value, fnp.nan), dtype)
 
 
@@ -139,7 +171,8 @@ _TINY = 1e-300
 
 def _iterate(step, init, done_index: int):
     """Run `step` on the carry until every element's done flag (carry[done_index]) is set,
-    or _MAX_ROUNDS rounds. (The steps count a NaN as done: it would never converge.)"""
+    or _MAX_ROUNDS rounds; an element whose flag is still unset has not converged, and its
+    caller answers NaN there. (The steps count a NaN as done: it would never converge.)"""
 
     def go_on(carry):
         return (~fnp.all(carry[done_index])) & (carry[0] < _MAX_ROUNDS)
@@ -158,8 +191,9 @@ def _lower_gamma_series(a, x):
         return rounds + 1, term, total, done | ~(fnp.abs(term) >= fnp.abs(total) * _EPSILON)
 
     ones = fnp.ones_like(a)
-    _, _, total, _ = _iterate(step, (0, ones, ones, fnp.zeros_like(a, bool)), 3)
-    return total * fnp.exp(a * fnp.log(x) - x - lax.lgamma(a + 1))
+    _, _, total, converged = _iterate(step, (0, ones, ones, fnp.zeros_like(a, bool)), 3)
+    value = total * fnp.exp(a * fnp.log(x) - x - lax.lgamma(a + 1))
+    return fnp.where(converged, value, fnp.nan)
 
 
 def _upper_gamma_fraction(a, x):
@@ -183,8 +217,8 @@ def _upper_gamma_fraction(a, x):
         return rounds + 1, b, c, d, h * delta, done | ~(fnp.abs(delta - 1) >= _EPSILON)
 
     init = (0, b, c, d, h, fnp.zeros_like(a, bool))
-    h = _iterate(step, init, 5)[4]
-    return h * fnp.exp(a * fnp.log(x) - x - lax.lgamma(a))
+    _, _, _, _, h, converged = _iterate(step, init, 5)
+    return fnp.where(converged, h * fnp.exp(a * fnp.log(x) - x - lax.lgamma(a)), fnp.nan)
 
 
 # Below this shape, and x < a + 1, Q is summed directly (_small_shape_upper_gamma): there it
@@ -315,8 +349,57 @@ def gammaincc(a, x):
     return _narrow(_at_infinite_shape(a, x, value, 1.0), dtype)
 
 
-def _beta_fraction(a, b, x):
-    """The continued fraction of I_x(a, b) (modified Lentz), for x < (a + 1) / (a + b + 2)."""
+# From these shapes on x^a y^b / B(a, b) is taken by _large_beta_front.
+_LARGE_BETA_FROM = 10.0
+
+
+def _minus_log1p_plus(e):
+    """e - log1p(e), by its series -sum_(n>=2) (-e)^n / n for |e| < 0.1, where log1p(e) and e
+    cancel."""
+    near = fnp.abs(e) < 0.1
+    small = fnp.where(near, e, 0.0)
+    series = fnp.zeros_like(e)
+    for n in range(17, 1, -1):
+        series = series * small + (-1.0) ** n / n
+    return fnp.where(near, series * small * small, e - fnp.log1p(fnp.where(near, 0.0, e)))
+
+
+def _large_beta_front(a, b, x, y, log_x, log_y):
+    """x^a y^b / B(a, b) for a, b >= _LARGE_BETA_FROM, as Didonato and Morris's ALGORITHM
+    708 takes it (brcomp): exp(-(a r(-l / a) + b r(l / b))) sqrt(b x0 / (2 pi)),
+    r(e) = e - log1p(e), l the distance of x from the mean x0 = a / (a + b) scaled by
+    a + b, corrected by the Stirling remainders of a, b and a + b. Taken as a log x +
+    b log y - ln B(a, b) its exponent is a difference of terms of size a log a, whose
+    rounding cost betainc(1e6, 1e6, 0.5) 9 digits and betainc(1e8, 1e8, 0.5) 7."""
+    lower = a <= b
+    ratio = fnp.where(lower, a / b, b / a)
+    x0 = fnp.where(lower, ratio / (1 + ratio), 1 / (1 + ratio))
+    y0 = fnp.where(lower, 1 / (1 + ratio), ratio / (1 + ratio))
+    distance = fnp.where(lower, a - (a + b) * x, (a + b) * y - b)
+
+    def scaled(e, log_z, z0):
+        return fnp.where(fnp.abs(e) > 0.6, e - (log_z - fnp.log(z0)), _minus_log1p_plus(e))
+
+    exponent = a * scaled(-distance / a, log_x, x0) + b * scaled(distance / b, log_y, y0)
+    stirling = stirling_remainder(a) + stirling_remainder(b) - stirling_remainder(a + b)
+    return fnp.exp(-exponent - stirling) * fnp.sqrt(b * x0 / (2 * math.pi))
+
+
+def _beta_front(a, b, x, y):
+    """x^a y^b / B(a, b), x and y = 1 - x given apart: each logarithm taken from whichever
+    of the two is exact (log1p(-x) for y = 1 - 1e-21, which rounds to 1)."""
+    log_x = fnp.where(x <= 0.5, fnp.log(x), fnp.log1p(-y))
+    log_y = fnp.where(y <= 0.5, fnp.log(y), fnp.log1p(-x))
+    large = (a >= _LARGE_BETA_FROM) & (b >= _LARGE_BETA_FROM)
+    safe = [fnp.where(large, p, q) for p, q in ((a, 20.0), (b, 20.0), (x, 0.5), (y, 0.5))]
+    safe += [fnp.where(large, log_x, -math.log(2)), fnp.where(large, log_y, -math.log(2))]
+    small = fnp.exp(a * log_x + b * log_y - log_beta(a, b))
+    return fnp.where(large, _large_beta_front(*safe), small)
+
+
+def _beta_fraction(a, b, x, y):
+    """The continued fraction of I_x(a, b) (modified Lentz), for x < (a + 1) / (a + b + 2),
+    y = 1 - x given unrounded; NaN where it has not converged within _MAX_ROUNDS."""
     qab, qap, qam = a + b, a + 1, a - 1
     c = fnp.ones_like(a)
     d = 1 - qab * x / qap
@@ -341,9 +424,8 @@ def _beta_fraction(a, b, x):
         delta = d * c
         return rounds + 1, c, d, h * delta, done | ~(fnp.abs(delta - 1) >= _EPSILON)
 
-    h = _iterate(step, (0, c, d, h, fnp.zeros_like(a, bool)), 4)[3]
-    front = fnp.exp(a * fnp.log(x) + b * fnp.log1p(-x) - log_beta(a, b)) / a
-    return front * h
+    _, _, _, h, converged = _iterate(step, (0, c, d, h, fnp.zeros_like(a, bool)), 4)
+    return fnp.where(converged, _beta_front(a, b, x, y) / a * h, fnp.nan)
 
 
 _BETA_RECHECK_FROM = 1e-5  # 1 - x: the unswapped fraction takes up to about 2500 rounds
@@ -375,7 +457,8 @@ def _regularized_beta(a, b, x):
     swap = safe_x > (safe_a + 1) / (safe_a + safe_b + 2)
     lo_a, lo_b = fnp.where(swap, safe_b, safe_a), fnp.where(swap, safe_a, safe_b)
     lo_x = fnp.where(swap, 1 - safe_x, safe_x)
-    fraction = _beta_fraction(lo_a, lo_b, lo_x)
+    lo_y = fnp.where(swap, safe_x, 1 - safe_x)
+    fraction = _beta_fraction(lo_a, lo_b, lo_x, lo_y)
     value = fnp.where(swap, 1 - fraction, fraction)
     complement = fnp.where(swap, fraction, 1 - fraction)
     # A small b can leave I small past the swap, as 1 less a fraction near 1 (I_0.99(5, 1e-10)
@@ -392,6 +475,7 @@ def _regularized_beta(a, b, x):
             fnp.where(recheck, safe_a, 1.0),
             fnp.where(recheck, safe_b, 1.0),
             fnp.where(recheck, safe_x, 0.5),
+            fnp.where(recheck, 1 - safe_x, 0.5),
         )
         return fnp.where(recheck, direct, value)
 
