@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.scipy.special as fs
-from funcgrad.test_util import check_grads
 from tests.checks import jit_backend
 
 RTOL = 1e-10
@@ -27,7 +26,12 @@ COVERAGE_2F1, COVERAGE_1F1 = 0.8, 0.65
 
 
 def _exact(f, *args, digits=(30, 120)):
-    """f at two precisions (digits); None where the two disagree."""
+    """f at two precisions (digits, more by as many as the smallest argument has zeros after
+    the point: mpmath's 2F1(-57, 8.8e-177; 1; -879) is 1 at 120 digits, 1 + 1.06e-10 at
+    400); None where the two disagree."""
+    tiny = min([abs(float(a)) for a in args if a != 0] + [1.0])
+    extra = max(0, -int(np.floor(np.log10(tiny))))
+    digits = (digits[0] + extra, digits[1] + extra)
     args = [mp.mpf(float(a)) for a in args]
     with mp.workdps(digits[0]):
         low = f(*args)
@@ -172,6 +176,12 @@ def test_hyp1f1_large_parameters_are_accurate_or_nan():
     assert (~np.isnan(got[~pole])).mean() > COVERAGE_1F1
 
 
+def _ends_before_pole(a, b, c):
+    """a or b a whole number -m <= 0 with m <= -c: the series ends before c's pole."""
+    degrees = [-p for p in (a, b) if p <= 0 and p == np.floor(p)]
+    return bool(degrees) and min(degrees) <= -c
+
+
 def _parameter():
     """Parameters up to 60 in size, where the transformations keep (nearly) all values."""
     whole = st.integers(-60, 60).map(float)
@@ -199,17 +209,20 @@ def _gauss_argument():
 @given(
     st.lists(
         st.tuples(_parameter(), _parameter(), _parameter(), _gauss_argument()),
-        min_size=4,
-        max_size=4,
+        min_size=3,
+        max_size=3,
     )
 )
 def test_hyp2f1_is_accurate_or_nan(rows):
     a, b, c, x = (np.array(column) for column in zip(*rows))
     got = np.asarray(fs.hyp2f1(a, b, c, x))
-    for row, value in zip(rows, got):
-        want = _exact(mp.hyp2f1, *row)
+    for (p, q, r, y), value in zip(rows, got):
+        if r <= 0 and r == np.floor(r) and y != 0 and not _ends_before_pole(p, q, r):
+            assert np.isinf(value)  # c at a pole (as SciPy's and JAX's)
+            continue
+        want = _exact(mp.hyp2f1, p, q, r, y)
         if want is not None and mp.isfinite(want):
-            _assert_accurate_or_nan(value, want, row)
+            _assert_accurate_or_nan(value, want, (p, q, r, y))
 
 
 @given(
@@ -219,15 +232,15 @@ def test_hyp2f1_is_accurate_or_nan(rows):
             _parameter(),
             st.one_of(st.floats(-300, 300), st.floats(-3, 3).map(lambda e: 10.0**e)),
         ),
-        min_size=4,
-        max_size=4,
+        min_size=3,
+        max_size=3,
     )
 )
 def test_hyp1f1_is_accurate_or_nan(rows):
     a, b, x = (np.array(column) for column in zip(*rows))
     got = np.asarray(fs.hyp1f1(a, b, x))
     for (p, q, y), value in zip(rows, got):
-        if q <= 0 and q == np.floor(q):
+        if q <= 0 and q == np.floor(q) and y != 0:
             assert np.isnan(value)
             continue
         want = _exact(mp.hyp1f1, p, q, y)
@@ -242,7 +255,12 @@ def test_derivatives_at_large_parameters():
     slope = fg.grad(fs.hyp2f1, argnums=3)(*args)
     want = 2 * -366 / 0.12 * _exact(mp.hyp2f1, 3, -365, 1.12, 0.9)
     np.testing.assert_allclose(float(slope), float(want), rtol=1e-10)
-    check_grads(fs.hyp1f1, (np.float64(-30.5), np.float64(12.0), np.float64(40.0)), order=1)
+    # 1F1(-33.85, -0.84; 2.99) by the recurrence in a; its slope in x, (a / b) 1F1(a + 1;
+    # b + 1; x), by it too
+    args = (-33.85409606339415, -0.8396483098459251, np.float64(2.985727463144559))
+    slope = fg.grad(fs.hyp1f1, argnums=2)(*args)
+    want = args[0] / args[1] * _exact(mp.hyp1f1, args[0] + 1, args[1] + 1, args[2])
+    np.testing.assert_allclose(float(slope), float(want), rtol=1e-10)
     batched = fg.vmap(fs.hyp2f1, in_axes=(None, None, None, 0))(
         2.0, -366.0, 0.12, np.array([0.3, 0.9])
     )

@@ -35,6 +35,10 @@ _SERIES_UP_TO = 0.75  # |w| of a series in x or x / (x - 1), at first
 _SERIES_FURTHEST = 0.95  # and where the other forms fall short
 _NEAR_ONE_FROM = 0.5  # x from which the series in 1 - x; 1 / (1 - x) from x <= -1
 _NEAR_WHOLE = 0.05
+# _near_one's sensitivity to its parameters, by moving each by this (times its size), and
+# counting their factors' rounding as a move of up to this many terms' worth
+_SENSITIVITY_STEP = 1e-9
+_SENSITIVITY_TERMS = 50.0
 _MOST_WHOLE_ORDER = 30
 # The largest bound on the relative error that is answered with a value, not NaN.
 TOLERANCE = 1e-11
@@ -42,11 +46,11 @@ TOLERANCE = 1e-11
 _U = hs.ROUND_OFF
 
 
-def _near_one(a, b, c, v, m, e, slack):
+def _near_one(a, b, c, v, m, e):
     """2F1(a, b; c; 1 - v) for v <= 1/2 where c - a - b = m + e, m a whole number from 0 to
     _MOST_WHOLE_ORDER and |e| <= _NEAR_WHOLE (given apart, exact), and a, b, c - a and c - b
-    do not end the series; as a Part, its error bound including `slack` (the rounding of a
-    or b, which the caller computed) times the value's sensitivity.
+    do not end the series; a and b pairs (hs.exact_sum), their low parts entering every
+    factor (where the sum cancels, the value is that sensitive to them); as a Part.
 
     The transformation into series in v (Abramowitz and Stegun 15.3.6) has two terms whose
     gamma factors have poles at e = 0; in their sum the poles cancel, and A&S 15.3.11 is
@@ -57,16 +61,24 @@ def _near_one(a, b, c, v, m, e, slack):
     ln Gamma's divided differences (log_gamma_slope); the later d_n follow from E's and
     F's term ratios, whose difference is a polynomial in e divisible by e."""
     s = m + e
+    (a, a_low), (b, b_low) = a, b
+
+    def top(p, low, k):
+        """p + k, k a whole number, with p's low part."""
+        return (p + k) + low
+
     # ln Gamma's divided differences at a + m, b + m, m + 1 and (over -e) 1, in one pass
     slopes, signs = log_gamma_slope(
-        fnp.stack([a + m, b + m, m + 1, fnp.ones_like(e)]), fnp.stack([e, e, e, -e])
+        fnp.stack([top(a, a_low, m), top(b, b_low, m), m + 1, fnp.ones_like(e)]),
+        fnp.stack([e, e, e, -e]),
     )
     slope_a, slope_b, slope_m, one_slope = slopes
     sign = signs[0] * signs[1]
     # Gamma(c) / (Gamma(c - b) Gamma(c - a)), from Gamma(a + m) and Gamma(b + m) and the
     # slopes: near a pole of c - a or c - b these cancel the terms' own, computed alike
+    a_m, b_m = hs.exact_sum(a, m), hs.exact_sum(b, m)
     log_front, front_sign, front_error, _ = hs.log_gamma_ratio(
-        [(c, 0.0)], [(a + m, slack), (b + m, slack)]
+        [(c, fnp.zeros_like(c))], [(a_m[0], a_m[1] + a_low), (b_m[0], b_m[1] + b_low)]
     )
     log_front = log_front - e * (slope_a + slope_b)
     front_sign = front_sign * sign
@@ -78,8 +90,9 @@ def _near_one(a, b, c, v, m, e, slack):
         finite = finite + fnp.where(taken, term, 0.0)
         size = size + fnp.where(taken, (k + 1) * fnp.abs(term), 0.0)
         pole_free = fnp.where(k + 1 < m, 1 - s + k, 1.0)
-        rising = fnp.where(taken, rising * (a + k) * (b + k), rising)
-        return finite, size, term * (a + k) * (b + k) / (pole_free * (k + 1)) * v, rising
+        factors = top(a, a_low, k) * top(b, b_low, k)
+        rising = fnp.where(taken, rising * factors, rising)
+        return finite, size, term * factors / (pole_free * (k + 1)) * v, rising
 
     ones, zeros = fnp.ones_like(v), fnp.zeros_like(v)
     init = (zeros, zeros, ones, ones)
@@ -102,7 +115,7 @@ def _near_one(a, b, c, v, m, e, slack):
     def step(carry):
         rounds, d, f, power, total, size, scale, done = carry
         n = lax.convert_element_type(rounds, v.dtype)
-        p, q, r, t = a + m + n, b + m + n, m + n + 1, n + 1
+        p, q, r, t = top(a, a_low, m + n), top(b, b_low, m + n), m + n + 1, n + 1
         # (E_{n+1} / E_n - F_{n+1} / F_n) / e, its numerator divided by e exactly
         numerator = p * q * t + r * p * q - r * t * (p + q) + e * (r * (p + q) - r * t) + r * e * e
         d = p * q / ((t - e) * r) * d + f * numerator / ((t - e) * r * (r + e) * t)
@@ -131,10 +144,7 @@ def _near_one(a, b, c, v, m, e, slack):
     unscaled = fnp.exp(-scale * hs.LOG_RESCALE)
     mantissa = finite * unscaled + tail_factor * paired
     size = finite_size * unscaled + fnp.abs(tail_factor) * paired_size
-    sensitivity = fnp.abs(fnp.log(v)) + fnp.abs(lax.digamma(a + m)) + fnp.abs(lax.digamma(b + m))
-    error = 2 * _U * size + (front_error + _U * fnp.abs(log_front) + slack * sensitivity) * (
-        fnp.abs(mantissa)
-    )
+    error = 2 * _U * size + (front_error + _U * fnp.abs(log_front)) * fnp.abs(mantissa)
     error = fnp.where(converged, error, fnp.inf)
     log = log_front + scale * hs.LOG_RESCALE
     return hs.Part(front_sign * mantissa, log, error)
@@ -208,14 +218,16 @@ def _paired(a, b, c, x, cma, cmb, s, bma, near_one, far):
     flip = m < 0
     e = (order - m) + low
     # near 1: (a, b), flipped (c - a, c - b) times v^s; far: (1 - x)^-a (a, c - b), flipped
-    # (1 - x)^-b (b, c - a); the computed parameters' rounding is the slack
-    first = fnp.where(near_one, fnp.where(flip, cma[0], a), fnp.where(flip, b, a))
-    second = fnp.where(near_one, fnp.where(flip, cmb[0], b), fnp.where(flip, cma[0], cmb[0]))
-    slack = fnp.where(
-        near_one,
-        fnp.where(flip, fnp.abs(cma[1]) + fnp.abs(cmb[1]), 0.0),
-        fnp.where(flip, fnp.abs(cma[1]), fnp.abs(cmb[1])),
-    )
+    # (1 - x)^-b (b, c - a); as pairs
+    zero = fnp.zeros_like(x)
+
+    def chosen(near_flip, near_kept, far_flip, far_kept):
+        near = [fnp.where(flip, p, q) for p, q in zip(near_flip, near_kept)]
+        far = [fnp.where(flip, p, q) for p, q in zip(far_flip, far_kept)]
+        return [fnp.where(near_one, p, q) for p, q in zip(near, far)]
+
+    first = chosen(cma, (a, zero), (b, zero), (a, zero))
+    second = chosen(cmb, (b, zero), cma, cmb)
     v = fnp.where(near_one, 1 - x, 1 / (1 - x))
     log_one_minus_x = fnp.log1p(-fnp.where(applies, x, 0.0))
     log_factor = fnp.where(
@@ -226,15 +238,38 @@ def _paired(a, b, c, x, cma, cmb, s, bma, near_one, far):
     factor_error = 2 * _U * fnp.abs(log_factor)
 
     def compute():
-        value = _near_one(
-            fnp.where(applies, first, 0.25),
-            fnp.where(applies, second, 0.5),
-            fnp.where(applies, c, 2.0),
-            fnp.where(applies, v, 0.25),
-            fnp.where(applies, fnp.abs(m), 1.0),
-            fnp.where(applies, fnp.where(flip, -e, e), 0.25),
-            fnp.where(applies, slack, 0.0),
+        p = fnp.where(applies, first[0], 0.25)
+        q = fnp.where(applies, second[0], 0.5)
+        r = fnp.where(applies, c, 2.0)
+        d = fnp.where(applies, fnp.where(flip, -e, e), 0.25)
+        # and with each of p, q, r moved by a little (d with them: c - a - b = m + e kept)
+        p_move, q_move, r_move = (
+            _SENSITIVITY_STEP * fnp.maximum(fnp.abs(t), 1.0) for t in (p, q, r)
         )
+
+        def four(t):
+            return fnp.stack([t, t, t, t])
+
+        lanes = _near_one(
+            (fnp.stack([p, p + p_move, p, p]), four(fnp.where(applies, first[1], 0.0))),
+            (fnp.stack([q, q, q + q_move, q]), four(fnp.where(applies, second[1], 0.0))),
+            fnp.stack([r, r, r, r + r_move]),
+            four(fnp.where(applies, v, 0.25)),
+            four(fnp.where(applies, fnp.abs(m), 1.0)),
+            fnp.stack([d, d - p_move, d - q_move, d + r_move]),
+        )
+        mantissas, logs = lanes.mantissa, lanes.log
+        value = hs.Part(*(field[0] for field in lanes))
+        # (each moved value relative to the first: its logarithm apart)
+        safe = fnp.where(mantissas[0] == 0, 1.0, mantissas[0])
+        changes = fnp.abs(mantissas[1:] / safe * fnp.exp(logs[1:] - logs[0]) - 1)
+        # the factors p + k, q + k, r + k are each rounded, as if p, q and r were moved by
+        # about a rounding of p + k: the value's sensitivity to them, times that
+        reach = fnp.abs(fnp.stack([p, q, r])) + fnp.abs(m) + _SENSITIVITY_TERMS
+        moves = fnp.stack([p_move, q_move, r_move])
+        extra = fnp.sum(changes / moves * reach, axis=0) * (8 * _U)
+        extra = fnp.where((mantissas[0] == 0) | fnp.isnan(extra), fnp.inf, extra)
+        value = value._replace(error=value.error + extra * fnp.abs(value.mantissa))
         return hs.times(value, log_factor, 1.0, factor_error)
 
     return hs.where(applies, hs.when_any(applies, compute, lambda: hs.nowhere(x)), hs.nowhere())
@@ -375,6 +410,8 @@ def _gauss(a, b, c, x):
         fnp.where(polynomial, degree, 0.0),
     )
     value = fnp.where(polynomial & (x == 1), at_one, value)
+    # (at x = 0 the series' first term, 1, whatever c is, as SciPy's and JAX's)
+    value = fnp.where(x == 0, 1.0, value)
     nan = fnp.isnan(a) | fnp.isnan(b) | fnp.isnan(c) | fnp.isnan(x)
     return fnp.where(nan, fnp.nan, value)
 

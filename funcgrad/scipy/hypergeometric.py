@@ -130,7 +130,7 @@ def _direct(a, b, x):
 # step's result moved by this many roundings, alternately up and down, and taking this
 # many times the difference.
 _NUDGE = 4.0
-_NUDGE_SAFETY = 16.0
+_NUDGE_SAFETY = 64.0
 
 
 def _recurrence(p, b, y, applies):
@@ -218,10 +218,11 @@ def _kummer(a, b, x):
 
 @custom_jvp
 def _hyp1f1(a, b, x):
-    pole = hs.ends(b)
+    # (at x = 0 the series' first term, 1, whatever b is, as JAX's)
+    pole = hs.ends(b) & (x != 0)
     safe_b = fnp.where(pole, 1.0, b)
     nan = pole | fnp.isnan(a) | fnp.isnan(b) | fnp.isnan(x)
-    return fnp.where(nan, fnp.nan, _kummer(a, safe_b, x))
+    return fnp.where(nan, fnp.nan, fnp.where(x == 0, 1.0, _kummer(a, safe_b, x)))
 
 
 @_hyp1f1.defjvp
@@ -237,8 +238,9 @@ def _hyp1f1_jvp(primals, tangents):
 
 def hyp1f1(a: ArrayLike, b: ArrayLike, x: ArrayLike) -> Array:
     """Kummer's confluent hypergeometric function 1F1(a; b; x) = sum_k (a)_k / (b)_k x^k / k!
-    (NaN where b is 0 or a negative integer, and where no formula computes it to within
-    1e-11 relative: for large parameters and |x| of their size, see docs/differences.md).
+    (NaN where b is 0 or a negative integer, but 1 at x = 0; and where no formula computes
+    it to within 1e-11 relative: for large parameters and |x| of their size, see
+    docs/differences.md).
 
     Module hypergeometric describes the formulas weighed against each other. The derivative
     in x is (a / b) 1F1(a + 1; b + 1; x); in a and b it is taken by central differences in

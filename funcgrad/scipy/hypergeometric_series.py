@@ -28,7 +28,7 @@ ROUND_OFF = 2.0**-53
 MAX_TERMS = 5000
 # The terms' rounding counted as this many roundings per term (about 6 each, which do not
 # all add up): the bound sum_k (k + 1) |t_k| u times it.
-_ROUNDINGS_PER_TERM = 2.0
+_ROUNDINGS_PER_TERM = 4.0
 # Sums rescaled by 2^-512 each time they pass 2^512 (float64 scalars: a Python float's
 # weak type would round 2^-512 to a float32 0)
 RESCALE_ABOVE = np.float64(2.0**512)
