@@ -4,6 +4,8 @@ tracing, derivatives against finite differences, vmap against a loop of the lane
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -197,6 +199,32 @@ def test_eigh_of_an_infinite_matrix_is_nan_for_that_matrix_only():
     for v, w in (lax.eigh(a), fg.jit(lax.eigh)(a)):
         np.testing.assert_array_equal(np.asarray(w)[0], [1.0, 2.0])
         assert np.all(np.isnan(np.asarray(w)[1])) and np.all(np.isnan(np.asarray(v)[1]))
+
+
+def _returns_within(seconds: float, compute):
+    """compute()'s value, failing (rather than hanging the suite) if it takes longer."""
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(value=compute()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    assert not worker.is_alive(), f"did not return within {seconds} s"
+    return result["value"]
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+@pytest.mark.parametrize("jitted", [False, True])
+def test_svd_of_a_matrix_with_an_infinity_is_nan_and_returns(dtype, jitted):
+    # LAPACK's gesdd never returned for it (NumPy's own svd, pinv and lstsq hang there too).
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(2, 4, 4)).astype(dtype)
+    a[1, 0, 0] = np.inf
+    svd = fg.jit(lax.svd) if jitted else lax.svd
+    u, s, vh = _returns_within(120, lambda: [np.asarray(f) for f in svd(a)])
+    assert np.isnan(u[1]).all() and np.isnan(s[1]).all() and np.isnan(vh[1]).all()
+    np.testing.assert_allclose(s[0], np.linalg.svd(a[0], compute_uv=False), rtol=1e-12)
+    pinv = _returns_within(120, lambda: np.asarray(fnp.linalg.pinv(a)))
+    assert np.isnan(pinv[1]).all()
+    np.testing.assert_allclose(pinv[0], np.linalg.pinv(a[0]), rtol=1e-10, atol=1e-12)
 
 
 def test_error_messages_name_the_shapes():

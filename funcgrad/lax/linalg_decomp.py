@@ -23,11 +23,14 @@ from funcgrad.lax import shapes
 from funcgrad.lax.base import asarray
 from funcgrad.lax.elementwise import (
     add,
+    bitwise_and,
     conj,
     convert_element_type,
     div,
     eq,
     ge,
+    imag,
+    is_finite,
     mul,
     neg,
     real,
@@ -35,7 +38,7 @@ from funcgrad.lax.elementwise import (
     sub,
 )
 from funcgrad.lax.linalg import batch_matmul
-from funcgrad.lax.reductions import reduce_sum
+from funcgrad.lax.reductions import reduce_and, reduce_sum
 
 __all__ = ["cholesky", "eigh", "lu", "qr", "svd", "triangular_solve"]
 
@@ -694,6 +697,22 @@ svd_p.not_applicable["transpose"] = "not linear"
 _batch_to_front(svd_p)
 
 
+def _finite_matrices(x):
+    """Whether every element of each matrix of `x` is finite (of x's batch shape)."""
+    if dtypes.is_complex(x.dtype):
+        finite = bitwise_and(is_finite(real(x)), is_finite(imag(x)))
+    else:
+        finite = is_finite(x)
+    return reduce_and(finite, (x.ndim - 2, x.ndim - 1))
+
+
+def _where_matrices(keep, x, otherwise):
+    """`x` (a stack of matrices or vectors) where `keep` (of its batch shape) holds, else
+    `otherwise`."""
+    mask = shapes.broadcast_in_dim(keep, x.shape, tuple(range(keep.ndim)))
+    return select(mask, x, shapes.full_like(x, otherwise))
+
+
 def svd(
     x,
     *,
@@ -705,7 +724,20 @@ def svd(
     """Singular values s (descending) of the last two axes, with (u, s, vh) if `compute_uv`:
     x = u @ diag(s) @ vh. `subset_by_index=(lo, hi)` keeps singular triplets lo..hi-1."""
     check_choice("svd", "algorithm", algorithm, SvdAlgorithm)
-    out = svd_p.bind(asarray(x), full_matrices=bool(full_matrices), compute_uv=bool(compute_uv))
+    x = asarray(x)
+    if not dtypes.is_inexact(x.dtype):
+        out = svd_p.bind(x, full_matrices=bool(full_matrices), compute_uv=bool(compute_uv))
+    else:
+        # LAPACK's gesdd (NumPy's OpenBLAS) never returns for some matrices holding an
+        # infinity: a matrix with a non-finite element is decomposed as zeros, and its factors
+        # are NaN.
+        finite = _finite_matrices(x)
+        out = svd_p.bind(
+            _where_matrices(finite, x, 0),
+            full_matrices=bool(full_matrices),
+            compute_uv=bool(compute_uv),
+        )
+        out = [_where_matrices(finite, factor, np.nan) for factor in out]
     if subset_by_index is not None:
         lo, hi = (int(i) for i in subset_by_index)
         if not compute_uv:
