@@ -856,6 +856,40 @@ def test_compiled_complex_scatter_mul_multiplies_in_turn_as_the_reference(backen
 
 
 @pytest.mark.parametrize("backend", COMPILED_BACKENDS)
+@pytest.mark.parametrize("reverse", [False, True])
+def test_compiled_complex_cumprod_keeps_the_elements_with_no_earlier_factor(backend, reverse):
+    """The first element (the last, reversed) of a prefix product is the element itself: the
+    compiled doubling multiplied it by 1 + 0j, which made (inf + 2.5j) inf + nan j (found by
+    fuzzing eager against jit)."""
+    if backend.startswith("cuda") and emulator.compiler() is None:
+        pytest.skip("the emulator needs a C++ compiler")
+    x = np.array([np.inf + 2.5j, 2 - 1j, 0.5 + 3j, -1 + 0j, 1j], np.complex64)
+    if reverse:
+        x = x[::-1].copy()
+    with jit_backend(backend):
+        got = np.asarray(fg.jit(lambda x: fg.lax.cumprod(x, reverse=reverse))(x))
+        single = np.asarray(fg.jit(lambda x: fg.lax.cumprod(x, reverse=reverse))(x[:1]))
+    edge = -1 if reverse else 0
+    assert got[edge] == x[edge] and single[0] == x[0]
+
+
+@pytest.mark.parametrize("backend", COMPILED_BACKENDS)
+def test_compiled_complex_prod_carries_an_odd_factor_out_unmultiplied(backend):
+    """A product of three factors multiplied the third by the padding 1 + 0j, which turned
+    an infinite factor's other part into NaN before it was used: prod([1j, 0.5 - 1j,
+    inf + 2.5j]) was nan + nan j for NumPy's inf + inf j (found by fuzzing eager against
+    jit)."""
+    if backend.startswith("cuda") and emulator.compiler() is None:
+        pytest.skip("the emulator needs a C++ compiler")
+    x = np.array([1j, 0.5 - 1j, np.inf + 2.5j], np.complex64)
+    with np.errstate(invalid="ignore"):
+        expected = np.prod(x)
+    with jit_backend(backend):
+        got = np.asarray(fg.jit(fnp.prod)(x))
+    np.testing.assert_array_equal(got, expected)  # (NaNs in the same parts count as equal)
+
+
+@pytest.mark.parametrize("backend", COMPILED_BACKENDS)
 @pytest.mark.parametrize("method, combine", [("max", np.maximum), ("min", np.minimum)])
 def test_compiled_complex_scatter_max_and_min_keep_numpys_order(backend, method, combine):
     """Each update is compared with its element in NumPy's order of complex numbers (real

@@ -652,6 +652,16 @@ def test_building_and_reshaping_match_numpy():
     )
     assert_same(fnp.resize(np.arange(3), (2, 4)), np.resize(np.arange(3), (2, 4)))
     assert_same(fnp.trim_zeros(np.array([0, 0, 1, 2, 0])), np.trim_zeros(np.array([0, 0, 1, 2, 0])))
+    # Beyond one dimension the smallest box holding the nonzeros, as in NumPy (it raised).
+    grid = np.zeros((4, 5), np.int32)
+    grid[1, 2], grid[2, 3] = 7, -1
+    for trim in ("fb", "f", "b"):
+        for axis in (None, 0, -1):
+            expected = np.trim_zeros(grid, trim, axis=axis)
+            assert_same(fnp.trim_zeros(grid, trim, axis=axis), expected)
+    assert fnp.trim_zeros(np.zeros((2, 3))).shape == np.trim_zeros(np.zeros((2, 3))).shape
+    with pytest.raises(ValueError, match="trim must be"):
+        fnp.trim_zeros(grid, "x")
     assert [u.shape for u in fnp.unstack(a, axis=1)] == [(2,)] * 3
     assert_same(fnp.concat([a, a], axis=None), np.concatenate([a, a], axis=None))
     assert fnp.permute_dims(np.zeros((2, 3, 4)), (2, 0, 1)).shape == (4, 2, 3)

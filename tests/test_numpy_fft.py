@@ -209,6 +209,10 @@ def test_bad_lengths_and_empty_axes_are_named():
         fnp.fft.fft(np.ones(4), norm="sideways")
     with pytest.raises(TypeError, match="real input"):
         fnp.fft.rfft(np.ones(4) * 1j)
+    # NumPy's divide by the length: these raised ZeroDivisionError.
+    for freq in (fnp.fft.fftfreq, fnp.fft.rfftfreq):
+        with pytest.raises(ValueError, match="n must be at least 1, got 0"):
+            freq(0)
 
 
 def test_axes_out_of_range_raise_axis_errors():

@@ -297,6 +297,27 @@ def test_out_of_bounds_updates_are_dropped_or_clipped():
     assert_same(fx.at[-1].set(2.0), np.array([0.0, 0, 0, 0, 2]))
 
 
+def test_boolean_updates_of_the_whole_array_combine_as_scatters_do():
+    # x.at[...].add/multiply of booleans raised ("add does not accept dtype bool") where
+    # x.at[0] (a scatter) gave NumPy's or and and.
+    x = np.array([[False, True, False], [True, True, False]])
+    cases = [
+        (method, combine, value, index)
+        for method, combine in (("add", np.add), ("multiply", np.multiply))
+        for value in (True, False)
+        for index in (Ellipsis, slice(None), None)
+    ]
+    for method, combine, value, index in cases:
+        expected = x.copy()
+        combine.at(expected, (Ellipsis,) if index is None else index, value)
+
+        def update(a, method=method, value=value, index=index):
+            return getattr(a.at[index], method)(value)
+
+        assert_same(update(fnp.asarray(x)), expected)
+        assert_same(fg.jit(update)(x), expected)
+
+
 def test_updates_at_an_integer_into_an_empty_axis_raise_as_reads_do():
     # x[0] raised IndexError, x.at[0].set(v) returned x unchanged (JAX raises for both).
     x = fnp.zeros((0, 3))

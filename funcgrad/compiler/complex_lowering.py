@@ -959,17 +959,23 @@ def _moved(x, axes):
 
 
 def _reduce_prod_rule(out_avals, x, *, axes):
-    """A product tree: pair up the factors, multiply the halves, until one remains."""
+    """A product tree: pair up the factors, multiply the halves, until one remains. An odd
+    factor out is carried to the next round as it is (a product with 1 + 0j would turn an
+    infinite part's partner into NaN)."""
     z = each_part(lambda p: _moved(p, axes), x)
     while z.re.shape[0] > 1:
         n = z.re.shape[0]
+        paired = n - n % 2
+        even = each_part(lambda p, n=paired: lax.slice_in_dim(p, 0, n, 2, 0), z)
+        odd = each_part(lambda p, n=paired: lax.slice_in_dim(p, 1, n, 2, 0), z)
+        products = mul(even, odd)
         if n % 2:
-            config = [(0, 1, 0)] + [(0, 0, 0)] * (z.re.ndim - 1)
-            z = Pair(lax.pad(z.re, _c(z.re, 1), config), lax.pad(z.im, _c(z.im, 0), config))
-            n += 1
-        even = each_part(lambda p, n=n: lax.slice_in_dim(p, 0, n, 2, 0), z)
-        odd = each_part(lambda p, n=n: lax.slice_in_dim(p, 1, n, 2, 0), z)
-        z = mul(even, odd)
+            left = each_part(lambda p, n=n: lax.slice_in_dim(p, n - 1, n, 1, 0), z)
+            products = Pair(
+                lax.concatenate([products.re, left.re], 0),
+                lax.concatenate([products.im, left.im], 0),
+            )
+        z = products
     if z.re.shape[0] == 0:
         shape = out_avals[0].shape
         return Pair(lax.full(shape, 1, z.re.dtype), lax.full(shape, 0, z.im.dtype))
@@ -988,13 +994,24 @@ def _shifted(p, fill, shift: int, axis: int, reverse: bool):
 
 def _cumprod_rule(out_avals, x, *, axis, reverse):
     """Prefix products by doubling: after step k each element holds the product of the 2^k
-    elements ending at it."""
+    elements ending at it. The first 2^k elements, which have no earlier factor, are kept as
+    they are (a product with 1 + 0j would turn an infinite part's partner into NaN)."""
     z, shift = x, 1
-    while shift < x.re.shape[axis]:
+    n = x.re.shape[axis]
+    position = lax.broadcasted_iota(np.int32, x.re.shape, axis)
+    while shift < n:
         earlier = Pair(
             _shifted(z.re, 1, shift, axis, reverse), _shifted(z.im, 0, shift, axis, reverse)
         )
-        z = mul(z, earlier)
+        has_earlier = (
+            lax.lt(position, lax.full_like(position, n - shift))
+            if reverse
+            else lax.ge(position, lax.full_like(position, shift))
+        )
+        product = mul(z, earlier)
+        z = Pair(
+            lax.select(has_earlier, product.re, z.re), lax.select(has_earlier, product.im, z.im)
+        )
         shift *= 2
     return z
 

@@ -1631,18 +1631,29 @@ def delete(arr, obj, axis: int | None = None, *, assume_unique_indices: bool = F
 
 
 def trim_zeros(filt, trim: str = "fb", axis=None):
-    """The 1-d filt without its leading ('f') and/or trailing ('b') zeros; filt must be
-    concrete, since the result's size depends on its values."""
+    """filt without its leading ('f') and/or trailing ('b') zeros: the smallest box holding
+    its nonzero elements, along `axis` (an int or a sequence of them) or all axes. filt must
+    be concrete, since the result's shape depends on its values."""
     filt = to_array(filt)
-    if filt.ndim != 1:
-        raise ValueError(f"trim_zeros: filt must be 1-d, got shape {filt.shape}")
+    trim = trim.lower()
+    if trim not in ("fb", "bf", "f", "b"):
+        raise ValueError(f"trim_zeros: trim must be 'f', 'b' or 'fb', got {trim!r}")
     value = static_value(filt, "trim_zeros", "the number of zeros", "")
-    nonzero = np.flatnonzero(value)
-    if nonzero.size == 0:
-        return filt[:0]
-    start = nonzero[0] if "f" in trim.lower() else 0
-    stop = nonzero[-1] + 1 if "b" in trim.lower() else value.size
-    return filt[start:stop]
+    axes = (
+        range(filt.ndim)
+        if axis is None
+        else shape_ops.canonicalize_axes(axis, filt.ndim, "trim_zeros")
+    )
+    nonzero = np.argwhere(value)
+    box = [slice(None)] * filt.ndim
+    for a in axes:
+        if nonzero.size == 0:
+            box[a] = slice(0, 0)
+            continue
+        start = int(nonzero[:, a].min()) if "f" in trim else 0
+        stop = int(nonzero[:, a].max()) + 1 if "b" in trim else filt.shape[a]
+        box[a] = slice(start, stop)
+    return filt[tuple(box)]
 
 
 def _nonzero_mask(x):

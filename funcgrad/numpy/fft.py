@@ -8,6 +8,7 @@ inverse divides by n), "ortho" (both by sqrt(n)) or "forward" (the forward trans
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -203,15 +204,23 @@ def fftfreq(n: int, d: float = 1.0, *, dtype=None, device=None):
     """The sample frequencies of an n-point transform with sample spacing d."""
     from funcgrad.numpy.creation import asarray
 
-    values = np.fft.fftfreq(int(n), d)
+    values = np.fft.fftfreq(_transform_length("fftfreq", n), d)
     return asarray(values, dtype=dtype or dtypes.default_float, device=device)
 
 
 def rfftfreq(n: int, d: float = 1.0, *, dtype=None, device=None):
     from funcgrad.numpy.creation import asarray
 
-    values = np.fft.rfftfreq(int(n), d)
+    values = np.fft.rfftfreq(_transform_length("rfftfreq", n), d)
     return asarray(values, dtype=dtype or dtypes.default_float, device=device)
+
+
+def _transform_length(name: str, n) -> int:
+    """n as an int, refused below 1 by name (NumPy divides by it: ZeroDivisionError)."""
+    n = operator.index(n)
+    if n < 1:
+        raise ValueError(f"{name}: the transform length n must be at least 1, got {n}")
+    return n
 
 
 def _shift(x, axes, sign: int):

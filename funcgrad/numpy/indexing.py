@@ -517,6 +517,9 @@ _UPDATES: dict[str, tuple[Callable, Callable]] = {
 }
 
 
+_BOOLEAN_COMBINE = {"add": lax.bitwise_or, "mul": lax.bitwise_and}
+
+
 def _update(x, index, values, kind: str, mode, indices_are_sorted: bool, unique_indices: bool):
     """`x` with `values` (cast to x's dtype, broadcast to x[index]'s shape) combined at `index`."""
     x = to_array(x)
@@ -528,6 +531,9 @@ def _update(x, index, values, kind: str, mode, indices_are_sorted: bool, unique_
         result_type_and_weak(x, values)  # (raises where the values' dtype does not meet x's)
     values = _fit_values(convert(values, x.dtype, x.weak_type), plan.result_shape)
     scatter, combine = _UPDATES[kind]
+    if dtypes.is_bool(x.dtype) and kind in _BOOLEAN_COMBINE:
+        # As the scatters combine booleans (NumPy's add and multiply: or and and)
+        combine = _BOOLEAN_COMBINE[kind]
     if _selects_nothing(plan, y.shape):
         return x
     if plan.indices is None:
