@@ -61,8 +61,35 @@ def matrix_product(mat: BCOO, other, transpose: bool, name: str) -> Array:
     return bcoo_dot_general(mat, other, dimension_numbers=(((contracted,), (0,)), ((), ())))
 
 
+class SparseMatrix:
+    """What a two-dimensional sparse matrix of the older formats (COO, CSR, CSC) says of
+    itself, from its `data` and `shape`."""
+
+    @property
+    def nse(self) -> int:
+        return self.data.size
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return 2
+
+    @property
+    def size(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.dtype.name}{list(self.shape)}, nse={self.nse})"
+
+
 @tree_util.register_pytree_node_class
-class COO:
+class COO(SparseMatrix):
     """A sparse matrix in coordinate format: `data[k]` lies at (`row[k]`, `col[k]`), and
     elements at one position add up."""
 
@@ -99,28 +126,6 @@ class COO:
         mat.data, mat.row, mat.col = children
         mat.shape, mat._rows_sorted, mat._cols_sorted = aux
         return mat
-
-    @property
-    def nse(self) -> int:
-        return self.data.size
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.data.dtype
-
-    @property
-    def ndim(self) -> int:
-        return 2
-
-    @property
-    def size(self) -> int:
-        return self.shape[0] * self.shape[1]
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __repr__(self) -> str:
-        return f"COO({self.dtype.name}{list(self.shape)}, nse={self.nse})"
 
     @classmethod
     def fromdense(cls, mat, *, nse: int | None = None, index_dtype=np.int32) -> COO:

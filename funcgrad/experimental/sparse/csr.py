@@ -19,12 +19,12 @@ from funcgrad import tree_util
 from funcgrad.array import Array
 from funcgrad.experimental.sparse._convert import unpacked
 from funcgrad.experimental.sparse.bcsr import BCSR, bcsr_fromdense
-from funcgrad.experimental.sparse.coo import check_matrix, matrix_product
+from funcgrad.experimental.sparse.coo import SparseMatrix, check_matrix, matrix_product
 
 __all__ = ["CSC", "CSR", "csr_fromdense", "csr_matmat", "csr_matvec", "csr_todense"]
 
 
-class _Compressed:
+class _Compressed(SparseMatrix):
     """What CSR and CSC share: three buffers, a 2-D shape, and the BCSR form of the matrix
     (CSR) or of its transpose (CSC)."""
 
@@ -54,28 +54,6 @@ class _Compressed:
         mat.data, mat.indices, mat.indptr = children
         mat.shape = shape
         return mat
-
-    @property
-    def nse(self) -> int:
-        return self.data.size
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.data.dtype
-
-    @property
-    def ndim(self) -> int:
-        return 2
-
-    @property
-    def size(self) -> int:
-        return self.shape[0] * self.shape[1]
-
-    def __len__(self) -> int:
-        return self.shape[0]
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.dtype.name}{list(self.shape)}, nse={self.nse})"
 
     @property
     def T(self):
