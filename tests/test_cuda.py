@@ -1199,6 +1199,42 @@ def test_independent_maps_run_as_one_kernel_each_loop_over_the_whole_grid():
     assert plan.count(" = k") == 2
 
 
+def test_maps_sharing_only_their_leading_rows_keep_loops_over_all_their_elements():
+    """Attention's value bias (batch x tokens x width) beside its masked scores (batch x heads
+    x tokens x tokens), neither reading the other, share only the batch axis: a kernel of
+    both would give each of the 4 batch elements one thread. Each keeps a loop over all its
+    elements; a map reading another's row still shares its loop."""
+    rng = np.random.default_rng(31)
+    q, k, v = (rng.standard_normal((4, 16, 2, 8)).astype(np.float32) for _ in range(3))
+    bias = rng.standard_normal(16).astype(np.float32)
+    mask = np.tril(np.ones((16, 16), bool))
+
+    def attention_inputs(q, k, v, bias):
+        scores = fnp.einsum("bqhd,bkhd->bhqk", q, k) * 0.25
+        return v.reshape(4, 16, 16) + bias, fnp.where(mask, scores, -1e30)
+
+    assert_same_as_reference(attention_inputs, q, k, v, bias, exact=False)
+    with jit_backend("cuda_emulator"):
+        program = fg.jit(attention_inputs).lower(q, k, v, bias).compile().executable.program
+    for step in (s for s in program.steps if isinstance(s, KernelStep)):
+        loops = (
+            step.kernel.body
+            if step.kernel.concurrent_loops
+            else [parallel.parallel_loop(step.kernel)]
+        )
+        for loop in loops:
+            stored = {s.buffer.size for s in statements_in(loop.body) if isinstance(s, K.Store)}
+            assert loop.stop - loop.start >= max(stored), step.kernel.name
+
+    def normalized(x):  # (the row's sum, read by the quotient: one kernel)
+        return x / x.sum(axis=(1, 2), keepdims=True)
+
+    x = rng.standard_normal((4, 8, 8)).astype(np.float32)
+    assert_same_as_reference(normalized, x, exact=False)
+    with jit_backend("cuda_emulator"):
+        assert fg.jit(normalized).lower(x).compile().fusion_plan().count(" = k") == 1
+
+
 def test_a_profile_times_each_launch_gemm_and_copy_of_one_walked_call(monkeypatch):
     """`profile` runs the program launch by launch and sums each kernel's, GEMM's and copy's
     device time: every kernel of the module, a scan's body kernels once per iteration (its
