@@ -472,7 +472,13 @@ def test_long_rows_run_on_a_block_each_and_short_rows_on_a_thread_each():
     # block of 256 threads taking 6 each, the most its two intermediates' 256 bytes a thread
     # take, up to 8; rows of 10,000, whose scratch shared memory would not hold, 512 threads
     # taking 5 each); a row whose scratch neither fits runs on one thread.
-    assert "float s" in compiled_text(softmax, x[:, :64])
+    assert "float s" in compiled_text(softmax, x[:, :16])
+    assert "blockIdx.x; i0 < 5;" not in compiled_text(softmax, x[:, :16])
+    # Rows of a warp's width or more take a block each where they are too few to fill the
+    # GPU a thread each (an attention's softmax: 8,192 rows of 64), else a thread each.
+    assert "blockIdx.x; i0 < 5;" in compiled_text(softmax, x[:, :64])
+    many = np.zeros((1 << 16, 64), np.float32)
+    assert "blockIdx.x; i0 < 65536;" not in compiled_text(softmax, many)
     wide = compiled_text(softmax, x[:, :6000])
     assert "i0 = blockIdx.x; i0 < 5; i0 += gridDim.x" in wide and "__shared__ float s" not in wide
     assert re.search(r"\n  float s\d+\[24\];", wide) and "h0 < 6; ++h0" in wide
