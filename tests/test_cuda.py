@@ -1459,6 +1459,47 @@ def test_the_batched_jacobi_eigensolver_gets_conditioned_matrices(dtype, monkeyp
         assert 0.5 <= np.abs(m.view(np.float64)).max() < 1
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+@pytest.mark.parametrize("batched", [True, False])
+def test_eigh_of_a_matrix_with_a_non_finite_off_diagonal_is_nan_though_the_solver_says_not(
+    dtype, batched, monkeypatch
+):
+    """cuSOLVER's eigensolvers report no failure for [[1, inf], [inf, 2]] (its batched Jacobi
+    solver gave NaN eigenvalues, the identity as eigenvectors and info 0), where LAPACK's
+    eigenvectors are NaN too; the emulated solver here answers as cuSOLVER did, and such a
+    matrix's results must still be NaN, and the other matrices' untouched."""
+    emulated = solver.emulated_call
+
+    def silent(call, locate):
+        emulated(call, locate)
+        if call.routine not in ("syevd", "heevd"):  # (a batched call: its matrices' come here)
+            return
+        n, (values, values_at) = call.args[2], locate(call.args[5])
+        if np.isnan(values[values_at : values_at + n]).any():  # answered as cuSOLVER did
+            matrix, at = locate(call.args[3])
+            infos, info_at = locate(call.args[8])
+            columns = matrix[at : at + n * n * (2 if call.routine == "heevd" else 1)]
+            columns[...] = np.eye(n).astype(dtype).reshape(-1).view(matrix.dtype)
+            infos[info_at] = 0
+
+    monkeypatch.setattr(solver, "emulated_call", silent)
+    if not batched:
+        monkeypatch.setattr(solver, "BATCHED_EIGH_LIMIT", 1)
+    finite = np.array([[2.0, 1.0], [1.0, 3.0]])
+    stack = np.stack(
+        [finite, [[1.0, np.inf], [np.inf, 2.0]], finite, [[np.nan, 0.0], [0.0, 1.0]]]
+    ).astype(dtype)
+    stack[2, 0, 1] = -np.inf  # the upper triangle, which the lower solver does not read
+    with jit_backend("cuda_emulator"):
+        v, w = (np.asarray(x) for x in fg.jit(lambda m: lax.eigh(m, symmetrize_input=False))(stack))
+    assert np.isnan(w[1]).all() and np.isnan(v[1]).all()
+    expected_w, expected_v = np.linalg.eigh(finite)
+    for i in (0, 2):
+        np.testing.assert_allclose(w[i], expected_w, rtol=1e-14)
+        np.testing.assert_allclose(np.abs(v[i]), np.abs(expected_v), rtol=1e-14)
+    assert not np.isnan(v[3]).any()  # a non-finite diagonal alone is the solver's to answer
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
 def test_decompositions_run_on_the_devices_solver_and_svd_on_the_host(dtype, monkeypatch):
     rng = np.random.default_rng(5)
