@@ -258,6 +258,21 @@ def test_the_negation_of_a_negative_constant_compiles():
     assert_same_as_reference(f, np.ones(3))
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, dtypes.bfloat16])
+def test_float_negation_flips_a_nans_sign_bit_in_the_ptx_too(dtype):
+    """IEEE negation flips the sign bit of every value, a NaN's too, as the host's does:
+    PTX's neg gives an unspecified NaN for a NaN, and on an H200 arctan(inf + nan j)'s
+    imaginary part, a zero signed from a negated NaN, came out -0 where NumPy's is +0. So
+    the PTX negates with a bit operation, and no neg instruction remains."""
+    x = np.array([np.nan, -np.nan, 0.0, -0.0, 1.5, -np.inf], dtype)
+    with jit_backend("cuda_emulator"):
+        negated = np.asarray(fg.jit(lax.neg)(x))
+    assert (np.signbit(negated) != np.signbit(x)).all() and np.isnan(negated[:2]).all()
+    source = compiled_text(lambda x: (lax.neg(x), fnp.arctan(x.astype(fnp.complex64))), x)
+    if nvrtc.library() is not None:
+        assert "neg.f" not in nvrtc.compile_ptx(source, arch="compute_90")
+
+
 def test_float_max_and_min_are_one_instruction_from_ampere_on():
     """A GPU of compute capability 8.0 or later computes a float maximum or minimum (NaN
     wins, -0 < +0) in one PTX instruction, which ptxas accepts; older ones, and doubles,

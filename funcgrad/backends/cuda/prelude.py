@@ -124,6 +124,15 @@ __device__ __forceinline__ float fg_fmin(float a, float b) {
   return m;
 }
 #endif
+// Negation flips the sign bit, a NaN's too, as IEEE 754's negate, LLVM's fneg and the host
+// do: PTX's neg gives "an unspecified NaN" for a NaN, and on an H200 a zero signed from a
+// negated NaN (arctan(inf + nan j)'s imaginary part) came out of the other sign.
+__device__ __forceinline__ float fg_fneg(float x) {
+  return __uint_as_float(__float_as_uint(x) ^ 0x80000000u);
+}
+__device__ __forceinline__ double fg_fneg(double x) {
+  return __longlong_as_double(__double_as_longlong(x) ^ (long long)0x8000000000000000ull);
+}
 template <class F> __device__ __forceinline__ F fg_fsign(F x) {
   return x > (F)0 ? (F)1 : (x < (F)0 ? (F)-1 : x);
 }

@@ -375,8 +375,8 @@ class _KernelWriter:
             if dtype == K.BOOL:
                 return x
             return f"({c})({x} != 0)" if dtype.kind == "u" else f"fg_isign({x})"
-        if op == "neg":  # (parenthesized: the negation of a literal -30.0 read as --30.0)
-            return f"-({x})" if _is_float(dtype) else f"fg_neg({x})"
+        if op == "neg":
+            return f"fg_fneg({x})" if _is_float(dtype) else f"fg_neg({x})"
         if op == "abs":
             if _is_float(dtype):
                 return f"{'fabs' if dtype == F64 else 'fabsf'}({x})"
