@@ -258,6 +258,31 @@ def test_the_negation_of_a_negative_constant_compiles():
     assert_same_as_reference(f, np.ones(3))
 
 
+def test_kernels_never_get_a_buffer_of_no_elements(monkeypatch):
+    """A pad loads its operand at a clamped index, discarding the value where the place is
+    padding, so it loads element 0 of an empty operand (an empty axis transformed at a given
+    length); a GPU gives an empty array a null pointer, and the load was an illegal address.
+    Every buffer a kernel gets has memory for an element: the device's spare where empty."""
+    sizes = []
+    launch = executable.Emulator.launch
+
+    def recording(self, module, kernel, buffers):
+        sizes.extend(b.nbytes for b in buffers)
+        launch(self, module, kernel, buffers)
+
+    monkeypatch.setattr(executable.Emulator, "launch", recording)
+    empty = np.zeros((3, 0))
+    with jit_backend("cuda_emulator"):
+        for f in (
+            lambda x: fnp.fft.ifft(x, n=3, axis=1),
+            lambda x: fnp.pad(x, ((0, 0), (1, 2)), constant_values=2.0),
+        ):
+            expected = f(empty)  # (eager, on the host)
+            for _ in range(2):  # (the second call replays the first's launches)
+                np.testing.assert_array_equal(fg.jit(f)(empty), expected)
+    assert sizes and min(sizes) > 0
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, dtypes.bfloat16])
 def test_float_negation_flips_a_nans_sign_bit_in_the_ptx_too(dtype):
     """IEEE negation flips the sign bit of every value, a NaN's too, as the host's does:
