@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -372,9 +373,8 @@ def trace_lifetime(trace: Trace) -> Iterator[None]:
     finally:
         trace.alive = False
     if config.check_tracer_leaks:
-        leaked = _leaked_tracers(trace)
-        if leaked:
-            described = [_leak_description(trace, x, id(leaked)) for x in leaked]
+        described = _leak_descriptions(trace)
+        if described:
             raise TracerLeakError(trace.debug_info, described)
 
 
@@ -403,7 +403,24 @@ def _leaked_tracers(trace: Trace) -> list[Tracer]:
     return held
 
 
-def _leak_description(trace: Trace, tracer: Tracer, checker_list: int) -> str:
+def _leak_descriptions(trace: Trace) -> list[str]:
+    """A line for each leaked tracer of `trace`. The checker's own references to a tracer it
+    describes are no holders: its list, and the frames running now, or the generators whose
+    frames they are (from Python 3.12 a comprehension's variable lives in the frame around
+    it, and `trace_lifetime`'s generator was named as holding each tracer described)."""
+    leaked = _leaked_tracers(trace)
+    own = {id(leaked)}
+    frame = sys._getframe()
+    while frame is not None:
+        own.add(id(frame))
+        frame = frame.f_back
+    described = []
+    for tracer in leaked:
+        described.append(_leak_description(trace, tracer, own))
+    return described
+
+
+def _leak_description(trace: Trace, tracer: Tracer, own: set[int]) -> str:
     # None recorded: an input, a trace begun before the option was on, or a dead tracer's id
     # reused by one of another type.
     aval, primitive, where = (trace.origins or {}).get(id(tracer), (None, None, None))
@@ -416,7 +433,9 @@ def _leak_description(trace: Trace, tracer: Tracer, checker_list: int) -> str:
         {
             type(r).__name__
             for r in gc.get_referrers(tracer)
-            if id(r) != checker_list and not isinstance(r, Tracer)
+            if id(r) not in own
+            and id(getattr(r, "gi_frame", None) or getattr(r, "cr_frame", None)) not in own
+            and not isinstance(r, Tracer)
         }
     )
     held = f", held by a {' and a '.join(holders)}" if holders else ""

@@ -291,6 +291,26 @@ def test_leak_checker_finds_inputs_and_closures_and_takes_its_option_names():
         fg.config.update("check_tracer_leaks", 1)
 
 
+def test_leak_checker_names_a_users_generator_but_not_its_own():
+    """The checker runs in a generator (`trace_lifetime`) whose frame, from Python 3.12,
+    holds the tracers it describes (the test above fails there if that one is named); a
+    user's generator holding a tracer is still named."""
+
+    def suspended(value):
+        yield value
+
+    generators = []
+
+    def f(x):
+        generators.append(suspended(x * 2.0))
+        return x
+
+    with fg.checking_leaks(), pytest.raises(TracerLeakError) as info:
+        fg.jit(f)(np.float32(1.0))
+    assert "f32[] made by mul" in str(info.value)
+    assert "held by a generator\n" in str(info.value)
+
+
 def test_leak_checker_passes_clean_nested_transformations():
     def f(x):
         inner = fg.jit(lambda y: fg.vmap(lambda z: z * y)(fnp.ones(3)))(x)

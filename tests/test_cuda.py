@@ -249,6 +249,18 @@ def test_lgamma_of_infinities_zeros_and_poles_is_the_references(dtype):
     assert_same_as_reference(lax.lgamma, x)
 
 
+def test_float_erf_erfc_and_lgamma_are_computed_in_double_and_rounded_once():
+    """CUDA's erfcf, erff and lgammaf are several ulp off (erfc 3.2 ulp at 6.11, lgamma 3 at
+    73.8, and erf_inv, made of erf and erfc, 3.2 at -0.52, on an H200), where the host's
+    compiled ones are within an ulp: a float's are CUDA's double functions, rounded once."""
+    x = np.linspace(0.01, 9.0, 64, dtype=np.float32)
+    for fun in (lax.erf, lax.erfc, lax.lgamma, lax.erf_inv):
+        source = compiled_text(fun, x / 9 if fun is lax.erf_inv else x)
+        assert not re.search(r"\b(erff|erfcf|lgammaf)\(", source), fun
+        assert re.search(r"\(float\)(erf|erfc|lgamma)\(\(double\)", source), fun
+    assert_same_as_reference(lambda x: (lax.erf(x), lax.erfc(x), lax.lgamma(x)), x)
+
+
 def test_the_negation_of_a_negative_constant_compiles():
     # -x rendered beside a literal -30.0 read `--30.0`, a decrement that NVRTC refused.
     def f(x):
@@ -256,6 +268,46 @@ def test_the_negation_of_a_negative_constant_compiles():
         return lax.exp(lax.neg(minus_thirty)) + x, lax.logistic(minus_thirty) + x
 
     assert_same_as_reference(f, np.ones(3))
+
+
+def test_kernels_never_get_a_buffer_of_no_elements(monkeypatch):
+    """A pad loads its operand at a clamped index, discarding the value where the place is
+    padding, so it loads element 0 of an empty operand (an empty axis transformed at a given
+    length); a GPU gives an empty array a null pointer, and the load was an illegal address.
+    Every buffer a kernel gets has memory for an element: the device's spare where empty."""
+    sizes = []
+    launch = executable.Emulator.launch
+
+    def recording(self, module, kernel, buffers):
+        sizes.extend(b.nbytes for b in buffers)
+        launch(self, module, kernel, buffers)
+
+    monkeypatch.setattr(executable.Emulator, "launch", recording)
+    empty = np.zeros((3, 0))
+    with jit_backend("cuda_emulator"):
+        for f in (
+            lambda x: fnp.fft.ifft(x, n=3, axis=1),
+            lambda x: fnp.pad(x, ((0, 0), (1, 2)), constant_values=2.0),
+        ):
+            expected = f(empty)  # (eager, on the host)
+            for _ in range(2):  # (the second call replays the first's launches)
+                np.testing.assert_array_equal(fg.jit(f)(empty), expected)
+    assert sizes and min(sizes) > 0
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, dtypes.bfloat16])
+def test_float_negation_flips_a_nans_sign_bit_in_the_ptx_too(dtype):
+    """IEEE negation flips the sign bit of every value, a NaN's too, as the host's does:
+    PTX's neg gives an unspecified NaN for a NaN, and on an H200 arctan(inf + nan j)'s
+    imaginary part, a zero signed from a negated NaN, came out -0 where NumPy's is +0. So
+    the PTX negates with a bit operation, and no neg instruction remains."""
+    x = np.array([np.nan, -np.nan, 0.0, -0.0, 1.5, -np.inf], dtype)
+    with jit_backend("cuda_emulator"):
+        negated = np.asarray(fg.jit(lax.neg)(x))
+    assert (np.signbit(negated) != np.signbit(x)).all() and np.isnan(negated[:2]).all()
+    source = compiled_text(lambda x: (lax.neg(x), fnp.arctan(x.astype(fnp.complex64))), x)
+    if nvrtc.library() is not None:
+        assert "neg.f" not in nvrtc.compile_ptx(source, arch="compute_90")
 
 
 def test_float_max_and_min_are_one_instruction_from_ampere_on():
@@ -1499,6 +1551,47 @@ def test_the_batched_jacobi_eigensolver_gets_conditioned_matrices(dtype, monkeyp
     assert np.abs(solved[0, 0, 1]) == 1
     for m in solved[1:]:  # scaled to [1/2, 1)
         assert 0.5 <= np.abs(m.view(np.float64)).max() < 1
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+@pytest.mark.parametrize("batched", [True, False])
+def test_eigh_of_a_matrix_with_a_non_finite_off_diagonal_is_nan_though_the_solver_says_not(
+    dtype, batched, monkeypatch
+):
+    """cuSOLVER's eigensolvers report no failure for [[1, inf], [inf, 2]] (its batched Jacobi
+    solver gave NaN eigenvalues, the identity as eigenvectors and info 0), where LAPACK's
+    eigenvectors are NaN too; the emulated solver here answers as cuSOLVER did, and such a
+    matrix's results must still be NaN, and the other matrices' untouched."""
+    emulated = solver.emulated_call
+
+    def silent(call, locate):
+        emulated(call, locate)
+        if call.routine not in ("syevd", "heevd"):  # (a batched call: its matrices' come here)
+            return
+        n, (values, values_at) = call.args[2], locate(call.args[5])
+        if np.isnan(values[values_at : values_at + n]).any():  # answered as cuSOLVER did
+            matrix, at = locate(call.args[3])
+            infos, info_at = locate(call.args[8])
+            columns = matrix[at : at + n * n * (2 if call.routine == "heevd" else 1)]
+            columns[...] = np.eye(n).astype(dtype).reshape(-1).view(matrix.dtype)
+            infos[info_at] = 0
+
+    monkeypatch.setattr(solver, "emulated_call", silent)
+    if not batched:
+        monkeypatch.setattr(solver, "BATCHED_EIGH_LIMIT", 1)
+    finite = np.array([[2.0, 1.0], [1.0, 3.0]])
+    stack = np.stack(
+        [finite, [[1.0, np.inf], [np.inf, 2.0]], finite, [[np.nan, 0.0], [0.0, 1.0]]]
+    ).astype(dtype)
+    stack[2, 0, 1] = -np.inf  # the upper triangle, which the lower solver does not read
+    with jit_backend("cuda_emulator"):
+        v, w = (np.asarray(x) for x in fg.jit(lambda m: lax.eigh(m, symmetrize_input=False))(stack))
+    assert np.isnan(w[1]).all() and np.isnan(v[1]).all()
+    expected_w, expected_v = np.linalg.eigh(finite)
+    for i in (0, 2):
+        np.testing.assert_allclose(w[i], expected_w, rtol=1e-14)
+        np.testing.assert_allclose(np.abs(v[i]), np.abs(expected_v), rtol=1e-14)
+    assert not np.isnan(v[3]).any()  # a non-finite diagonal alone is the solver's to answer
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])

@@ -358,6 +358,29 @@ def test_checks_platform_branches_and_remat_policies():
     _close(grad, fg.grad(lambda x: checked(x)[1].sum())(np.array([1.0, 2.0])), 1e-12)
 
 
+def test_platform_branches_are_the_exported_platforms_wherever_the_program_runs():
+    """Exported for one platform, the program takes that platform's branch on any backend
+    (as a program lowered for it does); exported for both, the branch of where it runs."""
+    from checks import jit_backend
+
+    def f(x):
+        return lax.platform_dependent(x, cpu=lambda v: v + 1.0, cuda=lambda v: v - 1.0)
+
+    x = np.ones(2, np.float32)
+    exported = {
+        platforms: export.deserialize(
+            export.export(fg.jit(f), platforms=platforms)(_spec((2,))).serialize()
+        )
+        for platforms in [("cpu",), ("cuda",), ("cpu", "cuda")]
+    }
+    for backend, running in [("numpy", 2.0), ("llvm", 2.0), ("cuda_emulator", 0.0)]:
+        with jit_backend(backend):
+            np.testing.assert_array_equal(exported[("cpu",)].call(x), 2.0)
+            np.testing.assert_array_equal(exported[("cuda",)].call(x), 0.0)
+            np.testing.assert_array_equal(exported[("cpu", "cuda")].call(x), running)
+    assert exported[("cuda",)].platforms == ("cuda",)
+
+
 # ---------------------------------------------------------------------------------------------
 # The compiler's random programs, read back
 

@@ -19,6 +19,7 @@ import numpy as np
 
 import funcgrad
 from funcgrad import core, dtypes, tree_util
+from funcgrad.compiler import passes
 from funcgrad.config import config
 from funcgrad.errors import JaxprTypeError
 from funcgrad.export import rules, trees
@@ -203,7 +204,9 @@ class Exported:
 def export(fun_jit: Callable, *, platforms: Sequence[str] | None = None) -> Callable[..., Exported]:
     """`export(jit(f))(*args, **kwargs)`: f's program for the signature of these arguments
     (arrays, or `ShapeDtypeStruct`s standing for them; static arguments as jit takes them).
-    `platforms` records where the program is meant to run (it runs on any)."""
+    `platforms` says where the program is meant to run (it runs on any): exported for one,
+    its `lax.platform_dependent` choices are that platform's branches wherever it runs; for
+    several, each is made where it runs."""
     from funcgrad.transforms.jit import Jitted
 
     if not isinstance(fun_jit, Jitted):
@@ -226,6 +229,8 @@ def export(fun_jit: Callable, *, platforms: Sequence[str] | None = None) -> Call
             Jaxpr(jaxpr.invars[:num_consts], jaxpr.invars[num_consts:], jaxpr.outvars, jaxpr.eqns),
             entry.consts,
         )
+        if len(chosen) == 1:
+            program = passes.resolve_platform(program, chosen[0])
         exported = Exported(
             getattr(fun_jit, "__name__", fun_jit.name),
             in_tree,

@@ -184,6 +184,16 @@ class _Slots:
 
 
 @once
+def _spare(device):
+    """16 zero bytes on `device`, which a kernel gets for a buffer of no elements. A kernel may
+    load element 0 of a buffer where a select then discards the value (a pad reads its
+    operand at a clamped index, also where the operand is empty: a transform of an empty axis
+    padded to a length), and a GPU gives an empty array no memory: the load of its null
+    pointer was an illegal address."""
+    return device.upload(np.zeros(16, np.uint8))
+
+
+@once
 def _pointing_module(device):
     return device.load(module_source([kernel.text() for kernel in POINTING]), POINTING)
 
@@ -1438,6 +1448,7 @@ class _Walk:
 
     def launch(self, kernel: CudaKernel) -> None:
         buffers = [self.views[b] for b in kernel.params]
+        buffers = [b if b.size else _spare(self.device) for b in buffers]
         self.runner.launch(self.executable.module, kernel, buffers)
 
     def bind(self, program: Program, sources: list) -> None:

@@ -382,8 +382,8 @@ class _KernelWriter:
             if dtype == K.BOOL:
                 return x
             return f"({c})({x} != 0)" if dtype.kind == "u" else f"fg_isign({x})"
-        if op == "neg":  # (parenthesized: the negation of a literal -30.0 read as --30.0)
-            return f"-({x})" if _is_float(dtype) else f"fg_neg({x})"
+        if op == "neg":
+            return f"fg_fneg({x})" if _is_float(dtype) else f"fg_neg({x})"
         if op == "abs":
             if _is_float(dtype):
                 return f"{'fabs' if dtype == F64 else 'fabsf'}({x})"
@@ -401,9 +401,10 @@ class _KernelWriter:
             return f"{one} / ({one} + {_math_name('exp', dtype)}(-({x})))"
         if op == "lgamma":
             return f"fg_lgamma({x})"
-        if op in ("log10", "log2") and dtype != F64:
-            # In double and rounded once, as the other backends take it: CUDA's log10f may be
-            # 2 ulp off, and then log10(1000) would miss 3.
+        if op in ("log10", "log2", "erf", "erfc") and dtype != F64:
+            # In double and rounded once, as the other backends take them: CUDA's log10f may be
+            # 2 ulp off, and then log10(1000) would miss 3; its erfcf was 3.2 ulp off at 6.11
+            # (and so erf_inv, made of erf and erfc, 3.2 ulp at -0.52).
             return f"(float){MATH[op]}((double){x})"
         if op in MATH:
             return f"{_math_name(op, dtype)}({x})"

@@ -123,12 +123,45 @@ def run(plan: DeviceSolve, views: dict, xp, make) -> None:
         return base, pointer.offset
 
     for call in plan.calls:
+        unfinished = _off_diagonal_not_finite(call, locate, xp)
         if call.routine in JACOBI_ROUTINES:
             _jacobi_conditioned(call, locate, xp, make)
         else:
             make(call, locate)
+        if unfinished is not None:
+            _failed(call, locate, unfinished)
     for buffer, shadow in shadows.items():
         views[buffer][...] = shadow
+
+
+# The eigensolvers' calls; each holds its info at argument 8.
+EIGH_ROUTINES = ("syevd", "heevd", "syevjBatched", "heevjBatched")
+
+
+def _off_diagonal_not_finite(call: SolverCall, locate, xp):
+    """For an eigensolver's call, which of its matrices hold an infinity or a NaN off the
+    diagonal of the triangle it reads (a flag each), else None. LAPACK's eigenvalues of
+    those are NaN and its eigenvectors NaN, all or some (or it reports failure, which makes
+    the plan's results NaN); cuSOLVER's batched Jacobi solver gave NaN eigenvalues, the
+    identity as eigenvectors and info 0 for [[1, inf], [inf, 2]]. So `run` marks them
+    failed itself."""
+    if call.routine not in EIGH_ROUTINES:
+        return None
+    _job, fill, n, matrix, lda = call.args[:5]
+    count = call.args[-1] if call.routine in JACOBI_ROUTINES else 1
+    parts = _parts(call.dtype)
+    base, offset = locate(matrix)
+    columns = base[offset : offset + count * n * lda * parts].reshape(count, n, lda, parts)
+    row, column = xp.arange(lda)[None, :], xp.arange(n)[:, None]
+    read = ((row > column) if fill == "lower" else (row < column)) & (row < n)
+    return ((~xp.isfinite(columns).all(axis=3)) & read).any(axis=(1, 2))
+
+
+def _failed(call: SolverCall, locate, flags) -> None:
+    """Writes info n + 1 (LAPACK's "did not converge") for the matrices `flags` marks."""
+    base, offset = locate(call.args[8])
+    infos = base[offset : offset + flags.shape[0]]
+    infos[flags] = call.args[2] + 1
 
 
 # cuSOLVER's batched Jacobi eigensolver returned a Hermitian matrix's diagonal unchanged, as
