@@ -41,7 +41,7 @@ from compiler import (  # noqa: E402
 import funcgrad as fg  # noqa: E402
 import funcgrad.numpy as fnp  # noqa: E402
 from funcgrad import lax, tree_util  # noqa: E402
-from funcgrad.backends.cuda import executable, graphs, narrow  # noqa: E402
+from funcgrad.backends.cuda import executable, graphs  # noqa: E402
 from funcgrad.compiler import parallel, schedule, stages  # noqa: E402
 
 ROUNDS = 5
@@ -272,16 +272,10 @@ def mlp_case():
         "funcgrad, results copied out": _compiled_with(
             executable, "_written_in_place", lambda program, hosts, ours: [], step, params, x, y
         ),
-        "funcgrad, 10-term product a GEMM": _compiled_with(
-            executable, "SHORT_CONTRACTION", 8, step, params, x, y
-        ),
         "funcgrad, bias sums two kernels": _compiled_with(
             parallel, "BLOCK_PARTS_LEAST", 1 << 30, step, params, x, y
         ),
         "funcgrad, maps launched apart": _maps_apart(step, params, x, y),
-        "funcgrad, narrow GEMMs by cuBLAS": _compiled_with(
-            narrow, "MAX_COLUMNS", 0, step, params, x, y
-        ),
         "funcgrad, loss gradient two kernels": _compiled_with(
             executable, "SHORT_ROW_GROUP", 8, step, params, x, y
         ),

@@ -998,22 +998,11 @@ def _dot_general(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
 root_rules[PRIMITIVES["dot_general"]] = _dot_general
 
 # Contractions this short (outer products, per-example products) are a few multiply-adds per
-# output element: they fuse into their readers like elementwise ops. A backend may fuse longer
-# ones (`short_contractions`): on a CPU, a 10-term product fused into its reader ran 5-10%
-# slower than its GEMM (benchmarks/compiler.py, the conv and per-example cases), but a GPU
-# saves a GEMM's launch and a pass over its result, the operands' few rows staying in cache.
+# output element: they fuse into their readers like elementwise ops. Longer ones are GEMMs: on
+# a CPU a 10-term product fused into its reader ran 5-10% slower than its GEMM
+# (benchmarks/compiler.py, the conv and per-example cases), and on an H200 the MLP step with
+# its 10-term backward product fused ran 2.2-2.8 µs slower a call than with it a GEMM.
 SHORT_CONTRACTION = 8
-_short_contraction = contextvars.ContextVar("short_contraction", default=SHORT_CONTRACTION)
-
-
-@contextlib.contextmanager
-def short_contractions(length: int):
-    """Within it, contractions of at most `length` terms fuse into their readers."""
-    token = _short_contraction.set(length)
-    try:
-        yield
-    finally:
-        _short_contraction.reset(token)
 
 
 def _short_dot_general(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
@@ -1028,7 +1017,7 @@ def _short_dot_general(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Ex
 
 element_rules[PRIMITIVES["dot_general"]] = _short_dot_general
 element_rule_applies[PRIMITIVES["dot_general"]] = lambda eqn: (
-    math.prod(_contract_shape(eqn)) <= _short_contraction.get()
+    math.prod(_contract_shape(eqn)) <= SHORT_CONTRACTION
 )
 
 

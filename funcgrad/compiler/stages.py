@@ -7,7 +7,7 @@ import functools
 
 from funcgrad.compiler import parallel, passes, rows
 from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
-from funcgrad.compiler.fusion import SHORT_CONTRACTION, folds_along_memory, short_contractions
+from funcgrad.compiler.fusion import folds_along_memory
 from funcgrad.compiler.horizontal import merge_maps
 from funcgrad.compiler.index_algebra import coalesce_loops, collapse_row_nests, simplify_offsets
 from funcgrad.compiler.memory import MemoryPlan, plan_memory
@@ -27,7 +27,6 @@ def plan(
     reductions: parallel.ReductionSplit | None = None,
     gemm_dtypes: tuple = GEMM_DTYPES,
     contraction_dtypes: tuple = (),
-    short_contraction: int = SHORT_CONTRACTION,
     short_row_group: int = rows.MAX_GROUP,
 ) -> tuple[ClosedJaxpr, Program, MemoryPlan]:
     """The optimized jaxpr, its program of steps and the program's memory plan. Large
@@ -40,8 +39,7 @@ def plan(
     (`index_algebra.coalesce_loops`) and its products of few results with long sums are
     split into parts (`parallel.split_products`). Products in `gemm_dtypes` may run as the
     backend's library GEMMs, and convolutions in `contraction_dtypes` as contraction kernels
-    (`schedule.schedule`); products of at most `short_contraction` terms fuse into their
-    readers (`fusion.short_contractions`), up to `short_row_group` kernels over short rows
+    (`schedule.schedule`); up to `short_row_group` kernels over short rows
     share a loop (`rows.short_row_groups`), GEMMs make the updates their products feed
     (`schedule._updates`), and, for a GPU, a map kernel makes a fold down the columns of a
     value it stores where that fold runs on blocks (`schedule.column_folds_with_maps`),
@@ -58,7 +56,6 @@ def plan(
     on_blocks = functools.partial(parallel.column_fold_on_blocks, split=reductions) if gpu else None
     with (
         folds_along_memory(not gpu),
-        short_contractions(short_contraction),
         rows.short_row_groups(short_row_group),
         column_folds_with_maps(on_blocks),
     ):

@@ -34,7 +34,6 @@ from funcgrad.array import Array, DeviceValue, GpuDevice, to_host
 from funcgrad.backends.cuda import cublas as cublas_calls
 from funcgrad.backends.cuda import graphs, nvrtc, regions, solver
 from funcgrad.backends.cuda.emulator import EmulatedModule
-from funcgrad.backends.cuda.narrow import narrow_gemm
 from funcgrad.backends.cuda.render import (
     ADDRESS,
     LAUNCH_BLOCK,
@@ -92,11 +91,6 @@ extern "C" __global__ void fg_occupy(unsigned long long nanoseconds) {
 # A profile keeps the device busy this long before each span it times: long enough for the
 # host to make the timed call.
 PROFILE_LEAD_SECONDS = 5e-4
-# Products of this many terms or fewer fuse into their readers (`fusion.short_contractions`):
-# on an H100 the MLP step's three GEMMs with 10 columns took 17.3 µs (docs/performance.md);
-# one, the backward product 256 x 10 by 10 x 1024, becomes 10 multiply-adds per element of
-# the kernel reading it (its operands' few rows stay in cache), a launch and a pass fewer.
-SHORT_CONTRACTION = 16
 # Kernels over rows of at most 32 elements (a thread each on a GPU) sharing a loop
 # (`rows.short_row_groups`): the MLP step's loss gradient, 13 of them over rows of 10, is one
 # launch, not two (the CPU keeps 8: its one loop ran slower).
@@ -654,7 +648,6 @@ class CudaExecutable:
             REDUCTIONS,
             GPU_GEMM_DTYPES,
             CONTRACTION_DTYPES,
-            SHORT_CONTRACTION,
             SHORT_ROW_GROUP,
         )
         # Outputs written into donated arguments' memory: {output index: input index}. A
@@ -681,22 +674,13 @@ class CudaExecutable:
         }
         called = {s for step in self.regions for s in regions.inner_kernels(step)}
         launched = [k for s, k in self.kernels.items() if s not in called]
-        # Products of few columns, as kernels of our own (`narrow`), not cuBLAS calls.
         gemms = [step for step in all_steps(self.program) if isinstance(step, GemmStep)]
-        self.narrow = {
-            step: kernel
-            for g, step in enumerate(gemms)
-            if (kernel := narrow_gemm(step, f"g{g}_narrow_gemm", self.hosts)) is not None
-        }
-        launched += self.narrow.values()
         # Working memory for cuBLASLt's GEMMs (updates apart from their results), beside
         # the arena: room to split their sums, up to a few times their results.
         apart = [
             nbytes(step.out)
             for step in gemms
-            if step.addend is not None
-            and step not in self.narrow
-            and self.hosts.get(step.out) is not step.addend
+            if step.addend is not None and self.hosts.get(step.out) is not step.addend
         ]
         self.workspace = (
             K.Buffer("cublaslt_workspace", np.dtype(np.uint8), min(LT_WORKSPACE, 4 * max(apart)))
@@ -707,8 +691,9 @@ class CudaExecutable:
         self._replayable = self._launches is not None
         # Results a replay's kernels write where each call wants them, each read from a slot
         # of the replay's (`_Replay`), and those kernels in the form reading the slots.
-        ours = {**self.kernels, **self.narrow}  # (the steps launching kernels of ours)
-        self.in_place = _written_in_place(program, self.hosts, ours) if self._replayable else []
+        self.in_place = (
+            _written_in_place(program, self.hosts, self.kernels) if self._replayable else []
+        )
         self.slots = [K.Buffer(f"{b.name}_at", ADDRESS, 1) for b in self.in_place]
         # The other results a replay may write where each call wants them, each a result
         # once: graphs are then kept by where they are (`_result_places`).
@@ -720,7 +705,7 @@ class CudaExecutable:
         slots = dict(zip(self.in_place, self.slots))
         self.addressed = {
             step: addressed(kernel, slots)
-            for step, kernel in ours.items()
+            for step, kernel in self.kernels.items()
             if any(b in slots for b in kernel.params)
         }
         launched += list(self.regions.values()) + list(self.addressed.values())
@@ -1463,9 +1448,9 @@ class _Walk:
         return int(self.device.download(self.views[buffer][:1])[0])
 
     def gemm(self, step: GemmStep) -> None:
-        narrow = self.kernels.get(step) or self.executable.narrow.get(step)
-        if narrow is not None:
-            self.launch(narrow)
+        kernel = self.kernels.get(step)
+        if kernel is not None:
+            self.launch(kernel)
             return
         tf32 = step.out.dtype == np.float32 and allows_tf32(step.eqn.params.get("precision"))
         lhs, rhs, out = (self.views[b] for b in (step.lhs, step.rhs, step.out))
