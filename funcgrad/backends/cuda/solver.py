@@ -129,7 +129,7 @@ def run(plan: DeviceSolve, views: dict, xp, make) -> None:
         else:
             make(call, locate)
         if unfinished is not None:
-            _failed(call, locate, unfinished)
+            _failed(call, locate, unfinished, xp)
     for buffer, shadow in shadows.items():
         views[buffer][...] = shadow
 
@@ -157,11 +157,13 @@ def _off_diagonal_not_finite(call: SolverCall, locate, xp):
     return ((~xp.isfinite(columns).all(axis=3)) & read).any(axis=(1, 2))
 
 
-def _failed(call: SolverCall, locate, flags) -> None:
-    """Writes info n + 1 (LAPACK's "did not converge") for the matrices `flags` marks."""
+def _failed(call: SolverCall, locate, flags, xp) -> None:
+    """Writes info n + 1 (LAPACK's "did not converge") for the matrices `flags` marks, by a
+    select rather than a masked store, which on a GPU waits for the device to count the
+    marks."""
     base, offset = locate(call.args[8])
     infos = base[offset : offset + flags.shape[0]]
-    infos[flags] = call.args[2] + 1
+    infos[...] = xp.where(flags, call.args[2] + 1, infos)
 
 
 # cuSOLVER's batched Jacobi eigensolver returned a Hermitian matrix's diagonal unchanged, as
