@@ -52,9 +52,13 @@ def _sync() -> None:
 
 
 def _seconds_per_call(run, repeat: int) -> float:
-    """Seconds per call of a batch made back to back, after one untimed call: the first call
+    """Seconds per call of a batch made back to back, after two untimed calls: the first call
     after another framework's batch runs slower (on an H100, funcgrad's softmax took 413 µs a
-    call in batches of 10 right after other frameworks', 390 µs in batches after its own)."""
+    call in batches of 10 right after other frameworks', 390 µs in batches after its own),
+    and a training loop's parameters take turns in two places, each of which a replay may
+    capture a graph for at its first call there (once other loops' batches moved them, the
+    H200's loop row took 233 µs a call where the loop alone took 129)."""
+    run()
     run()
     _sync()
     start = time.perf_counter()
