@@ -609,7 +609,9 @@ class Gpu:
         return value.storage.reshape(value.shape)
 
     def view(self, raw, dtype: np.dtype):
-        return raw.view(_storage(dtype))
+        storage = _storage(dtype)
+        # (a CuPy view is a new array object, some microseconds of the host's per call)
+        return raw if raw.dtype == storage else raw.view(storage)
 
 
 def _cupy():
@@ -1008,8 +1010,9 @@ class CudaExecutable:
     def _arena(self, views: dict) -> None:
         """Allocates the working memory of one call and adds its buffers' views to `views`."""
         device = self.device
-        arena = device.xp.empty(max(self.memory.arena_bytes, 1), np.uint8)
-        for buffer, offset in self.memory.offsets.items():
+        offsets = self.memory.offsets
+        arena = device.xp.empty(max(self.memory.arena_bytes, 1), np.uint8) if offsets else None
+        for buffer, offset in offsets.items():
             views[buffer] = device.view(arena[offset : offset + nbytes(buffer)], buffer.dtype)
         if self.workspace is not None:
             views[self.workspace] = device.xp.empty(self.workspace.size, np.uint8)
