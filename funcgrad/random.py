@@ -265,11 +265,17 @@ _IMPL = "threefry2x32"
 def PRNGKey(seed, *, impl=None) -> Array:
     """A key from an integer seed: the seed's high and low 32 bits as a 64-bit integer.
 
-    Python ints are 64-bit (so a negative seed fills the high word); integer arrays of 32 bits
-    or fewer have a zero high word. `impl` may name the one generator there is, threefry2x32.
+    Integer arrays of 32 bits or fewer have a zero high word. A Python int is 64-bit under
+    `enable_x64` (so a negative seed fills the high word); without it, it is a 32-bit value
+    like every other Python int, so only its low 32 bits count: the key is the one a jitted
+    `PRNGKey` makes of the same seed. `impl` may name the one generator there is, threefry2x32.
     """
     _check_impl("PRNGKey", impl)
-    return _seed_words(_integer_scalar("PRNGKey", seed))
+    python_int = isinstance(seed, int) and not isinstance(seed, bool)
+    seed = _integer_scalar("PRNGKey", seed)
+    if python_int and not config.enable_x64:
+        seed = lax.convert_element_type(seed, dtypes.uint32)
+    return _seed_words(seed)
 
 
 def _check_key_dtype(name: str, dtype) -> None:

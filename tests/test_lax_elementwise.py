@@ -392,6 +392,29 @@ def test_integer_division_by_zero_gives_zero(dtype, backend):
         np.testing.assert_array_equal(np.asarray(got), [0, 0, 0])
 
 
+@pytest.mark.parametrize("backend", ["eager", *COMPILED_BACKENDS])
+@pytest.mark.parametrize("dtype", list(dtypes.float_dtypes), ids=str)
+def test_max_and_min_order_minus_zero_below_plus_zero(dtype, backend):
+    """max(-0, +0) is +0 and min is -0 in either order, eagerly as compiled: eager max and
+    min were NumPy's, which keep one zero or the other by operand order (and, for float16,
+    the other way round), so relu(-0.0) in float16 was -0.0 eagerly and +0.0 under jit."""
+    x = np.array([-0.0, 0.0, -0.0, 0.0, -0.0, 1.0], dtype)
+    y = np.array([0.0, -0.0, -0.0, 0.0, np.nan, -0.0], dtype)
+    expected = {lax.max: [False, False, True, False], lax.min: [True, True, True, False]}
+    for op, signs in expected.items():
+        if backend == "eager":
+            got = np.asarray(op(x, y))
+        else:
+            with jit_backend(backend):
+                got = np.asarray(fg.jit(op)(x, y))
+        got = got.astype(np.float32)
+        np.testing.assert_array_equal(np.signbit(got[:4]), signs, err_msg=op.__name__)
+        np.testing.assert_array_equal(got[:4], 0)
+        assert np.isnan(got[4]) and got[5] == (1 if op is lax.max else 0)
+    relu = fg.nn.relu(np.array([-0.0, 0.0], dtype))
+    assert not np.signbit(np.asarray(relu).astype(np.float32)).any()
+
+
 @given(data=st.data())
 def test_nextafter_steps_one_ulp(data):
     x, y = data.draw(operands(fst.all_float_dtypes, min_value=-2, max_value=2))

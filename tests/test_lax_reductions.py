@@ -12,7 +12,7 @@ import operator
 import numpy as np
 import pytest
 import strategies as fst
-from checks import assert_close, check_staging, tolerance
+from checks import assert_close, check_staging, jit_backend, tolerance
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -619,3 +619,25 @@ def test_select_and_scatter_add_errors_name_the_shapes():
         fg.make_jaxpr(lambda s, x: lax.select_and_scatter_add(s, x, ge_p, (2, 2), (2, 2), "VALID"))(
             np.zeros((2, 2)), x
         )
+
+
+@pytest.mark.parametrize("backend", ["eager", *COMPILED_BACKENDS])
+@pytest.mark.parametrize("dtype", list(dtypes.float_dtypes), ids=str)
+def test_max_and_min_reductions_order_minus_zero_below_plus_zero(dtype, backend):
+    """A max is -0 only where every zero reduced is -0, a min +0 only where every one is +0,
+    whatever the order, eagerly as compiled (NumPy's reductions kept the zero they met
+    first, differently for float16)."""
+    x = np.array([[-0.0, 0.0], [0.0, -0.0], [-0.0, -0.0], [0.0, 0.0], [-0.0, -1.0]], dtype)
+    expected = {
+        lax.reduce_max: ([0.0, 0.0, -0.0, 0.0, -0.0], [False, False, True, False, True]),
+        lax.reduce_min: ([0.0, 0.0, -0.0, 0.0, -1.0], [True, True, True, False, True]),
+    }
+    for op, (values, signs) in expected.items():
+        if backend == "eager":
+            got = op(x, (1,))
+        else:
+            with jit_backend(backend):
+                got = fg.jit(lambda a, op=op: op(a, (1,)))(x)
+        got = np.asarray(got).astype(np.float32)
+        np.testing.assert_array_equal(got, values, err_msg=op.__name__)
+        np.testing.assert_array_equal(np.signbit(got), signs, err_msg=op.__name__)

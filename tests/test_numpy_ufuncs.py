@@ -818,3 +818,22 @@ def test_integer_floor_division_by_zero_gives_numpys_zero():
     assert fnp.tri(2).dtype == np.float32
     with fg.enable_x64():
         assert fnp.tri(2).dtype == np.float64  # the default float, as eye's (JAX: float32)
+
+
+@pytest.mark.parametrize("name", ["rint", "angle"])
+@pytest.mark.parametrize("dtype", [np.bool_, np.uint8, np.int8, np.int32, np.uint32])
+def test_rint_and_angle_of_integers_give_the_default_float(name, dtype):
+    """They gave float32 under enable_x64 too, where the default float is float64 (the
+    values are exact either way: whole numbers, and 0 or pi); a Python int gives a strongly
+    typed result, which a float16 array does not narrow."""
+    values = np.array([3, 0, 1, 2]).astype(dtype)
+    if np.dtype(dtype).kind == "i":
+        values = values - 2
+    expected = getattr(np, name)(values.astype(np.float64))
+    for x64, float_dtype in [(False, np.float32), (True, np.float64)]:
+        with fg.enable_x64(x64):
+            out = getattr(fnp, name)(values)
+            assert out.dtype == float_dtype, (name, dtype, x64)
+            np.testing.assert_allclose(np.asarray(out), expected.astype(float_dtype), rtol=1e-7)
+            assert fg.jit(getattr(fnp, name))(values).dtype == float_dtype
+            assert (getattr(fnp, name)(3) + np.ones(2, np.float16)).dtype == float_dtype

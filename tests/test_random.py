@@ -110,11 +110,9 @@ def as_list(x) -> list[int]:
     [
         (0, [0, 0]),
         (42, [0, 42]),
-        (2**32 + 7, [1, 7]),
-        (2**64 - 1, [MASK, MASK]),
-        (-1, [MASK, MASK]),  # a Python int is a 64-bit seed
         (np.int32(-1), [0, MASK]),  # a 32-bit seed has no high word
         (np.int64(-2), [MASK, MASK - 1]),
+        (np.int64(2**32 + 7), [1, 7]),
         (np.uint8(200), [0, 200]),
     ],
 )
@@ -123,6 +121,27 @@ def test_prng_key_holds_the_high_and_low_words_of_the_seed(seed, expected):
     assert key.dtype == np.uint32 and key.shape == (2,)
     assert as_list(key) == expected
     assert as_list(fr.key(seed)) == expected
+
+
+@pytest.mark.parametrize(
+    "seed, words_x64, words_x32",
+    [
+        (-1, [MASK, MASK], [0, MASK]),
+        (-(2**31), [MASK, 2**31], [0, 2**31]),
+        (2**32 + 7, [1, 7], [0, 7]),
+        (2**64 - 1, [MASK, MASK], [0, MASK]),
+    ],
+)
+def test_prng_key_of_a_python_int_follows_enable_x64(seed, words_x64, words_x32):
+    """A Python int is a 64-bit seed under enable_x64 and a 32-bit one without it, as every
+    Python int is, so a seed gives the key a jitted PRNGKey gives it (and JAX's key)."""
+    with fg.enable_x64(True):
+        assert as_list(fr.PRNGKey(seed)) == words_x64
+    with fg.enable_x64(False):
+        assert as_list(fr.PRNGKey(seed)) == words_x32
+        assert as_list(fr.key(seed)) == words_x32
+        if -(2**31) <= seed < 2**31:
+            assert as_list(fg.jit(fr.PRNGKey)(seed)) == words_x32
 
 
 def test_prng_key_of_a_traced_seed():

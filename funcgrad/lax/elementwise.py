@@ -464,11 +464,23 @@ def _shift_right_logical(x, y):
 
 
 def _max(x, y):
-    return np.maximum(x, y)
+    """NumPy's maximum with +0 above -0, as the compiled backends order them: NumPy returns
+    either zero of a tie (by operand order, and for float16 by another rule), so relu(-0.0)
+    was -0.0 eagerly and +0.0 under jit."""
+    return _order_signed_zeros(np.maximum(x, y), x, y, larger=True)
 
 
 def _min(x, y):
-    return np.minimum(x, y)
+    """NumPy's minimum with -0 below +0 (see `_max`)."""
+    return _order_signed_zeros(np.minimum(x, y), x, y, larger=False)
+
+
+def _order_signed_zeros(out, x, y, larger: bool):
+    if not dtypes.is_float(out.dtype):
+        return out
+    x_first = np.signbit(x) != larger
+    out = np.where((x == 0) & (y == 0), np.where(x_first, x, y), out).astype(out.dtype)
+    return out[()] if out.ndim == 0 else out
 
 
 add_p = binary_primitive("add", np.add)

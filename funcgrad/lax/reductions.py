@@ -139,13 +139,26 @@ def _reduce_prod(x, *, axes):
 def _reduce_max(x, *, axes):
     x = np.asarray(x)
     wide = _comparable(x) if dtypes.is_narrow(x.dtype) else x
-    return _result(np.maximum.reduce(wide, axis=axes, initial=dtypes.lowest(x.dtype)), x.dtype)
+    out = np.maximum.reduce(wide, axis=axes, initial=dtypes.lowest(x.dtype))
+    return _result(_zero_of_sign(out, wide, axes, negative=False), x.dtype)
 
 
 def _reduce_min(x, *, axes):
     x = np.asarray(x)
     wide = _comparable(x) if dtypes.is_narrow(x.dtype) else x
-    return _result(np.minimum.reduce(wide, axis=axes, initial=dtypes.highest(x.dtype)), x.dtype)
+    out = np.minimum.reduce(wide, axis=axes, initial=dtypes.highest(x.dtype))
+    return _result(_zero_of_sign(out, wide, axes, negative=True), x.dtype)
+
+
+def _zero_of_sign(out, x: np.ndarray, axes, negative: bool):
+    """A zero extreme as the compiled backends give it: +0 above -0, so a max is -0 only where
+    every zero reduced is -0 (a min +0 only where every one is +0). NumPy keeps whichever
+    zero its order of reduction met first."""
+    if not dtypes.is_float(x.dtype):
+        return out
+    has_zero_of_sign = np.logical_or.reduce((x == 0) & (np.signbit(x) == negative), axis=axes)
+    signed_zero = np.copysign(np.zeros((), x.dtype), -1 if negative else 1)
+    return np.where((out == 0) & has_zero_of_sign, signed_zero, out)
 
 
 def _reduce_and(x, *, axes):

@@ -1906,7 +1906,12 @@ def array_str(a, max_line_width=None, precision=None, suppress_small=None) -> st
 
 
 def angle(z, deg: bool = False):
-    """The argument atan2(imag, real); of real numbers pi for negative ones (and -0.0), else 0."""
+    """The argument atan2(imag, real); of real numbers pi for negative ones (and -0.0), else 0.
+    Integers and booleans give the default float (float64 under `enable_x64`), as `rint`
+    does."""
+    z = to_array(z)
+    if not dtypes.is_inexact(z.dtype):
+        z = lax.convert_element_type(z, dtypes.default_float)
     (z,) = promote_args_inexact("angle", z)
     if dtypes.is_complex(z.dtype):
         result = lax.atan2(lax.imag(z), lax.real(z))

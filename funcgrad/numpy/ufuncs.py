@@ -368,6 +368,12 @@ fix = trunc
 
 
 def rint(x, /):
+    """Round half to even. Integers and booleans, already whole, become the default float
+    (float64 under `enable_x64`), not the float32 that `sqrt` computes them in: rounding
+    loses nothing, so int32 values stay exact under the flag."""
+    x = to_array(x)
+    if not dtypes.is_inexact(x.dtype):
+        return lax.convert_element_type(x, dtypes.default_float)
     (x,) = promote_args_inexact("rint", x)
     if dtypes.is_complex(x.dtype):
         return lax.complex(rint(lax.real(x)), rint(lax.imag(x)))
