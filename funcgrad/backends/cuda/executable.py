@@ -728,6 +728,8 @@ class CudaExecutable:
         }
         out_avals = closed.out_avals
         self._out_shapes = [(a.shape, a.dtype) for a in out_avals]
+        # (each result's buffer: its elements and their storage dtype, made at every call)
+        self._out_buffers = [(math.prod(a.shape), _storage(a.dtype)) for a in out_avals]
         self._out_weak = [a.weak_type for a in out_avals]
         self._in_dtypes = [a.dtype for a in closed.in_avals]
         self._reference = None
@@ -934,12 +936,15 @@ class CudaExecutable:
     def _results(self, taken: dict) -> list:
         """A call's result buffers: donated memory where it is free to take (`taken`), else
         fresh ones."""
-        results = [None] * len(self._out_shapes)
+        empty = self.device.xp.empty
+        if not taken:
+            return [empty(size, dtype) for size, dtype in self._out_buffers]
+        results = [None] * len(self._out_buffers)
         for k, i in self.donated.items():
             results[k] = taken.get(i)
-        for k, (shape, dtype) in enumerate(self._out_shapes):
+        for k, (size, dtype) in enumerate(self._out_buffers):
             if results[k] is None:
-                results[k] = self.device.xp.empty(math.prod(shape), _storage(dtype))
+                results[k] = empty(size, dtype)
         return results
 
     def _result_places(self, results: list) -> tuple:
