@@ -138,6 +138,7 @@ class DeviceValue(_Sized):
         self.shape = shape
         self.dtype = dtype
         self.device = device
+        self._parts = None  # (a stacked value's, until its storage is gathered: `stacked`)
         DeviceValue.made = True
 
     @classmethod
@@ -154,7 +155,7 @@ class DeviceValue(_Sized):
 
     def __getattr__(self, name: str):
         # Reached only for an unset slot: the storage of a stacked value, not gathered yet.
-        if name != "storage" or not hasattr(self, "_parts"):
+        if name != "storage" or self._parts is None:
             raise AttributeError(name)
         host = [part.device.runtime.download(part.storage) for part in self._parts]
         self.storage = self.device.runtime.upload(np.concatenate(host))

@@ -1069,7 +1069,7 @@ class CudaExecutable:
 def _storage_of(arg):
     """The device buffer of an argument on a GPU, else None."""
     value = arg._value if type(arg) is Array else arg
-    if type(value) is not DeviceValue or hasattr(value, "_parts"):
+    if type(value) is not DeviceValue or value._parts is not None:
         return None
     return value.storage
 
