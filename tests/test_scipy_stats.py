@@ -570,6 +570,10 @@ def test_outside_the_support():
         assert_close(fn(below, *args), [-np.inf, -np.inf])
     assert_close(stats.beta.logpdf(np.array([1.5, 2.0]), 2.0, 3.0), [-np.inf, -np.inf])
     assert_close(stats.uniform.logpdf(f64(1.5)), -np.inf)
+    # A nan loc or scale leaves the support unknown: nan, not -inf.
+    args = (f64([0.5, 0.5, 2.0]), f64([np.nan, 0.0, 0.0]), f64([1.0, np.nan, 1.0]))
+    for fn in (stats.uniform.logpdf, fg.jit(stats.uniform.logpdf)):
+        assert_close(fn(*args), ss.uniform.logpdf(*args))
     assert_close(stats.truncnorm.cdf(np.array([-5.0, 5.0]), -1.0, 2.0), [0.0, 1.0])
     assert_close(stats.truncnorm.logsf(np.array([-5.0, 5.0]), -1.0, 2.0), [0.0, -np.inf])
     assert_close(stats.gamma.cdf(below, 2.0), [0.0, 0.0])
