@@ -570,6 +570,9 @@ def test_outside_the_support():
         assert_close(fn(below, *args), [-np.inf, -np.inf])
     assert_close(stats.beta.logpdf(np.array([1.5, 2.0]), 2.0, 3.0), [-np.inf, -np.inf])
     assert_close(stats.uniform.logpdf(f64(1.5)), -np.inf)
+    # docs/differences.md: the Gumbel ppfs are nan at q = 0 and 1 (SciPy: -inf and inf).
+    for ppf in (stats.gumbel_r.ppf, stats.gumbel_l.ppf):
+        assert_close(ppf(f64([0.0, 1.0])), [np.nan, np.nan])
     # A nan loc or scale leaves the support unknown: nan, not -inf.
     args = (f64([0.5, 0.5, 2.0]), f64([np.nan, 0.0, 0.0]), f64([1.0, np.nan, 1.0]))
     for fn in (stats.uniform.logpdf, fg.jit(stats.uniform.logpdf)):
