@@ -212,6 +212,18 @@ def test_lu_factor_and_lu_solve_match_scipy(problem, trans, vector):
         )
 
 
+def test_solve_assuming_symmetry_reads_the_whole_matrix():
+    """docs/differences.md: "sym" and "her" solve with the whole matrix, as JAX does (SciPy
+    reads one triangle); "pos" reads the triangle `lower` names, as SciPy does."""
+    a = np.array([[4.0, 1.0, 0.5], [2.0, 5.0, 1.0], [0.0, 3.0, 6.0]])
+    b = np.array([1.0, 2.0, 3.0])
+    for assume_a in ("sym", "her"):
+        assert_close(fl.solve(a, b, assume_a=assume_a), np.linalg.solve(a, b))
+    for lower in (False, True):
+        want = sl.solve(a, b, assume_a="pos", lower=lower)
+        assert_close(fl.solve(a, b, assume_a="pos", lower=lower), want)
+
+
 @given(problems(), st.sampled_from(["gen", "sym", "her"]), st.booleans())
 def test_solve_inv_det_match_scipy(problem, assume_a, vector):
     dtype, n, batch, seed = problem

@@ -143,6 +143,32 @@ def test_welch_csd_and_coherence_match_scipy(options):
         assert_close(ours[1], ss.coherence(x[cut], y, **common)[1], **TOL)
 
 
+def test_a_detrending_function_sees_one_time_slice_at_a_time():
+    """By csd and welch, as SciPy 1.17 calls it: on the segments starting at one sample, of
+    shape (channels, nperseg) here; handed the whole stack, a function that subtracts the mean
+    mixed the segments."""
+    x, y = _signals(-1)
+    seen = []
+
+    def demean(segment):
+        seen.append(segment.shape)
+        return segment - segment.mean()
+
+    for axis, (a, b) in ((-1, (x, y)), (0, (x.T.copy(), y.T.copy()))):
+        options = dict(nperseg=16, detrend=demean, axis=axis)
+        for ours, theirs in zip(fs.welch(a, **options), ss.welch(a, **options)):
+            assert_close(ours, theirs, **TOL)
+        for ours, theirs in zip(fs.csd(a, b, **options), ss.csd(a, b, **options)):
+            assert_close(ours, theirs, **TOL)
+        compiled = fg.jit(lambda s, options=options: fs.welch(s, **options)[1])(a)
+        assert_close(compiled, ss.welch(a, **options)[1], **TOL)
+    assert set(seen) == {(2, 16)}
+    # stft hands it the whole stack (SciPy's stft still does), its samples along the axis.
+    for axis, a in ((-1, x), (0, x.T.copy())):
+        options = dict(nperseg=16, detrend=lambda s: s - s.mean(), axis=axis)
+        assert_close(fs.stft(a, **options)[2], ss.stft(a, **options)[2], **TOL)
+
+
 def test_welch_of_complex_input_is_two_sided():
     rng = np.random.default_rng(6)
     x = rng.standard_normal(64) + 1j * rng.standard_normal(64)

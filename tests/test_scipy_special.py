@@ -107,6 +107,13 @@ def test_edge_values():
     # x = 0 makes the product 0 even where log(y) is -inf.
     assert_close(special.xlogy(np.float32([0.0, 0.0]), np.float32([0.0, 2.0])), [0.0, 0.0])
     assert_close(special.xlog1py(np.float32(0.0), np.float32(-1.0)), 0.0)
+    # A NaN y is a missing value, not a limit: it stays NaN where x is 0, and the zero at x == 0
+    # is +0 whatever the sign of log(y).
+    for fn, reference in ((special.xlogy, sc.xlogy), (special.xlog1py, sc.xlog1py)):
+        x, y = np.float64([0.0, -0.0, 0.0, -0.0, 0.0]), np.float64([np.nan, np.nan, 0.5, 2.0, -0.5])
+        for out in (fn(x, y), fg.jit(fn)(x, y)):
+            np.testing.assert_array_equal(np.asarray(out), reference(x, y))
+            np.testing.assert_array_equal(np.signbit(np.asarray(out)), np.signbit(reference(x, y)))
     # The lower tail of ndtr keeps its relative precision.
     assert_close(special.ndtr(np.float32(-10.0)), sc.ndtr(-10.0), rtol=1e-5)
 

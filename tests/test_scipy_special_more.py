@@ -543,6 +543,18 @@ def test_sph_harm_y_matches_scipy():
         fs.sph_harm_y(1, 0, 0.5, 0.5, diff_n=1)
 
 
+def test_sph_harm_y_is_a_function_of_cos_theta():
+    """Polar angles outside [0, pi] (where sin theta < 0) are taken through cos theta, as SciPy
+    defines Y_n^m by P_n^m(cos theta): odd orders had the opposite sign there."""
+    n, m = np.array([1, 3, 3, 2, 2]), np.array([1, 1, -1, 1, 2])
+    theta = np.array([-1.0, 4.0, -0.3, 5.5, -2.0])
+    phi = np.array([0.5, 0.5, 1.2, -0.7, 2.0])
+    want = sc.sph_harm_y(n, m, theta, phi)
+    np.testing.assert_allclose(np.asarray(fs.sph_harm_y(n, m, theta, phi)), want, rtol=1e-13)
+    compiled = fg.jit(lambda *args: fs.sph_harm_y(*args, n_max=3))(n, m, theta, phi)
+    np.testing.assert_allclose(np.asarray(compiled), want, rtol=1e-13)
+
+
 def test_sph_harm_y_derivatives():
     def real_part(theta, phi):
         return fs.sph_harm_y(3, -2, theta, phi).real

@@ -489,9 +489,10 @@ def test_heavy_and_light_tails():
     assert_close(stats.cauchy.isf(q, 0.0, np.float16(1.07)), want, rtol=2e-3)
     assert_close(stats.cauchy.ppf(np.array([-0.1, 1.1])), [np.nan, np.nan])
     # t: the gammaln difference of its normalizer cancelled (27% off at df = 1e7 in float32),
-    # z^2 overflowed (-inf at 1e20), and df = inf (the normal) was NaN.
-    x = np.float32([0.5, 0.5, 0.5, 1e20, 1e4, -3.0])
-    df = np.float32([1e5, 1e7, np.inf, 3.0, 1e-3, 0.1])
+    # z^2 overflowed (-inf at 1e20), and df = inf (the normal) was NaN; a NaN df gave the
+    # normal's density.
+    x = np.float32([0.5, 0.5, 0.5, 1e20, 1e4, -3.0, 0.5])
+    df = np.float32([1e5, 1e7, np.inf, 3.0, 1e-3, 0.1, np.nan])
     want = ss.t.logpdf(x.astype(np.float64), df.astype(np.float64))
     assert_close(stats.t.logpdf(x, df), want, rtol=1e-6)
     # The log of a probability near 1 is log1p of the other side (was 8.5e-6 off here).
@@ -569,6 +570,13 @@ def test_outside_the_support():
         assert_close(fn(below, *args), [-np.inf, -np.inf])
     assert_close(stats.beta.logpdf(np.array([1.5, 2.0]), 2.0, 3.0), [-np.inf, -np.inf])
     assert_close(stats.uniform.logpdf(f64(1.5)), -np.inf)
+    # docs/differences.md: the Gumbel ppfs are nan at q = 0 and 1 (SciPy: -inf and inf).
+    for ppf in (stats.gumbel_r.ppf, stats.gumbel_l.ppf):
+        assert_close(ppf(f64([0.0, 1.0])), [np.nan, np.nan])
+    # A nan loc or scale leaves the support unknown: nan, not -inf.
+    args = (f64([0.5, 0.5, 2.0]), f64([np.nan, 0.0, 0.0]), f64([1.0, np.nan, 1.0]))
+    for fn in (stats.uniform.logpdf, fg.jit(stats.uniform.logpdf)):
+        assert_close(fn(*args), ss.uniform.logpdf(*args))
     assert_close(stats.truncnorm.cdf(np.array([-5.0, 5.0]), -1.0, 2.0), [0.0, 1.0])
     assert_close(stats.truncnorm.logsf(np.array([-5.0, 5.0]), -1.0, 2.0), [0.0, -np.inf])
     assert_close(stats.gamma.cdf(below, 2.0), [0.0, 0.0])

@@ -20,8 +20,11 @@ F64 = np.float64
 def _normalized_legendre(n, m, theta, n_max: int):
     """sqrt((2n + 1) (n - m)! / (4 pi (n + m)!)) P_n^m(cos theta) for 0 <= m <= n <= n_max,
     Condon-Shortley phase included, by the recurrences of the normalized functions (which
-    stay in range where the unnormalized ones overflow)."""
-    cos, sin = fnp.cos(theta), fnp.sin(theta)
+    stay in range where the unnormalized ones overflow). P_n^m is a function of cos theta
+    alone: its factor (1 - cos^2 theta)^(m / 2) takes |sin theta|, which keeps its digits near
+    the poles, not sin theta, whose sign would flip odd orders wherever theta lies outside
+    [0, pi] (mod 2 pi)."""
+    cos, sin = fnp.cos(theta), fnp.abs(fnp.sin(theta))
     diagonal = fnp.full_like(theta, 1 / math.sqrt(4 * math.pi))
     start = diagonal
     for k in range(1, n_max + 1):

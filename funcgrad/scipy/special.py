@@ -288,24 +288,27 @@ def _ndtri_jvp(primals, tangents):
 
 
 def xlogy(x: ArrayLike, y: ArrayLike):
-    """x * log(y), defined as 0 where x is 0 (whatever y is, as in JAX)."""
+    """x * log(y), defined as 0 where x is 0 (for every y but NaN, as in SciPy)."""
     x, y = promote_args_inexact("xlogy", x, y)
     return _times_log_where_finite(x, y, fnp.log, 1)
 
 
 def xlog1py(x: ArrayLike, y: ArrayLike):
-    """x * log1p(y), defined as 0 where x is 0 (whatever y is, as in JAX)."""
+    """x * log1p(y), defined as 0 where x is 0 (for every y but NaN, as in SciPy)."""
     x, y = promote_args_inexact("xlog1py", x, y)
     return _times_log_where_finite(x, y, fnp.log1p, 0)
 
 
 def _times_log_where_finite(x, y, log, log_root):
-    """x * log(y), 0 where x is 0. Where log(y) is finite the product itself is returned (it
+    """x * log(y), +0 where x is 0. Where log(y) is finite the product itself is returned (it
     is 0 at x == 0), so the derivative in x at 0 is log(y), not the 0 of a constant branch;
-    elsewhere at x == 0 y is replaced by `log_root` (log(log_root) == 0), so that
-    0 * log(y) cannot be nan."""
-    replace = (x == 0) & ~fnp.isfinite(log(y))
-    return x * log(fnp.where(replace, log_root, y))
+    where log(y) is not finite at x == 0 (y outside log's domain included) y is replaced by
+    `log_root` (log(log_root) == 0), so that 0 * log(y) cannot be nan; but a NaN y stays NaN:
+    it is a missing value, not a point outside the domain.
+    The zero at x == 0 is +0 whatever the signs of x and log(y), as SciPy defines it."""
+    replace = (x == 0) & ~fnp.isfinite(log(y)) & ~fnp.isnan(y)
+    product = x * log(fnp.where(replace, log_root, y))
+    return fnp.where(x == 0, product + 0, product)
 
 
 def entr(x: ArrayLike):

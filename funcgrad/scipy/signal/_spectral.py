@@ -19,6 +19,7 @@ from funcgrad.numpy._promotion import broadcast_shapes, convert, promote_dtypes_
 from funcgrad.numpy.shape_ops import canonicalize_axis
 from funcgrad.scipy.signal._convolve import detrend as _detrend
 from funcgrad.scipy.signal._windows import window_values
+from funcgrad.transforms.vmap import vmap
 
 
 def _window(name: str, window, nperseg: int | None, length: int, dtype) -> tuple[Array, int]:
@@ -63,10 +64,16 @@ def _overlap_and_fft(name: str, nperseg: int, noverlap, nfft) -> tuple[int, int]
     return noverlap, nfft
 
 
-def _detrend_function(detrend, axis: int, ndim: int):
-    """What detrends segments laid out (..., segment, sample)."""
+def _detrend_function(detrend, axis: int, ndim: int, per_time_slice: bool):
+    """What detrends segments laid out (..., segment, sample). A function is called as SciPy
+    1.17 calls it: by csd and welch (`per_time_slice`) on the segments starting at one sample,
+    of shape (..., nperseg) with the signal's other axes first; by stft on the whole stack,
+    its samples along the signal's axis."""
     if detrend is False or detrend is None:
         return lambda segments: segments
+    if callable(detrend) and per_time_slice:
+        # Handed the whole stack, `lambda s: s - s.mean()` mixed every segment into each.
+        return vmap(detrend, in_axes=-2, out_axes=-2)
     if callable(detrend):
         if axis == ndim - 1:
             return detrend
@@ -161,7 +168,7 @@ def stft(
         extra = (-(x.shape[-1] - nperseg) % step) % nperseg
         x = fnp.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, extra)])
     onesided = return_onesided and not dtypes.is_complex(x.dtype)
-    detrend_func = _detrend_function(detrend, axis, x.ndim)
+    detrend_func = _detrend_function(detrend, axis, x.ndim, per_time_slice=False)
     spectra = _spectra(x, win, detrend_func, nperseg, step, nfft, onesided)
     if scaling == "psd":
         spectra = spectra / fnp.sqrt(fs * fnp.sum(win * win))
@@ -301,7 +308,7 @@ def _cross_spectrum(
     step = nperseg - noverlap
     complex_input = dtypes.is_complex(x.dtype)
     onesided = return_onesided and not complex_input
-    detrend_func = _detrend_function(detrend, axis, x.ndim)
+    detrend_func = _detrend_function(detrend, axis, x.ndim, per_time_slice=True)
     x_spectra = _spectra(x, win, detrend_func, nperseg, step, nfft, onesided)
     if y is None:
         density = fnp.real(fnp.conj(x_spectra) * x_spectra)

@@ -16,10 +16,11 @@ def logpdf(x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1
     scale. The normalizer's gammaln(df / 2) - gammaln(df / 2 + 1 / 2) cancelled for large df
     (27% off at df = 1e7 in float32) and is betaln's; log1p(z^2 / df) is 2 log w + log1p(1 /
     w^2), w = |z| / sqrt(df), beyond w = 1 (2 log w as 2 log|z| - log df), where z^2
-    overflowed; df = inf is the normal."""
+    overflowed; df = inf is the normal, and only inf: a NaN df is no limit of t's and stays
+    NaN."""
     x, df, loc, scale = promote_args_inexact("t.logpdf", x, df, loc, scale)
     z = (x - loc) / scale
-    finite = df < fnp.inf
+    finite = df != fnp.inf
     safe_df = fnp.where(finite, df, 1)
     w = fnp.abs(z) / fnp.sqrt(safe_df)
     far = w > 1

@@ -9,9 +9,12 @@ from funcgrad.numpy._promotion import promote_args_inexact
 
 
 def logpdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
+    """-log(scale) on the support, -inf off it; nan where x, loc or scale is (a nan loc or
+    scale leaves the support itself unknown, which no comparison may read as outside)."""
     x, loc, scale = promote_args_inexact("uniform.logpdf", x, loc, scale)
     inside = (x >= loc) & (x <= loc + scale)
-    outside = fnp.where(fnp.isnan(x), fnp.nan, -fnp.inf)
+    unknown = fnp.isnan(x) | fnp.isnan(loc) | fnp.isnan(scale)
+    outside = fnp.where(unknown, fnp.nan, -fnp.inf)
     return fnp.where(inside, -fnp.log(scale), outside)
 
 
