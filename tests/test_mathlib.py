@@ -248,6 +248,19 @@ def test_domain_edges():
         assert np.isnan(run(fnp.arccosh, np.array([0.5, -2.0, -np.inf], dtype))).all()
 
 
+def test_exp_overflows_to_inf_inside_an_add_reading_it():
+    """e^x past the largest finite result is inf even where the add reading it is fused with
+    its last multiply (one rounding, no overflow): inf - e^x is NaN, as eagerly; just below
+    the edge e^x is finite."""
+    for dtype in (np.float32, np.float64):
+        edge = float(np.log(np.finfo(dtype).max))
+        x = np.array([np.inf, 2 * edge, np.nextafter(dtype(edge), dtype(np.inf)), 1.0], dtype)
+        expected = np.float64(np.inf) - np.exp(x.astype(np.float64)).astype(dtype)
+        got = run(lambda x, y: y - fnp.exp(x), x, dtype(np.inf))
+        np.testing.assert_array_equal(got, expected.astype(dtype))
+        assert np.isfinite(run(fnp.exp, np.array([np.nextafter(dtype(edge), dtype(0))], dtype)))
+
+
 # -- binary functions -----------------------------------------------------------------------
 
 BINARY = {

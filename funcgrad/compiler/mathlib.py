@@ -169,6 +169,14 @@ _EXP_DEGREE = {F32: 7, F64: 13}
 # exp overflows above the first bound and rounds to 0 below the second; clamping its argument
 # to them keeps n and both halves of 2^n in the normal exponent range.
 _EXP_CLAMP = {F32: (89.0, -104.0), F64: (710.0, -746.0)}
+# The largest x whose e^x rounds to a finite value: above it the result is inf by a select,
+# not by the last multiply overflowing. A backend may contract that multiply into an add
+# reading it (y - e^x as one fused multiply-add), which rounds the product once with the
+# add and never overflows: inf - e^100 came out inf where inf - inf is NaN.
+_EXP_FINITE_UP_TO = {
+    F32: float.fromhex("0x1.62e42ep+6"),
+    F64: float.fromhex("0x1.62e42fefa39efp+9"),
+}
 
 
 def _times_power_of_two(p: Expr, n: Expr) -> Expr:
@@ -193,12 +201,13 @@ def _exp_taylor(r: Expr) -> Expr:
 
 def exp(x: Expr) -> Expr:
     high, low = _EXP_CLAMP[x.dtype]
+    overflows = _gt(x, _EXP_FINITE_UP_TO[x.dtype])
     x = K.select(_gt(x, high), _c(high, x), x)  # a NaN stays
     x = K.select(_lt(x, low), _c(low, x), x)
     n_float, n = _Format(x.dtype).rounded(x * _c(1 / math.log(2), x))
     ln2_hi, ln2_lo = _LN2[x.dtype]
     r = (x - n_float * _c(ln2_hi, x)) - n_float * _c(ln2_lo, x)
-    return _times_power_of_two(_exp_taylor(r), n)
+    return K.select(overflows, _c(np.inf, x), _times_power_of_two(_exp_taylor(r), n))
 
 
 def exp2(x: Expr) -> Expr:
