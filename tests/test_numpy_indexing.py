@@ -278,6 +278,30 @@ def test_at_divide_power_and_aliases():
     assert_same(ints.at[1].divide(2), np.array([0, 0, 2, 3, 4, 5], np.int32))
 
 
+def test_at_apply_applies_the_function_once_per_time_a_position_is_given():
+    x = np.arange(6.0)
+
+    def twice_plus_one(v):
+        return v * 2 + 1
+
+    expected = x.copy()
+    for i in (0, 0, 4, -1):  # (one at a time, as a Python loop over the positions)
+        expected[i] = twice_plus_one(expected[i])
+    fx = fnp.asarray(x)
+    assert_same(fx.at[np.array([0, 0, 4, -1])].apply(twice_plus_one), expected)
+    assert_same(fg.jit(lambda v: v.at[np.array([0, 0, 4, -1])].apply(twice_plus_one))(x), expected)
+    assert_same(fx.at[1:3].apply(fnp.negative), np.array([0.0, -1, -2, 3, 4, 5]))
+    assert_same(fx.at[9].apply(fnp.exp), x)  # (out of bounds: dropped)
+    assert_same(fx.at[9].apply(fnp.exp, mode="clip"), np.append(x[:5], np.exp(5.0)))
+    rows = np.arange(6.0).reshape(2, 3)
+    batched = fg.vmap(lambda r: r.at[1].apply(fnp.sin))(rows)
+    assert_same(batched, np.stack([np.where(np.arange(3) == 1, np.sin(r), r) for r in rows]))
+    _, tangent = fg.jvp(lambda v: v.at[2].apply(fnp.sin), (x,), (np.ones(6),))
+    assert_same(tangent, np.where(np.arange(6) == 2, np.cos(2.0), 1.0))
+    with pytest.raises(TypeError, match="must keep the operand's shape and dtype"):
+        fx.at[0].apply(lambda v: v.sum())
+
+
 def test_at_updates_cast_values_to_the_array_dtype_and_broadcast():
     x = fnp.zeros((2, 3), dtype=fnp.int8)
     y = x.at[:, 1].set(np.array([2.7, -1.2]))

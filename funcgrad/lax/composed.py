@@ -194,8 +194,7 @@ def scatter_apply(
     would reach, once per time each is reached (an index given twice applies func twice).
 
     func is applied elementwise (as XLA applies it to scalars). The count of applications per
-    element is a scatter_add of ones; the applications run in a while loop up to the largest
-    count, so forward-mode derivatives and vmap apply.
+    element is a scatter_add of ones (`applied_times`).
     """
     x = asarray(operand)
     ones = shapes.full(tuple(update_shape), 1, dtypes.int32)
@@ -208,6 +207,12 @@ def scatter_apply(
         unique_indices=unique_indices,
         mode=mode,
     )
+    return applied_times(x, counts, func, "scatter_apply")
+
+
+def applied_times(x, counts, func: Callable, name: str):
+    """x with elementwise `func` applied to each element as many times as `counts` says, in a
+    while loop up to the largest count, so that forward-mode derivatives and vmap apply."""
     most = reductions.reduce_max(counts, tuple(range(x.ndim))) if x.ndim else counts
 
     def body(state):
@@ -215,7 +220,7 @@ def scatter_apply(
         applied = asarray(func(value))
         if applied.shape != value.shape or applied.dtype != value.dtype:
             raise TypeError(
-                f"scatter_apply: func must keep the operand's shape and dtype "
+                f"{name}: func must keep the operand's shape and dtype "
                 f"{value.aval.str_short()}, got {applied.aval.str_short()}"
             )
         chosen = elementwise.select_n(elementwise.gt(counts, i), value, applied)

@@ -658,6 +658,16 @@ class IndexUpdateRef:
     def max(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
         return self._apply("max", values, indices_are_sorted, unique_indices, mode)
 
+    def apply(self, func, *, indices_are_sorted=False, unique_indices=False, mode=None):
+        """x with the elementwise `func` applied at index, once per time a position is given
+        (`x.at[[0, 0]].apply(f)` applies f twice to x[0])."""
+        from funcgrad.lax.composed import applied_times
+
+        x = to_array(self.array)
+        zeros = lax.full(x.shape, 0, dtypes.int32)
+        counts = _update(zeros, self.index, 1, "add", mode, indices_are_sorted, unique_indices)
+        return applied_times(x, counts, func, "at[...].apply")
+
     def divide(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
         """x divided at index by values (by their product where positions repeat)."""
         divisor = self._ones_times(values, indices_are_sorted, unique_indices, mode)
