@@ -111,6 +111,11 @@ VECTOR_TIES = [
     ("top_k", lambda x: lax.top_k(x, 1)[0], [1.0, 1.0], [1.0, 0.0]),
     # median = quantile(x, 0.5, method="midpoint") over the stably sorted values
     ("median", fnp.median, [1.0, 1.0, 1.0], [0.0, 1.0, 0.0]),
+    # hypot = max(|x|, |y|) * sqrt(1 + (min / max)^2) (min / max taken as 0 where max is 0):
+    # at the origin max's tie splits abs's derivative (1 at 0) in halves
+    ("hypot at the origin", lambda v: fnp.hypot(v[0], v[1]), [0.0, 0.0], [0.5, 0.5]),
+    ("hypot at -0", lambda v: fnp.hypot(v[0], v[1]), [-0.0, -0.0], [0.5, 0.5]),
+    ("hypot on an axis", lambda v: fnp.hypot(v[0], v[1]), [0.0, 2.0], [0.0, 1.0]),
 ]
 
 

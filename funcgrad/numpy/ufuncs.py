@@ -661,10 +661,15 @@ def hypot(x1, x2, /):
     first_smaller = lax.le(lax.abs(x1), lax.abs(x2))
     big = _select(first_smaller, x2, x1)
     small = _select(first_smaller, x1, x2)
-    safe_big = _select(lax.eq(big, _zero(big)), _full_like_scalar(big, 1.0), big)
+    both_zero = lax.eq(big, _zero(big))
+    safe_big = _select(both_zero, _full_like_scalar(big, 1.0), big)
     ratio = lax.div(small, safe_big)
     scale = lax.sqrt(lax.add(_full_like_scalar(ratio, 1.0), lax.mul(ratio, ratio)))
     out = lax.mul(lax.abs(big), scale)
+    # At the origin, the mean of |x1| and |x2| (0): a derivative of (1/2, 1/2), the convention
+    # of a maximum's tie, as JAX's hypot (through max and min) has it.
+    mean = lax.mul(lax.add(lax.abs(x1), lax.abs(x2)), _full_like_scalar(big, 0.5))
+    out = _select(both_zero, mean, out)
     # An infinite side gives inf even beside inf or nan (where the ratio above is nan).
     either_inf = lax.bitwise_or(isinf(x1), isinf(x2))
     return _select(either_inf, _full_like_scalar(out, np.inf), out)
