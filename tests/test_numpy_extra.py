@@ -820,6 +820,10 @@ def test_dtype_queries_and_aliases():
         fnp.frombuffer(np.arange(3, dtype=np.int32).tobytes(), np.int32),
         np.arange(3, dtype=np.int32),
     )
+    assert issubclass(np.str_, fnp.character) and issubclass(fnp.character, fnp.flexible)
+    assert fnp.object_ is np.object_ and issubclass(fnp.ComplexWarning, RuntimeWarning)
+    with pytest.raises(NotImplementedError, match=r"asarray\(numpy.fromfile"):
+        fnp.fromfile("weights.bin")
 
 
 @settings(max_examples=5)

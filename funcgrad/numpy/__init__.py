@@ -50,6 +50,10 @@ floating, integer, signedinteger, unsignedinteger = (
 )
 inexact, number, generic = _np.inexact, _np.number, _np.generic
 complexfloating = _np.complexfloating
+# NumPy's abstract string, flexible and object scalar types and its warning class, for code
+# that tests against them (no funcgrad array holds such elements).
+character, flexible, object_ = _np.character, _np.flexible, _np.object_
+ComplexWarning = _np.exceptions.ComplexWarning
 pi, e, inf, nan, euler_gamma = _np.pi, _np.e, _np.inf, _np.nan, _np.euler_gamma
 newaxis = None
 

@@ -86,6 +86,7 @@ __all__ = [
     "frombuffer",
     "fromfunction",
     "fromiter",
+    "fromfile",
     "fromstring",
     "gcd",
     "get_printoptions",
@@ -2240,6 +2241,15 @@ def frombuffer(buffer, dtype=float, count: int = -1, offset: int = 0):
 
 def fromiter(iterable, dtype, count: int = -1):
     return creation.asarray(np.fromiter(iterable, dtypes.canonicalize(dtype), count))
+
+
+def fromfile(*args, **kwargs):
+    """Refused: reading a file is a side effect that a transformed function would make once,
+    at tracing, or never again from a compiled program's cache."""
+    raise NotImplementedError(
+        "funcgrad.numpy.fromfile is not provided: reading a file is not a pure operation. Read "
+        "it with numpy.fromfile and convert the result: funcgrad.numpy.asarray(numpy.fromfile(...))"
+    )
 
 
 def fromstring(string, dtype=float, count: int = -1, *, sep: str):
