@@ -124,7 +124,7 @@ class DeviceValue(_Sized):
     shape and dtype. Reading it as a NumPy array copies it to the host, as `np.asarray` of a
     GPU array does."""
 
-    __slots__ = ("storage", "shape", "dtype", "device", "_parts")
+    __slots__ = ("storage", "shape", "dtype", "device", "_parts", "_host")
     # Whether any array has been placed on a GPU in this process, or a GPU is the default
     # device: until then, eager operations and jit calls skip looking for GPU operands.
     made = False
@@ -139,6 +139,7 @@ class DeviceValue(_Sized):
         self.dtype = dtype
         self.device = device
         self._parts = None  # (a stacked value's, until its storage is gathered: `stacked`)
+        self._host = None  # (the copy to the host `copy_to_host_async` started: its wait)
         DeviceValue.made = True
 
     @classmethod
@@ -151,6 +152,7 @@ class DeviceValue(_Sized):
         value.dtype = parts[0].dtype
         value.device = parts[0].device
         value._parts = parts
+        value._host = None
         return value
 
     def __getattr__(self, name: str):
@@ -175,7 +177,9 @@ class DeviceValue(_Sized):
             return host if dtype is None else host.astype(dtype)
         if transfer_guards.active:
             transfer_guards.guard("device_to_host", self.shape, self.dtype, "the host")
-        host = self.device.runtime.download(self.storage)
+        host = (
+            self._host() if self._host is not None else self.device.runtime.download(self.storage)
+        )
         host = (host.view(self.dtype) if host.dtype != self.dtype else host).reshape(self.shape)
         return host if dtype is None else host.astype(dtype)
 
@@ -355,6 +359,17 @@ def live_arrays(platform: str | None = None) -> list[Array]:
     return [x for x in found if x.device.platform == wanted]
 
 
+def copy_to_host_async(x):
+    """Start copying every GPU array in the pytree `x` to the host (`Array.copy_to_host_async`),
+    and return `x`."""
+    from funcgrad import tree_util
+
+    for leaf in tree_util.tree_leaves(x):
+        if isinstance(leaf, Array):
+            leaf.copy_to_host_async()
+    return x
+
+
 def block_until_ready(x):
     """Wait for every array in the pytree `x` to be computed, and return `x`."""
     from funcgrad import tree_util
@@ -503,6 +518,17 @@ class Array:
             for device in self.devices():
                 device.runtime.synchronize()
         return self
+
+    def copy_to_host_async(self) -> None:
+        """Start copying a GPU array's value to the host without waiting: a later read
+        (`np.asarray`, printing, `item`) waits only for what is left of the copy, so a training
+        loop can ask for its loss early and read it after launching the next step. The host
+        copy is kept, as the value never changes. Arrays on the host have nothing to copy."""
+        value = self._value
+        if type(value) is _Deleted:
+            value.__array__()  # (raises, naming the donation)
+        if type(value) is DeviceValue and value._host is None and value._parts is None:
+            value._host = value.device.runtime.download_async(value.storage)
 
     def delete(self) -> None:
         """Give up this array's buffer (as donation to a jitted call does): any later use of

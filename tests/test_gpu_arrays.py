@@ -39,6 +39,27 @@ RNG = np.random.default_rng(0)
 X = RNG.standard_normal((4, 6)).astype(np.float32)
 
 
+def test_copy_to_host_async_starts_a_copy_that_a_later_read_waits_for(gpu):
+    """The read after `copy_to_host_async` gives the value (while the device may still be
+    computing it: the copy waits on the stream) and keeps giving it; empty, bfloat16 and
+    complex values come back too; host arrays and non-arrays pass through; a donated
+    array's start raises."""
+    values = [X, np.zeros((0, 3), np.float32), (X * 3).astype(dtypes.bfloat16), X + 1j * X]
+    placed = [on(gpu, v) for v in values]
+    computed = fg.jit(lambda a: fnp.tanh(a) * 2)(placed[0])
+    tree = {"placed": placed, "computed": computed, "host": fnp.ones(3), "n": 7}
+    assert fg.copy_to_host_async(tree) is tree
+    for got, want in zip(placed, values):
+        np.testing.assert_array_equal(np.asarray(got), want)
+        np.testing.assert_array_equal(np.asarray(got), want)
+    np.testing.assert_allclose(np.asarray(computed), np.tanh(X) * 2, rtol=1e-6)
+    assert computed._value._host is not None and fg.numpy.ones(2).copy_to_host_async() is None
+    donated = on(gpu, X)
+    fg.jit(lambda a: a + 1, donate_argnums=0)(donated)
+    with pytest.raises(RuntimeError, match="deleted"):
+        donated.copy_to_host_async()
+
+
 @pytest.mark.parametrize(
     "value",
     [

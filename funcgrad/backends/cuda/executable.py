@@ -296,6 +296,9 @@ class Emulator:
     def download(self, value) -> np.ndarray:
         return value
 
+    def download_async(self, value):
+        return lambda: value
+
     def address(self, buffer: np.ndarray) -> int:
         return buffer.ctypes.data
 
@@ -578,6 +581,26 @@ class Gpu:
     def download(self, value) -> np.ndarray:
         with self.context():
             return self.xp.asnumpy(value)
+
+    def download_async(self, value):
+        """A copy of `value` to the host started on the current stream, into page-locked
+        memory (which the copy engine reads without the host); returns its wait, which gives
+        the host array (the same one at every call)."""
+        if value.size == 0:
+            return lambda: np.empty(0, value.dtype)
+        with self.context():
+            stream = self.xp.cuda.get_current_stream()
+            pinned = self.xp.cuda.alloc_pinned_memory(value.nbytes)
+            host = np.frombuffer(pinned, value.dtype, value.size)
+            value.get(stream=stream, out=host, blocking=False)
+            copied = self.xp.cuda.Event()
+            copied.record(stream)
+
+        def wait() -> np.ndarray:
+            copied.synchronize()
+            return host
+
+        return wait
 
     def synchronize(self) -> None:
         with self.context():
