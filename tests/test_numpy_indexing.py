@@ -298,6 +298,10 @@ def test_at_apply_applies_the_function_once_per_time_a_position_is_given():
     assert_same(batched, np.stack([np.where(np.arange(3) == 1, np.sin(r), r) for r in rows]))
     _, tangent = fg.jvp(lambda v: v.at[2].apply(fnp.sin), (x,), (np.ones(6),))
     assert_same(tangent, np.where(np.arange(6) == 2, np.cos(2.0), 1.0))
+    # Static positions: the counts are known while tracing, so reverse mode applies too (the
+    # chain rule through sin twice at x[1]).
+    grad = fg.grad(lambda v: v.at[np.array([1, 1])].apply(fnp.sin).sum())(x)
+    assert_same(grad, np.where(np.arange(6) == 1, np.cos(np.sin(1.0)) * np.cos(1.0), 1.0))
     with pytest.raises(TypeError, match="must keep the operand's shape and dtype"):
         fx.at[0].apply(lambda v: v.sum())
 

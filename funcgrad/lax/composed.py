@@ -211,8 +211,10 @@ def scatter_apply(
 
 
 def applied_times(x, counts, func: Callable, name: str):
-    """x with elementwise `func` applied to each element as many times as `counts` says, in a
-    while loop up to the largest count, so that forward-mode derivatives and vmap apply."""
+    """x with elementwise `func` applied to each element as many times as `counts` says: where
+    the counts are known while tracing (static indices), in as many rounds as the largest,
+    which every transformation takes, reverse mode too; else in a while loop up to it, which
+    forward-mode derivatives and vmap take."""
     most = reductions.reduce_max(counts, tuple(range(x.ndim))) if x.ndim else counts
 
     def body(state):
@@ -227,6 +229,11 @@ def applied_times(x, counts, func: Callable, name: str):
         return elementwise.add(i, shapes.full((), 1, dtypes.int32)), chosen
 
     start = shapes.full((), 0, dtypes.int32)
+    if not isinstance(most, core.Tracer):
+        state = (start, x)
+        for _ in range(int(most)):
+            state = body(state)
+        return state[1]
     return while_loop(lambda state: elementwise.lt(state[0], most), body, (start, x))[1]
 
 
