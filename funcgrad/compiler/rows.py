@@ -171,7 +171,7 @@ def _worth_sharing(members: list[Member], outer: tuple, produced: set, producer,
     inner loops are not one walk along memory, and the character transformer's value bias
     (32 x 64 x 64) beside its attention scores (32 x 4 x 64 x 64) ran as 32 threads, 13 ms a
     call where the two apart take some 20 µs."""
-    if _reads_any_of(members[-1].eqn, produced, producer, buffer_of):
+    if any(_reads_any(v, produced, producer, buffer_of) for v in members[-1].eqn.invars):
         return True
     rows = math.prod(outer)
     if all(_row_elements(m) // rows <= SHORT_ROW for m in members):
@@ -181,21 +181,6 @@ def _worth_sharing(members: list[Member], outer: tuple, produced: set, producer,
 
 def _row_elements(member: Member) -> int:
     return math.prod((member.eqn.invars[0] if member.is_reduction else member.stored[0]).aval.shape)
-
-
-def _reads_any_of(eqn: JaxprEqn, produced: set, producer: dict, buffer_of: dict) -> bool:
-    """Whether `eqn` (with the equations fused into it) reads a variable in `produced`."""
-    seen: set = set()
-    pending = [v for v in eqn.invars if type(v) is Var]
-    while pending:
-        var = pending.pop()
-        if var in produced:
-            return True
-        if var in seen or var in buffer_of or var not in producer:
-            continue
-        seen.add(var)
-        pending += [v for v in producer[var].invars if type(v) is Var]
-    return False
 
 
 def group(members: list[Member], producer: dict, buffer_of: dict) -> list[tuple[list, tuple]]:
@@ -237,7 +222,7 @@ def _reads_same_element(var, stored: set, builder: KernelBuilder) -> bool:
         return True
     eqn = builder.producer[var]
     if not _elementwise(eqn) or eqn.primitive in REDUCTIONS:
-        return not _reads_any(var, stored, builder)
+        return not _reads_any(var, stored, builder.producer, builder.buffer_of, builder.local)
     shape = eqn.outvars[0].aval.shape
     return all(
         v.aval.ndim == 0 or (v.aval.shape == shape and _reads_same_element(v, stored, builder))
@@ -246,14 +231,23 @@ def _reads_same_element(var, stored: set, builder: KernelBuilder) -> bool:
     )
 
 
-def _reads_any(var, stored: set, builder: KernelBuilder) -> bool:
-    if type(var) is not Var:
-        return False
-    if var in stored:
-        return True
-    if var in builder.buffer_of or var in builder.local:
-        return False
-    return any(_reads_any(v, stored, builder) for v in builder.producer[var].invars)
+def _reads_any(var, stored: set, producer: dict, *given) -> bool:
+    """Whether `var`'s value reads a variable in `stored`, through the equations fused into it
+    down to the variables whose values are given (in one of the containers `given`: buffers,
+    a row's scratch)."""
+    seen: set = set()
+    pending = [var]
+    while pending:
+        var = pending.pop()
+        if type(var) is not Var or var in seen:
+            continue
+        if var in stored:
+            return True
+        if any(var in values for values in given):
+            continue
+        seen.add(var)
+        pending += producer[var].invars
+    return False
 
 
 def build(builder: KernelBuilder, members: list[Member], outer: tuple, local: set) -> list:
@@ -309,7 +303,9 @@ def build(builder: KernelBuilder, members: list[Member], outer: tuple, local: se
                 if (
                     accumulation.reduced_shape != inner_shape
                     or not same_element
-                    or _reads_any(source, earlier, builder)
+                    or _reads_any(
+                        source, earlier, builder.producer, builder.buffer_of, builder.local
+                    )
                 ):
                     break
                 sharing.append((members[position], accumulation))
