@@ -960,15 +960,11 @@ class CudaExecutable:
         """A call's result buffers: donated memory where it is free to take (`taken`), else
         fresh ones."""
         empty = self.device.xp.empty
-        if not taken:
-            return [empty(size, dtype) for size, dtype in self._out_buffers]
-        results = [None] * len(self._out_buffers)
-        for k, i in self.donated.items():
-            results[k] = taken.get(i)
-        for k, (size, dtype) in enumerate(self._out_buffers):
-            if results[k] is None:
-                results[k] = empty(size, dtype)
-        return results
+        hosted = {k: taken[i] for k, i in self.donated.items() if i in taken}
+        return [
+            hosted[k] if k in hosted else empty(size, dtype)
+            for k, (size, dtype) in enumerate(self._out_buffers)
+        ]
 
     def _result_places(self, results: list) -> tuple:
         """(output index, device address) of each result a graph would write where it is:
@@ -1463,8 +1459,8 @@ class _Walk:
         self.launch(self.kernels.get(step) or self.executable.kernels[step])
 
     def launch(self, kernel: CudaKernel) -> None:
-        buffers = [self.views[b] for b in kernel.params]
-        buffers = [b if b.size else _spare(self.device) for b in buffers]
+        views = (self.views[b] for b in kernel.params)
+        buffers = [view if view.size else _spare(self.device) for view in views]
         self.runner.launch(self.executable.module, kernel, buffers)
 
     def bind(self, program: Program, sources: list) -> None:
