@@ -24,6 +24,7 @@ import numpy as np
 from funcgrad import core, dtypes, lax
 from funcgrad.array import Array
 from funcgrad.errors import ConcretizationTypeError, NonConcreteBooleanIndexError
+from funcgrad.lax.composed import applied_times
 from funcgrad.lax.indexing import (
     GatherDimensionNumbers,
     GatherScatterMode,
@@ -661,8 +662,6 @@ class IndexUpdateRef:
     def apply(self, func, *, indices_are_sorted=False, unique_indices=False, mode=None):
         """x with the elementwise `func` applied at index, once per time a position is given
         (`x.at[[0, 0]].apply(f)` applies f twice to x[0])."""
-        from funcgrad.lax.composed import applied_times
-
         x = to_array(self.array)
         zeros = lax.full(x.shape, 0, dtypes.int32)
         counts = _update(zeros, self.index, 1, "add", mode, indices_are_sorted, unique_indices)
