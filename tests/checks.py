@@ -24,6 +24,17 @@ def jit_backend(name: str):
         config.update("jit_backend", previous)
 
 
+@contextlib.contextmanager
+def cpu_devices(count: int):
+    """`count` virtual CPU devices inside the block (pmap, shard_map and meshes over them)."""
+    previous = config.num_cpu_devices
+    config.update("num_cpu_devices", count)
+    try:
+        yield
+    finally:
+        config.update("num_cpu_devices", previous)
+
+
 def tolerance(dtype) -> dict:
     dtype = np.dtype(dtype)
     if dtype.kind != "f" and dtype.name != "bfloat16":

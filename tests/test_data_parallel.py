@@ -19,6 +19,7 @@ import sys
 
 import numpy as np
 import pytest
+from checks import cpu_devices
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
@@ -49,12 +50,8 @@ def data_and_reference():
 @pytest.mark.parametrize("num_devices", [1, 2, 4])
 def test_loss_curve_equals_single_device_full_batch(num_devices, data_and_reference):
     x, y, reference = data_and_reference
-    previous = fg.config.num_cpu_devices
-    fg.config.update("num_cpu_devices", num_devices)
-    try:
+    with cpu_devices(num_devices):
         losses = example.train_data_parallel(x, y, NUM_STEPS)
-    finally:
-        fg.config.update("num_cpu_devices", previous)
     np.testing.assert_allclose(losses, reference, rtol=2e-6)
     assert losses[-1] < losses[0]
 
@@ -225,12 +222,8 @@ def test_collectives_across_processes_equal_one_process(tmp_path, platform):
     assert run.returncode == 0, run.stderr
     namespace: dict = {}
     exec(COLLECTIVES, namespace)
-    previous = fg.config.num_cpu_devices
-    fg.config.update("num_cpu_devices", 4)
-    try:
+    with cpu_devices(4):
         expected = fg.pmap(namespace["collectives"], "i")(namespace["x"])
-    finally:
-        fg.config.update("num_cpu_devices", previous)
     halves = [json.loads((tmp_path / f"half{i}.json").read_text()) for i in range(2)]
     assert [half["axis_index"] for half in halves] == [[0, 1], [2, 3]]
     for name, value in expected.items():

@@ -10,7 +10,7 @@ import warnings
 
 import numpy as np
 import pytest
-from checks import jit_backend
+from checks import cpu_devices, jit_backend
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -25,10 +25,8 @@ NUM_DEVICES = 4
 
 @pytest.fixture(autouse=True)
 def four_devices():
-    previous = fg.config.num_cpu_devices
-    fg.config.update("num_cpu_devices", NUM_DEVICES)
-    yield
-    fg.config.update("num_cpu_devices", previous)
+    with cpu_devices(NUM_DEVICES):
+        yield
 
 
 def mesh_of(size: int = NUM_DEVICES) -> Mesh:

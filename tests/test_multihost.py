@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from checks import cpu_devices
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
@@ -22,10 +23,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def eight_devices():
-    previous = fg.config.num_cpu_devices
-    fg.config.update("num_cpu_devices", 8)
-    yield fg.devices()
-    fg.config.update("num_cpu_devices", previous)
+    with cpu_devices(8):
+        yield fg.devices()
 
 
 def test_device_meshes_are_the_devices_in_order(eight_devices):

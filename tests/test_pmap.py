@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 import pytest
 import strategies as fst
-from checks import assert_close
+from checks import assert_close, cpu_devices
 from hypothesis import given
 from hypothesis import strategies as st
 from test_parallel import (
@@ -43,10 +43,8 @@ NUM_DEVICES = 4
 
 @pytest.fixture(autouse=True)
 def four_devices():
-    previous = fg.config.num_cpu_devices
-    fg.config.update("num_cpu_devices", NUM_DEVICES)
-    yield
-    fg.config.update("num_cpu_devices", previous)
+    with cpu_devices(NUM_DEVICES):
+        yield
 
 
 def run_pmap(fun, x, in_axis):

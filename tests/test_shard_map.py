@@ -5,7 +5,7 @@ bad specs, which must be refused with errors naming the dimension and the axis."
 
 import numpy as np
 import pytest
-from checks import assert_close
+from checks import assert_close, cpu_devices
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
@@ -21,10 +21,8 @@ NUM_DEVICES = 8
 
 @pytest.fixture(autouse=True)
 def eight_devices():
-    previous = fg.config.num_cpu_devices
-    fg.config.update("num_cpu_devices", NUM_DEVICES)
-    yield
-    fg.config.update("num_cpu_devices", previous)
+    with cpu_devices(NUM_DEVICES):
+        yield
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 import pytest
-from checks import assert_close
+from checks import assert_close, cpu_devices
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -30,10 +30,8 @@ MESH_SHAPES = [{"i": 2}, {"i": 4}, {"i": 2, "j": 2}, {"i": 2, "j": 4}, {"i": 4, 
 
 @pytest.fixture(autouse=True)
 def eight_devices():
-    previous = fg.config.num_cpu_devices
-    fg.config.update("num_cpu_devices", NUM_DEVICES)
-    yield
-    fg.config.update("num_cpu_devices", previous)
+    with cpu_devices(NUM_DEVICES):
+        yield
 
 
 # ---------------------------------------------------------------------------------------------
