@@ -35,6 +35,8 @@ from funcgrad.config import config
 from funcgrad.lax.random_bits import random_clone, random_consume
 from funcgrad.lax.sharding_constraint import placed
 from funcgrad.scipy import special
+from funcgrad.transforms.custom_derivatives import custom_jvp
+from funcgrad.transforms.vmap import vmap
 
 __all__ = [
     "PRNGKey",
@@ -856,12 +858,13 @@ def _draw_dtype(name: str, dtype) -> np.dtype:
 
 @_takes_out_sharding
 def laplace(key, shape: Sequence[int] = (), dtype=None) -> Array:
-    """Standard Laplace floats (density exp(-|x|) / 2), by inverting the CDF."""
+    """Standard Laplace floats (density exp(-|x|) / 2), by inverting the CDF (JAX's numbers:
+    u in (-1, 1) above 0 gives a negative draw)."""
     key = _check_key("laplace", key)
     dtype = _draw_dtype("laplace", dtype)
     low = np.nextafter(np.array(-1.0, dtype), np.array(0.0, dtype))
     u = _uniform("laplace", key, _canonical_shape("laplace", shape), dtype, low, 1.0)
-    return -lax.sign(u) * lax.log1p(-lax.abs(u))
+    return lax.sign(u) * lax.log1p(-lax.abs(u))
 
 
 @_takes_out_sharding
@@ -939,11 +942,13 @@ def weibull_min(key, scale, concentration, shape: Sequence[int] = (), dtype=None
 
 @_takes_out_sharding
 def rayleigh(key, scale, shape=None, dtype=None) -> Array:
-    """Rayleigh floats: scale * sqrt(2 E) for exponential E."""
+    """Rayleigh floats: scale * sqrt(-2 log u) for u uniform in (0, 1) (JAX's numbers but where
+    u is 0, which stands for the smallest normal float rather than making inf)."""
     key = _check_key("rayleigh", key)
     dtype = _draw_dtype("rayleigh", dtype)
     shape, (scale,) = _params("rayleigh", shape, dtype, scale)
-    return scale * lax.sqrt(2 * exponential(key, shape, dtype))
+    u = _open_unit("rayleigh", key, shape, dtype)
+    return scale * lax.sqrt(lax.log(u) * np.array(-2, dtype)[()])
 
 
 @_takes_out_sharding
@@ -990,41 +995,72 @@ def geometric(key, p, shape=None, dtype=None) -> Array:
     float_dtype = _computing_dtype(p.dtype if dtypes.is_float(p.dtype) else dtypes.default_float)
     shape, (p,) = _params("geometric", shape, float_dtype, p)
     u = _uniform("geometric", key, shape, float_dtype, 0.0, 1.0)
-    trials = lax.floor(lax.log1p(-u) / lax.log1p(-p)) + 1
+    # (u = 0 counts as 1, one trial, where its log would be -inf; JAX's numbers otherwise.)
+    log_u = lax.log(lax.select(u == 0, lax.full_like(u, 1), u))
+    trials = lax.floor(log_u / lax.log1p(-p)) + 1
     return lax.convert_element_type(trials, int_dtype)
 
 
-def _log_gamma_sample(key, a):
-    """log of Gamma(a, 1) samples for an array a: Marsaglia and Tsang's rejection method for
-    a + 1, then the boost by u**(1/a) to shape a, in log space so that tiny a stay finite.
+def _gamma_one(key, a):
+    """log of one Gamma(a, 1) draw by Marsaglia and Tsang's method, from the keys JAX's sampler
+    derives (so a key gives JAX's number): a < 1 draws for a + 1 and is boosted by
+    u**(1/a), in log space, so that tiny a stay finite.
 
-    With d = a + 1 - 1/3 and c = 1/sqrt(9 d), a normal x gives v = (1 + c x)**3, accepted
-    when v > 0 and log u < x**2 / 2 + d - d v + d log v; the sample is d v. Every element
-    draws until accepted, so the loop runs until the last element is done.
-    """
-    usable = (a >= 0) & lax.is_finite(a)
-    d = a + (1 - 1 / 3)
-    c = lax.rsqrt(9 * d)
+    With d = a - 1/3 (a boosted) and c = 1/sqrt(9 d), normals x are drawn until v = 1 + c x is
+    positive; then v**3 is accepted when u < 1 - 0.0331 x**4 or log u < x**2 / 2 + d (1 - v**3
+    + log v**3). The sample is d v**3. A NaN or negative a makes every test false: NaN."""
+    one, half, third = (np.array(x, a.dtype)[()] for x in (1, 0.5, 1 / 3))
+    boosted = a < one
+    shape_a = lax.select(boosted, a + one, a)
+    d = shape_a - third
+    c = third / lax.sqrt(d)
+
+    def rejected(carry):
+        _, x_squared, v_cubed, u = carry
+        squeezed = u >= one - np.array(0.0331, a.dtype)[()] * x_squared * x_squared
+        return squeezed & (lax.log(u) >= x_squared * half + d * (one - v_cubed + lax.log(v_cubed)))
+
+    def draw_positive_v(carry):
+        key, _, _ = carry
+        key, normal_key = _split2(key)
+        x = _normal(normal_key, (), a.dtype)
+        return key, x, one + x * c
 
     def attempt(carry):
-        key, log_sample, accepted = carry
-        key, normal_key, uniform_key = _split_n(key, 3)
-        x = _normal(normal_key, a.shape, a.dtype)
-        u = _open_unit("gamma", uniform_key, a.shape, a.dtype)
-        v = (1 + c * x) ** 3
-        positive = v > 0
-        log_v = lax.log(lax.select(positive, v, lax.full_like(v, 1)))
-        accept = positive & (lax.log(u) < x * x / 2 + d * (1 - v + log_v))
-        accept = accept | ~usable  # other parameters are done at once
-        log_sample = lax.select(accept & ~accepted, lax.log(d) + log_v, log_sample)
-        return key, log_sample, accepted | accept
+        key = carry[0]
+        key, x_key, u_key = _split_n(key, 3)
+        start = (x_key, lax.full_like(a, 0), lax.full_like(a, -1))
+        _, x, v = lax.while_loop(lambda carry: carry[2] <= 0, draw_positive_v, start)
+        u = _uniform("gamma", u_key, (), a.dtype, 0.0, 1.0)
+        return key, x * x, v * v * v, u
 
-    main_key, boost_key = _split2(key)
-    init = (main_key, lax.full_like(a, 0), lax.full(a.shape, False, dtypes.bool_))
-    _, log_sample, _ = lax.while_loop(lambda carry: ~_all(carry[2]), attempt, init)
-    log_sample = log_sample + lax.log(_open_unit("gamma", boost_key, a.shape, a.dtype)) / a
-    log_sample = lax.select(a == np.inf, a, log_sample)
-    return lax.select(a >= 0, log_sample, lax.full_like(a, np.nan))
+    key, boost_key = _split2(key)
+    start = (key, lax.full_like(a, 0), lax.full_like(a, 1), lax.full_like(a, 2))
+    _, _, v_cubed, _ = lax.while_loop(rejected, attempt, start)
+    log_u = lax.log1p(-_uniform("gamma", boost_key, (), a.dtype, 0.0, 1.0))
+    log_boost = lax.select(~boosted | (log_u == 0), lax.full_like(a, 0), log_u / a)
+    return lax.log(d) + lax.log(v_cubed) + log_boost
+
+
+@functools.partial(custom_jvp, nondiff_argnums=(0,))
+def _log_gamma_sample(key, a):
+    """log of Gamma(a, 1) draws for an array a: element i from the i-th of a.size keys split
+    from `key`, as JAX's sampler draws them. Its derivative in a is the implicit
+    reparameterization one (the draw moves with a so that its CDF value stays put), which the
+    rejection loop's own arithmetic does not give."""
+    keys = split(key, a.size)
+    flat = vmap(_gamma_one)(keys, lax.reshape(a, (a.size,)))
+    return lax.reshape(flat, a.shape)
+
+
+@_log_gamma_sample.defjvp
+def _log_gamma_sample_jvp(key, primals, tangents):
+    (a,), (a_dot,) = primals, tangents
+    log_sample = _log_gamma_sample(key, a)
+    # d log x / da = (dx / da) / x, with x = 0 (underflowed) read as the smallest normal float.
+    sample = lax.exp(log_sample)
+    sample = lax.select(sample == 0, lax.full_like(sample, dtypes.finfo(a.dtype).tiny), sample)
+    return log_sample, a_dot * lax.random_gamma_grad(a, sample) / sample
 
 
 @_takes_out_sharding
@@ -1040,8 +1076,11 @@ def loggamma(key, a, shape=None, dtype=None) -> Array:
 def gamma(key, a, shape=None, dtype=None) -> Array:
     """Gamma(a, 1) floats (divide by a rate for other rates), by Marsaglia and Tsang's method.
 
-    Forward-mode derivatives with respect to `a` follow the accepted draws; reverse mode is
-    not available, since the sampler is a while loop.
+    Derivatives with respect to `a` (forward and reverse) are the implicit reparameterization
+    ones: a draw moves with `a` so that its CDF value stays the same, which makes
+    `grad(lambda a: f(gamma(key, a)).mean())` estimate the derivative of E[f(X)]. So do those
+    of the samplers built on it (`beta`, `dirichlet`, `chisquare`, `t`, `f`, `loggamma`,
+    `generalized_normal`).
     """
     key = _check_key("gamma", key)
     dtype = _draw_dtype("gamma", dtype)
@@ -1080,7 +1119,7 @@ def f(key, dfnum, dfden, shape=None, dtype=None) -> Array:
     key = _check_key("f", key)
     dtype = _draw_dtype("f", dtype)
     shape, (dfnum, dfden) = _params("f", shape, _computing_dtype(dtype), dfnum, dfden)
-    num_key, den_key = _split2(key)
+    den_key, num_key = _split2(key)
     log_num = _log_gamma_sample(num_key, dfnum / 2) - lax.log(dfnum)
     log_den = _log_gamma_sample(den_key, dfden / 2) - lax.log(dfden)
     return _rounded(lax.exp(log_num - log_den), dtype)
@@ -1127,38 +1166,41 @@ def poisson(key, lam, shape=None, dtype=None) -> Array:
         lam.dtype if dtypes.is_float(lam.dtype) else dtypes.default_float
     )
     shape, (lam,) = _params("poisson", shape, float_dtype, lam)
-    small_key, large_key = _split2(key)
     valid = (lam >= 0) & lax.is_finite(lam)
     small = lam < 10
-    # Each method gets a harmless stand-in where the other one applies, or lam is invalid.
+    # Each method gets a harmless stand-in where the other one applies, or lam is invalid; both
+    # draw from the same key, as JAX's do, so a key gives JAX's numbers.
     counts = lax.select(
         small,
-        _poisson_knuth(small_key, lax.select(small & valid, lam, lax.full_like(lam, 0))),
-        _poisson_rejection(large_key, lax.select(~small & valid, lam, lax.full_like(lam, 10))),
+        _poisson_knuth(key, lax.select(small & valid, lam, lax.full_like(lam, 0))),
+        _poisson_rejection(key, lax.select(~small & valid, lam, lax.full_like(lam, 10))),
     )
+    counts = lax.select(lam == 0, lax.full_like(lam, 0), counts)  # (no uniform is above 1)
     counts = lax.select(valid, counts, lax.full_like(lam, -1))
     return lax.convert_element_type(counts, int_dtype)
 
 
 def _poisson_knuth(key, lam):
-    """Count the uniforms multiplied (as summed logs) before the product drops below
-    exp(-lam)."""
+    """One less than the count of float32 uniforms drawn while their product (as summed logs)
+    stays above exp(-lam)."""
 
     def step(carry):
-        key, count, log_product, done = carry
+        key, count, log_product = carry
         key, subkey = _split2(key)
-        log_product = log_product + lax.log(_open_unit("poisson", subkey, lam.shape, lam.dtype))
-        now_done = done | (log_product < -lam)
-        return key, lax.select(now_done, count, count + 1), log_product, now_done
+        count = lax.select(log_product > -lam, count + 1, count)
+        u = _uniform("poisson", subkey, lam.shape, dtypes.float32, 0.0, 1.0)
+        return key, count, log_product + lax.convert_element_type(lax.log(u), lam.dtype)
 
     zero = lax.full_like(lam, 0)
-    init = (key, zero, zero, lax.full(lam.shape, False, dtypes.bool_))
-    return lax.while_loop(lambda carry: ~_all(carry[3]), step, init)[1]
+    init = (key, zero, zero)
+    return lax.while_loop(lambda carry: ~_all(carry[2] <= -lam), step, init)[1] - 1
 
 
 def _poisson_rejection(key, lam):
     """Algorithm PTRS of Hormann, 'The transformed rejection method for generating Poisson
-    random variables' (1993), for lam >= 10."""
+    random variables' (1993), for lam >= 10. Every round draws for every element, and an
+    element keeps the last count accepted (as JAX's sampler does, so that a key gives its
+    numbers) until all have one."""
     log_lam = lax.log(lam)
     b = 0.931 + 2.53 * lax.sqrt(lam)
     a = -0.059 + 0.02483 * b
@@ -1168,21 +1210,22 @@ def _poisson_rejection(key, lam):
     def step(carry):
         key, count, accepted = carry
         key, u_key, v_key = _split_n(key, 3)
-        u = _uniform("poisson", u_key, lam.shape, lam.dtype, -0.5, 0.5)
+        u = _uniform("poisson", u_key, lam.shape, lam.dtype, 0.0, 1.0) - 0.5
         v = _uniform("poisson", v_key, lam.shape, lam.dtype, 0.0, 1.0)
         us = 0.5 - lax.abs(u)
         k = lax.floor((2 * a / us + b) * u + lam + 0.43)
         squeeze = (us >= 0.07) & (v <= v_r)
         reject = (k < 0) | ((us < 0.013) & (v > us))
         log_ratio = lax.log(v * inv_alpha / (a / (us * us) + b))
-        log_target = k * log_lam - lam - lax.lgamma(k + 1)
+        log_target = -lam + k * log_lam - lax.lgamma(k + 1)
         accept = squeeze | (~reject & (log_ratio <= log_target))
-        return key, lax.select(accept & ~accepted, k, count), accepted | accept
+        return key, lax.select(accept, k, count), accepted | accept
 
-    init = (key, lax.full_like(lam, 0), lax.full(lam.shape, False, dtypes.bool_))
+    init = (key, lax.full_like(lam, -1), lax.full(lam.shape, False, dtypes.bool_))
     return lax.while_loop(lambda carry: ~_all(carry[2]), step, init)[1]
 
 
+@_takes_out_sharding
 def binomial(key, n, p, shape=None, dtype=float) -> Array:
     """Binomial(n, p) counts, as floats: drawn for the smaller of p and 1 - p (and mirrored),
     by the waiting-time method (sums of geometric gaps) where n times that is below 10 and by

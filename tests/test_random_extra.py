@@ -201,15 +201,55 @@ def test_transformations():
     np.testing.assert_allclose(batched, lanes, rtol=1e-6)
     jitted = fg.jit(lambda k: fr.poisson(k, np.array([2.0, 30.0])))(KEY)
     np.testing.assert_array_equal(jitted, fr.poisson(KEY, np.array([2.0, 30.0])))
-    # Forward mode differentiates the accepted draw with respect to the shape parameter.
-    a = np.array([0.7, 2.0, 9.0])
+    grads = fg.grad(lambda loc: fr.double_sided_maxwell(KEY, loc, 1.0, (5,)).sum())(0.0)
+    assert float(grads) == 5.0
+
+
+def test_gamma_draws_move_with_a_at_a_fixed_cdf_value():
+    """The derivative of a draw x with respect to a is the implicit one, -(dF/da) / (dF/dx)
+    for the regularized incomplete gamma function F(a, x) (here by central differences of
+    scipy's, in float64), in forward and reverse mode alike; so E[dX/da] = dE[X]/da = 1."""
+    import scipy.special as sc
+
+    a = np.array([0.05, 0.7, 2.0, 9.0, 40.0])
 
     def draw(a):
         return fr.gamma(KEY, a, dtype=np.float64)
 
-    _, tangent = fg.jvp(draw, (a,), (np.ones(3),))
-    h = 1e-6
-    difference = (np.asarray(draw(a + h)) - np.asarray(draw(a - h))) / (2 * h)
-    np.testing.assert_allclose(tangent, difference, rtol=1e-4)
-    grads = fg.grad(lambda loc: fr.double_sided_maxwell(KEY, loc, 1.0, (5,)).sum())(0.0)
-    assert float(grads) == 5.0
+    x = np.asarray(draw(a))
+    h = 1e-6 * a
+    dF_da = (sc.gammainc(a + h, x) - sc.gammainc(a - h, x)) / (2 * h)
+    dF_dx = np.exp((a - 1) * np.log(x) - x - sc.gammaln(a))
+    implicit = -dF_da / dF_dx
+    _, tangent = fg.jvp(draw, (a,), (np.ones(5),))
+    np.testing.assert_allclose(tangent, implicit, rtol=1e-5)
+    np.testing.assert_allclose(fg.grad(lambda a: draw(a).sum())(a), implicit, rtol=1e-5)
+    # loggamma's: d log x / da = (dx / da) / x.
+    _, log_tangent = fg.jvp(lambda a: fr.loggamma(KEY, a, dtype=np.float64), (a,), (np.ones(5),))
+    np.testing.assert_allclose(log_tangent, implicit / x, rtol=1e-5)
+
+    def mean_derivative(a):
+        return fg.grad(lambda a: fr.gamma(KEY, a, (N,), dtype=np.float64).mean())(a)
+
+    for a in (0.4, 3.0):  # the draws' derivatives have variance below a's
+        assert abs(mean_derivative(a) - 1) < 5 * np.sqrt(max(a, 1) / N)
+
+
+def test_derivatives_of_samplers_built_on_gamma_match_their_means():
+    """Beta(a, b)'s mean a / (a + b) has derivative b / (a + b)**2 in a; chi-square's mean df
+    has derivative 1; Dirichlet's first coordinate's mean a0 / sum(a) moves as Beta's."""
+    n = 20000
+
+    def beta_mean(a):
+        return fr.beta(KEY, a, 3.0, (n,), dtype=np.float64).mean()
+
+    def chisquare_mean(df):
+        return fr.chisquare(KEY, df, (n,), dtype=np.float64).mean()
+
+    def dirichlet_mean(a):
+        alpha = fg.numpy.stack([a, fg.numpy.asarray(3.0, np.float64)])
+        return fr.dirichlet(KEY, alpha, (n,), dtype=np.float64)[:, 0].mean()
+
+    assert abs(fg.grad(beta_mean)(2.0) - 3 / 25) < 0.01
+    assert abs(fg.grad(dirichlet_mean)(2.0) - 3 / 25) < 0.01
+    assert abs(fg.grad(chisquare_mean)(4.0) - 1) < 0.05
