@@ -1057,10 +1057,21 @@ def _log_gamma_sample(key, a):
 def _log_gamma_sample_jvp(key, primals, tangents):
     (a,), (a_dot,) = primals, tangents
     log_sample = _log_gamma_sample(key, a)
-    # d log x / da = (dx / da) / x, with x = 0 (underflowed) read as the smallest normal float.
-    sample = lax.exp(log_sample)
-    sample = lax.select(sample == 0, lax.full_like(sample, dtypes.finfo(a.dtype).tiny), sample)
-    return log_sample, a_dot * lax.random_gamma_grad(a, sample) / sample
+    return log_sample, a_dot * _log_gamma_derivative(a, log_sample)
+
+
+def _log_gamma_derivative(a, log_x):
+    """d log x / da for a Gamma(a, 1) draw x held at its CDF value: random_gamma_grad(a, x) / x,
+    and below the smallest normal float (where x underflows, for small a), the lower tail's
+    leading term: there P(a, x) = x**a / Gamma(a + 1) to a relative O(x), so a log x -
+    lgamma(a + 1) stays put and d log x / da = (digamma(a + 1) - log x) / a. (Taking x as the
+    smallest normal float instead would give the derivative at log x = -87 in float32 for
+    draws far below: a Dirichlet of concentration 0.01 has many.)"""
+    tiny = dtypes.finfo(a.dtype).tiny
+    underflows = log_x < np.log(tiny)
+    x = lax.exp(lax.select(underflows, lax.full_like(log_x, 0), log_x))
+    tail = (lax.digamma(a + 1) - log_x) / a
+    return lax.select(underflows, tail, lax.random_gamma_grad(a, x) / x)
 
 
 @_takes_out_sharding

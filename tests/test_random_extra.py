@@ -235,6 +235,33 @@ def test_gamma_draws_move_with_a_at_a_fixed_cdf_value():
         assert abs(mean_derivative(a) - 1) < 5 * np.sqrt(max(a, 1) / N)
 
 
+def test_log_gamma_derivatives_hold_for_draws_below_the_smallest_float():
+    """For a = 0.01 many float32 log-gamma draws lie below log(tiny) = -87.3 (their exp
+    underflows); their derivative, forward and reverse, is still the implicit one, here by
+    mpmath (its incomplete gamma function at x = e^L, differentiated in a)."""
+    import mpmath as mp
+
+    a = np.full(8, 0.01, np.float32)
+    log_x = np.asarray(fr.loggamma(KEY, a))
+    assert (log_x < -90).any() and (log_x > -80).any()
+
+    def implicit(a, log_x):
+        x = mp.e ** mp.mpf(float(log_x))
+
+        def cdf(s):
+            return mp.gammainc(s, 0, x, regularized=True)
+
+        density = x ** (a - 1) * mp.e ** (-x) / mp.gamma(a)
+        return float(-mp.diff(cdf, mp.mpf(a)) / density / x)
+
+    expected = [implicit(0.01, v) for v in log_x]
+    _, tangent = fg.jvp(lambda a: fr.loggamma(KEY, a), (a,), (np.ones(8, np.float32),))
+    np.testing.assert_allclose(tangent, expected, rtol=1e-4)
+    weights = np.arange(1.0, 9.0, dtype=np.float32)
+    grads = fg.grad(lambda a: (fr.loggamma(KEY, a) * weights).sum())(a)
+    np.testing.assert_allclose(grads, weights * np.array(expected), rtol=1e-4)
+
+
 def test_derivatives_of_samplers_built_on_gamma_match_their_means():
     """Beta(a, b)'s mean a / (a + b) has derivative b / (a + b)**2 in a; chi-square's mean df
     has derivative 1; Dirichlet's first coordinate's mean a0 / sum(a) moves as Beta's."""
