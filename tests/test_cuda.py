@@ -1607,19 +1607,65 @@ def test_decompositions_run_on_the_devices_solver_and_svd_on_the_host(dtype, mon
     )
     steps = [s for s in all_steps(executable.program) if isinstance(s, FortranCall)]
     assert {s.routine for s in steps if s not in executable.solves} == {"gesdd"}
-    # Matrices past the batched routines' bounds are decomposed a cuSOLVER call each.
+    # Matrices past the batched LU's bound are factored a cuSOLVER call each; past the
+    # batched Jacobi eigensolver's, a stack is one call of the batched solver of any size.
     monkeypatch.setattr(solver, "BATCHED_LU_LIMIT", 4)
     monkeypatch.setattr(solver, "BATCHED_EIGH_LIMIT", 4)
     tolerance = 2e-4 if single else 1e-10
-    for decompose, routine in ((linalg_decomp.lu, "getrf"), (fnp.linalg.eigvalsh, "evd")):
+    for decompose, routine, count in (
+        (linalg_decomp.lu, "getrf", 3),
+        (fnp.linalg.eigvalsh, "syevBatched", 1),
+    ):
         with jit_backend("cuda_emulator"):
             solves = fg.jit(decompose).lower(spd).compile().executable.solves.values()
             value = fg.tree_util.tree_leaves(fg.jit(decompose)(spd))[0]
         expected = fg.tree_util.tree_leaves(decompose(spd))[0]
         np.testing.assert_allclose(value, expected, rtol=tolerance, atol=tolerance)
-        assert [(p.calls[0].routine[-len(routine) :], len(p.calls)) for p in solves] == [
-            (routine, 3)
-        ]
+        assert [(p.calls[0].routine, len(p.calls)) for p in solves] == [(routine, count)]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128])
+def test_a_stack_of_large_eigenproblems_is_one_call_or_a_call_a_matrix(dtype, monkeypatch):
+    """Past the batched Jacobi solver's 32 rows a stack of eigendecompositions is one call of
+    cuSOLVER's batched solver of any size, whose arguments (its workspaces being its own)
+    are jobz, uplo, n, the matrices, lda, the eigenvalues, the infos and the count, as
+    `eigh_batched.solve` takes them; a device whose library lacks it (`solver.Unavailable`)
+    decomposes the matrices one by one, with the same results."""
+    from funcgrad.backends.cuda import solver as cuda_solver
+
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((3, 40, 40))
+    if np.dtype(dtype).kind == "c":
+        a = a + 1j * rng.standard_normal((3, 40, 40))
+    stack = (a + np.conj(a.transpose(0, 2, 1))).astype(dtype)
+    with jit_backend("cuda_emulator"):
+        (plan,) = fg.jit(fnp.linalg.eigh).lower(stack).compile().executable.solves.values()
+    (call,) = plan.calls
+    args = [a for a in call.args if a not in (cuda_solver.WORK, cuda_solver.LWORK)]
+    assert call.routine == "syevBatched" and len(args) == 8
+    jobz, uplo, n, matrices, lda, values, infos, count = args
+    assert (jobz, uplo, n, lda, count) == ("vector", "lower", 40, 40, 3)
+    assert all(isinstance(p, cuda_solver.Pointer) for p in (matrices, values, infos))
+    assert infos.narrow and matrices.offset == values.offset == 0
+
+    emulated, made = cuda_solver.emulated_call, []
+
+    def lacking(call, locate):
+        made.append(call.routine)
+        if call.routine == "syevBatched":
+            raise cuda_solver.Unavailable(call.routine)
+        emulated(call, locate)
+
+    tolerance = 2e-4 if dtype == np.float32 else 1e-10
+    for make in (emulated, lacking):
+        monkeypatch.setattr(cuda_solver, "emulated_call", make)
+        with jit_backend("cuda_emulator"):
+            w, v = (np.asarray(x) for x in fg.jit(fnp.linalg.eigh)(stack))
+        np.testing.assert_allclose(w, np.linalg.eigvalsh(stack), rtol=tolerance, atol=tolerance)
+        rebuilt = v @ (w[..., None] * np.conj(v.transpose(0, 2, 1)))
+        np.testing.assert_allclose(rebuilt, stack, rtol=tolerance, atol=50 * tolerance)
+    expected_single = "heevd" if np.dtype(dtype).kind == "c" else "syevd"
+    assert made == ["syevBatched"] + [expected_single] * 3
 
 
 @pytest.mark.skipif("cuda" in CUDA_BACKENDS, reason="a GPU is present")

@@ -32,7 +32,7 @@ import numpy as np
 from funcgrad import dtypes, transfer_guards
 from funcgrad.array import Array, DeviceValue, GpuDevice, to_host
 from funcgrad.backends.cuda import cublas as cublas_calls
-from funcgrad.backends.cuda import graphs, nvrtc, regions, solver
+from funcgrad.backends.cuda import eigh_batched, graphs, nvrtc, regions, solver
 from funcgrad.backends.cuda.emulator import EmulatedModule
 from funcgrad.backends.cuda.render import (
     ADDRESS,
@@ -552,6 +552,11 @@ class Gpu:
                     args.append(enums.get(a, a))
             if call.routine == "potrfBatched":  # (no workspace)
                 getattr(cusolver, f"{letter}potrfBatched")(handle, *args)
+                return
+            if call.routine == "syevBatched":  # (workspaces of its own)
+                args = [a for a in args if a not in (solver.WORK, solver.LWORK)]
+                if not eigh_batched.solve(xp, handle, call.dtype, args):
+                    raise solver.Unavailable(call.routine)
                 return
             if call.routine in ("trsm", "trsmBatched", "getrfBatched"):
                 self._cublas(f"{letter}{call.routine}", call.dtype, args)

@@ -112,30 +112,42 @@ def translate(step: FortranCall) -> DeviceSolve | None:
     return DeviceSolve(calls, list(narrowed))
 
 
+class Unavailable(Exception):
+    """What a device's `make` raises for a batched routine its library lacks."""
+
+
 def run(plan: DeviceSolve, views: dict, xp, make) -> None:
     """Makes a step's calls, `make(call, locate)`, where `locate(pointer)` gives the array
     holding a Pointer's element and its offset there (the int32 shadow of a narrowed buffer,
-    made with `xp`), then widens the shadows into their buffers."""
+    made with `xp`), then widens the shadows into their buffers. A batched call `make` finds
+    unavailable is made a matrix at a time."""
     shadows = {buffer: xp.zeros(buffer.size, np.int32) for buffer in plan.narrowed}
 
     def locate(pointer: Pointer) -> tuple:
         base = shadows[pointer.buffer] if pointer.narrow else views[pointer.buffer]
         return base, pointer.offset
 
+    def make_or_each(call: SolverCall, locate) -> None:
+        try:
+            make(call, locate)
+        except Unavailable:
+            for each in each_matrix(call):
+                make(each, locate)
+
     for call in plan.calls:
         unfinished = _off_diagonal_not_finite(call, locate, xp)
-        if call.routine in JACOBI_ROUTINES:
-            _jacobi_conditioned(call, locate, xp, make)
+        if call.routine in CONDITIONED_ROUTINES:
+            _jacobi_conditioned(call, locate, xp, make_or_each)
         else:
-            make(call, locate)
+            make_or_each(call, locate)
         if unfinished is not None:
             _failed(call, locate, unfinished, xp)
     for buffer, shadow in shadows.items():
         views[buffer][...] = shadow
 
 
-# The eigensolvers' calls; each holds its info at argument 8.
-EIGH_ROUTINES = ("syevd", "heevd", "syevjBatched", "heevjBatched")
+# The eigensolvers' calls; each holds its info at argument 8, a batched one its count last.
+EIGH_ROUTINES = ("syevd", "heevd", "syevjBatched", "heevjBatched", "syevBatched")
 
 
 def _off_diagonal_not_finite(call: SolverCall, locate, xp):
@@ -148,7 +160,7 @@ def _off_diagonal_not_finite(call: SolverCall, locate, xp):
     if call.routine not in EIGH_ROUTINES:
         return None
     _job, fill, n, matrix, lda = call.args[:5]
-    count = call.args[-1] if call.routine in JACOBI_ROUTINES else 1
+    count = call.args[-1] if call.routine.endswith("Batched") else 1
     parts = _parts(call.dtype)
     base, offset = locate(matrix)
     columns = base[offset : offset + count * n * lda * parts].reshape(count, n, lda, parts)
@@ -168,8 +180,10 @@ def _failed(call: SolverCall, locate, flags, xp) -> None:
 
 # cuSOLVER's batched Jacobi eigensolver returned a Hermitian matrix's diagonal unchanged, as
 # its eigenvalues, for [[t, t - i], [t + i, t]] with t = 4e-288 (eigenvalues +-1; zero
-# diagonals were right). Its matrices are conditioned first (`_jacobi_conditioned`).
+# diagonals were right). Its matrices are conditioned first (`_jacobi_conditioned`), and so
+# are those of the batched solver of any size, which may choose Jacobi's method itself.
 JACOBI_ROUTINES = ("syevjBatched", "heevjBatched")
+CONDITIONED_ROUTINES = (*JACOBI_ROUTINES, "syevBatched")
 
 
 def _jacobi_conditioned(call: SolverCall, locate, xp, make) -> None:
@@ -202,17 +216,18 @@ def _jacobi_conditioned(call: SolverCall, locate, xp, make) -> None:
 # The largest LU factorization a stack makes with cuBLAS's batched routine, which is written
 # for small matrices (XLA's bound); larger ones are a cuSOLVER call each.
 BATCHED_LU_LIMIT = 128
-# The largest matrices cuSOLVER's batched Jacobi eigensolver takes.
+# The largest matrices cuSOLVER's batched Jacobi eigensolver takes; larger ones go to its
+# batched solver of any size (`syevBatched`, the 64-bit API's, for every element type).
 BATCHED_EIGH_LIMIT = 32
 
 
 def _batched(step: FortranCall) -> SolverCall | None:
     """A stack's calls as one call of a batched routine, as XLA makes them: Cholesky
-    (cuSOLVER's potrfBatched), eigendecompositions of small matrices (its Jacobi solver,
-    syevjBatched), LU of small square matrices and triangular solves (cuBLAS's getrfBatched
-    and trsmBatched). A call per matrix costs a library call from Python each
-    (tens of microseconds), more than a small matrix's work on a GPU. None where the step has
-    no such form."""
+    (cuSOLVER's potrfBatched), eigendecompositions (its Jacobi solver, syevjBatched, for
+    small matrices; its solver of any size, syevBatched, for the others), LU of small square
+    matrices and triangular solves (cuBLAS's getrfBatched and trsmBatched). A call per
+    matrix costs a library call from Python each (tens of microseconds), more than a small
+    matrix's work on a GPU. None where the step has no such form."""
     args, batch = step.args, step.batch
     if batch < 2:
         return None
@@ -241,10 +256,12 @@ def _batched(step: FortranCall) -> SolverCall | None:
         job, uplo, n, (matrix, stride), lda, (values, apart), *_workspaces, info = args
         infos = side_by_side(info, 1)
         side_by_side_stack = stride == lda * n * _parts(step.dtype) and apart == n
-        if n > BATCHED_EIGH_LIMIT or not side_by_side_stack or infos is None:
+        if not side_by_side_stack or infos is None:
             return None
-        jacobi = f"{step.routine[:4]}jBatched"  # (syevjBatched, heevjBatched)
         head = (_JOB[job], _FILL[uplo], n, Pointer(matrix, 0), lda, Pointer(values, 0))
+        if n > BATCHED_EIGH_LIMIT:
+            return SolverCall("syevBatched", step.dtype, (*head, WORK, LWORK, infos, batch))
+        jacobi = f"{step.routine[:4]}jBatched"  # (syevjBatched, heevjBatched)
         return SolverCall(jacobi, step.dtype, (*head, WORK, LWORK, infos, JACOBI, batch))
     if step.routine == "trsm":
         side, uplo, trans, diag, m, n, _alpha, matrix, lda, b, ldb = args
@@ -272,12 +289,12 @@ def each_matrix(call: SolverCall) -> list[SolverCall]:
         elif routine == "getrfBatched":
             n, matrices, lda, pivots, info, _ = args
             each = ("getrf", (n, n, at(matrices, k), lda, WORK, nth(pivots, k, n), nth(info, k, 1)))
-        elif routine in ("syevjBatched", "heevjBatched"):  # as the divide-and-conquer solver
-            job, uplo, n, matrix, lda, values, work, lwork, info, _, _ = args
+        elif routine in EIGH_ROUTINES:  # as the divide-and-conquer solver
+            job, uplo, n, matrix, lda, values, work, lwork, info = args[:9]
             stride = lda * n * _parts(call.dtype)
             matrix, values = nth(matrix, k, stride), nth(values, k, n)
             solve = (job, uplo, n, matrix, lda, values, work, lwork, nth(info, k, 1))
-            each = (f"{routine[:4]}d", solve)  # (syevd, heevd)
+            each = ("heevd" if _parts(call.dtype) == 2 else "syevd", solve)
         else:  # trsmBatched
             *flags, m, n, alpha, matrices, lda, b, ldb, _ = args
             each = ("trsm", (*flags, m, n, alpha, at(matrices, k), lda, at(b, k), ldb))
