@@ -6,6 +6,7 @@ A `BCOO` array stores only its specified elements: their values (`data`) and the
 products, so jit, grad, vmap and the compiled backends apply to code that uses it.
 """
 
+from funcgrad.experimental.sparse import linalg
 from funcgrad.experimental.sparse.ad import grad, jacfwd, jacobian, jacrev, value_and_grad
 from funcgrad.experimental.sparse.api import empty, eye, todense
 from funcgrad.experimental.sparse.bcoo import (
@@ -118,6 +119,7 @@ __all__ = [
     "jacfwd",
     "jacobian",
     "jacrev",
+    "linalg",
     "random_bcoo",
     "sparsify",
     "todense",
