@@ -182,6 +182,27 @@ def test_softmax_extreme_values():
     assert nn.softmax(np.float16([60000.0, 0.0])).dtype == dtypes.float16
 
 
+def test_softmax_of_a_slice_with_an_infinite_logit_is_nan():
+    """exp(x - max) / sum, as NumPy computes it, is nan throughout a slice whose max is inf
+    (inf - inf), and so is the log; other slices keep their values, derivatives included."""
+    inf = np.inf
+    x = np.array([[inf, 1.0], [inf, -inf], [-inf, -inf], [0.5, -1.0]])
+    with np.errstate(invalid="ignore"):
+        shifted = x - x.max(axis=1, keepdims=True)
+        expected = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+        log_expected = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+    for jit in (False, True):
+        softmax, log_softmax = (fg.jit(f) if jit else f for f in (nn.softmax, nn.log_softmax))
+        assert_close(softmax(x), expected)
+        assert_close(log_softmax(x), log_expected)
+    mask = np.array([[True, True], [True, False], [False, False], [True, True]])
+    masked = [[np.nan, np.nan], [np.nan, 0.0], [0.0, 0.0], expected[3]]
+    assert_close(nn.softmax(x, where=mask), masked)
+    grad = fg.grad(lambda row: nn.log_softmax(row)[1])
+    assert np.isnan(np.asarray(grad(x[0]))).all()
+    assert_close(grad(x[3]), [-expected[3, 0], expected[3, 0]])
+
+
 @given(
     array_and_axis(min_side=0),
     st.booleans(),

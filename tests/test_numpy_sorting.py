@@ -81,6 +81,15 @@ def test_partition_puts_kth_in_place(x, data):
     assert (np.take_along_axis(x, indices, -1) == part).all()
 
 
+def test_argpartition_indices_are_int32_with_x64_too():
+    x = np.array([3.0, 1.0, 2.0, 0.0])
+    with fg.enable_x64():
+        for argpartition in (fnp.argpartition, fg.jit(fnp.argpartition, static_argnums=1)):
+            indices = argpartition(x, 1)
+            assert indices.dtype == np.int32
+            assert np.take_along_axis(x, np.asarray(indices), -1)[1] == np.partition(x, 1)[1]
+
+
 # ---------------------------------------------------------------------------------------------
 # searchsorted, digitize
 

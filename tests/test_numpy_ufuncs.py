@@ -580,6 +580,16 @@ def test_logaddexp_with_infinities():
         check_staging(fn, x, y)
 
 
+def test_logaddexp_derivatives_at_nan_are_nan_and_at_equal_infinities_one():
+    """d/dx log(e^x + e^y) = e^x / (e^x + e^y): nan where an operand is nan (softplus' derivative
+    at nan was 1), and 1 for each of two equal infinities, whose sum is the answer."""
+    for x, y, expected in [(np.nan, 0.0, np.nan), (0.0, np.nan, np.nan), (np.inf, np.inf, 1.0)]:
+        grads = fg.grad(fnp.logaddexp, argnums=(0, 1))(x, y)
+        assert_close(grads, (expected, expected))
+    assert np.isnan(fg.grad(fg.nn.softplus)(np.nan))
+    assert np.isnan(fg.grad(fg.nn.log_sigmoid)(np.nan))
+
+
 def test_hypot_copysign_signbit_special_values():
     inf, nan = np.inf, np.nan
     x = np.array([inf, inf, nan, 3.0, -0.0, 0.0, 1e30], np.float32)

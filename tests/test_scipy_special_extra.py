@@ -164,6 +164,19 @@ def test_poch_at_the_poles_of_both_gammas_and_of_a_large_argument_downwards():
     assert_close(special.poch(np.float32(-4), np.float32(3)), np.float32(-24), np.float32)
 
 
+def test_poch_at_a_pole_of_the_numerator_alone_is_plus_infinity():
+    """Gamma(z + m) / Gamma(z) with z + m a pole and z not: the pole has no sign, and the value
+    is +inf as SciPy's (it was -inf at poch(-0.5, -0.5) and poch(-0.5, -2.5))."""
+    z = np.array([-0.5, -1.5, 0.5, -0.5, 2.5, 0.25])
+    m = np.array([-0.5, -0.5, -2.5, -2.5, -3.5, -2.25])
+    for poch in (special.poch, jit(special.poch)):
+        np.testing.assert_array_equal(np.asarray(poch(z, m)), np.full(6, np.inf))
+    # Next to the pole the value is finite, with the sign of 1 / Gamma(z) beside Gamma(z + m).
+    with mpmath.workdps(30):
+        want = float(mpmath.rf(mpmath.mpf(-0.5), mpmath.mpf(-0.5) + mpmath.mpf(1e-9)))
+    assert_close(special.poch(np.float64(-0.5), np.float64(-0.5 + 1e-9)), want, rtol=1e-6)
+
+
 def test_poch_next_to_the_poles():
     # z and z + m both within 1e-9 of poles of Gamma: the ratio of lgammas of the rounded
     # arguments kept 3 to 5 digits (poch(-457 - 6.6e-11, -93) was 5.392e-252, for 5.388e-252)

@@ -648,6 +648,55 @@ def test_invalid_parameters_give_nan():
         assert_close(fn(f64(nan), *args), nan)
 
 
+# name -> (valid parameters after the point, {index of a parameter: its invalid values}).
+INVALID_PARAMETERS = {
+    "bernoulli": ((0.3,), {0: (-0.1, 1.1, np.nan)}),
+    "binom": ((3.0, 0.3), {0: (-1.0, np.nan), 1: (-0.1, 1.1, np.nan)}),
+    "betabinom": ((3.0, 1.5, 2.5), {0: (-1.0,), 1: (0.0, -1.0, np.nan), 2: (0.0, np.nan)}),
+    "geom": ((0.3,), {0: (-0.1, 1.1, np.nan)}),
+    "nbinom": ((3.0, 0.3), {0: (-1.0, np.nan), 1: (-0.1, 1.1, np.nan)}),
+    "poisson": ((3.0,), {0: (-1.0, np.nan)}),
+    "cauchy": ((0.0, 1.0), {1: (0.0, -1.0, np.nan)}),
+    "expon": ((0.0, 1.0), {1: (0.0, -1.0, np.nan)}),
+    "uniform": ((0.0, 1.0), {1: (0.0, -1.0, np.nan)}),
+    "gamma": ((2.0, 0.0, 1.0), {0: (0.0, -1.0, np.nan), 2: (0.0, -1.0, np.nan)}),
+    "chi2": ((3.0, 0.0, 1.0), {0: (0.0, -1.0, np.nan), 2: (0.0, -1.0)}),
+    "gennorm": ((2.0,), {0: (0.0, -1.0, np.nan)}),
+    "lognorm": ((1.0, 0.0, 1.0), {0: (0.0, -1.0, np.nan), 2: (0.0, -1.0, np.nan)}),
+    "pareto": ((2.0, 0.0, 1.0), {0: (0.0, -1.0, np.nan), 2: (0.0, -1.0, np.nan)}),
+    "norm": ((0.0, 1.0), {1: (0.0, -1.0, np.nan)}),
+    "laplace": ((0.0, 1.0), {1: (0.0, -1.0, np.nan)}),
+    "logistic": ((0.0, 1.0), {1: (0.0, -1.0, np.nan)}),
+    "gumbel_l": ((0.0, 1.0), {1: (0.0, -1.0, np.nan)}),
+    "gumbel_r": ((0.0, 1.0), {1: (0.0, -1.0, np.nan)}),
+    "t": ((3.0, 0.0, 1.0), {0: (0.0, -1.0, np.nan), 2: (0.0, -1.0, np.nan)}),
+    "beta": ((2.0, 3.0, 0.0, 1.0), {0: (0.0, -1.0, np.nan), 1: (0.0, np.nan), 3: (0.0, np.nan)}),
+    "truncnorm": ((-1.0, 2.0, 0.0, 1.0), {0: (np.nan,), 1: (-1.0, -2.0), 3: (0.0, -1.0)}),
+}
+FUNCTIONS = ["logpdf", "pdf", "cdf", "logcdf", "sf", "logsf", "ppf", "isf", "logpmf", "pmf"]
+
+
+@pytest.mark.parametrize("name", sorted(INVALID_PARAMETERS))
+def test_parameters_outside_their_domain_give_nan_at_every_point(name):
+    """As SciPy's: nan, not the support's -inf, 0 or 1, nor a finite value (expon.cdf of a
+    negative scale was 0.63, bernoulli.logpmf off the support -inf for p = 1.1)."""
+    valid, invalid = INVALID_PARAMETERS[name]
+    points = np.array([-np.inf, -1.0, 0.0, 0.5, 1.0, 3.0, np.inf])
+    quantiles = np.array([0.0, 0.3, 1.0])
+    for fn in [fn for fn in FUNCTIONS if hasattr(getattr(stats, name), fn)]:
+        at = quantiles if fn in ("ppf", "isf") else points
+        for index, values in invalid.items():
+            for value in values:
+                params = [f64(v) for v in valid]
+                params[index] = f64(value)
+                with np.errstate(all="ignore"):
+                    expected = getattr(getattr(ss, name), fn)(at, *params)
+                assert np.isnan(expected).all()
+                call = getattr(getattr(stats, name), fn)
+                assert_close(call(at, *params), expected)
+                assert_close(fg.jit(call)(at, *params), expected)
+
+
 def test_jax_conventions_where_scipy_differs():
     """bernoulli.ppf(0) is 0, the bottom of the support (SciPy: -1); gumbel ppf is nan at 0
     and 1 (SciPy: -inf and inf)."""

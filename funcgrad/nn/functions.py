@@ -203,22 +203,34 @@ def _shift(x, axis: Axis):
     return lax.stop_gradient(fnp.where(fnp.isfinite(x_max), x_max, 0))
 
 
+def _softmax_shift(x, axis: Axis):
+    """The max of `x` over `axis` (kept dims), or 0 where every entry is -inf (or masked out).
+
+    Unlike logsumexp's shift, an infinite max is kept: inf - inf makes the whole slice nan, as
+    a softmax over an infinite logit is (its share of an infinite sum is not a number).
+    """
+    x_max = fnp.max(x, axis=axis, keepdims=True, initial=-fnp.inf)
+    return lax.stop_gradient(fnp.where(x_max == -fnp.inf, 0, x_max))
+
+
 def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None):
-    """exp(x) / sum(exp(x)) over `axis`; entries masked out by `where` are 0."""
+    """exp(x) / sum(exp(x)) over `axis`; entries masked out by `where` are 0. A slice with an
+    inf, a nan or only -inf entries is nan throughout."""
     x = _inexact("softmax", x)
     if where is not None:
         x = fnp.where(where, x, -fnp.inf)
-    unnormalized = fnp.exp(x - _shift(x, axis))
+    unnormalized = fnp.exp(x - _softmax_shift(x, axis))
     result = unnormalized / fnp.sum(unnormalized, axis=axis, keepdims=True)
     return result if where is None else fnp.where(where, result, 0)
 
 
 def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None):
-    """x - logsumexp(x) over `axis`; entries masked out by `where` are -inf."""
+    """x - logsumexp(x) over `axis`; entries masked out by `where` are -inf. A slice with an
+    inf, a nan or only -inf entries is nan throughout, as softmax's is."""
     x = _inexact("log_softmax", x)
     if where is not None:
         x = fnp.where(where, x, -fnp.inf)
-    shifted = x - _shift(x, axis)
+    shifted = x - _softmax_shift(x, axis)
     result = shifted - fnp.log(fnp.sum(fnp.exp(shifted), axis=axis, keepdims=True))
     return result if where is None else fnp.where(where, result, -fnp.inf)
 

@@ -172,11 +172,13 @@ def partition(a, kth: int | Sequence[int], axis: int = -1):
 
 
 def argpartition(a, kth: int | Sequence[int], axis: int = -1):
-    """Indices that partition around `kth`; funcgrad returns indices that fully sort `a`."""
+    """Indices that partition around `kth`; funcgrad returns indices that fully sort `a`.
+    They are int32 whatever the x64 setting, as JAX's are (its partition is a top-k, whose
+    indices are int32), where argsort's are the default integer."""
     a = to_array(a)
     axis = canonicalize_axis(axis, a.ndim, "argpartition")
     _check_kth("argpartition", kth, a.shape[axis])
-    return argsort(a, axis)
+    return lax.convert_element_type(argsort(a, axis), dtypes.int32)
 
 
 def _check_kth(name: str, kth, size: int) -> None:

@@ -725,10 +725,12 @@ def logaddexp(x1, x2, /, out=None, where=None):
     hi = _select(first_larger, x1, x2)
     lo = _select(first_larger, x2, x1)
     delta = lax.sub(lo, hi)
-    # When both are equal infinities delta is nan; the sum is then the answer.
-    finite_delta = _select(isnan(delta), _zero(delta), delta)
+    # When both are equal infinities delta is nan; the sum is then the answer. A nan operand
+    # goes through the formula, so that its derivatives are nan too.
+    equal_infinities = lax.bitwise_and(isinf(x1), lax.eq(x1, x2))
+    finite_delta = _select(equal_infinities, _zero(delta), delta)
     out = lax.add(hi, lax.log1p(lax.exp(finite_delta)))
-    return _select(isnan(delta), lax.add(x1, x2), out)
+    return _select(equal_infinities, lax.add(x1, x2), out)
 
 
 def logaddexp2(x1, x2, /, out=None, where=None):

@@ -456,7 +456,12 @@ def _poch(z, m):
     log = fnp.where(both_left, sines + rising, top_log - z_log)
     log = fnp.where(both_positive, positive, log)
     sign = fnp.where(both_positive, 1.0, fnp.where(both_left, left_sign, top_sign * z_sign))
-    return fnp.where(m == 0, 1.0, sign * fnp.exp(log))
+    # At a pole of Gamma(z + m) alone the ratio is +inf, as SciPy's: the pole has no sign (it
+    # is -inf on one side and +inf on the other), and the sign above was its rounding's.
+    top_pole = (top <= 0) & (fnp.floor(top) == top) & (top_low == 0)
+    z_pole = (z <= 0) & (fnp.floor(z) == z)
+    value = fnp.where(top_pole & ~z_pole, fnp.inf, sign * fnp.exp(log))
+    return fnp.where(m == 0, 1.0, value)
 
 
 @_poch.defjvp

@@ -11,9 +11,11 @@ from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.special import xlog1py, xlogy
+from funcgrad.scipy.stats._params import nan_unless, probability
 from funcgrad.scipy.stats._support import off_support
 
 
+@nan_unless(probability)
 def logpmf(k: ArrayLike, p: ArrayLike, loc: ArrayLike = 0) -> Array:
     k, p, loc = promote_args_inexact("bernoulli.logpmf", k, p, loc)
     y = k - loc
@@ -30,12 +32,14 @@ def _invalid(p):
     return fnp.isnan(p) | (p < 0) | (p > 1)
 
 
+@nan_unless(probability)
 def cdf(k: ArrayLike, p: ArrayLike) -> Array:
     k, p = promote_args_inexact("bernoulli.cdf", k, p)
     value = fnp.where(k < 0, 0, fnp.where(k < 1, 1 - p, 1))
     return fnp.where(_invalid(p) | fnp.isnan(k), fnp.nan, value)
 
 
+@nan_unless(probability)
 def ppf(q: ArrayLike, p: ArrayLike) -> Array:
     q, p = promote_args_inexact("bernoulli.ppf", q, p)
     value = fnp.where(q <= 1 - p, fnp.zeros_like(q), fnp.ones_like(q))

@@ -16,8 +16,14 @@ from funcgrad.numpy._float64 import narrow, wide
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.special import betainc, betaln, xlog1py, xlogy
 from funcgrad.scipy.stats._logs import log_in_float64
+from funcgrad.scipy.stats._params import nan_unless
 
 
+def _valid(a, b, scale, **_):
+    return (a > 0) & (b > 0) & (scale > 0)
+
+
+@nan_unless(_valid)
 def logpdf(
     x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1
 ) -> Array:
@@ -38,6 +44,7 @@ def pdf(
     return fnp.exp(logpdf(x, a, b, loc, scale))
 
 
+@nan_unless(_valid)
 def cdf(
     x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1
 ) -> Array:
@@ -52,6 +59,7 @@ def logcdf(
     return log_in_float64(cdf, sf, x, a, b, loc, scale)
 
 
+@nan_unless(_valid)
 def sf(x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     """1 - cdf where the cdf is at most 1/2 (no cancellation), I_{1-y}(b, a) where it is more.
     In float64 whatever the dtype: 1 - y would round a small y away in float32, and the

@@ -9,9 +9,15 @@ from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._float64 import narrow, wide
 from funcgrad.scipy.special import betaln
+from funcgrad.scipy.stats._params import nan_unless
 from funcgrad.scipy.stats._support import off_support
 
 
+def _valid(n, a, b, **_):
+    return (n >= 0) & (a > 0) & (b > 0)
+
+
+@nan_unless(_valid)
 def logpmf(k: ArrayLike, n: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0) -> Array:
     """log C(n, y) + log B(y + a, n - y + b) - log B(a, b), with the binomial coefficient
     written as 1 / ((n + 1) B(n - y + 1, y + 1))."""

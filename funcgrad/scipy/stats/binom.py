@@ -8,9 +8,15 @@ from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._float64 import narrow, wide
 from funcgrad.scipy.special import gammaln, xlog1py, xlogy
+from funcgrad.scipy.stats._params import nan_unless
 from funcgrad.scipy.stats._support import off_support
 
 
+def _valid(n, p, **_):
+    return (n >= 0) & (p >= 0) & (p <= 1)
+
+
+@nan_unless(_valid)
 def logpmf(k: ArrayLike, n: ArrayLike, p: ArrayLike, loc: ArrayLike = 0) -> Array:
     (k, n, p, loc), kind = wide("binom.logpmf", k, n, p, loc)
     y = k - loc

@@ -13,8 +13,10 @@ from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._promotion import promote_args_inexact
+from funcgrad.scipy.stats._params import nan_unless, positive_scale
 
 
+@nan_unless(positive_scale)
 def logpdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     x, loc, scale = promote_args_inexact("cauchy.logpdf", x, loc, scale)
     y = fnp.abs((x - loc) / scale)
@@ -31,6 +33,7 @@ def pdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     return fnp.exp(logpdf(x, loc, scale))
 
 
+@nan_unless(positive_scale)
 def cdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     x, loc, scale = promote_args_inexact("cauchy.cdf", x, loc, scale)
     return fnp.arctan2(1, (loc - x) / scale) / math.pi
@@ -40,6 +43,7 @@ def logcdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     return _log_of_one_side(cdf(x, loc, scale), sf(x, loc, scale))
 
 
+@nan_unless(positive_scale)
 def sf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     x, loc, scale = promote_args_inexact("cauchy.sf", x, loc, scale)
     return fnp.arctan2(1, (x - loc) / scale) / math.pi
@@ -67,11 +71,13 @@ def _standard_quantile(q):
     return fnp.where((q >= 0) & (q <= 1), value, fnp.nan)
 
 
+@nan_unless(positive_scale)
 def ppf(q: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     q, loc, scale = promote_args_inexact("cauchy.ppf", q, loc, scale)
     return loc + scale * _standard_quantile(q)
 
 
+@nan_unless(positive_scale)
 def isf(q: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     q, loc, scale = promote_args_inexact("cauchy.isf", q, loc, scale)
     return loc - scale * _standard_quantile(q)

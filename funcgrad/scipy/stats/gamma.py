@@ -14,8 +14,14 @@ from funcgrad.numpy._float64 import narrow, wide
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.special import gammainc, gammaincc, gammaln, xlogy
 from funcgrad.scipy.stats._logs import log_in_float64
+from funcgrad.scipy.stats._params import nan_unless
 
 
+def _valid(a, scale, **_):
+    return (a > 0) & (scale > 0)
+
+
+@nan_unless(_valid)
 def logpdf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     (x, a, loc, scale), kind = wide("gamma.logpdf", x, a, loc, scale)
     below = x < loc
@@ -30,9 +36,13 @@ def pdf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) ->
     return fnp.exp(logpdf(x, a, loc, scale))
 
 
+@nan_unless(_valid)
 def cdf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     x, a, loc, scale = promote_args_inexact("gamma.cdf", x, a, loc, scale)
-    return gammainc(a, fnp.maximum((x - loc) / scale, 0))
+    y = fnp.maximum((x - loc) / scale, 0)
+    # At y = inf the limit 1, which the incomplete function's inf / inf makes nan for a large
+    # shape.
+    return fnp.where(y == fnp.inf, 1, gammainc(a, y))
 
 
 def logcdf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
@@ -40,9 +50,11 @@ def logcdf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1)
     return log_in_float64(cdf, sf, x, a, loc, scale)
 
 
+@nan_unless(_valid)
 def sf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     x, a, loc, scale = promote_args_inexact("gamma.sf", x, a, loc, scale)
-    return gammaincc(a, fnp.maximum((x - loc) / scale, 0))
+    y = fnp.maximum((x - loc) / scale, 0)
+    return fnp.where(y == fnp.inf, 0, gammaincc(a, y))
 
 
 def logsf(x: ArrayLike, a: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:

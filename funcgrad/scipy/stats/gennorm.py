@@ -8,6 +8,7 @@ from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.special import gammaincc, gammaln
+from funcgrad.scipy.stats._params import nan_unless
 
 
 def _abs_power(x, beta):
@@ -17,6 +18,11 @@ def _abs_power(x, beta):
     return fnp.where(zero, 0, fnp.where(zero, 1, magnitude) ** beta)
 
 
+def _valid(beta, **_):
+    return beta > 0
+
+
+@nan_unless(_valid)
 def logpdf(x: ArrayLike, beta: ArrayLike) -> Array:
     x, beta = promote_args_inexact("gennorm.logpdf", x, beta)
     return fnp.log(0.5 * beta) - gammaln(1 / beta) - _abs_power(x, beta)
@@ -26,6 +32,7 @@ def pdf(x: ArrayLike, beta: ArrayLike) -> Array:
     return fnp.exp(logpdf(x, beta))
 
 
+@nan_unless(_valid)
 def cdf(x: ArrayLike, beta: ArrayLike) -> Array:
     """Each half's tail is Q(1/beta, |x|^beta) / 2; the lower half returns it, the upper 1 minus
     it, so the lower tail keeps its small values."""

@@ -8,9 +8,11 @@ from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.special import xlog1py
+from funcgrad.scipy.stats._params import nan_unless, probability
 from funcgrad.scipy.stats._support import off_support
 
 
+@nan_unless(probability)
 def logpmf(k: ArrayLike, p: ArrayLike, loc: ArrayLike = 0) -> Array:
     k, p, loc = promote_args_inexact("geom.logpmf", k, p, loc)
     y = k - loc

@@ -8,6 +8,7 @@ from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike, log1mexp
 from funcgrad.numpy._promotion import promote_args_inexact
+from funcgrad.scipy.stats._params import nan_unless, positive_scale
 
 
 def _standardized(name: str, x, loc, scale):
@@ -16,6 +17,7 @@ def _standardized(name: str, x, loc, scale):
     return fnp.where(scale > 0, (x - loc) / scale, fnp.nan), scale
 
 
+@nan_unless(positive_scale)
 def logpdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     y, scale = _standardized("gumbel_l.logpdf", x, loc, scale)
     return y - fnp.exp(y) - fnp.log(scale)
@@ -34,17 +36,20 @@ def standard_logcdf(y):
     return fnp.where(far, y - fnp.exp(y) / 2, near)
 
 
+@nan_unless(positive_scale)
 def logcdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     y, _ = _standardized("gumbel_l.logcdf", x, loc, scale)
     return standard_logcdf(y)
 
 
+@nan_unless(positive_scale)
 def cdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     """1 - exp(-exp(y)) by expm1, which keeps the small lower tail."""
     y, _ = _standardized("gumbel_l.cdf", x, loc, scale)
     return -fnp.expm1(-fnp.exp(y))
 
 
+@nan_unless(positive_scale)
 def logsf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     y, _ = _standardized("gumbel_l.logsf", x, loc, scale)
     return -fnp.exp(y)
@@ -54,6 +59,7 @@ def sf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     return fnp.exp(logsf(x, loc, scale))
 
 
+@nan_unless(positive_scale)
 def ppf(p: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     p, loc, scale = promote_args_inexact("gumbel_l.ppf", p, loc, scale)
     valid = (p > 0) & (p < 1) & (scale > 0)

@@ -8,8 +8,10 @@ from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._promotion import promote_args_inexact
+from funcgrad.scipy.stats._params import nan_unless, positive_scale
 
 
+@nan_unless(positive_scale)
 def logpdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     x, loc, scale = promote_args_inexact("laplace.logpdf", x, loc, scale)
     return -fnp.abs(x - loc) / scale - fnp.log(scale) - math.log(2)
@@ -19,6 +21,7 @@ def pdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     return fnp.exp(logpdf(x, loc, scale))
 
 
+@nan_unless(positive_scale)
 def cdf(x: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     """exp(y) / 2 below loc, 1 - exp(-y) / 2 above. Each side's exponential sees only its own
     half of y, so neither overflows into the other's derivative; the halves are selected, not

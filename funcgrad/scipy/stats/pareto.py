@@ -11,6 +11,7 @@ from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike, log1mexp
 from funcgrad.numpy._promotion import promote_args_inexact
+from funcgrad.scipy.stats._params import nan_unless
 
 
 def _log_scaled(name: str, x, b, loc, scale):
@@ -23,6 +24,11 @@ def _log_scaled(name: str, x, b, loc, scale):
     return fnp.log1p(fnp.where(below, 0, (x - loc - scale) / scale)), b, scale, below
 
 
+def _valid(b, scale, **_):
+    return (b > 0) & (scale > 0)
+
+
+@nan_unless(_valid)
 def logpdf(x: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     log_y, b, scale, below = _log_scaled("pareto.logpdf", x, b, loc, scale)
     value = fnp.log(b) - fnp.log(scale) - (b + 1) * log_y
@@ -33,25 +39,30 @@ def pdf(x: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) ->
     return fnp.exp(logpdf(x, b, loc, scale))
 
 
+@nan_unless(_valid)
 def cdf(x: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
-    log_y, b, _, _ = _log_scaled("pareto.cdf", x, b, loc, scale)
-    return -fnp.expm1(-b * log_y)
+    log_y, b, _, below = _log_scaled("pareto.cdf", x, b, loc, scale)
+    return fnp.where(below, 0, -fnp.expm1(-b * log_y))
 
 
+@nan_unless(_valid)
 def logcdf(x: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
-    log_y, b, _, _ = _log_scaled("pareto.logcdf", x, b, loc, scale)
-    return log1mexp(b * log_y)
+    log_y, b, _, below = _log_scaled("pareto.logcdf", x, b, loc, scale)
+    return fnp.where(below, -fnp.inf, log1mexp(b * log_y))
 
 
 def sf(x: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     return fnp.exp(logsf(x, b, loc, scale))
 
 
+@nan_unless(_valid)
 def logsf(x: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
-    log_y, b, _, _ = _log_scaled("pareto.logsf", x, b, loc, scale)
-    return -b * log_y
+    log_y, b, _, below = _log_scaled("pareto.logsf", x, b, loc, scale)
+    # Below the support log y is 0, whose product with an infinite b would be nan.
+    return fnp.where(below, 0, -b * log_y)
 
 
+@nan_unless(_valid)
 def ppf(q: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     """loc + scale (1 - q)^(-1/b), with log1p keeping small q."""
     q, b, loc, scale = promote_args_inexact("pareto.ppf", q, b, loc, scale)

@@ -11,9 +11,15 @@ from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._float64 import narrow, wide
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.special import gammaincc, gammaln, xlogy
+from funcgrad.scipy.stats._params import nan_unless
 from funcgrad.scipy.stats._support import off_support
 
 
+def _valid(mu, **_):
+    return mu >= 0
+
+
+@nan_unless(_valid)
 def logpmf(k: ArrayLike, mu: ArrayLike, loc: ArrayLike = 0) -> Array:
     (k, mu, loc), kind = wide("poisson.logpmf", k, mu, loc)
     y = k - loc
@@ -26,6 +32,7 @@ def pmf(k: ArrayLike, mu: ArrayLike, loc: ArrayLike = 0) -> Array:
     return fnp.exp(logpmf(k, mu, loc))
 
 
+@nan_unless(_valid)
 def cdf(k: ArrayLike, mu: ArrayLike, loc: ArrayLike = 0) -> Array:
     """P(K <= k) = Q(floor(k) + 1, mu), the regularized upper incomplete gamma function."""
     k, mu, loc = promote_args_inexact("poisson.cdf", k, mu, loc)

@@ -9,8 +9,14 @@ from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.special import betaln
+from funcgrad.scipy.stats._params import nan_unless
 
 
+def _valid(df, scale, **_):
+    return (df > 0) & (scale > 0)
+
+
+@nan_unless(_valid)
 def logpdf(x: ArrayLike, df: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1) -> Array:
     """-log(sqrt(df) B(df / 2, 1 / 2) scale) - (df + 1) / 2 log1p(z^2 / df), z = (x - loc) /
     scale. The normalizer's gammaln(df / 2) - gammaln(df / 2 + 1 / 2) cancelled for large df

@@ -17,6 +17,7 @@ from funcgrad.nn.functions import ArrayLike, log1mexp
 from funcgrad.numpy._promotion import promote_args_inexact
 from funcgrad.scipy.special import log_ndtr, ndtr
 from funcgrad.scipy.stats import norm
+from funcgrad.scipy.stats._params import nan_unless
 
 # Intervals with width * (1 + |midpoint|) below this take the midpoint expansion, whose first
 # omitted term is below float64's rounding there.
@@ -61,6 +62,11 @@ def _interior(a, b):
     )
 
 
+def _valid(a, b, scale, **_):
+    return (a < b) & (scale > 0)
+
+
+@nan_unless(_valid)
 def logpdf(
     x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1
 ) -> Array:
@@ -77,6 +83,7 @@ def pdf(
     return fnp.exp(logpdf(x, a, b, loc, scale))
 
 
+@nan_unless(_valid)
 def logcdf(
     x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1
 ) -> Array:
@@ -99,6 +106,7 @@ def cdf(
     return fnp.exp(logcdf(x, a, b, loc, scale))
 
 
+@nan_unless(_valid)
 def logsf(
     x: ArrayLike, a: ArrayLike, b: ArrayLike, loc: ArrayLike = 0, scale: ArrayLike = 1
 ) -> Array:
