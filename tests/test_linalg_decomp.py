@@ -130,11 +130,19 @@ def test_cholesky_matches_numpy_and_reads_the_lower_triangle(x):
     check_staging(lax.cholesky, a)
 
 
-def test_cholesky_of_an_indefinite_matrix_is_nan_for_that_matrix_only():
-    a = np.stack([np.eye(2), -np.eye(2)])
-    factor = np.asarray(lax.cholesky(a))
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64])
+@pytest.mark.parametrize("jitted", [False, True])
+def test_cholesky_of_an_indefinite_matrix_is_nan_for_that_matrix_only(dtype, jitted):
+    # The NaN fills the factor's triangle; the other triangle stays zero, as in every factor.
+    a = np.stack([np.eye(2), -np.eye(2), np.array([[4.0, 2.0], [2.0, 1.0]])]).astype(dtype)
+    cholesky = fg.jit(lax.cholesky) if jitted else lax.cholesky
+    factor = np.asarray(cholesky(a))
     np.testing.assert_array_equal(factor[0], np.eye(2))
-    assert np.all(np.isnan(factor[1]))
+    for failed in factor[1:]:
+        assert np.all(np.isnan(failed[np.tril_indices(2)])) and failed[0, 1] == 0
+    upper = fnp.linalg.cholesky
+    upper = np.asarray((fg.jit(upper, static_argnames="upper") if jitted else upper)(a, upper=True))
+    assert np.all(np.isnan(upper[1][np.triu_indices(2)])) and upper[1][1, 0] == 0
 
 
 @given(matrices(max_side=5), st.booleans())
@@ -465,6 +473,14 @@ def test_lstsq_cond_and_friends_match_numpy():
     for actual, expected in zip(fnp.linalg.lstsq(a, b), np.linalg.lstsq(a, b)):
         assert_close(actual, np.asarray(expected), rtol=1e-9, atol=1e-9)
     assert fnp.linalg.lstsq(a.T, b[:3, 0], numpy_resid=True)[1].shape == (0,)
+    # A negative rcond stands for epsilon: the rank-one matrix's roundoff stays out of x.
+    rank_one = np.outer([1.0, 2.0, 3.0], [1.0, 1.0, 2.0])
+    x, _, rank, s = np.linalg.lstsq(rank_one, b[:3], -1)  # (NumPy's residuals: none here)
+    for lstsq in (fnp.linalg.lstsq, fg.jit(fnp.linalg.lstsq)):
+        actual = lstsq(rank_one, b[:3], -1)
+        assert_close(actual[0], x, rtol=1e-9, atol=1e-9)
+        assert int(actual[2]) == rank == 1
+        assert_close(actual[3], s, rtol=1e-9, atol=1e-9)
     square = r.normal(size=(2, 3, 3))
     for p in (None, 2, -2, 1, np.inf, "fro"):
         assert_close(fnp.linalg.cond(square, p), np.linalg.cond(square, p), rtol=1e-9, atol=1e-9)

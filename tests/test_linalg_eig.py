@@ -82,6 +82,13 @@ def test_complex_matrices_satisfy_the_eigen_equation(a):
         assert np.all(residual <= bound), (residual, bound)
 
 
+def test_empty_matrices_compile():
+    for dtype in (np.float64, np.complex128):
+        values, vectors = fg.jit(fnp.linalg.eig)(np.zeros((2, 0, 0), dtype))
+        assert values.shape == (2, 0) and vectors.shape == (2, 0, 0)
+        assert values.dtype == vectors.dtype == np.complex128
+
+
 def test_vmap_of_eigvals_is_the_loop():
     a = np.random.default_rng(0).normal(size=(3, 4, 4))
     np.testing.assert_allclose(fg.vmap(fnp.linalg.eigvals)(a), np.linalg.eigvals(a), atol=1e-12)

@@ -412,9 +412,10 @@ def _cholesky_abstract_eval(a: ShapedArray) -> ShapedArray:
 
 @cholesky_p.def_impl
 def _cholesky_impl(a):
-    # LAPACK's potrf, as NumPy calls it, reads the lower triangle only.
+    # LAPACK's potrf, as NumPy calls it, reads the lower triangle only. A matrix that is not
+    # positive definite gets a NaN lower triangle; the upper stays zero, as in every factor.
     (factor,) = _per_matrix(lambda m: (np.linalg.cholesky(m),), np.asarray(a))
-    return factor
+    return np.tril(factor)
 
 
 @cholesky_p.def_jvp

@@ -565,8 +565,10 @@ def _pinv_jvp(primals, tangents):
 
 def lstsq(a, b, rcond=None, *, numpy_resid: bool = False):
     """The least-squares solution x of a @ x = b (a 2-d), through the SVD: (x, residuals,
-    rank, singular values). Residuals are |b - a @ x|^2 per column; with `numpy_resid` they
-    are empty, as NumPy returns them, unless a has full column rank and more rows."""
+    rank, singular values). Singular values at or below rcond * max(s) count as zero (a
+    negative rcond stands for the dtype's epsilon, as in NumPy). Residuals are |b - a @ x|^2
+    per column; with `numpy_resid` they are empty, as NumPy returns them, unless a has full
+    column rank and more rows."""
     a, b = promote_dtypes_inexact(a, b)
     if a.ndim != 2 or b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
         raise ValueError(
@@ -578,8 +580,13 @@ def lstsq(a, b, rcond=None, *, numpy_resid: bool = False):
     if vector:
         b = b[:, None]
     u, s, vh = svd(a, full_matrices=False)
+    eps = dtypes.finfo(a.dtype).eps
     if rcond is None:
-        rcond = dtypes.finfo(a.dtype).eps * builtins.max(m, n)
+        rcond = eps * builtins.max(m, n)
+    elif dtypes.is_python_scalar(rcond):
+        rcond = eps if rcond < 0 else rcond
+    else:
+        rcond = misc.where(to_array(rcond) < 0, eps, rcond)
     kept = s > max(s, initial=0.0) * rcond
     rank = convert(count_nonzero(kept), dtypes.default_int)
     s_inverse = convert(misc.where(kept, 1 / misc.where(kept, s, 1), 0), u.dtype)
