@@ -290,15 +290,22 @@ def test_cholesky_derivatives():
     check_grads(lambda a: lax.cholesky(a, symmetrize_input=False), (a,), 1, **GRAD_TOL)
 
 
-@pytest.mark.parametrize("shape, full_matrices", [((2, 4, 3), False), ((3, 3), True)])
+@pytest.mark.parametrize(
+    "shape, full_matrices",
+    [((2, 4, 3), False), ((3, 3), True), ((2, 4), False), ((2, 3, 5), True), ((5, 2), True)],
+)
 def test_qr_derivatives(shape, full_matrices):
+    # Wide matrices, and the complete Q of tall ones, whose last columns Householder's
+    # construction fixes, are differentiated too.
     a = _rng().normal(size=shape)
     check_grads(lambda a: lax.qr(a, full_matrices=full_matrices), (a,), 2, **GRAD_TOL)
 
 
-def test_qr_derivative_of_unsupported_shapes_says_so():
-    with pytest.raises(NotImplementedError, match=r"m >= n.*\(2, 3\)"):
-        fg.jvp(lambda a: lax.qr(a, full_matrices=False), (np.ones((2, 3)),), (np.ones((2, 3)),))
+@pytest.mark.parametrize("shape", [(4, 2), (2, 4)])
+def test_complex_qr_derivatives(shape):
+    r = _rng()
+    a = r.normal(size=shape) + 1j * r.normal(size=shape)
+    check_grads(lambda a: lax.qr(a, full_matrices=True), (a,), 1, **GRAD_TOL)
 
 
 def test_eigh_derivatives():
@@ -407,6 +414,10 @@ def test_linalg_derivatives():
     check_grads(fnp.linalg.inv, (a,), 2, **GRAD_TOL)
     check_grads(fnp.linalg.solve, (a, b), 2, **GRAD_TOL)
     check_grads(lambda a: fnp.linalg.slogdet(a).logabsdet, (a,), 2, **GRAD_TOL)
+    # At singular matrices the derivative is the adjugate's, finite for complex ones too.
+    singular = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]]) * (1 + 0.5j)
+    check_grads(fnp.linalg.det, (singular,), 2, **GRAD_TOL)
+    check_grads(fnp.linalg.det, (np.diag([1.0, 0.0, 0.0]).astype(complex),), 1, **GRAD_TOL)
     # The pseudo-inverse's rule stays finite at repeated singular values (the identity).
     check_grads(fnp.linalg.pinv, (np.eye(3),), 1, **GRAD_TOL)
     check_grads(fnp.linalg.pinv, (_rng(2).normal(size=(4, 3)),), 2, **GRAD_TOL)

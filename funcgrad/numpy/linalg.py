@@ -391,13 +391,7 @@ def _det_jvp(primals, tangents):
     """d det(A) = trace(adj(A) dA). The adjugate is finite at singular matrices, where
     differentiating the LU factors (or det(A) * inv(A)) would divide by a zero pivot."""
     (a,), (a_dot,) = primals, tangents
-    if dtypes.is_complex(a.dtype):
-        # Complex matrices take det(A) inv(A) everywhere (the SVD path is real-only), so
-        # their determinant's derivative is not defined at singular matrices.
-        adjugate = _det(a)[..., None, None] * inv(a)
-    else:
-        adjugate = _adjugate(a)
-    return _det(a), sum(matrix_transpose(adjugate) * a_dot, axis=(-2, -1))
+    return _det(a), sum(matrix_transpose(_adjugate(a)) * a_dot, axis=(-2, -1))
 
 
 def _adjugate(a):
@@ -421,22 +415,23 @@ def _adjugate(a):
 
 @custom_jvp
 def _adjugate_from_svd(a):
-    """adj(A) from the SVD A = U S Vh: adj(A) = det(U) det(Vh) Vh^T adj(S) U^T, where adj(S) is
+    """adj(A) from the SVD A = U S Vh: adj(A) = det(U) det(Vh) Vh^H adj(S) U^H, where adj(S) is
     diagonal with the products of all singular values but one. Its jvp uses the SVD's values
     only, so it holds at repeated singular values, where the SVD's own derivative does not."""
     u, s, vh = svd(a, full_matrices=False)
-    others = _products_leaving_out_one(s) * _orientation(u, vh)[..., None]
-    return matrix_transpose(vh) @ (others[..., :, None] * matrix_transpose(u))
+    others = convert(_products_leaving_out_one(s), a.dtype) * _orientation(u, vh)[..., None]
+    return _adjoint(vh) @ (others[..., :, None] * _adjoint(u))
 
 
 @_adjugate_from_svd.defjvp
 def _adjugate_from_svd_jvp(primals, tangents):
-    """With A + tE = U (S + tM) Vh for M = U^T E Vh^T, d adj(A) = det(U) det(Vh) Vh^T
-    d adj(S)[M] U^T, and at the diagonal S: d adj(S)[M]_ij = -M_ij prod_{k != i, j} s_k off
+    """With A + tE = U (S + tM) Vh for M = U^H E Vh^H, d adj(A) = det(U) det(Vh) Vh^H
+    d adj(S)[M] U^H, and at the diagonal S: d adj(S)[M]_ij = -M_ij prod_{k != i, j} s_k off
     the diagonal, sum_{k != i} M_kk prod_{l != i, k} s_l on it."""
     (a,), (a_dot,) = primals, tangents
     u, s, vh = (lax.stop_gradient(x) for x in svd(a, full_matrices=False))
-    m = matrix_transpose(u) @ a_dot @ matrix_transpose(vh)
+    m = _adjoint(u) @ a_dot @ _adjoint(vh)
+    s = convert(s, a.dtype)
     n = s.shape[-1]
     # leave_two[..., i, j] (i != j): the product of the singular values but the i-th and j-th,
     # as row i's products leaving out one, where row i is s with s_i replaced by 1.
@@ -446,7 +441,7 @@ def _adjugate_from_svd_jvp(primals, tangents):
     on_diagonal = sum(misc.where(eye, 0, leave_two) * m_diagonal[..., None, :], axis=-1)
     inner = misc.where(eye, on_diagonal[..., :, None], -m * leave_two)
     orientation = _orientation(u, vh)[..., None, None]
-    tangent = orientation * (matrix_transpose(vh) @ inner @ matrix_transpose(u))
+    tangent = orientation * (_adjoint(vh) @ inner @ _adjoint(u))
     return _adjugate_from_svd(a), tangent
 
 
@@ -460,7 +455,8 @@ def _products_leaving_out_one(s):
 
 
 def _orientation(u, vh):
-    """det(U) det(Vh), +-1: constant where the SVD is differentiable, so no gradient."""
+    """det(U) det(Vh), of modulus 1 (+-1 for real matrices): constant where the SVD is
+    differentiable, so no gradient."""
     return lax.stop_gradient(_det(u) * _det(vh))
 
 
