@@ -87,6 +87,9 @@ def test_empty_matrices_compile():
         values, vectors = fg.jit(fnp.linalg.eig)(np.zeros((2, 0, 0), dtype))
         assert values.shape == (2, 0) and vectors.shape == (2, 0, 0)
         assert values.dtype == vectors.dtype == np.complex128
+        for eig in (fg.lax.linalg.eig, fg.jit(fg.lax.linalg.eig)):
+            values, left, right = eig(np.zeros((0, 0), dtype))
+            assert values.shape == (0,) and left.shape == right.shape == (0, 0)
 
 
 def test_vmap_of_eigvals_is_the_loop():
