@@ -255,6 +255,21 @@ def test_error_messages_name_the_shapes():
         lax.triangular_solve(np.eye(2), np.ones((3, 2)), left_side=True)
     with pytest.raises(TypeError, match="float32 and float64"):
         lax.triangular_solve(np.eye(2, dtype=np.float32), np.ones((2, 2)))
+    with pytest.raises(ValueError, match=r"svd needs an array of rank at least 2.*\(3,\)"):
+        lax.svd(np.ones(3))
+
+
+def test_linalg_bad_arguments_are_named():
+    with pytest.raises(ValueError, match=r"solve: the batch shapes \(2,\), \(4,\)"):
+        fnp.linalg.solve(np.ones((2, 3, 3)), np.ones((4, 3, 1)))
+    with pytest.raises(ValueError, match=r"solve: b of shape \(2,\) does not fit a of shape"):
+        fnp.linalg.solve(np.eye(3), np.ones(2))
+    with pytest.raises(ValueError, match=r"solve: b of shape \(\) does not fit"):
+        fnp.linalg.solve(np.eye(3), 1.0)
+    with pytest.raises(TypeError, match="matrix_power: n must be an integer, got 1.5"):
+        fnp.linalg.matrix_power(np.eye(2), 1.5)
+    with pytest.raises(ValueError, match="matrix_rank: give rtol or tol, not both"):
+        fnp.linalg.matrix_rank(np.eye(2), rtol=0.1, tol=0.1)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -776,19 +776,16 @@ def svd(
     x = u @ diag(s) @ vh. `subset_by_index=(lo, hi)` keeps singular triplets lo..hi-1."""
     check_choice("svd", "algorithm", algorithm, SvdAlgorithm)
     x = asarray(x)
-    if not dtypes.is_inexact(x.dtype):
-        out = svd_p.bind(x, full_matrices=bool(full_matrices), compute_uv=bool(compute_uv))
-    else:
-        # LAPACK's gesdd (NumPy's OpenBLAS) never returns for some matrices holding an
-        # infinity: a matrix with a non-finite element is decomposed as zeros, and its factors
-        # are NaN.
-        finite = _finite_matrices(x)
-        out = svd_p.bind(
-            _where_matrices(finite, x, 0),
-            full_matrices=bool(full_matrices),
-            compute_uv=bool(compute_uv),
-        )
-        out = [_where_matrices(finite, factor, np.nan) for factor in out]
+    _check_matrix("svd", core.get_aval(x), complex_ok=True)
+    # LAPACK's gesdd (NumPy's OpenBLAS) never returns for some matrices holding an infinity:
+    # a matrix with a non-finite element is decomposed as zeros, and its factors are NaN.
+    finite = _finite_matrices(x)
+    out = svd_p.bind(
+        _where_matrices(finite, x, 0),
+        full_matrices=bool(full_matrices),
+        compute_uv=bool(compute_uv),
+    )
+    out = [_where_matrices(finite, factor, np.nan) for factor in out]
     if subset_by_index is not None:
         lo, hi = (int(i) for i in subset_by_index)
         if not compute_uv:

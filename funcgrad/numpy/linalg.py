@@ -335,22 +335,35 @@ def _lu_solve(lu, permutation, b):
     return lax.triangular_solve(lu, y, left_side=True, lower=False)
 
 
+def _broadcast_batches(name: str, *arrays_and_core_ranks):
+    """Each (array, core rank) broadcast to the batch shape they share, the batch being the
+    axes before an array's last `core rank` ones."""
+    batches = [x.shape[: x.ndim - core] for x, core in arrays_and_core_ranks]
+    try:
+        batch = broadcast_shapes(*batches)
+    except ValueError:
+        shapes = ", ".join(str(x.shape) for x, _ in arrays_and_core_ranks)
+        raise ValueError(
+            f"{name}: the batch shapes {', '.join(map(str, batches))} of the operands of shapes "
+            f"{shapes} do not broadcast"
+        ) from None
+    return [broadcast_to(x, batch + x.shape[x.ndim - core :]) for x, core in arrays_and_core_ranks]
+
+
 def solve(a, b):
     """x with a @ x = b. b is a vector when 1-d, else a stack of matrices (..., m, k); the
     leading axes of a and b broadcast."""
     a, b = promote_dtypes_inexact(a, b)
     a = _matrices("solve", a, True)
-    vector = b.ndim == 1
-    if vector:
-        b = b[:, None]
-    if b.shape[-2] != a.shape[-1]:
+    if b.ndim == 0 or b.shape[-1 if b.ndim == 1 else -2] != a.shape[-1]:
         raise ValueError(
             f"solve: b of shape {b.shape} does not fit a of shape {a.shape}: b needs "
             f"{a.shape[-1]} rows"
         )
-    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    a = broadcast_to(a, batch + a.shape[-2:])
-    b = broadcast_to(b, batch + b.shape[-2:])
+    vector = b.ndim == 1
+    if vector:
+        b = b[:, None]
+    a, b = _broadcast_batches("solve", (a, 2), (b, 2))
     lu, _, permutation = lax.lu(a)
     x = _lu_solve(lu, permutation, b)
     return x[..., 0] if vector else x
@@ -483,6 +496,8 @@ def matrix_power(a, n: int):
     a = to_array(a)
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         raise ValueError(f"matrix_power: needs square matrices, got shape {a.shape}")
+    if not isinstance(n, (int, np.integer)):
+        raise TypeError(f"matrix_power: n must be an integer, got {n!r}")
     n = int(n)
     if n == 0:
         return broadcast_to(misc.eye(a.shape[-1], dtype=a.dtype), a.shape)
@@ -505,6 +520,8 @@ def matrix_power(a, n: int):
 def matrix_rank(M, rtol=None, *, hermitian: bool = False, tol=None):
     """The number of singular values above tol (default: max(s) * rtol, with rtol defaulting
     to max(m, n) times the dtype's epsilon)."""
+    if rtol is not None and tol is not None:
+        raise ValueError("matrix_rank: give rtol or tol, not both")
     M = _inexact(M)
     if M.ndim < 2:
         return convert(count_nonzero(M) > 0, dtypes.default_int)
