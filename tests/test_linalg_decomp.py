@@ -511,6 +511,13 @@ def test_lstsq_cond_and_friends_match_numpy():
     for p in (None, 2, -2, 1, np.inf, "fro"):
         assert_close(fnp.linalg.cond(square, p), np.linalg.cond(square, p), rtol=1e-9, atol=1e-9)
     assert float(fnp.linalg.cond(np.array([[1.0, 0.0], [0.0, 0.0]]), "fro")) == np.inf
+    for p in (None, 2, -2):
+        assert float(fnp.linalg.cond(np.zeros((2, 2)), p)) == np.linalg.cond(np.zeros((2, 2)), p)
+    # rtol is relative to the largest singular value, tol absolute, as in NumPy.
+    scaled = np.diag([100.0, 1.0, 0.01])
+    for rtol in (0.05, 0.005, 1e-5):
+        assert int(fnp.linalg.matrix_rank(scaled, rtol)) == np.linalg.matrix_rank(scaled, rtol=rtol)
+        assert int(fnp.linalg.matrix_rank(scaled, tol=rtol)) == np.linalg.matrix_rank(scaled, rtol)
     for n in (-2, 0, 3):
         assert_close(
             fnp.linalg.matrix_power(square, n),
