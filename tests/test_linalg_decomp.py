@@ -334,6 +334,23 @@ def test_eigh_derivatives():
     check_grads(lambda a: f(a, **upper_only), (_rng(1).normal(size=(3, 3)),), 1, **GRAD_TOL)
 
 
+@pytest.mark.parametrize("lower", [True, False])
+def test_complex_derivatives_reading_one_triangle(lower):
+    # The imaginary part of the diagonal is not read (nor is the other triangle), so
+    # perturbing it changes nothing: the derivatives leave it out too.
+    r = _rng(3)
+    x = r.normal(size=(3, 3)) + 1j * r.normal(size=(3, 3))
+    a = x @ x.conj().T + 3 * np.eye(3)
+
+    def eigh(a):
+        v, w = lax.eigh(a, lower=lower, symmetrize_input=False)
+        return fnp.abs(v) ** 2, w
+
+    check_grads(eigh, (a,), 1, **GRAD_TOL)
+    if lower:
+        check_grads(lambda a: lax.cholesky(a, symmetrize_input=False), (a,), 1, **GRAD_TOL)
+
+
 @pytest.mark.parametrize("shape", [(3, 3), (4, 2), (2, 4)])
 def test_svd_derivatives(shape):
     def f(a):

@@ -126,10 +126,13 @@ def _adjoint(x):
 
 
 def _symmetric_from(x, lower: bool):
-    """The symmetric (Hermitian) matrix that the triangle `lower` of x describes."""
-    if lower:
-        return add(_tril(x), _adjoint(_tril(x, -1)))
-    return add(_triu(x), _adjoint(_triu(x, 1)))
+    """The symmetric (Hermitian) matrix that the triangle `lower` of x describes: the
+    imaginary part of a complex diagonal is not read, as LAPACK's Hermitian routines do not."""
+    strict = _tril(x, -1) if lower else _triu(x, 1)
+    diagonal = mul(x, _eye_like(x))
+    if dtypes.is_complex(core.get_aval(x).dtype):
+        diagonal = convert_element_type(real(diagonal), core.get_aval(x).dtype)
+    return add(add(strict, _adjoint(strict)), diagonal)
 
 
 def _zeros_like(x):
