@@ -213,6 +213,24 @@ def test_tridiagonal_matches_sytrd(dtype, prefix, lower):
     np.testing.assert_allclose(jitted[0], packed, atol=1e-14)
 
 
+@pytest.mark.parametrize("jitted", [False, True])
+def test_reductions_of_one_by_one_matrices_are_the_matrix(jitted):
+    # No reflector: the form is the matrix itself, with no taus and no off-diagonal.
+    a = np.array([[[2.0 - 1.0j]], [[-3.0 + 0.5j]]])
+    hessenberg = fg.jit(linalg.hessenberg) if jitted else linalg.hessenberg
+    tridiagonal = (
+        fg.jit(linalg.tridiagonal, static_argnames="lower") if jitted else linalg.tridiagonal
+    )
+    packed, taus = hessenberg(a)
+    np.testing.assert_array_equal(packed, a)
+    assert np.shape(taus) == (2, 0)
+    for lower in (True, False):
+        packed, d, e, taus = tridiagonal(a, lower=lower)
+        np.testing.assert_array_equal(packed, a.real.astype(a.dtype))
+        np.testing.assert_array_equal(d, a.real[..., 0])
+        assert np.shape(e) == np.shape(taus) == (2, 0)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128, np.float32])
 def test_qdwh_matches_polar(dtype):
     rng = np.random.default_rng(9)

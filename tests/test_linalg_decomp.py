@@ -130,11 +130,19 @@ def test_cholesky_matches_numpy_and_reads_the_lower_triangle(x):
     check_staging(lax.cholesky, a)
 
 
-def test_cholesky_of_an_indefinite_matrix_is_nan_for_that_matrix_only():
-    a = np.stack([np.eye(2), -np.eye(2)])
-    factor = np.asarray(lax.cholesky(a))
+@pytest.mark.parametrize("dtype", [np.float64, np.complex64])
+@pytest.mark.parametrize("jitted", [False, True])
+def test_cholesky_of_an_indefinite_matrix_is_nan_for_that_matrix_only(dtype, jitted):
+    # The NaN fills the factor's triangle; the other triangle stays zero, as in every factor.
+    a = np.stack([np.eye(2), -np.eye(2), np.array([[4.0, 2.0], [2.0, 1.0]])]).astype(dtype)
+    cholesky = fg.jit(lax.cholesky) if jitted else lax.cholesky
+    factor = np.asarray(cholesky(a))
     np.testing.assert_array_equal(factor[0], np.eye(2))
-    assert np.all(np.isnan(factor[1]))
+    for failed in factor[1:]:
+        assert np.all(np.isnan(failed[np.tril_indices(2)])) and failed[0, 1] == 0
+    upper = fnp.linalg.cholesky
+    upper = np.asarray((fg.jit(upper, static_argnames="upper") if jitted else upper)(a, upper=True))
+    assert np.all(np.isnan(upper[1][np.triu_indices(2)])) and upper[1][1, 0] == 0
 
 
 @given(matrices(max_side=5), st.booleans())
@@ -247,6 +255,21 @@ def test_error_messages_name_the_shapes():
         lax.triangular_solve(np.eye(2), np.ones((3, 2)), left_side=True)
     with pytest.raises(TypeError, match="float32 and float64"):
         lax.triangular_solve(np.eye(2, dtype=np.float32), np.ones((2, 2)))
+    with pytest.raises(ValueError, match=r"svd needs an array of rank at least 2.*\(3,\)"):
+        lax.svd(np.ones(3))
+
+
+def test_linalg_bad_arguments_are_named():
+    with pytest.raises(ValueError, match=r"solve: the batch shapes \(2,\), \(4,\)"):
+        fnp.linalg.solve(np.ones((2, 3, 3)), np.ones((4, 3, 1)))
+    with pytest.raises(ValueError, match=r"solve: b of shape \(2,\) does not fit a of shape"):
+        fnp.linalg.solve(np.eye(3), np.ones(2))
+    with pytest.raises(ValueError, match=r"solve: b of shape \(\) does not fit"):
+        fnp.linalg.solve(np.eye(3), 1.0)
+    with pytest.raises(TypeError, match="matrix_power: n must be an integer, got 1.5"):
+        fnp.linalg.matrix_power(np.eye(2), 1.5)
+    with pytest.raises(ValueError, match="matrix_rank: give rtol or tol, not both"):
+        fnp.linalg.matrix_rank(np.eye(2), rtol=0.1, tol=0.1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -282,15 +305,22 @@ def test_cholesky_derivatives():
     check_grads(lambda a: lax.cholesky(a, symmetrize_input=False), (a,), 1, **GRAD_TOL)
 
 
-@pytest.mark.parametrize("shape, full_matrices", [((2, 4, 3), False), ((3, 3), True)])
+@pytest.mark.parametrize(
+    "shape, full_matrices",
+    [((2, 4, 3), False), ((3, 3), True), ((2, 4), False), ((2, 3, 5), True), ((5, 2), True)],
+)
 def test_qr_derivatives(shape, full_matrices):
+    # Wide matrices, and the complete Q of tall ones, whose last columns Householder's
+    # construction fixes, are differentiated too.
     a = _rng().normal(size=shape)
     check_grads(lambda a: lax.qr(a, full_matrices=full_matrices), (a,), 2, **GRAD_TOL)
 
 
-def test_qr_derivative_of_unsupported_shapes_says_so():
-    with pytest.raises(NotImplementedError, match=r"m >= n.*\(2, 3\)"):
-        fg.jvp(lambda a: lax.qr(a, full_matrices=False), (np.ones((2, 3)),), (np.ones((2, 3)),))
+@pytest.mark.parametrize("shape", [(4, 2), (2, 4)])
+def test_complex_qr_derivatives(shape):
+    r = _rng()
+    a = r.normal(size=shape) + 1j * r.normal(size=shape)
+    check_grads(lambda a: lax.qr(a, full_matrices=True), (a,), 1, **GRAD_TOL)
 
 
 def test_eigh_derivatives():
@@ -302,6 +332,23 @@ def test_eigh_derivatives():
     check_grads(f, (_rng().normal(size=(2, 3, 3)),), 2, **GRAD_TOL)
     upper_only = dict(lower=False, symmetrize_input=False)
     check_grads(lambda a: f(a, **upper_only), (_rng(1).normal(size=(3, 3)),), 1, **GRAD_TOL)
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_complex_derivatives_reading_one_triangle(lower):
+    # The imaginary part of the diagonal is not read (nor is the other triangle), so
+    # perturbing it changes nothing: the derivatives leave it out too.
+    r = _rng(3)
+    x = r.normal(size=(3, 3)) + 1j * r.normal(size=(3, 3))
+    a = x @ x.conj().T + 3 * np.eye(3)
+
+    def eigh(a):
+        v, w = lax.eigh(a, lower=lower, symmetrize_input=False)
+        return fnp.abs(v) ** 2, w
+
+    check_grads(eigh, (a,), 1, **GRAD_TOL)
+    if lower:
+        check_grads(lambda a: lax.cholesky(a, symmetrize_input=False), (a,), 1, **GRAD_TOL)
 
 
 @pytest.mark.parametrize("shape", [(3, 3), (4, 2), (2, 4)])
@@ -399,6 +446,10 @@ def test_linalg_derivatives():
     check_grads(fnp.linalg.inv, (a,), 2, **GRAD_TOL)
     check_grads(fnp.linalg.solve, (a, b), 2, **GRAD_TOL)
     check_grads(lambda a: fnp.linalg.slogdet(a).logabsdet, (a,), 2, **GRAD_TOL)
+    # At singular matrices the derivative is the adjugate's, finite for complex ones too.
+    singular = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.0], [1.0, 0.0, 1.0]]) * (1 + 0.5j)
+    check_grads(fnp.linalg.det, (singular,), 2, **GRAD_TOL)
+    check_grads(fnp.linalg.det, (np.diag([1.0, 0.0, 0.0]).astype(complex),), 1, **GRAD_TOL)
     # The pseudo-inverse's rule stays finite at repeated singular values (the identity).
     check_grads(fnp.linalg.pinv, (np.eye(3),), 1, **GRAD_TOL)
     check_grads(fnp.linalg.pinv, (_rng(2).normal(size=(4, 3)),), 2, **GRAD_TOL)
@@ -465,10 +516,25 @@ def test_lstsq_cond_and_friends_match_numpy():
     for actual, expected in zip(fnp.linalg.lstsq(a, b), np.linalg.lstsq(a, b)):
         assert_close(actual, np.asarray(expected), rtol=1e-9, atol=1e-9)
     assert fnp.linalg.lstsq(a.T, b[:3, 0], numpy_resid=True)[1].shape == (0,)
+    # A negative rcond stands for epsilon: the rank-one matrix's roundoff stays out of x.
+    rank_one = np.outer([1.0, 2.0, 3.0], [1.0, 1.0, 2.0])
+    x, _, rank, s = np.linalg.lstsq(rank_one, b[:3], -1)  # (NumPy's residuals: none here)
+    for lstsq in (fnp.linalg.lstsq, fg.jit(fnp.linalg.lstsq)):
+        actual = lstsq(rank_one, b[:3], -1)
+        assert_close(actual[0], x, rtol=1e-9, atol=1e-9)
+        assert int(actual[2]) == rank == 1
+        assert_close(actual[3], s, rtol=1e-9, atol=1e-9)
     square = r.normal(size=(2, 3, 3))
     for p in (None, 2, -2, 1, np.inf, "fro"):
         assert_close(fnp.linalg.cond(square, p), np.linalg.cond(square, p), rtol=1e-9, atol=1e-9)
     assert float(fnp.linalg.cond(np.array([[1.0, 0.0], [0.0, 0.0]]), "fro")) == np.inf
+    for p in (None, 2, -2):
+        assert float(fnp.linalg.cond(np.zeros((2, 2)), p)) == np.linalg.cond(np.zeros((2, 2)), p)
+    # rtol is relative to the largest singular value, tol absolute, as in NumPy.
+    scaled = np.diag([100.0, 1.0, 0.01])
+    for rtol in (0.05, 0.005, 1e-5):
+        assert int(fnp.linalg.matrix_rank(scaled, rtol)) == np.linalg.matrix_rank(scaled, rtol=rtol)
+        assert int(fnp.linalg.matrix_rank(scaled, tol=rtol)) == np.linalg.matrix_rank(scaled, rtol)
     for n in (-2, 0, 3):
         assert_close(
             fnp.linalg.matrix_power(square, n),

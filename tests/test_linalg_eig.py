@@ -82,6 +82,29 @@ def test_complex_matrices_satisfy_the_eigen_equation(a):
         assert np.all(residual <= bound), (residual, bound)
 
 
+def test_empty_matrices_compile():
+    for dtype in (np.float64, np.complex128):
+        values, vectors = fg.jit(fnp.linalg.eig)(np.zeros((2, 0, 0), dtype))
+        assert values.shape == (2, 0) and vectors.shape == (2, 0, 0)
+        assert values.dtype == vectors.dtype == np.complex128
+        for eig in (fg.lax.linalg.eig, fg.jit(fg.lax.linalg.eig)):
+            values, left, right = eig(np.zeros((0, 0), dtype))
+            assert values.shape == (0,) and left.shape == right.shape == (0, 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_matrix_with_a_nan_or_infinity_has_nan_eigenvalues(dtype, bad):
+    # Compiled, geev made up eigenvalues (ones) for it; the other matrix is unaffected.
+    poisoned = np.eye(3, dtype=dtype)
+    poisoned[1, 2] = bad
+    a = np.stack([poisoned, np.diag([1.0, 2.0, 3.0]).astype(dtype)])
+    for eig in (fnp.linalg.eig, fg.jit(fnp.linalg.eig)):
+        values, vectors = eig(a)
+        assert np.isnan(values[0]).all() and np.isnan(vectors[0]).all()
+        np.testing.assert_allclose(np.sort_complex(values[1]), [1, 2, 3], atol=1e-12)
+
+
 def test_vmap_of_eigvals_is_the_loop():
     a = np.random.default_rng(0).normal(size=(3, 4, 4))
     np.testing.assert_allclose(fg.vmap(fnp.linalg.eigvals)(a), np.linalg.eigvals(a), atol=1e-12)

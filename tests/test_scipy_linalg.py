@@ -762,3 +762,7 @@ def test_bad_arguments_are_refused():
         fl.block_diag(np.ones(2), np.ones((1, 1, 1)))
     with pytest.raises(ValueError, match=r"A and E must have one shape"):
         fl.expm_frechet(np.eye(2), np.eye(3))
+    with pytest.raises(ValueError, match=r"cho_solve: the batch shapes \(2,\), \(3,\)"):
+        fl.cho_solve((np.ones((2, 3, 3)), True), np.ones((3, 3, 1)))
+    with pytest.raises(ValueError, match=r"toeplitz: the batch shapes \(2,\), \(3,\)"):
+        fl.toeplitz(np.ones((2, 4)), np.ones((3, 4)))

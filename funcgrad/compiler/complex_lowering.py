@@ -983,8 +983,10 @@ def _reduce_prod_rule(out_avals, x, *, axes):
 
 
 def _shifted(p, fill, shift: int, axis: int, reverse: bool):
-    """`p` moved `shift` places along `axis` (back when `reverse`), `fill` in the gap."""
+    """`p` moved `shift` places along `axis` (back when `reverse`), `fill` in the gap (all
+    of it when `shift` reaches past the end, as for an empty axis)."""
     n = p.shape[axis]
+    shift = min(shift, n)
     config = [(0, 0, 0)] * p.ndim
     config[axis] = (0, shift, 0) if reverse else (shift, 0, 0)
     start = shift if reverse else 0

@@ -109,7 +109,8 @@ def _from_column_major(
     pairs=False,
 ) -> None:
     """out[b, i, j] = source[b * per_matrix + j * ld + i] (zero below the diagonal when
-    `upper`, above it when `lower`); NaN for the matrices whose `info` is nonzero. Vectors
+    `upper`, above it when `lower`); NaN for the matrices whose `info` is nonzero (in the kept
+    triangle only: the zeros outside a triangular factor stay zero). Vectors
     (shape (..., n)) copy element by element. With `pairs` both hold complex matrices as
     interleaved parts (`out` with a trailing axis of 2; offsets count complex elements)."""
     builder = KernelBuilder(scheduler.producer, scheduler.buffer_of)
@@ -127,9 +128,6 @@ def _from_column_major(
             i, j = matrix_index[-2], matrix_index[-1]
             offset = b * _i(per_matrix) + j * _i(ld) + i
             value = K.Load(source, offset * _i(2) + index[-1] if pairs else offset)
-            if upper or lower:
-                kept = K.binary("ge", j, i) if upper else K.binary("le", j, i)
-                value = K.select(kept, value, K.const(0, out.dtype))
         else:
             offset = b * _i(per_matrix) + matrix_index[-1]
             value = K.Load(source, offset * _i(2) + index[-1] if pairs else offset)
@@ -137,6 +135,9 @@ def _from_column_major(
         if info is not None:
             failed = K.binary("ne", K.Load(info, b), K.const(0, info.dtype))
             value = K.select(failed, K.const(np.nan, out.dtype), value)
+        if matrix and (upper or lower):
+            kept = K.binary("ge", j, i) if upper else K.binary("le", j, i)
+            value = K.select(kept, value, K.const(0, out.dtype))
         return [K.Store(out, flat_offset(index, tuple(shape)), value)]
 
     scheduler._kernel(builder, [out], loop_nest(tuple(shape), body), [])
@@ -415,7 +416,7 @@ def _identity(scheduler, out: K.Buffer, shape, pairs: bool) -> None:
 
 def cholesky(scheduler, eqn: JaxprEqn) -> None:
     """potrf on the lower triangle; the upper triangle of the factor is zero, and a matrix
-    that is not positive definite (info != 0) gets NaN everywhere, as the reference."""
+    that is not positive definite (info != 0) gets NaN in the lower, as the reference."""
     (a,) = eqn.invars
     parts = _parts(eqn)
     pairs = parts == 2

@@ -18,8 +18,10 @@ from funcgrad.lax.base import asarray
 from funcgrad.lax.linalg import batch_matmul
 from funcgrad.lax.linalg_decomp import (
     _batch_to_front,
+    _finite_matrices,
     _per_matrix,
     _swap_last,
+    _where_matrices,
     lu,
     triangular_solve,
 )
@@ -103,7 +105,15 @@ def eig(x, *, compute_left_eigenvectors: bool = False, compute_right_eigenvector
     columns, v[:, i] for w[i]) of square matrices: [w] or [w, v]."""
     if compute_left_eigenvectors:
         raise NotImplementedError("eig: left eigenvectors are not implemented")
-    return eig_p.bind(asarray(x), compute_right_eigenvectors=bool(compute_right_eigenvectors))
+    x = asarray(x)
+    _check_square("eig", x.aval, _REAL + _COMPLEX)
+    # geev answers a matrix holding a NaN or an infinity with made-up values (the reference
+    # refuses it): such a matrix is decomposed as zeros, and its results are NaN.
+    finite = _finite_matrices(x)
+    out = eig_p.bind(
+        _where_matrices(finite, x, 0), compute_right_eigenvectors=bool(compute_right_eigenvectors)
+    )
+    return [_where_matrices(finite, result, np.nan) for result in out]
 
 
 # ---------------------------------------------------------------------------------------------

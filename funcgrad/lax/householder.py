@@ -152,6 +152,8 @@ def _reduce_to_hessenberg(a):
     n = a.shape[-1]
     steps = max(n - 1, 0)
     taus = shapes.full((*a.shape[:-2], steps), 0, a.dtype)
+    if steps == 0:  # (a 1 x 1 matrix has no step, whose body would not fit its taus)
+        return a, _zeros_like(a), taus
 
     def step(k, carry):
         a, reflectors, taus = carry

@@ -126,10 +126,13 @@ def _adjoint(x):
 
 
 def _symmetric_from(x, lower: bool):
-    """The symmetric (Hermitian) matrix that the triangle `lower` of x describes."""
-    if lower:
-        return add(_tril(x), _adjoint(_tril(x, -1)))
-    return add(_triu(x), _adjoint(_triu(x, 1)))
+    """The symmetric (Hermitian) matrix that the triangle `lower` of x describes: the
+    imaginary part of a complex diagonal is not read, as LAPACK's Hermitian routines do not."""
+    strict = _tril(x, -1) if lower else _triu(x, 1)
+    diagonal = mul(x, _eye_like(x))
+    if dtypes.is_complex(core.get_aval(x).dtype):
+        diagonal = convert_element_type(real(diagonal), core.get_aval(x).dtype)
+    return add(add(strict, _adjoint(strict)), diagonal)
 
 
 def _zeros_like(x):
@@ -412,9 +415,10 @@ def _cholesky_abstract_eval(a: ShapedArray) -> ShapedArray:
 
 @cholesky_p.def_impl
 def _cholesky_impl(a):
-    # LAPACK's potrf, as NumPy calls it, reads the lower triangle only.
+    # LAPACK's potrf, as NumPy calls it, reads the lower triangle only. A matrix that is not
+    # positive definite gets a NaN lower triangle; the upper stays zero, as in every factor.
     (factor,) = _per_matrix(lambda m: (np.linalg.cholesky(m),), np.asarray(a))
-    return factor
+    return np.tril(factor)
 
 
 @cholesky_p.def_jvp
@@ -478,27 +482,77 @@ def _qr_impl(a, *, full_matrices):
 
 @qr_p.def_jvp
 def _qr_jvp(primals, tangents, *, full_matrices):
+    """The thin factorization's tangents (`_thin_qr_tangents`) carry the rest. A wide a = [a1
+    a2] has a1 = Q R1, a square factorization, and R2 = Q^H a2. The complete Q of a tall a adds
+    columns that only Householder's construction fixes: `_complement_tangent`."""
+    (a,), (a_dot,) = primals, tangents
+    *_, m, n = a.shape
+    last = a.ndim - 1
+    q, r = qr_p.bind(a, full_matrices=full_matrices)
+    if m < n:
+        r_square = shapes.slice_in_dim(r, 0, m, axis=last)
+        a_dot_square = shapes.slice_in_dim(a_dot, 0, m, axis=last)
+        q_dot, r_square_dot = _thin_qr_tangents(q, r_square, a_dot_square)
+        a_rest, a_dot_rest = (shapes.slice_in_dim(x, m, n, axis=last) for x in (a, a_dot))
+        r_rest_dot = add(
+            batch_matmul(_adjoint(q_dot), a_rest), batch_matmul(_adjoint(q), a_dot_rest)
+        )
+        return [q, r], [q_dot, shapes.concatenate([r_square_dot, r_rest_dot], last)]
+    if not full_matrices or m == n:
+        return [q, r], list(_thin_qr_tangents(q, r, a_dot))
+    q_thin = shapes.slice_in_dim(q, 0, n, axis=last)
+    r_square = shapes.slice_in_dim(r, 0, n, axis=last - 1)
+    q_thin_dot, r_dot = _thin_qr_tangents(q_thin, r_square, a_dot)
+    q_rest_dot = _complement_tangent(q, q_thin_dot, n)
+    q_dot = shapes.concatenate([q_thin_dot, q_rest_dot], last)
+    return [q, r], [q_dot, _pad_last_two(r_dot, (0, m - n), (0, 0))]
+
+
+def _thin_qr_tangents(q, r, a_dot):
     """For m >= n: dQ = Q (dO - C) + da R^-1 and dR = (C - dO) R, where C = Q^H da R^-1 and
     dO is the skew-Hermitian matrix that C's strictly lower triangle makes, plus (complex
     matrices) the imaginary part of C's diagonal, which keeps R's diagonal real."""
-    (a,), (a_dot,) = primals, tangents
-    *_, m, n = a.shape
-    if m < n or (full_matrices and m != n):
-        raise NotImplementedError(
-            f"qr: the derivative is implemented for m >= n with full_matrices=False (or square "
-            f"matrices), got shape {a.shape} with full_matrices={full_matrices}"
-        )
-    q, r = qr_p.bind(a, full_matrices=full_matrices)
     a_dot_r_inv = triangular_solve(r, a_dot, left_side=False, lower=False)
     c = batch_matmul(_adjoint(q), a_dot_r_inv)
     lower = _tril(c, -1)
     skew = sub(lower, _adjoint(lower))
-    if dtypes.is_complex(a.dtype):
+    if dtypes.is_complex(core.get_aval(q).dtype):
         imaginary = sub(c, convert_element_type(real(c), c.dtype))
         skew = add(skew, mul(_eye_like(skew), imaginary))
     q_dot = add(batch_matmul(q, sub(skew, c)), a_dot_r_inv)
     r_dot = batch_matmul(sub(c, skew), r)
-    return [q, r], [q_dot, r_dot]
+    return q_dot, r_dot
+
+
+def _complement_tangent(q, q_thin_dot, n: int):
+    """The tangent of the last m - n columns of a complete Householder Q (m x m) from that of
+    its first n, Q1 = [Q11; Q21] (Q11 n x n): with Z = Q21 (Q11 - I)^-1, the columns Q2 move
+    by dQ1 Z^H - (Q1 + Q2 Z) (dQ21 - Z dQ11)^H (derived in arXiv:2409.13374)."""
+    ndim = core.get_aval(q).ndim
+    m = core.get_aval(q).shape[-1]
+    q_thin = shapes.slice_in_dim(q, 0, n, axis=ndim - 1)
+    q_rest = shapes.slice_in_dim(q, n, m, axis=ndim - 1)
+    top, bottom = (shapes.slice_in_dim(q_thin, *rows, axis=ndim - 2) for rows in ((0, n), (n, m)))
+    top_dot, bottom_dot = (
+        shapes.slice_in_dim(q_thin_dot, *rows, axis=ndim - 2) for rows in ((0, n), (n, m))
+    )
+    z = _solve_on_the_right(sub(top, _eye_like(top)), bottom)
+    moved = add(q_thin, batch_matmul(q_rest, z))
+    return sub(
+        batch_matmul(q_thin_dot, _adjoint(z)),
+        batch_matmul(moved, _adjoint(sub(bottom_dot, batch_matmul(z, top_dot)))),
+    )
+
+
+def _solve_on_the_right(a, b):
+    """b a^-1 for square a, through a's LU factors: P a = L U gives b a^-1 = b U^-1 L^-1 P."""
+    lu, _, permutation = lu_p.bind(a)
+    aval = core.get_aval(a)
+    columns = shapes.broadcasted_iota(dtypes.int32, aval.shape, aval.ndim - 1)
+    permuting = convert_element_type(eq(_column(permutation), columns), aval.dtype)
+    x = triangular_solve(lu, b, left_side=False, lower=False)
+    x = triangular_solve(lu, x, left_side=False, lower=True, unit_diagonal=True)
+    return batch_matmul(x, permuting)
 
 
 qr_p.not_applicable["transpose"] = "not linear"
@@ -725,19 +779,16 @@ def svd(
     x = u @ diag(s) @ vh. `subset_by_index=(lo, hi)` keeps singular triplets lo..hi-1."""
     check_choice("svd", "algorithm", algorithm, SvdAlgorithm)
     x = asarray(x)
-    if not dtypes.is_inexact(x.dtype):
-        out = svd_p.bind(x, full_matrices=bool(full_matrices), compute_uv=bool(compute_uv))
-    else:
-        # LAPACK's gesdd (NumPy's OpenBLAS) never returns for some matrices holding an
-        # infinity: a matrix with a non-finite element is decomposed as zeros, and its factors
-        # are NaN.
-        finite = _finite_matrices(x)
-        out = svd_p.bind(
-            _where_matrices(finite, x, 0),
-            full_matrices=bool(full_matrices),
-            compute_uv=bool(compute_uv),
-        )
-        out = [_where_matrices(finite, factor, np.nan) for factor in out]
+    _check_matrix("svd", core.get_aval(x), complex_ok=True)
+    # LAPACK's gesdd (NumPy's OpenBLAS) never returns for some matrices holding an infinity:
+    # a matrix with a non-finite element is decomposed as zeros, and its factors are NaN.
+    finite = _finite_matrices(x)
+    out = svd_p.bind(
+        _where_matrices(finite, x, 0),
+        full_matrices=bool(full_matrices),
+        compute_uv=bool(compute_uv),
+    )
+    out = [_where_matrices(finite, factor, np.nan) for factor in out]
     if subset_by_index is not None:
         lo, hi = (int(i) for i in subset_by_index)
         if not compute_uv:

@@ -115,6 +115,8 @@ def _left_eigenvectors(right):
     """V^-1 x = diag(w) V^-1, so the rows of V^-1 are the conjugated left eigenvectors; each is
     scaled to unit norm and turned so that its largest component is real and positive."""
     columns = conj(_swap_last(_inverse(right)))
+    if columns.shape[-1] == 0:  # (no column to take the largest component of)
+        return columns
     axis = columns.ndim - 2
     over_columns = (*range(axis), axis + 1)
     magnitude = abs(columns)

@@ -335,22 +335,35 @@ def _lu_solve(lu, permutation, b):
     return lax.triangular_solve(lu, y, left_side=True, lower=False)
 
 
+def _broadcast_batches(name: str, *arrays_and_core_ranks):
+    """Each (array, core rank) broadcast to the batch shape they share, the batch being the
+    axes before an array's last `core rank` ones."""
+    batches = [x.shape[: x.ndim - core] for x, core in arrays_and_core_ranks]
+    try:
+        batch = broadcast_shapes(*batches)
+    except ValueError:
+        shapes = ", ".join(str(x.shape) for x, _ in arrays_and_core_ranks)
+        raise ValueError(
+            f"{name}: the batch shapes {', '.join(map(str, batches))} of the operands of shapes "
+            f"{shapes} do not broadcast"
+        ) from None
+    return [broadcast_to(x, batch + x.shape[x.ndim - core :]) for x, core in arrays_and_core_ranks]
+
+
 def solve(a, b):
     """x with a @ x = b. b is a vector when 1-d, else a stack of matrices (..., m, k); the
     leading axes of a and b broadcast."""
     a, b = promote_dtypes_inexact(a, b)
     a = _matrices("solve", a, True)
-    vector = b.ndim == 1
-    if vector:
-        b = b[:, None]
-    if b.shape[-2] != a.shape[-1]:
+    if b.ndim == 0 or b.shape[-1 if b.ndim == 1 else -2] != a.shape[-1]:
         raise ValueError(
             f"solve: b of shape {b.shape} does not fit a of shape {a.shape}: b needs "
             f"{a.shape[-1]} rows"
         )
-    batch = broadcast_shapes(a.shape[:-2], b.shape[:-2])
-    a = broadcast_to(a, batch + a.shape[-2:])
-    b = broadcast_to(b, batch + b.shape[-2:])
+    vector = b.ndim == 1
+    if vector:
+        b = b[:, None]
+    a, b = _broadcast_batches("solve", (a, 2), (b, 2))
     lu, _, permutation = lax.lu(a)
     x = _lu_solve(lu, permutation, b)
     return x[..., 0] if vector else x
@@ -391,13 +404,7 @@ def _det_jvp(primals, tangents):
     """d det(A) = trace(adj(A) dA). The adjugate is finite at singular matrices, where
     differentiating the LU factors (or det(A) * inv(A)) would divide by a zero pivot."""
     (a,), (a_dot,) = primals, tangents
-    if dtypes.is_complex(a.dtype):
-        # Complex matrices take det(A) inv(A) everywhere (the SVD path is real-only), so
-        # their determinant's derivative is not defined at singular matrices.
-        adjugate = _det(a)[..., None, None] * inv(a)
-    else:
-        adjugate = _adjugate(a)
-    return _det(a), sum(matrix_transpose(adjugate) * a_dot, axis=(-2, -1))
+    return _det(a), sum(matrix_transpose(_adjugate(a)) * a_dot, axis=(-2, -1))
 
 
 def _adjugate(a):
@@ -421,22 +428,23 @@ def _adjugate(a):
 
 @custom_jvp
 def _adjugate_from_svd(a):
-    """adj(A) from the SVD A = U S Vh: adj(A) = det(U) det(Vh) Vh^T adj(S) U^T, where adj(S) is
+    """adj(A) from the SVD A = U S Vh: adj(A) = det(U) det(Vh) Vh^H adj(S) U^H, where adj(S) is
     diagonal with the products of all singular values but one. Its jvp uses the SVD's values
     only, so it holds at repeated singular values, where the SVD's own derivative does not."""
     u, s, vh = svd(a, full_matrices=False)
-    others = _products_leaving_out_one(s) * _orientation(u, vh)[..., None]
-    return matrix_transpose(vh) @ (others[..., :, None] * matrix_transpose(u))
+    others = convert(_products_leaving_out_one(s), a.dtype) * _orientation(u, vh)[..., None]
+    return _adjoint(vh) @ (others[..., :, None] * _adjoint(u))
 
 
 @_adjugate_from_svd.defjvp
 def _adjugate_from_svd_jvp(primals, tangents):
-    """With A + tE = U (S + tM) Vh for M = U^T E Vh^T, d adj(A) = det(U) det(Vh) Vh^T
-    d adj(S)[M] U^T, and at the diagonal S: d adj(S)[M]_ij = -M_ij prod_{k != i, j} s_k off
+    """With A + tE = U (S + tM) Vh for M = U^H E Vh^H, d adj(A) = det(U) det(Vh) Vh^H
+    d adj(S)[M] U^H, and at the diagonal S: d adj(S)[M]_ij = -M_ij prod_{k != i, j} s_k off
     the diagonal, sum_{k != i} M_kk prod_{l != i, k} s_l on it."""
     (a,), (a_dot,) = primals, tangents
     u, s, vh = (lax.stop_gradient(x) for x in svd(a, full_matrices=False))
-    m = matrix_transpose(u) @ a_dot @ matrix_transpose(vh)
+    m = _adjoint(u) @ a_dot @ _adjoint(vh)
+    s = convert(s, a.dtype)
     n = s.shape[-1]
     # leave_two[..., i, j] (i != j): the product of the singular values but the i-th and j-th,
     # as row i's products leaving out one, where row i is s with s_i replaced by 1.
@@ -446,7 +454,7 @@ def _adjugate_from_svd_jvp(primals, tangents):
     on_diagonal = sum(misc.where(eye, 0, leave_two) * m_diagonal[..., None, :], axis=-1)
     inner = misc.where(eye, on_diagonal[..., :, None], -m * leave_two)
     orientation = _orientation(u, vh)[..., None, None]
-    tangent = orientation * (matrix_transpose(vh) @ inner @ matrix_transpose(u))
+    tangent = orientation * (_adjoint(vh) @ inner @ _adjoint(u))
     return _adjugate_from_svd(a), tangent
 
 
@@ -460,7 +468,8 @@ def _products_leaving_out_one(s):
 
 
 def _orientation(u, vh):
-    """det(U) det(Vh), +-1: constant where the SVD is differentiable, so no gradient."""
+    """det(U) det(Vh), of modulus 1 (+-1 for real matrices): constant where the SVD is
+    differentiable, so no gradient."""
     return lax.stop_gradient(_det(u) * _det(vh))
 
 
@@ -487,6 +496,8 @@ def matrix_power(a, n: int):
     a = to_array(a)
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         raise ValueError(f"matrix_power: needs square matrices, got shape {a.shape}")
+    if not isinstance(n, (int, np.integer)):
+        raise TypeError(f"matrix_power: n must be an integer, got {n!r}")
     n = int(n)
     if n == 0:
         return broadcast_to(misc.eye(a.shape[-1], dtype=a.dtype), a.shape)
@@ -509,6 +520,8 @@ def matrix_power(a, n: int):
 def matrix_rank(M, rtol=None, *, hermitian: bool = False, tol=None):
     """The number of singular values above tol (default: max(s) * rtol, with rtol defaulting
     to max(m, n) times the dtype's epsilon)."""
+    if rtol is not None and tol is not None:
+        raise ValueError("matrix_rank: give rtol or tol, not both")
     M = _inexact(M)
     if M.ndim < 2:
         return convert(count_nonzero(M) > 0, dtypes.default_int)
@@ -565,8 +578,10 @@ def _pinv_jvp(primals, tangents):
 
 def lstsq(a, b, rcond=None, *, numpy_resid: bool = False):
     """The least-squares solution x of a @ x = b (a 2-d), through the SVD: (x, residuals,
-    rank, singular values). Residuals are |b - a @ x|^2 per column; with `numpy_resid` they
-    are empty, as NumPy returns them, unless a has full column rank and more rows."""
+    rank, singular values). Singular values at or below rcond * max(s) count as zero (a
+    negative rcond stands for the dtype's epsilon, as in NumPy). Residuals are |b - a @ x|^2
+    per column; with `numpy_resid` they are empty, as NumPy returns them, unless a has full
+    column rank and more rows."""
     a, b = promote_dtypes_inexact(a, b)
     if a.ndim != 2 or b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
         raise ValueError(
@@ -578,8 +593,13 @@ def lstsq(a, b, rcond=None, *, numpy_resid: bool = False):
     if vector:
         b = b[:, None]
     u, s, vh = svd(a, full_matrices=False)
+    eps = dtypes.finfo(a.dtype).eps
     if rcond is None:
-        rcond = dtypes.finfo(a.dtype).eps * builtins.max(m, n)
+        rcond = eps * builtins.max(m, n)
+    elif dtypes.is_python_scalar(rcond):
+        rcond = eps if rcond < 0 else rcond
+    else:
+        rcond = misc.where(to_array(rcond) < 0, eps, rcond)
     kept = s > max(s, initial=0.0) * rcond
     rank = convert(count_nonzero(kept), dtypes.default_int)
     s_inverse = convert(misc.where(kept, 1 / misc.where(kept, s, 1), 0), u.dtype)

@@ -27,14 +27,13 @@ from funcgrad import numpy as fnp
 from funcgrad.array import Array
 from funcgrad.nn.functions import ArrayLike
 from funcgrad.numpy._promotion import (
-    broadcast_shapes,
     broadcast_to,
     convert,
     promote_dtypes_inexact,
     result_type,
     to_array,
 )
-from funcgrad.numpy.linalg import _adjoint, _matrices
+from funcgrad.numpy.linalg import _adjoint, _broadcast_batches, _matrices
 from funcgrad.scipy.schur import funm, rsf2csf, schur, sqrtm
 from funcgrad.transforms.autodiff import jvp
 
@@ -99,12 +98,6 @@ def _right_hand_side(name: str, a, b):
     return matrix, vector
 
 
-def _common_batch(*arrays_and_core_ranks):
-    """Each (array, core rank) broadcast to the batch shape all of them share."""
-    batch = broadcast_shapes(*(x.shape[: x.ndim - core] for x, core in arrays_and_core_ranks))
-    return [broadcast_to(x, batch + x.shape[x.ndim - core :]) for x, core in arrays_and_core_ranks]
-
-
 _TRANS = {0: 0, "N": 0, 1: 1, "T": 1, 2: 2, "C": 2}
 
 
@@ -155,7 +148,7 @@ def solve_triangular(
     a, b = promote_dtypes_inexact(a, b)
     a = _matrices("solve_triangular", a, square=True)
     b, vector = _right_hand_side("solve_triangular", a, b)
-    a, b = _common_batch((a, 2), (b, 2))
+    a, b = _broadcast_batches("solve_triangular", (a, 2), (b, 2))
     x = _triangular(a, b, bool(lower), trans, bool(unit_diagonal))
     return x[..., 0] if vector else x
 
@@ -195,7 +188,7 @@ def cho_solve(
     c, b = promote_dtypes_inexact(c, b)
     c = _matrices("cho_solve", c, square=True)
     b, vector = _right_hand_side("cho_solve", c, b)
-    c, b = _common_batch((c, 2), (b, 2))
+    c, b = _broadcast_batches("cho_solve", (c, 2), (b, 2))
     if lower:  # a = L L^H
         x = _triangular(c, _triangular(c, b, True, 0), True, 2)
     else:  # a = U^H U
@@ -277,7 +270,7 @@ def lu_solve(
     factors = _matrices("lu_solve", factors, square=True)
     permutation = _permutation_from_pivots(to_array(pivots), factors.shape[-1])
     b, vector = _right_hand_side("lu_solve", factors, b)
-    factors, permutation, b = _common_batch((factors, 2), (permutation, 1), (b, 2))
+    factors, permutation, b = _broadcast_batches("lu_solve", (factors, 2), (permutation, 1), (b, 2))
     if trans == 0:
         # a[permutation] = L U, so L U x = b[permutation].
         y = _triangular(factors, _rows(b, permutation), True, 0, unit_diagonal=True)
@@ -483,7 +476,7 @@ def eigh(
         a, b = _matrices("eigh", a, square=True), _matrices("eigh", b, square=True)
         if a.shape[-1] != b.shape[-1]:
             raise ValueError(f"eigh: a of shape {a.shape} and b of shape {b.shape} differ in size")
-        a, b = _common_batch((a, 2), (b, 2))
+        a, b = _broadcast_batches("eigh", (a, 2), (b, 2))
         factor = cholesky(_hermitian(b, lower), lower=True)
         w, v = _generalized_eigh(_hermitian(a, lower), factor, type)
     return w if eigvals_only else (w, v)
@@ -569,7 +562,7 @@ def eigh_tridiagonal(
         )
     else:
         raise ValueError(f"eigh_tridiagonal: select must be 'a', 'i' or 'v', got {select!r}")
-    d, e = _common_batch((d, 1), (e, 1))
+    d, e = _broadcast_batches("eigh_tridiagonal", (d, 1), (e, 1))
     v, w = lax.eigh(_tridiagonal(d, e), lower=True, symmetrize_input=False)
     w, v = w[..., first : last + 1], v[..., first : last + 1]
     return w if eigvals_only else (w, v)
@@ -771,7 +764,7 @@ def solve_sylvester(
             f"solve_sylvester: C must have A's rows and B's columns, got shapes A {A.shape}, "
             f"B {B.shape}, C {C.shape}"
         )
-    A, B, C = _common_batch((A, 2), (B, 2), (C, 2))
+    A, B, C = _broadcast_batches("solve_sylvester", (A, 2), (B, 2), (C, 2))
     solve = _sylvester_schur if method == "schur" else _sylvester_eigen
     x, ra, rb = solve(A, B, C)
     if not dtypes.is_complex(C.dtype):
@@ -846,11 +839,11 @@ def block_diag(*arrs: ArrayLike) -> Array:
     return fnp.concatenate(rows, axis=0)
 
 
-def _vectors(*arrays):
+def _vectors(name: str, *arrays):
     """The arrays as at least 1-d, in their common dtype, their batches broadcast."""
     arrays = [fnp.atleast_1d(to_array(x)) for x in arrays]
     dtype = result_type(*arrays)
-    return _common_batch(*((convert(x, dtype), 1) for x in arrays))
+    return _broadcast_batches(name, *((convert(x, dtype), 1) for x in arrays))
 
 
 def toeplitz(c: ArrayLike, r: ArrayLike | None = None) -> Array:
@@ -859,7 +852,7 @@ def toeplitz(c: ArrayLike, r: ArrayLike | None = None) -> Array:
     which makes a Hermitian matrix where c[0] is real."""
     c = fnp.atleast_1d(to_array(c))
     r = fnp.conj(c) if r is None else r
-    c, r = _vectors(c, r)
+    c, r = _vectors("toeplitz", c, r)
     n, m = c.shape[-1], r.shape[-1]
     # Entry (i, j) is element m - 1 + i - j of r reversed (less r[0]) followed by c.
     values = fnp.concatenate([fnp.flip(r[..., 1:], -1), c], axis=-1)
@@ -874,7 +867,7 @@ def hankel(c: ArrayLike, r: ArrayLike | None = None) -> Array:
     r = fnp.zeros_like(c) if r is None else to_array(r)
     if c.ndim == 0 or r.ndim == 0:
         raise ValueError(f"hankel: c and r must have at least one axis, got {c.shape}, {r.shape}")
-    c, r = _vectors(c, r)
+    c, r = _vectors("hankel", c, r)
     n, m = c.shape[-1], r.shape[-1]
     values = fnp.concatenate([c, r[..., 1:]], axis=-1)
     return values[..., np.arange(n)[:, None] + np.arange(m)[None, :]]
@@ -882,14 +875,14 @@ def hankel(c: ArrayLike, r: ArrayLike | None = None) -> Array:
 
 def circulant(c: ArrayLike) -> Array:
     """The matrix whose columns are c cyclically shifted: entry (i, j) is c[(i - j) mod n]."""
-    (c,) = _vectors(c)
+    (c,) = _vectors("circulant", c)
     n = c.shape[-1]
     return c[..., (np.arange(n)[:, None] - np.arange(n)[None, :]) % n]
 
 
 def fiedler(a: ArrayLike) -> Array:
     """The symmetric matrix |a_i - a_j|."""
-    (a,) = _vectors(a)
+    (a,) = _vectors("fiedler", a)
     return fnp.abs(a[..., :, None] - a[..., None, :])
 
 
@@ -904,7 +897,7 @@ def leslie(f: ArrayLike, s: ArrayLike) -> Array:
             f"leslie: s needs one element fewer than f along the last axis, got shapes {f.shape} "
             f"and {s.shape}"
         )
-    f, s = _vectors(f, s)
+    f, s = _vectors("leslie", f, s)
     n = f.shape[-1]
     rows, columns = np.indices((n, n))
     # f and s in one vector: row 0 reads f[j], row i > 0 reads s[i - 1] at column i - 1.
