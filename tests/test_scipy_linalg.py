@@ -750,8 +750,6 @@ def test_bad_arguments_are_refused():
         fl.solve(np.eye(2), np.ones(2), assume_a="banded")
     with pytest.raises(ValueError, match="mode"):
         fl.qr(np.eye(2), mode="raw")
-    with pytest.raises(NotImplementedError, match="pivoting"):
-        fl.qr(np.eye(2), pivoting=True)
     with pytest.raises(ValueError, match="power of 2"):
         fl.hadamard(6)
     with pytest.raises(NotImplementedError, match="select='v'"):
@@ -766,3 +764,48 @@ def test_bad_arguments_are_refused():
         fl.cho_solve((np.ones((2, 3, 3)), True), np.ones((3, 3, 1)))
     with pytest.raises(ValueError, match=r"toeplitz: the batch shapes \(2,\), \(3,\)"):
         fl.toeplitz(np.ones((2, 4)), np.ones((3, 4)))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128, np.float32])
+@pytest.mark.parametrize("shape", [(6, 4), (4, 6), (5, 5), (2, 5, 3)])
+def test_qr_with_column_pivoting_orders_columns_as_lapack(dtype, shape):
+    """x[..., p] = q r with |diag r| non-increasing, p as SciPy's geqp3 gives it, eagerly,
+    compiled and under vmap; with mode 'r' and in qr_multiply the order comes last."""
+    rng = np.random.default_rng(31)
+    a = rng.standard_normal(shape)
+    if np.dtype(dtype).kind == "c":
+        a = a + 1j * rng.standard_normal(shape)
+    a = a.astype(dtype)
+    tolerance = 1e-4 if dtype == np.float32 else 1e-12
+    for qr in (fl.qr, fg.jit(lambda m: fl.qr(m, pivoting=True, mode="economic"))):
+        q, r, p = (np.asarray(x) for x in (fl.qr(a, pivoting=True) if qr is fl.qr else qr(a)))
+        assert p.dtype == np.int32 and p.shape == (*shape[:-2], shape[-1])
+        for k in np.ndindex(*shape[:-2]):
+            expected = sl.qr(a[k].astype(np.complex128 if a.dtype.kind == "c" else np.float64),
+                             pivoting=True)[2]  # fmt: skip
+            np.testing.assert_array_equal(p[k], expected)
+            np.testing.assert_allclose(q[k] @ r[k], a[k][:, p[k]], atol=tolerance * 10)
+            diagonal = np.abs(np.diagonal(r[k]))
+            assert (diagonal[1:] <= diagonal[:-1] * (1 + tolerance)).all()
+    batched = fg.vmap(lambda m: fl.qr(m, pivoting=True)[2])(np.stack([a, a[..., ::-1]]))
+    np.testing.assert_array_equal(batched[0], fl.qr(a, pivoting=True)[2])
+    np.testing.assert_array_equal(batched[1], fl.qr(a[..., ::-1], pivoting=True)[2])
+    r_only, p_only = fl.qr(a, mode="r", pivoting=True)
+    np.testing.assert_array_equal(p_only, fl.qr(a, pivoting=True)[2])
+    if len(shape) == 2:
+        c = np.ones((min(shape), 2), dtype)
+        product, _, order = fl.qr_multiply(a, c, mode="left", pivoting=True)
+        q, _, _ = fl.qr(a, pivoting=True, mode="economic")
+        np.testing.assert_allclose(product, np.asarray(q) @ c, atol=tolerance)
+        np.testing.assert_array_equal(order, p_only)
+
+
+def test_pivoted_qr_derivatives_hold_the_order_fixed():
+    """The derivative of q and r is that of the unpivoted decomposition of x[:, p], p fixed:
+    against central differences in float64 (p does not change for small steps)."""
+    a = np.random.default_rng(32).standard_normal((5, 4))
+    order = np.asarray(fl.qr(a, pivoting=True)[2])
+    check_grads(lambda m: fl.qr(m, pivoting=True)[:2], (a,), order=1, modes=("fwd", "rev"))
+    _, tangent = fg.jvp(lambda m: fl.qr(m, pivoting=True)[1], (a,), (np.eye(5, 4),))
+    _, expected = fg.jvp(lambda m: fl.qr(m[:, order])[1], (a,), (np.eye(5, 4),))
+    np.testing.assert_allclose(tangent, expected, rtol=1e-12)

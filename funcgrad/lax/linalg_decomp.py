@@ -35,6 +35,7 @@ from funcgrad.lax.elementwise import (
     neg,
     real,
     select,
+    stop_gradient,
     sub,
 )
 from funcgrad.lax.linalg import batch_matmul
@@ -562,12 +563,23 @@ _batch_to_front(qr_p)
 def qr(x, *, pivoting: bool = False, full_matrices: bool = True, use_magma=None):
     """QR decomposition (q, r) of the last two axes: q orthonormal columns, r upper triangular.
 
-    `full_matrices` gives q of shape (m, m); otherwise (m, min(m, n)).
+    `full_matrices` gives q of shape (m, m); otherwise (m, min(m, n)). With `pivoting`,
+    (q, r, p): x[..., p] = q r with p (int32) the columns in the order that makes |diag r|
+    non-increasing (rank-revealing), found as LAPACK's geqp3 finds it; derivatives hold p
+    fixed.
     """
-    if pivoting:
-        raise NotImplementedError("qr: column pivoting is not implemented")
-    q, r = qr_p.bind(asarray(x), full_matrices=bool(full_matrices))
-    return q, r
+    x = asarray(x)
+    if not pivoting:
+        q, r = qr_p.bind(x, full_matrices=bool(full_matrices))
+        return q, r
+    from funcgrad.lax.qr_pivoting import column_pivots
+    from funcgrad.numpy import take_along_axis
+
+    _check_matrix("qr", core.get_aval(x), square=False, complex_ok=True)
+    order = column_pivots(stop_gradient(x))
+    columns = shapes.broadcast_in_dim(order, x.shape, (*range(x.ndim - 2), x.ndim - 1))
+    q, r = qr_p.bind(take_along_axis(x, columns, axis=-1), full_matrices=bool(full_matrices))
+    return q, r, order
 
 
 # ---------------------------------------------------------------------------------------------

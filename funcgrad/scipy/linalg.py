@@ -349,14 +349,16 @@ def qr(
     check_finite: bool = True,
 ) -> tuple[Array, ...]:
     """(q, r) with a = q @ r: q (..., m, m) for mode 'full', (..., m, k) for 'economic'
-    (k = min(m, n)); mode 'r' returns the 1-tuple (r,), as SciPy does. Column pivoting is not
-    available."""
+    (k = min(m, n)); mode 'r' returns the 1-tuple (r,), as SciPy does. With `pivoting`, the
+    column order p (int32) follows: a[..., p] = q @ r, with |diag r| non-increasing."""
     del overwrite_a, lwork, check_finite
     if mode not in _QR_MODES:
         raise ValueError(f"qr: mode must be one of {_QR_MODES}, got {mode!r}")
     (a,) = promote_dtypes_inexact(a)
-    q, r = lax.qr(_matrices("qr", a), pivoting=pivoting, full_matrices=mode != "economic")
-    return (r,) if mode == "r" else (q, r)
+    q, r, *order = lax.qr(
+        _matrices("qr", a), pivoting=bool(pivoting), full_matrices=mode != "economic"
+    )
+    return (r, *order) if mode == "r" else (q, r, *order)
 
 
 def qr_multiply(
@@ -370,7 +372,8 @@ def qr_multiply(
 ) -> tuple[Array, Array]:
     """(q @ c, r) for mode 'left' (c has k = min(m, n) rows) or (c @ q, r) for 'right' (c
     has m columns), q and r the economic QR decomposition of a, q conjugated with
-    `conjugate`. A 1-d c is a column ('left') or a row ('right'), and so is the product."""
+    `conjugate`. A 1-d c is a column ('left') or a row ('right'), and so is the product. With
+    `pivoting`, the column order p follows (see `qr`)."""
     del overwrite_a, overwrite_c
     if mode not in ("left", "right"):
         raise ValueError(f"qr_multiply: mode must be 'left' or 'right', got {mode!r}")
@@ -395,14 +398,14 @@ def qr_multiply(
                 f"qr_multiply: for a of shape {a.shape}, q has {m} rows, so c needs {m} "
                 f"columns, got shape {c.shape}"
             )
-    q, r = lax.qr(a, pivoting=pivoting, full_matrices=False)
+    q, r, *order = lax.qr(a, pivoting=bool(pivoting), full_matrices=False)
     if conjugate:
         q = fnp.conj(q)
     if mode == "left":
         product = fnp.matmul(q, c)
-        return (product[..., 0] if vector else product), r
+        return (product[..., 0] if vector else product), r, *order
     product = fnp.matmul(c, q)
-    return (product[..., 0, :] if vector else product), r
+    return (product[..., 0, :] if vector else product), r, *order
 
 
 def polar(
