@@ -225,6 +225,12 @@ def resize(
     image = fnp.asarray(image)
     shape = _checked_shape(image, shape)
     method = _method(method)
+    for d, (m, n) in enumerate(zip(image.shape, shape)):
+        if m == 0 and n > 0:
+            raise ValueError(
+                f"resize: dimension {d} of the image is empty, so there is nothing to resample "
+                f"to size {n}; got an image of shape {image.shape} and shape {shape}"
+            )
     if method is ResizeMethod.NEAREST:
         return _resize_nearest(image, shape)
     image = _as_inexact(image)

@@ -167,6 +167,11 @@ def test_method_names_and_dtypes():
         fg.image.scale_and_translate(x, (3, 4), (0,), [1.0], [0.0], "nearest")
     with pytest.raises(ValueError, match="not among spatial_dims"):
         fg.image.scale_and_translate(x, (6, 8), (0,), [2.0], [0.0], "linear")
+    # Resampling an empty dimension was a ZeroDivisionError (nearest: an IndexError).
+    for method in ("nearest", "linear", "area"):
+        with pytest.raises(ValueError, match="dimension 0 of the image is empty"):
+            fg.image.resize(np.zeros((0, 3)), (2, 3), method)
+    assert fg.image.resize(np.zeros((0, 3)), (0, 5), "linear").shape == (0, 5)
 
 
 # ---------------------------------------------------------------------------------------------

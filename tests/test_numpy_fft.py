@@ -227,3 +227,36 @@ def test_axes_out_of_range_raise_axis_errors():
     with pytest.raises(np.exceptions.AxisError, match="axis 5 is out of bounds"):
         fnp.fft.irfftn(x, axes=(0, 5))
     np.testing.assert_allclose(fnp.fft.fft(x, axis=-3), np.fft.fft(x, axis=-3), rtol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["fftn", "ifftn", "rfftn", "irfftn"])
+@pytest.mark.parametrize(
+    "s, axes", [(None, None), ((3, 2, 5, 4), (0, 1, 2, 4)), (None, (4, 0, 1, 3))]
+)
+def test_transforms_of_more_than_three_axes_match_numpy(name, s, axes):
+    # One lax.fft takes at most three axes; these raised for four or five.
+    x = np.random.default_rng(4).normal(size=(2, 3, 2, 4, 3))
+    transform = getattr(fnp.fft, name)
+    expected = getattr(np.fft, name)(x, s=s, axes=axes, norm="ortho")
+    for got in both_ways(lambda v: transform(v, s=s, axes=axes, norm="ortho"), x):
+        assert_matches(got, expected, single=False)
+
+
+def test_gradient_through_a_four_axis_transform():
+    x = np.random.default_rng(5).normal(size=(2, 2, 3, 2))
+    check_grads(lambda v: fnp.fft.irfftn(fnp.sin(fnp.fft.rfftn(v)), s=x.shape), (x,), order=1)
+
+
+def test_no_axes_and_scalars():
+    # No axis transformed: NumPy returns the input; as complex, the type a transform returns.
+    x = np.arange(6.0).reshape(2, 3)
+    for name in ("fftn", "ifftn"):
+        got = getattr(fnp.fft, name)(x, axes=())
+        assert got.dtype == np.complex128
+        np.testing.assert_array_equal(got, x)
+    # A real transform has no last axis to halve; irfftn of these was an IndexError.
+    for name in ("rfftn", "irfftn"):
+        with pytest.raises(ValueError, match="at least one axis"):
+            getattr(fnp.fft, name)(x, axes=())
+    with pytest.raises(ValueError, match="at least one axis"):
+        fnp.fft.irfftn(np.float32(2.0))

@@ -27,3 +27,6 @@ def test_bad_shapes_are_named():
         vq(np.ones((3, 2)), np.ones(2))
     with pytest.raises(ValueError, match="code_book"):
         vq(np.ones((3, 2)), np.ones((4, 3)))
+    # It was argmin's error about an empty axis.
+    with pytest.raises(ValueError, match="vq: the code book is empty"):
+        vq(np.ones((3, 2)), np.ones((0, 2)))

@@ -54,6 +54,20 @@ def test_integer_input_rounds_and_coordinates_broadcast():
     assert_close(out, expected, dtype=np.int32)
 
 
+def test_boolean_input_is_true_where_a_true_sample_has_weight():
+    # It was rounded as integers are: a true sample of weight 0.3 beside cval 0 gave False.
+    image = np.array([True, False, False, True])
+    coordinates = np.array([0.7, 1.5, -0.4, 3.2, 2.0])
+    weights = np.clip(1 - np.abs(coordinates[:, None] - np.arange(4)), 0, None)
+    expected = (weights * image).sum(axis=1) != 0
+    for out in (
+        map_coordinates(image, [coordinates], 1),
+        fg.jit(lambda c: map_coordinates(image, [c], 1))(coordinates),
+    ):
+        assert out.dtype == np.bool_
+        np.testing.assert_array_equal(out, expected)
+
+
 @pytest.mark.parametrize("order", [0, 1])
 def test_coordinates_beyond_int32_and_nan_coordinates(order):
     # Indices were converted to int32 before the mode folded them: 3e9 wrapped over 5 samples

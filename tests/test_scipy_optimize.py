@@ -109,6 +109,15 @@ def test_a_search_stuck_at_a_kink_still_fails(method, dtype):
 
 
 @pytest.mark.parametrize("method", METHODS)
+def test_an_unbounded_objective_fails(method):
+    # -sum(x) has gradient (-1, -1) everywhere and no minimum. L-BFGS's line search gave out
+    # at f = -1e6, where sqrt(eps) |f| = 345 took in the gradient: success with status 0.
+    result = minimize(lambda x: -fnp.sum(x), np.array([1.0, 2.0], np.float32), method=method)
+    assert not bool(result.success) and int(result.status) != 0
+    np.testing.assert_array_equal(result.jac, [-1.0, -1.0])
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_maxiter_option(method):
     result = minimize(rosenbrock, np.array([-1.2, 1.0]), method=method, options={"maxiter": 3})
     assert int(result.nit) == 3 and int(result.status) == 1 and not bool(result.success)

@@ -119,6 +119,19 @@ def test_vmap_over_right_hand_sides_matches_a_loop(name, solve, matrix):
     np.testing.assert_allclose(batched, np.linalg.solve(matrix, bs.T).T, atol=1e-10)
 
 
+@pytest.mark.parametrize("name, solve, matrix", ALL_SOLVERS, ids=ids)
+def test_running_past_convergence_stays_finite(name, solve, matrix):
+    # With tol and atol 0 the iterations ran on until maxiter; cg's and bicgstab's recursive
+    # residual shrank into subnormal numbers, whose complex quotients overflow eagerly: NaN.
+    imaginary = np.random.default_rng(8).standard_normal((N, N))
+    a = (matrix + 1j * (imaginary - imaginary.T if name == "cg" else imaginary)).astype(
+        np.complex64
+    )
+    b = (B + 1j * B[::-1]).astype(np.complex64)
+    x, _ = solve(a, b, tol=0.0, atol=0.0, maxiter=60)
+    np.testing.assert_allclose(x, np.linalg.solve(a, b), rtol=1e-4, atol=1e-4)
+
+
 def test_maxiter_bounds_the_work():
     # One conjugate-gradient step is a steepest-descent step from zero: x = (b·b / b·Ab) b.
     x, _ = cg(SPD, B, maxiter=1)

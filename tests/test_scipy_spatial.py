@@ -97,6 +97,18 @@ def test_apply_compose_mean_and_slerp_match_scipy():
     )
 
 
+def test_slerp_extrapolates_the_end_intervals():
+    # The turn of each end interval, continued: R0 exp(f log(R0^-1 R1)) with f beyond [0, 1].
+    quat = quaternions((3,))
+    times = np.array([0.0, 1.0, 2.5])
+    theirs = SciPyRotation.from_quat(quat)
+    slerp = Slerp(times, Rotation.from_quat(quat))
+    for t, first, fraction in ((-0.5, 0, -0.5), (3.1, 1, 2.1 / 1.5)):
+        turn = (theirs[first].inv() * theirs[first + 1]).as_rotvec()
+        expected = theirs[first] * SciPyRotation.from_rotvec(fraction * turn)
+        assert_close(slerp(t).as_matrix(), expected.as_matrix(), **TOL)
+
+
 def test_stacks_identity_and_random():
     rotations = Rotation.from_quat(quaternions((6,)))
     assert len(rotations) == 6 and rotations[1:3].as_quat().shape == (2, 4)

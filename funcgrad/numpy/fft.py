@@ -94,11 +94,22 @@ def _axes_and_lengths(name: str, x, s, axes, default_all: bool, fft_type: FftTyp
     return axes, s
 
 
+# The most axes one `lax.fft` transforms; more are transformed in groups.
+_MOST_AXES = 3
+
+
 def _transform(name: str, a, s, axes, norm, fft_type: FftType, default_all: bool):
     x = to_array(a)
     if x.ndim == 0:
         raise ValueError(f"{name}: the input must have at least one axis, got a scalar")
+    if axes is not None and len(axes) == 0 and (s is None or len(s) == 0):
+        if fft_type in (FftType.RFFT, FftType.IRFFT):
+            raise ValueError(f"{name}: needs at least one axis to transform, got axes=()")
+        # No axis transformed: the input as a complex array, as NumPy returns it unchanged.
+        return convert(x, dtypes.complex_dtype(dtypes.real_dtype(dtypes.to_inexact(x.dtype))))
     axes, s = _axes_and_lengths(name, x, s, axes, default_all, fft_type)
+    if len(axes) > _MOST_AXES:
+        return _grouped(name, x, s, axes, norm, fft_type)
     if fft_type == FftType.RFFT:
         if dtypes.is_complex(x.dtype):
             raise TypeError(f"{name} takes real input, got {x.dtype.name}")
@@ -121,6 +132,21 @@ def _transform(name: str, a, s, axes, norm, fft_type: FftType, default_all: bool
         out = lax.mul(out, lax.full((), factor, out.dtype))
     inverse_order = [order.index(d) for d in range(len(order))]
     return lax.transpose(out, tuple(inverse_order)) if order != list(range(len(order))) else out
+
+
+def _grouped(name: str, x, s, axes, norm, fft_type: FftType):
+    """A transform of more axes than one `lax.fft` takes, as complex transforms of the
+    leading axes and one of the last three: a real transform's real side (the input of rfft,
+    the output of irfft) is its last axis, so the complex leading axes go after an rfft and
+    before an irfft. Each group scales by its own lengths, whose product is the whole."""
+    lead_axes, lead_s = axes[:-_MOST_AXES], s[:-_MOST_AXES]
+    last_axes, last_s = axes[-_MOST_AXES:], s[-_MOST_AXES:]
+    complex_type = FftType.IFFT if fft_type in (FftType.IFFT, FftType.IRFFT) else FftType.FFT
+    if fft_type == FftType.IRFFT:
+        x = _transform(name, x, lead_s, lead_axes, norm, complex_type, True)
+        return _transform(name, x, last_s, last_axes, norm, fft_type, True)
+    x = _transform(name, x, last_s, last_axes, norm, fft_type, True)
+    return _transform(name, x, lead_s, lead_axes, norm, complex_type, True)
 
 
 def fft(a, n: int | None = None, axis: int = -1, norm: str | None = None):
@@ -157,6 +183,10 @@ def rfftn(a, s: Sequence[int] | None = None, axes: Sequence[int] | None = None, 
 
 def irfftn(a, s: Sequence[int] | None = None, axes: Sequence[int] | None = None, norm=None):
     a = to_array(a)
+    if s is None and (a.ndim == 0 or (axes is not None and len(axes) == 0)):
+        raise ValueError(
+            f"irfftn: needs at least one axis to transform, got shape {a.shape} and axes {axes}"
+        )
     if s is None:
         last = (a.ndim - 1) if axes is None else int(axes[-1]) % a.ndim
         chosen = range(a.ndim) if axes is None else [int(x) % a.ndim for x in axes]

@@ -82,7 +82,7 @@ def map_coordinates(
     that broadcast together; the result takes their shape). An integer input's result is
     rounded to its dtype. A NaN coordinate, or an infinite one in a periodic mode, gives NaN
     (`cval` for an integer input); coordinates beyond int32's range read the samples their
-    mode assigns them."""
+    mode assigns them. A boolean input's result is true wherever a true sample has weight."""
     input = fnp.asarray(input)
     mode = _ALIASES.get(mode, mode)
     if mode not in _INDEXERS:
@@ -119,7 +119,7 @@ def map_coordinates(
             if weight is not None:
                 values = values * weight
         result = values if result is None else result + values
-    if not dtypes.is_inexact(input.dtype) and dtypes.is_inexact(result.dtype):
+    if dtypes.is_int(input.dtype) and dtypes.is_inexact(result.dtype):
         result = lax.round(result)
     result = convert(result, input.dtype)
     unknown = fnp.nan if dtypes.is_inexact(input.dtype) else cval

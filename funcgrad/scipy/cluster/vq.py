@@ -28,6 +28,8 @@ def vq(obs, code_book, check_finite: bool = True) -> tuple[Array, Array]:
             f"vq: expected obs (M, N) and code_book (K, N) (or both 1-d), got shapes "
             f"{obs.shape} and {code_book.shape}"
         )
+    if code_book.shape[0] == 0:
+        raise ValueError("vq: the code book is empty; there is no code to choose")
     difference = obs[:, None, :] - code_book[None, :, :]
     distances = fnp.sqrt(fnp.sum(fnp.abs(difference) ** 2, axis=-1))
     code = fnp.argmin(distances, axis=-1)

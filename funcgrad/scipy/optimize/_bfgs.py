@@ -91,7 +91,7 @@ def minimize_bfgs(
             + (rho * rho * yHy + rho) * fnp.outer(s, s)
         )
         H = fnp.where(fnp.isfinite(rho), H, state.H_k)
-        at_minimum = search.failed & stalled_at_a_minimum(search.f_k, search.g_k, norm)
+        at_minimum = search.failed & stalled_at_a_minimum(state.f_k, search.f_k, search.g_k, norm)
         return BFGSResults(
             converged=(fnp.linalg.norm(search.g_k, ord=norm) < gtol) | at_minimum,
             failed=search.failed & ~at_minimum,

@@ -135,7 +135,7 @@ def minimize_lbfgs(
         status = fnp.where(k >= maxiter, 1, status)
         status = fnp.where(search.failed, 5, status)
         stalled = (decrease <= ftol) | search.failed
-        at_minimum = stalled & stalled_at_a_minimum(search.f_k, search.g_k, norm)
+        at_minimum = stalled & stalled_at_a_minimum(state.f_k, search.f_k, search.g_k, norm)
         converged = (fnp.linalg.norm(search.g_k, ord=norm) < gtol) | at_minimum
         return LBFGSResults(
             converged=converged,

@@ -37,16 +37,19 @@ class LineSearchResults(NamedTuple):
     status: Array
 
 
-def stalled_at_a_minimum(f, g, norm) -> Array:
+def stalled_at_a_minimum(f_before, f, g, norm) -> Array:
     """Whether a search that can lower f no further (its line search found no step, or a
     step's decrease fell below ftol) stands at a minimum as far as f's dtype resolves one:
-    ‖g‖ (in `norm`) within sqrt(eps) max(|f|, 1). A gradient's own rounding is of that order
-    there: float32's Rosenbrock, at (1, 1, 1, 1) to 3e-6, has gradients of 1e-4 (the terms
-    400 x (x² - y) round to 2e-5 each), so the default gtol of 1e-5 is out of float32's
-    reach, and such searches stopped with success False."""
+    ‖g‖ (in `norm`) within sqrt(eps) max(|f|, 1), and the last step lowered f from `f_before`
+    by no more than that. A gradient's own rounding is of that order there: float32's
+    Rosenbrock, at (1, 1, 1, 1) to 3e-6, has gradients of 1e-4 (the terms 400 x (x² - y)
+    round to 2e-5 each), so the default gtol of 1e-5 is out of float32's reach, and such
+    searches stopped with success False. A line search that gave out after lowering f far
+    has not stalled: on an unbounded objective (-sum(x)) |f| grows until any gradient is
+    within the bound."""
     eps = fnp.finfo(g.dtype).eps
     bound = fnp.sqrt(eps) * fnp.maximum(fnp.abs(f), 1)
-    return fnp.linalg.norm(g, ord=norm) <= bound
+    return (fnp.linalg.norm(g, ord=norm) <= bound) & (f_before - f <= bound)
 
 
 class _Point(NamedTuple):

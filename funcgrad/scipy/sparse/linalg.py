@@ -112,8 +112,12 @@ def _isolve(name: str, method: Callable, A, b, x0, tol, atol, maxiter, M, symmet
 
 
 def _tolerance(b, tol, atol) -> Array:
-    """The squared residual norm to reach: max(tol ‖b‖, atol)²."""
-    return fnp.maximum(tol**2 * _squared_norm(b), atol**2)
+    """The squared residual norm to reach: max(tol ‖b‖, atol)², and at least the smallest
+    normal number. Below it the residual is zero as far as the arithmetic goes; run on (tol
+    and atol 0), the recursive residual shrank into subnormal numbers, whose quotients
+    overflow eagerly (as NumPy's complex division does) and gave NaN."""
+    smallest_normal = dtypes.finfo(dtypes.real_dtype(b.dtype)).tiny
+    return fnp.maximum(fnp.maximum(tol**2 * _squared_norm(b), atol**2), smallest_normal)
 
 
 def _cg(A, b, x0, *, tol, atol, maxiter, M):
