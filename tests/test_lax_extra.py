@@ -143,6 +143,19 @@ def test_approx_top_k_is_exact():
     assert_same(values, np.int8([-128, 3]))
 
 
+def test_approx_top_k_ranks_signed_zeros_as_equal():
+    """Unlike top_k's total order, the approximate searches tie -0.0 with 0.0 (lower index
+    first) and return each zero with its own sign, eagerly and compiled."""
+    x = np.array([-0.0, 1.0, 0.0, -0.0], np.float32)
+    for jit in (lambda f: f, fg.jit):
+        values, indices = jit(lambda x: lax.approx_max_k(x, 4))(x)
+        assert_same(indices, np.int32([1, 0, 2, 3]))
+        assert_same(np.signbit(np.asarray(values)), np.array([False, True, False, True]))
+        values, indices = jit(lambda x: lax.approx_min_k(x, 4))(x)
+        assert_same(indices, np.int32([0, 2, 3, 1]))
+        assert_same(np.signbit(np.asarray(values)), np.array([True, False, True, False]))
+
+
 def test_shape_functions():
     x = np.arange(12).reshape(3, 4)
     pieces = lax.split(x, (1, 3), axis=1)

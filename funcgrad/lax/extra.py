@@ -17,7 +17,7 @@ from funcgrad.interpreters.ad import deflinear
 from funcgrad.interpreters.batching import defvectorized
 from funcgrad.lax import elementwise, reductions, shapes
 from funcgrad.lax.base import asarray, canonical_axes
-from funcgrad.lax.indexing import scatter_add
+from funcgrad.lax.indexing import gather_along_axis, scatter_add
 from funcgrad.lax.sharding_constraint import placed
 from funcgrad.lax.sorting import top_k
 
@@ -268,13 +268,19 @@ def _top_k_along(operand, k: int, dimension: int, largest: bool):
     last = x.ndim - 1
     perm = [d for d in range(x.ndim) if d != dimension] + [dimension]
     moved = shapes.transpose(x, tuple(perm))
+    rank = moved
+    if dtypes.is_float(x.dtype):
+        # These searches compare -0.0 and 0.0 as equal (the lower index first), where top_k's
+        # total order puts 0.0 first.
+        zero = shapes.full_like(moved, 0)
+        rank = elementwise.select(elementwise.eq(moved, zero), zero, moved)
     if not largest:
         # Negation reverses floats; bitwise not reverses integers without overflowing.
         flip = elementwise.neg if dtypes.is_float(x.dtype) else elementwise.bitwise_not
-        moved = flip(moved)
-    values, indices = top_k(moved, k)
-    if not largest:
-        values = flip(values)
+        rank = flip(rank)
+    values, indices = top_k(rank, k)
+    if moved.size:  # else the outputs are empty
+        values = gather_along_axis(moved, indices, last, unique_indices=True)
     inverse = tuple(int(i) for i in np.argsort(perm))
     if dimension != last:
         values, indices = shapes.transpose(values, inverse), shapes.transpose(indices, inverse)
