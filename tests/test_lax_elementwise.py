@@ -561,17 +561,20 @@ def test_select_n(data):
     if count <= 2 and data.draw(st.booleans()):
         which = data.draw(fst.arrays(dtypes.bool_, selector_shape))
     else:
+        # Any integer dtype; a selector outside [0, count) picks the nearest case.
+        selector_dtype = data.draw(fst.int_dtypes)
         which = data.draw(
-            fst.arrays(dtypes.int32, selector_shape, min_value=0, max_value=count - 1)
+            fst.arrays(selector_dtype, selector_shape, min_value=-2, max_value=count + 1)
         )
     which_full = np.broadcast_to(which, shape)
-    picked = [cases[min(int(which_full[i]), count - 1)][i] for i in np.ndindex(shape)]
+    picked = [cases[min(max(int(which_full[i]), 0), count - 1)][i] for i in np.ndindex(shape)]
     expected = np.array(picked, cases[0].dtype)
     out = lax.select_n(which, *cases)
     assert_close(out, expected.reshape(shape), cases[0].dtype, rtol=0, atol=0)
     check_staging(lax.select_n, which, *cases, exact=True)
     if count == 2:
-        assert_close(lax.select(which.astype(bool), cases[1], cases[0]), out, rtol=0, atol=0)
+        picks_second = np.asarray(which, np.int64) >= 1
+        assert_close(lax.select(picks_second, cases[1], cases[0]), out, rtol=0, atol=0)
 
 
 @given(data=st.data())

@@ -375,9 +375,11 @@ def _select_n(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
         return values[0]
     if selector.dtype == K.BOOL:
         return K.select(selector, values[1], values[0])
-    # An int32 selector picks case k; out-of-range selectors clamp as in the reference.
-    result = values[-1]
-    for k in reversed(range(len(values) - 1)):
+    # An integer selector picks case k; out-of-range selectors clamp as in the reference. Cases
+    # past the selector dtype's maximum are out of its reach (and their numbers may not fit it).
+    last = min(len(values) - 1, int(dtypes.iinfo(selector.dtype).max))
+    result = values[last]
+    for k in reversed(range(last)):
         result = K.select(K.binary("le", selector, K.const(k, selector.dtype)), values[k], result)
     return result
 

@@ -529,8 +529,8 @@ select_n_p = Primitive("select_n")
 def _select_n_abstract_eval(which: ShapedArray, *cases: ShapedArray) -> ShapedArray:
     if not cases:
         raise TypeError("select_n needs at least one case")
-    if which.dtype != dtypes.bool_ and which.dtype != dtypes.int32:
-        raise TypeError(f"select_n's selector must be bool or int32, got {which.dtype.name}")
+    if which.dtype != dtypes.bool_ and not dtypes.is_int(which.dtype):
+        raise TypeError(f"select_n's selector must be bool or an integer, got {which.dtype.name}")
     if which.dtype == dtypes.bool_ and len(cases) > 2:
         raise TypeError(f"a boolean selector picks between at most 2 cases, got {len(cases)}")
     dtype = check_same_dtypes("select_n", cases)
@@ -554,7 +554,10 @@ def _select_n_impl(which, *cases):
         return cases[0]
     if which.dtype == np.bool_:
         return np.where(which, cases[1], cases[0])
-    return np.choose(which, cases, mode="clip") if np.ndim(which) else cases[int(which)]
+    # A selector outside [0, len(cases)) picks the nearest case, as the compiled select chain
+    # does.
+    which = np.clip(np.asarray(which, np.int64), 0, len(cases) - 1)
+    return np.choose(which, cases) if np.ndim(which) else cases[int(which)]
 
 
 @select_n_p.def_weak_type
