@@ -284,6 +284,13 @@ def test_integer_pow_exponents_the_dtype_cannot_hold():
     assert float(lax.integer_pow(np.float16(-1), 2049)) == -1.0
 
 
+def test_integer_pow_refuses_a_fractional_exponent():
+    # It was truncated: integer_pow(2.0, 1.5) gave 2.0.
+    with pytest.raises(TypeError, match="exponent must be an integer, got 1.5"):
+        lax.integer_pow(np.float32(2.0), 1.5)
+    assert float(lax.integer_pow(np.float32(2.0), np.int64(3))) == 8.0
+
+
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.complex64])
 @pytest.mark.parametrize("exponent_dtype", [np.int8, np.uint8, np.int32])
 def test_pow_takes_an_integer_exponent_of_any_integer_dtype(dtype, exponent_dtype):

@@ -234,3 +234,5 @@ def test_top_k_errors_name_the_shape():
         fg.make_jaxpr(lambda x: lax.top_k(x, 1))(np.float32(1))
     with pytest.raises(ValueError, match=r"axis 2 is out of range.*\(2, 3\)"):
         lax.top_k(np.zeros((2, 3)), 1, axis=2)
+    with pytest.raises(TypeError, match="k must be an integer, got 1.5"):
+        lax.top_k(np.zeros(3), 1.5)

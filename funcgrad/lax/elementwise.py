@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import enum
+import operator
 
 import numpy as np
 
@@ -835,7 +836,11 @@ def stop_gradient(x):
 
 
 def integer_pow(x, y: int):
-    return integer_pow_p.bind(asarray(x), y=int(y))
+    try:
+        y = operator.index(y)
+    except TypeError:
+        raise TypeError(f"integer_pow: the exponent must be an integer, got {y!r}") from None
+    return integer_pow_p.bind(asarray(x), y=y)
 
 
 def round(x, rounding_method: RoundingMethod = RoundingMethod.AWAY_FROM_ZERO):

@@ -7,6 +7,7 @@ IEEE total order instead: -NaN < -inf < ... < -0.0 < 0.0 < ... < +inf < +NaN.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -230,14 +231,18 @@ def top_k(operand, k: int, *, axis: int = -1):
     """The `k` largest elements along `axis` (the last by default), and their indices
     (int32)."""
     operand = asarray(operand)
+    try:
+        k = operator.index(k)
+    except TypeError:
+        raise TypeError(f"top_k: k must be an integer, got {k!r}") from None
     rank = max(operand.ndim, 1)
     if not -rank <= axis < rank:
         raise ValueError(f"top_k: axis {axis} is out of range for shape {operand.shape}")
     axis %= rank
     last = operand.ndim - 1
     if operand.ndim == 0 or axis == last:
-        return tuple(top_k_p.bind(operand, k=int(k)))
+        return tuple(top_k_p.bind(operand, k=k))
     order = [d for d in range(operand.ndim) if d != axis] + [axis]
-    values, indices = top_k_p.bind(shapes.transpose(operand, order), k=int(k))
+    values, indices = top_k_p.bind(shapes.transpose(operand, order), k=k)
     back = list(np.argsort(order))
     return shapes.transpose(values, back), shapes.transpose(indices, back)
