@@ -584,6 +584,28 @@ def test_select_n(data):
         assert_close(lax.select(picks_second, cases[1], cases[0]), out, rtol=0, atol=0)
 
 
+def test_clamp_derivatives_follow_the_value_even_with_crossed_bounds():
+    """Central differences in float64 away from ties: the tangent of the bound the result is,
+    also where min > max makes the result max (min's tangent passed there)."""
+    lo = np.array([0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+    x = np.array([-1.0, 0.5, 2.0, -1.0, 0.5, 2.0])
+    hi = np.array([1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
+    step = 1e-6
+
+    def central(argnum):
+        def clamp_at(shift):
+            args = [lo.copy(), x.copy(), hi.copy()]
+            args[argnum] += shift
+            return np.minimum(np.maximum(args[1], args[0]), args[2])
+
+        return (clamp_at(step) - clamp_at(-step)) / (2 * step)
+
+    for transform in (fg.grad, fg.jacfwd):
+        slopes = fg.vmap(transform(lax.clamp, argnums=(0, 1, 2)))(lo, x, hi)
+        for argnum in range(3):
+            np.testing.assert_allclose(np.asarray(slopes[argnum]), central(argnum), atol=1e-9)
+
+
 @given(data=st.data())
 def test_clamp_with_scalar_and_array_bounds(data):
     (x,) = data.draw(operands(fst.numeric_dtypes, count=1))
@@ -807,3 +829,17 @@ def test_atan2_slopes_where_the_squares_leave_the_range():
         slopes = fg.vmap(transform(lax.atan2, argnums=(0, 1)))(x, y)
         np.testing.assert_allclose(np.asarray(slopes[0]), expected_x, rtol=1e-14)
         np.testing.assert_allclose(np.asarray(slopes[1]), expected_y, rtol=1e-14)
+
+
+def test_atan2_slopes_at_an_infinite_side():
+    """With one side infinite the slopes are the plain quotients' (y dx - x dy) / (x**2 +
+    y**2), in IEEE arithmetic: 0 toward the finite side; scaling by inf gave NaN."""
+    x = np.array([np.inf, -np.inf, 2.0, 0.0])
+    y = np.array([-3.0, 0.0, np.inf, -np.inf])
+    with np.errstate(invalid="ignore"):
+        expected_x = y / (x * x + y * y)
+        expected_y = -x / (x * x + y * y)
+    # (Reverse mode: forward mode's jvp adds 0 * NaN from the other side's slope.)
+    slopes = fg.vmap(fg.grad(lax.atan2, argnums=(0, 1)))(x, y)
+    np.testing.assert_array_equal(np.asarray(slopes[0]), expected_x)
+    np.testing.assert_array_equal(np.asarray(slopes[1]), expected_y)

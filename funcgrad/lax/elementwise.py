@@ -1104,8 +1104,11 @@ ad.defjvp_with_output(
 def _atan2_slopes(x, y):
     """(y, -x) / (x**2 + y**2), the sides first scaled by the larger one: the squares
     themselves underflow below 1e-154 (float64), where the slopes are about 1e154 and more,
-    and overflow above 1e154. The scale cancels, so its derivative (through max) is 0."""
+    and overflow above 1e154. The scale cancels, so its derivative (through max) is 0. An
+    infinite side is not scaled (inf / inf would be NaN): the slopes are then those of the
+    plain quotients, 0 toward a finite side."""
     scale = max(abs(x), abs(y))
+    scale = select(is_finite(scale), scale, sign(scale))  # (1 for inf, NaN for NaN)
     x_scaled, y_scaled = div(x, scale), div(y, scale)
     denominator = mul(add(mul(x_scaled, x_scaled), mul(y_scaled, y_scaled)), scale)
     return div(y_scaled, denominator), div(neg(x_scaled), denominator)
@@ -1173,11 +1176,13 @@ def _clamp_bound_tangent(beyond):
     return tangent
 
 
+# A bound's tangent passes where the result is that bound (ties pass none): min where
+# x < min < max, max where max < x or, with the bounds crossed, max < min.
 ad.defjvp(
     clamp_p,
-    _clamp_bound_tangent(lambda lo, x, hi: gt(lo, x)),
+    _clamp_bound_tangent(lambda lo, x, hi: bitwise_and(gt(lo, x), lt(lo, hi))),
     _clamp_operand_tangent,
-    _clamp_bound_tangent(lambda lo, x, hi: lt(hi, x)),
+    _clamp_bound_tangent(lambda lo, x, hi: bitwise_or(lt(hi, x), lt(hi, lo))),
 )
 
 
