@@ -920,7 +920,10 @@ def _trigamma(x):
     direct = add(total, series)
     pi = _const(x, np.pi)
     reflected = sub(integer_pow(div(pi, sin(mul(pi, x))), 2), direct)
-    return select(reflect, reflected, direct)
+    # At the poles 0, -1, -2, ... sin(pi x) is a rounding error away from 0, not 0: the
+    # reflection gave a large finite value there (6.6e32 at -1) instead of inf.
+    pole = bitwise_and(le(x, _const(x, 0.0)), eq(floor(x), x))
+    return select(pole, _full(x, np.inf, x.shape), select(reflect, reflected, direct))
 
 
 def _full(x, value, shape: tuple[int, ...]):
