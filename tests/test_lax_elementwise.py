@@ -284,6 +284,13 @@ def test_integer_pow_exponents_the_dtype_cannot_hold():
     assert float(lax.integer_pow(np.float16(-1), 2049)) == -1.0
 
 
+def test_integer_pow_refuses_a_fractional_exponent():
+    # It was truncated: integer_pow(2.0, 1.5) gave 2.0.
+    with pytest.raises(TypeError, match="exponent must be an integer, got 1.5"):
+        lax.integer_pow(np.float32(2.0), 1.5)
+    assert float(lax.integer_pow(np.float32(2.0), np.int64(3))) == 8.0
+
+
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.complex64])
 @pytest.mark.parametrize("exponent_dtype", [np.int8, np.uint8, np.int32])
 def test_pow_takes_an_integer_exponent_of_any_integer_dtype(dtype, exponent_dtype):
@@ -561,17 +568,42 @@ def test_select_n(data):
     if count <= 2 and data.draw(st.booleans()):
         which = data.draw(fst.arrays(dtypes.bool_, selector_shape))
     else:
+        # Any integer dtype; a selector outside [0, count) picks the nearest case.
+        selector_dtype = data.draw(fst.int_dtypes)
         which = data.draw(
-            fst.arrays(dtypes.int32, selector_shape, min_value=0, max_value=count - 1)
+            fst.arrays(selector_dtype, selector_shape, min_value=-2, max_value=count + 1)
         )
     which_full = np.broadcast_to(which, shape)
-    picked = [cases[min(int(which_full[i]), count - 1)][i] for i in np.ndindex(shape)]
+    picked = [cases[min(max(int(which_full[i]), 0), count - 1)][i] for i in np.ndindex(shape)]
     expected = np.array(picked, cases[0].dtype)
     out = lax.select_n(which, *cases)
     assert_close(out, expected.reshape(shape), cases[0].dtype, rtol=0, atol=0)
     check_staging(lax.select_n, which, *cases, exact=True)
     if count == 2:
-        assert_close(lax.select(which.astype(bool), cases[1], cases[0]), out, rtol=0, atol=0)
+        picks_second = np.asarray(which, np.int64) >= 1
+        assert_close(lax.select(picks_second, cases[1], cases[0]), out, rtol=0, atol=0)
+
+
+def test_clamp_derivatives_follow_the_value_even_with_crossed_bounds():
+    """Central differences in float64 away from ties: the tangent of the bound the result is,
+    also where min > max makes the result max (min's tangent passed there)."""
+    lo = np.array([0.0, 0.0, 0.0, 1.0, 1.0, 1.0])
+    x = np.array([-1.0, 0.5, 2.0, -1.0, 0.5, 2.0])
+    hi = np.array([1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
+    step = 1e-6
+
+    def central(argnum):
+        def clamp_at(shift):
+            args = [lo.copy(), x.copy(), hi.copy()]
+            args[argnum] += shift
+            return np.minimum(np.maximum(args[1], args[0]), args[2])
+
+        return (clamp_at(step) - clamp_at(-step)) / (2 * step)
+
+    for transform in (fg.grad, fg.jacfwd):
+        slopes = fg.vmap(transform(lax.clamp, argnums=(0, 1, 2)))(lo, x, hi)
+        for argnum in range(3):
+            np.testing.assert_allclose(np.asarray(slopes[argnum]), central(argnum), atol=1e-9)
 
 
 @given(data=st.data())
@@ -797,3 +829,17 @@ def test_atan2_slopes_where_the_squares_leave_the_range():
         slopes = fg.vmap(transform(lax.atan2, argnums=(0, 1)))(x, y)
         np.testing.assert_allclose(np.asarray(slopes[0]), expected_x, rtol=1e-14)
         np.testing.assert_allclose(np.asarray(slopes[1]), expected_y, rtol=1e-14)
+
+
+def test_atan2_slopes_at_an_infinite_side():
+    """With one side infinite the slopes are the plain quotients' (y dx - x dy) / (x**2 +
+    y**2), in IEEE arithmetic: 0 toward the finite side; scaling by inf gave NaN."""
+    x = np.array([np.inf, -np.inf, 2.0, 0.0])
+    y = np.array([-3.0, 0.0, np.inf, -np.inf])
+    with np.errstate(invalid="ignore"):
+        expected_x = y / (x * x + y * y)
+        expected_y = -x / (x * x + y * y)
+    # (Reverse mode: forward mode's jvp adds 0 * NaN from the other side's slope.)
+    slopes = fg.vmap(fg.grad(lax.atan2, argnums=(0, 1)))(x, y)
+    np.testing.assert_array_equal(np.asarray(slopes[0]), expected_x)
+    np.testing.assert_array_equal(np.asarray(slopes[1]), expected_y)

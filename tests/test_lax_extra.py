@@ -112,11 +112,74 @@ def test_reduce_applies_a_non_identity_init_once_and_stays_one_primitive():
         for e in fg.make_jaxpr(lambda x: lax.reduce(x, 1.0, lax.mul, (0,)))(x).jaxpr.eqns
     ]
     assert names == ["reduce_prod"]
-    assert_same(lax.reduce({"a": x}, {"a": 0.0}, lax.add, (0,))["a"], x.sum(0))
-    with pytest.raises(NotImplementedError, match="single add, mul"):
-        lax.reduce(x, 0.0, lambda a, b: a + 2 * b, (0,))
-    with pytest.raises(TypeError, match="init_values must be a scalar"):
+    dict_sum = lax.reduce({"a": x}, {"a": 0.0}, lambda p, q: {"a": p["a"] + q["a"]}, (0,))
+    assert_same(dict_sum["a"], x.sum(0))
+    # Over no dimensions nothing is combined, not even the init value.
+    assert_same(lax.reduce(x, 10.0, lax.add, ()), x)
+    with pytest.raises(TypeError, match="init_values must be scalars"):
         lax.reduce(x, np.zeros(2), lax.add, (0,))
+
+
+def _argmax_pairs(p, q):
+    """(value, index) pairs: the larger value, the lower index among equal ones."""
+    (p_value, p_index), (q_value, q_index) = p, q
+    first = lax.bitwise_or(
+        lax.gt(p_value, q_value),
+        lax.bitwise_and(lax.eq(p_value, q_value), lax.lt(p_index, q_index)),
+    )
+    return lax.select(first, p_value, q_value), lax.select(first, p_index, q_index)
+
+
+@given(
+    fst.arrays(np.float32, fst.shapes(1, 3, 0, 6), min_value=-3, max_value=3).map(np.round),
+    st.data(),
+)
+def test_reduce_of_several_operands_with_any_computation(x, data):
+    """A pytree of operands and a computation that is no single monoid: argmax as a reduction
+    of (value, index) pairs, against NumPy's first-maximum argmax, eagerly and compiled."""
+    axis = data.draw(st.integers(0, x.ndim - 1))
+    index = np.broadcast_to(
+        np.arange(x.shape[axis], dtype=np.int32).reshape([-1] + [1] * (x.ndim - 1 - axis)),
+        x.shape,
+    ).copy()
+
+    def argmax(x, index):
+        return lax.reduce((x, index), (np.float32(-np.inf), np.int32(0)), _argmax_pairs, (axis,))
+
+    values, indices = argmax(x, index)
+    if x.shape[axis]:
+        assert_same(values, x.max(axis))
+        assert_same(indices, np.argmax(x, axis).astype(np.int32))
+    else:
+        assert_same(values, np.full(values.shape, -np.inf, np.float32))
+    check_staging(argmax, x, index, exact=True)
+
+
+def test_reduce_with_any_computation_differentiates_and_batches():
+    x = np.random.default_rng(1).normal(size=(3, 5))
+
+    def log_sum_exp_and_sum(x):
+        def combine(p, q):
+            return lax.log(lax.add(lax.exp(p[0]), lax.exp(q[0]))), lax.add(p[1], q[1])
+
+        return lax.reduce((x, x * x), (-np.inf, 0.0), combine, (1,))
+
+    log_sum_exp, total = log_sum_exp_and_sum(x)
+    assert_close(log_sum_exp, np.log(np.exp(x).sum(1)))
+    assert_close(total, (x * x).sum(1))
+    check_grads(lambda x: log_sum_exp_and_sum(x)[0], (x,), 1)
+    check_grads(lambda x: log_sum_exp_and_sum(x)[1], (x,), 1)
+    check_batching(log_sum_exp_and_sum, [np.stack([x, -x])], [0])
+
+
+def test_reduce_errors_name_the_cause():
+    ones = np.ones(3)
+    with pytest.raises(TypeError, match=r"operands must have the same shape, got \(3,\), \(4,\)"):
+        lax.reduce((ones, np.ones(4)), (0.0, 0.0), lambda p, q: p, (0,))
+    with pytest.raises(TypeError, match=r"one value of each operand's dtype \(float64, float64\)"):
+        lax.reduce((ones, ones), (0.0, 0.0), lambda p, q: p[0], (0,))
+    with pytest.raises(TypeError, match=r"dtype \(float64\), elementwise; got \(int32\)"):
+        lax.reduce(ones, 0.0, lambda p, q: lax.convert_element_type(p * q, np.int32), (0,))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -141,6 +204,19 @@ def test_approx_top_k_is_exact():
     assert_same(indices, np.argsort(-x, axis=0)[:2].astype(np.int32))
     values, _ = lax.approx_min_k(np.array([3, -128, 7], np.int8), 2)
     assert_same(values, np.int8([-128, 3]))
+
+
+def test_approx_top_k_ranks_signed_zeros_as_equal():
+    """Unlike top_k's total order, the approximate searches tie -0.0 with 0.0 (lower index
+    first) and return each zero with its own sign, eagerly and compiled."""
+    x = np.array([-0.0, 1.0, 0.0, -0.0], np.float32)
+    for jit in (lambda f: f, fg.jit):
+        values, indices = jit(lambda x: lax.approx_max_k(x, 4))(x)
+        assert_same(indices, np.int32([1, 0, 2, 3]))
+        assert_same(np.signbit(np.asarray(values)), np.array([False, True, False, True]))
+        values, indices = jit(lambda x: lax.approx_min_k(x, 4))(x)
+        assert_same(indices, np.int32([0, 2, 3, 1]))
+        assert_same(np.signbit(np.asarray(values)), np.array([True, False, True, False]))
 
 
 def test_shape_functions():

@@ -119,6 +119,23 @@ def test_dynamic_slice_errors_name_the_shapes():
         fg.make_jaxpr(lambda a, u: lax.dynamic_update_slice(a, u, (0, 0)))(
             x, np.zeros((4, 4), np.float32)
         )
+    with pytest.raises(TypeError, match=r"slice_sizes must be integers, got \(2.5, 2\)"):
+        lax.dynamic_slice(x, (0, 0), (2.5, 2))
+
+
+def test_dynamic_slice_index_dtypes_are_checked_before_batching():
+    """A batched int32 start beside an int8 one: the error named concatenate, which the
+    batching rule had called to join the indices."""
+    x = np.zeros((3, 4), np.float32)
+    starts = np.array([0, 1], np.int32)
+    with pytest.raises(TypeError, match=r"dynamic_slice: .*integers of one dtype, got int32, int8"):
+        fg.vmap(lambda s: lax.dynamic_slice(x, (s, np.int8(1)), (2, 2)))(starts)
+    with pytest.raises(
+        TypeError, match=r"dynamic_update_slice: .*integers of one dtype, got int32, int8"
+    ):
+        fg.vmap(
+            lambda s: lax.dynamic_update_slice(x, np.ones((2, 2), np.float32), (s, np.int8(1)))
+        )(starts)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -344,6 +344,36 @@ def test_concatenate_errors_name_the_shapes():
 def test_broadcast_in_dim_errors_are_raised_eagerly():
     with pytest.raises(TypeError, match=r"operand shape \(3,\) cannot be broadcast to \(2, 4\)"):
         lax.broadcast_in_dim(np.zeros(3), (2, 4), (1,))
+    with pytest.raises(TypeError, match=r"must be integers, got \(2.5, 4\)"):
+        lax.broadcast_in_dim(np.zeros(4), (2.5, 4), (1,))
+    with pytest.raises(TypeError, match=r"must be integers, got \(2.0,\)"):
+        lax.iota(np.int32, 2.0)
+
+
+@pytest.mark.parametrize("dims", list(itertools.permutations(range(3), 2)))
+def test_broadcast_in_dim_with_dimensions_out_of_order_transposes(dims):
+    """Operand axis i lands on output axis dims[i] in any order: out[..., j, ..., k, ...] is
+    x[j, k] or x[k, j], as a loop over the output writes it."""
+    x = np.arange(6.0).reshape(2, 3)
+    shape = [4, 4, 4]
+    for axis, size in zip(dims, x.shape):
+        shape[axis] = size
+    expected = np.empty(shape)
+    for index in np.ndindex(*shape):
+        expected[index] = x[tuple(index[d] for d in dims)]
+
+    def broadcast(x):
+        return lax.broadcast_in_dim(x, tuple(shape), dims)
+
+    np.testing.assert_array_equal(np.asarray(broadcast(x)), expected)
+    check_staging(broadcast, x, exact=True)
+    # An element's derivative sums the weights of the output positions that read it.
+    weights = np.random.default_rng(0).normal(size=shape)
+    expected_grad = np.zeros(x.shape)
+    for index in np.ndindex(*shape):
+        expected_grad[tuple(index[d] for d in dims)] += weights[index]
+    grad = fg.grad(lambda x: (broadcast(x) * weights).sum())(x)
+    assert_close(grad, expected_grad)
 
 
 def test_shape_ops_keep_the_weak_type_of_a_python_scalar():

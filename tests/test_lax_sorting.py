@@ -161,8 +161,12 @@ def test_sort_errors_name_the_shapes():
 
 
 def descending_key(value):
-    """NaN before everything, then larger before smaller; -0.0 == 0.0."""
-    return (0, 0.0) if value != value else (1, -value)
+    """The IEEE total order, reversed: +NaN first, then larger before smaller with 0.0 before
+    -0.0, and -NaN last."""
+    negative = math.copysign(1.0, value) < 0
+    if value != value:
+        return (2, 0.0, False) if negative else (0, 0.0, False)
+    return (1, -value, negative)
 
 
 def top_k_reference(x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -198,10 +202,22 @@ def test_top_k_along_any_axis(data):
 def test_top_k_example():
     x = np.array([[1.0, np.nan, 3.0, 3.0, -0.0, 0.0]], np.float32)
     values, indices = lax.top_k(x, 5)
-    np.testing.assert_array_equal(np.asarray(indices), [[1, 2, 3, 0, 4]])
-    np.testing.assert_array_equal(np.asarray(values), [[np.nan, 3.0, 3.0, 1.0, -0.0]])
+    np.testing.assert_array_equal(np.asarray(indices), [[1, 2, 3, 0, 5]])
+    np.testing.assert_array_equal(np.asarray(values), [[np.nan, 3.0, 3.0, 1.0, 0.0]])
     values, indices = lax.top_k(np.array([-128, 127, -128, 0], np.int8), 4)
     np.testing.assert_array_equal(np.asarray(indices), [1, 3, 0, 2])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, dtypes.float16, dtypes.bfloat16])
+def test_top_k_ranks_signed_zeros_and_nans_by_total_order(dtype):
+    """+NaN ranks above +inf and -NaN below -inf; 0.0 ranks above -0.0, eagerly and compiled."""
+    x = np.array([-0.0, -np.nan, 1.0, 0.0, np.nan, -np.inf, -0.0, 0.0], dtype)
+    x[1] = np.copysign(x[1], -1.0)
+    expected = [4, 2, 3, 7, 0, 6, 5, 1]
+    for top_k in (lambda x: lax.top_k(x, 8), fg.jit(lambda x: lax.top_k(x, 8))):
+        values, indices = top_k(x)
+        np.testing.assert_array_equal(np.asarray(indices), expected)
+        assert_same_bits(values, x[expected])
 
 
 def test_top_k_weak_types():
@@ -218,3 +234,5 @@ def test_top_k_errors_name_the_shape():
         fg.make_jaxpr(lambda x: lax.top_k(x, 1))(np.float32(1))
     with pytest.raises(ValueError, match=r"axis 2 is out of range.*\(2, 3\)"):
         lax.top_k(np.zeros((2, 3)), 1, axis=2)
+    with pytest.raises(TypeError, match="k must be an integer, got 1.5"):
+        lax.top_k(np.zeros(3), 1.5)

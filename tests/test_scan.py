@@ -178,8 +178,21 @@ def test_errors():
         lax.scan(lambda c, x: ((c, c), None), 1.0, length=2)
     with pytest.raises(TypeError, match="must return a pair"):
         lax.scan(lambda c, x: c, 1.0, length=2)
-    with pytest.raises(ValueError, match="unroll must be a positive integer"):
-        lax.scan(lambda c, x: (c, x), 1.0, np.ones(2), unroll=0)
+    with pytest.raises(ValueError, match="unroll must be a non-negative integer"):
+        lax.scan(lambda c, x: (c, x), 1.0, np.ones(2), unroll=-1)
+
+
+def test_unroll_zero_steps_one_iteration_at_a_time():
+    """unroll=0 is accepted and unrolls nothing: the cumulative sums of a Python loop."""
+    xs = np.arange(1.0, 6.0, dtype=np.float32)
+
+    def cumulative(xs):
+        return lax.scan(lambda c, x: (c + x, c + x), np.float32(0.0), xs, unroll=0)
+
+    for scan in (cumulative, fg.jit(cumulative)):
+        total, partial = scan(xs)
+        np.testing.assert_array_equal(np.asarray(partial), np.cumsum(xs))
+        assert float(total) == 15.0
 
 
 def test_make_jaxpr_pins_the_staged_scan():

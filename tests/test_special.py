@@ -10,6 +10,8 @@ import scipy.special as sc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import funcgrad as fg
+from funcgrad import lax
 from funcgrad.lax import _special
 
 RTOL = 1e-13
@@ -216,6 +218,15 @@ def test_digamma_near_zeros_mpmath():
     ]
     x, want = map(np.array, zip(*pts))
     assert_close(_special.digamma(x), want, rtol=1e-15)
+
+
+def test_digamma_derivative_is_trigamma_with_poles_at_the_non_positive_integers():
+    """The slope of digamma is SciPy's polygamma(1, x), inf at 0, -1, -2, ... (the reflection
+    gave 6.6e32 at -1: sin(pi x) there is a rounding error, not 0)."""
+    x = np.array([-0.0, 0.0, -1.0, -2.0, -7.0, -2.5, -0.3, 0.2, 1.0, 3.7, 40.0])
+    slopes = fg.vmap(fg.grad(lax.digamma))(x)
+    assert_close(np.asarray(slopes), sc.polygamma(1, x), rtol=1e-12)
+    assert np.all(np.isinf(np.asarray(slopes)[:5]))
 
 
 def test_negative_axis_mpmath():

@@ -375,9 +375,11 @@ def _select_n(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> Expr:
         return values[0]
     if selector.dtype == K.BOOL:
         return K.select(selector, values[1], values[0])
-    # An int32 selector picks case k; out-of-range selectors clamp as in the reference.
-    result = values[-1]
-    for k in reversed(range(len(values) - 1)):
+    # An integer selector picks case k; out-of-range selectors clamp as in the reference. Cases
+    # past the selector dtype's maximum are out of its reach (and their numbers may not fit it).
+    last = min(len(values) - 1, int(dtypes.iinfo(selector.dtype).max))
+    result = values[last]
+    for k in reversed(range(last)):
         result = K.select(K.binary("le", selector, K.const(k, selector.dtype)), values[k], result)
     return result
 
@@ -1600,9 +1602,19 @@ def _sort(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     return statements + loop_nest(shape, gather)
 
 
+def _total_order_key(x: Expr) -> Expr:
+    """A float's place in the IEEE total order as a signed integer (the reference's
+    `sorting._total_order_key`): its bits, every bit but the sign flipped where the sign is
+    set."""
+    bits_dtype = np.dtype(f"int{x.dtype.itemsize * 8}")
+    bits = K.Bitcast(x, bits_dtype)
+    flipped = K.binary("xor", bits, K.const(int(np.iinfo(bits_dtype).max), bits_dtype))
+    return K.select(K.binary("lt", bits, K.const(0, bits_dtype)), flipped, bits)
+
+
 def _top_k(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
-    """The k largest along the last axis, largest first (NaN counts as the largest); equal
-    values keep their index order."""
+    """The k largest along the last axis, largest first (floats in the IEEE total order: +NaN
+    first, 0.0 before -0.0, -NaN last); equal values keep their index order."""
     (operand,) = eqn.invars
     values_out, indices_out = outputs
     shape = operand.aval.shape
@@ -1615,9 +1627,9 @@ def _top_k(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
         outer = _outer_indices(line, outer_shape)
         a = _sort_value(builder.element(operand, outer + [p]))
         b = _sort_value(builder.element(operand, outer + [q]))
-        return K.binary(
-            "or", K.binary("gt", a, b), K.binary("and", _is_nan(a), K.unary("not", _is_nan(b)))
-        )
+        if a.dtype.kind == "f":
+            a, b = _total_order_key(a), _total_order_key(b)
+        return K.binary("gt", a, b)
 
     statements, order = _merge_sort(builder, lines, n, before)
     out_shape = outer_shape + (k,)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import enum
+import operator
 
 import numpy as np
 
@@ -529,8 +530,8 @@ select_n_p = Primitive("select_n")
 def _select_n_abstract_eval(which: ShapedArray, *cases: ShapedArray) -> ShapedArray:
     if not cases:
         raise TypeError("select_n needs at least one case")
-    if which.dtype != dtypes.bool_ and which.dtype != dtypes.int32:
-        raise TypeError(f"select_n's selector must be bool or int32, got {which.dtype.name}")
+    if which.dtype != dtypes.bool_ and not dtypes.is_int(which.dtype):
+        raise TypeError(f"select_n's selector must be bool or an integer, got {which.dtype.name}")
     if which.dtype == dtypes.bool_ and len(cases) > 2:
         raise TypeError(f"a boolean selector picks between at most 2 cases, got {len(cases)}")
     dtype = check_same_dtypes("select_n", cases)
@@ -554,7 +555,10 @@ def _select_n_impl(which, *cases):
         return cases[0]
     if which.dtype == np.bool_:
         return np.where(which, cases[1], cases[0])
-    return np.choose(which, cases, mode="clip") if np.ndim(which) else cases[int(which)]
+    # A selector outside [0, len(cases)) picks the nearest case, as the compiled select chain
+    # does.
+    which = np.clip(np.asarray(which, np.int64), 0, len(cases) - 1)
+    return np.choose(which, cases) if np.ndim(which) else cases[int(which)]
 
 
 @select_n_p.def_weak_type
@@ -832,7 +836,11 @@ def stop_gradient(x):
 
 
 def integer_pow(x, y: int):
-    return integer_pow_p.bind(asarray(x), y=int(y))
+    try:
+        y = operator.index(y)
+    except TypeError:
+        raise TypeError(f"integer_pow: the exponent must be an integer, got {y!r}") from None
+    return integer_pow_p.bind(asarray(x), y=y)
 
 
 def round(x, rounding_method: RoundingMethod = RoundingMethod.AWAY_FROM_ZERO):
@@ -912,7 +920,10 @@ def _trigamma(x):
     direct = add(total, series)
     pi = _const(x, np.pi)
     reflected = sub(integer_pow(div(pi, sin(mul(pi, x))), 2), direct)
-    return select(reflect, reflected, direct)
+    # At the poles 0, -1, -2, ... sin(pi x) is a rounding error away from 0, not 0: the
+    # reflection gave a large finite value there (6.6e32 at -1) instead of inf.
+    pole = bitwise_and(le(x, _const(x, 0.0)), eq(floor(x), x))
+    return select(pole, _full(x, np.inf, x.shape), select(reflect, reflected, direct))
 
 
 def _full(x, value, shape: tuple[int, ...]):
@@ -1096,8 +1107,11 @@ ad.defjvp_with_output(
 def _atan2_slopes(x, y):
     """(y, -x) / (x**2 + y**2), the sides first scaled by the larger one: the squares
     themselves underflow below 1e-154 (float64), where the slopes are about 1e154 and more,
-    and overflow above 1e154. The scale cancels, so its derivative (through max) is 0."""
+    and overflow above 1e154. The scale cancels, so its derivative (through max) is 0. An
+    infinite side is not scaled (inf / inf would be NaN): the slopes are then those of the
+    plain quotients, 0 toward a finite side."""
     scale = max(abs(x), abs(y))
+    scale = select(is_finite(scale), scale, sign(scale))  # (1 for inf, NaN for NaN)
     x_scaled, y_scaled = div(x, scale), div(y, scale)
     denominator = mul(add(mul(x_scaled, x_scaled), mul(y_scaled, y_scaled)), scale)
     return div(y_scaled, denominator), div(neg(x_scaled), denominator)
@@ -1165,11 +1179,13 @@ def _clamp_bound_tangent(beyond):
     return tangent
 
 
+# A bound's tangent passes where the result is that bound (ties pass none): min where
+# x < min < max, max where max < x or, with the bounds crossed, max < min.
 ad.defjvp(
     clamp_p,
-    _clamp_bound_tangent(lambda lo, x, hi: gt(lo, x)),
+    _clamp_bound_tangent(lambda lo, x, hi: bitwise_and(gt(lo, x), lt(lo, hi))),
     _clamp_operand_tangent,
-    _clamp_bound_tangent(lambda lo, x, hi: lt(hi, x)),
+    _clamp_bound_tangent(lambda lo, x, hi: bitwise_or(lt(hi, x), lt(hi, lo))),
 )
 
 

@@ -17,7 +17,7 @@ from funcgrad.interpreters.ad import deflinear
 from funcgrad.interpreters.batching import defvectorized
 from funcgrad.lax import elementwise, reductions, shapes
 from funcgrad.lax.base import asarray, canonical_axes
-from funcgrad.lax.indexing import scatter_add
+from funcgrad.lax.indexing import gather_along_axis, scatter_add
 from funcgrad.lax.sharding_constraint import placed
 from funcgrad.lax.sorting import top_k
 
@@ -136,9 +136,12 @@ def reduce(
 ):
     """Reduce `dimensions` of operands with `computation`, starting from init_values.
 
-    The computation must be one of the monoids funcgrad has reductions for: addition,
-    multiplication, max, min, and logical and/or (e.g. lax.add, or lambda x, y: x * y).
-    It is recognised by tracing it on two scalars.
+    A single operand reduced by one of the monoids funcgrad has reductions for (addition,
+    multiplication, max, min, logical and/or; recognised by tracing the computation on two
+    scalars) becomes that one reduction. Any other computation, over one operand or a pytree
+    of them, is applied to halves of the operands until one element is left along each
+    dimension; it must be associative and commutative (the order of its applications is not
+    specified), and elementwise, since it then sees arrays rather than scalars.
     """
     reduced = _reduce(operands, init_values, computation, dimensions)
     return placed(reduced, "reduce", out_sharding=out_sharding)
@@ -152,44 +155,97 @@ def _reduce(operands, init_values, computation: Callable, dimensions: Sequence[i
             f"reduce: operands and init_values must have the same structure, got {tree} and "
             f"{init_tree}"
         )
-    if len(flat_operands) != 1:
-        raise NotImplementedError(
-            "reduce: only single-operand reductions are supported, got "
-            f"{len(flat_operands)} operands"
-        )
-    x = asarray(flat_operands[0])
-    init = flat_inits[0]
-    init = asarray(init, x.dtype) if dtypes.is_python_scalar(init) else asarray(init)
-    if init.shape != () or init.dtype != x.dtype:
+    if not flat_operands:
+        raise TypeError("reduce needs at least one operand")
+    xs = [asarray(x) for x in flat_operands]
+    if any(x.shape != xs[0].shape for x in xs):
         raise TypeError(
-            f"reduce: init_values must be a scalar of the operand's dtype {x.dtype.name}, got "
-            f"{init.aval.str_short()}"
+            "reduce: operands must have the same shape, got " + ", ".join(str(x.shape) for x in xs)
         )
-    primitive = _monoid_of(computation, x.dtype)
-    dims = canonical_axes(dimensions, x.ndim, "reduce")
-    reduced = _MONOID_REDUCERS[primitive](x, dims)
-    if not _is_identity(primitive, init):
-        reduced = primitive.bind(reduced, init)
-    return tree_util.tree_unflatten(tree, [reduced])
+    inits = []
+    for x, init in zip(xs, flat_inits):
+        init = asarray(init, x.dtype) if dtypes.is_python_scalar(init) else asarray(init)
+        if init.shape != () or init.dtype != x.dtype:
+            raise TypeError(
+                f"reduce: init_values must be scalars of the operands' dtypes, got "
+                f"{init.aval.str_short()} for an operand of dtype {x.dtype.name}"
+            )
+        inits.append(init)
+    dims = canonical_axes(dimensions, xs[0].ndim, "reduce")
+    if not dims:  # no element meets another, nor an init value
+        return tree_util.tree_unflatten(tree, xs)
+    primitive = _monoid_of(computation, xs[0].dtype, tree) if len(xs) == 1 else None
+    if primitive is not None:
+        (x,), (init,) = xs, inits
+        reduced = _MONOID_REDUCERS[primitive](x, dims)
+        if not _is_identity(primitive, init):
+            reduced = primitive.bind(reduced, init)
+        return tree_util.tree_unflatten(tree, [reduced])
+    return tree_util.tree_unflatten(tree, _reduce_by_halves(xs, inits, computation, dims, tree))
 
 
-def _monoid_of(computation: Callable, dtype: np.dtype) -> Primitive:
+def _reduce_by_halves(xs: list, inits: list, computation: Callable, dims, tree) -> list:
+    """A general reduction: along each dimension the operands' two halves are combined by
+    `computation` until one element is left, and the init values are combined with the result
+    once (with no element at all, the result is the init values)."""
+
+    def combine(a: list, b: list) -> list:
+        out = tree_util.tree_leaves(
+            computation(tree_util.tree_unflatten(tree, a), tree_util.tree_unflatten(tree, b))
+        )
+        out = [asarray(o) for o in out]
+        if [(o.shape, o.dtype) for o in out] != [(x.shape, x.dtype) for x in a]:
+            expected = ", ".join(x.dtype.name for x in a)
+            got = ", ".join(
+                o.dtype.name if o.shape == a[0].shape else "a reshaped value" for o in out
+            )
+            raise TypeError(
+                f"reduce: the computation must return one value of each operand's dtype "
+                f"({expected}), elementwise; got ({got})"
+            )
+        return out
+
+    out_shape = tuple(s for d, s in enumerate(xs[0].shape) if d not in dims)
+    inits = [shapes.broadcast_in_dim(init, out_shape, ()) for init in inits]
+    if any(xs[0].shape[d] == 0 for d in dims):
+        return inits
+    for axis in sorted(dims, reverse=True):
+        while xs[0].shape[axis] > 1:
+            size = xs[0].shape[axis]
+            half = size // 2
+            low = [shapes.slice_in_dim(x, 0, half, axis=axis) for x in xs]
+            high = [shapes.slice_in_dim(x, half, 2 * half, axis=axis) for x in xs]
+            paired = combine(low, high)
+            if size % 2:
+                paired = [
+                    shapes.concatenate([p, shapes.slice_in_dim(x, size - 1, size, axis=axis)], axis)
+                    for p, x in zip(paired, xs)
+                ]
+            xs = paired
+        xs = [shapes.squeeze(x, (axis,)) for x in xs]
+    return combine(inits, xs)
+
+
+def _monoid_of(computation: Callable, dtype: np.dtype, tree) -> Primitive | None:
+    """The reduction primitive `computation` is, on one operand of `dtype` in pytree `tree`;
+    None for any other computation."""
     from funcgrad.interpreters.staging import trace_to_jaxpr
 
+    def on_leaves(a, b):
+        return computation(tree_util.tree_unflatten(tree, [a]), tree_util.tree_unflatten(tree, [b]))
+
     scalar = ShapedArray((), dtype)
-    closed, _ = trace_to_jaxpr(lambda a, b: computation(a, b), [scalar, scalar], "reduce")
+    closed, out_tree = trace_to_jaxpr(on_leaves, [scalar, scalar], "reduce")
     jaxpr = closed.jaxpr
     if (
-        len(jaxpr.eqns) == 1
+        out_tree == tree
+        and len(jaxpr.eqns) == 1
         and jaxpr.eqns[0].primitive in _MONOID_REDUCERS
         and list(jaxpr.eqns[0].invars) == list(jaxpr.invars)
         and list(jaxpr.outvars) == list(jaxpr.eqns[0].outvars)
     ):
         return jaxpr.eqns[0].primitive
-    raise NotImplementedError(
-        "reduce: the computation must be a single add, mul, max, min, and or or of its two "
-        f"arguments; got the program\n{jaxpr}"
-    )
+    return None
 
 
 def _is_identity(primitive: Primitive, init) -> bool:
@@ -268,13 +324,19 @@ def _top_k_along(operand, k: int, dimension: int, largest: bool):
     last = x.ndim - 1
     perm = [d for d in range(x.ndim) if d != dimension] + [dimension]
     moved = shapes.transpose(x, tuple(perm))
+    rank = moved
+    if dtypes.is_float(x.dtype):
+        # These searches compare -0.0 and 0.0 as equal (the lower index first), where top_k's
+        # total order puts 0.0 first.
+        zero = shapes.full_like(moved, 0)
+        rank = elementwise.select(elementwise.eq(moved, zero), zero, moved)
     if not largest:
         # Negation reverses floats; bitwise not reverses integers without overflowing.
         flip = elementwise.neg if dtypes.is_float(x.dtype) else elementwise.bitwise_not
-        moved = flip(moved)
-    values, indices = top_k(moved, k)
-    if not largest:
-        values = flip(values)
+        rank = flip(rank)
+    values, indices = top_k(rank, k)
+    if moved.size:  # else the outputs are empty
+        values = gather_along_axis(moved, indices, last, unique_indices=True)
     inverse = tuple(int(i) for i in np.argsort(perm))
     if dimension != last:
         values, indices = shapes.transpose(values, inverse), shapes.transpose(indices, inverse)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import math
+import operator
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -148,6 +149,9 @@ def _start_index_operands(
             size = asarray(np.array(size).astype(index.dtype)[()])
             index = select(lt(index, 0), add(index, size), index)
         operands.append(index)
+    # Checked here as well as by the primitive: under vmap the batching rule, which joins the
+    # indices into one array, runs before the primitive's own check.
+    _check_start_indices(name, core.get_aval(operand), [core.get_aval(i) for i in operands])
     return operands
 
 
@@ -268,7 +272,10 @@ def dynamic_slice(
     """
     operand = asarray(operand)
     indices = _start_index_operands("dynamic_slice", operand, start_indices, allow_negative_indices)
-    sizes = tuple(int(s) for s in slice_sizes)
+    try:
+        sizes = tuple(operator.index(s) for s in slice_sizes)
+    except TypeError:
+        raise TypeError(f"dynamic_slice: slice_sizes must be integers, got {slice_sizes}") from None
     return dynamic_slice_p.bind(operand, *indices, slice_sizes=sizes)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import math
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -48,7 +49,12 @@ def scalar_if_0d(x):
 
 
 def _int_tuple(values: Sequence[int]) -> tuple[int, ...]:
-    return tuple(int(v) for v in values)
+    """Sizes or dimensions as Python ints: a float is refused, not truncated (2.5 -> 2)."""
+    values = tuple(values)
+    try:
+        return tuple(operator.index(v) for v in values)
+    except TypeError:
+        raise TypeError(f"shapes and dimensions must be integers, got {values}") from None
 
 
 def _check_dims(name: str, what: str, dims: Sequence[int], shape: tuple[int, ...]) -> None:
@@ -147,6 +153,11 @@ def broadcast_in_dim(
     operand = asarray(operand)
     shape = _int_tuple(shape)
     broadcast_dimensions = _int_tuple(broadcast_dimensions)
+    order = sorted(range(len(broadcast_dimensions)), key=broadcast_dimensions.__getitem__)
+    if order != list(range(len(order))) and operand.ndim == len(order):
+        # Output dimensions out of order transpose the operand: put its axes in their order.
+        operand = transpose(operand, order)
+        broadcast_dimensions = tuple(broadcast_dimensions[i] for i in order)
     if operand.shape == shape and broadcast_dimensions == tuple(range(len(shape))):
         out = operand
     else:
@@ -256,7 +267,7 @@ iota_p.not_applicable["batch"] = "no operands: never batched"
 
 def iota(dtype, size: int):
     """[0, 1, ..., size - 1] as a 1-d array of `dtype`."""
-    return broadcasted_iota(dtype, (int(size),), 0)
+    return broadcasted_iota(dtype, (size,), 0)
 
 
 def broadcasted_iota(dtype, shape: Sequence[int], dimension: int, *, out_sharding=None):

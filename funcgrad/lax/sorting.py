@@ -1,11 +1,13 @@
 """Sorting primitives: multi-operand stable sort and top_k.
 
-Floats are ordered as JAX orders them: -0.0 and 0.0 compare equal (a stable sort keeps their
-order) and every NaN, whatever its sign, sorts after +inf.
+Floats are ordered as JAX orders them. `sort` compares -0.0 and 0.0 as equal (a stable sort
+keeps their order) and puts every NaN, whatever its sign, after +inf. `top_k` ranks by the
+IEEE total order instead: -NaN < -inf < ... < -0.0 < 0.0 < ... < +inf < +NaN.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,6 +28,16 @@ def _sort_key(x: np.ndarray) -> np.ndarray:
     # without regard to NaN; float32 (int32) holds every value of the half and narrow formats
     # exactly.
     return x.astype(dtypes.compute_dtype(x.dtype), copy=False)
+
+
+def _total_order_key(x: np.ndarray) -> np.ndarray:
+    """Signed integers that order floats as the IEEE total order does: a float's bits, with
+    every bit but the sign flipped where the sign is set (so larger magnitudes of negative
+    numbers, and -NaN past -inf, come lower)."""
+    x = _sort_key(x)
+    bits = x.view(np.dtype(f"int{x.dtype.itemsize * 8}"))
+    magnitude_bits = np.iinfo(bits.dtype).max
+    return np.where(bits < 0, bits ^ magnitude_bits, bits)
 
 
 def _normalize_dimension(name: str, dimension: int, shape: tuple[int, ...]) -> int:
@@ -181,18 +193,12 @@ def _top_k_abstract_eval(operand: ShapedArray, *, k: int) -> list[ShapedArray]:
 
 @top_k_p.def_impl
 def _top_k_impl(operand, *, k):
-    """The k largest along the last axis, descending; NaN counts as the largest value.
-
-    Equal values (-0.0 and 0.0 included) keep their index order.
-    """
+    """The k largest along the last axis, descending in the IEEE total order for floats
+    (+NaN first, 0.0 before -0.0, -NaN last); equal values keep their index order."""
     operand = np.asarray(operand)
-    if dtypes.is_float(operand.dtype):
-        key = _sort_key(operand)
-        # NaN-ness is the primary key (NaNs first), the negated value the secondary one.
-        order = np.lexsort((np.negative(key), ~np.isnan(key)), axis=-1)
-    else:
-        # ~x reverses the order of integers and booleans, without -x's overflow at the minimum.
-        order = np.argsort(np.invert(operand), axis=-1, kind="stable")
+    key = _total_order_key(operand) if dtypes.is_float(operand.dtype) else operand
+    # ~key reverses the order of integers and booleans, without -key's overflow at the minimum.
+    order = np.argsort(np.invert(key), axis=-1, kind="stable")
     indices = order[..., :k]
     return [np.take_along_axis(operand, indices, axis=-1), indices.astype(dtypes.int32)]
 
@@ -225,14 +231,18 @@ def top_k(operand, k: int, *, axis: int = -1):
     """The `k` largest elements along `axis` (the last by default), and their indices
     (int32)."""
     operand = asarray(operand)
+    try:
+        k = operator.index(k)
+    except TypeError:
+        raise TypeError(f"top_k: k must be an integer, got {k!r}") from None
     rank = max(operand.ndim, 1)
     if not -rank <= axis < rank:
         raise ValueError(f"top_k: axis {axis} is out of range for shape {operand.shape}")
     axis %= rank
     last = operand.ndim - 1
     if operand.ndim == 0 or axis == last:
-        return tuple(top_k_p.bind(operand, k=int(k)))
+        return tuple(top_k_p.bind(operand, k=k))
     order = [d for d in range(operand.ndim) if d != axis] + [axis]
-    values, indices = top_k_p.bind(shapes.transpose(operand, order), k=int(k))
+    values, indices = top_k_p.bind(shapes.transpose(operand, order), k=k)
     back = list(np.argsort(order))
     return shapes.transpose(values, back), shapes.transpose(indices, back)

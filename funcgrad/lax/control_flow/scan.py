@@ -578,9 +578,9 @@ def _canonical_unroll(unroll, length: int) -> int:
     if isinstance(unroll, bool):
         return max(length, 1) if unroll else 1
     unroll = operator.index(unroll)
-    if unroll < 1:
-        raise ValueError(f"scan: unroll must be a positive integer or a bool, got {unroll}")
-    return unroll
+    if unroll < 0:
+        raise ValueError(f"scan: unroll must be a non-negative integer or a bool, got {unroll}")
+    return max(unroll, 1)  # 0 unrolls nothing, as 1 does
 
 
 def _stage_body(f: Callable, in_tree, carry_avals: list, x_avals: list):
