@@ -17,14 +17,13 @@ import functools
 
 import numpy as np
 import pytest
-from checks import assert_close_or_as_near_the_truth
+from checks import assert_close_or_as_near_the_truth, jit_backend
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import lax
-from funcgrad.config import config
 from funcgrad.tools.recipes import CUDA_BACKENDS
 
 FLOAT_STEPS = [
@@ -291,13 +290,16 @@ def run_on(backend: str, fun, calls: list) -> list[np.ndarray]:
     """jit(fun) on `backend`, called with each argument tuple in `calls` in turn: on a GPU the
     first call is walked step by step, the second captured as a graph and the third replays
     it."""
-    previous = config.jit_backend
-    config.update("jit_backend", backend)
-    try:
+    with jit_backend(backend):
         jitted = fg.jit(fun)
         return [np.asarray(jitted(*args)) for args in calls]
-    finally:
-        config.update("jit_backend", previous)
+
+
+def leaves_on(backend: str, fun, calls: list) -> list[list[np.ndarray]]:
+    """As `run_on`, for a function returning a tuple: each call's results, as arrays."""
+    with jit_backend(backend):
+        jitted = fg.jit(fun)
+        return [[np.asarray(r) for r in fg.tree.leaves(jitted(*args))] for args in calls]
 
 
 @pytest.mark.parametrize(
@@ -515,3 +517,182 @@ def test_random_indexing_and_control_programs_compile_exactly(backend, case, see
     for got, expected in results:
         assert got.dtype == expected.dtype and got.shape == expected.shape
         np.testing.assert_array_equal(got, expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layouts and rows: values of shape (batch, rows, cols), rows of widths about the GPU
+# renderer's thresholds (a thread or a block per row, held or shared scratch), through
+# reductions over any axes (kept or broadcast back through transposes and reshapes), row
+# chains (softmax, layernorm), products with batch dimensions and transposed operands with
+# their epilogues (GEMM updates, biases), argmax and argmin, cumulative sums and products
+# along any axis, and row statistics read by the same rows and by others. A program returns
+# several values: its last, others of its pool (an input among them, maybe twice).
+
+LAYOUT_STEPS = [
+    "softmax",
+    "layernorm",
+    "center_axes",
+    "transpose_reduce",
+    "reshape_reduce",
+    "rows_reshaped",
+    "batched_product_update",
+    "transposed_product_bias",
+    "flat_product_update",
+    "argbest",
+    "cumulative",
+    "row_stats_other_rows",
+    "stat_chain",
+    "tanh",
+    "mul",
+]
+# (a width of one, of a warp and either side, of a short row's limit, of a block's and either
+# side, of several blocks' and past shared memory's scratch in float64)
+LAYOUT_WIDTHS = [1, 2, 31, 32, 33, 64, 127, 128, 129, 1030, 4100]
+LAYOUT_AXES = [(0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2)]
+PERMUTATIONS = [(0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)]
+
+
+def _reduce(kind: int, a, axis, keepdims=True):
+    """A sum, mean, max or min of `a` over `axis`."""
+    reducer = [fnp.sum, fnp.mean, fnp.max, fnp.min][kind % 4]
+    return reducer(a, axis=axis, keepdims=keepdims)
+
+
+def apply_layout_step(step: str, pool: list, pick: list[int]):
+    """One step on values of one shape (batch, rows, cols); `pick` chooses operands from the
+    pool (and an axis, a permutation or a variant)."""
+    a, b = pool[pick[0] % len(pool)], pool[pick[1] % len(pool)]
+    variant = pick[2]
+    batch, rows, cols = a.shape
+    axis = variant % 3
+    if step == "softmax":  # (max, subtract, exp, sum, divide along an axis)
+        e = fnp.exp(a - fnp.max(a, axis=axis, keepdims=True))
+        return e / fnp.sum(e, axis=axis, keepdims=True) + b * 0.5
+    if step == "layernorm":  # (over the row or over each batch element; a bias-like scale)
+        axes = (2,) if variant % 2 else (1, 2)
+        centred = a - fnp.mean(a, axis=axes, keepdims=True)
+        scale = fnp.mean(b, axis=(0, 1)) + 1.0
+        return (
+            centred / fnp.sqrt(fnp.mean(centred * centred, axis=axes, keepdims=True) + 1e-3) * scale
+            + b[0, 0]
+        )
+    if step == "center_axes":
+        return a - _reduce(variant, b, LAYOUT_AXES[variant % len(LAYOUT_AXES)])
+    if step == "transpose_reduce":  # (reduce a transpose's last axis, transpose back)
+        order = PERMUTATIONS[variant % len(PERMUTATIONS)]
+        reduced = _reduce(variant // 6, fnp.transpose(a, order), -1)
+        return b * 0.5 - fnp.transpose(reduced, np.argsort(order))
+    if step == "reshape_reduce":  # (rows and columns regrouped, not transposed)
+        regrouped = fnp.reshape(a, (batch, cols, rows))
+        if variant % 2:
+            return b + fnp.reshape(_reduce(variant // 2, regrouped, 1, False), (batch, rows, 1))
+        return b + fnp.reshape(_reduce(variant // 2, regrouped, 2, False), (batch, 1, cols))
+    if step == "rows_reshaped":  # (a softmax over the flattened rows of all batch elements)
+        flat = (
+            fnp.reshape(a, (batch * rows, cols))
+            if variant % 2
+            else fnp.reshape(a, (batch, rows * cols))
+        )
+        return fnp.reshape(fg.nn.softmax(flat, axis=-1) * cols, a.shape) - b
+    if step == "batched_product_update":  # (w - lr * g, g a batched product)
+        scores = fnp.einsum("brc,bsc->brs", a, b) / cols
+        update = fnp.einsum("brs,bsc->brc", scores, b) / rows
+        return a - 0.1 * update if variant % 2 else 0.9 * b + update
+    if step == "transposed_product_bias":  # (contract the rows, batch the batch, a bias)
+        gram = lax.dot_general(a, b, (((1,), (1,)), ((0,), (0,)))) / rows  # (batch, cols, cols)
+        product = fnp.swapaxes(lax.dot_general(gram, a, (((1,), (2,)), ((0,), (0,)))), 1, 2)
+        return fnp.tanh(product / cols + fnp.sum(b, axis=(0, 1)) * 0.1)
+    if step == "flat_product_update":  # (a 2-D GEMM on flattened rows, its weights transposed)
+        flat_a, flat_b = fnp.reshape(a, (-1, cols)), fnp.reshape(b, (-1, cols))
+        weights = flat_b.T @ flat_b / flat_b.shape[0]
+        product = flat_a @ weights.T if variant % 2 else (weights @ flat_a.T).T
+        return fnp.reshape(flat_a - 0.5 * product / cols, a.shape)
+    if step == "argbest":  # (of an input, whose ties cannot come from rounding)
+        source = pool[variant % 2]
+        best = fnp.argmax if variant % 4 < 2 else fnp.argmin
+        where = best(source, axis=axis, keepdims=True)
+        return a - fnp.take_along_axis(b, where, axis=axis) + where.astype(a.dtype) * 0.01
+    if step == "cumulative":
+        if variant % 2:
+            return fnp.cumprod(1.0 + 0.01 * fnp.tanh(a), axis=axis) - b
+        return fnp.cumsum(a, axis=axis) / np.sqrt(a.shape[axis]) + b
+    if step == "row_stats_other_rows":  # (a row's statistic read by its row and others)
+        stat = _reduce(variant, a, 2)
+        return b * stat[:, ::-1] + a - stat + fnp.roll(stat, 1, axis=0)
+    if step == "stat_chain":  # (a second statistic of a value scaled by the first)
+        first = fnp.mean(a, axis=axis, keepdims=True)
+        second = fnp.mean(a * first - b, axis=axis, keepdims=True)
+        return a * second - b * first
+    if step == "tanh":
+        return fnp.tanh(a)
+    if step == "mul":
+        return a * b
+    raise AssertionError(step)
+
+
+@st.composite
+def layout_programs(draw):
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    program = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(LAYOUT_STEPS),
+                st.integers(0, 9),
+                st.integers(0, 9),
+                st.integers(0, 23),
+            ),
+            min_size=1,
+            max_size=6,
+        )
+    )
+    shape = (
+        draw(st.integers(1, 3)),
+        draw(st.sampled_from([1, 2, 3, 5, 33, 70])),
+        draw(st.sampled_from(LAYOUT_WIDTHS)),
+    )
+    # (the pool's values returned besides the last: an input may be among them, or twice)
+    returned = draw(st.lists(st.integers(0, 12), max_size=3))
+    return dtype, program, shape, returned, draw(st.sampled_from(["jit", "grad", "vmap"]))
+
+
+@pytest.mark.parametrize(
+    "backend", ["llvm"] + [pytest.param(b, marks=pytest.mark.cuda) for b in CUDA_BACKENDS]
+)
+@settings(deadline=None)
+@given(layout_programs(), st.integers(0, 2**31 - 1))
+def test_random_layout_and_row_programs_compile_to_what_the_reference_computes(backend, case, seed):
+    dtype, program, shape, returned, transform = case
+    rng = np.random.default_rng(seed)
+
+    def f(x, y):
+        pool = [x, y]
+        for step, i, j, variant in program:
+            pool.append(apply_layout_step(step, pool, [i, j, variant]))
+        return (pool[-1], *(pool[k % len(pool)] for k in returned))
+
+    calls = [[rng.standard_normal(shape).astype(dtype) for _ in range(2)] for _ in range(3)]
+    if transform == "grad":
+        fun = fg.grad(
+            lambda u, v: sum(fnp.sum(fnp.tanh(out * 0.3)) for out in f(u, v)), argnums=(0, 1)
+        )
+    elif transform == "vmap":
+        fun = fg.vmap(f, in_axes=(0, None))
+        calls = [[np.stack([x, -x]), y] for x, y in calls]
+    else:
+        fun = f
+
+    @functools.cache
+    def exact():
+        wide = [[a.astype(np.float64) for a in args] for args in calls]
+        return leaves_on("numpy", fun, wide)
+
+    compiled, reference = leaves_on(backend, fun, calls), leaves_on("numpy", fun, calls)
+    for k, (got_all, expected_all) in enumerate(zip(compiled, reference)):
+        for n, (got, expected) in enumerate(zip(got_all, expected_all)):
+            assert got.dtype == expected.dtype and got.shape == expected.shape
+            if dtype == np.float64:
+                np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9)
+            else:
+                assert_close_or_as_near_the_truth(
+                    got, expected, 2e-4, lambda k=k, n=n: exact()[k][n]
+                )
