@@ -295,11 +295,16 @@ def run_on(backend: str, fun, calls: list) -> list[np.ndarray]:
         return [np.asarray(jitted(*args)) for args in calls]
 
 
-def leaves_on(backend: str, fun, calls: list) -> list[list[np.ndarray]]:
-    """As `run_on`, for a function returning a tuple: each call's results, as arrays."""
+def leaves_on(backend: str, fun, calls: list, donated=()) -> list[list[np.ndarray]]:
+    """As `run_on`, for a function returning a tuple: each call's results, as arrays. The
+    arguments at `donated` are placed on the device first, and given up to the call."""
     with jit_backend(backend):
-        jitted = fg.jit(fun)
-        return [[np.asarray(r) for r in fg.tree.leaves(jitted(*args))] for args in calls]
+        jitted = fg.jit(fun, donate_argnums=donated)
+        results = []
+        for args in calls:
+            args = [fg.device_put(a) if k in donated else a for k, a in enumerate(args)]
+            results.append([np.asarray(r) for r in fg.tree.leaves(jitted(*args))])
+        return results
 
 
 @pytest.mark.parametrize(
@@ -542,6 +547,11 @@ LAYOUT_STEPS = [
     "cumulative",
     "row_stats_other_rows",
     "stat_chain",
+    "linear_layer",
+    "onehot_best",
+    "input_map",
+    "shifted",
+    "broadcast_stat",
     "tanh",
     "mul",
 ]
@@ -594,28 +604,56 @@ def apply_layout_step(step: str, pool: list, pick: list[int]):
             else fnp.reshape(a, (batch, rows * cols))
         )
         return fnp.reshape(fg.nn.softmax(flat, axis=-1) * cols, a.shape) - b
-    if step == "batched_product_update":  # (w - lr * g, g a batched product)
-        scores = fnp.einsum("brc,bsc->brs", a, b) / cols
-        update = fnp.einsum("brs,bsc->brc", scores, b) / rows
+    if step == "batched_product_update":  # (w - lr * g and 0.9 * v + g, g a batched product)
+        scores = fnp.einsum("brc,bsc->brs", a / cols, b)
+        update = fnp.einsum("brs,bsc->brc", scores / rows, b)
         return a - 0.1 * update if variant % 2 else 0.9 * b + update
     if step == "transposed_product_bias":  # (contract the rows, batch the batch, a bias)
-        gram = lax.dot_general(a, b, (((1,), (1,)), ((0,), (0,)))) / rows  # (batch, cols, cols)
-        product = fnp.swapaxes(lax.dot_general(gram, a, (((1,), (2,)), ((0,), (0,)))), 1, 2)
-        return fnp.tanh(product / cols + fnp.sum(b, axis=(0, 1)) * 0.1)
+        gram = lax.dot_general(a / rows, b, (((1,), (1,)), ((0,), (0,))))  # (batch, cols, cols)
+        product = fnp.swapaxes(lax.dot_general(gram / cols, a, (((1,), (2,)), ((0,), (0,)))), 1, 2)
+        return fnp.tanh(product + fnp.sum(b, axis=(0, 1)) * 0.1)
     if step == "flat_product_update":  # (a 2-D GEMM on flattened rows, its weights transposed)
         flat_a, flat_b = fnp.reshape(a, (-1, cols)), fnp.reshape(b, (-1, cols))
-        weights = flat_b.T @ flat_b / flat_b.shape[0]
+        weights = flat_b.T @ (flat_b / (flat_b.shape[0] * cols))
         product = flat_a @ weights.T if variant % 2 else (weights @ flat_a.T).T
-        return fnp.reshape(flat_a - 0.5 * product / cols, a.shape)
+        return fnp.reshape(flat_a - 0.5 * product, a.shape)
+    if step == "linear_layer":  # (rows times a weight, a bias, a rectifier; maybe transposed)
+        flat_a = fnp.reshape(a, (-1, cols))
+        weights = fnp.tanh(b[0, : min(rows, cols)]).T @ b[-1, : min(rows, cols)] / cols
+        out = fnp.maximum(flat_a @ weights + b[0, 0], 0.0)
+        if variant % 2:
+            return fnp.reshape(out.T, (cols, -1)).T.reshape(a.shape)
+        return fnp.reshape(out, a.shape)
     if step == "argbest":  # (of an input, whose ties cannot come from rounding)
         source = pool[variant % 2]
         best = fnp.argmax if variant % 4 < 2 else fnp.argmin
         where = best(source, axis=axis, keepdims=True)
         return a - fnp.take_along_axis(b, where, axis=axis) + where.astype(a.dtype) * 0.01
     if step == "cumulative":
-        if variant % 2:
+        kind = variant // 3 % 4
+        if kind == 0:
             return fnp.cumprod(1.0 + 0.01 * fnp.tanh(a), axis=axis) - b
+        if kind == 1:
+            return lax.cumsum(a, axis, reverse=True) / np.sqrt(a.shape[axis]) + b
+        if kind == 2:
+            counts = fnp.arange(1, a.shape[axis] + 1, dtype=a.dtype).reshape(
+                [-1 if n == axis else 1 for n in range(3)]
+            )
+            return lax.cumlogsumexp(a, axis) - fnp.log(counts) * b
         return fnp.cumsum(a, axis=axis) / np.sqrt(a.shape[axis]) + b
+    if step == "onehot_best":  # (an input's argmax or argmin against an iota along the axis)
+        order = PERMUTATIONS[variant % 6]
+        best = fnp.argmax if variant % 4 < 2 else fnp.argmin
+        where = best(fnp.transpose(pool[variant % 2], order), axis=2, keepdims=True)
+        iota = lax.broadcasted_iota(np.int32, a.shape, order[2])
+        return fnp.where(iota == fnp.transpose(where, np.argsort(order)), a, b * 0.5)
+    if step == "shifted":  # (other elements of the row, and of other rows)
+        rolled = fnp.concatenate([a[..., 1:], a[..., :1]], axis=-1)
+        return rolled * b + a[..., ::-1] - a[:, ::-1] * 0.5
+    if step == "broadcast_stat":  # (a statistic spread over its axis, later steps reading it)
+        return fnp.broadcast_to(_reduce(variant // 3, a, axis) * 0.5, a.shape)
+    if step == "input_map":  # (a map of the inputs alone, beside the program's chain)
+        return fnp.sin(pool[variant % 2]) * pool[pick[0] % 2] + 0.5
     if step == "row_stats_other_rows":  # (a row's statistic read by its row and others)
         stat = _reduce(variant, a, 2)
         return b * stat[:, ::-1] + a - stat + fnp.roll(stat, 1, axis=0)
@@ -642,7 +680,7 @@ def layout_programs(draw):
                 st.integers(0, 23),
             ),
             min_size=1,
-            max_size=6,
+            max_size=8,
         )
     )
     shape = (
@@ -652,7 +690,10 @@ def layout_programs(draw):
     )
     # (the pool's values returned besides the last: an input may be among them, or twice)
     returned = draw(st.lists(st.integers(0, 12), max_size=3))
-    return dtype, program, shape, returned, draw(st.sampled_from(["jit", "grad", "vmap"]))
+    # (vmap's lanes along any axis of the first input and of the results; a donated input)
+    transform = draw(st.sampled_from(["jit", "grad", "vmap", "donate"]))
+    lanes = (draw(st.integers(0, 3)), draw(st.integers(0, 3)))
+    return dtype, program, shape, returned, transform, lanes
 
 
 @pytest.mark.parametrize(
@@ -661,7 +702,7 @@ def layout_programs(draw):
 @settings(deadline=None)
 @given(layout_programs(), st.integers(0, 2**31 - 1))
 def test_random_layout_and_row_programs_compile_to_what_the_reference_computes(backend, case, seed):
-    dtype, program, shape, returned, transform = case
+    dtype, program, shape, returned, transform, (lanes_in, lanes_out) = case
     rng = np.random.default_rng(seed)
 
     def f(x, y):
@@ -676,17 +717,19 @@ def test_random_layout_and_row_programs_compile_to_what_the_reference_computes(b
             lambda u, v: sum(fnp.sum(fnp.tanh(out * 0.3)) for out in f(u, v)), argnums=(0, 1)
         )
     elif transform == "vmap":
-        fun = fg.vmap(f, in_axes=(0, None))
-        calls = [[np.stack([x, -x]), y] for x, y in calls]
+        fun = fg.vmap(f, in_axes=(lanes_in, None), out_axes=lanes_out)
+        calls = [[np.stack([x, -x], axis=lanes_in), y] for x, y in calls]
     else:
         fun = f
+    donated = (0,) if transform == "donate" else ()
 
     @functools.cache
     def exact():
         wide = [[a.astype(np.float64) for a in args] for args in calls]
         return leaves_on("numpy", fun, wide)
 
-    compiled, reference = leaves_on(backend, fun, calls), leaves_on("numpy", fun, calls)
+    compiled = leaves_on(backend, fun, calls, donated)
+    reference = leaves_on("numpy", fun, calls)
     for k, (got_all, expected_all) in enumerate(zip(compiled, reference)):
         for n, (got, expected) in enumerate(zip(got_all, expected_all)):
             assert got.dtype == expected.dtype and got.shape == expected.shape
