@@ -558,6 +558,7 @@ LAYOUT_STEPS = [
 # (a width of one, of a warp and either side, of a short row's limit, of a block's and either
 # side, of several blocks' and past shared memory's scratch in float64)
 LAYOUT_WIDTHS = [1, 2, 31, 32, 33, 64, 127, 128, 129, 1030, 4100]
+LAYOUT_ROWS = [1, 2, 3, 5, 33, 70]
 LAYOUT_AXES = [(0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2)]
 PERMUTATIONS = [(0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)]
 
@@ -680,14 +681,15 @@ def layout_programs(draw):
                 st.integers(0, 23),
             ),
             min_size=1,
-            max_size=8,
+            max_size=6,
         )
     )
-    shape = (
-        draw(st.integers(1, 3)),
-        draw(st.sampled_from([1, 2, 3, 5, 33, 70])),
-        draw(st.sampled_from(LAYOUT_WIDTHS)),
-    )
+    # (fewer rows of the wider widths: the emulator runs a block's threads at once, meeting
+    # at barriers, so its time goes with the rows that take blocks)
+    width = draw(st.sampled_from(LAYOUT_WIDTHS))
+    fitting = [r for r in LAYOUT_ROWS if r * width <= 10_000 and (width < 32 or r <= 33)]
+    rows = draw(st.sampled_from(fitting))
+    shape = (draw(st.integers(1, 2)), rows, width)
     # (the pool's values returned besides the last: an input may be among them, or twice)
     returned = draw(st.lists(st.integers(0, 12), max_size=3))
     # (vmap's lanes along any axis of the first input and of the results; a donated input)
@@ -699,7 +701,10 @@ def layout_programs(draw):
 @pytest.mark.parametrize(
     "backend", ["llvm"] + [pytest.param(b, marks=pytest.mark.cuda) for b in CUDA_BACKENDS]
 )
-@settings(deadline=None)
+@pytest.mark.filterwarnings("ignore:some donated buffers were not usable")
+# (half the profile's cases: each compiles more kernels than the others' do, and the emulator
+# runs its rows' blocks with their threads at once)
+@settings(deadline=None, max_examples=max(1, settings().max_examples // 2))
 @given(layout_programs(), st.integers(0, 2**31 - 1))
 def test_random_layout_and_row_programs_compile_to_what_the_reference_computes(backend, case, seed):
     dtype, program, shape, returned, transform, (lanes_in, lanes_out) = case
