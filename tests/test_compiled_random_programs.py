@@ -14,6 +14,7 @@ results must equal the reference's element for element."""
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import pytest
@@ -552,6 +553,9 @@ LAYOUT_STEPS = [
     "input_map",
     "shifted",
     "broadcast_stat",
+    "scan_softmax",
+    "fori_layernorm",
+    "cond_stat",
     "tanh",
     "mul",
 ]
@@ -635,13 +639,13 @@ def apply_layout_step(step: str, pool: list, pick: list[int]):
         if kind == 0:
             return fnp.cumprod(1.0 + 0.01 * fnp.tanh(a), axis=axis) - b
         if kind == 1:
-            return lax.cumsum(a, axis, reverse=True) / np.sqrt(a.shape[axis]) + b
+            return lax.cumsum(a, axis, reverse=True) / math.sqrt(a.shape[axis]) + b
         if kind == 2:
             counts = fnp.arange(1, a.shape[axis] + 1, dtype=a.dtype).reshape(
                 [-1 if n == axis else 1 for n in range(3)]
             )
             return lax.cumlogsumexp(a, axis) - fnp.log(counts) * b
-        return fnp.cumsum(a, axis=axis) / np.sqrt(a.shape[axis]) + b
+        return fnp.cumsum(a, axis=axis) / math.sqrt(a.shape[axis]) + b
     if step == "onehot_best":  # (an input's argmax or argmin against an iota along the axis)
         order = PERMUTATIONS[variant % 6]
         best = fnp.argmax if variant % 4 < 2 else fnp.argmin
@@ -653,6 +657,34 @@ def apply_layout_step(step: str, pool: list, pick: list[int]):
         return rolled * b + a[..., ::-1] - a[:, ::-1] * 0.5
     if step == "broadcast_stat":  # (a statistic spread over its axis, later steps reading it)
         return fnp.broadcast_to(_reduce(variant // 3, a, axis) * 0.5, a.shape)
+    if step == "scan_softmax":  # (row kernels inside a loop: a GPU runs it on one block)
+
+        def batch_step(carry, pair):
+            u, v = pair
+            e = fnp.exp(u + carry - fnp.max(u + carry, axis=axis % 2, keepdims=True))
+            out = e / fnp.sum(e, axis=axis % 2, keepdims=True) + v
+            return fnp.mean(out, axis=0) * 0.5, out
+
+        start = fnp.zeros(cols, fnp.result_type(a, b))
+        return lax.scan(batch_step, start, (a, b), reverse=variant % 2 == 1)[1]
+    if step == "fori_layernorm":
+
+        def normalize(i, v):
+            centred = v - fnp.mean(v, axis=axis, keepdims=True)
+            scale = fnp.sqrt(fnp.mean(centred * centred, axis=axis, keepdims=True) + 0.5)
+            return centred / scale + b * 0.1
+
+        return lax.fori_loop(0, 2, normalize, a)
+    if step == "cond_stat":  # (a reduction deciding, reductions in both branches)
+        return lax.cond(
+            fnp.sum(a[0]) > 0,
+            lambda u, v: u - fnp.max(v, axis=axis, keepdims=True),
+            lambda u, v: (
+                fnp.cumsum(u, axis=2 - axis) * 0.1 + fnp.min(v, axis=(1, 2), keepdims=True)
+            ),
+            a,
+            b,
+        )
     if step == "input_map":  # (a map of the inputs alone, beside the program's chain)
         return fnp.sin(pool[variant % 2]) * pool[pick[0] % 2] + 0.5
     if step == "row_stats_other_rows":  # (a row's statistic read by its row and others)
