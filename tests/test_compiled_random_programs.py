@@ -552,6 +552,7 @@ LAYOUT_STEPS = [
     "onehot_best",
     "input_map",
     "shifted",
+    "regrouped",
     "broadcast_stat",
     "scan_softmax",
     "fori_layernorm",
@@ -655,6 +656,20 @@ def apply_layout_step(step: str, pool: list, pick: list[int]):
     if step == "shifted":  # (other elements of the row, and of other rows)
         rolled = fnp.concatenate([a[..., 1:], a[..., :1]], axis=-1)
         return rolled * b + a[..., ::-1] - a[:, ::-1] * 0.5
+    if step == "regrouped":  # (flat rows shifted, reversed or read transposed, regrouped)
+        flat = fnp.reshape(a, (batch, rows * cols))
+        kind = variant % 4
+        if kind == 0:
+            moved = fnp.pad(flat[:, 1:], ((0, 0), (0, 1)))
+        elif kind == 1:
+            moved = flat[:, ::-1]
+        elif kind == 2:
+            moved = fnp.reshape(fnp.transpose(a, (0, 2, 1)), (batch, -1))
+        else:
+            moved = fnp.reshape(fnp.transpose(a, (2, 1, 0)), (-1, batch)).T
+        return fnp.reshape(moved, a.shape) * b + fnp.max(
+            fnp.reshape(moved[:, ::-1], a.shape), axis=2, keepdims=True
+        )
     if step == "broadcast_stat":  # (a statistic spread over its axis, later steps reading it)
         return fnp.broadcast_to(_reduce(variant // 3, a, axis) * 0.5, a.shape)
     if step == "scan_softmax":  # (row kernels inside a loop: a GPU runs it on one block)
