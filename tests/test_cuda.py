@@ -995,6 +995,24 @@ def test_a_map_makes_the_fold_down_the_columns_of_a_value_it_stores(dtype):
     assert "mul, reduce_sum" not in fusion_plan(step, x, b, w, backend="llvm")
 
 
+def test_a_rows_fold_reading_weights_strided_keeps_its_scratch_to_its_row():
+    """A softmax's gradient through a product with weights (4,100 by 3) folds each row of
+    4,100 reading the weights three apart, storing the row's values in its scratch: a fold
+    striding across memory, split into parts of the rows as a column's fold is. The parts of
+    both rows wrote their values into the one row of scratch, which each row then read: a
+    third of the gradient was wrong. A fold whose map stores are not an element each of every
+    row and column stays whole."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 4100)).astype(np.float32)
+    w = rng.standard_normal((4100, 3)).astype(np.float32)
+
+    def loss(x):
+        e = fnp.exp(x - x.max(axis=1, keepdims=True))
+        return fnp.sum(fnp.tanh(e / e.sum(axis=1, keepdims=True) @ w))
+
+    assert_same_as_reference(fg.grad(loss), x, exact=False, rtol=1e-5)
+
+
 def test_a_map_folded_down_its_columns_in_two_kernels_stores_its_values_in_both(monkeypatch):
     """Where a fold a map makes does not fit blocks after all (1,030 rows of 512 columns: 64
     parts a column), its partial folds' kernel stores the map's values for the parts' rows,
