@@ -9,7 +9,14 @@ A second kind of program, exact, draws gathers and scatters in every mode, dynam
 sorts, cumulative ops, interior padding, conversions, switch, cond, while_loop and reversed
 scans on whole numbers with NaN, infinities and signed zeros among them and indices outside
 their ranges, in int32, uint8, float16, float32 and complex64, under jit or vmap: the compiled
-results must equal the reference's element for element."""
+results must equal the reference's element for element.
+
+A third kind, layouts and rows, draws programs over (batch, rows, cols) with rows of widths
+about the GPU renderer's thresholds: reductions over any axes through transposes and
+reshapes, softmax and layernorm chains, batched and transposed products with their update and
+bias epilogues, argmax and argmin, cumulative ops along any axis, row statistics read by other
+rows and loops around row kernels, returning several values (inputs among them, maybe twice)
+under jit, grad, vmap along any axis, or with a donated input."""
 
 from __future__ import annotations
 
