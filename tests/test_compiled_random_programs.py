@@ -9,22 +9,29 @@ A second kind of program, exact, draws gathers and scatters in every mode, dynam
 sorts, cumulative ops, interior padding, conversions, switch, cond, while_loop and reversed
 scans on whole numbers with NaN, infinities and signed zeros among them and indices outside
 their ranges, in int32, uint8, float16, float32 and complex64, under jit or vmap: the compiled
-results must equal the reference's element for element."""
+results must equal the reference's element for element.
+
+A third kind, layouts and rows, draws programs over (batch, rows, cols) with rows of widths
+about the GPU renderer's thresholds: reductions over any axes through transposes and
+reshapes, softmax and layernorm chains, batched and transposed products with their update and
+bias epilogues, argmax and argmin, cumulative ops along any axis, row statistics read by other
+rows and loops around row kernels, returning several values (inputs among them, maybe twice)
+under jit, grad, vmap along any axis, or with a donated input."""
 
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import pytest
-from checks import assert_close_or_as_near_the_truth
+from checks import assert_close_or_as_near_the_truth, jit_backend
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import lax
-from funcgrad.config import config
 from funcgrad.tools.recipes import CUDA_BACKENDS
 
 FLOAT_STEPS = [
@@ -291,13 +298,21 @@ def run_on(backend: str, fun, calls: list) -> list[np.ndarray]:
     """jit(fun) on `backend`, called with each argument tuple in `calls` in turn: on a GPU the
     first call is walked step by step, the second captured as a graph and the third replays
     it."""
-    previous = config.jit_backend
-    config.update("jit_backend", backend)
-    try:
+    with jit_backend(backend):
         jitted = fg.jit(fun)
         return [np.asarray(jitted(*args)) for args in calls]
-    finally:
-        config.update("jit_backend", previous)
+
+
+def leaves_on(backend: str, fun, calls: list, donated=()) -> list[list[np.ndarray]]:
+    """As `run_on`, for a function returning a tuple: each call's results, as arrays. The
+    arguments at `donated` are placed on the device first, and given up to the call."""
+    with jit_backend(backend):
+        jitted = fg.jit(fun, donate_argnums=donated)
+        results = []
+        for args in calls:
+            args = [fg.device_put(a) if k in donated else a for k, a in enumerate(args)]
+            results.append([np.asarray(r) for r in fg.tree.leaves(jitted(*args))])
+        return results
 
 
 @pytest.mark.parametrize(
@@ -515,3 +530,271 @@ def test_random_indexing_and_control_programs_compile_exactly(backend, case, see
     for got, expected in results:
         assert got.dtype == expected.dtype and got.shape == expected.shape
         np.testing.assert_array_equal(got, expected)
+
+
+# ---------------------------------------------------------------------------------------------
+# Layouts and rows: values of shape (batch, rows, cols), rows of widths about the GPU
+# renderer's thresholds (a thread or a block per row, held or shared scratch), through
+# reductions over any axes (kept or broadcast back through transposes and reshapes), row
+# chains (softmax, layernorm), products with batch dimensions and transposed operands with
+# their epilogues (GEMM updates, biases), argmax and argmin, cumulative sums and products
+# along any axis, and row statistics read by the same rows and by others. A program returns
+# several values: its last, others of its pool (an input among them, maybe twice).
+
+LAYOUT_STEPS = [
+    "softmax",
+    "layernorm",
+    "center_axes",
+    "transpose_reduce",
+    "reshape_reduce",
+    "rows_reshaped",
+    "batched_product_update",
+    "transposed_product_bias",
+    "flat_product_update",
+    "argbest",
+    "cumulative",
+    "row_stats_other_rows",
+    "stat_chain",
+    "linear_layer",
+    "onehot_best",
+    "input_map",
+    "shifted",
+    "regrouped",
+    "broadcast_stat",
+    "scan_softmax",
+    "fori_layernorm",
+    "cond_stat",
+    "tanh",
+    "mul",
+]
+# (a width of one, of a warp and either side, of a short row's limit, of a block's and either
+# side, of several blocks' and past shared memory's scratch in float64)
+LAYOUT_WIDTHS = [1, 2, 31, 32, 33, 64, 127, 128, 129, 1030, 4100]
+LAYOUT_ROWS = [1, 2, 3, 5, 33, 70]
+LAYOUT_AXES = [(0,), (1,), (2,), (0, 1), (0, 2), (1, 2), (0, 1, 2)]
+PERMUTATIONS = [(0, 1, 2), (0, 2, 1), (1, 0, 2), (1, 2, 0), (2, 0, 1), (2, 1, 0)]
+
+
+def _reduce(kind: int, a, axis, keepdims=True):
+    """A sum, mean, max or min of `a` over `axis`."""
+    reducer = [fnp.sum, fnp.mean, fnp.max, fnp.min][kind % 4]
+    return reducer(a, axis=axis, keepdims=keepdims)
+
+
+def apply_layout_step(step: str, pool: list, pick: list[int]):
+    """One step on values of one shape (batch, rows, cols); `pick` chooses operands from the
+    pool (and an axis, a permutation or a variant)."""
+    a, b = pool[pick[0] % len(pool)], pool[pick[1] % len(pool)]
+    variant = pick[2]
+    batch, rows, cols = a.shape
+    axis = variant % 3
+    if step == "softmax":  # (max, subtract, exp, sum, divide along an axis)
+        e = fnp.exp(a - fnp.max(a, axis=axis, keepdims=True))
+        return e / fnp.sum(e, axis=axis, keepdims=True) + b * 0.5
+    if step == "layernorm":  # (over the row or over each batch element; a bias-like scale)
+        axes = (2,) if variant % 2 else (1, 2)
+        centred = a - fnp.mean(a, axis=axes, keepdims=True)
+        scale = fnp.mean(b, axis=(0, 1)) + 1.0
+        return (
+            centred / fnp.sqrt(fnp.mean(centred * centred, axis=axes, keepdims=True) + 1e-3) * scale
+            + b[0, 0]
+        )
+    if step == "center_axes":
+        return a - _reduce(variant, b, LAYOUT_AXES[variant % len(LAYOUT_AXES)])
+    if step == "transpose_reduce":  # (reduce a transpose's last axis, transpose back)
+        order = PERMUTATIONS[variant % len(PERMUTATIONS)]
+        reduced = _reduce(variant // 6, fnp.transpose(a, order), -1)
+        return b * 0.5 - fnp.transpose(reduced, np.argsort(order))
+    if step == "reshape_reduce":  # (rows and columns regrouped, not transposed)
+        regrouped = fnp.reshape(a, (batch, cols, rows))
+        if variant % 2:
+            return b + fnp.reshape(_reduce(variant // 2, regrouped, 1, False), (batch, rows, 1))
+        return b + fnp.reshape(_reduce(variant // 2, regrouped, 2, False), (batch, 1, cols))
+    if step == "rows_reshaped":  # (a softmax over the flattened rows of all batch elements)
+        flat = (
+            fnp.reshape(a, (batch * rows, cols))
+            if variant % 2
+            else fnp.reshape(a, (batch, rows * cols))
+        )
+        return fnp.reshape(fg.nn.softmax(flat, axis=-1) * cols, a.shape) - b
+    if step == "batched_product_update":  # (w - lr * g and 0.9 * v + g, g a batched product)
+        scores = fnp.einsum("brc,bsc->brs", a / cols, b)
+        update = fnp.einsum("brs,bsc->brc", scores / rows, b)
+        return a - 0.1 * update if variant % 2 else 0.9 * b + update
+    if step == "transposed_product_bias":  # (contract the rows, batch the batch, a bias)
+        gram = lax.dot_general(a / rows, b, (((1,), (1,)), ((0,), (0,))))  # (batch, cols, cols)
+        product = fnp.swapaxes(lax.dot_general(gram / cols, a, (((1,), (2,)), ((0,), (0,)))), 1, 2)
+        return fnp.tanh(product + fnp.sum(b, axis=(0, 1)) * 0.1)
+    if step == "flat_product_update":  # (a 2-D GEMM on flattened rows, its weights transposed)
+        flat_a, flat_b = fnp.reshape(a, (-1, cols)), fnp.reshape(b, (-1, cols))
+        weights = flat_b.T @ (flat_b / (flat_b.shape[0] * cols))
+        product = flat_a @ weights.T if variant % 2 else (weights @ flat_a.T).T
+        return fnp.reshape(flat_a - 0.5 * product, a.shape)
+    if step == "linear_layer":  # (rows times a weight, a bias, a rectifier; maybe transposed)
+        flat_a = fnp.reshape(a, (-1, cols))
+        weights = fnp.tanh(b[0, : min(rows, cols)]).T @ b[-1, : min(rows, cols)] / cols
+        out = fnp.maximum(flat_a @ weights + b[0, 0], 0.0)
+        if variant % 2:
+            return fnp.reshape(out.T, (cols, -1)).T.reshape(a.shape)
+        return fnp.reshape(out, a.shape)
+    if step == "argbest":  # (of an input, whose ties cannot come from rounding)
+        source = pool[variant % 2]
+        best = fnp.argmax if variant % 4 < 2 else fnp.argmin
+        where = best(source, axis=axis, keepdims=True)
+        return a - fnp.take_along_axis(b, where, axis=axis) + where.astype(a.dtype) * 0.01
+    if step == "cumulative":
+        kind = variant // 3 % 4
+        if kind == 0:
+            return fnp.cumprod(1.0 + 0.01 * fnp.tanh(a), axis=axis) - b
+        if kind == 1:
+            return lax.cumsum(a, axis, reverse=True) / math.sqrt(a.shape[axis]) + b
+        if kind == 2:
+            counts = fnp.arange(1, a.shape[axis] + 1, dtype=a.dtype).reshape(
+                [-1 if n == axis else 1 for n in range(3)]
+            )
+            return lax.cumlogsumexp(a, axis) - fnp.log(counts) * b
+        return fnp.cumsum(a, axis=axis) / math.sqrt(a.shape[axis]) + b
+    if step == "onehot_best":  # (an input's argmax or argmin against an iota along the axis)
+        order = PERMUTATIONS[variant % 6]
+        best = fnp.argmax if variant % 4 < 2 else fnp.argmin
+        where = best(fnp.transpose(pool[variant % 2], order), axis=2, keepdims=True)
+        iota = lax.broadcasted_iota(np.int32, a.shape, order[2])
+        return fnp.where(iota == fnp.transpose(where, np.argsort(order)), a, b * 0.5)
+    if step == "shifted":  # (other elements of the row, and of other rows)
+        rolled = fnp.concatenate([a[..., 1:], a[..., :1]], axis=-1)
+        return rolled * b + a[..., ::-1] - a[:, ::-1] * 0.5
+    if step == "regrouped":  # (flat rows shifted, reversed or read transposed, regrouped)
+        flat = fnp.reshape(a, (batch, rows * cols))
+        kind = variant % 4
+        if kind == 0:
+            moved = fnp.pad(flat[:, 1:], ((0, 0), (0, 1)))
+        elif kind == 1:
+            moved = flat[:, ::-1]
+        elif kind == 2:
+            moved = fnp.reshape(fnp.transpose(a, (0, 2, 1)), (batch, -1))
+        else:
+            moved = fnp.reshape(fnp.transpose(a, (2, 1, 0)), (-1, batch)).T
+        return fnp.reshape(moved, a.shape) * b + fnp.max(
+            fnp.reshape(moved[:, ::-1], a.shape), axis=2, keepdims=True
+        )
+    if step == "broadcast_stat":  # (a statistic spread over its axis, later steps reading it)
+        return fnp.broadcast_to(_reduce(variant // 3, a, axis) * 0.5, a.shape)
+    if step == "scan_softmax":  # (row kernels inside a loop: a GPU runs it on one block)
+
+        def batch_step(carry, pair):
+            u, v = pair
+            e = fnp.exp(u + carry - fnp.max(u + carry, axis=axis % 2, keepdims=True))
+            out = e / fnp.sum(e, axis=axis % 2, keepdims=True) + v
+            return fnp.mean(out, axis=0) * 0.5, out
+
+        start = fnp.zeros(cols, fnp.result_type(a, b))
+        return lax.scan(batch_step, start, (a, b), reverse=variant % 2 == 1)[1]
+    if step == "fori_layernorm":
+
+        def normalize(i, v):
+            centred = v - fnp.mean(v, axis=axis, keepdims=True)
+            scale = fnp.sqrt(fnp.mean(centred * centred, axis=axis, keepdims=True) + 0.5)
+            return centred / scale + b * 0.1
+
+        return lax.fori_loop(0, 2, normalize, a)
+    if step == "cond_stat":  # (a reduction deciding, reductions in both branches)
+        return lax.cond(
+            fnp.sum(a[0]) > 0,
+            lambda u, v: u - fnp.max(v, axis=axis, keepdims=True),
+            lambda u, v: (
+                fnp.cumsum(u, axis=2 - axis) * 0.1 + fnp.min(v, axis=(1, 2), keepdims=True)
+            ),
+            a,
+            b,
+        )
+    if step == "input_map":  # (a map of the inputs alone, beside the program's chain)
+        return fnp.sin(pool[variant % 2]) * pool[pick[0] % 2] + 0.5
+    if step == "row_stats_other_rows":  # (a row's statistic read by its row and others)
+        stat = _reduce(variant, a, 2)
+        return b * stat[:, ::-1] + a - stat + fnp.roll(stat, 1, axis=0)
+    if step == "stat_chain":  # (a second statistic of a value scaled by the first)
+        first = fnp.mean(a, axis=axis, keepdims=True)
+        second = fnp.mean(a * first - b, axis=axis, keepdims=True)
+        return a * second - b * first
+    if step == "tanh":
+        return fnp.tanh(a)
+    if step == "mul":
+        return a * b
+    raise AssertionError(step)
+
+
+@st.composite
+def layout_programs(draw):
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    program = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(LAYOUT_STEPS),
+                st.integers(0, 9),
+                st.integers(0, 9),
+                st.integers(0, 23),
+            ),
+            min_size=1,
+            max_size=6,
+        )
+    )
+    # (fewer rows of the wider widths: the emulator runs a block's threads at once, meeting
+    # at barriers, so its time goes with the rows that take blocks)
+    width = draw(st.sampled_from(LAYOUT_WIDTHS))
+    fitting = [r for r in LAYOUT_ROWS if r * width <= 10_000 and (width < 32 or r <= 33)]
+    rows = draw(st.sampled_from(fitting))
+    shape = (draw(st.integers(1, 2)), rows, width)
+    # (the pool's values returned besides the last: an input may be among them, or twice)
+    returned = draw(st.lists(st.integers(0, 12), max_size=3))
+    # (vmap's lanes along any axis of the first input and of the results; a donated input)
+    transform = draw(st.sampled_from(["jit", "grad", "vmap", "donate"]))
+    lanes = (draw(st.integers(0, 3)), draw(st.integers(0, 3)))
+    return dtype, program, shape, returned, transform, lanes
+
+
+@pytest.mark.parametrize(
+    "backend", ["llvm"] + [pytest.param(b, marks=pytest.mark.cuda) for b in CUDA_BACKENDS]
+)
+@pytest.mark.filterwarnings("ignore:some donated buffers were not usable")
+# (half the profile's cases: each compiles more kernels than the others' do, and the emulator
+# runs its rows' blocks with their threads at once)
+@settings(deadline=None, max_examples=max(1, settings().max_examples // 2))
+@given(layout_programs(), st.integers(0, 2**31 - 1))
+def test_random_layout_and_row_programs_compile_to_what_the_reference_computes(backend, case, seed):
+    dtype, program, shape, returned, transform, (lanes_in, lanes_out) = case
+    rng = np.random.default_rng(seed)
+
+    def f(x, y):
+        pool = [x, y]
+        for step, i, j, variant in program:
+            pool.append(apply_layout_step(step, pool, [i, j, variant]))
+        return (pool[-1], *(pool[k % len(pool)] for k in returned))
+
+    calls = [[rng.standard_normal(shape).astype(dtype) for _ in range(2)] for _ in range(3)]
+    if transform == "grad":
+        fun = fg.grad(
+            lambda u, v: sum(fnp.sum(fnp.tanh(out * 0.3)) for out in f(u, v)), argnums=(0, 1)
+        )
+    elif transform == "vmap":
+        fun = fg.vmap(f, in_axes=(lanes_in, None), out_axes=lanes_out)
+        calls = [[np.stack([x, -x], axis=lanes_in), y] for x, y in calls]
+    else:
+        fun = f
+    donated = (0,) if transform == "donate" else ()
+
+    @functools.cache
+    def exact():
+        wide = [[a.astype(np.float64) for a in args] for args in calls]
+        return leaves_on("numpy", fun, wide)
+
+    compiled = leaves_on(backend, fun, calls, donated)
+    reference = leaves_on("numpy", fun, calls)
+    for k, (got_all, expected_all) in enumerate(zip(compiled, reference)):
+        for n, (got, expected) in enumerate(zip(got_all, expected_all)):
+            assert got.dtype == expected.dtype and got.shape == expected.shape
+            if dtype == np.float64:
+                np.testing.assert_allclose(got, expected, rtol=1e-9, atol=1e-9)
+            else:
+                assert_close_or_as_near_the_truth(
+                    got, expected, 2e-4, lambda k=k, n=n: exact()[k][n]
+                )

@@ -1403,6 +1403,8 @@ def _split_columns(kernel: K.Kernel, threads: int) -> list[K.Kernel] | None:
     if found is None or found[0] not in FOLDS:
         return None
     op, term, stores = found
+    if not all(_one_element_each(s, columns, rows, set(kernel.scratch)) for s in stores):
+        return None
     owned = {s.buffer: s.offset for s in stores}  # (the fold reads back what the map stores)
     if _reads(init.value, lambda e: isinstance(e, K.AccRead)) or _reads(
         term,
@@ -1480,6 +1482,25 @@ def _fold_and_map(rows: K.Loop, acc: K.Acc) -> tuple | None:
     if found is None or len(found[2]) != 1:
         return None
     return found[0], found[1], stores
+
+
+def _one_element_each(store: K.Store, columns: K.Loop, rows: K.Loop, scratch: set) -> bool:
+    """Whether a fold's map store writes a different element at each column and row, as the
+    map a column fold reads back does (`schedule.column_folds_with_maps`): its offset
+    `a * column + b * row + c`, one stride spanning the other's whole range, in memory of
+    the kernel's own. Not so a row's scratch, which every column reuses: a softmax's
+    gradient read a product's weights strided, its first fold was taken for a column's, and
+    the parts of both rows wrote their values into one row's scratch, which the second
+    kernel then read for each."""
+    if store.buffer in scratch:
+        return False
+    terms, _ = linear_terms(store.offset)
+    if set(terms) != {id(columns.index), id(rows.index)}:
+        return False
+    across, down = abs(terms[id(columns.index)][1]), abs(terms[id(rows.index)][1])
+    return across >= down * (rows.stop - rows.start) or down >= across * (
+        columns.stop - columns.start
+    )
 
 
 def _owned_there(stores: list, place: dict) -> list:
