@@ -332,6 +332,48 @@ def test_simplification_removes_identity_conversions_and_broadcasts():
     )
 
 
+def test_simplification_turns_reductions_over_axes_of_one_into_reshapes():
+    """Each result of a reduction over axes of size 1 is one element: a reshape (a float sum
+    adds +0, as the fold from zero gives +0 for -0.0), so a GPU runs it as a map, where it
+    ran a fold of one row on one thread. A reduction over a longer axis stays."""
+    x = np.array([[-0.0, np.nan, 2.5, -np.inf]], np.float32)
+
+    def fun(x, i):
+        return (
+            lax.reduce_sum(x, (0,)),
+            lax.reduce_max(x, (0,)),
+            lax.reduce_prod(x, (0,)),
+            lax.reduce_sum(i, (0,)),
+            lax.reduce_or(i > 0, (0,)),
+            lax.reduce_sum(x, (1,)),
+        )
+
+    optimized = check_pass(
+        passes.algebraic_simplification,
+        fun,
+        x,
+        np.array([[3, 0, -1, 7]], np.int32),
+        expected="""
+        { lambda ; a:f32[1,4] b:i32[1,4]. let
+            c:f32[4] = reshape[dimensions=None new_sizes=(4,)] a
+            d:f32[4] = add c 0.0:f32[]
+            e:f32[4] = reshape[dimensions=None new_sizes=(4,)] a
+            f:f32[4] = reshape[dimensions=None new_sizes=(4,)] a
+            g:i32[4] = reshape[dimensions=None new_sizes=(4,)] b
+            h:bool[1,4] = gt b 0:i32[]
+            i:bool[4] = reshape[dimensions=None new_sizes=(4,)] h
+            j:f32[1] = reduce_sum[axes=(1,)] a
+          in (d, e, f, g, i, j) }
+        """,
+    )
+    assert not np.signbit(np.asarray(evaluate(optimized, x, np.ones((1, 4), np.int32))[0])[0])
+    for backend in ("llvm", "cuda_emulator"):
+        with jit_backend(backend):
+            compiled = fg.jit(fun)(x, np.array([[3, 0, -1, 7]], np.int32))
+        for out, ref in zip(compiled, fun(x, np.array([[3, 0, -1, 7]], np.int32))):
+            assert_bits_equal(np.asarray(out), np.asarray(ref))
+
+
 def test_simplification_merges_chains_of_transposes_and_reshapes():
     x = np.arange(24.0, dtype=np.float32).reshape(2, 3, 4)
 

@@ -32,6 +32,14 @@ from funcgrad.lax.elementwise import (
     sub_p,
 )
 from funcgrad.lax.random_bits import random_clone_p, random_consume_p
+from funcgrad.lax.reductions import (
+    reduce_and_p,
+    reduce_max_p,
+    reduce_min_p,
+    reduce_or_p,
+    reduce_prod_p,
+    reduce_sum_p,
+)
 from funcgrad.lax.shapes import broadcast_in_dim_p, reshape_p, transpose_p
 from funcgrad.lax.sharding_constraint import sharding_constraint_p
 
@@ -381,9 +389,10 @@ def algebraic_simplification(closed: ClosedJaxpr) -> ClosedJaxpr:
         eqn = rewriter.with_inputs_read(eqn)
         rule = simplification_rules.get(eqn.primitive)
         result = None if rule is None else rule(eqn, rewriter.producer)
-        if isinstance(result, JaxprEqn):
+        if isinstance(result, (JaxprEqn, list)):
             rewriter.changed = True
-            rewriter.emit(result)
+            for new in result if isinstance(result, list) else [result]:
+                rewriter.emit(new)
         elif result is not None and result.aval == eqn.outvars[0].aval:
             rewriter.substitute(eqn.outvars[0], result)
         else:
@@ -481,6 +490,28 @@ def _reshape_simplify(eqn, producer):
     return JaxprEqn(reshape_p, [x], eqn.outvars, params, eqn.source_info)
 
 
+def _reduction_over_ones(eqn, producer):
+    """A reduction over axes of size 1 alone (or over none) is its operand reshaped: each
+    result is one element. (Compiled as a fold, a GPU ran it on one thread: the bias gradient
+    of a batch of one, a column sum of one row.) A float or complex sum adds +0 to that
+    element, as the fold from zero does (-0.0 + 0 is +0)."""
+    (x,) = eqn.invars
+    axes = eqn.params["axes"]
+    if any(x.aval.shape[a] != 1 for a in axes):
+        return None
+    if not axes:
+        return x
+    (out,) = eqn.outvars
+    summed = eqn.primitive is reduce_sum_p and dtypes.is_inexact(x.aval.dtype)
+    reshaped = Var(out.aval) if summed else out
+    params = dict(new_sizes=out.aval.shape, dimensions=None)
+    reshape = JaxprEqn(reshape_p, [x], [reshaped], params, eqn.source_info)
+    if not summed:
+        return reshape
+    zero = Literal(np.zeros((), x.aval.dtype)[()], core.ShapedArray((), x.aval.dtype))
+    return [reshape, JaxprEqn(add_p, [reshaped, zero], [out], {}, eqn.source_info)]
+
+
 simplification_rules.update(
     {
         mul_p: _mul_simplify,
@@ -494,6 +525,17 @@ simplification_rules.update(
         sharding_constraint_p: _operand,
         random_consume_p: _identity_if_same_type,
         random_clone_p: _identity_if_same_type,
+        **{
+            reduction: _reduction_over_ones
+            for reduction in (
+                reduce_sum_p,
+                reduce_prod_p,
+                reduce_max_p,
+                reduce_min_p,
+                reduce_and_p,
+                reduce_or_p,
+            )
+        },
     }
 )
 
