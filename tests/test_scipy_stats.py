@@ -694,7 +694,10 @@ def test_parameters_outside_their_domain_give_nan_at_every_point(name):
                 assert np.isnan(expected).all()
                 call = getattr(getattr(stats, name), fn)
                 assert_close(call(at, *params), expected)
-                assert_close(fg.jit(call)(at, *params), expected)
+                # One compiled check a distribution: the others compile the same test around
+                # their formulas, some of which take seconds to compile (beta's ppf and cdf).
+                if fn in ("logpdf", "logpmf"):
+                    assert_close(fg.jit(call)(at, *params), expected)
 
 
 def test_jax_conventions_where_scipy_differs():
