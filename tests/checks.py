@@ -2,37 +2,23 @@
 
 from __future__ import annotations
 
-import contextlib
-
 import ml_dtypes
 import numpy as np
 
 import funcgrad as fg
 from funcgrad import tree_util
-from funcgrad.config import config
+from funcgrad.config import _scoped as scoped
 from funcgrad.ir import eval_jaxpr
 
 
-@contextlib.contextmanager
 def jit_backend(name: str):
     """Run jitted programs on backend `name` inside the block."""
-    previous = config.jit_backend
-    config.update("jit_backend", name)
-    try:
-        yield
-    finally:
-        config.update("jit_backend", previous)
+    return scoped("jit_backend", name)
 
 
-@contextlib.contextmanager
 def cpu_devices(count: int):
     """`count` virtual CPU devices inside the block (pmap, shard_map and meshes over them)."""
-    previous = config.num_cpu_devices
-    config.update("num_cpu_devices", count)
-    try:
-        yield
-    finally:
-        config.update("num_cpu_devices", previous)
+    return scoped("num_cpu_devices", count)
 
 
 def tolerance(dtype) -> dict:

@@ -32,14 +32,7 @@ from funcgrad.lax.elementwise import (
     sub_p,
 )
 from funcgrad.lax.random_bits import random_clone_p, random_consume_p
-from funcgrad.lax.reductions import (
-    reduce_and_p,
-    reduce_max_p,
-    reduce_min_p,
-    reduce_or_p,
-    reduce_prod_p,
-    reduce_sum_p,
-)
+from funcgrad.lax.reductions import AXES_REDUCTIONS, reduce_sum_p
 from funcgrad.lax.shapes import broadcast_in_dim_p, reshape_p, transpose_p
 from funcgrad.lax.sharding_constraint import sharding_constraint_p
 
@@ -525,17 +518,7 @@ simplification_rules.update(
         sharding_constraint_p: _operand,
         random_consume_p: _identity_if_same_type,
         random_clone_p: _identity_if_same_type,
-        **{
-            reduction: _reduction_over_ones
-            for reduction in (
-                reduce_sum_p,
-                reduce_prod_p,
-                reduce_max_p,
-                reduce_min_p,
-                reduce_and_p,
-                reduce_or_p,
-            )
-        },
+        **dict.fromkeys(AXES_REDUCTIONS, _reduction_over_ones),
     }
 )
 

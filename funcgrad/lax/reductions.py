@@ -294,14 +294,17 @@ def _axes_reduction_batch(prim: Primitive) -> None:
     prim.def_batch(rule)
 
 
-for _prim in (
+# The reductions over axes (each one's params: `axes` alone).
+AXES_REDUCTIONS = (
     reduce_sum_p,
     reduce_prod_p,
     reduce_max_p,
     reduce_min_p,
     reduce_and_p,
     reduce_or_p,
-):
+)
+
+for _prim in AXES_REDUCTIONS:
     _axes_reduction_batch(_prim)
 
 # ---------------------------------------------------------------------------------------------

@@ -38,9 +38,11 @@ def _routines():
     except AttributeError:
         return None
     pointer, integer, wide, size = ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_size_t
-    # handle, params, jobz, uplo, n, type of A, A, lda, type of W, W, compute type
-    head = [pointer, pointer, integer, integer, wide, integer, pointer, wide, integer, pointer]
-    head.append(integer)
+    head = [
+        pointer, pointer, integer, integer, wide,  # handle, params, jobz, uplo, n
+        integer, pointer, wide, integer, pointer,  # type of A, A, lda, type of W, W
+        integer,  # compute type
+    ]  # fmt: skip
     query.argtypes = [*head, ctypes.POINTER(size), ctypes.POINTER(size), wide]
     # ..., device workspace and its bytes, host workspace and its bytes, info, batch
     solve.argtypes = [*head, pointer, size, pointer, size, pointer, wide]
@@ -61,8 +63,7 @@ def solve(xp, handle: int, dtype: np.dtype, args: list) -> bool:
     query, solve, params = routines
     jobz, uplo, n, matrices, lda, values, infos, batch = args
     data_type, value_type = _DATA_TYPES[np.dtype(dtype)]
-    head = (handle, params, jobz, uplo, n, data_type, matrices, lda, value_type, values)
-    head += (data_type,)
+    head = (handle, params, jobz, uplo, n, data_type, matrices, lda, value_type, values, data_type)
     cusolver.setStream(handle, xp.cuda.get_current_stream().ptr)
     device_bytes, host_bytes = ctypes.c_size_t(), ctypes.c_size_t()
     status = query(*head, ctypes.byref(device_bytes), ctypes.byref(host_bytes), batch)

@@ -64,9 +64,6 @@ def _lobpcg(apply: Callable, X, m: int, tol):
     n, k = X.shape
     real = np.finfo(X.dtype).dtype
 
-    def norms(block):
-        return fnp.sqrt(fnp.sum(fnp.real(block * fnp.conj(block)), axis=0))
-
     X, _ = _orthonormal(X, fnp.ones(k, dtypes.bool_))
     AX = apply(X)
     theta, C = _largest(_gram(X, AX), k)
@@ -75,8 +72,8 @@ def _lobpcg(apply: Callable, X, m: int, tol):
 
     def residuals(X, AX, theta):
         R = AX - X * theta
-        bound = tol * 10 * n * (fnp.abs(theta) + norms(AX))
-        return R, fnp.all(norms(R) < bound)
+        bound = tol * 10 * n * (fnp.abs(theta) + _column_norms(AX))
+        return R, fnp.all(_column_norms(R) < bound)
 
     def round_(state):
         i, X, AX, theta, P, _ = state
@@ -92,7 +89,7 @@ def _lobpcg(apply: Callable, X, m: int, tol):
         H = _gram(S, AS)
         # Below every eigenvalue of the kept columns' projection (bounded by the Frobenius
         # norm of A S), so a dropped column, zero but for this diagonal entry, is never chosen.
-        floor = -(2 * fnp.sqrt(fnp.sum(norms(AS) ** 2)) + 1)
+        floor = -(2 * fnp.sqrt(fnp.sum(_column_norms(AS) ** 2)) + 1)
         H = H + fnp.diag(fnp.where(kept, 0, floor).astype(H.dtype))
         theta, C = _largest(H, k)
         X, AX = S @ C, AS @ C
@@ -108,6 +105,10 @@ def _lobpcg(apply: Callable, X, m: int, tol):
     state = (np.int32(0), X, AX, theta, P, initially_done)
     i, X, _, theta, _, _ = lax.while_loop(going, round_, state)
     return theta.astype(real), X, i
+
+
+def _column_norms(block):
+    return fnp.sqrt(fnp.sum(fnp.real(block * fnp.conj(block)), axis=0))
 
 
 def _gram(S, AS):
@@ -136,7 +137,7 @@ def _orthonormal(block, wanted):
     values fall below the dtype's precision times the largest become zero columns. Returns
     the basis and which of its columns are kept."""
     block = fnp.where(wanted, block, 0)
-    scale = fnp.sqrt(fnp.sum(fnp.real(block * fnp.conj(block)), axis=0))
+    scale = _column_norms(block)
     scale = fnp.where(scale > 0, scale, 1)
     block = block / scale
     gram = fnp.conj(block.T) @ block
