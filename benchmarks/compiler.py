@@ -8,6 +8,11 @@ Each case runs its frameworks in alternating rounds (this machine is shared and 
 reports medians; the ratio column is the framework's time over funcgrad-llvm's (above 1:
 slower than funcgrad). Memory-bound cases also print GB/s and the fraction of this machine's
 copy bandwidth, measured here with NumPy.
+
+The GEMMs of NumPy and funcgrad are OpenBLAS's: a machine whose environment forces an older
+kernel set (OPENBLAS_CORETYPE, printed in the header) halves them where the CPU has wider
+vectors, while JAX's own GEMMs use them. To compare on the CPU's own kernels, unset it for this
+command alone: `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/compiler.py`.
 """
 
 from __future__ import annotations
@@ -24,6 +29,12 @@ import funcgrad.numpy as fnp
 from funcgrad import lax
 
 ROUNDS = 7
+# Seconds between one framework's timed calls and the next framework's. Thread pools keep their
+# threads spinning after a job before they sleep (OpenBLAS's for 2^28 cycles, about 0.1 s): a
+# framework timed in that window shares the cores with them (a 1024^3 product on two cores ran
+# at half speed for its first 0.1 s after NumPy's), so each is given the cores it would have
+# alone.
+SETTLE = 0.2
 
 # PyTorch's OpenMP workers spin for 300,000 iterations after each parallel region (several ms
 # here) before they sleep, holding the second core while the next framework is timed (softmax
@@ -55,16 +66,17 @@ def _warm_timed(run, repeat: int) -> float:
     return _timed(run, repeat, warm=True)
 
 
-def medians(runs: dict, repeat: int, timed, rounds: int) -> dict[str, float]:
+def medians(runs: dict, repeat: int, timed, rounds: int, settle: float = SETTLE) -> dict:
     """Each framework's median seconds per call (`timed(run, repeat)`) over `rounds` rounds
     that alternate the frameworks, so the shared machine's slow spells fall on all alike.
     Each round starts one framework further on, so that none always runs after the same
-    other."""
+    other; `settle` seconds pass after each framework's calls."""
     samples: dict = {label: [] for label in runs}
     labels = list(runs)
     for turn in range(rounds):
         for label in labels[turn % len(labels) :] + labels[: turn % len(labels)]:
             samples[label].append(timed(runs[label], repeat))
+            time.sleep(settle)
     return {label: statistics.median(times) for label, times in samples.items()}
 
 

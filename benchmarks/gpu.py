@@ -560,7 +560,7 @@ def main(words: list[str]) -> None:
             theirs = cupy.asnumpy(runs["cupy"]())
             error = float(np.abs(ours - theirs).max() / (np.abs(theirs).max() + 1e-30))
             print(f"<!-- {name}: funcgrad vs cupy, max relative difference {error:.1e} -->")
-        times = medians(runs, repeat, _seconds_per_call, ROUNDS)
+        times = medians(runs, repeat, _seconds_per_call, ROUNDS, settle=0.0)
         ours = times["funcgrad"]
         for label, median in times.items():
             rate = f"{moved / median / 1e9:.0f}" if moved else ""

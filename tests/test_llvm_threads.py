@@ -323,6 +323,40 @@ def test_large_products_run_in_blocks_on_the_pool(m, k, n, dtype, threads):
     assert library.scipy_openblas_get_num_threads64_() == before
 
 
+@pytest.mark.skipif(not pool.available(), reason="the pool runs on Linux alone")
+def test_the_library_threads_no_product_inside_a_program():
+    """A product the library would thread (80x80x80) runs while its thread count is 1, seen
+    by a callback that runs after it in the same program; one it runs alone (32^3) leaves the
+    count as it is; the count comes back after the call."""
+    library = blas_library()
+    before = library.scipy_openblas_get_num_threads64_()
+    library.scipy_openblas_set_num_threads64_(ctypes.c_int(2))
+    seen = []
+
+    def record(product):
+        seen.append(library.scipy_openblas_get_num_threads64_())
+        return product
+
+    def f(a):
+        product = a @ a
+        return fg.pure_callback(record, fg.ShapeDtypeStruct(product.shape, product.dtype), product)
+
+    try:
+        with settings():
+            for n, threads_inside in [(80, 1), (32, 2)]:
+                a = np.random.default_rng(n).standard_normal((n, n)).astype(np.float32)
+                compiled = fg.jit(f).lower(a).compile()
+                marked = compiled.as_text().startswith(render.LIBRARY_THREADS_OFF)
+                assert marked == (threads_inside == 1)
+                got = np.asarray(compiled(a), np.float64)
+                expected = a.astype(np.float64) @ a.astype(np.float64)
+                np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
+                assert seen.pop() == threads_inside
+                assert library.scipy_openblas_get_num_threads64_() == 2
+    finally:
+        library.scipy_openblas_set_num_threads64_(ctypes.c_int(before))
+
+
 def blas_library():
     from funcgrad.backends.llvm import blas
 

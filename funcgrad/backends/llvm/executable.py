@@ -23,7 +23,7 @@ from funcgrad.backends.llvm import blas, buffers, engine, pool, render
 from funcgrad.backends.llvm.engine import Compiled
 from funcgrad.backends.llvm.render import (
     CALLBACK_TABLE,
-    GEMM_BLOCKS,
+    LIBRARY_THREADS_OFF,
     PROFILE_COUNTERS,
     ModuleRenderer,
 )
@@ -86,7 +86,7 @@ class LlvmExecutable:
         # thread count is not worth looking up): both fixed per program.
         self._arguments = ctypes.c_void_p * (len(self._in_dtypes) + len(out_avals) + 2)
         self._threaded = "parallel_for(" in self.ir  # fg_parallel_for, or parallel_for
-        if f"@{GEMM_BLOCKS}" in self.ir:  # products in blocks on the pool's threads
+        if self.ir.startswith(LIBRARY_THREADS_OFF):
             self._entry = _library_threads_off(self._entry)
 
     def _compile(self, closed: ClosedJaxpr, donated: tuple[int, ...]) -> None:
@@ -261,8 +261,8 @@ def _library_name() -> str:
 
 
 def _library_threads_off(entry):
-    """`entry` run with the library's own threads off: the pool's threads each run one block
-    of a product, whose library call must not start threads of its own."""
+    """`entry` run with the library's own threads off: its products run on the pool's
+    threads or on one (`ModuleRenderer.gemm`)."""
 
     def run(arguments) -> None:
         with blas.threads_limited_to(1):

@@ -626,11 +626,15 @@ class _Function:
 # Kernels with fewer innermost iterations than this run on one thread: starting a thread costs
 # about as much as this much work.
 PARALLEL_WORK = 1 << 16
-# Products of at least this many multiply-adds run as blocks on the pool (the library itself
-# starts threads at a quarter of this), in functions named GEMM_BLOCKS... (their executable
-# turns the library's threads off while it runs).
+# Products of at least this many multiply-adds run as blocks on the pool, in functions named
+# GEMM_BLOCKS...; smaller ones are one library call.
 GEMM_SPLIT_WORK = 1 << 20
 GEMM_BLOCKS = "gemm_blocks"
+# The library starts threads of its own for a product of more multiply-adds than this.
+LIBRARY_THREAD_WORK = 1 << 18
+# The first line of a program whose executable turns the library's own threads off while it
+# runs (`ModuleRenderer.gemm` says why).
+LIBRARY_THREADS_OFF = "; the library's own threads are off while this program runs"
 
 # Iterations of a versioned loop's chunk (`_Function.versioned_loop`): enough to fill the
 # vectorized loop; a chunk with one large argument runs again in full.
@@ -809,6 +813,7 @@ class ModuleRenderer:
         self.metadata: list[str] = []
         self.kernels: dict[str, str] = {}  # a kernel's name -> its text
         self.kernel_declarations: dict[str, str] = {}
+        self.library_threads_off = False  # whether a product would start the library's threads
 
     def innermost_hint(self, loop: K.Loop) -> str:
         """Metadata for an innermost kernel loop (each loop needs its own distinct node). It is
@@ -898,7 +903,8 @@ class ModuleRenderer:
         if any(" half" in text for text in [*entry.lines, *self.functions]):
             self.functions.append(self.half_narrowing())
         self.text = "\n".join(
-            [*self.globals, *self.table_definitions()]
+            [LIBRARY_THREADS_OFF] * self.library_threads_off
+            + [*self.globals, *self.table_definitions()]
             + [*self.declarations.values(), *self.functions, self.entry_text]
             + ATTRIBUTES
             + self.metadata
@@ -1158,11 +1164,16 @@ class ModuleRenderer:
         lives in the addend's memory (donated).
 
         A large matrix is split into blocks of rows (or of columns, when it is wider than
-        tall), one single-threaded library call per block on the program's pool of threads,
-        which the executable runs with the library's own threads off. The library's threads
-        meet at barriers inside each call: on a machine busier than its cores, a thread the
-        scheduler left waiting stalls the others (a 256x784x1024 product took 45 ms with two
-        library threads there, 3.4 ms as two blocks); the pool's threads claim whole blocks.
+        tall), one single-threaded library call per block on the program's pool of threads;
+        a smaller one that the library would thread runs on one thread. Where the pool runs,
+        the library's own threads never run inside a program, for two reasons:
+        - They meet at barriers inside each call: on a machine busier than its cores, a thread
+          the scheduler left waiting stalls the others (a 256x784x1024 product took 45 ms with
+          two library threads there, 3.4 ms as two blocks; a 96x96x96 one, 16-32 ms where it
+          takes 12 µs); the pool's threads claim whole blocks.
+        - After a call they spin for about 0.1 s before they sleep, taking a core from the
+          pool's loops that follow (a parallel elementwise loop of 8M float32 ran 1.8 ms
+          after a 96x96x96 product, 1.0 ms after it without the library's threads).
         """
         f = self.entry
         dtype = step.out.dtype
@@ -1176,6 +1187,7 @@ class ModuleRenderer:
         blocks = None
         if pool.available() and m * n * k >= GEMM_SPLIT_WORK and max(m, n) > 1:
             blocks = self._gemm_blocks(step)
+        self.library_threads_off |= pool.available() and m * n * k > LIBRARY_THREAD_WORK
         index = f.new_label("gemm_b")
 
         def one_matrix():
