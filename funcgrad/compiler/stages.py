@@ -9,7 +9,12 @@ from funcgrad.compiler import parallel, passes, rows
 from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
 from funcgrad.compiler.fusion import folds_along_memory
 from funcgrad.compiler.horizontal import merge_maps
-from funcgrad.compiler.index_algebra import coalesce_loops, collapse_row_nests, simplify_offsets
+from funcgrad.compiler.index_algebra import (
+    CPU_ROW_WORK,
+    coalesce_loops,
+    collapse_row_nests,
+    simplify_offsets,
+)
 from funcgrad.compiler.memory import MemoryPlan, plan_memory
 from funcgrad.compiler.schedule import (
     GEMM_DTYPES,
@@ -73,7 +78,7 @@ def plan(
     for step in all_steps(program):
         if isinstance(step, KernelStep):
             simplify_offsets(step.kernel)
-            collapse_row_nests(step.kernel)
+            collapse_row_nests(step.kernel, 1 if gpu else CPU_ROW_WORK)
     if reductions is not None and reductions.column_threads:
         merge_maps(program)
     return optimized, program, plan_memory(program)

@@ -793,21 +793,24 @@ def _conv_spatial_padding(padding_rule, lhs_shape, rhs_shape, out_shape, params)
 
 
 def _conv_lhs_cotangent(ct, rhs, lhs_aval: ShapedArray, params):
+    """The input's cotangent: a convolution of the output's cotangent with the kernel reversed
+    in space, its two feature axes trading roles, in the operands' own layouts (the kernel's
+    and the cotangent's dimension numbers), so that a compiled convolution gathers and
+    writes along the features where the caller stores them innermost."""
     lhs_spec, rhs_spec, out_spec = params["dimension_numbers"]
     batch_groups = params["batch_group_count"]
     groups = params["feature_group_count"] * batch_groups
     padding = _conv_spatial_padding(
         _conv_lhs_padding, lhs_aval.shape, core.get_aval(rhs).shape, core.get_aval(ct).shape, params
     )
-    # The transposed kernel maps each group's output features back to its input features:
-    # (O, I, window...) becomes (groups * I, O / groups, window...), reversed in space.
-    kernel = transpose(rhs, rhs_spec)
-    out_features, in_features, *window = kernel.shape
-    kernel = reshape(kernel, (groups, out_features // groups, in_features, *window))
-    kernel = transpose(kernel, (0, 2, 1, *range(3, kernel.ndim)))
-    kernel = reshape(kernel, (groups * in_features, out_features // groups, *window))
-    kernel = rev(kernel, tuple(range(2, kernel.ndim)))
-    canonical = tuple(range(lhs_aval.ndim))
+    kernel = rhs
+    if groups > 1:
+        # Group g's output features o = g * (O / groups) + j map back to its input features:
+        # the group moves from the output-feature axis into the input-feature one (major).
+        out_features = kernel.shape[rhs_spec[0]]
+        kernel = _split_axis(kernel, rhs_spec[0], groups, out_features // groups)
+        kernel = _merge_axis(kernel, rhs_spec[0], rhs_spec[1])
+    kernel = rev(kernel, tuple(rhs_spec[2:]))
     x_ct = conv_general_dilated_p.bind(
         ct,
         kernel,
@@ -815,19 +818,17 @@ def _conv_lhs_cotangent(ct, rhs, lhs_aval: ShapedArray, params):
         padding=padding,
         lhs_dilation=params["window_strides"],
         rhs_dilation=params["rhs_dilation"],
-        dimension_numbers=ConvDimensionNumbers(out_spec, canonical, canonical),
+        dimension_numbers=ConvDimensionNumbers(out_spec, _swap_roles(rhs_spec), lhs_spec),
         feature_group_count=groups,
         batch_group_count=1,
         precision=params["precision"],
         preferred_element_type=params["preferred_element_type"],
     )
     if batch_groups > 1:
-        # (batch, groups * features, ...): group g's features belong to the g-th batch block.
-        batch, _, *spatial = x_ct.shape
-        x_ct = reshape(x_ct, (batch, batch_groups, in_features, *spatial))
-        x_ct = transpose(x_ct, (1, 0, *range(2, x_ct.ndim)))
-        x_ct = reshape(x_ct, (batch_groups * batch, in_features, *spatial))
-    x_ct = transpose(x_ct, tuple(int(d) for d in np.argsort(lhs_spec)))
+        # The features of group g belong to the g-th block of the batch.
+        features = x_ct.shape[lhs_spec[1]]
+        x_ct = _split_axis(x_ct, lhs_spec[1], batch_groups, features // batch_groups)
+        x_ct = _merge_axis(x_ct, lhs_spec[1], lhs_spec[0])
     return convert_element_type(x_ct, lhs_aval.dtype)
 
 
