@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.index_algebra import (
     CPU_ROW_WORK,
+    ENOUGH_ROWS,
     coalesce_loops,
     collapse_row_nests,
     simplified,
@@ -192,23 +193,33 @@ def test_a_nest_folding_into_one_element_a_row_stays_a_nest():
     assert isinstance(kernel.body[0].body[0], K.Loop)
 
 
-@pytest.mark.parametrize("row, min_row_work", [(1, CPU_ROW_WORK), (16, CPU_ROW_WORK), (1, 1)])
-def test_rows_of_a_nest_are_one_loop_where_each_row_has_work_enough(row, min_row_work):
+@pytest.mark.parametrize(
+    "outer, row, min_row_work",
+    [
+        (ENOUGH_ROWS, 1, CPU_ROW_WORK),
+        (ENOUGH_ROWS, 16, CPU_ROW_WORK),
+        (ENOUGH_ROWS, 1, 1),
+        (4, 1, CPU_ROW_WORK),
+    ],
+)
+def test_rows_of_a_nest_are_one_loop_where_each_row_has_work_enough(outer, row, min_row_work):
     """`for a: for b: for c: out[a, b, c] = x[a, b, c]` around rows of `row` elements: one
     loop over the rows (quotients of the row index for a and b) only where a row has at
     least `min_row_work` elements (a CPU's rows of one element paid the quotients at every
-    element); the same stores of the same loads either way."""
+    element) or the outer loop has too few iterations to spread over threads; the same
+    stores of the same loads either way."""
     a, b, r = K.fresh_index("a"), K.fresh_index("b"), K.fresh_index("c")
     offset = K.binary(
         "add", K.binary("mul", K.binary("add", K.binary("mul", a, c(5)), b), c(row)), r
     )
-    x, out = (K.Buffer(name, np.dtype(np.float32), 20 * row) for name in ("x", "out"))
+    x, out = (K.Buffer(name, np.dtype(np.float32), outer * 5 * row) for name in ("x", "out"))
     inner = K.Loop(r, 0, row, [K.Store(out, offset, K.Load(x, offset))])
-    kernel = K.Kernel("k", [x], [out], [K.Loop(a, 0, 4, [K.Loop(b, 0, 5, [inner])])])
+    kernel = K.Kernel("k", [x], [out], [K.Loop(a, 0, outer, [K.Loop(b, 0, 5, [inner])])])
     before = sorted(_accesses(kernel.body, {}))
     collapse_row_nests(kernel, min_row_work)
-    [outer] = kernel.body
-    assert outer.stop == (20 if row >= min_row_work else 4)
+    [loop] = kernel.body
+    merged = row >= min_row_work or outer < ENOUGH_ROWS
+    assert loop.stop == (outer * 5 if merged else outer)
     assert sorted(_accesses(kernel.body, {})) == before
 
 

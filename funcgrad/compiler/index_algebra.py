@@ -40,15 +40,19 @@ def simplify_offsets(kernel: K.Kernel) -> None:
 
 
 # The fewest iterations of a row's work for which a CPU's nest is made one loop of rows: a
-# row's quotients cost a few multiplications, small beside this much work.
+# row's quotients cost a few multiplications, small beside this much work. Rows of less are
+# still made one loop while the outer loop has fewer than ENOUGH_ROWS iterations, too few to
+# spread over the threads evenly.
 CPU_ROW_WORK = 16
+ENOUGH_ROWS = 64
 
 
 def collapse_row_nests(kernel: K.Kernel, min_row_work: int = 1) -> None:
     """`for i: for j: <rows' work>` as one loop over the rows, `for r: <work with i = r / J,
     j = r % J>`, wherever the kernel is such a nest, the work holds loops of its own (so the
     quotients are made once a row, not once an element) of at least `min_row_work`
-    iterations in all, and the rows of the one loop may run on different threads
+    iterations in all (or the outer loop has fewer than ENOUGH_ROWS iterations), and the
+    rows of the one loop may run on different threads
     (`parallel.parallel_loop`, which then reads plain offsets in r: a row's coordinates
     joined again, `_rejoined`). A GPU then gives each row a block, or a thread, where it gave
     the outer loop's few iterations one each (an attention's batch of heads of queries: 32
@@ -63,7 +67,7 @@ def collapse_row_nests(kernel: K.Kernel, min_row_work: int = 1) -> None:
         inner = outer.body[0]
         if not any(isinstance(s, K.Loop) for s in inner.body) or product_nest(kernel):
             return  # (a product's nest is the renderer's tiles)
-        if _iterations(inner.body) < min_row_work:
+        if _iterations(inner.body) < min_row_work and outer.stop - outer.start >= ENOUGH_ROWS:
             return
         if not _merged_in_parallel(kernel, outer, inner):
             return
