@@ -357,6 +357,35 @@ def test_the_library_threads_no_product_inside_a_program():
         library.scipy_openblas_set_num_threads64_(ctypes.c_int(before))
 
 
+def test_decompositions_of_small_matrices_run_on_one_library_thread():
+    """A Cholesky factor of 64x64 runs while the library's thread count is 1 (seen by a
+    callback after it); one of 600x600 keeps the library's threads."""
+    library = blas_library()
+    before = library.scipy_openblas_get_num_threads64_()
+    library.scipy_openblas_set_num_threads64_(ctypes.c_int(2))
+    seen = []
+
+    def record(factor):
+        seen.append(library.scipy_openblas_get_num_threads64_())
+        return factor
+
+    def f(a):
+        factor = fnp.linalg.cholesky(a)
+        return fg.pure_callback(record, fg.ShapeDtypeStruct(factor.shape, factor.dtype), factor)
+
+    try:
+        with settings():
+            for n, single in [(64, True), (600, False)]:
+                a = np.random.default_rng(n).standard_normal((n, n))
+                a = a @ a.T + n * np.eye(n)
+                compiled = fg.jit(f).lower(a).compile()
+                assert compiled.as_text().startswith(render.LIBRARY_THREADS_OFF) == single
+                np.testing.assert_allclose(np.asarray(compiled(a)), np.linalg.cholesky(a))
+                assert seen.pop() == (1 if single else 2)
+    finally:
+        library.scipy_openblas_set_num_threads64_(ctypes.c_int(before))
+
+
 def blas_library():
     from funcgrad.backends.llvm import blas
 

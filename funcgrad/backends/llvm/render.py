@@ -14,6 +14,7 @@ loops using them still vectorize; only lgamma, fmod and float64 erf/erfc call th
 from __future__ import annotations
 
 import itertools
+import math
 import struct
 from typing import NamedTuple
 
@@ -632,6 +633,11 @@ GEMM_SPLIT_WORK = 1 << 20
 GEMM_BLOCKS = "gemm_blocks"
 # The library starts threads of its own for a product of more multiply-adds than this.
 LIBRARY_THREAD_WORK = 1 << 18
+# LAPACK calls on matrices of at most this many elements run on one thread: the library's
+# threads meet at barriers there too, and under load they stalled each other (a Cholesky
+# factor of 128x128 7 ms, 0.1-0.6 ms on one thread; 256x256 23 ms against 0.6-3.7) while
+# quiet they gain little on so small a matrix. Larger ones keep the library's threads.
+SMALL_DECOMPOSITION = 512 * 512
 # The first line of a program whose executable turns the library's own threads off while it
 # runs (`ModuleRenderer.gemm` says why).
 LIBRARY_THREADS_OFF = "; the library's own threads are off while this program runs"
@@ -813,7 +819,8 @@ class ModuleRenderer:
         self.metadata: list[str] = []
         self.kernels: dict[str, str] = {}  # a kernel's name -> its text
         self.kernel_declarations: dict[str, str] = {}
-        self.library_threads_off = False  # whether a product would start the library's threads
+        # Whether the library's own threads stay off while the program runs (`gemm`, `lapack`).
+        self.library_threads_off = False
 
     def innermost_hint(self, loop: K.Loop) -> str:
         """Metadata for an innermost kernel loop (each loop needs its own distinct node). It is
@@ -1233,8 +1240,11 @@ class ModuleRenderer:
 
     def lapack(self, step: FortranCall) -> None:
         """One call per matrix; every argument by reference, then one hidden length per
-        character argument (gfortran's convention)."""
+        character argument (gfortran's convention). A small matrix's call runs on one
+        thread (SMALL_DECOMPOSITION)."""
         f = self.entry
+        matrix = math.prod(step.eqn.invars[0].aval.shape[-2:])
+        self.library_threads_off |= matrix <= SMALL_DECOMPOSITION
         name = blas.lapack_symbol(step.routine, step.dtype)
         scalars = []
         for arg in step.args:
