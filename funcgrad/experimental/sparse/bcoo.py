@@ -48,7 +48,9 @@ class BCOO:
     """A sparse array in batched coordinate format (see the module docstring).
 
     `indices_sorted` and `unique_indices` record what is known of the indices (sorted within
-    each batch; no index twice in a batch); they are promises, not checked.
+    each batch; no index twice in a batch); they are promises, not checked. With no sparse
+    dimensions every stored element has the one empty index, padding included, so more than
+    one element per batch is never unique, whatever the flag says.
     """
 
     __array_ufunc__ = None  # NumPy arrays defer to BCOO's reflected operators
@@ -72,7 +74,7 @@ class BCOO:
         _check_layout(self.data, self.indices, shape)
         self._trailing_shape = shape[self.indices.ndim - 2 :]
         self.indices_sorted = bool(indices_sorted)
-        self.unique_indices = bool(unique_indices)
+        self.unique_indices = bool(unique_indices) and (self.n_sparse > 0 or self.nse <= 1)
 
     def tree_flatten(self):
         aux = (self._trailing_shape, self.nse, self.indices_sorted, self.unique_indices)
@@ -607,7 +609,8 @@ def bcoo_reduce_sum(mat: BCOO, *, axes: Sequence[int]) -> BCOO:
 def bcoo_reshape(mat: BCOO, *, new_sizes: Sequence[int], dimensions=None) -> BCOO:
     """The array in a new shape (row-major order): the batch dimensions must become leading
     dimensions of the same total size and the dense dimensions stay as they are; the sparse
-    dimensions take whatever shape is left."""
+    dimensions take whatever shape is left. An array of no elements takes any shape of no
+    elements (with only sparse dimensions)."""
     mat = _as_bcoo(mat, "bcoo_reshape")
     if dimensions is not None and tuple(dimensions) != tuple(range(mat.ndim)):
         raise NotImplementedError("bcoo_reshape: only dimensions=None is supported")

@@ -19,6 +19,7 @@ import numpy as np
 
 from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
+from funcgrad.experimental.sparse.bcsr import BCSR
 
 __all__ = ["lobpcg_standard", "spsolve"]
 
@@ -152,9 +153,10 @@ def _orthonormal(block, wanted):
 
 def spsolve(data, indices, indptr, b, tol: float = 1e-6, reorder: int = 1):
     """The solution x of A x = b for the square matrix A in CSR form (`data`, `indices`,
-    `indptr`; duplicate entries add up): A is made dense and solved by LU with partial
-    pivoting, so it costs n^2 memory and n^3 work, and derivatives with respect to `data`
-    and `b` follow. `tol` and `reorder` (a sparse factorization's singularity threshold and
+    `indptr`, read as a BCSR matrix: duplicate entries add up, and slots past the last row or
+    with a column outside the matrix are padding): A is made dense and solved by LU with
+    partial pivoting, so it costs n^2 memory and n^3 work, and derivatives with respect to
+    `data` and `b` follow. `tol` and `reorder` (a sparse factorization's singularity threshold and
     fill-reducing ordering) are accepted and have no use here."""
     del tol, reorder
     data, indices, indptr, b = (fnp.asarray(x) for x in (data, indices, indptr, b))
@@ -167,8 +169,8 @@ def spsolve(data, indices, indptr, b, tol: float = 1e-6, reorder: int = 1):
     n = indptr.shape[0] - 1
     if b.shape != (n,):
         raise ValueError(
-            f"spsolve: b must have shape ({n},) for an {n} x {n} matrix, got {b.shape}"
+            f"spsolve: b must have shape ({n},) for a matrix of shape ({n}, {n}), got {b.shape}"
         )
-    rows = fnp.searchsorted(indptr, fnp.arange(data.shape[0]), side="right") - 1
-    dense = fnp.zeros((n, n), fnp.result_type(data, b)).at[rows, indices].add(data)
-    return fnp.linalg.solve(dense, b.astype(dense.dtype))
+    dtype = fnp.result_type(data, b)
+    dense = BCSR((data.astype(dtype), indices, indptr), shape=(n, n)).todense()
+    return fnp.linalg.solve(dense, b.astype(dtype))
