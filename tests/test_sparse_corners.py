@@ -279,3 +279,39 @@ def test_sparse_grad_with_respect_to_matrix_formats(fmt):
     np.testing.assert_allclose(grad.data, numeric_grad(data_loss, np.asarray(mat.data)), atol=1e-8)
     with pytest.raises(NotImplementedError, match=f"Jacobian with respect to a {fmt.__name__}"):
         sparse.jacfwd(lambda m: m @ v)(mat)
+
+
+# ---- layouts and axes
+
+
+def test_batch_and_dense_dimensions_made_sparse_widen_narrow_indices():
+    # 200 batches of int8 indices: as a sparse dimension their positions did not fit, and
+    # relaying them out (update_layout, or a product with an operand of another layout) failed.
+    dense = np.zeros((200, 2))
+    dense[150, 1], dense[3, 0] = 5.0, 1.0
+    batched = BCOO.fromdense(dense, n_batch=1, index_dtype=np.int8)
+    flat = sparse.bcoo_update_layout(batched, n_batch=0)
+    assert flat.indices.dtype == np.int16
+    np.testing.assert_array_equal(flat.todense(), dense)
+    other = BCOO.fromdense(dense, index_dtype=np.uint8)
+    np.testing.assert_array_equal(sparse.bcoo_multiply_sparse(batched, other).todense(), dense**2)
+    blocks = BCOO.fromdense(dense.T, n_dense=1, index_dtype=np.int8)
+    np.testing.assert_array_equal(sparse.bcoo_update_layout(blocks, n_dense=0).todense(), dense.T)
+    with jit_backend("llvm"):
+        jitted = fg.jit(lambda m: sparse.bcoo_update_layout(m, n_batch=0).todense())(batched)
+    np.testing.assert_array_equal(jitted, dense)
+
+
+def test_sums_refuse_repeated_axes_and_transpose_takes_negative_axes():
+    dense = np.arange(6.0).reshape(2, 3)
+    mat = BCOO.fromdense(dense)
+    # a repeated axis was summed once, where NumPy refuses it
+    for axes in [(0, 0), (1, -1)]:
+        with pytest.raises(ValueError, match="repeated axis"):
+            mat.sum(axes)
+        with pytest.raises(ValueError, match="repeated axis"):
+            sparse.bcoo_reduce_sum(mat, axes=axes)
+    np.testing.assert_array_equal(mat.sum(np.int64(1)).todense(), dense.sum(1))
+    np.testing.assert_array_equal(mat.transpose((-1, 0)).todense(), dense.T)
+    with pytest.raises(ValueError, match="axis 2 is out of range"):
+        mat.transpose((2, 0))

@@ -224,7 +224,11 @@ class BCOO:
     # ---- shape operations
 
     def transpose(self, axes: Sequence[int] | None = None) -> BCOO:
-        permutation = tuple(range(self.ndim))[::-1] if axes is None else tuple(axes)
+        """The axes permuted, as NumPy's `transpose` (negative axes count from the end)."""
+        if axes is None:
+            permutation = tuple(range(self.ndim))[::-1]
+        else:
+            permutation = tuple(_normalize_axis(a, self.ndim, "BCOO.transpose") for a in axes)
         return bcoo_transpose(self, permutation=permutation)
 
     @property
@@ -240,7 +244,9 @@ class BCOO:
     def sum(self, axis: int | Sequence[int] | None = None) -> BCOO | Array:
         """The sum over `axis` (all axes by default) as a BCOO array; a sum over every axis is
         a dense scalar."""
-        axes = range(self.ndim) if axis is None else (axis,) if isinstance(axis, int) else axis
+        if axis is None:
+            axis = range(self.ndim)
+        axes = (axis,) if np.ndim(axis) == 0 else axis
         axes = tuple(_normalize_axis(a, self.ndim, "BCOO.sum") for a in axes)
         out = bcoo_reduce_sum(self, axes=axes)
         return out.todense() if out.ndim == 0 else out
@@ -602,6 +608,8 @@ def bcoo_reduce_sum(mat: BCOO, *, axes: Sequence[int]) -> BCOO:
     """The sum over `axes`, still sparse."""
     mat = _as_bcoo(mat, "bcoo_reduce_sum")
     axes = tuple(_normalize_axis(a, mat.ndim, "bcoo_reduce_sum") for a in axes)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"bcoo_reduce_sum: repeated axis in {axes} for {mat!r}")
     data, indices, shape = _layout.reduce_sum(mat.data, mat.indices, mat.shape, axes)
     return BCOO((data, indices), shape=shape)
 
