@@ -315,3 +315,16 @@ def test_sums_refuse_repeated_axes_and_transpose_takes_negative_axes():
     np.testing.assert_array_equal(mat.transpose((-1, 0)).todense(), dense.T)
     with pytest.raises(ValueError, match="axis 2 is out of range"):
         mat.transpose((2, 0))
+
+
+@pytest.mark.parametrize("n_batch, n_dense", [(2, 0), (1, 1), (0, 1), (0, 2)])
+def test_eye_in_every_layout_under_jit(n_batch, n_dense):
+    # These layouts counted their stored elements from the values of a traced identity.
+    for n, m, k in [(3, 5, 1), (4, 2, -1), (2, 2, 3), (0, 3, 0)]:
+        expected = np.eye(n, m, k)
+
+        def identity(n=n, m=m, k=k):
+            return sparse.eye(n, m, k, n_batch=n_batch, n_dense=n_dense).todense()
+
+        np.testing.assert_array_equal(fg.jit(identity)(), expected)
+        np.testing.assert_array_equal(identity(), expected)
