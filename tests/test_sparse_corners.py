@@ -328,3 +328,22 @@ def test_eye_in_every_layout_under_jit(n_batch, n_dense):
 
         np.testing.assert_array_equal(fg.jit(identity)(), expected)
         np.testing.assert_array_equal(identity(), expected)
+
+
+@pytest.mark.parametrize("fmt", [sparse.BCOO, sparse.BCSR, sparse.CSR, sparse.COO])
+def test_lobpcg_takes_a_sparse_matrix(fmt):
+    # A sparse matrix was refused ("cannot make a funcgrad array from BCOO").
+    n, k = 30, 2
+    rng = np.random.default_rng(7)
+    upper = np.triu(np.where(rng.random((n, n)) < 0.15, rng.normal(size=(n, n)), 0.0), 1)
+    dense = upper + upper.T + np.diag(np.arange(1.0, n + 1))
+    x = rng.normal(size=(n, k))
+    matrix = fmt.fromdense(dense)
+    expected = np.sort(np.linalg.eigvalsh(dense))[::-1][:k]
+    theta, u, _ = sparse.linalg.lobpcg_standard(matrix, x, m=300)
+    np.testing.assert_allclose(theta, expected, rtol=1e-9)
+    np.testing.assert_allclose(dense @ np.asarray(u), np.asarray(u) * expected, atol=1e-6)
+    jitted = fg.jit(lambda a, x: sparse.linalg.lobpcg_standard(a, x, m=300)[0])(matrix, x)
+    np.testing.assert_allclose(jitted, expected, rtol=1e-9)
+    with pytest.raises(ValueError, match=r"A of shape \(30, 30\) does not act on X"):
+        sparse.linalg.lobpcg_standard(matrix, np.ones((20, 2)))
