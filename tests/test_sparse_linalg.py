@@ -115,5 +115,7 @@ def test_spsolve_solves_the_csr_system_and_differentiates():
             minus = loss(*(down if j == arg else a for j, a in enumerate(args)))
             numeric.append((float(plus) - float(minus)) / (2 * h))
         np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-9)
-    with pytest.raises(ValueError, match=r"b must have shape \(9,\) for an 9 x 9 matrix"):
+    with pytest.raises(
+        ValueError, match=r"b must have shape \(9,\) for a matrix of shape \(9, 9\)"
+    ):
         sparse_linalg.spsolve(data, indices, indptr, np.ones(8))

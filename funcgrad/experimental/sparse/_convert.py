@@ -86,6 +86,12 @@ def in_range(indices, sparse_shape: Sequence[int]) -> Array:
     return fnp.all((indices >= 0) & (indices < limits), axis=-1)
 
 
+def zero_where_invalid(data, valid) -> Array:
+    """`data` with the blocks of the elements not `valid` (*batch, nse) set to 0."""
+    valid = valid.reshape(valid.shape + (1,) * (data.ndim - valid.ndim))
+    return fnp.where(valid, data, fnp.zeros((), data.dtype))
+
+
 def todense(data, indices, shape: tuple[int, ...]) -> Array:
     """The dense array: every stored element added at its position (duplicates sum)."""
     n_batch = indices.ndim - 2

@@ -14,10 +14,17 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from funcgrad import lax
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
-from funcgrad.experimental.sparse._convert import gather_slices, position_columns
+from funcgrad.experimental.sparse._convert import (
+    gather_slices,
+    in_range,
+    position_columns,
+    zero_where_invalid,
+)
 
 DimensionNumbers = tuple[
     tuple[tuple[int, ...], tuple[int, ...]], tuple[tuple[int, ...], tuple[int, ...]]
@@ -89,6 +96,10 @@ def sparse_dot_dense(
     n_batch = indices.ndim - 2
     n_positional = n_batch + indices.shape[-1]
     n_stored = math.prod(indices.shape[:-1])
+    if indices.shape[-1]:
+        # Padding meets only the zeros the gather reads outside rhs, but NaN or infinite data
+        # times those zeros would still reach the result.
+        data = zero_where_invalid(data, in_range(indices, lhs_shape[n_batch:n_positional]))
     data = data.reshape(n_stored, *data.shape[n_batch + 1 :])
     paired = zip(lhs_contract + lhs_batch, rhs_contract + rhs_batch)
     gathered = [(lhs, rhs_dim) for lhs, rhs_dim in paired if lhs < n_positional]
@@ -127,7 +138,9 @@ def sparse_dot_dense(
     lhs_free = _free(len(lhs_shape), lhs_contract, lhs_batch)
     out_dim = {lhs: i for i, lhs in enumerate(lhs_batch + lhs_free)}
     placed = [lhs for lhs in lhs_batch + lhs_free if lhs < n_positional]
-    if not placed:
+    if not placed:  # every positional dimension contracted: the products add up
+        if product.dtype == np.bool_:  # as dot_general's own sums of booleans, an or
+            return lax.reduce_or(product, (0,))
         return lax.reduce_sum(product, (0,))
     coordinates = position_columns(indices, placed).reshape(n_stored, len(placed))
     dimension_numbers = lax.ScatterDimensionNumbers(

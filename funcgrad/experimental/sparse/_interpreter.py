@@ -92,7 +92,7 @@ def _apply_rule(eqn, operands: list, name: str) -> list:
             else f"sparse rules exist for {sorted({*SPARSE_RULES, *PROGRAM_RULES})}"
         )
         raise NotImplementedError(
-            f"sparsify({name}): primitive {primitive} has no sparse rule (at {eqn.source_info}): "
+            f"sparsify({name}): primitive {primitive!r} has no sparse rule (at {eqn.source_info}): "
             f"{why}. Convert its sparse operand with .todense() first if the dense form is meant"
         )
     forms = [(x.to_bcoo(), x) for x in operands if isinstance(x, BCSR)]

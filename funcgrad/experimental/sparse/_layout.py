@@ -19,12 +19,8 @@ from funcgrad.experimental.sparse._convert import (
     gather_slices,
     in_range,
     position_columns,
+    zero_where_invalid,
 )
-
-
-def _zero_where_invalid(data, valid) -> Array:
-    valid = valid.reshape(valid.shape + (1,) * (data.ndim - valid.ndim))
-    return fnp.where(valid, data, fnp.zeros((), data.dtype))
 
 
 def _select_columns(indices, columns: Sequence[int]) -> Array:
@@ -59,7 +55,7 @@ def reduce_sum(data, indices, shape, axes: Sequence[int]) -> tuple[Array, Array,
         # padding, holding 0 (which also matters when no sparse dimension is left).
         sparse_shape = shape[n_batch:n_positional]
         valid = in_range(indices, sparse_shape)
-        data = _zero_where_invalid(data, valid)
+        data = zero_where_invalid(data, valid)
         kept = _select_columns(indices, kept_sparse)
         padding = fnp.asarray(np.array([sparse_shape[i] for i in kept_sparse], indices.dtype))
         indices = fnp.where(valid[..., None], kept, padding)
@@ -90,7 +86,10 @@ def reshape(data, indices, shape, new_shape: tuple[int, ...], name: str):
     new_n_batch = _batch_split(
         new_shape, new_dense_start, math.prod(batch_shape), math.prod(sparse_shape)
     )
-    if new_n_batch is None or tuple(new_shape[new_dense_start:]) != dense_shape:
+    fits = new_n_batch is not None and tuple(new_shape[new_dense_start:]) == dense_shape
+    if not fits and math.prod(new_shape) == 0:
+        return _holding_nothing(new_shape, indices.shape[-2], data.dtype, indices.dtype, name)
+    if not fits:
         raise ValueError(
             f"{name}: cannot reshape a BCOO array of shape {shape} (batch {batch_shape}, sparse "
             f"{sparse_shape}, dense {dense_shape}) into {new_shape}: the batch dimensions must "
@@ -107,8 +106,16 @@ def reshape(data, indices, shape, new_shape: tuple[int, ...], name: str):
         valid = in_range(indices, sparse_shape)
         indices = _reindex(indices, valid, sparse_shape, new_sparse_shape, name)
         if not new_sparse_shape:  # no index is left to mark padding: its data must be 0
-            data = _zero_where_invalid(data, valid)
+            data = zero_where_invalid(data, valid)
     return data, indices, tuple(new_shape)
+
+
+def _holding_nothing(new_shape, nse: int, dtype, index_dtype, name: str):
+    """An array of `new_shape`, which has no elements: (as any array of no elements can take
+    any such shape, whatever its layout) all its dimensions sparse, every element padding."""
+    check_index_dtype(new_shape, index_dtype, name)
+    padding = np.broadcast_to(np.array(new_shape, index_dtype), (nse, len(new_shape)))
+    return fnp.zeros((nse,), dtype), fnp.asarray(padding), tuple(new_shape)
 
 
 def _batch_split(new_shape, dense_start: int, batch_size: int, sparse_size: int) -> int | None:

@@ -1,8 +1,9 @@
 """Changing which dimensions of a BCOO array are batch, sparse or dense, one dimension at a time.
 
 A batch or dense dimension becomes sparse by spreading it into the stored elements (nse grows
-by its size); a sparse dimension becomes a batch or dense one by giving every batch or every
-dense block a masked copy of the elements (nse stays, but most stored values are zeros).
+by its size, and the indices widen where their type cannot hold its positions); a sparse
+dimension becomes a batch or dense one by giving every batch or every dense block a masked copy
+of the elements (nse stays, but most stored values are zeros).
 """
 
 from __future__ import annotations
@@ -14,10 +15,19 @@ from funcgrad import numpy as fnp
 from funcgrad.array import Array
 
 
+def _counting_to(indices, size: int) -> Array:
+    """`indices`, in a wider integer type where theirs cannot hold the positions of a new
+    sparse dimension of `size` and its padding index (the size itself)."""
+    if size <= np.iinfo(indices.dtype).max:
+        return indices
+    return indices.astype(np.promote_types(indices.dtype, np.min_scalar_type(size)))
+
+
 def _batch_to_sparse(data, indices) -> tuple[Array, Array]:
     """The last batch dimension becomes the first sparse one."""
     n_batch = indices.ndim - 2
     size, nse = indices.shape[n_batch - 1], indices.shape[-2]
+    indices = _counting_to(indices, size)
     column = lax.broadcasted_iota(indices.dtype, (*indices.shape[:-1], 1), n_batch - 1)
     indices = fnp.concatenate([column, indices], axis=-1)
     lead = indices.shape[: n_batch - 1]
@@ -31,6 +41,7 @@ def _dense_to_sparse(data, indices) -> tuple[Array, Array]:
     n_batch = indices.ndim - 2
     nse, n_sparse = indices.shape[-2:]
     size = data.shape[n_batch + 1]
+    indices = _counting_to(indices, size)
     spread = (*indices.shape[:-1], size, n_sparse)
     indices = fnp.broadcast_to(indices[..., None, :], spread)
     column = lax.broadcasted_iota(indices.dtype, (*spread[:-1], 1), n_batch + 1)

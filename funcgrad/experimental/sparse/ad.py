@@ -1,11 +1,12 @@
 """Derivatives with respect to sparse arguments: `grad`, `value_and_grad`, `jacfwd`, `jacrev`
-and `jacobian`, as funcgrad's, except that the derivative with respect to a BCOO or BCSR
-argument is taken in the subspace of its sparsity pattern.
+and `jacobian`, as funcgrad's, except that the derivative with respect to a sparse argument
+(BCOO, BCSR, or a COO, CSR or CSC matrix) is taken in the subspace of its sparsity pattern.
 
 Each sparse array among the differentiated arguments is differentiated through its data alone
 (its indices stay as they are), and its derivative comes back as a sparse array with the same
 indices holding the derivative of the data. A Jacobian's leading dimensions (those of the
-function's output) become leading batch dimensions of that array.
+function's output) become leading batch dimensions of that array, which the older matrix formats
+(COO, CSR, CSC) do not have.
 """
 
 from __future__ import annotations
@@ -17,13 +18,18 @@ from funcgrad import numpy as fnp
 from funcgrad import tree_util
 from funcgrad.experimental.sparse.bcoo import BCOO
 from funcgrad.experimental.sparse.bcsr import BCSR
+from funcgrad.experimental.sparse.coo import COO
+from funcgrad.experimental.sparse.csr import CSC, CSR
 from funcgrad.transforms import autodiff
 
 __all__ = ["grad", "jacfwd", "jacobian", "jacrev", "value_and_grad"]
 
 
+_MATRIX_FORMATS = (COO, CSR, CSC)
+
+
 def _is_sparse(x) -> bool:
-    return isinstance(x, (BCOO, BCSR))
+    return isinstance(x, (BCOO, BCSR, *_MATRIX_FORMATS))
 
 
 def _data_of(arg):
@@ -42,6 +48,17 @@ def _holding(mat, data):
     """The sparse array `mat` with `data` in place of its stored values; `data`'s extra
     leading dimensions (a Jacobian's) become leading batch dimensions."""
     lead = tuple(data.shape[: data.ndim - mat.data.ndim])
+    if isinstance(mat, _MATRIX_FORMATS):
+        if lead:
+            name = type(mat).__name__
+            raise NotImplementedError(
+                f"the Jacobian with respect to a {name} matrix would hold the output's "
+                f"dimensions as batch dimensions, which a {name} matrix has not; pass the "
+                "argument as a BCOO or BCSR array"
+            )
+        return tree_util.tree_unflatten(
+            tree_util.tree_structure(mat), [data, *tree_util.tree_leaves(mat)[1:]]
+        )
     index_leaves = [fnp.broadcast_to(x, lead + x.shape) for x in tree_util.tree_leaves(mat)[1:]]
     shape = lead + tuple(mat.shape)
     if isinstance(mat, BCSR):

@@ -144,7 +144,15 @@ def eye(
         indices = np.where(on_diagonal, columns, M).astype(index_dtype).reshape(N, 1, 1)
         data = fnp.asarray(on_diagonal.astype(dtype).reshape(N, 1))
         return BCOO((data, indices), shape=(N, M), indices_sorted=True, unique_indices=True)
-    # Every other layout stores the zeros of its dense blocks anyway.
+    # Every other layout stores the zeros of its dense blocks anyway. The number of stored
+    # elements is counted in NumPy, so that it is known under jit too.
+    ones = np.eye(N, M, k, dtype=bool)
+    stored = np.any(ones, axis=tuple(range(2 - n_dense, 2)))
+    nse = int(np.max(np.sum(stored, axis=tuple(range(n_batch, stored.ndim))), initial=0))
     return bcoo_fromdense(
-        fnp.eye(N, M, k, dtype=dtype), n_batch=n_batch, n_dense=n_dense, index_dtype=index_dtype
+        fnp.eye(N, M, k, dtype=dtype),
+        nse=nse,
+        n_batch=n_batch,
+        n_dense=n_dense,
+        index_dtype=index_dtype,
     )

@@ -48,7 +48,9 @@ class BCOO:
     """A sparse array in batched coordinate format (see the module docstring).
 
     `indices_sorted` and `unique_indices` record what is known of the indices (sorted within
-    each batch; no index twice in a batch); they are promises, not checked.
+    each batch; no index twice in a batch); they are promises, not checked. With no sparse
+    dimensions every stored element has the one empty index, padding included, so more than
+    one element per batch is never unique, whatever the flag says.
     """
 
     __array_ufunc__ = None  # NumPy arrays defer to BCOO's reflected operators
@@ -72,7 +74,7 @@ class BCOO:
         _check_layout(self.data, self.indices, shape)
         self._trailing_shape = shape[self.indices.ndim - 2 :]
         self.indices_sorted = bool(indices_sorted)
-        self.unique_indices = bool(unique_indices)
+        self.unique_indices = bool(unique_indices) and (self.n_sparse > 0 or self.nse <= 1)
 
     def tree_flatten(self):
         aux = (self._trailing_shape, self.nse, self.indices_sorted, self.unique_indices)
@@ -222,7 +224,11 @@ class BCOO:
     # ---- shape operations
 
     def transpose(self, axes: Sequence[int] | None = None) -> BCOO:
-        permutation = tuple(range(self.ndim))[::-1] if axes is None else tuple(axes)
+        """The axes permuted, as NumPy's `transpose` (negative axes count from the end)."""
+        if axes is None:
+            permutation = tuple(range(self.ndim))[::-1]
+        else:
+            permutation = tuple(_normalize_axis(a, self.ndim, "BCOO.transpose") for a in axes)
         return bcoo_transpose(self, permutation=permutation)
 
     @property
@@ -238,7 +244,9 @@ class BCOO:
     def sum(self, axis: int | Sequence[int] | None = None) -> BCOO | Array:
         """The sum over `axis` (all axes by default) as a BCOO array; a sum over every axis is
         a dense scalar."""
-        axes = range(self.ndim) if axis is None else (axis,) if isinstance(axis, int) else axis
+        if axis is None:
+            axis = range(self.ndim)
+        axes = (axis,) if np.ndim(axis) == 0 else axis
         axes = tuple(_normalize_axis(a, self.ndim, "BCOO.sum") for a in axes)
         out = bcoo_reduce_sum(self, axes=axes)
         return out.todense() if out.ndim == 0 else out
@@ -600,6 +608,8 @@ def bcoo_reduce_sum(mat: BCOO, *, axes: Sequence[int]) -> BCOO:
     """The sum over `axes`, still sparse."""
     mat = _as_bcoo(mat, "bcoo_reduce_sum")
     axes = tuple(_normalize_axis(a, mat.ndim, "bcoo_reduce_sum") for a in axes)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"bcoo_reduce_sum: repeated axis in {axes} for {mat!r}")
     data, indices, shape = _layout.reduce_sum(mat.data, mat.indices, mat.shape, axes)
     return BCOO((data, indices), shape=shape)
 
@@ -607,7 +617,8 @@ def bcoo_reduce_sum(mat: BCOO, *, axes: Sequence[int]) -> BCOO:
 def bcoo_reshape(mat: BCOO, *, new_sizes: Sequence[int], dimensions=None) -> BCOO:
     """The array in a new shape (row-major order): the batch dimensions must become leading
     dimensions of the same total size and the dense dimensions stay as they are; the sparse
-    dimensions take whatever shape is left."""
+    dimensions take whatever shape is left. An array of no elements takes any shape of no
+    elements (with only sparse dimensions)."""
     mat = _as_bcoo(mat, "bcoo_reshape")
     if dimensions is not None and tuple(dimensions) != tuple(range(mat.ndim)):
         raise NotImplementedError("bcoo_reshape: only dimensions=None is supported")

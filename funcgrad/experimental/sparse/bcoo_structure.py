@@ -438,18 +438,32 @@ def is_basic_index(item) -> bool:
     )
 
 
-def getitem(mat: BCOO, item) -> BCOO:
-    """`mat[item]` for an `is_basic_index` item."""
+def basic_items(shape: tuple[int, ...], item, name: str) -> list:
+    """An `is_basic_index` item as one entry per dimension of `shape` (the Ellipsis expanded,
+    the dimensions it leaves out whole). A static integer out of bounds raises IndexError, as
+    in NumPy, which is also what ends a loop over the array's rows."""
     items = list(item) if isinstance(item, tuple) else [item]
     ellipses = [at for at, i in enumerate(items) if i is Ellipsis]
     if ellipses:
         at = ellipses[0]
-        items[at : at + 1] = [slice(None)] * (mat.ndim - len(items) + 1)
-    if len(items) > mat.ndim:
-        raise IndexError(
-            f"BCOO indexing: too many indices ({len(items)}) for an array of shape {mat.shape}"
-        )
-    items += [slice(None)] * (mat.ndim - len(items))
+        items[at : at + 1] = [slice(None)] * (len(shape) - len(items) + 1)
+    if len(items) > len(shape):
+        raise IndexError(f"{name}: too many indices ({len(items)}) for an array of shape {shape}")
+    items += [slice(None)] * (len(shape) - len(items))
+    for dim, (i, size) in enumerate(zip(items, shape)):
+        if isinstance(i, (slice, core.Tracer)):
+            continue
+        position = operator.index(i)
+        if not -size <= position < size:
+            raise IndexError(
+                f"{name}: index {position} is out of bounds for dimension {dim} of size {size}"
+            )
+    return items
+
+
+def getitem(mat: BCOO, item) -> BCOO:
+    """`mat[item]` for an `is_basic_index` item."""
+    items = basic_items(mat.shape, item, "BCOO indexing")
     windows, dynamic, squeezed = [], {}, []  # windows: (start, limit, stride) per dimension
     for dim, (i, size) in enumerate(zip(items, mat.shape)):
         if isinstance(i, slice):
@@ -461,13 +475,7 @@ def getitem(mat: BCOO, item) -> BCOO:
             dynamic[dim] = i  # bcoo_dynamic_slice counts a negative one from the end
             windows.append((0, size, 1))
             continue
-        position = operator.index(i)
-        if not -size <= position < size:
-            raise IndexError(
-                f"BCOO indexing: index {position} is out of bounds for dimension {dim} of size "
-                f"{size}"
-            )
-        position %= size
+        position = operator.index(i) % size
         windows.append((position, position + 1, 1))
     start, limit, strides = zip(*windows) if windows else ((), (), ())
     out = bcoo_slice(mat, start_indices=start, limit_indices=limit, strides=strides)

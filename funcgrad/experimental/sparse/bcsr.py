@@ -29,7 +29,12 @@ from funcgrad.experimental.sparse.bcoo import (
     check_stored_count,
 )
 from funcgrad.experimental.sparse.bcoo_products import bcoo_dot_general
-from funcgrad.experimental.sparse.bcoo_structure import bcoo_broadcast_in_dim, bcoo_concatenate
+from funcgrad.experimental.sparse.bcoo_structure import (
+    basic_items,
+    bcoo_broadcast_in_dim,
+    bcoo_concatenate,
+    is_basic_index,
+)
 
 __all__ = [
     "BCSR",
@@ -200,9 +205,12 @@ class BCSR:
 
     def __getitem__(self, item) -> BCSR | BCOO:
         """NumPy's indexing, through sparsify's rules: BCSR where the rows stay whole, else
-        BCOO."""
+        BCOO. A static integer out of bounds raises IndexError, as for BCOO (the dense
+        indexing the rules follow would clamp it, and a loop over the rows would never end)."""
         from funcgrad.experimental.sparse.transform import sparsify  # it builds on BCSR
 
+        if is_basic_index(item):
+            basic_items(self.shape, item, "BCSR indexing")
         return sparsify(lambda mat: mat[item])(self)
 
     def __matmul__(self, other) -> Array:

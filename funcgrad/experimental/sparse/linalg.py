@@ -13,22 +13,30 @@ so it is never chosen.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import numpy as np
 
 from funcgrad import dtypes, lax
 from funcgrad import numpy as fnp
+from funcgrad.experimental.sparse.bcoo import BCOO
+from funcgrad.experimental.sparse.bcsr import BCSR
+from funcgrad.experimental.sparse.coo import COO
+from funcgrad.experimental.sparse.csr import CSC, CSR
 
 __all__ = ["lobpcg_standard", "spsolve"]
+
+_SPARSE_FORMATS = (BCOO, BCSR, COO, CSR, CSC)
 
 
 def lobpcg_standard(A, X, m: int = 100, tol=None):
     """The k largest eigenvalues (in descending order) and eigenvectors of the Hermitian
-    operator `A`, an (n, n) array or a callable applying it to (n, k) blocks, from the (n, k)
-    starting directions `X` (linearly independent; 0 < 5 k < n). Runs at most `m` rounds and
-    stops early once every pair (lambda, v) has |A v - lambda v| below
-    tol * 10 * n * (|lambda| + |A v|) (`tol` defaults to the dtype's epsilon).
+    operator `A`, an (n, n) array (dense, or sparse in any of this package's formats) or a
+    callable applying it to (n, k) blocks, from the (n, k) starting directions `X` (linearly
+    independent; 0 < 5 k < n). Runs at most `m` rounds and stops early once every pair
+    (lambda, v) has |A v - lambda v| below tol * 10 * n * (|lambda| + |A v|) (`tol` defaults
+    to the dtype's epsilon).
 
     Returns (theta, U, i): the eigenvalues (k,), orthonormal eigenvectors (n, k) and the
     rounds run (int32)."""
@@ -39,7 +47,8 @@ def lobpcg_standard(A, X, m: int = 100, tol=None):
     if callable(A):
         apply = A
     else:
-        A = fnp.asarray(A)
+        if not isinstance(A, _SPARSE_FORMATS):
+            A = fnp.asarray(A)
         if A.shape != (n, n):
             raise ValueError(
                 f"lobpcg_standard: A of shape {A.shape} does not act on X of shape {X.shape}"
@@ -48,9 +57,10 @@ def lobpcg_standard(A, X, m: int = 100, tol=None):
             raise ValueError(
                 f"lobpcg_standard: A and X must have one dtype, got {A.dtype} and {X.dtype}"
             )
-
-        def apply(block):
-            return fnp.matmul(A, block, precision=lax.Precision.HIGHEST)
+        if isinstance(A, _SPARSE_FORMATS):
+            apply = A.__matmul__
+        else:
+            apply = functools.partial(fnp.matmul, A, precision=lax.Precision.HIGHEST)
 
     if not 0 < 5 * k < n:
         raise ValueError(f"lobpcg_standard: needs 0 < 5 k < n, got k = {k} directions, n = {n}")
@@ -152,9 +162,10 @@ def _orthonormal(block, wanted):
 
 def spsolve(data, indices, indptr, b, tol: float = 1e-6, reorder: int = 1):
     """The solution x of A x = b for the square matrix A in CSR form (`data`, `indices`,
-    `indptr`; duplicate entries add up): A is made dense and solved by LU with partial
-    pivoting, so it costs n^2 memory and n^3 work, and derivatives with respect to `data`
-    and `b` follow. `tol` and `reorder` (a sparse factorization's singularity threshold and
+    `indptr`, read as a BCSR matrix: duplicate entries add up, and slots past the last row or
+    with a column outside the matrix are padding): A is made dense and solved by LU with
+    partial pivoting, so it costs n^2 memory and n^3 work, and derivatives with respect to
+    `data` and `b` follow. `tol` and `reorder` (a sparse factorization's singularity threshold and
     fill-reducing ordering) are accepted and have no use here."""
     del tol, reorder
     data, indices, indptr, b = (fnp.asarray(x) for x in (data, indices, indptr, b))
@@ -167,8 +178,8 @@ def spsolve(data, indices, indptr, b, tol: float = 1e-6, reorder: int = 1):
     n = indptr.shape[0] - 1
     if b.shape != (n,):
         raise ValueError(
-            f"spsolve: b must have shape ({n},) for an {n} x {n} matrix, got {b.shape}"
+            f"spsolve: b must have shape ({n},) for a matrix of shape ({n}, {n}), got {b.shape}"
         )
-    rows = fnp.searchsorted(indptr, fnp.arange(data.shape[0]), side="right") - 1
-    dense = fnp.zeros((n, n), fnp.result_type(data, b)).at[rows, indices].add(data)
-    return fnp.linalg.solve(dense, b.astype(dense.dtype))
+    dtype = fnp.result_type(data, b)
+    dense = BCSR((data.astype(dtype), indices, indptr), shape=(n, n)).todense()
+    return fnp.linalg.solve(dense, b.astype(dtype))
