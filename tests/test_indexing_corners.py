@@ -8,6 +8,7 @@ of a gather, a linear function)."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given
@@ -111,6 +112,37 @@ def test_updates_of_any_index_dtype_drop_or_clip(case, method, clip):
     lanes = np.stack([values, values * 3])
     batched = fg.vmap(update, in_axes=(None, None, 0))(x, indices, lanes)
     assert_same(batched, np.stack([update(fnp.asarray(x), indices, lane) for lane in lanes]))
+
+
+# ---------------------------------------------------------------------------------------------
+# Python scalars meeting narrow arrays: converted to the array's dtype first
+
+
+SCALARS_MEETING_ARRAYS = [
+    (np.int8, -2.7),
+    (np.uint32, 4294967295),
+    (np.uint8, 255.9),
+    (ml_dtypes.bfloat16, 257),  # (256 in bfloat16: a tie, to even)
+    (ml_dtypes.bfloat16, 1.00390625),
+    (np.float16, 65519.0),  # (65504, not infinity, in float16)
+    (np.float16, 2049),
+]
+
+
+@pytest.mark.parametrize("dtype, scalar", SCALARS_MEETING_ARRAYS)
+def test_python_scalars_take_the_arrays_dtype_in_updates_and_arithmetic(dtype, scalar):
+    x = np.array([1, 2, 3]).astype(dtype)
+    as_dtype = np.asarray(scalar).astype(dtype)
+    written = x.copy()
+    written[1] = as_dtype
+    assert_same(on_backends(lambda a: a.at[1].set(scalar), x, backends=EMULATED), written)
+    if isinstance(scalar, float) and np.dtype(dtype).kind in "iu":
+        return  # (an int array meets a float in float32)
+    wide = np.float32 if np.dtype(dtype).kind not in "iu" else np.int64
+    total = (x.astype(wide) + as_dtype.astype(wide)).astype(dtype)
+    assert_same(on_backends(lambda a: a + scalar, x, backends=EMULATED), total)
+    added = on_backends(lambda a: a.at[1].add(scalar), x, backends=EMULATED)
+    assert_same(added, np.where(np.arange(3) == 1, total, x))
 
 
 # ---------------------------------------------------------------------------------------------
