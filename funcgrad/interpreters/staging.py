@@ -8,10 +8,11 @@ jaxpr (scalars are written inline as literals).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,18 @@ class _Options(threading.local):
 
 
 options = _Options()
+
+
+@contextlib.contextmanager
+def compile_time_eval() -> Iterator[None]:
+    """Inside the block, primitives whose operands are all concrete run at once instead of
+    being staged (`fg.ensure_compile_time_eval`)."""
+    previous = options.compile_time_eval
+    options.compile_time_eval = True
+    try:
+        yield
+    finally:
+        options.compile_time_eval = previous
 
 
 def user_source_info() -> SourceInfo | None:

@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from funcgrad import core, dtypes
+from funcgrad.interpreters.staging import compile_time_eval
 from funcgrad.lax import elementwise, reductions, shapes
 from funcgrad.lax.base import asarray
 from funcgrad.lax.control_flow import while_loop
@@ -197,25 +198,30 @@ def scatter_apply(
     element is a scatter_add of ones (`applied_times`).
     """
     x = asarray(operand)
-    ones = shapes.full(tuple(update_shape), 1, dtypes.int32)
-    counts = scatter_add(
-        shapes.full(x.shape, 0, dtypes.int32),
-        scatter_indices,
-        ones,
-        dimension_numbers,
-        indices_are_sorted=indices_are_sorted,
-        unique_indices=unique_indices,
-        mode=mode,
-    )
-    return applied_times(x, counts, func, "scatter_apply")
+
+    def count():
+        return scatter_add(
+            shapes.full(x.shape, 0, dtypes.int32),
+            scatter_indices,
+            shapes.full(tuple(update_shape), 1, dtypes.int32),
+            dimension_numbers,
+            indices_are_sorted=indices_are_sorted,
+            unique_indices=unique_indices,
+            mode=mode,
+        )
+
+    return applied_times(x, count, func, "scatter_apply")
 
 
-def applied_times(x, counts, func: Callable, name: str):
-    """x with elementwise `func` applied to each element as many times as `counts` says: where
+def applied_times(x, count: Callable, func: Callable, name: str):
+    """x with elementwise `func` applied to each element as many times as `count()` says: where
     the counts are known while tracing (static indices), in as many rounds as the largest,
     which every transformation takes, reverse mode too; else in a while loop up to it, which
-    forward-mode derivatives and vmap take."""
-    most = reductions.reduce_max(counts, tuple(range(x.ndim))) if x.ndim else counts
+    forward-mode derivatives and vmap take. `count` runs with constant operations evaluated at
+    once, so that static indices give known counts inside jit too, as they do eagerly."""
+    with compile_time_eval():
+        counts = count()
+        most = reductions.reduce_max(counts, tuple(range(x.ndim))) if x.ndim else counts
 
     def body(state):
         i, value = state

@@ -20,6 +20,7 @@ import numpy as np
 
 from funcgrad import core, dtypes
 from funcgrad.core import Primitive, ShapedArray
+from funcgrad.errors import ConcretizationTypeError
 from funcgrad.interpreters.ad import defjvp, instantiate, is_undefined
 from funcgrad.interpreters.batching import batch_size, broadcast_batch, moveaxis, not_mapped
 from funcgrad.lax.base import asarray, canonical_axes, check_same_dtypes
@@ -903,7 +904,7 @@ def gather(
     elif fill_value is None:
         fill_value = _default_fill_value(operand.dtype)
     elif not isinstance(fill_value, (bool, int, float)):
-        fill_value = np.asarray(fill_value).item()  # params must be hashable
+        fill_value = _static_fill_value(fill_value)
     return gather_p.bind(
         operand,
         start_indices,
@@ -914,6 +915,24 @@ def gather(
         mode=parsed_mode,
         fill_value=fill_value,
     )
+
+
+def _static_fill_value(fill_value):
+    """A fill value as a Python scalar: a parameter of the gather, so static and hashable."""
+    if isinstance(fill_value, core.Tracer):
+        try:
+            fill_value = fill_value.to_concrete_value()
+        except ConcretizationTypeError:
+            raise ConcretizationTypeError(
+                fill_value,
+                "The fill_value of a gather (x.at[i].get, take, take_along_axis) is a parameter "
+                "of the program, so it must be static; to fill with a traced value, select it "
+                "with fnp.where where the indices are out of bounds.",
+            ) from None
+    value = np.asarray(fill_value)
+    if value.size != 1:
+        raise ValueError(f"gather: fill_value must be a scalar, got shape {value.shape}")
+    return value.item()
 
 
 def gather_along_axis(

@@ -1413,28 +1413,31 @@ def fill_diagonal(a, val, wrap: bool = False, *, inplace: bool = True):
 def put(a, ind, v, mode: str | None = None, *, inplace: bool = True):
     """A copy of a whose flattened entries at `ind` are v (repeated as needed). Indices out of
     bounds are clipped unless mode='wrap'; by default (as NumPy's and JAX's) negative ones
-    count from the end first, where mode='clip' clips them to 0."""
+    count from the end first, where mode='clip' clips them to 0. No indices or no values put
+    nothing."""
     _require_not_inplace("put", inplace)
+    if mode not in (None, "clip", "wrap"):
+        raise ValueError(f"put: mode must be 'clip' or 'wrap', got {mode!r}")
     a = to_array(a)
-    ind = shape_ops.ravel(to_array(ind))
+    ind = to_array(indexing.wide_index(indexing.index_array(ind, "put")))
+    values = shape_ops.ravel(_to_dtype(v, a.dtype))
+    if ind.size == 0 or values.size == 0 or a.size == 0:
+        return a
+    ind = shape_ops.ravel(ind)
     if mode == "wrap":
         ind = ufuncs.remainder(ind, a.size)
-    elif mode is None:
-        ind = convert(ind, dtypes.widened(ind.dtype, dtypes.int32))
+    elif mode is None and not dtypes.is_unsigned(ind.dtype):
         ind = misc.where(ind < 0, ind + a.size, ind)
-    elif mode != "clip":
-        raise ValueError(f"put: mode must be 'clip' or 'wrap', got {mode!r}")
-    ind = misc.clip(ind, 0, builtins.max(a.size - 1, 0))
-    values = resize(_to_dtype(v, a.dtype), ind.shape)
-    return lax.reshape(shape_ops.ravel(a).at[ind].set(values), a.shape)
+    ind = misc.clip(ind, 0, a.size - 1)
+    return lax.reshape(shape_ops.ravel(a).at[ind].set(resize(values, ind.shape)), a.shape)
 
 
 def place(arr, mask, vals, *, inplace: bool = True):
     """A copy of arr whose entries where mask holds take vals in order, repeated as needed."""
     _require_not_inplace("place", inplace)
     arr = to_array(arr)
-    mask = broadcast_to(ufuncs.not_equal(to_array(mask), 0), arr.shape).ravel()
-    vals = shape_ops.ravel(_to_dtype(vals, arr.dtype))
+    mask = broadcast_to(_nonzero_mask(to_array(mask)), arr.shape).ravel()
+    vals = shape_ops.ravel(convert(vals, arr.dtype, arr.weak_type))
     if vals.size == 0:
         raise ValueError("place: vals must not be empty")
     # The k-th selected entry takes vals[k % len(vals)].
@@ -1691,7 +1694,12 @@ def compress(condition, a, axis: int | None = None, *, size=None, fill_value=0, 
         (selected,) = misc.nonzero(condition)
         return indexing.take(a, selected, axis=axis, mode="promise_in_bounds")
     (selected,) = misc.nonzero(condition, size=size, fill_value=condition.shape[0])
-    return indexing.take(a, selected, axis=axis, mode="fill", fill_value=fill_value)
+    if not isinstance(fill_value, core.Tracer):
+        return indexing.take(a, selected, axis=axis, mode="fill", fill_value=fill_value)
+    # A traced fill value cannot be the gather's (a static parameter): it is selected after.
+    taken = indexing.take(a, selected, axis=axis, mode="fill")
+    found = lax.broadcast_in_dim(lax.lt(selected, condition.shape[0]), taken.shape, (axis,))
+    return misc.where(found, taken, convert(fill_value, a.dtype, a.weak_type))
 
 
 def extract(condition, arr, *, size=None, fill_value=0):
@@ -1705,7 +1713,7 @@ def choose(a, choices, out=None, mode: str = "raise"):
     """choices[a[i]][i] for every position i (all broadcast together). Out-of-range choices
     raise (so `a` must be concrete); mode 'clip' and 'wrap' bring them into range."""
     check_no_out("choose", out)
-    a = to_array(a)
+    a = indexing.wide_index(to_array(a))
     choices = [to_array(c) for c in choices] if isinstance(choices, Sequence) else list(choices)
     n = len(choices)
     if mode == "wrap":
@@ -1718,11 +1726,11 @@ def choose(a, choices, out=None, mode: str = "raise"):
             raise ValueError(f"choose: index out of range for {n} choices")
     else:
         raise ValueError(f"choose: mode must be 'raise', 'wrap' or 'clip', got {mode!r}")
-    stacked = shape_ops.stack(shape_ops.broadcast_arrays(*choices))
-    shape = broadcast_shapes(a.shape, stacked.shape[1:])
-    stacked = broadcast_to(stacked, (n,) + shape)
-    index = broadcast_to(a, shape)[None]
-    return indexing.take_along_axis(stacked, index, axis=0, mode="clip")[0]
+    # Each choice is broadcast with a before the stack: a choice of fewer dimensions than a
+    # lines up with a's last axes, not with the axis of the stack.
+    a, *choices = shape_ops.broadcast_arrays(a, *choices)
+    stacked = shape_ops.stack(choices)
+    return indexing.take_along_axis(stacked, a[None], axis=0, mode="clip")[0]
 
 
 def piecewise(x, condlist, funclist: list, *args, **kw):
@@ -1731,7 +1739,7 @@ def piecewise(x, condlist, funclist: list, *args, **kw):
     x = to_array(x)
     if isinstance(condlist, (Array, core.Tracer, np.ndarray)) and np.ndim(condlist) == x.ndim:
         condlist = [condlist]
-    conditions = [broadcast_to(ufuncs.not_equal(to_array(c), 0), x.shape) for c in condlist]
+    conditions = [broadcast_to(_nonzero_mask(to_array(c)), x.shape) for c in condlist]
     if len(funclist) == len(conditions) + 1:
         otherwise = ~reductions.any(shape_ops.stack(conditions), axis=0) if conditions else True
         conditions.append(broadcast_to(to_array(otherwise), x.shape))
@@ -1786,6 +1794,7 @@ def ravel_multi_index(
     for index in indices:
         if not dtypes.is_int(index.dtype):
             raise TypeError(f"ravel_multi_index: indices must be integers, got {index.dtype.name}")
+    indices = [indexing.wide_index(i) for i in indices]
     if mode == "wrap":
         indices = [ufuncs.remainder(i, d) for i, d in zip(indices, dims)]
     elif mode == "clip":

@@ -404,7 +404,7 @@ def _plan(items, shape: tuple[int, ...]) -> _Plan:
     advanced = [d for d, it in enumerate(items) if not isinstance(it, _Slice)]
     slices = [d for d, it in enumerate(items) if isinstance(it, _Slice)]
     strided = [d for d in slices if items[d].step != 1 and items[d].length > 1]
-    advanced_shape = broadcast_shapes((), *(np.shape(items[d].value) for d in advanced))
+    advanced_shape = _broadcast_index_shapes([np.shape(items[d].value) for d in advanced])
     # NumPy's result layout: the sliced dimensions in order, with the advanced indices'
     # broadcast shape where they stand when they are adjacent, and in front when they are not.
     adjacent = advanced == list(range(advanced[0], advanced[-1] + 1)) if advanced else True
@@ -448,6 +448,17 @@ def _plan(items, shape: tuple[int, ...]) -> _Plan:
         slice_sizes=tuple(1 if d in collapsed else items[d].length for d in range(len(shape))),
         result_shape=tuple(result_shape),
     )
+
+
+def _broadcast_index_shapes(shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    try:
+        return broadcast_shapes((), *shapes)
+    except ValueError:
+        raise IndexError(
+            f"shape mismatch: index arrays of shapes {', '.join(map(str, shapes))} do not "
+            "broadcast together (a boolean mask counts as an array of its number of True "
+            "values, one for each axis it covers)"
+        ) from None
 
 
 def _selects_nothing(plan: _Plan, shape: tuple[int, ...]) -> bool:
@@ -663,9 +674,12 @@ class IndexUpdateRef:
         """x with the elementwise `func` applied at index, once per time a position is given
         (`x.at[[0, 0]].apply(f)` applies f twice to x[0])."""
         x = to_array(self.array)
-        zeros = lax.full(x.shape, 0, dtypes.int32)
-        counts = _update(zeros, self.index, 1, "add", mode, indices_are_sorted, unique_indices)
-        return applied_times(x, counts, func, "at[...].apply")
+
+        def count():
+            zeros = lax.full(x.shape, 0, dtypes.int32)
+            return _update(zeros, self.index, 1, "add", mode, indices_are_sorted, unique_indices)
+
+        return applied_times(x, count, func, "at[...].apply")
 
     def divide(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None):
         """x divided at index by values (by their product where positions repeat)."""
@@ -690,7 +704,7 @@ class IndexUpdateRef:
 # take, take_along_axis
 
 
-def _index_array(indices, name: str):
+def index_array(indices, name: str):
     """An index argument as an integer array: NumPy when static, funcgrad when traced."""
     if isinstance(indices, (list, tuple)):
         indices = _sequence_index(indices)
@@ -701,7 +715,19 @@ def _index_array(indices, name: str):
     return indices
 
 
+def wide_index(indices):
+    """Integer indices (NumPy or funcgrad) of at least 32 bits, so that an axis size (a Python
+    int) meets them in a wrap or a clip: int8 indices wrapped into an axis of 300 elements
+    would need 300 as an int8."""
+    if indices.dtype.itemsize >= 4:
+        return indices
+    if isinstance(indices, np.ndarray):
+        return indices.astype(_INDEX_DTYPE)
+    return lax.convert_element_type(indices, _INDEX_DTYPE)
+
+
 def _wrapped(indices, size: int):
+    indices = wide_index(indices)
     if isinstance(indices, np.ndarray):
         return np.mod(indices, size)
     return ufuncs.remainder(indices, size)
@@ -764,7 +790,7 @@ def take(
     if axis is None:
         a, axis = ravel(a), 0
     axis = canonicalize_axis(axis, a.ndim, "take")
-    indices = _index_array(indices, "take")
+    indices = index_array(indices, "take")
     if mode == "clip":
         indices = _nonnegative(indices)
     mode, indices = _take_mode("take", mode, indices, a.shape[axis])
@@ -788,7 +814,7 @@ def take_along_axis(
     it is, for mode="promise_in_bounds"): then they are out of bounds, which `mode` handles.
     """
     arr = to_array(arr)
-    indices = _index_array(indices, "take_along_axis")
+    indices = index_array(indices, "take_along_axis")
     if axis is None:
         if indices.ndim != 1:
             raise ValueError(
@@ -911,13 +937,15 @@ def unravel_index(indices, shape) -> tuple:
         raise TypeError(f"unravel_index: indices must be integers, got dtype {flat.dtype}")
     if size == 0:
         raise ValueError(f"unravel_index: an array of shape {shape} has no elements to index")
-    # Coordinates are int32 (int64 for int64 indices), wide enough to wrap negatives in.
+    # Clamped into [-size, size) in their own dtype first, so that an unsigned index past the
+    # signed range stays past the end; then int32 (int64 for 64-bit indices), wide enough to
+    # wrap negatives in.
+    info = np.iinfo(flat.dtype)
+    flat = lax.clamp(max(info.min, -size), flat, min(info.max, size - 1))
     flat = lax.convert_element_type(
         flat, dtypes.int64 if flat.dtype.itemsize == 8 else _INDEX_DTYPE
     )
-    if not dtypes.is_unsigned(flat.dtype):
-        flat = lax.select(lax.lt(flat, 0), lax.add(flat, size), flat)
-    flat = lax.clamp(0, flat, size - 1)
+    flat = lax.select(lax.lt(flat, 0), lax.add(flat, size), flat)
     coords = []
     for n in reversed(shape):
         coords.append(lax.rem(flat, n))

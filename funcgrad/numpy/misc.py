@@ -535,7 +535,7 @@ def _nonzero_sized(mask, size: int, fill_value) -> tuple:
     else:
         ordered = lax.pad(ordered, count, [(0, size - count, 0)])
     found = lax.lt(ordered, count)
-    fills = np.broadcast_to(np.asarray(0 if fill_value is None else fill_value), (mask.ndim,))
+    fills = _fill_values(fill_value, mask.ndim)
     coords = []
     remaining = ordered
     for axis in reversed(range(mask.ndim)):
@@ -544,9 +544,27 @@ def _nonzero_sized(mask, size: int, fill_value) -> tuple:
             remaining = lax.div(remaining, mask.shape[axis])
         else:
             coord = remaining
-        fill = lax.full((size,), fills[axis].item(), dtypes.default_int)
+        fill = lax.broadcast_in_dim(convert(fills[axis], dtypes.default_int), (size,), ())
         coords.append(lax.select(found, coord, fill))
     return tuple(reversed(coords))
+
+
+def _fill_values(fill_value, ndim: int) -> list:
+    """nonzero's padding, one scalar per axis (static or traced): one scalar for all of them,
+    or a sequence (or 1-d array) of one per axis."""
+    if fill_value is None:
+        return [0] * ndim
+    if isinstance(fill_value, (tuple, list)):
+        values = [to_array(v) for v in fill_value]
+    else:
+        value = to_array(fill_value)
+        values = [value] * ndim if value.ndim == 0 else [value[i] for i in range(value.shape[0])]
+    if len(values) != ndim or any(v.ndim for v in values):
+        raise ValueError(
+            f"nonzero: fill_value must be a scalar or one scalar for each of the {ndim} axes, "
+            f"got {fill_value!r}"
+        )
+    return values
 
 
 def flatnonzero(a, *, size: int | None = None, fill_value=None):

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from funcgrad import core, tree_util
-from funcgrad.interpreters.staging import abstractify, options, trace_to_jaxpr
+from funcgrad.interpreters.staging import abstractify, compile_time_eval, options, trace_to_jaxpr
 from funcgrad.ir import eval_jaxpr
 from funcgrad.lax.base import asarray
 from funcgrad.transforms.make_jaxpr import function_name
@@ -59,8 +59,7 @@ def named_call(fun: Callable, *, name: str | None = None) -> Callable:
     return named
 
 
-@contextlib.contextmanager
-def ensure_compile_time_eval() -> Iterator[None]:
+def ensure_compile_time_eval() -> contextlib.AbstractContextManager[None]:
     """Inside the block, operations whose operands are all concrete run immediately, even
     while a function is being traced by jit (or any staging transformation), and give concrete
     arrays. Operations on traced values are staged as usual.
@@ -74,12 +73,7 @@ def ensure_compile_time_eval() -> Iterator[None]:
     Without it, jit stages every operation, constant ones included, so that `table` would be
     traced and e.g. `int(table.argmax())` would raise a ConcretizationTypeError.
     """
-    previous = options.compile_time_eval
-    options.compile_time_eval = True
-    try:
-        yield
-    finally:
-        options.compile_time_eval = previous
+    return compile_time_eval()
 
 
 def typeof(x) -> core.ShapedArray:
