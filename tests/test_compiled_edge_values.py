@@ -447,9 +447,9 @@ def test_every_maximum_and_minimum_orders_minus_zero_below_plus_zero():
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_reductions_split_in_parts_pick_the_first_nan_and_the_first_extreme(backend):
-    """Large reductions run in parts on threads (LLVM); argmax and argmin must still pick the
-    first NaN, else the first extreme, across the parts; max and min the NaN; sums agree to
-    their rounding."""
+    """Large reductions and scans run in parts on threads (LLVM); argmax and argmin must still
+    pick the first NaN, else the first extreme, across the parts; max and min the NaN, and
+    -0 below +0; integer sums wrap alike; float sums agree to their rounding."""
     n = 1 << 18 if backend == "llvm" else 1 << 12
     rng = np.random.default_rng(1)
     x = rng.standard_normal(n).astype(np.float32)
@@ -473,6 +473,9 @@ def test_reductions_split_in_parts_pick_the_first_nan_and_the_first_extreme(back
             fnp.argmin(ints),
             fnp.min(ints),
             fnp.max(ints.reshape(-1, 16), axis=0),
+            lax.cummax(x, 0),
+            lax.cummin(finite * 0, 0),
+            lax.cumsum(ints, 0),
             fnp.sum(ints),
             fnp.sum(fnp.where(fnp.isfinite(x), x, 0.0)),
         )

@@ -86,7 +86,7 @@ def _is_float(dtype: np.dtype) -> bool:
     return dtype.kind == "f" and dtype != BF16 and not dtypes.is_narrow(dtype)
 
 
-# Values LLVM knows nothing of: it cannot prove them never NaN (`Renderer.nan_passed`).
+# Values LLVM knows nothing of: it cannot prove them never NaN (`_Function.nan_passed`).
 _OPAQUE = (K.Load, K.AccRead, K.Bitcast)
 # Operations that pass a NaN operand on as it is, a signaling one too.
 _NAN_PASSING = ("neg", "abs", "sign", "floor", "ceil", "round_even", "round_away")
