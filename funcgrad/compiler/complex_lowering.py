@@ -604,12 +604,14 @@ def atanh(x: Pair) -> Pair:
     re = lax.select(_signbit(a), lax.neg(re), re)
     across = lax.sub(lax.mul(lax.sub(one, safe_a), lax.add(one, safe_a)), lax.mul(safe_b, safe_b))
     im = lax.mul(lax.atan2(lax.mul(_c(b, 2), safe_b), across), _c(b, 0.5))
-    # 1/z = (a - ib) / |z|², scaled by the larger part s (Smith's division loses a zero's sign)
+    # 1/z = (a - ib) / |z|², scaled by the larger part s (Smith's division loses a zero's
+    # sign), divided by s last: s times the scaled |z|² (up to 2) overflowed for the largest
+    # parts, which lost 1/z (the imaginary part of atan(3e38 + 3e38j) was 0, not 1.5e-39).
     s = lax.max(lax.abs(a), lax.abs(b))
     s = lax.select(large, s, lax.full_like(s, 1))
     a_s, b_s = lax.div(a, s), lax.div(b, s)
-    squared = lax.mul(s, lax.add(lax.mul(a_s, a_s), lax.mul(b_s, b_s)))
-    inverse = Pair(lax.div(a_s, squared), lax.neg(lax.div(b_s, squared)))
+    squared = lax.add(lax.mul(a_s, a_s), lax.mul(b_s, b_s))
+    inverse = Pair(lax.div(lax.div(a_s, squared), s), lax.neg(lax.div(lax.div(b_s, squared), s)))
     quarter_turn = lax.select(
         _signbit(b), lax.full_like(b, -np.pi / 2), lax.full_like(b, np.pi / 2)
     )

@@ -1625,8 +1625,13 @@ def _top_k(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
 
     def before(line: Expr, p: Expr, q: Expr) -> Expr:
         outer = _outer_indices(line, outer_shape)
-        a = _sort_value(builder.element(operand, outer + [p]))
-        b = _sort_value(builder.element(operand, outer + [q]))
+        a = builder.element(operand, outer + [p])
+        b = builder.element(operand, outer + [q])
+        if a.dtype in dtypes.HALF_FLOATS:
+            # Ranked by their own bits, which order them as float32's do: widening a signaling
+            # NaN may quiet it (x86's conversion does), moving it among the NaNs.
+            return K.binary("gt", _total_order_key(a), _total_order_key(b))
+        a, b = _sort_value(a), _sort_value(b)
         if a.dtype.kind == "f":
             a, b = _total_order_key(a), _total_order_key(b)
         return K.binary("gt", a, b)

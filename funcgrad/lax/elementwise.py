@@ -402,7 +402,11 @@ def _integer_pow(x, *, y):
         return np.power(x.astype(np.uint64), np.uint64(y)).astype(x.dtype)
     if dtypes.is_complex(x.dtype) and abs(y) <= 2**24:
         # In the operand's precision, as NumPy's power of complex64 overflows in its products.
-        return np.power(x, x.dtype.type(y))
+        power = np.power(x, x.dtype.type(y))
+        if -100 < y < 0:  # NumPy's is 1 / x^-y, by its quotient (see `_complex_quotient`)
+            positive = np.power(x, x.dtype.type(-y))
+            power = _by_subnormal_divisors(np.ones_like(x), positive, power)
+        return power
     return np.power(x, np.float64(y)).astype(x.dtype)
 
 
@@ -430,11 +434,49 @@ def _div(x, y):
         remainder = np.fmod(x, y)
         fix = (remainder != 0) & ((remainder < 0) != (np.asarray(y) < 0))
         return (quotient + fix).astype(x.dtype)
+    if dtypes.is_complex(x.dtype):
+        return _complex_quotient(x, y)
     return np.true_divide(x, y)
 
 
+def _complex_quotient(x, y):
+    """NumPy's complex quotient, except by a divisor whose parts are both subnormal: NumPy's
+    Smith's algorithm multiplies by the reciprocal of its denominator, which overflows there
+    ((1 + 1j) / (5e-324 + 5e-324j) was inf + nan j, not inf + 0j; z / z was inf + nan j)."""
+    return _by_subnormal_divisors(x, y, np.true_divide(x, y))
+
+
+def _by_subnormal_divisors(x, y, quotient):
+    """`quotient` (x / y) where y has a normal part, and x / y by Smith's algorithm dividing
+    by the denominator, as the compiled programs divide, where both of y's parts are
+    subnormal (or one is, and the other 0)."""
+    c, d = np.real(y), np.imag(y)
+    larger = np.maximum(np.abs(c), np.abs(d))
+    subnormal = (larger < dtypes.finfo(c.dtype).tiny) & (larger != 0)
+    if not np.any(subnormal):
+        return quotient
+    a, b = np.real(x), np.imag(x)
+    with np.errstate(all="ignore"):
+        real_larger = np.abs(c) >= np.abs(d)
+        big, small = np.where(real_larger, c, d), np.where(real_larger, d, c)
+        ratio = small / big
+        denominator = big + small * ratio
+        re = np.where(real_larger, a + b * ratio, a * ratio + b) / denominator
+        im = np.where(real_larger, b - a * ratio, b * ratio - a) / denominator
+    smith = np.empty(np.shape(quotient), np.result_type(quotient))
+    smith.real, smith.imag = re, im
+    out = np.where(subnormal, smith, quotient)
+    return out[()] if out.ndim == 0 else out
+
+
 def _pow(x, y):
-    return np.power(x, y)
+    out = np.power(x, y)
+    if dtypes.is_complex(out.dtype):
+        return out
+    # x^0 and 1^y are 1 whatever the other operand, a signaling NaN too, as the compiled
+    # programs give them (NumPy's float16 and bfloat16 powers gave NaN for one).
+    out = np.where((y == 0) | (x == 1), np.ones((), out.dtype), out)
+    return out[()] if out.ndim == 0 else out
 
 
 def _shift_left(x, y):
@@ -584,7 +626,9 @@ def _clamp_abstract_eval(lo: ShapedArray, x: ShapedArray, hi: ShapedArray) -> Sh
 
 @clamp_p.def_impl
 def _clamp_impl(lo, x, hi):
-    return np.minimum(np.maximum(x, lo), hi)
+    # max and min's order of zeros (-0 below +0): NumPy's float16 minimum and maximum return
+    # either zero of a tie by a rule of their own.
+    return _min(_max(x, lo), hi)
 
 
 @clamp_p.def_weak_type

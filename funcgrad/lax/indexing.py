@@ -1107,8 +1107,30 @@ def _scatter_weak_type(weak_flags: Sequence[bool], **params) -> bool:
 scatter_p = _scatter_primitive("scatter", _assign)
 scatter_add_p = _scatter_primitive("scatter_add", np.add.at)
 scatter_mul_p = _scatter_primitive("scatter_mul", np.multiply.at)
-scatter_min_p = _scatter_primitive("scatter_min", np.minimum.at)
-scatter_max_p = _scatter_primitive("scatter_max", np.maximum.at)
+
+
+def _extremum_at(ufunc: np.ufunc, negative: bool) -> Callable:
+    """`ufunc.at` with max and min's order of zeros (-0 below +0): a float maximum is -0 only
+    where every zero it met was -0 (a minimum +0 only where every one was +0). NumPy's
+    maximum and minimum keep whichever zero of a tie their rule picks."""
+
+    def combine(out: np.ndarray, positions: np.ndarray, values: np.ndarray) -> None:
+        if not dtypes.is_float(out.dtype):
+            ufunc.at(out, positions, values)
+            return
+        met_zero_of_sign = (out == 0) & (np.signbit(out) == negative)
+        np.logical_or.at(
+            met_zero_of_sign, positions, (values == 0) & (np.signbit(values) == negative)
+        )
+        ufunc.at(out, positions, values)
+        signed_zero = np.copysign(np.zeros((), out.dtype), -1 if negative else 1)
+        out[(out == 0) & met_zero_of_sign] = signed_zero
+
+    return combine
+
+
+scatter_min_p = _scatter_primitive("scatter_min", _extremum_at(np.minimum, negative=True))
+scatter_max_p = _scatter_primitive("scatter_max", _extremum_at(np.maximum, negative=False))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -401,11 +401,24 @@ def _cumprod(x, axis):
 
 
 def _cummax(x, axis):
-    return np.maximum.accumulate(_comparable(x), axis=axis).astype(x.dtype, copy=False)
+    wide = _comparable(x)
+    out = np.maximum.accumulate(wide, axis=axis)
+    return _running_zero_of_sign(out, wide, axis, negative=False).astype(x.dtype, copy=False)
 
 
 def _cummin(x, axis):
-    return np.minimum.accumulate(_comparable(x), axis=axis).astype(x.dtype, copy=False)
+    wide = _comparable(x)
+    out = np.minimum.accumulate(wide, axis=axis)
+    return _running_zero_of_sign(out, wide, axis, negative=True).astype(x.dtype, copy=False)
+
+
+def _running_zero_of_sign(out, x: np.ndarray, axis: int, negative: bool):
+    """`_zero_of_sign` for each prefix along `axis`: cummax(1, -0.0, 0.0) ends in +0."""
+    if not dtypes.is_float(x.dtype):
+        return out
+    seen = np.logical_or.accumulate((x == 0) & (np.signbit(x) == negative), axis=axis)
+    signed_zero = np.copysign(np.zeros((), x.dtype), -1 if negative else 1)
+    return np.where((out == 0) & seen, signed_zero, out)
 
 
 def _cumlogsumexp(x, axis):
@@ -676,7 +689,10 @@ def _window_primitive(name: str, accepted, identity: Callable, np_reduce: np.ufu
         fill = identity(np.dtype(acc)) if np_reduce is np.add else identity(x.dtype)
         windows = _windows(x.astype(acc, copy=False), fill, **window)
         window_axes = tuple(range(x.ndim, 2 * x.ndim))
-        return _result(np_reduce.reduce(windows, axis=window_axes, dtype=acc), x.dtype)
+        out = np_reduce.reduce(windows, axis=window_axes, dtype=acc)
+        if np_reduce is not np.add:
+            out = _zero_of_sign(out, windows, window_axes, negative=np_reduce is np.minimum)
+        return _result(out, x.dtype)
 
     return prim
 

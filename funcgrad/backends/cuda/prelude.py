@@ -144,6 +144,14 @@ __device__ __forceinline__ float fg_lgamma(float x) {
   return x == -1.0f / 0.0f ? x : (float)lgamma((double)x);
 }
 __device__ __forceinline__ double fg_lgamma(double x) { return x == -1.0 / 0.0 ? x : lgamma(x); }
+// x^0 and 1^y are 1 whatever the other operand, a signaling NaN too (the C library's pow
+// gives NaN for one; IEEE 754 leaves it to the implementation).
+__device__ __forceinline__ float fg_pow(float x, float y) {
+  return y == 0.0f || x == 1.0f ? 1.0f : powf(x, y);
+}
+__device__ __forceinline__ double fg_pow(double x, double y) {
+  return y == 0.0 || x == 1.0 ? 1.0 : pow(x, y);
+}
 // Round half away from zero, and float -> int conversions that saturate (NaN -> 0).
 __device__ __forceinline__ float fg_round_away(float x) { return roundf(x); }
 __device__ __forceinline__ double fg_round_away(double x) { return round(x); }
@@ -159,7 +167,8 @@ template <class T, class S> __device__ __forceinline__ T fg_bitcast(S s) {
   return u.to;
 }
 
-// float16 and bfloat16: bits in memory, float in registers.
+// float16 and bfloat16: bits in memory, float in registers. A NaN keeps its bits through a
+// load and a store (a copy, a bitcast): quieting it there changed a signaling NaN's pattern.
 __device__ __forceinline__ float fg_from_f16(unsigned short h) {
   const unsigned int sign = (unsigned int)(h & 0x8000u) << 16;
   const unsigned int exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
@@ -171,8 +180,9 @@ __device__ __forceinline__ float fg_from_f16(unsigned short h) {
 __device__ __forceinline__ unsigned short fg_to_f16(float f) {  // round to nearest even
   const unsigned int x = __float_as_uint(f);
   const unsigned int sign = (x >> 16) & 0x8000u, magnitude = x & 0x7fffffffu;
-  if (magnitude > 0x7f800000u) {  // NaN: quiet, keeping the top payload bits
-    return (unsigned short)(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
+  if (magnitude > 0x7f800000u) {  // NaN: its top payload bits, kept a NaN where they are 0
+    const unsigned int payload = (magnitude >> 13) & 0x3ffu;
+    return (unsigned short)(sign | 0x7c00u | (payload != 0 ? payload : 1u));
   }
   if (magnitude >= 0x477ff000u) return (unsigned short)(sign | 0x7c00u);  // >= 65520: inf
   if (magnitude < 0x38800000u) {  // below 2^-14: a multiple of 2^-24, scaled exactly
@@ -186,7 +196,10 @@ __device__ __forceinline__ float fg_from_bf16(unsigned short h) {
 }
 __device__ __forceinline__ unsigned short fg_to_bf16(float f) {  // round to nearest even
   const unsigned int x = __float_as_uint(f);
-  if (f != f) return (unsigned short)((x >> 16) | 64u);
+  if (f != f) {  // NaN: its top payload bits, kept a NaN where they are 0
+    const unsigned short h = (unsigned short)(x >> 16);
+    return (h & 0x7fu) != 0 ? h : (unsigned short)(h | 64u);
+  }
   return (unsigned short)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 __device__ __forceinline__ float fg_round_f16(float x) { return fg_from_f16(fg_to_f16(x)); }

@@ -424,6 +424,8 @@ class _KernelWriter:
                 return f"{a} {_INFIX[op]} {b}"
             if op in ("max", "min"):
                 return f"fg_f{op}({a}, {b})"
+            if op == "pow":
+                return f"fg_pow({a}, {b})"
             # nextafter steps to the next float32, not the next half: no such function.
             if op in MATH and not (op == "nextafter" and dtype in HALVES):
                 return f"{_math_name(op, dtype)}({a}, {b})"

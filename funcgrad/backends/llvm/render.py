@@ -87,6 +87,30 @@ def _is_float(dtype: np.dtype) -> bool:
     return dtype.kind == "f" and dtype != BF16 and not dtypes.is_narrow(dtype)
 
 
+# Values LLVM knows nothing of: it cannot prove them never NaN (`_Function.nan_passed`).
+_OPAQUE = (K.Load, K.AccRead, K.Bitcast)
+# Operations that pass a NaN operand on as it is, a signaling one too.
+_NAN_PASSING = ("neg", "abs", "sign", "floor", "ceil", "round_even", "round_away")
+
+
+def _may_be_signaling(e: K.Expr) -> bool:
+    """Whether `e` may be a signaling NaN: one read from memory or made of bits (arithmetic
+    gives quiet NaNs), passed on by selects, sign changes, roundings, maxima and minima, and
+    by the widening of a half (bfloat16 widens by shifting its bits; LLVM may compute a
+    float16 maximum in half precision, on the unwidened operands)."""
+    if isinstance(e, _OPAQUE):
+        return True
+    if isinstance(e, K.Cast):
+        return e.x.dtype in dtypes.HALF_FLOATS and _may_be_signaling(e.x)
+    if isinstance(e, K.Select):
+        return _may_be_signaling(e.on_true) or _may_be_signaling(e.on_false)
+    if isinstance(e, K.Unary):
+        return e.op in _NAN_PASSING and _may_be_signaling(e.x)
+    if isinstance(e, K.Binary):
+        return e.op in ("max", "min") and (_may_be_signaling(e.a) or _may_be_signaling(e.b))
+    return False
+
+
 def constant_text(value, dtype: np.dtype) -> str:
     if dtype == K.BOOL:
         return "true" if value else "false"
@@ -273,6 +297,15 @@ class _Function:
         name = _LIBM[op] + ("f" if dtype == F32 else "")
         return self.call(t, name, [(t, x) for x in xs])
 
+    def nan_passed(self, operand: str, extremum: str, t: str) -> str:
+        """A maximum's or minimum's operand where it is NaN, else the extremum. x86's code for a
+        scalar maximum whose other operand LLVM proves never NaN (a constant, an integer
+        converted) tests this one for quiet NaNs only (AVX-512's vfpclass), so max(1.0, sNaN)
+        came out 1.0; the test here sees every NaN. (Quieting the operand first, with
+        llvm.canonicalize, crashed LLVM's code generation for pairs of floats.)"""
+        is_nan = self.assign(f"fcmp uno {t} {operand}, {operand}")
+        return self.assign(f"select i1 {is_nan}, {t} {operand}, {t} {extremum}")
+
     def unary(self, e: K.Unary) -> str:
         op, dtype = e.op, e.x.dtype
         t = value_type(dtype)
@@ -359,7 +392,11 @@ class _Function:
             if op in ("max", "min"):
                 # IEEE maximum/minimum: NaN wins (as in the reference), -0 < +0; they
                 # vectorize, reductions included.
-                return self.intrinsic("maximum" if op == "max" else "minimum", dtype, a, b)
+                extremum = self.intrinsic("maximum" if op == "max" else "minimum", dtype, a, b)
+                for operand, text, other in ((e.a, a, e.b), (e.b, b, e.a)):
+                    if _may_be_signaling(operand) and not isinstance(other, _OPAQUE):
+                        extremum = self.nan_passed(text, extremum, t)
+                return extremum
             return self.libm(op, dtype, a, b)
         if dtype == K.BOOL and op in ("max", "min", "add", "mul"):
             op = {"max": "or", "min": "and", "add": "or", "mul": "and"}[op]
