@@ -60,7 +60,7 @@ def check_same_types(
 
 
 def promote_weak_carry(leaves: list, body_out_avals: Sequence[ShapedArray]) -> tuple[list, bool]:
-    """JAX's rule for a weakly typed initial carry whose type the body changes (`0` carried
+    """The rule for a weakly typed initial carry whose type the body changes (`0` carried
     through `x + 0.5`, or a weak scalar through a strong one of its own dtype): the carry
     takes the promoted type, strongly, and the loop is traced again. A carry left weak would
     promote differently after the loop (a weak float32 times a float16 array is float16).

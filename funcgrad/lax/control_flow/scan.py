@@ -716,7 +716,7 @@ def map(f: Callable, xs, *, batch_size: int | None = None):
     With `batch_size`, each scan step maps `f` over `batch_size` slices at once with vmap,
     trading memory for fewer, wider steps; the slices left over after the last whole batch
     are mapped by one more vmap outside the scan. `batch_size=0` maps every slice in one
-    vmap, as in JAX.
+    vmap.
     """
     check_callable("funcgrad.lax.map", f=f)
     if batch_size is None:
