@@ -1,13 +1,15 @@
-"""What the control-flow primitives share: staging a user's branch or body into a jaxpr."""
+"""What the control-flow primitives share: staging a user's branch or body into a jaxpr, and
+checking and settling the types of what it returns."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from funcgrad import core, tree_util
+from funcgrad import core, dtypes, tree_util
 from funcgrad.core import ShapedArray
 from funcgrad.interpreters.staging import trace_to_jaxpr
 from funcgrad.ir import ClosedJaxpr, Jaxpr
+from funcgrad.lax.elementwise import convert_element_type
 from funcgrad.transforms.make_jaxpr import function_name
 
 
@@ -30,6 +32,13 @@ def stage(
     return ClosedJaxpr(hoisted, []), list(closed.consts), out_tree
 
 
+def check_callable(where: str, **functions) -> None:
+    """Raise naming the argument that is not a function, before it is called deep in staging."""
+    for name, fun in functions.items():
+        if not callable(fun):
+            raise TypeError(f"{where}: {name} must be callable, got {type(fun).__name__}")
+
+
 def avals_of(leaves: Sequence) -> list[ShapedArray]:
     return [core.get_aval(x) for x in leaves]
 
@@ -48,3 +57,20 @@ def check_same_types(
                 f"{what} must have the same shapes and dtypes: leaf {i} is "
                 f"{a.str_short()} in one and {b.str_short()} in the other"
             )
+
+
+def promote_weak_carry(leaves: list, body_out_avals: Sequence[ShapedArray]) -> tuple[list, bool]:
+    """The rule for a weakly typed initial carry whose type the body changes (`0` carried
+    through `x + 0.5`, or a weak scalar through a strong one of its own dtype): the carry
+    takes the promoted type, strongly, and the loop is traced again. A carry left weak would
+    promote differently after the loop (a weak float32 times a float16 array is float16).
+    Returns the leaves and whether any changed."""
+    promoted, changed = [], False
+    for x, out in zip(leaves, body_out_avals):
+        aval = x.aval
+        keeps_type = out.weak_type and out.dtype == aval.dtype
+        if aval.weak_type and aval.shape == out.shape and not keeps_type:
+            dtype, _ = dtypes.result_type_of([(aval.dtype, True), (out.dtype, out.weak_type)])
+            x, changed = convert_element_type(x, dtype), True
+        promoted.append(x)
+    return promoted, changed

@@ -35,7 +35,12 @@ from funcgrad.interpreters.partial_eval import PartialEvalTrace, split_jaxpr
 from funcgrad.interpreters.staging import StagingTrace, trace_to_jaxpr
 from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, Var, eval_jaxpr
 from funcgrad.lax.base import asarray
-from funcgrad.lax.control_flow.common import avals_of, check_same_types, stage
+from funcgrad.lax.control_flow.common import (
+    avals_of,
+    check_callable,
+    check_same_types,
+    stage,
+)
 from funcgrad.lax.elementwise import (
     clamp,
     convert_element_type,
@@ -473,6 +478,7 @@ def cond(pred, true_fun: Callable, false_fun: Callable, *operands, operand=_NO_O
     `operand=x` is the older spelling of one operand x.
     """
     operands = _single_operand("cond", operands, operand)
+    check_callable("cond", true_fun=true_fun, false_fun=false_fun)
     pred = asarray(pred)
     if pred.ndim != 0:
         raise TypeError(f"cond: pred must be a scalar, got an array of shape {pred.shape}")
@@ -501,6 +507,7 @@ def switch(index, branches: Sequence[Callable], *operands, operand=_NO_OPERAND):
     branches = tuple(branches)
     if not branches:
         raise ValueError("switch: branches must be a non-empty sequence of functions")
+    check_callable("switch", **{f"branch {i}": b for i, b in enumerate(branches)})
     index = asarray(index)
     if index.ndim != 0:
         raise TypeError(f"switch: index must be a scalar, got an array of shape {index.shape}")

@@ -24,8 +24,14 @@ from funcgrad.interpreters.partial_eval import PartialEvalTrace, split_jaxpr
 from funcgrad.interpreters.staging import StagingTrace, trace_to_jaxpr
 from funcgrad.ir import ClosedJaxpr, JaxprEqn, eval_jaxpr
 from funcgrad.lax.base import asarray
-from funcgrad.lax.control_flow.common import avals_of, check_same_types, stage
-from funcgrad.lax.elementwise import convert_element_type, select_n
+from funcgrad.lax.control_flow.common import (
+    avals_of,
+    check_callable,
+    check_same_types,
+    promote_weak_carry,
+    stage,
+)
+from funcgrad.lax.elementwise import select_n
 from funcgrad.lax.reductions import reduce_or
 from funcgrad.lax.shapes import broadcast_in_dim
 
@@ -388,27 +394,13 @@ def _while_batch(values, dims, *, cond_jaxpr, body_jaxpr, cond_nconsts, body_nco
 # The public wrapper
 
 
-def _promote_weak_carry(leaves: list, body_out_avals: Sequence[ShapedArray]) -> tuple[list, bool]:
-    """JAX's rule for a weakly typed initial carry whose type the body changes (`0` carried
-    through `x + 0.5`, or a weak scalar through a strong one): the carry takes the promoted
-    type, strongly, and the loop is traced again."""
-    promoted, changed = [], False
-    for x, out in zip(leaves, body_out_avals):
-        aval = x.aval
-        keeps_type = out.weak_type and out.dtype == aval.dtype
-        if aval.weak_type and aval.shape == out.shape and not keeps_type:
-            dtype, _ = dtypes.result_type_of([(aval.dtype, True), (out.dtype, out.weak_type)])
-            x, changed = convert_element_type(x, dtype), True
-        promoted.append(x)
-    return promoted, changed
-
-
 def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
     """Run `val = body_fun(val)` while `cond_fun(val)`, starting from `init_val`; return `val`.
 
     `init_val` is a pytree; `body_fun` must return the same structure, shapes and dtypes, and
     `cond_fun` a bool scalar. Differentiable in forward mode only (see the module docstring).
     """
+    check_callable("while_loop", cond_fun=cond_fun, body_fun=body_fun)
     if config.disable_jit and core.current_trace() is core.eval_trace():
         val = tree_util.tree_map(asarray, init_val)
         while cond_fun(val):
@@ -419,7 +411,7 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
     leaves = [asarray(x) for x in leaves]
     body_jaxpr, body_consts, body_tree = stage(body_fun, in_tree, avals_of(leaves), "while_body")
     if body_tree == carry_tree:
-        leaves, changed = _promote_weak_carry(leaves, body_jaxpr.out_avals)
+        leaves, changed = promote_weak_carry(leaves, body_jaxpr.out_avals)
         if changed:
             body_jaxpr, body_consts, body_tree = stage(
                 body_fun, in_tree, avals_of(leaves), "while_body"
@@ -431,10 +423,14 @@ def while_loop(cond_fun: Callable, body_fun: Callable, init_val):
         carry_tree,
         body_tree,
     )
-    cond_jaxpr, cond_consts, _ = stage(cond_fun, in_tree, avals_of(leaves), "while_cond")
-    if not _is_bool_scalar(cond_jaxpr.out_avals):
+    cond_jaxpr, cond_consts, cond_tree = stage(cond_fun, in_tree, avals_of(leaves), "while_cond")
+    is_leaf = tree_util.treedef_is_leaf(cond_tree)
+    if not (is_leaf and _is_bool_scalar(cond_jaxpr.out_avals)):
         returned = ", ".join(a.str_short() for a in cond_jaxpr.out_avals)
-        raise TypeError(f"while_loop: cond_fun must return a bool scalar, got ({returned})")
+        container = "" if is_leaf else f" in a {cond_tree}"
+        raise TypeError(
+            f"while_loop: cond_fun must return a bool scalar, got ({returned}){container}"
+        )
     outs = while_p.bind(
         *cond_consts,
         *body_consts,

@@ -22,6 +22,7 @@ from funcgrad.array import Array
 from funcgrad.compiler import passes
 from funcgrad.config import config
 from funcgrad.core import Primitive, ShapedArray
+from funcgrad.errors import ConcretizationTypeError
 from funcgrad.interpreters import batching
 from funcgrad.interpreters.ad import (
     UndefinedPrimal,
@@ -43,8 +44,13 @@ from funcgrad.interpreters.partial_eval import (
 from funcgrad.interpreters.staging import StagingTrace, trace_to_jaxpr
 from funcgrad.ir import ClosedJaxpr, Jaxpr, JaxprEqn, eval_jaxpr
 from funcgrad.lax.base import asarray
-from funcgrad.lax.control_flow.common import avals_of, stage
-from funcgrad.lax.elementwise import add, convert_element_type, convert_element_type_p, lt
+from funcgrad.lax.control_flow.common import (
+    avals_of,
+    check_callable,
+    promote_weak_carry,
+    stage,
+)
+from funcgrad.lax.elementwise import add, convert_element_type_p, lt
 from funcgrad.lax.shapes import (
     concatenate,
     expand_dims,
@@ -555,7 +561,7 @@ def _scan_length(xs_leaves: list, length) -> int:
             )
     sizes = [x.shape[0] for x in xs_leaves]
     if length is not None:
-        length = operator.index(length)
+        length = _static_int_argument(length, "length")
         if length < 0:
             raise ValueError(f"scan: length must be non-negative, got {length}")
         if any(s != length for s in sizes):
@@ -574,10 +580,27 @@ def _scan_length(xs_leaves: list, length) -> int:
     return sizes[0]
 
 
+def _static_int_argument(value, name: str) -> int:
+    """scan's `length` or `unroll` as a Python int: they shape the staged loop, so they must be
+    integers known while tracing."""
+    try:
+        return operator.index(value)
+    except ConcretizationTypeError:
+        raise ConcretizationTypeError(
+            value,
+            f"scan: {name} must be known while tracing; a loop whose number of iterations is "
+            "known only at run time is a fori_loop or while_loop.",
+        ) from None
+    except TypeError:
+        raise TypeError(
+            f"scan: {name} must be an int, got {value!r} of type {type(value).__name__}"
+        ) from None
+
+
 def _canonical_unroll(unroll, length: int) -> int:
     if isinstance(unroll, bool):
         return max(length, 1) if unroll else 1
-    unroll = operator.index(unroll)
+    unroll = _static_int_argument(unroll, "unroll")
     if unroll < 0:
         raise ValueError(f"scan: unroll must be a non-negative integer or a bool, got {unroll}")
     return max(unroll, 1)  # 0 unrolls nothing, as 1 does
@@ -590,30 +613,18 @@ def _stage_body(f: Callable, in_tree, carry_avals: list, x_avals: list):
     def body(carry, x):
         out = f(carry, x)
         if not (isinstance(out, (tuple, list)) and len(out) == 2):
-            raise TypeError(
-                "scan: the body function must return a pair (carry, y), got a value of type "
-                f"{type(out).__name__}"
+            got = (
+                f"a {type(out).__name__} of {len(out)} elements"
+                if isinstance(out, (tuple, list))
+                else f"a value of type {type(out).__name__}"
             )
+            raise TypeError(f"scan: the body function must return a pair (carry, y), got {got}")
         carry_leaves, trees["carry"] = tree_util.tree_flatten(out[0])
         y_leaves, trees["y"] = tree_util.tree_flatten(out[1])
         return carry_leaves + y_leaves
 
     jaxpr, consts, _ = stage(body, in_tree, carry_avals + x_avals, "scan")
     return jaxpr, consts, trees["carry"], trees["y"]
-
-
-def _promoted_init(init_leaves: list, carry_out: list) -> list | None:
-    """Weakly typed init leaves the body returns with another type take that type (as a Python
-    scalar would); None when no leaf needs it."""
-    promoted, changed = [], False
-    for leaf, out in zip(init_leaves, carry_out):
-        if leaf.weak_type and leaf.shape == out.shape and leaf.aval != out.update(weak_type=True):
-            dtype, _ = dtypes.result_type_of([(leaf.dtype, True), (out.dtype, out.weak_type)])
-            promoted.append(convert_element_type(leaf, dtype))
-            changed = True
-        else:
-            promoted.append(leaf)
-    return promoted if changed else None
 
 
 def _check_carry(init_tree, carry_tree, init_avals: list, carry_out: list) -> None:
@@ -644,6 +655,7 @@ def scan(
     and the stacked ys. One traced body, so it stages, differentiates and batches as one
     loop instead of `length` copies of the body. `_split_transpose` asks for the reverse loop
     of a derivative in two parts, which changes no value: it is accepted and not used."""
+    check_callable("scan", f=f)
     in_tree = tree_util.tree_structure((init, xs))
     init_leaves, init_tree = tree_util.tree_flatten(init)
     init_leaves = [asarray(x) for x in init_leaves]
@@ -656,9 +668,8 @@ def scan(
     jaxpr, consts, carry_tree, y_tree = _stage_body(f, in_tree, avals_of(init_leaves), x_avals)
     carry_out = jaxpr.out_avals[:num_carry]
     if carry_tree == init_tree:
-        promoted = _promoted_init(init_leaves, carry_out)
-        if promoted is not None:
-            init_leaves = promoted
+        init_leaves, changed = promote_weak_carry(init_leaves, carry_out)
+        if changed:
             jaxpr, consts, carry_tree, y_tree = _stage_body(
                 f, in_tree, avals_of(init_leaves), x_avals
             )
@@ -704,13 +715,14 @@ def map(f: Callable, xs, *, batch_size: int | None = None):
 
     With `batch_size`, each scan step maps `f` over `batch_size` slices at once with vmap,
     trading memory for fewer, wider steps; the slices left over after the last whole batch
-    are mapped by one more vmap outside the scan.
+    are mapped by one more vmap outside the scan. `batch_size=0` maps every slice in one
+    vmap.
     """
+    check_callable("funcgrad.lax.map", f=f)
     if batch_size is None:
         _, ys = scan(lambda carry, x: (carry, f(x)), (), xs)
         return ys
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise ValueError(f"funcgrad.lax.map: batch_size must be a positive int, got {batch_size!r}")
+    batch_size = _batch_size(batch_size)
     from funcgrad.transforms.vmap import vmap  # lax is imported by the transforms
 
     leaves, tree = tree_util.tree_flatten(xs)
@@ -718,6 +730,8 @@ def map(f: Callable, xs, *, batch_size: int | None = None):
         raise ValueError("funcgrad.lax.map: xs has no arrays to map over")
     leaves = [asarray(x) for x in leaves]
     length = _mapped_length(leaves)
+    if batch_size == 0:
+        return vmap(f)(tree_util.tree_unflatten(tree, leaves))
     num_batches, remainder = divmod(length, batch_size)
     whole = num_batches * batch_size
     batched_xs = tree_util.tree_unflatten(
@@ -734,6 +748,22 @@ def map(f: Callable, xs, *, batch_size: int | None = None):
         rest_ys = vmap(f)(tree_util.tree_unflatten(tree, rest))
         ys = tree_util.tree_map(lambda a, b: concatenate([a, b], 0), ys, rest_ys)
     return ys
+
+
+def _batch_size(batch_size) -> int:
+    """map's batch_size as a Python int: any integer (a NumPy one too) but a bool."""
+    size = -1
+    if not isinstance(batch_size, bool):
+        try:
+            size = operator.index(batch_size)
+        except TypeError:  # a float, or a traced value
+            pass
+    if size < 0:
+        raise ValueError(
+            "funcgrad.lax.map: batch_size must be a non-negative int (0 maps every slice at "
+            f"once), got {batch_size!r}"
+        )
+    return size
 
 
 def _mapped_length(leaves: list) -> int:
@@ -766,6 +796,7 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll: int | bool 
     With bounds known while tracing it is a scan over the indices, so reverse mode can store
     each iteration's residuals; traced bounds make it a while_loop (forward mode only).
     """
+    check_callable("fori_loop", body_fun=body_fun)
     lower_arr, upper_arr = asarray(lower), asarray(upper)
     for name, bound in (("lower", lower_arr), ("upper", upper_arr)):
         if dtypes.is_bool(bound.dtype) or bound.ndim != 0:
@@ -780,6 +811,8 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll: int | bool 
     if not dtypes.is_int(dtype) and start is not None and stop is not None:
         # Known float bounds count as JAX counts them: truncated, with a Python int index.
         dtype, weak = dtypes.int32, True
+    if dtypes.is_int(dtype):
+        _check_bounds_fit(dtype, lower=start, upper=stop)
     if start is None or stop is None:
         if unroll is not None:
             raise ValueError("fori_loop: unroll needs bounds known while tracing")
@@ -794,6 +827,20 @@ def fori_loop(lower, upper, body_fun: Callable, init_val, *, unroll: int | bool 
     unroll = 1 if unroll is None else unroll
     result, _ = scan(step, init_val, _index(indices, dtype, weak), unroll=unroll)
     return result
+
+
+def _check_bounds_fit(dtype, **bounds: int | None) -> None:
+    """Refuse a known bound outside the index's integer type (a Python int beside an int8
+    bound, say): converted, it would wrap around and change the number of iterations, and the
+    indices the body sees would wrap too."""
+    info = dtypes.iinfo(dtype)
+    for name, value in bounds.items():
+        if value is not None and not info.min <= value <= info.max:
+            raise OverflowError(
+                f"fori_loop: {name}={value} does not fit the loop index's type "
+                f"{np.dtype(dtype).name} (the promoted type of the bounds); give the bounds a "
+                "wider integer type"
+            )
 
 
 def _index(x, dtype, weak: bool):
@@ -830,8 +877,7 @@ def associative_scan(fn: Callable, elems, reverse: bool = False, axis: int = 0):
     With reverse=True the elements are combined from the end instead. Written in lax ops, so
     every transformation applies to it.
     """
-    if not callable(fn):
-        raise TypeError(f"associative_scan: fn must be callable, got {type(fn).__name__}")
+    check_callable("associative_scan", fn=fn)
     leaves, tree = tree_util.tree_flatten(elems)
     leaves = [asarray(x) for x in leaves]
     if not leaves:
@@ -857,7 +903,15 @@ def associative_scan(fn: Callable, elems, reverse: bool = False, axis: int = 0):
             raise TypeError(
                 f"associative_scan: fn must return the structure of elems {tree}, got {out_tree}"
             )
-        return [asarray(x) for x in out_leaves]
+        out_leaves = [asarray(x) for x in out_leaves]
+        for i, (x, y) in enumerate(zip(a, out_leaves)):
+            if _differ(x.aval, y.aval):
+                raise TypeError(
+                    "associative_scan: fn must combine elements elementwise, returning the shapes "
+                    f"and dtypes it is given: leaf {i} is {x.aval.str_short()} in its arguments "
+                    f"and {y.aval.str_short()} in its result"
+                )
+        return out_leaves
 
     if reverse:
         leaves = [rev(x, (a,)) for x, a in zip(leaves, axes)]
