@@ -1,5 +1,6 @@
 """The compiled backend's pool of large buffers: memory is reused only when nothing can see it."""
 
+import gc
 import threading
 
 import numpy as np
@@ -25,6 +26,20 @@ def _address(x) -> int:
     return np.asarray(x).__array_interface__["data"][0]
 
 
+@pytest.fixture
+def no_collection():
+    """Garbage of earlier tests collected first, and none during the test: a cycle of theirs
+    freed midway would free an older block of the same size, which the pool, oldest first,
+    would hand out before the one the test drops."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+@pytest.mark.usefixtures("no_collection")
 def test_a_dropped_output_is_reused_and_a_held_one_never_is():
     plus = fg.jit(lambda v: v + 1)
     x = fnp.arange(LARGE, dtype=np.float32)
