@@ -1,6 +1,5 @@
 """The compiled backend's pool of large buffers: memory is reused only when nothing can see it."""
 
-import gc
 import threading
 
 import numpy as np
@@ -27,19 +26,19 @@ def _address(x) -> int:
 
 
 @pytest.fixture
-def no_collection():
-    """Garbage of earlier tests collected first, and none during the test: a cycle of theirs
-    freed midway would free an older block of the same size, which the pool, oldest first,
-    would hand out before the one the test drops."""
-    gc.collect()
-    gc.disable()
+def empty_pool():
+    """The pool with no blocks from earlier tests: one of theirs freed midway (by a cache
+    letting go of an array) is older than the block this test drops, and the pool hands out
+    the oldest free block of a size first."""
+    kept = buffers.pool._blocks
+    buffers.pool._blocks = []
     try:
         yield
     finally:
-        gc.enable()
+        buffers.pool._blocks = kept
 
 
-@pytest.mark.usefixtures("no_collection")
+@pytest.mark.usefixtures("empty_pool")
 def test_a_dropped_output_is_reused_and_a_held_one_never_is():
     plus = fg.jit(lambda v: v + 1)
     x = fnp.arange(LARGE, dtype=np.float32)
