@@ -530,5 +530,17 @@ class Tracer:
             raise UnexpectedTracerError(self)
 
 
+def concrete_or_error(value, message: str):
+    """`value`, or the concrete value behind it where it is a tracer; a tracer without one
+    (traced under jit) raises ConcretizationTypeError saying `message`: why the caller needs
+    the value now."""
+    if isinstance(value, Tracer):
+        try:
+            return value.to_concrete_value()
+        except ConcretizationTypeError:
+            raise ConcretizationTypeError(value, message) from None
+    return value
+
+
 def is_tracer_of(x, trace: Trace) -> bool:
     return isinstance(x, Tracer) and x._trace is trace

@@ -24,7 +24,6 @@ import numpy as np
 from funcgrad import core, dtypes, lax
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
-from funcgrad.errors import ConcretizationTypeError
 from funcgrad.lax import GatherScatterMode, ScatterDimensionNumbers
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
@@ -161,30 +160,22 @@ def _operands(name: str, data, segment_ids, num_segments) -> tuple[Array, Array,
 
 def _segments_named(name: str, ids) -> int:
     """The largest id plus one (0 without ids), read from concrete ids."""
-    if isinstance(ids, core.Tracer):
-        try:
-            ids = ids.to_concrete_value()
-        except ConcretizationTypeError:
-            raise ConcretizationTypeError(
-                ids,
-                f"{name}: num_segments=None takes the number of segments from the largest of "
-                "segment_ids, whose values are not known while tracing; pass num_segments= "
-                "(a Python int) to fix the number of rows of the result.",
-            ) from None
+    ids = core.concrete_or_error(
+        ids,
+        f"{name}: num_segments=None takes the number of segments from the largest of "
+        "segment_ids, whose values are not known while tracing; pass num_segments= "
+        "(a Python int) to fix the number of rows of the result.",
+    )
     ids = np.asarray(ids)
     return max(int(ids.max()) + 1, 0) if ids.size else 0
 
 
 def _concrete_int(name: str, num_segments) -> int:
-    if isinstance(num_segments, core.Tracer):
-        try:
-            num_segments = num_segments.to_concrete_value()
-        except ConcretizationTypeError:
-            raise ConcretizationTypeError(
-                num_segments,
-                f"{name}: num_segments decides the shape of the result, so it must be a Python "
-                "int (a static argument under jit), not a traced value.",
-            ) from None
+    num_segments = core.concrete_or_error(
+        num_segments,
+        f"{name}: num_segments decides the shape of the result, so it must be a Python "
+        "int (a static argument under jit), not a traced value.",
+    )
     try:
         return operator.index(num_segments)
     except TypeError:

@@ -20,7 +20,6 @@ import numpy as np
 
 from funcgrad import core, dtypes
 from funcgrad.core import Primitive, ShapedArray
-from funcgrad.errors import ConcretizationTypeError
 from funcgrad.interpreters.ad import defjvp, instantiate, is_undefined
 from funcgrad.interpreters.batching import batch_size, broadcast_batch, moveaxis, not_mapped
 from funcgrad.lax.base import asarray, canonical_axes, check_same_dtypes
@@ -919,16 +918,12 @@ def gather(
 
 def _static_fill_value(fill_value):
     """A fill value as a Python scalar: a parameter of the gather, so static and hashable."""
-    if isinstance(fill_value, core.Tracer):
-        try:
-            fill_value = fill_value.to_concrete_value()
-        except ConcretizationTypeError:
-            raise ConcretizationTypeError(
-                fill_value,
-                "The fill_value of a gather (x.at[i].get, take, take_along_axis) is a parameter "
-                "of the program, so it must be static; to fill with a traced value, select it "
-                "with fnp.where where the indices are out of bounds.",
-            ) from None
+    fill_value = core.concrete_or_error(
+        fill_value,
+        "The fill_value of a gather (x.at[i].get, take, take_along_axis) is a parameter "
+        "of the program, so it must be static; to fill with a traced value, select it "
+        "with fnp.where where the indices are out of bounds.",
+    )
     value = np.asarray(fill_value)
     if value.size != 1:
         raise ValueError(f"gather: fill_value must be a scalar, got shape {value.shape}")

@@ -13,7 +13,6 @@ import numpy as np
 
 from funcgrad import core, dtypes
 from funcgrad.core import Primitive, ShapedArray, never_weak
-from funcgrad.errors import ConcretizationTypeError
 from funcgrad.interpreters import batching
 from funcgrad.interpreters.ad import defjvp, defjvp_zero, deflinear
 from funcgrad.lax import elementwise, shapes
@@ -882,15 +881,11 @@ def _dilation_param(dilation: Sequence[int] | None, ndim: int) -> tuple[int, ...
 
 
 def _concrete_init_value(init_value) -> np.ndarray:
-    if isinstance(init_value, core.Tracer):
-        try:
-            init_value = init_value.to_concrete_value()
-        except ConcretizationTypeError:
-            raise ConcretizationTypeError(
-                init_value,
-                "reduce_window needs a concrete init_value: its value decides which windowed "
-                "reduction runs.",
-            ) from None
+    init_value = core.concrete_or_error(
+        init_value,
+        "reduce_window needs a concrete init_value: its value decides which windowed "
+        "reduction runs.",
+    )
     return np.asarray(init_value)
 
 

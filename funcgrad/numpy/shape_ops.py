@@ -14,7 +14,6 @@ import numpy as np
 
 from funcgrad import core, dtypes, lax
 from funcgrad.array import Array
-from funcgrad.errors import ConcretizationTypeError
 from funcgrad.lax.shapes import reshape_p
 from funcgrad.lax.sharding_constraint import placed
 from funcgrad.numpy import _promotion
@@ -92,14 +91,8 @@ def static_value(x, name: str, what: str, hint: str = "") -> np.ndarray:
     """The NumPy value of an argument that decides the result's shape, so must be known now."""
     if isinstance(x, (list, tuple)):
         return np.asarray([static_value(v, name, what, hint) for v in x])
-    if isinstance(x, core.Tracer):
-        try:
-            x = x.to_concrete_value()
-        except ConcretizationTypeError:
-            raise ConcretizationTypeError(
-                x, f"{name}: {what} decides the shape of the result, so it must be static. {hint}"
-            ) from None
-    return np.asarray(x)
+    message = f"{name}: {what} decides the shape of the result, so it must be static. {hint}"
+    return np.asarray(core.concrete_or_error(x, message))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ import numpy as np
 
 from funcgrad import core, dtypes, lax
 from funcgrad.array import Array
-from funcgrad.errors import ConcretizationTypeError
 from funcgrad.lax.sharding_constraint import placed
 from funcgrad.numpy._promotion import convert, result_type_and_weak, to_array
 from funcgrad.numpy.reductions import accumulation_dtype, cumsum, scalar
@@ -287,15 +286,11 @@ def digitize(x, bins, right: bool = False, *, method: str | None = None):
 
 def _static_size(name: str, value, what: str, argument: str) -> int:
     """The concrete int behind `value`, or an error saying why `argument` must be given."""
-    if isinstance(value, core.Tracer):
-        try:
-            value = value.to_concrete_value()
-        except ConcretizationTypeError:
-            raise ConcretizationTypeError(
-                value,
-                f"{name}: the {what} depends on the values of the input, which are not known "
-                f"while tracing; pass a static {argument}= to fix the size of the result.",
-            ) from None
+    value = core.concrete_or_error(
+        value,
+        f"{name}: the {what} depends on the values of the input, which are not known "
+        f"while tracing; pass a static {argument}= to fix the size of the result.",
+    )
     return int(value)
 
 

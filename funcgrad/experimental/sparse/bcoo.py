@@ -27,7 +27,6 @@ import numpy as np
 from funcgrad import core, dtypes, tree_util
 from funcgrad import numpy as fnp
 from funcgrad.array import Array
-from funcgrad.errors import ConcretizationTypeError
 from funcgrad.experimental.sparse import _convert, _layout, _order
 
 __all__ = [
@@ -470,29 +469,21 @@ def _as_bcoo(mat, name: str) -> BCOO:
 
 def _static_nse(count, name: str) -> int:
     """The largest of `count` (per batch) as a Python int, which needs a concrete value."""
-    if isinstance(count, core.Tracer):
-        try:
-            count = count.to_concrete_value()
-        except ConcretizationTypeError:
-            raise ConcretizationTypeError(
-                count,
-                f"{name}: nse=None counts the stored elements from the array's values, which "
-                "are not known while tracing; pass nse= (a Python int) to fix the number of "
-                "stored elements, which sets the shapes of data and indices.",
-            ) from None
+    count = core.concrete_or_error(
+        count,
+        f"{name}: nse=None counts the stored elements from the array's values, which "
+        "are not known while tracing; pass nse= (a Python int) to fix the number of "
+        "stored elements, which sets the shapes of data and indices.",
+    )
     return int(np.max(np.asarray(count), initial=0))
 
 
 def _checked_nse(nse, name: str) -> int:
-    if isinstance(nse, core.Tracer):
-        try:
-            nse = nse.to_concrete_value()
-        except ConcretizationTypeError:
-            raise ConcretizationTypeError(
-                nse,
-                f"{name}: nse sets the shapes of data and indices, so it must be a Python int "
-                "(a static argument under jit), not a traced value.",
-            ) from None
+    nse = core.concrete_or_error(
+        nse,
+        f"{name}: nse sets the shapes of data and indices, so it must be a Python int "
+        "(a static argument under jit), not a traced value.",
+    )
     nse = operator.index(nse)
     if nse < 0:
         raise ValueError(f"{name}: nse must be non-negative, got {nse}")
