@@ -323,67 +323,66 @@ def test_large_products_run_in_blocks_on_the_pool(m, k, n, dtype, threads):
     assert library.scipy_openblas_get_num_threads64_() == before
 
 
+@pytest.fixture
+def threads_seen():
+    """`(then, seen)`: `then(f)` is `f` followed, in the same program, by a callback that
+    appends the library's thread count to `seen` while the program runs. The count is 2
+    meanwhile, and as it was after."""
+    library = blas_library()
+    before = library.scipy_openblas_get_num_threads64_()
+    library.scipy_openblas_set_num_threads64_(ctypes.c_int(2))
+    seen = []
+
+    def record(result):
+        seen.append(library.scipy_openblas_get_num_threads64_())
+        return result
+
+    def then(f):
+        def g(a):
+            result = f(a)
+            shape = fg.ShapeDtypeStruct(result.shape, result.dtype)
+            return fg.pure_callback(record, shape, result)
+
+        return g
+
+    try:
+        with settings():
+            yield then, seen
+    finally:
+        library.scipy_openblas_set_num_threads64_(ctypes.c_int(before))
+
+
 @pytest.mark.skipif(not pool.available(), reason="the pool runs on Linux alone")
-def test_the_library_threads_no_product_inside_a_program():
+def test_the_library_threads_no_product_inside_a_program(threads_seen):
     """A product the library would thread (80x80x80) runs while its thread count is 1, seen
     by a callback that runs after it in the same program; one it runs alone (32^3) leaves the
     count as it is; the count comes back after the call."""
-    library = blas_library()
-    before = library.scipy_openblas_get_num_threads64_()
-    library.scipy_openblas_set_num_threads64_(ctypes.c_int(2))
-    seen = []
-
-    def record(product):
-        seen.append(library.scipy_openblas_get_num_threads64_())
-        return product
-
-    def f(a):
-        product = a @ a
-        return fg.pure_callback(record, fg.ShapeDtypeStruct(product.shape, product.dtype), product)
-
-    try:
-        with settings():
-            for n, threads_inside in [(80, 1), (32, 2)]:
-                a = np.random.default_rng(n).standard_normal((n, n)).astype(np.float32)
-                compiled = fg.jit(f).lower(a).compile()
-                marked = compiled.as_text().startswith(render.LIBRARY_THREADS_OFF)
-                assert marked == (threads_inside == 1)
-                got = np.asarray(compiled(a), np.float64)
-                expected = a.astype(np.float64) @ a.astype(np.float64)
-                np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
-                assert seen.pop() == threads_inside
-                assert library.scipy_openblas_get_num_threads64_() == 2
-    finally:
-        library.scipy_openblas_set_num_threads64_(ctypes.c_int(before))
+    then, seen = threads_seen
+    f = then(lambda a: a @ a)
+    for n, threads_inside in [(80, 1), (32, 2)]:
+        a = np.random.default_rng(n).standard_normal((n, n)).astype(np.float32)
+        compiled = fg.jit(f).lower(a).compile()
+        marked = compiled.as_text().startswith(render.LIBRARY_THREADS_OFF)
+        assert marked == (threads_inside == 1)
+        got = np.asarray(compiled(a), np.float64)
+        expected = a.astype(np.float64) @ a.astype(np.float64)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
+        assert seen.pop() == threads_inside
+        assert blas_library().scipy_openblas_get_num_threads64_() == 2
 
 
-def test_decompositions_of_small_matrices_run_on_one_library_thread():
+def test_decompositions_of_small_matrices_run_on_one_library_thread(threads_seen):
     """A Cholesky factor of 64x64 runs while the library's thread count is 1 (seen by a
     callback after it); one of 600x600 keeps the library's threads."""
-    library = blas_library()
-    before = library.scipy_openblas_get_num_threads64_()
-    library.scipy_openblas_set_num_threads64_(ctypes.c_int(2))
-    seen = []
-
-    def record(factor):
-        seen.append(library.scipy_openblas_get_num_threads64_())
-        return factor
-
-    def f(a):
-        factor = fnp.linalg.cholesky(a)
-        return fg.pure_callback(record, fg.ShapeDtypeStruct(factor.shape, factor.dtype), factor)
-
-    try:
-        with settings():
-            for n, single in [(64, True), (600, False)]:
-                a = np.random.default_rng(n).standard_normal((n, n))
-                a = a @ a.T + n * np.eye(n)
-                compiled = fg.jit(f).lower(a).compile()
-                assert compiled.as_text().startswith(render.LIBRARY_THREADS_OFF) == single
-                np.testing.assert_allclose(np.asarray(compiled(a)), np.linalg.cholesky(a))
-                assert seen.pop() == (1 if single else 2)
-    finally:
-        library.scipy_openblas_set_num_threads64_(ctypes.c_int(before))
+    then, seen = threads_seen
+    f = then(fnp.linalg.cholesky)
+    for n, single in [(64, True), (600, False)]:
+        a = np.random.default_rng(n).standard_normal((n, n))
+        a = a @ a.T + n * np.eye(n)
+        compiled = fg.jit(f).lower(a).compile()
+        assert compiled.as_text().startswith(render.LIBRARY_THREADS_OFF) == single
+        np.testing.assert_allclose(np.asarray(compiled(a)), np.linalg.cholesky(a))
+        assert seen.pop() == (1 if single else 2)
 
 
 def blas_library():

@@ -23,6 +23,7 @@ from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.parallel import (
     MIN_TILED_RESULTS,
     body_replaced,
+    body_work,
     expressions,
     linear,
     linear_terms,
@@ -67,17 +68,10 @@ def collapse_row_nests(kernel: K.Kernel, min_row_work: int = 1) -> None:
         inner = outer.body[0]
         if not any(isinstance(s, K.Loop) for s in inner.body) or product_nest(kernel):
             return  # (a product's nest is the renderer's tiles)
-        if _iterations(inner.body) < min_row_work and outer.stop - outer.start >= ENOUGH_ROWS:
+        if body_work(inner.body) < min_row_work and outer.stop - outer.start >= ENOUGH_ROWS:
             return
         if not _merged_in_parallel(kernel, outer, inner):
             return
-
-
-def _iterations(statements: list) -> int:
-    """How many times the statements' innermost statements run, in all."""
-    return sum(
-        (s.stop - s.start) * _iterations(s.body) if isinstance(s, K.Loop) else 1 for s in statements
-    )
 
 
 # A nest of folds is made one loop, its folds then split, below `threads` / FEW_FOLDS of

@@ -240,14 +240,15 @@ def _written_first(statements: list, scratch: set) -> bool:
 
 def work(kernel: K.Kernel) -> int:
     """Iterations of the innermost statements, summed over the kernel's loop nests."""
-    return _work(kernel.body)
+    return body_work(kernel.body)
 
 
-def _work(body: list) -> int:
+def body_work(body: list) -> int:
+    """Iterations of the innermost statements of `body`, summed over its statements."""
     total = 0
     for statement in body:
         if isinstance(statement, K.Loop):
-            total += max(statement.stop - statement.start, 0) * max(_work(statement.body), 1)
+            total += max(statement.stop - statement.start, 0) * max(body_work(statement.body), 1)
         else:
             total += 1
     return total
