@@ -296,6 +296,35 @@ def rfft_rows_case():
     return _fft_case(x, "rfft", 50)
 
 
+def _sorting_case(x, fun, numpy_fun, repeat: int):
+    """`fun` of funcgrad.numpy and of jax.numpy (or lax), and NumPy's own."""
+    runs = {
+        "funcgrad-llvm": _funcgrad("llvm", lambda v: fun(fnp, lax, v), x),
+        "numpy": lambda: numpy_fun(x),
+    }
+    jax = _jax()
+    if jax:
+        f, xj = jax[0].jit(lambda v: fun(jax[1], jax[0].lax, v)), jax[1].asarray(x)
+        runs["jax-jit"] = lambda: jax[0].block_until_ready(f(xj))
+    return runs, None, repeat
+
+
+def sort_case():
+    x = np.random.default_rng(9).standard_normal(1 << 20).astype(np.float32)
+    return _sorting_case(x, lambda xp, lx, v: xp.sort(v), np.sort, 3)
+
+
+def top_k_case():
+    """The 64 largest of each row (NumPy: argpartition, then sorting those 64)."""
+    x = np.random.default_rng(10).standard_normal((1024, 1024)).astype(np.float32)
+
+    def numpy_top_k(v):
+        part = np.take_along_axis(v, np.argpartition(-v, 64, axis=1)[:, :64], axis=1)
+        return -np.sort(-part, axis=1)
+
+    return _sorting_case(x, lambda xp, lx, v: lx.top_k(v, 64)[0], numpy_top_k, 3)
+
+
 def _mlp_params(rng, sizes):
     return [
         ((rng.standard_normal((m, n)) / np.sqrt(m)).astype(np.float32), np.zeros(n, np.float32))
@@ -711,6 +740,8 @@ CASES = {
     "fft 2^16 complex64": fft_64k_case,
     "fft 10007 complex64": fft_prime_case,
     "rfft 256x1024 float32": rfft_rows_case,
+    "sort 2^20 float32": sort_case,
+    "top_k 64 of 1024x1024": top_k_case,
     "jit call x*2+1": call_overhead_case,
     "jit call 10 ops": call_overhead_ten_ops_case,
     "jit call pytree layer": call_overhead_pytree_case,

@@ -24,7 +24,7 @@ import numpy as np
 
 from funcgrad import dtypes
 from funcgrad.compiler import kernel_ir as K
-from funcgrad.compiler import mathlib
+from funcgrad.compiler import mathlib, radix_sort
 from funcgrad.compiler.kernel_ir import INDEX, Expr
 from funcgrad.core import PRIMITIVES, Primitive
 from funcgrad.ir import JaxprEqn, Literal, Var
@@ -1484,7 +1484,8 @@ root_rules[PRIMITIVES["conv_general_dilated"]] = _conv_general_dilated
 
 
 # ---------------------------------------------------------------------------------------------
-# Sorting: a bottom-up merge sort of index permutations, one line at a time
+# Sorting: a bottom-up merge sort of index permutations, one line at a time (a CPU's long lines:
+# `radix_sort`)
 
 
 def _merge_sort(builder: KernelBuilder, lines: int, n: int, before) -> tuple[list, K.Buffer]:
@@ -1587,6 +1588,29 @@ def _sort(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
             result = K.binary("or", less, K.binary("and", equal, result))
         return result
 
+    if radix_sort.applies(n):
+
+        def key_of(operand: Var):
+            def key(line: Expr, position: Expr) -> Expr:
+                index = _line_index(_outer_indices(line, outer_shape), dimension, position)
+                return radix_sort.ascending_key(_sort_value(builder.element(operand, index)))
+
+            return key
+
+        def place(line: Expr, rank: Expr, position: Expr) -> list:
+            outer = _outer_indices(line, outer_shape)
+            at, source = (
+                _line_index(outer, dimension, rank),
+                _line_index(outer, dimension, position),
+            )
+            return [
+                K.Store(out, flat_offset(at, shape), builder.element(operand, source))
+                for operand, out in zip(eqn.invars, outputs)
+            ]
+
+        keys = [key_of(operand) for operand in eqn.invars[:num_keys]]
+        return radix_sort.sort_lines(builder, lines, n, keys, n, place)
+
     statements, order = _merge_sort(builder, lines, n, before)
 
     def gather(index: list) -> list:
@@ -1636,8 +1660,26 @@ def _top_k(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
             a, b = _total_order_key(a), _total_order_key(b)
         return K.binary("gt", a, b)
 
-    statements, order = _merge_sort(builder, lines, n, before)
     out_shape = outer_shape + (k,)
+    if radix_sort.applies(n):
+
+        def key(line: Expr, position: Expr) -> Expr:
+            a = builder.element(operand, _outer_indices(line, outer_shape) + [position])
+            if a.dtype not in dtypes.HALF_FLOATS:  # (ranked by their own bits, as `before`)
+                a = _sort_value(a)
+            return radix_sort.descending_key(_total_order_key(a) if dtypes.is_float(a.dtype) else a)
+
+        def place(line: Expr, rank: Expr, position: Expr) -> list:
+            outer = _outer_indices(line, outer_shape)
+            offset = flat_offset(outer + [rank], out_shape)
+            return [
+                K.Store(values_out, offset, builder.element(operand, outer + [position])),
+                K.Store(indices_out, offset, K.cast(position, indices_out.dtype)),
+            ]
+
+        return radix_sort.sort_lines(builder, lines, n, [key], k, place)
+
+    statements, order = _merge_sort(builder, lines, n, before)
 
     def gather(index: list) -> list:
         outer = index[:-1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 
-from funcgrad.compiler import parallel, passes, rows
+from funcgrad.compiler import parallel, passes, radix_sort, rows
 from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
 from funcgrad.compiler.fusion import folds_along_memory
 from funcgrad.compiler.horizontal import merge_maps
@@ -49,7 +49,8 @@ def plan(
     (`schedule._updates`), and, for a GPU, a map kernel makes a fold down the columns of a
     value it stores where that fold runs on blocks (`schedule.column_folds_with_maps`),
     while a CPU's reductions read in order along a reduced axis (through a transpose) fold
-    along it (`fusion.folds_along_memory`). Every
+    along it (`fusion.folds_along_memory`) and its sorts of long lines are radix sorts
+    (`radix_sort.sorts_by_radix`). Every
     kernel's offsets are then simplified with its loops' ranges, and its nests of rows made
     one loop over the rows (`index_algebra`); last, a GPU's independent map kernels are
     merged into one launch (`horizontal.merge_maps`)."""
@@ -61,6 +62,7 @@ def plan(
     on_blocks = functools.partial(parallel.column_fold_on_blocks, split=reductions) if gpu else None
     with (
         folds_along_memory(not gpu),
+        radix_sort.sorts_by_radix(not gpu),
         rows.short_row_groups(short_row_group),
         column_folds_with_maps(on_blocks),
     ):
