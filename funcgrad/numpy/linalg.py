@@ -531,6 +531,8 @@ def matrix_rank(M, rtol=None, *, hermitian: bool = False, tol=None):
     if tol is None:
         if rtol is None:
             rtol = builtins.max(M.shape[-2:]) * dtypes.finfo(M.dtype).eps
+        elif np.ndim(rtol) > 0:
+            rtol = to_array(rtol)[..., None]  # one per matrix, as a column beside s
         tol = max(s, axis=-1, keepdims=True, initial=0.0) * rtol  # (0 for an empty matrix)
     elif np.ndim(tol) > 0:
         tol = to_array(tol)[..., None]
