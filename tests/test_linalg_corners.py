@@ -16,3 +16,14 @@ def test_matrix_rank_takes_one_rtol_per_matrix():
     np.testing.assert_array_equal(
         fnp.linalg.matrix_rank(matrices, rtol), np.linalg.matrix_rank(matrices, rtol=rtol)
     )
+
+
+def test_hermitian_svd_of_a_complex_matrix_reconstructs_it():
+    """hermitian=True gives a = U diag(S) Vh for complex Hermitian a too: Vh is the adjoint of
+    the signed eigenvectors (it was their transpose, conjugate of the right factor)."""
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(3, 3)) + 1j * rng.normal(size=(3, 3))
+    a = a + a.conj().T
+    u, s, vh = (np.asarray(x) for x in fnp.linalg.svd(a, hermitian=True))
+    np.testing.assert_allclose((u * s) @ vh, a, atol=1e-12)
+    np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), atol=1e-12)

@@ -291,8 +291,8 @@ def svd(
 
 
 def _symmetric_svd(a, compute_uv: bool, subset_by_index):
-    """Singular values are |eigenvalues|, U the eigenvectors, Vh the eigenvectors with the
-    signs of the eigenvalues, all sorted by descending |eigenvalue|."""
+    """Singular values are |eigenvalues|, U the eigenvectors, Vh the adjoint of the
+    eigenvectors with the signs of the eigenvalues, all sorted by descending |eigenvalue|."""
     if a.shape[-1] != a.shape[-2]:
         raise ValueError(f"svd: hermitian=True needs square matrices, got shape {a.shape}")
     from funcgrad.numpy.indexing import take_along_axis
@@ -308,7 +308,7 @@ def _symmetric_svd(a, compute_uv: bool, subset_by_index):
     columns = broadcast_to(order[..., None, :], v.shape[:-1] + order.shape[-1:])
     u = take_along_axis(v, columns, axis=-1)
     signs = take_along_axis(sign(w), order, axis=-1)
-    return SVDResult(u, s, matrix_transpose(u * signs[..., None, :]))
+    return SVDResult(u, s, _adjoint(u * signs[..., None, :]))
 
 
 def svdvals(x, /):
