@@ -4,8 +4,11 @@ tolerances, mismatched operands, and the transforms at shapes the main suites do
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import funcgrad.numpy as fnp
+import funcgrad.scipy.linalg as fsl
+from funcgrad.lax import linalg as lax_linalg
 
 
 def test_matrix_rank_takes_one_rtol_per_matrix():
@@ -27,3 +30,29 @@ def test_hermitian_svd_of_a_complex_matrix_reconstructs_it():
     u, s, vh = (np.asarray(x) for x in fnp.linalg.svd(a, hermitian=True))
     np.testing.assert_allclose((u * s) @ vh, a, atol=1e-12)
     np.testing.assert_allclose(s, np.linalg.svd(a, compute_uv=False), atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "decompose",
+    [
+        lambda a: fnp.linalg.svd(a, hermitian=True, subset_by_index=(0, 4)),
+        lambda a: fnp.linalg.svd(a, subset_by_index=(0, 4)),
+        lambda a: lax_linalg.svd(a, subset_by_index=(2, 1)),
+        lambda a: lax_linalg.eigh(a, subset_by_index=(-1, 2)),
+    ],
+)
+def test_subset_by_index_out_of_range_is_refused(decompose):
+    """A range beyond the matrix's values was clipped (the hermitian svd returned all three)
+    or failed inside a slice that named neither the function nor the argument."""
+    with pytest.raises(ValueError, match=r"subset_by_index=.* for matrices of shape \(3, 3\)"):
+        decompose(np.eye(3))
+
+
+@pytest.mark.parametrize(
+    "pivots", [np.array([0, 1], np.int32), np.array([0.0, 1.0, 2.0]), np.array(0, np.int32)]
+)
+def test_lu_solve_refuses_pivots_that_do_not_fit(pivots):
+    """Too few pivots were taken as swaps left out; float or scalar ones failed deep inside."""
+    factors, _ = fsl.lu_factor(np.eye(3))
+    with pytest.raises(ValueError, match=r"lu_solve: piv must hold 3 integers .* shape \(3, 3\)"):
+        fsl.lu_solve((factors, pivots), np.ones(3))

@@ -16,6 +16,7 @@ import numpy as np
 from funcgrad import dtypes, lax
 from funcgrad.array import Array
 from funcgrad.lax.householder import geqrf
+from funcgrad.lax.linalg_decomp import subset_bounds
 from funcgrad.numpy import linalg_ops, misc
 from funcgrad.numpy._promotion import (
     broadcast_shapes,
@@ -301,7 +302,8 @@ def _symmetric_svd(a, compute_uv: bool, subset_by_index):
     w, v = eigh(a)
     order = argsort(-absolute(w), axis=-1)
     if subset_by_index is not None:
-        order = order[..., subset_by_index[0] : subset_by_index[1]]
+        lo, hi = subset_bounds("svd", subset_by_index, a.shape)
+        order = order[..., lo:hi]
     s = take_along_axis(absolute(w), order, axis=-1)
     if not compute_uv:
         return s
