@@ -56,3 +56,18 @@ def test_lu_solve_refuses_pivots_that_do_not_fit(pivots):
     factors, _ = fsl.lu_factor(np.eye(3))
     with pytest.raises(ValueError, match=r"lu_solve: piv must hold 3 integers .* shape \(3, 3\)"):
         fsl.lu_solve((factors, pivots), np.ones(3))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda a, tolerance: fnp.linalg.matrix_rank(a, tol=tolerance),
+        lambda a, tolerance: fnp.linalg.matrix_rank(a, tolerance),
+        lambda a, tolerance: fnp.linalg.pinv(a, tolerance),
+    ],
+)
+def test_tolerances_per_matrix_must_fit_the_batch(call):
+    """Three tolerances for a batch of two matrices failed inside a comparison, naming shapes
+    the user never wrote."""
+    with pytest.raises(ValueError, match=r"tol of shape \(3,\) does not broadcast .* \(2,\)"):
+        call(np.ones((2, 3, 3)), np.ones(3))

@@ -534,11 +534,24 @@ def matrix_rank(M, rtol=None, *, hermitian: bool = False, tol=None):
         if rtol is None:
             rtol = builtins.max(M.shape[-2:]) * dtypes.finfo(M.dtype).eps
         elif np.ndim(rtol) > 0:
-            rtol = to_array(rtol)[..., None]  # one per matrix, as a column beside s
+            rtol = _per_matrix("matrix_rank", "rtol", rtol, M.shape[:-2])[..., None]
         tol = max(s, axis=-1, keepdims=True, initial=0.0) * rtol  # (0 for an empty matrix)
     elif np.ndim(tol) > 0:
-        tol = to_array(tol)[..., None]
+        tol = _per_matrix("matrix_rank", "tol", tol, M.shape[:-2])[..., None]
     return convert(count_nonzero(s > tol, axis=-1), dtypes.default_int)
+
+
+def _per_matrix(name: str, argument: str, value, batch: tuple[int, ...]):
+    """A tolerance given per matrix, as an array whose shape broadcasts to the batch's."""
+    value = to_array(value)
+    try:
+        broadcast_shapes(value.shape, batch)
+    except ValueError:
+        raise ValueError(
+            f"{name}: {argument} of shape {value.shape} does not broadcast against the batch "
+            f"shape {batch} of the matrices (one value per matrix)"
+        ) from None
+    return value
 
 
 def pinv(a, rtol=None, hermitian: bool = False, *, rcond=None):
@@ -549,7 +562,8 @@ def pinv(a, rtol=None, hermitian: bool = False, *, rcond=None):
         rtol = rcond
     if rtol is None:
         rtol = 10 * builtins.max(a.shape[-2:]) * dtypes.finfo(a.dtype).eps
-    rtol = rtol if dtypes.is_python_scalar(rtol) else to_array(rtol)
+    if not dtypes.is_python_scalar(rtol):
+        rtol = _per_matrix("pinv", "rtol", rtol, a.shape[:-2])
     return _pinv(a, convert(rtol, dtypes.real_dtype(a.dtype)))
 
 
