@@ -642,6 +642,19 @@ class SvdAlgorithm(enum.Enum):
     DIVIDE_AND_CONQUER = "divide_and_conquer"
 
 
+def subset_bounds(function: str, subset_by_index, shape: tuple[int, ...]) -> tuple[int, int]:
+    """(lo, hi) of `subset_by_index` for matrices of `shape`, refused unless 0 <= lo <= hi <=
+    min(m, n): a slice would otherwise clip it, or fail naming neither function nor argument."""
+    lo, hi = (int(i) for i in subset_by_index)
+    count = min(shape[-2:])
+    if not 0 <= lo <= hi <= count:
+        raise ValueError(
+            f"{function}: subset_by_index={tuple(subset_by_index)} must satisfy 0 <= lo <= hi "
+            f"<= {count} for matrices of shape {tuple(shape)}"
+        )
+    return lo, hi
+
+
 def check_choice(function: str, parameter: str, value, choices: type[enum.Enum]) -> None:
     """Refuses a `value` that is neither None, nor one of `choices`, nor one's value."""
     if value is None or value in choices.__members__.values():
@@ -672,7 +685,7 @@ def eigh(
         x = _symmetrized(x)
     v, w = eigh_p.bind(x, lower=bool(lower))
     if subset_by_index is not None:
-        lo, hi = (int(i) for i in subset_by_index)
+        lo, hi = subset_bounds("eigh", subset_by_index, x.shape)
         v = shapes.slice_in_dim(v, lo, hi, axis=v.ndim - 1)
         w = shapes.slice_in_dim(w, lo, hi, axis=w.ndim - 1)
     return v, w
@@ -802,7 +815,7 @@ def svd(
     )
     out = [_where_matrices(finite, factor, np.nan) for factor in out]
     if subset_by_index is not None:
-        lo, hi = (int(i) for i in subset_by_index)
+        lo, hi = subset_bounds("svd", subset_by_index, x.shape)
         if not compute_uv:
             (s,) = out
             return shapes.slice_in_dim(s, lo, hi, axis=s.ndim - 1)

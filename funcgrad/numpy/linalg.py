@@ -16,6 +16,7 @@ import numpy as np
 from funcgrad import dtypes, lax
 from funcgrad.array import Array
 from funcgrad.lax.householder import geqrf
+from funcgrad.lax.linalg_decomp import subset_bounds
 from funcgrad.numpy import linalg_ops, misc
 from funcgrad.numpy._promotion import (
     broadcast_shapes,
@@ -291,8 +292,8 @@ def svd(
 
 
 def _symmetric_svd(a, compute_uv: bool, subset_by_index):
-    """Singular values are |eigenvalues|, U the eigenvectors, Vh the eigenvectors with the
-    signs of the eigenvalues, all sorted by descending |eigenvalue|."""
+    """Singular values are |eigenvalues|, U the eigenvectors, Vh the adjoint of the
+    eigenvectors with the signs of the eigenvalues, all sorted by descending |eigenvalue|."""
     if a.shape[-1] != a.shape[-2]:
         raise ValueError(f"svd: hermitian=True needs square matrices, got shape {a.shape}")
     from funcgrad.numpy.indexing import take_along_axis
@@ -301,14 +302,15 @@ def _symmetric_svd(a, compute_uv: bool, subset_by_index):
     w, v = eigh(a)
     order = argsort(-absolute(w), axis=-1)
     if subset_by_index is not None:
-        order = order[..., subset_by_index[0] : subset_by_index[1]]
+        lo, hi = subset_bounds("svd", subset_by_index, a.shape)
+        order = order[..., lo:hi]
     s = take_along_axis(absolute(w), order, axis=-1)
     if not compute_uv:
         return s
     columns = broadcast_to(order[..., None, :], v.shape[:-1] + order.shape[-1:])
     u = take_along_axis(v, columns, axis=-1)
     signs = take_along_axis(sign(w), order, axis=-1)
-    return SVDResult(u, s, matrix_transpose(u * signs[..., None, :]))
+    return SVDResult(u, s, _adjoint(u * signs[..., None, :]))
 
 
 def svdvals(x, /):
@@ -531,10 +533,25 @@ def matrix_rank(M, rtol=None, *, hermitian: bool = False, tol=None):
     if tol is None:
         if rtol is None:
             rtol = builtins.max(M.shape[-2:]) * dtypes.finfo(M.dtype).eps
+        elif np.ndim(rtol) > 0:
+            rtol = _per_matrix("matrix_rank", "rtol", rtol, M.shape[:-2])[..., None]
         tol = max(s, axis=-1, keepdims=True, initial=0.0) * rtol  # (0 for an empty matrix)
     elif np.ndim(tol) > 0:
-        tol = to_array(tol)[..., None]
+        tol = _per_matrix("matrix_rank", "tol", tol, M.shape[:-2])[..., None]
     return convert(count_nonzero(s > tol, axis=-1), dtypes.default_int)
+
+
+def _per_matrix(name: str, argument: str, value, batch: tuple[int, ...]):
+    """A tolerance given per matrix, as an array whose shape broadcasts to the batch's."""
+    value = to_array(value)
+    try:
+        broadcast_shapes(value.shape, batch)
+    except ValueError:
+        raise ValueError(
+            f"{name}: {argument} of shape {value.shape} does not broadcast against the batch "
+            f"shape {batch} of the matrices (one value per matrix)"
+        ) from None
+    return value
 
 
 def pinv(a, rtol=None, hermitian: bool = False, *, rcond=None):
@@ -545,7 +562,8 @@ def pinv(a, rtol=None, hermitian: bool = False, *, rcond=None):
         rtol = rcond
     if rtol is None:
         rtol = 10 * builtins.max(a.shape[-2:]) * dtypes.finfo(a.dtype).eps
-    rtol = rtol if dtypes.is_python_scalar(rtol) else to_array(rtol)
+    if not dtypes.is_python_scalar(rtol):
+        rtol = _per_matrix("pinv", "rtol", rtol, a.shape[:-2])
     return _pinv(a, convert(rtol, dtypes.real_dtype(a.dtype)))
 
 

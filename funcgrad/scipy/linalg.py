@@ -268,7 +268,14 @@ def lu_solve(
     trans = _trans("lu_solve", trans)
     factors, b = promote_dtypes_inexact(factors, b)
     factors = _matrices("lu_solve", factors, square=True)
-    permutation = _permutation_from_pivots(to_array(pivots), factors.shape[-1])
+    pivots = to_array(pivots)
+    if pivots.ndim == 0 or pivots.shape[-1] != factors.shape[-1] or not dtypes.is_int(pivots.dtype):
+        raise ValueError(
+            f"lu_solve: piv must hold {factors.shape[-1]} integers per matrix, as lu_factor gives "
+            f"them for lu of shape {factors.shape}; got piv of shape {pivots.shape} and dtype "
+            f"{pivots.dtype}"
+        )
+    permutation = _permutation_from_pivots(pivots, factors.shape[-1])
     b, vector = _right_hand_side("lu_solve", factors, b)
     factors, permutation, b = _broadcast_batches("lu_solve", (factors, 2), (permutation, 1), (b, 2))
     if trans == 0:
