@@ -18,6 +18,7 @@ from funcgrad.compiler.index_algebra import (
     ENOUGH_ROWS,
     coalesce_loops,
     collapse_row_nests,
+    merge_fold_nests,
     simplified,
 )
 from funcgrad.compiler.parallel import parallel_loop, value_at
@@ -190,6 +191,47 @@ def test_a_nest_folding_into_one_element_a_row_stays_a_nest():
         "k", [x], [out], [K.Loop(i, 0, 3, [K.Loop(j, 0, 4, [K.Store(out, i, total)])])]
     )
     coalesce_loops(kernel, threads=1 << 16)
+    assert isinstance(kernel.body[0].body[0], K.Loop)
+
+
+def _image_means(rows: int, height: int, width: int) -> tuple:
+    """`for r: acc = 0; for i: for j: acc += x[r, i, j]; out[r] = acc`, and its buffers."""
+    f32 = np.dtype(np.float32)
+    x, out = K.Buffer("x", f32, rows * height * width), K.Buffer("out", f32, rows)
+    r, i, j, acc = K.fresh_index("r"), K.fresh_index("i"), K.fresh_index("j"), K.Acc("acc", f32)
+    offset = (r * c(height) + i) * c(width) + j
+    fold = K.Loop(
+        i, 0, height, [K.Loop(j, 0, width, [K.SetAcc(acc, acc.read() + K.Load(x, offset))])]
+    )
+    body = [K.Loop(r, 0, rows, [K.SetAcc(acc, K.const(0, f32)), fold, K.Store(out, r, acc.read())])]
+    return K.Kernel("k", [x], [out], body), x, out
+
+
+def test_a_fold_over_a_nest_becomes_one_loop_reading_the_same_elements():
+    kernel, x, out = _image_means(3, 4, 5)
+    merge_fold_nests(kernel)
+    (row_loop,) = kernel.body
+    folds = [s for s in row_loop.body if isinstance(s, K.Loop)]
+    assert len(folds) == 1 and folds[0].stop == 20
+    assert all(not isinstance(s, K.Loop) for s in folds[0].body)
+    (update,) = folds[0].body
+    read = next(n for n in K.nodes(update.value) if isinstance(n, K.Load))
+    for row in range(3):
+        places = [
+            value_at(read.offset, {row_loop.index: row, folds[0].index: e}) for e in range(20)
+        ]
+        assert places == list(range(row * 20, row * 20 + 20))
+
+
+def test_nests_that_are_not_folds_stay_nests():
+    """A store inside the inner loop (the i-k-j running sums of a product) is not a fold."""
+    i, j = K.fresh_index("i"), K.fresh_index("j")
+    x, out = K.Buffer("x", np.dtype(np.float32), 12), K.Buffer("out", np.dtype(np.float32), 3)
+    total = K.binary("add", K.Load(out, i), K.Load(x, K.binary("add", K.binary("mul", i, c(4)), j)))
+    kernel = K.Kernel(
+        "k", [x], [out], [K.Loop(i, 0, 3, [K.Loop(j, 0, 4, [K.Store(out, i, total)])])]
+    )
+    merge_fold_nests(kernel)
     assert isinstance(kernel.body[0].body[0], K.Loop)
 
 

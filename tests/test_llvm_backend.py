@@ -1203,3 +1203,32 @@ def test_a_sum_read_through_a_transpose_folds_along_memory_as_precisely_as_numpy
     exact = x.astype(np.float64).sum(axis=1)
     got = np.asarray(fg.jit(lambda v: v.T.sum(axis=0))(x))
     assert np.max(np.abs(got - exact) / exact) < 2e-6
+
+
+@pytest.mark.parametrize("name", ["cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp"])
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cumulative_ops_along_leading_axes_fold_slice_after_slice(name, axis, reverse):
+    """Along an axis with many elements after it, a CPU folds a whole slice after the one
+    before it (its loops walk memory in order): every line still folds in order, so the
+    results are the reference's (bit for bit, but for cumlogsumexp's exp and log)."""
+    values = rng.standard_normal((6, 5, 16)).astype(np.float32)
+    values[2, 3, 4] = np.nan
+
+    def f(v):
+        return getattr(lax, name)(v, axis=axis, reverse=reverse)
+
+    executable = compiled(f, values)
+    (step,) = executable.program.steps
+    innermost = step.kernel.body
+    while any(isinstance(s, K.Loop) for s in innermost):
+        innermost = next(s for s in innermost if isinstance(s, K.Loop)).body
+    assert not any(isinstance(s, K.SetAcc) for s in innermost)  # no running accumulator
+    if name == "cumlogsumexp":
+        assert_same_as_reference(f, values)
+        return
+    with jit_backend("numpy"):
+        expected = np.asarray(fg.jit(f)(values))
+    with jit_backend("llvm"):
+        got = np.asarray(fg.jit(f)(values))
+    np.testing.assert_array_equal(got, expected)

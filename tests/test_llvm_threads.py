@@ -66,7 +66,8 @@ X = np.random.default_rng(0).standard_normal((64, 48)).astype(np.float32)
         (lambda x: x.sum(1), True),  # a reduction per output element
         (lambda x: (fnp.exp(x), fnp.exp(x).sum(1)), True),  # a row reads back its own row
         (lambda x: x.sum(), False),  # one accumulator over everything
-        (lambda x: fnp.sort(x, axis=1), False),  # reads back what it writes
+        (lambda x: fnp.sort(x, axis=1), True),  # a radix sort per row, in one row's scratch
+        (lambda x: fnp.sort(x[:, :8], axis=1), False),  # a merge sort: reads back what it writes
         # rows in a nest (an attention's scores): each row's fold set afresh inside it
         (lambda x: fg.nn.softmax(x.reshape(4, 2, 8, 48), axis=-1), True),
     ],
@@ -284,8 +285,9 @@ def test_a_fold_first_set_in_an_inner_loop_is_private_only_where_that_loop_runs(
 
 
 # (m, k, n) of products large enough to run in blocks: taller than wide (row blocks), wider
-# than tall (column blocks), a single row.
-BLOCKED_SHAPES = [(256, 784, 1024), (1024, 256, 784), (70, 300, 257), (1, 2048, 1024)]
+# than tall (column blocks), two rows. (A single row is a fused kernel:
+# `test_products_of_a_matrix_and_a_vector_are_fused_kernels`.)
+BLOCKED_SHAPES = [(256, 784, 1024), (1024, 256, 784), (70, 300, 257), (2, 2048, 1024)]
 
 
 @pytest.mark.parametrize("m, k, n", BLOCKED_SHAPES)
@@ -389,3 +391,30 @@ def blas_library():
     from funcgrad.backends.llvm import blas
 
     return blas.library()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_products_of_a_matrix_and_a_vector_are_fused_kernels(dtype):
+    """A CPU's library would run them as GEMMs of one row or column, several times slower
+    than one walk of the matrix; batched ones stay GEMMs. Against NumPy in float64."""
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((300, 2048)).astype(dtype)
+    v, w = rng.standard_normal(2048).astype(dtype), rng.standard_normal(300).astype(dtype)
+    a64, v64, w64 = (x.astype(np.float64) for x in (a, v, w))
+    cases = [
+        (lambda a, v, w: a @ v, a64 @ v64, False),
+        (lambda a, v, w: w @ a, w64 @ a64, False),
+        (lambda a, v, w: a @ v[:, None], (a64 @ v64)[:, None], False),
+        (
+            lambda a, v, w: fnp.stack([a, -a]) @ fnp.stack([v, 2 * v])[:, :, None],
+            np.stack([a64 @ v64, -2 * a64 @ v64])[:, :, None],
+            True,
+        ),
+    ]
+    tol = 1e-5 if dtype == np.float32 else 1e-12
+    for f, expected, gemm in cases:
+        compiled = fg.jit(f).lower(a, v, w).compile()
+        steps = compiled.executable.program.steps
+        assert any(type(step).__name__ == "GemmStep" for step in steps) == gemm
+        got = np.asarray(compiled(a, v, w), np.float64)
+        np.testing.assert_allclose(got, expected, rtol=tol, atol=tol * np.abs(expected).max())

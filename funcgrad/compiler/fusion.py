@@ -868,6 +868,9 @@ _CUMULATIVE = {"cumsum": "add", "cumprod": "mul", "cummax": "max", "cummin": "mi
 
 
 def _cumulative(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
+    """Each line along the axis folded in order, its running value in an accumulator; or, on
+    a CPU (`folds_along_memory`), along an axis with many elements after it, the running
+    values in the output itself, a whole slice after the one before it (`_slice_by_slice`)."""
     (x,) = eqn.invars
     (out,) = outputs
     axis, reverse = eqn.params["axis"], eqn.params["reverse"]
@@ -875,6 +878,9 @@ def _cumulative(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     dtype = x.aval.dtype
     acc_dtype = compute_dtype(dtype)
     outer_shape = tuple(s for d, s in enumerate(shape) if d != axis)
+    across = math.prod(shape[axis + 1 :])
+    if _folds_along_memory.get() and acc_dtype == dtype and across >= _RUNNING_SUMS_FROM:
+        return _slice_by_slice(builder, eqn, out)
 
     def per_line(outer_index: list) -> list:
         acc = K.fresh_acc(acc_dtype)
@@ -904,6 +910,49 @@ def _cumulative(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
         ]
 
     return loop_nest(outer_shape, per_line)
+
+
+def _slice_by_slice(builder: KernelBuilder, eqn: JaxprEqn, out: K.Buffer) -> list:
+    """A cumulative op along an axis with many elements after it: its first slice copied, then
+    each slice combined elementwise with the output's slice before it. Each line still folds
+    in order (the same results), while the loops walk memory in order and the innermost
+    vectorizes, where a loop down each line strides across memory (1024x1024 float32 summed
+    down its columns: 11.5 ms by lines, 1 ms so)."""
+    (x,) = eqn.invars
+    axis, reverse = eqn.params["axis"], eqn.params["reverse"]
+    shape = x.aval.shape
+    length = shape[axis]
+    step = -1 if reverse else 1
+
+    def at(position: Expr, before: list, after: list) -> list:
+        return [*before, position, *after]
+
+    def slices(before: list) -> list:
+        first = _index_const(length - 1 if reverse else 0)
+
+        def copy(after: list) -> list:
+            index = at(first, before, after)
+            return [K.Store(out, flat_offset(index, shape), builder.element(x, index))]
+
+        i = K.fresh_index()
+        position = _index_const(length - 1) - i if reverse else i
+
+        def combine(after: list) -> list:
+            index = at(position, before, after)
+            previous = at(position - _index_const(step), before, after)
+            running = K.Load(out, flat_offset(previous, shape))
+            value = builder.element(x, index)
+            if eqn.primitive.name == "cumlogsumexp":
+                updated = _logaddexp(running, value)
+            else:
+                updated = K.binary(_CUMULATIVE[eqn.primitive.name], running, value)
+            return [K.Store(out, flat_offset(index, shape), updated)]
+
+        after_shape = shape[axis + 1 :]
+        rest = [K.Loop(i, 1, length, loop_nest(after_shape, combine))] if length > 1 else []
+        return loop_nest(after_shape, copy) + rest
+
+    return loop_nest(shape[:axis], slices)
 
 
 def _logaddexp(a: Expr, b: Expr) -> Expr:
@@ -949,6 +998,12 @@ def _contract_shape(eqn: JaxprEqn) -> tuple[int, ...]:
     return tuple(eqn.invars[0].aval.shape[d] for d in lhs_contract)
 
 
+# Outputs whose last dimension is narrower than this keep one accumulator per element: the
+# running sums of the i-k-j order would each be loaded and stored at every term (a batch of
+# 256x256 matrices times vectors took 7 ms so, against 0.3 ms).
+_RUNNING_SUMS_FROM = 8
+
+
 def _dot_general(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     """out[batch, lhs_free, rhs_free] = sum over the contracting dims of lhs * rhs, as loops
     (library GEMMs take the float cases that are large enough). When the output's last
@@ -961,8 +1016,9 @@ def _dot_general(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     rhs = eqn.invars[1]
     (_, rhs_contract), (_, rhs_batch) = eqn.params["dimension_numbers"]
     last = rhs.aval.ndim - 1
-    if acc_dtype == out_aval.dtype and out_aval.ndim and last not in (*rhs_contract, *rhs_batch):
-        width = out_aval.shape[-1]
+    width = out_aval.shape[-1] if out_aval.ndim else 0
+    free_last = last not in (*rhs_contract, *rhs_batch)
+    if acc_dtype == out_aval.dtype and width >= _RUNNING_SUMS_FROM and free_last:
 
         def per_row(prefix: list) -> list:
             start = K.fresh_index()

