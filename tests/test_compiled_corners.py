@@ -1,0 +1,53 @@
+"""Corners the random compiled programs do not draw, each found by differential fuzzing: a
+program jitted for the LLVM backend must give the NumPy reference backend's results (which
+are eager's), bit for bit where the operation has one correct result."""
+
+from __future__ import annotations
+
+import numpy as np
+from checks import jit_backend
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+
+
+def both_backends(fun, *args) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """fun's jitted outputs on (LLVM, the reference backend)."""
+    results = []
+    for backend in ("llvm", "numpy"):
+        with jit_backend(backend):
+            results.append([np.asarray(x) for x in fg.tree_util.tree_leaves(fg.jit(fun)(*args))])
+    return results[0], results[1]
+
+
+def assert_same_bits(got: list[np.ndarray], expected: list[np.ndarray]) -> None:
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert (g.dtype, g.shape) == (e.dtype, e.shape)
+        np.testing.assert_array_equal(g.view(f"u{g.itemsize}"), e.view(f"u{e.itemsize}"))
+
+
+def test_complex_times_one_is_a_product():
+    """x * 1 was simplified to x for complex x, but (a + bi)(1 + 0i) is NaN in its real part
+    where b is infinite and +0 where a part is -0: the compiled program returned x."""
+    z = np.array(
+        [complex(1, np.inf), complex(np.inf, 1), complex(-0.0, -0.0), complex(2, -0.0)],
+        np.complex64,
+    )
+    got, expected = both_backends(lambda z: (z * 1, 1 * z, z * np.complex64(1)), z)
+    assert np.isnan(expected[0][0].real) and np.signbit(expected[0][2].real) == 0
+    assert_same_bits(got, expected)
+
+
+def test_equations_with_parameters_of_equal_value_but_other_bits_stay_apart():
+    """Common subexpression elimination compared parameters with ==, so two gathers filling
+    with -0.0 and with 0.0 became one: both filled with -0.0."""
+    x = fnp.asarray(np.array([1.0, 2.0, 3.0], np.float32))
+    outside = np.array([5, -9, 1], np.int32)
+
+    def fills(x, i):
+        return x.at[i].get(mode="fill", fill_value=-0.0), x.at[i].get(mode="fill", fill_value=0.0)
+
+    got, expected = both_backends(fills, x, outside)
+    assert np.signbit(expected[0][0]) and not np.signbit(expected[1][0])
+    assert_same_bits(got, expected)
