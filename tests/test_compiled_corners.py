@@ -4,11 +4,15 @@ are eager's), bit for bit where the operation has one correct result."""
 
 from __future__ import annotations
 
+import functools
+
+import ml_dtypes
 import numpy as np
 from checks import jit_backend
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
+from funcgrad import lax
 
 
 def both_backends(fun, *args) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -51,3 +55,21 @@ def test_equations_with_parameters_of_equal_value_but_other_bits_stay_apart():
     got, expected = both_backends(fills, x, outside)
     assert np.signbit(expected[0][0]) and not np.signbit(expected[1][0])
     assert_same_bits(got, expected)
+
+
+def test_constant_bfloat16_arrays_saturate_when_converted_to_integers():
+    """A constant bfloat16 array (not of NumPy's float kind) was converted to integers by
+    NumPy's astype when the kernel was built, wrapping: 300 became 44 in int8, 1e10 became
+    -2147483648 in int32, -8.5 became 248 in uint8, where a value read at run time saturates."""
+    bf16 = ml_dtypes.bfloat16
+    targets = (np.int8, np.uint8, np.int16, np.int32, np.uint32)
+
+    def converted(value):
+        filled = fnp.full((3,), value, dtype=bf16)
+        return [lax.convert_element_type(filled, t) for t in targets]
+
+    for value in (300.0, -8.5, 1e10, -1e10, np.inf, -np.inf, np.nan):
+        got, expected = both_backends(functools.partial(converted, value))
+        assert_same_bits(got, expected)
+        if value == 300.0:
+            assert expected[0][0] == 127
