@@ -73,3 +73,24 @@ def test_constant_bfloat16_arrays_saturate_when_converted_to_integers():
         assert_same_bits(got, expected)
         if value == 300.0:
             assert expected[0][0] == 127
+
+
+def test_a_product_scaled_by_zero_keeps_its_nans_in_an_update():
+    """`0 * w + a @ b` and `w + 0 * (a @ b)` ran as one GEMM with the factor 0 as its beta or
+    alpha, and a BLAS reads no operand whose factor is 0: w's NaN and infinity, and a's
+    infinite row, vanished where the reference (0 * NaN, 0 * inf) has NaN."""
+    rng = np.random.default_rng(0)
+    a, b, w = (rng.standard_normal((64, 64)).astype(np.float32) for _ in range(3))
+    w[0, 0], w[1, 1], a[2] = np.nan, np.inf, np.inf
+
+    # One program each: a product read by several updates is not fused into any.
+    updates = (
+        lambda a, b, w: 0.0 * w + a @ b,
+        lambda a, b, w: w + 0.0 * (a @ b),
+        lambda a, b, w: a @ b - 0.0 * w,
+    )
+    for update in updates:
+        [got], [expected] = both_backends(update, a, b, w)
+        assert np.isnan(expected[0, 0]) and np.isnan(expected).sum() > 1
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
