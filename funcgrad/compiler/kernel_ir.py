@@ -410,8 +410,11 @@ def cast(x: Expr, dtype) -> Expr:
         from funcgrad.compiler import narrow_casts
 
         return narrow_casts.cast(x, dtype)
+    # A constant converts here, but a float becoming an integer saturates (NaN to 0) as the
+    # renderers convert, where NumPy's astype wraps: bfloat16 too, whose NumPy kind is "V".
     if isinstance(x, Const) and dtype.kind != "V":
-        return const(x.value, dtype) if x.dtype.kind != "f" or dtype.kind == "f" else Cast(x, dtype)
+        float_to_int = dtypes.is_float(x.dtype) and dtype.kind != "f"
+        return Cast(x, dtype) if float_to_int else const(x.value, dtype)
     return Cast(x, dtype)
 
 

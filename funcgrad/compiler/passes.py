@@ -301,6 +301,17 @@ def _atom_key(atom: Atom):
     return (atom.aval, np.asarray(atom.val).tobytes())
 
 
+def _param_key(value):
+    """A parameter as CSE compares it: numbers by their type and bits (a gather's fill value
+    -0.0 is not 0.0, though the two are equal, and True is not 1), tuples item by item."""
+    kind = type(value)
+    if kind in (float, complex) or isinstance(value, np.generic):
+        return (kind, np.asarray(value).dtype.str, np.asarray(value).tobytes())
+    if isinstance(value, tuple):
+        return (kind, tuple(_param_key(item) for item in value))
+    return (kind, value)
+
+
 def common_subexpression_elimination(closed: ClosedJaxpr) -> ClosedJaxpr:
     """Merge equations that apply one primitive with equal params to the same operands."""
     rewriter = _Rewriter()
@@ -312,7 +323,7 @@ def common_subexpression_elimination(closed: ClosedJaxpr) -> ClosedJaxpr:
             continue
         key = (
             eqn.primitive,
-            tuple(sorted(eqn.params.items())),
+            tuple((name, _param_key(value)) for name, value in sorted(eqn.params.items())),
             tuple(_atom_key(v) for v in eqn.invars),
         )
         earlier = seen.get(key)
@@ -422,6 +433,10 @@ def _operand_beside_identity(eqn: JaxprEqn, is_identity: Callable[[Atom], bool])
 
 
 def _mul_simplify(eqn, producer):
+    """x * 1 is x, but for complex x: (a + bi)(1 + 0i) is (a - 0b) + (0a + b)i, which is NaN
+    where b is infinite and +0 where a part is -0."""
+    if dtypes.is_complex(eqn.outvars[0].aval.dtype):
+        return None
     return _operand_beside_identity(eqn, lambda atom: _literal_equal(atom, 1))
 
 

@@ -463,13 +463,16 @@ def _updates(scheduler: _Scheduler, eqns: list[JaxprEqn]) -> dict:
         return var not in scheduler.program_outputs and len(scheduler.consumers.get(var, ())) == 1
 
     def scaled(atom) -> tuple:
-        """(the variable, its constant factor) of a term: `c * v`, `v * c` or `v`."""
+        """(the variable, its constant factor) of a term: `c * v`, `v * c` or `v`. A factor
+        of 0 (or not finite) stays a product of its own: a BLAS reads no operand whose factor
+        is 0, where 0 * NaN and 0 * inf are NaN."""
         eqn = producer.get(atom) if type(atom) is Var else None
         if eqn is None or eqn.primitive.name != "mul" or atom in buffer_of or not read_once(atom):
             return atom, 1.0
         for c, v in (eqn.invars, eqn.invars[::-1]):
             if type(c) is Literal and np.ndim(c.val) == 0 and type(v) is Var:
-                return v, float(c.val)
+                factor = float(c.val)
+                return (v, factor) if factor != 0 and math.isfinite(factor) else (atom, 1.0)
         return atom, 1.0
 
     found = {}
