@@ -351,11 +351,14 @@ def _has_infinity(dtype: np.dtype) -> bool:
 
 
 def check_supported(dtype) -> np.dtype:
-    """Return `dtype` as a NumPy dtype, or raise naming it when funcgrad does not support it."""
+    """Return `dtype` as a NumPy dtype in this CPU's byte order (arrays in the other are
+    converted), or raise naming it when funcgrad does not support it."""
     try:
         dtype = np.dtype(dtype)
     except TypeError as err:
         raise TypeError(f"{dtype!r} is not a dtype") from err
+    if not dtype.isnative:
+        dtype = dtype.newbyteorder("=")
     if dtype not in supported_dtypes:
         raise TypeError(
             f"funcgrad does not support dtype {dtype}; supported: "

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import funcgrad as fg
+import funcgrad.numpy as fnp
 from funcgrad import dtypes
 from funcgrad.errors import TypePromotionError
 
@@ -149,3 +150,23 @@ def test_jax_dtypes_helpers():
         assert dtypes.itemsize_bits(dtype) == expected
     with pytest.raises(TypeError, match="does not support dtype"):
         dtypes.canonicalize_dtype(np.str_)
+
+
+def test_arrays_in_the_other_byte_order_are_converted_to_this_ones():
+    """A file's big-endian data: the same values, in the native dtype, everywhere."""
+    big = np.arange(6, dtype=">f4").reshape(2, 3) / 7
+    native = big.astype("=f4")
+    assert fnp.asarray(big).dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(fnp.sin(big)), np.asarray(fnp.sin(native)))
+    np.testing.assert_array_equal(np.asarray(fg.jit(fnp.cos)(big)), np.asarray(fnp.cos(native)))
+    np.testing.assert_array_equal(np.asarray(fg.grad(lambda x: (x**2).sum())(big)), 2 * native)
+    np.testing.assert_array_equal(np.asarray(fg.vmap(fnp.sum)(big)), native.sum(1))
+    assert fnp.asarray(np.arange(3, dtype=">i2")).dtype == np.int16
+
+
+def test_a_jitted_function_refusing_an_argument_names_its_type_not_its_contents():
+    with pytest.raises(
+        TypeError, match=r"type ndarray \(funcgrad does not support dtype <U1"
+    ) as caught:
+        fg.jit(lambda a: a)(np.array(["secret", "words"] * 1000))
+    assert "secret" not in str(caught.value)

@@ -32,6 +32,8 @@ def asarray(x, dtype=None):
                 f"Python int {x} is too large to convert to {scalar_dtype.name}; "
                 "pass a NumPy array or scalar of a wider dtype (e.g. np.int64)"
             ) from None
+    if isinstance(x, np.ndarray | np.generic) and not x.dtype.isnative:
+        x = x.astype(x.dtype.newbyteorder("="))  # (a file's big-endian data, in this CPU's order)
     if isinstance(x, np.generic):
         return Array(x if dtype is None else x.astype(dtypes.canonicalize(dtype)), False)
     if isinstance(x, np.ndarray):

@@ -939,11 +939,11 @@ def _operand(x, name: str):
         return x
     try:
         return asarray(x)
-    except TypeError:
+    except TypeError as error:
         raise TypeError(
-            f"jit({name}) got an argument of type {type(x).__name__}: {x!r}. Arguments of jitted "
-            "functions are arrays, scalars or pytrees of them; pass other values as static "
-            "(static_argnums / static_argnames)."
+            f"jit({name}) got an argument of type {type(x).__name__} ({error}). Arguments of "
+            "jitted functions are arrays, scalars or pytrees of them; pass other values as "
+            "static (static_argnums / static_argnames)."
         ) from None
 
 
