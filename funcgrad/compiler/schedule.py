@@ -994,11 +994,17 @@ class _Scheduler:
         positions = tuple(out_shape[d] for d in out_spec[2:])
         batch = out_shape[out_spec[0]]
         batch_inner = lhs_spec[0] == lhs.aval.ndim - 1 and batch > 1
+        spatial_inner = lhs.aval.ndim - 1 in lhs_spec[2:] and not batch_inner
         row_shape = (*positions, batch) if batch_inner else (batch, *positions)
+        if batch_inner:
+            depth_shape = (*window, in_features)
+        elif spatial_inner:
+            depth_shape = (in_features, *window)
+        else:
+            depth_shape = (*window, in_features)
+        transposed_patches = batch_inner or spatial_inner
         patch_shape = (
-            (*window, in_features, *row_shape)
-            if batch_inner
-            else (*row_shape, *window, in_features)
+            (*depth_shape, *row_shape) if transposed_patches else (*row_shape, *depth_shape)
         )
         rows = math.prod(row_shape)
         depth = math.prod(window) * in_features
@@ -1014,6 +1020,13 @@ class _Scheduler:
                     index[spatial + 1 : -1],
                     index[-1],
                 )
+            elif spatial_inner:
+                c, offsets, n, at = (
+                    index[0],
+                    index[1 : 1 + spatial],
+                    index[1 + spatial],
+                    index[2 + spatial :],
+                )
             else:
                 n, at, offsets, c = (
                     index[0],
@@ -1025,14 +1038,14 @@ class _Scheduler:
             return [K.Store(patches, _flat_offset(index, patch_shape), value)]
 
         self._kernel(builder, [patches], loop_nest(patch_shape, gather), self._fused_eqns([eqn]))
-        weights, transposed = self._gemm_operand(
-            rhs, [], [*rhs_spec[2:], rhs_spec[1]], dtype, contract_first=True
-        )
+        depth_dims = [rhs_spec[1], *rhs_spec[2:]] if spatial_inner else [*rhs_spec[2:], rhs_spec[1]]
+        weights, transposed = self._gemm_operand(rhs, [], depth_dims, dtype, contract_first=True)
         out = self.buffer_of[out_var]
         row_dims = (*out_spec[2:], out_spec[0]) if batch_inner else (out_spec[0], *out_spec[2:])
         features_last = (*row_dims, out_spec[1]) == tuple(range(len(out_shape)))
         product = out if features_last else K.Buffer(f"t{next(_counter)}", dtype, out.size)
-        gemm = (patches, weights, product, 1, rows, out_features, depth, batch_inner, transposed)
+        shape = (rows, out_features, depth)
+        gemm = (patches, weights, product, 1, *shape, transposed_patches, transposed)
         self.steps.append(GemmStep(*gemm, eqn))
         if not features_last:
             product_shape = (*row_shape, out_features)
