@@ -42,25 +42,38 @@ def donated_outputs(program: Program, donated: Sequence[int]) -> dict[int, int]:
     chosen: dict[int, int] = {}
     free = [i for i in donated if i < len(program.inputs)]
     for k, out in enumerate(program.outputs):
-        writers = [t for t, step in enumerate(program.steps) if _writes(step, out)]
-        if not writers or any(
-            not isinstance(program.steps[t], (KernelStep, GemmStep)) for t in writers
-        ):
-            continue
         for i in free:
-            source = program.inputs[i]
-            if source.dtype != out.dtype or source.size != out.size:
-                continue
-            readers = [t for t, buffers in enumerate(touching) if source in buffers]
-            first_write = writers[0]
-            if readers and readers[-1] > first_write:
-                continue
-            if not _in_place(program.steps, writers, readers, source, out):
-                continue
-            chosen[k] = i
-            free.remove(i)
-            break
+            if _may_host(program.steps, touching, program.inputs[i], out):
+                chosen[k] = i
+                free.remove(i)
+                break
     return chosen
+
+
+def carries_in_place(body: Program, first: int, count: int) -> dict[int, int]:
+    """{carry output k: body input first + k} for the carries of a loop's body that may be
+    written where the loop keeps them (its carry inputs, which the next iteration reads as
+    they are left), by the rules above: the loop then copies no carry back each iteration
+    (a scan updating a row of a 1024x1024 carry copied all of it 1024 times)."""
+    touching = [set(step_buffers(step)) for step in body.steps]
+    return {
+        k: first + k
+        for k in range(count)
+        if _may_host(body.steps, touching, body.inputs[first + k], body.outputs[k])
+    }
+
+
+def _may_host(steps: list, touching: list, source: K.Buffer, out: K.Buffer) -> bool:
+    """Whether output `out` may be written in input `source`'s memory."""
+    writers = [t for t, step in enumerate(steps) if _writes(step, out)]
+    if not writers or any(not isinstance(steps[t], (KernelStep, GemmStep)) for t in writers):
+        return False
+    if source.dtype != out.dtype or source.size != out.size:
+        return False
+    readers = [t for t, buffers in enumerate(touching) if source in buffers]
+    if readers and readers[-1] > writers[0]:
+        return False
+    return _in_place(steps, writers, readers, source, out)
 
 
 def warn_unusable(closed: ClosedJaxpr, unusable: list[int]) -> None:

@@ -24,6 +24,7 @@ from funcgrad import dtypes
 from funcgrad.backends.llvm import blas, pool, prefetch
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler import mathlib
+from funcgrad.compiler.donation import carries_in_place
 from funcgrad.compiler.fusion import CompileError
 from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.memory import MemoryPlan, constants, nbytes
@@ -1132,7 +1133,17 @@ class ModuleRenderer:
 
     def copy_all(self, destinations: list[K.Buffer], sources: list[K.Buffer]) -> None:
         for d, s in zip(destinations, sources):
-            self.copy(self.pointer(self.entry, d), self.pointer(self.entry, s), nbytes(d))
+            if self.pointer(self.entry, d) != self.pointer(self.entry, s):
+                self.copy(self.pointer(self.entry, d), self.pointer(self.entry, s), nbytes(d))
+
+    def bind_loop_body(self, body: Program, sources: list, first_carry: int, carries: int):
+        """Bind a loop body's inputs to `sources`; each carry output that may be written
+        where the loop keeps that carry (`donation.carries_in_place`) lives there, so the
+        copy back after each iteration is no copy."""
+        self.bind(body, sources)
+        for k, i in carries_in_place(body, first_carry, carries).items():
+            self.storage[body.outputs[k]] = body.inputs[i]
+            self.pointers[body.outputs[k]] = self.pointers[body.inputs[i]]
 
     def cond(self, step: CondStep) -> None:
         f = self.entry
@@ -1170,7 +1181,8 @@ class ModuleRenderer:
         going = f.assign(f"icmp ne i8 {flag}, 0")
         f.emit(f"br i1 {going}, label %{body}, label %{done}")
         f.label(body)
-        self.bind(step.body, self.ptrs(step.body_consts + step.carry))
+        sources = self.ptrs(step.body_consts + step.carry)
+        self.bind_loop_body(step.body, sources, len(step.body_consts), len(step.carry))
         self.steps(step.body.steps)
         self.copy_all(step.carry, step.body.outputs)
         f.emit(f"br label %{test}")
@@ -1191,7 +1203,8 @@ class ModuleRenderer:
                 x_slices.append(
                     f.assign(f"getelementptr i8, ptr {self.pointer(f, xs)}, i64 {offset}")
                 )
-            self.bind(step.body, self.ptrs(step.consts + step.carry) + x_slices)
+            sources = self.ptrs(step.consts + step.carry) + x_slices
+            self.bind_loop_body(step.body, sources, len(step.consts), len(step.carry))
             self.steps(step.body.steps)
             num_carry = len(step.carry)
             self.copy_all(step.carry, step.body.outputs[:num_carry])

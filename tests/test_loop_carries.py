@@ -1,0 +1,90 @@
+"""A compiled loop's carries updated where the loop keeps them (`donation.carries_in_place`):
+the body writes a carry into its own memory wherever every read of the old value comes first
+(or reads the very element it then writes), and the loop copies nothing back; elsewhere the
+carry keeps its copy. Against the NumPy reference backend, on bodies that read their carries
+crosswise, reversed, rolled, reduced, passed through, in nested loops and transforms."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+from checks import jit_backend
+
+import funcgrad as fg
+import funcgrad.numpy as fnp
+from funcgrad import lax
+
+rng = np.random.default_rng(0)
+A = rng.standard_normal((16, 32)).astype(np.float32)
+B = rng.standard_normal((16, 32)).astype(np.float32)
+W = rng.standard_normal((32, 32)).astype(np.float32)
+
+
+def _row_updates(c, i):
+    row = c[(i + 1) % 16][None] + i.astype(fnp.float32)
+    return lax.dynamic_update_slice(c, row, (i, 0)), c.sum()
+
+
+BODIES = {
+    "swapped": lambda a, b: lax.fori_loop(0, 5, lambda i, c: (c[1] * 1.5, c[0] + 1.0), (a, b)),
+    "rolled": lambda a, b: lax.fori_loop(0, 5, lambda i, c: fnp.roll(c, 1, axis=1) + 1.0, a),
+    "reversed": lambda a, b: lax.fori_loop(0, 5, lambda i, c: c[::-1] * 2.0, a),
+    "plus its sum": lambda a, b: lax.fori_loop(0, 5, lambda i, c: c + c.sum() * 0.01, a),
+    "transposed": lambda a, b: lax.fori_loop(0, 5, lambda i, c: c.T * 0.5 + 1.0, a[:, :16]),
+    "row updates": lambda a, b: lax.scan(_row_updates, a, fnp.arange(16)),
+    "old carry as y": lambda a, b: lax.scan(lambda c, x: (c * 2.0 + x, c), a[0], a),
+    "new carry as y": lambda a, b: lax.scan(lambda c, x: (c * 2.0 + x, c * 2.0 + x), a[0], a),
+    "passed through": lambda a, b: lax.fori_loop(0, 5, lambda i, c: (c[0], c[1] + c[0]), (a, b)),
+    "read crosswise": lambda a, b: lax.fori_loop(
+        0, 4, lambda i, c: (c[0] + c[1][::-1], c[1] + c[0]), (a, b)
+    ),
+    "while": lambda a, b: lax.while_loop(
+        lambda c: c[0].sum() < 1e4, lambda c: (c[0] * 1.1 + 1.0, c[1] + 1), (a, 0)
+    ),
+    "gemm updates": lambda a, b: lax.fori_loop(
+        0, 5, lambda i, w: w - 0.01 * (a.T @ (a @ w)), fnp.asarray(W)
+    ),
+    "nested": lambda a, b: lax.fori_loop(
+        0, 3, lambda i, c: lax.fori_loop(0, 3, lambda j, d: d[::-1] + 1.0, c) * 0.5, a
+    ),
+    "grad of a scan": lambda a, b: fg.grad(
+        lambda a: lax.scan(lambda c, x: (fnp.sin(c) * x, c.sum()), a[0], a)[1].sum()
+    )(a),
+    "vmap of a scan": lambda a, b: fg.vmap(
+        lambda r: lax.scan(lambda c, x: (c[::-1] + x, c[0]), r[0], r)[0]
+    )(a.reshape(4, 4, 32)),
+}
+
+
+@pytest.mark.parametrize("name", list(BODIES))
+def test_loops_agree_with_the_reference(name):
+    f = BODIES[name]
+    with jit_backend("numpy"):
+        expected = fg.tree_util.tree_leaves(fg.jit(f)(A, B))
+    with jit_backend("llvm"):
+        got = fg.tree_util.tree_leaves(fg.jit(f)(A, B))
+    for e, g in zip(expected, got):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-5, atol=1e-5)
+
+
+def _carry_copies(f, *args) -> int:
+    """How many copies of a 256x256 float32 carry the program's code makes."""
+    with jit_backend("llvm"):
+        ir = fg.jit(f).lower(*args).compile().executable.ir
+    return len(re.findall(r"call void @llvm\.memcpy[^\n]*i64 262144,", ir))
+
+
+def test_a_carry_updated_in_place_is_copied_only_into_the_loop():
+    carry = np.zeros((256, 256), np.float32)
+
+    def row_by_row(c):
+        def put(c, i):
+            return lax.dynamic_update_slice(c, fnp.full((1, 256), i, fnp.float32), (i, 0)), None
+
+        return lax.scan(put, c, fnp.arange(256))[0]
+
+    assert _carry_copies(row_by_row, carry) == 1  # the initial value, before the loop
+    # A body reading its carry at other places than it writes keeps the copy back.
+    assert _carry_copies(lambda c: lax.fori_loop(0, 3, lambda i, c: c[::-1] + 1.0, c), carry) == 2
