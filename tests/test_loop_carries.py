@@ -46,6 +46,21 @@ BODIES = {
     "gemm updates": lambda a, b: lax.fori_loop(
         0, 5, lambda i, w: w - 0.01 * (a.T @ (a @ w)), fnp.asarray(W)
     ),
+    "row set from itself": lambda a, b: lax.fori_loop(
+        0, 16, lambda i, c: c.at[i].set(c[(i + 3) % 16] * 2.0 + c[i]), a
+    ),
+    "scatter adds, repeated places": lambda a, b: lax.fori_loop(
+        0, 6, lambda i, c: c.at[fnp.array([1, 1, 5]) * i % 16].add(c[0] + 1.0), a
+    ),
+    "scatter mul and max": lambda a, b: lax.fori_loop(
+        0, 6, lambda i, c: (c[0].at[i, :4].mul(c[1][i, :4]), c[1].at[:, i].max(c[0][:, i])), (a, b)
+    ),
+    "places out of bounds dropped": lambda a, b: lax.fori_loop(
+        0, 4, lambda i, c: c.at[i * 9].set(c[i], mode="drop"), a
+    ),
+    "scatter in a while": lambda a, b: lax.while_loop(
+        lambda c: c[1] < 7, lambda c: (c[0].at[c[1]].add(c[0][c[1] + 1]), c[1] + 1), (a, 0)
+    ),
     "nested": lambda a, b: lax.fori_loop(
         0, 3, lambda i, c: lax.fori_loop(0, 3, lambda j, d: d[::-1] + 1.0, c) * 0.5, a
     ),
@@ -86,5 +101,22 @@ def test_a_carry_updated_in_place_is_copied_only_into_the_loop():
         return lax.scan(put, c, fnp.arange(256))[0]
 
     assert _carry_copies(row_by_row, carry) == 1  # the initial value, before the loop
+    # So does a scatter reading what it updates: its updates are made apart first.
+    assert (
+        _carry_copies(lambda c: lax.fori_loop(0, 256, lambda i, c: c.at[i].set(c[i] * 2), c), carry)
+        == 1
+    )
     # A body reading its carry at other places than it writes keeps the copy back.
     assert _carry_copies(lambda c: lax.fori_loop(0, 3, lambda i, c: c[::-1] + 1.0, c), carry) == 2
+
+
+def test_a_donated_array_takes_a_scatter_in_place():
+    a = rng.standard_normal((64, 8)).astype(np.float32)
+    expected = a.copy()
+    expected[3] = expected[3] * 2 + expected[5]
+    step = fg.jit(lambda a: a.at[3].set(a[3] * 2 + a[5]), donate_argnums=0)
+    with jit_backend("llvm"):
+        compiled = step.lower(a).compile()
+        assert len(compiled.executable.donated) == 1  # the result lives in the argument
+        got = step(fnp.asarray(a))
+    np.testing.assert_array_equal(np.asarray(got), expected)

@@ -11,7 +11,9 @@ before the element it reads is overwritten. Two cases are proven here, on the ke
   pointwise for the pair: one store to the output, in the innermost loop of a nest whose every
   index (of a loop of more than one iteration) it depends on, or in no loop (a scalar's), and
   each load of the input in that same body at the store's very offset, before the store.
-  Each element is then read before it is written and never read again;
+  Each element is then read before it is written and never read again. Or its first
+  statement is such a nest and nothing after it reads the input: a scatter's copy of its
+  operand, then its updates written over the copy;
 - the step writing the output is a GEMM updating the input (`GemmStep.addend`, an optimizer's
   `w - lr * grad`), which reads it nowhere else: the library then updates it in place.
 
@@ -148,7 +150,10 @@ def _in_place(steps: list, writers: list[int], readers: list[int], source, out) 
         return len(writers) == 1 and gemm.addend is source and source not in (gemm.lhs, gemm.rhs)
     if not readers or readers[-1] < first_write:
         return True
-    return len(writers) == 1 and _pointwise(steps[first_write].kernel, source, out)
+    if len(writers) != 1:
+        return False
+    kernel = steps[first_write].kernel
+    return _pointwise(kernel, source, out) or _copied_then_written(kernel, source, out)
 
 
 def _writes(step, buffer: K.Buffer) -> bool:
@@ -176,6 +181,20 @@ def _pointwise(kernel: K.Kernel, source: K.Buffer, out: K.Buffer) -> bool:
             if statement not in body[: position + 1] or not K.same(load.offset, store.offset):
                 return False
         if isinstance(statement, K.Store) and statement.buffer is source:
+            return False
+    return True
+
+
+def _copied_then_written(kernel: K.Kernel, source: K.Buffer, out: K.Buffer) -> bool:
+    """Whether the kernel first makes `out` from `source` pointwise (a scatter's copy of its
+    operand) and reads `source` nowhere after: in the source's memory the copy is made in
+    place (a plain copy, none), and what follows writes there what it wrote in `out`."""
+    first, rest = kernel.body[0], kernel.body[1:]
+    head = dataclasses.replace(kernel, body=[first])
+    if not rest or not _pointwise(head, source, out):
+        return False
+    for _, statement in _statements(rest, []):
+        if _loads(statement, source) or _stores(statement, source):
             return False
     return True
 

@@ -1234,8 +1234,10 @@ _COMPLEX_SCATTER_STORES = {
 }
 
 
-for _name in [*_SCATTER_COMBINE, *_COMPLEX_SCATTER_STORES]:
-    root_rules[PRIMITIVES[_name]] = _scatter
+# The scatters, whose kernels copy their operand, then write the updates (`_scatter`).
+SCATTERS = frozenset(PRIMITIVES[name] for name in [*_SCATTER_COMBINE, *_COMPLEX_SCATTER_STORES])
+for _primitive in SCATTERS:
+    root_rules[_primitive] = _scatter
 
 
 def _threefry2x32(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> list[Expr]:

@@ -41,6 +41,7 @@ from funcgrad.compiler import (
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import (
     REDUCTIONS,
+    SCATTERS,
     CompileError,
     KernelBuilder,
     compute_dtype,
@@ -348,7 +349,36 @@ def _materialized(eqns: list[JaxprEqn], outvars: list, produced: set) -> set:
                 keep.add(v)  # control flow and callbacks read buffers
             demand[v] += 2 if _rereads(eqn, position) else weight
     _bound_depth(eqns, keep)
+    _apart_from_scattered(eqns, keep)
     return {v for v in keep if v in produced}
+
+
+def _apart_from_scattered(eqns: list[JaxprEqn], keep: set) -> None:
+    """Give a scatter's indices and updates a buffer where computing them reads the operand
+    they scatter into (`x.at[i].set(f(x[i]))`): the scatter's kernel then reads its operand
+    only as it copies it, so its result may be written in the operand's own memory
+    (`donation`: a loop's carry, a donated argument), where the copy is none."""
+    producer = {v: eqn for eqn in eqns for v in eqn.outvars}
+
+    def reads(v, operand) -> bool:
+        pending, seen = [v], set()
+        while pending:
+            var = pending.pop()
+            if var is operand:
+                return True
+            if var in seen or var in keep or var not in producer:
+                continue
+            seen.add(var)
+            pending += [u for u in producer[var].invars if type(u) is Var]
+        return False
+
+    for eqn in eqns:
+        if eqn.primitive not in SCATTERS:
+            continue
+        operand = eqn.invars[0]
+        for v in eqn.invars[1:]:
+            if type(v) is Var and v not in keep and reads(v, operand):
+                keep.add(v)
 
 
 # The longest chain of equations one kernel computes per element: a longer chain is cut by
