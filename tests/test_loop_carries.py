@@ -61,6 +61,28 @@ BODIES = {
     "scatter in a while": lambda a, b: lax.while_loop(
         lambda c: c[1] < 7, lambda c: (c[0].at[c[1]].add(c[0][c[1] + 1]), c[1] + 1), (a, 0)
     ),
+    "cond updating in place": lambda a, b: lax.fori_loop(
+        0,
+        16,
+        lambda i, c: lax.cond(i % 3 == 0, lambda c: c.at[i].set(c[i] * 2.0), lambda c: c, c),
+        a,
+    ),
+    "cond with a branch reading reversed": lambda a, b: lax.fori_loop(
+        0, 5, lambda i, c: lax.cond(i % 2 == 0, lambda c: c[::-1] + 1.0, lambda c: c * 2.0, c), a
+    ),
+    "cond reading the carry twice": lambda a, b: lax.fori_loop(
+        0, 5, lambda i, c: lax.cond(i > 2, lambda x, y: x + y[0], lambda x, y: x * 2.0, c, c), a
+    ),
+    "switch on the carry": lambda a, b: lax.fori_loop(
+        0,
+        6,
+        lambda i, c: lax.switch(
+            (c[0, 0] > 0).astype(fnp.int32) + i % 2,
+            [lambda c: c + 1.0, lambda c: c.at[0].add(-3.0), lambda c: c * 0.5],
+            c,
+        ),
+        a,
+    ),
     "nested": lambda a, b: lax.fori_loop(
         0, 3, lambda i, c: lax.fori_loop(0, 3, lambda j, d: d[::-1] + 1.0, c) * 0.5, a
     ),
@@ -101,11 +123,20 @@ def test_a_carry_updated_in_place_is_copied_only_into_the_loop():
         return lax.scan(put, c, fnp.arange(256))[0]
 
     assert _carry_copies(row_by_row, carry) == 1  # the initial value, before the loop
+
     # So does a scatter reading what it updates: its updates are made apart first.
-    assert (
-        _carry_copies(lambda c: lax.fori_loop(0, 256, lambda i, c: c.at[i].set(c[i] * 2), c), carry)
-        == 1
-    )
+    def scattered(c):
+        return lax.fori_loop(0, 256, lambda i, c: c.at[i].set(c[i] * 2), c)
+
+    assert _carry_copies(scattered, carry) == 1
+
+    def conditional(c):
+        def body(i, c):
+            return lax.cond(i % 2 == 0, lambda c: c.at[i].set(c[i] * 2), lambda c: c, c)
+
+        return lax.fori_loop(0, 256, body, c)
+
+    assert _carry_copies(conditional, carry) == 1  # and the cond's branches write it in place
     # A body reading its carry at other places than it writes keeps the copy back.
     assert _carry_copies(lambda c: lax.fori_loop(0, 3, lambda i, c: c[::-1] + 1.0, c), carry) == 2
 
@@ -120,3 +151,26 @@ def test_a_donated_array_takes_a_scatter_in_place():
         assert len(compiled.executable.donated) == 1  # the result lives in the argument
         got = step(fnp.asarray(a))
     np.testing.assert_array_equal(np.asarray(got), expected)
+
+
+def test_a_donated_array_takes_a_cond_in_place_where_every_branch_may():
+    a = rng.standard_normal((64, 8)).astype(np.float32)
+    doubled_row = a.copy()
+    doubled_row[3] *= 2
+
+    def pointwise(a, flag):
+        return lax.cond(flag, lambda a: a.at[3].set(a[3] * 2), lambda a: a + 1.0, a)
+
+    def reversing(a, flag):
+        return lax.cond(flag, lambda a: a.at[3].set(a[3] * 2), lambda a: a[::-1], a)
+
+    with jit_backend("llvm"):
+        executable = fg.jit(pointwise, donate_argnums=0).lower(a, True).compile().executable
+        assert len(executable.donated) == 1
+        for flag, expected in ((True, doubled_row), (False, a + 1.0)):
+            got = fg.jit(pointwise, donate_argnums=0)(fnp.asarray(a), flag)
+            np.testing.assert_array_equal(np.asarray(got), expected)
+        for flag, expected in ((True, doubled_row), (False, a[::-1])):
+            with pytest.warns(UserWarning, match="donated buffers were not usable"):
+                got = fg.jit(reversing, donate_argnums=0)(fnp.asarray(a), flag)
+            np.testing.assert_array_equal(np.asarray(got), expected)

@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.memory import step_buffers
-from funcgrad.compiler.schedule import GemmStep, KernelStep, Program
+from funcgrad.compiler.schedule import CondStep, GemmStep, KernelStep, Program
 from funcgrad.ir import ClosedJaxpr
 
 
@@ -67,15 +67,33 @@ def carries_in_place(body: Program, first: int, count: int) -> dict[int, int]:
 
 def _may_host(steps: list, touching: list, source: K.Buffer, out: K.Buffer) -> bool:
     """Whether output `out` may be written in input `source`'s memory."""
-    writers = [t for t, step in enumerate(steps) if _writes(step, out)]
-    if not writers or any(not isinstance(steps[t], (KernelStep, GemmStep)) for t in writers):
-        return False
     if source.dtype != out.dtype or source.size != out.size:
         return False
+    writers = [t for t, step in enumerate(steps) if _writes(step, out)]
     readers = [t for t, buffers in enumerate(touching) if source in buffers]
-    if readers and readers[-1] > writers[0]:
+    if not writers or (readers and readers[-1] > writers[0]):
+        return False
+    if len(writers) == 1 and isinstance(steps[writers[0]], CondStep):
+        return _cond_in_place(steps[writers[0]], source, out)
+    if any(not isinstance(steps[t], (KernelStep, GemmStep)) for t in writers):
         return False
     return _in_place(steps, writers, readers, source, out)
+
+
+def _cond_in_place(cond: CondStep, source: K.Buffer, out: K.Buffer) -> bool:
+    """Whether a cond's result `out` may be written in `source`'s memory, the cond reading
+    `source` as one operand and every branch's result there allowed in that operand's memory
+    (the renderer then binds them so)."""
+    places = [p for p, operand in enumerate(cond.operands) if operand is source]
+    if len(places) != 1 or cond.index is source:
+        return False
+    (place,) = places
+    result = next(j for j, b in enumerate(cond.outputs) if b is out)
+    for branch in cond.branches:
+        touching = [set(step_buffers(step)) for step in branch.steps]
+        if not _may_host(branch.steps, touching, branch.inputs[place], branch.outputs[result]):
+            return False
+    return True
 
 
 def warn_unusable(closed: ClosedJaxpr, unusable: list[int]) -> None:

@@ -1160,6 +1160,14 @@ class ModuleRenderer:
         for branch, label in zip(step.branches, labels):
             f.label(label)
             self.bind(branch, self.ptrs(step.operands))
+            # The branch writes its results where the cond's live (no copy after), and where
+            # that is an operand's memory (a loop's carry updated in place,
+            # `donation.carries_in_place`), its kernels see one buffer updated in place.
+            for inner, outer in zip(branch.outputs, step.outputs):
+                self.pointers[inner] = self.pointer(f, outer)
+                for operand, bound in zip(step.operands, branch.inputs):
+                    if self.pointer(f, operand) == self.pointers[inner]:
+                        self.storage[inner] = bound
             self.steps(branch.steps)
             self.copy_all(step.outputs, branch.outputs)
             f.emit(f"br label %{join}")
