@@ -27,6 +27,7 @@ from funcgrad.scipy.gamma_differences import (
     log_gamma_slope,
     stirling_remainder,
 )
+from funcgrad.transforms.autodiff import jvp
 from funcgrad.transforms.custom_derivatives import custom_jvp
 
 __all__ = ["betainc", "gammainc", "gammaincc", "i0", "i0e", "i1", "i1e", "polygamma", "zeta"]
@@ -290,12 +291,12 @@ def _central_difference(f, a):
 
 
 def _gamma_shape_derivative(a, x, p):
-    """dP/da (= -dQ/da) at P = p, differenced from whichever of P and Q is below 1/2: the
-    other is near 1, where rounding keeps too few of its digits (P(1e-20, 1) rounds to 1)."""
-    h = _difference_step(a)
-    p_above, q_above = _regularized_gamma(a + h, x)
-    p_below, q_below = _regularized_gamma(a - h, x)
-    return fnp.where(p < 0.5, p_above - p_below, q_below - q_above) / (2 * h)
+    """dP/da (= -dQ/da) at P = p, by forward differentiation of the series, fraction or
+    expansion that computes them, taken from whichever of P and Q is below 1/2: the other is
+    near 1, where rounding keeps too few of its digits (P(1e-20, 1) rounds to 1). (A central
+    difference was 3e-6 off at P(30, 1e-5) ~ x^30, whose relative change with a is steep.)"""
+    _, (dp, dq) = jvp(lambda s: _regularized_gamma(s, x), (a,), (fnp.ones_like(a),))
+    return fnp.where(p < 0.5, dp, -dq)
 
 
 @custom_jvp
@@ -496,15 +497,11 @@ def _regularized_beta(a, b, x):
 
 
 def _beta_shape_derivative(regularized, at, value):
-    """d I / d s at s = at, I = regularized(s) = value, differenced from whichever of I and
-    1 - I is below 1/2 (as for gammainc's: I(1e-12, 2, 0.5) is 1 less 2e-13)."""
-    h = _difference_step(at)
-    value_above, complement_above = regularized(at + h)
-    value_below, complement_below = regularized(at - h)
-    difference = fnp.where(
-        value < 0.5, value_above - value_below, complement_below - complement_above
-    )
-    return difference / (2 * h)
+    """d I / d s at s = at, I = regularized(s) = value, by forward differentiation, taken from
+    whichever of I and 1 - I is below 1/2 (as for gammainc's: I(1e-12, 2, 0.5) is 1 less
+    2e-13). (A central difference was 7e-6 off at I(1000, 300, 0.4) ~ 1e-162.)"""
+    _, (d_value, d_complement) = jvp(regularized, (at,), (fnp.ones_like(at),))
+    return fnp.where(value < 0.5, d_value, -d_complement)
 
 
 @custom_jvp

@@ -1,0 +1,66 @@
+"""Special functions at corners where they once answered silently wrong, against mpmath in
+float64: derivatives in a shape parameter where the function changes steeply with it."""
+
+import mpmath as mp
+import numpy as np
+import pytest
+
+import funcgrad as fg
+import funcgrad.scipy.special as fs
+from funcgrad import lax
+
+mp.mp.dps = 40
+
+
+def relative_error(got, want):
+    return abs(float(got) - float(want)) / abs(float(want))
+
+
+def lower_gamma_shape_derivative(a, x):
+    return mp.diff(lambda s: mp.gammainc(s, 0, x, regularized=True), mp.mpf(a))
+
+
+@pytest.mark.parametrize(
+    "a, x",
+    [
+        (30.0, 1e-5),  # P ~ x^30: a central difference was 3e-6 off
+        (100.0, 3.0),
+        (1e4, 1e4),  # x = a in the large-shape expansion: its derivative was NaN
+        (1e5, 1.01e5),
+    ],
+)
+def test_gammainc_shape_derivative(a, x):
+    want = lower_gamma_shape_derivative(a, x)
+    with fg.enable_x64():
+        d_lower = fg.grad(fs.gammainc)(np.float64(a), np.float64(x))
+        d_upper = fg.jit(fg.grad(fs.gammaincc))(np.float64(a), np.float64(x))
+    assert relative_error(d_lower, want) < 1e-11
+    assert relative_error(d_upper, -want) < 1e-11
+
+
+def test_random_gamma_grad_where_the_sample_is_far_below_the_shape():
+    a, x = 30.0, 0.5
+    density = mp.mpf(x) ** (a - 1) * mp.exp(-x) / mp.gamma(a)
+    want = -lower_gamma_shape_derivative(a, x) / density
+    with fg.enable_x64():
+        got = lax.random_gamma_grad(np.float64(a), np.float64(x))
+    assert relative_error(got, want) < 1e-11
+
+
+@pytest.mark.parametrize(
+    "a, b, x",
+    [
+        (1000.0, 300.0, 0.4),  # I ~ 1e-162: a central difference was 7e-6 off
+        (40.0, 300.0, 1e-4),
+        (1000.0, 2000.0, 0.4),
+    ],
+)
+def test_betainc_shape_derivatives(a, b, x):
+    a, b, x = mp.mpf(a), mp.mpf(b), mp.mpf(x)
+    want_a = mp.diff(lambda s: mp.betainc(s, b, 0, x, regularized=True), a)
+    want_b = mp.diff(lambda s: mp.betainc(a, s, 0, x, regularized=True), b)
+    with fg.enable_x64():
+        args = tuple(np.float64(float(v)) for v in (a, b, x))
+        got_a, got_b = fg.grad(fs.betainc, argnums=(0, 1))(*args)
+    assert relative_error(got_a, want_a) < 1e-11
+    assert relative_error(got_b, want_b) < 1e-11
