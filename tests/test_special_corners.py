@@ -1,5 +1,8 @@
-"""Special functions at corners where they once answered silently wrong, against mpmath in
-float64: derivatives in a shape parameter where the function changes steeply with it."""
+"""Special functions at corners where they once answered silently wrong, in float64 against
+mpmath or closed forms: derivatives in a shape parameter where the function changes steeply
+with it, and gradients that a branch not taken made NaN."""
+
+import math
 
 import mpmath as mp
 import numpy as np
@@ -64,3 +67,15 @@ def test_betainc_shape_derivatives(a, b, x):
         got_a, got_b = fg.grad(fs.betainc, argnums=(0, 1))(*args)
     assert relative_error(got_a, want_a) < 1e-11
     assert relative_error(got_b, want_b) < 1e-11
+
+
+@pytest.mark.parametrize("name", ["kl_div", "rel_entr"])
+def test_relative_entropy_gradients_where_x_is_tiny_beside_y(name):
+    # x / y rounds to 1e-300: x - y over y is -1, where the near-1 branch's log1p has an
+    # infinite slope (its gradient leaked NaN through the branch not taken).
+    x, y = 1e-300, 1.0
+    offset = name == "kl_div"
+    with fg.enable_x64():
+        d_x, d_y = fg.grad(getattr(fs, name), argnums=(0, 1))(np.float64(x), np.float64(y))
+    assert relative_error(d_x, math.log(x / y) + (0.0 if offset else 1.0)) < 1e-14
+    assert relative_error(d_y, (1.0 if offset else 0.0) - x / y) < 1e-14

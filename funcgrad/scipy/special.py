@@ -509,7 +509,8 @@ def _relative_entropy(name: str, x: ArrayLike, y: ArrayLike, offset: bool):
     log_ratio = fnp.where(
         extreme, fnp.log(safe_x) - fnp.log(safe_y), fnp.log(fnp.where(extreme, 1.0, ratio))
     )
-    u = (safe_x - safe_y) / safe_y
+    # (0 off the near branch: at u = -1 its log1p's infinite slope made gradients NaN.)
+    u = fnp.where(near, (safe_x - safe_y) / safe_y, 0.0)
     log_ratio = fnp.where(near, fnp.log1p(u), log_ratio)
     value = safe_x * log_ratio
     zero_x = 0.0
