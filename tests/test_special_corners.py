@@ -79,3 +79,13 @@ def test_relative_entropy_gradients_where_x_is_tiny_beside_y(name):
         d_x, d_y = fg.grad(getattr(fs, name), argnums=(0, 1))(np.float64(x), np.float64(y))
     assert relative_error(d_x, math.log(x / y) + (0.0 if offset else 1.0)) < 1e-14
     assert relative_error(d_y, (1.0 if offset else 0.0) - x / y) < 1e-14
+
+
+@pytest.mark.parametrize("x", [30.0, 1e5, 1e9])
+def test_erfcx_derivative_at_large_arguments(x):
+    # 2x erfcx(x) - 2 / sqrt(pi) cancels to 1 / (2x^2) of its terms: it was 1e-6 off at 1e5
+    # and 0 from 1e8 on.
+    want = mp.diff(lambda t: mp.exp(t * t) * mp.erfc(t), mp.mpf(x))
+    with fg.enable_x64():
+        got = fg.grad(fs.erfcx)(np.float64(x))
+    assert relative_error(got, want) < 1e-13
