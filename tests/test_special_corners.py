@@ -89,3 +89,16 @@ def test_erfcx_derivative_at_large_arguments(x):
     with fg.enable_x64():
         got = fg.grad(fs.erfcx)(np.float64(x))
     assert relative_error(got, want) < 1e-13
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("x", [-100.0, -1e4])
+def test_log_ndtr_derivative_in_the_lower_tail(dtype, x):
+    # pdf(x) / ndtr(x) was exp(log pdf(x) - log_ndtr(x)), two terms of size x^2 / 2 that
+    # cancel: 2981 for 1e4 at x = -1e4 in float32.
+    want = mp.diff(lambda t: mp.log(mp.ncdf(t)), mp.mpf(x))
+    with fg.enable_x64():
+        got = fg.grad(fs.log_ndtr)(dtype(x))
+    assert got.dtype == dtype
+    # (in float64 the 3-term series itself is 1e-14 off at -100)
+    assert relative_error(got, want) < max(4 * np.finfo(dtype).eps, 3e-14)
