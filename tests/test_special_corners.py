@@ -102,3 +102,15 @@ def test_log_ndtr_derivative_in_the_lower_tail(dtype, x):
     assert got.dtype == dtype
     # (in float64 the 3-term series itself is 1e-14 off at -100)
     assert relative_error(got, want) < max(4 * np.finfo(dtype).eps, 3e-14)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("x", [-30.0, 30.0, 80.0])
+def test_logistic_derivative_where_it_rounds_to_one(dtype, x):
+    # ans (1 - ans) was 0 from x = 17 (float32) and 0.1% off at 30 in float64.
+    want = math.exp(-abs(x)) / (1 + math.exp(-abs(x))) ** 2
+    with fg.enable_x64():
+        got = fg.grad(fs.expit)(dtype(x))
+        got_jit = fg.jit(fg.grad(lax.logistic))(dtype(x))
+    assert relative_error(got, want) < 4 * np.finfo(dtype).eps
+    assert relative_error(got_jit, want) < 4 * np.finfo(dtype).eps
