@@ -114,3 +114,19 @@ def test_logistic_derivative_where_it_rounds_to_one(dtype, x):
         got_jit = fg.jit(fg.grad(lax.logistic))(dtype(x))
     assert relative_error(got, want) < 4 * np.finfo(dtype).eps
     assert relative_error(got_jit, want) < 4 * np.finfo(dtype).eps
+
+
+def test_incomplete_functions_unmoved_by_slow_elements_beside_them():
+    # The fractions ran on for converged elements while a slower one beside them converged,
+    # moving them by about an ulp a round: 1e-14 beside gammainc's stand-in at x = inf (5000
+    # rounds), 2e-14 beside I_(1/2)(1e6, 1e6).
+    with fg.enable_x64():
+        upper = fs.gammaincc(np.array([1.0, 0.5, 1e20]), np.array([2.0, 2.0, np.inf]))
+        beta = fs.betainc(
+            np.array([0.5, 2.0, 1e6]), np.array([3.0, 5.0, 1e6]), np.array([0.2, 0.3, 0.5])
+        )
+    for a, x, got in [(1.0, 2.0, upper[0]), (0.5, 2.0, upper[1])]:
+        assert relative_error(got, mp.gammainc(a, x, mp.inf, regularized=True)) < 2e-15
+    for a, b, x, got in [(0.5, 3.0, 0.2, beta[0]), (2.0, 5.0, 0.3, beta[1])]:
+        assert relative_error(got, mp.betainc(a, b, 0, x, regularized=True)) < 2e-15
+    assert float(upper[2]) == 0.0
