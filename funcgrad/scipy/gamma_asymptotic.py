@@ -98,14 +98,30 @@ def coefficients() -> tuple[tuple[float, ...], ...]:
     return tuple(tuple(float(c) for c in term[: DEGREE + 1]) for term in terms)
 
 
+# lambda - 1 - log(lambda) = u^2 sum_n (-u)^n / (n + 2), u = lambda - 1, for |u| < _NEAR_ONE.
+_NEAR_ONE = 0.1
+_NEAR_ONE_SERIES = [(-1) ** n / (n + 2) for n in range(16)]
+
+
 def half_eta_squared(a, x):
     """lambda - 1 - log(lambda), lambda = x / a: by its series in u = lambda - 1 near 1, where
     u - log1p(u) cancels to u^2 / 2."""
     u = (x - a) / a
-    near = fnp.abs(u) < 0.1
+    near = fnp.abs(u) < _NEAR_ONE
     safe_u = fnp.where(near, u, 0.0)
-    series = horner([(-1) ** n / (n + 2) for n in range(16)], safe_u) * safe_u * safe_u
+    series = horner(_NEAR_ONE_SERIES, safe_u) * safe_u * safe_u
     return fnp.where(near, series, u - fnp.log1p(u)), u
+
+
+def _eta(u, half):
+    """eta, signed as u, from half = eta^2 / 2: near u = 0 as u sqrt(2 half / u^2), smooth there,
+    where sign(u) sqrt(2 half) has an infinite derivative times 0 (the derivatives of P and Q
+    were NaN at x = a)."""
+    near = fnp.abs(u) < _NEAR_ONE
+    safe_u = fnp.where(near, u, 0.0)
+    near_eta = safe_u * fnp.sqrt(2 * horner(_NEAR_ONE_SERIES, safe_u))
+    far_eta = fnp.sign(u) * fnp.sqrt(2 * fnp.where(near, 1.0, fnp.maximum(half, 0.0)))
+    return fnp.where(near, near_eta, far_eta)
 
 
 def applies(a, x):
@@ -119,7 +135,7 @@ def applies(a, x):
 def regularized_gamma(a, x):
     """(P, Q) in float64 where `applies(a, x)` (anything elsewhere)."""
     half, u = half_eta_squared(a, x)
-    eta = fnp.sign(u) * fnp.sqrt(2 * fnp.maximum(half, 0.0))
+    eta = _eta(u, half)
     near_eta = fnp.clip(eta, -LARGEST_ETA, LARGEST_ETA)  # (farther, R is 0 whatever its sum)
     total = fnp.zeros_like(eta)
     for k, taylor in enumerate(coefficients()):
