@@ -487,6 +487,14 @@ def clip(arr, /, min=None, max=None, *, a_min=None, a_max=None):
             raise TypeError("clip: give max or a_max, not both")
         max = a_max
     arr = to_array(arr)
+    if dtypes.is_int(arr.dtype):
+        # A Python int bound beyond the dtype's range limits nothing, as in NumPy's clip
+        # (where maximum and minimum would refuse the int).
+        info = dtypes.iinfo(arr.dtype)
+        if type(min) is int and min <= info.min:
+            min = None
+        if type(max) is int and max >= info.max:
+            max = None
     if min is not None:
         arr = ufuncs.maximum(min, arr)
     if max is not None:
