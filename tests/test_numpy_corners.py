@@ -49,3 +49,50 @@ def test_clip_ignores_python_int_bounds_beyond_the_dtype(bounds):
     expected = np.clip(x, *bounds)
     assert_same(fnp.clip(x, *bounds), expected)
     assert_same(fg.jit(lambda x: fnp.clip(x, *bounds))(x), expected)
+
+
+@pytest.mark.parametrize("name", ["convolve", "correlate"])
+@pytest.mark.parametrize("mode", ["full", "same", "valid"])
+def test_convolutions_of_booleans_are_boolean(name, mode):
+    """As NumPy's: `or` of `and`s. They were int32 counts."""
+    a = np.array([True, False, True, True, False])
+    v = np.array([True, True, False])
+    expected = getattr(np, name)(a, v, mode)
+    assert_same(getattr(fnp, name)(a, v, mode), expected)
+    assert_same(fg.jit(lambda a, v: getattr(fnp, name)(a, v, mode))(a, v), expected)
+
+
+@pytest.mark.parametrize("fp_dtype", [np.complex64, np.complex128])
+def test_interp_of_complex_values_with_a_period(fp_dtype):
+    """Only fp was meant to be complex; x and xp were promoted with it, so a period (a real
+    remainder) raised deep inside."""
+    xp = np.array([-1.0, 0.5, 0.75, 2.0])
+    fp = np.array([1 + 2j, -1j, 3, 0.5 - 1j], fp_dtype)
+    x = np.linspace(-3.0, 3.0, 13)
+    expected = np.interp(x, xp, fp, period=2.0)
+    for fun in (fnp.interp, fg.jit(fnp.interp, static_argnames="period")):
+        got = fun(x, xp, fp, period=2.0)
+        assert got.dtype == expected.dtype
+        np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_interp_refuses_complex_points():
+    with pytest.raises(TypeError, match="interp: x must be real, got complex"):
+        fnp.interp(np.array([1j]), np.array([0.0, 1.0]), np.array([1.0, 2.0]))
+
+
+def test_roots_of_float32_coefficients_are_complex64_under_x64():
+    """As in NumPy; they were the default complex, complex128 under the flag."""
+    p = np.array([3.0, 5.0, 1.0], np.float32)
+    with fg.enable_x64():
+        got = fnp.roots(p)
+    assert got.dtype == np.complex64
+    np.testing.assert_allclose(np.sort_complex(np.asarray(got)), np.sort(np.roots(p)), rtol=1e-6)
+
+
+def test_intersect1d_indices_of_empty_arrays_have_the_default_int():
+    """The second indices were int32 where an array was empty, int64 otherwise under x64."""
+    with fg.enable_x64():
+        empty = fnp.intersect1d(np.zeros(0, np.int8), np.zeros(0, np.int8), return_indices=True)
+        full = fnp.intersect1d(np.arange(3), np.arange(2), return_indices=True)
+    assert [i.dtype for i in empty[1:]] == [i.dtype for i in full[1:]] == [np.int64] * 2
