@@ -96,3 +96,14 @@ def test_intersect1d_indices_of_empty_arrays_have_the_default_int():
         empty = fnp.intersect1d(np.zeros(0, np.int8), np.zeros(0, np.int8), return_indices=True)
         full = fnp.intersect1d(np.arange(3), np.arange(2), return_indices=True)
     assert [i.dtype for i in empty[1:]] == [i.dtype for i in full[1:]] == [np.int64] * 2
+
+
+@pytest.mark.parametrize("num, endpoint", [(0, True), (1, True), (0, False)])
+def test_linspace_without_divisions_steps_by_one_nan(num, endpoint):
+    """NumPy's step is then a scalar NaN whatever the bounds; it was a NaN per line."""
+    start, stop = np.array([1.0, 2.0]), np.array([3.0, 5.0])
+    expected = np.linspace(start, stop, num, endpoint, retstep=True)[1]
+    for linspace in (fnp.linspace, fg.jit(fnp.linspace, static_argnums=(2, 3, 4))):
+        step = linspace(start, stop, num, endpoint, True)[1]
+        assert step.shape == np.shape(expected) == ()
+        assert np.isnan(step)

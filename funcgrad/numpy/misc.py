@@ -205,7 +205,7 @@ def _linspace(start, stop, num: int, endpoint: bool):
         any_zero_step = reductions.any(lax.eq(step, lax.full(step.shape, 0, step.dtype)))
         offsets = lax.select(lax.broadcast_in_dim(any_zero_step, shape, ()), by_fraction, by_step)
     else:
-        step = lax.full(start.shape, np.nan, start.dtype)
+        step = lax.full((), np.nan, start.dtype)  # one NaN, as NumPy's, whatever the bounds
         offsets = lax.mul(positions, spread(delta))
     out = lax.add(rounded_alone(offsets), spread(start))
     if endpoint and num > 1:
