@@ -107,3 +107,16 @@ def test_linspace_without_divisions_steps_by_one_nan(num, endpoint):
         step = linspace(start, stop, num, endpoint, True)[1]
         assert step.shape == np.shape(expected) == ()
         assert np.isnan(step)
+
+
+@pytest.mark.parametrize("name", ["nanargmax", "nanargmin"])
+def test_nan_arg_reductions_of_only_nans_give_minus_one(name):
+    """NumPy raises for such a slice; index 0 passed for an element found."""
+    x = np.array([[np.nan, 2.0, -1.0], [np.nan, np.nan, np.nan], [np.inf, np.nan, -np.inf]])
+    expected_rows = {"nanargmax": [1, -1, 0], "nanargmin": [2, -1, 2]}[name]
+    for fun in (getattr(fnp, name), fg.jit(getattr(fnp, name), static_argnames="axis")):
+        assert_same(fun(x, axis=1), np.array(expected_rows, np.int32))
+        np.testing.assert_array_equal(fun(x, axis=0), getattr(np, name)(x, axis=0))
+        assert int(fun(np.full(3, np.nan))) == -1
+    got = getattr(fnp, name)(x, axis=1, keepdims=True)
+    np.testing.assert_array_equal(got, np.array(expected_rows)[:, None])

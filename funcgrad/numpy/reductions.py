@@ -543,15 +543,26 @@ def _arg_reduce(name: str, arg_reduce: Callable, a, axis, keepdims):
 
 
 def nanargmax(a, axis: int | None = None, out=None, keepdims: bool | None = None):
-    """argmax ignoring NaNs; a slice of only NaNs gives index 0 (NumPy raises there)."""
+    """argmax ignoring NaNs; a slice of only NaNs gives -1 (NumPy raises there)."""
     check_no_out("nanargmax", out)
-    return argmax(_replace_nan(a, lambda dtype: -np.inf), axis, keepdims=keepdims)
+    return _nan_arg_reduce(argmax, a, -np.inf, axis, keepdims)
 
 
 def nanargmin(a, axis: int | None = None, out=None, keepdims: bool | None = None):
-    """argmin ignoring NaNs; a slice of only NaNs gives index 0 (NumPy raises there)."""
+    """argmin ignoring NaNs; a slice of only NaNs gives -1 (NumPy raises there)."""
     check_no_out("nanargmin", out)
-    return argmin(_replace_nan(a, lambda dtype: np.inf), axis, keepdims=keepdims)
+    return _nan_arg_reduce(argmin, a, np.inf, axis, keepdims)
+
+
+def _nan_arg_reduce(arg_reduce: Callable, a, fill: float, axis, keepdims):
+    """`arg_reduce` with NaNs replaced by `fill`, and -1, an index no element has, for slices
+    of only NaNs, whose replacements would otherwise pass for an element found."""
+    a = to_array(a)
+    index = arg_reduce(_replace_nan(a, lambda dtype: fill), axis, keepdims=keepdims)
+    if not dtypes.is_inexact(a.dtype):
+        return index
+    only_nans = all(isnan(a), axis, keepdims=bool(keepdims))
+    return lax.select(only_nans, lax.full_like(index, -1), index)
 
 
 # ---------------------------------------------------------------------------------------------
