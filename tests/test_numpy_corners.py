@@ -120,3 +120,13 @@ def test_nan_arg_reductions_of_only_nans_give_minus_one(name):
         assert int(fun(np.full(3, np.nan))) == -1
     got = getattr(fnp, name)(x, axis=1, keepdims=True)
     np.testing.assert_array_equal(got, np.array(expected_rows)[:, None])
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int8, np.uint8, np.int32])
+def test_vander_of_small_integers_is_in_the_default_int_under_x64(dtype):
+    """As NumPy's (its default int): the powers were int32, so uint8 10**11 wrapped."""
+    x = np.array([1, 3, 10, 0], dtype)
+    expected = np.vander(x, 12)
+    with fg.enable_x64():
+        assert_same(fnp.vander(x, 12), expected)
+        assert_same(fg.jit(lambda x: fnp.vander(x, 12))(x), expected)

@@ -982,7 +982,7 @@ def vander(x, N: int | None = None, increasing: bool = False):
     powers = np.arange(N) if increasing else np.arange(N - 1, -1, -1)
     if x.dtype == dtypes.bool_:
         x = convert(x, dtypes.int32)
-    return ufuncs.power(x[:, None], powers.astype(np.int32)[None, :])
+    return ufuncs.power(x[:, None], powers.astype(dtypes.default_int)[None, :])
 
 
 def polyfit(x, y, deg: int, rcond=None, full: bool = False, w=None, cov: bool = False):
