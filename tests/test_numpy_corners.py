@@ -130,3 +130,39 @@ def test_vander_of_small_integers_is_in_the_default_int_under_x64(dtype):
     with fg.enable_x64():
         assert_same(fnp.vander(x, 12), expected)
         assert_same(fg.jit(lambda x: fnp.vander(x, 12))(x), expected)
+
+
+def test_round_refuses_decimals_that_are_not_integers():
+    """round(x, 1.5) rounded at a factor of 10**1.5; NumPy refuses it."""
+    x = np.array([0.123, 4.567])
+    with pytest.raises(TypeError, match="round: decimals must be an integer, got 1.5"):
+        fnp.round(x, 1.5)
+    with pytest.raises(TypeError, match="decimals must be an integer"):
+        fnp.around(x, "1")
+    assert_same(fnp.round(x, np.int64(1)), np.round(x, 1))
+
+
+def test_packbits_refuses_floats():
+    """As NumPy does; a float array was packed as its nonzero mask."""
+    with pytest.raises(TypeError, match="packbits: needs integers or booleans, got float64"):
+        fnp.packbits(np.array([0.0, 1.5, 2.0]))
+
+
+@pytest.mark.parametrize("name", ["zeros", "ones", "empty"])
+def test_creation_refuses_float_and_negative_shapes(name):
+    """A float dimension was truncated (zeros((2.5,)) had 2 elements); a negative one failed
+    inside NumPy's broadcast_to with a message naming neither."""
+    make = getattr(fnp, name)
+    with pytest.raises(TypeError, match="shape must be an int or a sequence of ints"):
+        make((2.5,))
+    with pytest.raises(
+        ValueError, match=r"negative dimensions are not allowed, got shape \(2, -1\)"
+    ):
+        make((2, -1))
+    assert make([2, np.int32(1)]).shape == (2, 1)
+
+
+def test_arange_with_a_zero_step_raises_zero_division():
+    """As NumPy's; it failed in NumPy with 'Maximum allowed size exceeded'."""
+    with pytest.raises(ZeroDivisionError, match="arange: step must not be zero"):
+        fnp.arange(0, 5, 0)

@@ -2062,6 +2062,8 @@ def packbits(a, axis: int | None = None, bitorder: str = "big"):
     if bitorder not in ("big", "little"):
         raise ValueError(f"packbits: bitorder must be 'big' or 'little', got {bitorder!r}")
     a = to_array(a)
+    if not (dtypes.is_int(a.dtype) or dtypes.is_bool(a.dtype)):
+        raise TypeError(f"packbits: needs integers or booleans, got {a.dtype}")
     if axis is None:
         a, axis = shape_ops.ravel(a), 0
     axis = canonicalize_axis(axis, a.ndim, "packbits")

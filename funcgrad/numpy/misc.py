@@ -99,6 +99,8 @@ def _arange(start, stop, step, dtype):
     if any(np.iscomplexobj(v) for v in values):
         given = [v.item() for v in values]
         raise TypeError(f"arange: start, stop and step must be real numbers, got {given}")
+    if len(values) == 3 and values[2] == 0:
+        raise ZeroDivisionError("arange: step must not be zero")
     dtype = dtypes.canonicalize(dtype) if dtype is not None else result_type(*args)
     if len(values) == 1 and float(values[0]).is_integer() and dtype != dtypes.bool_:
         return lax.iota(dtype, max(int(values[0]), 0))

@@ -422,6 +422,10 @@ def round(a, decimals: int = 0, out=None):
     """Round half to even, as NumPy does, at `decimals` decimal places."""
     if out is not None:
         raise NotImplementedError("funcgrad arrays are immutable: the out argument is unsupported")
+    try:
+        decimals = operator.index(decimals)
+    except TypeError:
+        raise TypeError(f"round: decimals must be an integer, got {decimals!r}") from None
     (a,) = promote_args("round", a)
     if dtypes.is_complex(a.dtype):
         # Each part rounds on its own, as in NumPy.
