@@ -166,3 +166,25 @@ def test_arange_with_a_zero_step_raises_zero_division():
     """As NumPy's; it failed in NumPy with 'Maximum allowed size exceeded'."""
     with pytest.raises(ZeroDivisionError, match="arange: step must not be zero"):
         fnp.arange(0, 5, 0)
+
+
+def test_unique_of_complex_numbers():
+    """Sorted by real, then imaginary part, as NumPy's; the sort refused complex keys."""
+    x = np.array([2 + 1j, 1 - 1j, 2 + 1j, 1 + 3j, 2 - 5j, 1 - 1j], np.complex64)
+    expected = np.unique(x, return_index=True, return_inverse=True, return_counts=True)
+    got = fnp.unique(x, return_index=True, return_inverse=True, return_counts=True)
+    for g, e in zip(got, expected):
+        np.testing.assert_array_equal(g, e)
+    rows = np.array([[1j, 2], [1j, 1], [1j, 2]], np.complex64)
+    np.testing.assert_array_equal(fnp.unique(rows, axis=0), np.unique(rows, axis=0))
+    jitted = fg.jit(lambda x: fnp.unique(x, size=5, fill_value=0))(x)
+    np.testing.assert_array_equal(jitted, np.pad(expected[0], (0, 1)))
+
+
+def test_lexsort_by_complex_keys():
+    """As NumPy's: a complex key orders by real, then imaginary part."""
+    primary = np.array([1, 0, 1, 0, 1])
+    secondary = np.array([1 + 1j, 3 - 1j, 1 - 1j, 3 - 2j, 0 + 9j], np.complex64)
+    expected = np.lexsort((secondary, primary))
+    assert_same(fnp.lexsort((secondary, primary)), expected.astype(np.int32))
+    assert_same(fg.jit(fnp.lexsort)((secondary, primary)), expected.astype(np.int32))
