@@ -188,3 +188,16 @@ def test_lexsort_by_complex_keys():
     expected = np.lexsort((secondary, primary))
     assert_same(fnp.lexsort((secondary, primary)), expected.astype(np.int32))
     assert_same(fg.jit(fnp.lexsort)((secondary, primary)), expected.astype(np.int32))
+
+
+@pytest.mark.parametrize("name", ["var", "std"])
+@pytest.mark.parametrize("dtype", [np.complex64, np.int16, np.float32])
+def test_variance_in_a_complex_dtype_is_complex(name, dtype):
+    """As NumPy's: the real variance held in the complex dtype asked for (it was float32)."""
+    x = np.array([1, 3, 4, 8], dtype) + (np.array([0, 2, -1, 1j]) if dtype == np.complex64 else 0)
+    x = x.astype(dtype)
+    expected = getattr(np, name)(x, dtype=np.complex64, ddof=1)
+    for fun in (getattr(fnp, name), fg.jit(getattr(fnp, name), static_argnames=("dtype", "ddof"))):
+        got = fun(x, dtype=np.complex64, ddof=1)
+        assert got.dtype == np.complex64
+        np.testing.assert_allclose(got, expected, rtol=1e-6)

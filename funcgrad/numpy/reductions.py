@@ -341,8 +341,10 @@ def var(
     check_no_out("var", out)
     ddof = _ddof("var", ddof, correction)
     a = to_array(a)
-    # The variance of complex numbers is the mean of |x - mean|², a real number.
-    result_dtype = dtypes.real_dtype(_inexact_dtype(a, dtype, "var"))
+    # The variance of complex numbers is the mean of |x - mean|², a real number; a complex
+    # dtype asked for holds it, as NumPy's does.
+    asked_dtype = _inexact_dtype(a, dtype, "var")
+    result_dtype = dtypes.real_dtype(asked_dtype)
     axes = reduction_axes("var", axis, a.ndim)
     if not dtypes.is_inexact(result_dtype):
         return _integer_var(a, axes, result_dtype, ddof, keepdims, where)
@@ -361,7 +363,7 @@ def var(
     count = _reduced_count("var", a.shape, axes, where, keepdims, compute_dtype)
     # As NumPy: fewer elements than ddof divide by zero (inf, or nan for a zero sum).
     dof = lax.max(lax.sub(count, scalar(ddof, compute_dtype)), scalar(0, compute_dtype))
-    return convert(lax.div(total, dof), result_dtype)
+    return convert(lax.div(total, dof), asked_dtype if dtype is not None else result_dtype)
 
 
 def _integer_var(a, axes, dtype: np.dtype, ddof, keepdims: bool, where):
