@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from funcgrad import core, dtypes, lax
@@ -24,12 +26,16 @@ __all__ = [
 
 
 def _shape_tuple(shape) -> tuple[int, ...]:
-    if isinstance(shape, (int, np.integer)):
-        return (int(shape),)
+    """`shape` as a tuple of ints; a float (2.5) is refused, not truncated."""
     try:
-        return tuple(int(d) for d in shape)
+        dims = (
+            (operator.index(shape),) if np.ndim(shape) == 0 else tuple(map(operator.index, shape))
+        )
     except TypeError:
         raise TypeError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
+    if any(d < 0 for d in dims):
+        raise ValueError(f"negative dimensions are not allowed, got shape {dims}")
+    return dims
 
 
 def array(

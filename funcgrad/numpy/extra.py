@@ -558,7 +558,12 @@ def interp(x, xp, fp, left=None, right=None, period=None):
     xp's range the values are `left` and `right` (fp's end values by default; 'extrapolate'
     continues the end segments); with a `period`, x and xp are angles modulo it, and `left`
     and `right` are ignored, as in NumPy."""
+    for position_name, position in (("x", x), ("xp", xp)):
+        if dtypes.is_complex(result_type(position)):
+            raise TypeError(f"interp: {position_name} must be real, got {result_type(position)}")
     x, xp, fp = promote_dtypes_inexact(x, xp, fp)
+    # Only fp may be complex: x and xp are positions on the real line.
+    x, xp = (convert(a, dtypes.real_dtype(a.dtype)) for a in (x, xp))
     if xp.ndim != 1 or fp.ndim != 1 or xp.shape != fp.shape or xp.shape[0] == 0:
         raise ValueError(
             f"interp: xp and fp must be 1-d of one nonzero length, got shapes {xp.shape} and "
@@ -584,7 +589,7 @@ def interp(x, xp, fp, left=None, right=None, period=None):
         f = misc.where(x < xp[0], fp[0] if left is None else left, f)
     if right != "extrapolate":
         f = misc.where(x > xp[-1], fp[-1] if right is None else right, f)
-    return convert(f, xp.dtype)
+    return convert(f, fp.dtype)
 
 
 def trapezoid(y, x=None, dx=1.0, axis: int = -1):
@@ -793,6 +798,9 @@ def _convolve_1d(name, a, v, mode, precision, preferred_element_type, flip: bool
         raise ValueError(f"{name}: needs non-empty arrays, got shapes {a.shape} and {v.shape}")
     if mode not in ("full", "same", "valid"):
         raise ValueError(f"{name}: mode must be 'full', 'same' or 'valid', got {mode!r}")
+    # Booleans convolve as NumPy's do, with `or` for the sum and `and` for the product: the
+    # integer convolution is nonzero exactly where that is true.
+    logical = a.dtype == dtypes.bool_ and preferred_element_type is None
     if a.dtype == dtypes.bool_:
         a, v = convert(a, dtypes.int32), convert(v, dtypes.int32)
     reverse_output = False
@@ -812,6 +820,8 @@ def _convolve_1d(name, a, v, mode, precision, preferred_element_type, flip: bool
         precision=precision,
         preferred_element_type=preferred_element_type,
     )[0, 0]
+    if logical:
+        out = lax.ne(out, lax.full_like(out, 0))
     return lax.rev(out, (0,)) if reverse_output else out
 
 
@@ -868,9 +878,7 @@ def roots(p, *, strip_zeros: bool = True) -> Array:
         leading = np.flatnonzero(static_value(p, "roots", "p with strip_zeros=True", hint))
         p = p[int(leading[0]) if leading.size else p.shape[0] :]
     degree = p.shape[0] - 1
-    complex_dtype = dtypes.complex128 if p.dtype == dtypes.float64 else dtypes.default_complex()
-    if dtypes.is_complex(p.dtype):
-        complex_dtype = p.dtype
+    complex_dtype = dtypes.complex_dtype(p.dtype)
     if degree < 1:
         return lax.full((0,), 0, complex_dtype)
     first_row = -p[1:] / p[0]
@@ -974,7 +982,7 @@ def vander(x, N: int | None = None, increasing: bool = False):
     powers = np.arange(N) if increasing else np.arange(N - 1, -1, -1)
     if x.dtype == dtypes.bool_:
         x = convert(x, dtypes.int32)
-    return ufuncs.power(x[:, None], powers.astype(np.int32)[None, :])
+    return ufuncs.power(x[:, None], powers.astype(dtypes.default_int)[None, :])
 
 
 def polyfit(x, y, deg: int, rcond=None, full: bool = False, w=None, cov: bool = False):
@@ -1153,7 +1161,7 @@ def intersect1d(
     padded2 = misc.where(counts2 > 0, values2, _largest(values2.dtype))
     if ar2.size == 0 or ar1.size == 0:
         keep = lax.full(values1.shape, False, dtypes.bool_)
-        position = lax.full(values1.shape, 0, dtypes.int32)
+        position = lax.full(values1.shape, 0, index2.dtype)
     else:
         position = misc.clip(sorting_ops.searchsorted(padded2, values1), 0, ar2.size - 1)
         keep = (counts1 > 0) & (padded2[position] == values1) & (counts2[position] > 0)
@@ -2054,6 +2062,8 @@ def packbits(a, axis: int | None = None, bitorder: str = "big"):
     if bitorder not in ("big", "little"):
         raise ValueError(f"packbits: bitorder must be 'big' or 'little', got {bitorder!r}")
     a = to_array(a)
+    if not (dtypes.is_int(a.dtype) or dtypes.is_bool(a.dtype)):
+        raise TypeError(f"packbits: needs integers or booleans, got {a.dtype}")
     if axis is None:
         a, axis = shape_ops.ravel(a), 0
     axis = canonicalize_axis(axis, a.ndim, "packbits")

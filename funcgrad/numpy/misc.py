@@ -99,6 +99,8 @@ def _arange(start, stop, step, dtype):
     if any(np.iscomplexobj(v) for v in values):
         given = [v.item() for v in values]
         raise TypeError(f"arange: start, stop and step must be real numbers, got {given}")
+    if len(values) == 3 and values[2] == 0:
+        raise ZeroDivisionError("arange: step must not be zero")
     dtype = dtypes.canonicalize(dtype) if dtype is not None else result_type(*args)
     if len(values) == 1 and float(values[0]).is_integer() and dtype != dtypes.bool_:
         return lax.iota(dtype, max(int(values[0]), 0))
@@ -205,7 +207,7 @@ def _linspace(start, stop, num: int, endpoint: bool):
         any_zero_step = reductions.any(lax.eq(step, lax.full(step.shape, 0, step.dtype)))
         offsets = lax.select(lax.broadcast_in_dim(any_zero_step, shape, ()), by_fraction, by_step)
     else:
-        step = lax.full(start.shape, np.nan, start.dtype)
+        step = lax.full((), np.nan, start.dtype)  # one NaN, as NumPy's, whatever the bounds
         offsets = lax.mul(positions, spread(delta))
     out = lax.add(rounded_alone(offsets), spread(start))
     if endpoint and num > 1:
@@ -487,6 +489,14 @@ def clip(arr, /, min=None, max=None, *, a_min=None, a_max=None):
             raise TypeError("clip: give max or a_max, not both")
         max = a_max
     arr = to_array(arr)
+    if dtypes.is_int(arr.dtype):
+        # A Python int bound beyond the dtype's range limits nothing, as in NumPy's clip
+        # (where maximum and minimum would refuse the int).
+        info = dtypes.iinfo(arr.dtype)
+        if type(min) is int and min <= info.min:
+            min = None
+        if type(max) is int and max >= info.max:
+            max = None
     if min is not None:
         arr = ufuncs.maximum(min, arr)
     if max is not None:

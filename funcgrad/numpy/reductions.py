@@ -341,8 +341,10 @@ def var(
     check_no_out("var", out)
     ddof = _ddof("var", ddof, correction)
     a = to_array(a)
-    # The variance of complex numbers is the mean of |x - mean|², a real number.
-    result_dtype = dtypes.real_dtype(_inexact_dtype(a, dtype, "var"))
+    # The variance of complex numbers is the mean of |x - mean|², a real number; a complex
+    # dtype asked for holds it, as NumPy's does.
+    asked_dtype = _inexact_dtype(a, dtype, "var")
+    result_dtype = dtypes.real_dtype(asked_dtype)
     axes = reduction_axes("var", axis, a.ndim)
     if not dtypes.is_inexact(result_dtype):
         return _integer_var(a, axes, result_dtype, ddof, keepdims, where)
@@ -361,7 +363,7 @@ def var(
     count = _reduced_count("var", a.shape, axes, where, keepdims, compute_dtype)
     # As NumPy: fewer elements than ddof divide by zero (inf, or nan for a zero sum).
     dof = lax.max(lax.sub(count, scalar(ddof, compute_dtype)), scalar(0, compute_dtype))
-    return convert(lax.div(total, dof), result_dtype)
+    return convert(lax.div(total, dof), asked_dtype if dtype is not None else result_dtype)
 
 
 def _integer_var(a, axes, dtype: np.dtype, ddof, keepdims: bool, where):
@@ -543,15 +545,26 @@ def _arg_reduce(name: str, arg_reduce: Callable, a, axis, keepdims):
 
 
 def nanargmax(a, axis: int | None = None, out=None, keepdims: bool | None = None):
-    """argmax ignoring NaNs; a slice of only NaNs gives index 0 (NumPy raises there)."""
+    """argmax ignoring NaNs; a slice of only NaNs gives -1 (NumPy raises there)."""
     check_no_out("nanargmax", out)
-    return argmax(_replace_nan(a, lambda dtype: -np.inf), axis, keepdims=keepdims)
+    return _nan_arg_reduce(argmax, a, -np.inf, axis, keepdims)
 
 
 def nanargmin(a, axis: int | None = None, out=None, keepdims: bool | None = None):
-    """argmin ignoring NaNs; a slice of only NaNs gives index 0 (NumPy raises there)."""
+    """argmin ignoring NaNs; a slice of only NaNs gives -1 (NumPy raises there)."""
     check_no_out("nanargmin", out)
-    return argmin(_replace_nan(a, lambda dtype: np.inf), axis, keepdims=keepdims)
+    return _nan_arg_reduce(argmin, a, np.inf, axis, keepdims)
+
+
+def _nan_arg_reduce(arg_reduce: Callable, a, fill: float, axis, keepdims):
+    """`arg_reduce` with NaNs replaced by `fill`, and -1, an index no element has, for slices
+    of only NaNs, whose replacements would otherwise pass for an element found."""
+    a = to_array(a)
+    index = arg_reduce(_replace_nan(a, lambda dtype: fill), axis, keepdims=keepdims)
+    if not dtypes.is_inexact(a.dtype):
+        return index
+    only_nans = all(isnan(a), axis, keepdims=bool(keepdims))
+    return lax.select(only_nans, lax.full_like(index, -1), index)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -159,7 +159,8 @@ def lexsort(keys, axis: int = -1):
         raise ValueError("lexsort: keys must have at least one axis")
     axis = canonicalize_axis(axis, len(shape), "lexsort")
     indices = lax.broadcasted_iota(dtypes.default_int, shape, axis)
-    return lax.sort((*keys[::-1], indices), axis, True, num_keys=len(keys))[-1]
+    ordered_keys = [part for key in keys[::-1] for part in _sort_keys(key)]
+    return lax.sort((*ordered_keys, indices), axis, True, num_keys=len(ordered_keys))[-1]
 
 
 def partition(a, kth: int | Sequence[int], axis: int = -1):
@@ -370,8 +371,12 @@ def _unique_rows(rows, equal_nan: bool) -> _UniqueRows:
     columns = [lax.index_in_dim(rows, j, 1, keepdims=False) for j in range(m)] or [
         lax.full((n,), 0, index_dtype)
     ]
-    # Sort rows lexicographically, remembering where each came from.
-    *columns, origin = lax.sort((*columns, positions), 0, True, num_keys=len(columns))
+    # Sort rows lexicographically (complex numbers by real, then imaginary part), remembering
+    # where each came from; complex columns ride along with their parts as keys.
+    keys = [part for column in columns for part in _sort_keys(column)]
+    carried = columns if len(keys) > len(columns) else []
+    *ordered, origin = lax.sort((*keys, *carried, positions), 0, True, num_keys=len(keys))
+    columns = ordered[len(keys) :] if carried else ordered
     starts = _run_starts(columns, n, equal_nan)
     run_id = lax.sub(cumsum(starts, dtype=index_dtype), scalar(1, index_dtype))
     count = _sum(starts, dtype=index_dtype)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 
@@ -177,15 +178,50 @@ def arctan2(x1, x2, /):
 
 
 nextafter = _binary(ew.nextafter_p, "nextafter", promote_args_inexact)
-equal = _binary(ew.eq_p, "equal")
-not_equal = _binary(ew.ne_p, "not_equal")
 
 
-def _ordered(prim, name: str, complex_rule):
+def _beyond_integer_range(x, y, compare):
+    """`compare(x, y)` where one operand is an integer array and the other a Python int its
+    dtype cannot hold: NumPy compares them as exact numbers (the int lies above or below every
+    element), where arithmetic would refuse the int. None when the operands are not such."""
+    for array, number in ((x, y), (y, x)):
+        if type(number) is not int or isinstance(array, (int, float, complex)):
+            continue
+        array = to_array(array)
+        if not dtypes.is_int(array.dtype):
+            return None
+        info = dtypes.iinfo(array.dtype)
+        if info.min <= number <= info.max:
+            return None
+        # Each element stands in as 0, the int as 1 above them all or -1 below them all.
+        side = 1 if number > info.max else -1
+        result = compare(0, side) if number is y else compare(side, 0)
+        return lax.full(array.shape, result, dtypes.bool_)
+    return None
+
+
+def _equality(prim, name: str, compare):
+    def op(x, y, /):
+        exact = _beyond_integer_range(x, y, compare)
+        return exact if exact is not None else prim.bind(*promote_args(name, x, y))
+
+    op.__name__ = op.__qualname__ = name
+    op.__doc__ = f"NumPy's `{name}`: elementwise, with NumPy's broadcasting and type promotion."
+    return op
+
+
+equal = _equality(ew.eq_p, "equal", operator.eq)
+not_equal = _equality(ew.ne_p, "not_equal", operator.ne)
+
+
+def _ordered(prim, name: str, compare, complex_rule):
     """An order comparison: `prim` on real operands (its lax primitive takes no complex ones),
     `complex_rule` on complex operands, in NumPy's order of complex numbers."""
 
     def op(x, y, /):
+        exact = _beyond_integer_range(x, y, compare)
+        if exact is not None:
+            return exact
         x, y = promote_args(name, x, y)
         return complex_rule(x, y) if dtypes.is_complex(x.dtype) else prim.bind(x, y)
 
@@ -209,10 +245,12 @@ def _complex_greater(x, y, or_equal: bool):
     return lax.bitwise_or(by_real, by_imag)
 
 
-greater = _ordered(ew.gt_p, "greater", lambda x, y: _complex_greater(x, y, False))
-greater_equal = _ordered(ew.ge_p, "greater_equal", lambda x, y: _complex_greater(x, y, True))
-less = _ordered(ew.lt_p, "less", lambda x, y: _complex_greater(y, x, False))
-less_equal = _ordered(ew.le_p, "less_equal", lambda x, y: _complex_greater(y, x, True))
+greater = _ordered(ew.gt_p, "greater", operator.gt, lambda x, y: _complex_greater(x, y, False))
+greater_equal = _ordered(
+    ew.ge_p, "greater_equal", operator.ge, lambda x, y: _complex_greater(x, y, True)
+)
+less = _ordered(ew.lt_p, "less", operator.lt, lambda x, y: _complex_greater(y, x, False))
+less_equal = _ordered(ew.le_p, "less_equal", operator.le, lambda x, y: _complex_greater(y, x, True))
 
 
 def _extremum(prim, name: str, complex_rule):
@@ -384,6 +422,10 @@ def round(a, decimals: int = 0, out=None):
     """Round half to even, as NumPy does, at `decimals` decimal places."""
     if out is not None:
         raise NotImplementedError("funcgrad arrays are immutable: the out argument is unsupported")
+    try:
+        decimals = operator.index(decimals)
+    except TypeError:
+        raise TypeError(f"round: decimals must be an integer, got {decimals!r}") from None
     (a,) = promote_args("round", a)
     if dtypes.is_complex(a.dtype):
         # Each part rounds on its own, as in NumPy.
