@@ -824,6 +824,10 @@ def _argreduce(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     value_dtype = compute_dtype(x.aval.dtype)
     out_shape = eqn.outvars[0].aval.shape
     better = "gt" if eqn.primitive.name == "argmax" else "lt"
+    if _folds_along_memory.get() and value_dtype != K.BOOL:
+        return loop_nest(
+            out_shape, lambda out_index: _extreme_then_first(builder, eqn, out_index, out)
+        )
 
     def per_output(out_index: list) -> list:
         best = K.fresh_acc(value_dtype, "best")
@@ -859,6 +863,45 @@ def _argreduce(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
         ]
 
     return loop_nest(out_shape, per_output)
+
+
+def _extreme_then_first(builder: KernelBuilder, eqn: JaxprEqn, out_index: list, out) -> list:
+    """A CPU's argmax or argmin of one output position as two folds that vectorize: the
+    extreme (NaN if any element is NaN), then the least index holding it. The one fold of
+    `_argreduce`, an index carried beside the running value, runs an element at a time
+    (argmax down rows of 10,000 float32, 4.4 ns an element)."""
+    (x,) = eqn.invars
+    (axis,) = eqn.params["axes"]
+    length = x.aval.shape[axis]
+    value_dtype = compute_dtype(x.aval.dtype)
+    largest = eqn.primitive.name == "argmax"
+
+    def value_at(i: Expr) -> Expr:
+        full = list(out_index)
+        full.insert(axis, i)
+        return K.cast(builder.element(x, full), value_dtype)
+
+    extreme, first = K.fresh_acc(value_dtype, "extreme"), K.fresh_acc(INDEX, "first")
+    start = dtypes.lowest(value_dtype) if largest else dtypes.highest(value_dtype)
+    i, j = K.fresh_index(), K.fresh_index()
+    folded = K.binary("max" if largest else "min", extreme.read(), value_at(i))
+    candidate = value_at(j)
+    match = K.binary("eq", candidate, extreme.read())
+    if value_dtype.kind == "f":
+        nan = K.binary("and", _is_nan(extreme.read()), _is_nan(candidate))
+        match = K.binary("or", match, nan)
+    nearer = K.binary("min", first.read(), K.select(match, j, _index_const(length)))
+    return [
+        K.SetAcc(extreme, K.const(start, value_dtype)),
+        K.Loop(i, 0, length, [K.SetAcc(extreme, folded)]),
+        K.SetAcc(first, _index_const(length)),
+        K.Loop(j, 0, length, [K.SetAcc(first, nearer)]),
+        K.Store(
+            out,
+            flat_offset(out_index, eqn.outvars[0].aval.shape),
+            K.cast(first.read(), eqn.params["index_dtype"]),
+        ),
+    ]
 
 
 root_rules[PRIMITIVES["argmax"]] = _argreduce
