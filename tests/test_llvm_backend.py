@@ -1268,3 +1268,27 @@ def test_costly_work_feeding_an_argmax_is_a_kernel_of_its_own():
     (fold,) = [s.kernel for s in executable.program.steps if "argmax" in s.kernel.name]
     assert "log" not in fold.as_text() and "xor" not in fold.as_text()
     assert_same_as_reference(sample, logits)
+
+
+@pytest.mark.parametrize(
+    "shape, dtype, tiled",
+    [((64, 48), np.float32, True), ((40, 24), np.float64, True), ((50, 48), np.float32, False)],
+)
+def test_transposing_nests_walk_in_tiles_of_a_line(shape, dtype, tiled):
+    """A nest storing along memory and loading across it is walked in tiles of a cache line's
+    elements each way (`tiling`), and its tiles' rows still go to threads; a nest that is not
+    whole tiles stays as it is. Values as the reference's either way."""
+    from funcgrad.compiler.parallel import parallel_loop
+
+    x = rng.standard_normal(shape).astype(dtype)
+
+    def f(v):
+        return v.T * 2.0 + 1.0
+
+    (step,) = compiled(f, x).program.steps
+    depth, body = 0, step.kernel.body
+    while len(body) == 1 and isinstance(body[0], K.Loop):
+        depth, body = depth + 1, body[0].body
+    assert depth == (4 if tiled else 2)
+    assert parallel_loop(step.kernel) is not None
+    assert_same_as_reference(f, x)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 
-from funcgrad.compiler import parallel, passes, radix_sort, rows
+from funcgrad.compiler import parallel, passes, radix_sort, rows, tiling
 from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
 from funcgrad.compiler.fusion import folds_along_memory
 from funcgrad.compiler.horizontal import merge_maps
@@ -55,9 +55,9 @@ def plan(
     (`radix_sort.sorts_by_radix`) and its products of a matrix and a vector fused kernels
     (`schedule.vector_products_fuse`). Every
     kernel's offsets are then simplified with its loops' ranges, a CPU's nests of folds made
-    one loop (`index_algebra.merge_fold_nests`) and its nests of rows one loop over the rows
-    (`index_algebra`); last, a GPU's independent map kernels are
-    merged into one launch (`horizontal.merge_maps`)."""
+    one loop (`index_algebra.merge_fold_nests`) and its transposing nests walked in tiles
+    (`tiling`), and nests of rows made one loop over the rows (`index_algebra`); last, a
+    GPU's independent map kernels are merged into one launch (`horizontal.merge_maps`)."""
     optimized = passes.optimize(closed)
     if mentions_complex(optimized.jaxpr):
         # Complex values compute as pairs of reals, laid out as the caller's buffers are.
@@ -87,6 +87,7 @@ def plan(
             simplify_offsets(step.kernel)
             if not gpu:
                 merge_fold_nests(step.kernel)
+                tiling.tile_transposes(step.kernel)
             collapse_row_nests(step.kernel, 1 if gpu else CPU_ROW_WORK)
     if reductions is not None and reductions.column_threads:
         merge_maps(program)
