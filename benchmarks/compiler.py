@@ -325,6 +325,39 @@ def top_k_case():
     return _sorting_case(x, lambda xp, lx, v: lx.top_k(v, 64)[0], numpy_top_k, 3)
 
 
+def _loop_case(body_of, repeat: int):
+    """A loop over a 1024x1024 float32 carry updating one row an iteration: funcgrad's and
+    JAX's jit of `body_of(numpy module, lax module)`."""
+    x = np.random.default_rng(11).standard_normal((1024, 1024)).astype(np.float32)
+    runs = {"funcgrad-llvm": _funcgrad("llvm", body_of(fnp, lax), x)}
+    jax = _jax()
+    if jax:
+        f, xj = jax[0].jit(body_of(jax[1], jax[0].lax)), jax[1].asarray(x)
+        runs["jax-jit"] = lambda: jax[0].block_until_ready(f(xj))
+    return runs, None, repeat
+
+
+def row_updates_case():
+    """x.at[i].set(2 x[i]) for each row i in a fori_loop: the carry updated in place."""
+
+    def body_of(xp, lx):
+        return lambda x: lx.fori_loop(0, 1024, lambda i, c: c.at[i].set(c[i] * 2.0), x)
+
+    return _loop_case(body_of, 5)
+
+
+def conditional_row_updates_case():
+    """The same under a cond taking every other row."""
+
+    def body_of(xp, lx):
+        def step(i, c):
+            return lx.cond(i % 2 == 0, lambda c: c.at[i].set(c[i] * 2.0), lambda c: c, c)
+
+        return lambda x: lx.fori_loop(0, 1024, step, x)
+
+    return _loop_case(body_of, 5)
+
+
 def _mlp_params(rng, sizes):
     return [
         ((rng.standard_normal((m, n)) / np.sqrt(m)).astype(np.float32), np.zeros(n, np.float32))
@@ -742,6 +775,8 @@ CASES = {
     "rfft 256x1024 float32": rfft_rows_case,
     "sort 2^20 float32": sort_case,
     "top_k 64 of 1024x1024": top_k_case,
+    "row updates in a fori_loop": row_updates_case,
+    "row updates under a cond": conditional_row_updates_case,
     "jit call x*2+1": call_overhead_case,
     "jit call 10 ops": call_overhead_ten_ops_case,
     "jit call pytree layer": call_overhead_pytree_case,
