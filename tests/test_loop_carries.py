@@ -35,6 +35,12 @@ BODIES = {
     "transposed": lambda a, b: lax.fori_loop(0, 5, lambda i, c: c.T * 0.5 + 1.0, a[:, :16]),
     "row updates": lambda a, b: lax.scan(_row_updates, a, fnp.arange(16)),
     "old carry as y": lambda a, b: lax.scan(lambda c, x: (c * 2.0 + x, c), a[0], a),
+    "old rows as ys": lambda a, b: lax.scan(
+        lambda c, i: (c.at[i].add(c[(i + 1) % 16]), (c[i] * 2.0, c.sum())), a, fnp.arange(16)
+    ),
+    "while reading the old carry last": lambda a, b: lax.while_loop(
+        lambda c: c[2] < 5, lambda c: (c[0] * 1.5 + 1.0, c[0][::-1] + c[1], c[2] + 1), (a, b, 0)
+    ),
     "new carry as y": lambda a, b: lax.scan(lambda c, x: (c * 2.0 + x, c * 2.0 + x), a[0], a),
     "passed through": lambda a, b: lax.fori_loop(0, 5, lambda i, c: (c[0], c[1] + c[0]), (a, b)),
     "read crosswise": lambda a, b: lax.fori_loop(
@@ -137,6 +143,13 @@ def test_a_carry_updated_in_place_is_copied_only_into_the_loop():
         return lax.fori_loop(0, 256, body, c)
 
     assert _carry_copies(conditional, carry) == 1  # and the cond's branches write it in place
+
+    # So does a body reading the old carry after the step writing the new one, by running
+    # the reading kernel first (`donation.carry_readers_first`).
+    def old_rows_out(c):
+        return lax.scan(lambda c, i: (c.at[i].add(1.0), c[i] * 2.0), c, fnp.arange(256))[1]
+
+    assert _carry_copies(old_rows_out, carry) == 1
     # A body reading its carry at other places than it writes keeps the copy back.
     assert _carry_copies(lambda c: lax.fori_loop(0, 3, lambda i, c: c[::-1] + 1.0, c), carry) == 2
 

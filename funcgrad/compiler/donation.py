@@ -33,7 +33,15 @@ from collections.abc import Sequence
 
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.memory import step_buffers
-from funcgrad.compiler.schedule import CondStep, GemmStep, KernelStep, Program
+from funcgrad.compiler.schedule import (
+    CondStep,
+    GemmStep,
+    KernelStep,
+    Program,
+    ScanStep,
+    WhileStep,
+    all_steps,
+)
 from funcgrad.ir import ClosedJaxpr
 
 
@@ -63,6 +71,47 @@ def carries_in_place(body: Program, first: int, count: int) -> dict[int, int]:
         for k in range(count)
         if _may_host(body.steps, touching, body.inputs[first + k], body.outputs[k])
     }
+
+
+def carry_readers_first(program: Program) -> None:
+    """In each loop body of the program (and of the programs it holds), move the kernels that
+    read a carry input after the first step writing that carry's output to just before it,
+    where nothing between depends on them or they on it: the carry may then be updated in
+    place (`carries_in_place`; a scan returning its old carry as y read it after the new
+    one was written, so the whole carry was copied back each iteration)."""
+    for step in all_steps(program):
+        if isinstance(step, ScanStep):
+            _readers_first(step.body, len(step.consts), len(step.carry))
+        elif isinstance(step, WhileStep):
+            _readers_first(step.body, len(step.body_consts), len(step.carry))
+
+
+def _readers_first(body: Program, first: int, count: int) -> None:
+    steps = body.steps
+    for k in range(count):
+        source, out = body.inputs[first + k], body.outputs[k]
+        writers = [t for t, step in enumerate(steps) if _writes(step, out)]
+        if not writers:
+            continue
+        target = writers[0]
+        for t in range(target + 1, len(steps)):
+            step = steps[t]
+            if not isinstance(step, KernelStep) or source not in step.kernel.inputs:
+                continue
+            if all(_independent(step, steps[u]) for u in range(target, t)):
+                steps.insert(target, steps.pop(t))
+                target += 1
+
+
+def _independent(moved: KernelStep, other) -> bool:
+    """Whether kernel `moved` may run before step `other` (which ran first): neither writes
+    what the other touches."""
+    reads, writes = set(moved.kernel.inputs), set(moved.kernel.outputs)
+    if isinstance(other, KernelStep):
+        other_reads, other_writes = set(other.kernel.inputs), set(other.kernel.outputs)
+    else:
+        other_reads = other_writes = set(step_buffers(other))
+    return not (reads & other_writes or writes & (other_reads | other_writes))
 
 
 def _may_host(steps: list, touching: list, source: K.Buffer, out: K.Buffer) -> bool:

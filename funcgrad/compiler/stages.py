@@ -7,6 +7,7 @@ import functools
 
 from funcgrad.compiler import parallel, passes, radix_sort, rows, tiling
 from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
+from funcgrad.compiler.donation import carry_readers_first
 from funcgrad.compiler.fusion import folds_along_memory
 from funcgrad.compiler.horizontal import merge_maps
 from funcgrad.compiler.index_algebra import (
@@ -57,7 +58,9 @@ def plan(
     kernel's offsets are then simplified with its loops' ranges, a CPU's nests of folds made
     one loop (`index_algebra.merge_fold_nests`) and its transposing nests walked in tiles
     (`tiling`), and nests of rows made one loop over the rows (`index_algebra`); last, a
-    GPU's independent map kernels are merged into one launch (`horizontal.merge_maps`)."""
+    GPU's independent map kernels are merged into one launch (`horizontal.merge_maps`), and
+    a CPU's loop bodies read their carries before they write them where they may
+    (`donation.carry_readers_first`)."""
     optimized = passes.optimize(closed)
     if mentions_complex(optimized.jaxpr):
         # Complex values compute as pairs of reals, laid out as the caller's buffers are.
@@ -91,4 +94,6 @@ def plan(
             collapse_row_nests(step.kernel, 1 if gpu else CPU_ROW_WORK)
     if reductions is not None and reductions.column_threads:
         merge_maps(program)
+    if not gpu:
+        carry_readers_first(program)
     return optimized, program, plan_memory(program)
