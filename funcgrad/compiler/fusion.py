@@ -15,8 +15,6 @@ so their elementwise producers fuse in as well.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
 from collections.abc import Callable
 
@@ -25,6 +23,7 @@ import numpy as np
 from funcgrad import dtypes
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler import mathlib, radix_sort
+from funcgrad.compiler.choices import Choice
 from funcgrad.compiler.kernel_ir import INDEX, Expr
 from funcgrad.core import PRIMITIVES, Primitive
 from funcgrad.ir import JaxprEqn, Literal, Var
@@ -696,17 +695,7 @@ def reduction_fold(eqn: JaxprEqn) -> tuple[str, Expr]:
 # accumulator (`_reduce`): a CPU's choice. A GPU keeps the running values in the output and
 # takes their columns over its grid, which splits each column's fold into parts
 # (`parallel.columns_outer`).
-_folds_along_memory = contextvars.ContextVar("folds_along_memory", default=True)
-
-
-@contextlib.contextmanager
-def folds_along_memory(on: bool):
-    """Within it, `_reduce` folds along memory (as above) or not."""
-    token = _folds_along_memory.set(on)
-    try:
-        yield
-    finally:
-        _folds_along_memory.reset(token)
+folds_along_memory = Choice("folds_along_memory", True)
 
 
 def _reduce(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
@@ -738,7 +727,7 @@ def _reduce(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
         index = [K.fresh_index() for _ in shape]
         term = operand(index)
         along_memory = _in_order_along(term, [index[d] for d in axes], index[-1])
-        if not (along_memory and _folds_along_memory.get()):
+        if not (along_memory and folds_along_memory.get()):
             initialize = loop_nest(
                 out_shape, lambda index: [K.Store(out, flat_offset(index, out_shape), init)]
             )
@@ -824,7 +813,7 @@ def _argreduce(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     value_dtype = compute_dtype(x.aval.dtype)
     out_shape = eqn.outvars[0].aval.shape
     better = "gt" if eqn.primitive.name == "argmax" else "lt"
-    if _folds_along_memory.get() and value_dtype != K.BOOL:
+    if folds_along_memory.get() and value_dtype != K.BOOL:
         return loop_nest(
             out_shape, lambda out_index: _extreme_then_first(builder, eqn, out_index, out)
         )
@@ -922,7 +911,7 @@ def _cumulative(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     acc_dtype = compute_dtype(dtype)
     outer_shape = tuple(s for d, s in enumerate(shape) if d != axis)
     across = math.prod(shape[axis + 1 :])
-    if _folds_along_memory.get() and acc_dtype == dtype and across >= _RUNNING_SUMS_FROM:
+    if folds_along_memory.get() and acc_dtype == dtype and across >= _RUNNING_SUMS_FROM:
         return _slice_by_slice(builder, eqn, out)
 
     def per_line(outer_index: list) -> list:

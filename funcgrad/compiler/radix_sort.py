@@ -18,13 +18,12 @@ values per pass outweighs the n log n steps of merging a few elements."""
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 from collections.abc import Callable
 
 import numpy as np
 
 from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler.choices import Choice
 from funcgrad.compiler.kernel_ir import INDEX, Expr
 
 RADIX_FROM = 32
@@ -32,21 +31,12 @@ _DIGIT_BITS = 8
 _BUCKETS = 1 << _DIGIT_BITS
 _POSITION = np.dtype(np.int32)  # a place in a line (lines are shorter than 2^31)
 
-_on = contextvars.ContextVar("sorts_by_radix", default=False)
-
-
-@contextlib.contextmanager
-def sorts_by_radix(on: bool):
-    """Within it, lines of at least `RADIX_FROM` elements sort by radix (`applies`)."""
-    token = _on.set(on)
-    try:
-        yield
-    finally:
-        _on.reset(token)
+# Whether lines of at least `RADIX_FROM` elements sort by radix (`applies`): a CPU's choice.
+sorts_by_radix = Choice("sorts_by_radix", False)
 
 
 def applies(n: int) -> bool:
-    return _on.get() and RADIX_FROM <= n <= np.iinfo(_POSITION).max
+    return sorts_by_radix.get() and RADIX_FROM <= n <= np.iinfo(_POSITION).max
 
 
 # A key: (line, position) -> an unsigned integer, as narrow as the value it stands for, ordering

@@ -14,12 +14,11 @@ accumulator per row).
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
 from dataclasses import dataclass
 
 from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler.choices import Choice
 from funcgrad.compiler.fusion import (
     REDUCTIONS,
     Accumulation,
@@ -122,18 +121,8 @@ MAX_GROUP_WORK = 100
 # more members share such rows (`short_row_groups`). On a CPU one loop of the loss gradient's
 # 13 members over rows of 10 ran 22.6-23.4 µs a call against 20.1-20.5 as two loops of 8 and 5.
 SHORT_ROW = 32
-_short_row_group = contextvars.ContextVar("short_row_group", default=MAX_GROUP)
-
-
-@contextlib.contextmanager
-def short_row_groups(members: int):
-    """Within it, up to `members` kernels over rows of at most SHORT_ROW elements share a
-    loop (MAX_GROUP elsewhere)."""
-    token = _short_row_group.set(members)
-    try:
-        yield
-    finally:
-        _short_row_group.reset(token)
+# How many kernels over rows of at most SHORT_ROW elements may share a loop.
+short_row_groups = Choice("short_row_groups", MAX_GROUP)
 
 
 def _most_members(members: list[Member], outer: tuple) -> int:
@@ -141,7 +130,7 @@ def _most_members(members: list[Member], outer: tuple) -> int:
     short (`short_row_groups`)."""
     rows = math.prod(outer)
     longest = max(_row_elements(m) // rows for m in members)
-    return _short_row_group.get() if longest <= SHORT_ROW else MAX_GROUP
+    return short_row_groups.get() if longest <= SHORT_ROW else MAX_GROUP
 
 
 def _work(member: Member, producer: dict, buffer_of: dict) -> int:

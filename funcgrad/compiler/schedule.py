@@ -19,8 +19,6 @@ The scheduler is backend-independent: renderers take the program as it is.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
 import itertools
 import math
@@ -39,6 +37,7 @@ from funcgrad.compiler import (
     special,  # noqa: F401  (registers erf_inv and digamma)
 )
 from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler.choices import Choice
 from funcgrad.compiler.fusion import (
     REDUCTIONS,
     SCATTERS,
@@ -481,17 +480,7 @@ def _converts_exactly(operand: np.dtype, result: np.dtype) -> bool:
 # Whether a product of a matrix and a vector is a fused kernel, not a library GEMM: a CPU's
 # library runs them as GEMMs of one row or column (a 1024x1024 matrix by a vector 0.14 ms, a
 # vector by it 0.44 ms, where a fused kernel reading the matrix once takes 0.05 ms).
-_vector_products_fuse = contextvars.ContextVar("vector_products_fuse", default=False)
-
-
-@contextlib.contextmanager
-def vector_products_fuse(on: bool):
-    """Within it, a product of a matrix and a vector (no batch) is a kernel (`_gemm_shape`)."""
-    token = _vector_products_fuse.set(on)
-    try:
-        yield
-    finally:
-        _vector_products_fuse.reset(token)
+vector_products_fuse = Choice("vector_products_fuse", False)
 
 
 def _gemm_shape(eqn: JaxprEqn, gemm_dtypes: tuple):
@@ -514,7 +503,7 @@ def _gemm_shape(eqn: JaxprEqn, gemm_dtypes: tuple):
     )
     if batch * m * n * k < GEMM_MIN_FLOPS:
         return None
-    if batch == 1 and min(m, n) == 1 and _vector_products_fuse.get():
+    if batch == 1 and min(m, n) == 1 and vector_products_fuse.get():
         return None
     return batch, m, n, k
 
@@ -699,18 +688,8 @@ def _unwrap(value) -> np.ndarray:
 # beside the gradient it sums): a predicate on (rows, columns), true where that fold runs as
 # one kernel of blocks (on a GPU: `parallel.column_fold_on_blocks`); None elsewhere (a CPU
 # streams rows through a column fold, which a map's threads would not share).
-_column_folds_with_maps = contextvars.ContextVar("column_folds_with_maps", default=None)
-
-
-@contextlib.contextmanager
-def column_folds_with_maps(on_blocks):
-    """Within it, a map kernel also makes a column fold of a value it stores where
-    `on_blocks(rows, columns)` holds (`_Scheduler._map_with_column_fold`)."""
-    token = _column_folds_with_maps.set(on_blocks)
-    try:
-        yield
-    finally:
-        _column_folds_with_maps.reset(token)
+# (`_Scheduler._map_with_column_fold`)
+column_folds_with_maps = Choice("column_folds_with_maps", None)
 
 
 def schedule(
@@ -973,7 +952,7 @@ class _Scheduler:
     def _column_fold(self, kept: list) -> JaxprEqn | None:
         """A reduction over all but the last axis of a value a map kernel stores, which that
         kernel may make (`column_folds_with_maps`)."""
-        on_blocks = _column_folds_with_maps.get()
+        on_blocks = column_folds_with_maps.get()
         shape = kept[0].aval.shape
         if on_blocks is None or len(shape) < 2 or shape[-1] < 2:
             return None

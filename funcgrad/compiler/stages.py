@@ -68,11 +68,11 @@ def plan(
     gpu = reductions is not None and bool(reductions.column_threads)
     on_blocks = functools.partial(parallel.column_fold_on_blocks, split=reductions) if gpu else None
     with (
-        folds_along_memory(not gpu),
-        radix_sort.sorts_by_radix(not gpu),
-        vector_products_fuse(not gpu),
-        rows.short_row_groups(short_row_group),
-        column_folds_with_maps(on_blocks),
+        folds_along_memory.chosen(not gpu),
+        radix_sort.sorts_by_radix.chosen(not gpu),
+        vector_products_fuse.chosen(not gpu),
+        rows.short_row_groups.chosen(short_row_group),
+        column_folds_with_maps.chosen(on_blocks),
     ):
         program = schedule(optimized, gemm_dtypes, contraction_dtypes)
     if reductions is not None and reductions.column_threads:
