@@ -165,7 +165,8 @@ FLOAT_TRANSCENDENTAL = {
         "acosh atanh rsqrt cbrt erf erfc erf_inv lgamma digamma"
     ).split()
 }
-FLOAT_BINARY = {
+# The binary operations of every dtype.
+ARITHMETIC = {
     "add": lax.add,
     "sub": lax.sub,
     "mul": lax.mul,
@@ -173,6 +174,9 @@ FLOAT_BINARY = {
     "rem": lax.rem,
     "max": lax.max,
     "min": lax.min,
+}
+FLOAT_BINARY = {
+    **ARITHMETIC,
     "nextafter": lax.nextafter,
     "pow": lax.pow,
     "atan2": lax.atan2,
@@ -213,13 +217,7 @@ def test_float_operations_at_edge_values(backend):
 
 
 INT_BINARY = {
-    "add": lax.add,
-    "sub": lax.sub,
-    "mul": lax.mul,
-    "div": lax.div,
-    "rem": lax.rem,
-    "max": lax.max,
-    "min": lax.min,
+    **ARITHMETIC,
     "and": lax.bitwise_and,
     "xor": lax.bitwise_xor,
     "shift_left": lax.shift_left,
