@@ -348,8 +348,9 @@ def _materialized(eqns: list[JaxprEqn], outvars: list, produced: set) -> set:
                 keep.add(v)  # control flow and callbacks read buffers
             demand[v] += 2 if _rereads(eqn, position) else weight
     _bound_depth(eqns, keep)
-    _apart_from_scattered(eqns, keep)
-    _apart_from_arg_reductions(eqns, keep)
+    producer = {v: eqn for eqn in eqns for v in eqn.outvars}
+    _apart_from_scattered(eqns, keep, producer)
+    _apart_from_arg_reductions(eqns, keep, producer)
     return {v for v in keep if v in produced}
 
 
@@ -382,58 +383,47 @@ _COSTLY = {
 _ARG_REDUCTIONS = {PRIMITIVES["argmax"], PRIMITIVES["argmin"]}
 
 
-def _apart_from_arg_reductions(eqns: list[JaxprEqn], keep: set) -> None:
+def _apart_from_arg_reductions(eqns: list[JaxprEqn], keep: set, producer: dict) -> None:
     """Give the operand of an argmax or argmin a buffer where computing it is costly: its
     fold carries an index beside the running value and does not vectorize, so costly work
     fused into it runs an element at a time (categorical's Gumbel noise, random bits and two
     logarithms per element, 75 ms for 256x10000 fused, 3 ms apart)."""
-    producer = {v: eqn for eqn in eqns for v in eqn.outvars}
-
-    def costly(v) -> bool:
-        pending, seen = [v], set()
-        while pending:
-            var = pending.pop()
-            if var in seen or var in keep or var not in producer:
-                continue
-            seen.add(var)
-            eqn = producer[var]
-            if eqn.primitive in _COSTLY:
-                return True
-            pending += [u for u in eqn.invars if type(u) is Var]
-        return False
-
     for eqn in eqns:
         operand = eqn.invars[0] if eqn.primitive in _ARG_REDUCTIONS else None
-        if type(operand) is Var and operand not in keep and costly(operand):
+        if type(operand) is not Var or operand in keep:
+            continue
+        if any(e.primitive in _COSTLY for e in _fused_eqns(operand, producer, keep)):
             keep.add(operand)
 
 
-def _apart_from_scattered(eqns: list[JaxprEqn], keep: set) -> None:
+def _apart_from_scattered(eqns: list[JaxprEqn], keep: set, producer: dict) -> None:
     """Give a scatter's indices and updates a buffer where computing them reads the operand
     they scatter into (`x.at[i].set(f(x[i]))`): the scatter's kernel then reads its operand
     only as it copies it, so its result may be written in the operand's own memory
     (`donation`: a loop's carry, a donated argument), where the copy is none."""
-    producer = {v: eqn for eqn in eqns for v in eqn.outvars}
-
-    def reads(v, operand) -> bool:
-        pending, seen = [v], set()
-        while pending:
-            var = pending.pop()
-            if var is operand:
-                return True
-            if var in seen or var in keep or var not in producer:
-                continue
-            seen.add(var)
-            pending += [u for u in producer[var].invars if type(u) is Var]
-        return False
-
     for eqn in eqns:
         if eqn.primitive not in SCATTERS:
             continue
         operand = eqn.invars[0]
         for v in eqn.invars[1:]:
-            if type(v) is Var and v not in keep and reads(v, operand):
+            if type(v) is not Var or v in keep:
+                continue
+            fused = _fused_eqns(v, producer, keep)
+            if v is operand or any(operand in e.invars for e in fused):
                 keep.add(v)
+
+
+def _fused_eqns(v: Var, producer: dict, keep: set):
+    """The equations a kernel reading `v` computes in its expression: v's own and those of
+    the values it reads in turn, up to values that have a buffer (`keep`)."""
+    pending, seen = [v], set()
+    while pending:
+        var = pending.pop()
+        if var in seen or var in keep or var not in producer:
+            continue
+        seen.add(var)
+        yield producer[var]
+        pending += [u for u in producer[var].invars if type(u) is Var]
 
 
 # The longest chain of equations one kernel computes per element: a longer chain is cut by
