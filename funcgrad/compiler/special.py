@@ -23,6 +23,7 @@ import numpy as np
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.fusion import compute_dtype, element_rules
 from funcgrad.compiler.kernel_ir import Expr
+from funcgrad.compiler.mathlib import _horner
 from funcgrad.core import PRIMITIVES
 from funcgrad.lax._special import _NEG_ROOT, _NEG_ROOT_TAYLOR, _POS_ROOT, _POS_ROOT_TAYLOR
 
@@ -96,13 +97,6 @@ def _erf_inv_fitted(y: Expr) -> Expr:
     x = K.select(K.binary("eq", a, one), _c(np.inf, a), x)
     x = K.select(K.binary("gt", a, one), _c(np.nan, a), x)
     return K.cast(x * K.unary("sign", wide), y.dtype)
-
-
-def _horner(coefficients: tuple, t: Expr) -> Expr:
-    result = _c(coefficients[-1], t)
-    for coefficient in reversed(coefficients[:-1]):
-        result = result * t + _c(coefficient, t)
-    return result
 
 
 # The series is used from here on: its first omitted term, B_16 / (16 x^16), is below 5e-17.

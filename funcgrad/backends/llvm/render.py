@@ -1133,8 +1133,9 @@ class ModuleRenderer:
 
     def copy_all(self, destinations: list[K.Buffer], sources: list[K.Buffer]) -> None:
         for d, s in zip(destinations, sources):
-            if self.pointer(self.entry, d) != self.pointer(self.entry, s):
-                self.copy(self.pointer(self.entry, d), self.pointer(self.entry, s), nbytes(d))
+            destination, source = self.pointer(self.entry, d), self.pointer(self.entry, s)
+            if destination != source:  # (a carry or a cond's result written in place)
+                self.copy(destination, source, nbytes(d))
 
     def bind_loop_body(self, body: Program, sources: list, first_carry: int, carries: int):
         """Bind a loop body's inputs to `sources`; each carry output that may be written
