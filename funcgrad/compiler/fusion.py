@@ -921,12 +921,9 @@ def _cumulative(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
         full = list(outer_index)
         full.insert(axis, position)
         value = K.cast(builder.element(x, full), acc_dtype)
-        if eqn.primitive.name == "cumlogsumexp":
-            updated = _logaddexp(acc.read(), value)
-        else:
-            # Like the reference, half precision accumulates in float32, rounded only when
-            # stored (a float16 running sum would stall at 2048).
-            updated = K.binary(_CUMULATIVE[eqn.primitive.name], acc.read(), value)
+        # Like the reference, half precision accumulates in float32, rounded only when stored
+        # (a float16 running sum would stall at 2048).
+        updated = _cumulative_step(eqn, acc.read(), value)
         first = K.binary("eq", i, _index_const(0))
         return [
             K.SetAcc(acc, K.const(0, acc_dtype)),
@@ -973,11 +970,7 @@ def _slice_by_slice(builder: KernelBuilder, eqn: JaxprEqn, out: K.Buffer) -> lis
             index = at(position, before, after)
             previous = at(position - _index_const(step), before, after)
             running = K.Load(out, flat_offset(previous, shape))
-            value = builder.element(x, index)
-            if eqn.primitive.name == "cumlogsumexp":
-                updated = _logaddexp(running, value)
-            else:
-                updated = K.binary(_CUMULATIVE[eqn.primitive.name], running, value)
+            updated = _cumulative_step(eqn, running, builder.element(x, index))
             return [K.Store(out, flat_offset(index, shape), updated)]
 
         after_shape = shape[axis + 1 :]
@@ -985,6 +978,13 @@ def _slice_by_slice(builder: KernelBuilder, eqn: JaxprEqn, out: K.Buffer) -> lis
         return loop_nest(after_shape, copy) + rest
 
     return loop_nest(shape[:axis], slices)
+
+
+def _cumulative_step(eqn: JaxprEqn, running: Expr, value: Expr) -> Expr:
+    """The running value of a cumulative op combined with the next element."""
+    if eqn.primitive.name == "cumlogsumexp":
+        return _logaddexp(running, value)
+    return K.binary(_CUMULATIVE[eqn.primitive.name], running, value)
 
 
 def _logaddexp(a: Expr, b: Expr) -> Expr:
@@ -1737,37 +1737,36 @@ def _top_k(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     lines = size_of(outer_shape)
     k = eqn.params["k"]
 
-    def before(line: Expr, p: Expr, q: Expr) -> Expr:
-        outer = _outer_indices(line, outer_shape)
-        a = builder.element(operand, outer + [p])
-        b = builder.element(operand, outer + [q])
-        if a.dtype in dtypes.HALF_FLOATS:
-            # Ranked by their own bits, which order them as float32's do: widening a signaling
-            # NaN may quiet it (x86's conversion does), moving it among the NaNs.
-            return K.binary("gt", _total_order_key(a), _total_order_key(b))
-        a, b = _sort_value(a), _sort_value(b)
-        if a.dtype.kind == "f":
-            a, b = _total_order_key(a), _total_order_key(b)
-        return K.binary("gt", a, b)
-
     out_shape = outer_shape + (k,)
+
+    def ranked(line: Expr, position: Expr) -> Expr:
+        """The element's rank, an integer (a float's place in the IEEE total order)."""
+        a = builder.element(operand, _outer_indices(line, outer_shape) + [position])
+        if a.dtype not in dtypes.HALF_FLOATS:
+            a = _sort_value(a)
+        # (Halves are ranked by their own bits, which order them as float32's do: widening a
+        # signaling NaN may quiet it (x86's conversion does), moving it among the NaNs.)
+        return _total_order_key(a) if dtypes.is_float(a.dtype) else a
+
+    def stores(outer: list, rank: Expr, position: Expr) -> list:
+        offset = flat_offset(outer + [rank], out_shape)
+        return [
+            K.Store(values_out, offset, builder.element(operand, outer + [position])),
+            K.Store(indices_out, offset, K.cast(position, indices_out.dtype)),
+        ]
+
     if radix_sort.applies(n):
 
         def key(line: Expr, position: Expr) -> Expr:
-            a = builder.element(operand, _outer_indices(line, outer_shape) + [position])
-            if a.dtype not in dtypes.HALF_FLOATS:  # (ranked by their own bits, as `before`)
-                a = _sort_value(a)
-            return radix_sort.descending_key(_total_order_key(a) if dtypes.is_float(a.dtype) else a)
+            return radix_sort.descending_key(ranked(line, position))
 
         def place(line: Expr, rank: Expr, position: Expr) -> list:
-            outer = _outer_indices(line, outer_shape)
-            offset = flat_offset(outer + [rank], out_shape)
-            return [
-                K.Store(values_out, offset, builder.element(operand, outer + [position])),
-                K.Store(indices_out, offset, K.cast(position, indices_out.dtype)),
-            ]
+            return stores(_outer_indices(line, outer_shape), rank, position)
 
         return radix_sort.sort_lines(builder, lines, n, [key], k, place)
+
+    def before(line: Expr, p: Expr, q: Expr) -> Expr:
+        return K.binary("gt", ranked(line, p), ranked(line, q))
 
     statements, order = _merge_sort(builder, lines, n, before)
 
@@ -1775,11 +1774,7 @@ def _top_k(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
         outer = index[:-1]
         line = flat_offset(outer, outer_shape) if outer_shape else _index_const(0)
         position = K.Load(order, line * _index_const(n) + index[-1])
-        offset = flat_offset(index, out_shape)
-        return [
-            K.Store(values_out, offset, builder.element(operand, outer + [position])),
-            K.Store(indices_out, offset, K.cast(position, indices_out.dtype)),
-        ]
+        return stores(outer, index[-1], position)
 
     return statements + loop_nest(out_shape, gather)
 
