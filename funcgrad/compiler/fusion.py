@@ -1716,16 +1716,6 @@ def _sort(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     return statements + loop_nest(shape, gather)
 
 
-def _total_order_key(x: Expr) -> Expr:
-    """A float's place in the IEEE total order as a signed integer (the reference's
-    `sorting._total_order_key`): its bits, every bit but the sign flipped where the sign is
-    set."""
-    bits_dtype = np.dtype(f"int{x.dtype.itemsize * 8}")
-    bits = K.Bitcast(x, bits_dtype)
-    flipped = K.binary("xor", bits, K.const(int(np.iinfo(bits_dtype).max), bits_dtype))
-    return K.select(K.binary("lt", bits, K.const(0, bits_dtype)), flipped, bits)
-
-
 def _top_k(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
     """The k largest along the last axis, largest first (floats in the IEEE total order: +NaN
     first, 0.0 before -0.0, -NaN last); equal values keep their index order."""
@@ -1746,7 +1736,7 @@ def _top_k(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list:
             a = _sort_value(a)
         # (Halves are ranked by their own bits, which order them as float32's do: widening a
         # signaling NaN may quiet it (x86's conversion does), moving it among the NaNs.)
-        return _total_order_key(a) if dtypes.is_float(a.dtype) else a
+        return radix_sort.total_order_key(a) if dtypes.is_float(a.dtype) else a
 
     def stores(outer: list, rank: Expr, position: Expr) -> list:
         offset = flat_offset(outer + [rank], out_shape)

@@ -48,35 +48,44 @@ def _unsigned(bits: int) -> np.dtype:
     return np.dtype(f"uint{max(bits, 8)}")
 
 
+def total_order_key(x: Expr) -> Expr:
+    """A float's place in the IEEE total order as a signed integer (the reference's
+    `sorting._total_order_key`): its bits, every bit but the sign flipped where the sign is
+    set."""
+    bits_dtype = np.dtype(f"int{x.dtype.itemsize * 8}")
+    bits = K.Bitcast(x, bits_dtype)
+    flipped = K.binary("xor", bits, K.const(int(np.iinfo(bits_dtype).max), bits_dtype))
+    return K.select(K.binary("lt", bits, K.const(0, bits_dtype)), flipped, bits)
+
+
 def ascending_key(x: Expr) -> Expr:
     """`x` as an unsigned integer of its width in the sort's order (`fusion._sort`): bools
     and integers by value, floats by value with -0.0 equal to 0.0 and every NaN last, all
     equal."""
-    kind, bits = x.dtype.kind, x.dtype.itemsize * 8
-    unsigned = _unsigned(bits)
-    if kind in "bu":
+    unsigned = _unsigned(x.dtype.itemsize * 8)
+    if x.dtype.kind in "bu":
         return K.cast(x, unsigned)
-    sign = K.const(1 << (bits - 1), unsigned)
-    if kind == "i":
-        return K.binary("xor", K.Bitcast(x, unsigned), sign)
+    if x.dtype.kind == "i":
+        return _as_unsigned(x)
     zero = K.const(0, x.dtype)
-    bits_of = K.Bitcast(K.select(K.binary("eq", x, zero), zero, x), unsigned)
-    ones = K.const(np.iinfo(unsigned).max, unsigned)
-    negative = K.binary("ne", K.binary("and", bits_of, sign), K.const(0, unsigned))
-    key = K.select(negative, K.binary("xor", bits_of, ones), K.binary("xor", bits_of, sign))
-    return K.select(K.binary("ne", x, x), ones, key)
+    key = _as_unsigned(total_order_key(K.select(K.binary("eq", x, zero), zero, x)))
+    return K.select(K.binary("ne", x, x), K.const(np.iinfo(unsigned).max, unsigned), key)
 
 
-def descending_key(total_order: Expr) -> Expr:
-    """An integer (a float's `fusion._total_order_key`, or an integer value) as an unsigned
-    integer of its width whose ascending order is the integer's descending order."""
-    unsigned = _unsigned(total_order.dtype.itemsize * 8)
-    ones = np.iinfo(unsigned).max
-    if total_order.dtype.kind in "bu":
-        return K.binary("xor", K.cast(total_order, unsigned), K.const(ones, unsigned))
-    # Flipping all but the sign bit: the sign bit flipped orders signed as unsigned, then
-    # every bit flipped reverses the order.
-    return K.binary("xor", K.Bitcast(total_order, unsigned), K.const(ones >> 1, unsigned))
+def descending_key(ranked: Expr) -> Expr:
+    """An integer (a float's `total_order_key`, or an integer value) as an unsigned integer
+    of its width whose ascending order is the integer's descending order."""
+    unsigned = _unsigned(ranked.dtype.itemsize * 8)
+    ascending = K.cast(ranked, unsigned) if ranked.dtype.kind in "bu" else _as_unsigned(ranked)
+    return K.binary("xor", ascending, K.const(np.iinfo(unsigned).max, unsigned))
+
+
+def _as_unsigned(signed: Expr) -> Expr:
+    """A signed integer as the unsigned one of its width in the same order (its sign bit
+    flipped)."""
+    bits = signed.dtype.itemsize * 8
+    unsigned = _unsigned(bits)
+    return K.binary("xor", K.Bitcast(signed, unsigned), K.const(1 << (bits - 1), unsigned))
 
 
 def sort_lines(builder, lines: int, n: int, keys: list[Key], ranks: int, emit: Callable) -> list:
