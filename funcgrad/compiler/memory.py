@@ -15,6 +15,7 @@ from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.schedule import (
     CallbackStep,
     CondStep,
+    ConvStep,
     GemmStep,
     KernelStep,
     Program,
@@ -60,6 +61,8 @@ def step_buffers(step) -> list[K.Buffer]:
     if isinstance(step, GemmStep):
         addend = [step.addend] if step.addend is not None else []
         return [step.lhs, step.rhs, *addend, step.out]
+    if isinstance(step, ConvStep):
+        return [step.a, step.b, step.out]
     if isinstance(step, FortranCall):
         return [a[0] for a in step.args if isinstance(a, tuple)]
     if isinstance(step, CondStep):

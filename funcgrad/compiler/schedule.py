@@ -128,6 +128,37 @@ class GemmStep:
 
 
 @dataclass(eq=False)
+class ConvStep:
+    """A convolution as a strided product computed in register tiles (CPU only):
+
+        out[o(t) + r * out_row + j] = sum over the terms k of
+                                      a[a(t) + r * a_row + a(k)] * b[b(t) + j + b(k)]
+
+    for every outer index t, row r and column j, where o(t), a(t), b(t), a(k) and b(k) sum
+    index times stride over `outer`'s dimensions and `terms`'. Columns are contiguous in `b`
+    and `out`, so a tile's columns are vectors, and each of its rows multiplies one element of
+    `a` into them. With the output's features innermost (NHWC), the rows are output positions
+    along the last spatial dimension and the columns output features: `a` is the input (each
+    row a window), `b` the weights. With positions innermost (NCHW), the rows are output
+    features and the columns positions: `a` is the weights, `b` the input. `a` or `b`, as
+    the input, is padded already (a kernel wrote it so), so every term reads an element."""
+
+    a: K.Buffer
+    b: K.Buffer
+    out: K.Buffer
+    outer: tuple[tuple[int, int, int, int], ...]  # (count, a stride, b stride, out stride)
+    rows: tuple[int, int, int]  # (count, a stride, out stride)
+    columns: int
+    terms: tuple[tuple[int, int, int], ...]  # (count, a stride, b stride), outermost first
+    eqn: JaxprEqn
+
+    def label(self) -> str:
+        """The convolution as a profile names it: its output's shape and dtype."""
+        shape = "x".join(map(str, self.eqn.outvars[0].aval.shape))
+        return f"conv {shape} {self.out.dtype.name}"
+
+
+@dataclass(eq=False)
 class CallbackStep:
     """Native code calls back into Python, in program order: debug.print and debug.callback,
     pure_callback, and primitives that run on machinery of their own (pmap's devices), whose
@@ -193,6 +224,7 @@ def visit(visitor, step) -> None:
 _VISITS = {
     KernelStep: "kernel",
     GemmStep: "gemm",
+    ConvStep: "conv",
     CondStep: "cond",
     WhileStep: "while_loop",
     ScanStep: "scan",
@@ -269,6 +301,12 @@ def step_text(step, indent: str) -> list[str]:
             alpha, beta = (str(step.out.dtype.type(c)) for c in (step.alpha, step.beta))
             product = f"{alpha} * {product} + {beta} * {step.addend.name}"
         return [f"{indent}{step.out.name} = {product}"]
+    if isinstance(step, ConvStep):
+        rows, columns = step.rows[0], step.columns
+        terms = "x".join(str(count) for count, *_ in step.terms)
+        shape = f"outer={'x'.join(str(count) for count, *_ in step.outer)}, rows={rows}"
+        product = f"conv_tiles[{shape}, columns={columns}, terms={terms}]"
+        return [f"{indent}{step.out.name} = {product}({step.a.name}, {step.b.name})"]
     results = ", ".join(b.name for b in step.results)
     call = f"callback {step.eqn.primitive.name}({', '.join(b.name for b in step.operands)})"
     return [f"{indent}{results} = {call}" if results else f"{indent}{call}"]
@@ -471,6 +509,14 @@ def _converts_exactly(operand: np.dtype, result: np.dtype) -> bool:
 # library runs them as GEMMs of one row or column (a 1024x1024 matrix by a vector 0.14 ms, a
 # vector by it 0.44 ms, where a fused kernel reading the matrix once takes 0.05 ms).
 vector_products_fuse = Choice("vector_products_fuse", False)
+# Whether convolutions run in register tiles (`ConvStep`), a CPU's choice; a GPU's run as
+# tiled products of its own (`_conv_contraction`) or GEMMs.
+convolves_in_tiles = Choice("convolves_in_tiles", False)
+# A convolution runs in tiles when its output's innermost dimension fills a vector of this size.
+TILE_COLUMNS_BYTES = 64
+# The longest sum a tile accumulates (512 input features under a 3x3 window); a longer one
+# runs as a GEMM, which sums in blocks.
+TILE_MAX_TERMS = 4608
 
 
 def _gemm_shape(eqn: JaxprEqn, gemm_dtypes: tuple):
@@ -581,6 +627,11 @@ def _conv_as_gemm(eqn: JaxprEqn, gemm_dtypes: tuple) -> bool:
     if out.dtype not in gemm_dtypes or not lhs.aval.dtype == rhs.aval.dtype == out.dtype:
         return False
     return out.size * math.prod(rhs.aval.shape[1:]) // 1 >= GEMM_MIN_FLOPS
+
+
+def _strides(shape: tuple[int, ...]) -> list[int]:
+    """Each dimension's stride, in elements, in a row-major array of `shape`."""
+    return [math.prod(shape[d + 1 :]) for d in range(len(shape))]
 
 
 def _window_element(builder: KernelBuilder, eqn: JaxprEqn, n, at, offsets, c) -> K.Expr:
@@ -876,6 +927,8 @@ class _Scheduler:
         elif primitive.name == "conv_general_dilated" and _conv_as_gemm(eqn, self.gemm_dtypes):
             if _spreads_input(eqn):
                 self._dilated_conv_gemm(eqn)
+            elif convolves_in_tiles.get() and self._conv_in_tiles(eqn):
+                pass
             elif eqn.outvars[0].aval.dtype in self.contraction_dtypes:
                 self._conv_contraction(eqn)
             else:
@@ -1025,6 +1078,110 @@ class _Scheduler:
             made = dict(addend=self.buffer_of[update.addend], alpha=update.alpha, beta=update.beta)
         gemm = (lhs_buffer, rhs_buffer, out, batch, m, n, k, transpose_lhs, transpose_rhs, eqn)
         self.steps.append(GemmStep(*gemm, **made))
+
+    def _conv_in_tiles(self, eqn: JaxprEqn) -> bool:
+        """A convolution as a `ConvStep`, where the output's innermost dimension is the
+        weights' innermost (features, NHWC and HWIO) or the input's innermost (a spatial
+        dimension the window moves along one element at a time, NCHW) and at least a vector
+        wide; whether it could be. The input is copied with its padding first (unless it has
+        none and is in memory already), the weights where fused into the convolution."""
+        lhs, rhs = eqn.invars
+        p = eqn.params
+        lhs_spec, rhs_spec, out_spec = p["dimension_numbers"]
+        out_shape = eqn.outvars[0].aval.shape
+        dtype = np.dtype(eqn.outvars[0].aval.dtype)
+        spatial = len(out_spec) - 2
+        innermost = len(out_shape) - 1
+        features_inner = out_spec[1] == innermost and rhs_spec[0] == rhs.aval.ndim - 1
+        positions_inner = (
+            spatial > 0
+            and out_spec[-1] == innermost
+            and lhs_spec[-1] == lhs.aval.ndim - 1
+            and p["window_strides"][-1] == 1
+        )
+        if (
+            spatial == 0
+            or max(p["lhs_dilation"]) > 1
+            or out_shape[innermost] < TILE_COLUMNS_BYTES // dtype.itemsize
+        ):
+            return False
+        if not (features_inner or positions_inner):
+            return False
+        # A weight gradient's window spans the places (its output, the weights, has few):
+        # each output sums the batch and every place, which a GEMM sums in blocks.
+        window = [rhs.aval.shape[d] for d in rhs_spec[2:]]
+        places = [out_shape[d] for d in out_spec[2:]]
+        in_features = rhs.aval.shape[rhs_spec[1]]
+        if (
+            math.prod(window) > math.prod(places)
+            or in_features * math.prod(window) > TILE_MAX_TERMS
+        ):
+            return False
+        padded_shape, padded = self._padded_input(eqn, dtype)
+        weights, _ = self._gemm_operand(rhs, [], list(range(rhs.aval.ndim)), dtype)
+        x, w, o = (_strides(shape) for shape in (padded_shape, rhs.aval.shape, out_shape))
+        strides, dilation = p["window_strides"], p["rhs_dilation"]
+        out = self.buffer_of[eqn.outvars[0]]
+        window = [
+            (rhs.aval.shape[rhs_spec[2 + s]], dilation[s] * x[lhs_spec[2 + s]], w[rhs_spec[2 + s]])
+            for s in range(spatial)
+        ]
+        terms = [(rhs.aval.shape[rhs_spec[1]], x[lhs_spec[1]], w[rhs_spec[1]]), *window]
+        terms.sort(key=lambda term: term[0])  # the longest innermost
+        # (count, input stride, weights stride, output stride) of the outer dimensions
+        batch = (out_shape[out_spec[0]], x[lhs_spec[0]], 0, o[out_spec[0]])
+        places = [
+            (out_shape[out_spec[2 + s]], strides[s] * x[lhs_spec[2 + s]], 0, o[out_spec[2 + s]])
+            for s in range(spatial)
+        ]
+        if features_inner:  # rows: the last spatial dimension's places; columns: features
+            (count, x_stride, _, o_stride) = places.pop()
+            outer = (batch, *places)
+            rows = (count, x_stride, o_stride)
+            step = ConvStep(
+                padded, weights, out, outer, rows, out_shape[innermost], tuple(terms), eqn
+            )
+        else:  # rows: output features; columns: the last spatial dimension's places
+            places.pop()
+            outer = tuple(
+                (count, 0, x_stride, o_stride) for count, x_stride, _, o_stride in (batch, *places)
+            )
+            rows = (out_shape[out_spec[1]], w[rhs_spec[0]], o[out_spec[1]])
+            swapped = tuple((count, w_stride, x_stride) for count, x_stride, w_stride in terms)
+            step = ConvStep(weights, padded, out, outer, rows, out_shape[innermost], swapped, eqn)
+        self.steps.append(step)
+        return True
+
+    def _padded_input(self, eqn: JaxprEqn, dtype: np.dtype) -> tuple[tuple, K.Buffer]:
+        """A convolution's input with its padding, zeros there (its own buffer where it has
+        none and is in memory), and its shape."""
+        lhs = eqn.invars[0]
+        lhs_spec = eqn.params["dimension_numbers"][0]
+        padding = eqn.params["padding"]
+        shape = list(lhs.aval.shape)
+        for s, (low, high) in enumerate(padding):
+            shape[lhs_spec[2 + s]] += low + high
+        if not any(low or high for low, high in padding):
+            buffer, _ = self._gemm_operand(lhs, [], list(range(lhs.aval.ndim)), dtype)
+            return tuple(shape), buffer
+        buffer = K.Buffer(f"t{next(_counter)}", dtype, math.prod(shape))
+        builder = KernelBuilder(self.producer, self.buffer_of)
+
+        def body(index):
+            source, inside = list(index), []
+            for s, (low, _) in enumerate(padding):
+                d = lhs_spec[2 + s]
+                source[d], ok = window_position(
+                    index[d], K.const(0, K.INDEX), 1, 1, low, 1, lhs.aval.shape[d]
+                )
+                inside.append(ok)
+            value = K.cast(builder.element(lhs, source), dtype)
+            for ok in inside:
+                value = K.select(ok, value, K.const(0, dtype))
+            return [K.Store(buffer, _flat_offset(index, shape), value)]
+
+        self._kernel(builder, [buffer], loop_nest(tuple(shape), body), [])
+        return tuple(shape), buffer
 
     def _conv_gemm(self, eqn: JaxprEqn) -> None:
         """A convolution as one GEMM: a fused kernel gathers each output position's input

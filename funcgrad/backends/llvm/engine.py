@@ -54,6 +54,12 @@ def _host() -> tuple[str, str]:
     return llvm.get_host_cpu_name(), llvm.get_host_cpu_features().flatten()
 
 
+def vector_bytes() -> int:
+    """The width of this CPU's widest vectors the code may use: 64 bytes with AVX-512, else
+    32 (AVX2's, and what LLVM splits wider vectors into elsewhere)."""
+    return 64 if "+avx512f" in _host()[1].split(",") else 32
+
+
 def target_machine():
     """A target machine for this CPU. Each engine takes ownership of (and later frees) the
     machine it is given, so every engine gets a new one."""

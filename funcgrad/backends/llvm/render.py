@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from funcgrad import dtypes
-from funcgrad.backends.llvm import blas, pool, prefetch
+from funcgrad.backends.llvm import blas, engine, pool, prefetch, tiles
 from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler import mathlib
 from funcgrad.compiler.donation import carries_in_place
@@ -33,6 +33,7 @@ from funcgrad.compiler.schedule import (
     CONTROL_STEPS,
     CallbackStep,
     CondStep,
+    ConvStep,
     GemmStep,
     KernelStep,
     Program,
@@ -1038,11 +1039,11 @@ class ModuleRenderer:
             f.emit(f"store i64 {total}, ptr {slot}")
 
     def label(self, step) -> str:
-        """What a profile calls a step: a kernel by its name in the module, a GEMM by its
-        shape, a LAPACK routine by its symbol, a callback by its primitive."""
+        """What a profile calls a step: a kernel by its name in the module, a GEMM or a
+        convolution by its shape, a LAPACK routine by its symbol, a callback by its primitive."""
         if isinstance(step, KernelStep):
             return list(self.kernels)[-1]  # (the one its call just rendered)
-        if isinstance(step, GemmStep):
+        if isinstance(step, (GemmStep, ConvStep)):
             return step.label()
         if isinstance(step, FortranCall):
             return blas.lapack_symbol(step.routine, step.dtype)
@@ -1268,6 +1269,23 @@ class ModuleRenderer:
                 f.emit(_gemm_call(step, m, n, a, b, c))
 
         f.loop(index, 0, step.batch, one_matrix)
+
+    def conv(self, step: ConvStep) -> None:
+        """The tiles of a convolution (`tiles.tile_function`), split into chunks on the
+        program's threads where there is enough work."""
+        width = engine.vector_bytes()
+        name = f"conv_tiles{len(self.functions)}"
+        self.functions.append(tiles.tile_function(step, name, width))
+        for intrinsic in tiles.intrinsics(step, width):
+            self.declare(*intrinsic)
+        pointers = self.ptrs([step.a, step.b, step.out])
+        count = tiles.tiles(step, width)
+        work = step.out.size * math.prod(term[0] for term in step.terms)
+        if pool.available() and work >= GEMM_SPLIT_WORK and count > 1:
+            self.parallel_call(name, pointers, _Range(0, count))
+        else:
+            args = ", ".join(f"ptr {p}" for p in pointers)
+            self.entry.emit(f"call void @{name}({args}, i64 0, i64 {count})")
 
     def _gemm_blocks(self, step: GemmStep) -> str:
         """`gemm_blocks{i}(a, b, c, lo, hi)`: rows lo..hi of one product (columns, when it is
