@@ -17,6 +17,7 @@ command alone: `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/c
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import sys
@@ -599,6 +600,32 @@ def _conv_inputs(batch: int) -> tuple:
     return params, x, y
 
 
+def _conv_3x3_case(layout: str):
+    """One 3x3 convolution of 8 images of 56x56 with 32 features in and out, SAME padding."""
+    rng = np.random.default_rng(7)
+    names = {"NCHW": ("NCHW", "OIHW", "NCHW"), "NHWC": ("NHWC", "HWIO", "NHWC")}[layout]
+    x_shape = (8, 32, 56, 56) if layout == "NCHW" else (8, 56, 56, 32)
+    w_shape = (32, 32, 3, 3) if layout == "NCHW" else (3, 3, 32, 32)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = (rng.standard_normal(w_shape) / 17).astype(np.float32)
+
+    def conv(lax_module):
+        return lambda x, w: lax_module.conv_general_dilated(
+            x, w, (1, 1), "SAME", dimension_numbers=names
+        )
+
+    runs = {
+        "funcgrad-llvm": _funcgrad("llvm", conv(lax), x, w),
+        "funcgrad-numpy": _funcgrad("numpy", conv(lax), x, w),
+    }
+    jax = _jax()
+    if jax:
+        f = jax[0].jit(conv(jax[0].lax))
+        xj, wj = jax[1].asarray(x), jax[1].asarray(w)
+        runs["jax-jit"] = lambda: jax[0].block_until_ready(f(xj, wj))
+    return runs, None, 10
+
+
 def conv_step_case():
     params, x, y = _conv_inputs(64)
     step = _conv_step(fnp, _conv(lax), fg.grad)
@@ -766,6 +793,8 @@ CASES = {
     "rnn scan 1000 fwd": rnn_forward_case,
     "rnn scan 1000 bwd": rnn_backward_case,
     "per-example grads": per_example_grads_case,
+    "conv 3x3 8x32x56x56 NCHW": functools.partial(_conv_3x3_case, "NCHW"),
+    "conv 3x3 8x56x56x32 NHWC": functools.partial(_conv_3x3_case, "NHWC"),
     "conv step (batch 64, 28x28)": conv_step_case,
     "transformer step 32x64x128": transformer_case,
     "jet order 4, tanh net": jet_case,
@@ -784,6 +813,7 @@ CASES = {
 
 
 _COMPILE_CHILD = """
+import functools
 import sys
 import numpy as np
 sys.path.insert(0, {here!r})

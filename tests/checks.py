@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import ml_dtypes
 import numpy as np
 
@@ -19,6 +21,21 @@ def jit_backend(name: str):
 def cpu_devices(count: int):
     """`count` virtual CPU devices inside the block (pmap, shard_map and meshes over them)."""
     return scoped("num_cpu_devices", count)
+
+
+@contextlib.contextmanager
+def products_as(path: str):
+    """On the LLVM backend, matrix products inside the block run as the library's GEMMs
+    ("library") or in register tiles wherever their layout allows ("tiles"), whatever this
+    CPU and library would choose."""
+    from funcgrad.backends.llvm import tiles
+
+    policy = {"library": lambda *shape: False, "tiles": tiles.fits_tiles}[path]
+    saved, tiles.takes_product = tiles.takes_product, policy
+    try:
+        yield
+    finally:
+        tiles.takes_product = saved
 
 
 def tolerance(dtype) -> dict:

@@ -50,3 +50,13 @@ def pytest_report_header(config):
         f"hypothesis profile {PROFILE}, seed {config.getoption('hypothesis_seed', None)}, "
         f"platform {os.environ['FUNCGRAD_PLATFORM']}"
     )
+
+
+@pytest.fixture
+def library_products():
+    """Matrix products run as the library's GEMMs in the test (on the LLVM backend), for
+    tests of that path, whichever this CPU and library would take."""
+    from checks import products_as
+
+    with products_as("library"):
+        yield

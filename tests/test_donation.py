@@ -74,6 +74,7 @@ def test_donating_a_copy_leaves_the_original(copy):
     np.testing.assert_allclose(fg.grad(lambda p: (copy(p) * 2.0).sum())(p), 2.0 * np.ones(100))
 
 
+@pytest.mark.usefixtures("library_products")
 def test_a_gemm_updates_a_donated_parameter_where_it_is():
     """A gradient step whose gradient is a GEMM's product is that GEMM (`GemmStep.addend`),
     which updates the donated parameter in place: no copy, no kernel. A parameter the GEMM

@@ -8,7 +8,7 @@ from functools import partial
 
 import numpy as np
 import pytest
-from checks import jit_backend
+from checks import jit_backend, products_as
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -598,7 +598,9 @@ def test_backend_choice_selects_the_executable():
     ],
 )
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_library_gemm_for_every_layout(spec, dtype):
+@pytest.mark.parametrize("path", ["library", "tiles"])
+def test_products_for_every_layout(spec, dtype, path):
+    """As library GEMMs, and in register tiles where the layout allows (else GEMMs)."""
     sizes = {"a": 2, "b": 3, "i": 16, "j": 24, "k": 20, "l": 8}
     lhs_spec, rhs_spec = spec.split("->")[0].split(",")
     lhs = rng.standard_normal([sizes[c] for c in lhs_spec]).astype(dtype)
@@ -607,10 +609,15 @@ def test_library_gemm_for_every_layout(spec, dtype):
     def f(p, q):
         return fnp.einsum(spec, p, q), fnp.einsum(spec, p * 2, q) + 1
 
-    assert_same_as_reference(f, lhs, rhs, rtol=1e-4, atol=1e-4)
-    assert "gemm[" in compiled(f, lhs, rhs).fusion_plan()
+    with products_as(path):
+        assert_same_as_reference(f, lhs, rhs, rtol=1e-4, atol=1e-4)
+        plan = compiled(f, lhs, rhs).fusion_plan()
+    assert ("gemm[" if path == "library" else "[") in plan
+    if path == "tiles" and spec == "bij,bjk->bik":
+        assert "tiles[outer=3, rows=16, columns=20, terms=24]" in plan
 
 
+@pytest.mark.usefixtures("library_products")
 @pytest.mark.parametrize(
     "lhs_dtype, rhs_dtype, preferred",
     [
@@ -651,6 +658,7 @@ def test_narrower_float_operands_of_a_wider_product_take_the_library_gemm(
     assert plan.count("gemm[") == 2, plan
 
 
+@pytest.mark.usefixtures("library_products")
 def test_a_transposed_product_is_written_in_its_readers_layout():
     """A transpose that is a product's only reader becomes the product of the swapped
     operands: a weight gradient (a product over the batch, transposed to the weights' layout)
@@ -689,6 +697,7 @@ def test_a_transposed_product_is_written_in_its_readers_layout():
     assert "gemm[batch=1, m=32, n=40, k=24]" in plan and fused_transposes(plan) == 1
 
 
+@pytest.mark.usefixtures("library_products")
 def test_a_gemm_makes_the_update_its_product_feeds():
     """`w - lr * g`, `0.9 * v + g` and the like, with g a GEMM's product read nowhere else
     and w an array of the product's shape, are one GEMM (`alpha` times the product plus
@@ -1113,6 +1122,7 @@ def test_convolutions_as_gemm_match_the_reference(
         assert f"m={lhs.size // lhs_shape['C']}, n={6 * 3 * 2}, k=4]" in plan
 
 
+@pytest.mark.usefixtures("library_products")
 def test_a_profile_counts_and_times_each_kernel_and_library_call():
     """`profile` runs a build of the program that reads the clock around each step: every
     kernel the module defines is listed (a scan's body kernels once per iteration), the GEMM

@@ -290,6 +290,7 @@ def test_a_fold_first_set_in_an_inner_loop_is_private_only_where_that_loop_runs(
 BLOCKED_SHAPES = [(256, 784, 1024), (1024, 256, 784), (70, 300, 257), (2, 2048, 1024)]
 
 
+@pytest.mark.usefixtures("library_products")
 @pytest.mark.parametrize("m, k, n", BLOCKED_SHAPES)
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("threads", [1, 2, 3])
@@ -354,6 +355,7 @@ def threads_seen():
         library.scipy_openblas_set_num_threads64_(ctypes.c_int(before))
 
 
+@pytest.mark.usefixtures("library_products")
 @pytest.mark.skipif(not pool.available(), reason="the pool runs on Linux alone")
 def test_the_library_threads_no_product_inside_a_program(threads_seen):
     """A product the library would thread (80x80x80) runs while its thread count is 1, seen

@@ -15,11 +15,11 @@ from funcgrad.compiler.lapack import FortranCall
 from funcgrad.compiler.schedule import (
     CallbackStep,
     CondStep,
-    ConvStep,
     GemmStep,
     KernelStep,
     Program,
     ScanStep,
+    TileStep,
     WhileStep,
     inner_programs,
 )
@@ -61,7 +61,7 @@ def step_buffers(step) -> list[K.Buffer]:
     if isinstance(step, GemmStep):
         addend = [step.addend] if step.addend is not None else []
         return [step.lhs, step.rhs, *addend, step.out]
-    if isinstance(step, ConvStep):
+    if isinstance(step, TileStep):
         return [step.a, step.b, step.out]
     if isinstance(step, FortranCall):
         return [a[0] for a in step.args if isinstance(a, tuple)]

@@ -128,8 +128,8 @@ class GemmStep:
 
 
 @dataclass(eq=False)
-class ConvStep:
-    """A convolution as a strided product computed in register tiles (CPU only):
+class TileStep:
+    """A product of arrays laid out by strides, computed in register tiles (CPU only):
 
         out[o(t) + r * out_row + j] = sum over the terms k of
                                       a[a(t) + r * a_row + a(k)] * b[b(t) + j + b(k)]
@@ -137,11 +137,15 @@ class ConvStep:
     for every outer index t, row r and column j, where o(t), a(t), b(t), a(k) and b(k) sum
     index times stride over `outer`'s dimensions and `terms`'. Columns are contiguous in `b`
     and `out`, so a tile's columns are vectors, and each of its rows multiplies one element of
-    `a` into them. With the output's features innermost (NHWC), the rows are output positions
-    along the last spatial dimension and the columns output features: `a` is the input (each
-    row a window), `b` the weights. With positions innermost (NCHW), the rows are output
-    features and the columns positions: `a` is the weights, `b` the input. `a` or `b`, as
-    the input, is padded already (a kernel wrote it so), so every term reads an element."""
+    `a` into them.
+
+    A matrix product (`batch` outer, rows of `a`, columns of `b`, terms along the
+    contraction) takes this form where `b` is stored (k, n). So does a convolution: with the
+    output's features innermost (NHWC), the rows are output places along the last spatial
+    dimension and the columns output features: `a` is the input (each row a window), `b` the
+    weights. With places innermost (NCHW), the rows are output features and the columns
+    places: `a` is the weights, `b` the input. The input is padded already (a kernel wrote
+    it so), so every term reads an element."""
 
     a: K.Buffer
     b: K.Buffer
@@ -153,9 +157,14 @@ class ConvStep:
     eqn: JaxprEqn
 
     def label(self) -> str:
-        """The convolution as a profile names it: its output's shape and dtype."""
-        shape = "x".join(map(str, self.eqn.outvars[0].aval.shape))
-        return f"conv {shape} {self.out.dtype.name}"
+        """The step as a profile names it: a convolution's output shape, a product's batch
+        and (m, n, k), and the dtype."""
+        dtype = self.out.dtype.name
+        if self.eqn.primitive.name == "conv_general_dilated":
+            return f"conv {'x'.join(map(str, self.eqn.outvars[0].aval.shape))} {dtype}"
+        batch = math.prod(count for count, *_ in self.outer)
+        m, k = self.rows[0], math.prod(count for count, *_ in self.terms)
+        return f"tiles {f'{batch}x' if batch > 1 else ''}{m}x{self.columns}x{k} {dtype}"
 
 
 @dataclass(eq=False)
@@ -213,7 +222,7 @@ CONTROL_STEPS = (CondStep, WhileStep, ScanStep)
 
 def visit(visitor, step) -> None:
     """Calls the visitor's method for the step's kind, with the step: `kernel`, `gemm`,
-    `cond`, `while_loop`, `scan`, `callback` or `lapack` (each backend's walk of a program
+    `tiles`, `cond`, `while_loop`, `scan`, `callback` or `lapack` (each backend's walk of a program
     names its methods so)."""
     method = _VISITS.get(type(step))
     if method is None:
@@ -224,7 +233,7 @@ def visit(visitor, step) -> None:
 _VISITS = {
     KernelStep: "kernel",
     GemmStep: "gemm",
-    ConvStep: "conv",
+    TileStep: "tiles",
     CondStep: "cond",
     WhileStep: "while_loop",
     ScanStep: "scan",
@@ -301,12 +310,12 @@ def step_text(step, indent: str) -> list[str]:
             alpha, beta = (str(step.out.dtype.type(c)) for c in (step.alpha, step.beta))
             product = f"{alpha} * {product} + {beta} * {step.addend.name}"
         return [f"{indent}{step.out.name} = {product}"]
-    if isinstance(step, ConvStep):
-        rows, columns = step.rows[0], step.columns
-        terms = "x".join(str(count) for count, *_ in step.terms)
-        shape = f"outer={'x'.join(str(count) for count, *_ in step.outer)}, rows={rows}"
-        product = f"conv_tiles[{shape}, columns={columns}, terms={terms}]"
-        return [f"{indent}{step.out.name} = {product}({step.a.name}, {step.b.name})"]
+    if isinstance(step, TileStep):
+        shape = (
+            f"outer={'x'.join(str(count) for count, *_ in step.outer)}, rows={step.rows[0]}, "
+            f"columns={step.columns}, terms={'x'.join(str(count) for count, *_ in step.terms)}"
+        )
+        return [f"{indent}{step.out.name} = tiles[{shape}]({step.a.name}, {step.b.name})"]
     results = ", ".join(b.name for b in step.results)
     call = f"callback {step.eqn.primitive.name}({', '.join(b.name for b in step.operands)})"
     return [f"{indent}{results} = {call}" if results else f"{indent}{call}"]
@@ -509,9 +518,12 @@ def _converts_exactly(operand: np.dtype, result: np.dtype) -> bool:
 # library runs them as GEMMs of one row or column (a 1024x1024 matrix by a vector 0.14 ms, a
 # vector by it 0.44 ms, where a fused kernel reading the matrix once takes 0.05 ms).
 vector_products_fuse = Choice("vector_products_fuse", False)
-# Whether convolutions run in register tiles (`ConvStep`), a CPU's choice; a GPU's run as
+# Whether convolutions run in register tiles (`TileStep`), a CPU's choice; a GPU's run as
 # tiled products of its own (`_conv_contraction`) or GEMMs.
 convolves_in_tiles = Choice("convolves_in_tiles", False)
+# Which products of row-major matrices run in register tiles (`TileStep`), on a CPU:
+# take(batch, m, n, k, dtype) says; on a GPU none do (None).
+products_in_tiles = Choice("products_in_tiles", None)
 # A convolution runs in tiles when its output's innermost dimension fills a vector of this size.
 TILE_COLUMNS_BYTES = 64
 # The longest sum a tile accumulates (512 input features under a 3x3 window); a longer one
@@ -1076,11 +1088,22 @@ class _Scheduler:
         if update is not None:
             out = self.buffer_of[update.result]
             made = dict(addend=self.buffer_of[update.addend], alpha=update.alpha, beta=update.beta)
+        # (An update stays a GEMM: the library updates a donated parameter in place, where
+        # tiles running past the end compute some elements twice, the second time from the
+        # updated value.)
+        take = products_in_tiles.get()
+        tiled = take is not None and update is None and not transpose_rhs
+        if tiled and take(batch, m, n, k, dtype):
+            a_row, a_term = (1, m) if transpose_lhs else (k, 1)
+            outer = ((batch, m * k, k * n, m * n),)
+            tiles = (lhs_buffer, rhs_buffer, out, outer, (m, a_row, n), n, ((k, a_term, n),), eqn)
+            self.steps.append(TileStep(*tiles))
+            return
         gemm = (lhs_buffer, rhs_buffer, out, batch, m, n, k, transpose_lhs, transpose_rhs, eqn)
         self.steps.append(GemmStep(*gemm, **made))
 
     def _conv_in_tiles(self, eqn: JaxprEqn) -> bool:
-        """A convolution as a `ConvStep`, where the output's innermost dimension is the
+        """A convolution as a `TileStep`, where the output's innermost dimension is the
         weights' innermost (features, NHWC and HWIO) or the input's innermost (a spatial
         dimension the window moves along one element at a time, NCHW) and at least a vector
         wide; whether it could be. The input is copied with its padding first (unless it has
@@ -1138,7 +1161,7 @@ class _Scheduler:
             (count, x_stride, _, o_stride) = places.pop()
             outer = (batch, *places)
             rows = (count, x_stride, o_stride)
-            step = ConvStep(
+            step = TileStep(
                 padded, weights, out, outer, rows, out_shape[innermost], tuple(terms), eqn
             )
         else:  # rows: output features; columns: the last spatial dimension's places
@@ -1148,7 +1171,7 @@ class _Scheduler:
             )
             rows = (out_shape[out_spec[1]], w[rhs_spec[0]], o[out_spec[1]])
             swapped = tuple((count, w_stride, x_stride) for count, x_stride, w_stride in terms)
-            step = ConvStep(weights, padded, out, outer, rows, out_shape[innermost], swapped, eqn)
+            step = TileStep(weights, padded, out, outer, rows, out_shape[innermost], swapped, eqn)
         self.steps.append(step)
         return True
 

@@ -34,6 +34,19 @@ def library() -> ctypes.CDLL:
     return lib
 
 
+# The library's kernels by the vectors they use, by the core names it reports.
+_WIDE_CORES = {"SkylakeX", "Cooperlake", "SapphireRapids"}  # AVX-512
+
+
+@functools.cache
+def vector_bytes() -> int:
+    """The width of the vectors the library's GEMM kernels use on this machine (it picks its
+    kernels for the CPU when it loads, or as OPENBLAS_CORETYPE says)."""
+    name = library().scipy_openblas_get_corename64_
+    name.restype = ctypes.c_char_p
+    return 64 if name().decode() in _WIDE_CORES else 32
+
+
 @functools.cache
 def lapack_symbol(routine: str, dtype: np.dtype) -> str:
     """The library's symbol for a LAPACK routine at a dtype, made known to LLVM."""

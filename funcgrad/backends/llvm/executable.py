@@ -19,7 +19,7 @@ import threading
 import numpy as np
 
 from funcgrad.array import Array
-from funcgrad.backends.llvm import blas, buffers, engine, pool, render
+from funcgrad.backends.llvm import blas, buffers, engine, pool, render, tiles
 from funcgrad.backends.llvm.engine import Compiled
 from funcgrad.backends.llvm.render import (
     CALLBACK_TABLE,
@@ -36,6 +36,7 @@ from funcgrad.compiler.schedule import (
     CallbackStep,
     Program,
     all_steps,
+    products_in_tiles,
 )
 from funcgrad.config import config
 from funcgrad.interpreters import parallel
@@ -139,9 +140,10 @@ class LlvmExecutable:
 
     def _planned(self):
         if self._plan is None:
-            self._plan = stages.plan(
-                self.closed, ReductionSplit(render.PARALLEL_WORK, REDUCTION_PARTS)
-            )
+            with products_in_tiles.chosen(tiles.takes_product):
+                self._plan = stages.plan(
+                    self.closed, ReductionSplit(render.PARALLEL_WORK, REDUCTION_PARTS)
+                )
         return self._plan
 
     def __call__(self, *args) -> list[Array]:

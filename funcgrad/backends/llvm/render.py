@@ -33,11 +33,11 @@ from funcgrad.compiler.schedule import (
     CONTROL_STEPS,
     CallbackStep,
     CondStep,
-    ConvStep,
     GemmStep,
     KernelStep,
     Program,
     ScanStep,
+    TileStep,
     WhileStep,
     visit,
 )
@@ -1043,7 +1043,7 @@ class ModuleRenderer:
         convolution by its shape, a LAPACK routine by its symbol, a callback by its primitive."""
         if isinstance(step, KernelStep):
             return list(self.kernels)[-1]  # (the one its call just rendered)
-        if isinstance(step, (GemmStep, ConvStep)):
+        if isinstance(step, (GemmStep, TileStep)):
             return step.label()
         if isinstance(step, FortranCall):
             return blas.lapack_symbol(step.routine, step.dtype)
@@ -1270,11 +1270,11 @@ class ModuleRenderer:
 
         f.loop(index, 0, step.batch, one_matrix)
 
-    def conv(self, step: ConvStep) -> None:
-        """The tiles of a convolution (`tiles.tile_function`), split into chunks on the
+    def tiles(self, step: TileStep) -> None:
+        """A product in register tiles (`tiles.tile_function`), split into chunks on the
         program's threads where there is enough work."""
         width = engine.vector_bytes()
-        name = f"conv_tiles{len(self.functions)}"
+        name = f"tiles{len(self.functions)}"
         self.functions.append(tiles.tile_function(step, name, width))
         for intrinsic in tiles.intrinsics(step, width):
             self.declare(*intrinsic)

@@ -1,4 +1,4 @@
-"""A convolution's strided product (`ConvStep`) as an LLVM function computing register tiles.
+"""A convolution's strided product (`TileStep`) as an LLVM function computing register tiles.
 
 Each tile is `rows` x `vectors` vectors of the output held in registers while the loop over
 the product's terms runs: per term it loads `vectors` vectors of `b` and broadcasts `rows`
@@ -22,7 +22,8 @@ import math
 
 import numpy as np
 
-from funcgrad.compiler.schedule import ConvStep
+from funcgrad.backends.llvm import blas, engine
+from funcgrad.compiler.schedule import TileStep
 
 # Accumulator vectors a tile keeps, by how many vectors wide it is: with 32 vector registers
 # (AVX-512), 24-28 accumulators leave room for the row of `b` and a broadcast; with 16
@@ -30,21 +31,51 @@ from funcgrad.compiler.schedule import ConvStep
 _ROWS = {32: {1: 16, 2: 12, 3: 8, 4: 6}, 16: {1: 8, 2: 6, 3: 4, 4: 3}}
 
 
-def tile_shape(step: ConvStep, vector_bytes: int) -> tuple[int, int, int]:
+def tile_shape(step: TileStep, vector_bytes: int) -> tuple[int, int, int]:
     """(lanes, vectors, rows) of the step's tiles on a CPU with `vector_bytes`-byte vectors."""
     lanes = vector_bytes // step.out.dtype.itemsize
     widths = range(1, min(4, step.columns // lanes) + 1)
     # The widest tile of those computing the fewest columns (tiles overlap at the end).
     vectors = min(widths, key=lambda v: (-(-step.columns // (v * lanes)) * v, -v))
     registers = 32 if vector_bytes == 64 else 16
-    return lanes, vectors, min(_ROWS[registers][vectors], step.rows[0])
+    # As many rows as the registers take, fewer where that spreads the rows evenly over as
+    # many tiles (14 rows: two tiles of 7, not 12 and 12 overlapping by 10).
+    count = step.rows[0]
+    return lanes, vectors, -(-count // -(-count // _ROWS[registers][vectors]))
 
 
-def tiles(step: ConvStep, vector_bytes: int) -> int:
+def tiles(step: TileStep, vector_bytes: int) -> int:
     """How many tiles the step's output takes."""
     lanes, vectors, rows = tile_shape(step, vector_bytes)
     blocks = (-(-step.rows[0] // rows), -(-step.columns // (lanes * vectors)))
     return math.prod(count for count, *_ in step.outer) * blocks[0] * blocks[1]
+
+
+# The longest sum a matrix product's tiles take: the rows of `a` a tile reads (rows x terms
+# elements) stay in the first-level cache up to about here. A longer one runs as the
+# library's GEMM, which packs its operands in blocks that do (2048^3 float32 in tiles ran at
+# half the library's rate).
+PRODUCT_MAX_TERMS = 1024
+# The work per matrix below which tiles beat a library GEMM whose kernels are as wide as this
+# CPU's vectors, its packing and call weighing there (64 products of 128x64 by 64x128 float32:
+# 0.54 ms, the library's 0.66; 4096 of 16x16 by 16x16: 0.19 ms, 0.27), one thread.
+LIBRARY_WINS_FROM = 1 << 21
+
+
+def fits_tiles(batch: int, m: int, n: int, k: int, dtype: np.dtype) -> bool:
+    """Whether tiles can compute a product of row-major matrices well: at least a vector of
+    columns, at most `PRODUCT_MAX_TERMS` terms."""
+    return n >= engine.vector_bytes() // dtype.itemsize and k <= PRODUCT_MAX_TERMS
+
+
+def takes_product(batch: int, m: int, n: int, k: int, dtype: np.dtype) -> bool:
+    """Whether a product of row-major matrices runs in tiles (`schedule.products_in_tiles`):
+    where they fit, for little work per matrix, or any amount where the library runs kernels
+    narrower than this CPU's vectors (AVX2 kernels on an AVX-512 CPU, as OPENBLAS_CORETYPE
+    may say: 1024^3 float32 in tiles 9.4 ms, the library 16.3)."""
+    if not fits_tiles(batch, m, n, k, dtype):
+        return False
+    return m * n * k < LIBRARY_WINS_FROM or blas.vector_bytes() < engine.vector_bytes()
 
 
 class _Emitter:
@@ -96,7 +127,7 @@ class _Emitter:
         return total
 
 
-def tile_function(step: ConvStep, name: str, vector_bytes: int) -> str:
+def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
     """The LLVM function computing tiles lo..hi of `step` (see the module's notes)."""
     dtype = step.out.dtype
     scalar = "float" if dtype == np.float32 else "double"
@@ -204,7 +235,7 @@ def _short(scalar: str) -> str:
     return "f32" if scalar == "float" else "f64"
 
 
-def intrinsics(step: ConvStep, vector_bytes: int) -> list[tuple[str, str, list[str]]]:
+def intrinsics(step: TileStep, vector_bytes: int) -> list[tuple[str, str, list[str]]]:
     """(name, result type, argument types) of the intrinsics a tile function calls."""
     lanes, _, _ = tile_shape(step, vector_bytes)
     scalar = "float" if step.out.dtype == np.float32 else "double"

@@ -1,8 +1,10 @@
-"""Convolutions computed in register tiles on the CPU (`ConvStep`, `backends/llvm/tiles.py`):
-values against a convolution written out in NumPy (float64, padding by np.pad, a sum over the
+"""Products and convolutions computed in register tiles on the CPU (`TileStep`,
+`backends/llvm/tiles.py`). Matrix products against NumPy's in float64: batched, `a` stored
+transposed, sizes that are not a whole number of tiles, and the update a product feeds.
+Convolutions against one written out in NumPy (float64, padding by np.pad, a sum over the
 window's offsets), for both layouts the tiles take (features innermost, NHWC; places
-innermost, NCHW), every spatial rank, strides, dilations, padding that crops, sizes that are
-not a whole number of tiles, and the gradients; and which convolutions do not run so."""
+innermost, NCHW), every spatial rank, strides, dilations, padding that crops, and the
+gradients; and which convolutions do not run so."""
 
 from __future__ import annotations
 
@@ -10,15 +12,36 @@ import itertools
 
 import numpy as np
 import pytest
+from checks import jit_backend, products_as
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import funcgrad as fg
 from funcgrad import lax
 from funcgrad.backends.llvm import engine
-from tests.checks import jit_backend
 
 rng = np.random.default_rng(0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("batch, m, n, k", [(1, 37, 20, 50), (5, 3, 33, 12), (2, 130, 70, 300)])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_matrix_products(batch, m, n, k, transposed, dtype):
+    """`a` stored (m, k) or (k, m); `b` (k, n)."""
+    a = rng.standard_normal((batch, k, m) if transposed else (batch, m, k)).astype(dtype)
+    b = rng.standard_normal((batch, k, n)).astype(dtype)
+
+    def product(a, b):
+        return (a.transpose(0, 2, 1) if transposed else a) @ b
+
+    with products_as("tiles"), jit_backend("llvm"):
+        compiled = fg.jit(product).lower(a, b).compile()
+        got = np.asarray(compiled(a, b))
+    want = product(a.astype(np.float64), b.astype(np.float64))
+    eps = np.finfo(dtype).eps
+    np.testing.assert_allclose(got, want, rtol=0, atol=50 * eps * np.sqrt(k))
+    assert "tiles[" in compiled.executable.fusion_plan()
+
 
 # Layout names by spatial rank: (input, weights, output).
 LAYOUTS = {
@@ -103,7 +126,7 @@ def assert_conv(layout, spatial, batch, cin, cout, sizes, window, strides, paddi
     scale = np.sqrt(cin * np.prod(window))
     eps = np.finfo(dtype).eps
     np.testing.assert_allclose(got, want, rtol=0, atol=50 * eps * scale)
-    assert ("conv_tiles" in plan) == tiles, plan
+    assert ("tiles[" in plan) == tiles, plan
 
 
 @pytest.mark.parametrize("vector_bytes", [32, 64])
@@ -179,7 +202,7 @@ def test_fused_input_and_weights_and_the_gradients():
         plan = fg.jit(grads).lower(x, w).compile().executable.fusion_plan()
     for g, e in zip(got, expected):
         np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-10, atol=1e-9)
-    assert plan.count("conv_tiles") == 2  # the forward convolution and the input gradient
+    assert plan.count("tiles[") == 2  # the forward convolution and the input gradient
     assert "gemm" in plan  # the weight gradient
 
 
