@@ -1302,3 +1302,18 @@ def test_transposing_nests_walk_in_tiles_of_a_line(shape, dtype, tiled):
     assert depth == (4 if tiled else 2)
     assert parallel_loop(step.kernel) is not None
     assert_same_as_reference(f, x)
+
+
+def test_a_window_that_never_leaves_its_operand_reads_it_unchecked():
+    """A VALID pool's windows lie inside the operand: its kernel reads without the
+    padding's bounds checks (selects). A padded one keeps them. Values against the
+    reference either way."""
+    x = rng.standard_normal((2, 3, 9, 8)).astype(np.float32)
+
+    def pool(padding):
+        return lambda a: lax.reduce_window(a, -np.inf, lax.max, (1, 1, 2, 3), (1, 1, 2, 2), padding)
+
+    for padding, checked in (("VALID", False), ("SAME", True)):
+        assert_same_as_reference(pool(padding), x)
+        (step,) = compiled(pool(padding), x).program.steps
+        assert ("select(" in step.kernel.as_text()) == checked

@@ -1353,14 +1353,29 @@ element_rules[PRIMITIVES["threefry2x32"]] = _threefry2x32
 element_rules[PRIMITIVES["reduce_precision"]] = _reduce_precision
 
 
-def window_position(o: Expr, k: Expr, stride: int, dilation: int, low: int, base: int, size: int):
+def window_position(
+    o: Expr,
+    k: Expr,
+    stride: int,
+    dilation: int,
+    low: int,
+    base: int,
+    size: int,
+    extent: tuple[int, int] | None = None,
+):
     """Where window element `k` of output `o` falls in an operand of `size` elements spread
-    `base` apart and padded by `low`: (operand index, whether an element is there)."""
+    `base` apart and padded by `low`: (operand index, whether an element is there). Given
+    `extent`, the counts of outputs and window elements, a window that never leaves the
+    operand (unpadded, `VALID`) has an element everywhere: None says so."""
     p = K.binary(
         "sub",
         K.binary("add", o * _index_const(stride), k * _index_const(dilation)),
         _index_const(low),
     )
+    if extent is not None and base == 1 and low <= 0:
+        places, window = extent
+        if (places - 1) * stride + (window - 1) * dilation - low < size:
+            return p, None
     ok = _in_range(p, 0, (size - 1) * base + 1 if size else 0)
     if base > 1:
         ok = K.binary(
@@ -1371,8 +1386,11 @@ def window_position(o: Expr, k: Expr, stride: int, dilation: int, low: int, base
 
 
 def _all(conditions: list) -> Expr | None:
+    """All the conditions that are not None (None where none is)."""
     result = None
     for c in conditions:
+        if c is None:
+            continue
         result = c if result is None else K.binary("and", result, c)
     return result
 
@@ -1407,6 +1425,7 @@ def _reduce_window(builder: KernelBuilder, eqn: JaxprEqn, outputs: list) -> list
                     p["padding"][d][0],
                     p["base_dilation"][d],
                     x.aval.shape[d],
+                    (out_shape[d], p["window_dimensions"][d]),
                 )
                 positions.append(position)
                 inside.append(ok)
