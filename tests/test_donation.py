@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import training
-from checks import jit_backend
+from checks import jit_backend, products_as
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -74,11 +74,12 @@ def test_donating_a_copy_leaves_the_original(copy):
     np.testing.assert_allclose(fg.grad(lambda p: (copy(p) * 2.0).sum())(p), 2.0 * np.ones(100))
 
 
-@pytest.mark.usefixtures("library_products")
-def test_a_gemm_updates_a_donated_parameter_where_it_is():
-    """A gradient step whose gradient is a GEMM's product is that GEMM (`GemmStep.addend`),
-    which updates the donated parameter in place: no copy, no kernel. A parameter the GEMM
-    also multiplies is read by it to the end: its update goes to memory of its own."""
+@pytest.mark.parametrize("path", ["library", "tiles"])
+def test_a_gemm_updates_a_donated_parameter_where_it_is(path):
+    """A gradient step whose gradient is a product is that GEMM (`GemmStep.addend`), or those
+    register tiles (`TileStep.addend`), which update the donated parameter in place: no
+    copy, no kernel. A parameter the product also multiplies is read by it to the end: its
+    update goes to memory of its own."""
 
     def step(w, x):
         return w - 0.1 * fg.grad(lambda w: fnp.tanh(x @ w).sum())(w)
@@ -91,7 +92,9 @@ def test_a_gemm_updates_a_donated_parameter_where_it_is():
             fg.jit(step)(fresh((24, 40)), fresh((32, 24), 1)),
             fg.jit(squared)(fresh((24, 24))),
         ]
-    with jit_backend("llvm"):
+    with jit_backend("llvm"), products_as(path):
+        plan = fg.jit(step).lower(fresh((24, 40)), fresh((32, 24), 1)).compile()
+        assert ("gemm[" if path == "library" else "tiles[") in plan.executable.fusion_plan()
         w, x = fresh((24, 40)), fresh((32, 24), 1)
         where = address(w)
         out = quiet_jit(step, donate_argnums=0)(w, x)

@@ -43,6 +43,24 @@ def test_matrix_products(batch, m, n, k, transposed, dtype):
     assert "tiles[" in compiled.executable.fusion_plan()
 
 
+def test_the_update_a_product_feeds():
+    """w - 0.1 * (x.T @ g): the tiles scale their product and add the scaled parameter as
+    they store it (in place where it is donated: tests/test_donation.py)."""
+    w = rng.standard_normal((40, 48)).astype(np.float32)
+    x, g = rng.standard_normal((64, 40)), rng.standard_normal((64, 48))
+    x, g = x.astype(np.float32), g.astype(np.float32)
+
+    def step(w, x, g):
+        return w - 0.1 * (x.T @ g)
+
+    want = w.astype(np.float64) - 0.1 * (x.T.astype(np.float64) @ g)
+    with products_as("tiles"), jit_backend("llvm"):
+        plan = fg.jit(step).lower(w, x, g).compile().executable.fusion_plan()
+        got = np.asarray(fg.jit(step)(w, x, g))
+    assert "= -0.1 * tiles[" in plan and ") + 1.0 * in" in plan, plan
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+
+
 # Layout names by spatial rank: (input, weights, output).
 LAYOUTS = {
     "features_inner": {

@@ -15,7 +15,9 @@ before the element it reads is overwritten. Two cases are proven here, on the ke
   statement is such a nest and nothing after it reads the input: a scatter's copy of its
   operand, then its updates written over the copy;
 - the step writing the output is a GEMM updating the input (`GemmStep.addend`, an optimizer's
-  `w - lr * grad`), which reads it nowhere else: the library then updates it in place.
+  `w - lr * grad`), which reads it nowhere else: the library then updates it in place; so
+  are a product's register tiles updating it (`TileStep.addend`), each element read just
+  before it is written, once.
 
 The output must be written only by kernels or such a GEMM (control-flow regions and other
 library calls keep their own buffers). Renderers give an aliased output the input's pointer,
@@ -39,6 +41,7 @@ from funcgrad.compiler.schedule import (
     KernelStep,
     Program,
     ScanStep,
+    TileStep,
     WhileStep,
     all_steps,
 )
@@ -124,7 +127,7 @@ def _may_host(steps: list, touching: list, source: K.Buffer, out: K.Buffer) -> b
         return False
     if len(writers) == 1 and isinstance(steps[writers[0]], CondStep):
         return _cond_in_place(steps[writers[0]], source, out)
-    if any(not isinstance(steps[t], (KernelStep, GemmStep)) for t in writers):
+    if any(not isinstance(steps[t], (KernelStep, GemmStep, TileStep)) for t in writers):
         return False
     return _in_place(steps, writers, readers, source, out)
 
@@ -215,6 +218,9 @@ def _in_place(steps: list, writers: list[int], readers: list[int], source, out) 
     if any(isinstance(steps[t], GemmStep) for t in writers):
         gemm = steps[first_write]
         return len(writers) == 1 and gemm.addend is source and source not in (gemm.lhs, gemm.rhs)
+    if any(isinstance(steps[t], TileStep) for t in writers):
+        tiles = steps[first_write]
+        return len(writers) == 1 and tiles.addend is source and source not in (tiles.a, tiles.b)
     if not readers or readers[-1] < first_write:
         return True
     if len(writers) != 1:
@@ -226,7 +232,7 @@ def _in_place(steps: list, writers: list[int], readers: list[int], source, out) 
 def _writes(step, buffer: K.Buffer) -> bool:
     if isinstance(step, KernelStep):
         return buffer in step.kernel.outputs
-    if isinstance(step, GemmStep):
+    if isinstance(step, (GemmStep, TileStep)):
         return buffer is step.out
     return buffer in step_buffers(step)
 

@@ -62,7 +62,8 @@ def step_buffers(step) -> list[K.Buffer]:
         addend = [step.addend] if step.addend is not None else []
         return [step.lhs, step.rhs, *addend, step.out]
     if isinstance(step, TileStep):
-        return [step.a, step.b, step.out]
+        addend = [step.addend] if step.addend is not None else []
+        return [step.a, step.b, *addend, step.out]
     if isinstance(step, FortranCall):
         return [a[0] for a in step.args if isinstance(a, tuple)]
     if isinstance(step, CondStep):

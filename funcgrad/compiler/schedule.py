@@ -137,7 +137,8 @@ class TileStep:
     for every outer index t, row r and column j, where o(t), a(t), b(t), a(k) and b(k) sum
     index times stride over `outer`'s dimensions and `terms`'. Columns are contiguous in `b`
     and `out`, so a tile's columns are vectors, and each of its rows multiplies one element of
-    `a` into them.
+    `a` into them. With an addend, out = alpha * product + beta * addend (the update a
+    product feeds, `_Update`), the addend laid out as `out` and maybe in its memory.
 
     A matrix product (`batch` outer, rows of `a`, columns of `b`, terms along the
     contraction) takes this form where `b` is stored (k, n). So does a convolution: with the
@@ -155,6 +156,9 @@ class TileStep:
     columns: int
     terms: tuple[tuple[int, int, int], ...]  # (count, a stride, b stride), outermost first
     eqn: JaxprEqn
+    addend: K.Buffer | None = None
+    alpha: float = 1.0
+    beta: float = 0.0
 
     def label(self) -> str:
         """The step as a profile names it: a convolution's output shape, a product's batch
@@ -315,7 +319,11 @@ def step_text(step, indent: str) -> list[str]:
             f"outer={'x'.join(str(count) for count, *_ in step.outer)}, rows={step.rows[0]}, "
             f"columns={step.columns}, terms={'x'.join(str(count) for count, *_ in step.terms)}"
         )
-        return [f"{indent}{step.out.name} = tiles[{shape}]({step.a.name}, {step.b.name})"]
+        product = f"tiles[{shape}]({step.a.name}, {step.b.name})"
+        if step.addend is not None:
+            alpha, beta = (str(step.out.dtype.type(c)) for c in (step.alpha, step.beta))
+            product = f"{alpha} * {product} + {beta} * {step.addend.name}"
+        return [f"{indent}{step.out.name} = {product}"]
     results = ", ".join(b.name for b in step.results)
     call = f"callback {step.eqn.primitive.name}({', '.join(b.name for b in step.operands)})"
     return [f"{indent}{results} = {call}" if results else f"{indent}{call}"]
@@ -1088,16 +1096,13 @@ class _Scheduler:
         if update is not None:
             out = self.buffer_of[update.result]
             made = dict(addend=self.buffer_of[update.addend], alpha=update.alpha, beta=update.beta)
-        # (An update stays a GEMM: the library updates a donated parameter in place, where
-        # tiles running past the end compute some elements twice, the second time from the
-        # updated value.)
         take = products_in_tiles.get()
-        tiled = take is not None and update is None and not transpose_rhs
+        tiled = take is not None and not transpose_rhs
         if tiled and take(batch, m, n, k, dtype):
             a_row, a_term = (1, m) if transpose_lhs else (k, 1)
             outer = ((batch, m * k, k * n, m * n),)
             tiles = (lhs_buffer, rhs_buffer, out, outer, (m, a_row, n), n, ((k, a_term, n),), eqn)
-            self.steps.append(TileStep(*tiles))
+            self.steps.append(TileStep(*tiles, **made))
             return
         gemm = (lhs_buffer, rhs_buffer, out, batch, m, n, k, transpose_lhs, transpose_rhs, eqn)
         self.steps.append(GemmStep(*gemm, **made))

@@ -1278,7 +1278,8 @@ class ModuleRenderer:
         self.functions.append(tiles.tile_function(step, name, width))
         for intrinsic in tiles.intrinsics(step, width):
             self.declare(*intrinsic)
-        pointers = self.ptrs([step.a, step.b, step.out])
+        operands = [step.a, step.b, step.out]
+        pointers = self.ptrs(operands + ([step.addend] if step.addend is not None else []))
         count = tiles.tiles(step, width)
         work = step.out.size * math.prod(term[0] for term in step.terms)
         if pool.available() and work >= GEMM_SPLIT_WORK and count > 1:

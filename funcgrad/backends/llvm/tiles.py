@@ -8,11 +8,13 @@ so the loop runs at the rate of the multiply-adds, where a convolution gathered 
 first (`schedule._conv_gemm`) writes and reads its windows through memory, and a library GEMM
 meets a product only a few dozen columns wide.
 
-A tile whose rows or columns would run past the output's starts earlier instead, computing
-some elements a second time: stores of equal values, with no tails to handle.
+The last tile of a row of tiles may be narrower, its last vector loaded and stored under a
+mask, and the last of a column of tiles shorter: no element is computed twice, so an update
+(`TileStep.addend`) may write over its addend in place.
 
-`tile_function` renders `name(ptr a, ptr b, ptr out, i64 lo, i64 hi)`, computing tiles lo..hi
-of the step, the form a chunk of a parallel loop calls (`ModuleRenderer.parallel_call`).
+`tile_function` renders `name(ptr a, ptr b, ptr out[, ptr addend], i64 lo, i64 hi)`,
+computing tiles lo..hi of the step, the form a chunk of a parallel loop calls
+(`ModuleRenderer.parallel_call`).
 """
 
 from __future__ import annotations
@@ -34,14 +36,26 @@ _ROWS = {32: {1: 16, 2: 12, 3: 8, 4: 6}, 16: {1: 8, 2: 6, 3: 4, 4: 3}}
 def tile_shape(step: TileStep, vector_bytes: int) -> tuple[int, int, int]:
     """(lanes, vectors, rows) of the step's tiles on a CPU with `vector_bytes`-byte vectors."""
     lanes = vector_bytes // step.out.dtype.itemsize
-    widths = range(1, min(4, step.columns // lanes) + 1)
-    # The widest tile of those computing the fewest columns (tiles overlap at the end).
-    vectors = min(widths, key=lambda v: (-(-step.columns // (v * lanes)) * v, -v))
     registers = 32 if vector_bytes == 64 else 16
+    widths = range(1, min(4, -(-step.columns // lanes)) + 1)
+    # Of the tiles computing the fewest lanes, one keeping the most accumulators, then the
+    # narrowest (2 x 12 ran 0-5% faster than 3 x 8 and 4 x 6 on 3x3 convolutions and
+    # products of 128 to 512 columns).
+    vectors = min(
+        widths,
+        key=lambda v: (_lanes_computed(step.columns, v, lanes), -v * _ROWS[registers][v], v),
+    )
     # As many rows as the registers take, fewer where that spreads the rows evenly over as
-    # many tiles (14 rows: two tiles of 7, not 12 and 12 overlapping by 10).
+    # many tiles (14 rows: two tiles of 7, not one of 12 and one of 2).
     count = step.rows[0]
     return lanes, vectors, -(-count // -(-count // _ROWS[registers][vectors]))
+
+
+def _lanes_computed(columns: int, vectors: int, lanes: int) -> int:
+    """The vector lanes tiles `vectors` wide compute over `columns` columns (the last tile
+    as few vectors as it needs, masked lanes counted)."""
+    width = vectors * lanes
+    return (columns // width) * width + -(-(columns % width) // lanes) * lanes
 
 
 def tiles(step: TileStep, vector_bytes: int) -> int:
@@ -116,6 +130,24 @@ class _Emitter:
         self.emit(f"br i1 {finished}, label %{done}, label %{head}")
         self.start(done)
 
+    def branches(self, kinds: list, body) -> None:
+        """body(value) under the first of `kinds`' (value, condition) whose condition holds
+        (the last's is None: otherwise)."""
+        if len(kinds) == 1:
+            body(kinds[0][0])
+            return
+        (value, condition), rest = kinds[0], kinds[1:]
+        k = next(self.names)
+        holds = self.assign(condition, "holds")
+        self.emit(f"br i1 {holds}, label %then{k}, label %else{k}")
+        self.start(f"then{k}")
+        body(value)
+        self.emit(f"br label %join{k}")
+        self.start(f"else{k}")
+        self.branches(rest, body)
+        self.emit(f"br label %join{k}")
+        self.start(f"join{k}")
+
     def sum_of(self, terms: list[tuple[str, int]], base: str = "0") -> str:
         """base + the sum of index times stride."""
         total = base
@@ -129,16 +161,21 @@ class _Emitter:
 
 def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
     """The LLVM function computing tiles lo..hi of `step` (see the module's notes)."""
+    from funcgrad.backends.llvm.render import constant_text  # (render imports this module)
+
     dtype = step.out.dtype
     scalar = "float" if dtype == np.float32 else "double"
     lanes, vectors, rows = tile_shape(step, vector_bytes)
     vector = f"<{lanes} x {scalar}>"
-    lanes_of_zero = f"<{lanes} x i32> zeroinitializer"
+    fma = f"llvm.fma.v{lanes}{_short(scalar)}"
+    masked = f"v{lanes}{_short(scalar)}.p0"
     width = lanes * vectors
     size = dtype.itemsize
     row_count, a_row, out_row = step.rows
     row_blocks = -(-row_count // rows)
     column_blocks = -(-step.columns // width)
+    last_rows = row_count - (row_blocks - 1) * rows
+    last_width = step.columns - (column_blocks - 1) * width
     # Tiles sharing their part of `b` run one after another: those of one column block when
     # `b` is the weights (the same for every outer index), else those of one outer index.
     weights_b = all(b_stride == 0 for _, _, b_stride, _ in step.outer)
@@ -151,8 +188,9 @@ def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
     extent = {"column": column_blocks, "row": row_blocks, **dict(enumerate(outer_counts))}
 
     e = _Emitter()
+    addend = ", ptr %addend" if step.addend is not None else ""  # (maybe `out`'s memory)
     e.lines.append(
-        f"define internal void @{name}(ptr noalias %a, ptr noalias %b, ptr noalias %out, "
+        f"define internal void @{name}(ptr noalias %a, ptr noalias %b, ptr %out{addend}, "
         "i64 %lo, i64 %hi) #0 {"
     )
     e.start("entry")
@@ -163,22 +201,63 @@ def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
     e.emit(f"br i1 {empty}, label %exit, label %tiles")
     e.start("tiles")
 
+    def splat(value: str) -> str:
+        one = e.assign(f"insertelement {vector} poison, {scalar} {value}, i64 0")
+        zeros = f"<{lanes} x i32> zeroinitializer"
+        return e.assign(f"shufflevector {vector} {one}, {vector} poison, {zeros}")
+
+    def mask(used: int) -> str:
+        return f"<{', '.join(['i1 true'] * used + ['i1 false'] * (lanes - used))}>"
+
+    def load(at: str, used: int) -> str:
+        if used == lanes:
+            return e.assign(f"load {vector}, ptr {at}, align {size}")
+        return e.assign(
+            f"call {vector} @llvm.masked.load.{masked}(ptr {at}, i32 {size}, "
+            f"<{lanes} x i1> {mask(used)}, {vector} zeroinitializer)"
+        )
+
+    def store(value: str, at: str, used: int) -> None:
+        if used == lanes:
+            e.emit(f"store {vector} {value}, ptr {at}, align {size}")
+        else:
+            e.emit(
+                f"call void @llvm.masked.store.{masked}({vector} {value}, ptr {at}, "
+                f"i32 {size}, <{lanes} x i1> {mask(used)})"
+            )
+
     def one_tile(tile: str) -> None:
         place, rest = {}, tile
         for dim in reversed(order):
             place[dim] = e.assign(f"urem i64 {rest}, {extent[dim]}")
             rest = e.assign(f"udiv i64 {rest}, {extent[dim]}")
         first_row = e.assign(f"mul i64 {place['row']}, {rows}")
-        first_row = e.assign(f"call i64 @llvm.umin.i64(i64 {first_row}, i64 {row_count - rows})")
         first_column = e.assign(f"mul i64 {place['column']}, {width}")
-        first_column = e.assign(
-            f"call i64 @llvm.umin.i64(i64 {first_column}, i64 {step.columns - width})"
-        )
         outer = [(place[d], dims) for d, dims in enumerate(step.outer)]
-        a_base = e.sum_of([(i, s[1]) for i, s in outer] + [(first_row, a_row)])
-        b_base = e.sum_of([(i, s[2]) for i, s in outer], first_column)
-        out_base = e.sum_of([(i, s[3]) for i, s in outer] + [(first_row, out_row)], first_column)
-        for row in slots:
+        bases = (
+            e.sum_of([(i, s[1]) for i, s in outer] + [(first_row, a_row)]),
+            e.sum_of([(i, s[2]) for i, s in outer], first_column),
+            e.sum_of([(i, s[3]) for i, s in outer] + [(first_row, out_row)], first_column),
+        )
+        row_kinds = [(rows, None)]
+        if last_rows != rows:
+            row_kinds = [(last_rows, f"icmp eq i64 {place['row']}, {row_blocks - 1}"), *row_kinds]
+        column_kinds = [(width, None)]
+        if last_width != width:
+            last = f"icmp eq i64 {place['column']}, {column_blocks - 1}"
+            column_kinds = [(last_width, last), *column_kinds]
+        e.branches(
+            row_kinds,
+            lambda tile_rows: e.branches(
+                column_kinds, lambda tile_width: tile_body(tile_rows, tile_width, *bases)
+            ),
+        )
+
+    def tile_body(tile_rows: int, tile_width: int, a_base: str, b_base: str, out_base: str):
+        """A tile of `tile_rows` rows and `tile_width` columns."""
+        used = [min(lanes, tile_width - v * lanes) for v in range(-(-tile_width // lanes))]
+        tile = [row[: len(used)] for row in slots[:tile_rows]]
+        for row in tile:
             for slot in row:
                 e.emit(f"store {vector} zeroinitializer, ptr {slot}, align 64")
 
@@ -198,30 +277,38 @@ def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
         def multiply_add(a_at: str, b_at: str) -> None:
             b_row = e.assign(f"getelementptr {scalar}, ptr %b, i64 {b_at}")
             loaded = []
-            for v in range(vectors):
+            for v, count in enumerate(used):
                 at = e.assign(f"getelementptr {scalar}, ptr {b_row}, i64 {v * lanes}")
-                loaded.append(e.assign(f"load {vector}, ptr {at}, align {size}"))
+                loaded.append(load(at, count))
             a_column = e.assign(f"getelementptr {scalar}, ptr %a, i64 {a_at}")
-            for r, row in enumerate(slots):
+            for r, row in enumerate(tile):
                 at = e.assign(f"getelementptr {scalar}, ptr {a_column}, i64 {r * a_row}")
-                element = e.assign(f"load {scalar}, ptr {at}, align {size}")
-                one = e.assign(f"insertelement {vector} poison, {scalar} {element}, i64 0")
-                splat = e.assign(f"shufflevector {vector} {one}, {vector} poison, {lanes_of_zero}")
-                for v, slot in enumerate(row):
+                element = splat(e.assign(f"load {scalar}, ptr {at}, align {size}"))
+                for slot, b_vector in zip(row, loaded):
                     total = e.assign(f"load {vector}, ptr {slot}, align 64")
                     fused = e.assign(
-                        f"call {vector} @llvm.fma.v{lanes}{_short(scalar)}({vector} {splat}, "
-                        f"{vector} {loaded[v]}, {vector} {total})"
+                        f"call {vector} @{fma}({vector} {element}, {vector} {b_vector}, "
+                        f"{vector} {total})"
                     )
                     e.emit(f"store {vector} {fused}, ptr {slot}, align 64")
 
         terms(0, a_base, b_base)
-        for r, row in enumerate(slots):
-            for v, slot in enumerate(row):
+        for r, row in enumerate(tile):
+            for v, (slot, count) in enumerate(zip(row, used)):
                 total = e.assign(f"load {vector}, ptr {slot}, align 64")
                 offset = e.assign(f"add i64 {out_base}, {r * out_row + v * lanes}")
-                at = e.assign(f"getelementptr {scalar}, ptr %out, i64 {offset}")
-                e.emit(f"store {vector} {total}, ptr {at}, align {size}")
+                if step.addend is not None:
+                    total = updated(total, offset, count)
+                store(total, e.assign(f"getelementptr {scalar}, ptr %out, i64 {offset}"), count)
+
+    def updated(total: str, offset: str, used: int) -> str:
+        """alpha * total + beta * the addend's vector at `offset`."""
+        addend = load(e.assign(f"getelementptr {scalar}, ptr %addend, i64 {offset}"), used)
+        alpha, beta = (splat(constant_text(c, dtype)) for c in (step.alpha, step.beta))
+        scaled = e.assign(f"fmul {vector} {addend}, {beta}")
+        return e.assign(
+            f"call {vector} @{fma}({vector} {total}, {vector} {alpha}, {vector} {scaled})"
+        )
 
     e.loop("%lo", "%hi", one_tile)
     e.emit("br label %exit")
@@ -240,7 +327,9 @@ def intrinsics(step: TileStep, vector_bytes: int) -> list[tuple[str, str, list[s
     lanes, _, _ = tile_shape(step, vector_bytes)
     scalar = "float" if step.out.dtype == np.float32 else "double"
     vector = f"<{lanes} x {scalar}>"
+    masked, mask = f"v{lanes}{_short(scalar)}.p0", f"<{lanes} x i1>"
     return [
-        ("llvm.umin.i64", "i64", ["i64", "i64"]),
         (f"llvm.fma.v{lanes}{_short(scalar)}", vector, [vector] * 3),
+        (f"llvm.masked.load.{masked}", vector, ["ptr", "i32", mask, vector]),
+        (f"llvm.masked.store.{masked}", "void", [vector, "ptr", "i32", mask]),
     ]
