@@ -1097,8 +1097,9 @@ class _Scheduler:
             out = self.buffer_of[update.result]
             made = dict(addend=self.buffer_of[update.addend], alpha=update.alpha, beta=update.beta)
         take = products_in_tiles.get()
-        tiled = take is not None and not transpose_rhs
-        if tiled and take(batch, m, n, k, dtype):
+        if take is not None and take(batch, m, n, k, dtype):
+            if transpose_rhs:  # stored (n, k): copied (k, n), k x n elements against m x n x k
+                rhs_buffer = self._copied_operand(rhs, [*rhs_batch, *rhs_contract], dtype)
             a_row, a_term = (1, m) if transpose_lhs else (k, 1)
             outer = ((batch, m * k, k * n, m * n),)
             tiles = (lhs_buffer, rhs_buffer, out, outer, (m, a_row, n), n, ((k, a_term, n),), eqn)
@@ -1438,6 +1439,13 @@ class _Scheduler:
                 if rest == flipped:
                     return self.buffer_of[base], True
         order = list(batch_dims) + (contract + free if contract_first else free + contract)
+        return self._copied_operand(var, order, dtype), False
+
+    def _copied_operand(self, var, order: list, dtype: np.dtype) -> K.Buffer:
+        """A buffer holding `var` in `dtype`, its dimensions in `order`, written by a fused
+        kernel."""
+        ndim = var.aval.ndim
+        order = order + [d for d in range(ndim) if d not in order]
         shape = tuple(var.aval.shape[d] for d in order)
         buffer = K.Buffer(f"t{next(_counter)}", dtype, var.aval.size)
         builder = KernelBuilder(self.producer, self.buffer_of)
@@ -1450,7 +1458,7 @@ class _Scheduler:
             return [K.Store(buffer, _flat_offset(index, shape), value)]
 
         self._kernel(builder, [buffer], loop_nest(shape, body), [])
-        return buffer, False
+        return buffer
 
     def _through_transposes(self, var):
         """The variable a chain of fused transposes reads, and where each of `var`'s
