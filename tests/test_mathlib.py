@@ -57,8 +57,8 @@ UNARY = {
         lambda x: 1 / (1 + np.exp(-x)),
         {np.float32: 2.5, np.float64: 2.5},
     ),
-    "erf": (fsp.erf, _from_math(math.erf), {np.float32: 0.51, np.float64: 2.5}),
-    "erfc": (fsp.erfc, _from_math(math.erfc), {np.float32: 0.51, np.float64: 5.5}),
+    "erf": (fsp.erf, _from_math(math.erf), {np.float32: 0.8, np.float64: 2.5}),
+    "erfc": (fsp.erfc, _from_math(math.erfc), {np.float32: 0.7, np.float64: 5.5}),
 }
 UNARY_CASES = [(n, d) for n in sorted(UNARY) for d in sorted(UNARY[n][2], key=str)]
 TRIG = ("sin", "cos", "tan")
@@ -522,6 +522,35 @@ def test_log10_and_log2_round_once_against_mpmath(dtype):
                 for g, w in zip(got, wanted)
             ]
         assert max(error) <= 0.501, (fun.__name__, x[np.argmax(error)], max(error))
+
+
+def _float32_neighbours(at: float, count: int) -> np.ndarray:
+    """The `count` float32s on either side of `at` (and `at` itself), both signs."""
+    bits = np.array(at, np.float32).view(np.int32) + np.arange(-count, count + 1, dtype=np.int32)
+    values = bits.view(np.float32)
+    return np.concatenate([values, -values])
+
+
+def test_float32_erf_and_erfc_at_their_seams_and_through_erfc_tail():
+    """float32's erf and erfc change their computation at 3/4, 2 and 3.92 (erf) and 1/2 and
+    10.1 (erfc, whose tail past 1/2 is computed in float64 down to its last subnormal at 10.05):
+    every float32 next to each seam, and erfc densely through its tail, within the bounds of
+    UNARY; and the values that come out exactly."""
+    seams = {"erf": (0.75, 2.0, 3.92), "erfc": (0.5, 10.05, 10.1)}
+    for name, at in seams.items():
+        ours, reference, _ = UNARY[name]
+        x = np.concatenate([_float32_neighbours(s, 3000) for s in at])
+        if name == "erfc":
+            tail = np.linspace(0.5, 10.2, 200001, dtype=np.float32)
+            x = np.concatenate([x, tail, -tail])
+        check(name, run(ours, x), exact(reference, np.float32, x), np.float32, x)
+    specials = np.array([np.inf, -np.inf, 0.0, -0.0, 3.92, 10.1, 1e30, -10.1, np.nan], np.float32)
+    erf, erfc = run(fsp.erf, specials), run(fsp.erfc, specials)
+    np.testing.assert_array_equal(erf, [1, -1, 0, -0.0, 1, 1, 1, -1, np.nan])
+    np.testing.assert_array_equal(np.signbit(erf), [0, 1, 0, 1, 0, 0, 0, 1, 0])
+    np.testing.assert_array_equal(erfc, [0, 2, 1, 1, erfc[4], 0, 0, 2, np.nan])
+    smallest = np.finfo(np.float32).smallest_subnormal
+    assert run(fsp.erfc, np.array([10.05], np.float32))[0] == smallest  # (7.6e-46 rounds up)
 
 
 def test_float32_erf_inv_is_the_exact_value_rounded():

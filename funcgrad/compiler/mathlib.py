@@ -56,7 +56,11 @@ the loop. Each follows the textbook construction:
 - erf, erfc: Taylor's series of erf below |x| = 1/2; above, erfc(a) = e^(-a^2) erfcx(a),
   with e^(-a^2) corrected by a^2's rounding error and the scaled function erfcx a polynomial
   interpolating it up to a = 3 (fitted at first use in 80-digit decimal arithmetic) or
-  Laplace's continued fraction beyond; erf = 1 - erfc there.
+  Laplace's continued fraction beyond; erf = 1 - erfc there. float32's erf is computed in
+  float32 (16 lanes to a 512-bit vector, not 8): x + x Q(x^2) below 3/4, fitted polynomials
+  in |x| - m above (erf, or 1 - erfc where erf nears 1); float32's erfc the same series below
+  1/2 with 1 - x's rounding carried, above in float64 (where a^2 is exact) as e^(-a^2) times a
+  polynomial in (a - 2)/(a + 2) (see `_erf_float32`, `_erfc_float32`).
 - lgamma: a polynomial interpolating log Gamma(x) / ((x - 1)(x - 2)) on [1, 2] (fitted at
   first use in decimal arithmetic; multiplying back by the exact factors keeps the zeros'
   relative accuracy), shifted there from [2, 10) by Gamma's recurrence (one log of the
@@ -72,7 +76,7 @@ every size up to the largest finite; log1p's float32 maximum over every float32 
 64):
 
     float32: exp 1.2, log 2.2, log1p 2.6, expm1 2.2, tanh 1.6, exp2 0.9, logistic 2.3,
-             everything else 0.5
+             erf 0.77, erfc 0.64, everything else 0.5
     float64: exp 1.0, log 2.0, log1p 2.4, expm1 2.3, exp2 0.9, log10 0.5, log2 0.5, tanh 1.3,
              sin 1.9, cos 1.9, tan 3.5, atan 2.2, atan2 2.2, asin 2.9, acos 2.6, sinh 1.6,
              cosh 1.2, asinh 3.3, acosh 3.1, atanh 2.7, cbrt 0.7, pow 0.6, logistic 2.4;
@@ -1254,46 +1258,108 @@ def _erfc_positive(a: Expr, result: np.dtype) -> Expr:
     return exp(K.unary("neg", square)) * (_c(1, a) - square_error) * scaled
 
 
-# float32's erf, in float64: x times a polynomial in x^2 below |x| = 1, a polynomial in |x| up
-# to 3.92, past which erf rounds to 1. Each interpolates erf at Chebyshev points of its range,
-# solved in 40-digit arithmetic (mpmath) in the range mapped onto [-1, 1]; their largest
-# absolute errors, float64 rounding included, are 8e-13 and 7e-13, so the float32 result is
-# the exact value rounded but within 2e-5 of an ulp of a halfway point. (1 - erfc, with its
-# exponential and continued fraction, cost 6 times as much.)
-_ERF_BELOW_ONE = (
-    0.9654687386698673, -0.14053608901553188, 0.019852496688660258, -0.0022854856569336727,
-    0.00021751716035374902, -1.7536824729018507e-05, 1.2233672195978863e-06,
-    -7.557490441753586e-08, 4.13647681291993e-09,
+# float32's erf, in float32 arithmetic. Below |x| = 3/4, x + x Q(x^2) (the last step one fused
+# multiply-add, so Q's rounding is scaled by |Q| <= 0.13, and x^2's by x^2 |Q'|: up to 1, that
+# alone cost 0.4 ulp); above, base + H(a - m) on two pieces: [3/4, 2) erf itself (base 0) and
+# [2, 3.92) -erfc (base 1), whose rounding is relative to erfc, far under erf's ulp. A piece's
+# coefficients are picked per element by selects (one polynomial evaluated, not two), and
+# a - m is exact (Sterbenz). Fitted by least squares at Chebyshev points in 40-digit
+# arithmetic (mpmath), each coefficient rounded to float32 in turn and the rest refitted to
+# absorb its rounding. (In float64, degree 9 and 21 and eight lanes a vector: twice the time.)
+_ERF32_SMALL_BELOW = 0.75
+_ERF32_SMALL = (
+    0.12837916612625122, -0.376126229763031, 0.11283428221940994, -0.02683696523308754,
+    0.005118804518133402, -0.0006779764662496746,
 )  # fmt: skip
-_ERF_ABOVE_ONE = (
-    0.999496646359442, 0.0038782109640479743, -0.01392898244866282, 0.03059595651184144,
-    -0.045047214385339325, 0.04515114678060957, -0.028448883386745474, 0.006277965100689735,
-    0.007357397380749115, -0.008473275742737705, 0.003299626771947964, 0.0007976480679113314,
-    -0.0015466552633383746, 0.0006212563437966873, 0.00012257213019744082,
-    -0.0002308801140354935, 6.523695179597425e-05, 3.317764492756761e-05,
-    -2.184429343132809e-05, -1.616837329179961e-06, 2.48185263823883e-06,
+# (centre m, base, coefficients of H in a - m) below and above _ERF32_SPLIT
+_ERF32_SPLIT = 2.0
+_ERF32_PIECES = (
+    (1.375, 0.0, (
+        0.9481700658798218, 0.1703597456216812, -0.23424433171749115, 0.15793916583061218,
+        -0.030505811795592308, -0.030627187341451645, 0.022192522883415222,
+        -0.001292681903578341, -0.0043459320440888405, 0.0012439574347808957,
+        0.00041812018025666475,
+    )),
+    (3.0, 1.0, (
+        -2.2093718143878505e-05, 0.00013918850163463503, -0.00041754209087230265,
+        0.0007905121310614049, -0.001046716351993382, 0.001007819315418601,
+        -0.0007292532245628536, 0.00041285695624537766, -0.00014922999253030866,
+        -1.1391149200790096e-05, 2.607958231237717e-05,
+    )),
 )  # fmt: skip
-_ERF_IS_ONE_FROM = 3.92
+_ERF32_IS_ONE_FROM = 3.92
 
 
-def _erf_fitted(x: Expr) -> Expr:
+def _erf32_small_part(x: Expr) -> Expr:
+    """x Q(x^2), where erf x = x + x Q(x^2) for |x| < 3/4."""
+    return x * _horner(_ERF32_SMALL, x * x)
+
+
+def _erf_float32(x: Expr) -> Expr:
+    a = K.unary("abs", x)
+    small = x + _erf32_small_part(x)
+    below_split = _lt(a, _ERF32_SPLIT)
+
+    def picked(near: float, far: float) -> Expr:
+        return K.select(below_split, _c(near, a), _c(far, a))
+
+    (near_centre, near_base, near), (far_centre, far_base, far) = _ERF32_PIECES
+    u = a - picked(near_centre, far_centre)
+    fitted = picked(near[-1], far[-1])
+    for near_coefficient, far_coefficient in zip(reversed(near[:-1]), reversed(far[:-1])):
+        fitted = fitted * u + picked(near_coefficient, far_coefficient)
+    large = picked(near_base, far_base) + fitted
+    large = K.select(K.binary("ge", a, _c(_ERF32_IS_ONE_FROM, a)), _c(1, a), large)  # NaN stays
+    return K.select(_lt(a, _ERF32_SMALL_BELOW), small, _copysign(large, x))
+
+
+# float32's erfc. Below |x| = 1/2, (1 - x) - x Q(x^2) in float32 with 1 - x's rounding error
+# carried (a two-sum). Above, in float64, where a^2 is exact: e^(-a^2) erfcx(a) with e^(-a^2)
+# from exp's reduction and a Taylor polynomial of degree 8 (2e-10 relative), and erfcx a
+# polynomial in t = (a - 2) / (a + 2) on a in [1/2, 10.1] (past it erfc rounds to 0),
+# interpolating it at Chebyshev points in 40-digit arithmetic (mpmath) to 2e-10 relative; so
+# the result is rounded about once. erfc(-a) = 2 - erfc(a), also in float64.
+_ERFC32_SMALL_BELOW = 0.5
+_ERFC32_ZERO_FROM = 10.1
+_ERFCX_T_SHIFT = 2.0
+_ERFCX_IN_T = (
+    0.2553956763246059, -0.4271858472143797, 0.24165819161047053, -0.07897859197720264,
+    0.003732973606295221, 0.00699762621138713, -0.0008480778099146998, -0.0009829437740516715,
+    4.853797819734578e-05, 0.00017660602636115436, 1.4751104055315654e-05,
+    -2.8629589350518525e-05,
+)  # fmt: skip
+_EXP_MODERATE_DEGREE = 8
+
+
+def _exp_moderate(x: Expr) -> Expr:
+    """e^x (float64) for -708 < x <= 0 (a normal result), to 2e-10 relative: exp's reduction
+    with ln 2 in one piece and a shorter polynomial, and no special values."""
+    fmt = _Format(x.dtype)
+    n_float, n = fmt.rounded(x * _c(1 / math.log(2), x))
+    r = x - n_float * _c(math.log(2), x)
+    taylor = [1 / math.factorial(k) for k in range(_EXP_MODERATE_DEGREE + 1)]
+    return _horner(taylor, r) * fmt.power_of_two(n)
+
+
+def _erfc_float32(x: Expr) -> Expr:
+    one = _c(1, x)
+    rounded, error = _fast_two_sum(one, K.unary("neg", x))
+    small = rounded + (error - _erf32_small_part(x))
     wide = K.cast(x, F64)
-    a = K.unary("abs", wide)
-    small = wide * _horner(_ERF_BELOW_ONE, wide * wide * _c(2, wide) - _c(1, wide))
-    middle = (1 + _ERF_IS_ONE_FROM) / 2
-    clamped = K.binary("min", a, _c(_ERF_IS_ONE_FROM, a))
-    large = _horner(_ERF_ABOVE_ONE, (clamped - _c(middle, a)) * _c(1 / (middle - 1), a))
-    large = _copysign(K.select(_lt(a, _ERF_IS_ONE_FROM), large, _c(1, a)), wide)
-    large = K.select(K.binary("ne", wide, wide), wide, large)  # NaN
-    return K.cast(K.select(_lt(a, 1.0), small, large), x.dtype)
+    a = K.binary("min", K.unary("abs", wide), _c(_ERFC32_ZERO_FROM, wide))
+    shift = _c(_ERFCX_T_SHIFT, a)
+    scaled = _horner(_ERFCX_IN_T, _div(a - shift, a + shift))
+    positive = _exp_moderate(K.unary("neg", a * a)) * scaled
+    large = K.cast(K.select(_lt(wide, 0.0), _c(2, a) - positive, positive), x.dtype)
+    return K.select(_lt(K.unary("abs", x), _ERFC32_SMALL_BELOW), small, large)
 
 
 def erf(x: Expr) -> Expr:
     """Taylor's series below |x| = 1/2, 1 - erfc(|x|) above (with x's sign): erfc(1/2) = 0.48,
-    so the subtraction loses no more than a bit. float32's: `_erf_fitted`."""
+    so the subtraction loses no more than a bit. float32's: `_erf_float32`."""
     result = x.dtype
     if result == F32:
-        return _erf_fitted(x)
+        return _erf_float32(x)
     x = K.cast(x, F64)
     a = K.unary("abs", x)
     large = _copysign(_c(1, x) - _erfc_positive(a, result), x)
@@ -1303,8 +1369,10 @@ def erf(x: Expr) -> Expr:
 
 def erfc(x: Expr) -> Expr:
     """1 - erf(x) below |x| = 1/2 (results in [0.48, 1.52]); e^(-x^2) erfcx(x) above, and
-    erfc(-a) = 2 - erfc(a) for negative x."""
+    erfc(-a) = 2 - erfc(a) for negative x. float32's: `_erfc_float32`."""
     result = x.dtype
+    if result == F32:
+        return _erfc_float32(x)
     x = K.cast(x, F64)
     a = K.unary("abs", x)
     positive = _erfc_positive(a, result)
