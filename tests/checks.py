@@ -25,17 +25,18 @@ def cpu_devices(count: int):
 
 @contextlib.contextmanager
 def products_as(path: str):
-    """On the LLVM backend, matrix products inside the block run as the library's GEMMs
-    ("library") or in register tiles wherever their layout allows ("tiles"), whatever this
-    CPU and library would choose."""
+    """On the LLVM backend, matrix products and convolutions inside the block run as the
+    library's GEMMs ("library") or in register tiles wherever their layout allows ("tiles"),
+    whatever this CPU and library would choose."""
     from funcgrad.backends.llvm import tiles
 
     policy = {"library": lambda *shape: False, "tiles": tiles.fits_tiles}[path]
-    saved, tiles.takes_product = tiles.takes_product, policy
+    saved = tiles.takes_product, tiles.CONVOLUTIONS
+    tiles.takes_product, tiles.CONVOLUTIONS = policy, path == "tiles"
     try:
         yield
     finally:
-        tiles.takes_product = saved
+        tiles.takes_product, tiles.CONVOLUTIONS = saved
 
 
 def tolerance(dtype) -> dict:

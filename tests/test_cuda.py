@@ -1171,7 +1171,8 @@ def test_a_product_of_few_results_sums_parts_of_its_terms_then_the_terms_left_ov
 def test_products_of_up_to_8_terms_fuse_into_their_readers():
     """A layer of few outputs' backward product (64 x terms by terms x 128), times the tanh's
     derivative: up to 8 terms, one kernel of as many multiply-adds per element, on the GPU as
-    on the CPU; 10 terms a GEMM on both (fused, it ran slower on each)."""
+    on the CPU; 10 terms a GEMM on both (fused, it ran slower on each), or on the CPU
+    register tiles where it takes them."""
     rng = np.random.default_rng(16)
 
     def backward(g, w, h):
@@ -1185,7 +1186,7 @@ def test_products_of_up_to_8_terms_fuse_into_their_readers():
         for backend in ("cuda_emulator", "llvm"):
             with jit_backend(backend):
                 plan = fg.jit(backward).lower(g, w, h).compile().fusion_plan()
-            assert ("gemm[" in plan) != fused
+            assert ("gemm[" in plan or "tiles[" in plan) != fused
             assert bool(re.search("# fuses: .*dot_general", plan)) == fused
 
 

@@ -1159,6 +1159,7 @@ def test_a_profile_counts_and_times_each_kernel_and_library_call():
         fg.jit(f).lower(x, w).compile().profile(x, w)
 
 
+@pytest.mark.usefixtures("library_products")
 def test_a_weight_gradient_gathers_its_windows_along_the_inputs_rows():
     """The weight gradient of a channels-last convolution is a convolution whose batch is the
     input's innermost dimension (the activations' channels): its windows are gathered

@@ -178,10 +178,10 @@ def test_strides_with_features_innermost():
     assert_conv("features_inner", 2, 3, 4, 24, (15, 17), (3, 3), (2, 3), [(1, 1), (0, 2)], (1, 1))
 
 
-def test_a_stride_along_the_places_takes_the_gemm():
-    """Places innermost, the columns are contiguous places: a stride along them is not."""
-    assert_conv("places_inner", 2, 2, 4, 24, (15, 40), (3, 3), (1, 2), [(1, 1), (1, 1)], (1, 1),
-                tiles=False)  # fmt: skip
+def test_a_stride_along_the_places_takes_the_features_as_columns():
+    """Places innermost, but strided: the columns are the features, the weights copied with
+    them innermost and the output computed so, then copied into its layout."""
+    assert_conv("places_inner", 2, 2, 4, 24, (15, 40), (3, 3), (1, 2), [(1, 1), (1, 1)], (1, 1))
 
 
 def test_fewer_columns_than_a_vector_takes_the_gemm():
@@ -204,7 +204,7 @@ def test_enough_work_runs_on_the_threads():
 
 def test_fused_input_and_weights_and_the_gradients():
     """An input computed in the program (fused into the padded copy), weights reversed (the
-    input gradient's), and both gradients, against the NumPy backend."""
+    input gradient's), and both gradients, channels first, against the NumPy backend."""
     x = rng.standard_normal((2, 6, 14, 20))
     w = rng.standard_normal((18, 6, 3, 3))
 
@@ -220,8 +220,40 @@ def test_fused_input_and_weights_and_the_gradients():
         plan = fg.jit(grads).lower(x, w).compile().executable.fusion_plan()
     for g, e in zip(got, expected):
         np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-10, atol=1e-9)
-    assert plan.count("tiles[") == 2  # the forward convolution and the input gradient
-    assert "gemm" in plan  # the weight gradient
+    # the forward convolution, the input gradient and the weight gradient (its output's
+    # features made innermost)
+    assert plan.count("tiles[") == 3 and "gemm" not in plan
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_weight_gradient_sums_in_blocks(dtype):
+    """A channels-last weight gradient in tiles: rows the input features, columns the
+    output features, and a sum over the batch and every place (4 x 40 x 40 terms) taken in
+    blocks of 40 x 40, each added to what the output holds. Against the written-out
+    gradient: sum over n, y, x of the padded input under each window element times the
+    output's cotangent (2y)."""
+    x = rng.standard_normal((4, 40, 40, 24)).astype(dtype)
+    w = (rng.standard_normal((3, 3, 24, 20)) / 8).astype(dtype)
+    names = ("NHWC", "HWIO", "NHWC")
+
+    def loss(w, x):
+        y = lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=names)
+        return (y * y).sum()
+
+    with jit_backend("llvm"):
+        compiled = fg.jit(fg.grad(loss)).lower(w, x).compile()
+        got = np.asarray(compiled(w, x))
+    assert "terms=4x40x40" in compiled.executable.fusion_plan()
+    cotangent = 2 * reference_conv(x, w, (1, 1), [(1, 1), (1, 1)], (1, 1), names)
+    padded = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    want = np.zeros(w.shape)
+    for ky, kx in itertools.product(range(3), range(3)):
+        window = padded[:, ky : ky + 40, kx : kx + 40, :]
+        want[ky, kx] = np.einsum("nyxc,nyxo->co", window, cotangent)
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(
+        got, want, rtol=0, atol=(1e-5 if dtype == np.float32 else 1e-12) * scale
+    )
 
 
 @settings(deadline=None)

@@ -526,17 +526,14 @@ def _converts_exactly(operand: np.dtype, result: np.dtype) -> bool:
 # library runs them as GEMMs of one row or column (a 1024x1024 matrix by a vector 0.14 ms, a
 # vector by it 0.44 ms, where a fused kernel reading the matrix once takes 0.05 ms).
 vector_products_fuse = Choice("vector_products_fuse", False)
-# Whether convolutions run in register tiles (`TileStep`), a CPU's choice; a GPU's run as
-# tiled products of its own (`_conv_contraction`) or GEMMs.
+# Whether convolutions run in register tiles (`TileStep`), a CPU backend's choice; a GPU's
+# run as tiled products of its own (`_conv_contraction`) or GEMMs.
 convolves_in_tiles = Choice("convolves_in_tiles", False)
 # Which products of row-major matrices run in register tiles (`TileStep`), on a CPU:
 # take(batch, m, n, k, dtype) says; on a GPU none do (None).
 products_in_tiles = Choice("products_in_tiles", None)
 # A convolution runs in tiles when its output's innermost dimension fills a vector of this size.
 TILE_COLUMNS_BYTES = 64
-# The longest sum a tile accumulates (512 input features under a 3x3 window); a longer one
-# runs as a GEMM, which sums in blocks.
-TILE_MAX_TERMS = 4608
 
 
 def _gemm_shape(eqn: JaxprEqn, gemm_dtypes: tuple):
@@ -652,6 +649,16 @@ def _conv_as_gemm(eqn: JaxprEqn, gemm_dtypes: tuple) -> bool:
 def _strides(shape: tuple[int, ...]) -> list[int]:
     """Each dimension's stride, in elements, in a row-major array of `shape`."""
     return [math.prod(shape[d + 1 :]) for d in range(len(shape))]
+
+
+def _strides_in(shape: tuple[int, ...], order: list[int]) -> list[int]:
+    """Each dimension's stride, in elements, in an array of `shape` whose dimensions are
+    stored in `order` (outermost first)."""
+    stored = _strides(tuple(shape[d] for d in order))
+    strides = [0] * len(shape)
+    for position, d in enumerate(order):
+        strides[d] = stored[position]
+    return strides
 
 
 def _window_element(builder: KernelBuilder, eqn: JaxprEqn, n, at, offsets, c) -> K.Expr:
@@ -1109,11 +1116,13 @@ class _Scheduler:
         self.steps.append(GemmStep(*gemm, **made))
 
     def _conv_in_tiles(self, eqn: JaxprEqn) -> bool:
-        """A convolution as a `TileStep`, where the output's innermost dimension is the
-        weights' innermost (features, NHWC and HWIO) or the input's innermost (a spatial
-        dimension the window moves along one element at a time, NCHW) and at least a vector
-        wide; whether it could be. The input is copied with its padding first (unless it has
-        none and is in memory already), the weights where fused into the convolution."""
+        """A convolution as a `TileStep`; whether it could be. Its columns are the output's
+        features (the weights' output features made their innermost dimension, and the
+        output computed so, by copies where they are not: a channels-first weight gradient)
+        or, where the output's innermost dimension is the input's, a spatial dimension the
+        window moves along one element at a time (NCHW), the places along it. Either fills
+        a vector. The input is copied with its padding first (unless it has none and is in
+        memory already)."""
         lhs, rhs = eqn.invars
         p = eqn.params
         lhs_spec, rhs_spec, out_spec = p["dimension_numbers"]
@@ -1121,36 +1130,38 @@ class _Scheduler:
         dtype = np.dtype(eqn.outvars[0].aval.dtype)
         spatial = len(out_spec) - 2
         innermost = len(out_shape) - 1
+        lanes = TILE_COLUMNS_BYTES // dtype.itemsize
+        features_fit = out_shape[out_spec[1]] >= lanes
         features_inner = out_spec[1] == innermost and rhs_spec[0] == rhs.aval.ndim - 1
         positions_inner = (
             spatial > 0
             and out_spec[-1] == innermost
             and lhs_spec[-1] == lhs.aval.ndim - 1
             and p["window_strides"][-1] == 1
+            and out_shape[innermost] >= lanes
         )
-        if (
-            spatial == 0
-            or max(p["lhs_dilation"]) > 1
-            or out_shape[innermost] < TILE_COLUMNS_BYTES // dtype.itemsize
-        ):
+        if spatial == 0 or max(p["lhs_dilation"]) > 1:
             return False
-        if not (features_inner or positions_inner):
-            return False
-        # A weight gradient's window spans the places (its output, the weights, has few):
-        # each output sums the batch and every place, which a GEMM sums in blocks.
-        window = [rhs.aval.shape[d] for d in rhs_spec[2:]]
-        places = [out_shape[d] for d in out_spec[2:]]
-        in_features = rhs.aval.shape[rhs_spec[1]]
-        if (
-            math.prod(window) > math.prod(places)
-            or in_features * math.prod(window) > TILE_MAX_TERMS
-        ):
+        by_features = features_fit and (features_inner or not positions_inner)
+        if not (by_features or positions_inner):
             return False
         padded_shape, padded = self._padded_input(eqn, dtype)
-        weights, _ = self._gemm_operand(rhs, [], list(range(rhs.aval.ndim)), dtype)
-        x, w, o = (_strides(shape) for shape in (padded_shape, rhs.aval.shape, out_shape))
-        strides, dilation = p["window_strides"], p["rhs_dilation"]
+        x = _strides(padded_shape)
         out = self.buffer_of[eqn.outvars[0]]
+        if by_features:  # the weights' and the output's features innermost
+            w_order = [d for d in range(rhs.aval.ndim) if d != rhs_spec[0]] + [rhs_spec[0]]
+            o_order = [d for d in range(len(out_shape)) if d != out_spec[1]] + [out_spec[1]]
+            if rhs_spec[0] == rhs.aval.ndim - 1:
+                weights, _ = self._gemm_operand(rhs, [], w_order, dtype)
+            else:
+                weights = self._copied_operand(rhs, w_order, dtype)
+            product = out if out_spec[1] == innermost else self._buffer_like(out)
+        else:
+            w_order, o_order = list(range(rhs.aval.ndim)), list(range(len(out_shape)))
+            weights, _ = self._gemm_operand(rhs, [], w_order, dtype)
+            product = out
+        w, o = _strides_in(rhs.aval.shape, w_order), _strides_in(out_shape, o_order)
+        strides, dilation = p["window_strides"], p["rhs_dilation"]
         window = [
             (rhs.aval.shape[rhs_spec[2 + s]], dilation[s] * x[lhs_spec[2 + s]], w[rhs_spec[2 + s]])
             for s in range(spatial)
@@ -1163,12 +1174,17 @@ class _Scheduler:
             (out_shape[out_spec[2 + s]], strides[s] * x[lhs_spec[2 + s]], 0, o[out_spec[2 + s]])
             for s in range(spatial)
         ]
-        if features_inner:  # rows: the last spatial dimension's places; columns: features
-            (count, x_stride, _, o_stride) = places.pop()
-            outer = (batch, *places)
+        columns = out_shape[out_spec[1]] if by_features else out_shape[innermost]
+        if by_features:  # rows: the batch or a spatial dimension
+            # The longest (the last spatial dimension's places in a convolution, the input
+            # features in its weight gradient, whose batch those are), the last of equals.
+            candidates = [batch, *places]
+            longest = max(reversed(candidates), key=lambda dim: dim[0])
+            candidates.remove(longest)
+            count, x_stride, _, o_stride = longest
             rows = (count, x_stride, o_stride)
             step = TileStep(
-                padded, weights, out, outer, rows, out_shape[innermost], tuple(terms), eqn
+                padded, weights, product, tuple(candidates), rows, columns, tuple(terms), eqn
             )
         else:  # rows: output features; columns: the last spatial dimension's places
             places.pop()
@@ -1177,9 +1193,26 @@ class _Scheduler:
             )
             rows = (out_shape[out_spec[1]], w[rhs_spec[0]], o[out_spec[1]])
             swapped = tuple((count, w_stride, x_stride) for count, x_stride, w_stride in terms)
-            step = TileStep(weights, padded, out, outer, rows, out_shape[innermost], swapped, eqn)
+            step = TileStep(weights, padded, out, outer, rows, columns, swapped, eqn)
         self.steps.append(step)
+        if product is not out:
+            self._relayout(product, o_order, out, out_shape)
         return True
+
+    def _buffer_like(self, buffer: K.Buffer) -> K.Buffer:
+        return K.Buffer(f"t{next(_counter)}", buffer.dtype, buffer.size)
+
+    def _relayout(self, source: K.Buffer, order: list, out: K.Buffer, shape: tuple) -> None:
+        """A kernel copying `source`, an array of `shape` with its dimensions stored in
+        `order`, into `out` (row-major)."""
+        copier = KernelBuilder(self.producer, self.buffer_of)
+        stored = tuple(shape[d] for d in order)
+
+        def relayout(index):
+            value = K.Load(copier.reads(source), _flat_offset([index[d] for d in order], stored))
+            return [K.Store(out, _flat_offset(index, shape), value)]
+
+        self._kernel(copier, [out], loop_nest(shape, relayout), [])
 
     def _padded_input(self, eqn: JaxprEqn, dtype: np.dtype) -> tuple[tuple, K.Buffer]:
         """A convolution's input with its padding, zeros there (its own buffer where it has

@@ -24,7 +24,6 @@ from funcgrad.compiler.schedule import (
     Program,
     all_steps,
     column_folds_with_maps,
-    convolves_in_tiles,
     schedule,
     vector_products_fuse,
 )
@@ -72,7 +71,6 @@ def plan(
         folds_along_memory.chosen(not gpu),
         radix_sort.sorts_by_radix.chosen(not gpu),
         vector_products_fuse.chosen(not gpu),
-        convolves_in_tiles.chosen(not gpu),
         rows.short_row_groups.chosen(short_row_group),
         column_folds_with_maps.chosen(on_blocks),
     ):

@@ -36,6 +36,7 @@ from funcgrad.compiler.schedule import (
     CallbackStep,
     Program,
     all_steps,
+    convolves_in_tiles,
     products_in_tiles,
 )
 from funcgrad.config import config
@@ -140,7 +141,10 @@ class LlvmExecutable:
 
     def _planned(self):
         if self._plan is None:
-            with products_in_tiles.chosen(tiles.takes_product):
+            with (
+                products_in_tiles.chosen(tiles.takes_product),
+                convolves_in_tiles.chosen(tiles.CONVOLUTIONS),
+            ):
                 self._plan = stages.plan(
                     self.closed, ReductionSplit(render.PARALLEL_WORK, REDUCTION_PARTS)
                 )

@@ -65,6 +65,9 @@ def tiles(step: TileStep, vector_bytes: int) -> int:
     return math.prod(count for count, *_ in step.outer) * blocks[0] * blocks[1]
 
 
+# Whether convolutions run in tiles where their layout allows (`schedule._conv_in_tiles`);
+# tests of the GEMM path turn it off (tests/checks.products_as).
+CONVOLUTIONS = True
 # The longest sum a matrix product's tiles take: the rows of `a` a tile reads (rows x terms
 # elements) stay in the first-level cache up to about here. A longer one runs as the
 # library's GEMM, which packs its operands in blocks that do (2048^3 float32 in tiles ran at
@@ -187,6 +190,8 @@ def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
     )
     extent = {"column": column_blocks, "row": row_blocks, **dict(enumerate(outer_counts))}
 
+    split = _sum_split(step.terms)
+
     e = _Emitter()
     addend = ", ptr %addend" if step.addend is not None else ""  # (maybe `out`'s memory)
     e.lines.append(
@@ -257,9 +262,35 @@ def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
         """A tile of `tile_rows` rows and `tile_width` columns."""
         used = [min(lanes, tile_width - v * lanes) for v in range(-(-tile_width // lanes))]
         tile = [row[: len(used)] for row in slots[:tile_rows]]
-        for row in tile:
-            for slot in row:
-                e.emit(f"store {vector} zeroinitializer, ptr {slot}, align 64")
+
+        def blocks(level: int, a_at: str, b_at: str, indices: list) -> None:
+            """The sum's outer levels: each block of inner terms summed in registers, then
+            written (the first) or added to what the output holds."""
+            if level == split:
+                for row in tile:
+                    for slot in row:
+                        e.emit(f"store {vector} zeroinitializer, ptr {slot}, align 64")
+                terms(level, a_at, b_at)
+                if not indices:
+                    write(first=True)
+                    return
+                any_index = indices[0]
+                for index in indices[1:]:
+                    any_index = e.assign(f"or i64 {any_index}, {index}")
+                first = f"icmp eq i64 {any_index}, 0"
+                e.branches([(True, first), (False, None)], lambda f: write(first=f))
+                return
+            count, a_stride, b_stride = step.terms[level]
+            e.loop(
+                "0",
+                count,
+                lambda k: blocks(
+                    level + 1,
+                    e.sum_of([(k, a_stride)], a_at),
+                    e.sum_of([(k, b_stride)], b_at),
+                    [*indices, k],
+                ),
+            )
 
         def terms(level: int, a_at: str, b_at: str) -> None:
             if level == len(step.terms):
@@ -292,23 +323,30 @@ def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
                     )
                     e.emit(f"store {vector} {fused}, ptr {slot}, align 64")
 
-        terms(0, a_base, b_base)
-        for r, row in enumerate(tile):
-            for v, (slot, count) in enumerate(zip(row, used)):
-                total = e.assign(f"load {vector}, ptr {slot}, align 64")
-                offset = e.assign(f"add i64 {out_base}, {r * out_row + v * lanes}")
-                if step.addend is not None:
-                    total = updated(total, offset, count)
-                store(total, e.assign(f"getelementptr {scalar}, ptr %out, i64 {offset}"), count)
+        def write(first: bool) -> None:
+            for r, row in enumerate(tile):
+                for v, (slot, count) in enumerate(zip(row, used)):
+                    total = e.assign(f"load {vector}, ptr {slot}, align 64")
+                    offset = e.assign(f"add i64 {out_base}, {r * out_row + v * lanes}")
+                    at = e.assign(f"getelementptr {scalar}, ptr %out, i64 {offset}")
+                    if not first:
+                        total = scaled_onto(total, load(at, count))
+                    elif step.addend is not None:
+                        addend = e.assign(f"getelementptr {scalar}, ptr %addend, i64 {offset}")
+                        beta = splat(constant_text(step.beta, dtype))
+                        scaled = e.assign(f"fmul {vector} {load(addend, count)}, {beta}")
+                        total = scaled_onto(total, scaled)
+                    store(total, at, count)
 
-    def updated(total: str, offset: str, used: int) -> str:
-        """alpha * total + beta * the addend's vector at `offset`."""
-        addend = load(e.assign(f"getelementptr {scalar}, ptr %addend, i64 {offset}"), used)
-        alpha, beta = (splat(constant_text(c, dtype)) for c in (step.alpha, step.beta))
-        scaled = e.assign(f"fmul {vector} {addend}, {beta}")
-        return e.assign(
-            f"call {vector} @{fma}({vector} {total}, {vector} {alpha}, {vector} {scaled})"
-        )
+        blocks(0, a_base, b_base, [])
+
+    def scaled_onto(total: str, base: str) -> str:
+        """alpha * total + base (total + base where alpha is 1)."""
+        if step.alpha == 1:
+            return e.assign(f"fadd {vector} {total}, {base}")
+        alpha = splat(constant_text(step.alpha, dtype))
+        operands = f"{vector} {total}, {vector} {alpha}, {vector} {base}"
+        return e.assign(f"call {vector} @{fma}({operands})")
 
     e.loop("%lo", "%hi", one_tile)
     e.emit("br label %exit")
@@ -316,6 +354,22 @@ def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
     e.emit("ret void")
     e.lines.append("}")
     return "\n".join(e.lines)
+
+
+# The longest sum a tile keeps in its registers: a longer one (a weight gradient's, over the
+# batch and every place) is summed in blocks of its innermost levels' terms, each added to
+# what the output holds, so that a float32 sum's rounding grows with the block, not the sum.
+TERMS_PER_SUM = 4096
+
+
+def _sum_split(terms: tuple) -> int:
+    """The first of the innermost levels of `terms` a block sums: as many as keep it within
+    `TERMS_PER_SUM` terms, at least one."""
+    split, block = len(terms), 1
+    while split > 0 and (split == len(terms) or block * terms[split - 1][0] <= TERMS_PER_SUM):
+        block *= terms[split - 1][0]
+        split -= 1
+    return split
 
 
 def _short(scalar: str) -> str:
