@@ -263,47 +263,41 @@ def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
         used = [min(lanes, tile_width - v * lanes) for v in range(-(-tile_width // lanes))]
         tile = [row[: len(used)] for row in slots[:tile_rows]]
 
-        def blocks(level: int, a_at: str, b_at: str, indices: list) -> None:
-            """The sum's outer levels: each block of inner terms summed in registers, then
-            written (the first) or added to what the output holds."""
-            if level == split:
-                for row in tile:
-                    for slot in row:
-                        e.emit(f"store {vector} zeroinitializer, ptr {slot}, align 64")
-                terms(level, a_at, b_at)
-                if not indices:
-                    write(first=True)
-                    return
-                any_index = indices[0]
-                for index in indices[1:]:
-                    any_index = e.assign(f"or i64 {any_index}, {index}")
-                first = f"icmp eq i64 {any_index}, 0"
-                e.branches([(True, first), (False, None)], lambda f: write(first=f))
+        def nest(level: int, stop: int, a_at: str, b_at: str, indices: list, body) -> None:
+            """Loops over the sum's levels `level`..`stop`, then body(a offset, b offset,
+            their indices)."""
+            if level == stop:
+                body(a_at, b_at, indices)
                 return
             count, a_stride, b_stride = step.terms[level]
             e.loop(
                 "0",
                 count,
-                lambda k: blocks(
+                lambda k: nest(
                     level + 1,
+                    stop,
                     e.sum_of([(k, a_stride)], a_at),
                     e.sum_of([(k, b_stride)], b_at),
                     [*indices, k],
+                    body,
                 ),
             )
 
-        def terms(level: int, a_at: str, b_at: str) -> None:
-            if level == len(step.terms):
-                multiply_add(a_at, b_at)
+        def block(a_at: str, b_at: str, indices: list) -> None:
+            """A block of the sum's inner terms summed in registers, then written (the
+            first block) or added to what the output holds."""
+            for row in tile:
+                for slot in row:
+                    e.emit(f"store {vector} zeroinitializer, ptr {slot}, align 64")
+            nest(split, len(step.terms), a_at, b_at, [], lambda a, b, _: multiply_add(a, b))
+            if not indices:
+                write(first=True)
                 return
-            count, a_stride, b_stride = step.terms[level]
-            e.loop(
-                "0",
-                count,
-                lambda k: terms(
-                    level + 1, e.sum_of([(k, a_stride)], a_at), e.sum_of([(k, b_stride)], b_at)
-                ),
-            )
+            any_index = indices[0]
+            for index in indices[1:]:
+                any_index = e.assign(f"or i64 {any_index}, {index}")
+            first = f"icmp eq i64 {any_index}, 0"
+            e.branches([(True, first), (False, None)], lambda f: write(first=f))
 
         def multiply_add(a_at: str, b_at: str) -> None:
             b_row = e.assign(f"getelementptr {scalar}, ptr %b, i64 {b_at}")
@@ -338,7 +332,7 @@ def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
                         total = scaled_onto(total, scaled)
                     store(total, at, count)
 
-        blocks(0, a_base, b_base, [])
+        nest(0, split, a_base, b_base, [], block)
 
     def scaled_onto(total: str, base: str) -> str:
         """alpha * total + base (total + base where alpha is 1)."""
