@@ -421,18 +421,20 @@ def _atom_range(atom: K.Expr, ranges: dict):
     if isinstance(atom, K.Index):
         return ranges.get(atom)
     if isinstance(atom, K.Select) and atom.dtype == K.INDEX:
-        picked = [_expression_range(x, ranges) for x in (atom.on_true, atom.on_false)]
+        picked = [expression_range(x, ranges) for x in (atom.on_true, atom.on_false)]
         if None in picked:
             return None
         return min(p[0] for p in picked), max(p[1] for p in picked)
     if isinstance(atom, K.Binary) and atom.op in ("div", "rem") and isinstance(atom.b, K.Const):
-        c, inner = int(atom.b.value), _expression_range(atom.a, ranges)
+        c, inner = int(atom.b.value), expression_range(atom.a, ranges)
         if inner is None or inner[0] < 0 or c <= 0:
             return None
         return (0, min(inner[1], c - 1)) if atom.op == "rem" else (inner[0] // c, inner[1] // c)
     return None
 
 
-def _expression_range(e: K.Expr, ranges: dict):
+def expression_range(e: K.Expr, ranges: dict):
+    """(least, greatest) of an index expression over `ranges` (each loop index's first and
+    last value), or None where that is not known."""
     terms, constant = _terms(e)
     return _range(terms, constant, ranges)

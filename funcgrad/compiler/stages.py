@@ -8,6 +8,7 @@ import functools
 from funcgrad.compiler import parallel, passes, radix_sort, rows, tiling
 from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
 from funcgrad.compiler.donation import carry_readers_first
+from funcgrad.compiler.edges import split_at_edges
 from funcgrad.compiler.fusion import folds_along_memory
 from funcgrad.compiler.horizontal import merge_maps
 from funcgrad.compiler.index_algebra import (
@@ -57,7 +58,8 @@ def plan(
     (`schedule.vector_products_fuse`). Every
     kernel's offsets are then simplified with its loops' ranges, a CPU's nests of folds made
     one loop (`index_algebra.merge_fold_nests`) and its transposing nests walked in tiles
-    (`tiling`), and nests of rows made one loop over the rows (`index_algebra`); last, a
+    (`tiling`), nests of rows made one loop over the rows (`index_algebra`), and a CPU's
+    innermost loops split where their comparisons change (`edges`); last, a
     GPU's independent map kernels are merged into one launch (`horizontal.merge_maps`), and
     a CPU's loop bodies read their carries before they write them where they may
     (`donation.carry_readers_first`)."""
@@ -92,6 +94,8 @@ def plan(
                 merge_fold_nests(step.kernel)
                 tiling.tile_transposes(step.kernel)
             collapse_row_nests(step.kernel, 1 if gpu else CPU_ROW_WORK)
+            if not gpu:
+                split_at_edges(step.kernel)
     if reductions is not None and reductions.column_threads:
         merge_maps(program)
     if not gpu:
