@@ -451,6 +451,30 @@ def test_trig_loops_run_again_only_where_an_argument_needs_it(dtype):
     assert "alloca i1" not in rendered(fnp.sin, 0)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_trig_of_scalars_in_a_loop_computes_again_only_where_an_argument_needs_it(dtype):
+    """A loop body's scalar trigonometry computes with the Cody-Waite reduction alone, and
+    again with the exact one only where an argument needs it, storing once
+    (`render._Function.versioned_statements`): a scan's steps over moderate and large
+    arguments, each within the bound, and its carry (updated in place: the body reads it
+    before it writes it) their sum."""
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-100, 100, 40).astype(dtype)
+    large = large_arguments(dtype)
+    past = {np.float32: 2.0**30, np.float64: 2.0**20}[dtype]
+    x[[0, 7, 8, 39]] = rng.choice(large[np.abs(large) >= past], 4)
+
+    def scan(xs):
+        return fg.lax.scan(lambda total, v: (total + fnp.cos(v), fnp.sin(v)), dtype(0), xs)
+
+    with on_llvm():
+        total, sines = fg.jit(scan)(x)
+        text = fg.jit(scan).lower(x).compile().as_text()
+    assert "versioned" in text
+    check("sin", np.asarray(sines), exact(np.sin, dtype, x), dtype, x)
+    np.testing.assert_allclose(np.asarray(total), exact(np.cos, dtype, x).sum(), rtol=1e-5)
+
+
 # -- vectorization ----------------------------------------------------------------------------
 
 

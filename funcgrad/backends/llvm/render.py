@@ -154,6 +154,17 @@ _INT_ARITH = {"add": "add", "sub": "sub", "mul": "mul", "and": "and", "or": "or"
 _FLOAT_ARITH = {"add": "fadd", "sub": "fsub", "mul": "fmul", "div": "fdiv"}
 
 
+def _stores_with_trigonometry(body: list) -> bool:
+    """Whether `body` is stores alone, computing some float trigonometric function."""
+    if any(not isinstance(stmt, K.Store) for stmt in body):
+        return False
+    return any(
+        isinstance(n, K.Unary) and n.op in mathlib.TRIGONOMETRIC and _is_float(n.dtype)
+        for stmt in body
+        for n in expressions(stmt)
+    )
+
+
 def _gemm_symbol(dtype: np.dtype) -> str:
     return blas.SGEMM if dtype == F32 else blas.DGEMM
 
@@ -529,7 +540,7 @@ class _Function:
             if isinstance(stmt, K.Loop):
                 innermost = not any(isinstance(inner, K.Loop) for inner in stmt.body)
                 start, stop = self.bounds.get(stmt, (stmt.start, stmt.stop))
-                if innermost and self.module.versioned(stmt):
+                if innermost and self.module.versioned(stmt.body):
                     self.versioned_loop(stmt, start, stop)
                     continue
                 self.index_names[stmt.index] = self.new_label("i")
@@ -625,6 +636,42 @@ class _Function:
             self.label(done)
 
         self.loop(chunk, start, stop, one_chunk, step=VERSION_CHUNK)
+
+    def versioned_statements(self, body: list) -> None:
+        """A kernel's stores outside any loop (a loop body's scalars, each iteration)
+        computing trigonometric functions: their values first with the Cody-Waite reduction
+        alone, then, only where an argument needs the exact one, again with it, and stored
+        once: a branch the processor predicts, where the two reductions and a select put
+        both on the iteration's critical path (float32 cos iterated in a loop: 28 -> 17 ns a step)."""
+        self.needs_exact = []
+        near = self.values_to_store(body)
+        needed = "false"
+        for each in self.needs_exact:
+            needed = self.assign(f"or i1 {needed}, {each}")
+        self.needs_exact = None
+        near_end = self.block
+        exact, done = self.new_label("exact"), self.new_label("versioned")
+        self.emit(f"br i1 {needed}, label %{exact}, label %{done}")
+        self.label(exact)
+        exactly = self.values_to_store(body)
+        exact_end = self.block
+        self.emit(f"br label %{done}")
+        self.label(done)
+        for (pointer, t, first), (_, _, second) in zip(near, exactly):
+            value = self.assign(f"phi {t} [{first}, %{near_end}], [{second}, %{exact_end}]")
+            self.emit(f"store {t} {value}, ptr {pointer}")
+
+    def values_to_store(self, body: list) -> list[tuple[str, str, str]]:
+        """(pointer, memory type, value) of each store of `body`, rendered, not stored."""
+        stores = []
+        for stmt in body:
+            self.memo = {}
+            pointer = self.element_pointer(stmt.buffer, stmt.offset)
+            value = self.value(stmt.value)
+            if stmt.buffer.dtype == K.BOOL:
+                value = self.assign(f"zext i1 {value} to i8")
+            stores.append((pointer, memory_type(stmt.buffer.dtype), value))
+        return stores
 
     def version(self, loop: K.Loop, start: str, stop: str, flag: str | None) -> None:
         """One version of a versioned loop over [start, stop): the near one, or-ing its
@@ -883,22 +930,33 @@ class ModuleRenderer:
             self.tables[key] = (name, _global_array(name, np.array(values, dtype), dtype))
         return self.tables[key][0]
 
-    def versioned(self, loop: K.Loop) -> bool:
-        """Whether an innermost loop runs its trigonometric functions in two versions
-        (`_Function.versioned_loop`): it has some, and may run again over the same iterations
-        with the same results: it accumulates nothing and reads no buffer it writes (a
-        donated input and the output in its memory count as one)."""
-        if any(not isinstance(stmt, K.Store) for stmt in loop.body):
+    def versioned(self, body: list) -> bool:
+        """Whether an innermost loop's body runs its trigonometric functions in two versions
+        (`_Function.versioned_loop`): it has some, and may run again with the same results:
+        it accumulates nothing and reads no buffer it writes (a donated input and the output
+        in its memory count as one)."""
+        if not _stores_with_trigonometry(body):
             return False
-        nodes = [n for stmt in loop.body for n in expressions(stmt)]
-        if not any(
-            isinstance(n, K.Unary) and n.op in mathlib.TRIGONOMETRIC and _is_float(n.dtype)
-            for n in nodes
-        ):
+        written = {self.storage.get(stmt.buffer, stmt.buffer) for stmt in body}
+        return not written & self._read(body)
+
+    def versioned_scalars(self, body: list) -> bool:
+        """Whether a kernel's body without loops runs its trigonometric functions in two
+        versions (`_Function.versioned_statements`): it has some, stores alone, and no
+        statement reads what one before it writes (so all its values may be computed before
+        any is stored: a loop's carry updated in place reads its old value)."""
+        if not _stores_with_trigonometry(body):
             return False
-        written = {self.storage.get(stmt.buffer, stmt.buffer) for stmt in loop.body}
-        read = {self.storage.get(n.buffer, n.buffer) for n in nodes if isinstance(n, K.Load)}
-        return not written & read
+        written = set()
+        for stmt in body:
+            if written & self._read([stmt]):
+                return False
+            written.add(self.storage.get(stmt.buffer, stmt.buffer))
+        return True
+
+    def _read(self, body: list) -> set:
+        loads = [n for stmt in body for n in expressions(stmt) if isinstance(n, K.Load)]
+        return {self.storage.get(n.buffer, n.buffer) for n in loads}
 
     def declare(self, name: str, result: str, args: list[str]) -> None:
         self.declarations.setdefault(name, f"declare {result} @{name}({', '.join(args)})")
@@ -1070,7 +1128,10 @@ class ModuleRenderer:
         accs = K.accumulators(kernel.body)
         for acc in accs:
             function.acc_slots[acc] = function.assign(f"alloca {value_type(acc.dtype)}", "acc")
-        function.statements(kernel.body)
+        if self.versioned_scalars(kernel.body):
+            function.versioned_statements(kernel.body)
+        else:
+            function.statements(kernel.body)
         function.emit("ret void")
         params = [f"ptr noalias %b{k}" for k in range(len(distinct))]
         if split is not None:
