@@ -642,7 +642,8 @@ class _Function:
         computing trigonometric functions: their values first with the Cody-Waite reduction
         alone, then, only where an argument needs the exact one, again with it, and stored
         once: a branch the processor predicts, where the two reductions and a select put
-        both on the iteration's critical path (float32 cos iterated in a loop: 28 -> 17 ns a step)."""
+        both on the iteration's critical path (float32 cos iterated in a loop: 28 -> 17 ns
+        a step)."""
         self.needs_exact = []
         near = self.values_to_store(body)
         needed = "false"
