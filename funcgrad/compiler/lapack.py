@@ -26,7 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from funcgrad.compiler import jacobi
 from funcgrad.compiler import kernel_ir as K
+from funcgrad.compiler.choices import Choice
 from funcgrad.compiler.fusion import KernelBuilder, flat_offset, loop_nest
 from funcgrad.compiler.kernel_ir import INDEX
 from funcgrad.core import ShapedArray
@@ -63,6 +65,11 @@ def _scratch(dtype, size: int) -> K.Buffer:
 
 def _i(value: int) -> K.Expr:
     return K.const(value, INDEX)
+
+
+# Whether small real symmetric matrices' eigendecompositions run by Jacobi's rotations, one
+# matrix per vector lane (a CPU's choice), or each through the library.
+small_eighs_rotate = Choice("small_eighs_rotate", False)
 
 
 def working_dtype(dtype) -> np.dtype:
@@ -224,7 +231,11 @@ def qr(scheduler, eqn: JaxprEqn) -> None:
 
 def eigh(scheduler, eqn: JaxprEqn) -> None:
     """syevd; `eigh_pairs` (Hermitian matrices held as interleaved parts) calls heevd, in
-    complex128 as NumPy computes complex64 matrices."""
+    complex128 as NumPy computes complex64 matrices. A CPU's small real matrices take
+    Jacobi's rotations instead (`jacobi.py`, `small_eighs_rotate`)."""
+    if small_eighs_rotate.get() and jacobi.takes(eqn):
+        jacobi.eigh(scheduler, eqn)
+        return
     (a,) = eqn.invars
     parts = _parts(eqn)
     pairs = parts == 2
