@@ -16,8 +16,8 @@ import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import lax
 from funcgrad.backends.llvm import engine, prefetch, render
-from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler import jacobi, rows, schedule
+from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.parallel import linear
 from funcgrad.config import config
 from funcgrad.transforms.jit import compile_jaxpr
