@@ -923,6 +923,14 @@ class ModuleRenderer:
         self.metadata.append(f"{node} = distinct !{{{node}, {', '.join(hints)}}}")
         return node
 
+    def kept_loop(self) -> str:
+        """Metadata for a loop written as it should run (a tile function's): LLVM neither
+        unrolls nor vectorizes it."""
+        node = f"!{len(self.metadata)}"
+        hints = '!{!"llvm.loop.unroll.disable"}, !{!"llvm.loop.vectorize.enable", i1 false}'
+        self.metadata.append(f"{node} = distinct !{{{node}, {hints}}}")
+        return node
+
     def table(self, values: tuple, dtype: np.dtype) -> str:
         """The global holding a constant table (one per distinct table in the module)."""
         key = (dtype.str, values)
@@ -1337,7 +1345,7 @@ class ModuleRenderer:
         program's threads where there is enough work."""
         width = engine.vector_bytes()
         name = f"tiles{len(self.functions)}"
-        self.functions.append(tiles.tile_function(step, name, width))
+        self.functions.append(tiles.tile_function(step, name, width, self.kept_loop))
         for intrinsic in tiles.intrinsics(step, width):
             self.declare(*intrinsic)
         operands = [step.a, step.b, step.out]

@@ -96,10 +96,11 @@ def takes_product(batch: int, m: int, n: int, k: int, dtype: np.dtype) -> bool:
 
 
 class _Emitter:
-    def __init__(self):
+    def __init__(self, loop_hint):
         self.lines: list[str] = []
         self.names = itertools.count()
         self.block = "entry"
+        self.loop_hint = loop_hint  # () -> a loop's metadata node
 
     def fresh(self, stem: str) -> str:
         return f"%{stem}{next(self.names)}"
@@ -130,7 +131,8 @@ class _Emitter:
         self.start(latch)
         self.emit(f"{following} = add i64 {index}, 1")
         finished = self.assign(f"icmp eq i64 {following}, {stop}", "finished")
-        self.emit(f"br i1 {finished}, label %{done}, label %{head}")
+        hint = self.loop_hint()
+        self.emit(f"br i1 {finished}, label %{done}, label %{head}, !llvm.loop {hint}")
         self.start(done)
 
     def branches(self, kinds: list, body) -> None:
@@ -162,8 +164,10 @@ class _Emitter:
         return total
 
 
-def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
-    """The LLVM function computing tiles lo..hi of `step` (see the module's notes)."""
+def tile_function(step: TileStep, name: str, vector_bytes: int, loop_hint) -> str:
+    """The LLVM function computing tiles lo..hi of `step` (see the module's notes); each
+    loop takes the metadata node `loop_hint()` gives (written as they should run, its loops
+    are neither unrolled nor vectorized again: that quadrupled a product's compile time)."""
     from funcgrad.backends.llvm.render import constant_text  # (render imports this module)
 
     dtype = step.out.dtype
@@ -192,7 +196,7 @@ def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
 
     split = _sum_split(step.terms)
 
-    e = _Emitter()
+    e = _Emitter(loop_hint)
     addend = ", ptr %addend" if step.addend is not None else ""  # (maybe `out`'s memory)
     e.lines.append(
         f"define internal void @{name}(ptr noalias %a, ptr noalias %b, ptr %out{addend}, "
@@ -211,24 +215,21 @@ def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
         zeros = f"<{lanes} x i32> zeroinitializer"
         return e.assign(f"shufflevector {vector} {one}, {vector} poison, {zeros}")
 
-    def mask(used: int) -> str:
-        return f"<{', '.join(['i1 true'] * used + ['i1 false'] * (lanes - used))}>"
-
-    def load(at: str, used: int) -> str:
-        if used == lanes:
+    def load(at: str, mask: str | None) -> str:
+        if mask is None:
             return e.assign(f"load {vector}, ptr {at}, align {size}")
         return e.assign(
             f"call {vector} @llvm.masked.load.{masked}(ptr {at}, i32 {size}, "
-            f"<{lanes} x i1> {mask(used)}, {vector} zeroinitializer)"
+            f"<{lanes} x i1> {mask}, {vector} zeroinitializer)"
         )
 
-    def store(value: str, at: str, used: int) -> None:
-        if used == lanes:
+    def store(value: str, at: str, mask: str | None) -> None:
+        if mask is None:
             e.emit(f"store {vector} {value}, ptr {at}, align {size}")
         else:
             e.emit(
                 f"call void @llvm.masked.store.{masked}({vector} {value}, ptr {at}, "
-                f"i32 {size}, <{lanes} x i1> {mask(used)})"
+                f"i32 {size}, <{lanes} x i1> {mask})"
             )
 
     def one_tile(tile: str) -> None:
@@ -239,29 +240,54 @@ def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
         first_row = e.assign(f"mul i64 {place['row']}, {rows}")
         first_column = e.assign(f"mul i64 {place['column']}, {width}")
         outer = [(place[d], dims) for d, dims in enumerate(step.outer)]
-        bases = (
-            e.sum_of([(i, s[1]) for i, s in outer] + [(first_row, a_row)]),
-            e.sum_of([(i, s[2]) for i, s in outer], first_column),
-            e.sum_of([(i, s[3]) for i, s in outer] + [(first_row, out_row)], first_column),
-        )
-        row_kinds = [(rows, None)]
+        a_base = e.sum_of([(i, s[1]) for i, s in outer] + [(first_row, a_row)])
+        b_base = e.sum_of([(i, s[2]) for i, s in outer], first_column)
+        out_base = e.sum_of([(i, s[3]) for i, s in outer] + [(first_row, out_row)], first_column)
+        edges = []
         if last_rows != rows:
-            row_kinds = [(last_rows, f"icmp eq i64 {place['row']}, {row_blocks - 1}"), *row_kinds]
-        column_kinds = [(width, None)]
+            edges.append(f"icmp eq i64 {place['row']}, {row_blocks - 1}")
         if last_width != width:
-            last = f"icmp eq i64 {place['column']}, {column_blocks - 1}"
-            column_kinds = [(last_width, last), *column_kinds]
+            edges.append(f"icmp eq i64 {place['column']}, {column_blocks - 1}")
+        if not edges:
+            tile_body(False, first_row, first_column, a_base, b_base, out_base)
+            return
+        edge = e.assign(edges[0], "edge")
+        if len(edges) == 2:
+            edge = e.assign(f"or i1 {edge}, {e.assign(edges[1], 'edge')}")
         e.branches(
-            row_kinds,
-            lambda tile_rows: e.branches(
-                column_kinds, lambda tile_width: tile_body(tile_rows, tile_width, *bases)
-            ),
+            [(True, f"icmp eq i1 {edge}, true"), (False, None)],
+            lambda at_edge: tile_body(at_edge, first_row, first_column, a_base, b_base, out_base),
         )
 
-    def tile_body(tile_rows: int, tile_width: int, a_base: str, b_base: str, out_base: str):
-        """A tile of `tile_rows` rows and `tile_width` columns."""
-        used = [min(lanes, tile_width - v * lanes) for v in range(-(-tile_width // lanes))]
-        tile = [row[: len(used)] for row in slots[:tile_rows]]
+    def tile_body(at_edge: bool, first_row, first_column, a_base, b_base, out_base) -> None:
+        """A tile; at the output's edge, its rows past the output's read its last row and
+        store nothing, and its lanes past the output's columns load and store under a mask
+        (the code of full tiles has neither)."""
+        a_rows = [str(r * a_row) for r in range(rows)]
+        row_kept: list[str | None] = [None] * rows
+        if at_edge and last_rows != rows:
+            left = e.assign(f"sub i64 {row_count}, {first_row}")
+            last = e.assign(f"sub i64 {left}, 1")
+            for r in range(1, rows):
+                row_kept[r] = e.assign(f"icmp slt i64 {r}, {left}", "kept")
+                read = e.assign(f"select i1 {row_kept[r]}, i64 {r}, i64 {last}")
+                a_rows[r] = e.assign(f"mul i64 {read}, {a_row}")
+        lane_masks: list[str | None] = [None] * vectors
+        if at_edge and last_width != width:
+            left = e.assign(f"sub i64 {step.columns}, {first_column}")
+            iota = f"<{', '.join(f'i64 {k}' for k in range(lanes))}>"
+            for v in range(vectors):
+                count = e.assign(f"sub i64 {left}, {v * lanes}")
+                one = e.assign(f"insertelement <{lanes} x i64> poison, i64 {count}, i64 0")
+                zeros = f"<{lanes} x i32> zeroinitializer"
+                counts = e.assign(
+                    f"shufflevector <{lanes} x i64> {one}, <{lanes} x i64> poison, {zeros}"
+                )
+                lane_masks[v] = e.assign(f"icmp slt <{lanes} x i64> {iota}, {counts}", "lanes")
+        store_masks = [
+            [_both(e, lanes, lane_masks[v], row_kept[r]) for v in range(vectors)]
+            for r in range(rows)
+        ]
 
         def nest(level: int, stop: int, a_at: str, b_at: str, indices: list, body) -> None:
             """Loops over the sum's levels `level`..`stop`, then body(a offset, b offset,
@@ -286,7 +312,7 @@ def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
         def block(a_at: str, b_at: str, indices: list) -> None:
             """A block of the sum's inner terms summed in registers, then written (the
             first block) or added to what the output holds."""
-            for row in tile:
+            for row in slots:
                 for slot in row:
                     e.emit(f"store {vector} zeroinitializer, ptr {slot}, align 64")
             nest(split, len(step.terms), a_at, b_at, [], lambda a, b, _: multiply_add(a, b))
@@ -302,12 +328,12 @@ def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
         def multiply_add(a_at: str, b_at: str) -> None:
             b_row = e.assign(f"getelementptr {scalar}, ptr %b, i64 {b_at}")
             loaded = []
-            for v, count in enumerate(used):
+            for v, mask in enumerate(lane_masks):
                 at = e.assign(f"getelementptr {scalar}, ptr {b_row}, i64 {v * lanes}")
-                loaded.append(load(at, count))
+                loaded.append(load(at, mask))
             a_column = e.assign(f"getelementptr {scalar}, ptr %a, i64 {a_at}")
-            for r, row in enumerate(tile):
-                at = e.assign(f"getelementptr {scalar}, ptr {a_column}, i64 {r * a_row}")
+            for row, a_row_offset in zip(slots, a_rows):
+                at = e.assign(f"getelementptr {scalar}, ptr {a_column}, i64 {a_row_offset}")
                 element = splat(e.assign(f"load {scalar}, ptr {at}, align {size}"))
                 for slot, b_vector in zip(row, loaded):
                     total = e.assign(f"load {vector}, ptr {slot}, align 64")
@@ -318,19 +344,20 @@ def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
                     e.emit(f"store {vector} {fused}, ptr {slot}, align 64")
 
         def write(first: bool) -> None:
-            for r, row in enumerate(tile):
-                for v, (slot, count) in enumerate(zip(row, used)):
+            for r, row in enumerate(slots):
+                for v, slot in enumerate(row):
+                    mask = store_masks[r][v]
                     total = e.assign(f"load {vector}, ptr {slot}, align 64")
                     offset = e.assign(f"add i64 {out_base}, {r * out_row + v * lanes}")
                     at = e.assign(f"getelementptr {scalar}, ptr %out, i64 {offset}")
                     if not first:
-                        total = scaled_onto(total, load(at, count))
+                        total = scaled_onto(total, load(at, mask))
                     elif step.addend is not None:
                         addend = e.assign(f"getelementptr {scalar}, ptr %addend, i64 {offset}")
                         beta = splat(constant_text(step.beta, dtype))
-                        scaled = e.assign(f"fmul {vector} {load(addend, count)}, {beta}")
+                        scaled = e.assign(f"fmul {vector} {load(addend, mask)}, {beta}")
                         total = scaled_onto(total, scaled)
-                    store(total, at, count)
+                    store(total, at, mask)
 
         nest(0, split, a_base, b_base, [], block)
 
@@ -354,6 +381,16 @@ def tile_function(step: TileStep, name: str, vector_bytes: int) -> str:
 # batch and every place) is summed in blocks of its innermost levels' terms, each added to
 # what the output holds, so that a float32 sum's rounding grows with the block, not the sum.
 TERMS_PER_SUM = 4096
+
+
+def _both(e: _Emitter, lanes: int, lane_mask: str | None, row_kept: str | None) -> str | None:
+    """The mask of a tile row's vector: its lanes' mask where its row is kept (None: all)."""
+    if row_kept is None:
+        return lane_mask
+    one = e.assign(f"insertelement <{lanes} x i1> poison, i1 {row_kept}, i64 0")
+    zeros = f"<{lanes} x i32> zeroinitializer"
+    kept = e.assign(f"shufflevector <{lanes} x i1> {one}, <{lanes} x i1> poison, {zeros}")
+    return kept if lane_mask is None else e.assign(f"and <{lanes} x i1> {kept}, {lane_mask}")
 
 
 def _sum_split(terms: tuple) -> int:
