@@ -8,9 +8,10 @@ so the loop runs at the rate of the multiply-adds, where a convolution gathered 
 first (`schedule._conv_gemm`) writes and reads its windows through memory, and a library GEMM
 meets a product only a few dozen columns wide.
 
-The last tile of a row of tiles may be narrower, its last vector loaded and stored under a
-mask, and the last of a column of tiles shorter: no element is computed twice, so an update
-(`TileStep.addend`) may write over its addend in place.
+Tiles at the output's edge run a second version of the code under masks made at run time:
+rows past the output read its last row and store nothing, lanes past its columns load and
+store nothing. No element is computed twice, so an update (`TileStep.addend`) may write over
+its addend in place; full tiles run without masks.
 
 `tile_function` renders `name(ptr a, ptr b, ptr out[, ptr addend], i64 lo, i64 hi)`,
 computing tiles lo..hi of the step, the form a chunk of a parallel loop calls
