@@ -22,6 +22,7 @@ import funcgrad.scipy.special as fsp
 from funcgrad import lax
 from funcgrad.backends.llvm import render
 from funcgrad.compiler import mathlib
+from funcgrad.lax import _special
 
 
 def _from_math(f):
@@ -577,28 +578,44 @@ def test_float32_erf_and_erfc_at_their_seams_and_through_erfc_tail():
     assert run(fsp.erfc, np.array([10.05], np.float32))[0] == smallest  # (7.6e-46 rounds up)
 
 
-def test_float32_erf_inv_is_the_exact_value_rounded():
-    """float32's erf_inv: polynomials in -log(1 - y^2) evaluated in float64
-    (`special._erf_inv_fitted`), within a hair of half an ulp of the exact value over the
-    whole range, its two pieces' seam, and the last floats below 1; and its special values."""
+def test_float32_erf_inv_within_its_bound():
+    """A CPU's float32 erf_inv, computed in float32 (`special._erf_inv_float32`), within 0.85 ulp
+    (0.82 measured over 2.4 million arguments) of mpmath's values over the whole range, and of
+    the float64 reference's over dense sweeps: from 0 to 0.6, every float32 within 3000 of the
+    seam of its two pieces (w = 2) and the last 100,000 below 1; and its special values."""
     mpmath = pytest.importorskip("mpmath")
     rng = np.random.default_rng(11)
-    seam = np.sqrt(-np.expm1(-6.25))
     ys = np.concatenate(
         [
             rng.uniform(-1, 1, 1500),
             1 - np.exp(-rng.uniform(0, 16.5, 500)),
-            seam + np.linspace(-1e-6, 1e-6, 21),
             np.nextafter(np.float32(1), np.float32(0)) - np.arange(8) * np.float32(6e-8),
             np.geomspace(1e-40, 1e-3, 30),
         ]
     ).astype(np.float32)
-    got = np.asarray(fg.jit(lax.erf_inv)(ys))
+    got = run(lax.erf_inv, ys)
     with mpmath.workdps(30):
-        exact = np.array([float(mpmath.erfinv(mpmath.mpf(float(y)))) for y in ys])
-    error = ulp_error(got, exact, np.float32)
-    assert error.max() <= 0.501, (ys[error.argmax()], got[error.argmax()])
+        wanted = np.array([float(mpmath.erfinv(mpmath.mpf(float(y)))) for y in ys])
+    error = ulp_error(got, wanted, np.float32)
+    assert error.max() <= 0.85, (ys[error.argmax()], got[error.argmax()])
+    last_below_one = np.nextafter(np.float32(1), np.float32(0))
+    dense = np.concatenate(
+        [
+            np.linspace(0, 0.6, 100001, dtype=np.float32),
+            _float32_neighbours(np.sqrt(-np.expm1(-2.0)), 3000),
+            last_below_one - np.arange(100000, dtype=np.float32) * np.float32(2.0**-24),
+            rng.uniform(-1, 1, 100000).astype(np.float32),
+        ]
+    )
+    error = ulp_error(
+        run(lax.erf_inv, dense), _special.erf_inv(dense.astype(np.float64)), np.float32
+    )
+    assert error.max() <= 0.85, (dense[error.argmax()], error.max())
     specials = np.array([0.0, -0.0, 1.0, -1.0, 1.5, -2.0, np.nan], np.float32)
-    values = np.asarray(fg.jit(lax.erf_inv)(specials))
+    values = run(lax.erf_inv, specials)
     np.testing.assert_array_equal(values, [0.0, -0.0, np.inf, -np.inf, np.nan, np.nan, np.nan])
     assert np.signbit(values[1])
+    tiny = np.array([1e-45, -1e-45, 1e-38, -3e-39], np.float32)  # x = 0.886 y, rounded once
+    np.testing.assert_array_equal(
+        run(lax.erf_inv, tiny), (tiny.astype(np.float64) * (np.sqrt(np.pi) / 2)).astype(np.float32)
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 
-from funcgrad.compiler import lapack, parallel, passes, radix_sort, rows, tiling
+from funcgrad.compiler import lapack, parallel, passes, radix_sort, rows, special, tiling
 from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
 from funcgrad.compiler.donation import carry_readers_first
 from funcgrad.compiler.edges import split_at_edges
@@ -72,6 +72,7 @@ def plan(
     with (
         folds_along_memory.chosen(not gpu),
         radix_sort.sorts_by_radix.chosen(not gpu),
+        special.erf_inv_in_float32.chosen(not gpu),
         vector_products_fuse.chosen(not gpu),
         lapack.small_eighs_rotate.chosen(not gpu),
         rows.short_row_groups.chosen(short_row_group),
