@@ -1,4 +1,5 @@
-"""A convolution's strided product (`TileStep`) as an LLVM function computing register tiles.
+"""A strided product (`TileStep`: a matrix product or a convolution) as an LLVM function
+computing register tiles.
 
 Each tile is `rows` x `vectors` vectors of the output held in registers while the loop over
 the product's terms runs: per term it loads `vectors` vectors of `b` and broadcasts `rows`
@@ -6,7 +7,9 @@ elements of `a`, each multiplied into every vector of its row by a fused multipl
 tile's inputs come from the first levels of cache (a term's elements lie a few rows apart),
 so the loop runs at the rate of the multiply-adds, where a convolution gathered into windows
 first (`schedule._conv_gemm`) writes and reads its windows through memory, and a library GEMM
-meets a product only a few dozen columns wide.
+pays its packing and call on small matrices and meets a product only a few dozen columns
+wide. A sum of more than `TERMS_PER_SUM` terms is taken in blocks, each added to what the
+output holds.
 
 Tiles at the output's edge run a second version of the code under masks made at run time:
 rows past the output read its last row and store nothing, lanes past its columns load and
