@@ -139,22 +139,14 @@ class _Emitter:
         self.emit(f"br i1 {finished}, label %{done}, label %{head}, !llvm.loop {hint}")
         self.start(done)
 
-    def branches(self, kinds: list, body) -> None:
-        """body(value) under the first of `kinds`' (value, condition) whose condition holds
-        (the last's is None: otherwise)."""
-        if len(kinds) == 1:
-            body(kinds[0][0])
-            return
-        (value, condition), rest = kinds[0], kinds[1:]
+    def either(self, condition: str, body) -> None:
+        """body(True) where `condition` (an i1 value) holds, body(False) where not."""
         k = next(self.names)
-        holds = self.assign(condition, "holds")
-        self.emit(f"br i1 {holds}, label %then{k}, label %else{k}")
-        self.start(f"then{k}")
-        body(value)
-        self.emit(f"br label %join{k}")
-        self.start(f"else{k}")
-        self.branches(rest, body)
-        self.emit(f"br label %join{k}")
+        self.emit(f"br i1 {condition}, label %then{k}, label %else{k}")
+        for label, holds in ((f"then{k}", True), (f"else{k}", False)):
+            self.start(label)
+            body(holds)
+            self.emit(f"br label %join{k}")
         self.start(f"join{k}")
 
     def sum_of(self, terms: list[tuple[str, int]], base: str = "0") -> str:
@@ -170,8 +162,8 @@ class _Emitter:
 
 def tile_function(step: TileStep, name: str, vector_bytes: int, loop_hint) -> str:
     """The LLVM function computing tiles lo..hi of `step` (see the module's notes); each
-    loop takes the metadata node `loop_hint()` gives (written as they should run, its loops
-    are neither unrolled nor vectorized again: that quadrupled a product's compile time)."""
+    loop takes the metadata node `loop_hint()` gives (written as they should run, at the
+    multiply-adds' rate, its loops are neither unrolled nor vectorized again)."""
     from funcgrad.backends.llvm.render import constant_text  # (render imports this module)
 
     dtype = step.out.dtype
@@ -258,8 +250,8 @@ def tile_function(step: TileStep, name: str, vector_bytes: int, loop_hint) -> st
         edge = e.assign(edges[0], "edge")
         if len(edges) == 2:
             edge = e.assign(f"or i1 {edge}, {e.assign(edges[1], 'edge')}")
-        e.branches(
-            [(True, f"icmp eq i1 {edge}, true"), (False, None)],
+        e.either(
+            edge,
             lambda at_edge: tile_body(at_edge, first_row, first_column, a_base, b_base, out_base),
         )
 
@@ -326,8 +318,8 @@ def tile_function(step: TileStep, name: str, vector_bytes: int, loop_hint) -> st
             any_index = indices[0]
             for index in indices[1:]:
                 any_index = e.assign(f"or i64 {any_index}, {index}")
-            first = f"icmp eq i64 {any_index}, 0"
-            e.branches([(True, first), (False, None)], lambda f: write(first=f))
+            first = e.assign(f"icmp eq i64 {any_index}, 0", "first")
+            e.either(first, lambda f: write(first=f))
 
         def multiply_add(a_at: str, b_at: str) -> None:
             b_row = e.assign(f"getelementptr {scalar}, ptr %b, i64 {b_at}")
