@@ -2,7 +2,7 @@
 
 A pad, a concatenation or a convolution's padded copy chooses, for each element, between
 reading its operand and a constant by comparing the loop's index with constants
-(`select(5 <= i - 0 < 1029, x[i - 5], 0)`), and clamps the index it reads at (`min(i, 511)`).
+(`select(0 <= i - 5 < 1024, x[i - 5], 0)`), and clamps the index it reads at (`min(i, 511)`).
 Each comparison of the innermost loop's index plus a constant changes its answer at one
 index. Split there, each piece of the loop knows every such answer: its body is plain loads
 and stores, which vectorize without selects or clamped indices.
