@@ -45,14 +45,15 @@ def innermost_loops(text: str) -> list[str]:
 
 
 def test_a_pad_writes_zeros_and_copies_in_loops_of_their_own():
-    x = rng.standard_normal((70, 100)).astype(np.float32)
+    """Large enough to run on the pool's threads, its rows split among them."""
+    x = rng.standard_normal((300, 260)).astype(np.float32)
     got, (text,) = kernels(lambda a: fnp.pad(a, ((3, 2), (5, 7))), x)
     np.testing.assert_array_equal(got, np.pad(x, ((3, 2), (5, 7))))
     loops = innermost_loops(text)
     assert [re.search(r"in \[(\d+), (\d+)\)", loop).groups() for loop in loops] == [
         ("0", "5"),
-        ("5", "105"),
-        ("105", "112"),
+        ("5", "265"),
+        ("265", "272"),
     ]
     assert "select" not in loops[0] and "select" not in loops[2]
     inner = loops[1].splitlines()[0].split()[1]  # the middle loop's index
