@@ -1322,15 +1322,7 @@ class _Scheduler:
         gemm = (patches, weights, product, 1, *shape, transposed_patches, transposed)
         self.steps.append(GemmStep(*gemm, eqn))
         if not features_last:
-            product_shape = (*row_shape, out_features)
-            copier = KernelBuilder(self.producer, self.buffer_of)
-
-            def relayout(index):
-                source = [*(index[d] for d in row_dims), index[out_spec[1]]]
-                value = K.Load(copier.reads(product), _flat_offset(source, product_shape))
-                return [K.Store(out, _flat_offset(index, out_shape), value)]
-
-            self._kernel(copier, [out], loop_nest(out_shape, relayout), [])
+            self._relayout(product, [*row_dims, out_spec[1]], out, out_shape)
 
     def _conv_contraction(self, eqn: JaxprEqn) -> None:
         """A convolution as one kernel in a GEMM's form, whose operands are gathered as it
