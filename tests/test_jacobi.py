@@ -117,3 +117,12 @@ def test_any_symmetric_matrix(n, entries, dtype):
     a = np.array(entries[: n * n], dtype).reshape(n, n)
     v, w, _ = decomposed(a[None])
     assert_decomposes(a[None], v, w)
+
+
+@pytest.mark.parametrize("shape", [(3, 0, 0), (0, 3, 3), (0, 0), (2, 1, 1)])
+def test_empty_stacks_and_matrices(shape):
+    """An empty stack, or matrices with no rows (the library's path), and 1x1 matrices."""
+    a = np.ones(shape, np.float32)
+    v, w, _ = decomposed(a)
+    assert v.shape == shape and w.shape == shape[:-1]
+    np.testing.assert_array_equal(w, np.ones(shape[:-1], np.float32))

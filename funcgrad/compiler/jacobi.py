@@ -47,9 +47,9 @@ _SORTS = {
 
 
 def takes(eqn: JaxprEqn) -> bool:
-    """Whether an eigh runs by rotations: real matrices of at most `MAX_SIZE` rows."""
+    """Whether an eigh runs by rotations: real matrices of 1 to `MAX_SIZE` rows."""
     (a,) = eqn.invars
-    return eqn.primitive.name == "eigh" and a.aval.shape[-1] <= MAX_SIZE
+    return eqn.primitive.name == "eigh" and 1 <= a.aval.shape[-1] <= MAX_SIZE
 
 
 def eigh(scheduler, eqn: JaxprEqn) -> None:
