@@ -12,9 +12,10 @@ wide. A sum of more than `TERMS_PER_SUM` terms is taken in blocks, each added to
 output holds.
 
 Tiles at the output's edge run a second version of the code under masks made at run time:
-rows past the output read its last row and store nothing, lanes past its columns load and
-store nothing. No element is computed twice, so an update (`TileStep.addend`) may write over
-its addend in place; full tiles run without masks.
+the last row of tiles starts where its rows end at the output's last and stores only the rows
+the one before it does not; lanes past the output's columns load and store nothing. No
+element is stored twice, so an update (`TileStep.addend`) may write over its addend in place;
+full tiles run without masks.
 
 `tile_function` renders `name(ptr a, ptr b, ptr out[, ptr addend], i64 lo, i64 hi)`,
 computing tiles lo..hi of the step, the form a chunk of a parallel loop calls
@@ -233,7 +234,10 @@ def tile_function(step: TileStep, name: str, vector_bytes: int, loop_hint) -> st
         for dim in reversed(order):
             place[dim] = e.assign(f"urem i64 {rest}, {extent[dim]}")
             rest = e.assign(f"udiv i64 {rest}, {extent[dim]}")
+        # The last row of tiles starts where its rows end at the output's last (reading rows
+        # the one before stores, storing only its own).
         first_row = e.assign(f"mul i64 {place['row']}, {rows}")
+        first_row = e.assign(f"call i64 @llvm.umin.i64(i64 {first_row}, i64 {row_count - rows})")
         first_column = e.assign(f"mul i64 {place['column']}, {width}")
         outer = [(place[d], dims) for d, dims in enumerate(step.outer)]
         a_base = e.sum_of([(i, s[1]) for i, s in outer] + [(first_row, a_row)])
@@ -245,29 +249,29 @@ def tile_function(step: TileStep, name: str, vector_bytes: int, loop_hint) -> st
         if last_width != width:
             edges.append(f"icmp eq i64 {place['column']}, {column_blocks - 1}")
         if not edges:
-            tile_body(False, first_row, first_column, a_base, b_base, out_base)
+            tile_body(False, place["row"], first_column, a_base, b_base, out_base)
             return
         edge = e.assign(edges[0], "edge")
         if len(edges) == 2:
             edge = e.assign(f"or i1 {edge}, {e.assign(edges[1], 'edge')}")
         e.either(
             edge,
-            lambda at_edge: tile_body(at_edge, first_row, first_column, a_base, b_base, out_base),
+            lambda at_edge: tile_body(
+                at_edge, place["row"], first_column, a_base, b_base, out_base
+            ),
         )
 
-    def tile_body(at_edge: bool, first_row, first_column, a_base, b_base, out_base) -> None:
-        """A tile; at the output's edge, its rows past the output's read its last row and
-        store nothing, and its lanes past the output's columns load and store under a mask
-        (the code of full tiles has neither)."""
+    def tile_body(at_edge: bool, row_block, first_column, a_base, b_base, out_base) -> None:
+        """A tile; at the output's edge, the last row of tiles stores only the rows the one
+        before does not, and lanes past the output's columns load and store under a mask
+        (the code of full tiles has neither; its loop over the sum is theirs but for the
+        masks)."""
         a_rows = [str(r * a_row) for r in range(rows)]
         row_kept: list[str | None] = [None] * rows
         if at_edge and last_rows != rows:
-            left = e.assign(f"sub i64 {row_count}, {first_row}")
-            last = e.assign(f"sub i64 {left}, 1")
-            for r in range(1, rows):
-                row_kept[r] = e.assign(f"icmp slt i64 {r}, {left}", "kept")
-                read = e.assign(f"select i1 {row_kept[r]}, i64 {r}, i64 {last}")
-                a_rows[r] = e.assign(f"mul i64 {read}, {a_row}")
+            inner = e.assign(f"icmp ne i64 {row_block}, {row_blocks - 1}", "inner")
+            for r in range(rows - last_rows):  # (rows the tile before stores)
+                row_kept[r] = inner
         lane_masks: list[str | None] = [None] * vectors
         if at_edge and last_width != width:
             left = e.assign(f"sub i64 {step.columns}, {first_column}")
@@ -410,6 +414,7 @@ def intrinsics(step: TileStep, vector_bytes: int) -> list[tuple[str, str, list[s
     vector = f"<{lanes} x {scalar}>"
     masked, mask = f"v{lanes}{_short(scalar)}.p0", f"<{lanes} x i1>"
     return [
+        ("llvm.umin.i64", "i64", ["i64", "i64"]),
         (f"llvm.fma.v{lanes}{_short(scalar)}", vector, [vector] * 3),
         (f"llvm.masked.load.{masked}", vector, ["ptr", "i32", mask, vector]),
         (f"llvm.masked.store.{masked}", "void", [vector, "ptr", "i32", mask]),
