@@ -215,12 +215,9 @@ def _in_place(steps: list, writers: list[int], readers: list[int], source, out) 
     """Whether `out` may be written where `source` is, given the steps writing the one and
     reading the other, none reading it after the first write (see the module's notes)."""
     first_write = writers[0]
-    if any(isinstance(steps[t], GemmStep) for t in writers):
-        gemm = steps[first_write]
-        return len(writers) == 1 and gemm.addend is source and source not in (gemm.lhs, gemm.rhs)
-    if any(isinstance(steps[t], TileStep) for t in writers):
-        tiles = steps[first_write]
-        return len(writers) == 1 and tiles.addend is source and source not in (tiles.a, tiles.b)
+    if any(isinstance(steps[t], (GemmStep, TileStep)) for t in writers):
+        product = steps[first_write]
+        return len(writers) == 1 and product.addend is source and source not in product.operands
     if not readers or readers[-1] < first_write:
         return True
     if len(writers) != 1:

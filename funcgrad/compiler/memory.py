@@ -58,12 +58,9 @@ def step_buffers(step) -> list[K.Buffer]:
         return step.kernel.buffers
     if isinstance(step, CallbackStep):
         return [*step.operands, *step.results]
-    if isinstance(step, GemmStep):
+    if isinstance(step, (GemmStep, TileStep)):
         addend = [step.addend] if step.addend is not None else []
-        return [step.lhs, step.rhs, *addend, step.out]
-    if isinstance(step, TileStep):
-        addend = [step.addend] if step.addend is not None else []
-        return [step.a, step.b, *addend, step.out]
+        return [*step.operands, *addend, step.out]
     if isinstance(step, FortranCall):
         return [a[0] for a in step.args if isinstance(a, tuple)]
     if isinstance(step, CondStep):

@@ -121,6 +121,11 @@ class GemmStep:
     alpha: float = 1.0
     beta: float = 0.0
 
+    @property
+    def operands(self) -> tuple[K.Buffer, K.Buffer]:
+        """The product's two factors."""
+        return self.lhs, self.rhs
+
     def label(self) -> str:
         """The GEMM as a profile names it: its shape and dtype."""
         batch = f"{self.batch}x" if self.batch > 1 else ""
@@ -159,6 +164,11 @@ class TileStep:
     addend: K.Buffer | None = None
     alpha: float = 1.0
     beta: float = 0.0
+
+    @property
+    def operands(self) -> tuple[K.Buffer, K.Buffer]:
+        """The product's two factors."""
+        return self.a, self.b
 
     def label(self) -> str:
         """The step as a profile names it: a convolution's output shape, a product's batch
@@ -1130,18 +1140,17 @@ class _Scheduler:
         dtype = np.dtype(eqn.outvars[0].aval.dtype)
         spatial = len(out_spec) - 2
         innermost = len(out_shape) - 1
+        if spatial == 0 or max(p["lhs_dilation"]) > 1:
+            return False
         lanes = TILE_COLUMNS_BYTES // dtype.itemsize
         features_fit = out_shape[out_spec[1]] >= lanes
         features_inner = out_spec[1] == innermost and rhs_spec[0] == rhs.aval.ndim - 1
         positions_inner = (
-            spatial > 0
-            and out_spec[-1] == innermost
+            out_spec[-1] == innermost
             and lhs_spec[-1] == lhs.aval.ndim - 1
             and p["window_strides"][-1] == 1
             and out_shape[innermost] >= lanes
         )
-        if spatial == 0 or max(p["lhs_dilation"]) > 1:
-            return False
         by_features = features_fit and (features_inner or not positions_inner)
         if not (by_features or positions_inner):
             return False

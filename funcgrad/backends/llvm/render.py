@@ -552,11 +552,8 @@ class _Function:
                     hint=self.module.innermost_hint(stmt) if innermost else None,
                 )
             elif isinstance(stmt, K.Store):
-                pointer = self.element_pointer(stmt.buffer, stmt.offset)
-                value = self.value(stmt.value)
-                if stmt.buffer.dtype == K.BOOL:
-                    value = self.assign(f"zext i1 {value} to i8")
-                self.emit(f"store {memory_type(stmt.buffer.dtype)} {value}, ptr {pointer}")
+                pointer, t, value = self.value_to_store(stmt)
+                self.emit(f"store {t} {value}, ptr {pointer}")
             elif isinstance(stmt, K.SetAcc):
                 value = self.accumulate(stmt)
                 slot = self.acc_slots[stmt.acc]
@@ -663,16 +660,20 @@ class _Function:
             self.emit(f"store {t} {value}, ptr {pointer}")
 
     def values_to_store(self, body: list) -> list[tuple[str, str, str]]:
-        """(pointer, memory type, value) of each store of `body`, rendered, not stored."""
+        """`value_to_store` of each store of `body`, rendered, not stored."""
         stores = []
         for stmt in body:
             self.memo = {}
-            pointer = self.element_pointer(stmt.buffer, stmt.offset)
-            value = self.value(stmt.value)
-            if stmt.buffer.dtype == K.BOOL:
-                value = self.assign(f"zext i1 {value} to i8")
-            stores.append((pointer, memory_type(stmt.buffer.dtype), value))
+            stores.append(self.value_to_store(stmt))
         return stores
+
+    def value_to_store(self, stmt: K.Store) -> tuple[str, str, str]:
+        """(pointer, memory type, value) of a store (a bool as a byte)."""
+        pointer = self.element_pointer(stmt.buffer, stmt.offset)
+        value = self.value(stmt.value)
+        if stmt.buffer.dtype == K.BOOL:
+            value = self.assign(f"zext i1 {value} to i8")
+        return pointer, memory_type(stmt.buffer.dtype), value
 
     def version(self, loop: K.Loop, start: str, stop: str, flag: str | None) -> None:
         """One version of a versioned loop over [start, stop): the near one, or-ing its
@@ -1348,8 +1349,8 @@ class ModuleRenderer:
         self.functions.append(tiles.tile_function(step, name, width, self.kept_loop))
         for intrinsic in tiles.intrinsics(step, width):
             self.declare(*intrinsic)
-        operands = [step.a, step.b, step.out]
-        pointers = self.ptrs(operands + ([step.addend] if step.addend is not None else []))
+        addend = [step.addend] if step.addend is not None else []
+        pointers = self.ptrs([*step.operands, step.out, *addend])
         count = tiles.tiles(step, width)
         work = step.out.size * math.prod(term[0] for term in step.terms)
         if pool.available() and work >= GEMM_SPLIT_WORK and count > 1:
