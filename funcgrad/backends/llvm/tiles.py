@@ -140,6 +140,13 @@ class _Emitter:
         self.emit(f"br i1 {finished}, label %{done}, label %{head}, !llvm.loop {hint}")
         self.start(done)
 
+    def splat(self, element: str, value: str, lanes: int) -> str:
+        """A vector of `lanes` copies of `value` (of LLVM type `element`)."""
+        vector = f"<{lanes} x {element}>"
+        one = self.assign(f"insertelement {vector} poison, {element} {value}, i64 0")
+        zeros = f"<{lanes} x i32> zeroinitializer"
+        return self.assign(f"shufflevector {vector} {one}, {vector} poison, {zeros}")
+
     def either(self, condition: str, body) -> None:
         """body(True) where `condition` (an i1 value) holds, body(False) where not."""
         k = next(self.names)
@@ -208,9 +215,7 @@ def tile_function(step: TileStep, name: str, vector_bytes: int, loop_hint) -> st
     e.start("tiles")
 
     def splat(value: str) -> str:
-        one = e.assign(f"insertelement {vector} poison, {scalar} {value}, i64 0")
-        zeros = f"<{lanes} x i32> zeroinitializer"
-        return e.assign(f"shufflevector {vector} {one}, {vector} poison, {zeros}")
+        return e.splat(scalar, value, lanes)
 
     def load(at: str, mask: str | None) -> str:
         if mask is None:
@@ -277,12 +282,7 @@ def tile_function(step: TileStep, name: str, vector_bytes: int, loop_hint) -> st
             left = e.assign(f"sub i64 {step.columns}, {first_column}")
             iota = f"<{', '.join(f'i64 {k}' for k in range(lanes))}>"
             for v in range(vectors):
-                count = e.assign(f"sub i64 {left}, {v * lanes}")
-                one = e.assign(f"insertelement <{lanes} x i64> poison, i64 {count}, i64 0")
-                zeros = f"<{lanes} x i32> zeroinitializer"
-                counts = e.assign(
-                    f"shufflevector <{lanes} x i64> {one}, <{lanes} x i64> poison, {zeros}"
-                )
+                counts = e.splat("i64", e.assign(f"sub i64 {left}, {v * lanes}"), lanes)
                 lane_masks[v] = e.assign(f"icmp slt <{lanes} x i64> {iota}, {counts}", "lanes")
         store_masks = [
             [_both(e, lanes, lane_masks[v], row_kept[r]) for v in range(vectors)]
@@ -387,9 +387,7 @@ def _both(e: _Emitter, lanes: int, lane_mask: str | None, row_kept: str | None) 
     """The mask of a tile row's vector: its lanes' mask where its row is kept (None: all)."""
     if row_kept is None:
         return lane_mask
-    one = e.assign(f"insertelement <{lanes} x i1> poison, i1 {row_kept}, i64 0")
-    zeros = f"<{lanes} x i32> zeroinitializer"
-    kept = e.assign(f"shufflevector <{lanes} x i1> {one}, <{lanes} x i1> poison, {zeros}")
+    kept = e.splat("i1", row_kept, lanes)
     return kept if lane_mask is None else e.assign(f"and <{lanes} x i1> {kept}, {lane_mask}")
 
 
