@@ -8,12 +8,14 @@ import contextlib
 
 import numpy as np
 import pytest
+from checks import products_as
 from test_llvm_threads import settings as backend
 
 import funcgrad as fg
 import funcgrad.numpy as fnp
 from funcgrad import lax
 from funcgrad.backends.llvm import render
+from funcgrad.backends.llvm.engine import WRITTEN_AS_IT_RUNS
 from funcgrad.config import config
 
 rng = np.random.default_rng(0)
@@ -70,10 +72,35 @@ def test_a_program_split_into_modules_matches_the_reference(threads, all_threade
     assert len(modules) > 2
     assert sum("define void @entry" in m for m in modules) == 1
     assert "define void @entry" in modules[-1]
-    for module in modules[:-1]:  # kernels only, defined for the last module to call
-        assert "define void @k" in module and "define internal void @k" not in module
+    for module in modules[:-1]:  # kernels or tile functions, defined for the last to call
+        tiles = module.startswith(WRITTEN_AS_IT_RUNS)
+        defined = "define void @tiles" if tiles else "define void @k"
+        assert defined in module and "define internal void @" not in module
     for g, e in zip(got, reference()):
         np.testing.assert_allclose(np.asarray(g), e, rtol=2e-5, atol=2e-6)
+
+
+def test_products_of_one_shape_share_a_tile_function_in_a_lightly_optimized_module():
+    """The tile function of a product's shape is rendered once however many products have
+    it, in a module marked as written as it runs, apart even from a program small enough
+    to be one module otherwise."""
+    a, b = rng.standard_normal((2, 40, 48)).astype(np.float32)
+
+    def products(a, b, w):
+        return fnp.tanh(a @ w) @ w, (b @ w) * 2.0
+
+    with products_as("tiles"), settings(2, module_text=render.MODULE_TEXT):
+        compiled = fg.jit(products).lower(a, b, W).compile()
+        got = compiled(a, b, W)
+    executable = compiled.executable
+    assert executable.fusion_plan().count("tiles[") == 3
+    modules = executable.machine_code.modules
+    lightly = [m for m in modules if m.startswith(WRITTEN_AS_IT_RUNS)]
+    assert len(lightly) == 1 and lightly[0].count("define void @tiles") == 1
+    assert "define internal void @tiles" not in modules[-1]
+    expected = [np.tanh(a @ W) @ W, (b @ W) * 2.0]
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(np.asarray(g), e, rtol=1e-4, atol=1e-4)
 
 
 def test_the_split_does_not_depend_on_the_thread_count():

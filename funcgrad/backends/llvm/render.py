@@ -863,6 +863,18 @@ entry:
 MODULE_TEXT = 16_000
 MAX_MODULES = 8
 
+
+def _runs(texts: dict[str, str], count: int) -> list[list[str]]:
+    """The names of `texts` in `count` runs of about equal text, in order."""
+    total = sum(len(text) for text in texts.values())
+    runs: list[list[str]] = [[] for _ in range(count)]
+    done = 0
+    for name, text in texts.items():
+        runs[done * count // total].append(name)
+        done += len(text)
+    return list(filter(None, runs))
+
+
 ATTRIBUTES = [
     'attributes #0 = { nounwind "frame-pointer"="none" }',
     'attributes #1 = { nounwind minsize optsize "frame-pointer"="none" }',
@@ -906,7 +918,11 @@ class ModuleRenderer:
         self.pointers: dict = {}
         self.metadata: list[str] = []
         self.kernels: dict[str, str] = {}  # a kernel's name -> its text
-        self.kernel_declarations: dict[str, str] = {}
+        self.tile_functions: dict[str, str] = {}  # a tile function's name -> its text
+        # A tile function's name, by its text with the name left out: products of one shape
+        # and layout share one.
+        self.tile_names: dict[str, str] = {}
+        self.function_declarations: dict[str, str] = {}  # of kernels and tile functions
         # Whether the library's own threads stay off while the program runs (`gemm`, `lapack`).
         self.library_threads_off = False
 
@@ -1027,44 +1043,49 @@ class ModuleRenderer:
 
     def modules(self) -> list[str]:
         """The program `render()` rendered, as modules that LLVM compiles at once on threads
-        and links into one: one per MODULE_TEXT characters of kernels (at most MAX_MODULES),
-        the kernels spread over them in runs of about equal text. The last module holds
-        `entry` and everything else, declaring the kernels that the others define (a kernel
-        reads constant buffers through its parameters, so the others need no globals but the
-        constant tables of its expressions, which each module holds a private copy of). One
-        module is `render()`'s text. The split depends on the text alone, never on the thread
-        count, so that the on-disk cache serves any count."""
+        and links into one. Kernels: one module per MODULE_TEXT characters of them (at most
+        MAX_MODULES; where there are fewer characters, none apart), spread over them in runs
+        of about equal text, every run apart (the last module has `entry` and the chunk
+        functions to compile besides). Tile functions: modules of their own, marked as
+        written as they run (`engine.WRITTEN_AS_IT_RUNS`, which LLVM only cleans up), one
+        per function up to MAX_MODULES. The last module holds `entry` and everything else,
+        declaring the functions that the others define (a kernel reads constant buffers
+        through its parameters, so the others need no globals but the constant tables of
+        its expressions, which each module holds a private copy of). One module is
+        `render()`'s text. The split depends on the text alone, never on the thread count,
+        so that the on-disk cache serves any count."""
         total = sum(len(text) for text in self.kernels.values())
         count = min(MAX_MODULES, 1 + total // MODULE_TEXT, len(self.kernels))
-        if count <= 1:
+        kernel_runs = _runs(self.kernels, count) if count > 1 else []
+        tile_runs = _runs(self.tile_functions, min(MAX_MODULES, len(self.tile_functions)))
+        if not (kernel_runs or tile_runs):
             return [self.text]
-        runs: list[list[str]] = [[] for _ in range(count)]
-        done = 0
-        for name, text in self.kernels.items():
-            runs[done * count // total].append(name)
-            done += len(text)
         declarations = [d for d in self.declarations.values() if d.startswith("declare ")]
-        modules = []
-        for run in filter(None, runs[:-1]):
-            kernels = [self.kernels[name].replace("define internal ", "define ", 1) for name in run]
-            modules.append(
-                "\n".join(
-                    [*self.table_definitions(), *declarations, *kernels]
-                    + [*ATTRIBUTES, *self.metadata]
-                )
+        texts = {**self.kernels, **self.tile_functions}
+
+        def module(run: list[str]) -> str:
+            functions = [texts[name].replace("define internal ", "define ", 1) for name in run]
+            return "\n".join(
+                [*self.table_definitions(), *declarations, *functions, *ATTRIBUTES, *self.metadata]
             )
-        apart = {self.kernels[name] for run in runs[:-1] for name in run}
+
+        apart = [name for run in kernel_runs + tile_runs for name in run]
+        apart_texts = {texts[name] for name in apart}
         last = [
             *self.globals,
             *self.table_definitions(),
             *self.declarations.values(),
-            *(self.kernel_declarations[name] for run in runs[:-1] for name in run),
-            *(text for text in self.functions if text not in apart),
+            *(self.function_declarations[name] for name in apart),
+            *(text for text in self.functions if text not in apart_texts),
             self.entry_text,
             *ATTRIBUTES,
             *self.metadata,
         ]
-        return modules + ["\n".join(last)]
+        return (
+            [module(run) for run in kernel_runs]
+            + [f"{engine.WRITTEN_AS_IT_RUNS}\n{module(run)}" for run in tile_runs]
+            + ["\n".join(last)]
+        )
 
     def table_definitions(self) -> list[str]:
         return [definition for _, definition in self.tables.values()]
@@ -1155,7 +1176,7 @@ class ModuleRenderer:
             + function.lines
             + ["}"]
         )
-        self.kernel_declarations[name] = f"declare void @{name}({', '.join(params)})"
+        self.function_declarations[name] = f"declare void @{name}({', '.join(params)})"
         self.functions.append(self.kernels[name])
         pointers = [self.pointer(self.entry, b) for b in distinct]
         if split is None:
@@ -1167,7 +1188,9 @@ class ModuleRenderer:
     def parallel_call(self, name: str, pointers: list[str], loop: K.Loop | _Range) -> None:
         """Run kernel `name`'s outer loop in chunks on the program's threads: its buffers go
         in a table that each chunk's task points to."""
-        self.functions.append(_chunk_function(name, len(pointers)))
+        chunk = _chunk_function(name, len(pointers))
+        if chunk not in self.functions:  # (a tile function serves every product of its shape)
+            self.functions.append(chunk)
         if pool.available():  # the process's pool of worker threads
             pool.install()
             self.declare(pool.SYMBOL, "void", ["ptr", "ptr", "i64", "i64", "i64"])
@@ -1345,12 +1368,19 @@ class ModuleRenderer:
         """A product in register tiles (`tiles.tile_function`), split into chunks on the
         program's threads where there is enough work."""
         width = engine.vector_bytes()
-        name = f"tiles{len(self.functions)}"
-        self.functions.append(tiles.tile_function(step, name, width, self.kept_loop))
-        for intrinsic in tiles.intrinsics(step, width):
-            self.declare(*intrinsic)
         addend = [step.addend] if step.addend is not None else []
         pointers = self.ptrs([*step.operands, step.out, *addend])
+        shape = tiles.tile_function(step, "tiles", width, lambda: "!loop")
+        if shape not in self.tile_names:
+            name = self.tile_names[shape] = f"tiles{len(self.functions)}"
+            text = tiles.tile_function(step, name, width, self.kept_loop)
+            self.tile_functions[name] = text
+            self.functions.append(text)
+            params = ", ".join(["ptr"] * len(pointers) + ["i64", "i64"])
+            self.function_declarations[name] = f"declare void @{name}({params})"
+            for intrinsic in tiles.intrinsics(step, width):
+                self.declare(*intrinsic)
+        name = self.tile_names[shape]
         count = tiles.tiles(step, width)
         work = step.out.size * math.prod(term[0] for term in step.terms)
         if pool.available() and work >= GEMM_SPLIT_WORK and count > 1:

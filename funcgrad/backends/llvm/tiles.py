@@ -11,11 +11,10 @@ pays its packing and call on small matrices and meets a product only a few dozen
 wide. A sum of more than `TERMS_PER_SUM` terms is taken in blocks, each added to what the
 output holds.
 
-Tiles at the output's edge run a second version of the code under masks made at run time:
-the last row of tiles starts where its rows end at the output's last and stores only the rows
-the one before it does not; lanes past the output's columns load and store nothing. No
-element is stored twice, so an update (`TileStep.addend`) may write over its addend in place;
-full tiles run without masks.
+Tiles at the output's edge run versions of the code of their own: the last row of tiles
+computes only the rows left, and at the last columns, lanes past the output's load and store
+under masks made at run time; full tiles run without masks. No element is stored twice, so
+an update (`TileStep.addend`) may write over its addend in place.
 
 `tile_function` renders `name(ptr a, ptr b, ptr out[, ptr addend], i64 lo, i64 hi)`,
 computing tiles lo..hi of the step, the form a chunk of a parallel loop calls
@@ -239,55 +238,44 @@ def tile_function(step: TileStep, name: str, vector_bytes: int, loop_hint) -> st
         for dim in reversed(order):
             place[dim] = e.assign(f"urem i64 {rest}, {extent[dim]}")
             rest = e.assign(f"udiv i64 {rest}, {extent[dim]}")
-        # The last row of tiles starts where its rows end at the output's last (reading rows
-        # the one before stores, storing only its own).
         first_row = e.assign(f"mul i64 {place['row']}, {rows}")
-        first_row = e.assign(f"call i64 @llvm.umin.i64(i64 {first_row}, i64 {row_count - rows})")
         first_column = e.assign(f"mul i64 {place['column']}, {width}")
         outer = [(place[d], dims) for d, dims in enumerate(step.outer)]
         a_base = e.sum_of([(i, s[1]) for i, s in outer] + [(first_row, a_row)])
         b_base = e.sum_of([(i, s[2]) for i, s in outer], first_column)
         out_base = e.sum_of([(i, s[3]) for i, s in outer] + [(first_row, out_row)], first_column)
-        edges = []
-        if last_rows != rows:
-            edges.append(f"icmp eq i64 {place['row']}, {row_blocks - 1}")
-        if last_width != width:
-            edges.append(f"icmp eq i64 {place['column']}, {column_blocks - 1}")
-        if not edges:
-            tile_body(False, place["row"], first_column, a_base, b_base, out_base)
-            return
-        edge = e.assign(edges[0], "edge")
-        if len(edges) == 2:
-            edge = e.assign(f"or i1 {edge}, {e.assign(edges[1], 'edge')}")
-        e.either(
-            edge,
-            lambda at_edge: tile_body(
-                at_edge, place["row"], first_column, a_base, b_base, out_base
-            ),
-        )
 
-    def tile_body(at_edge: bool, row_block, first_column, a_base, b_base, out_base) -> None:
-        """A tile; at the output's edge, the last row of tiles stores only the rows the one
-        before does not, and lanes past the output's columns load and store under a mask
-        (the code of full tiles has neither; its loop over the sum is theirs but for the
-        masks)."""
-        a_rows = [str(r * a_row) for r in range(rows)]
-        row_kept: list[str | None] = [None] * rows
-        if at_edge and last_rows != rows:
-            inner = e.assign(f"icmp ne i64 {row_block}, {row_blocks - 1}", "inner")
-            for r in range(rows - last_rows):  # (rows the tile before stores)
-                row_kept[r] = inner
+        def columns(tile_rows: int) -> None:
+            if last_width == width:
+                tile_body(tile_rows, False, first_column, a_base, b_base, out_base)
+                return
+            edge = e.assign(f"icmp eq i64 {place['column']}, {column_blocks - 1}", "edge")
+            e.either(
+                edge,
+                lambda at_edge: tile_body(
+                    tile_rows, at_edge, first_column, a_base, b_base, out_base
+                ),
+            )
+
+        if last_rows == rows:
+            columns(rows)
+            return
+        edge = e.assign(f"icmp eq i64 {place['row']}, {row_blocks - 1}", "edge")
+        e.either(edge, lambda at_edge: columns(last_rows if at_edge else rows))
+
+    def tile_body(tile_rows: int, masked: bool, first_column, a_base, b_base, out_base) -> None:
+        """A tile of `tile_rows` rows (the last row of tiles may have fewer); where `masked`,
+        at the output's last columns, lanes past them load and store under a mask (the
+        code of full tiles has none)."""
+        tile_slots = slots[:tile_rows]
+        a_rows = [str(r * a_row) for r in range(tile_rows)]
         lane_masks: list[str | None] = [None] * vectors
-        if at_edge and last_width != width:
+        if masked:
             left = e.assign(f"sub i64 {step.columns}, {first_column}")
             iota = f"<{', '.join(f'i64 {k}' for k in range(lanes))}>"
             for v in range(vectors):
                 counts = e.splat("i64", e.assign(f"sub i64 {left}, {v * lanes}"), lanes)
                 lane_masks[v] = e.assign(f"icmp slt <{lanes} x i64> {iota}, {counts}", "lanes")
-        store_masks = [
-            [_both(e, lanes, lane_masks[v], row_kept[r]) for v in range(vectors)]
-            for r in range(rows)
-        ]
 
         def nest(level: int, stop: int, a_at: str, b_at: str, indices: list, body) -> None:
             """Loops over the sum's levels `level`..`stop`, then body(a offset, b offset,
@@ -312,7 +300,7 @@ def tile_function(step: TileStep, name: str, vector_bytes: int, loop_hint) -> st
         def block(a_at: str, b_at: str, indices: list) -> None:
             """A block of the sum's inner terms summed in registers, then written (the
             first block) or added to what the output holds."""
-            for row in slots:
+            for row in tile_slots:
                 for slot in row:
                     e.emit(f"store {vector} zeroinitializer, ptr {slot}, align 64")
             nest(split, len(step.terms), a_at, b_at, [], lambda a, b, _: multiply_add(a, b))
@@ -332,7 +320,7 @@ def tile_function(step: TileStep, name: str, vector_bytes: int, loop_hint) -> st
                 at = e.assign(f"getelementptr {scalar}, ptr {b_row}, i64 {v * lanes}")
                 loaded.append(load(at, mask))
             a_column = e.assign(f"getelementptr {scalar}, ptr %a, i64 {a_at}")
-            for row, a_row_offset in zip(slots, a_rows):
+            for row, a_row_offset in zip(tile_slots, a_rows):
                 at = e.assign(f"getelementptr {scalar}, ptr {a_column}, i64 {a_row_offset}")
                 element = splat(e.assign(f"load {scalar}, ptr {at}, align {size}"))
                 for slot, b_vector in zip(row, loaded):
@@ -344,9 +332,9 @@ def tile_function(step: TileStep, name: str, vector_bytes: int, loop_hint) -> st
                     e.emit(f"store {vector} {fused}, ptr {slot}, align 64")
 
         def write(first: bool) -> None:
-            for r, row in enumerate(slots):
+            for r, row in enumerate(tile_slots):
                 for v, slot in enumerate(row):
-                    mask = store_masks[r][v]
+                    mask = lane_masks[v]
                     total = e.assign(f"load {vector}, ptr {slot}, align 64")
                     offset = e.assign(f"add i64 {out_base}, {r * out_row + v * lanes}")
                     at = e.assign(f"getelementptr {scalar}, ptr %out, i64 {offset}")
@@ -383,14 +371,6 @@ def tile_function(step: TileStep, name: str, vector_bytes: int, loop_hint) -> st
 TERMS_PER_SUM = 4096
 
 
-def _both(e: _Emitter, lanes: int, lane_mask: str | None, row_kept: str | None) -> str | None:
-    """The mask of a tile row's vector: its lanes' mask where its row is kept (None: all)."""
-    if row_kept is None:
-        return lane_mask
-    kept = e.splat("i1", row_kept, lanes)
-    return kept if lane_mask is None else e.assign(f"and <{lanes} x i1> {kept}, {lane_mask}")
-
-
 def _sum_split(terms: tuple) -> int:
     """The first of the innermost levels of `terms` a block sums: as many as keep it within
     `TERMS_PER_SUM` terms, at least one."""
@@ -412,7 +392,6 @@ def intrinsics(step: TileStep, vector_bytes: int) -> list[tuple[str, str, list[s
     vector = f"<{lanes} x {scalar}>"
     masked, mask = f"v{lanes}{_short(scalar)}.p0", f"<{lanes} x i1>"
     return [
-        ("llvm.umin.i64", "i64", ["i64", "i64"]),
         (f"llvm.fma.v{lanes}{_short(scalar)}", vector, [vector] * 3),
         (f"llvm.masked.load.{masked}", vector, ["ptr", "i32", mask, vector]),
         (f"llvm.masked.store.{masked}", "void", [vector, "ptr", "i32", mask]),
