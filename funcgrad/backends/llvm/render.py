@@ -13,6 +13,7 @@ loops using them still vectorize; only lgamma, fmod and float64 erf/erfc call th
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import struct
@@ -734,27 +735,51 @@ LIBRARY_THREADS_OFF = "; the library's own threads are off while this program ru
 # vectorized loop; a chunk with one large argument runs again in full.
 VERSION_CHUNK = 256
 
-# Innermost loops of at least INTERLEAVE_TRIPS iterations run INTERLEAVE vector iterations at
-# once (measured on AVX2: softmax, layernorm, sums and GELU on 2^24 elements 10-20% faster
-# than 1; 8 is slower again, spilling registers), unless their body has more expression nodes
-# than INTERLEAVE_MAX_SIZE: one iteration of such a body holds independent work enough, and
-# interleaving it would double LLVM's time (a chain of 5,000 elementwise ops: 1.2 s -> 2.4 s).
-# Transcendental functions count as one node here (they are expanded while rendering).
+# Innermost loops of at least INTERLEAVE_TRIPS iterations run several vector iterations at
+# once: 4 (measured on AVX2: softmax, layernorm, sums and GELU on 2^24 elements 10-20% faster
+# than 1, 8 slower again, spilling registers), or 2 where the arithmetic transcendental
+# functions expand to holds more than INTERLEAVE_CONSTANTS distinct constants: with four
+# chains of temporaries beside them they spill registers (2^20 float32 erf: 0.54 ms at 4,
+# 0.34 at 2; float64 tanh 1.53, 1.41; lgamma 6.9, 6.1; float32 sin and cos 3-5% slower,
+# the one loss measured). None where
+# the body has more expression nodes than INTERLEAVE_MAX_SIZE, transcendental functions
+# counted as one: one iteration holds independent work enough, and interleaving would double
+# LLVM's time (a chain of 5,000 elementwise ops: 1.2 s -> 2.4 s).
 INTERLEAVE = 4
 INTERLEAVE_TRIPS = 256
 INTERLEAVE_MAX_SIZE = 64
+INTERLEAVE_CONSTANTS = 32
 
 
-def _short_body(body: list) -> bool:
-    """Whether a loop body's statements have at most INTERLEAVE_MAX_SIZE expression nodes
-    (shared ones once each); the walk stops past that bound."""
-    seen = set()
+def _interleave(body: list) -> int:
+    """How many vector iterations of a long innermost loop with this body run at once."""
+    seen, constants = set(), set()
     for stmt in body:
         for node in expressions(stmt):
             seen.add(id(node))
             if len(seen) > INTERLEAVE_MAX_SIZE:
-                return False
-    return True
+                return 1
+            constants |= _constants_rendered(node)
+    return INTERLEAVE if len(constants) <= INTERLEAVE_CONSTANTS else INTERLEAVE // 2
+
+
+def _constants_rendered(node: K.Expr) -> frozenset:
+    """The constants a kernel node renders with: its own, or its expansion's (a
+    transcendental function's)."""
+    if isinstance(node, K.Const):
+        return frozenset([(node.value, node.dtype.str)])
+    if isinstance(node, (K.Unary, K.Binary)) and _is_float(node.dtype):
+        dtype = node.x.dtype if isinstance(node, K.Unary) else node.a.dtype
+        if mathlib.handles(node.op, dtype):
+            return _expansion_constants(node.op, dtype, isinstance(node, K.Binary))
+    return frozenset()
+
+
+@functools.cache
+def _expansion_constants(op: str, dtype: np.dtype, binary: bool) -> frozenset:
+    leaf = K.cast(K.fresh_index(), dtype)
+    expanded = mathlib.expand_binary(op, leaf, leaf) if binary else mathlib.expand(op, leaf)
+    return frozenset().union(*(_constants_rendered(node) for node in K.nodes(expanded)))
 
 
 def _chunk_function(name: str, num_buffers: int) -> str:
@@ -930,13 +955,13 @@ class ModuleRenderer:
         """Metadata for an innermost kernel loop (each loop needs its own distinct node). It is
         kept from being unrolled whole before vectorization (LLVM would then vectorize the loop
         around it, across rows, with gathers); the vectorizer unrolls it itself. A long one
-        interleaves INTERLEAVE vector iterations: independent chains of accumulators and of
-        long expressions (exp, tanh) keep the out-of-order core busy."""
+        interleaves vector iterations (`_interleave`): independent chains of accumulators and
+        of long expressions (exp, tanh) keep the out-of-order core busy."""
         node = f"!{len(self.metadata)}"
         hints = ['!{!"llvm.loop.unroll.disable"}']
-        long = loop.stop - loop.start >= INTERLEAVE_TRIPS
-        if long and _short_body(loop.body):
-            hints.append(f'!{{!"llvm.loop.interleave.count", i32 {INTERLEAVE}}}')
+        interleave = _interleave(loop.body) if loop.stop - loop.start >= INTERLEAVE_TRIPS else 1
+        if interleave > 1:
+            hints.append(f'!{{!"llvm.loop.interleave.count", i32 {interleave}}}')
         self.metadata.append(f"{node} = distinct !{{{node}, {', '.join(hints)}}}")
         return node
 
