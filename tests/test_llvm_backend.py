@@ -280,6 +280,37 @@ def test_indexing_gather_and_dynamic_slices():
     assert_same_as_reference(f, x, idx)
 
 
+@given(
+    shape=st.sampled_from([(40,), (12, 16), (6, 5, 8)]),
+    data=st.data(),
+)
+def test_small_dynamic_updates_written_in_their_windows_match_the_reference(shape, data):
+    """An update under a quarter of its operand is written over its window alone (the
+    operand copied first); its start, drawn past either end, is clamped to fit, and its
+    values may read the operand anywhere (they are made apart first)."""
+    window = tuple(data.draw(st.integers(1, max(1, n // 2)), label="window") for n in shape)
+    starts = [data.draw(st.integers(-n, 2 * n), label="start") for n in shape]
+    x = rng.standard_normal(shape).astype(np.float32)
+    read_at = tuple(data.draw(st.integers(0, n - w)) for n, w in zip(shape, window))
+
+    def f(a, starts):
+        update = lax.dynamic_slice(a, read_at, window) * 2.0 + 1.0
+        return lax.dynamic_update_slice(a, update, list(starts))
+
+    starts = np.array(starts, np.int32)
+    assert_same_as_reference(f, x, starts)
+    (kernel,) = [
+        step.kernel
+        for step in compiled(f, x, starts).program.steps
+        if "dynamic_update_slice" in getattr(step, "kernel", K.Kernel("", [], [], [])).name
+    ]
+    last = kernel.body[-1]
+    if np.prod(window) * 4 < x.size:  # the copy, then a loop over the window's first axis
+        assert len(kernel.body) == 2 and (last.start, last.stop) == (0, window[0])
+    else:
+        assert len(kernel.body) == 1
+
+
 def test_uint64_indices_past_int64_saturate_instead_of_wrapping_negative():
     # Cast to int64, 2**63 + 5 was negative: clamped to the start where it is past the end.
     x = np.arange(17, dtype=np.float32)

@@ -52,6 +52,17 @@ BODIES = {
     "gemm updates": lambda a, b: lax.fori_loop(
         0, 5, lambda i, w: w - 0.01 * (a.T @ (a @ w)), fnp.asarray(W)
     ),
+    "windows clamped at either end": lambda a, b: lax.fori_loop(
+        0, 6, lambda i, c: lax.dynamic_update_slice(c, c[:3, :5] * 0.5, (i * 4 - 6, 30 - i)), a
+    ),
+    "windows from themselves": lambda a, b: lax.fori_loop(
+        0,
+        8,
+        lambda i, c: lax.dynamic_update_slice(
+            c, lax.dynamic_slice(c, (i, 2), (2, 4)) * 2.0 + c[i + 1, 3], (i, 2)
+        ),
+        a,
+    ),
     "row set from itself": lambda a, b: lax.fori_loop(
         0, 16, lambda i, c: c.at[i].set(c[(i + 3) % 16] * 2.0 + c[i]), a
     ),

@@ -463,11 +463,14 @@ def _apart_from_arg_reductions(eqns: list[JaxprEqn], keep: set, producer: dict) 
 
 def _apart_from_scattered(eqns: list[JaxprEqn], keep: set, producer: dict) -> None:
     """Give a scatter's indices and updates a buffer where computing them reads the operand
-    they scatter into (`x.at[i].set(f(x[i]))`): the scatter's kernel then reads its operand
+    they scatter into (`x.at[i].set(f(x[i]))`), and so a dynamic_update_slice's written in
+    its window (`fusion.updates_in_windows`): the kernel then reads its operand
     only as it copies it, so its result may be written in the operand's own memory
     (`donation`: a loop's carry, a donated argument), where the copy is none."""
     for eqn in eqns:
-        if eqn.primitive not in SCATTERS:
+        if eqn.primitive not in SCATTERS and not (
+            eqn.primitive.name == "dynamic_update_slice" and not fusible(eqn)
+        ):
             continue
         operand = eqn.invars[0]
         for v in eqn.invars[1:]:

@@ -9,7 +9,7 @@ from funcgrad.compiler import lapack, parallel, passes, radix_sort, rows, specia
 from funcgrad.compiler.complex_lowering import lower_complex, mentions_complex
 from funcgrad.compiler.donation import carry_readers_first
 from funcgrad.compiler.edges import split_at_edges
-from funcgrad.compiler.fusion import folds_along_memory
+from funcgrad.compiler.fusion import folds_along_memory, updates_in_windows
 from funcgrad.compiler.horizontal import merge_maps
 from funcgrad.compiler.index_algebra import (
     CPU_ROW_WORK,
@@ -54,8 +54,9 @@ def plan(
     value it stores where that fold runs on blocks (`schedule.column_folds_with_maps`),
     while a CPU's reductions read in order along a reduced axis (through a transpose) fold
     along it (`fusion.folds_along_memory`), its sorts of long lines are radix sorts
-    (`radix_sort.sorts_by_radix`) and its products of a matrix and a vector fused kernels
-    (`schedule.vector_products_fuse`). Every
+    (`radix_sort.sorts_by_radix`), its products of a matrix and a vector fused kernels
+    (`schedule.vector_products_fuse`) and its small dynamic updates written over their
+    windows alone (`fusion.updates_in_windows`). Every
     kernel's offsets are then simplified with its loops' ranges, a CPU's nests of folds made
     one loop (`index_algebra.merge_fold_nests`) and its transposing nests walked in tiles
     (`tiling`), nests of rows made one loop over the rows (`index_algebra`), and a CPU's
@@ -74,6 +75,7 @@ def plan(
         radix_sort.sorts_by_radix.chosen(not gpu),
         special.erf_inv_in_float32.chosen(not gpu),
         vector_products_fuse.chosen(not gpu),
+        updates_in_windows.chosen(not gpu),
         lapack.small_eighs_rotate.chosen(not gpu),
         rows.short_row_groups.chosen(short_row_group),
         column_folds_with_maps.chosen(on_blocks),
