@@ -11,6 +11,10 @@ JIT_BACKENDS = ("llvm", "numpy", "cuda", "cuda_emulator")
 PLATFORMS = ("cpu", "gpu", "cuda", "cuda_emulator")
 
 
+# The compilation cache's default bound: a few thousand programs' machine code and plans.
+DEFAULT_CACHE_MAX_SIZE = 2 << 30
+
+
 def _from_environment(variable: str, kind: type, default):
     text = os.environ.get(variable)
     if text is None:
@@ -115,6 +119,11 @@ class Config:
         # ~/.cache/funcgrad).
         self.enable_compilation_cache = _flag_from_environment("FUNCGRAD_COMPILATION_CACHE", True)
         self.compilation_cache_dir = _default_cache_dir()
+        # The most bytes the cache folder holds (FUNCGRAD_CACHE_MAX_SIZE): past it, the entries
+        # used longest ago are removed. -1: no bound; 0: nothing is kept.
+        self.compilation_cache_max_size = _from_environment(
+            "FUNCGRAD_CACHE_MAX_SIZE", int, DEFAULT_CACHE_MAX_SIZE
+        )
         # The precision of float32 contractions (dot_general, convolutions run as GEMMs) that
         # name none. None means full float32, funcgrad's default everywhere; a lower one
         # ("tensorfloat32", "high", "default", ...) lets a GPU with tensor cores round the
@@ -185,6 +194,12 @@ class Config:
             from funcgrad import key_reuse  # (it builds on everything)
 
             key_reuse.use(value)
+        elif name == "compilation_cache_max_size":
+            if isinstance(value, bool) or not isinstance(value, int) or value < -1:
+                raise ValueError(
+                    "compilation_cache_max_size must be a number of bytes, 0 (keep nothing) or "
+                    f"-1 (no bound), got {value!r}"
+                )
         elif name == "compilation_cache_dir":
             if not isinstance(value, (str, os.PathLike)):
                 raise TypeError(

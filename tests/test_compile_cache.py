@@ -252,12 +252,57 @@ def test_environment_switches(monkeypatch):
     monkeypatch.delenv("FUNCGRAD_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", "/xdg")
     assert Config().compilation_cache_dir == os.path.join("/xdg", "funcgrad")
+    assert Config().compilation_cache_max_size == 2 << 30
+    monkeypatch.setenv("FUNCGRAD_CACHE_MAX_SIZE", "-1")
+    assert Config().compilation_cache_max_size == -1
     monkeypatch.setenv("FUNCGRAD_COMPILATION_CACHE", "maybe")
     with pytest.raises(ValueError, match="FUNCGRAD_COMPILATION_CACHE"):
         Config()
 
 
+def _folder_bytes(folder) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def test_the_folder_stays_within_its_bound_removing_the_entries_used_longest_ago(cache_dir):
+    x = _x()
+    first = _compile(_program, x)
+    entry_bytes = _folder_bytes(cache_dir)  # a program's machine code and plan
+    saved = config.compilation_cache_max_size
+    config.update("compilation_cache_max_size", int(entry_bytes * 3.5))
+    try:
+        programs = [lambda x, k=k: _program(x * (k + 2.0)) for k in range(2)]
+        for program in programs:
+            _compile(program, x)
+        for entry in cache_dir.rglob("*"):  # all written an hour ago (clocks are coarse)
+            hour_ago = entry.stat().st_mtime - 3600
+            os.utime(entry, (hour_ago, hour_ago))
+        assert _compile(_program, x).executable.machine_code.from_cache  # used again now
+        _compile(lambda x: _program(x * 9.0), x)  # past the bound: the other two removed
+        assert _folder_bytes(cache_dir) <= config.compilation_cache_max_size
+        assert _compile(_program, x).executable.machine_code.from_cache
+        for program in programs:
+            assert not _compile(program, x).executable.machine_code.from_cache
+    finally:
+        config.update("compilation_cache_max_size", saved)
+    np.testing.assert_allclose(np.asarray(first(x)[0]), _expected(x)[0], rtol=1e-5)
+
+
+def test_a_bound_of_no_bytes_keeps_nothing(cache_dir):
+    saved = config.compilation_cache_max_size
+    config.update("compilation_cache_max_size", 0)
+    try:
+        _compile(_program, _x())
+        assert not _compile(_program, _x()).executable.machine_code.from_cache
+    finally:
+        config.update("compilation_cache_max_size", saved)
+    assert not cache_dir.exists()
+
+
 def test_bad_settings_name_the_option(cache_dir):
+    for bound in (-2, 1.5, True, "1G"):
+        with pytest.raises(ValueError, match="compilation_cache_max_size"):
+            config.update("compilation_cache_max_size", bound)
     with pytest.raises(TypeError, match="compilation_cache_dir"):
         config.update("compilation_cache_dir", 3)
     with pytest.raises(TypeError, match="enable_compilation_cache"):

@@ -8,6 +8,13 @@ checks the whole header and the payload's digest: an entry that fails a check (c
 damaged, or written for another key) is removed and its program compiled again; it is never
 loaded.
 
+Payloads are kept compressed (zlib's fastest level: an LLVM plan's IR and module texts took
+a tenth of the space). The folder, every kind's entries together, is kept within
+`config.compilation_cache_max_size` bytes: a process counts what it finds there when it first
+writes, and what it writes after; past the bound it removes the entries used longest ago (a
+hit marks its entry used) until the folder holds `KEPT_AFTER_EVICTION` of the bound. (A test
+suite drawing new programs every day, unbounded, had filled 72 GB.)
+
 The cache serves whoever can write its folder: it trusts its entries as it trusts the
 process's own files. It never fails a compilation: a folder it cannot use is reported once
 with a warning, and programs are then compiled without it.
@@ -24,6 +31,7 @@ import os
 import struct
 import tempfile
 import warnings
+import zlib
 
 from funcgrad import monitoring
 from funcgrad.config import config
@@ -31,7 +39,10 @@ from funcgrad.config import config
 logger = logging.getLogger("funcgrad.compilation_cache")
 
 MAGIC = b"funcgrad-cache\0\0"
-FORMAT = 1
+FORMAT = 2  # (1 kept payloads uncompressed)
+# The share of `config.compilation_cache_max_size` an eviction leaves, so that the next
+# writes do not each evict again.
+KEPT_AFTER_EVICTION = 0.75
 # magic, format version, key digest, payload length, payload digest
 _HEADER = struct.Struct("<16sI32sQ32s")
 
@@ -49,8 +60,9 @@ def digest(*parts: str) -> bytes:
 
 
 def folder(kind: str) -> str | None:
-    """Where entries of one kind (a backend's) live; None while the cache is off."""
-    if not config.enable_compilation_cache:
+    """Where entries of one kind (a backend's) live; None while the cache is off (or bound to
+    no bytes)."""
+    if not config.enable_compilation_cache or config.compilation_cache_max_size == 0:
         return None
     return os.path.join(config.compilation_cache_dir, kind)
 
@@ -77,7 +89,11 @@ def load(kind: str, key: bytes) -> bytes | None:
         logger.debug("hit %s", path)
         if monitoring.listening:
             monitoring.record_event("/funcgrad/compilation_cache/cache_hits", kind=kind)
-        return data[_HEADER.size :]
+        try:
+            os.utime(path)  # used now: evicted last
+        except OSError:
+            pass
+        return zlib.decompress(memoryview(data)[_HEADER.size :])
     logger.debug("rejected %s: %s", path, problem)
     try:
         os.remove(path)
@@ -109,6 +125,7 @@ def store(kind: str, key: bytes, payload: bytes) -> None:
     where = folder(kind)
     if where is None or where in _unusable_folders:
         return
+    payload = zlib.compress(payload, 1)
     header = _HEADER.pack(MAGIC, FORMAT, key, len(payload), hashlib.sha256(payload).digest())
     temporary = None
     try:
@@ -120,6 +137,7 @@ def store(kind: str, key: bytes, payload: bytes) -> None:
         os.replace(temporary, os.path.join(where, key.hex()))
         temporary = None
         logger.debug("wrote %s", os.path.join(where, key.hex()))
+        _keep_within_bound(len(header) + len(payload))
     except OSError as error:
         _unusable_folders.add(where)
         warnings.warn(
@@ -136,3 +154,54 @@ def store(kind: str, key: bytes, payload: bytes) -> None:
                 os.remove(temporary)
             except OSError:
                 pass
+
+
+# Bytes a process reckons the cache folder holds, by folder: counted at its first write there,
+# then grown by what it writes (other processes' writes show at the next count).
+_reckoned: dict[str, int] = {}
+
+
+def _keep_within_bound(written: int) -> None:
+    """Past `config.compilation_cache_max_size` (-1: no bound), remove the entries used
+    longest ago until the folder holds `KEPT_AFTER_EVICTION` of it."""
+    bound = config.compilation_cache_max_size
+    root = config.compilation_cache_dir
+    if bound < 0:
+        return
+    if root in _reckoned:
+        _reckoned[root] += written
+    else:
+        _reckoned[root] = sum(size for _, size, _ in _entries(root))
+    if _reckoned[root] <= bound:
+        return
+    entries = sorted(_entries(root))
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in entries:
+        if total <= bound * KEPT_AFTER_EVICTION:
+            break
+        try:
+            os.remove(path)
+        except OSError:
+            continue
+        total -= size
+        logger.debug("evicted %s", path)
+    _reckoned[root] = total
+
+
+def _entries(root: str) -> list[tuple[float, int, str]]:
+    """(time of last use, bytes, path) of every entry under the cache folder."""
+    entries = []
+    try:
+        kinds = [kind.path for kind in os.scandir(root) if kind.is_dir()]
+    except OSError:
+        return entries
+    for kind in kinds:
+        try:
+            with os.scandir(kind) as files:
+                for file in files:
+                    if file.is_file() and not file.name.startswith(".writing-"):
+                        info = file.stat()
+                        entries.append((info.st_mtime, info.st_size, file.path))
+        except OSError:
+            continue
+    return entries
