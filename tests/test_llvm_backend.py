@@ -1341,6 +1341,23 @@ def test_transposing_nests_walk_in_tiles_of_a_line(shape, dtype, tiled):
     assert_same_as_reference(f, x)
 
 
+def test_a_nest_storing_across_memory_walks_in_tiles_too():
+    """A copy into column-major order for LAPACK loads along memory and stores across it (a
+    float32 matrix into float64): it is walked in tiles of a line of the stored elements."""
+    a = rng.standard_normal((64, 64)).astype(np.float32)
+    spd = a @ a.T + 64 * np.eye(64, dtype=np.float32)
+    (copy,) = [
+        step.kernel
+        for step in compiled(fnp.linalg.cholesky, spd).program.steps
+        if isinstance(step, schedule.KernelStep) and step.kernel.outputs[0].dtype == np.float64
+    ]
+    depth, body = 0, copy.body
+    while len(body) == 1 and isinstance(body[0], K.Loop):
+        depth, body = depth + 1, body[0].body
+    assert depth == 4
+    assert_same_as_reference(fnp.linalg.cholesky, spd, rtol=1e-5, atol=1e-5)
+
+
 def test_a_window_that_never_leaves_its_operand_reads_it_unchecked():
     """A VALID pool's windows lie inside the operand: its kernel reads without the
     padding's bounds checks (selects). A padded one keeps them. Values against the

