@@ -1341,6 +1341,30 @@ def test_transposing_nests_walk_in_tiles_of_a_line(shape, dtype, tiled):
     assert_same_as_reference(f, x)
 
 
+def test_float_to_integer_conversions_saturate_and_send_nan_to_zero():
+    """Written as compares, selects and a plain conversion (which vectorize), every float to
+    integer conversion matches the reference at NaN, infinities, the types' bounds and just
+    past them, and fractions either side of zero."""
+    edges = [np.nan, np.inf, -np.inf, 1e30, -1e30, 2.0**64, 2.0**63, 2.0**63 - 2048, -0.7, 0.7]
+    edges += [3.9, -3.9, 255.9, 256, -129, 65535.5, 2.0**31, -(2.0**31), 2.0**32, -(2.0**63)]
+    x = np.array(edges)
+    for integer in (
+        np.int8,
+        np.uint8,
+        np.int16,
+        np.uint16,
+        np.int32,
+        np.uint32,
+        np.int64,
+        np.uint64,
+    ):
+        for source in (np.float64, np.float32, np.float16):
+            with np.errstate(over="ignore"):
+                values = x.astype(source)
+            assert_same_as_reference(lambda v, t=integer: v.astype(t), values)
+    assert ".sat." not in compiled(lambda v: v.astype(np.uint64), x).as_text()
+
+
 def test_a_nest_storing_across_memory_walks_in_tiles_too():
     """A copy into column-major order for LAPACK loads along memory and stores across it (a
     float32 matrix into float64): it is walked in tiles of a line of the stored elements."""
