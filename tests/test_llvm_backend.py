@@ -1365,6 +1365,22 @@ def test_float_to_integer_conversions_saturate_and_send_nan_to_zero():
     assert ".sat." not in compiled(lambda v: v.astype(np.uint64), x).as_text()
 
 
+def test_a_pooling_window_s_loops_are_left_to_unroll_whole():
+    """Loops of at most `render.UNROLLED_WHOLE` iterations (a 2x2 window's) carry no hint
+    against unrolling, so the loop over the output's places vectorizes; longer ones keep it.
+    Values as the reference's."""
+    x = rng.standard_normal((2, 3, 8, 10)).astype(np.float32)
+
+    def pool(a):
+        return lax.reduce_window(a, -np.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+
+    ir = compiled(pool, x).as_text()
+    assert re.search(r"^(!\d+) = distinct !\{\1\}$", ir, re.MULTILINE)
+    assert_same_as_reference(pool, x)
+    long_rows = compiled(lambda a: a.sum(1), rng.standard_normal((9, 5)).astype(np.float32))
+    assert "llvm.loop.unroll.disable" in long_rows.as_text()
+
+
 def test_a_nest_storing_across_memory_walks_in_tiles_too():
     """A copy into column-major order for LAPACK loads along memory and stores across it (a
     float32 matrix into float64): it is walked in tiles of a line of the stored elements."""
