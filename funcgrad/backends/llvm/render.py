@@ -765,12 +765,13 @@ VERSION_CHUNK = 256
 # LLVM's time (a chain of 5,000 elementwise ops: 1.2 s -> 2.4 s).
 INTERLEAVE = 4
 INTERLEAVE_TRIPS = 256
-# Innermost loops of at most this many iterations are unrolled whole (a pooling window's): the
-# loop around them, over the output's places, then vectorizes with strided loads, where the
-# window loops ran one element at a time (one thread, float32 32x64x56x56: 2x2 max pool
-# 8.2 -> 2.4 ms, NHWC 8.8 -> 2.8, 3x3 stride 2 40 -> 7.5; sums of rows of 3 elements 0.97 ->
-# 0.64 ms; rows of 4 and a 3-tap convolution measured level).
-UNROLLED_WHOLE = 3
+# Innermost loops of at most this many iterations are unrolled whole (a pooling window's, a
+# short row's): the loop around them then vectorizes with strided loads, where they ran one
+# element at a time (one thread, float32: a 2x2 max pool over 32x64x56x56 8.2 -> 2.4 ms, NHWC
+# 8.8 -> 2.8, 3x3 stride 2 40 -> 7.5, 4x4 3.0 -> 0.7; over 2^20 rows of 4, max 3.4 -> 1.0 ms,
+# softmax 12.2 -> 2.5; sums of rows of 5 2.8 -> 1.4). At 16, per-example gradients of a small
+# MLP ran 1.7x and a convolutional step 1.2x slower (their rows then went across with gathers).
+UNROLLED_WHOLE = 8
 INTERLEAVE_MAX_SIZE = 64
 INTERLEAVE_CONSTANTS = 32
 
