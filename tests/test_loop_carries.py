@@ -165,6 +165,24 @@ def test_a_carry_updated_in_place_is_copied_only_into_the_loop():
     assert _carry_copies(lambda c: lax.fori_loop(0, 3, lambda i, c: c[::-1] + 1.0, c), carry) == 2
 
 
+def test_a_branch_returning_its_operand_in_place_runs_nothing():
+    """A cond whose result lives in its operand's memory: the branch returning the operand
+    unchanged copies it onto itself, which renders as no kernel at all."""
+    carry = np.zeros((256, 256), np.float32)
+
+    def conditional(c):
+        def body(i, c):
+            return lax.cond(i % 2 == 0, lambda c: c.at[i].set(c[i] * 2), lambda c: c, c)
+
+        return lax.fori_loop(0, 256, body, c)
+
+    with jit_backend("llvm"):
+        executable = fg.jit(conditional).lower(carry).compile().executable
+    assert "_copy" in executable.fusion_plan()  # the branch's copy, planned
+    assert not re.search(r"define internal void @k\d+_copy", executable.ir)  # and not run
+    assert _carry_copies(conditional, carry) == 1
+
+
 def test_a_donated_array_takes_a_scatter_in_place():
     a = rng.standard_normal((64, 8)).astype(np.float32)
     expected = a.copy()
