@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import re
 import struct
 from typing import NamedTuple
 
@@ -759,12 +760,14 @@ VERSION_CHUNK = 256
 # functions expand to holds more than INTERLEAVE_CONSTANTS distinct constants: with four
 # chains of temporaries beside them they spill registers (2^20 float32 erf: 0.54 ms at 4,
 # 0.34 at 2; float64 tanh 1.53, 1.41; lgamma 6.9, 6.1; float32 sin and cos 3-5% slower,
-# the one loss measured). None where
-# the body has more expression nodes than INTERLEAVE_MAX_SIZE, transcendental functions
-# counted as one: one iteration holds independent work enough, and interleaving would double
-# LLVM's time (a chain of 5,000 elementwise ops: 1.2 s -> 2.4 s).
+# the one loss measured). None where the body has more expression nodes than
+# INTERLEAVE_MAX_SIZE, transcendental functions counted as one: one iteration holds
+# independent work enough, and interleaving would double LLVM's time (a chain of 5,000
+# elementwise ops: 1.2 s -> 2.4 s).
 INTERLEAVE = 4
 INTERLEAVE_TRIPS = 256
+INTERLEAVE_MAX_SIZE = 64
+INTERLEAVE_CONSTANTS = 32
 # Innermost loops of at most this many iterations are unrolled whole (a pooling window's, a
 # short row's): the loop around them then vectorizes with strided loads, where they ran one
 # element at a time (one thread, float32: a 2x2 max pool over 32x64x56x56 8.2 -> 2.4 ms, NHWC
@@ -772,8 +775,6 @@ INTERLEAVE_TRIPS = 256
 # softmax 12.2 -> 2.5; sums of rows of 5 2.8 -> 1.4). At 16, per-example gradients of a small
 # MLP ran 1.7x and a convolutional step 1.2x slower (their rows then went across with gathers).
 UNROLLED_WHOLE = 8
-INTERLEAVE_MAX_SIZE = 64
-INTERLEAVE_CONSTANTS = 32
 
 
 def _interleave(body: list) -> int:
@@ -914,6 +915,10 @@ MODULE_TEXT = 16_000
 MAX_MODULES = 8
 
 
+# Where a tile function's text, rendered as its shape's key, names its loops' metadata node.
+_LOOP_NODE = "!tile_loop"
+
+
 def _runs(texts: dict[str, str], count: int) -> list[list[str]]:
     """The names of `texts` in `count` runs of about equal text, in order."""
     total = sum(len(text) for text in texts.values())
@@ -981,9 +986,9 @@ class ModuleRenderer:
         kept from being unrolled whole before vectorization (LLVM would then vectorize the loop
         around it, across rows, with gathers); the vectorizer unrolls it itself. One of at most
         UNROLLED_WHOLE iterations is left to be unrolled: a pooling window's rows and columns,
-        whose loop around then vectorizes with strided loads. A long one
-        interleaves vector iterations (`_interleave`): independent chains of accumulators and
-        of long expressions (exp, tanh) keep the out-of-order core busy."""
+        whose loop around then vectorizes with strided loads. A long one interleaves vector
+        iterations (`_interleave`): independent chains of accumulators and of long
+        expressions (exp, tanh) keep the out-of-order core busy."""
         node = f"!{len(self.metadata)}"
         if loop.stop - loop.start <= UNROLLED_WHOLE:
             self.metadata.append(f"{node} = distinct !{{{node}}}")
@@ -1446,10 +1451,12 @@ class ModuleRenderer:
         width = engine.vector_bytes()
         addend = [step.addend] if step.addend is not None else []
         pointers = self.ptrs([*step.operands, step.out, *addend])
-        shape = tiles.tile_function(step, "tiles", width, lambda: "!loop")
+        # Rendered under a placeholder name and loop node, the text is the shape's key.
+        shape = tiles.tile_function(step, "tiles", width, lambda: _LOOP_NODE)
         if shape not in self.tile_names:
             name = self.tile_names[shape] = f"tiles{len(self.functions)}"
-            text = tiles.tile_function(step, name, width, self.kept_loop)
+            text = shape.replace("@tiles(", f"@{name}(", 1)
+            text = re.sub(re.escape(_LOOP_NODE), lambda _: self.kept_loop(), text)
             self.tile_functions[name] = text
             self.functions.append(text)
             params = ", ".join(["ptr"] * len(pointers) + ["i64", "i64"])
