@@ -1310,6 +1310,14 @@ for _primitive in SCATTERS:
     root_rules[_primitive] = _scatter
 
 
+def writes_over_its_operand(eqn: JaxprEqn) -> bool:
+    """Whether the equation's kernel copies its operand, then writes over the copy (a scatter;
+    a small dynamic update, in its window)."""
+    return eqn.primitive in SCATTERS or (
+        eqn.primitive is PRIMITIVES["dynamic_update_slice"] and _small_update(eqn)
+    )
+
+
 def _threefry2x32(builder: KernelBuilder, eqn: JaxprEqn, index: list) -> list[Expr]:
     """Both output words of the Threefry-2x32 block cipher (20 rounds), as in the reference."""
     from funcgrad.lax import random_bits

@@ -40,7 +40,6 @@ from funcgrad.compiler import kernel_ir as K
 from funcgrad.compiler.choices import Choice
 from funcgrad.compiler.fusion import (
     REDUCTIONS,
-    SCATTERS,
     CompileError,
     KernelBuilder,
     compute_dtype,
@@ -52,6 +51,7 @@ from funcgrad.compiler.fusion import (
     root_rules,
     split_offset,
     window_position,
+    writes_over_its_operand,
 )
 from funcgrad.compiler.fusion import (
     flat_offset as _flat_offset,
@@ -468,9 +468,7 @@ def _apart_from_scattered(eqns: list[JaxprEqn], keep: set, producer: dict) -> No
     only as it copies it, so its result may be written in the operand's own memory
     (`donation`: a loop's carry, a donated argument), where the copy is none."""
     for eqn in eqns:
-        if eqn.primitive not in SCATTERS and not (
-            eqn.primitive.name == "dynamic_update_slice" and not fusible(eqn)
-        ):
+        if not writes_over_its_operand(eqn):
             continue
         operand = eqn.invars[0]
         for v in eqn.invars[1:]:
