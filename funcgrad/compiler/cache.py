@@ -9,11 +9,11 @@ damaged, or written for another key) is removed and its program compiled again; 
 loaded.
 
 Payloads are kept compressed (zlib's fastest level: an LLVM plan's IR and module texts took
-a tenth of the space). The folder, every kind's entries together, is kept within
-`config.compilation_cache_max_size` bytes: a process counts what it finds there when it first
-writes, and what it writes after; past the bound it removes the entries used longest ago (a
-hit marks its entry used) until the folder holds `KEPT_AFTER_EVICTION` of the bound. (A test
-suite drawing new programs every day, unbounded, had filled 72 GB.)
+a seventh of the space, object code a third). The folder, every kind's entries together, is
+kept within `config.compilation_cache_max_size` bytes: a process counts what it finds there
+when it first writes, and what it writes after; past the bound it removes the entries used
+longest ago (a hit marks its entry used) until the folder holds `KEPT_AFTER_EVICTION` of the
+bound. (A test suite drawing new programs every day, unbounded, had filled 72 GB.)
 
 The cache serves whoever can write its folder: it trusts its entries as it trusts the
 process's own files. It never fails a compilation: a folder it cannot use is reported once

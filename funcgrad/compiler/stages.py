@@ -55,8 +55,10 @@ def plan(
     while a CPU's reductions read in order along a reduced axis (through a transpose) fold
     along it (`fusion.folds_along_memory`), its sorts of long lines are radix sorts
     (`radix_sort.sorts_by_radix`), its products of a matrix and a vector fused kernels
-    (`schedule.vector_products_fuse`) and its small dynamic updates written over their
-    windows alone (`fusion.updates_in_windows`). Every
+    (`schedule.vector_products_fuse`), its small dynamic updates written over their windows
+    alone (`fusion.updates_in_windows`), its float32 erf_inv computed in float32
+    (`special.erf_inv_in_float32`) and its eigendecompositions of small real matrices by
+    Jacobi's rotations (`lapack.small_eighs_rotate`). Every
     kernel's offsets are then simplified with its loops' ranges, a CPU's nests of folds made
     one loop (`index_algebra.merge_fold_nests`) and its transposing nests walked in tiles
     (`tiling`), nests of rows made one loop over the rows (`index_algebra`), and a CPU's
